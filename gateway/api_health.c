@@ -1,0 +1,47 @@
+/* api_health.c - liveness, readiness and server metadata (KServe v2). */
+#include "api.h"
+
+#include <string.h>
+
+static void health_live(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    static const char body[] = "{\"live\":true}";
+    (void)m;
+    (void)ctx;
+    http_respond(req, 200, "application/json", body, sizeof body - 1, NULL);
+}
+
+static void health_ready(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    (void)m;
+    if (atomic_load(&st->draining)) {
+        static const char body[] = "{\"ready\":false,\"reason\":\"shutting down\"}";
+        http_respond(req, 503, "application/json", body, sizeof body - 1, NULL);
+    } else if (!atomic_load(&st->ready)) {
+        static const char body[] = "{\"ready\":false,\"reason\":\"starting\"}";
+        http_respond(req, 503, "application/json", body, sizeof body - 1, NULL);
+    } else {
+        static const char body[] = "{\"ready\":true}";
+        http_respond(req, 200, "application/json", body, sizeof body - 1, NULL);
+    }
+}
+
+static void server_metadata(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    static const char body[] =
+        "{\"name\":\"batchgate\",\"version\":\"" BATCHGATE_VERSION "\",\"extensions\":[]}";
+    (void)m;
+    (void)ctx;
+    http_respond(req, 200, "application/json", body, sizeof body - 1, NULL);
+}
+
+int api_health_register(struct router *r, struct api_state *st, struct error *err)
+{
+    int rc;
+    if ((rc = router_add(r, HTTP_M_GET, "/v2/health/live", health_live, st, err)) ||
+        (rc = router_add(r, HTTP_M_GET, "/v2/health/ready", health_ready, st, err)) ||
+        (rc = router_add(r, HTTP_M_GET, "/v2", server_metadata, st, err)))
+        return rc;
+    return 0;
+}

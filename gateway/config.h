@@ -1,0 +1,43 @@
+/* config.h - the gateway's configuration: defaults, the JSON file, validation.
+ *
+ * Every field of SPEC.md's config file lives here. Loading never exits: it
+ * returns -BG_ECONFIG with a message naming the file, the field and the
+ * problem, and main turns that into exit status 2. */
+#ifndef BG_CONFIG_H
+#define BG_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+#include "log.h"
+
+struct config_limits {
+    size_t max_header_bytes;   /* request line + headers, CRLFs included; 431 past it */
+    size_t max_body_bytes;     /* decoded body; 413 past it */
+    int max_connections;       /* open client connections, all IO threads together */
+    int header_timeout_ms;     /* first byte of a request to the end of its headers */
+    int idle_timeout_ms;       /* keep-alive connection with nothing in progress */
+};
+
+struct config {
+    char listen_host[256];     /* "127.0.0.1", "::1", "localhost", ... */
+    int listen_port;           /* 0 = ephemeral (logged once bound) */
+    int io_threads;            /* 0 = one per online core */
+    char model_repository[4096];
+    struct config_limits limits;
+    int shutdown_timeout_ms;   /* bound on the SIGTERM drain */
+    char log_file[4096];       /* empty = stderr */
+    enum log_level log_level;
+    bool debug_endpoints;      /* /debug/... routes used by the tests */
+};
+
+void config_defaults(struct config *c);
+/* Reads and validates a JSON config file over the current values of c. */
+int config_load_file(struct config *c, const char *path, struct error *err);
+/* Same from a string; `name` stands for the file in messages. */
+int config_load_string(struct config *c, const char *json, const char *name, struct error *err);
+/* "HOST:PORT" or "[v6]:PORT" into c->listen_host/port; `what` names the source in messages. */
+int config_set_listen(struct config *c, const char *hostport, const char *what, struct error *err);
+
+#endif

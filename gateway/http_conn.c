@@ -1,0 +1,747 @@
+/* http_conn.c - one client connection on its IO thread.
+ *
+ * Input: read into `in`, feed llhttp (http_parse.c) one event at a time,
+ * queue each request in arrival order and dispatch it through the router.
+ * Output: a response produced for the request at the head of the queue is
+ * serialized straight into `out`; one produced early (a later pipelined
+ * request finishing first) waits in its request until the head catches up.
+ *
+ * One timer per connection enforces, depending on what the connection is
+ * doing: header_timeout_ms from the first byte of a request to the end of its
+ * headers (slowloris), header_timeout_ms of no progress while reading a body,
+ * idle_timeout_ms for an idle keep-alive connection or a client that stops
+ * reading its responses. The timer is re-armed lazily: only when a deadline
+ * moves earlier; when it fires it recomputes and re-arms for the rest.
+ *
+ * Lifetime: the socket closes when the exchange ends; the struct lives on
+ * (a "zombie") while a handler still holds one of its requests, and is freed
+ * when the last one is answered. */
+#include "http_conn.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "clock.h"
+#include "http_internal.h"
+#include "http_response.h"
+#include "io_thread.h"
+#include "log.h"
+
+/* Requests parsed ahead of their answers on one connection. */
+#define CONN_MAX_PIPELINE 64
+/* Stop reading while this much output waits for a slow reader. */
+#define CONN_OUT_HIGH_WATER (4u << 20)
+#define CONN_READ_CHUNK (16u << 10)
+/* After a final response, read and discard for this long so the client sees
+ * the response rather than a reset (RFC 9112 §9.6). */
+#define CONN_LINGER_MS 2000
+#define CONN_LINGER_MAX_BYTES (1u << 20)
+#define CONN_FREE_REQUESTS 4
+
+struct http_conn {
+    struct io_thread *t;
+    struct http_conn *prev, *next;    /* t->conns */
+    int fd;                           /* -1 once closed */
+    struct event *ev_read, *ev_write, *ev_timer;
+    struct buf in, out;
+    struct http_parse parse;
+    struct http_request *q_head, *q_tail;
+    int q_len;
+    int outstanding;                  /* requests not yet answered */
+    struct http_request *free_list;
+    int nfree;
+    bool reading, writing;
+    bool read_eof;                    /* the client sent FIN */
+    bool closing;                     /* parse no further requests */
+    bool close_after_write;           /* the final response is in `out` */
+    bool lingering;
+    bool in_process;                  /* guards process_input against re-entry */
+    int holds;                        /* callbacks on the stack: defer the free */
+    int64_t t_accept, t_head_start, t_last_read, t_last_write;
+    int64_t timer_deadline;           /* 0: not armed */
+    size_t linger_bytes;
+};
+
+static void conn_process_input(struct http_conn *c);
+static void conn_flush(struct http_conn *c);
+static void conn_arm_timer(struct http_conn *c);
+static void conn_close_socket(struct http_conn *c);
+static void conn_maybe_free(struct http_conn *c);
+
+struct http_conn *http_conn_next(const struct http_conn *c) { return c->next; }
+
+/* ---- request queue ---- */
+
+static struct http_request *conn_alloc_request(void *arg)
+{
+    struct http_conn *c = arg;
+    struct http_request *r = c->free_list;
+    if (r) {
+        c->free_list = r->next;
+        c->nfree--;
+        r->next = NULL;
+    } else if (!(r = http_request_new(c))) {
+        return NULL;
+    }
+    if (c->q_tail)
+        c->q_tail->next = r;
+    else
+        c->q_head = r;
+    c->q_tail = r;
+    c->q_len++;
+    c->outstanding++;
+    c->t_head_start = now_ns();
+    return r;
+}
+
+static struct http_request *conn_pop_head(struct http_conn *c)
+{
+    struct http_request *r = c->q_head;
+    c->q_head = r->next;
+    if (!c->q_head)
+        c->q_tail = NULL;
+    c->q_len--;
+    r->next = NULL;
+    return r;
+}
+
+static void conn_recycle(struct http_conn *c, struct http_request *r)
+{
+    if (c->nfree >= CONN_FREE_REQUESTS || c->fd < 0) {
+        http_request_free(r);
+        return;
+    }
+    http_request_reset(r);
+    r->next = c->free_list;
+    c->free_list = r;
+    c->nfree++;
+}
+
+/* ---- events ---- */
+
+static void conn_set_reading(struct http_conn *c, bool on)
+{
+    if (c->fd < 0 || on == c->reading)
+        return;
+    if (on)
+        event_add(c->ev_read, NULL);
+    else
+        event_del(c->ev_read);
+    c->reading = on;
+}
+
+static void conn_set_writing(struct http_conn *c, bool on)
+{
+    if (c->fd < 0 || on == c->writing)
+        return;
+    if (on)
+        event_add(c->ev_write, NULL);
+    else
+        event_del(c->ev_write);
+    c->writing = on;
+}
+
+static bool conn_can_parse(const struct http_conn *c)
+{
+    return !c->closing && c->fd >= 0 && !c->lingering && c->q_len < CONN_MAX_PIPELINE &&
+           buf_unread(&c->out) < CONN_OUT_HIGH_WATER;
+}
+
+/* Reading continues while requests can be parsed, and during lingering close. */
+static void conn_update_reading(struct http_conn *c)
+{
+    conn_set_reading(c, !c->read_eof && (c->lingering || conn_can_parse(c)));
+}
+
+/* ---- closing ---- */
+
+static void conn_close_socket(struct http_conn *c)
+{
+    if (c->fd < 0)
+        return;
+    event_del(c->ev_read);
+    event_del(c->ev_write);
+    event_del(c->ev_timer);
+    c->reading = c->writing = false;
+    close(c->fd);
+    c->fd = -1;
+    c->timer_deadline = 0;
+    buf_free(&c->in);
+    buf_free(&c->out);
+    io_thread_conn_closed(c->t);
+}
+
+void http_conn_free(struct http_conn *c)
+{
+    conn_close_socket(c);
+    struct http_request *r, *next;
+    for (r = c->q_head; r; r = next) {
+        next = r->next;
+        http_request_free(r);
+    }
+    for (r = c->free_list; r; r = next) {
+        next = r->next;
+        http_request_free(r);
+    }
+    event_free(c->ev_read);
+    event_free(c->ev_write);
+    event_free(c->ev_timer);
+    struct io_thread *t = c->t;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        t->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    free(c);
+    io_thread_conn_gone(t);
+}
+
+static void conn_maybe_free(struct http_conn *c)
+{
+    if (c->fd < 0 && c->outstanding == 0 && c->holds == 0)
+        http_conn_free(c);
+}
+
+/* Every entry point holds the connection so that a close deep inside
+ * (a failed write, an abort) never frees it under the caller's feet. */
+static void conn_hold(struct http_conn *c) { c->holds++; }
+static void conn_release(struct http_conn *c)
+{
+    c->holds--;
+    conn_maybe_free(c);
+}
+
+/* The socket is done with (reset, timeout, forced close): handlers still
+ * holding requests are told, and the struct waits for their answers. */
+uint64_t http_conn_abort(struct http_conn *c)
+{
+    uint64_t left = (uint64_t)c->outstanding;
+    conn_close_socket(c);
+    /* Drop what was answered but not written; tell owners of the rest. */
+    struct http_request **pp = &c->q_head, *r;
+    c->q_tail = NULL;
+    while ((r = *pp)) {
+        if (r->responded) {
+            *pp = r->next;
+            c->q_len--;
+            http_request_free(r);
+        } else {
+            c->q_tail = r;
+            pp = &r->next;
+        }
+    }
+    /* on_abort may answer at once, which unlinks r: restart the walk each time. */
+    conn_hold(c);
+    for (;;) {
+        for (r = c->q_head; r && r->aborted; r = r->next)
+            ;
+        if (!r)
+            break;
+        r->aborted = true;
+        if (r->abort_fn)
+            r->abort_fn(r, r->abort_arg);
+    }
+    conn_release(c);
+    return left;
+}
+
+static void conn_linger(struct http_conn *c)
+{
+    if (c->read_eof) {
+        http_conn_abort(c);
+        return;
+    }
+    shutdown(c->fd, SHUT_WR);
+    c->lingering = true;
+    c->linger_bytes = 0;
+    buf_free(&c->in);
+    conn_update_reading(c);
+    struct timeval tv = {CONN_LINGER_MS / 1000, (CONN_LINGER_MS % 1000) * 1000};
+    c->timer_deadline = now_ns() + (int64_t)CONN_LINGER_MS * 1000000;
+    evtimer_add(c->ev_timer, &tv);
+}
+
+/* ---- output ---- */
+
+static void conn_write(struct http_conn *c)
+{
+    while (buf_unread(&c->out) > 0) {
+        ssize_t n = send(c->fd, buf_head(&c->out), buf_unread(&c->out), MSG_NOSIGNAL);
+        if (n > 0) {
+            buf_consume(&c->out, (size_t)n);
+            c->t_last_write = now_ns();
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            conn_set_writing(c, true);
+            conn_arm_timer(c);
+            return;
+        }
+        /* EPIPE, ECONNRESET: the client is gone. */
+        http_conn_abort(c);
+        return;
+    }
+    conn_set_writing(c, false);
+    buf_shrink(&c->out, 64 * 1024);
+    if (c->close_after_write) {
+        conn_linger(c);
+        return;
+    }
+    if (c->read_eof && c->q_len == 0) {
+        http_conn_abort(c);
+        return;
+    }
+    conn_arm_timer(c);
+}
+
+static void conn_emit_continue(struct http_conn *c)
+{
+    struct http_request *h = c->q_head;
+    if (h && h->expect_continue && !h->responded && h == c->parse.cur &&
+        c->parse.phase == HTTP_PHASE_BODY) {
+        h->expect_continue = false;
+        http_response_write_continue(&c->out);
+    }
+}
+
+/* Moves every answered request at the head of the queue into `out`, then writes. */
+static void conn_flush(struct http_conn *c)
+{
+    if (c->fd < 0)
+        return;
+    while (c->q_head && c->q_head->responded) {
+        struct http_request *r = conn_pop_head(c);
+        if (buf_unread(&r->resp) > 0)
+            buf_append(&c->out, buf_head(&r->resp), buf_unread(&r->resp));
+        bool last = r->close_after;
+        conn_recycle(c, r);
+        if (last) {
+            c->close_after_write = true;
+            break;
+        }
+    }
+    conn_emit_continue(c);
+    conn_write(c);
+    if (c->fd < 0)
+        return;
+    /* Answers drain the pipeline: parse what waited behind the backpressure. */
+    if (!c->in_process && conn_can_parse(c) && buf_unread(&c->in) > 0)
+        conn_process_input(c);
+    else
+        conn_update_reading(c);
+}
+
+static enum http_conn_header conn_header_for(const struct http_request *r)
+{
+    if (r->close_after)
+        return HTTP_CONN_CLOSE;
+    return r->http_minor == 0 ? HTTP_CONN_KEEP_ALIVE : HTTP_CONN_DEFAULT;
+}
+
+void http_respond(struct http_request *r, int status, const char *content_type, const void *body,
+                  size_t len, const char *extra_headers)
+{
+    struct http_conn *c = r->conn;
+    if (r->responded)
+        return;   /* a second answer is a bug in the caller; the first one stands */
+    r->responded = true;
+    r->status = status;
+    c->outstanding--;
+    if (r->aborted || c->fd < 0) {
+        /* The client is gone: unlink and free now. */
+        struct http_request **pp = &c->q_head, *prev = NULL;
+        while (*pp && *pp != r) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        if (*pp) {
+            *pp = r->next;
+            if (c->q_tail == r)
+                c->q_tail = prev;
+            c->q_len--;
+        }
+        http_request_free(r);
+        conn_maybe_free(c);
+        return;
+    }
+    conn_hold(c);
+    /* The last response of a closing or draining connection says so. A
+     * request still being parsed is the tail, so `r == tail` means nothing
+     * else will follow this answer. */
+    if (!r->keep_alive || (r == c->q_tail && (c->closing || c->t->draining)))
+        r->close_after = true;
+    if (r->close_after)
+        c->closing = true;
+    struct http_response resp = {
+        .status = status,
+        .content_type = content_type,
+        .body = body,
+        .body_len = len,
+        .omit_body = r->method == HTTP_M_HEAD,
+        .extra_headers = extra_headers,
+        .conn = conn_header_for(r),
+    };
+    struct buf *dst = r == c->q_head ? &c->out : &r->resp;
+    if (http_response_write(dst, &resp, io_thread_date(c->t)) < 0) {
+        log_error("out of memory writing a %d response; closing the connection", status);
+        http_conn_abort(c);
+    } else if (r == c->q_head && !c->in_process) {
+        conn_flush(c);
+    }
+    conn_release(c);
+}
+
+void http_respond_error(struct http_request *r, int status, const char *extra_headers,
+                        const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *obj = json_pack("{s:s}", "error", msg);
+    char *body = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    if (body) {
+        http_respond(r, status, "application/json", body, strlen(body), extra_headers);
+    } else {
+        static const char fallback[] = "{\"error\":\"out of memory\"}";
+        http_respond(r, status, "application/json", fallback, sizeof fallback - 1, extra_headers);
+    }
+    free(body);
+    json_decref(obj);
+}
+
+struct event_base *http_request_event_base(const struct http_request *r) { return r->conn->t->base; }
+
+/* ---- input ---- */
+
+static void conn_fail_request(struct http_conn *c, int status, const char *msg)
+{
+    struct http_request *r = c->parse.cur;
+    /* An error before any request began (out of memory) still gets an answer. */
+    if (!r || r->responded || c->q_tail != r)
+        r = conn_alloc_request(c);
+    c->closing = true;
+    if (!r) {
+        http_conn_abort(c);
+        return;
+    }
+    r->close_after = true;
+    r->keep_alive = false;
+    if (r->http_major == 0)
+        r->http_minor = 1;
+    /* The parser is done with this connection: no header or body timer. */
+    c->parse.cur = NULL;
+    c->parse.phase = HTTP_PHASE_IDLE;
+    http_respond_error(r, status, NULL, "%s", msg);
+}
+
+static void conn_dispatch(struct http_conn *c, struct http_request *r)
+{
+    r->t_received_ns = now_ns();
+    if (c->parse.upgrade || !r->keep_alive) {
+        r->keep_alive = false;
+        c->closing = true;
+    }
+    if (c->t->draining) {
+        r->close_after = true;
+        c->closing = true;
+        http_respond_error(r, 503, NULL, "the server is shutting down");
+        return;
+    }
+    router_dispatch(c->t->router, r);
+}
+
+static void conn_process_input(struct http_conn *c)
+{
+    conn_hold(c);
+    c->in_process = true;
+    while (conn_can_parse(c) && buf_unread(&c->in) > 0) {
+        size_t used;
+        enum http_parse_event ev =
+            http_parse_feed(&c->parse, buf_head(&c->in), buf_unread(&c->in), &used);
+        buf_consume(&c->in, used);
+        if (ev == HTTP_PARSE_MORE)
+            break;
+        if (ev == HTTP_PARSE_HEADERS) {
+            c->t_last_read = now_ns();   /* the body stall clock starts now */
+            conn_emit_continue(c);
+            continue;
+        }
+        if (ev == HTTP_PARSE_REQUEST) {
+            struct http_request *r = c->parse.cur;
+            c->parse.cur = NULL;
+            conn_dispatch(c, r);
+            if (c->fd < 0)
+                break;
+            continue;
+        }
+        conn_fail_request(c, c->parse.error_status, c->parse.error_msg);
+        break;
+    }
+    c->in_process = false;
+    if (c->fd >= 0) {
+        if (c->closing)
+            buf_reset(&c->in);
+        else
+            buf_compact(&c->in);
+        conn_flush(c);
+    }
+    conn_release(c);
+}
+
+/* The request the parser was in the middle of when the client stopped sending. */
+static void conn_drop_partial(struct http_conn *c)
+{
+    struct http_request *r = c->parse.cur, **pp = &c->q_head, *prev = NULL;
+    c->parse.cur = NULL;
+    c->parse.phase = HTTP_PHASE_IDLE;
+    if (!r || r->responded)
+        return;
+    while (*pp && *pp != r) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return;
+    *pp = r->next;
+    if (c->q_tail == r)
+        c->q_tail = prev;
+    c->q_len--;
+    c->outstanding--;
+    http_request_free(r);
+}
+
+static void conn_read(struct http_conn *c, int fd)
+{
+    if (c->lingering) {
+        char sink[16384];
+        ssize_t n = read(fd, sink, sizeof sink);
+        if (n > 0) {
+            c->linger_bytes += (size_t)n;
+            if (c->linger_bytes <= CONN_LINGER_MAX_BYTES)
+                return;
+        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            return;
+        }
+        http_conn_abort(c);
+        return;
+    }
+    if (buf_reserve(&c->in, CONN_READ_CHUNK) < 0) {
+        http_conn_abort(c);
+        return;
+    }
+    ssize_t n = read(fd, c->in.data + c->in.len, c->in.cap - c->in.len);
+    if (n > 0) {
+        c->in.len += (size_t)n;
+        c->t_last_read = now_ns();
+        conn_process_input(c);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n < 0) {
+        http_conn_abort(c);   /* reset */
+        return;
+    }
+    /* FIN: the client will send nothing more, but may still read the answers
+     * to what it sent (a half-close). A request cut off midway is dropped. */
+    c->read_eof = true;
+    conn_set_reading(c, false);
+    if (http_parse_mid_request(&c->parse))
+        conn_drop_partial(c);
+    if (c->q_len == 0 && buf_unread(&c->out) == 0) {
+        http_conn_abort(c);
+        return;
+    }
+    c->closing = true;
+    conn_flush(c);
+}
+
+static void conn_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    (void)what;
+    conn_hold(c);
+    conn_read(c, fd);
+    conn_release(c);
+}
+
+static void conn_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    (void)fd;
+    (void)what;
+    conn_hold(c);
+    conn_flush(c);
+    conn_release(c);
+}
+
+/* ---- timers ---- */
+
+enum conn_wait { WAIT_NONE, WAIT_FIRST_REQUEST, WAIT_HEADERS, WAIT_BODY, WAIT_WRITE, WAIT_IDLE };
+
+static enum conn_wait conn_waiting_for(const struct http_conn *c, int64_t *deadline)
+{
+    const struct config_limits *lim = c->t->limits;
+    int64_t header_ns = (int64_t)lim->header_timeout_ms * 1000000;
+    int64_t idle_ns = (int64_t)lim->idle_timeout_ms * 1000000;
+    if (c->parse.phase == HTTP_PHASE_HEAD) {
+        *deadline = c->t_head_start + header_ns;
+        return WAIT_HEADERS;
+    }
+    if (c->parse.phase == HTTP_PHASE_BODY) {
+        *deadline = c->t_last_read + header_ns;
+        return WAIT_BODY;
+    }
+    if (buf_unread(&c->out) > 0) {
+        *deadline = c->t_last_write + idle_ns;
+        return WAIT_WRITE;
+    }
+    if (c->q_len > 0)
+        return WAIT_NONE;   /* handlers are working; requests carry their own deadlines */
+    if (c->t_last_read == 0) {
+        *deadline = c->t_accept + header_ns;
+        return WAIT_FIRST_REQUEST;
+    }
+    int64_t last = c->t_last_read > c->t_last_write ? c->t_last_read : c->t_last_write;
+    *deadline = last + idle_ns;
+    return WAIT_IDLE;
+}
+
+static void conn_timer_at(struct http_conn *c, int64_t deadline, int64_t now)
+{
+    int64_t us = (deadline > now ? (deadline - now) / 1000 : 0) + 1;
+    struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+    c->timer_deadline = deadline;
+    evtimer_add(c->ev_timer, &tv);
+}
+
+static void conn_arm_timer(struct http_conn *c)
+{
+    if (c->fd < 0 || c->lingering)
+        return;
+    int64_t deadline = 0;
+    if (conn_waiting_for(c, &deadline) == WAIT_NONE)
+        return;   /* a stale armed timer fires, finds nothing due and stays off */
+    if (c->timer_deadline == 0 || deadline < c->timer_deadline)
+        conn_timer_at(c, deadline, now_ns());
+}
+
+static void conn_timer_expired(struct http_conn *c)
+{
+    c->timer_deadline = 0;
+    if (c->lingering) {
+        http_conn_abort(c);
+        return;
+    }
+    int64_t deadline = 0, now = now_ns();
+    enum conn_wait w = conn_waiting_for(c, &deadline);
+    if (w == WAIT_NONE)
+        return;
+    if (deadline > now) {
+        conn_timer_at(c, deadline, now);
+        return;
+    }
+    switch (w) {
+    case WAIT_HEADERS:
+        log_debug("fd %d: headers not complete within %d ms; 408", c->fd,
+                  c->t->limits->header_timeout_ms);
+        conn_fail_request(c, 408, "request headers not received within limits.header_timeout_ms");
+        return;
+    case WAIT_BODY:
+        conn_fail_request(c, 408, "request body stalled longer than limits.header_timeout_ms");
+        return;
+    case WAIT_FIRST_REQUEST:
+    case WAIT_WRITE:
+    case WAIT_IDLE:
+    default:
+        http_conn_abort(c);
+        return;
+    }
+}
+
+static void conn_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    (void)fd;
+    (void)what;
+    conn_hold(c);
+    conn_timer_expired(c);
+    conn_release(c);
+}
+
+/* ---- lifecycle ---- */
+
+struct http_conn *http_conn_new(struct io_thread *t, int fd)
+{
+    struct http_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        goto fail;
+    c->t = t;
+    c->fd = fd;
+    c->ev_read = event_new(t->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
+    c->ev_write = event_new(t->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
+    c->ev_timer = evtimer_new(t->base, conn_on_timer, c);
+    if (!c->ev_read || !c->ev_write || !c->ev_timer)
+        goto fail;
+    http_parse_init(&c->parse, t->limits->max_header_bytes, t->limits->max_body_bytes,
+                    conn_alloc_request, c);
+    c->t_accept = now_ns();
+    c->next = t->conns;
+    if (t->conns)
+        t->conns->prev = c;
+    t->conns = c;
+    t->nconns++;
+    conn_update_reading(c);
+    conn_arm_timer(c);
+    return c;
+
+fail:
+    if (c) {
+        if (c->ev_read)
+            event_free(c->ev_read);
+        if (c->ev_write)
+            event_free(c->ev_write);
+        if (c->ev_timer)
+            event_free(c->ev_timer);
+        free(c);
+    }
+    close(fd);
+    io_thread_conn_closed(t);
+    return NULL;
+}
+
+static void conn_drain(struct http_conn *c)
+{
+    if (c->fd < 0 || c->lingering)
+        return;
+    if (c->q_len == 0 && !http_parse_mid_request(&c->parse) && buf_unread(&c->out) == 0) {
+        http_conn_abort(c);   /* idle: nothing to finish */
+        return;
+    }
+    /* The last answer in flight will carry Connection: close (http_respond). */
+    if (c->q_tail && c->q_tail->responded && !http_parse_mid_request(&c->parse)) {
+        c->closing = true;
+        c->close_after_write = true;
+        conn_flush(c);
+    }
+}
+
+void http_conn_drain(struct http_conn *c)
+{
+    conn_hold(c);
+    conn_drain(c);
+    conn_release(c);
+}

@@ -1,0 +1,248 @@
+/* http_parse.c - llhttp glue: bytes in, requests and limit decisions out.
+ *
+ * The parser pauses at the end of every request's headers and at the end of
+ * every request, so the connection can answer `Expect: 100-continue`, refuse
+ * an oversized body before reading it, switch timers, and apply pipelining
+ * backpressure between requests. No sockets here: unit tests feed bytes. */
+#include "http_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static struct http_parse *parse_of(llhttp_t *l) { return (struct http_parse *)l->data; }
+
+static int fail(struct http_parse *hp, int status, const char *msg)
+{
+    hp->error_status = status;
+    snprintf(hp->error_msg, sizeof hp->error_msg, "%s", msg);
+    return HPE_USER;
+}
+
+static int on_message_begin(llhttp_t *l)
+{
+    struct http_parse *hp = parse_of(l);
+    hp->cur = hp->alloc(hp->alloc_ctx);
+    if (!hp->cur)
+        return fail(hp, 503, "out of memory for a new request");
+    hp->phase = HTTP_PHASE_HEAD;
+    hp->in_value = false;
+    return 0;
+}
+
+static int on_url(llhttp_t *l, const char *at, size_t n)
+{
+    struct http_parse *hp = parse_of(l);
+    if (buf_append(&hp->cur->head, at, n) < 0)
+        return fail(hp, 503, "out of memory for the request line");
+    hp->cur->url_len += (uint32_t)n;
+    return 0;
+}
+
+static int on_header_field(llhttp_t *l, const char *at, size_t n)
+{
+    struct http_parse *hp = parse_of(l);
+    struct http_request *r = hp->cur;
+    if (r->nhdrs == 0 || hp->in_value) {
+        if (r->nhdrs == r->hdrs_cap) {
+            int cap = r->hdrs_cap ? r->hdrs_cap * 2 : 16;
+            struct http_header *h = realloc(r->hdrs, (size_t)cap * sizeof *h);
+            if (!h)
+                return fail(hp, 503, "out of memory for headers");
+            r->hdrs = h;
+            r->hdrs_cap = cap;
+        }
+        struct http_header *h = &r->hdrs[r->nhdrs++];
+        h->name_off = (uint32_t)r->head.len;
+        h->name_len = h->val_off = h->val_len = 0;
+        hp->in_value = false;
+    }
+    if (buf_append(&r->head, at, n) < 0)
+        return fail(hp, 503, "out of memory for headers");
+    r->hdrs[r->nhdrs - 1].name_len += (uint32_t)n;
+    return 0;
+}
+
+static int on_header_value(llhttp_t *l, const char *at, size_t n)
+{
+    struct http_parse *hp = parse_of(l);
+    struct http_request *r = hp->cur;
+    struct http_header *h = &r->hdrs[r->nhdrs - 1];
+    if (!hp->in_value) {
+        h->val_off = (uint32_t)r->head.len;
+        hp->in_value = true;
+    }
+    if (buf_append(&r->head, at, n) < 0)
+        return fail(hp, 503, "out of memory for headers");
+    h->val_len += (uint32_t)n;
+    return 0;
+}
+
+static int method_bit(uint8_t m)
+{
+    switch (m) {
+    case HTTP_GET: return HTTP_M_GET;
+    case HTTP_HEAD: return HTTP_M_HEAD;
+    case HTTP_POST: return HTTP_M_POST;
+    case HTTP_PUT: return HTTP_M_PUT;
+    case HTTP_DELETE: return HTTP_M_DELETE;
+    case HTTP_OPTIONS: return HTTP_M_OPTIONS;
+    case HTTP_PATCH: return HTTP_M_PATCH;
+    default: return HTTP_M_OTHER;
+    }
+}
+
+static int on_headers_complete(llhttp_t *l)
+{
+    struct http_parse *hp = parse_of(l);
+    struct http_request *r = hp->cur;
+    r->llhttp_method = llhttp_get_method(l);
+    r->method = method_bit(r->llhttp_method);
+    r->http_major = llhttp_get_http_major(l);
+    r->http_minor = llhttp_get_http_minor(l);
+    r->keep_alive = llhttp_should_keep_alive(l) != 0;
+    const char *q = r->url_len ? memchr(r->head.data, '?', r->url_len) : NULL;
+    r->path_len = q ? (uint32_t)(q - r->head.data) : r->url_len;
+    hp->upgrade = llhttp_get_upgrade(l) != 0;
+    hp->phase = HTTP_PHASE_BODY;
+    if (r->http_major != 1)
+        return fail(hp, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
+    size_t vlen;
+    const char *expect = http_request_header(r, "Expect", &vlen);
+    if (expect) {
+        if (vlen == 12 && strncasecmp(expect, "100-continue", 12) == 0) {
+            r->expect_continue = r->http_minor >= 1;
+        } else {
+            return fail(hp, 417, "the Expect header supports only 100-continue");
+        }
+    }
+    /* Refuse an oversized declared body before reading a byte of it. */
+    if ((l->flags & F_CONTENT_LENGTH) && l->content_length > hp->max_body_bytes) {
+        snprintf(hp->error_msg, sizeof hp->error_msg,
+                 "body of %llu bytes exceeds limits.max_body_bytes (%zu)",
+                 (unsigned long long)l->content_length, hp->max_body_bytes);
+        hp->error_status = 413;
+        return HPE_USER;
+    }
+    /* Pause only when a body follows: a bodyless request completes in the
+     * same llhttp_execute call (nothing would resume it otherwise). */
+    bool has_body = (l->flags & F_CHUNKED) || ((l->flags & F_CONTENT_LENGTH) && l->content_length > 0);
+    return has_body ? HPE_PAUSED : 0;
+}
+
+static int on_body(llhttp_t *l, const char *at, size_t n)
+{
+    struct http_parse *hp = parse_of(l);
+    struct http_request *r = hp->cur;
+    if (r->body.len + n > hp->max_body_bytes) {
+        snprintf(hp->error_msg, sizeof hp->error_msg,
+                 "body exceeds limits.max_body_bytes (%zu)", hp->max_body_bytes);
+        hp->error_status = 413;
+        return HPE_USER;
+    }
+    if (buf_append(&r->body, at, n) < 0)
+        return fail(hp, 503, "out of memory for the request body");
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *l)
+{
+    struct http_parse *hp = parse_of(l);
+    hp->phase = HTTP_PHASE_IDLE;
+    hp->head_bytes = 0;
+    /* Re-evaluated at the end: a body read to EOF changes it (not for requests, but cheap). */
+    hp->cur->keep_alive = hp->cur->keep_alive && llhttp_should_keep_alive(l) != 0;
+    return HPE_PAUSED;
+}
+
+static llhttp_settings_t parse_settings;
+static void settings_build(llhttp_settings_t *s)
+{
+    llhttp_settings_init(s);
+    s->on_message_begin = on_message_begin;
+    s->on_url = on_url;
+    s->on_header_field = on_header_field;
+    s->on_header_value = on_header_value;
+    s->on_headers_complete = on_headers_complete;
+    s->on_body = on_body;
+    s->on_message_complete = on_message_complete;
+}
+
+void http_parse_init(struct http_parse *hp, size_t max_header_bytes, size_t max_body_bytes,
+                     struct http_request *(*alloc)(void *), void *alloc_ctx)
+{
+    /* llhttp keeps a pointer to the settings: they must outlive every parser.
+     * Building the same constant table twice is harmless, so no once-guard. */
+    if (!parse_settings.on_message_begin)
+        settings_build(&parse_settings);
+    memset(hp, 0, sizeof *hp);
+    llhttp_init(&hp->llh, HTTP_REQUEST, &parse_settings);
+    hp->llh.data = hp;
+    hp->max_header_bytes = max_header_bytes;
+    hp->max_body_bytes = max_body_bytes;
+    hp->alloc = alloc;
+    hp->alloc_ctx = alloc_ctx;
+}
+
+bool http_parse_mid_request(const struct http_parse *hp)
+{
+    return hp->phase != HTTP_PHASE_IDLE;
+}
+
+static enum http_parse_event parse_error(struct http_parse *hp, int status, const char *msg)
+{
+    hp->error_status = status;
+    snprintf(hp->error_msg, sizeof hp->error_msg, "%s", msg);
+    return HTTP_PARSE_ERROR;
+}
+
+enum http_parse_event http_parse_feed(struct http_parse *hp, const char *data, size_t len,
+                                      size_t *consumed)
+{
+    *consumed = 0;
+    if (len == 0)
+        return HTTP_PARSE_MORE;
+    enum http_parse_phase start = hp->phase;
+    hp->error_status = 0;
+    llhttp_errno_t e = llhttp_execute(&hp->llh, data, len);
+    size_t used = len;
+    if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
+        used = (size_t)(llhttp_get_error_pos(&hp->llh) - data);
+        if (e == HPE_PAUSED_UPGRADE) {
+            /* We speak no other protocol: answer this request, then close. */
+            hp->upgrade = true;
+            llhttp_resume_after_upgrade(&hp->llh);
+        } else {
+            llhttp_resume(&hp->llh);
+        }
+    } else if (e != HPE_OK) {
+        *consumed = (size_t)(llhttp_get_error_pos(&hp->llh) - data);
+        if (hp->error_status)   /* one of our callbacks refused (413, 417, 505, ...) */
+            return HTTP_PARSE_ERROR;
+        if (hp->phase == HTTP_PHASE_HEAD && hp->head_bytes + *consumed > hp->max_header_bytes)
+            goto too_large;
+        char msg[160];
+        snprintf(msg, sizeof msg, "malformed HTTP request: %s", llhttp_get_error_reason(&hp->llh));
+        return parse_error(hp, 400, msg);
+    }
+    *consumed = used;
+    if (start != HTTP_PHASE_BODY) {
+        /* Everything before the end of the headers counts: request line,
+         * headers, their CRLFs and any blank lines before the request. */
+        hp->head_bytes += used;
+        if (hp->head_bytes > hp->max_header_bytes)
+            goto too_large;
+    }
+    if (e == HPE_PAUSED_UPGRADE)
+        return HTTP_PARSE_REQUEST;
+    if (e == HPE_PAUSED)
+        return hp->phase == HTTP_PHASE_BODY ? HTTP_PARSE_HEADERS : HTTP_PARSE_REQUEST;
+    return HTTP_PARSE_MORE;
+
+too_large:;
+    char msg[160];
+    snprintf(msg, sizeof msg, "request line and headers exceed limits.max_header_bytes (%zu)",
+             hp->max_header_bytes);
+    return parse_error(hp, 431, msg);
+}

@@ -1,0 +1,275 @@
+/* main.c - the batchgate program: CLI, configuration, start and stop order,
+ * signals. The only place that calls exit().
+ *
+ * Signals are blocked in every thread and taken here with sigwaitinfo, so no
+ * handler runs in async-signal context: SIGTERM/SIGINT drain, a second one
+ * forces, SIGHUP reopens the log, SIGUSR1 means an IO thread exited. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "api.h"
+#include "clock.h"
+#include "config.h"
+#include "error.h"
+#include "kernels.h"
+#include "log.h"
+#include "router.h"
+#include "server.h"
+
+#define EXIT_USAGE 2
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: batchgate [--config FILE] [--models DIR] [--listen HOST:PORT]\n"
+            "                 [--io-threads N] [--log-level debug|info|warn|error]\n"
+            "\n"
+            "A batching inference gateway speaking the KServe v2 / Triton HTTP protocol.\n"
+            "\n"
+            "  -c, --config FILE      JSON configuration (see docs/CONFIG.md)\n"
+            "  -m, --models DIR       model repository (default: models)\n"
+            "  -l, --listen HOST:PORT address to serve on (default: 127.0.0.1:8000;\n"
+            "                         port 0 picks a free port, logged at start)\n"
+            "  -t, --io-threads N     IO threads (default: 0 = one per core)\n"
+            "      --log-level LEVEL  debug, info, warn or error (default: info)\n"
+            "  -h, --help             this text\n"
+            "  -V, --version          print the version\n"
+            "\n"
+            "Flags override the config file. Exit status: 0 clean stop, 1 runtime failure,\n"
+            "2 bad usage or bad configuration.\n");
+}
+
+struct cli {
+    const char *config_path;
+    const char *models;
+    const char *listen;
+    const char *io_threads;
+    const char *log_level;
+};
+
+/* Returns 0 to continue, 1 when --help/--version already answered, -1 on bad usage. */
+static int cli_parse(int argc, char **argv, struct cli *cli)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},   {"models", required_argument, NULL, 'm'},
+        {"listen", required_argument, NULL, 'l'},   {"io-threads", required_argument, NULL, 't'},
+        {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
+    };
+    int ch;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, ":c:m:l:t:hV", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': cli->config_path = optarg; break;
+        case 'm': cli->models = optarg; break;
+        case 'l': cli->listen = optarg; break;
+        case 't': cli->io_threads = optarg; break;
+        case 'L': cli->log_level = optarg; break;
+        case 'h': usage(stdout); return 1;
+        case 'V': {
+            char cuda[256];
+            int n = kernels_cuda_devices(cuda, sizeof cuda);
+            printf("batchgate %s\ncuda: %s; %s\n", BATCHGATE_VERSION,
+                   kernels_cuda_built() ? "kernels built" : "not built", cuda);
+            (void)n;
+            return 1;
+        }
+        case ':':
+            fprintf(stderr, "batchgate: %s needs a value\n", argv[optind - 1]);
+            return -1;
+        default:
+            fprintf(stderr, "batchgate: unknown option %s\n", argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "batchgate: unexpected argument \"%s\"\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Config file first, then flags on top. */
+static int config_build(const struct cli *cli, struct config *cfg, struct error *err)
+{
+    config_defaults(cfg);
+    int rc;
+    if (cli->config_path && (rc = config_load_file(cfg, cli->config_path, err)))
+        return rc;
+    if (cli->models) {
+        if (!cli->models[0] || strlen(cli->models) >= sizeof cfg->model_repository)
+            return error_set(err, BG_ECONFIG, "--models: must be a directory path");
+        snprintf(cfg->model_repository, sizeof cfg->model_repository, "%s", cli->models);
+    }
+    if (cli->listen && (rc = config_set_listen(cfg, cli->listen, "--listen", err)))
+        return rc;
+    if (cli->io_threads) {
+        char *end;
+        errno = 0;
+        long n = strtol(cli->io_threads, &end, 10);
+        if (!cli->io_threads[0] || *end || errno || n < 0 || n > 1024)
+            return error_set(err, BG_ECONFIG, "--io-threads: \"%s\" must be an integer 0..1024",
+                             cli->io_threads);
+        cfg->io_threads = (int)n;
+    }
+    if (cli->log_level && log_level_parse(cli->log_level, &cfg->log_level) < 0)
+        return error_set(err, BG_ECONFIG,
+                         "--log-level: \"%s\" must be one of debug, info, warn, error",
+                         cli->log_level);
+    return 0;
+}
+
+static int routes_build(struct router *r, const struct config *cfg, struct api_state *st,
+                        struct error *err)
+{
+    int rc;
+    if ((rc = api_health_register(r, st, err)))
+        return rc;
+    if (cfg->debug_endpoints && (rc = api_debug_register(r, err)))
+        return rc;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t t_start = now_ns();
+    struct cli cli = {0};
+    int rc = cli_parse(argc, argv, &cli);
+    if (rc != 0) {
+        if (rc < 0)
+            usage(stderr);
+        return rc < 0 ? EXIT_USAGE : 0;
+    }
+
+    struct error err = {0};
+    struct config cfg;
+    if (config_build(&cli, &cfg, &err)) {
+        fprintf(stderr, "batchgate: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    char msg[512];
+    struct log *log = log_open(cfg.log_file[0] ? cfg.log_file : NULL, cfg.log_level, msg,
+                               (int)sizeof msg);
+    if (!log) {
+        fprintf(stderr, "batchgate: log_file: %s\n", msg);
+        return EXIT_USAGE;
+    }
+    log_set_default(log);
+
+    /* Block our signals before any thread exists so every thread inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (evthread_use_pthreads() != 0) {
+        log_error("libevent was built without pthreads support");
+        return 1;
+    }
+
+    int exit_code = 0;
+    struct api_state api = {0};
+    struct router *router = router_new();
+    struct server *srv = NULL;
+    if (!router || routes_build(router, &cfg, &api, &err)) {
+        log_error("cannot build routes: %s", router ? err.msg : "out of memory");
+        exit_code = 1;
+        goto out;
+    }
+    srv = server_new(&cfg, router, &err);
+    if (!srv || server_start(srv, pthread_self(), &err)) {
+        log_error("%s", err.msg);
+        exit_code = 1;
+        goto out;
+    }
+    log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.listen_host, ':') ? "[" : "",
+             cfg.listen_host, strchr(cfg.listen_host, ':') ? "]" : "", server_port(srv),
+             server_threads(srv));
+    atomic_store(&api.ready, true);
+    log_info("ready in %.1f ms", (double)(now_ns() - t_start) / 1e6);
+
+    /* Serve until SIGTERM/SIGINT (or every IO thread died). */
+    int sig = 0;
+    for (;;) {
+        siginfo_t si;
+        sig = sigwaitinfo(&sigs, &si);
+        if (sig < 0)
+            continue;
+        if (sig == SIGHUP) {
+            int r = log_reopen(log);
+            if (r < 0)
+                log_error("SIGHUP: cannot reopen %s: %s", cfg.log_file, strerror(-r));
+            else
+                log_info("SIGHUP: log reopened");
+            continue;
+        }
+        if (sig == SIGUSR1 && server_running(srv) > 0)
+            continue;
+        break;
+    }
+
+    if (sig == SIGUSR1) {
+        log_error("IO threads exited unexpectedly");
+        exit_code = 1;
+    } else {
+        /* Drain: stop accepting, answer what was accepted, bounded in time. */
+        log_info("SIG%s: draining (up to %d ms)", sigabbrev_np(sig), cfg.shutdown_timeout_ms);
+        atomic_store(&api.draining, true);
+        server_drain(srv);
+        int64_t deadline = now_ns() + (int64_t)cfg.shutdown_timeout_ms * 1000000;
+        bool forced = false;
+        while (server_running(srv) > 0) {
+            int64_t left = deadline - now_ns();
+            if (left <= 0) {
+                log_warn("drain timed out after %d ms; closing the remaining connections",
+                         cfg.shutdown_timeout_ms);
+                server_force_close(srv);
+                forced = true;
+                break;
+            }
+            struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+            siginfo_t si;
+            int s2 = sigtimedwait(&sigs, &si, &ts);
+            if (s2 == SIGTERM || s2 == SIGINT) {
+                log_warn("SIG%s again: closing the remaining connections now", sigabbrev_np(s2));
+                server_force_close(srv);
+                forced = true;
+                break;
+            }
+            if (s2 == SIGHUP)
+                log_reopen(log);
+        }
+        uint64_t abandoned = server_join(srv);
+        if (abandoned > 0) {
+            log_error("shutdown: %llu accepted requests were not answered",
+                      (unsigned long long)abandoned);
+            exit_code = 1;
+        }
+        log_info("stopped%s after %.1f s of service", forced ? " (forced)" : "",
+                 (double)(now_ns() - t_start) / 1e9);
+    }
+
+out:
+    if (srv) {
+        server_force_close(srv);
+        server_join(srv);
+        server_free(srv);
+    }
+    router_free(router);
+    log_close(log);
+    libevent_global_shutdown();
+    return exit_code;
+}

@@ -1,0 +1,224 @@
+/* router.c - see router.h. A linear scan over pre-split patterns: the table
+ * has tens of routes and matching costs a few short memcmp's per route. */
+#include "router.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROUTE_MAX_SEGS 12
+
+struct route_seg {
+    char *text;             /* literal text, or the capture name */
+    size_t len;
+    int capture;
+};
+
+struct route {
+    int methods;
+    char *pattern;
+    struct route_seg segs[ROUTE_MAX_SEGS];
+    int nsegs;
+    route_handler_fn fn;
+    void *ctx;
+};
+
+struct router {
+    struct route *routes;
+    int n, cap;
+};
+
+struct router *router_new(void) { return calloc(1, sizeof(struct router)); }
+
+void router_free(struct router *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->n; i++) {
+        for (int s = 0; s < r->routes[i].nsegs; s++)
+            free(r->routes[i].segs[s].text);
+        free(r->routes[i].pattern);
+    }
+    free(r->routes);
+    free(r);
+}
+
+int router_add(struct router *r, int methods, const char *pattern, route_handler_fn fn, void *ctx,
+               struct error *err)
+{
+    if (pattern[0] != '/')
+        return error_set(err, BG_EINVAL, "route \"%s\": must start with '/'", pattern);
+    if (methods & HTTP_M_GET)
+        methods |= HTTP_M_HEAD;
+    struct route rt = {.methods = methods, .fn = fn, .ctx = ctx};
+    const char *p = pattern + 1;
+    int nparams = 0;
+    for (;;) {
+        const char *end = strchr(p, '/');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (rt.nsegs == ROUTE_MAX_SEGS)
+            goto bad_too_long;
+        struct route_seg *seg = &rt.segs[rt.nsegs];
+        if (len >= 2 && p[0] == '{' && p[len - 1] == '}') {
+            if (++nparams > ROUTE_MAX_PARAMS)
+                goto bad_params;
+            seg->capture = 1;
+            seg->text = strndup(p + 1, len - 2);
+            seg->len = len - 2;
+        } else {
+            if (memchr(p, '{', len) || memchr(p, '}', len))
+                goto bad_brace;
+            seg->text = strndup(p, len);
+            seg->len = len;
+        }
+        rt.nsegs++;
+        if (!seg->text)
+            goto nomem;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    if (r->n == r->cap) {
+        int cap = r->cap ? r->cap * 2 : 16;
+        struct route *n = realloc(r->routes, (size_t)cap * sizeof *n);
+        if (!n)
+            goto nomem;
+        r->routes = n;
+        r->cap = cap;
+    }
+    rt.pattern = strdup(pattern);
+    if (!rt.pattern)
+        goto nomem;
+    r->routes[r->n++] = rt;
+    return 0;
+
+bad_too_long:
+    error_set(err, BG_EINVAL, "route \"%s\": more than %d segments", pattern, ROUTE_MAX_SEGS);
+    goto fail;
+bad_params:
+    error_set(err, BG_EINVAL, "route \"%s\": more than %d captures", pattern, ROUTE_MAX_PARAMS);
+    goto fail;
+bad_brace:
+    error_set(err, BG_EINVAL, "route \"%s\": a capture must be a whole segment like {name}",
+              pattern);
+    goto fail;
+nomem:
+    error_set(err, BG_ENOMEM, "route \"%s\": out of memory", pattern);
+fail:
+    for (int s = 0; s < rt.nsegs; s++)
+        free(rt.segs[s].text);
+    return -err->code;
+}
+
+static int route_matches(const struct route *rt, const char *path, size_t len, struct route_match *m)
+{
+    if (len == 0 || path[0] != '/')
+        return 0;
+    const char *p = path + 1, *end = path + len;
+    m->nparams = 0;
+    for (int s = 0; s < rt->nsegs; s++) {
+        const char *slash = memchr(p, '/', (size_t)(end - p));
+        const char *segend = slash ? slash : end;
+        size_t n = (size_t)(segend - p);
+        const struct route_seg *seg = &rt->segs[s];
+        if (seg->capture) {
+            if (n == 0)
+                return 0;
+            m->params[m->nparams++] = (struct route_param){seg->text, p, n};
+        } else if (n != seg->len || memcmp(p, seg->text, n) != 0) {
+            return 0;
+        }
+        if (s == rt->nsegs - 1)
+            return slash == NULL;
+        if (!slash)
+            return 0;
+        p = slash + 1;
+    }
+    return 0;
+}
+
+enum router_result router_match(const struct router *r, int method, const char *path,
+                                size_t path_len, route_handler_fn *fn, void **ctx,
+                                struct route_match *m, int *allowed)
+{
+    int allow = 0;
+    struct route_match tmp;
+    for (int i = 0; i < r->n; i++) {
+        const struct route *rt = &r->routes[i];
+        if (!route_matches(rt, path, path_len, &tmp))
+            continue;
+        if (rt->methods & method) {
+            *fn = rt->fn;
+            *ctx = rt->ctx;
+            *m = tmp;
+            return ROUTER_FOUND;
+        }
+        allow |= rt->methods;
+    }
+    if (allowed)
+        *allowed = allow;
+    return allow ? ROUTER_METHOD_NOT_ALLOWED : ROUTER_NOT_FOUND;
+}
+
+const struct route_param *route_match_param(const struct route_match *m, const char *name)
+{
+    for (int i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].name, name) == 0)
+            return &m->params[i];
+    return NULL;
+}
+
+void router_format_allow(int methods, char *out, size_t cap)
+{
+    static const struct {
+        int bit;
+        const char *name;
+    } names[] = {{HTTP_M_GET, "GET"},         {HTTP_M_HEAD, "HEAD"},   {HTTP_M_POST, "POST"},
+                 {HTTP_M_PUT, "PUT"},         {HTTP_M_DELETE, "DELETE"},
+                 {HTTP_M_OPTIONS, "OPTIONS"}, {HTTP_M_PATCH, "PATCH"}};
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!(methods & names[i].bit))
+            continue;
+        size_t n = strlen(names[i].name) + (used ? 2 : 0);
+        if (used + n + 1 > cap)
+            break;
+        if (used) {
+            memcpy(out + used, ", ", 2);
+            used += 2;
+        }
+        memcpy(out + used, names[i].name, strlen(names[i].name));
+        used += strlen(names[i].name);
+        out[used] = '\0';
+    }
+}
+
+void router_dispatch(const struct router *r, struct http_request *req)
+{
+    size_t len;
+    const char *path = http_request_path(req, &len);
+    route_handler_fn fn;
+    void *ctx;
+    struct route_match m;
+    int allowed = 0;
+    switch (router_match(r, http_request_method(req), path, len, &fn, &ctx, &m, &allowed)) {
+    case ROUTER_FOUND:
+        fn(req, &m, ctx);
+        return;
+    case ROUTER_METHOD_NOT_ALLOWED: {
+        char allow[96], hdr[128];
+        router_format_allow(allowed, allow, sizeof allow);
+        snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
+        http_respond_error(req, 405, hdr, "method %s is not allowed on %.*s (allowed: %s)",
+                           http_request_method_name(req), (int)(len > 200 ? 200 : len), path,
+                           allow);
+        return;
+    }
+    case ROUTER_NOT_FOUND:
+    default:
+        http_respond_error(req, 404, NULL, "no route for %.*s", (int)(len > 200 ? 200 : len),
+                           path);
+        return;
+    }
+}

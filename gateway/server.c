@@ -1,0 +1,375 @@
+/* server.c - IO threads and their listeners; max_connections; graceful drain.
+ *
+ * Every IO thread binds its own socket to the same address with
+ * SO_REUSEPORT, so the kernel spreads new connections across threads and no
+ * accept lock exists. max_connections is one atomic counter for the process:
+ * a thread that finds it full stops watching its listener (the kernel's
+ * backlog holds newcomers, nobody spins) until a close frees a slot and wakes
+ * the paused threads. */
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "http_conn.h"
+#include "http_response.h"
+#include "io_thread.h"
+#include "log.h"
+
+#define ACCEPT_BATCH 64
+#define LISTEN_BACKLOG 4096
+
+struct server {
+    const struct config *cfg;
+    const struct router *router;
+    struct io_thread *threads;
+    int nthreads;
+    int port;
+    _Atomic int nconns;          /* open client sockets, all threads */
+    _Atomic int running;         /* IO threads not yet exited */
+    pthread_t notify;
+    bool started;
+};
+
+/* ---- connection accounting ---- */
+
+void io_thread_conn_closed(struct io_thread *t)
+{
+    struct server *s = t->srv;
+    int before = atomic_fetch_sub(&s->nconns, 1);
+    if (before < s->cfg->limits.max_connections)
+        return;
+    /* A slot freed up at the limit: wake every thread that paused its listener. */
+    for (int i = 0; i < s->nthreads; i++) {
+        struct io_thread *o = &s->threads[i];
+        if (atomic_load(&o->listen_paused)) {
+            atomic_fetch_or(&o->wake_flags, IO_WAKE_RESUME);
+            event_active(o->wake_ev, EV_READ, 0);
+        }
+    }
+}
+
+void io_thread_conn_gone(struct io_thread *t)
+{
+    t->nconns--;
+    if (t->draining && t->nconns == 0)
+        event_base_loopbreak(t->base);
+}
+
+const char *io_thread_date(struct io_thread *t)
+{
+    struct timeval tv;
+    event_base_gettimeofday_cached(t->base, &tv);
+    if (tv.tv_sec != t->date_sec) {
+        t->date_sec = tv.tv_sec;
+        http_date_format(tv.tv_sec, t->date);
+    }
+    return t->date;
+}
+
+/* ---- listener ---- */
+
+static void listener_pause(struct io_thread *t)
+{
+    if (atomic_load(&t->listen_paused))
+        return;
+    event_del(t->listen_ev);
+    atomic_store(&t->listen_paused, true);
+    /* A close between our check and the flag would not have seen the flag. */
+    if (atomic_load(&t->srv->nconns) < t->srv->cfg->limits.max_connections) {
+        atomic_store(&t->listen_paused, false);
+        event_add(t->listen_ev, NULL);
+    }
+}
+
+static void listener_resume(struct io_thread *t)
+{
+    if (t->draining || t->listen_fd < 0 || !atomic_load(&t->listen_paused))
+        return;
+    atomic_store(&t->listen_paused, false);
+    event_add(t->listen_ev, NULL);
+}
+
+static bool conn_slot_take(struct server *s)
+{
+    int n = atomic_load(&s->nconns);
+    while (n < s->cfg->limits.max_connections) {
+        if (atomic_compare_exchange_weak(&s->nconns, &n, n + 1))
+            return true;
+    }
+    return false;
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    struct io_thread *t = arg;
+    (void)what;
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        if (!conn_slot_take(t->srv)) {
+            listener_pause(t);
+            return;
+        }
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            atomic_fetch_sub(&t->srv->nconns, 1);
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+                errno == ECONNABORTED)
+                return;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Out of descriptors: stop accepting for a moment instead of spinning. */
+                log_warn("accept: %s; pausing the listener for 100 ms (raise the fd limit "
+                         "or lower limits.max_connections)", strerror(errno));
+                event_del(t->listen_ev);
+                struct timeval tv = {0, 100000};
+                evtimer_add(t->retry_ev, &tv);
+                return;
+            }
+            log_error("accept: %s", strerror(errno));
+            return;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        http_conn_new(t, fd);
+    }
+}
+
+static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
+{
+    struct io_thread *t = arg;
+    (void)fd;
+    (void)what;
+    if (!t->draining && t->listen_fd >= 0 && !atomic_load(&t->listen_paused))
+        event_add(t->listen_ev, NULL);
+}
+
+static void listener_close(struct io_thread *t)
+{
+    if (t->listen_fd < 0)
+        return;
+    event_del(t->listen_ev);
+    event_del(t->retry_ev);
+    close(t->listen_fd);
+    t->listen_fd = -1;
+}
+
+static int listener_bind(const struct config *cfg, int port, int *out_fd, int *out_port,
+                         struct error *err)
+{
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(cfg->listen_host, portstr, &hints, &res);
+    if (gai != 0)
+        return error_set(err, BG_ECONFIG, "listen: cannot resolve host \"%s\": %s",
+                         cfg->listen_host, gai_strerror(gai));
+    int fd = -1, saved = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, LISTEN_BACKLOG) == 0)
+            break;
+        saved = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return error_set(err, BG_EIO, "listen: cannot listen on %s:%d: %s", cfg->listen_host,
+                         port, strerror(saved));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *out_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    *out_fd = fd;
+    return 0;
+}
+
+/* ---- the thread ---- */
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct io_thread *t = arg;
+    (void)fd;
+    (void)what;
+    int flags = atomic_exchange(&t->wake_flags, 0);
+    if (flags & IO_WAKE_RESUME)
+        listener_resume(t);
+    if ((flags & IO_WAKE_DRAIN) && !t->draining) {
+        t->draining = true;
+        listener_close(t);
+        struct http_conn *c = t->conns, *next;
+        for (; c; c = next) {
+            next = http_conn_next(c);
+            http_conn_drain(c);   /* may free c */
+        }
+    }
+    if (flags & IO_WAKE_FORCE) {
+        t->draining = true;
+        listener_close(t);
+        struct http_conn *c = t->conns, *next;
+        for (; c; c = next) {
+            next = http_conn_next(c);
+            t->abandoned += http_conn_abort(c);
+        }
+        event_base_loopbreak(t->base);
+        return;
+    }
+    if (t->draining && t->nconns == 0)
+        event_base_loopbreak(t->base);
+}
+
+static void *io_thread_main(void *arg)
+{
+    struct io_thread *t = arg;
+    event_base_dispatch(t->base);
+    /* Whatever is left (zombies whose handlers never answered) goes now. */
+    while (t->conns)
+        http_conn_free(t->conns);
+    atomic_fetch_sub(&t->srv->running, 1);
+    pthread_kill(t->srv->notify, SIGUSR1);
+    return NULL;
+}
+
+/* ---- public ---- */
+
+struct server *server_new(const struct config *cfg, const struct router *router,
+                          struct error *err)
+{
+    struct server *s = calloc(1, sizeof *s);
+    if (!s) {
+        error_set(err, BG_ENOMEM, "out of memory");
+        return NULL;
+    }
+    s->cfg = cfg;
+    s->router = router;
+    s->nthreads = cfg->io_threads;
+    if (s->nthreads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        s->nthreads = n > 0 ? (int)n : 1;
+    }
+    s->threads = calloc((size_t)s->nthreads, sizeof *s->threads);
+    if (!s->threads) {
+        free(s);
+        error_set(err, BG_ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < s->nthreads; i++)
+        s->threads[i].listen_fd = -1;
+    return s;
+}
+
+int server_start(struct server *s, pthread_t notify, struct error *err)
+{
+    s->notify = notify;
+    s->port = s->cfg->listen_port;
+    for (int i = 0; i < s->nthreads; i++) {
+        struct io_thread *t = &s->threads[i];
+        t->srv = s;
+        t->index = i;
+        t->limits = &s->cfg->limits;
+        t->router = s->router;
+        int rc = listener_bind(s->cfg, s->port, &t->listen_fd, &s->port, err);
+        if (rc)
+            return rc;
+        t->base = event_base_new();
+        if (!t->base)
+            return error_set(err, BG_EINTERNAL, "cannot create an event base");
+        t->listen_ev = event_new(t->base, t->listen_fd, EV_READ | EV_PERSIST, on_accept, t);
+        t->wake_ev = event_new(t->base, -1, 0, on_wake, t);
+        t->retry_ev = evtimer_new(t->base, on_accept_retry, t);
+        if (!t->listen_ev || !t->wake_ev || !t->retry_ev)
+            return error_set(err, BG_ENOMEM, "out of memory creating events");
+        event_add(t->listen_ev, NULL);
+    }
+    for (int i = 0; i < s->nthreads; i++) {
+        struct io_thread *t = &s->threads[i];
+        atomic_fetch_add(&s->running, 1);
+        int rc = pthread_create(&t->tid, NULL, io_thread_main, t);
+        if (rc != 0) {
+            atomic_fetch_sub(&s->running, 1);
+            server_force_close(s);
+            return error_set(err, BG_EINTERNAL, "cannot start IO thread %d: %s", i, strerror(rc));
+        }
+        char name[32];   /* the kernel keeps 15 bytes */
+        snprintf(name, sizeof name, "bg-io-%d", i % 100000);
+        name[15] = '\0';
+        pthread_setname_np(t->tid, name);
+    }
+    s->started = true;
+    return 0;
+}
+
+int server_port(const struct server *s) { return s->port; }
+int server_threads(const struct server *s) { return s->nthreads; }
+int server_running(const struct server *s) { return atomic_load(&s->running); }
+
+static void server_wake_all(struct server *s, int flag)
+{
+    for (int i = 0; i < s->nthreads; i++) {
+        struct io_thread *t = &s->threads[i];
+        if (!t->wake_ev || !t->tid)
+            continue;
+        atomic_fetch_or(&t->wake_flags, flag);
+        event_active(t->wake_ev, EV_READ, 0);
+    }
+}
+
+void server_drain(struct server *s) { server_wake_all(s, IO_WAKE_DRAIN); }
+void server_force_close(struct server *s) { server_wake_all(s, IO_WAKE_FORCE); }
+
+uint64_t server_join(struct server *s)
+{
+    uint64_t abandoned = 0;
+    for (int i = 0; i < s->nthreads; i++) {
+        struct io_thread *t = &s->threads[i];
+        if (t->tid) {
+            pthread_join(t->tid, NULL);
+            t->tid = 0;
+        }
+        abandoned += t->abandoned;
+    }
+    return abandoned;
+}
+
+void server_free(struct server *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->nthreads; i++) {
+        struct io_thread *t = &s->threads[i];
+        listener_close(t);
+        while (t->conns)
+            http_conn_free(t->conns);
+        if (t->listen_ev)
+            event_free(t->listen_ev);
+        if (t->wake_ev)
+            event_free(t->wake_ev);
+        if (t->retry_ev)
+            event_free(t->retry_ev);
+        if (t->base)
+            event_base_free(t->base);
+    }
+    free(s->threads);
+    free(s);
+}
