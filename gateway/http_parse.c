@@ -150,7 +150,6 @@ static int on_message_complete(llhttp_t *l)
 {
     struct http_parse *hp = parse_of(l);
     hp->phase = HTTP_PHASE_IDLE;
-    hp->head_bytes = 0;
     /* Re-evaluated at the end: a body read to EOF changes it (not for requests, but cheap). */
     hp->cur->keep_alive = hp->cur->keep_alive && llhttp_should_keep_alive(l) != 0;
     return HPE_PAUSED;
@@ -229,16 +228,21 @@ enum http_parse_event http_parse_feed(struct http_parse *hp, const char *data, s
     *consumed = used;
     if (start != HTTP_PHASE_BODY) {
         /* Everything before the end of the headers counts: request line,
-         * headers, their CRLFs and any blank lines before the request. */
-        hp->head_bytes += used;
-        if (hp->head_bytes > hp->max_header_bytes)
+         * headers, their CRLFs and any blank lines before the request. A
+         * bodyless request ends where its headers end, so `used` is exact
+         * for it too. */
+        if (hp->head_bytes + used > hp->max_header_bytes)
             goto too_large;
+        hp->head_bytes += used;
     }
+    enum http_parse_event ev = HTTP_PARSE_MORE;
     if (e == HPE_PAUSED_UPGRADE)
-        return HTTP_PARSE_REQUEST;
-    if (e == HPE_PAUSED)
-        return hp->phase == HTTP_PHASE_BODY ? HTTP_PARSE_HEADERS : HTTP_PARSE_REQUEST;
-    return HTTP_PARSE_MORE;
+        ev = HTTP_PARSE_REQUEST;
+    else if (e == HPE_PAUSED)
+        ev = hp->phase == HTTP_PHASE_BODY ? HTTP_PARSE_HEADERS : HTTP_PARSE_REQUEST;
+    if (ev != HTTP_PARSE_MORE)
+        hp->head_bytes = 0;   /* the head is over: this request's or the next one's */
+    return ev;
 
 too_large:;
     char msg[160];

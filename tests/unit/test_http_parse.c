@@ -1,1 +1,331 @@
-int main(void){return 0;}
+/* test_http_parse.c - llhttp glue without sockets: events, limits at and one
+ * byte past the edge, chunked bodies, smuggling attempts, byte-at-a-time input. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "http_internal.h"
+
+#define MAX_REQS 64
+
+struct fixture {
+    struct http_parse hp;
+    struct http_request *reqs[MAX_REQS];
+    int nreqs;
+};
+
+static struct http_request *fx_alloc(void *arg)
+{
+    struct fixture *f = arg;
+    if (f->nreqs == MAX_REQS)
+        return NULL;
+    return f->reqs[f->nreqs++] = http_request_new(NULL);
+}
+
+static struct fixture *fx_new(size_t max_head, size_t max_body)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    http_parse_init(&f->hp, max_head, max_body, fx_alloc, f);
+    return f;
+}
+
+static void fx_free(struct fixture *f)
+{
+    for (int i = 0; i < f->nreqs; i++)
+        http_request_free(f->reqs[i]);
+    free(f);
+}
+
+/* Feeds `data` in pieces of `step` bytes (0 = all at once), the way the
+ * connection does: re-feeding what was not consumed. Records complete
+ * requests; returns the first error status or 0. */
+static int feed(struct fixture *f, const char *data, size_t len, size_t step, int *nheaders,
+                int *ncomplete)
+{
+    size_t avail = 0, off = 0;
+    *nheaders = *ncomplete = 0;
+    while (off < len) {
+        size_t chunk = step ? step : len;
+        avail = avail + chunk > len - off ? len - off : avail + chunk;
+        size_t used;
+        enum http_parse_event ev = http_parse_feed(&f->hp, data + off, avail, &used);
+        off += used;
+        avail -= used;
+        if (ev == HTTP_PARSE_ERROR)
+            return f->hp.error_status;
+        if (ev == HTTP_PARSE_HEADERS)
+            (*nheaders)++;
+        if (ev == HTTP_PARSE_REQUEST)
+            (*ncomplete)++;
+        if (ev == HTTP_PARSE_MORE && used == 0 && avail == len - off)
+            break;
+    }
+    return 0;
+}
+
+/* A request whose head (request line through the blank line) is exactly n bytes. */
+static char *request_with_head_len(size_t n, const char *extra_tail)
+{
+    const char *start = "GET /v2 HTTP/1.1\r\nHost: x\r\nX-Pad: ";
+    const char *end = "\r\n\r\n";
+    size_t fixed = strlen(start) + strlen(end);
+    assert_true(n > fixed);
+    size_t pad = n - fixed;
+    char *s = malloc(n + strlen(extra_tail) + 1);
+    strcpy(s, start);
+    memset(s + strlen(start), 'a', pad);
+    strcpy(s + strlen(start) + pad, end);
+    strcat(s, extra_tail);
+    assert_int_equal(strlen(s), n + strlen(extra_tail));
+    return s;
+}
+
+static void test_simple_get_fields(void **state)
+{
+    (void)state;
+    struct fixture *f = fx_new(16384, 1024);
+    const char *req = "GET /v2/models/m/infer?x=1&y=2 HTTP/1.1\r\nHost: h\r\n"
+                      "X-Priority: 3\r\nx-request-timeout-ms: 40\r\n\r\n";
+    int nh, nc;
+    assert_int_equal(feed(f, req, strlen(req), 0, &nh, &nc), 0);
+    assert_int_equal(nc, 1);
+    assert_int_equal(nh, 0);   /* no body: no headers pause */
+    struct http_request *r = f->reqs[0];
+    size_t len;
+    const char *p = http_request_path(r, &len);
+    assert_int_equal(len, strlen("/v2/models/m/infer"));
+    assert_memory_equal(p, "/v2/models/m/infer", len);
+    p = http_request_query(r, &len);
+    assert_non_null(p);
+    assert_memory_equal(p, "x=1&y=2", len);
+    p = http_request_header(r, "x-priority", &len);
+    assert_non_null(p);
+    assert_memory_equal(p, "3", len);
+    p = http_request_header(r, "X-Request-Timeout-Ms", &len);
+    assert_memory_equal(p, "40", len);
+    assert_null(http_request_header(r, "Missing", &len));
+    assert_int_equal(http_request_method(r), HTTP_M_GET);
+    assert_true(r->keep_alive);
+    fx_free(f);
+}
+
+static void test_keep_alive_rules(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *req;
+        bool keep;
+    } cases[] = {
+        {"GET / HTTP/1.1\r\n\r\n", true},
+        {"GET / HTTP/1.1\r\nConnection: close\r\n\r\n", false},
+        {"GET / HTTP/1.0\r\n\r\n", false},
+        {"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct fixture *f = fx_new(16384, 1024);
+        int nh, nc;
+        assert_int_equal(feed(f, cases[i].req, strlen(cases[i].req), 0, &nh, &nc), 0);
+        assert_int_equal(nc, 1);
+        if (f->reqs[0]->keep_alive != cases[i].keep)
+            fail_msg("case %zu: keep_alive should be %d", i, cases[i].keep);
+        fx_free(f);
+    }
+}
+
+static void test_header_limit_exact(void **state)
+{
+    (void)state;
+    for (size_t step = 0; step <= 7; step += 7) {   /* whole, and in 7-byte pieces */
+        for (size_t limit = 256; limit <= 2048; limit *= 2) {
+            int nh, nc;
+            char *ok = request_with_head_len(limit, "");
+            struct fixture *f = fx_new(limit, 1024);
+            int rc = feed(f, ok, strlen(ok), step, &nh, &nc);
+            if (rc != 0 || nc != 1)
+                fail_msg("head of exactly %zu bytes (step %zu) should pass, got %d", limit, step, rc);
+            fx_free(f);
+            free(ok);
+
+            char *over = request_with_head_len(limit + 1, "");
+            f = fx_new(limit, 1024);
+            rc = feed(f, over, strlen(over), step, &nh, &nc);
+            if (rc != 431)
+                fail_msg("head of %zu bytes over a %zu limit (step %zu) should be 431, got %d",
+                         limit + 1, limit, step, rc);
+            fx_free(f);
+            free(over);
+        }
+    }
+}
+
+static void test_header_limit_with_body_following(void **state)
+{
+    (void)state;
+    /* Body bytes in the same read must not count toward the head. */
+    char *req = request_with_head_len(300, "");
+    size_t n = strlen(req);
+    char *withbody = malloc(n + 200);
+    memcpy(withbody, req, n - 4);
+    strcpy(withbody + n - 4, "\r\nContent-Length: 100\r\n\r\n");
+    size_t head = strlen(withbody);
+    memset(withbody + head, 'b', 100);
+    withbody[head + 100] = '\0';
+    struct fixture *f = fx_new(head, 1024);
+    int nh, nc;
+    assert_int_equal(feed(f, withbody, strlen(withbody), 0, &nh, &nc), 0);
+    assert_int_equal(nh, 1);
+    assert_int_equal(nc, 1);
+    size_t blen;
+    assert_non_null(http_request_body(f->reqs[0], &blen));
+    assert_int_equal(blen, 100);
+    fx_free(f);
+    free(req);
+    free(withbody);
+}
+
+static void test_endless_headers(void **state)
+{
+    (void)state;
+    struct fixture *f = fx_new(1024, 1024);
+    const char *start = "GET / HTTP/1.1\r\n";
+    int nh, nc;
+    assert_int_equal(feed(f, start, strlen(start), 0, &nh, &nc), 0);
+    int rc = 0;
+    for (int i = 0; i < 200 && rc == 0; i++)
+        rc = feed(f, "X-A: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\r\n", 47, 0, &nh, &nc);
+    assert_int_equal(rc, 431);
+    fx_free(f);
+}
+
+static void test_body_limit(void **state)
+{
+    (void)state;
+    int nh, nc;
+    const char *at = "POST /e HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789";
+    struct fixture *f = fx_new(1024, 10);
+    assert_int_equal(feed(f, at, strlen(at), 0, &nh, &nc), 0);
+    assert_int_equal(nc, 1);
+    fx_free(f);
+    /* One over: refused at the headers, before any body byte. */
+    const char *over = "POST /e HTTP/1.1\r\nContent-Length: 11\r\n\r\n";
+    f = fx_new(1024, 10);
+    assert_int_equal(feed(f, over, strlen(over), 0, &nh, &nc), 413);
+    assert_non_null(strstr(f->hp.error_msg, "max_body_bytes"));
+    fx_free(f);
+}
+
+static void test_chunked(void **state)
+{
+    (void)state;
+    const char *req = "POST /e HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n"
+                      "GET /next HTTP/1.1\r\n\r\n";
+    for (size_t step = 0; step <= 1; step++) {
+        struct fixture *f = fx_new(1024, 11);
+        int nh, nc;
+        assert_int_equal(feed(f, req, strlen(req), step, &nh, &nc), 0);
+        assert_int_equal(nc, 2);
+        size_t len;
+        const char *b = http_request_body(f->reqs[0], &len);
+        assert_int_equal(len, 11);
+        assert_memory_equal(b, "hello world", 11);
+        const char *p = http_request_path(f->reqs[1], &len);
+        assert_memory_equal(p, "/next", len);
+        fx_free(f);
+    }
+    /* Decoded body one byte over the limit. */
+    struct fixture *f = fx_new(1024, 10);
+    int nh, nc;
+    assert_int_equal(feed(f, req, strlen(req), 0, &nh, &nc), 413);
+    fx_free(f);
+}
+
+static void test_smuggling_and_garbage(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *req;
+        int status;
+    } cases[] = {
+        {"POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde", 400},
+        {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nabc", 400},
+        {"GARBAGE\r\n\r\n", 400},
+        {"GET / HTTP/9.9\r\n\r\n", 400},
+        {"GET /a b HTTP/1.1\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nExpect: magic\r\n\r\n", 417},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct fixture *f = fx_new(1024, 1024);
+        int nh, nc;
+        int rc = feed(f, cases[i].req, strlen(cases[i].req), 0, &nh, &nc);
+        if (rc != cases[i].status)
+            fail_msg("case %zu: expected %d, got %d (%s)", i, cases[i].status, rc, f->hp.error_msg);
+        if (nc != 0)
+            fail_msg("case %zu: a refused request must not complete", i);
+        fx_free(f);
+    }
+}
+
+static void test_expect_continue(void **state)
+{
+    (void)state;
+    const char *head = "PUT /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
+    struct fixture *f = fx_new(1024, 1024);
+    size_t used;
+    assert_int_equal(http_parse_feed(&f->hp, head, strlen(head), &used), HTTP_PARSE_HEADERS);
+    assert_int_equal(used, strlen(head));
+    assert_true(f->reqs[0]->expect_continue);
+    assert_true(http_parse_mid_request(&f->hp));
+    assert_int_equal(http_parse_feed(&f->hp, "abc", 3, &used), HTTP_PARSE_REQUEST);
+    assert_false(http_parse_mid_request(&f->hp));
+    fx_free(f);
+}
+
+static void test_pipelined_one_at_a_time(void **state)
+{
+    (void)state;
+    char req[2048] = "";
+    for (int i = 0; i < 20; i++)
+        snprintf(req + strlen(req), sizeof req - strlen(req), "GET /r%d HTTP/1.1\r\n\r\n", i);
+    struct fixture *f = fx_new(1024, 1024);
+    size_t off = 0, used;
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(http_parse_feed(&f->hp, req + off, strlen(req) - off, &used),
+                         HTTP_PARSE_REQUEST);
+        off += used;
+        char want[16];
+        snprintf(want, sizeof want, "/r%d", i);
+        size_t len;
+        const char *p = http_request_path(f->reqs[i], &len);
+        assert_int_equal(len, strlen(want));
+        assert_memory_equal(p, want, len);
+    }
+    assert_int_equal(off, strlen(req));
+    fx_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_simple_get_fields),
+        cmocka_unit_test(test_keep_alive_rules),
+        cmocka_unit_test(test_header_limit_exact),
+        cmocka_unit_test(test_header_limit_with_body_following),
+        cmocka_unit_test(test_endless_headers),
+        cmocka_unit_test(test_body_limit),
+        cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_smuggling_and_garbage),
+        cmocka_unit_test(test_expect_continue),
+        cmocka_unit_test(test_pipelined_one_at_a_time),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
