@@ -98,7 +98,7 @@ static struct http_request *conn_alloc_request(void *arg)
     c->q_tail = r;
     c->q_len++;
     c->outstanding++;
-    c->t_head_start = now_ns();
+    c->t_head_start = c->t_last_read;   /* the read that brought the first byte */
     return r;
 }
 
@@ -449,7 +449,7 @@ static void conn_fail_request(struct http_conn *c, int status, const char *msg)
 
 static void conn_dispatch(struct http_conn *c, struct http_request *r)
 {
-    r->t_received_ns = now_ns();
+    r->t_received_ns = c->t_last_read;   /* the read that brought the last byte */
     if (c->parse.upgrade || !r->keep_alive) {
         r->keep_alive = false;
         c->closing = true;
@@ -475,7 +475,6 @@ static void conn_process_input(struct http_conn *c)
         if (ev == HTTP_PARSE_MORE)
             break;
         if (ev == HTTP_PARSE_HEADERS) {
-            c->t_last_read = now_ns();   /* the body stall clock starts now */
             conn_emit_continue(c);
             continue;
         }

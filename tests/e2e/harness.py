@@ -1,0 +1,462 @@
+"""harness.py - shared helpers for batchgate's end-to-end tests.
+
+The tests drive the real binary on a loopback port with raw sockets (Python 3
+standard library only). Everything here is bounded: every socket has a
+timeout, every wait a deadline, and every server process is killed at exit.
+
+    with Server({"limits": {"max_body_bytes": 1000}}) as srv:
+        s = connect(srv)
+        send(s, request("GET", "/v2"))
+        resp = read_response(s)
+
+The binary is $BATCHGATE_BIN, or ../../build/batchgate next to this file.
+"""
+
+import atexit
+import json
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.environ.get("BATCHGATE_BIN") or os.path.normpath(
+    os.path.join(HERE, "..", "..", "build", "batchgate"))
+HOST = "127.0.0.1"
+
+# A log line: ISO-8601 timestamp, then a level word, then the message.
+LOG_LINE_RE = re.compile(
+    r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})? "
+    r"(debug|info|warn|error) \S")
+
+_LISTEN_RE = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+_live_servers = weakref.WeakSet()
+
+
+class ProtocolError(AssertionError):
+    """The server's bytes were not what an HTTP/1.1 client can accept."""
+
+
+# ---------------------------------------------------------------- server
+
+class Server:
+    """A batchgate process on 127.0.0.1:<ephemeral>, configured by a temp file.
+
+    config: fields merged over {"listen": "127.0.0.1:0", "debug_endpoints": true};
+    a value of None removes that field (e.g. {"debug_endpoints": None}).
+    """
+
+    def __init__(self, config=None, io_threads=1, extra_args=(), start_timeout=10.0):
+        cfg = {"listen": "127.0.0.1:0", "debug_endpoints": True}
+        for k, v in (config or {}).items():
+            if v is None:
+                cfg.pop(k, None)
+            else:
+                cfg[k] = v
+        self.config = cfg
+        self.io_threads = io_threads
+        self._lines = []
+        self._cond = threading.Condition()
+        self._eof = False
+        fd, self.config_path = tempfile.mkstemp(prefix="batchgate-e2e-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(cfg, f)
+        self.argv = [BIN, "--config", self.config_path, "--io-threads", str(io_threads)]
+        self.argv += list(extra_args)
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _live_servers.add(self)
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+        try:
+            m = self.wait_log(_LISTEN_RE, timeout=start_timeout)
+        except AssertionError:
+            self.kill()
+            raise AssertionError("batchgate did not log 'listening on 127.0.0.1:PORT' within "
+                                 "%.0f s (exit code %r); log:\n%s"
+                                 % (start_timeout, self.proc.poll(), self.log()))
+        self.port = int(m.group(1))
+        self.pid = self.proc.pid
+
+    def _read_stderr(self):
+        stream = self.proc.stderr
+        while True:
+            line = stream.readline()
+            with self._cond:
+                if not line:
+                    self._eof = True
+                    self._cond.notify_all()
+                    return
+                self._lines.append(line.decode("utf-8", "replace").rstrip("\r\n"))
+                self._cond.notify_all()
+
+    def log(self):
+        """Everything the server wrote to stderr so far."""
+        with self._cond:
+            return "\n".join(self._lines)
+
+    def log_lines(self):
+        with self._cond:
+            return list(self._lines)
+
+    def wait_log(self, pattern, timeout=5.0):
+        """Waits for a stderr line matching the regex; returns the match."""
+        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for line in self._lines[seen:]:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                seen = len(self._lines)
+                left = deadline - time.monotonic()
+                if left <= 0 or self._eof:
+                    raise AssertionError("expected a log line matching %r within %.1f s; log:\n%s"
+                                         % (rx.pattern, timeout, "\n".join(self._lines)))
+                self._cond.wait(min(left, 0.1))
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def send_signal(self, sig):
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout=10.0):
+        """Waits for exit; returns the exit code, or raises AssertionError on timeout."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("batchgate (pid %d) did not exit within %.1f s; log:\n%s"
+                                 % (self.proc.pid, timeout, self.log()))
+        self._reader.join(timeout=2)
+        return code
+
+    def stop(self, sig=signal.SIGTERM, timeout=10.0):
+        """Sends sig and waits for the exit; returns the exit code (killed on timeout)."""
+        self.send_signal(sig)
+        try:
+            return self.wait(timeout)
+        finally:
+            self.kill()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.unlink(self.config_path)
+        except FileNotFoundError:
+            pass
+        self._reader.join(timeout=2)
+        if self.proc.stderr and not self._reader.is_alive():
+            self.proc.stderr.close()
+
+    def cpu_seconds(self):
+        """utime + stime of the whole process (all threads), in seconds."""
+        return cpu_seconds(self.pid)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        return False
+
+
+@atexit.register
+def _kill_leftovers():
+    for srv in list(_live_servers):
+        srv.kill()
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2:].split()
+    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_cli(args, timeout=10.0, **kw):
+    """Runs batchgate with args to completion: (exit code, stdout, stderr)."""
+    try:
+        p = subprocess.run([BIN] + list(args), stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=timeout, **kw)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("batchgate %s did not exit within %.0f s (stderr: %r)"
+                             % (" ".join(args), timeout, e.stderr))
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------- client
+
+_rbufs = weakref.WeakKeyDictionary()   # socket -> bytes received but not yet parsed
+
+
+def _buf(sock):
+    b = _rbufs.get(sock)
+    if b is None:
+        b = _rbufs[sock] = bytearray()
+    return b
+
+
+def connect(port, timeout=5.0):
+    """A TCP connection to 127.0.0.1:port (or a Server), TCP_NODELAY, with a timeout."""
+    if hasattr(port, "port"):
+        port = port.port
+    s = socket.create_connection((HOST, port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.settimeout(timeout)
+    return s
+
+
+def send(sock, data):
+    if isinstance(data, str):
+        data = data.encode("latin-1")
+    sock.sendall(data)
+
+
+def request(method, path, headers=None, body=None, version="HTTP/1.1", host="x"):
+    """Serializes a request. headers: list of (name, value) or dict. A Host header
+    is added unless one is given (host=None: none); Content-Length is added for
+    a body unless Content-Length or Transfer-Encoding is given."""
+    hdrs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
+    names = {k.lower() for k, _ in hdrs}
+    if host is not None and "host" not in names:
+        hdrs.insert(0, ("Host", host))
+    if isinstance(body, str):
+        body = body.encode("latin-1")
+    if body is not None and "content-length" not in names and "transfer-encoding" not in names:
+        hdrs.append(("Content-Length", str(len(body))))
+    head = "%s %s %s\r\n" % (method, path, version)
+    head += "".join("%s: %s\r\n" % (k, v) for k, v in hdrs) + "\r\n"
+    return head.encode("latin-1") + (body or b"")
+
+
+def chunked(parts, ext=None):
+    """Chunked transfer coding of parts (bytes/str); ext is appended to each size line."""
+    out = b""
+    for p in parts:
+        if isinstance(p, str):
+            p = p.encode("latin-1")
+        out += b"%x%s\r\n%s\r\n" % (len(p), (";" + ext).encode() if ext else b"", p)
+    return out + b"0\r\n\r\n"
+
+
+class Headers:
+    """Case-insensitive view of response headers (the last value wins; .all() has every one)."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+        self._d = {}
+        for k, v in pairs:
+            self._d[k.lower()] = v
+
+    def get(self, name, default=None):
+        return self._d.get(name.lower(), default)
+
+    def all(self, name):
+        return [v for k, v in self.pairs if k.lower() == name.lower()]
+
+    def __getitem__(self, name):
+        return self._d[name.lower()]
+
+    def __contains__(self, name):
+        return name.lower() in self._d
+
+    def __repr__(self):
+        return repr(self.pairs)
+
+
+class Response:
+    def __init__(self, version, status, reason, headers, body, raw):
+        self.version, self.status, self.reason = version, status, reason
+        self.headers, self.body, self.raw = headers, body, raw
+        self.t = time.monotonic()   # when the last byte arrived
+
+    def json(self):
+        try:
+            return json.loads(self.body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ProtocolError("expected a JSON body, got %r (%s)" % (self.body[:300], e))
+
+    def connection_tokens(self):
+        return {t.strip().lower() for t in self.headers.get("Connection", "").split(",") if t.strip()}
+
+    def __repr__(self):
+        return "<Response %d %s %r %r>" % (self.status, self.reason, self.headers, self.body[:200])
+
+
+def _recv_into(sock, buf, deadline, what):
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ProtocolError("timed out waiting for %s; have %r" % (what, bytes(buf[:300])))
+    sock.settimeout(left)
+    try:
+        data = sock.recv(65536)
+    except socket.timeout:
+        raise ProtocolError("timed out waiting for %s; have %r" % (what, bytes(buf[:300])))
+    except ConnectionResetError:
+        raise ProtocolError("connection reset while waiting for %s; have %r"
+                            % (what, bytes(buf[:300])))
+    if not data:
+        raise ProtocolError("connection closed (EOF) while waiting for %s; have %r"
+                            % (what, bytes(buf[:300])))
+    buf += data
+
+
+def read_response(sock, head=False, timeout=5.0):
+    """Reads one response (a 1xx interim one too) from sock. Bytes past it stay
+    buffered for the next call, so pipelined responses can arrive in one recv.
+    head=True: the response to a HEAD request (no body whatever Content-Length says)."""
+    buf = _buf(sock)
+    deadline = time.monotonic() + timeout
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            break
+        if len(buf) > (1 << 20):
+            raise ProtocolError("no end of response headers in 1 MiB: %r" % bytes(buf[:300]))
+        _recv_into(sock, buf, deadline, "a response head")
+    head_bytes = bytes(buf[:end])
+    lines = head_bytes.decode("latin-1").split("\r\n")
+    m = re.match(r"^(HTTP/\d\.\d) (\d{3}) ?(.*)$", lines[0])
+    if not m:
+        raise ProtocolError("bad status line %r" % lines[0])
+    version, status, reason = m.group(1), int(m.group(2)), m.group(3)
+    pairs = []
+    for line in lines[1:]:
+        if ":" not in line:
+            raise ProtocolError("bad header line %r in %r" % (line, head_bytes))
+        k, v = line.split(":", 1)
+        if k != k.strip() or not k:
+            raise ProtocolError("bad header name %r" % k)
+        pairs.append((k, v.strip()))
+    headers = Headers(pairs)
+    body_start = end + 4
+    if head or 100 <= status < 200 or status in (204, 304):
+        length = 0
+    else:
+        cl = headers.all("Content-Length")
+        if "Transfer-Encoding" in headers:
+            raise ProtocolError("unexpected Transfer-Encoding in a response: %r" % head_bytes)
+        if len(cl) != 1 or not cl[0].isdigit():
+            raise ProtocolError("expected exactly one numeric Content-Length, got %r in %r"
+                                % (cl, head_bytes))
+        length = int(cl[0])
+    while len(buf) < body_start + length:
+        _recv_into(sock, buf, deadline, "%d body bytes of a %d response" % (length, status))
+    body = bytes(buf[body_start:body_start + length])
+    raw = bytes(buf[:body_start + length])
+    del buf[:body_start + length]
+    return Response(version, status, reason, headers, body, raw)
+
+
+def buffered(sock):
+    """Bytes received on sock but not yet consumed by read_response."""
+    return bytes(_buf(sock))
+
+
+def expect_eof(sock, timeout=2.0):
+    """Asserts the peer closed: no further bytes, then EOF (or a reset) within
+    timeout. Returns the monotonic time the close was seen."""
+    buf = _buf(sock)
+    if buf:
+        raise AssertionError("expected EOF, but unread bytes are buffered: %r" % bytes(buf[:300]))
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError("expected the server to close the connection within %.2f s; "
+                                 "it stayed open" % timeout)
+        sock.settimeout(left)
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            return time.monotonic()
+        if not data:
+            return time.monotonic()
+        raise AssertionError("expected EOF, got %d more bytes: %r" % (len(data), data[:300]))
+
+
+def expect_silence(sock, duration):
+    """Asserts that nothing at all (no byte, no EOF) arrives for duration seconds."""
+    buf = _buf(sock)
+    if buf:
+        raise AssertionError("expected no response, but bytes are buffered: %r" % bytes(buf[:300]))
+    r, _, _ = select.select([sock], [], [], duration)
+    if r:
+        try:
+            sock.settimeout(0.5)
+            data = sock.recv(65536)
+        except (ConnectionResetError, socket.timeout) as e:
+            raise AssertionError("expected silence for %.2f s, got %r" % (duration, e))
+        if data:
+            buf += data
+            raise AssertionError("expected no response within %.2f s, got %r"
+                                 % (duration, data[:300]))
+        raise AssertionError("expected the connection to stay open and silent for %.2f s, "
+                             "got EOF" % duration)
+
+
+def close_quietly(sock):
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def roundtrip(port, method="GET", path="/", headers=None, body=None, timeout=5.0):
+    """One request on a fresh connection; returns the response."""
+    s = connect(port, timeout)
+    try:
+        send(s, request(method, path, headers, body))
+        return read_response(s, head=(method == "HEAD"), timeout=timeout)
+    finally:
+        close_quietly(s)
+
+
+# ---------------------------------------------------------------- assertions
+
+def assert_common_headers(tc, resp):
+    """Every response carries Content-Length, Date and Server."""
+    for name in ("Content-Length", "Date", "Server"):
+        tc.assertIn(name, resp.headers, "expected a %s header in every response: %r"
+                    % (name, resp))
+    tc.assertRegex(resp.headers["Date"],
+                   r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} [A-Z][a-z]{2} \d{4} "
+                   r"\d{2}:\d{2}:\d{2} GMT$", "expected an IMF-fixdate Date header")
+
+
+def assert_json_error(tc, resp, status, close=None):
+    """resp has the status, the common headers, a JSON {"error": "..."} body, and,
+    if close is True, Connection: close."""
+    tc.assertEqual(resp.status, status, "expected status %d, got %r" % (status, resp))
+    assert_common_headers(tc, resp)
+    tc.assertTrue(resp.headers.get("Content-Type", "").startswith("application/json"),
+                  "expected a JSON error body: %r" % resp)
+    obj = resp.json()
+    tc.assertIsInstance(obj, dict, "expected a JSON object error body: %r" % resp.body)
+    tc.assertIsInstance(obj.get("error"), str, "expected an \"error\" string: %r" % resp.body)
+    tc.assertTrue(obj["error"], "expected a non-empty error message")
+    if close:
+        tc.assertIn("close", resp.connection_tokens(),
+                    "expected Connection: close on the %d response: %r" % (status, resp))
+    return obj
