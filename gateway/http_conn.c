@@ -331,6 +331,10 @@ static void conn_flush(struct http_conn *c)
             break;
         }
     }
+    /* Nothing left to answer on a closing or draining connection: close
+     * once the output is written. */
+    if (c->q_len == 0 && (c->closing || c->t->draining) && !http_parse_mid_request(&c->parse))
+        c->close_after_write = true;
     conn_emit_continue(c);
     conn_write(c);
     if (c->fd < 0)
@@ -730,12 +734,9 @@ static void conn_drain(struct http_conn *c)
         http_conn_abort(c);   /* idle: nothing to finish */
         return;
     }
-    /* The last answer in flight will carry Connection: close (http_respond). */
-    if (c->q_tail && c->q_tail->responded && !http_parse_mid_request(&c->parse)) {
-        c->closing = true;
-        c->close_after_write = true;
-        conn_flush(c);
-    }
+    /* Busy: the last answer carries Connection: close (http_respond), and
+     * conn_flush closes once everything accepted is written. */
+    conn_flush(c);
 }
 
 void http_conn_drain(struct http_conn *c)
