@@ -65,6 +65,7 @@ struct http_conn {
     bool lingering;
     bool in_process;                  /* guards process_input against re-entry */
     int holds;                        /* callbacks on the stack: defer the free */
+    uint64_t nrequests;               /* requests begun on this connection */
     int64_t t_accept, t_head_start, t_last_read, t_last_write;
     int64_t timer_deadline;           /* 0: not armed */
     size_t linger_bytes;
@@ -98,7 +99,9 @@ static struct http_request *conn_alloc_request(void *arg)
     c->q_tail = r;
     c->q_len++;
     c->outstanding++;
-    c->t_head_start = c->t_last_read;   /* the read that brought the first byte */
+    /* The first request's headers are due header_timeout_ms after accept;
+     * later ones, after the read that brought their first byte. */
+    c->t_head_start = c->nrequests++ == 0 ? c->t_accept : c->t_last_read;
     return r;
 }
 

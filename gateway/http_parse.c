@@ -108,6 +108,13 @@ static int on_headers_complete(llhttp_t *l)
     hp->phase = HTTP_PHASE_BODY;
     if (r->http_major != 1)
         return fail(hp, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
+    /* RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host. */
+    int hosts = 0;
+    for (int i = 0; i < r->nhdrs; i++)
+        if (r->hdrs[i].name_len == 4 && strncasecmp(r->head.data + r->hdrs[i].name_off, "Host", 4) == 0)
+            hosts++;
+    if (r->http_minor >= 1 && hosts != 1)
+        return fail(hp, 400, hosts ? "more than one Host header" : "missing Host header (required by HTTP/1.1)");
     size_t vlen;
     const char *expect = http_request_header(r, "Expect", &vlen);
     if (expect) {

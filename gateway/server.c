@@ -45,9 +45,10 @@ struct server {
 
 /* ---- connection accounting ---- */
 
-void io_thread_conn_closed(struct io_thread *t)
+/* Gives a max_connections slot back and wakes the threads that paused
+ * their listener when the process was at the limit. */
+static void conn_slot_release(struct server *s)
 {
-    struct server *s = t->srv;
     int before = atomic_fetch_sub(&s->nconns, 1);
     if (before < s->cfg->limits.max_connections)
         return;
@@ -60,6 +61,8 @@ void io_thread_conn_closed(struct io_thread *t)
         }
     }
 }
+
+void io_thread_conn_closed(struct io_thread *t) { conn_slot_release(t->srv); }
 
 void io_thread_conn_gone(struct io_thread *t)
 {
@@ -123,7 +126,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         }
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            atomic_fetch_sub(&t->srv->nconns, 1);
+            conn_slot_release(t->srv);
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
                 errno == ECONNABORTED)
                 return;
@@ -242,7 +245,9 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 static void *io_thread_main(void *arg)
 {
     struct io_thread *t = arg;
-    event_base_dispatch(t->base);
+    /* A thread whose listener is paused at max_connections and that holds no
+     * connection has nothing registered: it must wait, not exit. */
+    event_base_loop(t->base, EVLOOP_NO_EXIT_ON_EMPTY);
     /* Whatever is left (zombies whose handlers never answered) goes now. */
     while (t->conns)
         http_conn_free(t->conns);

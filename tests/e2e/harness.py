@@ -36,6 +36,8 @@ LOG_LINE_RE = re.compile(
     r"(debug|info|warn|error) \S")
 
 _LISTEN_RE = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+# What AddressSanitizer / UBSan print (the suite also runs on a sanitizer build).
+SANITIZER_RE = re.compile(r"ERROR: \w+Sanitizer|runtime error:|SUMMARY: \w+Sanitizer")
 _live_servers = weakref.WeakSet()
 
 
@@ -147,6 +149,23 @@ class Server:
             return self.wait(timeout)
         finally:
             self.kill()
+
+    def sanitizer_report(self):
+        """The first sanitizer line in the log, or None."""
+        for line in self.log_lines():
+            if SANITIZER_RE.search(line):
+                return line
+        return None
+
+    def stop_checked(self, timeout=10.0):
+        """SIGTERM, then asserts a clean stop: exit code 0 and no sanitizer report."""
+        code = self.stop(signal.SIGTERM, timeout)
+        bad = self.sanitizer_report()
+        if code != 0 or bad:
+            raise AssertionError("expected a clean stop on SIGTERM (exit 0, no sanitizer report), "
+                                 "got exit code %r%s; log:\n%s"
+                                 % (code, ", " + bad if bad else "", self.log()))
+        return code
 
     def kill(self):
         if self.proc.poll() is None:

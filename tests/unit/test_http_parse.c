@@ -121,10 +121,11 @@ static void test_keep_alive_rules(void **state)
         const char *req;
         bool keep;
     } cases[] = {
-        {"GET / HTTP/1.1\r\n\r\n", true},
-        {"GET / HTTP/1.1\r\nConnection: close\r\n\r\n", false},
+        {"GET / HTTP/1.1\r\nHost: h\r\n\r\n", true},
+        {"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", false},
         {"GET / HTTP/1.0\r\n\r\n", false},
         {"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true},
+        {"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", false},   /* Host rule is HTTP/1.1's */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct fixture *f = fx_new(16384, 1024);
@@ -192,7 +193,7 @@ static void test_endless_headers(void **state)
 {
     (void)state;
     struct fixture *f = fx_new(1024, 1024);
-    const char *start = "GET / HTTP/1.1\r\n";
+    const char *start = "GET / HTTP/1.1\r\nHost: h\r\n";
     int nh, nc;
     assert_int_equal(feed(f, start, strlen(start), 0, &nh, &nc), 0);
     int rc = 0;
@@ -206,13 +207,13 @@ static void test_body_limit(void **state)
 {
     (void)state;
     int nh, nc;
-    const char *at = "POST /e HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789";
+    const char *at = "POST /e HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n0123456789";
     struct fixture *f = fx_new(1024, 10);
     assert_int_equal(feed(f, at, strlen(at), 0, &nh, &nc), 0);
     assert_int_equal(nc, 1);
     fx_free(f);
     /* One over: refused at the headers, before any body byte. */
-    const char *over = "POST /e HTTP/1.1\r\nContent-Length: 11\r\n\r\n";
+    const char *over = "POST /e HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\n";
     f = fx_new(1024, 10);
     assert_int_equal(feed(f, over, strlen(over), 0, &nh, &nc), 413);
     assert_non_null(strstr(f->hp.error_msg, "max_body_bytes"));
@@ -222,9 +223,9 @@ static void test_body_limit(void **state)
 static void test_chunked(void **state)
 {
     (void)state;
-    const char *req = "POST /e HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    const char *req = "POST /e HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
                       "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n"
-                      "GET /next HTTP/1.1\r\n\r\n";
+                      "GET /next HTTP/1.1\r\nHost: h\r\n\r\n";
     for (size_t step = 0; step <= 1; step++) {
         struct fixture *f = fx_new(1024, 11);
         int nh, nc;
@@ -252,16 +253,18 @@ static void test_smuggling_and_garbage(void **state)
         const char *req;
         int status;
     } cases[] = {
-        {"POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
-        {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", 400},
-        {"POST / HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde", 400},
-        {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400},
-        {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nabc", 400},
+        {"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde", 400},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\nabc", 400},
         {"GARBAGE\r\n\r\n", 400},
         {"GET / HTTP/9.9\r\n\r\n", 400},
-        {"GET /a b HTTP/1.1\r\n\r\n", 400},
-        {"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", 400},
-        {"GET / HTTP/1.1\r\nExpect: magic\r\n\r\n", 417},
+        {"GET /a b HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: h\r\nBad Header: x\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: h\r\nExpect: magic\r\n\r\n", 417},
+        {"GET / HTTP/1.1\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct fixture *f = fx_new(1024, 1024);
@@ -278,7 +281,7 @@ static void test_smuggling_and_garbage(void **state)
 static void test_expect_continue(void **state)
 {
     (void)state;
-    const char *head = "PUT /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
+    const char *head = "PUT /e HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
     struct fixture *f = fx_new(1024, 1024);
     size_t used;
     assert_int_equal(http_parse_feed(&f->hp, head, strlen(head), &used), HTTP_PARSE_HEADERS);
@@ -295,7 +298,7 @@ static void test_pipelined_one_at_a_time(void **state)
     (void)state;
     char req[2048] = "";
     for (int i = 0; i < 20; i++)
-        snprintf(req + strlen(req), sizeof req - strlen(req), "GET /r%d HTTP/1.1\r\n\r\n", i);
+        snprintf(req + strlen(req), sizeof req - strlen(req), "GET /r%d HTTP/1.1\r\nHost: h\r\n\r\n", i);
     struct fixture *f = fx_new(1024, 1024);
     size_t off = 0, used;
     for (int i = 0; i < 20; i++) {

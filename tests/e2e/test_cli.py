@@ -1,0 +1,141 @@
+"""The command line: --help, --version, bad flags and bad configuration (exit
+2 with a message naming the problem), a busy port (exit 1), and the log format."""
+
+import os
+import socket
+import tempfile
+import unittest
+
+from harness import LOG_LINE_RE, Server, roundtrip, run_cli
+
+
+class CliTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="batchgate-cli-")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def config_file(self, text, name="cfg.json"):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def assert_exit(self, args, code, stderr_has=(), stdout_has=()):
+        rc, out, err = run_cli(args)
+        self.assertEqual(rc, code, "expected exit %d from batchgate %s, got %d; stderr: %r"
+                         % (code, " ".join(args), rc, err))
+        for s in stderr_has:
+            self.assertIn(s, err, "expected stderr of batchgate %s to mention %r: %r"
+                          % (" ".join(args), s, err))
+        for s in stdout_has:
+            self.assertIn(s, out, "expected stdout of batchgate %s to contain %r: %r"
+                          % (" ".join(args), s, out))
+        return out, err
+
+    def test_help(self):
+        for flag in ("--help", "-h"):
+            out, _ = self.assert_exit([flag], 0, stdout_has=("usage",))
+            self.assertIn("--config", out, "expected the usage to list --config")
+
+    def test_version(self):
+        for flag in ("--version", "-V"):
+            out, _ = self.assert_exit([flag], 0, stdout_has=("batchgate ",))
+            self.assertTrue(out.startswith("batchgate "), "expected stdout to start with "
+                            "'batchgate VERSION': %r" % out)
+
+    def test_unknown_flag(self):
+        self.assert_exit(["--no-such-flag"], 2, stderr_has=("--no-such-flag",))
+
+    def test_flag_without_value(self):
+        self.assert_exit(["--config"], 2)
+
+    def test_stray_argument(self):
+        self.assert_exit(["serve"], 2, stderr_has=("serve",))
+
+    def test_invalid_json(self):
+        path = self.config_file('{\n  "listen": "127.0.0.1:0",\n  oops\n}\n')
+        _, err = self.assert_exit(["--config", path], 2, stderr_has=(path,))
+        self.assertRegex(err, r"line 3\b", "expected stderr to name line 3 of the file: %r" % err)
+
+    def test_unknown_field(self):
+        path = self.config_file('{"limts": {}}')
+        self.assert_exit(["--config", path], 2, stderr_has=(path, "limts"))
+
+    def test_unknown_limits_field(self):
+        path = self.config_file('{"limits": {"max_headers": 10}}')
+        self.assert_exit(["--config", path], 2, stderr_has=("limits.max_headers",))
+
+    def test_wrong_type(self):
+        path = self.config_file('{"limits": {"max_header_bytes": "big"}}')
+        self.assert_exit(["--config", path], 2, stderr_has=(path, "limits.max_header_bytes"))
+
+    def test_out_of_range(self):
+        path = self.config_file('{"limits": {"max_connections": 0}}')
+        self.assert_exit(["--config", path], 2, stderr_has=("limits.max_connections",))
+
+    def test_top_level_not_object(self):
+        path = self.config_file('[1, 2]')
+        self.assert_exit(["--config", path], 2, stderr_has=(path,))
+
+    def test_missing_config_file(self):
+        path = os.path.join(self.tmp.name, "does-not-exist.json")
+        self.assert_exit(["--config", path], 2, stderr_has=(path,))
+
+    def test_bad_listen(self):
+        for value in ("nonsense", "127.0.0.1:99999", "127.0.0.1:", ":80", "::1:80"):
+            self.assert_exit(["--listen", value], 2, stderr_has=("--listen",))
+
+    def test_bad_io_threads(self):
+        for value in ("-1", "x", "", "1025"):
+            self.assert_exit(["--io-threads", value], 2)
+
+    def test_bad_log_level(self):
+        self.assert_exit(["--log-level", "loud"], 2, stderr_has=("loud",))
+
+    def test_port_in_use(self):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)   # no SO_REUSEPORT
+        try:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            port = s.getsockname()[1]
+            _, err = self.assert_exit(["--listen", "127.0.0.1:%d" % port, "--io-threads", "1"], 1)
+            self.assertIn(str(port), err, "expected the error to name the port: %r" % err)
+            self.assertRegex(err, r"(?i)in use|listen", "expected a message about the busy "
+                             "port: %r" % err)
+        finally:
+            s.close()
+
+
+class LogFormatTest(unittest.TestCase):
+    def test_log_lines(self):
+        srv = Server({})
+        try:
+            self.assertEqual(roundtrip(srv, "GET", "/v2").status, 200, "expected a served request")
+            srv.stop_checked()
+            lines = srv.log_lines()
+            self.assertTrue(lines, "expected log lines on stderr")
+            for line in lines:
+                self.assertRegex(line, LOG_LINE_RE, "expected every log line to start with an "
+                                 "ISO-8601 timestamp and a level word: %r" % line)
+            self.assertRegex(lines[0], r" info listening on 127\.0\.0\.1:%d\b" % srv.port,
+                             "expected the first line to be the info 'listening on' line")
+        finally:
+            srv.kill()
+
+    def test_flags_override_the_config_file(self):
+        # --io-threads and --log-level on top of the file's values.
+        srv = Server({"io_threads": 3, "log_level": "error"}, io_threads=2,
+                     extra_args=["--log-level", "info"])
+        try:
+            srv.wait_log(r"\(2 io threads\)", timeout=2)
+            self.assertEqual(roundtrip(srv, "GET", "/v2/health/live").status, 200,
+                             "expected a served request")
+            srv.stop_checked()
+        finally:
+            srv.kill()
+
+
+if __name__ == "__main__":
+    unittest.main()
