@@ -1,0 +1,6 @@
+/* isa_generic.c - the kernel templates compiled as portable C: 4-float
+ * vectors that the compiler maps to SSE2, NEON or scalar code. The fallback on
+ * CPUs without AVX2 and the only path on other architectures. */
+#define SIMD_AVX2 0
+#include "dense_kern_internal.h"
+#include "softmax_kern_internal.h"
