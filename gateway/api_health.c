@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "serving.h"
+
 static void health_live(struct http_request *req, const struct route_match *m, void *ctx)
 {
     static const char body[] = "{\"live\":true}";
@@ -17,6 +19,9 @@ static void health_ready(struct http_request *req, const struct route_match *m, 
     (void)m;
     if (atomic_load(&st->draining)) {
         static const char body[] = "{\"ready\":false,\"reason\":\"shutting down\"}";
+        http_respond(req, 503, "application/json", body, sizeof body - 1, NULL);
+    } else if (st->serving && atomic_load(&st->ready) && !serving_all_ready(st->serving)) {
+        static const char body[] = "{\"ready\":false,\"reason\":\"a model is not ready\"}";
         http_respond(req, 503, "application/json", body, sizeof body - 1, NULL);
     } else if (!atomic_load(&st->ready)) {
         static const char body[] = "{\"ready\":false,\"reason\":\"starting\"}";

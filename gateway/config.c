@@ -167,6 +167,7 @@ static int config_load_json(struct config *c, json_t *root, const char *file, st
                 return rc;
             if (!c->model_repository[0])
                 return error_set(err, BG_ECONFIG, "%s: model_repository: must not be empty", file);
+            c->model_repository_set = true;
         } else if (strcmp(key, "limits") == 0) {
             if ((rc = load_limits(c, v, file, err)))
                 return rc;

@@ -25,6 +25,7 @@ struct config {
     int listen_port;           /* 0 = ephemeral (logged once bound) */
     int io_threads;            /* 0 = one per online core */
     char model_repository[4096];
+    bool model_repository_set;  /* given explicitly: it must exist */
     struct config_limits limits;
     int shutdown_timeout_ms;   /* bound on the SIGTERM drain */
     char log_file[4096];       /* empty = stderr */

@@ -10,6 +10,9 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+
+struct mailbox;
 
 enum http_method {
     HTTP_M_GET = 1 << 0,
@@ -51,5 +54,9 @@ void http_request_on_abort(struct http_request *req, void (*on_abort)(struct htt
                            void *arg);
 /* The event_base of the request's IO thread (for handler timers). */
 struct event_base *http_request_event_base(const struct http_request *req);
+/* The mailbox of the request's IO thread: work finished elsewhere comes back through it. */
+struct mailbox *http_request_mailbox(const struct http_request *req);
+/* When the request's last byte was read (now_ns clock). */
+int64_t http_request_received_ns(const struct http_request *req);
 
 #endif

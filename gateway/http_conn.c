@@ -430,6 +430,8 @@ void http_respond_error(struct http_request *r, int status, const char *extra_he
 }
 
 struct event_base *http_request_event_base(const struct http_request *r) { return r->conn->t->base; }
+struct mailbox *http_request_mailbox(const struct http_request *r) { return r->conn->t->mailbox; }
+int64_t http_request_received_ns(const struct http_request *r) { return r->t_received_ns; }
 
 /* ---- input ---- */
 

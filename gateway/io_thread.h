@@ -14,6 +14,7 @@
 
 struct server;
 struct http_conn;
+struct mailbox;
 
 enum io_wake {
     IO_WAKE_RESUME = 1 << 0,   /* a connection slot freed up: re-enable the listener */
@@ -29,6 +30,7 @@ struct io_thread {
     int listen_fd;
     struct event *listen_ev;
     struct event *wake_ev;           /* activated from other threads */
+    struct mailbox *mailbox;         /* completions from workers */
     _Atomic int wake_flags;
     _Atomic bool listen_paused;      /* at max_connections */
     struct event *retry_ev;          /* re-arms the listener after EMFILE */

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "router.h"
 #include "server.h"
+#include "serving.h"
 
 #define EXIT_USAGE 2
 
@@ -109,6 +110,7 @@ static int config_build(const struct cli *cli, struct config *cfg, struct error 
         if (!cli->models[0] || strlen(cli->models) >= sizeof cfg->model_repository)
             return error_set(err, BG_ECONFIG, "--models: must be a directory path");
         snprintf(cfg->model_repository, sizeof cfg->model_repository, "%s", cli->models);
+        cfg->model_repository_set = true;
     }
     if (cli->listen && (rc = config_set_listen(cfg, cli->listen, "--listen", err)))
         return rc;
@@ -132,7 +134,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
                         struct error *err)
 {
     int rc;
-    if ((rc = api_health_register(r, st, err)))
+    if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)))
         return rc;
     if (cfg->debug_endpoints && (rc = api_debug_register(r, err)))
         return rc;
@@ -184,6 +186,15 @@ int main(int argc, char **argv)
     struct api_state api = {0};
     struct router *router = router_new();
     struct server *srv = NULL;
+    struct serving *serving = NULL;
+    /* The model table exists before the first request can ask for it; the
+     * models load after the listener is up, so liveness answers meanwhile. */
+    if (serving_open(cfg.model_repository, cfg.model_repository_set, &serving, &err)) {
+        log_error("%s", err.msg);
+        exit_code = EXIT_USAGE;
+        goto out;
+    }
+    api.serving = serving;
     if (!router || routes_build(router, &cfg, &api, &err)) {
         log_error("cannot build routes: %s", router ? err.msg : "out of memory");
         exit_code = 1;
@@ -198,8 +209,10 @@ int main(int argc, char **argv)
     log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.listen_host, ':') ? "[" : "",
              cfg.listen_host, strchr(cfg.listen_host, ':') ? "]" : "", server_port(srv),
              server_threads(srv));
+    serving_load_all(serving);
     atomic_store(&api.ready, true);
-    log_info("ready in %.1f ms", (double)(now_ns() - t_start) / 1e6);
+    log_info("ready in %.1f ms%s", (double)(now_ns() - t_start) / 1e6,
+             serving_all_ready(serving) ? "" : " (some models failed to load: see above)");
 
     /* Serve until SIGTERM/SIGINT (or every IO thread died). */
     int sig = 0;
@@ -236,6 +249,8 @@ int main(int argc, char **argv)
             if (left <= 0) {
                 log_warn("drain timed out after %d ms; closing the remaining connections",
                          cfg.shutdown_timeout_ms);
+                /* Queued requests get 503 while their connections still exist. */
+                serving_stop(serving);
                 server_force_close(srv);
                 forced = true;
                 break;
@@ -245,6 +260,7 @@ int main(int argc, char **argv)
             int s2 = sigtimedwait(&sigs, &si, &ts);
             if (s2 == SIGTERM || s2 == SIGINT) {
                 log_warn("SIG%s again: closing the remaining connections now", sigabbrev_np(s2));
+                serving_stop(serving);
                 server_force_close(srv);
                 forced = true;
                 break;
@@ -263,11 +279,14 @@ int main(int argc, char **argv)
     }
 
 out:
+    /* Workers stop before the IO threads go: their completions need a mailbox. */
+    serving_stop(serving);
     if (srv) {
         server_force_close(srv);
         server_join(srv);
         server_free(srv);
     }
+    serving_free(serving);
     router_free(router);
     log_close(log);
     libevent_global_shutdown();

@@ -27,6 +27,7 @@
 #include "http_response.h"
 #include "io_thread.h"
 #include "log.h"
+#include "mailbox.h"
 
 #define ACCEPT_BATCH 64
 #define LISTEN_BACKLOG 4096
@@ -248,7 +249,10 @@ static void *io_thread_main(void *arg)
     /* A thread whose listener is paused at max_connections and that holds no
      * connection has nothing registered: it must wait, not exit. */
     event_base_loop(t->base, EVLOOP_NO_EXIT_ON_EMPTY);
-    /* Whatever is left (zombies whose handlers never answered) goes now. */
+    /* Answers still in the mailbox go first (to their connections, open or
+     * not), then whatever is left (zombies whose handlers never answered). */
+    mailbox_free(t->mailbox);
+    t->mailbox = NULL;
     while (t->conns)
         http_conn_free(t->conns);
     atomic_fetch_sub(&t->srv->running, 1);
@@ -303,7 +307,8 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
         t->listen_ev = event_new(t->base, t->listen_fd, EV_READ | EV_PERSIST, on_accept, t);
         t->wake_ev = event_new(t->base, -1, 0, on_wake, t);
         t->retry_ev = evtimer_new(t->base, on_accept_retry, t);
-        if (!t->listen_ev || !t->wake_ev || !t->retry_ev)
+        t->mailbox = mailbox_new(t->base);
+        if (!t->listen_ev || !t->wake_ev || !t->retry_ev || !t->mailbox)
             return error_set(err, BG_ENOMEM, "out of memory creating events");
         event_add(t->listen_ev, NULL);
     }
@@ -372,6 +377,7 @@ void server_free(struct server *s)
             event_free(t->wake_ev);
         if (t->retry_ev)
             event_free(t->retry_ev);
+        mailbox_free(t->mailbox);
         if (t->base)
             event_base_free(t->base);
     }

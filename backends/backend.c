@@ -1,0 +1,250 @@
+/* backend.c - backend registry, model load (with cold-start timing and
+ * warmup) and the instance worker loop shared by every backend. */
+#include "backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "kernels.h"
+#include "log.h"
+
+const struct backend_ops *backend_find(enum model_backend b, char *why, size_t cap)
+{
+    char cuda[256];
+    switch (b) {
+    case MODEL_BACKEND_CPU:
+        return &backend_cpu;
+    case MODEL_BACKEND_SYNTHETIC:
+        return &backend_synthetic;
+    case MODEL_BACKEND_AUTO:
+        /* The cuda backend is not in this build yet: auto means cpu, and says why. */
+        kernels_cuda_devices(cuda, sizeof cuda);
+        snprintf(why, cap, "auto: using cpu (%s)",
+                 kernels_cuda_built() ? "the cuda backend is not built yet" : cuda);
+        return &backend_cpu;
+    case MODEL_BACKEND_CUDA:
+        kernels_cuda_devices(cuda, sizeof cuda);
+        snprintf(why, cap, "backend \"cuda\" is not available: %s",
+                 kernels_cuda_built() ? "the cuda backend is not built yet" : cuda);
+        return NULL;
+    case MODEL_BACKEND_UPSTREAM:
+    default:
+        snprintf(why, cap, "backend \"%s\" is not available in this build",
+                 model_backend_name(b));
+        return NULL;
+    }
+}
+
+static double seconds_since(int64_t t0) { return (double)(now_ns() - t0) / 1e9; }
+
+/* Warmup sizes: 1, each preferred size, and max_batch_size. */
+static int warmup_sizes(const struct model_batching *b, int *sizes)
+{
+    int n = 0;
+    sizes[n++] = 1;
+    for (int i = 0; i < b->npreferred; i++)
+        sizes[n++] = b->preferred[i];
+    if (b->max_batch_size > 1)
+        sizes[n++] = b->max_batch_size;
+    return n;
+}
+
+static int model_warmup(struct model *m, struct error *err)
+{
+    int sizes[MODEL_MAX_PREFERRED + 2];
+    int n = warmup_sizes(&m->cfg.batching, sizes);
+    int64_t out_elems = m->cfg.output.row_elems;
+    for (int i = 0; i < m->ninstances; i++) {
+        struct instance *in = &m->instances[i];
+        for (int s = 0; s < n; s++) {
+            struct batch b = {.rows = sizes[s], .in = in->in, .out = in->out};
+            /* A fixed, non-trivial input: zeros would hide a bias-only bug. */
+            for (int64_t k = 0; k < (int64_t)sizes[s] * m->cfg.input.row_elems; k++)
+                in->in[k] = (float)((k % 17) - 8) / 8.0f;
+            int rc = m->ops->run(in, &b, err);
+            if (rc)
+                return rc;
+            for (int64_t k = 0; k < (int64_t)sizes[s] * out_elems; k++)
+                if (!isfinite(in->out[k]))
+                    return error_set(err, BG_EBACKEND,
+                                     "%s: warmup batch of %d rows produced a non-finite output "
+                                     "(check the weights)", m->cfg.config_path, sizes[s]);
+        }
+    }
+    return 0;
+}
+
+int model_load(struct model *m, struct error *err)
+{
+    int64_t t0 = now_ns();
+    char why[512] = "";
+    memset(&m->cold, 0, sizeof m->cold);
+    m->ready = false;
+    m->ops = backend_find(m->cfg.backend, why, sizeof why);
+    if (!m->ops) {
+        snprintf(m->reason, sizeof m->reason, "%s", why);
+        return error_set(err, BG_ENOTREADY, "model %s: %s", m->cfg.name, why);
+    }
+    if (why[0])
+        log_info("model %s: %s", m->cfg.name, why);
+    int rc = m->ops->model_load(m, &m->cold, err);
+    if (rc)
+        goto fail;
+    m->ninstances = m->cfg.instance_count;
+    m->instances = calloc((size_t)m->ninstances, sizeof *m->instances);
+    if (!m->instances) {
+        rc = error_set(err, BG_ENOMEM, "model %s: out of memory", m->cfg.name);
+        goto fail;
+    }
+    size_t rows = (size_t)m->cfg.batching.max_batch_size;
+    for (int i = 0; i < m->ninstances; i++) {
+        struct instance *in = &m->instances[i];
+        in->model = m;
+        in->index = i;
+        in->device = m->cfg.ndevices ? m->cfg.devices[i % m->cfg.ndevices] : -1;
+        in->in = malloc(rows * (size_t)m->cfg.input.row_elems * sizeof(float));
+        in->out = malloc(rows * (size_t)m->cfg.output.row_elems * sizeof(float));
+        if (!in->in || !in->out) {
+            rc = error_set(err, BG_ENOMEM, "model %s: out of memory for batch buffers",
+                           m->cfg.name);
+            goto fail;
+        }
+        if ((rc = m->ops->instance_load(in, err)))
+            goto fail;
+    }
+    int64_t tw = now_ns();
+    if ((rc = model_warmup(m, err)))
+        goto fail;
+    m->cold.warmup_s = seconds_since(tw);
+    m->cold.total_s = seconds_since(t0);
+    m->ready = true;
+    m->reason[0] = '\0';
+    return 0;
+fail:
+    snprintf(m->reason, sizeof m->reason, "%s", err->msg);
+    model_unload(m);
+    return rc;
+}
+
+void model_unload(struct model *m)
+{
+    if (m->instances) {
+        for (int i = 0; i < m->ninstances; i++) {
+            struct instance *in = &m->instances[i];
+            if (m->ops && in->model)
+                m->ops->instance_unload(in);
+            free(in->in);
+            free(in->out);
+        }
+        free(m->instances);
+        m->instances = NULL;
+    }
+    m->ninstances = 0;
+    if (m->ops && m->shared)
+        m->ops->model_unload(m);
+    m->shared = NULL;
+    m->ready = false;
+}
+
+size_t model_memory_bytes(const struct model *m)
+{
+    size_t n = m->shared_bytes;
+    for (int i = 0; i < m->ninstances; i++) {
+        const struct instance *in = &m->instances[i];
+        n += in->memory_bytes;
+        n += (size_t)m->cfg.batching.max_batch_size *
+             (size_t)(m->cfg.input.row_elems + m->cfg.output.row_elems) * sizeof(float);
+    }
+    return n;
+}
+
+/* ---- workers ---- */
+
+void worker_run_batch(struct instance *in, struct batch *b)
+{
+    const struct model_config *cfg = &in->model->cfg;
+    size_t in_row = (size_t)cfg->input.row_elems, out_row = (size_t)cfg->output.row_elems;
+    float *dst = in->in;
+    for (struct infer_item *it = b->head; it; it = it->next) {
+        memcpy(dst, it->input, (size_t)it->rows * in_row * sizeof(float));
+        dst += (size_t)it->rows * in_row;
+    }
+    b->in = in->in;
+    b->out = in->out;
+    struct error err = {0};
+    int64_t t0 = now_ns();
+    int rc = in->model->ops->run(in, b, &err);
+    int64_t dt = now_ns() - t0;
+    atomic_fetch_add(&in->model->executions, 1);
+    atomic_fetch_add(&in->model->inferences, (uint64_t)b->rows);
+    const float *src = in->out;
+    struct infer_item *it = b->head, *next;
+    for (; it; it = next) {
+        next = it->next;   /* complete() may free it */
+        it->t_compute_ns = dt;
+        it->batch_rows = b->rows;
+        if (rc) {
+            it->status = -rc;
+            snprintf(it->error, sizeof it->error, "%.190s", err.msg);
+        } else {
+            memcpy(it->output, src, (size_t)it->rows * out_row * sizeof(float));
+        }
+        src += (size_t)it->rows * out_row;
+        it->complete(it);
+    }
+}
+
+struct worker_arg {
+    struct instance *in;
+    struct batch_source src;
+};
+
+static void *worker_main(void *p)
+{
+    struct worker_arg a = *(struct worker_arg *)p;
+    free(p);
+    for (;;) {
+        struct batch b = {0};
+        if (a.src.next(a.src.ctx, &b) < 0)
+            break;
+        worker_run_batch(a.in, &b);
+    }
+    return NULL;
+}
+
+int model_workers_start(struct model *m, struct batch_source src, struct error *err)
+{
+    for (int i = 0; i < m->ninstances; i++) {
+        struct instance *in = &m->instances[i];
+        struct worker_arg *a = malloc(sizeof *a);
+        if (!a)
+            return error_set(err, BG_ENOMEM, "out of memory");
+        a->in = in;
+        a->src = src;
+        int rc = pthread_create(&in->thread, NULL, worker_main, a);
+        if (rc) {
+            free(a);
+            return error_set(err, BG_EINTERNAL, "model %s: cannot start worker %d: %s",
+                             m->cfg.name, i, strerror(rc));
+        }
+        in->running = true;
+        char name[32];
+        snprintf(name, sizeof name, "bg-w-%.9s", m->cfg.name);
+        name[15] = '\0';
+        pthread_setname_np(in->thread, name);
+    }
+    return 0;
+}
+
+void model_workers_join(struct model *m)
+{
+    for (int i = 0; i < m->ninstances; i++) {
+        if (m->instances[i].running) {
+            pthread_join(m->instances[i].thread, NULL);
+            m->instances[i].running = false;
+        }
+    }
+}

@@ -1,0 +1,128 @@
+/* backend.h - the backend interface, the unit of work (a batch of requests'
+ * rows), loaded models and their instance workers.
+ *
+ * A model is loaded once (weights shared by its instances where the backend
+ * allows) and served by `instances.count` worker threads. Each worker pulls
+ * a batch from its batch source (the model's batcher), gathers the rows into
+ * one contiguous buffer, runs the backend, scatters the output rows back and
+ * completes every request. Backends never see HTTP; the gateway learns of a
+ * finished request only through infer_item.complete. */
+#ifndef BG_BACKEND_H
+#define BG_BACKEND_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "model.h"
+
+/* One request's rows as the batcher and the workers see it. Owned by the
+ * gateway (embedded in its per-request state); the batcher, then a worker,
+ * borrow it from batcher_submit until `complete` is called. */
+struct infer_item {
+    struct infer_item *prev, *next;   /* the batcher's queue, then the batch */
+    int rows;
+    const float *input;               /* rows x input.row_elems */
+    float *output;                    /* rows x output.row_elems */
+    int64_t t_arrival_ns;             /* last byte of the request received */
+    int64_t t_dequeue_ns;             /* taken into a batch */
+    int64_t t_compute_ns;             /* the batch's execution time */
+    int64_t deadline_ns;              /* 0: none */
+    int priority;
+    int batch_rows;                   /* rows of the batch it ran in */
+    int status;                       /* 0, or a BG_E* code */
+    char error[200];
+    _Atomic bool cancelled;           /* the client went away */
+    bool queued;                      /* batcher-internal */
+    /* Called exactly once, from whichever thread finishes the item. */
+    void (*complete)(struct infer_item *it);
+};
+
+struct batch {
+    struct infer_item *head;          /* the batch's requests, linked by next */
+    int nitems;
+    int rows;
+    float *in;                        /* rows x input.row_elems, gathered */
+    float *out;                       /* rows x output.row_elems */
+};
+
+struct model;
+
+struct instance {
+    struct model *model;
+    int index;
+    int device;                       /* device index for accelerators, else -1 */
+    void *state;                      /* the backend's, per instance */
+    size_t memory_bytes;              /* held by this instance (buffers, device weights) */
+    pthread_t thread;
+    bool running;
+    float *in, *out;                  /* gather/scatter buffers, max_batch_size rows */
+};
+
+/* Cold start of the last load, by phase, in seconds. */
+struct cold_start {
+    double read_s;                    /* files opened, mapped and validated */
+    double prepare_s;                 /* weights converted, packed, uploaded */
+    double warmup_s;                  /* first batches run */
+    double total_s;
+};
+
+struct backend_ops {
+    const char *name;
+    /* Loads what the instances share (weights); times read and prepare. */
+    int (*model_load)(struct model *m, struct cold_start *cs, struct error *err);
+    void (*model_unload)(struct model *m);
+    /* Per-instance state (scratch buffers, streams). */
+    int (*instance_load)(struct instance *in, struct error *err);
+    /* Computes b->out from b->in for b->rows rows. */
+    int (*run)(struct instance *in, struct batch *b, struct error *err);
+    void (*instance_unload)(struct instance *in);
+};
+
+struct model {
+    struct model_config cfg;
+    const struct backend_ops *ops;
+    void *shared;                     /* the backend's shared state (weights) */
+    size_t shared_bytes;
+    struct instance *instances;
+    int ninstances;
+    bool ready;
+    char reason[600];                 /* why not ready */
+    struct cold_start cold;
+    _Atomic uint64_t executions;      /* batches run */
+    _Atomic uint64_t inferences;      /* rows computed */
+};
+
+/* Picks the backend ("auto": cuda when built and a device is usable, else
+ * cpu), loads the model and its instances and runs the warmup batches.
+ * On failure the model stays, not ready, with the reason. */
+int model_load(struct model *m, struct error *err);
+void model_unload(struct model *m);
+size_t model_memory_bytes(const struct model *m);
+
+/* The backends built into this binary; NULL when `b` has none. */
+const struct backend_ops *backend_find(enum model_backend b, char *why, size_t cap);
+extern const struct backend_ops backend_cpu;
+extern const struct backend_ops backend_synthetic;
+
+/* Where a worker gets its batches: the model's batcher, or a test double. */
+struct batch_source {
+    /* Blocks until a batch is ready; fills b->head/nitems/rows. Returns 0,
+     * or -1 when the source is closed and the worker must exit. */
+    int (*next)(void *ctx, struct batch *b);
+    void *ctx;
+};
+
+/* Starts one worker thread per instance. */
+int model_workers_start(struct model *m, struct batch_source src, struct error *err);
+/* Joins them (the source must be closed first). */
+void model_workers_join(struct model *m);
+
+/* What a worker does with one batch, exposed for tests: gather, run,
+ * scatter, complete each item. */
+void worker_run_batch(struct instance *in, struct batch *b);
+
+#endif

@@ -1,0 +1,88 @@
+/* model.h - a model: its config.json, validated, and its loaded state.
+ *
+ * A model directory holds config.json (SPEC.md) and, for the cpu and cuda
+ * backends, model.safetensors. model_config_load validates everything that
+ * can be checked without the weights; model_load (backend.h) checks the
+ * weights against the layers. Errors name the file, the field and the
+ * problem. */
+#ifndef BG_MODEL_H
+#define BG_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dense.h"
+#include "error.h"
+
+#define MODEL_NAME_MAX 128
+#define MODEL_TENSOR_NAME_MAX 128
+#define MODEL_MAX_DIMS 8
+#define MODEL_MAX_LAYERS 64
+#define MODEL_MAX_PREFERRED 16
+#define MODEL_MAX_DEVICES 16
+
+enum model_backend {
+    MODEL_BACKEND_AUTO,
+    MODEL_BACKEND_CPU,
+    MODEL_BACKEND_CUDA,
+    MODEL_BACKEND_SYNTHETIC,
+    MODEL_BACKEND_UPSTREAM,
+};
+const char *model_backend_name(enum model_backend b);
+
+/* An input or output tensor; `shape` excludes the batch dimension. */
+struct model_tensor {
+    char name[MODEL_TENSOR_NAME_MAX];
+    char datatype[16];           /* "FP32" (the only one served for now) */
+    int ndims;
+    int64_t shape[MODEL_MAX_DIMS];
+    int64_t row_elems;           /* product of shape */
+};
+
+enum model_layer_type { MODEL_LAYER_DENSE, MODEL_LAYER_SOFTMAX };
+
+struct model_layer {
+    enum model_layer_type type;
+    char weight[MODEL_TENSOR_NAME_MAX];
+    char bias[MODEL_TENSOR_NAME_MAX];   /* empty: no bias */
+    enum dense_act act;
+    int64_t in, out;                    /* filled from the weights at load */
+};
+
+struct model_batching {
+    int max_batch_size;
+    int preferred[MODEL_MAX_PREFERRED];
+    int npreferred;
+    int64_t max_queue_delay_us;
+    int64_t latency_budget_ms;
+    int max_queue_size;
+};
+
+enum synthetic_mode { SYNTHETIC_SLEEP, SYNTHETIC_SPIN };
+
+struct model_config {
+    char name[MODEL_NAME_MAX];
+    char dir[4096];
+    char config_path[4200];
+    enum model_backend backend;
+    struct model_tensor input, output;  /* one of each for the backends built so far */
+    struct model_layer layers[MODEL_MAX_LAYERS];
+    int nlayers;
+    struct model_batching batching;
+    int instance_count;
+    int devices[MODEL_MAX_DEVICES];
+    int ndevices;
+    struct {
+        int64_t base_us, per_row_us;
+        enum synthetic_mode mode;
+    } synthetic;
+};
+
+/* Reads and validates dir/config.json. `dir_name` is the folder's name: the
+ * model's name defaults to it and, when given, must match it. */
+int model_config_load(const char *dir, const char *dir_name, struct model_config *cfg,
+                      struct error *err);
+int model_config_parse(const char *json, size_t len, const char *path, const char *dir_name,
+                       struct model_config *cfg, struct error *err);
+
+#endif

@@ -1,0 +1,378 @@
+/* api_models.c - the model routes of the KServe v2 protocol (metadata,
+ * ready, Triton-form config, infer) and TF-Serving's predict.
+ *
+ * An infer request is decoded on the IO thread, submitted to the model's
+ * batcher, computed by an instance worker, and comes back to this IO thread
+ * through its mailbox (infer_call_complete -> infer_call_deliver), where the
+ * answer is encoded and queued in request order. A client that leaves while
+ * its request is queued takes it out of the queue (infer_call_abort). */
+#include "api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batcher.h"
+#include "buf.h"
+#include "clock.h"
+#include "mailbox.h"
+#include "serving.h"
+#include "tensor_json.h"
+
+#define MODEL_VERSION "1"
+
+enum infer_format { FORMAT_KSERVE, FORMAT_TFS };
+
+struct infer_call {
+    struct mailbox_msg msg;          /* first: the mailbox hands back &msg */
+    struct infer_item item;
+    struct http_request *req;
+    struct mailbox *mb;
+    struct served_model *sm;
+    struct infer_request r;
+    float *output;
+    enum infer_format format;
+};
+
+static struct infer_call *call_of_item(struct infer_item *it)
+{
+    return (struct infer_call *)((char *)it - offsetof(struct infer_call, item));
+}
+
+/* ---- lookup ---- */
+
+/* Finds the model of the route and checks the version; answers 404/503 itself. */
+static struct served_model *model_lookup(struct http_request *req, const struct route_match *m,
+                                         struct api_state *st, bool need_ready)
+{
+    const struct route_param *p = route_match_param(m, "model");
+    struct served_model *sm = st->serving ? serving_find(st->serving, p->value, p->len) : NULL;
+    if (!sm) {
+        http_respond_error(req, 404, NULL, "unknown model \"%.*s\"", (int)(p->len > 128 ? 128 : p->len),
+                           p->value);
+        return NULL;
+    }
+    const struct route_param *v = route_match_param(m, "version");
+    if (v && !(v->len == 1 && v->value[0] == '1')) {
+        http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (only \"1\")",
+                           sm->model.cfg.name, (int)(v->len > 64 ? 64 : v->len), v->value);
+        return NULL;
+    }
+    int state = atomic_load(&sm->state);
+    if (need_ready && state != SERVED_READY) {
+        if (state == SERVED_LOADING)
+            http_respond_error(req, 503, "Retry-After: 1\r\n", "model %s is loading",
+                               sm->model.cfg.name);
+        else
+            http_respond_error(req, 503, NULL, "model %s is not ready: %s", sm->model.cfg.name,
+                               sm->model.reason);
+        return NULL;
+    }
+    return sm;
+}
+
+static void respond_buf(struct http_request *req, int status, struct buf *b)
+{
+    http_respond(req, status, "application/json", b->data, b->len, NULL);
+    buf_free(b);
+}
+
+/* ---- metadata, ready, config ---- */
+
+static void append_tensor_meta(struct buf *b, const struct model_tensor *t)
+{
+    buf_append(b, "{\"name\":", 8);
+    json_append_string(b, t->name, strlen(t->name));
+    buf_appendf(b, ",\"datatype\":\"%s\",\"shape\":[-1", t->datatype);
+    for (int i = 0; i < t->ndims; i++)
+        buf_appendf(b, ",%lld", (long long)t->shape[i]);
+    buf_append(b, "]}", 2);
+}
+
+static void model_metadata(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct served_model *sm = model_lookup(req, m, ctx, true);
+    if (!sm)
+        return;
+    const struct model_config *c = &sm->model.cfg;
+    struct buf b = BUF_INIT;
+    buf_append(&b, "{\"name\":", 8);
+    json_append_string(&b, c->name, strlen(c->name));
+    buf_appendf(&b, ",\"versions\":[\"" MODEL_VERSION "\"],\"platform\":\"batchgate_%s\","
+                    "\"inputs\":[", sm->model.ops->name);
+    append_tensor_meta(&b, &c->input);
+    buf_append(&b, "],\"outputs\":[", 13);
+    append_tensor_meta(&b, &c->output);
+    buf_append(&b, "]}", 2);
+    respond_buf(req, 200, &b);
+}
+
+static void model_ready(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct served_model *sm = model_lookup(req, m, ctx, false);
+    if (!sm)
+        return;
+    struct buf b = BUF_INIT;
+    int state = atomic_load(&sm->state);
+    buf_append(&b, "{\"name\":", 8);
+    json_append_string(&b, sm->model.cfg.name, strlen(sm->model.cfg.name));
+    if (state == SERVED_READY) {
+        buf_append(&b, ",\"ready\":true}", 14);
+        respond_buf(req, 200, &b);
+        return;
+    }
+    const char *why = state == SERVED_LOADING ? "loading" : sm->model.reason;
+    buf_append(&b, ",\"ready\":false,\"reason\":", 24);
+    json_append_string(&b, why, strlen(why));
+    buf_append(&b, "}", 1);
+    respond_buf(req, 503, &b);
+}
+
+static void append_triton_tensor(struct buf *b, const struct model_tensor *t)
+{
+    buf_append(b, "{\"name\":", 8);
+    json_append_string(b, t->name, strlen(t->name));
+    buf_appendf(b, ",\"data_type\":\"TYPE_%s\",\"dims\":[", t->datatype);
+    for (int i = 0; i < t->ndims; i++)
+        buf_appendf(b, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+    buf_append(b, "]}", 2);
+}
+
+static void model_config_route(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct served_model *sm = model_lookup(req, m, ctx, true);
+    if (!sm)
+        return;
+    const struct model_config *c = &sm->model.cfg;
+    const struct model_batching *bt = &c->batching;
+    struct buf b = BUF_INIT;
+    buf_append(&b, "{\"name\":", 8);
+    json_append_string(&b, c->name, strlen(c->name));
+    buf_appendf(&b, ",\"platform\":\"batchgate_%s\",\"backend\":\"%s\",\"max_batch_size\":%d,"
+                    "\"input\":[", sm->model.ops->name, sm->model.ops->name, bt->max_batch_size);
+    append_triton_tensor(&b, &c->input);
+    buf_append(&b, "],\"output\":[", 12);
+    append_triton_tensor(&b, &c->output);
+    buf_append(&b, "],\"dynamic_batching\":{\"preferred_batch_size\":[", 46);
+    for (int i = 0; i < bt->npreferred; i++)
+        buf_appendf(&b, "%s%d", i ? "," : "", bt->preferred[i]);
+    buf_appendf(&b, "],\"max_queue_delay_microseconds\":%lld,\"default_queue_policy\":"
+                    "{\"max_queue_size\":%d,\"default_timeout_microseconds\":%lld}},"
+                    "\"instance_group\":[{\"count\":%d,\"kind\":\"%s\"}]}",
+                (long long)bt->max_queue_delay_us, bt->max_queue_size,
+                (long long)bt->latency_budget_ms * 1000, c->instance_count,
+                strcmp(sm->model.ops->name, "cuda") == 0 ? "KIND_GPU" : "KIND_CPU");
+    respond_buf(req, 200, &b);
+}
+
+/* Triton's statistics extension, counts only for now. */
+static void model_stats(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct served_model *sm = model_lookup(req, m, ctx, false);
+    if (!sm)
+        return;
+    struct buf b = BUF_INIT;
+    buf_append(&b, "{\"model_stats\":[{\"name\":", 24);
+    json_append_string(&b, sm->model.cfg.name, strlen(sm->model.cfg.name));
+    buf_appendf(&b, ",\"version\":\"" MODEL_VERSION "\",\"inference_count\":%llu,"
+                    "\"execution_count\":%llu}]}",
+                (unsigned long long)atomic_load(&sm->model.inferences),
+                (unsigned long long)atomic_load(&sm->model.executions));
+    respond_buf(req, 200, &b);
+}
+
+/* ---- infer ---- */
+
+static void infer_call_free(struct infer_call *call)
+{
+    free(call->r.input);
+    free(call->output);
+    free(call);
+}
+
+/* IO thread: the worker (or the batcher) is done with the item. */
+static void infer_call_deliver(struct mailbox_msg *msg)
+{
+    struct infer_call *call = (struct infer_call *)msg;
+    struct infer_item *it = &call->item;
+    struct http_request *req = call->req;
+    const struct model_config *c = &call->sm->model.cfg;
+    if (it->status != 0) {
+        int status = it->status == BG_ECANCELLED ? 499 : error_http_status(it->status);
+        http_respond_error(req, status, NULL, "model %s: %s", c->name, it->error);
+        infer_call_free(call);
+        return;
+    }
+    struct buf b = BUF_INIT;
+    int64_t json_len = -1;
+    int rc = call->format == FORMAT_TFS
+                 ? tensor_encode_tfs(c, call->r.rows, call->output, &b)
+                 : tensor_encode_kserve(c, &call->r, call->output, &b, &json_len);
+    if (rc < 0) {
+        buf_free(&b);
+        http_respond_error(req, 500, NULL, "out of memory encoding the answer");
+    } else if (json_len >= 0) {
+        char hdr[64];
+        snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %lld\r\n", (long long)json_len);
+        http_respond(req, 200, "application/octet-stream", b.data, b.len, hdr);
+        buf_free(&b);
+    } else {
+        respond_buf(req, 200, &b);
+    }
+    infer_call_free(call);
+}
+
+/* Any thread: hand the finished item back to its IO thread. */
+static void infer_call_complete(struct infer_item *it)
+{
+    struct infer_call *call = call_of_item(it);
+    mailbox_post(call->mb, &call->msg);
+}
+
+/* IO thread: the client went away. */
+static void infer_call_abort(struct http_request *req, void *arg)
+{
+    (void)req;
+    struct infer_call *call = arg;
+    batcher_cancel(call->sm->batcher, &call->item);
+}
+
+static void infer_submit(struct http_request *req, struct served_model *sm, struct infer_call *call)
+{
+    const struct model_config *c = &sm->model.cfg;
+    call->req = req;
+    call->sm = sm;
+    call->mb = http_request_mailbox(req);
+    call->msg.fn = infer_call_deliver;
+    call->output = malloc((size_t)call->r.rows * (size_t)c->output.row_elems * sizeof(float));
+    if (!call->output) {
+        http_respond_error(req, 500, NULL, "out of memory for the output");
+        infer_call_free(call);
+        return;
+    }
+    struct infer_item *it = &call->item;
+    it->rows = call->r.rows;
+    it->input = call->r.input;
+    it->output = call->output;
+    it->t_arrival_ns = http_request_received_ns(req);
+    it->priority = call->r.has_priority ? (int)call->r.priority : 0;
+    it->deadline_ns = call->r.has_timeout && call->r.timeout_us > 0
+                          ? it->t_arrival_ns + call->r.timeout_us * 1000
+                          : 0;
+    it->complete = infer_call_complete;
+    struct error err = {0};
+    int rc = batcher_submit(sm->batcher, it, &err);
+    if (rc) {
+        http_respond_error(req, error_http_status(rc),
+                           rc == -BG_EQUEUEFULL ? "Retry-After: 1\r\n" : NULL, "%s", err.msg);
+        infer_call_free(call);
+        return;
+    }
+    http_request_on_abort(req, infer_call_abort, call);
+}
+
+static void model_infer(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct served_model *sm = model_lookup(req, m, ctx, true);
+    if (!sm)
+        return;
+    size_t len;
+    const char *body = http_request_body(req, &len);
+    int64_t json_len = -1;
+    size_t hlen;
+    const char *h = http_request_header(req, "Inference-Header-Content-Length", &hlen);
+    if (h) {
+        char tmp[24];
+        char *end;
+        if (hlen == 0 || hlen >= sizeof tmp) {
+            http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
+            return;
+        }
+        memcpy(tmp, h, hlen);
+        tmp[hlen] = '\0';
+        json_len = strtoll(tmp, &end, 10);
+        if (*end || json_len < 0) {
+            http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
+            return;
+        }
+    }
+    struct infer_call *call = calloc(1, sizeof *call);
+    if (!call) {
+        http_respond_error(req, 500, NULL, "out of memory");
+        return;
+    }
+    struct error err = {0};
+    if (tensor_decode_kserve(&sm->model.cfg, body, len, json_len, &call->r, &err)) {
+        http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
+        infer_call_free(call);
+        return;
+    }
+    call->format = FORMAT_KSERVE;
+    infer_submit(req, sm, call);
+}
+
+/* POST /v1/models/{model}:predict (and .../versions/{v}:predict): the verb
+ * shares the last path segment, so it is split off here. */
+static void tfs_predict(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct route_match mm = *m;
+    struct route_param *last = &mm.params[mm.nparams - 1];
+    const char *colon = NULL;
+    for (size_t i = last->len; i > 0; i--)
+        if (last->value[i - 1] == ':') {
+            colon = last->value + i - 1;
+            break;
+        }
+    size_t vlen = colon ? last->len - (size_t)(colon - last->value) - 1 : 0;
+    if (!colon || vlen != 7 || memcmp(colon + 1, "predict", 7) != 0) {
+        http_respond_error(req, 404, NULL, "only :predict is served on /v1/models/...");
+        return;
+    }
+    last->len = (size_t)(colon - last->value);
+    struct served_model *sm = model_lookup(req, &mm, ctx, true);
+    if (!sm)
+        return;
+    size_t len;
+    const char *body = http_request_body(req, &len);
+    struct infer_call *call = calloc(1, sizeof *call);
+    if (!call) {
+        http_respond_error(req, 500, NULL, "out of memory");
+        return;
+    }
+    struct error err = {0};
+    if (tensor_decode_tfs(&sm->model.cfg, body ? body : "", len, &call->r, &err)) {
+        http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
+        infer_call_free(call);
+        return;
+    }
+    call->format = FORMAT_TFS;
+    infer_submit(req, sm, call);
+}
+
+int api_models_register(struct router *r, struct api_state *st, struct error *err)
+{
+    static const struct {
+        int methods;
+        const char *pattern;
+        route_handler_fn fn;
+    } routes[] = {
+        {HTTP_M_GET, "/v2/models/{model}", model_metadata},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}", model_metadata},
+        {HTTP_M_GET, "/v2/models/{model}/ready", model_ready},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/ready", model_ready},
+        {HTTP_M_GET, "/v2/models/{model}/config", model_config_route},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/config", model_config_route},
+        {HTTP_M_GET, "/v2/models/{model}/stats", model_stats},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/stats", model_stats},
+        {HTTP_M_POST, "/v2/models/{model}/infer", model_infer},
+        {HTTP_M_POST, "/v2/models/{model}/versions/{version}/infer", model_infer},
+        {HTTP_M_POST, "/v1/models/{model}", tfs_predict},
+        {HTTP_M_POST, "/v1/models/{model}/versions/{version}", tfs_predict},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        int rc = router_add(r, routes[i].methods, routes[i].pattern, routes[i].fn, st, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,162 @@
+/* serving.c - see serving.h. */
+#include "serving.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+
+struct serving {
+    char dir[4096];
+    struct served_model *models;
+    int n;
+};
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int serving_open(const char *dir, bool required, struct serving **out, struct error *err)
+{
+    struct serving *s = calloc(1, sizeof *s);
+    if (!s)
+        return error_set(err, BG_ENOMEM, "out of memory");
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    *out = s;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (!required && errno == ENOENT) {
+            log_warn("model repository %s does not exist: serving no models", dir);
+            return 0;
+        }
+        int e = errno;
+        free(s);
+        *out = NULL;
+        return error_set(err, BG_ECONFIG, "model_repository: cannot open %s: %s", dir, strerror(e));
+    }
+    char **names = NULL;
+    int n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char path[8192];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s/config.json", dir, de->d_name);
+        if (stat(path, &st) != 0)
+            continue;   /* not a model folder */
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            char **nn = realloc(names, (size_t)cap * sizeof *nn);
+            if (!nn)
+                break;
+            names = nn;
+        }
+        names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, name_cmp);
+    s->models = calloc((size_t)(n ? n : 1), sizeof *s->models);
+    for (int i = 0; i < n; i++) {
+        struct served_model *sm = &s->models[s->n++];
+        char mdir[8192];
+        snprintf(mdir, sizeof mdir, "%s/%s", dir, names[i]);
+        struct error e = {0};
+        if (model_config_load(mdir, names[i], &sm->model.cfg, &e) != 0) {
+            snprintf(sm->model.cfg.name, sizeof sm->model.cfg.name, "%s", names[i]);
+            snprintf(sm->model.reason, sizeof sm->model.reason, "%s", e.msg);
+            atomic_store(&sm->state, SERVED_FAILED);
+            log_error("model %s: not loaded: %s", names[i], e.msg);
+        } else {
+            atomic_store(&sm->state, SERVED_LOADING);
+        }
+        free(names[i]);
+    }
+    free(names);
+    log_info("model repository %s: %d model%s", dir, s->n, s->n == 1 ? "" : "s");
+    return 0;
+}
+
+static void serving_load_one(struct served_model *sm)
+{
+    struct model *m = &sm->model;
+    struct error err = {0};
+    if (model_load(m, &err) != 0) {
+        log_error("model %s: not loaded: %s", m->cfg.name, m->reason);
+        atomic_store(&sm->state, SERVED_FAILED);
+        return;
+    }
+    sm->batcher = batcher_new(m->cfg.name, &m->cfg.batching);
+    if (!sm->batcher || model_workers_start(m, batcher_source(sm->batcher), &err) != 0) {
+        snprintf(m->reason, sizeof m->reason, "cannot start workers: %s",
+                 sm->batcher ? err.msg : "out of memory");
+        log_error("model %s: %s", m->cfg.name, m->reason);
+        if (sm->batcher)
+            batcher_close(sm->batcher);
+        model_workers_join(m);
+        atomic_store(&sm->state, SERVED_FAILED);
+        return;
+    }
+    log_info("model %s: loaded on %s, %d instance%s, %.1f MiB; cold start %.1f ms "
+             "(read %.1f, prepare %.1f, warmup %.1f)", m->cfg.name, m->ops->name, m->ninstances,
+             m->ninstances == 1 ? "" : "s", (double)model_memory_bytes(m) / (1 << 20),
+             m->cold.total_s * 1e3, m->cold.read_s * 1e3, m->cold.prepare_s * 1e3,
+             m->cold.warmup_s * 1e3);
+    atomic_store(&sm->state, SERVED_READY);
+}
+
+void serving_load_all(struct serving *s)
+{
+    for (int i = 0; i < s->n; i++)
+        if (atomic_load(&s->models[i].state) == SERVED_LOADING)
+            serving_load_one(&s->models[i]);
+}
+
+int serving_count(const struct serving *s) { return s->n; }
+struct served_model *serving_at(struct serving *s, int i) { return &s->models[i]; }
+
+struct served_model *serving_find(struct serving *s, const char *name, size_t len)
+{
+    for (int i = 0; i < s->n; i++) {
+        const char *mn = s->models[i].model.cfg.name;
+        if (strlen(mn) == len && memcmp(mn, name, len) == 0)
+            return &s->models[i];
+    }
+    return NULL;
+}
+
+bool serving_all_ready(struct serving *s)
+{
+    for (int i = 0; i < s->n; i++)
+        if (atomic_load(&s->models[i].state) != SERVED_READY)
+            return false;
+    return true;
+}
+
+void serving_stop(struct serving *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->n; i++)
+        if (s->models[i].batcher)
+            batcher_close(s->models[i].batcher);
+    for (int i = 0; i < s->n; i++)
+        model_workers_join(&s->models[i].model);
+}
+
+void serving_free(struct serving *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->n; i++) {
+        model_unload(&s->models[i].model);
+        batcher_free(s->models[i].batcher);
+    }
+    free(s->models);
+    free(s);
+}

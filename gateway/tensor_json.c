@@ -1,0 +1,466 @@
+/* tensor_json.c - see tensor_json.h. Requests are parsed with jansson;
+ * answers are written by hand into a buffer (no tree, no per-number
+ * allocation) since they are on every request's path. */
+#include "tensor_json.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+/* ---- encoding helpers ---- */
+
+int json_append_string(struct buf *out, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (buf_reserve(out, len * 6 + 2) < 0)
+        return -1;
+    char *p = out->data + out->len;
+    *p++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            *p++ = '\\';
+            *p++ = (char)c;
+        } else if (c < 0x20) {
+            *p++ = '\\';
+            *p++ = 'u';
+            *p++ = '0';
+            *p++ = '0';
+            *p++ = hex[c >> 4];
+            *p++ = hex[c & 15];
+        } else {
+            *p++ = (char)c;
+        }
+    }
+    *p++ = '"';
+    out->len = (size_t)(p - out->data);
+    return 0;
+}
+
+/* Shortest "%.Ng" that reads back as the same float (at most 9 digits). */
+static int append_float(struct buf *out, float v)
+{
+    if (buf_reserve(out, 32) < 0)
+        return -1;
+    char *p = out->data + out->len;
+    int n;
+    if (!isfinite(v)) {
+        /* JSON has no inf/NaN; a model that produces one answers null there. */
+        memcpy(p, "null", 4);
+        n = 4;
+    } else {
+        n = snprintf(p, 32, "%.6g", (double)v);
+        if (strtof(p, NULL) != v)
+            n = snprintf(p, 32, "%.9g", (double)v);
+    }
+    out->len += (size_t)n;
+    return 0;
+}
+
+static int append_floats(struct buf *out, const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (i && buf_append(out, ",", 1) < 0)
+            return -1;
+        if (append_float(out, v[i]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Writes rows x shape as nested arrays (TF-Serving predictions). */
+static int append_nested(struct buf *out, const float **v, const int64_t *shape, int ndims)
+{
+    if (buf_append(out, "[", 1) < 0)
+        return -1;
+    for (int64_t i = 0; i < shape[0]; i++) {
+        if (i && buf_append(out, ",", 1) < 0)
+            return -1;
+        if (ndims == 1) {
+            if (append_float(out, **v) < 0)
+                return -1;
+            (*v)++;
+        } else if (append_nested(out, v, shape + 1, ndims - 1) < 0) {
+            return -1;
+        }
+    }
+    return buf_append(out, "]", 1);
+}
+
+static void append_shape(struct buf *out, int rows, const struct model_tensor *t)
+{
+    buf_appendf(out, "[%d", rows);
+    for (int i = 0; i < t->ndims; i++)
+        buf_appendf(out, ",%lld", (long long)t->shape[i]);
+    buf_append(out, "]", 1);
+}
+
+static void format_model_shape(const struct model_tensor *t, char *s, size_t cap)
+{
+    int n = snprintf(s, cap, "[-1");
+    for (int i = 0; i < t->ndims && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(s + n, cap - (size_t)n, ", %lld", (long long)t->shape[i]);
+    if (n > 0 && (size_t)n < cap)
+        snprintf(s + n, cap - (size_t)n, "]");
+}
+
+/* ---- decoding helpers ---- */
+
+struct flat {
+    float *dst;
+    size_t n, cap;
+    const char *field;
+    struct error *err;
+};
+
+/* Flattens nested arrays of numbers into dst, in row-major order. */
+static int flatten(json_t *v, struct flat *f, int depth)
+{
+    if (depth > 32)
+        return error_set(f->err, BG_EINVAL, "%s: nested deeper than 32 levels", f->field);
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+            int rc = flatten(e, f, depth + 1);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    if (!json_is_number(v))
+        return error_set(f->err, BG_EINVAL, "%s: element %zu is not a number", f->field, f->n);
+    double d = json_number_value(v);
+    if (fabs(d) > FLT_MAX)
+        return error_set(f->err, BG_EINVAL, "%s: element %zu (%g) is out of FP32 range", f->field,
+                         f->n, d);
+    if (f->n < f->cap)
+        f->dst[f->n] = (float)d;
+    f->n++;
+    return 0;
+}
+
+static int get_bool_param(json_t *params, const char *key, bool *out, const char *where,
+                          struct error *err)
+{
+    json_t *v = json_object_get(params, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v))
+        return error_set(err, BG_EINVAL, "%sparameters.%s: must be true or false", where, key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int decode_request_params(json_t *params, struct infer_request *out, struct error *err)
+{
+    if (!params)
+        return 0;
+    if (!json_is_object(params))
+        return error_set(err, BG_EINVAL, "parameters: must be an object");
+    json_t *v;
+    if ((v = json_object_get(params, "priority"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return error_set(err, BG_EINVAL,
+                             "parameters.priority: must be an integer >= 0 (1 is the highest, 0 "
+                             "the model's default)");
+        out->has_priority = true;
+        out->priority = json_integer_value(v);
+    }
+    if ((v = json_object_get(params, "timeout"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return error_set(err, BG_EINVAL,
+                             "parameters.timeout: must be an integer number of microseconds >= 0");
+        out->has_timeout = true;
+        out->timeout_us = json_integer_value(v);
+    }
+    return get_bool_param(params, "binary_data_output", &out->binary_output, "", err);
+}
+
+/* One entry of "inputs". `bin`/`bin_len` is what is left of the binary section. */
+static int decode_input(const struct model_config *m, json_t *in, int idx, const char **bin,
+                        size_t *bin_len, struct infer_request *out, struct error *err)
+{
+    char where[48];
+    snprintf(where, sizeof where, "inputs[%d].", idx);
+    const struct model_tensor *t = &m->input;
+    if (!json_is_object(in))
+        return error_set(err, BG_EINVAL, "inputs[%d]: must be an object", idx);
+    json_t *name = json_object_get(in, "name");
+    if (!json_is_string(name))
+        return error_set(err, BG_EINVAL, "%sname: must be a string", where);
+    if (strcmp(json_string_value(name), t->name) != 0)
+        return error_set(err, BG_EINVAL, "%sname: model %s has no input \"%s\" (its input is \"%s\")",
+                         where, m->name, json_string_value(name), t->name);
+    json_t *dt = json_object_get(in, "datatype");
+    if (!json_is_string(dt))
+        return error_set(err, BG_EINVAL, "%sdatatype: must be a string such as \"FP32\"", where);
+    if (strcmp(json_string_value(dt), t->datatype) != 0)
+        return error_set(err, BG_EINVAL, "%sdatatype: \"%s\" does not match the model's \"%s\"",
+                         where, json_string_value(dt), t->datatype);
+    json_t *shape = json_object_get(in, "shape");
+    char want[128];
+    format_model_shape(t, want, sizeof want);
+    if (!json_is_array(shape) || json_array_size(shape) != (size_t)t->ndims + 1)
+        return error_set(err, BG_EINVAL,
+                         "%sshape: must be [rows, ...] matching the model's %s", where, want);
+    int64_t dims[MODEL_MAX_DIMS + 1];
+    for (size_t i = 0; i < json_array_size(shape); i++) {
+        json_t *d = json_array_get(shape, i);
+        if (!json_is_integer(d))
+            return error_set(err, BG_EINVAL, "%sshape[%zu]: must be an integer", where, i);
+        dims[i] = json_integer_value(d);
+    }
+    if (dims[0] < 1 || dims[0] > m->batching.max_batch_size)
+        return error_set(err, BG_EINVAL, "%sshape[0]: %lld rows; model %s takes 1 to %d per request",
+                         where, (long long)dims[0], m->name, m->batching.max_batch_size);
+    for (int i = 0; i < t->ndims; i++)
+        if (dims[i + 1] != t->shape[i])
+            return error_set(err, BG_EINVAL, "%sshape[%d]: %lld does not match the model's %s",
+                             where, i + 1, (long long)dims[i + 1], want);
+    out->rows = (int)dims[0];
+    size_t count = (size_t)out->rows * (size_t)t->row_elems;
+    out->input = malloc(count * sizeof(float));
+    if (!out->input)
+        return error_set(err, BG_ENOMEM, "out of memory for %zu input elements", count);
+    json_t *params = json_object_get(in, "parameters");
+    if (params && !json_is_object(params))
+        return error_set(err, BG_EINVAL, "%sparameters: must be an object", where);
+    json_t *bsize = params ? json_object_get(params, "binary_data_size") : NULL;
+    json_t *data = json_object_get(in, "data");
+    if (bsize) {
+        if (data)
+            return error_set(err, BG_EINVAL, "%s: has both data and parameters.binary_data_size",
+                             where);
+        if (!json_is_integer(bsize) || json_integer_value(bsize) < 0)
+            return error_set(err, BG_EINVAL, "%sparameters.binary_data_size: must be an integer >= 0",
+                             where);
+        size_t n = (size_t)json_integer_value(bsize);
+        if (n != count * sizeof(float))
+            return error_set(err, BG_EINVAL,
+                             "%sparameters.binary_data_size: %zu bytes, but shape %lld x %lld "
+                             "FP32 needs %zu", where, n, (long long)out->rows,
+                             (long long)t->row_elems, count * sizeof(float));
+        if (!*bin || *bin_len < n)
+            return error_set(err, BG_EINVAL,
+                             "%sparameters.binary_data_size: %zu bytes, but only %zu binary bytes "
+                             "follow the JSON header", where, n, *bin ? *bin_len : 0);
+        memcpy(out->input, *bin, n);   /* little-endian FP32, as the extension specifies */
+        *bin += n;
+        *bin_len -= n;
+        return 0;
+    }
+    if (!data)
+        return error_set(err, BG_EINVAL, "%sdata: missing (or give parameters.binary_data_size)",
+                         where);
+    char field[64];
+    snprintf(field, sizeof field, "%sdata", where);
+    struct flat f = {out->input, 0, count, field, err};
+    int rc = flatten(data, &f, 0);
+    if (rc)
+        return rc;
+    if (f.n != count)
+        return error_set(err, BG_EINVAL, "%sdata: %zu numbers, but shape [%d x %lld] needs %zu",
+                         where, f.n, out->rows, (long long)t->row_elems, count);
+    return 0;
+}
+
+static int decode_outputs(const struct model_config *m, json_t *outs, struct infer_request *out,
+                          struct error *err)
+{
+    if (!outs)
+        return 0;
+    if (!json_is_array(outs))
+        return error_set(err, BG_EINVAL, "outputs: must be an array");
+    size_t i;
+    json_t *o;
+    json_array_foreach(outs, i, o) {
+        json_t *name = json_is_object(o) ? json_object_get(o, "name") : NULL;
+        if (!json_is_string(name))
+            return error_set(err, BG_EINVAL, "outputs[%zu].name: must be a string", i);
+        if (strcmp(json_string_value(name), m->output.name) != 0)
+            return error_set(err, BG_EINVAL,
+                             "outputs[%zu].name: model %s has no output \"%s\" (its output is "
+                             "\"%s\")", i, m->name, json_string_value(name), m->output.name);
+        json_t *params = json_object_get(o, "parameters");
+        if (params) {
+            char where[40];
+            snprintf(where, sizeof where, "outputs[%zu].", i);
+            if (!json_is_object(params))
+                return error_set(err, BG_EINVAL, "%sparameters: must be an object", where);
+            int rc = get_bool_param(params, "binary_data", &out->binary_output, where, err);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+int tensor_decode_kserve(const struct model_config *m, const char *body, size_t len,
+                         int64_t json_len, struct infer_request *out, struct error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *bin = NULL;
+    size_t bin_len = 0, jlen = len;
+    if (json_len >= 0) {
+        if ((size_t)json_len > len)
+            return error_set(err, BG_EINVAL,
+                             "Inference-Header-Content-Length: %lld is larger than the body (%zu "
+                             "bytes)", (long long)json_len, len);
+        jlen = (size_t)json_len;
+        bin = body + jlen;
+        bin_len = len - jlen;
+    }
+    if (jlen == 0)
+        return error_set(err, BG_EINVAL, "empty body: expected a KServe v2 infer request");
+    json_error_t jerr;
+    json_t *root = json_loadb(body, jlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
+                         jerr.column, jerr.text);
+    int rc = 0;
+    if (!json_is_object(root)) {
+        rc = error_set(err, BG_EINVAL, "the body must be a JSON object with \"inputs\"");
+        goto out;
+    }
+    json_t *id = json_object_get(root, "id");
+    if (id) {
+        if (!json_is_string(id) || json_string_length(id) >= sizeof out->id) {
+            rc = error_set(err, BG_EINVAL, "id: must be a string of at most %zu bytes",
+                           sizeof out->id - 1);
+            goto out;
+        }
+        memcpy(out->id, json_string_value(id), json_string_length(id) + 1);
+        out->has_id = true;
+    }
+    if ((rc = decode_request_params(json_object_get(root, "parameters"), out, err)))
+        goto out;
+    json_t *inputs = json_object_get(root, "inputs");
+    if (!json_is_array(inputs) || json_array_size(inputs) == 0) {
+        rc = error_set(err, BG_EINVAL, "inputs: must be a non-empty array");
+        goto out;
+    }
+    if (json_array_size(inputs) != 1) {
+        rc = error_set(err, BG_EINVAL, "inputs: model %s takes exactly one input (\"%s\"), got %zu",
+                       m->name, m->input.name, json_array_size(inputs));
+        goto out;
+    }
+    if ((rc = decode_input(m, json_array_get(inputs, 0), 0, &bin, &bin_len, out, err)) ||
+        (rc = decode_outputs(m, json_object_get(root, "outputs"), out, err)))
+        goto out;
+    if (bin && bin_len != 0) {
+        rc = error_set(err, BG_EINVAL, "%zu binary bytes after the JSON header belong to no input",
+                       bin_len);
+        goto out;
+    }
+out:
+    json_decref(root);
+    if (rc) {
+        free(out->input);
+        out->input = NULL;
+    }
+    return rc;
+}
+
+int tensor_encode_kserve(const struct model_config *m, const struct infer_request *r,
+                         const float *output, struct buf *out, int64_t *json_len)
+{
+    size_t count = (size_t)r->rows * (size_t)m->output.row_elems;
+    buf_append(out, "{\"model_name\":", 14);
+    json_append_string(out, m->name, strlen(m->name));
+    buf_append(out, ",\"model_version\":\"1\"", 20);
+    if (r->has_id) {
+        buf_append(out, ",\"id\":", 6);
+        json_append_string(out, r->id, strlen(r->id));
+    }
+    buf_append(out, ",\"outputs\":[{\"name\":", 20);
+    json_append_string(out, m->output.name, strlen(m->output.name));
+    buf_appendf(out, ",\"datatype\":\"%s\",\"shape\":", m->output.datatype);
+    append_shape(out, r->rows, &m->output);
+    if (r->binary_output) {
+        buf_appendf(out, ",\"parameters\":{\"binary_data_size\":%zu}}]}", count * sizeof(float));
+        *json_len = (int64_t)out->len;
+        return buf_append(out, output, count * sizeof(float));
+    }
+    *json_len = -1;
+    buf_append(out, ",\"data\":[", 9);
+    if (append_floats(out, output, count) < 0)
+        return -1;
+    return buf_append(out, "]}]}", 4);
+}
+
+int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len,
+                      struct infer_request *out, struct error *err)
+{
+    memset(out, 0, sizeof *out);
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
+                         jerr.column, jerr.text);
+    int rc = 0;
+    json_t *inst = json_is_object(root) ? json_object_get(root, "instances") : NULL;
+    if (!json_is_array(inst) || json_array_size(inst) == 0) {
+        rc = error_set(err, BG_EINVAL, "instances: must be a non-empty array of rows");
+        goto out;
+    }
+    size_t rows = json_array_size(inst);
+    if (rows > (size_t)m->batching.max_batch_size) {
+        rc = error_set(err, BG_EINVAL, "instances: %zu rows; model %s takes 1 to %d per request",
+                       rows, m->name, m->batching.max_batch_size);
+        goto out;
+    }
+    out->rows = (int)rows;
+    size_t per = (size_t)m->input.row_elems;
+    out->input = malloc(rows * per * sizeof(float));
+    if (!out->input) {
+        rc = error_set(err, BG_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < rows; i++) {
+        json_t *row = json_array_get(inst, i);
+        char field[48];
+        snprintf(field, sizeof field, "instances[%zu]", i);
+        if (json_is_object(row)) {
+            json_t *v = json_object_get(row, m->input.name);
+            if (!v || json_object_size(row) != 1) {
+                rc = error_set(err, BG_EINVAL, "%s: must hold exactly the input \"%s\"", field,
+                               m->input.name);
+                goto out;
+            }
+            row = v;
+        }
+        struct flat f = {out->input + i * per, 0, per, field, err};
+        if ((rc = flatten(row, &f, 0)))
+            goto out;
+        if (f.n != per) {
+            rc = error_set(err, BG_EINVAL, "%s: %zu numbers, but a row of input \"%s\" has %zu",
+                           field, f.n, m->input.name, per);
+            goto out;
+        }
+    }
+out:
+    json_decref(root);
+    if (rc) {
+        free(out->input);
+        out->input = NULL;
+    }
+    return rc;
+}
+
+int tensor_encode_tfs(const struct model_config *m, int rows, const float *output, struct buf *out)
+{
+    int64_t shape[MODEL_MAX_DIMS + 1];
+    shape[0] = rows;
+    for (int i = 0; i < m->output.ndims; i++)
+        shape[i + 1] = m->output.shape[i];
+    buf_append(out, "{\"predictions\":", 15);
+    const float *p = output;
+    if (append_nested(out, &p, shape, m->output.ndims + 1) < 0)
+        return -1;
+    return buf_append(out, "}", 1);
+}

@@ -1,0 +1,48 @@
+/* tensor_json.h - the KServe v2 and TF-Serving wire formats of tensors:
+ * decoding an infer request into rows of FP32, encoding the answer.
+ *
+ * Pure functions over bytes: no HTTP, no queues (the fuzzers call these). A
+ * decode error is -BG_EINVAL with a message naming the field, e.g.
+ * "inputs[0].shape: [3, 65] does not match the model's [-1, 64]". */
+#ifndef BG_TENSOR_JSON_H
+#define BG_TENSOR_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "error.h"
+#include "model.h"
+
+struct infer_request {
+    char id[256];
+    bool has_id;
+    int rows;
+    float *input;                 /* rows x input.row_elems, malloc'ed; caller frees */
+    bool binary_output;           /* answer with the binary tensor extension */
+    bool has_priority, has_timeout;
+    int64_t priority;             /* parameters.priority */
+    int64_t timeout_us;           /* parameters.timeout */
+};
+
+/* A KServe v2 infer body. `json_len` is the Inference-Header-Content-Length
+ * (the JSON part of a binary-extension body) or -1 when the body is all JSON. */
+int tensor_decode_kserve(const struct model_config *m, const char *body, size_t len,
+                         int64_t json_len, struct infer_request *out, struct error *err);
+
+/* The answer: JSON, or (binary_output) a JSON header followed by the raw
+ * FP32 bytes, whose length goes in *json_len (-1 when all JSON). */
+int tensor_encode_kserve(const struct model_config *m, const struct infer_request *r,
+                         const float *output, struct buf *out, int64_t *json_len);
+
+/* TF-Serving's REST predict: {"instances": [row, ...]} (each row nested per
+ * the input's shape, or {"<input name>": row}) -> {"predictions": [...]}. */
+int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len,
+                      struct infer_request *out, struct error *err);
+int tensor_encode_tfs(const struct model_config *m, int rows, const float *output, struct buf *out);
+
+/* Appends s as a JSON string literal (quotes included). */
+int json_append_string(struct buf *out, const char *s, size_t len);
+
+#endif

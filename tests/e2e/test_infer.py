@@ -1,0 +1,383 @@
+"""test_infer.py - the inference path end to end: the bundled digits model
+over KServe v2 (JSON and binary) and TF-Serving, batching with concurrent
+clients, every 400 path, 404/429/503, bad models next to good ones, and
+client disconnects and drains with requests queued.
+
+A temporary model repository holds a copy of models/digits, synthetic models
+with known costs, and broken models written here (safetensors files are
+produced with the standard library)."""
+
+import json
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import time
+import unittest
+
+from harness import (Server, close_quietly, connect, read_response, request, roundtrip, send)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DIGITS = os.path.normpath(os.path.join(HERE, "..", "..", "models", "digits"))
+
+
+def write_safetensors(path, tensors):
+    """tensors: {name: (shape, [floats])} written as F32."""
+    header, blobs, off = {}, [], 0
+    for name, (shape, values) in tensors.items():
+        blob = struct.pack("<%df" % len(values), *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def write_model(repo, name, config, tensors=None, raw_weights=None):
+    d = os.path.join(repo, name)
+    os.makedirs(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        f.write(config if isinstance(config, str) else json.dumps(config))
+    if tensors is not None:
+        write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+    if raw_weights is not None:
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.write(raw_weights)
+
+
+def synthetic(name, **batching):
+    b = {"max_batch_size": 8, "max_queue_delay_us": 2000}
+    b.update(batching.pop("batching", {}))
+    cfg = {"name": name, "backend": "synthetic",
+           "inputs": [{"name": "x", "datatype": "FP32", "shape": [4]}],
+           "outputs": [{"name": "y", "datatype": "FP32", "shape": [3]}],
+           "batching": b, "synthetic": batching}
+    return cfg
+
+
+def mlp(name, layers, in_dim=4, out_dim=2):
+    return {"name": name, "backend": "cpu",
+            "inputs": [{"name": "input", "datatype": "FP32", "shape": [in_dim]}],
+            "outputs": [{"name": "output", "datatype": "FP32", "shape": [out_dim]}],
+            "layers": layers}
+
+
+def infer_body(rows, name="input", datatype="FP32", shape=None, **extra):
+    width = len(rows[0])
+    body = {"inputs": [{"name": name, "datatype": datatype,
+                        "shape": shape or [len(rows), width], "data": rows}]}
+    body.update(extra)
+    return json.dumps(body)
+
+
+def post(port, path, body, headers=None, timeout=10.0):
+    h = [("Content-Type", "application/json")] + list(headers or [])
+    return roundtrip(port, "POST", path, h, body, timeout=timeout)
+
+
+class InferTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        shutil.copytree(DIGITS, os.path.join(cls.repo, "digits"))
+        with open(os.path.join(DIGITS, "heldout.json")) as f:
+            cls.heldout = json.load(f)
+        write_model(cls.repo, "synth", synthetic("synth", base_us=20000, per_row_us=100,
+                                                 batching={"max_queue_delay_us": 5000}))
+        write_model(cls.repo, "tiny", synthetic("tiny", base_us=300000, per_row_us=0,
+                                                batching={"max_batch_size": 1,
+                                                          "max_queue_size": 2}))
+        # A model whose answer is easy to check: y = relu(W x + b), W = [[1,0,0,0],[0,0,0,2]].
+        write_model(cls.repo, "lin", mlp("lin", [{"type": "dense", "weight": "w", "bias": "b",
+                                                  "activation": "relu"}]),
+                    {"w": ([2, 4], [1, 0, 0, 0, 0, 0, 0, 2]), "b": ([2], [0.5, -1])})
+        write_model(cls.repo, "badbackend", dict(mlp("badbackend", []), backend="tpu"))
+        write_model(cls.repo, "noweight", mlp("noweight", [{"type": "dense", "weight": "missing"}]),
+                    {"w": ([2, 4], [0] * 8)})
+        write_model(cls.repo, "nochain", mlp("nochain", [{"type": "dense", "weight": "w"}]),
+                    {"w": ([2, 5], [0] * 10)})
+        write_model(cls.repo, "badfile", mlp("badfile", [{"type": "dense", "weight": "w"}]),
+                    raw_weights=struct.pack("<Q", 1 << 40) + b"{}")
+        write_model(cls.repo, "badjson", "{\"name\": ")
+        cls.srv = Server({"model_repository": cls.repo}, io_threads=2)
+        cls.srv.wait_log(r"ready in", timeout=10)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.srv.stop_checked()
+        finally:
+            cls.srv.kill()
+            shutil.rmtree(cls.repo, ignore_errors=True)
+
+    # ---- the digits model
+
+    def test_digits_accuracy_with_concurrent_clients(self):
+        inputs, labels = self.heldout["inputs"], self.heldout["labels"]
+        before = self.stats("digits")
+        preds = [None] * len(inputs)
+        errors = []
+
+        def client(k):
+            s = connect(self.srv.port)
+            try:
+                for i in range(k, len(inputs), 16):
+                    send(s, request("POST", "/v2/models/digits/infer",
+                                    [("Content-Type", "application/json")],
+                                    infer_body([inputs[i]], id=str(i))))
+                    r = read_response(s, timeout=10)
+                    if r.status != 200:
+                        errors.append((i, r.status, r.body))
+                        continue
+                    out = r.json()
+                    if out["id"] != str(i):
+                        errors.append((i, "id", out["id"]))
+                    probs = out["outputs"][0]["data"]
+                    preds[i] = max(range(10), key=lambda j: probs[j])
+            finally:
+                close_quietly(s)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertFalse(errors, "every request answered 200 with its own id: %r" % errors[:5])
+        acc = sum(p == l for p, l in zip(preds, labels)) / len(labels)
+        self.assertGreaterEqual(acc, 0.95, "held-out accuracy over HTTP")
+        after = self.stats("digits")
+        self.assertEqual(after["inference_count"] - before["inference_count"], len(inputs),
+                         "every row computed exactly once")
+
+    def test_multi_row_matches_single_rows(self):
+        rows = self.heldout["inputs"][:5]
+        r = post(self.srv.port, "/v2/models/digits/infer", infer_body(rows))
+        self.assertEqual(r.status, 200, r)
+        out = r.json()["outputs"][0]
+        self.assertEqual(out["shape"], [5, 10])
+        for i, row in enumerate(rows):
+            one = post(self.srv.port, "/v2/models/digits/infer", infer_body([row])).json()
+            single = one["outputs"][0]["data"]
+            for a, b in zip(out["data"][i * 10:(i + 1) * 10], single):
+                self.assertAlmostEqual(a, b, places=6, msg="row %d batched vs alone" % i)
+
+    def test_nested_data_and_versions_path(self):
+        row = self.heldout["inputs"][0]
+        nested = [row[i:i + 8] for i in range(0, 64, 8)]
+        body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
+                                       "data": [nested]}]})
+        r = post(self.srv.port, "/v2/models/digits/versions/1/infer", body)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["model_version"], "1")
+        r = post(self.srv.port, "/v2/models/digits/versions/2/infer", body)
+        self.assertEqual(r.status, 404, "unknown version")
+
+    def test_binary_extension(self):
+        row = self.heldout["inputs"][0]
+        header = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
+                                         "parameters": {"binary_data_size": 256}}],
+                             "outputs": [{"name": "output",
+                                          "parameters": {"binary_data": True}}]}).encode()
+        body = header + struct.pack("<64f", *row)
+        r = post(self.srv.port, "/v2/models/digits/infer", body,
+                 [("Inference-Header-Content-Length", str(len(header)))])
+        self.assertEqual(r.status, 200, r)
+        jl = int(r.headers["Inference-Header-Content-Length"])
+        meta = json.loads(r.body[:jl])
+        self.assertEqual(meta["outputs"][0]["parameters"]["binary_data_size"], 40)
+        probs = struct.unpack("<10f", r.body[jl:])
+        ref = post(self.srv.port, "/v2/models/digits/infer", infer_body([row])).json()
+        for a, b in zip(probs, ref["outputs"][0]["data"]):
+            self.assertAlmostEqual(a, b, places=6)
+
+    def test_tfs_predict(self):
+        rows = self.heldout["inputs"][:3]
+        r = post(self.srv.port, "/v1/models/digits:predict", json.dumps({"instances": rows}))
+        self.assertEqual(r.status, 200, r)
+        preds = r.json()["predictions"]
+        self.assertEqual(len(preds), 3)
+        self.assertEqual([max(range(10), key=lambda j: p[j]) for p in preds],
+                         self.heldout["labels"][:3])
+        r = post(self.srv.port, "/v1/models/digits:classify", json.dumps({"instances": rows}))
+        self.assertEqual(r.status, 404)
+        r = post(self.srv.port, "/v1/models/digits:predict", json.dumps({"instances": [[1, 2]]}))
+        self.assertEqual(r.status, 400)
+        self.assertIn("instances[0]", r.json()["error"])
+
+    def test_known_answer(self):
+        r = post(self.srv.port, "/v2/models/lin/infer", infer_body([[1, 2, 3, 4], [-3, 0, 0, 0]]))
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["outputs"][0]["data"], [1.5, 7, 0, 0])
+
+    # ---- metadata
+
+    def test_metadata_ready_config(self):
+        m = roundtrip(self.srv.port, "GET", "/v2/models/digits").json()
+        self.assertEqual(m["inputs"][0]["shape"], [-1, 64])
+        self.assertEqual(m["outputs"][0]["shape"], [-1, 10])
+        self.assertEqual(m["versions"], ["1"])
+        self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/models/digits/ready").status, 200)
+        c = roundtrip(self.srv.port, "GET", "/v2/models/digits/config").json()
+        self.assertEqual(c["max_batch_size"], 64)
+        self.assertEqual(c["input"][0]["data_type"], "TYPE_FP32")
+        self.assertEqual(c["input"][0]["dims"], [64])
+        self.assertIn("max_queue_delay_microseconds", c["dynamic_batching"])
+
+    def test_unknown_model_404(self):
+        for path in ("/v2/models/nope", "/v2/models/nope/ready", "/v2/models/nope/config"):
+            r = roundtrip(self.srv.port, "GET", path)
+            self.assertEqual(r.status, 404, path)
+            self.assertIn("nope", r.json()["error"])
+        r = post(self.srv.port, "/v2/models/nope/infer", infer_body([[1]]))
+        self.assertEqual(r.status, 404)
+
+    # ---- errors
+
+    def test_every_400_names_the_problem(self):
+        row = self.heldout["inputs"][0]
+        cases = [
+            ("{", "invalid JSON"),
+            ("[]", "object"),
+            (json.dumps({"inputs": []}), "inputs"),
+            (infer_body([row], name="pixels"), "no input \"pixels\""),
+            (infer_body([row], datatype="INT32"), "datatype"),
+            (infer_body([row], shape=[1, 63]), "shape[1]"),
+            (infer_body([row], shape=[1, 8, 8]), "shape"),
+            (infer_body([row[:63]], shape=[1, 64]), "63 numbers"),
+            (infer_body([row] * 65), "1 to 64"),
+            (infer_body([row], outputs=[{"name": "probs"}]), "outputs[0].name"),
+            (json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
+                                     "data": ["x"] * 64}]}), "element 0"),
+        ]
+        for body, mention in cases:
+            r = post(self.srv.port, "/v2/models/digits/infer", body)
+            self.assertEqual(r.status, 400, "%s -> %r" % (body[:80], r))
+            self.assertIn(mention, r.json()["error"], body[:80])
+        r = post(self.srv.port, "/v2/models/digits/infer", "{}",
+                 [("Inference-Header-Content-Length", "abc")])
+        self.assertEqual(r.status, 400)
+
+    def test_queue_full_429(self):
+        # tiny: one 300 ms request at a time, at most 2 queued.
+        results = []
+
+        def one():
+            results.append(post(self.srv.port, "/v2/models/tiny/infer",
+                                infer_body([[1, 2, 3, 4]], name="x"), timeout=10))
+
+        threads = [threading.Thread(target=one) for _ in range(6)]
+        for t in threads:
+            t.start()
+            time.sleep(0.02)
+        for t in threads:
+            t.join(15)
+        codes = sorted(r.status for r in results)
+        self.assertIn(429, codes, "expected some requests refused: %r" % codes)
+        self.assertIn(200, codes)
+        for r in results:
+            if r.status == 429:
+                self.assertEqual(r.headers["Retry-After"], "1")
+                self.assertIn("queue full", r.json()["error"])
+            else:
+                self.assertEqual(r.json()["outputs"][0]["data"], [10, 11, 12])
+
+    def test_bad_models_reported_not_ready(self):
+        expect = {"badbackend": "backend", "noweight": "missing", "nochain": "chain",
+                  "badfile": "model.safetensors", "badjson": "invalid JSON"}
+        for name, mention in expect.items():
+            r = roundtrip(self.srv.port, "GET", "/v2/models/%s/ready" % name)
+            self.assertEqual(r.status, 503, name)
+            self.assertIn(mention, r.json()["reason"], name)
+            r = post(self.srv.port, "/v2/models/%s/infer" % name, infer_body([[1, 2, 3, 4]]))
+            self.assertEqual(r.status, 503, name)
+        self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/health/ready").status, 503,
+                         "not every model is ready")
+        self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/models/digits/ready").status, 200)
+        self.assertIn("not loaded", self.srv.log())
+
+    # ---- batching
+
+    def test_concurrent_requests_form_batches(self):
+        # 32 single rows at once on a model that takes 20 ms per batch of <= 8:
+        # served one by one they would need 32 batches.
+        before = self.stats("synth")
+        results = []
+
+        def one(i):
+            results.append(post(self.srv.port, "/v2/models/synth/infer",
+                                infer_body([[i, 0, 0, 1]], name="x")))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        self.assertEqual([r.status for r in results], [200] * 32)
+        for r in results:
+            y = r.json()["outputs"][0]["data"]
+            self.assertEqual(y[1] - y[0], 1, "synthetic answer is sum(row) + j")
+        after = self.stats("synth")
+        execs = after["execution_count"] - before["execution_count"]
+        rows = after["inference_count"] - before["inference_count"]
+        self.assertEqual(rows, 32)
+        self.assertLessEqual(execs, 12, "expected batches of several rows, got %d batches" % execs)
+
+    def test_client_gone_while_queued_is_not_computed(self):
+        # Fill tiny's single instance, then queue one more and hang up.
+        before = self.stats("tiny")
+        blocker = threading.Thread(target=post, args=(self.srv.port, "/v2/models/tiny/infer",
+                                                      infer_body([[1, 1, 1, 1]], name="x")))
+        blocker.start()
+        time.sleep(0.05)
+        s = connect(self.srv.port)
+        send(s, request("POST", "/v2/models/tiny/infer", [("Content-Type", "application/json")],
+                        infer_body([[2, 2, 2, 2]], name="x")))
+        time.sleep(0.05)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()   # reset: the client is gone
+        blocker.join(10)
+        time.sleep(0.4)
+        after = self.stats("tiny")
+        self.assertEqual(after["inference_count"] - before["inference_count"], 1,
+                         "the abandoned request's row must not be computed")
+        self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/health/live").status, 200)
+
+    def stats(self, model):
+        r = roundtrip(self.srv.port, "GET", "/v2/models/%s/stats" % model)
+        self.assertEqual(r.status, 200, r)
+        return r.json()["model_stats"][0]
+
+
+class DrainWithQueuedInferenceTest(unittest.TestCase):
+    def test_sigterm_answers_queued_requests(self):
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            write_model(repo, "slow", synthetic("slow", base_us=100000, per_row_us=0,
+                                                batching={"max_batch_size": 2}))
+            srv = Server({"model_repository": repo}, io_threads=2)
+            srv.wait_log(r"ready in", timeout=10)
+            socks = []
+            for i in range(6):
+                s = connect(srv.port)
+                send(s, request("POST", "/v2/models/slow/infer",
+                                [("Content-Type", "application/json")],
+                                infer_body([[i, 0, 0, 0]], name="x")))
+                socks.append(s)
+            time.sleep(0.05)
+            srv.send_signal(15)
+            for i, s in enumerate(socks):
+                r = read_response(s, timeout=10)
+                self.assertEqual(r.status, 200, "queued request %d answered during the drain" % i)
+                self.assertEqual(r.json()["outputs"][0]["data"][0], i)
+                close_quietly(s)
+            self.assertEqual(srv.wait(10), 0)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,134 @@
+/* test_model_config.c - config.json of a model: defaults, every field, and
+ * errors that name the file, the field and the problem. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model.h"
+
+static int parse(const char *json, struct model_config *c, struct error *err)
+{
+    return model_config_parse(json, strlen(json), "models/m/config.json", "m", c, err);
+}
+
+static void test_full(void **state)
+{
+    (void)state;
+    struct model_config c;
+    struct error err = {0};
+    const char *json =
+        "{\"name\":\"m\",\"backend\":\"cpu\","
+        "\"inputs\":[{\"name\":\"in\",\"datatype\":\"FP32\",\"shape\":[8,8]}],"
+        "\"outputs\":[{\"name\":\"out\",\"datatype\":\"FP32\",\"shape\":[10]}],"
+        "\"layers\":[{\"type\":\"dense\",\"weight\":\"0.weight\",\"bias\":\"0.bias\","
+        "\"activation\":\"gelu\"},{\"type\":\"dense\",\"weight\":\"2.weight\"},{\"type\":\"softmax\"}],"
+        "\"batching\":{\"max_batch_size\":32,\"preferred_batch_sizes\":[8,16],"
+        "\"max_queue_delay_us\":500,\"latency_budget_ms\":20,\"max_queue_size\":100},"
+        "\"instances\":{\"count\":2,\"devices\":[0,1]}}";
+    assert_int_equal(parse(json, &c, &err), 0);
+    assert_string_equal(c.name, "m");
+    assert_int_equal(c.backend, MODEL_BACKEND_CPU);
+    assert_int_equal(c.input.row_elems, 64);
+    assert_int_equal(c.output.row_elems, 10);
+    assert_int_equal(c.nlayers, 3);
+    assert_int_equal(c.layers[0].act, DENSE_ACT_GELU);
+    assert_string_equal(c.layers[1].bias, "");
+    assert_int_equal(c.layers[2].type, MODEL_LAYER_SOFTMAX);
+    assert_int_equal(c.batching.max_batch_size, 32);
+    assert_int_equal(c.batching.npreferred, 2);
+    assert_int_equal(c.batching.max_queue_delay_us, 500);
+    assert_int_equal(c.batching.latency_budget_ms, 20);
+    assert_int_equal(c.batching.max_queue_size, 100);
+    assert_int_equal(c.instance_count, 2);
+    assert_int_equal(c.ndevices, 2);
+}
+
+static void test_defaults_and_name_from_folder(void **state)
+{
+    (void)state;
+    struct model_config c;
+    struct error err = {0};
+    const char *json = "{\"backend\":\"synthetic\","
+                       "\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],"
+                       "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]}";
+    assert_int_equal(parse(json, &c, &err), 0);
+    assert_string_equal(c.name, "m");
+    assert_string_equal(c.input.datatype, "FP32");
+    assert_int_equal(c.batching.max_batch_size, 64);
+    assert_int_equal(c.batching.max_queue_delay_us, 1000);
+    assert_int_equal(c.batching.max_queue_size, 4096);
+    assert_int_equal(c.instance_count, 1);
+    assert_int_equal(c.synthetic.base_us, 2000);
+    assert_int_equal(c.synthetic.per_row_us, 20);
+    assert_int_equal(c.synthetic.mode, SYNTHETIC_SLEEP);
+}
+
+struct bad {
+    const char *json;
+    const char *mention;
+};
+
+#define IO "\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]"
+#define DENSE "\"layers\":[{\"type\":\"dense\",\"weight\":\"w\"}]"
+
+static void test_errors(void **state)
+{
+    (void)state;
+    static const struct bad cases[] = {
+        {"{", "invalid JSON"},
+        {"{\"backend\":\"tpu\"," IO "," DENSE "}", "backend: \"tpu\""},
+        {"{\"bakend\":\"cpu\"," IO "," DENSE "}", "bakend: unknown field"},
+        {"{\"name\":\"other\"," IO "," DENSE "}", "differs from its folder"},
+        {"{\"name\":\"m\"," DENSE "}", "inputs"},
+        {"{\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "inputs"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4]},{\"name\":\"z\",\"shape\":[4]}],"
+         "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "exactly one tensor"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[0]}],\"outputs\":[{\"name\":\"y\",\"shape\":[2]}],"
+         DENSE "}", "inputs[0].shape[0]"},
+        {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"INT8\",\"shape\":[4]}],"
+         "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "inputs[0].datatype"},
+        {"{\"inputs\":[{\"shape\":[4]}],\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}",
+         "inputs[0].name"},
+        {"{" IO "}", "layers"},
+        {"{" IO ",\"layers\":[{\"type\":\"conv\"}]}", "layers[0].type"},
+        {"{" IO ",\"layers\":[{\"type\":\"dense\"}]}", "layers[0].weight"},
+        {"{" IO ",\"layers\":[{\"type\":\"dense\",\"weight\":\"w\",\"activation\":\"swish\"}]}",
+         "layers[0].activation"},
+        {"{" IO ",\"layers\":[{\"type\":\"softmax\",\"weight\":\"w\"}]}", "layers[0].weight"},
+        {"{\"backend\":\"synthetic\"," IO "," DENSE "}", "takes no layers"},
+        {"{" IO "," DENSE ",\"batching\":{\"max_batch_size\":0}}", "batching.max_batch_size"},
+        {"{" IO "," DENSE ",\"batching\":{\"preferred_batch_sizes\":[100]}}",
+         "preferred_batch_sizes[0]"},
+        {"{" IO "," DENSE ",\"batching\":{\"max_queue_delay_us\":-1}}", "max_queue_delay_us"},
+        {"{" IO "," DENSE ",\"batching\":{\"max_queue_size\":\"big\"}}", "max_queue_size"},
+        {"{" IO "," DENSE ",\"batching\":{\"delay\":1}}", "batching.delay"},
+        {"{" IO "," DENSE ",\"instances\":{\"count\":0}}", "instances.count"},
+        {"{" IO "," DENSE ",\"instances\":{\"devices\":[-1]}}", "instances.devices[0]"},
+        {"{\"backend\":\"synthetic\"," IO ",\"synthetic\":{\"mode\":\"nap\"}}", "synthetic.mode"},
+        {"{\"backend\":\"synthetic\"," IO ",\"synthetic\":{\"base_us\":-5}}", "synthetic.base_us"},
+        {"{\"backend\":\"upstream\"," IO "}", "upstream"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct model_config c;
+        struct error err = {0};
+        int rc = parse(cases[i].json, &c, &err);
+        if (rc != -BG_ECONFIG)
+            fail_msg("case %zu (%s): expected -BG_ECONFIG, got %d", i, cases[i].json, rc);
+        if (!strstr(err.msg, cases[i].mention) || !strstr(err.msg, "models/m/config.json"))
+            fail_msg("case %zu: \"%s\" should name the file and mention \"%s\"", i, err.msg,
+                     cases[i].mention);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_full),
+        cmocka_unit_test(test_defaults_and_name_from_folder),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

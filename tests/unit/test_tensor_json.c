@@ -1,0 +1,242 @@
+/* test_tensor_json.c - KServe v2 / TF-Serving decoding (every 400 path names
+ * its field) and encoding (JSON and the binary extension). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "tensor_json.h"
+
+static struct model_config model(void)
+{
+    struct model_config m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "m");
+    snprintf(m.input.name, sizeof m.input.name, "input");
+    snprintf(m.input.datatype, sizeof m.input.datatype, "FP32");
+    m.input.ndims = 2;
+    m.input.shape[0] = 2;
+    m.input.shape[1] = 3;
+    m.input.row_elems = 6;
+    snprintf(m.output.name, sizeof m.output.name, "output");
+    snprintf(m.output.datatype, sizeof m.output.datatype, "FP32");
+    m.output.ndims = 1;
+    m.output.shape[0] = 2;
+    m.output.row_elems = 2;
+    m.batching.max_batch_size = 4;
+    return m;
+}
+
+static int decode(const char *json, struct infer_request *r, struct error *err)
+{
+    struct model_config m = model();
+    return tensor_decode_kserve(&m, json, strlen(json), -1, r, err);
+}
+
+static void test_flat_and_nested(void **state)
+{
+    (void)state;
+    struct infer_request r;
+    struct error err = {0};
+    const char *flat = "{\"id\":\"42\",\"parameters\":{\"priority\":2,\"timeout\":5000},"
+                       "\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],"
+                       "\"data\":[1,2,3,4,5,6,7,8,9,10,11,12.5]}]}";
+    assert_int_equal(decode(flat, &r, &err), 0);
+    assert_int_equal(r.rows, 2);
+    assert_string_equal(r.id, "42");
+    assert_true(r.has_priority && r.priority == 2);
+    assert_true(r.has_timeout && r.timeout_us == 5000);
+    assert_true(r.input[11] == 12.5f);
+    free(r.input);
+    const char *nested = "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+                         "\"data\":[[[1,2,3],[4,5,6]]]}]}";
+    assert_int_equal(decode(nested, &r, &err), 0);
+    assert_int_equal(r.rows, 1);
+    assert_false(r.has_id);
+    assert_true(r.input[5] == 6.0f);
+    free(r.input);
+}
+
+struct bad {
+    const char *json;
+    const char *mention;
+};
+
+static void test_every_error_names_the_field(void **state)
+{
+    (void)state;
+    static const struct bad cases[] = {
+        {"", "empty body"},
+        {"{", "invalid JSON"},
+        {"[]", "JSON object"},
+        {"{}", "inputs"},
+        {"{\"inputs\":[]}", "inputs"},
+        {"{\"inputs\":[1]}", "inputs[0]"},
+        {"{\"inputs\":[{},{}]}", "exactly one input"},
+        {"{\"id\":5,\"inputs\":[{}]}", "id"},
+        {"{\"parameters\":[],\"inputs\":[{}]}", "parameters"},
+        {"{\"parameters\":{\"priority\":-1},\"inputs\":[{}]}", "parameters.priority"},
+        {"{\"parameters\":{\"timeout\":\"x\"},\"inputs\":[{}]}", "parameters.timeout"},
+        {"{\"parameters\":{\"binary_data_output\":1},\"inputs\":[{}]}", "binary_data_output"},
+        {"{\"inputs\":[{\"datatype\":\"FP32\",\"shape\":[1,2,3],\"data\":[]}]}", "inputs[0].name"},
+        {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,2,3],\"data\":[]}]}",
+         "no input \"x\""},
+        {"{\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,3],\"data\":[]}]}", "inputs[0].datatype"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"INT64\",\"shape\":[1,2,3],\"data\":[]}]}",
+         "INT64"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"data\":[]}]}", "inputs[0].shape"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,6],\"data\":[]}]}",
+         "[-1, 2, 3]"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,4],\"data\":[]}]}",
+         "shape[2]"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[0,2,3],\"data\":[]}]}",
+         "shape[0]"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[5,2,3],\"data\":[]}]}",
+         "1 to 4"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,\"3\"],\"data\":[]}]}",
+         "shape[2]"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3]}]}", "data"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],\"data\":[1,2]}]}",
+         "2 numbers"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6,7]}]}", "7 numbers"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,\"6\"]}]}", "element 5"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,1e300]}]}", "FP32 range"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6]}],\"outputs\":[{\"name\":\"nope\"}]}", "outputs[0].name"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6]}],\"outputs\":{}}", "outputs"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"parameters\":{\"binary_data_size\":24}}]}", "binary"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}]}", "32 levels"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct infer_request r;
+        struct error err = {0};
+        int rc = decode(cases[i].json, &r, &err);
+        if (rc != -BG_EINVAL)
+            fail_msg("case %zu (%s): expected -BG_EINVAL, got %d", i, cases[i].json, rc);
+        if (!strstr(err.msg, cases[i].mention))
+            fail_msg("case %zu: \"%s\" should mention \"%s\"", i, err.msg, cases[i].mention);
+        assert_null(r.input);
+    }
+}
+
+static void test_binary_in_and_out(void **state)
+{
+    (void)state;
+    struct model_config m = model();
+    const char *hdr = "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+                      "\"parameters\":{\"binary_data_size\":24}}],"
+                      "\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":true}}]}";
+    float vals[6] = {1, -2, 3.5f, 4, 5, 6};
+    size_t hl = strlen(hdr);
+    char *body = malloc(hl + sizeof vals);
+    memcpy(body, hdr, hl);
+    memcpy(body + hl, vals, sizeof vals);
+    struct infer_request r;
+    struct error err = {0};
+    assert_int_equal(tensor_decode_kserve(&m, body, hl + sizeof vals, (int64_t)hl, &r, &err), 0);
+    assert_memory_equal(r.input, vals, sizeof vals);
+    assert_true(r.binary_output);
+    /* Too few binary bytes, too many, and a header length past the body. */
+    struct infer_request bad;
+    assert_int_equal(tensor_decode_kserve(&m, body, hl + 20, (int64_t)hl, &bad, &err), -BG_EINVAL);
+    assert_non_null(strstr(err.msg, "binary"));
+    assert_int_equal(tensor_decode_kserve(&m, body, hl + sizeof vals, (int64_t)hl - 1, &bad, &err),
+                     -BG_EINVAL);
+    assert_int_equal(tensor_decode_kserve(&m, body, hl + sizeof vals, (int64_t)(hl + 100), &bad,
+                                          &err), -BG_EINVAL);
+    assert_non_null(strstr(err.msg, "Inference-Header-Content-Length"));
+
+    float out[2] = {0.25f, -1.0f};
+    struct buf b = BUF_INIT;
+    int64_t jl = 0;
+    assert_int_equal(tensor_encode_kserve(&m, &r, out, &b, &jl), 0);
+    assert_true(jl > 0);
+    assert_int_equal(b.len, (size_t)jl + sizeof out);
+    assert_memory_equal(b.data + jl, out, sizeof out);
+    json_t *j = json_loadb(b.data, (size_t)jl, 0, NULL);
+    assert_non_null(j);
+    json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(o, "parameters"),
+                                                        "binary_data_size")), 8);
+    json_decref(j);
+    buf_free(&b);
+    free(r.input);
+    free(body);
+}
+
+static void test_json_answer_roundtrips_floats(void **state)
+{
+    (void)state;
+    struct model_config m = model();
+    struct infer_request r = {.rows = 2, .has_id = true};
+    snprintf(r.id, sizeof r.id, "a\"b\\c\n");
+    float out[4] = {0.1f, 1.0f / 3.0f, -123456.789f, 1e-30f};
+    struct buf b = BUF_INIT;
+    int64_t jl = 0;
+    assert_int_equal(tensor_encode_kserve(&m, &r, out, &b, &jl), 0);
+    assert_int_equal(jl, -1);
+    json_error_t je;
+    json_t *j = json_loadb(b.data, b.len, 0, &je);
+    if (!j)
+        fail_msg("not JSON: %s: %.*s", je.text, (int)b.len, b.data);
+    assert_string_equal(json_string_value(json_object_get(j, "id")), r.id);
+    assert_string_equal(json_string_value(json_object_get(j, "model_name")), "m");
+    json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
+    json_t *shape = json_object_get(o, "shape");
+    assert_int_equal(json_integer_value(json_array_get(shape, 0)), 2);
+    assert_int_equal(json_integer_value(json_array_get(shape, 1)), 2);
+    json_t *data = json_object_get(o, "data");
+    for (int i = 0; i < 4; i++)
+        assert_true((float)json_number_value(json_array_get(data, (size_t)i)) == out[i]);
+    json_decref(j);
+    buf_free(&b);
+}
+
+static void test_tfs(void **state)
+{
+    (void)state;
+    struct model_config m = model();
+    struct infer_request r;
+    struct error err = {0};
+    const char *ok = "{\"instances\":[[[1,2,3],[4,5,6]],{\"input\":[1,1,1,1,1,1]}]}";
+    assert_int_equal(tensor_decode_tfs(&m, ok, strlen(ok), &r, &err), 0);
+    assert_int_equal(r.rows, 2);
+    assert_true(r.input[6] == 1.0f);
+    float out[4] = {1, 2, 3, 4};
+    struct buf b = BUF_INIT;
+    assert_int_equal(tensor_encode_tfs(&m, 2, out, &b), 0);
+    assert_int_equal(b.len, strlen("{\"predictions\":[[1,2],[3,4]]}"));
+    assert_memory_equal(b.data, "{\"predictions\":[[1,2],[3,4]]}", b.len);
+    buf_free(&b);
+    free(r.input);
+    static const char *bad[] = {"{}", "{\"instances\":[]}", "{\"instances\":[[1,2]]}",
+                                "{\"instances\":[{\"x\":[1,2,3,4,5,6]}]}",
+                                "{\"instances\":[[1],[1],[1],[1],[1]]}", "nope"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(tensor_decode_tfs(&m, bad[i], strlen(bad[i]), &r, &err), -BG_EINVAL);
+        assert_null(r.input);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flat_and_nested),
+        cmocka_unit_test(test_every_error_names_the_field),
+        cmocka_unit_test(test_binary_in_and_out),
+        cmocka_unit_test(test_json_answer_roundtrips_floats),
+        cmocka_unit_test(test_tfs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
