@@ -52,6 +52,9 @@ static int warmup_sizes(const struct model_batching *b, int *sizes)
     return n;
 }
 
+/* Runs each warmup size twice per instance: the first pass pays for page
+ * faults and cold caches, and every timing seeds the latency model (the
+ * fit is robust to the slow first ones). */
 static int model_warmup(struct model *m, struct error *err)
 {
     int sizes[MODEL_MAX_PREFERRED + 2];
@@ -59,19 +62,23 @@ static int model_warmup(struct model *m, struct error *err)
     int64_t out_elems = m->cfg.output.row_elems;
     for (int i = 0; i < m->ninstances; i++) {
         struct instance *in = &m->instances[i];
-        for (int s = 0; s < n; s++) {
-            struct batch b = {.rows = sizes[s], .in = in->in, .out = in->out};
+        in->nwarm = 0;
+        for (int s = 0; s < 2 * n; s++) {
+            struct batch b = {.rows = sizes[s % n], .in = in->in, .out = in->out};
             /* A fixed, non-trivial input: zeros would hide a bias-only bug. */
-            for (int64_t k = 0; k < (int64_t)sizes[s] * m->cfg.input.row_elems; k++)
+            for (int64_t k = 0; k < (int64_t)b.rows * m->cfg.input.row_elems; k++)
                 in->in[k] = (float)((k % 17) - 8) / 8.0f;
+            int64_t t0 = now_ns();
             int rc = m->ops->run(in, &b, err);
             if (rc)
                 return rc;
-            for (int64_t k = 0; k < (int64_t)sizes[s] * out_elems; k++)
+            in->warm_rows[in->nwarm] = b.rows;
+            in->warm_ns[in->nwarm++] = now_ns() - t0;
+            for (int64_t k = 0; k < (int64_t)b.rows * out_elems; k++)
                 if (!isfinite(in->out[k]))
                     return error_set(err, BG_EBACKEND,
                                      "%s: warmup batch of %d rows produced a non-finite output "
-                                     "(check the weights)", m->cfg.config_path, sizes[s]);
+                                     "(check the weights)", m->cfg.config_path, b.rows);
         }
     }
     return 0;
@@ -163,7 +170,7 @@ size_t model_memory_bytes(const struct model *m)
 
 /* ---- workers ---- */
 
-void worker_run_batch(struct instance *in, struct batch *b)
+int64_t worker_run_batch(struct instance *in, struct batch *b)
 {
     const struct model_config *cfg = &in->model->cfg;
     size_t in_row = (size_t)cfg->input.row_elems, out_row = (size_t)cfg->output.row_elems;
@@ -195,6 +202,7 @@ void worker_run_batch(struct instance *in, struct batch *b)
         src += (size_t)it->rows * out_row;
         it->complete(it);
     }
+    return dt;
 }
 
 struct worker_arg {
@@ -208,9 +216,12 @@ static void *worker_main(void *p)
     free(p);
     for (;;) {
         struct batch b = {0};
-        if (a.src.next(a.src.ctx, &b) < 0)
+        if (a.src.next(a.src.ctx, a.in->index, &b) < 0)
             break;
-        worker_run_batch(a.in, &b);
+        int rows = b.rows;
+        int64_t ns = worker_run_batch(a.in, &b);
+        if (a.src.done)
+            a.src.done(a.src.ctx, a.in->index, rows, ns);
     }
     return NULL;
 }

@@ -23,7 +23,9 @@
  * gateway (embedded in its per-request state); the batcher, then a worker,
  * borrow it from batcher_submit until `complete` is called. */
 struct infer_item {
-    struct infer_item *prev, *next;   /* the batcher's queue, then the batch */
+    struct infer_item *prev, *next;   /* the batcher's queue in service order, then the batch */
+    struct infer_item *aprev, *anext; /* the batcher's queue in arrival order */
+    struct infer_item *dprev, *dnext; /* the batcher's queue in deadline order (with a deadline) */
     int rows;
     const float *input;               /* rows x input.row_elems */
     float *output;                    /* rows x output.row_elems */
@@ -31,7 +33,7 @@ struct infer_item {
     int64_t t_dequeue_ns;             /* taken into a batch */
     int64_t t_compute_ns;             /* the batch's execution time */
     int64_t deadline_ns;              /* 0: none */
-    int priority;
+    int priority;                     /* 1 is the highest; the batcher fills in the default */
     int batch_rows;                   /* rows of the batch it ran in */
     int status;                       /* 0, or a BG_E* code */
     char error[200];
@@ -45,6 +47,7 @@ struct batch {
     struct infer_item *head;          /* the batch's requests, linked by next */
     int nitems;
     int rows;
+    int row_budget;                   /* what the policy filled it up to (see policy.h) */
     float *in;                        /* rows x input.row_elems, gathered */
     float *out;                       /* rows x output.row_elems */
 };
@@ -60,6 +63,9 @@ struct instance {
     pthread_t thread;
     bool running;
     float *in, *out;                  /* gather/scatter buffers, max_batch_size rows */
+    int nwarm;                        /* warmup batches: the first latency samples */
+    int warm_rows[2 * (MODEL_MAX_PREFERRED + 2)];
+    int64_t warm_ns[2 * (MODEL_MAX_PREFERRED + 2)];
 };
 
 /* Cold start of the last load, by phase, in seconds. */
@@ -110,9 +116,12 @@ extern const struct backend_ops backend_synthetic;
 
 /* Where a worker gets its batches: the model's batcher, or a test double. */
 struct batch_source {
-    /* Blocks until a batch is ready; fills b->head/nitems/rows. Returns 0,
-     * or -1 when the source is closed and the worker must exit. */
-    int (*next)(void *ctx, struct batch *b);
+    /* Blocks until a batch is ready for this instance; fills
+     * b->head/nitems/rows. Returns 0, or -1 when the source is closed and
+     * the worker must exit. */
+    int (*next)(void *ctx, int instance, struct batch *b);
+    /* The batch ran for exec_ns (feeds the instance's latency model). */
+    void (*done)(void *ctx, int instance, int rows, int64_t exec_ns);
     void *ctx;
 };
 
@@ -123,6 +132,6 @@ void model_workers_join(struct model *m);
 
 /* What a worker does with one batch, exposed for tests: gather, run,
  * scatter, complete each item. */
-void worker_run_batch(struct instance *in, struct batch *b);
+int64_t worker_run_batch(struct instance *in, struct batch *b);   /* returns exec ns */
 
 #endif

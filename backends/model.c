@@ -172,7 +172,8 @@ static int parse_batching(json_t *o, struct model_batching *b, const char *path,
 {
     static const char *const keys[] = {"max_batch_size", "preferred_batch_sizes",
                                        "max_queue_delay_us", "latency_budget_ms",
-                                       "max_queue_size", NULL};
+                                       "max_queue_size", "default_priority",
+                                       "priority_aging_ms", "policy", NULL};
     if (!json_is_object(o))
         return error_set(err, BG_ECONFIG, "%s: batching: must be an object", path);
     int rc;
@@ -192,6 +193,18 @@ static int parse_batching(json_t *o, struct model_batching *b, const char *path,
     if ((rc = get_int(o, "max_queue_size", 1, 1 << 24, &x, path, "batching.", err)))
         return rc;
     b->max_queue_size = (int)x;
+    x = b->default_priority;
+    if ((rc = get_int(o, "default_priority", 1, 1000000, &x, path, "batching.", err)))
+        return rc;
+    b->default_priority = (int)x;
+    if ((rc = get_int(o, "priority_aging_ms", 0, 3600000, &b->priority_aging_ms, path,
+                      "batching.", err)) ||
+        (rc = get_str(o, "policy", b->policy, sizeof b->policy, false, path, "batching.", err)))
+        return rc;
+    if (strcmp(b->policy, "deadline") != 0 && strcmp(b->policy, "fixed_delay") != 0)
+        return error_set(err, BG_ECONFIG,
+                         "%s: batching.policy: \"%s\" is not deadline or fixed_delay", path,
+                         b->policy);
     json_t *pref = json_object_get(o, "preferred_batch_sizes");
     if (pref) {
         if (!json_is_array(pref) || json_array_size(pref) > MODEL_MAX_PREFERRED)
@@ -285,6 +298,9 @@ static void config_defaults(struct model_config *c)
     c->batching.max_queue_delay_us = 1000;
     c->batching.latency_budget_ms = 0;
     c->batching.max_queue_size = 4096;
+    c->batching.default_priority = 1;
+    c->batching.priority_aging_ms = 1000;
+    snprintf(c->batching.policy, sizeof c->batching.policy, "deadline");
     c->instance_count = 1;
     c->synthetic.base_us = 2000;
     c->synthetic.per_row_us = 20;

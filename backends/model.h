@@ -56,6 +56,9 @@ struct model_batching {
     int64_t max_queue_delay_us;
     int64_t latency_budget_ms;
     int max_queue_size;
+    int default_priority;        /* for requests that give none (or 0); 1 is the highest */
+    int64_t priority_aging_ms;   /* the oldest request goes first after this long; 0: never */
+    char policy[16];             /* "deadline" (default) or "fixed_delay" (Triton's) */
 };
 
 enum synthetic_mode { SYNTHETIC_SLEEP, SYNTHETIC_SPIN };

@@ -1,6 +1,5 @@
-/* batcher.c - see batcher.h. One mutex per model guards the queue; the
- * policy decides under it in O(max_batch_size). Workers wait on one
- * condition variable with a deadline from the policy. */
+/* batcher.c - see batcher.h. One mutex per model guards the queue and the
+ * latency models; decisions are O(max_batch_size) under it. */
 #include "batcher.h"
 
 #include <pthread.h>
@@ -10,44 +9,121 @@
 #include <time.h>
 
 #include "clock.h"
-#include "policy.h"
+#include "latmodel.h"
+#include "queue.h"
 
 struct batcher {
     pthread_mutex_t lock;
-    pthread_cond_t cond;              /* CLOCK_MONOTONIC */
+    pthread_cond_t work;              /* workers wait here (CLOCK_MONOTONIC) */
+    pthread_cond_t reap;              /* the reaper waits here */
     char name[MODEL_NAME_MAX];
-    struct model_batching cfg;
-    struct policy_config pcfg;
-    struct infer_item *head, *tail;
-    int n;
+    struct bqueue q;
+    struct latmodel *lat;             /* one per instance */
+    int ninstances;
+    int fastest;                      /* instance whose model predicts least for 1 row */
     bool closed;
-    struct policy_request *view;      /* scratch: the queue's head for the policy */
-    int view_cap;
+    pthread_t reaper;
+    bool reaper_running;
 };
 
-struct batcher *batcher_new(const char *model_name, const struct model_batching *cfg)
+static void complete_all(struct infer_item *it, int status, const char *msg)
+{
+    while (it) {
+        struct infer_item *next = it->next;
+        it->next = it->prev = NULL;
+        it->status = status;
+        snprintf(it->error, sizeof it->error, "%s", msg);
+        it->complete(it);
+        it = next;
+    }
+}
+
+static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_ns)
+{
+    if (at_ns == POLICY_NEVER) {
+        pthread_cond_wait(c, m);
+        return;
+    }
+    struct timespec ts = {(time_t)(at_ns / 1000000000), (long)(at_ns % 1000000000)};
+    pthread_cond_timedwait(c, m, &ts);
+}
+
+static const struct latmodel *fastest(struct batcher *b) { return &b->lat[b->fastest]; }
+
+static void update_fastest(struct batcher *b)
+{
+    int best = 0;
+    for (int i = 1; i < b->ninstances; i++)
+        if (latmodel_predict(&b->lat[i], 1) < latmodel_predict(&b->lat[best], 1))
+            best = i;
+    b->fastest = best;
+}
+
+/* Expired requests are answered 504 the moment they become hopeless, even
+ * when no instance is idle to notice: that is this thread's only job. */
+static void *reaper_main(void *arg)
+{
+    struct batcher *b = arg;
+    pthread_mutex_lock(&b->lock);
+    while (!b->closed) {
+        struct infer_item *expired;
+        int64_t next = bqueue_expire(&b->q, now_ns(), fastest(b), &expired);
+        if (expired) {
+            pthread_mutex_unlock(&b->lock);
+            complete_all(expired, BG_EDEADLINE,
+                         "latency budget ran out while queued (answered when it could no longer be met)");
+            pthread_mutex_lock(&b->lock);
+            continue;
+        }
+        timed_wait(&b->reap, &b->lock, next);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return NULL;
+}
+
+struct batcher *batcher_new(const char *model_name, const struct model_batching *cfg,
+                            int instances, struct error *err)
 {
     struct batcher *b = calloc(1, sizeof *b);
-    if (!b)
-        return NULL;
-    b->view_cap = cfg->max_batch_size + 1;
-    b->view = calloc((size_t)b->view_cap, sizeof *b->view);
-    if (!b->view) {
-        free(b);
+    if (!b) {
+        error_set(err, BG_ENOMEM, "out of memory");
         return NULL;
     }
+    snprintf(b->name, sizeof b->name, "%s", model_name);
+    struct bqueue_config qc;
+    bqueue_config_from_model(&qc, cfg,
+                             strcmp(cfg->policy, "fixed_delay") == 0 ? POLICY_FIXED_DELAY
+                                                                      : POLICY_DEADLINE);
+    b->ninstances = instances > 0 ? instances : 1;
+    b->lat = calloc((size_t)b->ninstances, sizeof *b->lat);
+    if (!b->lat || bqueue_init(&b->q, &qc) != 0) {
+        bqueue_free(&b->q);
+        free(b->lat);
+        free(b);
+        error_set(err, BG_ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < b->ninstances; i++)
+        latmodel_init(&b->lat[i]);
     pthread_mutex_init(&b->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&b->cond, &ca);
+    pthread_cond_init(&b->work, &ca);
+    pthread_cond_init(&b->reap, &ca);
     pthread_condattr_destroy(&ca);
-    snprintf(b->name, sizeof b->name, "%s", model_name);
-    b->cfg = *cfg;
-    b->pcfg.max_batch_size = b->cfg.max_batch_size;
-    b->pcfg.preferred = b->cfg.preferred;
-    b->pcfg.npreferred = b->cfg.npreferred;
-    b->pcfg.max_queue_delay_ns = b->cfg.max_queue_delay_us * 1000;
+    int rc = pthread_create(&b->reaper, NULL, reaper_main, b);
+    if (rc) {
+        error_set(err, BG_EINTERNAL, "model %s: cannot start the deadline thread: %s", model_name,
+                  strerror(rc));
+        batcher_free(b);
+        return NULL;
+    }
+    b->reaper_running = true;
+    char tname[32];
+    snprintf(tname, sizeof tname, "bg-q-%.10s", model_name);
+    tname[15] = '\0';
+    pthread_setname_np(b->reaper, tname);
     return b;
 }
 
@@ -55,55 +131,38 @@ void batcher_free(struct batcher *b)
 {
     if (!b)
         return;
+    batcher_close(b);
     pthread_mutex_destroy(&b->lock);
-    pthread_cond_destroy(&b->cond);
-    free(b->view);
+    pthread_cond_destroy(&b->work);
+    pthread_cond_destroy(&b->reap);
+    bqueue_free(&b->q);
+    free(b->lat);
     free(b);
 }
 
-static void queue_unlink(struct batcher *b, struct infer_item *it)
+void batcher_seed(struct batcher *b, int instance, int rows, int64_t exec_ns)
 {
-    if (it->prev)
-        it->prev->next = it->next;
-    else
-        b->head = it->next;
-    if (it->next)
-        it->next->prev = it->prev;
-    else
-        b->tail = it->prev;
-    it->prev = it->next = NULL;
-    it->queued = false;
-    b->n--;
+    batcher_done(b, instance, rows, exec_ns);
 }
 
 int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
 {
-    if (it->rows < 1 || it->rows > b->cfg.max_batch_size)
-        return error_set(err, BG_EINVAL, "a request may carry 1 to %d rows for model %s (got %d)",
-                         b->cfg.max_batch_size, b->name, it->rows);
+    struct error e = {0};
     pthread_mutex_lock(&b->lock);
     if (b->closed) {
         pthread_mutex_unlock(&b->lock);
         return error_set(err, BG_ESHUTDOWN, "model %s is shutting down", b->name);
     }
-    if (b->n >= b->cfg.max_queue_size) {
-        pthread_mutex_unlock(&b->lock);
-        return error_set(err, BG_EQUEUEFULL,
-                         "model %s: queue full (%d requests waiting, batching.max_queue_size)",
-                         b->name, b->cfg.max_queue_size);
+    int rc = bqueue_push(&b->q, it, now_ns(), fastest(b), &e);
+    if (rc == 0) {
+        /* Every idle worker re-decides: with several instances any may take it. */
+        pthread_cond_broadcast(&b->work);
+        if (it->deadline_ns)
+            pthread_cond_signal(&b->reap);
     }
-    it->next = NULL;
-    it->prev = b->tail;
-    if (b->tail)
-        b->tail->next = it;
-    else
-        b->head = it;
-    b->tail = it;
-    it->queued = true;
-    b->n++;
-    /* Every waiting worker re-decides: with several instances, any may take it. */
-    pthread_cond_broadcast(&b->cond);
     pthread_mutex_unlock(&b->lock);
+    if (rc)
+        return error_set(err, -rc, "model %s: %s", b->name, e.msg);
     return 0;
 }
 
@@ -112,96 +171,99 @@ void batcher_cancel(struct batcher *b, struct infer_item *it)
     atomic_store(&it->cancelled, true);
     pthread_mutex_lock(&b->lock);
     bool was_queued = it->queued;
-    if (was_queued)
-        queue_unlink(b, it);
+    bqueue_remove(&b->q, it);
     pthread_mutex_unlock(&b->lock);
     if (was_queued) {
-        it->status = BG_ECANCELLED;
-        snprintf(it->error, sizeof it->error, "cancelled: the client went away");
-        it->complete(it);
+        it->next = NULL;
+        complete_all(it, BG_ECANCELLED, "cancelled: the client went away");
     }
 }
 
-int batcher_next(struct batcher *b, struct batch *out)
+int batcher_next(struct batcher *b, int instance, struct batch *out)
 {
+    const struct latmodel *lat = &b->lat[instance < b->ninstances ? instance : 0];
     pthread_mutex_lock(&b->lock);
     for (;;) {
         if (b->closed) {
             pthread_mutex_unlock(&b->lock);
             return -1;
         }
-        int n = 0;
-        for (struct infer_item *it = b->head; it && n < b->view_cap; it = it->next) {
-            b->view[n].rows = it->rows;
-            b->view[n].arrival_ns = it->t_arrival_ns;
-            n++;
-        }
         int64_t now = now_ns();
-        struct policy_decision d;
-        policy_decide(&b->pcfg, b->view, n, now, &d);
-        if (d.take > 0) {
-            out->head = b->head;
-            out->nitems = d.take;
-            out->rows = d.rows;
-            struct infer_item *last = b->head;
-            for (int i = 1; i < d.take; i++)
-                last = last->next;
-            b->head = last->next;
-            if (b->head)
-                b->head->prev = NULL;
-            else
-                b->tail = NULL;
-            last->next = NULL;
-            b->n -= d.take;
-            for (struct infer_item *it = out->head; it; it = it->next) {
-                it->queued = false;
-                it->t_dequeue_ns = now;
-            }
-            if (b->n > 0)
-                pthread_cond_signal(&b->cond);   /* another idle worker may form the next */
+        /* Never hand a worker a request that is already late. */
+        struct infer_item *expired;
+        bqueue_expire(&b->q, now, fastest(b), &expired);
+        if (expired) {
+            pthread_mutex_unlock(&b->lock);
+            complete_all(expired, BG_EDEADLINE, "latency budget ran out while queued");
+            pthread_mutex_lock(&b->lock);
+            continue;
+        }
+        int64_t wake;
+        if (bqueue_take(&b->q, now, lat, out, &wake)) {
+            if (b->q.n > 0)
+                pthread_cond_signal(&b->work);   /* another idle worker may form the next */
             pthread_mutex_unlock(&b->lock);
             return 0;
         }
-        if (d.wake_ns == POLICY_NEVER) {
-            pthread_cond_wait(&b->cond, &b->lock);
-        } else {
-            struct timespec ts = {(time_t)(d.wake_ns / 1000000000), (long)(d.wake_ns % 1000000000)};
-            pthread_cond_timedwait(&b->cond, &b->lock, &ts);
-        }
+        timed_wait(&b->work, &b->lock, wake);
     }
+}
+
+void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns)
+{
+    if (instance < 0 || instance >= b->ninstances)
+        return;
+    pthread_mutex_lock(&b->lock);
+    latmodel_add(&b->lat[instance], rows, exec_ns);
+    update_fastest(b);
+    pthread_mutex_unlock(&b->lock);
 }
 
 void batcher_close(struct batcher *b)
 {
     pthread_mutex_lock(&b->lock);
     b->closed = true;
-    struct infer_item *it = b->head;
-    b->head = b->tail = NULL;
-    b->n = 0;
-    pthread_cond_broadcast(&b->cond);
+    struct infer_item *left = bqueue_drain(&b->q);
+    pthread_cond_broadcast(&b->work);
+    pthread_cond_broadcast(&b->reap);
     pthread_mutex_unlock(&b->lock);
-    while (it) {
-        struct infer_item *next = it->next;
-        it->queued = false;
-        it->prev = it->next = NULL;
-        it->status = BG_ESHUTDOWN;
-        snprintf(it->error, sizeof it->error, "the server is shutting down");
-        it->complete(it);
-        it = next;
+    if (b->reaper_running) {
+        pthread_join(b->reaper, NULL);
+        b->reaper_running = false;
     }
+    complete_all(left, BG_ESHUTDOWN, "the server is shutting down");
 }
 
 int batcher_depth(struct batcher *b)
 {
     pthread_mutex_lock(&b->lock);
-    int n = b->n;
+    int n = b->q.n;
     pthread_mutex_unlock(&b->lock);
     return n;
 }
 
-static int source_next(void *ctx, struct batch *out) { return batcher_next(ctx, out); }
+void batcher_latency_model(struct batcher *b, int instance, double *a_ns, double *b_ns,
+                           double *margin_ns)
+{
+    pthread_mutex_lock(&b->lock);
+    const struct latmodel *m = &b->lat[instance < b->ninstances ? instance : 0];
+    *a_ns = m->a_ns;
+    *b_ns = m->b_ns;
+    *margin_ns = m->margin_ns;
+    pthread_mutex_unlock(&b->lock);
+}
+
+static int source_next(void *ctx, int instance, struct batch *out)
+{
+    return batcher_next(ctx, instance, out);
+}
+
+static void source_done(void *ctx, int instance, int rows, int64_t exec_ns)
+{
+    batcher_done(ctx, instance, rows, exec_ns);
+}
 
 struct batch_source batcher_source(struct batcher *b)
 {
-    return (struct batch_source){.next = source_next, .ctx = b};
+    return (struct batch_source){.next = source_next, .done = source_done, .ctx = b};
 }

@@ -1,27 +1,36 @@
-/* batcher.h - a model's request queue: admission, and batches for its
- * instance workers as the policy (policy.h) decides.
+/* batcher.h - a model's request queue shared by its instance workers:
+ * admission (queue limit, early 504 for budgets that cannot be met), expiry
+ * of queued requests at the instant they become hopeless, and batches cut by
+ * the policy (policy.h) from each instance's fitted latency model.
  *
  * Threads: any thread submits and cancels; instance workers block in
  * batcher_next until a batch is due (a timed wait to the policy's next
- * decision instant, no polling). Items are borrowed, never copied: the
- * batcher links them through infer_item.prev/next and completes each exactly
- * once (queue closed, cancelled while queued) or hands it to a worker. */
+ * decision instant, no polling); one reaper thread answers requests whose
+ * deadline can no longer be met while every instance is busy. Items are
+ * borrowed, never copied, and each is completed exactly once: by a worker
+ * after running it, or here (cancelled, expired, closed). */
 #ifndef BG_BATCHER_H
 #define BG_BATCHER_H
+
+#include <stdint.h>
 
 #include "backend.h"
 #include "error.h"
 #include "model.h"
+#include "policy.h"
 
 struct batcher;
 
-/* The batching section of the model's config; name is used in messages. */
-struct batcher *batcher_new(const char *model_name, const struct model_batching *cfg);
+struct batcher *batcher_new(const char *model_name, const struct model_batching *cfg,
+                            int instances, struct error *err);
 void batcher_free(struct batcher *b);
 
-/* Queues the item. Returns 0, -BG_EQUEUEFULL (max_queue_size), -BG_EINVAL
- * (more rows than max_batch_size) or -BG_ESHUTDOWN, with a message. On error
- * the item is not queued and `complete` is not called. */
+/* Seeds an instance's latency model (the warmup batches at load). */
+void batcher_seed(struct batcher *b, int instance, int rows, int64_t exec_ns);
+
+/* Queues the item. Returns 0, or -BG_EQUEUEFULL, -BG_EINVAL (rows),
+ * -BG_EDEADLINE (its budget cannot be met even alone) or -BG_ESHUTDOWN, with
+ * a message; then the item is not queued and `complete` is not called. */
 int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err);
 
 /* The client went away: a queued item leaves the queue at once and
@@ -29,13 +38,18 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err);
  * already took is only flagged, and its answer is dropped. */
 void batcher_cancel(struct batcher *b, struct infer_item *it);
 
-/* Worker side: blocks until a batch is due; 0, or -1 once closed. */
-int batcher_next(struct batcher *b, struct batch *out);
+/* Worker side: blocks until a batch is due for `instance`; 0, or -1 once closed. */
+int batcher_next(struct batcher *b, int instance, struct batch *out);
+/* Worker side: a batch ran; its time refines the instance's latency model. */
+void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns);
 
-/* Stops the workers and completes every queued item with BG_ESHUTDOWN. */
+/* Stops workers and reaper; completes every queued item with BG_ESHUTDOWN. */
 void batcher_close(struct batcher *b);
 
 int batcher_depth(struct batcher *b);
+/* The fitted model of an instance: exec(rows) ~= a + b*rows (+ margin), ns. */
+void batcher_latency_model(struct batcher *b, int instance, double *a_ns, double *b_ns,
+                           double *margin_ns);
 
 /* A batch_source for model_workers_start. */
 struct batch_source batcher_source(struct batcher *b);

@@ -1,18 +1,71 @@
 /* policy.c - see policy.h. */
 #include "policy.h"
 
-void policy_decide(const struct policy_config *c, const struct policy_request *q, int n,
-                   int64_t now_ns, struct policy_decision *d)
+#include <stddef.h>
+
+/* The selection serving the most rows, every one within its deadline when
+ * started now: for each row budget R (largest first) take, in service
+ * order, the requests that fit in R and whose deadline allows exec(R). */
+static void select_feasible(const struct policy_config *c, const struct latmodel *lat,
+                            const struct policy_request *q, int n, int64_t now,
+                            struct policy_decision *d)
+{
+    int *best = d->scratch, *cur = d->scratch + c->max_batch_size + 1;
+    int best_n = 0, best_rows = 0, best_R = 1;
+    /* Down to R == best_rows: among selections of equal rows the one with the
+     * tightest row budget admits the most requests in service order. */
+    for (int R = c->max_batch_size; R >= 1 && R >= best_rows; R--) {
+        int64_t finish = now + latmodel_predict(lat, R);
+        int cn = 0, rows = 0;
+        for (int i = 0; i < n && rows < R; i++) {
+            if (rows + q[i].rows > R)
+                continue;
+            if (q[i].deadline_ns && q[i].deadline_ns < finish)
+                continue;
+            cur[cn++] = i;
+            rows += q[i].rows;
+        }
+        if (rows > 0 && rows >= best_rows) {
+            int *t = best;
+            best = cur;
+            cur = t;
+            best_n = cn;
+            best_rows = rows;
+            best_R = R;
+        }
+    }
+    if (best_n == 0) {
+        /* Nothing can make it (the caller expires those): send the head. */
+        d->take = 1;
+        d->rows = q[0].rows;
+        d->row_budget = c->max_batch_size;
+        d->pick = NULL;
+        return;
+    }
+    d->take = best_n;
+    d->rows = best_rows;
+    d->row_budget = best_R;
+    d->pick = best;
+}
+
+void policy_decide(const struct policy_config *c, const struct latmodel *lat,
+                   const struct policy_request *q, int n, int64_t now_ns,
+                   struct policy_decision *d)
 {
     d->take = 0;
     d->rows = 0;
     d->wake_ns = POLICY_NEVER;
+    d->pick = NULL;
     if (n <= 0)
         return;
-    /* The largest prefix that fits, and the largest prefix at a preferred size. */
     int k = 0, rows = 0, pref_k = 0, pref_rows = 0;
+    int64_t oldest = POLICY_NEVER, dmin = POLICY_NEVER;
     while (k < n && rows + q[k].rows <= c->max_batch_size) {
         rows += q[k].rows;
+        if (q[k].arrival_ns < oldest)
+            oldest = q[k].arrival_ns;
+        if (q[k].deadline_ns && q[k].deadline_ns < dmin)
+            dmin = q[k].deadline_ns;
         k++;
         for (int p = 0; p < c->npreferred; p++)
             if (rows == c->preferred[p]) {
@@ -25,19 +78,32 @@ void policy_decide(const struct policy_config *c, const struct policy_request *q
          * the head alone rather than stall the queue. */
         d->take = 1;
         d->rows = q[0].rows;
+        d->row_budget = c->max_batch_size;
         return;
     }
+    int deadline_aware = c->kind == POLICY_DEADLINE && lat != NULL;
     int full = rows == c->max_batch_size || k < n;
-    int64_t due = q[0].arrival_ns + c->max_queue_delay_ns;
-    if (full || now_ns >= due) {
-        d->take = k;
-        d->rows = rows;
+    int64_t due = oldest + c->max_queue_delay_ns;
+    int64_t latest = POLICY_NEVER;
+    if (deadline_aware && dmin != POLICY_NEVER)
+        latest = dmin - latmodel_predict(lat, rows);
+    int take = 0, take_rows = 0;
+    if (full || now_ns >= due || now_ns >= latest) {
+        take = k;
+        take_rows = rows;
+    } else if (pref_k > 0) {
+        take = pref_k;
+        take_rows = pref_rows;
+    }
+    if (take > 0) {
+        if (deadline_aware && d->scratch) {
+            select_feasible(c, lat, q, n, now_ns, d);
+            return;
+        }
+        d->take = take;
+        d->rows = take_rows;
+        d->row_budget = c->max_batch_size;
         return;
     }
-    if (pref_k > 0) {
-        d->take = pref_k;
-        d->rows = pref_rows;
-        return;
-    }
-    d->wake_ns = due;
+    d->wake_ns = due < latest ? due : latest;
 }

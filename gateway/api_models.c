@@ -237,6 +237,53 @@ static void infer_call_abort(struct http_request *req, void *arg)
     batcher_cancel(call->sm->batcher, &call->item);
 }
 
+/* A non-negative integer header; -1 when absent, -2 when malformed. */
+static int64_t header_int(struct http_request *req, const char *name)
+{
+    size_t len;
+    const char *v = http_request_header(req, name, &len);
+    if (!v)
+        return -1;
+    if (len == 0 || len > 18)
+        return -2;
+    int64_t x = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -2;
+        x = x * 10 + (v[i] - '0');
+    }
+    return x;
+}
+
+/* Budget and priority: the body's parameters, else the X- headers, else the
+ * model's defaults. Returns 0, or answers 400 and returns -1. */
+static int infer_budget(struct http_request *req, const struct model_config *c,
+                        struct infer_call *call)
+{
+    struct infer_item *it = &call->item;
+    int64_t budget_ns = 0;
+    if (call->r.has_timeout) {
+        budget_ns = call->r.timeout_us * 1000;
+    } else {
+        int64_t ms = header_int(req, "X-Request-Timeout-Ms");
+        if (ms == -2) {
+            http_respond_error(req, 400, NULL, "X-Request-Timeout-Ms: must be a whole number of "
+                                               "milliseconds");
+            return -1;
+        }
+        budget_ns = ms >= 0 ? ms * 1000000 : c->batching.latency_budget_ms * 1000000;
+    }
+    it->deadline_ns = budget_ns > 0 ? it->t_arrival_ns + budget_ns : 0;
+    int64_t prio = call->r.has_priority ? call->r.priority : header_int(req, "X-Priority");
+    if (prio == -2 || prio > 1000000) {
+        http_respond_error(req, 400, NULL, "X-Priority: must be a whole number (1 is the highest, "
+                                           "0 the model's default)");
+        return -1;
+    }
+    it->priority = prio > 0 ? (int)prio : 0;   /* 0: the batcher applies the default */
+    return 0;
+}
+
 static void infer_submit(struct http_request *req, struct served_model *sm, struct infer_call *call)
 {
     const struct model_config *c = &sm->model.cfg;
@@ -255,10 +302,10 @@ static void infer_submit(struct http_request *req, struct served_model *sm, stru
     it->input = call->r.input;
     it->output = call->output;
     it->t_arrival_ns = http_request_received_ns(req);
-    it->priority = call->r.has_priority ? (int)call->r.priority : 0;
-    it->deadline_ns = call->r.has_timeout && call->r.timeout_us > 0
-                          ? it->t_arrival_ns + call->r.timeout_us * 1000
-                          : 0;
+    if (infer_budget(req, c, call) < 0) {
+        infer_call_free(call);
+        return;
+    }
     it->complete = infer_call_complete;
     struct error err = {0};
     int rc = batcher_submit(sm->batcher, it, &err);

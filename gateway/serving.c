@@ -91,10 +91,14 @@ static void serving_load_one(struct served_model *sm)
         atomic_store(&sm->state, SERVED_FAILED);
         return;
     }
-    sm->batcher = batcher_new(m->cfg.name, &m->cfg.batching);
+    sm->batcher = batcher_new(m->cfg.name, &m->cfg.batching, m->ninstances, &err);
+    if (sm->batcher)
+        for (int i = 0; i < m->ninstances; i++)
+            for (int s = 0; s < m->instances[i].nwarm; s++)
+                batcher_seed(sm->batcher, i, m->instances[i].warm_rows[s],
+                             m->instances[i].warm_ns[s]);
     if (!sm->batcher || model_workers_start(m, batcher_source(sm->batcher), &err) != 0) {
-        snprintf(m->reason, sizeof m->reason, "cannot start workers: %s",
-                 sm->batcher ? err.msg : "out of memory");
+        snprintf(m->reason, sizeof m->reason, "cannot start workers: %s", err.msg);
         log_error("model %s: %s", m->cfg.name, m->reason);
         if (sm->batcher)
             batcher_close(sm->batcher);

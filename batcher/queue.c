@@ -1,0 +1,275 @@
+/* queue.c - see queue.h. */
+#include "queue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batching *b,
+                              enum policy_kind kind)
+{
+    memset(qc, 0, sizeof *qc);
+    qc->max_batch_size = b->max_batch_size;
+    qc->npreferred = b->npreferred;
+    memcpy(qc->preferred, b->preferred, sizeof qc->preferred);
+    qc->max_queue_delay_ns = b->max_queue_delay_us * 1000;
+    qc->max_queue_size = b->max_queue_size;
+    qc->default_priority = b->default_priority;
+    qc->aging_ns = b->priority_aging_ms * 1000000;
+    qc->kind = kind;
+}
+
+int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg)
+{
+    memset(q, 0, sizeof *q);
+    q->cfg = *cfg;
+    q->pcfg.max_batch_size = cfg->max_batch_size;
+    q->pcfg.preferred = q->cfg.preferred;
+    q->pcfg.npreferred = cfg->npreferred;
+    q->pcfg.max_queue_delay_ns = cfg->max_queue_delay_ns;
+    q->pcfg.kind = cfg->kind;
+    q->view_cap = POLICY_VIEW_FACTOR * cfg->max_batch_size + 1;
+    q->view = calloc((size_t)q->view_cap, sizeof *q->view);
+    q->view_items = calloc((size_t)q->view_cap, sizeof *q->view_items);
+    q->pick_scratch = calloc(2 * ((size_t)cfg->max_batch_size + 1), sizeof *q->pick_scratch);
+    return q->view && q->view_items && q->pick_scratch ? 0 : -BG_ENOMEM;
+}
+
+void bqueue_free(struct bqueue *q)
+{
+    free(q->view);
+    free(q->view_items);
+    free(q->pick_scratch);
+    q->pick_scratch = NULL;
+    q->view = NULL;
+    q->view_items = NULL;
+}
+
+/* ---- orders ---- */
+
+/* a is served before b. */
+static int svc_before(const struct infer_item *a, const struct infer_item *b)
+{
+    if (a->priority != b->priority)
+        return a->priority < b->priority;
+    int64_t da = a->deadline_ns ? a->deadline_ns : INT64_MAX;
+    int64_t db = b->deadline_ns ? b->deadline_ns : INT64_MAX;
+    if (da != db)
+        return da < db;
+    return a->t_arrival_ns < b->t_arrival_ns;
+}
+
+/* Inserts scanning from the tail: arrivals mostly belong near it. */
+static void svc_insert(struct bqueue *q, struct infer_item *it)
+{
+    struct infer_item *p = q->svc_tail;
+    while (p && svc_before(it, p))
+        p = p->prev;
+    it->prev = p;
+    it->next = p ? p->next : q->svc_head;
+    if (it->next)
+        it->next->prev = it;
+    else
+        q->svc_tail = it;
+    if (p)
+        p->next = it;
+    else
+        q->svc_head = it;
+}
+
+static void arr_insert(struct bqueue *q, struct infer_item *it)
+{
+    struct infer_item *p = q->arr_tail;
+    while (p && it->t_arrival_ns < p->t_arrival_ns)
+        p = p->aprev;
+    it->aprev = p;
+    it->anext = p ? p->anext : q->arr_head;
+    if (it->anext)
+        it->anext->aprev = it;
+    else
+        q->arr_tail = it;
+    if (p)
+        p->anext = it;
+    else
+        q->arr_head = it;
+}
+
+static void dl_insert(struct bqueue *q, struct infer_item *it)
+{
+    struct infer_item *p = q->dl_tail;
+    while (p && it->deadline_ns < p->deadline_ns)
+        p = p->dprev;
+    it->dprev = p;
+    it->dnext = p ? p->dnext : q->dl_head;
+    if (it->dnext)
+        it->dnext->dprev = it;
+    else
+        q->dl_tail = it;
+    if (p)
+        p->dnext = it;
+    else
+        q->dl_head = it;
+}
+
+static void unlink_all(struct bqueue *q, struct infer_item *it)
+{
+    if (it->prev)
+        it->prev->next = it->next;
+    else
+        q->svc_head = it->next;
+    if (it->next)
+        it->next->prev = it->prev;
+    else
+        q->svc_tail = it->prev;
+    if (it->aprev)
+        it->aprev->anext = it->anext;
+    else
+        q->arr_head = it->anext;
+    if (it->anext)
+        it->anext->aprev = it->aprev;
+    else
+        q->arr_tail = it->aprev;
+    if (it->deadline_ns) {
+        if (it->dprev)
+            it->dprev->dnext = it->dnext;
+        else
+            q->dl_head = it->dnext;
+        if (it->dnext)
+            it->dnext->dprev = it->dprev;
+        else
+            q->dl_tail = it->dprev;
+    }
+    it->prev = it->next = it->aprev = it->anext = it->dprev = it->dnext = NULL;
+    it->queued = false;
+    q->n--;
+}
+
+/* ---- operations ---- */
+
+int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
+                const struct latmodel *lat, struct error *err)
+{
+    if (it->rows < 1 || it->rows > q->cfg.max_batch_size)
+        return error_set(err, BG_EINVAL, "a request may carry 1 to %d rows (got %d)",
+                         q->cfg.max_batch_size, it->rows);
+    if (q->n >= q->cfg.max_queue_size)
+        return error_set(err, BG_EQUEUEFULL,
+                         "queue full (%d requests waiting, batching.max_queue_size)",
+                         q->cfg.max_queue_size);
+    if (it->priority <= 0)
+        it->priority = q->cfg.default_priority;
+    if (it->deadline_ns && q->cfg.kind == POLICY_DEADLINE && lat) {
+        int64_t need = latmodel_predict(lat, it->rows);
+        if (now_ns + need > it->deadline_ns)
+            return error_set(err, BG_EDEADLINE,
+                             "latency budget cannot be met: %d rows need about %.2f ms, %.2f ms "
+                             "are left", it->rows, (double)need / 1e6,
+                             (double)(it->deadline_ns - now_ns) / 1e6);
+    }
+    svc_insert(q, it);
+    arr_insert(q, it);
+    if (it->deadline_ns)
+        dl_insert(q, it);
+    it->queued = true;
+    q->n++;
+    return 0;
+}
+
+void bqueue_remove(struct bqueue *q, struct infer_item *it)
+{
+    if (it->queued)
+        unlink_all(q, it);
+}
+
+int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
+                      struct infer_item **expired)
+{
+    *expired = NULL;
+    if (q->cfg.kind != POLICY_DEADLINE || !lat)
+        return POLICY_NEVER;
+    struct infer_item **tail = expired;
+    /* An item is hopeless at deadline - exec(its rows). Only items whose
+     * deadline is within exec(max_batch_size) of now can be: stop there. */
+    int64_t horizon = now_ns + latmodel_predict(lat, q->cfg.max_batch_size);
+    int64_t next = POLICY_NEVER;
+    struct infer_item *it = q->dl_head, *nx;
+    for (; it && it->deadline_ns <= horizon; it = nx) {
+        nx = it->dnext;
+        int64_t at = it->deadline_ns - latmodel_predict(lat, it->rows);
+        if (at <= now_ns) {
+            unlink_all(q, it);
+            *tail = it;
+            tail = &it->next;
+        } else if (at < next) {
+            next = at;
+        }
+    }
+    if (it) {
+        int64_t at = it->deadline_ns - latmodel_predict(lat, q->cfg.max_batch_size);
+        if (at < next)
+            next = at;
+    }
+    *tail = NULL;
+    return next;
+}
+
+int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, struct batch *b,
+                int64_t *wake_ns)
+{
+    *wake_ns = POLICY_NEVER;
+    if (q->n == 0)
+        return 0;
+    int n = 0;
+    /* Aging: the oldest request jumps the priority order once it waited long. */
+    struct infer_item *aged = NULL;
+    if (q->cfg.aging_ns > 0 && q->arr_head && q->arr_head != q->svc_head &&
+        now_ns - q->arr_head->t_arrival_ns >= q->cfg.aging_ns) {
+        aged = q->arr_head;
+        q->view_items[n++] = aged;
+    }
+    for (struct infer_item *it = q->svc_head; it && n < q->view_cap; it = it->next)
+        if (it != aged)
+            q->view_items[n++] = it;
+    for (int i = 0; i < n; i++) {
+        q->view[i].rows = q->view_items[i]->rows;
+        q->view[i].arrival_ns = q->view_items[i]->t_arrival_ns;
+        q->view[i].deadline_ns = q->view_items[i]->deadline_ns;
+    }
+    struct policy_decision d;
+    policy_decision_init(&d, q->pick_scratch);
+    policy_decide(&q->pcfg, lat, q->view, n, now_ns, &d);
+    if (d.take == 0) {
+        /* The aging instant of the oldest request is a decision point too. */
+        int64_t age_at = q->arr_head && q->cfg.aging_ns > 0 && q->arr_head != q->svc_head
+                             ? q->arr_head->t_arrival_ns + q->cfg.aging_ns
+                             : POLICY_NEVER;
+        *wake_ns = d.wake_ns < age_at ? d.wake_ns : age_at;
+        return 0;
+    }
+    struct infer_item **tail = &b->head;
+    for (int i = 0; i < d.take; i++) {
+        struct infer_item *it = q->view_items[d.pick ? d.pick[i] : i];
+        unlink_all(q, it);
+        it->t_dequeue_ns = now_ns;
+        *tail = it;
+        tail = &it->next;
+    }
+    *tail = NULL;
+    b->nitems = d.take;
+    b->rows = d.rows;
+    b->row_budget = d.row_budget;
+    return 1;
+}
+
+struct infer_item *bqueue_drain(struct bqueue *q)
+{
+    struct infer_item *head = NULL, **tail = &head;
+    while (q->svc_head) {
+        struct infer_item *it = q->svc_head;
+        unlink_all(q, it);
+        *tail = it;
+        tail = &it->next;
+    }
+    *tail = NULL;
+    return head;
+}

@@ -1,0 +1,78 @@
+/* queue.h - a model's queued requests and the decisions taken on them:
+ * admission, expiry of requests that can no longer meet their deadline, and
+ * the next batch. No locks and no clock of its own: batcher.c wraps it with a
+ * mutex and the real clock; the simulator (sim.h) drives it on a virtual one.
+ *
+ * Three orders over the same intrusive items: service order (priority, then
+ * earliest deadline, then arrival) from which batches are cut; arrival order,
+ * whose head is the oldest request (max_queue_delay, and aging); deadline
+ * order, whose head is the next request to expire.
+ *
+ * Starvation: strict priority alone could leave a low-priority request
+ * waiting forever under a steady stream of higher ones. The oldest request
+ * in the queue goes first once it has waited `aging_ns`, whatever its
+ * priority, so every request without a deadline is served within
+ * aging_ns + (requests ahead of it that aged first) x batch time. */
+#ifndef BG_QUEUE_H
+#define BG_QUEUE_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "error.h"
+#include "latmodel.h"
+#include "policy.h"
+
+struct bqueue_config {
+    int max_batch_size;
+    int preferred[MODEL_MAX_PREFERRED];
+    int npreferred;
+    int64_t max_queue_delay_ns;
+    int max_queue_size;
+    int default_priority;
+    int64_t aging_ns;
+    enum policy_kind kind;
+};
+
+struct bqueue {
+    struct bqueue_config cfg;
+    struct policy_config pcfg;
+    struct infer_item *svc_head, *svc_tail;
+    struct infer_item *arr_head, *arr_tail;
+    struct infer_item *dl_head, *dl_tail;
+    int n;
+    struct policy_request *view;      /* scratch for the policy */
+    struct infer_item **view_items;
+    int view_cap;
+    int *pick_scratch;                /* 2 x (max_batch_size + 1), for the policy */
+};
+
+/* From a model's batching config. */
+void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batching *b,
+                              enum policy_kind kind);
+int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg);
+void bqueue_free(struct bqueue *q);
+
+/* Admits it: -BG_EINVAL (rows), -BG_EQUEUEFULL, or -BG_EDEADLINE when its
+ * deadline cannot be met even alone on an idle instance (`lat`, the fastest
+ * instance's model; NULL: no early rejection). */
+int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
+                const struct latmodel *lat, struct error *err);
+/* Takes a queued item out (client gone). */
+void bqueue_remove(struct bqueue *q, struct infer_item *it);
+
+/* Unlinks every request that can no longer meet its deadline even alone,
+ * chained through `next` into *expired; returns when the next one would
+ * expire (POLICY_NEVER if none). No-op for the fixed-delay policy. */
+int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
+                      struct infer_item **expired);
+
+/* Cuts the next batch for an idle instance with latency model `lat`: fills
+ * b->head/nitems/rows and returns 1, or returns 0 and sets *wake_ns. */
+int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, struct batch *b,
+                int64_t *wake_ns);
+
+/* Unlinks everything (close), chained through `next`. */
+struct infer_item *bqueue_drain(struct bqueue *q);
+
+#endif
