@@ -4,9 +4,10 @@
  * Deterministic: the same seed gives the same numbers on any machine (no
  * network, no threads; the batcher's queue and policy run as in the server,
  * through batcher/sim.c). Reported per trace and policy: goodput (answers
- * within their budget per second), the p99 latency of all answered requests
- * (504s included, at the time they were answered), how many were shed (504,
- * 429) or computed late, and the instance's busy fraction.
+ * within their budget per second of trace), the p99 latency of all answered
+ * requests (504s included, at the time they were answered), how many were
+ * shed (504, 429) or computed late, and the instance's busy fraction (of the
+ * time from the first arrival to the last answer).
  *
  *   bench_policy_sim [--seconds S] [--budget-ms B] [--seed N] [--csv]
  */
@@ -116,7 +117,7 @@ static void run(const char *policy, struct sim_request *tr, int n, double second
     qsort(lat, (size_t)n, sizeof *lat, cmp_i64);
     out->goodput = good / seconds;
     out->p99_ms = n ? (double)lat[(size_t)(0.99 * (n - 1))] / 1e6 : 0;
-    out->busy = (double)st.busy_ns / (seconds * 1e9);
+    out->busy = st.span_ns ? (double)st.busy_ns / (double)st.span_ns : 0;
     out->mean_batch = st.batches ? (double)st.rows / st.batches : 0;
     free(lat);
     free(r);
