@@ -10,6 +10,9 @@
  * time from the first arrival to the last answer).
  *
  *   bench_policy_sim [--seconds S] [--budget-ms B] [--seed N] [--csv]
+ *                    [--base-us A --per-row-us B --max-batch M --delay-us D
+ *                     --burst-ms ON --quiet-ms OFF]
+ * The model flags let the simulation mirror loadgen/bench/policy_http.py.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +23,11 @@
 #include "sim.h"
 
 #define MS 1000000LL
+
+/* The simulated model and the bursty trace's shape (defaults below). */
+static double g_base_ns = 2e6, g_row_ns = 0.1e6, g_burst_s = 0.05, g_quiet_s = 0.15;
+static int g_max_batch = 32;
+static int64_t g_delay_us = 5000;
 
 struct result {
     double goodput, p99_ms, busy, mean_batch;
@@ -71,12 +79,12 @@ static double steady(double t, double capacity, double level)
     return capacity * level;
 }
 
-/* 50 ms bursts at 3x capacity, then 150 ms quiet: 75 % on average. */
+/* Bursts at 3x capacity (50 ms on, 150 ms quiet by default: 75 % on average). */
 static double bursty(double t, double capacity, double level)
 {
     (void)level;
-    double phase = fmod(t, 0.2);
-    return phase < 0.05 ? 3.0 * capacity : 0.0;
+    double phase = fmod(t, g_burst_s + g_quiet_s);
+    return phase < g_burst_s ? 3.0 * capacity : 0.0;
 }
 
 static void run(const char *policy, struct sim_request *tr, int n, double seconds,
@@ -84,15 +92,15 @@ static void run(const char *policy, struct sim_request *tr, int n, double second
 {
     struct sim_config c;
     memset(&c, 0, sizeof c);
-    c.batching.max_batch_size = 32;
-    c.batching.max_queue_delay_us = 5000;
+    c.batching.max_batch_size = g_max_batch;
+    c.batching.max_queue_delay_us = g_delay_us;
     c.batching.max_queue_size = 4096;
     c.batching.default_priority = 1;
     c.batching.priority_aging_ms = 1000;
     snprintf(c.batching.policy, sizeof c.batching.policy, "%s", policy);
     c.instances = 1;
-    c.exec_a_ns = 2 * MS;
-    c.exec_b_ns = 0.1 * MS;
+    c.exec_a_ns = g_base_ns;
+    c.exec_b_ns = g_row_ns;
     struct sim_request *r = malloc((size_t)n * sizeof *r);
     memcpy(r, tr, (size_t)n * sizeof *r);
     struct sim_stats st;
@@ -138,14 +146,30 @@ int main(int argc, char **argv)
             seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--csv"))
             csv = 1;
+        else if (!strcmp(argv[i], "--base-us") && i + 1 < argc)
+            g_base_ns = atof(argv[++i]) * 1000;
+        else if (!strcmp(argv[i], "--per-row-us") && i + 1 < argc)
+            g_row_ns = atof(argv[++i]) * 1000;
+        else if (!strcmp(argv[i], "--max-batch") && i + 1 < argc)
+            g_max_batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--delay-us") && i + 1 < argc)
+            g_delay_us = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--burst-ms") && i + 1 < argc)
+            g_burst_s = atof(argv[++i]) / 1000;
+        else if (!strcmp(argv[i], "--quiet-ms") && i + 1 < argc)
+            g_quiet_s = atof(argv[++i]) / 1000;
         else {
             fprintf(stderr, "usage: %s [--seconds S] [--budget-ms B] [--seed N] [--csv]\n", argv[0]);
             return 2;
         }
     }
-    /* One instance, exec(R) = 2 ms + 0.1 ms x R, max_batch_size 32:
+    if (g_max_batch < 1 || g_max_batch > 4096 || g_base_ns < 0 || g_row_ns < 0) {
+        fprintf(stderr, "policy_sim: bad model flags\n");
+        return 2;
+    }
+    /* Default: one instance, exec(R) = 2 ms + 0.1 ms x R, max_batch_size 32:
      * capacity = 32 / 5.2 ms = 6154 rows/s at full batches. */
-    double capacity = 32.0 / 0.0052;
+    double capacity = g_max_batch / ((g_base_ns + g_row_ns * g_max_batch) / 1e9);
     int cap = (int)(seconds * capacity * 3.5) + 1000;
     struct sim_request *tr = malloc((size_t)cap * sizeof *tr);
     static const struct {
@@ -158,10 +182,13 @@ int main(int argc, char **argv)
     if (csv)
         printf("trace,policy,offered_per_s,goodput_per_s,p99_ms,shed_504,shed_429,late,busy,mean_batch\n");
     else
-        printf("model: 1 instance, exec = 2 ms + 0.1 ms/row, max_batch_size 32, max_queue_delay 5 ms, "
-               "budget %.0f ms, %.0f s per trace, seed %llu\ncapacity %.0f rows/s\n\n"
+        printf("model: 1 instance, exec = %.2f ms + %.3f ms/row, max_batch_size %d, max_queue_delay "
+               "%.1f ms, budget %.0f ms, %.0f s per trace, seed %llu\ncapacity %.0f rows/s; bursts "
+               "of %.0f ms at 3x, %.0f ms quiet\n\n"
                "%-14s %-12s %9s %9s %9s %7s %7s %7s %6s %6s\n",
-               (double)budget / MS, seconds, (unsigned long long)seed, capacity, "trace", "policy",
+               g_base_ns / 1e6, g_row_ns / 1e6, g_max_batch, (double)g_delay_us / 1000,
+               (double)budget / MS, seconds, (unsigned long long)seed, capacity,
+               g_burst_s * 1000, g_quiet_s * 1000, "trace", "policy",
                "offered/s", "goodput/s", "p99 ms", "504", "429", "late", "busy", "batch");
     double peak_deadline = 0, good200 = 0, burst_d = 0, burst_f = 0;
     for (size_t t = 0; t < sizeof traces / sizeof traces[0]; t++) {
