@@ -20,15 +20,17 @@ const struct backend_ops *backend_find(enum model_backend b, char *why, size_t c
     case MODEL_BACKEND_SYNTHETIC:
         return &backend_synthetic;
     case MODEL_BACKEND_AUTO:
-        /* The cuda backend is not in this build yet: auto means cpu, and says why. */
-        kernels_cuda_devices(cuda, sizeof cuda);
-        snprintf(why, cap, "auto: using cpu (%s)",
-                 kernels_cuda_built() ? "the cuda backend is not built yet" : cuda);
+        /* cuda when a device is usable, else cpu; the log says which and why. */
+        if (kernels_cuda_devices(cuda, sizeof cuda) > 0) {
+            snprintf(why, cap, "auto: using cuda (%s)", cuda);
+            return &backend_cuda;
+        }
+        snprintf(why, cap, "auto: using cpu (%s)", cuda);
         return &backend_cpu;
     case MODEL_BACKEND_CUDA:
-        kernels_cuda_devices(cuda, sizeof cuda);
-        snprintf(why, cap, "backend \"cuda\" is not available: %s",
-                 kernels_cuda_built() ? "the cuda backend is not built yet" : cuda);
+        if (kernels_cuda_devices(cuda, sizeof cuda) > 0)
+            return &backend_cuda;
+        snprintf(why, cap, "backend \"cuda\" is not available: %s", cuda);
         return NULL;
     case MODEL_BACKEND_UPSTREAM:
     default:
@@ -185,6 +187,8 @@ int64_t worker_run_batch(struct instance *in, struct batch *b)
     int64_t t0 = now_ns();
     int rc = in->model->ops->run(in, b, &err);
     int64_t dt = now_ns() - t0;
+    if (b->device_ns > 0)
+        dt = b->device_ns;   /* the device's own clock, when the backend has one */
     atomic_fetch_add(&in->model->executions, 1);
     atomic_fetch_add(&in->model->inferences, (uint64_t)b->rows);
     const float *src = in->out;

@@ -48,6 +48,7 @@ struct batch {
     int nitems;
     int rows;
     int row_budget;                   /* what the policy filled it up to (see policy.h) */
+    int64_t device_ns;                /* set by backends that time the batch on the device */
     float *in;                        /* rows x input.row_elems, gathered */
     float *out;                       /* rows x output.row_elems */
 };
@@ -62,7 +63,9 @@ struct instance {
     size_t memory_bytes;              /* held by this instance (buffers, device weights) */
     pthread_t thread;
     bool running;
-    float *in, *out;                  /* gather/scatter buffers, max_batch_size rows */
+    float *in, *out;                  /* gather/scatter buffers, max_batch_size rows; an
+                                       * instance_load may swap in its own (pinned memory)
+                                       * and then frees them in instance_unload */
     int nwarm;                        /* warmup batches: the first latency samples */
     int warm_rows[2 * (MODEL_MAX_PREFERRED + 2)];
     int64_t warm_ns[2 * (MODEL_MAX_PREFERRED + 2)];
@@ -70,6 +73,7 @@ struct instance {
 
 /* Cold start of the last load, by phase, in seconds. */
 struct cold_start {
+    double context_s;                 /* accelerator context creation (cuda), part of prepare */
     double read_s;                    /* files opened, mapped and validated */
     double prepare_s;                 /* weights converted, packed, uploaded */
     double warmup_s;                  /* first batches run */
@@ -112,6 +116,7 @@ size_t model_memory_bytes(const struct model *m);
 /* The backends built into this binary; NULL when `b` has none. */
 const struct backend_ops *backend_find(enum model_backend b, char *why, size_t cap);
 extern const struct backend_ops backend_cpu;
+extern const struct backend_ops backend_cuda;
 extern const struct backend_ops backend_synthetic;
 
 /* Where a worker gets its batches: the model's batcher, or a test double. */

@@ -106,10 +106,13 @@ static void serving_load_one(struct served_model *sm)
         atomic_store(&sm->state, SERVED_FAILED);
         return;
     }
+    char ctx[48] = "";
+    if (m->cold.context_s > 0)
+        snprintf(ctx, sizeof ctx, ", of which device context %.1f", m->cold.context_s * 1e3);
     log_info("model %s: loaded on %s, %d instance%s, %.1f MiB; cold start %.1f ms "
-             "(read %.1f, prepare %.1f, warmup %.1f)", m->cfg.name, m->ops->name, m->ninstances,
+             "(read %.1f, prepare %.1f%s, warmup %.1f)", m->cfg.name, m->ops->name, m->ninstances,
              m->ninstances == 1 ? "" : "s", (double)model_memory_bytes(m) / (1 << 20),
-             m->cold.total_s * 1e3, m->cold.read_s * 1e3, m->cold.prepare_s * 1e3,
+             m->cold.total_s * 1e3, m->cold.read_s * 1e3, m->cold.prepare_s * 1e3 + m->cold.context_s * 1e3, ctx,
              m->cold.warmup_s * 1e3);
     atomic_store(&sm->state, SERVED_READY);
 }

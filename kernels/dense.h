@@ -73,4 +73,24 @@ int dense_cpu_in_features(const struct dense_cpu *d);
 /* Frees d; NULL is a no-op. */
 void dense_cpu_free(struct dense_cpu *d);
 
+/* ---- the same layer on an NVIDIA GPU (kernels/cuda/dense.cu) ----
+ *
+ * dense_cuda_prepare uploads W and b to the current device, W in the dtype
+ * given (F16 and BF16 stay halves on the device: half the memory), b as F32.
+ * dense_cuda_run enqueues one kernel on `stream` (a cudaStream_t, see
+ * cuda_rt.h) computing y = act(x W^T + b) from device buffers, with the bias
+ * and the activation in the kernel's epilogue and F32 accumulation:
+ * rows <= 8 use a matrix-vector kernel (one warp per output, every weight read
+ * once, 16-byte loads when rows of W are 16-byte aligned); larger batches a
+ * 64x64-tiled kernel that reuses each weight across the batch. Any shape is
+ * handled (bounds-checked tiles). In a build without nvcc these fail. */
+struct dense_cuda;
+int dense_cuda_prepare(const void *w, enum dtype wdt, const void *b, enum dtype bdt,
+                       int out_features, int in_features, enum dense_act act,
+                       struct dense_cuda **out, char *msg, size_t cap);
+int dense_cuda_run(const struct dense_cuda *d, const float *x_dev, int rows, float *y_dev,
+                   void *stream, char *msg, size_t cap);
+size_t dense_cuda_bytes(const struct dense_cuda *d);
+void dense_cuda_free(struct dense_cuda *d);
+
 #endif

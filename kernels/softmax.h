@@ -18,4 +18,9 @@ void softmax_rows(const float *x, float *y, int rows, int n);
  * cannot run isa. */
 int softmax_rows_isa(enum kernels_isa isa, const float *x, float *y, int rows, int n);
 
+/* The same on the GPU: device buffers, one block per row, enqueued on
+ * `stream` (a cudaStream_t). Fails in a build without nvcc. */
+int softmax_cuda_rows(const float *x_dev, float *y_dev, int rows, int n, void *stream, char *msg,
+                      size_t cap);
+
 #endif

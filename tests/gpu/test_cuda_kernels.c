@@ -1,0 +1,209 @@
+/* test_cuda_kernels.c - the CUDA kernels against the CPU reference on fresh
+ * random inputs every run (seed printed; BG_TEST_SEED replays): every
+ * activation and weight dtype, batch sizes 1..256 on both kernel paths,
+ * shapes that are not multiples of any tile, outputs poisoned with NaN
+ * before each call. Skips, saying why, when no GPU is usable. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cuda_rt.h"
+#include "dense.h"
+#include "kernels.h"
+#include "softmax.h"
+
+static uint64_t g_seed;
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static float urandf(uint64_t *s, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((rnd(s) >> 40) / 16777216.0);
+}
+
+static int gpu_usable(void)
+{
+    char msg[256];
+    if (kernels_cuda_devices(msg, sizeof msg) <= 0) {
+        print_message("SKIPPED: no usable GPU (%s)\n", msg);
+        return 0;
+    }
+    return 1;
+}
+
+/* Weights stored in dt, and the F32 values they stand for. */
+static void make_weights(uint64_t *s, enum dtype dt, int n, float scale, void **stored,
+                         float **exact)
+{
+    *exact = malloc((size_t)n * sizeof(float));
+    *stored = malloc((size_t)n * dtype_size(dt) + 1);
+    for (int i = 0; i < n; i++) {
+        float v = urandf(s, -scale, scale);
+        if (dt == DTYPE_F32) {
+            ((float *)*stored)[i] = v;
+        } else {
+            uint16_t h = dt == DTYPE_F16 ? dtype_f32_to_f16(v) : dtype_f32_to_bf16(v);
+            ((uint16_t *)*stored)[i] = h;
+            v = dt == DTYPE_F16 ? dtype_f16_to_f32(h) : dtype_bf16_to_f32(h);
+        }
+        (*exact)[i] = v;
+    }
+}
+
+static double act_ref(double v, enum dense_act a)
+{
+    switch (a) {
+    case DENSE_ACT_RELU: return v > 0 ? v : 0;
+    case DENSE_ACT_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    case DENSE_ACT_TANH: return tanh(v);
+    case DENSE_ACT_SIGMOID: return 1 / (1 + exp(-v));
+    default: return v;
+    }
+}
+
+static void check_dense(int rows, int out, int in, enum dtype dt, enum dense_act act, int bias)
+{
+    uint64_t s = g_seed ^ ((uint64_t)rows << 40) ^ ((uint64_t)out << 20) ^ (uint64_t)in ^
+                 ((uint64_t)dt << 60) ^ ((uint64_t)act << 56);
+    float scale = 1.0f / sqrtf((float)in);   /* nn.Linear's init range */
+    void *w, *bst = NULL;
+    float *wx, *bx = NULL;
+    make_weights(&s, dt, out * in, scale, &w, &wx);
+    if (bias)
+        make_weights(&s, DTYPE_F32, out, scale, &bst, &bx);
+    float *x = malloc((size_t)rows * in * sizeof(float));
+    for (int i = 0; i < rows * in; i++)
+        x[i] = urandf(&s, -2, 2);
+    char msg[512];
+    struct dense_cuda *d;
+    /* Offset by one byte: the loader's pointers into a file are unaligned. */
+    void *wu = malloc((size_t)out * in * dtype_size(dt) + 1);
+    memcpy((char *)wu + 1, w, (size_t)out * in * dtype_size(dt));
+    if (dense_cuda_prepare((char *)wu + 1, dt, bst, DTYPE_F32, out, in, act, &d, msg, sizeof msg))
+        fail_msg("prepare: %s", msg);
+    float *dx = cuda_rt_malloc((size_t)rows * in * sizeof(float), msg, sizeof msg);
+    float *dy = cuda_rt_malloc((size_t)rows * out * sizeof(float), msg, sizeof msg);
+    float *y = malloc((size_t)rows * out * sizeof(float));
+    for (int i = 0; i < rows * out; i++)
+        y[i] = NAN;
+    assert_non_null(dx);
+    assert_non_null(dy);
+    assert_int_equal(cuda_rt_upload(dy, y, (size_t)rows * out * sizeof(float), msg, sizeof msg), 0);
+    assert_int_equal(cuda_rt_upload(dx, x, (size_t)rows * in * sizeof(float), msg, sizeof msg), 0);
+    if (dense_cuda_run(d, dx, rows, dy, NULL, msg, sizeof msg))
+        fail_msg("run: %s", msg);
+    if (cuda_rt_download(y, dy, (size_t)rows * out * sizeof(float), msg, sizeof msg))
+        fail_msg("download: %s", msg);
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < out; o++) {
+            double acc = bx ? bx[o] : 0, mag = bx ? fabs(bx[o]) : 0;
+            for (int k = 0; k < in; k++) {
+                acc += (double)x[(size_t)r * in + k] * wx[(size_t)o * in + k];
+                mag += fabs((double)x[(size_t)r * in + k] * wx[(size_t)o * in + k]);
+            }
+            double ref = act_ref(acc, act), got = y[(size_t)r * out + o];
+            /* F32 accumulation in any order: a few ulps of the magnitude summed. */
+            double tol = 1e-5 * (mag > 1 ? mag : 1);
+            if (!(fabs(got - ref) <= tol))
+                fail_msg("seed %llu (BG_TEST_SEED): %s rows %d out %d in %d act %s bias %d: "
+                         "y[%d][%d] = %.9g, reference %.9g", (unsigned long long)g_seed,
+                         dtype_name(dt), rows, out, in, dense_act_name(act), bias, r, o, got, ref);
+        }
+    dense_cuda_free(d);
+    cuda_rt_free(dx);
+    cuda_rt_free(dy);
+    free(y);
+    free(x);
+    free(w);
+    free(wu);
+    free(wx);
+    free(bst);
+    free(bx);
+}
+
+static void test_dense_all_paths(void **state)
+{
+    (void)state;
+    if (!gpu_usable()) {
+        skip();
+        return;
+    }
+    static const int shapes[][2] = {{1, 1}, {7, 3}, {33, 17}, {64, 64}, {130, 257},
+                                    {1000, 1024}, {4096, 1024}};
+    static const int rows[] = {1, 2, 5, 8, 9, 31, 64, 127, 256};
+    for (int dt = 0; dt < 3; dt++)
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+            for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+                if (shapes[sh][0] * shapes[sh][1] > 1 << 21 && rows[r] > 64)
+                    continue;   /* the float64 reference would take too long */
+                check_dense(rows[r], shapes[sh][0], shapes[sh][1], (enum dtype)dt,
+                            (enum dense_act)((sh + r) % 5), (int)((sh + r) % 2));
+            }
+}
+
+static void test_softmax(void **state)
+{
+    (void)state;
+    if (!gpu_usable()) {
+        skip();
+        return;
+    }
+    uint64_t s = g_seed;
+    static const int shapes[][2] = {{1, 1}, {3, 10}, {64, 1000}, {7, 4097}};
+    char msg[256];
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        int rows = shapes[t][0], n = shapes[t][1];
+        size_t bytes = (size_t)rows * n * sizeof(float);
+        float *x = malloc(bytes), *y = malloc(bytes), *ref = malloc(bytes);
+        for (int i = 0; i < rows * n; i++)
+            x[i] = urandf(&s, -30, 30);
+        x[0] = 1000;   /* stability */
+        softmax_rows(x, ref, rows, n);
+        float *dx = cuda_rt_malloc(bytes, msg, sizeof msg), *dy = cuda_rt_malloc(bytes, msg, sizeof msg);
+        for (int i = 0; i < rows * n; i++)
+            y[i] = NAN;
+        assert_int_equal(cuda_rt_upload(dy, y, bytes, msg, sizeof msg), 0);
+        assert_int_equal(cuda_rt_upload(dx, x, bytes, msg, sizeof msg), 0);
+        if (softmax_cuda_rows(dx, dy, rows, n, NULL, msg, sizeof msg))
+            fail_msg("softmax: %s", msg);
+        assert_int_equal(cuda_rt_download(y, dy, bytes, msg, sizeof msg), 0);
+        for (int i = 0; i < rows * n; i++)
+            if (!(fabsf(y[i] - ref[i]) <= 1e-6f + 1e-5f * ref[i]))
+                fail_msg("seed %llu: softmax %dx%d [%d] = %g, reference %g",
+                         (unsigned long long)g_seed, rows, n, i, y[i], ref[i]);
+        cuda_rt_free(dx);
+        cuda_rt_free(dy);
+        free(x);
+        free(y);
+        free(ref);
+    }
+}
+
+int main(void)
+{
+    const char *env = getenv("BG_TEST_SEED");
+    g_seed = env ? strtoull(env, NULL, 10) : ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16));
+    if (!g_seed)
+        g_seed = 1;
+    printf("seed %llu\n", (unsigned long long)g_seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dense_all_paths),
+        cmocka_unit_test(test_softmax),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
