@@ -189,8 +189,6 @@ int64_t worker_run_batch(struct instance *in, struct batch *b)
     int64_t dt = now_ns() - t0;
     if (b->device_ns > 0)
         dt = b->device_ns;   /* the device's own clock, when the backend has one */
-    atomic_fetch_add(&in->model->executions, 1);
-    atomic_fetch_add(&in->model->inferences, (uint64_t)b->rows);
     const float *src = in->out;
     struct infer_item *it = b->head, *next;
     for (; it; it = next) {

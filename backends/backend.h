@@ -102,8 +102,6 @@ struct model {
     bool ready;
     char reason[600];                 /* why not ready */
     struct cold_start cold;
-    _Atomic uint64_t executions;      /* batches run */
-    _Atomic uint64_t inferences;      /* rows computed */
 };
 
 /* Picks the backend ("auto": cuda when built and a device is usable, else

@@ -9,12 +9,16 @@
 #include "router.h"
 
 struct serving;
+struct server;
 
 /* Process state the health routes report. Owned by main. */
 struct api_state {
     _Atomic bool ready;       /* startup finished (models loaded, from the inference issue on) */
     _Atomic bool draining;    /* SIGTERM received: not ready any more */
     struct serving *serving;  /* the models; NULL when none */
+    struct server *server;    /* for in-flight counts; set once it exists */
+    int64_t start_ns;         /* process start (now_ns clock) */
+    _Atomic int64_t ready_ns; /* when startup finished; 0 before */
 };
 
 /* GET /v2/health/live, /v2/health/ready, /v2 */
@@ -22,6 +26,11 @@ int api_health_register(struct router *r, struct api_state *st, struct error *er
 /* GET/POST /v2/models/{model}[/versions/{v}][/ready|/config|/infer],
  * POST /v1/models/{model}:predict */
 int api_models_register(struct router *r, struct api_state *st, struct error *err);
+/* GET /metrics (Prometheus text format 0.0.4) */
+int api_metrics_register(struct router *r, struct api_state *st, struct error *err);
+/* The exposition itself, for tests: appends to out. */
+struct buf;
+int api_metrics_render(struct api_state *st, struct buf *out);
 /* GET /debug/delay?ms=N[&id=X], POST /debug/echo: test hooks, off unless
  * the config enables debug_endpoints. */
 int api_debug_register(struct router *r, struct error *err);

@@ -39,11 +39,42 @@ static struct infer_call *call_of_item(struct infer_item *it)
     return (struct infer_call *)((char *)it - offsetof(struct infer_call, item));
 }
 
+/* ---- accounting (modelstats.h) ---- */
+
+static enum modelstats_reason reason_of(int code)
+{
+    switch (code < 0 ? -code : code) {
+    case BG_EQUEUEFULL: return MS_REJECT_QUEUE_FULL;
+    case BG_EDEADLINE: return MS_REJECT_DEADLINE;
+    case BG_ENOTREADY: return MS_REJECT_NOT_READY;
+    case BG_ESHUTDOWN: return MS_REJECT_SHUTDOWN;
+    default: return MS_REJECT_BAD_REQUEST;
+    }
+}
+
+/* An inference request of this model was answered with `status`. */
+static void account(struct served_model *sm, struct http_request *req, int status,
+                    int64_t queue_ns)
+{
+    if (sm->stats)
+        modelstats_request(sm->stats, http_request_thread(req), status,
+                           now_ns() - http_request_received_ns(req), queue_ns);
+}
+
+/* ... refused before or instead of computing (code: a BG_E*). */
+static void account_reject(struct served_model *sm, struct http_request *req, int code,
+                           int status)
+{
+    if (sm->stats)
+        modelstats_reject(sm->stats, http_request_thread(req), reason_of(code));
+    account(sm, req, status, -1);
+}
+
 /* ---- lookup ---- */
 
 /* Finds the model of the route and checks the version; answers 404/503 itself. */
 static struct served_model *model_lookup(struct http_request *req, const struct route_match *m,
-                                         struct api_state *st, bool need_ready)
+                                         struct api_state *st, bool need_ready, bool infer)
 {
     const struct route_param *p = route_match_param(m, "model");
     struct served_model *sm = st->serving ? serving_find(st->serving, p->value, p->len) : NULL;
@@ -60,6 +91,8 @@ static struct served_model *model_lookup(struct http_request *req, const struct 
     }
     int state = atomic_load(&sm->state);
     if (need_ready && state != SERVED_READY) {
+        if (infer)
+            account_reject(sm, req, BG_ENOTREADY, 503);
         if (state == SERVED_LOADING)
             http_respond_error(req, 503, "Retry-After: 1\r\n", "model %s is loading",
                                sm->model.cfg.name);
@@ -91,7 +124,7 @@ static void append_tensor_meta(struct buf *b, const struct model_tensor *t)
 
 static void model_metadata(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, true);
+    struct served_model *sm = model_lookup(req, m, ctx, true, false);
     if (!sm)
         return;
     const struct model_config *c = &sm->model.cfg;
@@ -109,7 +142,7 @@ static void model_metadata(struct http_request *req, const struct route_match *m
 
 static void model_ready(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, false);
+    struct served_model *sm = model_lookup(req, m, ctx, false, false);
     if (!sm)
         return;
     struct buf b = BUF_INIT;
@@ -140,7 +173,7 @@ static void append_triton_tensor(struct buf *b, const struct model_tensor *t)
 
 static void model_config_route(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, true);
+    struct served_model *sm = model_lookup(req, m, ctx, true, false);
     if (!sm)
         return;
     const struct model_config *c = &sm->model.cfg;
@@ -165,19 +198,85 @@ static void model_config_route(struct http_request *req, const struct route_matc
     respond_buf(req, 200, &b);
 }
 
-/* Triton's statistics extension, counts only for now. */
+static void append_duration(struct buf *b, const char *name, uint64_t count, double sum_s)
+{
+    buf_appendf(b, "\"%s\":{\"count\":%llu,\"ns\":%llu}", name, (unsigned long long)count,
+                (unsigned long long)(sum_s * 1e9));
+}
+
+/* Triton's statistics extension (GET /v2/models/{m}/stats), plus what
+ * batchgate adds: latency percentiles (split into queue and compute, within
+ * the histogram's bucket resolution), each instance's fitted latency model
+ * and device time, and the compute debt: device-seconds held against used. */
 static void model_stats(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, false);
+    struct served_model *sm = model_lookup(req, m, ctx, false, false);
     if (!sm)
         return;
+    struct modelstats_snapshot s;
+    modelstats_snapshot(sm->stats, &s);
+    const struct model_config *c = &sm->model.cfg;
     struct buf b = BUF_INIT;
     buf_append(&b, "{\"model_stats\":[{\"name\":", 24);
-    json_append_string(&b, sm->model.cfg.name, strlen(sm->model.cfg.name));
-    buf_appendf(&b, ",\"version\":\"" MODEL_VERSION "\",\"inference_count\":%llu,"
-                    "\"execution_count\":%llu}]}",
-                (unsigned long long)atomic_load(&sm->model.inferences),
-                (unsigned long long)atomic_load(&sm->model.executions));
+    json_append_string(&b, c->name, strlen(c->name));
+    uint64_t rows = 0, batches = 0;
+    double busy = 0, held = 0;
+    for (int i = 0; i < s.ninstances && s.inst; i++) {
+        rows += s.inst[i].rows;
+        batches += s.inst[i].batches;
+        busy += s.inst[i].busy_s;
+        held += s.inst[i].loaded_s;
+    }
+    buf_appendf(&b, ",\"version\":\"" MODEL_VERSION "\",\"last_inference\":%lld,"
+                    "\"inference_count\":%llu,\"execution_count\":%llu,\"inference_stats\":{",
+                (long long)s.last_inference_ms, (unsigned long long)rows,
+                (unsigned long long)batches);
+    append_duration(&b, "success", s.success_count, s.request.sum);
+    buf_append(&b, ",", 1);
+    append_duration(&b, "fail", s.fail_count, 0);
+    buf_append(&b, ",", 1);
+    append_duration(&b, "queue", s.queue.count, s.queue.sum);
+    buf_append(&b, ",", 1);
+    append_duration(&b, "compute_infer", s.compute.count, s.compute.sum);
+    buf_appendf(&b, "},\"batch_stats\":[");
+    int first = 1;
+    for (int r = 1; r <= s.max_batch && s.batch_count_by_size; r++) {
+        if (!s.batch_count_by_size[r])
+            continue;
+        buf_appendf(&b, "%s{\"batch_size\":%d,", first ? "" : ",", r);
+        append_duration(&b, "compute_infer", s.batch_count_by_size[r],
+                        (double)s.batch_ns_by_size[r] / 1e9);
+        buf_append(&b, "}", 1);
+        first = 0;
+    }
+    buf_appendf(&b, "],\"latency_seconds\":{\"request\":{\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f},"
+                    "\"queue\":{\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f},"
+                    "\"compute\":{\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f}},\"instances\":[",
+                modelstats_quantile(&s.request, 0.5), modelstats_quantile(&s.request, 0.9),
+                modelstats_quantile(&s.request, 0.99), modelstats_quantile(&s.queue, 0.5),
+                modelstats_quantile(&s.queue, 0.9), modelstats_quantile(&s.queue, 0.99),
+                modelstats_quantile(&s.compute, 0.5), modelstats_quantile(&s.compute, 0.9),
+                modelstats_quantile(&s.compute, 0.99));
+    for (int i = 0; i < s.ninstances && s.inst; i++) {
+        double la = 0, lb = 0, lm = 0;
+        if (sm->batcher)
+            batcher_latency_model(sm->batcher, i, &la, &lb, &lm);
+        const char *dev = sm->model.ops ? sm->model.ops->name : "cpu";
+        int devi = i < sm->model.ninstances && sm->model.instances ? sm->model.instances[i].device : -1;
+        buf_appendf(&b, "%s{\"device\":\"%s%d\",\"busy_seconds\":%.6f,\"idle_seconds\":%.6f,"
+                        "\"utilization_10s\":%.4f,\"batches\":%llu,\"rows\":%llu,"
+                        "\"latency_model\":{\"a_seconds\":%.9f,\"b_seconds_per_row\":%.9f,"
+                        "\"margin_seconds\":%.9f}}", i ? "," : "", dev,
+                    devi >= 0 ? devi : i, s.inst[i].busy_s,
+                    s.inst[i].loaded_s > s.inst[i].busy_s ? s.inst[i].loaded_s - s.inst[i].busy_s : 0,
+                    s.inst[i].util_10s, (unsigned long long)s.inst[i].batches,
+                    (unsigned long long)s.inst[i].rows, la / 1e9, lb / 1e9, lm / 1e9);
+    }
+    double fill = batches ? (double)rows / (double)batches / c->batching.max_batch_size : 0;
+    buf_appendf(&b, "],\"compute_debt\":{\"device_seconds_held\":%.6f,"
+                    "\"device_seconds_used\":%.6f,\"device_seconds_idle\":%.6f,"
+                    "\"batch_fill\":%.4f}}]}", held, busy, held > busy ? held - busy : 0, fill);
+    modelstats_snapshot_free(&s);
     respond_buf(req, 200, &b);
 }
 
@@ -199,10 +298,15 @@ static void infer_call_deliver(struct mailbox_msg *msg)
     const struct model_config *c = &call->sm->model.cfg;
     if (it->status != 0) {
         int status = it->status == BG_ECANCELLED ? 499 : error_http_status(it->status);
+        if (it->status == BG_EDEADLINE || it->status == BG_ESHUTDOWN)
+            account_reject(call->sm, req, it->status, status);
+        else if (it->status != BG_ECANCELLED)   /* nobody is there to count it for */
+            account(call->sm, req, status, it->t_dequeue_ns ? it->t_dequeue_ns - it->t_arrival_ns : -1);
         http_respond_error(req, status, NULL, "model %s: %s", c->name, it->error);
         infer_call_free(call);
         return;
     }
+    account(call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns);
     struct buf b = BUF_INIT;
     int64_t json_len = -1;
     int rc = call->format == FORMAT_TFS
@@ -303,6 +407,7 @@ static void infer_submit(struct http_request *req, struct served_model *sm, stru
     it->output = call->output;
     it->t_arrival_ns = http_request_received_ns(req);
     if (infer_budget(req, c, call) < 0) {
+        account_reject(sm, req, BG_EINVAL, 400);
         infer_call_free(call);
         return;
     }
@@ -310,6 +415,7 @@ static void infer_submit(struct http_request *req, struct served_model *sm, stru
     struct error err = {0};
     int rc = batcher_submit(sm->batcher, it, &err);
     if (rc) {
+        account_reject(sm, req, rc, error_http_status(rc));
         http_respond_error(req, error_http_status(rc),
                            rc == -BG_EQUEUEFULL ? "Retry-After: 1\r\n" : NULL, "%s", err.msg);
         infer_call_free(call);
@@ -320,7 +426,7 @@ static void infer_submit(struct http_request *req, struct served_model *sm, stru
 
 static void model_infer(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, true);
+    struct served_model *sm = model_lookup(req, m, ctx, true, true);
     if (!sm)
         return;
     size_t len;
@@ -332,6 +438,7 @@ static void model_infer(struct http_request *req, const struct route_match *m, v
         char tmp[24];
         char *end;
         if (hlen == 0 || hlen >= sizeof tmp) {
+            account_reject(sm, req, BG_EINVAL, 400);
             http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
             return;
         }
@@ -339,6 +446,7 @@ static void model_infer(struct http_request *req, const struct route_match *m, v
         tmp[hlen] = '\0';
         json_len = strtoll(tmp, &end, 10);
         if (*end || json_len < 0) {
+            account_reject(sm, req, BG_EINVAL, 400);
             http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
             return;
         }
@@ -350,6 +458,7 @@ static void model_infer(struct http_request *req, const struct route_match *m, v
     }
     struct error err = {0};
     if (tensor_decode_kserve(&sm->model.cfg, body, len, json_len, &call->r, &err)) {
+        account_reject(sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
         infer_call_free(call);
         return;
@@ -376,7 +485,7 @@ static void tfs_predict(struct http_request *req, const struct route_match *m, v
         return;
     }
     last->len = (size_t)(colon - last->value);
-    struct served_model *sm = model_lookup(req, &mm, ctx, true);
+    struct served_model *sm = model_lookup(req, &mm, ctx, true, true);
     if (!sm)
         return;
     size_t len;
@@ -388,6 +497,7 @@ static void tfs_predict(struct http_request *req, const struct route_match *m, v
     }
     struct error err = {0};
     if (tensor_decode_tfs(&sm->model.cfg, body ? body : "", len, &call->r, &err)) {
+        account_reject(sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
         infer_call_free(call);
         return;

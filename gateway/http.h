@@ -58,5 +58,7 @@ struct event_base *http_request_event_base(const struct http_request *req);
 struct mailbox *http_request_mailbox(const struct http_request *req);
 /* When the request's last byte was read (now_ns clock). */
 int64_t http_request_received_ns(const struct http_request *req);
+/* Index of the request's IO thread (0..io_threads-1): the shard to record into. */
+int http_request_thread(const struct http_request *req);
 
 #endif

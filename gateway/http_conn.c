@@ -365,6 +365,8 @@ void http_respond(struct http_request *r, int status, const char *content_type, 
     r->responded = true;
     r->status = status;
     c->outstanding--;
+    if (r->accepted)
+        atomic_fetch_sub_explicit(&c->t->inflight, 1, memory_order_relaxed);
     if (r->aborted || c->fd < 0) {
         /* The client is gone: unlink and free now. */
         struct http_request **pp = &c->q_head, *prev = NULL;
@@ -432,6 +434,7 @@ void http_respond_error(struct http_request *r, int status, const char *extra_he
 struct event_base *http_request_event_base(const struct http_request *r) { return r->conn->t->base; }
 struct mailbox *http_request_mailbox(const struct http_request *r) { return r->conn->t->mailbox; }
 int64_t http_request_received_ns(const struct http_request *r) { return r->t_received_ns; }
+int http_request_thread(const struct http_request *r) { return r->conn->t->index; }
 
 /* ---- input ---- */
 
@@ -459,6 +462,8 @@ static void conn_fail_request(struct http_conn *c, int status, const char *msg)
 static void conn_dispatch(struct http_conn *c, struct http_request *r)
 {
     r->t_received_ns = c->t_last_read;   /* the read that brought the last byte */
+    r->accepted = true;
+    atomic_fetch_add_explicit(&c->t->inflight, 1, memory_order_relaxed);
     if (c->parse.upgrade || !r->keep_alive) {
         r->keep_alive = false;
         c->closing = true;

@@ -32,6 +32,7 @@ struct http_request {
     bool responded;                /* http_respond was called */
     bool close_after;              /* the response closes the connection */
     bool aborted;                  /* the connection went away first */
+    bool accepted;                 /* fully received and dispatched (counts as in flight) */
     int status;                    /* of the response, for logs and metrics */
     struct buf head;               /* URL, then header names and values, back to back */
     uint32_t url_len;

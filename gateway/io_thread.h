@@ -40,6 +40,7 @@ struct io_thread {
     int nconns;
     bool draining;
     uint64_t abandoned;              /* requests left unanswered by a forced close */
+    _Atomic int64_t inflight;        /* accepted, not yet answered (only this thread writes) */
     int64_t date_sec;
     char date[32];                   /* cached Date header value for date_sec */
 };

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -134,7 +135,8 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
                         struct error *err)
 {
     int rc;
-    if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)))
+    if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
+        (rc = api_metrics_register(r, st, err)))
         return rc;
     if (cfg->debug_endpoints && (rc = api_debug_register(r, err)))
         return rc;
@@ -184,12 +186,18 @@ int main(int argc, char **argv)
 
     int exit_code = 0;
     struct api_state api = {0};
+    api.start_ns = t_start;
     struct router *router = router_new();
     struct server *srv = NULL;
     struct serving *serving = NULL;
     /* The model table exists before the first request can ask for it; the
      * models load after the listener is up, so liveness answers meanwhile. */
-    if (serving_open(cfg.model_repository, cfg.model_repository_set, &serving, &err)) {
+    if (cfg.io_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        cfg.io_threads = n > 0 ? (int)n : 1;
+    }
+    if (serving_open(cfg.model_repository, cfg.model_repository_set, cfg.io_threads, &serving,
+                     &err)) {
         log_error("%s", err.msg);
         exit_code = EXIT_USAGE;
         goto out;
@@ -206,10 +214,12 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
+    api.server = srv;
     log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.listen_host, ':') ? "[" : "",
              cfg.listen_host, strchr(cfg.listen_host, ':') ? "]" : "", server_port(srv),
              server_threads(srv));
     serving_load_all(serving);
+    atomic_store(&api.ready_ns, now_ns());
     atomic_store(&api.ready, true);
     log_info("ready in %.1f ms%s", (double)(now_ns() - t_start) / 1e6,
              serving_all_ready(serving) ? "" : " (some models failed to load: see above)");

@@ -334,6 +334,14 @@ int server_port(const struct server *s) { return s->port; }
 int server_threads(const struct server *s) { return s->nthreads; }
 int server_running(const struct server *s) { return atomic_load(&s->running); }
 
+int64_t server_inflight(const struct server *s)
+{
+    int64_t n = 0;
+    for (int i = 0; i < s->nthreads; i++)
+        n += atomic_load_explicit(&s->threads[i].inflight, memory_order_relaxed);
+    return n;
+}
+
 static void server_wake_all(struct server *s, int flag)
 {
     for (int i = 0; i < s->nthreads; i++) {

@@ -32,6 +32,8 @@ void server_drain(struct server *s);
 void server_force_close(struct server *s);
 /* IO threads still running. */
 int server_running(const struct server *s);
+/* Requests accepted and not yet answered, all threads. */
+int64_t server_inflight(const struct server *s);
 /* Joins the IO threads; returns the number of requests abandoned by a forced close. */
 uint64_t server_join(struct server *s);
 void server_free(struct server *s);

@@ -12,6 +12,7 @@
 
 struct serving {
     char dir[4096];
+    int io_threads;
     struct served_model *models;
     int n;
 };
@@ -21,11 +22,13 @@ static int name_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int serving_open(const char *dir, bool required, struct serving **out, struct error *err)
+int serving_open(const char *dir, bool required, int io_threads, struct serving **out,
+                 struct error *err)
 {
     struct serving *s = calloc(1, sizeof *s);
     if (!s)
         return error_set(err, BG_ENOMEM, "out of memory");
+    s->io_threads = io_threads;
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     *out = s;
     DIR *d = opendir(dir);
@@ -67,7 +70,12 @@ int serving_open(const char *dir, bool required, struct serving **out, struct er
         char mdir[8192];
         snprintf(mdir, sizeof mdir, "%s/%s", dir, names[i]);
         struct error e = {0};
-        if (model_config_load(mdir, names[i], &sm->model.cfg, &e) != 0) {
+        int bad = model_config_load(mdir, names[i], &sm->model.cfg, &e) != 0;
+        /* Statistics exist from the start: requests to a model that failed
+         * or is loading are counted too (as not_ready). */
+        sm->stats = modelstats_new(io_threads, bad ? 1 : sm->model.cfg.instance_count,
+                                   bad ? 1 : sm->model.cfg.batching.max_batch_size);
+        if (bad) {
             snprintf(sm->model.cfg.name, sizeof sm->model.cfg.name, "%s", names[i]);
             snprintf(sm->model.reason, sizeof sm->model.reason, "%s", e.msg);
             atomic_store(&sm->state, SERVED_FAILED);
@@ -82,6 +90,20 @@ int serving_open(const char *dir, bool required, struct serving **out, struct er
     return 0;
 }
 
+/* The workers' batch source: the model's batcher, plus the statistics. */
+static int source_next(void *ctx, int instance, struct batch *b)
+{
+    struct served_model *sm = ctx;
+    return batcher_next(sm->batcher, instance, b);
+}
+
+static void source_done(void *ctx, int instance, int rows, int64_t exec_ns)
+{
+    struct served_model *sm = ctx;
+    batcher_done(sm->batcher, instance, rows, exec_ns);
+    modelstats_batch(sm->stats, instance, rows, exec_ns);
+}
+
 static void serving_load_one(struct served_model *sm)
 {
     struct model *m = &sm->model;
@@ -94,10 +116,15 @@ static void serving_load_one(struct served_model *sm)
     sm->batcher = batcher_new(m->cfg.name, &m->cfg.batching, m->ninstances, &err);
     if (sm->batcher)
         for (int i = 0; i < m->ninstances; i++)
-            for (int s = 0; s < m->instances[i].nwarm; s++)
-                batcher_seed(sm->batcher, i, m->instances[i].warm_rows[s],
-                             m->instances[i].warm_ns[s]);
-    if (!sm->batcher || model_workers_start(m, batcher_source(sm->batcher), &err) != 0) {
+            for (int w = 0; w < m->instances[i].nwarm; w++)
+                batcher_seed(sm->batcher, i, m->instances[i].warm_rows[w],
+                             m->instances[i].warm_ns[w]);
+    struct batch_source src = {.next = source_next, .done = source_done, .ctx = sm};
+    if (sm->stats)
+        modelstats_loaded(sm->stats);
+    if (!sm->batcher || !sm->stats || model_workers_start(m, src, &err) != 0) {
+        if (sm->batcher && !sm->stats)
+            snprintf(err.msg, sizeof err.msg, "out of memory for statistics");
         snprintf(m->reason, sizeof m->reason, "cannot start workers: %s", err.msg);
         log_error("model %s: %s", m->cfg.name, m->reason);
         if (sm->batcher)
@@ -163,6 +190,7 @@ void serving_free(struct serving *s)
     for (int i = 0; i < s->n; i++) {
         model_unload(&s->models[i].model);
         batcher_free(s->models[i].batcher);
+        modelstats_free(s->models[i].stats);
     }
     free(s->models);
     free(s);

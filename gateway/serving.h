@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "batcher.h"
 #include "error.h"
+#include "modelstats.h"
 
 enum served_state { SERVED_LOADING, SERVED_READY, SERVED_FAILED };
 
@@ -18,6 +19,7 @@ struct served_model {
     struct model model;
     struct batcher *batcher;
     _Atomic int state;               /* enum served_state; model.reason is set before FAILED */
+    struct modelstats *stats;        /* NULL until loaded */
 };
 
 struct serving;
@@ -26,7 +28,8 @@ struct serving;
  * config is invalid becomes a FAILED model with the reason; only an
  * unreadable repository is an error. `required`: a missing directory is an
  * error (it was asked for explicitly) rather than an empty repository. */
-int serving_open(const char *dir, bool required, struct serving **out, struct error *err);
+int serving_open(const char *dir, bool required, int io_threads, struct serving **out,
+                 struct error *err);
 /* Loads every model (cold start timed and logged) and starts its workers. */
 void serving_load_all(struct serving *s);
 int serving_count(const struct serving *s);

@@ -1,0 +1,221 @@
+/* api_metrics.c - GET /metrics: every metric of SPEC.md in the Prometheus
+ * text format 0.0.4, summed from the per-thread shards at scrape time
+ * (modelstats.h), in base units (seconds, bytes). */
+#include "api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "clock.h"
+#include "modelstats.h"
+#include "server.h"
+#include "serving.h"
+
+#define P "batchgate_"
+
+static void head(struct buf *b, const char *name, const char *type, const char *help)
+{
+    buf_appendf(b, "# HELP " P "%s %s\n# TYPE " P "%s %s\n", name, help, name, type);
+}
+
+/* A label value with \, " and newline escaped as the format requires. */
+static void label(struct buf *b, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            buf_appendf(b, "\\%c", *v);
+        else if (*v == '\n')
+            buf_append(b, "\\n", 2);
+        else
+            buf_append(b, v, 1);
+    }
+}
+
+static void hist(struct buf *b, const char *name, const char *model,
+                 const struct modelstats_hist *h, const double *bounds, int nb)
+{
+    uint64_t cum = 0;
+    for (int i = 0; i < nb; i++) {
+        cum += h->bucket[i];
+        if (bounds[i] >= 1e29)
+            continue;   /* the overflow bucket only feeds +Inf */
+        buf_appendf(b, P "%s_bucket{model=\"", name);
+        label(b, model);
+        buf_appendf(b, "\",le=\"%g\"} %llu\n", bounds[i], (unsigned long long)cum);
+    }
+    for (int i = nb; i < MODELSTATS_LAT_BUCKETS; i++)
+        cum += h->bucket[i];
+    buf_appendf(b, P "%s_bucket{model=\"", name);
+    label(b, model);
+    buf_appendf(b, "\",le=\"+Inf\"} %llu\n" P "%s_sum{model=\"", (unsigned long long)cum, name);
+    label(b, model);
+    buf_appendf(b, "\"} %.9g\n" P "%s_count{model=\"", h->sum, name);
+    label(b, model);
+    buf_appendf(b, "\"} %llu\n", (unsigned long long)h->count);
+}
+
+/* name{model="m"[,extra]} value */
+static void sample(struct buf *b, const char *name, const char *model, const char *extra,
+                   double v)
+{
+    buf_appendf(b, P "%s{model=\"", name);
+    label(b, model);
+    buf_appendf(b, "\"%s%s} %.9g\n", extra && *extra ? "," : "", extra ? extra : "", v);
+}
+
+static void device_label(const struct served_model *sm, int i, char *out, size_t cap)
+{
+    const struct model *m = &sm->model;
+    int dev = m->instances && i < m->ninstances && m->instances[i].device >= 0
+                  ? m->instances[i].device : i;
+    snprintf(out, cap, "device=\"%s%d\"", m->ops ? m->ops->name : "cpu", dev);
+}
+
+int api_metrics_render(struct api_state *st, struct buf *b)
+{
+    int n = st->serving ? serving_count(st->serving) : 0;
+    struct modelstats_snapshot *snaps = calloc((size_t)(n ? n : 1), sizeof *snaps);
+    if (!snaps)
+        return -1;
+    for (int i = 0; i < n; i++)
+        modelstats_snapshot(serving_at(st->serving, i)->stats, &snaps[i]);
+#define EACH_MODEL for (int mi = 0; mi < n; mi++)
+#define SM (serving_at(st->serving, mi))
+#define NAME (SM->model.cfg.name)
+
+    head(b, "requests_total", "counter", "Inference requests answered, by model and status code.");
+    EACH_MODEL for (int c = 0; c < MODELSTATS_CODES; c++) {
+        if (!snaps[mi].codes[c])
+            continue;
+        char extra[32];
+        if (modelstats_codes[c])
+            snprintf(extra, sizeof extra, "code=\"%d\"", modelstats_codes[c]);
+        else
+            snprintf(extra, sizeof extra, "code=\"other\"");
+        sample(b, "requests_total", NAME, extra, (double)snaps[mi].codes[c]);
+    }
+    head(b, "request_duration_seconds", "histogram",
+         "Last byte of the request received to the response queued for write.");
+    EACH_MODEL hist(b, "request_duration_seconds", NAME, &snaps[mi].request,
+                    modelstats_lat_bounds_s, MODELSTATS_LAT_BUCKETS);
+    head(b, "queue_duration_seconds", "histogram", "Time a request waited in the batcher.");
+    EACH_MODEL hist(b, "queue_duration_seconds", NAME, &snaps[mi].queue, modelstats_lat_bounds_s,
+                    MODELSTATS_LAT_BUCKETS);
+    head(b, "compute_duration_seconds", "histogram", "One batch on the backend.");
+    EACH_MODEL hist(b, "compute_duration_seconds", NAME, &snaps[mi].compute,
+                    modelstats_lat_bounds_s, MODELSTATS_LAT_BUCKETS);
+    head(b, "batch_size", "histogram", "Rows per executed batch.");
+    EACH_MODEL hist(b, "batch_size", NAME, &snaps[mi].batch, modelstats_row_bounds,
+                    MODELSTATS_ROW_BUCKETS);
+    head(b, "queue_depth", "gauge", "Requests waiting in the model's queue.");
+    EACH_MODEL sample(b, "queue_depth", NAME, NULL, SM->batcher ? batcher_depth(SM->batcher) : 0);
+    head(b, "rejected_requests_total", "counter",
+         "Requests refused or dropped before computing, by reason.");
+    EACH_MODEL for (int r = 0; r < MS_REJECT_COUNT; r++) {
+        char extra[48];
+        snprintf(extra, sizeof extra, "reason=\"%s\"", modelstats_reason_names[r]);
+        sample(b, "rejected_requests_total", NAME, extra, (double)snaps[mi].rejected[r]);
+    }
+    head(b, "model_cold_start_seconds", "gauge", "The last load of the model, by phase.");
+    EACH_MODEL {
+        const struct cold_start *cs = &SM->model.cold;
+        if (atomic_load(&SM->state) != SERVED_READY)
+            continue;
+        sample(b, "model_cold_start_seconds", NAME, "phase=\"read\"", cs->read_s);
+        sample(b, "model_cold_start_seconds", NAME, "phase=\"prepare\"", cs->prepare_s + cs->context_s);
+        sample(b, "model_cold_start_seconds", NAME, "phase=\"warmup\"", cs->warmup_s);
+        sample(b, "model_cold_start_seconds", NAME, "phase=\"total\"", cs->total_s);
+    }
+    head(b, "model_loaded", "gauge", "1 when the model is loaded and serving, else 0.");
+    EACH_MODEL sample(b, "model_loaded", NAME, NULL, atomic_load(&SM->state) == SERVED_READY);
+    head(b, "batch_fill_ratio", "gauge", "Mean rows per batch divided by max_batch_size.");
+    EACH_MODEL {
+        double rows = 0, batches = 0;
+        for (int i = 0; i < snaps[mi].ninstances && snaps[mi].inst; i++) {
+            rows += (double)snaps[mi].inst[i].rows;
+            batches += (double)snaps[mi].inst[i].batches;
+        }
+        sample(b, "batch_fill_ratio", NAME, NULL,
+               batches ? rows / batches / SM->model.cfg.batching.max_batch_size : 0);
+    }
+    static const struct {
+        const char *name, *type, *help;
+    } dev_metrics[] = {
+        {"device_busy_seconds_total", "counter", "Time with a batch executing, per model instance."},
+        {"device_idle_seconds_total", "counter",
+         "Time with the model loaded and nothing executing, per model instance."},
+        {"device_utilization_ratio", "gauge", "Busy fraction over the last 10 seconds."},
+        {"device_memory_bytes", "gauge", "Weights and buffers held by the model instance."},
+    };
+    for (int k = 0; k < 4; k++) {
+        head(b, dev_metrics[k].name, dev_metrics[k].type, dev_metrics[k].help);
+        EACH_MODEL {
+            if (atomic_load(&SM->state) != SERVED_READY || !snaps[mi].inst)
+                continue;
+            for (int i = 0; i < snaps[mi].ninstances && i < SM->model.ninstances; i++) {
+                const struct modelstats_instance *in = &snaps[mi].inst[i];
+                char dev[64];
+                device_label(SM, i, dev, sizeof dev);
+                double v = k == 0 ? in->busy_s
+                           : k == 1 ? (in->loaded_s > in->busy_s ? in->loaded_s - in->busy_s : 0)
+                           : k == 2 ? in->util_10s
+                                    : (double)(SM->model.instances[i].memory_bytes +
+                                               (i == 0 ? SM->model.shared_bytes : 0));
+                sample(b, dev_metrics[k].name, NAME, dev, v);
+            }
+        }
+    }
+    head(b, "latency_model_seconds", "gauge",
+         "Each instance's fitted exec(rows) = a + b*rows (+ margin), in seconds.");
+    EACH_MODEL {
+        if (!SM->batcher)
+            continue;
+        for (int i = 0; i < SM->model.ninstances; i++) {
+            double la, lb, lm;
+            batcher_latency_model(SM->batcher, i, &la, &lb, &lm);
+            char dev[64], extra[96];
+            device_label(SM, i, dev, sizeof dev);
+            snprintf(extra, sizeof extra, "%s,param=\"a\"", dev);
+            sample(b, "latency_model_seconds", NAME, extra, la / 1e9);
+            snprintf(extra, sizeof extra, "%s,param=\"b\"", dev);
+            sample(b, "latency_model_seconds", NAME, extra, lb / 1e9);
+            snprintf(extra, sizeof extra, "%s,param=\"margin\"", dev);
+            sample(b, "latency_model_seconds", NAME, extra, lm / 1e9);
+        }
+    }
+    head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");
+    buf_appendf(b, P "inflight_requests %lld\n",
+                (long long)(st->server ? server_inflight(st->server) : 0));
+    head(b, "process_start_to_ready_seconds", "gauge",
+         "From process start until every model was loaded and the server ready.");
+    int64_t ready = atomic_load(&st->ready_ns);
+    buf_appendf(b, P "process_start_to_ready_seconds %.6f\n",
+                ready ? (double)(ready - st->start_ns) / 1e9 : 0.0);
+    for (int i = 0; i < n; i++)
+        modelstats_snapshot_free(&snaps[i]);
+    free(snaps);
+    return 0;
+#undef EACH_MODEL
+#undef SM
+#undef NAME
+}
+
+static void metrics_route(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    (void)m;
+    struct buf b = BUF_INIT;
+    if (api_metrics_render(ctx, &b) < 0) {
+        buf_free(&b);
+        http_respond_error(req, 500, NULL, "out of memory rendering metrics");
+        return;
+    }
+    http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
+    buf_free(&b);
+}
+
+int api_metrics_register(struct router *r, struct api_state *st, struct error *err)
+{
+    return router_add(r, HTTP_M_GET, "/metrics", metrics_route, st, err);
+}

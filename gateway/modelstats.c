@@ -1,0 +1,264 @@
+/* modelstats.c - see modelstats.h. Shards are cache-line aligned so two
+ * writers never share a line. */
+#include "modelstats.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+
+const double modelstats_lat_bounds_s[MODELSTATS_LAT_BUCKETS] = {
+    50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+    100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 1e30,
+};
+const double modelstats_row_bounds[MODELSTATS_ROW_BUCKETS] = {
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+};
+const int modelstats_codes[MODELSTATS_CODES] = {200, 400, 404, 408, 413, 429, 500, 502, 503, 504, 0};
+const char *const modelstats_reason_names[MS_REJECT_COUNT] = {
+    "queue_full", "deadline", "bad_request", "not_ready", "shutdown",
+};
+
+struct hist {
+    _Atomic uint64_t b[MODELSTATS_LAT_BUCKETS];
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum;     /* ns, or rows */
+};
+
+struct io_shard {
+    _Alignas(64) _Atomic uint64_t codes[MODELSTATS_CODES];
+    _Atomic uint64_t rejected[MS_REJECT_COUNT];
+    _Atomic uint64_t success, fail;
+    _Atomic int64_t last_ms;
+    struct hist request, queue;
+};
+
+#define UTIL_SLOTS 16
+
+struct inst_shard {
+    _Alignas(64) struct hist compute, batch;
+    _Atomic uint64_t busy_ns, batches, rows;
+    _Atomic int64_t loaded_ns;
+    _Atomic int64_t slot_sec[UTIL_SLOTS];    /* busy ns per second, for util_10s */
+    _Atomic uint64_t slot_ns[UTIL_SLOTS];
+    _Atomic uint64_t *count_by_size, *ns_by_size;
+};
+
+struct modelstats {
+    int nio, ninst, max_batch;
+    struct io_shard *io;
+    struct inst_shard *inst;
+};
+
+static void *aligned_calloc(size_t n, size_t size)
+{
+    void *p = aligned_alloc(64, ((n * size + 63) / 64) * 64);
+    if (p)
+        memset(p, 0, ((n * size + 63) / 64) * 64);
+    return p;
+}
+
+struct modelstats *modelstats_new(int io_threads, int instances, int max_batch)
+{
+    struct modelstats *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->nio = io_threads > 0 ? io_threads : 1;
+    s->ninst = instances > 0 ? instances : 1;
+    s->max_batch = max_batch;
+    s->io = aligned_calloc((size_t)s->nio, sizeof *s->io);
+    s->inst = aligned_calloc((size_t)s->ninst, sizeof *s->inst);
+    if (!s->io || !s->inst)
+        goto fail;
+    for (int i = 0; i < s->ninst; i++) {
+        s->inst[i].count_by_size = calloc((size_t)max_batch + 1, sizeof(uint64_t));
+        s->inst[i].ns_by_size = calloc((size_t)max_batch + 1, sizeof(uint64_t));
+        if (!s->inst[i].count_by_size || !s->inst[i].ns_by_size)
+            goto fail;
+    }
+    return s;
+fail:
+    modelstats_free(s);
+    return NULL;
+}
+
+void modelstats_free(struct modelstats *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; s->inst && i < s->ninst; i++) {
+        free((void *)s->inst[i].count_by_size);
+        free((void *)s->inst[i].ns_by_size);
+    }
+    free(s->io);
+    free(s->inst);
+    free(s);
+}
+
+void modelstats_loaded(struct modelstats *s)
+{
+    int64_t now = now_ns();
+    for (int i = 0; i < s->ninst; i++)
+        atomic_store(&s->inst[i].loaded_ns, now);
+}
+
+static void hist_add(struct hist *h, int bucket, uint64_t v)
+{
+    atomic_fetch_add_explicit(&h->b[bucket], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
+}
+
+static int lat_bucket(int64_t ns)
+{
+    double s = (double)ns / 1e9;
+    int i = 0;
+    while (i < MODELSTATS_LAT_BUCKETS - 1 && s > modelstats_lat_bounds_s[i])
+        i++;
+    return i;
+}
+
+static int row_bucket(int rows)
+{
+    int i = 0;
+    while (i < MODELSTATS_ROW_BUCKETS - 1 && rows > modelstats_row_bounds[i])
+        i++;
+    return i;
+}
+
+static int code_index(int status)
+{
+    for (int i = 0; i < MODELSTATS_CODES - 1; i++)
+        if (modelstats_codes[i] == status)
+            return i;
+    return MODELSTATS_CODES - 1;
+}
+
+void modelstats_request(struct modelstats *s, int thread, int status, int64_t total_ns,
+                        int64_t queue_ns)
+{
+    struct io_shard *sh = &s->io[thread % s->nio];
+    atomic_fetch_add_explicit(&sh->codes[code_index(status)], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(status == 200 ? &sh->success : &sh->fail, 1, memory_order_relaxed);
+    if (total_ns < 0)
+        total_ns = 0;
+    hist_add(&sh->request, lat_bucket(total_ns), (uint64_t)total_ns);
+    if (queue_ns >= 0)
+        hist_add(&sh->queue, lat_bucket(queue_ns), (uint64_t)queue_ns);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    atomic_store_explicit(&sh->last_ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+                          memory_order_relaxed);
+}
+
+void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason r)
+{
+    atomic_fetch_add_explicit(&s->io[thread % s->nio].rejected[r], 1, memory_order_relaxed);
+}
+
+void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t exec_ns)
+{
+    struct inst_shard *sh = &s->inst[instance % s->ninst];
+    hist_add(&sh->compute, lat_bucket(exec_ns), (uint64_t)exec_ns);
+    hist_add(&sh->batch, row_bucket(rows), (uint64_t)rows);
+    atomic_fetch_add_explicit(&sh->busy_ns, (uint64_t)exec_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->batches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->rows, (uint64_t)rows, memory_order_relaxed);
+    if (rows >= 0 && rows <= s->max_batch) {
+        atomic_fetch_add_explicit(&sh->count_by_size[rows], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sh->ns_by_size[rows], (uint64_t)exec_ns, memory_order_relaxed);
+    }
+    /* The per-second slots behind util_10s (the batch counts in the second it ends). */
+    int64_t sec = now_ns() / 1000000000;
+    int k = (int)(sec % UTIL_SLOTS);
+    if (atomic_load_explicit(&sh->slot_sec[k], memory_order_relaxed) != sec) {
+        atomic_store_explicit(&sh->slot_ns[k], 0, memory_order_relaxed);
+        atomic_store_explicit(&sh->slot_sec[k], sec, memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&sh->slot_ns[k], (uint64_t)exec_ns, memory_order_relaxed);
+}
+
+static void hist_sum(struct modelstats_hist *dst, struct hist *src, double unit)
+{
+    for (int i = 0; i < MODELSTATS_LAT_BUCKETS; i++)
+        dst->bucket[i] += atomic_load_explicit(&src->b[i], memory_order_relaxed);
+    dst->count += atomic_load_explicit(&src->count, memory_order_relaxed);
+    dst->sum += (double)atomic_load_explicit(&src->sum, memory_order_relaxed) * unit;
+}
+
+void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int t = 0; t < s->nio; t++) {
+        struct io_shard *sh = &s->io[t];
+        for (int i = 0; i < MODELSTATS_CODES; i++)
+            o->codes[i] += atomic_load_explicit(&sh->codes[i], memory_order_relaxed);
+        for (int i = 0; i < MS_REJECT_COUNT; i++)
+            o->rejected[i] += atomic_load_explicit(&sh->rejected[i], memory_order_relaxed);
+        o->success_count += atomic_load_explicit(&sh->success, memory_order_relaxed);
+        o->fail_count += atomic_load_explicit(&sh->fail, memory_order_relaxed);
+        int64_t last = atomic_load_explicit(&sh->last_ms, memory_order_relaxed);
+        if (last > o->last_inference_ms)
+            o->last_inference_ms = last;
+        hist_sum(&o->request, &sh->request, 1e-9);
+        hist_sum(&o->queue, &sh->queue, 1e-9);
+    }
+    o->max_batch = s->max_batch;
+    o->ninstances = s->ninst;
+    o->inst = calloc((size_t)s->ninst, sizeof *o->inst);
+    o->batch_count_by_size = calloc((size_t)s->max_batch + 1, sizeof(uint64_t));
+    o->batch_ns_by_size = calloc((size_t)s->max_batch + 1, sizeof(uint64_t));
+    int64_t now = now_ns(), sec = now / 1000000000;
+    for (int i = 0; i < s->ninst; i++) {
+        struct inst_shard *sh = &s->inst[i];
+        hist_sum(&o->compute, &sh->compute, 1e-9);
+        hist_sum(&o->batch, &sh->batch, 1.0);
+        if (o->batch_count_by_size && o->batch_ns_by_size)
+            for (int r = 0; r <= s->max_batch; r++) {
+                o->batch_count_by_size[r] += atomic_load_explicit(&sh->count_by_size[r], memory_order_relaxed);
+                o->batch_ns_by_size[r] += atomic_load_explicit(&sh->ns_by_size[r], memory_order_relaxed);
+            }
+        if (!o->inst)
+            continue;
+        struct modelstats_instance *mi = &o->inst[i];
+        mi->busy_s = (double)atomic_load_explicit(&sh->busy_ns, memory_order_relaxed) / 1e9;
+        int64_t loaded = atomic_load_explicit(&sh->loaded_ns, memory_order_relaxed);
+        mi->loaded_s = loaded ? (double)(now - loaded) / 1e9 : 0;
+        mi->batches = atomic_load_explicit(&sh->batches, memory_order_relaxed);
+        mi->rows = atomic_load_explicit(&sh->rows, memory_order_relaxed);
+        uint64_t busy10 = 0;
+        for (int k = 0; k < UTIL_SLOTS; k++) {
+            int64_t ss = atomic_load_explicit(&sh->slot_sec[k], memory_order_relaxed);
+            if (ss >= sec - 10 && ss < sec)
+                busy10 += atomic_load_explicit(&sh->slot_ns[k], memory_order_relaxed);
+        }
+        mi->util_10s = (double)busy10 / 10e9;
+    }
+}
+
+void modelstats_snapshot_free(struct modelstats_snapshot *snap)
+{
+    free(snap->inst);
+    free(snap->batch_count_by_size);
+    free(snap->batch_ns_by_size);
+    snap->inst = NULL;
+    snap->batch_count_by_size = snap->batch_ns_by_size = NULL;
+}
+
+double modelstats_quantile(const struct modelstats_hist *h, double q)
+{
+    if (h->count == 0)
+        return 0;
+    double target = q * (double)h->count, seen = 0;
+    for (int i = 0; i < MODELSTATS_LAT_BUCKETS; i++) {
+        double n = (double)h->bucket[i];
+        if (seen + n >= target && n > 0) {
+            double lo = i ? modelstats_lat_bounds_s[i - 1] : 0;
+            double hi = i < MODELSTATS_LAT_BUCKETS - 1 ? modelstats_lat_bounds_s[i] : lo * 2;
+            return lo + (hi - lo) * ((target - seen) / n);
+        }
+        seen += n;
+    }
+    return modelstats_lat_bounds_s[MODELSTATS_LAT_BUCKETS - 2];
+}

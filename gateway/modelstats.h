@@ -1,0 +1,84 @@
+/* modelstats.h - a served model's statistics, recorded on the hot path
+ * without any lock shared across threads: every IO thread and every
+ * instance worker writes only its own shard (relaxed atomics on memory no
+ * other writer touches), and readers (/metrics, /v2/models/{m}/stats, the
+ * dashboard) sum the shards when asked. */
+#ifndef BG_MODELSTATS_H
+#define BG_MODELSTATS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* Latency buckets (upper bounds), 50 us .. 30 s: resolves both 100 us and 10 s. */
+#define MODELSTATS_LAT_BUCKETS 20
+extern const double modelstats_lat_bounds_s[MODELSTATS_LAT_BUCKETS];
+/* Batch size buckets: 1, 2, 4, ... 65536. */
+#define MODELSTATS_ROW_BUCKETS 17
+extern const double modelstats_row_bounds[MODELSTATS_ROW_BUCKETS];
+
+/* Status codes counted per model (requests_total{code}); others count as "other". */
+#define MODELSTATS_CODES 11
+extern const int modelstats_codes[MODELSTATS_CODES];   /* 200, 400, ..., 0 = other */
+
+enum modelstats_reason {
+    MS_REJECT_QUEUE_FULL,
+    MS_REJECT_DEADLINE,
+    MS_REJECT_BAD_REQUEST,
+    MS_REJECT_NOT_READY,
+    MS_REJECT_SHUTDOWN,
+    MS_REJECT_COUNT
+};
+extern const char *const modelstats_reason_names[MS_REJECT_COUNT];
+
+struct modelstats;
+
+/* A snapshot: the shards summed. Histograms have count and sum too. */
+struct modelstats_hist {
+    uint64_t bucket[MODELSTATS_LAT_BUCKETS];   /* non-cumulative; overflow in bucket[last] */
+    uint64_t count;
+    double sum;                                 /* seconds (or rows for batch size) */
+};
+
+struct modelstats_instance {
+    double busy_s;                 /* a batch executing */
+    double loaded_s;               /* wall time since the instance was loaded */
+    double util_10s;               /* busy fraction over the last 10 whole seconds */
+    uint64_t batches, rows;
+};
+
+struct modelstats_snapshot {
+    uint64_t codes[MODELSTATS_CODES];
+    uint64_t rejected[MS_REJECT_COUNT];
+    uint64_t success_count, fail_count;
+    struct modelstats_hist request;            /* arrival to answer queued */
+    struct modelstats_hist queue;              /* arrival to taken into a batch */
+    struct modelstats_hist compute;            /* one batch (per batch) */
+    struct modelstats_hist batch;              /* rows per batch (row buckets) */
+    uint64_t *batch_count_by_size;             /* [max_batch + 1], caller frees */
+    uint64_t *batch_ns_by_size;
+    int max_batch;
+    int ninstances;
+    struct modelstats_instance *inst;          /* [ninstances], caller frees */
+    int64_t last_inference_ms;                 /* unix ms of the last answer, 0 if none */
+};
+
+struct modelstats *modelstats_new(int io_threads, int instances, int max_batch);
+void modelstats_free(struct modelstats *s);
+/* The instances start counting idle time now (the model finished loading). */
+void modelstats_loaded(struct modelstats *s);
+
+/* IO thread `thread`: an inference request was answered with `status`.
+ * queue_ns < 0 when it never reached a batch. */
+void modelstats_request(struct modelstats *s, int thread, int status, int64_t total_ns,
+                        int64_t queue_ns);
+void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason r);
+/* Worker of `instance`: a batch of `rows` ran for exec_ns. */
+void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t exec_ns);
+
+void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *out);
+void modelstats_snapshot_free(struct modelstats_snapshot *snap);
+/* The q-quantile (0..1) of a latency histogram, interpolated inside its
+ * bucket (so within the bucket's resolution); 0 when empty. */
+double modelstats_quantile(const struct modelstats_hist *h, double q);
+
+#endif

@@ -1,0 +1,58 @@
+#!/bin/sh
+# metrics_overhead.sh - what scraping /metrics every second costs.
+#
+# wrk drives single-row KServe v2 requests to the bundled digits model (the
+# hot path records request, queue, compute and batch statistics on every
+# request) for DURATION seconds, alternately without and with a scraper that
+# fetches /metrics once a second, ROUNDS times each. Prints the throughput of
+# each run and the ratio with / without (target: >= 0.98).
+#
+#   loadgen/bench/metrics_overhead.sh          # 3 rounds x 10 s, 32 connections
+set -eu
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
+DURATION=${DURATION:-10}
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-32}
+command -v wrk >/dev/null || { echo "metrics_overhead: wrk not found; run scripts/install-deps bench" >&2; exit 1; }
+
+TMP=$(mktemp -d /tmp/bg-metrics.XXXXXX)
+BG_PID=""; SCRAPER=""
+cleanup() {
+    [ -n "$SCRAPER" ] && kill "$SCRAPER" 2>/dev/null || true
+    [ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null && wait "$BG_PID" 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+
+"$BIN" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
+BG_PID=$!
+for _ in $(seq 100); do grep -q "ready in" "$TMP/bg.log" && break; sleep 0.1; done
+PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/bg.log")
+python3 - "$ROOT/models/digits/heldout.json" > "$TMP/post.lua" <<'PY'
+import json, sys
+row = json.load(open(sys.argv[1]))["inputs"][0]
+body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": row}]})
+print('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = [[%s]]' % body)
+PY
+run() {
+    wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$TMP/post.lua" "http://127.0.0.1:$PORT/v2/models/digits/infer" |
+        awk '/^Requests\/sec:/ {print $2}'
+}
+echo "machine: $(nproc) cores; digits model, wrk -t1 -c$CONNS -d${DURATION}s, 1 IO thread"
+OFF=""; ON=""
+i=1
+while [ "$i" -le "$ROUNDS" ]; do
+    off=$(run)
+    ( while :; do curl -s "http://127.0.0.1:$PORT/metrics" >/dev/null; sleep 1; done ) &
+    SCRAPER=$!
+    on=$(run)
+    kill "$SCRAPER"; wait "$SCRAPER" 2>/dev/null || true; SCRAPER=""
+    echo "round $i: without scraping $off req/s, scraping every 1 s $on req/s"
+    OFF="$OFF $off"; ON="$ON $on"
+    i=$((i + 1))
+done
+python3 -c "
+import statistics, sys
+off = statistics.median(map(float, '$OFF'.split())); on = statistics.median(map(float, '$ON'.split()))
+print(f'median: without {off:.0f} req/s, with {on:.0f} req/s, ratio {on/off:.3f} (target >= 0.98)')"

@@ -1,0 +1,194 @@
+"""test_metrics.py - /metrics and /v2/models/{m}/stats against known traffic:
+promtool accepts the exposition; after requests of known sizes the counters,
+histogram counts and batch sums equal what was sent; rejections are counted
+by reason; busy + idle seconds track the wall time of the loaded instance."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+from harness import Server, roundtrip
+from test_infer import infer_body, post, synthetic, write_model
+
+PROMTOOL = shutil.which("promtool")
+
+
+def parse(text):
+    """{(name, frozenset(labels)): value} of every sample."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$', line)
+        assert m, "unparseable sample line: %r" % line
+        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        out[(m.group(1), labels)] = float(m.group(4))
+    return out
+
+
+def value(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+class MetricsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = tempfile.mkdtemp(prefix="batchgate-metrics-")
+        # 10 ms per batch of up to 8 rows; small queue for 429s.
+        write_model(cls.repo, "syn", synthetic("syn", base_us=10000, per_row_us=0,
+                                               batching={"max_batch_size": 8,
+                                                         "max_queue_delay_us": 3000}))
+        write_model(cls.repo, "tiny", synthetic("tiny", base_us=200000, per_row_us=0,
+                                                batching={"max_batch_size": 1,
+                                                          "max_queue_size": 1}))
+        write_model(cls.repo, "broken", "{\"backend\": \"tpu\"}")
+        cls.srv = Server({"model_repository": cls.repo}, io_threads=2)
+        cls.srv.wait_log(r"ready in", timeout=10)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.srv.stop_checked()
+        finally:
+            cls.srv.kill()
+            shutil.rmtree(cls.repo, ignore_errors=True)
+
+    def scrape(self):
+        r = roundtrip(self.srv.port, "GET", "/metrics")
+        self.assertEqual(r.status, 200)
+        self.assertTrue(r.headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+        return r.body.decode()
+
+    def test_promtool_accepts_the_exposition(self):
+        if not PROMTOOL:
+            self.skipTest("promtool not installed (scripts/install-deps installs prometheus)")
+        post(self.srv.port, "/v2/models/syn/infer", infer_body([[1, 2, 3, 4]], name="x"))
+        text = self.scrape()
+        p = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(),
+                           capture_output=True, timeout=30)
+        self.assertEqual(p.returncode, 0, "promtool: %s%s" % (p.stdout.decode(), p.stderr.decode()))
+
+    def test_every_spec_metric_is_present(self):
+        text = self.scrape()
+        for name, kind in (("requests_total", "counter"), ("request_duration_seconds", "histogram"),
+                           ("queue_duration_seconds", "histogram"),
+                           ("compute_duration_seconds", "histogram"),
+                           ("batch_size", "histogram"), ("queue_depth", "gauge"),
+                           ("inflight_requests", "gauge"), ("rejected_requests_total", "counter"),
+                           ("model_cold_start_seconds", "gauge"), ("model_loaded", "gauge"),
+                           ("device_busy_seconds_total", "counter"),
+                           ("device_idle_seconds_total", "counter"),
+                           ("device_memory_bytes", "gauge"),
+                           ("process_start_to_ready_seconds", "gauge")):
+            self.assertIn("# TYPE batchgate_%s %s\n" % (name, kind), text, name)
+        s = parse(text)
+        self.assertEqual(value(s, "batchgate_model_loaded", model="syn"), 1)
+        self.assertEqual(value(s, "batchgate_model_loaded", model="broken"), 0)
+        for phase in ("read", "prepare", "warmup", "total"):
+            self.assertIn(("batchgate_model_cold_start_seconds",
+                           frozenset({("model", "syn"), ("phase", phase)})), s)
+        self.assertGreater(value(s, "batchgate_process_start_to_ready_seconds"), 0)
+        self.assertIn('le="0.0001"', text, "a bucket at 100 us")
+        self.assertIn('le="10"', text, "a bucket at 10 s")
+
+    def test_counters_reconcile_with_traffic(self):
+        before = parse(self.scrape())
+        stats0 = roundtrip(self.srv.port, "GET", "/v2/models/syn/stats").json()["model_stats"][0]
+        sizes = [1, 2, 3, 1, 4, 1, 2, 8, 1, 1, 3, 5]
+        results = []
+
+        def one(rows):
+            results.append(post(self.srv.port, "/v2/models/syn/infer",
+                                infer_body([[1, 0, 0, 0]] * rows, name="x")).status)
+
+        threads = [threading.Thread(target=one, args=(n,)) for n in sizes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        self.assertEqual(results, [200] * len(sizes))
+        bad = post(self.srv.port, "/v2/models/syn/infer", "{").status
+        self.assertEqual(bad, 400)
+        after = parse(self.scrape())
+        d = lambda name, **l: value(after, name, **l) - value(before, name, **l)
+        self.assertEqual(d("batchgate_requests_total", model="syn", code="200"), len(sizes))
+        self.assertEqual(d("batchgate_requests_total", model="syn", code="400"), 1)
+        self.assertEqual(d("batchgate_rejected_requests_total", model="syn", reason="bad_request"), 1)
+        self.assertEqual(d("batchgate_request_duration_seconds_count", model="syn"), len(sizes) + 1)
+        self.assertEqual(d("batchgate_queue_duration_seconds_count", model="syn"), len(sizes))
+        self.assertEqual(d("batchgate_batch_size_sum", model="syn"), sum(sizes))
+        execs = d("batchgate_batch_size_count", model="syn")
+        self.assertEqual(d("batchgate_compute_duration_seconds_count", model="syn"), execs)
+        self.assertLess(execs, len(sizes), "concurrent requests shared batches")
+        stats1 = roundtrip(self.srv.port, "GET", "/v2/models/syn/stats").json()["model_stats"][0]
+        self.assertEqual(stats1["inference_count"] - stats0["inference_count"], sum(sizes))
+        self.assertEqual(stats1["execution_count"] - stats0["execution_count"], execs)
+        self.assertEqual(stats1["inference_stats"]["success"]["count"]
+                         - stats0["inference_stats"]["success"]["count"], len(sizes))
+        by_size = sum(b["compute_infer"]["count"] for b in stats1["batch_stats"]) - \
+            sum(b["compute_infer"]["count"] for b in stats0["batch_stats"])
+        self.assertEqual(by_size, execs)
+        # Busy time: each batch sleeps 10 ms.
+        busy = d("batchgate_device_busy_seconds_total", model="syn", device="synthetic0")
+        self.assertGreaterEqual(busy, 0.010 * execs * 0.99)
+
+    def test_busy_plus_idle_is_wall_time(self):
+        s0, t0 = parse(self.scrape()), time.monotonic()
+        post(self.srv.port, "/v2/models/syn/infer", infer_body([[1, 1, 1, 1]], name="x"))
+        time.sleep(1.0)
+        s1, t1 = parse(self.scrape()), time.monotonic()
+        held = sum(value(s, "batchgate_device_busy_seconds_total", model="syn", device="synthetic0")
+                   + value(s, "batchgate_device_idle_seconds_total", model="syn",
+                           device="synthetic0") for s in (s1,)) - \
+            sum(value(s, "batchgate_device_busy_seconds_total", model="syn", device="synthetic0")
+                + value(s, "batchgate_device_idle_seconds_total", model="syn",
+                        device="synthetic0") for s in (s0,))
+        # The scrapes' own round trips bound the wall time the server saw.
+        self.assertAlmostEqual(held, t1 - t0, delta=0.01 * (t1 - t0) + 0.01)
+
+    def test_rejections_by_reason(self):
+        before = parse(self.scrape())
+        r = post(self.srv.port, "/v2/models/broken/infer", infer_body([[1]], name="x"))
+        self.assertEqual(r.status, 503)
+        r = post(self.srv.port, "/v2/models/syn/infer", infer_body([[1, 2, 3, 4]], name="x"),
+                 [("X-Request-Timeout-Ms", "1")])
+        self.assertEqual(r.status, 504)
+        codes = []
+        threads = [threading.Thread(target=lambda: codes.append(
+            post(self.srv.port, "/v2/models/tiny/infer",
+                 infer_body([[1, 2, 3, 4]], name="x")).status)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        self.assertIn(429, codes)
+        after = parse(self.scrape())
+        d = lambda name, **l: value(after, name, **l) - value(before, name, **l)
+        self.assertEqual(d("batchgate_rejected_requests_total", model="broken", reason="not_ready"), 1)
+        self.assertEqual(d("batchgate_rejected_requests_total", model="syn", reason="deadline"), 1)
+        self.assertEqual(d("batchgate_rejected_requests_total", model="tiny", reason="queue_full"),
+                         codes.count(429))
+        self.assertEqual(d("batchgate_requests_total", model="tiny", code="429"), codes.count(429))
+
+    def test_stats_extensions(self):
+        post(self.srv.port, "/v2/models/syn/infer", infer_body([[1, 1, 1, 1]], name="x"))
+        s = roundtrip(self.srv.port, "GET", "/v2/models/syn/stats").json()["model_stats"][0]
+        for k in ("p50", "p90", "p99"):
+            self.assertGreater(s["latency_seconds"]["request"][k], 0)
+        inst = s["instances"][0]
+        self.assertGreater(inst["latency_model"]["a_seconds"], 0.005,
+                           "the fitted model knows a batch costs ~10 ms")
+        debt = s["compute_debt"]
+        self.assertAlmostEqual(debt["device_seconds_held"],
+                               debt["device_seconds_used"] + debt["device_seconds_idle"], places=4)
+        self.assertGreater(debt["batch_fill"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

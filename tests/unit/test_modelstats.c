@@ -1,0 +1,113 @@
+/* test_modelstats.c - sharded statistics: what the threads record is what a
+ * snapshot sums, histogram buckets and quantiles, concurrent writers. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "modelstats.h"
+
+static void test_sums_across_shards(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(3, 2, 8);
+    assert_non_null(s);
+    modelstats_loaded(s);
+    modelstats_request(s, 0, 200, 1000000, 400000);   /* 1 ms, 0.4 ms queued */
+    modelstats_request(s, 1, 200, 3000000, 100000);
+    modelstats_request(s, 2, 504, 2000000, -1);
+    modelstats_reject(s, 2, MS_REJECT_DEADLINE);
+    modelstats_batch(s, 0, 3, 500000);
+    modelstats_batch(s, 1, 8, 700000);
+    struct modelstats_snapshot snap;
+    modelstats_snapshot(s, &snap);
+    assert_int_equal(snap.codes[0], 2);                       /* 200 */
+    assert_int_equal(snap.codes[9], 1);                       /* 504 */
+    assert_int_equal(snap.rejected[MS_REJECT_DEADLINE], 1);
+    assert_int_equal(snap.success_count, 2);
+    assert_int_equal(snap.fail_count, 1);
+    assert_int_equal(snap.request.count, 3);
+    assert_true(snap.request.sum > 0.0059 && snap.request.sum < 0.0061);
+    assert_int_equal(snap.queue.count, 2);
+    assert_int_equal(snap.compute.count, 2);
+    assert_int_equal(snap.batch.count, 2);
+    assert_true(snap.batch.sum == 11.0);
+    assert_int_equal(snap.batch_count_by_size[3], 1);
+    assert_int_equal(snap.batch_count_by_size[8], 1);
+    assert_int_equal(snap.batch_ns_by_size[8], 700000);
+    assert_int_equal(snap.inst[0].rows + snap.inst[1].rows, 11);
+    assert_true(snap.inst[0].busy_s > 0.00049 && snap.inst[0].busy_s < 0.00051);
+    assert_true(snap.last_inference_ms > 0);
+    modelstats_snapshot_free(&snap);
+    modelstats_free(s);
+}
+
+static void test_buckets_and_quantiles(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 1, 4);
+    /* 100 requests at 80 us and 1 at 9 s: buckets resolve both ends. */
+    for (int i = 0; i < 100; i++)
+        modelstats_request(s, 0, 200, 80000, 0);
+    modelstats_request(s, 0, 200, 9000000000LL, 0);
+    struct modelstats_snapshot snap;
+    modelstats_snapshot(s, &snap);
+    assert_int_equal(snap.request.bucket[1], 100);   /* (50 us, 100 us] */
+    assert_int_equal(snap.request.bucket[16], 1);    /* (5 s, 10 s] */
+    double p50 = modelstats_quantile(&snap.request, 0.5);
+    assert_true(p50 > 50e-6 && p50 <= 100e-6);
+    double p999 = modelstats_quantile(&snap.request, 0.999);
+    assert_true(p999 > 5.0 && p999 <= 10.0);
+    modelstats_snapshot_free(&snap);
+    modelstats_free(s);
+}
+
+struct writer {
+    struct modelstats *s;
+    int thread;
+};
+
+static void *write_many(void *arg)
+{
+    struct writer *w = arg;
+    for (int i = 0; i < 100000; i++) {
+        modelstats_request(w->s, w->thread, 200, 1000, 10);
+        modelstats_batch(w->s, w->thread, 1, 1000);
+    }
+    return NULL;
+}
+
+static void test_concurrent_writers_lose_nothing(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(4, 4, 4);
+    pthread_t t[4];
+    struct writer w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct writer){s, i};
+        pthread_create(&t[i], NULL, write_many, &w[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    struct modelstats_snapshot snap;
+    modelstats_snapshot(s, &snap);
+    assert_int_equal(snap.request.count, 400000);
+    assert_int_equal(snap.compute.count, 400000);
+    assert_int_equal(snap.codes[0], 400000);
+    modelstats_snapshot_free(&snap);
+    modelstats_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sums_across_shards),
+        cmocka_unit_test(test_buckets_and_quantiles),
+        cmocka_unit_test(test_concurrent_writers_lose_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
