@@ -26,10 +26,15 @@ int api_health_register(struct router *r, struct api_state *st, struct error *er
 /* GET/POST /v2/models/{model}[/versions/{v}][/ready|/config|/infer],
  * POST /v1/models/{model}:predict */
 int api_models_register(struct router *r, struct api_state *st, struct error *err);
+/* One model's statistics object as in /v2/models/{m}/stats (the dashboard reuses it). */
+struct buf;
+struct served_model;
+void api_models_append_stats(struct buf *out, struct served_model *sm);
+/* GET /dashboard (a self-contained live page) and GET /dashboard/data (its JSON). */
+int api_dashboard_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /metrics (Prometheus text format 0.0.4) */
 int api_metrics_register(struct router *r, struct api_state *st, struct error *err);
 /* The exposition itself, for tests: appends to out. */
-struct buf;
 int api_metrics_render(struct api_state *st, struct buf *out);
 /* GET /debug/delay?ms=N[&id=X], POST /debug/echo: test hooks, off unless
  * the config enables debug_endpoints. */

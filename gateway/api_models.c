@@ -208,16 +208,13 @@ static void append_duration(struct buf *b, const char *name, uint64_t count, dou
  * batchgate adds: latency percentiles (split into queue and compute, within
  * the histogram's bucket resolution), each instance's fitted latency model
  * and device time, and the compute debt: device-seconds held against used. */
-static void model_stats(struct http_request *req, const struct route_match *m, void *ctx)
+void api_models_append_stats(struct buf *out, struct served_model *sm)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, false, false);
-    if (!sm)
-        return;
     struct modelstats_snapshot s;
     modelstats_snapshot(sm->stats, &s);
     const struct model_config *c = &sm->model.cfg;
-    struct buf b = BUF_INIT;
-    buf_append(&b, "{\"model_stats\":[{\"name\":", 24);
+    struct buf b = *out;
+    buf_append(&b, "{\"name\":", 8);
     json_append_string(&b, c->name, strlen(c->name));
     uint64_t rows = 0, batches = 0;
     double busy = 0, held = 0;
@@ -275,8 +272,20 @@ static void model_stats(struct http_request *req, const struct route_match *m, v
     double fill = batches ? (double)rows / (double)batches / c->batching.max_batch_size : 0;
     buf_appendf(&b, "],\"compute_debt\":{\"device_seconds_held\":%.6f,"
                     "\"device_seconds_used\":%.6f,\"device_seconds_idle\":%.6f,"
-                    "\"batch_fill\":%.4f}}]}", held, busy, held > busy ? held - busy : 0, fill);
+                    "\"batch_fill\":%.4f}}", held, busy, held > busy ? held - busy : 0, fill);
     modelstats_snapshot_free(&s);
+    *out = b;
+}
+
+static void model_stats(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct served_model *sm = model_lookup(req, m, ctx, false, false);
+    if (!sm)
+        return;
+    struct buf b = BUF_INIT;
+    buf_append(&b, "{\"model_stats\":[", 16);
+    api_models_append_stats(&b, sm);
+    buf_append(&b, "]}", 2);
     respond_buf(req, 200, &b);
 }
 

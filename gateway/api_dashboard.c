@@ -1,0 +1,94 @@
+/* api_dashboard.c - GET /dashboard: one self-contained page (no CDN, no
+ * build step beyond embedding gateway/dashboard.html in the binary) that
+ * polls GET /dashboard/data every second and draws, per model: throughput,
+ * queue and compute latency percentiles over the last seconds, the batch
+ * size distribution, queue depth, device utilization and idle time, memory
+ * and cold start. */
+#include "api.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "buf.h"
+#include "modelstats.h"
+#include "server.h"
+#include "serving.h"
+#include "tensor_json.h"
+
+extern const char dashboard_html[];
+extern const unsigned long dashboard_html_len;
+
+static void dashboard_page(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    (void)m;
+    (void)ctx;
+    http_respond(req, 200, "text/html; charset=utf-8", dashboard_html, dashboard_html_len,
+                 "Cache-Control: no-cache\r\n");
+}
+
+static void append_counts(struct buf *b, const char *name, const struct modelstats_hist *h)
+{
+    buf_appendf(b, ",\"%s\":[", name);
+    for (int i = 0; i < MODELSTATS_LAT_BUCKETS; i++)
+        buf_appendf(b, "%s%llu", i ? "," : "", (unsigned long long)h->bucket[i]);
+    buf_append(b, "]", 1);
+}
+
+static void dashboard_data(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    (void)m;
+    struct api_state *st = ctx;
+    struct buf b = BUF_INIT;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    buf_appendf(&b, "{\"time\":%lld,\"inflight\":%lld,\"models\":[", now_ms,
+                (long long)(st->server ? server_inflight(st->server) : 0));
+    int n = st->serving ? serving_count(st->serving) : 0;
+    for (int i = 0; i < n; i++) {
+        struct served_model *sm = serving_at(st->serving, i);
+        int state = atomic_load(&sm->state);
+        const char *sname = state == SERVED_READY ? "ready" : state == SERVED_LOADING ? "loading"
+                                                                                   : "failed";
+        buf_appendf(&b, "%s{\"name\":", i ? "," : "");
+        json_append_string(&b, sm->model.cfg.name, strlen(sm->model.cfg.name));
+        buf_appendf(&b, ",\"time\":%lld,\"state\":\"%s\",\"reason\":", now_ms, sname);
+        json_append_string(&b, sm->model.reason, strlen(sm->model.reason));
+        const struct cold_start *cs = &sm->model.cold;
+        buf_appendf(&b, ",\"backend\":\"%s\",\"queue_depth\":%d,\"memory_bytes\":%zu,"
+                        "\"cold_start\":{\"read\":%.6f,\"prepare\":%.6f,\"warmup\":%.6f,"
+                        "\"total\":%.6f}",
+                    sm->model.ops ? sm->model.ops->name : model_backend_name(sm->model.cfg.backend),
+                    sm->batcher ? batcher_depth(sm->batcher) : 0,
+                    state == SERVED_READY ? model_memory_bytes(&sm->model) : (size_t)0,
+                    cs->read_s, cs->prepare_s + cs->context_s, cs->warmup_s, cs->total_s);
+        if (sm->stats) {
+            struct modelstats_snapshot s;
+            modelstats_snapshot(sm->stats, &s);
+            buf_append(&b, ",\"hist\":{\"bounds\":[", 19);
+            for (int k = 0; k < MODELSTATS_LAT_BUCKETS; k++)
+                buf_appendf(&b, "%s%g", k ? "," : "", modelstats_lat_bounds_s[k]);
+            buf_append(&b, "]", 1);
+            append_counts(&b, "request", &s.request);
+            append_counts(&b, "queue", &s.queue);
+            append_counts(&b, "compute", &s.compute);
+            buf_append(&b, "},\"stats\":", 10);
+            modelstats_snapshot_free(&s);
+            api_models_append_stats(&b, sm);
+        }
+        buf_append(&b, "}", 1);
+    }
+    buf_append(&b, "]}", 2);
+    http_respond(req, 200, "application/json", b.data, b.len, "Cache-Control: no-cache\r\n");
+    buf_free(&b);
+}
+
+int api_dashboard_register(struct router *r, struct api_state *st, struct error *err)
+{
+    int rc;
+    if ((rc = router_add(r, HTTP_M_GET, "/dashboard", dashboard_page, st, err)) ||
+        (rc = router_add(r, HTTP_M_GET, "/dashboard/data", dashboard_data, st, err)))
+        return rc;
+    return 0;
+}
