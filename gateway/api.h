@@ -10,6 +10,7 @@
 
 struct serving;
 struct server;
+struct nvml;
 
 /* Process state the health routes report. Owned by main. */
 struct api_state {
@@ -19,6 +20,7 @@ struct api_state {
     struct server *server;    /* for in-flight counts; set once it exists */
     int64_t start_ns;         /* process start (now_ns clock) */
     _Atomic int64_t ready_ns; /* when startup finished; 0 before */
+    struct nvml *nvml;        /* the driver's own GPU view; NULL without NVML */
 };
 
 /* GET /v2/health/live, /v2/health/ready, /v2 */

@@ -10,6 +10,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "modelstats.h"
+#include "nvml.h"
 #include "server.h"
 #include "serving.h"
 
@@ -183,6 +184,27 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             sample(b, "latency_model_seconds", NAME, extra, lb / 1e9);
             snprintf(extra, sizeof extra, "%s,param=\"margin\"", dev);
             sample(b, "latency_model_seconds", NAME, extra, lm / 1e9);
+        }
+    }
+    if (nvml_device_count(st->nvml) > 0) {
+        static const char *const names[4] = {"nvml_gpu_utilization_ratio",
+                                             "nvml_memory_utilization_ratio",
+                                             "nvml_memory_used_bytes", "nvml_memory_total_bytes"};
+        static const char *const helps[4] = {
+            "GPU busy fraction as NVML (the NVIDIA driver) reports it, whole device.",
+            "Memory controller busy fraction as NVML reports it.",
+            "Device memory in use as NVML reports it (all processes).",
+            "Device memory as NVML reports it."};
+        for (int k = 0; k < 4; k++) {
+            head(b, names[k], "gauge", helps[k]);
+            for (int d = 0; d < nvml_device_count(st->nvml); d++) {
+                struct nvml_device nd;
+                if (nvml_device_read(st->nvml, d, &nd) < 0)
+                    continue;
+                double v = k == 0 ? nd.gpu_util : k == 1 ? nd.mem_util
+                           : k == 2 ? (double)nd.mem_used : (double)nd.mem_total;
+                buf_appendf(b, P "%s{device=\"cuda%d\"} %.9g\n", names[k], d, v);
+            }
         }
     }
     head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");

@@ -23,6 +23,7 @@
 #include "error.h"
 #include "kernels.h"
 #include "log.h"
+#include "nvml.h"
 #include "router.h"
 #include "server.h"
 #include "serving.h"
@@ -187,6 +188,9 @@ int main(int argc, char **argv)
     int exit_code = 0;
     struct api_state api = {0};
     api.start_ns = t_start;
+    char nvml_msg[128];
+    api.nvml = nvml_open(nvml_msg, (int)sizeof nvml_msg);
+    log_debug("%s", nvml_msg);
     struct router *router = router_new();
     struct server *srv = NULL;
     struct serving *serving = NULL;
@@ -297,6 +301,7 @@ out:
         server_free(srv);
     }
     serving_free(serving);
+    nvml_close(api.nvml);
     router_free(router);
     log_close(log);
     libevent_global_shutdown();

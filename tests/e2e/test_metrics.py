@@ -3,6 +3,7 @@ promtool accepts the exposition; after requests of known sizes the counters,
 histogram counts and batch sums equal what was sent; rejections are counted
 by reason; busy + idle seconds track the wall time of the loaded instance."""
 
+import ctypes.util
 import json
 import os
 import re
@@ -94,6 +95,8 @@ class MetricsTest(unittest.TestCase):
             self.assertIn(("batchgate_model_cold_start_seconds",
                            frozenset({("model", "syn"), ("phase", phase)})), s)
         self.assertGreater(value(s, "batchgate_process_start_to_ready_seconds"), 0)
+        if not ctypes.util.find_library("nvidia-ml"):
+            self.assertNotIn("batchgate_nvml_", text, "without NVML nothing is made up")
         self.assertIn('le="0.0001"', text, "a bucket at 100 us")
         self.assertIn('le="10"', text, "a bucket at 10 s")
 
