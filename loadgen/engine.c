@@ -1,0 +1,524 @@
+/* engine.c - see engine.h. One thread, one event_base per step. */
+#include "engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <llhttp.h>
+
+#include "clock.h"
+
+struct pending {                 /* an open-loop request waiting for a connection */
+    int64_t intended;
+    bool measured;
+};
+
+struct lg_conn;
+
+struct lg_run {
+    const struct lg_config *c;
+    struct lg_result *r;
+    struct event_base *base;
+    struct event *timer;         /* open loop: next send; closed loop: the end */
+    struct event *progress;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    struct lg_conn **conns;
+    int nconns, cap_conns;
+    struct lg_conn *idle;        /* idle connections, a stack */
+    struct pending *q;           /* FIFO of requests waiting for a connection */
+    size_t qhead, qtail, qcap;
+    int64_t t0, t_measure, t_end, t_drain;
+    int64_t next_intended;
+    uint64_t rng;
+    uint64_t next_req;
+    bool sending;                /* still inside the window */
+    int outstanding;
+    uint64_t last_answered;
+};
+
+struct lg_conn {
+    struct lg_run *run;
+    struct lg_conn *next_idle;
+    int fd;
+    struct event *ev;
+    bool connecting, busy, closing;
+    llhttp_t parser;
+    int status;
+    struct buf out;
+    int64_t intended;            /* of the request in flight */
+    bool measured;
+};
+
+static llhttp_settings_t parser_settings;
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static int conn_send_next(struct lg_conn *k, int64_t intended, bool measured);
+static void conn_close(struct lg_conn *k, bool failed);
+
+/* ---- scheduling ---- */
+
+static void finish_if_done(struct lg_run *run)
+{
+    if (!run->sending && run->outstanding == 0 && run->qhead == run->qtail)
+        event_base_loopbreak(run->base);
+}
+
+static struct lg_conn *conn_new(struct lg_run *run);
+
+/* Gives a request a connection: an idle one, a new one, or the queue. */
+static void dispatch(struct lg_run *run, int64_t intended, bool measured)
+{
+    struct lg_conn *k = run->idle;
+    if (k) {
+        run->idle = k->next_idle;
+        k->next_idle = NULL;
+        if (measured && now_ns() - intended > 1000000)
+            run->r->late_sends++;   /* a connection was free: the generator was late */
+        conn_send_next(k, intended, measured);
+        return;
+    }
+    if (run->nconns < run->c->max_connections && (k = conn_new(run))) {
+        k->intended = intended;
+        k->measured = measured;
+        k->busy = true;
+        run->outstanding++;
+        return;   /* sent once connected */
+    }
+    if (run->qtail - run->qhead == run->qcap) {
+        size_t n = run->qtail - run->qhead, cap = run->qcap ? run->qcap * 2 : 1024;
+        struct pending *q = malloc(cap * sizeof *q);
+        if (!q) {
+            run->r->errors++;
+            return;
+        }
+        for (size_t i = 0; i < n; i++)
+            q[i] = run->q[(run->qhead + i) % run->qcap];
+        free(run->q);
+        run->q = q;
+        run->qcap = cap;
+        run->qhead = 0;
+        run->qtail = n;
+    }
+    run->q[run->qtail++ % run->qcap] = (struct pending){intended, measured};
+}
+
+/* A connection became free: the oldest waiting request, or the idle stack.
+ * Returns -1 when the connection died sending. */
+static int conn_free_for_work(struct lg_conn *k)
+{
+    struct lg_run *run = k->run;
+    if (run->qhead != run->qtail) {
+        struct pending p = run->q[run->qhead++ % run->qcap];
+        if (run->qhead == run->qtail)
+            run->qhead = run->qtail = 0;
+        return conn_send_next(k, p.intended, p.measured);
+    }
+    if (!run->c->open_loop && run->sending) {
+        int64_t now = now_ns();
+        return conn_send_next(k, now, now >= run->t_measure);
+    }
+    k->next_idle = run->idle;
+    run->idle = k;
+    finish_if_done(run);
+    return 0;
+}
+
+static double gap_s(struct lg_run *run)
+{
+    if (!run->c->poisson)
+        return 1.0 / run->c->rate;
+    double u = ((double)(rnd(&run->rng) >> 11) + 0.5) / 9007199254740992.0;
+    return -log(u) / run->c->rate;
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_run *run = arg;
+    (void)fd;
+    (void)what;
+    int64_t now = now_ns();
+    if (!run->c->open_loop) {
+        /* Closed loop: the window is over; connections stop when answered. */
+        run->sending = false;
+        finish_if_done(run);
+        return;
+    }
+    while (run->next_intended <= now && run->next_intended < run->t_end) {
+        bool measured = run->next_intended >= run->t_measure;
+        if (measured)
+            run->r->sent++;
+        dispatch(run, run->next_intended, measured);
+        run->next_intended += (int64_t)(gap_s(run) * 1e9);
+    }
+    if (run->next_intended >= run->t_end) {
+        run->sending = false;
+        finish_if_done(run);
+        return;
+    }
+    int64_t wait = run->next_intended - now_ns();
+    struct timeval tv = {0, 0};
+    if (wait > 0) {
+        tv.tv_sec = wait / 1000000000;
+        tv.tv_usec = (wait % 1000000000) / 1000;
+    }
+    evtimer_add(run->timer, &tv);
+}
+
+static void on_progress(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_run *run = arg;
+    (void)fd;
+    (void)what;
+    double t = (double)(now_ns() - run->t0) / 1e9;
+    uint64_t a = run->r->answered;
+    fprintf(stderr, "\r  %5.1f s  %8.0f answers/s  %6d in flight  %6zu waiting  ", t,
+            (double)(a - run->last_answered), run->outstanding, run->qtail - run->qhead);
+    run->last_answered = a;
+}
+
+/* ---- connections ---- */
+
+static int on_headers_complete(llhttp_t *p)
+{
+    struct lg_conn *k = p->data;
+    k->status = llhttp_get_status_code(p);
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    struct lg_conn *k = p->data;
+    struct lg_run *run = k->run;
+    int64_t now = now_ns();
+    if (k->measured) {
+        hist_record(&run->r->latency, now - k->intended);
+        if (k->status >= 0 && k->status < 600)
+            run->r->codes[k->status]++;
+        run->r->answered++;
+        if (k->status >= 200 && k->status < 300 &&
+            (!run->c->budget_ns || now - k->intended <= run->c->budget_ns))
+            run->r->good++;
+    }
+    k->busy = false;
+    run->outstanding--;
+    if (!llhttp_should_keep_alive(p))
+        k->closing = true;
+    return HPE_PAUSED;
+}
+
+static void conn_request_failed(struct lg_conn *k)
+{
+    if (k->busy) {
+        if (k->measured)
+            k->run->r->errors++;
+        k->busy = false;
+        k->run->outstanding--;
+    }
+}
+
+static void conn_remove(struct lg_conn *k)
+{
+    struct lg_run *run = k->run;
+    for (int i = 0; i < run->nconns; i++)
+        if (run->conns[i] == k) {
+            run->conns[i] = run->conns[--run->nconns];
+            break;
+        }
+    struct lg_conn **pp = &run->idle;
+    while (*pp && *pp != k)
+        pp = &(*pp)->next_idle;
+    if (*pp)
+        *pp = k->next_idle;
+}
+
+static void conn_close(struct lg_conn *k, bool failed)
+{
+    struct lg_run *run = k->run;
+    if (failed)
+        conn_request_failed(k);
+    conn_remove(k);
+    event_free(k->ev);
+    close(k->fd);
+    buf_free(&k->out);
+    free(k);
+    /* Work waiting for a connection gets a fresh one. */
+    if (run->qhead != run->qtail && run->nconns < run->c->max_connections) {
+        struct lg_conn *n = conn_new(run);
+        if (n) {
+            struct pending p = run->q[run->qhead++ % run->qcap];
+            n->intended = p.intended;
+            n->measured = p.measured;
+            n->busy = true;
+            run->outstanding++;
+        }
+    } else if (!run->c->open_loop && run->sending && run->nconns < run->c->concurrency) {
+        struct lg_conn *n = conn_new(run);
+        if (n) {
+            int64_t now = now_ns();
+            n->intended = now;
+            n->measured = now >= run->t_measure;
+            n->busy = true;
+            run->outstanding++;
+        }
+    }
+    finish_if_done(run);
+}
+
+/* Sends what it can; -1 when the connection failed and is gone. */
+static int conn_flush(struct lg_conn *k)
+{
+    while (buf_unread(&k->out) > 0) {
+        ssize_t n = send(k->fd, buf_head(&k->out), buf_unread(&k->out), MSG_NOSIGNAL);
+        if (n > 0) {
+            buf_consume(&k->out, (size_t)n);
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return 0;   /* the caller watches for writability */
+        conn_close(k, true);
+        return -1;
+    }
+    return 0;
+}
+
+static void on_conn_event(evutil_socket_t fd, short what, void *arg);
+
+static void conn_watch(struct lg_conn *k, short what)
+{
+    event_del(k->ev);
+    event_assign(k->ev, k->run->base, k->fd, what | EV_PERSIST, on_conn_event, k);
+    event_add(k->ev, NULL);
+}
+
+static int conn_send_next(struct lg_conn *k, int64_t intended, bool measured)
+{
+    struct lg_run *run = k->run;
+    const struct lg_request *rq = &run->c->requests[run->next_req++ % (uint64_t)run->c->nrequests];
+    k->intended = intended;
+    k->measured = measured;
+    if (!k->busy) {
+        k->busy = true;
+        run->outstanding++;
+    }
+    k->status = 0;
+    buf_append(&k->out, rq->bytes.data, rq->bytes.len);
+    if (conn_flush(k) < 0)
+        return -1;
+    if (buf_unread(&k->out) > 0)
+        conn_watch(k, EV_READ | EV_WRITE);
+    return 0;
+}
+
+static void on_conn_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_conn *k = arg;
+    (void)fd;
+    if (k->connecting && (what & EV_WRITE)) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err) {
+            k->run->r->errors++;   /* counted whatever the window: nothing listens */
+            conn_close(k, true);
+            return;
+        }
+        k->connecting = false;
+        conn_watch(k, EV_READ);
+        if (k->busy) {
+            struct lg_run *run = k->run;
+            const struct lg_request *rq =
+                &run->c->requests[run->next_req++ % (uint64_t)run->c->nrequests];
+            buf_append(&k->out, rq->bytes.data, rq->bytes.len);
+        }
+    }
+    if ((what & EV_WRITE) && buf_unread(&k->out) > 0) {
+        if (conn_flush(k) < 0)
+            return;
+        if (buf_unread(&k->out) == 0)
+            conn_watch(k, EV_READ);
+        return;
+    }
+    if (!(what & EV_READ))
+        return;
+    char data[16384];
+    ssize_t n = read(k->fd, data, sizeof data);
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        conn_close(k, true);
+        return;
+    }
+    size_t off = 0;
+    while (off < (size_t)n) {
+        llhttp_errno_t e = llhttp_execute(&k->parser, data + off, (size_t)n - off);
+        if (e == HPE_OK)
+            break;
+        if (e != HPE_PAUSED) {
+            conn_close(k, true);   /* malformed response */
+            return;
+        }
+        off = (size_t)(llhttp_get_error_pos(&k->parser) - data);
+        llhttp_resume(&k->parser);
+        if (k->closing) {
+            conn_close(k, false);
+            return;
+        }
+        if (conn_free_for_work(k) < 0)
+            return;
+        if (!k->busy)
+            break;   /* idle now: leftover bytes would be a protocol error anyway */
+    }
+}
+
+static struct lg_conn *conn_new(struct lg_run *run)
+{
+    int fd = socket(run->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return NULL;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct lg_conn *k = calloc(1, sizeof *k);
+    if (!k) {
+        close(fd);
+        return NULL;
+    }
+    k->run = run;
+    k->fd = fd;
+    k->connecting = true;
+    llhttp_init(&k->parser, HTTP_RESPONSE, &parser_settings);
+    k->parser.data = k;
+    k->ev = event_new(run->base, fd, EV_WRITE | EV_PERSIST, on_conn_event, k);
+    if (connect(fd, (struct sockaddr *)&run->addr, run->addrlen) < 0 && errno != EINPROGRESS) {
+        event_free(k->ev);
+        close(fd);
+        free(k);
+        return NULL;
+    }
+    event_add(k->ev, NULL);
+    if (run->nconns == run->cap_conns) {
+        int cap = run->cap_conns ? run->cap_conns * 2 : 64;
+        struct lg_conn **c = realloc(run->conns, (size_t)cap * sizeof *c);
+        if (!c) {
+            event_free(k->ev);
+            close(fd);
+            free(k);
+            return NULL;
+        }
+        run->conns = c;
+        run->cap_conns = cap;
+    }
+    run->conns[run->nconns++] = k;
+    run->r->connections++;
+    return k;
+}
+
+/* ---- the step ---- */
+
+int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int cap)
+{
+    memset(r, 0, sizeof *r);
+    hist_reset(&r->latency);
+    if (!parser_settings.on_message_complete) {
+        llhttp_settings_init(&parser_settings);
+        parser_settings.on_headers_complete = on_headers_complete;
+        parser_settings.on_message_complete = on_message_complete;
+    }
+    struct lg_run run = {.c = c, .r = r, .rng = c->seed ? c->seed : 1};
+    char port[16];
+    snprintf(port, sizeof port, "%d", c->port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int gai = getaddrinfo(c->host, port, &hints, &ai);
+    if (gai) {
+        snprintf(msg, (size_t)cap, "cannot resolve %s: %s", c->host, gai_strerror(gai));
+        return -1;
+    }
+    memcpy(&run.addr, ai->ai_addr, ai->ai_addrlen);
+    run.addrlen = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    /* Send instants need sub-millisecond timers: epoll's own timeout is in
+     * whole milliseconds, so ask libevent for a timerfd. */
+    struct event_config *ecfg = event_config_new();
+    event_config_set_flag(ecfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+    run.base = event_base_new_with_config(ecfg);
+    event_config_free(ecfg);
+    run.timer = evtimer_new(run.base, on_timer, &run);
+    run.t0 = now_ns();
+    run.t_measure = run.t0 + (int64_t)(c->warmup_s * 1e9);
+    run.t_end = run.t_measure + (int64_t)(c->duration_s * 1e9);
+    run.sending = true;
+    if (c->progress) {
+        run.progress = event_new(run.base, -1, EV_PERSIST, on_progress, &run);
+        struct timeval one = {1, 0};
+        event_add(run.progress, &one);
+    }
+    if (c->open_loop) {
+        run.next_intended = run.t0;
+        struct timeval now = {0, 0};
+        evtimer_add(run.timer, &now);
+    } else {
+        int64_t span = run.t_end - run.t0;
+        struct timeval end = {(time_t)(span / 1000000000), (suseconds_t)(span % 1000000000 / 1000)};
+        evtimer_add(run.timer, &end);
+        for (int i = 0; i < c->concurrency; i++) {
+            struct lg_conn *k = conn_new(&run);
+            if (!k) {
+                r->errors++;
+                continue;
+            }
+            k->intended = run.t0;
+            k->measured = false;
+            k->busy = true;
+            run.outstanding++;
+        }
+    }
+    event_base_dispatch(run.base);
+    /* The window is over: give answers in flight drain_ms to arrive. */
+    if (run.outstanding > 0 || run.qhead != run.qtail) {
+        struct timeval d = {c->drain_ms / 1000, (c->drain_ms % 1000) * 1000};
+        event_base_loopexit(run.base, &d);
+        event_base_dispatch(run.base);
+    }
+    for (int i = 0; i < run.nconns; i++)
+        if (run.conns[i]->busy && run.conns[i]->measured)
+            r->errors++;   /* never answered */
+    r->errors += run.qtail - run.qhead;   /* never even sent */
+    while (run.nconns > 0)
+        conn_close(run.conns[0], false);
+    if (c->progress) {
+        fprintf(stderr, "\r%*s\r", 70, "");
+        event_free(run.progress);
+    }
+    event_free(run.timer);
+    event_base_free(run.base);
+    free(run.conns);
+    free(run.q);
+    r->duration_s = c->duration_s;
+    if (!c->open_loop)
+        r->sent = r->answered + r->errors;
+    r->achieved_rate = r->sent / r->duration_s;
+    r->throughput = r->answered / r->duration_s;
+    r->goodput = r->good / r->duration_s;
+    if (r->answered == 0 && r->connections > 0 && r->errors > 0 && r->latency.count == 0) {
+        snprintf(msg, (size_t)cap, "no answer from %s:%d (%llu errors)", c->host, c->port,
+                 (unsigned long long)r->errors);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,59 @@
+/* engine.h - one step of load: open loop (requests sent at scheduled
+ * instants, Poisson or constant, whatever the server does) or closed loop
+ * (C connections, each sending its next request when the previous answer
+ * arrives), over keep-alive HTTP/1.1 connections on one libevent loop, with
+ * responses parsed by llhttp.
+ *
+ * Open-loop latency runs from each request's *intended* send time: when the
+ * server (or the connection pool) stalls, the requests that should have
+ * gone out meanwhile carry the stall in their latency instead of silently
+ * not being sent (coordinated omission). */
+#ifndef BG_LG_ENGINE_H
+#define BG_LG_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "hist.h"
+
+struct lg_request {
+    struct buf bytes;            /* a whole HTTP request, sent as is */
+};
+
+struct lg_config {
+    char host[256];
+    int port;
+    struct lg_request *requests; /* rotated through */
+    int nrequests;
+    bool open_loop;
+    double rate;                 /* open loop: requests per second */
+    bool poisson;                /* open loop: exponential gaps (else constant) */
+    int concurrency;             /* closed loop: connections, each one request at a time */
+    int max_connections;         /* open loop: pool limit */
+    double warmup_s, duration_s;
+    int64_t budget_ns;           /* goodput counts answers within this; 0: every 2xx */
+    int drain_ms;                /* wait this long for answers after the window */
+    uint64_t seed;
+    bool progress;               /* print a progress line each second to stderr */
+};
+
+struct lg_result {
+    struct hist latency;         /* measured requests: intended send to last byte */
+    uint64_t codes[600];
+    uint64_t errors;             /* connect failures, resets, malformed responses, timeouts */
+    uint64_t sent;               /* requests sent whose intended time was in the window */
+    uint64_t answered;
+    uint64_t good;               /* 2xx within budget */
+    uint64_t late_sends;         /* sent > 1 ms after intended while a connection was free */
+    double duration_s;
+    double achieved_rate;        /* sent / duration */
+    double throughput;           /* answered / duration */
+    double goodput;              /* good / duration */
+    int connections;             /* opened during the step */
+};
+
+/* Runs one step. Returns 0, or -1 with msg (cannot resolve, nothing connects). */
+int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int cap);
+
+#endif
