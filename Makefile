@@ -34,9 +34,18 @@ test-asan: asan
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# Every benchmark in one go (about 8 minutes on 2 cores); results go to
+# docs/BENCHMARKS.md by hand, with the machine and the command.
 bench: build
 	@scripts/install-deps bench
 	loadgen/bench/http_baseline.sh
+	loadgen/bench/generator_capacity.sh
+	loadgen/bench/batching_cpu.sh
+	loadgen/bench/overload_sweep.sh
+	loadgen/bench/metrics_overhead.sh
+	./$(BUILD)/bench_policy_sim
+	loadgen/bench/policy_http.py
+	./$(BUILD)/bench_kernels_cpu
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -229,6 +231,48 @@ static void test_tfs(void **state)
     }
 }
 
+/* Every float the encoder prints reads back as the same float. */
+static void test_floats_round_trip(void **state)
+{
+    (void)state;
+    struct model_config m = model();
+    enum { N = 100000 };
+    m.output.ndims = 1;
+    m.output.shape[0] = N;
+    m.output.row_elems = N;
+    float *v = malloc(N * sizeof(float));
+    uint32_t x = 12345;
+    for (int i = 0; i < N; i++) {
+        x = x * 1664525u + 1013904223u;
+        uint32_t bits = x;
+        float f;
+        memcpy(&f, &bits, 4);
+        if (!isfinite(f))
+            f = (float)i * 0.37f - 1000.0f;
+        /* Half random bit patterns (every magnitude), half everyday values. */
+        v[i] = i % 2 ? f : (float)((int)(x % 2000001) - 1000000) / (float)(1 + x % 997);
+    }
+    v[0] = 0.1f;
+    v[1] = -0.0f;
+    v[2] = 1e-6f;
+    v[3] = 99999999.0f;
+    v[4] = 123456789.0f;
+    v[5] = 0.00001f;
+    struct buf b = BUF_INIT;
+    assert_int_equal(tensor_encode_tfs(&m, 1, v, &b), 0);
+    assert_int_equal(buf_append(&b, "", 1), 0);
+    const char *p = strstr(b.data, "[[") + 2;
+    for (int i = 0; i < N; i++) {
+        char *end;
+        float r = strtof(p, &end);
+        if (end == p || (r != v[i] && !(r == 0 && v[i] == 0)))
+            fail_msg("element %d: %.9g printed as \"%.20s\"", i, (double)v[i], p);
+        p = end + 1;
+    }
+    buf_free(&b);
+    free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_binary_in_and_out),
         cmocka_unit_test(test_json_answer_roundtrips_floats),
         cmocka_unit_test(test_tfs),
+        cmocka_unit_test(test_floats_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
