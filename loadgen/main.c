@@ -40,6 +40,7 @@ static void usage(FILE *out)
         "  --url URL            http://HOST:PORT[/PATH]\n"
         "  --model NAME         KServe v2 infer on NAME with random inputs of its shape\n"
         "  --batch ROWS         rows per infer request (default 1)\n"
+        "  --binary             with --model: Triton's binary tensor extension both ways\n"
         "  --method M, --body FILE   without --model: the request to send (default GET)\n"
         "  --header 'N: V'      an extra request header (repeatable)\n"
         "  --budget-ms MS       goodput counts answers within MS; with --model also sent\n"
@@ -155,8 +156,8 @@ static uint64_t rnd(uint64_t *s)
 
 /* KServe v2 infer bodies of random FP32 rows of the model's input shape. */
 static int build_model_requests(const struct target *t, const char *model, int batch,
-                                const char *extra, uint64_t seed, struct lg_request *out, int n,
-                                char *msg, int cap)
+                                bool binary, const char *extra, uint64_t seed,
+                                struct lg_request *out, int n, char *msg, int cap)
 {
     char path[512];
     snprintf(path, sizeof path, "/v2/models/%s", model);
@@ -192,14 +193,33 @@ static int build_model_requests(const struct target *t, const char *model, int b
     uint64_t s = seed ? seed : 1;
     for (int k = 0; k < n; k++) {
         struct buf body = BUF_INIT;
-        buf_appendf(&body, "{\"inputs\":[{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":%s,\"data\":[",
-                    name, sh.data);
-        for (long long i = 0; i < elems * batch; i++)
-            buf_appendf(&body, "%s%.4f", i ? "," : "", (double)(rnd(&s) % 20001) / 10000.0 - 1.0);
-        buf_append(&body, "]}]}", 4);
+        size_t json_len = 0;
+        if (binary) {
+            /* Triton's binary tensor extension: a JSON header, then raw
+             * little-endian FP32, and the output asked for in binary too. */
+            buf_appendf(&body, "{\"inputs\":[{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":%s,"
+                               "\"parameters\":{\"binary_data_size\":%lld}}],"
+                               "\"parameters\":{\"binary_data_output\":true}}",
+                        name, sh.data, elems * batch * 4);
+            json_len = body.len;
+            for (long long i = 0; i < elems * batch; i++) {
+                float f = (float)((double)(rnd(&s) % 20001) / 10000.0 - 1.0);
+                buf_append(&body, &f, 4);
+            }
+        } else {
+            buf_appendf(&body, "{\"inputs\":[{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":%s,\"data\":[",
+                        name, sh.data);
+            for (long long i = 0; i < elems * batch; i++)
+                buf_appendf(&body, "%s%.4f", i ? "," : "", (double)(rnd(&s) % 20001) / 10000.0 - 1.0);
+            buf_append(&body, "]}]}", 4);
+        }
         buf_appendf(&out[k].bytes, "POST /v2/models/%s/infer HTTP/1.1\r\nHost: %s\r\n"
-                                   "Content-Type: application/json\r\nContent-Length: %zu\r\n%s\r\n",
-                    model, t->host, body.len, extra);
+                                   "Content-Type: %s\r\nContent-Length: %zu\r\n",
+                    model, t->host, binary ? "application/octet-stream" : "application/json",
+                    body.len);
+        if (binary)
+            buf_appendf(&out[k].bytes, "Inference-Header-Content-Length: %zu\r\n", json_len);
+        buf_appendf(&out[k].bytes, "%s\r\n", extra);
         buf_append(&out[k].bytes, body.data, body.len);
         buf_free(&body);
     }
@@ -271,12 +291,14 @@ int main(int argc, char **argv)
         {"priority", required_argument, NULL, 'p'},   {"constant", no_argument, NULL, 'k'},
         {"connections", required_argument, NULL, 'n'}, {"drain-ms", required_argument, NULL, 'D'},
         {"seed", required_argument, NULL, 's'},       {"quiet", no_argument, NULL, 'q'},
+        {"binary", no_argument, NULL, 'x'},
         {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
     };
     const char *url = NULL, *model = NULL, *rates = NULL, *concs = NULL, *json_path = NULL,
                *csv_path = NULL, *svg_path = NULL, *method = "GET", *body_path = NULL;
     double duration = 10, warmup = 2, budget_ms = 0;
-    int batch = 1, priority = 0, max_conns = 1024, drain_ms = 10000, quiet = 0, constant = 0;
+    int batch = 1, priority = 0, max_conns = 1024, drain_ms = 10000, quiet = 0, constant = 0,
+        binary = 0;
     uint64_t seed = 1;
     struct buf headers = BUF_INIT;
     int ch;
@@ -303,6 +325,7 @@ int main(int argc, char **argv)
         case 'D': drain_ms = atoi(optarg); break;
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'q': quiet = 1; break;
+        case 'x': binary = 1; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "batchgate-load: unknown or incomplete option %s\n", argv[optind - 1]);
@@ -340,7 +363,7 @@ int main(int argc, char **argv)
         if (priority > 0)
             buf_appendf(&headers, "X-Priority: %d\r\n", priority);
         buf_append(&headers, "", 1);
-        if (build_model_requests(&t, model, batch, headers.data, seed, reqs, NREQ, msg,
+        if (build_model_requests(&t, model, batch, binary, headers.data, seed, reqs, NREQ, msg,
                                  (int)sizeof msg) < 0) {
             fprintf(stderr, "batchgate-load: %s\n", msg);
             return 1;

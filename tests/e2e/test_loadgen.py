@@ -16,7 +16,8 @@ import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from harness import BIN
+from harness import BIN, Server
+from test_infer import DIGITS
 
 LOAD = os.path.join(os.path.dirname(BIN), "batchgate-load")
 
@@ -143,6 +144,26 @@ class LoadgenTest(unittest.TestCase):
                             "--duration", "0.5", "--warmup", "0", "--quiet"],
                            capture_output=True, timeout=30)
         self.assertEqual(p.returncode, 1, p.stderr)
+
+
+class LoadgenModelTest(unittest.TestCase):
+    def test_model_mode_json_and_binary_with_server_view(self):
+        srv = Server({"model_repository": os.path.dirname(DIGITS)}, io_threads=1)
+        try:
+            srv.wait_log(r"ready in", timeout=10)
+            for extra in ([], ["--binary", "--batch", "3"]):
+                out = os.path.join(tempfile.mkdtemp(), "m.json")
+                p = subprocess.run([LOAD, "--url", "http://127.0.0.1:%d" % srv.port, "--model",
+                                    "digits", "--concurrency", "4", "--duration", "1",
+                                    "--warmup", "0.2", "--quiet", "--budget-ms", "1000",
+                                    "--json", out] + extra, capture_output=True, timeout=60)
+                self.assertEqual(p.returncode, 0, p.stderr.decode())
+                step = json.load(open(out))["steps"][0]
+                self.assertEqual(step["errors"], 0, extra)
+                self.assertEqual(set(step["codes"]), {"200"}, extra)
+                self.assertGreater(step["server"]["rows_per_batch"], 0, "the server's view")
+        finally:
+            srv.kill()
 
 
 if __name__ == "__main__":
