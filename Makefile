@@ -41,6 +41,7 @@ bench: build
 	loadgen/bench/http_baseline.sh
 	loadgen/bench/generator_capacity.sh
 	loadgen/bench/batching_cpu.sh
+	loadgen/bench/batching_synthetic.sh
 	loadgen/bench/overload_sweep.sh
 	loadgen/bench/metrics_overhead.sh
 	./$(BUILD)/bench_policy_sim
