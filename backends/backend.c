@@ -190,9 +190,7 @@ int64_t worker_run_batch(struct instance *in, struct batch *b)
     if (b->device_ns > 0)
         dt = b->device_ns;   /* the device's own clock, when the backend has one */
     const float *src = in->out;
-    struct infer_item *it = b->head, *next;
-    for (; it; it = next) {
-        next = it->next;   /* complete() may free it */
+    for (struct infer_item *it = b->head; it; it = it->next) {
         it->t_compute_ns = dt;
         it->batch_rows = b->rows;
         if (rc) {
@@ -202,9 +200,18 @@ int64_t worker_run_batch(struct instance *in, struct batch *b)
             memcpy(it->output, src, (size_t)it->rows * out_row * sizeof(float));
         }
         src += (size_t)it->rows * out_row;
-        it->complete(it);
     }
     return dt;
+}
+
+void worker_complete_batch(struct batch *b)
+{
+    struct infer_item *it = b->head, *next;
+    for (; it; it = next) {
+        next = it->next;   /* complete() may free it */
+        it->complete(it);
+    }
+    b->head = NULL;
 }
 
 struct worker_arg {
@@ -222,8 +229,11 @@ static void *worker_main(void *p)
             break;
         int rows = b.rows;
         int64_t ns = worker_run_batch(a.in, &b);
+        /* Accounted before the answers leave: whoever reads the statistics
+         * after getting an answer sees its batch counted. */
         if (a.src.done)
             a.src.done(a.src.ctx, a.in->index, rows, ns);
+        worker_complete_batch(&b);
     }
     return NULL;
 }

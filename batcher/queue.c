@@ -47,8 +47,7 @@ void bqueue_free(struct bqueue *q)
 
 /* ---- orders ---- */
 
-/* a is served before b. */
-static int svc_before(const struct infer_item *a, const struct infer_item *b)
+bool bqueue_served_before(const struct infer_item *a, const struct infer_item *b)
 {
     if (a->priority != b->priority)
         return a->priority < b->priority;
@@ -63,7 +62,7 @@ static int svc_before(const struct infer_item *a, const struct infer_item *b)
 static void svc_insert(struct bqueue *q, struct infer_item *it)
 {
     struct infer_item *p = q->svc_tail;
-    while (p && svc_before(it, p))
+    while (p && bqueue_served_before(it, p))
         p = p->prev;
     it->prev = p;
     it->next = p ? p->next : q->svc_head;

@@ -72,6 +72,9 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
 int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, struct batch *b,
                 int64_t *wake_ns);
 
+/* The service order: a is served before b (priority, deadline, arrival). */
+bool bqueue_served_before(const struct infer_item *a, const struct infer_item *b);
+
 /* Unlinks everything (close), chained through `next`. */
 struct infer_item *bqueue_drain(struct bqueue *q);
 

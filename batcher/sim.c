@@ -33,17 +33,6 @@ static uint64_t rng_next(uint64_t *s)
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* The queue's service order (queue.c), for checking the policy against it. */
-static bool svc_order(const struct infer_item *a, const struct infer_item *b)
-{
-    if (a->priority != b->priority)
-        return a->priority < b->priority;
-    int64_t da = a->deadline_ns ? a->deadline_ns : INT64_MAX;
-    int64_t db = b->deadline_ns ? b->deadline_ns : INT64_MAX;
-    if (da != db)
-        return da < db;
-    return a->t_arrival_ns < b->t_arrival_ns;
-}
 
 int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct sim_stats *st)
 {
@@ -162,7 +151,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
             for (struct infer_item *wt = q.svc_head; c->check && wt; wt = wt->next) {
                 int rows_before = 0;
                 for (struct infer_item *it = b.head; it; it = it->next)
-                    if (svc_order(it, wt) ||
+                    if (bqueue_served_before(it, wt) ||
                         (qc.aging_ns > 0 && now - it->t_arrival_ns >= qc.aging_ns))
                         rows_before += it->rows;   /* an aged request goes first */
                 bool could_not = wt->rows > b.row_budget - rows_before ||
