@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS       ?=
 
-.PHONY: all deps build run test asan test-asan bench clean
+.PHONY: all deps build run test asan test-asan tsan test-tsan bench clean
 
 all: build
 
@@ -36,6 +36,18 @@ test-asan: asan
 
 # Every benchmark in one go (about 8 minutes on 2 cores); results go to
 # docs/BENCHMARKS.md by hand, with the machine and the command.
+TSAN_BUILD ?= build-tsan
+
+$(TSAN_BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DBATCHGATE_SANITIZE=thread -DBATCHGATE_CUDA=OFF
+
+tsan: deps $(TSAN_BUILD)/CMakeCache.txt
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+
+# The whole suite under ThreadSanitizer (the thread handoffs are where the bugs hide).
+test-tsan: tsan
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) --timeout 600
+
 bench: build
 	@scripts/install-deps bench
 	loadgen/bench/http_baseline.sh
@@ -49,4 +61,4 @@ bench: build
 	./$(BUILD)/bench_kernels_cpu
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -54,13 +54,18 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
         buf_appendf(&b, "%s{\"name\":", i ? "," : "");
         json_append_string(&b, sm->model.cfg.name, strlen(sm->model.cfg.name));
         buf_appendf(&b, ",\"time\":%lld,\"state\":\"%s\",\"reason\":", now_ms, sname);
-        json_append_string(&b, sm->model.reason, strlen(sm->model.reason));
-        const struct cold_start *cs = &sm->model.cold;
+        /* The loader writes reason, cold start and instances until it
+         * publishes the state: read them only once it has. */
+        const char *reason = state == SERVED_FAILED ? sm->model.reason : "";
+        json_append_string(&b, reason, strlen(reason));
+        static const struct cold_start none;
+        const struct cold_start *cs = state == SERVED_READY ? &sm->model.cold : &none;
         buf_appendf(&b, ",\"backend\":\"%s\",\"queue_depth\":%d,\"memory_bytes\":%zu,"
                         "\"cold_start\":{\"read\":%.6f,\"prepare\":%.6f,\"warmup\":%.6f,"
                         "\"total\":%.6f}",
-                    sm->model.ops ? sm->model.ops->name : model_backend_name(sm->model.cfg.backend),
-                    sm->batcher ? batcher_depth(sm->batcher) : 0,
+                    state == SERVED_READY && sm->model.ops ? sm->model.ops->name
+                                                           : model_backend_name(sm->model.cfg.backend),
+                    state == SERVED_READY ? batcher_depth(sm->batcher) : 0,
                     state == SERVED_READY ? model_memory_bytes(&sm->model) : (size_t)0,
                     cs->read_s, cs->prepare_s + cs->context_s, cs->warmup_s, cs->total_s);
         if (sm->stats) {

@@ -111,7 +111,9 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     EACH_MODEL hist(b, "batch_size", NAME, &snaps[mi].batch, modelstats_row_bounds,
                     MODELSTATS_ROW_BUCKETS);
     head(b, "queue_depth", "gauge", "Requests waiting in the model's queue.");
-    EACH_MODEL sample(b, "queue_depth", NAME, NULL, SM->batcher ? batcher_depth(SM->batcher) : 0);
+    /* batcher, ops and instances are the loader's until it publishes READY. */
+#define READY (atomic_load(&SM->state) == SERVED_READY)
+    EACH_MODEL sample(b, "queue_depth", NAME, NULL, READY ? batcher_depth(SM->batcher) : 0);
     head(b, "rejected_requests_total", "counter",
          "Requests refused or dropped before computing, by reason.");
     EACH_MODEL for (int r = 0; r < MS_REJECT_COUNT; r++) {
@@ -171,7 +173,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     head(b, "latency_model_seconds", "gauge",
          "Each instance's fitted exec(rows) = a + b*rows (+ margin), in seconds.");
     EACH_MODEL {
-        if (!SM->batcher)
+        if (!READY)
             continue;
         for (int i = 0; i < SM->model.ninstances; i++) {
             double la, lb, lm;
@@ -219,6 +221,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
         modelstats_snapshot_free(&snaps[i]);
     free(snaps);
     return 0;
+#undef READY
 #undef EACH_MODEL
 #undef SM
 #undef NAME

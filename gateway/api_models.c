@@ -254,7 +254,9 @@ void api_models_append_stats(struct buf *out, struct served_model *sm)
                 modelstats_quantile(&s.queue, 0.9), modelstats_quantile(&s.queue, 0.99),
                 modelstats_quantile(&s.compute, 0.5), modelstats_quantile(&s.compute, 0.9),
                 modelstats_quantile(&s.compute, 0.99));
-    for (int i = 0; i < s.ninstances && s.inst; i++) {
+    /* The loader owns batcher, ops and instances until it publishes READY. */
+    bool ready = atomic_load(&sm->state) == SERVED_READY;
+    for (int i = 0; i < s.ninstances && s.inst && ready; i++) {
         double la = 0, lb = 0, lm = 0;
         if (sm->batcher)
             batcher_latency_model(sm->batcher, i, &la, &lb, &lm);

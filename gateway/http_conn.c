@@ -749,6 +749,21 @@ static void conn_drain(struct http_conn *c)
     conn_flush(c);
 }
 
+void http_conn_take_pending(struct http_conn *c)
+{
+    conn_hold(c);
+    /* A few reads at most: what the kernel holds now, bounded by its buffer. */
+    for (int i = 0; i < 64 && c->fd >= 0 && !c->read_eof && !c->lingering && conn_can_parse(c);
+         i++) {
+        char probe;
+        ssize_t n = recv(c->fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n <= 0)
+            break;
+        conn_read(c, c->fd);
+    }
+    conn_release(c);
+}
+
 void http_conn_drain(struct http_conn *c)
 {
     conn_hold(c);

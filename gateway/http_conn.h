@@ -11,6 +11,10 @@ struct http_conn;
 /* Takes ownership of a connected, non-blocking socket. Returns NULL (socket
  * closed) when out of memory. */
 struct http_conn *http_conn_new(struct io_thread *t, int fd);
+/* Server drain, first step: requests whose bytes had already reached the
+ * socket are read and handled as accepted (they were sent before the signal;
+ * the server had just not read them yet). */
+void http_conn_take_pending(struct http_conn *c);
 /* Server drain: close if idle, otherwise finish what was accepted and close. */
 void http_conn_drain(struct http_conn *c);
 /* Close the socket now; returns the number of requests left unanswered. */

@@ -213,12 +213,12 @@ int main(int argc, char **argv)
         goto out;
     }
     srv = server_new(&cfg, router, &err);
+    api.server = srv;   /* before any IO thread can read it */
     if (!srv || server_start(srv, pthread_self(), &err)) {
         log_error("%s", err.msg);
         exit_code = 1;
         goto out;
     }
-    api.server = srv;
     log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.listen_host, ':') ? "[" : "",
              cfg.listen_host, strchr(cfg.listen_host, ':') ? "]" : "", server_port(srv),
              server_threads(srv));

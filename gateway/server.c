@@ -220,10 +220,14 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     if (flags & IO_WAKE_RESUME)
         listener_resume(t);
     if ((flags & IO_WAKE_DRAIN) && !t->draining) {
-        t->draining = true;
         listener_close(t);
         struct http_conn *c = t->conns, *next;
         for (; c; c = next) {
+            next = http_conn_next(c);
+            http_conn_take_pending(c);   /* may free c */
+        }
+        t->draining = true;
+        for (c = t->conns; c; c = next) {
             next = http_conn_next(c);
             http_conn_drain(c);   /* may free c */
         }
