@@ -24,6 +24,8 @@ struct batcher {
     bool closed;
     pthread_t reaper;
     bool reaper_running;
+    void (*waker)(void *arg);         /* an event-loop consumer's doorbell */
+    void *waker_arg;
 };
 
 static void complete_all(struct infer_item *it, int status, const char *msg)
@@ -154,13 +156,19 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
         return error_set(err, BG_ESHUTDOWN, "model %s is shutting down", b->name);
     }
     int rc = bqueue_push(&b->q, it, now_ns(), fastest(b), &e);
+    void (*waker)(void *) = NULL;
+    void *waker_arg = NULL;
     if (rc == 0) {
         /* Every idle worker re-decides: with several instances any may take it. */
         pthread_cond_broadcast(&b->work);
         if (it->deadline_ns)
             pthread_cond_signal(&b->reap);
+        waker = b->waker;
+        waker_arg = b->waker_arg;
     }
     pthread_mutex_unlock(&b->lock);
+    if (waker)
+        waker(waker_arg);
     if (rc)
         return error_set(err, -rc, "model %s: %s", b->name, e.msg);
     return 0;
@@ -179,17 +187,16 @@ void batcher_cancel(struct batcher *b, struct infer_item *it)
     }
 }
 
-int batcher_next(struct batcher *b, int instance, struct batch *out)
+/* Under the lock: 1 and a batch, 0 and the instant to ask again, -1 closed.
+ * Requests that became hopeless are answered 504 first (the lock is dropped
+ * around their completion); nothing late is ever handed out. */
+static int take_locked(struct batcher *b, int instance, struct batch *out, int64_t *wake)
 {
-    const struct latmodel *lat = &b->lat[instance < b->ninstances ? instance : 0];
-    pthread_mutex_lock(&b->lock);
+    const struct latmodel *lat = &b->lat[instance >= 0 && instance < b->ninstances ? instance : 0];
     for (;;) {
-        if (b->closed) {
-            pthread_mutex_unlock(&b->lock);
+        if (b->closed)
             return -1;
-        }
         int64_t now = now_ns();
-        /* Never hand a worker a request that is already late. */
         struct infer_item *expired;
         bqueue_expire(&b->q, now, fastest(b), &expired);
         if (expired) {
@@ -198,15 +205,44 @@ int batcher_next(struct batcher *b, int instance, struct batch *out)
             pthread_mutex_lock(&b->lock);
             continue;
         }
-        int64_t wake;
-        if (bqueue_take(&b->q, now, lat, out, &wake)) {
+        if (bqueue_take(&b->q, now, lat, out, wake)) {
             if (b->q.n > 0)
                 pthread_cond_signal(&b->work);   /* another idle worker may form the next */
+            return 1;
+        }
+        return 0;
+    }
+}
+
+int batcher_next(struct batcher *b, int instance, struct batch *out)
+{
+    pthread_mutex_lock(&b->lock);
+    for (;;) {
+        int64_t wake;
+        int rc = take_locked(b, instance, out, &wake);
+        if (rc != 0) {
             pthread_mutex_unlock(&b->lock);
-            return 0;
+            return rc > 0 ? 0 : -1;
         }
         timed_wait(&b->work, &b->lock, wake);
     }
+}
+
+int batcher_try_next(struct batcher *b, int instance, struct batch *out, int64_t *wake_ns)
+{
+    pthread_mutex_lock(&b->lock);
+    *wake_ns = POLICY_NEVER;
+    int rc = take_locked(b, instance, out, wake_ns);
+    pthread_mutex_unlock(&b->lock);
+    return rc;
+}
+
+void batcher_set_waker(struct batcher *b, void (*waker)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&b->lock);
+    b->waker = waker;
+    b->waker_arg = arg;
+    pthread_mutex_unlock(&b->lock);
 }
 
 void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns)

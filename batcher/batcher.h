@@ -40,6 +40,14 @@ void batcher_cancel(struct batcher *b, struct infer_item *it);
 
 /* Worker side: blocks until a batch is due for `instance`; 0, or -1 once closed. */
 int batcher_next(struct batcher *b, int instance, struct batch *out);
+/* Event-loop side (the upstream backend): never blocks. Returns 1 with a
+ * batch, 0 when none is due (*wake_ns: when to ask again, POLICY_NEVER for
+ * "when something is submitted"), -1 once closed. */
+int batcher_try_next(struct batcher *b, int instance, struct batch *out, int64_t *wake_ns);
+/* Called (from the submitting thread, outside the queue's lock) after each
+ * successful submit, so an event loop can wake up and ask again. */
+void batcher_set_waker(struct batcher *b, void (*waker)(void *arg), void *arg);
+
 /* Worker side: a batch ran; its time refines the instance's latency model. */
 void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns);
 
