@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""fake_upstream.py - a scriptable model server for testing batchgate's
+upstream backend and reverse proxy: it speaks KServe v2 and TF-Serving,
+counts the calls and rows it receives, and injects delays and faults.
+
+    fake_upstream.py [--port 0] [--base-ms 2] [--per-row-ms 0.02] [--concurrency 1]
+
+Prints "listening on 127.0.0.1:PORT" once ready. Models: any name; input
+"x" of shape [-1, 4] FP32, output "y" of shape [-1, 3] with
+y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
+
+    POST /v2/models/{m}/infer        KServe v2, any number of rows
+    POST /v1/models/{m}:predict      TF-Serving {"instances": [...]}
+    GET  /v2/models/{m}              metadata
+    GET  /v2/health/ready            200
+    GET  /__stats                    {"calls": N, "rows": R, "max_rows": M}
+    POST /__fault {"mode": M, "count": N}   the next N inference calls fail:
+         "reset" (close without answer), "stall" (never answer), "500",
+         "garbage" (200 with a body that is not JSON), "short" (fewer rows)
+    POST /__reset                    zero the counters and clear faults
+    anything else under /echo/...    echoes method, path, headers and body (proxy tests)
+
+Standard library only; one thread per connection; at most --concurrency
+inference calls run at once (like a single-GPU server)."""
+
+import argparse
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0}
+LOCK = threading.Lock()
+ARGS = None
+SLOTS = None
+
+
+def answer_rows(rows):
+    return [[sum(r) + j for j in range(3)] for r in rows]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def reply(self, status, obj=None, raw=None, ctype="application/json"):
+        data = raw if raw is not None else json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def take_fault(self):
+        with LOCK:
+            if STATE["fault_count"] > 0:
+                STATE["fault_count"] -= 1
+                return STATE["fault"]
+        return None
+
+    def infer(self, rows):
+        with LOCK:
+            STATE["calls"] += 1
+            STATE["rows"] += len(rows)
+            STATE["max_rows"] = max(STATE["max_rows"], len(rows))
+        fault = self.take_fault()
+        if fault == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+            self.close_connection = True
+            self.connection.close()
+            return None
+        if fault == "stall":
+            time.sleep(3600)
+        with SLOTS:
+            time.sleep((ARGS.base_ms + ARGS.per_row_ms * len(rows)) / 1000)
+        if fault == "500":
+            self.reply(500, {"error": "injected failure"})
+            return None
+        if fault == "garbage":
+            self.reply(200, raw=b"this is not json")
+            return None
+        out = answer_rows(rows)
+        if fault == "short":
+            out = out[:-1]
+        return out
+
+    def do_GET(self):
+        if self.path == "/__stats":
+            with LOCK:
+                self.reply(200, {k: STATE[k] for k in ("calls", "rows", "max_rows")})
+        elif self.path == "/v2/health/ready":
+            self.reply(200, {"ready": True})
+        elif self.path.startswith("/v2/models/"):
+            name = self.path.split("/")[3]
+            self.reply(200, {"name": name, "versions": ["1"], "platform": "fake",
+                             "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+                             "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]})
+        elif self.path.startswith("/echo"):
+            self.echo()
+        else:
+            self.reply(404, {"error": "no route " + self.path})
+
+    def echo(self):
+        body = self.body()
+        self.reply(200, {"method": self.command, "path": self.path,
+                         "headers": {k.lower(): v for k, v in self.headers.items()},
+                         "body_len": len(body)})
+
+    def do_POST(self):
+        if self.path == "/__fault":
+            f = json.loads(self.body())
+            with LOCK:
+                STATE["fault"], STATE["fault_count"] = f["mode"], f.get("count", 1)
+            self.reply(200, {"ok": True})
+        elif self.path == "/__reset":
+            self.body()
+            with LOCK:
+                STATE.update(calls=0, rows=0, max_rows=0, fault=None, fault_count=0)
+            self.reply(200, {"ok": True})
+        elif self.path.startswith("/v2/models/") and self.path.endswith("/infer"):
+            req = json.loads(self.body())
+            inp = req["inputs"][0]
+            flat, shape = inp["data"], inp["shape"]
+            rows = [flat[i * shape[1]:(i + 1) * shape[1]] for i in range(shape[0])]
+            out = self.infer(rows)
+            if out is None:
+                return
+            resp = {"model_name": self.path.split("/")[3], "model_version": "1",
+                    "outputs": [{"name": "y", "datatype": "FP32", "shape": [len(out), 3],
+                                 "data": [v for r in out for v in r]}]}
+            if "id" in req:
+                resp["id"] = req["id"]
+            self.reply(200, resp)
+        elif self.path.startswith("/v1/models/") and self.path.endswith(":predict"):
+            req = json.loads(self.body())
+            out = self.infer(req["instances"])
+            if out is not None:
+                self.reply(200, {"predictions": out})
+        elif self.path.startswith("/echo"):
+            self.echo()
+        else:
+            self.body()
+            self.reply(404, {"error": "no route " + self.path})
+
+    do_PUT = do_POST
+
+
+def main():
+    global ARGS, SLOTS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--base-ms", type=float, default=2.0)
+    ap.add_argument("--per-row-ms", type=float, default=0.02)
+    ap.add_argument("--concurrency", type=int, default=1)
+    ARGS = ap.parse_args()
+    SLOTS = threading.BoundedSemaphore(ARGS.concurrency)
+    httpd = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
+    httpd.daemon_threads = True
+    print("listening on 127.0.0.1:%d" % httpd.server_address[1], flush=True)
+    try:
+        httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
