@@ -17,12 +17,14 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import threading
 import time
+import unittest
 import weakref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -479,3 +481,34 @@ def assert_json_error(tc, resp, status, close=None):
         tc.assertIn("close", resp.connection_tokens(),
                     "expected Connection: close on the %d response: %r" % (status, resp))
     return obj
+
+
+class RepoServerCase(unittest.TestCase):
+    """A test class serving a temporary model repository. Subclasses write their
+    models in populate(repo) (a classmethod) and use cls.srv; the server must
+    stop cleanly at the end (exit 0, no sanitizer report)."""
+    io_threads = 2
+    config = {}
+
+    @classmethod
+    def populate(cls, repo):
+        raise NotImplementedError
+
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            cls.populate(cls.repo)
+            cls.srv = Server(dict(cls.config, model_repository=cls.repo), io_threads=cls.io_threads)
+            cls.srv.wait_log(r"ready in", timeout=60)
+        except BaseException:
+            shutil.rmtree(cls.repo, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.srv.stop_checked()
+        finally:
+            cls.srv.kill()
+            shutil.rmtree(cls.repo, ignore_errors=True)

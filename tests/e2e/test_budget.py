@@ -12,7 +12,7 @@ import threading
 import time
 import unittest
 
-from harness import Server, close_quietly, connect, read_response, request, roundtrip, send
+from harness import RepoServerCase, Server, close_quietly, connect, read_response, request, roundtrip, send
 from test_infer import infer_body, synthetic, write_model
 
 ROW = [[1, 2, 3, 4]]
@@ -24,26 +24,15 @@ def post(port, model, headers=(), body=None, timeout=10.0):
                      body or infer_body(ROW, name="x"), timeout=timeout)
 
 
-class BudgetTest(unittest.TestCase):
+class BudgetTest(RepoServerCase):
     @classmethod
-    def setUpClass(cls):
-        cls.repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+    def populate(cls, repo):
         # One request at a time, 200 ms each.
-        write_model(cls.repo, "slow", synthetic("slow", base_us=200000, per_row_us=0,
-                                                batching={"max_batch_size": 1}))
+        write_model(repo, "slow", synthetic("slow", base_us=200000, per_row_us=0,
+                                            batching={"max_batch_size": 1}))
         # Every request gets a 20 ms budget by default; a batch takes 60 ms.
-        write_model(cls.repo, "budgeted", synthetic("budgeted", base_us=60000, per_row_us=0,
-                                                    batching={"latency_budget_ms": 20}))
-        cls.srv = Server({"model_repository": cls.repo}, io_threads=2)
-        cls.srv.wait_log(r"ready in", timeout=10)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.srv.stop_checked()
-        finally:
-            cls.srv.kill()
-            shutil.rmtree(cls.repo, ignore_errors=True)
+        write_model(repo, "budgeted", synthetic("budgeted", base_us=60000, per_row_us=0,
+                                                batching={"latency_budget_ms": 20}))
 
     def stats(self, model):
         return roundtrip(self.srv.port, "GET", "/v2/models/%s/stats" % model).json()["model_stats"][0]

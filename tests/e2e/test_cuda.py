@@ -11,7 +11,7 @@ import tempfile
 import threading
 import unittest
 
-from harness import Server, run_cli
+from harness import RepoServerCase, Server, run_cli
 from test_infer import DIGITS, infer_body, post
 
 
@@ -26,30 +26,19 @@ CUDA = cuda_status()
 
 
 @unittest.skipUnless(re.search(r"\d+ CUDA device", CUDA), "no usable GPU: " + CUDA)
-class CudaDigitsTest(unittest.TestCase):
+class CudaDigitsTest(RepoServerCase):
     @classmethod
-    def setUpClass(cls):
-        cls.repo = tempfile.mkdtemp(prefix="batchgate-cuda-")
+    def populate(cls, repo):
         with open(os.path.join(DIGITS, "config.json")) as f:
             cfg = json.load(f)
         for name, backend in (("digits_cuda", "cuda"), ("digits_cpu", "cpu")):
-            os.makedirs(os.path.join(cls.repo, name))
-            shutil.copy(os.path.join(DIGITS, "model.safetensors"), os.path.join(cls.repo, name))
+            os.makedirs(os.path.join(repo, name))
+            shutil.copy(os.path.join(DIGITS, "model.safetensors"), os.path.join(repo, name))
             c = dict(cfg, name=name, backend=backend)
-            with open(os.path.join(cls.repo, name, "config.json"), "w") as f:
+            with open(os.path.join(repo, name, "config.json"), "w") as f:
                 json.dump(c, f)
         with open(os.path.join(DIGITS, "heldout.json")) as f:
             cls.heldout = json.load(f)
-        cls.srv = Server({"model_repository": cls.repo}, io_threads=2)
-        cls.srv.wait_log(r"ready in", timeout=60)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.srv.stop_checked()
-        finally:
-            cls.srv.kill()
-            shutil.rmtree(cls.repo, ignore_errors=True)
 
     def test_loaded_on_cuda(self):
         self.assertRegex(self.srv.log(), r"model digits_cuda: loaded on cuda")

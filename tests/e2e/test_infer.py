@@ -17,7 +17,8 @@ import threading
 import time
 import unittest
 
-from harness import (Server, close_quietly, connect, read_response, request, roundtrip, send)
+from harness import (RepoServerCase, Server, close_quietly, connect, read_response, request,
+                     roundtrip, send)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DIGITS = os.path.normpath(os.path.join(HERE, "..", "..", "models", "digits"))
@@ -79,40 +80,29 @@ def post(port, path, body, headers=None, timeout=10.0):
     return roundtrip(port, "POST", path, h, body, timeout=timeout)
 
 
-class InferTest(unittest.TestCase):
+class InferTest(RepoServerCase):
     @classmethod
-    def setUpClass(cls):
-        cls.repo = tempfile.mkdtemp(prefix="batchgate-repo-")
-        shutil.copytree(DIGITS, os.path.join(cls.repo, "digits"))
+    def populate(cls, repo):
+        shutil.copytree(DIGITS, os.path.join(repo, "digits"))
         with open(os.path.join(DIGITS, "heldout.json")) as f:
             cls.heldout = json.load(f)
-        write_model(cls.repo, "synth", synthetic("synth", base_us=20000, per_row_us=100,
-                                                 batching={"max_queue_delay_us": 5000}))
-        write_model(cls.repo, "tiny", synthetic("tiny", base_us=300000, per_row_us=0,
-                                                batching={"max_batch_size": 1,
-                                                          "max_queue_size": 2}))
+        write_model(repo, "synth", synthetic("synth", base_us=20000, per_row_us=100,
+                                             batching={"max_queue_delay_us": 5000}))
+        write_model(repo, "tiny", synthetic("tiny", base_us=300000, per_row_us=0,
+                                            batching={"max_batch_size": 1,
+                                                      "max_queue_size": 2}))
         # A model whose answer is easy to check: y = relu(W x + b), W = [[1,0,0,0],[0,0,0,2]].
-        write_model(cls.repo, "lin", mlp("lin", [{"type": "dense", "weight": "w", "bias": "b",
-                                                  "activation": "relu"}]),
+        write_model(repo, "lin", mlp("lin", [{"type": "dense", "weight": "w", "bias": "b",
+                                              "activation": "relu"}]),
                     {"w": ([2, 4], [1, 0, 0, 0, 0, 0, 0, 2]), "b": ([2], [0.5, -1])})
-        write_model(cls.repo, "badbackend", dict(mlp("badbackend", []), backend="tpu"))
-        write_model(cls.repo, "noweight", mlp("noweight", [{"type": "dense", "weight": "missing"}]),
+        write_model(repo, "badbackend", dict(mlp("badbackend", []), backend="tpu"))
+        write_model(repo, "noweight", mlp("noweight", [{"type": "dense", "weight": "missing"}]),
                     {"w": ([2, 4], [0] * 8)})
-        write_model(cls.repo, "nochain", mlp("nochain", [{"type": "dense", "weight": "w"}]),
+        write_model(repo, "nochain", mlp("nochain", [{"type": "dense", "weight": "w"}]),
                     {"w": ([2, 5], [0] * 10)})
-        write_model(cls.repo, "badfile", mlp("badfile", [{"type": "dense", "weight": "w"}]),
+        write_model(repo, "badfile", mlp("badfile", [{"type": "dense", "weight": "w"}]),
                     raw_weights=struct.pack("<Q", 1 << 40) + b"{}")
-        write_model(cls.repo, "badjson", "{\"name\": ")
-        cls.srv = Server({"model_repository": cls.repo}, io_threads=2)
-        cls.srv.wait_log(r"ready in", timeout=10)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.srv.stop_checked()
-        finally:
-            cls.srv.kill()
-            shutil.rmtree(cls.repo, ignore_errors=True)
+        write_model(repo, "badjson", "{\"name\": ")
 
     # ---- the digits model
 

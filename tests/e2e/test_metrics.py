@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from harness import Server, roundtrip
+from harness import RepoServerCase, Server, roundtrip
 from test_infer import infer_body, post, synthetic, write_model
 
 PROMTOOL = shutil.which("promtool")
@@ -37,28 +37,17 @@ def value(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-class MetricsTest(unittest.TestCase):
+class MetricsTest(RepoServerCase):
     @classmethod
-    def setUpClass(cls):
-        cls.repo = tempfile.mkdtemp(prefix="batchgate-metrics-")
+    def populate(cls, repo):
         # 10 ms per batch of up to 8 rows; small queue for 429s.
-        write_model(cls.repo, "syn", synthetic("syn", base_us=10000, per_row_us=0,
-                                               batching={"max_batch_size": 8,
-                                                         "max_queue_delay_us": 3000}))
-        write_model(cls.repo, "tiny", synthetic("tiny", base_us=200000, per_row_us=0,
-                                                batching={"max_batch_size": 1,
-                                                          "max_queue_size": 1}))
-        write_model(cls.repo, "broken", "{\"backend\": \"tpu\"}")
-        cls.srv = Server({"model_repository": cls.repo}, io_threads=2)
-        cls.srv.wait_log(r"ready in", timeout=10)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.srv.stop_checked()
-        finally:
-            cls.srv.kill()
-            shutil.rmtree(cls.repo, ignore_errors=True)
+        write_model(repo, "syn", synthetic("syn", base_us=10000, per_row_us=0,
+                                           batching={"max_batch_size": 8,
+                                                     "max_queue_delay_us": 3000}))
+        write_model(repo, "tiny", synthetic("tiny", base_us=200000, per_row_us=0,
+                                            batching={"max_batch_size": 1,
+                                                      "max_queue_size": 1}))
+        write_model(repo, "broken", "{\"backend\": \"tpu\"}")
 
     def scrape(self):
         r = roundtrip(self.srv.port, "GET", "/metrics")
