@@ -33,6 +33,7 @@ const struct backend_ops *backend_find(enum model_backend b, char *why, size_t c
         snprintf(why, cap, "backend \"cuda\" is not available: %s", cuda);
         return NULL;
     case MODEL_BACKEND_UPSTREAM:
+        return &backend_upstream;
     default:
         snprintf(why, cap, "backend \"%s\" is not available in this build",
                  model_backend_name(b));
@@ -59,6 +60,8 @@ static int warmup_sizes(const struct model_batching *b, int *sizes)
  * fit is robust to the slow first ones). */
 static int model_warmup(struct model *m, struct error *err)
 {
+    if (!m->ops->run)
+        return 0;   /* the upstream's servers warm themselves */
     int sizes[MODEL_MAX_PREFERRED + 2];
     int n = warmup_sizes(&m->cfg.batching, sizes);
     int64_t out_elems = m->cfg.output.row_elems;

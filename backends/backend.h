@@ -54,6 +54,7 @@ struct batch {
 };
 
 struct model;
+struct batch_source;
 
 struct instance {
     struct model *model;
@@ -90,6 +91,11 @@ struct backend_ops {
     /* Computes b->out from b->in for b->rows rows. */
     int (*run)(struct instance *in, struct batch *b, struct error *err);
     void (*instance_unload)(struct instance *in);
+    /* Optional: a backend that runs its own event loop instead of one
+     * worker thread per instance (upstream). start is given the batch source;
+     * stop returns once the loop is gone (the source is closed first). */
+    int (*start)(struct model *m, struct batch_source src, struct error *err);
+    void (*stop)(struct model *m);
 };
 
 struct model {
@@ -116,6 +122,7 @@ const struct backend_ops *backend_find(enum model_backend b, char *why, size_t c
 extern const struct backend_ops backend_cpu;
 extern const struct backend_ops backend_cuda;
 extern const struct backend_ops backend_synthetic;
+extern const struct backend_ops backend_upstream;
 
 /* Where a worker gets its batches: the model's batcher, or a test double. */
 struct batch_source {
@@ -125,6 +132,11 @@ struct batch_source {
     int (*next)(void *ctx, int instance, struct batch *b);
     /* The batch ran for exec_ns (feeds the instance's latency model). */
     void (*done)(void *ctx, int instance, int rows, int64_t exec_ns);
+    /* For backends with their own event loop (upstream): never blocks;
+     * 1 and a batch, 0 and when to ask again (*wake_ns), -1 closed. */
+    int (*try_next)(void *ctx, int instance, struct batch *b, int64_t *wake_ns);
+    /* Rings waker(arg) from the submitting thread whenever a request arrives. */
+    void (*set_waker)(void *ctx, void (*waker)(void *arg), void *arg);
     void *ctx;
 };
 

@@ -280,6 +280,65 @@ static int parse_synthetic(json_t *o, struct model_config *c, const char *path, 
     return 0;
 }
 
+static int parse_upstream(json_t *o, struct model_config *c, const char *path, struct error *err)
+{
+    static const char *const keys[] = {"urls", "protocol", "model", "max_inflight", "timeout_ms",
+                                       NULL};
+    struct model_upstream *u = &c->upstream;
+    if (!json_is_object(o))
+        return error_set(err, BG_ECONFIG, "%s: upstream: the upstream backend needs an object "
+                                          "with urls", path);
+    int rc;
+    if ((rc = check_keys(o, keys, path, "upstream.", err)))
+        return rc;
+    json_t *urls = json_object_get(o, "urls");
+    if (!json_is_array(urls) || json_array_size(urls) == 0 ||
+        json_array_size(urls) > MODEL_MAX_UPSTREAMS)
+        return error_set(err, BG_ECONFIG, "%s: upstream.urls: 1 to %d URLs like "
+                                          "\"http://host:port\"", path, MODEL_MAX_UPSTREAMS);
+    size_t i;
+    json_t *v;
+    json_array_foreach(urls, i, v) {
+        const char *s = json_string_value(v);
+        const char *hp = s && strncmp(s, "http://", 7) == 0 ? s + 7 : NULL;
+        const char *colon = hp ? strrchr(hp, ':') : NULL;
+        char *end = NULL;
+        long port = colon ? strtol(colon + 1, &end, 10) : 0;
+        if (end && *end == '/' && end[1] == '\0')
+            end++;
+        if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof u->hosts[0] || !end || *end ||
+            port < 1 || port > 65535)
+            return error_set(err, BG_ECONFIG, "%s: upstream.urls[%zu]: \"%s\" is not "
+                                              "http://HOST:PORT", path, i, s ? s : "?");
+        memcpy(u->hosts[i], hp, (size_t)(colon - hp));
+        u->hosts[i][colon - hp] = '\0';
+        u->ports[i] = (int)port;
+    }
+    u->nurls = (int)json_array_size(urls);
+    char proto[32] = "kserve_v2";
+    if ((rc = get_str(o, "protocol", proto, sizeof proto, false, path, "upstream.", err)) ||
+        (rc = get_str(o, "model", u->model, sizeof u->model, false, path, "upstream.", err)))
+        return rc;
+    if (strcmp(proto, "kserve_v2") == 0)
+        u->protocol = UPSTREAM_KSERVE_V2;
+    else if (strcmp(proto, "tfserving") == 0)
+        u->protocol = UPSTREAM_TFSERVING;
+    else
+        return error_set(err, BG_ECONFIG, "%s: upstream.protocol: \"%s\" is not kserve_v2 or "
+                                          "tfserving", path, proto);
+    if (!u->model[0])
+        snprintf(u->model, sizeof u->model, "%s", c->name);
+    int64_t x = 4;
+    if ((rc = get_int(o, "max_inflight", 1, 4096, &x, path, "upstream.", err)))
+        return rc;
+    u->max_inflight = (int)x;
+    x = 10000;
+    if ((rc = get_int(o, "timeout_ms", 1, 3600000, &x, path, "upstream.", err)))
+        return rc;
+    u->timeout_ms = (int)x;
+    return 0;
+}
+
 static bool name_is_safe(const char *s)
 {
     /* Names appear in URLs and metric labels: keep them to a portable set. */
@@ -354,11 +413,6 @@ int model_config_parse(const char *json, size_t len, const char *path, const cha
         goto out;
     }
     c->backend = (enum model_backend)b;
-    if (c->backend == MODEL_BACKEND_UPSTREAM) {
-        rc = error_set(err, BG_ECONFIG, "%s: backend: \"upstream\" is not available in this build yet",
-                       path);
-        goto out;
-    }
     if ((rc = parse_tensor(json_object_get(root, "inputs"), "inputs", &c->input, path, err)) ||
         (rc = parse_tensor(json_object_get(root, "outputs"), "outputs", &c->output, path, err)))
         goto out;
@@ -370,10 +424,13 @@ int model_config_parse(const char *json, size_t len, const char *path, const cha
     if ((v = json_object_get(root, "synthetic")) && (rc = parse_synthetic(v, c, path, err)))
         goto out;
     v = json_object_get(root, "layers");
-    if (c->backend == MODEL_BACKEND_SYNTHETIC) {
+    if (c->backend == MODEL_BACKEND_UPSTREAM &&
+        (rc = parse_upstream(json_object_get(root, "upstream"), c, path, err)))
+        goto out;
+    if (c->backend == MODEL_BACKEND_SYNTHETIC || c->backend == MODEL_BACKEND_UPSTREAM) {
         if (v && json_array_size(v) > 0) {
-            rc = error_set(err, BG_ECONFIG, "%s: layers: the synthetic backend takes no layers",
-                           path);
+            rc = error_set(err, BG_ECONFIG, "%s: layers: the %s backend takes no layers", path,
+                           backend);
             goto out;
         }
     } else {

@@ -63,6 +63,20 @@ struct model_batching {
 
 enum synthetic_mode { SYNTHETIC_SLEEP, SYNTHETIC_SPIN };
 
+#define MODEL_MAX_UPSTREAMS 8
+enum upstream_protocol { UPSTREAM_KSERVE_V2, UPSTREAM_TFSERVING };
+
+/* The model servers an upstream model is batched in front of. */
+struct model_upstream {
+    char hosts[MODEL_MAX_UPSTREAMS][256];
+    int ports[MODEL_MAX_UPSTREAMS];
+    int nurls;
+    enum upstream_protocol protocol;
+    char model[MODEL_NAME_MAX];       /* its name upstream (default: ours) */
+    int max_inflight;                 /* batches in flight at once, all URLs */
+    int timeout_ms;                   /* one upstream call */
+};
+
 struct model_config {
     char name[MODEL_NAME_MAX];
     char dir[4096];
@@ -79,6 +93,7 @@ struct model_config {
         int64_t base_us, per_row_us;
         enum synthetic_mode mode;
     } synthetic;
+    struct model_upstream upstream;
 };
 
 /* Reads and validates dir/config.json. `dir_name` is the folder's name: the

@@ -19,6 +19,7 @@
     X(BG_EQUEUEFULL,        429, "queue_full")              \
     X(BG_EHEADERTOOLARGE,   431, "header_too_large")        \
     X(BG_EBACKEND,          500, "backend")                 \
+    X(BG_EUPSTREAM,         502, "upstream")                \
     X(BG_ENOMEM,            500, "out_of_memory")           \
     X(BG_EINTERNAL,         500, "internal")                \
     X(BG_ENOTREADY,         503, "not_ready")               \

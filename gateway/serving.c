@@ -104,6 +104,18 @@ static void source_done(void *ctx, int instance, int rows, int64_t exec_ns)
     modelstats_batch(sm->stats, instance, rows, exec_ns);
 }
 
+static int source_try_next(void *ctx, int instance, struct batch *b, int64_t *wake_ns)
+{
+    struct served_model *sm = ctx;
+    return batcher_try_next(sm->batcher, instance, b, wake_ns);
+}
+
+static void source_set_waker(void *ctx, void (*waker)(void *), void *arg)
+{
+    struct served_model *sm = ctx;
+    batcher_set_waker(sm->batcher, waker, arg);
+}
+
 static void serving_load_one(struct served_model *sm)
 {
     struct model *m = &sm->model;
@@ -119,17 +131,25 @@ static void serving_load_one(struct served_model *sm)
             for (int w = 0; w < m->instances[i].nwarm; w++)
                 batcher_seed(sm->batcher, i, m->instances[i].warm_rows[w],
                              m->instances[i].warm_ns[w]);
-    struct batch_source src = {.next = source_next, .done = source_done, .ctx = sm};
+    struct batch_source src = {.next = source_next, .done = source_done,
+                               .try_next = source_try_next, .set_waker = source_set_waker,
+                               .ctx = sm};
     if (sm->stats)
         modelstats_loaded(sm->stats);
-    if (!sm->batcher || !sm->stats || model_workers_start(m, src, &err) != 0) {
+    int started = !sm->batcher || !sm->stats ? -1
+                  : m->ops->start ? m->ops->start(m, src, &err)
+                                  : model_workers_start(m, src, &err);
+    if (started != 0) {
         if (sm->batcher && !sm->stats)
             snprintf(err.msg, sizeof err.msg, "out of memory for statistics");
         snprintf(m->reason, sizeof m->reason, "cannot start workers: %s", err.msg);
         log_error("model %s: %s", m->cfg.name, m->reason);
         if (sm->batcher)
             batcher_close(sm->batcher);
-        model_workers_join(m);
+        if (m->ops->stop)
+            m->ops->stop(m);
+        else
+            model_workers_join(m);
         atomic_store(&sm->state, SERVED_FAILED);
         return;
     }
@@ -179,8 +199,13 @@ void serving_stop(struct serving *s)
     for (int i = 0; i < s->n; i++)
         if (s->models[i].batcher)
             batcher_close(s->models[i].batcher);
-    for (int i = 0; i < s->n; i++)
-        model_workers_join(&s->models[i].model);
+    for (int i = 0; i < s->n; i++) {
+        struct model *m = &s->models[i].model;
+        if (m->ops && m->ops->stop && s->models[i].batcher)
+            m->ops->stop(m);
+        else
+            model_workers_join(m);
+    }
 }
 
 void serving_free(struct serving *s)

@@ -1,0 +1,136 @@
+"""test_upstream.py - the upstream backend in front of tests/upstream/fake_upstream.py:
+concurrent single-row requests arrive upstream as few batched calls with
+every answer routed to its client; each failure mode (500, reset, garbage,
+short answer, stall past the timeout, connect refused) ends in 502 or 504
+with no hang, and the model serves again afterwards; a refused URL is
+skipped for a healthy one."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+from harness import RepoServerCase, roundtrip
+from test_infer import infer_body, post, write_model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE = os.path.join(HERE, "..", "upstream", "fake_upstream.py")
+
+
+def start_fake(*args):
+    p = subprocess.Popen([sys.executable, FAKE] + list(args), stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+    line = p.stdout.readline().decode()
+    port = int(re.search(r":(\d+)", line).group(1))
+    return p, port
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port   # nothing listens there: connects are refused
+
+
+def upstream_model(name, urls, protocol="kserve_v2", timeout_ms=2000, max_batch=8):
+    return {"name": name, "backend": "upstream",
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [4]}],
+            "outputs": [{"name": "y", "datatype": "FP32", "shape": [3]}],
+            "batching": {"max_batch_size": max_batch, "max_queue_delay_us": 5000},
+            "upstream": {"urls": urls, "protocol": protocol, "model": "m", "max_inflight": 2,
+                         "timeout_ms": timeout_ms}}
+
+
+class UpstreamTest(RepoServerCase):
+    @classmethod
+    def populate(cls, repo):
+        cls.fake, cls.fport = start_fake("--base-ms", "10", "--concurrency", "2")
+        url = "http://127.0.0.1:%d" % cls.fport
+        write_model(repo, "kv2", upstream_model("kv2", [url]))
+        write_model(repo, "tfs", upstream_model("tfs", [url], protocol="tfserving"))
+        write_model(repo, "quick", upstream_model("quick", [url], timeout_ms=300))
+        write_model(repo, "refused", upstream_model("refused", ["http://127.0.0.1:%d" % free_port()]))
+        write_model(repo, "failover", upstream_model(
+            "failover", ["http://127.0.0.1:%d" % free_port(), url]))
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.fake.kill()
+            cls.fake.wait(5)
+
+    def upstream(self, method, path, body=None):
+        return roundtrip(self.fport, method, path,
+                         [("Content-Type", "application/json")] if body else None, body)
+
+    def setUp(self):
+        self.upstream("POST", "/__reset", "{}")
+
+    def infer(self, model, rows, headers=None, timeout=10.0):
+        return post(self.srv.port, "/v2/models/%s/infer" % model, infer_body(rows, name="x"),
+                    headers, timeout=timeout)
+
+    def test_concurrent_requests_become_few_calls(self):
+        for model in ("kv2", "tfs"):
+            self.upstream("POST", "/__reset", "{}")
+            results = {}
+
+            def one(i):
+                r = self.infer(model, [[i, 1, 0, 0]])
+                results[i] = (r.status, r.json()["outputs"][0]["data"] if r.status == 200 else r.body)
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(40)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            for i in range(40):
+                self.assertEqual(results[i], (200, [i + 1, i + 2, i + 3]),
+                                 "%s: request %d got its own answer" % (model, i))
+            st = self.upstream("GET", "/__stats").json()
+            self.assertEqual(st["rows"], 40)
+            self.assertLessEqual(st["calls"], 40 // 4, "%s: %r" % (model, st))
+
+    def test_failures_end_in_502_and_the_model_recovers(self):
+        for mode in ("500", "reset", "garbage", "short"):
+            self.upstream("POST", "/__fault", json.dumps({"mode": mode, "count": 1}))
+            r = self.infer("kv2", [[1, 2, 3, 4]], timeout=10)
+            self.assertEqual(r.status, 502, "%s: %r" % (mode, r))
+            self.assertIn("upstream", r.json()["error"])
+            r = self.infer("kv2", [[1, 2, 3, 4]])
+            self.assertEqual(r.status, 200, "serving again after %s" % mode)
+
+    def test_stall_times_out(self):
+        self.upstream("POST", "/__fault", json.dumps({"mode": "stall", "count": 1}))
+        t0 = time.monotonic()
+        r = self.infer("quick", [[1, 2, 3, 4]], timeout=10)
+        self.assertEqual(r.status, 502, r)
+        self.assertIn("timeout_ms", r.json()["error"])
+        self.assertLess(time.monotonic() - t0, 2.0, "answered at the upstream timeout (300 ms)")
+        self.upstream("POST", "/__fault", json.dumps({"mode": "stall", "count": 1}))
+        r = post(self.srv.port, "/v2/models/quick/infer", infer_body([[1, 2, 3, 4]], name="x"),
+                 [("X-Request-Timeout-Ms", "250")], timeout=10)
+        self.assertEqual(r.status, 504, "budget ran out while the upstream stalled: %r" % r)
+
+    def test_connect_refused(self):
+        r = self.infer("refused", [[1, 2, 3, 4]])
+        self.assertEqual(r.status, 502, r)
+        self.assertIn("connect", r.json()["error"])
+
+    def test_failover_to_the_healthy_url(self):
+        for i in range(6):
+            r = self.infer("failover", [[i, 0, 0, 0]])
+            self.assertEqual(r.status, 200, "request %d: %r" % (i, r))
+            self.assertEqual(r.json()["outputs"][0]["data"], [i, i + 1, i + 2])
+
+
+if __name__ == "__main__":
+    unittest.main()
