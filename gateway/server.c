@@ -116,21 +116,21 @@ static bool conn_slot_take(struct server *s)
     return false;
 }
 
-static void on_accept(evutil_socket_t lfd, short what, void *arg)
+/* Accepts up to ACCEPT_BATCH connections; returns how many. */
+static int accept_batch(struct io_thread *t, int lfd)
 {
-    struct io_thread *t = arg;
-    (void)what;
-    for (int i = 0; i < ACCEPT_BATCH; i++) {
+    int i;
+    for (i = 0; i < ACCEPT_BATCH; i++) {
         if (!conn_slot_take(t->srv)) {
             listener_pause(t);
-            return;
+            return i;
         }
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             conn_slot_release(t->srv);
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
                 errno == ECONNABORTED)
-                return;
+                return i;
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* Out of descriptors: stop accepting for a moment instead of spinning. */
                 log_warn("accept: %s; pausing the listener for 100 ms (raise the fd limit "
@@ -138,15 +138,22 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
                 event_del(t->listen_ev);
                 struct timeval tv = {0, 100000};
                 evtimer_add(t->retry_ev, &tv);
-                return;
+                return i;
             }
             log_error("accept: %s", strerror(errno));
-            return;
+            return i;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         http_conn_new(t, fd);
     }
+    return i;
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    (void)what;
+    accept_batch(arg, lfd);
 }
 
 static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
@@ -220,6 +227,12 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     if (flags & IO_WAKE_RESUME)
         listener_resume(t);
     if ((flags & IO_WAKE_DRAIN) && !t->draining) {
+        /* Connections the kernel completed before the signal were made by
+         * clients that had every reason to expect an answer: accept them
+         * (closing the listener would reset them) and read what they sent. */
+        for (int k = 0; k < 64 && t->listen_fd >= 0 &&
+                        accept_batch(t, t->listen_fd) == ACCEPT_BATCH; k++)
+            ;
         listener_close(t);
         struct http_conn *c = t->conns, *next;
         for (; c; c = next) {
