@@ -57,11 +57,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def reply(self, status, obj=None, raw=None, ctype="application/json"):
         data = raw if raw is not None else json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True   # the client left: nothing to tell it
 
     def take_fault(self):
         with LOCK:
