@@ -15,6 +15,7 @@
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/loadgen/bench/lib.sh"
 BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-2}
@@ -39,13 +40,7 @@ sed -e 's/"mlp_b64"/"mlp_b1"/' -e 's/"max_batch_size": 64/"max_batch_size": 1/' 
 
 "$BIN" --models "$TMP/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
 BG_PID=$!
-PORT=""
-for _ in $(seq 100); do
-    PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/bg.log")
-    grep -q "ready in" "$TMP/bg.log" && [ -n "$PORT" ] && break
-    sleep 0.1
-done
-grep -q "ready in" "$TMP/bg.log" || { echo "batching_cpu: batchgate did not start:" >&2; cat "$TMP/bg.log" >&2; exit 1; }
+PORT=$(bg_wait_port "$TMP/bg.log" batching_cpu)
 grep "model mlp" "$TMP/bg.log" | sed 's/^[^ ]* [a-z]* /  /'
 
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}

@@ -8,6 +8,7 @@
 #   loadgen/bench/batching_synthetic.sh       # 5 s per step
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/loadgen/bench/lib.sh"
 BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 DURATION=${DURATION:-5}
@@ -27,8 +28,7 @@ JSON
 done
 "$BIN" --models "$TMP/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
 BG_PID=$!
-for _ in $(seq 100); do grep -q "ready in" "$TMP/bg.log" && break; sleep 0.1; done
-PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/bg.log")
+PORT=$(bg_wait_port "$TMP/bg.log" batching_synthetic)
 echo "machine: $(nproc) cores; synthetic (spin) 2 ms + 0.1 ms/row; open-loop sweeps, ${DURATION}s per step; p99 limit ${P99_MS} ms"
 best() {   # model rates -> the highest rate with p99 under the limit
     "$LOAD" --url "http://127.0.0.1:$PORT" --model "$1" --rate "$2" --duration "$DURATION" \

@@ -17,6 +17,7 @@
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/loadgen/bench/lib.sh"
 BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-3}
@@ -76,13 +77,7 @@ NG_PID=$!
 
 $SERVER_CPU "$BIN" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
 BG_PID=$!
-BG_PORT=""
-for _ in $(seq 50); do
-    BG_PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/bg.log")
-    [ -n "$BG_PORT" ] && break
-    sleep 0.1
-done
-[ -n "$BG_PORT" ] || { echo "http_baseline: batchgate did not start:" >&2; cat "$TMP/bg.log" >&2; exit 1; }
+BG_PORT=$(bg_wait_port "$TMP/bg.log" http_baseline)
 
 check() {
     got=$(curl -s "http://127.0.0.1:$1/v2/health/live")

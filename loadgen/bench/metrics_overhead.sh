@@ -10,6 +10,7 @@
 #   loadgen/bench/metrics_overhead.sh          # 3 rounds x 10 s, 32 connections
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/loadgen/bench/lib.sh"
 BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-3}
@@ -27,8 +28,7 @@ trap cleanup EXIT INT TERM
 
 "$BIN" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
 BG_PID=$!
-for _ in $(seq 100); do grep -q "ready in" "$TMP/bg.log" && break; sleep 0.1; done
-PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/bg.log")
+PORT=$(bg_wait_port "$TMP/bg.log" metrics_overhead)
 python3 - "$ROOT/models/digits/heldout.json" > "$TMP/post.lua" <<'PY'
 import json, sys
 row = json.load(open(sys.argv[1]))["inputs"][0]

@@ -10,6 +10,7 @@
 #   loadgen/bench/overload_sweep.sh          # 6 s per step (+1 s warmup)
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/loadgen/bench/lib.sh"
 BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 DURATION=${DURATION:-6}
@@ -27,8 +28,7 @@ cat > "$TMP/models/syn/config.json" <<JSON
 JSON
 "$BIN" --models "$TMP/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
 BG_PID=$!
-for _ in $(seq 100); do grep -q "ready in" "$TMP/bg.log" && break; sleep 0.1; done
-PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/bg.log")
+PORT=$(bg_wait_port "$TMP/bg.log" overload_sweep)
 CAP=6154
 RATES=$(python3 -c "print(','.join(str(round($CAP * p)) for p in (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)))")
 echo "machine: $(nproc) cores; synthetic model (spin) 2 ms + 0.1 ms/row, max batch 32, capacity $CAP rows/s; policy $POLICY; budget 25 ms"

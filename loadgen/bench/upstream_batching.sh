@@ -12,6 +12,7 @@
 #   loadgen/bench/upstream_batching.sh        # 10 s per run, 64 clients
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/loadgen/bench/lib.sh"
 BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 DURATION=${DURATION:-10}
@@ -51,8 +52,7 @@ cat > "$TMP/models/m/config.json" <<JSON
 JSON
 "$BIN" --models "$TMP/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
 PIDS="$PIDS $!"
-for _ in $(seq 100); do grep -q "ready in" "$TMP/bg.log" && break; sleep 0.1; done
-BG=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/bg.log")
+BG=$(bg_wait_port "$TMP/bg.log" upstream_batching)
 sleep 0.3
 
 echo "machine: $(nproc) cores; upstream 2 ms + 20 us/row, 1 call at a time; batchgate-load --concurrency $CONNS, ${DURATION}s"

@@ -74,6 +74,24 @@ struct bad {
 #define IO "\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]"
 #define DENSE "\"layers\":[{\"type\":\"dense\",\"weight\":\"w\"}]"
 
+static void test_upstream(void **state)
+{
+    (void)state;
+    struct model_config c;
+    struct error err = {0};
+    const char *json = "{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":"
+                       "[\"http://127.0.0.1:8001\",\"http://srv:9000/\"],\"protocol\":\"tfserving\","
+                       "\"max_inflight\":3,\"timeout_ms\":500}}";
+    assert_int_equal(parse(json, &c, &err), 0);
+    assert_int_equal(c.upstream.nurls, 2);
+    assert_string_equal(c.upstream.hosts[1], "srv");
+    assert_int_equal(c.upstream.ports[0], 8001);
+    assert_int_equal(c.upstream.protocol, UPSTREAM_TFSERVING);
+    assert_string_equal(c.upstream.model, "m");   /* defaults to our name */
+    assert_int_equal(c.upstream.max_inflight, 3);
+    assert_int_equal(c.upstream.timeout_ms, 500);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -110,6 +128,21 @@ static void test_errors(void **state)
         {"{\"backend\":\"synthetic\"," IO ",\"synthetic\":{\"mode\":\"nap\"}}", "synthetic.mode"},
         {"{\"backend\":\"synthetic\"," IO ",\"synthetic\":{\"base_us\":-5}}", "synthetic.base_us"},
         {"{\"backend\":\"upstream\"," IO "}", "upstream"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[]}}", "upstream.urls"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"ftp://h:1\"]}}",
+         "upstream.urls[0]"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h\"]}}",
+         "upstream.urls[0]"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:99999\"]}}",
+         "upstream.urls[0]"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
+         "\"protocol\":\"grpc\"}}", "upstream.protocol"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
+         "\"max_inflight\":0}}", "upstream.max_inflight"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
+         "\"timeout\":5}}", "upstream.timeout: unknown"},
+        {"{\"backend\":\"upstream\"," IO "," DENSE ",\"upstream\":{\"urls\":[\"http://h:1\"]}}",
+         "takes no layers"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct model_config c;
@@ -128,6 +161,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full),
         cmocka_unit_test(test_defaults_and_name_from_folder),
+        cmocka_unit_test(test_upstream),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,18 @@
+# lib.sh - sourced by the benchmark scripts: what each of them would
+# otherwise repeat.
+
+# bg_wait_port LOG NAME: waits (up to 10 s) for the batchgate writing LOG to
+# be ready, prints the port it listens on; on failure shows the log and exits.
+bg_wait_port() {
+    for _ in $(seq 100); do
+        grep -q "ready in" "$1" && break
+        sleep 0.1
+    done
+    port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1")
+    if ! grep -q "ready in" "$1" || [ -z "$port" ]; then
+        echo "$2: batchgate did not start:" >&2
+        cat "$1" >&2
+        exit 1
+    fi
+    echo "$port"
+}
