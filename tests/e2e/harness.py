@@ -483,12 +483,43 @@ def assert_json_error(tc, resp, status, close=None):
     return obj
 
 
-class RepoServerCase(unittest.TestCase):
-    """A test class serving a temporary model repository. Subclasses write their
-    models in populate(repo) (a classmethod) and use cls.srv; the server must
-    stop cleanly at the end (exit 0, no sanitizer report)."""
-    io_threads = 2
+class ServerCase(unittest.TestCase):
+    """A test class sharing one server started with `config`: it must survive
+    every test and stop cleanly at the end (exit 0, no sanitizer report).
+    conn() opens a connection closed after the test."""
+    io_threads = 1
     config = {}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(cls.config, io_threads=cls.io_threads)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.srv.stop_checked()
+        finally:
+            cls.srv.kill()
+
+    def setUp(self):
+        self.socks = []
+
+    def tearDown(self):
+        for s in self.socks:
+            close_quietly(s)
+        self.assertTrue(self.srv.alive(), "expected the server to survive the test; log:\n"
+                        + self.srv.log())
+
+    def conn(self):
+        s = connect(self.srv)
+        self.socks.append(s)
+        return s
+
+
+class RepoServerCase(ServerCase):
+    """A ServerCase serving a temporary model repository: subclasses write
+    their models in populate(repo) (a classmethod)."""
+    io_threads = 2
 
     @classmethod
     def populate(cls, repo):
@@ -508,7 +539,6 @@ class RepoServerCase(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         try:
-            cls.srv.stop_checked()
+            super().tearDownClass()
         finally:
-            cls.srv.kill()
             shutil.rmtree(cls.repo, ignore_errors=True)

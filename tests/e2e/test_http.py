@@ -5,32 +5,11 @@ import socket
 import time
 import unittest
 
-from harness import (Server, assert_common_headers, assert_json_error, chunked, close_quietly,
+from harness import (Server, ServerCase, assert_common_headers, assert_json_error, chunked, close_quietly,
                      connect, expect_eof, read_response, request, roundtrip, send)
 
 
-class HttpTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server({})
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.stop_checked()
-
-    def setUp(self):
-        self.socks = []
-
-    def tearDown(self):
-        for s in self.socks:
-            close_quietly(s)
-        self.assertTrue(self.srv.alive(), "expected the server to survive the test; log:\n"
-                        + self.srv.log())
-
-    def conn(self):
-        s = connect(self.srv)
-        self.socks.append(s)
-        return s
+class HttpTest(ServerCase):
 
     def get(self, path, **kw):
         return roundtrip(self.srv, "GET", path, **kw)

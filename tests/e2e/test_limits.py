@@ -5,7 +5,7 @@ import select
 import time
 import unittest
 
-from harness import (Server, assert_json_error, buffered, chunked, close_quietly, connect,
+from harness import (Server, ServerCase, assert_json_error, buffered, chunked, close_quietly, connect,
                      expect_eof, expect_silence, read_response, request, send)
 
 MAX_HEADER = 1024
@@ -26,30 +26,11 @@ def padded_request(total, path="/v2/health/live"):
     return req
 
 
-class LimitsTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server({"limits": {"max_header_bytes": MAX_HEADER, "max_body_bytes": MAX_BODY,
-                                     "header_timeout_ms": int(HEADER_TIMEOUT * 1000),
-                                     "idle_timeout_ms": int(IDLE_TIMEOUT * 1000)}})
+class LimitsTest(ServerCase):
+    config = {"limits": {"max_header_bytes": MAX_HEADER, "max_body_bytes": MAX_BODY,
+                         "header_timeout_ms": int(HEADER_TIMEOUT * 1000),
+                         "idle_timeout_ms": int(IDLE_TIMEOUT * 1000)}}
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.stop_checked()
-
-    def setUp(self):
-        self.socks = []
-
-    def tearDown(self):
-        for s in self.socks:
-            close_quietly(s)
-        self.assertTrue(self.srv.alive(), "expected the server to survive the test; log:\n"
-                        + self.srv.log())
-
-    def conn(self):
-        s = connect(self.srv)
-        self.socks.append(s)
-        return s
 
     def assert_closed_after(self, s, resp, status):
         assert_json_error(self, resp, status, close=True)

@@ -4,37 +4,24 @@ rejected request is ever answered."""
 
 import unittest
 
-from harness import (Server, assert_json_error, close_quietly, connect, expect_eof,
+from harness import (Server, ServerCase, assert_json_error, close_quietly, connect, expect_eof,
                      read_response, request, roundtrip, send)
 
 SMUGGLED = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
-class MalformedTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server({"limits": {"header_timeout_ms": 2000}})
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.stop_checked()
-
-    def setUp(self):
-        self.socks = []
+class MalformedTest(ServerCase):
+    config = {"limits": {"header_timeout_ms": 2000}}
 
     def tearDown(self):
-        for s in self.socks:
-            close_quietly(s)
-        self.assertTrue(self.srv.alive(), "expected the server to survive the test; log:\n"
-                        + self.srv.log())
+        super().tearDown()
         r = roundtrip(self.srv, "GET", "/v2/health/live")
         self.assertEqual(r.status, 200, "expected the server still serving after bad input")
 
     def rejected(self, data, statuses=(400,)):
         """Sends data on a fresh connection: expects exactly one error response
         with Connection: close, then EOF (so nothing smuggled is answered)."""
-        s = connect(self.srv)
-        self.socks.append(s)
+        s = self.conn()
         send(s, data)
         r = read_response(s, timeout=3)
         self.assertIn(r.status, statuses, "expected %s for %r, got %r"

@@ -72,6 +72,7 @@ class UpstreamTest(RepoServerCase):
                          [("Content-Type", "application/json")] if body else None, body)
 
     def setUp(self):
+        super().setUp()
         self.upstream("POST", "/__reset", "{}")
 
     def infer(self, model, rows, headers=None, timeout=10.0):
