@@ -55,6 +55,7 @@ struct batch {
 
 struct model;
 struct batch_source;
+struct httpc_target;
 
 struct instance {
     struct model *model;
@@ -108,6 +109,10 @@ struct model {
     bool ready;
     char reason[600];                 /* why not ready */
     struct cold_start cold;
+    /* The servers the model's batches go to (upstream backend): their busy
+     * time, failures and health are reported per server. */
+    struct httpc_target **targets;
+    int ntargets;
 };
 
 /* Picks the backend ("auto": cuda when built and a device is usable, else

@@ -8,6 +8,8 @@
 
 #include <jansson.h>
 
+#include "httpc.h"
+
 const char *model_backend_name(enum model_backend b)
 {
     switch (b) {
@@ -282,8 +284,9 @@ static int parse_synthetic(json_t *o, struct model_config *c, const char *path, 
 
 static int parse_upstream(json_t *o, struct model_config *c, const char *path, struct error *err)
 {
-    static const char *const keys[] = {"urls", "protocol", "model", "max_inflight", "timeout_ms",
-                                       NULL};
+    static const char *const keys[] = {"urls",       "protocol",          "model",
+                                       "max_inflight", "timeout_ms",      "health_path",
+                                       "health_interval_ms", NULL};
     struct model_upstream *u = &c->upstream;
     if (!json_is_object(o))
         return error_set(err, BG_ECONFIG, "%s: upstream: the upstream backend needs an object "
@@ -299,20 +302,11 @@ static int parse_upstream(json_t *o, struct model_config *c, const char *path, s
     size_t i;
     json_t *v;
     json_array_foreach(urls, i, v) {
-        const char *s = json_string_value(v);
-        const char *hp = s && strncmp(s, "http://", 7) == 0 ? s + 7 : NULL;
-        const char *colon = hp ? strrchr(hp, ':') : NULL;
-        char *end = NULL;
-        long port = colon ? strtol(colon + 1, &end, 10) : 0;
-        if (end && *end == '/' && end[1] == '\0')
-            end++;
-        if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof u->hosts[0] || !end || *end ||
-            port < 1 || port > 65535)
+        const char *s = json_string_value(v), *rest = NULL;
+        if (httpc_url_parse(s, u->hosts[i], sizeof u->hosts[i], &u->ports[i], &rest) < 0 ||
+            (rest && strcmp(rest, "/") != 0))
             return error_set(err, BG_ECONFIG, "%s: upstream.urls[%zu]: \"%s\" is not "
                                               "http://HOST:PORT", path, i, s ? s : "?");
-        memcpy(u->hosts[i], hp, (size_t)(colon - hp));
-        u->hosts[i][colon - hp] = '\0';
-        u->ports[i] = (int)port;
     }
     u->nurls = (int)json_array_size(urls);
     char proto[32] = "kserve_v2";
@@ -336,6 +330,21 @@ static int parse_upstream(json_t *o, struct model_config *c, const char *path, s
     if ((rc = get_int(o, "timeout_ms", 1, 3600000, &x, path, "upstream.", err)))
         return rc;
     u->timeout_ms = (int)x;
+    /* The protocol's own readiness endpoint unless told otherwise. */
+    if (u->protocol == UPSTREAM_KSERVE_V2)
+        snprintf(u->health_path, sizeof u->health_path, "/v2/health/ready");
+    else
+        snprintf(u->health_path, sizeof u->health_path, "/v1/models/%s", u->model);
+    if ((rc = get_str(o, "health_path", u->health_path, sizeof u->health_path, false, path,
+                      "upstream.", err)))
+        return rc;
+    if (u->health_path[0] != '/')
+        return error_set(err, BG_ECONFIG, "%s: upstream.health_path: \"%s\" must start with /",
+                         path, u->health_path);
+    x = 2000;
+    if ((rc = get_int(o, "health_interval_ms", 0, 3600000, &x, path, "upstream.", err)))
+        return rc;
+    u->health_interval_ms = (int)x;
     return 0;
 }
 

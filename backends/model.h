@@ -75,6 +75,8 @@ struct model_upstream {
     char model[MODEL_NAME_MAX];       /* its name upstream (default: ours) */
     int max_inflight;                 /* batches in flight at once, all URLs */
     int timeout_ms;                   /* one upstream call */
+    char health_path[256];            /* probed with GET; 200 means healthy */
+    int health_interval_ms;           /* 0: no active probes */
 };
 
 struct model_config {

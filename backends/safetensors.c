@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 struct safetensors {
     char *path;
     const unsigned char *map;       /* the whole file, PROT_READ */
+    bool map_owned;                 /* our mmap (safetensors_open), not the caller's bytes */
     size_t file_bytes;
     json_t *header;                 /* owns the tensor names and metadata strings */
     json_t *metadata;               /* borrowed from header; NULL when absent */
@@ -420,47 +422,27 @@ static int parse_header(struct safetensors *st, struct error *err)
     return 0;
 }
 
-int safetensors_open(const char *path, struct safetensors **out, struct error *err)
+/* The one way in for both entry points: bytes in memory, named for messages.
+ * `owned` says whether the bytes are our mapping (unmapped at close). */
+static int open_bytes(const char *name, const unsigned char *bytes, size_t len, bool owned,
+                      struct safetensors **out, struct error *err)
 {
     *out = NULL;
     struct safetensors *st = calloc(1, sizeof *st);
-    if (!st || !(st->path = strdup(path))) {
+    if (!st || !(st->path = strdup(name))) {
         free(st);
-        return error_set(err, BG_ENOMEM, "%s: out of memory", path);
+        if (owned && bytes)
+            munmap((void *)bytes, len);
+        return error_set(err, BG_ENOMEM, "%s: out of memory", name);
     }
-
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int rc = error_set(err, BG_EIO, "%s: cannot open: %s", path, strerror(errno));
-        safetensors_close(st);
-        return rc;
-    }
-    struct stat sb;
-    int rc = 0;
-    if (fstat(fd, &sb) < 0)
-        rc = error_set(err, BG_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        rc = error_set(err, BG_EIO, "%s: not a regular file", path);
-    else if (sb.st_size < 8)
-        rc = error_set(err, BG_EINVAL, "%s: file is %lld bytes, too short for the 8-byte header "
-                       "length", path, (long long)sb.st_size);
-    else if ((uint64_t)sb.st_size > SIZE_MAX)
-        rc = error_set(err, BG_EINVAL, "%s: file of %lld bytes cannot be mapped", path,
-                       (long long)sb.st_size);
-    if (rc == 0) {
-        /* The file is at least 8 bytes, so the mapping is never empty even
-         * when the data buffer is. MAP_PRIVATE + PROT_READ: we never write,
-         * and nothing we do can reach the file. */
-        st->file_bytes = (size_t)sb.st_size;
-        void *map = mmap(NULL, st->file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED)
-            rc = error_set(err, BG_EIO, "%s: cannot mmap %zu bytes: %s", path, st->file_bytes,
-                           strerror(errno));
-        else
-            st->map = map;
-    }
-    close(fd);
-    if (rc == 0)
+    st->map = bytes;
+    st->map_owned = owned;
+    st->file_bytes = len;
+    int rc;
+    if (len < 8)
+        rc = error_set(err, BG_EINVAL, "%s: file is %zu bytes, too short for the 8-byte header "
+                       "length", name, len);
+    else
         rc = parse_header(st, err);
     if (rc) {
         safetensors_close(st);
@@ -470,11 +452,53 @@ int safetensors_open(const char *path, struct safetensors **out, struct error *e
     return 0;
 }
 
+int safetensors_open(const char *path, struct safetensors **out, struct error *err)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return error_set(err, BG_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    int rc = 0;
+    void *map = NULL;
+    size_t len = 0;
+    if (fstat(fd, &sb) < 0)
+        rc = error_set(err, BG_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        rc = error_set(err, BG_EIO, "%s: not a regular file", path);
+    else if ((uint64_t)sb.st_size > SIZE_MAX)
+        rc = error_set(err, BG_EINVAL, "%s: file of %lld bytes cannot be mapped", path,
+                       (long long)sb.st_size);
+    else
+        len = (size_t)sb.st_size;
+    /* Shorter than the length field: open_bytes refuses it without a
+     * mapping (mmap of 0 bytes fails). MAP_PRIVATE + PROT_READ: we never
+     * write, and nothing we do can reach the file. */
+    if (rc == 0 && len >= 8) {
+        map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            map = NULL;
+            rc = error_set(err, BG_EIO, "%s: cannot mmap %zu bytes: %s", path, len,
+                           strerror(errno));
+        }
+    }
+    close(fd);
+    if (rc)
+        return rc;
+    return open_bytes(path, map, len, map != NULL, out, err);
+}
+
+int safetensors_open_mem(const char *name, const void *data, size_t len,
+                         struct safetensors **out, struct error *err)
+{
+    return open_bytes(name, data, len, false, out, err);
+}
+
 void safetensors_close(struct safetensors *st)
 {
     if (!st)
         return;
-    if (st->map)
+    if (st->map && st->map_owned)
         munmap((void *)st->map, st->file_bytes);
     json_decref(st->header);
     free(st->tensors);

@@ -50,6 +50,12 @@ struct st_tensor {
  * safetensors file; err's message names the path, the tensor and the numbers
  * that disagree. */
 int safetensors_open(const char *path, struct safetensors **out, struct error *err);
+/* The same validation over bytes already in memory (the fuzzer's entry
+ * point; safetensors_open maps the file and calls the same code). `name`
+ * stands for the file in messages. Nothing is copied: `data` must outlive the
+ * handle, and tensors point into it. */
+int safetensors_open_mem(const char *name, const void *data, size_t len,
+                         struct safetensors **out, struct error *err);
 void safetensors_close(struct safetensors *st);
 
 /* Tensors in file order (by data offset), 0 <= i < count. */

@@ -17,116 +17,83 @@
 #include "backend.h"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <event2/event.h>
 #include <jansson.h>
-#include <llhttp.h>
 
 #include "buf.h"
 #include "clock.h"
+#include "httpc.h"
 #include "jsonfmt.h"
 #include "log.h"
 
-#define UP_FAILS_TO_DOWN 3
-#define UP_DOWN_NS 2000000000LL
-
 struct up_model;
-struct up_slot;
-
-struct up_url {
-    char host[256];
-    int port;
-    struct sockaddr_storage addr;
-    socklen_t alen;
-    int outstanding;
-    int failures;                     /* in a row */
-    int64_t down_until;
-    struct up_conn *idle;             /* keep-alive connections ready for a call */
-};
-
-struct up_conn {
-    struct up_model *um;
-    struct up_url *url;
-    struct up_conn *next_idle;
-    int fd;
-    struct event *ev;
-    bool connecting;
-    llhttp_t parser;
-    int status;
-    bool complete;
-    struct buf out, body;
-    struct up_slot *slot;
-};
 
 struct up_slot {
     struct up_model *um;
     bool busy;
     struct batch b;
-    struct up_conn *conn;
-    struct up_url *url;
+    struct httpc_conn *conn;
+    int url;                          /* index of the URL the call went to; -1 none */
     struct event *timer;
     int64_t t0;
-    int attempts;
     unsigned tried;                   /* URLs this call was already sent to (bit per URL) */
+    int status;
     struct buf request;               /* the body, kept for a retry after a refused connect */
+    struct buf answer;
+};
+
+/* An active health probe of one URL. */
+struct up_probe {
+    struct up_model *um;
+    int url;
+    struct httpc_conn *conn;
+    int status;
 };
 
 struct up_model {
     struct model *m;
     struct batch_source src;
     struct event_base *base;
-    struct event *wake, *tick;
+    struct event *wake, *tick, *probe_tick;
     pthread_t thread;
     bool running;
     _Atomic bool stopping;
-    struct up_url urls[MODEL_MAX_UPSTREAMS];
+    struct httpc_target *targets[MODEL_MAX_UPSTREAMS];
+    struct httpc_pool *pools[MODEL_MAX_UPSTREAMS];
+    struct up_probe probes[MODEL_MAX_UPSTREAMS];
     int nurls;
     struct up_slot *slots;
     int nslots;
-    uint64_t fail_connect, fail_reset, fail_timeout, fail_status, fail_malformed;
 };
 
-static llhttp_settings_t up_parser_settings;
 static void up_poll(struct up_model *um);
 static void slot_send(struct up_slot *s);
-static void on_conn(evutil_socket_t fd, short what, void *arg);
 
 /* ---- completing a batch ---- */
 
 static void slot_release(struct up_slot *s)
 {
-    if (s->url)
-        s->url->outstanding--;
-    s->url = NULL;
+    s->url = -1;
     s->conn = NULL;
     s->busy = false;
     event_del(s->timer);
     buf_reset(&s->request);
-}
-
-static void url_failed(struct up_url *u)
-{
-    if (++u->failures >= UP_FAILS_TO_DOWN)
-        u->down_until = now_ns() + UP_DOWN_NS;
+    buf_reset(&s->answer);
 }
 
 /* Every request of the batch fails: 504 for those out of budget, else 502. */
 static void slot_fail(struct up_slot *s, const char *why)
 {
     int64_t now = now_ns();
+    const char *url = s->url >= 0 ? httpc_target_url(s->um->targets[s->url]) : "upstream";
     for (struct infer_item *it = s->b.head; it; it = it->next) {
         bool late = it->deadline_ns && now >= it->deadline_ns;
         it->status = late ? BG_EDEADLINE : BG_EUPSTREAM;
-        snprintf(it->error, sizeof it->error, "upstream %.64s:%d: %.100s", s->url ? s->url->host : "?",
-                 s->url ? s->url->port : 0, why);
+        snprintf(it->error, sizeof it->error, "upstream %.80s: %.100s", url, why);
     }
     struct up_model *um = s->um;
     struct batch b = s->b;
@@ -135,79 +102,64 @@ static void slot_fail(struct up_slot *s, const char *why)
     up_poll(um);
 }
 
-/* ---- connections ---- */
+/* ---- the call's callbacks (httpc) ---- */
 
-static void conn_free(struct up_conn *c)
+static int slot_on_head(void *arg, const struct httpc_head *h)
 {
-    if (!c)
-        return;
-    event_free(c->ev);
-    close(c->fd);
-    buf_free(&c->out);
-    buf_free(&c->body);
-    free(c);
-}
-
-static void conn_to_idle(struct up_conn *c)
-{
-    c->slot = NULL;
-    c->status = 0;
-    c->complete = false;
-    buf_reset(&c->body);
-    llhttp_init(&c->parser, HTTP_RESPONSE, &up_parser_settings);
-    c->parser.data = c;
-    c->next_idle = c->url->idle;
-    c->url->idle = c;
-    /* Idle: watch for the server closing it. */
-    event_del(c->ev);
-    event_assign(c->ev, c->um->base, c->fd, EV_READ | EV_PERSIST, on_conn, c);
-    event_add(c->ev, NULL);
-}
-
-static void conn_unidle(struct up_conn *c)
-{
-    struct up_conn **pp = &c->url->idle;
-    while (*pp && *pp != c)
-        pp = &(*pp)->next_idle;
-    if (*pp)
-        *pp = c->next_idle;
-}
-
-static int on_up_headers(llhttp_t *p)
-{
-    struct up_conn *c = p->data;
-    c->status = llhttp_get_status_code(p);
+    struct up_slot *s = arg;
+    s->status = h->status;
     return 0;
 }
 
-static int on_up_body(llhttp_t *p, const char *at, size_t n)
+static int slot_on_body(void *arg, const char *data, size_t len)
 {
-    struct up_conn *c = p->data;
-    return buf_append(&c->body, at, n) < 0 ? -1 : 0;
+    struct up_slot *s = arg;
+    return buf_append(&s->answer, data, len);
 }
 
-static int on_up_complete(llhttp_t *p)
+static void slot_finish(struct up_slot *s);
+
+static void slot_on_done(void *arg)
 {
-    struct up_conn *c = p->data;
-    c->complete = true;
-    return HPE_PAUSED;
+    struct up_slot *s = arg;
+    s->conn = NULL;
+    slot_finish(s);
 }
+
+static void slot_on_error(void *arg, enum httpc_fail why, const char *msg)
+{
+    struct up_slot *s = arg;
+    s->conn = NULL;
+    /* Nothing reached the server: another URL may take it, within budget. */
+    if (why == HTTPC_FAIL_CONNECT && s->tried != (1u << s->um->nurls) - 1) {
+        slot_send(s);
+        return;
+    }
+    slot_fail(s, msg);
+}
+
+static const struct httpc_cb slot_cb = {
+    .on_head = slot_on_head,
+    .on_body = slot_on_body,
+    .on_done = slot_on_done,
+    .on_error = slot_on_error,
+};
 
 /* Parses the answer and hands each request its rows. */
-static void slot_finish(struct up_slot *s, struct up_conn *c)
+static void slot_finish(struct up_slot *s)
 {
     struct up_model *um = s->um;
     const struct model_config *mc = &um->m->cfg;
+    struct httpc_target *t = um->targets[s->url];
     char why[160];
-    if (c->status != 200) {
-        um->fail_status++;
-        url_failed(s->url);
-        snprintf(why, sizeof why, "answered HTTP %d", c->status);
+    if (s->status != 200) {
+        httpc_target_failed(t, HTTPC_FAIL_STATUS);
+        snprintf(why, sizeof why, "answered HTTP %d", s->status);
         slot_fail(s, why);
         return;
     }
     json_error_t je;
-    json_t *root = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, &je);
+    json_t *root = json_loadb(s->answer.data ? s->answer.data : "", s->answer.len, 0, &je);
     json_t *data = NULL;
     if (mc->upstream.protocol == UPSTREAM_KSERVE_V2)
         data = json_object_get(json_array_get(json_object_get(root, "outputs"), 0), "data");
@@ -237,13 +189,12 @@ static void slot_finish(struct up_slot *s, struct up_conn *c)
     json_decref(root);
     if (!ok || got != want) {
         free(flat);
-        um->fail_malformed++;
-        url_failed(s->url);
+        httpc_target_failed(t, HTTPC_FAIL_MALFORMED);
         snprintf(why, sizeof why, "malformed answer (%zu of %zu output values)", ok ? got : 0, want);
         slot_fail(s, why);
         return;
     }
-    s->url->failures = 0;
+    httpc_target_succeeded(t);
     int64_t ns = now_ns() - s->t0;
     const float *src = flat;
     for (struct infer_item *it = s->b.head; it; it = it->next) {
@@ -259,157 +210,10 @@ static void slot_finish(struct up_slot *s, struct up_conn *c)
     if (um->src.done)
         um->src.done(um->src.ctx, 0, rows, ns);
     worker_complete_batch(&b);
-}
-
-static void conn_drop(struct up_conn *c, const char *why, bool connect_failed)
-{
-    struct up_slot *s = c->slot;
-    struct up_model *um = c->um;
-    conn_unidle(c);
-    conn_free(c);
-    if (!s)
-        return;
-    s->conn = NULL;
-    url_failed(s->url);
-    if (connect_failed) {
-        um->fail_connect++;
-        /* Nothing reached the server: another URL may take it, within budget. */
-        if (s->attempts < um->nurls) {
-            s->url->outstanding--;
-            s->url = NULL;
-            slot_send(s);
-            return;
-        }
-    } else {
-        um->fail_reset++;
-    }
-    slot_fail(s, why);
-}
-
-static void on_conn(evutil_socket_t fd, short what, void *arg)
-{
-    struct up_conn *c = arg;
-    (void)fd;
-    if (c->connecting && (what & EV_WRITE)) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err) {
-            char why[128];
-            snprintf(why, sizeof why, "connect: %s", strerror(err));
-            conn_drop(c, why, true);
-            return;
-        }
-        c->connecting = false;
-    }
-    while ((what & EV_WRITE) && buf_unread(&c->out) > 0) {
-        ssize_t n = send(c->fd, buf_head(&c->out), buf_unread(&c->out), MSG_NOSIGNAL);
-        if (n > 0) {
-            buf_consume(&c->out, (size_t)n);
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
-        conn_drop(c, "connection reset while sending", false);
-        return;
-    }
-    if ((what & EV_WRITE) && buf_unread(&c->out) == 0) {
-        event_del(c->ev);
-        event_assign(c->ev, c->um->base, c->fd, EV_READ | EV_PERSIST, on_conn, c);
-        event_add(c->ev, NULL);
-    }
-    if (!(what & EV_READ))
-        return;
-    char data[16384];
-    ssize_t n = read(c->fd, data, sizeof data);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        conn_drop(c, c->slot ? "connection closed before the answer" : "idle close", false);
-        return;
-    }
-    if (n < 0)
-        return;
-    if (!c->slot) {
-        conn_drop(c, "unexpected bytes on an idle connection", false);
-        return;
-    }
-    llhttp_errno_t e = llhttp_execute(&c->parser, data, (size_t)n);
-    if (e != HPE_OK && e != HPE_PAUSED) {
-        c->um->fail_malformed++;
-        conn_drop(c, "malformed HTTP answer", false);
-        return;
-    }
-    if (c->complete) {
-        struct up_slot *s = c->slot;
-        struct up_model *um = c->um;
-        bool keep = llhttp_should_keep_alive(&c->parser);
-        c->slot = NULL;
-        s->conn = NULL;
-        slot_finish(s, c);   /* reads c's status and body */
-        if (keep)
-            conn_to_idle(c);
-        else
-            conn_free(c);
-        up_poll(um);
-    }
-}
-
-static struct up_conn *conn_open(struct up_model *um, struct up_url *u)
-{
-    int fd = socket(u->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return NULL;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct up_conn *c = calloc(1, sizeof *c);
-    if (!c) {
-        close(fd);
-        return NULL;
-    }
-    c->um = um;
-    c->url = u;
-    c->fd = fd;
-    c->connecting = true;
-    llhttp_init(&c->parser, HTTP_RESPONSE, &up_parser_settings);
-    c->parser.data = c;
-    c->ev = event_new(um->base, fd, EV_READ | EV_WRITE | EV_PERSIST, on_conn, c);
-    if (!c->ev || (connect(fd, (struct sockaddr *)&u->addr, u->alen) < 0 && errno != EINPROGRESS)) {
-        /* Refused at once (loopback): report it like an asynchronous refusal. */
-        if (c->ev)
-            event_add(c->ev, NULL);
-        else {
-            close(fd);
-            free(c);
-            return NULL;
-        }
-        return c;
-    }
-    event_add(c->ev, NULL);
-    return c;
+    up_poll(um);
 }
 
 /* ---- calls ---- */
-
-/* The healthy URL with the fewest calls outstanding, not one this call
- * already failed on. */
-static struct up_url *pick_url(struct up_model *um, unsigned tried)
-{
-    int64_t now = now_ns();
-    struct up_url *best = NULL;
-    for (int i = 0; i < um->nurls; i++) {
-        struct up_url *u = &um->urls[i];
-        if (u->down_until > now || (tried & (1u << i)))
-            continue;
-        if (!best || u->outstanding < best->outstanding)
-            best = u;
-    }
-    if (!best)   /* all down or tried: the one down the shortest recovers first */
-        for (int i = 0; i < um->nurls; i++)
-            if (!(tried & (1u << i)) && (!best || um->urls[i].down_until < best->down_until))
-                best = &um->urls[i];
-    if (!best)
-        best = &um->urls[0];
-    return best;
-}
 
 static void build_request(struct up_slot *s)
 {
@@ -449,36 +253,39 @@ static void build_request(struct up_slot *s)
     }
 }
 
-/* Sends the slot's call on a connection to the best URL. */
+/* Sends the slot's call to the best URL it has not tried yet. */
 static void slot_send(struct up_slot *s)
 {
     struct up_model *um = s->um;
     const struct model_config *mc = &um->m->cfg;
-    struct up_url *u = pick_url(um, s->tried);
-    s->tried |= 1u << (u - um->urls);
-    s->attempts++;
-    s->url = u;
-    u->outstanding++;
-    struct up_conn *c = u->idle;
-    if (c)
-        u->idle = c->next_idle;
-    else if (!(c = conn_open(um, u))) {
-        slot_fail(s, "cannot open a connection");
+    int i = -1;
+    httpc_pick(um->targets, um->nurls, s->tried, &i);
+    s->tried |= 1u << i;
+    s->url = i;
+    s->status = 0;
+    buf_reset(&s->answer);
+    struct error err = {0};
+    bool reused;
+    struct httpc_conn *c = httpc_open(um->pools[i], &slot_cb, s, 0, &reused, &err);
+    if (!c) {
+        slot_fail(s, err.msg);
         return;
     }
-    c->next_idle = NULL;
-    c->slot = s;
     s->conn = c;
+    char head[512];
+    int n;
     if (mc->upstream.protocol == UPSTREAM_KSERVE_V2)
-        buf_appendf(&c->out, "POST /v2/models/%s/infer HTTP/1.1\r\n", mc->upstream.model);
+        n = snprintf(head, sizeof head, "POST /v2/models/%s/infer HTTP/1.1\r\n", mc->upstream.model);
     else
-        buf_appendf(&c->out, "POST /v1/models/%s:predict HTTP/1.1\r\n", mc->upstream.model);
-    buf_appendf(&c->out, "Host: %s:%d\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                u->host, u->port, s->request.len);
-    buf_append(&c->out, s->request.data, s->request.len);
-    event_del(c->ev);
-    event_assign(c->ev, um->base, c->fd, EV_READ | EV_WRITE | EV_PERSIST, on_conn, c);
-    event_add(c->ev, NULL);
+        n = snprintf(head, sizeof head, "POST /v1/models/%s:predict HTTP/1.1\r\n", mc->upstream.model);
+    n += snprintf(head + n, sizeof head - (size_t)n,
+                  "Host: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                  httpc_target_authority(um->targets[i]), s->request.len);
+    if (httpc_send(c, head, (size_t)n) < 0 || httpc_send(c, s->request.data, s->request.len) < 0) {
+        httpc_abort(c);
+        s->conn = NULL;
+        slot_fail(s, "out of memory");
+    }
 }
 
 static void on_slot_timeout(evutil_socket_t fd, short what, void *arg)
@@ -488,24 +295,21 @@ static void on_slot_timeout(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (!s->busy)
         return;
-    s->um->fail_timeout++;
-    struct up_conn *c = s->conn;
     char why[96];
     snprintf(why, sizeof why, "no answer within upstream.timeout_ms (%d)",
              s->um->m->cfg.upstream.timeout_ms);
-    if (c) {
-        c->slot = NULL;   /* the connection is useless now: its answer would be late */
-        conn_unidle(c);
-        conn_free(c);
+    if (s->conn) {
+        httpc_abort(s->conn);   /* its answer would be late: the connection is useless now */
+        s->conn = NULL;
     }
-    url_failed(s->url);
+    if (s->url >= 0)
+        httpc_target_failed(s->um->targets[s->url], HTTPC_FAIL_TIMEOUT);
     slot_fail(s, why);
 }
 
 static void slot_start(struct up_slot *s)
 {
     s->busy = true;
-    s->attempts = 0;
     s->tried = 0;
     s->t0 = now_ns();
     buf_reset(&s->request);
@@ -571,42 +375,97 @@ static void *up_main(void *arg)
     return NULL;
 }
 
+/* ---- active health probes ---- */
+
+static int probe_on_head(void *arg, const struct httpc_head *h)
+{
+    struct up_probe *p = arg;
+    p->status = h->status;
+    return 0;
+}
+
+static void probe_on_done(void *arg)
+{
+    struct up_probe *p = arg;
+    p->conn = NULL;
+    struct httpc_target *t = p->um->targets[p->url];
+    bool was = httpc_target_usable(t, now_ns());
+    httpc_target_probe_result(t, p->status == 200);
+    if (was != (p->status == 200))
+        log_warn("model %s: upstream %s %s (health probe: HTTP %d)", p->um->m->cfg.name,
+                 httpc_target_url(t), p->status == 200 ? "is back" : "is taken out", p->status);
+}
+
+static void probe_on_error(void *arg, enum httpc_fail why, const char *msg)
+{
+    struct up_probe *p = arg;
+    (void)why;
+    p->conn = NULL;
+    struct httpc_target *t = p->um->targets[p->url];
+    if (httpc_target_usable(t, now_ns()))
+        log_warn("model %s: upstream %s is taken out (health probe: %s)", p->um->m->cfg.name,
+                 httpc_target_url(t), msg);
+    httpc_target_probe_result(t, false);
+}
+
+static const struct httpc_cb probe_cb = {
+    .on_head = probe_on_head,
+    .on_done = probe_on_done,
+    .on_error = probe_on_error,
+};
+
+/* Every health_interval_ms: a probe still unanswered failed; send the next. */
+static void on_probe_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct up_model *um = arg;
+    (void)fd;
+    (void)what;
+    const struct model_upstream *u = &um->m->cfg.upstream;
+    for (int i = 0; i < um->nurls; i++) {
+        struct up_probe *p = &um->probes[i];
+        if (p->conn) {
+            httpc_abort(p->conn);
+            p->conn = NULL;
+            httpc_target_failed(um->targets[i], HTTPC_FAIL_TIMEOUT);
+            httpc_target_probe_result(um->targets[i], false);
+        }
+        p->status = 0;
+        struct error err = {0};
+        p->conn = httpc_open(um->pools[i], &probe_cb, p, 0, NULL, &err);
+        if (!p->conn)
+            continue;
+        char req[600];
+        int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", u->health_path,
+                         httpc_target_authority(um->targets[i]));
+        if (httpc_send(p->conn, req, (size_t)n) < 0) {
+            httpc_abort(p->conn);
+            p->conn = NULL;
+        }
+    }
+}
+
 /* ---- backend_ops ---- */
 
 static int up_model_load(struct model *m, struct cold_start *cs, struct error *err)
 {
     const struct model_upstream *u = &m->cfg.upstream;
     int64_t t0 = now_ns();
-    if (!up_parser_settings.on_message_complete) {
-        llhttp_settings_init(&up_parser_settings);
-        up_parser_settings.on_headers_complete = on_up_headers;
-        up_parser_settings.on_body = on_up_body;
-        up_parser_settings.on_message_complete = on_up_complete;
-    }
     struct up_model *um = calloc(1, sizeof *um);
     if (!um)
         return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
     um->m = m;
-    um->nurls = u->nurls;
-    for (int i = 0; i < u->nurls; i++) {
-        struct up_url *x = &um->urls[i];
-        snprintf(x->host, sizeof x->host, "%s", u->hosts[i]);
-        x->port = u->ports[i];
-        char port[16];
-        snprintf(port, sizeof port, "%d", x->port);
-        struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-        int gai = getaddrinfo(x->host, port, &hints, &ai);
-        if (gai) {
-            free(um);
-            return error_set(err, BG_ECONFIG, "%s: upstream.urls[%d]: cannot resolve %s: %s",
-                             m->cfg.config_path, i, x->host, gai_strerror(gai));
-        }
-        memcpy(&x->addr, ai->ai_addr, ai->ai_addrlen);
-        x->alen = ai->ai_addrlen;
-        freeaddrinfo(ai);
-    }
     m->shared = um;
     m->shared_bytes = 0;
+    for (int i = 0; i < u->nurls; i++) {
+        struct error e2 = {0};
+        um->targets[i] = httpc_target_new(u->hosts[i], u->ports[i], &e2);
+        if (!um->targets[i])
+            return error_set(err, e2.code, "%s: upstream.urls[%d]: %s", m->cfg.config_path, i,
+                             e2.msg);
+        um->nurls++;
+    }
+    m->targets = um->targets;
+    m->ntargets = um->nurls;
     cs->read_s = 0;
     cs->prepare_s = (double)(now_ns() - t0) / 1e9;
     return 0;
@@ -616,9 +475,15 @@ static void up_stop(struct model *m);
 
 static void up_model_unload(struct model *m)
 {
+    struct up_model *um = m->shared;
     up_stop(m);
-    free(m->shared);
+    if (um)
+        for (int i = 0; i < um->nurls; i++)
+            httpc_target_free(um->targets[i]);
+    free(um);
     m->shared = NULL;
+    m->targets = NULL;
+    m->ntargets = 0;
 }
 
 static int up_instance_load(struct instance *in, struct error *err)
@@ -644,7 +509,22 @@ static int up_start(struct model *m, struct batch_source src, struct error *err)
     um->tick = evtimer_new(um->base, on_wake, um);
     for (int i = 0; i < um->nslots; i++) {
         um->slots[i].um = um;
+        um->slots[i].url = -1;
         um->slots[i].timer = evtimer_new(um->base, on_slot_timeout, &um->slots[i]);
+    }
+    for (int i = 0; i < um->nurls; i++) {
+        /* Idle connections: enough for every slot to find one warm. */
+        um->pools[i] = httpc_pool_new(um->targets[i], um->base, um->nslots + 1);
+        um->probes[i].um = um;
+        um->probes[i].url = i;
+        if (!um->pools[i])
+            return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
+    }
+    int hms = m->cfg.upstream.health_interval_ms;
+    if (hms > 0) {
+        um->probe_tick = event_new(um->base, -1, EV_PERSIST, on_probe_tick, um);
+        struct timeval tv = {hms / 1000, (hms % 1000) * 1000};
+        event_add(um->probe_tick, &tv);
     }
     src.set_waker(src.ctx, ring, um);
     int rc = pthread_create(&um->thread, NULL, up_main, um);
@@ -676,38 +556,51 @@ static void up_stop(struct model *m)
                 it->status = BG_ESHUTDOWN;
                 snprintf(it->error, sizeof it->error, "the server is shutting down");
             }
-            if (s->conn) {
-                s->conn->slot = NULL;
-                conn_free(s->conn);
-            }
+            if (s->conn)
+                httpc_abort(s->conn);
             struct batch b = s->b;
             s->busy = false;
             worker_complete_batch(&b);
         }
         buf_free(&s->request);
+        buf_free(&s->answer);
         if (s->timer)
             event_free(s->timer);
     }
-    for (int i = 0; i < um->nurls; i++)
-        while (um->urls[i].idle) {
-            struct up_conn *c = um->urls[i].idle;
-            um->urls[i].idle = c->next_idle;
-            conn_free(c);
-        }
+    for (int i = 0; i < um->nurls; i++) {
+        if (um->probes[i].conn)
+            httpc_abort(um->probes[i].conn);
+        um->probes[i].conn = NULL;
+        httpc_pool_free(um->pools[i]);
+        um->pools[i] = NULL;
+    }
     if (um->wake)
         event_free(um->wake);
     if (um->tick)
         event_free(um->tick);
+    if (um->probe_tick)
+        event_free(um->probe_tick);
+    um->wake = um->tick = um->probe_tick = NULL;
     event_base_free(um->base);
     um->base = NULL;
     free(um->slots);
     um->slots = NULL;
-    if (um->fail_connect + um->fail_reset + um->fail_timeout + um->fail_status + um->fail_malformed)
-        log_info("model %s: upstream failures: %llu connect, %llu reset, %llu timeout, "
-                 "%llu HTTP status, %llu malformed", m->cfg.name,
-                 (unsigned long long)um->fail_connect, (unsigned long long)um->fail_reset,
-                 (unsigned long long)um->fail_timeout, (unsigned long long)um->fail_status,
-                 (unsigned long long)um->fail_malformed);
+    for (int i = 0; i < um->nurls; i++) {
+        struct httpc_target_stats st;
+        httpc_target_stats(um->targets[i], &st);
+        uint64_t nf = 0;
+        for (int k = 0; k < HTTPC_FAIL_COUNT; k++)
+            nf += st.failures[k];
+        if (nf)
+            log_info("model %s: upstream %s: %llu calls, failures: %llu connect, %llu reset, "
+                     "%llu timeout, %llu HTTP status, %llu malformed", m->cfg.name,
+                     httpc_target_url(um->targets[i]), (unsigned long long)st.calls,
+                     (unsigned long long)st.failures[HTTPC_FAIL_CONNECT],
+                     (unsigned long long)st.failures[HTTPC_FAIL_RESET],
+                     (unsigned long long)st.failures[HTTPC_FAIL_TIMEOUT],
+                     (unsigned long long)st.failures[HTTPC_FAIL_STATUS],
+                     (unsigned long long)st.failures[HTTPC_FAIL_MALFORMED]);
+    }
 }
 
 const struct backend_ops backend_upstream = {

@@ -1,0 +1,716 @@
+/* httpc.c - outbound HTTP/1.1 connections, pools and target accounting. */
+#include "httpc.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <llhttp.h>
+
+#include "buf.h"
+#include "clock.h"
+
+#define TARGET_FAILS_TO_DOWN 3
+#define TARGET_DOWN_NS 2000000000LL
+#define UTIL_SLOTS 12
+#define READ_CHUNK 16384
+#define MAX_RESPONSE_HEADERS 128
+
+const char *const httpc_fail_names[HTTPC_FAIL_COUNT] = {"connect", "reset", "timeout", "status",
+                                                        "malformed"};
+
+int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, const char **path)
+{
+    const char *hp = url && strncmp(url, "http://", 7) == 0 ? url + 7 : NULL;
+    if (!hp)
+        return -1;
+    const char *slash = strchr(hp, '/');
+    const char *end_hp = slash ? slash : hp + strlen(hp);
+    const char *colon = NULL;
+    for (const char *p = hp; p < end_hp; p++)
+        if (*p == ':')
+            colon = p;
+    if (!colon || colon == hp || (size_t)(colon - hp) >= host_cap || colon + 1 == end_hp)
+        return -1;
+    long pt = 0;
+    for (const char *p = colon + 1; p < end_hp; p++) {
+        if (*p < '0' || *p > '9' || pt > 65535)
+            return -1;
+        pt = pt * 10 + (*p - '0');
+    }
+    if (pt < 1 || pt > 65535)
+        return -1;
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = '\0';
+    *port = (int)pt;
+    if (path)
+        *path = slash;
+    return 0;
+}
+
+/* ---- targets ---- */
+
+struct httpc_target {
+    char host[256];
+    int port;
+    char url[300], authority[280];
+    struct sockaddr_storage addr;
+    socklen_t alen;
+    pthread_mutex_t mu;
+    /* Under mu: */
+    int inflight;
+    uint64_t calls;
+    uint64_t failures[HTTPC_FAIL_COUNT];
+    int fails_in_row;
+    bool probed;                     /* active probes decide when a down target returns */
+    int64_t down_until;              /* 0: up */
+    int64_t created_ns;
+    int64_t busy_ns, busy_since;     /* busy_since: start of the unaccounted busy stretch */
+    int64_t slot_sec[UTIL_SLOTS], slot_ns[UTIL_SLOTS];
+};
+
+struct httpc_target *httpc_target_new(const char *host, int port, struct error *err)
+{
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int gai = getaddrinfo(host, ports, &hints, &ai);
+    if (gai) {
+        error_set(err, BG_ECONFIG, "cannot resolve %s: %s", host, gai_strerror(gai));
+        return NULL;
+    }
+    struct httpc_target *t = calloc(1, sizeof *t);
+    if (!t) {
+        freeaddrinfo(ai);
+        error_set(err, BG_ENOMEM, "out of memory");
+        return NULL;
+    }
+    snprintf(t->host, sizeof t->host, "%s", host);
+    t->port = port;
+    /* An IPv6 literal needs its brackets back in a URL or a Host header. */
+    const char *lb = strchr(host, ':') ? "[" : "", *rb = *lb ? "]" : "";
+    snprintf(t->authority, sizeof t->authority, "%s%s%s:%d", lb, host, rb, port);
+    snprintf(t->url, sizeof t->url, "http://%s", t->authority);
+    memcpy(&t->addr, ai->ai_addr, ai->ai_addrlen);
+    t->alen = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    pthread_mutex_init(&t->mu, NULL);
+    t->created_ns = now_ns();
+    return t;
+}
+
+void httpc_target_free(struct httpc_target *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+const char *httpc_target_url(const struct httpc_target *t) { return t->url; }
+const char *httpc_target_authority(const struct httpc_target *t) { return t->authority; }
+
+/* Adds [from, to) to the busy total and to the per-second slots. Under mu. */
+static void target_account(struct httpc_target *t, int64_t from, int64_t to)
+{
+    if (to <= from)
+        return;
+    t->busy_ns += to - from;
+    /* Only the last UTIL_SLOTS seconds matter for util_10s. */
+    int64_t floor_ns = (to / 1000000000 - (UTIL_SLOTS - 1)) * 1000000000;
+    if (from < floor_ns)
+        from = floor_ns;
+    while (from < to) {
+        int64_t sec = from / 1000000000;
+        int64_t end = (sec + 1) * 1000000000;
+        if (end > to)
+            end = to;
+        int k = (int)(sec % UTIL_SLOTS);
+        if (t->slot_sec[k] != sec) {
+            t->slot_sec[k] = sec;
+            t->slot_ns[k] = 0;
+        }
+        t->slot_ns[k] += end - from;
+        from = end;
+    }
+}
+
+static void target_begin(struct httpc_target *t)
+{
+    pthread_mutex_lock(&t->mu);
+    if (t->inflight++ == 0)
+        t->busy_since = now_ns();
+    t->calls++;
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void target_end(struct httpc_target *t)
+{
+    pthread_mutex_lock(&t->mu);
+    if (--t->inflight == 0)
+        target_account(t, t->busy_since, now_ns());
+    pthread_mutex_unlock(&t->mu);
+}
+
+bool httpc_target_usable(const struct httpc_target *t, int64_t now)
+{
+    /* A racy read is fine: health is advisory and changes rarely. */
+    return __atomic_load_n(&t->down_until, __ATOMIC_RELAXED) <= now;
+}
+
+void httpc_target_probe_result(struct httpc_target *t, bool ok)
+{
+    pthread_mutex_lock(&t->mu);
+    t->probed = true;
+    if (ok) {
+        t->fails_in_row = 0;
+        __atomic_store_n(&t->down_until, 0, __ATOMIC_RELAXED);
+    } else {
+        __atomic_store_n(&t->down_until, INT64_MAX, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+void httpc_target_succeeded(struct httpc_target *t)
+{
+    pthread_mutex_lock(&t->mu);
+    t->fails_in_row = 0;
+    /* A trial call after the timed pause went through: back in. */
+    if (!t->probed)
+        __atomic_store_n(&t->down_until, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
+{
+    pthread_mutex_lock(&t->mu);
+    t->failures[why]++;
+    if (++t->fails_in_row >= TARGET_FAILS_TO_DOWN)
+        __atomic_store_n(&t->down_until, t->probed ? INT64_MAX : now_ns() + TARGET_DOWN_NS,
+                         __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&t->mu);
+}
+
+struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index)
+{
+    int64_t now = now_ns();
+    int best = -1, best_load = 0;
+    for (int i = 0; i < n; i++) {
+        if ((tried & (1u << i)) || !httpc_target_usable(ts[i], now))
+            continue;
+        int load = __atomic_load_n(&ts[i]->inflight, __ATOMIC_RELAXED);
+        if (best < 0 || load < best_load) {
+            best = i;
+            best_load = load;
+        }
+    }
+    if (best < 0)   /* none usable: the one that comes back first */
+        for (int i = 0; i < n; i++) {
+            if (tried & (1u << i))
+                continue;
+            if (best < 0 || __atomic_load_n(&ts[i]->down_until, __ATOMIC_RELAXED) <
+                                __atomic_load_n(&ts[best]->down_until, __ATOMIC_RELAXED))
+                best = i;
+        }
+    if (best < 0)
+        return NULL;
+    if (index)
+        *index = best;
+    return ts[best];
+}
+
+void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *o)
+{
+    int64_t now = now_ns();
+    memset(o, 0, sizeof *o);
+    pthread_mutex_lock(&t->mu);
+    if (t->inflight > 0) {   /* bring the running busy stretch up to now */
+        target_account(t, t->busy_since, now);
+        t->busy_since = now;
+    }
+    o->inflight = t->inflight;
+    o->calls = t->calls;
+    memcpy(o->failures, t->failures, sizeof o->failures);
+    o->busy_s = (double)t->busy_ns / 1e9;
+    o->age_s = (double)(now - t->created_ns) / 1e9;
+    int64_t sec = now / 1000000000, busy10 = 0;
+    for (int k = 0; k < UTIL_SLOTS; k++)
+        if (t->slot_sec[k] >= sec - 10 && t->slot_sec[k] < sec)
+            busy10 += t->slot_ns[k];
+    o->util_10s = (double)busy10 / 10e9;
+    pthread_mutex_unlock(&t->mu);
+    o->healthy = httpc_target_usable(t, now);
+}
+
+/* ---- connections ---- */
+
+struct httpc_pool {
+    struct httpc_target *t;
+    struct event_base *base;
+    struct httpc_conn *idle;
+    int nidle, max_idle;
+    int open;                        /* calls in progress on this pool */
+};
+
+enum conn_state { CONN_IDLE, CONN_CALL };
+
+struct httpc_conn {
+    struct httpc_pool *pool;
+    struct httpc_conn *next_idle;
+    int fd;
+    struct event *ev;
+    enum conn_state state;
+    bool connecting, paused, no_body, complete, got_bytes;
+    bool in_read;                    /* inside llhttp: callbacks must not free c */
+    int connect_errno;               /* connect() failed at once; reported from the loop */
+    short events;                    /* what ev waits for now */
+    llhttp_t parser;
+    int cb_failed;                   /* a callback returned -1 */
+    struct buf out;
+    struct buf hbuf;                 /* response header names and values, back to back */
+    struct { uint32_t no, nl, vo, vl; } hdr[MAX_RESPONSE_HEADERS];
+    int nhdrs;
+    bool in_value, too_many_headers;
+    const struct httpc_cb *cb;
+    void *arg;
+};
+
+static llhttp_settings_t resp_settings;
+static void conn_on_event(evutil_socket_t fd, short what, void *arg);
+
+static void conn_watch(struct httpc_conn *c, short events)
+{
+    if (c->events == events)
+        return;
+    event_del(c->ev);
+    c->events = events;
+    if (!events)
+        return;
+    event_assign(c->ev, c->pool->base, c->fd, events | EV_PERSIST, conn_on_event, c);
+    event_add(c->ev, NULL);
+}
+
+/* Reading stops while paused; writing while there is something to write or a connect pends. */
+static void conn_update_events(struct httpc_conn *c)
+{
+    short ev = 0;
+    if (c->state == CONN_IDLE || !c->paused)
+        ev |= EV_READ;
+    if (c->connecting || buf_unread(&c->out) > 0)
+        ev |= EV_WRITE;
+    conn_watch(c, ev);
+}
+
+static void conn_close(struct httpc_conn *c)
+{
+    if (c->state == CONN_IDLE) {
+        struct httpc_conn **pp = &c->pool->idle;
+        while (*pp && *pp != c)
+            pp = &(*pp)->next_idle;
+        if (*pp) {
+            *pp = c->next_idle;
+            c->pool->nidle--;
+        }
+    }
+    event_free(c->ev);
+    close(c->fd);
+    buf_free(&c->out);
+    buf_free(&c->hbuf);
+    free(c);
+}
+
+/* The call on c is over (done, failed or aborted): stop counting it. */
+static void conn_end_call(struct httpc_conn *c)
+{
+    c->pool->open--;
+    target_end(c->pool->t);
+    c->cb = NULL;
+    c->arg = NULL;
+}
+
+static void conn_reset_parser(struct httpc_conn *c)
+{
+    llhttp_init(&c->parser, HTTP_RESPONSE, &resp_settings);
+    c->parser.data = c;
+    c->complete = c->got_bytes = false;
+    c->cb_failed = 0;
+    c->nhdrs = 0;
+    c->in_value = c->too_many_headers = false;
+    buf_reset(&c->hbuf);
+}
+
+static void conn_fail(struct httpc_conn *c, enum httpc_fail why, const char *msg)
+{
+    const struct httpc_cb *cb = c->cb;
+    void *arg = c->arg;
+    struct httpc_target *t = c->pool->t;
+    conn_end_call(c);
+    conn_close(c);
+    httpc_target_failed(t, why);
+    if (cb && cb->on_error)
+        cb->on_error(arg, why, msg);
+}
+
+/* ---- response parsing ---- */
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct httpc_conn *c = p->data;
+    if (c->nhdrs == 0 || c->in_value) {
+        if (c->nhdrs == MAX_RESPONSE_HEADERS) {
+            c->too_many_headers = true;
+            return -1;
+        }
+        c->hdr[c->nhdrs].no = (uint32_t)c->hbuf.len;
+        c->hdr[c->nhdrs].nl = c->hdr[c->nhdrs].vo = c->hdr[c->nhdrs].vl = 0;
+        c->nhdrs++;
+        c->in_value = false;
+    }
+    if (buf_append(&c->hbuf, at, n) < 0)
+        return -1;
+    c->hdr[c->nhdrs - 1].nl += (uint32_t)n;
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct httpc_conn *c = p->data;
+    if (!c->in_value) {
+        c->hdr[c->nhdrs - 1].vo = (uint32_t)c->hbuf.len;
+        c->in_value = true;
+    }
+    if (buf_append(&c->hbuf, at, n) < 0)
+        return -1;
+    c->hdr[c->nhdrs - 1].vl += (uint32_t)n;
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    struct httpc_conn *c = p->data;
+    int status = llhttp_get_status_code(p);
+    if (status >= 100 && status < 200 && status != 101) {
+        /* An interim answer (100 Continue, 103): not ours to pass on; the
+         * final one follows. llhttp treats it as a whole message. */
+        c->nhdrs = 0;
+        c->in_value = false;
+        buf_reset(&c->hbuf);
+        return 0;
+    }
+    struct httpc_header h[MAX_RESPONSE_HEADERS];
+    for (int i = 0; i < c->nhdrs; i++) {
+        h[i].name = c->hbuf.data + c->hdr[i].no;
+        h[i].name_len = c->hdr[i].nl;
+        h[i].value = c->hbuf.data + c->hdr[i].vo;
+        h[i].value_len = c->hdr[i].vl;
+    }
+    struct httpc_head head = {
+        .status = status,
+        .http_minor = llhttp_get_http_minor(p),
+        .content_length = (p->flags & F_CONTENT_LENGTH) ? (int64_t)p->content_length : -1,
+        .chunked = (p->flags & F_CHUNKED) != 0,
+        .hdrs = h,
+        .nhdrs = c->nhdrs,
+    };
+    if (c->cb->on_head && c->cb->on_head(c->arg, &head) < 0) {
+        c->cb_failed = 1;
+        return -1;
+    }
+    /* 1: the answer has no body whatever it declares (HEAD). */
+    return c->no_body ? 1 : 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct httpc_conn *c = p->data;
+    if (c->cb->on_body && c->cb->on_body(c->arg, at, n) < 0) {
+        c->cb_failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    struct httpc_conn *c = p->data;
+    int status = llhttp_get_status_code(p);
+    if (status >= 100 && status < 200 && status != 101)
+        return 0;   /* interim: keep parsing for the final answer */
+    c->complete = true;
+    return HPE_PAUSED;
+}
+
+static void settings_init(void)
+{
+    if (resp_settings.on_message_complete)
+        return;
+    llhttp_settings_t s;
+    llhttp_settings_init(&s);
+    s.on_header_field = on_header_field;
+    s.on_header_value = on_header_value;
+    s.on_headers_complete = on_headers_complete;
+    s.on_body = on_body;
+    s.on_message_complete = on_message_complete;
+    resp_settings = s;
+}
+
+/* The answer is complete: back to the pool (or closed), then tell the caller. */
+static void conn_finish(struct httpc_conn *c, bool leftover)
+{
+    const struct httpc_cb *cb = c->cb;
+    void *arg = c->arg;
+    struct httpc_pool *pool = c->pool;
+    bool keep = !leftover && buf_unread(&c->out) == 0 && llhttp_should_keep_alive(&c->parser) &&
+                pool->nidle < pool->max_idle;
+    conn_end_call(c);
+    if (keep) {
+        c->state = CONN_IDLE;
+        c->paused = false;
+        conn_reset_parser(c);
+        c->next_idle = pool->idle;
+        pool->idle = c;
+        pool->nidle++;
+        conn_update_events(c);   /* idle: watch for the server closing it */
+    } else {
+        conn_close(c);
+    }
+    httpc_target_succeeded(pool->t);
+    if (cb && cb->on_done)
+        cb->on_done(arg);
+}
+
+static void conn_read(struct httpc_conn *c)
+{
+    char data[READ_CHUNK];
+    ssize_t n = read(c->fd, data, sizeof data);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (c->state == CONN_IDLE) {
+        /* The server closed an idle connection, or sent what nobody asked for. */
+        conn_close(c);
+        return;
+    }
+    if (n == 0) {
+        /* A body delimited by the close ends here. */
+        if (!c->complete && c->got_bytes) {
+            c->in_read = true;
+            llhttp_finish(&c->parser);
+            c->in_read = false;
+        }
+        if (c->cb_failed) {
+            conn_end_call(c);
+            conn_close(c);
+            return;
+        }
+        if (c->complete) {
+            conn_finish(c, true);
+            return;
+        }
+        conn_fail(c, HTTPC_FAIL_RESET, c->got_bytes ? "connection closed in the middle of the answer"
+                                                    : "connection closed before the answer");
+        return;
+    }
+    if (n < 0) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "read: %s", strerror(errno));
+        conn_fail(c, HTTPC_FAIL_RESET, msg);
+        return;
+    }
+    c->got_bytes = true;
+    c->in_read = true;
+    llhttp_errno_t e = llhttp_execute(&c->parser, data, (size_t)n);
+    c->in_read = false;
+    if (c->cb_failed) {
+        /* The caller ended the call from a callback: it expects nothing more. */
+        conn_end_call(c);
+        conn_close(c);
+        return;
+    }
+    if (e == HPE_PAUSED && c->complete) {
+        size_t used = (size_t)(llhttp_get_error_pos(&c->parser) - data);
+        conn_finish(c, used < (size_t)n);
+        return;
+    }
+    if (e != HPE_OK) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "malformed HTTP answer: %s",
+                 c->too_many_headers ? "too many headers" : llhttp_get_error_reason(&c->parser));
+        conn_fail(c, HTTPC_FAIL_MALFORMED, msg);
+    }
+}
+
+static void conn_write(struct httpc_conn *c)
+{
+    if (c->connecting) {
+        int err = c->connect_errno;
+        socklen_t len = sizeof err;
+        if (!err)
+            getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "connect: %s", strerror(err));
+            conn_fail(c, HTTPC_FAIL_CONNECT, msg);
+            return;
+        }
+        c->connecting = false;
+    }
+    while (buf_unread(&c->out) > 0) {
+        ssize_t n = send(c->fd, buf_head(&c->out), buf_unread(&c->out), MSG_NOSIGNAL);
+        if (n > 0) {
+            buf_consume(&c->out, (size_t)n);
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            break;
+        /* The server may have answered and closed before reading it all
+         * (an early 413): let the read side deliver that answer first. */
+        char msg[96];
+        snprintf(msg, sizeof msg, "send: %s", n < 0 ? strerror(errno) : "closed");
+        conn_fail(c, HTTPC_FAIL_RESET, msg);
+        return;
+    }
+    bool drained = buf_unread(&c->out) == 0;
+    if (drained)
+        buf_shrink(&c->out, 64 * 1024);
+    conn_update_events(c);
+    if (drained && c->cb && c->cb->on_sent)
+        c->cb->on_sent(c->arg);
+}
+
+static void conn_on_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct httpc_conn *c = arg;
+    (void)fd;
+    /* One side per round: conn_write may free c (a failure) or its caller
+     * may end the call from on_sent. Events are level-triggered, so a
+     * pending read is reported again on the next round. */
+    if (what & EV_WRITE)
+        conn_write(c);
+    else if (what & EV_READ)
+        conn_read(c);
+}
+
+/* ---- pools ---- */
+
+struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *base, int max_idle)
+{
+    settings_init();
+    struct httpc_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->t = t;
+    p->base = base;
+    p->max_idle = max_idle > 0 ? max_idle : 1;
+    return p;
+}
+
+void httpc_pool_free(struct httpc_pool *p)
+{
+    if (!p)
+        return;
+    while (p->idle)
+        conn_close(p->idle);
+    free(p);
+}
+
+struct httpc_target *httpc_pool_target(const struct httpc_pool *p) { return p->t; }
+
+static struct httpc_conn *conn_connect(struct httpc_pool *p, struct error *err)
+{
+    struct httpc_target *t = p->t;
+    int fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        error_set(err, BG_EINTERNAL, "socket: %s", strerror(errno));
+        return NULL;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct httpc_conn *c = calloc(1, sizeof *c);
+    if (!c || !(c->ev = event_new(p->base, fd, EV_READ | EV_PERSIST, conn_on_event, c))) {
+        free(c);
+        close(fd);
+        error_set(err, BG_ENOMEM, "out of memory");
+        return NULL;
+    }
+    c->pool = p;
+    c->fd = fd;
+    c->connecting = true;
+    if (connect(fd, (struct sockaddr *)&t->addr, t->alen) < 0 && errno != EINPROGRESS)
+        c->connect_errno = errno ? errno : ECONNREFUSED;
+    return c;
+}
+
+struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, void *arg,
+                              unsigned flags, bool *reused, struct error *err)
+{
+    struct httpc_conn *c = p->idle;
+    if (c) {
+        p->idle = c->next_idle;
+        p->nidle--;
+        c->next_idle = NULL;
+    } else if (!(c = conn_connect(p, err))) {
+        return NULL;
+    }
+    if (reused)
+        *reused = !c->connecting;
+    c->state = CONN_CALL;
+    conn_reset_parser(c);
+    c->no_body = (flags & HTTPC_NO_BODY) != 0;
+    c->paused = false;
+    c->cb = cb;
+    c->arg = arg;
+    p->open++;
+    target_begin(p->t);
+    if (c->connect_errno) {
+        /* Refused at once (loopback): report it from the loop like any other
+         * refusal, never from inside the caller. */
+        c->events = EV_WRITE;
+        event_assign(c->ev, p->base, c->fd, EV_WRITE | EV_PERSIST, conn_on_event, c);
+        event_active(c->ev, EV_WRITE, 0);
+        return c;
+    }
+    conn_update_events(c);
+    return c;
+}
+
+int httpc_send(struct httpc_conn *c, const void *data, size_t len)
+{
+    if (buf_append(&c->out, data, len) < 0)
+        return -1;
+    /* A refusal already queued for reporting keeps its event as it is. */
+    if (!c->connect_errno)
+        conn_update_events(c);
+    return 0;
+}
+
+size_t httpc_unsent(const struct httpc_conn *c) { return buf_unread(&c->out); }
+
+void httpc_pause(struct httpc_conn *c, bool paused)
+{
+    if (c->paused == paused)
+        return;
+    c->paused = paused;
+    if (!c->connect_errno)
+        conn_update_events(c);
+}
+
+void httpc_abort(struct httpc_conn *c)
+{
+    if (c->in_read) {
+        /* Called from on_head/on_body: the read handler closes c on return. */
+        c->cb_failed = 1;
+        llhttp_pause(&c->parser);
+        return;
+    }
+    if (c->state == CONN_CALL)
+        conn_end_call(c);
+    conn_close(c);
+}

@@ -1,0 +1,135 @@
+/* httpc.h - outbound HTTP/1.1: the servers batchgate calls (model servers
+ * behind the upstream backend, reverse-proxy targets), their keep-alive
+ * connections, their health and their accounting.
+ *
+ * A target is one server ("http://host:port"), shared by every thread that
+ * calls it: in-flight count, busy time (time with at least one call in
+ * flight), failures by reason and health live there, behind a mutex taken
+ * once per call. A pool is a target's idle keep-alive connections on ONE
+ * event base: the upstream backend has one per URL on its loop, the proxy one
+ * per URL per IO thread, so connections never cross threads.
+ *
+ * A call: httpc_open (idle connection or a new one) -> httpc_send the request
+ * bytes (any number of times: bodies stream) -> callbacks deliver the
+ * response head, its body in pieces with the framing removed, then done or
+ * error. After done the connection is back in its pool (or closed when the
+ * server did not keep it alive); after error it is closed. */
+#ifndef BG_HTTPC_H
+#define BG_HTTPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+struct event_base;
+
+enum httpc_fail {
+    HTTPC_FAIL_CONNECT,      /* refused, unreachable: nothing reached the server */
+    HTTPC_FAIL_RESET,        /* closed or reset before the answer was complete */
+    HTTPC_FAIL_TIMEOUT,      /* no (complete) answer in time; the caller's timer */
+    HTTPC_FAIL_STATUS,       /* answered 5xx (counted by callers that treat it so) */
+    HTTPC_FAIL_MALFORMED,    /* not HTTP, or a body the caller could not use */
+    HTTPC_FAIL_COUNT
+};
+/* "connect", "reset", "timeout", "status", "malformed": metric labels. */
+extern const char *const httpc_fail_names[HTTPC_FAIL_COUNT];
+
+/* "http://HOST:PORT" with an optional path ("/" or more) after the port.
+ * Returns 0 with host, *port and *path (NULL when none; points into url),
+ * or -1 when url is not of that form. */
+int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, const char **path);
+
+/* ---- targets ---- */
+
+struct httpc_target;
+
+/* Resolves host:port now (a name that does not resolve is a config error). */
+struct httpc_target *httpc_target_new(const char *host, int port, struct error *err);
+void httpc_target_free(struct httpc_target *t);
+const char *httpc_target_url(const struct httpc_target *t);        /* "http://host:port" */
+const char *httpc_target_authority(const struct httpc_target *t);  /* "host:port" for Host */
+
+/* Health. Passive: 3 failed calls in a row take a target out. With active
+ * probes on (httpc_target_probe_result is called), it stays out until a
+ * probe succeeds; without, it is tried again after 2 s. */
+bool httpc_target_usable(const struct httpc_target *t, int64_t now_ns);
+void httpc_target_probe_result(struct httpc_target *t, bool ok);
+/* The usable target with the fewest calls in flight, skipping those whose
+ * bit (index in ts) is set in `tried`; when none is usable, the one that
+ * comes back first; NULL only when every target was tried. */
+struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index);
+/* A call's outcome as its caller judged it (connection-level failures are
+ * recorded by httpc itself before on_error). */
+void httpc_target_succeeded(struct httpc_target *t);
+void httpc_target_failed(struct httpc_target *t, enum httpc_fail why);
+
+struct httpc_target_stats {
+    int inflight;
+    uint64_t calls;                         /* calls begun */
+    uint64_t failures[HTTPC_FAIL_COUNT];
+    double busy_s;                          /* with a call in flight, since created */
+    double age_s;                           /* since created */
+    double util_10s;                        /* busy fraction of the last 10 whole seconds */
+    bool healthy;                           /* usable now */
+};
+void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *out);
+
+/* ---- connections ---- */
+
+struct httpc_pool;
+struct httpc_conn;
+
+struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *base, int max_idle);
+/* Closes the idle connections. Calls still open on the pool must have ended. */
+void httpc_pool_free(struct httpc_pool *p);
+struct httpc_target *httpc_pool_target(const struct httpc_pool *p);
+
+struct httpc_header {
+    const char *name, *value;
+    size_t name_len, value_len;
+};
+
+struct httpc_head {
+    int status;
+    int http_minor;
+    int64_t content_length;            /* -1: not given (chunked or until close) */
+    bool chunked;
+    const struct httpc_header *hdrs;   /* valid during on_head only */
+    int nhdrs;
+};
+
+/* Callbacks run on the pool's event base. on_head and on_body return 0, or
+ * -1 to end the call at once (the connection is closed, nothing more is
+ * called). Exactly one of on_done and on_error ends every call that the
+ * caller does not end with httpc_abort. */
+struct httpc_cb {
+    int (*on_head)(void *arg, const struct httpc_head *h);
+    int (*on_body)(void *arg, const char *data, size_t len);
+    void (*on_done)(void *arg);
+    void (*on_error)(void *arg, enum httpc_fail why, const char *msg);
+    void (*on_sent)(void *arg);        /* optional: everything sent so far is written */
+};
+
+/* The answer to this request has no body whatever its headers say (HEAD). */
+#define HTTPC_NO_BODY 1u
+
+/* Starts a call on an idle connection of the pool or a new one (the target
+ * counts it in flight until it ends). *reused tells which: a reused
+ * connection may have been closed by the server just before (a reset with
+ * no answer then says nothing about the request). NULL when no socket can
+ * be made (error in err). */
+struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, void *arg,
+                              unsigned flags, bool *reused, struct error *err);
+/* Queues request bytes; they are written as the socket allows. -1: out of memory. */
+int httpc_send(struct httpc_conn *c, const void *data, size_t len);
+/* Bytes queued and not yet written (request body backpressure). */
+size_t httpc_unsent(const struct httpc_conn *c);
+/* Stops (true) or resumes reading the answer (response body backpressure). */
+void httpc_pause(struct httpc_conn *c, bool paused);
+/* Ends the call now from outside the callbacks: closes the connection,
+ * calls nothing. */
+void httpc_abort(struct httpc_conn *c);
+
+#endif
