@@ -11,6 +11,7 @@
 struct serving;
 struct server;
 struct nvml;
+struct proxy;
 
 /* Process state the health routes report. Owned by main. */
 struct api_state {
@@ -21,6 +22,7 @@ struct api_state {
     int64_t start_ns;         /* process start (now_ns clock) */
     _Atomic int64_t ready_ns; /* when startup finished; 0 before */
     struct nvml *nvml;        /* the driver's own GPU view; NULL without NVML */
+    struct proxy *proxy;      /* the reverse proxy; NULL when not built */
 };
 
 /* GET /v2/health/live, /v2/health/ready, /v2 */

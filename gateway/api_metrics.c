@@ -9,8 +9,10 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "httpc.h"
 #include "modelstats.h"
 #include "nvml.h"
+#include "proxy.h"
 #include "server.h"
 #include "serving.h"
 
@@ -72,6 +74,101 @@ static void device_label(const struct served_model *sm, int i, char *out, size_t
     int dev = m->instances && i < m->ninstances && m->instances[i].device >= 0
                   ? m->instances[i].device : i;
     snprintf(out, cap, "device=\"%s%d\"", m->ops ? m->ops->name : "cpu", dev);
+}
+
+/* The servers behind: upstream models' URLs and proxy routes' URLs, each
+ * with its owner's label ("model" or "route"). */
+struct target_row {
+    char owner[300];          /* model="m" or route="/x/" (escaped) */
+    struct httpc_target *t;
+    struct httpc_target_stats st;
+};
+
+static int collect_targets(struct api_state *st, struct target_row **out)
+{
+    int n = st->serving ? serving_count(st->serving) : 0, cap = 0, len = 0;
+    struct target_row *rows = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        int nowners = pass == 0 ? n : proxy_route_count(st->proxy);
+        for (int o = 0; o < nowners; o++) {
+            struct httpc_target *const *ts = NULL;
+            int nt = 0;
+            const char *key, *name;
+            if (pass == 0) {
+                struct served_model *sm = serving_at(st->serving, o);
+                if (atomic_load(&sm->state) != SERVED_READY)
+                    continue;
+                ts = sm->model.targets;
+                nt = sm->model.ntargets;
+                key = "model";
+                name = sm->model.cfg.name;
+            } else {
+                nt = proxy_route_targets(st->proxy, o, &ts);
+                key = "route";
+                name = proxy_route_prefix(st->proxy, o);
+            }
+            for (int i = 0; i < nt; i++) {
+                if (len == cap) {
+                    cap = cap ? cap * 2 : 8;
+                    struct target_row *r2 = realloc(rows, (size_t)cap * sizeof *r2);
+                    if (!r2) {
+                        free(rows);
+                        return -1;
+                    }
+                    rows = r2;
+                }
+                struct target_row *r = &rows[len++];
+                struct buf lb = BUF_INIT;
+                buf_appendf(&lb, "%s=\"", key);
+                label(&lb, name);
+                buf_append(&lb, "\",upstream=\"", 12);
+                label(&lb, httpc_target_url(ts[i]));
+                buf_append(&lb, "\"", 1);
+                snprintf(r->owner, sizeof r->owner, "%.*s", (int)lb.len, lb.data ? lb.data : "");
+                buf_free(&lb);
+                r->t = ts[i];
+                httpc_target_stats(ts[i], &r->st);
+            }
+        }
+    }
+    *out = rows;
+    return len;
+}
+
+static void render_targets(struct api_state *st, struct buf *b)
+{
+    struct target_row *rows = NULL;
+    int n = collect_targets(st, &rows);
+    if (n <= 0) {
+        free(rows);
+        return;
+    }
+    head(b, "upstream_busy_seconds_total", "counter",
+         "Time with at least one call in flight to the server behind (upstream model or proxy "
+         "route).");
+    for (int i = 0; i < n; i++)
+        buf_appendf(b, P "upstream_busy_seconds_total{%s} %.9g\n", rows[i].owner, rows[i].st.busy_s);
+    head(b, "upstream_utilization_ratio", "gauge", "Busy fraction over the last 10 seconds.");
+    for (int i = 0; i < n; i++)
+        buf_appendf(b, P "upstream_utilization_ratio{%s} %.9g\n", rows[i].owner,
+                    rows[i].st.util_10s);
+    head(b, "upstream_inflight", "gauge", "Calls in flight to the server now.");
+    for (int i = 0; i < n; i++)
+        buf_appendf(b, P "upstream_inflight{%s} %d\n", rows[i].owner, rows[i].st.inflight);
+    head(b, "upstream_calls_total", "counter", "Calls begun to the server (health probes included).");
+    for (int i = 0; i < n; i++)
+        buf_appendf(b, P "upstream_calls_total{%s} %llu\n", rows[i].owner,
+                    (unsigned long long)rows[i].st.calls);
+    head(b, "upstream_failures_total", "counter",
+         "Failed calls by reason: connect, reset, timeout, status (5xx), malformed.");
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < HTTPC_FAIL_COUNT; k++)
+            buf_appendf(b, P "upstream_failures_total{%s,reason=\"%s\"} %llu\n", rows[i].owner,
+                        httpc_fail_names[k], (unsigned long long)rows[i].st.failures[k]);
+    head(b, "upstream_healthy", "gauge", "1 while the server takes calls, 0 while it is taken out.");
+    for (int i = 0; i < n; i++)
+        buf_appendf(b, P "upstream_healthy{%s} %d\n", rows[i].owner, rows[i].st.healthy ? 1 : 0);
+    free(rows);
 }
 
 int api_metrics_render(struct api_state *st, struct buf *b)
@@ -157,6 +254,20 @@ int api_metrics_render(struct api_state *st, struct buf *b)
         EACH_MODEL {
             if (atomic_load(&SM->state) != SERVED_READY || !snaps[mi].inst)
                 continue;
+            if (SM->model.ntargets > 0) {
+                /* Upstream models: the servers behind are the devices. */
+                for (int i = 0; i < SM->model.ntargets; i++) {
+                    struct httpc_target_stats ts;
+                    httpc_target_stats(SM->model.targets[i], &ts);
+                    char dev[32];
+                    snprintf(dev, sizeof dev, "device=\"upstream%d\"", i);
+                    double v = k == 0 ? ts.busy_s
+                               : k == 1 ? (ts.age_s > ts.busy_s ? ts.age_s - ts.busy_s : 0)
+                               : k == 2 ? ts.util_10s : 0;
+                    sample(b, dev_metrics[k].name, NAME, dev, v);
+                }
+                continue;
+            }
             for (int i = 0; i < snaps[mi].ninstances && i < SM->model.ninstances; i++) {
                 const struct modelstats_instance *in = &snaps[mi].inst[i];
                 char dev[64];
@@ -209,6 +320,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             }
         }
     }
+    render_targets(st, b);
     head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");
     buf_appendf(b, P "inflight_requests %lld\n",
                 (long long)(st->server ? server_inflight(st->server) : 0));

@@ -18,6 +18,7 @@
 #include "mailbox.h"
 #include "serving.h"
 #include "tensor_json.h"
+#include "proxy.h"
 
 #define MODEL_VERSION "1"
 
@@ -124,10 +125,23 @@ static void append_tensor_meta(struct buf *b, const struct model_tensor *t)
 
 static void model_metadata(struct http_request *req, const struct route_match *m, void *ctx)
 {
+    struct api_state *st = ctx;
     struct served_model *sm = model_lookup(req, m, ctx, true, false);
     if (!sm)
         return;
     const struct model_config *c = &sm->model.cfg;
+    /* A model served by a KServe v2 server: that server's metadata is the
+     * truth (its own name for the model, its platform), so it goes there. */
+    if (st->proxy && proxy_model_metadata(st->proxy) && sm->model.ntargets > 0 &&
+        c->upstream.protocol == UPSTREAM_KSERVE_V2) {
+        char path[512];
+        const struct route_param *v = route_match_param(m, "version");
+        int n = snprintf(path, sizeof path, "/v2/models/%s%s%.*s", c->upstream.model,
+                         v ? "/versions/" : "", v ? (int)v->len : 0, v ? v->value : "");
+        proxy_forward(st->proxy, req, sm->model.targets, sm->model.ntargets, path,
+                      (size_t)n < sizeof path ? (size_t)n : sizeof path - 1);
+        return;
+    }
     struct buf b = BUF_INIT;
     buf_append(&b, "{\"name\":", 8);
     json_append_string(&b, c->name, strlen(c->name));

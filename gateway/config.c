@@ -10,6 +10,8 @@
 
 #include <jansson.h>
 
+#include "httpc.h"
+
 void config_defaults(struct config *c)
 {
     memset(c, 0, sizeof *c);
@@ -25,6 +27,9 @@ void config_defaults(struct config *c)
     c->shutdown_timeout_ms = 30000;
     c->log_level = LOG_INFO;
     c->debug_endpoints = false;
+    c->proxy.timeout_ms = 60000;
+    c->proxy.max_idle = 64;
+    c->proxy.model_metadata = true;
 }
 
 int config_set_listen(struct config *c, const char *hostport, const char *what, struct error *err)
@@ -140,6 +145,105 @@ static int load_limits(struct config *c, json_t *obj, const char *file, struct e
     return 0;
 }
 
+static int load_proxy_route(struct config_proxy_route *r, json_t *obj, const char *file, int idx,
+                            struct error *err)
+{
+    char where[64];
+    snprintf(where, sizeof where, "proxy.routes[%d].", idx);
+    struct field_ctx f = {file, where, err};
+    if (!json_is_object(obj))
+        return error_set(err, BG_ECONFIG, "%s: proxy.routes[%d]: must be an object with prefix "
+                                          "and urls", file, idx);
+    const char *key;
+    json_t *v;
+    int rc;
+    json_object_foreach(obj, key, v) {
+        if (strcmp(key, "prefix") == 0) {
+            if ((rc = get_string(&f, v, key, r->prefix, sizeof r->prefix)))
+                return rc;
+            if (r->prefix[0] != '/')
+                return error_set(err, BG_ECONFIG, "%s: %sprefix: \"%s\" must start with /",
+                                 file, where, r->prefix);
+        } else if (strcmp(key, "urls") == 0) {
+            if (!json_is_array(v) || json_array_size(v) == 0 ||
+                json_array_size(v) > CONFIG_MAX_PROXY_URLS)
+                return error_set(err, BG_ECONFIG, "%s: %surls: 1 to %d URLs like "
+                                                  "\"http://host:port\"", file, where,
+                                 CONFIG_MAX_PROXY_URLS);
+            size_t i;
+            json_t *u;
+            json_array_foreach(v, i, u) {
+                const char *s = json_string_value(u), *rest = NULL;
+                if (httpc_url_parse(s, r->hosts[i], sizeof r->hosts[i], &r->ports[i], &rest) < 0 ||
+                    (rest && strcmp(rest, "/") != 0))
+                    return error_set(err, BG_ECONFIG, "%s: %surls[%zu]: \"%s\" is not "
+                                                      "http://HOST:PORT", file, where, i,
+                                     s ? s : "?");
+            }
+            r->nurls = (int)json_array_size(v);
+        } else if (strcmp(key, "strip_prefix") == 0) {
+            if (!json_is_boolean(v))
+                return error_set(err, BG_ECONFIG, "%s: %sstrip_prefix: must be true or false",
+                                 file, where);
+            r->strip_prefix = json_is_true(v);
+        } else {
+            return unknown_field(&f, key);
+        }
+    }
+    if (!r->prefix[0] || !r->nurls)
+        return error_set(err, BG_ECONFIG, "%s: proxy.routes[%d]: needs both prefix and urls",
+                         file, idx);
+    return 0;
+}
+
+static int load_proxy(struct config *c, json_t *obj, const char *file, struct error *err)
+{
+    struct field_ctx f = {file, "proxy.", err};
+    if (!json_is_object(obj))
+        return error_set(err, BG_ECONFIG, "%s: proxy: must be an object", file);
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        long long x;
+        int rc;
+        if (strcmp(key, "routes") == 0) {
+            if (!json_is_array(v) || json_array_size(v) > CONFIG_MAX_PROXY_ROUTES)
+                return error_set(err, BG_ECONFIG, "%s: proxy.routes: must be a list of at most "
+                                                  "%d routes", file, CONFIG_MAX_PROXY_ROUTES);
+            size_t i;
+            json_t *r;
+            c->proxy.nroutes = 0;
+            json_array_foreach(v, i, r) {
+                struct config_proxy_route *dst = &c->proxy.routes[i];
+                memset(dst, 0, sizeof *dst);
+                if ((rc = load_proxy_route(dst, r, file, (int)i, err)))
+                    return rc;
+                for (size_t k = 0; k < i; k++)
+                    if (strcmp(c->proxy.routes[k].prefix, dst->prefix) == 0)
+                        return error_set(err, BG_ECONFIG, "%s: proxy.routes[%zu]: prefix \"%s\" "
+                                                          "appears twice", file, i, dst->prefix);
+                c->proxy.nroutes++;
+            }
+        } else if (strcmp(key, "timeout_ms") == 0) {
+            if ((rc = get_int(&f, v, key, 1, 24 * 3600 * 1000, &x)))
+                return rc;
+            c->proxy.timeout_ms = (int)x;
+        } else if (strcmp(key, "max_idle") == 0) {
+            if ((rc = get_int(&f, v, key, 1, 100000, &x)))
+                return rc;
+            c->proxy.max_idle = (int)x;
+        } else if (strcmp(key, "model_metadata") == 0) {
+            if (!json_is_boolean(v))
+                return error_set(err, BG_ECONFIG, "%s: proxy.model_metadata: must be true or "
+                                                  "false", file);
+            c->proxy.model_metadata = json_is_true(v);
+        } else {
+            return unknown_field(&f, key);
+        }
+    }
+    return 0;
+}
+
 static int config_load_json(struct config *c, json_t *root, const char *file, struct error *err)
 {
     struct field_ctx f = {file, "", err};
@@ -170,6 +274,9 @@ static int config_load_json(struct config *c, json_t *root, const char *file, st
             c->model_repository_set = true;
         } else if (strcmp(key, "limits") == 0) {
             if ((rc = load_limits(c, v, file, err)))
+                return rc;
+        } else if (strcmp(key, "proxy") == 0) {
+            if ((rc = load_proxy(c, v, file, err)))
                 return rc;
         } else if (strcmp(key, "shutdown_timeout_ms") == 0) {
             if ((rc = get_int(&f, v, key, 0, 3600 * 1000, &x)))

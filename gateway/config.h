@@ -20,6 +20,26 @@ struct config_limits {
     int idle_timeout_ms;       /* keep-alive connection with nothing in progress */
 };
 
+#define CONFIG_MAX_PROXY_ROUTES 16
+#define CONFIG_MAX_PROXY_URLS 8
+
+/* Requests under `prefix` go to one of `urls` as they are (a reverse proxy). */
+struct config_proxy_route {
+    char prefix[256];
+    char hosts[CONFIG_MAX_PROXY_URLS][256];
+    int ports[CONFIG_MAX_PROXY_URLS];
+    int nurls;
+    bool strip_prefix;         /* "/tfs/v1/x" under "/tfs/" goes upstream as "/v1/x" */
+};
+
+struct config_proxy {
+    struct config_proxy_route routes[CONFIG_MAX_PROXY_ROUTES];
+    int nroutes;
+    int timeout_ms;            /* connect to the answer's head, and any stall of a body after */
+    int max_idle;              /* keep-alive connections kept per upstream per IO thread */
+    bool model_metadata;       /* GET /v2/models/{m} of kserve_v2 upstream models goes upstream */
+};
+
 struct config {
     char listen_host[256];     /* "127.0.0.1", "::1", "localhost", ... */
     int listen_port;           /* 0 = ephemeral (logged once bound) */
@@ -31,6 +51,7 @@ struct config {
     char log_file[4096];       /* empty = stderr */
     enum log_level log_level;
     bool debug_endpoints;      /* /debug/... routes used by the tests */
+    struct config_proxy proxy;
 };
 
 void config_defaults(struct config *c);

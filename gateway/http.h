@@ -35,6 +35,12 @@ const char *http_request_path(const struct http_request *req, size_t *len);
 const char *http_request_query(const struct http_request *req, size_t *len);
 /* Case-insensitive lookup of the first header `name`; NULL when absent. */
 const char *http_request_header(const struct http_request *req, const char *name, size_t *len);
+/* Every header in arrival order: i from 0 to http_request_header_count()-1. */
+int http_request_header_count(const struct http_request *req);
+void http_request_header_at(const struct http_request *req, int i, const char **name,
+                            size_t *name_len, const char **value, size_t *value_len);
+/* 0 for HTTP/1.0, 1 for HTTP/1.1. */
+int http_request_minor(const struct http_request *req);
 /* The decoded body (chunked encoding removed); NULL with *len 0 when empty. */
 const char *http_request_body(const struct http_request *req, size_t *len);
 
@@ -56,6 +62,52 @@ void http_request_on_abort(struct http_request *req, void (*on_abort)(struct htt
 struct event_base *http_request_event_base(const struct http_request *req);
 /* The mailbox of the request's IO thread: work finished elsewhere comes back through it. */
 struct mailbox *http_request_mailbox(const struct http_request *req);
+/* ---- streaming (the reverse proxy) ----
+ * A request routed by router_add_prefix is dispatched as soon as its headers
+ * are complete; its body then reaches the handler piece by piece as it is
+ * read, and the handler may answer piece by piece too. Memory per request
+ * stays bounded by the two pause/drain signals below, whatever the sizes. */
+
+/* The request declares a body (Content-Length > 0 or chunked). */
+int http_request_has_body(const struct http_request *req);
+/* Content-Length of the request, or -1 when chunked or absent. */
+int64_t http_request_content_length(const struct http_request *req);
+/* Body pieces as they arrive; `end` with the last call (len may be 0). A
+ * request without a body gets one call with end at once. When the body
+ * fails midway (malformed chunk, over max_body_bytes, stalled), fn gets
+ * data NULL and `status` (400, 413, 408) with `msg`: the handler ends its
+ * work and answers (http_respond_error with them, unless it began an answer).
+ * On a request that is not streaming, fn is called at once with the whole body. */
+typedef void (*http_body_fn)(struct http_request *req, void *arg, const char *data, size_t len,
+                             int end, int status, const char *msg);
+void http_request_on_body(struct http_request *req, http_body_fn fn, void *arg);
+/* Stops (1) or resumes (0) reading the request body: the handler's own
+ * output is full. The body timer does not run while stopped. */
+void http_request_pause_body(struct http_request *req, int paused);
+
+/* Starts an answer whose body follows: Content-Length when content_length
+ * >= 0, else chunked (HTTP/1.1 clients) or until close (HTTP/1.0). no_body:
+ * the status has none (1xx, 204, 304) or the request was HEAD; then
+ * content_length is only announced. `headers` are "Name: value\r\n" lines,
+ * without framing, Connection, Date or Server. Returns 0, or -1 when the
+ * client is gone (the request must still be finished). */
+int http_respond_begin(struct http_request *req, int status, int64_t content_length, int no_body,
+                       const char *headers, size_t headers_len);
+/* A piece of the body; -1 when the client is gone. */
+int http_respond_write(struct http_request *req, const void *data, size_t len);
+/* The answer is complete (or, with `broken`, cannot be completed: the
+ * connection is closed after what was written, so the client sees a short
+ * answer rather than a wrong one). The request is answered. */
+void http_respond_finish(struct http_request *req, int broken);
+/* Bytes of this request's answer not yet written to the socket. */
+size_t http_respond_buffered(const struct http_request *req);
+/* Called (on the IO thread) whenever the request's buffered answer has been
+ * written out below the low-water mark, so the handler can resume. */
+void http_request_on_drain(struct http_request *req, void (*fn)(struct http_request *, void *),
+                           void *arg);
+/* The client's address ("127.0.0.1", "::1"), or "" when unknown. */
+void http_request_peer(const struct http_request *req, char *out, size_t cap);
+
 /* When the request's last byte was read (now_ns clock). */
 int64_t http_request_received_ns(const struct http_request *req);
 /* Index of the request's IO thread (0..io_threads-1): the shard to record into. */

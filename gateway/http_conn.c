@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -45,6 +47,8 @@
 #define CONN_LINGER_MS 2000
 #define CONN_LINGER_MAX_BYTES (1u << 20)
 #define CONN_FREE_REQUESTS 4
+/* A streaming answer's handler is asked for more below this much unsent output. */
+#define CONN_OUT_LOW_WATER (64u << 10)
 
 struct http_conn {
     struct io_thread *t;
@@ -152,10 +156,17 @@ static void conn_set_writing(struct http_conn *c, bool on)
     c->writing = on;
 }
 
+/* The request being read streams its body to a handler that asked to wait. */
+static bool conn_body_paused(const struct http_conn *c)
+{
+    const struct http_request *r = c->parse.cur;
+    return r && r->streaming && r->body_paused && !r->responded;
+}
+
 static bool conn_can_parse(const struct http_conn *c)
 {
     return !c->closing && c->fd >= 0 && !c->lingering && c->q_len < CONN_MAX_PIPELINE &&
-           buf_unread(&c->out) < CONN_OUT_HIGH_WATER;
+           buf_unread(&c->out) < CONN_OUT_HIGH_WATER && !conn_body_paused(c);
 }
 
 /* Reading continues while requests can be parsed, and during lingering close. */
@@ -323,7 +334,9 @@ static void conn_flush(struct http_conn *c)
 {
     if (c->fd < 0)
         return;
-    while (c->q_head && c->q_head->responded) {
+    /* A streaming request answered before its body ended stays until the
+     * parser is done with it (its answer is already in `out`). */
+    while (c->q_head && c->q_head->responded && c->q_head != c->parse.cur) {
         struct http_request *r = conn_pop_head(c);
         if (buf_unread(&r->resp) > 0)
             buf_append(&c->out, buf_head(&r->resp), buf_unread(&r->resp));
@@ -334,6 +347,12 @@ static void conn_flush(struct http_conn *c)
             break;
         }
     }
+    /* A streaming answer that waited for its turn goes out now. */
+    struct http_request *h = c->q_head;
+    if (h && h->resp_begun && buf_unread(&h->resp) > 0 && !c->close_after_write) {
+        buf_append(&c->out, buf_head(&h->resp), buf_unread(&h->resp));
+        buf_reset(&h->resp);
+    }
     /* Nothing left to answer on a closing or draining connection: close
      * once the output is written. */
     if (c->q_len == 0 && (c->closing || c->t->draining) && !http_parse_mid_request(&c->parse))
@@ -342,6 +361,14 @@ static void conn_flush(struct http_conn *c)
     conn_write(c);
     if (c->fd < 0)
         return;
+    /* A streaming answer at the head: its handler may send more now. */
+    h = c->q_head;
+    if (h && h->resp_begun && !h->responded && h->drain_fn &&
+        buf_unread(&c->out) < CONN_OUT_LOW_WATER) {
+        h->drain_fn(h, h->drain_arg);
+        if (c->fd < 0)
+            return;
+    }
     /* Answers drain the pipeline: parse what waited behind the backpressure. */
     if (!c->in_process && conn_can_parse(c) && buf_unread(&c->in) > 0)
         conn_process_input(c);
@@ -356,42 +383,57 @@ static enum http_conn_header conn_header_for(const struct http_request *r)
     return r->http_minor == 0 ? HTTP_CONN_KEEP_ALIVE : HTTP_CONN_DEFAULT;
 }
 
-void http_respond(struct http_request *r, int status, const char *content_type, const void *body,
-                  size_t len, const char *extra_headers)
+/* Marks r answered. Returns false when the client is gone: r is then
+ * unlinked and freed (and maybe its connection) and nothing is to be written. */
+static bool conn_mark_answered(struct http_request *r, int status)
 {
     struct http_conn *c = r->conn;
-    if (r->responded)
-        return;   /* a second answer is a bug in the caller; the first one stands */
     r->responded = true;
     r->status = status;
     c->outstanding--;
     if (r->accepted)
         atomic_fetch_sub_explicit(&c->t->inflight, 1, memory_order_relaxed);
-    if (r->aborted || c->fd < 0) {
-        /* The client is gone: unlink and free now. */
-        struct http_request **pp = &c->q_head, *prev = NULL;
-        while (*pp && *pp != r) {
-            prev = *pp;
-            pp = &(*pp)->next;
-        }
-        if (*pp) {
-            *pp = r->next;
-            if (c->q_tail == r)
-                c->q_tail = prev;
-            c->q_len--;
-        }
-        http_request_free(r);
-        conn_maybe_free(c);
-        return;
+    if (!r->aborted && c->fd >= 0)
+        return true;
+    struct http_request **pp = &c->q_head, *prev = NULL;
+    while (*pp && *pp != r) {
+        prev = *pp;
+        pp = &(*pp)->next;
     }
-    conn_hold(c);
-    /* The last response of a closing or draining connection says so. A
-     * request still being parsed is the tail, so `r == tail` means nothing
-     * else will follow this answer. */
+    if (*pp) {
+        *pp = r->next;
+        if (c->q_tail == r)
+            c->q_tail = prev;
+        c->q_len--;
+    }
+    if (c->parse.cur == r)
+        c->parse.cur = NULL;
+    http_request_free(r);
+    conn_maybe_free(c);
+    return false;
+}
+
+/* The last response of a closing or draining connection says so. A request
+ * still being parsed is the tail, so `r == tail` means nothing else will
+ * follow this answer. */
+static void conn_decide_close(struct http_conn *c, struct http_request *r)
+{
     if (!r->keep_alive || (r == c->q_tail && (c->closing || c->t->draining)))
         r->close_after = true;
     if (r->close_after)
         c->closing = true;
+}
+
+void http_respond(struct http_request *r, int status, const char *content_type, const void *body,
+                  size_t len, const char *extra_headers)
+{
+    struct http_conn *c = r->conn;
+    if (r->responded || r->resp_begun)
+        return;   /* a second answer is a bug in the caller; the first one stands */
+    if (!conn_mark_answered(r, status))
+        return;
+    conn_hold(c);
+    conn_decide_close(c, r);
     struct http_response resp = {
         .status = status,
         .content_type = content_type,
@@ -431,6 +473,153 @@ void http_respond_error(struct http_request *r, int status, const char *extra_he
     json_decref(obj);
 }
 
+/* ---- streaming answers ---- */
+
+int http_respond_begin(struct http_request *r, int status, int64_t content_length, int no_body,
+                       const char *headers, size_t headers_len)
+{
+    struct http_conn *c = r->conn;
+    if (r->responded || r->resp_begun)
+        return -1;
+    r->resp_begun = true;
+    r->status = status;
+    if (r->aborted || c->fd < 0)
+        return -1;
+    enum http_framing fr;
+    r->resp_no_body = no_body || r->method == HTTP_M_HEAD;
+    if (r->resp_no_body)
+        fr = content_length >= 0 ? HTTP_FRAME_LENGTH : HTTP_FRAME_NONE;
+    else if (content_length >= 0)
+        fr = HTTP_FRAME_LENGTH;
+    else if (r->http_minor >= 1)
+        fr = HTTP_FRAME_CHUNKED;
+    else
+        fr = HTTP_FRAME_NONE, r->keep_alive = false;   /* HTTP/1.0: the close ends the body */
+    r->resp_chunked = fr == HTTP_FRAME_CHUNKED;
+    conn_decide_close(c, r);
+    struct http_response resp = {
+        .status = status,
+        .framing = fr,
+        .body_len = content_length >= 0 ? (size_t)content_length : 0,
+        .omit_body = true,
+        .extra_headers = headers_len ? headers : NULL,
+        .extra_len = headers_len,
+        .conn = conn_header_for(r),
+    };
+    struct buf *dst = r == c->q_head ? &c->out : &r->resp;
+    if (http_response_write(dst, &resp, io_thread_date(c->t)) < 0)
+        return -1;
+    if (dst == &c->out)
+        conn_set_writing(c, true);   /* written from the loop, never from inside the caller */
+    return 0;
+}
+
+int http_respond_write(struct http_request *r, const void *data, size_t len)
+{
+    struct http_conn *c = r->conn;
+    if (r->responded || !r->resp_begun || r->aborted || c->fd < 0)
+        return -1;
+    if (r->resp_no_body || len == 0)
+        return 0;
+    struct buf *dst = r == c->q_head ? &c->out : &r->resp;
+    int rc = 0;
+    if (r->resp_chunked)
+        rc = buf_appendf(dst, "%zx\r\n", len);
+    if (rc == 0)
+        rc = buf_append(dst, data, len);
+    if (rc == 0 && r->resp_chunked)
+        rc = buf_append(dst, "\r\n", 2);
+    if (rc < 0)
+        return -1;
+    if (dst == &c->out)
+        conn_set_writing(c, true);
+    return 0;
+}
+
+void http_respond_finish(struct http_request *r, int broken)
+{
+    struct http_conn *c = r->conn;
+    if (r->responded)
+        return;
+    if (!r->resp_begun) {
+        http_respond_error(r, 502, NULL, "the upstream answer ended before its head");
+        return;
+    }
+    if (!conn_mark_answered(r, r->status))
+        return;
+    conn_hold(c);
+    struct buf *dst = r == c->q_head ? &c->out : &r->resp;
+    if (broken) {
+        /* Cut short: closing is the only honest end of a framed body. */
+        r->close_after = true;
+        c->closing = true;
+    } else if (r->resp_chunked && !r->resp_no_body && buf_append(dst, "0\r\n\r\n", 5) < 0) {
+        r->close_after = true;
+        c->closing = true;
+    }
+    if (r == c->q_head && !c->in_process)
+        conn_flush(c);
+    conn_release(c);
+}
+
+size_t http_respond_buffered(const struct http_request *r)
+{
+    const struct http_conn *c = r->conn;
+    if (c->fd < 0)
+        return 0;
+    return r == c->q_head ? buf_unread(&c->out) : buf_unread(&r->resp);
+}
+
+void http_request_on_drain(struct http_request *r, void (*fn)(struct http_request *, void *),
+                           void *arg)
+{
+    r->drain_fn = fn;
+    r->drain_arg = arg;
+}
+
+void http_request_on_body(struct http_request *r, http_body_fn fn, void *arg)
+{
+    r->body_fn = fn;
+    r->body_arg = arg;
+    if (!r->streaming) {
+        /* Dispatched whole: the body is all here. */
+        fn(r, arg, r->body.len ? r->body.data : "", r->body.len, 1, 0, NULL);
+    }
+}
+
+void http_request_pause_body(struct http_request *r, int paused)
+{
+    struct http_conn *c = r->conn;
+    if (r->body_paused == (paused != 0))
+        return;
+    r->body_paused = paused != 0;
+    if (c->fd < 0 || c->in_process)
+        return;   /* the input loop re-checks on its next round */
+    conn_hold(c);
+    if (!paused)
+        c->t_last_read = now_ns();   /* the body timer restarts: the wait was ours */
+    if (!paused && conn_can_parse(c) && buf_unread(&c->in) > 0) {
+        conn_process_input(c);
+    } else {
+        conn_update_reading(c);
+        conn_arm_timer(c);
+    }
+    conn_release(c);
+}
+
+void http_request_peer(const struct http_request *r, char *out, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    out[0] = '\0';
+    if (r->conn->fd < 0 || getpeername(r->conn->fd, (struct sockaddr *)&ss, &len) < 0)
+        return;
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, (socklen_t)cap);
+    else if (ss.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, (socklen_t)cap);
+}
+
 struct event_base *http_request_event_base(const struct http_request *r) { return r->conn->t->base; }
 struct mailbox *http_request_mailbox(const struct http_request *r) { return r->conn->t->mailbox; }
 int64_t http_request_received_ns(const struct http_request *r) { return r->t_received_ns; }
@@ -441,6 +630,21 @@ int http_request_thread(const struct http_request *r) { return r->conn->t->index
 static void conn_fail_request(struct http_conn *c, int status, const char *msg)
 {
     struct http_request *r = c->parse.cur;
+    if (r && r->streaming && !r->responded) {
+        /* Its handler holds it: it learns why and answers (or, when its
+         * answer has begun, nothing sensible can follow: close). */
+        c->closing = true;
+        c->parse.cur = NULL;
+        c->parse.phase = HTTP_PHASE_IDLE;
+        r->close_after = true;
+        r->keep_alive = false;
+        if (r->resp_begun || !r->body_fn) {
+            http_conn_abort(c);
+            return;
+        }
+        r->body_fn(r, r->body_arg, NULL, 0, 1, status, msg);
+        return;
+    }
     /* An error before any request began (out of memory) still gets an answer. */
     if (!r || r->responded || c->q_tail != r)
         r = conn_alloc_request(c);
@@ -477,6 +681,43 @@ static void conn_dispatch(struct http_conn *c, struct http_request *r)
     router_dispatch(c->t->router, r);
 }
 
+/* Hands the body read so far to a streaming request's handler. Runs only
+ * inside conn_process_input, where nothing writes or closes synchronously,
+ * so r outlives the call. */
+static void conn_deliver_body(struct http_conn *c, struct http_request *r)
+{
+    (void)c;
+    if (r->responded || !r->body_fn) {
+        buf_reset(&r->body);   /* answered early: the rest of the body is read and dropped */
+        return;
+    }
+    if (r->body.len == 0 && !r->body_done)
+        return;
+    r->body_fn(r, r->body_arg, r->body.len ? r->body.data : "", r->body.len, r->body_done, 0,
+               NULL);
+    /* The handler copied what it needed; r itself may be answered by now
+     * (but not freed: the parser or the queue still holds it). */
+    buf_reset(&r->body);
+}
+
+/* At the end of a request's headers: a route that streams takes it now. */
+static void conn_dispatch_early(struct http_conn *c)
+{
+    struct http_request *r = c->parse.cur;
+    if (!r || c->t->draining || c->parse.upgrade)
+        return;
+    if (!router_streams(c->t->router, r))
+        return;
+    r->streaming = true;
+    r->accepted = true;
+    atomic_fetch_add_explicit(&c->t->inflight, 1, memory_order_relaxed);
+    if (!r->keep_alive) {
+        r->keep_alive = false;
+        c->closing = true;
+    }
+    router_dispatch(c->t->router, r);
+}
+
 static void conn_process_input(struct http_conn *c)
 {
     conn_hold(c);
@@ -486,16 +727,28 @@ static void conn_process_input(struct http_conn *c)
         enum http_parse_event ev =
             http_parse_feed(&c->parse, buf_head(&c->in), buf_unread(&c->in), &used);
         buf_consume(&c->in, used);
-        if (ev == HTTP_PARSE_MORE)
+        if (ev == HTTP_PARSE_MORE) {
+            if (c->parse.cur && c->parse.cur->streaming)
+                conn_deliver_body(c, c->parse.cur);
             break;
+        }
         if (ev == HTTP_PARSE_HEADERS) {
             conn_emit_continue(c);
+            conn_dispatch_early(c);
+            if (c->fd < 0)
+                break;
             continue;
         }
         if (ev == HTTP_PARSE_REQUEST) {
             struct http_request *r = c->parse.cur;
             c->parse.cur = NULL;
-            conn_dispatch(c, r);
+            if (r->streaming) {
+                r->t_received_ns = c->t_last_read;
+                r->body_done = true;
+                conn_deliver_body(c, r);
+            } else {
+                conn_dispatch(c, r);
+            }
             if (c->fd < 0)
                 break;
             continue;
@@ -572,6 +825,11 @@ static void conn_read(struct http_conn *c, int fd)
      * to what it sent (a half-close). A request cut off midway is dropped. */
     c->read_eof = true;
     conn_set_reading(c, false);
+    if (c->parse.cur && c->parse.cur->streaming && !c->parse.cur->responded) {
+        /* Its handler already forwards it: the cut-off body ends the exchange. */
+        http_conn_abort(c);
+        return;
+    }
     if (http_parse_mid_request(&c->parse))
         conn_drop_partial(c);
     if (c->q_len == 0 && buf_unread(&c->out) == 0) {
@@ -614,7 +872,7 @@ static enum conn_wait conn_waiting_for(const struct http_conn *c, int64_t *deadl
         *deadline = c->t_head_start + header_ns;
         return WAIT_HEADERS;
     }
-    if (c->parse.phase == HTTP_PHASE_BODY) {
+    if (c->parse.phase == HTTP_PHASE_BODY && !conn_body_paused(c)) {
         *deadline = c->t_last_read + header_ns;
         return WAIT_BODY;
     }

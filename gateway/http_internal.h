@@ -44,6 +44,20 @@ struct http_request {
     int64_t t_received_ns;         /* last byte of the request read */
     void (*abort_fn)(struct http_request *, void *);
     void *abort_arg;
+    /* Streaming (http.h): dispatched at its headers, body handed over as read. */
+    bool streaming;
+    bool body_done;                /* the last body byte was read */
+    bool body_paused;              /* the handler stopped the body */
+    bool resp_begun;               /* http_respond_begin was called */
+    bool resp_chunked;             /* the answer is chunk-framed */
+    bool resp_no_body;             /* HEAD, 204, 304: body bytes are dropped */
+    bool has_body;                 /* the request declares one */
+    int64_t content_length;        /* declared, -1 none or chunked */
+    uint64_t body_total;           /* body bytes read so far (max_body_bytes) */
+    http_body_fn body_fn;
+    void *body_arg;
+    void (*drain_fn)(struct http_request *, void *);
+    void *drain_arg;
 };
 
 struct http_request *http_request_new(struct http_conn *conn);

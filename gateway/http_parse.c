@@ -135,6 +135,9 @@ static int on_headers_complete(llhttp_t *l)
     /* Pause only when a body follows: a bodyless request completes in the
      * same llhttp_execute call (nothing would resume it otherwise). */
     bool has_body = (l->flags & F_CHUNKED) || ((l->flags & F_CONTENT_LENGTH) && l->content_length > 0);
+    r->has_body = has_body;
+    r->content_length = (l->flags & F_CONTENT_LENGTH) && !(l->flags & F_CHUNKED)
+                            ? (int64_t)l->content_length : -1;
     return has_body ? HPE_PAUSED : 0;
 }
 
@@ -142,7 +145,9 @@ static int on_body(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
     struct http_request *r = hp->cur;
-    if (r->body.len + n > hp->max_body_bytes) {
+    /* Counted apart from body.len: a streaming request's body is handed
+     * over (and the buffer emptied) as it arrives. */
+    if (r->body_total + n > hp->max_body_bytes) {
         snprintf(hp->error_msg, sizeof hp->error_msg,
                  "body exceeds limits.max_body_bytes (%zu)", hp->max_body_bytes);
         hp->error_status = 413;
@@ -150,6 +155,7 @@ static int on_body(llhttp_t *l, const char *at, size_t n)
     }
     if (buf_append(&r->body, at, n) < 0)
         return fail(hp, 503, "out of memory for the request body");
+    r->body_total += n;
     return 0;
 }
 

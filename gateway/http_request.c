@@ -82,10 +82,30 @@ const char *http_request_header(const struct http_request *r, const char *name, 
     return NULL;
 }
 
+int http_request_header_count(const struct http_request *r) { return r->nhdrs; }
+
+void http_request_header_at(const struct http_request *r, int i, const char **name,
+                            size_t *name_len, const char **value, size_t *value_len)
+{
+    const struct http_header *h = &r->hdrs[i];
+    *name = r->head.data + h->name_off;
+    *name_len = h->name_len;
+    *value = h->val_len ? r->head.data + h->val_off : "";
+    *value_len = h->val_len;
+}
+
+int http_request_minor(const struct http_request *r) { return r->http_minor; }
+
 const char *http_request_body(const struct http_request *r, size_t *len)
 {
     *len = r->body.len;
     return r->body.len ? r->body.data : NULL;
+}
+
+int http_request_has_body(const struct http_request *r) { return r->has_body; }
+int64_t http_request_content_length(const struct http_request *r)
+{
+    return r->has_body ? r->content_length : 0;
 }
 
 void http_request_on_abort(struct http_request *r, void (*fn)(struct http_request *, void *),

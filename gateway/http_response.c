@@ -9,15 +9,32 @@ const char *http_status_reason(int status)
 {
     switch (status) {
     case 100: return "Continue";
+    case 101: return "Switching Protocols";
     case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
     case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 303: return "See Other";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
     case 413: return "Content Too Large";
     case 415: return "Unsupported Media Type";
     case 417: return "Expectation Failed";
+    case 422: return "Unprocessable Content";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
@@ -68,9 +85,9 @@ int http_response_write(struct buf *out, const struct http_response *r, const ch
 {
     const char *reason = http_status_reason(r->status);
     size_t ctype_len = r->content_type ? strlen(r->content_type) : 0;
-    size_t extra_len = r->extra_headers ? strlen(r->extra_headers) : 0;
+    size_t extra_len = r->extra_len ? r->extra_len : r->extra_headers ? strlen(r->extra_headers) : 0;
     size_t date_len = strlen(date);
-    size_t body = r->omit_body ? 0 : r->body_len;
+    size_t body = r->omit_body || r->framing != HTTP_FRAME_LENGTH ? 0 : r->body_len;
     size_t need = 64 + strlen(reason) + 40 + date_len + 32 + ctype_len + 48 + extra_len + 32 + body;
     if (buf_reserve(out, need) < 0)
         return -1;
@@ -85,8 +102,12 @@ int http_response_write(struct buf *out, const struct http_response *r, const ch
         p = PUT_LIT(p, "\r\nContent-Type: ");
         p = put_str(p, r->content_type, ctype_len);
     }
-    p = PUT_LIT(p, "\r\nContent-Length: ");
-    p = put_u64(p, r->body_len);
+    if (r->framing == HTTP_FRAME_LENGTH) {
+        p = PUT_LIT(p, "\r\nContent-Length: ");
+        p = put_u64(p, r->body_len);
+    } else if (r->framing == HTTP_FRAME_CHUNKED) {
+        p = PUT_LIT(p, "\r\nTransfer-Encoding: chunked");
+    }
     p = PUT_LIT(p, "\r\n");
     if (r->conn == HTTP_CONN_CLOSE)
         p = PUT_LIT(p, "Connection: close\r\n");

@@ -24,6 +24,7 @@
 #include "kernels.h"
 #include "log.h"
 #include "nvml.h"
+#include "proxy.h"
 #include "router.h"
 #include "server.h"
 #include "serving.h"
@@ -141,6 +142,8 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
         return rc;
     if (cfg->debug_endpoints && (rc = api_debug_register(r, err)))
         return rc;
+    if (st->proxy && (rc = proxy_register(st->proxy, r, err)))
+        return rc;
     return 0;
 }
 
@@ -207,6 +210,12 @@ int main(int argc, char **argv)
         goto out;
     }
     api.serving = serving;
+    api.proxy = proxy_new(&cfg.proxy, cfg.io_threads, &err);
+    if (!api.proxy) {
+        log_error("%s: %s", cli.config_path ? cli.config_path : "config", err.msg);
+        exit_code = EXIT_USAGE;
+        goto out;
+    }
     if (!router || routes_build(router, &cfg, &api, &err)) {
         log_error("cannot build routes: %s", router ? err.msg : "out of memory");
         exit_code = 1;
@@ -298,8 +307,10 @@ out:
     if (srv) {
         server_force_close(srv);
         server_join(srv);
-        server_free(srv);
     }
+    /* Its connections live on the IO threads' event bases: before those go. */
+    proxy_free(api.proxy);
+    server_free(srv);
     serving_free(serving);
     nvml_close(api.nvml);
     router_free(router);

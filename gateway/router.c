@@ -23,9 +23,18 @@ struct route {
     void *ctx;
 };
 
+struct prefix_route {
+    char *prefix;
+    size_t len;
+    route_handler_fn fn;
+    void *ctx;
+};
+
 struct router {
     struct route *routes;
     int n, cap;
+    struct prefix_route *prefixes;    /* longest first */
+    int nprefixes;
 };
 
 struct router *router_new(void) { return calloc(1, sizeof(struct router)); }
@@ -40,7 +49,44 @@ void router_free(struct router *r)
         free(r->routes[i].pattern);
     }
     free(r->routes);
+    for (int i = 0; i < r->nprefixes; i++)
+        free(r->prefixes[i].prefix);
+    free(r->prefixes);
     free(r);
+}
+
+int router_add_prefix(struct router *r, const char *prefix, route_handler_fn fn, void *ctx,
+                      struct error *err)
+{
+    if (prefix[0] != '/')
+        return error_set(err, BG_EINVAL, "prefix \"%s\": must start with '/'", prefix);
+    struct prefix_route *n = realloc(r->prefixes, (size_t)(r->nprefixes + 1) * sizeof *n);
+    if (!n)
+        return error_set(err, BG_ENOMEM, "prefix \"%s\": out of memory", prefix);
+    r->prefixes = n;
+    struct prefix_route pr = {strdup(prefix), strlen(prefix), fn, ctx};
+    if (!pr.prefix)
+        return error_set(err, BG_ENOMEM, "prefix \"%s\": out of memory", prefix);
+    int i = r->nprefixes++;
+    while (i > 0 && n[i - 1].len < pr.len) {
+        n[i] = n[i - 1];
+        i--;
+    }
+    n[i] = pr;
+    return 0;
+}
+
+static const struct prefix_route *prefix_match(const struct router *r, const char *path, size_t len)
+{
+    for (int i = 0; i < r->nprefixes; i++) {
+        const struct prefix_route *p = &r->prefixes[i];
+        if (len >= p->len && memcmp(path, p->prefix, p->len) == 0)
+            return p;
+        if (p->len > 1 && p->prefix[p->len - 1] == '/' && len == p->len - 1 &&
+            memcmp(path, p->prefix, len) == 0)
+            return p;
+    }
+    return NULL;
 }
 
 int router_add(struct router *r, int methods, const char *pattern, route_handler_fn fn, void *ctx,
@@ -194,6 +240,22 @@ void router_format_allow(int methods, char *out, size_t cap)
     }
 }
 
+int router_streams(const struct router *r, const struct http_request *req)
+{
+    if (r->nprefixes == 0)
+        return 0;
+    size_t len;
+    const char *path = http_request_path(req, &len);
+    route_handler_fn fn;
+    void *ctx;
+    struct route_match m;
+    int allowed = 0;
+    if (router_match(r, http_request_method(req), path, len, &fn, &ctx, &m, &allowed) !=
+        ROUTER_NOT_FOUND)
+        return 0;
+    return prefix_match(r, path, len) != NULL;
+}
+
 void router_dispatch(const struct router *r, struct http_request *req)
 {
     size_t len;
@@ -202,7 +264,15 @@ void router_dispatch(const struct router *r, struct http_request *req)
     void *ctx;
     struct route_match m;
     int allowed = 0;
-    switch (router_match(r, http_request_method(req), path, len, &fn, &ctx, &m, &allowed)) {
+    enum router_result res = router_match(r, http_request_method(req), path, len, &fn, &ctx, &m,
+                                          &allowed);
+    const struct prefix_route *pr = res == ROUTER_NOT_FOUND ? prefix_match(r, path, len) : NULL;
+    if (pr) {
+        m.nparams = 0;
+        pr->fn(req, &m, pr->ctx);
+        return;
+    }
+    switch (res) {
     case ROUTER_FOUND:
         fn(req, &m, ctx);
         return;

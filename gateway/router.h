@@ -38,6 +38,16 @@ void router_free(struct router *r);
 int router_add(struct router *r, int methods, const char *pattern, route_handler_fn fn, void *ctx,
                struct error *err);
 
+/* Every method on every path under `prefix` (which starts with '/'; a
+ * trailing '/' also matches the prefix without it) goes to fn, when no route
+ * added with router_add matches the path. Such requests are dispatched at
+ * the end of their headers and stream their bodies (http.h). The longest
+ * matching prefix wins. */
+int router_add_prefix(struct router *r, const char *prefix, route_handler_fn fn, void *ctx,
+                      struct error *err);
+/* The request goes to a prefix route (it streams). */
+int router_streams(const struct router *r, const struct http_request *req);
+
 enum router_result { ROUTER_FOUND, ROUTER_NOT_FOUND, ROUTER_METHOD_NOT_ALLOWED };
 
 /* On FOUND fills *fn, *ctx, *m. On METHOD_NOT_ALLOWED sets *allowed to the

@@ -18,12 +18,20 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
          "reset" (close without answer), "stall" (never answer), "500",
          "garbage" (200 with a body that is not JSON), "short" (fewer rows)
     POST /__reset                    zero the counters and clear faults
-    anything else under /echo/...    echoes method, path, headers and body (proxy tests)
+    anything else under /echo/...    echoes method, path, headers, body length and sha256
+                                     (?reflect=1: answers with the body itself, chunked
+                                     with &chunked=1) (proxy tests)
+    GET  /blob/N[?chunked=1|close=1] N deterministic bytes, with Content-Length, chunked, or
+                                     delimited by closing the connection; X-Sha256 header
+    GET  /drop                       closes the connection without an answer
+    GET  /drop_mid                   sends a head announcing 1 MB, half of it, then closes
+    GET  /slow?ms=N                  answers after N ms
 
 Standard library only; one thread per connection; at most --concurrency
 inference calls run at once (like a single-GPU server)."""
 
 import argparse
+import hashlib
 import json
 import socket
 import sys
@@ -31,7 +39,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0}
+STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0}
 LOCK = threading.Lock()
 ARGS = None
 SLOTS = None
@@ -50,10 +58,54 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with LOCK:
+            STATE["conns"] += 1
 
     def body(self):
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass   # trailers
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n else b""
+
+    def query(self):
+        q = self.path.partition("?")[2]
+        return dict(kv.partition("=")[::2] for kv in q.split("&") if kv)
+
+    def send_chunked(self, data, piece=65536):
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(0, len(data), piece):
+            c = data[i:i + piece]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(c), c))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def blob(self):
+        n = int(self.path.split("?")[0].split("/")[2])
+        data = bytes(i % 251 for i in range(n))
+        q = self.query()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("X-Sha256", hashlib.sha256(data).hexdigest())
+        if q.get("chunked") == "1":
+            self.send_chunked(data if self.command != "HEAD" else b"")
+        elif q.get("close") == "1":
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            self.wfile.write(data)
+        else:
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
     def reply(self, status, obj=None, raw=None, ctype="application/json"):
         data = raw if raw is not None else json.dumps(obj).encode()
@@ -62,7 +114,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":
+                self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True   # the client left: nothing to tell it
 
@@ -102,7 +155,23 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/__stats":
             with LOCK:
-                self.reply(200, {k: STATE[k] for k in ("calls", "rows", "max_rows")})
+                self.reply(200, {k: STATE[k] for k in ("calls", "rows", "max_rows", "conns")})
+        elif self.path.startswith("/blob/"):
+            self.blob()
+        elif self.path == "/drop":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+        elif self.path == "/drop_mid":
+            self.send_response(200)
+            self.send_header("Content-Length", str(1 << 20))
+            self.end_headers()
+            self.wfile.write(b"x" * (1 << 19))
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+        elif self.path.startswith("/slow"):
+            time.sleep(int(self.query().get("ms", "1000")) / 1000)
+            self.reply(200, {"slow": True})
         elif self.path == "/v2/health/ready":
             self.reply(200, {"ready": True})
         elif self.path.startswith("/v2/models/"):
@@ -117,9 +186,20 @@ class Handler(BaseHTTPRequestHandler):
 
     def echo(self):
         body = self.body()
+        q = self.query()
+        if q.get("reflect") == "1":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            if q.get("chunked") == "1":
+                self.send_chunked(body)
+            else:
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            return
         self.reply(200, {"method": self.command, "path": self.path,
                          "headers": {k.lower(): v for k, v in self.headers.items()},
-                         "body_len": len(body)})
+                         "body_len": len(body), "sha256": hashlib.sha256(body).hexdigest()})
 
     def do_POST(self):
         if self.path == "/__fault":
@@ -158,6 +238,9 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, {"error": "no route " + self.path})
 
     do_PUT = do_POST
+    do_PATCH = do_POST
+    do_DELETE = do_GET
+    do_HEAD = do_GET
 
 
 def main():

@@ -1,0 +1,630 @@
+/* proxy.c - see proxy.h.
+ *
+ * One proxy_call per forwarded request, on the request's IO thread:
+ *
+ *   client headers --proxy_forward--> head upstream (hop-by-hop dropped)
+ *   client body    --on_client_body--> upstream, re-framed; the client's body
+ *                                      pauses while 256 KiB wait unsent
+ *   upstream head  --call_on_head----> http_respond_begin (headers filtered)
+ *   upstream body  --call_on_body----> http_respond_write; the upstream read
+ *                                      pauses while 256 KiB wait for the client
+ *   upstream done  --call_on_done----> http_respond_finish
+ *
+ * Errors before the answer's head become 502 (504 past timeout_ms); after
+ * it, the client's connection is closed short (a truncated answer must not
+ * look complete). A refused connect, or a reset with no answer on a reused
+ * keep-alive connection (the server closed it as we sent), is retried on
+ * the next server when the whole request is still in hand. */
+#include "proxy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/event.h>
+
+#include "buf.h"
+#include "clock.h"
+#include "httpc.h"
+#include "log.h"
+
+/* Unsent bytes that pause the other side, both directions. */
+#define PROXY_HIGH_WATER (256u << 10)
+
+struct proxy;
+
+struct proxy_route {
+    struct proxy *p;
+    char prefix[256];
+    bool strip;
+    struct httpc_target *targets[CONFIG_MAX_PROXY_URLS];
+    int ntargets;
+};
+
+struct pool_ent {
+    const struct httpc_target *t;
+    struct httpc_pool *pool;
+};
+
+struct proxy_call;
+
+/* What one IO thread holds: its pools, its calls in flight, spare calls. */
+struct proxy_thread {
+    struct pool_ent *pools;
+    int npools, cap;
+    struct proxy_call *live;
+    struct proxy_call *spare;
+    int nspare;
+};
+
+struct proxy {
+    struct config_proxy cfg;
+    struct proxy_route routes[CONFIG_MAX_PROXY_ROUTES];
+    int nroutes;
+    struct proxy_thread *threads;
+    int nthreads;
+};
+
+struct proxy_call {
+    struct proxy *p;
+    struct proxy_thread *pt;
+    struct proxy_call *prev, *next;         /* pt->live, or pt->spare (next only) */
+    struct http_request *req;
+    struct httpc_target *const *targets;
+    int ntargets;
+    unsigned tried;
+    int ti;                                 /* the target in use */
+    struct httpc_conn *uc;
+    bool reused;
+    struct event *timer;
+    struct buf sent;                        /* everything sent upstream, while a retry may need it */
+    bool retryable;                         /* `sent` still holds the whole request */
+    bool body_end;                          /* the client's body is complete */
+    bool chunked_up;                        /* the body goes upstream chunk-framed */
+    bool head_seen;                         /* the answer's head arrived */
+    int status;
+};
+
+static const struct httpc_cb call_cb;
+
+/* ---- per-thread state ---- */
+
+static struct httpc_pool *thread_pool(struct proxy *p, struct proxy_thread *pt,
+                                      struct httpc_target *t, struct event_base *base)
+{
+    for (int i = 0; i < pt->npools; i++)
+        if (pt->pools[i].t == t)
+            return pt->pools[i].pool;
+    if (pt->npools == pt->cap) {
+        int cap = pt->cap ? pt->cap * 2 : 8;
+        struct pool_ent *n = realloc(pt->pools, (size_t)cap * sizeof *n);
+        if (!n)
+            return NULL;
+        pt->pools = n;
+        pt->cap = cap;
+    }
+    struct httpc_pool *pool = httpc_pool_new(t, base, p->cfg.max_idle);
+    if (pool)
+        pt->pools[pt->npools++] = (struct pool_ent){t, pool};
+    return pool;
+}
+
+static void call_on_timer(evutil_socket_t fd, short what, void *arg);
+
+static struct proxy_call *call_new(struct proxy *p, struct proxy_thread *pt, struct event_base *base)
+{
+    struct proxy_call *c = pt->spare;
+    if (c) {
+        pt->spare = c->next;
+        pt->nspare--;
+    } else {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return NULL;
+        c->timer = evtimer_new(base, call_on_timer, c);
+        if (!c->timer) {
+            free(c);
+            return NULL;
+        }
+    }
+    struct event *timer = c->timer;
+    struct buf sent = c->sent;
+    buf_reset(&sent);
+    memset(c, 0, sizeof *c);
+    c->timer = timer;
+    c->sent = sent;
+    c->p = p;
+    c->pt = pt;
+    c->ti = -1;
+    c->next = pt->live;
+    if (pt->live)
+        pt->live->prev = c;
+    pt->live = c;
+    return c;
+}
+
+/* The call is over: its request is answered (or being), its connection gone. */
+static void call_free(struct proxy_call *c)
+{
+    struct proxy_thread *pt = c->pt;
+    event_del(c->timer);
+    if (c->uc)
+        httpc_abort(c->uc);
+    c->uc = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        pt->live = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = NULL;
+    if (pt->nspare < 64) {
+        buf_shrink(&c->sent, 16 * 1024);
+        c->next = pt->spare;
+        pt->spare = c;
+        pt->nspare++;
+    } else {
+        event_free(c->timer);
+        buf_free(&c->sent);
+        free(c);
+    }
+}
+
+static void call_arm(struct proxy_call *c)
+{
+    int ms = c->p->cfg.timeout_ms;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(c->timer, &tv);
+}
+
+/* Ends the call with an error: a status while nothing was answered, else a
+ * cut-off answer. */
+static void call_fail(struct proxy_call *c, int status, const char *msg)
+{
+    struct http_request *req = c->req;
+    const char *url = c->ti >= 0 ? httpc_target_url(c->targets[c->ti]) : "upstream";
+    if (c->head_seen) {
+        log_debug("proxy: %s: %s after the answer began; closing the client's connection", url, msg);
+        call_free(c);
+        http_respond_finish(req, 1);
+        return;
+    }
+    char text[400];
+    snprintf(text, sizeof text, "%s", msg);
+    call_free(c);
+    http_respond_error(req, status, NULL, "upstream %s: %s", url, text);
+}
+
+/* ---- the request upstream ---- */
+
+static bool name_is(const char *n, size_t len, const char *want)
+{
+    return strlen(want) == len && strncasecmp(n, want, len) == 0;
+}
+
+/* Does the Connection header's list name this field? */
+static bool listed_in(const char *conn, size_t clen, const char *n, size_t len)
+{
+    const char *p = conn, *end = conn + clen;
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        const char *tok = p;
+        while (p < end && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+        if ((size_t)(p - tok) == len && strncasecmp(tok, n, len) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* RFC 9110 7.6.1 and 9112: fields that describe one connection, not the message. */
+static bool hop_by_hop(const char *n, size_t len, const char *conn, size_t clen)
+{
+    static const char *const fixed[] = {"Connection", "Keep-Alive", "Proxy-Connection", "TE",
+                                        "Trailer", "Transfer-Encoding", "Upgrade", NULL};
+    for (int i = 0; fixed[i]; i++)
+        if (name_is(n, len, fixed[i]))
+            return true;
+    return conn && listed_in(conn, clen, n, len);
+}
+
+static int build_head(struct proxy_call *c, struct buf *b, const char *path, size_t path_len)
+{
+    struct http_request *req = c->req;
+    size_t qlen, clen = 0, hlen = 0;
+    const char *q = http_request_query(req, &qlen);
+    const char *conn = http_request_header(req, "Connection", &clen);
+    const char *host = http_request_header(req, "Host", &hlen);
+    /* Host names the service, as nginx's proxy_pass does: the first URL
+     * (a retry on another server sends the same bytes). */
+    buf_appendf(b, "%s %.*s%s%.*s HTTP/1.1\r\nHost: %s\r\n", http_request_method_name(req),
+                (int)path_len, path, q ? "?" : "", (int)qlen, q ? q : "",
+                httpc_target_authority(c->targets[0]));
+    const char *xff = NULL, *via = NULL;
+    size_t xff_len = 0, via_len = 0;
+    int n = http_request_header_count(req);
+    for (int i = 0; i < n; i++) {
+        const char *name, *val;
+        size_t nl, vl;
+        http_request_header_at(req, i, &name, &nl, &val, &vl);
+        if (hop_by_hop(name, nl, conn, clen) || name_is(name, nl, "Host") ||
+            name_is(name, nl, "Content-Length") || name_is(name, nl, "Expect"))
+            continue;   /* Expect was answered here; the length is ours to state */
+        if (name_is(name, nl, "X-Forwarded-For")) {
+            xff = val, xff_len = vl;
+            continue;
+        }
+        if (name_is(name, nl, "Via")) {
+            via = val, via_len = vl;
+            continue;
+        }
+        buf_appendf(b, "%.*s: %.*s\r\n", (int)nl, name, (int)vl, val);
+    }
+    char peer[64];
+    http_request_peer(req, peer, sizeof peer);
+    if (xff)
+        buf_appendf(b, "X-Forwarded-For: %.*s, %s\r\n", (int)xff_len, xff, peer[0] ? peer : "unknown");
+    else
+        buf_appendf(b, "X-Forwarded-For: %s\r\n", peer[0] ? peer : "unknown");
+    if (host)
+        buf_appendf(b, "X-Forwarded-Host: %.*s\r\n", (int)hlen, host);
+    buf_appendf(b, "X-Forwarded-Proto: http\r\nVia: %.*s%s1.%d batchgate\r\n", (int)via_len,
+                via ? via : "", via ? ", " : "", http_request_minor(req));
+    if (http_request_has_body(req)) {
+        int64_t len = http_request_content_length(req);
+        if (len >= 0) {
+            buf_appendf(b, "Content-Length: %lld\r\n", (long long)len);
+        } else {
+            buf_appendf(b, "Transfer-Encoding: chunked\r\n");
+            c->chunked_up = true;
+        }
+    } else if (http_request_method(req) & (HTTP_M_POST | HTTP_M_PUT | HTTP_M_PATCH)) {
+        buf_appendf(b, "Content-Length: 0\r\n");
+    }
+    return buf_append(b, "\r\n", 2);
+}
+
+/* Opens a connection to the next server and sends what `sent` holds. */
+static int call_connect(struct proxy_call *c)
+{
+    struct httpc_target *t = httpc_pick(c->targets, c->ntargets, c->tried, &c->ti);
+    if (!t)
+        return -1;
+    c->tried |= 1u << c->ti;
+    struct httpc_pool *pool =
+        thread_pool(c->p, c->pt, t, http_request_event_base(c->req));
+    struct error err = {0};
+    unsigned flags = http_request_method(c->req) == HTTP_M_HEAD ? HTTPC_NO_BODY : 0;
+    c->uc = pool ? httpc_open(pool, &call_cb, c, flags, &c->reused, &err) : NULL;
+    if (!c->uc)
+        return -1;
+    return httpc_send(c->uc, c->sent.data, c->sent.len);
+}
+
+/* The client's body, piece by piece (or whole, at once). */
+static void on_client_body(struct http_request *req, void *arg, const char *data, size_t len,
+                           int end, int status, const char *msg)
+{
+    struct proxy_call *c = arg;
+    (void)req;
+    if (status) {
+        call_fail(c, status, msg);   /* the client's body was bad: say so, stop the upstream */
+        return;
+    }
+    if (!c->uc)
+        return;   /* cannot happen: a call without a connection is already over */
+    struct buf piece = {0};
+    int rc = 0;
+    if (c->chunked_up && len)
+        rc = buf_appendf(&piece, "%zx\r\n", len);
+    if (rc == 0 && len)
+        rc = buf_append(&piece, data, len);
+    if (rc == 0 && c->chunked_up && len)
+        rc = buf_append(&piece, "\r\n", 2);
+    if (rc == 0 && c->chunked_up && end)
+        rc = buf_append(&piece, "0\r\n\r\n", 5);
+    if (rc == 0 && piece.len)
+        rc = httpc_send(c->uc, piece.data, piece.len);
+    /* A retry resends everything: keep the request while it is small. */
+    if (rc == 0 && c->retryable && piece.len) {
+        if (c->sent.len + piece.len <= PROXY_HIGH_WATER)
+            rc = buf_append(&c->sent, piece.data, piece.len);
+        else
+            c->retryable = false;
+    }
+    buf_free(&piece);
+    if (rc < 0) {
+        call_fail(c, 503, "out of memory");
+        return;
+    }
+    if (end) {
+        c->body_end = true;
+        call_arm(c);
+    } else if (httpc_unsent(c->uc) > PROXY_HIGH_WATER) {
+        /* The server reads slower than the client sends: wait for it (and
+         * time it: the client's body timer is off while paused). */
+        http_request_pause_body(c->req, 1);
+        call_arm(c);
+    }
+}
+
+/* Everything queued upstream is written: the client's body may flow again. */
+static void call_on_sent(void *arg)
+{
+    struct proxy_call *c = arg;
+    http_request_pause_body(c->req, 0);
+    if (!c->body_end && !c->head_seen)
+        event_del(c->timer);
+}
+
+static void on_client_drain(struct http_request *req, void *arg)
+{
+    struct proxy_call *c = arg;
+    (void)req;
+    if (c->uc) {
+        httpc_pause(c->uc, false);
+        call_arm(c);
+    }
+}
+
+static void on_client_abort(struct http_request *req, void *arg)
+{
+    struct proxy_call *c = arg;
+    bool begun = c->head_seen;
+    call_free(c);   /* closes the upstream connection: the answer has no taker */
+    if (begun)
+        http_respond_finish(req, 1);
+    else
+        http_respond_error(req, 502, NULL, "client gone");   /* discarded */
+}
+
+/* ---- the answer ---- */
+
+static int call_on_head(void *arg, const struct httpc_head *h)
+{
+    struct proxy_call *c = arg;
+    c->head_seen = true;
+    c->status = h->status;
+    buf_reset(&c->sent);
+    c->retryable = false;
+    struct buf hdrs = {0};
+    const char *conn = NULL;
+    size_t clen = 0;
+    for (int i = 0; i < h->nhdrs; i++)
+        if (name_is(h->hdrs[i].name, h->hdrs[i].name_len, "Connection"))
+            conn = h->hdrs[i].value, clen = h->hdrs[i].value_len;
+    for (int i = 0; i < h->nhdrs; i++) {
+        const struct httpc_header *x = &h->hdrs[i];
+        if (hop_by_hop(x->name, x->name_len, conn, clen) ||
+            name_is(x->name, x->name_len, "Content-Length") ||
+            name_is(x->name, x->name_len, "Date") || name_is(x->name, x->name_len, "Server"))
+            continue;   /* framing, Date and Server are this hop's */
+        buf_appendf(&hdrs, "%.*s: %.*s\r\n", (int)x->name_len, x->name, (int)x->value_len,
+                    x->value);
+    }
+    buf_appendf(&hdrs, "Via: 1.%d batchgate\r\n", h->http_minor);
+    bool no_body = (h->status >= 100 && h->status < 200) || h->status == 204 || h->status == 304;
+    int64_t len = h->chunked ? -1 : h->content_length;
+    int rc = http_respond_begin(c->req, h->status, no_body && h->status == 204 ? -1 : len,
+                                no_body, hdrs.data, hdrs.len);
+    buf_free(&hdrs);
+    if (rc < 0) {
+        call_fail(c, 502, "client gone");
+        return -1;
+    }
+    call_arm(c);   /* from here: a stall of timeout_ms between pieces */
+    return 0;
+}
+
+static int call_on_body(void *arg, const char *data, size_t len)
+{
+    struct proxy_call *c = arg;
+    if (http_respond_write(c->req, data, len) < 0) {
+        c->uc = NULL;   /* httpc closes it when we return -1 */
+        call_fail(c, 502, "client gone");
+        return -1;
+    }
+    if (http_respond_buffered(c->req) > PROXY_HIGH_WATER) {
+        /* The client reads slower than the server sends: its idle timeout
+         * watches it now, not ours. */
+        httpc_pause(c->uc, true);
+        event_del(c->timer);
+    } else {
+        call_arm(c);
+    }
+    return 0;
+}
+
+static void call_on_done(void *arg)
+{
+    struct proxy_call *c = arg;
+    struct http_request *req = c->req;
+    struct httpc_target *t = c->targets[c->ti];
+    if (c->status >= 500)
+        httpc_target_failed(t, HTTPC_FAIL_STATUS);
+    else
+        httpc_target_succeeded(t);
+    c->uc = NULL;   /* back in its pool */
+    call_free(c);
+    http_respond_finish(req, 0);
+}
+
+static void call_on_error(void *arg, enum httpc_fail why, const char *msg)
+{
+    struct proxy_call *c = arg;
+    c->uc = NULL;
+    /* Nothing reached a server (refused), or a reused connection was closed
+     * under us before any answer: the request is whole in `sent`, try the
+     * next server. */
+    bool again = !c->head_seen && c->retryable &&
+                 (why == HTTPC_FAIL_CONNECT || (why == HTTPC_FAIL_RESET && c->reused));
+    if (again) {
+        if (why == HTTPC_FAIL_RESET)
+            c->tried &= ~(1u << c->ti);   /* the same server, on a fresh connection */
+        c->reused = false;
+        if (call_connect(c) == 0)
+            return;
+    }
+    call_fail(c, 502, msg);
+}
+
+static const struct httpc_cb call_cb = {
+    .on_head = call_on_head,
+    .on_body = call_on_body,
+    .on_done = call_on_done,
+    .on_error = call_on_error,
+    .on_sent = call_on_sent,
+};
+
+static void call_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct proxy_call *c = arg;
+    (void)fd;
+    (void)what;
+    if (c->ti >= 0)
+        httpc_target_failed(c->targets[c->ti], HTTPC_FAIL_TIMEOUT);
+    char msg[96];
+    snprintf(msg, sizeof msg, "no answer within proxy.timeout_ms (%d)", c->p->cfg.timeout_ms);
+    call_fail(c, 504, msg);
+}
+
+void proxy_forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
+                   int ntargets, const char *path, size_t path_len)
+{
+    int ti = http_request_thread(req);
+    if (ti < 0 || ti >= p->nthreads || ntargets <= 0) {
+        http_respond_error(req, 502, NULL, "no upstream server for %.*s", (int)path_len, path);
+        return;
+    }
+    struct proxy_call *c = call_new(p, &p->threads[ti], http_request_event_base(req));
+    if (!c) {
+        http_respond_error(req, 503, NULL, "out of memory");
+        return;
+    }
+    c->req = req;
+    c->targets = targets;
+    c->ntargets = ntargets;
+    c->retryable = true;
+    if (build_head(c, &c->sent, path, path_len) < 0 || call_connect(c) < 0) {
+        call_fail(c, 502, "cannot open a connection");
+        return;
+    }
+    http_request_on_abort(req, on_client_abort, c);
+    http_request_on_drain(req, on_client_drain, c);
+    /* The answer is awaited once the request is all sent; while a body
+     * streams in, the client's own body timer watches it. */
+    if (!http_request_has_body(req))
+        call_arm(c);
+    /* Last: a request dispatched whole delivers its body right here. */
+    http_request_on_body(req, on_client_body, c);
+}
+
+/* ---- routes ---- */
+
+static void route_handler(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct proxy_route *r = ctx;
+    (void)m;
+    size_t len;
+    const char *path = http_request_path(req, &len);
+    if (r->strip) {
+        size_t n = strlen(r->prefix);
+        if (r->prefix[n - 1] == '/')
+            n--;   /* keep the slash: "/tfs/v1" -> "/v1" */
+        path += n < len ? n : len;
+        len -= n < len ? n : len;
+        if (len == 0)
+            path = "/", len = 1;
+    }
+    proxy_forward(r->p, req, r->targets, r->ntargets, path, len);
+}
+
+struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct error *err)
+{
+    struct proxy *p = calloc(1, sizeof *p);
+    if (!p) {
+        error_set(err, BG_ENOMEM, "out of memory");
+        return NULL;
+    }
+    p->cfg = *cfg;
+    p->nthreads = io_threads;
+    p->threads = calloc((size_t)io_threads, sizeof *p->threads);
+    if (!p->threads) {
+        proxy_free(p);
+        error_set(err, BG_ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < cfg->nroutes; i++) {
+        struct proxy_route *r = &p->routes[i];
+        r->p = p;
+        snprintf(r->prefix, sizeof r->prefix, "%s", cfg->routes[i].prefix);
+        r->strip = cfg->routes[i].strip_prefix;
+        p->nroutes++;
+        for (int k = 0; k < cfg->routes[i].nurls; k++) {
+            struct error e2 = {0};
+            r->targets[k] = httpc_target_new(cfg->routes[i].hosts[k], cfg->routes[i].ports[k], &e2);
+            if (!r->targets[k]) {
+                error_set(err, e2.code, "proxy.routes[%d].urls[%d]: %s", i, k, e2.msg);
+                proxy_free(p);
+                return NULL;
+            }
+            r->ntargets++;
+        }
+    }
+    return p;
+}
+
+int proxy_register(struct proxy *p, struct router *rt, struct error *err)
+{
+    for (int i = 0; i < p->nroutes; i++) {
+        int rc = router_add_prefix(rt, p->routes[i].prefix, route_handler, &p->routes[i], err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+void proxy_free(struct proxy *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; p->threads && i < p->nthreads; i++) {
+        struct proxy_thread *pt = &p->threads[i];
+        /* Calls still live (a forced stop): their connections close here. */
+        while (pt->live) {
+            struct proxy_call *c = pt->live;
+            pt->live = c->next;
+            if (c->uc)
+                httpc_abort(c->uc);
+            event_free(c->timer);
+            buf_free(&c->sent);
+            free(c);
+        }
+        while (pt->spare) {
+            struct proxy_call *c = pt->spare;
+            pt->spare = c->next;
+            event_free(c->timer);
+            buf_free(&c->sent);
+            free(c);
+        }
+        for (int k = 0; k < pt->npools; k++)
+            httpc_pool_free(pt->pools[k].pool);
+        free(pt->pools);
+    }
+    free(p->threads);
+    for (int i = 0; i < p->nroutes; i++)
+        for (int k = 0; k < p->routes[i].ntargets; k++)
+            httpc_target_free(p->routes[i].targets[k]);
+    free(p);
+}
+
+int proxy_model_metadata(const struct proxy *p) { return p && p->cfg.model_metadata; }
+int proxy_route_count(const struct proxy *p) { return p ? p->nroutes : 0; }
+const char *proxy_route_prefix(const struct proxy *p, int i) { return p->routes[i].prefix; }
+int proxy_route_targets(const struct proxy *p, int i, struct httpc_target *const **out)
+{
+    *out = p->routes[i].targets;
+    return p->routes[i].ntargets;
+}

@@ -1,0 +1,318 @@
+"""test_proxy.py - the plain HTTP/1.1 reverse proxy in front of
+tests/upstream/fake_upstream.py: paths and queries pass through (prefix
+stripped when asked), hop-by-hop headers are dropped both ways and
+X-Forwarded-*/Via added, multi-MB bodies stream both ways with
+Content-Length and chunked framing, connections to the upstream are reused,
+an upstream that closes, stalls or refuses ends in 502/504 or a cut-off
+answer (never a hang), metadata of upstream models comes from the server
+behind, and /metrics counts busy time and failures per server."""
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+from harness import RepoServerCase, close_quietly, connect, read_response, request, roundtrip
+from test_upstream import free_port, start_fake, upstream_model
+from test_infer import write_model
+
+
+def blob(n):
+    return bytes(i % 251 for i in range(n))
+
+
+class ProxyTest(RepoServerCase):
+    @classmethod
+    def populate(cls, repo):
+        cls.fake, cls.fport = start_fake("--base-ms", "1")
+        url = "http://127.0.0.1:%d" % cls.fport
+        cls.config = {
+            "limits": {"max_body_bytes": 32 << 20, "header_timeout_ms": 3000},
+            "proxy": {"routes": [
+                {"prefix": "/px/", "urls": [url], "strip_prefix": True},
+                {"prefix": "/echo/", "urls": [url]},
+                {"prefix": "/down/", "urls": ["http://127.0.0.1:%d" % free_port()]},
+            ], "timeout_ms": 1500},
+        }
+        write_model(repo, "kv2", upstream_model("kv2", [url]))
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.fake.kill()
+            cls.fake.wait(5)
+
+    def client(self, timeout=10):
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=timeout)
+        self.addCleanup(c.close)
+        return c
+
+    def get(self, path, headers=None, method="GET", body=None, timeout=10):
+        c = self.client(timeout)
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        return r, r.read()
+
+    def fake_stats(self):
+        return roundtrip(self.fport, "GET", "/__stats").json()
+
+    # ---- what passes and what does not ----
+
+    def test_path_query_and_prefix_strip(self):
+        r, body = self.get("/px/echo/a/b?q=1&r=%20x")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(json.loads(body)["path"], "/echo/a/b?q=1&r=%20x")
+        r, body = self.get("/echo/kept?z=2")
+        self.assertEqual(json.loads(body)["path"], "/echo/kept?z=2")
+        # The gateway's own routes are not shadowed by prefixes.
+        r, body = self.get("/v2/health/live")
+        self.assertEqual(r.status, 200)
+
+    def test_hop_by_hop_dropped_forwarding_headers_added(self):
+        s = connect(self.srv)
+        self.addCleanup(close_quietly, s)
+        s.sendall(request("GET", "/px/echo/h", [
+            ("Host", "front.example:8000"), ("Connection", "keep-alive, X-Secret"),
+            ("X-Secret", "1"), ("Keep-Alive", "timeout=5"), ("TE", "trailers"),
+            ("Proxy-Connection", "keep-alive"), ("Upgrade", "h2c"), ("X-Custom", "yes"),
+            ("X-Forwarded-For", "10.0.0.1"), ("Via", "1.1 edge")], host=None))
+        r = read_response(s)
+        self.assertEqual(r.status, 200)
+        h = r.json()["headers"]
+        for gone in ("x-secret", "keep-alive", "te", "proxy-connection", "upgrade", "connection"):
+            self.assertNotIn(gone, h)
+        self.assertEqual(h["x-custom"], "yes")
+        self.assertEqual(h["host"], "127.0.0.1:%d" % self.fport)
+        self.assertEqual(h["x-forwarded-host"], "front.example:8000")
+        self.assertEqual(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1")
+        self.assertEqual(h["x-forwarded-proto"], "http")
+        self.assertEqual(h["via"], "1.1 edge, 1.1 batchgate")
+        self.assertIn("1.1 batchgate", r.headers.get("Via"))
+
+    def test_response_hop_by_hop_dropped(self):
+        # The upstream's close-delimited answer says "Connection: close"; the
+        # client's connection stays alive and the body arrives whole.
+        c = self.client()
+        for _ in range(2):
+            c.request("GET", "/px/blob/5000?close=1")
+            r = c.getresponse()
+            data = r.read()
+            self.assertEqual(r.status, 200)
+            self.assertEqual(data, blob(5000))
+            self.assertIsNone(r.getheader("Connection"))
+            self.assertEqual(r.getheader("Transfer-Encoding"), "chunked")
+
+    def test_head(self):
+        r, body = self.get("/px/blob/12345", method="HEAD")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(body, b"")
+        self.assertEqual(r.getheader("Content-Length"), "12345")
+
+    # ---- bodies ----
+
+    def test_large_bodies_both_ways(self):
+        data = os.urandom(6 << 20)
+        r, body = self.get("/px/echo/up", method="POST", body=data,
+                           headers={"Content-Type": "application/octet-stream"})
+        self.assertEqual(r.status, 200)
+        got = json.loads(body)
+        self.assertEqual(got["body_len"], len(data))
+        self.assertEqual(got["sha256"], hashlib.sha256(data).hexdigest())
+        self.assertEqual(got["headers"]["content-length"], str(len(data)))
+        r, body = self.get("/px/echo/up?reflect=1", method="POST", body=data)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.getheader("Content-Length"), str(len(data)))
+        self.assertEqual(hashlib.sha256(body).hexdigest(), hashlib.sha256(data).hexdigest())
+        r, body = self.get("/px/blob/%d" % (5 << 20))
+        self.assertEqual(body, blob(5 << 20))
+        self.assertEqual(r.getheader("X-Sha256"), hashlib.sha256(body).hexdigest())
+
+    def test_chunked_both_ways(self):
+        data = os.urandom(3 << 20)
+        pieces = [data[i:i + 100000] for i in range(0, len(data), 100000)]
+        c = self.client()
+        c.request("POST", "/px/echo/c?reflect=1&chunked=1", body=iter(pieces),
+                  encode_chunked=True, headers={"Transfer-Encoding": "chunked"})
+        r = c.getresponse()
+        body = r.read()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.getheader("Transfer-Encoding"), "chunked")
+        self.assertEqual(body, data)
+        c.request("POST", "/px/echo/c", body=iter(pieces), encode_chunked=True,
+                  headers={"Transfer-Encoding": "chunked"})
+        got = json.loads(c.getresponse().read())
+        self.assertEqual(got["body_len"], len(data))
+        self.assertEqual(got["headers"].get("transfer-encoding"), "chunked")
+        r, body = self.get("/px/blob/700000?chunked=1")
+        self.assertEqual(body, blob(700000))
+
+    def test_http10_client_gets_close_delimited_answer(self):
+        s = connect(self.srv)
+        self.addCleanup(close_quietly, s)
+        s.sendall(b"GET /px/blob/3000?chunked=1 HTTP/1.0\r\n\r\n")
+        data = b""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+        self.assertNotIn(b"chunked", head.lower())
+        self.assertEqual(body, blob(3000))
+
+    def test_keep_alive_reuse_upstream(self):
+        before = self.fake_stats()["conns"]
+        c = self.client()
+        for i in range(30):
+            c.request("GET", "/px/echo/ka%d" % i)
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+        opened = self.fake_stats()["conns"] - before
+        # 30 requests, one at a time: the upstream connection is reused (the
+        # stats call itself takes one of the fake's connections).
+        self.assertLessEqual(opened, 3, "30 sequential proxied requests opened %d upstream "
+                                        "connections" % opened)
+
+    # ---- failures ----
+
+    def test_upstream_closes_without_answer(self):
+        t0 = time.monotonic()
+        r, body = self.get("/px/drop")
+        self.assertEqual(r.status, 502)
+        self.assertIn("upstream", json.loads(body)["error"])
+        self.assertLess(time.monotonic() - t0, 3)
+        r, _ = self.get("/px/echo/after")
+        self.assertEqual(r.status, 200)
+
+    def test_upstream_closes_mid_answer_cuts_the_client_off(self):
+        s = connect(self.srv)
+        self.addCleanup(close_quietly, s)
+        s.sendall(request("GET", "/px/drop_mid"))
+        data = b""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        self.assertIn(b"Content-Length: 1048576", head)
+        self.assertLess(len(body), 1 << 20, "a cut-off answer must not look complete")
+        r, _ = self.get("/px/echo/after")
+        self.assertEqual(r.status, 200)
+
+    def test_refused_and_timeout(self):
+        r, body = self.get("/down/x")
+        self.assertEqual(r.status, 502)
+        t0 = time.monotonic()
+        r, body = self.get("/px/slow?ms=4000")
+        took = time.monotonic() - t0
+        self.assertEqual(r.status, 504)
+        self.assertIn("proxy.timeout_ms", json.loads(body)["error"])
+        self.assertLess(took, 3.5)
+
+    def test_client_leaves_mid_download(self):
+        s = connect(self.srv)
+        s.sendall(request("GET", "/px/blob/%d" % (20 << 20)))
+        s.recv(1000)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        s.close()   # reset
+        time.sleep(0.3)
+        r, _ = self.get("/px/echo/after")
+        self.assertEqual(r.status, 200)
+
+    def test_client_leaves_mid_upload(self):
+        s = connect(self.srv)
+        s.sendall(request("POST", "/px/echo/up", [("Content-Length", str(8 << 20))]))
+        s.sendall(b"x" * (1 << 20))
+        s.close()
+        time.sleep(0.3)
+        r, _ = self.get("/px/echo/after")
+        self.assertEqual(r.status, 200)
+
+    def test_body_over_limit_midway(self):
+        # Chunked, so the limit is only found midway through the stream.
+        s = connect(self.srv)
+        self.addCleanup(close_quietly, s)
+        s.sendall(request("POST", "/px/echo/up", [("Transfer-Encoding", "chunked")]))
+        piece = b"%x\r\n%s\r\n" % (1 << 20, b"y" * (1 << 20))
+        try:
+            for _ in range(40):
+                s.sendall(piece)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        r = read_response(s)
+        self.assertEqual(r.status, 413)
+
+    # ---- models and metrics ----
+
+    def test_upstream_model_metadata_comes_from_the_server(self):
+        r, body = self.get("/v2/models/kv2")
+        self.assertEqual(r.status, 200)
+        meta = json.loads(body)
+        self.assertEqual(meta["platform"], "fake")
+        self.assertEqual(meta["name"], "m")   # its name upstream
+        # Inference still goes through the batcher, not the proxy.
+        r, body = self.get("/v2/models/kv2/infer", method="POST", body=json.dumps(
+            {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}))
+        self.assertEqual(r.status, 200, body)
+        self.assertEqual(json.loads(body)["outputs"][0]["data"], [10, 11, 12])
+
+    def test_metrics_per_server(self):
+        self.get("/px/echo/m")
+        self.get("/down/m")
+        r, body = self.get("/metrics")
+        text = body.decode()
+        url = "http://127.0.0.1:%d" % self.fport
+        m = re.search(r'batchgate_upstream_busy_seconds_total\{route="/px/",upstream="%s"\} (\S+)'
+                      % re.escape(url), text)
+        self.assertIsNotNone(m, text[-3000:])
+        self.assertGreater(float(m.group(1)), 0)
+        m = re.search(r'batchgate_upstream_failures_total\{route="/down/",upstream="[^"]+",'
+                      r'reason="connect"\} (\d+)', text)
+        self.assertIsNotNone(m)
+        self.assertGreaterEqual(int(m.group(1)), 1)
+        self.assertRegex(text, r'batchgate_upstream_calls_total\{model="kv2",upstream="%s"\} \d+'
+                         % re.escape(url))
+        self.assertRegex(text, r'batchgate_device_busy_seconds_total\{model="kv2",'
+                               r'device="upstream0"\} \S+')
+
+
+class ProxyConfigTest(unittest.TestCase):
+    def test_bad_proxy_config_exits_2_naming_the_field(self):
+        from harness import BIN
+        import tempfile
+        cases = [
+            ({"routes": [{"prefix": "nope", "urls": ["http://127.0.0.1:1"]}]}, "prefix"),
+            ({"routes": [{"prefix": "/a/", "urls": ["ftp://x"]}]}, "urls[0]"),
+            ({"routes": [{"prefix": "/a/"}]}, "needs both prefix and urls"),
+            ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "bogus": 1}]}, "bogus"),
+            ({"timeout_ms": 0}, "proxy.timeout_ms"),
+        ]
+        for proxy, want in cases:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump({"listen": "127.0.0.1:0", "proxy": proxy}, f)
+            try:
+                p = subprocess.run([BIN, "--config", f.name], capture_output=True, timeout=10)
+            finally:
+                os.unlink(f.name)
+            self.assertEqual(p.returncode, 2, (proxy, p.stderr))
+            self.assertIn(want, p.stderr.decode(), proxy)
+
+
+if __name__ == "__main__":
+    unittest.main()
