@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,13 +66,15 @@ struct httpc_target {
     struct sockaddr_storage addr;
     socklen_t alen;
     pthread_mutex_t mu;
+    /* Read without mu by httpc_pick and httpc_target_usable (atomics);
+     * written under mu. */
+    _Atomic int inflight;
+    _Atomic int64_t down_until;      /* 0: up */
     /* Under mu: */
-    int inflight;
     uint64_t calls;
     uint64_t failures[HTTPC_FAIL_COUNT];
     int fails_in_row;
     bool probed;                     /* active probes decide when a down target returns */
-    int64_t down_until;              /* 0: up */
     int64_t created_ns;
     int64_t busy_ns, busy_since;     /* busy_since: start of the unaccounted busy stretch */
     int64_t slot_sec[UTIL_SLOTS], slot_ns[UTIL_SLOTS];
@@ -146,7 +149,7 @@ static void target_account(struct httpc_target *t, int64_t from, int64_t to)
 static void target_begin(struct httpc_target *t)
 {
     pthread_mutex_lock(&t->mu);
-    if (t->inflight++ == 0)
+    if (atomic_fetch_add_explicit(&t->inflight, 1, memory_order_relaxed) == 0)
         t->busy_since = now_ns();
     t->calls++;
     pthread_mutex_unlock(&t->mu);
@@ -155,7 +158,7 @@ static void target_begin(struct httpc_target *t)
 static void target_end(struct httpc_target *t)
 {
     pthread_mutex_lock(&t->mu);
-    if (--t->inflight == 0)
+    if (atomic_fetch_sub_explicit(&t->inflight, 1, memory_order_relaxed) == 1)
         target_account(t, t->busy_since, now_ns());
     pthread_mutex_unlock(&t->mu);
 }
@@ -163,7 +166,7 @@ static void target_end(struct httpc_target *t)
 bool httpc_target_usable(const struct httpc_target *t, int64_t now)
 {
     /* A racy read is fine: health is advisory and changes rarely. */
-    return __atomic_load_n(&t->down_until, __ATOMIC_RELAXED) <= now;
+    return atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
 }
 
 void httpc_target_probe_result(struct httpc_target *t, bool ok)
@@ -172,9 +175,9 @@ void httpc_target_probe_result(struct httpc_target *t, bool ok)
     t->probed = true;
     if (ok) {
         t->fails_in_row = 0;
-        __atomic_store_n(&t->down_until, 0, __ATOMIC_RELAXED);
+        atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
     } else {
-        __atomic_store_n(&t->down_until, INT64_MAX, __ATOMIC_RELAXED);
+        atomic_store_explicit(&t->down_until, INT64_MAX, memory_order_relaxed);
     }
     pthread_mutex_unlock(&t->mu);
 }
@@ -185,7 +188,7 @@ void httpc_target_succeeded(struct httpc_target *t)
     t->fails_in_row = 0;
     /* A trial call after the timed pause went through: back in. */
     if (!t->probed)
-        __atomic_store_n(&t->down_until, 0, __ATOMIC_RELAXED);
+        atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -194,8 +197,9 @@ void httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
     pthread_mutex_lock(&t->mu);
     t->failures[why]++;
     if (++t->fails_in_row >= TARGET_FAILS_TO_DOWN)
-        __atomic_store_n(&t->down_until, t->probed ? INT64_MAX : now_ns() + TARGET_DOWN_NS,
-                         __ATOMIC_RELAXED);
+        atomic_store_explicit(&t->down_until,
+                              t->probed ? INT64_MAX : now_ns() + TARGET_DOWN_NS,
+                              memory_order_relaxed);
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -206,7 +210,7 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
     for (int i = 0; i < n; i++) {
         if ((tried & (1u << i)) || !httpc_target_usable(ts[i], now))
             continue;
-        int load = __atomic_load_n(&ts[i]->inflight, __ATOMIC_RELAXED);
+        int load = atomic_load_explicit(&ts[i]->inflight, memory_order_relaxed);
         if (best < 0 || load < best_load) {
             best = i;
             best_load = load;
@@ -216,8 +220,8 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
         for (int i = 0; i < n; i++) {
             if (tried & (1u << i))
                 continue;
-            if (best < 0 || __atomic_load_n(&ts[i]->down_until, __ATOMIC_RELAXED) <
-                                __atomic_load_n(&ts[best]->down_until, __ATOMIC_RELAXED))
+            if (best < 0 || atomic_load_explicit(&ts[i]->down_until, memory_order_relaxed) <
+                                atomic_load_explicit(&ts[best]->down_until, memory_order_relaxed))
                 best = i;
         }
     if (best < 0)
@@ -232,11 +236,11 @@ void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *o)
     int64_t now = now_ns();
     memset(o, 0, sizeof *o);
     pthread_mutex_lock(&t->mu);
-    if (t->inflight > 0) {   /* bring the running busy stretch up to now */
+    if (atomic_load_explicit(&t->inflight, memory_order_relaxed) > 0) {   /* bring the running busy stretch up to now */
         target_account(t, t->busy_since, now);
         t->busy_since = now;
     }
-    o->inflight = t->inflight;
+    o->inflight = atomic_load_explicit(&t->inflight, memory_order_relaxed);
     o->calls = t->calls;
     memcpy(o->failures, t->failures, sizeof o->failures);
     o->busy_s = (double)t->busy_ns / 1e9;
@@ -448,19 +452,19 @@ static int on_message_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
-static void settings_init(void)
+static void settings_build(void)
 {
-    if (resp_settings.on_message_complete)
-        return;
-    llhttp_settings_t s;
-    llhttp_settings_init(&s);
-    s.on_header_field = on_header_field;
-    s.on_header_value = on_header_value;
-    s.on_headers_complete = on_headers_complete;
-    s.on_body = on_body;
-    s.on_message_complete = on_message_complete;
-    resp_settings = s;
+    llhttp_settings_init(&resp_settings);
+    resp_settings.on_header_field = on_header_field;
+    resp_settings.on_header_value = on_header_value;
+    resp_settings.on_headers_complete = on_headers_complete;
+    resp_settings.on_body = on_body;
+    resp_settings.on_message_complete = on_message_complete;
 }
+
+/* llhttp keeps a pointer to the settings; pools are made on many threads. */
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+static void settings_init(void) { pthread_once(&settings_once, settings_build); }
 
 /* The answer is complete: back to the pool (or closed), then tell the caller. */
 static void conn_finish(struct httpc_conn *c, bool leftover)
