@@ -270,12 +270,14 @@ struct httpc_conn {
     struct httpc_pool *pool;
     struct httpc_conn *next_idle;
     int fd;
-    struct event *ev;
+    /* Two persistent events: changing what is watched costs one epoll_ctl
+     * at most (never a delete and re-add), and most calls change nothing. */
+    struct event *ev_read, *ev_write;
+    bool reading, writing;
     enum conn_state state;
     bool connecting, paused, no_body, complete, got_bytes;
     bool in_read;                    /* inside llhttp: callbacks must not free c */
     int connect_errno;               /* connect() failed at once; reported from the loop */
-    short events;                    /* what ev waits for now */
     llhttp_t parser;
     int cb_failed;                   /* a callback returned -1 */
     struct buf out;
@@ -290,27 +292,25 @@ struct httpc_conn {
 static llhttp_settings_t resp_settings;
 static void conn_on_event(evutil_socket_t fd, short what, void *arg);
 
-static void conn_watch(struct httpc_conn *c, short events)
-{
-    if (c->events == events)
-        return;
-    event_del(c->ev);
-    c->events = events;
-    if (!events)
-        return;
-    event_assign(c->ev, c->pool->base, c->fd, events | EV_PERSIST, conn_on_event, c);
-    event_add(c->ev, NULL);
-}
-
 /* Reading stops while paused; writing while there is something to write or a connect pends. */
 static void conn_update_events(struct httpc_conn *c)
 {
-    short ev = 0;
-    if (c->state == CONN_IDLE || !c->paused)
-        ev |= EV_READ;
-    if (c->connecting || buf_unread(&c->out) > 0)
-        ev |= EV_WRITE;
-    conn_watch(c, ev);
+    bool r = c->state == CONN_IDLE || !c->paused;
+    bool w = c->connecting || buf_unread(&c->out) > 0;
+    if (r != c->reading) {
+        if (r)
+            event_add(c->ev_read, NULL);
+        else
+            event_del(c->ev_read);
+        c->reading = r;
+    }
+    if (w != c->writing) {
+        if (w)
+            event_add(c->ev_write, NULL);
+        else
+            event_del(c->ev_write);
+        c->writing = w;
+    }
 }
 
 static void conn_close(struct httpc_conn *c)
@@ -324,7 +324,8 @@ static void conn_close(struct httpc_conn *c)
             c->pool->nidle--;
         }
     }
-    event_free(c->ev);
+    event_free(c->ev_read);
+    event_free(c->ev_write);
     close(c->fd);
     buf_free(&c->out);
     buf_free(&c->hbuf);
@@ -638,7 +639,15 @@ static struct httpc_conn *conn_connect(struct httpc_pool *p, struct error *err)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct httpc_conn *c = calloc(1, sizeof *c);
-    if (!c || !(c->ev = event_new(p->base, fd, EV_READ | EV_PERSIST, conn_on_event, c))) {
+    if (c) {
+        c->ev_read = event_new(p->base, fd, EV_READ | EV_PERSIST, conn_on_event, c);
+        c->ev_write = event_new(p->base, fd, EV_WRITE | EV_PERSIST, conn_on_event, c);
+    }
+    if (!c || !c->ev_read || !c->ev_write) {
+        if (c && c->ev_read)
+            event_free(c->ev_read);
+        if (c && c->ev_write)
+            event_free(c->ev_write);
         free(c);
         close(fd);
         error_set(err, BG_ENOMEM, "out of memory");
@@ -676,9 +685,7 @@ struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, v
     if (c->connect_errno) {
         /* Refused at once (loopback): report it from the loop like any other
          * refusal, never from inside the caller. */
-        c->events = EV_WRITE;
-        event_assign(c->ev, p->base, c->fd, EV_WRITE | EV_PERSIST, conn_on_event, c);
-        event_active(c->ev, EV_WRITE, 0);
+        event_active(c->ev_write, EV_WRITE, 0);
         return c;
     }
     conn_update_events(c);
@@ -687,6 +694,18 @@ struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, v
 
 int httpc_send(struct httpc_conn *c, const void *data, size_t len)
 {
+    /* Connected and nothing queued: write now, the common case costs one
+     * send and no event change. Failures are left to the loop (never
+     * reported from inside the caller). */
+    if (!c->connecting && !c->connect_errno && buf_unread(&c->out) == 0) {
+        ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n == (ssize_t)len)
+            return 0;
+        if (n > 0) {
+            data = (const char *)data + n;
+            len -= (size_t)n;
+        }
+    }
     if (buf_append(&c->out, data, len) < 0)
         return -1;
     /* A refusal already queued for reporting keeps its event as it is. */

@@ -73,6 +73,7 @@ struct http_conn {
     int64_t t_accept, t_head_start, t_last_read, t_last_write;
     int64_t timer_deadline;           /* 0: not armed */
     size_t linger_bytes;
+    char peer[48];                    /* the client's address, once asked for */
 };
 
 static void conn_process_input(struct http_conn *c);
@@ -475,6 +476,16 @@ void http_respond_error(struct http_request *r, int status, const char *extra_he
 
 /* ---- streaming answers ---- */
 
+/* Output for the socket: written from the loop, never from inside the
+ * caller (a failed write closes the connection, which the caller could not
+ * survive). A one-shot activation costs no system call; the answer's end
+ * (http_respond_finish) usually writes everything first anyway. */
+static void conn_want_write(struct http_conn *c, const struct buf *dst)
+{
+    if (dst == &c->out && !c->writing)
+        event_active(c->ev_write, EV_WRITE, 0);
+}
+
 int http_respond_begin(struct http_request *r, int status, int64_t content_length, int no_body,
                        const char *headers, size_t headers_len)
 {
@@ -509,8 +520,7 @@ int http_respond_begin(struct http_request *r, int status, int64_t content_lengt
     struct buf *dst = r == c->q_head ? &c->out : &r->resp;
     if (http_response_write(dst, &resp, io_thread_date(c->t)) < 0)
         return -1;
-    if (dst == &c->out)
-        conn_set_writing(c, true);   /* written from the loop, never from inside the caller */
+    conn_want_write(c, dst);
     return 0;
 }
 
@@ -531,8 +541,7 @@ int http_respond_write(struct http_request *r, const void *data, size_t len)
         rc = buf_append(dst, "\r\n", 2);
     if (rc < 0)
         return -1;
-    if (dst == &c->out)
-        conn_set_writing(c, true);
+    conn_want_write(c, dst);
     return 0;
 }
 
@@ -609,15 +618,19 @@ void http_request_pause_body(struct http_request *r, int paused)
 
 void http_request_peer(const struct http_request *r, char *out, size_t cap)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof ss;
-    out[0] = '\0';
-    if (r->conn->fd < 0 || getpeername(r->conn->fd, (struct sockaddr *)&ss, &len) < 0)
-        return;
-    if (ss.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, (socklen_t)cap);
-    else if (ss.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, (socklen_t)cap);
+    struct http_conn *c = r->conn;
+    if (!c->peer[0] && c->fd >= 0) {   /* once per connection */
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        if (getpeername(c->fd, (struct sockaddr *)&ss, &len) == 0) {
+            if (ss.ss_family == AF_INET)
+                inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, c->peer, sizeof c->peer);
+            else if (ss.ss_family == AF_INET6)
+                inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, c->peer,
+                          sizeof c->peer);
+        }
+    }
+    snprintf(out, cap, "%s", c->peer);
 }
 
 struct event_base *http_request_event_base(const struct http_request *r) { return r->conn->t->base; }

@@ -198,6 +198,26 @@ static void call_fail(struct proxy_call *c, int status, const char *msg)
 
 /* ---- the request upstream ---- */
 
+/* The hot path appends pieces, not printf formats: a proxied request copies
+ * every header once each way, and vfprintf was a sixth of the proxy's
+ * user time. */
+static void put(struct buf *b, const char *s, size_t n) { buf_append(b, s, n); }
+#define PUT_LIT(b, lit) put((b), (lit), sizeof(lit) - 1)
+static void puts_(struct buf *b, const char *s) { buf_append(b, s, strlen(s)); }
+static void put_header(struct buf *b, const char *n, size_t nl, const char *v, size_t vl)
+{
+    if (buf_reserve(b, nl + vl + 4) < 0)
+        return;
+    memcpy(b->data + b->len, n, nl);
+    b->len += nl;
+    b->data[b->len++] = ':';
+    b->data[b->len++] = ' ';
+    memcpy(b->data + b->len, v, vl);
+    b->len += vl;
+    b->data[b->len++] = '\r';
+    b->data[b->len++] = '\n';
+}
+
 static bool name_is(const char *n, size_t len, const char *want)
 {
     return strlen(want) == len && strncasecmp(n, want, len) == 0;
@@ -239,9 +259,16 @@ static int build_head(struct proxy_call *c, struct buf *b, const char *path, siz
     const char *host = http_request_header(req, "Host", &hlen);
     /* Host names the service, as nginx's proxy_pass does: the first URL
      * (a retry on another server sends the same bytes). */
-    buf_appendf(b, "%s %.*s%s%.*s HTTP/1.1\r\nHost: %s\r\n", http_request_method_name(req),
-                (int)path_len, path, q ? "?" : "", (int)qlen, q ? q : "",
-                httpc_target_authority(c->targets[0]));
+    puts_(b, http_request_method_name(req));
+    PUT_LIT(b, " ");
+    put(b, path, path_len);
+    if (q) {
+        PUT_LIT(b, "?");
+        put(b, q, qlen);
+    }
+    PUT_LIT(b, " HTTP/1.1\r\nHost: ");
+    puts_(b, httpc_target_authority(c->targets[0]));
+    PUT_LIT(b, "\r\n");
     const char *xff = NULL, *via = NULL;
     size_t xff_len = 0, via_len = 0;
     int n = http_request_header_count(req);
@@ -260,18 +287,26 @@ static int build_head(struct proxy_call *c, struct buf *b, const char *path, siz
             via = val, via_len = vl;
             continue;
         }
-        buf_appendf(b, "%.*s: %.*s\r\n", (int)nl, name, (int)vl, val);
+        put_header(b, name, nl, val, vl);
     }
     char peer[64];
     http_request_peer(req, peer, sizeof peer);
-    if (xff)
-        buf_appendf(b, "X-Forwarded-For: %.*s, %s\r\n", (int)xff_len, xff, peer[0] ? peer : "unknown");
-    else
-        buf_appendf(b, "X-Forwarded-For: %s\r\n", peer[0] ? peer : "unknown");
-    if (host)
-        buf_appendf(b, "X-Forwarded-Host: %.*s\r\n", (int)hlen, host);
-    buf_appendf(b, "X-Forwarded-Proto: http\r\nVia: %.*s%s1.%d batchgate\r\n", (int)via_len,
-                via ? via : "", via ? ", " : "", http_request_minor(req));
+    PUT_LIT(b, "X-Forwarded-For: ");
+    if (xff) {
+        put(b, xff, xff_len);
+        PUT_LIT(b, ", ");
+    }
+    puts_(b, peer[0] ? peer : "unknown");
+    if (host) {
+        PUT_LIT(b, "\r\nX-Forwarded-Host: ");
+        put(b, host, hlen);
+    }
+    PUT_LIT(b, "\r\nX-Forwarded-Proto: http\r\nVia: ");
+    if (via) {
+        put(b, via, via_len);
+        PUT_LIT(b, ", ");
+    }
+    puts_(b, http_request_minor(req) ? "1.1 batchgate\r\n" : "1.0 batchgate\r\n");
     if (http_request_has_body(req)) {
         int64_t len = http_request_content_length(req);
         if (len >= 0) {
@@ -401,10 +436,9 @@ static int call_on_head(void *arg, const struct httpc_head *h)
             name_is(x->name, x->name_len, "Content-Length") ||
             name_is(x->name, x->name_len, "Date") || name_is(x->name, x->name_len, "Server"))
             continue;   /* framing, Date and Server are this hop's */
-        buf_appendf(&hdrs, "%.*s: %.*s\r\n", (int)x->name_len, x->name, (int)x->value_len,
-                    x->value);
+        put_header(&hdrs, x->name, x->name_len, x->value, x->value_len);
     }
-    buf_appendf(&hdrs, "Via: 1.%d batchgate\r\n", h->http_minor);
+    puts_(&hdrs, h->http_minor ? "Via: 1.1 batchgate\r\n" : "Via: 1.0 batchgate\r\n");
     bool no_body = (h->status >= 100 && h->status < 200) || h->status == 204 || h->status == 304;
     int64_t len = h->chunked ? -1 : h->content_length;
     int rc = http_respond_begin(c->req, h->status, no_body && h->status == 204 ? -1 : len,

@@ -1,0 +1,99 @@
+#!/bin/sh
+# proxy_passthrough.sh - batchgate's plain reverse proxy against nginx
+# proxy_pass, in front of the same fast upstream (nginx answering a 2 KiB
+# static body from memory).
+#
+# Both proxies get one worker (nginx: worker_processes 1, keep-alive
+# upstream connections; batchgate: --io-threads 1, a proxy route). The same
+# closed-loop clients (batchgate-load --concurrency CONNS, GET) go through
+# each in turn, ROUNDS times alternating, so drift in a shared machine hits
+# both alike. Prints req/s, p99 and CPU seconds per 1000 requests of each
+# proxy, and the ratio batchgate / nginx (target >= 1.2x).
+#
+#   loadgen/bench/proxy_passthrough.sh        # 10 s per run, 64 clients, 2 rounds
+set -eu
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/loadgen/bench/lib.sh"
+BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
+LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
+DURATION=${DURATION:-10}
+CONNS=${CONNS:-64}
+ROUNDS=${ROUNDS:-2}
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$NGINX" ] || { echo "proxy_passthrough: needs nginx (scripts/install-deps bench)" >&2; exit 1; }
+TMP=$(mktemp -d /tmp/bg-pxb.XXXXXX)
+PIDS=""
+trap 'for p in $PIDS; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+UP=$(free_port)
+NG=$(free_port)
+BODY=$(python3 -c 'print("x" * 2048)')
+mkdir -p "$TMP/up/logs" "$TMP/ng/logs"
+cat > "$TMP/up/nginx.conf" <<NGINX
+worker_processes 1; master_process off; daemon off; pid $TMP/up/nginx.pid; error_log $TMP/up/logs/error.log warn;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$UP; location / { default_type text/plain; return 200 "$BODY"; } } }
+NGINX
+cat > "$TMP/ng/nginx.conf" <<NGINX
+worker_processes 1; master_process off; daemon off; pid $TMP/ng/nginx.pid; error_log $TMP/ng/logs/error.log warn;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000; client_body_temp_path $TMP/ng/body;
+  proxy_temp_path $TMP/ng/proxy;
+  upstream fast { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 1000000; }
+  server { listen 127.0.0.1:$NG;
+    location /p/ { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection "";
+                   proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } } }
+NGINX
+"$NGINX" -p "$TMP/up" -c "$TMP/up/nginx.conf" -e "$TMP/up/logs/error.log" &
+PIDS="$PIDS $!"
+"$NGINX" -p "$TMP/ng" -c "$TMP/ng/nginx.conf" -e "$TMP/ng/logs/error.log" &
+NGPID=$!
+PIDS="$PIDS $NGPID"
+
+mkdir -p "$TMP/models"
+cat > "$TMP/bg.json" <<JSON
+{"listen": "127.0.0.1:0", "model_repository": "$TMP/models", "io_threads": 1,
+ "proxy": {"routes": [{"prefix": "/p/", "urls": ["http://127.0.0.1:$UP"]}]}}
+JSON
+"$BIN" --config "$TMP/bg.json" 2>"$TMP/bg.log" &
+BGPID=$!
+PIDS="$PIDS $BGPID"
+BG=$(bg_wait_port "$TMP/bg.log" proxy_passthrough)
+sleep 0.3
+curl -sf "http://127.0.0.1:$NG/p/x" >/dev/null || { echo "proxy_passthrough: nginx proxy not answering" >&2; exit 1; }
+curl -sf "http://127.0.0.1:$BG/p/x" >/dev/null || { echo "proxy_passthrough: batchgate proxy not answering" >&2; exit 1; }
+
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }   # utime + stime, clock ticks
+echo "machine: $(nproc) cores; upstream: nginx, 2 KiB static answer; batchgate-load --concurrency $CONNS GET, ${DURATION}s x $ROUNDS rounds each" >&2
+run() {   # name port pid -> prints a line, echoes "throughput p99_ms cpu_ms_per_1000"
+    c0=$(cpu "$3")
+    "$LOAD" --url "http://127.0.0.1:$2/p/x" --concurrency "$CONNS" --duration "$DURATION" \
+        --warmup 1 --quiet --json "$TMP/run.json" >/dev/null
+    c1=$(cpu "$3")
+    python3 - "$TMP/run.json" "$1" "$c0" "$c1" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["steps"][0]
+bad = sum(v for k, v in s["codes"].items() if not k.startswith("2")) + s["errors"]
+total = s["throughput"] * s["duration_s"]
+cpu_ms = (float(sys.argv[4]) - float(sys.argv[3])) / float(sys.argv[5]) * 1e3
+per_k = cpu_ms / total * 1000 if total else 0
+print(f'{sys.argv[2]:<22} {s["throughput"]:9.0f} req/s   p50 {s["latency_us"]["p50"]/1e3:6.2f} ms   '
+      f'p99 {s["latency_us"]["p99"]/1e3:6.2f} ms   proxy CPU {per_k:6.1f} ms/1000 req   failed {bad}',
+      file=sys.stderr)
+print(s["throughput"], s["latency_us"]["p99"] / 1e3, per_k)
+PY
+}
+for r in $(seq "$ROUNDS"); do
+    echo "nginx $(run "nginx proxy_pass" "$NG" "$NGPID")" >>"$TMP/results"
+    echo "batchgate $(run "batchgate proxy" "$BG" "$BGPID")" >>"$TMP/results"
+done
+python3 - "$TMP/results" "$ROUNDS" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+mean = lambda who, k: sum(float(r[k]) for r in rows if r[0] == who) / sum(r[0] == who for r in rows)
+t, p, c = (mean("batchgate", k) / mean("nginx", k) for k in (1, 2, 3))
+print(f"ratio batchgate / nginx (mean of {sys.argv[2]} rounds): throughput {t:.2f}x, p99 {p:.2f}x, "
+      f"CPU per request {c:.2f}x (target >= 1.2x throughput)")
+PY
