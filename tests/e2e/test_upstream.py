@@ -108,6 +108,14 @@ class UpstreamTest(RepoServerCase):
             self.assertIn("upstream", r.json()["error"])
             r = self.infer("kv2", [[1, 2, 3, 4]])
             self.assertEqual(r.status, 200, "serving again after %s" % mode)
+        # Each failure is counted by its reason, per server.
+        text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+        url = "http://127.0.0.1:%d" % self.fport
+        for reason in ("status", "reset", "malformed"):
+            m = re.search(r'batchgate_upstream_failures_total\{model="kv2",upstream="%s",'
+                          r'reason="%s"\} (\d+)' % (re.escape(url), reason), text)
+            self.assertIsNotNone(m, reason)
+            self.assertGreaterEqual(int(m.group(1)), 1, reason)
 
     def test_stall_times_out(self):
         self.upstream("POST", "/__fault", json.dumps({"mode": "stall", "count": 1}))
@@ -131,6 +139,78 @@ class UpstreamTest(RepoServerCase):
             r = self.infer("failover", [[i, 0, 0, 0]])
             self.assertEqual(r.status, 200, "request %d: %r" % (i, r))
             self.assertEqual(r.json()["outputs"][0]["data"], [i, i + 1, i + 2])
+
+
+def metric(port, name, labels):
+    text = roundtrip(port, "GET", "/metrics").body.decode()
+    m = re.search(r"batchgate_%s\{%s\} (\S+)" % (name, re.escape(labels)), text)
+    return float(m.group(1)) if m else None
+
+
+class HealthTest(RepoServerCase):
+    """A server that fails its health probe is taken out (calls go to the
+    other one) and probed back in once it passes again."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [start_fake("--base-ms", "1") for _ in range(2)]
+        cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        cfg = upstream_model("probed", cls.urls)
+        cfg["upstream"]["health_interval_ms"] = 100
+        write_model(repo, "probed", cfg)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            for p, _ in cls.fakes:
+                p.kill()
+                p.wait(5)
+
+    def fake(self, i, method, path, body=None):
+        return roundtrip(self.fakes[i][1], method, path,
+                         [("Content-Type", "application/json")] if body else None, body)
+
+    def healthy(self, i):
+        return metric(self.srv.port, "upstream_healthy",
+                      'model="probed",upstream="%s"' % self.urls[i])
+
+    def wait_healthy(self, i, want, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.healthy(i) == want:
+                return
+            time.sleep(0.05)
+        self.fail("upstream %d: healthy never became %d" % (i, want))
+
+    def serve_some(self, n=8):
+        for k in range(n):
+            r = post(self.srv.port, "/v2/models/probed/infer", infer_body([[k, 0, 0, 0]], name="x"))
+            self.assertEqual(r.status, 200, r)
+
+    def test_taken_out_and_probed_back_in(self):
+        self.wait_healthy(0, 1)
+        deadline = time.monotonic() + 5
+        while self.fake(0, "GET", "/__stats").json()["probes"] == 0:
+            self.assertLess(time.monotonic(), deadline, "no health probe reached the server")
+            time.sleep(0.05)
+        self.fake(0, "POST", "/__health", json.dumps({"ok": False}))
+        self.wait_healthy(0, 0)
+        before = [self.fake(i, "GET", "/__stats").json()["calls"] for i in range(2)]
+        self.serve_some()
+        after = [self.fake(i, "GET", "/__stats").json()["calls"] for i in range(2)]
+        self.assertEqual(after[0], before[0], "a server taken out gets no calls")
+        self.assertGreater(after[1], before[1])
+        self.fake(0, "POST", "/__health", json.dumps({"ok": True}))
+        self.wait_healthy(0, 1)
+        self.serve_some()
+        self.assertGreater(self.fake(0, "GET", "/__stats").json()["calls"], after[0],
+                           "probed back in: it takes calls again")
+        busy = metric(self.srv.port, "device_busy_seconds_total",
+                      'model="probed",device="upstream1"')
+        self.assertIsNotNone(busy)
+        self.assertGreater(busy, 0)
 
 
 if __name__ == "__main__":

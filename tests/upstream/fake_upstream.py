@@ -12,7 +12,7 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     POST /v2/models/{m}/infer        KServe v2, any number of rows
     POST /v1/models/{m}:predict      TF-Serving {"instances": [...]}
     GET  /v2/models/{m}              metadata
-    GET  /v2/health/ready            200
+    GET  /v2/health/ready            200, or 503 after POST /__health {"ok": false}
     GET  /__stats                    {"calls": N, "rows": R, "max_rows": M}
     POST /__fault {"mode": M, "count": N}   the next N inference calls fail:
          "reset" (close without answer), "stall" (never answer), "500",
@@ -39,7 +39,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0}
+STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0,
+         "healthy": True, "probes": 0}
 LOCK = threading.Lock()
 ARGS = None
 SLOTS = None
@@ -155,7 +156,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/__stats":
             with LOCK:
-                self.reply(200, {k: STATE[k] for k in ("calls", "rows", "max_rows", "conns")})
+                self.reply(200, {k: STATE[k] for k in ("calls", "rows", "max_rows", "conns",
+                                                       "probes")})
         elif self.path.startswith("/blob/"):
             self.blob()
         elif self.path == "/drop":
@@ -173,7 +175,10 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(int(self.query().get("ms", "1000")) / 1000)
             self.reply(200, {"slow": True})
         elif self.path == "/v2/health/ready":
-            self.reply(200, {"ready": True})
+            with LOCK:
+                STATE["probes"] += 1
+                ok = STATE["healthy"]
+            self.reply(200 if ok else 503, {"ready": ok})
         elif self.path.startswith("/v2/models/"):
             name = self.path.split("/")[3]
             self.reply(200, {"name": name, "versions": ["1"], "platform": "fake",
@@ -207,10 +212,14 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 STATE["fault"], STATE["fault_count"] = f["mode"], f.get("count", 1)
             self.reply(200, {"ok": True})
+        elif self.path == "/__health":
+            with LOCK:
+                STATE["healthy"] = bool(json.loads(self.body())["ok"])
+            self.reply(200, {"ok": True})
         elif self.path == "/__reset":
             self.body()
             with LOCK:
-                STATE.update(calls=0, rows=0, max_rows=0, fault=None, fault_count=0)
+                STATE.update(calls=0, rows=0, max_rows=0, fault=None, fault_count=0, healthy=True)
             self.reply(200, {"ok": True})
         elif self.path.startswith("/v2/models/") and self.path.endswith("/infer"):
             req = json.loads(self.body())
