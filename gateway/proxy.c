@@ -14,7 +14,8 @@
  * it, the client's connection is closed short (a truncated answer must not
  * look complete). A refused connect, or a reset with no answer on a reused
  * keep-alive connection (the server closed it as we sent), is retried on
- * the next server when the whole request is still in hand. */
+ * the next server when the whole request is still in hand (the latter only
+ * for idempotent methods). */
 #include "proxy.h"
 
 #include <stdio.h>
@@ -492,8 +493,12 @@ static void call_on_error(void *arg, enum httpc_fail why, const char *msg)
     /* Nothing reached a server (refused), or a reused connection was closed
      * under us before any answer: the request is whole in `sent`, try the
      * next server. */
+    /* RFC 9110 9.2.2: only an idempotent request may be repeated when the
+     * server might have seen it. */
+    bool idempotent = (http_request_method(c->req) &
+                       (HTTP_M_GET | HTTP_M_HEAD | HTTP_M_OPTIONS | HTTP_M_PUT | HTTP_M_DELETE)) != 0;
     bool again = !c->head_seen && c->retryable &&
-                 (why == HTTPC_FAIL_CONNECT || (why == HTTPC_FAIL_RESET && c->reused));
+                 (why == HTTPC_FAIL_CONNECT || (why == HTTPC_FAIL_RESET && c->reused && idempotent));
     if (again) {
         if (why == HTTPC_FAIL_RESET)
             c->tried &= ~(1u << c->ti);   /* the same server, on a fresh connection */
