@@ -82,9 +82,16 @@ void dense_cpu_free(struct dense_cpu *d);
  * and the activation in the kernel's epilogue and F32 accumulation:
  * rows <= 8 use a matrix-vector kernel (one warp per output, every weight read
  * once, 16-byte loads when rows of W are 16-byte aligned); larger batches a
- * 64x64-tiled kernel that reuses each weight across the batch. Any shape is
- * handled (bounds-checked tiles). In a build without nvcc these fail. */
+ * 64x64-tiled kernel that reuses each weight across the batch, except that
+ * F16 and BF16 weights with rows >= DENSE_CUDA_TC_MIN_ROWS (on sm_80 and
+ * newer) take a tensor-core kernel, which rounds x to the weight's type as
+ * cuBLAS's mixed-precision GEMM does (docs/KERNELS.md). Any shape is handled
+ * (bounds-checked tiles). In a build without nvcc these fail. */
 struct dense_cuda;
+/* The smallest batch that takes the tensor cores: a wmma fragment is 16 rows
+ * deep, so below 16 most of every MMA would multiply padding, and such
+ * batches are memory-bound anyway (the other kernels stream W as fast). */
+#define DENSE_CUDA_TC_MIN_ROWS 16
 int dense_cuda_prepare(const void *w, enum dtype wdt, const void *b, enum dtype bdt,
                        int out_features, int in_features, enum dense_act act,
                        struct dense_cuda **out, char *msg, size_t cap);
@@ -92,5 +99,9 @@ int dense_cuda_run(const struct dense_cuda *d, const float *x_dev, int rows, flo
                    void *stream, char *msg, size_t cap);
 size_t dense_cuda_bytes(const struct dense_cuda *d);
 void dense_cuda_free(struct dense_cuda *d);
+/* The kernel dense_cuda_run picks for a batch of rows: "gemv", "tiled-f32",
+ * "tc-32x32" or "tc-64x64" (tensor cores, block tile), "none" for rows <= 0
+ * (and in a build without nvcc). For tests and benchmarks. */
+const char *dense_cuda_kernel_name(const struct dense_cuda *d, int rows);
 
 #endif

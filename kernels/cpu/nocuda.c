@@ -137,6 +137,12 @@ int dense_cuda_run(const struct dense_cuda *d, const float *x, int rows, float *
 
 size_t dense_cuda_bytes(const struct dense_cuda *d) { (void)d; return 0; }
 void dense_cuda_free(struct dense_cuda *d) { (void)d; }
+const char *dense_cuda_kernel_name(const struct dense_cuda *d, int rows)
+{
+    (void)d;
+    (void)rows;
+    return "none";
+}
 
 int softmax_cuda_rows(const float *x, float *y, int rows, int n, void *stream, char *msg, size_t cap)
 {
