@@ -68,10 +68,19 @@ struct instance {
     float *in, *out;                  /* gather/scatter buffers, max_batch_size rows; an
                                        * instance_load may swap in its own (pinned memory)
                                        * and then frees them in instance_unload */
+    /* The watchdog's view of the batch running now (under model->wd_mu). */
+    struct infer_item *wd_items;      /* NULL: not running a batch */
+    int64_t wd_deadline, wd_started;
+    bool wd_abandoned;                /* the watchdog answered its requests */
     int nwarm;                        /* warmup batches: the first latency samples */
     int warm_rows[2 * (MODEL_MAX_PREFERRED + 2)];
     int64_t warm_ns[2 * (MODEL_MAX_PREFERRED + 2)];
 };
+
+/* Test hooks (POST /debug/fault): the next `count` batches of a model
+ * fail (500), hang for `ms` (past batching.batch_timeout_ms: the watchdog's
+ * case) or run `ms` slower. Off unless debug_endpoints is set. */
+enum model_fault { MODEL_FAULT_NONE, MODEL_FAULT_FAIL, MODEL_FAULT_HANG, MODEL_FAULT_SLOW };
 
 /* Cold start of the last load, by phase, in seconds. */
 struct cold_start {
@@ -113,6 +122,14 @@ struct model {
      * time, failures and health are reported per server. */
     struct httpc_target **targets;
     int ntargets;
+    /* Fault injection (tests): mode, batches left, milliseconds. */
+    _Atomic int fault_mode, fault_count, fault_ms;
+    /* The batch watchdog (batching.batch_timeout_ms): one thread per model. */
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cv;
+    pthread_t wd_thread;
+    bool wd_running, wd_stop;
+    bool wd_stranded;                 /* a worker never came back: keep its memory */
 };
 
 /* Picks the backend ("auto": cuda when built and a device is usable, else
@@ -145,7 +162,9 @@ struct batch_source {
     void *ctx;
 };
 
-/* Starts one worker thread per instance. */
+void model_fault_set(struct model *m, enum model_fault mode, int count, int ms);
+
+/* Starts one worker thread per instance (and the batch watchdog). */
 int model_workers_start(struct model *m, struct batch_source src, struct error *err);
 /* Joins them (the source must be closed first). */
 void model_workers_join(struct model *m);

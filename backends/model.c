@@ -175,7 +175,8 @@ static int parse_batching(json_t *o, struct model_batching *b, const char *path,
     static const char *const keys[] = {"max_batch_size", "preferred_batch_sizes",
                                        "max_queue_delay_us", "latency_budget_ms",
                                        "max_queue_size", "default_priority",
-                                       "priority_aging_ms", "policy", NULL};
+                                       "priority_aging_ms", "policy", "batch_timeout_ms",
+                                       NULL};
     if (!json_is_object(o))
         return error_set(err, BG_ECONFIG, "%s: batching: must be an object", path);
     int rc;
@@ -200,6 +201,8 @@ static int parse_batching(json_t *o, struct model_batching *b, const char *path,
         return rc;
     b->default_priority = (int)x;
     if ((rc = get_int(o, "priority_aging_ms", 0, 3600000, &b->priority_aging_ms, path,
+                      "batching.", err)) ||
+        (rc = get_int(o, "batch_timeout_ms", 0, 3600000, &b->batch_timeout_ms, path,
                       "batching.", err)) ||
         (rc = get_str(o, "policy", b->policy, sizeof b->policy, false, path, "batching.", err)))
         return rc;
@@ -366,6 +369,7 @@ static void config_defaults(struct model_config *c)
     c->batching.max_queue_delay_us = 1000;
     c->batching.latency_budget_ms = 0;
     c->batching.max_queue_size = 4096;
+    c->batching.batch_timeout_ms = 30000;
     c->batching.default_priority = 1;
     c->batching.priority_aging_ms = 1000;
     snprintf(c->batching.policy, sizeof c->batching.policy, "deadline");

@@ -40,8 +40,8 @@ int api_dashboard_register(struct router *r, struct api_state *st, struct error 
 int api_metrics_register(struct router *r, struct api_state *st, struct error *err);
 /* The exposition itself, for tests: appends to out. */
 int api_metrics_render(struct api_state *st, struct buf *out);
-/* GET /debug/delay?ms=N[&id=X], POST /debug/echo: test hooks, off unless
- * the config enables debug_endpoints. */
-int api_debug_register(struct router *r, struct error *err);
+/* GET /debug/delay?ms=N[&id=X], POST /debug/echo, POST /debug/fault: test
+ * hooks, off unless the config enables debug_endpoints. */
+int api_debug_register(struct router *r, struct api_state *st, struct error *err);
 
 #endif

@@ -3,7 +3,8 @@
  * /debug/delay answers after a timer, exercising the deferred-answer path
  * that model inference takes (pipelined answers produced out of order, drain
  * with requests in flight, clients that leave mid-request). /debug/echo
- * returns the decoded body (chunked uploads, 100-continue, body limits). */
+ * returns the decoded body (chunked uploads, 100-continue, body limits).
+ * /debug/fault makes a model's next batches fail, hang or slow down. */
 #include "api.h"
 
 #include <stdio.h>
@@ -11,6 +12,10 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <jansson.h>
+
+#include "backend.h"
+#include "serving.h"
 
 struct delayed {
     struct http_request *req;
@@ -109,11 +114,45 @@ static void debug_echo(struct http_request *req, const struct route_match *m, vo
     http_respond(req, 200, ctype, body, len, NULL);
 }
 
-int api_debug_register(struct router *r, struct error *err)
+/* POST /debug/fault {"model": "m", "mode": "fail"|"hang"|"slow"|"none",
+ * "count": 1, "ms": 0}: the model's next `count` batches fail, hang or slow
+ * down (backend.h: model_fault_set). */
+static void debug_fault(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    (void)m;
+    struct api_state *st = ctx;
+    size_t len;
+    const char *body = http_request_body(req, &len);
+    json_error_t je;
+    json_t *o = json_loadb(body ? body : "", len, 0, &je);
+    const char *name = json_string_value(json_object_get(o, "model"));
+    const char *mode = json_string_value(json_object_get(o, "mode"));
+    json_int_t count = json_integer_value(json_object_get(o, "count"));
+    json_int_t ms = json_integer_value(json_object_get(o, "ms"));
+    static const char *const modes[] = {"none", "fail", "hang", "slow"};
+    int mi = -1;
+    for (int i = 0; mode && i < 4; i++)
+        if (strcmp(mode, modes[i]) == 0)
+            mi = i;
+    struct served_model *sm = name && st->serving ? serving_find(st->serving, name, strlen(name))
+                                                  : NULL;
+    if (!sm || mi < 0 || count < 0 || ms < 0 || ms > 600000) {
+        http_respond_error(req, 400, NULL, "expected {\"model\": a served model, \"mode\": "
+                                           "none|fail|hang|slow, \"count\": N, \"ms\": 0..600000}");
+    } else {
+        model_fault_set(&sm->model, (enum model_fault)mi, json_object_get(o, "count") ? (int)count : 1,
+                        (int)ms);
+        http_respond(req, 200, "application/json", "{\"ok\":true}", 11, NULL);
+    }
+    json_decref(o);
+}
+
+int api_debug_register(struct router *r, struct api_state *st, struct error *err)
 {
     int rc;
     if ((rc = router_add(r, HTTP_M_GET, "/debug/delay", debug_delay, NULL, err)) ||
-        (rc = router_add(r, HTTP_M_POST | HTTP_M_PUT, "/debug/echo", debug_echo, NULL, err)))
+        (rc = router_add(r, HTTP_M_POST | HTTP_M_PUT, "/debug/echo", debug_echo, NULL, err)) ||
+        (rc = router_add(r, HTTP_M_POST, "/debug/fault", debug_fault, st, err)))
         return rc;
     return 0;
 }

@@ -237,8 +237,14 @@ static void conn_release(struct http_conn *c)
 
 /* The socket is done with (reset, timeout, forced close): handlers still
  * holding requests are told, and the struct waits for their answers. */
+static void conn_drop_partial(struct http_conn *c);
+
 uint64_t http_conn_abort(struct http_conn *c)
 {
+    /* A request still being read was never accepted: nobody else holds it
+     * (unless it streams to a handler already), so it goes with the socket. */
+    if (c->parse.cur && !c->parse.cur->streaming)
+        conn_drop_partial(c);
     uint64_t left = (uint64_t)c->outstanding;
     conn_close_socket(c);
     /* Drop what was answered but not written; tell owners of the rest. */

@@ -140,7 +140,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
     if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
         (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)))
         return rc;
-    if (cfg->debug_endpoints && (rc = api_debug_register(r, err)))
+    if (cfg->debug_endpoints && (rc = api_debug_register(r, st, err)))
         return rc;
     if (st->proxy && (rc = proxy_register(st->proxy, r, err)))
         return rc;

@@ -1,0 +1,162 @@
+"""test_faults.py - faults injected into backends (POST /debug/fault) and
+around them: a batch that fails gets 500 for its requests only; a batch that
+hangs past batching.batch_timeout_ms gets 504 while the model's other
+instance keeps serving, and the hung instance serves again once its call
+returns; a slow batch just takes longer; the model file changing or
+disappearing under a loaded model changes nothing; clients leaving at every
+stage of a request. In every case each request gets exactly one answer, the
+server's in-flight gauge returns to zero and its open file descriptors to
+their count before (the ASan run of this suite checks memory at exit)."""
+
+import json
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+import unittest
+
+from harness import (RepoServerCase, close_quietly, connect, read_response, request, roundtrip)
+from test_infer import DIGITS, infer_body, post, synthetic, write_model
+
+
+def fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+class FaultTest(RepoServerCase):
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "syn", synthetic("syn", base_us=2000, per_row_us=50,
+                                           batching={"max_queue_delay_us": 3000}))
+        hangy = synthetic("hangy", base_us=1000, batching={"batch_timeout_ms": 300,
+                                                           "max_queue_delay_us": 0})
+        hangy["instances"] = {"count": 2}
+        write_model(repo, "hangy", hangy)
+        write_model(repo, "other", synthetic("other", base_us=1000))
+        shutil.copytree(DIGITS, os.path.join(repo, "digits"))
+        with open(os.path.join(DIGITS, "heldout.json")) as f:
+            cls.heldout = json.load(f)
+
+    def setUp(self):
+        super().setUp()
+        self.fds_before = fds(self.srv.pid)
+
+    def tearDown(self):
+        # Every request answered: nothing in flight (the metrics request
+        # itself is), and no descriptor left over once the server has seen
+        # the last client go (polled without opening new connections).
+        text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+        inflight = float(re.search(r"^batchgate_inflight_requests (\S+)", text, re.M).group(1))
+        self.assertLessEqual(inflight, 1, "requests left in flight after the test")
+        deadline = time.monotonic() + 5
+        while fds(self.srv.pid) > self.fds_before:
+            if time.monotonic() > deadline:
+                self.fail("%d fds open after the test (before: %d)"
+                          % (fds(self.srv.pid), self.fds_before))
+            time.sleep(0.05)
+        super().tearDown()
+
+    def fault(self, model, mode, count=1, ms=0):
+        r = post(self.srv.port, "/debug/fault",
+                 json.dumps({"model": model, "mode": mode, "count": count, "ms": ms}))
+        self.assertEqual(r.status, 200, r)
+
+    def infer(self, model, row, timeout=10):
+        return post(self.srv.port, "/v2/models/%s/infer" % model, infer_body([row], name="x"),
+                    timeout=timeout)
+
+    def test_failed_batch_gets_500_only_for_its_requests(self):
+        self.fault("syn", "fail")
+        results = {}
+
+        def one(i):
+            r = self.infer("syn", [i, 0, 0, 0])
+            results[i] = (r.status, r.json())
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(24)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        failed = [i for i, (st, _) in results.items() if st == 500]
+        self.assertEqual(len(results), 24)
+        self.assertTrue(1 <= len(failed) <= 8, "one batch (max 8 rows) failed: %r" % failed)
+        for i, (st, body) in results.items():
+            if st == 500:
+                self.assertIn("injected failure", body["error"])
+            else:
+                self.assertEqual(st, 200, body)
+                self.assertEqual(body["outputs"][0]["data"], [i, i + 1, i + 2])
+        self.assertEqual(self.infer("syn", [1, 1, 1, 1]).status, 200)
+
+    def test_hung_batch_gets_504_and_the_instance_comes_back(self):
+        self.fault("hangy", "hang", ms=1500)
+        t0 = time.monotonic()
+        r = self.infer("hangy", [1, 0, 0, 0])
+        took = time.monotonic() - t0
+        self.assertEqual(r.status, 504, r)
+        self.assertIn("batch_timeout_ms", r.json()["error"])
+        self.assertLess(took, 1.2, "answered by the watchdog, not by the hung call")
+        # The other instance serves meanwhile, and other models are untouched.
+        for k in range(5):
+            r = self.infer("hangy", [k, 0, 0, 0])
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(self.infer("other", [k, 0, 0, 0]).status, 200)
+        self.srv.wait_log(r"model hangy: instance \d is back", timeout=5)
+        for k in range(6):
+            self.assertEqual(self.infer("hangy", [k, 0, 0, 0]).status, 200)
+
+    def test_slow_batch_is_just_slow(self):
+        self.fault("syn", "slow", ms=300)
+        t0 = time.monotonic()
+        r = self.infer("syn", [1, 2, 3, 4])
+        self.assertEqual(r.status, 200)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        self.assertEqual(r.json()["outputs"][0]["data"], [10, 11, 12])
+
+    def test_model_file_changes_or_disappears_while_serving(self):
+        path = os.path.join(self.repo, "digits", "model.safetensors")
+        sample = self.heldout["inputs"][0] if isinstance(self.heldout, dict) else None
+        row = sample if sample else [0.0] * 64
+
+        def digits():
+            r = post(self.srv.port, "/v2/models/digits/infer",
+                     infer_body([row], name="input"))
+            self.assertEqual(r.status, 200, r)
+            return r.json()["outputs"][0]["data"]
+
+        before = digits()
+        with open(path, "r+b") as f:   # overwritten in place (a mapped file would change)
+            f.write(b"\0" * 4096)
+            f.truncate(100)
+        self.assertEqual(digits(), before)
+        os.unlink(path)
+        self.assertEqual(digits(), before)
+
+    def test_clients_leave_at_every_stage(self):
+        # Waiting in the queue: a long-delay model, the client closes at once.
+        for stage in ("queued", "computing", "after_answer", "mid_request"):
+            if stage == "computing":
+                self.fault("syn", "slow", ms=300)
+            s = connect(self.srv)
+            body = infer_body([[1, 2, 3, 4]], name="x")
+            raw = request("POST", "/v2/models/syn/infer", [("Content-Type", "application/json")],
+                          body)
+            if stage == "mid_request":
+                s.sendall(raw[:len(raw) - 10])
+            else:
+                s.sendall(raw)
+            if stage == "after_answer":
+                time.sleep(0.3)   # answered; the client leaves without reading it
+            elif stage == "computing":
+                time.sleep(0.1)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+            close_quietly(s)
+        time.sleep(0.5)
+        self.assertEqual(self.infer("syn", [1, 1, 1, 1]).status, 200)
+
+
+if __name__ == "__main__":
+    unittest.main()
