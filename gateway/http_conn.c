@@ -1018,6 +1018,21 @@ static void conn_drain(struct http_conn *c)
     if (c->fd < 0 || c->lingering)
         return;
     if (c->q_len == 0 && !http_parse_mid_request(&c->parse) && buf_unread(&c->out) == 0) {
+        /* Idle. A request that reached the socket since the pending pass
+         * gets its answer (503: the server is draining) instead of a reset:
+         * look once more right before closing, which narrows the race every
+         * keep-alive close has with a crossing request to microseconds. */
+        char probe;
+        if (!c->read_eof && recv(c->fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+            conn_read(c, c->fd);
+            if (c->fd >= 0 && (c->q_len > 0 || http_parse_mid_request(&c->parse) ||
+                               buf_unread(&c->out) > 0)) {
+                conn_flush(c);
+                return;
+            }
+            if (c->fd < 0)
+                return;
+        }
         http_conn_abort(c);   /* idle: nothing to finish */
         return;
     }

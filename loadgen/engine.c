@@ -56,6 +56,8 @@ struct lg_conn {
     int status;
     struct buf out;
     int64_t intended;            /* of the request in flight */
+    int nsent;                   /* requests sent on this connection */
+    bool got_bytes;              /* of the answer in flight */
     bool measured;
 };
 
@@ -228,6 +230,18 @@ static void conn_request_failed(struct lg_conn *k)
     if (k->busy) {
         if (k->measured)
             k->run->r->errors++;
+        /* Written whole to an open connection and never answered. When it
+         * went out on a kept-alive connection and not one byte came back,
+         * the server most likely closed that idle connection as the request
+         * crossed it (the race every HTTP/1.1 keep-alive close has; clients
+         * retry such requests, RFC 9112 9.3.1): counted apart. Anything else
+         * the server may have accepted: lost. */
+        if (k->measured && !k->connecting && buf_unread(&k->out) == 0) {
+            if (k->nsent > 1 && !k->got_bytes)
+                k->run->r->closed_idle++;
+            else
+                k->run->r->lost++;
+        }
         k->busy = false;
         k->run->outstanding--;
     }
@@ -318,6 +332,8 @@ static int conn_send_next(struct lg_conn *k, int64_t intended, bool measured)
         run->outstanding++;
     }
     k->status = 0;
+    k->nsent++;
+    k->got_bytes = false;
     buf_append(&k->out, rq->bytes.data, rq->bytes.len);
     if (conn_flush(k) < 0)
         return -1;
@@ -336,6 +352,7 @@ static void on_conn_event(evutil_socket_t fd, short what, void *arg)
         getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &len);
         if (err) {
             k->run->r->errors++;   /* counted whatever the window: nothing listens */
+            k->run->r->refused++;
             conn_close(k, true);
             return;
         }
@@ -346,6 +363,8 @@ static void on_conn_event(evutil_socket_t fd, short what, void *arg)
             const struct lg_request *rq =
                 &run->c->requests[run->next_req++ % (uint64_t)run->c->nrequests];
             buf_append(&k->out, rq->bytes.data, rq->bytes.len);
+            k->nsent++;
+            k->got_bytes = false;
         }
     }
     if ((what & EV_WRITE) && buf_unread(&k->out) > 0) {
@@ -365,6 +384,7 @@ static void on_conn_event(evutil_socket_t fd, short what, void *arg)
         conn_close(k, true);
         return;
     }
+    k->got_bytes = true;
     size_t off = 0;
     while (off < (size_t)n) {
         llhttp_errno_t e = llhttp_execute(&k->parser, data + off, (size_t)n - off);

@@ -42,6 +42,10 @@ struct lg_result {
     struct hist latency;         /* measured requests: intended send to last byte */
     uint64_t codes[600];
     uint64_t errors;             /* connect failures, resets, malformed responses, timeouts */
+    uint64_t refused;            /* of which: the connection could not be made (not accepted) */
+    uint64_t lost;               /* of which: sent whole, then the connection ended unanswered */
+    uint64_t closed_idle;        /* of which: sent on a kept-alive connection that the server
+                                  * closed as the request crossed it (no byte came back) */
     uint64_t sent;               /* requests sent whose intended time was in the window */
     uint64_t answered;
     uint64_t good;               /* 2xx within budget */

@@ -52,7 +52,10 @@ int report_json(const char *path, const struct report_step *s, int n)
                 fprintf(f, "%s\"%d\": %llu", first ? "" : ", ", c, (unsigned long long)r->codes[c]);
                 first = 0;
             }
-        fprintf(f, "}, \"errors\": %llu, \"late_sends\": %llu", (unsigned long long)r->errors,
+        fprintf(f, "}, \"errors\": %llu, \"refused\": %llu, \"lost\": %llu, "
+                   "\"closed_idle\": %llu, \"late_sends\": %llu",
+                (unsigned long long)r->errors, (unsigned long long)r->refused,
+                (unsigned long long)r->lost, (unsigned long long)r->closed_idle,
                 (unsigned long long)r->late_sends);
         if (s[i].server)
             fprintf(f, ",\n   \"server\": {\"queue_ms\": %.3f, \"compute_ms_per_batch\": %.3f, "
