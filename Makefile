@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS       ?=
 
-.PHONY: all deps build run test asan test-asan tsan test-tsan bench clean
+.PHONY: all deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench clean
 
 all: build
 
@@ -48,6 +48,21 @@ tsan: deps $(TSAN_BUILD)/CMakeCache.txt
 test-tsan: tsan
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# libFuzzer targets (docs/FUZZING.md): clang, ASan+UBSan, FUZZ_SECONDS each
+# (default 30) on a temp copy of tests/fuzz/corpus; fails on any crash.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TARGETS = fuzz_http_conn fuzz_tensor_json fuzz_safetensors fuzz_model_config
+
+fuzz-deps:
+	@scripts/install-deps fuzz
+
+$(FUZZ_BUILD)/CMakeCache.txt: | fuzz-deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBATCHGATE_FUZZ=ON -DBATCHGATE_CUDA=OFF
+
+fuzz: fuzz-deps $(FUZZ_BUILD)/CMakeCache.txt
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+	FUZZ_BUILD=$(FUZZ_BUILD) scripts/fuzz
+
 bench: build
 	@scripts/install-deps bench
 	loadgen/bench/http_baseline.sh
@@ -61,4 +76,4 @@ bench: build
 	./$(BUILD)/bench_kernels_cpu
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

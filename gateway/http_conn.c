@@ -730,10 +730,8 @@ static void conn_dispatch_early(struct http_conn *c)
     r->streaming = true;
     r->accepted = true;
     atomic_fetch_add_explicit(&c->t->inflight, 1, memory_order_relaxed);
-    if (!r->keep_alive) {
-        r->keep_alive = false;
-        c->closing = true;
-    }
+    /* A last request (HTTP/1.0, Connection: close) still has its body to
+     * read: the connection stops parsing after it, at its end (below). */
     router_dispatch(c->t->router, r);
 }
 
@@ -764,6 +762,8 @@ static void conn_process_input(struct http_conn *c)
             if (r->streaming) {
                 r->t_received_ns = c->t_last_read;
                 r->body_done = true;
+                if (!r->keep_alive)
+                    c->closing = true;
                 conn_deliver_body(c, r);
             } else {
                 conn_dispatch(c, r);

@@ -170,6 +170,17 @@ class ProxyTest(RepoServerCase):
         self.assertNotIn(b"chunked", head.lower())
         self.assertEqual(body, blob(3000))
 
+    def test_last_request_body_still_streams(self):
+        # Connection: close and HTTP/1.0: the connection's last request, whose
+        # body must still be read and forwarded (found by fuzz_http_conn).
+        for version, extra in (("HTTP/1.1", [("Connection", "close")]), ("HTTP/1.0", [])):
+            s = connect(self.srv)
+            self.addCleanup(close_quietly, s)
+            s.sendall(request("POST", "/px/echo/last", extra, b"abc" * 1000, version=version))
+            r = read_response(s)
+            self.assertEqual(r.status, 200, version)
+            self.assertEqual(r.json()["body_len"], 3000, version)
+
     def test_keep_alive_reuse_upstream(self):
         before = self.fake_stats()["conns"]
         c = self.client()

@@ -662,6 +662,50 @@ static void test_committed_corpus(void **state)
     assert_int_equal(ok, 4);
 }
 
+/* safetensors_open_mem (the fuzzer's entry point) is the same loader: each
+ * committed file, and each broken case, gives the same result and the same
+ * message from memory as from its path. */
+static void test_open_mem_matches_open(void **state)
+{
+    struct fixture *fx = *state;
+    struct buf b = BUF_INIT;
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0] + 2; i++) {
+        if (i < sizeof bad_cases / sizeof bad_cases[0])
+            make_bad(&b, &bad_cases[i]);
+        else if (i == sizeof bad_cases / sizeof bad_cases[0])
+            make_model(&b);
+        else
+            make_lenient(&b);
+        const char *path = put_file(fx, "mem.safetensors", &b);
+        struct safetensors *a = NULL, *m = NULL;
+        struct error ea = {0}, em = {0};
+        int ra = safetensors_open(path, &a, &ea);
+        int rm = safetensors_open_mem(path, b.data, b.len, &m, &em);
+        assert_int_equal(ra, rm);
+        assert_string_equal(ea.msg, em.msg);
+        if (ra == 0) {
+            assert_int_equal(safetensors_count(a), safetensors_count(m));
+            assert_int_equal(safetensors_file_bytes(m), b.len);
+            for (int k = 0; k < safetensors_count(a); k++) {
+                const struct st_tensor *x = safetensors_at(a, k), *y = safetensors_at(m, k);
+                assert_string_equal(x->name, y->name);
+                assert_int_equal(x->nbytes, y->nbytes);
+                assert_memory_equal(x->data, y->data, x->nbytes);
+            }
+        }
+        safetensors_close(a);
+        safetensors_close(m);
+        unlink(path);
+    }
+    /* Shorter than the length field: refused, with nothing mapped or read. */
+    struct safetensors *st = (void *)1;
+    struct error err = {0};
+    assert_int_equal(safetensors_open_mem("tiny", "\x01\x00", 2, &st, &err), -BG_EINVAL);
+    assert_null(st);
+    assert_mentions(&err, "tiny: file is 2 bytes", NULL);
+    buf_free(&b);
+}
+
 /* ---- corpus writer ----------------------------------------------------- */
 
 static int write_corpus(const char *dir)
@@ -701,6 +745,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_deep_nesting),
         cmocka_unit_test(test_python_reference),
         cmocka_unit_test(test_committed_corpus),
+        cmocka_unit_test(test_open_mem_matches_open),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
