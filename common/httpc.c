@@ -284,7 +284,7 @@ struct httpc_conn {
     struct buf hbuf;                 /* response header names and values, back to back */
     struct { uint32_t no, nl, vo, vl; } hdr[MAX_RESPONSE_HEADERS];
     int nhdrs;
-    bool in_value, too_many_headers;
+    bool in_value, too_many_headers, bad_status;
     const struct httpc_cb *cb;
     void *arg;
 };
@@ -348,7 +348,7 @@ static void conn_reset_parser(struct httpc_conn *c)
     c->complete = c->got_bytes = false;
     c->cb_failed = 0;
     c->nhdrs = 0;
-    c->in_value = c->too_many_headers = false;
+    c->in_value = c->too_many_headers = c->bad_status = false;
     buf_reset(&c->hbuf);
 }
 
@@ -402,19 +402,25 @@ static int on_headers_complete(llhttp_t *p)
 {
     struct httpc_conn *c = p->data;
     int status = llhttp_get_status_code(p);
+    if (status < 100 || status > 599) {
+        c->bad_status = true;   /* not a status HTTP defines: nothing to pass on */
+        return -1;
+    }
     if (status >= 100 && status < 200 && status != 101) {
         /* An interim answer (100 Continue, 103): not ours to pass on; the
          * final one follows. llhttp treats it as a whole message. */
         c->nhdrs = 0;
         c->in_value = false;
         buf_reset(&c->hbuf);
-        return 0;
+        return 1;   /* never a body, whatever it declares (found by fuzz_httpc_response) */
     }
     struct httpc_header h[MAX_RESPONSE_HEADERS];
+    /* Empty names and values can leave the buffer unallocated. */
+    const char *base = c->hbuf.data ? c->hbuf.data : "";
     for (int i = 0; i < c->nhdrs; i++) {
-        h[i].name = c->hbuf.data + c->hdr[i].no;
+        h[i].name = base + c->hdr[i].no;
         h[i].name_len = c->hdr[i].nl;
-        h[i].value = c->hbuf.data + c->hdr[i].vo;
+        h[i].value = base + c->hdr[i].vo;
         h[i].value_len = c->hdr[i].vl;
     }
     struct httpc_head head = {
@@ -547,7 +553,9 @@ static void conn_read(struct httpc_conn *c)
     if (e != HPE_OK) {
         char msg[160];
         snprintf(msg, sizeof msg, "malformed HTTP answer: %s",
-                 c->too_many_headers ? "too many headers" : llhttp_get_error_reason(&c->parser));
+                 c->too_many_headers ? "too many headers"
+                 : c->bad_status     ? "status code outside 100..599"
+                                     : llhttp_get_error_reason(&c->parser));
         conn_fail(c, HTTPC_FAIL_MALFORMED, msg);
     }
 }
@@ -628,16 +636,9 @@ void httpc_pool_free(struct httpc_pool *p)
 
 struct httpc_target *httpc_pool_target(const struct httpc_pool *p) { return p->t; }
 
-static struct httpc_conn *conn_connect(struct httpc_pool *p, struct error *err)
+/* A connection object around fd (closed on failure). */
+static struct httpc_conn *conn_new(struct httpc_pool *p, int fd, struct error *err)
 {
-    struct httpc_target *t = p->t;
-    int fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        error_set(err, BG_EINTERNAL, "socket: %s", strerror(errno));
-        return NULL;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct httpc_conn *c = calloc(1, sizeof *c);
     if (c) {
         c->ev_read = event_new(p->base, fd, EV_READ | EV_PERSIST, conn_on_event, c);
@@ -655,11 +656,30 @@ static struct httpc_conn *conn_connect(struct httpc_pool *p, struct error *err)
     }
     c->pool = p;
     c->fd = fd;
+    return c;
+}
+
+static struct httpc_conn *conn_connect(struct httpc_pool *p, struct error *err)
+{
+    struct httpc_target *t = p->t;
+    int fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        error_set(err, BG_EINTERNAL, "socket: %s", strerror(errno));
+        return NULL;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct httpc_conn *c = conn_new(p, fd, err);
+    if (!c)
+        return NULL;
     c->connecting = true;
     if (connect(fd, (struct sockaddr *)&t->addr, t->alen) < 0 && errno != EINPROGRESS)
         c->connect_errno = errno ? errno : ECONNREFUSED;
     return c;
 }
+
+static struct httpc_conn *call_begin(struct httpc_pool *p, struct httpc_conn *c,
+                                     const struct httpc_cb *cb, void *arg, unsigned flags);
 
 struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, void *arg,
                               unsigned flags, bool *reused, struct error *err)
@@ -674,6 +694,19 @@ struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, v
     }
     if (reused)
         *reused = !c->connecting;
+    return call_begin(p, c, cb, arg, flags);
+}
+
+struct httpc_conn *httpc_adopt(struct httpc_pool *p, int fd, const struct httpc_cb *cb, void *arg,
+                               unsigned flags, struct error *err)
+{
+    struct httpc_conn *c = conn_new(p, fd, err);
+    return c ? call_begin(p, c, cb, arg, flags) : NULL;
+}
+
+static struct httpc_conn *call_begin(struct httpc_pool *p, struct httpc_conn *c,
+                                     const struct httpc_cb *cb, void *arg, unsigned flags)
+{
     c->state = CONN_CALL;
     conn_reset_parser(c);
     c->no_body = (flags & HTTPC_NO_BODY) != 0;

@@ -122,6 +122,10 @@ struct httpc_cb {
  * be made (error in err). */
 struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, void *arg,
                               unsigned flags, bool *reused, struct error *err);
+/* The same on a socket already connected to the pool's server (tests and
+ * the fuzzer drive a call through a socketpair). Takes fd (closed on failure). */
+struct httpc_conn *httpc_adopt(struct httpc_pool *p, int fd, const struct httpc_cb *cb, void *arg,
+                               unsigned flags, struct error *err);
 /* Queues request bytes; they are written as the socket allows. -1: out of memory. */
 int httpc_send(struct httpc_conn *c, const void *data, size_t len);
 /* Bytes queued and not yet written (request body backpressure). */

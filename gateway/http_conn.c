@@ -164,10 +164,20 @@ static bool conn_body_paused(const struct http_conn *c)
     return r && r->streaming && r->body_paused && !r->responded;
 }
 
+/* A streaming request's body is still being read: even on a connection that
+ * will take no further request (`closing`), its body must be, for its
+ * handler's sake (found by fuzz_http_conn). */
+static bool conn_mid_stream(const struct http_conn *c)
+{
+    const struct http_request *r = c->parse.cur;
+    return r && r->streaming && c->parse.phase == HTTP_PHASE_BODY;
+}
+
 static bool conn_can_parse(const struct http_conn *c)
 {
-    return !c->closing && c->fd >= 0 && !c->lingering && c->q_len < CONN_MAX_PIPELINE &&
-           buf_unread(&c->out) < CONN_OUT_HIGH_WATER && !conn_body_paused(c);
+    return (!c->closing || conn_mid_stream(c)) && c->fd >= 0 && !c->lingering &&
+           c->q_len < CONN_MAX_PIPELINE && buf_unread(&c->out) < CONN_OUT_HIGH_WATER &&
+           !conn_body_paused(c);
 }
 
 /* Reading continues while requests can be parsed, and during lingering close. */
@@ -777,7 +787,7 @@ static void conn_process_input(struct http_conn *c)
     }
     c->in_process = false;
     if (c->fd >= 0) {
-        if (c->closing)
+        if (c->closing && !conn_mid_stream(c))
             buf_reset(&c->in);
         else
             buf_compact(&c->in);
@@ -845,12 +855,14 @@ static void conn_read(struct http_conn *c, int fd)
     c->read_eof = true;
     conn_set_reading(c, false);
     if (c->parse.cur && c->parse.cur->streaming && !c->parse.cur->responded) {
-        /* Its handler already forwards it: the cut-off body ends the exchange. */
-        http_conn_abort(c);
-        return;
-    }
-    if (http_parse_mid_request(&c->parse))
+        /* Accepted already (its handler streams it): it is answered like a
+         * malformed body, and the half-closed client can still read that. */
+        conn_fail_request(c, 400, "the client closed its side before the end of the request body");
+        if (c->fd < 0)
+            return;
+    } else if (http_parse_mid_request(&c->parse)) {
         conn_drop_partial(c);
+    }
     if (c->q_len == 0 && buf_unread(&c->out) == 0) {
         http_conn_abort(c);
         return;
