@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS       ?=
 
-.PHONY: all deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench clean
+.PHONY: all deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench reliability clean
 
 all: build
 
@@ -74,6 +74,14 @@ bench: build
 	./$(BUILD)/bench_policy_sim
 	loadgen/bench/policy_http.py
 	./$(BUILD)/bench_kernels_cpu
+	loadgen/bench/upstream_batching.sh
+	loadgen/bench/proxy_passthrough.sh
+
+# The reliability runs of docs/RELIABILITY.md (not part of CI: minutes each).
+reliability: build
+	loadgen/bench/overload_3x.sh
+	loadgen/bench/slowloris.py
+	scripts/soak --minutes $${SOAK_MINUTES:-30}
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

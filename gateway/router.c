@@ -240,45 +240,53 @@ void router_format_allow(int methods, char *out, size_t cap)
     }
 }
 
+/* Where req goes: a route of router_add (or 404/405), else a prefix route. */
+struct lookup {
+    enum router_result res;
+    route_handler_fn fn;
+    void *ctx;
+    struct route_match m;
+    int allowed;
+    const struct prefix_route *pr;   /* set when no route of router_add matched the path */
+};
+
+static void lookup(const struct router *r, const struct http_request *req, struct lookup *l)
+{
+    size_t len;
+    const char *path = http_request_path(req, &len);
+    l->allowed = 0;
+    l->res = router_match(r, http_request_method(req), path, len, &l->fn, &l->ctx, &l->m,
+                          &l->allowed);
+    l->pr = l->res == ROUTER_NOT_FOUND ? prefix_match(r, path, len) : NULL;
+}
+
 int router_streams(const struct router *r, const struct http_request *req)
 {
     if (r->nprefixes == 0)
         return 0;
-    size_t len;
-    const char *path = http_request_path(req, &len);
-    route_handler_fn fn;
-    void *ctx;
-    struct route_match m;
-    int allowed = 0;
-    if (router_match(r, http_request_method(req), path, len, &fn, &ctx, &m, &allowed) !=
-        ROUTER_NOT_FOUND)
-        return 0;
-    return prefix_match(r, path, len) != NULL;
+    struct lookup l;
+    lookup(r, req, &l);
+    return l.pr != NULL;
 }
 
 void router_dispatch(const struct router *r, struct http_request *req)
 {
     size_t len;
     const char *path = http_request_path(req, &len);
-    route_handler_fn fn;
-    void *ctx;
-    struct route_match m;
-    int allowed = 0;
-    enum router_result res = router_match(r, http_request_method(req), path, len, &fn, &ctx, &m,
-                                          &allowed);
-    const struct prefix_route *pr = res == ROUTER_NOT_FOUND ? prefix_match(r, path, len) : NULL;
-    if (pr) {
-        m.nparams = 0;
-        pr->fn(req, &m, pr->ctx);
+    struct lookup l;
+    lookup(r, req, &l);
+    if (l.pr) {
+        l.m.nparams = 0;
+        l.pr->fn(req, &l.m, l.pr->ctx);
         return;
     }
-    switch (res) {
+    switch (l.res) {
     case ROUTER_FOUND:
-        fn(req, &m, ctx);
+        l.fn(req, &l.m, l.ctx);
         return;
     case ROUTER_METHOD_NOT_ALLOWED: {
         char allow[96], hdr[128];
-        router_format_allow(allowed, allow, sizeof allow);
+        router_format_allow(l.allowed, allow, sizeof allow);
         snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
         http_respond_error(req, 405, hdr, "method %s is not allowed on %.*s (allowed: %s)",
                            http_request_method_name(req), (int)(len > 200 ? 200 : len), path,

@@ -41,10 +41,6 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
 SERVER_CPU=""; CLIENT_CPU=""
 if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
     SERVER_CPU="taskset -c 1"; CLIENT_CPU="taskset -c 0"

@@ -22,7 +22,6 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 TMP=$(mktemp -d /tmp/bg-upb.XXXXXX)
 PIDS=""
 trap 'for p in $PIDS; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 python3 "$ROOT/tests/upstream/fake_upstream.py" --base-ms 2 --per-row-ms 0.02 --concurrency 1 >"$TMP/up.log" &
 PIDS="$PIDS $!"
