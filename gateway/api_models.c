@@ -15,10 +15,11 @@
 #include "batcher.h"
 #include "buf.h"
 #include "clock.h"
+#include "httpc.h"
 #include "mailbox.h"
+#include "proxy.h"
 #include "serving.h"
 #include "tensor_json.h"
-#include "proxy.h"
 
 #define MODEL_VERSION "1"
 
@@ -270,6 +271,33 @@ void api_models_append_stats(struct buf *out, struct served_model *sm)
                 modelstats_quantile(&s.compute, 0.99));
     /* The loader owns batcher, ops and instances until it publishes READY. */
     bool ready = atomic_load(&sm->state) == SERVED_READY;
+    if (ready && sm->model.ntargets > 0) {
+        /* An upstream model's devices are the servers behind it (as on
+         * /metrics): their busy time is time with a call in flight. */
+        busy = held = 0;
+        double la = 0, lb = 0, lm = 0;
+        if (sm->batcher)
+            batcher_latency_model(sm->batcher, 0, &la, &lb, &lm);
+        for (int i = 0; i < sm->model.ntargets; i++) {
+            struct httpc_target_stats ts;
+            httpc_target_stats(sm->model.targets[i], &ts);
+            busy += ts.busy_s;
+            held += ts.age_s;
+            buf_appendf(&b, "%s{\"device\":\"upstream%d\",\"url\":", i ? "," : "", i);
+            const char *url = httpc_target_url(sm->model.targets[i]);
+            json_append_string(&b, url, strlen(url));
+            buf_appendf(&b, ",\"busy_seconds\":%.6f,\"idle_seconds\":%.6f,\"utilization_10s\":%.4f,"
+                            "\"inflight\":%d,\"calls\":%llu,\"healthy\":%s,\"failures\":{",
+                        ts.busy_s, ts.age_s > ts.busy_s ? ts.age_s - ts.busy_s : 0, ts.util_10s,
+                        ts.inflight, (unsigned long long)ts.calls, ts.healthy ? "true" : "false");
+            for (int k = 0; k < HTTPC_FAIL_COUNT; k++)
+                buf_appendf(&b, "%s\"%s\":%llu", k ? "," : "", httpc_fail_names[k],
+                            (unsigned long long)ts.failures[k]);
+            buf_appendf(&b, "},\"latency_model\":{\"a_seconds\":%.9f,\"b_seconds_per_row\":%.9f,"
+                            "\"margin_seconds\":%.9f}}", la / 1e9, lb / 1e9, lm / 1e9);
+        }
+        ready = false;   /* the instance rows below are not the devices here */
+    }
     for (int i = 0; i < s.ninstances && s.inst && ready; i++) {
         double la = 0, lb = 0, lm = 0;
         if (sm->batcher)

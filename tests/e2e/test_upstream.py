@@ -207,6 +207,10 @@ class HealthTest(RepoServerCase):
         self.serve_some()
         self.assertGreater(self.fake(0, "GET", "/__stats").json()["calls"], after[0],
                            "probed back in: it takes calls again")
+        stats = roundtrip(self.srv.port, "GET", "/v2/models/probed/stats").json()["model_stats"][0]
+        self.assertEqual([d["url"] for d in stats["instances"]], self.urls)
+        self.assertGreater(stats["instances"][1]["busy_seconds"], 0)
+        self.assertIn("reset", stats["instances"][0]["failures"])
         busy = metric(self.srv.port, "device_busy_seconds_total",
                       'model="probed",device="upstream1"')
         self.assertIsNotNone(busy)
