@@ -181,6 +181,18 @@ class ProxyTest(RepoServerCase):
             self.assertEqual(r.status, 200, version)
             self.assertEqual(r.json()["body_len"], 3000, version)
 
+    def test_pipelined_answers_stay_in_order(self):
+        # The second answer is ready first (the first is slow upstream); it
+        # waits for its turn, and a model route in between keeps its place.
+        s = connect(self.srv)
+        self.addCleanup(close_quietly, s)
+        s.sendall(request("GET", "/px/slow?ms=300") + request("GET", "/v2/health/live") +
+                  request("GET", "/px/echo/second"))
+        r1, r2, r3 = read_response(s), read_response(s), read_response(s)
+        self.assertEqual(r1.json(), {"slow": True})
+        self.assertEqual(r2.status, 200)
+        self.assertEqual(r3.json()["path"], "/echo/second")
+
     def test_keep_alive_reuse_upstream(self):
         before = self.fake_stats()["conns"]
         c = self.client()
