@@ -339,6 +339,21 @@ static int call_connect(struct proxy_call *c)
     return httpc_send(c->uc, c->sent.data, c->sent.len);
 }
 
+/* Bytes of the request upstream; kept in `sent` while a retry may need them
+ * (up to PROXY_HIGH_WATER, then no retry). */
+static int call_put(struct proxy_call *c, const char *data, size_t len)
+{
+    if (httpc_send(c->uc, data, len) < 0)
+        return -1;
+    if (c->retryable) {
+        if (c->sent.len + len > PROXY_HIGH_WATER)
+            c->retryable = false;
+        else if (buf_append(&c->sent, data, len) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* The client's body, piece by piece (or whole, at once). */
 static void on_client_body(struct http_request *req, void *arg, const char *data, size_t len,
                            int end, int status, const char *msg)
@@ -351,26 +366,20 @@ static void on_client_body(struct http_request *req, void *arg, const char *data
     }
     if (!c->uc)
         return;   /* cannot happen: a call without a connection is already over */
-    struct buf piece = {0};
     int rc = 0;
-    if (c->chunked_up && len)
-        rc = buf_appendf(&piece, "%zx\r\n", len);
-    if (rc == 0 && len)
-        rc = buf_append(&piece, data, len);
-    if (rc == 0 && c->chunked_up && len)
-        rc = buf_append(&piece, "\r\n", 2);
-    if (rc == 0 && c->chunked_up && end)
-        rc = buf_append(&piece, "0\r\n\r\n", 5);
-    if (rc == 0 && piece.len)
-        rc = httpc_send(c->uc, piece.data, piece.len);
-    /* A retry resends everything: keep the request while it is small. */
-    if (rc == 0 && c->retryable && piece.len) {
-        if (c->sent.len + piece.len <= PROXY_HIGH_WATER)
-            rc = buf_append(&c->sent, piece.data, piece.len);
-        else
-            c->retryable = false;
+    if (len && c->chunked_up) {
+        char size[24];
+        int n = snprintf(size, sizeof size, "%zx\r\n", len);
+        rc = call_put(c, size, (size_t)n);
+        if (rc == 0)
+            rc = call_put(c, data, len);
+        if (rc == 0)
+            rc = call_put(c, "\r\n", 2);
+    } else if (len) {
+        rc = call_put(c, data, len);
     }
-    buf_free(&piece);
+    if (rc == 0 && end && c->chunked_up)
+        rc = call_put(c, "0\r\n\r\n", 5);
     if (rc < 0) {
         call_fail(c, 503, "out of memory");
         return;
