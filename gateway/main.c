@@ -6,6 +6,7 @@
  * forces, SIGHUP reopens the log, SIGUSR1 means an IO thread exited. */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,6 +52,9 @@ static void usage(FILE *out)
             "Flags override the config file. Exit status: 0 clean stop, 1 runtime failure,\n"
             "2 bad usage or bad configuration.\n");
 }
+
+/* How often the main thread returns free heap memory to the kernel. */
+#define MAIN_TRIM_INTERVAL_S 10
 
 struct cli {
     const char *config_path;
@@ -203,6 +207,11 @@ int main(int argc, char **argv)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         cfg.io_threads = n > 0 ? (int)n : 1;
     }
+    /* glibc makes up to 8 malloc arenas per core, lazily, each time two
+     * threads contend: RSS then steps up for minutes. Two per IO thread is
+     * what the threads that allocate per request need. Set before any
+     * thread exists. */
+    mallopt(M_ARENA_MAX, 2 * cfg.io_threads);
     if (serving_open(cfg.model_repository, cfg.model_repository_set, cfg.io_threads, &serving,
                      &err)) {
         log_error("%s", err.msg);
@@ -241,9 +250,17 @@ int main(int argc, char **argv)
     int sig = 0;
     for (;;) {
         siginfo_t si;
-        sig = sigwaitinfo(&sigs, &si);
-        if (sig < 0)
+        /* Every 10 s without a signal: give the heap's free pages back to
+         * the kernel. Requests allocate and free on several threads' arenas,
+         * and without this RSS creeps up with fragmentation (scripts/soak
+         * saw +5% in 10 minutes with the memory in use flat). */
+        struct timespec tick = {MAIN_TRIM_INTERVAL_S, 0};
+        sig = sigtimedwait(&sigs, &si, &tick);
+        if (sig < 0) {
+            if (errno == EAGAIN)
+                malloc_trim(0);
             continue;
+        }
         if (sig == SIGHUP) {
             int r = log_reopen(log);
             if (r < 0)
