@@ -561,11 +561,10 @@ void proxy_forward(struct proxy *p, struct http_request *req, struct httpc_targe
     }
     http_request_on_abort(req, on_client_abort, c);
     http_request_on_drain(req, on_client_drain, c);
-    /* The answer is awaited once the request is all sent; while a body
-     * streams in, the client's own body timer watches it. */
-    if (!http_request_has_body(req))
-        call_arm(c);
-    /* Last: a request dispatched whole delivers its body right here. */
+    /* The answer is awaited once the request is all sent (on_client_body
+     * arms the timer at the body's end, at once for a request without one);
+     * while a body streams in, the client's own body timer watches it.
+     * Last: a request dispatched whole delivers its body right here. */
     http_request_on_body(req, on_client_body, c);
 }
 
