@@ -7,6 +7,7 @@
  * /debug/fault makes a model's next batches fail, hang or slow down. */
 #include "api.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,9 +148,26 @@ static void debug_fault(struct http_request *req, const struct route_match *m, v
     json_decref(o);
 }
 
+/* GET /debug/memory: the allocator's own view (glibc mallinfo2), so a
+ * soak can tell memory in use from memory the heap merely holds. */
+static void debug_memory(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    (void)m;
+    (void)ctx;
+    struct mallinfo2 mi = mallinfo2();
+    char body[256];
+    int n = snprintf(body, sizeof body,
+                     "{\"heap_in_use_bytes\":%zu,\"heap_free_bytes\":%zu,\"heap_bytes\":%zu,"
+                     "\"mmapped_bytes\":%zu}",
+                     mi.uordblks + mi.hblkhd, mi.fordblks, mi.arena, mi.hblkhd);
+    http_respond(req, 200, "application/json", body, (size_t)n, NULL);
+}
+
 int api_debug_register(struct router *r, struct api_state *st, struct error *err)
 {
     int rc;
+    if ((rc = router_add(r, HTTP_M_GET, "/debug/memory", debug_memory, NULL, err)))
+        return rc;
     if ((rc = router_add(r, HTTP_M_GET, "/debug/delay", debug_delay, NULL, err)) ||
         (rc = router_add(r, HTTP_M_POST | HTTP_M_PUT, "/debug/echo", debug_echo, NULL, err)) ||
         (rc = router_add(r, HTTP_M_POST, "/debug/fault", debug_fault, st, err)))
