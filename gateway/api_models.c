@@ -430,7 +430,9 @@ static int infer_budget(struct http_request *req, const struct model_config *c,
         }
         budget_ns = ms >= 0 ? ms * 1000000 : c->batching.latency_budget_ms * 1000000;
     }
-    it->deadline_ns = budget_ns > 0 ? it->t_arrival_ns + budget_ns : 0;
+    /* From when the request reached this host, not when it was read: time
+     * in the socket while the IO thread was busy is the client's time too. */
+    it->deadline_ns = budget_ns > 0 ? http_request_arrival_ns(req) + budget_ns : 0;
     int64_t prio = call->r.has_priority ? call->r.priority : header_int(req, "X-Priority");
     if (prio == -2 || prio > 1000000) {
         http_respond_error(req, 400, NULL, "X-Priority: must be a whole number (1 is the highest, "

@@ -110,6 +110,10 @@ void http_request_peer(const struct http_request *req, char *out, size_t cap);
 
 /* When the request's last byte was read (now_ns clock). */
 int64_t http_request_received_ns(const struct http_request *req);
+/* When its first byte reached this host: the kernel's receive timestamp of
+ * that data (now_ns clock; the read's own time where the kernel gives none).
+ * Latency budgets count from here. */
+int64_t http_request_arrival_ns(const struct http_request *req);
 /* Index of the request's IO thread (0..io_threads-1): the shard to record into. */
 int http_request_thread(const struct http_request *req);
 

@@ -26,6 +26,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -71,6 +72,7 @@ struct http_conn {
     int holds;                        /* callbacks on the stack: defer the free */
     uint64_t nrequests;               /* requests begun on this connection */
     int64_t t_accept, t_head_start, t_last_read, t_last_write;
+    int64_t t_last_rx;                /* the kernel's receive time of the last read's data */
     int64_t timer_deadline;           /* 0: not armed */
     size_t linger_bytes;
     char peer[48];                    /* the client's address, once asked for */
@@ -104,6 +106,7 @@ static struct http_request *conn_alloc_request(void *arg)
     c->q_tail = r;
     c->q_len++;
     c->outstanding++;
+    r->t_arrival_ns = c->t_last_rx ? c->t_last_rx : now_ns();
     /* The first request's headers are due header_timeout_ms after accept;
      * later ones, after the read that brought their first byte. */
     c->t_head_start = c->nrequests++ == 0 ? c->t_accept : c->t_last_read;
@@ -652,6 +655,7 @@ void http_request_peer(const struct http_request *r, char *out, size_t cap)
 struct event_base *http_request_event_base(const struct http_request *r) { return r->conn->t->base; }
 struct mailbox *http_request_mailbox(const struct http_request *r) { return r->conn->t->mailbox; }
 int64_t http_request_received_ns(const struct http_request *r) { return r->t_received_ns; }
+int64_t http_request_arrival_ns(const struct http_request *r) { return r->t_arrival_ns; }
 int http_request_thread(const struct http_request *r) { return r->conn->t->index; }
 
 /* ---- input ---- */
@@ -837,10 +841,32 @@ static void conn_read(struct http_conn *c, int fd)
         http_conn_abort(c);
         return;
     }
-    ssize_t n = read(fd, c->in.data + c->in.len, c->in.cap - c->in.len);
+    /* recvmsg for the kernel's receive timestamp of the oldest data read:
+     * a request's budget counts from when it reached this host, so time it
+     * spent queued in the socket while the thread was busy counts too. */
+    struct iovec iov = {c->in.data + c->in.len, c->in.cap - c->in.len};
+    union {
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(fd, &msg, 0);
     if (n > 0) {
         c->in.len += (size_t)n;
         c->t_last_read = now_ns();
+        c->t_last_rx = c->t_last_read;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
+            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+                struct timespec ts, real;
+                memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+                clock_gettime(CLOCK_REALTIME, &real);
+                int64_t ago = ((int64_t)real.tv_sec - ts.tv_sec) * 1000000000 +
+                              (real.tv_nsec - ts.tv_nsec);
+                /* A wall clock step makes nonsense: then the read's own time. */
+                if (ago > 0 && ago < 10 * (int64_t)1000000000)
+                    c->t_last_rx = c->t_last_read - ago;
+            }
         conn_process_input(c);
         return;
     }
@@ -1001,6 +1027,8 @@ struct http_conn *http_conn_new(struct io_thread *t, int fd)
     http_parse_init(&c->parse, t->limits->max_header_bytes, t->limits->max_body_bytes,
                     conn_alloc_request, c);
     c->t_accept = now_ns();
+    int one = 1;   /* receive timestamps (conn_read): best effort */
+    setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
     c->next = t->conns;
     if (t->conns)
         t->conns->prev = c;

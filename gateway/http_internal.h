@@ -42,6 +42,7 @@ struct http_request {
     struct buf body;
     struct buf resp;               /* a response produced before its turn to be written */
     int64_t t_received_ns;         /* last byte of the request read */
+    int64_t t_arrival_ns;          /* its first byte reached this host (kernel timestamp) */
     void (*abort_fn)(struct http_request *, void *);
     void *abort_arg;
     /* Streaming (http.h): dispatched at its headers, body handed over as read. */
