@@ -430,6 +430,12 @@ static void on_client_abort(struct http_request *req, void *arg)
 static int call_on_head(void *arg, const struct httpc_head *h)
 {
     struct proxy_call *c = arg;
+    if (h->status == 101) {
+        /* Upgrade is never sent upstream (hop-by-hop): a switch is bogus. */
+        httpc_target_failed(c->targets[c->ti], HTTPC_FAIL_MALFORMED);
+        call_fail(c, 502, "the server switched protocols, which the proxy does not pass on");
+        return -1;
+    }
     c->head_seen = true;
     c->status = h->status;
     buf_reset(&c->sent);

@@ -238,6 +238,13 @@ class ProxyTest(RepoServerCase):
         r, _ = self.get("/px/echo/after")
         self.assertEqual(r.status, 200)
 
+    def test_unasked_protocol_switch_is_502(self):
+        r, body = self.get("/px/switch")
+        self.assertEqual(r.status, 502)
+        self.assertIn("switched protocols", json.loads(body)["error"])
+        r, _ = self.get("/px/echo/after")
+        self.assertEqual(r.status, 200)
+
     def test_refused_and_timeout(self):
         r, body = self.get("/down/x")
         self.assertEqual(r.status, 502)

@@ -24,6 +24,7 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     GET  /blob/N[?chunked=1|close=1] N deterministic bytes, with Content-Length, chunked, or
                                      delimited by closing the connection; X-Sha256 header
     GET  /drop                       closes the connection without an answer
+    GET  /switch                     answers 101 Switching Protocols (never asked for)
     GET  /drop_mid                   sends a head announcing 1 MB, half of it, then closes
     GET  /slow?ms=N                  answers after N ms
 
@@ -160,6 +161,10 @@ class Handler(BaseHTTPRequestHandler):
                                                        "probes")})
         elif self.path.startswith("/blob/"):
             self.blob()
+        elif self.path == "/switch":   # 101 to a request that asked for no upgrade
+            self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n"
+                             b"Connection: Upgrade\r\n\r\n")
+            self.close_connection = True
         elif self.path == "/drop":
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
