@@ -21,3 +21,12 @@ bg_wait_port() {
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
+
+# bg_workdir NAME: makes the run's scratch folder ($WORK) and the exit trap
+# that stops every process listed in $PIDS (append with PIDS="$PIDS $!")
+# and removes the folder.
+bg_workdir() {
+    WORK=$(mktemp -d "/tmp/bg-$1.XXXXXX")
+    PIDS=""
+    trap 'for p in $PIDS; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT INT TERM
+}

@@ -17,11 +17,9 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 DURATION=${DURATION:-60}
-TMP=$(mktemp -d /tmp/bg-ov3.XXXXXX)
-BG_PID=""
-trap '[ -n "$BG_PID" ] && kill $BG_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
-mkdir -p "$TMP/models/syn"
-cat > "$TMP/models/syn/config.json" <<JSON
+bg_workdir ov3
+mkdir -p "$WORK/models/syn"
+cat > "$WORK/models/syn/config.json" <<JSON
 {"backend": "synthetic",
  "inputs": [{"name": "x", "datatype": "FP32", "shape": [4]}],
  "outputs": [{"name": "y", "datatype": "FP32", "shape": [3]}],
@@ -29,19 +27,20 @@ cat > "$TMP/models/syn/config.json" <<JSON
               "latency_budget_ms": 100},
  "synthetic": {"base_us": 10000, "per_row_us": 100}}
 JSON
-"$BIN" --models "$TMP/models" --listen 127.0.0.1:0 --io-threads 2 2>"$TMP/bg.log" &
+"$BIN" --models "$WORK/models" --listen 127.0.0.1:0 --io-threads 2 2>"$WORK/bg.log" &
 BG_PID=$!
-PORT=$(bg_wait_port "$TMP/bg.log" overload_3x)
+PIDS="$PIDS $BG_PID"
+PORT=$(bg_wait_port "$WORK/bg.log" overload_3x)
 CAP=1379
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$BG_PID/status"; }
 echo "machine: $(nproc) cores; synthetic model 10 ms + 0.1 ms/row, max batch 16, capacity $CAP rows/s; queue limit 512; budget 100 ms"
 echo "RSS before: $(rss) KiB"
-( while kill -0 "$BG_PID" 2>/dev/null; do rss >>"$TMP/rss.txt" 2>/dev/null || true; sleep 1; done ) &
+( while kill -0 "$BG_PID" 2>/dev/null; do rss >>"$WORK/rss.txt" 2>/dev/null || true; sleep 1; done ) &
 SAMPLER=$!
 "$LOAD" --url "http://127.0.0.1:$PORT" --model syn --rate "$((CAP * 3)),$((CAP / 2))" \
-    --duration "$DURATION" --warmup 1 --budget-ms 100 --quiet --json "$TMP/steps.json" >/dev/null
+    --duration "$DURATION" --warmup 1 --budget-ms 100 --quiet --json "$WORK/steps.json" >/dev/null
 kill "$SAMPLER" 2>/dev/null || true
-python3 - "$TMP/steps.json" "$TMP/rss.txt" "$DURATION" <<'PY'
+python3 - "$WORK/steps.json" "$WORK/rss.txt" "$DURATION" <<'PY'
 import json, sys
 steps = json.load(open(sys.argv[1]))["steps"]
 rss = [int(l) for l in open(sys.argv[2]) if l.strip()]
@@ -52,7 +51,7 @@ for name, s in zip(("3x capacity (%s s)" % sys.argv[3], "then 0.5x (10 s)"), ste
           f'goodput (200 within 100 ms) {s["goodput"]:6.0f}/s  429 {c.get(429, 0)}  504 {c.get(504, 0)}  '
           f'other {sum(v for k, v in c.items() if k not in (200, 429, 504))}  errors {s["errors"]}  '
           f'p99 (all answers) {s["latency_us"]["p99"]/1e3:.1f} ms  late sends {s.get("late_sends", 0)}')
-    late = ok - s["goodput"] * s["duration_s"]
+    late = max(0, round(ok - s["goodput"] * s["duration_s"]))
     print(f'  accepted (200) answers later than the budget: {late:.0f} of {ok}')
 print(f'RSS over the run: min {min(rss)} KiB, max {max(rss)} KiB, last {rss[-1]} KiB ({len(rss)} samples)')
 PY

@@ -21,45 +21,43 @@ CONNS=${CONNS:-64}
 ROUNDS=${ROUNDS:-2}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$NGINX" ] || { echo "proxy_passthrough: needs nginx (scripts/install-deps bench)" >&2; exit 1; }
-TMP=$(mktemp -d /tmp/bg-pxb.XXXXXX)
-PIDS=""
-trap 'for p in $PIDS; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
+bg_workdir pxb
 
 UP=$(free_port)
 NG=$(free_port)
 BODY=$(python3 -c 'print("x" * 2048)')
-mkdir -p "$TMP/up/logs" "$TMP/ng/logs"
-cat > "$TMP/up/nginx.conf" <<NGINX
-worker_processes 1; master_process off; daemon off; pid $TMP/up/nginx.pid; error_log $TMP/up/logs/error.log warn;
+mkdir -p "$WORK/up/logs" "$WORK/ng/logs"
+cat > "$WORK/up/nginx.conf" <<NGINX
+worker_processes 1; master_process off; daemon off; pid $WORK/up/nginx.pid; error_log $WORK/up/logs/error.log warn;
 events { worker_connections 4096; }
 http { access_log off; keepalive_requests 1000000;
   server { listen 127.0.0.1:$UP; location / { default_type text/plain; return 200 "$BODY"; } } }
 NGINX
-cat > "$TMP/ng/nginx.conf" <<NGINX
-worker_processes 1; master_process off; daemon off; pid $TMP/ng/nginx.pid; error_log $TMP/ng/logs/error.log warn;
+cat > "$WORK/ng/nginx.conf" <<NGINX
+worker_processes 1; master_process off; daemon off; pid $WORK/ng/nginx.pid; error_log $WORK/ng/logs/error.log warn;
 events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000; client_body_temp_path $TMP/ng/body;
-  proxy_temp_path $TMP/ng/proxy;
+http { access_log off; keepalive_requests 1000000; client_body_temp_path $WORK/ng/body;
+  proxy_temp_path $WORK/ng/proxy;
   upstream fast { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 1000000; }
   server { listen 127.0.0.1:$NG;
     location /p/ { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection "";
                    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; } } }
 NGINX
-"$NGINX" -p "$TMP/up" -c "$TMP/up/nginx.conf" -e "$TMP/up/logs/error.log" &
+"$NGINX" -p "$WORK/up" -c "$WORK/up/nginx.conf" -e "$WORK/up/logs/error.log" &
 PIDS="$PIDS $!"
-"$NGINX" -p "$TMP/ng" -c "$TMP/ng/nginx.conf" -e "$TMP/ng/logs/error.log" &
+"$NGINX" -p "$WORK/ng" -c "$WORK/ng/nginx.conf" -e "$WORK/ng/logs/error.log" &
 NGPID=$!
 PIDS="$PIDS $NGPID"
 
-mkdir -p "$TMP/models"
-cat > "$TMP/bg.json" <<JSON
-{"listen": "127.0.0.1:0", "model_repository": "$TMP/models", "io_threads": 1,
+mkdir -p "$WORK/models"
+cat > "$WORK/bg.json" <<JSON
+{"listen": "127.0.0.1:0", "model_repository": "$WORK/models", "io_threads": 1,
  "proxy": {"routes": [{"prefix": "/p/", "urls": ["http://127.0.0.1:$UP"]}]}}
 JSON
-"$BIN" --config "$TMP/bg.json" 2>"$TMP/bg.log" &
+"$BIN" --config "$WORK/bg.json" 2>"$WORK/bg.log" &
 BGPID=$!
 PIDS="$PIDS $BGPID"
-BG=$(bg_wait_port "$TMP/bg.log" proxy_passthrough)
+BG=$(bg_wait_port "$WORK/bg.log" proxy_passthrough)
 sleep 0.3
 curl -sf "http://127.0.0.1:$NG/p/x" >/dev/null || { echo "proxy_passthrough: nginx proxy not answering" >&2; exit 1; }
 curl -sf "http://127.0.0.1:$BG/p/x" >/dev/null || { echo "proxy_passthrough: batchgate proxy not answering" >&2; exit 1; }
@@ -69,9 +67,9 @@ echo "machine: $(nproc) cores; upstream: nginx, 2 KiB static answer; batchgate-l
 run() {   # name port pid -> prints a line, echoes "throughput p99_ms cpu_ms_per_1000"
     c0=$(cpu "$3")
     "$LOAD" --url "http://127.0.0.1:$2/p/x" --concurrency "$CONNS" --duration "$DURATION" \
-        --warmup 1 --quiet --json "$TMP/run.json" >/dev/null
+        --warmup 1 --quiet --json "$WORK/run.json" >/dev/null
     c1=$(cpu "$3")
-    python3 - "$TMP/run.json" "$1" "$c0" "$c1" "$(getconf CLK_TCK)" <<'PY'
+    python3 - "$WORK/run.json" "$1" "$c0" "$c1" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["steps"][0]
 bad = sum(v for k, v in s["codes"].items() if not k.startswith("2")) + s["errors"]
@@ -85,10 +83,10 @@ print(s["throughput"], s["latency_us"]["p99"] / 1e3, per_k)
 PY
 }
 for r in $(seq "$ROUNDS"); do
-    echo "nginx $(run "nginx proxy_pass" "$NG" "$NGPID")" >>"$TMP/results"
-    echo "batchgate $(run "batchgate proxy" "$BG" "$BGPID")" >>"$TMP/results"
+    echo "nginx $(run "nginx proxy_pass" "$NG" "$NGPID")" >>"$WORK/results"
+    echo "batchgate $(run "batchgate proxy" "$BG" "$BGPID")" >>"$WORK/results"
 done
-python3 - "$TMP/results" "$ROUNDS" <<'PY'
+python3 - "$WORK/results" "$ROUNDS" <<'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1])]
 mean = lambda who, k: sum(float(r[k]) for r in rows if r[0] == who) / sum(r[0] == who for r in rows)

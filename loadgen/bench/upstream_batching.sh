@@ -19,46 +19,44 @@ DURATION=${DURATION:-10}
 CONNS=${CONNS:-64}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$NGINX" ] || { echo "upstream_batching: needs nginx (scripts/install-deps bench)" >&2; exit 1; }
-TMP=$(mktemp -d /tmp/bg-upb.XXXXXX)
-PIDS=""
-trap 'for p in $PIDS; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
+bg_workdir upb
 
-python3 "$ROOT/tests/upstream/fake_upstream.py" --base-ms 2 --per-row-ms 0.02 --concurrency 1 >"$TMP/up.log" &
+python3 "$ROOT/tests/upstream/fake_upstream.py" --base-ms 2 --per-row-ms 0.02 --concurrency 1 >"$WORK/up.log" &
 PIDS="$PIDS $!"
-for _ in $(seq 50); do grep -q listening "$TMP/up.log" && break; sleep 0.1; done
-UP=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$TMP/up.log")
+for _ in $(seq 50); do grep -q listening "$WORK/up.log" && break; sleep 0.1; done
+UP=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$WORK/up.log")
 
 NG=$(free_port)
-mkdir -p "$TMP/logs"
-cat > "$TMP/nginx.conf" <<NGINX
-worker_processes 1; daemon off; pid $TMP/nginx.pid; error_log $TMP/logs/error.log warn;
+mkdir -p "$WORK/logs"
+cat > "$WORK/nginx.conf" <<NGINX
+worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/logs/error.log warn;
 events { worker_connections 4096; }
-http { access_log off; client_body_temp_path $TMP/body; proxy_temp_path $TMP/proxy;
+http { access_log off; client_body_temp_path $WORK/body; proxy_temp_path $WORK/proxy;
   upstream model { server 127.0.0.1:$UP; keepalive 64; }
   server { listen 127.0.0.1:$NG;
     location / { proxy_pass http://model; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 NGINX
-"$NGINX" -p "$TMP" -c "$TMP/nginx.conf" -e "$TMP/logs/error.log" &
+"$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/logs/error.log" &
 PIDS="$PIDS $!"
 
-mkdir -p "$TMP/models/m"
-cat > "$TMP/models/m/config.json" <<JSON
+mkdir -p "$WORK/models/m"
+cat > "$WORK/models/m/config.json" <<JSON
 {"backend": "upstream",
  "inputs": [{"name": "x", "datatype": "FP32", "shape": [4]}],
  "outputs": [{"name": "y", "datatype": "FP32", "shape": [3]}],
  "batching": {"max_batch_size": 32, "max_queue_delay_us": 2000},
  "upstream": {"urls": ["http://127.0.0.1:$UP"], "model": "m", "max_inflight": 2, "timeout_ms": 10000}}
 JSON
-"$BIN" --models "$TMP/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
+"$BIN" --models "$WORK/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/bg.log" &
 PIDS="$PIDS $!"
-BG=$(bg_wait_port "$TMP/bg.log" upstream_batching)
+BG=$(bg_wait_port "$WORK/bg.log" upstream_batching)
 sleep 0.3
 
 echo "machine: $(nproc) cores; upstream 2 ms + 20 us/row, 1 call at a time; batchgate-load --concurrency $CONNS, ${DURATION}s"
 run() {   # name port -> prints a line, echoes "throughput p99_ms"
     "$LOAD" --url "http://127.0.0.1:$2" --model m --concurrency "$CONNS" --duration "$DURATION" \
-        --warmup 1 --quiet --json "$TMP/$1.json" >/dev/null
-    python3 - "$TMP/$1.json" "$1" <<'PY'
+        --warmup 1 --quiet --json "$WORK/$1.json" >/dev/null
+    python3 - "$WORK/$1.json" "$1" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["steps"][0]
 bad = sum(v for k, v in s["codes"].items() if not k.startswith("2")) + s["errors"]
