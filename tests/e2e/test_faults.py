@@ -108,6 +108,14 @@ class FaultTest(RepoServerCase):
         for k in range(6):
             self.assertEqual(self.infer("hangy", [k, 0, 0, 0]).status, 200)
 
+    def test_bad_fault_requests_are_400(self):
+        for body in ('{"model": "nope", "mode": "fail"}', '{"model": "syn", "mode": "explode"}',
+                     '{"model": "syn", "mode": "hang", "ms": -1}', "not json"):
+            r = post(self.srv.port, "/debug/fault", body)
+            self.assertEqual(r.status, 400, body)
+            self.assertIn("mode", r.json()["error"])
+        self.assertEqual(self.infer("syn", [1, 1, 1, 1]).status, 200)
+
     def test_slow_batch_is_just_slow(self):
         self.fault("syn", "slow", ms=300)
         t0 = time.monotonic()

@@ -18,8 +18,8 @@ import sys
 import time
 import unittest
 
-from harness import RepoServerCase, close_quietly, connect, read_response, request, roundtrip
-from test_upstream import free_port, start_fake, upstream_model
+from harness import close_quietly, connect, read_response, request, roundtrip
+from test_upstream import FakeUpstreamCase, free_port, upstream_model
 from test_infer import write_model
 
 
@@ -27,10 +27,10 @@ def blob(n):
     return bytes(i % 251 for i in range(n))
 
 
-class ProxyTest(RepoServerCase):
+class ProxyTest(FakeUpstreamCase):
     @classmethod
     def populate(cls, repo):
-        cls.fake, cls.fport = start_fake("--base-ms", "1")
+        cls.fake, cls.fport = cls.fake_server("--base-ms", "1")
         url = "http://127.0.0.1:%d" % cls.fport
         cls.config = {
             "limits": {"max_body_bytes": 32 << 20, "header_timeout_ms": 3000},
@@ -41,14 +41,6 @@ class ProxyTest(RepoServerCase):
             ], "timeout_ms": 1500},
         }
         write_model(repo, "kv2", upstream_model("kv2", [url]))
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.fake.kill()
-            cls.fake.wait(5)
 
     def client(self, timeout=10):
         c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=timeout)

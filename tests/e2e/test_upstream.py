@@ -38,6 +38,28 @@ def free_port():
     return port   # nothing listens there: connects are refused
 
 
+class FakeUpstreamCase(RepoServerCase):
+    """A RepoServerCase whose fake upstream servers (cls.fake_server) stop
+    after the gateway does."""
+
+    @classmethod
+    def fake_server(cls, *args):
+        if "_fake_procs" not in cls.__dict__:
+            cls._fake_procs = []
+        p, port = start_fake(*args)
+        cls._fake_procs.append(p)
+        return p, port
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            for p in cls.__dict__.get("_fake_procs", []):
+                p.kill()
+                p.wait(5)
+
+
 def upstream_model(name, urls, protocol="kserve_v2", timeout_ms=2000, max_batch=8):
     return {"name": name, "backend": "upstream",
             "inputs": [{"name": "x", "datatype": "FP32", "shape": [4]}],
@@ -47,10 +69,10 @@ def upstream_model(name, urls, protocol="kserve_v2", timeout_ms=2000, max_batch=
                          "timeout_ms": timeout_ms}}
 
 
-class UpstreamTest(RepoServerCase):
+class UpstreamTest(FakeUpstreamCase):
     @classmethod
     def populate(cls, repo):
-        cls.fake, cls.fport = start_fake("--base-ms", "10", "--concurrency", "2")
+        cls.fake, cls.fport = cls.fake_server("--base-ms", "10", "--concurrency", "2")
         url = "http://127.0.0.1:%d" % cls.fport
         write_model(repo, "kv2", upstream_model("kv2", [url]))
         write_model(repo, "tfs", upstream_model("tfs", [url], protocol="tfserving"))
@@ -58,14 +80,6 @@ class UpstreamTest(RepoServerCase):
         write_model(repo, "refused", upstream_model("refused", ["http://127.0.0.1:%d" % free_port()]))
         write_model(repo, "failover", upstream_model(
             "failover", ["http://127.0.0.1:%d" % free_port(), url]))
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.fake.kill()
-            cls.fake.wait(5)
 
     def upstream(self, method, path, body=None):
         return roundtrip(self.fport, method, path,
@@ -147,26 +161,17 @@ def metric(port, name, labels):
     return float(m.group(1)) if m else None
 
 
-class HealthTest(RepoServerCase):
+class HealthTest(FakeUpstreamCase):
     """A server that fails its health probe is taken out (calls go to the
     other one) and probed back in once it passes again."""
 
     @classmethod
     def populate(cls, repo):
-        cls.fakes = [start_fake("--base-ms", "1") for _ in range(2)]
+        cls.fakes = [cls.fake_server("--base-ms", "1") for _ in range(2)]
         cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
         cfg = upstream_model("probed", cls.urls)
         cfg["upstream"]["health_interval_ms"] = 100
         write_model(repo, "probed", cfg)
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            for p, _ in cls.fakes:
-                p.kill()
-                p.wait(5)
 
     def fake(self, i, method, path, body=None):
         return roundtrip(self.fakes[i][1], method, path,

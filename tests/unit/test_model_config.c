@@ -90,6 +90,8 @@ static void test_upstream(void **state)
     assert_string_equal(c.upstream.model, "m");   /* defaults to our name */
     assert_int_equal(c.upstream.max_inflight, 3);
     assert_int_equal(c.upstream.timeout_ms, 500);
+    assert_string_equal(c.upstream.health_path, "/v1/models/m");   /* tfserving's own */
+    assert_int_equal(c.upstream.health_interval_ms, 2000);
 }
 
 static void test_errors(void **state)
@@ -141,6 +143,11 @@ static void test_errors(void **state)
          "\"max_inflight\":0}}", "upstream.max_inflight"},
         {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
          "\"timeout\":5}}", "upstream.timeout: unknown"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
+         "\"health_path\":\"ready\"}}", "upstream.health_path"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
+         "\"health_interval_ms\":-1}}", "upstream.health_interval_ms"},
+        {"{" IO "," DENSE ",\"batching\":{\"batch_timeout_ms\":-1}}", "batching.batch_timeout_ms"},
         {"{\"backend\":\"upstream\"," IO "," DENSE ",\"upstream\":{\"urls\":[\"http://h:1\"]}}",
          "takes no layers"},
     };
