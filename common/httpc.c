@@ -165,7 +165,7 @@ static void target_end(struct httpc_target *t)
 
 bool httpc_target_usable(const struct httpc_target *t, int64_t now)
 {
-    /* A racy read is fine: health is advisory and changes rarely. */
+    /* Relaxed: health is advisory, and a call picked just as it changes is fine. */
     return atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
 }
 
