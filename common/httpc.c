@@ -289,7 +289,8 @@ struct httpc_conn {
     void *arg;
 };
 
-static llhttp_settings_t resp_settings;
+/* Defined after its callbacks, below. */
+static const llhttp_settings_t resp_settings;
 static void conn_on_event(evutil_socket_t fd, short what, void *arg);
 
 /* Reading stops while paused; writing while there is something to write or a connect pends. */
@@ -459,19 +460,15 @@ static int on_message_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
-static void settings_build(void)
-{
-    llhttp_settings_init(&resp_settings);
-    resp_settings.on_header_field = on_header_field;
-    resp_settings.on_header_value = on_header_value;
-    resp_settings.on_headers_complete = on_headers_complete;
-    resp_settings.on_body = on_body;
-    resp_settings.on_message_complete = on_message_complete;
-}
-
-/* llhttp keeps a pointer to the settings; pools are made on many threads. */
-static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
-static void settings_init(void) { pthread_once(&settings_once, settings_build); }
+/* llhttp keeps a pointer to the settings; one constant table, built at
+ * compile time, serves the pools of every thread without a once-guard. */
+static const llhttp_settings_t resp_settings = {
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
 
 /* The answer is complete: back to the pool (or closed), then tell the caller. */
 static void conn_finish(struct httpc_conn *c, bool leftover)
@@ -615,7 +612,6 @@ static void conn_on_event(evutil_socket_t fd, short what, void *arg)
 
 struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *base, int max_idle)
 {
-    settings_init();
     struct httpc_pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;

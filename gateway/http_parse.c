@@ -168,26 +168,22 @@ static int on_message_complete(llhttp_t *l)
     return HPE_PAUSED;
 }
 
-static llhttp_settings_t parse_settings;
-static void settings_build(llhttp_settings_t *s)
-{
-    llhttp_settings_init(s);
-    s->on_message_begin = on_message_begin;
-    s->on_url = on_url;
-    s->on_header_field = on_header_field;
-    s->on_header_value = on_header_value;
-    s->on_headers_complete = on_headers_complete;
-    s->on_body = on_body;
-    s->on_message_complete = on_message_complete;
-}
+/* llhttp keeps a pointer to the settings, so they must outlive every parser;
+ * a constant table built at compile time is shared by all IO threads without
+ * a race (a lazily built one was a data race TSan caught). */
+static const llhttp_settings_t parse_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
 
 void http_parse_init(struct http_parse *hp, size_t max_header_bytes, size_t max_body_bytes,
                      struct http_request *(*alloc)(void *), void *alloc_ctx)
 {
-    /* llhttp keeps a pointer to the settings: they must outlive every parser.
-     * Building the same constant table twice is harmless, so no once-guard. */
-    if (!parse_settings.on_message_begin)
-        settings_build(&parse_settings);
     memset(hp, 0, sizeof *hp);
     llhttp_init(&hp->llh, HTTP_REQUEST, &parse_settings);
     hp->llh.data = hp;

@@ -61,7 +61,8 @@ struct lg_conn {
     bool measured;
 };
 
-static llhttp_settings_t parser_settings;
+/* Defined after its callbacks, below. */
+static const llhttp_settings_t parser_settings;
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -224,6 +225,12 @@ static int on_message_complete(llhttp_t *p)
         k->closing = true;
     return HPE_PAUSED;
 }
+
+/* llhttp keeps a pointer to the settings: a constant table outlives every parser. */
+static const llhttp_settings_t parser_settings = {
+    .on_headers_complete = on_headers_complete,
+    .on_message_complete = on_message_complete,
+};
 
 static void conn_request_failed(struct lg_conn *k)
 {
@@ -455,11 +462,6 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
 {
     memset(r, 0, sizeof *r);
     hist_reset(&r->latency);
-    if (!parser_settings.on_message_complete) {
-        llhttp_settings_init(&parser_settings);
-        parser_settings.on_headers_complete = on_headers_complete;
-        parser_settings.on_message_complete = on_message_complete;
-    }
     struct lg_run run = {.c = c, .r = r, .rng = c->seed ? c->seed : 1};
     char port[16];
     snprintf(port, sizeof port, "%d", c->port);
