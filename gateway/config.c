@@ -115,7 +115,7 @@ static int load_limits(struct config *c, json_t *obj, const char *file, struct e
     const char *key;
     json_t *v;
     json_object_foreach(obj, key, v) {
-        long long x;
+        long long x = 0;   /* get_int sets it; -O3 cannot prove that */
         int rc;
         if (strcmp(key, "max_header_bytes") == 0) {
             /* Below 256 not even a request line with a Host fits. */
@@ -204,7 +204,7 @@ static int load_proxy(struct config *c, json_t *obj, const char *file, struct er
     const char *key;
     json_t *v;
     json_object_foreach(obj, key, v) {
-        long long x;
+        long long x = 0;   /* get_int sets it; -O3 cannot prove that */
         int rc;
         if (strcmp(key, "routes") == 0) {
             if (!json_is_array(v) || json_array_size(v) > CONFIG_MAX_PROXY_ROUTES)
@@ -252,7 +252,7 @@ static int config_load_json(struct config *c, json_t *root, const char *file, st
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
-        long long x;
+        long long x = 0;   /* get_int sets it; -O3 cannot prove that */
         int rc;
         if (strcmp(key, "listen") == 0) {
             char tmp[300];
