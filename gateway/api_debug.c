@@ -148,18 +148,64 @@ static void debug_fault(struct http_request *req, const struct route_match *m, v
     json_decref(o);
 }
 
-/* GET /debug/memory: the allocator's own view (glibc mallinfo2), so a
- * soak can tell memory in use from memory the heap merely holds. */
+/* Each malloc arena's size from glibc's malloc_info XML: arenas appearing
+ * or growing late are what make RSS creep while the memory in use is flat
+ * (docs/RELIABILITY.md). Writes "[a,b,...]" into out; returns the count. */
+static int arenas_json(char *out, size_t cap, size_t *mmapped_chunks)
+{
+    char *xml = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&xml, &len);
+    int n = 0;
+    size_t used = 0;
+    *mmapped_chunks = 0;
+    out[used++] = '[';
+    if (f && malloc_info(0, f) == 0 && fflush(f) == 0 && xml) {
+        const char *p = xml;
+        const char *cur = "<system type=\"current\" size=\"";
+        while ((p = strstr(p, "<heap nr=\"")) != NULL) {
+            const char *end = strstr(p, "</heap>");
+            const char *c = strstr(p, cur);
+            if (!end || !c || c > end)
+                break;
+            unsigned long long sz = strtoull(c + strlen(cur), NULL, 10);
+            int w = snprintf(out + used, cap - used, "%s%llu", n ? "," : "", sz);
+            if (w < 0 || (size_t)w >= cap - used - 1)
+                break;
+            used += (size_t)w;
+            n++;
+            p = end;
+        }
+        const char *mm = strstr(xml, "<total type=\"mmap\" count=\"");
+        if (mm)
+            *mmapped_chunks = (size_t)strtoull(mm + strlen("<total type=\"mmap\" count=\""), NULL, 10);
+    }
+    if (f)
+        fclose(f);
+    free(xml);
+    out[used++] = ']';
+    out[used] = 0;
+    return n;
+}
+
+/* GET /debug/memory: the allocator's own view (glibc mallinfo2 and
+ * malloc_info), so a soak can tell memory in use from memory the heap
+ * merely holds, and see which arena holds it. */
 static void debug_memory(struct http_request *req, const struct route_match *m, void *ctx)
 {
     (void)m;
     (void)ctx;
     struct mallinfo2 mi = mallinfo2();
-    char body[256];
+    char arenas[512];
+    size_t chunks;
+    int narenas = arenas_json(arenas, sizeof arenas, &chunks);
+    char body[768];
     int n = snprintf(body, sizeof body,
                      "{\"heap_in_use_bytes\":%zu,\"heap_free_bytes\":%zu,\"heap_bytes\":%zu,"
-                     "\"mmapped_bytes\":%zu}",
-                     mi.uordblks + mi.hblkhd, mi.fordblks, mi.arena, mi.hblkhd);
+                     "\"mmapped_bytes\":%zu,\"mmapped_chunks\":%zu,\"arenas\":%d,"
+                     "\"arena_bytes\":%s}",
+                     mi.uordblks + mi.hblkhd, mi.fordblks, mi.arena, mi.hblkhd, chunks, narenas,
+                     arenas);
     http_respond(req, 200, "application/json", body, (size_t)n, NULL);
 }
 

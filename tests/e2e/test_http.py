@@ -362,12 +362,31 @@ class HttpTest(ServerCase):
         self.assertEqual((r.status, r.json()), (200, {"live": True}),
                          "expected no body bytes after the HEAD 404")
 
+class DebugMemoryTest(unittest.TestCase):
+    def test_memory_reports_heap_and_each_arena(self):
+        with Server() as srv:
+            r = roundtrip(srv, "GET", "/debug/memory")
+            self.assertEqual(r.status, 200)
+            m = r.json()
+            for k in ("heap_in_use_bytes", "heap_free_bytes", "heap_bytes", "mmapped_bytes",
+                      "mmapped_chunks", "arenas"):
+                self.assertIsInstance(m[k], int, "expected integer %s in %r" % (k, m))
+            self.assertGreater(m["heap_in_use_bytes"], 0)
+            self.assertGreaterEqual(m["arenas"], 1, "expected at least the main arena")
+            self.assertEqual(len(m["arena_bytes"]), m["arenas"],
+                             "expected one size per arena: %r" % m)
+            self.assertTrue(all(b > 0 for b in m["arena_bytes"]), m)
+            srv.stop_checked()
+
+
 class NoDebugEndpointsTest(unittest.TestCase):
     def test_debug_routes_absent(self):
         with Server({"debug_endpoints": None}) as srv:
             r = roundtrip(srv, "POST", "/debug/echo", body=b"hi")
             assert_json_error(self, r, 404)
             r = roundtrip(srv, "GET", "/debug/delay?ms=1")
+            assert_json_error(self, r, 404)
+            r = roundtrip(srv, "GET", "/debug/memory")
             assert_json_error(self, r, 404)
             r = roundtrip(srv, "GET", "/v2/health/live")
             self.assertEqual(r.status, 200, "expected normal routes without debug_endpoints")
