@@ -31,6 +31,7 @@ struct infer_item {
     float *output;                    /* rows x output.row_elems */
     int64_t t_arrival_ns;             /* last byte of the request received */
     int64_t t_dequeue_ns;             /* taken into a batch */
+    int64_t t_planned_ns;             /* when the batcher planned that batch to finish */
     int64_t t_compute_ns;             /* the batch's execution time */
     int64_t deadline_ns;              /* 0: none */
     int priority;                     /* 1 is the highest; the batcher fills in the default */

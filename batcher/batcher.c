@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "guard.h"
 #include "latmodel.h"
 #include "queue.h"
 
@@ -21,6 +22,7 @@ struct batcher {
     struct latmodel *lat;             /* one per instance */
     int ninstances;
     int fastest;                      /* instance whose model predicts least for 1 row */
+    struct guard guard;               /* the answer path's overrun (guard.h) */
     bool closed;
     pthread_t reaper;
     bool reaper_running;
@@ -69,7 +71,9 @@ static void *reaper_main(void *arg)
     pthread_mutex_lock(&b->lock);
     while (!b->closed) {
         struct infer_item *expired;
-        int64_t next = bqueue_expire(&b->q, now_ns(), fastest(b), &expired);
+        int64_t now = now_ns();
+        b->q.guard_ns = guard_value(&b->guard, now);
+        int64_t next = bqueue_expire(&b->q, now, fastest(b), &expired);
         if (expired) {
             pthread_mutex_unlock(&b->lock);
             complete_all(expired, BG_EDEADLINE,
@@ -107,6 +111,7 @@ struct batcher *batcher_new(const char *model_name, const struct model_batching 
     }
     for (int i = 0; i < b->ninstances; i++)
         latmodel_init(&b->lat[i]);
+    guard_init(&b->guard);
     pthread_mutex_init(&b->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -155,7 +160,9 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
         pthread_mutex_unlock(&b->lock);
         return error_set(err, BG_ESHUTDOWN, "model %s is shutting down", b->name);
     }
-    int rc = bqueue_push(&b->q, it, now_ns(), fastest(b), &e);
+    int64_t now = now_ns();
+    b->q.guard_ns = guard_value(&b->guard, now);
+    int rc = bqueue_push(&b->q, it, now, fastest(b), &e);
     void (*waker)(void *) = NULL;
     void *waker_arg = NULL;
     if (rc == 0) {
@@ -197,6 +204,7 @@ static int take_locked(struct batcher *b, int instance, struct batch *out, int64
         if (b->closed)
             return -1;
         int64_t now = now_ns();
+        b->q.guard_ns = guard_value(&b->guard, now);
         struct infer_item *expired;
         bqueue_expire(&b->q, now, fastest(b), &expired);
         if (expired) {
@@ -253,6 +261,23 @@ void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns)
     latmodel_add(&b->lat[instance], rows, exec_ns);
     update_fastest(b);
     pthread_mutex_unlock(&b->lock);
+}
+
+void batcher_answered(struct batcher *b, const struct infer_item *it, int64_t answered_ns)
+{
+    if (!it->t_planned_ns)
+        return;
+    pthread_mutex_lock(&b->lock);
+    guard_add(&b->guard, answered_ns, answered_ns - it->t_planned_ns);
+    pthread_mutex_unlock(&b->lock);
+}
+
+int64_t batcher_guard_ns(struct batcher *b)
+{
+    pthread_mutex_lock(&b->lock);
+    int64_t g = guard_value(&b->guard, now_ns());
+    pthread_mutex_unlock(&b->lock);
+    return g;
 }
 
 void batcher_close(struct batcher *b)

@@ -51,6 +51,12 @@ void batcher_set_waker(struct batcher *b, void (*waker)(void *arg), void *arg);
 /* Worker side: a batch ran; its time refines the instance's latency model. */
 void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns);
 
+/* IO side: a computed item's answer was queued for writing at answered_ns.
+ * How late that was against the batch's plan teaches the guard (guard.h). */
+void batcher_answered(struct batcher *b, const struct infer_item *it, int64_t answered_ns);
+/* The current guard: deadlines are planned this many ns early. */
+int64_t batcher_guard_ns(struct batcher *b);
+
 /* Stops workers and reaper; completes every queued item with BG_ESHUTDOWN. */
 void batcher_close(struct batcher *b);
 

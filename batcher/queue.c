@@ -45,6 +45,12 @@ void bqueue_free(struct bqueue *q)
     q->view_items = NULL;
 }
 
+/* The deadline the planning works to: the guard earlier (0: none). */
+static int64_t plan_deadline(const struct bqueue *q, const struct infer_item *it)
+{
+    return it->deadline_ns ? it->deadline_ns - q->guard_ns : 0;
+}
+
 /* ---- orders ---- */
 
 bool bqueue_served_before(const struct infer_item *a, const struct infer_item *b)
@@ -158,11 +164,12 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
     if (it->priority <= 0)
         it->priority = q->cfg.default_priority;
     if (it->deadline_ns && q->cfg.kind == POLICY_DEADLINE && lat) {
-        int64_t need = latmodel_predict(lat, it->rows);
+        int64_t need = latmodel_predict(lat, it->rows) + q->guard_ns;
         if (now_ns + need > it->deadline_ns)
             return error_set(err, BG_EDEADLINE,
-                             "latency budget cannot be met: %d rows need about %.2f ms, %.2f ms "
-                             "are left", it->rows, (double)need / 1e6,
+                             "latency budget cannot be met: %d rows need about %.2f ms (%.2f ms "
+                             "of it the answer path's recent overrun), %.2f ms are left",
+                             it->rows, (double)need / 1e6, (double)q->guard_ns / 1e6,
                              (double)(it->deadline_ns - now_ns) / 1e6);
     }
     svc_insert(q, it);
@@ -192,9 +199,9 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
     int64_t horizon = now_ns + latmodel_predict(lat, q->cfg.max_batch_size);
     int64_t next = POLICY_NEVER;
     struct infer_item *it = q->dl_head, *nx;
-    for (; it && it->deadline_ns <= horizon; it = nx) {
+    for (; it && plan_deadline(q, it) <= horizon; it = nx) {
         nx = it->dnext;
-        int64_t at = it->deadline_ns - latmodel_predict(lat, it->rows);
+        int64_t at = plan_deadline(q, it) - latmodel_predict(lat, it->rows);
         if (at <= now_ns) {
             unlink_all(q, it);
             *tail = it;
@@ -204,7 +211,7 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
         }
     }
     if (it) {
-        int64_t at = it->deadline_ns - latmodel_predict(lat, q->cfg.max_batch_size);
+        int64_t at = plan_deadline(q, it) - latmodel_predict(lat, q->cfg.max_batch_size);
         if (at < next)
             next = at;
     }
@@ -232,7 +239,7 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     for (int i = 0; i < n; i++) {
         q->view[i].rows = q->view_items[i]->rows;
         q->view[i].arrival_ns = q->view_items[i]->t_arrival_ns;
-        q->view[i].deadline_ns = q->view_items[i]->deadline_ns;
+        q->view[i].deadline_ns = plan_deadline(q, q->view_items[i]);
     }
     struct policy_decision d;
     policy_decision_init(&d, q->pick_scratch);
@@ -246,10 +253,12 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
         return 0;
     }
     struct infer_item **tail = &b->head;
+    int64_t planned = lat ? now_ns + latmodel_predict(lat, d.rows) : 0;
     for (int i = 0; i < d.take; i++) {
         struct infer_item *it = q->view_items[d.pick ? d.pick[i] : i];
         unlink_all(q, it);
         it->t_dequeue_ns = now_ns;
+        it->t_planned_ns = planned;
         *tail = it;
         tail = &it->next;
     }

@@ -45,6 +45,9 @@ struct bqueue {
     struct infer_item **view_items;
     int view_cap;
     int *pick_scratch;                /* 2 x (max_batch_size + 1), for the policy */
+    /* Every deadline is planned as this much earlier (guard.h); the batcher
+     * sets it before each operation, 0 in the simulator. */
+    int64_t guard_ns;
 };
 
 /* From a model's batching config. */
@@ -68,7 +71,8 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
                       struct infer_item **expired);
 
 /* Cuts the next batch for an idle instance with latency model `lat`: fills
- * b->head/nitems/rows and returns 1, or returns 0 and sets *wake_ns. */
+ * b->head/nitems/rows, stamps each item's t_dequeue_ns and t_planned_ns, and
+ * returns 1; or returns 0 and sets *wake_ns. */
 int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, struct batch *b,
                 int64_t *wake_ns);
 

@@ -299,6 +299,13 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             sample(b, "latency_model_seconds", NAME, extra, lm / 1e9);
         }
     }
+    head(b, "answer_guard_seconds", "gauge",
+         "How much earlier than their deadlines requests are planned: the recent p99 of how late "
+         "answers left against their batch's planned finish.");
+    EACH_MODEL {
+        if (READY)
+            sample(b, "answer_guard_seconds", NAME, NULL, (double)batcher_guard_ns(SM->batcher) / 1e9);
+    }
     if (nvml_device_count(st->nvml) > 0) {
         static const char *const names[4] = {"nvml_gpu_utilization_ratio",
                                              "nvml_memory_utilization_ratio",

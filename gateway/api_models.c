@@ -271,6 +271,7 @@ void api_models_append_stats(struct buf *out, struct served_model *sm)
                 modelstats_quantile(&s.compute, 0.99));
     /* The loader owns batcher, ops and instances until it publishes READY. */
     bool ready = atomic_load(&sm->state) == SERVED_READY;
+    bool ready_model = ready;   /* "ready" below turns false for upstream models */
     if (ready && sm->model.ntargets > 0) {
         /* An upstream model's devices are the servers behind it (as on
          * /metrics): their busy time is time with a call in flight. */
@@ -314,7 +315,9 @@ void api_models_append_stats(struct buf *out, struct served_model *sm)
                     (unsigned long long)s.inst[i].rows, la / 1e9, lb / 1e9, lm / 1e9);
     }
     double fill = batches ? (double)rows / (double)batches / c->batching.max_batch_size : 0;
-    buf_appendf(&b, "],\"compute_debt\":{\"device_seconds_held\":%.6f,"
+    buf_appendf(&b, "],\"answer_guard_seconds\":%.6f,\"compute_debt\":{",
+                ready_model ? (double)batcher_guard_ns(sm->batcher) / 1e9 : 0.0);
+    buf_appendf(&b, "\"device_seconds_held\":%.6f,"
                     "\"device_seconds_used\":%.6f,\"device_seconds_idle\":%.6f,"
                     "\"batch_fill\":%.4f}}", held, busy, held > busy ? held - busy : 0, fill);
     modelstats_snapshot_free(&s);
@@ -376,6 +379,9 @@ static void infer_call_deliver(struct mailbox_msg *msg)
     } else {
         respond_buf(req, 200, &b);
     }
+    /* How late against the batch's plan this answer leaves: the batcher
+     * plans that much early from now on (batcher/guard.h). */
+    batcher_answered(call->sm->batcher, it, now_ns());
     infer_call_free(call);
 }
 

@@ -7,8 +7,8 @@
 # A synthetic model (one instance, sleeping 10 ms + 0.1 ms per row, batches
 # up to 16: 1379 rows/s, a capacity that holds on a busy machine), queue
 # limit 512, 100 ms budget per request. batchgate-load runs 3x capacity open
-# loop for DURATION seconds, then 0.5x for 10 s; batchgate's RSS is sampled
-# every second.
+# loop for DURATION seconds, then 0.5x for 10 s; batchgate's RSS and its
+# answer guard (docs/BATCHING.md) are sampled every second.
 #
 #   loadgen/bench/overload_3x.sh            # DURATION=60
 set -eu
@@ -35,15 +35,21 @@ CAP=1379
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$BG_PID/status"; }
 echo "machine: $(nproc) cores; synthetic model 10 ms + 0.1 ms/row, max batch 16, capacity $CAP rows/s; queue limit 512; budget 100 ms"
 echo "RSS before: $(rss) KiB"
-( while kill -0 "$BG_PID" 2>/dev/null; do rss >>"$WORK/rss.txt" 2>/dev/null || true; sleep 1; done ) &
+guard() { curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^batchgate_answer_guard_seconds\{model="syn"\}/ {print $2}'; }
+( while kill -0 "$BG_PID" 2>/dev/null; do
+      rss >>"$WORK/rss.txt" 2>/dev/null || true
+      guard >>"$WORK/guard.txt" 2>/dev/null || true
+      sleep 1
+  done ) &
 SAMPLER=$!
 "$LOAD" --url "http://127.0.0.1:$PORT" --model syn --rate "$((CAP * 3)),$((CAP / 2))" \
     --duration "$DURATION" --warmup 1 --budget-ms 100 --quiet --json "$WORK/steps.json" >/dev/null
 kill "$SAMPLER" 2>/dev/null || true
-python3 - "$WORK/steps.json" "$WORK/rss.txt" "$DURATION" <<'PY'
+python3 - "$WORK/steps.json" "$WORK/rss.txt" "$DURATION" "$WORK/guard.txt" <<'PY'
 import json, sys
 steps = json.load(open(sys.argv[1]))["steps"]
 rss = [int(l) for l in open(sys.argv[2]) if l.strip()]
+guard = [float(l) * 1e3 for l in open(sys.argv[4]) if l.strip()]
 for name, s in zip(("3x capacity (%s s)" % sys.argv[3], "then 0.5x (10 s)"), steps):
     c = {int(k): v for k, v in s["codes"].items()}
     ok = c.get(200, 0)
@@ -54,5 +60,9 @@ for name, s in zip(("3x capacity (%s s)" % sys.argv[3], "then 0.5x (10 s)"), ste
     late = max(0, round(ok - s["goodput"] * s["duration_s"]))
     print(f'  accepted (200) answers later than the budget: {late:.0f} of {ok}')
 print(f'RSS over the run: min {min(rss)} KiB, max {max(rss)} KiB, last {rss[-1]} KiB ({len(rss)} samples)')
+if guard:
+    g = sorted(guard)
+    print(f'answer guard (batchgate_answer_guard_seconds, each second): median {g[len(g) // 2]:.1f} ms, '
+          f'max {g[-1]:.1f} ms, last {guard[-1]:.1f} ms')
 PY
 echo "RSS after: $(rss) KiB"

@@ -180,6 +180,11 @@ class MetricsTest(RepoServerCase):
         self.assertAlmostEqual(debt["device_seconds_held"],
                                debt["device_seconds_used"] + debt["device_seconds_idle"], places=4)
         self.assertGreater(debt["batch_fill"], 0)
+        # A quiet machine: answers leave close to their plan (0 below 20 answers).
+        self.assertGreaterEqual(s["answer_guard_seconds"], 0)
+        self.assertLess(s["answer_guard_seconds"], 0.01)
+        m = parse(self.scrape())
+        self.assertLess(value(m, "batchgate_answer_guard_seconds", model="syn"), 0.01)
 
 
 if __name__ == "__main__":
