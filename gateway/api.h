@@ -23,6 +23,8 @@ struct api_state {
     _Atomic int64_t ready_ns; /* when startup finished; 0 before */
     struct nvml *nvml;        /* the driver's own GPU view; NULL without NVML */
     struct proxy *proxy;      /* the reverse proxy; NULL when not built */
+    struct jscratch **jscratch; /* per IO thread: body decoding's arena (jscratch.h); may be NULL */
+    int njscratch;
 };
 
 /* GET /v2/health/live, /v2/health/ready, /v2 */

@@ -16,6 +16,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "httpc.h"
+#include "jscratch.h"
 #include "mailbox.h"
 #include "proxy.h"
 #include "serving.h"
@@ -338,6 +339,14 @@ static void model_stats(struct http_request *req, const struct route_match *m, v
 
 /* ---- infer ---- */
 
+/* This IO thread's arena for jansson while a body is decoded (jscratch.h);
+ * NULL (plain malloc) where main made none, as in the tests. */
+static struct jscratch *scratch_of(struct api_state *st, struct http_request *req)
+{
+    int t = http_request_thread(req);
+    return st->jscratch && t >= 0 && t < st->njscratch ? st->jscratch[t] : NULL;
+}
+
 static void infer_call_free(struct infer_call *call)
 {
     free(call->r.input);
@@ -518,7 +527,11 @@ static void model_infer(struct http_request *req, const struct route_match *m, v
         return;
     }
     struct error err = {0};
-    if (tensor_decode_kserve(&sm->model.cfg, body, len, json_len, &call->r, &err)) {
+    struct jscratch *js = scratch_of(ctx, req);
+    jscratch_begin(js);
+    int drc = tensor_decode_kserve(&sm->model.cfg, body, len, json_len, &call->r, &err);
+    jscratch_end(js);
+    if (drc) {
         account_reject(sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
         infer_call_free(call);
@@ -557,7 +570,11 @@ static void tfs_predict(struct http_request *req, const struct route_match *m, v
         return;
     }
     struct error err = {0};
-    if (tensor_decode_tfs(&sm->model.cfg, body ? body : "", len, &call->r, &err)) {
+    struct jscratch *js = scratch_of(ctx, req);
+    jscratch_begin(js);
+    int drc = tensor_decode_tfs(&sm->model.cfg, body ? body : "", len, &call->r, &err);
+    jscratch_end(js);
+    if (drc) {
         account_reject(sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
         infer_call_free(call);
