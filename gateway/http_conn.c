@@ -42,7 +42,8 @@
 #define CONN_MAX_PIPELINE 64
 /* Stop reading while this much output waits for a slow reader. */
 #define CONN_OUT_HIGH_WATER (4u << 20)
-#define CONN_READ_CHUNK (16u << 10)
+/* A read with unparsed bytes of its own still reads at least this much. */
+#define CONN_READ_CHUNK IO_THREAD_READ_BUF
 /* After a final response, read and discard for this long so the client sees
  * the response rather than a reset (RFC 9112 §9.6). */
 #define CONN_LINGER_MS 2000
@@ -69,6 +70,7 @@ struct http_conn {
     bool close_after_write;           /* the final response is in `out` */
     bool lingering;
     bool in_process;                  /* guards process_input against re-entry */
+    bool in_borrowed;                 /* `in` is the thread's rbuf, during one read */
     int holds;                        /* callbacks on the stack: defer the free */
     uint64_t nrequests;               /* requests begun on this connection */
     int64_t t_accept, t_head_start, t_last_read, t_last_write;
@@ -80,6 +82,46 @@ struct http_conn {
 
 static void conn_process_input(struct http_conn *c);
 static void conn_flush(struct http_conn *c);
+
+/* ---- the input buffer ----
+ * An idle keep-alive connection holds no input buffer: each read lands in
+ * its thread's rbuf, lent to it for that read only, and whatever the parser
+ * left unconsumed (a partial request, pipelined ones waiting their turn) is
+ * copied into a buffer of the connection's own before the read returns. So
+ * memory follows the bytes in flight, not the number of open connections
+ * (it was 16-32 KiB for every connection, busy or not). */
+
+static void conn_in_free(struct http_conn *c)
+{
+    if (c->in_borrowed)
+        c->in = (struct buf)BUF_INIT;   /* the thread's; conn_in_return is a no-op now */
+    else
+        buf_free(&c->in);
+}
+
+/* Lends the thread's buffer when nothing unparsed is pending. */
+static void conn_in_borrow(struct http_conn *c)
+{
+    if (buf_unread(&c->in) > 0)
+        return;
+    buf_free(&c->in);
+    c->in = (struct buf){.data = c->t->rbuf, .cap = sizeof c->t->rbuf};
+    c->in_borrowed = true;
+}
+
+/* Gives the thread's buffer back, keeping a copy of what is left unparsed.
+ * Returns -1 when that copy cannot be made (the connection must go). */
+static int conn_in_return(struct http_conn *c)
+{
+    if (!c->in_borrowed)
+        return 0;
+    struct buf lent = c->in;
+    c->in = (struct buf)BUF_INIT;
+    c->in_borrowed = false;
+    size_t left = buf_unread(&lent);
+    return left ? buf_append(&c->in, buf_head(&lent), left) : 0;
+}
+
 static void conn_arm_timer(struct http_conn *c);
 static void conn_close_socket(struct http_conn *c);
 static void conn_maybe_free(struct http_conn *c);
@@ -202,7 +244,7 @@ static void conn_close_socket(struct http_conn *c)
     close(c->fd);
     c->fd = -1;
     c->timer_deadline = 0;
-    buf_free(&c->in);
+    conn_in_free(c);
     buf_free(&c->out);
     io_thread_conn_closed(c->t);
 }
@@ -297,7 +339,7 @@ static void conn_linger(struct http_conn *c)
     shutdown(c->fd, SHUT_WR);
     c->lingering = true;
     c->linger_bytes = 0;
-    buf_free(&c->in);
+    conn_in_free(c);
     conn_update_reading(c);
     struct timeval tv = {CONN_LINGER_MS / 1000, (CONN_LINGER_MS % 1000) * 1000};
     c->timer_deadline = now_ns() + (int64_t)CONN_LINGER_MS * 1000000;
@@ -837,7 +879,9 @@ static void conn_read(struct http_conn *c, int fd)
         http_conn_abort(c);
         return;
     }
+    conn_in_borrow(c);
     if (buf_reserve(&c->in, CONN_READ_CHUNK) < 0) {
+        conn_in_return(c);
         http_conn_abort(c);
         return;
     }
@@ -868,9 +912,13 @@ static void conn_read(struct http_conn *c, int fd)
                     c->t_last_rx = c->t_last_read - ago;
             }
         conn_process_input(c);
+        if (conn_in_return(c) < 0)
+            http_conn_abort(c);   /* out of memory for the unparsed rest */
         return;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    int err = errno;
+    conn_in_return(c);   /* nothing was added to it */
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR))
         return;
     if (n < 0) {
         http_conn_abort(c);   /* reset */

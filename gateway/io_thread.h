@@ -22,6 +22,10 @@ enum io_wake {
     IO_WAKE_FORCE = 1 << 2,
 };
 
+/* Each read lands in the thread's buffer first; a connection only keeps
+ * its own copy of bytes left unparsed (http_conn.c: conn_read). */
+#define IO_THREAD_READ_BUF (16u << 10)
+
 struct io_thread {
     struct server *srv;
     int index;
@@ -43,6 +47,7 @@ struct io_thread {
     _Atomic int64_t inflight;        /* accepted, not yet answered (only this thread writes) */
     int64_t date_sec;
     char date[32];                   /* cached Date header value for date_sec */
+    char rbuf[IO_THREAD_READ_BUF];   /* lent to the connection being read */
 };
 
 /* The cached Date header value, refreshed once a second. */

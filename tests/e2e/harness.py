@@ -40,6 +40,16 @@ LOG_LINE_RE = re.compile(
 _LISTEN_RE = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 # What AddressSanitizer / UBSan print (the suite also runs on a sanitizer build).
 SANITIZER_RE = re.compile(r"ERROR: \w+Sanitizer|runtime error:|SUMMARY: \w+Sanitizer")
+
+
+def sanitizer_build():
+    """True when the binary carries ASan or TSan, whose malloc replaces glibc's."""
+    try:
+        with open(BIN, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return b"__asan_init" in data or b"__tsan_init" in data
 _live_servers = weakref.WeakSet()
 
 
