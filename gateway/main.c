@@ -211,10 +211,11 @@ int main(int argc, char **argv)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         cfg.io_threads = n > 0 ? (int)n : 1;
     }
-    /* glibc makes up to 8 malloc arenas per core, lazily, each time two
-     * threads contend: RSS then steps up for minutes. Two per IO thread is
-     * what the threads that allocate per request need. Set before any
-     * thread exists. */
+    /* glibc gives each thread that allocates its own malloc arena, up to 8
+     * per core, each holding its own free pages. Every model adds threads
+     * (workers, reaper, watchdog); the ones that allocate per request are
+     * the IO threads, so two arenas per IO thread bound that without
+     * contention. Set before any thread exists. */
     mallopt(M_ARENA_MAX, 2 * cfg.io_threads);
     /* Request bodies decode in an arena per IO thread (jscratch.h); the hook
      * is process-wide, so it goes in before any thread exists. */
