@@ -140,6 +140,7 @@ void batcher_free(struct batcher *b)
         return;
     batcher_close(b);
     pthread_mutex_destroy(&b->lock);
+    guard_destroy(&b->guard);
     pthread_cond_destroy(&b->work);
     pthread_cond_destroy(&b->reap);
     bqueue_free(&b->q);
@@ -265,19 +266,13 @@ void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns)
 
 void batcher_answered(struct batcher *b, const struct infer_item *it, int64_t answered_ns)
 {
-    if (!it->t_planned_ns)
-        return;
-    pthread_mutex_lock(&b->lock);
-    guard_add(&b->guard, answered_ns, answered_ns - it->t_planned_ns);
-    pthread_mutex_unlock(&b->lock);
+    if (it->t_planned_ns)   /* the guard's own lock: not the queue's */
+        guard_add(&b->guard, answered_ns, answered_ns - it->t_planned_ns);
 }
 
 int64_t batcher_guard_ns(struct batcher *b)
 {
-    pthread_mutex_lock(&b->lock);
-    int64_t g = guard_value(&b->guard, now_ns());
-    pthread_mutex_unlock(&b->lock);
-    return g;
+    return guard_value(&b->guard, now_ns());
 }
 
 void batcher_close(struct batcher *b)

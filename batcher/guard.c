@@ -1,23 +1,51 @@
 /* guard.c - see guard.h. */
 #include "guard.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 void guard_init(struct guard *g)
 {
     memset(g, 0, sizeof *g);
+    pthread_mutex_init(&g->mu, NULL);
 }
 
-static int cmp_i64(const void *x, const void *y)
+void guard_destroy(struct guard *g)
 {
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return (a > b) - (a < b);
+    pthread_mutex_destroy(&g->mu);
 }
 
-/* The GUARD_QUANTILE of the overruns younger than GUARD_MAX_AGE_NS. A
- * window of 1024 sorts in ~30 us; it runs at most every GUARD_REFIT_EVERY
- * answers or GUARD_REFIT_NS. */
+/* The k-th smallest of v[0..n) (Hoare's selection, expected O(n)): the fit
+ * needs one quantile, not the order of the whole window. */
+static int64_t select_kth(int64_t *v, int n, int k)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int64_t pivot = v[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot)
+                i++;
+            while (v[j] > pivot)
+                j--;
+            if (i <= j) {
+                int64_t t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            break;
+    }
+    return v[k];
+}
+
+/* The GUARD_QUANTILE of the overruns younger than GUARD_MAX_AGE_NS: a few
+ * microseconds for a full window, at most every GUARD_REFIT_EVERY answers
+ * or GUARD_REFIT_NS. Under g->mu. */
 static void guard_fit(struct guard *g, int64_t now_ns)
 {
     int64_t v[GUARD_WINDOW];
@@ -25,19 +53,20 @@ static void guard_fit(struct guard *g, int64_t now_ns)
     for (int i = 0; i < g->n; i++)
         if (now_ns - g->at[i] <= GUARD_MAX_AGE_NS)
             v[k++] = g->over[i];
-    g->value = 0;
+    int64_t value = 0;
     if (k >= GUARD_MIN_SAMPLES) {
-        qsort(v, (size_t)k, sizeof *v, cmp_i64);
-        int idx = (int)(GUARD_QUANTILE * (k - 1) + 0.5);
-        if (v[idx] > 0)
-            g->value = v[idx];
+        int64_t q = select_kth(v, k, (int)(GUARD_QUANTILE * (k - 1) + 0.5));
+        if (q > 0)
+            value = q;
     }
-    g->fit_ns = now_ns;
+    atomic_store_explicit(&g->value, value, memory_order_relaxed);
+    atomic_store_explicit(&g->fit_ns, now_ns, memory_order_relaxed);
     g->since_fit = 0;
 }
 
 void guard_add(struct guard *g, int64_t now_ns, int64_t overrun_ns)
 {
+    pthread_mutex_lock(&g->mu);
     g->at[g->next] = now_ns;
     g->over[g->next] = overrun_ns;
     g->next = (g->next + 1) % GUARD_WINDOW;
@@ -45,11 +74,20 @@ void guard_add(struct guard *g, int64_t now_ns, int64_t overrun_ns)
         g->n++;
     if (++g->since_fit >= GUARD_REFIT_EVERY)
         guard_fit(g, now_ns);
+    pthread_mutex_unlock(&g->mu);
 }
 
 int64_t guard_value(struct guard *g, int64_t now_ns)
 {
-    if (g->n > 0 && now_ns - g->fit_ns >= GUARD_REFIT_NS)
-        guard_fit(g, now_ns);
-    return g->value;
+    /* Stale (old overruns must age out even when no answer comes): refit,
+     * unless an IO thread is adding right now; the next call will. */
+    if (now_ns - atomic_load_explicit(&g->fit_ns, memory_order_relaxed) >= GUARD_REFIT_NS &&
+        pthread_mutex_trylock(&g->mu) == 0) {
+        if (g->n > 0)
+            guard_fit(g, now_ns);
+        else
+            atomic_store_explicit(&g->fit_ns, now_ns, memory_order_relaxed);
+        pthread_mutex_unlock(&g->mu);
+    }
+    return atomic_load_explicit(&g->value, memory_order_relaxed);
 }

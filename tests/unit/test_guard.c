@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -44,6 +45,33 @@ static void test_p99_of_the_window(void **state)
     for (int i = 0; i < GUARD_WINDOW; i++)
         guard_add(&g, t + S, i % 200 == 0 ? 8 * MS : 200000);
     assert_true(guard_value(&g, t + S + GUARD_REFIT_NS) == 200000);
+}
+
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* The selection agrees with sorting, on windows with many ties too. */
+static void test_quantile_matches_sorting(void **state)
+{
+    (void)state;
+    srand(7);
+    for (int trial = 0; trial < 200; trial++) {
+        struct guard g;
+        guard_init(&g);
+        int n = GUARD_MIN_SAMPLES + rand() % (GUARD_WINDOW - GUARD_MIN_SAMPLES + 1);
+        int spread = trial % 2 ? 5 : 1000000;
+        int64_t v[GUARD_WINDOW];
+        for (int i = 0; i < n; i++) {
+            v[i] = (int64_t)(rand() % spread) - spread / 10;
+            guard_add(&g, 1 * S, v[i]);
+        }
+        qsort(v, (size_t)n, sizeof *v, cmp_i64);
+        int64_t want = v[(int)(GUARD_QUANTILE * (n - 1) + 0.5)];
+        assert_true(guard_value(&g, 1 * S + GUARD_REFIT_NS) == (want > 0 ? want : 0));
+    }
 }
 
 static void test_early_answers_give_zero(void **state)
@@ -101,7 +129,7 @@ static void test_batcher_plans_early_by_the_guard(void **state)
     assert_true(it.t_planned_ns >= it.t_dequeue_ns + 1 * MS);
     assert_true(batcher_guard_ns(b) == 0);
     /* Answers keep leaving 20 ms after their plan: the guard learns it ... */
-    for (int i = 0; i < 100; i++)
+    for (int i = 0; i < GUARD_REFIT_EVERY; i++)   /* a refit is due after these */
         batcher_answered(b, &it, it.t_planned_ns + 20 * MS);
     assert_true(batcher_guard_ns(b) == 20 * MS);
     /* ... and a 10 ms budget can no longer be met: refused at once. */
@@ -125,6 +153,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_until_enough_samples),
         cmocka_unit_test(test_p99_of_the_window),
+        cmocka_unit_test(test_quantile_matches_sorting),
         cmocka_unit_test(test_early_answers_give_zero),
         cmocka_unit_test(test_old_overruns_age_out),
         cmocka_unit_test(test_batcher_plans_early_by_the_guard),
