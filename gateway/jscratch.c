@@ -103,23 +103,11 @@ static void release(struct jscratch *s)
     s->head->used = 0;
 }
 
-void jscratch_free(struct jscratch *s)
-{
-    if (!s)
-        return;
-    if (current == s)
-        current = NULL;
-    release(s);
-    free(s->head);
-    free(s);
-}
-
 void jscratch_begin(struct jscratch *s)
 {
     if (!s)
         return;
-    release(s);
-    s->handed_out = 0;
+    s->handed_out = 0;   /* jscratch_end left only the empty first block */
     current = s;
 }
 
@@ -130,6 +118,15 @@ void jscratch_end(struct jscratch *s)
     if (current == s)
         current = NULL;
     release(s);
+}
+
+void jscratch_free(struct jscratch *s)
+{
+    if (!s)
+        return;
+    jscratch_end(s);
+    free(s->head);
+    free(s);
 }
 
 size_t jscratch_used(const struct jscratch *s) { return s->handed_out; }

@@ -99,6 +99,16 @@ static void test_old_overruns_age_out(void **state)
 
 static void on_complete(struct infer_item *it) { (void)it; }
 
+/* A one-row request arriving now with a budget of budget_ns. */
+static void item_with_budget(struct infer_item *it, int64_t budget_ns)
+{
+    memset(it, 0, sizeof *it);
+    it->rows = 1;
+    it->complete = on_complete;
+    it->t_arrival_ns = now_ns();
+    it->deadline_ns = it->t_arrival_ns + budget_ns;
+}
+
 static void test_batcher_plans_early_by_the_guard(void **state)
 {
     (void)state;
@@ -117,11 +127,7 @@ static void test_batcher_plans_early_by_the_guard(void **state)
     batcher_seed(b, 0, 4, 1 * MS);
     /* A budget of 10 ms is admitted, and its planned finish stamped. */
     struct infer_item it;
-    memset(&it, 0, sizeof it);
-    it.rows = 1;
-    it.complete = on_complete;
-    it.t_arrival_ns = now_ns();
-    it.deadline_ns = it.t_arrival_ns + 10 * MS;
+    item_with_budget(&it, 10 * MS);
     assert_int_equal(batcher_submit(b, &it, &err), 0);
     struct batch out;
     int64_t wake;
@@ -134,11 +140,7 @@ static void test_batcher_plans_early_by_the_guard(void **state)
     assert_true(batcher_guard_ns(b) == 20 * MS);
     /* ... and a 10 ms budget can no longer be met: refused at once. */
     struct infer_item late;
-    memset(&late, 0, sizeof late);
-    late.rows = 1;
-    late.complete = on_complete;
-    late.t_arrival_ns = now_ns();
-    late.deadline_ns = late.t_arrival_ns + 10 * MS;
+    item_with_budget(&late, 10 * MS);
     assert_int_equal(batcher_submit(b, &late, &err), -BG_EDEADLINE);
     assert_non_null(strstr(err.msg, "overrun"));
     /* A 100 ms budget still fits. */
