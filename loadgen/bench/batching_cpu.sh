@@ -24,7 +24,7 @@ DIMS=${DIMS:-1024,4096,4096,1024}
 
 [ -x "$BIN" ] || { echo "batching_cpu: $BIN not built; run make" >&2; exit 1; }
 
-TMP=$(mktemp -d /tmp/bg-batching.XXXXXX)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-batching.XXXXXX")
 BG_PID=""
 cleanup() {
     [ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null && wait "$BG_PID" 2>/dev/null || true

@@ -13,7 +13,7 @@ BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 DURATION=${DURATION:-5}
 P99_MS=${P99_MS:-25}
-TMP=$(mktemp -d /tmp/bg-bsyn.XXXXXX)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-bsyn.XXXXXX")
 BG_PID=""
 trap '[ -n "$BG_PID" ] && kill $BG_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
 for mb in 1 32; do

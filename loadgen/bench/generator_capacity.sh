@@ -18,7 +18,7 @@ CONNS=${CONNS:-64}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 command -v wrk >/dev/null && [ -x "$NGINX" ] || { echo "generator_capacity: needs wrk and nginx (scripts/install-deps bench)" >&2; exit 1; }
 [ -x "$LOAD" ] || { echo "generator_capacity: $LOAD not built" >&2; exit 1; }
-TMP=$(mktemp -d /tmp/bg-gen.XXXXXX)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-gen.XXXXXX")
 NG_PID=""
 trap '[ -n "$NG_PID" ] && kill $NG_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

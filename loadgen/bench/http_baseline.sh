@@ -31,7 +31,7 @@ done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$BIN" ] || { echo "http_baseline: $BIN not built; run make" >&2; exit 1; }
 
-TMP=$(mktemp -d /tmp/bg-bench.XXXXXX)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-bench.XXXXXX")
 BG_PID=""; NG_PID=""
 cleanup() {
     [ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null || true

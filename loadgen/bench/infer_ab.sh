@@ -18,12 +18,7 @@ CONNS=${CONNS:-32}
 ROUNDS=${ROUNDS:-3}
 command -v wrk >/dev/null || { echo "infer_ab: wrk not found; run scripts/install-deps bench" >&2; exit 1; }
 bg_workdir iab
-python3 - "$ROOT/models/digits/heldout.json" > "$WORK/post.lua" <<'PY'
-import json, sys
-row = json.load(open(sys.argv[1]))["inputs"][0]
-body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": row}]})
-print('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = [[%s]]' % body)
-PY
+digits_post_lua "$WORK/post.lua"
 "$A" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/a.log" &
 PIDS="$PIDS $!"
 "$B" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/b.log" &

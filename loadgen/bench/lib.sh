@@ -26,7 +26,18 @@ free_port() {
 # that stops every process listed in $PIDS (append with PIDS="$PIDS $!")
 # and removes the folder.
 bg_workdir() {
-    WORK=$(mktemp -d "/tmp/bg-$1.XXXXXX")
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/bg-$1.XXXXXX")
     PIDS=""
     trap 'for p in $PIDS; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT INT TERM
+}
+
+# digits_post_lua FILE: a wrk script POSTing one held-out row of the bundled
+# digits model as a KServe v2 JSON infer request.
+digits_post_lua() {
+    python3 - "$ROOT/models/digits/heldout.json" > "$1" <<'PY'
+import json, sys
+row = json.load(open(sys.argv[1]))["inputs"][0]
+body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": row}]})
+print('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = [[%s]]' % body)
+PY
 }

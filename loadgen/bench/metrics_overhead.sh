@@ -17,7 +17,7 @@ ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-32}
 command -v wrk >/dev/null || { echo "metrics_overhead: wrk not found; run scripts/install-deps bench" >&2; exit 1; }
 
-TMP=$(mktemp -d /tmp/bg-metrics.XXXXXX)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-metrics.XXXXXX")
 BG_PID=""; SCRAPER=""
 cleanup() {
     [ -n "$SCRAPER" ] && kill "$SCRAPER" 2>/dev/null || true
@@ -29,12 +29,7 @@ trap cleanup EXIT INT TERM
 "$BIN" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
 BG_PID=$!
 PORT=$(bg_wait_port "$TMP/bg.log" metrics_overhead)
-python3 - "$ROOT/models/digits/heldout.json" > "$TMP/post.lua" <<'PY'
-import json, sys
-row = json.load(open(sys.argv[1]))["inputs"][0]
-body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": row}]})
-print('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = [[%s]]' % body)
-PY
+digits_post_lua "$TMP/post.lua"
 run() {
     wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$TMP/post.lua" "http://127.0.0.1:$PORT/v2/models/digits/infer" |
         awk '/^Requests\/sec:/ {print $2}'

@@ -15,7 +15,7 @@ BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 DURATION=${DURATION:-6}
 POLICY=${POLICY:-deadline}
-TMP=$(mktemp -d /tmp/bg-overload.XXXXXX)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-overload.XXXXXX")
 BG_PID=""
 trap '[ -n "$BG_PID" ] && kill $BG_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
 mkdir -p "$TMP/models/syn"
