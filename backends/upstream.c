@@ -36,7 +36,7 @@ struct up_slot {
     struct up_model *um;
     bool busy;
     struct batch b;
-    struct httpc_conn *conn;
+    struct httpc_call *conn;
     int url;                          /* index of the URL the call went to; -1 none */
     struct event *timer;
     int64_t t0;
@@ -50,7 +50,7 @@ struct up_slot {
 struct up_probe {
     struct up_model *um;
     int url;
-    struct httpc_conn *conn;
+    struct httpc_call *conn;
     int status;
 };
 
@@ -266,7 +266,7 @@ static void slot_send(struct up_slot *s)
     buf_reset(&s->answer);
     struct error err = {0};
     bool reused;
-    struct httpc_conn *c = httpc_open(um->pools[i], &slot_cb, s, 0, &reused, &err);
+    struct httpc_call *c = httpc_open(um->pools[i], &slot_cb, s, 0, &reused, &err);
     if (!c) {
         slot_fail(s, err.msg);
         return;
@@ -514,7 +514,7 @@ static int up_start(struct model *m, struct batch_source src, struct error *err)
     }
     for (int i = 0; i < um->nurls; i++) {
         /* Idle connections: enough for every slot to find one warm. */
-        um->pools[i] = httpc_pool_new(um->targets[i], um->base, um->nslots + 1);
+        um->pools[i] = httpc_pool_new(um->targets[i], um->base, um->nslots + 1, 1);
         um->probes[i].um = um;
         um->probes[i].url = i;
         if (!um->pools[i])

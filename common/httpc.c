@@ -72,6 +72,7 @@ struct httpc_target {
     _Atomic int64_t down_until;      /* 0: up */
     /* Under mu: */
     uint64_t calls;
+    uint64_t pipelined;              /* calls sent behind another on a shared connection */
     uint64_t failures[HTTPC_FAIL_COUNT];
     int fails_in_row;
     bool probed;                     /* active probes decide when a down target returns */
@@ -146,12 +147,13 @@ static void target_account(struct httpc_target *t, int64_t from, int64_t to)
     }
 }
 
-static void target_begin(struct httpc_target *t)
+static void target_begin(struct httpc_target *t, bool behind)
 {
     pthread_mutex_lock(&t->mu);
     if (atomic_fetch_add_explicit(&t->inflight, 1, memory_order_relaxed) == 0)
         t->busy_since = now_ns();
     t->calls++;
+    t->pipelined += behind;
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -242,6 +244,7 @@ void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *o)
     }
     o->inflight = atomic_load_explicit(&t->inflight, memory_order_relaxed);
     o->calls = t->calls;
+    o->pipelined = t->pipelined;
     memcpy(o->failures, t->failures, sizeof o->failures);
     o->busy_s = (double)t->busy_ns / 1e9;
     o->age_s = (double)(now - t->created_ns) / 1e9;
@@ -256,48 +259,78 @@ void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *o)
 
 /* ---- connections ---- */
 
+struct httpc_conn;
+
+/* One request on a connection, in the order sent. cb == NULL: abandoned by
+ * its caller (httpc_abort while others share the connection); its answer is
+ * read and dropped when its turn comes. */
+struct httpc_call {
+    struct httpc_conn *conn;
+    const struct httpc_cb *cb;
+    void *arg;
+    bool no_body, paused;
+};
+
 struct httpc_pool {
     struct httpc_target *t;
     struct event_base *base;
     struct httpc_conn *idle;
     int nidle, max_idle;
-    int open;                        /* calls in progress on this pool */
+    int open;                        /* calls in progress on this pool (not abandoned) */
+    int pipeline;                    /* most calls one connection carries at once */
+    /* Pipelined calls begun in this pass of the loop join `join` (up to
+     * `pipeline`); every connection holding such calls is corked: its bytes
+     * wait in `out` until `flush` runs, after every callback the pass had
+     * already queued, and go out in one send. */
+    struct httpc_conn *join;
+    struct httpc_conn *corked;
+    struct event *flush;
+    bool flush_pending;
 };
-
-enum conn_state { CONN_IDLE, CONN_CALL };
 
 struct httpc_conn {
     struct httpc_pool *pool;
     struct httpc_conn *next_idle;
+    struct httpc_conn *next_corked;
     int fd;
     /* Two persistent events: changing what is watched costs one epoll_ctl
      * at most (never a delete and re-add), and most calls change nothing. */
     struct event *ev_read, *ev_write;
-    bool reading, writing;
-    enum conn_state state;
-    bool connecting, paused, no_body, complete, got_bytes;
-    bool in_read;                    /* inside llhttp: callbacks must not free c */
+    bool reading, writing, corked;
+    bool connecting, complete, got_bytes;
+    bool in_read;                    /* callbacks from conn_read on the stack: never free c */
+    bool in_parse;                   /* inside llhttp for the head call */
     int connect_errno;               /* connect() failed at once; reported from the loop */
     llhttp_t parser;
-    int cb_failed;                   /* a callback returned -1 */
+    int cb_failed;                   /* the head call was ended from its own callback */
     struct buf out;
     struct buf hbuf;                 /* response header names and values, back to back */
     struct { uint32_t no, nl, vo, vl; } hdr[MAX_RESPONSE_HEADERS];
     int nhdrs;
     bool in_value, too_many_headers, bad_status;
-    const struct httpc_cb *cb;
-    void *arg;
+    /* The calls in the order their answers come: calls[(first + i) % MAX]. */
+    struct httpc_call calls[HTTPC_PIPELINE_MAX];
+    int first, ncalls;
+    int nlive;                       /* of them, not abandoned */
 };
+
+static struct httpc_call *conn_head(struct httpc_conn *c)
+{
+    return c->ncalls ? &c->calls[c->first] : NULL;
+}
 
 /* Defined after its callbacks, below. */
 static const llhttp_settings_t resp_settings;
 static void conn_on_event(evutil_socket_t fd, short what, void *arg);
 
-/* Reading stops while paused; writing while there is something to write or a connect pends. */
+/* Reading stops while the head call is paused (an abandoned one never is);
+ * writing while there is something to write (and the pool's flush is not
+ * due to write it) or a connect pends. */
 static void conn_update_events(struct httpc_conn *c)
 {
-    bool r = c->state == CONN_IDLE || !c->paused;
-    bool w = c->connecting || buf_unread(&c->out) > 0;
+    struct httpc_call *h = conn_head(c);
+    bool r = !h || !h->cb || !h->paused;
+    bool w = c->connecting || (buf_unread(&c->out) > 0 && !c->corked);
     if (r != c->reading) {
         if (r)
             event_add(c->ev_read, NULL);
@@ -316,15 +349,24 @@ static void conn_update_events(struct httpc_conn *c)
 
 static void conn_close(struct httpc_conn *c)
 {
-    if (c->state == CONN_IDLE) {
-        struct httpc_conn **pp = &c->pool->idle;
+    struct httpc_pool *p = c->pool;
+    if (c->ncalls == 0) {
+        struct httpc_conn **pp = &p->idle;
         while (*pp && *pp != c)
             pp = &(*pp)->next_idle;
         if (*pp) {
             *pp = c->next_idle;
-            c->pool->nidle--;
+            p->nidle--;
         }
     }
+    if (c->corked) {
+        struct httpc_conn **pp = &p->corked;
+        while (*pp != c)
+            pp = &(*pp)->next_corked;
+        *pp = c->next_corked;
+    }
+    if (p->join == c)
+        p->join = NULL;
     event_free(c->ev_read);
     event_free(c->ev_write);
     close(c->fd);
@@ -333,13 +375,24 @@ static void conn_close(struct httpc_conn *c)
     free(c);
 }
 
-/* The call on c is over (done, failed or aborted): stop counting it. */
-static void conn_end_call(struct httpc_conn *c)
+/* The call stops counting (done, failed, aborted or abandoned). */
+static void call_end(struct httpc_call *k)
 {
+    if (!k->cb)
+        return;   /* abandoned: ended then */
+    struct httpc_conn *c = k->conn;
     c->pool->open--;
+    c->nlive--;
     target_end(c->pool->t);
-    c->cb = NULL;
-    c->arg = NULL;
+    k->cb = NULL;
+    k->arg = NULL;
+}
+
+/* Removes the head call (ended already or about to be). */
+static void conn_pop(struct httpc_conn *c)
+{
+    c->first = (c->first + 1) % HTTPC_PIPELINE_MAX;
+    c->ncalls--;
 }
 
 static void conn_reset_parser(struct httpc_conn *c)
@@ -353,16 +406,42 @@ static void conn_reset_parser(struct httpc_conn *c)
     buf_reset(&c->hbuf);
 }
 
+/* The connection is lost: closes it, then tells every live call. The head
+ * call gets `why` (unless skip_head: its caller ended it); the calls behind
+ * it learn that nothing was answered to them (a refusal when the connection
+ * never opened, else a reset), so a caller may repeat an idempotent one.
+ * With `count`, one failure is counted against the target: one lost
+ * connection is one event however many calls it carried. */
+static void conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const char *msg,
+                          bool skip_head, bool count)
+{
+    static const char behind[] = "connection lost before the answer (pipelined behind another request)";
+    struct { const struct httpc_cb *cb; void *arg; enum httpc_fail why; const char *msg; } tell[HTTPC_PIPELINE_MAX];
+    int n = 0;
+    struct httpc_target *t = c->pool->t;
+    for (bool head = true; c->ncalls; head = false) {
+        struct httpc_call *k = conn_head(c);
+        if (k->cb && !(head && skip_head)) {
+            bool own = head || why == HTTPC_FAIL_CONNECT;
+            tell[n].cb = k->cb, tell[n].arg = k->arg;
+            tell[n].why = own ? why : HTTPC_FAIL_RESET;
+            tell[n].msg = own ? msg : behind;
+            n++;
+        }
+        call_end(k);
+        conn_pop(c);
+    }
+    conn_close(c);
+    if (count)
+        httpc_target_failed(t, why);
+    for (int i = 0; i < n; i++)
+        if (tell[i].cb->on_error)
+            tell[i].cb->on_error(tell[i].arg, tell[i].why, tell[i].msg);
+}
+
 static void conn_fail(struct httpc_conn *c, enum httpc_fail why, const char *msg)
 {
-    const struct httpc_cb *cb = c->cb;
-    void *arg = c->arg;
-    struct httpc_target *t = c->pool->t;
-    conn_end_call(c);
-    conn_close(c);
-    httpc_target_failed(t, why);
-    if (cb && cb->on_error)
-        cb->on_error(arg, why, msg);
+    conn_fail_all(c, why, msg, false, true);
 }
 
 /* ---- response parsing ---- */
@@ -402,6 +481,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 static int on_headers_complete(llhttp_t *p)
 {
     struct httpc_conn *c = p->data;
+    struct httpc_call *k = conn_head(c);
     int status = llhttp_get_status_code(p);
     if (status < 100 || status > 599) {
         c->bad_status = true;   /* not a status HTTP defines: nothing to pass on */
@@ -415,35 +495,38 @@ static int on_headers_complete(llhttp_t *p)
         buf_reset(&c->hbuf);
         return 1;   /* never a body, whatever it declares (found by fuzz_httpc_response) */
     }
-    struct httpc_header h[MAX_RESPONSE_HEADERS];
-    /* Empty names and values can leave the buffer unallocated. */
-    const char *base = c->hbuf.data ? c->hbuf.data : "";
-    for (int i = 0; i < c->nhdrs; i++) {
-        h[i].name = base + c->hdr[i].no;
-        h[i].name_len = c->hdr[i].nl;
-        h[i].value = base + c->hdr[i].vo;
-        h[i].value_len = c->hdr[i].vl;
-    }
-    struct httpc_head head = {
-        .status = status,
-        .http_minor = llhttp_get_http_minor(p),
-        .content_length = (p->flags & F_CONTENT_LENGTH) ? (int64_t)p->content_length : -1,
-        .chunked = (p->flags & F_CHUNKED) != 0,
-        .hdrs = h,
-        .nhdrs = c->nhdrs,
-    };
-    if (c->cb->on_head && c->cb->on_head(c->arg, &head) < 0) {
-        c->cb_failed = 1;
-        return -1;
+    if (k->cb && k->cb->on_head) {
+        struct httpc_header h[MAX_RESPONSE_HEADERS];
+        /* Empty names and values can leave the buffer unallocated. */
+        const char *base = c->hbuf.data ? c->hbuf.data : "";
+        for (int i = 0; i < c->nhdrs; i++) {
+            h[i].name = base + c->hdr[i].no;
+            h[i].name_len = c->hdr[i].nl;
+            h[i].value = base + c->hdr[i].vo;
+            h[i].value_len = c->hdr[i].vl;
+        }
+        struct httpc_head head = {
+            .status = status,
+            .http_minor = llhttp_get_http_minor(p),
+            .content_length = (p->flags & F_CONTENT_LENGTH) ? (int64_t)p->content_length : -1,
+            .chunked = (p->flags & F_CHUNKED) != 0,
+            .hdrs = h,
+            .nhdrs = c->nhdrs,
+        };
+        if (k->cb->on_head(k->arg, &head) < 0) {
+            c->cb_failed = 1;
+            return -1;
+        }
     }
     /* 1: the answer has no body whatever it declares (HEAD). */
-    return c->no_body ? 1 : 0;
+    return k->no_body ? 1 : 0;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n)
 {
     struct httpc_conn *c = p->data;
-    if (c->cb->on_body && c->cb->on_body(c->arg, at, n) < 0) {
+    struct httpc_call *k = conn_head(c);
+    if (k->cb && k->cb->on_body && k->cb->on_body(k->arg, at, n) < 0) {
         c->cb_failed = 1;
         return -1;
     }
@@ -470,29 +553,65 @@ static const llhttp_settings_t resp_settings = {
     .on_message_complete = on_message_complete,
 };
 
-/* The answer is complete: back to the pool (or closed), then tell the caller. */
-static void conn_finish(struct httpc_conn *c, bool leftover)
+/* The head call's answer is complete; `leftover`: bytes follow it in this
+ * read. Returns true when c lives on with the next call's answer to parse
+ * (from the leftover bytes, or the next read), false when c is idle in its
+ * pool or gone. */
+static bool conn_finish(struct httpc_conn *c, bool leftover)
 {
-    const struct httpc_cb *cb = c->cb;
-    void *arg = c->arg;
+    struct httpc_call *k = conn_head(c);
+    const struct httpc_cb *cb = k->cb;
+    void *arg = k->arg;
     struct httpc_pool *pool = c->pool;
-    bool keep = !leftover && buf_unread(&c->out) == 0 && llhttp_should_keep_alive(&c->parser) &&
-                pool->nidle < pool->max_idle;
-    conn_end_call(c);
-    if (keep) {
-        c->state = CONN_IDLE;
-        c->paused = false;
-        conn_reset_parser(c);
-        c->next_idle = pool->idle;
-        pool->idle = c;
-        pool->nidle++;
-        conn_update_events(c);   /* idle: watch for the server closing it */
-    } else {
-        conn_close(c);
+    bool alive = llhttp_should_keep_alive(&c->parser);
+    call_end(k);
+    conn_pop(c);
+    if (c->ncalls == 0) {
+        bool keep = !leftover && alive && buf_unread(&c->out) == 0 && pool->nidle < pool->max_idle;
+        if (keep) {
+            conn_reset_parser(c);
+            c->next_idle = pool->idle;
+            pool->idle = c;
+            pool->nidle++;
+            conn_update_events(c);   /* idle: watch for the server closing it */
+        } else {
+            conn_close(c);
+        }
+        httpc_target_succeeded(pool->t);
+        if (cb && cb->on_done)
+            cb->on_done(arg);
+        return false;
     }
+    /* Calls wait behind this one. */
+    if (!alive) {
+        /* The server ends the connection after this answer: the rest go
+         * unanswered (their callers may repeat them elsewhere). */
+        httpc_target_succeeded(pool->t);
+        if (cb && cb->on_done)
+            cb->on_done(arg);
+        conn_fail_all(c, HTTPC_FAIL_RESET, "the server ended the connection after the answer ahead",
+                      false, false);
+        return false;
+    }
+    conn_reset_parser(c);
     httpc_target_succeeded(pool->t);
+    c->in_read = true;   /* on_done may abandon the calls behind: c must outlive it */
     if (cb && cb->on_done)
         cb->on_done(arg);
+    c->in_read = false;
+    if (c->nlive == 0) {
+        conn_close(c);   /* nobody waits for the answers left */
+        return false;
+    }
+    conn_update_events(c);   /* the new head may be paused */
+    return true;
+}
+
+/* The head call's caller ended it from a callback (or every live call was
+ * abandoned there): the connection goes, the others are told. */
+static void conn_drop_head(struct httpc_conn *c)
+{
+    conn_fail_all(c, HTTPC_FAIL_RESET, "connection closed by the caller", true, false);
 }
 
 static void conn_read(struct httpc_conn *c)
@@ -501,7 +620,7 @@ static void conn_read(struct httpc_conn *c)
     ssize_t n = read(c->fd, data, sizeof data);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
-    if (c->state == CONN_IDLE) {
+    if (c->ncalls == 0) {
         /* The server closed an idle connection, or sent what nobody asked for. */
         conn_close(c);
         return;
@@ -509,17 +628,17 @@ static void conn_read(struct httpc_conn *c)
     if (n == 0) {
         /* A body delimited by the close ends here. */
         if (!c->complete && c->got_bytes) {
-            c->in_read = true;
+            c->in_read = c->in_parse = true;
             llhttp_finish(&c->parser);
-            c->in_read = false;
+            c->in_read = c->in_parse = false;
         }
         if (c->cb_failed) {
-            conn_end_call(c);
-            conn_close(c);
+            conn_drop_head(c);
             return;
         }
         if (c->complete) {
-            conn_finish(c, true);
+            if (conn_finish(c, true))   /* the calls behind get no answer now */
+                conn_fail(c, HTTPC_FAIL_RESET, "connection closed before the answer");
             return;
         }
         conn_fail(c, HTTPC_FAIL_RESET, c->got_bytes ? "connection closed in the middle of the answer"
@@ -532,28 +651,33 @@ static void conn_read(struct httpc_conn *c)
         conn_fail(c, HTTPC_FAIL_RESET, msg);
         return;
     }
-    c->got_bytes = true;
-    c->in_read = true;
-    llhttp_errno_t e = llhttp_execute(&c->parser, data, (size_t)n);
-    c->in_read = false;
-    if (c->cb_failed) {
-        /* The caller ended the call from a callback: it expects nothing more. */
-        conn_end_call(c);
-        conn_close(c);
+    /* One read may hold the answers of several pipelined calls. */
+    size_t off = 0;
+    while (off < (size_t)n) {
+        c->got_bytes = true;
+        c->in_read = c->in_parse = true;
+        llhttp_errno_t e = llhttp_execute(&c->parser, data + off, (size_t)n - off);
+        c->in_read = c->in_parse = false;
+        if (c->cb_failed || c->nlive == 0) {
+            /* The caller ended the call from a callback: it expects nothing more. */
+            conn_drop_head(c);
+            return;
+        }
+        if (e == HPE_PAUSED && c->complete) {
+            off = (size_t)(llhttp_get_error_pos(&c->parser) - data);
+            if (!conn_finish(c, off < (size_t)n))
+                return;
+            continue;
+        }
+        if (e != HPE_OK) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "malformed HTTP answer: %s",
+                     c->too_many_headers ? "too many headers"
+                     : c->bad_status     ? "status code outside 100..599"
+                                         : llhttp_get_error_reason(&c->parser));
+            conn_fail(c, HTTPC_FAIL_MALFORMED, msg);
+        }
         return;
-    }
-    if (e == HPE_PAUSED && c->complete) {
-        size_t used = (size_t)(llhttp_get_error_pos(&c->parser) - data);
-        conn_finish(c, used < (size_t)n);
-        return;
-    }
-    if (e != HPE_OK) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "malformed HTTP answer: %s",
-                 c->too_many_headers ? "too many headers"
-                 : c->bad_status     ? "status code outside 100..599"
-                                     : llhttp_get_error_reason(&c->parser));
-        conn_fail(c, HTTPC_FAIL_MALFORMED, msg);
     }
 }
 
@@ -591,8 +715,10 @@ static void conn_write(struct httpc_conn *c)
     if (drained)
         buf_shrink(&c->out, 64 * 1024);
     conn_update_events(c);
-    if (drained && c->cb && c->cb->on_sent)
-        c->cb->on_sent(c->arg);
+    /* Only a connection's only call can be streaming a body to wait on. */
+    struct httpc_call *k = conn_head(c);
+    if (drained && c->ncalls == 1 && k->cb && k->cb->on_sent)
+        k->cb->on_sent(k->arg);
 }
 
 static void conn_on_event(evutil_socket_t fd, short what, void *arg)
@@ -610,7 +736,30 @@ static void conn_on_event(evutil_socket_t fd, short what, void *arg)
 
 /* ---- pools ---- */
 
-struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *base, int max_idle)
+/* The end of a pass of the loop: every corked connection sends what its
+ * pipelined calls queued, in one send each. */
+static void pool_on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    struct httpc_pool *p = arg;
+    (void)fd;
+    (void)what;
+    p->flush_pending = false;
+    p->join = NULL;
+    struct httpc_conn *c;
+    while ((c = p->corked)) {
+        p->corked = c->next_corked;
+        c->corked = false;
+        if (c->connect_errno)
+            continue;   /* its refusal is already queued for reporting */
+        if (c->connecting)
+            conn_update_events(c);   /* sent once connected */
+        else
+            conn_write(c);
+    }
+}
+
+struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *base, int max_idle,
+                                  int pipeline)
 {
     struct httpc_pool *p = calloc(1, sizeof *p);
     if (!p)
@@ -618,6 +767,11 @@ struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *bas
     p->t = t;
     p->base = base;
     p->max_idle = max_idle > 0 ? max_idle : 1;
+    p->pipeline = pipeline < 1 ? 1 : pipeline > HTTPC_PIPELINE_MAX ? HTTPC_PIPELINE_MAX : pipeline;
+    if (p->pipeline > 1 && !(p->flush = event_new(base, -1, 0, pool_on_flush, p))) {
+        free(p);
+        return NULL;
+    }
     return p;
 }
 
@@ -627,6 +781,8 @@ void httpc_pool_free(struct httpc_pool *p)
         return;
     while (p->idle)
         conn_close(p->idle);
+    if (p->flush)
+        event_free(p->flush);
     free(p);
 }
 
@@ -674,12 +830,59 @@ static struct httpc_conn *conn_connect(struct httpc_pool *p, struct error *err)
     return c;
 }
 
-static struct httpc_conn *call_begin(struct httpc_pool *p, struct httpc_conn *c,
-                                     const struct httpc_cb *cb, void *arg, unsigned flags);
+/* Appends a call to c's queue. */
+static struct httpc_call *call_push(struct httpc_conn *c, const struct httpc_cb *cb, void *arg,
+                                    unsigned flags)
+{
+    struct httpc_call *k = &c->calls[(c->first + c->ncalls) % HTTPC_PIPELINE_MAX];
+    *k = (struct httpc_call){.conn = c, .cb = cb, .arg = arg, .no_body = (flags & HTTPC_NO_BODY) != 0};
+    c->ncalls++;
+    c->nlive++;
+    c->pool->open++;
+    target_begin(c->pool->t, c->ncalls > 1);
+    return k;
+}
 
-struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, void *arg,
+static struct httpc_call *call_begin(struct httpc_pool *p, struct httpc_conn *c,
+                                     const struct httpc_cb *cb, void *arg, unsigned flags)
+{
+    conn_reset_parser(c);
+    struct httpc_call *k = call_push(c, cb, arg, flags);
+    if (c->connect_errno) {
+        /* Refused at once (loopback): report it from the loop like any other
+         * refusal, never from inside the caller. */
+        event_active(c->ev_write, EV_WRITE, 0);
+        return k;
+    }
+    if ((flags & HTTPC_PIPELINE) && p->pipeline > 1) {
+        /* Calls of this pass join it until the flush sends them together. */
+        p->join = c;
+        c->corked = true;
+        c->next_corked = p->corked;
+        p->corked = c;
+        if (!p->flush_pending) {
+            p->flush_pending = true;
+            event_active(p->flush, EV_TIMEOUT, 0);
+        }
+    }
+    conn_update_events(c);
+    return k;
+}
+
+struct httpc_call *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, void *arg,
                               unsigned flags, bool *reused, struct error *err)
 {
+    if ((flags & HTTPC_PIPELINE) && p->join && p->join->ncalls < p->pipeline) {
+        /* Behind another call: a loss before its answer says nothing about
+         * whether the server saw it, as on a reused connection. */
+        struct httpc_conn *c = p->join;
+        if (reused)
+            *reused = true;
+        struct httpc_call *k = call_push(c, cb, arg, flags);
+        if (c->ncalls == p->pipeline)
+            p->join = NULL;
+        return k;
+    }
     struct httpc_conn *c = p->idle;
     if (c) {
         p->idle = c->next_idle;
@@ -693,40 +896,21 @@ struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, v
     return call_begin(p, c, cb, arg, flags);
 }
 
-struct httpc_conn *httpc_adopt(struct httpc_pool *p, int fd, const struct httpc_cb *cb, void *arg,
+struct httpc_call *httpc_adopt(struct httpc_pool *p, int fd, const struct httpc_cb *cb, void *arg,
                                unsigned flags, struct error *err)
 {
     struct httpc_conn *c = conn_new(p, fd, err);
     return c ? call_begin(p, c, cb, arg, flags) : NULL;
 }
 
-static struct httpc_conn *call_begin(struct httpc_pool *p, struct httpc_conn *c,
-                                     const struct httpc_cb *cb, void *arg, unsigned flags)
+int httpc_send(struct httpc_call *k, const void *data, size_t len)
 {
-    c->state = CONN_CALL;
-    conn_reset_parser(c);
-    c->no_body = (flags & HTTPC_NO_BODY) != 0;
-    c->paused = false;
-    c->cb = cb;
-    c->arg = arg;
-    p->open++;
-    target_begin(p->t);
-    if (c->connect_errno) {
-        /* Refused at once (loopback): report it from the loop like any other
-         * refusal, never from inside the caller. */
-        event_active(c->ev_write, EV_WRITE, 0);
-        return c;
-    }
-    conn_update_events(c);
-    return c;
-}
-
-int httpc_send(struct httpc_conn *c, const void *data, size_t len)
-{
+    struct httpc_conn *c = k->conn;
     /* Connected and nothing queued: write now, the common case costs one
      * send and no event change. Failures are left to the loop (never
-     * reported from inside the caller). */
-    if (!c->connecting && !c->connect_errno && buf_unread(&c->out) == 0) {
+     * reported from inside the caller). A corked connection waits for its
+     * pool's flush. */
+    if (!c->connecting && !c->connect_errno && !c->corked && buf_unread(&c->out) == 0) {
         ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n == (ssize_t)len)
             return 0;
@@ -743,26 +927,37 @@ int httpc_send(struct httpc_conn *c, const void *data, size_t len)
     return 0;
 }
 
-size_t httpc_unsent(const struct httpc_conn *c) { return buf_unread(&c->out); }
+size_t httpc_unsent(const struct httpc_call *k) { return buf_unread(&k->conn->out); }
 
-void httpc_pause(struct httpc_conn *c, bool paused)
+void httpc_pause(struct httpc_call *k, bool paused)
 {
-    if (c->paused == paused)
+    if (k->paused == paused)
         return;
-    c->paused = paused;
-    if (!c->connect_errno)
-        conn_update_events(c);
+    k->paused = paused;
+    if (!k->conn->connect_errno && k == conn_head(k->conn))
+        conn_update_events(k->conn);
 }
 
-void httpc_abort(struct httpc_conn *c)
+void httpc_abort(struct httpc_call *k)
 {
-    if (c->in_read) {
+    struct httpc_conn *c = k->conn;
+    if (c->in_parse && k == conn_head(c)) {
         /* Called from on_head/on_body: the read handler closes c on return. */
         c->cb_failed = 1;
         llhttp_pause(&c->parser);
         return;
     }
-    if (c->state == CONN_CALL)
-        conn_end_call(c);
+    call_end(k);
+    if (c->nlive > 0) {
+        /* Others share the connection: this call's answer will be read and
+         * dropped in its turn (reading resumes if it was paused). */
+        if (k == conn_head(c) && !c->connect_errno)
+            conn_update_events(c);
+        return;
+    }
+    if (c->in_read)
+        return;   /* the read handler sees nobody is left and closes c */
+    while (c->ncalls)
+        conn_pop(c);
     conn_close(c);
 }

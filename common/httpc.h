@@ -13,7 +13,16 @@
  * bytes (any number of times: bodies stream) -> callbacks deliver the
  * response head, its body in pieces with the framing removed, then done or
  * error. After done the connection is back in its pool (or closed when the
- * server did not keep it alive); after error it is closed. */
+ * server did not keep it alive); after error it is closed.
+ *
+ * Pipelining (opt-in per pool, per call): calls opened with HTTPC_PIPELINE
+ * in the same pass of the event loop share one connection, up to the pool's
+ * `pipeline` of them, and their requests leave in one send at the end of
+ * the pass; the answers come back in order, often several to one read. A
+ * connection that already has requests out is never given more, so a call
+ * only ever waits behind calls that became ready at the same instant. When
+ * the connection is lost, each call behind the first learns that its answer
+ * never came (a reset), and may be repeated when it is idempotent. */
 #ifndef BG_HTTPC_H
 #define BG_HTTPC_H
 
@@ -68,6 +77,7 @@ void httpc_target_failed(struct httpc_target *t, enum httpc_fail why);
 struct httpc_target_stats {
     int inflight;
     uint64_t calls;                         /* calls begun */
+    uint64_t pipelined;                     /* of them, sent behind another on one connection */
     uint64_t failures[HTTPC_FAIL_COUNT];
     double busy_s;                          /* with a call in flight, since created */
     double age_s;                           /* since created */
@@ -79,9 +89,15 @@ void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *out);
 /* ---- connections ---- */
 
 struct httpc_pool;
-struct httpc_conn;
+struct httpc_call;
 
-struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *base, int max_idle);
+/* Most calls one connection carries at once (pool `pipeline`). */
+#define HTTPC_PIPELINE_MAX 16
+
+/* max_idle: idle keep-alive connections kept; pipeline: 1 (off) to
+ * HTTPC_PIPELINE_MAX calls per connection for HTTPC_PIPELINE calls. */
+struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *base, int max_idle,
+                                  int pipeline);
 /* Closes the idle connections. Calls still open on the pool must have ended. */
 void httpc_pool_free(struct httpc_pool *p);
 struct httpc_target *httpc_pool_target(const struct httpc_pool *p);
@@ -114,26 +130,35 @@ struct httpc_cb {
 
 /* The answer to this request has no body whatever its headers say (HEAD). */
 #define HTTPC_NO_BODY 1u
+/* The request is whole in what is sent right after httpc_open, and may
+ * share a connection with other such calls (see Pipelining above): only for
+ * requests that are safe to repeat. on_sent is not called for such a call
+ * while it shares its connection. */
+#define HTTPC_PIPELINE 2u
 
-/* Starts a call on an idle connection of the pool or a new one (the target
- * counts it in flight until it ends). *reused tells which: a reused
- * connection may have been closed by the server just before (a reset with
- * no answer then says nothing about the request). NULL when no socket can
- * be made (error in err). */
-struct httpc_conn *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, void *arg,
+/* Starts a call on an idle connection of the pool or a new one, or behind
+ * another HTTPC_PIPELINE call (the target counts it in flight until it
+ * ends). *reused tells whether the connection was in use before: then it
+ * may have been closed by the server just before, or lost with the call
+ * ahead, and a reset with no answer says nothing about the request. NULL
+ * when no socket can be made (error in err). */
+struct httpc_call *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, void *arg,
                               unsigned flags, bool *reused, struct error *err);
 /* The same on a socket already connected to the pool's server (tests and
  * the fuzzer drive a call through a socketpair). Takes fd (closed on failure). */
-struct httpc_conn *httpc_adopt(struct httpc_pool *p, int fd, const struct httpc_cb *cb, void *arg,
+struct httpc_call *httpc_adopt(struct httpc_pool *p, int fd, const struct httpc_cb *cb, void *arg,
                                unsigned flags, struct error *err);
 /* Queues request bytes; they are written as the socket allows. -1: out of memory. */
-int httpc_send(struct httpc_conn *c, const void *data, size_t len);
+int httpc_send(struct httpc_call *c, const void *data, size_t len);
 /* Bytes queued and not yet written (request body backpressure). */
-size_t httpc_unsent(const struct httpc_conn *c);
-/* Stops (true) or resumes reading the answer (response body backpressure). */
-void httpc_pause(struct httpc_conn *c, bool paused);
-/* Ends the call now from outside the callbacks: closes the connection,
- * calls nothing. */
-void httpc_abort(struct httpc_conn *c);
+size_t httpc_unsent(const struct httpc_call *c);
+/* Stops (true) or resumes reading the answer (response body backpressure);
+ * a call behind others pauses once its answer is next. */
+void httpc_pause(struct httpc_call *c, bool paused);
+/* Ends the call now, calling nothing for it: closes the connection, or,
+ * when other calls share it, reads the call's answer in its turn and drops
+ * it. From its own on_head/on_body it closes the connection (the calls
+ * behind are told). */
+void httpc_abort(struct httpc_call *c);
 
 #endif

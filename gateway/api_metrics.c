@@ -159,6 +159,11 @@ static void render_targets(struct api_state *st, struct buf *b)
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_calls_total{%s} %llu\n", rows[i].owner,
                     (unsigned long long)rows[i].st.calls);
+    head(b, "upstream_pipelined_calls_total", "counter",
+         "Calls sent behind another on one connection (proxy.routes[].pipeline).");
+    for (int i = 0; i < n; i++)
+        buf_appendf(b, P "upstream_pipelined_calls_total{%s} %llu\n", rows[i].owner,
+                    (unsigned long long)rows[i].st.pipelined);
     head(b, "upstream_failures_total", "counter",
          "Failed calls by reason: connect, reset, timeout, status (5xx), malformed.");
     for (int i = 0; i < n; i++)

@@ -151,6 +151,7 @@ static int load_proxy_route(struct config_proxy_route *r, json_t *obj, const cha
     char where[64];
     snprintf(where, sizeof where, "proxy.routes[%d].", idx);
     struct field_ctx f = {file, where, err};
+    r->pipeline = 1;
     if (!json_is_object(obj))
         return error_set(err, BG_ECONFIG, "%s: proxy.routes[%d]: must be an object with prefix "
                                           "and urls", file, idx);
@@ -186,6 +187,11 @@ static int load_proxy_route(struct config_proxy_route *r, json_t *obj, const cha
                 return error_set(err, BG_ECONFIG, "%s: %sstrip_prefix: must be true or false",
                                  file, where);
             r->strip_prefix = json_is_true(v);
+        } else if (strcmp(key, "pipeline") == 0) {
+            long long x = 0;
+            if ((rc = get_int(&f, v, key, 1, HTTPC_PIPELINE_MAX, &x)))
+                return rc;
+            r->pipeline = (int)x;
         } else {
             return unknown_field(&f, key);
         }

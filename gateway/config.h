@@ -30,6 +30,7 @@ struct config_proxy_route {
     int ports[CONFIG_MAX_PROXY_URLS];
     int nurls;
     bool strip_prefix;         /* "/tfs/v1/x" under "/tfs/" goes upstream as "/v1/x" */
+    int pipeline;              /* bodiless GET/HEAD/OPTIONS ready together share a connection, up to this many */
 };
 
 struct config_proxy {

@@ -39,6 +39,7 @@ struct proxy_route {
     struct proxy *p;
     char prefix[256];
     bool strip;
+    int pipeline;
     struct httpc_target *targets[CONFIG_MAX_PROXY_URLS];
     int ntargets;
 };
@@ -76,8 +77,10 @@ struct proxy_call {
     int ntargets;
     unsigned tried;
     int ti;                                 /* the target in use */
-    struct httpc_conn *uc;
+    struct httpc_call *uc;
     bool reused;
+    int pipeline;                           /* the route's proxy.routes[].pipeline (1: off) */
+    bool pipelined;                         /* may share its connection (HTTPC_PIPELINE) */
     struct event *timer;
     struct buf sent;                        /* everything sent upstream, while a retry may need it */
     bool retryable;                         /* `sent` still holds the whole request */
@@ -91,8 +94,10 @@ static const struct httpc_cb call_cb;
 
 /* ---- per-thread state ---- */
 
+/* The thread's pool for t (made on first use; a target belongs to one route,
+ * so `pipeline` is the same on every call). */
 static struct httpc_pool *thread_pool(struct proxy *p, struct proxy_thread *pt,
-                                      struct httpc_target *t, struct event_base *base)
+                                      struct httpc_target *t, struct event_base *base, int pipeline)
 {
     for (int i = 0; i < pt->npools; i++)
         if (pt->pools[i].t == t)
@@ -105,7 +110,7 @@ static struct httpc_pool *thread_pool(struct proxy *p, struct proxy_thread *pt,
         pt->pools = n;
         pt->cap = cap;
     }
-    struct httpc_pool *pool = httpc_pool_new(t, base, p->cfg.max_idle);
+    struct httpc_pool *pool = httpc_pool_new(t, base, p->cfg.max_idle, pipeline);
     if (pool)
         pt->pools[pt->npools++] = (struct pool_ent){t, pool};
     return pool;
@@ -330,9 +335,11 @@ static int call_connect(struct proxy_call *c)
         return -1;
     c->tried |= 1u << c->ti;
     struct httpc_pool *pool =
-        thread_pool(c->p, c->pt, t, http_request_event_base(c->req));
+        thread_pool(c->p, c->pt, t, http_request_event_base(c->req), c->pipeline);
     struct error err = {0};
     unsigned flags = http_request_method(c->req) == HTTP_M_HEAD ? HTTPC_NO_BODY : 0;
+    if (c->pipelined)
+        flags |= HTTPC_PIPELINE;
     c->uc = pool ? httpc_open(pool, &call_cb, c, flags, &c->reused, &err) : NULL;
     if (!c->uc)
         return -1;
@@ -518,6 +525,7 @@ static void call_on_error(void *arg, enum httpc_fail why, const char *msg)
         if (why == HTTPC_FAIL_RESET)
             c->tried &= ~(1u << c->ti);   /* the same server, on a fresh connection */
         c->reused = false;
+        c->pipelined = false;   /* a repeat goes alone: it must not be lost with others again */
         if (call_connect(c) == 0)
             return;
     }
@@ -544,8 +552,9 @@ static void call_on_timer(evutil_socket_t fd, short what, void *arg)
     call_fail(c, 504, msg);
 }
 
-void proxy_forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
-                   int ntargets, const char *path, size_t path_len)
+/* proxy_forward with the route's pipeline depth. */
+static void forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
+                    int ntargets, const char *path, size_t path_len, int pipeline)
 {
     int ti = http_request_thread(req);
     if (ti < 0 || ti >= p->nthreads || ntargets <= 0) {
@@ -561,6 +570,11 @@ void proxy_forward(struct proxy *p, struct http_request *req, struct httpc_targe
     c->targets = targets;
     c->ntargets = ntargets;
     c->retryable = true;
+    c->pipeline = pipeline;
+    /* Only a request that is whole in its head and safe to repeat shares a
+     * connection: it may be lost with the one ahead of it and sent again. */
+    c->pipelined = pipeline > 1 && !http_request_has_body(req) &&
+                   (http_request_method(req) & (HTTP_M_GET | HTTP_M_HEAD | HTTP_M_OPTIONS));
     if (build_head(c, &c->sent, path, path_len) < 0 || call_connect(c) < 0) {
         call_fail(c, 502, "cannot open a connection");
         return;
@@ -572,6 +586,12 @@ void proxy_forward(struct proxy *p, struct http_request *req, struct httpc_targe
      * while a body streams in, the client's own body timer watches it.
      * Last: a request dispatched whole delivers its body right here. */
     http_request_on_body(req, on_client_body, c);
+}
+
+void proxy_forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
+                   int ntargets, const char *path, size_t path_len)
+{
+    forward(p, req, targets, ntargets, path, path_len, 1);
 }
 
 /* ---- routes ---- */
@@ -591,7 +611,7 @@ static void route_handler(struct http_request *req, const struct route_match *m,
         if (len == 0)
             path = "/", len = 1;
     }
-    proxy_forward(r->p, req, r->targets, r->ntargets, path, len);
+    forward(r->p, req, r->targets, r->ntargets, path, len, r->pipeline);
 }
 
 struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct error *err)
@@ -614,6 +634,7 @@ struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct e
         r->p = p;
         snprintf(r->prefix, sizeof r->prefix, "%s", cfg->routes[i].prefix);
         r->strip = cfg->routes[i].strip_prefix;
+        r->pipeline = cfg->routes[i].pipeline;
         p->nroutes++;
         for (int k = 0; k < cfg->routes[i].nurls; k++) {
             struct error e2 = {0};

@@ -351,10 +351,36 @@ def _recv_into(sock, buf, deadline, what):
     buf += data
 
 
-def read_response(sock, head=False, timeout=5.0):
+def _read_chunked(sock, buf, start, deadline):
+    """Decodes the chunked body at buf[start:]; returns (body, bytes used)."""
+    body, pos = bytearray(), start
+    while True:
+        while buf.find(b"\r\n", pos) < 0:
+            _recv_into(sock, buf, deadline, "a chunk size line")
+        eol = buf.find(b"\r\n", pos)
+        size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
+        pos = eol + 2
+        if size == 0:
+            while buf.find(b"\r\n", pos) < 0:
+                _recv_into(sock, buf, deadline, "the end of the trailers")
+            while not buf.startswith(b"\r\n", pos):   # trailer fields, ignored
+                pos = buf.find(b"\r\n", pos) + 2
+                while buf.find(b"\r\n", pos) < 0:
+                    _recv_into(sock, buf, deadline, "the end of the trailers")
+            return bytes(body), pos + 2
+        while len(buf) < pos + size + 2:
+            _recv_into(sock, buf, deadline, "a %d-byte chunk" % size)
+        if buf[pos + size:pos + size + 2] != b"\r\n":
+            raise ProtocolError("chunk of %d bytes not followed by CRLF" % size)
+        body += buf[pos:pos + size]
+        pos += size + 2
+
+
+def read_response(sock, head=False, timeout=5.0, chunked=False):
     """Reads one response (a 1xx interim one too) from sock. Bytes past it stay
     buffered for the next call, so pipelined responses can arrive in one recv.
-    head=True: the response to a HEAD request (no body whatever Content-Length says)."""
+    head=True: the response to a HEAD request (no body whatever Content-Length says).
+    chunked=True: a chunked body is allowed (and decoded into .body)."""
     buf = _buf(sock)
     deadline = time.monotonic() + timeout
     while True:
@@ -384,6 +410,11 @@ def read_response(sock, head=False, timeout=5.0):
         length = 0
     else:
         cl = headers.all("Content-Length")
+        if chunked and headers.get("Transfer-Encoding", "").lower() == "chunked" and not cl:
+            body, used = _read_chunked(sock, buf, body_start, deadline)
+            raw = bytes(buf[:used])
+            del buf[:used]
+            return Response(version, status, reason, headers, body, raw)
         if "Transfer-Encoding" in headers:
             raise ProtocolError("unexpected Transfer-Encoding in a response: %r" % head_bytes)
         if len(cl) != 1 or not cl[0].isdigit():

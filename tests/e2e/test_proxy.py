@@ -38,6 +38,7 @@ class ProxyTest(FakeUpstreamCase):
                 {"prefix": "/px/", "urls": [url], "strip_prefix": True},
                 {"prefix": "/echo/", "urls": [url]},
                 {"prefix": "/down/", "urls": ["http://127.0.0.1:%d" % free_port()]},
+                {"prefix": "/pl/", "urls": [url], "strip_prefix": True, "pipeline": 8},
             ], "timeout_ms": 1500},
         }
         write_model(repo, "kv2", upstream_model("kv2", [url]))
@@ -199,6 +200,72 @@ class ProxyTest(FakeUpstreamCase):
         self.assertLessEqual(opened, 3, "30 sequential proxied requests opened %d upstream "
                                         "connections" % opened)
 
+    # ---- pipelining upstream (proxy.routes[].pipeline) ----
+
+    def test_pipelined_route_shares_upstream_connections(self):
+        # Twelve GETs that reach the gateway together go upstream on two
+        # connections (8 + 4), not twelve; each answer finds its client's
+        # request, in order.
+        def pipelined():
+            text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+            m = re.search(r'^batchgate_upstream_pipelined_calls_total\{route="/pl/",[^}]*\} (\d+)$',
+                          text, re.M)
+            self.assertIsNotNone(m, "no upstream_pipelined_calls_total for /pl/")
+            return int(m.group(1))
+        shared = pipelined()
+        before = self.fake_stats()["conns"]
+        s = connect(self.srv)
+        self.addCleanup(close_quietly, s)
+        s.sendall(b"".join(request("GET", "/pl/echo/p%d?n=%d" % (i, i)) for i in range(12)))
+        for i in range(12):
+            r = read_response(s)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.json()["path"], "/echo/p%d?n=%d" % (i, i))
+        opened = self.fake_stats()["conns"] - before
+        # Two for the twelve, one for the second stats call (fewer when
+        # earlier tests left idle connections in this route's pool).
+        self.assertLessEqual(opened, 3, "12 requests ready together opened %d upstream "
+                                        "connections" % opened)
+        # 7 behind the first on one connection, 3 behind the first on the other.
+        self.assertEqual(pipelined() - shared, 10)
+
+    def test_pipelined_route_mixed_methods(self):
+        # A POST (a body: never shared) and a HEAD among the GETs: every
+        # answer is whole and in its place.
+        data = os.urandom(300000)
+        s = connect(self.srv)
+        self.addCleanup(close_quietly, s)
+        s.sendall(request("GET", "/pl/echo/1") +
+                  request("POST", "/pl/echo/2", body=data) +
+                  request("HEAD", "/pl/blob/777") +
+                  request("GET", "/pl/blob/5000") +
+                  request("GET", "/pl/echo/5"))
+        self.assertEqual(read_response(s).json()["path"], "/echo/1")
+        got = read_response(s).json()
+        self.assertEqual((got["path"], got["body_len"]), ("/echo/2", len(data)))
+        self.assertEqual(got["sha256"], hashlib.sha256(data).hexdigest())
+        r = read_response(s, head=True)
+        self.assertEqual((r.status, r.headers.get("Content-Length")), (200, "777"))
+        self.assertEqual(read_response(s).body, blob(5000))
+        self.assertEqual(read_response(s).json()["path"], "/echo/5")
+
+    def test_pipelined_requests_lost_with_a_connection_are_repeated(self):
+        # The upstream closes the shared connection at /drop: the requests
+        # sent behind it got no answer, so the gateway sends them again
+        # (alone); only /drop itself, which fails again, is a 502. A
+        # close-delimited answer ends its connection too: the same.
+        s = connect(self.srv)
+        self.addCleanup(close_quietly, s)
+        s.sendall(request("GET", "/pl/echo/a") + request("GET", "/pl/drop") +
+                  request("GET", "/pl/echo/b") + request("GET", "/pl/blob/3000?close=1") +
+                  request("GET", "/pl/echo/c") + request("GET", "/pl/echo/d"))
+        self.assertEqual(read_response(s).json()["path"], "/echo/a")
+        self.assertEqual(read_response(s).status, 502)
+        self.assertEqual(read_response(s).json()["path"], "/echo/b")
+        self.assertEqual(read_response(s, chunked=True).body, blob(3000))
+        self.assertEqual(read_response(s).json()["path"], "/echo/c")
+        self.assertEqual(read_response(s).json()["path"], "/echo/d")
+
     # ---- failures ----
 
     def test_upstream_closes_without_answer(self):
@@ -324,6 +391,12 @@ class ProxyConfigTest(unittest.TestCase):
             ({"routes": [{"prefix": "/a/"}]}, "needs both prefix and urls"),
             ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "bogus": 1}]}, "bogus"),
             ({"timeout_ms": 0}, "proxy.timeout_ms"),
+            ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "pipeline": 0}]},
+             "proxy.routes[0].pipeline: 0 is out of range 1..16"),
+            ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "pipeline": 17}]},
+             "proxy.routes[0].pipeline"),
+            ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "pipeline": "8"}]},
+             "proxy.routes[0].pipeline: must be an integer"),
         ]
         for proxy, want in cases:
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:

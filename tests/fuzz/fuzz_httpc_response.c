@@ -4,13 +4,17 @@
  * Input layout: byte 0 is flags - 1: the call is for a HEAD request (no
  * body whatever the headers say); 2: the callbacks pause reading after each
  * body piece and resume on the next loop pass (the proxy's backpressure);
- * 4: the caller ends the call from on_body (the proxy when its client left).
+ * 4: the caller ends the call from on_body (the proxy when its client left);
+ * 8: three pipelined calls share the connection (the answers of all three
+ * follow one another in the input); 16: with 8, the middle call is
+ * abandoned by its caller before any answer arrives.
  * Byte 1 cuts the rest into two writes (at k/255 of its length). The rest is
  * what the server sends over a socketpair; then the server side closes.
  *
  * Beyond "no crash, no leak": every call ends exactly once (on_done or
- * on_error, or the caller's own abort), on_head comes at most once and
- * before any body byte, and a call that ended with on_done saw a status. */
+ * on_error, or the caller's own abort), in the order the calls were made;
+ * on_head comes at most once and before any body byte, and a call that
+ * ended with on_done saw a status. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,7 +29,8 @@
 #include "httpc.h"
 
 struct call {
-    struct httpc_conn *c;
+    struct httpc_call *c;
+    int idx, *ended;                 /* its place; calls ended so far (in order) */
     int heads, dones, errors;
     int status;
     size_t body;
@@ -76,9 +81,17 @@ static int on_body(void *arg, const char *data, size_t len)
     return 0;
 }
 
+static void in_order(struct call *k)
+{
+    if (*k->ended > k->idx)
+        abort();   /* a call ended after one behind it */
+    *k->ended = k->idx + 1;
+}
+
 static void on_done(void *arg)
 {
     struct call *k = arg;
+    in_order(k);
     k->dones++;
     if (!k->heads || k->status < 100)
         abort();
@@ -87,6 +100,7 @@ static void on_done(void *arg)
 static void on_error(void *arg, enum httpc_fail why, const char *msg)
 {
     struct call *k = arg;
+    in_order(k);
     k->errors++;
     if (why >= HTTPC_FAIL_COUNT || !msg)
         abort();
@@ -113,16 +127,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         abort();
     struct event_base *base = event_base_new();
-    struct httpc_pool *pool = httpc_pool_new(t, base, 4);
-    struct call k = {.abort_in_body = flags & 4, .pause = flags & 2};
-    k.resume = event_new(base, -1, 0, resume_cb, &k);
-    struct error err = {0};
-    k.c = httpc_adopt(pool, sv[0], &cb, &k, (flags & 1) ? HTTPC_NO_BODY : 0, &err);
-    if (!k.c)
-        abort();
-    /* The request goes out (the server side never reads it: a small one fits). */
+    int ncalls = (flags & 8) ? 3 : 1, ended = 0;
+    struct httpc_pool *pool = httpc_pool_new(t, base, 4, ncalls);
+    struct call k[3];
+    /* The requests go out (the server side never reads them: small ones fit). */
     static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-    httpc_send(k.c, req, sizeof req - 1);
+    for (int i = 0; i < ncalls; i++) {
+        k[i] = (struct call){.idx = i, .ended = &ended, .abort_in_body = flags & 4,
+                             .pause = flags & 2};
+        k[i].resume = event_new(base, -1, 0, resume_cb, &k[i]);
+        struct error err = {0};
+        unsigned f = ((flags & 1) ? HTTPC_NO_BODY : 0) | (ncalls > 1 ? HTTPC_PIPELINE : 0);
+        /* The first call takes the socketpair; the others join it. */
+        k[i].c = i == 0 ? httpc_adopt(pool, sv[0], &cb, &k[i], f, &err)
+                        : httpc_open(pool, &cb, &k[i], f, NULL, &err);
+        if (!k[i].c)
+            abort();
+        httpc_send(k[i].c, req, sizeof req - 1);
+    }
+    if (ncalls > 1 && (flags & 16)) {
+        httpc_abort(k[1].c);
+        k[1].aborted = true;
+    }
     size_t first = size * cut / 255, off = 0;
     for (int part = 0; part < 2; part++) {
         size_t end = part == 0 ? first : size;
@@ -140,15 +166,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             event_base_loop(base, EVLOOP_NONBLOCK);
     }
     shutdown(sv[1], SHUT_WR);
-    for (int i = 0; i < 1000 && k.dones + k.errors == 0 && !k.aborted; i++)
+    for (int i = 0; i < 1000; i++) {
+        int open = 0;
+        for (int j = 0; j < ncalls; j++)
+            open += k[j].dones + k[j].errors == 0 && !k[j].aborted;
+        if (!open)
+            break;
         event_base_loop(base, EVLOOP_NONBLOCK);
-    int ends = k.dones + k.errors + (k.aborted ? 1 : 0);
-    if (ends != 1) {
-        fprintf(stderr, "the call ended %d times (done %d, error %d, aborted %d)\n", ends, k.dones,
-                k.errors, k.aborted);
-        abort();
     }
-    event_free(k.resume);
+    for (int j = 0; j < ncalls; j++) {
+        int ends = k[j].dones + k[j].errors + (k[j].aborted ? 1 : 0);
+        if (ends != 1) {
+            fprintf(stderr, "call %d ended %d times (done %d, error %d, aborted %d)\n", j, ends,
+                    k[j].dones, k[j].errors, k[j].aborted);
+            abort();
+        }
+        event_free(k[j].resume);
+    }
     httpc_pool_free(pool);   /* closes sv[0] if it went back to the pool */
     close(sv[1]);
     event_base_free(base);

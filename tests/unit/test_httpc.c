@@ -1,12 +1,16 @@
 /* test_httpc.c - the outbound HTTP client: URL parsing, server choice and
  * health, and whole calls over a socketpair (httpc_adopt): framing of the
- * answer, keep-alive back to the pool, busy-time and failure accounting. */
+ * answer, keep-alive back to the pool, busy-time and failure accounting;
+ * pipelined calls against a loopback listener: one connection and one send
+ * for the calls of one pass, answers in order, losses and abandoned calls. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -134,7 +138,7 @@ static void run_call(struct httpc_pool *pool, struct event_base *base, const cha
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
     struct error err = {0};
     memset(out, 0, sizeof *out);
-    struct httpc_conn *c = httpc_adopt(pool, sv[0], &cb, out, flags, &err);
+    struct httpc_call *c = httpc_adopt(pool, sv[0], &cb, out, flags, &err);
     assert_non_null(c);
     assert_int_equal(httpc_send(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27), 0);
     usleep(2000);   /* a little busy time to account */
@@ -151,7 +155,7 @@ static void test_calls(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     struct httpc_target *t = target(9);
-    struct httpc_pool *pool = httpc_pool_new(t, base, 4);
+    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 1);
     struct call c;
     int fds[6];
 
@@ -196,7 +200,7 @@ static void test_calls(void **state)
     struct error err = {0};
     bool reused = false;
     struct call c2 = {0};
-    struct httpc_conn *k = httpc_open(pool, &cb, &c2, 0, &reused, &err);
+    struct httpc_call *k = httpc_open(pool, &cb, &c2, 0, &reused, &err);
     assert_non_null(k);
     assert_true(reused);
     httpc_abort(k);
@@ -210,12 +214,362 @@ static void test_calls(void **state)
     event_base_free(base);
 }
 
+/* ---- pipelining, against a loopback listener ---- */
+
+struct lsn {
+    int fd, port;
+};
+
+static struct lsn listener(void)
+{
+    struct lsn l;
+    l.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    assert_true(l.fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(l.fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(l.fd, 16), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(l.fd, (struct sockaddr *)&a, &len), 0);
+    l.port = ntohs(a.sin_port);
+    return l;
+}
+
+/* Runs the loop until the server side can accept; returns the socket. */
+static int accept_one(struct event_base *base, struct lsn *l)
+{
+    for (int i = 0; i < 200; i++) {
+        int s = accept(l->fd, NULL, NULL);
+        if (s >= 0)
+            return s;
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        usleep(1000);
+    }
+    fail_msg("no connection arrived");
+    return -1;
+}
+
+static int pending_connections(struct lsn *l)
+{
+    int n = 0, s;
+    while ((s = accept(l->fd, NULL, NULL)) >= 0) {
+        n++;
+        close(s);
+    }
+    return n;
+}
+
+/* Reads what the server got until `want` requests (blank-line ends) are in;
+ * returns how many reads that took. */
+static int read_requests(struct event_base *base, int s, int want, char *got, size_t cap)
+{
+    size_t len = 0;
+    int reads = 0;
+    for (int i = 0; i < 400; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        ssize_t n = recv(s, got + len, cap - 1 - len, MSG_DONTWAIT);
+        if (n > 0) {
+            len += (size_t)n;
+            reads++;
+            got[len] = '\0';
+            int ends = 0;
+            for (const char *p = got; (p = strstr(p, "\r\n\r\n")); p += 4)
+                ends++;
+            if (ends >= want)
+                return reads;
+        }
+        usleep(500);
+    }
+    fail_msg("only part of the requests arrived: %s", got);
+    return reads;
+}
+
+static void spin(struct event_base *base, struct call *calls, int n)
+{
+    for (int i = 0; i < 400; i++) {
+        int ended = 0;
+        for (int k = 0; k < n; k++)
+            ended += calls[k].dones + calls[k].errors;
+        if (ended >= n)
+            return;
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        usleep(500);
+    }
+}
+
+static struct httpc_call *open_get(struct httpc_pool *pool, struct call *k, const char *path,
+                                   unsigned flags, bool *reused)
+{
+    struct error err = {0};
+    memset(k, 0, sizeof *k);
+    struct httpc_call *c = httpc_open(pool, &cb, k, flags, reused, &err);
+    assert_non_null(c);
+    char req[128];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+    assert_int_equal(httpc_send(c, req, (size_t)n), 0);
+    return c;
+}
+
+#define ANSWER(body) "HTTP/1.1 200 OK\r\nContent-Length: " #body "\r\n\r\n"
+
+static void test_pipeline_one_send_answers_in_order(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct lsn l = listener();
+    struct httpc_target *t = target(l.port);
+    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 4);
+    struct call k[6];
+    bool reused[6];
+    /* Five calls in one pass: four share a connection, the fifth opens the next. */
+    for (int i = 0; i < 5; i++) {
+        char path[16];
+        snprintf(path, sizeof path, "/%d", i);
+        open_get(pool, &k[i], path, HTTPC_PIPELINE, &reused[i]);
+    }
+    assert_false(reused[0]);
+    assert_true(reused[1] && reused[2] && reused[3]);
+    assert_false(reused[4]);
+    int s1 = accept_one(base, &l), s2 = accept_one(base, &l);
+    char got[2048];
+    /* Nothing is written before the pass ends, then the four go in one send. */
+    assert_int_equal(read_requests(base, s1, 4, got, sizeof got), 1);
+    assert_non_null(strstr(got, "GET /0 "));
+    assert_true(strstr(got, "GET /0 ") < strstr(got, "GET /1 "));
+    assert_true(strstr(got, "GET /2 ") < strstr(got, "GET /3 "));
+    assert_int_equal(read_requests(base, s2, 1, got, sizeof got), 1);
+    assert_non_null(strstr(got, "GET /4 "));
+    assert_int_equal(pending_connections(&l), 0);
+    /* All four answers in one write: each call gets its own, in order. */
+    static const char four[] = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na"
+                               "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nbb\r\n0\r\n\r\n"
+                               "HTTP/1.1 204 No Content\r\n\r\n"
+                               "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndddd";
+    assert_int_equal(write(s1, four, sizeof four - 1), (ssize_t)sizeof four - 1);
+    assert_int_equal(write(s2, ANSWER(1) "e", sizeof ANSWER(1) "e" - 1), (ssize_t)sizeof ANSWER(1));
+    spin(base, k, 5);
+    static const char *const want[] = {"a", "bb", "", "dddd", "e"};
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(k[i].dones, 1);
+        assert_int_equal(k[i].errors, 0);
+        assert_int_equal(k[i].status, i == 2 ? 204 : 200);
+        assert_int_equal(k[i].len, strlen(want[i]));
+        assert_memory_equal(k[i].body, want[i], k[i].len);
+    }
+    /* Both connections are idle again; a call of a later pass reuses one
+     * alone, and one opened after the flush never joins a busy connection. */
+    open_get(pool, &k[0], "/a", HTTPC_PIPELINE, &reused[0]);
+    assert_true(reused[0]);
+    event_base_loop(base, EVLOOP_NONBLOCK);   /* the flush: /a is on its way */
+    open_get(pool, &k[1], "/b", HTTPC_PIPELINE, &reused[1]);
+    assert_true(reused[1]);                   /* the other idle connection */
+    open_get(pool, &k[2], "/c", 0, &reused[2]);
+    assert_false(reused[2]);                  /* not pipelined, none idle: a new one */
+    int s3 = accept_one(base, &l);
+    assert_int_equal(read_requests(base, s3, 1, got, sizeof got), 1);
+    assert_non_null(strstr(got, "GET /c "));
+    struct httpc_target_stats st;
+    httpc_target_stats(t, &st);
+    assert_int_equal(st.inflight, 3);
+    assert_int_equal(st.calls, 8);
+    assert_int_equal(st.pipelined, 3);   /* /1, /2, /3 went behind /0 */
+    /* Closing the server sides fails the three with a reset. */
+    close(s1);
+    close(s2);
+    close(s3);
+    spin(base, k, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(k[i].errors, 1);
+    httpc_target_stats(t, &st);
+    assert_int_equal(st.inflight, 0);
+    httpc_pool_free(pool);
+    httpc_target_free(t);
+    close(l.fd);
+    event_base_free(base);
+}
+
+/* Three pipelined calls on one connection; the server sends `answer`, then
+ * closes when asked. */
+static void pipeline_three(const char *answer, bool close_after, int abort_mask, struct call *k,
+                           struct httpc_target_stats *st)
+{
+    struct event_base *base = event_base_new();
+    struct lsn l = listener();
+    struct httpc_target *t = target(l.port);
+    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 8);
+    struct httpc_call *c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = open_get(pool, &k[i], "/", HTTPC_PIPELINE, NULL);
+    int s = accept_one(base, &l);
+    char got[1024];
+    read_requests(base, s, 3, got, sizeof got);
+    for (int i = 0; i < 3; i++)
+        if (abort_mask & (1 << i))
+            httpc_abort(c[i]);
+    if (abort_mask == 7) {
+        /* Nobody waits: the connection closes at once. */
+        char x;
+        for (int i = 0; i < 200 && recv(s, &x, 1, MSG_DONTWAIT) < 0; i++)
+            usleep(500);
+        assert_int_equal(recv(s, &x, 1, MSG_DONTWAIT), 0);
+    }
+    if (answer)
+        assert_int_equal(write(s, answer, strlen(answer)), (ssize_t)strlen(answer));
+    if (close_after)
+        shutdown(s, SHUT_WR);
+    struct call live[3];
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        if (!(abort_mask & (1 << i)))
+            live[n++] = k[i];
+    for (int i = 0; i < 400; i++) {
+        int ended = 0;
+        for (int j = 0; j < 3; j++)
+            ended += (abort_mask & (1 << j)) ? 1 : k[j].dones + k[j].errors;
+        if (ended == 3)
+            break;
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        usleep(500);
+    }
+    (void)live;
+    httpc_target_stats(t, st);
+    close(s);
+    httpc_pool_free(pool);
+    httpc_target_free(t);
+    close(l.fd);
+    event_base_free(base);
+}
+
+static void test_pipeline_losses(void **state)
+{
+    (void)state;
+    struct call k[3];
+    struct httpc_target_stats st;
+
+    /* Closed after the first answer: the two behind learn theirs never came. */
+    pipeline_three(ANSWER(2) "ok", true, 0, k, &st);
+    assert_int_equal(k[0].dones, 1);
+    assert_memory_equal(k[0].body, "ok", 2);
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(k[i].errors, 1);
+        assert_int_equal(k[i].why, HTTPC_FAIL_RESET);
+    }
+    assert_int_equal(st.inflight, 0);
+    assert_int_equal(st.failures[HTTPC_FAIL_RESET], 1);   /* one lost connection, one failure */
+
+    /* The first answer says the server closes after it: not a failure of
+     * the server, and the rest are told at once (no wait for the close). */
+    pipeline_three("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx", false, 0,
+                   k, &st);
+    assert_int_equal(k[0].dones, 1);
+    assert_int_equal(k[1].errors + k[2].errors, 2);
+    assert_int_equal(k[1].why, HTTPC_FAIL_RESET);
+    assert_int_equal(st.failures[HTTPC_FAIL_RESET], 0);
+    assert_int_equal(st.inflight, 0);
+
+    /* Garbage in the second answer: the first stands, the second is
+     * malformed, the third was lost with the connection. */
+    pipeline_three(ANSWER(1) "a" "bogus\r\n\r\n", false, 0, k, &st);
+    assert_int_equal(k[0].dones, 1);
+    assert_int_equal(k[1].why, HTTPC_FAIL_MALFORMED);
+    assert_int_equal(k[2].why, HTTPC_FAIL_RESET);
+    assert_int_equal(k[1].errors + k[2].errors, 2);
+    assert_int_equal(st.failures[HTTPC_FAIL_MALFORMED], 1);
+    assert_int_equal(st.inflight, 0);
+}
+
+static void test_pipeline_abandoned_calls(void **state)
+{
+    (void)state;
+    struct call k[3];
+    struct httpc_target_stats st;
+    static const char three[] = ANSWER(1) "a" ANSWER(2) "bb" ANSWER(3) "ccc";
+
+    /* The middle call's caller gave up: its answer is read and dropped, the
+     * others get theirs. */
+    pipeline_three(three, false, 2, k, &st);
+    assert_int_equal(k[0].dones, 1);
+    assert_memory_equal(k[0].body, "a", 1);
+    assert_int_equal(k[1].dones + k[1].errors + k[1].status, 0);
+    assert_int_equal(k[2].dones, 1);
+    assert_memory_equal(k[2].body, "ccc", 3);
+    assert_int_equal(st.inflight, 0);
+
+    /* The first gave up: the same, ahead of the others. */
+    pipeline_three(three, false, 1, k, &st);
+    assert_int_equal(k[0].dones + k[0].errors + k[0].status, 0);
+    assert_int_equal(k[1].dones, 1);
+    assert_memory_equal(k[1].body, "bb", 2);
+    assert_int_equal(k[2].dones, 1);
+    assert_int_equal(st.inflight, 0);
+
+    /* All gave up: the connection closes at once (checked inside). */
+    pipeline_three(NULL, false, 7, k, &st);
+    assert_int_equal(st.inflight, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(k[i].dones + k[i].errors, 0);
+}
+
+static void test_pipeline_refused(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct lsn l = listener();
+    int port = l.port;
+    close(l.fd);   /* nothing listens there now */
+    struct httpc_target *t = target(port);
+    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 4);
+    struct call k[3];
+    for (int i = 0; i < 3; i++)
+        open_get(pool, &k[i], "/", HTTPC_PIPELINE, NULL);
+    spin(base, k, 3);
+    /* Nothing reached a server: every call may go elsewhere. */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(k[i].errors, 1);
+        assert_int_equal(k[i].why, HTTPC_FAIL_CONNECT);
+    }
+    struct httpc_target_stats st;
+    httpc_target_stats(t, &st);
+    assert_int_equal(st.inflight, 0);
+    httpc_pool_free(pool);
+    httpc_target_free(t);
+    event_base_free(base);
+}
+
+static void test_pipeline_off(void **state)
+{
+    (void)state;
+    /* A pool with pipeline 1 gives each call its own connection whatever
+     * the call asks. */
+    struct event_base *base = event_base_new();
+    struct lsn l = listener();
+    struct httpc_target *t = target(l.port);
+    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 1);
+    struct call k[2];
+    bool reused[2];
+    open_get(pool, &k[0], "/", HTTPC_PIPELINE, &reused[0]);
+    open_get(pool, &k[1], "/", HTTPC_PIPELINE, &reused[1]);
+    assert_false(reused[0] || reused[1]);
+    int s1 = accept_one(base, &l), s2 = accept_one(base, &l);
+    close(s1);
+    close(s2);
+    spin(base, k, 2);
+    httpc_pool_free(pool);
+    httpc_target_free(t);
+    close(l.fd);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_parse),
         cmocka_unit_test(test_pick_and_health),
         cmocka_unit_test(test_calls),
+        cmocka_unit_test(test_pipeline_one_send_answers_in_order),
+        cmocka_unit_test(test_pipeline_losses),
+        cmocka_unit_test(test_pipeline_abandoned_calls),
+        cmocka_unit_test(test_pipeline_refused),
+        cmocka_unit_test(test_pipeline_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
