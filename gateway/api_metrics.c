@@ -336,6 +336,21 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");
     buf_appendf(b, P "inflight_requests %lld\n",
                 (long long)(st->server ? server_inflight(st->server) : 0));
+    if (st->server) {
+        head(b, "http_responses_total", "counter",
+             "Answers on every route (inference, metadata, health, proxied, errors), by status.");
+        uint64_t codes[SERVER_STATUSES];
+        server_responses(st->server, codes);
+        for (int k = 0; k < SERVER_STATUSES; k++)
+            if (codes[k])
+                buf_appendf(b, P "http_responses_total{code=\"%d\"} %llu\n", k + 100,
+                            (unsigned long long)codes[k]);
+        head(b, "http_connections", "gauge", "Client connections open now.");
+        buf_appendf(b, P "http_connections %d\n", server_connections(st->server));
+        head(b, "http_connections_accepted_total", "counter", "Client connections accepted.");
+        buf_appendf(b, P "http_connections_accepted_total %llu\n",
+                    (unsigned long long)server_accepted(st->server));
+    }
     head(b, "process_start_to_ready_seconds", "gauge",
          "From process start until every model was loaded and the server ready.");
     int64_t ready = atomic_load(&st->ready_ns);

@@ -453,6 +453,11 @@ static bool conn_mark_answered(struct http_request *r, int status)
     r->responded = true;
     r->status = status;
     c->outstanding--;
+    if (status >= 100 && status < 100 + SERVER_STATUSES) {
+        _Atomic uint64_t *n = &c->t->responses[status - 100];   /* only this thread writes */
+        atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    }
     if (r->accepted)
         atomic_fetch_sub_explicit(&c->t->inflight, 1, memory_order_relaxed);
     if (!r->aborted && c->fd >= 0)

@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "router.h"
+#include "server.h"
 
 struct server;
 struct http_conn;
@@ -45,6 +46,9 @@ struct io_thread {
     bool draining;
     uint64_t abandoned;              /* requests left unanswered by a forced close */
     _Atomic int64_t inflight;        /* accepted, not yet answered (only this thread writes) */
+    /* Only this thread writes these; /metrics sums them (relaxed). */
+    _Atomic uint64_t accepted;                       /* connections accepted */
+    _Atomic uint64_t responses[SERVER_STATUSES];  /* answers by status - 100 */
     int64_t date_sec;
     char date[32];                   /* cached Date header value for date_sec */
     char rbuf[IO_THREAD_READ_BUF];   /* lent to the connection being read */

@@ -145,6 +145,9 @@ static int accept_batch(struct io_thread *t, int lfd)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        atomic_store_explicit(&t->accepted,
+                              atomic_load_explicit(&t->accepted, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
         http_conn_new(t, fd);
     }
     return i;
@@ -357,6 +360,25 @@ int64_t server_inflight(const struct server *s)
     for (int i = 0; i < s->nthreads; i++)
         n += atomic_load_explicit(&s->threads[i].inflight, memory_order_relaxed);
     return n;
+}
+
+int server_connections(const struct server *s) { return atomic_load(&s->nconns); }
+
+uint64_t server_accepted(const struct server *s)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < s->nthreads; i++)
+        n += atomic_load_explicit(&s->threads[i].accepted, memory_order_relaxed);
+    return n;
+}
+
+void server_responses(const struct server *s, uint64_t out[SERVER_STATUSES])
+{
+    for (int k = 0; k < SERVER_STATUSES; k++) {
+        out[k] = 0;
+        for (int i = 0; i < s->nthreads; i++)
+            out[k] += atomic_load_explicit(&s->threads[i].responses[k], memory_order_relaxed);
+    }
 }
 
 static void server_wake_all(struct server *s, int flag)

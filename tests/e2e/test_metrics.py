@@ -130,6 +130,29 @@ class MetricsTest(RepoServerCase):
         busy = d("batchgate_device_busy_seconds_total", model="syn", device="synthetic0")
         self.assertGreaterEqual(busy, 0.010 * execs * 0.99)
 
+    def test_every_answer_and_connection_is_counted(self):
+        # Requests no model counter sees (an unknown model, an unknown
+        # route, a health check) are in http_responses_total by status;
+        # connections open and accepted are counted too.
+        from harness import connect, close_quietly, read_response, request
+        before = parse(self.scrape())
+        s = connect(self.srv)
+        self.addCleanup(close_quietly, s)
+        s.sendall(request("GET", "/v2/models/no-such-model") + request("GET", "/nowhere") +
+                  request("POST", "/v2/models/no-such-model/infer", body=b"{}") +
+                  request("GET", "/v2/health/live"))
+        codes = [read_response(s).status for _ in range(4)]
+        self.assertEqual(codes, [404, 404, 404, 200])
+        after = parse(self.scrape())   # on a second connection, s still open
+        d = lambda code: (value(after, "batchgate_http_responses_total", code=code) -
+                          value(before, "batchgate_http_responses_total", code=code))
+        self.assertEqual(d("404"), 3)
+        # The health check and the first scrape (answered before its own count is read).
+        self.assertEqual(d("200"), 2)
+        self.assertGreaterEqual(value(after, "batchgate_http_connections"), 2)
+        self.assertGreaterEqual(value(after, "batchgate_http_connections_accepted_total") -
+                                value(before, "batchgate_http_connections_accepted_total"), 2)
+
     def test_busy_plus_idle_is_wall_time(self):
         s0, t0 = parse(self.scrape()), time.monotonic()
         post(self.srv.port, "/v2/models/syn/infer", infer_body([[1, 1, 1, 1]], name="x"))
