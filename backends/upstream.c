@@ -46,25 +46,17 @@ struct up_slot {
     struct buf answer;
 };
 
-/* An active health probe of one URL. */
-struct up_probe {
-    struct up_model *um;
-    int url;
-    struct httpc_call *conn;
-    int status;
-};
-
 struct up_model {
     struct model *m;
     struct batch_source src;
     struct event_base *base;
-    struct event *wake, *tick, *probe_tick;
+    struct event *wake, *tick;
+    struct httpc_prober *prober;      /* active health probes (health_interval_ms > 0) */
     pthread_t thread;
     bool running;
     _Atomic bool stopping;
     struct httpc_target *targets[MODEL_MAX_UPSTREAMS];
     struct httpc_pool *pools[MODEL_MAX_UPSTREAMS];
-    struct up_probe probes[MODEL_MAX_UPSTREAMS];
     int nurls;
     struct up_slot *slots;
     int nslots;
@@ -375,75 +367,6 @@ static void *up_main(void *arg)
     return NULL;
 }
 
-/* ---- active health probes ---- */
-
-static int probe_on_head(void *arg, const struct httpc_head *h)
-{
-    struct up_probe *p = arg;
-    p->status = h->status;
-    return 0;
-}
-
-static void probe_on_done(void *arg)
-{
-    struct up_probe *p = arg;
-    p->conn = NULL;
-    struct httpc_target *t = p->um->targets[p->url];
-    bool was = httpc_target_usable(t, now_ns());
-    httpc_target_probe_result(t, p->status == 200);
-    if (was != (p->status == 200))
-        log_warn("model %s: upstream %s %s (health probe: HTTP %d)", p->um->m->cfg.name,
-                 httpc_target_url(t), p->status == 200 ? "is back" : "is taken out", p->status);
-}
-
-static void probe_on_error(void *arg, enum httpc_fail why, const char *msg)
-{
-    struct up_probe *p = arg;
-    (void)why;
-    p->conn = NULL;
-    struct httpc_target *t = p->um->targets[p->url];
-    if (httpc_target_usable(t, now_ns()))
-        log_warn("model %s: upstream %s is taken out (health probe: %s)", p->um->m->cfg.name,
-                 httpc_target_url(t), msg);
-    httpc_target_probe_result(t, false);
-}
-
-static const struct httpc_cb probe_cb = {
-    .on_head = probe_on_head,
-    .on_done = probe_on_done,
-    .on_error = probe_on_error,
-};
-
-/* Every health_interval_ms: a probe still unanswered failed; send the next. */
-static void on_probe_tick(evutil_socket_t fd, short what, void *arg)
-{
-    struct up_model *um = arg;
-    (void)fd;
-    (void)what;
-    const struct model_upstream *u = &um->m->cfg.upstream;
-    for (int i = 0; i < um->nurls; i++) {
-        struct up_probe *p = &um->probes[i];
-        if (p->conn) {
-            httpc_abort(p->conn);
-            p->conn = NULL;
-            httpc_target_failed(um->targets[i], HTTPC_FAIL_TIMEOUT);
-            httpc_target_probe_result(um->targets[i], false);
-        }
-        p->status = 0;
-        struct error err = {0};
-        p->conn = httpc_open(um->pools[i], &probe_cb, p, 0, NULL, &err);
-        if (!p->conn)
-            continue;
-        char req[600];
-        int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", u->health_path,
-                         httpc_target_authority(um->targets[i]));
-        if (httpc_send(p->conn, req, (size_t)n) < 0) {
-            httpc_abort(p->conn);
-            p->conn = NULL;
-        }
-    }
-}
-
 /* ---- backend_ops ---- */
 
 static int up_model_load(struct model *m, struct cold_start *cs, struct error *err)
@@ -515,16 +438,17 @@ static int up_start(struct model *m, struct batch_source src, struct error *err)
     for (int i = 0; i < um->nurls; i++) {
         /* Idle connections: enough for every slot to find one warm. */
         um->pools[i] = httpc_pool_new(um->targets[i], um->base, um->nslots + 1, 1);
-        um->probes[i].um = um;
-        um->probes[i].url = i;
         if (!um->pools[i])
             return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
     }
     int hms = m->cfg.upstream.health_interval_ms;
     if (hms > 0) {
-        um->probe_tick = event_new(um->base, -1, EV_PERSIST, on_probe_tick, um);
-        struct timeval tv = {hms / 1000, (hms % 1000) * 1000};
-        event_add(um->probe_tick, &tv);
+        char who[300];
+        snprintf(who, sizeof who, "model %s", m->cfg.name);
+        um->prober = httpc_prober_new(um->base, um->targets, um->nurls,
+                                      m->cfg.upstream.health_path, hms, who);
+        if (!um->prober)
+            return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
     }
     src.set_waker(src.ctx, ring, um);
     int rc = pthread_create(&um->thread, NULL, up_main, um);
@@ -567,10 +491,9 @@ static void up_stop(struct model *m)
         if (s->timer)
             event_free(s->timer);
     }
+    httpc_prober_free(um->prober);
+    um->prober = NULL;
     for (int i = 0; i < um->nurls; i++) {
-        if (um->probes[i].conn)
-            httpc_abort(um->probes[i].conn);
-        um->probes[i].conn = NULL;
         httpc_pool_free(um->pools[i]);
         um->pools[i] = NULL;
     }
@@ -578,9 +501,7 @@ static void up_stop(struct model *m)
         event_free(um->wake);
     if (um->tick)
         event_free(um->tick);
-    if (um->probe_tick)
-        event_free(um->probe_tick);
-    um->wake = um->tick = um->probe_tick = NULL;
+    um->wake = um->tick = NULL;
     event_base_free(um->base);
     um->base = NULL;
     free(um->slots);

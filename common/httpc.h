@@ -161,4 +161,19 @@ void httpc_pause(struct httpc_call *c, bool paused);
  * behind are told). */
 void httpc_abort(struct httpc_call *c);
 
+/* ---- active health probes (httpc_probe.c) ---- */
+
+struct httpc_prober;
+
+/* From base's loop, every interval_ms: `GET path` to each of the n targets
+ * on a connection of the probe's own. A 200 keeps a target in (or brings it
+ * back, httpc_target_probe_result); anything else, a failure, or no answer
+ * by the next tick takes it out until a probe passes again. `who` names the
+ * owner in log lines ("model m", "route /x/"). NULL: out of memory. Events
+ * may be added from another thread (libevent's pthreads support). */
+struct httpc_prober *httpc_prober_new(struct event_base *base, struct httpc_target *const *ts,
+                                      int n, const char *path, int interval_ms, const char *who);
+/* On base's thread, or once its loop has stopped. */
+void httpc_prober_free(struct httpc_prober *pr);
+
 #endif

@@ -152,6 +152,7 @@ static int load_proxy_route(struct config_proxy_route *r, json_t *obj, const cha
     snprintf(where, sizeof where, "proxy.routes[%d].", idx);
     struct field_ctx f = {file, where, err};
     r->pipeline = 1;
+    r->health_interval_ms = 2000;
     if (!json_is_object(obj))
         return error_set(err, BG_ECONFIG, "%s: proxy.routes[%d]: must be an object with prefix "
                                           "and urls", file, idx);
@@ -192,6 +193,17 @@ static int load_proxy_route(struct config_proxy_route *r, json_t *obj, const cha
             if ((rc = get_int(&f, v, key, 1, HTTPC_PIPELINE_MAX, &x)))
                 return rc;
             r->pipeline = (int)x;
+        } else if (strcmp(key, "health_path") == 0) {
+            if ((rc = get_string(&f, v, key, r->health_path, sizeof r->health_path)))
+                return rc;
+            if (r->health_path[0] != '/')
+                return error_set(err, BG_ECONFIG, "%s: %shealth_path: \"%s\" must start with /",
+                                 file, where, r->health_path);
+        } else if (strcmp(key, "health_interval_ms") == 0) {
+            long long x = 0;
+            if ((rc = get_int(&f, v, key, 10, 3600 * 1000, &x)))
+                return rc;
+            r->health_interval_ms = (int)x;
         } else {
             return unknown_field(&f, key);
         }

@@ -31,6 +31,8 @@ struct config_proxy_route {
     int nurls;
     bool strip_prefix;         /* "/tfs/v1/x" under "/tfs/" goes upstream as "/v1/x" */
     int pipeline;              /* bodiless GET/HEAD/OPTIONS ready together share a connection, up to this many */
+    char health_path[256];     /* "": passive health only; else probed every health_interval_ms */
+    int health_interval_ms;
 };
 
 struct config_proxy {

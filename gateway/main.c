@@ -251,6 +251,11 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
+    if (proxy_start(api.proxy, server_event_base(srv, 0), &err)) {
+        log_error("%s", err.msg);
+        exit_code = 1;
+        goto out;
+    }
     log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.listen_host, ':') ? "[" : "",
              cfg.listen_host, strchr(cfg.listen_host, ':') ? "]" : "", server_port(srv),
              server_threads(srv));

@@ -40,6 +40,9 @@ struct proxy_route {
     char prefix[256];
     bool strip;
     int pipeline;
+    char health_path[256];
+    int health_interval_ms;
+    struct httpc_prober *prober;            /* active probes (health_path set), from proxy_start */
     struct httpc_target *targets[CONFIG_MAX_PROXY_URLS];
     int ntargets;
 };
@@ -635,6 +638,8 @@ struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct e
         snprintf(r->prefix, sizeof r->prefix, "%s", cfg->routes[i].prefix);
         r->strip = cfg->routes[i].strip_prefix;
         r->pipeline = cfg->routes[i].pipeline;
+        snprintf(r->health_path, sizeof r->health_path, "%s", cfg->routes[i].health_path);
+        r->health_interval_ms = cfg->routes[i].health_interval_ms;
         p->nroutes++;
         for (int k = 0; k < cfg->routes[i].nurls; k++) {
             struct error e2 = {0};
@@ -660,10 +665,28 @@ int proxy_register(struct proxy *p, struct router *rt, struct error *err)
     return 0;
 }
 
+int proxy_start(struct proxy *p, struct event_base *base, struct error *err)
+{
+    for (int i = 0; i < p->nroutes; i++) {
+        struct proxy_route *r = &p->routes[i];
+        if (!r->health_path[0])
+            continue;
+        char who[300];
+        snprintf(who, sizeof who, "route %s", r->prefix);
+        r->prober = httpc_prober_new(base, r->targets, r->ntargets, r->health_path,
+                                     r->health_interval_ms, who);
+        if (!r->prober)
+            return error_set(err, BG_ENOMEM, "proxy.routes[%d]: out of memory", i);
+    }
+    return 0;
+}
+
 void proxy_free(struct proxy *p)
 {
     if (!p)
         return;
+    for (int i = 0; i < p->nroutes; i++)
+        httpc_prober_free(p->routes[i].prober);
     for (int i = 0; p->threads && i < p->nthreads; i++) {
         struct proxy_thread *pt = &p->threads[i];
         /* Calls still live (a forced stop): their connections close here. */

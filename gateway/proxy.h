@@ -26,6 +26,9 @@ struct httpc_target;
 struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct error *err);
 /* Adds a prefix route per configured route. */
 int proxy_register(struct proxy *p, struct router *r, struct error *err);
+/* Starts the active health probes of the routes that have a health_path,
+ * on `base` (an IO thread's, once it runs). */
+int proxy_start(struct proxy *p, struct event_base *base, struct error *err);
 /* After the IO threads have exited and before their event bases are freed. */
 void proxy_free(struct proxy *p);
 

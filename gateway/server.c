@@ -352,6 +352,7 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
 
 int server_port(const struct server *s) { return s->port; }
 int server_threads(const struct server *s) { return s->nthreads; }
+struct event_base *server_event_base(const struct server *s, int i) { return s->threads[i].base; }
 int server_running(const struct server *s) { return atomic_load(&s->running); }
 
 int64_t server_inflight(const struct server *s)

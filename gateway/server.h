@@ -26,6 +26,9 @@ struct server *server_new(const struct config *cfg, const struct router *router,
 int server_start(struct server *s, pthread_t notify, struct error *err);
 int server_port(const struct server *s);            /* the bound port (useful with port 0) */
 int server_threads(const struct server *s);
+/* IO thread i's event base (after server_start): work that belongs to no
+ * connection (the proxy's health probes) runs on thread 0's. */
+struct event_base *server_event_base(const struct server *s, int i);
 /* Stop accepting, answer what was accepted, close idle connections. */
 void server_drain(struct server *s);
 /* Close everything now (drain timeout, second signal). */

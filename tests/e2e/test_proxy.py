@@ -381,6 +381,63 @@ class ProxyTest(FakeUpstreamCase):
                                r'device="upstream0"\} \S+')
 
 
+class ProxyHealthTest(FakeUpstreamCase):
+    """A proxy route with health_path: a server failing its probe is taken
+    out (requests go to the other), and probed back in once it passes."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [cls.fake_server("--base-ms", "1") for _ in range(2)]
+        cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        cls.config = {"proxy": {"routes": [
+            {"prefix": "/h/", "urls": cls.urls, "strip_prefix": True,
+             "health_path": "/v2/health/ready",
+             "health_interval_ms": 100}]}}
+
+    def fake(self, i, method, path, body=None):
+        return roundtrip(self.fakes[i][1], method, path,
+                         [("Content-Type", "application/json")] if body else None, body)
+
+    def wait_healthy(self, i, want, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        pat = re.compile(r'^batchgate_upstream_healthy\{route="/h/",upstream="%s"\} (\d)$'
+                         % re.escape(self.urls[i]), re.M)
+        while time.monotonic() < deadline:
+            m = pat.search(roundtrip(self.srv.port, "GET", "/metrics").body.decode())
+            if m and int(m.group(1)) == want:
+                return
+            time.sleep(0.05)
+        self.fail("upstream %d: healthy never became %d" % (i, want))
+
+    def echoes(self):
+        return [self.fake(i, "GET", "/__stats").json()["echoes"] for i in range(2)]
+
+    def send(self, n):
+        for k in range(n):
+            r = roundtrip(self.srv.port, "GET", "/h/echo/%d" % k)
+            self.assertEqual(r.status, 200, r)
+
+    def test_taken_out_and_probed_back_in(self):
+        deadline = time.monotonic() + 5
+        while self.fake(0, "GET", "/__stats").json()["probes"] < 2:
+            self.assertLess(time.monotonic(), deadline, "no health probe reached the server")
+            time.sleep(0.05)
+        self.fake(0, "POST", "/__health", json.dumps({"ok": False}))
+        self.wait_healthy(0, 0)
+        self.srv.wait_log(r"route /h/: upstream %s is taken out \(health probe: HTTP 503\)"
+                          % re.escape(self.urls[0]), timeout=5)
+        before = self.echoes()
+        self.send(10)
+        after = self.echoes()
+        self.assertEqual(after[0], before[0], "a server taken out gets no requests")
+        self.assertEqual(after[1], before[1] + 10)
+        self.fake(0, "POST", "/__health", json.dumps({"ok": True}))
+        self.wait_healthy(0, 1)
+        self.send(10)
+        # Both idle: the fewest in flight is a tie, and the first URL wins it.
+        self.assertEqual(self.echoes()[0], after[0] + 10, "probed back in: it takes requests")
+
+
 class ProxyConfigTest(unittest.TestCase):
     def test_bad_proxy_config_exits_2_naming_the_field(self):
         from harness import BIN
@@ -397,6 +454,10 @@ class ProxyConfigTest(unittest.TestCase):
              "proxy.routes[0].pipeline"),
             ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "pipeline": "8"}]},
              "proxy.routes[0].pipeline: must be an integer"),
+            ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "health_path": "ready"}]},
+             "proxy.routes[0].health_path: \"ready\" must start with /"),
+            ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "health_interval_ms": 0}]},
+             "proxy.routes[0].health_interval_ms"),
         ]
         for proxy, want in cases:
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:

@@ -13,7 +13,8 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     POST /v1/models/{m}:predict      TF-Serving {"instances": [...]}
     GET  /v2/models/{m}              metadata
     GET  /v2/health/ready            200, or 503 after POST /__health {"ok": false}
-    GET  /__stats                    {"calls": N, "rows": R, "max_rows": M}
+    GET  /__stats                    {"calls": N, "rows": R, "max_rows": M, "conns": C,
+                                      "probes": P, "echoes": E}
     POST /__fault {"mode": M, "count": N}   the next N inference calls fail:
          "reset" (close without answer), "stall" (never answer), "500",
          "garbage" (200 with a body that is not JSON), "short" (fewer rows)
@@ -41,7 +42,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0,
-         "healthy": True, "probes": 0}
+         "healthy": True, "probes": 0, "echoes": 0}
 LOCK = threading.Lock()
 ARGS = None
 SLOTS = None
@@ -158,7 +159,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/__stats":
             with LOCK:
                 self.reply(200, {k: STATE[k] for k in ("calls", "rows", "max_rows", "conns",
-                                                       "probes")})
+                                                       "probes", "echoes")})
         elif self.path.startswith("/blob/"):
             self.blob()
         elif self.path == "/switch":   # 101 to a request that asked for no upgrade
@@ -195,6 +196,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, {"error": "no route " + self.path})
 
     def echo(self):
+        with LOCK:
+            STATE["echoes"] += 1
         body = self.body()
         q = self.query()
         if q.get("reflect") == "1":
