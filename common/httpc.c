@@ -300,6 +300,7 @@ struct httpc_conn {
     bool connecting, complete, got_bytes;
     bool in_read;                    /* callbacks from conn_read on the stack: never free c */
     bool in_parse;                   /* inside llhttp for the head call */
+    bool lost;                       /* event_add failed: fail the calls from the loop */
     int connect_errno;               /* connect() failed at once; reported from the loop */
     llhttp_t parser;
     int cb_failed;                   /* the head call was ended from its own callback */
@@ -325,26 +326,32 @@ static void conn_on_event(evutil_socket_t fd, short what, void *arg);
 
 /* Reading stops while the head call is paused (an abandoned one never is);
  * writing while there is something to write (and the pool's flush is not
- * due to write it) or a connect pends. */
+ * due to write it) or a connect pends. event_add can fail for want of
+ * memory (libevent grows its fd map): a connection nobody watches would
+ * leave its calls waiting for their timeouts, so it is marked lost and its
+ * calls fail from the loop (event_active allocates nothing), never from
+ * inside a caller. */
 static void conn_update_events(struct httpc_conn *c)
 {
     struct httpc_call *h = conn_head(c);
     bool r = !h || !h->cb || !h->paused;
     bool w = c->connecting || (buf_unread(&c->out) > 0 && !c->corked);
     if (r != c->reading) {
-        if (r)
-            event_add(c->ev_read, NULL);
-        else
+        if (r && event_add(c->ev_read, NULL) < 0)
+            c->lost = true;
+        else if (!r)
             event_del(c->ev_read);
         c->reading = r;
     }
     if (w != c->writing) {
-        if (w)
-            event_add(c->ev_write, NULL);
-        else
+        if (w && event_add(c->ev_write, NULL) < 0)
+            c->lost = true;
+        else if (!w)
             event_del(c->ev_write);
         c->writing = w;
     }
+    if (c->lost)
+        event_active(c->ev_write, EV_WRITE, 0);
 }
 
 static void conn_close(struct httpc_conn *c)
@@ -725,6 +732,11 @@ static void conn_on_event(evutil_socket_t fd, short what, void *arg)
 {
     struct httpc_conn *c = arg;
     (void)fd;
+    if (c->lost) {
+        /* Not the server's doing: no failure counted against it. */
+        conn_fail_all(c, HTTPC_FAIL_RESET, "out of memory watching the connection", false, false);
+        return;
+    }
     /* One side per round: conn_write may free c (a failure) or its caller
      * may end the call from on_sent. Events are level-triggered, so a
      * pending read is reported again on the next round. */

@@ -15,6 +15,10 @@
  * client sends. Each run must end with no connection, no open socket, no
  * request in flight and (LeakSanitizer) no memory left.
  *
+ * The same harness runs in the normal test suite with allocations failing
+ * (tests/oom/oom_replay.c): its own allocations then fail too, and its
+ * handlers answer 503 as the real ones do.
+ *
  * Timeouts are a minute long so they never fire: which timer fires would
  * depend on the machine's speed, and a fuzzer needs the same input to do the
  * same thing every time. */
@@ -184,14 +188,17 @@ static void h_deferred(struct http_request *req, const struct route_match *m, vo
     struct harness *h = ctx;
     const struct route_param *v = route_match_param(m, "version");
     struct deferred *d = calloc(1, sizeof *d);
-    if (!d)
-        abort();
+    if (d)
+        d->ev = evtimer_new(h->base, deferred_fire, d);
+    if (!d || !d->ev) {
+        /* Out of memory (tests/oom injects it): refused, as real handlers do. */
+        free(d);
+        http_respond_error(req, 503, NULL, "out of memory");
+        return;
+    }
     d->h = h;
     d->req = req;
     d->passes = v->value[0] & 3;
-    d->ev = evtimer_new(h->base, deferred_fire, d);
-    if (!d->ev)
-        abort();
     d->next = h->deferred;
     if (h->deferred)
         h->deferred->prev = d;
@@ -304,12 +311,16 @@ static void h_stream(struct http_request *req, const struct route_match *m, void
         return;
     }
     struct stream *s = calloc(1, sizeof *s);
-    if (!s)
-        abort();
+    if (s && path_has(req, "/late") && !(s->ev = evtimer_new(h->base, stream_end_later, s))) {
+        free(s);
+        s = NULL;
+    }
+    if (!s) {
+        http_respond_error(req, 503, NULL, "out of memory");   /* tests/oom */
+        return;
+    }
     s->h = h;
     s->req = req;
-    if (path_has(req, "/late") && !(s->ev = evtimer_new(h->base, stream_end_later, s)))
-        abort();
     h->nstreams++;
     http_request_on_abort(req, stream_abort, s);
     http_request_on_drain(req, stream_drain, s);
@@ -432,7 +443,7 @@ static void client_send(struct harness *h, int fd, const uint8_t *p, size_t n, b
     }
 }
 
-static void server_drain(struct harness *h)
+static void harness_drain(struct harness *h)
 {
     h->t.draining = true;
     struct http_conn *c, *next;
@@ -465,14 +476,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         abort();
-    if (!http_conn_new(&h->t, sv[0]))
-        abort();
+    if (!http_conn_new(&h->t, sv[0])) {
+        /* Out of memory (tests/oom): the socket is closed and counted so. */
+        close(sv[1]);
+        if (h->closed != 1 || h->t.conns || (fcntl(sv[0], F_GETFD) != -1 || errno != EBADF))
+            abort();
+        return 0;
+    }
     bool read = !(h->flags & (F_SLOW_READER | F_NO_READ));
     for (int i = 0; i < 3; i++) {
         client_send(h, sv[1], in + cut[i], cut[i + 1] - cut[i], read);
         pump(h, sv[1], read);
         if (i == 0 && (h->flags & F_DRAIN))
-            server_drain(h);
+            harness_drain(h);
     }
     if (h->flags & F_HALF_CLOSE) {
         shutdown(sv[1], SHUT_WR);

@@ -126,9 +126,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         abort();
-    struct event_base *base = event_base_new();
+    /* Allocations fail only under tests/oom's replay: nothing to check then
+     * but that nothing leaks. */
     int ncalls = (flags & 8) ? 3 : 1, ended = 0;
-    struct httpc_pool *pool = httpc_pool_new(t, base, 4, ncalls);
+    struct event_base *base = event_base_new();
+    struct httpc_pool *pool = base ? httpc_pool_new(t, base, 4, ncalls) : NULL;
+    if (!pool) {
+        if (base)
+            event_base_free(base);
+        close(sv[0]);
+        close(sv[1]);
+        return 0;
+    }
     struct call k[3];
     /* The requests go out (the server side never reads them: small ones fit). */
     static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -136,16 +145,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         k[i] = (struct call){.idx = i, .ended = &ended, .abort_in_body = flags & 4,
                              .pause = flags & 2};
         k[i].resume = event_new(base, -1, 0, resume_cb, &k[i]);
+        if (!k[i].resume)
+            k[i].pause = false;
         struct error err = {0};
         unsigned f = ((flags & 1) ? HTTPC_NO_BODY : 0) | (ncalls > 1 ? HTTPC_PIPELINE : 0);
         /* The first call takes the socketpair; the others join it. */
         k[i].c = i == 0 ? httpc_adopt(pool, sv[0], &cb, &k[i], f, &err)
                         : httpc_open(pool, &cb, &k[i], f, NULL, &err);
-        if (!k[i].c)
-            abort();
+        if (!k[i].c) {
+            /* Out of memory (tests/oom): this call and the rest are never made
+             * (adopt closed sv[0]; a later one would dial a real port). */
+            for (int j = i; j < ncalls; j++) {
+                if (j > i)
+                    k[j] = (struct call){.idx = j, .ended = &ended};
+                k[j].aborted = true;
+            }
+            break;
+        }
         httpc_send(k[i].c, req, sizeof req - 1);
     }
-    if (ncalls > 1 && (flags & 16)) {
+    if (ncalls > 1 && (flags & 16) && !k[1].aborted) {
         httpc_abort(k[1].c);
         k[1].aborted = true;
     }
@@ -181,7 +200,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     k[j].dones, k[j].errors, k[j].aborted);
             abort();
         }
-        event_free(k[j].resume);
+        if (k[j].resume)
+            event_free(k[j].resume);
     }
     httpc_pool_free(pool);   /* closes sv[0] if it went back to the pool */
     close(sv[1]);

@@ -1,7 +1,8 @@
 /* test_jscratch.c - jansson allocating from an IO thread's arena: a body
  * decodes inside it, values made outside it keep working and can be freed
  * inside it, a body larger than the first block grows the arena and is
- * released at the end, and other threads are unaffected. */
+ * released at the end, other threads are unaffected, and a block that
+ * cannot be had fails the decode cleanly (failalloc.h). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "failalloc.h"
 #include "jscratch.h"
 
 static int setup(void **state)
@@ -98,12 +100,52 @@ static void test_other_threads_use_malloc(void **state)
     jscratch_free(s);
 }
 
+/* Each growth of the arena failing in turn: jansson reports the decode as
+ * failed, nothing of it survives jscratch_end, and the arena is usable for
+ * the next body (LeakSanitizer checks the rest under make test-asan). */
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+    static char text[16384];
+    size_t len = (size_t)snprintf(text, sizeof text, "{\"inputs\":[{\"data\":[");
+    for (int i = 0; i < 600; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s%d.5", i ? "," : "", i);
+    snprintf(text + len, sizeof text - len, "]}]}");
+    struct jscratch *s = jscratch_new(256);
+    assert_non_null(s);
+    long k;
+    for (k = 1; k < 100; k++) {
+        failalloc_arm(k);
+        jscratch_begin(s);
+        json_error_t e;
+        json_t *v = json_loads(text, 0, &e);
+        int fired = failalloc_fired();
+        if (fired)
+            assert_null(v);   /* a value dropped for want of memory is a failed decode */
+        json_decref(v);
+        jscratch_end(s);
+        failalloc_arm(0);
+        if (!fired)
+            break;            /* k is past the last allocation: every one has failed once */
+    }
+    assert_true(k > 3);       /* the body needed several blocks */
+    /* Still whole: the next body decodes. */
+    jscratch_begin(s);
+    json_error_t e;
+    json_t *v = json_loads("[1,2,3]", 0, &e);
+    assert_non_null(v);
+    json_decref(v);
+    jscratch_end(s);
+    jscratch_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_inside),
         cmocka_unit_test(test_large_body_grows_and_is_released),
         cmocka_unit_test(test_other_threads_use_malloc),
+        cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
