@@ -71,6 +71,7 @@ struct http_conn {
     bool lingering;
     bool in_process;                  /* guards process_input against re-entry */
     bool in_borrowed;                 /* `in` is the thread's rbuf, during one read */
+    bool lost;                        /* an event could not be added: close from the loop */
     int holds;                        /* callbacks on the stack: defer the free */
     uint64_t nrequests;               /* requests begun on this connection */
     int64_t t_accept, t_head_start, t_last_read, t_last_write;
@@ -180,12 +181,27 @@ static void conn_recycle(struct http_conn *c, struct http_request *r)
 
 /* ---- events ---- */
 
+/* event_add can fail for want of memory (libevent grows its fd map or its
+ * timer heap). A connection nobody watches would wait forever, its
+ * requests with it: it is marked lost and closed from the loop, as a
+ * forced stop closes it (event_active allocates nothing). Found by
+ * tests/oom. */
+static void conn_watch(struct http_conn *c, struct event *ev, const struct timeval *tv)
+{
+    if (event_add(ev, tv) < 0 && !c->lost) {
+        c->lost = true;
+        /* Marked EV_READ: re-arming the timer would cancel an activation
+         * marked EV_TIMEOUT (libevent's event_add does that). */
+        event_active(c->ev_timer, EV_READ, 0);
+    }
+}
+
 static void conn_set_reading(struct http_conn *c, bool on)
 {
     if (c->fd < 0 || on == c->reading)
         return;
     if (on)
-        event_add(c->ev_read, NULL);
+        conn_watch(c, c->ev_read, NULL);
     else
         event_del(c->ev_read);
     c->reading = on;
@@ -196,7 +212,7 @@ static void conn_set_writing(struct http_conn *c, bool on)
     if (c->fd < 0 || on == c->writing)
         return;
     if (on)
-        event_add(c->ev_write, NULL);
+        conn_watch(c, c->ev_write, NULL);
     else
         event_del(c->ev_write);
     c->writing = on;
@@ -343,7 +359,7 @@ static void conn_linger(struct http_conn *c)
     conn_update_reading(c);
     struct timeval tv = {CONN_LINGER_MS / 1000, (CONN_LINGER_MS % 1000) * 1000};
     c->timer_deadline = now_ns() + (int64_t)CONN_LINGER_MS * 1000000;
-    evtimer_add(c->ev_timer, &tv);
+    conn_watch(c, c->ev_timer, &tv);
 }
 
 /* ---- output ---- */
@@ -1006,7 +1022,7 @@ static void conn_timer_at(struct http_conn *c, int64_t deadline, int64_t now)
     int64_t us = (deadline > now ? (deadline - now) / 1000 : 0) + 1;
     struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
     c->timer_deadline = deadline;
-    evtimer_add(c->ev_timer, &tv);
+    conn_watch(c, c->ev_timer, &tv);
 }
 
 static void conn_arm_timer(struct http_conn *c)
@@ -1023,6 +1039,11 @@ static void conn_arm_timer(struct http_conn *c)
 static void conn_timer_expired(struct http_conn *c)
 {
     c->timer_deadline = 0;
+    if (c->lost) {
+        log_error("out of memory: cannot watch the connection of fd %d; closing it", c->fd);
+        http_conn_abort(c);
+        return;
+    }
     if (c->lingering) {
         http_conn_abort(c);
         return;

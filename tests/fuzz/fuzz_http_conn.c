@@ -333,7 +333,7 @@ static struct harness *harness_new(void)
 {
     struct harness *h = calloc(1, sizeof *h);
     struct error err = {0};
-    if (!h || !(h->base = event_base_new()) || !(h->router = router_new()))
+    if (!h || !(h->router = router_new()))
         abort();
     /* Small limits, so inputs reach them. */
     h->limits = (struct config_limits){.max_header_bytes = 4096,
@@ -358,7 +358,6 @@ static struct harness *harness_new(void)
             abort();
     if (router_add_prefix(h->router, "/stream/", h_stream, h, &err))
         abort();
-    h->t.base = h->base;
     h->t.limits = &h->limits;
     h->t.router = h->router;
     h->t.listen_fd = -1;
@@ -473,6 +472,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cut[2] = x;
     }
 
+    /* A fresh event base per input, so libevent's own growth (its fd map,
+     * its timer heap) happens in every run and meets tests/oom's failures. */
+    if (!(h->base = event_base_new()))
+        return 0;   /* out of memory (tests/oom) */
+    h->t.base = h->base;
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         abort();
@@ -481,6 +485,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         close(sv[1]);
         if (h->closed != 1 || h->t.conns || (fcntl(sv[0], F_GETFD) != -1 || errno != EBADF))
             abort();
+        event_base_free(h->base);
+        h->base = h->t.base = NULL;
         return 0;
     }
     bool read = !(h->flags & (F_SLOW_READER | F_NO_READ));
@@ -499,6 +505,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (read && atomic_load(&h->t.inflight) != 0) {
             fprintf(stderr, "%lld accepted request(s) unanswered after the client sent "
                     "everything and half-closed\n", (long long)atomic_load(&h->t.inflight));
+            abort();
+        }
+        /* Nor may the connection itself: the server saw the FIN (or lost
+         * its watch on the socket, tests/oom) and closed. */
+        if (read && h->closed != 1) {
+            fprintf(stderr, "the connection is still open after the client half-closed and "
+                    "read every answer\n");
             abort();
         }
     }
@@ -530,5 +543,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (fcntl(sv[0], F_GETFD) != -1 || errno != EBADF)
         abort();   /* the server's socket leaked */
     h->t.draining = false;
+    event_base_free(h->base);
+    h->base = h->t.base = NULL;
     return 0;
 }
