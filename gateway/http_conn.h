@@ -21,6 +21,9 @@ void http_conn_drain(struct http_conn *c);
 uint64_t http_conn_abort(struct http_conn *c);
 /* Frees a connection whatever its state (IO thread exit). */
 void http_conn_free(struct http_conn *c);
+/* Frees the thread's spare request objects (IO thread exit, after its
+ * connections). */
+void http_conn_thread_free(struct io_thread *t);
 struct http_conn *http_conn_next(const struct http_conn *c);
 
 #endif

@@ -26,6 +26,8 @@ enum io_wake {
 /* Each read lands in the thread's buffer first; a connection only keeps
  * its own copy of bytes left unparsed (http_conn.c: conn_read). */
 #define IO_THREAD_READ_BUF (16u << 10)
+/* Answered requests kept for reuse, per thread (http_conn.c: conn_recycle). */
+#define IO_THREAD_SPARE_REQUESTS 32
 
 struct io_thread {
     struct server *srv;
@@ -51,6 +53,8 @@ struct io_thread {
     _Atomic uint64_t responses[SERVER_STATUSES];  /* answers by status - 100 */
     int64_t date_sec;
     char date[32];                   /* cached Date header value for date_sec */
+    struct http_request *spare;      /* answered requests for reuse, any connection's */
+    int nspare;
     char rbuf[IO_THREAD_READ_BUF];   /* lent to the connection being read */
 };
 

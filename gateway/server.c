@@ -275,6 +275,7 @@ static void *io_thread_main(void *arg)
     t->mailbox = NULL;
     while (t->conns)
         http_conn_free(t->conns);
+    http_conn_thread_free(t);
     atomic_fetch_sub(&t->srv->running, 1);
     pthread_kill(t->srv->notify, SIGUSR1);
     return NULL;
@@ -419,6 +420,7 @@ void server_free(struct server *s)
         listener_close(t);
         while (t->conns)
             http_conn_free(t->conns);
+        http_conn_thread_free(t);
         if (t->listen_ev)
             event_free(t->listen_ev);
         if (t->wake_ev)

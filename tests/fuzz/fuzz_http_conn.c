@@ -536,6 +536,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();   /* a stream was never ended, or its abort never came */
     while (h->t.conns)
         http_conn_free(h->t.conns);
+    http_conn_thread_free(&h->t);
     if (h->t.nconns != 0 || h->closed != 1)
         abort();   /* a connection counted twice, or never closed */
     if (atomic_load(&h->t.inflight) != 0)
