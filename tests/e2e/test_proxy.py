@@ -438,6 +438,41 @@ class ProxyHealthTest(FakeUpstreamCase):
         self.assertEqual(self.echoes()[0], after[0] + 10, "probed back in: it takes requests")
 
 
+class ProxyMaxIdleTest(FakeUpstreamCase):
+    """proxy.max_idle caps the keep-alive connections kept per server per IO
+    thread: after a burst of 8 concurrent requests, 2 stay open for reuse
+    and the others are closed, so the next burst opens 6 again."""
+
+    io_threads = 1   # the cap is per IO thread
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fake, cls.fport = cls.fake_server("--base-ms", "1")
+        cls.config = {"proxy": {"max_idle": 2, "routes": [
+            {"prefix": "/m/", "urls": ["http://127.0.0.1:%d" % cls.fport], "strip_prefix": True}]}}
+
+    def conns(self):
+        return roundtrip(self.fport, "GET", "/__stats").json()["conns"]
+
+    def burst(self):
+        # 8 clients at once, each held upstream 300 ms: 8 upstream connections.
+        socks = [connect(self.srv) for _ in range(8)]
+        for s in socks:
+            s.sendall(request("GET", "/m/slow?ms=300"))
+        for s in socks:
+            self.assertEqual(read_response(s).json(), {"slow": True})
+            close_quietly(s)
+
+    def test_only_max_idle_connections_are_kept(self):
+        c0 = self.conns()
+        self.burst()
+        c1 = self.conns()
+        self.assertEqual(c1 - c0, 8 + 1, "the first burst opens 8 (and a stats call 1)")
+        self.burst()
+        c2 = self.conns()
+        self.assertEqual(c2 - c1, 6 + 1, "2 kept idle are reused, 6 are opened again")
+
+
 class ProxyConfigTest(unittest.TestCase):
     def test_bad_proxy_config_exits_2_naming_the_field(self):
         from harness import BIN

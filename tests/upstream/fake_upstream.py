@@ -269,6 +269,9 @@ def main():
     ap.add_argument("--concurrency", type=int, default=1)
     ARGS = ap.parse_args()
     SLOTS = threading.BoundedSemaphore(ARGS.concurrency)
+    # A backlog of 5 (socketserver's default) delays bursts of connects by a
+    # SYN retry (1 s), which makes timing-based tests flaky.
+    ThreadingHTTPServer.request_queue_size = 128
     httpd = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
     httpd.daemon_threads = True
     print("listening on 127.0.0.1:%d" % httpd.server_address[1], flush=True)
