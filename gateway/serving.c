@@ -60,11 +60,22 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
                 break;
             names = nn;
         }
-        names[n++] = strdup(de->d_name);
+        if (!(names[n] = strdup(de->d_name)))
+            break;
+        n++;
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof *names, name_cmp);
+    if (n > 1)   /* qsort of an empty, NULL list is undefined (UBSan said so) */
+        qsort(names, (size_t)n, sizeof *names, name_cmp);
     s->models = calloc((size_t)(n ? n : 1), sizeof *s->models);
+    if (!s->models) {
+        for (int i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        free(s);
+        *out = NULL;
+        return error_set(err, BG_ENOMEM, "out of memory");
+    }
     for (int i = 0; i < n; i++) {
         struct served_model *sm = &s->models[s->n++];
         char mdir[8192];
