@@ -19,8 +19,8 @@ struct http_header {
     uint32_t val_off, val_len;
 };
 
-/* One request of a connection's pipeline. Owned by its connection; recycled
- * through the connection's free list. */
+/* One request of a connection's pipeline. Owned by its connection while in
+ * use; recycled through its IO thread's spares (http_conn.c: conn_recycle). */
 struct http_request {
     struct http_request *next;     /* the connection's queue, in arrival order */
     struct http_conn *conn;

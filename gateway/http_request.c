@@ -5,6 +5,9 @@
 #include <string.h>
 #include <strings.h>
 
+/* Buffer bytes a recycled request keeps, each of head, body and held answer. */
+#define HTTP_REQUEST_KEEP (4u << 10)
+
 struct http_request *http_request_new(struct http_conn *conn)
 {
     struct http_request *r = calloc(1, sizeof *r);
@@ -22,9 +25,19 @@ void http_request_reset(struct http_request *r)
     buf_reset(&head);
     buf_reset(&body);
     buf_reset(&resp);
-    /* Big bodies are not kept around on idle connections. */
-    buf_shrink(&body, 64 * 1024);
-    buf_shrink(&resp, 64 * 1024);
+    /* A spare waits in its IO thread's pool (http_conn.c: conn_recycle) for
+     * any request of any connection: it keeps buffers for a typical request
+     * only. A rare large body or answer (or a refused oversized one) would
+     * otherwise stay in the pool for good, and the pool's memory would
+     * creep up to 32 times the largest of each (the soak saw it). */
+    buf_shrink(&head, HTTP_REQUEST_KEEP);
+    buf_shrink(&body, HTTP_REQUEST_KEEP);
+    buf_shrink(&resp, HTTP_REQUEST_KEEP);
+    if (cap > 64) {   /* a request with very many headers: its index goes too */
+        free(hdrs);
+        hdrs = NULL;
+        cap = 0;
+    }
     memset(r, 0, sizeof *r);
     r->conn = conn;
     r->head = head;
