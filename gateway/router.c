@@ -262,7 +262,12 @@ static void lookup(const struct router *r, const struct http_request *req, struc
 
 int router_streams(const struct router *r, const struct http_request *req)
 {
-    if (r->nprefixes == 0)
+    /* Asked at the end of every request's headers: the prefixes first (a
+     * few memcmp), the route table only when one of them matches, since a
+     * route of router_add still wins over a prefix. */
+    size_t len;
+    const char *path = http_request_path(req, &len);
+    if (r->nprefixes == 0 || !prefix_match(r, path, len))
         return 0;
     struct lookup l;
     lookup(r, req, &l);
