@@ -39,6 +39,7 @@ struct up_slot {
     struct httpc_call *conn;
     int url;                          /* index of the URL the call went to; -1 none */
     struct event *timer;
+    bool unarmed;                     /* the timer could not be added: fail from the loop */
     int64_t t0;
     unsigned tried;                   /* URLs this call was already sent to (bit per URL) */
     int status;
@@ -288,13 +289,16 @@ static void on_slot_timeout(evutil_socket_t fd, short what, void *arg)
     if (!s->busy)
         return;
     char why[96];
-    snprintf(why, sizeof why, "no answer within upstream.timeout_ms (%d)",
-             s->um->m->cfg.upstream.timeout_ms);
+    if (s->unarmed)
+        snprintf(why, sizeof why, "out of memory arming upstream.timeout_ms");
+    else
+        snprintf(why, sizeof why, "no answer within upstream.timeout_ms (%d)",
+                 s->um->m->cfg.upstream.timeout_ms);
     if (s->conn) {
         httpc_abort(s->conn);   /* its answer would be late: the connection is useless now */
         s->conn = NULL;
     }
-    if (s->url >= 0)
+    if (s->url >= 0 && !s->unarmed)
         httpc_target_failed(s->um->targets[s->url], HTTPC_FAIL_TIMEOUT);
     slot_fail(s, why);
 }
@@ -308,7 +312,14 @@ static void slot_start(struct up_slot *s)
     build_request(s);
     int ms = s->um->m->cfg.upstream.timeout_ms;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    evtimer_add(s->timer, &tv);
+    s->unarmed = false;
+    if (evtimer_add(s->timer, &tv) < 0) {
+        /* No memory to time the call (libevent grows its timer heap): it
+         * fails from the loop rather than waits with no timeout. Marked
+         * EV_READ: re-arming would cancel an activation marked EV_TIMEOUT. */
+        s->unarmed = true;
+        event_active(s->timer, EV_READ, 0);
+    }
     slot_send(s);
 }
 

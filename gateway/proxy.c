@@ -90,6 +90,7 @@ struct proxy_call {
     bool body_end;                          /* the client's body is complete */
     bool chunked_up;                        /* the body goes upstream chunk-framed */
     bool head_seen;                         /* the answer's head arrived */
+    bool unarmed;                           /* the timer could not be added: end from the loop */
     int status;
 };
 
@@ -184,7 +185,13 @@ static void call_arm(struct proxy_call *c)
 {
     int ms = c->p->cfg.timeout_ms;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    evtimer_add(c->timer, &tv);
+    if (evtimer_add(c->timer, &tv) < 0 && !c->unarmed) {
+        /* No memory to time the call (libevent grows its timer heap): it
+         * ends from the loop rather than waits with no timeout. Marked
+         * EV_READ: re-arming would cancel an activation marked EV_TIMEOUT. */
+        c->unarmed = true;
+        event_active(c->timer, EV_READ, 0);
+    }
 }
 
 /* Ends the call with an error: a status while nothing was answered, else a
@@ -548,6 +555,10 @@ static void call_on_timer(evutil_socket_t fd, short what, void *arg)
     struct proxy_call *c = arg;
     (void)fd;
     (void)what;
+    if (c->unarmed) {
+        call_fail(c, 503, "out of memory arming proxy.timeout_ms");
+        return;
+    }
     if (c->ti >= 0)
         httpc_target_failed(c->targets[c->ti], HTTPC_FAIL_TIMEOUT);
     char msg[96];
