@@ -26,6 +26,7 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "evwatch.h"
 #include "httpc.h"
 #include "jsonfmt.h"
 #include "log.h"
@@ -312,14 +313,8 @@ static void slot_start(struct up_slot *s)
     build_request(s);
     int ms = s->um->m->cfg.upstream.timeout_ms;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    s->unarmed = false;
-    if (evtimer_add(s->timer, &tv) < 0) {
-        /* No memory to time the call (libevent grows its timer heap): it
-         * fails from the loop rather than waits with no timeout. Marked
-         * EV_READ: re-arming would cancel an activation marked EV_TIMEOUT. */
-        s->unarmed = true;
-        event_active(s->timer, EV_READ, 0);
-    }
+    /* A call that cannot be timed fails from the loop (evwatch.h). */
+    s->unarmed = evwatch_add(s->timer, &tv, s->timer) < 0;
     slot_send(s);
 }
 

@@ -18,6 +18,7 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "evwatch.h"
 
 #define TARGET_FAILS_TO_DOWN 3
 #define TARGET_DOWN_NS 2000000000LL
@@ -326,32 +327,28 @@ static void conn_on_event(evutil_socket_t fd, short what, void *arg);
 
 /* Reading stops while the head call is paused (an abandoned one never is);
  * writing while there is something to write (and the pool's flush is not
- * due to write it) or a connect pends. event_add can fail for want of
- * memory (libevent grows its fd map): a connection nobody watches would
- * leave its calls waiting for their timeouts, so it is marked lost and its
- * calls fail from the loop (event_active allocates nothing), never from
- * inside a caller. */
+ * due to write it) or a connect pends. A connection whose events cannot be
+ * added (evwatch.h) is marked lost and its calls fail from the loop, never
+ * from inside a caller. */
 static void conn_update_events(struct httpc_conn *c)
 {
     struct httpc_call *h = conn_head(c);
     bool r = !h || !h->cb || !h->paused;
     bool w = c->connecting || (buf_unread(&c->out) > 0 && !c->corked);
     if (r != c->reading) {
-        if (r && event_add(c->ev_read, NULL) < 0)
+        if (r && evwatch_add(c->ev_read, NULL, c->ev_write) < 0)
             c->lost = true;
         else if (!r)
             event_del(c->ev_read);
         c->reading = r;
     }
     if (w != c->writing) {
-        if (w && event_add(c->ev_write, NULL) < 0)
+        if (w && evwatch_add(c->ev_write, NULL, c->ev_write) < 0)
             c->lost = true;
         else if (!w)
             event_del(c->ev_write);
         c->writing = w;
     }
-    if (c->lost)
-        event_active(c->ev_write, EV_WRITE, 0);
 }
 
 static void conn_close(struct httpc_conn *c)

@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "clock.h"
+#include "evwatch.h"
 #include "http_internal.h"
 #include "http_response.h"
 #include "io_thread.h"
@@ -199,19 +200,13 @@ void http_conn_thread_free(struct io_thread *t)
 
 /* ---- events ---- */
 
-/* event_add can fail for want of memory (libevent grows its fd map or its
- * timer heap). A connection nobody watches would wait forever, its
- * requests with it: it is marked lost and closed from the loop, as a
- * forced stop closes it (event_active allocates nothing). Found by
- * tests/oom. */
+/* A connection whose events cannot be added (evwatch.h) would wait
+ * forever, its requests with it: it is marked lost and closed from its
+ * timer's callback, as a forced stop closes it. Found by tests/oom. */
 static void conn_watch(struct http_conn *c, struct event *ev, const struct timeval *tv)
 {
-    if (event_add(ev, tv) < 0 && !c->lost) {
+    if (evwatch_add(ev, tv, c->ev_timer) < 0)
         c->lost = true;
-        /* Marked EV_READ: re-arming the timer would cancel an activation
-         * marked EV_TIMEOUT (libevent's event_add does that). */
-        event_active(c->ev_timer, EV_READ, 0);
-    }
 }
 
 static void conn_set_reading(struct http_conn *c, bool on)

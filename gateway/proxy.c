@@ -27,6 +27,7 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "evwatch.h"
 #include "httpc.h"
 #include "log.h"
 
@@ -185,13 +186,9 @@ static void call_arm(struct proxy_call *c)
 {
     int ms = c->p->cfg.timeout_ms;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    if (evtimer_add(c->timer, &tv) < 0 && !c->unarmed) {
-        /* No memory to time the call (libevent grows its timer heap): it
-         * ends from the loop rather than waits with no timeout. Marked
-         * EV_READ: re-arming would cancel an activation marked EV_TIMEOUT. */
+    /* A call that cannot be timed ends from the loop (evwatch.h). */
+    if (evwatch_add(c->timer, &tv, c->timer) < 0)
         c->unarmed = true;
-        event_active(c->timer, EV_READ, 0);
-    }
 }
 
 /* Ends the call with an error: a status while nothing was answered, else a
