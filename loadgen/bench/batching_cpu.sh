@@ -24,32 +24,26 @@ DIMS=${DIMS:-1024,4096,4096,1024}
 
 [ -x "$BIN" ] || { echo "batching_cpu: $BIN not built; run make" >&2; exit 1; }
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-batching.XXXXXX")
-BG_PID=""
-cleanup() {
-    [ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null && wait "$BG_PID" 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT INT TERM
+bg_workdir batching
 
-python3 "$ROOT/scripts/make_mlp.py" "$TMP/models/mlp_b64" --dims "$DIMS" --max-batch 64 >/dev/null
-mkdir -p "$TMP/models/mlp_b1"
-ln -s ../mlp_b64/model.safetensors "$TMP/models/mlp_b1/model.safetensors"
+python3 "$ROOT/scripts/make_mlp.py" "$WORK/models/mlp_b64" --dims "$DIMS" --max-batch 64 >/dev/null
+mkdir -p "$WORK/models/mlp_b1"
+ln -s ../mlp_b64/model.safetensors "$WORK/models/mlp_b1/model.safetensors"
 sed -e 's/"mlp_b64"/"mlp_b1"/' -e 's/"max_batch_size": 64/"max_batch_size": 1/' \
-    "$TMP/models/mlp_b64/config.json" > "$TMP/models/mlp_b1/config.json"
+    "$WORK/models/mlp_b64/config.json" > "$WORK/models/mlp_b1/config.json"
 
-"$BIN" --models "$TMP/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
-BG_PID=$!
-PORT=$(bg_wait_port "$TMP/bg.log" batching_cpu)
-grep "model mlp" "$TMP/bg.log" | sed 's/^[^ ]* [a-z]* /  /'
+"$BIN" --models "$WORK/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/bg.log" &
+PIDS="$PIDS $!"
+PORT=$(bg_wait_port "$WORK/bg.log" batching_cpu)
+grep "model mlp" "$WORK/bg.log" | sed 's/^[^ ]* [a-z]* /  /'
 
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 [ -x "$LOAD" ] || { echo "batching_cpu: $LOAD not built; run make" >&2; exit 1; }
 
 run() {   # model -> "rps p50_ms p99_ms non2xx mean_batch"
     "$LOAD" --url "http://127.0.0.1:$PORT" --model "$1" --concurrency "$CONNS" \
-        --duration "$DURATION" --warmup 2 --quiet --json "$TMP/step.json" >/dev/null
-    python3 - "$TMP/step.json" <<'PY'
+        --duration "$DURATION" --warmup 2 --quiet --json "$WORK/step.json" >/dev/null
+    python3 - "$WORK/step.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["steps"][0]
 bad = sum(v for k, v in s["codes"].items() if not k.startswith("2")) + s["errors"]

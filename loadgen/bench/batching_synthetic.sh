@@ -13,12 +13,10 @@ BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 DURATION=${DURATION:-5}
 P99_MS=${P99_MS:-25}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-bsyn.XXXXXX")
-BG_PID=""
-trap '[ -n "$BG_PID" ] && kill $BG_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
+bg_workdir bsyn
 for mb in 1 32; do
-    mkdir -p "$TMP/models/syn_b$mb"
-    cat > "$TMP/models/syn_b$mb/config.json" <<JSON
+    mkdir -p "$WORK/models/syn_b$mb"
+    cat > "$WORK/models/syn_b$mb/config.json" <<JSON
 {"backend": "synthetic",
  "inputs": [{"name": "x", "datatype": "FP32", "shape": [4]}],
  "outputs": [{"name": "y", "datatype": "FP32", "shape": [2]}],
@@ -26,14 +24,14 @@ for mb in 1 32; do
  "synthetic": {"base_us": 2000, "per_row_us": 100, "mode": "spin"}}
 JSON
 done
-"$BIN" --models "$TMP/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
-BG_PID=$!
-PORT=$(bg_wait_port "$TMP/bg.log" batching_synthetic)
+"$BIN" --models "$WORK/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/bg.log" &
+PIDS="$PIDS $!"
+PORT=$(bg_wait_port "$WORK/bg.log" batching_synthetic)
 echo "machine: $(nproc) cores; synthetic (spin) 2 ms + 0.1 ms/row; open-loop sweeps, ${DURATION}s per step; p99 limit ${P99_MS} ms"
 best() {   # model rates -> the highest rate with p99 under the limit
     "$LOAD" --url "http://127.0.0.1:$PORT" --model "$1" --rate "$2" --duration "$DURATION" \
-        --warmup 1 --drain-ms 3000 --json "$TMP/$1.json" --quiet | sed "s/^/  $1: /" >&2
-    python3 - "$TMP/$1.json" "$P99_MS" <<'PY'
+        --warmup 1 --drain-ms 3000 --json "$WORK/$1.json" --quiet | sed "s/^/  $1: /" >&2
+    python3 - "$WORK/$1.json" "$P99_MS" <<'PY'
 import json, sys
 steps = json.load(open(sys.argv[1]))["steps"]
 ok = [s["throughput"] for s in steps

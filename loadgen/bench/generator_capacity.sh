@@ -11,6 +11,7 @@
 #   loadgen/bench/generator_capacity.sh        # 3 rounds x 10 s, 64 connections
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/loadgen/bench/lib.sh"
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-3}
@@ -18,30 +19,27 @@ CONNS=${CONNS:-64}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 command -v wrk >/dev/null && [ -x "$NGINX" ] || { echo "generator_capacity: needs wrk and nginx (scripts/install-deps bench)" >&2; exit 1; }
 [ -x "$LOAD" ] || { echo "generator_capacity: $LOAD not built" >&2; exit 1; }
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-gen.XXXXXX")
-NG_PID=""
-trap '[ -n "$NG_PID" ] && kill $NG_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-SERVER_CPU=""; CLIENT_CPU=""
-if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then SERVER_CPU="taskset -c 1"; CLIENT_CPU="taskset -c 0"; fi
-mkdir -p "$TMP/logs"
-cat > "$TMP/nginx.conf" <<NGINX
-worker_processes 1; daemon off; pid $TMP/nginx.pid; error_log $TMP/logs/error.log warn;
+bg_workdir gen
+PORT=$(free_port)
+bg_pin_cpus
+mkdir -p "$WORK/logs"
+cat > "$WORK/nginx.conf" <<NGINX
+worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/logs/error.log warn;
 events { worker_connections 4096; }
-http { access_log off; keepalive_requests 100000000; client_body_temp_path $TMP/body;
+http { access_log off; keepalive_requests 100000000; client_body_temp_path $WORK/body;
   server { listen 127.0.0.1:$PORT; location / { return 200 'ok'; } } }
 NGINX
-$SERVER_CPU "$NGINX" -p "$TMP" -c "$TMP/nginx.conf" -e "$TMP/logs/error.log" &
-NG_PID=$!
+$SERVER_CPU "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/logs/error.log" &
+PIDS="$PIDS $!"
 sleep 0.5
 echo "machine: $(nproc) cores; nginx 1 worker; $CONNS connections, ${DURATION}s, one generator thread"
 W=""; L=""
 i=1
 while [ "$i" -le "$ROUNDS" ]; do
-    w=$($CLIENT_CPU wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$PORT/" | awk '/^Requests\/sec:/ {print $2}')
+    w=$($CLIENT_CPU wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$PORT/" | wrk_rps)
     $CLIENT_CPU "$LOAD" --url "http://127.0.0.1:$PORT/" --concurrency "$CONNS" --duration "$DURATION" \
-        --warmup 1 --quiet --json "$TMP/l.json" >/dev/null
-    l=$(python3 -c "import json; print(json.load(open('$TMP/l.json'))['steps'][0]['throughput'])")
+        --warmup 1 --quiet --json "$WORK/l.json" >/dev/null
+    l=$(python3 -c "import json; print(json.load(open('$WORK/l.json'))['steps'][0]['throughput'])")
     echo "round $i: wrk $w answers/s, batchgate-load $l answers/s"
     W="$W $w"; L="$L $l"
     i=$((i + 1))

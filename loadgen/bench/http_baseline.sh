@@ -31,34 +31,22 @@ done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$BIN" ] || { echo "http_baseline: $BIN not built; run make" >&2; exit 1; }
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-bench.XXXXXX")
-BG_PID=""; NG_PID=""
-cleanup() {
-    [ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null || true
-    [ -n "$NG_PID" ] && kill "$NG_PID" 2>/dev/null || true
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT INT TERM
-
-SERVER_CPU=""; CLIENT_CPU=""
-if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
-    SERVER_CPU="taskset -c 1"; CLIENT_CPU="taskset -c 0"
-fi
+bg_workdir bench
+bg_pin_cpus
 
 NG_PORT=$(free_port)
-mkdir -p "$TMP/nginx/logs"
-cat > "$TMP/nginx/nginx.conf" <<NGINX
+mkdir -p "$WORK/nginx/logs"
+cat > "$WORK/nginx/nginx.conf" <<NGINX
 worker_processes 1;
 daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/logs/error.log warn;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log warn;
 events { worker_connections 4096; }
 http {
     access_log off;
     keepalive_requests 100000000;
     keepalive_timeout 60s;
-    client_body_temp_path $TMP/nginx/body;
+    client_body_temp_path $WORK/nginx/body;
     server {
         listen 127.0.0.1:$NG_PORT;
         location / {
@@ -68,12 +56,14 @@ http {
     }
 }
 NGINX
-$SERVER_CPU "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/logs/error.log" &
+$SERVER_CPU "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/logs/error.log" &
 NG_PID=$!
+PIDS="$PIDS $NG_PID"
 
-$SERVER_CPU "$BIN" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
+$SERVER_CPU "$BIN" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/bg.log" &
 BG_PID=$!
-BG_PORT=$(bg_wait_port "$TMP/bg.log" http_baseline)
+PIDS="$PIDS $BG_PID"
+BG_PORT=$(bg_wait_port "$WORK/bg.log" http_baseline)
 
 check() {
     got=$(curl -s "http://127.0.0.1:$1/v2/health/live")
@@ -92,7 +82,7 @@ ng_worker() { pgrep -P "$NG_PID" | head -1; }
 run_wrk() {   # port pid -> "requests/s server-cpu-us-per-request"
     before=$(cpu_ticks "$2")
     rps=$($CLIENT_CPU wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$1/v2/health/live" \
-        | awk '/^Requests\/sec:/ {print $2}')
+        | wrk_rps)
     after=$(cpu_ticks "$2")
     python3 -c "import os,sys; r=float('$rps'); t=($after-$before)/os.sysconf('SC_CLK_TCK'); print(f'{r:.0f} {t*1e6/(r*$DURATION):.2f}')"
 }

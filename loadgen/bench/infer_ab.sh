@@ -27,7 +27,7 @@ PA=$(bg_wait_port "$WORK/a.log" infer_ab)
 PB=$(bg_wait_port "$WORK/b.log" infer_ab)
 run() {
     wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$WORK/post.lua" "http://127.0.0.1:$1/v2/models/digits/infer" |
-        awk '/^Requests\/sec:/ {print $2}'
+        wrk_rps
 }
 echo "machine: $(nproc) cores; digits model, wrk -t1 -c$CONNS -d${DURATION}s, 1 IO thread each"
 echo "A: $A"

@@ -28,8 +28,23 @@ free_port() {
 bg_workdir() {
     WORK=$(mktemp -d "${TMPDIR:-/tmp}/bg-$1.XXXXXX")
     PIDS=""
-    trap 'for p in $PIDS; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT INT TERM
+    # "|| true": under set -e a kill of a process already gone would end
+    # the trap before the folder is removed.
+    trap 'for p in $PIDS; do kill $p 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT INT TERM
 }
+
+# bg_pin_cpus: with 2 or more cores (and taskset), SERVER_CPU and CLIENT_CPU
+# become "taskset -c 1" and "taskset -c 0" (prefixes for the command lines
+# of the server and of the load generator); otherwise both stay empty.
+bg_pin_cpus() {
+    SERVER_CPU=""; CLIENT_CPU=""
+    if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+        SERVER_CPU="taskset -c 1"; CLIENT_CPU="taskset -c 0"
+    fi
+}
+
+# wrk_rps: reads wrk's report on stdin, prints its requests per second.
+wrk_rps() { awk '/^Requests\/sec:/ {print $2}'; }
 
 # digits_post_lua FILE: a wrk script POSTing one held-out row of the bundled
 # digits model as a KServe v2 JSON infer request.

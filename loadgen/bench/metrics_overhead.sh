@@ -17,22 +17,15 @@ ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-32}
 command -v wrk >/dev/null || { echo "metrics_overhead: wrk not found; run scripts/install-deps bench" >&2; exit 1; }
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-metrics.XXXXXX")
-BG_PID=""; SCRAPER=""
-cleanup() {
-    [ -n "$SCRAPER" ] && kill "$SCRAPER" 2>/dev/null || true
-    [ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null && wait "$BG_PID" 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT INT TERM
+bg_workdir metrics
 
-"$BIN" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
-BG_PID=$!
-PORT=$(bg_wait_port "$TMP/bg.log" metrics_overhead)
-digits_post_lua "$TMP/post.lua"
+"$BIN" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/bg.log" &
+PIDS="$PIDS $!"
+PORT=$(bg_wait_port "$WORK/bg.log" metrics_overhead)
+digits_post_lua "$WORK/post.lua"
 run() {
-    wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$TMP/post.lua" "http://127.0.0.1:$PORT/v2/models/digits/infer" |
-        awk '/^Requests\/sec:/ {print $2}'
+    wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$WORK/post.lua" "http://127.0.0.1:$PORT/v2/models/digits/infer" |
+        wrk_rps
 }
 echo "machine: $(nproc) cores; digits model, wrk -t1 -c$CONNS -d${DURATION}s, 1 IO thread"
 OFF=""; ON=""
@@ -41,8 +34,9 @@ while [ "$i" -le "$ROUNDS" ]; do
     off=$(run)
     ( while :; do curl -s "http://127.0.0.1:$PORT/metrics" >/dev/null; sleep 1; done ) &
     SCRAPER=$!
+    PIDS="$PIDS $SCRAPER"   # stopped on exit too, should the run fail
     on=$(run)
-    kill "$SCRAPER"; wait "$SCRAPER" 2>/dev/null || true; SCRAPER=""
+    kill "$SCRAPER"; wait "$SCRAPER" 2>/dev/null || true
     echo "round $i: without scraping $off req/s, scraping every 1 s $on req/s"
     OFF="$OFF $off"; ON="$ON $on"
     i=$((i + 1))

@@ -15,22 +15,20 @@ BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD=${BATCHGATE_LOAD:-$ROOT/build/batchgate-load}
 DURATION=${DURATION:-6}
 POLICY=${POLICY:-deadline}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bg-overload.XXXXXX")
-BG_PID=""
-trap '[ -n "$BG_PID" ] && kill $BG_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"' EXIT INT TERM
-mkdir -p "$TMP/models/syn"
-cat > "$TMP/models/syn/config.json" <<JSON
+bg_workdir overload
+mkdir -p "$WORK/models/syn"
+cat > "$WORK/models/syn/config.json" <<JSON
 {"backend": "synthetic",
  "inputs": [{"name": "x", "datatype": "FP32", "shape": [4]}],
  "outputs": [{"name": "y", "datatype": "FP32", "shape": [2]}],
  "batching": {"max_batch_size": 32, "max_queue_delay_us": 5000, "policy": "$POLICY"},
  "synthetic": {"base_us": 2000, "per_row_us": 100, "mode": "spin"}}
 JSON
-"$BIN" --models "$TMP/models" --listen 127.0.0.1:0 --io-threads 1 2>"$TMP/bg.log" &
-BG_PID=$!
-PORT=$(bg_wait_port "$TMP/bg.log" overload_sweep)
+"$BIN" --models "$WORK/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/bg.log" &
+PIDS="$PIDS $!"
+PORT=$(bg_wait_port "$WORK/bg.log" overload_sweep)
 CAP=6154
 RATES=$(python3 -c "print(','.join(str(round($CAP * p)) for p in (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)))")
 echo "machine: $(nproc) cores; synthetic model (spin) 2 ms + 0.1 ms/row, max batch 32, capacity $CAP rows/s; policy $POLICY; budget 25 ms"
 "$LOAD" --url "http://127.0.0.1:$PORT" --model syn --rate "$RATES" --duration "$DURATION" --warmup 1 \
-    --budget-ms 25 --quiet --json "${JSON_OUT:-$TMP/sweep.json}" --svg "${SVG_OUT:-$TMP/sweep.svg}"
+    --budget-ms 25 --quiet --json "${JSON_OUT:-$WORK/sweep.json}" --svg "${SVG_OUT:-$WORK/sweep.svg}"
