@@ -437,6 +437,21 @@ class ProxyHealthTest(FakeUpstreamCase):
         # Both idle: the fewest in flight is a tie, and the first URL wins it.
         self.assertEqual(self.echoes()[0], after[0] + 10, "probed back in: it takes requests")
 
+    def test_a_probe_left_unanswered_takes_the_server_out(self):
+        # The health check hangs past the next probe (100 ms): no answer in
+        # time is a failure too, counted as a timeout.
+        self.wait_healthy(1, 1)
+        self.fake(1, "POST", "/__health", json.dumps({"ok": False, "stall_ms": 1000}))
+        self.wait_healthy(1, 0)
+        self.srv.wait_log(r"route /h/: upstream %s is taken out \(health probe: no answer in "
+                          r"time\)" % re.escape(self.urls[1]), timeout=5)
+        text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+        m = re.search(r'^batchgate_upstream_failures_total\{route="/h/",upstream="%s",'
+                      r'reason="timeout"\} (\d+)$' % re.escape(self.urls[1]), text, re.M)
+        self.assertGreater(int(m.group(1)), 0)
+        self.fake(1, "POST", "/__health", json.dumps({"ok": True}))
+        self.wait_healthy(1, 1)
+
 
 class ProxyMaxIdleTest(FakeUpstreamCase):
     """proxy.max_idle caps the keep-alive connections kept per server per IO

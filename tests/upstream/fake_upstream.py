@@ -12,7 +12,8 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     POST /v2/models/{m}/infer        KServe v2, any number of rows
     POST /v1/models/{m}:predict      TF-Serving {"instances": [...]}
     GET  /v2/models/{m}              metadata
-    GET  /v2/health/ready            200, or 503 after POST /__health {"ok": false}
+    GET  /v2/health/ready            200, or 503 after POST /__health {"ok": false}; with
+                                     {"ok": false, "stall_ms": N} it answers 503 only after N ms
     GET  /__stats                    {"calls": N, "rows": R, "max_rows": M, "conns": C,
                                       "probes": P, "echoes": E}
     POST /__fault {"mode": M, "count": N}   the next N inference calls fail:
@@ -42,7 +43,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0,
-         "healthy": True, "probes": 0, "echoes": 0}
+         "healthy": True, "probes": 0, "echoes": 0, "health_stall_ms": 0}
 LOCK = threading.Lock()
 ARGS = None
 SLOTS = None
@@ -184,6 +185,9 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 STATE["probes"] += 1
                 ok = STATE["healthy"]
+                stall = STATE["health_stall_ms"]
+            if stall:
+                time.sleep(stall / 1000)
             self.reply(200 if ok else 503, {"ready": ok})
         elif self.path.startswith("/v2/models/"):
             name = self.path.split("/")[3]
@@ -221,8 +225,10 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["fault"], STATE["fault_count"] = f["mode"], f.get("count", 1)
             self.reply(200, {"ok": True})
         elif self.path == "/__health":
+            req = json.loads(self.body())
             with LOCK:
-                STATE["healthy"] = bool(json.loads(self.body())["ok"])
+                STATE["healthy"] = bool(req["ok"])
+                STATE["health_stall_ms"] = int(req.get("stall_ms", 0))
             self.reply(200, {"ok": True})
         elif self.path == "/__reset":
             self.body()
