@@ -102,6 +102,16 @@ static int get_string(struct field_ctx *f, json_t *v, const char *key, char *dst
     return 0;
 }
 
+/* A string that is a URL path: it starts with '/'. */
+static int get_path(struct field_ctx *f, json_t *v, const char *key, char *dst, size_t cap)
+{
+    int rc = get_string(f, v, key, dst, cap);
+    if (rc == 0 && dst[0] != '/')
+        rc = error_set(f->err, BG_ECONFIG, "%s: %s%s: \"%s\" must start with /", f->file,
+                       f->prefix, key, dst);
+    return rc;
+}
+
 static int unknown_field(struct field_ctx *f, const char *key)
 {
     return error_set(f->err, BG_ECONFIG, "%s: %s%s: unknown field", f->file, f->prefix, key);
@@ -161,11 +171,8 @@ static int load_proxy_route(struct config_proxy_route *r, json_t *obj, const cha
     int rc;
     json_object_foreach(obj, key, v) {
         if (strcmp(key, "prefix") == 0) {
-            if ((rc = get_string(&f, v, key, r->prefix, sizeof r->prefix)))
+            if ((rc = get_path(&f, v, key, r->prefix, sizeof r->prefix)))
                 return rc;
-            if (r->prefix[0] != '/')
-                return error_set(err, BG_ECONFIG, "%s: %sprefix: \"%s\" must start with /",
-                                 file, where, r->prefix);
         } else if (strcmp(key, "urls") == 0) {
             if (!json_is_array(v) || json_array_size(v) == 0 ||
                 json_array_size(v) > CONFIG_MAX_PROXY_URLS)
@@ -194,11 +201,8 @@ static int load_proxy_route(struct config_proxy_route *r, json_t *obj, const cha
                 return rc;
             r->pipeline = (int)x;
         } else if (strcmp(key, "health_path") == 0) {
-            if ((rc = get_string(&f, v, key, r->health_path, sizeof r->health_path)))
+            if ((rc = get_path(&f, v, key, r->health_path, sizeof r->health_path)))
                 return rc;
-            if (r->health_path[0] != '/')
-                return error_set(err, BG_ECONFIG, "%s: %shealth_path: \"%s\" must start with /",
-                                 file, where, r->health_path);
         } else if (strcmp(key, "health_interval_ms") == 0) {
             long long x = 0;
             if ((rc = get_int(&f, v, key, 10, 3600 * 1000, &x)))
