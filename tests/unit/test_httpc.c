@@ -99,6 +99,7 @@ static void test_pick_and_health(void **state)
 
 struct call {
     int status, dones, errors;
+    bool abandoned;                  /* its caller ended it: nothing more comes */
     enum httpc_fail why;
     char body[256];
     size_t len;
@@ -288,7 +289,7 @@ static void spin(struct event_base *base, struct call *calls, int n)
     for (int i = 0; i < 400; i++) {
         int ended = 0;
         for (int k = 0; k < n; k++)
-            ended += calls[k].dones + calls[k].errors;
+            ended += calls[k].abandoned || calls[k].dones + calls[k].errors;
         if (ended >= n)
             return;
         event_base_loop(base, EVLOOP_NONBLOCK);
@@ -311,34 +312,62 @@ static struct httpc_call *open_get(struct httpc_pool *pool, struct call *k, cons
 
 #define ANSWER(body) "HTTP/1.1 200 OK\r\nContent-Length: " #body "\r\n\r\n"
 
+/* A pool of `pipeline` on its own event base, calling a loopback listener
+ * (or, with `refuse`, a port nothing listens on any more). */
+struct fx {
+    struct event_base *base;
+    struct lsn l;
+    struct httpc_target *t;
+    struct httpc_pool *pool;
+};
+
+static void fx_open(struct fx *f, int pipeline, bool refuse)
+{
+    f->base = event_base_new();
+    f->l = listener();
+    if (refuse) {
+        close(f->l.fd);
+        f->l.fd = -1;
+    }
+    f->t = target(f->l.port);
+    f->pool = httpc_pool_new(f->t, f->base, 4, pipeline);
+}
+
+static void fx_close(struct fx *f)
+{
+    httpc_pool_free(f->pool);
+    httpc_target_free(f->t);
+    if (f->l.fd >= 0)
+        close(f->l.fd);
+    event_base_free(f->base);
+}
+
 static void test_pipeline_one_send_answers_in_order(void **state)
 {
     (void)state;
-    struct event_base *base = event_base_new();
-    struct lsn l = listener();
-    struct httpc_target *t = target(l.port);
-    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 4);
+    struct fx f;
+    fx_open(&f, 4, false);
     struct call k[6];
     bool reused[6];
     /* Five calls in one pass: four share a connection, the fifth opens the next. */
     for (int i = 0; i < 5; i++) {
         char path[16];
         snprintf(path, sizeof path, "/%d", i);
-        open_get(pool, &k[i], path, HTTPC_PIPELINE, &reused[i]);
+        open_get(f.pool, &k[i], path, HTTPC_PIPELINE, &reused[i]);
     }
     assert_false(reused[0]);
     assert_true(reused[1] && reused[2] && reused[3]);
     assert_false(reused[4]);
-    int s1 = accept_one(base, &l), s2 = accept_one(base, &l);
+    int s1 = accept_one(f.base, &f.l), s2 = accept_one(f.base, &f.l);
     char got[2048];
     /* Nothing is written before the pass ends, then the four go in one send. */
-    assert_int_equal(read_requests(base, s1, 4, got, sizeof got), 1);
+    assert_int_equal(read_requests(f.base, s1, 4, got, sizeof got), 1);
     assert_non_null(strstr(got, "GET /0 "));
     assert_true(strstr(got, "GET /0 ") < strstr(got, "GET /1 "));
     assert_true(strstr(got, "GET /2 ") < strstr(got, "GET /3 "));
-    assert_int_equal(read_requests(base, s2, 1, got, sizeof got), 1);
+    assert_int_equal(read_requests(f.base, s2, 1, got, sizeof got), 1);
     assert_non_null(strstr(got, "GET /4 "));
-    assert_int_equal(pending_connections(&l), 0);
+    assert_int_equal(pending_connections(&f.l), 0);
     /* All four answers in one write: each call gets its own, in order. */
     static const char four[] = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na"
                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nbb\r\n0\r\n\r\n"
@@ -346,7 +375,7 @@ static void test_pipeline_one_send_answers_in_order(void **state)
                                "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndddd";
     assert_int_equal(write(s1, four, sizeof four - 1), (ssize_t)sizeof four - 1);
     assert_int_equal(write(s2, ANSWER(1) "e", sizeof ANSWER(1) "e" - 1), (ssize_t)sizeof ANSWER(1));
-    spin(base, k, 5);
+    spin(f.base, k, 5);
     static const char *const want[] = {"a", "bb", "", "dddd", "e"};
     for (int i = 0; i < 5; i++) {
         assert_int_equal(k[i].dones, 1);
@@ -357,18 +386,18 @@ static void test_pipeline_one_send_answers_in_order(void **state)
     }
     /* Both connections are idle again; a call of a later pass reuses one
      * alone, and one opened after the flush never joins a busy connection. */
-    open_get(pool, &k[0], "/a", HTTPC_PIPELINE, &reused[0]);
+    open_get(f.pool, &k[0], "/a", HTTPC_PIPELINE, &reused[0]);
     assert_true(reused[0]);
-    event_base_loop(base, EVLOOP_NONBLOCK);   /* the flush: /a is on its way */
-    open_get(pool, &k[1], "/b", HTTPC_PIPELINE, &reused[1]);
+    event_base_loop(f.base, EVLOOP_NONBLOCK);   /* the flush: /a is on its way */
+    open_get(f.pool, &k[1], "/b", HTTPC_PIPELINE, &reused[1]);
     assert_true(reused[1]);                   /* the other idle connection */
-    open_get(pool, &k[2], "/c", 0, &reused[2]);
+    open_get(f.pool, &k[2], "/c", 0, &reused[2]);
     assert_false(reused[2]);                  /* not pipelined, none idle: a new one */
-    int s3 = accept_one(base, &l);
-    assert_int_equal(read_requests(base, s3, 1, got, sizeof got), 1);
+    int s3 = accept_one(f.base, &f.l);
+    assert_int_equal(read_requests(f.base, s3, 1, got, sizeof got), 1);
     assert_non_null(strstr(got, "GET /c "));
     struct httpc_target_stats st;
-    httpc_target_stats(t, &st);
+    httpc_target_stats(f.t, &st);
     assert_int_equal(st.inflight, 3);
     assert_int_equal(st.calls, 8);
     assert_int_equal(st.pipelined, 3);   /* /1, /2, /3 went behind /0 */
@@ -376,15 +405,12 @@ static void test_pipeline_one_send_answers_in_order(void **state)
     close(s1);
     close(s2);
     close(s3);
-    spin(base, k, 3);
+    spin(f.base, k, 3);
     for (int i = 0; i < 3; i++)
         assert_int_equal(k[i].errors, 1);
-    httpc_target_stats(t, &st);
+    httpc_target_stats(f.t, &st);
     assert_int_equal(st.inflight, 0);
-    httpc_pool_free(pool);
-    httpc_target_free(t);
-    close(l.fd);
-    event_base_free(base);
+    fx_close(&f);
 }
 
 /* Three pipelined calls on one connection; the server sends `answer`, then
@@ -392,19 +418,19 @@ static void test_pipeline_one_send_answers_in_order(void **state)
 static void pipeline_three(const char *answer, bool close_after, int abort_mask, struct call *k,
                            struct httpc_target_stats *st)
 {
-    struct event_base *base = event_base_new();
-    struct lsn l = listener();
-    struct httpc_target *t = target(l.port);
-    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 8);
+    struct fx f;
+    fx_open(&f, 8, false);
     struct httpc_call *c[3];
     for (int i = 0; i < 3; i++)
-        c[i] = open_get(pool, &k[i], "/", HTTPC_PIPELINE, NULL);
-    int s = accept_one(base, &l);
+        c[i] = open_get(f.pool, &k[i], "/", HTTPC_PIPELINE, NULL);
+    int s = accept_one(f.base, &f.l);
     char got[1024];
-    read_requests(base, s, 3, got, sizeof got);
+    read_requests(f.base, s, 3, got, sizeof got);
     for (int i = 0; i < 3; i++)
-        if (abort_mask & (1 << i))
+        if (abort_mask & (1 << i)) {
             httpc_abort(c[i]);
+            k[i].abandoned = true;   /* ends here, for spin */
+        }
     if (abort_mask == 7) {
         /* Nobody waits: the connection closes at once. */
         char x;
@@ -416,27 +442,10 @@ static void pipeline_three(const char *answer, bool close_after, int abort_mask,
         assert_int_equal(write(s, answer, strlen(answer)), (ssize_t)strlen(answer));
     if (close_after)
         shutdown(s, SHUT_WR);
-    struct call live[3];
-    int n = 0;
-    for (int i = 0; i < 3; i++)
-        if (!(abort_mask & (1 << i)))
-            live[n++] = k[i];
-    for (int i = 0; i < 400; i++) {
-        int ended = 0;
-        for (int j = 0; j < 3; j++)
-            ended += (abort_mask & (1 << j)) ? 1 : k[j].dones + k[j].errors;
-        if (ended == 3)
-            break;
-        event_base_loop(base, EVLOOP_NONBLOCK);
-        usleep(500);
-    }
-    (void)live;
-    httpc_target_stats(t, st);
+    spin(f.base, k, 3);
+    httpc_target_stats(f.t, st);
     close(s);
-    httpc_pool_free(pool);
-    httpc_target_free(t);
-    close(l.fd);
-    event_base_free(base);
+    fx_close(&f);
 }
 
 static void test_pipeline_losses(void **state)
@@ -512,27 +521,21 @@ static void test_pipeline_abandoned_calls(void **state)
 static void test_pipeline_refused(void **state)
 {
     (void)state;
-    struct event_base *base = event_base_new();
-    struct lsn l = listener();
-    int port = l.port;
-    close(l.fd);   /* nothing listens there now */
-    struct httpc_target *t = target(port);
-    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 4);
+    struct fx f;
+    fx_open(&f, 4, true);
     struct call k[3];
     for (int i = 0; i < 3; i++)
-        open_get(pool, &k[i], "/", HTTPC_PIPELINE, NULL);
-    spin(base, k, 3);
+        open_get(f.pool, &k[i], "/", HTTPC_PIPELINE, NULL);
+    spin(f.base, k, 3);
     /* Nothing reached a server: every call may go elsewhere. */
     for (int i = 0; i < 3; i++) {
         assert_int_equal(k[i].errors, 1);
         assert_int_equal(k[i].why, HTTPC_FAIL_CONNECT);
     }
     struct httpc_target_stats st;
-    httpc_target_stats(t, &st);
+    httpc_target_stats(f.t, &st);
     assert_int_equal(st.inflight, 0);
-    httpc_pool_free(pool);
-    httpc_target_free(t);
-    event_base_free(base);
+    fx_close(&f);
 }
 
 static void test_pipeline_off(void **state)
@@ -540,23 +543,18 @@ static void test_pipeline_off(void **state)
     (void)state;
     /* A pool with pipeline 1 gives each call its own connection whatever
      * the call asks. */
-    struct event_base *base = event_base_new();
-    struct lsn l = listener();
-    struct httpc_target *t = target(l.port);
-    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 1);
+    struct fx f;
+    fx_open(&f, 1, false);
     struct call k[2];
     bool reused[2];
-    open_get(pool, &k[0], "/", HTTPC_PIPELINE, &reused[0]);
-    open_get(pool, &k[1], "/", HTTPC_PIPELINE, &reused[1]);
+    open_get(f.pool, &k[0], "/", HTTPC_PIPELINE, &reused[0]);
+    open_get(f.pool, &k[1], "/", HTTPC_PIPELINE, &reused[1]);
     assert_false(reused[0] || reused[1]);
-    int s1 = accept_one(base, &l), s2 = accept_one(base, &l);
+    int s1 = accept_one(f.base, &f.l), s2 = accept_one(f.base, &f.l);
     close(s1);
     close(s2);
-    spin(base, k, 2);
-    httpc_pool_free(pool);
-    httpc_target_free(t);
-    close(l.fd);
-    event_base_free(base);
+    spin(f.base, k, 2);
+    fx_close(&f);
 }
 
 int main(void)
