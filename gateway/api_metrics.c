@@ -339,17 +339,17 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     if (st->server) {
         head(b, "http_responses_total", "counter",
              "Answers on every route (inference, metadata, health, proxied, errors), by status.");
-        uint64_t codes[SERVER_STATUSES];
-        server_responses(st->server, codes);
+        struct server_http_stats hs;
+        server_http_stats(st->server, &hs);
         for (int k = 0; k < SERVER_STATUSES; k++)
-            if (codes[k])
+            if (hs.responses[k])
                 buf_appendf(b, P "http_responses_total{code=\"%d\"} %llu\n", k + 100,
-                            (unsigned long long)codes[k]);
+                            (unsigned long long)hs.responses[k]);
         head(b, "http_connections", "gauge", "Client connections open now.");
-        buf_appendf(b, P "http_connections %d\n", server_connections(st->server));
+        buf_appendf(b, P "http_connections %d\n", hs.connections);
         head(b, "http_connections_accepted_total", "counter", "Client connections accepted.");
         buf_appendf(b, P "http_connections_accepted_total %llu\n",
-                    (unsigned long long)server_accepted(st->server));
+                    (unsigned long long)hs.accepted);
     }
     head(b, "process_start_to_ready_seconds", "gauge",
          "From process start until every model was loaded and the server ready.");

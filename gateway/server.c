@@ -364,22 +364,15 @@ int64_t server_inflight(const struct server *s)
     return n;
 }
 
-int server_connections(const struct server *s) { return atomic_load(&s->nconns); }
-
-uint64_t server_accepted(const struct server *s)
+void server_http_stats(const struct server *s, struct server_http_stats *out)
 {
-    uint64_t n = 0;
-    for (int i = 0; i < s->nthreads; i++)
-        n += atomic_load_explicit(&s->threads[i].accepted, memory_order_relaxed);
-    return n;
-}
-
-void server_responses(const struct server *s, uint64_t out[SERVER_STATUSES])
-{
-    for (int k = 0; k < SERVER_STATUSES; k++) {
-        out[k] = 0;
-        for (int i = 0; i < s->nthreads; i++)
-            out[k] += atomic_load_explicit(&s->threads[i].responses[k], memory_order_relaxed);
+    memset(out, 0, sizeof *out);
+    out->connections = atomic_load(&s->nconns);
+    for (int i = 0; i < s->nthreads; i++) {
+        const struct io_thread *t = &s->threads[i];
+        out->accepted += atomic_load_explicit(&t->accepted, memory_order_relaxed);
+        for (int k = 0; k < SERVER_STATUSES; k++)
+            out->responses[k] += atomic_load_explicit(&t->responses[k], memory_order_relaxed);
     }
 }
 

@@ -37,12 +37,14 @@ void server_force_close(struct server *s);
 int server_running(const struct server *s);
 /* Requests accepted and not yet answered, all threads. */
 int64_t server_inflight(const struct server *s);
-/* Client connections open now, and accepted since start. */
-int server_connections(const struct server *s);
-uint64_t server_accepted(const struct server *s);
-/* Answers produced on every route, by status: out[status - 100], 100..599. */
+/* The front end's own counts, all threads summed (relaxed: a scrape). */
 #define SERVER_STATUSES 500
-void server_responses(const struct server *s, uint64_t out[SERVER_STATUSES]);
+struct server_http_stats {
+    int connections;                        /* client connections open now */
+    uint64_t accepted;                      /* client connections accepted since start */
+    uint64_t responses[SERVER_STATUSES];    /* answers on every route by status: [status - 100] */
+};
+void server_http_stats(const struct server *s, struct server_http_stats *out);
 /* Joins the IO threads; returns the number of requests abandoned by a forced close. */
 uint64_t server_join(struct server *s);
 void server_free(struct server *s);
