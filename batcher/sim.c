@@ -150,8 +150,12 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
             int64_t finish = now + latmodel_predict(&lat[i], b.row_budget);
             for (struct infer_item *wt = q.svc_head; c->check && wt; wt = wt->next) {
                 int rows_before = 0;
+                /* A member whose order ties with wt's (same priority,
+                 * deadline and arrival instant) may have been ahead of it
+                 * in the queue: it counts as before (found by a seed where
+                 * two such requests met a full batch). */
                 for (struct infer_item *it = b.head; it; it = it->next)
-                    if (bqueue_served_before(it, wt) ||
+                    if (!bqueue_served_before(wt, it) ||
                         (qc.aging_ns > 0 && now - it->t_arrival_ns >= qc.aging_ns))
                         rows_before += it->rows;   /* an aged request goes first */
                 bool could_not = wt->rows > b.row_budget - rows_before ||
