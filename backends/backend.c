@@ -1,6 +1,6 @@
 /* backend.c - backend registry, model load (with cold-start timing and
  * warmup) and the instance worker loop shared by every backend. */
-#include "backend.h"
+#include "backends/backend.h"
 
 #include <errno.h>
 #include <math.h>
@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "kernels.h"
-#include "log.h"
+#include "common/clock.h"
+#include "kernels/kernels.h"
+#include "common/log.h"
 
 const struct backend_ops *backend_find(enum model_backend b, char *why, size_t cap)
 {

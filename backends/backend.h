@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
-#include "model.h"
+#include "common/error.h"
+#include "backends/model.h"
 
 /* One request's rows as the batcher and the workers see it. Owned by the
  * gateway (embedded in its per-request state); the batcher, then a worker,

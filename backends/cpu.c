@@ -4,16 +4,16 @@
  * (dense_cpu_prepare copies and converts them, so the file is unmapped
  * after load); instances share them read-only and own only two scratch
  * buffers of max_batch_size rows of the widest layer. */
-#include "backend.h"
+#include "backends/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "dense.h"
-#include "safetensors.h"
-#include "softmax.h"
+#include "common/clock.h"
+#include "kernels/dense.h"
+#include "backends/safetensors.h"
+#include "kernels/softmax.h"
 
 struct cpu_layer {
     enum model_layer_type type;

@@ -14,17 +14,17 @@
  * of device memory at load fails that model with the reason; others serve.
  * The mapped weight file stays open while the model is loaded (its pages
  * are the kernel's to evict). */
-#include "backend.h"
+#include "backends/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "cuda_rt.h"
-#include "dense.h"
-#include "safetensors.h"
-#include "softmax.h"
+#include "common/clock.h"
+#include "kernels/cuda_rt.h"
+#include "kernels/dense.h"
+#include "backends/safetensors.h"
+#include "kernels/softmax.h"
 
 struct cuda_model {
     struct safetensors *st;

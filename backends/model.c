@@ -1,5 +1,5 @@
 /* model.c - config.json of a model: parsing and validation (SPEC.md). */
-#include "model.h"
+#include "backends/model.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include <jansson.h>
 
-#include "httpc.h"
+#include "common/httpc.h"
 
 const char *model_backend_name(enum model_backend b)
 {

@@ -11,8 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dense.h"
-#include "error.h"
+#include "kernels/dense.h"
+#include "common/error.h"
 
 #define MODEL_NAME_MAX 128
 #define MODEL_TENSOR_NAME_MAX 128

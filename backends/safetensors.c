@@ -11,7 +11,7 @@
  * out of bounds). Where it is lenient we are strict: unknown fields in an
  * entry, duplicate keys and more than ST_MAX_DIMS dimensions are errors,
  * because they mean a writer we do not understand. */
-#include "safetensors.h"
+#include "backends/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>

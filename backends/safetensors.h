@@ -23,8 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtype.h"
-#include "error.h"
+#include "kernels/dtype.h"
+#include "common/error.h"
 
 #define ST_MAX_DIMS 8
 /* The reference implementation's limit; also bounds what one open() parses. */

@@ -4,11 +4,11 @@
  * real kernel would), and output element j of a row is
  *     sum(input row) + j
  * so every answer can be checked without a model. */
-#include "backend.h"
+#include "backends/backend.h"
 
 #include <time.h>
 
-#include "clock.h"
+#include "common/clock.h"
 
 static int synthetic_model_load(struct model *m, struct cold_start *cs, struct error *err)
 {

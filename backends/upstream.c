@@ -14,7 +14,7 @@
  * a reset, a 5xx, a malformed or short answer, or no answer within
  * timeout_ms fail the batch's requests with 502, or 504 for those whose
  * budget ran out. Other batches carry on. */
-#include "backend.h"
+#include "backends/backend.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -24,12 +24,12 @@
 #include <event2/event.h>
 #include <jansson.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "evwatch.h"
-#include "httpc.h"
-#include "jsonfmt.h"
-#include "log.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/evwatch.h"
+#include "common/httpc.h"
+#include "common/jsonfmt.h"
+#include "common/log.h"
 
 struct up_model;
 

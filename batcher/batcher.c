@@ -1,6 +1,6 @@
 /* batcher.c - see batcher.h. One mutex per model guards the queue and the
  * latency models; decisions are O(max_batch_size) under it. */
-#include "batcher.h"
+#include "batcher/batcher.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -8,10 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
-#include "guard.h"
-#include "latmodel.h"
-#include "queue.h"
+#include "common/clock.h"
+#include "batcher/guard.h"
+#include "batcher/latmodel.h"
+#include "batcher/queue.h"
 
 struct batcher {
     pthread_mutex_t lock;

@@ -14,10 +14,10 @@
 
 #include <stdint.h>
 
-#include "backend.h"
-#include "error.h"
-#include "model.h"
-#include "policy.h"
+#include "backends/backend.h"
+#include "common/error.h"
+#include "backends/model.h"
+#include "batcher/policy.h"
 
 struct batcher;
 

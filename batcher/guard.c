@@ -1,5 +1,5 @@
 /* guard.c - see guard.h. */
-#include "guard.h"
+#include "batcher/guard.h"
 
 #include <string.h>
 

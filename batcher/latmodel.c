@@ -1,5 +1,5 @@
 /* latmodel.c - see latmodel.h. */
-#include "latmodel.h"
+#include "batcher/latmodel.h"
 
 #include <math.h>
 #include <stdlib.h>

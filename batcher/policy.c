@@ -1,5 +1,5 @@
 /* policy.c - see policy.h. */
-#include "policy.h"
+#include "batcher/policy.h"
 
 #include <stddef.h>
 

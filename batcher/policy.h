@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "latmodel.h"
+#include "batcher/latmodel.h"
 
 #define POLICY_NEVER INT64_MAX
 

@@ -1,5 +1,5 @@
 /* queue.c - see queue.h. */
-#include "queue.h"
+#include "batcher/queue.h"
 
 #include <stdio.h>
 #include <stdlib.h>

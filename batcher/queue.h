@@ -18,10 +18,10 @@
 
 #include <stdint.h>
 
-#include "backend.h"
-#include "error.h"
-#include "latmodel.h"
-#include "policy.h"
+#include "backends/backend.h"
+#include "common/error.h"
+#include "batcher/latmodel.h"
+#include "batcher/policy.h"
 
 struct bqueue_config {
     int max_batch_size;

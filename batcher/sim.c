@@ -1,14 +1,14 @@
 /* sim.c - see sim.h. Events happen at arrivals, batch completions, the
  * policy's wake instants and expiry instants; at each one the order is the
  * server's: finish batches, admit arrivals, expire, give idle instances work. */
-#include "sim.h"
+#include "batcher/sim.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "latmodel.h"
-#include "queue.h"
+#include "batcher/latmodel.h"
+#include "batcher/queue.h"
 
 struct sim_instance {
     int64_t busy_until;        /* 0: idle */

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "backends/model.h"
 
 struct sim_request {
     /* input */

@@ -1,5 +1,5 @@
 /* buf.c - see buf.h. */
-#include "buf.h"
+#include "common/buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

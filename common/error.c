@@ -1,5 +1,5 @@
 /* error.c - struct error helpers and the code tables generated from BG_ERRORS. */
-#include "error.h"
+#include "common/error.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* hist.c - see hist.h. */
-#include "hist.h"
+#include "common/hist.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* httpc.c - outbound HTTP/1.1 connections, pools and target accounting. */
-#include "httpc.h"
+#include "common/httpc.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -16,9 +16,9 @@
 #include <event2/event.h>
 #include <llhttp.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "evwatch.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/evwatch.h"
 
 #define TARGET_FAILS_TO_DOWN 3
 #define TARGET_DOWN_NS 2000000000LL

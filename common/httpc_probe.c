@@ -2,7 +2,7 @@
  * timer on the owner's event base sends `GET path` to each target every
  * interval; the answer decides whether the target takes calls. Used by the
  * upstream backend (per model) and the reverse proxy (per route). */
-#include "httpc.h"
+#include "common/httpc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +10,8 @@
 
 #include <event2/event.h>
 
-#include "clock.h"
-#include "log.h"
+#include "common/clock.h"
+#include "common/log.h"
 
 struct probe {
     struct httpc_prober *pr;

@@ -1,5 +1,5 @@
 /* jsonfmt.c - see jsonfmt.h. */
-#include "jsonfmt.h"
+#include "common/jsonfmt.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
 #ifndef BG_JSONFMT_H
 #define BG_JSONFMT_H
 
-#include "buf.h"
+#include "common/buf.h"
 
 /* Appends v with 9 significant digits (always enough to read back the same
  * float), trailing zeros trimmed; non-finite values as null (JSON has no

@@ -1,6 +1,6 @@
 /* log.c - see log.h. Lines look like:
  *   2026-12-02T10:15:03.123Z info listening on 127.0.0.1:8000 (4 io threads) */
-#include "log.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

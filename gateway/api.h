@@ -5,8 +5,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "error.h"
-#include "router.h"
+#include "common/error.h"
+#include "http/router.h"
 
 struct serving;
 struct server;

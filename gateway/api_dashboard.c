@@ -4,17 +4,17 @@
  * queue and compute latency percentiles over the last seconds, the batch
  * size distribution, queue depth, device utilization and idle time, memory
  * and cold start. */
-#include "api.h"
+#include "gateway/api.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "buf.h"
-#include "modelstats.h"
-#include "server.h"
-#include "serving.h"
-#include "tensor_json.h"
+#include "common/buf.h"
+#include "gateway/modelstats.h"
+#include "http/server.h"
+#include "gateway/serving.h"
+#include "gateway/tensor_json.h"
 
 extern const char dashboard_html[];
 extern const unsigned long dashboard_html_len;

@@ -5,7 +5,7 @@
  * with requests in flight, clients that leave mid-request). /debug/echo
  * returns the decoded body (chunked uploads, 100-continue, body limits).
  * /debug/fault makes a model's next batches fail, hang or slow down. */
-#include "api.h"
+#include "gateway/api.h"
 
 #include <malloc.h>
 #include <stdio.h>
@@ -15,8 +15,8 @@
 #include <event2/event.h>
 #include <jansson.h>
 
-#include "backend.h"
-#include "serving.h"
+#include "backends/backend.h"
+#include "gateway/serving.h"
 
 struct delayed {
     struct http_request *req;

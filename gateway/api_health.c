@@ -1,9 +1,9 @@
 /* api_health.c - liveness, readiness and server metadata (KServe v2). */
-#include "api.h"
+#include "gateway/api.h"
 
 #include <string.h>
 
-#include "serving.h"
+#include "gateway/serving.h"
 
 static void health_live(struct http_request *req, const struct route_match *m, void *ctx)
 {

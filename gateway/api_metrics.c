@@ -1,20 +1,20 @@
 /* api_metrics.c - GET /metrics: every metric of SPEC.md in the Prometheus
  * text format 0.0.4, summed from the per-thread shards at scrape time
  * (modelstats.h), in base units (seconds, bytes). */
-#include "api.h"
+#include "gateway/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "httpc.h"
-#include "modelstats.h"
-#include "nvml.h"
-#include "proxy.h"
-#include "server.h"
-#include "serving.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/httpc.h"
+#include "gateway/modelstats.h"
+#include "gateway/nvml.h"
+#include "gateway/proxy.h"
+#include "http/server.h"
+#include "gateway/serving.h"
 
 #define P "batchgate_"
 

@@ -6,21 +6,21 @@
  * through its mailbox (infer_call_complete -> infer_call_deliver), where the
  * answer is encoded and queued in request order. A client that leaves while
  * its request is queued takes it out of the queue (infer_call_abort). */
-#include "api.h"
+#include "gateway/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "batcher.h"
-#include "buf.h"
-#include "clock.h"
-#include "httpc.h"
-#include "jscratch.h"
-#include "mailbox.h"
-#include "proxy.h"
-#include "serving.h"
-#include "tensor_json.h"
+#include "batcher/batcher.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/httpc.h"
+#include "gateway/jscratch.h"
+#include "http/mailbox.h"
+#include "gateway/proxy.h"
+#include "gateway/serving.h"
+#include "gateway/tensor_json.h"
 
 #define MODEL_VERSION "1"
 

@@ -1,6 +1,6 @@
 /* config.c - see config.h. Unknown fields are errors: a typo in a limit must
  * not silently fall back to the default. */
-#include "config.h"
+#include "gateway/config.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -10,7 +10,7 @@
 
 #include <jansson.h>
 
-#include "httpc.h"
+#include "common/httpc.h"
 
 void config_defaults(struct config *c)
 {

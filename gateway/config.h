@@ -9,8 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "error.h"
-#include "log.h"
+#include "common/error.h"
+#include "common/log.h"
 
 struct config_limits {
     size_t max_header_bytes;   /* request line + headers, CRLFs included; 431 past it */

@@ -1,5 +1,5 @@
 /* jscratch.c - see jscratch.h. */
-#include "jscratch.h"
+#include "gateway/jscratch.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -18,18 +18,18 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
-#include "api.h"
-#include "clock.h"
-#include "config.h"
-#include "error.h"
-#include "jscratch.h"
-#include "kernels.h"
-#include "log.h"
-#include "nvml.h"
-#include "proxy.h"
-#include "router.h"
-#include "server.h"
-#include "serving.h"
+#include "gateway/api.h"
+#include "common/clock.h"
+#include "gateway/config.h"
+#include "common/error.h"
+#include "gateway/jscratch.h"
+#include "kernels/kernels.h"
+#include "common/log.h"
+#include "gateway/nvml.h"
+#include "gateway/proxy.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "gateway/serving.h"
 
 #define EXIT_USAGE 2
 

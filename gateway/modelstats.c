@@ -1,12 +1,12 @@
 /* modelstats.c - see modelstats.h. Shards are cache-line aligned so two
  * writers never share a line. */
-#include "modelstats.h"
+#include "gateway/modelstats.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
+#include "common/clock.h"
 
 const double modelstats_lat_bounds_s[MODELSTATS_LAT_BUCKETS] = {
     50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,

@@ -1,6 +1,6 @@
 /* nvml.c - see nvml.h. The few NVML types used are declared here as the
  * stable C ABI documents them. */
-#include "nvml.h"
+#include "gateway/nvml.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

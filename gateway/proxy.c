@@ -16,7 +16,7 @@
  * keep-alive connection (the server closed it as we sent), is retried on
  * the next server when the whole request is still in hand (the latter only
  * for idempotent methods). */
-#include "proxy.h"
+#include "gateway/proxy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +25,11 @@
 
 #include <event2/event.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "evwatch.h"
-#include "httpc.h"
-#include "log.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/evwatch.h"
+#include "common/httpc.h"
+#include "common/log.h"
 
 /* Unsent bytes that pause the other side, both directions. */
 #define PROXY_HIGH_WATER (256u << 10)

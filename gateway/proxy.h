@@ -14,10 +14,10 @@
 
 #include <stddef.h>
 
-#include "config.h"
-#include "error.h"
-#include "http.h"
-#include "router.h"
+#include "gateway/config.h"
+#include "common/error.h"
+#include "http/http.h"
+#include "http/router.h"
 
 struct proxy;
 struct httpc_target;

@@ -1,5 +1,5 @@
 /* serving.c - see serving.h. */
-#include "serving.h"
+#include "gateway/serving.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "log.h"
+#include "common/log.h"
 
 struct serving {
     char dir[4096];

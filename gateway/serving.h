@@ -8,10 +8,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "backend.h"
-#include "batcher.h"
-#include "error.h"
-#include "modelstats.h"
+#include "backends/backend.h"
+#include "batcher/batcher.h"
+#include "common/error.h"
+#include "gateway/modelstats.h"
 
 enum served_state { SERVED_LOADING, SERVED_READY, SERVED_FAILED };
 

@@ -1,9 +1,9 @@
 /* tensor_json.c - see tensor_json.h. Requests are parsed with jansson;
  * answers are written by hand into a buffer (no tree, no per-number
  * allocation) since they are on every request's path. */
-#include "tensor_json.h"
+#include "gateway/tensor_json.h"
 
-#include "jsonfmt.h"
+#include "common/jsonfmt.h"
 
 #include <float.h>
 #include <math.h>

@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "error.h"
-#include "model.h"
+#include "common/buf.h"
+#include "common/error.h"
+#include "backends/model.h"
 
 struct infer_request {
     char id[256];

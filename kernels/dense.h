@@ -29,8 +29,8 @@
 
 #include <stddef.h>
 
-#include "dtype.h"
-#include "kernels.h"
+#include "kernels/dtype.h"
+#include "kernels/kernels.h"
 
 /* Activation fused into the layer's epilogue. GELU is PyTorch's exact form
  * 0.5*x*(1+erf(x/sqrt(2))), not the tanh approximation. */

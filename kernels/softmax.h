@@ -7,7 +7,7 @@
 #ifndef BG_SOFTMAX_H
 #define BG_SOFTMAX_H
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 /* y[r][:] = softmax(x[r][:]) for rows rows of n elements. In place (x == y)
  * or out of place; partially overlapping x and y are not allowed. rows or n

@@ -1,5 +1,5 @@
 /* engine.c - see engine.h. One thread, one event_base per step. */
-#include "engine.h"
+#include "loadgen/engine.h"
 
 #include <errno.h>
 #include <math.h>
@@ -15,7 +15,7 @@
 #include <event2/event.h>
 #include <llhttp.h>
 
-#include "clock.h"
+#include "common/clock.h"
 
 struct pending {                 /* an open-loop request waiting for a connection */
     int64_t intended;

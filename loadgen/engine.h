@@ -14,8 +14,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "hist.h"
+#include "common/buf.h"
+#include "common/hist.h"
 
 struct lg_request {
     struct buf bytes;            /* a whole HTTP request, sent as is */

@@ -18,9 +18,9 @@
 
 #include <jansson.h>
 
-#include "buf.h"
-#include "engine.h"
-#include "report.h"
+#include "common/buf.h"
+#include "loadgen/engine.h"
+#include "loadgen/report.h"
 
 #define EXIT_USAGE 2
 #define MAX_STEPS 64

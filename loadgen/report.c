@@ -1,5 +1,5 @@
 /* report.c - see report.h. */
-#include "report.h"
+#include "loadgen/report.h"
 
 #include <math.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "engine.h"
+#include "loadgen/engine.h"
 
 struct report_step {
     bool open_loop;

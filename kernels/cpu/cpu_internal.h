@@ -6,9 +6,9 @@
 
 #include <stddef.h>
 
-#include "dense.h"
-#include "dtype.h"
-#include "kernels.h"
+#include "kernels/dense.h"
+#include "kernels/dtype.h"
+#include "kernels/kernels.h"
 
 /* The packed weight layout: k-blocks of KC inputs (256, or 128 in one case:
  * dense_isa_kc; the last block shorter), each holding all panels of NR

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_internal.h"
-#include "dense.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/dense.h"
 
 static const char *const act_names[] = {
     [DENSE_ACT_NONE] = "none", [DENSE_ACT_RELU] = "relu",       [DENSE_ACT_GELU] = "gelu",

@@ -15,10 +15,10 @@
  * it is in, and the rounding error of long dot products stays closer to
  * blocked than to serial summation. Bias and activation are applied once,
  * after the last k-block. */
-#include "cpu_internal.h"
-#include "dtype.h"
-#include "simd_internal.h"
-#include "vmath_internal.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/dtype.h"
+#include "kernels/cpu/simd_internal.h"
+#include "kernels/cpu/vmath_internal.h"
 
 #if SIMD_AVX512
 #define NR 32  /* outputs per panel: 2 zmm */

@@ -1,7 +1,7 @@
 /* isa.c - which CPU kernel path this machine runs (kernels.h). Cheap enough
  * to ask on every call (a few loads of what libgcc detected at start-up), so
  * there is nothing to cache and no state of ours. */
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 /* Not CPUID: in a VM every CPUID traps to the hypervisor (~10 us measured),

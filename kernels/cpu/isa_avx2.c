@@ -2,10 +2,10 @@
  * Only reached after kernels_isa_supported(KERNELS_ISA_AVX2) said yes; every
  * function here carries the target attribute, so the rest of the binary
  * still runs on any x86-64. Empty on other architectures. */
-#include "cpu_internal.h"
+#include "kernels/cpu/cpu_internal.h"
 
 #if BG_HAVE_X86_PATHS
 #define SIMD_AVX2 1
-#include "dense_kern_internal.h"
-#include "softmax_kern_internal.h"
+#include "kernels/cpu/dense_kern_internal.h"
+#include "kernels/cpu/softmax_kern_internal.h"
 #endif

@@ -2,5 +2,5 @@
  * vectors that the compiler maps to SSE2, NEON or scalar code. The fallback on
  * CPUs without AVX2 and the only path on other architectures. */
 #define SIMD_AVX2 0
-#include "dense_kern_internal.h"
-#include "softmax_kern_internal.h"
+#include "kernels/cpu/dense_kern_internal.h"
+#include "kernels/cpu/softmax_kern_internal.h"

@@ -2,10 +2,10 @@
  * each says so, so the cuda backend reports itself unavailable. */
 #include <stdio.h>
 
-#include "cuda_rt.h"
-#include "dense.h"
-#include "kernels.h"
-#include "softmax.h"
+#include "kernels/cuda_rt.h"
+#include "kernels/dense.h"
+#include "kernels/kernels.h"
+#include "kernels/softmax.h"
 
 #define NO_CUDA(msg, cap) snprintf((msg), (cap), "CUDA unavailable: built without nvcc")
 

@@ -1,6 +1,6 @@
 /* softmax.c - softmax.h: picks the ISA build of the row loop per call. */
-#include "cpu_internal.h"
-#include "softmax.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/softmax.h"
 
 int softmax_rows_isa(enum kernels_isa isa, const float *x, float *y, int rows, int n)
 {

@@ -8,9 +8,9 @@
  * whose exp is 0. */
 #include <math.h>
 
-#include "cpu_internal.h"
-#include "simd_internal.h"
-#include "vmath_internal.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/simd_internal.h"
+#include "kernels/cpu/vmath_internal.h"
 
 KFN float KN(sm_row_max)(const float *x, int n)
 {

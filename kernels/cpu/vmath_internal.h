@@ -9,8 +9,8 @@
 #ifndef BG_VMATH_INTERNAL_H
 #define BG_VMATH_INTERNAL_H
 
-#include "dense.h"
-#include "simd_internal.h"
+#include "kernels/dense.h"
+#include "kernels/cpu/simd_internal.h"
 
 /* exp(x) for x <= 0 (every caller needs only that: softmax after the max,
  * tanh and sigmoid of -|x|). Results below FLT_MIN flush to 0.

@@ -23,10 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 extern "C" {
-#include "dense.h"
+#include "kernels/dense.h"
 }
 
 struct dense_cuda {
@@ -270,7 +270,7 @@ __device__ __forceinline__ void cp_async_wait_all(void)
 #endif
 }
 
-#include "dense_tc.cuh"
+#include "kernels/cuda/dense_tc.cuh"
 
 /* 4 warps each; the 64x64 tile (32x32 per warp, 2x2 fragments) stages each
  * element of x and W for twice as many MMAs as the 32x32 one (16x16 per

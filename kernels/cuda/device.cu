@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 extern "C" {
-#include "kernels.h"
+#include "kernels/kernels.h"
 }
 
 extern "C" int kernels_cuda_built(void) { return 1; }

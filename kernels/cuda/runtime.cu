@@ -3,10 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 extern "C" {
-#include "cuda_rt.h"
+#include "kernels/cuda_rt.h"
 }
 
 struct cuda_stream {

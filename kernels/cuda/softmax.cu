@@ -3,10 +3,10 @@
  * (the maximum is subtracted) and NaN-propagating like the CPU version. */
 #include <math.h>
 
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 extern "C" {
-#include "softmax.h"
+#include "kernels/softmax.h"
 }
 
 #define SOFTMAX_THREADS 256

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "dense.h"
-#include "dtype.h"
-#include "kernels.h"
+#include "kernels/dense.h"
+#include "kernels/dtype.h"
+#include "kernels/kernels.h"
 
 #define MAX_ROWS 1024
 

@@ -22,8 +22,8 @@
 #include <string.h>
 
 extern "C" {
-#include "cuda_rt.h"
-#include "dense.h"
+#include "kernels/cuda_rt.h"
+#include "kernels/dense.h"
 }
 
 #define CK(call)                                                                              \

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "sim.h"
+#include "common/error.h"
+#include "batcher/sim.h"
 
 #define MS 1000000LL
 

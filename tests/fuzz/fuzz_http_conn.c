@@ -37,11 +37,11 @@
 #include <event2/event.h>
 #include <linux/sockios.h>
 
-#include "http.h"
-#include "http_conn.h"
-#include "http_response.h"
-#include "io_thread.h"
-#include "router.h"
+#include "http/http.h"
+#include "http/conn.h"
+#include "http/response.h"
+#include "http/io_thread.h"
+#include "http/router.h"
 
 enum {
     F_HALF_CLOSE = 1 << 0,    /* send FIN after the input, then read the answers */

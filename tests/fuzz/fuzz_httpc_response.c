@@ -26,7 +26,7 @@
 
 #include <event2/event.h>
 
-#include "httpc.h"
+#include "common/httpc.h"
 
 struct call {
     struct httpc_call *c;

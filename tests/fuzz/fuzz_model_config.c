@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "backends/model.h"
 
 #define TERMINATED(a) (memchr((a), '\0', sizeof(a)) != NULL)
 

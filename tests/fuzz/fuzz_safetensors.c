@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "safetensors.h"
+#include "backends/safetensors.h"
 
 static unsigned dtype_bits(const char *name)
 {

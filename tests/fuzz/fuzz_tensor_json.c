@@ -19,7 +19,7 @@
 
 #include <jansson.h>
 
-#include "tensor_json.h"
+#include "gateway/tensor_json.h"
 
 struct spec {
     const char *name, *in, *out;

@@ -18,10 +18,10 @@
 
 #include <cmocka.h>
 
-#include "cuda_rt.h"
-#include "dense.h"
-#include "kernels.h"
-#include "softmax.h"
+#include "kernels/cuda_rt.h"
+#include "kernels/dense.h"
+#include "kernels/kernels.h"
+#include "kernels/softmax.h"
 
 static uint64_t g_seed;
 /* BG_TEST_QUICK=1: a subset small enough to run under compute-sanitizer

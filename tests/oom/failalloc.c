@@ -1,6 +1,6 @@
 /* failalloc.c - see failalloc.h. Single-threaded: the code under test runs
  * on the test's one thread. */
-#include "failalloc.h"
+#include "tests/oom/failalloc.h"
 
 #include <stdlib.h>
 #include <string.h>

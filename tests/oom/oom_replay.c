@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "failalloc.h"
+#include "tests/oom/failalloc.h"
 
 /* Not every harness has one. */
 __attribute__((weak)) int LLVMFuzzerInitialize(int *argc, char ***argv);

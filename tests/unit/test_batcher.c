@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "batcher.h"
-#include "clock.h"
+#include "batcher/batcher.h"
+#include "common/clock.h"
 
 static _Atomic int completed;
 

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "sim.h"
+#include "batcher/sim.h"
 
 #define MS 1000000LL
 

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "gateway/config.h"
 
 static void assert_error_mentions(const struct error *err, const char *a, const char *b)
 {

@@ -11,9 +11,9 @@
 
 #include <cmocka.h>
 
-#include "batcher.h"
-#include "clock.h"
-#include "guard.h"
+#include "batcher/batcher.h"
+#include "common/clock.h"
+#include "batcher/guard.h"
 
 #define MS 1000000LL
 #define S 1000000000LL

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "hist.h"
+#include "common/hist.h"
 
 static void test_relative_error_over_the_range(void **state)
 {

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "http_internal.h"
+#include "http/http_impl.h"
 
 #define MAX_REQS 64
 

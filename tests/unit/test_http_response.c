@@ -6,7 +6,7 @@
 
 #include <cmocka.h>
 
-#include "http_response.h"
+#include "http/response.h"
 
 static const char *DATE = "Wed, 02 Dec 2026 10:15:03 GMT";
 

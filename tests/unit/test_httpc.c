@@ -18,7 +18,7 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
-#include "httpc.h"
+#include "common/httpc.h"
 
 static void test_url_parse(void **state)
 {

@@ -15,8 +15,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "failalloc.h"
-#include "jscratch.h"
+#include "tests/oom/failalloc.h"
+#include "gateway/jscratch.h"
 
 static int setup(void **state)
 {

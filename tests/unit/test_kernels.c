@@ -18,10 +18,10 @@
 #include <cmocka.h>
 #include <math.h>
 
-#include "dense.h"
-#include "dtype.h"
-#include "kernels.h"
-#include "softmax.h"
+#include "kernels/dense.h"
+#include "kernels/dtype.h"
+#include "kernels/kernels.h"
+#include "kernels/softmax.h"
 
 static unsigned long long g_seed;   /* set once in main, read-only after */
 static int verbose;                 /* BG_TEST_VERBOSE: print measured error bounds */

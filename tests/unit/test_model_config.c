@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "model.h"
+#include "backends/model.h"
 
 static int parse(const char *json, struct model_config *c, struct error *err)
 {

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "modelstats.h"
+#include "gateway/modelstats.h"
 
 static void test_sums_across_shards(void **state)
 {

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "policy.h"
+#include "batcher/policy.h"
 
 #define MS 1000000LL
 

@@ -22,8 +22,8 @@
 
 #include <cmocka.h>
 
-#include "buf.h"
-#include "safetensors.h"
+#include "common/buf.h"
+#include "backends/safetensors.h"
 
 /* ---- building files ---------------------------------------------------- */
 

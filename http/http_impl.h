@@ -1,5 +1,5 @@
 /* http_internal.h - the HTTP request object and parser shared by http_parse.c,
- * http_request.c and http_conn.c. Nothing outside gateway/http_* includes it. */
+ * http_request.c and http_conn.c. Nothing outside http/ includes it. */
 #ifndef BG_HTTP_INTERNAL_H
 #define BG_HTTP_INTERNAL_H
 
@@ -9,8 +9,8 @@
 
 #include <llhttp.h>
 
-#include "buf.h"
-#include "http.h"
+#include "common/buf.h"
+#include "http/http.h"
 
 struct http_conn;
 

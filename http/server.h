@@ -10,9 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "error.h"
-#include "router.h"
+#include "gateway/config.h"
+#include "common/error.h"
+#include "http/router.h"
 
 struct server;
 

@@ -16,7 +16,7 @@
  * Lifetime: the socket closes when the exchange ends; the struct lives on
  * (a "zombie") while a handler still holds one of its requests, and is freed
  * when the last one is answered. */
-#include "http_conn.h"
+#include "http/conn.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -32,12 +32,12 @@
 #include <event2/event.h>
 #include <jansson.h>
 
-#include "clock.h"
-#include "evwatch.h"
-#include "http_internal.h"
-#include "http_response.h"
-#include "io_thread.h"
-#include "log.h"
+#include "common/clock.h"
+#include "common/evwatch.h"
+#include "http/http_impl.h"
+#include "http/response.h"
+#include "http/io_thread.h"
+#include "common/log.h"
 
 /* Requests parsed ahead of their answers on one connection. */
 #define CONN_MAX_PIPELINE 64

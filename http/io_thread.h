@@ -9,9 +9,9 @@
 
 #include <event2/event.h>
 
-#include "config.h"
-#include "router.h"
-#include "server.h"
+#include "gateway/config.h"
+#include "http/router.h"
+#include "http/server.h"
 
 struct server;
 struct http_conn;

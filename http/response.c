@@ -1,5 +1,5 @@
 /* http_response.c - see http_response.h. */
-#include "http_response.h"
+#include "http/response.h"
 
 #include <stdio.h>
 #include <string.h>

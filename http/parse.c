@@ -4,7 +4,7 @@
  * every request, so the connection can answer `Expect: 100-continue`, refuse
  * an oversized body before reading it, switch timers, and apply pipelining
  * backpressure between requests. No sockets here: unit tests feed bytes. */
-#include "http_internal.h"
+#include "http/http_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* http_request.c - the request object: allocation, recycling, accessors. */
-#include "http_internal.h"
+#include "http/http_impl.h"
 
 #include <stdlib.h>
 #include <string.h>

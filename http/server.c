@@ -6,7 +6,7 @@
  * a thread that finds it full stops watching its listener (the kernel's
  * backlog holds newcomers, nobody spins) until a close frees a slot and wakes
  * the paused threads. */
-#include "server.h"
+#include "http/server.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,11 +23,11 @@
 
 #include <event2/event.h>
 
-#include "http_conn.h"
-#include "http_response.h"
-#include "io_thread.h"
-#include "log.h"
-#include "mailbox.h"
+#include "http/conn.h"
+#include "http/response.h"
+#include "http/io_thread.h"
+#include "common/log.h"
+#include "http/mailbox.h"
 
 #define ACCEPT_BATCH 64
 #define LISTEN_BACKLOG 4096

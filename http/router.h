@@ -9,8 +9,8 @@
 
 #include <stddef.h>
 
-#include "error.h"
-#include "http.h"
+#include "common/error.h"
+#include "http/http.h"
 
 #define ROUTE_MAX_PARAMS 4
 

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
+#include "common/buf.h"
 
 /* "OK", "Not Found", ...; "Unknown" for codes we never send. */
 const char *http_status_reason(int status);

@@ -1,5 +1,5 @@
 /* mailbox.c - see mailbox.h. */
-#include "mailbox.h"
+#include "http/mailbox.h"
 
 #include <pthread.h>
 #include <stdlib.h>
