@@ -170,10 +170,9 @@ int model_workers_start(struct model *m, struct batch_source src, struct error *
 /* Joins them (the source must be closed first). */
 void model_workers_join(struct model *m);
 
-/* What a worker does with one batch: gather, run, scatter (each item's
- * status and output set); returns the execution time in ns. Then
- * worker_complete_batch hands every item back (after the statistics). */
-int64_t worker_run_batch(struct instance *in, struct batch *b);
+/* Hands every item of a finished batch back (item->complete), once the
+ * batch's statistics are recorded (worker.c; upstream.c ends its batches
+ * the same way). */
 void worker_complete_batch(struct batch *b);
 
 #endif

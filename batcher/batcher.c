@@ -308,18 +308,3 @@ void batcher_latency_model(struct batcher *b, int instance, double *a_ns, double
     *margin_ns = m->margin_ns;
     pthread_mutex_unlock(&b->lock);
 }
-
-static int source_next(void *ctx, int instance, struct batch *out)
-{
-    return batcher_next(ctx, instance, out);
-}
-
-static void source_done(void *ctx, int instance, int rows, int64_t exec_ns)
-{
-    batcher_done(ctx, instance, rows, exec_ns);
-}
-
-struct batch_source batcher_source(struct batcher *b)
-{
-    return (struct batch_source){.next = source_next, .done = source_done, .ctx = b};
-}

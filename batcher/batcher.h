@@ -65,7 +65,5 @@ int batcher_depth(struct batcher *b);
 void batcher_latency_model(struct batcher *b, int instance, double *a_ns, double *b_ns,
                            double *margin_ns);
 
-/* A batch_source for model_workers_start. */
-struct batch_source batcher_source(struct batcher *b);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 
 #include "common/error.h"
-#include "http/router.h"
+#include "http/http.h"
 
 struct serving;
 struct server;

@@ -12,7 +12,7 @@
 
 #include "common/buf.h"
 #include "gateway/modelstats.h"
-#include "http/server.h"
+#include "http/http.h"
 #include "gateway/serving.h"
 #include "gateway/tensor_json.h"
 

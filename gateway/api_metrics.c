@@ -13,7 +13,7 @@
 #include "gateway/modelstats.h"
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
-#include "http/server.h"
+#include "http/http.h"
 #include "gateway/serving.h"
 
 #define P "batchgate_"

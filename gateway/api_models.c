@@ -17,7 +17,7 @@
 #include "common/clock.h"
 #include "common/httpc.h"
 #include "gateway/jscratch.h"
-#include "http/mailbox.h"
+#include "http/http.h"
 #include "gateway/proxy.h"
 #include "gateway/serving.h"
 #include "gateway/tensor_json.h"

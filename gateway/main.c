@@ -27,8 +27,7 @@
 #include "common/log.h"
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
-#include "http/router.h"
-#include "http/server.h"
+#include "http/http.h"
 #include "gateway/serving.h"
 
 #define EXIT_USAGE 2
@@ -244,7 +243,19 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
-    srv = server_new(&cfg, router, &err);
+    struct http_server_config scfg = {
+        .listen_port = cfg.listen_port,
+        .io_threads = cfg.io_threads,
+        .limits = {
+            .max_header_bytes = cfg.limits.max_header_bytes,
+            .max_body_bytes = cfg.limits.max_body_bytes,
+            .max_connections = cfg.limits.max_connections,
+            .header_timeout_ms = cfg.limits.header_timeout_ms,
+            .idle_timeout_ms = cfg.limits.idle_timeout_ms,
+        },
+    };
+    snprintf(scfg.listen_host, sizeof scfg.listen_host, "%s", cfg.listen_host);
+    srv = server_new(&scfg, router, &err);
     api.server = srv;   /* before any IO thread can read it */
     if (!srv || server_start(srv, pthread_self(), &err)) {
         log_error("%s", err.msg);

@@ -17,7 +17,6 @@
 #include "gateway/config.h"
 #include "common/error.h"
 #include "http/http.h"
-#include "http/router.h"
 
 struct proxy;
 struct httpc_target;

@@ -1,4 +1,6 @@
-/* http_conn.c - one client connection on its IO thread.
+/* conn.c - one HTTP/1.1 client connection on its IO thread: the protocol
+ * side of a request. The answering API of http.h lives in the request core
+ * (request.c), which reaches this file only through conn_proto.
  *
  * Input: read into `in`, feed llhttp (http_parse.c) one event at a time,
  * queue each request in arrival order and dispatch it through the router.
@@ -16,10 +18,9 @@
  * Lifetime: the socket closes when the exchange ends; the struct lives on
  * (a "zombie") while a handler still holds one of its requests, and is freed
  * when the last one is answered. */
-#include "http/conn.h"
+#include "http/http_impl.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +31,11 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <jansson.h>
 
 #include "common/clock.h"
 #include "common/evwatch.h"
-#include "http/http_impl.h"
-#include "http/response.h"
-#include "http/io_thread.h"
 #include "common/log.h"
+#include "http/response.h"
 
 /* Requests parsed ahead of their answers on one connection. */
 #define CONN_MAX_PIPELINE 64
@@ -56,7 +54,7 @@
 
 struct http_conn {
     struct io_thread *t;
-    struct http_conn *prev, *next;    /* t->conns */
+    struct list link;                 /* t->conns */
     int fd;                           /* -1 once closed */
     struct event *ev_read, *ev_write, *ev_timer;
     struct buf in, out;
@@ -83,6 +81,7 @@ struct http_conn {
 
 static void conn_process_input(struct http_conn *c);
 static void conn_flush(struct http_conn *c);
+static const struct http_proto conn_proto;
 
 /* ---- the input buffer ----
  * An idle keep-alive connection holds no input buffer: each read lands in
@@ -127,7 +126,7 @@ static void conn_arm_timer(struct http_conn *c);
 static void conn_close_socket(struct http_conn *c);
 static void conn_maybe_free(struct http_conn *c);
 
-struct http_conn *http_conn_next(const struct http_conn *c) { return c->next; }
+static struct http_conn *conn_from_link(struct list *q) { return list_data(q, struct http_conn, link); }
 
 /* ---- request queue ---- */
 
@@ -147,7 +146,7 @@ static struct http_request *conn_alloc_request(void *arg)
         t->nspare--;
         r->next = NULL;
         r->conn = c;
-    } else if (!(r = http_request_new(c))) {
+    } else if (!(r = http_request_new(c, &conn_proto))) {
         return NULL;
     }
     if (c->q_tail)
@@ -188,8 +187,12 @@ static void conn_recycle(struct http_conn *c, struct http_request *r)
     t->nspare++;
 }
 
+static void conn_free(struct http_conn *c);
+
 void http_conn_thread_free(struct io_thread *t)
 {
+    while (!list_empty(&t->conns))
+        conn_free(conn_from_link(list_first(&t->conns)));
     while (t->spare) {
         struct http_request *r = t->spare;
         t->spare = r->next;
@@ -278,7 +281,7 @@ static void conn_close_socket(struct http_conn *c)
     io_thread_conn_closed(c->t);
 }
 
-void http_conn_free(struct http_conn *c)
+static void conn_free(struct http_conn *c)
 {
     conn_close_socket(c);
     struct http_request *r, *next;
@@ -290,12 +293,7 @@ void http_conn_free(struct http_conn *c)
     event_free(c->ev_write);
     event_free(c->ev_timer);
     struct io_thread *t = c->t;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        t->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    list_remove(&c->link);
     free(c);
     io_thread_conn_gone(t);
 }
@@ -303,7 +301,7 @@ void http_conn_free(struct http_conn *c)
 static void conn_maybe_free(struct http_conn *c)
 {
     if (c->fd < 0 && c->outstanding == 0 && c->holds == 0)
-        http_conn_free(c);
+        conn_free(c);
 }
 
 /* Every entry point holds the connection so that a close deep inside
@@ -318,8 +316,9 @@ static void conn_release(struct http_conn *c)
 /* The socket is done with (reset, timeout, forced close): handlers still
  * holding requests are told, and the struct waits for their answers. */
 static void conn_drop_partial(struct http_conn *c);
+static void conn_read(struct http_conn *c, int fd);
 
-uint64_t http_conn_abort(struct http_conn *c)
+static uint64_t conn_abort(struct http_conn *c)
 {
     /* A request still being read was never accepted: nobody else holds it
      * (unless it streams to a handler already), so it goes with the socket. */
@@ -358,7 +357,7 @@ uint64_t http_conn_abort(struct http_conn *c)
 static void conn_linger(struct http_conn *c)
 {
     if (c->read_eof) {
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
     shutdown(c->fd, SHUT_WR);
@@ -390,7 +389,7 @@ static void conn_write(struct http_conn *c)
             return;
         }
         /* EPIPE, ECONNRESET: the client is gone. */
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
     conn_set_writing(c, false);
@@ -403,7 +402,7 @@ static void conn_write(struct http_conn *c)
         return;
     }
     if (c->read_eof && c->q_len == 0) {
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
     conn_arm_timer(c);
@@ -519,12 +518,10 @@ static void conn_decide_close(struct http_conn *c, struct http_request *r)
         c->closing = true;
 }
 
-void http_respond(struct http_request *r, int status, const char *content_type, const void *body,
-                  size_t len, const char *extra_headers)
+static void conn_respond(struct http_request *r, int status, const char *content_type,
+                         const void *body, size_t len, const char *extra_headers)
 {
     struct http_conn *c = r->conn;
-    if (r->responded || r->resp_begun)
-        return;   /* a second answer is a bug in the caller; the first one stands */
     if (!conn_mark_answered(r, status))
         return;
     conn_hold(c);
@@ -541,31 +538,11 @@ void http_respond(struct http_request *r, int status, const char *content_type, 
     struct buf *dst = r == c->q_head ? &c->out : &r->resp;
     if (http_response_write(dst, &resp, io_thread_date(c->t)) < 0) {
         log_error("out of memory writing a %d response; closing the connection", status);
-        http_conn_abort(c);
+        conn_abort(c);
     } else if (r == c->q_head && !c->in_process) {
         conn_flush(c);
     }
     conn_release(c);
-}
-
-void http_respond_error(struct http_request *r, int status, const char *extra_headers,
-                        const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    json_t *obj = json_pack("{s:s}", "error", msg);
-    char *body = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    if (body) {
-        http_respond(r, status, "application/json", body, strlen(body), extra_headers);
-    } else {
-        static const char fallback[] = "{\"error\":\"out of memory\"}";
-        http_respond(r, status, "application/json", fallback, sizeof fallback - 1, extra_headers);
-    }
-    free(body);
-    json_decref(obj);
 }
 
 /* ---- streaming answers ---- */
@@ -580,15 +557,11 @@ static void conn_want_write(struct http_conn *c, const struct buf *dst)
         event_active(c->ev_write, EV_WRITE, 0);
 }
 
-int http_respond_begin(struct http_request *r, int status, int64_t content_length, int no_body,
-                       const char *headers, size_t headers_len)
+static int conn_respond_begin(struct http_request *r, int status, int64_t content_length,
+                              int no_body, const char *headers, size_t headers_len)
 {
     struct http_conn *c = r->conn;
-    if (r->responded || r->resp_begun)
-        return -1;
-    r->resp_begun = true;
-    r->status = status;
-    if (r->aborted || c->fd < 0)
+    if (c->fd < 0)
         return -1;
     enum http_framing fr;
     r->resp_no_body = no_body || r->method == HTTP_M_HEAD;
@@ -618,10 +591,10 @@ int http_respond_begin(struct http_request *r, int status, int64_t content_lengt
     return 0;
 }
 
-int http_respond_write(struct http_request *r, const void *data, size_t len)
+static int conn_respond_write(struct http_request *r, const void *data, size_t len)
 {
     struct http_conn *c = r->conn;
-    if (r->responded || !r->resp_begun || r->aborted || c->fd < 0)
+    if (c->fd < 0)
         return -1;
     if (r->resp_no_body || len == 0)
         return 0;
@@ -639,15 +612,9 @@ int http_respond_write(struct http_request *r, const void *data, size_t len)
     return 0;
 }
 
-void http_respond_finish(struct http_request *r, int broken)
+static void conn_respond_finish(struct http_request *r, int broken)
 {
     struct http_conn *c = r->conn;
-    if (r->responded)
-        return;
-    if (!r->resp_begun) {
-        http_respond_error(r, 502, NULL, "the upstream answer ended before its head");
-        return;
-    }
     if (!conn_mark_answered(r, r->status))
         return;
     conn_hold(c);
@@ -665,7 +632,7 @@ void http_respond_finish(struct http_request *r, int broken)
     conn_release(c);
 }
 
-size_t http_respond_buffered(const struct http_request *r)
+static size_t conn_respond_buffered(const struct http_request *r)
 {
     const struct http_conn *c = r->conn;
     if (c->fd < 0)
@@ -673,29 +640,10 @@ size_t http_respond_buffered(const struct http_request *r)
     return r == c->q_head ? buf_unread(&c->out) : buf_unread(&r->resp);
 }
 
-void http_request_on_drain(struct http_request *r, void (*fn)(struct http_request *, void *),
-                           void *arg)
-{
-    r->drain_fn = fn;
-    r->drain_arg = arg;
-}
-
-void http_request_on_body(struct http_request *r, http_body_fn fn, void *arg)
-{
-    r->body_fn = fn;
-    r->body_arg = arg;
-    if (!r->streaming) {
-        /* Dispatched whole: the body is all here. */
-        fn(r, arg, r->body.len ? r->body.data : "", r->body.len, 1, 0, NULL);
-    }
-}
-
-void http_request_pause_body(struct http_request *r, int paused)
+static void conn_body_paused_changed(struct http_request *r)
 {
     struct http_conn *c = r->conn;
-    if (r->body_paused == (paused != 0))
-        return;
-    r->body_paused = paused != 0;
+    bool paused = r->body_paused;
     if (c->fd < 0 || c->in_process)
         return;   /* the input loop re-checks on its next round */
     conn_hold(c);
@@ -710,7 +658,7 @@ void http_request_pause_body(struct http_request *r, int paused)
     conn_release(c);
 }
 
-void http_request_peer(const struct http_request *r, char *out, size_t cap)
+static void conn_peer(const struct http_request *r, char *out, size_t cap)
 {
     struct http_conn *c = r->conn;
     if (!c->peer[0] && c->fd >= 0) {   /* once per connection */
@@ -727,11 +675,18 @@ void http_request_peer(const struct http_request *r, char *out, size_t cap)
     snprintf(out, cap, "%s", c->peer);
 }
 
-struct event_base *http_request_event_base(const struct http_request *r) { return r->conn->t->base; }
-struct mailbox *http_request_mailbox(const struct http_request *r) { return r->conn->t->mailbox; }
-int64_t http_request_received_ns(const struct http_request *r) { return r->t_received_ns; }
-int64_t http_request_arrival_ns(const struct http_request *r) { return r->t_arrival_ns; }
-int http_request_thread(const struct http_request *r) { return r->conn->t->index; }
+static struct io_thread *conn_thread(const struct http_request *r) { return r->conn->t; }
+
+static const struct http_proto conn_proto = {
+    .respond = conn_respond,
+    .respond_begin = conn_respond_begin,
+    .respond_write = conn_respond_write,
+    .respond_finish = conn_respond_finish,
+    .respond_buffered = conn_respond_buffered,
+    .body_paused = conn_body_paused_changed,
+    .peer = conn_peer,
+    .thread = conn_thread,
+};
 
 /* ---- input ---- */
 
@@ -747,7 +702,7 @@ static void conn_fail_request(struct http_conn *c, int status, const char *msg)
         r->close_after = true;
         r->keep_alive = false;
         if (r->resp_begun || !r->body_fn) {
-            http_conn_abort(c);
+            conn_abort(c);
             return;
         }
         r->body_fn(r, r->body_arg, NULL, 0, 1, status, msg);
@@ -758,7 +713,7 @@ static void conn_fail_request(struct http_conn *c, int status, const char *msg)
         r = conn_alloc_request(c);
     c->closing = true;
     if (!r) {
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
     r->close_after = true;
@@ -913,13 +868,13 @@ static void conn_read(struct http_conn *c, int fd)
         } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
             return;
         }
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
     conn_in_borrow(c);
     if (buf_reserve(&c->in, CONN_READ_CHUNK) < 0) {
         conn_in_return(c);
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
     /* recvmsg for the kernel's receive timestamp of the oldest data read:
@@ -950,7 +905,7 @@ static void conn_read(struct http_conn *c, int fd)
             }
         conn_process_input(c);
         if (conn_in_return(c) < 0)
-            http_conn_abort(c);   /* out of memory for the unparsed rest */
+            conn_abort(c);   /* out of memory for the unparsed rest */
         return;
     }
     int err = errno;
@@ -958,7 +913,7 @@ static void conn_read(struct http_conn *c, int fd)
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR))
         return;
     if (n < 0) {
-        http_conn_abort(c);   /* reset */
+        conn_abort(c);   /* reset */
         return;
     }
     /* FIN: the client will send nothing more, but may still read the answers
@@ -975,7 +930,7 @@ static void conn_read(struct http_conn *c, int fd)
         conn_drop_partial(c);
     }
     if (c->q_len == 0 && buf_unread(&c->out) == 0) {
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
     c->closing = true;
@@ -1007,7 +962,7 @@ enum conn_wait { WAIT_NONE, WAIT_FIRST_REQUEST, WAIT_HEADERS, WAIT_BODY, WAIT_WR
 
 static enum conn_wait conn_waiting_for(const struct http_conn *c, int64_t *deadline)
 {
-    const struct config_limits *lim = c->t->limits;
+    const struct http_limits *lim = c->t->limits;
     int64_t header_ns = (int64_t)lim->header_timeout_ms * 1000000;
     int64_t idle_ns = (int64_t)lim->idle_timeout_ms * 1000000;
     if (c->parse.phase == HTTP_PHASE_HEAD) {
@@ -1057,11 +1012,11 @@ static void conn_timer_expired(struct http_conn *c)
     c->timer_deadline = 0;
     if (c->lost) {
         log_error("out of memory: cannot watch the connection of fd %d; closing it", c->fd);
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
     if (c->lingering) {
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
     int64_t deadline = 0, now = now_ns();
@@ -1085,7 +1040,7 @@ static void conn_timer_expired(struct http_conn *c)
     case WAIT_WRITE:
     case WAIT_IDLE:
     default:
-        http_conn_abort(c);
+        conn_abort(c);
         return;
     }
 }
@@ -1119,10 +1074,7 @@ struct http_conn *http_conn_new(struct io_thread *t, int fd)
     c->t_accept = now_ns();
     int one = 1;   /* receive timestamps (conn_read): best effort */
     setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
-    c->next = t->conns;
-    if (t->conns)
-        t->conns->prev = c;
-    t->conns = c;
+    list_insert_head(&t->conns, &c->link);
     t->nconns++;
     conn_update_reading(c);
     conn_arm_timer(c);
@@ -1163,7 +1115,7 @@ static void conn_drain(struct http_conn *c)
             if (c->fd < 0)
                 return;
         }
-        http_conn_abort(c);   /* idle: nothing to finish */
+        conn_abort(c);   /* idle: nothing to finish */
         return;
     }
     /* Busy: the last answer carries Connection: close (http_respond), and
@@ -1171,7 +1123,7 @@ static void conn_drain(struct http_conn *c)
     conn_flush(c);
 }
 
-void http_conn_take_pending(struct http_conn *c)
+static void conn_take_pending(struct http_conn *c)
 {
     conn_hold(c);
     /* A few reads at most: what the kernel holds now, bounded by its buffer. */
@@ -1186,9 +1138,25 @@ void http_conn_take_pending(struct http_conn *c)
     conn_release(c);
 }
 
-void http_conn_drain(struct http_conn *c)
+void http_conn_drain_all(struct io_thread *t)
 {
-    conn_hold(c);
-    conn_drain(c);
-    conn_release(c);
+    struct list *q, *tmp;
+    list_foreach_safe(q, tmp, &t->conns)
+        conn_take_pending(conn_from_link(q));   /* may free it */
+    t->draining = true;
+    list_foreach_safe(q, tmp, &t->conns) {
+        struct http_conn *c = conn_from_link(q);
+        conn_hold(c);
+        conn_drain(c);
+        conn_release(c);   /* may free it */
+    }
+}
+
+uint64_t http_conn_abort_all(struct io_thread *t)
+{
+    uint64_t left = 0;
+    struct list *q, *tmp;
+    list_foreach_safe(q, tmp, &t->conns)
+        left += conn_abort(conn_from_link(q));
+    return left;
 }

@@ -1,17 +1,32 @@
-/* http.h - what a route handler sees of an HTTP request, and how it answers.
+/* http.h - the HTTP/1.1 server as a library: what the application sees.
+ *
+ * Four parts, each its own module inside http/:
+ * - requests (request.c): what a route handler reads of a request and how it
+ *   answers, at once or later, whole or streamed;
+ * - the router (router.c): method masks and path patterns to handlers;
+ * - the server (server.c): IO threads, listeners, limits, graceful drain;
+ * - mailboxes (mailbox.c): how work finished on another thread comes back
+ *   to a request's IO thread.
+ * Everything else in http/ (the connection, the parser, serializing
+ * answers) is internal: http_impl.h, conn.h, io_thread.h, response.h.
  *
  * A request belongs to its connection's IO thread. A handler either answers
- * at once or keeps the request and answers later on the same IO thread (the
- * batcher hands completions back through that thread's mailbox). Each request
+ * at once or keeps the request and answers later on the same IO thread (work
+ * done elsewhere comes back through that thread's mailbox). Each request
  * is answered exactly once; responses leave in request order whatever order
  * they are produced in. */
 #ifndef BG_HTTP_H
 #define BG_HTTP_H
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/error.h"
+
+struct event_base;
 struct mailbox;
 
 enum http_method {
@@ -116,5 +131,131 @@ int64_t http_request_received_ns(const struct http_request *req);
 int64_t http_request_arrival_ns(const struct http_request *req);
 /* Index of the request's IO thread (0..io_threads-1): the shard to record into. */
 int http_request_thread(const struct http_request *req);
+
+/* ---- router ----
+ * The route table: method masks and path patterns to handlers.
+ *
+ * Patterns are literal segments and `{name}` captures of one segment:
+ *   router_add(r, HTTP_M_GET, "/v2/models/{model}/ready", handler, ctx);
+ * HEAD is accepted wherever GET is. A path that matches some route with the
+ * wrong method is 405 with an Allow header; no match at all is 404. */
+
+#define ROUTE_MAX_PARAMS 4
+
+struct route_param {
+    const char *name;       /* from the pattern, without braces */
+    const char *value;      /* points into the request path; not terminated */
+    size_t len;
+};
+
+struct route_match {
+    int nparams;
+    struct route_param params[ROUTE_MAX_PARAMS];
+};
+
+/* NULL when the pattern has no such capture. */
+const struct route_param *route_match_param(const struct route_match *m, const char *name);
+
+typedef void (*route_handler_fn)(struct http_request *req, const struct route_match *m, void *ctx);
+
+struct router;
+
+struct router *router_new(void);
+void router_free(struct router *r);
+/* Returns 0, or -BG_EINVAL for a malformed pattern (message in err). */
+int router_add(struct router *r, int methods, const char *pattern, route_handler_fn fn, void *ctx,
+               struct error *err);
+
+/* Every method on every path under `prefix` (which starts with '/'; a
+ * trailing '/' also matches the prefix without it) goes to fn, when no route
+ * added with router_add matches the path. Such requests are dispatched at
+ * the end of their headers and stream their bodies (http.h). The longest
+ * matching prefix wins. */
+int router_add_prefix(struct router *r, const char *prefix, route_handler_fn fn, void *ctx,
+                      struct error *err);
+enum router_result { ROUTER_FOUND, ROUTER_NOT_FOUND, ROUTER_METHOD_NOT_ALLOWED };
+
+/* On FOUND fills *fn, *ctx, *m. On METHOD_NOT_ALLOWED sets *allowed to the
+ * union of the methods of the routes whose pattern matched. */
+enum router_result router_match(const struct router *r, int method, const char *path,
+                                size_t path_len, route_handler_fn *fn, void **ctx,
+                                struct route_match *m, int *allowed);
+
+/* "GET, HEAD, POST" for an Allow header. */
+void router_format_allow(int methods, char *out, size_t cap);
+
+/* ---- server ----
+ * The IO threads: listeners, connections, graceful drain.
+ *
+ * Each IO thread runs its own event_base with its own SO_REUSEPORT listener
+ * and owns the connections it accepted for life. The main thread creates the
+ * server, starts it, and on SIGTERM asks it to drain, then joins it. */
+
+struct server;
+
+/* Limits of SPEC.md "limits", enforced per connection and per request. */
+struct http_limits {
+    size_t max_header_bytes;   /* request line + headers, CRLFs included; 431 past it */
+    size_t max_body_bytes;     /* decoded body; 413 past it */
+    int max_connections;       /* open client connections, all IO threads together */
+    int header_timeout_ms;     /* first byte of a request to the end of its headers */
+    int idle_timeout_ms;       /* keep-alive connection with nothing in progress */
+};
+
+struct http_server_config {
+    char listen_host[256];     /* "127.0.0.1", "::1", "localhost", ... */
+    int listen_port;           /* 0 = ephemeral */
+    int io_threads;            /* 0 = one per online core */
+    struct http_limits limits;
+};
+
+/* The config is copied; the router must outlive the server. The caller has
+ * enabled libevent's pthreads support (evthread_use_pthreads) first. */
+struct server *server_new(const struct http_server_config *cfg, const struct router *router,
+                          struct error *err);
+/* Binds every listener (so address errors surface here, in the caller's
+ * thread) and starts the IO threads. When an IO thread exits it sends
+ * SIGUSR1 to `notify`, so a main thread blocked in sigwait wakes up. */
+int server_start(struct server *s, pthread_t notify, struct error *err);
+int server_port(const struct server *s);            /* the bound port (useful with port 0) */
+int server_threads(const struct server *s);
+/* IO thread i's event base (after server_start): work that belongs to no
+ * connection (the proxy's health probes) runs on thread 0's. */
+struct event_base *server_event_base(const struct server *s, int i);
+/* Stop accepting, answer what was accepted, close idle connections. */
+void server_drain(struct server *s);
+/* Close everything now (drain timeout, second signal). */
+void server_force_close(struct server *s);
+/* IO threads still running. */
+int server_running(const struct server *s);
+/* Requests accepted and not yet answered, all threads. */
+int64_t server_inflight(const struct server *s);
+/* The front end's own counts, all threads summed (relaxed: a scrape). */
+#define SERVER_STATUSES 500
+struct server_http_stats {
+    int connections;                        /* client connections open now */
+    uint64_t accepted;                      /* client connections accepted since start */
+    uint64_t responses[SERVER_STATUSES];    /* answers on every route by status: [status - 100] */
+};
+void server_http_stats(const struct server *s, struct server_http_stats *out);
+/* Joins the IO threads; returns the number of requests abandoned by a forced close. */
+uint64_t server_join(struct server *s);
+void server_free(struct server *s);
+
+/* ---- mailbox ----
+ * Hands work to an IO thread from any thread.
+ *
+ * Push under a mutex; the IO thread is woken (event_active) only when the
+ * list goes from empty to non-empty; it drains by swapping the whole list
+ * out. Messages are intrusive (the link lives in the sender's struct), so a
+ * handoff allocates nothing. Messages run in the order they were posted. */
+
+struct mailbox_msg {
+    struct mailbox_msg *next;
+    void (*fn)(struct mailbox_msg *msg);   /* runs on the mailbox's IO thread */
+};
+
+/* Any thread. A request's mailbox: http_request_mailbox. */
+void mailbox_post(struct mailbox *mb, struct mailbox_msg *msg);
 
 #endif

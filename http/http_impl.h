@@ -1,8 +1,21 @@
-/* http_internal.h - the HTTP request object and parser shared by http_parse.c,
- * http_request.c and http_conn.c. Nothing outside http/ includes it. */
-#ifndef BG_HTTP_INTERNAL_H
-#define BG_HTTP_INTERNAL_H
+/* http_impl.h - http/'s insides, shared by its files and by nobody else
+ * (tests aside): the request object, the protocol callbacks that join the
+ * request core to the connection, the parser, the IO thread, the connection.
+ *
+ * Layering inside http/, each line using only those below it:
+ *   server.c    IO threads, listeners, drain
+ *   conn.c      one HTTP/1.1 connection: reads, parse, pipelining, timers
+ *   io_thread.c per-thread state a connection reports to
+ *   router.c    route table and dispatch
+ *   request.c   the request core: accessors and the answering API of http.h
+ *   parse.c, response.c, mailbox.c
+ * The request core reaches the connection only through struct http_proto,
+ * as h2o's request core reaches http1.c through its callbacks. */
+#ifndef BG_HTTP_IMPL_H
+#define BG_HTTP_IMPL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,9 +23,31 @@
 #include <llhttp.h>
 
 #include "common/buf.h"
+#include "common/list.h"
 #include "http/http.h"
 
 struct http_conn;
+struct http_request;
+struct io_thread;
+
+/* What the request core asks of the protocol that carries a request. The
+ * core has already checked that the call is allowed (not answered twice,
+ * an answer begun before it is written to, ...); these do the wire part. */
+struct http_proto {
+    /* A whole answer (http_respond). */
+    void (*respond)(struct http_request *r, int status, const char *content_type,
+                    const void *body, size_t len, const char *extra_headers);
+    /* A streamed answer: head, body pieces, end (http_respond_begin/write/finish). */
+    int (*respond_begin)(struct http_request *r, int status, int64_t content_length, int no_body,
+                         const char *headers, size_t headers_len);
+    int (*respond_write)(struct http_request *r, const void *data, size_t len);
+    void (*respond_finish)(struct http_request *r, int broken);
+    size_t (*respond_buffered)(const struct http_request *r);
+    /* r->body_paused changed: stop or resume reading the body. */
+    void (*body_paused)(struct http_request *r);
+    void (*peer)(const struct http_request *r, char *out, size_t cap);
+    struct io_thread *(*thread)(const struct http_request *r);
+};
 
 struct http_header {
     uint32_t name_off, name_len;   /* offsets into http_request.head */
@@ -20,10 +55,11 @@ struct http_header {
 };
 
 /* One request of a connection's pipeline. Owned by its connection while in
- * use; recycled through its IO thread's spares (http_conn.c: conn_recycle). */
+ * use; recycled through its IO thread's spares (conn.c: conn_recycle). */
 struct http_request {
     struct http_request *next;     /* the connection's queue, in arrival order */
     struct http_conn *conn;
+    const struct http_proto *proto;
     int method;                    /* enum http_method bit */
     uint8_t llhttp_method;
     uint8_t http_major, http_minor;
@@ -61,7 +97,7 @@ struct http_request {
     void *drain_arg;
 };
 
-struct http_request *http_request_new(struct http_conn *conn);
+struct http_request *http_request_new(struct http_conn *conn, const struct http_proto *proto);
 void http_request_reset(struct http_request *req);   /* keeps the storage for reuse */
 void http_request_free(struct http_request *req);
 
@@ -100,5 +136,91 @@ enum http_parse_event http_parse_feed(struct http_parse *hp, const char *data, s
                                       size_t *consumed);
 /* The peer closed its side: is a request left incomplete? */
 bool http_parse_mid_request(const struct http_parse *hp);
+
+/* ---- router (router.c) ---- */
+
+/* The request goes to a prefix route (it streams). */
+int router_streams(const struct router *r, const struct http_request *req);
+/* Routes the request and calls its handler, or answers 404/405 itself. */
+void router_dispatch(const struct router *r, struct http_request *req);
+
+/* ---- mailbox (mailbox.c) ---- */
+
+struct mailbox *mailbox_new(struct event_base *base);
+/* Runs whatever is still queued (IO thread exit), then frees. */
+void mailbox_free(struct mailbox *mb);
+
+/* ---- the IO thread (io_thread.c; server.c runs it) ---- */
+
+enum io_wake {
+    IO_WAKE_RESUME = 1 << 0,   /* a connection slot freed up: re-enable the listener */
+    IO_WAKE_DRAIN = 1 << 1,
+    IO_WAKE_FORCE = 1 << 2,
+};
+
+/* Each read lands in the thread's buffer first; a connection only keeps
+ * its own copy of bytes left unparsed (conn.c: conn_read). */
+#define IO_THREAD_READ_BUF (16u << 10)
+/* Answered requests kept for reuse, per thread (conn.c: conn_recycle). */
+#define IO_THREAD_SPARE_REQUESTS 32
+
+struct io_thread {
+    struct server *srv;
+    /* A socket closed: its max_connections slot is free (the server's count). */
+    void (*conn_closed)(struct io_thread *t);
+    int index;
+    pthread_t tid;
+    struct event_base *base;
+    int listen_fd;
+    struct event *listen_ev;
+    struct event *wake_ev;           /* activated from other threads */
+    struct mailbox *mailbox;         /* completions from workers */
+    _Atomic int wake_flags;
+    _Atomic bool listen_paused;      /* at max_connections */
+    struct event *retry_ev;          /* re-arms the listener after EMFILE */
+    const struct http_limits *limits;
+    const struct router *router;
+    struct list conns;               /* every connection of this thread, zombies included */
+    int nconns;
+    bool draining;
+    uint64_t abandoned;              /* requests left unanswered by a forced close */
+    _Atomic int64_t inflight;        /* accepted, not yet answered (only this thread writes) */
+    /* Only this thread writes these; /metrics sums them (relaxed). */
+    _Atomic uint64_t accepted;                       /* connections accepted */
+    _Atomic uint64_t responses[SERVER_STATUSES];  /* answers by status - 100 */
+    int64_t date_sec;
+    char date[32];                   /* cached Date header value for date_sec */
+    struct http_request *spare;      /* answered requests for reuse, any connection's */
+    int nspare;
+    char rbuf[IO_THREAD_READ_BUF];   /* lent to the connection being read */
+};
+
+/* Sets up what every owner of a thread needs: the connection list. */
+void io_thread_init(struct io_thread *t);
+/* The cached Date header value, refreshed once a second. */
+const char *io_thread_date(struct io_thread *t);
+/* Called by http_conn when a socket closes: calls t->conn_closed. */
+void io_thread_conn_closed(struct io_thread *t);
+/* Called by http_conn when a connection's memory is freed (it leaves t->conns). */
+void io_thread_conn_gone(struct io_thread *t);
+
+/* ---- one client connection (conn.c) ----
+ * Reads, llhttp, limits, timers, pipelined responses in order, lingering
+ * close. Lives on one IO thread. */
+
+/* Takes ownership of a connected, non-blocking socket. Returns NULL (socket
+ * closed) when out of memory. */
+struct http_conn *http_conn_new(struct io_thread *t, int fd);
+/* Server drain, for every connection of the thread: requests whose bytes
+ * had already reached the socket are read and handled as accepted (they were
+ * sent before the signal; the server had just not read them yet); then the
+ * thread is draining: idle connections close, busy ones finish what was
+ * accepted and close. */
+void http_conn_drain_all(struct io_thread *t);
+/* Closes every socket now (forced stop); returns the requests left unanswered. */
+uint64_t http_conn_abort_all(struct io_thread *t);
+/* Frees every connection whatever its state, then the thread's spare
+ * request objects (IO thread exit). */
+void http_conn_thread_free(struct io_thread *t);
 
 #endif

@@ -1,5 +1,5 @@
-/* mailbox.c - see mailbox.h. */
-#include "http/mailbox.h"
+/* mailbox.c - see http.h, "mailbox". */
+#include "http/http_impl.h"
 
 #include <pthread.h>
 #include <stdlib.h>

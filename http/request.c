@@ -1,31 +1,41 @@
-/* http_request.c - the request object: allocation, recycling, accessors. */
+/* request.c - the request core: the request object (allocation,
+ * recycling, accessors) and the answering API of http.h. The rules that hold
+ * whatever protocol carries the request live here (one answer per request,
+ * a streamed answer begun before it is written to, the error body's
+ * format); the wire work is the protocol's (r->proto: conn.c). */
 #include "http/http_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include <jansson.h>
+
 /* Buffer bytes a recycled request keeps, each of head, body and held answer. */
 #define HTTP_REQUEST_KEEP (4u << 10)
 
-struct http_request *http_request_new(struct http_conn *conn)
+struct http_request *http_request_new(struct http_conn *conn, const struct http_proto *proto)
 {
     struct http_request *r = calloc(1, sizeof *r);
-    if (r)
+    if (r) {
         r->conn = conn;
+        r->proto = proto;
+    }
     return r;
 }
 
 void http_request_reset(struct http_request *r)
 {
     struct http_conn *conn = r->conn;
+    const struct http_proto *proto = r->proto;
     struct buf head = r->head, body = r->body, resp = r->resp;
     struct http_header *hdrs = r->hdrs;
     int cap = r->hdrs_cap;
     buf_reset(&head);
     buf_reset(&body);
     buf_reset(&resp);
-    /* A spare waits in its IO thread's pool (http_conn.c: conn_recycle) for
+    /* A spare waits in its IO thread's pool (conn.c: conn_recycle) for
      * any request of any connection: it keeps buffers for a typical request
      * only. A rare large body or answer (or a refused oversized one) would
      * otherwise stay in the pool for good, and the pool's memory would
@@ -40,6 +50,7 @@ void http_request_reset(struct http_request *r)
     }
     memset(r, 0, sizeof *r);
     r->conn = conn;
+    r->proto = proto;
     r->head = head;
     r->body = body;
     r->resp = resp;
@@ -127,3 +138,109 @@ void http_request_on_abort(struct http_request *r, void (*fn)(struct http_reques
     r->abort_fn = fn;
     r->abort_arg = arg;
 }
+
+void http_request_on_drain(struct http_request *r, void (*fn)(struct http_request *, void *),
+                           void *arg)
+{
+    r->drain_fn = fn;
+    r->drain_arg = arg;
+}
+
+void http_request_on_body(struct http_request *r, http_body_fn fn, void *arg)
+{
+    r->body_fn = fn;
+    r->body_arg = arg;
+    if (!r->streaming) {
+        /* Dispatched whole: the body is all here. */
+        fn(r, arg, r->body.len ? r->body.data : "", r->body.len, 1, 0, NULL);
+    }
+}
+
+void http_request_pause_body(struct http_request *r, int paused)
+{
+    if (r->body_paused == (paused != 0))
+        return;
+    r->body_paused = paused != 0;
+    r->proto->body_paused(r);
+}
+
+void http_request_peer(const struct http_request *r, char *out, size_t cap)
+{
+    r->proto->peer(r, out, cap);
+}
+
+struct event_base *http_request_event_base(const struct http_request *r)
+{
+    return r->proto->thread(r)->base;
+}
+
+struct mailbox *http_request_mailbox(const struct http_request *r)
+{
+    return r->proto->thread(r)->mailbox;
+}
+
+int http_request_thread(const struct http_request *r) { return r->proto->thread(r)->index; }
+int64_t http_request_received_ns(const struct http_request *r) { return r->t_received_ns; }
+int64_t http_request_arrival_ns(const struct http_request *r) { return r->t_arrival_ns; }
+
+/* ---- answering ---- */
+
+void http_respond(struct http_request *r, int status, const char *content_type, const void *body,
+                  size_t len, const char *extra_headers)
+{
+    if (r->responded || r->resp_begun)
+        return;   /* a second answer is a bug in the caller; the first one stands */
+    r->proto->respond(r, status, content_type, body, len, extra_headers);
+}
+
+void http_respond_error(struct http_request *r, int status, const char *extra_headers,
+                        const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *obj = json_pack("{s:s}", "error", msg);
+    char *body = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    if (body) {
+        http_respond(r, status, "application/json", body, strlen(body), extra_headers);
+    } else {
+        static const char fallback[] = "{\"error\":\"out of memory\"}";
+        http_respond(r, status, "application/json", fallback, sizeof fallback - 1, extra_headers);
+    }
+    free(body);
+    json_decref(obj);
+}
+
+int http_respond_begin(struct http_request *r, int status, int64_t content_length, int no_body,
+                       const char *headers, size_t headers_len)
+{
+    if (r->responded || r->resp_begun)
+        return -1;
+    r->resp_begun = true;
+    r->status = status;
+    if (r->aborted)
+        return -1;
+    return r->proto->respond_begin(r, status, content_length, no_body, headers, headers_len);
+}
+
+int http_respond_write(struct http_request *r, const void *data, size_t len)
+{
+    if (r->responded || !r->resp_begun || r->aborted)
+        return -1;
+    return r->proto->respond_write(r, data, len);
+}
+
+void http_respond_finish(struct http_request *r, int broken)
+{
+    if (r->responded)
+        return;
+    if (!r->resp_begun) {
+        http_respond_error(r, 502, NULL, "the upstream answer ended before its head");
+        return;
+    }
+    r->proto->respond_finish(r, broken);
+}
+
+size_t http_respond_buffered(const struct http_request *r) { return r->proto->respond_buffered(r); }

@@ -1,6 +1,6 @@
-/* router.c - see router.h. A linear scan over pre-split patterns: the table
+/* router.c - see http.h, "router". A linear scan over pre-split patterns: the table
  * has tens of routes and matching costs a few short memcmp's per route. */
-#include "http/router.h"
+#include "http/http_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * a thread that finds it full stops watching its listener (the kernel's
  * backlog holds newcomers, nobody spins) until a close frees a slot and wakes
  * the paused threads. */
-#include "http/server.h"
+#include "http/http_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,17 +23,13 @@
 
 #include <event2/event.h>
 
-#include "http/conn.h"
-#include "http/response.h"
-#include "http/io_thread.h"
 #include "common/log.h"
-#include "http/mailbox.h"
 
 #define ACCEPT_BATCH 64
 #define LISTEN_BACKLOG 4096
 
 struct server {
-    const struct config *cfg;
+    struct http_server_config cfg;
     const struct router *router;
     struct io_thread *threads;
     int nthreads;
@@ -51,7 +47,7 @@ struct server {
 static void conn_slot_release(struct server *s)
 {
     int before = atomic_fetch_sub(&s->nconns, 1);
-    if (before < s->cfg->limits.max_connections)
+    if (before < s->cfg.limits.max_connections)
         return;
     /* A slot freed up at the limit: wake every thread that paused its listener. */
     for (int i = 0; i < s->nthreads; i++) {
@@ -63,25 +59,7 @@ static void conn_slot_release(struct server *s)
     }
 }
 
-void io_thread_conn_closed(struct io_thread *t) { conn_slot_release(t->srv); }
-
-void io_thread_conn_gone(struct io_thread *t)
-{
-    t->nconns--;
-    if (t->draining && t->nconns == 0)
-        event_base_loopbreak(t->base);
-}
-
-const char *io_thread_date(struct io_thread *t)
-{
-    struct timeval tv;
-    event_base_gettimeofday_cached(t->base, &tv);
-    if (tv.tv_sec != t->date_sec) {
-        t->date_sec = tv.tv_sec;
-        http_date_format(tv.tv_sec, t->date);
-    }
-    return t->date;
-}
+static void server_conn_closed(struct io_thread *t) { conn_slot_release(t->srv); }
 
 /* ---- listener ---- */
 
@@ -92,7 +70,7 @@ static void listener_pause(struct io_thread *t)
     event_del(t->listen_ev);
     atomic_store(&t->listen_paused, true);
     /* A close between our check and the flag would not have seen the flag. */
-    if (atomic_load(&t->srv->nconns) < t->srv->cfg->limits.max_connections) {
+    if (atomic_load(&t->srv->nconns) < t->srv->cfg.limits.max_connections) {
         atomic_store(&t->listen_paused, false);
         event_add(t->listen_ev, NULL);
     }
@@ -109,7 +87,7 @@ static void listener_resume(struct io_thread *t)
 static bool conn_slot_take(struct server *s)
 {
     int n = atomic_load(&s->nconns);
-    while (n < s->cfg->limits.max_connections) {
+    while (n < s->cfg.limits.max_connections) {
         if (atomic_compare_exchange_weak(&s->nconns, &n, n + 1))
             return true;
     }
@@ -178,7 +156,7 @@ static void listener_close(struct io_thread *t)
     t->listen_fd = -1;
 }
 
-static int listener_bind(const struct config *cfg, int port, int *out_fd, int *out_port,
+static int listener_bind(const struct http_server_config *cfg, int port, int *out_fd, int *out_port,
                          struct error *err)
 {
     char portstr[16];
@@ -237,25 +215,12 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
                         accept_batch(t, t->listen_fd) == ACCEPT_BATCH; k++)
             ;
         listener_close(t);
-        struct http_conn *c = t->conns, *next;
-        for (; c; c = next) {
-            next = http_conn_next(c);
-            http_conn_take_pending(c);   /* may free c */
-        }
-        t->draining = true;
-        for (c = t->conns; c; c = next) {
-            next = http_conn_next(c);
-            http_conn_drain(c);   /* may free c */
-        }
+        http_conn_drain_all(t);
     }
     if (flags & IO_WAKE_FORCE) {
         t->draining = true;
         listener_close(t);
-        struct http_conn *c = t->conns, *next;
-        for (; c; c = next) {
-            next = http_conn_next(c);
-            t->abandoned += http_conn_abort(c);
-        }
+        t->abandoned += http_conn_abort_all(t);
         event_base_loopbreak(t->base);
         return;
     }
@@ -273,8 +238,6 @@ static void *io_thread_main(void *arg)
      * not), then whatever is left (zombies whose handlers never answered). */
     mailbox_free(t->mailbox);
     t->mailbox = NULL;
-    while (t->conns)
-        http_conn_free(t->conns);
     http_conn_thread_free(t);
     atomic_fetch_sub(&t->srv->running, 1);
     pthread_kill(t->srv->notify, SIGUSR1);
@@ -283,7 +246,7 @@ static void *io_thread_main(void *arg)
 
 /* ---- public ---- */
 
-struct server *server_new(const struct config *cfg, const struct router *router,
+struct server *server_new(const struct http_server_config *cfg, const struct router *router,
                           struct error *err)
 {
     struct server *s = calloc(1, sizeof *s);
@@ -291,7 +254,7 @@ struct server *server_new(const struct config *cfg, const struct router *router,
         error_set(err, BG_ENOMEM, "out of memory");
         return NULL;
     }
-    s->cfg = cfg;
+    s->cfg = *cfg;
     s->router = router;
     s->nthreads = cfg->io_threads;
     if (s->nthreads <= 0) {
@@ -305,21 +268,22 @@ struct server *server_new(const struct config *cfg, const struct router *router,
         return NULL;
     }
     for (int i = 0; i < s->nthreads; i++)
-        s->threads[i].listen_fd = -1;
+        io_thread_init(&s->threads[i]);
     return s;
 }
 
 int server_start(struct server *s, pthread_t notify, struct error *err)
 {
     s->notify = notify;
-    s->port = s->cfg->listen_port;
+    s->port = s->cfg.listen_port;
     for (int i = 0; i < s->nthreads; i++) {
         struct io_thread *t = &s->threads[i];
         t->srv = s;
+        t->conn_closed = server_conn_closed;
         t->index = i;
-        t->limits = &s->cfg->limits;
+        t->limits = &s->cfg.limits;
         t->router = s->router;
-        int rc = listener_bind(s->cfg, s->port, &t->listen_fd, &s->port, err);
+        int rc = listener_bind(&s->cfg, s->port, &t->listen_fd, &s->port, err);
         if (rc)
             return rc;
         t->base = event_base_new();
@@ -411,8 +375,6 @@ void server_free(struct server *s)
     for (int i = 0; i < s->nthreads; i++) {
         struct io_thread *t = &s->threads[i];
         listener_close(t);
-        while (t->conns)
-            http_conn_free(t->conns);
         http_conn_thread_free(t);
         if (t->listen_ev)
             event_free(t->listen_ev);

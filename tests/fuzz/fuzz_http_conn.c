@@ -1,6 +1,7 @@
 /* fuzz_http_conn.c - bytes from a client through the real connection code:
- * http_conn.c (reads, pipelining, ordering, lingering close), http_parse.c
- * (llhttp and the limits), router.c, http_request.c, http_response.c.
+ * the http/ library (conn.c: reads, pipelining, ordering, lingering close;
+ * parse.c: llhttp and the limits; router.c, request.c, response.c), driven
+ * as one IO thread without a server.
  *
  * One connection per input, over a socketpair, on an event_base that this
  * harness pumps without blocking. The handlers answer at once, echo the
@@ -37,11 +38,7 @@
 #include <event2/event.h>
 #include <linux/sockios.h>
 
-#include "http/http.h"
-#include "http/conn.h"
-#include "http/response.h"
-#include "http/io_thread.h"
-#include "http/router.h"
+#include "http/http_impl.h"
 
 enum {
     F_HALF_CLOSE = 1 << 0,    /* send FIN after the input, then read the answers */
@@ -69,7 +66,7 @@ struct stream {
 
 struct harness {
     struct event_base *base;
-    struct config_limits limits;
+    struct http_limits limits;
     struct router *router;
     struct io_thread t;
     struct deferred *deferred;
@@ -80,23 +77,12 @@ struct harness {
     bool show;                /* BG_FUZZ_SHOW=1: copy the answers to stderr (debugging a crash) */
 };
 
-/* ---- what server.c provides to http_conn.c ---- */
-
-const char *io_thread_date(struct io_thread *t)
-{
-    /* A fixed instant: the output must not depend on the wall clock. */
-    if (!t->date[0])
-        http_date_format(1767225600, t->date);
-    return t->date;
-}
-
-void io_thread_conn_closed(struct io_thread *t)
+/* The server's part: a closed socket gives its slot back. */
+static void harness_conn_closed(struct io_thread *t)
 {
     struct harness *h = (struct harness *)((char *)t - offsetof(struct harness, t));
     h->closed++;
 }
-
-void io_thread_conn_gone(struct io_thread *t) { t->nconns--; }
 
 /* ---- handlers ---- */
 
@@ -336,7 +322,7 @@ static struct harness *harness_new(void)
     if (!h || !(h->router = router_new()))
         abort();
     /* Small limits, so inputs reach them. */
-    h->limits = (struct config_limits){.max_header_bytes = 4096,
+    h->limits = (struct http_limits){.max_header_bytes = 4096,
                                        .max_body_bytes = 65536,
                                        .max_connections = 16,
                                        .header_timeout_ms = 60000,
@@ -358,9 +344,10 @@ static struct harness *harness_new(void)
             abort();
     if (router_add_prefix(h->router, "/stream/", h_stream, h, &err))
         abort();
+    io_thread_init(&h->t);
+    h->t.conn_closed = harness_conn_closed;
     h->t.limits = &h->limits;
     h->t.router = h->router;
-    h->t.listen_fd = -1;
     const char *show = getenv("BG_FUZZ_SHOW");
     h->show = show && strcmp(show, "1") == 0;
     return h;
@@ -444,16 +431,7 @@ static void client_send(struct harness *h, int fd, const uint8_t *p, size_t n, b
 
 static void harness_drain(struct harness *h)
 {
-    h->t.draining = true;
-    struct http_conn *c, *next;
-    for (c = h->t.conns; c; c = next) {
-        next = http_conn_next(c);
-        http_conn_take_pending(c);
-    }
-    for (c = h->t.conns; c; c = next) {
-        next = http_conn_next(c);
-        http_conn_drain(c);
-    }
+    http_conn_drain_all(&h->t);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -483,7 +461,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!http_conn_new(&h->t, sv[0])) {
         /* Out of memory (tests/oom): the socket is closed and counted so. */
         close(sv[1]);
-        if (h->closed != 1 || h->t.conns || (fcntl(sv[0], F_GETFD) != -1 || errno != EBADF))
+        if (h->closed != 1 || !list_empty(&h->t.conns) || (fcntl(sv[0], F_GETFD) != -1 || errno != EBADF))
             abort();
         event_base_free(h->base);
         h->base = h->t.base = NULL;
@@ -527,15 +505,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * that never came): close it the way a forced stop does (streams are
      * told through on_abort), then free what remains as an exiting IO
      * thread does. */
-    struct http_conn *c, *next;
-    for (c = h->t.conns; c; c = next) {
-        next = http_conn_next(c);
-        http_conn_abort(c);
-    }
+    http_conn_abort_all(&h->t);
     if (h->nstreams || h->ndeferred)
         abort();   /* a stream was never ended, or its abort never came */
-    while (h->t.conns)
-        http_conn_free(h->t.conns);
     http_conn_thread_free(&h->t);
     if (h->t.nconns != 0 || h->closed != 1)
         abort();   /* a connection counted twice, or never closed */

@@ -24,7 +24,7 @@ static struct http_request *fx_alloc(void *arg)
     struct fixture *f = arg;
     if (f->nreqs == MAX_REQS)
         return NULL;
-    return f->reqs[f->nreqs++] = http_request_new(NULL);
+    return f->reqs[f->nreqs++] = http_request_new(NULL, NULL);
 }
 
 static struct fixture *fx_new(size_t max_head, size_t max_body)

@@ -6,7 +6,7 @@
 
 #include <cmocka.h>
 
-#include "http/router.h"
+#include "http/http.h"
 
 static int hits[8];
 static void h0(struct http_request *r, const struct route_match *m, void *c) { (void)r; (void)m; (void)c; hits[0]++; }
