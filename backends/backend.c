@@ -42,10 +42,10 @@ const struct backend_ops *backend_find(enum model_backend b, char *why, size_t c
     }
 }
 
-static double seconds_since(int64_t t0) { return (double)(now_ns() - t0) / 1e9; }
+static double backend_seconds_since(int64_t t0) { return (double)(now_ns() - t0) / 1e9; }
 
 /* Warmup sizes: 1, each preferred size, and max_batch_size. */
-static int warmup_sizes(const struct model_batching *b, int *sizes)
+static int backend_warmup_sizes(const struct model_batching *b, int *sizes)
 {
     int n = 0;
     sizes[n++] = 1;
@@ -59,12 +59,12 @@ static int warmup_sizes(const struct model_batching *b, int *sizes)
 /* Runs each warmup size twice per instance: the first pass pays for page
  * faults and cold caches, and every timing seeds the latency model (the
  * fit is robust to the slow first ones). */
-static int model_warmup(struct model *m, struct error *err)
+static int backend_model_warmup(struct model *m, struct error *err)
 {
     if (!m->ops->run)
         return 0;   /* the upstream's servers warm themselves */
     int sizes[MODEL_MAX_PREFERRED + 2];
-    int n = warmup_sizes(&m->cfg.batching, sizes);
+    int n = backend_warmup_sizes(&m->cfg.batching, sizes);
     int64_t out_elems = m->cfg.output.row_elems;
     for (int i = 0; i < m->ninstances; i++) {
         struct instance *in = &m->instances[i];
@@ -129,10 +129,10 @@ int model_load(struct model *m, struct error *err)
             goto fail;
     }
     int64_t tw = now_ns();
-    if ((rc = model_warmup(m, err)))
+    if ((rc = backend_model_warmup(m, err)))
         goto fail;
-    m->cold.warmup_s = seconds_since(tw);
-    m->cold.total_s = seconds_since(t0);
+    m->cold.warmup_s = backend_seconds_since(tw);
+    m->cold.total_s = backend_seconds_since(t0);
     m->ready = true;
     m->reason[0] = '\0';
     return 0;

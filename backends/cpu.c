@@ -40,7 +40,7 @@ static void cpu_model_free(struct cpu_model *cm)
 }
 
 /* Checks one dense layer's tensors against the running width and prepares it. */
-static int prepare_dense(const struct model_config *c, int idx, struct safetensors *st,
+static int cpu_prepare_dense(const struct model_config *c, int idx, struct safetensors *st,
                          int64_t width, struct cpu_layer *out, struct error *err)
 {
     const struct model_layer *ly = &c->layers[idx];
@@ -105,7 +105,7 @@ static int cpu_model_load(struct model *m, struct cold_start *cs, struct error *
     for (int i = 0; i < c->nlayers; i++) {
         struct cpu_layer *ly = &cm->layers[i];
         if (c->layers[i].type == MODEL_LAYER_DENSE) {
-            if ((rc = prepare_dense(c, i, st, width, ly, err))) {
+            if ((rc = cpu_prepare_dense(c, i, st, width, ly, err))) {
                 cm->nlayers = i;
                 goto fail;
             }

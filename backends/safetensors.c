@@ -71,7 +71,7 @@ static const struct st_dtype {
     {"F4", 4, 0, DTYPE_F32},
 };
 
-static const struct st_dtype *dtype_lookup(const char *name)
+static const struct st_dtype *safetensors_dtype_lookup(const char *name)
 {
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
         if (strcmp(st_dtypes[i].name, name) == 0)
@@ -91,7 +91,7 @@ struct st_ctx {
 
 /* Names come from the file: cut them short and replace control bytes so a
  * hostile name cannot flood or forge a log line. */
-static void show_name(char *out, size_t cap, const char *name)
+static void safetensors_show_name(char *out, size_t cap, const char *name)
 {
     size_t n = 0, max = cap - 4;    /* room for "..." and NUL */
     for (; name[n] && n < max; n++) {
@@ -109,7 +109,7 @@ static void show_name(char *out, size_t cap, const char *name)
     out[n] = '\0';
 }
 
-static const char *json_type_name(const json_t *v)
+static const char *safetensors_json_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -125,7 +125,7 @@ static const char *json_type_name(const json_t *v)
 }
 
 /* "[5, 6]" into buf; 8 dims of 20 digits fit in 200 bytes. */
-static const char *format_shape(char *buf, size_t cap, const uint64_t *dims, int ndim)
+static const char *safetensors_format_shape(char *buf, size_t cap, const uint64_t *dims, int ndim)
 {
     size_t n = 0;
     buf[n++] = '[';
@@ -140,11 +140,11 @@ static const char *format_shape(char *buf, size_t cap, const uint64_t *dims, int
     return buf;
 }
 
-static int tensor_error(struct st_ctx *c, const char *fmt, ...)
+static int safetensors_tensor_error(struct st_ctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* "path: tensor "name": " + the problem. */
-static int tensor_error(struct st_ctx *c, const char *fmt, ...)
+static int safetensors_tensor_error(struct st_ctx *c, const char *fmt, ...)
 {
     char what[384];
     va_list ap;
@@ -155,7 +155,7 @@ static int tensor_error(struct st_ctx *c, const char *fmt, ...)
 }
 
 /* A JSON integer in 0..INT64_MAX. */
-static int get_count(const json_t *v, uint64_t *out)
+static int safetensors_get_count(const json_t *v, uint64_t *out)
 {
     if (!json_is_integer(v) || json_integer_value(v) < 0)
         return -1;
@@ -163,86 +163,86 @@ static int get_count(const json_t *v, uint64_t *out)
     return 0;
 }
 
-static int parse_shape(struct st_ctx *c, const json_t *shape, uint64_t *dims, int *ndim)
+static int safetensors_parse_shape(struct st_ctx *c, const json_t *shape, uint64_t *dims, int *ndim)
 {
     if (!json_is_array(shape))
-        return tensor_error(c, "shape must be an array, not %s", json_type_name(shape));
+        return safetensors_tensor_error(c, "shape must be an array, not %s", safetensors_json_type_name(shape));
     size_t n = json_array_size(shape);
     if (n > ST_MAX_DIMS)
-        return tensor_error(c, "shape has %zu dimensions, at most %d are supported", n,
+        return safetensors_tensor_error(c, "shape has %zu dimensions, at most %d are supported", n,
                             ST_MAX_DIMS);
     for (size_t i = 0; i < n; i++) {
         const json_t *d = json_array_get(shape, i);
-        if (get_count(d, &dims[i]) == 0)
+        if (safetensors_get_count(d, &dims[i]) == 0)
             continue;
         if (json_is_integer(d))
-            return tensor_error(c, "shape[%zu] is %" JSON_INTEGER_FORMAT
+            return safetensors_tensor_error(c, "shape[%zu] is %" JSON_INTEGER_FORMAT
                                 ", dimensions must be non-negative", i, json_integer_value(d));
-        return tensor_error(c, "shape[%zu] must be a non-negative integer, not %s", i,
-                            json_type_name(d));
+        return safetensors_tensor_error(c, "shape[%zu] must be a non-negative integer, not %s", i,
+                            safetensors_json_type_name(d));
     }
     *ndim = (int)n;
     return 0;
 }
 
-static int parse_offsets(struct st_ctx *c, const json_t *offs, uint64_t *begin, uint64_t *end)
+static int safetensors_parse_offsets(struct st_ctx *c, const json_t *offs, uint64_t *begin, uint64_t *end)
 {
     if (!json_is_array(offs) || json_array_size(offs) != 2 ||
-        get_count(json_array_get(offs, 0), begin) < 0 ||
-        get_count(json_array_get(offs, 1), end) < 0) {
+        safetensors_get_count(json_array_get(offs, 0), begin) < 0 ||
+        safetensors_get_count(json_array_get(offs, 1), end) < 0) {
         char *text = json_dumps(offs, JSON_ENCODE_ANY);
-        int rc = tensor_error(c, "data_offsets %.80s%s must be [begin, end], two non-negative "
+        int rc = safetensors_tensor_error(c, "data_offsets %.80s%s must be [begin, end], two non-negative "
                               "integers", text ? text : "?",
                               text && strlen(text) > 80 ? "..." : "");
         free(text);
         return rc;
     }
     if (*end < *begin)
-        return tensor_error(c, "data_offsets [%" PRIu64 ", %" PRIu64 "] end before begin",
+        return safetensors_tensor_error(c, "data_offsets [%" PRIu64 ", %" PRIu64 "] end before begin",
                             *begin, *end);
     if (*end > c->data_len)
-        return tensor_error(c, "data_offsets [%" PRIu64 ", %" PRIu64 "] end past the %" PRIu64
+        return safetensors_tensor_error(c, "data_offsets [%" PRIu64 ", %" PRIu64 "] end past the %" PRIu64
                             "-byte data buffer", *begin, *end, c->data_len);
     return 0;
 }
 
 /* Checks one entry and fills t. Nothing in the data buffer is read. */
-static int parse_tensor(struct st_ctx *c, const json_t *entry, struct st_tensor *t)
+static int safetensors_parse_tensor(struct st_ctx *c, const json_t *entry, struct st_tensor *t)
 {
     if (!json_is_object(entry))
-        return tensor_error(c, "entry must be an object, not %s", json_type_name(entry));
+        return safetensors_tensor_error(c, "entry must be an object, not %s", safetensors_json_type_name(entry));
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)entry, key, v) {
         if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets")) {
             char shown[64];
-            show_name(shown, sizeof shown, key);
-            return tensor_error(c, "unknown field \"%s\" (expected dtype, shape, data_offsets)",
+            safetensors_show_name(shown, sizeof shown, key);
+            return safetensors_tensor_error(c, "unknown field \"%s\" (expected dtype, shape, data_offsets)",
                                 shown);
         }
     }
     static const char *const required[] = {"dtype", "shape", "data_offsets"};
     for (size_t i = 0; i < 3; i++)
         if (!json_object_get(entry, required[i]))
-            return tensor_error(c, "missing \"%s\"", required[i]);
+            return safetensors_tensor_error(c, "missing \"%s\"", required[i]);
 
     const json_t *jdt = json_object_get(entry, "dtype");
     if (!json_is_string(jdt))
-        return tensor_error(c, "dtype must be a string, not %s", json_type_name(jdt));
-    const struct st_dtype *dt = dtype_lookup(json_string_value(jdt));
+        return safetensors_tensor_error(c, "dtype must be a string, not %s", safetensors_json_type_name(jdt));
+    const struct st_dtype *dt = safetensors_dtype_lookup(json_string_value(jdt));
     if (!dt) {
         char shown[64];
-        show_name(shown, sizeof shown, json_string_value(jdt));
-        return tensor_error(c, "unknown dtype \"%s\"", shown);
+        safetensors_show_name(shown, sizeof shown, json_string_value(jdt));
+        return safetensors_tensor_error(c, "unknown dtype \"%s\"", shown);
     }
 
     uint64_t dims[ST_MAX_DIMS];
     int ndim = 0;
-    int rc = parse_shape(c, json_object_get(entry, "shape"), dims, &ndim);
+    int rc = safetensors_parse_shape(c, json_object_get(entry, "shape"), dims, &ndim);
     if (rc)
         return rc;
     char shape[200];
-    format_shape(shape, sizeof shape, dims, ndim);
+    safetensors_format_shape(shape, sizeof shape, dims, ndim);
 
     /* A zero anywhere makes the product 0 even when the other dims alone
      * would overflow, so look for it before multiplying. */
@@ -252,22 +252,22 @@ static int parse_tensor(struct st_ctx *c, const json_t *entry, struct st_tensor 
             nelem = 0;
     for (int i = 0; i < ndim && nelem; i++)
         if (__builtin_mul_overflow(nelem, dims[i], &nelem) || nelem > INT64_MAX)
-            return tensor_error(c, "%s %s has more elements than 64 bits can count", dt->name,
+            return safetensors_tensor_error(c, "%s %s has more elements than 64 bits can count", dt->name,
                                 shape);
     uint64_t nbits;
     if (__builtin_mul_overflow(nelem, (uint64_t)dt->bits, &nbits))
-        return tensor_error(c, "%s %s: byte size overflows 64 bits", dt->name, shape);
+        return safetensors_tensor_error(c, "%s %s: byte size overflows 64 bits", dt->name, shape);
     if (nbits % 8)
-        return tensor_error(c, "%s %s is %" PRIu64 " bits, not a whole number of bytes",
+        return safetensors_tensor_error(c, "%s %s is %" PRIu64 " bits, not a whole number of bytes",
                             dt->name, shape, nbits);
     uint64_t need = nbits / 8;
 
     uint64_t begin = 0, end = 0;
-    rc = parse_offsets(c, json_object_get(entry, "data_offsets"), &begin, &end);
+    rc = safetensors_parse_offsets(c, json_object_get(entry, "data_offsets"), &begin, &end);
     if (rc)
         return rc;
     if (end - begin != need)
-        return tensor_error(c, "data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
+        return safetensors_tensor_error(c, "data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
                             " bytes but %s %s needs %" PRIu64,
                             begin, end, end - begin, dt->name, shape, need);
 
@@ -285,25 +285,25 @@ static int parse_tensor(struct st_ctx *c, const json_t *entry, struct st_tensor 
     return 0;
 }
 
-static int parse_metadata(const char *path, const json_t *meta, struct error *err)
+static int safetensors_parse_metadata(const char *path, const json_t *meta, struct error *err)
 {
     if (!json_is_object(meta))
         return error_set(err, BG_EINVAL, "%s: __metadata__ must be an object of strings, not %s",
-                         path, json_type_name(meta));
+                         path, safetensors_json_type_name(meta));
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)meta, key, v) {
         if (!json_is_string(v)) {
             char shown[128];
-            show_name(shown, sizeof shown, key);
+            safetensors_show_name(shown, sizeof shown, key);
             return error_set(err, BG_EINVAL, "%s: __metadata__ \"%s\" must be a string, not %s",
-                             path, shown, json_type_name(v));
+                             path, shown, safetensors_json_type_name(v));
         }
     }
     return 0;
 }
 
-static int by_offset(const void *a, const void *b)
+static int safetensors_cmp_by_offset(const void *a, const void *b)
 {
     const struct st_tensor *x = a, *y = b;
     uintptr_t xa = (uintptr_t)x->data, ya = (uintptr_t)y->data;
@@ -314,13 +314,13 @@ static int by_offset(const void *a, const void *b)
     return strcmp(x->name, y->name);   /* names are unique: a total order */
 }
 
-static int by_name(const void *a, const void *b)
+static int safetensors_cmp_by_name(const void *a, const void *b)
 {
     const struct st_tensor *const *x = a, *const *y = b;
     return strcmp((*x)->name, (*y)->name);
 }
 
-static int name_to_tensor(const void *key, const void *elem)
+static int safetensors_name_to_tensor(const void *key, const void *elem)
 {
     const struct st_tensor *const *t = elem;
     return strcmp(key, (*t)->name);
@@ -328,7 +328,7 @@ static int name_to_tensor(const void *key, const void *elem)
 
 /* Tensors are sorted by offset: each non-empty one must start at or after
  * the furthest end seen so far. Empty tensors own no byte and cannot clash. */
-static int check_overlaps(struct safetensors *st, const unsigned char *data, struct error *err)
+static int safetensors_check_overlaps(struct safetensors *st, const unsigned char *data, struct error *err)
 {
     const struct st_tensor *last = NULL;   /* the non-empty tensor reaching furthest */
     for (int i = 0; i < st->count; i++) {
@@ -339,8 +339,8 @@ static int check_overlaps(struct safetensors *st, const unsigned char *data, str
         if (last && b < (const unsigned char *)last->data + last->nbytes) {
             char n1[128], n2[128];
             const unsigned char *lb = last->data;
-            show_name(n1, sizeof n1, last->name);
-            show_name(n2, sizeof n2, t->name);
+            safetensors_show_name(n1, sizeof n1, last->name);
+            safetensors_show_name(n2, sizeof n2, t->name);
             return error_set(err, BG_EINVAL,
                              "%s: tensors \"%s\" [%zu, %zu] and \"%s\" [%zu, %zu] overlap",
                              st->path, n1, (size_t)(lb - data), (size_t)(lb - data) + last->nbytes,
@@ -353,7 +353,7 @@ static int check_overlaps(struct safetensors *st, const unsigned char *data, str
 }
 
 /* Everything after the file is mapped: header length, JSON, entries, layout. */
-static int parse_header(struct safetensors *st, struct error *err)
+static int safetensors_parse_header(struct safetensors *st, struct error *err)
 {
     const char *path = st->path;
     uint64_t n = 0;
@@ -377,14 +377,14 @@ static int parse_header(struct safetensors *st, struct error *err)
                          path, jerr.text, jerr.position);
     if (!json_is_object(st->header))
         return error_set(err, BG_EINVAL, "%s: header must be a JSON object, not %s", path,
-                         json_type_name(st->header));
+                         safetensors_json_type_name(st->header));
 
     struct st_ctx c = {.path = path, .err = err, .data = st->map + 8 + n, .data_len = after - n};
     size_t entries = json_object_size(st->header);
     json_t *meta = json_object_get(st->header, "__metadata__");
     /* The reference implementation reads __metadata__ as optional: null is absent. */
     if (meta && !json_is_null(meta)) {
-        int rc = parse_metadata(path, meta, err);
+        int rc = safetensors_parse_metadata(path, meta, err);
         if (rc)
             return rc;
         st->metadata = meta;
@@ -405,26 +405,26 @@ static int parse_header(struct safetensors *st, struct error *err)
         if (strcmp(key, "__metadata__") == 0)
             continue;
         c.name = key;
-        show_name(c.shown, sizeof c.shown, key);
-        int rc = parse_tensor(&c, v, &st->tensors[st->count]);
+        safetensors_show_name(c.shown, sizeof c.shown, key);
+        int rc = safetensors_parse_tensor(&c, v, &st->tensors[st->count]);
         if (rc)
             return rc;
         st->count++;
     }
 
-    qsort(st->tensors, (size_t)st->count, sizeof *st->tensors, by_offset);
-    int rc = check_overlaps(st, c.data, err);
+    qsort(st->tensors, (size_t)st->count, sizeof *st->tensors, safetensors_cmp_by_offset);
+    int rc = safetensors_check_overlaps(st, c.data, err);
     if (rc)
         return rc;
     for (int i = 0; i < st->count; i++)
         st->by_name[i] = &st->tensors[i];
-    qsort(st->by_name, (size_t)st->count, sizeof *st->by_name, by_name);
+    qsort(st->by_name, (size_t)st->count, sizeof *st->by_name, safetensors_cmp_by_name);
     return 0;
 }
 
 /* The one way in for both entry points: bytes in memory, named for messages.
  * `owned` says whether the bytes are our mapping (unmapped at close). */
-static int open_bytes(const char *name, const unsigned char *bytes, size_t len, bool owned,
+static int safetensors_open_bytes(const char *name, const unsigned char *bytes, size_t len, bool owned,
                       struct safetensors **out, struct error *err)
 {
     *out = NULL;
@@ -443,7 +443,7 @@ static int open_bytes(const char *name, const unsigned char *bytes, size_t len, 
         rc = error_set(err, BG_EINVAL, "%s: file is %zu bytes, too short for the 8-byte header "
                        "length", name, len);
     else
-        rc = parse_header(st, err);
+        rc = safetensors_parse_header(st, err);
     if (rc) {
         safetensors_close(st);
         return rc;
@@ -471,7 +471,7 @@ int safetensors_open(const char *path, struct safetensors **out, struct error *e
                        (long long)sb.st_size);
     else
         len = (size_t)sb.st_size;
-    /* Shorter than the length field: open_bytes refuses it without a
+    /* Shorter than the length field: safetensors_open_bytes refuses it without a
      * mapping (mmap of 0 bytes fails). MAP_PRIVATE + PROT_READ: we never
      * write, and nothing we do can reach the file. */
     if (rc == 0 && len >= 8) {
@@ -485,13 +485,13 @@ int safetensors_open(const char *path, struct safetensors **out, struct error *e
     close(fd);
     if (rc)
         return rc;
-    return open_bytes(path, map, len, map != NULL, out, err);
+    return safetensors_open_bytes(path, map, len, map != NULL, out, err);
 }
 
 int safetensors_open_mem(const char *name, const void *data, size_t len,
                          struct safetensors **out, struct error *err)
 {
-    return open_bytes(name, data, len, false, out, err);
+    return safetensors_open_bytes(name, data, len, false, out, err);
 }
 
 void safetensors_close(struct safetensors *st)
@@ -517,7 +517,7 @@ const struct st_tensor *safetensors_at(const struct safetensors *st, int i)
 const struct st_tensor *safetensors_find(const struct safetensors *st, const char *name)
 {
     const struct st_tensor *const *p =
-        bsearch(name, st->by_name, (size_t)st->count, sizeof *st->by_name, name_to_tensor);
+        bsearch(name, st->by_name, (size_t)st->count, sizeof *st->by_name, safetensors_name_to_tensor);
     return p ? *p : NULL;
 }
 
@@ -527,7 +527,7 @@ int safetensors_weight(const struct safetensors *st, const char *name,
     char shown[128];
     *out = NULL;
     const struct st_tensor *t = safetensors_find(st, name);
-    show_name(shown, sizeof shown, name);
+    safetensors_show_name(shown, sizeof shown, name);
     if (!t)
         return error_set(err, BG_EINVAL, "%s: no tensor \"%s\"", st->path, shown);
     if (!t->usable)

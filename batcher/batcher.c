@@ -30,7 +30,7 @@ struct batcher {
     void *waker_arg;
 };
 
-static void complete_all(struct infer_item *it, int status, const char *msg)
+static void batcher_complete_all(struct infer_item *it, int status, const char *msg)
 {
     while (it) {
         struct infer_item *next = it->next;
@@ -42,7 +42,7 @@ static void complete_all(struct infer_item *it, int status, const char *msg)
     }
 }
 
-static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_ns)
+static void batcher_timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_ns)
 {
     if (at_ns == POLICY_NEVER) {
         pthread_cond_wait(c, m);
@@ -52,9 +52,9 @@ static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_ns)
     pthread_cond_timedwait(c, m, &ts);
 }
 
-static const struct latmodel *fastest(struct batcher *b) { return &b->lat[b->fastest]; }
+static const struct latmodel *batcher_fastest(struct batcher *b) { return &b->lat[b->fastest]; }
 
-static void update_fastest(struct batcher *b)
+static void batcher_update_fastest(struct batcher *b)
 {
     int best = 0;
     for (int i = 1; i < b->ninstances; i++)
@@ -65,7 +65,7 @@ static void update_fastest(struct batcher *b)
 
 /* Expired requests are answered 504 the moment they become hopeless, even
  * when no instance is idle to notice: that is this thread's only job. */
-static void *reaper_main(void *arg)
+static void *batcher_reaper_main(void *arg)
 {
     struct batcher *b = arg;
     pthread_mutex_lock(&b->lock);
@@ -73,15 +73,15 @@ static void *reaper_main(void *arg)
         struct infer_item *expired;
         int64_t now = now_ns();
         b->q.guard_ns = guard_value(&b->guard, now);
-        int64_t next = bqueue_expire(&b->q, now, fastest(b), &expired);
+        int64_t next = bqueue_expire(&b->q, now, batcher_fastest(b), &expired);
         if (expired) {
             pthread_mutex_unlock(&b->lock);
-            complete_all(expired, BG_EDEADLINE,
+            batcher_complete_all(expired, BG_EDEADLINE,
                          "latency budget ran out while queued (answered when it could no longer be met)");
             pthread_mutex_lock(&b->lock);
             continue;
         }
-        timed_wait(&b->reap, &b->lock, next);
+        batcher_timed_wait(&b->reap, &b->lock, next);
     }
     pthread_mutex_unlock(&b->lock);
     return NULL;
@@ -119,7 +119,7 @@ struct batcher *batcher_new(const char *model_name, const struct model_batching 
     pthread_cond_init(&b->work, &ca);
     pthread_cond_init(&b->reap, &ca);
     pthread_condattr_destroy(&ca);
-    int rc = pthread_create(&b->reaper, NULL, reaper_main, b);
+    int rc = pthread_create(&b->reaper, NULL, batcher_reaper_main, b);
     if (rc) {
         error_set(err, BG_EINTERNAL, "model %s: cannot start the deadline thread: %s", model_name,
                   strerror(rc));
@@ -163,7 +163,7 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
     }
     int64_t now = now_ns();
     b->q.guard_ns = guard_value(&b->guard, now);
-    int rc = bqueue_push(&b->q, it, now, fastest(b), &e);
+    int rc = bqueue_push(&b->q, it, now, batcher_fastest(b), &e);
     void (*waker)(void *) = NULL;
     void *waker_arg = NULL;
     if (rc == 0) {
@@ -191,14 +191,14 @@ void batcher_cancel(struct batcher *b, struct infer_item *it)
     pthread_mutex_unlock(&b->lock);
     if (was_queued) {
         it->next = NULL;
-        complete_all(it, BG_ECANCELLED, "cancelled: the client went away");
+        batcher_complete_all(it, BG_ECANCELLED, "cancelled: the client went away");
     }
 }
 
 /* Under the lock: 1 and a batch, 0 and the instant to ask again, -1 closed.
  * Requests that became hopeless are answered 504 first (the lock is dropped
  * around their completion); nothing late is ever handed out. */
-static int take_locked(struct batcher *b, int instance, struct batch *out, int64_t *wake)
+static int batcher_take_locked(struct batcher *b, int instance, struct batch *out, int64_t *wake)
 {
     const struct latmodel *lat = &b->lat[instance >= 0 && instance < b->ninstances ? instance : 0];
     for (;;) {
@@ -207,10 +207,10 @@ static int take_locked(struct batcher *b, int instance, struct batch *out, int64
         int64_t now = now_ns();
         b->q.guard_ns = guard_value(&b->guard, now);
         struct infer_item *expired;
-        bqueue_expire(&b->q, now, fastest(b), &expired);
+        bqueue_expire(&b->q, now, batcher_fastest(b), &expired);
         if (expired) {
             pthread_mutex_unlock(&b->lock);
-            complete_all(expired, BG_EDEADLINE, "latency budget ran out while queued");
+            batcher_complete_all(expired, BG_EDEADLINE, "latency budget ran out while queued");
             pthread_mutex_lock(&b->lock);
             continue;
         }
@@ -228,12 +228,12 @@ int batcher_next(struct batcher *b, int instance, struct batch *out)
     pthread_mutex_lock(&b->lock);
     for (;;) {
         int64_t wake;
-        int rc = take_locked(b, instance, out, &wake);
+        int rc = batcher_take_locked(b, instance, out, &wake);
         if (rc != 0) {
             pthread_mutex_unlock(&b->lock);
             return rc > 0 ? 0 : -1;
         }
-        timed_wait(&b->work, &b->lock, wake);
+        batcher_timed_wait(&b->work, &b->lock, wake);
     }
 }
 
@@ -241,7 +241,7 @@ int batcher_try_next(struct batcher *b, int instance, struct batch *out, int64_t
 {
     pthread_mutex_lock(&b->lock);
     *wake_ns = POLICY_NEVER;
-    int rc = take_locked(b, instance, out, wake_ns);
+    int rc = batcher_take_locked(b, instance, out, wake_ns);
     pthread_mutex_unlock(&b->lock);
     return rc;
 }
@@ -260,7 +260,7 @@ void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns)
         return;
     pthread_mutex_lock(&b->lock);
     latmodel_add(&b->lat[instance], rows, exec_ns);
-    update_fastest(b);
+    batcher_update_fastest(b);
     pthread_mutex_unlock(&b->lock);
 }
 
@@ -287,7 +287,7 @@ void batcher_close(struct batcher *b)
         pthread_join(b->reaper, NULL);
         b->reaper_running = false;
     }
-    complete_all(left, BG_ESHUTDOWN, "the server is shutting down");
+    batcher_complete_all(left, BG_ESHUTDOWN, "the server is shutting down");
 }
 
 int batcher_depth(struct batcher *b)

@@ -16,7 +16,7 @@ void guard_destroy(struct guard *g)
 
 /* The k-th smallest of v[0..n) (Hoare's selection, expected O(n)): the fit
  * needs one quantile, not the order of the whole window. */
-static int64_t select_kth(int64_t *v, int n, int k)
+static int64_t guard_select_kth(int64_t *v, int n, int k)
 {
     int lo = 0, hi = n - 1;
     while (lo < hi) {
@@ -55,7 +55,7 @@ static void guard_fit(struct guard *g, int64_t now_ns)
             v[k++] = g->over[i];
     int64_t value = 0;
     if (k >= GUARD_MIN_SAMPLES) {
-        int64_t q = select_kth(v, k, (int)(GUARD_QUANTILE * (k - 1) + 0.5));
+        int64_t q = guard_select_kth(v, k, (int)(GUARD_QUANTILE * (k - 1) + 0.5));
         if (q > 0)
             value = q;
     }

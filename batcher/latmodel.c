@@ -10,15 +10,15 @@ void latmodel_init(struct latmodel *m)
     memset(m, 0, sizeof *m);
 }
 
-static int cmp_double(const void *x, const void *y)
+static int latmodel_cmp_double(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
 }
 
-static double median(double *v, int n)
+static double latmodel_median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    qsort(v, (size_t)n, sizeof *v, latmodel_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -33,17 +33,17 @@ static void latmodel_fit(struct latmodel *m)
             if (m->rows[i] != m->rows[j])
                 slopes[ns++] = (double)(m->ns[j] - m->ns[i]) / (double)(m->rows[j] - m->rows[i]);
     /* One batch size seen so far: keep the slope, refit the intercept. */
-    double b = ns ? median(slopes, ns) : m->b_ns;
+    double b = ns ? latmodel_median(slopes, ns) : m->b_ns;
     if (b < 0)
         b = 0;   /* a bigger batch never runs faster; noise can say otherwise */
     for (int i = 0; i < m->n; i++)
         resid[i] = (double)m->ns[i] - b * m->rows[i];
-    double a = median(resid, m->n);
+    double a = latmodel_median(resid, m->n);
     if (a < 0)
         a = 0;
     for (int i = 0; i < m->n; i++)
         resid[i] = fabs((double)m->ns[i] - (a + b * m->rows[i]));
-    m->margin_ns = 3.0 * median(resid, m->n);
+    m->margin_ns = 3.0 * latmodel_median(resid, m->n);
     m->a_ns = a;
     m->b_ns = b;
     m->samples_since_fit = 0;

@@ -6,7 +6,7 @@
 /* The selection serving the most rows, every one within its deadline when
  * started now: for each row budget R (largest first) take, in service
  * order, the requests that fit in R and whose deadline allows exec(R). */
-static void select_feasible(const struct policy_config *c, const struct latmodel *lat,
+static void policy_select_feasible(const struct policy_config *c, const struct latmodel *lat,
                             const struct policy_request *q, int n, int64_t now,
                             struct policy_decision *d)
 {
@@ -97,7 +97,7 @@ void policy_decide(const struct policy_config *c, const struct latmodel *lat,
     }
     if (take > 0) {
         if (deadline_aware && d->scratch) {
-            select_feasible(c, lat, q, n, now_ns, d);
+            policy_select_feasible(c, lat, q, n, now_ns, d);
             return;
         }
         d->take = take;

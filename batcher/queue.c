@@ -46,7 +46,7 @@ void bqueue_free(struct bqueue *q)
 }
 
 /* The deadline the planning works to: the guard earlier (0: none). */
-static int64_t plan_deadline(const struct bqueue *q, const struct infer_item *it)
+static int64_t bqueue_plan_deadline(const struct bqueue *q, const struct infer_item *it)
 {
     return it->deadline_ns ? it->deadline_ns - q->guard_ns : 0;
 }
@@ -65,7 +65,7 @@ bool bqueue_served_before(const struct infer_item *a, const struct infer_item *b
 }
 
 /* Inserts scanning from the tail: arrivals mostly belong near it. */
-static void svc_insert(struct bqueue *q, struct infer_item *it)
+static void bqueue_svc_insert(struct bqueue *q, struct infer_item *it)
 {
     struct infer_item *p = q->svc_tail;
     while (p && bqueue_served_before(it, p))
@@ -82,7 +82,7 @@ static void svc_insert(struct bqueue *q, struct infer_item *it)
         q->svc_head = it;
 }
 
-static void arr_insert(struct bqueue *q, struct infer_item *it)
+static void bqueue_arr_insert(struct bqueue *q, struct infer_item *it)
 {
     struct infer_item *p = q->arr_tail;
     while (p && it->t_arrival_ns < p->t_arrival_ns)
@@ -99,7 +99,7 @@ static void arr_insert(struct bqueue *q, struct infer_item *it)
         q->arr_head = it;
 }
 
-static void dl_insert(struct bqueue *q, struct infer_item *it)
+static void bqueue_dl_insert(struct bqueue *q, struct infer_item *it)
 {
     struct infer_item *p = q->dl_tail;
     while (p && it->deadline_ns < p->deadline_ns)
@@ -116,7 +116,7 @@ static void dl_insert(struct bqueue *q, struct infer_item *it)
         q->dl_head = it;
 }
 
-static void unlink_all(struct bqueue *q, struct infer_item *it)
+static void bqueue_unlink_all(struct bqueue *q, struct infer_item *it)
 {
     if (it->prev)
         it->prev->next = it->next;
@@ -172,10 +172,10 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                              it->rows, (double)need / 1e6, (double)q->guard_ns / 1e6,
                              (double)(it->deadline_ns - now_ns) / 1e6);
     }
-    svc_insert(q, it);
-    arr_insert(q, it);
+    bqueue_svc_insert(q, it);
+    bqueue_arr_insert(q, it);
     if (it->deadline_ns)
-        dl_insert(q, it);
+        bqueue_dl_insert(q, it);
     it->queued = true;
     q->n++;
     return 0;
@@ -184,7 +184,7 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
 void bqueue_remove(struct bqueue *q, struct infer_item *it)
 {
     if (it->queued)
-        unlink_all(q, it);
+        bqueue_unlink_all(q, it);
 }
 
 int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
@@ -199,11 +199,11 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
     int64_t horizon = now_ns + latmodel_predict(lat, q->cfg.max_batch_size);
     int64_t next = POLICY_NEVER;
     struct infer_item *it = q->dl_head, *nx;
-    for (; it && plan_deadline(q, it) <= horizon; it = nx) {
+    for (; it && bqueue_plan_deadline(q, it) <= horizon; it = nx) {
         nx = it->dnext;
-        int64_t at = plan_deadline(q, it) - latmodel_predict(lat, it->rows);
+        int64_t at = bqueue_plan_deadline(q, it) - latmodel_predict(lat, it->rows);
         if (at <= now_ns) {
-            unlink_all(q, it);
+            bqueue_unlink_all(q, it);
             *tail = it;
             tail = &it->next;
         } else if (at < next) {
@@ -211,7 +211,7 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
         }
     }
     if (it) {
-        int64_t at = plan_deadline(q, it) - latmodel_predict(lat, q->cfg.max_batch_size);
+        int64_t at = bqueue_plan_deadline(q, it) - latmodel_predict(lat, q->cfg.max_batch_size);
         if (at < next)
             next = at;
     }
@@ -239,7 +239,7 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     for (int i = 0; i < n; i++) {
         q->view[i].rows = q->view_items[i]->rows;
         q->view[i].arrival_ns = q->view_items[i]->t_arrival_ns;
-        q->view[i].deadline_ns = plan_deadline(q, q->view_items[i]);
+        q->view[i].deadline_ns = bqueue_plan_deadline(q, q->view_items[i]);
     }
     struct policy_decision d;
     policy_decision_init(&d, q->pick_scratch);
@@ -256,7 +256,7 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     int64_t planned = lat ? now_ns + latmodel_predict(lat, d.rows) : 0;
     for (int i = 0; i < d.take; i++) {
         struct infer_item *it = q->view_items[d.pick ? d.pick[i] : i];
-        unlink_all(q, it);
+        bqueue_unlink_all(q, it);
         it->t_dequeue_ns = now_ns;
         it->t_planned_ns = planned;
         *tail = it;
@@ -274,7 +274,7 @@ struct infer_item *bqueue_drain(struct bqueue *q)
     struct infer_item *head = NULL, **tail = &head;
     while (q->svc_head) {
         struct infer_item *it = q->svc_head;
-        unlink_all(q, it);
+        bqueue_unlink_all(q, it);
         *tail = it;
         tail = &it->next;
     }

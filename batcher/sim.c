@@ -17,7 +17,7 @@ struct sim_instance {
     int64_t exec_ns;
 };
 
-static uint64_t rng_next(uint64_t *s)
+static uint64_t sim_rng_next(uint64_t *s)
 {
     *s ^= *s << 13;
     *s ^= *s >> 7;
@@ -31,7 +31,7 @@ static uint64_t rng_next(uint64_t *s)
             snprintf((st)->violation, sizeof (st)->violation, __VA_ARGS__);     \
     } while (0)
 
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t sim_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 
 int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct sim_stats *st)
@@ -125,7 +125,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
             struct batch b = {0};
             int64_t w;
             if (!bqueue_take(&q, now, kind == POLICY_DEADLINE ? &lat[i] : NULL, &b, &w)) {
-                wake = min64(wake, w);
+                wake = sim_min64(wake, w);
                 continue;
             }
             if (b.rows > c->batching.max_batch_size)
@@ -133,7 +133,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
                         c->batching.max_batch_size);
             double e = c->exec_a_ns + c->exec_b_ns * b.rows;
             if (c->jitter > 0)
-                e *= 1.0 + c->jitter * ((double)(rng_next(&rng) % 2001) / 1000.0 - 1.0);
+                e *= 1.0 + c->jitter * ((double)(sim_rng_next(&rng) % 2001) / 1000.0 - 1.0);
             in->exec_ns = (int64_t)e;
             in->busy_until = now + in->exec_ns;
             in->batch = b.head;
@@ -195,9 +195,9 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
             t = reqs[next_arrival].arrival_ns;
         for (int i = 0; i < c->instances; i++)
             if (inst[i].busy_until)
-                t = min64(t, inst[i].busy_until);
-        t = min64(t, wake);
-        t = min64(t, expiry);
+                t = sim_min64(t, inst[i].busy_until);
+        t = sim_min64(t, wake);
+        t = sim_min64(t, expiry);
         if (t == POLICY_NEVER) {
             VIOLATE(st, "stalled at %lld with %d of %d answered", (long long)now, answered, n);
             break;

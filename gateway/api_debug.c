@@ -24,30 +24,30 @@ struct delayed {
     char body[256];
 };
 
-static void delayed_finish(struct delayed *d)
+static void debug_delayed_finish(struct delayed *d)
 {
     event_free(d->ev);
     http_respond(d->req, 200, "application/json", d->body, strlen(d->body), NULL);
     free(d);
 }
 
-static void on_delay(evutil_socket_t fd, short what, void *arg)
+static void debug_on_delay(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    delayed_finish(arg);
+    debug_delayed_finish(arg);
 }
 
-static void on_delay_abort(struct http_request *req, void *arg)
+static void debug_on_delay_abort(struct http_request *req, void *arg)
 {
     (void)req;
     struct delayed *d = arg;
     event_del(d->ev);
-    delayed_finish(d);
+    debug_delayed_finish(d);
 }
 
 /* Value of key in a query string like "ms=10&id=a"; copies into out. */
-static int query_get(const char *q, size_t qlen, const char *key, char *out, size_t cap)
+static int debug_query_get(const char *q, size_t qlen, const char *key, char *out, size_t cap)
 {
     size_t klen = strlen(key);
     const char *p = q, *end = q + qlen;
@@ -75,8 +75,8 @@ static void debug_delay(struct http_request *req, const struct route_match *m, v
     const char *q = http_request_query(req, &qlen);
     char ms_s[16] = "0", id[64] = "";
     if (q) {
-        query_get(q, qlen, "ms", ms_s, sizeof ms_s);
-        query_get(q, qlen, "id", id, sizeof id);
+        debug_query_get(q, qlen, "ms", ms_s, sizeof ms_s);
+        debug_query_get(q, qlen, "id", id, sizeof id);
     }
     char *end;
     long ms = strtol(ms_s, &end, 10);
@@ -88,14 +88,14 @@ static void debug_delay(struct http_request *req, const struct route_match *m, v
         if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
             *p = '_';
     struct delayed *d = calloc(1, sizeof *d);
-    if (!d || !(d->ev = evtimer_new(http_request_event_base(req), on_delay, d))) {
+    if (!d || !(d->ev = evtimer_new(http_request_event_base(req), debug_on_delay, d))) {
         free(d);
         http_respond_error(req, 500, NULL, "out of memory");
         return;
     }
     d->req = req;
     snprintf(d->body, sizeof d->body, "{\"delayed_ms\":%ld,\"id\":\"%s\"}", ms, id);
-    http_request_on_abort(req, on_delay_abort, d);
+    http_request_on_abort(req, debug_on_delay_abort, d);
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(d->ev, &tv);
 }
@@ -151,7 +151,7 @@ static void debug_fault(struct http_request *req, const struct route_match *m, v
 /* Each malloc arena's size from glibc's malloc_info XML: arenas appearing
  * or growing late are what make RSS creep while the memory in use is flat
  * (docs/RELIABILITY.md). Writes "[a,b,...]" into out; returns the count. */
-static int arenas_json(char *out, size_t cap, size_t *mmapped_chunks)
+static int debug_arenas_json(char *out, size_t cap, size_t *mmapped_chunks)
 {
     char *xml = NULL;
     size_t len = 0;
@@ -198,7 +198,7 @@ static void debug_memory(struct http_request *req, const struct route_match *m, 
     struct mallinfo2 mi = mallinfo2();
     char arenas[512];
     size_t chunks;
-    int narenas = arenas_json(arenas, sizeof arenas, &chunks);
+    int narenas = debug_arenas_json(arenas, sizeof arenas, &chunks);
     char body[768];
     int n = snprintf(body, sizeof body,
                      "{\"heap_in_use_bytes\":%zu,\"heap_free_bytes\":%zu,\"heap_bytes\":%zu,"

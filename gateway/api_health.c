@@ -32,7 +32,7 @@ static void health_ready(struct http_request *req, const struct route_match *m, 
     }
 }
 
-static void server_metadata(struct http_request *req, const struct route_match *m, void *ctx)
+static void health_server_metadata(struct http_request *req, const struct route_match *m, void *ctx)
 {
     static const char body[] =
         "{\"name\":\"batchgate\",\"version\":\"" BATCHGATE_VERSION "\",\"extensions\":[]}";
@@ -46,7 +46,7 @@ int api_health_register(struct router *r, struct api_state *st, struct error *er
     int rc;
     if ((rc = router_add(r, HTTP_M_GET, "/v2/health/live", health_live, st, err)) ||
         (rc = router_add(r, HTTP_M_GET, "/v2/health/ready", health_ready, st, err)) ||
-        (rc = router_add(r, HTTP_M_GET, "/v2", server_metadata, st, err)))
+        (rc = router_add(r, HTTP_M_GET, "/v2", health_server_metadata, st, err)))
         return rc;
     return 0;
 }

@@ -23,7 +23,7 @@ struct jscratch {
 
 static _Thread_local struct jscratch *current;
 
-static struct block *block_new(size_t cap)
+static struct block *jscratch_block_new(size_t cap)
 {
     struct block *b = malloc(sizeof *b + cap);
     if (b) {
@@ -34,7 +34,7 @@ static struct block *block_new(size_t cap)
     return b;
 }
 
-static bool owns(const struct jscratch *s, const void *p)
+static bool jscratch_owns(const struct jscratch *s, const void *p)
 {
     for (const struct block *b = s->head; b; b = b->next)
         if ((const char *)p >= (const char *)b->data && (const char *)p < (const char *)b->data + b->cap)
@@ -42,7 +42,7 @@ static bool owns(const struct jscratch *s, const void *p)
     return false;
 }
 
-static void *scratch_malloc(size_t n)
+static void *jscratch_json_malloc(size_t n)
 {
     struct jscratch *s = current;
     if (!s)
@@ -54,7 +54,7 @@ static void *scratch_malloc(size_t n)
     if (b->cap - b->used < need) {
         /* Grow geometrically: a large body costs a few mallocs, not one per value. */
         size_t cap = b->cap * 2 > need ? b->cap * 2 : need;
-        struct block *nb = block_new(cap);
+        struct block *nb = jscratch_block_new(cap);
         if (!nb)
             return NULL;
         nb->next = b;
@@ -66,17 +66,17 @@ static void *scratch_malloc(size_t n)
     return p;
 }
 
-static void scratch_free(void *p)
+static void jscratch_json_free(void *p)
 {
     struct jscratch *s = current;
-    if (!p || (s && owns(s, p)))
+    if (!p || (s && jscratch_owns(s, p)))
         return;   /* the arena's: released all at once by jscratch_end */
     free(p);
 }
 
 void jscratch_install(void)
 {
-    json_set_alloc_funcs(scratch_malloc, scratch_free);
+    json_set_alloc_funcs(jscratch_json_malloc, jscratch_json_free);
 }
 
 struct jscratch *jscratch_new(size_t block_bytes)
@@ -85,7 +85,7 @@ struct jscratch *jscratch_new(size_t block_bytes)
     if (!s)
         return NULL;
     s->first_cap = block_bytes ? block_bytes : 4096;
-    s->head = block_new(s->first_cap);
+    s->head = jscratch_block_new(s->first_cap);
     if (!s->head) {
         free(s);
         return NULL;
@@ -93,7 +93,7 @@ struct jscratch *jscratch_new(size_t block_bytes)
     return s;
 }
 
-static void release(struct jscratch *s)
+static void jscratch_release(struct jscratch *s)
 {
     while (s->head->next) {
         struct block *b = s->head;
@@ -117,7 +117,7 @@ void jscratch_end(struct jscratch *s)
         return;
     if (current == s)
         current = NULL;
-    release(s);
+    jscratch_release(s);
 }
 
 void jscratch_free(struct jscratch *s)

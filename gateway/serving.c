@@ -17,7 +17,7 @@ struct serving {
     int n;
 };
 
-static int name_cmp(const void *a, const void *b)
+static int serving_name_cmp(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -66,7 +66,7 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
     }
     closedir(d);
     if (n > 1)   /* qsort of an empty, NULL list is undefined (UBSan said so) */
-        qsort(names, (size_t)n, sizeof *names, name_cmp);
+        qsort(names, (size_t)n, sizeof *names, serving_name_cmp);
     s->models = calloc((size_t)(n ? n : 1), sizeof *s->models);
     if (!s->models) {
         for (int i = 0; i < n; i++)
@@ -102,26 +102,26 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
 }
 
 /* The workers' batch source: the model's batcher, plus the statistics. */
-static int source_next(void *ctx, int instance, struct batch *b)
+static int serving_source_next(void *ctx, int instance, struct batch *b)
 {
     struct served_model *sm = ctx;
     return batcher_next(sm->batcher, instance, b);
 }
 
-static void source_done(void *ctx, int instance, int rows, int64_t exec_ns)
+static void serving_source_done(void *ctx, int instance, int rows, int64_t exec_ns)
 {
     struct served_model *sm = ctx;
     batcher_done(sm->batcher, instance, rows, exec_ns);
     modelstats_batch(sm->stats, instance, rows, exec_ns);
 }
 
-static int source_try_next(void *ctx, int instance, struct batch *b, int64_t *wake_ns)
+static int serving_source_try_next(void *ctx, int instance, struct batch *b, int64_t *wake_ns)
 {
     struct served_model *sm = ctx;
     return batcher_try_next(sm->batcher, instance, b, wake_ns);
 }
 
-static void source_set_waker(void *ctx, void (*waker)(void *), void *arg)
+static void serving_source_set_waker(void *ctx, void (*waker)(void *), void *arg)
 {
     struct served_model *sm = ctx;
     batcher_set_waker(sm->batcher, waker, arg);
@@ -142,8 +142,8 @@ static void serving_load_one(struct served_model *sm)
             for (int w = 0; w < m->instances[i].nwarm; w++)
                 batcher_seed(sm->batcher, i, m->instances[i].warm_rows[w],
                              m->instances[i].warm_ns[w]);
-    struct batch_source src = {.next = source_next, .done = source_done,
-                               .try_next = source_try_next, .set_waker = source_set_waker,
+    struct batch_source src = {.next = serving_source_next, .done = serving_source_done,
+                               .try_next = serving_source_try_next, .set_waker = serving_source_set_waker,
                                .ctx = sm};
     if (sm->stats)
         modelstats_loaded(sm->stats);

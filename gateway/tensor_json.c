@@ -43,7 +43,7 @@ int json_append_string(struct buf *out, const char *s, size_t len)
     return 0;
 }
 
-static int append_floats(struct buf *out, const float *v, size_t n)
+static int tensor_append_floats(struct buf *out, const float *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         if (i && buf_append(out, ",", 1) < 0)
@@ -55,7 +55,7 @@ static int append_floats(struct buf *out, const float *v, size_t n)
 }
 
 /* Writes rows x shape as nested arrays (TF-Serving predictions). */
-static int append_nested(struct buf *out, const float **v, const int64_t *shape, int ndims)
+static int tensor_append_nested(struct buf *out, const float **v, const int64_t *shape, int ndims)
 {
     if (buf_append(out, "[", 1) < 0)
         return -1;
@@ -66,14 +66,14 @@ static int append_nested(struct buf *out, const float **v, const int64_t *shape,
             if (json_append_float(out, **v) < 0)
                 return -1;
             (*v)++;
-        } else if (append_nested(out, v, shape + 1, ndims - 1) < 0) {
+        } else if (tensor_append_nested(out, v, shape + 1, ndims - 1) < 0) {
             return -1;
         }
     }
     return buf_append(out, "]", 1);
 }
 
-static void append_shape(struct buf *out, int rows, const struct model_tensor *t)
+static void tensor_append_shape(struct buf *out, int rows, const struct model_tensor *t)
 {
     buf_appendf(out, "[%d", rows);
     for (int i = 0; i < t->ndims; i++)
@@ -81,7 +81,7 @@ static void append_shape(struct buf *out, int rows, const struct model_tensor *t
     buf_append(out, "]", 1);
 }
 
-static void format_model_shape(const struct model_tensor *t, char *s, size_t cap)
+static void tensor_format_model_shape(const struct model_tensor *t, char *s, size_t cap)
 {
     int n = snprintf(s, cap, "[-1");
     for (int i = 0; i < t->ndims && n > 0 && (size_t)n < cap; i++)
@@ -100,7 +100,7 @@ struct flat {
 };
 
 /* Flattens nested arrays of numbers into dst, in row-major order. */
-static int flatten(json_t *v, struct flat *f, int depth)
+static int tensor_flatten(json_t *v, struct flat *f, int depth)
 {
     if (depth > 32)
         return error_set(f->err, BG_EINVAL, "%s: nested deeper than 32 levels", f->field);
@@ -108,7 +108,7 @@ static int flatten(json_t *v, struct flat *f, int depth)
         size_t i;
         json_t *e;
         json_array_foreach(v, i, e) {
-            int rc = flatten(e, f, depth + 1);
+            int rc = tensor_flatten(e, f, depth + 1);
             if (rc)
                 return rc;
         }
@@ -126,7 +126,7 @@ static int flatten(json_t *v, struct flat *f, int depth)
     return 0;
 }
 
-static int get_bool_param(json_t *params, const char *key, bool *out, const char *where,
+static int tensor_get_bool_param(json_t *params, const char *key, bool *out, const char *where,
                           struct error *err)
 {
     json_t *v = json_object_get(params, key);
@@ -138,7 +138,7 @@ static int get_bool_param(json_t *params, const char *key, bool *out, const char
     return 0;
 }
 
-static int decode_request_params(json_t *params, struct infer_request *out, struct error *err)
+static int tensor_decode_request_params(json_t *params, struct infer_request *out, struct error *err)
 {
     if (!params)
         return 0;
@@ -160,11 +160,11 @@ static int decode_request_params(json_t *params, struct infer_request *out, stru
         out->has_timeout = true;
         out->timeout_us = json_integer_value(v);
     }
-    return get_bool_param(params, "binary_data_output", &out->binary_output, "", err);
+    return tensor_get_bool_param(params, "binary_data_output", &out->binary_output, "", err);
 }
 
 /* One entry of "inputs". `bin`/`bin_len` is what is left of the binary section. */
-static int decode_input(const struct model_config *m, json_t *in, int idx, const char **bin,
+static int tensor_decode_input(const struct model_config *m, json_t *in, int idx, const char **bin,
                         size_t *bin_len, struct infer_request *out, struct error *err)
 {
     char where[48];
@@ -186,7 +186,7 @@ static int decode_input(const struct model_config *m, json_t *in, int idx, const
                          where, json_string_value(dt), t->datatype);
     json_t *shape = json_object_get(in, "shape");
     char want[128];
-    format_model_shape(t, want, sizeof want);
+    tensor_format_model_shape(t, want, sizeof want);
     if (!json_is_array(shape) || json_array_size(shape) != (size_t)t->ndims + 1)
         return error_set(err, BG_EINVAL,
                          "%sshape: must be [rows, ...] matching the model's %s", where, want);
@@ -242,7 +242,7 @@ static int decode_input(const struct model_config *m, json_t *in, int idx, const
     char field[64];
     snprintf(field, sizeof field, "%sdata", where);
     struct flat f = {out->input, 0, count, field, err};
-    int rc = flatten(data, &f, 0);
+    int rc = tensor_flatten(data, &f, 0);
     if (rc)
         return rc;
     if (f.n != count)
@@ -251,7 +251,7 @@ static int decode_input(const struct model_config *m, json_t *in, int idx, const
     return 0;
 }
 
-static int decode_outputs(const struct model_config *m, json_t *outs, struct infer_request *out,
+static int tensor_decode_outputs(const struct model_config *m, json_t *outs, struct infer_request *out,
                           struct error *err)
 {
     if (!outs)
@@ -274,7 +274,7 @@ static int decode_outputs(const struct model_config *m, json_t *outs, struct inf
             snprintf(where, sizeof where, "outputs[%zu].", i);
             if (!json_is_object(params))
                 return error_set(err, BG_EINVAL, "%sparameters: must be an object", where);
-            int rc = get_bool_param(params, "binary_data", &out->binary_output, where, err);
+            int rc = tensor_get_bool_param(params, "binary_data", &out->binary_output, where, err);
             if (rc)
                 return rc;
         }
@@ -319,7 +319,7 @@ int tensor_decode_kserve(const struct model_config *m, const char *body, size_t 
         memcpy(out->id, json_string_value(id), json_string_length(id) + 1);
         out->has_id = true;
     }
-    if ((rc = decode_request_params(json_object_get(root, "parameters"), out, err)))
+    if ((rc = tensor_decode_request_params(json_object_get(root, "parameters"), out, err)))
         goto out;
     json_t *inputs = json_object_get(root, "inputs");
     if (!json_is_array(inputs) || json_array_size(inputs) == 0) {
@@ -331,8 +331,8 @@ int tensor_decode_kserve(const struct model_config *m, const char *body, size_t 
                        m->name, m->input.name, json_array_size(inputs));
         goto out;
     }
-    if ((rc = decode_input(m, json_array_get(inputs, 0), 0, &bin, &bin_len, out, err)) ||
-        (rc = decode_outputs(m, json_object_get(root, "outputs"), out, err)))
+    if ((rc = tensor_decode_input(m, json_array_get(inputs, 0), 0, &bin, &bin_len, out, err)) ||
+        (rc = tensor_decode_outputs(m, json_object_get(root, "outputs"), out, err)))
         goto out;
     if (bin && bin_len != 0) {
         rc = error_set(err, BG_EINVAL, "%zu binary bytes after the JSON header belong to no input",
@@ -362,7 +362,7 @@ int tensor_encode_kserve(const struct model_config *m, const struct infer_reques
     buf_append(out, ",\"outputs\":[{\"name\":", 20);
     json_append_string(out, m->output.name, strlen(m->output.name));
     buf_appendf(out, ",\"datatype\":\"%s\",\"shape\":", m->output.datatype);
-    append_shape(out, r->rows, &m->output);
+    tensor_append_shape(out, r->rows, &m->output);
     if (r->binary_output) {
         buf_appendf(out, ",\"parameters\":{\"binary_data_size\":%zu}}]}", count * sizeof(float));
         *json_len = (int64_t)out->len;
@@ -370,7 +370,7 @@ int tensor_encode_kserve(const struct model_config *m, const struct infer_reques
     }
     *json_len = -1;
     buf_append(out, ",\"data\":[", 9);
-    if (append_floats(out, output, count) < 0)
+    if (tensor_append_floats(out, output, count) < 0)
         return -1;
     return buf_append(out, "]}]}", 4);
 }
@@ -417,7 +417,7 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
             row = v;
         }
         struct flat f = {out->input + i * per, 0, per, field, err};
-        if ((rc = flatten(row, &f, 0)))
+        if ((rc = tensor_flatten(row, &f, 0)))
             goto out;
         if (f.n != per) {
             rc = error_set(err, BG_EINVAL, "%s: %zu numbers, but a row of input \"%s\" has %zu",
@@ -442,7 +442,7 @@ int tensor_encode_tfs(const struct model_config *m, int rows, const float *outpu
         shape[i + 1] = m->output.shape[i];
     buf_append(out, "{\"predictions\":", 15);
     const float *p = output;
-    if (append_nested(out, &p, shape, m->output.ndims + 1) < 0)
+    if (tensor_append_nested(out, &p, shape, m->output.ndims + 1) < 0)
         return -1;
     return buf_append(out, "}", 1);
 }

@@ -13,34 +13,34 @@
 
 static struct http_parse *parse_of(llhttp_t *l) { return (struct http_parse *)l->data; }
 
-static int fail(struct http_parse *hp, int status, const char *msg)
+static int parse_fail(struct http_parse *hp, int status, const char *msg)
 {
     hp->error_status = status;
     snprintf(hp->error_msg, sizeof hp->error_msg, "%s", msg);
     return HPE_USER;
 }
 
-static int on_message_begin(llhttp_t *l)
+static int parse_on_message_begin(llhttp_t *l)
 {
     struct http_parse *hp = parse_of(l);
     hp->cur = hp->alloc(hp->alloc_ctx);
     if (!hp->cur)
-        return fail(hp, 503, "out of memory for a new request");
+        return parse_fail(hp, 503, "out of memory for a new request");
     hp->phase = HTTP_PHASE_HEAD;
     hp->in_value = false;
     return 0;
 }
 
-static int on_url(llhttp_t *l, const char *at, size_t n)
+static int parse_on_url(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
     if (buf_append(&hp->cur->head, at, n) < 0)
-        return fail(hp, 503, "out of memory for the request line");
+        return parse_fail(hp, 503, "out of memory for the request line");
     hp->cur->url_len += (uint32_t)n;
     return 0;
 }
 
-static int on_header_field(llhttp_t *l, const char *at, size_t n)
+static int parse_on_header_field(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
     struct http_request *r = hp->cur;
@@ -49,7 +49,7 @@ static int on_header_field(llhttp_t *l, const char *at, size_t n)
             int cap = r->hdrs_cap ? r->hdrs_cap * 2 : 16;
             struct http_header *h = realloc(r->hdrs, (size_t)cap * sizeof *h);
             if (!h)
-                return fail(hp, 503, "out of memory for headers");
+                return parse_fail(hp, 503, "out of memory for headers");
             r->hdrs = h;
             r->hdrs_cap = cap;
         }
@@ -59,12 +59,12 @@ static int on_header_field(llhttp_t *l, const char *at, size_t n)
         hp->in_value = false;
     }
     if (buf_append(&r->head, at, n) < 0)
-        return fail(hp, 503, "out of memory for headers");
+        return parse_fail(hp, 503, "out of memory for headers");
     r->hdrs[r->nhdrs - 1].name_len += (uint32_t)n;
     return 0;
 }
 
-static int on_header_value(llhttp_t *l, const char *at, size_t n)
+static int parse_on_header_value(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
     struct http_request *r = hp->cur;
@@ -74,12 +74,12 @@ static int on_header_value(llhttp_t *l, const char *at, size_t n)
         hp->in_value = true;
     }
     if (buf_append(&r->head, at, n) < 0)
-        return fail(hp, 503, "out of memory for headers");
+        return parse_fail(hp, 503, "out of memory for headers");
     h->val_len += (uint32_t)n;
     return 0;
 }
 
-static int method_bit(uint8_t m)
+static int parse_method_bit(uint8_t m)
 {
     switch (m) {
     case HTTP_GET: return HTTP_M_GET;
@@ -93,12 +93,12 @@ static int method_bit(uint8_t m)
     }
 }
 
-static int on_headers_complete(llhttp_t *l)
+static int parse_on_headers_complete(llhttp_t *l)
 {
     struct http_parse *hp = parse_of(l);
     struct http_request *r = hp->cur;
     r->llhttp_method = llhttp_get_method(l);
-    r->method = method_bit(r->llhttp_method);
+    r->method = parse_method_bit(r->llhttp_method);
     r->http_major = llhttp_get_http_major(l);
     r->http_minor = llhttp_get_http_minor(l);
     r->keep_alive = llhttp_should_keep_alive(l) != 0;
@@ -107,21 +107,21 @@ static int on_headers_complete(llhttp_t *l)
     hp->upgrade = llhttp_get_upgrade(l) != 0;
     hp->phase = HTTP_PHASE_BODY;
     if (r->http_major != 1)
-        return fail(hp, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
+        return parse_fail(hp, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
     /* RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host. */
     int hosts = 0;
     for (int i = 0; i < r->nhdrs; i++)
         if (r->hdrs[i].name_len == 4 && strncasecmp(r->head.data + r->hdrs[i].name_off, "Host", 4) == 0)
             hosts++;
     if (r->http_minor >= 1 && hosts != 1)
-        return fail(hp, 400, hosts ? "more than one Host header" : "missing Host header (required by HTTP/1.1)");
+        return parse_fail(hp, 400, hosts ? "more than one Host header" : "missing Host header (required by HTTP/1.1)");
     size_t vlen;
     const char *expect = http_request_header(r, "Expect", &vlen);
     if (expect) {
         if (vlen == 12 && strncasecmp(expect, "100-continue", 12) == 0) {
             r->expect_continue = r->http_minor >= 1;
         } else {
-            return fail(hp, 417, "the Expect header supports only 100-continue");
+            return parse_fail(hp, 417, "the Expect header supports only 100-continue");
         }
     }
     /* Refuse an oversized declared body before reading a byte of it. */
@@ -141,7 +141,7 @@ static int on_headers_complete(llhttp_t *l)
     return has_body ? HPE_PAUSED : 0;
 }
 
-static int on_body(llhttp_t *l, const char *at, size_t n)
+static int parse_on_body(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
     struct http_request *r = hp->cur;
@@ -154,12 +154,12 @@ static int on_body(llhttp_t *l, const char *at, size_t n)
         return HPE_USER;
     }
     if (buf_append(&r->body, at, n) < 0)
-        return fail(hp, 503, "out of memory for the request body");
+        return parse_fail(hp, 503, "out of memory for the request body");
     r->body_total += n;
     return 0;
 }
 
-static int on_message_complete(llhttp_t *l)
+static int parse_on_message_complete(llhttp_t *l)
 {
     struct http_parse *hp = parse_of(l);
     hp->phase = HTTP_PHASE_IDLE;
@@ -172,13 +172,13 @@ static int on_message_complete(llhttp_t *l)
  * a constant table built at compile time is shared by all IO threads without
  * a race (a lazily built one was a data race TSan caught). */
 static const llhttp_settings_t parse_settings = {
-    .on_message_begin = on_message_begin,
-    .on_url = on_url,
-    .on_header_field = on_header_field,
-    .on_header_value = on_header_value,
-    .on_headers_complete = on_headers_complete,
-    .on_body = on_body,
-    .on_message_complete = on_message_complete,
+    .on_message_begin = parse_on_message_begin,
+    .on_url = parse_on_url,
+    .on_header_field = parse_on_header_field,
+    .on_header_value = parse_on_header_value,
+    .on_headers_complete = parse_on_headers_complete,
+    .on_body = parse_on_body,
+    .on_message_complete = parse_on_message_complete,
 };
 
 void http_parse_init(struct http_parse *hp, size_t max_header_bytes, size_t max_body_bytes,

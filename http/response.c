@@ -60,7 +60,7 @@ void http_date_format(int64_t unix_sec, char out[32])
 }
 
 /* Appends decimal n without printf: this runs once per response. */
-static char *put_u64(char *p, uint64_t n)
+static char *response_put_u64(char *p, uint64_t n)
 {
     char tmp[24];
     int i = 0;
@@ -73,13 +73,13 @@ static char *put_u64(char *p, uint64_t n)
     return p;
 }
 
-static char *put_str(char *p, const char *s, size_t n)
+static char *response_put_str(char *p, const char *s, size_t n)
 {
     memcpy(p, s, n);
     return p + n;
 }
 
-#define PUT_LIT(p, lit) put_str((p), (lit), sizeof(lit) - 1)
+#define PUT_LIT(p, lit) response_put_str((p), (lit), sizeof(lit) - 1)
 
 int http_response_write(struct buf *out, const struct http_response *r, const char *date)
 {
@@ -93,18 +93,18 @@ int http_response_write(struct buf *out, const struct http_response *r, const ch
         return -1;
     char *p = out->data + out->len;
     p = PUT_LIT(p, "HTTP/1.1 ");
-    p = put_u64(p, (uint64_t)r->status);
+    p = response_put_u64(p, (uint64_t)r->status);
     *p++ = ' ';
-    p = put_str(p, reason, strlen(reason));
+    p = response_put_str(p, reason, strlen(reason));
     p = PUT_LIT(p, "\r\nServer: batchgate\r\nDate: ");
-    p = put_str(p, date, date_len);
+    p = response_put_str(p, date, date_len);
     if (r->content_type) {
         p = PUT_LIT(p, "\r\nContent-Type: ");
-        p = put_str(p, r->content_type, ctype_len);
+        p = response_put_str(p, r->content_type, ctype_len);
     }
     if (r->framing == HTTP_FRAME_LENGTH) {
         p = PUT_LIT(p, "\r\nContent-Length: ");
-        p = put_u64(p, r->body_len);
+        p = response_put_u64(p, r->body_len);
     } else if (r->framing == HTTP_FRAME_CHUNKED) {
         p = PUT_LIT(p, "\r\nTransfer-Encoding: chunked");
     }
@@ -114,10 +114,10 @@ int http_response_write(struct buf *out, const struct http_response *r, const ch
     else if (r->conn == HTTP_CONN_KEEP_ALIVE)
         p = PUT_LIT(p, "Connection: keep-alive\r\n");
     if (extra_len)
-        p = put_str(p, r->extra_headers, extra_len);
+        p = response_put_str(p, r->extra_headers, extra_len);
     p = PUT_LIT(p, "\r\n");
     if (body)
-        p = put_str(p, r->body, body);
+        p = response_put_str(p, r->body, body);
     out->len = (size_t)(p - out->data);
     return 0;
 }

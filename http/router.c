@@ -76,7 +76,7 @@ int router_add_prefix(struct router *r, const char *prefix, route_handler_fn fn,
     return 0;
 }
 
-static const struct prefix_route *prefix_match(const struct router *r, const char *path, size_t len)
+static const struct prefix_route *router_prefix_match(const struct router *r, const char *path, size_t len)
 {
     for (int i = 0; i < r->nprefixes; i++) {
         const struct prefix_route *p = &r->prefixes[i];
@@ -156,7 +156,7 @@ fail:
     return -err->code;
 }
 
-static int route_matches(const struct route *rt, const char *path, size_t len, struct route_match *m)
+static int router_route_matches(const struct route *rt, const char *path, size_t len, struct route_match *m)
 {
     if (len == 0 || path[0] != '/')
         return 0;
@@ -191,7 +191,7 @@ enum router_result router_match(const struct router *r, int method, const char *
     struct route_match tmp;
     for (int i = 0; i < r->n; i++) {
         const struct route *rt = &r->routes[i];
-        if (!route_matches(rt, path, path_len, &tmp))
+        if (!router_route_matches(rt, path, path_len, &tmp))
             continue;
         if (rt->methods & method) {
             *fn = rt->fn;
@@ -241,7 +241,7 @@ void router_format_allow(int methods, char *out, size_t cap)
 }
 
 /* Where req goes: a route of router_add (or 404/405), else a prefix route. */
-struct lookup {
+struct router_lookup {
     enum router_result res;
     route_handler_fn fn;
     void *ctx;
@@ -250,14 +250,14 @@ struct lookup {
     const struct prefix_route *pr;   /* set when no route of router_add matched the path */
 };
 
-static void lookup(const struct router *r, const struct http_request *req, struct lookup *l)
+static void router_lookup(const struct router *r, const struct http_request *req, struct router_lookup *l)
 {
     size_t len;
     const char *path = http_request_path(req, &len);
     l->allowed = 0;
     l->res = router_match(r, http_request_method(req), path, len, &l->fn, &l->ctx, &l->m,
                           &l->allowed);
-    l->pr = l->res == ROUTER_NOT_FOUND ? prefix_match(r, path, len) : NULL;
+    l->pr = l->res == ROUTER_NOT_FOUND ? router_prefix_match(r, path, len) : NULL;
 }
 
 int router_streams(const struct router *r, const struct http_request *req)
@@ -267,10 +267,10 @@ int router_streams(const struct router *r, const struct http_request *req)
      * route of router_add still wins over a prefix. */
     size_t len;
     const char *path = http_request_path(req, &len);
-    if (r->nprefixes == 0 || !prefix_match(r, path, len))
+    if (r->nprefixes == 0 || !router_prefix_match(r, path, len))
         return 0;
-    struct lookup l;
-    lookup(r, req, &l);
+    struct router_lookup l;
+    router_lookup(r, req, &l);
     return l.pr != NULL;
 }
 
@@ -278,8 +278,8 @@ void router_dispatch(const struct router *r, struct http_request *req)
 {
     size_t len;
     const char *path = http_request_path(req, &len);
-    struct lookup l;
-    lookup(r, req, &l);
+    struct router_lookup l;
+    router_lookup(r, req, &l);
     if (l.pr) {
         l.m.nparams = 0;
         l.pr->fn(req, &l.m, l.pr->ctx);

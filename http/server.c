@@ -44,7 +44,7 @@ struct server {
 
 /* Gives a max_connections slot back and wakes the threads that paused
  * their listener when the process was at the limit. */
-static void conn_slot_release(struct server *s)
+static void server_conn_slot_release(struct server *s)
 {
     int before = atomic_fetch_sub(&s->nconns, 1);
     if (before < s->cfg.limits.max_connections)
@@ -59,11 +59,11 @@ static void conn_slot_release(struct server *s)
     }
 }
 
-static void server_conn_closed(struct io_thread *t) { conn_slot_release(t->srv); }
+static void server_conn_closed(struct io_thread *t) { server_conn_slot_release(t->srv); }
 
 /* ---- listener ---- */
 
-static void listener_pause(struct io_thread *t)
+static void server_listener_pause(struct io_thread *t)
 {
     if (atomic_load(&t->listen_paused))
         return;
@@ -76,7 +76,7 @@ static void listener_pause(struct io_thread *t)
     }
 }
 
-static void listener_resume(struct io_thread *t)
+static void server_listener_resume(struct io_thread *t)
 {
     if (t->draining || t->listen_fd < 0 || !atomic_load(&t->listen_paused))
         return;
@@ -84,7 +84,7 @@ static void listener_resume(struct io_thread *t)
     event_add(t->listen_ev, NULL);
 }
 
-static bool conn_slot_take(struct server *s)
+static bool server_conn_slot_take(struct server *s)
 {
     int n = atomic_load(&s->nconns);
     while (n < s->cfg.limits.max_connections) {
@@ -95,17 +95,17 @@ static bool conn_slot_take(struct server *s)
 }
 
 /* Accepts up to ACCEPT_BATCH connections; returns how many. */
-static int accept_batch(struct io_thread *t, int lfd)
+static int server_accept_batch(struct io_thread *t, int lfd)
 {
     int i;
     for (i = 0; i < ACCEPT_BATCH; i++) {
-        if (!conn_slot_take(t->srv)) {
-            listener_pause(t);
+        if (!server_conn_slot_take(t->srv)) {
+            server_listener_pause(t);
             return i;
         }
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            conn_slot_release(t->srv);
+            server_conn_slot_release(t->srv);
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
                 errno == ECONNABORTED)
                 return i;
@@ -131,13 +131,13 @@ static int accept_batch(struct io_thread *t, int lfd)
     return i;
 }
 
-static void on_accept(evutil_socket_t lfd, short what, void *arg)
+static void server_on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     (void)what;
-    accept_batch(arg, lfd);
+    server_accept_batch(arg, lfd);
 }
 
-static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
+static void server_on_accept_retry(evutil_socket_t fd, short what, void *arg)
 {
     struct io_thread *t = arg;
     (void)fd;
@@ -146,7 +146,7 @@ static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
         event_add(t->listen_ev, NULL);
 }
 
-static void listener_close(struct io_thread *t)
+static void server_listener_close(struct io_thread *t)
 {
     if (t->listen_fd < 0)
         return;
@@ -156,7 +156,7 @@ static void listener_close(struct io_thread *t)
     t->listen_fd = -1;
 }
 
-static int listener_bind(const struct http_server_config *cfg, int port, int *out_fd, int *out_port,
+static int server_listener_bind(const struct http_server_config *cfg, int port, int *out_fd, int *out_port,
                          struct error *err)
 {
     char portstr[16];
@@ -199,27 +199,27 @@ static int listener_bind(const struct http_server_config *cfg, int port, int *ou
 
 /* ---- the thread ---- */
 
-static void on_wake(evutil_socket_t fd, short what, void *arg)
+static void server_on_wake(evutil_socket_t fd, short what, void *arg)
 {
     struct io_thread *t = arg;
     (void)fd;
     (void)what;
     int flags = atomic_exchange(&t->wake_flags, 0);
     if (flags & IO_WAKE_RESUME)
-        listener_resume(t);
+        server_listener_resume(t);
     if ((flags & IO_WAKE_DRAIN) && !t->draining) {
         /* Connections the kernel completed before the signal were made by
          * clients that had every reason to expect an answer: accept them
          * (closing the listener would reset them) and read what they sent. */
         for (int k = 0; k < 64 && t->listen_fd >= 0 &&
-                        accept_batch(t, t->listen_fd) == ACCEPT_BATCH; k++)
+                        server_accept_batch(t, t->listen_fd) == ACCEPT_BATCH; k++)
             ;
-        listener_close(t);
+        server_listener_close(t);
         http_conn_drain_all(t);
     }
     if (flags & IO_WAKE_FORCE) {
         t->draining = true;
-        listener_close(t);
+        server_listener_close(t);
         t->abandoned += http_conn_abort_all(t);
         event_base_loopbreak(t->base);
         return;
@@ -228,7 +228,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(t->base);
 }
 
-static void *io_thread_main(void *arg)
+static void *server_io_thread_main(void *arg)
 {
     struct io_thread *t = arg;
     /* A thread whose listener is paused at max_connections and that holds no
@@ -283,15 +283,15 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
         t->index = i;
         t->limits = &s->cfg.limits;
         t->router = s->router;
-        int rc = listener_bind(&s->cfg, s->port, &t->listen_fd, &s->port, err);
+        int rc = server_listener_bind(&s->cfg, s->port, &t->listen_fd, &s->port, err);
         if (rc)
             return rc;
         t->base = event_base_new();
         if (!t->base)
             return error_set(err, BG_EINTERNAL, "cannot create an event base");
-        t->listen_ev = event_new(t->base, t->listen_fd, EV_READ | EV_PERSIST, on_accept, t);
-        t->wake_ev = event_new(t->base, -1, 0, on_wake, t);
-        t->retry_ev = evtimer_new(t->base, on_accept_retry, t);
+        t->listen_ev = event_new(t->base, t->listen_fd, EV_READ | EV_PERSIST, server_on_accept, t);
+        t->wake_ev = event_new(t->base, -1, 0, server_on_wake, t);
+        t->retry_ev = evtimer_new(t->base, server_on_accept_retry, t);
         t->mailbox = mailbox_new(t->base);
         if (!t->listen_ev || !t->wake_ev || !t->retry_ev || !t->mailbox)
             return error_set(err, BG_ENOMEM, "out of memory creating events");
@@ -300,7 +300,7 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
     for (int i = 0; i < s->nthreads; i++) {
         struct io_thread *t = &s->threads[i];
         atomic_fetch_add(&s->running, 1);
-        int rc = pthread_create(&t->tid, NULL, io_thread_main, t);
+        int rc = pthread_create(&t->tid, NULL, server_io_thread_main, t);
         if (rc != 0) {
             atomic_fetch_sub(&s->running, 1);
             server_force_close(s);
@@ -374,7 +374,7 @@ void server_free(struct server *s)
         return;
     for (int i = 0; i < s->nthreads; i++) {
         struct io_thread *t = &s->threads[i];
-        listener_close(t);
+        server_listener_close(t);
         http_conn_thread_free(t);
         if (t->listen_ev)
             event_free(t->listen_ev);

@@ -64,7 +64,7 @@ struct lg_conn {
 /* Defined after its callbacks, below. */
 static const llhttp_settings_t parser_settings;
 
-static uint64_t rnd(uint64_t *s)
+static uint64_t engine_rnd(uint64_t *s)
 {
     *s ^= *s << 13;
     *s ^= *s >> 7;
@@ -72,21 +72,21 @@ static uint64_t rnd(uint64_t *s)
     return *s;
 }
 
-static int conn_send_next(struct lg_conn *k, int64_t intended, bool measured);
-static void conn_close(struct lg_conn *k, bool failed);
+static int engine_conn_send_next(struct lg_conn *k, int64_t intended, bool measured);
+static void engine_conn_close(struct lg_conn *k, bool failed);
 
 /* ---- scheduling ---- */
 
-static void finish_if_done(struct lg_run *run)
+static void engine_finish_if_done(struct lg_run *run)
 {
     if (!run->sending && run->outstanding == 0 && run->qhead == run->qtail)
         event_base_loopbreak(run->base);
 }
 
-static struct lg_conn *conn_new(struct lg_run *run);
+static struct lg_conn *engine_conn_new(struct lg_run *run);
 
 /* Gives a request a connection: an idle one, a new one, or the queue. */
-static void dispatch(struct lg_run *run, int64_t intended, bool measured)
+static void engine_dispatch(struct lg_run *run, int64_t intended, bool measured)
 {
     struct lg_conn *k = run->idle;
     if (k) {
@@ -94,10 +94,10 @@ static void dispatch(struct lg_run *run, int64_t intended, bool measured)
         k->next_idle = NULL;
         if (measured && now_ns() - intended > 1000000)
             run->r->late_sends++;   /* a connection was free: the generator was late */
-        conn_send_next(k, intended, measured);
+        engine_conn_send_next(k, intended, measured);
         return;
     }
-    if (run->nconns < run->c->max_connections && (k = conn_new(run))) {
+    if (run->nconns < run->c->max_connections && (k = engine_conn_new(run))) {
         k->intended = intended;
         k->measured = measured;
         k->busy = true;
@@ -124,34 +124,34 @@ static void dispatch(struct lg_run *run, int64_t intended, bool measured)
 
 /* A connection became free: the oldest waiting request, or the idle stack.
  * Returns -1 when the connection died sending. */
-static int conn_free_for_work(struct lg_conn *k)
+static int engine_conn_free_for_work(struct lg_conn *k)
 {
     struct lg_run *run = k->run;
     if (run->qhead != run->qtail) {
         struct pending p = run->q[run->qhead++ % run->qcap];
         if (run->qhead == run->qtail)
             run->qhead = run->qtail = 0;
-        return conn_send_next(k, p.intended, p.measured);
+        return engine_conn_send_next(k, p.intended, p.measured);
     }
     if (!run->c->open_loop && run->sending) {
         int64_t now = now_ns();
-        return conn_send_next(k, now, now >= run->t_measure);
+        return engine_conn_send_next(k, now, now >= run->t_measure);
     }
     k->next_idle = run->idle;
     run->idle = k;
-    finish_if_done(run);
+    engine_finish_if_done(run);
     return 0;
 }
 
-static double gap_s(struct lg_run *run)
+static double engine_gap_s(struct lg_run *run)
 {
     if (!run->c->poisson)
         return 1.0 / run->c->rate;
-    double u = ((double)(rnd(&run->rng) >> 11) + 0.5) / 9007199254740992.0;
+    double u = ((double)(engine_rnd(&run->rng) >> 11) + 0.5) / 9007199254740992.0;
     return -log(u) / run->c->rate;
 }
 
-static void on_timer(evutil_socket_t fd, short what, void *arg)
+static void engine_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_run *run = arg;
     (void)fd;
@@ -160,19 +160,19 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     if (!run->c->open_loop) {
         /* Closed loop: the window is over; connections stop when answered. */
         run->sending = false;
-        finish_if_done(run);
+        engine_finish_if_done(run);
         return;
     }
     while (run->next_intended <= now && run->next_intended < run->t_end) {
         bool measured = run->next_intended >= run->t_measure;
         if (measured)
             run->r->sent++;
-        dispatch(run, run->next_intended, measured);
-        run->next_intended += (int64_t)(gap_s(run) * 1e9);
+        engine_dispatch(run, run->next_intended, measured);
+        run->next_intended += (int64_t)(engine_gap_s(run) * 1e9);
     }
     if (run->next_intended >= run->t_end) {
         run->sending = false;
-        finish_if_done(run);
+        engine_finish_if_done(run);
         return;
     }
     int64_t wait = run->next_intended - now_ns();
@@ -184,7 +184,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     evtimer_add(run->timer, &tv);
 }
 
-static void on_progress(evutil_socket_t fd, short what, void *arg)
+static void engine_on_progress(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_run *run = arg;
     (void)fd;
@@ -198,14 +198,14 @@ static void on_progress(evutil_socket_t fd, short what, void *arg)
 
 /* ---- connections ---- */
 
-static int on_headers_complete(llhttp_t *p)
+static int engine_on_headers_complete(llhttp_t *p)
 {
     struct lg_conn *k = p->data;
     k->status = llhttp_get_status_code(p);
     return 0;
 }
 
-static int on_message_complete(llhttp_t *p)
+static int engine_on_message_complete(llhttp_t *p)
 {
     struct lg_conn *k = p->data;
     struct lg_run *run = k->run;
@@ -228,11 +228,11 @@ static int on_message_complete(llhttp_t *p)
 
 /* llhttp keeps a pointer to the settings: a constant table outlives every parser. */
 static const llhttp_settings_t parser_settings = {
-    .on_headers_complete = on_headers_complete,
-    .on_message_complete = on_message_complete,
+    .on_headers_complete = engine_on_headers_complete,
+    .on_message_complete = engine_on_message_complete,
 };
 
-static void conn_request_failed(struct lg_conn *k)
+static void engine_conn_request_failed(struct lg_conn *k)
 {
     if (k->busy) {
         if (k->measured)
@@ -254,7 +254,7 @@ static void conn_request_failed(struct lg_conn *k)
     }
 }
 
-static void conn_remove(struct lg_conn *k)
+static void engine_conn_remove(struct lg_conn *k)
 {
     struct lg_run *run = k->run;
     for (int i = 0; i < run->nconns; i++)
@@ -269,19 +269,19 @@ static void conn_remove(struct lg_conn *k)
         *pp = k->next_idle;
 }
 
-static void conn_close(struct lg_conn *k, bool failed)
+static void engine_conn_close(struct lg_conn *k, bool failed)
 {
     struct lg_run *run = k->run;
     if (failed)
-        conn_request_failed(k);
-    conn_remove(k);
+        engine_conn_request_failed(k);
+    engine_conn_remove(k);
     event_free(k->ev);
     close(k->fd);
     buf_free(&k->out);
     free(k);
     /* Work waiting for a connection gets a fresh one. */
     if (run->qhead != run->qtail && run->nconns < run->c->max_connections) {
-        struct lg_conn *n = conn_new(run);
+        struct lg_conn *n = engine_conn_new(run);
         if (n) {
             struct pending p = run->q[run->qhead++ % run->qcap];
             n->intended = p.intended;
@@ -290,7 +290,7 @@ static void conn_close(struct lg_conn *k, bool failed)
             run->outstanding++;
         }
     } else if (!run->c->open_loop && run->sending && run->nconns < run->c->concurrency) {
-        struct lg_conn *n = conn_new(run);
+        struct lg_conn *n = engine_conn_new(run);
         if (n) {
             int64_t now = now_ns();
             n->intended = now;
@@ -299,11 +299,11 @@ static void conn_close(struct lg_conn *k, bool failed)
             run->outstanding++;
         }
     }
-    finish_if_done(run);
+    engine_finish_if_done(run);
 }
 
 /* Sends what it can; -1 when the connection failed and is gone. */
-static int conn_flush(struct lg_conn *k)
+static int engine_conn_flush(struct lg_conn *k)
 {
     while (buf_unread(&k->out) > 0) {
         ssize_t n = send(k->fd, buf_head(&k->out), buf_unread(&k->out), MSG_NOSIGNAL);
@@ -313,22 +313,22 @@ static int conn_flush(struct lg_conn *k)
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return 0;   /* the caller watches for writability */
-        conn_close(k, true);
+        engine_conn_close(k, true);
         return -1;
     }
     return 0;
 }
 
-static void on_conn_event(evutil_socket_t fd, short what, void *arg);
+static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg);
 
-static void conn_watch(struct lg_conn *k, short what)
+static void engine_conn_watch(struct lg_conn *k, short what)
 {
     event_del(k->ev);
-    event_assign(k->ev, k->run->base, k->fd, what | EV_PERSIST, on_conn_event, k);
+    event_assign(k->ev, k->run->base, k->fd, what | EV_PERSIST, engine_on_conn_event, k);
     event_add(k->ev, NULL);
 }
 
-static int conn_send_next(struct lg_conn *k, int64_t intended, bool measured)
+static int engine_conn_send_next(struct lg_conn *k, int64_t intended, bool measured)
 {
     struct lg_run *run = k->run;
     const struct lg_request *rq = &run->c->requests[run->next_req++ % (uint64_t)run->c->nrequests];
@@ -342,14 +342,14 @@ static int conn_send_next(struct lg_conn *k, int64_t intended, bool measured)
     k->nsent++;
     k->got_bytes = false;
     buf_append(&k->out, rq->bytes.data, rq->bytes.len);
-    if (conn_flush(k) < 0)
+    if (engine_conn_flush(k) < 0)
         return -1;
     if (buf_unread(&k->out) > 0)
-        conn_watch(k, EV_READ | EV_WRITE);
+        engine_conn_watch(k, EV_READ | EV_WRITE);
     return 0;
 }
 
-static void on_conn_event(evutil_socket_t fd, short what, void *arg)
+static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_conn *k = arg;
     (void)fd;
@@ -360,11 +360,11 @@ static void on_conn_event(evutil_socket_t fd, short what, void *arg)
         if (err) {
             k->run->r->errors++;   /* counted whatever the window: nothing listens */
             k->run->r->refused++;
-            conn_close(k, true);
+            engine_conn_close(k, true);
             return;
         }
         k->connecting = false;
-        conn_watch(k, EV_READ);
+        engine_conn_watch(k, EV_READ);
         if (k->busy) {
             struct lg_run *run = k->run;
             const struct lg_request *rq =
@@ -375,10 +375,10 @@ static void on_conn_event(evutil_socket_t fd, short what, void *arg)
         }
     }
     if ((what & EV_WRITE) && buf_unread(&k->out) > 0) {
-        if (conn_flush(k) < 0)
+        if (engine_conn_flush(k) < 0)
             return;
         if (buf_unread(&k->out) == 0)
-            conn_watch(k, EV_READ);
+            engine_conn_watch(k, EV_READ);
         return;
     }
     if (!(what & EV_READ))
@@ -388,7 +388,7 @@ static void on_conn_event(evutil_socket_t fd, short what, void *arg)
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return;
-        conn_close(k, true);
+        engine_conn_close(k, true);
         return;
     }
     k->got_bytes = true;
@@ -398,23 +398,23 @@ static void on_conn_event(evutil_socket_t fd, short what, void *arg)
         if (e == HPE_OK)
             break;
         if (e != HPE_PAUSED) {
-            conn_close(k, true);   /* malformed response */
+            engine_conn_close(k, true);   /* malformed response */
             return;
         }
         off = (size_t)(llhttp_get_error_pos(&k->parser) - data);
         llhttp_resume(&k->parser);
         if (k->closing) {
-            conn_close(k, false);
+            engine_conn_close(k, false);
             return;
         }
-        if (conn_free_for_work(k) < 0)
+        if (engine_conn_free_for_work(k) < 0)
             return;
         if (!k->busy)
             break;   /* idle now: leftover bytes would be a protocol error anyway */
     }
 }
 
-static struct lg_conn *conn_new(struct lg_run *run)
+static struct lg_conn *engine_conn_new(struct lg_run *run)
 {
     int fd = socket(run->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -431,7 +431,7 @@ static struct lg_conn *conn_new(struct lg_run *run)
     k->connecting = true;
     llhttp_init(&k->parser, HTTP_RESPONSE, &parser_settings);
     k->parser.data = k;
-    k->ev = event_new(run->base, fd, EV_WRITE | EV_PERSIST, on_conn_event, k);
+    k->ev = event_new(run->base, fd, EV_WRITE | EV_PERSIST, engine_on_conn_event, k);
     if (connect(fd, (struct sockaddr *)&run->addr, run->addrlen) < 0 && errno != EINPROGRESS) {
         event_free(k->ev);
         close(fd);
@@ -480,13 +480,13 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_PRECISE_TIMER);
     run.base = event_base_new_with_config(ecfg);
     event_config_free(ecfg);
-    run.timer = evtimer_new(run.base, on_timer, &run);
+    run.timer = evtimer_new(run.base, engine_on_timer, &run);
     run.t0 = now_ns();
     run.t_measure = run.t0 + (int64_t)(c->warmup_s * 1e9);
     run.t_end = run.t_measure + (int64_t)(c->duration_s * 1e9);
     run.sending = true;
     if (c->progress) {
-        run.progress = event_new(run.base, -1, EV_PERSIST, on_progress, &run);
+        run.progress = event_new(run.base, -1, EV_PERSIST, engine_on_progress, &run);
         struct timeval one = {1, 0};
         event_add(run.progress, &one);
     }
@@ -499,7 +499,7 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
         struct timeval end = {(time_t)(span / 1000000000), (suseconds_t)(span % 1000000000 / 1000)};
         evtimer_add(run.timer, &end);
         for (int i = 0; i < c->concurrency; i++) {
-            struct lg_conn *k = conn_new(&run);
+            struct lg_conn *k = engine_conn_new(&run);
             if (!k) {
                 r->errors++;
                 continue;
@@ -522,7 +522,7 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
             r->errors++;   /* never answered */
     r->errors += run.qtail - run.qhead;   /* never even sent */
     while (run.nconns > 0)
-        conn_close(run.conns[0], false);
+        engine_conn_close(run.conns[0], false);
     if (c->progress) {
         fprintf(stderr, "\r%*s\r", 70, "");
         event_free(run.progress);

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-static double us(const struct lg_result *r, double q) { return (double)hist_quantile(&r->latency, q) / 1e3; }
+static double report_us(const struct lg_result *r, double q) { return (double)hist_quantile(&r->latency, q) / 1e3; }
 
 void report_table_header(FILE *out, bool open_loop)
 {
@@ -25,8 +25,8 @@ void report_table_row(FILE *out, const struct report_step *s)
         snprintf(server, sizeof server, "%.2f ms, %.2f ms, %.1f", s->server_queue_ms,
                  s->server_compute_ms, s->server_batch);
     fprintf(out, "%-10g %10.1f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9.2f %7llu %6llu  %s\n",
-            s->target, r->achieved_rate, r->throughput, r->goodput, us(r, .5) / 1e3,
-            us(r, .9) / 1e3, us(r, .99) / 1e3, us(r, .999) / 1e3, us(r, 1) / 1e3,
+            s->target, r->achieved_rate, r->throughput, r->goodput, report_us(r, .5) / 1e3,
+            report_us(r, .9) / 1e3, report_us(r, .99) / 1e3, report_us(r, .999) / 1e3, report_us(r, 1) / 1e3,
             (unsigned long long)non2xx, (unsigned long long)r->errors, server);
     fflush(out);
 }
@@ -44,8 +44,8 @@ int report_json(const char *path, const struct report_step *s, int n)
                    "   \"latency_us\": {\"p50\": %.0f, \"p90\": %.0f, \"p99\": %.0f, "
                    "\"p999\": %.0f, \"max\": %.0f, \"mean\": %.0f},\n   \"codes\": {",
                 i ? "," : "", s[i].open_loop ? "rate" : "concurrency", s[i].target,
-                r->achieved_rate, r->throughput, r->goodput, r->duration_s, us(r, .5),
-                us(r, .9), us(r, .99), us(r, .999), us(r, 1), hist_mean(&r->latency) / 1e3);
+                r->achieved_rate, r->throughput, r->goodput, r->duration_s, report_us(r, .5),
+                report_us(r, .9), report_us(r, .99), report_us(r, .999), report_us(r, 1), hist_mean(&r->latency) / 1e3);
         int first = 1;
         for (int c = 0; c < 600; c++)
             if (r->codes[c]) {
@@ -78,8 +78,8 @@ int report_csv(const char *path, const struct report_step *s, int n)
         const struct lg_result *r = &s[i].r;
         fprintf(f, "%s,%g,%.3f,%.3f,%.3f,%.0f,%.0f,%.0f,%.0f,%.0f,%llu,", 
                 s[i].open_loop ? "rate" : "concurrency", s[i].target, r->achieved_rate,
-                r->throughput, r->goodput, us(r, .5), us(r, .9), us(r, .99), us(r, .999),
-                us(r, 1), (unsigned long long)r->errors);
+                r->throughput, r->goodput, report_us(r, .5), report_us(r, .9), report_us(r, .99), report_us(r, .999),
+                report_us(r, 1), (unsigned long long)r->errors);
         if (s[i].server)
             fprintf(f, "%.3f,%.3f,%.2f\n", s[i].server_queue_ms, s[i].server_compute_ms,
                     s[i].server_batch);
@@ -90,7 +90,7 @@ int report_csv(const char *path, const struct report_step *s, int n)
 }
 
 /* A 1-2-5 step for axis ticks. */
-static double nice_step(double range)
+static double report_nice_step(double range)
 {
     double raw = range / 5, mag = pow(10, floor(log10(raw > 0 ? raw : 1)));
     double n = raw / mag;
@@ -107,10 +107,10 @@ int report_svg(const char *path, const struct report_step *s, int n, const char 
     for (int i = 0; i < n; i++) {
         if (s[i].r.throughput > xmax)
             xmax = s[i].r.throughput;
-        if (us(&s[i].r, .99) / 1e3 > ymax)
-            ymax = us(&s[i].r, .99) / 1e3;
+        if (report_us(&s[i].r, .99) / 1e3 > ymax)
+            ymax = report_us(&s[i].r, .99) / 1e3;
     }
-    double xs = nice_step(xmax), ys = nice_step(ymax);
+    double xs = report_nice_step(xmax), ys = report_nice_step(ymax);
     xmax = ceil(xmax / xs) * xs;
     ymax = ceil(ymax / ys) * ys;
 #define X(v) (L + (W - L - R) * (v) / xmax)
@@ -140,13 +140,13 @@ int report_svg(const char *path, const struct report_step *s, int n, const char 
     for (int k = 0; k < 2; k++) {
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", lines[k].color);
         for (int i = 0; i < n; i++)
-            fprintf(f, "%.1f,%.1f ", X(s[i].r.throughput), Y(us(&s[i].r, lines[k].q) / 1e3));
+            fprintf(f, "%.1f,%.1f ", X(s[i].r.throughput), Y(report_us(&s[i].r, lines[k].q) / 1e3));
         fprintf(f, "\"/>\n");
         for (int i = 0; i < n; i++)
             fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s %g: %.0f/s, "
                        "%.2f ms</title></circle>\n", X(s[i].r.throughput),
-                    Y(us(&s[i].r, lines[k].q) / 1e3), lines[k].color, s[i].open_loop ? "rate" : "conns",
-                    s[i].target, s[i].r.throughput, us(&s[i].r, lines[k].q) / 1e3);
+                    Y(report_us(&s[i].r, lines[k].q) / 1e3), lines[k].color, s[i].open_loop ? "rate" : "conns",
+                    s[i].target, s[i].r.throughput, report_us(&s[i].r, lines[k].q) / 1e3);
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s</text>\n", W - R - 40,
                 T + 16 + 16 * k, lines[k].color, lines[k].name);
     }
