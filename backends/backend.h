@@ -17,15 +17,17 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/list.h"
 #include "backends/model.h"
 
 /* One request's rows as the batcher and the workers see it. Owned by the
  * gateway (embedded in its per-request state); the batcher, then a worker,
  * borrow it from batcher_submit until `complete` is called. */
 struct infer_item {
-    struct infer_item *prev, *next;   /* the batcher's queue in service order, then the batch */
-    struct infer_item *aprev, *anext; /* the batcher's queue in arrival order */
-    struct infer_item *dprev, *dnext; /* the batcher's queue in deadline order (with a deadline) */
+    struct infer_item *next;          /* the batch it was taken into (or a list of expired ones) */
+    struct list q_svc;                /* the batcher's queue in service order */
+    struct list q_arr;                /* ... in arrival order */
+    struct list q_dl;                 /* ... in deadline order (only with a deadline) */
     int rows;
     const float *input;               /* rows x input.row_elems */
     float *output;                    /* rows x output.row_elems */

@@ -34,7 +34,7 @@ static void batcher_complete_all(struct infer_item *it, int status, const char *
 {
     while (it) {
         struct infer_item *next = it->next;
-        it->next = it->prev = NULL;
+        it->next = NULL;
         it->status = status;
         snprintf(it->error, sizeof it->error, "%s", msg);
         it->complete(it);

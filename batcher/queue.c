@@ -22,6 +22,9 @@ void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batch
 int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg)
 {
     memset(q, 0, sizeof *q);
+    list_init(&q->svc);
+    list_init(&q->arr);
+    list_init(&q->dl);
     q->cfg = *cfg;
     q->pcfg.max_batch_size = cfg->max_batch_size;
     q->pcfg.preferred = q->cfg.preferred;
@@ -64,89 +67,55 @@ bool bqueue_served_before(const struct infer_item *a, const struct infer_item *b
     return a->t_arrival_ns < b->t_arrival_ns;
 }
 
-/* Inserts scanning from the tail: arrivals mostly belong near it. */
+#define BQ_SVC(q) list_data(q, struct infer_item, q_svc)
+#define BQ_ARR(q) list_data(q, struct infer_item, q_arr)
+#define BQ_DL(q) list_data(q, struct infer_item, q_dl)
+
+/* Each order inserts scanning from its tail: arrivals mostly belong near it. */
 static void bqueue_svc_insert(struct bqueue *q, struct infer_item *it)
 {
-    struct infer_item *p = q->svc_tail;
-    while (p && bqueue_served_before(it, p))
+    struct list *p = q->svc.prev;
+    while (p != &q->svc && bqueue_served_before(it, BQ_SVC(p)))
         p = p->prev;
-    it->prev = p;
-    it->next = p ? p->next : q->svc_head;
-    if (it->next)
-        it->next->prev = it;
-    else
-        q->svc_tail = it;
-    if (p)
-        p->next = it;
-    else
-        q->svc_head = it;
+    list_insert_head(p, &it->q_svc);   /* right after p */
 }
 
 static void bqueue_arr_insert(struct bqueue *q, struct infer_item *it)
 {
-    struct infer_item *p = q->arr_tail;
-    while (p && it->t_arrival_ns < p->t_arrival_ns)
-        p = p->aprev;
-    it->aprev = p;
-    it->anext = p ? p->anext : q->arr_head;
-    if (it->anext)
-        it->anext->aprev = it;
-    else
-        q->arr_tail = it;
-    if (p)
-        p->anext = it;
-    else
-        q->arr_head = it;
+    struct list *p = q->arr.prev;
+    while (p != &q->arr && it->t_arrival_ns < BQ_ARR(p)->t_arrival_ns)
+        p = p->prev;
+    list_insert_head(p, &it->q_arr);
 }
 
 static void bqueue_dl_insert(struct bqueue *q, struct infer_item *it)
 {
-    struct infer_item *p = q->dl_tail;
-    while (p && it->deadline_ns < p->deadline_ns)
-        p = p->dprev;
-    it->dprev = p;
-    it->dnext = p ? p->dnext : q->dl_head;
-    if (it->dnext)
-        it->dnext->dprev = it;
-    else
-        q->dl_tail = it;
-    if (p)
-        p->dnext = it;
-    else
-        q->dl_head = it;
+    struct list *p = q->dl.prev;
+    while (p != &q->dl && it->deadline_ns < BQ_DL(p)->deadline_ns)
+        p = p->prev;
+    list_insert_head(p, &it->q_dl);
 }
 
 static void bqueue_unlink_all(struct bqueue *q, struct infer_item *it)
 {
-    if (it->prev)
-        it->prev->next = it->next;
-    else
-        q->svc_head = it->next;
-    if (it->next)
-        it->next->prev = it->prev;
-    else
-        q->svc_tail = it->prev;
-    if (it->aprev)
-        it->aprev->anext = it->anext;
-    else
-        q->arr_head = it->anext;
-    if (it->anext)
-        it->anext->aprev = it->aprev;
-    else
-        q->arr_tail = it->aprev;
-    if (it->deadline_ns) {
-        if (it->dprev)
-            it->dprev->dnext = it->dnext;
-        else
-            q->dl_head = it->dnext;
-        if (it->dnext)
-            it->dnext->dprev = it->dprev;
-        else
-            q->dl_tail = it->dprev;
-    }
-    it->prev = it->next = it->aprev = it->anext = it->dprev = it->dnext = NULL;
+    list_remove(&it->q_svc);
+    list_remove(&it->q_arr);
+    if (it->deadline_ns)
+        list_remove(&it->q_dl);
+    it->next = NULL;
     it->queued = false;
     q->n--;
+}
+
+/* The first request in arrival and in service order (NULL when empty). */
+static struct infer_item *bqueue_oldest(const struct bqueue *q)
+{
+    return list_empty(&q->arr) ? NULL : BQ_ARR(q->arr.next);
+}
+
+static struct infer_item *bqueue_first(const struct bqueue *q)
+{
+    return list_empty(&q->svc) ? NULL : BQ_SVC(q->svc.next);
 }
 
 /* ---- operations ---- */
@@ -198,9 +167,14 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
      * deadline is within exec(max_batch_size) of now can be: stop there. */
     int64_t horizon = now_ns + latmodel_predict(lat, q->cfg.max_batch_size);
     int64_t next = POLICY_NEVER;
-    struct infer_item *it = q->dl_head, *nx;
-    for (; it && bqueue_plan_deadline(q, it) <= horizon; it = nx) {
-        nx = it->dnext;
+    struct infer_item *beyond = NULL;   /* the first request past the horizon */
+    struct list *p, *nx;
+    list_foreach_safe(p, nx, &q->dl) {
+        struct infer_item *it = BQ_DL(p);
+        if (bqueue_plan_deadline(q, it) > horizon) {
+            beyond = it;
+            break;
+        }
         int64_t at = bqueue_plan_deadline(q, it) - latmodel_predict(lat, it->rows);
         if (at <= now_ns) {
             bqueue_unlink_all(q, it);
@@ -210,8 +184,8 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
             next = at;
         }
     }
-    if (it) {
-        int64_t at = bqueue_plan_deadline(q, it) - latmodel_predict(lat, q->cfg.max_batch_size);
+    if (beyond) {
+        int64_t at = bqueue_plan_deadline(q, beyond) - latmodel_predict(lat, q->cfg.max_batch_size);
         if (at < next)
             next = at;
     }
@@ -227,15 +201,19 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
         return 0;
     int n = 0;
     /* Aging: the oldest request jumps the priority order once it waited long. */
-    struct infer_item *aged = NULL;
-    if (q->cfg.aging_ns > 0 && q->arr_head && q->arr_head != q->svc_head &&
-        now_ns - q->arr_head->t_arrival_ns >= q->cfg.aging_ns) {
-        aged = q->arr_head;
+    struct infer_item *aged = NULL, *oldest = bqueue_oldest(q), *first = bqueue_first(q);
+    if (q->cfg.aging_ns > 0 && oldest != first &&
+        now_ns - oldest->t_arrival_ns >= q->cfg.aging_ns) {
+        aged = oldest;
         q->view_items[n++] = aged;
     }
-    for (struct infer_item *it = q->svc_head; it && n < q->view_cap; it = it->next)
-        if (it != aged)
-            q->view_items[n++] = it;
+    struct list *p;
+    list_foreach(p, &q->svc) {
+        if (n >= q->view_cap)
+            break;
+        if (BQ_SVC(p) != aged)
+            q->view_items[n++] = BQ_SVC(p);
+    }
     for (int i = 0; i < n; i++) {
         q->view[i].rows = q->view_items[i]->rows;
         q->view[i].arrival_ns = q->view_items[i]->t_arrival_ns;
@@ -246,8 +224,8 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     policy_decide(&q->pcfg, lat, q->view, n, now_ns, &d);
     if (d.take == 0) {
         /* The aging instant of the oldest request is a decision point too. */
-        int64_t age_at = q->arr_head && q->cfg.aging_ns > 0 && q->arr_head != q->svc_head
-                             ? q->arr_head->t_arrival_ns + q->cfg.aging_ns
+        int64_t age_at = q->cfg.aging_ns > 0 && oldest != first
+                             ? oldest->t_arrival_ns + q->cfg.aging_ns
                              : POLICY_NEVER;
         *wake_ns = d.wake_ns < age_at ? d.wake_ns : age_at;
         return 0;
@@ -272,8 +250,8 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
 struct infer_item *bqueue_drain(struct bqueue *q)
 {
     struct infer_item *head = NULL, **tail = &head;
-    while (q->svc_head) {
-        struct infer_item *it = q->svc_head;
+    struct infer_item *it;
+    while ((it = bqueue_first(q))) {
         bqueue_unlink_all(q, it);
         *tail = it;
         tail = &it->next;

@@ -37,9 +37,9 @@ struct bqueue_config {
 struct bqueue {
     struct bqueue_config cfg;
     struct policy_config pcfg;
-    struct infer_item *svc_head, *svc_tail;
-    struct infer_item *arr_head, *arr_tail;
-    struct infer_item *dl_head, *dl_tail;
+    struct list svc;                  /* infer_item.q_svc: service order */
+    struct list arr;                  /* infer_item.q_arr: arrival order */
+    struct list dl;                   /* infer_item.q_dl: deadline order, deadlines only */
     int n;
     struct policy_request *view;      /* scratch for the policy */
     struct infer_item **view_items;

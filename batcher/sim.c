@@ -148,7 +148,11 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
              * served before it, or its deadline falls before exec(R) ends.
              * (The oldest request may jump the order once it aged.) */
             int64_t finish = now + latmodel_predict(&lat[i], b.row_budget);
-            for (struct infer_item *wt = q.svc_head; c->check && wt; wt = wt->next) {
+            struct list *wl;
+            list_foreach(wl, &q.svc) {
+                if (!c->check)
+                    break;
+                struct infer_item *wt = list_data(wl, struct infer_item, q_svc);
                 int rows_before = 0;
                 /* A member whose order ties with wt's (same priority,
                  * deadline and arrival instant) may have been ahead of it
@@ -183,9 +187,12 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
         if (expired)
             VIOLATE(st, "a request expired without an event at %lld", (long long)now);
         if (c->check && kind == POLICY_DEADLINE) {
-            for (struct infer_item *it = q.dl_head; it; it = it->dnext)
+            struct list *dl;
+            list_foreach(dl, &q.dl) {
+                struct infer_item *it = list_data(dl, struct infer_item, q_dl);
                 if (it->deadline_ns - latmodel_predict(lat_fast, it->rows) <= now)
                     VIOLATE(st, "queue holds request %td past its last feasible start", it - items);
+            }
         }
         if (answered >= n)
             break;

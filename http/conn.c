@@ -2,7 +2,7 @@
  * side of a request. The answering API of http.h lives in the request core
  * (request.c), which reaches this file only through conn_proto.
  *
- * Input: read into `in`, feed llhttp (http_parse.c) one event at a time,
+ * Input: read into `in`, feed llhttp (parse.c) one event at a time,
  * queue each request in arrival order and dispatch it through the router.
  * Output: a response produced for the request at the head of the queue is
  * serialized straight into `out`; one produced early (a later pipelined

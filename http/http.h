@@ -8,7 +8,7 @@
  * - mailboxes (mailbox.c): how work finished on another thread comes back
  *   to a request's IO thread.
  * Everything else in http/ (the connection, the parser, serializing
- * answers) is internal: http_impl.h, conn.h, io_thread.h, response.h.
+ * answers) is internal: http_impl.h and response.h.
  *
  * A request belongs to its connection's IO thread. A handler either answers
  * at once or keeps the request and answers later on the same IO thread (work

@@ -1,4 +1,4 @@
-/* http_response.c - see http_response.h. */
+/* response.c - see response.h. */
 #include "http/response.h"
 
 #include <stdio.h>
