@@ -53,7 +53,6 @@ struct deferred {
     struct http_request *req;
     struct event *ev;
     int passes;               /* loop passes left before answering */
-    struct deferred *prev, *next;
 };
 
 /* One streaming echo (/stream/...). */
@@ -69,7 +68,6 @@ struct harness {
     struct http_limits limits;
     struct router *router;
     struct io_thread t;
-    struct deferred *deferred;
     int ndeferred;            /* deferred answers and stream timers pending */
     int nstreams;             /* streams not finished */
     int closed;               /* io_thread_conn_closed calls this run */
@@ -129,14 +127,7 @@ static void h_busy(struct http_request *req, const struct route_match *m, void *
 
 static void deferred_free(struct deferred *d)
 {
-    struct harness *h = d->h;
-    if (d->prev)
-        d->prev->next = d->next;
-    else
-        h->deferred = d->next;
-    if (d->next)
-        d->next->prev = d->prev;
-    h->ndeferred--;
+    d->h->ndeferred--;
     event_free(d->ev);
     free(d);
 }
@@ -185,10 +176,6 @@ static void h_deferred(struct http_request *req, const struct route_match *m, vo
     d->h = h;
     d->req = req;
     d->passes = v->value[0] & 3;
-    d->next = h->deferred;
-    if (h->deferred)
-        h->deferred->prev = d;
-    h->deferred = d;
     h->ndeferred++;
     http_request_on_abort(req, deferred_abort, d);
     struct timeval zero = {0, 0};
