@@ -17,7 +17,15 @@
  *
  * Lifetime: the socket closes when the exchange ends; the struct lives on
  * (a "zombie") while a handler still holds one of its requests, and is freed
- * when the last one is answered. */
+ * when the last one is answered.
+ *
+ * Why one file of ~1100 lines: a connection is one state machine. Reading,
+ * the pipeline queue, the single timer, lingering close and the output side
+ * share its invariants (conn_hold/conn_release around every entry point,
+ * the head-of-queue rule for output, `in_process` against re-entry); split,
+ * a dozen statics would become an internal API that any file could break.
+ * What is not HTTP/1.1-specific already lives elsewhere: the answering API
+ * in request.c, parsing in parse.c, serializing in response.c. */
 #include "http/http_impl.h"
 
 #include <errno.h>

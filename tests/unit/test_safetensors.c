@@ -5,7 +5,11 @@
  * written out with `test_safetensors --write-corpus DIR`, are committed under
  * tests/data/safetensors/ as fuzzer seeds; test_committed_corpus checks them,
  * together with python_reference.safetensors, written by the reference
- * Python library (scripts/make_safetensors_corpus.py). */
+ * Python library (scripts/make_safetensors_corpus.py).
+ *
+ * Over 700 lines because it is one binary per module: each malformed header,
+ * offset, dtype and shape the loader must refuse has its own small case.
+ */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
