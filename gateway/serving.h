@@ -48,7 +48,7 @@ bool serving_all_ready(struct serving *s);
  * (busywin.h), so it stays within 1. */
 struct served_device {
     struct model_device dev;          /* kind, `device` label, instance or server */
-    const char *url;                  /* the server; NULL for an instance */
+    const char *url;                  /* the server's (while loaded); NULL for an instance */
     double busy_s, idle_s;            /* idle: held and not busy */
     double held_s;                    /* since the instance loaded, the server was set up */
     double util_10s;                  /* busy fraction of the last 10 whole seconds */
