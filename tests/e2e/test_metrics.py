@@ -233,8 +233,8 @@ class DeviceRowsAgreeTest(FakeUpstreamCase):
         write_model(repo, "syn", synthetic("syn", base_us=2000, per_row_us=0))
 
     def serve(self):
-        bodies = {"digits": infer_body([[0.5] * 64] * 2), "up2": infer_body([[1, 2, 3, 4]], name="x"),
-                  "syn": infer_body([[1, 2, 3, 4]], name="x")}
+        small = infer_body([[1, 2, 3, 4]], name="x")
+        bodies = {"digits": infer_body([[0.5] * 64] * 2), "up2": small, "syn": small}
         codes = []
 
         def one(model):
@@ -250,15 +250,18 @@ class DeviceRowsAgreeTest(FakeUpstreamCase):
     def test_metrics_stats_and_dashboard_name_the_same_devices(self):
         self.serve()
         text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
-        dash = {m["name"]: m for m in roundtrip(self.srv.port, "GET", "/dashboard/data").json()["models"]}
+        dash = roundtrip(self.srv.port, "GET", "/dashboard/data").json()
+        dash = {m["name"]: m for m in dash["models"]}
         samples = parse(text)
-        want = {"digits": ["cpu0", "cpu1"], "up2": ["upstream0", "upstream1"], "syn": ["synthetic0"]}
+        want = {"digits": ["cpu0", "cpu1"], "up2": ["upstream0", "upstream1"],
+                "syn": ["synthetic0"]}
         for model, devices in want.items():
             stats = roundtrip(self.srv.port, "GET",
                               "/v2/models/%s/stats" % model).json()["model_stats"][0]
             rows = stats["instances"]
             self.assertEqual([r["device"] for r in rows], devices, model)
-            self.assertEqual([r["device"] for r in dash[model]["stats"]["instances"]], devices, model)
+            self.assertEqual([r["device"] for r in dash[model]["stats"]["instances"]], devices,
+                             model)
             for family in ("device_busy_seconds_total", "device_idle_seconds_total",
                            "device_utilization_ratio", "device_memory_bytes"):
                 got = re.findall(r'^batchgate_%s\{model="%s",device="(\w+)"\} ' % (family, model),
@@ -279,8 +282,8 @@ class DeviceRowsAgreeTest(FakeUpstreamCase):
         # order, in the stats and in the upstream_* families.
         stats = roundtrip(self.srv.port, "GET", "/v2/models/up2/stats").json()["model_stats"][0]
         self.assertEqual([r["url"] for r in stats["instances"]], self.urls)
-        self.assertEqual(re.findall(r'^batchgate_upstream_calls_total\{model="up2",upstream="([^"]+)"\} ',
-                                    text, re.M), self.urls)
+        calls = r'^batchgate_upstream_calls_total\{model="up2",upstream="([^"]+)"\} '
+        self.assertEqual(re.findall(calls, text, re.M), self.urls)
 
 
 if __name__ == "__main__":
