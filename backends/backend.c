@@ -42,6 +42,33 @@ const struct backend_ops *backend_find(enum model_backend b, char *why, size_t c
     }
 }
 
+enum backend_device_kind model_device_kind(const struct model *m)
+{
+    return m->ops ? m->ops->device_kind : BACKEND_DEVICE_CPU;
+}
+
+void model_devices(const struct model *m, model_device_fn fn, void *arg)
+{
+    if (!m->ops)
+        return;
+    struct model_device d = {.kind = m->ops->device_kind};
+    if (d.kind == BACKEND_DEVICE_UPSTREAM) {
+        d.instance = -1;
+        for (int i = 0; i < m->ntargets; i++) {
+            snprintf(d.name, sizeof d.name, "%s%d", m->ops->name, i);
+            d.target = m->targets[i];
+            fn(&d, arg);
+        }
+        return;
+    }
+    for (int i = 0; i < m->ninstances && m->instances; i++) {
+        int dev = m->instances[i].device;
+        snprintf(d.name, sizeof d.name, "%s%d", m->ops->name, dev >= 0 ? dev : i);
+        d.instance = i;
+        fn(&d, arg);
+    }
+}
+
 static double backend_seconds_since(int64_t t0) { return (double)(now_ns() - t0) / 1e9; }
 
 /* Warmup sizes: 1, each preferred size, and max_batch_size. */

@@ -94,8 +94,18 @@ struct cold_start {
     double total_s;
 };
 
+/* What a backend's work runs on. Metrics and statistics name a model's
+ * devices through model_devices, so nothing above tests a backend's name or
+ * fields to know what kind of device a model runs on. */
+enum backend_device_kind {
+    BACKEND_DEVICE_CPU,               /* the host's cores (cpu, synthetic); the default */
+    BACKEND_DEVICE_GPU,               /* an accelerator (cuda) */
+    BACKEND_DEVICE_UPSTREAM,          /* the servers behind (upstream) */
+};
+
 struct backend_ops {
     const char *name;
+    enum backend_device_kind device_kind;
     /* Loads what the instances share (weights); times read and prepare. */
     int (*model_load)(struct model *m, struct cold_start *cs, struct error *err);
     void (*model_unload)(struct model *m);
@@ -141,6 +151,22 @@ struct model {
 int model_load(struct model *m, struct error *err);
 void model_unload(struct model *m);
 size_t model_memory_bytes(const struct model *m);
+
+/* One device of a loaded model: an instance of a compute backend, or a
+ * server behind a backend that sends its batches to servers. */
+struct model_device {
+    enum backend_device_kind kind;
+    char name[48];                    /* the `device` label: "cpu0", "cuda0", "upstream1" */
+    int instance;                     /* the instance that runs there; -1 for a server */
+    struct httpc_target *target;      /* the server; NULL for an instance */
+};
+typedef void (*model_device_fn)(const struct model_device *d, void *arg);
+/* Calls fn for each device of a loaded model, in order: one per instance
+ * (named by the device it was placed on, else by its index), or one per
+ * server (by its index in upstream.urls). Nothing for a model not loaded. */
+void model_devices(const struct model *m, model_device_fn fn, void *arg);
+/* The kind of device a loaded model runs on (CPU when not loaded). */
+enum backend_device_kind model_device_kind(const struct model *m);
 
 /* The backends built into this binary; NULL when `b` has none. */
 const struct backend_ops *backend_find(enum model_backend b, char *why, size_t cap);

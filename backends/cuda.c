@@ -248,6 +248,7 @@ fail:
 
 const struct backend_ops backend_cuda = {
     .name = "cuda",
+    .device_kind = BACKEND_DEVICE_GPU,
     .model_load = cuda_model_load,
     .model_unload = cuda_model_unload,
     .instance_load = cuda_instance_load,

@@ -532,6 +532,7 @@ static void up_stop(struct model *m)
 
 const struct backend_ops backend_upstream = {
     .name = "upstream",
+    .device_kind = BACKEND_DEVICE_UPSTREAM,
     .model_load = up_model_load,
     .model_unload = up_model_unload,
     .instance_load = up_instance_load,

@@ -17,12 +17,12 @@
 #include <llhttp.h>
 
 #include "common/buf.h"
+#include "common/busywin.h"
 #include "common/clock.h"
 #include "common/evwatch.h"
 
 #define TARGET_FAILS_TO_DOWN 3
 #define TARGET_DOWN_NS 2000000000LL
-#define UTIL_SLOTS 12
 #define READ_CHUNK 16384
 #define MAX_RESPONSE_HEADERS 128
 
@@ -78,8 +78,8 @@ struct httpc_target {
     int fails_in_row;
     bool probed;                     /* active probes decide when a down target returns */
     int64_t created_ns;
-    int64_t busy_ns, busy_since;     /* busy_since: start of the unaccounted busy stretch */
-    int64_t slot_sec[UTIL_SLOTS], slot_ns[UTIL_SLOTS];
+    int64_t busy_since;              /* start of the busy stretch not yet in `busy` */
+    struct busywin busy;             /* time with at least one call in flight; written under mu */
 };
 
 struct httpc_target *httpc_target_new(const char *host, int port, struct error *err)
@@ -123,31 +123,6 @@ void httpc_target_free(struct httpc_target *t)
 const char *httpc_target_url(const struct httpc_target *t) { return t->url; }
 const char *httpc_target_authority(const struct httpc_target *t) { return t->authority; }
 
-/* Adds [from, to) to the busy total and to the per-second slots. Under mu. */
-static void target_account(struct httpc_target *t, int64_t from, int64_t to)
-{
-    if (to <= from)
-        return;
-    t->busy_ns += to - from;
-    /* Only the last UTIL_SLOTS seconds matter for util_10s. */
-    int64_t floor_ns = (to / 1000000000 - (UTIL_SLOTS - 1)) * 1000000000;
-    if (from < floor_ns)
-        from = floor_ns;
-    while (from < to) {
-        int64_t sec = from / 1000000000;
-        int64_t end = (sec + 1) * 1000000000;
-        if (end > to)
-            end = to;
-        int k = (int)(sec % UTIL_SLOTS);
-        if (t->slot_sec[k] != sec) {
-            t->slot_sec[k] = sec;
-            t->slot_ns[k] = 0;
-        }
-        t->slot_ns[k] += end - from;
-        from = end;
-    }
-}
-
 static void target_begin(struct httpc_target *t, bool behind)
 {
     pthread_mutex_lock(&t->mu);
@@ -162,7 +137,7 @@ static void target_end(struct httpc_target *t)
 {
     pthread_mutex_lock(&t->mu);
     if (atomic_fetch_sub_explicit(&t->inflight, 1, memory_order_relaxed) == 1)
-        target_account(t, t->busy_since, now_ns());
+        busywin_add(&t->busy, t->busy_since, now_ns());
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -240,20 +215,16 @@ void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *o)
     memset(o, 0, sizeof *o);
     pthread_mutex_lock(&t->mu);
     if (atomic_load_explicit(&t->inflight, memory_order_relaxed) > 0) {   /* bring the running busy stretch up to now */
-        target_account(t, t->busy_since, now);
+        busywin_add(&t->busy, t->busy_since, now);
         t->busy_since = now;
     }
     o->inflight = atomic_load_explicit(&t->inflight, memory_order_relaxed);
     o->calls = t->calls;
     o->pipelined = t->pipelined;
     memcpy(o->failures, t->failures, sizeof o->failures);
-    o->busy_s = (double)t->busy_ns / 1e9;
+    o->busy_s = (double)busywin_total_ns(&t->busy) / 1e9;
     o->age_s = (double)(now - t->created_ns) / 1e9;
-    int64_t sec = now / 1000000000, busy10 = 0;
-    for (int k = 0; k < UTIL_SLOTS; k++)
-        if (t->slot_sec[k] >= sec - 10 && t->slot_sec[k] < sec)
-            busy10 += t->slot_ns[k];
-    o->util_10s = (double)busy10 / 10e9;
+    o->util_10s = busywin_fraction(&t->busy, now, BUSYWIN_UTIL_S);
     pthread_mutex_unlock(&t->mu);
     o->healthy = httpc_target_usable(t, now);
 }

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "http/http.h"
 
+struct buf;
 struct serving;
 struct server;
 struct nvml;
@@ -32,10 +33,6 @@ int api_health_register(struct router *r, struct api_state *st, struct error *er
 /* GET/POST /v2/models/{model}[/versions/{v}][/ready|/config|/infer],
  * POST /v1/models/{model}:predict */
 int api_models_register(struct router *r, struct api_state *st, struct error *err);
-/* One model's statistics object as in /v2/models/{m}/stats (the dashboard reuses it). */
-struct buf;
-struct served_model;
-void api_models_append_stats(struct buf *out, struct served_model *sm);
 /* GET /dashboard (a self-contained live page) and GET /dashboard/data (its JSON). */
 int api_dashboard_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /metrics (Prometheus text format 0.0.4) */

@@ -12,6 +12,7 @@
 
 #include "common/buf.h"
 #include "gateway/modelstats.h"
+#include "gateway/modelstats_json.h"
 #include "http/http.h"
 #include "gateway/serving.h"
 #include "gateway/tensor_json.h"
@@ -80,7 +81,7 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
             append_counts(&b, "compute", &s.compute);
             buf_append(&b, "},\"stats\":", 10);
             modelstats_snapshot_free(&s);
-            api_models_append_stats(&b, sm);
+            modelstats_json_append(&b, sm);
         }
         buf_append(&b, "}", 1);
     }

@@ -68,77 +68,98 @@ static void sample(struct buf *b, const char *name, const char *model, const cha
     buf_appendf(b, "\"%s%s} %.9g\n", extra && *extra ? "," : "", extra ? extra : "", v);
 }
 
-static void device_label(const struct served_model *sm, int i, char *out, size_t cap)
+/* A model's device rows (serving_model_devices), gathered once per scrape
+ * so that every family shows the same devices with the same numbers. */
+struct metrics_devices {
+    struct served_device *d;
+    int n, cap;
+    bool oom;
+};
+
+static void metrics_device_add(const struct served_device *d, void *arg)
 {
-    const struct model *m = &sm->model;
-    int dev = m->instances && i < m->ninstances && m->instances[i].device >= 0
-                  ? m->instances[i].device : i;
-    snprintf(out, cap, "device=\"%s%d\"", m->ops ? m->ops->name : "cpu", dev);
+    struct metrics_devices *v = arg;
+    if (v->n == v->cap) {
+        int cap = v->cap ? v->cap * 2 : 4;
+        struct served_device *d2 = realloc(v->d, (size_t)cap * sizeof *d2);
+        if (!d2) {
+            v->oom = true;
+            return;
+        }
+        v->d = d2;
+        v->cap = cap;
+    }
+    v->d[v->n++] = *d;
 }
 
-/* The servers behind: upstream models' URLs and proxy routes' URLs, each
- * with its owner's label ("model" or "route"). */
+/* The servers behind: upstream models' servers (their device rows) and
+ * proxy routes' URLs, each with its owner's label ("model" or "route"). */
 struct target_row {
-    char owner[300];          /* model="m" or route="/x/" (escaped) */
-    struct httpc_target *t;
+    char owner[300];          /* model="m",upstream="url" or route="/x/",... (escaped) */
     struct httpc_target_stats st;
 };
 
-static int collect_targets(struct api_state *st, struct target_row **out)
+struct target_rows {
+    struct target_row *r;
+    int n, cap;
+};
+
+static int target_row_add(struct target_rows *rows, const char *key, const char *name,
+                          const char *url, const struct httpc_target_stats *st)
 {
-    int n = st->serving ? serving_count(st->serving) : 0, cap = 0, len = 0;
-    struct target_row *rows = NULL;
-    for (int pass = 0; pass < 2; pass++) {
-        int nowners = pass == 0 ? n : proxy_route_count(st->proxy);
-        for (int o = 0; o < nowners; o++) {
-            struct httpc_target *const *ts = NULL;
-            int nt = 0;
-            const char *key, *name;
-            if (pass == 0) {
-                struct served_model *sm = serving_at(st->serving, o);
-                if (atomic_load(&sm->state) != SERVED_READY)
-                    continue;
-                ts = sm->model.targets;
-                nt = sm->model.ntargets;
-                key = "model";
-                name = sm->model.cfg.name;
-            } else {
-                nt = proxy_route_targets(st->proxy, o, &ts);
-                key = "route";
-                name = proxy_route_prefix(st->proxy, o);
-            }
-            for (int i = 0; i < nt; i++) {
-                if (len == cap) {
-                    cap = cap ? cap * 2 : 8;
-                    struct target_row *r2 = realloc(rows, (size_t)cap * sizeof *r2);
-                    if (!r2) {
-                        free(rows);
-                        return -1;
-                    }
-                    rows = r2;
-                }
-                struct target_row *r = &rows[len++];
-                struct buf lb = BUF_INIT;
-                buf_appendf(&lb, "%s=\"", key);
-                label(&lb, name);
-                buf_append(&lb, "\",upstream=\"", 12);
-                label(&lb, httpc_target_url(ts[i]));
-                buf_append(&lb, "\"", 1);
-                snprintf(r->owner, sizeof r->owner, "%.*s", (int)lb.len, lb.data ? lb.data : "");
-                buf_free(&lb);
-                r->t = ts[i];
-                httpc_target_stats(ts[i], &r->st);
-            }
-        }
+    if (rows->n == rows->cap) {
+        int cap = rows->cap ? rows->cap * 2 : 8;
+        struct target_row *r2 = realloc(rows->r, (size_t)cap * sizeof *r2);
+        if (!r2)
+            return -1;
+        rows->r = r2;
+        rows->cap = cap;
     }
-    *out = rows;
-    return len;
+    struct target_row *r = &rows->r[rows->n++];
+    struct buf lb = BUF_INIT;
+    buf_appendf(&lb, "%s=\"", key);
+    label(&lb, name);
+    buf_append(&lb, "\",upstream=\"", 12);
+    label(&lb, url);
+    buf_append(&lb, "\"", 1);
+    snprintf(r->owner, sizeof r->owner, "%.*s", (int)lb.len, lb.data ? lb.data : "");
+    buf_free(&lb);
+    r->st = *st;
+    return 0;
 }
 
-static void render_targets(struct api_state *st, struct buf *b)
+static int collect_targets(struct api_state *st, const struct metrics_devices *devs,
+                           struct target_rows *rows)
 {
-    struct target_row *rows = NULL;
-    int n = collect_targets(st, &rows);
+    int n = st->serving ? serving_count(st->serving) : 0;
+    for (int o = 0; o < n; o++)
+        for (int i = 0; i < devs[o].n; i++) {
+            const struct served_device *d = &devs[o].d[i];
+            if (d->dev.kind == BACKEND_DEVICE_UPSTREAM &&
+                target_row_add(rows, "model", serving_at(st->serving, o)->model.cfg.name, d->url,
+                               &d->server) < 0)
+                return -1;
+        }
+    for (int o = 0; o < proxy_route_count(st->proxy); o++) {
+        struct httpc_target *const *ts = NULL;
+        int nt = proxy_route_targets(st->proxy, o, &ts);
+        for (int i = 0; i < nt; i++) {
+            struct httpc_target_stats ts_st;
+            httpc_target_stats(ts[i], &ts_st);
+            if (target_row_add(rows, "route", proxy_route_prefix(st->proxy, o),
+                               httpc_target_url(ts[i]), &ts_st) < 0)
+                return -1;
+        }
+    }
+    return rows->n;
+}
+
+static void render_targets(struct api_state *st, const struct metrics_devices *devs,
+                           struct buf *b)
+{
+    struct target_rows tr = {0};
+    int n = collect_targets(st, devs, &tr);
+    struct target_row *rows = tr.r;
     if (n <= 0) {
         free(rows);
         return;
@@ -176,14 +197,32 @@ static void render_targets(struct api_state *st, struct buf *b)
     free(rows);
 }
 
+static void api_metrics_free(struct modelstats_snapshot *snaps, struct metrics_devices *devs,
+                             int n)
+{
+    for (int i = 0; i < n && snaps; i++)
+        modelstats_snapshot_free(&snaps[i]);
+    for (int i = 0; i < n && devs; i++)
+        free(devs[i].d);
+    free(snaps);
+    free(devs);
+}
+
 int api_metrics_render(struct api_state *st, struct buf *b)
 {
     int n = st->serving ? serving_count(st->serving) : 0;
     struct modelstats_snapshot *snaps = calloc((size_t)(n ? n : 1), sizeof *snaps);
-    if (!snaps)
-        return -1;
-    for (int i = 0; i < n; i++)
+    struct metrics_devices *devs = calloc((size_t)(n ? n : 1), sizeof *devs);
+    bool oom = !snaps || !devs;
+    for (int i = 0; i < n && !oom; i++) {
         modelstats_snapshot(serving_at(st->serving, i)->stats, &snaps[i]);
+        serving_model_devices(serving_at(st->serving, i), &snaps[i], metrics_device_add, &devs[i]);
+        oom = devs[i].oom;
+    }
+    if (oom) {
+        api_metrics_free(snaps, devs, n);
+        return -1;
+    }
 #define EACH_MODEL for (int mi = 0; mi < n; mi++)
 #define SM (serving_at(st->serving, mi))
 #define NAME (SM->model.cfg.name)
@@ -248,60 +287,35 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     static const struct {
         const char *name, *type, *help;
     } dev_metrics[] = {
-        {"device_busy_seconds_total", "counter", "Time with a batch executing, per model instance."},
+        {"device_busy_seconds_total", "counter",
+         "Time with a batch executing, per model instance (upstream: with a call in flight, per "
+         "server)."},
         {"device_idle_seconds_total", "counter",
-         "Time with the model loaded and nothing executing, per model instance."},
+         "Time with the model loaded and nothing executing, per model instance (or server)."},
         {"device_utilization_ratio", "gauge", "Busy fraction over the last 10 seconds."},
         {"device_memory_bytes", "gauge", "Weights and buffers held by the model instance."},
     };
     for (int k = 0; k < 4; k++) {
         head(b, dev_metrics[k].name, dev_metrics[k].type, dev_metrics[k].help);
-        EACH_MODEL {
-            if (atomic_load(&SM->state) != SERVED_READY || !snaps[mi].inst)
-                continue;
-            if (SM->model.ntargets > 0) {
-                /* Upstream models: the servers behind are the devices. */
-                for (int i = 0; i < SM->model.ntargets; i++) {
-                    struct httpc_target_stats ts;
-                    httpc_target_stats(SM->model.targets[i], &ts);
-                    char dev[32];
-                    snprintf(dev, sizeof dev, "device=\"upstream%d\"", i);
-                    double v = k == 0 ? ts.busy_s
-                               : k == 1 ? (ts.age_s > ts.busy_s ? ts.age_s - ts.busy_s : 0)
-                               : k == 2 ? ts.util_10s : 0;
-                    sample(b, dev_metrics[k].name, NAME, dev, v);
-                }
-                continue;
-            }
-            for (int i = 0; i < snaps[mi].ninstances && i < SM->model.ninstances; i++) {
-                const struct modelstats_instance *in = &snaps[mi].inst[i];
-                char dev[64];
-                device_label(SM, i, dev, sizeof dev);
-                double v = k == 0 ? in->busy_s
-                           : k == 1 ? (in->loaded_s > in->busy_s ? in->loaded_s - in->busy_s : 0)
-                           : k == 2 ? in->util_10s
-                                    : (double)(SM->model.instances[i].memory_bytes +
-                                               (i == 0 ? SM->model.shared_bytes : 0));
-                sample(b, dev_metrics[k].name, NAME, dev, v);
-            }
+        EACH_MODEL for (int i = 0; i < devs[mi].n; i++) {
+            const struct served_device *d = &devs[mi].d[i];
+            char dev[80];
+            snprintf(dev, sizeof dev, "device=\"%s\"", d->dev.name);
+            double v = k == 0 ? d->busy_s : k == 1 ? d->idle_s : k == 2 ? d->util_10s
+                                                                        : (double)d->memory_bytes;
+            sample(b, dev_metrics[k].name, NAME, dev, v);
         }
     }
     head(b, "latency_model_seconds", "gauge",
          "Each instance's fitted exec(rows) = a + b*rows (+ margin), in seconds.");
-    EACH_MODEL {
-        if (!READY)
-            continue;
-        for (int i = 0; i < SM->model.ninstances; i++) {
-            double la, lb, lm;
-            batcher_latency_model(SM->batcher, i, &la, &lb, &lm);
-            char dev[64], extra[96];
-            device_label(SM, i, dev, sizeof dev);
-            snprintf(extra, sizeof extra, "%s,param=\"a\"", dev);
-            sample(b, "latency_model_seconds", NAME, extra, la / 1e9);
-            snprintf(extra, sizeof extra, "%s,param=\"b\"", dev);
-            sample(b, "latency_model_seconds", NAME, extra, lb / 1e9);
-            snprintf(extra, sizeof extra, "%s,param=\"margin\"", dev);
-            sample(b, "latency_model_seconds", NAME, extra, lm / 1e9);
+    EACH_MODEL for (int i = 0; i < devs[mi].n; i++) {
+        const struct served_device *d = &devs[mi].d[i];
+        static const char *const params[3] = {"a", "b", "margin"};
+        double v[3] = {d->lat_a_s, d->lat_b_s, d->lat_margin_s};
+        for (int p = 0; p < 3; p++) {
+            char extra[96];
+            snprintf(extra, sizeof extra, "device=\"%s\",param=\"%s\"", d->dev.name, params[p]);
+            sample(b, "latency_model_seconds", NAME, extra, v[p]);
         }
     }
     head(b, "answer_guard_seconds", "gauge",
@@ -332,7 +346,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             }
         }
     }
-    render_targets(st, b);
+    render_targets(st, devs, b);
     head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");
     buf_appendf(b, P "inflight_requests %lld\n",
                 (long long)(st->server ? server_inflight(st->server) : 0));
@@ -356,9 +370,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     int64_t ready = atomic_load(&st->ready_ns);
     buf_appendf(b, P "process_start_to_ready_seconds %.6f\n",
                 ready ? (double)(ready - st->start_ns) / 1e9 : 0.0);
-    for (int i = 0; i < n; i++)
-        modelstats_snapshot_free(&snaps[i]);
-    free(snaps);
+    api_metrics_free(snaps, devs, n);
     return 0;
 #undef READY
 #undef EACH_MODEL

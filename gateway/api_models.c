@@ -15,14 +15,14 @@
 #include "batcher/batcher.h"
 #include "common/buf.h"
 #include "common/clock.h"
-#include "common/httpc.h"
 #include "gateway/jscratch.h"
+#include "gateway/modelstats_json.h"
 #include "http/http.h"
 #include "gateway/proxy.h"
 #include "gateway/serving.h"
 #include "gateway/tensor_json.h"
 
-#define MODEL_VERSION "1"
+#define MODEL_VERSION SERVING_MODEL_VERSION
 
 enum infer_format { FORMAT_KSERVE, FORMAT_TFS };
 
@@ -134,7 +134,8 @@ static void model_metadata(struct http_request *req, const struct route_match *m
     const struct model_config *c = &sm->model.cfg;
     /* A model served by a KServe v2 server: that server's metadata is the
      * truth (its own name for the model, its platform), so it goes there. */
-    if (st->proxy && proxy_model_metadata(st->proxy) && sm->model.ntargets > 0 &&
+    if (st->proxy && proxy_model_metadata(st->proxy) &&
+        model_device_kind(&sm->model) == BACKEND_DEVICE_UPSTREAM &&
         c->upstream.protocol == UPSTREAM_KSERVE_V2) {
         char path[512];
         const struct route_param *v = route_match_param(m, "version");
@@ -210,119 +211,8 @@ static void model_config_route(struct http_request *req, const struct route_matc
                     "\"instance_group\":[{\"count\":%d,\"kind\":\"%s\"}]}",
                 (long long)bt->max_queue_delay_us, bt->max_queue_size,
                 (long long)bt->latency_budget_ms * 1000, c->instance_count,
-                strcmp(sm->model.ops->name, "cuda") == 0 ? "KIND_GPU" : "KIND_CPU");
+                model_device_kind(&sm->model) == BACKEND_DEVICE_GPU ? "KIND_GPU" : "KIND_CPU");
     respond_buf(req, 200, &b);
-}
-
-static void append_duration(struct buf *b, const char *name, uint64_t count, double sum_s)
-{
-    buf_appendf(b, "\"%s\":{\"count\":%llu,\"ns\":%llu}", name, (unsigned long long)count,
-                (unsigned long long)(sum_s * 1e9));
-}
-
-/* Triton's statistics extension (GET /v2/models/{m}/stats), plus what
- * batchgate adds: latency percentiles (split into queue and compute, within
- * the histogram's bucket resolution), each instance's fitted latency model
- * and device time, and the compute debt: device-seconds held against used. */
-void api_models_append_stats(struct buf *out, struct served_model *sm)
-{
-    struct modelstats_snapshot s;
-    modelstats_snapshot(sm->stats, &s);
-    const struct model_config *c = &sm->model.cfg;
-    struct buf b = *out;
-    buf_append(&b, "{\"name\":", 8);
-    json_append_string(&b, c->name, strlen(c->name));
-    uint64_t rows = 0, batches = 0;
-    double busy = 0, held = 0;
-    for (int i = 0; i < s.ninstances && s.inst; i++) {
-        rows += s.inst[i].rows;
-        batches += s.inst[i].batches;
-        busy += s.inst[i].busy_s;
-        held += s.inst[i].loaded_s;
-    }
-    buf_appendf(&b, ",\"version\":\"" MODEL_VERSION "\",\"last_inference\":%lld,"
-                    "\"inference_count\":%llu,\"execution_count\":%llu,\"inference_stats\":{",
-                (long long)s.last_inference_ms, (unsigned long long)rows,
-                (unsigned long long)batches);
-    append_duration(&b, "success", s.success_count, s.request.sum);
-    buf_append(&b, ",", 1);
-    append_duration(&b, "fail", s.fail_count, 0);
-    buf_append(&b, ",", 1);
-    append_duration(&b, "queue", s.queue.count, s.queue.sum);
-    buf_append(&b, ",", 1);
-    append_duration(&b, "compute_infer", s.compute.count, s.compute.sum);
-    buf_appendf(&b, "},\"batch_stats\":[");
-    int first = 1;
-    for (int r = 1; r <= s.max_batch && s.batch_count_by_size; r++) {
-        if (!s.batch_count_by_size[r])
-            continue;
-        buf_appendf(&b, "%s{\"batch_size\":%d,", first ? "" : ",", r);
-        append_duration(&b, "compute_infer", s.batch_count_by_size[r],
-                        (double)s.batch_ns_by_size[r] / 1e9);
-        buf_append(&b, "}", 1);
-        first = 0;
-    }
-    buf_appendf(&b, "],\"latency_seconds\":{\"request\":{\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f},"
-                    "\"queue\":{\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f},"
-                    "\"compute\":{\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f}},\"instances\":[",
-                modelstats_quantile(&s.request, 0.5), modelstats_quantile(&s.request, 0.9),
-                modelstats_quantile(&s.request, 0.99), modelstats_quantile(&s.queue, 0.5),
-                modelstats_quantile(&s.queue, 0.9), modelstats_quantile(&s.queue, 0.99),
-                modelstats_quantile(&s.compute, 0.5), modelstats_quantile(&s.compute, 0.9),
-                modelstats_quantile(&s.compute, 0.99));
-    /* The loader owns batcher, ops and instances until it publishes READY. */
-    bool ready = atomic_load(&sm->state) == SERVED_READY;
-    bool ready_model = ready;   /* "ready" below turns false for upstream models */
-    if (ready && sm->model.ntargets > 0) {
-        /* An upstream model's devices are the servers behind it (as on
-         * /metrics): their busy time is time with a call in flight. */
-        busy = held = 0;
-        double la = 0, lb = 0, lm = 0;
-        if (sm->batcher)
-            batcher_latency_model(sm->batcher, 0, &la, &lb, &lm);
-        for (int i = 0; i < sm->model.ntargets; i++) {
-            struct httpc_target_stats ts;
-            httpc_target_stats(sm->model.targets[i], &ts);
-            busy += ts.busy_s;
-            held += ts.age_s;
-            buf_appendf(&b, "%s{\"device\":\"upstream%d\",\"url\":", i ? "," : "", i);
-            const char *url = httpc_target_url(sm->model.targets[i]);
-            json_append_string(&b, url, strlen(url));
-            buf_appendf(&b, ",\"busy_seconds\":%.6f,\"idle_seconds\":%.6f,\"utilization_10s\":%.4f,"
-                            "\"inflight\":%d,\"calls\":%llu,\"healthy\":%s,\"failures\":{",
-                        ts.busy_s, ts.age_s > ts.busy_s ? ts.age_s - ts.busy_s : 0, ts.util_10s,
-                        ts.inflight, (unsigned long long)ts.calls, ts.healthy ? "true" : "false");
-            for (int k = 0; k < HTTPC_FAIL_COUNT; k++)
-                buf_appendf(&b, "%s\"%s\":%llu", k ? "," : "", httpc_fail_names[k],
-                            (unsigned long long)ts.failures[k]);
-            buf_appendf(&b, "},\"latency_model\":{\"a_seconds\":%.9f,\"b_seconds_per_row\":%.9f,"
-                            "\"margin_seconds\":%.9f}}", la / 1e9, lb / 1e9, lm / 1e9);
-        }
-        ready = false;   /* the instance rows below are not the devices here */
-    }
-    for (int i = 0; i < s.ninstances && s.inst && ready; i++) {
-        double la = 0, lb = 0, lm = 0;
-        if (sm->batcher)
-            batcher_latency_model(sm->batcher, i, &la, &lb, &lm);
-        const char *dev = sm->model.ops ? sm->model.ops->name : "cpu";
-        int devi = i < sm->model.ninstances && sm->model.instances ? sm->model.instances[i].device : -1;
-        buf_appendf(&b, "%s{\"device\":\"%s%d\",\"busy_seconds\":%.6f,\"idle_seconds\":%.6f,"
-                        "\"utilization_10s\":%.4f,\"batches\":%llu,\"rows\":%llu,"
-                        "\"latency_model\":{\"a_seconds\":%.9f,\"b_seconds_per_row\":%.9f,"
-                        "\"margin_seconds\":%.9f}}", i ? "," : "", dev,
-                    devi >= 0 ? devi : i, s.inst[i].busy_s,
-                    s.inst[i].loaded_s > s.inst[i].busy_s ? s.inst[i].loaded_s - s.inst[i].busy_s : 0,
-                    s.inst[i].util_10s, (unsigned long long)s.inst[i].batches,
-                    (unsigned long long)s.inst[i].rows, la / 1e9, lb / 1e9, lm / 1e9);
-    }
-    double fill = batches ? (double)rows / (double)batches / c->batching.max_batch_size : 0;
-    buf_appendf(&b, "],\"answer_guard_seconds\":%.6f,\"compute_debt\":{",
-                ready_model ? (double)batcher_guard_ns(sm->batcher) / 1e9 : 0.0);
-    buf_appendf(&b, "\"device_seconds_held\":%.6f,"
-                    "\"device_seconds_used\":%.6f,\"device_seconds_idle\":%.6f,"
-                    "\"batch_fill\":%.4f}}", held, busy, held > busy ? held - busy : 0, fill);
-    modelstats_snapshot_free(&s);
-    *out = b;
 }
 
 static void model_stats(struct http_request *req, const struct route_match *m, void *ctx)
@@ -332,7 +222,7 @@ static void model_stats(struct http_request *req, const struct route_match *m, v
         return;
     struct buf b = BUF_INIT;
     buf_append(&b, "{\"model_stats\":[", 16);
-    api_models_append_stats(&b, sm);
+    modelstats_json_append(&b, sm);
     buf_append(&b, "]}", 2);
     respond_buf(req, 200, &b);
 }

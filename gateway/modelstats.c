@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/busywin.h"
 #include "common/clock.h"
 
 const double modelstats_lat_bounds_s[MODELSTATS_LAT_BUCKETS] = {
@@ -34,14 +35,11 @@ struct io_shard {
     struct hist request, queue;
 };
 
-#define UTIL_SLOTS 16
-
 struct inst_shard {
     _Alignas(64) struct hist compute, batch;
-    _Atomic uint64_t busy_ns, batches, rows;
+    _Atomic uint64_t batches, rows;
     _Atomic int64_t loaded_ns;
-    _Atomic int64_t slot_sec[UTIL_SLOTS];    /* busy ns per second, for util_10s */
-    _Atomic uint64_t slot_ns[UTIL_SLOTS];
+    struct busywin busy;                     /* written by the instance's worker only */
     _Atomic uint64_t *count_by_size, *ns_by_size;
 };
 
@@ -162,21 +160,15 @@ void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t exec
     struct inst_shard *sh = &s->inst[instance % s->ninst];
     hist_add(&sh->compute, lat_bucket(exec_ns), (uint64_t)exec_ns);
     hist_add(&sh->batch, row_bucket(rows), (uint64_t)rows);
-    atomic_fetch_add_explicit(&sh->busy_ns, (uint64_t)exec_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&sh->batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&sh->rows, (uint64_t)rows, memory_order_relaxed);
     if (rows >= 0 && rows <= s->max_batch) {
         atomic_fetch_add_explicit(&sh->count_by_size[rows], 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&sh->ns_by_size[rows], (uint64_t)exec_ns, memory_order_relaxed);
     }
-    /* The per-second slots behind util_10s (the batch counts in the second it ends). */
-    int64_t sec = now_ns() / 1000000000;
-    int k = (int)(sec % UTIL_SLOTS);
-    if (atomic_load_explicit(&sh->slot_sec[k], memory_order_relaxed) != sec) {
-        atomic_store_explicit(&sh->slot_ns[k], 0, memory_order_relaxed);
-        atomic_store_explicit(&sh->slot_sec[k], sec, memory_order_relaxed);
-    }
-    atomic_fetch_add_explicit(&sh->slot_ns[k], (uint64_t)exec_ns, memory_order_relaxed);
+    /* The batch ran until now: it is busy time in each second it covered. */
+    int64_t end = now_ns();
+    busywin_add(&sh->busy, end - exec_ns, end);
 }
 
 static void hist_sum(struct modelstats_hist *dst, struct hist *src, double unit)
@@ -209,7 +201,7 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
     o->inst = calloc((size_t)s->ninst, sizeof *o->inst);
     o->batch_count_by_size = calloc((size_t)s->max_batch + 1, sizeof(uint64_t));
     o->batch_ns_by_size = calloc((size_t)s->max_batch + 1, sizeof(uint64_t));
-    int64_t now = now_ns(), sec = now / 1000000000;
+    int64_t now = now_ns();
     for (int i = 0; i < s->ninst; i++) {
         struct inst_shard *sh = &s->inst[i];
         hist_sum(&o->compute, &sh->compute, 1e-9);
@@ -222,18 +214,12 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         if (!o->inst)
             continue;
         struct modelstats_instance *mi = &o->inst[i];
-        mi->busy_s = (double)atomic_load_explicit(&sh->busy_ns, memory_order_relaxed) / 1e9;
+        mi->busy_s = (double)busywin_total_ns(&sh->busy) / 1e9;
         int64_t loaded = atomic_load_explicit(&sh->loaded_ns, memory_order_relaxed);
         mi->loaded_s = loaded ? (double)(now - loaded) / 1e9 : 0;
         mi->batches = atomic_load_explicit(&sh->batches, memory_order_relaxed);
         mi->rows = atomic_load_explicit(&sh->rows, memory_order_relaxed);
-        uint64_t busy10 = 0;
-        for (int k = 0; k < UTIL_SLOTS; k++) {
-            int64_t ss = atomic_load_explicit(&sh->slot_sec[k], memory_order_relaxed);
-            if (ss >= sec - 10 && ss < sec)
-                busy10 += atomic_load_explicit(&sh->slot_ns[k], memory_order_relaxed);
-        }
-        mi->util_10s = (double)busy10 / 10e9;
+        mi->util_10s = busywin_fraction(&sh->busy, now, BUSYWIN_UTIL_S);
     }
 }
 

@@ -42,7 +42,7 @@ struct modelstats_hist {
 struct modelstats_instance {
     double busy_s;                 /* a batch executing */
     double loaded_s;               /* wall time since the instance was loaded */
-    double util_10s;               /* busy fraction over the last 10 whole seconds */
+    double util_10s;               /* busy fraction over the last 10 whole seconds (busywin.h) */
     uint64_t batches, rows;
 };
 

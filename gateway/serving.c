@@ -182,6 +182,58 @@ void serving_load_all(struct serving *s)
             serving_load_one(&s->models[i]);
 }
 
+struct devices_walk {
+    struct served_model *sm;
+    const struct modelstats_snapshot *snap;
+    served_device_fn fn;
+    void *arg;
+};
+
+static void serving_device_row(const struct model_device *d, void *arg)
+{
+    struct devices_walk *w = arg;
+    struct served_model *sm = w->sm;
+    struct served_device r = {.dev = *d};
+    if (d->target) {
+        httpc_target_stats(d->target, &r.server);
+        r.url = httpc_target_url(d->target);
+        r.busy_s = r.server.busy_s;
+        r.held_s = r.server.age_s;
+        r.util_10s = r.server.util_10s;
+    } else {
+        if (!w->snap->inst || d->instance >= w->snap->ninstances)
+            return;   /* the snapshot ran out of memory for its instances */
+        const struct modelstats_instance *in = &w->snap->inst[d->instance];
+        r.busy_s = in->busy_s;
+        r.held_s = in->loaded_s;
+        r.util_10s = in->util_10s;
+        r.batches = in->batches;
+        r.rows = in->rows;
+        /* Weights the instances share count on instance 0. */
+        r.memory_bytes = sm->model.instances[d->instance].memory_bytes +
+                         (d->instance == 0 ? sm->model.shared_bytes : 0);
+    }
+    r.idle_s = r.held_s > r.busy_s ? r.held_s - r.busy_s : 0;
+    /* A server has no instance of its own: the model's batches all go
+     * through instance 0's latency model (the upstream loop's). */
+    double a = 0, b = 0, margin = 0;
+    batcher_latency_model(sm->batcher, d->instance >= 0 ? d->instance : 0, &a, &b, &margin);
+    r.lat_a_s = a / 1e9;
+    r.lat_b_s = b / 1e9;
+    r.lat_margin_s = margin / 1e9;
+    w->fn(&r, w->arg);
+}
+
+void serving_model_devices(struct served_model *sm, const struct modelstats_snapshot *snap,
+                           served_device_fn fn, void *arg)
+{
+    /* The loader owns batcher, ops and instances until it publishes READY. */
+    if (atomic_load(&sm->state) != SERVED_READY || !sm->batcher)
+        return;
+    struct devices_walk w = {.sm = sm, .snap = snap, .fn = fn, .arg = arg};
+    model_devices(&sm->model, serving_device_row, &w);
+}
+
 int serving_count(const struct serving *s) { return s->n; }
 struct served_model *serving_at(struct serving *s, int i) { return &s->models[i]; }
 

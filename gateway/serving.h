@@ -11,7 +11,11 @@
 #include "backends/backend.h"
 #include "batcher/batcher.h"
 #include "common/error.h"
+#include "common/httpc.h"
 #include "gateway/modelstats.h"
+
+/* The one version each model serves (".../versions/1/..."). */
+#define SERVING_MODEL_VERSION "1"
 
 enum served_state { SERVED_LOADING, SERVED_READY, SERVED_FAILED };
 
@@ -37,6 +41,28 @@ struct served_model *serving_at(struct serving *s, int i);
 struct served_model *serving_find(struct serving *s, const char *name, size_t len);
 /* Every model that was found loaded. */
 bool serving_all_ready(struct serving *s);
+/* One device row, as /metrics, /v2/models/{m}/stats and the dashboard
+ * show it: a model instance, or a server behind an upstream model. Busy
+ * time is time with a batch executing on the instance, or with at least one
+ * call in flight to the server; utilization is per instance or per server
+ * (busywin.h), so it stays within 1. */
+struct served_device {
+    struct model_device dev;          /* kind, `device` label, instance or server */
+    const char *url;                  /* the server's (while loaded); NULL for an instance */
+    double busy_s, idle_s;            /* idle: held and not busy */
+    double held_s;                    /* since the instance loaded, the server was set up */
+    double util_10s;                  /* busy fraction of the last 10 whole seconds */
+    uint64_t batches, rows;           /* the instance's; 0 for a server */
+    size_t memory_bytes;              /* the instance's weights and buffers; 0 for a server */
+    double lat_a_s, lat_b_s, lat_margin_s;   /* its latency model (a server: the model's) */
+    struct httpc_target_stats server; /* a server's calls, health, failures; zero otherwise */
+};
+typedef void (*served_device_fn)(const struct served_device *d, void *arg);
+/* Calls fn for each device of a READY model (none for another), from
+ * `snap` (the model's modelstats snapshot, the caller's) and the servers'
+ * own accounts. The one place device rows are built. */
+void serving_model_devices(struct served_model *sm, const struct modelstats_snapshot *snap,
+                           served_device_fn fn, void *arg);
 /* Stops the batchers (queued requests fail with 503) and joins the workers. */
 void serving_stop(struct serving *s);
 void serving_free(struct serving *s);

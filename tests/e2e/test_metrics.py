@@ -1,7 +1,9 @@
 """test_metrics.py - /metrics and /v2/models/{m}/stats against known traffic:
 promtool accepts the exposition; after requests of known sizes the counters,
 histogram counts and batch sums equal what was sent; rejections are counted
-by reason; busy + idle seconds track the wall time of the loaded instance."""
+by reason; busy + idle seconds track the wall time of the loaded instance;
+/metrics, the stats and the dashboard's data name the same devices (CPU
+instances, the servers behind an upstream model) with the same busy time."""
 
 import ctypes.util
 import json
@@ -15,7 +17,8 @@ import time
 import unittest
 
 from harness import RepoServerCase, Server, roundtrip
-from test_infer import infer_body, post, synthetic, write_model
+from test_infer import DIGITS, infer_body, post, synthetic, write_model
+from test_upstream import FakeUpstreamCase, upstream_model
 
 PROMTOOL = shutil.which("promtool")
 
@@ -208,6 +211,79 @@ class MetricsTest(RepoServerCase):
         self.assertLess(s["answer_guard_seconds"], 0.01)
         m = parse(self.scrape())
         self.assertLess(value(m, "batchgate_answer_guard_seconds", model="syn"), 0.01)
+
+
+class DeviceRowsAgreeTest(FakeUpstreamCase):
+    """The three views of a model's devices are built from one enumeration:
+    a CPU model with two instances, an upstream model with two servers and
+    a synthetic model show the same device rows on /metrics, in
+    /v2/models/{m}/stats and in /dashboard/data."""
+
+    @classmethod
+    def populate(cls, repo):
+        shutil.copytree(DIGITS, os.path.join(repo, "digits"))
+        with open(os.path.join(repo, "digits", "config.json")) as f:
+            cfg = json.load(f)
+        cfg.update(backend="cpu", instances={"count": 2, "devices": []})
+        with open(os.path.join(repo, "digits", "config.json"), "w") as f:
+            json.dump(cfg, f)
+        ports = [cls.fake_server("--base-ms", "5")[1] for _ in range(2)]
+        cls.urls = ["http://127.0.0.1:%d" % p for p in ports]
+        write_model(repo, "up2", upstream_model("up2", cls.urls))
+        write_model(repo, "syn", synthetic("syn", base_us=2000, per_row_us=0))
+
+    def serve(self):
+        small = infer_body([[1, 2, 3, 4]], name="x")
+        bodies = {"digits": infer_body([[0.5] * 64] * 2), "up2": small, "syn": small}
+        codes = []
+
+        def one(model):
+            codes.append(post(self.srv.port, "/v2/models/%s/infer" % model, bodies[model]).status)
+
+        threads = [threading.Thread(target=one, args=(m,)) for m in bodies for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        self.assertEqual(codes, [200] * len(threads))
+
+    def test_metrics_stats_and_dashboard_name_the_same_devices(self):
+        self.serve()
+        text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+        dash = roundtrip(self.srv.port, "GET", "/dashboard/data").json()
+        dash = {m["name"]: m for m in dash["models"]}
+        samples = parse(text)
+        want = {"digits": ["cpu0", "cpu1"], "up2": ["upstream0", "upstream1"],
+                "syn": ["synthetic0"]}
+        for model, devices in want.items():
+            stats = roundtrip(self.srv.port, "GET",
+                              "/v2/models/%s/stats" % model).json()["model_stats"][0]
+            rows = stats["instances"]
+            self.assertEqual([r["device"] for r in rows], devices, model)
+            self.assertEqual([r["device"] for r in dash[model]["stats"]["instances"]], devices,
+                             model)
+            for family in ("device_busy_seconds_total", "device_idle_seconds_total",
+                           "device_utilization_ratio", "device_memory_bytes"):
+                got = re.findall(r'^batchgate_%s\{model="%s",device="(\w+)"\} ' % (family, model),
+                                 text, re.M)
+                self.assertEqual(got, devices, "%s of %s" % (family, model))
+            for param in ("a", "b", "margin"):
+                got = re.findall(r'^batchgate_latency_model_seconds\{model="%s",device="(\w+)",'
+                                 r'param="%s"\} ' % (model, param), text, re.M)
+                self.assertEqual(got, devices, "latency_model_seconds of %s" % model)
+            # Quiet now: busy time stands still, so both views show the same.
+            for r in rows:
+                busy = value(samples, "batchgate_device_busy_seconds_total", model=model,
+                             device=r["device"])
+                self.assertAlmostEqual(busy, r["busy_seconds"], delta=1e-5, msg=r["device"])
+                self.assertLessEqual(r["utilization_10s"], 1.0, "per instance or server")
+            self.assertGreater(sum(r["busy_seconds"] for r in rows), 0, model)
+        # The servers behind the upstream model: the same URLs, in the same
+        # order, in the stats and in the upstream_* families.
+        stats = roundtrip(self.srv.port, "GET", "/v2/models/up2/stats").json()["model_stats"][0]
+        self.assertEqual([r["url"] for r in stats["instances"]], self.urls)
+        calls = r'^batchgate_upstream_calls_total\{model="up2",upstream="([^"]+)"\} '
+        self.assertEqual(re.findall(calls, text, re.M), self.urls)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 /* test_modelstats.c - sharded statistics: what the threads record is what a
- * snapshot sums, histogram buckets and quantiles, concurrent writers. */
+ * snapshot sums, histogram buckets and quantiles, a long batch's busy time
+ * in the 10 s utilization, concurrent writers. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -66,6 +67,23 @@ static void test_buckets_and_quantiles(void **state)
     modelstats_free(s);
 }
 
+/* A batch that ran 3 s counts in the seconds it ran (common/busywin.h),
+ * not all in the second it ended: at least 2 of those seconds are already
+ * whole, whatever the clock's fraction of a second now. */
+static void test_long_batch_spreads_over_its_seconds(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 1, 4);
+    modelstats_loaded(s);
+    modelstats_batch(s, 0, 4, 3000000000LL);
+    struct modelstats_snapshot snap;
+    modelstats_snapshot(s, &snap);
+    assert_true(snap.inst[0].busy_s > 2.999 && snap.inst[0].busy_s < 3.001);
+    assert_true(snap.inst[0].util_10s >= 0.2 && snap.inst[0].util_10s <= 0.3);
+    modelstats_snapshot_free(&snap);
+    modelstats_free(s);
+}
+
 struct writer {
     struct modelstats *s;
     int thread;
@@ -107,6 +125,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sums_across_shards),
         cmocka_unit_test(test_buckets_and_quantiles),
+        cmocka_unit_test(test_long_batch_spreads_over_its_seconds),
         cmocka_unit_test(test_concurrent_writers_lose_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

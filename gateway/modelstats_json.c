@@ -1,0 +1,114 @@
+/* modelstats_json.c - see modelstats_json.h. Counters come from the model's
+ * modelstats snapshot, the device rows from serving_model_devices (as on
+ * /metrics), so the two name the same devices with the same numbers. */
+#include "gateway/modelstats_json.h"
+
+#include <string.h>
+
+#include "common/buf.h"
+#include "gateway/serving.h"
+#include "gateway/tensor_json.h"
+
+static void modelstats_json_duration(struct buf *b, const char *name, uint64_t count, double sum_s)
+{
+    buf_appendf(b, "\"%s\":{\"count\":%llu,\"ns\":%llu}", name, (unsigned long long)count,
+                (unsigned long long)(sum_s * 1e9));
+}
+
+struct modelstats_json_devices {
+    struct buf *b;
+    int n;
+    double busy_s, held_s;            /* summed: the compute debt */
+};
+
+/* One entry of "instances": an instance, or a server behind the model. */
+static void modelstats_json_device(const struct served_device *d, void *arg)
+{
+    struct modelstats_json_devices *w = arg;
+    struct buf *b = w->b;
+    w->busy_s += d->busy_s;
+    w->held_s += d->held_s;
+    buf_appendf(b, "%s{\"device\":", w->n++ ? "," : "");
+    json_append_string(b, d->dev.name, strlen(d->dev.name));
+    if (d->url) {
+        buf_append(b, ",\"url\":", 7);
+        json_append_string(b, d->url, strlen(d->url));
+    }
+    buf_appendf(b, ",\"busy_seconds\":%.6f,\"idle_seconds\":%.6f,\"utilization_10s\":%.4f",
+                d->busy_s, d->idle_s, d->util_10s);
+    if (d->dev.kind == BACKEND_DEVICE_UPSTREAM) {
+        buf_appendf(b, ",\"inflight\":%d,\"calls\":%llu,\"healthy\":%s,\"failures\":{",
+                    d->server.inflight, (unsigned long long)d->server.calls,
+                    d->server.healthy ? "true" : "false");
+        for (int k = 0; k < HTTPC_FAIL_COUNT; k++)
+            buf_appendf(b, "%s\"%s\":%llu", k ? "," : "", httpc_fail_names[k],
+                        (unsigned long long)d->server.failures[k]);
+        buf_append(b, "}", 1);
+    } else {
+        buf_appendf(b, ",\"batches\":%llu,\"rows\":%llu", (unsigned long long)d->batches,
+                    (unsigned long long)d->rows);
+    }
+    buf_appendf(b, ",\"latency_model\":{\"a_seconds\":%.9f,\"b_seconds_per_row\":%.9f,"
+                   "\"margin_seconds\":%.9f}}", d->lat_a_s, d->lat_b_s, d->lat_margin_s);
+}
+
+/* Triton's statistics extension, plus what batchgate adds: latency
+ * percentiles (split into queue and compute, within the histogram's bucket
+ * resolution), each device's fitted latency model and busy time, and the
+ * compute debt: device-seconds held against used. */
+void modelstats_json_append(struct buf *out, struct served_model *sm)
+{
+    struct modelstats_snapshot s;
+    modelstats_snapshot(sm->stats, &s);
+    const struct model_config *c = &sm->model.cfg;
+    struct buf *b = out;
+    buf_append(b, "{\"name\":", 8);
+    json_append_string(b, c->name, strlen(c->name));
+    uint64_t rows = 0, batches = 0;
+    for (int i = 0; i < s.ninstances && s.inst; i++) {
+        rows += s.inst[i].rows;
+        batches += s.inst[i].batches;
+    }
+    buf_appendf(b, ",\"version\":\"" SERVING_MODEL_VERSION "\",\"last_inference\":%lld,"
+                   "\"inference_count\":%llu,\"execution_count\":%llu,\"inference_stats\":{",
+                (long long)s.last_inference_ms, (unsigned long long)rows,
+                (unsigned long long)batches);
+    modelstats_json_duration(b, "success", s.success_count, s.request.sum);
+    buf_append(b, ",", 1);
+    modelstats_json_duration(b, "fail", s.fail_count, 0);
+    buf_append(b, ",", 1);
+    modelstats_json_duration(b, "queue", s.queue.count, s.queue.sum);
+    buf_append(b, ",", 1);
+    modelstats_json_duration(b, "compute_infer", s.compute.count, s.compute.sum);
+    buf_append(b, "},\"batch_stats\":[", 17);
+    int first = 1;
+    for (int r = 1; r <= s.max_batch && s.batch_count_by_size; r++) {
+        if (!s.batch_count_by_size[r])
+            continue;
+        buf_appendf(b, "%s{\"batch_size\":%d,", first ? "" : ",", r);
+        modelstats_json_duration(b, "compute_infer", s.batch_count_by_size[r],
+                                 (double)s.batch_ns_by_size[r] / 1e9);
+        buf_append(b, "}", 1);
+        first = 0;
+    }
+    buf_appendf(b, "],\"latency_seconds\":{\"request\":{\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f},"
+                   "\"queue\":{\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f},"
+                   "\"compute\":{\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f}},\"instances\":[",
+                modelstats_quantile(&s.request, 0.5), modelstats_quantile(&s.request, 0.9),
+                modelstats_quantile(&s.request, 0.99), modelstats_quantile(&s.queue, 0.5),
+                modelstats_quantile(&s.queue, 0.9), modelstats_quantile(&s.queue, 0.99),
+                modelstats_quantile(&s.compute, 0.5), modelstats_quantile(&s.compute, 0.9),
+                modelstats_quantile(&s.compute, 0.99));
+    struct modelstats_json_devices w = {.b = b};
+    serving_model_devices(sm, &s, modelstats_json_device, &w);
+    double fill = batches ? (double)rows / (double)batches / c->batching.max_batch_size : 0;
+    /* The loader owns the batcher until it publishes READY. */
+    bool ready = atomic_load(&sm->state) == SERVED_READY;
+    buf_appendf(b, "],\"answer_guard_seconds\":%.6f,\"compute_debt\":{",
+                ready ? (double)batcher_guard_ns(sm->batcher) / 1e9 : 0.0);
+    buf_appendf(b, "\"device_seconds_held\":%.6f,"
+                   "\"device_seconds_used\":%.6f,\"device_seconds_idle\":%.6f,"
+                   "\"batch_fill\":%.4f}}", w.held_s, w.busy_s,
+                w.held_s > w.busy_s ? w.held_s - w.busy_s : 0, fill);
+    modelstats_snapshot_free(&s);
+}

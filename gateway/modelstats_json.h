@@ -1,0 +1,13 @@
+/* modelstats_json.h - a model's statistics as JSON: one object of
+ * GET /v2/models/{m}/stats (Triton's statistics extension plus batchgate's
+ * own fields, docs/METRICS.md), which /dashboard/data reuses. */
+#ifndef BG_MODELSTATS_JSON_H
+#define BG_MODELSTATS_JSON_H
+
+struct buf;
+struct served_model;
+
+/* Appends sm's statistics object to out. */
+void modelstats_json_append(struct buf *out, struct served_model *sm);
+
+#endif
