@@ -28,7 +28,7 @@ static void dashboard_page(struct http_request *req, const struct route_match *m
                  "Cache-Control: no-cache\r\n");
 }
 
-static void append_counts(struct buf *b, const char *name, const struct modelstats_hist *h)
+static void dashboard_append_counts(struct buf *b, const char *name, const struct modelstats_hist *h)
 {
     buf_appendf(b, ",\"%s\":[", name);
     for (int i = 0; i < MODELSTATS_LAT_BUCKETS; i++)
@@ -76,9 +76,9 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
             for (int k = 0; k < MODELSTATS_LAT_BUCKETS; k++)
                 buf_appendf(&b, "%s%g", k ? "," : "", modelstats_lat_bounds_s[k]);
             buf_append(&b, "]", 1);
-            append_counts(&b, "request", &s.request);
-            append_counts(&b, "queue", &s.queue);
-            append_counts(&b, "compute", &s.compute);
+            dashboard_append_counts(&b, "request", &s.request);
+            dashboard_append_counts(&b, "queue", &s.queue);
+            dashboard_append_counts(&b, "compute", &s.compute);
             buf_append(&b, "},\"stats\":", 10);
             modelstats_snapshot_free(&s);
             modelstats_json_append(&b, sm);

@@ -18,13 +18,13 @@
 
 #define P "batchgate_"
 
-static void head(struct buf *b, const char *name, const char *type, const char *help)
+static void metrics_head(struct buf *b, const char *name, const char *type, const char *help)
 {
     buf_appendf(b, "# HELP " P "%s %s\n# TYPE " P "%s %s\n", name, help, name, type);
 }
 
-/* A label value with \, " and newline escaped as the format requires. */
-static void label(struct buf *b, const char *v)
+/* A metrics_label value with \, " and newline escaped as the format requires. */
+static void metrics_label(struct buf *b, const char *v)
 {
     for (; *v; v++) {
         if (*v == '\\' || *v == '"')
@@ -36,7 +36,7 @@ static void label(struct buf *b, const char *v)
     }
 }
 
-static void hist(struct buf *b, const char *name, const char *model,
+static void metrics_hist(struct buf *b, const char *name, const char *model,
                  const struct modelstats_hist *h, const double *bounds, int nb)
 {
     uint64_t cum = 0;
@@ -45,26 +45,26 @@ static void hist(struct buf *b, const char *name, const char *model,
         if (bounds[i] >= 1e29)
             continue;   /* the overflow bucket only feeds +Inf */
         buf_appendf(b, P "%s_bucket{model=\"", name);
-        label(b, model);
+        metrics_label(b, model);
         buf_appendf(b, "\",le=\"%g\"} %llu\n", bounds[i], (unsigned long long)cum);
     }
     for (int i = nb; i < MODELSTATS_LAT_BUCKETS; i++)
         cum += h->bucket[i];
     buf_appendf(b, P "%s_bucket{model=\"", name);
-    label(b, model);
+    metrics_label(b, model);
     buf_appendf(b, "\",le=\"+Inf\"} %llu\n" P "%s_sum{model=\"", (unsigned long long)cum, name);
-    label(b, model);
+    metrics_label(b, model);
     buf_appendf(b, "\"} %.9g\n" P "%s_count{model=\"", h->sum, name);
-    label(b, model);
+    metrics_label(b, model);
     buf_appendf(b, "\"} %llu\n", (unsigned long long)h->count);
 }
 
 /* name{model="m"[,extra]} value */
-static void sample(struct buf *b, const char *name, const char *model, const char *extra,
+static void metrics_sample(struct buf *b, const char *name, const char *model, const char *extra,
                    double v)
 {
     buf_appendf(b, P "%s{model=\"", name);
-    label(b, model);
+    metrics_label(b, model);
     buf_appendf(b, "\"%s%s} %.9g\n", extra && *extra ? "," : "", extra ? extra : "", v);
 }
 
@@ -93,7 +93,7 @@ static void metrics_device_add(const struct served_device *d, void *arg)
 }
 
 /* The servers behind: upstream models' servers (their device rows) and
- * proxy routes' URLs, each with its owner's label ("model" or "route"). */
+ * proxy routes' URLs, each with its owner's metrics_label ("model" or "route"). */
 struct target_row {
     char owner[300];          /* model="m",upstream="url" or route="/x/",... (escaped) */
     struct httpc_target_stats st;
@@ -104,7 +104,7 @@ struct target_rows {
     int n, cap;
 };
 
-static int target_row_add(struct target_rows *rows, const char *key, const char *name,
+static int metrics_target_row_add(struct target_rows *rows, const char *key, const char *name,
                           const char *url, const struct httpc_target_stats *st)
 {
     if (rows->n == rows->cap) {
@@ -118,9 +118,9 @@ static int target_row_add(struct target_rows *rows, const char *key, const char 
     struct target_row *r = &rows->r[rows->n++];
     struct buf lb = BUF_INIT;
     buf_appendf(&lb, "%s=\"", key);
-    label(&lb, name);
+    metrics_label(&lb, name);
     buf_append(&lb, "\",upstream=\"", 12);
-    label(&lb, url);
+    metrics_label(&lb, url);
     buf_append(&lb, "\"", 1);
     snprintf(r->owner, sizeof r->owner, "%.*s", (int)lb.len, lb.data ? lb.data : "");
     buf_free(&lb);
@@ -128,7 +128,7 @@ static int target_row_add(struct target_rows *rows, const char *key, const char 
     return 0;
 }
 
-static int collect_targets(struct api_state *st, const struct metrics_devices *devs,
+static int metrics_collect_targets(struct api_state *st, const struct metrics_devices *devs,
                            struct target_rows *rows)
 {
     int n = st->serving ? serving_count(st->serving) : 0;
@@ -136,7 +136,7 @@ static int collect_targets(struct api_state *st, const struct metrics_devices *d
         for (int i = 0; i < devs[o].n; i++) {
             const struct served_device *d = &devs[o].d[i];
             if (d->dev.kind == BACKEND_DEVICE_UPSTREAM &&
-                target_row_add(rows, "model", serving_at(st->serving, o)->model.cfg.name, d->url,
+                metrics_target_row_add(rows, "model", serving_at(st->serving, o)->model.cfg.name, d->url,
                                &d->server) < 0)
                 return -1;
         }
@@ -146,7 +146,7 @@ static int collect_targets(struct api_state *st, const struct metrics_devices *d
         for (int i = 0; i < nt; i++) {
             struct httpc_target_stats ts_st;
             httpc_target_stats(ts[i], &ts_st);
-            if (target_row_add(rows, "route", proxy_route_prefix(st->proxy, o),
+            if (metrics_target_row_add(rows, "route", proxy_route_prefix(st->proxy, o),
                                httpc_target_url(ts[i]), &ts_st) < 0)
                 return -1;
         }
@@ -154,50 +154,50 @@ static int collect_targets(struct api_state *st, const struct metrics_devices *d
     return rows->n;
 }
 
-static void render_targets(struct api_state *st, const struct metrics_devices *devs,
+static void metrics_render_targets(struct api_state *st, const struct metrics_devices *devs,
                            struct buf *b)
 {
     struct target_rows tr = {0};
-    int n = collect_targets(st, devs, &tr);
+    int n = metrics_collect_targets(st, devs, &tr);
     struct target_row *rows = tr.r;
     if (n <= 0) {
         free(rows);
         return;
     }
-    head(b, "upstream_busy_seconds_total", "counter",
+    metrics_head(b, "upstream_busy_seconds_total", "counter",
          "Time with at least one call in flight to the server behind (upstream model or proxy "
          "route).");
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_busy_seconds_total{%s} %.9g\n", rows[i].owner, rows[i].st.busy_s);
-    head(b, "upstream_utilization_ratio", "gauge", "Busy fraction over the last 10 seconds.");
+    metrics_head(b, "upstream_utilization_ratio", "gauge", "Busy fraction over the last 10 seconds.");
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_utilization_ratio{%s} %.9g\n", rows[i].owner,
                     rows[i].st.util_10s);
-    head(b, "upstream_inflight", "gauge", "Calls in flight to the server now.");
+    metrics_head(b, "upstream_inflight", "gauge", "Calls in flight to the server now.");
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_inflight{%s} %d\n", rows[i].owner, rows[i].st.inflight);
-    head(b, "upstream_calls_total", "counter", "Calls begun to the server (health probes included).");
+    metrics_head(b, "upstream_calls_total", "counter", "Calls begun to the server (health probes included).");
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_calls_total{%s} %llu\n", rows[i].owner,
                     (unsigned long long)rows[i].st.calls);
-    head(b, "upstream_pipelined_calls_total", "counter",
+    metrics_head(b, "upstream_pipelined_calls_total", "counter",
          "Calls sent behind another on one connection (proxy.routes[].pipeline).");
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_pipelined_calls_total{%s} %llu\n", rows[i].owner,
                     (unsigned long long)rows[i].st.pipelined);
-    head(b, "upstream_failures_total", "counter",
+    metrics_head(b, "upstream_failures_total", "counter",
          "Failed calls by reason: connect, reset, timeout, status (5xx), malformed.");
     for (int i = 0; i < n; i++)
         for (int k = 0; k < HTTPC_FAIL_COUNT; k++)
             buf_appendf(b, P "upstream_failures_total{%s,reason=\"%s\"} %llu\n", rows[i].owner,
                         httpc_fail_names[k], (unsigned long long)rows[i].st.failures[k]);
-    head(b, "upstream_healthy", "gauge", "1 while the server takes calls, 0 while it is taken out.");
+    metrics_head(b, "upstream_healthy", "gauge", "1 while the server takes calls, 0 while it is taken out.");
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_healthy{%s} %d\n", rows[i].owner, rows[i].st.healthy ? 1 : 0);
     free(rows);
 }
 
-static void api_metrics_free(struct modelstats_snapshot *snaps, struct metrics_devices *devs,
+static void metrics_scrape_free(struct modelstats_snapshot *snaps, struct metrics_devices *devs,
                              int n)
 {
     for (int i = 0; i < n && snaps; i++)
@@ -220,14 +220,14 @@ int api_metrics_render(struct api_state *st, struct buf *b)
         oom = devs[i].oom;
     }
     if (oom) {
-        api_metrics_free(snaps, devs, n);
+        metrics_scrape_free(snaps, devs, n);
         return -1;
     }
 #define EACH_MODEL for (int mi = 0; mi < n; mi++)
 #define SM (serving_at(st->serving, mi))
 #define NAME (SM->model.cfg.name)
 
-    head(b, "requests_total", "counter", "Inference requests answered, by model and status code.");
+    metrics_head(b, "requests_total", "counter", "Inference requests answered, by model and status code.");
     EACH_MODEL for (int c = 0; c < MODELSTATS_CODES; c++) {
         if (!snaps[mi].codes[c])
             continue;
@@ -236,52 +236,52 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             snprintf(extra, sizeof extra, "code=\"%d\"", modelstats_codes[c]);
         else
             snprintf(extra, sizeof extra, "code=\"other\"");
-        sample(b, "requests_total", NAME, extra, (double)snaps[mi].codes[c]);
+        metrics_sample(b, "requests_total", NAME, extra, (double)snaps[mi].codes[c]);
     }
-    head(b, "request_duration_seconds", "histogram",
+    metrics_head(b, "request_duration_seconds", "histogram",
          "Last byte of the request received to the response queued for write.");
-    EACH_MODEL hist(b, "request_duration_seconds", NAME, &snaps[mi].request,
+    EACH_MODEL metrics_hist(b, "request_duration_seconds", NAME, &snaps[mi].request,
                     modelstats_lat_bounds_s, MODELSTATS_LAT_BUCKETS);
-    head(b, "queue_duration_seconds", "histogram", "Time a request waited in the batcher.");
-    EACH_MODEL hist(b, "queue_duration_seconds", NAME, &snaps[mi].queue, modelstats_lat_bounds_s,
+    metrics_head(b, "queue_duration_seconds", "histogram", "Time a request waited in the batcher.");
+    EACH_MODEL metrics_hist(b, "queue_duration_seconds", NAME, &snaps[mi].queue, modelstats_lat_bounds_s,
                     MODELSTATS_LAT_BUCKETS);
-    head(b, "compute_duration_seconds", "histogram", "One batch on the backend.");
-    EACH_MODEL hist(b, "compute_duration_seconds", NAME, &snaps[mi].compute,
+    metrics_head(b, "compute_duration_seconds", "histogram", "One batch on the backend.");
+    EACH_MODEL metrics_hist(b, "compute_duration_seconds", NAME, &snaps[mi].compute,
                     modelstats_lat_bounds_s, MODELSTATS_LAT_BUCKETS);
-    head(b, "batch_size", "histogram", "Rows per executed batch.");
-    EACH_MODEL hist(b, "batch_size", NAME, &snaps[mi].batch, modelstats_row_bounds,
+    metrics_head(b, "batch_size", "histogram", "Rows per executed batch.");
+    EACH_MODEL metrics_hist(b, "batch_size", NAME, &snaps[mi].batch, modelstats_row_bounds,
                     MODELSTATS_ROW_BUCKETS);
-    head(b, "queue_depth", "gauge", "Requests waiting in the model's queue.");
+    metrics_head(b, "queue_depth", "gauge", "Requests waiting in the model's queue.");
     /* batcher, ops and instances are the loader's until it publishes READY. */
 #define READY (atomic_load(&SM->state) == SERVED_READY)
-    EACH_MODEL sample(b, "queue_depth", NAME, NULL, READY ? batcher_depth(SM->batcher) : 0);
-    head(b, "rejected_requests_total", "counter",
+    EACH_MODEL metrics_sample(b, "queue_depth", NAME, NULL, READY ? batcher_depth(SM->batcher) : 0);
+    metrics_head(b, "rejected_requests_total", "counter",
          "Requests refused or dropped before computing, by reason.");
     EACH_MODEL for (int r = 0; r < MS_REJECT_COUNT; r++) {
         char extra[48];
         snprintf(extra, sizeof extra, "reason=\"%s\"", modelstats_reason_names[r]);
-        sample(b, "rejected_requests_total", NAME, extra, (double)snaps[mi].rejected[r]);
+        metrics_sample(b, "rejected_requests_total", NAME, extra, (double)snaps[mi].rejected[r]);
     }
-    head(b, "model_cold_start_seconds", "gauge", "The last load of the model, by phase.");
+    metrics_head(b, "model_cold_start_seconds", "gauge", "The last load of the model, by phase.");
     EACH_MODEL {
         const struct cold_start *cs = &SM->model.cold;
         if (atomic_load(&SM->state) != SERVED_READY)
             continue;
-        sample(b, "model_cold_start_seconds", NAME, "phase=\"read\"", cs->read_s);
-        sample(b, "model_cold_start_seconds", NAME, "phase=\"prepare\"", cs->prepare_s + cs->context_s);
-        sample(b, "model_cold_start_seconds", NAME, "phase=\"warmup\"", cs->warmup_s);
-        sample(b, "model_cold_start_seconds", NAME, "phase=\"total\"", cs->total_s);
+        metrics_sample(b, "model_cold_start_seconds", NAME, "phase=\"read\"", cs->read_s);
+        metrics_sample(b, "model_cold_start_seconds", NAME, "phase=\"prepare\"", cs->prepare_s + cs->context_s);
+        metrics_sample(b, "model_cold_start_seconds", NAME, "phase=\"warmup\"", cs->warmup_s);
+        metrics_sample(b, "model_cold_start_seconds", NAME, "phase=\"total\"", cs->total_s);
     }
-    head(b, "model_loaded", "gauge", "1 when the model is loaded and serving, else 0.");
-    EACH_MODEL sample(b, "model_loaded", NAME, NULL, atomic_load(&SM->state) == SERVED_READY);
-    head(b, "batch_fill_ratio", "gauge", "Mean rows per batch divided by max_batch_size.");
+    metrics_head(b, "model_loaded", "gauge", "1 when the model is loaded and serving, else 0.");
+    EACH_MODEL metrics_sample(b, "model_loaded", NAME, NULL, atomic_load(&SM->state) == SERVED_READY);
+    metrics_head(b, "batch_fill_ratio", "gauge", "Mean rows per batch divided by max_batch_size.");
     EACH_MODEL {
         double rows = 0, batches = 0;
         for (int i = 0; i < snaps[mi].ninstances && snaps[mi].inst; i++) {
             rows += (double)snaps[mi].inst[i].rows;
             batches += (double)snaps[mi].inst[i].batches;
         }
-        sample(b, "batch_fill_ratio", NAME, NULL,
+        metrics_sample(b, "batch_fill_ratio", NAME, NULL,
                batches ? rows / batches / SM->model.cfg.batching.max_batch_size : 0);
     }
     static const struct {
@@ -296,17 +296,17 @@ int api_metrics_render(struct api_state *st, struct buf *b)
         {"device_memory_bytes", "gauge", "Weights and buffers held by the model instance."},
     };
     for (int k = 0; k < 4; k++) {
-        head(b, dev_metrics[k].name, dev_metrics[k].type, dev_metrics[k].help);
+        metrics_head(b, dev_metrics[k].name, dev_metrics[k].type, dev_metrics[k].help);
         EACH_MODEL for (int i = 0; i < devs[mi].n; i++) {
             const struct served_device *d = &devs[mi].d[i];
             char dev[80];
             snprintf(dev, sizeof dev, "device=\"%s\"", d->dev.name);
             double v = k == 0 ? d->busy_s : k == 1 ? d->idle_s : k == 2 ? d->util_10s
                                                                         : (double)d->memory_bytes;
-            sample(b, dev_metrics[k].name, NAME, dev, v);
+            metrics_sample(b, dev_metrics[k].name, NAME, dev, v);
         }
     }
-    head(b, "latency_model_seconds", "gauge",
+    metrics_head(b, "latency_model_seconds", "gauge",
          "Each instance's fitted exec(rows) = a + b*rows (+ margin), in seconds.");
     EACH_MODEL for (int i = 0; i < devs[mi].n; i++) {
         const struct served_device *d = &devs[mi].d[i];
@@ -315,15 +315,15 @@ int api_metrics_render(struct api_state *st, struct buf *b)
         for (int p = 0; p < 3; p++) {
             char extra[96];
             snprintf(extra, sizeof extra, "device=\"%s\",param=\"%s\"", d->dev.name, params[p]);
-            sample(b, "latency_model_seconds", NAME, extra, v[p]);
+            metrics_sample(b, "latency_model_seconds", NAME, extra, v[p]);
         }
     }
-    head(b, "answer_guard_seconds", "gauge",
+    metrics_head(b, "answer_guard_seconds", "gauge",
          "How much earlier than their deadlines requests are planned: the recent p99 of how late "
          "answers left against their batch's planned finish.");
     EACH_MODEL {
         if (READY)
-            sample(b, "answer_guard_seconds", NAME, NULL, (double)batcher_guard_ns(SM->batcher) / 1e9);
+            metrics_sample(b, "answer_guard_seconds", NAME, NULL, (double)batcher_guard_ns(SM->batcher) / 1e9);
     }
     if (nvml_device_count(st->nvml) > 0) {
         static const char *const names[4] = {"nvml_gpu_utilization_ratio",
@@ -335,7 +335,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             "Device memory in use as NVML reports it (all processes).",
             "Device memory as NVML reports it."};
         for (int k = 0; k < 4; k++) {
-            head(b, names[k], "gauge", helps[k]);
+            metrics_head(b, names[k], "gauge", helps[k]);
             for (int d = 0; d < nvml_device_count(st->nvml); d++) {
                 struct nvml_device nd;
                 if (nvml_device_read(st->nvml, d, &nd) < 0)
@@ -346,12 +346,12 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             }
         }
     }
-    render_targets(st, devs, b);
-    head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");
+    metrics_render_targets(st, devs, b);
+    metrics_head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");
     buf_appendf(b, P "inflight_requests %lld\n",
                 (long long)(st->server ? server_inflight(st->server) : 0));
     if (st->server) {
-        head(b, "http_responses_total", "counter",
+        metrics_head(b, "http_responses_total", "counter",
              "Answers on every route (inference, metadata, health, proxied, errors), by status.");
         struct server_http_stats hs;
         server_http_stats(st->server, &hs);
@@ -359,18 +359,18 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             if (hs.responses[k])
                 buf_appendf(b, P "http_responses_total{code=\"%d\"} %llu\n", k + 100,
                             (unsigned long long)hs.responses[k]);
-        head(b, "http_connections", "gauge", "Client connections open now.");
+        metrics_head(b, "http_connections", "gauge", "Client connections open now.");
         buf_appendf(b, P "http_connections %d\n", hs.connections);
-        head(b, "http_connections_accepted_total", "counter", "Client connections accepted.");
+        metrics_head(b, "http_connections_accepted_total", "counter", "Client connections accepted.");
         buf_appendf(b, P "http_connections_accepted_total %llu\n",
                     (unsigned long long)hs.accepted);
     }
-    head(b, "process_start_to_ready_seconds", "gauge",
+    metrics_head(b, "process_start_to_ready_seconds", "gauge",
          "From process start until every model was loaded and the server ready.");
     int64_t ready = atomic_load(&st->ready_ns);
     buf_appendf(b, P "process_start_to_ready_seconds %.6f\n",
                 ready ? (double)(ready - st->start_ns) / 1e9 : 0.0);
-    api_metrics_free(snaps, devs, n);
+    metrics_scrape_free(snaps, devs, n);
     return 0;
 #undef READY
 #undef EACH_MODEL

@@ -49,7 +49,7 @@ struct modelstats {
     struct inst_shard *inst;
 };
 
-static void *aligned_calloc(size_t n, size_t size)
+static void *modelstats_aligned_calloc(size_t n, size_t size)
 {
     void *p = aligned_alloc(64, ((n * size + 63) / 64) * 64);
     if (p)
@@ -65,8 +65,8 @@ struct modelstats *modelstats_new(int io_threads, int instances, int max_batch)
     s->nio = io_threads > 0 ? io_threads : 1;
     s->ninst = instances > 0 ? instances : 1;
     s->max_batch = max_batch;
-    s->io = aligned_calloc((size_t)s->nio, sizeof *s->io);
-    s->inst = aligned_calloc((size_t)s->ninst, sizeof *s->inst);
+    s->io = modelstats_aligned_calloc((size_t)s->nio, sizeof *s->io);
+    s->inst = modelstats_aligned_calloc((size_t)s->ninst, sizeof *s->inst);
     if (!s->io || !s->inst)
         goto fail;
     for (int i = 0; i < s->ninst; i++) {
@@ -101,14 +101,14 @@ void modelstats_loaded(struct modelstats *s)
         atomic_store(&s->inst[i].loaded_ns, now);
 }
 
-static void hist_add(struct hist *h, int bucket, uint64_t v)
+static void modelstats_hist_add(struct hist *h, int bucket, uint64_t v)
 {
     atomic_fetch_add_explicit(&h->b[bucket], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
 }
 
-static int lat_bucket(int64_t ns)
+static int modelstats_lat_bucket(int64_t ns)
 {
     double s = (double)ns / 1e9;
     int i = 0;
@@ -117,7 +117,7 @@ static int lat_bucket(int64_t ns)
     return i;
 }
 
-static int row_bucket(int rows)
+static int modelstats_row_bucket(int rows)
 {
     int i = 0;
     while (i < MODELSTATS_ROW_BUCKETS - 1 && rows > modelstats_row_bounds[i])
@@ -125,7 +125,7 @@ static int row_bucket(int rows)
     return i;
 }
 
-static int code_index(int status)
+static int modelstats_code_index(int status)
 {
     for (int i = 0; i < MODELSTATS_CODES - 1; i++)
         if (modelstats_codes[i] == status)
@@ -137,13 +137,13 @@ void modelstats_request(struct modelstats *s, int thread, int status, int64_t to
                         int64_t queue_ns)
 {
     struct io_shard *sh = &s->io[thread % s->nio];
-    atomic_fetch_add_explicit(&sh->codes[code_index(status)], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->codes[modelstats_code_index(status)], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(status == 200 ? &sh->success : &sh->fail, 1, memory_order_relaxed);
     if (total_ns < 0)
         total_ns = 0;
-    hist_add(&sh->request, lat_bucket(total_ns), (uint64_t)total_ns);
+    modelstats_hist_add(&sh->request, modelstats_lat_bucket(total_ns), (uint64_t)total_ns);
     if (queue_ns >= 0)
-        hist_add(&sh->queue, lat_bucket(queue_ns), (uint64_t)queue_ns);
+        modelstats_hist_add(&sh->queue, modelstats_lat_bucket(queue_ns), (uint64_t)queue_ns);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     atomic_store_explicit(&sh->last_ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
@@ -158,8 +158,8 @@ void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason 
 void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t exec_ns)
 {
     struct inst_shard *sh = &s->inst[instance % s->ninst];
-    hist_add(&sh->compute, lat_bucket(exec_ns), (uint64_t)exec_ns);
-    hist_add(&sh->batch, row_bucket(rows), (uint64_t)rows);
+    modelstats_hist_add(&sh->compute, modelstats_lat_bucket(exec_ns), (uint64_t)exec_ns);
+    modelstats_hist_add(&sh->batch, modelstats_row_bucket(rows), (uint64_t)rows);
     atomic_fetch_add_explicit(&sh->batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&sh->rows, (uint64_t)rows, memory_order_relaxed);
     if (rows >= 0 && rows <= s->max_batch) {
@@ -171,7 +171,7 @@ void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t exec
     busywin_add(&sh->busy, end - exec_ns, end);
 }
 
-static void hist_sum(struct modelstats_hist *dst, struct hist *src, double unit)
+static void modelstats_hist_sum(struct modelstats_hist *dst, struct hist *src, double unit)
 {
     for (int i = 0; i < MODELSTATS_LAT_BUCKETS; i++)
         dst->bucket[i] += atomic_load_explicit(&src->b[i], memory_order_relaxed);
@@ -193,8 +193,8 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         int64_t last = atomic_load_explicit(&sh->last_ms, memory_order_relaxed);
         if (last > o->last_inference_ms)
             o->last_inference_ms = last;
-        hist_sum(&o->request, &sh->request, 1e-9);
-        hist_sum(&o->queue, &sh->queue, 1e-9);
+        modelstats_hist_sum(&o->request, &sh->request, 1e-9);
+        modelstats_hist_sum(&o->queue, &sh->queue, 1e-9);
     }
     o->max_batch = s->max_batch;
     o->ninstances = s->ninst;
@@ -204,8 +204,8 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
     int64_t now = now_ns();
     for (int i = 0; i < s->ninst; i++) {
         struct inst_shard *sh = &s->inst[i];
-        hist_sum(&o->compute, &sh->compute, 1e-9);
-        hist_sum(&o->batch, &sh->batch, 1.0);
+        modelstats_hist_sum(&o->compute, &sh->compute, 1e-9);
+        modelstats_hist_sum(&o->batch, &sh->batch, 1.0);
         if (o->batch_count_by_size && o->batch_ns_by_size)
             for (int r = 0; r <= s->max_batch; r++) {
                 o->batch_count_by_size[r] += atomic_load_explicit(&sh->count_by_size[r], memory_order_relaxed);
