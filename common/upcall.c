@@ -8,6 +8,7 @@
 
 #include <event2/event.h>
 
+#include "common/clock.h"
 #include "common/evwatch.h"
 
 #define UPCALL_MAX_TARGETS 32   /* bits of `tried` */
@@ -30,7 +31,7 @@ struct upcall {
     bool active;                     /* started and not ended */
     bool replayable;                 /* the client can still send it all again */
     bool answered;                   /* the answer's head arrived */
-    bool repeated;                   /* a lone target had its second try */
+    bool repeated;                   /* a target had its second try (after a stale loss) */
     bool unarmed;                    /* the timer could not be added: end from the loop */
 };
 
@@ -65,14 +66,14 @@ void upcall_free(struct upcall *u)
     free(u);
 }
 
-/* One try: the best target not tried yet (or, with `lone_repeat`, the only
- * one again), on a connection of the client's pool, the request sent. */
-static int upcall_try(struct upcall *u, bool repeat, bool lone_repeat, struct error *err)
+/* One try: the best target not tried yet (or, with `same`, the last one
+ * again), on a connection of the client's pool, the request sent. */
+static int upcall_try(struct upcall *u, bool repeat, bool same, struct error *err)
 {
     struct httpc_target *t;
-    int i = 0;
-    if (lone_repeat) {
-        t = u->ts[0];
+    int i = u->ti;
+    if (same) {
+        t = u->ts[i];
     } else if (!(t = httpc_pick(u->ts, u->n, u->tried, &i))) {
         return error_set(err, BG_EUPSTREAM, "every server was tried");
     }
@@ -210,31 +211,44 @@ static void upcall_on_sent(void *arg)
         u->ops->on_sent(u->arg);
 }
 
-/* The policy of upcall.h: may this loss be repeated, and where? */
-static bool upcall_may_repeat(const struct upcall *u, enum httpc_fail why, bool *lone)
+/* Is a target not tried yet taking calls? */
+static bool upcall_untried_usable(const struct upcall *u)
 {
-    *lone = false;
+    int64_t now = now_ns();
+    for (int i = 0; i < u->n; i++)
+        if (!(u->tried & (1u << i)) && httpc_target_usable(u->ts[i], now))
+            return true;
+    return false;
+}
+
+/* The policy of upcall.h: may this loss be repeated, and where (`same`:
+ * on the target that lost it)? */
+static bool upcall_may_repeat(const struct upcall *u, enum httpc_fail why, bool *same)
+{
+    *same = false;
     if (u->answered || !u->replayable)
         return false;
     bool stale = why == HTTPC_FAIL_RESET && u->reused && (u->flags & UPCALL_IDEMPOTENT);
     if (why != HTTPC_FAIL_CONNECT && !stale)
         return false;
-    if (u->tried != (u->n == 32 ? ~0u : (1u << u->n) - 1))
-        return true;   /* a target not tried yet */
-    /* A lone target lost a reused connection: once more, fresh. */
-    *lone = stale && u->n == 1 && !u->repeated;
-    return *lone;
+    /* A stale connection says nothing against its server: when no other
+     * server is taking calls, that one once more rather than one that is out. */
+    if (stale && !u->repeated && !upcall_untried_usable(u)) {
+        *same = true;
+        return true;
+    }
+    return u->tried != (u->n == 32 ? ~0u : (1u << u->n) - 1);   /* a target not tried yet */
 }
 
 static void upcall_on_error(void *arg, enum httpc_fail why, const char *msg)
 {
     struct upcall *u = arg;
     u->hc = NULL;
-    bool lone;
-    if (upcall_may_repeat(u, why, &lone)) {
+    bool same;
+    if (upcall_may_repeat(u, why, &same)) {
         struct error err = {0};
-        u->repeated |= lone;
-        int rc = upcall_try(u, true, lone, &err);
+        u->repeated |= same;
+        int rc = upcall_try(u, true, same, &err);
         if (rc == 0)
             return;
         if (rc != -BG_EUPSTREAM) {   /* no socket, no memory: say that */

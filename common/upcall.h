@@ -19,11 +19,11 @@
  *     server may still be working on it: repeating would double the load at
  *     the moment a server is slow), a malformed answer or a status, and never
  *     when the client can no longer replay its request (upcall_no_replay).
- * A repeat goes to a target the call has not tried, on a fresh connection
- * (HTTPC_FRESH), alone (not pipelined). A call with a single target may
- * repeat once on it after a loss on a reused connection: that loss says
- * nothing against the server. So a call makes at most as many tries as it
- * has targets (two for a lone one).
+ * A repeat goes alone (not pipelined), on a fresh connection (HTTPC_FRESH),
+ * to a target the call has not tried. The one exception: a loss on a reused
+ * connection says nothing against its server, so when no target not tried
+ * yet is usable (a lone target, or the others taken out) that server gets
+ * the call once more. So a call makes at most one try per target, plus one.
  *
  * Timer: upcall_arm (re)starts it for timeout_ms from now; past it the call
  * ends with BG_EDEADLINE and a timeout is counted against the target. When

@@ -1,6 +1,7 @@
 /* test_upcall.c - the upstream-call driver against loopback listeners: a
  * call lost with a reused connection is repeated when idempotent and not
- * otherwise, a lone target is repeated once and only once, a refused target
+ * otherwise, on another target (its own again only when no other is
+ * usable, and once only), a refused target
  * is skipped for the next, a timeout ends the call without a repeat, a
  * timer libevent has no memory for ends it from the loop, and a call stops
  * when every target was tried. Every wait is bounded in rounds and time. */
@@ -212,10 +213,11 @@ static uint64_t failures(struct httpc_target *t, enum httpc_fail why)
     return st.failures[why];
 }
 
-/* A first call leaves its connection idle in the pool; the second goes out
- * on it and the server closes it without an answer. Returns the server's
- * side of the connection the repeat came on, or -1 when none came. */
-static int lose_reused(struct cl *c, struct lsn *l, unsigned flags)
+/* A first call leaves its connection idle in the pool of l's target; the
+ * second goes out on it and the server closes it without an answer.
+ * Returns the server's side of the connection the repeat came on at
+ * `again`, or -1 when none came. */
+static int lose_reused(struct cl *c, struct lsn *l, struct lsn *again, unsigned flags)
 {
     cl_start(c, flags);
     int s1 = accept_one(c->base, l);
@@ -230,7 +232,7 @@ static int lose_reused(struct cl *c, struct lsn *l, unsigned flags)
         event_base_loop(c->base, EVLOOP_NONBLOCK);
         usleep(1000);
     }
-    return c->sends == 2 ? accept_one(c->base, l) : -1;
+    return c->sends == 2 ? accept_one(c->base, again) : -1;
 }
 
 static void test_reset_on_reused_repeated_when_idempotent(void **state)
@@ -239,7 +241,7 @@ static void test_reset_on_reused_repeated_when_idempotent(void **state)
     struct lsn l = listener();
     struct cl c;
     cl_open(&c, &l, 1, 2000);
-    int s2 = lose_reused(&c, &l, UPCALL_IDEMPOTENT);
+    int s2 = lose_reused(&c, &l, &l, UPCALL_IDEMPOTENT);
     assert_true(s2 >= 0);
     read_request(c.base, s2);
     answer(s2);
@@ -258,7 +260,7 @@ static void test_reset_on_reused_not_repeated_otherwise(void **state)
     struct lsn l = listener();
     struct cl c;
     cl_open(&c, &l, 1, 2000);
-    assert_int_equal(lose_reused(&c, &l, 0), -1);
+    assert_int_equal(lose_reused(&c, &l, &l, 0), -1);
     cl_wait(&c);
     assert_int_equal(c.fails, 1);
     assert_int_equal(c.code, BG_EUPSTREAM);
@@ -276,7 +278,7 @@ static void test_lone_target_repeated_once(void **state)
     struct lsn l = listener();
     struct cl c;
     cl_open(&c, &l, 1, 2000);
-    int s2 = lose_reused(&c, &l, UPCALL_IDEMPOTENT);
+    int s2 = lose_reused(&c, &l, &l, UPCALL_IDEMPOTENT);
     assert_true(s2 >= 0);
     read_request(c.base, s2);
     close(s2);
@@ -287,6 +289,49 @@ static void test_lone_target_repeated_once(void **state)
     assert_int_equal(pending_connections(&l), 0);
     cl_close(&c);
     close(l.fd);
+}
+
+static void test_reset_on_reused_goes_to_another_target(void **state)
+{
+    (void)state;
+    struct lsn ls[2] = {listener(), listener()};
+    struct cl c;
+    cl_open(&c, ls, 2, 2000);
+    int s2 = lose_reused(&c, &ls[0], &ls[1], UPCALL_IDEMPOTENT);
+    assert_true(s2 >= 0);
+    read_request(c.base, s2);
+    answer(s2);
+    cl_wait(&c);
+    assert_int_equal(c.dones, 1);
+    assert_ptr_equal(upcall_target(c.u), c.ts[1]);
+    assert_int_equal(pending_connections(&ls[0]), 0);   /* never the tried one again */
+    close(s2);
+    cl_close(&c);
+    close(ls[0].fd);
+    close(ls[1].fd);
+}
+
+static void test_reset_on_reused_same_target_when_others_out(void **state)
+{
+    (void)state;
+    /* The other server is taken out: the stale connection's own server,
+     * fresh, rather than one known to be down. */
+    struct lsn ls[2] = {listener(), listener()};
+    struct cl c;
+    cl_open(&c, ls, 2, 2000);
+    httpc_target_probe_result(c.ts[1], false);
+    int s2 = lose_reused(&c, &ls[0], &ls[0], UPCALL_IDEMPOTENT);
+    assert_true(s2 >= 0);
+    read_request(c.base, s2);
+    answer(s2);
+    cl_wait(&c);
+    assert_int_equal(c.dones, 1);
+    assert_ptr_equal(upcall_target(c.u), c.ts[0]);
+    assert_int_equal(pending_connections(&ls[1]), 0);
+    close(s2);
+    cl_close(&c);
+    close(ls[0].fd);
+    close(ls[1].fd);
 }
 
 static void test_dead_target_skipped(void **state)
@@ -396,6 +441,8 @@ int main(void)
         cmocka_unit_test(test_reset_on_reused_repeated_when_idempotent),
         cmocka_unit_test(test_reset_on_reused_not_repeated_otherwise),
         cmocka_unit_test(test_lone_target_repeated_once),
+        cmocka_unit_test(test_reset_on_reused_goes_to_another_target),
+        cmocka_unit_test(test_reset_on_reused_same_target_when_others_out),
         cmocka_unit_test(test_dead_target_skipped),
         cmocka_unit_test(test_timeout_not_repeated),
         cmocka_unit_test(test_timer_cannot_arm),
