@@ -26,7 +26,6 @@
 #include <event2/event.h>
 
 #include "common/buf.h"
-#include "common/clock.h"
 #include "common/httpc.h"
 #include "common/log.h"
 #include "common/upcall.h"
@@ -78,8 +77,7 @@ struct proxy_call {
     struct proxy_thread *pt;
     struct proxy_call *prev, *next;         /* pt->live, or pt->spare (next only) */
     struct http_request *req;
-    struct httpc_target *const *targets;
-    int ntargets;
+    struct httpc_target *const *targets;   /* the route's; [0] names the Host */
     struct upcall *up;                      /* the upstream call: target, timer, repeats */
     int pipeline;                           /* the route's proxy.routes[].pipeline (1: off) */
     struct buf sent;                        /* everything sent upstream, while a retry may need it */
@@ -502,7 +500,8 @@ static const struct upcall_ops call_ops = {
     .on_sent = call_on_sent,
 };
 
-/* proxy_forward with the route's pipeline depth. */
+/* proxy_forward with the route's pipeline depth, and whether its POSTs are
+ * idempotent (proxy.routes[].idempotent). */
 static void forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
                     int ntargets, const char *path, size_t path_len, int pipeline, bool post_idempotent)
 {
@@ -518,7 +517,6 @@ static void forward(struct proxy *p, struct http_request *req, struct httpc_targ
     }
     c->req = req;
     c->targets = targets;
-    c->ntargets = ntargets;
     c->pipeline = pipeline;
     unsigned m = http_request_method(req), flags = m == HTTP_M_HEAD ? HTTPC_NO_BODY : 0;
     /* Only a request that is whole in its head and safe to repeat shares a
