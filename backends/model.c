@@ -289,7 +289,7 @@ static int parse_upstream(json_t *o, struct model_config *c, const char *path, s
 {
     static const char *const keys[] = {"urls",       "protocol",          "model",
                                        "max_inflight", "timeout_ms",      "health_path",
-                                       "health_interval_ms", NULL};
+                                       "health_interval_ms", "idempotent", NULL};
     struct model_upstream *u = &c->upstream;
     if (!json_is_object(o))
         return error_set(err, BG_ECONFIG, "%s: upstream: the upstream backend needs an object "
@@ -348,6 +348,13 @@ static int parse_upstream(json_t *o, struct model_config *c, const char *path, s
     if ((rc = get_int(o, "health_interval_ms", 0, 3600000, &x, path, "upstream.", err)))
         return rc;
     u->health_interval_ms = (int)x;
+    /* upstream.idempotent (bool, default true): inference is a pure function,
+     * so a call lost with a reused connection is sent again (common/upcall.h);
+     * false for a server whose answers have side effects. */
+    json_t *idem = json_object_get(o, "idempotent");
+    if (idem && !json_is_boolean(idem))
+        return error_set(err, BG_ECONFIG, "%s: upstream.idempotent: must be true or false", path);
+    u->idempotent = !idem || json_is_true(idem);
     return 0;
 }
 

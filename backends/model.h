@@ -78,6 +78,7 @@ struct model_upstream {
     int timeout_ms;                   /* one upstream call */
     char health_path[256];            /* probed with GET; 200 means healthy */
     int health_interval_ms;           /* 0: no active probes */
+    bool idempotent;                  /* a call lost on a reused connection may be sent again */
 };
 
 struct model_config {

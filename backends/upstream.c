@@ -6,14 +6,15 @@
  * from the batcher without blocking (batch_source.try_next; the batcher's
  * waker rings the loop when a request arrives), turn each batch into ONE
  * upstream call (rows concatenated along the batch dimension), and split the
- * answer back into the requests'. Keep-alive connections are pooled per URL;
- * a call goes to the healthy URL with the fewest calls outstanding. A URL
- * that fails 3 times in a row is left alone for 2 s, then tried again.
+ * answer back into the requests'. Keep-alive connections are pooled per URL.
+ * Which URL, the call's timer and its repeats are the upstream-call
+ * driver's (common/upcall.h), as for the reverse proxy: a refused connect
+ * goes to another URL, a call lost with a reused connection is sent again
+ * unless upstream.idempotent is false.
  *
- * Failures: connect refused is retried on another URL (nothing was sent);
- * a reset, a 5xx, a malformed or short answer, or no answer within
- * timeout_ms fail the batch's requests with 502, or 504 for those whose
- * budget ran out. Other batches carry on. */
+ * Failures that remain (a reset, a 5xx, a malformed or short answer, no
+ * answer within timeout_ms) fail the batch's requests with 502, or 504 for
+ * those whose budget ran out. Other batches carry on. */
 #include "backends/backend.h"
 
 #include <errno.h>
@@ -26,10 +27,10 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
-#include "common/evwatch.h"
 #include "common/httpc.h"
 #include "common/jsonfmt.h"
 #include "common/log.h"
+#include "common/upcall.h"
 
 struct up_model;
 
@@ -37,14 +38,10 @@ struct up_slot {
     struct up_model *um;
     bool busy;
     struct batch b;
-    struct httpc_call *conn;
-    int url;                          /* index of the URL the call went to; -1 none */
-    struct event *timer;
-    bool unarmed;                     /* the timer could not be added: fail from the loop */
+    struct upcall *up;                /* the call upstream: URL, timer, repeats */
     int64_t t0;
-    unsigned tried;                   /* URLs this call was already sent to (bit per URL) */
     int status;
-    struct buf request;               /* the body, kept for a retry after a refused connect */
+    struct buf request;               /* the body, kept for a repeat */
     struct buf answer;
 };
 
@@ -65,16 +62,13 @@ struct up_model {
 };
 
 static void up_poll(struct up_model *um);
-static void slot_send(struct up_slot *s);
 
 /* ---- completing a batch ---- */
 
 static void slot_release(struct up_slot *s)
 {
-    s->url = -1;
-    s->conn = NULL;
     s->busy = false;
-    event_del(s->timer);
+    upcall_stop(s->up);
     buf_reset(&s->request);
     buf_reset(&s->answer);
 }
@@ -83,7 +77,7 @@ static void slot_release(struct up_slot *s)
 static void slot_fail(struct up_slot *s, const char *why)
 {
     int64_t now = now_ns();
-    const char *url = s->url >= 0 ? httpc_target_url(s->um->targets[s->url]) : "upstream";
+    const char *url = upcall_url(s->up);
     for (struct infer_item *it = s->b.head; it; it = it->next) {
         bool late = it->deadline_ns && now >= it->deadline_ns;
         it->status = late ? BG_EDEADLINE : BG_EUPSTREAM;
@@ -108,46 +102,32 @@ static int slot_on_head(void *arg, const struct httpc_head *h)
 static int slot_on_body(void *arg, const char *data, size_t len)
 {
     struct up_slot *s = arg;
-    return buf_append(&s->answer, data, len);
+    if (buf_append(&s->answer, data, len) < 0) {
+        slot_fail(s, "out of memory");   /* ends the call before httpc closes it */
+        return -1;
+    }
+    return 0;
 }
 
 static void slot_finish(struct up_slot *s);
 
-static void slot_on_done(void *arg)
-{
-    struct up_slot *s = arg;
-    s->conn = NULL;
-    slot_finish(s);
-}
+static void slot_on_done(void *arg) { slot_finish(arg); }
 
-static void slot_on_error(void *arg, enum httpc_fail why, const char *msg)
+/* upcall_ops: no URL gave a usable answer, in time. */
+static void slot_on_fail(void *arg, int code, const char *msg)
 {
-    struct up_slot *s = arg;
-    s->conn = NULL;
-    /* Nothing reached the server: another URL may take it, within budget. */
-    if (why == HTTPC_FAIL_CONNECT && s->tried != (1u << s->um->nurls) - 1) {
-        slot_send(s);
-        return;
-    }
-    slot_fail(s, msg);
+    (void)code;   /* late requests get 504 by their own deadline, the rest 502 */
+    slot_fail(arg, msg);
 }
-
-static const struct httpc_cb slot_cb = {
-    .on_head = slot_on_head,
-    .on_body = slot_on_body,
-    .on_done = slot_on_done,
-    .on_error = slot_on_error,
-};
 
 /* Parses the answer and hands each request its rows. */
 static void slot_finish(struct up_slot *s)
 {
     struct up_model *um = s->um;
     const struct model_config *mc = &um->m->cfg;
-    struct httpc_target *t = um->targets[s->url];
     char why[160];
     if (s->status != 200) {
-        httpc_target_failed(t, HTTPC_FAIL_STATUS);
+        upcall_blame(s->up, HTTPC_FAIL_STATUS);
         snprintf(why, sizeof why, "answered HTTP %d", s->status);
         slot_fail(s, why);
         return;
@@ -183,12 +163,11 @@ static void slot_finish(struct up_slot *s)
     json_decref(root);
     if (!ok || got != want) {
         free(flat);
-        httpc_target_failed(t, HTTPC_FAIL_MALFORMED);
+        upcall_blame(s->up, HTTPC_FAIL_MALFORMED);
         snprintf(why, sizeof why, "malformed answer (%zu of %zu output values)", ok ? got : 0, want);
         slot_fail(s, why);
         return;
     }
-    httpc_target_succeeded(t);
     int64_t ns = now_ns() - s->t0;
     const float *src = flat;
     for (struct infer_item *it = s->b.head; it; it = it->next) {
@@ -247,25 +226,21 @@ static void build_request(struct up_slot *s)
     }
 }
 
-/* Sends the slot's call to the best URL it has not tried yet. */
-static void slot_send(struct up_slot *s)
+/* upcall_ops: the URL's pool on this loop. */
+static struct httpc_pool *slot_pool(void *arg, struct httpc_target *t, int index)
 {
-    struct up_model *um = s->um;
-    const struct model_config *mc = &um->m->cfg;
-    int i = -1;
-    httpc_pick(um->targets, um->nurls, s->tried, &i);
-    s->tried |= 1u << i;
-    s->url = i;
+    struct up_slot *s = arg;
+    (void)t;
+    return s->um->pools[index];
+}
+
+/* upcall_ops: the call to the URL of this try (its Host), the body built once. */
+static int slot_send(void *arg, struct upcall *u, const struct httpc_target *t)
+{
+    struct up_slot *s = arg;
+    const struct model_config *mc = &s->um->m->cfg;
     s->status = 0;
     buf_reset(&s->answer);
-    struct error err = {0};
-    bool reused;
-    struct httpc_call *c = httpc_open(um->pools[i], &slot_cb, s, 0, &reused, &err);
-    if (!c) {
-        slot_fail(s, err.msg);
-        return;
-    }
-    s->conn = c;
     char head[512];
     int n;
     if (mc->upstream.protocol == UPSTREAM_KSERVE_V2)
@@ -274,48 +249,35 @@ static void slot_send(struct up_slot *s)
         n = snprintf(head, sizeof head, "POST /v1/models/%s:predict HTTP/1.1\r\n", mc->upstream.model);
     n += snprintf(head + n, sizeof head - (size_t)n,
                   "Host: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                  httpc_target_authority(um->targets[i]), s->request.len);
-    if (httpc_send(c, head, (size_t)n) < 0 || httpc_send(c, s->request.data, s->request.len) < 0) {
-        httpc_abort(c);
-        s->conn = NULL;
-        slot_fail(s, "out of memory");
-    }
+                  httpc_target_authority(t), s->request.len);
+    if (upcall_send(u, head, (size_t)n) < 0 || upcall_send(u, s->request.data, s->request.len) < 0)
+        return -1;
+    return 0;
 }
 
-static void on_slot_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    struct up_slot *s = arg;
-    (void)fd;
-    (void)what;
-    if (!s->busy)
-        return;
-    char why[96];
-    if (s->unarmed)
-        snprintf(why, sizeof why, "out of memory arming upstream.timeout_ms");
-    else
-        snprintf(why, sizeof why, "no answer within upstream.timeout_ms (%d)",
-                 s->um->m->cfg.upstream.timeout_ms);
-    if (s->conn) {
-        httpc_abort(s->conn);   /* its answer would be late: the connection is useless now */
-        s->conn = NULL;
-    }
-    if (s->url >= 0 && !s->unarmed)
-        httpc_target_failed(s->um->targets[s->url], HTTPC_FAIL_TIMEOUT);
-    slot_fail(s, why);
-}
+static const struct upcall_ops slot_ops = {
+    .pool = slot_pool,
+    .send = slot_send,
+    .on_head = slot_on_head,
+    .on_body = slot_on_body,
+    .on_done = slot_on_done,
+    .on_fail = slot_on_fail,
+};
 
 static void slot_start(struct up_slot *s)
 {
+    struct up_model *um = s->um;
     s->busy = true;
-    s->tried = 0;
     s->t0 = now_ns();
     buf_reset(&s->request);
     build_request(s);
-    int ms = s->um->m->cfg.upstream.timeout_ms;
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    /* A call that cannot be timed fails from the loop (evwatch.h). */
-    s->unarmed = evwatch_add(s->timer, &tv, s->timer) < 0;
-    slot_send(s);
+    struct error err = {0};
+    unsigned flags = um->m->cfg.upstream.idempotent ? UPCALL_IDEMPOTENT : 0;
+    if (upcall_start(s->up, um->targets, um->nurls, flags, &err) < 0) {
+        slot_fail(s, err.msg);
+        return;
+    }
+    upcall_arm(s->up);   /* the whole call, repeats included */
 }
 
 /* Idle slots ask the batcher for work; the tick re-asks when it names a time. */
@@ -438,8 +400,10 @@ static int up_start(struct model *m, struct batch_source src, struct error *err)
     um->tick = evtimer_new(um->base, on_wake, um);
     for (int i = 0; i < um->nslots; i++) {
         um->slots[i].um = um;
-        um->slots[i].url = -1;
-        um->slots[i].timer = evtimer_new(um->base, on_slot_timeout, &um->slots[i]);
+        um->slots[i].up = upcall_new(um->base, &slot_ops, &um->slots[i],
+                                     m->cfg.upstream.timeout_ms, "upstream.timeout_ms");
+        if (!um->slots[i].up)
+            return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
     }
     for (int i = 0; i < um->nurls; i++) {
         /* Idle connections: enough for every slot to find one warm. */
@@ -486,16 +450,14 @@ static void up_stop(struct model *m)
                 it->status = BG_ESHUTDOWN;
                 snprintf(it->error, sizeof it->error, "the server is shutting down");
             }
-            if (s->conn)
-                httpc_abort(s->conn);
+            upcall_stop(s->up);
             struct batch b = s->b;
             s->busy = false;
             worker_complete_batch(&b);
         }
         buf_free(&s->request);
         buf_free(&s->answer);
-        if (s->timer)
-            event_free(s->timer);
+        upcall_free(s->up);
     }
     httpc_prober_free(um->prober);
     um->prober = NULL;

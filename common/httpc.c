@@ -852,7 +852,8 @@ static struct httpc_call *call_begin(struct httpc_pool *p, struct httpc_conn *c,
 struct httpc_call *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, void *arg,
                               unsigned flags, bool *reused, struct error *err)
 {
-    if ((flags & HTTPC_PIPELINE) && p->join && p->join->ncalls < p->pipeline) {
+    bool fresh = (flags & HTTPC_FRESH) != 0;
+    if (!fresh && (flags & HTTPC_PIPELINE) && p->join && p->join->ncalls < p->pipeline) {
         /* Behind another call: a loss before its answer says nothing about
          * whether the server saw it, as on a reused connection. */
         struct httpc_conn *c = p->join;
@@ -863,7 +864,7 @@ struct httpc_call *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, v
             p->join = NULL;
         return k;
     }
-    struct httpc_conn *c = p->idle;
+    struct httpc_conn *c = fresh ? NULL : p->idle;
     if (c) {
         p->idle = c->next_idle;
         p->nidle--;

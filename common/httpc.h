@@ -135,6 +135,9 @@ struct httpc_cb {
  * requests that are safe to repeat. on_sent is not called for such a call
  * while it shares its connection. */
 #define HTTPC_PIPELINE 2u
+/* On a new connection of its own, never an idle or shared one: a repeat
+ * after a loss on a reused connection must not meet another stale one. */
+#define HTTPC_FRESH 4u
 
 /* Starts a call on an idle connection of the pool or a new one, or behind
  * another HTTPC_PIPELINE call (the target counts it in flight until it

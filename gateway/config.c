@@ -208,6 +208,14 @@ static int load_proxy_route(struct config_proxy_route *r, json_t *obj, const cha
             if ((rc = get_int(&f, v, key, 10, 3600 * 1000, &x)))
                 return rc;
             r->health_interval_ms = (int)x;
+        } else if (strcmp(key, "idempotent") == 0) {
+            /* proxy.routes[].idempotent (bool, default false): the route's
+             * POSTs may be repeated like GETs after a lost reused connection
+             * (common/upcall.h); other methods follow RFC 9110 9.2.2. */
+            if (!json_is_boolean(v))
+                return error_set(err, BG_ECONFIG, "%s: %sidempotent: must be true or false",
+                                 file, where);
+            r->idempotent = json_is_true(v);
         } else {
             return unknown_field(&f, key);
         }

@@ -33,6 +33,7 @@ struct config_proxy_route {
     int pipeline;              /* bodiless GET/HEAD/OPTIONS ready together share a connection, up to this many */
     char health_path[256];     /* "": passive health only; else probed every health_interval_ms */
     int health_interval_ms;
+    bool idempotent;           /* a POST may be repeated after a lost keep-alive connection too */
 };
 
 struct config_proxy {

@@ -12,10 +12,10 @@
  *
  * Errors before the answer's head become 502 (504 past timeout_ms); after
  * it, the client's connection is closed short (a truncated answer must not
- * look complete). A refused connect, or a reset with no answer on a reused
- * keep-alive connection (the server closed it as we sent), is retried on
- * the next server when the whole request is still in hand (the latter only
- * for idempotent methods). */
+ * look complete). Which server, the timer and repeats after a refused
+ * connect or a lost reused connection are the upstream-call driver's
+ * (common/upcall.h); the proxy keeps the request's bytes for a repeat while
+ * they fit in PROXY_HIGH_WATER. */
 #include "gateway/proxy.h"
 
 #include <stdio.h>
@@ -26,10 +26,9 @@
 #include <event2/event.h>
 
 #include "common/buf.h"
-#include "common/clock.h"
-#include "common/evwatch.h"
 #include "common/httpc.h"
 #include "common/log.h"
+#include "common/upcall.h"
 
 /* Unsent bytes that pause the other side, both directions. */
 #define PROXY_HIGH_WATER (256u << 10)
@@ -41,6 +40,7 @@ struct proxy_route {
     char prefix[256];
     bool strip;
     int pipeline;
+    bool idempotent;                        /* POSTs may be repeated too */
     char health_path[256];
     int health_interval_ms;
     struct httpc_prober *prober;            /* active probes (health_path set), from proxy_start */
@@ -77,25 +77,17 @@ struct proxy_call {
     struct proxy_thread *pt;
     struct proxy_call *prev, *next;         /* pt->live, or pt->spare (next only) */
     struct http_request *req;
-    struct httpc_target *const *targets;
-    int ntargets;
-    unsigned tried;
-    int ti;                                 /* the target in use */
-    struct httpc_call *uc;
-    bool reused;
+    struct httpc_target *const *targets;   /* the route's; [0] names the Host */
+    struct upcall *up;                      /* the upstream call: target, timer, repeats */
     int pipeline;                           /* the route's proxy.routes[].pipeline (1: off) */
-    bool pipelined;                         /* may share its connection (HTTPC_PIPELINE) */
-    struct event *timer;
     struct buf sent;                        /* everything sent upstream, while a retry may need it */
-    bool retryable;                         /* `sent` still holds the whole request */
     bool body_end;                          /* the client's body is complete */
     bool chunked_up;                        /* the body goes upstream chunk-framed */
     bool head_seen;                         /* the answer's head arrived */
-    bool unarmed;                           /* the timer could not be added: end from the loop */
     int status;
 };
 
-static const struct httpc_cb call_cb;
+static const struct upcall_ops call_ops;
 
 /* ---- per-thread state ---- */
 
@@ -121,8 +113,6 @@ static struct httpc_pool *thread_pool(struct proxy *p, struct proxy_thread *pt,
     return pool;
 }
 
-static void call_on_timer(evutil_socket_t fd, short what, void *arg);
-
 static struct proxy_call *call_new(struct proxy *p, struct proxy_thread *pt, struct event_base *base)
 {
     struct proxy_call *c = pt->spare;
@@ -133,21 +123,20 @@ static struct proxy_call *call_new(struct proxy *p, struct proxy_thread *pt, str
         c = calloc(1, sizeof *c);
         if (!c)
             return NULL;
-        c->timer = evtimer_new(base, call_on_timer, c);
-        if (!c->timer) {
+        c->up = upcall_new(base, &call_ops, c, p->cfg.timeout_ms, "proxy.timeout_ms");
+        if (!c->up) {
             free(c);
             return NULL;
         }
     }
-    struct event *timer = c->timer;
+    struct upcall *up = c->up;
     struct buf sent = c->sent;
     buf_reset(&sent);
     memset(c, 0, sizeof *c);
-    c->timer = timer;
+    c->up = up;
     c->sent = sent;
     c->p = p;
     c->pt = pt;
-    c->ti = -1;
     c->next = pt->live;
     if (pt->live)
         pt->live->prev = c;
@@ -159,10 +148,7 @@ static struct proxy_call *call_new(struct proxy *p, struct proxy_thread *pt, str
 static void call_free(struct proxy_call *c)
 {
     struct proxy_thread *pt = c->pt;
-    event_del(c->timer);
-    if (c->uc)
-        httpc_abort(c->uc);
-    c->uc = NULL;
+    upcall_stop(c->up);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -176,19 +162,10 @@ static void call_free(struct proxy_call *c)
         pt->spare = c;
         pt->nspare++;
     } else {
-        event_free(c->timer);
+        upcall_free(c->up);
         buf_free(&c->sent);
         free(c);
     }
-}
-
-static void call_arm(struct proxy_call *c)
-{
-    int ms = c->p->cfg.timeout_ms;
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    /* A call that cannot be timed ends from the loop (evwatch.h). */
-    if (evwatch_add(c->timer, &tv, c->timer) < 0)
-        c->unarmed = true;
 }
 
 /* Ends the call with an error: a status while nothing was answered, else a
@@ -196,7 +173,7 @@ static void call_arm(struct proxy_call *c)
 static void call_fail(struct proxy_call *c, int status, const char *msg)
 {
     struct http_request *req = c->req;
-    const char *url = c->ti >= 0 ? httpc_target_url(c->targets[c->ti]) : "upstream";
+    const char *url = upcall_url(c->up);
     if (c->head_seen) {
         log_debug("proxy: %s: %s after the answer began; closing the client's connection", url, msg);
         call_free(c);
@@ -334,34 +311,31 @@ static int build_head(struct proxy_call *c, struct buf *b, const char *path, siz
     return buf_append(b, "\r\n", 2);
 }
 
-/* Opens a connection to the next server and sends what `sent` holds. */
-static int call_connect(struct proxy_call *c)
+/* upcall_ops: the thread's pool for the server of this try. */
+static struct httpc_pool *call_pool(void *arg, struct httpc_target *t, int index)
 {
-    struct httpc_target *t = httpc_pick(c->targets, c->ntargets, c->tried, &c->ti);
-    if (!t)
-        return -1;
-    c->tried |= 1u << c->ti;
-    struct httpc_pool *pool =
-        thread_pool(c->p, c->pt, t, http_request_event_base(c->req), c->pipeline);
-    struct error err = {0};
-    unsigned flags = http_request_method(c->req) == HTTP_M_HEAD ? HTTPC_NO_BODY : 0;
-    if (c->pipelined)
-        flags |= HTTPC_PIPELINE;
-    c->uc = pool ? httpc_open(pool, &call_cb, c, flags, &c->reused, &err) : NULL;
-    if (!c->uc)
-        return -1;
-    return httpc_send(c->uc, c->sent.data, c->sent.len);
+    struct proxy_call *c = arg;
+    (void)index;
+    return thread_pool(c->p, c->pt, t, http_request_event_base(c->req), c->pipeline);
+}
+
+/* upcall_ops: each try sends what `sent` holds; the rest streams after. */
+static int call_send(void *arg, struct upcall *u, const struct httpc_target *t)
+{
+    struct proxy_call *c = arg;
+    (void)t;
+    return upcall_send(u, c->sent.data, c->sent.len);
 }
 
 /* Bytes of the request upstream; kept in `sent` while a retry may need them
  * (up to PROXY_HIGH_WATER, then no retry). */
 static int call_put(struct proxy_call *c, const char *data, size_t len)
 {
-    if (httpc_send(c->uc, data, len) < 0)
+    if (upcall_send(c->up, data, len) < 0)
         return -1;
-    if (c->retryable) {
+    if (upcall_replayable(c->up)) {
         if (c->sent.len + len > PROXY_HIGH_WATER)
-            c->retryable = false;
+            upcall_no_replay(c->up);
         else if (buf_append(&c->sent, data, len) < 0)
             return -1;
     }
@@ -378,7 +352,7 @@ static void on_client_body(struct http_request *req, void *arg, const char *data
         call_fail(c, status, msg);   /* the client's body was bad: say so, stop the upstream */
         return;
     }
-    if (!c->uc)
+    if (!upcall_running(c->up))
         return;   /* cannot happen: a call without a connection is already over */
     int rc = 0;
     if (len && c->chunked_up) {
@@ -400,12 +374,12 @@ static void on_client_body(struct http_request *req, void *arg, const char *data
     }
     if (end) {
         c->body_end = true;
-        call_arm(c);
-    } else if (httpc_unsent(c->uc) > PROXY_HIGH_WATER) {
+        upcall_arm(c->up);
+    } else if (upcall_unsent(c->up) > PROXY_HIGH_WATER) {
         /* The server reads slower than the client sends: wait for it (and
          * time it: the client's body timer is off while paused). */
         http_request_pause_body(c->req, 1);
-        call_arm(c);
+        upcall_arm(c->up);
     }
 }
 
@@ -415,16 +389,16 @@ static void call_on_sent(void *arg)
     struct proxy_call *c = arg;
     http_request_pause_body(c->req, 0);
     if (!c->body_end && !c->head_seen)
-        event_del(c->timer);
+        upcall_disarm(c->up);
 }
 
 static void on_client_drain(struct http_request *req, void *arg)
 {
     struct proxy_call *c = arg;
     (void)req;
-    if (c->uc) {
-        httpc_pause(c->uc, false);
-        call_arm(c);
+    if (upcall_running(c->up)) {
+        upcall_pause(c->up, false);
+        upcall_arm(c->up);
     }
 }
 
@@ -446,14 +420,13 @@ static int call_on_head(void *arg, const struct httpc_head *h)
     struct proxy_call *c = arg;
     if (h->status == 101) {
         /* Upgrade is never sent upstream (hop-by-hop): a switch is bogus. */
-        httpc_target_failed(c->targets[c->ti], HTTPC_FAIL_MALFORMED);
+        upcall_blame(c->up, HTTPC_FAIL_MALFORMED);
         call_fail(c, 502, "the server switched protocols, which the proxy does not pass on");
         return -1;
     }
     c->head_seen = true;
     c->status = h->status;
-    buf_reset(&c->sent);
-    c->retryable = false;
+    buf_reset(&c->sent);   /* never sent again now */
     struct buf hdrs = {0};
     const char *conn = NULL;
     size_t clen = 0;
@@ -478,7 +451,7 @@ static int call_on_head(void *arg, const struct httpc_head *h)
         call_fail(c, 502, "client gone");
         return -1;
     }
-    call_arm(c);   /* from here: a stall of timeout_ms between pieces */
+    upcall_arm(c->up);   /* from here: a stall of timeout_ms between pieces */
     return 0;
 }
 
@@ -486,17 +459,16 @@ static int call_on_body(void *arg, const char *data, size_t len)
 {
     struct proxy_call *c = arg;
     if (http_respond_write(c->req, data, len) < 0) {
-        c->uc = NULL;   /* httpc closes it when we return -1 */
         call_fail(c, 502, "client gone");
         return -1;
     }
     if (http_respond_buffered(c->req) > PROXY_HIGH_WATER) {
         /* The client reads slower than the server sends: its idle timeout
          * watches it now, not ours. */
-        httpc_pause(c->uc, true);
-        event_del(c->timer);
+        upcall_pause(c->up, true);
+        upcall_disarm(c->up);
     } else {
-        call_arm(c);
+        upcall_arm(c->up);
     }
     return 0;
 }
@@ -505,67 +477,33 @@ static void call_on_done(void *arg)
 {
     struct proxy_call *c = arg;
     struct http_request *req = c->req;
-    struct httpc_target *t = c->targets[c->ti];
     if (c->status >= 500)
-        httpc_target_failed(t, HTTPC_FAIL_STATUS);
-    else
-        httpc_target_succeeded(t);
-    c->uc = NULL;   /* back in its pool */
+        upcall_blame(c->up, HTTPC_FAIL_STATUS);
     call_free(c);
     http_respond_finish(req, 0);
 }
 
-static void call_on_error(void *arg, enum httpc_fail why, const char *msg)
+/* upcall_ops: no server gave an answer (502), none in time (504), or no
+ * memory to go on (503). */
+static void call_on_fail(void *arg, int code, const char *msg)
 {
-    struct proxy_call *c = arg;
-    c->uc = NULL;
-    /* Nothing reached a server (refused), or a reused connection was closed
-     * under us before any answer: the request is whole in `sent`, try the
-     * next server. */
-    /* RFC 9110 9.2.2: only an idempotent request may be repeated when the
-     * server might have seen it. */
-    bool idempotent = (http_request_method(c->req) &
-                       (HTTP_M_GET | HTTP_M_HEAD | HTTP_M_OPTIONS | HTTP_M_PUT | HTTP_M_DELETE)) != 0;
-    bool again = !c->head_seen && c->retryable &&
-                 (why == HTTPC_FAIL_CONNECT || (why == HTTPC_FAIL_RESET && c->reused && idempotent));
-    if (again) {
-        if (why == HTTPC_FAIL_RESET)
-            c->tried &= ~(1u << c->ti);   /* the same server, on a fresh connection */
-        c->reused = false;
-        c->pipelined = false;   /* a repeat goes alone: it must not be lost with others again */
-        if (call_connect(c) == 0)
-            return;
-    }
-    call_fail(c, 502, msg);
+    call_fail(arg, code == BG_EDEADLINE ? 504 : code == BG_ENOMEM ? 503 : 502, msg);
 }
 
-static const struct httpc_cb call_cb = {
+static const struct upcall_ops call_ops = {
+    .pool = call_pool,
+    .send = call_send,
     .on_head = call_on_head,
     .on_body = call_on_body,
     .on_done = call_on_done,
-    .on_error = call_on_error,
+    .on_fail = call_on_fail,
     .on_sent = call_on_sent,
 };
 
-static void call_on_timer(evutil_socket_t fd, short what, void *arg)
-{
-    struct proxy_call *c = arg;
-    (void)fd;
-    (void)what;
-    if (c->unarmed) {
-        call_fail(c, 503, "out of memory arming proxy.timeout_ms");
-        return;
-    }
-    if (c->ti >= 0)
-        httpc_target_failed(c->targets[c->ti], HTTPC_FAIL_TIMEOUT);
-    char msg[96];
-    snprintf(msg, sizeof msg, "no answer within proxy.timeout_ms (%d)", c->p->cfg.timeout_ms);
-    call_fail(c, 504, msg);
-}
-
-/* proxy_forward with the route's pipeline depth. */
+/* proxy_forward with the route's pipeline depth, and whether its POSTs are
+ * idempotent (proxy.routes[].idempotent). */
 static void forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
-                    int ntargets, const char *path, size_t path_len, int pipeline)
+                    int ntargets, const char *path, size_t path_len, int pipeline, bool post_idempotent)
 {
     int ti = http_request_thread(req);
     if (ti < 0 || ti >= p->nthreads || ntargets <= 0) {
@@ -579,14 +517,20 @@ static void forward(struct proxy *p, struct http_request *req, struct httpc_targ
     }
     c->req = req;
     c->targets = targets;
-    c->ntargets = ntargets;
-    c->retryable = true;
     c->pipeline = pipeline;
+    unsigned m = http_request_method(req), flags = m == HTTP_M_HEAD ? HTTPC_NO_BODY : 0;
     /* Only a request that is whole in its head and safe to repeat shares a
      * connection: it may be lost with the one ahead of it and sent again. */
-    c->pipelined = pipeline > 1 && !http_request_has_body(req) &&
-                   (http_request_method(req) & (HTTP_M_GET | HTTP_M_HEAD | HTTP_M_OPTIONS));
-    if (build_head(c, &c->sent, path, path_len) < 0 || call_connect(c) < 0) {
+    if (pipeline > 1 && !http_request_has_body(req) &&
+        (m & (HTTP_M_GET | HTTP_M_HEAD | HTTP_M_OPTIONS)))
+        flags |= HTTPC_PIPELINE;
+    /* RFC 9110 9.2.2: the idempotent methods; a POST when its route says so. */
+    if ((m & (HTTP_M_GET | HTTP_M_HEAD | HTTP_M_OPTIONS | HTTP_M_PUT | HTTP_M_DELETE)) ||
+        ((m & HTTP_M_POST) && post_idempotent))
+        flags |= UPCALL_IDEMPOTENT;
+    struct error err = {0};
+    if (build_head(c, &c->sent, path, path_len) < 0 ||
+        upcall_start(c->up, targets, ntargets, flags, &err) < 0) {
         call_fail(c, 502, "cannot open a connection");
         return;
     }
@@ -602,7 +546,7 @@ static void forward(struct proxy *p, struct http_request *req, struct httpc_targ
 void proxy_forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
                    int ntargets, const char *path, size_t path_len)
 {
-    forward(p, req, targets, ntargets, path, path_len, 1);
+    forward(p, req, targets, ntargets, path, path_len, 1, false);
 }
 
 /* ---- routes ---- */
@@ -622,7 +566,7 @@ static void route_handler(struct http_request *req, const struct route_match *m,
         if (len == 0)
             path = "/", len = 1;
     }
-    forward(r->p, req, r->targets, r->ntargets, path, len, r->pipeline);
+    forward(r->p, req, r->targets, r->ntargets, path, len, r->pipeline, r->idempotent);
 }
 
 struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct error *err)
@@ -646,6 +590,7 @@ struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct e
         snprintf(r->prefix, sizeof r->prefix, "%s", cfg->routes[i].prefix);
         r->strip = cfg->routes[i].strip_prefix;
         r->pipeline = cfg->routes[i].pipeline;
+        r->idempotent = cfg->routes[i].idempotent;
         snprintf(r->health_path, sizeof r->health_path, "%s", cfg->routes[i].health_path);
         r->health_interval_ms = cfg->routes[i].health_interval_ms;
         p->nroutes++;
@@ -701,16 +646,14 @@ void proxy_free(struct proxy *p)
         while (pt->live) {
             struct proxy_call *c = pt->live;
             pt->live = c->next;
-            if (c->uc)
-                httpc_abort(c->uc);
-            event_free(c->timer);
+            upcall_free(c->up);
             buf_free(&c->sent);
             free(c);
         }
         while (pt->spare) {
             struct proxy_call *c = pt->spare;
             pt->spare = c->next;
-            event_free(c->timer);
+            upcall_free(c->up);
             buf_free(&c->sent);
             free(c);
         }

@@ -4,8 +4,10 @@ stripped when asked), hop-by-hop headers are dropped both ways and
 X-Forwarded-*/Via added, multi-MB bodies stream both ways with
 Content-Length and chunked framing, connections to the upstream are reused,
 an upstream that closes, stalls or refuses ends in 502/504 or a cut-off
-answer (never a hang), metadata of upstream models comes from the server
-behind, and /metrics counts busy time and failures per server."""
+answer (never a hang), requests are repeated exactly as the upstream
+backend's calls are (upcall_cases.py), metadata of upstream models comes
+from the server behind, and /metrics counts busy time and failures per
+server."""
 
 import hashlib
 import http.client
@@ -21,6 +23,7 @@ import unittest
 from harness import close_quietly, connect, read_response, request, roundtrip
 from test_upstream import FakeUpstreamCase, free_port, upstream_model
 from test_infer import write_model
+from upcall_cases import RetryCases
 
 
 def blob(n):
@@ -488,6 +491,40 @@ class ProxyMaxIdleTest(FakeUpstreamCase):
         self.assertEqual(c2 - c1, 6 + 1, "2 kept idle are reused, 6 are opened again")
 
 
+class ProxyRetryTest(RetryCases, FakeUpstreamCase):
+    """The driver's retry policy (upcall_cases.py) for proxied requests: a
+    route per kind of call. GET is idempotent (RFC 9110), POST only on a
+    route that says so."""
+
+    io_threads = 1   # pools are per IO thread: the second request must find the first's connection
+    RESET_KINDS = [("get", True), ("post", False), ("post_idempotent", True)]
+    TIMEOUT_STATUS = 504
+    TIMEOUT_NAME = "proxy.timeout_ms"
+    ROUTES = {"get": "/r/", "post": "/r/", "post_idempotent": "/ri/", "dead_first": "/dead/",
+              "pair": "/pair/"}
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [cls.fake_server("--base-ms", "1") for _ in range(2)]
+        cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        cls.dead_url = "http://127.0.0.1:%d" % free_port()
+        cls.config = {"proxy": {"timeout_ms": 500, "routes": [
+            {"prefix": "/r/", "urls": cls.urls[:1], "strip_prefix": True},
+            {"prefix": "/ri/", "urls": cls.urls[:1], "strip_prefix": True, "idempotent": True},
+            {"prefix": "/dead/", "urls": [cls.dead_url, cls.urls[0]], "strip_prefix": True},
+            {"prefix": "/pair/", "urls": cls.urls, "strip_prefix": True}]}}
+
+    def call(self, kind):
+        path = self.ROUTES[kind] + "echo/" + kind
+        if kind.startswith("post"):
+            return roundtrip(self.srv.port, "POST", path, [("Content-Type", "text/plain")],
+                             b"x" * 1000)
+        return roundtrip(self.srv.port, "GET", path)
+
+    def owner(self, kind):
+        return 'route="%s"' % self.ROUTES[kind]
+
+
 class ProxyConfigTest(unittest.TestCase):
     def test_bad_proxy_config_exits_2_naming_the_field(self):
         from harness import BIN
@@ -508,6 +545,8 @@ class ProxyConfigTest(unittest.TestCase):
              "proxy.routes[0].health_path: \"ready\" must start with /"),
             ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "health_interval_ms": 0}]},
              "proxy.routes[0].health_interval_ms"),
+            ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "idempotent": "yes"}]},
+             "proxy.routes[0].idempotent: must be true or false"),
         ]
         for proxy, want in cases:
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:

@@ -3,7 +3,8 @@ concurrent single-row requests arrive upstream as few batched calls with
 every answer routed to its client; each failure mode (500, reset, garbage,
 short answer, stall past the timeout, connect refused) ends in 502 or 504
 with no hang, and the model serves again afterwards; a refused URL is
-skipped for a healthy one."""
+skipped for a healthy one; calls are repeated exactly as the reverse proxy's
+are (upcall_cases.py)."""
 
 import json
 import os
@@ -17,6 +18,7 @@ import unittest
 
 from harness import RepoServerCase, roundtrip
 from test_infer import infer_body, post, write_model
+from upcall_cases import RetryCases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE = os.path.join(HERE, "..", "upstream", "fake_upstream.py")
@@ -116,10 +118,14 @@ class UpstreamTest(FakeUpstreamCase):
 
     def test_failures_end_in_502_and_the_model_recovers(self):
         for mode in ("500", "reset", "garbage", "short"):
-            self.upstream("POST", "/__fault", json.dumps({"mode": mode, "count": 1}))
+            # A reset on a reused connection is sent again once, on a fresh
+            # one (upstream.idempotent): the second reset is the one that counts.
+            count = 2 if mode == "reset" else 1
+            self.upstream("POST", "/__fault", json.dumps({"mode": mode, "count": count}))
             r = self.infer("kv2", [[1, 2, 3, 4]], timeout=10)
             self.assertEqual(r.status, 502, "%s: %r" % (mode, r))
             self.assertIn("upstream", r.json()["error"])
+            self.upstream("POST", "/__reset", "{}")   # a fault the call did not use
             r = self.infer("kv2", [[1, 2, 3, 4]])
             self.assertEqual(r.status, 200, "serving again after %s" % mode)
         # Each failure is counted by its reason, per server.
@@ -153,6 +159,36 @@ class UpstreamTest(FakeUpstreamCase):
             r = self.infer("failover", [[i, 0, 0, 0]])
             self.assertEqual(r.status, 200, "request %d: %r" % (i, r))
             self.assertEqual(r.json()["outputs"][0]["data"], [i, i + 1, i + 2])
+
+
+class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
+    """The driver's retry policy (upcall_cases.py) for batched inference
+    calls: one model per kind of call."""
+
+    RESET_KINDS = [("idempotent", True), ("not_idempotent", False)]
+    TIMEOUT_STATUS = 502   # the request's own budget is not spent: the server failed
+    TIMEOUT_NAME = "upstream.timeout_ms"
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [cls.fake_server("--base-ms", "1") for _ in range(2)]
+        cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        cls.dead_url = "http://127.0.0.1:%d" % free_port()
+        for name, urls, extra in (
+                ("idempotent", cls.urls[:1], {}),
+                ("not_idempotent", cls.urls[:1], {"idempotent": False}),
+                ("dead_first", [cls.dead_url, cls.urls[0]], {}),
+                ("pair", cls.urls, {"timeout_ms": 500})):
+            cfg = upstream_model(name, urls)
+            cfg["upstream"].update(extra, health_interval_ms=0)
+            write_model(repo, name, cfg)
+
+    def call(self, kind):
+        return post(self.srv.port, "/v2/models/%s/infer" % kind,
+                    infer_body([[1, 2, 3, 4]], name="x"), timeout=10)
+
+    def owner(self, kind):
+        return 'model="%s"' % kind
 
 
 def metric(port, name, labels):

@@ -105,6 +105,8 @@ static void test_errors_name_file_and_field(void **state)
         {"{\"log_level\": \"loud\"}", "log_level", NULL},
         {"{\"debug_endpoints\": 1}", "debug_endpoints", NULL},
         {"{\"io_threads\": 1, \"io_threads\": 2}", "bad.json", "duplicate"},
+        {"{\"proxy\": {\"routes\": [{\"prefix\": \"/a/\", \"urls\": [\"http://h:1\"],"
+         " \"idempotent\": 1}]}}", "proxy.routes[0].idempotent", "true or false"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct config c;

@@ -205,6 +205,11 @@ static void test_calls(void **state)
     assert_non_null(k);
     assert_true(reused);
     httpc_abort(k);
+    /* A fresh call never takes the idle one left (a repeat after a stale loss). */
+    k = httpc_open(pool, &cb, &c2, HTTPC_FRESH, &reused, &err);
+    assert_non_null(k);
+    assert_false(reused);
+    httpc_abort(k);
     httpc_target_stats(t, &st);
     assert_int_equal(st.inflight, 0);
 

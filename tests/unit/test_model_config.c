@@ -92,6 +92,11 @@ static void test_upstream(void **state)
     assert_int_equal(c.upstream.timeout_ms, 500);
     assert_string_equal(c.upstream.health_path, "/v1/models/m");   /* tfserving's own */
     assert_int_equal(c.upstream.health_interval_ms, 2000);
+    assert_true(c.upstream.idempotent);   /* inference is a pure function */
+    json = "{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
+           "\"idempotent\":false}}";
+    assert_int_equal(parse(json, &c, &err), 0);
+    assert_false(c.upstream.idempotent);
 }
 
 static void test_errors(void **state)
@@ -147,6 +152,8 @@ static void test_errors(void **state)
          "\"health_path\":\"ready\"}}", "upstream.health_path"},
         {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
          "\"health_interval_ms\":-1}}", "upstream.health_interval_ms"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
+         "\"idempotent\":1}}", "upstream.idempotent: must be true or false"},
         {"{" IO "," DENSE ",\"batching\":{\"batch_timeout_ms\":-1}}", "batching.batch_timeout_ms"},
         {"{\"backend\":\"upstream\"," IO "," DENSE ",\"upstream\":{\"urls\":[\"http://h:1\"]}}",
          "takes no layers"},

@@ -15,10 +15,16 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     GET  /v2/health/ready            200, or 503 after POST /__health {"ok": false}; with
                                      {"ok": false, "stall_ms": N} it answers 503 only after N ms
     GET  /__stats                    {"calls": N, "rows": R, "max_rows": M, "conns": C,
-                                      "probes": P, "echoes": E}
+                                      "probes": P, "echoes": E, "requests": Q, "drops": D,
+                                      "hangs": H}
     POST /__fault {"mode": M, "count": N}   the next N inference calls fail:
          "reset" (close without answer), "stall" (never answer), "500",
-         "garbage" (200 with a body that is not JSON), "short" (fewer rows)
+         "garbage" (200 with a body that is not JSON), "short" (fewer rows);
+         or the next N requests of any kind (not /__... nor health checks: those
+         are `requests`) fail: "drop_reused" (a request that arrives on a
+         connection which already served one: the connection is closed without
+         an answer, as by a server whose keep-alive timeout struck), "hang"
+         (never answered)
     POST /__reset                    zero the counters and clear faults
     anything else under /echo/...    echoes method, path, headers, body length and sha256
                                      (?reflect=1: answers with the body itself, chunked
@@ -43,7 +49,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0,
-         "healthy": True, "probes": 0, "echoes": 0, "health_stall_ms": 0}
+         "healthy": True, "probes": 0, "echoes": 0, "health_stall_ms": 0,
+         "any_fault": None, "any_count": 0, "requests": 0, "drops": 0, "hangs": 0}
+ANY_FAULTS = ("drop_reused", "hang")   # faults for requests of any kind (parse_request)
 LOCK = threading.Lock()
 ARGS = None
 SLOTS = None
@@ -62,8 +70,34 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.served = 0   # requests read on this connection
         with LOCK:
             STATE["conns"] += 1
+
+    def parse_request(self):
+        # Faults for requests of any kind act here, before any handler runs.
+        if not super().parse_request():
+            return False
+        self.served += 1
+        if self.path.startswith("/__") or "/health/" in self.path:
+            return True
+        with LOCK:
+            STATE["requests"] += 1
+            fault = STATE["any_fault"] if STATE["any_count"] > 0 else None
+            if fault == "drop_reused" and self.served == 1:
+                fault = None   # a fresh connection: only reused ones are dropped
+            if fault:
+                STATE["any_count"] -= 1
+                STATE["drops" if fault == "drop_reused" else "hangs"] += 1
+        if fault == "drop_reused":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return False
+        if fault == "hang":
+            time.sleep(3600)
+            self.close_connection = True
+            return False
+        return True
 
     def body(self):
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
@@ -160,7 +194,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/__stats":
             with LOCK:
                 self.reply(200, {k: STATE[k] for k in ("calls", "rows", "max_rows", "conns",
-                                                       "probes", "echoes")})
+                                                       "probes", "echoes", "requests", "drops",
+                                                       "hangs")})
         elif self.path.startswith("/blob/"):
             self.blob()
         elif self.path == "/switch":   # 101 to a request that asked for no upgrade
@@ -222,7 +257,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/__fault":
             f = json.loads(self.body())
             with LOCK:
-                STATE["fault"], STATE["fault_count"] = f["mode"], f.get("count", 1)
+                if f["mode"] in ANY_FAULTS:
+                    STATE["any_fault"], STATE["any_count"] = f["mode"], f.get("count", 1)
+                else:
+                    STATE["fault"], STATE["fault_count"] = f["mode"], f.get("count", 1)
             self.reply(200, {"ok": True})
         elif self.path == "/__health":
             req = json.loads(self.body())
@@ -233,7 +271,8 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/__reset":
             self.body()
             with LOCK:
-                STATE.update(calls=0, rows=0, max_rows=0, fault=None, fault_count=0, healthy=True)
+                STATE.update(calls=0, rows=0, max_rows=0, fault=None, fault_count=0, healthy=True,
+                             any_fault=None, any_count=0, requests=0, drops=0, hangs=0)
             self.reply(200, {"ok": True})
         elif self.path.startswith("/v2/models/") and self.path.endswith("/infer"):
             req = json.loads(self.body())
