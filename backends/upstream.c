@@ -61,11 +61,11 @@ struct up_model {
     int nslots;
 };
 
-static void up_poll(struct up_model *um);
+static void upstream_poll(struct up_model *um);
 
 /* ---- completing a batch ---- */
 
-static void slot_release(struct up_slot *s)
+static void upstream_slot_release(struct up_slot *s)
 {
     s->busy = false;
     upcall_stop(s->up);
@@ -74,7 +74,7 @@ static void slot_release(struct up_slot *s)
 }
 
 /* Every request of the batch fails: 504 for those out of budget, else 502. */
-static void slot_fail(struct up_slot *s, const char *why)
+static void upstream_slot_fail(struct up_slot *s, const char *why)
 {
     int64_t now = now_ns();
     const char *url = upcall_url(s->up);
@@ -85,43 +85,43 @@ static void slot_fail(struct up_slot *s, const char *why)
     }
     struct up_model *um = s->um;
     struct batch b = s->b;
-    slot_release(s);
+    upstream_slot_release(s);
     worker_complete_batch(&b);
-    up_poll(um);
+    upstream_poll(um);
 }
 
 /* ---- the call's callbacks (httpc) ---- */
 
-static int slot_on_head(void *arg, const struct httpc_head *h)
+static int upstream_slot_on_head(void *arg, const struct httpc_head *h)
 {
     struct up_slot *s = arg;
     s->status = h->status;
     return 0;
 }
 
-static int slot_on_body(void *arg, const char *data, size_t len)
+static int upstream_slot_on_body(void *arg, const char *data, size_t len)
 {
     struct up_slot *s = arg;
     if (buf_append(&s->answer, data, len) < 0) {
-        slot_fail(s, "out of memory");   /* ends the call before httpc closes it */
+        upstream_slot_fail(s, "out of memory");   /* ends the call before httpc closes it */
         return -1;
     }
     return 0;
 }
 
-static void slot_finish(struct up_slot *s);
+static void upstream_slot_finish(struct up_slot *s);
 
-static void slot_on_done(void *arg) { slot_finish(arg); }
+static void upstream_slot_on_done(void *arg) { upstream_slot_finish(arg); }
 
 /* upcall_ops: no URL gave a usable answer, in time. */
-static void slot_on_fail(void *arg, int code, const char *msg)
+static void upstream_slot_on_fail(void *arg, int code, const char *msg)
 {
     (void)code;   /* late requests get 504 by their own deadline, the rest 502 */
-    slot_fail(arg, msg);
+    upstream_slot_fail(arg, msg);
 }
 
 /* Parses the answer and hands each request its rows. */
-static void slot_finish(struct up_slot *s)
+static void upstream_slot_finish(struct up_slot *s)
 {
     struct up_model *um = s->um;
     const struct model_config *mc = &um->m->cfg;
@@ -129,7 +129,7 @@ static void slot_finish(struct up_slot *s)
     if (s->status != 200) {
         upcall_blame(s->up, HTTPC_FAIL_STATUS);
         snprintf(why, sizeof why, "answered HTTP %d", s->status);
-        slot_fail(s, why);
+        upstream_slot_fail(s, why);
         return;
     }
     json_error_t je;
@@ -164,8 +164,9 @@ static void slot_finish(struct up_slot *s)
     if (!ok || got != want) {
         free(flat);
         upcall_blame(s->up, HTTPC_FAIL_MALFORMED);
-        snprintf(why, sizeof why, "malformed answer (%zu of %zu output values)", ok ? got : 0, want);
-        slot_fail(s, why);
+        snprintf(why, sizeof why, "malformed answer (%zu of %zu output values)", ok ? got : 0,
+                 want);
+        upstream_slot_fail(s, why);
         return;
     }
     int64_t ns = now_ns() - s->t0;
@@ -179,16 +180,16 @@ static void slot_finish(struct up_slot *s)
     free(flat);
     int rows = s->b.rows;
     struct batch b = s->b;
-    slot_release(s);
+    upstream_slot_release(s);
     if (um->src.done)
         um->src.done(um->src.ctx, 0, rows, ns);
     worker_complete_batch(&b);
-    up_poll(um);
+    upstream_poll(um);
 }
 
 /* ---- calls ---- */
 
-static void build_request(struct up_slot *s)
+static void upstream_build_request(struct up_slot *s)
 {
     const struct model_config *mc = &s->um->m->cfg;
     struct buf *b = &s->request;
@@ -227,7 +228,7 @@ static void build_request(struct up_slot *s)
 }
 
 /* upcall_ops: the URL's pool on this loop. */
-static struct httpc_pool *slot_pool(void *arg, struct httpc_target *t, int index)
+static struct httpc_pool *upstream_slot_pool(void *arg, struct httpc_target *t, int index)
 {
     struct up_slot *s = arg;
     (void)t;
@@ -235,7 +236,7 @@ static struct httpc_pool *slot_pool(void *arg, struct httpc_target *t, int index
 }
 
 /* upcall_ops: the call to the URL of this try (its Host), the body built once. */
-static int slot_send(void *arg, struct upcall *u, const struct httpc_target *t)
+static int upstream_slot_send(void *arg, struct upcall *u, const struct httpc_target *t)
 {
     struct up_slot *s = arg;
     const struct model_config *mc = &s->um->m->cfg;
@@ -244,9 +245,11 @@ static int slot_send(void *arg, struct upcall *u, const struct httpc_target *t)
     char head[512];
     int n;
     if (mc->upstream.protocol == UPSTREAM_KSERVE_V2)
-        n = snprintf(head, sizeof head, "POST /v2/models/%s/infer HTTP/1.1\r\n", mc->upstream.model);
+        n = snprintf(head, sizeof head, "POST /v2/models/%s/infer HTTP/1.1\r\n",
+                     mc->upstream.model);
     else
-        n = snprintf(head, sizeof head, "POST /v1/models/%s:predict HTTP/1.1\r\n", mc->upstream.model);
+        n = snprintf(head, sizeof head, "POST /v1/models/%s:predict HTTP/1.1\r\n",
+                     mc->upstream.model);
     n += snprintf(head + n, sizeof head - (size_t)n,
                   "Host: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
                   httpc_target_authority(t), s->request.len);
@@ -256,32 +259,32 @@ static int slot_send(void *arg, struct upcall *u, const struct httpc_target *t)
 }
 
 static const struct upcall_ops slot_ops = {
-    .pool = slot_pool,
-    .send = slot_send,
-    .on_head = slot_on_head,
-    .on_body = slot_on_body,
-    .on_done = slot_on_done,
-    .on_fail = slot_on_fail,
+    .pool = upstream_slot_pool,
+    .send = upstream_slot_send,
+    .on_head = upstream_slot_on_head,
+    .on_body = upstream_slot_on_body,
+    .on_done = upstream_slot_on_done,
+    .on_fail = upstream_slot_on_fail,
 };
 
-static void slot_start(struct up_slot *s)
+static void upstream_slot_start(struct up_slot *s)
 {
     struct up_model *um = s->um;
     s->busy = true;
     s->t0 = now_ns();
     buf_reset(&s->request);
-    build_request(s);
+    upstream_build_request(s);
     struct error err = {0};
     unsigned flags = um->m->cfg.upstream.idempotent ? UPCALL_IDEMPOTENT : 0;
     if (upcall_start(s->up, um->targets, um->nurls, flags, &err) < 0) {
-        slot_fail(s, err.msg);
+        upstream_slot_fail(s, err.msg);
         return;
     }
     upcall_arm(s->up);   /* the whole call, repeats included */
 }
 
 /* Idle slots ask the batcher for work; the tick re-asks when it names a time. */
-static void up_poll(struct up_model *um)
+static void upstream_poll(struct up_model *um)
 {
     if (atomic_load(&um->stopping))
         return;
@@ -294,7 +297,7 @@ static void up_poll(struct up_model *um)
         int64_t w = INT64_MAX;
         int rc = um->src.try_next(um->src.ctx, 0, &s->b, &w);
         if (rc == 1) {
-            slot_start(s);
+            upstream_slot_start(s);
             continue;
         }
         if (rc == 0 && w < wake)
@@ -310,7 +313,7 @@ static void up_poll(struct up_model *um)
     }
 }
 
-static void on_wake(evutil_socket_t fd, short what, void *arg)
+static void upstream_on_wake(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
@@ -319,16 +322,16 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(um->base);
         return;
     }
-    up_poll(um);
+    upstream_poll(um);
 }
 
-static void ring(void *arg)
+static void upstream_ring(void *arg)
 {
     struct up_model *um = arg;
     event_active(um->wake, EV_READ, 0);
 }
 
-static void *up_main(void *arg)
+static void *upstream_main(void *arg)
 {
     struct up_model *um = arg;
     event_base_loop(um->base, EVLOOP_NO_EXIT_ON_EMPTY);
@@ -337,7 +340,7 @@ static void *up_main(void *arg)
 
 /* ---- backend_ops ---- */
 
-static int up_model_load(struct model *m, struct cold_start *cs, struct error *err)
+static int upstream_model_load(struct model *m, struct cold_start *cs, struct error *err)
 {
     const struct model_upstream *u = &m->cfg.upstream;
     int64_t t0 = now_ns();
@@ -362,12 +365,12 @@ static int up_model_load(struct model *m, struct cold_start *cs, struct error *e
     return 0;
 }
 
-static void up_stop(struct model *m);
+static void upstream_stop(struct model *m);
 
-static void up_model_unload(struct model *m)
+static void upstream_model_unload(struct model *m)
 {
     struct up_model *um = m->shared;
-    up_stop(m);
+    upstream_stop(m);
     if (um)
         for (int i = 0; i < um->nurls; i++)
             httpc_target_free(um->targets[i]);
@@ -377,7 +380,7 @@ static void up_model_unload(struct model *m)
     m->ntargets = 0;
 }
 
-static int up_instance_load(struct instance *in, struct error *err)
+static int upstream_instance_load(struct instance *in, struct error *err)
 {
     (void)err;
     in->state = NULL;
@@ -385,9 +388,9 @@ static int up_instance_load(struct instance *in, struct error *err)
     return 0;
 }
 
-static void up_instance_unload(struct instance *in) { (void)in; }
+static void upstream_instance_unload(struct instance *in) { (void)in; }
 
-static int up_start(struct model *m, struct batch_source src, struct error *err)
+static int upstream_start(struct model *m, struct batch_source src, struct error *err)
 {
     struct up_model *um = m->shared;
     um->src = src;
@@ -396,8 +399,8 @@ static int up_start(struct model *m, struct batch_source src, struct error *err)
     um->base = event_base_new();
     if (!um->slots || !um->base)
         return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
-    um->wake = event_new(um->base, -1, 0, on_wake, um);
-    um->tick = evtimer_new(um->base, on_wake, um);
+    um->wake = event_new(um->base, -1, 0, upstream_on_wake, um);
+    um->tick = evtimer_new(um->base, upstream_on_wake, um);
     for (int i = 0; i < um->nslots; i++) {
         um->slots[i].um = um;
         um->slots[i].up = upcall_new(um->base, &slot_ops, &um->slots[i],
@@ -420,8 +423,8 @@ static int up_start(struct model *m, struct batch_source src, struct error *err)
         if (!um->prober)
             return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
     }
-    src.set_waker(src.ctx, ring, um);
-    int rc = pthread_create(&um->thread, NULL, up_main, um);
+    src.set_waker(src.ctx, upstream_ring, um);
+    int rc = pthread_create(&um->thread, NULL, upstream_main, um);
     if (rc)
         return error_set(err, BG_EINTERNAL, "%s: cannot start the upstream loop: %s",
                          m->cfg.name, strerror(rc));
@@ -430,7 +433,7 @@ static int up_start(struct model *m, struct batch_source src, struct error *err)
     return 0;
 }
 
-static void up_stop(struct model *m)
+static void upstream_stop(struct model *m)
 {
     struct up_model *um = m->shared;
     if (!um || !um->base)
@@ -495,11 +498,11 @@ static void up_stop(struct model *m)
 const struct backend_ops backend_upstream = {
     .name = "upstream",
     .device_kind = BACKEND_DEVICE_UPSTREAM,
-    .model_load = up_model_load,
-    .model_unload = up_model_unload,
-    .instance_load = up_instance_load,
+    .model_load = upstream_model_load,
+    .model_unload = upstream_model_unload,
+    .instance_load = upstream_instance_load,
     .run = NULL,
-    .instance_unload = up_instance_unload,
-    .start = up_start,
-    .stop = up_stop,
+    .instance_unload = upstream_instance_unload,
+    .start = upstream_start,
+    .stop = upstream_stop,
 };

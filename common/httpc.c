@@ -123,7 +123,7 @@ void httpc_target_free(struct httpc_target *t)
 const char *httpc_target_url(const struct httpc_target *t) { return t->url; }
 const char *httpc_target_authority(const struct httpc_target *t) { return t->authority; }
 
-static void target_begin(struct httpc_target *t, bool behind)
+static void httpc_target_begin(struct httpc_target *t, bool behind)
 {
     pthread_mutex_lock(&t->mu);
     if (atomic_fetch_add_explicit(&t->inflight, 1, memory_order_relaxed) == 0)
@@ -133,7 +133,7 @@ static void target_begin(struct httpc_target *t, bool behind)
     pthread_mutex_unlock(&t->mu);
 }
 
-static void target_end(struct httpc_target *t)
+static void httpc_target_end(struct httpc_target *t)
 {
     pthread_mutex_lock(&t->mu);
     if (atomic_fetch_sub_explicit(&t->inflight, 1, memory_order_relaxed) == 1)
@@ -214,7 +214,8 @@ void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *o)
     int64_t now = now_ns();
     memset(o, 0, sizeof *o);
     pthread_mutex_lock(&t->mu);
-    if (atomic_load_explicit(&t->inflight, memory_order_relaxed) > 0) {   /* bring the running busy stretch up to now */
+    /* Bring the running busy stretch up to now. */
+    if (atomic_load_explicit(&t->inflight, memory_order_relaxed) > 0) {
         busywin_add(&t->busy, t->busy_since, now);
         t->busy_since = now;
     }
@@ -270,7 +271,7 @@ struct httpc_conn {
     struct event *ev_read, *ev_write;
     bool reading, writing, corked;
     bool connecting, complete, got_bytes;
-    bool in_read;                    /* callbacks from conn_read on the stack: never free c */
+    bool in_read;                    /* callbacks from httpc_conn_read on the stack: never free c */
     bool in_parse;                   /* inside llhttp for the head call */
     bool lost;                       /* event_add failed: fail the calls from the loop */
     int connect_errno;               /* connect() failed at once; reported from the loop */
@@ -287,23 +288,23 @@ struct httpc_conn {
     int nlive;                       /* of them, not abandoned */
 };
 
-static struct httpc_call *conn_head(struct httpc_conn *c)
+static struct httpc_call *httpc_conn_head(struct httpc_conn *c)
 {
     return c->ncalls ? &c->calls[c->first] : NULL;
 }
 
 /* Defined after its callbacks, below. */
 static const llhttp_settings_t resp_settings;
-static void conn_on_event(evutil_socket_t fd, short what, void *arg);
+static void httpc_conn_on_event(evutil_socket_t fd, short what, void *arg);
 
 /* Reading stops while the head call is paused (an abandoned one never is);
  * writing while there is something to write (and the pool's flush is not
  * due to write it) or a connect pends. A connection whose events cannot be
  * added (evwatch.h) is marked lost and its calls fail from the loop, never
  * from inside a caller. */
-static void conn_update_events(struct httpc_conn *c)
+static void httpc_conn_update_events(struct httpc_conn *c)
 {
-    struct httpc_call *h = conn_head(c);
+    struct httpc_call *h = httpc_conn_head(c);
     bool r = !h || !h->cb || !h->paused;
     bool w = c->connecting || (buf_unread(&c->out) > 0 && !c->corked);
     if (r != c->reading) {
@@ -322,7 +323,7 @@ static void conn_update_events(struct httpc_conn *c)
     }
 }
 
-static void conn_close(struct httpc_conn *c)
+static void httpc_conn_close(struct httpc_conn *c)
 {
     struct httpc_pool *p = c->pool;
     if (c->ncalls == 0) {
@@ -351,26 +352,26 @@ static void conn_close(struct httpc_conn *c)
 }
 
 /* The call stops counting (done, failed, aborted or abandoned). */
-static void call_end(struct httpc_call *k)
+static void httpc_call_end(struct httpc_call *k)
 {
     if (!k->cb)
         return;   /* abandoned: ended then */
     struct httpc_conn *c = k->conn;
     c->pool->open--;
     c->nlive--;
-    target_end(c->pool->t);
+    httpc_target_end(c->pool->t);
     k->cb = NULL;
     k->arg = NULL;
 }
 
 /* Removes the head call (ended already or about to be). */
-static void conn_pop(struct httpc_conn *c)
+static void httpc_conn_pop(struct httpc_conn *c)
 {
     c->first = (c->first + 1) % HTTPC_PIPELINE_MAX;
     c->ncalls--;
 }
 
-static void conn_reset_parser(struct httpc_conn *c)
+static void httpc_conn_reset_parser(struct httpc_conn *c)
 {
     llhttp_init(&c->parser, HTTP_RESPONSE, &resp_settings);
     c->parser.data = c;
@@ -387,7 +388,7 @@ static void conn_reset_parser(struct httpc_conn *c)
  * never opened, else a reset), so a caller may repeat an idempotent one.
  * With `count`, one failure is counted against the target: one lost
  * connection is one event however many calls it carried. */
-static void conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const char *msg,
+static void httpc_conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const char *msg,
                           bool skip_head, bool count)
 {
     static const char behind[] = "connection lost before the answer (pipelined behind another request)";
@@ -395,7 +396,7 @@ static void conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const char 
     int n = 0;
     struct httpc_target *t = c->pool->t;
     for (bool head = true; c->ncalls; head = false) {
-        struct httpc_call *k = conn_head(c);
+        struct httpc_call *k = httpc_conn_head(c);
         if (k->cb && !(head && skip_head)) {
             bool own = head || why == HTTPC_FAIL_CONNECT;
             tell[n].cb = k->cb, tell[n].arg = k->arg;
@@ -403,10 +404,10 @@ static void conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const char 
             tell[n].msg = own ? msg : behind;
             n++;
         }
-        call_end(k);
-        conn_pop(c);
+        httpc_call_end(k);
+        httpc_conn_pop(c);
     }
-    conn_close(c);
+    httpc_conn_close(c);
     if (count)
         httpc_target_failed(t, why);
     for (int i = 0; i < n; i++)
@@ -414,14 +415,14 @@ static void conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const char 
             tell[i].cb->on_error(tell[i].arg, tell[i].why, tell[i].msg);
 }
 
-static void conn_fail(struct httpc_conn *c, enum httpc_fail why, const char *msg)
+static void httpc_conn_fail(struct httpc_conn *c, enum httpc_fail why, const char *msg)
 {
-    conn_fail_all(c, why, msg, false, true);
+    httpc_conn_fail_all(c, why, msg, false, true);
 }
 
 /* ---- response parsing ---- */
 
-static int on_header_field(llhttp_t *p, const char *at, size_t n)
+static int httpc_on_header_field(llhttp_t *p, const char *at, size_t n)
 {
     struct httpc_conn *c = p->data;
     if (c->nhdrs == 0 || c->in_value) {
@@ -440,7 +441,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
-static int on_header_value(llhttp_t *p, const char *at, size_t n)
+static int httpc_on_header_value(llhttp_t *p, const char *at, size_t n)
 {
     struct httpc_conn *c = p->data;
     if (!c->in_value) {
@@ -453,10 +454,10 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
-static int on_headers_complete(llhttp_t *p)
+static int httpc_on_headers_complete(llhttp_t *p)
 {
     struct httpc_conn *c = p->data;
-    struct httpc_call *k = conn_head(c);
+    struct httpc_call *k = httpc_conn_head(c);
     int status = llhttp_get_status_code(p);
     if (status < 100 || status > 599) {
         c->bad_status = true;   /* not a status HTTP defines: nothing to pass on */
@@ -497,10 +498,10 @@ static int on_headers_complete(llhttp_t *p)
     return k->no_body ? 1 : 0;
 }
 
-static int on_body(llhttp_t *p, const char *at, size_t n)
+static int httpc_on_body(llhttp_t *p, const char *at, size_t n)
 {
     struct httpc_conn *c = p->data;
-    struct httpc_call *k = conn_head(c);
+    struct httpc_call *k = httpc_conn_head(c);
     if (k->cb && k->cb->on_body && k->cb->on_body(k->arg, at, n) < 0) {
         c->cb_failed = 1;
         return -1;
@@ -508,7 +509,7 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
-static int on_message_complete(llhttp_t *p)
+static int httpc_on_message_complete(llhttp_t *p)
 {
     struct httpc_conn *c = p->data;
     int status = llhttp_get_status_code(p);
@@ -521,36 +522,36 @@ static int on_message_complete(llhttp_t *p)
 /* llhttp keeps a pointer to the settings; one constant table, built at
  * compile time, serves the pools of every thread without a once-guard. */
 static const llhttp_settings_t resp_settings = {
-    .on_header_field = on_header_field,
-    .on_header_value = on_header_value,
-    .on_headers_complete = on_headers_complete,
-    .on_body = on_body,
-    .on_message_complete = on_message_complete,
+    .on_header_field = httpc_on_header_field,
+    .on_header_value = httpc_on_header_value,
+    .on_headers_complete = httpc_on_headers_complete,
+    .on_body = httpc_on_body,
+    .on_message_complete = httpc_on_message_complete,
 };
 
 /* The head call's answer is complete; `leftover`: bytes follow it in this
  * read. Returns true when c lives on with the next call's answer to parse
  * (from the leftover bytes, or the next read), false when c is idle in its
  * pool or gone. */
-static bool conn_finish(struct httpc_conn *c, bool leftover)
+static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
 {
-    struct httpc_call *k = conn_head(c);
+    struct httpc_call *k = httpc_conn_head(c);
     const struct httpc_cb *cb = k->cb;
     void *arg = k->arg;
     struct httpc_pool *pool = c->pool;
     bool alive = llhttp_should_keep_alive(&c->parser);
-    call_end(k);
-    conn_pop(c);
+    httpc_call_end(k);
+    httpc_conn_pop(c);
     if (c->ncalls == 0) {
         bool keep = !leftover && alive && buf_unread(&c->out) == 0 && pool->nidle < pool->max_idle;
         if (keep) {
-            conn_reset_parser(c);
+            httpc_conn_reset_parser(c);
             c->next_idle = pool->idle;
             pool->idle = c;
             pool->nidle++;
-            conn_update_events(c);   /* idle: watch for the server closing it */
+            httpc_conn_update_events(c);   /* idle: watch for the server closing it */
         } else {
-            conn_close(c);
+            httpc_conn_close(c);
         }
         httpc_target_succeeded(pool->t);
         if (cb && cb->on_done)
@@ -564,32 +565,33 @@ static bool conn_finish(struct httpc_conn *c, bool leftover)
         httpc_target_succeeded(pool->t);
         if (cb && cb->on_done)
             cb->on_done(arg);
-        conn_fail_all(c, HTTPC_FAIL_RESET, "the server ended the connection after the answer ahead",
+        httpc_conn_fail_all(c, HTTPC_FAIL_RESET,
+                            "the server ended the connection after the answer ahead",
                       false, false);
         return false;
     }
-    conn_reset_parser(c);
+    httpc_conn_reset_parser(c);
     httpc_target_succeeded(pool->t);
     c->in_read = true;   /* on_done may abandon the calls behind: c must outlive it */
     if (cb && cb->on_done)
         cb->on_done(arg);
     c->in_read = false;
     if (c->nlive == 0) {
-        conn_close(c);   /* nobody waits for the answers left */
+        httpc_conn_close(c);   /* nobody waits for the answers left */
         return false;
     }
-    conn_update_events(c);   /* the new head may be paused */
+    httpc_conn_update_events(c);   /* the new head may be paused */
     return true;
 }
 
 /* The head call's caller ended it from a callback (or every live call was
  * abandoned there): the connection goes, the others are told. */
-static void conn_drop_head(struct httpc_conn *c)
+static void httpc_conn_drop_head(struct httpc_conn *c)
 {
-    conn_fail_all(c, HTTPC_FAIL_RESET, "connection closed by the caller", true, false);
+    httpc_conn_fail_all(c, HTTPC_FAIL_RESET, "connection closed by the caller", true, false);
 }
 
-static void conn_read(struct httpc_conn *c)
+static void httpc_conn_read(struct httpc_conn *c)
 {
     char data[READ_CHUNK];
     ssize_t n = read(c->fd, data, sizeof data);
@@ -597,7 +599,7 @@ static void conn_read(struct httpc_conn *c)
         return;
     if (c->ncalls == 0) {
         /* The server closed an idle connection, or sent what nobody asked for. */
-        conn_close(c);
+        httpc_conn_close(c);
         return;
     }
     if (n == 0) {
@@ -608,22 +610,23 @@ static void conn_read(struct httpc_conn *c)
             c->in_read = c->in_parse = false;
         }
         if (c->cb_failed) {
-            conn_drop_head(c);
+            httpc_conn_drop_head(c);
             return;
         }
         if (c->complete) {
-            if (conn_finish(c, true))   /* the calls behind get no answer now */
-                conn_fail(c, HTTPC_FAIL_RESET, "connection closed before the answer");
+            if (httpc_conn_finish(c, true))   /* the calls behind get no answer now */
+                httpc_conn_fail(c, HTTPC_FAIL_RESET, "connection closed before the answer");
             return;
         }
-        conn_fail(c, HTTPC_FAIL_RESET, c->got_bytes ? "connection closed in the middle of the answer"
+        httpc_conn_fail(c, HTTPC_FAIL_RESET,
+                        c->got_bytes ? "connection closed in the middle of the answer"
                                                     : "connection closed before the answer");
         return;
     }
     if (n < 0) {
         char msg[96];
         snprintf(msg, sizeof msg, "read: %s", strerror(errno));
-        conn_fail(c, HTTPC_FAIL_RESET, msg);
+        httpc_conn_fail(c, HTTPC_FAIL_RESET, msg);
         return;
     }
     /* One read may hold the answers of several pipelined calls. */
@@ -635,12 +638,12 @@ static void conn_read(struct httpc_conn *c)
         c->in_read = c->in_parse = false;
         if (c->cb_failed || c->nlive == 0) {
             /* The caller ended the call from a callback: it expects nothing more. */
-            conn_drop_head(c);
+            httpc_conn_drop_head(c);
             return;
         }
         if (e == HPE_PAUSED && c->complete) {
             off = (size_t)(llhttp_get_error_pos(&c->parser) - data);
-            if (!conn_finish(c, off < (size_t)n))
+            if (!httpc_conn_finish(c, off < (size_t)n))
                 return;
             continue;
         }
@@ -650,13 +653,13 @@ static void conn_read(struct httpc_conn *c)
                      c->too_many_headers ? "too many headers"
                      : c->bad_status     ? "status code outside 100..599"
                                          : llhttp_get_error_reason(&c->parser));
-            conn_fail(c, HTTPC_FAIL_MALFORMED, msg);
+            httpc_conn_fail(c, HTTPC_FAIL_MALFORMED, msg);
         }
         return;
     }
 }
 
-static void conn_write(struct httpc_conn *c)
+static void httpc_conn_write(struct httpc_conn *c)
 {
     if (c->connecting) {
         int err = c->connect_errno;
@@ -666,7 +669,7 @@ static void conn_write(struct httpc_conn *c)
         if (err) {
             char msg[400];
             snprintf(msg, sizeof msg, "connect: %s", strerror(err));
-            conn_fail(c, HTTPC_FAIL_CONNECT, msg);
+            httpc_conn_fail(c, HTTPC_FAIL_CONNECT, msg);
             return;
         }
         c->connecting = false;
@@ -683,42 +686,43 @@ static void conn_write(struct httpc_conn *c)
          * (an early 413): let the read side deliver that answer first. */
         char msg[96];
         snprintf(msg, sizeof msg, "send: %s", n < 0 ? strerror(errno) : "closed");
-        conn_fail(c, HTTPC_FAIL_RESET, msg);
+        httpc_conn_fail(c, HTTPC_FAIL_RESET, msg);
         return;
     }
     bool drained = buf_unread(&c->out) == 0;
     if (drained)
         buf_shrink(&c->out, 64 * 1024);
-    conn_update_events(c);
+    httpc_conn_update_events(c);
     /* Only a connection's only call can be streaming a body to wait on. */
-    struct httpc_call *k = conn_head(c);
+    struct httpc_call *k = httpc_conn_head(c);
     if (drained && c->ncalls == 1 && k->cb && k->cb->on_sent)
         k->cb->on_sent(k->arg);
 }
 
-static void conn_on_event(evutil_socket_t fd, short what, void *arg)
+static void httpc_conn_on_event(evutil_socket_t fd, short what, void *arg)
 {
     struct httpc_conn *c = arg;
     (void)fd;
     if (c->lost) {
         /* Not the server's doing: no failure counted against it. */
-        conn_fail_all(c, HTTPC_FAIL_RESET, "out of memory watching the connection", false, false);
+        httpc_conn_fail_all(c, HTTPC_FAIL_RESET, "out of memory watching the connection", false,
+                            false);
         return;
     }
-    /* One side per round: conn_write may free c (a failure) or its caller
+    /* One side per round: httpc_conn_write may free c (a failure) or its caller
      * may end the call from on_sent. Events are level-triggered, so a
      * pending read is reported again on the next round. */
     if (what & EV_WRITE)
-        conn_write(c);
+        httpc_conn_write(c);
     else if (what & EV_READ)
-        conn_read(c);
+        httpc_conn_read(c);
 }
 
 /* ---- pools ---- */
 
 /* The end of a pass of the loop: every corked connection sends what its
  * pipelined calls queued, in one send each. */
-static void pool_on_flush(evutil_socket_t fd, short what, void *arg)
+static void httpc_pool_on_flush(evutil_socket_t fd, short what, void *arg)
 {
     struct httpc_pool *p = arg;
     (void)fd;
@@ -732,9 +736,9 @@ static void pool_on_flush(evutil_socket_t fd, short what, void *arg)
         if (c->connect_errno)
             continue;   /* its refusal is already queued for reporting */
         if (c->connecting)
-            conn_update_events(c);   /* sent once connected */
+            httpc_conn_update_events(c);   /* sent once connected */
         else
-            conn_write(c);
+            httpc_conn_write(c);
     }
 }
 
@@ -748,7 +752,7 @@ struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *bas
     p->base = base;
     p->max_idle = max_idle > 0 ? max_idle : 1;
     p->pipeline = pipeline < 1 ? 1 : pipeline > HTTPC_PIPELINE_MAX ? HTTPC_PIPELINE_MAX : pipeline;
-    if (p->pipeline > 1 && !(p->flush = event_new(base, -1, 0, pool_on_flush, p))) {
+    if (p->pipeline > 1 && !(p->flush = event_new(base, -1, 0, httpc_pool_on_flush, p))) {
         free(p);
         return NULL;
     }
@@ -760,7 +764,7 @@ void httpc_pool_free(struct httpc_pool *p)
     if (!p)
         return;
     while (p->idle)
-        conn_close(p->idle);
+        httpc_conn_close(p->idle);
     if (p->flush)
         event_free(p->flush);
     free(p);
@@ -769,12 +773,12 @@ void httpc_pool_free(struct httpc_pool *p)
 struct httpc_target *httpc_pool_target(const struct httpc_pool *p) { return p->t; }
 
 /* A connection object around fd (closed on failure). */
-static struct httpc_conn *conn_new(struct httpc_pool *p, int fd, struct error *err)
+static struct httpc_conn *httpc_conn_new(struct httpc_pool *p, int fd, struct error *err)
 {
     struct httpc_conn *c = calloc(1, sizeof *c);
     if (c) {
-        c->ev_read = event_new(p->base, fd, EV_READ | EV_PERSIST, conn_on_event, c);
-        c->ev_write = event_new(p->base, fd, EV_WRITE | EV_PERSIST, conn_on_event, c);
+        c->ev_read = event_new(p->base, fd, EV_READ | EV_PERSIST, httpc_conn_on_event, c);
+        c->ev_write = event_new(p->base, fd, EV_WRITE | EV_PERSIST, httpc_conn_on_event, c);
     }
     if (!c || !c->ev_read || !c->ev_write) {
         if (c && c->ev_read)
@@ -791,7 +795,7 @@ static struct httpc_conn *conn_new(struct httpc_pool *p, int fd, struct error *e
     return c;
 }
 
-static struct httpc_conn *conn_connect(struct httpc_pool *p, struct error *err)
+static struct httpc_conn *httpc_conn_connect(struct httpc_pool *p, struct error *err)
 {
     struct httpc_target *t = p->t;
     int fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -801,7 +805,7 @@ static struct httpc_conn *conn_connect(struct httpc_pool *p, struct error *err)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct httpc_conn *c = conn_new(p, fd, err);
+    struct httpc_conn *c = httpc_conn_new(p, fd, err);
     if (!c)
         return NULL;
     c->connecting = true;
@@ -811,7 +815,8 @@ static struct httpc_conn *conn_connect(struct httpc_pool *p, struct error *err)
 }
 
 /* Appends a call to c's queue. */
-static struct httpc_call *call_push(struct httpc_conn *c, const struct httpc_cb *cb, void *arg,
+static struct httpc_call *httpc_call_push(struct httpc_conn *c, const struct httpc_cb *cb,
+                                          void *arg,
                                     unsigned flags)
 {
     struct httpc_call *k = &c->calls[(c->first + c->ncalls) % HTTPC_PIPELINE_MAX];
@@ -819,15 +824,15 @@ static struct httpc_call *call_push(struct httpc_conn *c, const struct httpc_cb 
     c->ncalls++;
     c->nlive++;
     c->pool->open++;
-    target_begin(c->pool->t, c->ncalls > 1);
+    httpc_target_begin(c->pool->t, c->ncalls > 1);
     return k;
 }
 
-static struct httpc_call *call_begin(struct httpc_pool *p, struct httpc_conn *c,
+static struct httpc_call *httpc_call_begin(struct httpc_pool *p, struct httpc_conn *c,
                                      const struct httpc_cb *cb, void *arg, unsigned flags)
 {
-    conn_reset_parser(c);
-    struct httpc_call *k = call_push(c, cb, arg, flags);
+    httpc_conn_reset_parser(c);
+    struct httpc_call *k = httpc_call_push(c, cb, arg, flags);
     if (c->connect_errno) {
         /* Refused at once (loopback): report it from the loop like any other
          * refusal, never from inside the caller. */
@@ -845,7 +850,7 @@ static struct httpc_call *call_begin(struct httpc_pool *p, struct httpc_conn *c,
             event_active(p->flush, EV_TIMEOUT, 0);
         }
     }
-    conn_update_events(c);
+    httpc_conn_update_events(c);
     return k;
 }
 
@@ -859,7 +864,7 @@ struct httpc_call *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, v
         struct httpc_conn *c = p->join;
         if (reused)
             *reused = true;
-        struct httpc_call *k = call_push(c, cb, arg, flags);
+        struct httpc_call *k = httpc_call_push(c, cb, arg, flags);
         if (c->ncalls == p->pipeline)
             p->join = NULL;
         return k;
@@ -869,19 +874,19 @@ struct httpc_call *httpc_open(struct httpc_pool *p, const struct httpc_cb *cb, v
         p->idle = c->next_idle;
         p->nidle--;
         c->next_idle = NULL;
-    } else if (!(c = conn_connect(p, err))) {
+    } else if (!(c = httpc_conn_connect(p, err))) {
         return NULL;
     }
     if (reused)
         *reused = !c->connecting;
-    return call_begin(p, c, cb, arg, flags);
+    return httpc_call_begin(p, c, cb, arg, flags);
 }
 
 struct httpc_call *httpc_adopt(struct httpc_pool *p, int fd, const struct httpc_cb *cb, void *arg,
                                unsigned flags, struct error *err)
 {
-    struct httpc_conn *c = conn_new(p, fd, err);
-    return c ? call_begin(p, c, cb, arg, flags) : NULL;
+    struct httpc_conn *c = httpc_conn_new(p, fd, err);
+    return c ? httpc_call_begin(p, c, cb, arg, flags) : NULL;
 }
 
 int httpc_send(struct httpc_call *k, const void *data, size_t len)
@@ -904,7 +909,7 @@ int httpc_send(struct httpc_call *k, const void *data, size_t len)
         return -1;
     /* A refusal already queued for reporting keeps its event as it is. */
     if (!c->connect_errno)
-        conn_update_events(c);
+        httpc_conn_update_events(c);
     return 0;
 }
 
@@ -915,30 +920,30 @@ void httpc_pause(struct httpc_call *k, bool paused)
     if (k->paused == paused)
         return;
     k->paused = paused;
-    if (!k->conn->connect_errno && k == conn_head(k->conn))
-        conn_update_events(k->conn);
+    if (!k->conn->connect_errno && k == httpc_conn_head(k->conn))
+        httpc_conn_update_events(k->conn);
 }
 
 void httpc_abort(struct httpc_call *k)
 {
     struct httpc_conn *c = k->conn;
-    if (c->in_parse && k == conn_head(c)) {
-        /* Called from on_head/on_body: the read handler closes c on return. */
+    if (c->in_parse && k == httpc_conn_head(c)) {
+        /* Called from on_head/httpc_on_body: the read handler closes c on return. */
         c->cb_failed = 1;
         llhttp_pause(&c->parser);
         return;
     }
-    call_end(k);
+    httpc_call_end(k);
     if (c->nlive > 0) {
         /* Others share the connection: this call's answer will be read and
          * dropped in its turn (reading resumes if it was paused). */
-        if (k == conn_head(c) && !c->connect_errno)
-            conn_update_events(c);
+        if (k == httpc_conn_head(c) && !c->connect_errno)
+            httpc_conn_update_events(c);
         return;
     }
     if (c->in_read)
         return;   /* the read handler sees nobody is left and closes c */
     while (c->ncalls)
-        conn_pop(c);
-    conn_close(c);
+        httpc_conn_pop(c);
+    httpc_conn_close(c);
 }

@@ -29,14 +29,14 @@ struct httpc_prober {
     struct probe probes[];
 };
 
-static int probe_on_head(void *arg, const struct httpc_head *h)
+static int httpc_probe_on_head(void *arg, const struct httpc_head *h)
 {
     struct probe *p = arg;
     p->status = h->status;
     return 0;
 }
 
-static void probe_on_done(void *arg)
+static void httpc_probe_on_done(void *arg)
 {
     struct probe *p = arg;
     p->call = NULL;
@@ -47,7 +47,7 @@ static void probe_on_done(void *arg)
                  ok ? "is back" : "is taken out", p->status);
 }
 
-static void probe_on_error(void *arg, enum httpc_fail why, const char *msg)
+static void httpc_probe_on_error(void *arg, enum httpc_fail why, const char *msg)
 {
     struct probe *p = arg;
     (void)why;
@@ -59,13 +59,13 @@ static void probe_on_error(void *arg, enum httpc_fail why, const char *msg)
 }
 
 static const struct httpc_cb probe_cb = {
-    .on_head = probe_on_head,
-    .on_done = probe_on_done,
-    .on_error = probe_on_error,
+    .on_head = httpc_probe_on_head,
+    .on_done = httpc_probe_on_done,
+    .on_error = httpc_probe_on_error,
 };
 
 /* Every interval: a probe still unanswered failed; send the next. */
-static void prober_on_tick(evutil_socket_t fd, short what, void *arg)
+static void httpc_probe_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct httpc_prober *pr = arg;
     (void)fd;
@@ -112,7 +112,7 @@ struct httpc_prober *httpc_prober_new(struct event_base *base, struct httpc_targ
         }
         pr->n = i + 1;
     }
-    pr->tick = event_new(base, -1, EV_PERSIST, prober_on_tick, pr);
+    pr->tick = event_new(base, -1, EV_PERSIST, httpc_probe_on_tick, pr);
     struct timeval tv = {interval_ms / 1000, (interval_ms % 1000) * 1000};
     if (!pr->tick || event_add(pr->tick, &tv) < 0) {
         httpc_prober_free(pr);

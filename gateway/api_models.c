@@ -3,9 +3,9 @@
  *
  * An infer request is decoded on the IO thread, submitted to the model's
  * batcher, computed by an instance worker, and comes back to this IO thread
- * through its mailbox (infer_call_complete -> infer_call_deliver), where the
+ * through its mailbox (models_infer_call_complete -> models_infer_call_deliver), where the
  * answer is encoded and queued in request order. A client that leaves while
- * its request is queued takes it out of the queue (infer_call_abort). */
+ * its request is queued takes it out of the queue (models_infer_call_abort). */
 #include "gateway/api.h"
 
 #include <stdio.h>
@@ -37,14 +37,14 @@ struct infer_call {
     enum infer_format format;
 };
 
-static struct infer_call *call_of_item(struct infer_item *it)
+static struct infer_call *models_call_of_item(struct infer_item *it)
 {
     return (struct infer_call *)((char *)it - offsetof(struct infer_call, item));
 }
 
 /* ---- accounting (modelstats.h) ---- */
 
-static enum modelstats_reason reason_of(int code)
+static enum modelstats_reason models_reason_of(int code)
 {
     switch (code < 0 ? -code : code) {
     case BG_EQUEUEFULL: return MS_REJECT_QUEUE_FULL;
@@ -56,7 +56,7 @@ static enum modelstats_reason reason_of(int code)
 }
 
 /* An inference request of this model was answered with `status`. */
-static void account(struct served_model *sm, struct http_request *req, int status,
+static void models_account(struct served_model *sm, struct http_request *req, int status,
                     int64_t queue_ns)
 {
     if (sm->stats)
@@ -65,24 +65,25 @@ static void account(struct served_model *sm, struct http_request *req, int statu
 }
 
 /* ... refused before or instead of computing (code: a BG_E*). */
-static void account_reject(struct served_model *sm, struct http_request *req, int code,
+static void models_account_reject(struct served_model *sm, struct http_request *req, int code,
                            int status)
 {
     if (sm->stats)
-        modelstats_reject(sm->stats, http_request_thread(req), reason_of(code));
-    account(sm, req, status, -1);
+        modelstats_reject(sm->stats, http_request_thread(req), models_reason_of(code));
+    models_account(sm, req, status, -1);
 }
 
 /* ---- lookup ---- */
 
 /* Finds the model of the route and checks the version; answers 404/503 itself. */
-static struct served_model *model_lookup(struct http_request *req, const struct route_match *m,
+static struct served_model *models_lookup(struct http_request *req, const struct route_match *m,
                                          struct api_state *st, bool need_ready, bool infer)
 {
     const struct route_param *p = route_match_param(m, "model");
     struct served_model *sm = st->serving ? serving_find(st->serving, p->value, p->len) : NULL;
     if (!sm) {
-        http_respond_error(req, 404, NULL, "unknown model \"%.*s\"", (int)(p->len > 128 ? 128 : p->len),
+        http_respond_error(req, 404, NULL, "unknown model \"%.*s\"",
+                           (int)(p->len > 128 ? 128 : p->len),
                            p->value);
         return NULL;
     }
@@ -95,7 +96,7 @@ static struct served_model *model_lookup(struct http_request *req, const struct 
     int state = atomic_load(&sm->state);
     if (need_ready && state != SERVED_READY) {
         if (infer)
-            account_reject(sm, req, BG_ENOTREADY, 503);
+            models_account_reject(sm, req, BG_ENOTREADY, 503);
         if (state == SERVED_LOADING)
             http_respond_error(req, 503, "Retry-After: 1\r\n", "model %s is loading",
                                sm->model.cfg.name);
@@ -107,7 +108,7 @@ static struct served_model *model_lookup(struct http_request *req, const struct 
     return sm;
 }
 
-static void respond_buf(struct http_request *req, int status, struct buf *b)
+static void models_respond_buf(struct http_request *req, int status, struct buf *b)
 {
     http_respond(req, status, "application/json", b->data, b->len, NULL);
     buf_free(b);
@@ -115,7 +116,7 @@ static void respond_buf(struct http_request *req, int status, struct buf *b)
 
 /* ---- metadata, ready, config ---- */
 
-static void append_tensor_meta(struct buf *b, const struct model_tensor *t)
+static void models_append_tensor_meta(struct buf *b, const struct model_tensor *t)
 {
     buf_append(b, "{\"name\":", 8);
     json_append_string(b, t->name, strlen(t->name));
@@ -125,10 +126,10 @@ static void append_tensor_meta(struct buf *b, const struct model_tensor *t)
     buf_append(b, "]}", 2);
 }
 
-static void model_metadata(struct http_request *req, const struct route_match *m, void *ctx)
+static void models_metadata(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct api_state *st = ctx;
-    struct served_model *sm = model_lookup(req, m, ctx, true, false);
+    struct served_model *sm = models_lookup(req, m, ctx, true, false);
     if (!sm)
         return;
     const struct model_config *c = &sm->model.cfg;
@@ -150,16 +151,16 @@ static void model_metadata(struct http_request *req, const struct route_match *m
     json_append_string(&b, c->name, strlen(c->name));
     buf_appendf(&b, ",\"versions\":[\"" MODEL_VERSION "\"],\"platform\":\"batchgate_%s\","
                     "\"inputs\":[", sm->model.ops->name);
-    append_tensor_meta(&b, &c->input);
+    models_append_tensor_meta(&b, &c->input);
     buf_append(&b, "],\"outputs\":[", 13);
-    append_tensor_meta(&b, &c->output);
+    models_append_tensor_meta(&b, &c->output);
     buf_append(&b, "]}", 2);
-    respond_buf(req, 200, &b);
+    models_respond_buf(req, 200, &b);
 }
 
-static void model_ready(struct http_request *req, const struct route_match *m, void *ctx)
+static void models_ready(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, false, false);
+    struct served_model *sm = models_lookup(req, m, ctx, false, false);
     if (!sm)
         return;
     struct buf b = BUF_INIT;
@@ -168,17 +169,17 @@ static void model_ready(struct http_request *req, const struct route_match *m, v
     json_append_string(&b, sm->model.cfg.name, strlen(sm->model.cfg.name));
     if (state == SERVED_READY) {
         buf_append(&b, ",\"ready\":true}", 14);
-        respond_buf(req, 200, &b);
+        models_respond_buf(req, 200, &b);
         return;
     }
     const char *why = state == SERVED_LOADING ? "loading" : sm->model.reason;
     buf_append(&b, ",\"ready\":false,\"reason\":", 24);
     json_append_string(&b, why, strlen(why));
     buf_append(&b, "}", 1);
-    respond_buf(req, 503, &b);
+    models_respond_buf(req, 503, &b);
 }
 
-static void append_triton_tensor(struct buf *b, const struct model_tensor *t)
+static void models_append_triton_tensor(struct buf *b, const struct model_tensor *t)
 {
     buf_append(b, "{\"name\":", 8);
     json_append_string(b, t->name, strlen(t->name));
@@ -188,9 +189,9 @@ static void append_triton_tensor(struct buf *b, const struct model_tensor *t)
     buf_append(b, "]}", 2);
 }
 
-static void model_config_route(struct http_request *req, const struct route_match *m, void *ctx)
+static void models_config_route(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, true, false);
+    struct served_model *sm = models_lookup(req, m, ctx, true, false);
     if (!sm)
         return;
     const struct model_config *c = &sm->model.cfg;
@@ -200,9 +201,9 @@ static void model_config_route(struct http_request *req, const struct route_matc
     json_append_string(&b, c->name, strlen(c->name));
     buf_appendf(&b, ",\"platform\":\"batchgate_%s\",\"backend\":\"%s\",\"max_batch_size\":%d,"
                     "\"input\":[", sm->model.ops->name, sm->model.ops->name, bt->max_batch_size);
-    append_triton_tensor(&b, &c->input);
+    models_append_triton_tensor(&b, &c->input);
     buf_append(&b, "],\"output\":[", 12);
-    append_triton_tensor(&b, &c->output);
+    models_append_triton_tensor(&b, &c->output);
     buf_append(&b, "],\"dynamic_batching\":{\"preferred_batch_size\":[", 46);
     for (int i = 0; i < bt->npreferred; i++)
         buf_appendf(&b, "%s%d", i ? "," : "", bt->preferred[i]);
@@ -212,32 +213,32 @@ static void model_config_route(struct http_request *req, const struct route_matc
                 (long long)bt->max_queue_delay_us, bt->max_queue_size,
                 (long long)bt->latency_budget_ms * 1000, c->instance_count,
                 model_device_kind(&sm->model) == BACKEND_DEVICE_GPU ? "KIND_GPU" : "KIND_CPU");
-    respond_buf(req, 200, &b);
+    models_respond_buf(req, 200, &b);
 }
 
-static void model_stats(struct http_request *req, const struct route_match *m, void *ctx)
+static void models_stats(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, false, false);
+    struct served_model *sm = models_lookup(req, m, ctx, false, false);
     if (!sm)
         return;
     struct buf b = BUF_INIT;
     buf_append(&b, "{\"model_stats\":[", 16);
     modelstats_json_append(&b, sm);
     buf_append(&b, "]}", 2);
-    respond_buf(req, 200, &b);
+    models_respond_buf(req, 200, &b);
 }
 
 /* ---- infer ---- */
 
 /* This IO thread's arena for jansson while a body is decoded (jscratch.h);
  * NULL (plain malloc) where main made none, as in the tests. */
-static struct jscratch *scratch_of(struct api_state *st, struct http_request *req)
+static struct jscratch *models_scratch_of(struct api_state *st, struct http_request *req)
 {
     int t = http_request_thread(req);
     return st->jscratch && t >= 0 && t < st->njscratch ? st->jscratch[t] : NULL;
 }
 
-static void infer_call_free(struct infer_call *call)
+static void models_infer_call_free(struct infer_call *call)
 {
     free(call->r.input);
     free(call->output);
@@ -245,7 +246,7 @@ static void infer_call_free(struct infer_call *call)
 }
 
 /* IO thread: the worker (or the batcher) is done with the item. */
-static void infer_call_deliver(struct mailbox_msg *msg)
+static void models_infer_call_deliver(struct mailbox_msg *msg)
 {
     struct infer_call *call = (struct infer_call *)msg;
     struct infer_item *it = &call->item;
@@ -254,14 +255,15 @@ static void infer_call_deliver(struct mailbox_msg *msg)
     if (it->status != 0) {
         int status = it->status == BG_ECANCELLED ? 499 : error_http_status(it->status);
         if (it->status == BG_EDEADLINE || it->status == BG_ESHUTDOWN)
-            account_reject(call->sm, req, it->status, status);
+            models_account_reject(call->sm, req, it->status, status);
         else if (it->status != BG_ECANCELLED)   /* nobody is there to count it for */
-            account(call->sm, req, status, it->t_dequeue_ns ? it->t_dequeue_ns - it->t_arrival_ns : -1);
+            models_account(call->sm, req, status,
+                           it->t_dequeue_ns ? it->t_dequeue_ns - it->t_arrival_ns : -1);
         http_respond_error(req, status, NULL, "model %s: %s", c->name, it->error);
-        infer_call_free(call);
+        models_infer_call_free(call);
         return;
     }
-    account(call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns);
+    models_account(call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns);
     struct buf b = BUF_INIT;
     int64_t json_len = -1;
     int rc = call->format == FORMAT_TFS
@@ -276,23 +278,23 @@ static void infer_call_deliver(struct mailbox_msg *msg)
         http_respond(req, 200, "application/octet-stream", b.data, b.len, hdr);
         buf_free(&b);
     } else {
-        respond_buf(req, 200, &b);
+        models_respond_buf(req, 200, &b);
     }
     /* How late against the batch's plan this answer leaves: the batcher
      * plans that much early from now on (batcher/guard.h). */
     batcher_answered(call->sm->batcher, it, now_ns());
-    infer_call_free(call);
+    models_infer_call_free(call);
 }
 
 /* Any thread: hand the finished item back to its IO thread. */
-static void infer_call_complete(struct infer_item *it)
+static void models_infer_call_complete(struct infer_item *it)
 {
-    struct infer_call *call = call_of_item(it);
+    struct infer_call *call = models_call_of_item(it);
     mailbox_post(call->mb, &call->msg);
 }
 
 /* IO thread: the client went away. */
-static void infer_call_abort(struct http_request *req, void *arg)
+static void models_infer_call_abort(struct http_request *req, void *arg)
 {
     (void)req;
     struct infer_call *call = arg;
@@ -300,7 +302,7 @@ static void infer_call_abort(struct http_request *req, void *arg)
 }
 
 /* A non-negative integer header; -1 when absent, -2 when malformed. */
-static int64_t header_int(struct http_request *req, const char *name)
+static int64_t models_header_int(struct http_request *req, const char *name)
 {
     size_t len;
     const char *v = http_request_header(req, name, &len);
@@ -319,7 +321,7 @@ static int64_t header_int(struct http_request *req, const char *name)
 
 /* Budget and priority: the body's parameters, else the X- headers, else the
  * model's defaults. Returns 0, or answers 400 and returns -1. */
-static int infer_budget(struct http_request *req, const struct model_config *c,
+static int models_infer_budget(struct http_request *req, const struct model_config *c,
                         struct infer_call *call)
 {
     struct infer_item *it = &call->item;
@@ -327,7 +329,7 @@ static int infer_budget(struct http_request *req, const struct model_config *c,
     if (call->r.has_timeout) {
         budget_ns = call->r.timeout_us * 1000;
     } else {
-        int64_t ms = header_int(req, "X-Request-Timeout-Ms");
+        int64_t ms = models_header_int(req, "X-Request-Timeout-Ms");
         if (ms == -2) {
             http_respond_error(req, 400, NULL, "X-Request-Timeout-Ms: must be a whole number of "
                                                "milliseconds");
@@ -338,7 +340,7 @@ static int infer_budget(struct http_request *req, const struct model_config *c,
     /* From when the request reached this host, not when it was read: time
      * in the socket while the IO thread was busy is the client's time too. */
     it->deadline_ns = budget_ns > 0 ? http_request_arrival_ns(req) + budget_ns : 0;
-    int64_t prio = call->r.has_priority ? call->r.priority : header_int(req, "X-Priority");
+    int64_t prio = call->r.has_priority ? call->r.priority : models_header_int(req, "X-Priority");
     if (prio == -2 || prio > 1000000) {
         http_respond_error(req, 400, NULL, "X-Priority: must be a whole number (1 is the highest, "
                                            "0 the model's default)");
@@ -348,17 +350,18 @@ static int infer_budget(struct http_request *req, const struct model_config *c,
     return 0;
 }
 
-static void infer_submit(struct http_request *req, struct served_model *sm, struct infer_call *call)
+static void models_infer_submit(struct http_request *req, struct served_model *sm,
+                                struct infer_call *call)
 {
     const struct model_config *c = &sm->model.cfg;
     call->req = req;
     call->sm = sm;
     call->mb = http_request_mailbox(req);
-    call->msg.fn = infer_call_deliver;
+    call->msg.fn = models_infer_call_deliver;
     call->output = malloc((size_t)call->r.rows * (size_t)c->output.row_elems * sizeof(float));
     if (!call->output) {
         http_respond_error(req, 500, NULL, "out of memory for the output");
-        infer_call_free(call);
+        models_infer_call_free(call);
         return;
     }
     struct infer_item *it = &call->item;
@@ -366,27 +369,27 @@ static void infer_submit(struct http_request *req, struct served_model *sm, stru
     it->input = call->r.input;
     it->output = call->output;
     it->t_arrival_ns = http_request_received_ns(req);
-    if (infer_budget(req, c, call) < 0) {
-        account_reject(sm, req, BG_EINVAL, 400);
-        infer_call_free(call);
+    if (models_infer_budget(req, c, call) < 0) {
+        models_account_reject(sm, req, BG_EINVAL, 400);
+        models_infer_call_free(call);
         return;
     }
-    it->complete = infer_call_complete;
+    it->complete = models_infer_call_complete;
     struct error err = {0};
     int rc = batcher_submit(sm->batcher, it, &err);
     if (rc) {
-        account_reject(sm, req, rc, error_http_status(rc));
+        models_account_reject(sm, req, rc, error_http_status(rc));
         http_respond_error(req, error_http_status(rc),
                            rc == -BG_EQUEUEFULL ? "Retry-After: 1\r\n" : NULL, "%s", err.msg);
-        infer_call_free(call);
+        models_infer_call_free(call);
         return;
     }
-    http_request_on_abort(req, infer_call_abort, call);
+    http_request_on_abort(req, models_infer_call_abort, call);
 }
 
-static void model_infer(struct http_request *req, const struct route_match *m, void *ctx)
+static void models_infer(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = model_lookup(req, m, ctx, true, true);
+    struct served_model *sm = models_lookup(req, m, ctx, true, true);
     if (!sm)
         return;
     size_t len;
@@ -398,7 +401,7 @@ static void model_infer(struct http_request *req, const struct route_match *m, v
         char tmp[24];
         char *end;
         if (hlen == 0 || hlen >= sizeof tmp) {
-            account_reject(sm, req, BG_EINVAL, 400);
+            models_account_reject(sm, req, BG_EINVAL, 400);
             http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
             return;
         }
@@ -406,7 +409,7 @@ static void model_infer(struct http_request *req, const struct route_match *m, v
         tmp[hlen] = '\0';
         json_len = strtoll(tmp, &end, 10);
         if (*end || json_len < 0) {
-            account_reject(sm, req, BG_EINVAL, 400);
+            models_account_reject(sm, req, BG_EINVAL, 400);
             http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
             return;
         }
@@ -417,23 +420,23 @@ static void model_infer(struct http_request *req, const struct route_match *m, v
         return;
     }
     struct error err = {0};
-    struct jscratch *js = scratch_of(ctx, req);
+    struct jscratch *js = models_scratch_of(ctx, req);
     jscratch_begin(js);
     int drc = tensor_decode_kserve(&sm->model.cfg, body, len, json_len, &call->r, &err);
     jscratch_end(js);
     if (drc) {
-        account_reject(sm, req, err.code, error_http_status(err.code));
+        models_account_reject(sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
-        infer_call_free(call);
+        models_infer_call_free(call);
         return;
     }
     call->format = FORMAT_KSERVE;
-    infer_submit(req, sm, call);
+    models_infer_submit(req, sm, call);
 }
 
 /* POST /v1/models/{model}:predict (and .../versions/{v}:predict): the verb
  * shares the last path segment, so it is split off here. */
-static void tfs_predict(struct http_request *req, const struct route_match *m, void *ctx)
+static void models_tfs_predict(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct route_match mm = *m;
     struct route_param *last = &mm.params[mm.nparams - 1];
@@ -449,7 +452,7 @@ static void tfs_predict(struct http_request *req, const struct route_match *m, v
         return;
     }
     last->len = (size_t)(colon - last->value);
-    struct served_model *sm = model_lookup(req, &mm, ctx, true, true);
+    struct served_model *sm = models_lookup(req, &mm, ctx, true, true);
     if (!sm)
         return;
     size_t len;
@@ -460,18 +463,18 @@ static void tfs_predict(struct http_request *req, const struct route_match *m, v
         return;
     }
     struct error err = {0};
-    struct jscratch *js = scratch_of(ctx, req);
+    struct jscratch *js = models_scratch_of(ctx, req);
     jscratch_begin(js);
     int drc = tensor_decode_tfs(&sm->model.cfg, body ? body : "", len, &call->r, &err);
     jscratch_end(js);
     if (drc) {
-        account_reject(sm, req, err.code, error_http_status(err.code));
+        models_account_reject(sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
-        infer_call_free(call);
+        models_infer_call_free(call);
         return;
     }
     call->format = FORMAT_TFS;
-    infer_submit(req, sm, call);
+    models_infer_submit(req, sm, call);
 }
 
 int api_models_register(struct router *r, struct api_state *st, struct error *err)
@@ -481,18 +484,18 @@ int api_models_register(struct router *r, struct api_state *st, struct error *er
         const char *pattern;
         route_handler_fn fn;
     } routes[] = {
-        {HTTP_M_GET, "/v2/models/{model}", model_metadata},
-        {HTTP_M_GET, "/v2/models/{model}/versions/{version}", model_metadata},
-        {HTTP_M_GET, "/v2/models/{model}/ready", model_ready},
-        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/ready", model_ready},
-        {HTTP_M_GET, "/v2/models/{model}/config", model_config_route},
-        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/config", model_config_route},
-        {HTTP_M_GET, "/v2/models/{model}/stats", model_stats},
-        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/stats", model_stats},
-        {HTTP_M_POST, "/v2/models/{model}/infer", model_infer},
-        {HTTP_M_POST, "/v2/models/{model}/versions/{version}/infer", model_infer},
-        {HTTP_M_POST, "/v1/models/{model}", tfs_predict},
-        {HTTP_M_POST, "/v1/models/{model}/versions/{version}", tfs_predict},
+        {HTTP_M_GET, "/v2/models/{model}", models_metadata},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}", models_metadata},
+        {HTTP_M_GET, "/v2/models/{model}/ready", models_ready},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/ready", models_ready},
+        {HTTP_M_GET, "/v2/models/{model}/config", models_config_route},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/config", models_config_route},
+        {HTTP_M_GET, "/v2/models/{model}/stats", models_stats},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/stats", models_stats},
+        {HTTP_M_POST, "/v2/models/{model}/infer", models_infer},
+        {HTTP_M_POST, "/v2/models/{model}/versions/{version}/infer", models_infer},
+        {HTTP_M_POST, "/v1/models/{model}", models_tfs_predict},
+        {HTTP_M_POST, "/v1/models/{model}/versions/{version}", models_tfs_predict},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         int rc = router_add(r, routes[i].methods, routes[i].pattern, routes[i].fn, st, err);

@@ -3,12 +3,12 @@
  * One proxy_call per forwarded request, on the request's IO thread:
  *
  *   client headers --proxy_forward--> head upstream (hop-by-hop dropped)
- *   client body    --on_client_body--> upstream, re-framed; the client's body
+ *   client body    --proxy_on_client_body--> upstream, re-framed; the client's body
  *                                      pauses while 256 KiB wait unsent
- *   upstream head  --call_on_head----> http_respond_begin (headers filtered)
- *   upstream body  --call_on_body----> http_respond_write; the upstream read
+ *   upstream head  --proxy_call_on_head----> http_respond_begin (headers filtered)
+ *   upstream body  --proxy_call_on_body----> http_respond_write; the upstream read
  *                                      pauses while 256 KiB wait for the client
- *   upstream done  --call_on_done----> http_respond_finish
+ *   upstream done  --proxy_call_on_done----> http_respond_finish
  *
  * Errors before the answer's head become 502 (504 past timeout_ms); after
  * it, the client's connection is closed short (a truncated answer must not
@@ -93,7 +93,7 @@ static const struct upcall_ops call_ops;
 
 /* The thread's pool for t (made on first use; a target belongs to one route,
  * so `pipeline` is the same on every call). */
-static struct httpc_pool *thread_pool(struct proxy *p, struct proxy_thread *pt,
+static struct httpc_pool *proxy_thread_pool(struct proxy *p, struct proxy_thread *pt,
                                       struct httpc_target *t, struct event_base *base, int pipeline)
 {
     for (int i = 0; i < pt->npools; i++)
@@ -113,7 +113,8 @@ static struct httpc_pool *thread_pool(struct proxy *p, struct proxy_thread *pt,
     return pool;
 }
 
-static struct proxy_call *call_new(struct proxy *p, struct proxy_thread *pt, struct event_base *base)
+static struct proxy_call *proxy_call_new(struct proxy *p, struct proxy_thread *pt,
+                                         struct event_base *base)
 {
     struct proxy_call *c = pt->spare;
     if (c) {
@@ -145,7 +146,7 @@ static struct proxy_call *call_new(struct proxy *p, struct proxy_thread *pt, str
 }
 
 /* The call is over: its request is answered (or being), its connection gone. */
-static void call_free(struct proxy_call *c)
+static void proxy_call_free(struct proxy_call *c)
 {
     struct proxy_thread *pt = c->pt;
     upcall_stop(c->up);
@@ -170,19 +171,20 @@ static void call_free(struct proxy_call *c)
 
 /* Ends the call with an error: a status while nothing was answered, else a
  * cut-off answer. */
-static void call_fail(struct proxy_call *c, int status, const char *msg)
+static void proxy_call_fail(struct proxy_call *c, int status, const char *msg)
 {
     struct http_request *req = c->req;
     const char *url = upcall_url(c->up);
     if (c->head_seen) {
-        log_debug("proxy: %s: %s after the answer began; closing the client's connection", url, msg);
-        call_free(c);
+        log_debug("proxy: %s: %s after the answer began; closing the client's connection", url,
+                  msg);
+        proxy_call_free(c);
         http_respond_finish(req, 1);
         return;
     }
     char text[400];
     snprintf(text, sizeof text, "%s", msg);
-    call_free(c);
+    proxy_call_free(c);
     http_respond_error(req, status, NULL, "upstream %s: %s", url, text);
 }
 
@@ -191,10 +193,10 @@ static void call_fail(struct proxy_call *c, int status, const char *msg)
 /* The hot path appends pieces, not printf formats: a proxied request copies
  * every header once each way, and vfprintf was a sixth of the proxy's
  * user time. */
-static void put(struct buf *b, const char *s, size_t n) { buf_append(b, s, n); }
-#define PUT_LIT(b, lit) put((b), (lit), sizeof(lit) - 1)
-static void puts_(struct buf *b, const char *s) { buf_append(b, s, strlen(s)); }
-static void put_header(struct buf *b, const char *n, size_t nl, const char *v, size_t vl)
+static void proxy_put(struct buf *b, const char *s, size_t n) { buf_append(b, s, n); }
+#define PUT_LIT(b, lit) proxy_put((b), (lit), sizeof(lit) - 1)
+static void proxy_puts(struct buf *b, const char *s) { buf_append(b, s, strlen(s)); }
+static void proxy_put_header(struct buf *b, const char *n, size_t nl, const char *v, size_t vl)
 {
     if (buf_reserve(b, nl + vl + 4) < 0)
         return;
@@ -208,13 +210,13 @@ static void put_header(struct buf *b, const char *n, size_t nl, const char *v, s
     b->data[b->len++] = '\n';
 }
 
-static bool name_is(const char *n, size_t len, const char *want)
+static bool proxy_name_is(const char *n, size_t len, const char *want)
 {
     return strlen(want) == len && strncasecmp(n, want, len) == 0;
 }
 
 /* Does the Connection header's list name this field? */
-static bool listed_in(const char *conn, size_t clen, const char *n, size_t len)
+static bool proxy_listed_in(const char *conn, size_t clen, const char *n, size_t len)
 {
     const char *p = conn, *end = conn + clen;
     while (p < end) {
@@ -230,17 +232,17 @@ static bool listed_in(const char *conn, size_t clen, const char *n, size_t len)
 }
 
 /* RFC 9110 7.6.1 and 9112: fields that describe one connection, not the message. */
-static bool hop_by_hop(const char *n, size_t len, const char *conn, size_t clen)
+static bool proxy_hop_by_hop(const char *n, size_t len, const char *conn, size_t clen)
 {
     static const char *const fixed[] = {"Connection", "Keep-Alive", "Proxy-Connection", "TE",
                                         "Trailer", "Transfer-Encoding", "Upgrade", NULL};
     for (int i = 0; fixed[i]; i++)
-        if (name_is(n, len, fixed[i]))
+        if (proxy_name_is(n, len, fixed[i]))
             return true;
-    return conn && listed_in(conn, clen, n, len);
+    return conn && proxy_listed_in(conn, clen, n, len);
 }
 
-static int build_head(struct proxy_call *c, struct buf *b, const char *path, size_t path_len)
+static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *path, size_t path_len)
 {
     struct http_request *req = c->req;
     size_t qlen, clen = 0, hlen = 0;
@@ -249,15 +251,15 @@ static int build_head(struct proxy_call *c, struct buf *b, const char *path, siz
     const char *host = http_request_header(req, "Host", &hlen);
     /* Host names the service, as nginx's proxy_pass does: the first URL
      * (a retry on another server sends the same bytes). */
-    puts_(b, http_request_method_name(req));
+    proxy_puts(b, http_request_method_name(req));
     PUT_LIT(b, " ");
-    put(b, path, path_len);
+    proxy_put(b, path, path_len);
     if (q) {
         PUT_LIT(b, "?");
-        put(b, q, qlen);
+        proxy_put(b, q, qlen);
     }
     PUT_LIT(b, " HTTP/1.1\r\nHost: ");
-    puts_(b, httpc_target_authority(c->targets[0]));
+    proxy_puts(b, httpc_target_authority(c->targets[0]));
     PUT_LIT(b, "\r\n");
     const char *xff = NULL, *via = NULL;
     size_t xff_len = 0, via_len = 0;
@@ -266,37 +268,37 @@ static int build_head(struct proxy_call *c, struct buf *b, const char *path, siz
         const char *name, *val;
         size_t nl, vl;
         http_request_header_at(req, i, &name, &nl, &val, &vl);
-        if (hop_by_hop(name, nl, conn, clen) || name_is(name, nl, "Host") ||
-            name_is(name, nl, "Content-Length") || name_is(name, nl, "Expect"))
+        if (proxy_hop_by_hop(name, nl, conn, clen) || proxy_name_is(name, nl, "Host") ||
+            proxy_name_is(name, nl, "Content-Length") || proxy_name_is(name, nl, "Expect"))
             continue;   /* Expect was answered here; the length is ours to state */
-        if (name_is(name, nl, "X-Forwarded-For")) {
+        if (proxy_name_is(name, nl, "X-Forwarded-For")) {
             xff = val, xff_len = vl;
             continue;
         }
-        if (name_is(name, nl, "Via")) {
+        if (proxy_name_is(name, nl, "Via")) {
             via = val, via_len = vl;
             continue;
         }
-        put_header(b, name, nl, val, vl);
+        proxy_put_header(b, name, nl, val, vl);
     }
     char peer[64];
     http_request_peer(req, peer, sizeof peer);
     PUT_LIT(b, "X-Forwarded-For: ");
     if (xff) {
-        put(b, xff, xff_len);
+        proxy_put(b, xff, xff_len);
         PUT_LIT(b, ", ");
     }
-    puts_(b, peer[0] ? peer : "unknown");
+    proxy_puts(b, peer[0] ? peer : "unknown");
     if (host) {
         PUT_LIT(b, "\r\nX-Forwarded-Host: ");
-        put(b, host, hlen);
+        proxy_put(b, host, hlen);
     }
     PUT_LIT(b, "\r\nX-Forwarded-Proto: http\r\nVia: ");
     if (via) {
-        put(b, via, via_len);
+        proxy_put(b, via, via_len);
         PUT_LIT(b, ", ");
     }
-    puts_(b, http_request_minor(req) ? "1.1 batchgate\r\n" : "1.0 batchgate\r\n");
+    proxy_puts(b, http_request_minor(req) ? "1.1 batchgate\r\n" : "1.0 batchgate\r\n");
     if (http_request_has_body(req)) {
         int64_t len = http_request_content_length(req);
         if (len >= 0) {
@@ -312,15 +314,15 @@ static int build_head(struct proxy_call *c, struct buf *b, const char *path, siz
 }
 
 /* upcall_ops: the thread's pool for the server of this try. */
-static struct httpc_pool *call_pool(void *arg, struct httpc_target *t, int index)
+static struct httpc_pool *proxy_call_pool(void *arg, struct httpc_target *t, int index)
 {
     struct proxy_call *c = arg;
     (void)index;
-    return thread_pool(c->p, c->pt, t, http_request_event_base(c->req), c->pipeline);
+    return proxy_thread_pool(c->p, c->pt, t, http_request_event_base(c->req), c->pipeline);
 }
 
 /* upcall_ops: each try sends what `sent` holds; the rest streams after. */
-static int call_send(void *arg, struct upcall *u, const struct httpc_target *t)
+static int proxy_call_send(void *arg, struct upcall *u, const struct httpc_target *t)
 {
     struct proxy_call *c = arg;
     (void)t;
@@ -329,7 +331,7 @@ static int call_send(void *arg, struct upcall *u, const struct httpc_target *t)
 
 /* Bytes of the request upstream; kept in `sent` while a retry may need them
  * (up to PROXY_HIGH_WATER, then no retry). */
-static int call_put(struct proxy_call *c, const char *data, size_t len)
+static int proxy_call_put(struct proxy_call *c, const char *data, size_t len)
 {
     if (upcall_send(c->up, data, len) < 0)
         return -1;
@@ -343,13 +345,14 @@ static int call_put(struct proxy_call *c, const char *data, size_t len)
 }
 
 /* The client's body, piece by piece (or whole, at once). */
-static void on_client_body(struct http_request *req, void *arg, const char *data, size_t len,
+static void proxy_on_client_body(struct http_request *req, void *arg, const char *data, size_t len,
                            int end, int status, const char *msg)
 {
     struct proxy_call *c = arg;
     (void)req;
     if (status) {
-        call_fail(c, status, msg);   /* the client's body was bad: say so, stop the upstream */
+        proxy_call_fail(c, status,
+                        msg);   /* the client's body was bad: say so, stop the upstream */
         return;
     }
     if (!upcall_running(c->up))
@@ -358,18 +361,18 @@ static void on_client_body(struct http_request *req, void *arg, const char *data
     if (len && c->chunked_up) {
         char size[24];
         int n = snprintf(size, sizeof size, "%zx\r\n", len);
-        rc = call_put(c, size, (size_t)n);
+        rc = proxy_call_put(c, size, (size_t)n);
         if (rc == 0)
-            rc = call_put(c, data, len);
+            rc = proxy_call_put(c, data, len);
         if (rc == 0)
-            rc = call_put(c, "\r\n", 2);
+            rc = proxy_call_put(c, "\r\n", 2);
     } else if (len) {
-        rc = call_put(c, data, len);
+        rc = proxy_call_put(c, data, len);
     }
     if (rc == 0 && end && c->chunked_up)
-        rc = call_put(c, "0\r\n\r\n", 5);
+        rc = proxy_call_put(c, "0\r\n\r\n", 5);
     if (rc < 0) {
-        call_fail(c, 503, "out of memory");
+        proxy_call_fail(c, 503, "out of memory");
         return;
     }
     if (end) {
@@ -384,7 +387,7 @@ static void on_client_body(struct http_request *req, void *arg, const char *data
 }
 
 /* Everything queued upstream is written: the client's body may flow again. */
-static void call_on_sent(void *arg)
+static void proxy_call_on_sent(void *arg)
 {
     struct proxy_call *c = arg;
     http_request_pause_body(c->req, 0);
@@ -392,7 +395,7 @@ static void call_on_sent(void *arg)
         upcall_disarm(c->up);
 }
 
-static void on_client_drain(struct http_request *req, void *arg)
+static void proxy_on_client_drain(struct http_request *req, void *arg)
 {
     struct proxy_call *c = arg;
     (void)req;
@@ -402,11 +405,11 @@ static void on_client_drain(struct http_request *req, void *arg)
     }
 }
 
-static void on_client_abort(struct http_request *req, void *arg)
+static void proxy_on_client_abort(struct http_request *req, void *arg)
 {
     struct proxy_call *c = arg;
     bool begun = c->head_seen;
-    call_free(c);   /* closes the upstream connection: the answer has no taker */
+    proxy_call_free(c);   /* closes the upstream connection: the answer has no taker */
     if (begun)
         http_respond_finish(req, 1);
     else
@@ -415,13 +418,13 @@ static void on_client_abort(struct http_request *req, void *arg)
 
 /* ---- the answer ---- */
 
-static int call_on_head(void *arg, const struct httpc_head *h)
+static int proxy_call_on_head(void *arg, const struct httpc_head *h)
 {
     struct proxy_call *c = arg;
     if (h->status == 101) {
         /* Upgrade is never sent upstream (hop-by-hop): a switch is bogus. */
         upcall_blame(c->up, HTTPC_FAIL_MALFORMED);
-        call_fail(c, 502, "the server switched protocols, which the proxy does not pass on");
+        proxy_call_fail(c, 502, "the server switched protocols, which the proxy does not pass on");
         return -1;
     }
     c->head_seen = true;
@@ -431,35 +434,36 @@ static int call_on_head(void *arg, const struct httpc_head *h)
     const char *conn = NULL;
     size_t clen = 0;
     for (int i = 0; i < h->nhdrs; i++)
-        if (name_is(h->hdrs[i].name, h->hdrs[i].name_len, "Connection"))
+        if (proxy_name_is(h->hdrs[i].name, h->hdrs[i].name_len, "Connection"))
             conn = h->hdrs[i].value, clen = h->hdrs[i].value_len;
     for (int i = 0; i < h->nhdrs; i++) {
         const struct httpc_header *x = &h->hdrs[i];
-        if (hop_by_hop(x->name, x->name_len, conn, clen) ||
-            name_is(x->name, x->name_len, "Content-Length") ||
-            name_is(x->name, x->name_len, "Date") || name_is(x->name, x->name_len, "Server"))
+        if (proxy_hop_by_hop(x->name, x->name_len, conn, clen) ||
+            proxy_name_is(x->name, x->name_len, "Content-Length") ||
+            proxy_name_is(x->name, x->name_len, "Date") || proxy_name_is(x->name, x->name_len,
+                                                                         "Server"))
             continue;   /* framing, Date and Server are this hop's */
-        put_header(&hdrs, x->name, x->name_len, x->value, x->value_len);
+        proxy_put_header(&hdrs, x->name, x->name_len, x->value, x->value_len);
     }
-    puts_(&hdrs, h->http_minor ? "Via: 1.1 batchgate\r\n" : "Via: 1.0 batchgate\r\n");
+    proxy_puts(&hdrs, h->http_minor ? "Via: 1.1 batchgate\r\n" : "Via: 1.0 batchgate\r\n");
     bool no_body = (h->status >= 100 && h->status < 200) || h->status == 204 || h->status == 304;
     int64_t len = h->chunked ? -1 : h->content_length;
     int rc = http_respond_begin(c->req, h->status, no_body && h->status == 204 ? -1 : len,
                                 no_body, hdrs.data, hdrs.len);
     buf_free(&hdrs);
     if (rc < 0) {
-        call_fail(c, 502, "client gone");
+        proxy_call_fail(c, 502, "client gone");
         return -1;
     }
     upcall_arm(c->up);   /* from here: a stall of timeout_ms between pieces */
     return 0;
 }
 
-static int call_on_body(void *arg, const char *data, size_t len)
+static int proxy_call_on_body(void *arg, const char *data, size_t len)
 {
     struct proxy_call *c = arg;
     if (http_respond_write(c->req, data, len) < 0) {
-        call_fail(c, 502, "client gone");
+        proxy_call_fail(c, 502, "client gone");
         return -1;
     }
     if (http_respond_buffered(c->req) > PROXY_HIGH_WATER) {
@@ -473,36 +477,37 @@ static int call_on_body(void *arg, const char *data, size_t len)
     return 0;
 }
 
-static void call_on_done(void *arg)
+static void proxy_call_on_done(void *arg)
 {
     struct proxy_call *c = arg;
     struct http_request *req = c->req;
     if (c->status >= 500)
         upcall_blame(c->up, HTTPC_FAIL_STATUS);
-    call_free(c);
+    proxy_call_free(c);
     http_respond_finish(req, 0);
 }
 
 /* upcall_ops: no server gave an answer (502), none in time (504), or no
  * memory to go on (503). */
-static void call_on_fail(void *arg, int code, const char *msg)
+static void proxy_call_on_fail(void *arg, int code, const char *msg)
 {
-    call_fail(arg, code == BG_EDEADLINE ? 504 : code == BG_ENOMEM ? 503 : 502, msg);
+    proxy_call_fail(arg, code == BG_EDEADLINE ? 504 : code == BG_ENOMEM ? 503 : 502, msg);
 }
 
 static const struct upcall_ops call_ops = {
-    .pool = call_pool,
-    .send = call_send,
-    .on_head = call_on_head,
-    .on_body = call_on_body,
-    .on_done = call_on_done,
-    .on_fail = call_on_fail,
-    .on_sent = call_on_sent,
+    .pool = proxy_call_pool,
+    .send = proxy_call_send,
+    .on_head = proxy_call_on_head,
+    .on_body = proxy_call_on_body,
+    .on_done = proxy_call_on_done,
+    .on_fail = proxy_call_on_fail,
+    .on_sent = proxy_call_on_sent,
 };
 
 /* proxy_forward with the route's pipeline depth, and whether its POSTs are
  * idempotent (proxy.routes[].idempotent). */
-static void forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
+static void proxy_start_call(struct proxy *p, struct http_request *req,
+                             struct httpc_target *const *targets,
                     int ntargets, const char *path, size_t path_len, int pipeline, bool post_idempotent)
 {
     int ti = http_request_thread(req);
@@ -510,7 +515,7 @@ static void forward(struct proxy *p, struct http_request *req, struct httpc_targ
         http_respond_error(req, 502, NULL, "no upstream server for %.*s", (int)path_len, path);
         return;
     }
-    struct proxy_call *c = call_new(p, &p->threads[ti], http_request_event_base(req));
+    struct proxy_call *c = proxy_call_new(p, &p->threads[ti], http_request_event_base(req));
     if (!c) {
         http_respond_error(req, 503, NULL, "out of memory");
         return;
@@ -529,29 +534,29 @@ static void forward(struct proxy *p, struct http_request *req, struct httpc_targ
         ((m & HTTP_M_POST) && post_idempotent))
         flags |= UPCALL_IDEMPOTENT;
     struct error err = {0};
-    if (build_head(c, &c->sent, path, path_len) < 0 ||
+    if (proxy_build_head(c, &c->sent, path, path_len) < 0 ||
         upcall_start(c->up, targets, ntargets, flags, &err) < 0) {
-        call_fail(c, 502, "cannot open a connection");
+        proxy_call_fail(c, 502, "cannot open a connection");
         return;
     }
-    http_request_on_abort(req, on_client_abort, c);
-    http_request_on_drain(req, on_client_drain, c);
-    /* The answer is awaited once the request is all sent (on_client_body
+    http_request_on_abort(req, proxy_on_client_abort, c);
+    http_request_on_drain(req, proxy_on_client_drain, c);
+    /* The answer is awaited once the request is all sent (proxy_on_client_body
      * arms the timer at the body's end, at once for a request without one);
      * while a body streams in, the client's own body timer watches it.
      * Last: a request dispatched whole delivers its body right here. */
-    http_request_on_body(req, on_client_body, c);
+    http_request_on_body(req, proxy_on_client_body, c);
 }
 
 void proxy_forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
                    int ntargets, const char *path, size_t path_len)
 {
-    forward(p, req, targets, ntargets, path, path_len, 1, false);
+    proxy_start_call(p, req, targets, ntargets, path, path_len, 1, false);
 }
 
 /* ---- routes ---- */
 
-static void route_handler(struct http_request *req, const struct route_match *m, void *ctx)
+static void proxy_route_handler(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct proxy_route *r = ctx;
     (void)m;
@@ -566,7 +571,7 @@ static void route_handler(struct http_request *req, const struct route_match *m,
         if (len == 0)
             path = "/", len = 1;
     }
-    forward(r->p, req, r->targets, r->ntargets, path, len, r->pipeline, r->idempotent);
+    proxy_start_call(r->p, req, r->targets, r->ntargets, path, len, r->pipeline, r->idempotent);
 }
 
 struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct error *err)
@@ -611,7 +616,8 @@ struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct e
 int proxy_register(struct proxy *p, struct router *rt, struct error *err)
 {
     for (int i = 0; i < p->nroutes; i++) {
-        int rc = router_add_prefix(rt, p->routes[i].prefix, route_handler, &p->routes[i], err);
+        int rc = router_add_prefix(rt, p->routes[i].prefix, proxy_route_handler, &p->routes[i],
+                                   err);
         if (rc)
             return rc;
     }
