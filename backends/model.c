@@ -168,7 +168,8 @@ static const struct schema_name model_synthetic_modes[] = {
 
 static const struct schema_field model_synthetic_fields[] = {
     {SCHEMA_F_INT64("base_us", struct model_config, synthetic.base_us),
-     .min = 0, .max = 60000000, .def = 2000, .doc = "time of a batch: `base_us + per_row_us × rows`"},
+     .min = 0, .max = 60000000, .def = 2000,
+     .doc = "time of a batch: `base_us + per_row_us × rows`"},
     {SCHEMA_F_INT64("per_row_us", struct model_config, synthetic.per_row_us),
      .min = 0, .max = 60000000, .def = 20, .doc = "see base_us"},
     {SCHEMA_F_ENUM("mode", struct model_config, synthetic.mode, model_synthetic_modes),
@@ -204,7 +205,8 @@ static const struct schema_field model_upstream_fields[] = {
 
 static const struct schema_field model_fields[] = {
     {SCHEMA_F_STRING("name", struct model_config, name), .flags = SCHEMA_NONEMPTY,
-     .doc_default = "the folder's", .doc = "must equal the folder's name; letters, digits, `_ - .`"},
+     .doc_default = "the folder's",
+     .doc = "must equal the folder's name; letters, digits, `_ - .`"},
     {SCHEMA_F_ENUM("backend", struct model_config, backend, model_backends), .sdef = "auto",
      .doc = "`auto`: cuda when usable, else cpu (see below)"},
     {SCHEMA_F_ONE("inputs", struct model_config, input, &model_tensor), .flags = SCHEMA_REQUIRED,

@@ -137,7 +137,8 @@ struct schema_field {
 #define SCHEMA_F_OBJECT(nm, st, m, flds) \
     .name = (nm), .type = SCHEMA_OBJECT, .offset = offsetof(st, m), .fields = (flds)
 /* An object whose fields live in the enclosing struct itself. */
-#define SCHEMA_F_SECTION(nm, flds) .name = (nm), .type = SCHEMA_OBJECT, .offset = 0, .fields = (flds)
+#define SCHEMA_F_SECTION(nm, flds) \
+    .name = (nm), .type = SCHEMA_OBJECT, .offset = 0, .fields = (flds)
 /* m is an array member; at most as many elements as it holds; count an int. */
 #define SCHEMA_F_ARRAY(nm, st, m, count, itm)                                              \
     .name = (nm), .type = SCHEMA_ARRAY, .offset = offsetof(st, m),                         \

@@ -249,7 +249,8 @@ static void test_ranges(void **state)
     assert_int_equal(t_load("{\"inner\": {\"ratio\": 0}}", &c, &err), 0);
     t_expect_error("{\"count\": 40}", "t.json: count: must be an integer between 1 and 16, got 40");
     t_expect_error("{\"count\": 0}", "t.json: count: must be an integer between 1 and 16, got 0");
-    t_expect_error("{\"bytes\": -1}", "t.json: bytes: must be an integer between 0 and 1000, got -1");
+    t_expect_error("{\"bytes\": -1}",
+                   "t.json: bytes: must be an integer between 0 and 1000, got -1");
     t_expect_error("{\"inner\": {\"big\": -6}}",
                    "t.json: inner.big: must be an integer between -5 and 1099511627776, got -6");
     t_expect_error("{\"inner\": {\"ratio\": 1.5}}",
@@ -307,7 +308,8 @@ static void test_nested_paths(void **state)
     t_expect_error("{\"urls\": [\"http://a\"]}",
                    "t.json: urls[0]: must be a URL like \"http://HOST:PORT\", got \"http://a\"");
     t_expect_error("{\"urls\": [\"http://a:1/x\"]}",
-                   "t.json: urls[0]: must be a URL like \"http://HOST:PORT\", got \"http://a:1/x\"");
+                   "t.json: urls[0]: must be a URL like \"http://HOST:PORT\", got "
+                   "\"http://a:1/x\"");
 }
 
 static void test_unknown_fields(void **state)
