@@ -256,10 +256,12 @@ static int schema_not_a_name(struct schema_ctx *ctx, const struct schema_field *
     const char *hint = schema_suggest(s, names, n);
     char list[300];
     schema_names_join(f->names, "", list, sizeof list);
+    const char *why = f->hint ? f->hint : "";
     if (hint)
-        return schema_fail(ctx, NULL, "\"%.40s\" is not one of %s; did you mean \"%s\"?", s, list,
-                           hint);
-    return schema_fail(ctx, NULL, "\"%.40s\" is not one of %s", s, list);
+        return schema_fail(ctx, NULL, "\"%.40s\" is not one of %s; did you mean \"%s\"?%s%s%s",
+                           s, list, hint, *why ? " (" : "", why, *why ? ")" : "");
+    return schema_fail(ctx, NULL, "\"%.40s\" is not one of %s%s%s%s", s, list, *why ? " (" : "",
+                       why, *why ? ")" : "");
 }
 
 /* ---- defaults ---- */

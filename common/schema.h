@@ -99,7 +99,7 @@ struct schema_field {
     schema_check_fn *check;        /* object, or an array's object item */
     schema_parse_fn *parse;        /* custom */
     const char *expect;            /* custom: what it must be, for messages and docs */
-    const char *hint;              /* why, appended to "must be ..." messages */
+    const char *hint;              /* why, appended to "must be" and "is not one of" messages */
     const char *doc;               /* one line for docs/ (Markdown) */
     const char *doc_default;       /* shown instead of the default ("stderr") */
 };

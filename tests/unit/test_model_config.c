@@ -210,6 +210,10 @@ static void test_name_rules(void **state)
 static void test_messages(void **state)
 {
     (void)state;
+    expect_message("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP16\",\"shape\":[4]}],"
+                   "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "m",
+                   "models/m/config.json: inputs[0].datatype: \"FP16\" is not one of FP32 (the "
+                   "only datatype served for now)");
     expect_message("{\"inputs\":[{\"name\":\"x\",\"shape\":[-1,4]}],"
                    "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "m",
                    "models/m/config.json: inputs[0].shape[0]: must be an integer between 1 and "
