@@ -100,6 +100,11 @@ struct model_config {
     struct model_upstream upstream;
 };
 
+/* The schema (common/schema.h) of config.json: defaults, checks and the
+ * field table of docs/MODELS.md (`batchgate --config-fields model`). */
+struct schema_field;
+const struct schema_field *model_config_schema(void);
+
 /* Reads and validates dir/config.json. `dir_name` is the folder's name: the
  * model's name defaults to it and, when given, must match it. */
 int model_config_load(const char *dir, const char *dir_name, struct model_config *cfg,

@@ -1,5 +1,8 @@
-/* config.c - see config.h. Unknown fields are errors: a typo in a limit must
- * not silently fall back to the default. */
+/* config.c - see config.h. The file is described by the schema tables below
+ * (common/schema.h): they apply the defaults, read and check the file, and
+ * print the field table of docs/CONFIG.md (`batchgate --config-fields`).
+ * Unknown fields are errors: a typo in a limit must not silently fall back
+ * to the default. */
 #include "gateway/config.h"
 
 #include <errno.h>
@@ -8,29 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "common/httpc.h"
+#include "common/schema.h"
 
-void config_defaults(struct config *c)
-{
-    memset(c, 0, sizeof *c);
-    snprintf(c->listen_host, sizeof c->listen_host, "127.0.0.1");
-    c->listen_port = 8000;
-    c->io_threads = 0;
-    snprintf(c->model_repository, sizeof c->model_repository, "models");
-    c->limits.max_header_bytes = 16384;
-    c->limits.max_body_bytes = 67108864;
-    c->limits.max_connections = 10000;
-    c->limits.header_timeout_ms = 10000;
-    c->limits.idle_timeout_ms = 60000;
-    c->shutdown_timeout_ms = 30000;
-    c->log_level = LOG_INFO;
-    c->debug_endpoints = false;
-    c->proxy.timeout_ms = 60000;
-    c->proxy.max_idle = 64;
-    c->proxy.model_metadata = true;
-}
+/* A configuration file is a few KiB; anything near this is a wrong path. */
+#define CONFIG_FILE_MAX (16u << 20)
 
 int config_set_listen(struct config *c, const char *hostport, const char *what, struct error *err)
 {
@@ -69,293 +54,185 @@ int config_set_listen(struct config *c, const char *hostport, const char *what, 
     return 0;
 }
 
-/* One field's name and its owner for messages like "cfg.json: limits.idle_timeout_ms: ..." */
-struct field_ctx {
-    const char *file;
-    const char *prefix;   /* "" or "limits." */
-    struct error *err;
+
+/* "listen" is one string for two members; the default goes through the same parser. */
+static int config_parse_listen(void *base, json_t *v, const struct schema_field *f,
+                               struct schema_ctx *ctx)
+{
+    struct config *c = base;
+    if (!v)
+        return config_set_listen(c, f->sdef, "listen", NULL);
+    if (!json_is_string(v))
+        return schema_fail_value(ctx, f, v);
+    char what[4200];
+    snprintf(what, sizeof what, "%s: %s", ctx->file, ctx->path);
+    return config_set_listen(c, json_string_value(v), what, ctx->err);
+}
+
+/* A prefix picks one route: two routes with the same one would hide the second. */
+static int config_check_proxy(void *obj, json_t *json, struct schema_ctx *ctx)
+{
+    const struct config_proxy *p = obj;
+    for (int i = 1; i < p->nroutes; i++)
+        for (int k = 0; k < i; k++)
+            if (strcmp(p->routes[k].prefix, p->routes[i].prefix) == 0) {
+                char member[32];
+                snprintf(member, sizeof member, "routes[%d]", i);
+                return schema_fail(ctx, member, "prefix \"%s\" appears twice",
+                                   p->routes[i].prefix);
+            }
+    return 0;
+}
+
+static const struct schema_field config_limits_fields[] = {
+    /* Below 256 not even a request line with a Host fits. */
+    {SCHEMA_F_SIZE("max_header_bytes", struct config_limits, max_header_bytes),
+     .min = 256, .max = 16 << 20, .def = 16384,
+     .doc = "request line + headers, every byte through the blank line that ends them (CRLFs "
+            "included); past it: 431 and close"},
+    {SCHEMA_F_SIZE("max_body_bytes", struct config_limits, max_body_bytes),
+     .min = 0, .max = (int64_t)1 << 40, .def = 67108864,
+     .doc = "decoded body size; a larger `Content-Length` is refused with 413 right after the "
+            "headers, before any body byte is read; a chunked body is refused as soon as it "
+            "grows past the limit"},
+    {SCHEMA_F_INT("max_connections", struct config_limits, max_connections),
+     .min = 1, .max = 1 << 24, .def = 10000,
+     .doc = "open client connections, all IO threads together"},
+    {SCHEMA_F_INT("header_timeout_ms", struct config_limits, header_timeout_ms),
+     .min = 1, .max = 3600 * 1000, .def = 10000, .doc = "see timeouts below"},
+    {SCHEMA_F_INT("idle_timeout_ms", struct config_limits, idle_timeout_ms),
+     .min = 1, .max = 24 * 3600 * 1000, .def = 60000, .doc = "see timeouts below"},
+    SCHEMA_END_ROW,
 };
 
-static int get_int(struct field_ctx *f, json_t *v, const char *key, long long lo, long long hi,
-                   long long *out)
+static const struct schema_field config_route_fields[] = {
+    {SCHEMA_F_STRING("prefix", struct config_proxy_route, prefix),
+     .flags = SCHEMA_REQUIRED | SCHEMA_SLASH,
+     .doc = "every method on every path under it (`/tfs/`) goes to the route's servers"},
+    {SCHEMA_F_URLS("urls", struct config_proxy_route, hosts, ports, nurls),
+     .flags = SCHEMA_REQUIRED, .min = 1,
+     .doc = "the route's servers; each request goes to the usable one with the fewest calls in "
+            "flight (docs/PROXY.md)"},
+    {SCHEMA_F_BOOL("strip_prefix", struct config_proxy_route, strip_prefix),
+     .def = false, .doc = "`/tfs/v1/x` under `/tfs/` goes upstream as `/v1/x`"},
+    {SCHEMA_F_INT("pipeline", struct config_proxy_route, pipeline),
+     .min = 1, .max = HTTPC_PIPELINE_MAX, .def = 1,
+     .doc = "bodiless `GET`/`HEAD`/`OPTIONS` requests that reach the route in the same pass of "
+            "the event loop share an upstream connection, up to this many, and leave in one "
+            "send (HTTP/1.1 pipelining; docs/PROXY.md \"Pipelining upstream\"). 1: off, each "
+            "request has a connection to itself"},
+    {SCHEMA_F_STRING("health_path", struct config_proxy_route, health_path),
+     .flags = SCHEMA_SLASH, .doc_default = "none",
+     .doc = "a path on the route's servers (`\"/healthz\"`) probed with `GET` every "
+            "`health_interval_ms`; anything but 200 takes a server out until a probe passes "
+            "(docs/PROXY.md). Without it: passive health only"},
+    {SCHEMA_F_INT("health_interval_ms", struct config_proxy_route, health_interval_ms),
+     .min = 10, .max = 3600 * 1000, .def = 2000,
+     .doc = "the probe interval, and how long a probe may take"},
+    /* The route's POSTs may be repeated like GETs after a lost reused
+     * connection (common/upcall.h); other methods follow RFC 9110 9.2.2. */
+    {SCHEMA_F_BOOL("idempotent", struct config_proxy_route, idempotent),
+     .def = false,
+     .doc = "`true`: the route's POSTs may be sent again after a lost keep-alive connection, "
+            "like GET, HEAD, OPTIONS, PUT and DELETE always are (RFC 9110 §9.2.2; docs/PROXY.md "
+            "\"Retries\"). Upstream models have the same switch, `upstream.idempotent`, on by "
+            "default (docs/MODELS.md)"},
+    SCHEMA_END_ROW,
+};
+
+static const struct schema_field config_route = {.type = SCHEMA_OBJECT,
+                                                 .fields = config_route_fields};
+
+static const struct schema_field config_proxy_fields[] = {
+    {SCHEMA_F_ARRAY("routes", struct config_proxy, routes, nroutes, &config_route),
+     .doc = "reverse-proxy routes, each `{\"prefix\": \"/tfs/\", \"urls\": "
+            "[\"http://HOST:PORT\", ...]}` and the fields below (docs/PROXY.md)"},
+    {SCHEMA_F_INT("timeout_ms", struct config_proxy, timeout_ms),
+     .min = 1, .max = 24 * 3600 * 1000, .def = 60000,
+     .doc = "a proxied request's answer must begin within this long of the request being sent, "
+            "and its body must not stall longer; past it: 504 (or, once the answer began, the "
+            "client's connection is closed short), never sent again"},
+    {SCHEMA_F_INT("max_idle", struct config_proxy, max_idle),
+     .min = 1, .max = 100000, .def = 64,
+     .doc = "keep-alive connections kept per upstream server per IO thread"},
+    {SCHEMA_F_BOOL("model_metadata", struct config_proxy, model_metadata),
+     .def = true,
+     .doc = "`GET /v2/models/{m}` of kserve_v2 upstream models is proxied to their servers"},
+    SCHEMA_END_ROW,
+};
+
+static const struct schema_name config_log_levels[] = {
+    {"debug", LOG_DEBUG}, {"info", LOG_INFO}, {"warn", LOG_WARN}, {"error", LOG_ERROR}, {NULL, 0},
+};
+
+static const struct schema_field config_fields[] = {
+    {SCHEMA_F_CUSTOM("listen", config_parse_listen),
+     .sdef = "127.0.0.1:8000", .expect = "a string \"HOST:PORT\" or \"[IPV6]:PORT\"",
+     .doc = "port 0 takes a free port, logged as `listening on HOST:PORT`"},
+    {SCHEMA_F_INT("io_threads", struct config, io_threads),
+     .min = 0, .max = 1024, .def = 0, .doc = "IO threads; 0 = one per online core"},
+    {SCHEMA_F_STRING("model_repository", struct config, model_repository),
+     .flags = SCHEMA_NONEMPTY, .sdef = "models",
+     .doc = "folder with one folder per model; named here (or by `--models`) it must exist"},
+    {SCHEMA_F_OBJECT("limits", struct config, limits, config_limits_fields),
+     .doc = "HTTP limits"},
+    {SCHEMA_F_INT("shutdown_timeout_ms", struct config, shutdown_timeout_ms),
+     .flags = SCHEMA_EXT, .min = 0, .max = 3600 * 1000, .def = 30000,
+     .doc = "bound on the SIGTERM drain"},
+    {SCHEMA_F_STRING("log_file", struct config, log_file),
+     .flags = SCHEMA_EXT, .doc_default = "stderr",
+     .doc = "append log lines here; SIGHUP reopens it (for logrotate)"},
+    {SCHEMA_F_ENUM("log_level", struct config, log_level, config_log_levels),
+     .flags = SCHEMA_EXT, .sdef = "info", .doc = "same as `--log-level`"},
+    {SCHEMA_F_OBJECT("proxy", struct config, proxy, config_proxy_fields),
+     .flags = SCHEMA_EXT, .check = config_check_proxy, .doc = "the reverse proxy"},
+    {SCHEMA_F_BOOL("debug_endpoints", struct config, debug_endpoints),
+     .flags = SCHEMA_EXT, .def = false,
+     .doc = "enables `GET /debug/delay?ms=N&id=X` (answers after a timer), `POST /debug/echo` "
+            "(returns the decoded body) and `POST /debug/fault {\"model\", \"mode\": "
+            "\"fail\"\\|\"hang\"\\|\"slow\"\\|\"none\", \"count\", \"ms\"}` (the model's next "
+            "batches fail with 500, hang or slow down: fault injection); the tests use them; "
+            "never enable in production"},
+    SCHEMA_END_ROW,
+};
+
+const struct schema_field *config_schema(void)
 {
-    if (!json_is_integer(v))
-        return error_set(f->err, BG_ECONFIG, "%s: %s%s: must be an integer in %lld..%lld",
-                         f->file, f->prefix, key, lo, hi);
-    long long x = json_integer_value(v);
-    if (x < lo || x > hi)
-        return error_set(f->err, BG_ECONFIG, "%s: %s%s: %lld is out of range %lld..%lld",
-                         f->file, f->prefix, key, x, lo, hi);
-    *out = x;
-    return 0;
+    return config_fields;
 }
 
-static int get_string(struct field_ctx *f, json_t *v, const char *key, char *dst, size_t cap)
+void config_defaults(struct config *c)
 {
-    if (!json_is_string(v))
-        return error_set(f->err, BG_ECONFIG, "%s: %s%s: must be a string", f->file, f->prefix, key);
-    const char *s = json_string_value(v);
-    if (strlen(s) >= cap)
-        return error_set(f->err, BG_ECONFIG, "%s: %s%s: longer than %zu bytes", f->file,
-                         f->prefix, key, cap - 1);
-    snprintf(dst, cap, "%s", s);
-    return 0;
-}
-
-/* A string that is a URL path: it starts with '/'. */
-static int get_path(struct field_ctx *f, json_t *v, const char *key, char *dst, size_t cap)
-{
-    int rc = get_string(f, v, key, dst, cap);
-    if (rc == 0 && dst[0] != '/')
-        rc = error_set(f->err, BG_ECONFIG, "%s: %s%s: \"%s\" must start with /", f->file,
-                       f->prefix, key, dst);
-    return rc;
-}
-
-static int unknown_field(struct field_ctx *f, const char *key)
-{
-    return error_set(f->err, BG_ECONFIG, "%s: %s%s: unknown field", f->file, f->prefix, key);
-}
-
-static int load_limits(struct config *c, json_t *obj, const char *file, struct error *err)
-{
-    struct field_ctx f = {file, "limits.", err};
-    if (!json_is_object(obj))
-        return error_set(err, BG_ECONFIG, "%s: limits: must be an object", file);
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        long long x = 0;   /* get_int sets it; -O3 cannot prove that */
-        int rc;
-        if (strcmp(key, "max_header_bytes") == 0) {
-            /* Below 256 not even a request line with a Host fits. */
-            if ((rc = get_int(&f, v, key, 256, 16 << 20, &x)))
-                return rc;
-            c->limits.max_header_bytes = (size_t)x;
-        } else if (strcmp(key, "max_body_bytes") == 0) {
-            if ((rc = get_int(&f, v, key, 0, (long long)1 << 40, &x)))
-                return rc;
-            c->limits.max_body_bytes = (size_t)x;
-        } else if (strcmp(key, "max_connections") == 0) {
-            if ((rc = get_int(&f, v, key, 1, 1 << 24, &x)))
-                return rc;
-            c->limits.max_connections = (int)x;
-        } else if (strcmp(key, "header_timeout_ms") == 0) {
-            if ((rc = get_int(&f, v, key, 1, 3600 * 1000, &x)))
-                return rc;
-            c->limits.header_timeout_ms = (int)x;
-        } else if (strcmp(key, "idle_timeout_ms") == 0) {
-            if ((rc = get_int(&f, v, key, 1, 24 * 3600 * 1000, &x)))
-                return rc;
-            c->limits.idle_timeout_ms = (int)x;
-        } else {
-            return unknown_field(&f, key);
-        }
-    }
-    return 0;
-}
-
-static int load_proxy_route(struct config_proxy_route *r, json_t *obj, const char *file, int idx,
-                            struct error *err)
-{
-    char where[64];
-    snprintf(where, sizeof where, "proxy.routes[%d].", idx);
-    struct field_ctx f = {file, where, err};
-    r->pipeline = 1;
-    r->health_interval_ms = 2000;
-    if (!json_is_object(obj))
-        return error_set(err, BG_ECONFIG, "%s: proxy.routes[%d]: must be an object with prefix "
-                                          "and urls", file, idx);
-    const char *key;
-    json_t *v;
-    int rc;
-    json_object_foreach(obj, key, v) {
-        if (strcmp(key, "prefix") == 0) {
-            if ((rc = get_path(&f, v, key, r->prefix, sizeof r->prefix)))
-                return rc;
-        } else if (strcmp(key, "urls") == 0) {
-            if (!json_is_array(v) || json_array_size(v) == 0 ||
-                json_array_size(v) > CONFIG_MAX_PROXY_URLS)
-                return error_set(err, BG_ECONFIG, "%s: %surls: 1 to %d URLs like "
-                                                  "\"http://host:port\"", file, where,
-                                 CONFIG_MAX_PROXY_URLS);
-            size_t i;
-            json_t *u;
-            json_array_foreach(v, i, u) {
-                const char *s = json_string_value(u), *rest = NULL;
-                if (httpc_url_parse(s, r->hosts[i], sizeof r->hosts[i], &r->ports[i], &rest) < 0 ||
-                    (rest && strcmp(rest, "/") != 0))
-                    return error_set(err, BG_ECONFIG, "%s: %surls[%zu]: \"%s\" is not "
-                                                      "http://HOST:PORT", file, where, i,
-                                     s ? s : "?");
-            }
-            r->nurls = (int)json_array_size(v);
-        } else if (strcmp(key, "strip_prefix") == 0) {
-            if (!json_is_boolean(v))
-                return error_set(err, BG_ECONFIG, "%s: %sstrip_prefix: must be true or false",
-                                 file, where);
-            r->strip_prefix = json_is_true(v);
-        } else if (strcmp(key, "pipeline") == 0) {
-            long long x = 0;
-            if ((rc = get_int(&f, v, key, 1, HTTPC_PIPELINE_MAX, &x)))
-                return rc;
-            r->pipeline = (int)x;
-        } else if (strcmp(key, "health_path") == 0) {
-            if ((rc = get_path(&f, v, key, r->health_path, sizeof r->health_path)))
-                return rc;
-        } else if (strcmp(key, "health_interval_ms") == 0) {
-            long long x = 0;
-            if ((rc = get_int(&f, v, key, 10, 3600 * 1000, &x)))
-                return rc;
-            r->health_interval_ms = (int)x;
-        } else if (strcmp(key, "idempotent") == 0) {
-            /* proxy.routes[].idempotent (bool, default false): the route's
-             * POSTs may be repeated like GETs after a lost reused connection
-             * (common/upcall.h); other methods follow RFC 9110 9.2.2. */
-            if (!json_is_boolean(v))
-                return error_set(err, BG_ECONFIG, "%s: %sidempotent: must be true or false",
-                                 file, where);
-            r->idempotent = json_is_true(v);
-        } else {
-            return unknown_field(&f, key);
-        }
-    }
-    if (!r->prefix[0] || !r->nurls)
-        return error_set(err, BG_ECONFIG, "%s: proxy.routes[%d]: needs both prefix and urls",
-                         file, idx);
-    return 0;
-}
-
-static int load_proxy(struct config *c, json_t *obj, const char *file, struct error *err)
-{
-    struct field_ctx f = {file, "proxy.", err};
-    if (!json_is_object(obj))
-        return error_set(err, BG_ECONFIG, "%s: proxy: must be an object", file);
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        long long x = 0;   /* get_int sets it; -O3 cannot prove that */
-        int rc;
-        if (strcmp(key, "routes") == 0) {
-            if (!json_is_array(v) || json_array_size(v) > CONFIG_MAX_PROXY_ROUTES)
-                return error_set(err, BG_ECONFIG, "%s: proxy.routes: must be a list of at most "
-                                                  "%d routes", file, CONFIG_MAX_PROXY_ROUTES);
-            size_t i;
-            json_t *r;
-            c->proxy.nroutes = 0;
-            json_array_foreach(v, i, r) {
-                struct config_proxy_route *dst = &c->proxy.routes[i];
-                memset(dst, 0, sizeof *dst);
-                if ((rc = load_proxy_route(dst, r, file, (int)i, err)))
-                    return rc;
-                for (size_t k = 0; k < i; k++)
-                    if (strcmp(c->proxy.routes[k].prefix, dst->prefix) == 0)
-                        return error_set(err, BG_ECONFIG, "%s: proxy.routes[%zu]: prefix \"%s\" "
-                                                          "appears twice", file, i, dst->prefix);
-                c->proxy.nroutes++;
-            }
-        } else if (strcmp(key, "timeout_ms") == 0) {
-            if ((rc = get_int(&f, v, key, 1, 24 * 3600 * 1000, &x)))
-                return rc;
-            c->proxy.timeout_ms = (int)x;
-        } else if (strcmp(key, "max_idle") == 0) {
-            if ((rc = get_int(&f, v, key, 1, 100000, &x)))
-                return rc;
-            c->proxy.max_idle = (int)x;
-        } else if (strcmp(key, "model_metadata") == 0) {
-            if (!json_is_boolean(v))
-                return error_set(err, BG_ECONFIG, "%s: proxy.model_metadata: must be true or "
-                                                  "false", file);
-            c->proxy.model_metadata = json_is_true(v);
-        } else {
-            return unknown_field(&f, key);
-        }
-    }
-    return 0;
+    memset(c, 0, sizeof *c);
+    schema_defaults(config_fields, c);
 }
 
 static int config_load_json(struct config *c, json_t *root, const char *file, struct error *err)
 {
-    struct field_ctx f = {file, "", err};
-    if (!json_is_object(root))
-        return error_set(err, BG_ECONFIG, "%s: the top level must be a JSON object", file);
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        long long x = 0;   /* get_int sets it; -O3 cannot prove that */
-        int rc;
-        if (strcmp(key, "listen") == 0) {
-            char tmp[300];
-            char what[4200];
-            if ((rc = get_string(&f, v, key, tmp, sizeof tmp)))
-                return rc;
-            snprintf(what, sizeof what, "%s: listen", file);
-            if ((rc = config_set_listen(c, tmp, what, err)))
-                return rc;
-        } else if (strcmp(key, "io_threads") == 0) {
-            if ((rc = get_int(&f, v, key, 0, 1024, &x)))
-                return rc;
-            c->io_threads = (int)x;
-        } else if (strcmp(key, "model_repository") == 0) {
-            if ((rc = get_string(&f, v, key, c->model_repository, sizeof c->model_repository)))
-                return rc;
-            if (!c->model_repository[0])
-                return error_set(err, BG_ECONFIG, "%s: model_repository: must not be empty", file);
-            c->model_repository_set = true;
-        } else if (strcmp(key, "limits") == 0) {
-            if ((rc = load_limits(c, v, file, err)))
-                return rc;
-        } else if (strcmp(key, "proxy") == 0) {
-            if ((rc = load_proxy(c, v, file, err)))
-                return rc;
-        } else if (strcmp(key, "shutdown_timeout_ms") == 0) {
-            if ((rc = get_int(&f, v, key, 0, 3600 * 1000, &x)))
-                return rc;
-            c->shutdown_timeout_ms = (int)x;
-        } else if (strcmp(key, "log_file") == 0) {
-            if ((rc = get_string(&f, v, key, c->log_file, sizeof c->log_file)))
-                return rc;
-        } else if (strcmp(key, "log_level") == 0) {
-            char tmp[16];
-            if ((rc = get_string(&f, v, key, tmp, sizeof tmp)) ||
-                log_level_parse(tmp, &c->log_level) < 0)
-                return error_set(err, BG_ECONFIG,
-                                 "%s: log_level: must be one of debug, info, warn, error", file);
-        } else if (strcmp(key, "debug_endpoints") == 0) {
-            if (!json_is_boolean(v))
-                return error_set(err, BG_ECONFIG, "%s: debug_endpoints: must be true or false", file);
-            c->debug_endpoints = json_is_true(v);
-        } else {
-            return unknown_field(&f, key);
-        }
-    }
-    return 0;
+    int rc = schema_parse(config_fields, c, root, file, err);
+    if (rc == 0 && json_object_get(root, "model_repository"))
+        c->model_repository_set = true;
+    return rc;
 }
 
 int config_load_string(struct config *c, const char *json, const char *name, struct error *err)
 {
-    json_error_t jerr;
-    json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return error_set(err, BG_ECONFIG, "%s: line %d, column %d: invalid JSON: %s", name,
-                         jerr.line, jerr.column, jerr.text);
-    int rc = config_load_json(c, root, name, err);
-    json_decref(root);
+    json_t *root;
+    int rc = schema_json_parse(json, strlen(json), name, &root, err);
+    if (rc == 0) {
+        rc = config_load_json(c, root, name, err);
+        json_decref(root);
+    }
     return rc;
 }
 
 int config_load_file(struct config *c, const char *path, struct error *err)
 {
-    json_error_t jerr;
-    FILE *fp = fopen(path, "r");
-    if (!fp)
-        return error_set(err, BG_ECONFIG, "%s: cannot open: %s", path, strerror(errno));
-    json_t *root = json_loadf(fp, JSON_REJECT_DUPLICATES, &jerr);
-    fclose(fp);
-    if (!root)
-        return error_set(err, BG_ECONFIG, "%s: line %d, column %d: invalid JSON: %s", path,
-                         jerr.line, jerr.column, jerr.text);
-    int rc = config_load_json(c, root, path, err);
-    json_decref(root);
+    json_t *root;
+    int rc = schema_json_read(path, CONFIG_FILE_MAX, &root, err);
+    if (rc == 0) {
+        rc = config_load_json(c, root, path, err);
+        json_decref(root);
+    }
     return rc;
 }

@@ -59,6 +59,10 @@ struct config {
 };
 
 void config_defaults(struct config *c);
+/* The schema (common/schema.h) of the file: defaults, checks and the field
+ * table of docs/CONFIG.md (`batchgate --config-fields`) come from it. */
+struct schema_field;
+const struct schema_field *config_schema(void);
 /* Reads and validates a JSON config file over the current values of c. */
 int config_load_file(struct config *c, const char *path, struct error *err);
 /* Same from a string; `name` stands for the file in messages. */

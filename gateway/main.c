@@ -19,12 +19,14 @@
 #include <event2/thread.h>
 
 #include "gateway/api.h"
+#include "backends/model.h"
 #include "common/clock.h"
 #include "gateway/config.h"
 #include "common/error.h"
 #include "gateway/jscratch.h"
 #include "kernels/kernels.h"
 #include "common/log.h"
+#include "common/schema.h"
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
 #include "http/http.h"
@@ -74,7 +76,11 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         {"config", required_argument, NULL, 'c'},   {"models", required_argument, NULL, 'm'},
         {"listen", required_argument, NULL, 'l'},   {"io-threads", required_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
+        {"version", no_argument, NULL, 'V'},
+        /* Hidden: prints the field table of docs/CONFIG.md ("server") or of
+         * docs/MODELS.md ("model") from the schema; a test compares them. */
+        {"config-fields", required_argument, NULL, 'F'},
+        {NULL, 0, NULL, 0},
     };
     int ch;
     opterr = 0;
@@ -86,6 +92,14 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         case 't': cli->io_threads = optarg; break;
         case 'L': cli->log_level = optarg; break;
         case 'h': usage(stdout); return 1;
+        case 'F':
+            if (strcmp(optarg, "server") != 0 && strcmp(optarg, "model") != 0) {
+                fprintf(stderr, "batchgate: --config-fields: \"%s\" is not server or model\n",
+                        optarg);
+                return -1;
+            }
+            schema_doc(stdout, optarg[0] == 's' ? config_schema() : model_config_schema());
+            return 1;
         case 'V': {
             char cuda[256];
             int n = kernels_cuda_devices(cuda, sizeof cuda);

@@ -63,6 +63,11 @@ class CliTest(unittest.TestCase):
         path = self.config_file('{"limts": {}}')
         self.assert_exit(["--config", path], 2, stderr_has=(path, "limts"))
 
+    def test_unknown_field_suggests_the_near_one(self):
+        path = self.config_file('{"limits": {"max_conections": 10}}')
+        self.assert_exit(["--config", path], 2, stderr_has=(
+            path, 'limits.max_conections: unknown field; did you mean "max_connections"?'))
+
     def test_unknown_limits_field(self):
         path = self.config_file('{"limits": {"max_headers": 10}}')
         self.assert_exit(["--config", path], 2, stderr_has=("limits.max_headers",))

@@ -103,6 +103,7 @@ class InferTest(RepoServerCase):
         write_model(repo, "badfile", mlp("badfile", [{"type": "dense", "weight": "w"}]),
                     raw_weights=struct.pack("<Q", 1 << 40) + b"{}")
         write_model(repo, "badjson", "{\"name\": ")
+        write_model(repo, "typo", dict(synthetic("typo"), batchng={"max_batch_size": 4}))
 
     # ---- the digits model
 
@@ -277,7 +278,8 @@ class InferTest(RepoServerCase):
 
     def test_bad_models_reported_not_ready(self):
         expect = {"badbackend": "backend", "noweight": "missing", "nochain": "chain",
-                  "badfile": "model.safetensors", "badjson": "invalid JSON"}
+                  "badfile": "model.safetensors", "badjson": "invalid JSON",
+                  "typo": 'batchng: unknown field; did you mean "batching"?'}
         for name, mention in expect.items():
             r = roundtrip(self.srv.port, "GET", "/v2/models/%s/ready" % name)
             self.assertEqual(r.status, 503, name)

@@ -87,7 +87,8 @@ static void test_errors_name_file_and_field(void **state)
         {"[]", "bad.json", "object"},
         {"{\"limts\": {}}", "bad.json", "limts"},
         {"{\"limits\": {\"max_header_bytes\": \"big\"}}", "bad.json", "limits.max_header_bytes"},
-        {"{\"limits\": {\"max_header_bytes\": 10}}", "limits.max_header_bytes", "out of range"},
+        {"{\"limits\": {\"max_header_bytes\": 10}}",
+         "limits.max_header_bytes: must be an integer between 256 and 16777216, got 10", NULL},
         {"{\"limits\": {\"max_connections\": 0}}", "limits.max_connections", NULL},
         {"{\"limits\": {\"header_timeout_ms\": -1}}", "limits.header_timeout_ms", NULL},
         {"{\"limits\": {\"idle_timeout_ms\": 1.5}}", "limits.idle_timeout_ms", "integer"},
@@ -118,6 +119,91 @@ static void test_errors_name_file_and_field(void **state)
         assert_error_mentions(&err, cases[i].mention1, cases[i].mention2);
         assert_non_null(strstr(err.msg, "bad.json"));
     }
+}
+
+static void expect_message(const char *json, const char *msg)
+{
+    struct config c;
+    struct error err = {0};
+    config_defaults(&c);
+    if (config_load_string(&c, json, "h.json", &err) != -BG_ECONFIG || strcmp(err.msg, msg) != 0)
+        fail_msg("%s:\n  got  \"%s\"\n  want \"%s\"", json, err.msg, msg);
+}
+
+static void test_unknown_fields_suggest(void **state)
+{
+    (void)state;
+    expect_message("{\"limits\": {\"max_conections\": 10}}",
+                   "h.json: limits.max_conections: unknown field; did you mean "
+                   "\"max_connections\"?");
+    expect_message("{\"log_levle\": \"info\"}",
+                   "h.json: log_levle: unknown field; did you mean \"log_level\"?");
+    expect_message("{\"proxy\": {\"routes\": [{\"prefix\": \"/a/\", \"urls\": [\"http://h:1\"]},"
+                   " {\"prefix\": \"/b/\", \"urls\": [\"http://h:1\"], \"pipelin\": 2}]}}",
+                   "h.json: proxy.routes[1].pipelin: unknown field; did you mean \"pipeline\"?");
+    /* Nothing close: the section's fields are listed instead. */
+    expect_message("{\"limits\": {\"nope\": 1}}",
+                   "h.json: limits.nope: unknown field (known here: max_header_bytes, "
+                   "max_body_bytes, max_connections, header_timeout_ms, idle_timeout_ms)");
+    expect_message("{\"log_level\": \"wran\"}",
+                   "h.json: log_level: \"wran\" is not one of debug, info, warn, error; did you "
+                   "mean \"warn\"?");
+}
+
+static void test_proxy_routes(void **state)
+{
+    (void)state;
+    struct config c;
+    struct error err = {0};
+    config_defaults(&c);
+    const char *json = "{\"proxy\": {\"routes\": ["
+                       "{\"prefix\": \"/a/\", \"urls\": [\"http://h1:81\", \"http://h2:82/\"],"
+                       " \"strip_prefix\": true, \"pipeline\": 16, \"health_path\": \"/hz\","
+                       " \"health_interval_ms\": 10},"
+                       "{\"prefix\": \"/b/\", \"urls\": [\"http://h3:83\"]}],"
+                       " \"timeout_ms\": 5, \"max_idle\": 1, \"model_metadata\": false}}";
+    if (config_load_string(&c, json, "p.json", &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(c.proxy.nroutes, 2);
+    const struct config_proxy_route *a = &c.proxy.routes[0], *b = &c.proxy.routes[1];
+    assert_string_equal(a->prefix, "/a/");
+    assert_int_equal(a->nurls, 2);
+    assert_string_equal(a->hosts[1], "h2");
+    assert_int_equal(a->ports[1], 82);
+    assert_true(a->strip_prefix);
+    assert_int_equal(a->pipeline, 16);
+    assert_string_equal(a->health_path, "/hz");
+    assert_int_equal(a->health_interval_ms, 10);
+    /* The second route has its own defaults, not the first one's values. */
+    assert_false(b->strip_prefix);
+    assert_int_equal(b->pipeline, 1);
+    assert_string_equal(b->health_path, "");
+    assert_int_equal(b->health_interval_ms, 2000);
+    assert_int_equal(c.proxy.timeout_ms, 5);
+    assert_int_equal(c.proxy.max_idle, 1);
+    assert_false(c.proxy.model_metadata);
+    assert_false(c.model_repository_set);
+    expect_message("{\"proxy\": {\"routes\": [{\"prefix\": \"/a/\", \"urls\": [\"http://h:1\"]},"
+                   " {\"prefix\": \"/a/\", \"urls\": [\"http://h:2\"]}]}}",
+                   "h.json: proxy.routes[1]: prefix \"/a/\" appears twice");
+    expect_message("{\"proxy\": {\"routes\": [{\"prefix\": \"/a/\", \"urls\": [\"http://h:1\","
+                   " \"http://h\"]}]}}",
+                   "h.json: proxy.routes[0].urls[1]: must be a URL like \"http://HOST:PORT\", "
+                   "got \"http://h\"");
+    expect_message("{\"proxy\": {\"routes\": [{\"prefix\": \"/a/\"}]}}",
+                   "h.json: proxy.routes[0].urls: missing (must be a list of 1 to 8 URLs like "
+                   "\"http://HOST:PORT\")");
+}
+
+static void test_model_repository_set_when_given(void **state)
+{
+    (void)state;
+    struct config c;
+    struct error err = {0};
+    config_defaults(&c);
+    assert_int_equal(config_load_string(&c, "{\"model_repository\": \"m\"}", "r.json", &err), 0);
+    assert_true(c.model_repository_set);
+    assert_string_equal(c.model_repository, "m");
 }
 
 static void test_listen_forms(void **state)
@@ -172,6 +258,9 @@ int main(void)
         cmocka_unit_test(test_full),
         cmocka_unit_test(test_partial_keeps_defaults),
         cmocka_unit_test(test_errors_name_file_and_field),
+        cmocka_unit_test(test_unknown_fields_suggest),
+        cmocka_unit_test(test_proxy_routes),
+        cmocka_unit_test(test_model_repository_set_when_given),
         cmocka_unit_test(test_listen_forms),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_file_roundtrip),

@@ -170,6 +170,96 @@ static void test_errors(void **state)
     }
 }
 
+static void expect_message(const char *json, const char *dir_name, const char *msg)
+{
+    struct model_config c;
+    struct error err = {0};
+    int rc = model_config_parse(json, strlen(json), "models/m/config.json", dir_name, &c, &err);
+    if (rc != -BG_ECONFIG || strcmp(err.msg, msg) != 0)
+        fail_msg("%s:\n  got  %d \"%s\"\n  want \"%s\"", json, rc, err.msg, msg);
+}
+
+static void test_unknown_fields_suggest(void **state)
+{
+    (void)state;
+    expect_message("{\"bakend\":\"cpu\"," IO "," DENSE "}", "m",
+                   "models/m/config.json: bakend: unknown field; did you mean \"backend\"?");
+    expect_message("{" IO "," DENSE ",\"batching\":{\"max_batch_szie\":8}}", "m",
+                   "models/m/config.json: batching.max_batch_szie: unknown field; did you mean "
+                   "\"max_batch_size\"?");
+    expect_message("{" IO ",\"layers\":[{\"type\":\"softmax\"},{\"type\":\"dense\","
+                   "\"weight\":\"w\",\"activaton\":\"relu\"}]}", "m",
+                   "models/m/config.json: layers[1].activaton: unknown field; did you mean "
+                   "\"activation\"?");
+    expect_message("{\"inputs\":[{\"name\":\"x\",\"shpae\":[4]}],"
+                   "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "m",
+                   "models/m/config.json: inputs[0].shpae: unknown field; did you mean "
+                   "\"shape\"?");
+    expect_message("{\"backend\":\"cdua\"," IO "," DENSE "}", "m",
+                   "models/m/config.json: backend: \"cdua\" is not one of auto, cpu, cuda, "
+                   "synthetic, upstream; did you mean \"cuda\"?");
+    expect_message("{\"backend\":\"synthetic\"," IO ",\"synthetic\":{\"speed\":1}}", "m",
+                   "models/m/config.json: synthetic.speed: unknown field (known here: base_us, "
+                   "per_row_us, mode)");
+}
+
+static void test_name_rules(void **state)
+{
+    (void)state;
+    expect_message("{" IO "," DENSE "}", NULL,
+                   "models/m/config.json: name: missing (must be a non-empty string)");
+    expect_message("{\"name\":\"a b\"," IO "," DENSE "}", NULL,
+                   "models/m/config.json: name: \"a b\" may use only letters, digits, _ - .");
+    expect_message("{\"name\":\"\"," IO "," DENSE "}", "m",
+                   "models/m/config.json: name: must be a non-empty string, got \"\"");
+}
+
+static void test_messages(void **state)
+{
+    (void)state;
+    expect_message("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP16\",\"shape\":[4]}],"
+                   "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "m",
+                   "models/m/config.json: inputs[0].datatype: \"FP16\" is not one of FP32 (the "
+                   "only datatype served for now)");
+    expect_message("{\"inputs\":[{\"name\":\"x\",\"shape\":[-1,4]}],"
+                   "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "m",
+                   "models/m/config.json: inputs[0].shape[0]: must be an integer between 1 and "
+                   "16777216, got -1 (the shape is per row: the batch dimension is implicit)");
+    expect_message("{\"inputs\":[{\"name\":\"x\",\"shape\":[4096,4096,4096]}],"
+                   "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "m",
+                   "models/m/config.json: inputs[0].shape: more than 16777216 elements per row");
+    expect_message("{" IO "," DENSE ",\"batching\":{\"max_batch_size\":8,"
+                   "\"preferred_batch_sizes\":[4,9]}}", "m",
+                   "models/m/config.json: batching.preferred_batch_sizes[1]: 9 is more than "
+                   "max_batch_size (8)");
+    expect_message("{" IO ",\"layers\":[{\"type\":\"softmax\",\"activation\":\"none\"}]}",
+                   "m", "models/m/config.json: layers[0].activation: a softmax layer takes only "
+                        "\"type\"");
+    expect_message("{\"backend\":\"upstream\"," IO ",\"upstream\":{\"protocol\":\"tfserving\"}}",
+                   "m", "models/m/config.json: upstream.urls: missing (the upstream backend needs "
+                        "1 to 8 URLs like \"http://HOST:PORT\")");
+}
+
+static void test_upstream_defaults(void **state)
+{
+    (void)state;
+    struct model_config c;
+    struct error err = {0};
+    const char *json = "{\"backend\":\"upstream\",\"platform\":\"anything\"," IO ","
+                       "\"upstream\":{\"urls\":[\"http://h:1\"],\"model\":\"theirs\"}}";
+    if (parse(json, &c, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(c.upstream.protocol, UPSTREAM_KSERVE_V2);
+    assert_string_equal(c.upstream.model, "theirs");
+    assert_string_equal(c.upstream.health_path, "/v2/health/ready");
+    assert_int_equal(c.upstream.max_inflight, 4);
+    assert_int_equal(c.upstream.timeout_ms, 10000);
+    assert_int_equal(c.batching.default_priority, 1);
+    assert_int_equal(c.batching.priority_aging_ms, 1000);
+    assert_int_equal(c.batching.batch_timeout_ms, 30000);
+    assert_string_equal(c.batching.policy, "deadline");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -177,6 +267,10 @@ int main(void)
         cmocka_unit_test(test_defaults_and_name_from_folder),
         cmocka_unit_test(test_upstream),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_unknown_fields_suggest),
+        cmocka_unit_test(test_name_rules),
+        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_upstream_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
