@@ -49,8 +49,8 @@ int config_set_listen(struct config *c, const char *hostport, const char *what, 
     long port = strtol(colon + 1, &end, 10);
     if (colon[1] == '\0' || *end != '\0' || errno || port < 0 || port > 65535)
         return error_set(err, BG_ECONFIG, "%s: port in \"%s\" must be 0..65535", what, hostport);
-    snprintf(c->listen_host, sizeof c->listen_host, "%s", host);
-    c->listen_port = (int)port;
+    snprintf(c->http.listen_host, sizeof c->http.listen_host, "%s", host);
+    c->http.listen_port = (int)port;
     return 0;
 }
 
@@ -86,21 +86,21 @@ static int config_check_proxy(void *obj, json_t *json, struct schema_ctx *ctx)
 
 static const struct schema_field config_limits_fields[] = {
     /* Below 256 not even a request line with a Host fits. */
-    {SCHEMA_F_SIZE("max_header_bytes", struct config_limits, max_header_bytes),
+    {SCHEMA_F_SIZE("max_header_bytes", struct http_limits, max_header_bytes),
      .min = 256, .max = 16 << 20, .def = 16384,
      .doc = "request line + headers, every byte through the blank line that ends them (CRLFs "
             "included); past it: 431 and close"},
-    {SCHEMA_F_SIZE("max_body_bytes", struct config_limits, max_body_bytes),
+    {SCHEMA_F_SIZE("max_body_bytes", struct http_limits, max_body_bytes),
      .min = 0, .max = (int64_t)1 << 40, .def = 67108864,
      .doc = "decoded body size; a larger `Content-Length` is refused with 413 right after the "
             "headers, before any body byte is read; a chunked body is refused as soon as it "
             "grows past the limit"},
-    {SCHEMA_F_INT("max_connections", struct config_limits, max_connections),
+    {SCHEMA_F_INT("max_connections", struct http_limits, max_connections),
      .min = 1, .max = 1 << 24, .def = 10000,
      .doc = "open client connections, all IO threads together"},
-    {SCHEMA_F_INT("header_timeout_ms", struct config_limits, header_timeout_ms),
+    {SCHEMA_F_INT("header_timeout_ms", struct http_limits, header_timeout_ms),
      .min = 1, .max = 3600 * 1000, .def = 10000, .doc = "see timeouts below"},
-    {SCHEMA_F_INT("idle_timeout_ms", struct config_limits, idle_timeout_ms),
+    {SCHEMA_F_INT("idle_timeout_ms", struct http_limits, idle_timeout_ms),
      .min = 1, .max = 24 * 3600 * 1000, .def = 60000, .doc = "see timeouts below"},
     SCHEMA_END_ROW,
 };
@@ -169,12 +169,12 @@ static const struct schema_field config_fields[] = {
     {SCHEMA_F_CUSTOM("listen", config_parse_listen),
      .sdef = "127.0.0.1:8000", .expect = "a string \"HOST:PORT\" or \"[IPV6]:PORT\"",
      .doc = "port 0 takes a free port, logged as `listening on HOST:PORT`"},
-    {SCHEMA_F_INT("io_threads", struct config, io_threads),
+    {SCHEMA_F_INT("io_threads", struct config, http.io_threads),
      .min = 0, .max = 1024, .def = 0, .doc = "IO threads; 0 = one per online core"},
     {SCHEMA_F_STRING("model_repository", struct config, model_repository),
      .flags = SCHEMA_NONEMPTY, .sdef = "models",
      .doc = "folder with one folder per model; named here (or by `--models`) it must exist"},
-    {SCHEMA_F_OBJECT("limits", struct config, limits, config_limits_fields),
+    {SCHEMA_F_OBJECT("limits", struct config, http.limits, config_limits_fields),
      .doc = "HTTP limits"},
     {SCHEMA_F_INT("shutdown_timeout_ms", struct config, shutdown_timeout_ms),
      .flags = SCHEMA_EXT, .min = 0, .max = 3600 * 1000, .def = 30000,

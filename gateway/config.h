@@ -11,14 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-
-struct config_limits {
-    size_t max_header_bytes;   /* request line + headers, CRLFs included; 431 past it */
-    size_t max_body_bytes;     /* decoded body; 413 past it */
-    int max_connections;       /* open client connections, all IO threads together */
-    int header_timeout_ms;     /* first byte of a request to the end of its headers */
-    int idle_timeout_ms;       /* keep-alive connection with nothing in progress */
-};
+#include "http/http.h"
 
 #define CONFIG_MAX_PROXY_ROUTES 16
 #define CONFIG_MAX_PROXY_URLS 8
@@ -45,12 +38,12 @@ struct config_proxy {
 };
 
 struct config {
-    char listen_host[256];     /* "127.0.0.1", "::1", "localhost", ... */
-    int listen_port;           /* 0 = ephemeral (logged once bound) */
-    int io_threads;            /* 0 = one per online core */
+    /* listen, io_threads and limits: what the HTTP server takes as it is
+     * (port 0 = ephemeral, logged once bound; io_threads 0 = one per online
+     * core, resolved by main). */
+    struct http_server_config http;
     char model_repository[4096];
     bool model_repository_set;  /* given explicitly: it must exist */
-    struct config_limits limits;
     int shutdown_timeout_ms;   /* bound on the SIGTERM drain */
     char log_file[4096];       /* empty = stderr */
     enum log_level log_level;
@@ -67,7 +60,7 @@ const struct schema_field *config_schema(void);
 int config_load_file(struct config *c, const char *path, struct error *err);
 /* Same from a string; `name` stands for the file in messages. */
 int config_load_string(struct config *c, const char *json, const char *name, struct error *err);
-/* "HOST:PORT" or "[v6]:PORT" into c->listen_host/port; `what` names the source in messages. */
+/* "HOST:PORT" or "[v6]:PORT" into c->http.listen_host/listen_port; `what` names the source in messages. */
 int config_set_listen(struct config *c, const char *hostport, const char *what, struct error *err);
 
 #endif

@@ -145,7 +145,7 @@ static int config_build(const struct cli *cli, struct config *cfg, struct error 
         if (!cli->io_threads[0] || *end || errno || n < 0 || n > 1024)
             return error_set(err, BG_ECONFIG, "--io-threads: \"%s\" must be an integer 0..1024",
                              cli->io_threads);
-        cfg->io_threads = (int)n;
+        cfg->http.io_threads = (int)n;
     }
     if (cli->log_level && log_level_parse(cli->log_level, &cfg->log_level) < 0)
         return error_set(err, BG_ECONFIG,
@@ -220,33 +220,33 @@ int main(int argc, char **argv)
     struct serving *serving = NULL;
     /* The model table exists before the first request can ask for it; the
      * models load after the listener is up, so liveness answers meanwhile. */
-    if (cfg.io_threads <= 0) {
+    if (cfg.http.io_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        cfg.io_threads = n > 0 ? (int)n : 1;
+        cfg.http.io_threads = n > 0 ? (int)n : 1;
     }
     /* glibc gives each thread that allocates its own malloc arena, up to 8
      * per core, each holding its own free pages. Every model adds threads
      * (workers, reaper, watchdog); the ones that allocate per request are
      * the IO threads, so two arenas per IO thread bound that without
      * contention. Set before any thread exists. */
-    mallopt(M_ARENA_MAX, 2 * cfg.io_threads);
+    mallopt(M_ARENA_MAX, 2 * cfg.http.io_threads);
     /* Request bodies decode in an arena per IO thread (jscratch.h); the hook
      * is process-wide, so it goes in before any thread exists. */
     jscratch_install();
-    api.jscratch = calloc((size_t)cfg.io_threads, sizeof *api.jscratch);
-    for (int i = 0; api.jscratch && i < cfg.io_threads; i++)
+    api.jscratch = calloc((size_t)cfg.http.io_threads, sizeof *api.jscratch);
+    for (int i = 0; api.jscratch && i < cfg.http.io_threads; i++)
         if ((api.jscratch[i] = jscratch_new(JSCRATCH_BLOCK)) != NULL)
             api.njscratch = i + 1;
         else
             break;   /* the rest decode with plain malloc */
-    if (serving_open(cfg.model_repository, cfg.model_repository_set, cfg.io_threads, &serving,
+    if (serving_open(cfg.model_repository, cfg.model_repository_set, cfg.http.io_threads, &serving,
                      &err)) {
         log_error("%s", err.msg);
         exit_code = EXIT_USAGE;
         goto out;
     }
     api.serving = serving;
-    api.proxy = proxy_new(&cfg.proxy, cfg.io_threads, &err);
+    api.proxy = proxy_new(&cfg.proxy, cfg.http.io_threads, &err);
     if (!api.proxy) {
         log_error("%s: %s", cli.config_path ? cli.config_path : "config", err.msg);
         exit_code = EXIT_USAGE;
@@ -257,19 +257,7 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
-    struct http_server_config scfg = {
-        .listen_port = cfg.listen_port,
-        .io_threads = cfg.io_threads,
-        .limits = {
-            .max_header_bytes = cfg.limits.max_header_bytes,
-            .max_body_bytes = cfg.limits.max_body_bytes,
-            .max_connections = cfg.limits.max_connections,
-            .header_timeout_ms = cfg.limits.header_timeout_ms,
-            .idle_timeout_ms = cfg.limits.idle_timeout_ms,
-        },
-    };
-    snprintf(scfg.listen_host, sizeof scfg.listen_host, "%s", cfg.listen_host);
-    srv = server_new(&scfg, router, &err);
+    srv = server_new(&cfg.http, router, &err);
     api.server = srv;   /* before any IO thread can read it */
     if (!srv || server_start(srv, pthread_self(), &err)) {
         log_error("%s", err.msg);
@@ -281,8 +269,8 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
-    log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.listen_host, ':') ? "[" : "",
-             cfg.listen_host, strchr(cfg.listen_host, ':') ? "]" : "", server_port(srv),
+    log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.http.listen_host, ':') ? "[" : "",
+             cfg.http.listen_host, strchr(cfg.http.listen_host, ':') ? "]" : "", server_port(srv),
              server_threads(srv));
     serving_load_all(serving);
     atomic_store(&api.ready_ns, now_ns());

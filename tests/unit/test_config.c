@@ -23,15 +23,15 @@ static void test_defaults(void **state)
     (void)state;
     struct config c;
     config_defaults(&c);
-    assert_string_equal(c.listen_host, "127.0.0.1");
-    assert_int_equal(c.listen_port, 8000);
-    assert_int_equal(c.io_threads, 0);
+    assert_string_equal(c.http.listen_host, "127.0.0.1");
+    assert_int_equal(c.http.listen_port, 8000);
+    assert_int_equal(c.http.io_threads, 0);
     assert_string_equal(c.model_repository, "models");
-    assert_int_equal(c.limits.max_header_bytes, 16384);
-    assert_int_equal(c.limits.max_body_bytes, 67108864);
-    assert_int_equal(c.limits.max_connections, 10000);
-    assert_int_equal(c.limits.header_timeout_ms, 10000);
-    assert_int_equal(c.limits.idle_timeout_ms, 60000);
+    assert_int_equal(c.http.limits.max_header_bytes, 16384);
+    assert_int_equal(c.http.limits.max_body_bytes, 67108864);
+    assert_int_equal(c.http.limits.max_connections, 10000);
+    assert_int_equal(c.http.limits.header_timeout_ms, 10000);
+    assert_int_equal(c.http.limits.idle_timeout_ms, 60000);
 }
 
 static void test_full(void **state)
@@ -48,15 +48,15 @@ static void test_full(void **state)
                        " \"shutdown_timeout_ms\": 1500, \"log_level\": \"debug\","
                        " \"debug_endpoints\": true}";
     assert_int_equal(config_load_string(&c, json, "x.json", &err), 0);
-    assert_string_equal(c.listen_host, "0.0.0.0");
-    assert_int_equal(c.listen_port, 9000);
-    assert_int_equal(c.io_threads, 3);
+    assert_string_equal(c.http.listen_host, "0.0.0.0");
+    assert_int_equal(c.http.listen_port, 9000);
+    assert_int_equal(c.http.io_threads, 3);
     assert_string_equal(c.model_repository, "/srv/models");
-    assert_int_equal(c.limits.max_header_bytes, 1024);
-    assert_int_equal(c.limits.max_body_bytes, 10);
-    assert_int_equal(c.limits.max_connections, 5);
-    assert_int_equal(c.limits.header_timeout_ms, 100);
-    assert_int_equal(c.limits.idle_timeout_ms, 200);
+    assert_int_equal(c.http.limits.max_header_bytes, 1024);
+    assert_int_equal(c.http.limits.max_body_bytes, 10);
+    assert_int_equal(c.http.limits.max_connections, 5);
+    assert_int_equal(c.http.limits.header_timeout_ms, 100);
+    assert_int_equal(c.http.limits.idle_timeout_ms, 200);
     assert_int_equal(c.shutdown_timeout_ms, 1500);
     assert_int_equal(c.log_level, LOG_DEBUG);
     assert_true(c.debug_endpoints);
@@ -69,9 +69,9 @@ static void test_partial_keeps_defaults(void **state)
     struct error err = {0};
     config_defaults(&c);
     assert_int_equal(config_load_string(&c, "{\"limits\": {\"max_body_bytes\": 5}}", "p.json", &err), 0);
-    assert_int_equal(c.limits.max_body_bytes, 5);
-    assert_int_equal(c.limits.max_header_bytes, 16384);
-    assert_int_equal(c.listen_port, 8000);
+    assert_int_equal(c.http.limits.max_body_bytes, 5);
+    assert_int_equal(c.http.limits.max_header_bytes, 16384);
+    assert_int_equal(c.http.listen_port, 8000);
 }
 
 struct bad_case {
@@ -213,11 +213,11 @@ static void test_listen_forms(void **state)
     struct error err = {0};
     config_defaults(&c);
     assert_int_equal(config_set_listen(&c, "[::1]:8080", "--listen", &err), 0);
-    assert_string_equal(c.listen_host, "::1");
-    assert_int_equal(c.listen_port, 8080);
+    assert_string_equal(c.http.listen_host, "::1");
+    assert_int_equal(c.http.listen_port, 8080);
     assert_int_equal(config_set_listen(&c, "localhost:0", "--listen", &err), 0);
-    assert_string_equal(c.listen_host, "localhost");
-    assert_int_equal(c.listen_port, 0);
+    assert_string_equal(c.http.listen_host, "localhost");
+    assert_int_equal(c.http.listen_port, 0);
     assert_int_not_equal(config_set_listen(&c, "[::1]8080", "--listen", &err), 0);
     assert_int_not_equal(config_set_listen(&c, "host:80x", "--listen", &err), 0);
     assert_int_not_equal(config_set_listen(&c, "host:", "--listen", &err), 0);
