@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "common/httpc.h"
+#include "tests/unit/loopback.h"
 
 static void test_url_parse(void **state)
 {
@@ -221,48 +222,6 @@ static void test_calls(void **state)
 }
 
 /* ---- pipelining, against a loopback listener ---- */
-
-struct lsn {
-    int fd, port;
-};
-
-static struct lsn listener(void)
-{
-    struct lsn l;
-    l.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    assert_true(l.fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(l.fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(l.fd, 16), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(l.fd, (struct sockaddr *)&a, &len), 0);
-    l.port = ntohs(a.sin_port);
-    return l;
-}
-
-/* Runs the loop until the server side can accept; returns the socket. */
-static int accept_one(struct event_base *base, struct lsn *l)
-{
-    for (int i = 0; i < 200; i++) {
-        int s = accept(l->fd, NULL, NULL);
-        if (s >= 0)
-            return s;
-        event_base_loop(base, EVLOOP_NONBLOCK);
-        usleep(1000);
-    }
-    fail_msg("no connection arrived");
-    return -1;
-}
-
-static int pending_connections(struct lsn *l)
-{
-    int n = 0, s;
-    while ((s = accept(l->fd, NULL, NULL)) >= 0) {
-        n++;
-        close(s);
-    }
-    return n;
-}
 
 /* Reads what the server got until `want` requests (blank-line ends) are in;
  * returns how many reads that took. */

@@ -23,6 +23,7 @@
 
 #include "common/httpc.h"
 #include "common/upcall.h"
+#include "tests/unit/loopback.h"
 
 /* libevent's allocations fail while this is set (the timer that cannot be armed). */
 static bool fail_alloc;
@@ -31,24 +32,6 @@ static void *t_realloc(void *p, size_t n) { return fail_alloc ? NULL : realloc(p
 
 /* ---- loopback servers ---- */
 
-struct lsn {
-    int fd, port;
-};
-
-static struct lsn listener(void)
-{
-    struct lsn l;
-    l.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    assert_true(l.fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(l.fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(l.fd, 16), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(l.fd, (struct sockaddr *)&a, &len), 0);
-    l.port = ntohs(a.sin_port);
-    return l;
-}
-
 /* A port nothing listens on: connects are refused. */
 static struct lsn refusing(void)
 {
@@ -56,29 +39,6 @@ static struct lsn refusing(void)
     close(l.fd);
     l.fd = -1;
     return l;
-}
-
-static int accept_one(struct event_base *base, struct lsn *l)
-{
-    for (int i = 0; i < 400; i++) {   /* at most ~0.4 s */
-        int s = accept(l->fd, NULL, NULL);
-        if (s >= 0)
-            return s;
-        event_base_loop(base, EVLOOP_NONBLOCK);
-        usleep(1000);
-    }
-    fail_msg("no connection arrived");
-    return -1;
-}
-
-static int pending_connections(struct lsn *l)
-{
-    int n = 0, s;
-    while ((s = accept(l->fd, NULL, NULL)) >= 0) {
-        n++;
-        close(s);
-    }
-    return n;
 }
 
 /* Runs the loop until one whole request (a blank line) has arrived on s. */
