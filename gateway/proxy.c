@@ -27,6 +27,7 @@
 
 #include "common/buf.h"
 #include "common/httpc.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/upcall.h"
 
@@ -59,8 +60,8 @@ struct proxy_call;
 struct proxy_thread {
     struct pool_ent *pools;
     int npools, cap;
-    struct proxy_call *live;
-    struct proxy_call *spare;
+    struct list live;                       /* proxy_call.link: calls in flight */
+    struct list spare;                      /* proxy_call.link: calls kept for reuse */
     int nspare;
 };
 
@@ -75,7 +76,7 @@ struct proxy {
 struct proxy_call {
     struct proxy *p;
     struct proxy_thread *pt;
-    struct proxy_call *prev, *next;         /* pt->live, or pt->spare (next only) */
+    struct list link;                       /* pt->live, or pt->spare */
     struct http_request *req;
     struct httpc_target *const *targets;   /* the route's; [0] names the Host */
     struct upcall *up;                      /* the upstream call: target, timer, repeats */
@@ -116,9 +117,10 @@ static struct httpc_pool *proxy_thread_pool(struct proxy *p, struct proxy_thread
 static struct proxy_call *proxy_call_new(struct proxy *p, struct proxy_thread *pt,
                                          struct event_base *base)
 {
-    struct proxy_call *c = pt->spare;
+    struct list *q = list_first(&pt->spare);
+    struct proxy_call *c = q ? list_data(q, struct proxy_call, link) : NULL;
     if (c) {
-        pt->spare = c->next;
+        list_remove(&c->link);
         pt->nspare--;
     } else {
         c = calloc(1, sizeof *c);
@@ -138,10 +140,7 @@ static struct proxy_call *proxy_call_new(struct proxy *p, struct proxy_thread *p
     c->sent = sent;
     c->p = p;
     c->pt = pt;
-    c->next = pt->live;
-    if (pt->live)
-        pt->live->prev = c;
-    pt->live = c;
+    list_insert_tail(&pt->live, &c->link);
     return c;
 }
 
@@ -150,17 +149,10 @@ static void proxy_call_free(struct proxy_call *c)
 {
     struct proxy_thread *pt = c->pt;
     upcall_stop(c->up);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        pt->live = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    c->prev = NULL;
+    list_remove(&c->link);
     if (pt->nspare < 64) {
         buf_shrink(&c->sent, 16 * 1024);
-        c->next = pt->spare;
-        pt->spare = c;
+        list_insert_head(&pt->spare, &c->link);
         pt->nspare++;
     } else {
         upcall_free(c->up);
@@ -589,6 +581,10 @@ struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct e
         error_set(err, BG_ENOMEM, "out of memory");
         return NULL;
     }
+    for (int i = 0; i < io_threads; i++) {
+        list_init(&p->threads[i].live);
+        list_init(&p->threads[i].spare);
+    }
     for (int i = 0; i < cfg->nroutes; i++) {
         struct proxy_route *r = &p->routes[i];
         r->p = p;
@@ -649,16 +645,10 @@ void proxy_free(struct proxy *p)
     for (int i = 0; p->threads && i < p->nthreads; i++) {
         struct proxy_thread *pt = &p->threads[i];
         /* Calls still live (a forced stop): their connections close here. */
-        while (pt->live) {
-            struct proxy_call *c = pt->live;
-            pt->live = c->next;
-            upcall_free(c->up);
-            buf_free(&c->sent);
-            free(c);
-        }
-        while (pt->spare) {
-            struct proxy_call *c = pt->spare;
-            pt->spare = c->next;
+        list_splice_tail(&pt->live, &pt->spare);
+        struct list *q, *tmp;
+        list_foreach_safe(q, tmp, &pt->live) {
+            struct proxy_call *c = list_data(q, struct proxy_call, link);
             upcall_free(c->up);
             buf_free(&c->sent);
             free(c);

@@ -7,7 +7,11 @@
 # alternating ROUNDS times so drift in a shared machine hits both alike.
 # Prints req/s per round and the ratio of medians B / A.
 #
+# ROUTE=live drives GET /v2/health/live instead (http_baseline.sh's request,
+# the HTTP front end alone) for an A/B of the server without the model path.
+#
 #   loadgen/bench/infer_ab.sh OLD_BINARY NEW_BINARY     # e.g. a worktree's build
+#   ROUTE=live loadgen/bench/infer_ab.sh OLD_BINARY NEW_BINARY
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/loadgen/bench/lib.sh"
@@ -16,6 +20,7 @@ A=$1 B=$2
 DURATION=${DURATION:-8}
 CONNS=${CONNS:-32}
 ROUNDS=${ROUNDS:-3}
+ROUTE=${ROUTE:-infer}
 command -v wrk >/dev/null || { echo "infer_ab: wrk not found; run scripts/install-deps bench" >&2; exit 1; }
 bg_workdir iab
 digits_post_lua "$WORK/post.lua"
@@ -26,10 +31,14 @@ PIDS="$PIDS $!"
 PA=$(bg_wait_port "$WORK/a.log" infer_ab)
 PB=$(bg_wait_port "$WORK/b.log" infer_ab)
 run() {
-    wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$WORK/post.lua" "http://127.0.0.1:$1/v2/models/digits/infer" |
-        wrk_rps
+    if [ "$ROUTE" = live ]; then
+        wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$1/v2/health/live" | wrk_rps
+    else
+        wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$WORK/post.lua" \
+            "http://127.0.0.1:$1/v2/models/digits/infer" | wrk_rps
+    fi
 }
-echo "machine: $(nproc) cores; digits model, wrk -t1 -c$CONNS -d${DURATION}s, 1 IO thread each"
+echo "machine: $(nproc) cores; route $ROUTE, digits model, wrk -t1 -c$CONNS -d${DURATION}s, 1 IO thread each"
 echo "A: $A"
 echo "B: $B"
 RA=""; RB=""
