@@ -1,4 +1,11 @@
-/* httpc.c - outbound HTTP/1.1 connections, pools and target accounting. */
+/* httpc.c - outbound HTTP/1.1 connections, their pipelined calls, the
+ * answer parser and the pools. The targets (servers, their health and
+ * accounting) are httpc_target.c.
+ *
+ * Why ~780 lines: a connection, its queue of pipelined calls and the llhttp
+ * callbacks that match answers to calls are one state machine (which call
+ * an answer byte belongs to, who is told when the connection dies midway);
+ * the pool only hands connections out and takes them back, and is small. */
 #include "common/httpc.h"
 
 #include <errno.h>
@@ -20,9 +27,8 @@
 #include "common/busywin.h"
 #include "common/clock.h"
 #include "common/evwatch.h"
+#include "common/httpc_impl.h"
 
-#define TARGET_FAILS_TO_DOWN 3
-#define TARGET_DOWN_NS 2000000000LL
 #define READ_CHUNK 16384
 #define MAX_RESPONSE_HEADERS 128
 
@@ -56,178 +62,6 @@ int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, con
     if (path)
         *path = slash;
     return 0;
-}
-
-/* ---- targets ---- */
-
-struct httpc_target {
-    char host[256];
-    int port;
-    char url[300], authority[280];
-    struct sockaddr_storage addr;
-    socklen_t alen;
-    pthread_mutex_t mu;
-    /* Read without mu by httpc_pick and httpc_target_usable (atomics);
-     * written under mu. */
-    _Atomic int inflight;
-    _Atomic int64_t down_until;      /* 0: up */
-    /* Under mu: */
-    uint64_t calls;
-    uint64_t pipelined;              /* calls sent behind another on a shared connection */
-    uint64_t failures[HTTPC_FAIL_COUNT];
-    int fails_in_row;
-    bool probed;                     /* active probes decide when a down target returns */
-    int64_t created_ns;
-    int64_t busy_since;              /* start of the busy stretch not yet in `busy` */
-    struct busywin busy;             /* time with at least one call in flight; written under mu */
-};
-
-struct httpc_target *httpc_target_new(const char *host, int port, struct error *err)
-{
-    char ports[16];
-    snprintf(ports, sizeof ports, "%d", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int gai = getaddrinfo(host, ports, &hints, &ai);
-    if (gai) {
-        error_set(err, BG_ECONFIG, "cannot resolve %s: %s", host, gai_strerror(gai));
-        return NULL;
-    }
-    struct httpc_target *t = calloc(1, sizeof *t);
-    if (!t) {
-        freeaddrinfo(ai);
-        error_set(err, BG_ENOMEM, "out of memory");
-        return NULL;
-    }
-    snprintf(t->host, sizeof t->host, "%s", host);
-    t->port = port;
-    /* An IPv6 literal needs its brackets back in a URL or a Host header. */
-    const char *lb = strchr(host, ':') ? "[" : "", *rb = *lb ? "]" : "";
-    snprintf(t->authority, sizeof t->authority, "%s%s%s:%d", lb, host, rb, port);
-    snprintf(t->url, sizeof t->url, "http://%s", t->authority);
-    memcpy(&t->addr, ai->ai_addr, ai->ai_addrlen);
-    t->alen = ai->ai_addrlen;
-    freeaddrinfo(ai);
-    pthread_mutex_init(&t->mu, NULL);
-    t->created_ns = now_ns();
-    return t;
-}
-
-void httpc_target_free(struct httpc_target *t)
-{
-    if (!t)
-        return;
-    pthread_mutex_destroy(&t->mu);
-    free(t);
-}
-
-const char *httpc_target_url(const struct httpc_target *t) { return t->url; }
-const char *httpc_target_authority(const struct httpc_target *t) { return t->authority; }
-
-static void httpc_target_begin(struct httpc_target *t, bool behind)
-{
-    pthread_mutex_lock(&t->mu);
-    if (atomic_fetch_add_explicit(&t->inflight, 1, memory_order_relaxed) == 0)
-        t->busy_since = now_ns();
-    t->calls++;
-    t->pipelined += behind;
-    pthread_mutex_unlock(&t->mu);
-}
-
-static void httpc_target_end(struct httpc_target *t)
-{
-    pthread_mutex_lock(&t->mu);
-    if (atomic_fetch_sub_explicit(&t->inflight, 1, memory_order_relaxed) == 1)
-        busywin_add(&t->busy, t->busy_since, now_ns());
-    pthread_mutex_unlock(&t->mu);
-}
-
-bool httpc_target_usable(const struct httpc_target *t, int64_t now)
-{
-    /* Relaxed: health is advisory, and a call picked just as it changes is fine. */
-    return atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
-}
-
-void httpc_target_probe_result(struct httpc_target *t, bool ok)
-{
-    pthread_mutex_lock(&t->mu);
-    t->probed = true;
-    if (ok) {
-        t->fails_in_row = 0;
-        atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
-    } else {
-        atomic_store_explicit(&t->down_until, INT64_MAX, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&t->mu);
-}
-
-void httpc_target_succeeded(struct httpc_target *t)
-{
-    pthread_mutex_lock(&t->mu);
-    t->fails_in_row = 0;
-    /* A trial call after the timed pause went through: back in. */
-    if (!t->probed)
-        atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
-    pthread_mutex_unlock(&t->mu);
-}
-
-void httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
-{
-    pthread_mutex_lock(&t->mu);
-    t->failures[why]++;
-    if (++t->fails_in_row >= TARGET_FAILS_TO_DOWN)
-        atomic_store_explicit(&t->down_until,
-                              t->probed ? INT64_MAX : now_ns() + TARGET_DOWN_NS,
-                              memory_order_relaxed);
-    pthread_mutex_unlock(&t->mu);
-}
-
-struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index)
-{
-    int64_t now = now_ns();
-    int best = -1, best_load = 0;
-    for (int i = 0; i < n; i++) {
-        if ((tried & (1u << i)) || !httpc_target_usable(ts[i], now))
-            continue;
-        int load = atomic_load_explicit(&ts[i]->inflight, memory_order_relaxed);
-        if (best < 0 || load < best_load) {
-            best = i;
-            best_load = load;
-        }
-    }
-    if (best < 0)   /* none usable: the one that comes back first */
-        for (int i = 0; i < n; i++) {
-            if (tried & (1u << i))
-                continue;
-            if (best < 0 || atomic_load_explicit(&ts[i]->down_until, memory_order_relaxed) <
-                                atomic_load_explicit(&ts[best]->down_until, memory_order_relaxed))
-                best = i;
-        }
-    if (best < 0)
-        return NULL;
-    if (index)
-        *index = best;
-    return ts[best];
-}
-
-void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *o)
-{
-    int64_t now = now_ns();
-    memset(o, 0, sizeof *o);
-    pthread_mutex_lock(&t->mu);
-    /* Bring the running busy stretch up to now. */
-    if (atomic_load_explicit(&t->inflight, memory_order_relaxed) > 0) {
-        busywin_add(&t->busy, t->busy_since, now);
-        t->busy_since = now;
-    }
-    o->inflight = atomic_load_explicit(&t->inflight, memory_order_relaxed);
-    o->calls = t->calls;
-    o->pipelined = t->pipelined;
-    memcpy(o->failures, t->failures, sizeof o->failures);
-    o->busy_s = (double)busywin_total_ns(&t->busy) / 1e9;
-    o->age_s = (double)(now - t->created_ns) / 1e9;
-    o->util_10s = busywin_fraction(&t->busy, now, BUSYWIN_UTIL_S);
-    pthread_mutex_unlock(&t->mu);
-    o->healthy = httpc_target_usable(t, now);
 }
 
 /* ---- connections ---- */
@@ -798,7 +632,9 @@ static struct httpc_conn *httpc_conn_new(struct httpc_pool *p, int fd, struct er
 static struct httpc_conn *httpc_conn_connect(struct httpc_pool *p, struct error *err)
 {
     struct httpc_target *t = p->t;
-    int fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    socklen_t alen;
+    const struct sockaddr_storage *addr = httpc_target_addr(t, &alen);
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         error_set(err, BG_EINTERNAL, "socket: %s", strerror(errno));
         return NULL;
@@ -809,7 +645,7 @@ static struct httpc_conn *httpc_conn_connect(struct httpc_pool *p, struct error 
     if (!c)
         return NULL;
     c->connecting = true;
-    if (connect(fd, (struct sockaddr *)&t->addr, t->alen) < 0 && errno != EINPROGRESS)
+    if (connect(fd, (const struct sockaddr *)addr, alen) < 0 && errno != EINPROGRESS)
         c->connect_errno = errno ? errno : ECONNREFUSED;
     return c;
 }

@@ -1,0 +1,19 @@
+/* httpc_impl.h - what the connection side of httpc (httpc.c) asks of the
+ * target side (httpc_target.c). Nothing outside common/httpc*.c includes it. */
+#ifndef BG_HTTPC_IMPL_H
+#define BG_HTTPC_IMPL_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+
+struct httpc_target;
+
+/* A call went out to t (`behind`: on a connection shared with calls ahead);
+ * its busy time runs from the first call in flight. */
+void httpc_target_begin(struct httpc_target *t, bool behind);
+/* A call to t ended, however it ended. */
+void httpc_target_end(struct httpc_target *t);
+/* Where to connect. */
+const struct sockaddr_storage *httpc_target_addr(const struct httpc_target *t, socklen_t *len);
+
+#endif
