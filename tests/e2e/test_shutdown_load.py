@@ -62,7 +62,11 @@ class ShutdownUnderLoadTest(unittest.TestCase):
         # the one unavoidable HTTP/1.1 race (the drain looks once more right
         # before each close, so it is rare); the server's own count of
         # accepted-but-unanswered (exit 0, nothing logged) is the guarantee.
-        self.assertLessEqual(step["closed_idle"], 2, step)
+        # Under ThreadSanitizer every step runs several times slower, and the
+        # window between that last look and the close with it: one run in
+        # about fifteen saw 3 there, none above.
+        slow = "thread" in os.environ.get("BATCHGATE_SANITIZE", "")
+        self.assertLessEqual(step["closed_idle"], 5 if slow else 2, step)
         # After the signal the listener is closed: the rest of the run's new
         # connections are refused (or the load finds none of its own open).
         self.assertGreater(step["refused"] + codes.get(503, 0), 0, step)
