@@ -143,12 +143,42 @@ static int engine_conn_free_for_work(struct lg_conn *k)
     return 0;
 }
 
+/* The open-loop rate intended at time t (now_ns clock). */
+static double engine_rate_at(const struct lg_run *run, int64_t t)
+{
+    const struct lg_config *c = run->c;
+    if (c->trace_period_s <= 0)
+        return c->rate;
+    double since = t > run->t_measure ? (double)(t - run->t_measure) / 1e9 : 0;
+    double phase = since / c->trace_period_s;
+    return c->trace_trough +
+           (c->trace_peak - c->trace_trough) * (1 - cos(2 * M_PI * phase)) / 2;
+}
+
+static double engine_uniform(struct lg_run *run)
+{
+    return ((double)(engine_rnd(&run->rng) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* Seconds from the intended time of the last request to the next. A trace
+ * with Poisson arrivals is a Poisson process of varying rate, drawn by
+ * thinning: candidates at the highest rate, each kept with probability
+ * rate(t) / highest, which is exact however fast the rate moves. */
 static double engine_gap_s(struct lg_run *run)
 {
     if (!run->c->poisson)
-        return 1.0 / run->c->rate;
-    double u = ((double)(engine_rnd(&run->rng) >> 11) + 0.5) / 9007199254740992.0;
-    return -log(u) / run->c->rate;
+        return 1.0 / engine_rate_at(run, run->next_intended);
+    if (run->c->trace_period_s <= 0)
+        return -log(engine_uniform(run)) / run->c->rate;
+    double top = fmax(run->c->trace_peak, run->c->trace_trough);
+    double gap = 0;
+    for (int i = 0; i < 1000000; i++) {   /* rate >= trough > 0: ends long before */
+        gap += -log(engine_uniform(run)) / top;
+        int64_t t = run->next_intended + (int64_t)(gap * 1e9);
+        if (engine_uniform(run) * top <= engine_rate_at(run, t))
+            break;
+    }
+    return gap;
 }
 
 static void engine_on_timer(evutil_socket_t fd, short what, void *arg)

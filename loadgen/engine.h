@@ -27,7 +27,12 @@ struct lg_config {
     struct lg_request *requests; /* rotated through */
     int nrequests;
     bool open_loop;
-    double rate;                 /* open loop: requests per second */
+    double rate;                 /* open loop: requests per second (mean, with a trace) */
+    /* Open loop with a trace: the rate follows a compressed day, from
+     * `trough` at the window's start to `peak` half a period later and back,
+     * (1 - cos)/2 between (warmup runs at the trough). 0: a constant rate. */
+    double trace_period_s;
+    double trace_peak, trace_trough;
     bool poisson;                /* open loop: exponential gaps (else constant) */
     int concurrency;             /* closed loop: connections, each one request at a time */
     int max_connections;         /* open loop: pool limit */

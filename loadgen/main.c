@@ -49,6 +49,10 @@ static void usage(FILE *out)
         "  --duration S         measurement window per step (default 10)\n"
         "  --warmup S           warmup before each window, not measured (default 2)\n"
         "  --constant           constant gaps instead of Poisson arrivals\n"
+        "  --trace diurnal:PERIOD_S:PEAK:TROUGH\n"
+        "                       open loop, one step: the rate follows a compressed day,\n"
+        "                       TROUGH requests/s at the window's start, PEAK half a period\n"
+        "                       later, (1 - cos)/2 between; --duration sets the length\n"
         "  --connections N      open loop: at most N connections (default 1024)\n"
         "  --drain-ms MS        after a window, wait this long for answers (default 10000)\n"
         "  --seed N             arrivals and inputs (default 1)\n"
@@ -291,7 +295,7 @@ int main(int argc, char **argv)
         {"priority", required_argument, NULL, 'p'},   {"constant", no_argument, NULL, 'k'},
         {"connections", required_argument, NULL, 'n'}, {"drain-ms", required_argument, NULL, 'D'},
         {"seed", required_argument, NULL, 's'},       {"quiet", no_argument, NULL, 'q'},
-        {"binary", no_argument, NULL, 'x'},
+        {"binary", no_argument, NULL, 'x'},        {"trace", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
     };
     const char *url = NULL, *model = NULL, *rates = NULL, *concs = NULL, *json_path = NULL,
@@ -300,6 +304,7 @@ int main(int argc, char **argv)
     int batch = 1, priority = 0, max_conns = 1024, drain_ms = 10000, quiet = 0, constant = 0,
         binary = 0;
     uint64_t seed = 1;
+    double trace_period = 0, trace_peak = 0, trace_trough = 0;
     struct buf headers = BUF_INIT;
     int ch;
     opterr = 0;
@@ -326,6 +331,15 @@ int main(int argc, char **argv)
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'q': quiet = 1; break;
         case 'x': binary = 1; break;
+        case 'T':
+            if (sscanf(optarg, "diurnal:%lf:%lf:%lf", &trace_period, &trace_peak,
+                       &trace_trough) != 3 || trace_period <= 0 || trace_peak <= 0 ||
+                trace_trough <= 0) {
+                fprintf(stderr, "batchgate-load: --trace: need diurnal:PERIOD_S:PEAK:TROUGH "
+                                "with three positive numbers (got \"%s\")\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "batchgate-load: unknown or incomplete option %s\n", argv[optind - 1]);
@@ -343,6 +357,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "batchgate-load: give --rate or --concurrency (not both), --duration > 0, "
                         "--warmup >= 0, --batch >= 1\n");
         return EXIT_USAGE;
+    }
+    if (trace_period > 0 && (rates || concs)) {
+        fprintf(stderr, "batchgate-load: --trace sets the rate itself: give no --rate or "
+                        "--concurrency\n");
+        return EXIT_USAGE;
+    }
+    /* A trace is one open-loop step whose mean rate, over whole periods, is
+     * the mean of peak and trough. */
+    char trace_rate[64];
+    if (trace_period > 0) {
+        snprintf(trace_rate, sizeof trace_rate, "%.3f", (trace_peak + trace_trough) / 2);
+        rates = trace_rate;
     }
     double steps[MAX_STEPS];
     int nsteps = parse_list(rates ? rates : concs ? concs : "1", steps, MAX_STEPS);
@@ -399,6 +425,8 @@ int main(int argc, char **argv)
         struct lg_config c = {
             .requests = reqs, .nrequests = nreq, .open_loop = open_loop,
             .rate = open_loop ? steps[i] : 0, .poisson = !constant,
+            .trace_period_s = trace_period, .trace_peak = trace_peak,
+            .trace_trough = trace_trough,
             .concurrency = open_loop ? 0 : (int)steps[i], .max_connections = max_conns,
             .warmup_s = warmup, .duration_s = duration,
             .budget_ns = (int64_t)(budget_ms * 1e6), .drain_ms = drain_ms,

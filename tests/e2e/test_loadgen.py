@@ -2,8 +2,9 @@
 delays are known: reported percentiles match the injected delays; a 1 s
 stall during an open-loop run shows in p99 while a closed-loop run over the
 same stall hides it (coordinated omission, docs/LOADGEN.md); the achieved
-rate matches the asked one within 1%; bad usage exits 2; JSON, CSV and SVG
-are written."""
+rate matches the asked one within 1%; a diurnal trace sends at the rate of
+its curve, quarter by quarter; bad usage exits 2; JSON, CSV and SVG are
+written."""
 
 import json
 import os
@@ -28,6 +29,7 @@ class Scripted(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     counter = 0
     lock = threading.Lock()
+    arrivals = []          # time.monotonic() of each /trace request
     stall_until = 0.0
 
     def log_message(self, *a):
@@ -44,6 +46,9 @@ class Scripted(BaseHTTPRequestHandler):
         q = {k: float(v[0]) for k, v in parse_qs(u.query).items()}
         if u.path == "/stall":
             Scripted.stall_until = time.monotonic() + q["ms"] / 1000
+        elif u.path == "/trace":
+            with Scripted.lock:
+                Scripted.arrivals.append(time.monotonic())
         else:
             with Scripted.lock:
                 Scripted.counter += 1
@@ -121,6 +126,28 @@ class LoadgenTest(unittest.TestCase):
         self.assertAlmostEqual(steps[0]["achieved_rate"], 400, delta=4, msg=steps[0])
         self.assertAlmostEqual(steps[0]["throughput"], 400, delta=4, msg=steps[0])
 
+    def test_diurnal_trace_follows_its_curve(self):
+        # Period 4 s, trough 40/s at the start, peak 400/s at 2 s. Over each
+        # quarter the mean rate is trough + (peak - trough) * (1 -+ 2/pi) / 2:
+        # 105/s in the first and last, 335/s in the middle two; 880 in all.
+        Scripted.arrivals = []
+        t0 = time.monotonic()
+        steps, _ = self.load("/trace", "--trace", "diurnal:4:400:40", "--duration", "4",
+                             "--warmup", "0", "--seed", "7")
+        self.assertEqual(steps[0]["errors"], 0, steps[0])
+        quarters = [0, 0, 0, 0]
+        for t in Scripted.arrivals:
+            quarters[min(3, max(0, int((t - t0) / 1.0)))] += 1
+        total = sum(quarters)
+        self.assertAlmostEqual(total, 880, delta=88, msg=quarters)
+        # Poisson counts: about 105 +- 10 and 335 +- 18 a quarter.
+        for q in (quarters[0], quarters[3]):
+            self.assertGreater(q, 60, quarters)
+            self.assertLess(q, 160, quarters)
+        for q in (quarters[1], quarters[2]):
+            self.assertGreater(q, 270, quarters)
+            self.assertLess(q, 400, quarters)
+
     def test_sweep_csv_svg(self):
         csv = os.path.join(self.tmp, "r.csv")
         svg = os.path.join(self.tmp, "r.svg")
@@ -135,6 +162,9 @@ class LoadgenTest(unittest.TestCase):
     def test_bad_usage_exits_2(self):
         for args in ([], ["--url", "ftp://x"], ["--url", "http://127.0.0.1:1", "--rate", "x"],
                      ["--url", "http://127.0.0.1:1", "--rate", "1", "--concurrency", "1"],
+                     ["--url", "http://127.0.0.1:1", "--trace", "diurnal:4:0:1"],
+                     ["--url", "http://127.0.0.1:1", "--trace", "weekly:1:2:3"],
+                     ["--url", "http://127.0.0.1:1", "--trace", "diurnal:4:400:40", "--rate", "1"],
                      ["--bogus"]):
             p = subprocess.run([LOAD] + args, capture_output=True, timeout=10)
             self.assertEqual(p.returncode, 2, args)
