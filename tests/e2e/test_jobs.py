@@ -142,7 +142,8 @@ class JobsApiTest(JobsCase):
         srv.stop_checked()
 
     def test_bad_inputs(self):
-        srv = self.start({"jobs": {"max_input_bytes": 4096}})
+        srv = self.start({"jobs": {"max_input_bytes": 4096},
+                          "limits": {"max_body_bytes": 16384}})
         # Unknown model.
         r = submit(srv, "nope", line(0))
         self.assertEqual(r.status, 404, r.body)
@@ -155,6 +156,9 @@ class JobsApiTest(JobsCase):
         r = submit(srv, "syn", "\n".join(line(i) for i in range(100)))
         self.assertEqual(r.status, 413, r.body)
         self.assertIn("max_input_bytes", r.json()["error"])
+        # A body over limits.max_body_bytes: the HTTP layer's 413, before the body is read.
+        r = submit(srv, "syn", "\n".join(line(i) for i in range(400)))
+        self.assertEqual(r.status, 413, r.body)
         # An empty body.
         self.assertEqual(submit(srv, "syn", "").status, 400)
         # input_path: outside jobs.dir every way, missing, too big, then a good one.
