@@ -431,6 +431,17 @@ static void jobs_fail(struct jobs *j, const char *reason)
     jobs_finish(j, STATE_JOB_FAILED, reason);
 }
 
+/* A new file's name survives a power loss only once its folder is synced
+ * too (a killed process needs only the file's own sync). */
+static void jobs_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
 /* Non-blank lines of the input: the job's total. */
 static int64_t jobs_count_lines(FILE *f)
 {
@@ -491,6 +502,8 @@ static int jobs_begin_next(struct jobs *j)
         jobs_fail(j, why);
         return 1;
     }
+    if (cu->job.out_size == 0)
+        jobs_sync_dir(j->dir);   /* the results file may be new */
     cu->offset = cu->job.in_offset;
     cu->pending_end_offset = cu->job.in_offset;
     cu->next_line = cu->job.lines_done + 1;
@@ -594,6 +607,8 @@ static void jobs_cmd_create(struct jobs *j, struct jobs_cmd *c)
     } else {
         snprintf(job.input_path, sizeof job.input_path, "%s", c->input_path);
     }
+    if (rc == 0 && c->body)
+        jobs_sync_dir(j->dir);
     if (rc == 0 && (rc = state_job_insert(j->st, &job, &err)) != 0 && c->body)
         unlink(job.input_path);
     free(c->body);

@@ -233,7 +233,7 @@ class JobsRestartTest(JobsCase):
         kills, ~0.1-0.5 s apart); then every input line has exactly one
         result line, in order, each the right answer."""
         rng = random.Random(int(os.environ.get("JOBS_SEED", "0")) or None)
-        n = 3000
+        n = 4000   # ~2 s of work at 8 rows per 4 ms: kills land mid-job
         srv = self.start()
         r = submit(srv, "syn", "\n".join(line(i) for i in range(n)) + "\n")
         self.assertEqual(r.status, 201, r.body)
