@@ -103,6 +103,7 @@ class JobsApiTest(JobsCase):
         "slow": synthetic("slow", base_us=20000, per_row_us=0,
                           batching={"max_batch_size": 4, "max_queue_delay_us": 1000,
                                     "max_queue_size": 2}),
+        "broken": {"name": "broken", "backend": "tpu"},
     }
 
     def test_submit_status_results_list_metrics(self):
@@ -183,6 +184,15 @@ class JobsApiTest(JobsCase):
         check_exactly_once(self, results(self, srv, r.json()["id"]), 10)
         srv.stop_checked()
 
+    def test_model_that_failed_to_load_fails_the_job_with_the_reason(self):
+        srv = self.start()
+        r = submit(srv, "broken", line(0))
+        self.assertEqual(r.status, 201, r.body)
+        j = wait_state(self, srv, r.json()["id"], ("failed",))
+        self.assertIn("model broken is not served", j["reason"])
+        self.assertEqual(results(self, srv, r.json()["id"]), [])
+        srv.stop_checked()
+
     def test_cancel_keeps_lines_done_and_online_is_never_429(self):
         srv = self.start()
         n = 400   # 20 ms per 4 rows: 2 s of work
@@ -219,13 +229,19 @@ class JobsRestartTest(JobsCase):
         r = submit(srv, "syn", "\n".join(line(i) for i in range(n)) + "\n")
         self.assertEqual(r.status, 201, r.body)
         job = r.json()["id"]
+        r = submit(srv, "syn", "\n".join(line(i) for i in range(50)))   # queued behind it
+        self.assertEqual(r.status, 201, r.body)
+        job2 = r.json()["id"]
         time.sleep(0.3)
+        self.assertEqual(get(srv, "/v2/jobs/" + job2).json()["state"], "queued")
         srv.stop_checked()
         self.assertRegex(srv.log(), r"job %s paused at line \d+" % job)
         srv = self.start()
         wait_state(self, srv, job, ("completed",), timeout=30)
         self.assertRegex(srv.log(), r"job %s resumes at line" % job)
         check_exactly_once(self, results(self, srv, job), n)
+        wait_state(self, srv, job2, ("completed",), timeout=30)
+        check_exactly_once(self, results(self, srv, job2), 50)
         srv.stop_checked()
 
     def test_sigkill_at_random_points_exactly_once(self):
