@@ -1,6 +1,11 @@
 /* jobs.c - see jobs.h. One runner thread: it alone writes the database and
  * the job files, so progress needs no lock beyond the one that guards what
- * other threads hand it (commands, completed lines). */
+ * other threads hand it (commands, completed lines).
+ *
+ * One file of ~750 lines: the window, the current job and the durability
+ * steps are that one thread's private state, and the commands (cancel)
+ * end a job through the same steps; split, they would call each other
+ * across files and share the state through an internal header. */
 #include "gateway/jobs.h"
 
 #include <errno.h>

@@ -14,9 +14,10 @@
  * so whatever the process went through (SIGKILL included) each input line
  * ends with exactly one result line.
  *
- * IO threads never touch the database's writer nor the job files: they hand
- * a command (create, cancel) to the runner and get it back through `done`,
- * called on the runner thread. */
+ * IO threads never write the database nor the job files: they hand a
+ * command (create, cancel) to the runner and get it back through `done`,
+ * called on the runner thread. They do read (the GET routes: the read
+ * connection, and the committed part of a results file). */
 #ifndef BG_JOBS_H
 #define BG_JOBS_H
 
