@@ -9,6 +9,7 @@ import random
 import resource
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 import unittest
@@ -81,10 +82,13 @@ class JobsCase(unittest.TestCase):
         self.state = os.path.join(self.tmp, "state")
         self.jobs_dir = os.path.join(self.state, "jobs")
         self.servers = []
+        self.mounts = []
 
     def tearDown(self):
         for s in self.servers:
             s.kill()
+        for m in self.mounts:
+            subprocess.run(["umount", m], capture_output=True, timeout=10)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start(self, extra=None, **kw):
@@ -312,6 +316,35 @@ class JobsDiskFullTest(JobsCase):
                       infer_body([[1, 2, 3, 4]], name="x"))
         self.assertEqual(r.status, 200, r.body)
         self.assertIn('batchgate_jobs{state="failed"} 1', get(srv, "/metrics").body.decode())
+        srv.stop_checked()
+
+    def test_full_filesystem_fails_the_job_with_enospc(self):
+        """The real thing where this machine allows it: jobs.dir on a 1 MiB
+        tmpfs (needs root and mount rights; skipped elsewhere), the state
+        database beside it on the ordinary disk."""
+        small = os.path.join(self.tmp, "small")
+        os.makedirs(small)
+        try:
+            p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small],
+                               capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.skipTest("cannot mount a tmpfs here: %s" % e)
+        if p.returncode != 0:
+            self.skipTest("cannot mount a tmpfs here: %s" % p.stderr.decode().strip())
+        self.mounts.append(small)
+        srv = self.start({"jobs": {"dir": small}})
+        r = submit(srv, "wide", "\n".join(line(i) for i in range(800)) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        j = wait_state(self, srv, job, ("failed", "completed"))
+        self.assertEqual(j["state"], "failed", j)
+        self.assertIn("No space left on device", j["reason"])
+        self.assertEqual([x["line"] for x in results(self, srv, job)],
+                         list(range(1, j["lines"]["done"] + 1)))
+        r = roundtrip(srv.port, "POST", "/v2/models/wide/infer",
+                      [("Content-Type", "application/json")],
+                      infer_body([[1, 2, 3, 4]], name="x"))
+        self.assertEqual(r.status, 200, r.body)
         srv.stop_checked()
 
 
