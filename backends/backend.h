@@ -42,6 +42,9 @@ struct infer_item {
     char error[200];
     _Atomic bool cancelled;           /* the client went away */
     bool queued;                      /* batcher-internal */
+    /* Offline work (a job's line): queued apart, run only in device time no
+     * online request needs, never aged, no deadline (batcher/queue.h). */
+    bool offline;
     /* Called exactly once, from whichever thread finishes the item. */
     void (*complete)(struct infer_item *it);
 };

@@ -215,7 +215,7 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
             continue;
         }
         if (bqueue_take(&b->q, now, lat, out, wake)) {
-            if (b->q.n > 0)
+            if (b->q.n > 0 || b->q.noff > 0)
                 pthread_cond_signal(&b->work);   /* another idle worker may form the next */
             return 1;
         }

@@ -25,6 +25,7 @@ int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg)
     list_init(&q->svc);
     list_init(&q->arr);
     list_init(&q->dl);
+    list_init(&q->off);
     q->cfg = *cfg;
     q->pcfg.max_batch_size = cfg->max_batch_size;
     q->pcfg.preferred = q->cfg.preferred;
@@ -98,6 +99,13 @@ static void bqueue_dl_insert(struct bqueue *q, struct infer_item *it)
 
 static void bqueue_unlink_all(struct bqueue *q, struct infer_item *it)
 {
+    if (it->offline) {   /* only in the offline FIFO */
+        list_remove(&it->q_svc);
+        it->next = NULL;
+        it->queued = false;
+        q->noff--;
+        return;
+    }
     list_remove(&it->q_svc);
     list_remove(&it->q_arr);
     if (it->deadline_ns)
@@ -126,6 +134,15 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
     if (it->rows < 1 || it->rows > q->cfg.max_batch_size)
         return error_set(err, BG_EINVAL, "a request may carry 1 to %d rows (got %d)",
                          q->cfg.max_batch_size, it->rows);
+    if (it->offline) {
+        /* Outside max_queue_size: a job's backlog must never make an online
+         * request 429; the jobs runner bounds how many it queues. */
+        it->deadline_ns = 0;
+        list_insert_tail(&q->off, &it->q_svc);
+        it->queued = true;
+        q->noff++;
+        return 0;
+    }
     if (q->n >= q->cfg.max_queue_size)
         return error_set(err, BG_EQUEUEFULL,
                          "queue full (%d requests waiting, batching.max_queue_size)",
@@ -193,12 +210,97 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
     return next;
 }
 
+/* ---- offline rows (see queue.h) ---- */
+
+static int64_t bqueue_exec(const struct latmodel *lat, int rows)
+{
+    return lat ? latmodel_predict(lat, rows) : 0;
+}
+
+/* Appends offline items in FIFO order to the batch being cut (tail, rows)
+ * while the batch stays within max_batch_size rows and now + exec(rows)
+ * within `limit_ns`; returns how many were taken. */
+static int bqueue_take_offline(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
+                               int64_t limit_ns, struct infer_item ***tail, int *rows)
+{
+    int taken = 0;
+    while (!list_empty(&q->off)) {
+        struct infer_item *it = BQ_SVC(q->off.next);
+        int r = *rows + it->rows;
+        if (r > q->cfg.max_batch_size ||
+            (limit_ns != POLICY_NEVER && now_ns + bqueue_exec(lat, r) > limit_ns))
+            break;
+        bqueue_unlink_all(q, it);
+        it->t_dequeue_ns = now_ns;
+        **tail = it;
+        *tail = &it->next;
+        *rows = r;
+        taken++;
+    }
+    return taken;
+}
+
+/* The instant the queued online work must start at the latest: its
+ * earliest deadline (guard included) less the execution of the online rows
+ * queued (up to a full batch), and never later than the policy's own next
+ * decision (`policy_wake`), when it may cut a batch without a deadline. */
+static int64_t bqueue_online_start_by(const struct bqueue *q, const struct latmodel *lat,
+                                      int64_t policy_wake)
+{
+    int rows = 0;
+    struct list *p;
+    list_foreach(p, &q->svc) {
+        rows += BQ_SVC(p)->rows;
+        if (rows >= q->cfg.max_batch_size) {
+            rows = q->cfg.max_batch_size;
+            break;
+        }
+    }
+    int64_t by = policy_wake;
+    if (!list_empty(&q->dl)) {
+        int64_t at = bqueue_plan_deadline(q, BQ_DL(q->dl.next)) - bqueue_exec(lat, rows);
+        if (at < by)
+            by = at;
+    }
+    return by;
+}
+
+/* Earliest planned deadline among the batch's online members (POLICY_NEVER
+ * when none has one): offline fill must keep the batch within it. */
+static int64_t bqueue_batch_limit(const struct bqueue *q, const struct infer_item *head)
+{
+    int64_t lim = POLICY_NEVER;
+    for (const struct infer_item *it = head; it; it = it->next)
+        if (it->deadline_ns && bqueue_plan_deadline(q, it) < lim)
+            lim = bqueue_plan_deadline(q, it);
+    return lim;
+}
+
+/* A batch of offline rows only (fills b); 1 if any was due under `limit`. */
+static int bqueue_take_offline_batch(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
+                                     int64_t limit_ns, struct batch *b)
+{
+    struct infer_item **tail = &b->head;
+    int rows = 0;
+    int n = bqueue_take_offline(q, now_ns, lat, limit_ns, &tail, &rows);
+    *tail = NULL;
+    if (n == 0)
+        return 0;
+    int64_t planned = lat ? now_ns + latmodel_predict(lat, rows) : 0;
+    for (struct infer_item *it = b->head; it; it = it->next)
+        it->t_planned_ns = planned;
+    b->nitems = n;
+    b->rows = rows;
+    b->row_budget = rows;
+    return 1;
+}
+
 int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, struct batch *b,
                 int64_t *wake_ns)
 {
     *wake_ns = POLICY_NEVER;
-    if (q->n == 0)
-        return 0;
+    if (q->n == 0)   /* no online request: the device is the offline rows' */
+        return q->noff > 0 ? bqueue_take_offline_batch(q, now_ns, lat, POLICY_NEVER, b) : 0;
     int n = 0;
     /* Aging: the oldest request jumps the priority order once it waited long. */
     struct infer_item *aged = NULL, *oldest = bqueue_oldest(q), *first = bqueue_first(q);
@@ -228,6 +330,11 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
                              ? oldest->t_arrival_ns + q->cfg.aging_ns
                              : POLICY_NEVER;
         *wake_ns = d.wake_ns < age_at ? d.wake_ns : age_at;
+        /* The online work waits: offline rows may use the device meanwhile
+         * if they are done before that work must start. */
+        if (q->noff > 0 &&
+            bqueue_take_offline_batch(q, now_ns, lat, bqueue_online_start_by(q, lat, *wake_ns), b))
+            return 1;
         return 0;
     }
     struct infer_item **tail = &b->head;
@@ -241,9 +348,22 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
         tail = &it->next;
     }
     *tail = NULL;
-    b->nitems = d.take;
-    b->rows = d.rows;
-    b->row_budget = d.row_budget;
+    int rows = d.rows, nitems = d.take;
+    /* Empty rows of the online batch carry offline rows where that makes
+     * no member late (exec(rows) grows with the rows). */
+    if (q->noff > 0 && rows < q->cfg.max_batch_size) {
+        int64_t lim = bqueue_batch_limit(q, b->head);
+        nitems += bqueue_take_offline(q, now_ns, lat, lim, &tail, &rows);
+        *tail = NULL;
+        if (rows != d.rows && lat) {
+            planned = now_ns + latmodel_predict(lat, rows);
+            for (struct infer_item *it = b->head; it; it = it->next)
+                it->t_planned_ns = planned;
+        }
+    }
+    b->nitems = nitems;
+    b->rows = rows;
+    b->row_budget = d.row_budget > rows ? d.row_budget : rows;
     return 1;
 }
 
@@ -252,6 +372,12 @@ struct infer_item *bqueue_drain(struct bqueue *q)
     struct infer_item *head = NULL, **tail = &head;
     struct infer_item *it;
     while ((it = bqueue_first(q))) {
+        bqueue_unlink_all(q, it);
+        *tail = it;
+        tail = &it->next;
+    }
+    while (!list_empty(&q->off)) {
+        it = BQ_SVC(q->off.next);
         bqueue_unlink_all(q, it);
         *tail = it;
         tail = &it->next;

@@ -12,7 +12,21 @@
  * waiting forever under a steady stream of higher ones. The oldest request
  * in the queue goes first once it has waited `aging_ns`, whatever its
  * priority, so every request without a deadline is served within
- * aging_ns + (requests ahead of it that aged first) x batch time. */
+ * aging_ns + (requests ahead of it that aged first) x batch time.
+ *
+ * Offline rows (infer_item.offline, a job's lines) wait in a FIFO of their
+ * own, outside the three orders: no deadline, never aged, not counted
+ * against max_queue_size (the jobs runner bounds them), so they can neither
+ * jump nor crowd out online requests. bqueue_take hands them out only in
+ * device time no online request needs:
+ *   - no online request queued: a batch of offline rows starts at once;
+ *   - online requests queued but the policy waits: a batch of k offline
+ *     rows starts only if now + exec(k) <= the instant the online work must
+ *     start, i.e. min(the policy's wake, every queued deadline - guard -
+ *     exec(queued online rows, up to max_batch_size));
+ *   - an online batch is cut: offline rows fill its empty rows (up to
+ *     max_batch_size) only while now + exec(rows) stays within every
+ *     member's deadline - guard, so no member is made late. */
 #ifndef BG_QUEUE_H
 #define BG_QUEUE_H
 
@@ -40,7 +54,9 @@ struct bqueue {
     struct list svc;                  /* infer_item.q_svc: service order */
     struct list arr;                  /* infer_item.q_arr: arrival order */
     struct list dl;                   /* infer_item.q_dl: deadline order, deadlines only */
-    int n;
+    int n;                            /* online requests queued */
+    struct list off;                  /* infer_item.q_svc of offline items: FIFO */
+    int noff;                         /* offline items queued */
     struct policy_request *view;      /* scratch for the policy */
     struct infer_item **view_items;
     int view_cap;
@@ -61,6 +77,8 @@ void bqueue_free(struct bqueue *q);
  * instance's model; NULL: no early rejection). */
 int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                 const struct latmodel *lat, struct error *err);
+/* Offline items (it->offline) go to the offline FIFO: never refused for
+ * the queue's size, never early-504'd (they have no deadline). */
 /* Takes a queued item out (client gone). */
 void bqueue_remove(struct bqueue *q, struct infer_item *it);
 

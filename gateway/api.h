@@ -13,6 +13,7 @@ struct serving;
 struct server;
 struct nvml;
 struct proxy;
+struct jobs;
 
 /* Process state the health routes report. Owned by main. */
 struct api_state {
@@ -26,6 +27,7 @@ struct api_state {
     struct proxy *proxy;      /* the reverse proxy; NULL when not built */
     struct jscratch **jscratch; /* per IO thread: body decoding's arena (jscratch.h); may be NULL */
     int njscratch;
+    struct jobs *jobs;        /* offline jobs (jobs.h); NULL when the state database is not open */
 };
 
 /* GET /v2/health/live, /v2/health/ready, /v2 */
@@ -33,6 +35,9 @@ int api_health_register(struct router *r, struct api_state *st, struct error *er
 /* GET/POST /v2/models/{model}[/versions/{v}][/ready|/config|/infer],
  * POST /v1/models/{model}:predict */
 int api_models_register(struct router *r, struct api_state *st, struct error *err);
+/* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
+ * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
+int api_jobs_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /dashboard (a self-contained live page) and GET /dashboard/data (its JSON). */
 int api_dashboard_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /metrics (Prometheus text format 0.0.4) */

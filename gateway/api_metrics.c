@@ -14,7 +14,9 @@
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
 #include "http/http.h"
+#include "gateway/jobs.h"
 #include "gateway/serving.h"
+#include "state/state.h"
 
 #define P "batchgate_"
 
@@ -316,6 +318,23 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             char extra[96];
             snprintf(extra, sizeof extra, "device=\"%s\",param=\"%s\"", d->dev.name, params[p]);
             metrics_sample(b, "latency_model_seconds", NAME, extra, v[p]);
+        }
+    }
+    if (st->jobs) {
+        metrics_head(b, "job_lines_total", "counter",
+                     "Job lines given their result line, by model and result (ok, failed).");
+        EACH_MODEL {
+            uint64_t ok, failed;
+            jobs_lines(st->jobs, mi, &ok, &failed);
+            metrics_sample(b, "job_lines_total", NAME, "result=\"ok\"", (double)ok);
+            metrics_sample(b, "job_lines_total", NAME, "result=\"failed\"", (double)failed);
+        }
+        int64_t counts[STATE_JOB_NSTATES];
+        if (state_job_counts(jobs_state(st->jobs), counts, NULL) == 0) {
+            metrics_head(b, "jobs", "gauge", "Jobs in the state database, by state.");
+            for (int k = 0; k < STATE_JOB_NSTATES; k++)
+                buf_appendf(b, P "jobs{state=\"%s\"} %lld\n", state_job_state_name(k),
+                            (long long)counts[k]);
         }
     }
     metrics_head(b, "answer_guard_seconds", "gauge",

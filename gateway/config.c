@@ -161,6 +161,18 @@ static const struct schema_field config_proxy_fields[] = {
     SCHEMA_END_ROW,
 };
 
+static const struct schema_field config_jobs_fields[] = {
+    {SCHEMA_F_STRING("dir", struct config_jobs, dir),
+     .doc_default = "<state_dir>/jobs",
+     .doc = "job inputs (a submitted body is written here) and results files; an `input_path` "
+            "must lie under it (docs/JOBS.md)"},
+    {SCHEMA_F_SIZE("max_input_bytes", struct config_jobs, max_input_bytes),
+     .min = 1, .max = (int64_t)1 << 40, .def = 1073741824,
+     .doc = "a job's input, as a body or an `input_path` file; past it: 413 (a body is also "
+            "bound by `limits.max_body_bytes`)"},
+    SCHEMA_END_ROW,
+};
+
 static const struct schema_name config_log_levels[] = {
     {"debug", LOG_DEBUG}, {"info", LOG_INFO}, {"warn", LOG_WARN}, {"error", LOG_ERROR}, {NULL, 0},
 };
@@ -186,6 +198,11 @@ static const struct schema_field config_fields[] = {
      .flags = SCHEMA_EXT, .sdef = "info", .doc = "same as `--log-level`"},
     {SCHEMA_F_OBJECT("proxy", struct config, proxy, config_proxy_fields),
      .flags = SCHEMA_EXT, .check = config_check_proxy, .doc = "the reverse proxy"},
+    {SCHEMA_F_STRING("state_dir", struct config, state_dir),
+     .flags = SCHEMA_NONEMPTY, .sdef = "state",
+     .doc = "folder of the SQLite database (jobs and their progress); created if missing"},
+    {SCHEMA_F_OBJECT("jobs", struct config, jobs, config_jobs_fields),
+     .doc = "offline batch jobs (docs/JOBS.md)"},
     {SCHEMA_F_BOOL("debug_endpoints", struct config, debug_endpoints),
      .flags = SCHEMA_EXT, .def = false,
      .doc = "enables `GET /debug/delay?ms=N&id=X` (answers after a timer), `POST /debug/echo` "

@@ -37,6 +37,12 @@ struct config_proxy {
     bool model_metadata;       /* GET /v2/models/{m} of kserve_v2 upstream models goes upstream */
 };
 
+/* Offline jobs (docs/JOBS.md). */
+struct config_jobs {
+    char dir[4096];            /* inputs and results; "": <state_dir>/jobs */
+    size_t max_input_bytes;    /* a job's input (body or input_path file); 413 past it */
+};
+
 struct config {
     /* listen, io_threads and limits: what the HTTP server takes as it is
      * (port 0 = ephemeral, logged once bound; io_threads 0 = one per online
@@ -49,6 +55,8 @@ struct config {
     enum log_level log_level;
     bool debug_endpoints;      /* /debug/... routes used by the tests */
     struct config_proxy proxy;
+    char state_dir[4096];      /* the SQLite database (state/state.h) */
+    struct config_jobs jobs;
 };
 
 void config_defaults(struct config *c);

@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "gateway/config.h"
 #include "common/error.h"
+#include "gateway/jobs.h"
 #include "gateway/jscratch.h"
 #include "kernels/kernels.h"
 #include "common/log.h"
@@ -159,7 +160,8 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
 {
     int rc;
     if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
-        (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)))
+        (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)) ||
+        (rc = api_jobs_register(r, st, err)))
         return rc;
     if (cfg->debug_endpoints && (rc = api_debug_register(r, st, err)))
         return rc;
@@ -246,6 +248,13 @@ int main(int argc, char **argv)
         goto out;
     }
     api.serving = serving;
+    /* The state database before any route can ask for a job. */
+    struct jobs_config jc = {cfg.state_dir, cfg.jobs.dir, cfg.jobs.max_input_bytes};
+    if (jobs_open(&jc, serving, &api.jobs, &err)) {
+        log_error("%s", err.msg);
+        exit_code = EXIT_USAGE;
+        goto out;
+    }
     api.proxy = proxy_new(&cfg.proxy, cfg.http.io_threads, &err);
     if (!api.proxy) {
         log_error("%s: %s", cli.config_path ? cli.config_path : "config", err.msg);
@@ -273,6 +282,12 @@ int main(int argc, char **argv)
              cfg.http.listen_host, strchr(cfg.http.listen_host, ':') ? "]" : "", server_port(srv),
              server_threads(srv));
     serving_load_all(serving);
+    /* Unfinished jobs resume once their models are loaded. */
+    if (jobs_start(api.jobs, &err)) {
+        log_error("%s", err.msg);
+        exit_code = 1;
+        goto out;
+    }
     atomic_store(&api.ready_ns, now_ns());
     atomic_store(&api.ready, true);
     log_info("ready in %.1f ms%s", (double)(now_ns() - t_start) / 1e6,
@@ -322,6 +337,7 @@ int main(int argc, char **argv)
                 log_warn("drain timed out after %d ms; closing the remaining connections",
                          cfg.shutdown_timeout_ms);
                 /* Queued requests get 503 while their connections still exist. */
+                jobs_stop(api.jobs);
                 serving_stop(serving);
                 server_force_close(srv);
                 forced = true;
@@ -332,6 +348,7 @@ int main(int argc, char **argv)
             int s2 = sigtimedwait(&sigs, &si, &ts);
             if (s2 == SIGTERM || s2 == SIGINT) {
                 log_warn("SIG%s again: closing the remaining connections now", sigabbrev_np(s2));
+                jobs_stop(api.jobs);
                 serving_stop(serving);
                 server_force_close(srv);
                 forced = true;
@@ -351,6 +368,10 @@ int main(int argc, char **argv)
     }
 
 out:
+    /* The jobs runner takes its lines back before the batchers close (a
+     * line the batcher refused would otherwise look answered), and answers
+     * its last commands while the IO threads still run. */
+    jobs_stop(api.jobs);
     /* Workers stop before the IO threads go: their completions need a mailbox. */
     serving_stop(serving);
     if (srv) {
@@ -363,6 +384,7 @@ out:
     for (int i = 0; i < api.njscratch; i++)
         jscratch_free(api.jscratch[i]);
     free(api.jscratch);
+    jobs_free(api.jobs);
     serving_free(serving);
     nvml_close(api.nvml);
     router_free(router);

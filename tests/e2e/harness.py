@@ -66,8 +66,15 @@ class Server:
     a value of None removes that field (e.g. {"debug_endpoints": None}).
     """
 
-    def __init__(self, config=None, io_threads=1, extra_args=(), start_timeout=10.0):
+    def __init__(self, config=None, io_threads=1, extra_args=(), start_timeout=10.0,
+                 preexec_fn=None):
         cfg = {"listen": "127.0.0.1:0", "debug_endpoints": True}
+        # Each server its own state database unless the test names one (the
+        # jobs tests restart a server on the same one).
+        self._state_tmp = None
+        if "state_dir" not in (config or {}):
+            self._state_tmp = tempfile.mkdtemp(prefix="batchgate-state-")
+            cfg["state_dir"] = self._state_tmp
         for k, v in (config or {}).items():
             if v is None:
                 cfg.pop(k, None)
@@ -84,7 +91,8 @@ class Server:
         self.argv = [BIN, "--config", self.config_path, "--io-threads", str(io_threads)]
         self.argv += list(extra_args)
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     preexec_fn=preexec_fn)
         _live_servers.add(self)
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
@@ -193,6 +201,8 @@ class Server:
             os.unlink(self.config_path)
         except FileNotFoundError:
             pass
+        if self._state_tmp:
+            shutil.rmtree(self._state_tmp, ignore_errors=True)
         self._reader.join(timeout=2)
         if self.proc.stderr and not self._reader.is_alive():
             self.proc.stderr.close()
@@ -224,13 +234,21 @@ def cpu_seconds(pid):
 
 
 def run_cli(args, timeout=10.0, **kw):
-    """Runs batchgate with args to completion: (exit code, stdout, stderr)."""
+    """Runs batchgate with args to completion: (exit code, stdout, stderr).
+    In a scratch folder unless cwd is given: the default state_dir is
+    relative, and a run that gets that far must not leave one in the tree."""
+    scratch = None
+    if "cwd" not in kw:
+        scratch = kw["cwd"] = tempfile.mkdtemp(prefix="batchgate-cli-")
     try:
         p = subprocess.run([BIN] + list(args), stdin=subprocess.DEVNULL, capture_output=True,
                            timeout=timeout, **kw)
     except subprocess.TimeoutExpired as e:
         raise AssertionError("batchgate %s did not exit within %.0f s (stderr: %r)"
                              % (" ".join(args), timeout, e.stderr))
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 

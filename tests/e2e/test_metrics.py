@@ -78,7 +78,8 @@ class MetricsTest(RepoServerCase):
                            ("device_busy_seconds_total", "counter"),
                            ("device_idle_seconds_total", "counter"),
                            ("device_memory_bytes", "gauge"),
-                           ("process_start_to_ready_seconds", "gauge")):
+                           ("process_start_to_ready_seconds", "gauge"),
+                           ("job_lines_total", "counter"), ("jobs", "gauge")):
             self.assertIn("# TYPE batchgate_%s %s\n" % (name, kind), text, name)
         s = parse(text)
         self.assertEqual(value(s, "batchgate_model_loaded", model="syn"), 1)
@@ -87,6 +88,10 @@ class MetricsTest(RepoServerCase):
             self.assertIn(("batchgate_model_cold_start_seconds",
                            frozenset({("model", "syn"), ("phase", phase)})), s)
         self.assertGreater(value(s, "batchgate_process_start_to_ready_seconds"), 0)
+        # No job yet: every state is 0 and each model's lines are 0 (docs/JOBS.md).
+        self.assertIn(("batchgate_jobs", frozenset({("state", "queued")})), s)
+        self.assertEqual(value(s, "batchgate_jobs", state="completed"), 0)
+        self.assertEqual(value(s, "batchgate_job_lines_total", model="syn", result="ok"), 0)
         if not ctypes.util.find_library("nvidia-ml"):
             self.assertNotIn("batchgate_nvml_", text, "without NVML nothing is made up")
         self.assertIn('le="0.0001"', text, "a bucket at 100 us")

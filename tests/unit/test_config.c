@@ -32,6 +32,9 @@ static void test_defaults(void **state)
     assert_int_equal(c.http.limits.max_connections, 10000);
     assert_int_equal(c.http.limits.header_timeout_ms, 10000);
     assert_int_equal(c.http.limits.idle_timeout_ms, 60000);
+    assert_string_equal(c.state_dir, "state");
+    assert_string_equal(c.jobs.dir, "");   /* <state_dir>/jobs, resolved by the jobs runner */
+    assert_int_equal(c.jobs.max_input_bytes, 1073741824);
 }
 
 static void test_full(void **state)
@@ -105,6 +108,9 @@ static void test_errors_name_file_and_field(void **state)
         {"{\"model_repository\": \"\"}", "model_repository", NULL},
         {"{\"log_level\": \"loud\"}", "log_level", NULL},
         {"{\"debug_endpoints\": 1}", "debug_endpoints", NULL},
+        {"{\"state_dir\": \"\"}", "state_dir", NULL},
+        {"{\"jobs\": {\"max_input_bytes\": 0}}", "jobs.max_input_bytes", "between 1"},
+        {"{\"jobs\": {\"dri\": \"x\"}}", "jobs.dri", "unknown"},
         {"{\"io_threads\": 1, \"io_threads\": 2}", "bad.json", "duplicate"},
         {"{\"proxy\": {\"routes\": [{\"prefix\": \"/a/\", \"urls\": [\"http://h:1\"],"
          " \"idempotent\": 1}]}}", "proxy.routes[0].idempotent", "true or false"},

@@ -1,0 +1,345 @@
+/* api_jobs.c - the offline jobs routes (SPEC.md "Jobs"): submit, list,
+ * status, results, cancel.
+ *
+ * Submit and cancel are writes: the IO thread checks what it can alone
+ * (model, size, path) and hands the rest to the jobs runner (jobs.h), whose
+ * thread writes the input file and the database and answers back through
+ * this IO thread's mailbox. Reads use the database's read connection. */
+#include "gateway/api.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "common/buf.h"
+#include "gateway/jobs.h"
+#include "gateway/serving.h"
+#include "gateway/tensor_json.h"
+#include "http/http.h"
+#include "state/state.h"
+
+/* A body smaller than this may be the {"input_path": ...} form. */
+#define JOBS_API_PATH_BODY_MAX 8192
+
+struct jobs_call {
+    struct mailbox_msg msg;           /* first: the mailbox hands back &msg */
+    struct jobs_cmd cmd;
+    struct http_request *req;
+    struct mailbox *mb;
+};
+
+/* Runner thread: back to the request's IO thread. */
+static void jobs_api_cmd_done(struct jobs_cmd *c)
+{
+    struct jobs_call *call = c->arg;
+    mailbox_post(call->mb, &call->msg);
+}
+
+/* IO thread. */
+static void jobs_api_deliver(struct mailbox_msg *msg)
+{
+    struct jobs_call *call = (struct jobs_call *)msg;
+    struct jobs_cmd *c = &call->cmd;
+    if (c->status) {
+        int code = c->status < 0 ? -c->status : c->status;
+        http_respond_error(call->req, code == BG_EIO ? 500 : error_http_status(code), NULL,
+                           "%s", c->error);
+    } else {
+        struct buf b = BUF_INIT;
+        buf_append(&b, "{\"id\":", 6);
+        json_append_string(&b, c->id, strlen(c->id));
+        buf_appendf(&b, ",\"state\":\"%s\"}", state_job_state_name(c->state));
+        http_respond(call->req, c->kind == JOBS_CMD_CREATE ? 201 : 200, "application/json",
+                     b.data, b.len, NULL);
+        buf_free(&b);
+    }
+    free(call);
+}
+
+static struct jobs_call *jobs_api_call(struct http_request *req, enum jobs_cmd_kind kind)
+{
+    struct jobs_call *call = calloc(1, sizeof *call);
+    if (!call) {
+        http_respond_error(req, 500, NULL, "out of memory");
+        return NULL;
+    }
+    call->req = req;
+    call->mb = http_request_mailbox(req);
+    call->msg.fn = jobs_api_deliver;
+    call->cmd.kind = kind;
+    call->cmd.done = jobs_api_cmd_done;
+    call->cmd.arg = call;
+    return call;
+}
+
+static struct jobs *jobs_api_of(struct http_request *req, struct api_state *st)
+{
+    if (!st->jobs)
+        http_respond_error(req, 503, NULL, "jobs are not available (no state database)");
+    return st->jobs;
+}
+
+/* Resolves `rel` under jobs.dir into out; answers 403/400/413 itself. */
+static int jobs_api_input_path(struct http_request *req, struct jobs *jobs, const char *rel,
+                               char *out, size_t cap)
+{
+    if (rel[0] == '/' || strcmp(rel, "..") == 0 || strncmp(rel, "../", 3) == 0 ||
+        strstr(rel, "/../") || (strlen(rel) >= 3 && strcmp(rel + strlen(rel) - 3, "/..") == 0)) {
+        http_respond_error(req, 403, NULL, "input_path: \"%s\" must be a relative path under "
+                                           "jobs.dir, without \"..\"", rel);
+        return -1;
+    }
+    char joined[4200], dir[4096];
+    snprintf(joined, sizeof joined, "%s/%s", jobs_dir(jobs), rel);
+    if (!realpath(jobs_dir(jobs), dir)) {
+        http_respond_error(req, 500, NULL, "jobs.dir %s: %s", jobs_dir(jobs), strerror(errno));
+        return -1;
+    }
+    char *real = realpath(joined, NULL);
+    if (!real) {
+        http_respond_error(req, 400, NULL, "input_path: %s: %s", rel, strerror(errno));
+        return -1;
+    }
+    size_t dl = strlen(dir);
+    int rc = 0;
+    struct stat sb;
+    if (strncmp(real, dir, dl) != 0 || real[dl] != '/') {
+        /* A symlink that leads out of jobs.dir. */
+        http_respond_error(req, 403, NULL, "input_path: \"%s\" leads outside jobs.dir", rel);
+        rc = -1;
+    } else if (stat(real, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        http_respond_error(req, 400, NULL, "input_path: \"%s\" is not a regular file", rel);
+        rc = -1;
+    } else if ((size_t)sb.st_size > jobs_max_input_bytes(jobs)) {
+        http_respond_error(req, 413, NULL, "input_path: %lld bytes, over jobs.max_input_bytes "
+                           "(%zu)", (long long)sb.st_size, jobs_max_input_bytes(jobs));
+        rc = -1;
+    } else if (strlen(real) >= cap) {
+        http_respond_error(req, 400, NULL, "input_path: too long");
+        rc = -1;
+    } else {
+        snprintf(out, cap, "%s", real);
+    }
+    free(real);
+    return rc;
+}
+
+/* POST /v2/models/{model}/jobs */
+static void jobs_api_submit(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    const struct route_param *p = route_match_param(m, "model");
+    struct served_model *sm = st->serving ? serving_find(st->serving, p->value, p->len) : NULL;
+    if (!sm) {
+        http_respond_error(req, 404, NULL, "unknown model \"%.*s\"",
+                           (int)(p->len > 128 ? 128 : p->len), p->value);
+        return;
+    }
+    struct jobs *jobs = jobs_api_of(req, st);
+    if (!jobs)
+        return;
+    size_t len;
+    const char *body = http_request_body(req, &len);
+    if (len > jobs_max_input_bytes(jobs)) {
+        http_respond_error(req, 413, NULL, "job input of %zu bytes is over jobs.max_input_bytes "
+                           "(%zu)", len, jobs_max_input_bytes(jobs));
+        return;
+    }
+    struct jobs_call *call = jobs_api_call(req, JOBS_CMD_CREATE);
+    if (!call)
+        return;
+    snprintf(call->cmd.model, sizeof call->cmd.model, "%s", sm->model.cfg.name);
+    /* One object naming input_path is the file form; anything else is lines. */
+    json_t *root = len > 0 && len < JOBS_API_PATH_BODY_MAX ? json_loadb(body, len, 0, NULL) : NULL;
+    json_t *ip = json_is_object(root) ? json_object_get(root, "input_path") : NULL;
+    if (ip) {
+        int rc = -1;
+        if (!json_is_string(ip))
+            http_respond_error(req, 400, NULL, "input_path: must be a string");
+        else
+            rc = jobs_api_input_path(req, jobs, json_string_value(ip), call->cmd.input_path,
+                                     sizeof call->cmd.input_path);
+        json_decref(root);
+        if (rc) {
+            free(call);
+            return;
+        }
+    } else {
+        json_decref(root);
+        if (len == 0) {
+            http_respond_error(req, 400, NULL, "a job needs a body: JSON Lines of infer requests, "
+                                               "or {\"input_path\": \"rel/path.jsonl\"}");
+            free(call);
+            return;
+        }
+        call->cmd.body = malloc(len);
+        if (!call->cmd.body) {
+            http_respond_error(req, 500, NULL, "out of memory for a job of %zu bytes", len);
+            free(call);
+            return;
+        }
+        memcpy(call->cmd.body, body, len);
+        call->cmd.body_len = len;
+    }
+    jobs_command(jobs, &call->cmd);
+}
+
+static void jobs_api_append(struct buf *b, const struct state_job *j)
+{
+    buf_append(b, "{\"id\":", 6);
+    json_append_string(b, j->id, strlen(j->id));
+    buf_append(b, ",\"model\":", 9);
+    json_append_string(b, j->model, strlen(j->model));
+    buf_append(b, ",\"tenant\":", 10);
+    json_append_string(b, j->tenant, strlen(j->tenant));
+    buf_appendf(b, ",\"state\":\"%s\",\"created\":%.3f,\"started\":", state_job_state_name(j->state),
+                (double)j->created_ms / 1e3);
+    if (j->started_ms)
+        buf_appendf(b, "%.3f", (double)j->started_ms / 1e3);
+    else
+        buf_append(b, "null", 4);
+    buf_append(b, ",\"finished\":", 12);
+    if (j->finished_ms)
+        buf_appendf(b, "%.3f", (double)j->finished_ms / 1e3);
+    else
+        buf_append(b, "null", 4);
+    buf_append(b, ",\"lines\":{\"total\":", 18);
+    if (j->lines_total >= 0)
+        buf_appendf(b, "%lld", (long long)j->lines_total);
+    else
+        buf_append(b, "null", 4);
+    buf_appendf(b, ",\"done\":%lld,\"failed\":%lld},\"output_path\":", (long long)j->lines_done,
+                (long long)j->lines_failed);
+    json_append_string(b, j->output_path, strlen(j->output_path));
+    if (j->reason[0]) {
+        buf_append(b, ",\"reason\":", 10);
+        json_append_string(b, j->reason, strlen(j->reason));
+    }
+    buf_append(b, "}", 1);
+}
+
+struct jobs_api_list {
+    struct buf *b;
+    int n;
+};
+
+static void jobs_api_list_one(const struct state_job *j, void *arg)
+{
+    struct jobs_api_list *l = arg;
+    if (l->n++)
+        buf_append(l->b, ",", 1);
+    jobs_api_append(l->b, j);
+}
+
+/* GET /v2/jobs */
+static void jobs_api_list(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct jobs *jobs = jobs_api_of(req, ctx);
+    if (!jobs)
+        return;
+    struct buf b = BUF_INIT;
+    struct jobs_api_list l = {&b, 0};
+    struct error err = {0};
+    buf_append(&b, "{\"jobs\":[", 9);
+    if (state_job_list(jobs_state(jobs), jobs_api_list_one, &l, &err)) {
+        buf_free(&b);
+        http_respond_error(req, 500, NULL, "%s", err.msg);
+        return;
+    }
+    buf_append(&b, "]}", 2);
+    http_respond(req, 200, "application/json", b.data, b.len, NULL);
+    buf_free(&b);
+}
+
+/* The job of the route's {id}; answers 404/500 itself. */
+static int jobs_api_get_job(struct http_request *req, const struct route_match *m,
+                            struct jobs *jobs, struct state_job *j)
+{
+    const struct route_param *p = route_match_param(m, "id");
+    char id[64];
+    if (p->len >= sizeof id) {
+        http_respond_error(req, 404, NULL, "no job \"%.40s...\"", p->value);
+        return -1;
+    }
+    memcpy(id, p->value, p->len);
+    id[p->len] = '\0';
+    struct error err = {0};
+    int rc = state_job_get(jobs_state(jobs), id, j, &err);
+    if (rc)
+        http_respond_error(req, error_http_status(-rc), NULL, "%s", err.msg);
+    return rc;
+}
+
+/* GET /v2/jobs/{id} */
+static void jobs_api_status(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct jobs *jobs = jobs_api_of(req, ctx);
+    struct state_job j;
+    if (!jobs || jobs_api_get_job(req, m, jobs, &j))
+        return;
+    struct buf b = BUF_INIT;
+    jobs_api_append(&b, &j);
+    http_respond(req, 200, "application/json", b.data, b.len, NULL);
+    buf_free(&b);
+}
+
+/* GET /v2/jobs/{id}/results: the committed lines (a running job's so far). */
+static void jobs_api_results(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct jobs *jobs = jobs_api_of(req, ctx);
+    struct state_job j;
+    if (!jobs || jobs_api_get_job(req, m, jobs, &j))
+        return;
+    char *data = malloc(j.out_size > 0 ? (size_t)j.out_size : 1);
+    FILE *f = j.out_size > 0 ? fopen(j.output_path, "r") : NULL;
+    size_t got = f && data ? fread(data, 1, (size_t)j.out_size, f) : 0;
+    if (f)
+        fclose(f);
+    if (!data || (j.out_size > 0 && got != (size_t)j.out_size)) {
+        free(data);
+        http_respond_error(req, 500, NULL, "job %s: cannot read its results file %s", j.id,
+                           j.output_path);
+        return;
+    }
+    http_respond(req, 200, "application/x-ndjson", data, got, NULL);
+    free(data);
+}
+
+/* DELETE /v2/jobs/{id} */
+static void jobs_api_cancel(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct jobs *jobs = jobs_api_of(req, ctx);
+    struct state_job j;
+    if (!jobs || jobs_api_get_job(req, m, jobs, &j))
+        return;
+    struct jobs_call *call = jobs_api_call(req, JOBS_CMD_CANCEL);
+    if (!call)
+        return;
+    snprintf(call->cmd.id, sizeof call->cmd.id, "%s", j.id);
+    jobs_command(jobs, &call->cmd);
+}
+
+int api_jobs_register(struct router *r, struct api_state *st, struct error *err)
+{
+    static const struct {
+        int methods;
+        const char *pattern;
+        route_handler_fn fn;
+    } routes[] = {
+        {HTTP_M_POST, "/v2/models/{model}/jobs", jobs_api_submit},
+        {HTTP_M_GET, "/v2/jobs", jobs_api_list},
+        {HTTP_M_GET, "/v2/jobs/{id}", jobs_api_status},
+        {HTTP_M_GET, "/v2/jobs/{id}/results", jobs_api_results},
+        {HTTP_M_DELETE, "/v2/jobs/{id}", jobs_api_cancel},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        int rc = router_add(r, routes[i].methods, routes[i].pattern, routes[i].fn, st, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}

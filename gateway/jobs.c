@@ -1,0 +1,763 @@
+/* jobs.c - see jobs.h. One runner thread: it alone writes the database and
+ * the job files, so progress needs no lock beyond the one that guards what
+ * other threads hand it (commands, completed lines).
+ *
+ * One file of ~750 lines: the window, the current job and the durability
+ * steps are that one thread's private state, and the commands (cancel)
+ * end a job through the same steps; split, they would call each other
+ * across files and share the state through an internal header. */
+#include "gateway/jobs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "batcher/batcher.h"
+#include "common/buf.h"
+#include "common/log.h"
+#include "gateway/serving.h"
+#include "gateway/tensor_json.h"
+
+/* Lines in flight per job: enough to fill a few batches, few enough that a
+ * job never holds much memory or queue. */
+#define JOBS_WINDOW 64
+/* A group of result lines is made durable after this many lines or this
+ * long, whichever first: one fdatasync + one commit per group. */
+#define JOBS_GROUP_LINES 256
+#define JOBS_GROUP_NS (50 * 1000000LL)
+
+struct jobs_slot {
+    struct infer_item item;           /* first member not required: see jobs_slot_of */
+    struct jobs *j;
+    int64_t line;                     /* 1-based number among the input's non-blank lines */
+    int64_t end_offset;               /* input offset just past this line */
+    struct infer_request r;
+    float *output;
+    bool submitted;                   /* handed to the batcher, not back yet */
+    bool done;                        /* under mu: complete() ran, or never submitted */
+    struct buf result;                /* the result line, once done (runner thread) */
+    bool failed;                      /* an error line */
+};
+
+struct jobs_cur {                     /* the job being run (runner thread only) */
+    bool active;
+    struct state_job job;
+    struct served_model *sm;
+    int model_index;
+    FILE *in;
+    int out_fd;
+    int64_t offset;                   /* input read up to here */
+    int64_t next_line;
+    bool eof;
+    int head, count;                  /* the window: ring of JOBS_WINDOW slots */
+    struct buf pending;               /* result lines written, not yet durable */
+    int64_t pending_lines, pending_failed, pending_end_offset;
+    int64_t last_commit_ns;
+    char *line;
+    size_t line_cap;
+};
+
+struct jobs {
+    char state_dir[4096];
+    char dir[4096];
+    size_t max_input_bytes;
+    struct serving *serving;
+    struct state *st;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct jobs_cmd *cmds, **cmds_tail;
+    uint64_t events;                  /* bumped under mu by completions and commands */
+    bool stop;
+    pthread_t thread;
+    bool running;
+    struct jobs_cur cur;
+    struct jobs_slot slots[JOBS_WINDOW];
+    _Atomic uint64_t (*lines)[2];     /* per served model: ok, failed */
+    int nmodels;
+};
+
+static int64_t jobs_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int jobs_mkdir(const char *d, const char *what, struct error *err)
+{
+    if (mkdir(d, 0755) != 0 && errno != EEXIST)
+        return error_set(err, BG_ECONFIG, "%s %s: cannot create it: %s", what, d,
+                         strerror(errno));
+    return 0;
+}
+
+int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **out,
+              struct error *err)
+{
+    *out = NULL;
+    struct jobs *j = calloc(1, sizeof *j);
+    if (!j)
+        return error_set(err, BG_ENOMEM, "out of memory");
+    snprintf(j->state_dir, sizeof j->state_dir, "%s", cfg->state_dir);
+    if (cfg->dir && cfg->dir[0])
+        snprintf(j->dir, sizeof j->dir, "%s", cfg->dir);
+    else
+        snprintf(j->dir, sizeof j->dir, "%s/jobs", cfg->state_dir);
+    j->max_input_bytes = cfg->max_input_bytes;
+    j->serving = s;
+    j->nmodels = s ? serving_count(s) : 0;
+    j->lines = calloc((size_t)j->nmodels + 1, sizeof *j->lines);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    j->cmds_tail = &j->cmds;
+    j->cur.out_fd = -1;
+    int rc;
+    if (!j->lines) {
+        rc = error_set(err, BG_ENOMEM, "out of memory");
+    } else if ((rc = state_open(j->state_dir, &j->st, err)) == 0 &&
+               (rc = jobs_mkdir(j->dir, "jobs.dir", err)) == 0) {
+        *out = j;
+        return 0;
+    }
+    jobs_free(j);
+    return rc;
+}
+
+const char *jobs_dir(const struct jobs *j) { return j->dir; }
+size_t jobs_max_input_bytes(const struct jobs *j) { return j->max_input_bytes; }
+struct state *jobs_state(struct jobs *j) { return j->st; }
+
+void jobs_lines(struct jobs *j, int i, uint64_t *ok, uint64_t *failed)
+{
+    *ok = *failed = 0;
+    if (i >= 0 && i < j->nmodels) {
+        *ok = atomic_load_explicit(&j->lines[i][0], memory_order_relaxed);
+        *failed = atomic_load_explicit(&j->lines[i][1], memory_order_relaxed);
+    }
+}
+
+void jobs_command(struct jobs *j, struct jobs_cmd *c)
+{
+    c->next = NULL;
+    pthread_mutex_lock(&j->mu);
+    *j->cmds_tail = c;
+    j->cmds_tail = &c->next;
+    j->events++;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---- lines ---- */
+
+static struct jobs_slot *jobs_slot_of(struct infer_item *it)
+{
+    return (struct jobs_slot *)((char *)it - offsetof(struct jobs_slot, item));
+}
+
+/* Any thread (a worker, or the batcher on cancel): the line is back. */
+static void jobs_line_complete(struct infer_item *it)
+{
+    struct jobs_slot *sl = jobs_slot_of(it);
+    struct jobs *j = sl->j;
+    pthread_mutex_lock(&j->mu);
+    sl->done = true;
+    j->events++;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void jobs_slot_reset(struct jobs_slot *sl)
+{
+    free(sl->r.input);
+    free(sl->output);
+    buf_free(&sl->result);
+    memset(sl, 0, sizeof *sl);
+}
+
+/* {"line":N,"id":...,"error":"..."} */
+static void jobs_result_error(struct jobs_slot *sl, const char *id, const char *msg)
+{
+    buf_appendf(&sl->result, "{\"line\":%lld,\"id\":", (long long)sl->line);
+    if (id)
+        json_append_string(&sl->result, id, strlen(id));
+    else
+        buf_append(&sl->result, "null", 4);
+    buf_append(&sl->result, ",\"error\":", 9);
+    json_append_string(&sl->result, msg, strlen(msg));
+    buf_append(&sl->result, "}\n", 2);
+    sl->failed = true;
+}
+
+/* The answer of a computed line: the KServe answer's outputs, spliced. */
+static void jobs_result_ok(struct jobs *j, struct jobs_slot *sl)
+{
+    const struct model_config *c = &j->cur.sm->model.cfg;
+    struct buf enc = BUF_INIT;
+    int64_t json_len;
+    sl->r.binary_output = false;
+    const char *outs = NULL;
+    if (tensor_encode_kserve(c, &sl->r, sl->output, &enc, &json_len) == 0 && enc.data)
+        outs = memmem(enc.data, enc.len, ",\"outputs\":", 11);
+    if (!outs) {
+        jobs_result_error(sl, sl->r.has_id ? sl->r.id : NULL, "out of memory encoding the answer");
+    } else {
+        buf_appendf(&sl->result, "{\"line\":%lld,\"id\":", (long long)sl->line);
+        if (sl->r.has_id)
+            json_append_string(&sl->result, sl->r.id, strlen(sl->r.id));
+        else
+            buf_append(&sl->result, "null", 4);
+        buf_append(&sl->result, outs, enc.len - (size_t)(outs - enc.data));
+        buf_append(&sl->result, "\n", 1);
+    }
+    buf_free(&enc);
+}
+
+static bool jobs_blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n')
+            return false;
+    return true;
+}
+
+/* Reads the next non-blank line into a new slot and submits it (or makes
+ * its error line at once). 0: a slot was filled; 1: end of input. */
+static int jobs_feed_one(struct jobs *j)
+{
+    struct jobs_cur *cu = &j->cur;
+    ssize_t n;
+    for (;;) {
+        n = getline(&cu->line, &cu->line_cap, cu->in);
+        if (n < 0) {
+            cu->eof = true;
+            return 1;
+        }
+        cu->offset += n;
+        if (!jobs_blank(cu->line, (size_t)n))
+            break;
+    }
+    struct jobs_slot *sl = &j->slots[(cu->head + cu->count) % JOBS_WINDOW];
+    jobs_slot_reset(sl);
+    sl->j = j;
+    sl->line = cu->next_line++;
+    sl->end_offset = cu->offset;
+    cu->count++;
+    const struct model_config *c = &cu->sm->model.cfg;
+    struct error err = {0};
+    if (tensor_decode_kserve(c, cu->line, (size_t)n, -1, &sl->r, &err) != 0) {
+        /* The id, where the line got that far, still names the line. */
+        jobs_result_error(sl, sl->r.has_id ? sl->r.id : NULL, err.msg);
+        sl->done = true;
+        return 0;
+    }
+    sl->output = malloc((size_t)sl->r.rows * (size_t)c->output.row_elems * sizeof(float));
+    if (!sl->output) {
+        jobs_result_error(sl, sl->r.has_id ? sl->r.id : NULL, "out of memory for the output");
+        sl->done = true;
+        return 0;
+    }
+    struct infer_item *it = &sl->item;
+    it->rows = sl->r.rows;
+    it->input = sl->r.input;
+    it->output = sl->output;
+    it->offline = true;
+    it->t_arrival_ns = jobs_mono_ns();
+    it->complete = jobs_line_complete;
+    sl->submitted = true;
+    int rc = batcher_submit(cu->sm->batcher, it, &err);
+    if (rc) {
+        sl->submitted = false;
+        if (rc == -BG_ESHUTDOWN) {   /* not an answer: the line runs again after a restart */
+            it->status = BG_ESHUTDOWN;
+        } else {
+            jobs_result_error(sl, sl->r.has_id ? sl->r.id : NULL, err.msg);
+        }
+        sl->done = true;
+    }
+    return 0;
+}
+
+/* ---- durability ---- */
+
+/* Writes, syncs and commits the pending result lines. */
+static int jobs_commit(struct jobs *j, struct error *err)
+{
+    struct jobs_cur *cu = &j->cur;
+    if (cu->pending_lines == 0)
+        return 0;
+    size_t off = 0;
+    while (off < cu->pending.len) {
+        ssize_t w = write(cu->out_fd, cu->pending.data + off, cu->pending.len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return error_set(err, BG_EIO, "cannot write the results file %s: %s",
+                             cu->job.output_path, w < 0 ? strerror(errno) : "short write");
+        off += (size_t)w;
+    }
+    if (fdatasync(cu->out_fd) != 0)
+        return error_set(err, BG_EIO, "cannot sync the results file %s: %s",
+                         cu->job.output_path, strerror(errno));
+    int64_t size = cu->job.out_size + (int64_t)cu->pending.len;
+    int64_t done = cu->job.lines_done + cu->pending_lines;
+    int64_t failed = cu->job.lines_failed + cu->pending_failed;
+    int rc = state_job_progress(j->st, cu->job.id, cu->pending_end_offset, size, done, failed, err);
+    if (rc)
+        return rc;
+    cu->job.out_size = size;
+    cu->job.lines_done = done;
+    cu->job.lines_failed = failed;
+    cu->job.in_offset = cu->pending_end_offset;
+    if (cu->model_index >= 0 && cu->model_index < j->nmodels) {
+        atomic_fetch_add_explicit(&j->lines[cu->model_index][0],
+                                  (uint64_t)(cu->pending_lines - cu->pending_failed),
+                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&j->lines[cu->model_index][1], (uint64_t)cu->pending_failed,
+                                  memory_order_relaxed);
+    }
+    cu->pending.len = 0;
+    cu->pending_lines = cu->pending_failed = 0;
+    cu->last_commit_ns = jobs_mono_ns();
+    return 0;
+}
+
+/* Moves the done lines at the window's head, in order, into `pending`.
+ * A line that came back without an answer (taken back at stop or cancel)
+ * ends the run: it and those after it are done again later. */
+static void jobs_collect(struct jobs *j)
+{
+    struct jobs_cur *cu = &j->cur;
+    while (cu->count > 0) {
+        struct jobs_slot *sl = &j->slots[cu->head];
+        pthread_mutex_lock(&j->mu);
+        bool done = sl->done;
+        pthread_mutex_unlock(&j->mu);
+        if (!done)
+            return;
+        if (sl->submitted) {
+            sl->submitted = false;
+            int st = sl->item.status;
+            if (st == BG_ECANCELLED || st == BG_ESHUTDOWN)
+                return;
+            if (st == 0)
+                jobs_result_ok(j, sl);
+            else
+                jobs_result_error(sl, sl->r.has_id ? sl->r.id : NULL, sl->item.error);
+        } else if (sl->result.len == 0) {
+            return;   /* refused at submit as the batcher closed */
+        }
+        buf_append(&cu->pending, sl->result.data, sl->result.len);
+        cu->pending_lines++;
+        cu->pending_failed += sl->failed;
+        cu->pending_end_offset = sl->end_offset;
+        jobs_slot_reset(sl);
+        cu->head = (cu->head + 1) % JOBS_WINDOW;
+        cu->count--;
+    }
+}
+
+/* Takes every line in flight back and waits for each to return. */
+static void jobs_take_back(struct jobs *j)
+{
+    struct jobs_cur *cu = &j->cur;
+    for (int i = 0; i < cu->count; i++) {
+        struct jobs_slot *sl = &j->slots[(cu->head + i) % JOBS_WINDOW];
+        pthread_mutex_lock(&j->mu);
+        bool pending = sl->submitted && !sl->done;
+        pthread_mutex_unlock(&j->mu);
+        if (pending)
+            batcher_cancel(cu->sm->batcher, &sl->item);
+    }
+    /* One taken by a worker finishes its batch first: bounded by the
+     * batch watchdog. */
+    pthread_mutex_lock(&j->mu);
+    for (int i = 0; i < cu->count; i++) {
+        struct jobs_slot *sl = &j->slots[(cu->head + i) % JOBS_WINDOW];
+        while (sl->submitted && !sl->done)
+            pthread_cond_wait(&j->cv, &j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Closes the current job: the window is emptied first (taken back). */
+static void jobs_close_cur(struct jobs *j)
+{
+    struct jobs_cur *cu = &j->cur;
+    jobs_take_back(j);
+    for (int i = 0; i < JOBS_WINDOW; i++)
+        jobs_slot_reset(&j->slots[i]);
+    if (cu->in)
+        fclose(cu->in);
+    if (cu->out_fd >= 0)
+        close(cu->out_fd);
+    buf_free(&cu->pending);
+    free(cu->line);
+    memset(cu, 0, sizeof *cu);
+    cu->out_fd = -1;
+}
+
+/* Ends the current job in `state` (reason for FAILED): the lines done so
+ * far are made durable first where they can be. */
+static void jobs_finish(struct jobs *j, int state, const char *reason)
+{
+    struct jobs_cur *cu = &j->cur;
+    struct error err = {0};
+    if (state != STATE_JOB_FAILED) {
+        jobs_take_back(j);
+        jobs_collect(j);
+        if (jobs_commit(j, &err)) {
+            state = STATE_JOB_FAILED;
+            reason = err.msg;
+        }
+    }
+    struct error e2 = {0};
+    if (state_job_set_state(j->st, cu->job.id, state, cu->job.lines_total, reason, &e2))
+        log_error("job %s: %s", cu->job.id, e2.msg);
+    log_info("job %s %s: %lld lines done (%lld failed)%s%s", cu->job.id,
+             state_job_state_name(state), (long long)cu->job.lines_done,
+             (long long)cu->job.lines_failed, reason ? ": " : "", reason ? reason : "");
+    jobs_close_cur(j);
+}
+
+static void jobs_fail(struct jobs *j, const char *reason)
+{
+    jobs_finish(j, STATE_JOB_FAILED, reason);
+}
+
+/* A new file's name survives a power loss only once its folder is synced
+ * too (a killed process needs only the file's own sync). */
+static void jobs_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+/* Non-blank lines of the input: the job's total. */
+static int64_t jobs_count_lines(FILE *f)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int64_t total = 0;
+    while ((n = getline(&line, &cap, f)) >= 0)
+        total += !jobs_blank(line, (size_t)n);
+    free(line);
+    rewind(f);
+    return total;
+}
+
+/* Opens the oldest unfinished job where its last run left it. 1: one is
+ * active; 0: none to run. */
+static int jobs_begin_next(struct jobs *j)
+{
+    struct jobs_cur *cu = &j->cur;
+    struct error err = {0};
+    int rc = state_job_next(j->st, &cu->job, &err);
+    if (rc <= 0) {
+        if (rc < 0)
+            log_error("jobs: %s", err.msg);
+        return 0;
+    }
+    cu->active = true;
+    cu->out_fd = -1;
+    cu->sm = j->serving ? serving_find(j->serving, cu->job.model, strlen(cu->job.model)) : NULL;
+    cu->model_index = -1;
+    for (int i = 0; cu->sm && i < j->nmodels; i++)
+        if (serving_at(j->serving, i) == cu->sm)
+            cu->model_index = i;
+    char why[1400];
+    if (!cu->sm || atomic_load(&cu->sm->state) != SERVED_READY) {
+        snprintf(why, sizeof why, "model %s is not served%s%s", cu->job.model,
+                 cu->sm ? ": " : "", cu->sm ? cu->sm->model.reason : "");
+        jobs_fail(j, why);
+        return 1;
+    }
+    cu->in = fopen(cu->job.input_path, "r");
+    if (!cu->in) {
+        snprintf(why, sizeof why, "cannot open the input %.900s: %s", cu->job.input_path,
+                 strerror(errno));
+        jobs_fail(j, why);
+        return 1;
+    }
+    if (cu->job.lines_total < 0)
+        cu->job.lines_total = jobs_count_lines(cu->in);
+    cu->out_fd = open(cu->job.output_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    /* What is past the committed size was written but never committed: its
+     * lines are done again from the committed input offset. */
+    if (cu->out_fd < 0 || ftruncate(cu->out_fd, cu->job.out_size) != 0 ||
+        lseek(cu->out_fd, cu->job.out_size, SEEK_SET) < 0 ||
+        fseeko(cu->in, cu->job.in_offset, SEEK_SET) != 0) {
+        snprintf(why, sizeof why, "cannot resume the results file %.900s: %s", cu->job.output_path,
+                 strerror(errno));
+        jobs_fail(j, why);
+        return 1;
+    }
+    if (cu->job.out_size == 0)
+        jobs_sync_dir(j->dir);   /* the results file may be new */
+    cu->offset = cu->job.in_offset;
+    cu->pending_end_offset = cu->job.in_offset;
+    cu->next_line = cu->job.lines_done + 1;
+    cu->last_commit_ns = jobs_mono_ns();
+    if (state_job_set_state(j->st, cu->job.id, STATE_JOB_RUNNING, cu->job.lines_total, NULL,
+                            &err)) {
+        jobs_fail(j, err.msg);
+        return 1;
+    }
+    log_info("job %s %s at line %lld of %lld", cu->job.id,
+             cu->job.lines_done ? "resumes" : "starts", (long long)cu->next_line,
+             (long long)cu->job.lines_total);
+    return 1;
+}
+
+/* One pass over the current job: fill the window, collect, commit when a
+ * group is due, finish at the end. Returns true when it made progress. */
+static bool jobs_pump(struct jobs *j)
+{
+    struct jobs_cur *cu = &j->cur;
+    bool progress = false;
+    while (!cu->eof && cu->count < JOBS_WINDOW) {
+        if (jobs_feed_one(j) == 0)
+            progress = true;
+    }
+    int64_t before = cu->pending_lines;
+    jobs_collect(j);
+    progress |= cu->pending_lines != before;
+    bool end = cu->eof && cu->count == 0;
+    if (cu->pending_lines >= JOBS_GROUP_LINES || end ||
+        (cu->pending_lines > 0 && jobs_mono_ns() - cu->last_commit_ns >= JOBS_GROUP_NS)) {
+        struct error err = {0};
+        if (jobs_commit(j, &err)) {
+            jobs_fail(j, err.msg);
+            return true;
+        }
+    }
+    if (end) {
+        jobs_finish(j, STATE_JOB_COMPLETED, NULL);
+        return true;
+    }
+    return progress;
+}
+
+/* ---- commands ---- */
+
+static void jobs_new_id(char *id, size_t cap)
+{
+    unsigned char r[8] = {0};
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        uint64_t t = (uint64_t)jobs_mono_ns();
+        memcpy(r, &t, sizeof r);
+    }
+    snprintf(id, cap, "job-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5],
+             r[6], r[7]);
+}
+
+static int jobs_write_file(const char *path, const char *data, size_t len, struct error *err)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return error_set(err, BG_EIO, "cannot create %s: %s", path, strerror(errno));
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, data + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(path);
+            return error_set(err, BG_EIO, "cannot write %s: %s", path,
+                             w < 0 ? strerror(e) : "short write");
+        }
+        off += (size_t)w;
+    }
+    int rc = fsync(fd) == 0 ? 0 : error_set(err, BG_EIO, "cannot sync %s: %s", path,
+                                            strerror(errno));
+    close(fd);
+    if (rc)
+        unlink(path);
+    return rc;
+}
+
+static void jobs_cmd_create(struct jobs *j, struct jobs_cmd *c)
+{
+    struct state_job job;
+    memset(&job, 0, sizeof job);
+    jobs_new_id(job.id, sizeof job.id);
+    snprintf(job.model, sizeof job.model, "%s", c->model);
+    job.state = STATE_JOB_QUEUED;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    job.created_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    snprintf(job.output_path, sizeof job.output_path, "%.900s/%s.results.jsonl", j->dir, job.id);
+    struct error err = {0};
+    int rc = 0;
+    if (c->body) {
+        snprintf(job.input_path, sizeof job.input_path, "%.900s/%s.input.jsonl", j->dir, job.id);
+        rc = jobs_write_file(job.input_path, c->body, c->body_len, &err);
+    } else {
+        snprintf(job.input_path, sizeof job.input_path, "%s", c->input_path);
+    }
+    if (rc == 0 && c->body)
+        jobs_sync_dir(j->dir);
+    if (rc == 0 && (rc = state_job_insert(j->st, &job, &err)) != 0 && c->body)
+        unlink(job.input_path);
+    free(c->body);
+    c->body = NULL;
+    c->status = rc;
+    if (rc) {
+        snprintf(c->error, sizeof c->error, "%.500s", err.msg);
+        return;
+    }
+    snprintf(c->id, sizeof c->id, "%s", job.id);
+    c->state = STATE_JOB_QUEUED;
+    log_info("job %s queued for model %s (%s)", job.id, job.model, job.input_path);
+}
+
+static void jobs_cmd_cancel(struct jobs *j, struct jobs_cmd *c)
+{
+    struct state_job job;
+    struct error err = {0};
+    if (j->cur.active && strcmp(j->cur.job.id, c->id) == 0) {
+        jobs_finish(j, STATE_JOB_CANCELLED, NULL);
+        c->state = STATE_JOB_CANCELLED;
+        c->status = 0;
+        return;
+    }
+    int rc = state_job_get(j->st, c->id, &job, &err);
+    if (rc == 0 && job.state <= STATE_JOB_RUNNING)
+        rc = state_job_set_state(j->st, c->id, STATE_JOB_CANCELLED, -1, NULL, &err);
+    c->status = rc;
+    if (rc) {
+        snprintf(c->error, sizeof c->error, "%.500s", err.msg);
+        return;
+    }
+    c->state = job.state <= STATE_JOB_RUNNING ? STATE_JOB_CANCELLED : job.state;
+}
+
+static void jobs_run_cmds(struct jobs *j, struct jobs_cmd *c)
+{
+    while (c) {
+        struct jobs_cmd *next = c->next;
+        if (c->kind == JOBS_CMD_CREATE)
+            jobs_cmd_create(j, c);
+        else
+            jobs_cmd_cancel(j, c);
+        c->done(c);
+        c = next;
+    }
+}
+
+/* ---- the thread ---- */
+
+static void *jobs_main(void *arg)
+{
+    struct jobs *j = arg;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        struct jobs_cmd *cmds = j->cmds;
+        j->cmds = NULL;
+        j->cmds_tail = &j->cmds;
+        bool stop = j->stop;
+        seen = j->events;
+        pthread_mutex_unlock(&j->mu);
+        jobs_run_cmds(j, cmds);
+        if (stop)
+            break;
+        bool progress;
+        if (!j->cur.active)
+            progress = jobs_begin_next(j);
+        else
+            progress = jobs_pump(j);
+        if (progress)
+            continue;
+        /* Nothing to do until a line comes back, a command arrives, or the
+         * group's time is up (a running job) / a while (idle). */
+        int64_t wait_ns = j->cur.active ? JOBS_GROUP_NS / 2 : 1000000000LL;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + wait_ns;
+        ts.tv_sec = (time_t)(at / 1000000000);
+        ts.tv_nsec = (long)(at % 1000000000);
+        pthread_mutex_lock(&j->mu);
+        while (j->events == seen && !j->stop)
+            if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT)
+                break;
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (j->cur.active) {
+        /* Paused, not finished: the lines taken back run after a restart. */
+        jobs_take_back(j);
+        jobs_collect(j);
+        struct error err = {0};
+        if (jobs_commit(j, &err))
+            log_error("job %s: %s", j->cur.job.id, err.msg);
+        log_info("job %s paused at line %lld", j->cur.job.id, (long long)j->cur.job.lines_done);
+        jobs_close_cur(j);
+    }
+    return NULL;
+}
+
+int jobs_start(struct jobs *j, struct error *err)
+{
+    int rc = pthread_create(&j->thread, NULL, jobs_main, j);
+    if (rc)
+        return error_set(err, BG_EINTERNAL, "cannot start the jobs thread: %s", strerror(rc));
+    pthread_setname_np(j->thread, "bg-jobs");
+    j->running = true;
+    return 0;
+}
+
+void jobs_stop(struct jobs *j)
+{
+    if (!j || !j->running)
+        return;
+    pthread_mutex_lock(&j->mu);
+    j->stop = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    pthread_join(j->thread, NULL);
+    j->running = false;
+    /* Commands that arrived too late are refused, so their callers answer. */
+    pthread_mutex_lock(&j->mu);
+    struct jobs_cmd *c = j->cmds;
+    j->cmds = NULL;
+    j->cmds_tail = &j->cmds;
+    pthread_mutex_unlock(&j->mu);
+    while (c) {
+        struct jobs_cmd *next = c->next;
+        free(c->body);
+        c->body = NULL;
+        c->status = -BG_ESHUTDOWN;
+        snprintf(c->error, sizeof c->error, "the server is shutting down");
+        c->done(c);
+        c = next;
+    }
+}
+
+void jobs_free(struct jobs *j)
+{
+    if (!j)
+        return;
+    jobs_stop(j);
+    state_close(j->st);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j->lines);
+    free(j);
+}

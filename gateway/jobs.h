@@ -1,0 +1,76 @@
+/* jobs.h - offline batch jobs: the runner and the one thread that writes
+ * the state database (state/state.h).
+ *
+ * A job is a file of JSON Lines, each a KServe v2 infer request. One runner
+ * thread takes the oldest unfinished job, submits its lines to the model's
+ * batcher as offline items (a bounded window in flight, so online queues
+ * are never flooded; batcher/queue.h says when offline rows run), appends
+ * each answer to the job's results file in line order and commits progress.
+ *
+ * Durability (docs/JOBS.md): after each group of result lines the results
+ * file is fdatasync'ed, then (results size, input offset, lines done) are
+ * committed in one SQLite transaction. On start the results file is cut
+ * back to the committed size and reading resumes at the committed offset,
+ * so whatever the process went through (SIGKILL included) each input line
+ * ends with exactly one result line.
+ *
+ * IO threads never write the database nor the job files: they hand a
+ * command (create, cancel) to the runner and get it back through `done`,
+ * called on the runner thread. They do read (the GET routes: the read
+ * connection, and the committed part of a results file). */
+#ifndef BG_JOBS_H
+#define BG_JOBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "state/state.h"
+
+struct serving;
+struct jobs;
+
+struct jobs_config {
+    const char *state_dir;
+    const char *dir;                  /* "" or NULL: <state_dir>/jobs */
+    size_t max_input_bytes;
+};
+
+enum jobs_cmd_kind { JOBS_CMD_CREATE, JOBS_CMD_CANCEL };
+
+/* A request to the runner, owned by the caller until `done` runs. */
+struct jobs_cmd {
+    struct jobs_cmd *next;            /* the runner's queue */
+    enum jobs_cmd_kind kind;
+    char model[128];                  /* create */
+    char *body;                       /* create: the input lines (the runner frees it), or NULL */
+    size_t body_len;
+    char input_path[1024];            /* create from a file under jobs.dir (resolved) */
+    char id[40];                      /* create: filled in; cancel: the job */
+    int status;                       /* 0, or a -BG_E* code with `error` */
+    char error[512];
+    int state;                        /* the job's state after the command */
+    void (*done)(struct jobs_cmd *c); /* runner thread */
+    void *arg;
+};
+
+int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **out,
+              struct error *err);
+/* Starts the runner (after the models are loaded): unfinished jobs resume. */
+int jobs_start(struct jobs *j, struct error *err);
+/* Stops the runner before the batchers close: the lines in flight are taken
+ * back, the results written so far committed; unfinished jobs stay for the
+ * next start. */
+void jobs_stop(struct jobs *j);
+void jobs_free(struct jobs *j);
+
+/* Any thread: queues a command; c->done runs on the runner thread. */
+void jobs_command(struct jobs *j, struct jobs_cmd *c);
+
+const char *jobs_dir(const struct jobs *j);
+size_t jobs_max_input_bytes(const struct jobs *j);
+struct state *jobs_state(struct jobs *j);
+/* Result lines written for served model `i` since start: ok and failed. */
+void jobs_lines(struct jobs *j, int i, uint64_t *ok, uint64_t *failed);
+
+#endif

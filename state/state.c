@@ -1,0 +1,341 @@
+/* state.c - see state.h. */
+#include "state/state.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <sqlite3.h>
+
+struct state {
+    sqlite3 *w;                       /* the writer's connection */
+    sqlite3 *r;                       /* the readers', under rmu */
+    pthread_mutex_t rmu;
+};
+
+static const char *const state_names[STATE_JOB_NSTATES] = {
+    "queued", "running", "completed", "failed", "cancelled",
+};
+
+const char *state_job_state_name(int s)
+{
+    return s >= 0 && s < STATE_JOB_NSTATES ? state_names[s] : "unknown";
+}
+
+static int64_t state_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int state_fail(struct error *err, sqlite3 *db, const char *what)
+{
+    return error_set(err, BG_EIO, "state database: %s: %s", what, sqlite3_errmsg(db));
+}
+
+static int state_exec(sqlite3 *db, const char *sql, struct error *err)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        int rc = error_set(err, BG_EIO, "state database: %s", msg ? msg : "error");
+        sqlite3_free(msg);
+        return rc;
+    }
+    return 0;
+}
+
+/* Version 1. A later schema adds a step here and bumps user_version. */
+static const char state_schema_v1[] =
+    "CREATE TABLE IF NOT EXISTS jobs ("
+    " id TEXT PRIMARY KEY, model TEXT NOT NULL, tenant TEXT NOT NULL DEFAULT '',"
+    " state INTEGER NOT NULL, created_ms INTEGER NOT NULL, started_ms INTEGER NOT NULL DEFAULT 0,"
+    " finished_ms INTEGER NOT NULL DEFAULT 0, lines_total INTEGER NOT NULL DEFAULT -1,"
+    " input_path TEXT NOT NULL, output_path TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '');"
+    "CREATE TABLE IF NOT EXISTS progress ("
+    " job_id TEXT PRIMARY KEY REFERENCES jobs(id), in_offset INTEGER NOT NULL DEFAULT 0,"
+    " out_size INTEGER NOT NULL DEFAULT 0, lines_done INTEGER NOT NULL DEFAULT 0,"
+    " lines_failed INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, created_ms);";
+
+static int state_migrate(sqlite3 *db, struct error *err)
+{
+    sqlite3_stmt *s;
+    int v = 0;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, db, "user_version");
+    if (sqlite3_step(s) == SQLITE_ROW)
+        v = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    if (v > STATE_SCHEMA_VERSION)
+        return error_set(err, BG_ECONFIG,
+                         "state database: schema version %d is newer than this batchgate's (%d); "
+                         "use a newer batchgate or another state_dir", v, STATE_SCHEMA_VERSION);
+    if (v == STATE_SCHEMA_VERSION)
+        return 0;
+    char sql[sizeof state_schema_v1 + 64];
+    snprintf(sql, sizeof sql, "BEGIN;%sPRAGMA user_version=%d;COMMIT;", state_schema_v1,
+             STATE_SCHEMA_VERSION);
+    return state_exec(db, sql, err);
+}
+
+static int state_connect(const char *path, sqlite3 **db, struct error *err)
+{
+    if (sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                      SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
+        int rc = error_set(err, BG_EIO, "state database %s: %s", path,
+                           *db ? sqlite3_errmsg(*db) : "cannot open");
+        sqlite3_close(*db);
+        *db = NULL;
+        return rc;
+    }
+    sqlite3_busy_timeout(*db, 5000);
+    /* WAL: readers never wait for the writer. synchronous=FULL: a commit
+     * survives power loss too, not only a killed process. A small
+     * checkpoint interval keeps the WAL file small. */
+    return state_exec(*db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                           "PRAGMA wal_autocheckpoint=64;", err);
+}
+
+int state_open(const char *dir, struct state **out, struct error *err)
+{
+    *out = NULL;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return error_set(err, BG_ECONFIG, "state_dir %s: cannot create it: %s", dir,
+                         strerror(errno));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/batchgate.db", dir);
+    struct state *st = calloc(1, sizeof *st);
+    if (!st)
+        return error_set(err, BG_ENOMEM, "out of memory");
+    pthread_mutex_init(&st->rmu, NULL);
+    int rc;
+    if ((rc = state_connect(path, &st->w, err)) || (rc = state_migrate(st->w, err)) ||
+        (rc = state_connect(path, &st->r, err))) {
+        state_close(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+void state_close(struct state *st)
+{
+    if (!st)
+        return;
+    sqlite3_close(st->r);
+    sqlite3_close(st->w);
+    pthread_mutex_destroy(&st->rmu);
+    free(st);
+}
+
+/* ---- writes ---- */
+
+int state_job_insert(struct state *st, const struct state_job *j, struct error *err)
+{
+    sqlite3_stmt *s = NULL, *p = NULL;
+    int rc = 0;
+    if (state_exec(st->w, "BEGIN", err))
+        return -BG_EIO;
+    if (sqlite3_prepare_v2(st->w,
+                           "INSERT INTO jobs(id,model,tenant,state,created_ms,input_path,"
+                           "output_path) VALUES(?,?,?,?,?,?,?)", -1, &s, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(st->w, "INSERT INTO progress(job_id) VALUES(?)", -1, &p, NULL) !=
+            SQLITE_OK) {
+        rc = state_fail(err, st->w, "insert job");
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, j->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, j->model, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, j->tenant, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 4, j->state);
+    sqlite3_bind_int64(s, 5, j->created_ms);
+    sqlite3_bind_text(s, 6, j->input_path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 7, j->output_path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(p, 1, j->id, -1, SQLITE_STATIC);
+    if (sqlite3_step(s) != SQLITE_DONE || sqlite3_step(p) != SQLITE_DONE) {
+        rc = state_fail(err, st->w, "insert job");
+        goto out;
+    }
+out:
+    sqlite3_finalize(s);
+    sqlite3_finalize(p);
+    if (rc == 0 && state_exec(st->w, "COMMIT", err))
+        rc = -BG_EIO;
+    if (rc)
+        state_exec(st->w, "ROLLBACK", NULL);
+    return rc;
+}
+
+int state_job_set_state(struct state *st, const char *id, int state, int64_t lines_total,
+                        const char *reason, struct error *err)
+{
+    int64_t now = state_now_ms();
+    bool final = state >= STATE_JOB_COMPLETED;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->w,
+                           "UPDATE jobs SET state=?1,"
+                           " started_ms=CASE WHEN ?2 AND started_ms=0 THEN ?3 ELSE started_ms END,"
+                           " finished_ms=CASE WHEN ?4 THEN ?3 ELSE finished_ms END,"
+                           " lines_total=CASE WHEN ?5>=0 THEN ?5 ELSE lines_total END,"
+                           " reason=CASE WHEN ?6 IS NOT NULL THEN ?6 ELSE reason END WHERE id=?7",
+                           -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, st->w, "update job");
+    sqlite3_bind_int(s, 1, state);
+    sqlite3_bind_int(s, 2, state == STATE_JOB_RUNNING);
+    sqlite3_bind_int64(s, 3, now);
+    sqlite3_bind_int(s, 4, final);
+    sqlite3_bind_int64(s, 5, lines_total);
+    if (reason)
+        sqlite3_bind_text(s, 6, reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 7, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s) == SQLITE_DONE ? 0 : state_fail(err, st->w, "update job");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int state_job_progress(struct state *st, const char *id, int64_t in_offset, int64_t out_size,
+                       int64_t lines_done, int64_t lines_failed, struct error *err)
+{
+    sqlite3_stmt *s;
+    /* One statement is one transaction in autocommit mode. */
+    if (sqlite3_prepare_v2(st->w,
+                           "UPDATE progress SET in_offset=?, out_size=?, lines_done=?,"
+                           " lines_failed=? WHERE job_id=?", -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, st->w, "progress");
+    sqlite3_bind_int64(s, 1, in_offset);
+    sqlite3_bind_int64(s, 2, out_size);
+    sqlite3_bind_int64(s, 3, lines_done);
+    sqlite3_bind_int64(s, 4, lines_failed);
+    sqlite3_bind_text(s, 5, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s) == SQLITE_DONE ? 0 : state_fail(err, st->w, "progress");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+/* ---- reads ---- */
+
+#define STATE_JOB_COLUMNS                                                                     \
+    "SELECT j.id, j.model, j.tenant, j.state, j.created_ms, j.started_ms, j.finished_ms,"     \
+    " j.lines_total, j.input_path, j.output_path, j.reason, p.in_offset, p.out_size,"         \
+    " p.lines_done, p.lines_failed FROM jobs j JOIN progress p ON p.job_id = j.id "
+
+static void state_copy(char *dst, size_t cap, sqlite3_stmt *s, int col)
+{
+    const unsigned char *t = sqlite3_column_text(s, col);
+    snprintf(dst, cap, "%s", t ? (const char *)t : "");
+}
+
+static void state_row(sqlite3_stmt *s, struct state_job *j)
+{
+    memset(j, 0, sizeof *j);
+    state_copy(j->id, sizeof j->id, s, 0);
+    state_copy(j->model, sizeof j->model, s, 1);
+    state_copy(j->tenant, sizeof j->tenant, s, 2);
+    j->state = sqlite3_column_int(s, 3);
+    j->created_ms = sqlite3_column_int64(s, 4);
+    j->started_ms = sqlite3_column_int64(s, 5);
+    j->finished_ms = sqlite3_column_int64(s, 6);
+    j->lines_total = sqlite3_column_int64(s, 7);
+    state_copy(j->input_path, sizeof j->input_path, s, 8);
+    state_copy(j->output_path, sizeof j->output_path, s, 9);
+    state_copy(j->reason, sizeof j->reason, s, 10);
+    j->in_offset = sqlite3_column_int64(s, 11);
+    j->out_size = sqlite3_column_int64(s, 12);
+    j->lines_done = sqlite3_column_int64(s, 13);
+    j->lines_failed = sqlite3_column_int64(s, 14);
+}
+
+int state_job_next(struct state *st, struct state_job *out, struct error *err)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->w, STATE_JOB_COLUMNS "WHERE j.state IN (0,1)"
+                                  " ORDER BY j.created_ms, j.rowid LIMIT 1", -1, &s, NULL) !=
+        SQLITE_OK)
+        return state_fail(err, st->w, "next job");
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        state_row(s, out);
+        rc = 1;
+    } else {
+        rc = rc == SQLITE_DONE ? 0 : state_fail(err, st->w, "next job");
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int state_job_get(struct state *st, const char *id, struct state_job *out, struct error *err)
+{
+    pthread_mutex_lock(&st->rmu);
+    sqlite3_stmt *s;
+    int rc;
+    if (sqlite3_prepare_v2(st->r, STATE_JOB_COLUMNS "WHERE j.id=?", -1, &s, NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->r, "get job");
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        state_row(s, out);
+        rc = 0;
+    } else if (rc == SQLITE_DONE) {
+        rc = error_set(err, BG_ENOTFOUND, "no job \"%s\"", id);
+    } else {
+        rc = state_fail(err, st->r, "get job");
+    }
+    sqlite3_finalize(s);
+out:
+    pthread_mutex_unlock(&st->rmu);
+    return rc;
+}
+
+int state_job_list(struct state *st, state_job_fn fn, void *arg, struct error *err)
+{
+    pthread_mutex_lock(&st->rmu);
+    sqlite3_stmt *s;
+    int rc = 0;
+    if (sqlite3_prepare_v2(st->r, STATE_JOB_COLUMNS "ORDER BY j.created_ms, j.rowid", -1, &s,
+                           NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->r, "list jobs");
+        goto out;
+    }
+    struct state_job j;
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        state_row(s, &j);
+        fn(&j, arg);
+    }
+    if (step != SQLITE_DONE)
+        rc = state_fail(err, st->r, "list jobs");
+    sqlite3_finalize(s);
+out:
+    pthread_mutex_unlock(&st->rmu);
+    return rc;
+}
+
+int state_job_counts(struct state *st, int64_t *counts, struct error *err)
+{
+    memset(counts, 0, STATE_JOB_NSTATES * sizeof *counts);
+    pthread_mutex_lock(&st->rmu);
+    sqlite3_stmt *s;
+    int rc = 0;
+    if (sqlite3_prepare_v2(st->r, "SELECT state, count(*) FROM jobs GROUP BY state", -1, &s,
+                           NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->r, "count jobs");
+        goto out;
+    }
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int k = sqlite3_column_int(s, 0);
+        if (k >= 0 && k < STATE_JOB_NSTATES)
+            counts[k] = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_finalize(s);
+out:
+    pthread_mutex_unlock(&st->rmu);
+    return rc;
+}

@@ -1,0 +1,76 @@
+/* state.h - the process's durable state: one SQLite database in state_dir
+ * (WAL mode) holding the offline jobs and their progress.
+ *
+ * Two connections: the writer (only the jobs runner's thread calls the
+ * state_job_* writes, so SQLite never waits on a lock on the request path)
+ * and a reader for the GET routes (its own mutex; WAL lets it read while
+ * the writer writes). Every write a restart depends on is one transaction.
+ *
+ * The schema's version is PRAGMA user_version (STATE_SCHEMA_VERSION); a
+ * database from a newer batchgate is refused rather than misread. */
+#ifndef BG_STATE_H
+#define BG_STATE_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define STATE_SCHEMA_VERSION 1
+
+enum state_job_state {
+    STATE_JOB_QUEUED,
+    STATE_JOB_RUNNING,
+    STATE_JOB_COMPLETED,
+    STATE_JOB_FAILED,
+    STATE_JOB_CANCELLED,
+    STATE_JOB_NSTATES
+};
+
+/* One job row and its progress row. Times are Unix milliseconds, 0: not yet. */
+struct state_job {
+    char id[40];
+    char model[128];
+    char tenant[64];                  /* empty until tenants exist */
+    int state;                        /* enum state_job_state */
+    int64_t created_ms, started_ms, finished_ms;
+    int64_t lines_total;              /* -1 until the input was counted */
+    char input_path[1024];
+    char output_path[1024];
+    char reason[512];                 /* why it failed; empty otherwise */
+    /* progress: what the results file holds, committed together */
+    int64_t in_offset;                /* input bytes consumed by the lines done */
+    int64_t out_size;                 /* results file bytes for those lines */
+    int64_t lines_done, lines_failed; /* failed: counted in done too */
+};
+
+struct state;
+
+const char *state_job_state_name(int s);
+
+/* Opens (creating) `dir`/batchgate.db. */
+int state_open(const char *dir, struct state **out, struct error *err);
+void state_close(struct state *st);
+
+/* ---- the writer thread only ---- */
+int state_job_insert(struct state *st, const struct state_job *j, struct error *err);
+/* Sets the state (and started_ms when RUNNING, finished_ms when final, the
+ * reason when FAILED) and lines_total (when >= 0). */
+int state_job_set_state(struct state *st, const char *id, int state, int64_t lines_total,
+                        const char *reason, struct error *err);
+/* The results file's committed size, the input offset and the counts, in
+ * one transaction: what a restart resumes from. */
+int state_job_progress(struct state *st, const char *id, int64_t in_offset, int64_t out_size,
+                       int64_t lines_done, int64_t lines_failed, struct error *err);
+/* The oldest job that is queued or running: 1 and *out, 0 none, <0 error. */
+int state_job_next(struct state *st, struct state_job *out, struct error *err);
+
+/* ---- any thread (the read connection) ---- */
+/* 0 and *out, -BG_ENOTFOUND, or another error. */
+int state_job_get(struct state *st, const char *id, struct state_job *out, struct error *err);
+typedef void (*state_job_fn)(const struct state_job *j, void *arg);
+/* Every job, oldest first. */
+int state_job_list(struct state *st, state_job_fn fn, void *arg, struct error *err);
+/* Jobs by state, counts[STATE_JOB_NSTATES]. */
+int state_job_counts(struct state *st, int64_t *counts, struct error *err);
+
+#endif

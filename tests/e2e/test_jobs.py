@@ -1,0 +1,352 @@
+"""test_jobs.py - offline jobs end to end (docs/JOBS.md): submit, status,
+list, results, cancel, every bad input, online requests beside a job, and
+the durability rule: SIGTERM and SIGKILL at random points, after which each
+input line has exactly one result line."""
+
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from harness import Server, roundtrip
+from test_infer import infer_body, synthetic, write_model
+
+
+def line(i, rows=1, **extra):
+    """A job line whose answer is known: synthetic y_j = sum(x) + j."""
+    body = {"id": "r%d" % i,
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 4],
+                        "data": [[i, 0, 0, 0]] * rows}]}
+    body.update(extra)
+    return json.dumps(body)
+
+
+def get(srv, path, timeout=10.0):
+    return roundtrip(srv.port, "GET", path, timeout=timeout)
+
+
+def submit(srv, model, body, timeout=30.0):
+    return roundtrip(srv.port, "POST", "/v2/models/%s/jobs" % model,
+                     [("Content-Type", "application/jsonl")], body, timeout=timeout)
+
+
+def wait_state(tc, srv, job, states, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        r = get(srv, "/v2/jobs/" + job)
+        tc.assertEqual(r.status, 200, r.body)
+        j = r.json()
+        if j["state"] in states:
+            return j
+        if time.monotonic() > deadline:
+            tc.fail("job %s still %s after %.0f s; log:\n%s" % (job, j, timeout, srv.log()))
+        time.sleep(0.05)
+
+
+def results(tc, srv, job):
+    r = get(srv, "/v2/jobs/%s/results" % job)
+    tc.assertEqual(r.status, 200, r.body)
+    text = r.body.decode()
+    tc.assertTrue(text == "" or text.endswith("\n"), text[-200:])
+    return [json.loads(x) for x in text.splitlines()]
+
+
+def check_exactly_once(tc, res, n, bad=()):
+    """Lines 1..n, each once, in order, each answer the right one."""
+    tc.assertEqual([r["line"] for r in res], list(range(1, n + 1)))
+    for r in res:
+        i = r["line"] - 1
+        if i in bad:
+            tc.assertIn("error", r)
+            continue
+        tc.assertEqual(r["id"], "r%d" % i, r)
+        tc.assertEqual(r["outputs"][0]["data"][:3], [i, i + 1, i + 2], r)
+
+
+class JobsCase(unittest.TestCase):
+    """A model repository and a state_dir kept across the test's restarts."""
+    models = {}
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="batchgate-jobs-")
+        self.repo = os.path.join(self.tmp, "models")
+        os.makedirs(self.repo)
+        for name, cfg in self.models.items():
+            write_model(self.repo, name, cfg)
+        self.state = os.path.join(self.tmp, "state")
+        self.jobs_dir = os.path.join(self.state, "jobs")
+        self.servers = []
+        self.mounts = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.kill()
+        for m in self.mounts:
+            subprocess.run(["umount", m], capture_output=True, timeout=10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self, extra=None, **kw):
+        cfg = {"model_repository": self.repo, "state_dir": self.state}
+        cfg.update(extra or {})
+        srv = Server(cfg, io_threads=2, **kw)
+        self.servers.append(srv)
+        srv.wait_log(r"ready in", timeout=30)
+        return srv
+
+
+class JobsApiTest(JobsCase):
+    models = {
+        "syn": synthetic("syn", base_us=1000, per_row_us=10,
+                         batching={"max_batch_size": 8, "max_queue_delay_us": 2000}),
+        "slow": synthetic("slow", base_us=20000, per_row_us=0,
+                          batching={"max_batch_size": 4, "max_queue_delay_us": 1000,
+                                    "max_queue_size": 2}),
+        "broken": {"name": "broken", "backend": "tpu"},
+    }
+
+    def test_submit_status_results_list_metrics(self):
+        srv = self.start()
+        lines = [line(i) for i in range(40)]
+        lines[3] = "not json"
+        lines[7] = line(7, rows=9)   # over max_batch_size: refused alone
+        lines[9] = json.dumps({"inputs": [{"name": "nope", "datatype": "FP32",
+                                           "shape": [1, 4], "data": [1, 2, 3, 4]}]})
+        body = "\n".join(lines[:20]) + "\n\n  \n" + "\n".join(lines[20:])   # blank lines skipped
+        r = submit(srv, "syn", body)
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()
+        self.assertEqual(job["state"], "queued")
+        j = wait_state(self, srv, job["id"], ("completed",))
+        self.assertEqual(j["model"], "syn")
+        self.assertEqual(j["tenant"], "")
+        self.assertEqual(j["lines"], {"total": 40, "done": 40, "failed": 3})
+        self.assertTrue(j["created"] <= j["started"] <= j["finished"])
+        self.assertTrue(os.path.isfile(j["output_path"]))
+        res = results(self, srv, job["id"])
+        check_exactly_once(self, res, 40, bad={3, 7, 9})
+        self.assertIsNone(res[3]["id"])
+        self.assertIn("JSON", res[3]["error"])
+        self.assertEqual(res[7]["id"], "r7")
+        self.assertIn("rows", res[7]["error"])
+        lst = get(srv, "/v2/jobs").json()["jobs"]
+        self.assertEqual([x["id"] for x in lst], [job["id"]])
+        m = get(srv, "/metrics").body.decode()
+        self.assertIn('batchgate_job_lines_total{model="syn",result="ok"} 37\n', m)
+        self.assertIn('batchgate_job_lines_total{model="syn",result="failed"} 3\n', m)
+        self.assertIn('batchgate_jobs{state="completed"} 1\n', m)
+        self.assertIn('batchgate_jobs{state="running"} 0\n', m)
+        # Cancelling a finished job changes nothing.
+        r = roundtrip(srv.port, "DELETE", "/v2/jobs/" + job["id"])
+        self.assertEqual((r.status, r.json()["state"]), (200, "completed"))
+        srv.stop_checked()
+
+    def test_bad_inputs(self):
+        srv = self.start({"jobs": {"max_input_bytes": 4096},
+                          "limits": {"max_body_bytes": 16384}})
+        # Unknown model.
+        r = submit(srv, "nope", line(0))
+        self.assertEqual(r.status, 404, r.body)
+        # Unknown job, on every route.
+        for method, path in (("GET", "/v2/jobs/job-x"), ("GET", "/v2/jobs/job-x/results"),
+                             ("DELETE", "/v2/jobs/job-x")):
+            r = roundtrip(srv.port, method, path)
+            self.assertEqual(r.status, 404, (method, path, r.body))
+        # A body over jobs.max_input_bytes.
+        r = submit(srv, "syn", "\n".join(line(i) for i in range(100)))
+        self.assertEqual(r.status, 413, r.body)
+        self.assertIn("max_input_bytes", r.json()["error"])
+        # A body over limits.max_body_bytes: the HTTP layer's 413, before the body is read.
+        r = submit(srv, "syn", "\n".join(line(i) for i in range(400)))
+        self.assertEqual(r.status, 413, r.body)
+        # An empty body.
+        self.assertEqual(submit(srv, "syn", "").status, 400)
+        # input_path: outside jobs.dir every way, missing, too big, then a good one.
+        outside = os.path.join(self.tmp, "outside.jsonl")
+        with open(outside, "w") as f:
+            f.write(line(0) + "\n")
+        os.symlink(outside, os.path.join(self.jobs_dir, "link.jsonl"))
+        os.makedirs(os.path.join(self.jobs_dir, "sub"))
+        for p, status in ((outside, 403), ("../outside.jsonl", 403), ("sub/../../outside.jsonl", 403),
+                          ("link.jsonl", 403), ("missing.jsonl", 400), ("sub", 400)):
+            r = submit(srv, "syn", json.dumps({"input_path": p}))
+            self.assertEqual(r.status, status, (p, r.body))
+            self.assertIn("input_path", r.json()["error"])
+        with open(os.path.join(self.jobs_dir, "big.jsonl"), "w") as f:
+            f.write("\n".join(line(i) for i in range(100)))
+        self.assertEqual(submit(srv, "syn", json.dumps({"input_path": "big.jsonl"})).status, 413)
+        with open(os.path.join(self.jobs_dir, "sub", "ok.jsonl"), "w") as f:
+            f.write("\n".join(line(i) for i in range(10)) + "\n")
+        r = submit(srv, "syn", json.dumps({"input_path": "sub/ok.jsonl"}))
+        self.assertEqual(r.status, 201, r.body)
+        wait_state(self, srv, r.json()["id"], ("completed",))
+        check_exactly_once(self, results(self, srv, r.json()["id"]), 10)
+        srv.stop_checked()
+
+    def test_model_that_failed_to_load_fails_the_job_with_the_reason(self):
+        srv = self.start()
+        r = submit(srv, "broken", line(0))
+        self.assertEqual(r.status, 201, r.body)
+        j = wait_state(self, srv, r.json()["id"], ("failed",))
+        self.assertIn("model broken is not served", j["reason"])
+        self.assertEqual(results(self, srv, r.json()["id"]), [])
+        srv.stop_checked()
+
+    def test_cancel_keeps_lines_done_and_online_is_never_429(self):
+        srv = self.start()
+        n = 400   # 20 ms per 4 rows: 2 s of work
+        r = submit(srv, "slow", "\n".join(line(i) for i in range(n)))
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        wait_state(self, srv, job, ("running",))
+        # The job keeps up to 64 lines queued on a model whose max_queue_size
+        # is 2: online requests are still admitted, one at a time.
+        for _ in range(10):
+            r = roundtrip(srv.port, "POST", "/v2/models/slow/infer",
+                          [("Content-Type", "application/json")],
+                          infer_body([[1, 2, 3, 4]], name="x"), timeout=10)
+            self.assertEqual(r.status, 200, r.body)
+        r = roundtrip(srv.port, "DELETE", "/v2/jobs/" + job)
+        self.assertEqual((r.status, r.json()["state"]), (200, "cancelled"), r.body)
+        j = wait_state(self, srv, job, ("cancelled",))
+        done = j["lines"]["done"]
+        self.assertLess(done, n)
+        res = results(self, srv, job)
+        check_exactly_once(self, res, done)
+        time.sleep(0.2)   # nothing more is written after the cancel
+        self.assertEqual(len(results(self, srv, job)), done)
+        srv.stop_checked()
+
+
+class JobsRestartTest(JobsCase):
+    models = {"syn": synthetic("syn", base_us=4000, per_row_us=0,
+                               batching={"max_batch_size": 8, "max_queue_delay_us": 1000})}
+
+    def test_sigterm_pauses_and_resumes(self):
+        srv = self.start()
+        n = 1500
+        r = submit(srv, "syn", "\n".join(line(i) for i in range(n)) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        r = submit(srv, "syn", "\n".join(line(i) for i in range(50)))   # queued behind it
+        self.assertEqual(r.status, 201, r.body)
+        job2 = r.json()["id"]
+        time.sleep(0.3)
+        self.assertEqual(get(srv, "/v2/jobs/" + job2).json()["state"], "queued")
+        srv.stop_checked()
+        self.assertRegex(srv.log(), r"job %s paused at line \d+" % job)
+        srv = self.start()
+        wait_state(self, srv, job, ("completed",), timeout=30)
+        self.assertRegex(srv.log(), r"job %s resumes at line" % job)
+        check_exactly_once(self, results(self, srv, job), n)
+        wait_state(self, srv, job2, ("completed",), timeout=30)
+        check_exactly_once(self, results(self, srv, job2), 50)
+        srv.stop_checked()
+
+    def test_sigkill_at_random_points_exactly_once(self):
+        """Several SIGKILLs at random instants while a job runs (bounded: 5
+        kills, ~0.1-0.5 s apart); then every input line has exactly one
+        result line, in order, each the right answer."""
+        rng = random.Random(int(os.environ.get("JOBS_SEED", "0")) or None)
+        n = 4000   # ~2 s of work at 8 rows per 4 ms: kills land mid-job
+        srv = self.start()
+        r = submit(srv, "syn", "\n".join(line(i) for i in range(n)) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        kills = 0
+        done_at_kill = []
+        t_end = time.monotonic() + 20
+        while kills < 5 and time.monotonic() < t_end:
+            time.sleep(rng.uniform(0.1, 0.5))
+            j = get(srv, "/v2/jobs/" + job).json()
+            if j["state"] == "completed":
+                break
+            srv.send_signal(signal.SIGKILL)
+            srv.wait(5)
+            kills += 1
+            done_at_kill.append(j["lines"]["done"])
+            srv = self.start()
+        j = wait_state(self, srv, job, ("completed",), timeout=30)
+        self.assertGreaterEqual(kills, 3, "the job ended before 3 kills: %r" % done_at_kill)
+        self.assertEqual(j["lines"], {"total": n, "done": n, "failed": 0})
+        with open(j["output_path"]) as f:
+            res = [json.loads(x) for x in f.read().splitlines()]
+        check_exactly_once(self, res, n)
+        print("jobs: %d kills with %r of %d lines done; exactly once" % (kills, done_at_kill, n))
+        srv.stop_checked()
+
+
+def _small_files():
+    """In the child before exec: files past 256 KiB cannot grow (EFBIG
+    instead of SIGXFSZ): the same write failure a full disk gives."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+
+
+class JobsDiskFullTest(JobsCase):
+    # Wide outputs: each result line is a few KiB, so the results file hits
+    # the limit long before the database or the input do.
+    models = {"wide": dict(synthetic("wide", base_us=1000, per_row_us=0,
+                                     batching={"max_batch_size": 8}),
+                           outputs=[{"name": "y", "datatype": "FP32", "shape": [512]}])}
+
+    def test_write_failure_fails_the_job_and_online_goes_on(self):
+        os.makedirs(self.jobs_dir)
+        with open(os.path.join(self.jobs_dir, "in.jsonl"), "w") as f:
+            f.write("\n".join(line(i) for i in range(400)) + "\n")   # input written by us
+        srv = self.start(preexec_fn=_small_files)
+        r = submit(srv, "wide", json.dumps({"input_path": "in.jsonl"}))
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        j = wait_state(self, srv, job, ("failed", "completed"))
+        self.assertEqual(j["state"], "failed", j)
+        self.assertIn("cannot write the results file", j["reason"])
+        self.assertIn("too large", j["reason"])   # strerror(EFBIG)
+        self.assertLess(j["lines"]["done"], 400)
+        # What was committed before the failure is intact and exactly once.
+        res = results(self, srv, job)
+        self.assertEqual([x["line"] for x in res], list(range(1, j["lines"]["done"] + 1)))
+        r = roundtrip(srv.port, "POST", "/v2/models/wide/infer",
+                      [("Content-Type", "application/json")],
+                      infer_body([[1, 2, 3, 4]], name="x"))
+        self.assertEqual(r.status, 200, r.body)
+        self.assertIn('batchgate_jobs{state="failed"} 1', get(srv, "/metrics").body.decode())
+        srv.stop_checked()
+
+    def test_full_filesystem_fails_the_job_with_enospc(self):
+        """The real thing where this machine allows it: jobs.dir on a 1 MiB
+        tmpfs (needs root and mount rights; skipped elsewhere), the state
+        database beside it on the ordinary disk."""
+        small = os.path.join(self.tmp, "small")
+        os.makedirs(small)
+        try:
+            p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small],
+                               capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.skipTest("cannot mount a tmpfs here: %s" % e)
+        if p.returncode != 0:
+            self.skipTest("cannot mount a tmpfs here: %s" % p.stderr.decode().strip())
+        self.mounts.append(small)
+        srv = self.start({"jobs": {"dir": small}})
+        r = submit(srv, "wide", "\n".join(line(i) for i in range(800)) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        j = wait_state(self, srv, job, ("failed", "completed"))
+        self.assertEqual(j["state"], "failed", j)
+        self.assertIn("No space left on device", j["reason"])
+        self.assertEqual([x["line"] for x in results(self, srv, job)],
+                         list(range(1, j["lines"]["done"] + 1)))
+        r = roundtrip(srv.port, "POST", "/v2/models/wide/infer",
+                      [("Content-Type", "application/json")],
+                      infer_body([[1, 2, 3, 4]], name="x"))
+        self.assertEqual(r.status, 200, r.body)
+        srv.stop_checked()
+
+
+if __name__ == "__main__":
+    unittest.main()
