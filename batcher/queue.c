@@ -325,8 +325,13 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     policy_decision_init(&d, q->pick_scratch);
     policy_decide(&q->pcfg, lat, q->view, n, now_ns, &d);
     if (d.take == 0) {
-        /* The aging instant of the oldest request is a decision point too. */
-        int64_t age_at = q->cfg.aging_ns > 0 && oldest != first
+        /* The aging instant of the oldest request is a decision point too,
+         * while it is ahead: once passed, the aged request already leads
+         * the view above, and an instant in the past would make the worker
+         * ask again at once, for ever (found by test_queue_offline's
+         * traces with priority_aging_ms below max_queue_delay_us). */
+        int64_t age_at = q->cfg.aging_ns > 0 && oldest != first &&
+                                 oldest->t_arrival_ns + q->cfg.aging_ns > now_ns
                              ? oldest->t_arrival_ns + q->cfg.aging_ns
                              : POLICY_NEVER;
         *wake_ns = d.wake_ns < age_at ? d.wake_ns : age_at;

@@ -2,7 +2,9 @@
  * on a virtual clock: offline rows run alone when no online request is
  * queued, in the gap before the online work must start, or in the empty
  * rows of an online batch that they do not make late; they never count
- * against max_queue_size and aging never promotes them. */
+ * against max_queue_size and aging never promotes them. And one rule of the
+ * online side found by these traces: a waiting queue never names a wake
+ * instant already past. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -53,6 +55,28 @@ static int count_offline(const struct batch *b)
     for (const struct infer_item *it = b->head; it; it = it->next)
         n += it->offline;
     return n;
+}
+
+static void test_aged_request_wakes_at_the_delay_not_in_the_past(void **state)
+{
+    (void)state;
+    struct bqueue q;
+    setup_queue(&q, 100, 10 * MS, 1 * MS);   /* aging 1 ms, well below the 10 ms delay */
+    items[0].priority = 2;
+    items[1].priority = 1;
+    push(&q, 0, false, 0, 0);
+    push(&q, 1, false, MS / 2, 0);
+    struct batch b;
+    int64_t wake;
+    /* At 2 ms the low-priority request has aged and leads; two rows of
+     * eight wait for the delay: the worker sleeps until 10 ms, not until
+     * the aging instant of 1 ms, which has passed. */
+    assert_int_equal(bqueue_take(&q, 2 * MS, &lat, &b, &wake), 0);
+    assert_true(wake > 2 * MS);
+    assert_int_equal(wake, 10 * MS);
+    assert_int_equal(bqueue_take(&q, 10 * MS, &lat, &b, &wake), 1);
+    assert_ptr_equal(b.head, &items[0]);   /* the aged one first */
+    bqueue_free(&q);
 }
 
 static void test_offline_alone_takes_full_batches(void **state)
@@ -302,6 +326,7 @@ static void test_seeded_traces(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_aged_request_wakes_at_the_delay_not_in_the_past),
         cmocka_unit_test(test_offline_alone_takes_full_batches),
         cmocka_unit_test(test_offline_outside_max_queue_size),
         cmocka_unit_test(test_offline_batch_ends_before_online_must_start),
