@@ -185,7 +185,9 @@ struct batch_source {
      * the worker must exit. */
     int (*next)(void *ctx, int instance, struct batch *b);
     /* The batch ran for exec_ns (feeds the instance's latency model). */
-    void (*done)(void *ctx, int instance, int rows, int64_t exec_ns);
+    /* `offline_rows` of the rows were job lines (infer_item.offline): the
+     * device time splits between the classes by rows. */
+    void (*done)(void *ctx, int instance, int rows, int offline_rows, int64_t exec_ns);
     /* For backends with their own event loop (upstream): never blocks;
      * 1 and a batch, 0 and when to ask again (*wake_ns), -1 closed. */
     int (*try_next)(void *ctx, int instance, struct batch *b, int64_t *wake_ns);
@@ -205,5 +207,7 @@ void model_workers_join(struct model *m);
  * batch's statistics are recorded (worker.c; upstream.c ends its batches
  * the same way). */
 void worker_complete_batch(struct batch *b);
+/* Rows of a batch that are offline (job lines). */
+int batch_offline_rows(const struct batch *b);
 
 #endif

@@ -182,7 +182,7 @@ static void upstream_slot_finish(struct up_slot *s)
     struct batch b = s->b;
     upstream_slot_release(s);
     if (um->src.done)
-        um->src.done(um->src.ctx, 0, rows, ns);
+        um->src.done(um->src.ctx, 0, rows, batch_offline_rows(&b), ns);
     worker_complete_batch(&b);
     upstream_poll(um);
 }

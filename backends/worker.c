@@ -83,6 +83,15 @@ static void worker_scatter(struct instance *in, struct batch *b, int rc, const s
     }
 }
 
+int batch_offline_rows(const struct batch *b)
+{
+    int n = 0;
+    for (const struct infer_item *it = b->head; it; it = it->next)
+        if (it->offline)
+            n += it->rows;
+    return n;
+}
+
 void worker_complete_batch(struct batch *b)
 {
     struct infer_item *it = b->head, *next;
@@ -215,7 +224,7 @@ static void *worker_main(void *p)
         /* Accounted before the answers leave: whoever reads the statistics
          * after getting an answer sees its batch counted. */
         if (a.src.done)
-            a.src.done(a.src.ctx, a.in->index, rows, ns);
+            a.src.done(a.src.ctx, a.in->index, rows, batch_offline_rows(&b), ns);
         worker_complete_batch(&b);
     }
     return NULL;

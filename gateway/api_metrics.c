@@ -291,7 +291,8 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     } dev_metrics[] = {
         {"device_busy_seconds_total", "counter",
          "Time with a batch executing, per model instance (upstream: with a call in flight, per "
-         "server)."},
+         "server), by class: online requests or offline job lines (a batch's time splits by "
+         "rows)."},
         {"device_idle_seconds_total", "counter",
          "Time with the model loaded and nothing executing, per model instance (or server)."},
         {"device_utilization_ratio", "gauge", "Busy fraction over the last 10 seconds."},
@@ -303,8 +304,15 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             const struct served_device *d = &devs[mi].d[i];
             char dev[80];
             snprintf(dev, sizeof dev, "device=\"%s\"", d->dev.name);
-            double v = k == 0 ? d->busy_s : k == 1 ? d->idle_s : k == 2 ? d->util_10s
-                                                                        : (double)d->memory_bytes;
+            if (k == 0) {
+                double off = d->busy_offline_s < d->busy_s ? d->busy_offline_s : d->busy_s;
+                snprintf(dev, sizeof dev, "device=\"%s\",class=\"online\"", d->dev.name);
+                metrics_sample(b, dev_metrics[k].name, NAME, dev, d->busy_s - off);
+                snprintf(dev, sizeof dev, "device=\"%s\",class=\"offline\"", d->dev.name);
+                metrics_sample(b, dev_metrics[k].name, NAME, dev, off);
+                continue;
+            }
+            double v = k == 1 ? d->idle_s : k == 2 ? d->util_10s : (double)d->memory_bytes;
             metrics_sample(b, dev_metrics[k].name, NAME, dev, v);
         }
     }

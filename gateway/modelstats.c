@@ -40,6 +40,7 @@ struct inst_shard {
     _Atomic uint64_t batches, rows;
     _Atomic int64_t loaded_ns;
     struct busywin busy;                     /* written by the instance's worker only */
+    _Atomic uint64_t busy_offline_ns;        /* the offline rows' share of busy */
     _Atomic uint64_t *count_by_size, *ns_by_size;
 };
 
@@ -155,7 +156,8 @@ void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason 
     atomic_fetch_add_explicit(&s->io[thread % s->nio].rejected[r], 1, memory_order_relaxed);
 }
 
-void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t exec_ns)
+void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_rows,
+                      int64_t exec_ns)
 {
     struct inst_shard *sh = &s->inst[instance % s->ninst];
     modelstats_hist_add(&sh->compute, modelstats_lat_bucket(exec_ns), (uint64_t)exec_ns);
@@ -169,6 +171,10 @@ void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t exec
     /* The batch ran until now: it is busy time in each second it covered. */
     int64_t end = now_ns();
     busywin_add(&sh->busy, end - exec_ns, end);
+    if (offline_rows > 0 && rows > 0)
+        atomic_fetch_add_explicit(&sh->busy_offline_ns,
+                                  (uint64_t)((double)exec_ns * offline_rows / rows),
+                                  memory_order_relaxed);
 }
 
 static void modelstats_hist_sum(struct modelstats_hist *dst, struct hist *src, double unit)
@@ -215,6 +221,8 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
             continue;
         struct modelstats_instance *mi = &o->inst[i];
         mi->busy_s = (double)busywin_total_ns(&sh->busy) / 1e9;
+        mi->busy_offline_s =
+            (double)atomic_load_explicit(&sh->busy_offline_ns, memory_order_relaxed) / 1e9;
         int64_t loaded = atomic_load_explicit(&sh->loaded_ns, memory_order_relaxed);
         mi->loaded_s = loaded ? (double)(now - loaded) / 1e9 : 0;
         mi->batches = atomic_load_explicit(&sh->batches, memory_order_relaxed);

@@ -41,6 +41,7 @@ struct modelstats_hist {
 
 struct modelstats_instance {
     double busy_s;                 /* a batch executing */
+    double busy_offline_s;         /* of which offline rows' share (job lines) */
     double loaded_s;               /* wall time since the instance was loaded */
     double util_10s;               /* busy fraction over the last 10 whole seconds (busywin.h) */
     uint64_t batches, rows;
@@ -73,7 +74,10 @@ void modelstats_request(struct modelstats *s, int thread, int status, int64_t to
                         int64_t queue_ns);
 void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason r);
 /* Worker of `instance`: a batch of `rows` ran for exec_ns. */
-void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t exec_ns);
+/* A batch ran for exec_ns; offline_rows of its rows were job lines, and
+ * that share of its time is the offline class's. */
+void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_rows,
+                      int64_t exec_ns);
 
 void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *out);
 void modelstats_snapshot_free(struct modelstats_snapshot *snap);

@@ -108,11 +108,12 @@ static int serving_source_next(void *ctx, int instance, struct batch *b)
     return batcher_next(sm->batcher, instance, b);
 }
 
-static void serving_source_done(void *ctx, int instance, int rows, int64_t exec_ns)
+static void serving_source_done(void *ctx, int instance, int rows, int offline_rows,
+                                int64_t exec_ns)
 {
     struct served_model *sm = ctx;
     batcher_done(sm->batcher, instance, rows, exec_ns);
-    modelstats_batch(sm->stats, instance, rows, exec_ns);
+    modelstats_batch(sm->stats, instance, rows, offline_rows, exec_ns);
 }
 
 static int serving_source_try_next(void *ctx, int instance, struct batch *b, int64_t *wake_ns)
@@ -205,6 +206,7 @@ static void serving_device_row(const struct model_device *d, void *arg)
             return;   /* the snapshot ran out of memory for its instances */
         const struct modelstats_instance *in = &w->snap->inst[d->instance];
         r.busy_s = in->busy_s;
+        r.busy_offline_s = in->busy_offline_s;
         r.held_s = in->loaded_s;
         r.util_10s = in->util_10s;
         r.batches = in->batches;

@@ -50,6 +50,7 @@ struct served_device {
     struct model_device dev;          /* kind, `device` label, instance or server */
     const char *url;                  /* the server's (while loaded); NULL for an instance */
     double busy_s, idle_s;            /* idle: held and not busy */
+    double busy_offline_s;            /* of busy_s, job lines' share (rows); 0 for a server */
     double held_s;                    /* since the instance loaded, the server was set up */
     double util_10s;                  /* busy fraction of the last 10 whole seconds */
     uint64_t batches, rows;           /* the instance's; 0 for a server */

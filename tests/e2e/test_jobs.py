@@ -4,6 +4,7 @@ the durability rule: SIGTERM and SIGKILL at random points, after which each
 input line has exactly one result line."""
 
 import json
+import re
 import os
 import random
 import resource
@@ -141,6 +142,14 @@ class JobsApiTest(JobsCase):
         self.assertIn('batchgate_job_lines_total{model="syn",result="failed"} 3\n', m)
         self.assertIn('batchgate_jobs{state="completed"} 1\n', m)
         self.assertIn('batchgate_jobs{state="running"} 0\n', m)
+        # Only job lines ran: the device's busy time is the offline class's.
+        off = re.search(r'^batchgate_device_busy_seconds_total\{model="syn",device="(\w+)",'
+                        r'class="offline"\} (\S+)', m, re.M)
+        on = re.search(r'^batchgate_device_busy_seconds_total\{model="syn",device="(\w+)",'
+                       r'class="online"\} (\S+)', m, re.M)
+        self.assertIsNotNone(off, m)
+        self.assertGreater(float(off.group(2)), 0)
+        self.assertLess(float(on.group(2)), float(off.group(2)) / 10)
         # Cancelling a finished job changes nothing.
         r = roundtrip(srv.port, "DELETE", "/v2/jobs/" + job["id"])
         self.assertEqual((r.status, r.json()["state"]), (200, "completed"))

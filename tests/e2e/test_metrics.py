@@ -40,6 +40,12 @@ def value(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def busy(samples, **labels):
+    """device_busy_seconds_total of one device, its two classes together."""
+    return sum(value(samples, "batchgate_device_busy_seconds_total", **labels, **{"class": c})
+               for c in ("online", "offline"))
+
+
 class MetricsTest(RepoServerCase):
     @classmethod
     def populate(cls, repo):
@@ -135,8 +141,12 @@ class MetricsTest(RepoServerCase):
             sum(b["compute_infer"]["count"] for b in stats0["batch_stats"])
         self.assertEqual(by_size, execs)
         # Busy time: each batch sleeps 10 ms.
-        busy = d("batchgate_device_busy_seconds_total", model="syn", device="synthetic0")
-        self.assertGreaterEqual(busy, 0.010 * execs * 0.99)
+        self.assertGreaterEqual(busy(after, model="syn", device="synthetic0") -
+                                busy(before, model="syn", device="synthetic0"),
+                                0.010 * execs * 0.99)
+        # No job ran: all of it is the online class's.
+        self.assertEqual(value(after, "batchgate_device_busy_seconds_total", model="syn",
+                               device="synthetic0", **{"class": "offline"}), 0)
 
     def test_every_answer_and_connection_is_counted(self):
         # Requests no model counter sees (an unknown model, an unknown
@@ -166,10 +176,10 @@ class MetricsTest(RepoServerCase):
         post(self.srv.port, "/v2/models/syn/infer", infer_body([[1, 1, 1, 1]], name="x"))
         time.sleep(1.0)
         s1, t1 = parse(self.scrape()), time.monotonic()
-        held = sum(value(s, "batchgate_device_busy_seconds_total", model="syn", device="synthetic0")
+        held = sum(busy(s, model="syn", device="synthetic0")
                    + value(s, "batchgate_device_idle_seconds_total", model="syn",
                            device="synthetic0") for s in (s1,)) - \
-            sum(value(s, "batchgate_device_busy_seconds_total", model="syn", device="synthetic0")
+            sum(busy(s, model="syn", device="synthetic0")
                 + value(s, "batchgate_device_idle_seconds_total", model="syn",
                         device="synthetic0") for s in (s0,))
         # The scrapes' own round trips bound the wall time the server saw.
@@ -269,8 +279,9 @@ class DeviceRowsAgreeTest(FakeUpstreamCase):
                              model)
             for family in ("device_busy_seconds_total", "device_idle_seconds_total",
                            "device_utilization_ratio", "device_memory_bytes"):
-                got = re.findall(r'^batchgate_%s\{model="%s",device="(\w+)"\} ' % (family, model),
-                                 text, re.M)
+                cls_ = ',class="online"' if family == "device_busy_seconds_total" else ""
+                got = re.findall(r'^batchgate_%s\{model="%s",device="(\w+)"%s\} '
+                                 % (family, model, cls_), text, re.M)
                 self.assertEqual(got, devices, "%s of %s" % (family, model))
             for param in ("a", "b", "margin"):
                 got = re.findall(r'^batchgate_latency_model_seconds\{model="%s",device="(\w+)",'
@@ -278,9 +289,8 @@ class DeviceRowsAgreeTest(FakeUpstreamCase):
                 self.assertEqual(got, devices, "latency_model_seconds of %s" % model)
             # Quiet now: busy time stands still, so both views show the same.
             for r in rows:
-                busy = value(samples, "batchgate_device_busy_seconds_total", model=model,
-                             device=r["device"])
-                self.assertAlmostEqual(busy, r["busy_seconds"], delta=1e-5, msg=r["device"])
+                b = busy(samples, model=model, device=r["device"])
+                self.assertAlmostEqual(b, r["busy_seconds"], delta=1e-5, msg=r["device"])
                 self.assertLessEqual(r["utilization_10s"], 1.0, "per instance or server")
             self.assertGreater(sum(r["busy_seconds"] for r in rows), 0, model)
         # The servers behind the upstream model: the same URLs, in the same

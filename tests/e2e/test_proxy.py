@@ -381,7 +381,7 @@ class ProxyTest(FakeUpstreamCase):
         self.assertRegex(text, r'batchgate_upstream_calls_total\{model="kv2",upstream="%s"\} \d+'
                          % re.escape(url))
         self.assertRegex(text, r'batchgate_device_busy_seconds_total\{model="kv2",'
-                               r'device="upstream0"\} \S+')
+                               r'device="upstream0",class="online"\} \S+')
 
 
 class ProxyHealthTest(FakeUpstreamCase):

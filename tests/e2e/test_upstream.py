@@ -253,7 +253,7 @@ class HealthTest(FakeUpstreamCase):
         self.assertGreater(stats["instances"][1]["busy_seconds"], 0)
         self.assertIn("reset", stats["instances"][0]["failures"])
         busy = metric(self.srv.port, "device_busy_seconds_total",
-                      'model="probed",device="upstream1"')
+                      'model="probed",device="upstream1",class="online"')
         self.assertIsNotNone(busy)
         self.assertGreater(busy, 0)
 

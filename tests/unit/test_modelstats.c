@@ -22,8 +22,8 @@ static void test_sums_across_shards(void **state)
     modelstats_request(s, 1, 200, 3000000, 100000);
     modelstats_request(s, 2, 504, 2000000, -1);
     modelstats_reject(s, 2, MS_REJECT_DEADLINE);
-    modelstats_batch(s, 0, 3, 500000);
-    modelstats_batch(s, 1, 8, 700000);
+    modelstats_batch(s, 0, 3, 0, 500000);
+    modelstats_batch(s, 1, 8, 2, 700000);
     struct modelstats_snapshot snap;
     modelstats_snapshot(s, &snap);
     assert_int_equal(snap.codes[0], 2);                       /* 200 */
@@ -42,6 +42,9 @@ static void test_sums_across_shards(void **state)
     assert_int_equal(snap.batch_ns_by_size[8], 700000);
     assert_int_equal(snap.inst[0].rows + snap.inst[1].rows, 11);
     assert_true(snap.inst[0].busy_s > 0.00049 && snap.inst[0].busy_s < 0.00051);
+    /* Instance 1's batch had 2 offline rows of 8: a quarter of its 0.7 ms. */
+    assert_true(snap.inst[0].busy_offline_s == 0);
+    assert_true(snap.inst[1].busy_offline_s > 0.000174 && snap.inst[1].busy_offline_s < 0.000176);
     assert_true(snap.last_inference_ms > 0);
     modelstats_snapshot_free(&snap);
     modelstats_free(s);
@@ -75,7 +78,7 @@ static void test_long_batch_spreads_over_its_seconds(void **state)
     (void)state;
     struct modelstats *s = modelstats_new(1, 1, 4);
     modelstats_loaded(s);
-    modelstats_batch(s, 0, 4, 3000000000LL);
+    modelstats_batch(s, 0, 4, 0, 3000000000LL);
     struct modelstats_snapshot snap;
     modelstats_snapshot(s, &snap);
     assert_true(snap.inst[0].busy_s > 2.999 && snap.inst[0].busy_s < 3.001);
@@ -94,7 +97,7 @@ static void *write_many(void *arg)
     struct writer *w = arg;
     for (int i = 0; i < 100000; i++) {
         modelstats_request(w->s, w->thread, 200, 1000, 10);
-        modelstats_batch(w->s, w->thread, 1, 1000);
+        modelstats_batch(w->s, w->thread, 1, 0, 1000);
     }
     return NULL;
 }
