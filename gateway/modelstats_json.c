@@ -34,8 +34,9 @@ static void modelstats_json_device(const struct served_device *d, void *arg)
         buf_append(b, ",\"url\":", 7);
         json_append_string(b, d->url, strlen(d->url));
     }
-    buf_appendf(b, ",\"busy_seconds\":%.6f,\"idle_seconds\":%.6f,\"utilization_10s\":%.4f",
-                d->busy_s, d->idle_s, d->util_10s);
+    buf_appendf(b, ",\"busy_seconds\":%.6f,\"busy_offline_seconds\":%.6f,\"idle_seconds\":%.6f,"
+                   "\"utilization_10s\":%.4f",
+                d->busy_s, d->busy_offline_s, d->idle_s, d->util_10s);
     if (d->dev.kind == BACKEND_DEVICE_UPSTREAM) {
         buf_appendf(b, ",\"inflight\":%d,\"calls\":%llu,\"healthy\":%s,\"failures\":{",
                     d->server.inflight, (unsigned long long)d->server.calls,
