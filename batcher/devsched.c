@@ -1,0 +1,297 @@
+/* devsched.c - see devsched.h. */
+#include "batcher/devsched.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/model.h"
+#include "common/clock.h"
+
+/* ---- the decision ---- */
+
+int devsched_pick(const struct devsched_view *v, int n, enum devsched_class *cls)
+{
+    for (int c = 0; c < DEVSCHED_NCLASSES; c++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            if (v[i].waiting[c] <= 0)
+                continue;
+            if (best < 0 || v[i].vtime < v[best].vtime ||
+                (v[i].vtime == v[best].vtime && v[i].weight > v[best].weight))
+                best = i;
+        }
+        if (best >= 0) {
+            *cls = (enum devsched_class)c;
+            return best;
+        }
+    }
+    return -1;
+}
+
+/* ---- the core ---- */
+
+/* Past this the virtual times are shifted down (a weight-1 member reaches
+ * it after ~26 days of device time). */
+#define DEVSCHED_VT_REBASE ((int64_t)1 << 61)
+/* One charge at most (~52 days): keeps exec x DEVSCHED_VT_SCALE in range. */
+#define DEVSCHED_EXEC_MAX ((int64_t)1 << 52)
+
+void devsched_core_init(struct devsched_core *c)
+{
+    memset(c, 0, sizeof *c);
+}
+
+static bool devsched_core_active(const struct devsched_core *c, int i)
+{
+    return c->running[i] > 0 || c->m[i].waiting[DEVSCHED_ONLINE] > 0 ||
+           c->m[i].waiting[DEVSCHED_OFFLINE] > 0 || c->granted[i][DEVSCHED_ONLINE] > 0 ||
+           c->granted[i][DEVSCHED_OFFLINE] > 0;
+}
+
+/* The clock follows the least virtual time of the active members and never
+ * goes back, so a member coming back from idleness starts level with those
+ * that kept the device busy meanwhile. */
+static void devsched_core_tick(struct devsched_core *c)
+{
+    int64_t least = -1;
+    for (int i = 0; i < c->n; i++)
+        if (devsched_core_active(c, i) && (least < 0 || c->m[i].vtime < least))
+            least = c->m[i].vtime;
+    if (least > c->vclock)
+        c->vclock = least;
+    if (c->vclock < DEVSCHED_VT_REBASE)
+        return;
+    /* Only differences matter; every active member is at or above the clock. */
+    int64_t base = c->vclock;
+    for (int i = 0; i < c->n; i++)
+        c->m[i].vtime = c->m[i].vtime > base ? c->m[i].vtime - base : 0;
+    c->vclock = 0;
+}
+
+int devsched_core_join(struct devsched_core *c, int weight, int instances)
+{
+    if (c->n >= DEVSCHED_MAX_MEMBERS)
+        return -1;
+    int i = c->n++;
+    memset(&c->m[i], 0, sizeof c->m[i]);
+    c->m[i].weight = weight < 1 ? 1 : weight > DEVSCHED_WEIGHT_MAX ? DEVSCHED_WEIGHT_MAX : weight;
+    c->m[i].vtime = c->vclock;
+    c->running[i] = 0;
+    c->granted[i][0] = c->granted[i][1] = 0;
+    c->est_ns[i] = 0;
+    c->ahead_ns[i] = 0;
+    if (instances > c->slots)
+        c->slots = instances;
+    return i;
+}
+
+bool devsched_core_acquire(struct devsched_core *c, int i, enum devsched_class cls)
+{
+    if (!devsched_core_active(c, i) && c->m[i].vtime < c->vclock)
+        c->m[i].vtime = c->vclock;   /* idleness banks no credit */
+    c->m[i].waiting[cls]++;
+    devsched_core_tick(c);
+    return c->used < c->slots;
+}
+
+static void devsched_core_charge(struct devsched_core *c, int i, int64_t ns)
+{
+    c->m[i].vtime += ns * DEVSCHED_VT_SCALE / c->m[i].weight;
+}
+
+void devsched_core_release(struct devsched_core *c, int i, int64_t exec_ns)
+{
+    if (exec_ns < 0)
+        exec_ns = 0;
+    if (exec_ns > DEVSCHED_EXEC_MAX)
+        exec_ns = DEVSCHED_EXEC_MAX;
+    /* Its batches' estimates are alike: this one's is their mean. */
+    int64_t ahead = 0;
+    if (c->running[i] > 0) {
+        ahead = c->ahead_ns[i] / c->running[i];
+        c->ahead_ns[i] -= ahead;
+        c->running[i]--;
+        c->used--;
+    }
+    devsched_core_charge(c, i, exec_ns - ahead);
+    c->est_ns[i] = c->est_ns[i] ? c->est_ns[i] + (exec_ns - c->est_ns[i]) / 8 : exec_ns;
+    devsched_core_tick(c);
+}
+
+void devsched_core_grant(struct devsched_core *c,
+                         void (*grant)(void *arg, int member, enum devsched_class cls), void *arg)
+{
+    while (c->used < c->slots) {
+        enum devsched_class cls;
+        int i = devsched_pick(c->m, c->n, &cls);
+        if (i < 0)
+            return;
+        c->m[i].waiting[cls]--;
+        c->granted[i][cls]++;
+        c->used++;
+        c->ahead_ns[i] += c->est_ns[i];
+        devsched_core_charge(c, i, c->est_ns[i]);
+        if (grant)
+            grant(arg, i, cls);
+    }
+}
+
+bool devsched_core_take(struct devsched_core *c, int i, enum devsched_class cls)
+{
+    if (c->granted[i][cls] <= 0)
+        return false;
+    c->granted[i][cls]--;
+    c->running[i]++;
+    return true;
+}
+
+/* ---- a device, for threads ---- */
+
+struct devsched {
+    char name[48];
+    pthread_mutex_t mu;
+    struct devsched_core core;        /* under mu */
+    bool closed;
+    /* Per member: its waiters of each class sleep on their own variable,
+     * so a grant wakes only a batch that may take it. */
+    pthread_cond_t cv[DEVSCHED_MAX_MEMBERS][DEVSCHED_NCLASSES];
+    char model[DEVSCHED_MAX_MEMBERS][MODEL_NAME_MAX];
+    int64_t wait_ns[DEVSCHED_MAX_MEMBERS];
+    int64_t granted_ns[DEVSCHED_MAX_MEMBERS];
+};
+
+struct devsched *devsched_new(const char *name, struct error *err)
+{
+    struct devsched *d = calloc(1, sizeof *d);
+    if (!d) {
+        error_set(err, BG_ENOMEM, "out of memory for the scheduler of device %s", name);
+        return NULL;
+    }
+    snprintf(d->name, sizeof d->name, "%s", name);
+    pthread_mutex_init(&d->mu, NULL);
+    devsched_core_init(&d->core);
+    return d;
+}
+
+void devsched_free(struct devsched *d)
+{
+    if (!d)
+        return;
+    for (int i = 0; i < d->core.n; i++)
+        for (int c = 0; c < DEVSCHED_NCLASSES; c++)
+            pthread_cond_destroy(&d->cv[i][c]);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+const char *devsched_name(const struct devsched *d) { return d->name; }
+
+int devsched_join(struct devsched *d, const char *model, int weight, int instances,
+                  struct error *err)
+{
+    pthread_mutex_lock(&d->mu);
+    int i = devsched_core_join(&d->core, weight, instances);
+    if (i >= 0) {
+        for (int c = 0; c < DEVSCHED_NCLASSES; c++)
+            pthread_cond_init(&d->cv[i][c], NULL);
+        snprintf(d->model[i], sizeof d->model[i], "%s", model);
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (i < 0)
+        return error_set(err, BG_ECONFIG, "model %s: device %s already has %d models, the most "
+                         "one device is shared by; place the model on another device "
+                         "(instances.devices)", model, d->name, DEVSCHED_MAX_MEMBERS);
+    return i;
+}
+
+static void devsched_wake(void *arg, int member, enum devsched_class cls)
+{
+    struct devsched *d = arg;
+    pthread_cond_signal(&d->cv[member][cls]);
+}
+
+/* Under mu, with the batch counted as waiting: hand out what is free, then
+ * sleep until a slot is handed to this member and class. */
+static void devsched_wait_locked(struct devsched *d, int member, enum devsched_class cls)
+{
+    devsched_core_grant(&d->core, devsched_wake, d);
+    if (devsched_core_take(&d->core, member, cls))
+        return;
+    int64_t t0 = now_ns();
+    while (!devsched_core_take(&d->core, member, cls)) {
+        if (d->closed) {
+            /* Run without a slot: counted as holding one, so the release
+             * that follows balances. */
+            d->core.m[member].waiting[cls]--;
+            d->core.running[member]++;
+            d->core.used++;
+            break;
+        }
+        pthread_cond_wait(&d->cv[member][cls], &d->mu);
+    }
+    d->wait_ns[member] += now_ns() - t0;
+}
+
+void devsched_acquire(struct devsched *d, int member, enum devsched_class cls)
+{
+    pthread_mutex_lock(&d->mu);
+    if (d->closed) {
+        d->core.running[member]++;
+        d->core.used++;
+    } else {
+        devsched_core_acquire(&d->core, member, cls);
+        devsched_wait_locked(d, member, cls);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+void devsched_release(struct devsched *d, int member, int64_t exec_ns)
+{
+    pthread_mutex_lock(&d->mu);
+    devsched_core_release(&d->core, member, exec_ns);
+    d->granted_ns[member] += exec_ns > 0 ? exec_ns : 0;
+    devsched_core_grant(&d->core, devsched_wake, d);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void devsched_release_acquire(struct devsched *d, int member, int64_t exec_ns,
+                              enum devsched_class next)
+{
+    pthread_mutex_lock(&d->mu);
+    /* Waiting first, then released: the member never looks idle between. */
+    if (!d->closed)
+        devsched_core_acquire(&d->core, member, next);
+    devsched_core_release(&d->core, member, exec_ns);
+    d->granted_ns[member] += exec_ns > 0 ? exec_ns : 0;
+    if (d->closed) {
+        d->core.running[member]++;
+        d->core.used++;
+    } else {
+        devsched_wait_locked(d, member, next);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+void devsched_close(struct devsched *d)
+{
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->closed = true;
+    for (int i = 0; i < d->core.n; i++)
+        for (int c = 0; c < DEVSCHED_NCLASSES; c++)
+            pthread_cond_broadcast(&d->cv[i][c]);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void devsched_member_stats(struct devsched *d, int member, struct devsched_member_stats *out)
+{
+    pthread_mutex_lock(&d->mu);
+    out->weight = d->core.m[member].weight;
+    out->slots = d->core.slots;
+    out->wait_s = (double)d->wait_ns[member] / 1e9;
+    out->granted_s = (double)d->granted_ns[member] / 1e9;
+    pthread_mutex_unlock(&d->mu);
+}

@@ -1,0 +1,124 @@
+/* devsched.h - one scheduler per device: the models placed on a device share
+ * its execution slots by weight of device time (docs/SCHEDULING.md).
+ *
+ * A device is a (backend, device id) pair named like its metric label
+ * ("synthetic0", "cuda1"). It has `slots` batches allowed to run at once:
+ * the most instances any one member model has on it, so a model alone runs
+ * exactly as without a scheduler. Each model on the device is a member with
+ * a weight. A worker holding a batch calls devsched_acquire before running
+ * it and devsched_release after; when the device is full, the slot that
+ * frees next goes to, in order:
+ *   1. an online batch before an offline one (a batch is offline when all
+ *      its rows are job lines);
+ *   2. among one class, the member with the least virtual time (device time
+ *      used / weight); a member that was idle is raised to the device's
+ *      virtual clock when it comes back, so idleness banks no credit.
+ * A slot never stays free while a batch waits (work-conserving).
+ *
+ * The decision is devsched_pick, a pure function; the core (struct
+ * devsched_core) is the bookkeeping without threads or clocks, so tests and
+ * simulations drive exactly the code the workers use. struct devsched wraps
+ * a core with a mutex and condition variables. */
+#ifndef BG_DEVSCHED_H
+#define BG_DEVSCHED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define DEVSCHED_MAX_MEMBERS 64
+#define DEVSCHED_WEIGHT_MAX 1000
+
+enum devsched_class { DEVSCHED_ONLINE, DEVSCHED_OFFLINE, DEVSCHED_NCLASSES };
+
+/* ---- the decision (pure) ---- */
+
+/* What devsched_pick sees of one member. */
+struct devsched_view {
+    int64_t vtime;                    /* device ns x DEVSCHED_VT_SCALE / weight */
+    int weight;                       /* 1..DEVSCHED_WEIGHT_MAX */
+    int waiting[DEVSCHED_NCLASSES];   /* batches of each class waiting for a slot */
+};
+
+/* Who gets a slot that is free: the index of the member and, in *cls, the
+ * class of its batch; -1 when nobody waits. Online before offline; then
+ * the least virtual time; ties go to the heavier weight, then the lower
+ * index (a fixed order keeps tests and simulations reproducible). */
+int devsched_pick(const struct devsched_view *v, int n, enum devsched_class *cls);
+
+/* Virtual time is kept in device ns x this / weight: integer and exact
+ * enough for weights up to DEVSCHED_WEIGHT_MAX. */
+#define DEVSCHED_VT_SCALE 1000
+
+/* ---- the core: bookkeeping without threads ---- */
+
+struct devsched_core {
+    struct devsched_view m[DEVSCHED_MAX_MEMBERS];
+    int running[DEVSCHED_MAX_MEMBERS];             /* slots each member holds */
+    int granted[DEVSCHED_MAX_MEMBERS][DEVSCHED_NCLASSES]; /* handed over, not yet taken */
+    /* A batch is charged its member's usual device time when it is handed
+     * a slot and corrected when it ends, so with several slots a member
+     * with long batches running is not picked again as if it used none. */
+    int64_t est_ns[DEVSCHED_MAX_MEMBERS];          /* recent mean of its batches */
+    int64_t ahead_ns[DEVSCHED_MAX_MEMBERS];        /* charged for batches not ended */
+    int n;
+    int slots, used;
+    /* The device's virtual clock: never decreases; the least virtual time
+     * of the active members (waiting, running or granted) whenever one is. */
+    int64_t vclock;
+};
+
+void devsched_core_init(struct devsched_core *c);
+/* Adds a member with `instances` workers on the device (the slots grow to
+ * the most of any member). Returns its index, or -1 when full. */
+int devsched_core_join(struct devsched_core *c, int weight, int instances);
+/* A batch of member i asks for a slot: true when it got one at once (a slot
+ * was free and nobody waited); false: it waits (counted in waiting). */
+bool devsched_core_acquire(struct devsched_core *c, int i, enum devsched_class cls);
+/* Member i's batch left its slot after exec_ns of device time. */
+void devsched_core_release(struct devsched_core *c, int i, int64_t exec_ns);
+/* Hands free slots to waiters while both exist; calls grant(arg, member,
+ * class) for each slot handed over (it is recorded in `granted`). */
+void devsched_core_grant(struct devsched_core *c,
+                         void (*grant)(void *arg, int member, enum devsched_class cls), void *arg);
+/* A waiter of member i, class cls, takes a slot handed to it: true, or
+ * false when none was (it waits on). */
+bool devsched_core_take(struct devsched_core *c, int i, enum devsched_class cls);
+
+/* ---- a device, for threads ---- */
+
+struct devsched;
+
+/* `name` is the device's label ("synthetic0"). */
+struct devsched *devsched_new(const char *name, struct error *err);
+void devsched_free(struct devsched *d);
+const char *devsched_name(const struct devsched *d);
+/* Adds a model with `weight` and `instances` workers on this device; its
+ * member index (0 and up), or a negative code with a message. */
+int devsched_join(struct devsched *d, const char *model, int weight, int instances,
+                  struct error *err);
+/* Blocks until `member`'s batch of class `cls` holds a slot. */
+void devsched_acquire(struct devsched *d, int member, enum devsched_class cls);
+/* Gives the slot back; the batch ran for exec_ns. */
+void devsched_release(struct devsched *d, int member, int64_t exec_ns);
+/* devsched_release and devsched_acquire as one step, for a worker that
+ * already holds its next batch: it competes for the freed slot at once
+ * instead of looking idle for an instant (which, with one slot and
+ * single-instance members, would hand every slot to the others in turn
+ * and make the weights meaningless). */
+void devsched_release_acquire(struct devsched *d, int member, int64_t exec_ns,
+                              enum devsched_class next);
+/* After close, acquire returns at once (shutdown: a worker must never wait
+ * for a slot held by a call that will not return). */
+void devsched_close(struct devsched *d);
+
+struct devsched_member_stats {
+    int weight;
+    int slots;                        /* the device's */
+    double wait_s;                    /* batches' time waiting for a slot, summed */
+    double granted_s;                 /* device time charged to the member */
+};
+void devsched_member_stats(struct devsched *d, int member, struct devsched_member_stats *out);
+
+#endif

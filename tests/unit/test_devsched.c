@@ -1,0 +1,357 @@
+/* test_devsched.c - the device scheduler: the grant decision (a pure
+ * function) by its rules, the core's bookkeeping (no banked credit, work
+ * conservation), a seeded simulation over thousands of random sequences
+ * that the long-run split of device time follows the weights, and the
+ * threaded device under real threads (for TSan). */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "batcher/devsched.h"
+
+#define MS 1000000LL
+
+/* ---- the decision ---- */
+
+static void test_pick_nobody_waits(void **state)
+{
+    (void)state;
+    struct devsched_view v[2] = {{.vtime = 0, .weight = 1}, {.vtime = 5, .weight = 1}};
+    enum devsched_class cls;
+    assert_int_equal(devsched_pick(v, 2, &cls), -1);
+    assert_int_equal(devsched_pick(v, 0, &cls), -1);
+}
+
+static void test_pick_online_before_offline(void **state)
+{
+    (void)state;
+    /* Member 0 is far behind but only has offline work: member 1's online
+     * batch goes first all the same. */
+    struct devsched_view v[2] = {
+        {.vtime = 0, .weight = 1000, .waiting = {0, 3}},
+        {.vtime = 1000 * MS, .weight = 1, .waiting = {1, 0}},
+    };
+    enum devsched_class cls;
+    assert_int_equal(devsched_pick(v, 2, &cls), 1);
+    assert_int_equal(cls, DEVSCHED_ONLINE);
+    v[1].waiting[DEVSCHED_ONLINE] = 0;
+    assert_int_equal(devsched_pick(v, 2, &cls), 0);
+    assert_int_equal(cls, DEVSCHED_OFFLINE);
+    /* Among offline work the least virtual time wins too. */
+    v[1].waiting[DEVSCHED_OFFLINE] = 1;
+    v[1].vtime = 0;
+    v[0].vtime = 1;
+    assert_int_equal(devsched_pick(v, 2, &cls), 1);
+}
+
+static void test_pick_least_virtual_time_then_weight(void **state)
+{
+    (void)state;
+    struct devsched_view v[3] = {
+        {.vtime = 30, .weight = 1, .waiting = {1, 0}},
+        {.vtime = 20, .weight = 1, .waiting = {1, 0}},
+        {.vtime = 20, .weight = 2, .waiting = {1, 0}},
+    };
+    enum devsched_class cls;
+    assert_int_equal(devsched_pick(v, 3, &cls), 2);   /* tie at 20: the heavier */
+    v[2].weight = 1;
+    assert_int_equal(devsched_pick(v, 3, &cls), 1);   /* tie, same weight: lower index */
+    v[1].waiting[DEVSCHED_ONLINE] = 0;
+    v[2].waiting[DEVSCHED_ONLINE] = 0;
+    assert_int_equal(devsched_pick(v, 3, &cls), 0);   /* the only one waiting */
+}
+
+/* ---- the core ---- */
+
+static void test_weights_charge_device_time(void **state)
+{
+    (void)state;
+    struct devsched_core c;
+    devsched_core_init(&c);
+    int a = devsched_core_join(&c, 2, 1), b = devsched_core_join(&c, 1, 1);
+    assert_int_equal(c.slots, 1);
+    /* The same device time costs the weight-2 member half the virtual time. */
+    assert_true(devsched_core_acquire(&c, a, DEVSCHED_ONLINE));
+    devsched_core_grant(&c, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE));
+    devsched_core_release(&c, a, 10 * MS);
+    devsched_core_acquire(&c, b, DEVSCHED_ONLINE);
+    devsched_core_grant(&c, NULL, NULL);
+    assert_true(devsched_core_take(&c, b, DEVSCHED_ONLINE));
+    devsched_core_release(&c, b, 10 * MS);
+    assert_int_equal(c.m[a].vtime * 2, c.m[b].vtime);
+}
+
+static void test_fast_path_and_work_conservation(void **state)
+{
+    (void)state;
+    struct devsched_core c;
+    devsched_core_init(&c);
+    int a = devsched_core_join(&c, 1, 2), b = devsched_core_join(&c, 1, 1);
+    assert_int_equal(c.slots, 2);
+    /* Free slots and nobody waiting: granted at once. */
+    assert_true(devsched_core_acquire(&c, a, DEVSCHED_ONLINE));
+    devsched_core_grant(&c, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE));
+    assert_true(devsched_core_acquire(&c, b, DEVSCHED_OFFLINE));
+    devsched_core_grant(&c, NULL, NULL);
+    assert_true(devsched_core_take(&c, b, DEVSCHED_OFFLINE));
+    /* Full: a third batch waits. */
+    assert_false(devsched_core_acquire(&c, a, DEVSCHED_ONLINE));
+    devsched_core_grant(&c, NULL, NULL);
+    assert_false(devsched_core_take(&c, a, DEVSCHED_ONLINE));
+    /* The slot that frees goes to it at once: never free while one waits. */
+    devsched_core_release(&c, b, 1 * MS);
+    devsched_core_grant(&c, NULL, NULL);
+    assert_int_equal(c.used, c.slots);
+    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE));
+    assert_int_equal(c.running[a], 2);
+    /* A slot frees with nobody waiting: it stays free. */
+    devsched_core_release(&c, a, 1 * MS);
+    devsched_core_grant(&c, NULL, NULL);
+    assert_int_equal(c.used, 1);
+}
+
+static int core_run_one(struct devsched_core *c, int i, int64_t exec_ns)
+{
+    devsched_core_acquire(c, i, DEVSCHED_ONLINE);
+    devsched_core_grant(c, NULL, NULL);
+    if (!devsched_core_take(c, i, DEVSCHED_ONLINE))
+        return -1;
+    devsched_core_release(c, i, exec_ns);
+    return 0;
+}
+
+static void test_idle_member_banks_no_credit(void **state)
+{
+    (void)state;
+    struct devsched_core c;
+    devsched_core_init(&c);
+    int a = devsched_core_join(&c, 1, 1), b = devsched_core_join(&c, 1, 1);
+    /* A uses the device alone for a long time while B is idle... */
+    for (int k = 0; k < 1000; k++)
+        assert_int_equal(core_run_one(&c, a, 10 * MS), 0);
+    /* ...then A goes idle before B comes back (the harder case: nobody is
+     * active at the instant B returns). */
+    assert_int_equal(core_run_one(&c, b, 10 * MS), 0);
+    /* B came back level with A, not 10 s behind: from now on, both busy,
+     * they alternate instead of B taking the device for 10 s. */
+    assert_true(c.m[b].vtime >= c.m[a].vtime);
+    devsched_core_acquire(&c, a, DEVSCHED_ONLINE);
+    devsched_core_acquire(&c, b, DEVSCHED_ONLINE);
+    int runs[2] = {0, 0};
+    for (int k = 0; k < 20; k++) {
+        devsched_core_grant(&c, NULL, NULL);
+        int who = devsched_core_take(&c, a, DEVSCHED_ONLINE) ? a
+                  : devsched_core_take(&c, b, DEVSCHED_ONLINE) ? b : -1;
+        assert_true(who >= 0);
+        runs[who]++;
+        devsched_core_acquire(&c, who, DEVSCHED_ONLINE);   /* its next batch, at once */
+        devsched_core_release(&c, who, 10 * MS);
+    }
+    assert_int_equal(runs[a], 10);
+    assert_int_equal(runs[b], 10);
+}
+
+/* ---- the long-run split, simulated ----
+ *
+ * Members always busy: each of a member's workers holds a batch, waiting or
+ * running; when one finishes it asks for its next at once (the worker's
+ * release-and-acquire). Batch costs are random per member (a heavy model and
+ * a light one), so the split is of device time, not of batches. */
+
+struct sim_run {
+    int member;
+    int64_t len, end;
+};
+
+static uint64_t sim_rand(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static int64_t sim_cost(uint64_t *rng, int64_t mean)
+{
+    return mean / 2 + (int64_t)(sim_rand(rng) % (uint64_t)mean);   /* mean +- 50% */
+}
+
+static void test_split_follows_weights_property(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x9e3779b97f4a7c15ULL;
+    double worst = 0;
+    for (int seq = 0; seq < 2000; seq++) {
+        struct devsched_core c;
+        devsched_core_init(&c);
+        int n = 2 + (int)(sim_rand(&rng) % 3);
+        int slots = 1 + (int)(sim_rand(&rng) % 3);
+        int weight[4], wsum = 0;
+        int64_t mean[4], used[4] = {0}, total = 0;
+        for (int i = 0; i < n; i++) {
+            weight[i] = 1 + (int)(sim_rand(&rng) % 10);
+            wsum += weight[i];
+            mean[i] = (1 + (int64_t)(sim_rand(&rng) % 20)) * MS;
+            /* Enough workers to fill the device alone: the weights are
+             * the only limit on each share. */
+            assert_int_equal(devsched_core_join(&c, weight[i], slots), i);
+        }
+        struct sim_run run[16];
+        int nrun = 0;
+        int64_t now = 0;
+        for (int i = 0; i < n; i++)
+            for (int w = 0; w < slots; w++)
+                devsched_core_acquire(&c, i, DEVSCHED_ONLINE);
+        for (int step = 0; step < 4000; step++) {
+            devsched_core_grant(&c, NULL, NULL);
+            for (int i = 0; i < n; i++)
+                while (devsched_core_take(&c, i, DEVSCHED_ONLINE)) {
+                    int64_t len = sim_cost(&rng, mean[i]);
+                    run[nrun++] = (struct sim_run){i, len, now + len};
+                }
+            assert_int_equal(c.used, c.slots);   /* work-conserving */
+            int first = 0;
+            for (int k = 1; k < nrun; k++)
+                if (run[k].end < run[first].end)
+                    first = k;
+            struct sim_run r = run[first];
+            run[first] = run[--nrun];
+            now = r.end;
+            used[r.member] += r.len;
+            total += r.len;
+            /* Its next batch is ready at once: release and acquire as one. */
+            devsched_core_acquire(&c, r.member, DEVSCHED_ONLINE);
+            devsched_core_release(&c, r.member, r.len);
+        }
+        for (int i = 0; i < n; i++) {
+            double want = (double)weight[i] / wsum, got = (double)used[i] / (double)total;
+            double err = got / want - 1;
+            if (err < 0)
+                err = -err;
+            if (err > worst)
+                worst = err;
+            /* A weight-1 member among 18 gets ~220 batches of 4000: one
+             * batch more or less is already 0.5% of its share. */
+            if (err > 0.05)
+                fail_msg("sequence %d: member %d of %d (weight %d of %d, batches ~%lld ms, "
+                         "%d slots) got %.4f of the device time, want %.4f", seq, i, n,
+                         weight[i], wsum, (long long)(mean[i] / MS), slots, got, want);
+        }
+    }
+    printf("# worst relative error of a member's share over 2000 sequences: %.2f%%\n",
+           worst * 100);
+}
+
+/* ---- the threaded device ---- */
+
+struct thr_arg {
+    struct devsched *d;
+    int member;
+    atomic_int *left;
+};
+
+/* A member whose next batch is always ready: 1 ms of (pretended) device
+ * time each, the whole loop under the device's real locks. */
+static void *thr_busy(void *p)
+{
+    struct thr_arg *a = p;
+    devsched_acquire(a->d, a->member, DEVSCHED_ONLINE);
+    while (atomic_fetch_sub(a->left, 1) > 0)
+        devsched_release_acquire(a->d, a->member, 1 * MS, DEVSCHED_ONLINE);
+    devsched_release(a->d, a->member, 1 * MS);
+    return NULL;
+}
+
+static void test_threads_split_two_to_one(void **state)
+{
+    (void)state;
+    struct error err = {0};
+    struct devsched *d = devsched_new("synthetic0", &err);
+    assert_non_null(d);
+    int a = devsched_join(d, "heavy", 2, 1, &err), b = devsched_join(d, "light", 1, 1, &err);
+    assert_int_equal(a, 0);
+    assert_int_equal(b, 1);
+    atomic_int left = 3000;
+    struct thr_arg args[2] = {{d, a, &left}, {d, b, &left}};
+    pthread_t t[2];
+    /* The slot is held (as member a) until both threads wait for it, so
+     * neither runs alone before the other has started. */
+    devsched_acquire(d, a, DEVSCHED_ONLINE);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, thr_busy, &args[i]), 0);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    devsched_release(d, a, 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    struct devsched_member_stats sa, sb;
+    devsched_member_stats(d, a, &sa);
+    devsched_member_stats(d, b, &sb);
+    assert_int_equal(sa.slots, 1);
+    assert_int_equal(sa.weight, 2);
+    /* Each ends with one batch more or less than its share: the weights. */
+    double ratio = sa.granted_s / sb.granted_s;
+    printf("# threads, weights 2:1, one slot: %.3f:1\n", ratio);
+    assert_true(ratio > 1.9 && ratio < 2.1);
+    devsched_free(d);
+}
+
+static void *thr_blocked(void *p)
+{
+    struct thr_arg *a = p;
+    devsched_acquire(a->d, a->member, DEVSCHED_OFFLINE);
+    devsched_release(a->d, a->member, 0);
+    atomic_store(a->left, 1);
+    return NULL;
+}
+
+static void test_close_lets_waiters_run(void **state)
+{
+    (void)state;
+    struct error err = {0};
+    struct devsched *d = devsched_new("cuda0", &err);
+    int a = devsched_join(d, "a", 1, 1, &err), b = devsched_join(d, "b", 1, 1, &err);
+    devsched_acquire(d, a, DEVSCHED_ONLINE);   /* held, as by a call that hangs */
+    atomic_int done = 0;
+    struct thr_arg arg = {d, b, &done};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, thr_blocked, &arg), 0);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    assert_int_equal(atomic_load(&done), 0);   /* waits for the slot */
+    devsched_close(d);
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&done), 1);
+    struct devsched_member_stats sb;
+    devsched_member_stats(d, b, &sb);
+    assert_true(sb.wait_s > 0.01);
+    devsched_release(d, a, 0);
+    devsched_free(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pick_nobody_waits),
+        cmocka_unit_test(test_pick_online_before_offline),
+        cmocka_unit_test(test_pick_least_virtual_time_then_weight),
+        cmocka_unit_test(test_weights_charge_device_time),
+        cmocka_unit_test(test_fast_path_and_work_conservation),
+        cmocka_unit_test(test_idle_member_banks_no_credit),
+        cmocka_unit_test(test_split_follows_weights_property),
+        cmocka_unit_test(test_threads_split_two_to_one),
+        cmocka_unit_test(test_close_lets_waiters_run),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
