@@ -159,7 +159,17 @@ static const struct schema_field model_instances_fields[] = {
     {SCHEMA_F_INT("count", struct model_config, instance_count),
      .min = 1, .max = 256, .def = 1, .doc = "instances of the model, each with its worker"},
     {SCHEMA_F_ARRAY("devices", struct model_config, devices, ndevices, &model_device),
-     .doc = "cuda: the device of each instance (default device 0)"},
+     .doc = "the device of each instance (cuda: default device 0); models placed on one "
+            "device share it by `scheduling.weight`"},
+    SCHEMA_END_ROW,
+};
+
+/* Device scheduling (batcher/devsched.h, docs/SCHEDULING.md). */
+static const struct schema_field model_scheduling_fields[] = {
+    {SCHEMA_F_INT("weight", struct model_config, sched_weight),
+     .min = 1, .max = 1000, .def = 1,
+     .doc = "the model's share of device time on a device it shares with other models "
+            "(docs/SCHEDULING.md)"},
     SCHEMA_END_ROW,
 };
 
@@ -228,6 +238,8 @@ static const struct schema_field model_fields[] = {
     {SCHEMA_F_OBJECT("batching", struct model_config, batching, model_batching_fields),
      .check = model_check_batching, .doc = "how requests are batched"},
     {SCHEMA_F_SECTION("instances", model_instances_fields), .doc = "where the model runs"},
+    {SCHEMA_F_SECTION("scheduling", model_scheduling_fields),
+     .doc = "how it shares a device with other models"},
     {SCHEMA_F_SECTION("synthetic", model_synthetic_fields), .doc = "the synthetic backend"},
     {SCHEMA_F_OBJECT("upstream", struct model_config, upstream, model_upstream_fields),
      .doc = "the upstream backend"},

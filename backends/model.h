@@ -93,6 +93,7 @@ struct model_config {
     int instance_count;
     int devices[MODEL_MAX_DEVICES];
     int ndevices;
+    int sched_weight;             /* scheduling.weight: its share of a shared device */
     struct {
         int64_t base_us, per_row_us;
         enum synthetic_mode mode;

@@ -27,7 +27,7 @@ static void test_full(void **state)
         "\"activation\":\"gelu\"},{\"type\":\"dense\",\"weight\":\"2.weight\"},{\"type\":\"softmax\"}],"
         "\"batching\":{\"max_batch_size\":32,\"preferred_batch_sizes\":[8,16],"
         "\"max_queue_delay_us\":500,\"latency_budget_ms\":20,\"max_queue_size\":100},"
-        "\"instances\":{\"count\":2,\"devices\":[0,1]}}";
+        "\"instances\":{\"count\":2,\"devices\":[0,1]},\"scheduling\":{\"weight\":3}}";
     assert_int_equal(parse(json, &c, &err), 0);
     assert_string_equal(c.name, "m");
     assert_int_equal(c.backend, MODEL_BACKEND_CPU);
@@ -44,6 +44,7 @@ static void test_full(void **state)
     assert_int_equal(c.batching.max_queue_size, 100);
     assert_int_equal(c.instance_count, 2);
     assert_int_equal(c.ndevices, 2);
+    assert_int_equal(c.sched_weight, 3);
 }
 
 static void test_defaults_and_name_from_folder(void **state)
@@ -64,6 +65,7 @@ static void test_defaults_and_name_from_folder(void **state)
     assert_int_equal(c.synthetic.base_us, 2000);
     assert_int_equal(c.synthetic.per_row_us, 20);
     assert_int_equal(c.synthetic.mode, SYNTHETIC_SLEEP);
+    assert_int_equal(c.sched_weight, 1);
 }
 
 struct bad {
@@ -132,6 +134,10 @@ static void test_errors(void **state)
         {"{" IO "," DENSE ",\"batching\":{\"delay\":1}}", "batching.delay"},
         {"{" IO "," DENSE ",\"instances\":{\"count\":0}}", "instances.count"},
         {"{" IO "," DENSE ",\"instances\":{\"devices\":[-1]}}", "instances.devices[0]"},
+        {"{" IO "," DENSE ",\"scheduling\":{\"weight\":0}}",
+         "scheduling.weight: must be an integer between 1 and 1000"},
+        {"{" IO "," DENSE ",\"scheduling\":{\"weight\":1001}}", "scheduling.weight"},
+        {"{" IO "," DENSE ",\"scheduling\":{\"share\":2}}", "scheduling.share"},
         {"{\"backend\":\"synthetic\"," IO ",\"synthetic\":{\"mode\":\"nap\"}}", "synthetic.mode"},
         {"{\"backend\":\"synthetic\"," IO ",\"synthetic\":{\"base_us\":-5}}", "synthetic.base_us"},
         {"{\"backend\":\"upstream\"," IO "}", "upstream"},
