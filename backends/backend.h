@@ -193,6 +193,16 @@ struct batch_source {
     int (*try_next)(void *ctx, int instance, struct batch *b, int64_t *wake_ns);
     /* Rings waker(arg) from the submitting thread whenever a request arrives. */
     void (*set_waker)(void *ctx, void (*waker)(void *arg), void *arg);
+    /* Optional, for compute backends (worker.c): the device scheduler's
+     * hooks (docs/SCHEDULING.md), kept as plain callbacks so backends/
+     * needs nothing of batcher/. acquire blocks until the instance's
+     * device has a slot for batch b; release gives the slot back after
+     * exec_ns of device time. When the worker already holds its next
+     * batch (`next`, taken with try_next), release hands the slot back
+     * and asks for one for `next` in one step. NULL: the instance runs
+     * on its own, as it always did. */
+    void (*acquire)(void *ctx, int instance, const struct batch *b);
+    void (*release)(void *ctx, int instance, int64_t exec_ns, const struct batch *next);
     void *ctx;
 };
 

@@ -203,14 +203,39 @@ static void *worker_watchdog_main(void *p)
     return NULL;
 }
 
+/* Device scheduling (src.acquire set; docs/SCHEDULING.md): after a batch
+ * the worker gives its slot back, and when its next batch is due at once it
+ * asks for a slot for it in the same step, so it competes for the slot it
+ * frees (a worker that went back to `next` first would look idle for that
+ * instant, and the slot would always go to the other models in turn).
+ * Returns 1 with *next taken (and a slot held), 0 with the slot given
+ * back, -1 with the slot given back and the source closed. */
+static int worker_sched_next(struct worker_arg *a, int64_t exec_ns, struct batch *next)
+{
+    int64_t wake;
+    int rc = a->src.try_next ? a->src.try_next(a->src.ctx, a->in->index, next, &wake) : 0;
+    a->src.release(a->src.ctx, a->in->index, exec_ns, rc == 1 ? next : NULL);
+    return rc;
+}
+
 static void *worker_main(void *p)
 {
     struct worker_arg a = *(struct worker_arg *)p;
     free(p);
+    bool sched = a.src.acquire && a.src.release;
+    struct batch nb = {0};
+    bool have = false;   /* nb was taken, and its slot acquired, after the last batch */
     for (;;) {
         struct batch b = {0};
-        if (a.src.next(a.src.ctx, a.in->index, &b) < 0)
-            break;
+        if (have) {
+            b = nb;
+            have = false;
+        } else {
+            if (a.src.next(a.src.ctx, a.in->index, &b) < 0)
+                break;
+            if (sched)
+                a.src.acquire(a.src.ctx, a.in->index, &b);
+        }
         int rows = b.rows;
         worker_gather(a.in, &b);
         worker_watch_begin(a.in, &b);
@@ -218,14 +243,25 @@ static void *worker_main(void *p)
         int64_t t0 = now_ns();
         int rc = worker_run(a.in, &b, &err);
         int64_t ns = b.device_ns > 0 ? b.device_ns : now_ns() - t0;
-        if (worker_watch_end(a.in))
-            continue;   /* answered 504 by the watchdog; not a latency sample either */
+        if (worker_watch_end(a.in)) {
+            /* Answered 504 by the watchdog; not a latency sample either. */
+            if (sched)
+                a.src.release(a.src.ctx, a.in->index, ns, NULL);
+            continue;
+        }
         worker_scatter(a.in, &b, rc, &err, ns);
         /* Accounted before the answers leave: whoever reads the statistics
          * after getting an answer sees its batch counted. */
         if (a.src.done)
             a.src.done(a.src.ctx, a.in->index, rows, batch_offline_rows(&b), ns);
         worker_complete_batch(&b);
+        if (sched) {
+            memset(&nb, 0, sizeof nb);
+            int got = worker_sched_next(&a, ns, &nb);
+            if (got < 0)
+                break;
+            have = got == 1;
+        }
     }
     return NULL;
 }

@@ -316,6 +316,33 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             metrics_sample(b, dev_metrics[k].name, NAME, dev, v);
         }
     }
+    metrics_head(b, "device_scheduler_wait_seconds_total", "counter",
+         "Time the model's batches waited for a slot on a device shared with other models "
+         "(docs/SCHEDULING.md), summed over batches.");
+    EACH_MODEL {
+        if (!READY)
+            continue;
+        for (int k = 0; k < SM->nsched; k++) {
+            struct devsched_member_stats ms;
+            devsched_member_stats(SM->sched[k].dev, SM->sched[k].member, &ms);
+            char extra[80];
+            snprintf(extra, sizeof extra, "device=\"%s\"", devsched_name(SM->sched[k].dev));
+            metrics_sample(b, "device_scheduler_wait_seconds_total", NAME, extra, ms.wait_s);
+        }
+    }
+    metrics_head(b, "device_scheduler_weight", "gauge",
+         "The model's scheduling.weight on each device it shares (docs/SCHEDULING.md).");
+    EACH_MODEL {
+        if (!READY)
+            continue;
+        for (int k = 0; k < SM->nsched; k++) {
+            struct devsched_member_stats ms;
+            devsched_member_stats(SM->sched[k].dev, SM->sched[k].member, &ms);
+            char extra[80];
+            snprintf(extra, sizeof extra, "device=\"%s\"", devsched_name(SM->sched[k].dev));
+            metrics_sample(b, "device_scheduler_weight", NAME, extra, ms.weight);
+        }
+    }
     metrics_head(b, "latency_model_seconds", "gauge",
          "Each instance's fitted exec(rows) = a + b*rows (+ margin), in seconds.");
     EACH_MODEL for (int i = 0; i < devs[mi].n; i++) {

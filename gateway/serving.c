@@ -15,6 +15,10 @@ struct serving {
     int io_threads;
     struct served_model *models;
     int n;
+    /* One scheduler per device models are placed on (docs/SCHEDULING.md);
+     * built by the loader, freed with the table. */
+    struct devsched **devs;
+    int ndevs;
 };
 
 static int serving_name_cmp(const void *a, const void *b)
@@ -128,7 +132,105 @@ static void serving_source_set_waker(void *ctx, void (*waker)(void *), void *arg
     batcher_set_waker(sm->batcher, waker, arg);
 }
 
-static void serving_load_one(struct served_model *sm)
+/* ---- device scheduling (docs/SCHEDULING.md) ----
+ *
+ * An instance is scheduled on the device it is placed on: its entry in
+ * instances.devices, or device 0 for an accelerator (where cuda runs an
+ * instance without one). A cpu or synthetic instance without a placement is
+ * not scheduled: instance counts on the host were sized per model, and
+ * pooling every host model under one set of slots would cut the
+ * parallelism of deployments that never asked for sharing. The upstream
+ * backend runs its own event loop and is not scheduled either. */
+
+static int serving_sched_device_id(const struct model *m, int instance)
+{
+    int dev = m->instances[instance].device;
+    if (dev < 0 && m->ops->device_kind == BACKEND_DEVICE_GPU)
+        dev = 0;
+    return dev;
+}
+
+static const struct served_sched *serving_sched_of(const struct served_model *sm, int instance)
+{
+    if (instance < 0 || instance >= sm->model.ninstances)
+        return NULL;
+    int id = serving_sched_device_id(&sm->model, instance);
+    for (int k = 0; k < sm->nsched; k++)
+        if (sm->sched[k].device_id == id)
+            return &sm->sched[k];
+    return NULL;
+}
+
+/* The device's scheduler, made on first use. */
+static struct devsched *serving_devsched_get(struct serving *s, const char *name,
+                                             struct error *err)
+{
+    for (int i = 0; i < s->ndevs; i++)
+        if (strcmp(devsched_name(s->devs[i]), name) == 0)
+            return s->devs[i];
+    struct devsched **nd = realloc(s->devs, (size_t)(s->ndevs + 1) * sizeof *nd);
+    if (!nd) {
+        error_set(err, BG_ENOMEM, "out of memory for the scheduler of device %s", name);
+        return NULL;
+    }
+    s->devs = nd;
+    struct devsched *d = devsched_new(name, err);
+    if (d)
+        s->devs[s->ndevs++] = d;
+    return d;
+}
+
+/* Makes the model a member of each device its instances are placed on. */
+static int serving_sched_join(struct serving *s, struct served_model *sm, struct error *err)
+{
+    struct model *m = &sm->model;
+    if (!m->ops->run || m->ops->start)
+        return 0;
+    for (int i = 0; i < m->ninstances; i++) {
+        int id = serving_sched_device_id(m, i);
+        if (id < 0 || serving_sched_of(sm, i))
+            continue;
+        int here = 0;
+        for (int j = 0; j < m->ninstances; j++)
+            here += serving_sched_device_id(m, j) == id;
+        char name[48];
+        snprintf(name, sizeof name, "%s%d", m->ops->name, id);
+        struct devsched *d = serving_devsched_get(s, name, err);
+        if (!d)
+            return -BG_ENOMEM;
+        int member = devsched_join(d, m->cfg.name, m->cfg.sched_weight, here, err);
+        if (member < 0)
+            return member;
+        sm->sched[sm->nsched++] = (struct served_sched){d, member, id};
+    }
+    return 0;
+}
+
+/* Offline only when every row is a job line: one online row makes the
+ * whole batch online work. */
+static enum devsched_class serving_batch_class(const struct batch *b)
+{
+    return batch_offline_rows(b) >= b->rows ? DEVSCHED_OFFLINE : DEVSCHED_ONLINE;
+}
+
+static void serving_source_acquire(void *ctx, int instance, const struct batch *b)
+{
+    const struct served_sched *x = serving_sched_of(ctx, instance);
+    if (x)
+        devsched_acquire(x->dev, x->member, serving_batch_class(b));
+}
+
+static void serving_source_release(void *ctx, int instance, int64_t exec_ns,
+                                   const struct batch *next)
+{
+    const struct served_sched *x = serving_sched_of(ctx, instance);
+    if (x && next)
+        devsched_release_acquire(x->dev, x->member, exec_ns, serving_batch_class(next));
+    else if (x)
+        devsched_release(x->dev, x->member, exec_ns);
+}
+
+static void serving_load_one(struct serving *s, struct served_model *sm)
 {
     struct model *m = &sm->model;
     struct error err = {0};
@@ -146,13 +248,19 @@ static void serving_load_one(struct served_model *sm)
     struct batch_source src = {.next = serving_source_next, .done = serving_source_done,
                                .try_next = serving_source_try_next, .set_waker = serving_source_set_waker,
                                .ctx = sm};
+    /* The device scheduler's hooks, only where the model shares a device. */
+    int joined = sm->batcher ? serving_sched_join(s, sm, &err) : 0;
+    if (sm->nsched > 0) {
+        src.acquire = serving_source_acquire;
+        src.release = serving_source_release;
+    }
     if (sm->stats)
         modelstats_loaded(sm->stats);
-    int started = !sm->batcher || !sm->stats ? -1
+    int started = !sm->batcher || !sm->stats || joined ? -1
                   : m->ops->start ? m->ops->start(m, src, &err)
                                   : model_workers_start(m, src, &err);
     if (started != 0) {
-        if (sm->batcher && !sm->stats)
+        if (sm->batcher && !sm->stats && !joined)
             snprintf(err.msg, sizeof err.msg, "out of memory for statistics");
         snprintf(m->reason, sizeof m->reason, "cannot start workers: %s", err.msg);
         log_error("model %s: %s", m->cfg.name, m->reason);
@@ -180,7 +288,7 @@ void serving_load_all(struct serving *s)
 {
     for (int i = 0; i < s->n; i++)
         if (atomic_load(&s->models[i].state) == SERVED_LOADING)
-            serving_load_one(&s->models[i]);
+            serving_load_one(s, &s->models[i]);
 }
 
 struct devices_walk {
@@ -264,6 +372,9 @@ void serving_stop(struct serving *s)
     for (int i = 0; i < s->n; i++)
         if (s->models[i].batcher)
             batcher_close(s->models[i].batcher);
+    /* Workers still holding a batch run it without waiting for a slot. */
+    for (int i = 0; i < s->ndevs; i++)
+        devsched_close(s->devs[i]);
     for (int i = 0; i < s->n; i++) {
         struct model *m = &s->models[i].model;
         if (m->ops && m->ops->stop && s->models[i].batcher)
@@ -282,6 +393,15 @@ void serving_free(struct serving *s)
         batcher_free(s->models[i].batcher);
         modelstats_free(s->models[i].stats);
     }
+    /* A worker stranded in an abandoned call still releases its slot when
+     * the call returns: then the schedulers stay, like its model's memory. */
+    bool stranded = false;
+    for (int i = 0; i < s->n; i++)
+        stranded |= s->models[i].model.wd_stranded;
+    for (int i = 0; i < s->ndevs && !stranded; i++)
+        devsched_free(s->devs[i]);
+    if (!stranded)
+        free(s->devs);
     free(s->models);
     free(s);
 }

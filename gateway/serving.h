@@ -10,6 +10,7 @@
 
 #include "backends/backend.h"
 #include "batcher/batcher.h"
+#include "batcher/devsched.h"
 #include "common/error.h"
 #include "common/httpc.h"
 #include "gateway/modelstats.h"
@@ -19,9 +20,20 @@
 
 enum served_state { SERVED_LOADING, SERVED_READY, SERVED_FAILED };
 
+/* A model's place on a scheduled device (batcher/devsched.h). */
+struct served_sched {
+    struct devsched *dev;             /* owned by the serving table */
+    int member;                       /* the model's index there */
+    int device_id;                    /* instances with this device id use it */
+};
+
 struct served_model {
     struct model model;
     struct batcher *batcher;
+    /* The devices it shares by weight (docs/SCHEDULING.md); written by the
+     * loader before the workers start, read-only after. */
+    struct served_sched sched[MODEL_MAX_DEVICES];
+    int nsched;
     _Atomic int state;               /* enum served_state; model.reason is set before FAILED */
     struct modelstats *stats;        /* NULL until loaded */
 };
