@@ -2,8 +2,9 @@
 two synthetic models placed on one device, each saturated by its own
 clients, split the device's busy time by their scheduling.weight (2:1, then
 1:1, from /metrics); the time their batches waited for a slot is counted;
-and a model alone on a scheduled device serves as fast as one that is not
-scheduled at all.
+a job yields the device to another model's online requests whatever the
+weights; and a model alone on a scheduled device serves as fast as one that
+is not scheduled at all.
 
 The synthetic models sleep (mode "sleep"): the device is pretend, so the
 test leaves the machine's cores to others. Every phase is bounded in time."""
@@ -14,11 +15,12 @@ import unittest
 
 from harness import RepoServerCase, roundtrip
 from test_infer import infer_body, post, synthetic, write_model
+from test_jobs import JobsCase, line, submit
 from test_metrics import busy, parse, value
 
 BATCH_US = 20000     # one batch: 20 ms whatever its rows
-MAX_BATCH = 4
-CLIENTS = 12         # per model: three batches' worth queued, so it never runs dry
+MAX_BATCH = 2
+CLIENTS = 8          # per model: four batches' worth queued, so it never runs dry
 WARM_S = 1.0
 MEASURE_S = 3.0
 
@@ -31,6 +33,35 @@ def placed(name, weight=None, device=None):
     if weight is not None:
         cfg["scheduling"] = {"weight": weight}
     return cfg
+
+
+def saturate(port, model, seconds, clients=CLIENTS):
+    """Each client posts one row at a time for `seconds`; the answers
+    counted, and any error."""
+    stop = time.monotonic() + seconds
+    answered, errors = [0], []
+    lock = threading.Lock()
+    body = infer_body([[1, 2, 3, 4]], name="x")
+
+    def client():
+        while time.monotonic() < stop:
+            try:
+                r = post(port, "/v2/models/%s/infer" % model, body, timeout=10)
+            except OSError as e:
+                errors.append(repr(e))
+                return
+            if r.status != 200:
+                errors.append("%s: %d %s" % (model, r.status, r.body[:200]))
+                return
+            with lock:
+                answered[0] += 1
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 30)
+    return answered[0], errors
 
 
 class SchedulingTest(RepoServerCase):
@@ -130,6 +161,39 @@ class SchedulingTest(RepoServerCase):
         for (name, labels) in s:
             if name.startswith("batchgate_device_scheduler_"):
                 self.assertNotIn(("model", "free"), labels, "an unplaced model is not scheduled")
+
+
+class OnlineBeforeOfflineTest(JobsCase):
+    """A job's lines on one model yield the device to another model's online
+    requests, whatever the weights: class goes before weight."""
+    models = {"batch": placed("batch", weight=1000, device=3),
+              "online": placed("online", weight=1, device=3)}
+
+    def test_job_yields_to_online_work_of_another_model(self):
+        srv = self.start()
+        r = submit(srv, "batch", "\n".join(line(i) for i in range(1000)) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        time.sleep(WARM_S)   # the job alone: it has the device to itself
+        m = lambda: parse(roundtrip(srv.port, "GET", "/metrics", timeout=10).body.decode())
+        before = m()
+        self.assertGreater(value(before, "batchgate_device_busy_seconds_total", model="batch",
+                                 device="synthetic3", **{"class": "offline"}), 0.5 * WARM_S)
+        answered, errors = saturate(srv.port, "online", 2.0)
+        after = m()
+        self.assertEqual(errors, [])
+        self.assertGreater(answered, 0)
+        d = lambda model, cls: (value(after, "batchgate_device_busy_seconds_total", model=model,
+                                      device="synthetic3", **{"class": cls})
+                                - value(before, "batchgate_device_busy_seconds_total",
+                                        model=model, device="synthetic3", **{"class": cls}))
+        online, offline = d("online", "online"), d("batch", "offline")
+        print("# while online clients ran: online %.2f s, the job's offline %.2f s" %
+              (online, offline))
+        self.assertGreater(online, 1.5)
+        self.assertLess(offline, 0.15 * (online + offline))
+        roundtrip(srv.port, "DELETE", "/v2/jobs/" + job)
+        srv.stop_checked()
 
 
 if __name__ == "__main__":
