@@ -18,9 +18,14 @@ Reported, with the targets of the issue:
     B >= 0.90;
   - online goodput (answers within budget per second): B >= 0.99 x A;
   - share of online answers late or failed: B - A <= 0.1 percentage point;
-  - offline lines per second in B >= 0.85 x the idle capacity of A, where
-    idle capacity = (1 - busy A) x rows/s at full batches (the latency
-    model's max_batch_size / exec(max_batch_size)).
+  - offline lines per second in B >= 0.85 x the idle capacity of A. Two
+    readings of "idle capacity" are printed: by time, (1 - busy A) x rows/s
+    at full batches (the latency model's max_batch_size /
+    exec(max_batch_size)); and by rows, rows/s at full batches less the
+    online rows/s of A. Offline rows also fill the empty rows of online
+    batches (docs/JOBS.md), so time the device is busy with small online
+    batches still has room for them: the rows reading is the one the target
+    is judged by, the time reading is shown beside it.
 
     loadgen/bench/harvest.py [--period 60] [--budget-ms 50]
 
@@ -167,6 +172,7 @@ def one_run(args, peak, trough, backlog_lines):
         answered = sum(step["codes"].values()) + step["errors"]
         good = step["goodput"] * step["duration_s"]
         return {"busy": (busy1 - busy0) / (t1 - t0), "goodput": step["goodput"],
+                "online_rows_s": step["throughput"],
                 "late_share": 1 - good / answered if answered else 0.0,
                 "offline_lines_s": lines / (t1 - t0), "full_batch_ms": full,
                 "p99_ms": step["latency_us"]["p99"] / 1e3, "sent": step["sent"]
@@ -207,7 +213,8 @@ def main():
 
     a = one_run(args, peak, trough, 0)
     rows_s = args.max_batch / (a["full_batch_ms"] / 1e3) if a["full_batch_ms"] else 0
-    idle_cap = (1 - a["busy"]) * rows_s
+    idle_time_cap = (1 - a["busy"]) * rows_s
+    idle_cap = max(rows_s - a["online_rows_s"], 0.0)
     backlog = int(max(idle_cap, rows_s * 0.5) * args.period * 1.5) + 1000
     b = one_run(args, peak, trough, backlog)
 
@@ -223,11 +230,12 @@ def main():
          a["goodput"] and b["goodput"] / a["goodput"] >= 0.99),
         ("late share B - A (pp)", 100 * (b["late_share"] - a["late_share"]), "<= 0.1",
          100 * (b["late_share"] - a["late_share"]) <= 0.1),
-        ("offline lines/s / idle capacity", b["offline_lines_s"] / idle_cap if idle_cap else 0,
+        ("offline lines/s / idle rows", b["offline_lines_s"] / idle_cap if idle_cap else 0,
          ">= 0.85", idle_cap and b["offline_lines_s"] / idle_cap >= 0.85),
     ]
-    print("idle capacity of A: (1 - %.3f) x %.0f rows/s at full batches = %.0f rows/s"
-          % (a["busy"], rows_s, idle_cap))
+    print("idle capacity of A by rows: %.0f rows/s at full batches - %.0f online = %.0f rows/s; "
+          "by time: (1 - %.3f) x %.0f = %.0f rows/s"
+          % (rows_s, a["online_rows_s"], idle_cap, a["busy"], rows_s, idle_time_cap))
     for name, value, target, ok in checks:
         print("%-34s %8.3f  target %-8s %s" % (name, value, target, "met" if ok else "NOT MET"))
 
