@@ -112,7 +112,7 @@ struct batcher *batcher_new(const char *model_name, const struct model_batching 
     for (int i = 0; i < b->ninstances; i++)
         latmodel_init(&b->lat[i]);
     guard_init(&b->guard);
-    rate_init(&b->arrivals, RATE_TAU_NS);
+    rate_init(&b->arrivals);
     pthread_mutex_init(&b->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -1,31 +1,32 @@
 /* rate.c - see rate.h. */
 #include "batcher/rate.h"
 
-#include <math.h>
+#include <string.h>
 
-void rate_init(struct rate *r, int64_t tau_ns)
+void rate_init(struct rate *r)
 {
-    r->count = 0;
-    r->t_ns = 0;
-    r->tau_ns = tau_ns > 0 ? tau_ns : RATE_TAU_NS;
-}
-
-static double rate_decayed(const struct rate *r, int64_t now_ns)
-{
-    if (r->count == 0 || now_ns <= r->t_ns)
-        return r->count;
-    return r->count * exp(-(double)(now_ns - r->t_ns) / (double)r->tau_ns);
+    memset(r, 0, sizeof *r);
 }
 
 void rate_add(struct rate *r, int64_t now_ns, int rows)
 {
-    double c = rate_decayed(r, now_ns);
-    r->count = c + rows;
-    if (c == 0 || now_ns > r->t_ns)
-        r->t_ns = now_ns;
+    r->t_ns[r->next] = now_ns;
+    r->rows[r->next] = rows;
+    r->next = (r->next + 1) % RATE_WINDOW;
+    if (r->n < RATE_WINDOW)
+        r->n++;
 }
 
 double rate_value(const struct rate *r, int64_t now_ns)
 {
-    return rate_decayed(r, now_ns) / (double)r->tau_ns;
+    if (r->n < 2)
+        return 0;
+    int first = (r->next - r->n + RATE_WINDOW) % RATE_WINDOW;
+    int64_t rows = 0;
+    for (int i = 1; i < r->n; i++)
+        rows += r->rows[(first + i) % RATE_WINDOW];
+    int64_t span = now_ns - r->t_ns[first];
+    if (span < 1)
+        span = 1;   /* a burst in one instant (a virtual clock): as fast as can be said */
+    return (double)rows / (double)span;
 }

@@ -96,7 +96,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
     int64_t now = n ? reqs[0].arrival_ns : 0, first = now, wake = POLICY_NEVER, expiry = POLICY_NEVER;
     const struct latmodel *pol_lat = aware ? lat_fast : NULL;
     struct rate arrivals;     /* as the batcher measures it: admitted rows */
-    rate_init(&arrivals, RATE_TAU_NS);
+    rate_init(&arrivals);
     while (answered < n) {
         /* 1. batches that finished */
         for (int i = 0; i < c->instances; i++) {

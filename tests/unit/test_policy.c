@@ -455,29 +455,39 @@ static void test_rate_follows_arrivals(void **state)
 {
     (void)state;
     struct rate r;
-    rate_init(&r, RATE_TAU_NS);
-    assert_true(rate_value(&r, 0) == 0);
+    rate_init(&r);
     assert_true(rate_value(&r, 5 * MS) == 0);
-    /* 4 rows per ms for a second, from t = 0: settles at 4 rows/ms. */
+    rate_add(&r, 0, 1);
+    assert_true(rate_value(&r, 5 * MS) == 0);       /* one arrival says nothing yet */
+    /* 4 rows per ms, as single rows or as 8-row requests. */
     int64_t t = 0;
     for (int i = 0; i < 4000; i++, t += MS / 4)
         rate_add(&r, t, 1);
-    double v = rate_value(&r, t) * 1e6;
-    if (v < 3.9 || v > 4.1)
+    double v = rate_value(&r, t - MS / 4) * 1e6;
+    if (v < 3.99 || v > 4.01)
         fail_msg("rate %.3f rows/ms, want 4", v);
-    /* Requests of 8 rows count 8. */
     struct rate r8;
-    rate_init(&r8, RATE_TAU_NS);
+    rate_init(&r8);
     for (int i = 0; i < 500; i++)
         rate_add(&r8, (int64_t)i * 2 * MS, 8);
-    v = rate_value(&r8, 1000 * MS) * 1e6;
-    if (v < 3.8 || v > 4.2)
+    v = rate_value(&r8, 998 * MS) * 1e6;
+    if (v < 3.99 || v > 4.01)
         fail_msg("rate %.3f rows/ms, want 4", v);
-    /* A second of silence: the estimate has all but vanished. */
-    assert_true(rate_value(&r, t + 1000 * MS) * 1e6 < 4e-4);
-    /* A stale clock counts as now. */
-    rate_add(&r, t - MS, 1);
-    assert_true(rate_value(&r, t) > 0);
+    /* A second of silence: 15 rows over about a second. */
+    v = rate_value(&r, t + 1000 * MS) * 1e6;
+    assert_true(v > 0.01 && v < 0.02);
+    /* A burst after a long silence is seen within the window: one request a
+     * second for 20 s, then 16 requests 10 us apart. */
+    struct rate rb;
+    rate_init(&rb);
+    for (int i = 0; i < 20; i++)
+        rate_add(&rb, (int64_t)i * 1000 * MS, 1);
+    assert_true(rate_value(&rb, 19000 * MS) * 1e6 < 0.002);
+    for (int i = 0; i < 16; i++)
+        rate_add(&rb, 20000 * MS + i * 10000, 1);
+    v = rate_value(&rb, 20000 * MS + 150000) * 1e6;
+    if (v < 99 || v > 101)
+        fail_msg("burst rate %.3f rows/ms, want 100", v);
 }
 
 static void test_policy_names(void **state)
