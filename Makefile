@@ -34,7 +34,7 @@ test-asan: asan
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600
 
-# Every benchmark in one go (about 8 minutes on 2 cores); results go to
+# Every benchmark in one go (about 15 minutes on 2 cores); results go to
 # docs/BENCHMARKS.md by hand, with the machine and the command.
 TSAN_BUILD ?= build-tsan
 
@@ -69,6 +69,7 @@ bench: build
 	loadgen/bench/generator_capacity.sh
 	loadgen/bench/batching_cpu.sh
 	loadgen/bench/batching_synthetic.sh
+	loadgen/bench/zero_knob.sh
 	loadgen/bench/overload_sweep.sh
 	loadgen/bench/metrics_overhead.sh
 	./$(BUILD)/bench_policy_sim

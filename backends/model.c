@@ -122,7 +122,8 @@ static int model_check_batching(void *obj, json_t *json, struct schema_ctx *ctx)
 
 static const struct schema_field model_batch_size = {.type = SCHEMA_INT, .min = 1, .max = 65536};
 
-static const struct schema_name model_policies[] = {{"deadline", 0}, {"fixed_delay", 0}, {NULL, 0}};
+static const struct schema_name model_policies[] = {
+    {"adaptive", 0}, {"deadline", 0}, {"fixed_delay", 0}, {NULL, 0}};
 
 static const struct schema_field model_batching_fields[] = {
     {SCHEMA_F_INT("max_batch_size", struct model_batching, max_batch_size),
@@ -131,7 +132,8 @@ static const struct schema_field model_batching_fields[] = {
                     &model_batch_size),
      .doc = "sizes to aim for, each at most `max_batch_size`"},
     {SCHEMA_F_INT64("max_queue_delay_us", struct model_batching, max_queue_delay_us),
-     .min = 0, .max = 60000000, .def = 1000, .doc = "longest a request waits for company"},
+     .min = 0, .max = 60000000, .def = 1000,
+     .doc = "longest a request waits for company; with `adaptive` only an upper bound"},
     {SCHEMA_F_INT64("latency_budget_ms", struct model_batching, latency_budget_ms),
      .min = 0, .max = 3600000, .def = 0, .doc = "default deadline of a request; 0 = none"},
     {SCHEMA_F_INT("max_queue_size", struct model_batching, max_queue_size),
@@ -143,7 +145,10 @@ static const struct schema_field model_batching_fields[] = {
      .min = 0, .max = 3600000, .def = 1000,
      .doc = "the oldest request goes first after waiting this long; 0 = never (docs/BATCHING.md)"},
     {SCHEMA_F_STRING("policy", struct model_batching, policy), .names = model_policies,
-     .sdef = "deadline", .doc = "`fixed_delay` is Triton's (docs/BATCHING.md)"},
+     .sdef = "adaptive",
+     .doc = "`adaptive` waits for company only when the arrival rate and latency model say it "
+            "pays; `deadline` always waits `max_queue_delay_us` (the default before); "
+            "`fixed_delay` is Triton's (docs/BATCHING.md)"},
     {SCHEMA_F_INT64("batch_timeout_ms", struct model_batching, batch_timeout_ms),
      .min = 0, .max = 3600000, .def = 30000,
      .doc = "a batch whose backend call has not returned after this long is abandoned, its "

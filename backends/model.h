@@ -58,7 +58,7 @@ struct model_batching {
     int max_queue_size;
     int default_priority;        /* for requests that give none (or 0); 1 is the highest */
     int64_t priority_aging_ms;   /* the oldest request goes first after this long; 0: never */
-    char policy[16];             /* "deadline" (default) or "fixed_delay" (Triton's) */
+    char policy[16];             /* "adaptive" (default), "deadline" or "fixed_delay" (Triton's) */
     int64_t batch_timeout_ms;    /* a batch still running after this is abandoned (504); 0: never */
 };
 

@@ -12,6 +12,7 @@
 #include "batcher/guard.h"
 #include "batcher/latmodel.h"
 #include "batcher/queue.h"
+#include "batcher/rate.h"
 
 struct batcher {
     pthread_mutex_t lock;
@@ -23,6 +24,7 @@ struct batcher {
     int ninstances;
     int fastest;                      /* instance whose model predicts least for 1 row */
     struct guard guard;               /* the answer path's overrun (guard.h) */
+    struct rate arrivals;             /* admitted rows per ns, for the adaptive wait */
     bool closed;
     pthread_t reaper;
     bool reaper_running;
@@ -97,9 +99,7 @@ struct batcher *batcher_new(const char *model_name, const struct model_batching 
     }
     snprintf(b->name, sizeof b->name, "%s", model_name);
     struct bqueue_config qc;
-    bqueue_config_from_model(&qc, cfg,
-                             strcmp(cfg->policy, "fixed_delay") == 0 ? POLICY_FIXED_DELAY
-                                                                      : POLICY_DEADLINE);
+    bqueue_config_from_model(&qc, cfg, policy_kind_from_name(cfg->policy));
     b->ninstances = instances > 0 ? instances : 1;
     b->lat = calloc((size_t)b->ninstances, sizeof *b->lat);
     if (!b->lat || bqueue_init(&b->q, &qc) != 0) {
@@ -112,6 +112,7 @@ struct batcher *batcher_new(const char *model_name, const struct model_batching 
     for (int i = 0; i < b->ninstances; i++)
         latmodel_init(&b->lat[i]);
     guard_init(&b->guard);
+    rate_init(&b->arrivals);
     pthread_mutex_init(&b->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -167,6 +168,7 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
     void (*waker)(void *) = NULL;
     void *waker_arg = NULL;
     if (rc == 0) {
+        rate_add(&b->arrivals, now, it->rows);
         /* Every idle worker re-decides: with several instances any may take it. */
         pthread_cond_broadcast(&b->work);
         if (it->deadline_ns)
@@ -214,6 +216,8 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
             pthread_mutex_lock(&b->lock);
             continue;
         }
+        b->q.load.rows_per_ns = rate_value(&b->arrivals, now);
+        b->q.load.device_has_other_work = 0;   /* no per-device scheduler yet */
         if (bqueue_take(&b->q, now, lat, out, wake)) {
             if (b->q.n > 0 || b->q.noff > 0)
                 pthread_cond_signal(&b->work);   /* another idle worker may form the next */

@@ -2,6 +2,44 @@
 #include "batcher/policy.h"
 
 #include <stddef.h>
+#include <string.h>
+
+enum policy_kind policy_kind_from_name(const char *name)
+{
+    if (name && strcmp(name, "fixed_delay") == 0)
+        return POLICY_FIXED_DELAY;
+    if (name && strcmp(name, "deadline") == 0)
+        return POLICY_DEADLINE;
+    return POLICY_ADAPTIVE;
+}
+
+/* The adaptive rule (policy.h): the instant the batch of `rows` rows, whose
+ * oldest request arrived at `oldest`, stops waiting; <= now_ns: send now.
+ * `bound` is the earlier of max_queue_delay's instant and the deadline
+ * rule's latest start. */
+static int64_t policy_adaptive_until(const struct latmodel *lat, const struct policy_load *load,
+                                     int rows, int64_t oldest, int64_t bound)
+{
+    double lambda = load ? load->rows_per_ns : 0;
+    if (!(lambda > 0))
+        return oldest;                          /* nothing is coming: no reason to wait */
+    double gap = 1.0 / lambda;                  /* expected ns until the next row */
+    double until = (double)bound;
+    if (!load->device_has_other_work) {
+        /* Waiting idles the device: worth it for w* = (a - r/lambda)/2 at most. */
+        double a = lat ? lat->a_ns : 0;
+        double wstar = (a - rows * gap) / 2;
+        if (wstar <= 0)
+            return oldest;
+        if ((double)oldest + wstar < until)
+            until = (double)oldest + wstar;
+    }
+    /* Only while at least one more row is expected before the wait ends. */
+    until -= gap;
+    if (until <= (double)oldest)
+        return oldest;
+    return (int64_t)until;
+}
 
 /* The selection serving the most rows, every one within its deadline when
  * started now: for each row budget R (largest first) take, in service
@@ -49,8 +87,8 @@ static void policy_select_feasible(const struct policy_config *c, const struct l
 }
 
 void policy_decide(const struct policy_config *c, const struct latmodel *lat,
-                   const struct policy_request *q, int n, int64_t now_ns,
-                   struct policy_decision *d)
+                   const struct policy_load *load, const struct policy_request *q, int n,
+                   int64_t now_ns, struct policy_decision *d)
 {
     d->take = 0;
     d->rows = 0;
@@ -81,14 +119,17 @@ void policy_decide(const struct policy_config *c, const struct latmodel *lat,
         d->row_budget = c->max_batch_size;
         return;
     }
-    int deadline_aware = c->kind == POLICY_DEADLINE && lat != NULL;
+    int deadline_aware = policy_deadline_aware(c->kind) && lat != NULL;
     int full = rows == c->max_batch_size || k < n;
     int64_t due = oldest + c->max_queue_delay_ns;
     int64_t latest = POLICY_NEVER;
     if (deadline_aware && dmin != POLICY_NEVER)
         latest = dmin - latmodel_predict(lat, rows);
+    int64_t bound = due < latest ? due : latest;
+    if (c->kind == POLICY_ADAPTIVE)
+        bound = policy_adaptive_until(lat, load, rows, oldest, bound);
     int take = 0, take_rows = 0;
-    if (full || now_ns >= due || now_ns >= latest) {
+    if (full || now_ns >= bound) {
         take = k;
         take_rows = rows;
     } else if (pref_k > 0) {
@@ -105,5 +146,5 @@ void policy_decide(const struct policy_config *c, const struct latmodel *lat,
         d->row_budget = c->max_batch_size;
         return;
     }
-    d->wake_ns = due < latest ? due : latest;
+    d->wake_ns = bound;
 }

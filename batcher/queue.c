@@ -149,7 +149,7 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                          q->cfg.max_queue_size);
     if (it->priority <= 0)
         it->priority = q->cfg.default_priority;
-    if (it->deadline_ns && q->cfg.kind == POLICY_DEADLINE && lat) {
+    if (it->deadline_ns && policy_deadline_aware(q->cfg.kind) && lat) {
         int64_t need = latmodel_predict(lat, it->rows) + q->guard_ns;
         if (now_ns + need > it->deadline_ns)
             return error_set(err, BG_EDEADLINE,
@@ -177,7 +177,7 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
                       struct infer_item **expired)
 {
     *expired = NULL;
-    if (q->cfg.kind != POLICY_DEADLINE || !lat)
+    if (!policy_deadline_aware(q->cfg.kind) || !lat)
         return POLICY_NEVER;
     struct infer_item **tail = expired;
     /* An item is hopeless at deadline - exec(its rows). Only items whose
@@ -323,7 +323,7 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     }
     struct policy_decision d;
     policy_decision_init(&d, q->pick_scratch);
-    policy_decide(&q->pcfg, lat, q->view, n, now_ns, &d);
+    policy_decide(&q->pcfg, lat, &q->load, q->view, n, now_ns, &d);
     if (d.take == 0) {
         /* The aging instant of the oldest request is a decision point too,
          * while it is ahead: once passed, the aged request already leads

@@ -64,6 +64,9 @@ struct bqueue {
     /* Every deadline is planned as this much earlier (guard.h); the batcher
      * sets it before each operation, 0 in the simulator. */
     int64_t guard_ns;
+    /* The arrival rate the policy weighs a wait against (rate.h): set by the
+     * batcher and the simulator before each bqueue_take. */
+    struct policy_load load;
 };
 
 /* From a model's batching config. */

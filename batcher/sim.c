@@ -9,6 +9,7 @@
 
 #include "batcher/latmodel.h"
 #include "batcher/queue.h"
+#include "batcher/rate.h"
 
 struct sim_instance {
     int64_t busy_until;        /* 0: idle */
@@ -33,13 +34,34 @@ static uint64_t sim_rng_next(uint64_t *s)
 
 static int64_t sim_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* An idle instance left work queued under the adaptive policy: the wait must
+ * be able to bring company (at least one more row expected before it must
+ * end at the latest, the oldest request's max_queue_delay) and end by then.
+ * While it waits, the whole queue is the batch (a batch that left anything
+ * behind would be full and gone), so the oldest queued request is its
+ * oldest. */
+static void sim_check_wait(const struct bqueue *q, int64_t now, int64_t wake,
+                           struct sim_stats *st)
+{
+    const struct infer_item *oldest = list_data(q->arr.next, struct infer_item, q_arr);
+    int64_t bound = oldest->t_arrival_ns + q->cfg.max_queue_delay_ns;
+    double expect = q->load.rows_per_ns * (double)(bound - now);
+    if (expect < 1.0)
+        VIOLATE(st, "an idle instance waited at %lld with %.3f rows expected before "
+                "max_queue_delay ran out (rate %.3g rows/ms)", (long long)now, expect,
+                q->load.rows_per_ns * 1e6);
+    if (wake > bound)
+        VIOLATE(st, "an idle instance waits until %lld, past max_queue_delay's %lld",
+                (long long)wake, (long long)bound);
+}
+
 
 int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct sim_stats *st)
 {
     memset(st, 0, sizeof *st);
     struct bqueue_config qc;
-    enum policy_kind kind = strcmp(c->batching.policy, "fixed_delay") == 0 ? POLICY_FIXED_DELAY
-                                                                           : POLICY_DEADLINE;
+    enum policy_kind kind = policy_kind_from_name(c->batching.policy);
+    bool aware = policy_deadline_aware(kind);
     bqueue_config_from_model(&qc, &c->batching, kind);
     struct bqueue q;
     struct infer_item *items = calloc((size_t)(n ? n : 1), sizeof *items);
@@ -72,7 +94,9 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
     }
     int next_arrival = 0, answered = 0;
     int64_t now = n ? reqs[0].arrival_ns : 0, first = now, wake = POLICY_NEVER, expiry = POLICY_NEVER;
-    const struct latmodel *pol_lat = kind == POLICY_DEADLINE ? lat_fast : NULL;
+    const struct latmodel *pol_lat = aware ? lat_fast : NULL;
+    struct rate arrivals;     /* as the batcher measures it: admitted rows */
+    rate_init(&arrivals);
     while (answered < n) {
         /* 1. batches that finished */
         for (int i = 0; i < c->instances; i++) {
@@ -84,7 +108,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
                 r->done_ns = in->busy_until;
                 r->answers++;
                 answered++;
-                if (c->check && kind == POLICY_DEADLINE && c->jitter == 0 && it->deadline_ns &&
+                if (c->check && aware && c->jitter == 0 && it->deadline_ns &&
                     r->done_ns > it->deadline_ns + 1000)
                     VIOLATE(st, "request %td computed past its deadline (%lld ns late)",
                             it - items, (long long)(r->done_ns - it->deadline_ns));
@@ -103,6 +127,8 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
                 reqs[next_arrival].done_ns = now;
                 reqs[next_arrival].answers++;
                 answered++;
+            } else {
+                rate_add(&arrivals, now, it->rows);
             }
             next_arrival++;
         }
@@ -124,7 +150,11 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
                 continue;
             struct batch b = {0};
             int64_t w;
-            if (!bqueue_take(&q, now, kind == POLICY_DEADLINE ? &lat[i] : NULL, &b, &w)) {
+            q.load.rows_per_ns = rate_value(&arrivals, now);
+            q.load.device_has_other_work = 0;
+            if (!bqueue_take(&q, now, aware ? &lat[i] : NULL, &b, &w)) {
+                if (c->check && kind == POLICY_ADAPTIVE && q.n > 0)
+                    sim_check_wait(&q, now, w, st);
                 wake = sim_min64(wake, w);
                 continue;
             }
@@ -186,7 +216,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct 
         expiry = bqueue_expire(&q, now, pol_lat, &expired);
         if (expired)
             VIOLATE(st, "a request expired without an event at %lld", (long long)now);
-        if (c->check && kind == POLICY_DEADLINE) {
+        if (c->check && aware) {
             struct list *dl;
             list_foreach(dl, &q.dl) {
                 struct infer_item *it = list_data(dl, struct infer_item, q_dl);

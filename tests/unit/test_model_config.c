@@ -263,7 +263,7 @@ static void test_upstream_defaults(void **state)
     assert_int_equal(c.batching.default_priority, 1);
     assert_int_equal(c.batching.priority_aging_ms, 1000);
     assert_int_equal(c.batching.batch_timeout_ms, 30000);
-    assert_string_equal(c.batching.policy, "deadline");
+    assert_string_equal(c.batching.policy, "adaptive");
 }
 
 int main(void)

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "batcher/policy.h"
+#include "batcher/rate.h"
 
 #define MS 1000000LL
 
@@ -26,7 +27,7 @@ static void test_empty_waits_forever(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    policy_decide(&c, NULL, NULL, 0, 0, &d);
+    policy_decide(&c, NULL, NULL, NULL, 0, 0, &d);
     assert_int_equal(d.take, 0);
     assert_true(d.wake_ns == POLICY_NEVER);
 }
@@ -39,10 +40,10 @@ static void test_waits_until_oldest_delay(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    policy_decide(&c, NULL, q, 2, 11 * MS, &d);
+    policy_decide(&c, NULL, NULL, q, 2, 11 * MS, &d);
     assert_int_equal(d.take, 0);
     assert_true(d.wake_ns == 15 * MS);   /* the clock starts at arrival, not at the look */
-    policy_decide(&c, NULL, q, 2, 15 * MS, &d);
+    policy_decide(&c, NULL, NULL, q, 2, 15 * MS, &d);
     assert_int_equal(d.take, 2);
     assert_int_equal(d.rows, 3);
 }
@@ -55,7 +56,7 @@ static void test_full_dispatches_at_once(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    policy_decide(&c, NULL, q, 3, 1, &d);
+    policy_decide(&c, NULL, NULL, q, 3, 1, &d);
     assert_int_equal(d.take, 2);
     assert_int_equal(d.rows, 4);
 }
@@ -70,7 +71,7 @@ static void test_next_does_not_fit(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    policy_decide(&c, NULL, q, 2, 1, &d);
+    policy_decide(&c, NULL, NULL, q, 2, 1, &d);
     assert_int_equal(d.take, 1);
     assert_int_equal(d.rows, 3);
 }
@@ -84,11 +85,11 @@ static void test_preferred_size(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    policy_decide(&c, NULL, q, 5, 1, &d);
+    policy_decide(&c, NULL, NULL, q, 5, 1, &d);
     assert_int_equal(d.take, 4);   /* the largest preferred prefix */
-    policy_decide(&c, NULL, q, 3, 1, &d);
+    policy_decide(&c, NULL, NULL, q, 3, 1, &d);
     assert_int_equal(d.take, 2);
-    policy_decide(&c, NULL, q, 1, 1, &d);
+    policy_decide(&c, NULL, NULL, q, 1, 1, &d);
     assert_int_equal(d.take, 0);
     assert_true(d.wake_ns == 100 * MS);
 }
@@ -101,7 +102,7 @@ static void test_zero_delay_dispatches_immediately(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    policy_decide(&c, NULL, q, 1, 5 * MS, &d);
+    policy_decide(&c, NULL, NULL, q, 1, 5 * MS, &d);
     assert_int_equal(d.take, 1);
 }
 
@@ -134,7 +135,7 @@ static void test_random_queues(void **state)
         struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-        policy_decide(&c, NULL, q, n, now, &d);
+        policy_decide(&c, NULL, NULL, q, n, now, &d);
         int rows = 0;
         for (int i = 0; i < d.take; i++)
             rows += q[i].rows;
@@ -195,14 +196,14 @@ static void test_deadline_dispatches_just_in_time(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    policy_decide(&c, &lat, q, 2, 2 * MS, &d);
+    policy_decide(&c, &lat, NULL, q, 2, 2 * MS, &d);
     assert_int_equal(d.take, 0);
     assert_true(llabs(d.wake_ns - (10 * MS - 12 * MS / 10)) < 1000);
-    policy_decide(&c, &lat, q, 2, d.wake_ns, &d);
+    policy_decide(&c, &lat, NULL, q, 2, d.wake_ns, &d);
     assert_int_equal(d.take, 2);
     /* The same queue under the fixed delay waits the whole 100 ms. */
     struct policy_config f = {16, NULL, 0, 100 * MS, POLICY_FIXED_DELAY};
-    policy_decide(&f, &lat, q, 2, 2 * MS, &d);
+    policy_decide(&f, &lat, NULL, q, 2, 2 * MS, &d);
     assert_int_equal(d.take, 0);
     assert_true(d.wake_ns == 100 * MS);
 }
@@ -222,15 +223,282 @@ static void test_deadline_selects_most_rows_in_time(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    policy_decide(&c, &lat, q, 64, 0, &d);
+    policy_decide(&c, &lat, NULL, q, 64, 0, &d);
     assert_int_equal(d.take, 63);
     assert_int_equal(d.rows, 63);
     assert_non_null(d.pick);
     assert_int_equal(d.pick[0], 1);
     /* Without scratch space the policy falls back to whole prefixes. */
     policy_decision_init(&d, NULL);
-    policy_decide(&c, &lat, q, 64, 0, &d);
+    policy_decide(&c, &lat, NULL, q, 64, 0, &d);
     assert_int_equal(d.take, 64);
+}
+
+/* ---- the adaptive wait (policy.h), on exec(R) = 1 ms + 0.1 ms x R ---- */
+
+#define PER_MS(x) ((x) / 1e6)   /* rows per ms -> rows per ns */
+
+static struct policy_config adaptive_cfg(int max, int64_t delay_ns)
+{
+    return (struct policy_config){max, NULL, 0, delay_ns, POLICY_ADAPTIVE};
+}
+
+static void test_adaptive_sends_at_once_without_arrivals(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_model();
+    struct policy_config c = adaptive_cfg(16, 100 * MS);
+    struct policy_request q[] = {{1, 0, 0}};
+    struct policy_load none = {0, 0};
+    struct policy_decision d;
+    int scratch[2 * 70];
+    policy_decision_init(&d, scratch);
+    policy_decide(&c, &lat, NULL, q, 1, 0, &d);     /* nothing measured */
+    assert_int_equal(d.take, 1);
+    policy_decide(&c, &lat, &none, q, 1, 0, &d);    /* rate 0 */
+    assert_int_equal(d.take, 1);
+    /* No latency model: no setup time to save. */
+    struct policy_load fast = {PER_MS(1000), 0};
+    policy_decide(&c, NULL, &fast, q, 1, 0, &d);
+    assert_int_equal(d.take, 1);
+    /* The former default waits the whole delay for the same queue. */
+    struct policy_config old = {16, NULL, 0, 100 * MS, POLICY_DEADLINE};
+    policy_decide(&old, &lat, &none, q, 1, 0, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(d.wake_ns == 100 * MS);
+}
+
+/* lambda * a against r + 2: at 3 rows/ms, 3 rows arrive per 1 ms setup,
+ * exactly r + 2 for one queued row: w* = (1 - 1/3)/2 ms, less the 1/3 ms
+ * until the next row, is 0: send. At 4 rows/ms: w* = 0.375 ms, the wait
+ * ends one expected gap (0.25 ms) earlier, at 0.125 ms. */
+static void test_adaptive_threshold(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_model();
+    struct policy_config c = adaptive_cfg(16, 100 * MS);
+    struct policy_request q[] = {{1, 0, 0}, {1, 0, 0}};
+    struct policy_decision d;
+    int scratch[2 * 70];
+    policy_decision_init(&d, scratch);
+    struct policy_load at = {PER_MS(3), 0}, above = {PER_MS(4), 0};
+    policy_decide(&c, &lat, &at, q, 1, 0, &d);
+    assert_int_equal(d.take, 1);
+    policy_decide(&c, &lat, &above, q, 1, 0, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(llabs(d.wake_ns - 125000) <= 1);
+    policy_decide(&c, &lat, &above, q, 1, d.wake_ns, &d);
+    assert_int_equal(d.take, 1);                     /* the wait ends at its instant */
+    /* The clock counts from the arrival: looked at later, the same instant. */
+    policy_decide(&c, &lat, &above, q, 1, 100000, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(llabs(d.wake_ns - 125000) <= 1);
+    /* A second row makes waiting for a third not worth it: lambda a = 4 = r + 2. */
+    policy_decide(&c, &lat, &above, q, 2, 0, &d);
+    assert_int_equal(d.take, 2);
+}
+
+/* max_queue_delay and the deadline bound the wait; the wait stops one
+ * expected gap before the bound. 100 rows/ms: w* = (1 - 0.01)/2 = 0.495 ms. */
+static void test_adaptive_bounded_by_delay_and_deadline(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_model();
+    struct policy_load busy = {PER_MS(100), 0};
+    struct policy_request q[] = {{1, 0, 0}};
+    struct policy_decision d;
+    int scratch[2 * 70];
+    policy_decision_init(&d, scratch);
+    struct policy_config c = adaptive_cfg(16, 100 * MS);
+    policy_decide(&c, &lat, &busy, q, 1, 0, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(llabs(d.wake_ns - 485000) <= 1);     /* w* less 0.01 ms */
+    c = adaptive_cfg(16, MS / 10);
+    policy_decide(&c, &lat, &busy, q, 1, 0, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(llabs(d.wake_ns - 90000) <= 1);      /* max_queue_delay less 0.01 ms */
+    c = adaptive_cfg(16, 0);
+    policy_decide(&c, &lat, &busy, q, 1, 0, &d);
+    assert_int_equal(d.take, 1);                     /* delay 0: batching without waiting */
+    /* Deadline 1.3 ms, exec(1) = 1.1 ms: the latest start is 0.2 ms. */
+    c = adaptive_cfg(16, 100 * MS);
+    struct policy_request dq[] = {{1, 0, 1300000}};
+    policy_decide(&c, &lat, &busy, dq, 1, 0, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(llabs(d.wake_ns - 190000) <= 1);
+    /* Deadline 1.105 ms: less than one row expected before 5 us: send now. */
+    dq[0].deadline_ns = 1105000;
+    policy_decide(&c, &lat, &busy, dq, 1, 0, &d);
+    assert_int_equal(d.take, 1);
+}
+
+static void test_adaptive_keeps_the_other_rules(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_model();
+    struct policy_load busy = {PER_MS(100), 0};
+    static const int pref[] = {2};
+    struct policy_config c = {4, pref, 1, 100 * MS, POLICY_ADAPTIVE};
+    struct policy_request q[] = {{1, 0, 0}, {1, 0, 0}, {1, 0, 0}, {1, 0, 0}, {1, 0, 0}};
+    struct policy_decision d;
+    int scratch[2 * 70];
+    policy_decision_init(&d, scratch);
+    policy_decide(&c, &lat, &busy, q, 5, 0, &d);
+    assert_int_equal(d.take, 4);                     /* full */
+    policy_decide(&c, &lat, &busy, q, 2, 0, &d);
+    assert_int_equal(d.take, 2);                     /* preferred */
+    /* Overload selection: the head cannot make it, the rest go. */
+    struct policy_config big = adaptive_cfg(64, 0);
+    struct policy_request many[64];
+    for (int i = 0; i < 64; i++)
+        many[i] = (struct policy_request){1, 0, i == 0 ? 3 * MS : 100 * MS};
+    policy_decide(&big, &lat, &busy, many, 64, 0, &d);
+    assert_int_equal(d.take, 63);
+}
+
+/* The device scheduler's hook: when another queue could use the device,
+ * waiting idles nothing and may run to max_queue_delay (less one gap),
+ * even at a rate too low for an idle device to wait. */
+static void test_adaptive_other_work_hook(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_model();
+    struct policy_config c = adaptive_cfg(16, 5 * MS);
+    struct policy_request q[] = {{1, 0, 0}};
+    struct policy_decision d;
+    int scratch[2 * 70];
+    policy_decision_init(&d, scratch);
+    struct policy_load idle = {PER_MS(2), 0}, shared = {PER_MS(2), 1};
+    policy_decide(&c, &lat, &idle, q, 1, 0, &d);
+    assert_int_equal(d.take, 1);
+    policy_decide(&c, &lat, &shared, q, 1, 0, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(llabs(d.wake_ns - 4500000) <= 1);
+    shared.rows_per_ns = 0;                          /* still nothing to wait for at rate 0 */
+    policy_decide(&c, &lat, &shared, q, 1, 0, &d);
+    assert_int_equal(d.take, 1);
+}
+
+/* Random queues, rates and models: a wait is never longer than the former
+ * policy's, ends by max_queue_delay and the deadline rule, and happens only
+ * while at least one more row is expected before it must end. */
+static void test_adaptive_random(void **state)
+{
+    (void)state;
+    unsigned seed = (unsigned)time(NULL);
+    const char *env = getenv("BG_TEST_SEED");
+    if (env)
+        seed = (unsigned)strtoul(env, NULL, 10);
+    srand(seed);
+    int waits = 0;
+    for (int iter = 0; iter < 20000; iter++) {
+        struct latmodel lat;
+        latmodel_init(&lat);
+        int64_t a = (rand() % 5000) * 1000LL, b = (rand() % 200) * 1000LL;
+        for (int i = 0; i < 4; i++)
+            latmodel_add(&lat, i % 2 ? 32 : 1, a + b * (i % 2 ? 32 : 1));
+        int max = 1 + rand() % 32;
+        int64_t delay = (rand() % 6) * MS;
+        struct policy_config c = adaptive_cfg(max, delay);
+        struct policy_config old = c;
+        old.kind = POLICY_DEADLINE;
+        struct policy_load load = {rand() % 4 ? PER_MS(rand() % 50) / (1 + rand() % 10) : 0,
+                                   rand() % 8 == 0};
+        struct policy_request q[40];
+        int n = 1 + rand() % 8;
+        int64_t t = 0;
+        for (int i = 0; i < n; i++) {
+            t += rand() % (MS / 2);
+            q[i].rows = 1 + rand() % 3;
+            q[i].arrival_ns = t;
+            q[i].deadline_ns = rand() % 2 ? t + (rand() % 20) * MS : 0;
+        }
+        /* The policy sees the queue in service order. */
+        for (int i = 1; i < n; i++)
+            for (int j = i; j > 0; j--) {
+                int64_t dj = q[j].deadline_ns ? q[j].deadline_ns : INT64_MAX;
+                int64_t dp = q[j - 1].deadline_ns ? q[j - 1].deadline_ns : INT64_MAX;
+                if (dj >= dp)
+                    break;
+                struct policy_request x = q[j];
+                q[j] = q[j - 1];
+                q[j - 1] = x;
+            }
+        int64_t now = t + rand() % (2 * MS);
+        struct policy_decision d, od;
+        int scratch[2 * 70], oscratch[2 * 70];
+        policy_decision_init(&d, scratch);
+        policy_decision_init(&od, oscratch);
+        policy_decide(&c, &lat, &load, q, n, now, &d);
+        policy_decide(&old, &lat, &load, q, n, now, &od);
+        if (od.take > 0 && d.take == 0)
+            fail_msg("seed %u iter %d: waits where the former policy sends", seed, iter);
+        if (d.take > 0)
+            continue;
+        waits++;
+        if (d.wake_ns > od.wake_ns || d.wake_ns <= now)
+            fail_msg("seed %u iter %d: wakes at %lld, former %lld, now %lld", seed, iter,
+                     (long long)d.wake_ns, (long long)od.wake_ns, (long long)now);
+        /* od.wake_ns is min(max_queue_delay, latest start): the bound. */
+        if (load.rows_per_ns * (double)(od.wake_ns - now) < 1.0)
+            fail_msg("seed %u iter %d: waits with %.3f rows expected before the bound", seed,
+                     iter, load.rows_per_ns * (double)(od.wake_ns - now));
+        if (!load.device_has_other_work && !(load.rows_per_ns * lat.a_ns > 2.0))
+            fail_msg("seed %u iter %d: an idle device waits with lambda a = %.3f", seed, iter,
+                     load.rows_per_ns * lat.a_ns);
+    }
+    if (waits < 500)   /* the generator must exercise the waits it checks */
+        fail_msg("seed %u: only %d of 20000 decisions waited", seed, waits);
+}
+
+static void test_rate_follows_arrivals(void **state)
+{
+    (void)state;
+    struct rate r;
+    rate_init(&r);
+    assert_true(rate_value(&r, 5 * MS) == 0);
+    rate_add(&r, 0, 1);
+    assert_true(rate_value(&r, 5 * MS) == 0);       /* one arrival says nothing yet */
+    /* 4 rows per ms, as single rows or as 8-row requests. */
+    int64_t t = 0;
+    for (int i = 0; i < 4000; i++, t += MS / 4)
+        rate_add(&r, t, 1);
+    double v = rate_value(&r, t - MS / 4) * 1e6;
+    if (v < 3.99 || v > 4.01)
+        fail_msg("rate %.3f rows/ms, want 4", v);
+    struct rate r8;
+    rate_init(&r8);
+    for (int i = 0; i < 500; i++)
+        rate_add(&r8, (int64_t)i * 2 * MS, 8);
+    v = rate_value(&r8, 998 * MS) * 1e6;
+    if (v < 3.99 || v > 4.01)
+        fail_msg("rate %.3f rows/ms, want 4", v);
+    /* A second of silence: 15 rows over about a second. */
+    v = rate_value(&r, t + 1000 * MS) * 1e6;
+    assert_true(v > 0.01 && v < 0.02);
+    /* A burst after a long silence is seen within the window: one request a
+     * second for 20 s, then 16 requests 10 us apart. */
+    struct rate rb;
+    rate_init(&rb);
+    for (int i = 0; i < 20; i++)
+        rate_add(&rb, (int64_t)i * 1000 * MS, 1);
+    assert_true(rate_value(&rb, 19000 * MS) * 1e6 < 0.002);
+    for (int i = 0; i < 16; i++)
+        rate_add(&rb, 20000 * MS + i * 10000, 1);
+    v = rate_value(&rb, 20000 * MS + 150000) * 1e6;
+    if (v < 99 || v > 101)
+        fail_msg("burst rate %.3f rows/ms, want 100", v);
+}
+
+static void test_policy_names(void **state)
+{
+    (void)state;
+    assert_int_equal(policy_kind_from_name("adaptive"), POLICY_ADAPTIVE);
+    assert_int_equal(policy_kind_from_name("deadline"), POLICY_DEADLINE);
+    assert_int_equal(policy_kind_from_name("fixed_delay"), POLICY_FIXED_DELAY);
+    assert_int_equal(policy_kind_from_name(""), POLICY_ADAPTIVE);
+    assert_true(policy_deadline_aware(POLICY_ADAPTIVE));
+    assert_false(policy_deadline_aware(POLICY_FIXED_DELAY));
 }
 
 int main(void)
@@ -246,6 +514,14 @@ int main(void)
         cmocka_unit_test(test_latmodel_fits_and_resists_outliers),
         cmocka_unit_test(test_deadline_dispatches_just_in_time),
         cmocka_unit_test(test_deadline_selects_most_rows_in_time),
+        cmocka_unit_test(test_adaptive_sends_at_once_without_arrivals),
+        cmocka_unit_test(test_adaptive_threshold),
+        cmocka_unit_test(test_adaptive_bounded_by_delay_and_deadline),
+        cmocka_unit_test(test_adaptive_keeps_the_other_rules),
+        cmocka_unit_test(test_adaptive_other_work_hook),
+        cmocka_unit_test(test_adaptive_random),
+        cmocka_unit_test(test_rate_follows_arrivals),
+        cmocka_unit_test(test_policy_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
