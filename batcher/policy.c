@@ -25,7 +25,12 @@ static int64_t policy_adaptive_until(const struct latmodel *lat, const struct po
         return oldest;                          /* nothing is coming: no reason to wait */
     double gap = 1.0 / lambda;                  /* expected ns until the next row */
     double until = (double)bound;
-    if (!load->device_has_other_work) {
+    /* A latency model with no sample yet (an upstream model before its first
+     * call: nothing warms it) does not know the setup a wait would save;
+     * until it does, the configured bound is the wait, as in the former
+     * default, still only while a row is expected. */
+    int measured = !lat || lat->n > 0;
+    if (!load->device_has_other_work && measured) {
         /* Waiting idles the device: worth it for w* = (a - r/lambda)/2 at most. */
         double a = lat ? lat->a_ns : 0;
         double wstar = (a - rows * gap) / 2;

@@ -359,6 +359,31 @@ static void test_adaptive_keeps_the_other_rules(void **state)
 /* The device scheduler's hook: when another queue could use the device,
  * waiting idles nothing and may run to max_queue_delay (less one gap),
  * even at a rate too low for an idle device to wait. */
+/* A latency model with no sample yet (an upstream model before its first
+ * call) cannot say what a wait saves: the configured delay bounds the wait,
+ * as before the adaptive policy, while a row is expected. */
+static void test_adaptive_unmeasured_device_waits_to_the_delay(void **state)
+{
+    (void)state;
+    struct latmodel blank;
+    latmodel_init(&blank);
+    struct policy_config c = adaptive_cfg(16, 5 * MS);
+    struct policy_request q[] = {{1, 0, 0}};
+    struct policy_decision d;
+    int scratch[2 * 70];
+    policy_decision_init(&d, scratch);
+    struct policy_load coming = {PER_MS(2), 0}, none = {0, 0};
+    policy_decide(&c, &blank, &coming, q, 1, 0, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(llabs(d.wake_ns - 4500000) <= 1);   /* the delay, less one expected gap */
+    policy_decide(&c, &blank, &none, q, 1, 0, &d);
+    assert_int_equal(d.take, 1);                     /* nothing coming: no wait */
+    /* Once measured, the measured setup decides: 1 ms setup at 2 rows/ms, send. */
+    struct latmodel lat = exact_model();
+    policy_decide(&c, &lat, &coming, q, 1, 0, &d);
+    assert_int_equal(d.take, 1);
+}
+
 static void test_adaptive_other_work_hook(void **state)
 {
     (void)state;
@@ -518,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_adaptive_threshold),
         cmocka_unit_test(test_adaptive_bounded_by_delay_and_deadline),
         cmocka_unit_test(test_adaptive_keeps_the_other_rules),
+        cmocka_unit_test(test_adaptive_unmeasured_device_waits_to_the_delay),
         cmocka_unit_test(test_adaptive_other_work_hook),
         cmocka_unit_test(test_adaptive_random),
         cmocka_unit_test(test_rate_follows_arrivals),
