@@ -40,7 +40,6 @@ struct infer_item {
     int batch_rows;                   /* rows of the batch it ran in */
     int status;                       /* 0, or a BG_E* code */
     char error[200];
-    _Atomic bool cancelled;           /* the client went away */
     bool queued;                      /* batcher-internal */
     /* Offline work (a job's line): queued apart, run only in device time no
      * online request needs, never aged, no deadline (batcher/queue.h). */

@@ -186,7 +186,6 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
 
 void batcher_cancel(struct batcher *b, struct infer_item *it)
 {
-    atomic_store(&it->cancelled, true);
     pthread_mutex_lock(&b->lock);
     bool was_queued = it->queued;
     bqueue_remove(&b->q, it);

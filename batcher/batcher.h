@@ -34,8 +34,10 @@ void batcher_seed(struct batcher *b, int instance, int rows, int64_t exec_ns);
 int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err);
 
 /* The client went away: a queued item leaves the queue at once and
- * completes with BG_ECANCELLED (its rows are never computed); one a worker
- * already took is only flagged, and its answer is dropped. */
+ * completes with BG_ECANCELLED (its rows are never computed). One a worker
+ * already took runs with its batch (taking its rows out mid-batch would
+ * save nothing: the batch's time hardly depends on one row) and completes
+ * as usual; the HTTP layer drops the answer. */
 void batcher_cancel(struct batcher *b, struct infer_item *it);
 
 /* Worker side: blocks until a batch is due for `instance`; 0, or -1 once closed. */
