@@ -316,31 +316,28 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             metrics_sample(b, dev_metrics[k].name, NAME, dev, v);
         }
     }
-    metrics_head(b, "device_scheduler_wait_seconds_total", "counter",
+    static const struct {
+        const char *name, *type, *help;
+    } sched_metrics[] = {
+        {"device_scheduler_wait_seconds_total", "counter",
          "Time the model's batches waited for a slot on a device shared with other models "
-         "(docs/SCHEDULING.md), summed over batches.");
-    EACH_MODEL {
-        if (!READY)
-            continue;
-        for (int k = 0; k < SM->nsched; k++) {
-            struct devsched_member_stats ms;
-            devsched_member_stats(SM->sched[k].dev, SM->sched[k].member, &ms);
-            char extra[80];
-            snprintf(extra, sizeof extra, "device=\"%s\"", devsched_name(SM->sched[k].dev));
-            metrics_sample(b, "device_scheduler_wait_seconds_total", NAME, extra, ms.wait_s);
-        }
-    }
-    metrics_head(b, "device_scheduler_weight", "gauge",
-         "The model's scheduling.weight on each device it shares (docs/SCHEDULING.md).");
-    EACH_MODEL {
-        if (!READY)
-            continue;
-        for (int k = 0; k < SM->nsched; k++) {
-            struct devsched_member_stats ms;
-            devsched_member_stats(SM->sched[k].dev, SM->sched[k].member, &ms);
-            char extra[80];
-            snprintf(extra, sizeof extra, "device=\"%s\"", devsched_name(SM->sched[k].dev));
-            metrics_sample(b, "device_scheduler_weight", NAME, extra, ms.weight);
+         "(docs/SCHEDULING.md), summed over batches."},
+        {"device_scheduler_weight", "gauge",
+         "The model's scheduling.weight on each device it shares (docs/SCHEDULING.md)."},
+    };
+    for (int f = 0; f < 2; f++) {
+        metrics_head(b, sched_metrics[f].name, sched_metrics[f].type, sched_metrics[f].help);
+        EACH_MODEL {
+            if (!READY)
+                continue;
+            for (int k = 0; k < SM->nsched; k++) {
+                struct devsched_member_stats ms;
+                devsched_member_stats(SM->sched[k].dev, SM->sched[k].member, &ms);
+                char extra[80];
+                snprintf(extra, sizeof extra, "device=\"%s\"", devsched_name(SM->sched[k].dev));
+                metrics_sample(b, sched_metrics[f].name, NAME, extra,
+                               f == 0 ? ms.wait_s : ms.weight);
+            }
         }
     }
     metrics_head(b, "latency_model_seconds", "gauge",
