@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "gateway/config.h"
+#include "tests/unit/scratch.h"
 
 static void assert_error_mentions(const struct error *err, const char *a, const char *b)
 {
@@ -243,7 +244,8 @@ static void test_missing_file(void **state)
 static void test_file_roundtrip(void **state)
 {
     (void)state;
-    char path[] = "/tmp/bg-config-XXXXXX";
+    char path[4096];
+    test_scratch_template(path, sizeof path, "config");
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     const char *json = "{\n  \"io_threads\": 2,\n  \"limits\": {\"max_connections\": \"x\"}\n}\n";

@@ -28,6 +28,7 @@
 
 #include "common/buf.h"
 #include "backends/safetensors.h"
+#include "tests/unit/scratch.h"
 
 /* ---- building files ---------------------------------------------------- */
 
@@ -66,8 +67,8 @@ static void write_bytes(const char *path, const void *p, size_t n)
 }
 
 struct fixture {
-    char dir[64];
-    char path[128];    /* the file of the test at hand */
+    char dir[256];
+    char path[512];    /* the file of the test at hand */
 };
 
 static int setup(void **state)
@@ -75,7 +76,7 @@ static int setup(void **state)
     struct fixture *fx = calloc(1, sizeof *fx);
     if (!fx)
         return -1;
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/bg-safetensors-XXXXXX");
+    test_scratch_template(fx->dir, sizeof fx->dir, "safetensors");
     if (!mkdtemp(fx->dir)) {
         free(fx);
         return -1;
@@ -256,7 +257,7 @@ static void test_cannot_open(void **state)
     struct fixture *fx = *state;
     struct safetensors *st;
     struct error err = {0};
-    char path[160];
+    char path[320];
     snprintf(path, sizeof path, "%s/missing.safetensors", fx->dir);
     assert_int_equal(safetensors_open(path, &st, &err), -BG_EIO);
     assert_null(st);

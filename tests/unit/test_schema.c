@@ -13,6 +13,7 @@
 
 #include "backends/model.h"
 #include "common/schema.h"
+#include "tests/unit/scratch.h"
 #include "gateway/config.h"
 
 struct t_item {
@@ -381,7 +382,8 @@ static void test_json_errors(void **state)
     json_t *root;
     assert_int_equal(schema_json_read("/nonexistent/x.json", 100, &root, &err), -BG_ECONFIG);
     assert_non_null(strstr(err.msg, "/nonexistent/x.json: cannot open"));
-    char path[] = "/tmp/bg-schema-XXXXXX";
+    char path[4096];
+    test_scratch_template(path, sizeof path, "schema");
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     const char *text = "{\n  \"count\": 3,\n  oops\n}\n";

@@ -13,8 +13,9 @@
 #include <sqlite3.h>
 
 #include "state/state.h"
+#include "tests/unit/scratch.h"
 
-static char dir[] = "/tmp/bg-test-state-XXXXXX";
+static char dir[200];
 
 static void test_job_rows_and_reopen(void **s)
 {
@@ -76,6 +77,7 @@ static void test_newer_schema_refused(void **s)
 
 int main(void)
 {
+    test_scratch_template(dir, sizeof dir, "test-state");
     if (!mkdtemp(dir))
         return 1;
     const struct CMUnitTest tests[] = {
