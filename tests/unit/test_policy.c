@@ -106,15 +106,23 @@ static void test_zero_delay_dispatches_immediately(void **state)
     assert_int_equal(d.take, 1);
 }
 
-/* Random queues: whatever is decided obeys the rules. */
-static void test_random_queues(void **state)
+/* The seed of a random test: the clock's, or BG_TEST_SEED=N to replay one
+ * (every failure message names it); rand() is seeded with it. */
+static unsigned test_seed(void)
 {
-    (void)state;
     unsigned seed = (unsigned)time(NULL);
     const char *env = getenv("BG_TEST_SEED");
     if (env)
         seed = (unsigned)strtoul(env, NULL, 10);
     srand(seed);
+    return seed;
+}
+
+/* Random queues: whatever is decided obeys the rules. */
+static void test_random_queues(void **state)
+{
+    (void)state;
+    unsigned seed = test_seed();
     for (int iter = 0; iter < 20000; iter++) {
         int max = 1 + rand() % 64;
         int pref[3], npref = rand() % 4;
@@ -410,11 +418,7 @@ static void test_adaptive_other_work_hook(void **state)
 static void test_adaptive_random(void **state)
 {
     (void)state;
-    unsigned seed = (unsigned)time(NULL);
-    const char *env = getenv("BG_TEST_SEED");
-    if (env)
-        seed = (unsigned)strtoul(env, NULL, 10);
-    srand(seed);
+    unsigned seed = test_seed();
     int waits = 0;
     for (int iter = 0; iter < 20000; iter++) {
         struct latmodel lat;
