@@ -169,7 +169,7 @@ static const struct schema_field model_instances_fields[] = {
     SCHEMA_END_ROW,
 };
 
-/* Device scheduling (batcher/devsched.h, docs/SCHEDULING.md). */
+/* Device scheduling (serving/devsched.h, docs/SCHEDULING.md). */
 static const struct schema_field model_scheduling_fields[] = {
     {SCHEMA_F_INT("weight", struct model_config, sched_weight),
      .min = 1, .max = 1000, .def = 1,

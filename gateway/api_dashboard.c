@@ -11,11 +11,11 @@
 #include <time.h>
 
 #include "common/buf.h"
-#include "gateway/modelstats.h"
+#include "serving/modelstats.h"
 #include "gateway/modelstats_json.h"
 #include "http/http.h"
-#include "gateway/serving.h"
-#include "gateway/tensor_json.h"
+#include "serving/serving.h"
+#include "serving/tensor_json.h"
 
 extern const char dashboard_html[];
 extern const unsigned long dashboard_html_len;

@@ -16,7 +16,7 @@
 #include <jansson.h>
 
 #include "backends/backend.h"
-#include "gateway/serving.h"
+#include "serving/serving.h"
 
 struct delayed {
     struct http_request *req;

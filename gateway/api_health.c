@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "gateway/serving.h"
+#include "serving/serving.h"
 
 static void health_live(struct http_request *req, const struct route_match *m, void *ctx)
 {

@@ -16,9 +16,9 @@
 #include <jansson.h>
 
 #include "common/buf.h"
-#include "gateway/jobs.h"
-#include "gateway/serving.h"
-#include "gateway/tensor_json.h"
+#include "serving/jobs.h"
+#include "serving/serving.h"
+#include "serving/tensor_json.h"
 #include "http/http.h"
 #include "state/state.h"
 

@@ -19,8 +19,8 @@
 #include "gateway/modelstats_json.h"
 #include "http/http.h"
 #include "gateway/proxy.h"
-#include "gateway/serving.h"
-#include "gateway/tensor_json.h"
+#include "serving/serving.h"
+#include "serving/tensor_json.h"
 
 #define MODEL_VERSION SERVING_MODEL_VERSION
 

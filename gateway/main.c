@@ -23,7 +23,7 @@
 #include "common/clock.h"
 #include "gateway/config.h"
 #include "common/error.h"
-#include "gateway/jobs.h"
+#include "serving/jobs.h"
 #include "gateway/jscratch.h"
 #include "kernels/kernels.h"
 #include "common/log.h"
@@ -31,7 +31,7 @@
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
 #include "http/http.h"
-#include "gateway/serving.h"
+#include "serving/serving.h"
 
 #define EXIT_USAGE 2
 

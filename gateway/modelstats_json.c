@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "gateway/serving.h"
-#include "gateway/tensor_json.h"
+#include "serving/serving.h"
+#include "serving/tensor_json.h"
 
 static void modelstats_json_duration(struct buf *b, const char *name, uint64_t count, double sum_s)
 {

@@ -19,7 +19,7 @@
 
 #include <jansson.h>
 
-#include "gateway/tensor_json.h"
+#include "serving/tensor_json.h"
 
 struct spec {
     const char *name, *in, *out;

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "batcher/devsched.h"
+#include "serving/devsched.h"
 
 #define MS 1000000LL
 

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "gateway/modelstats.h"
+#include "serving/modelstats.h"
 
 static void test_sums_across_shards(void **state)
 {

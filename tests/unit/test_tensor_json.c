@@ -12,7 +12,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "gateway/tensor_json.h"
+#include "serving/tensor_json.h"
 
 static struct model_config model(void)
 {

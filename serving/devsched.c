@@ -1,5 +1,5 @@
 /* devsched.c - see devsched.h. */
-#include "batcher/devsched.h"
+#include "serving/devsched.h"
 
 #include <pthread.h>
 #include <stdio.h>

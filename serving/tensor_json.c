@@ -1,7 +1,7 @@
 /* tensor_json.c - see tensor_json.h. Requests are parsed with jansson;
  * answers are written by hand into a buffer (no tree, no per-number
  * allocation) since they are on every request's path. */
-#include "gateway/tensor_json.h"
+#include "serving/tensor_json.h"
 
 #include "common/jsonfmt.h"
 

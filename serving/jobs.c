@@ -6,7 +6,7 @@
  * steps are that one thread's private state, and the commands (cancel)
  * end a job through the same steps; split, they would call each other
  * across files and share the state through an internal header. */
-#include "gateway/jobs.h"
+#include "serving/jobs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,8 +23,8 @@
 #include "batcher/batcher.h"
 #include "common/buf.h"
 #include "common/log.h"
-#include "gateway/serving.h"
-#include "gateway/tensor_json.h"
+#include "serving/serving.h"
+#include "serving/tensor_json.h"
 
 /* Lines in flight per job: enough to fill a few batches, few enough that a
  * job never holds much memory or queue. */

@@ -1,6 +1,6 @@
 /* modelstats.c - see modelstats.h. Shards are cache-line aligned so two
  * writers never share a line. */
-#include "gateway/modelstats.h"
+#include "serving/modelstats.h"
 
 #include <stdlib.h>
 #include <string.h>

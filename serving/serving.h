@@ -10,10 +10,10 @@
 
 #include "backends/backend.h"
 #include "batcher/batcher.h"
-#include "batcher/devsched.h"
+#include "serving/devsched.h"
 #include "common/error.h"
 #include "common/httpc.h"
-#include "gateway/modelstats.h"
+#include "serving/modelstats.h"
 
 /* The one version each model serves (".../versions/1/..."). */
 #define SERVING_MODEL_VERSION "1"

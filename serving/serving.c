@@ -1,5 +1,5 @@
 /* serving.c - see serving.h. */
-#include "gateway/serving.h"
+#include "serving/serving.h"
 
 #include <dirent.h>
 #include <errno.h>
