@@ -1,72 +1,185 @@
 /* backend.c - the backend registry and model load (with cold-start timing
  * and warmup). The instance workers that run loaded models: worker.c. */
-#include "backends/backend.h"
+#include "backends/backend_impl.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "kernels/kernels.h"
 #include "common/log.h"
 
-const struct backend_ops *backend_find(enum model_backend b, char *why, size_t cap)
+/* The backends built in, in the order "auto" prefers them. */
+static const struct backend_reg {
+    enum model_backend id;
+    const struct backend_i *impl;
+} backend_registry[] = {
+    {MODEL_BACKEND_CUDA, &backend_cuda},
+    {MODEL_BACKEND_CPU, &backend_cpu},
+    {MODEL_BACKEND_SYNTHETIC, &backend_synthetic},
+    {MODEL_BACKEND_UPSTREAM, &backend_upstream},
+};
+#define BACKEND_NREG (int)(sizeof backend_registry / sizeof backend_registry[0])
+
+static int backend_usable(const struct backend_i *b, char *why, size_t cap)
 {
-    char cuda[256];
-    switch (b) {
-    case MODEL_BACKEND_CPU:
-        return &backend_cpu;
-    case MODEL_BACKEND_SYNTHETIC:
-        return &backend_synthetic;
-    case MODEL_BACKEND_AUTO:
-        /* cuda when a device is usable, else cpu; the log says which and why. */
-        if (kernels_cuda_devices(cuda, sizeof cuda) > 0) {
-            snprintf(why, cap, "auto: using cuda (%s)", cuda);
+    return !b->available || b->available(why, cap);
+}
+
+/* The backend for `id`, or NULL with the reason in why; for "auto" the
+ * first usable of cuda and cpu, with why saying which and why. */
+static const struct backend_i *backend_find(enum model_backend id, char *why, size_t cap)
+{
+    char reason[256] = "";
+    if (id == MODEL_BACKEND_AUTO) {
+        if (backend_usable(&backend_cuda, reason, sizeof reason)) {
+            snprintf(why, cap, "auto: using cuda (%s)", reason);
             return &backend_cuda;
         }
-        snprintf(why, cap, "auto: using cpu (%s)", cuda);
+        snprintf(why, cap, "auto: using cpu (%s)", reason);
         return &backend_cpu;
-    case MODEL_BACKEND_CUDA:
-        if (kernels_cuda_devices(cuda, sizeof cuda) > 0)
-            return &backend_cuda;
-        snprintf(why, cap, "backend \"cuda\" is not available: %s", cuda);
-        return NULL;
-    case MODEL_BACKEND_UPSTREAM:
-        return &backend_upstream;
-    default:
-        snprintf(why, cap, "backend \"%s\" is not available in this build",
-                 model_backend_name(b));
+    }
+    for (int i = 0; i < BACKEND_NREG; i++) {
+        if (backend_registry[i].id != id)
+            continue;
+        const struct backend_i *b = backend_registry[i].impl;
+        if (backend_usable(b, reason, sizeof reason)) {
+            why[0] = '\0';
+            return b;
+        }
+        snprintf(why, cap, "backend \"%s\" is not available: %s", b->name, reason);
         return NULL;
     }
+    snprintf(why, cap, "backend \"%s\" is not available in this build", model_backend_name_of(id));
+    return NULL;
+}
+
+const char *model_backend_name(const struct model *m)
+{
+    return m->backend ? m->backend->name : model_backend_name_of(m->cfg.backend);
+}
+
+bool model_is_compute(const struct model *m)
+{
+    return m->backend && m->backend->kind == BACKEND_COMPUTE;
 }
 
 enum backend_device_kind model_device_kind(const struct model *m)
 {
-    return m->ops ? m->ops->device_kind : BACKEND_DEVICE_CPU;
+    return m->backend ? m->backend->device_kind : BACKEND_DEVICE_CPU;
+}
+
+int model_servers(const struct model *m, struct httpc_target *const **out)
+{
+    *out = NULL;
+    return m->backend && m->backend->servers ? m->backend->servers(m, out) : 0;
 }
 
 void model_devices(const struct model *m, model_device_fn fn, void *arg)
 {
-    if (!m->ops)
+    if (!m->backend)
         return;
-    struct model_device d = {.kind = m->ops->device_kind};
-    if (d.kind == BACKEND_DEVICE_UPSTREAM) {
-        d.instance = -1;
-        for (int i = 0; i < m->ntargets; i++) {
-            snprintf(d.name, sizeof d.name, "%s%d", m->ops->name, i);
-            d.target = m->targets[i];
-            fn(&d, arg);
-        }
+    if (m->backend->devices) {
+        m->backend->devices(m, fn, arg);
         return;
     }
+    struct model_device d = {.kind = m->backend->device_kind};
     for (int i = 0; i < m->ninstances && m->instances; i++) {
         int dev = m->instances[i].device;
-        snprintf(d.name, sizeof d.name, "%s%d", m->ops->name, dev >= 0 ? dev : i);
+        snprintf(d.name, sizeof d.name, "%s%d", m->backend->name, dev >= 0 ? dev : i);
         d.instance = i;
         fn(&d, arg);
     }
+}
+
+/* ---- fault injection (tests only) ---- */
+
+void model_fault_set(struct model *m, enum model_fault mode, int count, int ms)
+{
+    atomic_store(&m->fault_ms, ms);
+    atomic_store(&m->fault_mode, (int)mode);
+    atomic_store(&m->fault_count, count);
+}
+
+/* One batch's share of the planned faults; *ms for hang and slow. */
+static enum model_fault backend_fault_take(struct model *m, int *ms)
+{
+    int n = atomic_load(&m->fault_count);
+    while (n > 0)
+        if (atomic_compare_exchange_weak(&m->fault_count, &n, n - 1)) {
+            *ms = atomic_load(&m->fault_ms);
+            return (enum model_fault)atomic_load(&m->fault_mode);
+        }
+    return MODEL_FAULT_NONE;
+}
+
+int model_run(struct instance *in, struct backend_io *io, struct error *err)
+{
+    int ms = 0;
+    switch (backend_fault_take(in->model, &ms)) {
+    case MODEL_FAULT_FAIL:
+        return error_set(err, BG_EBACKEND, "injected failure (POST /debug/fault)");
+    case MODEL_FAULT_HANG:
+    case MODEL_FAULT_SLOW: {
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+            ;
+        break;
+    }
+    default:
+        break;
+    }
+    io->device_ns = 0;
+    return in->model->backend->run(in, io, err);
+}
+
+/* ---- loop backends ---- */
+
+int model_loop_slots(const struct model *m)
+{
+    return m->backend && m->backend->loop_slots ? m->backend->loop_slots(m) : 0;
+}
+
+int model_loop_start(struct model *m, const struct backend_feed *feed, struct error *err)
+{
+    if (!m->backend || m->backend->kind != BACKEND_LOOP)
+        return error_set(err, BG_EINTERNAL, "model %s: backend %s runs no loop", m->cfg.name,
+                         model_backend_name(m));
+    return m->backend->loop_start(m, feed, err);
+}
+
+void model_loop_stop(struct model *m)
+{
+    if (m->backend && m->backend->kind == BACKEND_LOOP)
+        m->backend->loop_stop(m);
+}
+
+/* ---- host buffers ---- */
+
+static void *backend_host_alloc(struct instance *in, size_t bytes, struct error *err)
+{
+    const struct backend_i *b = in->model->backend;
+    char msg[256] = "out of memory";
+    void *p = b->host_alloc ? b->host_alloc(in, bytes, msg, sizeof msg) : malloc(bytes);
+    if (!p)
+        error_set(err, BG_ENOMEM, "model %s, instance %d: batch buffers of %zu bytes: %s",
+                  in->model->cfg.name, in->index, bytes, msg);
+    return p;
+}
+
+static void backend_host_free(struct instance *in, void *p)
+{
+    const struct backend_i *b = in->model->backend;
+    if (!p)
+        return;
+    if (b->host_free)
+        b->host_free(in, p);
+    else
+        free(p);
 }
 
 static double backend_seconds_since(int64_t t0) { return (double)(now_ns() - t0) / 1e9; }
@@ -88,7 +201,7 @@ static int backend_warmup_sizes(const struct model_batching *b, int *sizes)
  * fit is robust to the slow first ones). */
 static int backend_model_warmup(struct model *m, struct error *err)
 {
-    if (!m->ops->run)
+    if (m->backend->kind != BACKEND_COMPUTE)
         return 0;   /* the upstream's servers warm themselves */
     int sizes[MODEL_MAX_PREFERRED + 2];
     int n = backend_warmup_sizes(&m->cfg.batching, sizes);
@@ -97,12 +210,12 @@ static int backend_model_warmup(struct model *m, struct error *err)
         struct instance *in = &m->instances[i];
         in->nwarm = 0;
         for (int s = 0; s < 2 * n; s++) {
-            struct batch b = {.rows = sizes[s % n], .in = in->in, .out = in->out};
+            struct backend_io b = {.rows = sizes[s % n], .in = in->in, .out = in->out};
             /* A fixed, non-trivial input: zeros would hide a bias-only bug. */
             for (int64_t k = 0; k < (int64_t)b.rows * m->cfg.input.row_elems; k++)
                 in->in[k] = (float)((k % 17) - 8) / 8.0f;
             int64_t t0 = now_ns();
-            int rc = m->ops->run(in, &b, err);
+            int rc = m->backend->run(in, &b, err);
             if (rc)
                 return rc;
             in->warm_rows[in->nwarm] = b.rows;
@@ -123,14 +236,14 @@ int model_load(struct model *m, struct error *err)
     char why[512] = "";
     memset(&m->cold, 0, sizeof m->cold);
     m->ready = false;
-    m->ops = backend_find(m->cfg.backend, why, sizeof why);
-    if (!m->ops) {
+    m->backend = backend_find(m->cfg.backend, why, sizeof why);
+    if (!m->backend) {
         snprintf(m->reason, sizeof m->reason, "%s", why);
         return error_set(err, BG_ENOTREADY, "model %s: %s", m->cfg.name, why);
     }
     if (why[0])
         log_info("model %s: %s", m->cfg.name, why);
-    int rc = m->ops->model_load(m, &m->cold, err);
+    int rc = m->backend->model_load(m, &m->cold, err);
     if (rc)
         goto fail;
     m->ninstances = m->cfg.instance_count;
@@ -145,15 +258,15 @@ int model_load(struct model *m, struct error *err)
         in->model = m;
         in->index = i;
         in->device = m->cfg.ndevices ? m->cfg.devices[i % m->cfg.ndevices] : -1;
-        in->in = malloc(rows * (size_t)m->cfg.input.row_elems * sizeof(float));
-        in->out = malloc(rows * (size_t)m->cfg.output.row_elems * sizeof(float));
-        if (!in->in || !in->out) {
-            rc = error_set(err, BG_ENOMEM, "model %s: out of memory for batch buffers",
-                           m->cfg.name);
+        if ((rc = m->backend->instance_load(in, err)))
+            goto fail;
+        if (m->backend->kind != BACKEND_COMPUTE)
+            continue;   /* a loop backend's rows are in its feed's buffers */
+        if (!(in->in = backend_host_alloc(in, rows * (size_t)m->cfg.input.row_elems * sizeof(float), err)) ||
+            !(in->out = backend_host_alloc(in, rows * (size_t)m->cfg.output.row_elems * sizeof(float), err))) {
+            rc = -err->code;
             goto fail;
         }
-        if ((rc = m->ops->instance_load(in, err)))
-            goto fail;
     }
     int64_t tw = now_ns();
     if ((rc = backend_model_warmup(m, err)))
@@ -171,22 +284,22 @@ fail:
 
 void model_unload(struct model *m)
 {
-    if (m->wd_stranded)
-        return;   /* a worker may still be inside the backend: its memory stays */
     if (m->instances) {
         for (int i = 0; i < m->ninstances; i++) {
             struct instance *in = &m->instances[i];
-            if (m->ops && in->model)
-                m->ops->instance_unload(in);
-            free(in->in);
-            free(in->out);
+            if (!m->backend || !in->model)
+                continue;
+            backend_host_free(in, in->in);
+            backend_host_free(in, in->out);
+            in->in = in->out = NULL;
+            m->backend->instance_unload(in);
         }
         free(m->instances);
         m->instances = NULL;
     }
     m->ninstances = 0;
-    if (m->ops && m->shared)
-        m->ops->model_unload(m);
+    if (m->backend && m->shared)
+        m->backend->model_unload(m);
     m->shared = NULL;
     m->ready = false;
 }

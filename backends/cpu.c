@@ -4,7 +4,7 @@
  * (dense_cpu_prepare copies and converts them, so the file is unmapped
  * after load); instances share them read-only and own only two scratch
  * buffers of max_batch_size rows of the widest layer. */
-#include "backends/backend.h"
+#include "backends/backend_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,7 +179,7 @@ static void cpu_instance_unload(struct instance *in)
     in->state = NULL;
 }
 
-static int cpu_run(struct instance *in, struct batch *b, struct error *err)
+static int cpu_run(struct instance *in, struct backend_io *b, struct error *err)
 {
     (void)err;
     const struct cpu_model *cm = in->model->shared;
@@ -199,8 +199,10 @@ static int cpu_run(struct instance *in, struct batch *b, struct error *err)
     return 0;
 }
 
-const struct backend_ops backend_cpu = {
+const struct backend_i backend_cpu = {
     .name = "cpu",
+    .kind = BACKEND_COMPUTE,
+    .device_kind = BACKEND_DEVICE_CPU,
     .model_load = cpu_model_load,
     .model_unload = cpu_model_unload,
     .instance_load = cpu_instance_load,

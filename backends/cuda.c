@@ -14,7 +14,7 @@
  * of device memory at load fails that model with the reason; others serve.
  * The mapped weight file stays open while the model is loaded (its pages
  * are the kernel's to evict). */
-#include "backends/backend.h"
+#include "backends/backend_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "kernels/cuda_rt.h"
 #include "kernels/dense.h"
+#include "kernels/kernels.h"
 #include "backends/safetensors.h"
 #include "kernels/softmax.h"
 
@@ -38,7 +39,6 @@ struct cuda_instance {
     struct cuda_stream *stream;
     struct dense_cuda *dense[MODEL_MAX_LAYERS];
     float *d_in, *d_out, *d_act[2];
-    bool pinned;                       /* in->in / in->out are ours (pinned) */
 };
 
 static void cuda_model_free(struct cuda_model *cm)
@@ -136,12 +136,6 @@ static void cuda_instance_free(struct instance *in)
     cuda_rt_free(ci->d_act[0]);
     cuda_rt_free(ci->d_act[1]);
     cuda_rt_stream_destroy(ci->stream);
-    if (ci->pinned) {
-        /* They replaced the worker's buffers; the generic unload frees NULL. */
-        cuda_rt_host_free(in->in);
-        cuda_rt_host_free(in->out);
-        in->in = in->out = NULL;
-    }
     free(ci);
     in->state = NULL;
 }
@@ -188,18 +182,6 @@ static int cuda_instance_load(struct instance *in, struct error *err)
             goto fail;
         in->memory_bytes += dense_cuda_bytes(ci->dense[i]);
     }
-    /* Pinned staging: the worker gathers straight into memory the copy engine reads. */
-    float *h_in = cuda_rt_host_alloc(in_b, msg, sizeof msg);
-    float *h_out = h_in ? cuda_rt_host_alloc(out_b, msg, sizeof msg) : NULL;
-    if (!h_in || !h_out) {
-        cuda_rt_host_free(h_in);
-        goto fail;
-    }
-    free(in->in);
-    free(in->out);
-    in->in = h_in;
-    in->out = h_out;
-    ci->pinned = true;
     m->cold.prepare_s += (double)(now_ns() - t1) / 1e9;
     return 0;
 fail:
@@ -211,7 +193,7 @@ fail:
 
 static void cuda_instance_unload(struct instance *in) { cuda_instance_free(in); }
 
-static int cuda_run(struct instance *in, struct batch *b, struct error *err)
+static int cuda_run(struct instance *in, struct backend_io *b, struct error *err)
 {
     const struct model_config *c = &in->model->cfg;
     struct cuda_instance *ci = in->state;
@@ -246,9 +228,29 @@ fail:
     return error_set(err, BG_EBACKEND, "cuda device %d: %s", ci->device, msg);
 }
 
-const struct backend_ops backend_cuda = {
+/* Pinned staging: the worker gathers straight into memory the copy engine
+ * reads, so the upload is one DMA with no bounce through pageable memory. */
+static void *cuda_host_alloc(struct instance *in, size_t bytes, char *msg, size_t cap)
+{
+    (void)in;
+    return cuda_rt_host_alloc(bytes, msg, cap);
+}
+
+static void cuda_host_free(struct instance *in, void *p)
+{
+    (void)in;
+    cuda_rt_host_free(p);
+}
+
+static int cuda_available(char *why, size_t cap) { return kernels_cuda_devices(why, cap) > 0; }
+
+const struct backend_i backend_cuda = {
     .name = "cuda",
+    .kind = BACKEND_COMPUTE,
     .device_kind = BACKEND_DEVICE_GPU,
+    .available = cuda_available,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .model_load = cuda_model_load,
     .model_unload = cuda_model_unload,
     .instance_load = cuda_instance_load,

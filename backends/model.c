@@ -18,7 +18,7 @@ static const struct schema_name model_backends[] = {
     {"upstream", MODEL_BACKEND_UPSTREAM},   {NULL, 0},
 };
 
-const char *model_backend_name(enum model_backend b)
+const char *model_backend_name_of(enum model_backend b)
 {
     for (const struct schema_name *n = model_backends; n->name; n++)
         if (n->value == (int)b)
@@ -283,7 +283,7 @@ static int model_config_check(struct model_config *c, json_t *root, const char *
     if (!model_name_is_safe(c->name))
         return error_set(err, BG_ECONFIG, "%s: name: \"%s\" may use only letters, digits, _ - .",
                          path, c->name);
-    const char *backend = model_backend_name(c->backend);
+    const char *backend = model_backend_name_of(c->backend);
     bool layered = c->backend != MODEL_BACKEND_SYNTHETIC && c->backend != MODEL_BACKEND_UPSTREAM;
     if (!layered && c->nlayers > 0)
         return error_set(err, BG_ECONFIG, "%s: layers: the %s backend takes no layers", path,

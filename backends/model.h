@@ -28,7 +28,7 @@ enum model_backend {
     MODEL_BACKEND_SYNTHETIC,
     MODEL_BACKEND_UPSTREAM,
 };
-const char *model_backend_name(enum model_backend b);
+const char *model_backend_name_of(enum model_backend b);
 
 /* An input or output tensor; `shape` excludes the batch dimension. */
 struct model_tensor {

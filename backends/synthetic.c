@@ -4,7 +4,7 @@
  * real kernel would), and output element j of a row is
  *     sum(input row) + j
  * so every answer can be checked without a model. */
-#include "backends/backend.h"
+#include "backends/backend_impl.h"
 
 #include <time.h>
 
@@ -31,7 +31,7 @@ static int synthetic_instance_load(struct instance *in, struct error *err)
 
 static void synthetic_instance_unload(struct instance *in) { (void)in; }
 
-static int synthetic_run(struct instance *in, struct batch *b, struct error *err)
+static int synthetic_run(struct instance *in, struct backend_io *b, struct error *err)
 {
     (void)err;
     const struct model_config *c = &in->model->cfg;
@@ -59,8 +59,10 @@ static int synthetic_run(struct instance *in, struct batch *b, struct error *err
     return 0;
 }
 
-const struct backend_ops backend_synthetic = {
+const struct backend_i backend_synthetic = {
     .name = "synthetic",
+    .kind = BACKEND_COMPUTE,
+    .device_kind = BACKEND_DEVICE_CPU,
     .model_load = synthetic_model_load,
     .model_unload = synthetic_model_unload,
     .instance_load = synthetic_instance_load,

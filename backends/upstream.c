@@ -3,8 +3,8 @@
  * Serving's REST predict).
  *
  * One event-loop thread per model. Its `max_inflight` slots pull batches
- * from the batcher without blocking (batch_source.try_next; the batcher's
- * waker rings the loop when a request arrives), turn each batch into ONE
+ * from the serving layer's feed without blocking (backend_feed.poll; the
+ * feed's waker rings the loop when a request arrives), turn each batch into ONE
  * upstream call (rows concatenated along the batch dimension), and split the
  * answer back into the requests'. Keep-alive connections are pooled per URL.
  * Which URL, the call's timer and its repeats are the upstream-call
@@ -13,11 +13,12 @@
  * unless upstream.idempotent is false.
  *
  * Failures that remain (a reset, a 5xx, a malformed or short answer, no
- * answer within timeout_ms) fail the batch's requests with 502, or 504 for
- * those whose budget ran out. Other batches carry on. */
-#include "backends/backend.h"
+ * answer within timeout_ms) fail the batch with 502 (the feed answers 504
+ * to the requests whose budget ran out meanwhile). Other batches carry on. */
+#include "backends/backend_impl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,9 @@ struct up_model;
 
 struct up_slot {
     struct up_model *um;
+    int index;                        /* the feed's slot */
     bool busy;
-    struct batch b;
+    struct backend_io *io;            /* the batch out (the feed's buffers) */
     struct upcall *up;                /* the call upstream: URL, timer, repeats */
     int64_t t0;
     int status;
@@ -47,7 +49,7 @@ struct up_slot {
 
 struct up_model {
     struct model *m;
-    struct batch_source src;
+    struct backend_feed feed;
     struct event_base *base;
     struct event *wake, *tick;
     struct httpc_prober *prober;      /* active health probes (health_interval_ms > 0) */
@@ -73,20 +75,15 @@ static void upstream_slot_release(struct up_slot *s)
     buf_reset(&s->answer);
 }
 
-/* Every request of the batch fails: 504 for those out of budget, else 502. */
+/* The batch fails (502; the feed makes it 504 for requests out of budget). */
 static void upstream_slot_fail(struct up_slot *s, const char *why)
 {
-    int64_t now = now_ns();
-    const char *url = upcall_url(s->up);
-    for (struct infer_item *it = s->b.head; it; it = it->next) {
-        bool late = it->deadline_ns && now >= it->deadline_ns;
-        it->status = late ? BG_EDEADLINE : BG_EUPSTREAM;
-        snprintf(it->error, sizeof it->error, "upstream %.80s: %.100s", url, why);
-    }
+    char msg[200];
+    snprintf(msg, sizeof msg, "upstream %.80s: %.100s", upcall_url(s->up), why);
     struct up_model *um = s->um;
-    struct batch b = s->b;
+    int64_t ns = now_ns() - s->t0;
     upstream_slot_release(s);
-    worker_complete_batch(&b);
+    um->feed.finish(um->feed.ctx, s->index, BG_EUPSTREAM, msg, ns);
     upstream_poll(um);
 }
 
@@ -139,11 +136,11 @@ static void upstream_slot_finish(struct up_slot *s)
         data = json_object_get(json_array_get(json_object_get(root, "outputs"), 0), "data");
     else
         data = json_object_get(root, "predictions");
-    size_t row = (size_t)mc->output.row_elems, want = (size_t)s->b.rows * row;
+    size_t row = (size_t)mc->output.row_elems, want = (size_t)s->io->rows * row;
     /* TF-Serving nests one array per row; KServe v2 is flat here. */
-    float *flat = malloc((want ? want : 1) * sizeof(float));
+    float *flat = s->io->out;
     size_t got = 0;
-    bool ok = flat && json_is_array(data);
+    bool ok = json_is_array(data);
     if (ok && mc->upstream.protocol == UPSTREAM_TFSERVING) {
         size_t i;
         json_t *r;
@@ -162,7 +159,6 @@ static void upstream_slot_finish(struct up_slot *s)
     }
     json_decref(root);
     if (!ok || got != want) {
-        free(flat);
         upcall_blame(s->up, HTTPC_FAIL_MALFORMED);
         snprintf(why, sizeof why, "malformed answer (%zu of %zu output values)", ok ? got : 0,
                  want);
@@ -170,20 +166,8 @@ static void upstream_slot_finish(struct up_slot *s)
         return;
     }
     int64_t ns = now_ns() - s->t0;
-    const float *src = flat;
-    for (struct infer_item *it = s->b.head; it; it = it->next) {
-        memcpy(it->output, src, (size_t)it->rows * row * sizeof(float));
-        src += (size_t)it->rows * row;
-        it->t_compute_ns = ns;
-        it->batch_rows = s->b.rows;
-    }
-    free(flat);
-    int rows = s->b.rows;
-    struct batch b = s->b;
     upstream_slot_release(s);
-    if (um->src.done)
-        um->src.done(um->src.ctx, 0, rows, batch_offline_rows(&b), ns);
-    worker_complete_batch(&b);
+    um->feed.finish(um->feed.ctx, s->index, 0, NULL, ns);
     upstream_poll(um);
 }
 
@@ -196,33 +180,27 @@ static void upstream_build_request(struct up_slot *s)
     size_t row = (size_t)mc->input.row_elems;
     if (mc->upstream.protocol == UPSTREAM_KSERVE_V2) {
         buf_appendf(b, "{\"inputs\":[{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[%d",
-                    mc->input.name, s->b.rows);
+                    mc->input.name, s->io->rows);
         for (int i = 0; i < mc->input.ndims; i++)
             buf_appendf(b, ",%lld", (long long)mc->input.shape[i]);
         buf_append(b, "],\"data\":[", 10);
-        bool first = true;
-        for (struct infer_item *it = s->b.head; it; it = it->next)
-            for (size_t k = 0; k < (size_t)it->rows * row; k++) {
-                if (!first)
-                    buf_append(b, ",", 1);
-                json_append_float(b, it->input[k]);
-                first = false;
-            }
+        for (size_t k = 0; k < (size_t)s->io->rows * row; k++) {
+            if (k)
+                buf_append(b, ",", 1);
+            json_append_float(b, s->io->in[k]);
+        }
         buf_append(b, "]}]}", 4);
     } else {
         buf_append(b, "{\"instances\":[", 14);
-        bool first_row = true;
-        for (struct infer_item *it = s->b.head; it; it = it->next)
-            for (int r = 0; r < it->rows; r++) {
-                buf_append(b, first_row ? "[" : ",[", first_row ? 1 : 2);
-                for (size_t k = 0; k < row; k++) {
-                    if (k)
-                        buf_append(b, ",", 1);
-                    json_append_float(b, it->input[(size_t)r * row + k]);
-                }
-                buf_append(b, "]", 1);
-                first_row = false;
+        for (int r = 0; r < s->io->rows; r++) {
+            buf_append(b, r ? ",[" : "[", r ? 2 : 1);
+            for (size_t k = 0; k < row; k++) {
+                if (k)
+                    buf_append(b, ",", 1);
+                json_append_float(b, s->io->in[(size_t)r * row + k]);
             }
+            buf_append(b, "]", 1);
+        }
         buf_append(b, "]}", 2);
     }
 }
@@ -283,7 +261,7 @@ static void upstream_slot_start(struct up_slot *s)
     upcall_arm(s->up);   /* the whole call, repeats included */
 }
 
-/* Idle slots ask the batcher for work; the tick re-asks when it names a time. */
+/* Idle slots ask the feed for work; the tick re-asks when it names a time. */
 static void upstream_poll(struct up_model *um)
 {
     if (atomic_load(&um->stopping))
@@ -293,9 +271,8 @@ static void upstream_poll(struct up_model *um)
         struct up_slot *s = &um->slots[i];
         if (s->busy)
             continue;
-        memset(&s->b, 0, sizeof s->b);
         int64_t w = INT64_MAX;
-        int rc = um->src.try_next(um->src.ctx, 0, &s->b, &w);
+        int rc = um->feed.poll(um->feed.ctx, s->index, &s->io, &w);
         if (rc == 1) {
             upstream_slot_start(s);
             continue;
@@ -338,7 +315,7 @@ static void *upstream_main(void *arg)
     return NULL;
 }
 
-/* ---- backend_ops ---- */
+/* ---- the backend interface (backend_impl.h) ---- */
 
 static int upstream_model_load(struct model *m, struct cold_start *cs, struct error *err)
 {
@@ -358,8 +335,6 @@ static int upstream_model_load(struct model *m, struct cold_start *cs, struct er
                              e2.msg);
         um->nurls++;
     }
-    m->targets = um->targets;
-    m->ntargets = um->nurls;
     cs->read_s = 0;
     cs->prepare_s = (double)(now_ns() - t0) / 1e9;
     return 0;
@@ -376,8 +351,6 @@ static void upstream_model_unload(struct model *m)
             httpc_target_free(um->targets[i]);
     free(um);
     m->shared = NULL;
-    m->targets = NULL;
-    m->ntargets = 0;
 }
 
 static int upstream_instance_load(struct instance *in, struct error *err)
@@ -390,10 +363,10 @@ static int upstream_instance_load(struct instance *in, struct error *err)
 
 static void upstream_instance_unload(struct instance *in) { (void)in; }
 
-static int upstream_start(struct model *m, struct batch_source src, struct error *err)
+static int upstream_start(struct model *m, const struct backend_feed *feed, struct error *err)
 {
     struct up_model *um = m->shared;
-    um->src = src;
+    um->feed = *feed;
     um->nslots = m->cfg.upstream.max_inflight;
     um->slots = calloc((size_t)um->nslots, sizeof *um->slots);
     um->base = event_base_new();
@@ -403,6 +376,7 @@ static int upstream_start(struct model *m, struct batch_source src, struct error
     um->tick = evtimer_new(um->base, upstream_on_wake, um);
     for (int i = 0; i < um->nslots; i++) {
         um->slots[i].um = um;
+        um->slots[i].index = i;
         um->slots[i].up = upcall_new(um->base, &slot_ops, &um->slots[i],
                                      m->cfg.upstream.timeout_ms, "upstream.timeout_ms");
         if (!um->slots[i].up)
@@ -423,7 +397,7 @@ static int upstream_start(struct model *m, struct batch_source src, struct error
         if (!um->prober)
             return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
     }
-    src.set_waker(src.ctx, upstream_ring, um);
+    um->feed.set_waker(um->feed.ctx, upstream_ring, um);
     int rc = pthread_create(&um->thread, NULL, upstream_main, um);
     if (rc)
         return error_set(err, BG_EINTERNAL, "%s: cannot start the upstream loop: %s",
@@ -439,7 +413,7 @@ static void upstream_stop(struct model *m)
     if (!um || !um->base)
         return;
     if (um->running) {
-        um->src.set_waker(um->src.ctx, NULL, NULL);
+        um->feed.set_waker(um->feed.ctx, NULL, NULL);
         atomic_store(&um->stopping, true);
         event_active(um->wake, EV_READ, 0);
         pthread_join(um->thread, NULL);
@@ -449,14 +423,10 @@ static void upstream_stop(struct model *m)
     for (int i = 0; i < um->nslots; i++) {
         struct up_slot *s = &um->slots[i];
         if (s->busy) {
-            for (struct infer_item *it = s->b.head; it; it = it->next) {
-                it->status = BG_ESHUTDOWN;
-                snprintf(it->error, sizeof it->error, "the server is shutting down");
-            }
             upcall_stop(s->up);
-            struct batch b = s->b;
             s->busy = false;
-            worker_complete_batch(&b);
+            um->feed.finish(um->feed.ctx, s->index, BG_ESHUTDOWN, "the server is shutting down",
+                            now_ns() - s->t0);
         }
         buf_free(&s->request);
         buf_free(&s->answer);
@@ -495,14 +465,38 @@ static void upstream_stop(struct model *m)
     }
 }
 
-const struct backend_ops backend_upstream = {
+static int upstream_loop_slots(const struct model *m) { return m->cfg.upstream.max_inflight; }
+
+/* One device per server, by its index in upstream.urls. */
+static void upstream_devices(const struct model *m, model_device_fn fn, void *arg)
+{
+    const struct up_model *um = m->shared;
+    struct model_device d = {.kind = BACKEND_DEVICE_UPSTREAM, .instance = -1};
+    for (int i = 0; um && i < um->nurls; i++) {
+        snprintf(d.name, sizeof d.name, "upstream%d", i);
+        d.target = um->targets[i];
+        fn(&d, arg);
+    }
+}
+
+static int upstream_servers(const struct model *m, struct httpc_target *const **out)
+{
+    struct up_model *um = m->shared;
+    *out = um ? um->targets : NULL;
+    return um ? um->nurls : 0;
+}
+
+const struct backend_i backend_upstream = {
     .name = "upstream",
+    .kind = BACKEND_LOOP,
     .device_kind = BACKEND_DEVICE_UPSTREAM,
     .model_load = upstream_model_load,
     .model_unload = upstream_model_unload,
     .instance_load = upstream_instance_load,
-    .run = NULL,
     .instance_unload = upstream_instance_unload,
-    .start = upstream_start,
-    .stop = upstream_stop,
+    .loop_start = upstream_start,
+    .loop_stop = upstream_stop,
+    .loop_slots = upstream_loop_slots,
+    .devices = upstream_devices,
+    .servers = upstream_servers,
 };

@@ -32,18 +32,6 @@ struct batcher {
     void *waker_arg;
 };
 
-static void batcher_complete_all(struct infer_item *it, int status, const char *msg)
-{
-    while (it) {
-        struct infer_item *next = it->next;
-        it->next = NULL;
-        it->status = status;
-        snprintf(it->error, sizeof it->error, "%s", msg);
-        it->complete(it);
-        it = next;
-    }
-}
-
 static void batcher_timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_ns)
 {
     if (at_ns == POLICY_NEVER) {
@@ -78,7 +66,7 @@ static void *batcher_reaper_main(void *arg)
         int64_t next = bqueue_expire(&b->q, now, batcher_fastest(b), &expired);
         if (expired) {
             pthread_mutex_unlock(&b->lock);
-            batcher_complete_all(expired, BG_EDEADLINE,
+            work_complete_list(expired, BG_EDEADLINE,
                          "latency budget ran out while queued (answered when it could no longer be met)");
             pthread_mutex_lock(&b->lock);
             continue;
@@ -157,6 +145,7 @@ void batcher_seed(struct batcher *b, int instance, int rows, int64_t exec_ns)
 int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
 {
     struct error e = {0};
+    atomic_store(&it->ended, false);
     pthread_mutex_lock(&b->lock);
     if (b->closed) {
         pthread_mutex_unlock(&b->lock);
@@ -192,7 +181,7 @@ void batcher_cancel(struct batcher *b, struct infer_item *it)
     pthread_mutex_unlock(&b->lock);
     if (was_queued) {
         it->next = NULL;
-        batcher_complete_all(it, BG_ECANCELLED, "cancelled: the client went away");
+        work_complete_list(it, BG_ECANCELLED, "cancelled: the client went away");
     }
 }
 
@@ -211,7 +200,7 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
         bqueue_expire(&b->q, now, batcher_fastest(b), &expired);
         if (expired) {
             pthread_mutex_unlock(&b->lock);
-            batcher_complete_all(expired, BG_EDEADLINE, "latency budget ran out while queued");
+            work_complete_list(expired, BG_EDEADLINE, "latency budget ran out while queued");
             pthread_mutex_lock(&b->lock);
             continue;
         }
@@ -290,7 +279,7 @@ void batcher_close(struct batcher *b)
         pthread_join(b->reaper, NULL);
         b->reaper_running = false;
     }
-    batcher_complete_all(left, BG_ESHUTDOWN, "the server is shutting down");
+    work_complete_list(left, BG_ESHUTDOWN, "the server is shutting down");
 }
 
 int batcher_depth(struct batcher *b)

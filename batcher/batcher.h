@@ -1,7 +1,8 @@
 /* batcher.h - a model's request queue shared by its instance workers:
  * admission (queue limit, early 504 for budgets that cannot be met), expiry
  * of queued requests at the instant they become hopeless, and batches cut by
- * the policy (policy.h) from each instance's fitted latency model.
+ * the policy (policy.h) from each instance's fitted latency model. The
+ * unit of work it queues and hands out is work.h's.
  *
  * Threads: any thread submits and cancels; instance workers block in
  * batcher_next until a batch is due (a timed wait to the policy's next
@@ -14,10 +15,10 @@
 
 #include <stdint.h>
 
-#include "backends/backend.h"
-#include "common/error.h"
 #include "backends/model.h"
 #include "batcher/policy.h"
+#include "batcher/work.h"
+#include "common/error.h"
 
 struct batcher;
 

@@ -32,7 +32,8 @@
 
 #include <stdint.h>
 
-#include "backends/backend.h"
+#include "backends/model.h"
+#include "batcher/work.h"
 #include "common/error.h"
 #include "batcher/latmodel.h"
 #include "batcher/policy.h"

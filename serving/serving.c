@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include "common/log.h"
+#include "serving/feed.h"
+#include "serving/worker.h"
 
 struct serving {
     char dir[4096];
@@ -105,33 +107,6 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
     return 0;
 }
 
-/* The workers' batch source: the model's batcher, plus the statistics. */
-static int serving_source_next(void *ctx, int instance, struct batch *b)
-{
-    struct served_model *sm = ctx;
-    return batcher_next(sm->batcher, instance, b);
-}
-
-static void serving_source_done(void *ctx, int instance, int rows, int offline_rows,
-                                int64_t exec_ns)
-{
-    struct served_model *sm = ctx;
-    batcher_done(sm->batcher, instance, rows, exec_ns);
-    modelstats_batch(sm->stats, instance, rows, offline_rows, exec_ns);
-}
-
-static int serving_source_try_next(void *ctx, int instance, struct batch *b, int64_t *wake_ns)
-{
-    struct served_model *sm = ctx;
-    return batcher_try_next(sm->batcher, instance, b, wake_ns);
-}
-
-static void serving_source_set_waker(void *ctx, void (*waker)(void *), void *arg)
-{
-    struct served_model *sm = ctx;
-    batcher_set_waker(sm->batcher, waker, arg);
-}
-
 /* ---- device scheduling (docs/SCHEDULING.md) ----
  *
  * An instance is scheduled on the device it is placed on: its entry in
@@ -145,7 +120,7 @@ static void serving_source_set_waker(void *ctx, void (*waker)(void *), void *arg
 static int serving_sched_device_id(const struct model *m, int instance)
 {
     int dev = m->instances[instance].device;
-    if (dev < 0 && m->ops->device_kind == BACKEND_DEVICE_GPU)
+    if (dev < 0 && model_device_kind(m) == BACKEND_DEVICE_GPU)
         dev = 0;
     return dev;
 }
@@ -184,7 +159,7 @@ static struct devsched *serving_devsched_get(struct serving *s, const char *name
 static int serving_sched_join(struct serving *s, struct served_model *sm, struct error *err)
 {
     struct model *m = &sm->model;
-    if (!m->ops->run || m->ops->start)
+    if (!model_is_compute(m))
         return 0;
     for (int i = 0; i < m->ninstances; i++) {
         int id = serving_sched_device_id(m, i);
@@ -194,7 +169,7 @@ static int serving_sched_join(struct serving *s, struct served_model *sm, struct
         for (int j = 0; j < m->ninstances; j++)
             here += serving_sched_device_id(m, j) == id;
         char name[48];
-        snprintf(name, sizeof name, "%s%d", m->ops->name, id);
+        snprintf(name, sizeof name, "%s%d", model_backend_name(m), id);
         struct devsched *d = serving_devsched_get(s, name, err);
         if (!d)
             return -BG_ENOMEM;
@@ -206,28 +181,32 @@ static int serving_sched_join(struct serving *s, struct served_model *sm, struct
     return 0;
 }
 
-/* Offline only when every row is a job line: one online row makes the
- * whole batch online work. */
-static enum devsched_class serving_batch_class(const struct batch *b)
+/* Stops what serving_load_one started: the batcher (queued requests are
+ * answered), then the workers or the feed. */
+static void serving_model_stop(struct served_model *sm)
 {
-    return batch_offline_rows(b) >= b->rows ? DEVSCHED_OFFLINE : DEVSCHED_ONLINE;
+    if (sm->batcher)
+        batcher_close(sm->batcher);
+    workers_join(sm->workers);
+    feed_stop(sm->feed);
+    sm->feed = NULL;
 }
 
-static void serving_source_acquire(void *ctx, int instance, const struct batch *b)
+/* One worker per instance, each on its device's scheduler where it has one. */
+static int serving_workers_start(struct served_model *sm, struct error *err)
 {
-    const struct served_sched *x = serving_sched_of(ctx, instance);
-    if (x)
-        devsched_acquire(x->dev, x->member, serving_batch_class(b));
-}
-
-static void serving_source_release(void *ctx, int instance, int64_t exec_ns,
-                                   const struct batch *next)
-{
-    const struct served_sched *x = serving_sched_of(ctx, instance);
-    if (x && next)
-        devsched_release_acquire(x->dev, x->member, exec_ns, serving_batch_class(next));
-    else if (x)
-        devsched_release(x->dev, x->member, exec_ns);
+    struct model *m = &sm->model;
+    struct worker_place *place = calloc((size_t)m->ninstances, sizeof *place);
+    if (!place)
+        return error_set(err, BG_ENOMEM, "out of memory");
+    for (int i = 0; i < m->ninstances; i++) {
+        const struct served_sched *x = serving_sched_of(sm, i);
+        if (x)
+            place[i] = (struct worker_place){x->dev, x->member};
+    }
+    int rc = workers_start(sm, place, &sm->workers, err);
+    free(place);
+    return rc;
 }
 
 static void serving_load_one(struct serving *s, struct served_model *sm)
@@ -245,31 +224,18 @@ static void serving_load_one(struct serving *s, struct served_model *sm)
             for (int w = 0; w < m->instances[i].nwarm; w++)
                 batcher_seed(sm->batcher, i, m->instances[i].warm_rows[w],
                              m->instances[i].warm_ns[w]);
-    struct batch_source src = {.next = serving_source_next, .done = serving_source_done,
-                               .try_next = serving_source_try_next, .set_waker = serving_source_set_waker,
-                               .ctx = sm};
-    /* The device scheduler's hooks, only where the model shares a device. */
-    int joined = sm->batcher ? serving_sched_join(s, sm, &err) : 0;
-    if (sm->nsched > 0) {
-        src.acquire = serving_source_acquire;
-        src.release = serving_source_release;
-    }
-    if (sm->stats)
+    int started = -1;
+    if (sm->batcher && !sm->stats)
+        error_set(&err, BG_ENOMEM, "out of memory for statistics");
+    else if (sm->batcher && serving_sched_join(s, sm, &err) == 0) {
         modelstats_loaded(sm->stats);
-    int started = !sm->batcher || !sm->stats || joined ? -1
-                  : m->ops->start ? m->ops->start(m, src, &err)
-                                  : model_workers_start(m, src, &err);
+        started = model_is_compute(m) ? serving_workers_start(sm, &err)
+                                      : feed_start(sm, &sm->feed, &err);
+    }
     if (started != 0) {
-        if (sm->batcher && !sm->stats && !joined)
-            snprintf(err.msg, sizeof err.msg, "out of memory for statistics");
         snprintf(m->reason, sizeof m->reason, "cannot start workers: %s", err.msg);
         log_error("model %s: %s", m->cfg.name, m->reason);
-        if (sm->batcher)
-            batcher_close(sm->batcher);
-        if (m->ops->stop)
-            m->ops->stop(m);
-        else
-            model_workers_join(m);
+        serving_model_stop(sm);
         atomic_store(&sm->state, SERVED_FAILED);
         return;
     }
@@ -277,7 +243,7 @@ static void serving_load_one(struct serving *s, struct served_model *sm)
     if (m->cold.context_s > 0)
         snprintf(ctx, sizeof ctx, ", of which device context %.1f", m->cold.context_s * 1e3);
     log_info("model %s: loaded on %s, %d instance%s, %.1f MiB; cold start %.1f ms "
-             "(read %.1f, prepare %.1f%s, warmup %.1f)", m->cfg.name, m->ops->name, m->ninstances,
+             "(read %.1f, prepare %.1f%s, warmup %.1f)", m->cfg.name, model_backend_name(m), m->ninstances,
              m->ninstances == 1 ? "" : "s", (double)model_memory_bytes(m) / (1 << 20),
              m->cold.total_s * 1e3, m->cold.read_s * 1e3, m->cold.prepare_s * 1e3 + m->cold.context_s * 1e3, ctx,
              m->cold.warmup_s * 1e3);
@@ -375,29 +341,30 @@ void serving_stop(struct serving *s)
     /* Workers still holding a batch run it without waiting for a slot. */
     for (int i = 0; i < s->ndevs; i++)
         devsched_close(s->devs[i]);
-    for (int i = 0; i < s->n; i++) {
-        struct model *m = &s->models[i].model;
-        if (m->ops && m->ops->stop && s->models[i].batcher)
-            m->ops->stop(m);
-        else
-            model_workers_join(m);
-    }
+    for (int i = 0; i < s->n; i++)
+        serving_model_stop(&s->models[i]);
 }
 
 void serving_free(struct serving *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < s->n; i++) {
-        model_unload(&s->models[i].model);
-        batcher_free(s->models[i].batcher);
-        modelstats_free(s->models[i].stats);
-    }
-    /* A worker stranded in an abandoned call still releases its slot when
-     * the call returns: then the schedulers stay, like its model's memory. */
+    /* A worker stranded in an abandoned call may still touch its model,
+     * batcher, statistics and device slot when the call returns: those
+     * stay, left to the process exit. */
     bool stranded = false;
-    for (int i = 0; i < s->n; i++)
-        stranded |= s->models[i].model.wd_stranded;
+    for (int i = 0; i < s->n; i++) {
+        struct served_model *sm = &s->models[i];
+        bool left = workers_stranded(sm->workers);
+        stranded |= left;
+        workers_free(sm->workers);
+        sm->workers = NULL;
+        if (left)
+            continue;
+        model_unload(&sm->model);
+        batcher_free(sm->batcher);
+        modelstats_free(sm->stats);
+    }
     for (int i = 0; i < s->ndevs && !stranded; i++)
         devsched_free(s->devs[i]);
     if (!stranded)

@@ -1,6 +1,7 @@
 /* serving.h - the models this process serves: the repository scanned at
- * start, each model loaded on its backend, paired with its batcher and
- * instance workers. Lookups are lock-free once built: the table does not
+ * start, each model loaded on its backend, paired with its batcher, placed
+ * on its devices' schedulers, and run by its instance workers (worker.h)
+ * or, on a loop backend, through its feed (feed.h). Lookups are lock-free once built: the table does not
  * change after serving_open. */
 #ifndef BG_SERVING_H
 #define BG_SERVING_H
@@ -9,6 +10,7 @@
 #include <stddef.h>
 
 #include "backends/backend.h"
+#include "batcher/work.h"
 #include "batcher/batcher.h"
 #include "serving/devsched.h"
 #include "common/error.h"
@@ -34,6 +36,8 @@ struct served_model {
      * loader before the workers start, read-only after. */
     struct served_sched sched[MODEL_MAX_DEVICES];
     int nsched;
+    struct workers *workers;          /* compute backends */
+    struct feed *feed;                /* loop backends */
     _Atomic int state;               /* enum served_state; model.reason is set before FAILED */
     struct modelstats *stats;        /* NULL until loaded */
 };

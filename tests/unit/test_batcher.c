@@ -112,7 +112,7 @@ static void *worker_main(void *arg)
         w->rows += out.rows;
         for (struct infer_item *it = out.head, *n; it; it = n) {
             n = it->next;
-            it->complete(it);
+            work_complete(it, 0, NULL);
         }
     }
     return NULL;

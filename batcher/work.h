@@ -1,0 +1,70 @@
+/* work.h - the unit of work: one request's rows (struct infer_item) and a
+ * batch of them (struct batch), and the one function that ends an item.
+ *
+ * An item belongs to its submitter (the gateway's request, a job's line)
+ * and is lent: to the batcher from batcher_submit while queued, to a worker
+ * (or an event-loop backend's feed) while its batch runs, back to the
+ * submitter through work_complete. Every path that ends an item (computed,
+ * failed, expired, cancelled, shut down, abandoned by the watchdog) ends it
+ * with work_complete, which calls the submitter's `complete` exactly once:
+ * a second attempt is refused and logged, never delivered. Backends never
+ * see an item: a worker gathers a batch's rows into a buffer for them
+ * (backends/backend.h, struct backend_io). */
+#ifndef BG_WORK_H
+#define BG_WORK_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/list.h"
+
+struct infer_item {
+    struct infer_item *next;          /* the batch it was taken into (or a list of expired ones) */
+    struct list q_svc;                /* the batcher's queue in service order */
+    struct list q_arr;                /* ... in arrival order */
+    struct list q_dl;                 /* ... in deadline order (only with a deadline) */
+    int rows;
+    const float *input;               /* rows x input.row_elems */
+    float *output;                    /* rows x output.row_elems */
+    int64_t t_arrival_ns;             /* last byte of the request received */
+    int64_t t_dequeue_ns;             /* taken into a batch */
+    int64_t t_planned_ns;             /* when the batcher planned that batch to finish */
+    int64_t t_compute_ns;             /* the batch's execution time */
+    int64_t deadline_ns;              /* 0: none */
+    int priority;                     /* 1 is the highest; the batcher fills in the default */
+    int batch_rows;                   /* rows of the batch it ran in */
+    int status;                       /* 0, or a BG_E* code (set by work_complete) */
+    char error[200];
+    bool queued;                      /* batcher-internal */
+    /* Offline work (a job's line): queued apart, run only in device time no
+     * online request needs, never aged, no deadline (batcher/queue.h). */
+    bool offline;
+    atomic_bool ended;                /* work_complete ran (reset by batcher_submit) */
+    /* The submitter's: called once, by work_complete, from whichever thread
+     * ends the item; it may free the item. */
+    void (*complete)(struct infer_item *it);
+};
+
+struct batch {
+    struct infer_item *head;          /* the batch's requests, linked by next */
+    int nitems;
+    int rows;
+    int row_budget;                   /* what the policy filled it up to (see policy.h) */
+};
+
+/* Ends the item: status 0 (its output rows are written) or a BG_E* code
+ * with msg (NULL: keep the message already in it->error), then
+ * it->complete. Returns 0, or -1 when the item had already ended (a bug
+ * upstream of here: logged, and `complete` is not called again). */
+int work_complete(struct infer_item *it, int status, const char *msg);
+/* Ends every item of a list linked by `next` alike. */
+void work_complete_list(struct infer_item *head, int status, const char *msg);
+/* Ends every item of a batch with its own status (outputs written, or the
+ * error each was given); the batch is empty after. */
+void batch_complete(struct batch *b);
+
+/* Rows of a batch that are offline (job lines). */
+int batch_offline_rows(const struct batch *b);
+
+#endif

@@ -1,0 +1,46 @@
+/* batchrun.c - see batchrun.h. */
+#include "serving/batchrun.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "batcher/batcher.h"
+#include "common/clock.h"
+#include "serving/modelstats.h"
+#include "serving/serving.h"
+
+void batchrun_gather(const struct batch *b, float *dst, size_t row_elems)
+{
+    for (const struct infer_item *it = b->head; it; it = it->next) {
+        memcpy(dst, it->input, (size_t)it->rows * row_elems * sizeof(float));
+        dst += (size_t)it->rows * row_elems;
+    }
+}
+
+void batchrun_end(struct served_model *sm, int instance, struct batch *b, const float *out,
+                  int status, const char *msg, int64_t exec_ns, bool late_is_timeout)
+{
+    size_t row = (size_t)sm->model.cfg.output.row_elems;
+    int64_t now = late_is_timeout && status ? now_ns() : 0;
+    for (struct infer_item *it = b->head; it; it = it->next) {
+        it->t_compute_ns = exec_ns;
+        it->batch_rows = b->rows;
+        if (status == 0) {
+            memcpy(it->output, out, (size_t)it->rows * row * sizeof(float));
+            out += (size_t)it->rows * row;
+            it->status = 0;
+            continue;
+        }
+        bool late = late_is_timeout && it->deadline_ns && now >= it->deadline_ns &&
+                    status != BG_ESHUTDOWN;
+        it->status = late ? BG_EDEADLINE : status;
+        snprintf(it->error, sizeof it->error, "%s", msg ? msg : "");
+    }
+    /* Recorded before the answers leave: whoever reads the statistics after
+     * getting an answer sees its batch counted. */
+    if (status == 0) {
+        batcher_done(sm->batcher, instance, b->rows, exec_ns);
+        modelstats_batch(sm->stats, instance, b->rows, batch_offline_rows(b), exec_ns);
+    }
+    batch_complete(b);
+}

@@ -1,0 +1,29 @@
+/* batchrun.h - what every runner of batches does around one: the instance
+ * workers of compute backends (worker.c) and the feed of loop backends
+ * (feed.c) gather a batch's rows into the backend's buffer the same way and
+ * end it the same way: answers scattered, the batch recorded (the
+ * instance's latency model, the model's statistics) before any answer
+ * leaves, every item ended once. */
+#ifndef BG_BATCHRUN_H
+#define BG_BATCHRUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batcher/work.h"
+
+struct served_model;
+
+/* Copies the batch's rows, in order, into dst (row_elems floats a row). */
+void batchrun_gather(const struct batch *b, float *dst, size_t row_elems);
+
+/* The batch ran on `instance` for exec_ns. status 0: each item's rows are
+ * copied from out, and the batch is recorded; else every item fails with
+ * status and msg, except that with `late_is_timeout` an item whose deadline
+ * passed gets 504 (its budget ran out, whatever else went wrong). Every
+ * item is ended (work_complete); the batch is empty after. */
+void batchrun_end(struct served_model *sm, int instance, struct batch *b, const float *out,
+                  int status, const char *msg, int64_t exec_ns, bool late_is_timeout);
+
+#endif

@@ -1,0 +1,104 @@
+/* feed.c - see feed.h. */
+#include "serving/feed.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "batcher/batcher.h"
+#include "serving/batchrun.h"
+#include "serving/serving.h"
+
+struct feed_slot {
+    struct batch b;                   /* the batch out; empty when the slot is free */
+    struct backend_io io;
+    float *in, *out;                  /* max_batch_size rows */
+};
+
+struct feed {
+    struct served_model *sm;
+    bool started;
+    int n;
+    struct feed_slot slot[];
+};
+
+/* The batches all go through the batcher's instance 0 (its latency model):
+ * a loop backend has no instances of its own. */
+#define FEED_INSTANCE 0
+
+static int feed_poll(void *ctx, int slot, struct backend_io **io, int64_t *wake_ns)
+{
+    struct feed *f = ctx;
+    if (slot < 0 || slot >= f->n)
+        return -1;
+    struct feed_slot *s = &f->slot[slot];
+    memset(&s->b, 0, sizeof s->b);
+    int rc = batcher_try_next(f->sm->batcher, FEED_INSTANCE, &s->b, wake_ns);
+    if (rc != 1)
+        return rc;
+    batchrun_gather(&s->b, s->in, (size_t)f->sm->model.cfg.input.row_elems);
+    s->io = (struct backend_io){.in = s->in, .out = s->out, .rows = s->b.rows};
+    *io = &s->io;
+    return 1;
+}
+
+static void feed_finish(void *ctx, int slot, int status, const char *msg, int64_t exec_ns)
+{
+    struct feed *f = ctx;
+    struct feed_slot *s = &f->slot[slot];
+    /* A call that failed after a request's budget ran out is a timeout to
+     * that request (504), whatever else went wrong. */
+    batchrun_end(f->sm, FEED_INSTANCE, &s->b, s->out, status, msg, exec_ns, true);
+}
+
+static void feed_set_waker(void *ctx, void (*waker)(void *), void *arg)
+{
+    struct feed *f = ctx;
+    batcher_set_waker(f->sm->batcher, waker, arg);
+}
+
+static void feed_free(struct feed *f)
+{
+    for (int i = 0; i < f->n; i++) {
+        free(f->slot[i].in);
+        free(f->slot[i].out);
+    }
+    free(f);
+}
+
+int feed_start(struct served_model *sm, struct feed **out, struct error *err)
+{
+    struct model *m = &sm->model;
+    int n = model_loop_slots(m);
+    struct feed *f = calloc(1, sizeof *f + (size_t)n * sizeof f->slot[0]);
+    *out = NULL;
+    if (!f)
+        return error_set(err, BG_ENOMEM, "model %s: out of memory for the feed", m->cfg.name);
+    f->sm = sm;
+    f->n = n;
+    size_t rows = (size_t)m->cfg.batching.max_batch_size;
+    for (int i = 0; i < n; i++) {
+        f->slot[i].in = malloc(rows * (size_t)m->cfg.input.row_elems * sizeof(float));
+        f->slot[i].out = malloc(rows * (size_t)m->cfg.output.row_elems * sizeof(float));
+        if (!f->slot[i].in || !f->slot[i].out) {
+            feed_free(f);
+            return error_set(err, BG_ENOMEM, "model %s: out of memory for batch buffers",
+                             m->cfg.name);
+        }
+    }
+    *out = f;
+    struct backend_feed bf = {.poll = feed_poll, .finish = feed_finish,
+                              .set_waker = feed_set_waker, .ctx = f};
+    int rc = model_loop_start(m, &bf, err);
+    f->started = true;   /* a failed start still needs its stop (what it began) */
+    return rc;
+}
+
+void feed_stop(struct feed *f)
+{
+    if (!f)
+        return;
+    if (f->started)
+        model_loop_stop(&f->sm->model);
+    feed_free(f);
+}
