@@ -30,6 +30,8 @@ struct batcher {
     bool reaper_running;
     void (*waker)(void *arg);         /* an event-loop consumer's doorbell */
     void *waker_arg;
+    bool (*other_work)(void *arg, int instance);   /* the device's (batcher_set_device_probe) */
+    void *other_work_arg;
 };
 
 static void batcher_timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_ns)
@@ -205,7 +207,10 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
             continue;
         }
         b->q.load.rows_per_ns = rate_value(&b->arrivals, now);
-        b->q.load.device_has_other_work = 0;   /* no per-device scheduler yet */
+        /* Waiting for company idles nothing when the queue's own job lines
+         * or another model can use the device meanwhile. */
+        b->q.load.device_has_other_work =
+            b->q.noff > 0 || (b->other_work && b->other_work(b->other_work_arg, instance));
         if (bqueue_take(&b->q, now, lat, out, wake)) {
             if (b->q.n > 0 || b->q.noff > 0)
                 pthread_cond_signal(&b->work);   /* another idle worker may form the next */
@@ -243,6 +248,32 @@ void batcher_set_waker(struct batcher *b, void (*waker)(void *arg), void *arg)
     pthread_mutex_lock(&b->lock);
     b->waker = waker;
     b->waker_arg = arg;
+    pthread_mutex_unlock(&b->lock);
+}
+
+int64_t batcher_start_by(struct batcher *b, int instance, const struct batch *bt)
+{
+    int64_t earliest = 0;
+    for (const struct infer_item *it = bt->head; it; it = it->next)
+        if (!it->offline && it->deadline_ns && (!earliest || it->deadline_ns < earliest))
+            earliest = it->deadline_ns;
+    if (!earliest)
+        return 0;
+    int64_t guard = guard_value(&b->guard, now_ns());
+    pthread_mutex_lock(&b->lock);
+    int64_t exec = latmodel_predict(&b->lat[instance >= 0 && instance < b->ninstances ? instance : 0],
+                                    bt->rows);
+    pthread_mutex_unlock(&b->lock);
+    int64_t by = earliest - exec - guard;
+    return by > 0 ? by : 1;   /* already late: the most urgent there is, never "none" */
+}
+
+void batcher_set_device_probe(struct batcher *b, bool (*other_work)(void *arg, int instance),
+                              void *arg)
+{
+    pthread_mutex_lock(&b->lock);
+    b->other_work = other_work;
+    b->other_work_arg = arg;
     pthread_mutex_unlock(&b->lock);
 }
 

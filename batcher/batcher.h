@@ -13,6 +13,7 @@
 #ifndef BG_BATCHER_H
 #define BG_BATCHER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backends/model.h"
@@ -50,6 +51,19 @@ int batcher_try_next(struct batcher *b, int instance, struct batch *out, int64_t
 /* Called (from the submitting thread, outside the queue's lock) after each
  * successful submit, so an event loop can wake up and ask again. */
 void batcher_set_waker(struct batcher *b, void (*waker)(void *arg), void *arg);
+
+/* The instant a batch taken for `instance` must start by for its earliest
+ * deadline to hold (less its predicted execution and the answer guard);
+ * 0 when none of its rows has a deadline. What a device scheduler ranks
+ * waiting batches by (serving/devsched.h). */
+int64_t batcher_start_by(struct batcher *b, int instance, const struct batch *bt);
+/* Tells the policy whether the device `instance` runs on has other work
+ * (other models' batches running or waiting) while this queue would wait
+ * for company: then waiting leaves the device no idler (policy_load's
+ * device_has_other_work). Called under the queue's lock, so it must not
+ * call back into this batcher. Set before the workers start. */
+void batcher_set_device_probe(struct batcher *b, bool (*other_work)(void *arg, int instance),
+                              void *arg);
 
 /* Worker side: a batch ran; its time refines the instance's latency model. */
 void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns);

@@ -57,9 +57,9 @@ struct policy_request {
 /* What the policy knows beyond the queue: measured by the caller, passed in. */
 struct policy_load {
     double rows_per_ns;             /* the queue's observed arrival rate (rate.h); 0: none */
-    /* Hook for the per-device scheduler (not built yet; always false today):
-     * another model, tenant or job could use this device while the batch
-     * waits, so waiting does not leave the device idle and may last up to
+    /* Another model or the queue's own job lines could use this device
+     * while the batch waits (batcher.c sets it from the device scheduler),
+     * so waiting does not leave the device idle and may last up to
      * max_queue_delay / the deadline whatever the setup time. */
     int device_has_other_work;
 };

@@ -64,8 +64,8 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
         buf_appendf(&b, ",\"backend\":\"%s\",\"queue_depth\":%d,\"memory_bytes\":%zu,"
                         "\"cold_start\":{\"read\":%.6f,\"prepare\":%.6f,\"warmup\":%.6f,"
                         "\"total\":%.6f}",
-                    state == SERVED_READY && sm->model.ops ? sm->model.ops->name
-                                                           : model_backend_name(sm->model.cfg.backend),
+                    state == SERVED_READY ? model_backend_name(&sm->model)
+                                          : model_backend_name_of(sm->model.cfg.backend),
                     state == SERVED_READY ? batcher_depth(sm->batcher) : 0,
                     state == SERVED_READY ? model_memory_bytes(&sm->model) : (size_t)0,
                     cs->read_s, cs->prepare_s + cs->context_s, cs->warmup_s, cs->total_s);

@@ -142,7 +142,9 @@ static void models_metadata(struct http_request *req, const struct route_match *
         const struct route_param *v = route_match_param(m, "version");
         int n = snprintf(path, sizeof path, "/v2/models/%s%s%.*s", c->upstream.model,
                          v ? "/versions/" : "", v ? (int)v->len : 0, v ? v->value : "");
-        proxy_forward(st->proxy, req, sm->model.targets, sm->model.ntargets, path,
+        struct httpc_target *const *servers;
+        int nservers = model_servers(&sm->model, &servers);
+        proxy_forward(st->proxy, req, servers, nservers, path,
                       (size_t)n < sizeof path ? (size_t)n : sizeof path - 1);
         return;
     }
@@ -150,7 +152,7 @@ static void models_metadata(struct http_request *req, const struct route_match *
     buf_append(&b, "{\"name\":", 8);
     json_append_string(&b, c->name, strlen(c->name));
     buf_appendf(&b, ",\"versions\":[\"" MODEL_VERSION "\"],\"platform\":\"batchgate_%s\","
-                    "\"inputs\":[", sm->model.ops->name);
+                    "\"inputs\":[", model_backend_name(&sm->model));
     models_append_tensor_meta(&b, &c->input);
     buf_append(&b, "],\"outputs\":[", 13);
     models_append_tensor_meta(&b, &c->output);
@@ -200,7 +202,8 @@ static void models_config_route(struct http_request *req, const struct route_mat
     buf_append(&b, "{\"name\":", 8);
     json_append_string(&b, c->name, strlen(c->name));
     buf_appendf(&b, ",\"platform\":\"batchgate_%s\",\"backend\":\"%s\",\"max_batch_size\":%d,"
-                    "\"input\":[", sm->model.ops->name, sm->model.ops->name, bt->max_batch_size);
+                    "\"input\":[", model_backend_name(&sm->model), model_backend_name(&sm->model),
+                bt->max_batch_size);
     models_append_triton_tensor(&b, &c->input);
     buf_append(&b, "],\"output\":[", 12);
     models_append_triton_tensor(&b, &c->output);

@@ -11,23 +11,54 @@
 
 /* ---- the decision ---- */
 
-int devsched_pick(const struct devsched_view *v, int n, enum devsched_class *cls)
+/* The member with the least virtual time among those with batches of class
+ * c waiting; -1 when none waits. */
+static int devsched_pick_fair(const struct devsched_view *v, int n, int c)
 {
-    for (int c = 0; c < DEVSCHED_NCLASSES; c++) {
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            if (v[i].waiting[c] <= 0)
-                continue;
-            if (best < 0 || v[i].vtime < v[best].vtime ||
-                (v[i].vtime == v[best].vtime && v[i].weight > v[best].weight))
-                best = i;
-        }
-        if (best >= 0) {
-            *cls = (enum devsched_class)c;
-            return best;
-        }
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (v[i].waiting[c] <= 0)
+            continue;
+        if (best < 0 || v[i].vtime < v[best].vtime ||
+            (v[i].vtime == v[best].vtime && v[i].weight > v[best].weight))
+            best = i;
     }
-    return -1;
+    return best;
+}
+
+/* The online waiter whose start-by falls before `until`, earliest first;
+ * -1 when none is that urgent. */
+static int devsched_pick_urgent(const struct devsched_view *v, int n, int64_t until)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (v[i].waiting[DEVSCHED_ONLINE] <= 0 || !v[i].start_by || v[i].start_by > until)
+            continue;
+        if (best < 0 || v[i].start_by < v[best].start_by ||
+            (v[i].start_by == v[best].start_by && v[i].weight > v[best].weight))
+            best = i;
+    }
+    return best;
+}
+
+int devsched_pick(const struct devsched_view *v, int n, int64_t now_ns, int64_t horizon_ns,
+                  enum devsched_class *cls)
+{
+    int fair = devsched_pick_fair(v, n, DEVSCHED_ONLINE);
+    if (fair >= 0) {
+        /* Given to `fair`, the slot is next free after its batch, or
+         * sooner where a running batch frees another. */
+        int64_t h = v[fair].est_ns;
+        if (horizon_ns > 0 && (h <= 0 || horizon_ns < h))
+            h = horizon_ns;
+        int urgent = devsched_pick_urgent(v, n, now_ns + (h > 0 ? h : 0));
+        *cls = DEVSCHED_ONLINE;
+        return urgent >= 0 ? urgent : fair;
+    }
+    int off = devsched_pick_fair(v, n, DEVSCHED_OFFLINE);
+    if (off >= 0)
+        *cls = DEVSCHED_OFFLINE;
+    return off;
 }
 
 /* ---- the core ---- */
@@ -80,18 +111,42 @@ int devsched_core_join(struct devsched_core *c, int weight, int instances)
     c->m[i].vtime = c->vclock;
     c->running[i] = 0;
     c->granted[i][0] = c->granted[i][1] = 0;
-    c->est_ns[i] = 0;
+    c->nby[i] = 0;
+    c->m[i].est_ns = 0;
     c->ahead_ns[i] = 0;
     if (instances > c->slots)
         c->slots = instances;
     return i;
 }
 
-bool devsched_core_acquire(struct devsched_core *c, int i, enum devsched_class cls)
+bool devsched_core_others_active(const struct devsched_core *c, int i)
+{
+    for (int k = 0; k < c->n; k++)
+        if (k != i && devsched_core_active(c, k))
+            return true;
+    return false;
+}
+
+/* The member's earliest start-by among its waiting online batches. */
+static void devsched_core_start_by(struct devsched_core *c, int i)
+{
+    int64_t by = 0;
+    for (int k = 0; k < c->nby[i]; k++)
+        if (!by || c->by[i][k] < by)
+            by = c->by[i][k];
+    c->m[i].start_by = by;
+}
+
+bool devsched_core_acquire(struct devsched_core *c, int i, enum devsched_class cls,
+                           int64_t start_by)
 {
     if (!devsched_core_active(c, i) && c->m[i].vtime < c->vclock)
         c->m[i].vtime = c->vclock;   /* idleness banks no credit */
     c->m[i].waiting[cls]++;
+    if (cls == DEVSCHED_ONLINE && start_by > 0 && c->nby[i] < DEVSCHED_MAX_WAITERS) {
+        c->by[i][c->nby[i]++] = start_by;
+        devsched_core_start_by(c, i);
+    }
     devsched_core_tick(c);
     return c->used < c->slots;
 }
@@ -116,34 +171,60 @@ void devsched_core_release(struct devsched_core *c, int i, int64_t exec_ns)
         c->used--;
     }
     devsched_core_charge(c, i, exec_ns - ahead);
-    c->est_ns[i] = c->est_ns[i] ? c->est_ns[i] + (exec_ns - c->est_ns[i]) / 8 : exec_ns;
+    c->m[i].est_ns = c->m[i].est_ns ? c->m[i].est_ns + (exec_ns - c->m[i].est_ns) / 8 : exec_ns;
     devsched_core_tick(c);
 }
 
-void devsched_core_grant(struct devsched_core *c,
+/* When a slot is expected to free next: the shortest usual batch time of
+ * the members running now (0 when none runs: a free slot is there now). */
+static int64_t devsched_core_horizon(const struct devsched_core *c)
+{
+    int64_t h = 0;
+    for (int i = 0; i < c->n; i++)
+        if (c->running[i] > 0 && c->m[i].est_ns > 0 && (!h || c->m[i].est_ns < h))
+            h = c->m[i].est_ns;
+    return h;
+}
+
+void devsched_core_grant(struct devsched_core *c, int64_t now_ns,
                          void (*grant)(void *arg, int member, enum devsched_class cls), void *arg)
 {
     while (c->used < c->slots) {
         enum devsched_class cls;
-        int i = devsched_pick(c->m, c->n, &cls);
+        int i = devsched_pick(c->m, c->n, now_ns, devsched_core_horizon(c), &cls);
         if (i < 0)
             return;
         c->m[i].waiting[cls]--;
         c->granted[i][cls]++;
         c->used++;
-        c->ahead_ns[i] += c->est_ns[i];
-        devsched_core_charge(c, i, c->est_ns[i]);
+        c->ahead_ns[i] += c->m[i].est_ns;
+        devsched_core_charge(c, i, c->m[i].est_ns);
         if (grant)
             grant(arg, i, cls);
     }
 }
 
-bool devsched_core_take(struct devsched_core *c, int i, enum devsched_class cls)
+/* A waiting batch of member i stops waiting: its start-by goes. */
+static void devsched_core_forget(struct devsched_core *c, int i, enum devsched_class cls,
+                                 int64_t start_by)
+{
+    if (cls != DEVSCHED_ONLINE || start_by <= 0)
+        return;
+    for (int k = 0; k < c->nby[i]; k++)
+        if (c->by[i][k] == start_by) {
+            c->by[i][k] = c->by[i][--c->nby[i]];
+            break;
+        }
+    devsched_core_start_by(c, i);
+}
+
+bool devsched_core_take(struct devsched_core *c, int i, enum devsched_class cls, int64_t start_by)
 {
     if (c->granted[i][cls] <= 0)
         return false;
     c->granted[i][cls]--;
     c->running[i]++;
+    devsched_core_forget(c, i, cls, start_by);
     return true;
 }
 
@@ -214,17 +295,19 @@ static void devsched_wake(void *arg, int member, enum devsched_class cls)
 
 /* Under mu, with the batch counted as waiting: hand out what is free, then
  * sleep until a slot is handed to this member and class. */
-static void devsched_wait_locked(struct devsched *d, int member, enum devsched_class cls)
+static void devsched_wait_locked(struct devsched *d, int member, enum devsched_class cls,
+                                 int64_t start_by)
 {
-    devsched_core_grant(&d->core, devsched_wake, d);
-    if (devsched_core_take(&d->core, member, cls))
+    devsched_core_grant(&d->core, now_ns(), devsched_wake, d);
+    if (devsched_core_take(&d->core, member, cls, start_by))
         return;
     int64_t t0 = now_ns();
-    while (!devsched_core_take(&d->core, member, cls)) {
+    while (!devsched_core_take(&d->core, member, cls, start_by)) {
         if (d->closed) {
             /* Run without a slot: counted as holding one, so the release
              * that follows balances. */
             d->core.m[member].waiting[cls]--;
+            devsched_core_forget(&d->core, member, cls, start_by);
             d->core.running[member]++;
             d->core.used++;
             break;
@@ -234,15 +317,15 @@ static void devsched_wait_locked(struct devsched *d, int member, enum devsched_c
     d->wait_ns[member] += now_ns() - t0;
 }
 
-void devsched_acquire(struct devsched *d, int member, enum devsched_class cls)
+void devsched_acquire(struct devsched *d, int member, enum devsched_class cls, int64_t start_by)
 {
     pthread_mutex_lock(&d->mu);
     if (d->closed) {
         d->core.running[member]++;
         d->core.used++;
     } else {
-        devsched_core_acquire(&d->core, member, cls);
-        devsched_wait_locked(d, member, cls);
+        devsched_core_acquire(&d->core, member, cls, start_by);
+        devsched_wait_locked(d, member, cls, start_by);
     }
     pthread_mutex_unlock(&d->mu);
 }
@@ -252,26 +335,34 @@ void devsched_release(struct devsched *d, int member, int64_t exec_ns)
     pthread_mutex_lock(&d->mu);
     devsched_core_release(&d->core, member, exec_ns);
     d->granted_ns[member] += exec_ns > 0 ? exec_ns : 0;
-    devsched_core_grant(&d->core, devsched_wake, d);
+    devsched_core_grant(&d->core, now_ns(), devsched_wake, d);
     pthread_mutex_unlock(&d->mu);
 }
 
 void devsched_release_acquire(struct devsched *d, int member, int64_t exec_ns,
-                              enum devsched_class next)
+                              enum devsched_class next, int64_t start_by)
 {
     pthread_mutex_lock(&d->mu);
     /* Waiting first, then released: the member never looks idle between. */
     if (!d->closed)
-        devsched_core_acquire(&d->core, member, next);
+        devsched_core_acquire(&d->core, member, next, start_by);
     devsched_core_release(&d->core, member, exec_ns);
     d->granted_ns[member] += exec_ns > 0 ? exec_ns : 0;
     if (d->closed) {
         d->core.running[member]++;
         d->core.used++;
     } else {
-        devsched_wait_locked(d, member, next);
+        devsched_wait_locked(d, member, next, start_by);
     }
     pthread_mutex_unlock(&d->mu);
+}
+
+bool devsched_others_active(struct devsched *d, int member)
+{
+    pthread_mutex_lock(&d->mu);
+    bool busy = devsched_core_others_active(&d->core, member);
+    pthread_mutex_unlock(&d->mu);
+    return busy;
 }
 
 void devsched_close(struct devsched *d)

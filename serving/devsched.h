@@ -10,7 +10,12 @@
  * frees next goes to, in order:
  *   1. an online batch before an offline one (a batch is offline when all
  *      its rows are job lines);
- *   2. among one class, the member with the least virtual time (device time
+ *   2. an online batch that must start before another slot is expected to
+ *      free, or it misses a deadline (its start-by instant: its earliest
+ *      deadline less its predicted execution and the answer guard): the
+ *      most urgent first (earliest start-by). Its device time is charged
+ *      like any other, so its member pays the precedence back later;
+ *   3. among one class, the member with the least virtual time (device time
  *      used / weight); a member that was idle is raised to the device's
  *      virtual clock when it comes back, so idleness banks no credit.
  * A slot never stays free while a batch waits (work-conserving).
@@ -28,6 +33,9 @@
 #include "common/error.h"
 
 #define DEVSCHED_MAX_MEMBERS 64
+/* Waiting online batches per member whose start-by is tracked (a member has
+ * at most one per instance); past it a batch waits as if it had none. */
+#define DEVSCHED_MAX_WAITERS 32
 #define DEVSCHED_WEIGHT_MAX 1000
 
 enum devsched_class { DEVSCHED_ONLINE, DEVSCHED_OFFLINE, DEVSCHED_NCLASSES };
@@ -39,13 +47,21 @@ struct devsched_view {
     int64_t vtime;                    /* device ns x DEVSCHED_VT_SCALE / weight */
     int weight;                       /* 1..DEVSCHED_WEIGHT_MAX */
     int waiting[DEVSCHED_NCLASSES];   /* batches of each class waiting for a slot */
+    int64_t start_by;                 /* earliest start-by of its waiting online
+                                       * batches; 0: none has a deadline */
+    int64_t est_ns;                   /* its usual batch's device time (recent mean) */
 };
 
-/* Who gets a slot that is free: the index of the member and, in *cls, the
- * class of its batch; -1 when nobody waits. Online before offline; then
- * the least virtual time; ties go to the heavier weight, then the lower
- * index (a fixed order keeps tests and simulations reproducible). */
-int devsched_pick(const struct devsched_view *v, int n, enum devsched_class *cls);
+/* Who gets a slot that is free at now_ns: the index of the member and, in
+ * *cls, the class of its batch; -1 when nobody waits. Online before
+ * offline; among online batches the least virtual time, unless another
+ * member's batch must start before the slot would free again (its start-by
+ * before now_ns + the winner's est_ns, or + horizon_ns when a running batch
+ * is expected to free a slot sooner; 0: none runs): then the earliest such
+ * start-by. Ties go to the heavier weight, then the lower index (a fixed
+ * order keeps tests and simulations reproducible). */
+int devsched_pick(const struct devsched_view *v, int n, int64_t now_ns, int64_t horizon_ns,
+                  enum devsched_class *cls);
 
 /* Virtual time is kept in device ns x this / weight: integer and exact
  * enough for weights up to DEVSCHED_WEIGHT_MAX. */
@@ -57,11 +73,14 @@ struct devsched_core {
     struct devsched_view m[DEVSCHED_MAX_MEMBERS];
     int running[DEVSCHED_MAX_MEMBERS];             /* slots each member holds */
     int granted[DEVSCHED_MAX_MEMBERS][DEVSCHED_NCLASSES]; /* handed over, not yet taken */
-    /* A batch is charged its member's usual device time when it is handed
-     * a slot and corrected when it ends, so with several slots a member
-     * with long batches running is not picked again as if it used none. */
-    int64_t est_ns[DEVSCHED_MAX_MEMBERS];          /* recent mean of its batches */
+    /* A batch is charged its member's usual device time (m[i].est_ns) when
+     * it is handed a slot and corrected when it ends, so with several slots
+     * a member with long batches running is not picked again as if it used
+     * none. */
     int64_t ahead_ns[DEVSCHED_MAX_MEMBERS];        /* charged for batches not ended */
+    /* The start-by of each waiting online batch with a deadline. */
+    int64_t by[DEVSCHED_MAX_MEMBERS][DEVSCHED_MAX_WAITERS];
+    int nby[DEVSCHED_MAX_MEMBERS];
     int n;
     int slots, used;
     /* The device's virtual clock: never decreases; the least virtual time
@@ -73,18 +92,24 @@ void devsched_core_init(struct devsched_core *c);
 /* Adds a member with `instances` workers on the device (the slots grow to
  * the most of any member). Returns its index, or -1 when full. */
 int devsched_core_join(struct devsched_core *c, int weight, int instances);
-/* A batch of member i asks for a slot: true when it got one at once (a slot
- * was free and nobody waited); false: it waits (counted in waiting). */
-bool devsched_core_acquire(struct devsched_core *c, int i, enum devsched_class cls);
+/* A batch of member i asks for a slot (start_by: its start-by instant, 0
+ * for none; offline batches have none): true when one is free and nobody
+ * waits; either way it is counted as waiting until it takes a grant. */
+bool devsched_core_acquire(struct devsched_core *c, int i, enum devsched_class cls,
+                           int64_t start_by);
 /* Member i's batch left its slot after exec_ns of device time. */
 void devsched_core_release(struct devsched_core *c, int i, int64_t exec_ns);
-/* Hands free slots to waiters while both exist; calls grant(arg, member,
- * class) for each slot handed over (it is recorded in `granted`). */
-void devsched_core_grant(struct devsched_core *c,
+/* Hands free slots to waiters while both exist, as devsched_pick decides
+ * at now_ns; calls grant(arg, member, class) for each slot handed over (it
+ * is recorded in `granted`). */
+void devsched_core_grant(struct devsched_core *c, int64_t now_ns,
                          void (*grant)(void *arg, int member, enum devsched_class cls), void *arg);
-/* A waiter of member i, class cls, takes a slot handed to it: true, or
- * false when none was (it waits on). */
-bool devsched_core_take(struct devsched_core *c, int i, enum devsched_class cls);
+/* A waiter of member i, class cls, with the start_by it asked with, takes
+ * a slot handed to it: true, or false when none was (it waits on). */
+bool devsched_core_take(struct devsched_core *c, int i, enum devsched_class cls, int64_t start_by);
+/* Whether members other than i are running or waiting: the device has
+ * other work to do while i's queue waits for company. */
+bool devsched_core_others_active(const struct devsched_core *c, int i);
 
 /* ---- a device, for threads ---- */
 
@@ -98,8 +123,9 @@ const char *devsched_name(const struct devsched *d);
  * member index (0 and up), or a negative code with a message. */
 int devsched_join(struct devsched *d, const char *model, int weight, int instances,
                   struct error *err);
-/* Blocks until `member`'s batch of class `cls` holds a slot. */
-void devsched_acquire(struct devsched *d, int member, enum devsched_class cls);
+/* Blocks until `member`'s batch of class `cls` holds a slot; start_by as
+ * for devsched_core_acquire. */
+void devsched_acquire(struct devsched *d, int member, enum devsched_class cls, int64_t start_by);
 /* Gives the slot back; the batch ran for exec_ns. */
 void devsched_release(struct devsched *d, int member, int64_t exec_ns);
 /* devsched_release and devsched_acquire as one step, for a worker that
@@ -108,7 +134,10 @@ void devsched_release(struct devsched *d, int member, int64_t exec_ns);
  * single-instance members, would hand every slot to the others in turn
  * and make the weights meaningless). */
 void devsched_release_acquire(struct devsched *d, int member, int64_t exec_ns,
-                              enum devsched_class next);
+                              enum devsched_class next, int64_t start_by);
+/* devsched_core_others_active, for the batcher's policy (policy_load's
+ * device_has_other_work): safe from any thread. */
+bool devsched_others_active(struct devsched *d, int member);
 /* After close, acquire returns at once (shutdown: a worker must never wait
  * for a slot held by a call that will not return). */
 void devsched_close(struct devsched *d);

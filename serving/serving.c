@@ -192,10 +192,20 @@ static void serving_model_stop(struct served_model *sm)
     sm->feed = NULL;
 }
 
+/* batcher_set_device_probe's: whether other models use the instance's
+ * device now (running or waiting for a slot). */
+static bool serving_device_other_work(void *arg, int instance)
+{
+    const struct served_sched *x = serving_sched_of(arg, instance);
+    return x && devsched_others_active(x->dev, x->member);
+}
+
 /* One worker per instance, each on its device's scheduler where it has one. */
 static int serving_workers_start(struct served_model *sm, struct error *err)
 {
     struct model *m = &sm->model;
+    if (sm->nsched > 0)
+        batcher_set_device_probe(sm->batcher, serving_device_other_work, sm);
     struct worker_place *place = calloc((size_t)m->ninstances, sizeof *place);
     if (!place)
         return error_set(err, BG_ENOMEM, "out of memory");

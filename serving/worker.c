@@ -49,9 +49,11 @@ static enum devsched_class worker_batch_class(const struct batch *b)
 static int worker_sched_next(struct worker *w, int64_t exec_ns, struct batch *next)
 {
     int64_t wake;
-    int rc = batcher_try_next(w->ws->sm->batcher, w->in->index, next, &wake);
+    struct batcher *q = w->ws->sm->batcher;
+    int rc = batcher_try_next(q, w->in->index, next, &wake);
     if (rc == 1)
-        devsched_release_acquire(w->place.dev, w->place.member, exec_ns, worker_batch_class(next));
+        devsched_release_acquire(w->place.dev, w->place.member, exec_ns, worker_batch_class(next),
+                                 batcher_start_by(q, w->in->index, next));
     else
         devsched_release(w->place.dev, w->place.member, exec_ns);
     return rc;
@@ -95,7 +97,8 @@ static void *worker_main(void *p)
             if (batcher_next(q, w->in->index, &b) < 0)
                 break;
             if (sched)
-                devsched_acquire(w->place.dev, w->place.member, worker_batch_class(&b));
+                devsched_acquire(w->place.dev, w->place.member, worker_batch_class(&b),
+                                 batcher_start_by(q, w->in->index, &b));
         }
         int64_t ns = worker_run_batch(w, &b);
         if (sched) {

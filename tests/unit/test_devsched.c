@@ -27,8 +27,8 @@ static void test_pick_nobody_waits(void **state)
     (void)state;
     struct devsched_view v[2] = {{.vtime = 0, .weight = 1}, {.vtime = 5, .weight = 1}};
     enum devsched_class cls;
-    assert_int_equal(devsched_pick(v, 2, &cls), -1);
-    assert_int_equal(devsched_pick(v, 0, &cls), -1);
+    assert_int_equal(devsched_pick(v, 2, 0, 0, &cls), -1);
+    assert_int_equal(devsched_pick(v, 0, 0, 0, &cls), -1);
 }
 
 static void test_pick_online_before_offline(void **state)
@@ -41,16 +41,16 @@ static void test_pick_online_before_offline(void **state)
         {.vtime = 1000 * MS, .weight = 1, .waiting = {1, 0}},
     };
     enum devsched_class cls;
-    assert_int_equal(devsched_pick(v, 2, &cls), 1);
+    assert_int_equal(devsched_pick(v, 2, 0, 0, &cls), 1);
     assert_int_equal(cls, DEVSCHED_ONLINE);
     v[1].waiting[DEVSCHED_ONLINE] = 0;
-    assert_int_equal(devsched_pick(v, 2, &cls), 0);
+    assert_int_equal(devsched_pick(v, 2, 0, 0, &cls), 0);
     assert_int_equal(cls, DEVSCHED_OFFLINE);
     /* Among offline work the least virtual time wins too. */
     v[1].waiting[DEVSCHED_OFFLINE] = 1;
     v[1].vtime = 0;
     v[0].vtime = 1;
-    assert_int_equal(devsched_pick(v, 2, &cls), 1);
+    assert_int_equal(devsched_pick(v, 2, 0, 0, &cls), 1);
 }
 
 static void test_pick_least_virtual_time_then_weight(void **state)
@@ -62,15 +62,87 @@ static void test_pick_least_virtual_time_then_weight(void **state)
         {.vtime = 20, .weight = 2, .waiting = {1, 0}},
     };
     enum devsched_class cls;
-    assert_int_equal(devsched_pick(v, 3, &cls), 2);   /* tie at 20: the heavier */
+    assert_int_equal(devsched_pick(v, 3, 0, 0, &cls), 2);   /* tie at 20: the heavier */
     v[2].weight = 1;
-    assert_int_equal(devsched_pick(v, 3, &cls), 1);   /* tie, same weight: lower index */
+    assert_int_equal(devsched_pick(v, 3, 0, 0, &cls), 1);   /* tie, same weight: lower index */
     v[1].waiting[DEVSCHED_ONLINE] = 0;
     v[2].waiting[DEVSCHED_ONLINE] = 0;
-    assert_int_equal(devsched_pick(v, 3, &cls), 0);   /* the only one waiting */
+    assert_int_equal(devsched_pick(v, 3, 0, 0, &cls), 0);   /* the only one waiting */
 }
 
 /* ---- the core ---- */
+
+/* A batch that must start before the next slot frees goes first, whatever
+ * the weights say; one that can wait does not; the earliest start-by wins
+ * among the urgent; offline batches are never urgent. */
+static void test_pick_urgent_deadline_first(void **state)
+{
+    (void)state;
+    enum devsched_class cls;
+    int64_t now = 100 * MS, horizon = 5 * MS;
+    struct devsched_view v[3] = {
+        {.vtime = 0, .weight = 1, .waiting = {1, 0}},
+        {.vtime = 50, .weight = 1, .waiting = {1, 0}, .start_by = now + 4 * MS},
+        {.vtime = 60, .weight = 1, .waiting = {1, 0}, .start_by = now + 2 * MS},
+    };
+    assert_int_equal(devsched_pick(v, 3, now, horizon, &cls), 2);   /* earliest of the urgent */
+    assert_int_equal(cls, DEVSCHED_ONLINE);
+    v[2].waiting[0] = 0;
+    assert_int_equal(devsched_pick(v, 3, now, horizon, &cls), 1);
+    /* Beyond the horizon: it can wait for the next slot; weights decide. */
+    v[1].start_by = now + 6 * MS;
+    assert_int_equal(devsched_pick(v, 3, now, horizon, &cls), 0);
+    /* Already late counts as urgent too (start-by in the past). */
+    v[1].start_by = 1;
+    assert_int_equal(devsched_pick(v, 3, now, horizon, &cls), 1);
+    /* A start-by of a member with only offline batches waiting is no one's. */
+    struct devsched_view off[2] = {
+        {.vtime = 0, .weight = 1, .waiting = {0, 1}},
+        {.vtime = 9, .weight = 1, .waiting = {0, 1}, .start_by = now},
+    };
+    assert_int_equal(devsched_pick(off, 2, now, horizon, &cls), 0);
+    assert_int_equal(cls, DEVSCHED_OFFLINE);
+}
+
+/* The core keeps each member's earliest waiting start-by: the urgent batch
+ * takes the slot ahead of a lighter-used member, and once it has run the
+ * member competes by weight again. */
+static void test_core_urgent_batch_jumps_the_queue(void **state)
+{
+    (void)state;
+    struct devsched_core c;
+    devsched_core_init(&c);
+    int a = devsched_core_join(&c, 1, 1), b = devsched_core_join(&c, 1, 1);
+    /* b has used more device time than a. */
+    assert_true(devsched_core_acquire(&c, b, DEVSCHED_ONLINE, 0));
+    devsched_core_grant(&c, 0, NULL, NULL);
+    assert_true(devsched_core_take(&c, b, DEVSCHED_ONLINE, 0));
+    devsched_core_release(&c, b, 10 * MS);
+    /* Slot held by a's batch; then both wait, b with a deadline due within
+     * one batch time of a (its usual 10 ms). */
+    devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0);
+    devsched_core_grant(&c, 0, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    devsched_core_release(&c, a, 10 * MS);
+    devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0);
+    devsched_core_grant(&c, 20 * MS, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    assert_false(devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0));
+    assert_false(devsched_core_acquire(&c, b, DEVSCHED_ONLINE, 25 * MS));
+    assert_int_equal(c.m[b].start_by, 25 * MS);
+    devsched_core_release(&c, a, 10 * MS);
+    devsched_core_grant(&c, 22 * MS, NULL, NULL);   /* slot free at 22 ms; b due at 25 */
+    assert_true(devsched_core_take(&c, b, DEVSCHED_ONLINE, 25 * MS));
+    assert_false(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    assert_int_equal(c.m[b].start_by, 0);   /* forgotten once it runs */
+    assert_true(devsched_core_others_active(&c, a));
+    devsched_core_release(&c, b, 10 * MS);
+    devsched_core_grant(&c, 32 * MS, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    /* a alone now: nobody else runs or waits. */
+    assert_false(devsched_core_others_active(&c, a));
+    assert_true(devsched_core_others_active(&c, b));
+}
 
 static void test_weights_charge_device_time(void **state)
 {
@@ -80,13 +152,13 @@ static void test_weights_charge_device_time(void **state)
     int a = devsched_core_join(&c, 2, 1), b = devsched_core_join(&c, 1, 1);
     assert_int_equal(c.slots, 1);
     /* The same device time costs the weight-2 member half the virtual time. */
-    assert_true(devsched_core_acquire(&c, a, DEVSCHED_ONLINE));
-    devsched_core_grant(&c, NULL, NULL);
-    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE));
+    assert_true(devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0));
+    devsched_core_grant(&c, 0, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
     devsched_core_release(&c, a, 10 * MS);
-    devsched_core_acquire(&c, b, DEVSCHED_ONLINE);
-    devsched_core_grant(&c, NULL, NULL);
-    assert_true(devsched_core_take(&c, b, DEVSCHED_ONLINE));
+    devsched_core_acquire(&c, b, DEVSCHED_ONLINE, 0);
+    devsched_core_grant(&c, 0, NULL, NULL);
+    assert_true(devsched_core_take(&c, b, DEVSCHED_ONLINE, 0));
     devsched_core_release(&c, b, 10 * MS);
     assert_int_equal(c.m[a].vtime * 2, c.m[b].vtime);
 }
@@ -99,33 +171,33 @@ static void test_fast_path_and_work_conservation(void **state)
     int a = devsched_core_join(&c, 1, 2), b = devsched_core_join(&c, 1, 1);
     assert_int_equal(c.slots, 2);
     /* Free slots and nobody waiting: granted at once. */
-    assert_true(devsched_core_acquire(&c, a, DEVSCHED_ONLINE));
-    devsched_core_grant(&c, NULL, NULL);
-    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE));
-    assert_true(devsched_core_acquire(&c, b, DEVSCHED_OFFLINE));
-    devsched_core_grant(&c, NULL, NULL);
-    assert_true(devsched_core_take(&c, b, DEVSCHED_OFFLINE));
+    assert_true(devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0));
+    devsched_core_grant(&c, 0, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    assert_true(devsched_core_acquire(&c, b, DEVSCHED_OFFLINE, 0));
+    devsched_core_grant(&c, 0, NULL, NULL);
+    assert_true(devsched_core_take(&c, b, DEVSCHED_OFFLINE, 0));
     /* Full: a third batch waits. */
-    assert_false(devsched_core_acquire(&c, a, DEVSCHED_ONLINE));
-    devsched_core_grant(&c, NULL, NULL);
-    assert_false(devsched_core_take(&c, a, DEVSCHED_ONLINE));
+    assert_false(devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0));
+    devsched_core_grant(&c, 0, NULL, NULL);
+    assert_false(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
     /* The slot that frees goes to it at once: never free while one waits. */
     devsched_core_release(&c, b, 1 * MS);
-    devsched_core_grant(&c, NULL, NULL);
+    devsched_core_grant(&c, 0, NULL, NULL);
     assert_int_equal(c.used, c.slots);
-    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE));
+    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
     assert_int_equal(c.running[a], 2);
     /* A slot frees with nobody waiting: it stays free. */
     devsched_core_release(&c, a, 1 * MS);
-    devsched_core_grant(&c, NULL, NULL);
+    devsched_core_grant(&c, 0, NULL, NULL);
     assert_int_equal(c.used, 1);
 }
 
 static int core_run_one(struct devsched_core *c, int i, int64_t exec_ns)
 {
-    devsched_core_acquire(c, i, DEVSCHED_ONLINE);
-    devsched_core_grant(c, NULL, NULL);
-    if (!devsched_core_take(c, i, DEVSCHED_ONLINE))
+    devsched_core_acquire(c, i, DEVSCHED_ONLINE, 0);
+    devsched_core_grant(c, 0, NULL, NULL);
+    if (!devsched_core_take(c, i, DEVSCHED_ONLINE, 0))
         return -1;
     devsched_core_release(c, i, exec_ns);
     return 0;
@@ -146,16 +218,16 @@ static void test_idle_member_banks_no_credit(void **state)
     /* B came back level with A, not 10 s behind: from now on, both busy,
      * they alternate instead of B taking the device for 10 s. */
     assert_true(c.m[b].vtime >= c.m[a].vtime);
-    devsched_core_acquire(&c, a, DEVSCHED_ONLINE);
-    devsched_core_acquire(&c, b, DEVSCHED_ONLINE);
+    devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0);
+    devsched_core_acquire(&c, b, DEVSCHED_ONLINE, 0);
     int runs[2] = {0, 0};
     for (int k = 0; k < 20; k++) {
-        devsched_core_grant(&c, NULL, NULL);
-        int who = devsched_core_take(&c, a, DEVSCHED_ONLINE) ? a
-                  : devsched_core_take(&c, b, DEVSCHED_ONLINE) ? b : -1;
+        devsched_core_grant(&c, 0, NULL, NULL);
+        int who = devsched_core_take(&c, a, DEVSCHED_ONLINE, 0) ? a
+                  : devsched_core_take(&c, b, DEVSCHED_ONLINE, 0) ? b : -1;
         assert_true(who >= 0);
         runs[who]++;
-        devsched_core_acquire(&c, who, DEVSCHED_ONLINE);   /* its next batch, at once */
+        devsched_core_acquire(&c, who, DEVSCHED_ONLINE, 0);   /* its next batch, at once */
         devsched_core_release(&c, who, 10 * MS);
     }
     assert_int_equal(runs[a], 10);
@@ -212,11 +284,11 @@ static void test_split_follows_weights_property(void **state)
         int64_t now = 0;
         for (int i = 0; i < n; i++)
             for (int w = 0; w < slots; w++)
-                devsched_core_acquire(&c, i, DEVSCHED_ONLINE);
+                devsched_core_acquire(&c, i, DEVSCHED_ONLINE, 0);
         for (int step = 0; step < 4000; step++) {
-            devsched_core_grant(&c, NULL, NULL);
+            devsched_core_grant(&c, 0, NULL, NULL);
             for (int i = 0; i < n; i++)
-                while (devsched_core_take(&c, i, DEVSCHED_ONLINE)) {
+                while (devsched_core_take(&c, i, DEVSCHED_ONLINE, 0)) {
                     int64_t len = sim_cost(&rng, mean[i]);
                     run[nrun++] = (struct sim_run){i, len, now + len};
                 }
@@ -231,7 +303,7 @@ static void test_split_follows_weights_property(void **state)
             used[r.member] += r.len;
             total += r.len;
             /* Its next batch is ready at once: release and acquire as one. */
-            devsched_core_acquire(&c, r.member, DEVSCHED_ONLINE);
+            devsched_core_acquire(&c, r.member, DEVSCHED_ONLINE, 0);
             devsched_core_release(&c, r.member, r.len);
         }
         for (int i = 0; i < n; i++) {
@@ -266,9 +338,9 @@ struct thr_arg {
 static void *thr_busy(void *p)
 {
     struct thr_arg *a = p;
-    devsched_acquire(a->d, a->member, DEVSCHED_ONLINE);
+    devsched_acquire(a->d, a->member, DEVSCHED_ONLINE, 0);
     while (atomic_fetch_sub(a->left, 1) > 0)
-        devsched_release_acquire(a->d, a->member, 1 * MS, DEVSCHED_ONLINE);
+        devsched_release_acquire(a->d, a->member, 1 * MS, DEVSCHED_ONLINE, 0);
     devsched_release(a->d, a->member, 1 * MS);
     return NULL;
 }
@@ -287,7 +359,7 @@ static void test_threads_split_two_to_one(void **state)
     pthread_t t[2];
     /* The slot is held (as member a) until both threads wait for it, so
      * neither runs alone before the other has started. */
-    devsched_acquire(d, a, DEVSCHED_ONLINE);
+    devsched_acquire(d, a, DEVSCHED_ONLINE, 0);
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&t[i], NULL, thr_busy, &args[i]), 0);
     struct timespec ts = {0, 50 * 1000 * 1000};
@@ -310,7 +382,7 @@ static void test_threads_split_two_to_one(void **state)
 static void *thr_blocked(void *p)
 {
     struct thr_arg *a = p;
-    devsched_acquire(a->d, a->member, DEVSCHED_OFFLINE);
+    devsched_acquire(a->d, a->member, DEVSCHED_OFFLINE, 0);
     devsched_release(a->d, a->member, 0);
     atomic_store(a->left, 1);
     return NULL;
@@ -322,7 +394,7 @@ static void test_close_lets_waiters_run(void **state)
     struct error err = {0};
     struct devsched *d = devsched_new("cuda0", &err);
     int a = devsched_join(d, "a", 1, 1, &err), b = devsched_join(d, "b", 1, 1, &err);
-    devsched_acquire(d, a, DEVSCHED_ONLINE);   /* held, as by a call that hangs */
+    devsched_acquire(d, a, DEVSCHED_ONLINE, 0);   /* held, as by a call that hangs */
     atomic_int done = 0;
     struct thr_arg arg = {d, b, &done};
     pthread_t t;
@@ -346,6 +418,8 @@ int main(void)
         cmocka_unit_test(test_pick_nobody_waits),
         cmocka_unit_test(test_pick_online_before_offline),
         cmocka_unit_test(test_pick_least_virtual_time_then_weight),
+        cmocka_unit_test(test_pick_urgent_deadline_first),
+        cmocka_unit_test(test_core_urgent_batch_jumps_the_queue),
         cmocka_unit_test(test_weights_charge_device_time),
         cmocka_unit_test(test_fast_path_and_work_conservation),
         cmocka_unit_test(test_idle_member_banks_no_credit),
