@@ -33,6 +33,7 @@ struct infer_item {
     int64_t t_compute_ns;             /* the batch's execution time */
     int64_t deadline_ns;              /* 0: none */
     int priority;                     /* 1 is the highest; the batcher fills in the default */
+    int tenant;                       /* index in the tenants table (serving/tenant.h); 0: default */
     int batch_rows;                   /* rows of the batch it ran in */
     int status;                       /* 0, or a BG_E* code (set by work_complete) */
     char error[200];
