@@ -32,6 +32,8 @@ struct batcher {
     void *waker_arg;
     bool (*other_work)(void *arg, int instance);   /* the device's (batcher_set_device_probe) */
     void *other_work_arg;
+    batcher_rank_fn rank;             /* tenants' order (batcher_set_tenant_rank) */
+    void *rank_arg;
 };
 
 static void batcher_timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_ns)
@@ -207,6 +209,13 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
             continue;
         }
         b->q.load.rows_per_ns = rate_value(&b->arrivals, now);
+        if (b->rank && b->q.n > 0) {
+            bool has[WORK_TENANTS_MAX];
+            bqueue_tenants_waiting(&b->q, has);
+            b->q.nrank = b->rank(b->rank_arg, instance, now, has, b->q.rank, &b->q.rank_retry_ns);
+            if (b->q.nrank == 0)
+                b->q.nrank = -1;   /* all held back: nothing ranked, not "no ranking" */
+        }
         /* Waiting for company idles nothing when the queue's own job lines
          * or another model can use the device meanwhile. */
         b->q.load.device_has_other_work =
@@ -266,6 +275,14 @@ int64_t batcher_start_by(struct batcher *b, int instance, const struct batch *bt
     pthread_mutex_unlock(&b->lock);
     int64_t by = earliest - exec - guard;
     return by > 0 ? by : 1;   /* already late: the most urgent there is, never "none" */
+}
+
+void batcher_set_tenant_rank(struct batcher *b, batcher_rank_fn rank, void *arg)
+{
+    pthread_mutex_lock(&b->lock);
+    b->rank = rank;
+    b->rank_arg = arg;
+    pthread_mutex_unlock(&b->lock);
 }
 
 void batcher_set_device_probe(struct batcher *b, bool (*other_work)(void *arg, int instance),

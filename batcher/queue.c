@@ -26,6 +26,8 @@ int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg)
     list_init(&q->arr);
     list_init(&q->dl);
     list_init(&q->off);
+    for (int t = 0; t < WORK_TENANTS_MAX; t++)
+        list_init(&q->ten[t]);
     q->cfg = *cfg;
     q->pcfg.max_batch_size = cfg->max_batch_size;
     q->pcfg.preferred = q->cfg.preferred;
@@ -71,6 +73,7 @@ bool bqueue_served_before(const struct infer_item *a, const struct infer_item *b
 #define BQ_SVC(q) list_data(q, struct infer_item, q_svc)
 #define BQ_ARR(q) list_data(q, struct infer_item, q_arr)
 #define BQ_DL(q) list_data(q, struct infer_item, q_dl)
+#define BQ_TEN(q) list_data(q, struct infer_item, q_ten)
 
 /* Each order inserts scanning from its tail: arrivals mostly belong near it. */
 static void bqueue_svc_insert(struct bqueue *q, struct infer_item *it)
@@ -79,6 +82,14 @@ static void bqueue_svc_insert(struct bqueue *q, struct infer_item *it)
     while (p != &q->svc && bqueue_served_before(it, BQ_SVC(p)))
         p = p->prev;
     list_insert_head(p, &it->q_svc);   /* right after p */
+}
+
+static void bqueue_ten_insert(struct bqueue *q, struct infer_item *it)
+{
+    struct list *h = &q->ten[it->tenant], *p = h->prev;
+    while (p != h && bqueue_served_before(it, BQ_TEN(p)))
+        p = p->prev;
+    list_insert_head(p, &it->q_ten);
 }
 
 static void bqueue_arr_insert(struct bqueue *q, struct infer_item *it)
@@ -107,6 +118,7 @@ static void bqueue_unlink_all(struct bqueue *q, struct infer_item *it)
         return;
     }
     list_remove(&it->q_svc);
+    list_remove(&it->q_ten);
     list_remove(&it->q_arr);
     if (it->deadline_ns)
         list_remove(&it->q_dl);
@@ -149,6 +161,8 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                          q->cfg.max_queue_size);
     if (it->priority <= 0)
         it->priority = q->cfg.default_priority;
+    if (it->tenant < 0 || it->tenant >= WORK_TENANTS_MAX)
+        it->tenant = 0;
     if (it->deadline_ns && policy_deadline_aware(q->cfg.kind) && lat) {
         int64_t need = latmodel_predict(lat, it->rows) + q->guard_ns;
         if (now_ns + need > it->deadline_ns)
@@ -159,6 +173,7 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                              (double)(it->deadline_ns - now_ns) / 1e6);
     }
     bqueue_svc_insert(q, it);
+    bqueue_ten_insert(q, it);
     bqueue_arr_insert(q, it);
     if (it->deadline_ns)
         bqueue_dl_insert(q, it);
@@ -295,6 +310,55 @@ static int bqueue_take_offline_batch(struct bqueue *q, int64_t now_ns, const str
     return 1;
 }
 
+int bqueue_tenants_waiting(const struct bqueue *q, bool *has)
+{
+    int k = 0;
+    for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+        has[t] = !list_empty(&q->ten[t]);
+        k += has[t];
+    }
+    return k;
+}
+
+/* Whether tenant t may be served now: ranked, or no ranking at all. */
+static bool bqueue_ranked(const struct bqueue *q, int t)
+{
+    if (q->nrank == 0)
+        return true;
+    for (int r = 0; r < q->nrank; r++)
+        if (q->rank[r] == t)
+            return true;
+    return false;
+}
+
+/* The policy's view after the aged request (view_items[0..n)): the queue
+ * in service order, or tenant by tenant in the caller's ranking. */
+static int bqueue_view_fill(struct bqueue *q, const struct infer_item *aged, int n)
+{
+    struct list *p;
+    if (q->nrank == 0) {
+        list_foreach(p, &q->svc) {
+            if (n >= q->view_cap)
+                break;
+            if (BQ_SVC(p) != aged)
+                q->view_items[n++] = BQ_SVC(p);
+        }
+        return n;
+    }
+    for (int r = 0; r < q->nrank && n < q->view_cap; r++) {
+        int t = q->rank[r];
+        if (t < 0 || t >= WORK_TENANTS_MAX)
+            continue;
+        list_foreach(p, &q->ten[t]) {
+            if (n >= q->view_cap)
+                break;
+            if (BQ_TEN(p) != aged)
+                q->view_items[n++] = BQ_TEN(p);
+        }
+    }
+    return n;
+}
+
 int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, struct batch *b,
                 int64_t *wake_ns)
 {
@@ -305,16 +369,17 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     /* Aging: the oldest request jumps the priority order once it waited long. */
     struct infer_item *aged = NULL, *oldest = bqueue_oldest(q), *first = bqueue_first(q);
     if (q->cfg.aging_ns > 0 && oldest != first &&
-        now_ns - oldest->t_arrival_ns >= q->cfg.aging_ns) {
+        now_ns - oldest->t_arrival_ns >= q->cfg.aging_ns && bqueue_ranked(q, oldest->tenant)) {
         aged = oldest;
         q->view_items[n++] = aged;
     }
-    struct list *p;
-    list_foreach(p, &q->svc) {
-        if (n >= q->view_cap)
-            break;
-        if (BQ_SVC(p) != aged)
-            q->view_items[n++] = BQ_SVC(p);
+    n = bqueue_view_fill(q, aged, n);
+    if (n == 0) {
+        /* Every tenant with requests is held back (over its limit): ask
+         * again when the ranking may have changed; offline rows, which
+         * are charged to their own tenants' shares, wait too. */
+        *wake_ns = now_ns + (q->rank_retry_ns > 0 ? q->rank_retry_ns : 1000000);
+        return 0;
     }
     for (int i = 0; i < n; i++) {
         q->view[i].rows = q->view_items[i]->rows;

@@ -14,6 +14,15 @@
  * priority, so every request without a deadline is served within
  * aging_ns + (requests ahead of it that aged first) x batch time.
  *
+ * Tenants: each tenant's online requests are also kept in service order of
+ * their own. When the caller ranks the tenants (bqueue.rank: who is owed
+ * device time first, serving/shares.h), the policy sees the queue tenant by
+ * tenant in that order (each in service order; an aged request still
+ * first), so a batch is cut from the most owed tenant's requests and filled
+ * with the next ones'; a tenant left out of the ranking (over its limit)
+ * is not served until it is ranked again. Without a ranking (nrank 0) the
+ * queue is one service order, as without tenants.
+ *
  * Offline rows (infer_item.offline, a job's lines) wait in a FIFO of their
  * own, outside the three orders: no deadline, never aged, not counted
  * against max_queue_size (the jobs runner bounds them), so they can neither
@@ -30,6 +39,7 @@
 #ifndef BG_QUEUE_H
 #define BG_QUEUE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backends/model.h"
@@ -56,6 +66,11 @@ struct bqueue {
     struct list arr;                  /* infer_item.q_arr: arrival order */
     struct list dl;                   /* infer_item.q_dl: deadline order, deadlines only */
     int n;                            /* online requests queued */
+    struct list ten[WORK_TENANTS_MAX];   /* infer_item.q_ten: each tenant's service order */
+    int rank[WORK_TENANTS_MAX];       /* tenants in the order they are owed; set by the caller */
+    int nrank;                        /* 0: no ranking (one service order); -1: every
+                                       * tenant with requests is held back */
+    int64_t rank_retry_ns;            /* with requests but none ranked: ask again after this */
     struct list off;                  /* infer_item.q_svc of offline items: FIFO */
     int noff;                         /* offline items queued */
     struct policy_request *view;      /* scratch for the policy */
@@ -97,6 +112,10 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
  * returns 1; or returns 0 and sets *wake_ns. */
 int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, struct batch *b,
                 int64_t *wake_ns);
+
+/* Which tenants have online requests queued: has[t] for each (returns how
+ * many have). For the caller's ranking. */
+int bqueue_tenants_waiting(const struct bqueue *q, bool *has);
 
 /* The service order: a is served before b (priority, deadline, arrival). */
 bool bqueue_served_before(const struct infer_item *a, const struct infer_item *b);

@@ -19,11 +19,15 @@
 
 #include "common/list.h"
 
+/* Tenants an item may belong to (serving/tenant.h's table has as many). */
+#define WORK_TENANTS_MAX 64
+
 struct infer_item {
     struct infer_item *next;          /* the batch it was taken into (or a list of expired ones) */
     struct list q_svc;                /* the batcher's queue in service order */
     struct list q_arr;                /* ... in arrival order */
     struct list q_dl;                 /* ... in deadline order (only with a deadline) */
+    struct list q_ten;                /* ... in service order among its tenant's */
     int rows;
     const float *input;               /* rows x input.row_elems */
     float *output;                    /* rows x output.row_elems */
@@ -33,7 +37,8 @@ struct infer_item {
     int64_t t_compute_ns;             /* the batch's execution time */
     int64_t deadline_ns;              /* 0: none */
     int priority;                     /* 1 is the highest; the batcher fills in the default */
-    int tenant;                       /* index in the tenants table (serving/tenant.h); 0: default */
+    int tenant;                       /* index in the tenants table (serving/tenant.h), 0 to
+                                       * WORK_TENANTS_MAX - 1; 0: default */
     int batch_rows;                   /* rows of the batch it ran in */
     int status;                       /* 0, or a BG_E* code (set by work_complete) */
     char error[200];

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "serving/modelstats.h"
 #include "serving/serving.h"
+#include "serving/shares.h"
 
 void batchrun_gather(const struct batch *b, float *dst, size_t row_elems)
 {
@@ -17,8 +18,9 @@ void batchrun_gather(const struct batch *b, float *dst, size_t row_elems)
     }
 }
 
-void batchrun_end(struct served_model *sm, int instance, struct batch *b, const float *out,
-                  int status, const char *msg, int64_t exec_ns, bool late_is_timeout)
+void batchrun_end(struct served_model *sm, int instance, struct shares *shares, struct batch *b,
+                  const float *out, int status, const char *msg, int64_t exec_ns,
+                  bool late_is_timeout)
 {
     size_t row = (size_t)sm->model.cfg.output.row_elems;
     int64_t now = late_is_timeout && status ? now_ns() : 0;
@@ -41,6 +43,8 @@ void batchrun_end(struct served_model *sm, int instance, struct batch *b, const 
     if (status == 0) {
         batcher_done(sm->batcher, instance, b->rows, exec_ns);
         modelstats_batch(sm->stats, instance, b->rows, batch_offline_rows(b), exec_ns);
+        if (shares)
+            shares_charge(shares, now_ns(), b, exec_ns);
     }
     batch_complete(b);
 }

@@ -14,16 +14,19 @@
 #include "batcher/work.h"
 
 struct served_model;
+struct shares;
 
 /* Copies the batch's rows, in order, into dst (row_elems floats a row). */
 void batchrun_gather(const struct batch *b, float *dst, size_t row_elems);
 
 /* The batch ran on `instance` for exec_ns. status 0: each item's rows are
- * copied from out, and the batch is recorded; else every item fails with
+ * copied from out, and the batch is recorded (and charged to its tenants
+ * on `shares`, when not NULL); else every item fails with
  * status and msg, except that with `late_is_timeout` an item whose deadline
  * passed gets 504 (its budget ran out, whatever else went wrong). Every
  * item is ended (work_complete); the batch is empty after. */
-void batchrun_end(struct served_model *sm, int instance, struct batch *b, const float *out,
-                  int status, const char *msg, int64_t exec_ns, bool late_is_timeout);
+void batchrun_end(struct served_model *sm, int instance, struct shares *shares, struct batch *b,
+                  const float *out, int status, const char *msg, int64_t exec_ns,
+                  bool late_is_timeout);
 
 #endif

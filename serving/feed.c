@@ -48,7 +48,8 @@ static void feed_finish(void *ctx, int slot, int status, const char *msg, int64_
     struct feed_slot *s = &f->slot[slot];
     /* A call that failed after a request's budget ran out is a timeout to
      * that request (504), whatever else went wrong. */
-    batchrun_end(f->sm, FEED_INSTANCE, &s->b, s->out, status, msg, exec_ns, true);
+    batchrun_end(f->sm, FEED_INSTANCE, f->sm->own_shares, &s->b, s->out, status, msg, exec_ns,
+                 true);
 }
 
 static void feed_set_waker(void *ctx, void (*waker)(void *), void *arg)

@@ -20,8 +20,18 @@ struct serving {
     /* One scheduler per device models are placed on (docs/SCHEDULING.md);
      * built by the loader, freed with the table. */
     struct devsched **devs;
+    struct shares **dev_shares;       /* the tenant shares of devs[i]; NULL without tenants */
     int ndevs;
+    const struct tenants_config *tenants;   /* NULL, or the caller's (serving_set_tenants) */
 };
+
+/* Whether tenants' shares are kept: more tenants than "default". */
+static bool serving_has_tenants(const struct serving *s)
+{
+    return s->tenants && s->tenants->n > 1;
+}
+
+void serving_set_tenants(struct serving *s, const struct tenants_config *t) { s->tenants = t; }
 
 static int serving_name_cmp(const void *a, const void *b)
 {
@@ -137,22 +147,31 @@ static const struct served_sched *serving_sched_of(const struct served_model *sm
 }
 
 /* The device's scheduler, made on first use. */
-static struct devsched *serving_devsched_get(struct serving *s, const char *name,
-                                             struct error *err)
+/* The device's scheduler (and tenant shares), made on first use; its index. */
+static int serving_devsched_get(struct serving *s, const char *name, struct error *err)
 {
     for (int i = 0; i < s->ndevs; i++)
         if (strcmp(devsched_name(s->devs[i]), name) == 0)
-            return s->devs[i];
+            return i;
     struct devsched **nd = realloc(s->devs, (size_t)(s->ndevs + 1) * sizeof *nd);
-    if (!nd) {
-        error_set(err, BG_ENOMEM, "out of memory for the scheduler of device %s", name);
-        return NULL;
-    }
-    s->devs = nd;
+    if (nd)
+        s->devs = nd;
+    struct shares **ns = nd ? realloc(s->dev_shares, (size_t)(s->ndevs + 1) * sizeof *ns) : NULL;
+    if (ns)
+        s->dev_shares = ns;
+    if (!nd || !ns)
+        return error_set(err, BG_ENOMEM, "out of memory for the scheduler of device %s", name);
     struct devsched *d = devsched_new(name, err);
-    if (d)
-        s->devs[s->ndevs++] = d;
-    return d;
+    if (!d)
+        return -err->code;
+    struct shares *sh = NULL;
+    if (serving_has_tenants(s) && !(sh = shares_new(name, s->tenants, 1, err))) {
+        devsched_free(d);
+        return -err->code;
+    }
+    s->devs[s->ndevs] = d;
+    s->dev_shares[s->ndevs] = sh;
+    return s->ndevs++;
 }
 
 /* Makes the model a member of each device its instances are placed on. */
@@ -170,14 +189,63 @@ static int serving_sched_join(struct serving *s, struct served_model *sm, struct
             here += serving_sched_device_id(m, j) == id;
         char name[48];
         snprintf(name, sizeof name, "%s%d", model_backend_name(m), id);
-        struct devsched *d = serving_devsched_get(s, name, err);
-        if (!d)
-            return -BG_ENOMEM;
+        int k = serving_devsched_get(s, name, err);
+        if (k < 0)
+            return k;
+        struct devsched *d = s->devs[k];
         int member = devsched_join(d, m->cfg.name, m->cfg.sched_weight, here, err);
         if (member < 0)
             return member;
-        sm->sched[sm->nsched++] = (struct served_sched){d, member, id};
+        if (s->dev_shares[k])
+            shares_set_slots(s->dev_shares[k], here);
+        sm->sched[sm->nsched++] = (struct served_sched){d, member, id, s->dev_shares[k]};
     }
+    return 0;
+}
+
+static void serving_first_device(const struct model_device *d, void *arg)
+{
+    struct model_device *first = arg;
+    if (!first->name[0])
+        *first = *d;
+}
+
+/* The tenant shares an instance's batches are charged to and ranked by
+ * (instance -1: a loop backend's); NULL without tenants. */
+static struct shares *serving_shares_of(struct served_model *sm, int instance)
+{
+    const struct served_sched *x = serving_sched_of(sm, instance);
+    return x ? x->shares : sm->own_shares;
+}
+
+/* batcher_set_tenant_rank's: the instance's device decides. */
+static int serving_tenant_rank(void *arg, int instance, int64_t now_ns, const bool *has,
+                               int *order, int64_t *retry_ns)
+{
+    return shares_rank(serving_shares_of(arg, instance), now_ns, has, order, retry_ns);
+}
+
+/* With tenants: a model with an instance on no shared device (or on a loop
+ * backend) is its own device for the shares, and every batch it cuts is
+ * ranked by tenant. */
+static int serving_shares_join(struct serving *s, struct served_model *sm, struct error *err)
+{
+    struct model *m = &sm->model;
+    if (!serving_has_tenants(s))
+        return 0;
+    bool own = !model_is_compute(m);
+    for (int i = 0; i < m->ninstances && !own; i++)
+        own = !serving_sched_of(sm, i);
+    if (own) {
+        char name[48] = "";
+        struct model_device first = {0};
+        model_devices(m, serving_first_device, &first);
+        snprintf(name, sizeof name, "%s", first.name[0] ? first.name : model_backend_name(m));
+        int slots = model_is_compute(m) ? m->ninstances : model_loop_slots(m);
+        if (!(sm->own_shares = shares_new(name, s->tenants, slots, err)))
+            return -err->code;
+    }
+    batcher_set_tenant_rank(sm->batcher, serving_tenant_rank, sm);
     return 0;
 }
 
@@ -212,7 +280,9 @@ static int serving_workers_start(struct served_model *sm, struct error *err)
     for (int i = 0; i < m->ninstances; i++) {
         const struct served_sched *x = serving_sched_of(sm, i);
         if (x)
-            place[i] = (struct worker_place){x->dev, x->member};
+            place[i] = (struct worker_place){x->dev, x->member, x->shares};
+        else
+            place[i].shares = sm->own_shares;
     }
     int rc = workers_start(sm, place, &sm->workers, err);
     free(place);
@@ -237,7 +307,8 @@ static void serving_load_one(struct serving *s, struct served_model *sm)
     int started = -1;
     if (sm->batcher && !sm->stats)
         error_set(&err, BG_ENOMEM, "out of memory for statistics");
-    else if (sm->batcher && serving_sched_join(s, sm, &err) == 0) {
+    else if (sm->batcher && serving_sched_join(s, sm, &err) == 0 &&
+             serving_shares_join(s, sm, &err) == 0) {
         modelstats_loaded(sm->stats);
         started = model_is_compute(m) ? serving_workers_start(sm, &err)
                                       : feed_start(sm, &sm->feed, &err);
@@ -341,6 +412,16 @@ bool serving_all_ready(struct serving *s)
     return true;
 }
 
+void serving_shares_each(struct serving *s, void (*fn)(struct shares *sh, void *arg), void *arg)
+{
+    for (int i = 0; i < s->ndevs; i++)
+        if (s->dev_shares[i])
+            fn(s->dev_shares[i], arg);
+    for (int i = 0; i < s->n; i++)
+        if (atomic_load(&s->models[i].state) == SERVED_READY && s->models[i].own_shares)
+            fn(s->models[i].own_shares, arg);
+}
+
 void serving_stop(struct serving *s)
 {
     if (!s)
@@ -374,11 +455,16 @@ void serving_free(struct serving *s)
         model_unload(&sm->model);
         batcher_free(sm->batcher);
         modelstats_free(sm->stats);
+        shares_free(sm->own_shares);
     }
-    for (int i = 0; i < s->ndevs && !stranded; i++)
+    for (int i = 0; i < s->ndevs && !stranded; i++) {
         devsched_free(s->devs[i]);
-    if (!stranded)
+        shares_free(s->dev_shares[i]);
+    }
+    if (!stranded) {
         free(s->devs);
+        free(s->dev_shares);
+    }
     free(s->models);
     free(s);
 }

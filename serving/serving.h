@@ -13,6 +13,8 @@
 #include "batcher/work.h"
 #include "batcher/batcher.h"
 #include "serving/devsched.h"
+#include "serving/shares.h"
+#include "serving/tenant.h"
 #include "common/error.h"
 #include "common/httpc.h"
 #include "serving/modelstats.h"
@@ -27,6 +29,7 @@ struct served_sched {
     struct devsched *dev;             /* owned by the serving table */
     int member;                       /* the model's index there */
     int device_id;                    /* instances with this device id use it */
+    struct shares *shares;            /* the device's tenant shares; NULL without tenants */
 };
 
 struct served_model {
@@ -36,6 +39,10 @@ struct served_model {
      * loader before the workers start, read-only after. */
     struct served_sched sched[MODEL_MAX_DEVICES];
     int nsched;
+    /* Tenant shares (serving/shares.h) of the instances on no shared
+     * device, and of a loop backend's batches: the model is their device.
+     * NULL without tenants. */
+    struct shares *own_shares;
     struct workers *workers;          /* compute backends */
     struct feed *feed;                /* loop backends */
     _Atomic int state;               /* enum served_state; model.reason is set before FAILED */
@@ -50,6 +57,13 @@ struct serving;
  * error (it was asked for explicitly) rather than an empty repository. */
 int serving_open(const char *dir, bool required, int io_threads, struct serving **out,
                  struct error *err);
+/* The tenants whose shares the devices keep (serving/shares.h); before
+ * serving_load_all. Without it, or with the default tenant alone, nothing
+ * is ranked by tenant. The table must outlive the serving table. */
+void serving_set_tenants(struct serving *s, const struct tenants_config *t);
+/* Calls fn for each tenant-shares account (one per device, and one per
+ * model on no shared device). */
+void serving_shares_each(struct serving *s, void (*fn)(struct shares *sh, void *arg), void *arg);
 /* Loads every model (cold start timed and logged) and starts its workers. */
 void serving_load_all(struct serving *s);
 int serving_count(const struct serving *s);

@@ -11,7 +11,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define TENANTS_MAX 64
+#include "batcher/work.h"
+
+#define TENANTS_MAX WORK_TENANTS_MAX
 #define TENANT_NAME_MAX 64
 #define TENANT_KEYS_MAX 16
 #define TENANT_MODELS_MAX 32

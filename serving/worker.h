@@ -13,6 +13,7 @@
 
 struct served_model;
 struct devsched;
+struct shares;
 struct workers;
 
 /* Where an instance runs its batches: a member of a device scheduler, or
@@ -20,6 +21,7 @@ struct workers;
 struct worker_place {
     struct devsched *dev;
     int member;
+    struct shares *shares;            /* the tenant shares its batches are charged to, or NULL */
 };
 
 /* Starts the threads; place has one entry per instance. The model's

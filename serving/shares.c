@@ -1,0 +1,203 @@
+/* shares.c - see shares.h. */
+#include "serving/shares.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+
+/* A share of 0 still weighs this much: such a tenant is served when the
+ * others leave room, and yields when they do not. */
+#define SHARES_MIN_WEIGHT 0.001
+/* Virtual time: device ns / weight, kept as a double (ns / 0.001 over a
+ * year stays far inside its exact range for ranking). */
+
+struct shares_tenant {
+    double vtime;
+    double used;                      /* exponential moving sum of device ns (tau SHARES_TAU_NS) */
+    int64_t used_at;
+    int64_t active_at;                /* last time it had work or was charged; 0: never */
+    int64_t busy_ns[2];
+    int64_t borrowed_ns;
+};
+
+struct shares {
+    pthread_mutex_t mu;
+    char device[48];
+    const struct tenants_config *tc;
+    int n;
+    int slots;
+    double share[TENANTS_MAX];        /* in force */
+    double offline_share;
+    double vclock;
+    struct shares_tenant t[TENANTS_MAX];
+};
+
+struct shares *shares_new(const char *device, const struct tenants_config *tc, int slots,
+                          struct error *err)
+{
+    struct shares *s = calloc(1, sizeof *s);
+    if (!s) {
+        error_set(err, BG_ENOMEM, "out of memory for the tenant shares of device %s", device);
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    snprintf(s->device, sizeof s->device, "%s", device);
+    s->tc = tc;
+    s->n = tc && tc->n > 0 ? tc->n : 1;
+    s->slots = slots > 0 ? slots : 1;
+    shares_set(s, NULL, 0);
+    return s;
+}
+
+void shares_free(struct shares *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+const char *shares_device(const struct shares *s) { return s->device; }
+int shares_tenants(const struct shares *s) { return s->n; }
+
+void shares_set_slots(struct shares *s, int slots)
+{
+    pthread_mutex_lock(&s->mu);
+    if (slots > s->slots)
+        s->slots = slots;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void shares_set(struct shares *s, const double *share, double offline_share)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n; i++)
+        s->share[i] = share ? share[i] : s->tc ? s->tc->t[i].share : 0;
+    s->offline_share = offline_share;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static double shares_weight(const struct shares *s, int t)
+{
+    return s->share[t] > SHARES_MIN_WEIGHT ? s->share[t] : SHARES_MIN_WEIGHT;
+}
+
+static double shares_limit(const struct shares *s, int t)
+{
+    double l = s->tc ? s->tc->t[t].limit : 1.0;
+    return l > 0 ? l : 1.0;
+}
+
+static bool shares_lends(const struct shares *s, int t)
+{
+    return !s->tc || s->tc->t[t].lend;
+}
+
+/* The moving sum decayed to now. */
+static double shares_used(struct shares_tenant *x, int64_t now)
+{
+    if (x->used_at && now > x->used_at)
+        x->used *= exp(-(double)(now - x->used_at) / (double)SHARES_TAU_NS);
+    x->used_at = now;
+    return x->used;
+}
+
+/* Its fraction of the device over the last ~second. */
+static double shares_fraction(struct shares *s, int t, int64_t now)
+{
+    return shares_used(&s->t[t], now) / ((double)SHARES_TAU_NS * s->slots);
+}
+
+static bool shares_idle(const struct shares *s, int t, int64_t now)
+{
+    return !s->t[t].active_at || now - s->t[t].active_at >= SHARES_IDLE_NS;
+}
+
+int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, int64_t *retry_ns)
+{
+    pthread_mutex_lock(&s->mu);
+    double reserved = 0, total = 0, frac[TENANTS_MAX];
+    for (int t = 0; t < s->n; t++) {
+        frac[t] = shares_fraction(s, t, now_ns);
+        total += frac[t];
+        if (has[t]) {
+            if (shares_idle(s, t, now_ns) && s->t[t].vtime < s->vclock)
+                s->t[t].vtime = s->vclock;   /* back from idleness: no banked credit */
+            s->t[t].active_at = now_ns;
+        } else if (!shares_lends(s, t) && shares_idle(s, t, now_ns)) {
+            reserved += s->share[t];
+        }
+    }
+    int k = 0;
+    bool held = false;
+    double least = -1;
+    for (int t = 0; t < s->n; t++) {
+        if (!has[t])
+            continue;
+        if (least < 0 || s->t[t].vtime < least)
+            least = s->t[t].vtime;
+        /* Over its limit; or borrowing (past its share) into time that is
+         * reserved for an idle tenant that does not lend. */
+        if (frac[t] >= shares_limit(s, t) ||
+            (frac[t] >= s->share[t] && total >= 1.0 - reserved && reserved > 0)) {
+            held = true;
+            continue;
+        }
+        /* Insertion by virtual time; ties to the larger share, then index. */
+        int i = k++;
+        while (i > 0) {
+            int u = order[i - 1];
+            bool before = s->t[t].vtime < s->t[u].vtime ||
+                          (s->t[t].vtime == s->t[u].vtime && s->share[t] > s->share[u]);
+            if (!before)
+                break;
+            order[i] = u;
+            i--;
+        }
+        order[i] = t;
+    }
+    if (least > s->vclock)
+        s->vclock = least;
+    *retry_ns = held ? SHARES_TAU_NS / 100 : 0;
+    pthread_mutex_unlock(&s->mu);
+    return k;
+}
+
+void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int64_t exec_ns)
+{
+    if (b->rows <= 0 || exec_ns <= 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    for (const struct infer_item *it = b->head; it; it = it->next) {
+        int t = it->tenant >= 0 && it->tenant < s->n ? it->tenant : 0;
+        struct shares_tenant *x = &s->t[t];
+        int64_t ns = exec_ns * it->rows / b->rows;
+        double frac = shares_fraction(s, t, now_ns);
+        x->used += (double)ns;
+        x->vtime += (double)ns / shares_weight(s, t);
+        x->busy_ns[it->offline ? 1 : 0] += ns;
+        if (frac >= s->share[t])
+            x->borrowed_ns += ns;
+        x->active_at = now_ns;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void shares_tenant_stats(struct shares *s, int tenant, struct shares_tenant_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (tenant < 0 || tenant >= s->n)
+        return;
+    pthread_mutex_lock(&s->mu);
+    struct shares_tenant *x = &s->t[tenant];
+    out->share = s->share[tenant];
+    out->busy_s[0] = (double)x->busy_ns[0] / 1e9;
+    out->busy_s[1] = (double)x->busy_ns[1] / 1e9;
+    out->borrowed_s = (double)x->borrowed_ns / 1e9;
+    out->fraction = shares_fraction(s, tenant, now_ns());
+    pthread_mutex_unlock(&s->mu);
+}
