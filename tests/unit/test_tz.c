@@ -1,0 +1,114 @@
+/* test_tz.c - time zones read from the tz database against glibc's own
+ * reading of the same files (localtime_r with TZ set: fine here, this test
+ * is single-threaded): every offset at a million-odd instants from 1900 to
+ * 2100 across zones north and south, with and without daylight saving,
+ * with half- and quarter-hour offsets, past the files' last transitions
+ * (where the POSIX rule in the footer applies). And the refusals. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/tz.h"
+#include "scratch.h"
+
+static int32_t glibc_offset(int64_t t)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    localtime_r(&tt, &tm);
+    return (int32_t)tm.tm_gmtoff;
+}
+
+static void test_matches_glibc(void **state)
+{
+    (void)state;
+    static const char *zones[] = {"America/New_York", "America/Sao_Paulo", "Europe/London",
+                                  "Europe/Berlin", "Australia/Sydney", "Asia/Kolkata",
+                                  "Pacific/Chatham", "America/Santiago", "UTC",
+                                  "Australia/Lord_Howe", "Asia/Tokyo"};
+    uint64_t x = 0x1234567;
+    long checked = 0;
+    for (size_t k = 0; k < sizeof zones / sizeof zones[0]; k++) {
+        struct tz *z = NULL;
+        struct error err = {0};
+        if (tz_load(zones[k], &z, &err) != 0)
+            fail_msg("%s: %s", zones[k], err.msg);
+        setenv("TZ", zones[k], 1);
+        tzset();
+        /* Every 6 hours from 1970 to 2100, and random instants back to 1900. */
+        for (int64_t t = 0; t < 4102444800LL; t += 6 * 3600) {
+            if (tz_offset(z, t) != glibc_offset(t))
+                fail_msg("%s at %lld: %d, glibc %d", zones[k], (long long)t, tz_offset(z, t),
+                         glibc_offset(t));
+            checked++;
+        }
+        for (int i = 0; i < 20000; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int64_t t = -2208988800LL + (int64_t)(x % 6311433600ULL);
+            if (tz_offset(z, t) != glibc_offset(t))
+                fail_msg("%s at %lld: %d, glibc %d", zones[k], (long long)t, tz_offset(z, t),
+                         glibc_offset(t));
+            checked++;
+        }
+        tz_free(z);
+    }
+    print_message("# %ld instants agree with glibc\n", checked);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    struct tz *z = NULL;
+    struct error err = {0};
+    assert_int_not_equal(tz_load("../../etc/passwd", &z, &err), 0);
+    assert_null(z);
+    assert_non_null(strstr(err.msg, "IANA"));
+    assert_int_not_equal(tz_load("/etc/localtime", &z, &err), 0);
+    assert_int_not_equal(tz_load("Mars/Olympus_Mons", &z, &err), 0);
+    assert_non_null(strstr(err.msg, "cannot read"));
+    /* A file that is not TZif, and one cut short, in a zone folder of our own. */
+    char dir[512], path[1024];
+    test_scratch_template(dir, sizeof dir, "tz");
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/Bad", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("# not a zone\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/Short", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fwrite("TZif2\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\5", 1, 45, f);
+    fclose(f);
+    setenv("TZDIR", dir, 1);
+    assert_int_not_equal(tz_load("Bad", &z, &err), 0);
+    assert_non_null(strstr(err.msg, "not a TZif file"));
+    assert_int_not_equal(tz_load("Short", &z, &err), 0);
+    assert_non_null(strstr(err.msg, "not a TZif file"));
+    unsetenv("TZDIR");
+    snprintf(path, sizeof path, "%s/Bad", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/Short", dir);
+    unlink(path);
+    rmdir(dir);
+    /* The host's zone loads. */
+    assert_int_equal(tz_load(NULL, &z, &err), 0);
+    tz_free(z);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_glibc),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
