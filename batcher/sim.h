@@ -50,6 +50,7 @@ struct sim_stats {
     int batches;
     int64_t rows;
     int offline_batches;              /* batches of offline rows only */
+    int offline_gap_batches;          /* ... of them, cut while online requests waited */
     int fill_batches;                 /* online batches that carried offline rows */
     int64_t offline_rows;             /* offline rows computed, in either */
     char violation[256];              /* first broken invariant, empty when none */
