@@ -33,9 +33,11 @@
  *     rows starts only if now + exec(k) <= the instant the online work must
  *     start, i.e. min(the policy's wake, every queued deadline - guard -
  *     exec(queued online rows, up to max_batch_size));
- *   - an online batch is cut: offline rows fill its empty rows (up to
- *     max_batch_size) only while now + exec(rows) stays within every
- *     member's deadline - guard, so no member is made late. */
+ *   - an online batch is cut and no online request is left queued:
+ *     offline rows fill its empty rows (up to max_batch_size) only while
+ *     now + exec(rows) stays within every member's deadline - guard, so no
+ *     member is made late (with online requests left queued, a longer
+ *     batch would start them later: no fill then). */
 #ifndef BG_QUEUE_H
 #define BG_QUEUE_H
 

@@ -1,6 +1,12 @@
 /* sim.c - see sim.h. Events happen at arrivals, batch completions, the
  * policy's wake instants and expiry instants; at each one the order is the
- * server's: finish batches, admit arrivals, expire, give idle instances work. */
+ * server's: finish batches, admit arrivals, expire, give idle instances work.
+ *
+ * What the driver does itself it does as batcher.c does: the arrival rate
+ * counts admitted online rows, push and expiry plan with the instance whose
+ * model predicts least for one row, and bqueue_take gets the model of the
+ * instance that takes the batch, whatever the policy (the offline rules
+ * plan with it even when the policy ignores deadlines). */
 #include "batcher/sim.h"
 
 #include <stdio.h>
@@ -18,6 +24,26 @@ struct sim_instance {
     int64_t exec_ns;
 };
 
+/* One run's state: sim_run's, passed to its steps. */
+struct sim {
+    const struct sim_config *c;
+    struct sim_request *reqs;
+    int n;
+    struct sim_stats *st;
+    enum policy_kind kind;
+    bool aware;
+    struct bqueue q;
+    struct infer_item *items;
+    struct sim_instance *inst;
+    struct latmodel *lat;         /* one per instance */
+    int fastest;                  /* as batcher_update_fastest picks it */
+    struct rate arrivals;         /* as the batcher measures it: admitted online rows */
+    uint64_t rng;                 /* the jitter's */
+    int next_arrival, answered;
+    int last_offline;             /* the last offline request handed out, -1: none yet */
+    int64_t now;
+};
+
 static uint64_t sim_rng_next(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -33,6 +59,21 @@ static uint64_t sim_rng_next(uint64_t *s)
     } while (0)
 
 static int64_t sim_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The deadline the queue plans to: the guard earlier. */
+static int64_t sim_plan_deadline(const struct sim *s, const struct infer_item *it)
+{
+    return it->deadline_ns - s->c->guard_ns;
+}
+
+static void sim_update_fastest(struct sim *s)
+{
+    int best = 0;
+    for (int i = 1; i < s->c->instances; i++)
+        if (latmodel_predict(&s->lat[i], 1) < latmodel_predict(&s->lat[best], 1))
+            best = i;
+    s->fastest = best;
+}
 
 /* An idle instance left work queued under the adaptive policy: the wait must
  * be able to bring company (at least one more row expected before it must
@@ -55,204 +96,396 @@ static void sim_check_wait(const struct bqueue *q, int64_t now, int64_t wake,
                 (long long)wake, (long long)bound);
 }
 
+/* Priority order: the policy fills a batch in service order up to a row
+ * budget R, finishing by exec(R). A request left waiting while a
+ * lower-priority one runs must have been unable to join at its turn: its
+ * rows exceeded what R had left after the members served before it, or its
+ * deadline (less the guard, as planned) falls before exec(R) ends. (The oldest request may jump the
+ * order once it aged.) Offline fill rows are no competitors: they join only
+ * rows the online selection left empty. */
+static void sim_check_priority(struct sim *s, const struct batch *b, const struct latmodel *lat)
+{
+    const struct bqueue *q = &s->q;
+    int64_t now = s->now, aging = q->cfg.aging_ns;
+    int64_t finish = now + latmodel_predict(lat, b->row_budget);
+    struct list *wl;
+    list_foreach(wl, &q->svc) {
+        struct infer_item *wt = list_data(wl, struct infer_item, q_svc);
+        int rows_before = 0;
+        /* A member whose order ties with wt's (same priority, deadline and
+         * arrival instant) may have been ahead of it in the queue: it counts
+         * as before (found by a seed where two such requests met a full
+         * batch). */
+        for (struct infer_item *it = b->head; it; it = it->next)
+            if (!it->offline && (!bqueue_served_before(wt, it) ||
+                                 (aging > 0 && now - it->t_arrival_ns >= aging)))
+                rows_before += it->rows;   /* an aged request goes first */
+        bool could_not = wt->rows > b->row_budget - rows_before ||
+                         (wt->deadline_ns && sim_plan_deadline(s, wt) < finish);
+        if (could_not)
+            continue;
+        for (struct infer_item *it = b->head; it; it = it->next) {
+            bool aged = aging > 0 && now - it->t_arrival_ns >= aging;
+            if (!it->offline && !aged && it->priority > wt->priority)
+                VIOLATE(s->st, "priority %d served at %lld while priority %d waited "
+                        "(rows %d, budget %d, before %d, slack %lld, batch %d, qlen %d)",
+                        it->priority, (long long)now, wt->priority, wt->rows, b->row_budget,
+                        rows_before,
+                        wt->deadline_ns ? (long long)(sim_plan_deadline(s, wt) - finish) : -1LL,
+                        b->rows, q->n);
+        }
+    }
+}
+
+/* The offline rules of queue.h, checked when a batch carrying offline rows
+ * is cut at `now` by an instance whose latency model is `lat`.
+ *
+ * "Predicted" means what the queue itself plans with:
+ * latmodel_predict(lat, rows), the fitted a + b*rows plus the model's
+ * margin, of the instance that takes the batch, at the instant it is cut;
+ * and every deadline planned guard_ns earlier. With exact execution times
+ * (jitter 0, integer a and b) the fit is exact, the margin 0 and the
+ * prediction is the execution time; with jitter only the plan is checked,
+ * since only the plan can be promised.
+ *
+ * 1. Offline rows never make an online request queued at the cut miss the
+ *    instant it must start by: its deadline less the guard less the
+ *    predicted execution of the batch it would go in. A batch of offline
+ *    rows alone is cut only while the policy waits, which it does only
+ *    while the whole online queue fits in one batch: that batch is the
+ *    queue. An online batch with offline rows in its empty rows may leave
+ *    online requests queued (too many rows, a preferred size, a deadline
+ *    the selection could not meet): for each, if the batch's online rows
+ *    alone would end by its latest start, the batch with the offline rows
+ *    must too. (The rows of the batch a request would go in are capped at
+ *    max_batch_size as the queue caps them; beyond one batch of online
+ *    rows queued the check is the weaker one the queue promises.)
+ * 2. Online members: the batch ends, as predicted, within every member's
+ *    deadline less the guard.
+ * 3. Each item is stamped with that predicted end (the guard learns from it).
+ * And offline rows alone are never cut while the online queue holds more
+ * than a batch (the policy would not be waiting). */
+static void sim_check_offline(struct sim *s, const struct batch *b, const struct latmodel *lat)
+{
+    const struct bqueue *q = &s->q;
+    int64_t now = s->now, end = now + latmodel_predict(lat, b->rows);
+    int online = 0, online_rows = 0, queued_rows = 0;
+    for (const struct infer_item *it = b->head; it; it = it->next) {
+        if (it->t_planned_ns != end)
+            VIOLATE(s->st, "batch cut at %lld stamped %lld as its planned end, predicted %lld",
+                    (long long)now, (long long)it->t_planned_ns, (long long)end);
+        if (it->offline)
+            continue;
+        online++;
+        online_rows += it->rows;
+        if (it->deadline_ns && end > sim_plan_deadline(s, it))
+            VIOLATE(s->st, "offline rows fill a batch at %lld past member %td's deadline: "
+                    "predicted end %lld, deadline %lld less guard %lld", (long long)now,
+                    it - s->items, (long long)end, (long long)it->deadline_ns,
+                    (long long)s->c->guard_ns);
+    }
+    int64_t end_online = online ? now + latmodel_predict(lat, online_rows) : now;
+    struct list *p;
+    list_foreach(p, &q->svc) queued_rows += list_data(p, struct infer_item, q_svc)->rows;
+    if (!online && queued_rows > q->cfg.max_batch_size)
+        VIOLATE(s->st, "offline rows alone cut at %lld while %d online rows wait (more than a "
+                "batch)", (long long)now, queued_rows);
+    int rows = queued_rows < q->cfg.max_batch_size ? queued_rows : q->cfg.max_batch_size;
+    list_foreach(p, &q->svc) {
+        const struct infer_item *w = list_data(p, struct infer_item, q_svc);
+        if (!w->deadline_ns)
+            continue;
+        int64_t latest = sim_plan_deadline(s, w) - latmodel_predict(lat, rows);
+        if (end > latest && end_online <= latest)
+            VIOLATE(s->st, "a batch of %d rows (%d offline) cut at %lld ends at %lld, past "
+                    "the latest start %lld of online request %td queued then (%d rows wait; "
+                    "the online rows alone end at %lld)", b->rows, b->rows - online_rows,
+                    (long long)now, (long long)end, (long long)latest, w - s->items,
+                    queued_rows, (long long)end_online);
+    }
+}
+
+/* Records the batch on its requests; each is handed out once, offline
+ * requests in the order they came (the FIFO). */
+static void sim_record_batch(struct sim *s, const struct batch *b, int instance)
+{
+    int offline_rows = 0;
+    for (struct infer_item *it = b->head; it; it = it->next)
+        offline_rows += it->offline ? it->rows : 0;
+    for (struct infer_item *it = b->head; it; it = it->next) {
+        int idx = (int)(it - s->items);
+        struct sim_request *r = &s->reqs[idx];
+        if (r->batch >= 0)
+            VIOLATE(s->st, "request %d in batch %d and again in batch %d", idx, r->batch,
+                    s->st->batches);
+        if (it->offline) {
+            for (int j = s->last_offline + 1; j < idx; j++)
+                if (s->reqs[j].offline && s->reqs[j].batch < 0)
+                    VIOLATE(s->st, "offline request %d handed out before %d, queued earlier",
+                            idx, j);
+            if (idx > s->last_offline)
+                s->last_offline = idx;
+        }
+        r->start_ns = s->now;
+        r->batch_rows = b->rows;
+        r->batch = s->st->batches;
+        r->batch_offline_rows = offline_rows;
+        r->instance = instance;
+    }
+    s->st->batches++;
+    s->st->rows += b->rows;
+    s->st->offline_rows += offline_rows;
+    if (offline_rows == b->rows) {
+        s->st->offline_batches++;
+        s->st->offline_gap_batches += s->q.n > 0;
+    } else if (offline_rows > 0)
+        s->st->fill_batches++;
+}
+
+static void sim_start_batch(struct sim *s, int i, const struct batch *b)
+{
+    const struct sim_config *c = s->c;
+    struct sim_instance *in = &s->inst[i];
+    if (b->rows > c->batching.max_batch_size)
+        VIOLATE(s->st, "batch of %d rows over max_batch_size %d", b->rows,
+                c->batching.max_batch_size);
+    double e = c->exec_a_ns + c->exec_b_ns * b->rows;
+    if (c->jitter > 0)
+        e *= 1.0 + c->jitter * ((double)(sim_rng_next(&s->rng) % 2001) / 1000.0 - 1.0);
+    in->exec_ns = (int64_t)e;
+    in->busy_until = s->now + in->exec_ns;
+    in->batch = b->head;
+    in->rows = b->rows;
+    s->st->busy_ns += in->exec_ns;
+    if (c->check) {
+        sim_check_priority(s, b, &s->lat[i]);
+        bool offline = false;
+        for (struct infer_item *it = b->head; it; it = it->next)
+            offline |= it->offline;
+        if (offline)
+            sim_check_offline(s, b, &s->lat[i]);
+    }
+    sim_record_batch(s, b, i);
+}
+
+static void sim_answer(struct sim *s, struct infer_item *it, int status, int64_t at)
+{
+    struct sim_request *r = &s->reqs[it - s->items];
+    r->status = status;
+    r->done_ns = at;
+    r->answers++;
+    s->answered++;
+}
+
+/* 1. Batches that finished. */
+static void sim_finish_batches(struct sim *s)
+{
+    const struct sim_config *c = s->c;
+    for (int i = 0; i < c->instances; i++) {
+        struct sim_instance *in = &s->inst[i];
+        if (!in->busy_until || in->busy_until > s->now)
+            continue;
+        for (struct infer_item *it = in->batch; it; it = it->next) {
+            sim_answer(s, it, 0, in->busy_until);
+            /* Computed requests end within their deadline as planned. */
+            if (c->check && s->aware && c->jitter == 0 && it->deadline_ns &&
+                in->busy_until > sim_plan_deadline(s, it) + 1000)
+                VIOLATE(s->st, "request %td computed past its deadline (%lld ns late)",
+                        it - s->items, (long long)(in->busy_until - sim_plan_deadline(s, it)));
+        }
+        latmodel_add(&s->lat[i], in->rows, in->exec_ns);
+        sim_update_fastest(s);
+        in->busy_until = 0;
+        in->batch = NULL;
+    }
+}
+
+/* 2. Arrivals. Offline requests are never refused. */
+static void sim_admit(struct sim *s)
+{
+    while (s->next_arrival < s->n && s->reqs[s->next_arrival].arrival_ns <= s->now) {
+        struct infer_item *it = &s->items[s->next_arrival];
+        struct error err;
+        int rc = bqueue_push(&s->q, it, s->now, &s->lat[s->fastest], &err);
+        if (rc) {
+            if (it->offline)
+                VIOLATE(s->st, "offline request %d refused: %.120s", s->next_arrival, err.msg);
+            sim_answer(s, it, -rc, s->now);
+        } else if (!it->offline) {
+            /* Online rows only: a job's lines are no company the policy
+             * could wait for (see the report on batcher_submit, which still
+             * counts them). */
+            rate_add(&s->arrivals, s->now, it->rows);
+        }
+        s->next_arrival++;
+    }
+}
+
+/* 3. Expiry; returns when the next one is due. */
+static int64_t sim_expire(struct sim *s)
+{
+    struct infer_item *expired;
+    int64_t next = bqueue_expire(&s->q, s->now, &s->lat[s->fastest], &expired);
+    while (expired) {
+        struct infer_item *it = expired;
+        expired = it->next;
+        if (it->offline)
+            VIOLATE(s->st, "offline request %td expired", it - s->items);
+        sim_answer(s, it, BG_EDEADLINE, s->now);
+    }
+    return next;
+}
+
+/* 4. Idle instances take work; returns the earliest wake among those left
+ * waiting. */
+static int64_t sim_dispatch(struct sim *s)
+{
+    int64_t wake = POLICY_NEVER;
+    for (int i = 0; i < s->c->instances; i++) {
+        if (s->inst[i].busy_until)
+            continue;
+        struct batch b = {0};
+        int64_t w;
+        s->q.load.rows_per_ns = rate_value(&s->arrivals, s->now);
+        s->q.load.device_has_other_work = 0;
+        if (!bqueue_take(&s->q, s->now, &s->lat[i], &b, &w)) {
+            if (s->c->check && s->kind == POLICY_ADAPTIVE && s->q.n > 0)
+                sim_check_wait(&s->q, s->now, w, s->st);
+            wake = sim_min64(wake, w);
+            continue;
+        }
+        sim_start_batch(s, i, &b);
+    }
+    return wake;
+}
+
+/* After the event: nothing was left to expire unseen, and (deadline-aware)
+ * nothing is queued past the instant it became hopeless. Returns when the
+ * next request will expire. */
+static int64_t sim_check_queue(struct sim *s)
+{
+    struct infer_item *expired;
+    int64_t next = bqueue_expire(&s->q, s->now, &s->lat[s->fastest], &expired);
+    if (expired)
+        VIOLATE(s->st, "a request expired without an event at %lld", (long long)s->now);
+    if (!s->c->check || !s->aware)
+        return next;
+    struct list *dl;
+    list_foreach(dl, &s->q.dl) {
+        struct infer_item *it = list_data(dl, struct infer_item, q_dl);
+        if (sim_plan_deadline(s, it) - latmodel_predict(&s->lat[s->fastest], it->rows) <= s->now)
+            VIOLATE(s->st, "queue holds request %td past its last feasible start",
+                    it - s->items);
+    }
+    return next;
+}
+
+static int64_t sim_next_event(const struct sim *s, int64_t wake, int64_t expiry)
+{
+    int64_t t = POLICY_NEVER;
+    if (s->next_arrival < s->n)
+        t = s->reqs[s->next_arrival].arrival_ns;
+    for (int i = 0; i < s->c->instances; i++)
+        if (s->inst[i].busy_until)
+            t = sim_min64(t, s->inst[i].busy_until);
+    t = sim_min64(t, wake);
+    return sim_min64(t, expiry);
+}
+
+static int sim_init(struct sim *s, const struct sim_config *c, struct sim_request *reqs, int n,
+                    struct sim_stats *st)
+{
+    memset(s, 0, sizeof *s);
+    s->c = c;
+    s->reqs = reqs;
+    s->n = n;
+    s->st = st;
+    s->kind = policy_kind_from_name(c->batching.policy);
+    s->aware = policy_deadline_aware(s->kind);
+    s->last_offline = -1;
+    struct bqueue_config qc;
+    bqueue_config_from_model(&qc, &c->batching, s->kind);
+    s->items = calloc((size_t)(n ? n : 1), sizeof *s->items);
+    s->inst = calloc((size_t)c->instances, sizeof *s->inst);
+    s->lat = calloc((size_t)c->instances, sizeof *s->lat);
+    if (!s->items || !s->inst || !s->lat || bqueue_init(&s->q, &qc) != 0)
+        return -1;
+    s->q.guard_ns = c->guard_ns;   /* the batcher sets it before each operation */
+    s->rng = c->seed ? c->seed : 88172645463325252ull;
+    /* Warmup, as the server does at load: sizes 1 and max, twice. */
+    for (int i = 0; i < c->instances; i++) {
+        latmodel_init(&s->lat[i]);
+        for (int k = 0; k < 4; k++) {
+            int r = k % 2 ? c->batching.max_batch_size : 1;
+            latmodel_add(&s->lat[i], r, (int64_t)(c->exec_a_ns + c->exec_b_ns * r));
+        }
+    }
+    sim_update_fastest(s);
+    for (int i = 0; i < n; i++) {
+        struct infer_item *it = &s->items[i];
+        it->rows = reqs[i].rows;
+        it->t_arrival_ns = reqs[i].arrival_ns;
+        it->offline = reqs[i].offline;
+        if (!it->offline) {
+            it->deadline_ns = reqs[i].budget_ns ? reqs[i].arrival_ns + reqs[i].budget_ns : 0;
+            it->priority = reqs[i].priority;
+        }
+        reqs[i].answers = 0;
+        reqs[i].status = 0;
+        reqs[i].batch = -1;
+        reqs[i].batch_offline_rows = 0;
+        reqs[i].instance = -1;
+    }
+    rate_init(&s->arrivals);
+    s->now = n ? reqs[0].arrival_ns : 0;
+    return 0;
+}
+
+static void sim_free(struct sim *s)
+{
+    bqueue_free(&s->q);
+    free(s->items);
+    free(s->inst);
+    free(s->lat);
+}
 
 int sim_run(const struct sim_config *c, struct sim_request *reqs, int n, struct sim_stats *st)
 {
     memset(st, 0, sizeof *st);
-    struct bqueue_config qc;
-    enum policy_kind kind = policy_kind_from_name(c->batching.policy);
-    bool aware = policy_deadline_aware(kind);
-    bqueue_config_from_model(&qc, &c->batching, kind);
-    struct bqueue q;
-    struct infer_item *items = calloc((size_t)(n ? n : 1), sizeof *items);
-    struct sim_instance *inst = calloc((size_t)c->instances, sizeof *inst);
-    struct latmodel *lat = calloc((size_t)c->instances, sizeof *lat);
-    if (!items || !inst || !lat || bqueue_init(&q, &qc) != 0) {
-        free(items);
-        free(inst);
-        free(lat);
+    struct sim s;
+    if (sim_init(&s, c, reqs, n, st) != 0) {
+        sim_free(&s);
         snprintf(st->violation, sizeof st->violation, "out of memory");
         return -1;
     }
-    uint64_t rng = c->seed ? c->seed : 88172645463325252ull;
-    /* Warmup, as the server does at load: sizes 1 and max, twice. */
-    for (int i = 0; i < c->instances; i++) {
-        latmodel_init(&lat[i]);
-        for (int k = 0; k < 4; k++) {
-            int r = k % 2 ? c->batching.max_batch_size : 1;
-            latmodel_add(&lat[i], r, (int64_t)(c->exec_a_ns + c->exec_b_ns * r));
-        }
-    }
-    const struct latmodel *lat_fast = &lat[0];
-    for (int i = 0; i < n; i++) {
-        items[i].rows = reqs[i].rows;
-        items[i].t_arrival_ns = reqs[i].arrival_ns;
-        items[i].deadline_ns = reqs[i].budget_ns ? reqs[i].arrival_ns + reqs[i].budget_ns : 0;
-        items[i].priority = reqs[i].priority;
-        reqs[i].answers = 0;
-        reqs[i].status = 0;
-    }
-    int next_arrival = 0, answered = 0;
-    int64_t now = n ? reqs[0].arrival_ns : 0, first = now, wake = POLICY_NEVER, expiry = POLICY_NEVER;
-    const struct latmodel *pol_lat = aware ? lat_fast : NULL;
-    struct rate arrivals;     /* as the batcher measures it: admitted rows */
-    rate_init(&arrivals);
-    while (answered < n) {
-        /* 1. batches that finished */
-        for (int i = 0; i < c->instances; i++) {
-            struct sim_instance *in = &inst[i];
-            if (!in->busy_until || in->busy_until > now)
-                continue;
-            for (struct infer_item *it = in->batch; it; it = it->next) {
-                struct sim_request *r = &reqs[it - items];
-                r->done_ns = in->busy_until;
-                r->answers++;
-                answered++;
-                if (c->check && aware && c->jitter == 0 && it->deadline_ns &&
-                    r->done_ns > it->deadline_ns + 1000)
-                    VIOLATE(st, "request %td computed past its deadline (%lld ns late)",
-                            it - items, (long long)(r->done_ns - it->deadline_ns));
-            }
-            latmodel_add(&lat[i], in->rows, in->exec_ns);
-            in->busy_until = 0;
-            in->batch = NULL;
-        }
-        /* 2. arrivals */
-        while (next_arrival < n && reqs[next_arrival].arrival_ns <= now) {
-            struct infer_item *it = &items[next_arrival];
-            struct error err;
-            int rc = bqueue_push(&q, it, now, pol_lat, &err);
-            if (rc) {
-                reqs[next_arrival].status = -rc;
-                reqs[next_arrival].done_ns = now;
-                reqs[next_arrival].answers++;
-                answered++;
-            } else {
-                rate_add(&arrivals, now, it->rows);
-            }
-            next_arrival++;
-        }
-        /* 3. expiry */
-        struct infer_item *expired;
-        bqueue_expire(&q, now, pol_lat, &expired);
-        for (struct infer_item *it = expired; it; it = it->next) {
-            struct sim_request *r = &reqs[it - items];
-            r->status = BG_EDEADLINE;
-            r->done_ns = now;
-            r->answers++;
-            answered++;
-        }
-        /* 4. idle instances take work */
-        wake = POLICY_NEVER;
-        for (int i = 0; i < c->instances; i++) {
-            struct sim_instance *in = &inst[i];
-            if (in->busy_until)
-                continue;
-            struct batch b = {0};
-            int64_t w;
-            q.load.rows_per_ns = rate_value(&arrivals, now);
-            q.load.device_has_other_work = 0;
-            if (!bqueue_take(&q, now, aware ? &lat[i] : NULL, &b, &w)) {
-                if (c->check && kind == POLICY_ADAPTIVE && q.n > 0)
-                    sim_check_wait(&q, now, w, st);
-                wake = sim_min64(wake, w);
-                continue;
-            }
-            if (b.rows > c->batching.max_batch_size)
-                VIOLATE(st, "batch of %d rows over max_batch_size %d", b.rows,
-                        c->batching.max_batch_size);
-            double e = c->exec_a_ns + c->exec_b_ns * b.rows;
-            if (c->jitter > 0)
-                e *= 1.0 + c->jitter * ((double)(sim_rng_next(&rng) % 2001) / 1000.0 - 1.0);
-            in->exec_ns = (int64_t)e;
-            in->busy_until = now + in->exec_ns;
-            in->batch = b.head;
-            in->rows = b.rows;
-            st->batches++;
-            st->rows += b.rows;
-            st->busy_ns += in->exec_ns;
-            /* Priority order: the policy fills a batch in service order up to
-             * a row budget R, finishing by exec(R). A request left waiting
-             * while a lower-priority one runs must have been unable to join
-             * at its turn: its rows exceeded what R had left after the members
-             * served before it, or its deadline falls before exec(R) ends.
-             * (The oldest request may jump the order once it aged.) */
-            int64_t finish = now + latmodel_predict(&lat[i], b.row_budget);
-            struct list *wl;
-            list_foreach(wl, &q.svc) {
-                if (!c->check)
-                    break;
-                struct infer_item *wt = list_data(wl, struct infer_item, q_svc);
-                int rows_before = 0;
-                /* A member whose order ties with wt's (same priority,
-                 * deadline and arrival instant) may have been ahead of it
-                 * in the queue: it counts as before (found by a seed where
-                 * two such requests met a full batch). */
-                for (struct infer_item *it = b.head; it; it = it->next)
-                    if (!bqueue_served_before(wt, it) ||
-                        (qc.aging_ns > 0 && now - it->t_arrival_ns >= qc.aging_ns))
-                        rows_before += it->rows;   /* an aged request goes first */
-                bool could_not = wt->rows > b.row_budget - rows_before ||
-                                 (wt->deadline_ns && wt->deadline_ns < finish);
-                if (could_not)
-                    continue;
-                for (struct infer_item *it = b.head; it; it = it->next) {
-                    bool aged = qc.aging_ns > 0 && now - it->t_arrival_ns >= qc.aging_ns;
-                    if (!aged && it->priority > wt->priority)
-                        VIOLATE(st, "priority %d served at %lld while priority %d waited "
-                                "(rows %d, budget %d, before %d, slack %lld, batch %d, qlen %d)",
-                                it->priority, (long long)now, wt->priority, wt->rows,
-                                b.row_budget, rows_before,
-                                wt->deadline_ns ? (long long)(wt->deadline_ns - finish) : -1LL,
-                                b.rows, q.n);
-                }
-            }
-            for (struct infer_item *it = b.head; it; it = it->next) {
-                struct sim_request *r = &reqs[it - items];
-                r->start_ns = now;
-                r->batch_rows = b.rows;
-            }
-        }
-        expiry = bqueue_expire(&q, now, pol_lat, &expired);
-        if (expired)
-            VIOLATE(st, "a request expired without an event at %lld", (long long)now);
-        if (c->check && aware) {
-            struct list *dl;
-            list_foreach(dl, &q.dl) {
-                struct infer_item *it = list_data(dl, struct infer_item, q_dl);
-                if (it->deadline_ns - latmodel_predict(lat_fast, it->rows) <= now)
-                    VIOLATE(st, "queue holds request %td past its last feasible start", it - items);
-            }
-        }
-        if (answered >= n)
+    int64_t first = s.now;
+    while (s.answered < n) {
+        sim_finish_batches(&s);
+        sim_admit(&s);
+        sim_expire(&s);
+        int64_t wake = sim_dispatch(&s);
+        int64_t expiry = sim_check_queue(&s);
+        if (s.answered >= n)
             break;
-        /* next event */
-        int64_t t = POLICY_NEVER;
-        if (next_arrival < n)
-            t = reqs[next_arrival].arrival_ns;
-        for (int i = 0; i < c->instances; i++)
-            if (inst[i].busy_until)
-                t = sim_min64(t, inst[i].busy_until);
-        t = sim_min64(t, wake);
-        t = sim_min64(t, expiry);
+        int64_t t = sim_next_event(&s, wake, expiry);
         if (t == POLICY_NEVER) {
-            VIOLATE(st, "stalled at %lld with %d of %d answered", (long long)now, answered, n);
+            VIOLATE(st, "stalled at %lld with %d of %d answered", (long long)s.now, s.answered, n);
             break;
         }
-        if (t <= now)
-            t = now + 1;   /* a decision instant already reached: step past it */
-        now = t;
+        if (t <= s.now)
+            t = s.now + 1;   /* a decision instant already reached: step past it */
+        s.now = t;
     }
+    int64_t end = s.now;
     for (int i = 0; i < n; i++) {
         if (reqs[i].answers != 1)
             VIOLATE(st, "request %d answered %d times", i, reqs[i].answers);
-        if (reqs[i].done_ns > now)
-            now = reqs[i].done_ns;
+        if (reqs[i].offline && reqs[i].status != 0)
+            VIOLATE(st, "offline request %d answered with status %d", i, reqs[i].status);
+        if (reqs[i].done_ns > end)
+            end = reqs[i].done_ns;
     }
-    st->span_ns = now - first;
-    bqueue_free(&q);
-    free(items);
-    free(inst);
-    free(lat);
+    st->span_ns = end - first;
+    sim_free(&s);
     return st->violation[0] ? -1 : 0;
 }

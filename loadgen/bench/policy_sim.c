@@ -10,6 +10,13 @@
  * shed (504, 429) or computed late, and the instance's busy fraction (of the
  * time from the first arrival to the last answer).
  *
+ * Each run is repeated with a job's backlog queued at the start (offline
+ * lines of one row, as many as the instance computes in the trace's time at
+ * full batches, docs/JOBS.md): one more line shows the online goodput and
+ * late share (504 or computed late, of the online requests) with the
+ * backlog against without, and the offline rows computed per second of the
+ * trace.
+ *
  *   bench_policy_sim [--seconds S] [--budget-ms B] [--seed N] [--csv]
  *                    [--base-us A --per-row-us B --max-batch M --delay-us D
  *                     --burst-ms ON --quiet-ms OFF]
@@ -33,6 +40,8 @@ static int64_t g_delay_us = 5000;
 struct result {
     double goodput, p99_ms, busy, mean_batch;
     int shed504, shed429, late;
+    double late_share;      /* (504 + late) / online requests */
+    double offline_per_s;   /* offline rows answered within the trace's time, per second */
 };
 
 static uint64_t rnd(uint64_t *s)
@@ -88,8 +97,11 @@ static double bursty(double t, double capacity, double level)
     return phase < g_burst_s ? 3.0 * capacity : 0.0;
 }
 
-static void run(const char *policy, struct sim_request *tr, int n, double seconds,
-                struct result *out)
+/* Runs the trace under `policy`, after `backlog` offline lines of one row
+ * queued at its start; out covers the online requests, and the offline rows
+ * answered before the trace's end. */
+static void run(const char *policy, const struct sim_request *tr, int n, int backlog,
+                double seconds, struct result *out)
 {
     struct sim_config c;
     memset(&c, 0, sizeof c);
@@ -102,27 +114,38 @@ static void run(const char *policy, struct sim_request *tr, int n, double second
     c.instances = 1;
     c.exec_a_ns = g_base_ns;
     c.exec_b_ns = g_row_ns;
-    struct sim_request *r = malloc((size_t)n * sizeof *r);
-    memcpy(r, tr, (size_t)n * sizeof *r);
+    int total = backlog + n;
+    struct sim_request *r = calloc((size_t)total, sizeof *r);
+    for (int i = 0; i < backlog; i++)
+        r[i] = (struct sim_request){.arrival_ns = n ? tr[0].arrival_ns : 0, .rows = 1,
+                                    .offline = true};
+    memcpy(r + backlog, tr, (size_t)n * sizeof *r);
     struct sim_stats st;
-    if (sim_run(&c, r, n, &st) != 0) {
+    if (sim_run(&c, r, total, &st) != 0) {
         fprintf(stderr, "policy_sim: %s\n", st.violation);
         exit(1);
     }
-    int64_t *lat = malloc((size_t)n * sizeof *lat);
-    int good = 0;
     memset(out, 0, sizeof *out);
+    int64_t off_rows = 0;
+    for (int i = 0; i < backlog; i++)
+        off_rows += r[i].done_ns <= (int64_t)(seconds * 1e9) ? r[i].rows : 0;
+    out->offline_per_s = (double)off_rows / seconds;
+    struct sim_request *on = r + backlog;
+    int64_t *lat = malloc((size_t)(n ? n : 1) * sizeof *lat);
+    int good = 0;
     for (int i = 0; i < n; i++) {
-        lat[i] = r[i].done_ns - r[i].arrival_ns;
-        if (r[i].status == BG_EDEADLINE)
+        const struct sim_request *q = &on[i];
+        lat[i] = q->done_ns - q->arrival_ns;
+        if (q->status == BG_EDEADLINE)
             out->shed504++;
-        else if (r[i].status == BG_EQUEUEFULL)
+        else if (q->status == BG_EQUEUEFULL)
             out->shed429++;
-        else if (r[i].budget_ns && lat[i] > r[i].budget_ns)
+        else if (q->budget_ns && lat[i] > q->budget_ns)
             out->late++;
         else
             good++;
     }
+    out->late_share = n ? (double)(out->shed504 + out->late) / n : 0;
     qsort(lat, (size_t)n, sizeof *lat, cmp_i64);
     out->goodput = good / seconds;
     out->p99_ms = n ? (double)lat[(size_t)(0.99 * (n - 1))] / 1e6 : 0;
@@ -180,16 +203,19 @@ int main(int argc, char **argv)
     } traces[] = {{"poisson 50%", steady, 0.5},   {"poisson 90%", steady, 0.9},
                   {"poisson 120%", steady, 1.2},  {"poisson 200%", steady, 2.0},
                   {"bursty on/off", bursty, 0.75}};
+    /* The backlog: what the instance computes in the trace's time. */
+    int backlog = (int)(seconds * capacity);
     if (csv)
-        printf("trace,policy,offered_per_s,goodput_per_s,p99_ms,shed_504,shed_429,late,busy,mean_batch\n");
+        printf("trace,policy,backlog,offered_per_s,goodput_per_s,p99_ms,shed_504,shed_429,late,"
+               "busy,mean_batch,late_share,offline_rows_per_s\n");
     else
         printf("model: 1 instance, exec = %.2f ms + %.3f ms/row, max_batch_size %d, max_queue_delay "
                "%.1f ms, budget %.0f ms, %.0f s per trace, seed %llu\ncapacity %.0f rows/s; bursts "
-               "of %.0f ms at 3x, %.0f ms quiet\n\n"
+               "of %.0f ms at 3x, %.0f ms quiet; backlog of %d one-row job lines\n\n"
                "%-14s %-12s %9s %9s %9s %7s %7s %7s %6s %6s\n",
                g_base_ns / 1e6, g_row_ns / 1e6, g_max_batch, (double)g_delay_us / 1000,
                (double)budget / MS, seconds, (unsigned long long)seed, capacity,
-               g_burst_s * 1000, g_quiet_s * 1000, "trace", "policy",
+               g_burst_s * 1000, g_quiet_s * 1000, backlog, "trace", "policy",
                "offered/s", "goodput/s", "p99 ms", "504", "429", "late", "busy", "batch");
     double peak_deadline = 0, good200 = 0, burst_d = 0, burst_f = 0, peak_adaptive = 0,
            good200_a = 0, burst_a = 0;
@@ -199,15 +225,25 @@ int main(int argc, char **argv)
                            seed + t);
         for (int p = 0; p < 3; p++) {
             const char *pol = policies[p];
-            struct result r;
-            run(pol, tr, n, seconds, &r);
-            if (csv)
-                printf("%s,%s,%.0f,%.0f,%.2f,%d,%d,%d,%.3f,%.1f\n", traces[t].name, pol, n / seconds,
-                       r.goodput, r.p99_ms, r.shed504, r.shed429, r.late, r.busy, r.mean_batch);
-            else
+            struct result r, rb;
+            run(pol, tr, n, 0, seconds, &r);
+            run(pol, tr, n, backlog, seconds, &rb);
+            if (csv) {
+                const struct result *x[2] = {&r, &rb};
+                for (int k = 0; k < 2; k++)
+                    printf("%s,%s,%d,%.0f,%.0f,%.2f,%d,%d,%d,%.3f,%.1f,%.4f,%.0f\n",
+                           traces[t].name, pol, k ? backlog : 0, n / seconds, x[k]->goodput,
+                           x[k]->p99_ms, x[k]->shed504, x[k]->shed429, x[k]->late, x[k]->busy,
+                           x[k]->mean_batch, x[k]->late_share, x[k]->offline_per_s);
+            } else {
                 printf("%-14s %-12s %9.0f %9.0f %9.1f %7d %7d %7d %5.0f%% %6.1f\n", traces[t].name,
                        pol, n / seconds, r.goodput, r.p99_ms, r.shed504, r.shed429, r.late,
                        100 * r.busy, r.mean_batch);
+                printf("%-14s   + backlog: goodput %.0f/s (%.3fx), late share %.2f%% (%.2f%% "
+                       "without), p99 %.1f ms, offline %.0f rows/s\n", "",
+                       rb.goodput, r.goodput > 0 ? rb.goodput / r.goodput : 0,
+                       100 * rb.late_share, 100 * r.late_share, rb.p99_ms, rb.offline_per_s);
+            }
             if (p == 0 && r.goodput > peak_deadline)
                 peak_deadline = r.goodput;
             if (p == 0 && traces[t].level == 2.0)
