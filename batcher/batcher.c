@@ -161,7 +161,10 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
     void (*waker)(void *) = NULL;
     void *waker_arg = NULL;
     if (rc == 0) {
-        rate_add(&b->arrivals, now, it->rows);
+        /* The adaptive wait weighs online arrivals: a job's lines come as
+         * fast as the jobs runner queues them and no one waits for them. */
+        if (!it->offline)
+            rate_add(&b->arrivals, now, it->rows);
         /* Every idle worker re-decides: with several instances any may take it. */
         pthread_cond_broadcast(&b->work);
         if (it->deadline_ns)

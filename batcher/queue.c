@@ -207,19 +207,22 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
             beyond = it;
             break;
         }
+        /* `at` is its latest start: started then it still makes it (the
+         * deadline policy holds a lone request exactly that long), so it
+         * is hopeless only once that instant has passed. */
         int64_t at = bqueue_plan_deadline(q, it) - latmodel_predict(lat, it->rows);
-        if (at <= now_ns) {
+        if (at < now_ns) {
             bqueue_unlink_all(q, it);
             *tail = it;
             tail = &it->next;
-        } else if (at < next) {
-            next = at;
+        } else if (at + 1 < next) {
+            next = at + 1;
         }
     }
     if (beyond) {
         int64_t at = bqueue_plan_deadline(q, beyond) - latmodel_predict(lat, q->cfg.max_batch_size);
-        if (at < next)
-            next = at;
+        if (at + 1 < next)
+            next = at + 1;
     }
     *tail = NULL;
     return next;

@@ -323,9 +323,33 @@ static void test_seeded_traces(void **state)
     assert_true(fills > 100);
 }
 
+/* The deadline policy holds a lone request until its latest start; at that
+ * instant it is still servable, not expired (found by test_sim_offline: a
+ * budget shorter than max_queue_delay used to end in 504). */
+static void test_lone_request_at_its_latest_start_is_served(void **state)
+{
+    (void)state;
+    struct bqueue q;
+    setup_queue(&q, 16, 10 * MS, 0);
+    push(&q, 0, false, 0, 5 * MS);
+    struct batch b = {0};
+    int64_t wake = 0;
+    assert_int_equal(bqueue_take(&q, 0, &lat, &b, &wake), 0);
+    int64_t latest = 5 * MS - latmodel_predict(&lat, 1);
+    assert_int_equal(wake, latest);
+    struct infer_item *expired = NULL;
+    int64_t next = bqueue_expire(&q, wake, &lat, &expired);
+    assert_null(expired);
+    assert_int_equal(next, latest + 1);   /* hopeless only once its latest start passed */
+    assert_int_equal(bqueue_take(&q, wake, &lat, &b, &wake), 1);
+    assert_int_equal(b.nitems, 1);
+    bqueue_free(&q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lone_request_at_its_latest_start_is_served),
         cmocka_unit_test(test_aged_request_wakes_at_the_delay_not_in_the_past),
         cmocka_unit_test(test_offline_alone_takes_full_batches),
         cmocka_unit_test(test_offline_outside_max_queue_size),
