@@ -68,10 +68,12 @@ void batcher_set_device_probe(struct batcher *b, bool (*other_work)(void *arg, i
 /* Ranks the tenants with queued requests for a batch about to be cut for
  * `instance` (serving/shares.h: who is owed device time first): fills
  * order[] from has[] and returns how many may be served; *retry_ns: when
- * to ask again if some were held back. Called under the queue's lock.
- * NULL (the default): one service order for all. */
+ * to ask again if some were held back; *offline_first: job lines are owed
+ * their guaranteed part of the device (a time window's offline_share), so
+ * a batch of them goes before the online requests. Called under the
+ * queue's lock. NULL (the default): one service order for all. */
 typedef int (*batcher_rank_fn)(void *arg, int instance, int64_t now_ns, const bool *has,
-                               int *order, int64_t *retry_ns);
+                               int *order, int64_t *retry_ns, bool *offline_first);
 void batcher_set_tenant_rank(struct batcher *b, batcher_rank_fn rank, void *arg);
 
 /* Worker side: a batch ran; its time refines the instance's latency model. */

@@ -368,6 +368,9 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     *wake_ns = POLICY_NEVER;
     if (q->n == 0)   /* no online request: the device is the offline rows' */
         return q->noff > 0 ? bqueue_take_offline_batch(q, now_ns, lat, POLICY_NEVER, b) : 0;
+    if (q->offline_first && q->noff > 0 &&
+        bqueue_take_offline_batch(q, now_ns, lat, POLICY_NEVER, b))
+        return 1;   /* owed their guaranteed part of the device (queue.h) */
     int n = 0;
     /* Aging: the oldest request jumps the priority order once it waited long. */
     struct infer_item *aged = NULL, *oldest = bqueue_oldest(q), *first = bqueue_first(q);

@@ -33,6 +33,9 @@
  *     rows starts only if now + exec(k) <= the instant the online work must
  *     start, i.e. min(the policy's wake, every queued deadline - guard -
  *     exec(queued online rows, up to max_batch_size));
+ *   - offline_first (a time window guarantees job lines a part of the
+ *     device, and they are below it): a batch of offline rows goes before
+ *     the online requests, the one case where job lines may delay them;
  *   - an online batch is cut and no online request is left queued:
  *     offline rows fill its empty rows (up to max_batch_size) only while
  *     now + exec(rows) stays within every member's deadline - guard, so no
@@ -73,6 +76,8 @@ struct bqueue {
     int nrank;                        /* 0: no ranking (one service order); -1: every
                                        * tenant with requests is held back */
     int64_t rank_retry_ns;            /* with requests but none ranked: ask again after this */
+    bool offline_first;               /* offline rows are owed device time: a batch of them
+                                       * goes first (set with the ranking) */
     struct list off;                  /* infer_item.q_svc of offline items: FIFO */
     int noff;                         /* offline items queued */
     struct policy_request *view;      /* scratch for the policy */

@@ -33,6 +33,8 @@ struct shares {
     double share[TENANTS_MAX];        /* in force */
     double offline_share;
     double vclock;
+    double used_off;                  /* job lines' moving sum of device ns */
+    int64_t used_off_at;
     struct shares_tenant t[TENANTS_MAX];
 };
 
@@ -167,11 +169,30 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
     return k;
 }
 
+/* The job lines' moving sum decayed to now. */
+static double shares_used_offline(struct shares *s, int64_t now)
+{
+    if (s->used_off_at && now > s->used_off_at)
+        s->used_off *= exp(-(double)(now - s->used_off_at) / (double)SHARES_TAU_NS);
+    s->used_off_at = now;
+    return s->used_off;
+}
+
+bool shares_offline_owed(struct shares *s, int64_t now_ns)
+{
+    pthread_mutex_lock(&s->mu);
+    bool owed = s->offline_share > 0 &&
+                shares_used_offline(s, now_ns) / ((double)SHARES_TAU_NS * s->slots) < s->offline_share;
+    pthread_mutex_unlock(&s->mu);
+    return owed;
+}
+
 void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int64_t exec_ns)
 {
     if (b->rows <= 0 || exec_ns <= 0)
         return;
     pthread_mutex_lock(&s->mu);
+    shares_used_offline(s, now_ns);
     for (const struct infer_item *it = b->head; it; it = it->next) {
         int t = it->tenant >= 0 && it->tenant < s->n ? it->tenant : 0;
         struct shares_tenant *x = &s->t[t];
@@ -180,6 +201,8 @@ void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int6
         x->used += (double)ns;
         x->vtime += (double)ns / shares_weight(s, t);
         x->busy_ns[it->offline ? 1 : 0] += ns;
+        if (it->offline)
+            s->used_off += (double)ns;
         if (frac >= s->share[t])
             x->borrowed_ns += ns;
         x->active_at = now_ns;

@@ -35,6 +35,9 @@ struct sim {
     struct tenants_config tc;
     struct shares *sh;
     struct infer_item items[NT][PER_TENANT];
+    struct infer_item off[PER_TENANT];    /* a job's lines, kept queued when `backlog` */
+    bool backlog;
+    int64_t busy_off[WINDOWS];
     int64_t now;
     /* Per tenant: whether it sends in [on_from, on_to), and its device
      * time per 10-s window. */
@@ -102,6 +105,21 @@ static void sim_fill(struct sim *s)
     }
 }
 
+static void sim_fill_offline(struct sim *s)
+{
+    for (int k = 0; s->backlog && k < PER_TENANT; k++) {
+        struct infer_item *it = &s->off[k];
+        if (it->queued)
+            continue;
+        memset(it, 0, sizeof *it);
+        it->rows = 1;
+        it->offline = true;
+        it->t_arrival_ns = s->now;
+        struct error err = {0};
+        assert_int_equal(bqueue_push(&s->q, it, s->now, &s->lat, &err), 0);
+    }
+}
+
 /* Withdraws a tenant's queued requests (it stopped sending). */
 static void sim_drop_off(struct sim *s)
 {
@@ -117,6 +135,8 @@ static void sim_run(struct sim *s, int64_t until)
     while (s->now < until) {
         sim_drop_off(s);
         sim_fill(s);
+        sim_fill_offline(s);
+        s->q.offline_first = shares_offline_owed(s->sh, s->now);
         bool has[WORK_TENANTS_MAX];
         bqueue_tenants_waiting(&s->q, has);
         int64_t retry = 0;
@@ -140,7 +160,9 @@ static void sim_run(struct sim *s, int64_t until)
         for (struct infer_item *it = b.head; it; it = it->next) {
             int t = it->tenant;
             int w = (int)(s->now / (10 * SEC));
-            if (w < WINDOWS)
+            if (w < WINDOWS && it->offline)
+                s->busy_off[w] += exec * it->rows / b.rows;
+            else if (w < WINDOWS)
                 s->busy[t][w] += exec * it->rows / b.rows;
             if (s->first_served_at[t] < 0 && s->now >= s->on_from[t])
                 s->first_served_at[t] = s->now;
@@ -315,6 +337,30 @@ static void test_zero_share_not_starved_when_room(void **state)
     free(s);
 }
 
+/* A window's offline_share: job lines get that part of a device that
+ * online work saturates, and no more; without it, none. */
+static void test_offline_share_guaranteed(void **state)
+{
+    (void)state;
+    for (int pass = 0; pass < 2; pass++) {
+        struct sim *s = calloc(1, sizeof *s);
+        sim_init(s, 2, (double[]){0.5, 0.5});
+        s->backlog = true;
+        double share[2] = {0.5, 0.5};
+        shares_set(s->sh, share, pass ? 0.3 : 0);
+        sim_run(s, 20 * SEC);
+        double off = (double)s->busy_off[1] / (10.0 * SEC);
+        print_message("# offline_share %.1f: job lines used %.3f of a saturated device\n",
+                      pass ? 0.3 : 0.0, off);
+        if (pass)
+            assert_true(off >= 0.3 * 0.95 && off <= 0.3 * 1.1);
+        else
+            assert_true(off < 0.01);
+        sim_free(s);
+        free(s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_reserved_share_stays_free),
         cmocka_unit_test(test_random_mixes_property),
         cmocka_unit_test(test_zero_share_not_starved_when_room),
+        cmocka_unit_test(test_offline_share_guaranteed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
