@@ -8,19 +8,24 @@
 
 #include "backends/model.h"
 #include "common/clock.h"
+#include "serving/shares.h"
 
 /* ---- the decision ---- */
 
-/* The member with the least virtual time among those with batches of class
- * c waiting; -1 when none waits. */
+/* The member with the best tenant rank, then the least virtual time, among
+ * those with batches of class c waiting; -1 when none waits. Offline
+ * batches are not ranked by tenant. */
 static int devsched_pick_fair(const struct devsched_view *v, int n, int c)
 {
     int best = -1;
     for (int i = 0; i < n; i++) {
         if (v[i].waiting[c] <= 0)
             continue;
-        if (best < 0 || v[i].vtime < v[best].vtime ||
-            (v[i].vtime == v[best].vtime && v[i].weight > v[best].weight))
+        int ri = c == DEVSCHED_ONLINE ? v[i].tenant_rank : 0;
+        int rb = best >= 0 && c == DEVSCHED_ONLINE ? v[best].tenant_rank : 0;
+        if (best < 0 || ri < rb ||
+            (ri == rb && (v[i].vtime < v[best].vtime ||
+                          (v[i].vtime == v[best].vtime && v[i].weight > v[best].weight))))
             best = i;
     }
     return best;
@@ -111,7 +116,7 @@ int devsched_core_join(struct devsched_core *c, int weight, int instances)
     c->m[i].vtime = c->vclock;
     c->running[i] = 0;
     c->granted[i][0] = c->granted[i][1] = 0;
-    c->nby[i] = 0;
+    c->nwait[i] = 0;
     c->m[i].est_ns = 0;
     c->ahead_ns[i] = 0;
     if (instances > c->slots)
@@ -131,24 +136,50 @@ bool devsched_core_others_active(const struct devsched_core *c, int i)
 static void devsched_core_start_by(struct devsched_core *c, int i)
 {
     int64_t by = 0;
-    for (int k = 0; k < c->nby[i]; k++)
-        if (!by || c->by[i][k] < by)
-            by = c->by[i][k];
+    for (int k = 0; k < c->nwait[i]; k++)
+        if (c->wait[i][k].start_by > 0 && (!by || c->wait[i][k].start_by < by))
+            by = c->wait[i][k].start_by;
     c->m[i].start_by = by;
 }
 
-bool devsched_core_acquire(struct devsched_core *c, int i, enum devsched_class cls,
-                           int64_t start_by)
+bool devsched_core_acquire(struct devsched_core *c, int i, const struct devsched_ask *a)
 {
     if (!devsched_core_active(c, i) && c->m[i].vtime < c->vclock)
         c->m[i].vtime = c->vclock;   /* idleness banks no credit */
-    c->m[i].waiting[cls]++;
-    if (cls == DEVSCHED_ONLINE && start_by > 0 && c->nby[i] < DEVSCHED_MAX_WAITERS) {
-        c->by[i][c->nby[i]++] = start_by;
+    c->m[i].waiting[a->cls]++;
+    if (a->cls == DEVSCHED_ONLINE && c->nwait[i] < DEVSCHED_MAX_WAITERS) {
+        c->wait[i][c->nwait[i]++] = *a;
         devsched_core_start_by(c, i);
     }
     devsched_core_tick(c);
     return c->used < c->slots;
+}
+
+void devsched_core_tenants_waiting(const struct devsched_core *c, bool *has)
+{
+    memset(has, 0, WORK_TENANTS_MAX * sizeof *has);
+    for (int i = 0; i < c->n; i++)
+        for (int k = 0; k < c->nwait[i]; k++)
+            if (c->wait[i][k].tenant >= 0 && c->wait[i][k].tenant < WORK_TENANTS_MAX)
+                has[c->wait[i][k].tenant] = true;
+}
+
+/* Each member's best tenant rank among its waiting online batches. */
+static void devsched_core_rank(struct devsched_core *c, const int *rank_of)
+{
+    for (int i = 0; i < c->n; i++) {
+        int best = 0;
+        if (rank_of) {
+            best = WORK_TENANTS_MAX;
+            for (int k = 0; k < c->nwait[i]; k++) {
+                int t = c->wait[i][k].tenant;
+                int r = t >= 0 && t < WORK_TENANTS_MAX ? rank_of[t] : WORK_TENANTS_MAX;
+                if (r < best)
+                    best = r;
+            }
+        }
+        c->m[i].tenant_rank = best;
+    }
 }
 
 static void devsched_core_charge(struct devsched_core *c, int i, int64_t ns)
@@ -186,9 +217,11 @@ static int64_t devsched_core_horizon(const struct devsched_core *c)
     return h;
 }
 
-void devsched_core_grant(struct devsched_core *c, int64_t now_ns,
+void devsched_core_grant(struct devsched_core *c, int64_t now_ns, const int *rank_of,
                          void (*grant)(void *arg, int member, enum devsched_class cls), void *arg)
 {
+    if (c->used < c->slots)
+        devsched_core_rank(c, rank_of);
     while (c->used < c->slots) {
         enum devsched_class cls;
         int i = devsched_pick(c->m, c->n, now_ns, devsched_core_horizon(c), &cls);
@@ -204,31 +237,32 @@ void devsched_core_grant(struct devsched_core *c, int64_t now_ns,
     }
 }
 
-/* A waiting batch of member i stops waiting: its start-by goes. */
-static void devsched_core_forget(struct devsched_core *c, int i, enum devsched_class cls,
-                                 int64_t start_by)
+/* A waiting batch of member i stops waiting: its record goes. */
+static void devsched_core_forget(struct devsched_core *c, int i, const struct devsched_ask *a)
 {
-    if (cls != DEVSCHED_ONLINE || start_by <= 0)
+    if (a->cls != DEVSCHED_ONLINE)
         return;
-    for (int k = 0; k < c->nby[i]; k++)
-        if (c->by[i][k] == start_by) {
-            c->by[i][k] = c->by[i][--c->nby[i]];
+    for (int k = 0; k < c->nwait[i]; k++)
+        if (c->wait[i][k].start_by == a->start_by && c->wait[i][k].tenant == a->tenant) {
+            c->wait[i][k] = c->wait[i][--c->nwait[i]];
             break;
         }
     devsched_core_start_by(c, i);
 }
 
-bool devsched_core_take(struct devsched_core *c, int i, enum devsched_class cls, int64_t start_by)
+bool devsched_core_take(struct devsched_core *c, int i, const struct devsched_ask *a)
 {
-    if (c->granted[i][cls] <= 0)
+    if (c->granted[i][a->cls] <= 0)
         return false;
-    c->granted[i][cls]--;
+    c->granted[i][a->cls]--;
     c->running[i]++;
-    devsched_core_forget(c, i, cls, start_by);
+    devsched_core_forget(c, i, a);
     return true;
 }
 
 /* ---- a device, for threads ---- */
+
+static void devsched_wake(void *arg, int member, enum devsched_class cls);
 
 struct devsched {
     char name[48];
@@ -241,7 +275,35 @@ struct devsched {
     char model[DEVSCHED_MAX_MEMBERS][MODEL_NAME_MAX];
     int64_t wait_ns[DEVSCHED_MAX_MEMBERS];
     int64_t granted_ns[DEVSCHED_MAX_MEMBERS];
+    struct shares *shares;            /* the device's tenant shares, or NULL */
 };
+
+void devsched_set_shares(struct devsched *d, struct shares *sh)
+{
+    pthread_mutex_lock(&d->mu);
+    d->shares = sh;
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Under mu: the slots go as the rule says, tenants ranked by their shares. */
+static void devsched_grant_locked(struct devsched *d)
+{
+    int64_t now = now_ns();
+    int rank_of[WORK_TENANTS_MAX], *ranks = NULL;
+    if (d->shares && d->core.used < d->core.slots) {
+        bool has[WORK_TENANTS_MAX];
+        int order[WORK_TENANTS_MAX];
+        int64_t retry;
+        devsched_core_tenants_waiting(&d->core, has);
+        int n = shares_rank(d->shares, now, has, order, &retry);
+        for (int t = 0; t < WORK_TENANTS_MAX; t++)
+            rank_of[t] = WORK_TENANTS_MAX - 1;   /* held back: last, never refused a slot */
+        for (int r = 0; r < n; r++)
+            rank_of[order[r]] = r;
+        ranks = rank_of;
+    }
+    devsched_core_grant(&d->core, now, ranks, devsched_wake, d);
+}
 
 struct devsched *devsched_new(const char *name, struct error *err)
 {
@@ -295,37 +357,36 @@ static void devsched_wake(void *arg, int member, enum devsched_class cls)
 
 /* Under mu, with the batch counted as waiting: hand out what is free, then
  * sleep until a slot is handed to this member and class. */
-static void devsched_wait_locked(struct devsched *d, int member, enum devsched_class cls,
-                                 int64_t start_by)
+static void devsched_wait_locked(struct devsched *d, int member, const struct devsched_ask *a)
 {
-    devsched_core_grant(&d->core, now_ns(), devsched_wake, d);
-    if (devsched_core_take(&d->core, member, cls, start_by))
+    devsched_grant_locked(d);
+    if (devsched_core_take(&d->core, member, a))
         return;
     int64_t t0 = now_ns();
-    while (!devsched_core_take(&d->core, member, cls, start_by)) {
+    while (!devsched_core_take(&d->core, member, a)) {
         if (d->closed) {
             /* Run without a slot: counted as holding one, so the release
              * that follows balances. */
-            d->core.m[member].waiting[cls]--;
-            devsched_core_forget(&d->core, member, cls, start_by);
+            d->core.m[member].waiting[a->cls]--;
+            devsched_core_forget(&d->core, member, a);
             d->core.running[member]++;
             d->core.used++;
             break;
         }
-        pthread_cond_wait(&d->cv[member][cls], &d->mu);
+        pthread_cond_wait(&d->cv[member][a->cls], &d->mu);
     }
     d->wait_ns[member] += now_ns() - t0;
 }
 
-void devsched_acquire(struct devsched *d, int member, enum devsched_class cls, int64_t start_by)
+void devsched_acquire(struct devsched *d, int member, const struct devsched_ask *a)
 {
     pthread_mutex_lock(&d->mu);
     if (d->closed) {
         d->core.running[member]++;
         d->core.used++;
     } else {
-        devsched_core_acquire(&d->core, member, cls, start_by);
-        devsched_wait_locked(d, member, cls, start_by);
+        devsched_core_acquire(&d->core, member, a);
+        devsched_wait_locked(d, member, a);
     }
     pthread_mutex_unlock(&d->mu);
 }
@@ -335,24 +396,24 @@ void devsched_release(struct devsched *d, int member, int64_t exec_ns)
     pthread_mutex_lock(&d->mu);
     devsched_core_release(&d->core, member, exec_ns);
     d->granted_ns[member] += exec_ns > 0 ? exec_ns : 0;
-    devsched_core_grant(&d->core, now_ns(), devsched_wake, d);
+    devsched_grant_locked(d);
     pthread_mutex_unlock(&d->mu);
 }
 
 void devsched_release_acquire(struct devsched *d, int member, int64_t exec_ns,
-                              enum devsched_class next, int64_t start_by)
+                              const struct devsched_ask *next)
 {
     pthread_mutex_lock(&d->mu);
     /* Waiting first, then released: the member never looks idle between. */
     if (!d->closed)
-        devsched_core_acquire(&d->core, member, next, start_by);
+        devsched_core_acquire(&d->core, member, next);
     devsched_core_release(&d->core, member, exec_ns);
     d->granted_ns[member] += exec_ns > 0 ? exec_ns : 0;
     if (d->closed) {
         d->core.running[member]++;
         d->core.used++;
     } else {
-        devsched_wait_locked(d, member, next, start_by);
+        devsched_wait_locked(d, member, next);
     }
     pthread_mutex_unlock(&d->mu);
 }

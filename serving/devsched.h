@@ -15,9 +15,12 @@
  *      deadline less its predicted execution and the answer guard): the
  *      most urgent first (earliest start-by). Its device time is charged
  *      like any other, so its member pays the precedence back later;
- *   3. among one class, the member with the least virtual time (device time
- *      used / weight); a member that was idle is raised to the device's
- *      virtual clock when it comes back, so idleness banks no credit.
+ *   3. among one class, the batch of the tenant most owed device time
+ *      (serving/shares.h, when tenants are configured: tenants' shares of a
+ *      device hold across the models on it);
+ *   4. then the member with the least virtual time (device time used /
+ *      weight); a member that was idle is raised to the device's virtual
+ *      clock when it comes back, so idleness banks no credit.
  * A slot never stays free while a batch waits (work-conserving).
  *
  * The decision is devsched_pick, a pure function; the core (struct
@@ -30,6 +33,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "batcher/work.h"
 #include "common/error.h"
 
 #define DEVSCHED_MAX_MEMBERS 64
@@ -50,11 +54,23 @@ struct devsched_view {
     int64_t start_by;                 /* earliest start-by of its waiting online
                                        * batches; 0: none has a deadline */
     int64_t est_ns;                   /* its usual batch's device time (recent mean) */
+    int tenant_rank;                  /* best rank (0 first) of the tenants of its waiting
+                                       * online batches; 0 without tenants */
+};
+
+/* A batch asking for a slot: its class, its start-by instant (0: no
+ * deadline; offline batches have none) and its tenant (the one its rows
+ * were cut for first). */
+struct devsched_ask {
+    enum devsched_class cls;
+    int64_t start_by;
+    int tenant;
 };
 
 /* Who gets a slot that is free at now_ns: the index of the member and, in
  * *cls, the class of its batch; -1 when nobody waits. Online before
- * offline; among online batches the least virtual time, unless another
+ * offline; among online batches the best tenant rank, then the least
+ * virtual time, unless another
  * member's batch must start before the slot would free again (its start-by
  * before now_ns + the winner's est_ns, or + horizon_ns when a running batch
  * is expected to free a slot sooner; 0: none runs): then the earliest such
@@ -78,9 +94,9 @@ struct devsched_core {
      * a member with long batches running is not picked again as if it used
      * none. */
     int64_t ahead_ns[DEVSCHED_MAX_MEMBERS];        /* charged for batches not ended */
-    /* The start-by of each waiting online batch with a deadline. */
-    int64_t by[DEVSCHED_MAX_MEMBERS][DEVSCHED_MAX_WAITERS];
-    int nby[DEVSCHED_MAX_MEMBERS];
+    /* Each waiting online batch's start-by and tenant. */
+    struct devsched_ask wait[DEVSCHED_MAX_MEMBERS][DEVSCHED_MAX_WAITERS];
+    int nwait[DEVSCHED_MAX_MEMBERS];
     int n;
     int slots, used;
     /* The device's virtual clock: never decreases; the least virtual time
@@ -92,21 +108,22 @@ void devsched_core_init(struct devsched_core *c);
 /* Adds a member with `instances` workers on the device (the slots grow to
  * the most of any member). Returns its index, or -1 when full. */
 int devsched_core_join(struct devsched_core *c, int weight, int instances);
-/* A batch of member i asks for a slot (start_by: its start-by instant, 0
- * for none; offline batches have none): true when one is free and nobody
+/* A batch of member i asks for a slot: true when one is free and nobody
  * waits; either way it is counted as waiting until it takes a grant. */
-bool devsched_core_acquire(struct devsched_core *c, int i, enum devsched_class cls,
-                           int64_t start_by);
+bool devsched_core_acquire(struct devsched_core *c, int i, const struct devsched_ask *a);
 /* Member i's batch left its slot after exec_ns of device time. */
 void devsched_core_release(struct devsched_core *c, int i, int64_t exec_ns);
 /* Hands free slots to waiters while both exist, as devsched_pick decides
- * at now_ns; calls grant(arg, member, class) for each slot handed over (it
- * is recorded in `granted`). */
-void devsched_core_grant(struct devsched_core *c, int64_t now_ns,
+ * at now_ns; rank_of[t]: tenant t's rank (0 first; NULL: no tenants);
+ * calls grant(arg, member, class) for each slot handed over (it is
+ * recorded in `granted`). */
+void devsched_core_grant(struct devsched_core *c, int64_t now_ns, const int *rank_of,
                          void (*grant)(void *arg, int member, enum devsched_class cls), void *arg);
-/* A waiter of member i, class cls, with the start_by it asked with, takes
- * a slot handed to it: true, or false when none was (it waits on). */
-bool devsched_core_take(struct devsched_core *c, int i, enum devsched_class cls, int64_t start_by);
+/* A waiter of member i, as it asked, takes a slot handed to it: true, or
+ * false when none was (it waits on). */
+bool devsched_core_take(struct devsched_core *c, int i, const struct devsched_ask *a);
+/* Which tenants have online batches waiting (has[t]). */
+void devsched_core_tenants_waiting(const struct devsched_core *c, bool *has);
 /* Whether members other than i are running or waiting: the device has
  * other work to do while i's queue waits for company. */
 bool devsched_core_others_active(const struct devsched_core *c, int i);
@@ -123,9 +140,12 @@ const char *devsched_name(const struct devsched *d);
  * member index (0 and up), or a negative code with a message. */
 int devsched_join(struct devsched *d, const char *model, int weight, int instances,
                   struct error *err);
-/* Blocks until `member`'s batch of class `cls` holds a slot; start_by as
- * for devsched_core_acquire. */
-void devsched_acquire(struct devsched *d, int member, enum devsched_class cls, int64_t start_by);
+/* Tenants' shares of this device (NULL: none): waiting batches are ranked
+ * by their tenant (rule 3). Set before any worker starts. */
+struct shares;
+void devsched_set_shares(struct devsched *d, struct shares *sh);
+/* Blocks until `member`'s batch holds a slot. */
+void devsched_acquire(struct devsched *d, int member, const struct devsched_ask *a);
 /* Gives the slot back; the batch ran for exec_ns. */
 void devsched_release(struct devsched *d, int member, int64_t exec_ns);
 /* devsched_release and devsched_acquire as one step, for a worker that
@@ -134,7 +154,7 @@ void devsched_release(struct devsched *d, int member, int64_t exec_ns);
  * single-instance members, would hand every slot to the others in turn
  * and make the weights meaningless). */
 void devsched_release_acquire(struct devsched *d, int member, int64_t exec_ns,
-                              enum devsched_class next, int64_t start_by);
+                              const struct devsched_ask *next);
 /* devsched_core_others_active, for the batcher's policy (policy_load's
  * device_has_other_work): safe from any thread. */
 bool devsched_others_active(struct devsched *d, int member);

@@ -169,6 +169,7 @@ static int serving_devsched_get(struct serving *s, const char *name, struct erro
         devsched_free(d);
         return -err->code;
     }
+    devsched_set_shares(d, sh);
     s->devs[s->ndevs] = d;
     s->dev_shares[s->ndevs] = sh;
     return s->ndevs++;

@@ -32,11 +32,17 @@ struct workers {
     struct worker w[];
 };
 
-/* Offline only when every row is a job line: one online row makes the
- * whole batch online work. */
-static enum devsched_class worker_batch_class(const struct batch *b)
+/* What the device scheduler sees of a batch: offline only when every row
+ * is a job line (one online row makes the whole batch online work), its
+ * start-by, and the tenant it was cut for (its first request's: the queue
+ * cuts from the most owed tenant first). */
+static struct devsched_ask worker_batch_ask(struct worker *w, const struct batch *b)
 {
-    return batch_offline_rows(b) >= b->rows ? DEVSCHED_OFFLINE : DEVSCHED_ONLINE;
+    struct devsched_ask a = {.cls = batch_offline_rows(b) >= b->rows ? DEVSCHED_OFFLINE
+                                                                     : DEVSCHED_ONLINE,
+                             .tenant = b->head ? b->head->tenant : 0};
+    a.start_by = batcher_start_by(w->ws->sm->batcher, w->in->index, b);
+    return a;
 }
 
 /* Device scheduling (docs/SCHEDULING.md): after a batch the worker gives
@@ -51,10 +57,10 @@ static int worker_sched_next(struct worker *w, int64_t exec_ns, struct batch *ne
     int64_t wake;
     struct batcher *q = w->ws->sm->batcher;
     int rc = batcher_try_next(q, w->in->index, next, &wake);
-    if (rc == 1)
-        devsched_release_acquire(w->place.dev, w->place.member, exec_ns, worker_batch_class(next),
-                                 batcher_start_by(q, w->in->index, next));
-    else
+    if (rc == 1) {
+        struct devsched_ask a = worker_batch_ask(w, next);
+        devsched_release_acquire(w->place.dev, w->place.member, exec_ns, &a);
+    } else
         devsched_release(w->place.dev, w->place.member, exec_ns);
     return rc;
 }
@@ -97,9 +103,10 @@ static void *worker_main(void *p)
         } else {
             if (batcher_next(q, w->in->index, &b) < 0)
                 break;
-            if (sched)
-                devsched_acquire(w->place.dev, w->place.member, worker_batch_class(&b),
-                                 batcher_start_by(q, w->in->index, &b));
+            if (sched) {
+                struct devsched_ask a = worker_batch_ask(w, &b);
+                devsched_acquire(w->place.dev, w->place.member, &a);
+            }
         }
         int64_t ns = worker_run_batch(w, &b);
         if (sched) {

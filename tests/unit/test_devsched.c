@@ -19,6 +19,8 @@
 #include "serving/devsched.h"
 
 #define MS 1000000LL
+/* A batch asking for a slot: class and start-by, the default tenant. */
+#define ASK(cls, by) (&(struct devsched_ask){(cls), (by), 0})
 
 /* ---- the decision ---- */
 
@@ -114,34 +116,67 @@ static void test_core_urgent_batch_jumps_the_queue(void **state)
     devsched_core_init(&c);
     int a = devsched_core_join(&c, 1, 1), b = devsched_core_join(&c, 1, 1);
     /* b has used more device time than a. */
-    assert_true(devsched_core_acquire(&c, b, DEVSCHED_ONLINE, 0));
-    devsched_core_grant(&c, 0, NULL, NULL);
-    assert_true(devsched_core_take(&c, b, DEVSCHED_ONLINE, 0));
+    assert_true(devsched_core_acquire(&c, b, ASK(DEVSCHED_ONLINE, 0)));
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, b, ASK(DEVSCHED_ONLINE, 0)));
     devsched_core_release(&c, b, 10 * MS);
     /* Slot held by a's batch; then both wait, b with a deadline due within
      * one batch time of a (its usual 10 ms). */
-    devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0);
-    devsched_core_grant(&c, 0, NULL, NULL);
-    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    devsched_core_acquire(&c, a, ASK(DEVSCHED_ONLINE, 0));
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)));
     devsched_core_release(&c, a, 10 * MS);
-    devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0);
-    devsched_core_grant(&c, 20 * MS, NULL, NULL);
-    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
-    assert_false(devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0));
-    assert_false(devsched_core_acquire(&c, b, DEVSCHED_ONLINE, 25 * MS));
+    devsched_core_acquire(&c, a, ASK(DEVSCHED_ONLINE, 0));
+    devsched_core_grant(&c, 20 * MS, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)));
+    assert_false(devsched_core_acquire(&c, a, ASK(DEVSCHED_ONLINE, 0)));
+    assert_false(devsched_core_acquire(&c, b, ASK(DEVSCHED_ONLINE, 25 * MS)));
     assert_int_equal(c.m[b].start_by, 25 * MS);
     devsched_core_release(&c, a, 10 * MS);
-    devsched_core_grant(&c, 22 * MS, NULL, NULL);   /* slot free at 22 ms; b due at 25 */
-    assert_true(devsched_core_take(&c, b, DEVSCHED_ONLINE, 25 * MS));
-    assert_false(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    devsched_core_grant(&c, 22 * MS, NULL, NULL, NULL);   /* slot free at 22 ms; b due at 25 */
+    assert_true(devsched_core_take(&c, b, ASK(DEVSCHED_ONLINE, 25 * MS)));
+    assert_false(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)));
     assert_int_equal(c.m[b].start_by, 0);   /* forgotten once it runs */
     assert_true(devsched_core_others_active(&c, a));
     devsched_core_release(&c, b, 10 * MS);
-    devsched_core_grant(&c, 32 * MS, NULL, NULL);
-    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    devsched_core_grant(&c, 32 * MS, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)));
     /* a alone now: nobody else runs or waits. */
     assert_false(devsched_core_others_active(&c, a));
     assert_true(devsched_core_others_active(&c, b));
+}
+
+/* With tenants, the batch of the tenant most owed device time goes first,
+ * whatever the models' virtual times: shares hold across the models of a
+ * device. Ranks come from the device's shares (rank_of). */
+static void test_core_tenant_rank_before_model_weight(void **state)
+{
+    (void)state;
+    struct devsched_core c;
+    devsched_core_init(&c);
+    int a = devsched_core_join(&c, 1, 1), b = devsched_core_join(&c, 1, 1);
+    /* a's batch runs; then a (tenant 1) and b (tenant 2) wait, b has used more. */
+    c.m[b].vtime = 1000;
+    assert_true(devsched_core_acquire(&c, a, &(struct devsched_ask){DEVSCHED_ONLINE, 0, 1}));
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, &(struct devsched_ask){DEVSCHED_ONLINE, 0, 1}));
+    devsched_core_acquire(&c, a, &(struct devsched_ask){DEVSCHED_ONLINE, 0, 1});
+    devsched_core_acquire(&c, b, &(struct devsched_ask){DEVSCHED_ONLINE, 0, 2});
+    bool has[WORK_TENANTS_MAX];
+    devsched_core_tenants_waiting(&c, has);
+    assert_true(has[1] && has[2] && !has[0]);
+    devsched_core_release(&c, a, 1 * MS);
+    int rank_of[WORK_TENANTS_MAX] = {0};
+    rank_of[2] = 0;   /* tenant 2 is owed most */
+    rank_of[1] = 1;
+    devsched_core_grant(&c, 0, rank_of, NULL, NULL);
+    assert_true(devsched_core_take(&c, b, &(struct devsched_ask){DEVSCHED_ONLINE, 0, 2}));
+    assert_false(devsched_core_take(&c, a, &(struct devsched_ask){DEVSCHED_ONLINE, 0, 1}));
+    /* Without ranks the weights decide: a, the lighter used. */
+    devsched_core_release(&c, b, 1 * MS);
+    devsched_core_acquire(&c, b, &(struct devsched_ask){DEVSCHED_ONLINE, 0, 2});
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, &(struct devsched_ask){DEVSCHED_ONLINE, 0, 1}));
 }
 
 static void test_weights_charge_device_time(void **state)
@@ -152,13 +187,13 @@ static void test_weights_charge_device_time(void **state)
     int a = devsched_core_join(&c, 2, 1), b = devsched_core_join(&c, 1, 1);
     assert_int_equal(c.slots, 1);
     /* The same device time costs the weight-2 member half the virtual time. */
-    assert_true(devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0));
-    devsched_core_grant(&c, 0, NULL, NULL);
-    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    assert_true(devsched_core_acquire(&c, a, ASK(DEVSCHED_ONLINE, 0)));
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)));
     devsched_core_release(&c, a, 10 * MS);
-    devsched_core_acquire(&c, b, DEVSCHED_ONLINE, 0);
-    devsched_core_grant(&c, 0, NULL, NULL);
-    assert_true(devsched_core_take(&c, b, DEVSCHED_ONLINE, 0));
+    devsched_core_acquire(&c, b, ASK(DEVSCHED_ONLINE, 0));
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, b, ASK(DEVSCHED_ONLINE, 0)));
     devsched_core_release(&c, b, 10 * MS);
     assert_int_equal(c.m[a].vtime * 2, c.m[b].vtime);
 }
@@ -171,33 +206,33 @@ static void test_fast_path_and_work_conservation(void **state)
     int a = devsched_core_join(&c, 1, 2), b = devsched_core_join(&c, 1, 1);
     assert_int_equal(c.slots, 2);
     /* Free slots and nobody waiting: granted at once. */
-    assert_true(devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0));
-    devsched_core_grant(&c, 0, NULL, NULL);
-    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
-    assert_true(devsched_core_acquire(&c, b, DEVSCHED_OFFLINE, 0));
-    devsched_core_grant(&c, 0, NULL, NULL);
-    assert_true(devsched_core_take(&c, b, DEVSCHED_OFFLINE, 0));
+    assert_true(devsched_core_acquire(&c, a, ASK(DEVSCHED_ONLINE, 0)));
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)));
+    assert_true(devsched_core_acquire(&c, b, ASK(DEVSCHED_OFFLINE, 0)));
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, b, ASK(DEVSCHED_OFFLINE, 0)));
     /* Full: a third batch waits. */
-    assert_false(devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0));
-    devsched_core_grant(&c, 0, NULL, NULL);
-    assert_false(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    assert_false(devsched_core_acquire(&c, a, ASK(DEVSCHED_ONLINE, 0)));
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_false(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)));
     /* The slot that frees goes to it at once: never free while one waits. */
     devsched_core_release(&c, b, 1 * MS);
-    devsched_core_grant(&c, 0, NULL, NULL);
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
     assert_int_equal(c.used, c.slots);
-    assert_true(devsched_core_take(&c, a, DEVSCHED_ONLINE, 0));
+    assert_true(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)));
     assert_int_equal(c.running[a], 2);
     /* A slot frees with nobody waiting: it stays free. */
     devsched_core_release(&c, a, 1 * MS);
-    devsched_core_grant(&c, 0, NULL, NULL);
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
     assert_int_equal(c.used, 1);
 }
 
 static int core_run_one(struct devsched_core *c, int i, int64_t exec_ns)
 {
-    devsched_core_acquire(c, i, DEVSCHED_ONLINE, 0);
-    devsched_core_grant(c, 0, NULL, NULL);
-    if (!devsched_core_take(c, i, DEVSCHED_ONLINE, 0))
+    devsched_core_acquire(c, i, ASK(DEVSCHED_ONLINE, 0));
+    devsched_core_grant(c, 0, NULL, NULL, NULL);
+    if (!devsched_core_take(c, i, ASK(DEVSCHED_ONLINE, 0)))
         return -1;
     devsched_core_release(c, i, exec_ns);
     return 0;
@@ -218,16 +253,16 @@ static void test_idle_member_banks_no_credit(void **state)
     /* B came back level with A, not 10 s behind: from now on, both busy,
      * they alternate instead of B taking the device for 10 s. */
     assert_true(c.m[b].vtime >= c.m[a].vtime);
-    devsched_core_acquire(&c, a, DEVSCHED_ONLINE, 0);
-    devsched_core_acquire(&c, b, DEVSCHED_ONLINE, 0);
+    devsched_core_acquire(&c, a, ASK(DEVSCHED_ONLINE, 0));
+    devsched_core_acquire(&c, b, ASK(DEVSCHED_ONLINE, 0));
     int runs[2] = {0, 0};
     for (int k = 0; k < 20; k++) {
-        devsched_core_grant(&c, 0, NULL, NULL);
-        int who = devsched_core_take(&c, a, DEVSCHED_ONLINE, 0) ? a
-                  : devsched_core_take(&c, b, DEVSCHED_ONLINE, 0) ? b : -1;
+        devsched_core_grant(&c, 0, NULL, NULL, NULL);
+        int who = devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)) ? a
+                  : devsched_core_take(&c, b, ASK(DEVSCHED_ONLINE, 0)) ? b : -1;
         assert_true(who >= 0);
         runs[who]++;
-        devsched_core_acquire(&c, who, DEVSCHED_ONLINE, 0);   /* its next batch, at once */
+        devsched_core_acquire(&c, who, ASK(DEVSCHED_ONLINE, 0));   /* its next batch, at once */
         devsched_core_release(&c, who, 10 * MS);
     }
     assert_int_equal(runs[a], 10);
@@ -284,11 +319,11 @@ static void test_split_follows_weights_property(void **state)
         int64_t now = 0;
         for (int i = 0; i < n; i++)
             for (int w = 0; w < slots; w++)
-                devsched_core_acquire(&c, i, DEVSCHED_ONLINE, 0);
+                devsched_core_acquire(&c, i, ASK(DEVSCHED_ONLINE, 0));
         for (int step = 0; step < 4000; step++) {
-            devsched_core_grant(&c, 0, NULL, NULL);
+            devsched_core_grant(&c, 0, NULL, NULL, NULL);
             for (int i = 0; i < n; i++)
-                while (devsched_core_take(&c, i, DEVSCHED_ONLINE, 0)) {
+                while (devsched_core_take(&c, i, ASK(DEVSCHED_ONLINE, 0))) {
                     int64_t len = sim_cost(&rng, mean[i]);
                     run[nrun++] = (struct sim_run){i, len, now + len};
                 }
@@ -303,7 +338,7 @@ static void test_split_follows_weights_property(void **state)
             used[r.member] += r.len;
             total += r.len;
             /* Its next batch is ready at once: release and acquire as one. */
-            devsched_core_acquire(&c, r.member, DEVSCHED_ONLINE, 0);
+            devsched_core_acquire(&c, r.member, ASK(DEVSCHED_ONLINE, 0));
             devsched_core_release(&c, r.member, r.len);
         }
         for (int i = 0; i < n; i++) {
@@ -338,9 +373,9 @@ struct thr_arg {
 static void *thr_busy(void *p)
 {
     struct thr_arg *a = p;
-    devsched_acquire(a->d, a->member, DEVSCHED_ONLINE, 0);
+    devsched_acquire(a->d, a->member, ASK(DEVSCHED_ONLINE, 0));
     while (atomic_fetch_sub(a->left, 1) > 0)
-        devsched_release_acquire(a->d, a->member, 1 * MS, DEVSCHED_ONLINE, 0);
+        devsched_release_acquire(a->d, a->member, 1 * MS, ASK(DEVSCHED_ONLINE, 0));
     devsched_release(a->d, a->member, 1 * MS);
     return NULL;
 }
@@ -359,7 +394,7 @@ static void test_threads_split_two_to_one(void **state)
     pthread_t t[2];
     /* The slot is held (as member a) until both threads wait for it, so
      * neither runs alone before the other has started. */
-    devsched_acquire(d, a, DEVSCHED_ONLINE, 0);
+    devsched_acquire(d, a, ASK(DEVSCHED_ONLINE, 0));
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&t[i], NULL, thr_busy, &args[i]), 0);
     struct timespec ts = {0, 50 * 1000 * 1000};
@@ -382,7 +417,7 @@ static void test_threads_split_two_to_one(void **state)
 static void *thr_blocked(void *p)
 {
     struct thr_arg *a = p;
-    devsched_acquire(a->d, a->member, DEVSCHED_OFFLINE, 0);
+    devsched_acquire(a->d, a->member, ASK(DEVSCHED_OFFLINE, 0));
     devsched_release(a->d, a->member, 0);
     atomic_store(a->left, 1);
     return NULL;
@@ -394,7 +429,7 @@ static void test_close_lets_waiters_run(void **state)
     struct error err = {0};
     struct devsched *d = devsched_new("cuda0", &err);
     int a = devsched_join(d, "a", 1, 1, &err), b = devsched_join(d, "b", 1, 1, &err);
-    devsched_acquire(d, a, DEVSCHED_ONLINE, 0);   /* held, as by a call that hangs */
+    devsched_acquire(d, a, ASK(DEVSCHED_ONLINE, 0));   /* held, as by a call that hangs */
     atomic_int done = 0;
     struct thr_arg arg = {d, b, &done};
     pthread_t t;
@@ -420,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_pick_least_virtual_time_then_weight),
         cmocka_unit_test(test_pick_urgent_deadline_first),
         cmocka_unit_test(test_core_urgent_batch_jumps_the_queue),
+        cmocka_unit_test(test_core_tenant_rank_before_model_weight),
         cmocka_unit_test(test_weights_charge_device_time),
         cmocka_unit_test(test_fast_path_and_work_conservation),
         cmocka_unit_test(test_idle_member_banks_no_credit),

@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "common/tz.h"
-#include "scratch.h"
+#include "tests/unit/scratch.h"
 
 static int32_t glibc_offset(int64_t t)
 {
