@@ -109,7 +109,22 @@ void modelstats_json_append(struct buf *out, struct served_model *sm)
                 ready ? (double)batcher_guard_ns(sm->batcher) / 1e9 : 0.0);
     buf_appendf(b, "\"device_seconds_held\":%.6f,"
                    "\"device_seconds_used\":%.6f,\"device_seconds_idle\":%.6f,"
-                   "\"batch_fill\":%.4f}}", w.held_s, w.busy_s,
+                   "\"batch_fill\":%.4f}", w.held_s, w.busy_s,
                 w.held_s > w.busy_s ? w.held_s - w.busy_s : 0, fill);
+    /* With tenants: each tenant's rows and device time on this model. */
+    const struct tenants_config *tc = ready ? sm->tenants : NULL;
+    if (tc && tc->n > 1) {
+        buf_append(b, ",\"tenants\":[", 12);
+        for (int t = 0, k = 0; t < tc->n; t++) {
+            if (!s.tenant_rows[t])
+                continue;
+            buf_appendf(b, "%s{\"name\":", k++ ? "," : "");
+            json_append_string(b, tc->t[t].name, strlen(tc->t[t].name));
+            buf_appendf(b, ",\"rows\":%llu,\"device_seconds\":%.6f}",
+                        (unsigned long long)s.tenant_rows[t], s.tenant_busy_s[t]);
+        }
+        buf_append(b, "]", 1);
+    }
+    buf_append(b, "}", 1);
     modelstats_snapshot_free(&s);
 }

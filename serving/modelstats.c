@@ -42,6 +42,7 @@ struct inst_shard {
     struct busywin busy;                     /* written by the instance's worker only */
     _Atomic uint64_t busy_offline_ns;        /* the offline rows' share of busy */
     _Atomic uint64_t *count_by_size, *ns_by_size;
+    _Atomic uint64_t tenant_rows[WORK_TENANTS_MAX], tenant_ns[WORK_TENANTS_MAX];
 };
 
 struct modelstats {
@@ -177,6 +178,20 @@ void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_
                                   memory_order_relaxed);
 }
 
+void modelstats_batch_tenants(struct modelstats *s, int instance, const struct batch *b,
+                              int64_t exec_ns)
+{
+    struct inst_shard *sh = &s->inst[instance % s->ninst];
+    if (b->rows <= 0)
+        return;
+    for (const struct infer_item *it = b->head; it; it = it->next) {
+        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
+        atomic_fetch_add_explicit(&sh->tenant_rows[t], (uint64_t)it->rows, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sh->tenant_ns[t], (uint64_t)(exec_ns * it->rows / b->rows),
+                                  memory_order_relaxed);
+    }
+}
+
 static void modelstats_hist_sum(struct modelstats_hist *dst, struct hist *src, double unit)
 {
     for (int i = 0; i < MODELSTATS_LAT_BUCKETS; i++)
@@ -212,6 +227,11 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         struct inst_shard *sh = &s->inst[i];
         modelstats_hist_sum(&o->compute, &sh->compute, 1e-9);
         modelstats_hist_sum(&o->batch, &sh->batch, 1.0);
+        for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+            o->tenant_rows[t] += atomic_load_explicit(&sh->tenant_rows[t], memory_order_relaxed);
+            o->tenant_busy_s[t] +=
+                (double)atomic_load_explicit(&sh->tenant_ns[t], memory_order_relaxed) / 1e9;
+        }
         if (o->batch_count_by_size && o->batch_ns_by_size)
             for (int r = 0; r <= s->max_batch; r++) {
                 o->batch_count_by_size[r] += atomic_load_explicit(&sh->count_by_size[r], memory_order_relaxed);

@@ -9,6 +9,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "batcher/work.h"
+
 /* Latency buckets (upper bounds), 50 us .. 30 s: resolves both 100 us and 10 s. */
 #define MODELSTATS_LAT_BUCKETS 20
 extern const double modelstats_lat_bounds_s[MODELSTATS_LAT_BUCKETS];
@@ -60,6 +62,10 @@ struct modelstats_snapshot {
     int max_batch;
     int ninstances;
     struct modelstats_instance *inst;          /* [ninstances], caller frees */
+    /* By tenant (recorded only with tenants configured): rows computed and
+     * device time charged, all instances. */
+    uint64_t tenant_rows[WORK_TENANTS_MAX];
+    double tenant_busy_s[WORK_TENANTS_MAX];
     int64_t last_inference_ms;                 /* unix ms of the last answer, 0 if none */
 };
 
@@ -78,6 +84,9 @@ void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason 
  * that share of its time is the offline class's. */
 void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_rows,
                       int64_t exec_ns);
+/* The same batch's rows and time by tenant (split over its rows). */
+void modelstats_batch_tenants(struct modelstats *s, int instance, const struct batch *b,
+                              int64_t exec_ns);
 
 void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *out);
 void modelstats_snapshot_free(struct modelstats_snapshot *snap);

@@ -32,6 +32,7 @@ static bool serving_has_tenants(const struct serving *s)
 }
 
 void serving_set_tenants(struct serving *s, const struct tenants_config *t) { s->tenants = t; }
+const struct tenants_config *serving_tenants(const struct serving *s) { return s->tenants; }
 
 static int serving_name_cmp(const void *a, const void *b)
 {
@@ -236,6 +237,7 @@ static int serving_shares_join(struct serving *s, struct served_model *sm, struc
     struct model *m = &sm->model;
     if (!serving_has_tenants(s))
         return 0;
+    sm->tenants = s->tenants;
     bool own = !model_is_compute(m);
     for (int i = 0; i < m->ninstances && !own; i++)
         own = !serving_sched_of(sm, i);

@@ -43,6 +43,7 @@ struct served_model {
      * device, and of a loop backend's batches: the model is their device.
      * NULL without tenants. */
     struct shares *own_shares;
+    const struct tenants_config *tenants;   /* the serving table's (serving_set_tenants) */
     struct workers *workers;          /* compute backends */
     struct feed *feed;                /* loop backends */
     _Atomic int state;               /* enum served_state; model.reason is set before FAILED */
@@ -61,6 +62,8 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
  * serving_load_all. Without it, or with the default tenant alone, nothing
  * is ranked by tenant. The table must outlive the serving table. */
 void serving_set_tenants(struct serving *s, const struct tenants_config *t);
+/* The table set there, or NULL. */
+const struct tenants_config *serving_tenants(const struct serving *s);
 /* Calls fn for each tenant-shares account (one per device, and one per
  * model on no shared device). */
 void serving_shares_each(struct serving *s, void (*fn)(struct shares *sh, void *arg), void *arg);
