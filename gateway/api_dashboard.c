@@ -7,6 +7,7 @@
 #include "gateway/api.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -34,6 +35,29 @@ static void dashboard_append_counts(struct buf *b, const char *name, const struc
     for (int i = 0; i < MODELSTATS_LAT_BUCKETS; i++)
         buf_appendf(b, "%s%llu", i ? "," : "", (unsigned long long)h->bucket[i]);
     buf_append(b, "]", 1);
+}
+
+/* Each tenant's device time by device and class, against its share
+ * (docs/TENANTS.md); the page turns the totals into rates. */
+static void dashboard_append_tenants(struct api_state *st, struct buf *b)
+{
+    const struct tenants_config *tc = st->serving ? serving_tenants(st->serving) : NULL;
+    if (!tc || tc->n <= 1)
+        return;
+    struct served_tenant_row *r = NULL;
+    int n = serving_tenant_rows(st->serving, &r);
+    buf_append(b, ",\"tenants\":[", 12);
+    for (int i = 0; i < n; i++) {
+        buf_appendf(b, "%s{\"device\":", i ? "," : "");
+        json_append_string(b, r[i].device, strlen(r[i].device));
+        buf_append(b, ",\"tenant\":", 10);
+        json_append_string(b, tc->t[r[i].tenant].name, strlen(tc->t[r[i].tenant].name));
+        buf_appendf(b, ",\"share\":%g,\"online_seconds\":%.6f,\"offline_seconds\":%.6f,"
+                       "\"borrowed_seconds\":%.6f,\"fraction_1s\":%.4f}", r[i].st.share,
+                    r[i].st.busy_s[0], r[i].st.busy_s[1], r[i].st.borrowed_s, r[i].st.fraction);
+    }
+    buf_append(b, "]", 1);
+    free(r);
 }
 
 static void dashboard_data(struct http_request *req, const struct route_match *m, void *ctx)
@@ -85,7 +109,9 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
         }
         buf_append(&b, "}", 1);
     }
-    buf_append(&b, "]}", 2);
+    buf_append(&b, "]", 1);
+    dashboard_append_tenants(st, &b);
+    buf_append(&b, "}", 1);
     http_respond(req, 200, "application/json", b.data, b.len, "Cache-Control: no-cache\r\n");
     buf_free(&b);
 }

@@ -158,76 +158,32 @@ static int metrics_collect_targets(struct api_state *st, const struct metrics_de
 
 /* ---- tenants' device time (serving/shares.h) ---- */
 
-/* One (tenant, device) row: the accounts of every model on a device with
- * that label summed (models on no shared device keep their own). */
-struct metrics_tenant_row {
-    char device[48];
-    int tenant;
-    struct shares_tenant_stats st;
-};
-
-struct metrics_tenant_rows {
-    struct metrics_tenant_row *r;
-    int n, cap;
-};
-
-static void metrics_tenant_collect(struct shares *sh, void *arg)
-{
-    struct metrics_tenant_rows *rows = arg;
-    for (int t = 0; t < shares_tenants(sh); t++) {
-        struct shares_tenant_stats ts;
-        shares_tenant_stats(sh, t, &ts);
-        struct metrics_tenant_row *row = NULL;
-        for (int i = 0; i < rows->n && !row; i++)
-            if (rows->r[i].tenant == t && strcmp(rows->r[i].device, shares_device(sh)) == 0)
-                row = &rows->r[i];
-        if (!row) {
-            if (rows->n == rows->cap) {
-                int cap = rows->cap ? rows->cap * 2 : 16;
-                struct metrics_tenant_row *nr = realloc(rows->r, (size_t)cap * sizeof *nr);
-                if (!nr)
-                    return;   /* out of memory: the rows so far */
-                rows->r = nr;
-                rows->cap = cap;
-            }
-            row = &rows->r[rows->n++];
-            memset(row, 0, sizeof *row);
-            snprintf(row->device, sizeof row->device, "%s", shares_device(sh));
-            row->tenant = t;
-            row->st.share = ts.share;
-        }
-        row->st.busy_s[0] += ts.busy_s[0];
-        row->st.busy_s[1] += ts.busy_s[1];
-        row->st.borrowed_s += ts.borrowed_s;
-    }
-}
-
 static void metrics_render_tenants(struct api_state *st, struct buf *b)
 {
     const struct tenants_config *tc = st->serving ? serving_tenants(st->serving) : NULL;
     if (!tc || tc->n <= 1)
         return;
-    struct metrics_tenant_rows rows = {0};
-    serving_shares_each(st->serving, metrics_tenant_collect, &rows);
+    struct served_tenant_row *r = NULL;
+    int n = serving_tenant_rows(st->serving, &r);
     metrics_head(b, "tenant_device_seconds_total", "counter",
                  "Device time charged to each tenant (a batch's time split over its rows), by "
                  "device and class (docs/TENANTS.md).");
-    for (int i = 0; i < rows.n; i++)
+    for (int i = 0; i < n; i++)
         for (int c = 0; c < 2; c++)
             buf_appendf(b, P "tenant_device_seconds_total{tenant=\"%s\",device=\"%s\","
-                        "class=\"%s\"} %.9g\n", tc->t[rows.r[i].tenant].name, rows.r[i].device,
-                        c ? "offline" : "online", rows.r[i].st.busy_s[c]);
+                        "class=\"%s\"} %.9g\n", tc->t[r[i].tenant].name, r[i].device,
+                        c ? "offline" : "online", r[i].st.busy_s[c]);
     metrics_head(b, "tenant_borrowed_seconds_total", "counter",
                  "The part of each tenant's device time used above its share (lent by others).");
-    for (int i = 0; i < rows.n; i++)
+    for (int i = 0; i < n; i++)
         buf_appendf(b, P "tenant_borrowed_seconds_total{tenant=\"%s\",device=\"%s\"} %.9g\n",
-                    tc->t[rows.r[i].tenant].name, rows.r[i].device, rows.r[i].st.borrowed_s);
+                    tc->t[r[i].tenant].name, r[i].device, r[i].st.borrowed_s);
     metrics_head(b, "tenant_share", "gauge",
                  "Each tenant's share of the device in force now (a time window's, or its own).");
-    for (int i = 0; i < rows.n; i++)
+    for (int i = 0; i < n; i++)
         buf_appendf(b, P "tenant_share{tenant=\"%s\",device=\"%s\"} %.9g\n",
-                    tc->t[rows.r[i].tenant].name, rows.r[i].device, rows.r[i].st.share);
-    free(rows.r);
+                    tc->t[r[i].tenant].name, r[i].device, r[i].st.share);
+    free(r);
 }
 
 static void metrics_render_targets(struct api_state *st, const struct metrics_devices *devs,

@@ -417,14 +417,53 @@ bool serving_all_ready(struct serving *s)
     return true;
 }
 
-void serving_shares_each(struct serving *s, void (*fn)(struct shares *sh, void *arg), void *arg)
+struct serving_tenant_rows {
+    struct served_tenant_row *r;
+    int n, cap;
+};
+
+static void serving_tenant_collect(struct shares *sh, struct serving_tenant_rows *rows)
 {
+    for (int t = 0; t < shares_tenants(sh); t++) {
+        struct shares_tenant_stats ts;
+        shares_tenant_stats(sh, t, &ts);
+        struct served_tenant_row *row = NULL;
+        for (int i = 0; i < rows->n && !row; i++)
+            if (rows->r[i].tenant == t && strcmp(rows->r[i].device, shares_device(sh)) == 0)
+                row = &rows->r[i];
+        if (!row) {
+            if (rows->n == rows->cap) {
+                int cap = rows->cap ? rows->cap * 2 : 16;
+                struct served_tenant_row *nr = realloc(rows->r, (size_t)cap * sizeof *nr);
+                if (!nr)
+                    return;   /* out of memory: the rows so far */
+                rows->r = nr;
+                rows->cap = cap;
+            }
+            row = &rows->r[rows->n++];
+            memset(row, 0, sizeof *row);
+            snprintf(row->device, sizeof row->device, "%s", shares_device(sh));
+            row->tenant = t;
+            row->st.share = ts.share;
+        }
+        row->st.busy_s[0] += ts.busy_s[0];
+        row->st.busy_s[1] += ts.busy_s[1];
+        row->st.borrowed_s += ts.borrowed_s;
+        row->st.fraction += ts.fraction;
+    }
+}
+
+int serving_tenant_rows(struct serving *s, struct served_tenant_row **out)
+{
+    struct serving_tenant_rows rows = {0};
     for (int i = 0; i < s->ndevs; i++)
         if (s->dev_shares[i])
-            fn(s->dev_shares[i], arg);
+            serving_tenant_collect(s->dev_shares[i], &rows);
     for (int i = 0; i < s->n; i++)
         if (atomic_load(&s->models[i].state) == SERVED_READY && s->models[i].own_shares)
-            fn(s->models[i].own_shares, arg);
+            serving_tenant_collect(s->models[i].own_shares, &rows);
+    *out = rows.r;
+    return rows.n;
 }
 
 void serving_stop(struct serving *s)

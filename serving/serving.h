@@ -64,9 +64,16 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
 void serving_set_tenants(struct serving *s, const struct tenants_config *t);
 /* The table set there, or NULL. */
 const struct tenants_config *serving_tenants(const struct serving *s);
-/* Calls fn for each tenant-shares account (one per device, and one per
- * model on no shared device). */
-void serving_shares_each(struct serving *s, void (*fn)(struct shares *sh, void *arg), void *arg);
+/* Each tenant's account on each device, as /metrics and the dashboard
+ * show it: the shares of every model on a device with that label summed
+ * (models on no shared device keep their own). */
+struct served_tenant_row {
+    char device[48];
+    int tenant;                       /* index in serving_tenants */
+    struct shares_tenant_stats st;
+};
+/* The rows into *out (the caller frees it); how many (0 without tenants). */
+int serving_tenant_rows(struct serving *s, struct served_tenant_row **out);
 /* Loads every model (cold start timed and logged) and starts its workers. */
 void serving_load_all(struct serving *s);
 int serving_count(const struct serving *s);
