@@ -28,6 +28,7 @@ struct api_state {
     struct jscratch **jscratch; /* per IO thread: body decoding's arena (jscratch.h); may be NULL */
     int njscratch;
     struct jobs *jobs;        /* offline jobs (jobs.h); NULL when the state database is not open */
+    struct governor *governor;  /* time windows (serving/governance.h); NULL without tenants */
 };
 
 /* GET /v2/health/live, /v2/health/ready, /v2 */
@@ -38,6 +39,8 @@ int api_models_register(struct router *r, struct api_state *st, struct error *er
 /* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
  * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
 int api_jobs_register(struct router *r, struct api_state *st, struct error *err);
+/* GET and PUT /v2/governance (SPEC.md "Time windows"). */
+int api_governance_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /dashboard (a self-contained live page) and GET /dashboard/data (its JSON). */
 int api_dashboard_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /metrics (Prometheus text format 0.0.4) */

@@ -2,6 +2,7 @@
 #include "serving/serving.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,21 @@ struct serving {
     struct shares **dev_shares;       /* the tenant shares of devs[i]; NULL without tenants */
     int ndevs;
     const struct tenants_config *tenants;   /* NULL, or the caller's (serving_set_tenants) */
+    /* The shares in force (serving_apply_shares), for shares made after:
+     * a device's first model may load after the governor applied a window. */
+    pthread_mutex_t shares_mu;
+    bool applied;
+    double applied_share[TENANTS_MAX], applied_offline;
 };
+
+/* A new shares account gets the shares in force. */
+static void serving_shares_init(struct serving *s, struct shares *sh)
+{
+    pthread_mutex_lock(&s->shares_mu);
+    if (s->applied)
+        shares_set(sh, s->applied_share, s->applied_offline);
+    pthread_mutex_unlock(&s->shares_mu);
+}
 
 /* Whether tenants' shares are kept: more tenants than "default". */
 static bool serving_has_tenants(const struct serving *s)
@@ -46,6 +61,7 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
     if (!s)
         return error_set(err, BG_ENOMEM, "out of memory");
     s->io_threads = io_threads;
+    pthread_mutex_init(&s->shares_mu, NULL);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     *out = s;
     DIR *d = opendir(dir);
@@ -170,10 +186,15 @@ static int serving_devsched_get(struct serving *s, const char *name, struct erro
         devsched_free(d);
         return -err->code;
     }
+    if (sh)
+        serving_shares_init(s, sh);
     devsched_set_shares(d, sh);
+    pthread_mutex_lock(&s->shares_mu);   /* the device list is read by apply and the rows */
     s->devs[s->ndevs] = d;
     s->dev_shares[s->ndevs] = sh;
-    return s->ndevs++;
+    int k = s->ndevs++;
+    pthread_mutex_unlock(&s->shares_mu);
+    return k;
 }
 
 /* Makes the model a member of each device its instances are placed on. */
@@ -249,6 +270,7 @@ static int serving_shares_join(struct serving *s, struct served_model *sm, struc
         int slots = model_is_compute(m) ? m->ninstances : model_loop_slots(m);
         if (!(sm->own_shares = shares_new(name, s->tenants, slots, err)))
             return -err->code;
+        serving_shares_init(s, sm->own_shares);
     }
     batcher_set_tenant_rank(sm->batcher, serving_tenant_rank, sm);
     return 0;
@@ -453,12 +475,30 @@ static void serving_tenant_collect(struct shares *sh, struct serving_tenant_rows
     }
 }
 
+void serving_apply_shares(struct serving *s, const double *share, double offline_share)
+{
+    pthread_mutex_lock(&s->shares_mu);
+    s->applied = share != NULL;
+    for (int t = 0; share && s->tenants && t < s->tenants->n; t++)
+        s->applied_share[t] = share[t];
+    s->applied_offline = offline_share;
+    for (int i = 0; i < s->ndevs; i++)
+        if (s->dev_shares[i])
+            shares_set(s->dev_shares[i], share, offline_share);
+    pthread_mutex_unlock(&s->shares_mu);
+    for (int i = 0; i < s->n; i++)
+        if (atomic_load(&s->models[i].state) == SERVED_READY && s->models[i].own_shares)
+            shares_set(s->models[i].own_shares, share, offline_share);
+}
+
 int serving_tenant_rows(struct serving *s, struct served_tenant_row **out)
 {
     struct serving_tenant_rows rows = {0};
+    pthread_mutex_lock(&s->shares_mu);
     for (int i = 0; i < s->ndevs; i++)
         if (s->dev_shares[i])
             serving_tenant_collect(s->dev_shares[i], &rows);
+    pthread_mutex_unlock(&s->shares_mu);
     for (int i = 0; i < s->n; i++)
         if (atomic_load(&s->models[i].state) == SERVED_READY && s->models[i].own_shares)
             serving_tenant_collect(s->models[i].own_shares, &rows);
@@ -509,6 +549,7 @@ void serving_free(struct serving *s)
         free(s->devs);
         free(s->dev_shares);
     }
+    pthread_mutex_destroy(&s->shares_mu);
     free(s->models);
     free(s);
 }

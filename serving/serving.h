@@ -62,6 +62,9 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
  * serving_load_all. Without it, or with the default tenant alone, nothing
  * is ranked by tenant. The table must outlive the serving table. */
 void serving_set_tenants(struct serving *s, const struct tenants_config *t);
+/* Puts shares in force on every device (a time window's; NULL: the
+ * tenants' own), and offline_share: the governor's apply function. */
+void serving_apply_shares(struct serving *s, const double *share, double offline_share);
 /* The table set there, or NULL. */
 const struct tenants_config *serving_tenants(const struct serving *s);
 /* Each tenant's account on each device, as /metrics and the dashboard

@@ -143,9 +143,11 @@ static void test_blocking_worker_cancel_and_early_refusal(void **state)
     pthread_create(&t, NULL, worker_main, &w);
     item_init(&kept, 2);
     assert_int_equal(batcher_submit(b, &kept, &err), 0);
-    /* 30 ms budget, admitted; it is taken long before it could expire. */
+    /* 300 ms budget, admitted; it is taken long before it could expire
+     * (with 30 ms, a worker thread not scheduled for 10 ms on a loaded
+     * 2-core machine let it expire now and then). */
     item_init(&doomed, 1);
-    doomed.deadline_ns = doomed.t_arrival_ns + 30000000;
+    doomed.deadline_ns = doomed.t_arrival_ns + 300000000;
     assert_int_equal(batcher_submit(b, &doomed, &err), 0);
     struct timespec ts = {0, 100000000};
     nanosleep(&ts, NULL);
