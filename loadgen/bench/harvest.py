@@ -42,10 +42,13 @@ Reported, with the targets of the issue:
     batches (docs/JOBS.md), so time the device is busy with small online
     batches still has room for them: the rows reading is the one the target
     is judged by, the time reading is shown beside it.
-And for each run where the machine's time went: CPU seconds per second of
-batchgate's threads by kind (worker = the device on the cpu backend; IO;
-jobs runner; the rest), of batchgate-load, and of the whole machine (what is
-left is other processes), with the load average before and after.
+And for each run: the online answers that were not 2xx, the server's
+batches, the answer guard sampled every 0.5 s (what makes the batcher refuse
+at submit when answers leave late), and where the machine's time went: CPU
+seconds per second of batchgate's threads by kind (worker = the device on
+the cpu backend; IO; jobs runner; the rest), of batchgate-load, and of the
+whole machine (what is left is other processes), with the load average
+before and after.
 
     loadgen/bench/harvest.py [--backend synthetic|cpu|cuda] [--period 60] [--budget-ms 50]
 
