@@ -11,11 +11,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -668,6 +671,14 @@ static void *jobs_main(void *arg)
 {
     struct jobs *j = arg;
     uint64_t seen = 0;
+    /* Job lines are work nobody waits for: decoding them and writing their
+     * results must only use host CPU that nothing else wants. On a small
+     * host the IO threads' time is the online requests' (the harvest run on
+     * 2 shared cores lost online answers to this thread). SCHED_IDLE needs
+     * no privilege; if it is refused, the lowest nice. */
+    struct sched_param sp = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
+        (void)!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     for (;;) {
         pthread_mutex_lock(&j->mu);
         struct jobs_cmd *cmds = j->cmds;
