@@ -306,6 +306,8 @@ int main(int argc, char **argv)
         goto out;
     }
     api.serving = serving;
+    /* The schedulers' shares come from the same table the gateway reads. */
+    serving_set_tenants(serving, &cfg.tenants);
     /* Tenants before any route can be called: the guard resolves them. */
     api.tenantstats = tenantstats_new(cfg.http.io_threads, cfg.tenants.n, serving_count(serving));
     api.auth = api.tenantstats ? auth_new(&cfg.tenants, api.tenantstats, &err) : NULL;

@@ -21,6 +21,7 @@ struct serving {
      * built by the loader, freed with the table. */
     struct devsched **devs;
     int ndevs;
+    const struct tenants_config *tenants;   /* main's; NULL: "default" alone */
 };
 
 static int serving_name_cmp(const void *a, const void *b)
@@ -321,6 +322,8 @@ void serving_model_devices(struct served_model *sm, const struct modelstats_snap
 }
 
 int serving_count(const struct serving *s) { return s->n; }
+void serving_set_tenants(struct serving *s, const struct tenants_config *t) { s->tenants = t; }
+const struct tenants_config *serving_tenants(const struct serving *s) { return s->tenants; }
 struct served_model *serving_at(struct serving *s, int i) { return &s->models[i]; }
 
 struct served_model *serving_find(struct serving *s, const char *name, size_t len)

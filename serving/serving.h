@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/httpc.h"
 #include "serving/modelstats.h"
+#include "serving/tenant.h"
 
 /* The one version each model serves (".../versions/1/..."). */
 #define SERVING_MODEL_VERSION "1"
@@ -50,6 +51,11 @@ struct serving;
  * error (it was asked for explicitly) rather than an empty repository. */
 int serving_open(const char *dir, bool required, int io_threads, struct serving **out,
                  struct error *err);
+/* The tenants table (serving/tenant.h) the device schedulers read shares
+ * from; main's configuration, set before serving_load_all and outliving s.
+ * Until set (or NULL) every item is the tenant "default"'s alone. */
+void serving_set_tenants(struct serving *s, const struct tenants_config *t);
+const struct tenants_config *serving_tenants(const struct serving *s);
 /* Loads every model (cold start timed and logged) and starts its workers. */
 void serving_load_all(struct serving *s);
 int serving_count(const struct serving *s);
