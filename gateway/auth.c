@@ -61,16 +61,21 @@ bool auth_keys_exist(const struct auth *a) { return a->nkeys > 0; }
 int auth_digest_tenant(const struct auth *a, const uint8_t digest[TENANT_DIGEST_LEN])
 {
     /* Every key, every byte, whatever matched before: the differences are
-     * ORed together and the match turned into a mask, with no branch on a
-     * secret. Keys are unique (config_tenants.c), so at most one matches. */
+     * ORed together (as four 64-bit words) and the match turned into a
+     * mask, with no branch on a secret. Keys are unique
+     * (config_tenants.c), so at most one matches. */
+    enum { WORDS = TENANT_DIGEST_LEN / 8 };
+    uint64_t d[WORDS];
+    memcpy(d, digest, sizeof d);
     unsigned found = 0;   /* the matching key's tenant + 1; 0: none */
     for (int i = 0; i < a->nkeys; i++) {
-        unsigned diff = 0;
-        for (int b = 0; b < TENANT_DIGEST_LEN; b++)
-            diff |= (unsigned)(a->keys[i].d[b] ^ digest[b]);
+        uint64_t k[WORDS], diff = 0;
+        memcpy(k, a->keys[i].d, sizeof k);
+        for (int w = 0; w < WORDS; w++)
+            diff |= k[w] ^ d[w];
         /* Keeps the compiler from turning what follows into a branch. */
         __asm__("" : "+r"(diff));
-        unsigned eq = 1u & ((diff - 1u) >> 8);   /* diff is 0..255: 1 when 0 */
+        unsigned eq = (unsigned)(((diff | (0 - diff)) >> 63) ^ 1);   /* 1 when diff is 0 */
         found |= (0u - eq) & (unsigned)(a->keys[i].tenant + 1);
     }
     return (int)found - 1;
