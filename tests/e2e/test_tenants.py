@@ -312,6 +312,37 @@ class TenantsTest(RepoServerCase):
                              "first and %.1f us when it differed last" % (me, ml))
 
 
+class ProxyRouteGuardTest(RepoServerCase):
+    """A proxy route (dispatched at the end of its headers, its body
+    streaming) passes the same guard: no key, no upstream call."""
+    config = {
+        "tenants": [{"name": "a", "keys": [digest("k-a")]}],
+        # Nothing listens on port 1: a call that gets through fails with 502.
+        "proxy": {"routes": [{"prefix": "/up/", "urls": ["http://127.0.0.1:1"]}],
+                  "timeout_ms": 2000},
+    }
+
+    @classmethod
+    def populate(cls, repo):
+        fast_models(repo, "alpha")
+
+    def test_proxy_route_needs_a_key(self):
+        s = connect(self.srv.port)
+        try:
+            # A body the guard refuses before reading it, then a request
+            # behind it on the same connection: both answered, in order.
+            send(s, request("POST", "/up/thing", [("Content-Type", "text/plain")], "x" * 5000)
+                 + request("GET", "/v2/health/live"))
+            r = read_response(s)
+            self.assertEqual(r.status, 401, r)
+            self.assertTrue(r.headers.get("WWW-Authenticate", "").startswith("Bearer"))
+            self.assertEqual(read_response(s).status, 200)
+        finally:
+            close_quietly(s)
+        r = roundtrip(self.srv.port, "GET", "/up/thing", auth_headers("k-a"))
+        self.assertEqual(r.status, 502, r)
+
+
 class LimitsTest(RepoServerCase):
     """max_inflight and rate_rows_per_s: 429, Retry-After, the reason."""
     config = {
