@@ -11,7 +11,8 @@ void report_table_header(FILE *out, bool open_loop, bool named)
     if (named)
         fprintf(out, "%-16s ", "workload");
     fprintf(out, "%-10s %10s %10s %10s %9s %9s %9s %9s %9s %7s %6s  %s\n",
-            named ? "target" : open_loop ? "rate/s" : "conns", "sent/s", "answers/s", "goodput/s", "p50 ms",
+            named ? "target" : open_loop ? "rate/s" : "conns", "sent/s", "answers/s", "goodput/s",
+            "p50 ms",
             "p90 ms", "p99 ms", "p99.9 ms", "max ms", "non-2xx", "errors", "server (queue, compute/batch, rows/batch)");
 }
 
@@ -75,6 +76,14 @@ static void report_json_fields(FILE *f, const struct report_step *s, const char 
         fprintf(f, ",\n%s\"server\": {\"queue_ms\": %.3f, \"compute_ms_per_batch\": %.3f, "
                    "\"rows_per_batch\": %.2f}", ind, s->server_queue_ms, s->server_compute_ms,
                 s->server_batch);
+}
+
+void report_warn_late(const struct report_step *st, double rate)
+{
+    if (st->open_loop && st->r.achieved_rate < 0.99 * rate && st->r.late_sends > st->r.sent / 100)
+        fprintf(stderr, "batchgate-load: warning: the generator could not keep up with %.0f/s "
+                        "(%llu sends late with a connection free); its latencies include its "
+                        "own delay\n", rate, (unsigned long long)st->r.late_sends);
 }
 
 int report_json(const char *path, const struct report_step *s, int n)

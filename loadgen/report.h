@@ -21,6 +21,9 @@ struct report_step {
 /* named: rows of workloads (a first column with the name). */
 void report_table_header(FILE *out, bool open_loop, bool named);
 void report_table_row(FILE *out, const struct report_step *s);
+/* To stderr: an open-loop step that sent under its rate because the
+ * generator itself fell behind (its latencies include its own delay). */
+void report_warn_late(const struct report_step *st, double rate);
 int report_json(const char *path, const struct report_step *s, int n);
 /* A run of several workloads: one step, the total, with each workload's
  * own object under "workloads". */

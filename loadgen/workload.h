@@ -7,6 +7,8 @@
 
 #include <stdbool.h>
 
+#include "loadgen/target.h"
+
 #define LG_WORKLOADS_MAX 16
 
 struct lg_workload {
@@ -24,5 +26,9 @@ struct lg_workload {
  * into *w (names: letters, digits, - _ .). Returns 0, or -1 with a message
  * naming the part that is wrong (never the key). */
 int lg_workload_parse(const char *spec, struct lg_workload *w, char *msg, int cap);
+/* Runs the workloads side by side (a thread each, one window), prints a row
+ * each and the total, writes o's --json, --csv, --svg. Returns the exit
+ * status: 0, or 1 when one could not start or got no answer. */
+int lg_workload_run(struct lg_opts *o, const struct lg_workload *wl, int nwl);
 
 #endif
