@@ -99,15 +99,17 @@ static const char *auth_trim(const char *v, size_t *n)
     return v;
 }
 
-const char *auth_request_key(struct http_request *req, size_t *len)
+const char *auth_request_key(struct http_request *req, size_t *len, enum auth_key_from *from)
 {
     size_t n;
+    *from = AUTH_KEY_NONE;
     const char *v = http_request_header(req, "Authorization", &n);
     if (v && n > 7 && strncasecmp(v, "Bearer ", 7) == 0) {
         n -= 7;
         v = auth_trim(v + 7, &n);
         if (n) {
             *len = n;
+            *from = AUTH_KEY_BEARER;
             return v;
         }
     }
@@ -116,6 +118,7 @@ const char *auth_request_key(struct http_request *req, size_t *len)
         v = auth_trim(v, &n);
         if (n) {
             *len = n;
+            *from = AUTH_KEY_X_API_KEY;
             return v;
         }
     }
@@ -196,8 +199,12 @@ bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx
     if (cls == AUTH_ROUTE_OPEN)
         return true;
     size_t klen = 0;
-    const char *key = auth_request_key(req, &klen);
+    enum auth_key_from from;
+    const char *key = auth_request_key(req, &klen, &from);
     int tenant = key ? auth_key_tenant(a, key, klen) : -1;
+    int tag = tenant < 0                 ? 0
+              : from == AUTH_KEY_BEARER ? AUTH_TAG_KEY_BEARER
+                                        : AUTH_TAG_KEY_X_API_KEY;
     if (tenant < 0) {
         if (a->t->auth_required) {
             /* RFC 6750 section 3; the key itself is never repeated. */
@@ -216,7 +223,7 @@ bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx
         }
         tenant = 0;
     }
-    http_request_set_tag(req, tenant);
+    http_request_set_tag(req, tenant | tag);
     if (cls == AUTH_ROUTE_ADMIN && !auth_is_admin(a, tenant)) {
         size_t plen;
         const char *path = http_request_path(req, &plen);

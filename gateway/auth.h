@@ -44,11 +44,14 @@ int auth_key_tenant(const struct auth *a, const char *key, size_t len);
 /* The same for a digest (the part that must not depend on the match). */
 int auth_digest_tenant(const struct auth *a, const uint8_t digest[TENANT_DIGEST_LEN]);
 
+/* Where a key was found. */
+enum auth_key_from { AUTH_KEY_NONE, AUTH_KEY_BEARER, AUTH_KEY_X_API_KEY };
+
 /* The request's key: the token of `Authorization: Bearer` (scheme in any
  * case), else the value of `X-Api-Key`; NULL when it has neither (an
  * Authorization of another scheme is not a key here: it may be meant for a
- * proxied server). Points into the request. */
-const char *auth_request_key(struct http_request *req, size_t *len);
+ * proxied server). Points into the request; *from says which header. */
+const char *auth_request_key(struct http_request *req, size_t *len, enum auth_key_from *from);
 
 enum auth_route {
     AUTH_ROUTE_OPEN,     /* no key looked at: health, metrics, dashboard */
@@ -69,7 +72,26 @@ const char *auth_tenant_name(const struct auth *a, int tenant);
 
 /* The router's guard (route_guard_fn; ctx: the struct auth). */
 bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx);
+/* The guard's tag on a request: the tenant's index in the low bits, and
+ * which header held a key that named a tenant (that header is this
+ * server's credential: the reverse proxy does not pass it on). */
+#define AUTH_TAG_TENANT_MASK 0xffff
+#define AUTH_TAG_KEY_BEARER (1 << 16)
+#define AUTH_TAG_KEY_X_API_KEY (1 << 17)
+
 /* The tenant the guard found for the request (0, `default`, on open routes). */
-static inline int auth_tenant(const struct http_request *req) { return http_request_tag(req); }
+static inline int auth_tenant(const struct http_request *req)
+{
+    return http_request_tag(req) & AUTH_TAG_TENANT_MASK;
+}
+/* The header that carried a tenant's key: AUTH_KEY_NONE when none did (no
+ * key, an unknown one, an open route). */
+static inline enum auth_key_from auth_key_used(const struct http_request *req)
+{
+    int tag = http_request_tag(req);
+    return tag & AUTH_TAG_KEY_BEARER     ? AUTH_KEY_BEARER
+           : tag & AUTH_TAG_KEY_X_API_KEY ? AUTH_KEY_X_API_KEY
+                                          : AUTH_KEY_NONE;
+}
 
 #endif

@@ -17,6 +17,7 @@ import unittest
 from harness import (RepoServerCase, assert_json_error, close_quietly, connect,
                      read_response, request, roundtrip, send)
 from test_infer import synthetic, write_model
+from test_upstream import FakeUpstreamCase
 
 KEYS = {
     "search": "sk-search-7f3a9c1e5b2d4f6a8c0e",
@@ -312,19 +313,23 @@ class TenantsTest(RepoServerCase):
                              "first and %.1f us when it differed last" % (me, ml))
 
 
-class ProxyRouteGuardTest(RepoServerCase):
+class ProxyRouteGuardTest(FakeUpstreamCase):
     """A proxy route (dispatched at the end of its headers, its body
-    streaming) passes the same guard: no key, no upstream call."""
-    config = {
-        "tenants": [{"name": "a", "keys": [digest("k-a")]}],
-        # Nothing listens on port 1: a call that gets through fails with 502.
-        "proxy": {"routes": [{"prefix": "/up/", "urls": ["http://127.0.0.1:1"]}],
-                  "timeout_ms": 2000},
-    }
+    streaming) passes the same guard: no key, no upstream call. A key that
+    named a tenant is this server's credential and is not passed on."""
 
     @classmethod
     def populate(cls, repo):
         fast_models(repo, "alpha")
+        _, fport = cls.fake_server("--base-ms", "1")
+        cls.config = {
+            "tenants": [{"name": "a", "keys": [digest("k-a")]}],
+            "proxy": {"routes": [
+                # Nothing listens on port 1: a call that gets through fails with 502.
+                {"prefix": "/up/", "urls": ["http://127.0.0.1:1"]},
+                {"prefix": "/echo/", "urls": ["http://127.0.0.1:%d" % fport]}],
+                "timeout_ms": 2000},
+        }
 
     def test_proxy_route_needs_a_key(self):
         s = connect(self.srv.port)
@@ -341,6 +346,23 @@ class ProxyRouteGuardTest(RepoServerCase):
             close_quietly(s)
         r = roundtrip(self.srv.port, "GET", "/up/thing", auth_headers("k-a"))
         self.assertEqual(r.status, 502, r)
+
+    def test_the_tenants_key_is_not_passed_on(self):
+        def upstream_saw(headers):
+            r = roundtrip(self.srv.port, "GET", "/echo/x", headers)
+            self.assertEqual(r.status, 200, r)
+            return r.json()["headers"]
+        h = upstream_saw([("Authorization", "Bearer k-a"), ("X-Trace", "t1")])
+        self.assertNotIn("authorization", h)
+        self.assertEqual(h.get("x-trace"), "t1")
+        h = upstream_saw([("X-Api-Key", "k-a"), ("Authorization", "Basic dXA6c3RyZWFt")])
+        self.assertNotIn("x-api-key", h)
+        self.assertEqual(h.get("authorization"), "Basic dXA6c3RyZWFt")   # for the server behind
+        # The key named the tenant by Authorization: an X-Api-Key beside it
+        # was not ours, and goes on.
+        h = upstream_saw([("Authorization", "Bearer k-a"), ("X-Api-Key", "theirs")])
+        self.assertNotIn("authorization", h)
+        self.assertEqual(h.get("x-api-key"), "theirs")
 
 
 class LimitsTest(RepoServerCase):
