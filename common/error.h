@@ -12,11 +12,14 @@
 /*        name              http  reason (metrics label) */
 #define BG_ERRORS(X)                                        \
     X(BG_EINVAL,            400, "bad_request")             \
+    X(BG_EUNAUTHORIZED,     401, "unauthorized")            \
+    X(BG_EFORBIDDEN,        403, "forbidden")               \
     X(BG_ENOTFOUND,         404, "not_found")               \
     X(BG_EMETHOD,           405, "method_not_allowed")      \
     X(BG_EHEADERTIMEOUT,    408, "header_timeout")          \
     X(BG_EBODYTOOLARGE,     413, "body_too_large")          \
     X(BG_EQUEUEFULL,        429, "queue_full")              \
+    X(BG_ETENANTLIMIT,      429, "tenant_limit")            \
     X(BG_EHEADERTOOLARGE,   431, "header_too_large")        \
     X(BG_EBACKEND,          500, "backend")                 \
     X(BG_EUPSTREAM,         502, "upstream")                \

@@ -14,6 +14,9 @@ struct server;
 struct nvml;
 struct proxy;
 struct jobs;
+struct auth;
+struct admit;
+struct tenantstats;
 
 /* Process state the health routes report. Owned by main. */
 struct api_state {
@@ -28,6 +31,13 @@ struct api_state {
     struct jscratch **jscratch; /* per IO thread: body decoding's arena (jscratch.h); may be NULL */
     int njscratch;
     struct jobs *jobs;        /* offline jobs (jobs.h); NULL when the state database is not open */
+    /* Tenants (docs/TENANTS.md): who calls (auth.h; its guard runs before
+     * every handler), their admission limits (admit.h) and their counters
+     * (tenantstats.h). NULL where main made none (the tests): every request
+     * is then the tenant `default`, unlimited, uncounted. */
+    struct auth *auth;
+    struct admit *admit;
+    struct tenantstats *tenantstats;
     struct governor *governor;  /* time windows (serving/governance.h); NULL without tenants */
 };
 

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "common/buf.h"
+#include "gateway/auth.h"
 #include "serving/jobs.h"
 #include "serving/serving.h"
 #include "serving/tensor_json.h"
@@ -128,6 +129,23 @@ static int jobs_api_input_path(struct http_request *req, struct jobs *jobs, cons
     return rc;
 }
 
+/* The caller's tenant by name; "default" without tenants (st->auth NULL). */
+static const char *jobs_api_tenant(const struct api_state *st, const struct http_request *req)
+{
+    return st->auth ? auth_tenant_name(st->auth, auth_tenant(req)) : "default";
+}
+
+/* A job is its tenant's, and an admin's (every caller's while no tenant
+ * has keys). A job stored before tenants (tenant "") is the default's. */
+static bool jobs_api_may_see(const struct api_state *st, const struct http_request *req,
+                             const struct state_job *j)
+{
+    if (!st->auth || auth_is_admin(st->auth, auth_tenant(req)))
+        return true;
+    const char *owner = j->tenant[0] ? j->tenant : "default";
+    return strcmp(owner, jobs_api_tenant(st, req)) == 0;
+}
+
 /* POST /v2/models/{model}/jobs */
 static void jobs_api_submit(struct http_request *req, const struct route_match *m, void *ctx)
 {
@@ -153,6 +171,7 @@ static void jobs_api_submit(struct http_request *req, const struct route_match *
     if (!call)
         return;
     snprintf(call->cmd.model, sizeof call->cmd.model, "%s", sm->model.cfg.name);
+    snprintf(call->cmd.tenant, sizeof call->cmd.tenant, "%s", jobs_api_tenant(st, req));
     /* One object naming input_path is the file form; anything else is lines. */
     json_t *root = len > 0 && len < JOBS_API_PATH_BODY_MAX ? json_loadb(body, len, 0, NULL) : NULL;
     json_t *ip = json_is_object(root) ? json_object_get(root, "input_path") : NULL;
@@ -225,24 +244,28 @@ static void jobs_api_append(struct buf *b, const struct state_job *j)
 struct jobs_api_list {
     struct buf *b;
     int n;
+    const struct api_state *st;
+    const struct http_request *req;
 };
 
 static void jobs_api_list_one(const struct state_job *j, void *arg)
 {
     struct jobs_api_list *l = arg;
+    if (!jobs_api_may_see(l->st, l->req, j))
+        return;
     if (l->n++)
         buf_append(l->b, ",", 1);
     jobs_api_append(l->b, j);
 }
 
-/* GET /v2/jobs */
+/* GET /v2/jobs: the caller's (an admin's: all). */
 static void jobs_api_list(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct jobs *jobs = jobs_api_of(req, ctx);
     if (!jobs)
         return;
     struct buf b = BUF_INIT;
-    struct jobs_api_list l = {&b, 0};
+    struct jobs_api_list l = {&b, 0, ctx, req};
     struct error err = {0};
     buf_append(&b, "{\"jobs\":[", 9);
     if (state_job_list(jobs_state(jobs), jobs_api_list_one, &l, &err)) {
@@ -255,9 +278,11 @@ static void jobs_api_list(struct http_request *req, const struct route_match *m,
     buf_free(&b);
 }
 
-/* The job of the route's {id}; answers 404/500 itself. */
+/* The job of the route's {id}; answers 404/500 itself. Another tenant's
+ * job is 404 as an unknown one is: its id tells nothing (not even that it
+ * exists). */
 static int jobs_api_get_job(struct http_request *req, const struct route_match *m,
-                            struct jobs *jobs, struct state_job *j)
+                            const struct api_state *st, struct jobs *jobs, struct state_job *j)
 {
     const struct route_param *p = route_match_param(m, "id");
     char id[64];
@@ -269,6 +294,8 @@ static int jobs_api_get_job(struct http_request *req, const struct route_match *
     id[p->len] = '\0';
     struct error err = {0};
     int rc = state_job_get(jobs_state(jobs), id, j, &err);
+    if (rc == 0 && !jobs_api_may_see(st, req, j))
+        rc = error_set(&err, BG_ENOTFOUND, "no job \"%s\"", id);
     if (rc)
         http_respond_error(req, error_http_status(-rc), NULL, "%s", err.msg);
     return rc;
@@ -279,7 +306,7 @@ static void jobs_api_status(struct http_request *req, const struct route_match *
 {
     struct jobs *jobs = jobs_api_of(req, ctx);
     struct state_job j;
-    if (!jobs || jobs_api_get_job(req, m, jobs, &j))
+    if (!jobs || jobs_api_get_job(req, m, ctx, jobs, &j))
         return;
     struct buf b = BUF_INIT;
     jobs_api_append(&b, &j);
@@ -292,7 +319,7 @@ static void jobs_api_results(struct http_request *req, const struct route_match 
 {
     struct jobs *jobs = jobs_api_of(req, ctx);
     struct state_job j;
-    if (!jobs || jobs_api_get_job(req, m, jobs, &j))
+    if (!jobs || jobs_api_get_job(req, m, ctx, jobs, &j))
         return;
     char *data = malloc(j.out_size > 0 ? (size_t)j.out_size : 1);
     FILE *f = j.out_size > 0 ? fopen(j.output_path, "r") : NULL;
@@ -314,7 +341,7 @@ static void jobs_api_cancel(struct http_request *req, const struct route_match *
 {
     struct jobs *jobs = jobs_api_of(req, ctx);
     struct state_job j;
-    if (!jobs || jobs_api_get_job(req, m, jobs, &j))
+    if (!jobs || jobs_api_get_job(req, m, ctx, jobs, &j))
         return;
     struct jobs_call *call = jobs_api_call(req, JOBS_CMD_CANCEL);
     if (!call)

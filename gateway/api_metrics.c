@@ -10,6 +10,9 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/httpc.h"
+#include "gateway/admit.h"
+#include "gateway/auth.h"
+#include "gateway/tenantstats.h"
 #include "serving/modelstats.h"
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
@@ -158,7 +161,7 @@ static int metrics_collect_targets(struct api_state *st, const struct metrics_de
 
 /* ---- tenants' device time (serving/shares.h) ---- */
 
-static void metrics_render_tenants(struct api_state *st, struct buf *b)
+static void metrics_render_tenant_devices(struct api_state *st, struct buf *b)
 {
     const struct tenants_config *tc = st->serving ? serving_tenants(st->serving) : NULL;
     if (!tc || tc->n <= 1)
@@ -238,6 +241,49 @@ static void metrics_scrape_free(struct modelstats_snapshot *snaps, struct metric
         free(devs[i].d);
     free(snaps);
     free(devs);
+}
+
+/* The tenants' families (docs/TENANTS.md): answers per tenant, model and
+ * code; the front door's refusals; requests in flight under a max_inflight. */
+static void metrics_render_tenants(struct api_state *st, struct buf *b)
+{
+    if (!st->auth || !st->tenantstats)
+        return;
+    const struct tenants_config *t = auth_tenants(st->auth);
+    int n = st->serving ? serving_count(st->serving) : 0;
+    metrics_head(b, "tenant_requests_total", "counter",
+                 "Inference requests answered, by tenant, model and status code.");
+    for (int ti = 0; ti < t->n; ti++)
+        for (int mi = 0; mi < n; mi++)
+            for (int c = 0; c < MODELSTATS_CODES; c++) {
+                uint64_t v = tenantstats_requests(st->tenantstats, ti, mi, c);
+                if (!v)
+                    continue;
+                buf_appendf(b, P "tenant_requests_total{tenant=\"");
+                metrics_label(b, t->t[ti].name);
+                buf_appendf(b, "\",model=\"");
+                metrics_label(b, serving_at(st->serving, mi)->model.cfg.name);
+                if (modelstats_codes[c])
+                    buf_appendf(b, "\",code=\"%d\"} %llu\n", modelstats_codes[c],
+                                (unsigned long long)v);
+                else
+                    buf_appendf(b, "\",code=\"other\"} %llu\n", (unsigned long long)v);
+            }
+    metrics_head(b, "auth_refusals_total", "counter",
+                 "Requests refused at the front door: 401 no_key or unknown_key, 403 admin_route "
+                 "or model.");
+    for (int r = 0; r < TS_REFUSED_COUNT; r++)
+        buf_appendf(b, P "auth_refusals_total{reason=\"%s\"} %llu\n",
+                    tenantstats_refusal_names[r],
+                    (unsigned long long)tenantstats_refusals(st->tenantstats, r));
+    metrics_head(b, "tenant_inflight_requests", "gauge",
+                 "Inference requests of the tenant in flight, for tenants with a max_inflight.");
+    for (int ti = 0; ti < t->n; ti++)
+        if (t->t[ti].max_inflight > 0 && st->admit) {
+            buf_appendf(b, P "tenant_inflight_requests{tenant=\"");
+            metrics_label(b, t->t[ti].name);
+            buf_appendf(b, "\"} %d\n", admit_inflight(st->admit, ti));
+        }
 }
 
 int api_metrics_render(struct api_state *st, struct buf *b)
@@ -427,8 +473,9 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             }
         }
     }
-    metrics_render_tenants(st, b);
+    metrics_render_tenant_devices(st, b);
     metrics_render_targets(st, devs, b);
+    metrics_render_tenants(st, b);
     metrics_head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");
     buf_appendf(b, P "inflight_requests %lld\n",
                 (long long)(st->server ? server_inflight(st->server) : 0));

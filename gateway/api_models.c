@@ -15,10 +15,13 @@
 #include "batcher/batcher.h"
 #include "common/buf.h"
 #include "common/clock.h"
+#include "gateway/admit.h"
+#include "gateway/auth.h"
 #include "gateway/jscratch.h"
 #include "gateway/modelstats_json.h"
 #include "http/http.h"
 #include "gateway/proxy.h"
+#include "gateway/tenantstats.h"
 #include "serving/serving.h"
 #include "serving/tensor_json.h"
 
@@ -31,7 +34,9 @@ struct infer_call {
     struct infer_item item;
     struct http_request *req;
     struct mailbox *mb;
+    struct api_state *st;
     struct served_model *sm;
+    bool admitted;                   /* holds a place of its tenant's (admit.h) until freed */
     struct infer_request r;
     float *output;
     enum infer_format format;
@@ -55,29 +60,33 @@ static enum modelstats_reason models_reason_of(int code)
     }
 }
 
-/* An inference request of this model was answered with `status`. */
-static void models_account(struct served_model *sm, struct http_request *req, int status,
-                    int64_t queue_ns)
+/* An inference request of this model was answered with `status`: the
+ * model's counters, and its tenant's (the guard left it on the request). */
+static void models_account(struct api_state *st, struct served_model *sm,
+                           struct http_request *req, int status, int64_t queue_ns)
 {
     if (sm->stats)
         modelstats_request(sm->stats, http_request_thread(req), status,
                            now_ns() - http_request_received_ns(req), queue_ns);
+    if (st->tenantstats)
+        tenantstats_request(st->tenantstats, http_request_thread(req), auth_tenant(req),
+                            (int)(sm - serving_at(st->serving, 0)), status);
 }
 
 /* ... refused before or instead of computing (code: a BG_E*). */
-static void models_account_reject(struct served_model *sm, struct http_request *req, int code,
-                           int status)
+static void models_account_reject(struct api_state *st, struct served_model *sm,
+                                  struct http_request *req, int code, int status)
 {
     if (sm->stats)
         modelstats_reject(sm->stats, http_request_thread(req), models_reason_of(code));
-    models_account(sm, req, status, -1);
+    models_account(st, sm, req, status, -1);
 }
 
 /* ---- lookup ---- */
 
 /* Finds the model of the route and checks the version; answers 404/503 itself. */
 static struct served_model *models_lookup(struct http_request *req, const struct route_match *m,
-                                         struct api_state *st, bool need_ready, bool infer)
+                                          struct api_state *st, bool need_ready, bool infer)
 {
     const struct route_param *p = route_match_param(m, "model");
     struct served_model *sm = st->serving ? serving_find(st->serving, p->value, p->len) : NULL;
@@ -96,7 +105,7 @@ static struct served_model *models_lookup(struct http_request *req, const struct
     int state = atomic_load(&sm->state);
     if (need_ready && state != SERVED_READY) {
         if (infer)
-            models_account_reject(sm, req, BG_ENOTREADY, 503);
+            models_account_reject(st, sm, req, BG_ENOTREADY, 503);
         if (state == SERVED_LOADING)
             http_respond_error(req, 503, "Retry-After: 1\r\n", "model %s is loading",
                                sm->model.cfg.name);
@@ -243,6 +252,8 @@ static struct jscratch *models_scratch_of(struct api_state *st, struct http_requ
 
 static void models_infer_call_free(struct infer_call *call)
 {
+    if (call->admitted)
+        admit_leave(call->st->admit, call->item.tenant);
     free(call->r.input);
     free(call->output);
     free(call);
@@ -258,15 +269,15 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
     if (it->status != 0) {
         int status = it->status == BG_ECANCELLED ? 499 : error_http_status(it->status);
         if (it->status == BG_EDEADLINE || it->status == BG_ESHUTDOWN)
-            models_account_reject(call->sm, req, it->status, status);
+            models_account_reject(call->st, call->sm, req, it->status, status);
         else if (it->status != BG_ECANCELLED)   /* nobody is there to count it for */
-            models_account(call->sm, req, status,
+            models_account(call->st, call->sm, req, status,
                            it->t_dequeue_ns ? it->t_dequeue_ns - it->t_arrival_ns : -1);
         http_respond_error(req, status, NULL, "model %s: %s", c->name, it->error);
         models_infer_call_free(call);
         return;
     }
-    models_account(call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns);
+    models_account(call->st, call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns);
     struct buf b = BUF_INIT;
     int64_t json_len = -1;
     int rc = call->format == FORMAT_TFS
@@ -353,11 +364,36 @@ static int models_infer_budget(struct http_request *req, const struct model_conf
     return 0;
 }
 
-static void models_infer_submit(struct http_request *req, struct served_model *sm,
-                                struct infer_call *call)
+/* The tenant's max_inflight and rate_rows_per_s (admit.h): 0, or answers
+ * 429 and returns -1. */
+static int models_admit(struct http_request *req, struct api_state *st, struct infer_call *call)
+{
+    struct admit_refusal why;
+    if (!st->admit)
+        return 0;
+    if (admit_enter(st->admit, call->item.tenant, call->item.rows, now_ns(), &why) == 0) {
+        call->admitted = true;
+        return 0;
+    }
+    char hdr[48];
+    snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n", why.retry_after_s);
+    struct buf b = BUF_INIT;
+    buf_append(&b, "{\"error\":", 9);
+    json_append_string(&b, why.msg, strlen(why.msg));
+    buf_append(&b, ",\"reason\":", 10);
+    json_append_string(&b, why.reason, strlen(why.reason));
+    buf_append(&b, "}", 1);
+    http_respond(req, error_http_status(BG_ETENANTLIMIT), "application/json", b.data, b.len, hdr);
+    buf_free(&b);
+    return -1;
+}
+
+static void models_infer_submit(struct http_request *req, struct api_state *st,
+                                struct served_model *sm, struct infer_call *call)
 {
     const struct model_config *c = &sm->model.cfg;
     call->req = req;
+    call->st = st;
     call->sm = sm;
     call->mb = http_request_mailbox(req);
     call->msg.fn = models_infer_call_deliver;
@@ -372,8 +408,16 @@ static void models_infer_submit(struct http_request *req, struct served_model *s
     it->input = call->r.input;
     it->output = call->output;
     it->t_arrival_ns = http_request_received_ns(req);
+    it->tenant = auth_tenant(req);
     if (models_infer_budget(req, c, call) < 0) {
-        models_account_reject(sm, req, BG_EINVAL, 400);
+        models_account_reject(st, sm, req, BG_EINVAL, 400);
+        models_infer_call_free(call);
+        return;
+    }
+    if (models_admit(req, st, call) < 0) {
+        /* Not the model's refusal (rejected_requests_total has no reason
+         * for it): counted as an answer of the model and of the tenant. */
+        models_account(st, sm, req, error_http_status(BG_ETENANTLIMIT), -1);
         models_infer_call_free(call);
         return;
     }
@@ -381,7 +425,7 @@ static void models_infer_submit(struct http_request *req, struct served_model *s
     struct error err = {0};
     int rc = batcher_submit(sm->batcher, it, &err);
     if (rc) {
-        models_account_reject(sm, req, rc, error_http_status(rc));
+        models_account_reject(st, sm, req, rc, error_http_status(rc));
         http_respond_error(req, error_http_status(rc),
                            rc == -BG_EQUEUEFULL ? "Retry-After: 1\r\n" : NULL, "%s", err.msg);
         models_infer_call_free(call);
@@ -404,7 +448,7 @@ static void models_infer(struct http_request *req, const struct route_match *m, 
         char tmp[24];
         char *end;
         if (hlen == 0 || hlen >= sizeof tmp) {
-            models_account_reject(sm, req, BG_EINVAL, 400);
+            models_account_reject(ctx, sm, req, BG_EINVAL, 400);
             http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
             return;
         }
@@ -412,7 +456,7 @@ static void models_infer(struct http_request *req, const struct route_match *m, 
         tmp[hlen] = '\0';
         json_len = strtoll(tmp, &end, 10);
         if (*end || json_len < 0) {
-            models_account_reject(sm, req, BG_EINVAL, 400);
+            models_account_reject(ctx, sm, req, BG_EINVAL, 400);
             http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
             return;
         }
@@ -428,13 +472,13 @@ static void models_infer(struct http_request *req, const struct route_match *m, 
     int drc = tensor_decode_kserve(&sm->model.cfg, body, len, json_len, &call->r, &err);
     jscratch_end(js);
     if (drc) {
-        models_account_reject(sm, req, err.code, error_http_status(err.code));
+        models_account_reject(ctx, sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
         models_infer_call_free(call);
         return;
     }
     call->format = FORMAT_KSERVE;
-    models_infer_submit(req, sm, call);
+    models_infer_submit(req, ctx, sm, call);
 }
 
 /* POST /v1/models/{model}:predict (and .../versions/{v}:predict): the verb
@@ -471,13 +515,13 @@ static void models_tfs_predict(struct http_request *req, const struct route_matc
     int drc = tensor_decode_tfs(&sm->model.cfg, body ? body : "", len, &call->r, &err);
     jscratch_end(js);
     if (drc) {
-        models_account_reject(sm, req, err.code, error_http_status(err.code));
+        models_account_reject(ctx, sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
         models_infer_call_free(call);
         return;
     }
     call->format = FORMAT_TFS;
-    models_infer_submit(req, sm, call);
+    models_infer_submit(req, ctx, sm, call);
 }
 
 int api_models_register(struct router *r, struct api_state *st, struct error *err)

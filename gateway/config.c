@@ -13,6 +13,7 @@
 
 #include "common/httpc.h"
 #include "common/schema.h"
+#include "gateway/config_impl.h"
 
 /* A configuration file is a few KiB; anything near this is a wrong path. */
 #define CONFIG_FILE_MAX (16u << 20)
@@ -203,6 +204,15 @@ static const struct schema_field config_fields[] = {
      .doc = "folder of the SQLite database (jobs and their progress); created if missing"},
     {SCHEMA_F_OBJECT("jobs", struct config, jobs, config_jobs_fields),
      .doc = "offline batch jobs (docs/JOBS.md)"},
+    {SCHEMA_F_OBJECT("auth", struct config, tenants, config_auth_fields),
+     .doc = "API keys (docs/TENANTS.md)"},
+    /* The file's tenants go to t[1..]: t[0] is "default" whatever the file
+     * says (config_tenants_finish moves a configured "default" there). */
+    {.name = "tenants", .type = SCHEMA_ARRAY, .offset = offsetof(struct config, tenants.t[1]),
+     .size = sizeof(struct tenant_config), .max = TENANTS_MAX - 1,
+     .count_offset = offsetof(struct config, tenants.n), .item = &config_tenant_item,
+     .doc = "who may use which models with which keys, and their shares of device time and "
+            "limits (docs/TENANTS.md); each element has the fields below"},
     {SCHEMA_F_BOOL("debug_endpoints", struct config, debug_endpoints),
      .flags = SCHEMA_EXT, .def = false,
      .doc = "enables `GET /debug/delay?ms=N&id=X` (answers after a timer), `POST /debug/echo` "
@@ -222,11 +232,14 @@ void config_defaults(struct config *c)
 {
     memset(c, 0, sizeof *c);
     schema_defaults(config_fields, c);
+    config_tenants_defaults(&c->tenants);
 }
 
 static int config_load_json(struct config *c, json_t *root, const char *file, struct error *err)
 {
     int rc = schema_parse(config_fields, c, root, file, err);
+    if (rc == 0)
+        rc = config_tenants_finish(&c->tenants, root, file, err);
     if (rc == 0 && json_object_get(root, "model_repository"))
         c->model_repository_set = true;
     return rc;

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "http/http.h"
+#include "serving/tenant.h"
 
 #define CONFIG_MAX_PROXY_ROUTES 16
 #define CONFIG_MAX_PROXY_URLS 8
@@ -57,6 +58,10 @@ struct config {
     struct config_proxy proxy;
     char state_dir[4096];      /* the SQLite database (state/state.h) */
     struct config_jobs jobs;
+    /* `auth` and `tenants` (SPEC.md "Tenants and keys"): t[0] is always
+     * the tenant "default"; read by the gateway (keys, routes, admission)
+     * and the scheduler (shares). */
+    struct tenants_config tenants;
 };
 
 void config_defaults(struct config *c);

@@ -19,6 +19,8 @@
 #include <event2/thread.h>
 
 #include "gateway/api.h"
+#include "gateway/admit.h"
+#include "gateway/auth.h"
 #include "backends/model.h"
 #include "common/clock.h"
 #include "gateway/config.h"
@@ -28,8 +30,10 @@
 #include "kernels/kernels.h"
 #include "common/log.h"
 #include "common/schema.h"
+#include "common/sha256.h"
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
+#include "gateway/tenantstats.h"
 #include "http/http.h"
 #include "serving/serving.h"
 
@@ -40,6 +44,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: batchgate [--config FILE] [--models DIR] [--listen HOST:PORT]\n"
             "                 [--io-threads N] [--log-level debug|info|warn|error]\n"
+            "       batchgate hash-key KEY|-\n"
             "\n"
             "A batching inference gateway speaking the KServe v2 / Triton HTTP protocol.\n"
             "\n"
@@ -53,7 +58,56 @@ static void usage(FILE *out)
             "  -V, --version          print the version\n"
             "\n"
             "Flags override the config file. Exit status: 0 clean stop, 1 runtime failure,\n"
-            "2 bad usage or bad configuration.\n");
+            "2 bad usage or bad configuration.\n"
+            "\n"
+            "hash-key prints the \"sha256:<hex>\" form of an API key for a tenant's \"keys\"\n"
+            "in the config; with - it reads the key from stdin (out of the shell's history).\n");
+}
+
+/* An API key travels in a header: visible ASCII, no spaces. Longer than
+ * this it would not fit the default max_header_bytes with the rest. */
+#define HASH_KEY_MAX 4096
+
+/* `batchgate hash-key KEY|-`: exit 0 with the digest on stdout, or 2. */
+static int main_hash_key(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "batchgate: usage: batchgate hash-key KEY (or - to read it from stdin)\n");
+        return EXIT_USAGE;
+    }
+    char key[HASH_KEY_MAX + 2];
+    size_t len;
+    if (strcmp(argv[2], "-") == 0) {
+        len = fread(key, 1, sizeof key - 1, stdin);
+        key[len] = '\0';
+        /* One line, as `echo` or a password manager gives it. */
+        while (len > 0 && (key[len - 1] == '\n' || key[len - 1] == '\r'))
+            key[--len] = '\0';
+    } else {
+        len = strlen(argv[2]);
+        if (len <= HASH_KEY_MAX)
+            memcpy(key, argv[2], len + 1);
+    }
+    if (len == 0 || len > HASH_KEY_MAX) {
+        fprintf(stderr, "batchgate: hash-key: the key must be 1 to %d characters long\n",
+                HASH_KEY_MAX);
+        return EXIT_USAGE;
+    }
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)key[i] <= ' ' || (unsigned char)key[i] >= 0x7f) {
+            /* Where, not what: the key is a secret. */
+            fprintf(stderr, "batchgate: hash-key: character %zu of the key is a space, a control "
+                            "character or not ASCII; a key is sent in a header "
+                            "(Authorization: Bearer KEY) and must be visible ASCII\n", i + 1);
+            return EXIT_USAGE;
+        }
+    uint8_t d[SHA256_DIGEST_LEN];
+    char hex[2 * SHA256_DIGEST_LEN + 1];
+    sha256(key, len, d);
+    sha256_hex(d, hex);
+    printf("sha256:%s\n", hex);
+    explicit_bzero(key, sizeof key);
+    return 0;
 }
 
 /* How often the main thread returns free heap memory to the kernel. */
@@ -167,12 +221,16 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
         return rc;
     if (st->proxy && (rc = proxy_register(st->proxy, r, err)))
         return rc;
+    /* Who may call what: one check before every handler above (auth.h). */
+    router_set_guard(r, auth_guard, st->auth);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
     int64_t t_start = now_ns();
+    if (argc >= 2 && strcmp(argv[1], "hash-key") == 0)
+        return main_hash_key(argc, argv);
     struct cli cli = {0};
     int rc = cli_parse(argc, argv, &cli);
     if (rc != 0) {
@@ -248,8 +306,26 @@ int main(int argc, char **argv)
         goto out;
     }
     api.serving = serving;
+    /* The schedulers' shares come from the same table the gateway reads. */
+    serving_set_tenants(serving, &cfg.tenants);
+    /* Tenants before any route can be called: the guard resolves them. */
+    api.tenantstats = tenantstats_new(cfg.http.io_threads, cfg.tenants.n, serving_count(serving));
+    api.auth = api.tenantstats ? auth_new(&cfg.tenants, api.tenantstats, &err) : NULL;
+    api.admit = api.auth ? admit_new(&cfg.tenants, &err) : NULL;
+    if (!api.admit) {
+        log_error("%s", api.tenantstats ? err.msg : "out of memory for the tenants' counters");
+        exit_code = 1;
+        goto out;
+    }
+    if (cfg.tenants.n > 1 || auth_keys_exist(api.auth))
+        log_info("%d tenants, %s; auth %s", cfg.tenants.n,
+                 auth_keys_exist(api.auth) ? "keys configured" : "no keys",
+                 cfg.tenants.auth_required ? "required" : "optional (no key: tenant default)");
+    if (cfg.tenants.auth_required && !auth_keys_exist(api.auth))
+        log_warn("auth.required is true and no tenant has keys: every request but the health "
+                 "routes, /metrics and the dashboard is refused with 401");
     /* The state database before any route can ask for a job. */
-    struct jobs_config jc = {cfg.state_dir, cfg.jobs.dir, cfg.jobs.max_input_bytes};
+    struct jobs_config jc = {cfg.state_dir, cfg.jobs.dir, cfg.jobs.max_input_bytes, &cfg.tenants};
     if (jobs_open(&jc, serving, &api.jobs, &err)) {
         log_error("%s", err.msg);
         exit_code = EXIT_USAGE;
@@ -386,6 +462,9 @@ out:
     free(api.jscratch);
     jobs_free(api.jobs);
     serving_free(serving);
+    admit_free(api.admit);
+    auth_free(api.auth);
+    tenantstats_free(api.tenantstats);
     nvml_close(api.nvml);
     router_free(router);
     log_close(log);

@@ -30,6 +30,7 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "common/upcall.h"
+#include "gateway/auth.h"
 
 /* Unsent bytes that pause the other side, both directions. */
 #define PROXY_HIGH_WATER (256u << 10)
@@ -255,6 +256,7 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *pat
     PUT_LIT(b, "\r\n");
     const char *xff = NULL, *via = NULL;
     size_t xff_len = 0, via_len = 0;
+    enum auth_key_from used = auth_key_used(req);
     int n = http_request_header_count(req);
     for (int i = 0; i < n; i++) {
         const char *name, *val;
@@ -263,6 +265,11 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *pat
         if (proxy_hop_by_hop(name, nl, conn, clen) || proxy_name_is(name, nl, "Host") ||
             proxy_name_is(name, nl, "Content-Length") || proxy_name_is(name, nl, "Expect"))
             continue;   /* Expect was answered here; the length is ours to state */
+        /* A key that named a tenant here is this server's credential: it
+         * does not travel on (another scheme, or an unknown key, does). */
+        if ((used == AUTH_KEY_BEARER && proxy_name_is(name, nl, "Authorization")) ||
+            (used == AUTH_KEY_X_API_KEY && proxy_name_is(name, nl, "X-Api-Key")))
+            continue;
         if (proxy_name_is(name, nl, "X-Forwarded-For")) {
             xff = val, xff_len = vl;
             continue;

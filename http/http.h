@@ -131,6 +131,10 @@ int64_t http_request_received_ns(const struct http_request *req);
 int64_t http_request_arrival_ns(const struct http_request *req);
 /* Index of the request's IO thread (0..io_threads-1): the shard to record into. */
 int http_request_thread(const struct http_request *req);
+/* A number the application attaches to the request (the gateway: the
+ * caller's tenant, set by its route guard); 0 until set. */
+void http_request_set_tag(struct http_request *req, int tag);
+int http_request_tag(const struct http_request *req);
 
 /* ---- router ----
  * The route table: method masks and path patterns to handlers.
@@ -151,6 +155,10 @@ struct route_param {
 struct route_match {
     int nparams;
     struct route_param params[ROUTE_MAX_PARAMS];
+    /* The matched route's pattern as registered ("/v2/models/{model}/infer"),
+     * or a prefix route's prefix: what rules about routes compare against,
+     * whatever the path's spelling. */
+    const char *pattern;
 };
 
 /* NULL when the pattern has no such capture. */
@@ -183,6 +191,14 @@ enum router_result router_match(const struct router *r, int method, const char *
 
 /* "GET, HEAD, POST" for an Allow header. */
 void router_format_allow(int methods, char *out, size_t cap);
+
+/* One check before every handler, routes of router_add and router_add_prefix
+ * alike (not before a 404 or 405): fn returns true to go on to the handler,
+ * or answers the request itself and returns false. So a rule that holds
+ * for every route (who may call it) lives in one place, and a route added
+ * later cannot miss it. One guard per router; NULL removes it. */
+typedef bool (*route_guard_fn)(struct http_request *req, const struct route_match *m, void *ctx);
+void router_set_guard(struct router *r, route_guard_fn fn, void *ctx);
 
 /* ---- server ----
  * The IO threads: listeners, connections, graceful drain.

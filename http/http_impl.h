@@ -70,6 +70,7 @@ struct http_request {
     bool aborted;                  /* the connection went away first */
     bool accepted;                 /* fully received and dispatched (counts as in flight) */
     int status;                    /* of the response, for logs and metrics */
+    int tag;                       /* the application's (http_request_set_tag) */
     struct buf head;               /* URL, then header names and values, back to back */
     uint32_t url_len;
     uint32_t path_len;             /* URL up to '?' */

@@ -182,6 +182,8 @@ struct mailbox *http_request_mailbox(const struct http_request *r)
 int http_request_thread(const struct http_request *r) { return r->proto->thread(r)->index; }
 int64_t http_request_received_ns(const struct http_request *r) { return r->t_received_ns; }
 int64_t http_request_arrival_ns(const struct http_request *r) { return r->t_arrival_ns; }
+void http_request_set_tag(struct http_request *r, int tag) { r->tag = tag; }
+int http_request_tag(const struct http_request *r) { return r->tag; }
 
 /* ---- answering ---- */
 

@@ -35,6 +35,8 @@ struct router {
     int n, cap;
     struct prefix_route *prefixes;    /* longest first */
     int nprefixes;
+    route_guard_fn guard;             /* NULL: none */
+    void *guard_ctx;
 };
 
 struct router *router_new(void) { return calloc(1, sizeof(struct router)); }
@@ -53,6 +55,12 @@ void router_free(struct router *r)
         free(r->prefixes[i].prefix);
     free(r->prefixes);
     free(r);
+}
+
+void router_set_guard(struct router *r, route_guard_fn fn, void *ctx)
+{
+    r->guard = fn;
+    r->guard_ctx = ctx;
 }
 
 int router_add_prefix(struct router *r, const char *prefix, route_handler_fn fn, void *ctx,
@@ -197,6 +205,7 @@ enum router_result router_match(const struct router *r, int method, const char *
             *fn = rt->fn;
             *ctx = rt->ctx;
             *m = tmp;
+            m->pattern = rt->pattern;
             return ROUTER_FOUND;
         }
         allow |= rt->methods;
@@ -282,12 +291,15 @@ void router_dispatch(const struct router *r, struct http_request *req)
     router_lookup(r, req, &l);
     if (l.pr) {
         l.m.nparams = 0;
-        l.pr->fn(req, &l.m, l.pr->ctx);
+        l.m.pattern = l.pr->prefix;
+        if (!r->guard || r->guard(req, &l.m, r->guard_ctx))
+            l.pr->fn(req, &l.m, l.pr->ctx);
         return;
     }
     switch (l.res) {
     case ROUTER_FOUND:
-        l.fn(req, &l.m, l.ctx);
+        if (!r->guard || r->guard(req, &l.m, r->guard_ctx))
+            l.fn(req, &l.m, l.ctx);
         return;
     case ROUTER_METHOD_NOT_ALLOWED: {
         char allow[96], hdr[128];

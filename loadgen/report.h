@@ -9,16 +9,26 @@
 #include "loadgen/engine.h"
 
 struct report_step {
+    char name[64];                 /* a workload's, or "total"; "" in a plain run */
     bool open_loop;
-    double target;                 /* rate or concurrency */
+    bool mixed;                    /* a total over open- and closed-loop workloads */
+    double target;                 /* rate or concurrency (a total: their sum) */
     struct lg_result r;
     bool server;                   /* the server's view was read (batchgate /metrics) */
     double server_queue_ms, server_compute_ms, server_batch;
 };
 
-void report_table_header(FILE *out, bool open_loop);
+/* named: rows of workloads (a first column with the name). */
+void report_table_header(FILE *out, bool open_loop, bool named);
 void report_table_row(FILE *out, const struct report_step *s);
+/* To stderr: an open-loop step that sent under its rate because the
+ * generator itself fell behind (its latencies include its own delay). */
+void report_warn_late(const struct report_step *st, double rate);
 int report_json(const char *path, const struct report_step *s, int n);
+/* A run of several workloads: one step, the total, with each workload's
+ * own object under "workloads". */
+int report_json_workloads(const char *path, const struct report_step *total,
+                          const struct report_step *w, int n);
 int report_csv(const char *path, const struct report_step *s, int n);
 int report_svg(const char *path, const struct report_step *s, int n, const char *title);
 

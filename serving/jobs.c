@@ -55,6 +55,7 @@ struct jobs_cur {                     /* the job being run (runner thread only) 
     struct state_job job;
     struct served_model *sm;
     int model_index;
+    int tenant;                       /* the job's tenant in the tenants table: its lines' */
     FILE *in;
     int out_fd;
     int64_t offset;                   /* input read up to here */
@@ -72,6 +73,7 @@ struct jobs {
     char state_dir[4096];
     char dir[4096];
     size_t max_input_bytes;
+    const struct tenants_config *tenants;
     struct serving *serving;
     struct state *st;
     pthread_mutex_t mu;
@@ -115,6 +117,7 @@ int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **ou
     else
         snprintf(j->dir, sizeof j->dir, "%s/jobs", cfg->state_dir);
     j->max_input_bytes = cfg->max_input_bytes;
+    j->tenants = cfg->tenants;
     j->serving = s;
     j->nmodels = s ? serving_count(s) : 0;
     j->lines = calloc((size_t)j->nmodels + 1, sizeof *j->lines);
@@ -276,6 +279,7 @@ static int jobs_feed_one(struct jobs *j)
     it->input = sl->r.input;
     it->output = sl->output;
     it->offline = true;
+    it->tenant = cu->tenant;
     it->t_arrival_ns = jobs_mono_ns();
     it->complete = jobs_line_complete;
     sl->submitted = true;
@@ -464,6 +468,20 @@ static int64_t jobs_count_lines(FILE *f)
     return total;
 }
 
+/* The index of the job's tenant. A job from before tenants ("") is the
+ * default's; so is one whose tenant left the configuration since, rather
+ * than failing work that was accepted. */
+static int jobs_tenant_index(const struct jobs *j, const char *name)
+{
+    for (int i = 0; j->tenants && name[0] && i < j->tenants->n; i++)
+        if (strcmp(j->tenants->t[i].name, name) == 0)
+            return i;
+    if (name[0] && strcmp(name, "default") != 0)
+        log_warn("a job of tenant \"%s\", which is not configured any more, runs as \"default\"",
+                 name);
+    return 0;
+}
+
 /* Opens the oldest unfinished job where its last run left it. 1: one is
  * active; 0: none to run. */
 static int jobs_begin_next(struct jobs *j)
@@ -483,6 +501,7 @@ static int jobs_begin_next(struct jobs *j)
     for (int i = 0; cu->sm && i < j->nmodels; i++)
         if (serving_at(j->serving, i) == cu->sm)
             cu->model_index = i;
+    cu->tenant = jobs_tenant_index(j, cu->job.tenant);
     char why[1400];
     if (!cu->sm || atomic_load(&cu->sm->state) != SERVED_READY) {
         snprintf(why, sizeof why, "model %s is not served%s%s", cu->job.model,
@@ -602,6 +621,7 @@ static void jobs_cmd_create(struct jobs *j, struct jobs_cmd *c)
     memset(&job, 0, sizeof job);
     jobs_new_id(job.id, sizeof job.id);
     snprintf(job.model, sizeof job.model, "%s", c->model);
+    snprintf(job.tenant, sizeof job.tenant, "%s", c->tenant[0] ? c->tenant : "default");
     job.state = STATE_JOB_QUEUED;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -628,7 +648,8 @@ static void jobs_cmd_create(struct jobs *j, struct jobs_cmd *c)
     }
     snprintf(c->id, sizeof c->id, "%s", job.id);
     c->state = STATE_JOB_QUEUED;
-    log_info("job %s queued for model %s (%s)", job.id, job.model, job.input_path);
+    log_info("job %s queued for model %s by tenant %s (%s)", job.id, job.model, job.tenant,
+             job.input_path);
 }
 
 static void jobs_cmd_cancel(struct jobs *j, struct jobs_cmd *c)

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "serving/tenant.h"
 #include "state/state.h"
 
 struct serving;
@@ -34,6 +35,9 @@ struct jobs_config {
     const char *state_dir;
     const char *dir;                  /* "" or NULL: <state_dir>/jobs */
     size_t max_input_bytes;
+    /* The tenants a job's lines run as (by the name the job was stored
+     * with); NULL: every job is the tenant "default"'s. Outlives the runner. */
+    const struct tenants_config *tenants;
 };
 
 enum jobs_cmd_kind { JOBS_CMD_CREATE, JOBS_CMD_CANCEL };
@@ -43,6 +47,7 @@ struct jobs_cmd {
     struct jobs_cmd *next;            /* the runner's queue */
     enum jobs_cmd_kind kind;
     char model[128];                  /* create */
+    char tenant[TENANT_NAME_MAX];     /* create: the submitter's tenant ("": "default") */
     char *body;                       /* create: the input lines (the runner frees it), or NULL */
     size_t body_len;
     char input_path[1024];            /* create from a file under jobs.dir (resolved) */

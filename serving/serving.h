@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/httpc.h"
 #include "serving/modelstats.h"
+#include "serving/tenant.h"
 
 /* The one version each model serves (".../versions/1/..."). */
 #define SERVING_MODEL_VERSION "1"

@@ -1,12 +1,14 @@
 """The command line: --help, --version, bad flags and bad configuration (exit
 2 with a message naming the problem), a busy port (exit 1), and the log format."""
 
+import hashlib
 import os
 import socket
+import subprocess
 import tempfile
 import unittest
 
-from harness import LOG_LINE_RE, Server, roundtrip, run_cli
+from harness import BIN, LOG_LINE_RE, Server, roundtrip, run_cli
 
 
 class CliTest(unittest.TestCase):
@@ -95,6 +97,56 @@ class CliTest(unittest.TestCase):
     def test_bad_io_threads(self):
         for value in ("-1", "x", "", "1025"):
             self.assert_exit(["--io-threads", value], 2)
+
+    # ---- hash-key and the tenants section (docs/TENANTS.md)
+
+    def test_hash_key(self):
+        out, _ = self.assert_exit(["hash-key", "abc"], 0)
+        self.assertEqual(out, "sha256:ba7816bf8f01cfea414140de5dae2223"
+                              "b00361a396177a9cb410ff61f20015ad\n")
+        key = "sk-" + "x9" * 30
+        out, _ = self.assert_exit(["hash-key", key], 0)
+        self.assertEqual(out.strip(), "sha256:" + hashlib.sha256(key.encode()).hexdigest())
+
+    def test_hash_key_from_stdin(self):
+        for data in (b"sk-from-stdin\n", b"sk-from-stdin", b"sk-from-stdin\r\n"):
+            p = subprocess.run([BIN, "hash-key", "-"], input=data, capture_output=True,
+                               timeout=10)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.decode().strip(),
+                             "sha256:" + hashlib.sha256(b"sk-from-stdin").hexdigest())
+
+    def test_hash_key_refuses_what_no_header_can_carry(self):
+        for args in (["hash-key"], ["hash-key", "a", "b"], ["hash-key", ""],
+                     ["hash-key", "has space"], ["hash-key", "tab\there"],
+                     ["hash-key", "k" * 5000]):
+            _, err = self.assert_exit(args, 2, stderr_has=("hash-key",))
+            if len(args) == 2 and " " in args[1]:
+                self.assertNotIn(args[1], err, "the key is echoed in the message")
+        p = subprocess.run([BIN, "hash-key", "-"], input=b"\n", capture_output=True, timeout=10)
+        self.assertEqual(p.returncode, 2)
+
+    def test_tenant_errors_exit_2_naming_the_field(self):
+        good = "sha256:" + "ab" * 32
+        cases = [
+            ('{"tenants": [{"name": "a", "keys": ["plain-secret-key"]}]}',
+             "tenants[0].keys[0]: must be \"sha256:\" and 64 hex digits"),
+            ('{"tenants": [{"name": "a"}, {"name": "a"}]}', "tenants[1].name"),
+            ('{"tenants": [{"name": "a", "keys": ["%s"]}, {"name": "b", "keys": ["%s"]}]}'
+             % (good, good), "tenants[1].keys[0]: the same key as tenants[0].keys[0]"),
+            ('{"tenants": [{"name": "a", "share": 0.8}, {"name": "b", "share": 0.3}]}',
+             "the shares add up to 1.1"),
+            ('{"tenants": [{"name": "a", "share": 0.5, "limit": 0.2}]}',
+             "tenants[0].limit: 0.2 is below share 0.5"),
+            ('{"tenants": [{"name": "a", "share": 2}]}', "tenants[0].share: must be a number"),
+            ('{"tenants": [{"name": "a", "sahre": 0.5}]}',
+             'tenants[0].sahre: unknown field; did you mean "share"?'),
+            ('{"auth": {"required": 1}}', "auth.required"),
+        ]
+        for text, want in cases:
+            path = self.config_file(text)
+            _, err = self.assert_exit(["--config", path], 2, stderr_has=(path, want))
+            self.assertNotIn("plain-secret-key", err)
 
     def test_bad_log_level(self):
         self.assert_exit(["--log-level", "loud"], 2, stderr_has=("loud",))

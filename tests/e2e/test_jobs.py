@@ -125,7 +125,7 @@ class JobsApiTest(JobsCase):
         self.assertEqual(job["state"], "queued")
         j = wait_state(self, srv, job["id"], ("completed",))
         self.assertEqual(j["model"], "syn")
-        self.assertEqual(j["tenant"], "")
+        self.assertEqual(j["tenant"], "default")   # no key: the tenant "default"
         self.assertEqual(j["lines"], {"total": 40, "done": 40, "failed": 3})
         self.assertTrue(j["created"] <= j["started"] <= j["finished"])
         self.assertTrue(os.path.isfile(j["output_path"]))

@@ -4,8 +4,10 @@ stall during an open-loop run shows in p99 while a closed-loop run over the
 same stall hides it (coordinated omission, docs/LOADGEN.md); the achieved
 rate matches the asked one within 1%; a diurnal trace sends at the rate of
 its curve, quarter by quarter; bad usage exits 2; JSON, CSV and SVG are
-written."""
+written; --api-key and --header reach a server that wants a key, and
+several --workload run at once are reported apart and in total."""
 
+import hashlib
 import json
 import os
 import socket
@@ -18,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from harness import BIN, Server
-from test_infer import DIGITS
+from test_infer import DIGITS, synthetic, write_model
 
 LOAD = os.path.join(os.path.dirname(BIN), "batchgate-load")
 
@@ -165,6 +167,17 @@ class LoadgenTest(unittest.TestCase):
                      ["--url", "http://127.0.0.1:1", "--trace", "diurnal:4:0:1"],
                      ["--url", "http://127.0.0.1:1", "--trace", "weekly:1:2:3"],
                      ["--url", "http://127.0.0.1:1", "--trace", "diurnal:4:400:40", "--rate", "1"],
+                     ["--url", "http://127.0.0.1:1", "--workload", "a:rate=1", "--rate", "1"],
+                     ["--url", "http://127.0.0.1:1", "--workload", "a:key=k"],
+                     ["--url", "http://127.0.0.1:1", "--workload", "a:rate=1,concurrency=2"],
+                     ["--url", "http://127.0.0.1:1", "--workload", "a:rate=-1"],
+                     ["--url", "http://127.0.0.1:1", "--workload", "a:concurrency=1.5"],
+                     ["--url", "http://127.0.0.1:1", "--workload", "a:rate=1,sped=3"],
+                     ["--url", "http://127.0.0.1:1", "--workload", "a b:rate=1"],
+                     ["--url", "http://127.0.0.1:1", "--workload", "a:rate=1",
+                      "--workload", "a:rate=2"],
+                     ["--url", "http://127.0.0.1:1", "--api-key", "has space", "--rate", "1"],
+                     ["--url", "http://127.0.0.1:1", "--header", "NoColon", "--rate", "1"],
                      ["--bogus"]):
             p = subprocess.run([LOAD] + args, capture_output=True, timeout=10)
             self.assertEqual(p.returncode, 2, args)
@@ -194,6 +207,99 @@ class LoadgenModelTest(unittest.TestCase):
                 self.assertGreater(step["server"]["rows_per_batch"], 0, "the server's view")
         finally:
             srv.kill()
+
+
+def key_digest(k):
+    return "sha256:" + hashlib.sha256(k.encode()).hexdigest()
+
+
+class LoadgenTenantsTest(unittest.TestCase):
+    """batchgate with two tenants whose keys are required (docs/TENANTS.md)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.repo = tempfile.mkdtemp(prefix="batchgate-load-repo-")
+        write_model(cls.repo, "syn", synthetic("syn", base_us=200, per_row_us=1,
+                                               batching={"max_queue_delay_us": 100}))
+        cls.srv = Server({"model_repository": cls.repo, "tenants": [
+            {"name": "alpha", "keys": [key_digest("k-alpha")]},
+            {"name": "beta", "keys": [key_digest("k-beta")], "models": ["other*"]}]},
+            io_threads=1)
+        cls.srv.wait_log(r"ready in", timeout=10)
+        cls.url = "http://127.0.0.1:%d" % cls.srv.port
+        cls.tmp = tempfile.mkdtemp(prefix="batchgate-load-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.kill()
+
+    def run_load(self, *args):
+        out = os.path.join(self.tmp, "t.json")
+        p = subprocess.run([LOAD, "--quiet", "--duration", "1", "--warmup", "0.2", "--json", out]
+                           + list(args), capture_output=True, timeout=60)
+        steps = None
+        if os.path.exists(out):
+            with open(out) as f:
+                steps = json.load(f)["steps"]
+            os.unlink(out)
+        return p, steps
+
+    def test_api_key_and_header(self):
+        # The model's metadata needs the key too: without one the run cannot start.
+        p, _ = self.run_load("--url", self.url, "--model", "syn", "--rate", "50")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"API key", p.stderr)
+        for auth in (["--api-key", "k-alpha"], ["--header", "X-Api-Key: k-alpha",
+                                                "--header", "X-Trace: 1"]):
+            p, steps = self.run_load("--url", self.url, "--model", "syn", "--rate", "50", *auth)
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            self.assertEqual(set(steps[0]["codes"]), {"200"}, (auth, steps[0]))
+
+    def test_workloads_reported_apart_and_in_total(self):
+        p, steps = self.run_load("--url", self.url, "--model", "syn",
+                                 "--workload", "a:key=k-alpha,rate=100",
+                                 "--workload", "a2:key=k-alpha,concurrency=2,batch=2",
+                                 "--csv", os.path.join(self.tmp, "t.csv"))
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        self.assertEqual(len(steps), 1)
+        total, ws = steps[0], steps[0]["workloads"]
+        self.assertEqual([w["name"] for w in ws], ["a", "a2"])
+        self.assertEqual(total["name"], "total")
+        self.assertEqual((ws[0]["mode"], ws[0]["target"]), ("rate", 100))
+        self.assertEqual((ws[1]["mode"], ws[1]["target"]), ("concurrency", 2))
+        self.assertEqual(total["mode"], "mixed")
+        for w in ws:
+            self.assertEqual(set(w["codes"]), {"200"}, w)
+            self.assertEqual(w["errors"], 0, w)
+        self.assertEqual(total["codes"]["200"], sum(w["codes"]["200"] for w in ws))
+        self.assertAlmostEqual(total["throughput"], sum(w["throughput"] for w in ws), places=1)
+        self.assertGreaterEqual(total["latency_us"]["max"],
+                                max(w["latency_us"]["max"] for w in ws))
+        self.assertIn(b"workload", p.stdout)
+        self.assertIn(b"total", p.stdout)
+        with open(os.path.join(self.tmp, "t.csv")) as f:
+            rows = [line.split(",")[0] for line in f.read().splitlines()]
+        self.assertEqual(rows, ["workload", "a", "a2", "total"])
+
+    def test_workloads_of_different_tenants_see_their_own_codes(self):
+        # A plain URL run (no metadata to read): one POST for every workload,
+        # each with its own key; the server's answers differ by tenant.
+        body = os.path.join(self.tmp, "b.json")
+        with open(body, "w") as f:
+            json.dump({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
+                                   "data": [1, 2, 3, 4]}]}, f)
+        p, steps = self.run_load("--url", self.url + "/v2/models/syn/infer", "--method", "POST",
+                                 "--body", body, "--header", "Content-Type: application/json",
+                                 "--workload", "alpha:key=k-alpha,rate=60",
+                                 "--workload", "beta:key=k-beta,rate=40",
+                                 "--workload", "stranger:key=k-nobody,rate=30")
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        ws = {w["name"]: w for w in steps[0]["workloads"]}
+        self.assertEqual(set(ws["alpha"]["codes"]), {"200"}, ws["alpha"])
+        self.assertEqual(set(ws["beta"]["codes"]), {"403"}, ws["beta"])   # not its model
+        self.assertEqual(set(ws["stranger"]["codes"]), {"401"}, ws["stranger"])
+        self.assertEqual(sum(steps[0]["codes"].values()),
+                         sum(sum(w["codes"].values()) for w in ws.values()))
 
 
 if __name__ == "__main__":

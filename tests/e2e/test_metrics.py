@@ -85,7 +85,10 @@ class MetricsTest(RepoServerCase):
                            ("device_idle_seconds_total", "counter"),
                            ("device_memory_bytes", "gauge"),
                            ("process_start_to_ready_seconds", "gauge"),
-                           ("job_lines_total", "counter"), ("jobs", "gauge")):
+                           ("job_lines_total", "counter"), ("jobs", "gauge"),
+                           ("tenant_requests_total", "counter"),
+                           ("auth_refusals_total", "counter"),
+                           ("tenant_inflight_requests", "gauge")):
             self.assertIn("# TYPE batchgate_%s %s\n" % (name, kind), text, name)
         s = parse(text)
         self.assertEqual(value(s, "batchgate_model_loaded", model="syn"), 1)
@@ -125,6 +128,12 @@ class MetricsTest(RepoServerCase):
         d = lambda name, **l: value(after, name, **l) - value(before, name, **l)
         self.assertEqual(d("batchgate_requests_total", model="syn", code="200"), len(sizes))
         self.assertEqual(d("batchgate_requests_total", model="syn", code="400"), 1)
+        # Without keys every request is the tenant "default"'s (docs/TENANTS.md).
+        self.assertEqual(d("batchgate_tenant_requests_total", tenant="default", model="syn",
+                           code="200"), len(sizes))
+        self.assertEqual(d("batchgate_tenant_requests_total", tenant="default", model="syn",
+                           code="400"), 1)
+        self.assertEqual(value(after, "batchgate_auth_refusals_total", reason="no_key"), 0)
         self.assertEqual(d("batchgate_rejected_requests_total", model="syn", reason="bad_request"), 1)
         self.assertEqual(d("batchgate_request_duration_seconds_count", model="syn"), len(sizes) + 1)
         self.assertEqual(d("batchgate_queue_duration_seconds_count", model="syn"), len(sizes))

@@ -259,6 +259,231 @@ static void test_file_roundtrip(void **state)
     unlink(path);
 }
 
+/* ---- auth and tenants (SPEC.md "Tenants and keys") ---- */
+
+#define KA "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define KB "sha256:BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+#define KC "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+static struct config tc;   /* large (the tenants table): kept off the stack */
+
+static int load_tenants(const char *json, struct error *err)
+{
+    config_defaults(&tc);
+    return config_load_string(&tc, json, "t.json", err);
+}
+
+static void expect_tenants_error(const char *json, const char *a, const char *b)
+{
+    struct error err = {0};
+    if (load_tenants(json, &err) != -BG_ECONFIG)
+        fail_msg("%s: expected a configuration error mentioning \"%s\"", json, a);
+    assert_error_mentions(&err, a, b);
+}
+
+static void test_tenants_defaults(void **state)
+{
+    (void)state;
+    config_defaults(&tc);
+    assert_int_equal(tc.tenants.n, 1);
+    const struct tenant_config *d = &tc.tenants.t[0];
+    assert_string_equal(d->name, "default");
+    assert_false(tc.tenants.auth_required);
+    assert_int_equal(d->nkeys, 0);
+    assert_int_equal(d->nmodels, 0);          /* every model */
+    assert_true(d->share == 0 && d->limit == 1 && d->lend);
+    assert_int_equal(d->max_inflight, 0);
+    assert_true(d->rate_rows_per_s == 0);
+    assert_false(d->admin);
+    /* A file without tenants keeps them. */
+    struct error err = {0};
+    assert_int_equal(load_tenants("{\"io_threads\": 2}", &err), 0);
+    assert_int_equal(tc.tenants.n, 1);
+    assert_false(tc.tenants.auth_required);
+}
+
+static void test_tenants_full(void **state)
+{
+    (void)state;
+    struct error err = {0};
+    const char *json =
+        "{\"tenants\": ["
+        " {\"name\": \"search\", \"keys\": [\"" KA "\", \"" KB "\"], \"models\": [\"dig*\", \"x\"],"
+        "  \"share\": 0.7, \"limit\": 0.9, \"lend\": false, \"max_inflight\": 8,"
+        "  \"rate_rows_per_s\": 2.5, \"admin\": true},"
+        " {\"name\": \"research\", \"share\": 0.3}]}";
+    assert_int_equal(load_tenants(json, &err), 0);
+    assert_int_equal(tc.tenants.n, 3);
+    assert_string_equal(tc.tenants.t[0].name, "default");
+    const struct tenant_config *s = &tc.tenants.t[1];
+    assert_string_equal(s->name, "search");
+    assert_int_equal(s->nkeys, 2);
+    assert_int_equal(s->keys[0][0], 0xaa);
+    assert_int_equal(s->keys[1][31], 0xbb);   /* upper-case hex too */
+    assert_int_equal(s->nmodels, 2);
+    assert_string_equal(s->models[0], "dig*");
+    assert_true(s->share == 0.7 && s->limit == 0.9 && !s->lend && s->admin);
+    assert_int_equal(s->max_inflight, 8);
+    assert_true(s->rate_rows_per_s == 2.5);
+    const struct tenant_config *r = &tc.tenants.t[2];
+    assert_string_equal(r->name, "research");
+    assert_true(r->share == 0.3 && r->limit == 1 && r->lend && !r->admin);
+    assert_int_equal(r->nkeys, 0);
+    /* Keys exist: auth.required defaults to true. */
+    assert_true(tc.tenants.auth_required);
+}
+
+/* "[true once any tenant has keys]": the default follows the keys; a value
+ * written in the file wins either way. */
+static void test_auth_required_default_follows_keys(void **state)
+{
+    (void)state;
+    struct error err = {0};
+    assert_int_equal(load_tenants("{\"tenants\": [{\"name\": \"a\"}]}", &err), 0);
+    assert_false(tc.tenants.auth_required);
+    assert_int_equal(load_tenants("{\"tenants\": [{\"name\": \"a\", \"keys\": [\"" KA "\"]}]}",
+                                  &err), 0);
+    assert_true(tc.tenants.auth_required);
+    assert_int_equal(load_tenants("{\"auth\": {\"required\": false}, \"tenants\": [{\"name\": "
+                                  "\"a\", \"keys\": [\"" KA "\"]}]}", &err), 0);
+    assert_false(tc.tenants.auth_required);
+    assert_int_equal(load_tenants("{\"auth\": {\"required\": true}}", &err), 0);
+    assert_true(tc.tenants.auth_required);
+    assert_int_equal(load_tenants("{\"auth\": {}}", &err), 0);
+    assert_false(tc.tenants.auth_required);
+}
+
+static void test_configured_default_is_t0(void **state)
+{
+    (void)state;
+    struct error err = {0};
+    const char *json = "{\"tenants\": [{\"name\": \"a\", \"share\": 0.2},"
+                       " {\"name\": \"default\", \"share\": 0.5, \"models\": [\"pub-*\"],"
+                       "  \"max_inflight\": 3}, {\"name\": \"b\", \"share\": 0.1}]}";
+    assert_int_equal(load_tenants(json, &err), 0);
+    assert_int_equal(tc.tenants.n, 3);
+    assert_string_equal(tc.tenants.t[0].name, "default");
+    assert_true(tc.tenants.t[0].share == 0.5);
+    assert_int_equal(tc.tenants.t[0].max_inflight, 3);
+    assert_string_equal(tc.tenants.t[0].models[0], "pub-*");
+    assert_string_equal(tc.tenants.t[1].name, "a");
+    assert_string_equal(tc.tenants.t[2].name, "b");
+    /* Alone, too. */
+    assert_int_equal(load_tenants("{\"tenants\": [{\"name\": \"default\", \"admin\": true}]}",
+                                  &err), 0);
+    assert_int_equal(tc.tenants.n, 1);
+    assert_true(tc.tenants.t[0].admin);
+}
+
+static void test_tenant_key_errors(void **state)
+{
+    (void)state;
+    /* Not the digest form; the value itself is never in the message (it may
+     * be the raw key pasted by mistake). */
+    struct error err = {0};
+    assert_int_equal(load_tenants("{\"tenants\": [{\"name\": \"a\", \"keys\": "
+                                  "[\"my-secret-key-123\"]}]}", &err), -BG_ECONFIG);
+    assert_error_mentions(&err, "t.json: tenants[0].keys[0]: must be \"sha256:\" and 64 hex",
+                          "hash-key");
+    if (strstr(err.msg, "my-secret"))
+        fail_msg("the message shows the value: %s", err.msg);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"keys\": [\"sha256:abc\"]}]}",
+                         "tenants[0].keys[0]: must be \"sha256:\"", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"keys\": [\"" KA "\", \"sha256:"
+                         "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz\"]}]}",
+                         "tenants[0].keys[1]: must be", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"keys\": [\"" KA "0\"]}]}",
+                         "tenants[0].keys[0]", NULL);                /* 65 digits */
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"keys\": [\"SHA256:"
+                         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"]}]}",
+                         "tenants[0].keys[0]", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"keys\": [42]}]}",
+                         "tenants[0].keys[0]: must be", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"keys\": \"" KA "\"}]}",
+                         "tenants[0].keys: must be a list", NULL);
+    char many[2048] = "{\"tenants\": [{\"name\": \"a\", \"keys\": [";
+    for (int i = 0; i < 17; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"sha256:%064d\"",
+                 i ? "," : "", i);
+    strcat(many, "]}]}");
+    expect_tenants_error(many, "tenants[0].keys: must be a list of at most 16", NULL);
+    /* The same key twice: across tenants, and within one. */
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"keys\": [\"" KA "\", \"" KC "\"]},"
+                         " {\"name\": \"b\", \"keys\": [\"" KB "\", \"" KC "\"]}]}",
+                         "tenants[1].keys[1]: the same key as tenants[0].keys[1]", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"keys\": [\"" KA "\", \"" KA "\"]}]}",
+                         "tenants[0].keys[1]: the same key as tenants[0].keys[0]", NULL);
+    /* Upper and lower case hex are the same digest. */
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"keys\": [\"" KB "\"]}, {\"name\": "
+                         "\"b\", \"keys\": [\"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+                         "bbbbbbbbbbbbbbbb\"]}]}", "tenants[1].keys[0]: the same key", NULL);
+}
+
+static void test_tenant_errors(void **state)
+{
+    (void)state;
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\"}, {\"name\": \"a\"}]}",
+                         "tenants[1].name: \"a\" is also the name of tenants[0]", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"default\"}, {\"name\": \"default\"}]}",
+                         "tenants[1].name", "tenants[0]");
+    expect_tenants_error("{\"tenants\": [{\"share\": 0.5}]}", "tenants[0].name: missing", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"\"}]}", "tenants[0].name", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a b\"}]}",
+                         "tenants[0].name: \"a b\" may hold only", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"share\": 1.5}]}",
+                         "tenants[0].share: must be a number between 0 and 1, got 1.5", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"share\": -0.1}]}",
+                         "tenants[0].share: must be a number between 0 and 1", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"limit\": 2}]}",
+                         "tenants[0].limit: must be a number between 0 and 1, got 2", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"share\": 0.6, \"limit\": 0.5}]}",
+                         "tenants[0].limit: 0.5 is below share 0.6", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"share\": 0.7}, {\"name\": \"b\","
+                         " \"share\": 0.4}]}",
+                         "tenants: the shares add up to 1.1 (a 0.7, b 0.4)", "at most");
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"max_inflight\": -1}]}",
+                         "tenants[0].max_inflight: must be an integer between 0 and", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"rate_rows_per_s\": -5}]}",
+                         "tenants[0].rate_rows_per_s: must be a number between 0", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"models\": [\"\"]}]}",
+                         "tenants[0].models[0]", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"models\": \"*\"}]}",
+                         "tenants[0].models: must be a list", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"admin\": \"yes\"}]}",
+                         "tenants[0].admin: must be true or false", NULL);
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"lend\": 1}]}",
+                         "tenants[0].lend: must be true or false", NULL);
+    expect_tenants_error("{\"tenants\": {\"name\": \"a\"}}", "tenants: must be a list", NULL);
+    expect_tenants_error("{\"auth\": {\"required\": \"yes\"}}", "auth.required: must be true or "
+                         "false", NULL);
+    /* Shares that add up to exactly 1 are fine, rounding included. */
+    struct error err = {0};
+    assert_int_equal(load_tenants("{\"tenants\": [{\"name\": \"a\", \"share\": 0.7}, {\"name\": "
+                                  "\"b\", \"share\": 0.2}, {\"name\": \"c\", \"share\": 0.1}]}",
+                                  &err), 0);
+    /* 63 tenants fit beside "default"; 64 do not. */
+    char *big = malloc(64 * 40 + 64);
+    assert_non_null(big);
+    strcpy(big, "{\"tenants\": [");
+    for (int i = 0; i < 64; i++)
+        sprintf(big + strlen(big), "%s{\"name\": \"t%d\"}", i ? "," : "", i);
+    strcat(big, "]}");
+    expect_tenants_error(big, "tenants: must be a list of at most 63 objects", NULL);
+    free(big);
+}
+
+static void test_tenant_unknown_fields(void **state)
+{
+    (void)state;
+    expect_message("{\"tenants\": [{\"name\": \"a\", \"max_inflght\": 3}]}",
+                   "h.json: tenants[0].max_inflght: unknown field; did you mean "
+                   "\"max_inflight\"?");
+    expect_message("{\"auth\": {\"requried\": true}}",
+                   "h.json: auth.requried: unknown field; did you mean \"required\"?");
+    expect_message("{\"tenant\": []}", "h.json: tenant: unknown field; did you mean "
+                   "\"tenants\"?");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +497,13 @@ int main(void)
         cmocka_unit_test(test_listen_forms),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_file_roundtrip),
+        cmocka_unit_test(test_tenants_defaults),
+        cmocka_unit_test(test_tenants_full),
+        cmocka_unit_test(test_auth_required_default_follows_keys),
+        cmocka_unit_test(test_configured_default_is_t0),
+        cmocka_unit_test(test_tenant_key_errors),
+        cmocka_unit_test(test_tenant_errors),
+        cmocka_unit_test(test_tenant_unknown_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

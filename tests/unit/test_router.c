@@ -69,6 +69,8 @@ static void test_captures(void **state)
     assert_ptr_equal(ctx, (void *)4);
     assert_memory_equal(route_match_param(&m, "version")->value, "3", 1);
     assert_null(route_match_param(&m, "nope"));
+    /* The pattern as registered: what rules about routes (auth) compare against. */
+    assert_string_equal(m.pattern, "/v2/models/{model}/versions/{version}/infer");
     router_free(r);
 }
 

@@ -1,0 +1,43 @@
+/* admit.h - per-tenant admission of inference requests (SPEC.md "Tenants
+ * and keys"): `max_inflight` (requests of the tenant in flight at once, all
+ * models together) and `rate_rows_per_s` (rows per second, a bucket
+ * holding one second's worth and at least one request). Past either: 429
+ * with a computed Retry-After and the reason.
+ *
+ * On the request path of every IO thread, so no lock: one atomic counter
+ * per tenant for in-flight requests and one atomic time per tenant for the
+ * rate (the generic cell rate algorithm: the bucket is the distance between
+ * now and a "theoretical arrival time", advanced by compare-and-swap). A
+ * tenant without limits costs two loads. Each tenant's state has its own
+ * cache line. */
+#ifndef BG_ADMIT_H
+#define BG_ADMIT_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+#include "serving/tenant.h"
+
+struct admit;
+
+/* Why a request was refused: the 429's body and Retry-After. */
+struct admit_refusal {
+    const char *reason;               /* "max_inflight" or "rate_rows_per_s" */
+    int retry_after_s;                /* at least 1 */
+    char msg[200];
+};
+
+/* The table must outlive the struct admit. */
+struct admit *admit_new(const struct tenants_config *t, struct error *err);
+void admit_free(struct admit *a);
+
+/* A request of `rows` rows of `tenant` at now_ns (clock.h): 0, and the
+ * request holds a place until admit_leave; or -BG_ETENANTLIMIT with *why
+ * (no place held, no tokens taken). */
+int admit_enter(struct admit *a, int tenant, int rows, int64_t now_ns, struct admit_refusal *why);
+/* The request admitted by admit_enter was answered. */
+void admit_leave(struct admit *a, int tenant);
+/* Requests of the tenant in flight now (counted only under a max_inflight). */
+int admit_inflight(const struct admit *a, int tenant);
+
+#endif

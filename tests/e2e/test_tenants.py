@@ -1,0 +1,486 @@
+"""test_tenants.py - tenants and keys at the front door (docs/TENANTS.md):
+401 without a key or with a wrong, truncated or differently-cased one;
+Bearer and X-Api-Key; 403 for a model outside the tenant's globs and for
+admin routes; the open routes; jobs of another tenant; auth.required on and
+off; 429 for max_inflight and rate_rows_per_s with Retry-After and the
+reason; tenant_requests_total; keys absent from the log, /debug, /metrics
+and the dashboard; and the time to refuse a wrong key measured against how
+much of it matches a real one."""
+
+import hashlib
+import json
+import socket
+import statistics
+import time
+import unittest
+
+from harness import (RepoServerCase, assert_json_error, close_quietly, connect,
+                     read_response, request, roundtrip, send)
+from test_infer import synthetic, write_model
+from test_upstream import FakeUpstreamCase
+
+KEYS = {
+    "search": "sk-search-7f3a9c1e5b2d4f6a8c0e",
+    "research": "sk-research-2b4d6f8a0c1e3a5c7e",
+    "ops": "sk-ops-admin-9d8c7b6a5f4e3d2c1b",
+}
+
+
+def digest(key):
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def body(rows=1):
+    return json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 4],
+                                   "data": [[1, 2, 3, 4]] * rows}]})
+
+
+def auth_headers(key, form="bearer"):
+    if key is None:
+        return []
+    if form == "bearer":
+        return [("Authorization", "Bearer " + key)]
+    return [("X-Api-Key", key)]
+
+
+def infer(srv, model, key=None, form="bearer", rows=1, timeout=10.0):
+    h = [("Content-Type", "application/json")] + auth_headers(key, form)
+    return roundtrip(srv.port, "POST", "/v2/models/%s/infer" % model, h, body(rows),
+                     timeout=timeout)
+
+
+def get(srv, path, key=None, form="bearer"):
+    return roundtrip(srv.port, "GET", path, auth_headers(key, form))
+
+
+def metric(text, name, **labels):
+    """The value of one sample of /metrics, or 0 when absent."""
+    want = ",".join('%s="%s"' % kv for kv in labels.items())
+    for line in text.splitlines():
+        if line.startswith("batchgate_%s{%s} " % (name, want)):
+            return float(line.rsplit(" ", 1)[1])
+    return 0
+
+
+def fast_models(repo, *names):
+    for n in names:
+        write_model(repo, n, synthetic(n, base_us=200, per_row_us=1,
+                                       batching={"max_queue_delay_us": 100}))
+
+
+class TenantsTest(RepoServerCase):
+    """Three tenants with keys (so auth.required defaults to true)."""
+    config = {
+        "log_level": "debug",
+        "tenants": [
+            {"name": "search", "keys": [digest(KEYS["search"])], "models": ["alpha", "shared*"]},
+            {"name": "research", "keys": [digest(KEYS["research"])], "models": ["beta*"]},
+            {"name": "ops", "keys": [digest(KEYS["ops"])], "admin": True},
+        ],
+    }
+
+    @classmethod
+    def populate(cls, repo):
+        fast_models(repo, "alpha", "beta", "beta2", "shared1")
+
+    # ---- who is calling
+
+    def assert_401(self, r, invalid_token):
+        obj = assert_json_error(self, r, 401)
+        www = r.headers.get("WWW-Authenticate", "")
+        self.assertTrue(www.startswith("Bearer"), r)
+        self.assertEqual('error="invalid_token"' in www, invalid_token, r)
+        for k in KEYS.values():
+            self.assertNotIn(k, r.body.decode(), "a key in an error body")
+        return obj
+
+    def test_missing_key_is_401_with_www_authenticate(self):
+        for path in ("/v2/models/alpha/infer", "/v1/models/alpha:predict"):
+            r = roundtrip(self.srv.port, "POST", path, [("Content-Type", "application/json")],
+                          body())
+            obj = self.assert_401(r, invalid_token=False)
+            self.assertIn("Authorization: Bearer", obj["error"])
+        self.assert_401(get(self.srv, "/v2"), invalid_token=False)
+        self.assert_401(get(self.srv, "/v2/models/alpha"), invalid_token=False)
+        self.assert_401(get(self.srv, "/v2/jobs"), invalid_token=False)
+        # An empty Bearer token or X-Api-Key is no key.
+        self.assert_401(get(self.srv, "/v2", "", "bearer"), invalid_token=False)
+        self.assert_401(get(self.srv, "/v2", "", "x-api-key"), invalid_token=False)
+
+    def test_wrong_truncated_and_recased_keys_are_401(self):
+        k = KEYS["search"]
+        for bad in ("sk-nobody", k[:-1], k[1:], k[:8], k + "0", k.upper(), k.swapcase(),
+                    k.capitalize(), " ".join([k, k]), digest(k), digest(k)[7:]):
+            for form in ("bearer", "x-api-key"):
+                self.assert_401(infer(self.srv, "alpha", bad, form), invalid_token=True)
+        # The real one passes both ways.
+        self.assertEqual(infer(self.srv, "alpha", k).status, 200)
+        self.assertEqual(infer(self.srv, "alpha", k, "x-api-key").status, 200)
+
+    def test_bearer_and_x_api_key(self):
+        k = KEYS["search"]
+        for h in ([("Authorization", "Bearer " + k)], [("Authorization", "bearer " + k)],
+                  [("Authorization", "BEARER  " + k + " ")], [("X-Api-Key", k)],
+                  [("x-api-key", " " + k)]):
+            r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/infer",
+                          [("Content-Type", "application/json")] + h, body())
+            self.assertEqual(r.status, 200, (h, r))
+        # Another scheme is not a key (it may be meant for a proxied server).
+        r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/infer",
+                      [("Authorization", "Basic " + k)], body())
+        self.assert_401(r, invalid_token=False)
+        r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/infer",
+                      [("Authorization", "Basic xyz"), ("X-Api-Key", k)], body())
+        self.assertEqual(r.status, 200, r)
+        # Both: Authorization wins.
+        r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/infer",
+                      [("Authorization", "Bearer " + k), ("X-Api-Key", "wrong")], body())
+        self.assertEqual(r.status, 200, r)
+        r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/infer",
+                      [("Authorization", "Bearer wrong"), ("X-Api-Key", k)], body())
+        self.assert_401(r, invalid_token=True)
+
+    # ---- what they may use
+
+    def test_model_outside_the_tenants_globs_is_403(self):
+        cases = [("search", "beta", 403), ("search", "shared1", 200), ("research", "alpha", 403),
+                 ("research", "beta", 200), ("research", "beta2", 200),
+                 ("research", "shared1", 403), ("ops", "alpha", 200), ("ops", "beta2", 200)]
+        for tenant, model, want in cases:
+            r = infer(self.srv, model, KEYS[tenant])
+            self.assertEqual(r.status, want, (tenant, model, r))
+            if want == 403:
+                obj = assert_json_error(self, r, 403)
+                self.assertIn(tenant, obj["error"])
+                self.assertIn(model, obj["error"])
+        # Every route that names the model: TF Serving's, metadata, stats, jobs.
+        k = KEYS["research"]
+        r = roundtrip(self.srv.port, "POST", "/v1/models/alpha:predict", auth_headers(k),
+                      json.dumps({"instances": [[1, 2, 3, 4]]}))
+        self.assertEqual(r.status, 403, r)
+        r = roundtrip(self.srv.port, "POST", "/v1/models/beta:predict", auth_headers(k),
+                      json.dumps({"instances": [[1, 2, 3, 4]]}))
+        self.assertEqual(r.status, 200, r)
+        for path in ("/v2/models/alpha", "/v2/models/alpha/ready", "/v2/models/alpha/config",
+                     "/v2/models/alpha/stats", "/v2/models/alpha/versions/1/ready"):
+            self.assertEqual(get(self.srv, path, k).status, 403, path)
+            self.assertEqual(get(self.srv, path, KEYS["search"]).status, 200, path)
+        r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/jobs", auth_headers(k),
+                      body() + "\n")
+        self.assertEqual(r.status, 403, r)
+        # A model no glob matches, served or not, is 403 before anything else:
+        # a tenant learns nothing of the models it may not use.
+        self.assertEqual(infer(self.srv, "nonexistent", k).status, 403)
+        self.assertEqual(infer(self.srv, "beta-nonexistent", k).status, 404)
+
+    def test_admin_routes(self):
+        for key in (KEYS["search"], KEYS["research"]):
+            r = get(self.srv, "/debug/delay?ms=1", key)
+            obj = assert_json_error(self, r, 403)
+            self.assertIn("admin", obj["error"])
+            r = roundtrip(self.srv.port, "POST", "/debug/echo", auth_headers(key), "x")
+            self.assertEqual(r.status, 403, r)
+            r = roundtrip(self.srv.port, "POST", "/debug/fault", auth_headers(key),
+                          json.dumps({"model": "alpha", "mode": "none"}))
+            self.assertEqual(r.status, 403, r)
+        self.assert_401(get(self.srv, "/debug/delay?ms=1"), invalid_token=False)
+        self.assertEqual(get(self.srv, "/debug/delay?ms=1", KEYS["ops"]).status, 200)
+        r = roundtrip(self.srv.port, "POST", "/debug/echo", auth_headers(KEYS["ops"], "x"), "hi")
+        self.assertEqual((r.status, r.body), (200, b"hi"))
+
+    def test_open_routes_need_no_key(self):
+        for path in ("/metrics", "/v2/health/live", "/v2/health/ready", "/dashboard",
+                     "/dashboard/data"):
+            self.assertEqual(get(self.srv, path).status, 200, path)
+            self.assertEqual(get(self.srv, path, "a-wrong-key").status, 200, path)
+
+    def test_jobs_of_another_tenant_are_404(self):
+        r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/jobs",
+                      auth_headers(KEYS["search"]), body() + "\n" + body(2) + "\n")
+        self.assertEqual(r.status, 201, r)
+        job = r.json()["id"]
+        deadline = time.monotonic() + 20
+        while True:
+            j = get(self.srv, "/v2/jobs/" + job, KEYS["search"]).json()
+            if j["state"] == "completed" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(j["state"], "completed", j)
+        self.assertEqual(j["tenant"], "search")
+        other = KEYS["research"]
+        for method, path in (("GET", "/v2/jobs/" + job), ("GET", "/v2/jobs/%s/results" % job),
+                             ("DELETE", "/v2/jobs/" + job)):
+            r = roundtrip(self.srv.port, method, path, auth_headers(other))
+            obj = assert_json_error(self, r, 404)
+            # The same answer as for an id that does not exist.
+            r2 = roundtrip(self.srv.port, method, path.replace(job, "j-does-not-exist"),
+                           auth_headers(other))
+            self.assertEqual(r2.status, 404)
+            self.assertIn("no job", obj["error"])
+        self.assertNotIn(job, [x["id"] for x in get(self.srv, "/v2/jobs", other).json()["jobs"]])
+        mine = get(self.srv, "/v2/jobs", KEYS["search"]).json()["jobs"]
+        self.assertIn(job, [x["id"] for x in mine])
+        self.assertTrue(all(x["tenant"] == "search" for x in mine), mine)
+        # An admin sees every tenant's.
+        self.assertIn(job, [x["id"] for x in get(self.srv, "/v2/jobs", KEYS["ops"]).json()["jobs"]])
+        self.assertEqual(get(self.srv, "/v2/jobs/" + job, KEYS["ops"]).status, 200)
+        r = get(self.srv, "/v2/jobs/%s/results" % job, KEYS["search"])
+        self.assertEqual(len(r.body.decode().splitlines()), 2)
+
+    def test_tenant_requests_total(self):
+        before = get(self.srv, "/metrics").body.decode()
+        for _ in range(3):
+            self.assertEqual(infer(self.srv, "beta2", KEYS["research"]).status, 200)
+        r = infer(self.srv, "beta2", KEYS["research"], rows=99)   # over max_batch_size
+        self.assertEqual(r.status, 400)
+        self.assertEqual(infer(self.srv, "beta2", KEYS["search"]).status, 403)
+        self.assertEqual(infer(self.srv, "beta2", "wrong").status, 401)
+        after = get(self.srv, "/metrics").body.decode()
+
+        def delta(name, **labels):
+            return metric(after, name, **labels) - metric(before, name, **labels)
+
+        self.assertEqual(delta("tenant_requests_total", tenant="research", model="beta2",
+                               code="200"), 3, after)
+        self.assertEqual(delta("tenant_requests_total", tenant="research", model="beta2",
+                               code="400"), 1)
+        self.assertEqual(delta("tenant_requests_total", tenant="search", model="beta2",
+                               code="200"), 0)
+        self.assertEqual(delta("auth_refusals_total", reason="model"), 1)
+        self.assertEqual(delta("auth_refusals_total", reason="unknown_key"), 1)
+        self.assertIn("# TYPE batchgate_tenant_requests_total counter", after)
+
+    # ---- keys stay secret
+
+    def test_keys_absent_from_log_debug_metrics_dashboard(self):
+        for k in KEYS.values():
+            infer(self.srv, "alpha", k)
+            infer(self.srv, "alpha", k + "x")
+            infer(self.srv, "beta", k, "x-api-key")
+            get(self.srv, "/debug/delay?ms=1&id=t", k)
+        ops = KEYS["ops"]
+        texts = {"log": self.srv.log()}
+        for path in ("/debug/memory", "/debug/delay?ms=1&id=z", "/metrics", "/dashboard/data",
+                     "/v2/jobs", "/v2", "/v2/models/alpha/stats"):
+            r = get(self.srv, path, ops)
+            self.assertEqual(r.status, 200, (path, r))
+            texts[path] = r.body.decode("utf-8", "replace")
+        self.assertIn("ready in", texts["log"])
+        for name, text in texts.items():
+            for k in KEYS.values():
+                for secret in (k, k + "x", hashlib.sha256(k.encode()).hexdigest()):
+                    self.assertNotIn(secret, text, "%s shows a key or its digest" % name)
+
+    # ---- timing
+
+    def test_wrong_key_time_does_not_depend_on_the_match(self):
+        """Wrong keys that differ from a real one in the first character and
+        in the last are refused in the same time. Measured over one
+        keep-alive connection, the two kinds interleaved request by request
+        so that the machine's slow spells fall on both; medians compared.
+        The keys are hashed before any comparison, so a partial match of the
+        key is not even a partial match of the digest; the digest comparison
+        itself is measured in tests/unit/test_auth.c, where nanoseconds show.
+        Here the bound is generous (medians within 30%, three attempts): on
+        a shared 2-core machine one request takes ~100 us +- tens, and a
+        leak this test could see would be of that size."""
+        k = KEYS["search"]
+        early = ("X" if k[0] != "X" else "Y") + k[1:]
+        late = k[:-1] + ("X" if k[-1] != "X" else "Y")
+        reqs = {w: request("GET", "/v2", [("X-Api-Key", w)]) for w in (early, late)}
+        for attempt in range(3):
+            s = connect(self.srv.port)
+            try:
+                times = {early: [], late: []}
+                for i in range(2400):
+                    w = early if i % 2 == 0 else late
+                    t0 = time.perf_counter_ns()
+                    send(s, reqs[w])
+                    r = read_response(s)
+                    times[w].append(time.perf_counter_ns() - t0)
+                    self.assertEqual(r.status, 401)
+            finally:
+                close_quietly(s)
+            # The first few hundred warm the caches and the connection up.
+            me = statistics.median(times[early][200:]) / 1e3
+            ml = statistics.median(times[late][200:]) / 1e3
+            ratio = max(me, ml) / min(me, ml)
+            print("\nwrong key, median refusal time: differs first %.1f us, last %.1f us "
+                  "(ratio %.3f, attempt %d)" % (me, ml, ratio, attempt + 1))
+            if ratio <= 1.3:
+                break
+        self.assertLessEqual(ratio, 1.3, "refusing a wrong key took %.1f us when it differed "
+                             "first and %.1f us when it differed last" % (me, ml))
+
+
+class ProxyRouteGuardTest(FakeUpstreamCase):
+    """A proxy route (dispatched at the end of its headers, its body
+    streaming) passes the same guard: no key, no upstream call. A key that
+    named a tenant is this server's credential and is not passed on."""
+
+    @classmethod
+    def populate(cls, repo):
+        fast_models(repo, "alpha")
+        _, fport = cls.fake_server("--base-ms", "1")
+        cls.config = {
+            "tenants": [{"name": "a", "keys": [digest("k-a")]}],
+            "proxy": {"routes": [
+                # Nothing listens on port 1: a call that gets through fails with 502.
+                {"prefix": "/up/", "urls": ["http://127.0.0.1:1"]},
+                {"prefix": "/echo/", "urls": ["http://127.0.0.1:%d" % fport]}],
+                "timeout_ms": 2000},
+        }
+
+    def test_proxy_route_needs_a_key(self):
+        s = connect(self.srv.port)
+        try:
+            # A body the guard refuses before reading it, then a request
+            # behind it on the same connection: both answered, in order.
+            send(s, request("POST", "/up/thing", [("Content-Type", "text/plain")], "x" * 5000)
+                 + request("GET", "/v2/health/live"))
+            r = read_response(s)
+            self.assertEqual(r.status, 401, r)
+            self.assertTrue(r.headers.get("WWW-Authenticate", "").startswith("Bearer"))
+            self.assertEqual(read_response(s).status, 200)
+        finally:
+            close_quietly(s)
+        r = roundtrip(self.srv.port, "GET", "/up/thing", auth_headers("k-a"))
+        self.assertEqual(r.status, 502, r)
+
+    def test_the_tenants_key_is_not_passed_on(self):
+        def upstream_saw(headers):
+            r = roundtrip(self.srv.port, "GET", "/echo/x", headers)
+            self.assertEqual(r.status, 200, r)
+            return r.json()["headers"]
+        h = upstream_saw([("Authorization", "Bearer k-a"), ("X-Trace", "t1")])
+        self.assertNotIn("authorization", h)
+        self.assertEqual(h.get("x-trace"), "t1")
+        h = upstream_saw([("X-Api-Key", "k-a"), ("Authorization", "Basic dXA6c3RyZWFt")])
+        self.assertNotIn("x-api-key", h)
+        self.assertEqual(h.get("authorization"), "Basic dXA6c3RyZWFt")   # for the server behind
+        # The key named the tenant by Authorization: an X-Api-Key beside it
+        # was not ours, and goes on.
+        h = upstream_saw([("Authorization", "Bearer k-a"), ("X-Api-Key", "theirs")])
+        self.assertNotIn("authorization", h)
+        self.assertEqual(h.get("x-api-key"), "theirs")
+
+
+class LimitsTest(RepoServerCase):
+    """max_inflight and rate_rows_per_s: 429, Retry-After, the reason."""
+    config = {
+        "tenants": [
+            {"name": "few", "keys": [digest("k-few")], "max_inflight": 2},
+            {"name": "metered", "keys": [digest("k-metered")], "rate_rows_per_s": 2},
+            {"name": "tiny", "keys": [digest("k-tiny")], "rate_rows_per_s": 1},
+            {"name": "free", "keys": [digest("k-free")]},
+        ],
+    }
+
+    @classmethod
+    def populate(cls, repo):
+        fast_models(repo, "alpha")
+        write_model(repo, "slow", synthetic("slow", base_us=400000, per_row_us=0,
+                                            batching={"max_batch_size": 1}))
+
+    def assert_429(self, r, reason, retry_after):
+        obj = assert_json_error(self, r, 429)
+        self.assertEqual(obj.get("reason"), reason, r)
+        self.assertIn(reason, obj["error"])
+        self.assertIn("Retry-After", r.headers, r)
+        ra = int(r.headers["Retry-After"])
+        self.assertIn(ra, retry_after, r)
+        return obj
+
+    def test_max_inflight(self):
+        socks = []
+        try:
+            for _ in range(2):
+                s = connect(self.srv.port)
+                socks.append(s)
+                send(s, request("POST", "/v2/models/slow/infer",
+                                [("Authorization", "Bearer k-few")], body()))
+            deadline = time.monotonic() + 5
+            while True:   # both are in flight once the gauge says so
+                text = get(self.srv, "/metrics").body.decode()
+                if metric(text, "tenant_inflight_requests", tenant="few") == 2:
+                    break
+                self.assertLess(time.monotonic(), deadline, text)
+                time.sleep(0.01)
+            r = infer(self.srv, "alpha", "k-few")
+            self.assert_429(r, "max_inflight", (1,))
+            # Another tenant is not held back by it.
+            self.assertEqual(infer(self.srv, "alpha", "k-free").status, 200)
+            for s in socks:
+                self.assertEqual(read_response(s, timeout=10).status, 200)
+        finally:
+            for s in socks:
+                close_quietly(s)
+        self.assertEqual(infer(self.srv, "alpha", "k-few").status, 200)
+        text = get(self.srv, "/metrics").body.decode()
+        self.assertGreaterEqual(metric(text, "tenant_requests_total", tenant="few",
+                                       model="alpha", code="429"), 1)
+
+    def test_rate_rows_per_s(self):
+        self.assertEqual(infer(self.srv, "alpha", "k-metered", rows=2).status, 200)
+        r = infer(self.srv, "alpha", "k-metered", rows=1)
+        self.assert_429(r, "rate_rows_per_s", (1,))
+        time.sleep(int(r.headers["Retry-After"]) + 0.05)
+        self.assertEqual(infer(self.srv, "alpha", "k-metered", rows=1).status, 200)
+
+    def test_rate_retry_after_is_computed(self):
+        # 4 rows at 1 row/s: a full bucket lets them through, and the next
+        # row waits for the debt, about 4 s.
+        self.assertEqual(infer(self.srv, "alpha", "k-tiny", rows=4).status, 200)
+        r = infer(self.srv, "alpha", "k-tiny", rows=1)
+        self.assert_429(r, "rate_rows_per_s", (3, 4))
+
+
+class AuthOptionalTest(RepoServerCase):
+    """Keys exist but auth.required is false: no key, or an unknown one, is
+    the tenant default, whose own globs then apply."""
+    config = {
+        "auth": {"required": False},
+        "tenants": [
+            {"name": "default", "models": ["alpha"]},
+            {"name": "research", "keys": [digest("k-research")], "models": ["beta"]},
+        ],
+    }
+
+    @classmethod
+    def populate(cls, repo):
+        fast_models(repo, "alpha", "beta")
+
+    def test_no_key_and_unknown_key_are_default(self):
+        before = get(self.srv, "/metrics").body.decode()
+        self.assertEqual(infer(self.srv, "alpha").status, 200)
+        self.assertEqual(infer(self.srv, "alpha", "some-client-key").status, 200)
+        self.assertEqual(infer(self.srv, "beta").status, 403)
+        self.assertEqual(infer(self.srv, "beta", "k-research").status, 200)
+        self.assertEqual(infer(self.srv, "alpha", "k-research").status, 403)
+        after = get(self.srv, "/metrics").body.decode()
+        self.assertEqual(metric(after, "tenant_requests_total", tenant="default", model="alpha",
+                                code="200")
+                         - metric(before, "tenant_requests_total", tenant="default",
+                                  model="alpha", code="200"), 2)
+        # Admin routes: keys exist and default is no admin.
+        self.assertEqual(get(self.srv, "/debug/delay?ms=1").status, 403)
+
+
+class AuthRequiredWithoutKeysTest(RepoServerCase):
+    """auth.required without a single key: only the open routes answer."""
+    config = {"auth": {"required": True}}
+
+    @classmethod
+    def populate(cls, repo):
+        fast_models(repo, "alpha")
+
+    def test_everything_but_open_routes_is_401(self):
+        self.assertEqual(infer(self.srv, "alpha").status, 401)
+        self.assertEqual(infer(self.srv, "alpha", "anything").status, 401)
+        self.assertEqual(get(self.srv, "/v2/health/ready").status, 200)
+        self.assertEqual(get(self.srv, "/metrics").status, 200)
+        self.srv.wait_log(r"auth.required is true and no tenant has keys")
+
+
+if __name__ == "__main__":
+    unittest.main()
