@@ -48,7 +48,7 @@ static const char *schema_doc_values(const struct schema_field *f, char *buf, si
             tmp[0] = '\0';
         snprintf(buf, cap, "list of %s %s%s", cnt, schema_noun(f), tmp);
         return buf;
-    case SCHEMA_IGNORE: return "anything (ignored)";
+    case SCHEMA_IGNORE: return f->expect ? f->expect : "anything (ignored)";
     default: return "";
     }
 }

@@ -14,6 +14,7 @@
 #include "common/httpc.h"
 #include "common/schema.h"
 #include "gateway/config_impl.h"
+#include "serving/governance.h"
 
 /* A configuration file is a few KiB; anything near this is a wrong path. */
 #define CONFIG_FILE_MAX (16u << 20)
@@ -213,6 +214,12 @@ static const struct schema_field config_fields[] = {
      .count_offset = offsetof(struct config, tenants.n), .item = &config_tenant_item,
      .doc = "who may use which models with which keys, and their shares of device time and "
             "limits (docs/TENANTS.md); each element has the fields below"},
+    /* Read by governance_parse (serving/governance.h) once the tenants it
+     * names are known: config_load_json. */
+    {SCHEMA_F_IGNORE("governance"), .expect = "object", .doc_default = "none",
+     .doc = "time windows: `{\"timezone\": \"Area/City\", \"windows\": [{\"name\", \"days\", "
+            "\"from\", \"to\", \"shares\": {TENANT: SHARE}, \"offline_share\"}]}` "
+            "(docs/TENANTS.md); SIGHUP and `PUT /v2/governance` replace it"},
     {SCHEMA_F_BOOL("debug_endpoints", struct config, debug_endpoints),
      .flags = SCHEMA_EXT, .def = false,
      .doc = "enables `GET /debug/delay?ms=N&id=X` (answers after a timer), `POST /debug/echo` "
@@ -235,11 +242,27 @@ void config_defaults(struct config *c)
     config_tenants_defaults(&c->tenants);
 }
 
+void config_release(struct config *c)
+{
+    governance_free(c->governance);
+    c->governance = NULL;
+}
+
 static int config_load_json(struct config *c, json_t *root, const char *file, struct error *err)
 {
     int rc = schema_parse(config_fields, c, root, file, err);
     if (rc == 0)
         rc = config_tenants_finish(&c->tenants, root, file, err);
+    if (rc == 0 && json_object_get(root, "governance")) {
+        struct governance *g = NULL;
+        char where[4200];
+        snprintf(where, sizeof where, "%s: governance", file);
+        if ((rc = governance_parse(json_object_get(root, "governance"), &c->tenants, where, &g,
+                                   err)) == 0) {
+            governance_free(c->governance);
+            c->governance = g;
+        }
+    }
     if (rc == 0 && json_object_get(root, "model_repository"))
         c->model_repository_set = true;
     return rc;

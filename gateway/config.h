@@ -62,9 +62,15 @@ struct config {
      * the tenant "default"; read by the gateway (keys, routes, admission)
      * and the scheduler (shares). */
     struct tenants_config tenants;
+    /* `governance` (SPEC.md "Time windows"), parsed against the tenants;
+     * NULL when the file has none. Owned: config_release frees it, unless
+     * main handed it to the governor (and set it NULL). */
+    struct governance *governance;
 };
 
 void config_defaults(struct config *c);
+/* Frees what the config owns (its governance). */
+void config_release(struct config *c);
 /* The schema (common/schema.h) of the file: defaults, checks and the field
  * table of docs/CONFIG.md (`batchgate --config-fields`) come from it. */
 struct schema_field;

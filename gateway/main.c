@@ -35,6 +35,7 @@
 #include "gateway/proxy.h"
 #include "gateway/tenantstats.h"
 #include "http/http.h"
+#include "serving/governance.h"
 #include "serving/serving.h"
 
 #define EXIT_USAGE 2
@@ -209,13 +210,59 @@ static int config_build(const struct cli *cli, struct config *cfg, struct error 
     return 0;
 }
 
+/* The governor's apply: the shares in force on every device. */
+static void main_apply_shares(void *arg, const double *share, double offline_share,
+                              const char *window)
+{
+    (void)window;
+    serving_apply_shares(arg, share, offline_share);
+}
+
+/* SIGHUP: the configuration file's governance section replaces the one in
+ * force (checked as at start; a bad one is logged and changes nothing).
+ * Tenants and keys are read at start only. */
+static void main_reload_governance(const struct cli *cli, const struct config *cfg,
+                                   struct governor *gov)
+{
+    if (!gov || !cli->config_path)
+        return;
+    struct config *fresh = malloc(sizeof *fresh);
+    struct error err = {0};
+    if (!fresh) {
+        log_error("SIGHUP: out of memory to reread %s", cli->config_path);
+        return;
+    }
+    config_defaults(fresh);
+    bool same = false;
+    if (config_load_file(fresh, cli->config_path, &err) != 0) {
+        log_error("SIGHUP: %s: governance not changed", err.msg);
+    } else if (!(same = fresh->tenants.n == cfg->tenants.n)) {
+        log_error("SIGHUP: %s names other tenants than those in force: governance not changed "
+                  "(tenants are read at start: restart to change them)", cli->config_path);
+    } else {
+        for (int t = 0; t < cfg->tenants.n && same; t++)
+            same = strcmp(fresh->tenants.t[t].name, cfg->tenants.t[t].name) == 0;
+        if (!same)
+            log_error("SIGHUP: %s names other tenants than those in force: governance not "
+                      "changed (tenants are read at start: restart to change them)",
+                      cli->config_path);
+    }
+    if (same) {
+        governor_replace(gov, fresh->governance);   /* NULL: no windows any more */
+        fresh->governance = NULL;
+        log_info("SIGHUP: governance reread from %s", cli->config_path);
+    }
+    config_release(fresh);
+    free(fresh);
+}
+
 static int routes_build(struct router *r, const struct config *cfg, struct api_state *st,
                         struct error *err)
 {
     int rc;
     if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
         (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)) ||
-        (rc = api_jobs_register(r, st, err)))
+        (rc = api_jobs_register(r, st, err)) || (rc = api_governance_register(r, st, err)))
         return rc;
     if (cfg->debug_endpoints && (rc = api_debug_register(r, st, err)))
         return rc;
@@ -306,8 +353,22 @@ int main(int argc, char **argv)
         goto out;
     }
     api.serving = serving;
-    /* The schedulers' shares come from the same table the gateway reads. */
+    /* The schedulers' shares come from the same table the gateway reads;
+     * with tenants, the governor puts a time window's shares in force. */
     serving_set_tenants(serving, &cfg.tenants);
+    if (cfg.tenants.n > 1) {
+        api.governor = governor_start(cfg.governance, &cfg.tenants, main_apply_shares, serving,
+                                      &err);
+        if (!api.governor) {
+            log_error("%s", err.msg);
+            exit_code = 1;
+            goto out;
+        }
+        cfg.governance = NULL;   /* the governor's now */
+    } else if (cfg.governance) {
+        log_warn("governance: time windows set shares of tenants, and none is configured "
+                 "(tenants[]): ignored");
+    }
     /* Tenants before any route can be called: the guard resolves them. */
     api.tenantstats = tenantstats_new(cfg.http.io_threads, cfg.tenants.n, serving_count(serving));
     api.auth = api.tenantstats ? auth_new(&cfg.tenants, api.tenantstats, &err) : NULL;
@@ -390,6 +451,7 @@ int main(int argc, char **argv)
                 log_error("SIGHUP: cannot reopen %s: %s", cfg.log_file, strerror(-r));
             else
                 log_info("SIGHUP: log reopened");
+            main_reload_governance(&cli, &cfg, api.governor);
             continue;
         }
         if (sig == SIGUSR1 && server_running(srv) > 0)
@@ -461,7 +523,9 @@ out:
         jscratch_free(api.jscratch[i]);
     free(api.jscratch);
     jobs_free(api.jobs);
+    governor_stop(api.governor);   /* it applies shares to the serving table */
     serving_free(serving);
+    config_release(&cfg);
     admit_free(api.admit);
     auth_free(api.auth);
     tenantstats_free(api.tenantstats);

@@ -99,8 +99,13 @@ class UpstreamTest(FakeUpstreamCase):
         for model in ("kv2", "tfs"):
             self.upstream("POST", "/__reset", "{}")
             results = {}
+            # All 40 send at once: starting 40 threads one by one on a
+            # loaded 2-core machine spread them over more than the calls
+            # take, and the test then measured the thread starts.
+            start = threading.Barrier(40, timeout=20)
 
             def one(i):
+                start.wait()
                 r = self.infer(model, [[i, 1, 0, 0]])
                 results[i] = (r.status, r.json()["outputs"][0]["data"] if r.status == 200 else r.body)
 

@@ -1,0 +1,204 @@
+"""test_governance.py - tenants' shares of device time and time windows end
+to end (docs/TENANTS.md): two tenants saturating one synthetic model split
+its device time by their shares; GET /v2/governance shows the active window
+and the shares in force (also as tenant_share in /metrics); PUT replaces
+the section (admin only, a bad one is 400 naming the problem) and the split
+follows within about a second with no request lost; SIGHUP rereads the
+file's section; a configuration with overlapping windows does not start."""
+
+import json
+import os
+import signal
+import tempfile
+import threading
+import time
+import unittest
+
+from harness import RepoServerCase, roundtrip, run_cli
+from test_infer import synthetic, write_model
+from test_tenants import KEYS, digest, metric
+
+ALL_WEEK = {"name": "all-week", "from": "00:00", "to": "00:00"}
+
+
+def window(name, shares, **kw):
+    return dict(ALL_WEEK, name=name, shares=shares, **kw)
+
+
+def auth(key):
+    return [("Authorization", "Bearer " + key)]
+
+
+class Flood:
+    """`clients` closed-loop clients per tenant on one model until stopped;
+    counts answers by status."""
+
+    def __init__(self, srv, model, keys, clients=12):
+        self.srv, self.model, self.stop_at = srv, model, None
+        self.codes = {k: {} for k in keys}
+        self.lock = threading.Lock()
+        self.running = True
+        self.threads = [threading.Thread(target=self.loop, args=(k,), daemon=True)
+                        for k in keys for _ in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def loop(self, key):
+        body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
+                                       "data": [[1, 2, 3, 4]]}]})
+        h = [("Content-Type", "application/json")] + auth(KEYS[key])
+        deadline = time.time() + 60   # bounded whatever happens
+        while self.running and time.time() < deadline:
+            try:
+                r = roundtrip(self.srv.port, "POST", "/v2/models/%s/infer" % self.model, h, body,
+                              timeout=10)
+                code = r.status
+            except Exception:   # noqa: BLE001 - counted as lost
+                code = 0
+            with self.lock:
+                self.codes[key][code] = self.codes[key].get(code, 0) + 1
+
+    def stop(self):
+        self.running = False
+        for t in self.threads:
+            t.join(timeout=15)
+
+
+def device_seconds(srv):
+    m = roundtrip(srv.port, "GET", "/metrics").body.decode()
+    return {t: sum(metric(m, "tenant_device_seconds_total", tenant=t, device=d, **{"class": c})
+                   for d in ("synthetic0",) for c in ("online", "offline"))
+            for t in ("search", "research")}
+
+
+def split(srv, seconds):
+    """search's fraction of the device time the two used over `seconds`."""
+    a = device_seconds(srv)
+    time.sleep(seconds)
+    b = device_seconds(srv)
+    s, r = b["search"] - a["search"], b["research"] - a["research"]
+    return s / (s + r) if s + r > 0 else 0
+
+
+class GovernanceTest(RepoServerCase):
+    io_threads = 2
+    config = {
+        "tenants": [
+            {"name": "search", "keys": [digest(KEYS["search"])], "share": 0.7},
+            {"name": "research", "keys": [digest(KEYS["research"])], "share": 0.3},
+            {"name": "ops", "keys": [digest(KEYS["ops"])], "admin": True},
+        ],
+        "governance": {"timezone": "UTC", "windows": []},
+    }
+
+    @classmethod
+    def populate(cls, repo):
+        # One instance, a batch of 4 rows: 2 ms + 0.25 ms/row, sleeping; the
+        # two tenants. 12 clients each keep it saturated.
+        write_model(repo, "m", synthetic("m", base_us=2000, per_row_us=250,
+                                         batching={"max_batch_size": 4, "max_queue_delay_us": 0,
+                                                   "max_queue_size": 1024}))
+
+    def governance(self, key=None):
+        r = roundtrip(self.srv.port, "GET", "/v2/governance", auth(key or KEYS["search"]))
+        self.assertEqual(r.status, 200, r.body)
+        return r.json()
+
+    def put(self, section, key):
+        return roundtrip(self.srv.port, "PUT", "/v2/governance",
+                         [("Content-Type", "application/json")] + auth(key), json.dumps(section))
+
+    def test_1_shares_split_and_window_switch(self):
+        g = self.governance()
+        self.assertIsNone(g["active"])
+        self.assertEqual(g["shares"], {"default": 0, "search": 0.7, "research": 0.3, "ops": 0})
+        flood = Flood(self.srv, "m", ["search", "research"])
+        try:
+            time.sleep(1.0)   # the queue fills, the accounts settle
+            s = split(self.srv, 3.0)
+            print("# shares 0.7/0.3: search used %.3f of the device" % s)
+            self.assertGreater(s, 0.65)
+            self.assertLess(s, 0.75)
+            # A window that turns the split around, now: applied within ~1 s.
+            r = self.put({"timezone": "UTC", "windows": [window("night", {"search": 0.2,
+                                                                         "research": 0.8})]},
+                         KEYS["ops"])
+            self.assertEqual(r.status, 200, r.body)
+            self.assertEqual(r.json()["active"], "night")
+            time.sleep(1.0)
+            s = split(self.srv, 3.0)
+            print("# after the switch to 0.2/0.8: search used %.3f" % s)
+            self.assertGreater(s, 0.15)
+            self.assertLess(s, 0.25)
+            m = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+            self.assertEqual(metric(m, "tenant_share", tenant="research", device="synthetic0"), 0.8)
+        finally:
+            flood.stop()
+        for key in ("search", "research"):
+            bad = {c: n for c, n in flood.codes[key].items() if c != 200}
+            self.assertEqual(bad, {}, "%s: requests not answered 200: %r" % (key, bad))
+        # The model's stats split its rows and device time by tenant too.
+        st = roundtrip(self.srv.port, "GET", "/v2/models/m/stats", auth(KEYS["ops"])).json()
+        names = {t["name"] for t in st["model_stats"][0]["tenants"]} \
+            if "model_stats" in st else {t["name"] for t in st["tenants"]}
+        self.assertEqual(names, {"search", "research"})
+
+    def test_2_put_rules(self):
+        good = {"timezone": "UTC", "windows": []}
+        self.assertEqual(self.put(good, KEYS["search"]).status, 403)
+        r = self.put({"timezone": "UTC", "windows": [window("a", {}), window("b", {})]},
+                     KEYS["ops"])
+        self.assertEqual(r.status, 400)
+        self.assertIn('windows "a" and "b" overlap', r.json()["error"])
+        r = self.put({"windows": [window("a", {"nobody": 0.5})]}, KEYS["ops"])
+        self.assertEqual(r.status, 400)
+        self.assertIn('no tenant "nobody"', r.json()["error"])
+        r = roundtrip(self.srv.port, "PUT", "/v2/governance", auth(KEYS["ops"]), "{not json")
+        self.assertEqual(r.status, 400)
+        self.assertEqual(self.put(good, KEYS["ops"]).status, 200)
+
+    def test_3_sighup_rereads_the_file(self):
+        with open(self.srv.config_path) as f:
+            cfg = json.load(f)
+        cfg["governance"] = {"timezone": "Europe/Paris",
+                             "windows": [window("from-file", {"research": 1.0})]}
+        with open(self.srv.config_path + ".new", "w") as f:
+            json.dump(cfg, f)
+        os.replace(self.srv.config_path + ".new", self.srv.config_path)
+        self.srv.send_signal(signal.SIGHUP)
+        self.srv.wait_log(r"SIGHUP: governance reread", timeout=5)
+        deadline = time.time() + 3
+        while time.time() < deadline and self.governance()["active"] != "from-file":
+            time.sleep(0.1)
+        g = self.governance()
+        self.assertEqual(g["active"], "from-file")
+        self.assertEqual(g["timezone"], "Europe/Paris")
+        self.assertEqual(g["shares"]["research"], 1.0)
+        # A broken file changes nothing, and says so.
+        cfg["governance"] = {"windows": [{"name": "x", "from": "25:00", "to": "01:00"}]}
+        with open(self.srv.config_path, "w") as f:
+            json.dump(cfg, f)
+        self.srv.send_signal(signal.SIGHUP)
+        self.srv.wait_log(r"SIGHUP: .*governance not changed", timeout=5)
+        self.assertEqual(self.governance()["active"], "from-file")
+
+
+class GovernanceConfigTest(unittest.TestCase):
+    def test_overlapping_windows_do_not_start(self):
+        cfg = {"listen": "127.0.0.1:0", "model_repository": "/nonexistent-but-named",
+               "tenants": [{"name": "a", "share": 0.5}],
+               "governance": {"windows": [dict(ALL_WEEK, name="day"),
+                                          {"name": "night", "from": "20:00", "to": "08:00"}]}}
+        fd, path = tempfile.mkstemp(prefix="batchgate-gov-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(cfg, f)
+        try:
+            code, _, err = run_cli(["--config", path])
+        finally:
+            os.unlink(path)
+        self.assertEqual(code, 2, err)
+        self.assertIn('windows "day" and "night" overlap', err)
+
+
+if __name__ == "__main__":
+    unittest.main()
