@@ -158,6 +158,8 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
     int64_t now = now_ns();
     b->q.guard_ns = guard_value(&b->guard, now);
     int rc = bqueue_push(&b->q, it, now, batcher_fastest(b), &e);
+    struct infer_item *evicted = b->q.evicted;   /* made room for it (queue.h) */
+    b->q.evicted = NULL;
     void (*waker)(void *) = NULL;
     void *waker_arg = NULL;
     if (rc == 0) {
@@ -173,6 +175,9 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
         waker_arg = b->waker_arg;
     }
     pthread_mutex_unlock(&b->lock);
+    work_complete_list(evicted, BG_EQUEUEFULL,
+                       "queue full (batching.max_queue_size): this request made room for a "
+                       "tenant with fewer requests queued");
     if (waker)
         waker(waker_arg);
     if (rc)
@@ -286,6 +291,7 @@ void batcher_set_tenant_rank(struct batcher *b, batcher_rank_fn rank, void *arg)
     pthread_mutex_lock(&b->lock);
     b->rank = rank;
     b->rank_arg = arg;
+    b->q.tenant_fair = rank != NULL;
     pthread_mutex_unlock(&b->lock);
 }
 

@@ -75,6 +75,8 @@ void batcher_set_device_probe(struct batcher *b, bool (*other_work)(void *arg, i
 typedef int (*batcher_rank_fn)(void *arg, int instance, int64_t now_ns, const bool *has,
                                int *order, int64_t *retry_ns, bool *offline_first);
 void batcher_set_tenant_rank(struct batcher *b, batcher_rank_fn rank, void *arg);
+/* (With a ranking the queue is also fair to tenants when full: see
+ * queue.h; a request that made room is answered 429.) */
 
 /* Worker side: a batch ran; its time refines the instance's latency model. */
 void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns);

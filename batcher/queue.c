@@ -119,6 +119,7 @@ static void bqueue_unlink_all(struct bqueue *q, struct infer_item *it)
     }
     list_remove(&it->q_svc);
     list_remove(&it->q_ten);
+    q->tn[it->tenant]--;
     list_remove(&it->q_arr);
     if (it->deadline_ns)
         list_remove(&it->q_dl);
@@ -140,6 +141,26 @@ static struct infer_item *bqueue_first(const struct bqueue *q)
 
 /* ---- operations ---- */
 
+/* The queue is full and tenant t asks for a place: the tenant holding the
+ * most requests gives up its last one in service order, if it holds more
+ * than t does after admitting (queue.h). */
+static bool bqueue_make_room(struct bqueue *q, int t)
+{
+    if (!q->tenant_fair)
+        return false;
+    int hog = 0;
+    for (int k = 1; k < WORK_TENANTS_MAX; k++)
+        if (q->tn[k] > q->tn[hog])
+            hog = k;
+    if (hog == t || q->tn[hog] <= q->tn[t] + 1 || list_empty(&q->ten[hog]))
+        return false;
+    struct infer_item *out = BQ_TEN(q->ten[hog].prev);
+    bqueue_unlink_all(q, out);
+    out->next = q->evicted;
+    q->evicted = out;
+    return true;
+}
+
 int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                 const struct latmodel *lat, struct error *err)
 {
@@ -155,14 +176,14 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
         q->noff++;
         return 0;
     }
-    if (q->n >= q->cfg.max_queue_size)
+    if (it->tenant < 0 || it->tenant >= WORK_TENANTS_MAX)
+        it->tenant = 0;
+    if (q->n >= q->cfg.max_queue_size && !bqueue_make_room(q, it->tenant))
         return error_set(err, BG_EQUEUEFULL,
                          "queue full (%d requests waiting, batching.max_queue_size)",
                          q->cfg.max_queue_size);
     if (it->priority <= 0)
         it->priority = q->cfg.default_priority;
-    if (it->tenant < 0 || it->tenant >= WORK_TENANTS_MAX)
-        it->tenant = 0;
     if (it->deadline_ns && policy_deadline_aware(q->cfg.kind) && lat) {
         int64_t need = latmodel_predict(lat, it->rows) + q->guard_ns;
         if (now_ns + need > it->deadline_ns)
@@ -174,6 +195,7 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
     }
     bqueue_svc_insert(q, it);
     bqueue_ten_insert(q, it);
+    q->tn[it->tenant]++;
     bqueue_arr_insert(q, it);
     if (it->deadline_ns)
         bqueue_dl_insert(q, it);

@@ -23,6 +23,12 @@
  * is not served until it is ranked again. Without a ranking (nrank 0) the
  * queue is one service order, as without tenants.
  *
+ * A full queue and tenants (tenant_fair): a request of a tenant holding
+ * fewer queued requests than the tenant holding the most is admitted, and
+ * the latter's last request in service order leaves instead (answered 429
+ * by the caller): a flooding tenant fills the queue only while no one else
+ * needs room, so its flood cannot turn another tenant's requests into 429s.
+ *
  * Offline rows (infer_item.offline, a job's lines) wait in a FIFO of their
  * own, outside the three orders: no deadline, never aged, not counted
  * against max_queue_size (the jobs runner bounds them), so they can neither
@@ -72,6 +78,11 @@ struct bqueue {
     struct list dl;                   /* infer_item.q_dl: deadline order, deadlines only */
     int n;                            /* online requests queued */
     struct list ten[WORK_TENANTS_MAX];   /* infer_item.q_ten: each tenant's service order */
+    int tn[WORK_TENANTS_MAX];         /* each tenant's online requests queued */
+    /* With tenants: a full queue makes room for a tenant holding fewer
+     * requests than another by refusing that one's last (bqueue_push). */
+    bool tenant_fair;
+    struct infer_item *evicted;       /* refused to make room; the caller answers them 429 */
     int rank[WORK_TENANTS_MAX];       /* tenants in the order they are owed; set by the caller */
     int nrank;                        /* 0: no ranking (one service order); -1: every
                                        * tenant with requests is held back */
@@ -98,7 +109,9 @@ void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batch
 int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg);
 void bqueue_free(struct bqueue *q);
 
-/* Admits it: -BG_EINVAL (rows), -BG_EQUEUEFULL, or -BG_EDEADLINE when its
+/* Admits it: -BG_EINVAL (rows), -BG_EQUEUEFULL (also when the queue is
+ * full and no tenant holds more requests than its tenant; with tenant_fair,
+ * a request that made room leaves on q->evicted), or -BG_EDEADLINE when its
  * deadline cannot be met even alone on an idle instance (`lat`, the fastest
  * instance's model; NULL: no early rejection). */
 int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,

@@ -361,6 +361,53 @@ static void test_offline_share_guaranteed(void **state)
     }
 }
 
+/* A flooding tenant fills the queue only while no one else needs room: a
+ * request of a tenant holding fewer requests takes the place of the
+ * flooder's last one (which the caller answers 429); past an even split,
+ * the queue is full for both. */
+static void test_full_queue_makes_room_for_another_tenant(void **state)
+{
+    (void)state;
+    struct bqueue q;
+    struct bqueue_config c;
+    memset(&c, 0, sizeof c);
+    c.max_batch_size = 8;
+    c.max_queue_size = 4;
+    c.default_priority = 1;
+    c.kind = POLICY_DEADLINE;
+    assert_int_equal(bqueue_init(&q, &c), 0);
+    q.tenant_fair = true;
+    static struct infer_item it[8];
+    memset(it, 0, sizeof it);
+    struct error err = {0};
+    for (int i = 0; i < 4; i++) {   /* B (tenant 2) floods */
+        it[i].rows = 1, it[i].tenant = 2, it[i].t_arrival_ns = i;
+        assert_int_equal(bqueue_push(&q, &it[i], i, NULL, &err), 0);
+    }
+    it[4].rows = 1, it[4].tenant = 2;
+    assert_int_equal(bqueue_push(&q, &it[4], 5, NULL, &err), -BG_EQUEUEFULL);   /* its own: full */
+    it[5].rows = 1, it[5].tenant = 1, it[5].t_arrival_ns = 6;
+    assert_int_equal(bqueue_push(&q, &it[5], 6, NULL, &err), 0);   /* A gets B's last place */
+    assert_ptr_equal(q.evicted, &it[3]);
+    assert_false(it[3].queued);
+    q.evicted = NULL;
+    assert_int_equal(q.tn[1], 1);
+    assert_int_equal(q.tn[2], 3);
+    it[6].rows = 1, it[6].tenant = 1, it[6].t_arrival_ns = 7;
+    assert_int_equal(bqueue_push(&q, &it[6], 7, NULL, &err), 0);   /* 3 > 1 + 1: room again */
+    assert_int_equal(q.tn[1], 2);
+    assert_int_equal(q.tn[2], 2);
+    q.evicted = NULL;
+    it[7].rows = 1, it[7].tenant = 1, it[7].t_arrival_ns = 8;
+    assert_int_equal(bqueue_push(&q, &it[7], 8, NULL, &err), -BG_EQUEUEFULL);   /* even: full */
+    assert_null(q.evicted);
+    /* Without tenants, a full queue is full for everyone. */
+    q.tenant_fair = false;
+    it[7].tenant = 3;
+    assert_int_equal(bqueue_push(&q, &it[7], 9, NULL, &err), -BG_EQUEUEFULL);
+    bqueue_free(&q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_random_mixes_property),
         cmocka_unit_test(test_zero_share_not_starved_when_room),
         cmocka_unit_test(test_offline_share_guaranteed),
+        cmocka_unit_test(test_full_queue_makes_room_for_another_tenant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
