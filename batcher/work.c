@@ -8,8 +8,9 @@
 int work_complete(struct infer_item *it, int status, const char *msg)
 {
     if (atomic_exchange(&it->ended, true)) {
-        log_error("internal error: a request was answered twice (status %d, then %d); the second "
-                  "answer is dropped", it->status, status);
+        /* Nothing of the item is read: its first end may be freeing it. */
+        log_error("internal error: a request was answered twice (the second time with status "
+                  "%d); the second answer is dropped", status);
         return -1;
     }
     it->status = status;
