@@ -137,6 +137,11 @@ class GovernanceTest(RepoServerCase):
         for key in ("search", "research"):
             bad = {c: n for c, n in flood.codes[key].items() if c != 200}
             self.assertEqual(bad, {}, "%s: requests not answered 200: %r" % (key, bad))
+        # The dashboard's data carries each tenant's device time and share.
+        d = roundtrip(self.srv.port, "GET", "/dashboard/data").json()
+        rows = {(t["device"], t["tenant"]): t for t in d["tenants"]}
+        self.assertEqual(rows[("synthetic0", "research")]["share"], 0.8)
+        self.assertGreater(rows[("synthetic0", "search")]["online_seconds"], 0)
         # The model's stats split its rows and device time by tenant too.
         st = roundtrip(self.srv.port, "GET", "/v2/models/m/stats", auth(KEYS["ops"])).json()
         names = {t["name"] for t in st["model_stats"][0]["tenants"]} \
