@@ -86,6 +86,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import socket
@@ -383,6 +384,47 @@ def step_line(name, st):
                 fmt_bad(not_answered(st)), st.get("late_sends", 0)))
 
 
+class Usage:
+    """Where the machine's time went between two snapshots, in cores: the
+    server's IO thread, its worker (the device on the cpu backend), its
+    other threads, batchgate-load (children waited for), the whole machine
+    and what is left of it: other processes."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.a = self.snap()
+
+    def snap(self):
+        tick = os.sysconf("SC_CLK_TCK")
+        th = {"IO": 0.0, "worker": 0.0, "rest": 0.0}
+        for tid in os.listdir("/proc/%d/task" % self.pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (self.pid, tid)) as f:
+                    st = f.read()
+            except OSError:
+                continue
+            name = st[st.index("(") + 1:st.rindex(")")]
+            f = st[st.rindex(")") + 2:].split()
+            k = "IO" if name.startswith("bg-io-") else "worker" if name.startswith("bg-w-") \
+                else "rest"
+            th[k] += (int(f[11]) + int(f[12])) / tick
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with open("/proc/stat") as f:
+            cpu = [int(x) for x in f.readline().split()[1:]]
+        busy = (sum(cpu) - cpu[3] - cpu[4]) / tick
+        return time.monotonic(), th, ru.ru_utime + ru.ru_stime, busy
+
+    def end(self):
+        (t0, th0, k0, b0), (t1, th1, k1, b1) = self.a, self.snap()
+        w = t1 - t0
+        ours = sum(th1.values()) - sum(th0.values()) + k1 - k0
+        return ("cores: batchgate IO %.2f, worker %.2f, other %.2f; batchgate-load %.2f; "
+                "machine %.2f of %d (others %.2f)" % (
+                    (th1["IO"] - th0["IO"]) / w, (th1["worker"] - th0["worker"]) / w,
+                    (th1["rest"] - th0["rest"]) / w, (k1 - k0) / w, (b1 - b0) / w,
+                    os.cpu_count(), max((b1 - b0 - ours) / w, 0.0)))
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -481,25 +523,30 @@ def run_backend(args, backend, scratch):
 
         # Noisy neighbour: A within its share with a budget, alone then beside B's flood.
         rate_a = 0.5 * SHARES["A"] * cap
+        usage = Usage(p.pid)
         alone_run = Load(port, work, "nn-alone",
                          {"A": spec(keys, "A", rate=round(rate_a), budget_ms=BUDGET_MS)},
                          args.nn_s, warmup=1)
         alone = alone_run.wait()["A"]
+        alone_cores = usage.end()
         print("neighbour: A at %.0f req/s (0.5 x 0.7 x capacity), budget %d ms"
               % (rate_a, BUDGET_MS))
         print("  alone:  " + step_line("A", alone) + "; " + sampler.guard_line(
             alone_run.t_launch + 1.2, alone_run.t_launch + 1 + args.nn_s, BUDGET_MS))
+        print("    " + alone_cores)
         # The issue's flood: single-row requests at 5 x C. Then the same
         # rows as 8-row requests (an eighth of the HTTP requests): what is
         # left when the front end's work is taken out of the flood.
         for label, rows in (("", 1), (", 8-row flood", 8)):
             time.sleep(0.5)
             b_rate = 5 * cap / rows
+            usage = Usage(p.pid)
             flood_run = Load(port, work, "nn-flood-%d" % rows,
                              {"A": spec(keys, "A", rate=round(rate_a), budget_ms=BUDGET_MS),
                               "B": spec(keys, "B", rate=round(b_rate), batch=rows)},
                              args.nn_s, warmup=1)
             flood = flood_run.wait()
+            cores = usage.end()
             s = sampler.snap()
             t_a, t_b = flood_run.t_launch + 1.2, flood_run.t_launch + 1 + args.nn_s
             wall, d = between(s, t_a, t_b)
@@ -512,6 +559,7 @@ def run_backend(args, backend, scratch):
             print("    device during the flood: A %.3f, B %.3f of wall time (A's split %.3f); %s"
                   % (d.get("A", 0) / wall if wall else 0, d.get("B", 0) / wall if wall else 0,
                      split(d), sampler.guard_line(t_a, t_b, BUDGET_MS)))
+            print("    " + cores)
             print("    " + model_tenants(port, keys["admin"]))
             checks += [
                 ("neighbour%s: A's p99 beside B (ms)" % label, p99, "<= %d" % BUDGET_MS,
