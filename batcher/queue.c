@@ -143,22 +143,20 @@ static struct infer_item *bqueue_first(const struct bqueue *q)
 
 /* The queue is full and tenant t asks for a place: the tenant holding the
  * most requests gives up its last one in service order, if it holds more
- * than t does after admitting (queue.h). */
-static bool bqueue_make_room(struct bqueue *q, int t)
+ * than t does after admitting (queue.h). This only picks it (NULL: no
+ * room); bqueue_push evicts it once the request is admitted, so a request
+ * refused for its deadline costs no one else a place. */
+static struct infer_item *bqueue_room_from(const struct bqueue *q, int t)
 {
     if (!q->tenant_fair)
-        return false;
+        return NULL;
     int hog = 0;
     for (int k = 1; k < WORK_TENANTS_MAX; k++)
         if (q->tn[k] > q->tn[hog])
             hog = k;
     if (hog == t || q->tn[hog] <= q->tn[t] + 1 || list_empty(&q->ten[hog]))
-        return false;
-    struct infer_item *out = BQ_TEN(q->ten[hog].prev);
-    bqueue_unlink_all(q, out);
-    out->next = q->evicted;
-    q->evicted = out;
-    return true;
+        return NULL;
+    return BQ_TEN(q->ten[hog].prev);
 }
 
 int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
@@ -178,7 +176,8 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
     }
     if (it->tenant < 0 || it->tenant >= WORK_TENANTS_MAX)
         it->tenant = 0;
-    if (q->n >= q->cfg.max_queue_size && !bqueue_make_room(q, it->tenant))
+    struct infer_item *out = NULL;   /* leaves to make room for it */
+    if (q->n >= q->cfg.max_queue_size && !(out = bqueue_room_from(q, it->tenant)))
         return error_set(err, BG_EQUEUEFULL,
                          "queue full (%d requests waiting, batching.max_queue_size)",
                          q->cfg.max_queue_size);
@@ -192,6 +191,11 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                              "of it the answer path's recent overrun), %.2f ms are left",
                              it->rows, (double)need / 1e6, (double)q->guard_ns / 1e6,
                              (double)(it->deadline_ns - now_ns) / 1e6);
+    }
+    if (out) {
+        bqueue_unlink_all(q, out);
+        out->next = q->evicted;
+        q->evicted = out;
     }
     bqueue_svc_insert(q, it);
     bqueue_ten_insert(q, it);

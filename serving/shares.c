@@ -142,9 +142,13 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
             continue;
         if (least < 0 || s->t[t].vtime < least)
             least = s->t[t].vtime;
-        /* Over its limit; or borrowing (past its share) into time that is
-         * reserved for an idle tenant that does not lend. */
-        if (frac[t] >= shares_limit(s, t) ||
+        /* Over its limit (a limit of 1 is the whole device and holds
+         * nothing: the moving sum, charged a batch's whole time at its end,
+         * reads up to half a batch over 1 on a device kept busy); or
+         * borrowing (past its share) into time that is reserved for an
+         * idle tenant that does not lend. */
+        double limit = shares_limit(s, t);
+        if ((limit < 1.0 && frac[t] >= limit) ||
             (frac[t] >= s->share[t] && total >= 1.0 - reserved && reserved > 0)) {
             held = true;
             continue;
