@@ -25,12 +25,15 @@
 # the configs run in short windows (WARMUP + DURATION s), interleaved: in
 # each round every level runs every config back to back (AB..E AB..E ...),
 # the order rotated from round to round, so a drift slower than a few
-# seconds hits all configs of a level alike. Per level the "best other"
+# seconds hits all configs of a level alike; each round has a server of its
+# own (below: a long-lived server keeps a per-thread bias). Per level the
+# "best other"
 # is the config among off and the delays with the highest median
 # throughput over the rounds (the one an operator would have picked); the
 # verdict is the MEDIAN OF THE PER-ROUND RATIOS default / best other (each
-# ratio within one round, seconds apart), printed with its spread
-# (min-max and the middle half); the ratio of the medians is printed too.
+# ratio within one round, seconds apart), printed with a distribution-free
+# ~95% interval of that median and the min-max; the ratio of the medians
+# is printed too.
 # Nothing is pinned: the CPU backend's worker, the IO thread and the load
 # generator compete for the same two cores as they would in a deployment,
 # and that competition is one of the things measured. Per window the
@@ -47,7 +50,7 @@
 # other in throughput (median ratio >= 0.90), and the default's p50 at
 # concurrency 1 within 1.2x of batching off.
 #
-#   loadgen/bench/zero_knob.sh        # 12 rounds x 7 levels x 6 configs x (0.5+1 s): ~13 min
+#   loadgen/bench/zero_knob.sh        # 12 rounds x 7 levels x 6 configs x (0.5+1 s), a fresh server a round: ~13 min
 #   ROUNDS=5 DURATION=2 loadgen/bench/zero_knob.sh
 #   LEVELS="1 16" DELAYS="250 500" loadgen/bench/zero_knob.sh
 set -eu
@@ -97,22 +100,18 @@ for d in $DELAYS; do
     CONFIGS="$CONFIGS d$d"
 done
 
-"$BIN" --models "$WORK/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/bg.log" &
-SERVER=$!
-PIDS="$PIDS $SERVER"
-PORT=$(bg_wait_port "$WORK/bg.log" zero_knob)
-
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load before: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "model $DIMS F32, 1 instance, 1 IO thread; batchgate-load --concurrency N --duration $DURATION --warmup $WARMUP, single rows, $ROUNDS rounds, configs interleaved, order rotated each round"
+echo "model $DIMS F32, 1 instance, 1 IO thread; batchgate-load --concurrency N --duration $DURATION --warmup $WARMUP, single rows, $ROUNDS rounds, configs interleaved, order rotated and a fresh server each round"
 echo "configs: $CONFIGS (ctl: a second copy of auto; off: max_batch_size 1; dNNN: policy deadline, max_queue_delay_us NNN)"
 echo "per window: req/s p50 ms, rows per batch, server CPU us/req, server context switches/req; per round: the other sessions' CPU (cores, median of the round's windows)"
 
-# The measuring loop; its raw results go to $WORK/raw, one window a line.
-python3 - "$LOAD" "$PORT" "$SERVER" "$WORK" "$DURATION" "$WARMUP" "$ROUNDS" "$LEVELS" "$CONFIGS" <<'PY'
+# One round against the server on PORT (pid SERVER): every level, every
+# config in ORDER; its raw results are appended to $WORK/raw, one window a line.
+cat > "$WORK/round.py" <<'PY'
 import json, os, statistics, subprocess, sys, time, urllib.request
 
-load, port, server, work, duration, warmup, rounds, levels, configs = sys.argv[1:]
-levels, order = [int(x) for x in levels.split()], configs.split()
+load, port, server, work, duration, warmup, r, levels, order = sys.argv[1:]
+r, levels, order = int(r), [int(x) for x in levels.split()], order.split()
 HZ = os.sysconf("SC_CLK_TCK")
 
 GROUPS = (("bg-io-", "io"), ("bg-w-", "worker"), ("bg-watchdog", "watchdog"))
@@ -168,19 +167,37 @@ def window(model, conc):
                 **{g + "_us": (s1[3][g] - s0[3][g]) / 1e3 / n for g in s0[3]},
                 others=max(others, 0.0), steal=(m1[1] - m0[1]) / wall)
 
-with open(f"{work}/raw", "w") as raw:
-    for r in range(1, int(rounds) + 1):
-        for c in levels:
-            line, crowd = f"  round {r} c={c}:", []
-            for m in order:
-                w = window(m, c)
-                raw.write(json.dumps(dict(w, round=r, c=c, m=m)) + "\n")
-                raw.flush()
-                crowd.append(w["others"])
-                line += f" {m} {w['rps']:.0f} {w['p50']:.3f} {w['rpb']:.2f} {w['cpu_us']:.0f} {w['cs']:.1f};"
-            print(f"{line} others {statistics.median(crowd):.2f}", flush=True)
-        order = order[1:] + order[:1]     # rotate
+with open(f"{work}/raw", "a") as raw:
+    for c in levels:
+        line, crowd = f"  round {r} c={c}:", []
+        for m in order:
+            w = window(m, c)
+            raw.write(json.dumps(dict(w, round=r, c=c, m=m)) + "\n")
+            raw.flush()
+            crowd.append(w["others"])
+            line += f" {m} {w['rps']:.0f} {w['p50']:.3f} {w['rpb']:.2f} {w['cpu_us']:.0f} {w['cs']:.1f};"
+        print(f"{line} others {statistics.median(crowd):.2f}", flush=True)
 PY
+
+# A fresh server each round: a config's worker thread keeps its place (its
+# core, the kernel's wake-up history, its buffers' addresses) for the
+# server's life, and two identical configs measured 0.81x apart at one
+# connection over 20 rounds of one server; a new server per round turns
+# that into noise the median over the rounds absorbs. Loading takes ~20 ms.
+ORDER=$CONFIGS
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+    "$BIN" --models "$WORK/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/bg.log" &
+    SERVER=$!
+    PIDS=$SERVER
+    PORT=$(bg_wait_port "$WORK/bg.log" zero_knob)
+    python3 "$WORK/round.py" "$LOAD" "$PORT" "$SERVER" "$WORK" "$DURATION" "$WARMUP" "$r" "$LEVELS" "$ORDER"
+    kill "$SERVER"
+    wait "$SERVER" || true
+    PIDS=""
+    ORDER="$(echo "$ORDER" | cut -d' ' -f2-) $(echo "$ORDER" | cut -d' ' -f1)"   # rotate
+    r=$((r + 1))
+done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%Y-%m-%d %H:%M UTC')"
 
 python3 - "$WORK/raw" <<'PY'
