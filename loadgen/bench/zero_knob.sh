@@ -33,7 +33,8 @@
 # verdict is the MEDIAN OF THE PER-ROUND RATIOS default / best other (each
 # ratio within one round, seconds apart), printed with a distribution-free
 # ~95% interval of that median and the min-max; the ratio of the medians
-# is printed too.
+# is printed too. A level under 0.90 is reported as a miss beyond the noise
+# only when its whole interval is under 0.90.
 # Nothing is pinned: the CPU backend's worker, the IO thread and the load
 # generator compete for the same two cores as they would in a deployment,
 # and that competition is one of the things measured. Per window the
@@ -262,19 +263,23 @@ for c in levels:
     p50m = statistics.median(ratios(c, "auto", "off", "p50"))
     worst = min(worst, (rm, c))
     if rm < 0.90:
-        fails.append("throughput at c=%d: %.3fx of %s" % (c, rm, best))
+        fails.append("throughput at c=%d: %.3fx of %s (%s)" % (
+            c, rm, best, "beyond the noise: the interval ends below 0.90" if hi < 0.90
+            else "within the noise: the interval reaches %.2f" % hi))
     row = lambda m: f"{med(c, m, 'rps'):.0f}, {med(c, m, 'p50'):.2f}/{med(c, m, 'p99'):.2f}"
     print(f"| {c} | {row('auto')} | {row('off')} | {fixed[1:]} us | {row(fixed)} | "
           f"{rm:.3f}x of {best} [{lo:.2f}–{hi:.2f}] ({rr[0]:.2f}–{rr[-1]:.2f}) | {ctl} | "
           f"{of_medians:.3f}x | {p50m:.2f}x |")
 first = levels[0]
-p50 = statistics.median(ratios(first, "auto", "off", "p50"))
+p50s = ratios(first, "auto", "off", "p50")
+p50, (plo, phi) = statistics.median(p50s), ci(p50s)
 if first == 1 and p50 > 1.2:
-    fails.append("p50 at c=1: %.2fx of batching off" % p50)
+    fails.append("p50 at c=1: %.2fx of batching off [%.2f-%.2f]" % (p50, plo, phi))
 print()
 print("worst median per-round default / best other: %.3fx at c=%d (target >= 0.90)" % worst)
 if "ctl" in configs:
     print("the control (a copy of the default) measured, at its worst level: %.3fx at c=%d" % ctl_worst)
-print("default p50 / off p50 at c=%d, median of rounds: %.2fx (target <= 1.2 at c=1)" % (first, p50))
+print("default p50 / off p50 at c=%d, median of rounds: %.2fx [%.2f-%.2f] (target <= 1.2 at c=1)" % (
+    first, p50, plo, phi))
 print("targets: " + ("met" if not fails else "NOT met: " + "; ".join(fails)))
 PY
