@@ -186,6 +186,14 @@ class GovernanceTest(RepoServerCase):
         self.srv.send_signal(signal.SIGHUP)
         self.srv.wait_log(r"SIGHUP: .*governance not changed", timeout=5)
         self.assertEqual(self.governance()["active"], "from-file")
+        # Nor does a file that names other tenants (read at start only).
+        cfg["governance"] = {"windows": []}
+        cfg["tenants"] = cfg["tenants"][:2]
+        with open(self.srv.config_path, "w") as f:
+            json.dump(cfg, f)
+        self.srv.send_signal(signal.SIGHUP)
+        self.srv.wait_log(r"names other tenants than those in force", timeout=5)
+        self.assertEqual(self.governance()["active"], "from-file")
 
 
 class GovernanceConfigTest(unittest.TestCase):
