@@ -185,6 +185,14 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
     return 0;
 }
 
+bool batcher_full_for(struct batcher *b, int tenant)
+{
+    pthread_mutex_lock(&b->lock);
+    bool full = !b->closed && !bqueue_has_room(&b->q, tenant);
+    pthread_mutex_unlock(&b->lock);
+    return full;
+}
+
 void batcher_cancel(struct batcher *b, struct infer_item *it)
 {
     pthread_mutex_lock(&b->lock);

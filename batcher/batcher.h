@@ -35,6 +35,11 @@ void batcher_seed(struct batcher *b, int instance, int rows, int64_t exec_ns);
  * a message; then the item is not queued and `complete` is not called. */
 int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err);
 
+/* Whether a request of `tenant` would be refused for a full queue now (a
+ * snapshot: the front door asks before decoding a body, so a flood costs
+ * the IO threads as little as possible). */
+bool batcher_full_for(struct batcher *b, int tenant);
+
 /* The client went away: a queued item leaves the queue at once and
  * completes with BG_ECANCELLED (its rows are never computed). One a worker
  * already took runs with its batch (taking its rows out mid-batch would

@@ -159,6 +159,13 @@ static struct infer_item *bqueue_room_from(const struct bqueue *q, int t)
     return BQ_TEN(q->ten[hog].prev);
 }
 
+bool bqueue_has_room(const struct bqueue *q, int t)
+{
+    if (t < 0 || t >= WORK_TENANTS_MAX)
+        t = 0;
+    return q->n < q->cfg.max_queue_size || bqueue_room_from(q, t) != NULL;
+}
+
 int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                 const struct latmodel *lat, struct error *err)
 {

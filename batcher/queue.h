@@ -133,6 +133,10 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
 int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, struct batch *b,
                 int64_t *wake_ns);
 
+/* Whether an online request of tenant t would find a place now (the queue
+ * not full, or room made for it as bqueue_push would). */
+bool bqueue_has_room(const struct bqueue *q, int t);
+
 /* Which tenants have online requests queued: has[t] for each (returns how
  * many have). For the caller's ranking. */
 int bqueue_tenants_waiting(const struct bqueue *q, bool *has);

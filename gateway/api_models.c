@@ -388,6 +388,23 @@ static int models_admit(struct http_request *req, struct api_state *st, struct i
     return -1;
 }
 
+/* A full queue refuses before the body is decoded: under a flood (one
+ * tenant at several times the capacity) decoding what will be refused
+ * anyway is what makes the IO threads late for everyone else's answers.
+ * The queue decides again at submit; this only saves the work. Returns -1
+ * when it answered 429. */
+static int models_refuse_full(struct http_request *req, struct api_state *st,
+                              struct served_model *sm)
+{
+    if (!batcher_full_for(sm->batcher, auth_tenant(req)))
+        return 0;
+    models_account_reject(st, sm, req, BG_EQUEUEFULL, error_http_status(BG_EQUEUEFULL));
+    http_respond_error(req, error_http_status(BG_EQUEUEFULL), "Retry-After: 1\r\n",
+                       "model %s: queue full (%d requests waiting, batching.max_queue_size)",
+                       sm->model.cfg.name, sm->model.cfg.batching.max_queue_size);
+    return -1;
+}
+
 static void models_infer_submit(struct http_request *req, struct api_state *st,
                                 struct served_model *sm, struct infer_call *call)
 {
@@ -437,7 +454,7 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
 static void models_infer(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct served_model *sm = models_lookup(req, m, ctx, true, true);
-    if (!sm)
+    if (!sm || models_refuse_full(req, ctx, sm))
         return;
     size_t len;
     const char *body = http_request_body(req, &len);
@@ -500,7 +517,7 @@ static void models_tfs_predict(struct http_request *req, const struct route_matc
     }
     last->len = (size_t)(colon - last->value);
     struct served_model *sm = models_lookup(req, &mm, ctx, true, true);
-    if (!sm)
+    if (!sm || models_refuse_full(req, ctx, sm))
         return;
     size_t len;
     const char *body = http_request_body(req, &len);
