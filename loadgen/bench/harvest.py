@@ -60,12 +60,13 @@ import os
 import re
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+from benchlib import cpu_name, http
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BIN = os.environ.get("BATCHGATE_BIN", os.path.join(ROOT, "build", "batchgate"))
@@ -74,23 +75,6 @@ MODEL = "h"
 # The backlog file's size at most (jobs.max_input_bytes is 1 GiB): a device
 # faster than this over the day empties it early, which the report says.
 BACKLOG_MAX_BYTES = 512 << 20
-
-
-def http(port, method, path, body=None, timeout=30):
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    head = "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" % (method, path)
-    if body is not None:
-        head += "Content-Length: %d\r\n" % len(body)
-    s.sendall(head.encode() + b"\r\n" + (body or b""))
-    data = b""
-    while True:
-        chunk = s.recv(1 << 16)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    status = int(data.split(b" ", 2)[1])
-    return status, data.split(b"\r\n\r\n", 1)[1]
 
 
 def metric_sum(text, name, label_re=""):
@@ -374,14 +358,6 @@ def one_run(args, model, peak, trough, backlog_lines):
                 "answers": answers_line(step) + "; " + guard_line}
     finally:
         stop(p, work)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        return "?"
 
 
 def main():

@@ -89,12 +89,13 @@ import re
 import resource
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+from benchlib import cpu_name, http
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BIN = os.environ.get("BATCHGATE_BIN", os.path.join(ROOT, "build", "batchgate"))
@@ -105,24 +106,6 @@ WINDOW_SHARES = {"A": 0.2, "B": 0.8}
 TOL = 0.05          # "70/30 +- 5%": A's split within 0.05 of its share
 RETURN_FRACTION = 0.68
 BUDGET_MS = 50
-
-
-def http(port, method, path, body=None, key=None, timeout=10):
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    head = "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" % (method, path)
-    if key:
-        head += "Authorization: Bearer %s\r\n" % key
-    if body is not None:
-        head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
-    s.sendall(head.encode() + b"\r\n" + (body or b""))
-    data = b""
-    while True:
-        chunk = s.recv(1 << 16)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    return int(data.split(b" ", 2)[1]), data.split(b"\r\n\r\n", 1)[1]
 
 
 DEV_RE = re.compile(r'^batchgate_tenant_device_seconds_total\{([^}]*)\} (\S+)$', re.M)
@@ -615,14 +598,6 @@ def run_backend(args, backend, scratch):
         shutil.rmtree(work, ignore_errors=True)
     print("load average after %s: %s" % (backend, loadavg()))
     return checks
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        return "?"
 
 
 def main():
