@@ -179,6 +179,36 @@ static void test_core_tenant_rank_before_model_weight(void **state)
     assert_true(devsched_core_take(&c, a, &(struct devsched_ask){DEVSCHED_ONLINE, 0, 1}));
 }
 
+/* A member tracks the start-by of at most DEVSCHED_MAX_WAITERS waiting
+ * batches; past it a batch waits as if it had no deadline, and taking it
+ * leaves the records of the others intact. */
+static void test_waiters_past_the_tracked_limit(void **state)
+{
+    (void)state;
+    struct devsched_core c;
+    devsched_core_init(&c);
+    int a = devsched_core_join(&c, 1, 1);
+    assert_true(devsched_core_acquire(&c, a, ASK(DEVSCHED_ONLINE, 0)));
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, 0)));   /* the slot is held */
+    for (int k = 0; k <= DEVSCHED_MAX_WAITERS; k++)
+        devsched_core_acquire(&c, a, ASK(DEVSCHED_ONLINE, (int64_t)(1000 - k) * MS));
+    assert_int_equal(c.nwait[a], DEVSCHED_MAX_WAITERS);
+    assert_int_equal(c.m[a].waiting[DEVSCHED_ONLINE], DEVSCHED_MAX_WAITERS + 1);
+    assert_int_equal(c.m[a].start_by, (int64_t)(1000 - DEVSCHED_MAX_WAITERS + 1) * MS);
+    /* The untracked one is served: the tracked records stay as they were. */
+    devsched_core_release(&c, a, 1 * MS);
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, (int64_t)(1000 - DEVSCHED_MAX_WAITERS) * MS)));
+    assert_int_equal(c.nwait[a], DEVSCHED_MAX_WAITERS);
+    /* A tracked one is served: its record goes, the earliest moves on. */
+    devsched_core_release(&c, a, 1 * MS);
+    devsched_core_grant(&c, 0, NULL, NULL, NULL);
+    assert_true(devsched_core_take(&c, a, ASK(DEVSCHED_ONLINE, (int64_t)(1000 - DEVSCHED_MAX_WAITERS + 1) * MS)));
+    assert_int_equal(c.nwait[a], DEVSCHED_MAX_WAITERS - 1);
+    assert_int_equal(c.m[a].start_by, (int64_t)(1000 - DEVSCHED_MAX_WAITERS + 2) * MS);
+}
+
 static void test_weights_charge_device_time(void **state)
 {
     (void)state;
@@ -456,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_pick_urgent_deadline_first),
         cmocka_unit_test(test_core_urgent_batch_jumps_the_queue),
         cmocka_unit_test(test_core_tenant_rank_before_model_weight),
+        cmocka_unit_test(test_waiters_past_the_tracked_limit),
         cmocka_unit_test(test_weights_charge_device_time),
         cmocka_unit_test(test_fast_path_and_work_conservation),
         cmocka_unit_test(test_idle_member_banks_no_credit),

@@ -119,10 +119,19 @@ static void test_errors(void **state)
         {"{\"timezone\": \"Atlantis/Capital\"}", "cannot read"},
         {"{\"timezone\": \"../etc/passwd\"}", "not an IANA zone name"},
         {"{\"zone\": \"UTC\"}", "unknown field \"zone\""},
+        {NULL, "a list of at most 32 windows"},   /* 33 windows: built below */
     };
+    /* One more window than GOV_WINDOWS_MAX, each an hour of Monday. */
+    char many[8192];
+    int n = snprintf(many, sizeof many, "{\"windows\": [");
+    for (int w = 0; w <= GOV_WINDOWS_MAX; w++)
+        n += snprintf(many + n, sizeof many - (size_t)n,
+                      "%s{\"name\":\"w%d\",\"days\":[\"mon\"],\"from\":\"%02d:00\",\"to\":\"%02d:30\"}",
+                      w ? "," : "", w, w % 24, w % 24);
+    snprintf(many + n, sizeof many - (size_t)n, "]}");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct error err;
-        struct governance *g = parse(bad[i].text, &err);
+        struct governance *g = parse(bad[i].text ? bad[i].text : many, &err);
         if (g || !strstr(err.msg, bad[i].want))
             fail_msg("case %zu: want \"%s\", got %s \"%s\"", i, bad[i].want, g ? "accepted" : "",
                      err.msg);
