@@ -15,7 +15,7 @@ void guard_destroy(struct guard *g)
 }
 
 /* The k-th smallest of v[0..n) (Hoare's selection, expected O(n)): the fit
- * needs one quantile, not the order of the whole window. */
+ * needs one quantile, not the order of the whole bucket. */
 static int64_t guard_select_kth(int64_t *v, int n, int k)
 {
     int lo = 0, hi = n - 1;
@@ -43,50 +43,67 @@ static int64_t guard_select_kth(int64_t *v, int n, int k)
     return v[k];
 }
 
-/* The GUARD_QUANTILE of the overruns younger than GUARD_MAX_AGE_NS: a few
- * microseconds for a full window, at most every GUARD_REFIT_EVERY answers
- * or GUARD_REFIT_NS. Under g->mu. */
+/* The guard from the closed buckets younger than GUARD_MAX_AGE_NS: the
+ * lower median of their quantiles, 0 below GUARD_MIN_SAMPLES. Under g->mu. */
 static void guard_fit(struct guard *g, int64_t now_ns)
 {
-    int64_t v[GUARD_WINDOW];
-    int k = 0;
-    for (int i = 0; i < g->n; i++)
-        if (now_ns - g->at[i] <= GUARD_MAX_AGE_NS)
-            v[k++] = g->over[i];
+    int64_t q[GUARD_BUCKETS];
+    int k = 0, samples = 0;
+    for (int i = 0; i < GUARD_BUCKETS; i++) {
+        const struct guard_bucket *bk = &g->closed[i];
+        if (bk->closed_ns && now_ns - bk->closed_ns <= GUARD_MAX_AGE_NS) {
+            q[k++] = bk->q;
+            samples += bk->n;
+        }
+    }
     int64_t value = 0;
-    if (k >= GUARD_MIN_SAMPLES) {
-        int64_t q = guard_select_kth(v, k, (int)(GUARD_QUANTILE * (k - 1) + 0.5));
-        if (q > 0)
-            value = q;
+    if (k > 0 && samples >= GUARD_MIN_SAMPLES) {
+        int64_t m = guard_select_kth(q, k, (k - 1) / 2);
+        if (m > 0)
+            value = m;
     }
     atomic_store_explicit(&g->value, value, memory_order_relaxed);
     atomic_store_explicit(&g->fit_ns, now_ns, memory_order_relaxed);
-    g->since_fit = 0;
+}
+
+/* Closes the open bucket at now_ns: its quantile joins the closed ones (a
+ * few microseconds for a full bucket, once per GUARD_BUCKET_NS at most).
+ * Under g->mu. */
+static void guard_close(struct guard *g, int64_t now_ns)
+{
+    int64_t v[GUARD_BUCKET_CAP];
+    memcpy(v, g->over, (size_t)g->n * sizeof *v);
+    g->last = (g->last + 1) % GUARD_BUCKETS;
+    struct guard_bucket *bk = &g->closed[g->last];
+    bk->closed_ns = now_ns;
+    bk->q = guard_select_kth(v, g->n, (int)(GUARD_QUANTILE * (g->n - 1) + 0.5));
+    bk->n = g->seen;
+    g->n = g->next = g->seen = 0;
+    guard_fit(g, now_ns);
 }
 
 void guard_add(struct guard *g, int64_t now_ns, int64_t overrun_ns)
 {
     pthread_mutex_lock(&g->mu);
-    g->at[g->next] = now_ns;
+    if (g->seen == 0)
+        g->opened_ns = now_ns;
     g->over[g->next] = overrun_ns;
-    g->next = (g->next + 1) % GUARD_WINDOW;
-    if (g->n < GUARD_WINDOW)
+    g->next = (g->next + 1) % GUARD_BUCKET_CAP;
+    if (g->n < GUARD_BUCKET_CAP)
         g->n++;
-    if (++g->since_fit >= GUARD_REFIT_EVERY)
-        guard_fit(g, now_ns);
+    g->seen++;
+    if (g->seen >= GUARD_BUCKET_MIN && now_ns - g->opened_ns >= GUARD_BUCKET_NS)
+        guard_close(g, now_ns);
     pthread_mutex_unlock(&g->mu);
 }
 
 int64_t guard_value(struct guard *g, int64_t now_ns)
 {
-    /* Stale (old overruns must age out even when no answer comes): refit,
+    /* Stale (old buckets must age out even when no answer comes): refit,
      * unless an IO thread is adding right now; the next call will. */
     if (now_ns - atomic_load_explicit(&g->fit_ns, memory_order_relaxed) >= GUARD_REFIT_NS &&
         pthread_mutex_trylock(&g->mu) == 0) {
-        if (g->n > 0)
-            guard_fit(g, now_ns);
-        else
-            atomic_store_explicit(&g->fit_ns, now_ns, memory_order_relaxed);
+        guard_fit(g, now_ns);
         pthread_mutex_unlock(&g->mu);
     }
     return atomic_load_explicit(&g->value, memory_order_relaxed);

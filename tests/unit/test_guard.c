@@ -1,5 +1,6 @@
-/* test_guard.c - the answer-path guard: the p99 of recent overruns, zero
- * until there are enough of them, never negative, forgetting old ones; and
+/* test_guard.c - the answer-path guard: the lower median of recent buckets'
+ * p99 overruns, zero until there are enough of them, never negative, not
+ * learning one stall, forgetting old buckets; and
  * the batcher planning every deadline that much earlier (admission refuses
  * what the guard makes hopeless, and the planned finish is stamped). */
 #include <setjmp.h>
@@ -18,33 +19,59 @@
 #define MS 1000000LL
 #define S 1000000000LL
 
+/* One bucket of n overruns opened at t: v(i) for the i-th; the last one
+ * arrives GUARD_BUCKET_NS later and closes it. Returns when it closed. */
+static int64_t add_bucket(struct guard *g, int64_t t, int n, int64_t (*v)(int i))
+{
+    for (int i = 0; i < n - 1; i++)
+        guard_add(g, t, v(i));
+    guard_add(g, t + GUARD_BUCKET_NS, v(n - 1));
+    return t + GUARD_BUCKET_NS;
+}
+
+static int64_t five_ms(int i) { (void)i; return 5 * MS; }
+static int64_t two_pct_slow(int i) { return i % 50 == 0 ? 8 * MS : 200000; }
+static int64_t half_pct_slow(int i) { return i % 200 == 0 ? 8 * MS : 200000; }
+static int64_t fast(int i) { (void)i; return 300000; }
+static int64_t stalled(int i) { (void)i; return 70 * MS; }
+static int64_t early(int i) { (void)i; return -3 * MS; }
+
 static void test_zero_until_enough_samples(void **state)
 {
     (void)state;
     struct guard g;
     guard_init(&g);
     assert_true(guard_value(&g, 1 * S) == 0);
-    for (int i = 0; i < GUARD_MIN_SAMPLES - 1; i++)
+    /* A bucket closes after GUARD_BUCKET_NS and GUARD_BUCKET_MIN answers. */
+    for (int i = 0; i < GUARD_BUCKET_MIN - 1; i++)
         guard_add(&g, 1 * S, 5 * MS);
-    assert_true(guard_value(&g, 2 * S) == 0);   /* refit due (500 ms), still too few */
-    guard_add(&g, 2 * S, 5 * MS);
-    assert_true(guard_value(&g, 3 * S) == 5 * MS);
+    guard_add(&g, 1 * S + GUARD_BUCKET_NS - 1, 5 * MS);
+    assert_true(guard_value(&g, 2 * S) == 0);   /* still open */
+    /* Closed buckets, but fewer than GUARD_MIN_SAMPLES answers behind them. */
+    guard_destroy(&g);
+    guard_init(&g);
+    int64_t t = add_bucket(&g, 3 * S, GUARD_MIN_SAMPLES - GUARD_BUCKET_MIN - 1, five_ms);
+    t = add_bucket(&g, t + 1, GUARD_BUCKET_MIN, five_ms);
+    assert_true(guard_value(&g, t) == 0);
+    t = add_bucket(&g, t + 1, GUARD_BUCKET_MIN, five_ms);
+    assert_true(guard_value(&g, t) == 5 * MS);
 }
 
-static void test_p99_of_the_window(void **state)
+static void test_p99_of_a_bucket(void **state)
 {
     (void)state;
     struct guard g;
     guard_init(&g);
-    int64_t t = 10 * S;
     /* 2% slow: the p99 is a slow one. */
-    for (int i = 0; i < GUARD_WINDOW; i++)
-        guard_add(&g, t, i % 50 == 0 ? 8 * MS : 200000);
-    assert_true(guard_value(&g, t + GUARD_REFIT_NS) == 8 * MS);
-    /* 0.5% slow: the p99 is a fast one. */
-    for (int i = 0; i < GUARD_WINDOW; i++)
-        guard_add(&g, t + S, i % 200 == 0 ? 8 * MS : 200000);
-    assert_true(guard_value(&g, t + S + GUARD_REFIT_NS) == 200000);
+    int64_t t = add_bucket(&g, 10 * S, GUARD_BUCKET_CAP, two_pct_slow);
+    assert_true(guard_value(&g, t) == 8 * MS);
+    /* More answers than a bucket keeps: the latest count. */
+    guard_destroy(&g);
+    guard_init(&g);
+    for (int i = 0; i < 3 * GUARD_BUCKET_CAP; i++)
+        guard_add(&g, 20 * S, 90 * MS);
+    t = add_bucket(&g, 20 * S, GUARD_BUCKET_CAP, half_pct_slow);
+    assert_true(guard_value(&g, t) == 200000);
 }
 
 static int cmp_i64(const void *x, const void *y)
@@ -53,24 +80,34 @@ static int cmp_i64(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* The selection agrees with sorting, on windows with many ties too. */
-static void test_quantile_matches_sorting(void **state)
+static int64_t trial_v[GUARD_BUCKET_CAP];
+static int64_t trial_at(int i) { return trial_v[i]; }
+
+/* The selection agrees with sorting, on buckets with many ties too; and the
+ * guard is the lower median of the last GUARD_BUCKETS quantiles. */
+static void test_quantiles_match_sorting(void **state)
 {
     (void)state;
     srand(7);
     for (int trial = 0; trial < 200; trial++) {
         struct guard g;
         guard_init(&g);
-        int n = GUARD_MIN_SAMPLES + rand() % (GUARD_WINDOW - GUARD_MIN_SAMPLES + 1);
-        int spread = trial % 2 ? 5 : 1000000;
-        int64_t v[GUARD_WINDOW];
-        for (int i = 0; i < n; i++) {
-            v[i] = (int64_t)(rand() % spread) - spread / 10;
-            guard_add(&g, 1 * S, v[i]);
+        int64_t t = 1 * S, q[GUARD_BUCKETS + 2];
+        int nb = 1 + rand() % (GUARD_BUCKETS + 2);
+        for (int b = 0; b < nb; b++) {
+            int n = GUARD_MIN_SAMPLES + rand() % (GUARD_BUCKET_CAP - GUARD_MIN_SAMPLES + 1);
+            int spread = trial % 2 ? 5 : 1000000;
+            for (int i = 0; i < n; i++)
+                trial_v[i] = (int64_t)(rand() % spread) - spread / 10;
+            t = add_bucket(&g, t + 1, n, trial_at) ;
+            qsort(trial_v, (size_t)n, sizeof *trial_v, cmp_i64);
+            q[b] = trial_v[(int)(GUARD_QUANTILE * (n - 1) + 0.5)];
         }
-        qsort(v, (size_t)n, sizeof *v, cmp_i64);
-        int64_t want = v[(int)(GUARD_QUANTILE * (n - 1) + 0.5)];
-        assert_true(guard_value(&g, 1 * S + GUARD_REFIT_NS) == (want > 0 ? want : 0));
+        int k = nb < GUARD_BUCKETS ? nb : GUARD_BUCKETS;
+        int64_t *last = q + nb - k;
+        qsort(last, (size_t)k, sizeof *last, cmp_i64);
+        int64_t want = last[(k - 1) / 2];
+        assert_true(guard_value(&g, t) == (want > 0 ? want : 0));
     }
 }
 
@@ -79,9 +116,36 @@ static void test_early_answers_give_zero(void **state)
     (void)state;
     struct guard g;
     guard_init(&g);
-    for (int i = 0; i < 200; i++)
-        guard_add(&g, 1 * S, -3 * MS);
-    assert_true(guard_value(&g, 2 * S) == 0);
+    int64_t t = 1 * S;
+    for (int b = 0; b < GUARD_BUCKETS; b++)
+        t = add_bucket(&g, t + 1, 200, early);
+    assert_true(guard_value(&g, t) == 0);
+}
+
+/* One stall of the whole machine makes every answer in flight late at
+ * once: it fills a bucket, two at most, and is not learned; a delay that
+ * lasts is, within three buckets; and it is forgotten as fast. */
+static void test_a_stall_is_not_learned_a_lasting_delay_is(void **state)
+{
+    (void)state;
+    struct guard g;
+    guard_init(&g);
+    int64_t t = 1 * S;
+    for (int b = 0; b < GUARD_BUCKETS; b++)
+        t = add_bucket(&g, t + 1, 200, fast);
+    assert_true(guard_value(&g, t) == 300000);
+    for (int stall = 0; stall < 2; stall++) {
+        t = add_bucket(&g, t + 1, 200, stalled);
+        assert_true(guard_value(&g, t) == 300000);
+    }
+    t = add_bucket(&g, t + 1, 200, stalled);   /* the third: lasting */
+    assert_true(guard_value(&g, t) == 70 * MS);
+    for (int b = 0; b < 2; b++) {
+        t = add_bucket(&g, t + 1, 200, fast);
+        assert_true(guard_value(&g, t) == 70 * MS);
+    }
+    t = add_bucket(&g, t + 1, 200, fast);       /* three of the last five fast */
+    assert_true(guard_value(&g, t) == 300000);
 }
 
 static void test_old_overruns_age_out(void **state)
@@ -89,12 +153,13 @@ static void test_old_overruns_age_out(void **state)
     (void)state;
     struct guard g;
     guard_init(&g);
-    for (int i = 0; i < 200; i++)
-        guard_add(&g, 1 * S, 50 * MS);
-    assert_true(guard_value(&g, 2 * S) == 50 * MS);
+    int64_t t = 1 * S;
+    for (int b = 0; b < GUARD_BUCKETS; b++)
+        t = add_bucket(&g, t + 1, 200, stalled);
+    assert_true(guard_value(&g, t) == 70 * MS);
     /* Nothing answered since (a guard this large may admit nothing): it
      * must not stay large forever. */
-    assert_true(guard_value(&g, 1 * S + GUARD_MAX_AGE_NS + GUARD_REFIT_NS) == 0);
+    assert_true(guard_value(&g, t + GUARD_MAX_AGE_NS + GUARD_REFIT_NS) == 0);
 }
 
 static void on_complete(struct infer_item *it) { (void)it; }
@@ -134,9 +199,16 @@ static void test_batcher_plans_early_by_the_guard(void **state)
     assert_int_equal(batcher_try_next(b, 0, &out, &wake), 1);
     assert_true(it.t_planned_ns >= it.t_dequeue_ns + 1 * MS);
     assert_true(batcher_guard_ns(b) == 0);
-    /* Answers keep leaving 20 ms after their plan: the guard learns it ... */
-    for (int i = 0; i < GUARD_REFIT_EVERY; i++)   /* a refit is due after these */
-        batcher_answered(b, &it, it.t_planned_ns + 20 * MS);
+    /* Answers keep leaving 20 ms after their plan, over three buckets of
+     * answers: the guard learns it ... */
+    struct infer_item done = it;
+    for (int i = 0; i < 3 * GUARD_MIN_SAMPLES; i++) {
+        int64_t at = it.t_planned_ns + (i / GUARD_MIN_SAMPLES) * (GUARD_BUCKET_NS + 1);
+        if (i % GUARD_MIN_SAMPLES == GUARD_MIN_SAMPLES - 1)
+            at += GUARD_BUCKET_NS;   /* the bucket's last: closes it */
+        done.t_planned_ns = at - 20 * MS;
+        batcher_answered(b, &done, at);
+    }
     assert_true(batcher_guard_ns(b) == 20 * MS);
     /* ... and a 10 ms budget can no longer be met: refused at once. */
     struct infer_item late;
@@ -154,9 +226,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_until_enough_samples),
-        cmocka_unit_test(test_p99_of_the_window),
-        cmocka_unit_test(test_quantile_matches_sorting),
+        cmocka_unit_test(test_p99_of_a_bucket),
+        cmocka_unit_test(test_quantiles_match_sorting),
         cmocka_unit_test(test_early_answers_give_zero),
+        cmocka_unit_test(test_a_stall_is_not_learned_a_lasting_delay_is),
         cmocka_unit_test(test_old_overruns_age_out),
         cmocka_unit_test(test_batcher_plans_early_by_the_guard),
     };
