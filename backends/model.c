@@ -178,6 +178,22 @@ static const struct schema_field model_scheduling_fields[] = {
     SCHEMA_END_ROW,
 };
 
+/* When the model is resident (serving/lifecycle.c, docs/MODELS.md). */
+static const struct schema_name model_load_modes[] = {
+    {"eager", 0}, {"lazy", 1}, {NULL, 0},
+};
+
+static const struct schema_field model_lifecycle_fields[] = {
+    {SCHEMA_F_ENUM("load", struct model_config, lifecycle.lazy, model_load_modes),
+     .sdef = "eager",
+     .doc = "`eager`: loaded at start; `lazy`: loaded by its first request (which waits when "
+            "its budget covers the expected load time, else 503 with `Retry-After`)"},
+    {SCHEMA_F_INT("idle_unload_s", struct model_config, lifecycle.idle_unload_s),
+     .min = 0, .max = 31536000, .def = 0,
+     .doc = "unloaded after this many seconds without a request; 0: never"},
+    SCHEMA_END_ROW,
+};
+
 static const struct schema_name model_synthetic_modes[] = {
     {"sleep", SYNTHETIC_SLEEP}, {"spin", SYNTHETIC_SPIN}, {NULL, 0},
 };
@@ -245,6 +261,8 @@ static const struct schema_field model_fields[] = {
     {SCHEMA_F_SECTION("instances", model_instances_fields), .doc = "where the model runs"},
     {SCHEMA_F_SECTION("scheduling", model_scheduling_fields),
      .doc = "how it shares a device with other models"},
+    {SCHEMA_F_SECTION("lifecycle", model_lifecycle_fields),
+     .doc = "when it is loaded and unloaded (docs/MODELS.md, \"Lifecycle\")"},
     {SCHEMA_F_SECTION("synthetic", model_synthetic_fields), .doc = "the synthetic backend"},
     {SCHEMA_F_OBJECT("upstream", struct model_config, upstream, model_upstream_fields),
      .doc = "the upstream backend"},

@@ -95,6 +95,10 @@ struct model_config {
     int ndevices;
     int sched_weight;             /* scheduling.weight: its share of a shared device */
     struct {
+        int lazy;                 /* load: 0 "eager", 1 "lazy" (loaded by its first request) */
+        int idle_unload_s;        /* unloaded after this long without a request; 0: never */
+    } lifecycle;
+    struct {
         int64_t base_us, per_row_us;
         enum synthetic_mode mode;
     } synthetic;

@@ -51,6 +51,7 @@ int api_models_register(struct router *r, struct api_state *st, struct error *er
 int api_jobs_register(struct router *r, struct api_state *st, struct error *err);
 /* GET and PUT /v2/governance (SPEC.md "Time windows"). */
 int api_governance_register(struct router *r, struct api_state *st, struct error *err);
+int api_repository_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /dashboard (a self-contained live page) and GET /dashboard/data (its JSON). */
 int api_dashboard_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /metrics (Prometheus text format 0.0.4) */

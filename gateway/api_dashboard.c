@@ -15,6 +15,7 @@
 #include "serving/modelstats.h"
 #include "gateway/modelstats_json.h"
 #include "http/http.h"
+#include "serving/lifecycle.h"
 #include "serving/serving.h"
 #include "serving/tensor_json.h"
 
@@ -60,6 +61,22 @@ static void dashboard_append_tenants(struct api_state *st, struct buf *b)
     free(r);
 }
 
+/* Each device's resident model memory against its budget. */
+static void dashboard_append_memory(struct api_state *st, struct buf *b)
+{
+    struct served_memory_row *r = NULL;
+    int n = st->serving ? serving_memory_rows(st->serving, &r) : 0;
+    buf_append(b, ",\"memory\":[", 11);
+    for (int i = 0; i < n; i++) {
+        buf_appendf(b, "%s{\"device\":", i ? "," : "");
+        json_append_string(b, r[i].device, strlen(r[i].device));
+        buf_appendf(b, ",\"resident_bytes\":%zu,\"budget_bytes\":%zu}", r[i].resident_bytes,
+                    r[i].budget_bytes);
+    }
+    buf_append(b, "]", 1);
+    free(r);
+}
+
 static void dashboard_data(struct http_request *req, const struct route_match *m, void *ctx)
 {
     (void)m;
@@ -72,16 +89,18 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
                 (long long)(st->server ? server_inflight(st->server) : 0));
     int n = st->serving ? serving_count(st->serving) : 0;
     for (int i = 0; i < n; i++) {
-        struct served_model *sm = serving_at(st->serving, i);
+        struct served_model *sm = serving_acquire_at(st->serving, i);
         int state = atomic_load(&sm->state);
-        const char *sname = state == SERVED_READY ? "ready" : state == SERVED_LOADING ? "loading"
-                                                                                   : "failed";
+        const char *sname = state == SERVED_READY     ? "ready"
+                            : state == SERVED_LOADING ? "loading"
+                            : state == SERVED_FAILED  ? "failed"
+                                                      : "unloaded";
         buf_appendf(&b, "%s{\"name\":", i ? "," : "");
         json_append_string(&b, sm->model.cfg.name, strlen(sm->model.cfg.name));
         buf_appendf(&b, ",\"time\":%lld,\"state\":\"%s\",\"reason\":", now_ms, sname);
         /* The loader writes reason, cold start and instances until it
          * publishes the state: read them only once it has. */
-        const char *reason = state == SERVED_FAILED ? sm->model.reason : "";
+        const char *reason = state != SERVED_READY ? sm->model.reason : "";
         json_append_string(&b, reason, strlen(reason));
         static const struct cold_start none;
         const struct cold_start *cs = state == SERVED_READY ? &sm->model.cold : &none;
@@ -108,8 +127,10 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
             modelstats_json_append(&b, sm);
         }
         buf_append(&b, "}", 1);
+        served_release(sm);
     }
     buf_append(&b, "]", 1);
+    dashboard_append_memory(st, &b);
     dashboard_append_tenants(st, &b);
     buf_append(&b, "}", 1);
     http_respond(req, 200, "application/json", b.data, b.len, "Cache-Control: no-cache\r\n");

@@ -135,7 +135,7 @@ static void debug_fault(struct http_request *req, const struct route_match *m, v
     for (int i = 0; mode && i < 4; i++)
         if (strcmp(mode, modes[i]) == 0)
             mi = i;
-    struct served_model *sm = name && st->serving ? serving_find(st->serving, name, strlen(name))
+    struct served_model *sm = name && st->serving ? serving_acquire(st->serving, name, strlen(name))
                                                   : NULL;
     if (!sm || mi < 0 || count < 0 || ms < 0 || ms > 600000) {
         http_respond_error(req, 400, NULL, "expected {\"model\": a served model, \"mode\": "
@@ -145,6 +145,7 @@ static void debug_fault(struct http_request *req, const struct route_match *m, v
                         (int)ms);
         http_respond(req, 200, "application/json", "{\"ok\":true}", 11, NULL);
     }
+    served_release(sm);
     json_decref(o);
 }
 

@@ -151,12 +151,15 @@ static void jobs_api_submit(struct http_request *req, const struct route_match *
 {
     struct api_state *st = ctx;
     const struct route_param *p = route_match_param(m, "model");
-    struct served_model *sm = st->serving ? serving_find(st->serving, p->value, p->len) : NULL;
+    struct served_model *sm = st->serving ? serving_acquire(st->serving, p->value, p->len) : NULL;
     if (!sm) {
         http_respond_error(req, 404, NULL, "unknown model \"%.*s\"",
                            (int)(p->len > 128 ? 128 : p->len), p->value);
         return;
     }
+    char model[MODEL_NAME_MAX];
+    snprintf(model, sizeof model, "%s", sm->model.cfg.name);
+    served_release(sm);
     struct jobs *jobs = jobs_api_of(req, st);
     if (!jobs)
         return;
@@ -170,7 +173,7 @@ static void jobs_api_submit(struct http_request *req, const struct route_match *
     struct jobs_call *call = jobs_api_call(req, JOBS_CMD_CREATE);
     if (!call)
         return;
-    snprintf(call->cmd.model, sizeof call->cmd.model, "%s", sm->model.cfg.name);
+    snprintf(call->cmd.model, sizeof call->cmd.model, "%s", model);
     snprintf(call->cmd.tenant, sizeof call->cmd.tenant, "%s", jobs_api_tenant(st, req));
     /* One object naming input_path is the file form; anything else is lines. */
     json_t *root = len > 0 && len < JOBS_API_PATH_BODY_MAX ? json_loadb(body, len, 0, NULL) : NULL;

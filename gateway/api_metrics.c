@@ -18,6 +18,7 @@
 #include "gateway/proxy.h"
 #include "http/http.h"
 #include "serving/jobs.h"
+#include "serving/lifecycle.h"
 #include "serving/serving.h"
 #include "state/state.h"
 
@@ -76,6 +77,7 @@ static void metrics_sample(struct buf *b, const char *name, const char *model, c
 /* A model's device rows (serving_model_devices), gathered once per scrape
  * so that every family shows the same devices with the same numbers. */
 struct metrics_devices {
+    struct served_model *sm;          /* the model's copy, held for the scrape */
     struct served_device *d;
     int n, cap;
     bool oom;
@@ -137,11 +139,11 @@ static int metrics_collect_targets(struct api_state *st, const struct metrics_de
                            struct target_rows *rows)
 {
     int n = st->serving ? serving_count(st->serving) : 0;
-    for (int o = 0; o < n; o++)
+    for (int o = 0; o < n && devs[o].sm; o++)
         for (int i = 0; i < devs[o].n; i++) {
             const struct served_device *d = &devs[o].d[i];
             if (d->dev.kind == BACKEND_DEVICE_UPSTREAM &&
-                metrics_target_row_add(rows, "model", serving_at(st->serving, o)->model.cfg.name, d->url,
+                metrics_target_row_add(rows, "model", devs[o].sm->model.cfg.name, d->url,
                                &d->server) < 0)
                 return -1;
         }
@@ -237,15 +239,18 @@ static void metrics_scrape_free(struct modelstats_snapshot *snaps, struct metric
 {
     for (int i = 0; i < n && snaps; i++)
         modelstats_snapshot_free(&snaps[i]);
-    for (int i = 0; i < n && devs; i++)
+    for (int i = 0; i < n && devs; i++) {
         free(devs[i].d);
+        served_release(devs[i].sm);
+    }
     free(snaps);
     free(devs);
 }
 
 /* The tenants' families (docs/TENANTS.md): answers per tenant, model and
  * code; the front door's refusals; requests in flight under a max_inflight. */
-static void metrics_render_tenants(struct api_state *st, struct buf *b)
+static void metrics_render_tenants(struct api_state *st, const struct metrics_devices *devs,
+                                   struct buf *b)
 {
     if (!st->auth || !st->tenantstats)
         return;
@@ -254,7 +259,7 @@ static void metrics_render_tenants(struct api_state *st, struct buf *b)
     metrics_head(b, "tenant_requests_total", "counter",
                  "Inference requests answered, by tenant, model and status code.");
     for (int ti = 0; ti < t->n; ti++)
-        for (int mi = 0; mi < n; mi++)
+        for (int mi = 0; mi < n && devs[mi].sm; mi++)
             for (int c = 0; c < MODELSTATS_CODES; c++) {
                 uint64_t v = tenantstats_requests(st->tenantstats, ti, mi, c);
                 if (!v)
@@ -262,7 +267,7 @@ static void metrics_render_tenants(struct api_state *st, struct buf *b)
                 buf_appendf(b, P "tenant_requests_total{tenant=\"");
                 metrics_label(b, t->t[ti].name);
                 buf_appendf(b, "\",model=\"");
-                metrics_label(b, serving_at(st->serving, mi)->model.cfg.name);
+                metrics_label(b, devs[mi].sm->model.cfg.name);
                 if (modelstats_codes[c])
                     buf_appendf(b, "\",code=\"%d\"} %llu\n", modelstats_codes[c],
                                 (unsigned long long)v);
@@ -290,11 +295,14 @@ int api_metrics_render(struct api_state *st, struct buf *b)
 {
     int n = st->serving ? serving_count(st->serving) : 0;
     struct modelstats_snapshot *snaps = calloc((size_t)(n ? n : 1), sizeof *snaps);
-    struct metrics_devices *devs = calloc((size_t)(n ? n : 1), sizeof *devs);
+    /* One more, zeroed: its NULL sm ends the walks of the helpers, which
+     * count the models again (the table may have grown meanwhile). */
+    struct metrics_devices *devs = calloc((size_t)n + 1, sizeof *devs);
     bool oom = !snaps || !devs;
     for (int i = 0; i < n && !oom; i++) {
-        modelstats_snapshot(serving_at(st->serving, i)->stats, &snaps[i]);
-        serving_model_devices(serving_at(st->serving, i), &snaps[i], metrics_device_add, &devs[i]);
+        devs[i].sm = serving_acquire_at(st->serving, i);
+        modelstats_snapshot(devs[i].sm->stats, &snaps[i]);
+        serving_model_devices(devs[i].sm, &snaps[i], metrics_device_add, &devs[i]);
         oom = devs[i].oom;
     }
     if (oom) {
@@ -302,7 +310,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
         return -1;
     }
 #define EACH_MODEL for (int mi = 0; mi < n; mi++)
-#define SM (serving_at(st->serving, mi))
+#define SM (devs[mi].sm)
 #define NAME (SM->model.cfg.name)
 
     metrics_head(b, "requests_total", "counter", "Inference requests answered, by model and status code.");
@@ -352,6 +360,46 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     }
     metrics_head(b, "model_loaded", "gauge", "1 when the model is loaded and serving, else 0.");
     EACH_MODEL metrics_sample(b, "model_loaded", NAME, NULL, atomic_load(&SM->state) == SERVED_READY);
+    metrics_head(b, "model_loads_total", "counter",
+                 "Loads of the model (at start, on request, lazy), by result (ok, failed).");
+    metrics_head(b, "model_unloads_total", "counter",
+                 "Unloads of the model, by reason (api, idle, evicted, reload).");
+    EACH_MODEL {
+        struct served_lifecycle_stats ls;
+        served_lifecycle_stats(SM, &ls);
+        metrics_sample(b, "model_loads_total", NAME, "result=\"ok\"", (double)ls.loads_ok);
+        metrics_sample(b, "model_loads_total", NAME, "result=\"failed\"", (double)ls.loads_failed);
+        for (int r = 0; r < SERVED_UNLOAD_REASONS; r++) {
+            char extra[32];
+            snprintf(extra, sizeof extra, "reason=\"%s\"", served_unload_reason_names[r]);
+            metrics_sample(b, "model_unloads_total", NAME, extra, (double)ls.unloads[r]);
+        }
+    }
+    metrics_head(b, "model_resident_bytes", "gauge",
+                 "What the model's current copy holds on each device (weights and buffers).");
+    EACH_MODEL for (int i = 0; i < devs[mi].n; i++) {
+        const struct served_device *d = &devs[mi].d[i];
+        if (d->dev.kind == BACKEND_DEVICE_UPSTREAM)
+            continue;
+        char extra[96];
+        snprintf(extra, sizeof extra, "device=\"%s\"", d->dev.name);
+        metrics_sample(b, "model_resident_bytes", NAME, extra, (double)d->memory_bytes);
+    }
+    {
+        struct served_memory_row *mr = NULL;
+        int nm = st->serving ? serving_memory_rows(st->serving, &mr) : 0;
+        metrics_head(b, "device_resident_bytes", "gauge",
+                     "What the models resident on the device hold, draining copies included.");
+        for (int i = 0; i < nm; i++)
+            buf_appendf(b, P "device_resident_bytes{device=\"%s\"} %zu\n", mr[i].device,
+                        mr[i].resident_bytes);
+        metrics_head(b, "device_memory_budget_bytes", "gauge",
+                     "devices.<dev>.memory_budget_bytes (0: no bound).");
+        for (int i = 0; i < nm; i++)
+            buf_appendf(b, P "device_memory_budget_bytes{device=\"%s\"} %zu\n", mr[i].device,
+                        mr[i].budget_bytes);
+        free(mr);
+    }
     metrics_head(b, "batch_fill_ratio", "gauge", "Mean rows per batch divided by max_batch_size.");
     EACH_MODEL {
         double rows = 0, batches = 0;
@@ -475,7 +523,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     }
     metrics_render_tenant_devices(st, b);
     metrics_render_targets(st, devs, b);
-    metrics_render_tenants(st, b);
+    metrics_render_tenants(st, devs, b);
     metrics_head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");
     buf_appendf(b, P "inflight_requests %lld\n",
                 (long long)(st->server ? server_inflight(st->server) : 0));

@@ -22,6 +22,7 @@
 #include "http/http.h"
 #include "gateway/proxy.h"
 #include "gateway/tenantstats.h"
+#include "serving/lifecycle.h"
 #include "serving/serving.h"
 #include "serving/tensor_json.h"
 
@@ -70,7 +71,7 @@ static void models_account(struct api_state *st, struct served_model *sm,
                            now_ns() - http_request_received_ns(req), queue_ns);
     if (st->tenantstats)
         tenantstats_request(st->tenantstats, http_request_thread(req), auth_tenant(req),
-                            (int)(sm - serving_at(st->serving, 0)), status);
+                            served_index(sm), status);
 }
 
 /* ... refused before or instead of computing (code: a BG_E*). */
@@ -84,12 +85,19 @@ static void models_account_reject(struct api_state *st, struct served_model *sm,
 
 /* ---- lookup ---- */
 
-/* Finds the model of the route and checks the version; answers 404/503 itself. */
+enum models_need {
+    NEED_ANY,                         /* any state (ready, stats) */
+    NEED_CONFIG,                      /* its configuration is valid (metadata, config) */
+    NEED_READY,                       /* loaded */
+};
+
+/* Finds the model of the route (a reference: served_release it) and checks
+ * the version and the state; answers 404/503 itself and returns NULL. */
 static struct served_model *models_lookup(struct http_request *req, const struct route_match *m,
-                                          struct api_state *st, bool need_ready, bool infer)
+                                          struct api_state *st, enum models_need need, bool infer)
 {
     const struct route_param *p = route_match_param(m, "model");
-    struct served_model *sm = st->serving ? serving_find(st->serving, p->value, p->len) : NULL;
+    struct served_model *sm = st->serving ? serving_acquire(st->serving, p->value, p->len) : NULL;
     if (!sm) {
         http_respond_error(req, 404, NULL, "unknown model \"%.*s\"",
                            (int)(p->len > 128 ? 128 : p->len),
@@ -100,10 +108,12 @@ static struct served_model *models_lookup(struct http_request *req, const struct
     if (v && !(v->len == 1 && v->value[0] == '1')) {
         http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (only \"1\")",
                            sm->model.cfg.name, (int)(v->len > 64 ? 64 : v->len), v->value);
+        served_release(sm);
         return NULL;
     }
     int state = atomic_load(&sm->state);
-    if (need_ready && state != SERVED_READY) {
+    if ((need == NEED_READY && state != SERVED_READY) ||
+        (need == NEED_CONFIG && state == SERVED_FAILED)) {
         if (infer)
             models_account_reject(st, sm, req, BG_ENOTREADY, 503);
         if (state == SERVED_LOADING)
@@ -112,9 +122,115 @@ static struct served_model *models_lookup(struct http_request *req, const struct
         else
             http_respond_error(req, 503, NULL, "model %s is not ready: %s", sm->model.cfg.name,
                                sm->model.reason);
+        served_release(sm);
         return NULL;
     }
     return sm;
+}
+
+/* ---- waiting for a load (a lazy or unloaded model) ---- */
+
+/* An inference handler run again once the model it waited for is loaded. */
+typedef void (*models_run_fn)(struct http_request *req, const struct route_match *m,
+                              struct api_state *st, bool waited);
+
+struct models_wait {
+    struct mailbox_msg msg;           /* first: the mailbox hands back &msg */
+    struct http_request *req;
+    struct route_match m;             /* params point into the request's path */
+    struct api_state *st;
+    struct mailbox *mb;
+    models_run_fn run;
+    int rc;
+    char why[512];
+};
+
+/* IO thread: the load ended. */
+static void models_wait_deliver(struct mailbox_msg *msg)
+{
+    struct models_wait *w = (struct models_wait *)msg;
+    if (w->rc == 0) {
+        w->run(w->req, &w->m, w->st, true);
+    } else {
+        const struct route_param *p = route_match_param(&w->m, "model");
+        struct served_model *sm = serving_acquire(w->st->serving, p->value, p->len);
+        if (sm) {
+            models_account_reject(w->st, sm, w->req, BG_ENOTREADY, 503);
+            served_release(sm);
+        }
+        http_respond_error(w->req, 503, NULL, "model %.*s did not load: %s",
+                           (int)(p->len > 128 ? 128 : p->len), p->value, w->why);
+    }
+    free(w);
+}
+
+/* The lifecycle thread: hand the outcome to the request's IO thread. */
+static void models_wait_done(void *arg, int rc, const char *why)
+{
+    struct models_wait *w = arg;
+    w->rc = rc;
+    snprintf(w->why, sizeof w->why, "%s", why ? why : "");
+    mailbox_post(w->mb, &w->msg);
+}
+
+/* The latency budget a request states in its headers, else its model's
+ * (what a wait for a load is measured against: the body is not decoded
+ * before the model is loaded). 0: none. */
+static int64_t models_header_deadline(struct http_request *req, const struct model_config *c);
+
+/* The model of an inference route, loaded: its READY copy (a reference),
+ * or NULL when the request was answered or waits for a load (run is
+ * called again then, with waited set). A request waits once, and only
+ * when its budget covers the expected load time; else 503 with
+ * Retry-After, the load going on for the next one. */
+static struct served_model *models_ready_or_wait(struct http_request *req,
+                                                 const struct route_match *m,
+                                                 const struct route_match *rerun_m,
+                                                 struct api_state *st, models_run_fn run,
+                                                 bool waited)
+{
+    struct served_model *sm = models_lookup(req, m, st, NEED_ANY, true);
+    if (!sm)
+        return NULL;
+    int state = atomic_load(&sm->state);
+    if (state == SERVED_READY)
+        return sm;
+    if (waited || state == SERVED_FAILED) {
+        models_account_reject(st, sm, req, BG_ENOTREADY, 503);
+        http_respond_error(req, 503, NULL, "model %s is not ready: %s", sm->model.cfg.name,
+                           sm->model.reason);
+        served_release(sm);
+        return NULL;
+    }
+    struct models_wait *w = calloc(1, sizeof *w);
+    if (!w) {
+        http_respond_error(req, 500, NULL, "out of memory");
+        served_release(sm);
+        return NULL;
+    }
+    *w = (struct models_wait){.req = req, .m = *rerun_m, .st = st, .mb = http_request_mailbox(req),
+                              .run = run};
+    w->msg.fn = models_wait_deliver;
+    int64_t retry = 0;
+    struct error err = {0};
+    int rc = serving_wait_loaded(st->serving, sm, models_header_deadline(req, &sm->model.cfg),
+                                 models_wait_done, w, &retry, &err);
+    if (rc == 1) {                    /* loaded meanwhile */
+        free(w);
+        served_release(sm);
+        return models_lookup(req, m, st, NEED_READY, true);
+    }
+    if (rc < 0) {
+        free(w);
+        char hdr[48] = "";
+        if (retry > 0)
+            snprintf(hdr, sizeof hdr, "Retry-After: %lld\r\n",
+                     (long long)((retry + 999999999) / 1000000000));
+        models_account_reject(st, sm, req, BG_ENOTREADY, error_http_status(-rc));
+        http_respond_error(req, error_http_status(-rc), hdr[0] ? hdr : NULL, "%s", err.msg);
+    }
+    served_release(sm);
+    return NULL;
 }
 
 static void models_respond_buf(struct http_request *req, int status, struct buf *b)
@@ -138,13 +254,13 @@ static void models_append_tensor_meta(struct buf *b, const struct model_tensor *
 static void models_metadata(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct api_state *st = ctx;
-    struct served_model *sm = models_lookup(req, m, ctx, true, false);
+    struct served_model *sm = models_lookup(req, m, ctx, NEED_CONFIG, false);
     if (!sm)
         return;
     const struct model_config *c = &sm->model.cfg;
     /* A model served by a KServe v2 server: that server's metadata is the
      * truth (its own name for the model, its platform), so it goes there. */
-    if (st->proxy && proxy_model_metadata(st->proxy) &&
+    if (st->proxy && proxy_model_metadata(st->proxy) && atomic_load(&sm->state) == SERVED_READY &&
         model_device_kind(&sm->model) == BACKEND_DEVICE_UPSTREAM &&
         c->upstream.protocol == UPSTREAM_KSERVE_V2) {
         char path[512];
@@ -155,6 +271,7 @@ static void models_metadata(struct http_request *req, const struct route_match *
         int nservers = model_servers(&sm->model, &servers);
         proxy_forward(st->proxy, req, servers, nservers, path,
                       (size_t)n < sizeof path ? (size_t)n : sizeof path - 1);
+        served_release(sm);
         return;
     }
     struct buf b = BUF_INIT;
@@ -167,11 +284,12 @@ static void models_metadata(struct http_request *req, const struct route_match *
     models_append_tensor_meta(&b, &c->output);
     buf_append(&b, "]}", 2);
     models_respond_buf(req, 200, &b);
+    served_release(sm);
 }
 
 static void models_ready(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = models_lookup(req, m, ctx, false, false);
+    struct served_model *sm = models_lookup(req, m, ctx, NEED_ANY, false);
     if (!sm)
         return;
     struct buf b = BUF_INIT;
@@ -181,6 +299,7 @@ static void models_ready(struct http_request *req, const struct route_match *m, 
     if (state == SERVED_READY) {
         buf_append(&b, ",\"ready\":true}", 14);
         models_respond_buf(req, 200, &b);
+        served_release(sm);
         return;
     }
     const char *why = state == SERVED_LOADING ? "loading" : sm->model.reason;
@@ -188,6 +307,7 @@ static void models_ready(struct http_request *req, const struct route_match *m, 
     json_append_string(&b, why, strlen(why));
     buf_append(&b, "}", 1);
     models_respond_buf(req, 503, &b);
+    served_release(sm);
 }
 
 static void models_append_triton_tensor(struct buf *b, const struct model_tensor *t)
@@ -202,7 +322,7 @@ static void models_append_triton_tensor(struct buf *b, const struct model_tensor
 
 static void models_config_route(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = models_lookup(req, m, ctx, true, false);
+    struct served_model *sm = models_lookup(req, m, ctx, NEED_CONFIG, false);
     if (!sm)
         return;
     const struct model_config *c = &sm->model.cfg;
@@ -226,11 +346,12 @@ static void models_config_route(struct http_request *req, const struct route_mat
                 (long long)bt->latency_budget_ms * 1000, c->instance_count,
                 model_device_kind(&sm->model) == BACKEND_DEVICE_GPU ? "KIND_GPU" : "KIND_CPU");
     models_respond_buf(req, 200, &b);
+    served_release(sm);
 }
 
 static void models_stats(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    struct served_model *sm = models_lookup(req, m, ctx, false, false);
+    struct served_model *sm = models_lookup(req, m, ctx, NEED_ANY, false);
     if (!sm)
         return;
     struct buf b = BUF_INIT;
@@ -238,6 +359,7 @@ static void models_stats(struct http_request *req, const struct route_match *m, 
     modelstats_json_append(&b, sm);
     buf_append(&b, "]}", 2);
     models_respond_buf(req, 200, &b);
+    served_release(sm);
 }
 
 /* ---- infer ---- */
@@ -254,6 +376,7 @@ static void models_infer_call_free(struct infer_call *call)
 {
     if (call->admitted)
         admit_leave(call->st->admit, call->item.tenant);
+    served_release(call->sm);
     free(call->r.input);
     free(call->output);
     free(call);
@@ -364,6 +487,13 @@ static int models_infer_budget(struct http_request *req, const struct model_conf
     return 0;
 }
 
+static int64_t models_header_deadline(struct http_request *req, const struct model_config *c)
+{
+    int64_t ms = models_header_int(req, "X-Request-Timeout-Ms");
+    int64_t budget_ns = ms >= 0 ? ms * 1000000 : c->batching.latency_budget_ms * 1000000;
+    return budget_ns > 0 ? http_request_arrival_ns(req) + budget_ns : 0;
+}
+
 /* The tenant's max_inflight and rate_rows_per_s (admit.h): 0, or answers
  * 429 and returns -1. */
 static int models_admit(struct http_request *req, struct api_state *st, struct infer_call *call)
@@ -439,6 +569,7 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
         return;
     }
     it->complete = models_infer_call_complete;
+    served_touch(sm);
     struct error err = {0};
     int rc = batcher_submit(sm->batcher, it, &err);
     if (rc) {
@@ -451,11 +582,16 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
     http_request_on_abort(req, models_infer_call_abort, call);
 }
 
-static void models_infer(struct http_request *req, const struct route_match *m, void *ctx)
+static void models_infer_run(struct http_request *req, const struct route_match *m,
+                             struct api_state *st, bool waited)
 {
-    struct served_model *sm = models_lookup(req, m, ctx, true, true);
-    if (!sm || models_refuse_full(req, ctx, sm))
+    struct served_model *sm = models_ready_or_wait(req, m, m, st, models_infer_run, waited);
+    if (!sm)
         return;
+    if (models_refuse_full(req, st, sm)) {
+        served_release(sm);
+        return;
+    }
     size_t len;
     const char *body = http_request_body(req, &len);
     int64_t json_len = -1;
@@ -463,44 +599,59 @@ static void models_infer(struct http_request *req, const struct route_match *m, 
     const char *h = http_request_header(req, "Inference-Header-Content-Length", &hlen);
     if (h) {
         char tmp[24];
-        char *end;
-        if (hlen == 0 || hlen >= sizeof tmp) {
-            models_account_reject(ctx, sm, req, BG_EINVAL, 400);
-            http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
-            return;
+        char *end = tmp;
+        if (hlen > 0 && hlen < sizeof tmp) {
+            memcpy(tmp, h, hlen);
+            tmp[hlen] = '\0';
+            json_len = strtoll(tmp, &end, 10);
         }
-        memcpy(tmp, h, hlen);
-        tmp[hlen] = '\0';
-        json_len = strtoll(tmp, &end, 10);
-        if (*end || json_len < 0) {
-            models_account_reject(ctx, sm, req, BG_EINVAL, 400);
+        if (hlen == 0 || hlen >= sizeof tmp || *end || json_len < 0) {
+            models_account_reject(st, sm, req, BG_EINVAL, 400);
             http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
+            served_release(sm);
             return;
         }
     }
     struct infer_call *call = calloc(1, sizeof *call);
     if (!call) {
         http_respond_error(req, 500, NULL, "out of memory");
+        served_release(sm);
         return;
     }
+    call->sm = sm;   /* the call's reference from here on */
+    call->st = st;
     struct error err = {0};
-    struct jscratch *js = models_scratch_of(ctx, req);
+    struct jscratch *js = models_scratch_of(st, req);
     jscratch_begin(js);
     int drc = tensor_decode_kserve(&sm->model.cfg, body, len, json_len, &call->r, &err);
     jscratch_end(js);
     if (drc) {
-        models_account_reject(ctx, sm, req, err.code, error_http_status(err.code));
+        models_account_reject(st, sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
         models_infer_call_free(call);
         return;
     }
     call->format = FORMAT_KSERVE;
-    models_infer_submit(req, ctx, sm, call);
+    models_infer_submit(req, st, sm, call);
 }
+
+static void models_infer(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    models_infer_run(req, m, ctx, false);
+}
+
+static void models_tfs_run(struct http_request *req, const struct route_match *m,
+                           struct api_state *st, bool waited);
 
 /* POST /v1/models/{model}:predict (and .../versions/{v}:predict): the verb
  * shares the last path segment, so it is split off here. */
 static void models_tfs_predict(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    models_tfs_run(req, m, ctx, false);
+}
+
+static void models_tfs_run(struct http_request *req, const struct route_match *m,
+                           struct api_state *st, bool waited)
 {
     struct route_match mm = *m;
     struct route_param *last = &mm.params[mm.nparams - 1];
@@ -516,29 +667,37 @@ static void models_tfs_predict(struct http_request *req, const struct route_matc
         return;
     }
     last->len = (size_t)(colon - last->value);
-    struct served_model *sm = models_lookup(req, &mm, ctx, true, true);
-    if (!sm || models_refuse_full(req, ctx, sm))
+    /* A wait runs this again with the route as matched (m), not as split. */
+    struct served_model *sm = models_ready_or_wait(req, &mm, m, st, models_tfs_run, waited);
+    if (!sm)
         return;
+    if (models_refuse_full(req, st, sm)) {
+        served_release(sm);
+        return;
+    }
     size_t len;
     const char *body = http_request_body(req, &len);
     struct infer_call *call = calloc(1, sizeof *call);
     if (!call) {
         http_respond_error(req, 500, NULL, "out of memory");
+        served_release(sm);
         return;
     }
+    call->sm = sm;
+    call->st = st;
     struct error err = {0};
-    struct jscratch *js = models_scratch_of(ctx, req);
+    struct jscratch *js = models_scratch_of(st, req);
     jscratch_begin(js);
     int drc = tensor_decode_tfs(&sm->model.cfg, body ? body : "", len, &call->r, &err);
     jscratch_end(js);
     if (drc) {
-        models_account_reject(ctx, sm, req, err.code, error_http_status(err.code));
+        models_account_reject(st, sm, req, err.code, error_http_status(err.code));
         http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
         models_infer_call_free(call);
         return;
     }
     call->format = FORMAT_TFS;
-    models_infer_submit(req, ctx, sm, call);
+    models_infer_submit(req, st, sm, call);
 }
 
 int api_models_register(struct router *r, struct api_state *st, struct error *err)

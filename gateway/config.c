@@ -220,6 +220,11 @@ static const struct schema_field config_fields[] = {
      .doc = "time windows: `{\"timezone\": \"Area/City\", \"windows\": [{\"name\", \"days\", "
             "\"from\", \"to\", \"shares\": {TENANT: SHARE}, \"offline_share\"}]}` "
             "(docs/TENANTS.md); SIGHUP and `PUT /v2/governance` replace it"},
+    /* A map by device label: config_devices_parse. */
+    {SCHEMA_F_IGNORE("devices"), .expect = "object", .doc_default = "none",
+     .doc = "per device label (`cpu0`, `cuda1`, `synthetic0`, ...): `{\"memory_budget_bytes\": "
+            "N, \"price_per_hour\": X}`; what the resident models may hold there (0: no bound; "
+            "docs/MODELS.md \"Lifecycle\") and what an hour of it costs"},
     {SCHEMA_F_BOOL("debug_endpoints", struct config, debug_endpoints),
      .flags = SCHEMA_EXT, .def = false,
      .doc = "enables `GET /debug/delay?ms=N&id=X` (answers after a timer), `POST /debug/echo` "
@@ -248,9 +253,61 @@ void config_release(struct config *c)
     c->governance = NULL;
 }
 
+/* `devices`: {"cpu0": {"memory_budget_bytes": N, "price_per_hour": X}, ...}. */
+static int config_devices_parse(struct config *c, json_t *devs, const char *file,
+                                struct error *err)
+{
+    const char *name;
+    json_t *v;
+    if (!json_is_object(devs))
+        return error_set(err, BG_ECONFIG, "%s: devices: expected an object, got %s", file,
+                         json_is_array(devs) ? "an array" : "another type");
+    c->ndevices = 0;
+    json_object_foreach(devs, name, v) {
+        size_t n = strlen(name), k = 0;
+        while (k < n && name[k] >= 'a' && name[k] <= 'z')
+            k++;
+        bool ok = k > 0 && k < n && n < sizeof c->devices[0].name;
+        for (size_t i = k; i < n && ok; i++)
+            ok = name[i] >= '0' && name[i] <= '9';
+        if (!ok)
+            return error_set(err, BG_ECONFIG, "%s: devices.%s: a device label is a backend and a "
+                             "number (\"cpu0\", \"cuda1\")", file, name);
+        if (c->ndevices == SERVING_MAX_DEVICE_CONFIGS)
+            return error_set(err, BG_ECONFIG, "%s: devices: more than %d devices", file,
+                             SERVING_MAX_DEVICE_CONFIGS);
+        if (!json_is_object(v))
+            return error_set(err, BG_ECONFIG, "%s: devices.%s: expected an object", file, name);
+        struct serving_device_config *d = &c->devices[c->ndevices++];
+        memset(d, 0, sizeof *d);
+        snprintf(d->name, sizeof d->name, "%s", name);
+        const char *key;
+        json_t *f;
+        json_object_foreach(v, key, f) {
+            if (strcmp(key, "memory_budget_bytes") == 0) {
+                if (!json_is_integer(f) || json_integer_value(f) < 0)
+                    return error_set(err, BG_ECONFIG, "%s: devices.%s.memory_budget_bytes: "
+                                     "expected a whole number of bytes >= 0", file, name);
+                d->memory_budget_bytes = (size_t)json_integer_value(f);
+            } else if (strcmp(key, "price_per_hour") == 0) {
+                if (!json_is_number(f) || json_number_value(f) < 0)
+                    return error_set(err, BG_ECONFIG, "%s: devices.%s.price_per_hour: expected "
+                                     "a number >= 0", file, name);
+                d->price_per_hour = json_number_value(f);
+            } else {
+                return error_set(err, BG_ECONFIG, "%s: devices.%s.%s: unknown field (known: "
+                                 "memory_budget_bytes, price_per_hour)", file, name, key);
+            }
+        }
+    }
+    return 0;
+}
+
 static int config_load_json(struct config *c, json_t *root, const char *file, struct error *err)
 {
     int rc = schema_parse(config_fields, c, root, file, err);
+    if (rc == 0 && json_object_get(root, "devices"))
+        rc = config_devices_parse(c, json_object_get(root, "devices"), file, err);
     if (rc == 0)
         rc = config_tenants_finish(&c->tenants, root, file, err);
     if (rc == 0 && json_object_get(root, "governance")) {

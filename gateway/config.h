@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "http/http.h"
+#include "serving/lifecycle.h"
 #include "serving/tenant.h"
 
 #define CONFIG_MAX_PROXY_ROUTES 16
@@ -66,6 +67,9 @@ struct config {
      * NULL when the file has none. Owned: config_release frees it, unless
      * main handed it to the governor (and set it NULL). */
     struct governance *governance;
+    /* `devices` (SPEC.md "Models: load, unload, memory"): by label. */
+    struct serving_device_config devices[SERVING_MAX_DEVICE_CONFIGS];
+    int ndevices;
 };
 
 void config_defaults(struct config *c);

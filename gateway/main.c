@@ -262,7 +262,8 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
     int rc;
     if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
         (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)) ||
-        (rc = api_jobs_register(r, st, err)) || (rc = api_governance_register(r, st, err)))
+        (rc = api_jobs_register(r, st, err)) || (rc = api_governance_register(r, st, err)) ||
+        (rc = api_repository_register(r, st, err)))
         return rc;
     if (cfg->debug_endpoints && (rc = api_debug_register(r, st, err)))
         return rc;
@@ -356,6 +357,7 @@ int main(int argc, char **argv)
     /* The schedulers' shares come from the same table the gateway reads;
      * with tenants, the governor puts a time window's shares in force. */
     serving_set_tenants(serving, &cfg.tenants);
+    serving_set_devices(serving, cfg.devices, cfg.ndevices);
     if (cfg.tenants.n > 1) {
         api.governor = governor_start(cfg.governance, &cfg.tenants, main_apply_shares, serving,
                                       &err);

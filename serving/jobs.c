@@ -7,6 +7,7 @@
  * end a job through the same steps; split, they would call each other
  * across files and share the state through an internal header. */
 #include "serving/jobs.h"
+#include "serving/lifecycle.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +28,9 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "serving/serving.h"
+
+/* How long a job waits for its model to load (lazy or unloaded). */
+#define JOBS_LOAD_TIMEOUT_NS (120 * 1000000000LL)
 #include "serving/tensor_json.h"
 
 /* Lines in flight per job: enough to fill a few batches, few enough that a
@@ -411,6 +415,7 @@ static void jobs_close_cur(struct jobs *j)
         close(cu->out_fd);
     buf_free(&cu->pending);
     free(cu->line);
+    served_release(cu->sm);
     memset(cu, 0, sizeof *cu);
     cu->out_fd = -1;
 }
@@ -496,16 +501,18 @@ static int jobs_begin_next(struct jobs *j)
     }
     cu->active = true;
     cu->out_fd = -1;
-    cu->sm = j->serving ? serving_find(j->serving, cu->job.model, strlen(cu->job.model)) : NULL;
-    cu->model_index = -1;
-    for (int i = 0; cu->sm && i < j->nmodels; i++)
-        if (serving_at(j->serving, i) == cu->sm)
-            cu->model_index = i;
+    /* The job holds its model's copy to its end (a lazy or unloaded model
+     * is loaded first): an unload waits for it, eviction passes it by. */
+    struct error le = {0};
+    cu->sm = j->serving ? serving_acquire_loaded(j->serving, cu->job.model, strlen(cu->job.model),
+                                                 JOBS_LOAD_TIMEOUT_NS, &le)
+                        : NULL;
+    cu->model_index = cu->sm ? served_index(cu->sm) : -1;
     cu->tenant = jobs_tenant_index(j, cu->job.tenant);
     char why[1400];
-    if (!cu->sm || atomic_load(&cu->sm->state) != SERVED_READY) {
-        snprintf(why, sizeof why, "model %s is not served%s%s", cu->job.model,
-                 cu->sm ? ": " : "", cu->sm ? cu->sm->model.reason : "");
+    if (!cu->sm) {
+        snprintf(why, sizeof why, "model %s is not served: %s", cu->job.model,
+                 j->serving ? le.msg : "no model repository");
         jobs_fail(j, why);
         return 1;
     }

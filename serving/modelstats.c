@@ -47,6 +47,7 @@ struct inst_shard {
 
 struct modelstats {
     int nio, ninst, max_batch;
+    struct modelstats *retired;              /* replaced by this one (modelstats_retire) */
     struct io_shard *io;
     struct inst_shard *inst;
 };
@@ -87,6 +88,7 @@ void modelstats_free(struct modelstats *s)
 {
     if (!s)
         return;
+    modelstats_free(s->retired);
     for (int i = 0; s->inst && i < s->ninst; i++) {
         free((void *)s->inst[i].count_by_size);
         free((void *)s->inst[i].ns_by_size);
@@ -94,6 +96,19 @@ void modelstats_free(struct modelstats *s)
     free(s->io);
     free(s->inst);
     free(s);
+}
+
+bool modelstats_fits(const struct modelstats *s, int instances, int max_batch)
+{
+    return s && instances <= s->ninst && max_batch <= s->max_batch;
+}
+
+int modelstats_io_threads(const struct modelstats *s) { return s->nio; }
+
+void modelstats_retire(struct modelstats *s, struct modelstats *old)
+{
+    old->retired = s->retired;
+    s->retired = old;
 }
 
 void modelstats_loaded(struct modelstats *s)

@@ -7,6 +7,7 @@
 #define BG_MODELSTATS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "batcher/work.h"
@@ -71,6 +72,12 @@ struct modelstats_snapshot {
 
 struct modelstats *modelstats_new(int io_threads, int instances, int max_batch);
 void modelstats_free(struct modelstats *s);
+/* Whether s has room for a copy with these instances and batch sizes. */
+bool modelstats_fits(const struct modelstats *s, int instances, int max_batch);
+int modelstats_io_threads(const struct modelstats *s);
+/* s replaces old, which stays readable (copies of the model still point at
+ * it) and is freed with s. */
+void modelstats_retire(struct modelstats *s, struct modelstats *old);
 /* The instances start counting idle time now (the model finished loading). */
 void modelstats_loaded(struct modelstats *s);
 

@@ -1,5 +1,6 @@
 /* serving.c - see serving.h. */
 #include "serving/serving.h"
+#include "serving/serving_impl.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -9,27 +10,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "serving/feed.h"
 #include "serving/worker.h"
-
-struct serving {
-    char dir[4096];
-    int io_threads;
-    struct served_model *models;
-    int n;
-    /* One scheduler per device models are placed on (docs/SCHEDULING.md);
-     * built by the loader, freed with the table. */
-    struct devsched **devs;
-    struct shares **dev_shares;       /* the tenant shares of devs[i]; NULL without tenants */
-    int ndevs;
-    const struct tenants_config *tenants;   /* NULL, or the caller's (serving_set_tenants) */
-    /* The shares in force (serving_apply_shares), for shares made after:
-     * a device's first model may load after the governor applied a window. */
-    pthread_mutex_t shares_mu;
-    bool applied;
-    double applied_share[TENANTS_MAX], applied_offline;
-};
 
 /* A new shares account gets the shares in force. */
 static void serving_shares_init(struct serving *s, struct shares *sh)
@@ -54,14 +38,76 @@ static int serving_name_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A new entry for the model folder dir/name, published with a shell copy:
+ * FAILED when its config is invalid, else LOADING (eager) or UNLOADED
+ * (lazy). */
+static int serving_entry_add(struct serving *s, const char *name, struct error *err)
+{
+    int n = atomic_load(&s->n);
+    if (n >= SERVING_MAX_MODELS)
+        return error_set(err, BG_ECONFIG, "model %s: the repository has more than %d models",
+                         name, SERVING_MAX_MODELS);
+    struct served_entry *e = calloc(1, sizeof *e);
+    struct model_config *cfg = calloc(1, sizeof *cfg);
+    if (!e || !cfg) {
+        free(e);
+        free(cfg);
+        return error_set(err, BG_ENOMEM, "out of memory");
+    }
+    e->serving = s;
+    e->index = n;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    if (strlen(s->dir) + 1 + strlen(name) >= sizeof e->dir) {
+        free(e);
+        free(cfg);
+        return error_set(err, BG_ECONFIG, "model %s: its folder's path is too long", name);
+    }
+    snprintf(e->dir, sizeof e->dir, "%.3900s/%.127s", s->dir, name);
+    pthread_mutex_init(&e->mu, NULL);
+    struct error ce = {0};
+    int bad = model_config_load(e->dir, name, cfg, &ce) != 0;
+    if (bad)
+        snprintf(cfg->name, sizeof cfg->name, "%s", name);
+    /* Statistics exist from the start: requests to a model that failed
+     * or is not loaded are counted too (as not_ready). */
+    e->stats = modelstats_new(s->io_threads, bad ? 1 : cfg->instance_count,
+                              bad ? 1 : cfg->batching.max_batch_size);
+    const char *reason = bad ? ce.msg
+                         : cfg->lifecycle.lazy ? "not loaded yet (lifecycle.load \"lazy\": the "
+                                                 "first request loads it)"
+                                               : "";
+    int state = bad ? SERVED_FAILED : cfg->lifecycle.lazy ? SERVED_UNLOADED : SERVED_LOADING;
+    struct served_model *sh = e->stats ? served_shell_new(s, e, cfg, state, reason) : NULL;
+    free(cfg);
+    if (!sh) {
+        modelstats_free(e->stats);
+        pthread_mutex_destroy(&e->mu);
+        free(e);
+        return error_set(err, BG_ENOMEM, "out of memory");
+    }
+    e->cur = sh;
+    if (bad)
+        log_error("model %s: not loaded: %s", name, ce.msg);
+    s->entries[n] = e;
+    atomic_store(&s->n, n + 1);   /* published: lookups see it whole */
+    return 0;
+}
+
 int serving_open(const char *dir, bool required, int io_threads, struct serving **out,
                  struct error *err)
 {
     struct serving *s = calloc(1, sizeof *s);
+    if (s && !(s->entries = calloc(SERVING_MAX_MODELS, sizeof *s->entries))) {
+        free(s);
+        s = NULL;
+    }
     if (!s)
         return error_set(err, BG_ENOMEM, "out of memory");
     s->io_threads = io_threads;
     pthread_mutex_init(&s->shares_mu, NULL);
+    pthread_mutex_init(&s->lc_mu, NULL);
+    pthread_cond_init(&s->lc_cv, NULL);
+    s->tasks_tail = &s->tasks;
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     *out = s;
     DIR *d = opendir(dir);
@@ -71,7 +117,7 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
             return 0;
         }
         int e = errno;
-        free(s);
+        serving_free(s);
         *out = NULL;
         return error_set(err, BG_ECONFIG, "model_repository: cannot open %s: %s", dir, strerror(e));
     }
@@ -100,37 +146,20 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
     closedir(d);
     if (n > 1)   /* qsort of an empty, NULL list is undefined (UBSan said so) */
         qsort(names, (size_t)n, sizeof *names, serving_name_cmp);
-    s->models = calloc((size_t)(n ? n : 1), sizeof *s->models);
-    if (!s->models) {
-        for (int i = 0; i < n; i++)
-            free(names[i]);
-        free(names);
-        free(s);
-        *out = NULL;
-        return error_set(err, BG_ENOMEM, "out of memory");
-    }
+    int rc = 0;
     for (int i = 0; i < n; i++) {
-        struct served_model *sm = &s->models[s->n++];
-        char mdir[8192];
-        snprintf(mdir, sizeof mdir, "%s/%s", dir, names[i]);
-        struct error e = {0};
-        int bad = model_config_load(mdir, names[i], &sm->model.cfg, &e) != 0;
-        /* Statistics exist from the start: requests to a model that failed
-         * or is loading are counted too (as not_ready). */
-        sm->stats = modelstats_new(io_threads, bad ? 1 : sm->model.cfg.instance_count,
-                                   bad ? 1 : sm->model.cfg.batching.max_batch_size);
-        if (bad) {
-            snprintf(sm->model.cfg.name, sizeof sm->model.cfg.name, "%s", names[i]);
-            snprintf(sm->model.reason, sizeof sm->model.reason, "%s", e.msg);
-            atomic_store(&sm->state, SERVED_FAILED);
-            log_error("model %s: not loaded: %s", names[i], e.msg);
-        } else {
-            atomic_store(&sm->state, SERVED_LOADING);
-        }
+        if (rc == 0)
+            rc = serving_entry_add(s, names[i], err);
         free(names[i]);
     }
     free(names);
-    log_info("model repository %s: %d model%s", dir, s->n, s->n == 1 ? "" : "s");
+    if (rc) {
+        serving_free(s);
+        *out = NULL;
+        return rc;
+    }
+    int count = atomic_load(&s->n);
+    log_info("model repository %s: %d model%s", dir, count, count == 1 ? "" : "s");
     return 0;
 }
 
@@ -276,9 +305,7 @@ static int serving_shares_join(struct serving *s, struct served_model *sm, struc
     return 0;
 }
 
-/* Stops what serving_load_one started: the batcher (queued requests are
- * answered), then the workers or the feed. */
-static void serving_model_stop(struct served_model *sm)
+void served_copy_stop(struct served_model *sm)
 {
     if (sm->batcher)
         batcher_close(sm->batcher);
@@ -316,15 +343,55 @@ static int serving_workers_start(struct served_model *sm, struct error *err)
     return rc;
 }
 
-static void serving_load_one(struct serving *s, struct served_model *sm)
+struct served_model *served_shell_new(struct serving *s, struct served_entry *e,
+                                      const struct model_config *cfg, int state,
+                                      const char *reason)
+{
+    (void)s;
+    struct served_model *sm = calloc(1, sizeof *sm);
+    if (!sm)
+        return NULL;
+    sm->model.cfg = *cfg;
+    snprintf(sm->model.reason, sizeof sm->model.reason, "%s", reason ? reason : "");
+    sm->entry = e;
+    sm->stats = e->stats;
+    atomic_store(&sm->refs, 1);   /* the table's, once swapped in */
+    atomic_store(&sm->state, state);
+    return sm;
+}
+
+/* The entry's statistics fit the copy's instances and batch sizes; a
+ * reload that grows them starts new ones (the old stay readable by the
+ * copies that point at them, and are freed with the table). */
+static int served_stats_fit(struct served_entry *e, const struct model *m)
+{
+    if (modelstats_fits(e->stats, m->ninstances, m->cfg.batching.max_batch_size))
+        return 0;
+    struct modelstats *ns = modelstats_new(modelstats_io_threads(e->stats), m->ninstances,
+                                           m->cfg.batching.max_batch_size);
+    if (!ns)
+        return -1;
+    pthread_mutex_lock(&e->mu);
+    modelstats_retire(ns, e->stats);   /* freed with ns */
+    e->stats = ns;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+int served_copy_load(struct serving *s, struct served_model *sm)
 {
     struct model *m = &sm->model;
     struct error err = {0};
     if (model_load(m, &err) != 0) {
         log_error("model %s: not loaded: %s", m->cfg.name, m->reason);
-        atomic_store(&sm->state, SERVED_FAILED);
-        return;
+        return -1;
     }
+    if (served_stats_fit(sm->entry, m) != 0) {
+        snprintf(m->reason, sizeof m->reason, "out of memory for statistics");
+        model_unload(m);
+        return -1;
+    }
+    sm->stats = sm->entry->stats;
     sm->batcher = batcher_new(m->cfg.name, &m->cfg.batching, m->ninstances, &err);
     if (sm->batcher)
         for (int i = 0; i < m->ninstances; i++)
@@ -332,10 +399,8 @@ static void serving_load_one(struct serving *s, struct served_model *sm)
                 batcher_seed(sm->batcher, i, m->instances[i].warm_rows[w],
                              m->instances[i].warm_ns[w]);
     int started = -1;
-    if (sm->batcher && !sm->stats)
-        error_set(&err, BG_ENOMEM, "out of memory for statistics");
-    else if (sm->batcher && serving_sched_join(s, sm, &err) == 0 &&
-             serving_shares_join(s, sm, &err) == 0) {
+    if (sm->batcher && serving_sched_join(s, sm, &err) == 0 &&
+        serving_shares_join(s, sm, &err) == 0) {
         modelstats_loaded(sm->stats);
         started = model_is_compute(m) ? serving_workers_start(sm, &err)
                                       : feed_start(sm, &sm->feed, &err);
@@ -343,9 +408,15 @@ static void serving_load_one(struct serving *s, struct served_model *sm)
     if (started != 0) {
         snprintf(m->reason, sizeof m->reason, "cannot start workers: %s", err.msg);
         log_error("model %s: %s", m->cfg.name, m->reason);
-        serving_model_stop(sm);
-        atomic_store(&sm->state, SERVED_FAILED);
-        return;
+        served_copy_stop(sm);
+        workers_free(sm->workers);
+        sm->workers = NULL;
+        batcher_free(sm->batcher);
+        sm->batcher = NULL;
+        shares_free(sm->own_shares);
+        sm->own_shares = NULL;
+        model_unload(m);
+        return -1;
     }
     char ctx[48] = "";
     if (m->cold.context_s > 0)
@@ -356,13 +427,59 @@ static void serving_load_one(struct serving *s, struct served_model *sm)
              m->cold.total_s * 1e3, m->cold.read_s * 1e3, m->cold.prepare_s * 1e3 + m->cold.context_s * 1e3, ctx,
              m->cold.warmup_s * 1e3);
     atomic_store(&sm->state, SERVED_READY);
+    return 0;
 }
 
-void serving_load_all(struct serving *s)
+void served_copy_free(struct served_model *sm)
 {
-    for (int i = 0; i < s->n; i++)
-        if (atomic_load(&s->models[i].state) == SERVED_LOADING)
-            serving_load_one(s, &s->models[i]);
+    if (!sm)
+        return;
+    served_copy_stop(sm);
+    /* A worker stranded in an abandoned call may still touch the copy when
+     * the call returns: it stays, left to the process exit. */
+    if (workers_stranded(sm->workers)) {
+        workers_free(sm->workers);
+        sm->workers = NULL;
+        return;
+    }
+    workers_free(sm->workers);
+    model_unload(&sm->model);
+    batcher_free(sm->batcher);
+    shares_free(sm->own_shares);
+    free(sm);
+}
+
+struct served_model *served_swap(struct served_entry *e, struct served_model *sm)
+{
+    pthread_mutex_lock(&e->mu);
+    struct served_model *old = e->cur;
+    e->cur = sm;
+    pthread_mutex_unlock(&e->mu);
+    return old;
+}
+
+size_t served_copy_bytes_on(const struct served_model *sm, const char *dev)
+{
+    size_t n = 0;
+    const struct model *m = &sm->model;
+    if (atomic_load(&sm->state) != SERVED_READY)
+        return 0;
+    for (int i = 0; i < m->ninstances; i++) {
+        char name[48];
+        int id = m->instances[i].device;
+        snprintf(name, sizeof name, "%s%d", model_backend_name(m), id >= 0 ? id : i);
+        if (strcmp(name, dev) == 0)
+            n += m->instances[i].memory_bytes + (i == 0 ? m->shared_bytes : 0);
+    }
+    return n;
+}
+
+void served_config_device(const struct model_config *cfg, char *out, size_t n)
+{
+    const char *be = cfg->backend == MODEL_BACKEND_CUDA ? "cuda"
+                     : cfg->backend == MODEL_BACKEND_SYNTHETIC ? "synthetic"
+                     : cfg->backend == MODEL_BACKEND_UPSTREAM ? "upstream" : "cpu";
+    snprintf(out, n, "%s%d", be, cfg->ndevices > 0 ? cfg->devices[0] : 0);
 }
 
 struct devices_walk {
@@ -418,24 +535,67 @@ void serving_model_devices(struct served_model *sm, const struct modelstats_snap
     model_devices(&sm->model, serving_device_row, &w);
 }
 
-int serving_count(const struct serving *s) { return s->n; }
-struct served_model *serving_at(struct serving *s, int i) { return &s->models[i]; }
+int serving_count(const struct serving *s) { return atomic_load(&s->n); }
 
-struct served_model *serving_find(struct serving *s, const char *name, size_t len)
+static struct served_model *served_entry_acquire(struct served_entry *e)
 {
-    for (int i = 0; i < s->n; i++) {
-        const char *mn = s->models[i].model.cfg.name;
+    pthread_mutex_lock(&e->mu);
+    struct served_model *sm = e->cur;
+    atomic_fetch_add(&sm->refs, 1);
+    pthread_mutex_unlock(&e->mu);
+    return sm;
+}
+
+struct served_model *serving_acquire_at(struct serving *s, int i)
+{
+    if (i < 0 || i >= atomic_load(&s->n))
+        return NULL;
+    return served_entry_acquire(s->entries[i]);
+}
+
+struct served_model *serving_acquire(struct serving *s, const char *name, size_t len)
+{
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++) {
+        const char *mn = s->entries[i]->name;
         if (strlen(mn) == len && memcmp(mn, name, len) == 0)
-            return &s->models[i];
+            return served_entry_acquire(s->entries[i]);
     }
     return NULL;
 }
 
+void served_release(struct served_model *sm)
+{
+    /* The table's reference is dropped when a copy is swapped out: reaching
+     * zero here means the copy drains and this was its last holder. */
+    if (!sm)
+        return;
+    struct serving *s = sm->entry->serving;   /* sm may be freed once let go */
+    if (atomic_fetch_sub(&sm->refs, 1) == 1) {
+        pthread_mutex_lock(&s->lc_mu);
+        pthread_cond_signal(&s->lc_cv);
+        pthread_mutex_unlock(&s->lc_mu);
+    }
+}
+
+int served_index(const struct served_model *sm) { return sm->entry->index; }
+
+void served_touch(struct served_model *sm)
+{
+    atomic_store_explicit(&sm->entry->last_used_ns, now_ns(), memory_order_relaxed);
+}
+
 bool serving_all_ready(struct serving *s)
 {
-    for (int i = 0; i < s->n; i++)
-        if (atomic_load(&s->models[i].state) != SERVED_READY)
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++) {
+        struct served_model *sm = serving_acquire_at(s, i);
+        bool wanted = !sm->model.cfg.lifecycle.lazy && !sm->entry->unload_asked;
+        bool ok = !wanted || atomic_load(&sm->state) == SERVED_READY;
+        served_release(sm);
+        if (!ok)
             return false;
+    }
     return true;
 }
 
@@ -486,9 +646,13 @@ void serving_apply_shares(struct serving *s, const double *share, double offline
         if (s->dev_shares[i])
             shares_set(s->dev_shares[i], share, offline_share);
     pthread_mutex_unlock(&s->shares_mu);
-    for (int i = 0; i < s->n; i++)
-        if (atomic_load(&s->models[i].state) == SERVED_READY && s->models[i].own_shares)
-            shares_set(s->models[i].own_shares, share, offline_share);
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++) {
+        struct served_model *sm = serving_acquire_at(s, i);
+        if (atomic_load(&sm->state) == SERVED_READY && sm->own_shares)
+            shares_set(sm->own_shares, share, offline_share);
+        served_release(sm);
+    }
 }
 
 int serving_tenant_rows(struct serving *s, struct served_tenant_row **out)
@@ -499,25 +663,15 @@ int serving_tenant_rows(struct serving *s, struct served_tenant_row **out)
         if (s->dev_shares[i])
             serving_tenant_collect(s->dev_shares[i], &rows);
     pthread_mutex_unlock(&s->shares_mu);
-    for (int i = 0; i < s->n; i++)
-        if (atomic_load(&s->models[i].state) == SERVED_READY && s->models[i].own_shares)
-            serving_tenant_collect(s->models[i].own_shares, &rows);
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++) {
+        struct served_model *sm = serving_acquire_at(s, i);
+        if (atomic_load(&sm->state) == SERVED_READY && sm->own_shares)
+            serving_tenant_collect(sm->own_shares, &rows);
+        served_release(sm);
+    }
     *out = rows.r;
     return rows.n;
-}
-
-void serving_stop(struct serving *s)
-{
-    if (!s)
-        return;
-    for (int i = 0; i < s->n; i++)
-        if (s->models[i].batcher)
-            batcher_close(s->models[i].batcher);
-    /* Workers still holding a batch run it without waiting for a slot. */
-    for (int i = 0; i < s->ndevs; i++)
-        devsched_close(s->devs[i]);
-    for (int i = 0; i < s->n; i++)
-        serving_model_stop(&s->models[i]);
 }
 
 void serving_free(struct serving *s)
@@ -528,18 +682,24 @@ void serving_free(struct serving *s)
      * batcher, statistics and device slot when the call returns: those
      * stay, left to the process exit. */
     bool stranded = false;
-    for (int i = 0; i < s->n; i++) {
-        struct served_model *sm = &s->models[i];
-        bool left = workers_stranded(sm->workers);
-        stranded |= left;
-        workers_free(sm->workers);
-        sm->workers = NULL;
-        if (left)
-            continue;
-        model_unload(&sm->model);
-        batcher_free(sm->batcher);
-        modelstats_free(sm->stats);
-        shares_free(sm->own_shares);
+    int n = atomic_load(&s->n);
+    struct served_model *all = s->drain;
+    s->drain = NULL;
+    for (int i = 0; i < n; i++) {
+        s->entries[i]->cur->next = all;
+        all = s->entries[i]->cur;
+    }
+    while (all) {
+        struct served_model *next = all->next;
+        stranded |= workers_stranded(all->workers);
+        served_copy_free(all);
+        all = next;
+    }
+    for (int i = 0; i < n && !stranded; i++) {
+        struct served_entry *e = s->entries[i];
+        modelstats_free(e->stats);
+        pthread_mutex_destroy(&e->mu);
+        free(e);
     }
     for (int i = 0; i < s->ndevs && !stranded; i++) {
         devsched_free(s->devs[i]);
@@ -548,8 +708,17 @@ void serving_free(struct serving *s)
     if (!stranded) {
         free(s->devs);
         free(s->dev_shares);
+        free(s->entries);
+    }
+    for (struct lifecycle_task *t = s->tasks; t; ) {
+        struct lifecycle_task *next = t->next;
+        free(t->override);
+        free(t);
+        t = next;
     }
     pthread_mutex_destroy(&s->shares_mu);
-    free(s->models);
-    free(s);
+    pthread_mutex_destroy(&s->lc_mu);
+    pthread_cond_destroy(&s->lc_cv);
+    if (!stranded)
+        free(s);
 }

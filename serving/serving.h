@@ -1,8 +1,18 @@
 /* serving.h - the models this process serves: the repository scanned at
  * start, each model loaded on its backend, paired with its batcher, placed
  * on its devices' schedulers, and run by its instance workers (worker.h)
- * or, on a loop backend, through its feed (feed.h). Lookups are lock-free once built: the table does not
- * change after serving_open. */
+ * or, on a loop backend, through its feed (feed.h).
+ *
+ * A model (an entry of the table, by name) is served by one copy at a time
+ * (struct served_model): a loaded copy (READY), or a shell that has the
+ * configuration only (LOADING, FAILED, UNLOADED: metadata still answers).
+ * Loads, reloads and unloads (serving/lifecycle.c) build a new copy and
+ * swap it in; the old one drains: it finishes what was given to it and is
+ * freed when the last holder lets go. Whoever uses a copy holds a
+ * reference (serving_acquire .. served_release): a request from lookup to
+ * its answer, a job for its run, a reader for one scrape. The table only
+ * grows (entries are never moved or freed before serving_free), so lookups
+ * take one entry lock, never a table lock. */
 #ifndef BG_SERVING_H
 #define BG_SERVING_H
 
@@ -23,7 +33,10 @@
 /* The one version each model serves (".../versions/1/..."). */
 #define SERVING_MODEL_VERSION "1"
 
-enum served_state { SERVED_LOADING, SERVED_READY, SERVED_FAILED };
+/* A copy's state. A shell: LOADING (its model's load runs), FAILED (the
+ * last load failed: model.reason), UNLOADED (not loaded: lazy, unloaded,
+ * evicted, idle: model.reason says which). READY: loaded and serving. */
+enum served_state { SERVED_LOADING, SERVED_READY, SERVED_FAILED, SERVED_UNLOADED };
 
 /* A model's place on a scheduled device (batcher/devsched.h). */
 struct served_sched {
@@ -48,8 +61,13 @@ struct served_model {
     struct workers *workers;          /* compute backends */
     struct feed *feed;                /* loop backends */
     _Atomic int state;               /* enum served_state; model.reason is set before FAILED */
-    struct modelstats *stats;        /* NULL until loaded */
+    struct modelstats *stats;        /* the entry's (shared by its copies) */
+    struct served_entry *entry;      /* the model it is a copy of */
+    _Atomic int refs;                /* holders; the table holds one while it is current */
+    struct served_model *next;       /* the lifecycle's list of draining copies */
 };
+
+struct served_entry;
 
 struct serving;
 
@@ -78,12 +96,22 @@ struct served_tenant_row {
 };
 /* The rows into *out (the caller frees it); how many (0 without tenants). */
 int serving_tenant_rows(struct serving *s, struct served_tenant_row **out);
-/* Loads every model (cold start timed and logged) and starts its workers. */
+/* Loads every eager model (cold start timed and logged) and starts its
+ * workers, and the lifecycle thread (serving/lifecycle.h). */
 void serving_load_all(struct serving *s);
+/* Models in the table (it only grows). */
 int serving_count(const struct serving *s);
-struct served_model *serving_at(struct serving *s, int i);
-struct served_model *serving_find(struct serving *s, const char *name, size_t len);
-/* Every model that was found loaded. */
+/* The current copy of model i, or of the model named (NULL: none), with a
+ * reference the caller gives back with served_release. */
+struct served_model *serving_acquire_at(struct serving *s, int i);
+struct served_model *serving_acquire(struct serving *s, const char *name, size_t len);
+void served_release(struct served_model *sm);
+/* The model's index in the table (tenant statistics are kept by it). */
+int served_index(const struct served_model *sm);
+/* A request was given to the copy now (idle unload and eviction count from
+ * the last one). */
+void served_touch(struct served_model *sm);
+/* Every model that should be loaded is: eager ones not unloaded on request. */
 bool serving_all_ready(struct serving *s);
 /* One device row, as /metrics, /v2/models/{m}/stats and the dashboard
  * show it: a model instance, or a server behind an upstream model. Busy

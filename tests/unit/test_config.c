@@ -375,6 +375,35 @@ static void test_configured_default_is_t0(void **state)
     assert_true(tc.tenants.t[0].admin);
 }
 
+/* `devices`: labels, budgets and prices; every refusal names the field. */
+static void test_devices(void **state)
+{
+    (void)state;
+    struct config c;
+    struct error err = {0};
+    config_defaults(&c);
+    assert_int_equal(config_load_string(&c, "{\"devices\": {\"cpu0\": {\"memory_budget_bytes\": "
+                                            "1048576, \"price_per_hour\": 0.2}, \"cuda1\": {}}}",
+                                        "d.json", &err), 0);
+    assert_int_equal(c.ndevices, 2);
+    assert_string_equal(c.devices[0].name, "cpu0");
+    assert_true(c.devices[0].memory_budget_bytes == 1048576);
+    assert_true(c.devices[0].price_per_hour == 0.2);
+    assert_true(c.devices[1].memory_budget_bytes == 0);
+    expect_message("{\"devices\": []}", "h.json: devices: expected an object, got an array");
+    expect_message("{\"devices\": {\"gpu\": {}}}",
+                   "h.json: devices.gpu: a device label is a backend and a number (\"cpu0\", "
+                   "\"cuda1\")");
+    expect_message("{\"devices\": {\"cpu0\": 3}}", "h.json: devices.cpu0: expected an object");
+    expect_message("{\"devices\": {\"cpu0\": {\"memory_budget_bytes\": -1}}}",
+                   "h.json: devices.cpu0.memory_budget_bytes: expected a whole number of bytes >= 0");
+    expect_message("{\"devices\": {\"cpu0\": {\"price_per_hour\": \"x\"}}}",
+                   "h.json: devices.cpu0.price_per_hour: expected a number >= 0");
+    expect_message("{\"devices\": {\"cpu0\": {\"budget\": 1}}}",
+                   "h.json: devices.cpu0.budget: unknown field (known: memory_budget_bytes, "
+                   "price_per_hour)");
+}
+
 static void test_tenant_key_errors(void **state)
 {
     (void)state;
@@ -501,6 +530,7 @@ int main(void)
         cmocka_unit_test(test_tenants_full),
         cmocka_unit_test(test_auth_required_default_follows_keys),
         cmocka_unit_test(test_configured_default_is_t0),
+        cmocka_unit_test(test_devices),
         cmocka_unit_test(test_tenant_key_errors),
         cmocka_unit_test(test_tenant_errors),
         cmocka_unit_test(test_tenant_unknown_fields),

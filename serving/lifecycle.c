@@ -1,0 +1,780 @@
+/* lifecycle.c - see lifecycle.h. */
+#include "serving/lifecycle.h"
+#include "serving/serving_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+const char *const served_unload_reason_names[SERVED_UNLOAD_REASONS] = {
+    "api", "idle", "evicted", "reload",
+};
+
+/* Until a load has measured one: a rate a local disk or the page cache
+ * beats, so the first estimate errs long (a request then gets 503 with a
+ * Retry-After rather than a 504 after waiting in vain). */
+#define LIFECYCLE_DEFAULT_READ_BPS (200.0 * 1000 * 1000)
+/* Besides reading: preparing, warming up, starting workers. */
+#define LIFECYCLE_FIXED_NS (20 * 1000000LL)
+#define LIFECYCLE_TICK_NS (100 * 1000000LL)
+
+void serving_set_devices(struct serving *s, const struct serving_device_config *d, int n)
+{
+    if (n > SERVING_MAX_DEVICE_CONFIGS)
+        n = SERVING_MAX_DEVICE_CONFIGS;
+    memcpy(s->devcfg, d, (size_t)n * sizeof *d);
+    s->ndevcfg = n;
+}
+
+static size_t lc_budget(const struct serving *s, const char *dev)
+{
+    for (int i = 0; i < s->ndevcfg; i++)
+        if (strcmp(s->devcfg[i].name, dev) == 0)
+            return s->devcfg[i].memory_budget_bytes;
+    return 0;
+}
+
+static struct served_entry *lc_find(struct serving *s, const char *name, size_t len)
+{
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++)
+        if (strlen(s->entries[i]->name) == len && memcmp(s->entries[i]->name, name, len) == 0)
+            return s->entries[i];
+    return NULL;
+}
+
+/* The weights file's size: what a model never loaded is expected to hold. */
+static size_t lc_file_bytes(const struct served_entry *e)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/model.safetensors", e->dir);
+    return stat(path, &st) == 0 ? (size_t)st.st_size : 0;
+}
+
+static size_t lc_estimate_bytes(const struct served_entry *e)
+{
+    size_t b = atomic_load(&e->bytes);
+    return b ? b : lc_file_bytes(e);
+}
+
+/* The expected load time: the last cold start, else the file at the
+ * measured read rate. */
+static int64_t lc_estimate_ns(struct serving *s, const struct served_entry *e)
+{
+    int64_t cold = atomic_load(&e->cold_ns);
+    if (cold > 0)
+        return cold;
+    double bps = atomic_load(&s->read_bps);
+    if (bps <= 0)
+        bps = LIFECYCLE_DEFAULT_READ_BPS;
+    return (int64_t)((double)lc_file_bytes(e) / bps * 1e9) + LIFECYCLE_FIXED_NS;
+}
+
+/* ---- the drain: swapped-out copies, freed when nobody holds them ---- */
+
+/* Gives up the table's reference of a copy just swapped out. */
+static void lc_retire(struct serving *s, struct served_model *old)
+{
+    pthread_mutex_lock(&s->lc_mu);
+    old->next = s->drain;
+    s->drain = old;
+    pthread_mutex_unlock(&s->lc_mu);
+    atomic_fetch_sub(&old->refs, 1);
+}
+
+/* Frees every draining copy nobody holds any more. */
+static void lc_sweep(struct serving *s)
+{
+    for (;;) {
+        struct served_model *done = NULL;
+        pthread_mutex_lock(&s->lc_mu);
+        for (struct served_model **p = &s->drain; *p; p = &(*p)->next)
+            if (atomic_load(&(*p)->refs) == 0) {
+                done = *p;
+                *p = done->next;
+                break;
+            }
+        pthread_mutex_unlock(&s->lc_mu);
+        if (!done)
+            return;
+        struct served_entry *e = done->entry;
+        bool was_ready = atomic_load(&done->state) == SERVED_READY;
+        if (was_ready)
+            log_info("model %s: a copy drained and was unloaded (%.1f MiB freed)", e->name,
+                     (double)model_memory_bytes(&done->model) / (1 << 20));
+        served_copy_free(done);
+        if (was_ready) {
+            pthread_mutex_lock(&e->mu);
+            e->draining--;
+            pthread_mutex_unlock(&e->mu);
+        }
+    }
+}
+
+/* ---- unloading ---- */
+
+/* Swaps a shell in for e's READY copy (under e->mu) and returns the old
+ * one, which the caller retires once the lock is dropped; NULL when there
+ * is none, or idle_only is set and someone besides the table holds it. */
+static struct served_model *lc_unload_locked(struct serving *s, struct served_entry *e,
+                                             enum served_unload_reason why, const char *reason,
+                                             bool idle_only)
+{
+    struct served_model *cur = e->cur;
+    if (atomic_load(&cur->state) != SERVED_READY)
+        return NULL;
+    if (idle_only && atomic_load(&cur->refs) != 1)
+        return NULL;
+    struct served_model *sh = served_shell_new(s, e, &cur->model.cfg, SERVED_UNLOADED, reason);
+    if (!sh)
+        return NULL;
+    e->cur = sh;
+    e->draining++;
+    atomic_fetch_add(&e->unloads[why], 1);
+    return cur;
+}
+
+static bool lc_unload(struct serving *s, struct served_entry *e, enum served_unload_reason why,
+                      const char *reason, bool idle_only)
+{
+    pthread_mutex_lock(&e->mu);
+    struct served_model *old = lc_unload_locked(s, e, why, reason, idle_only);
+    pthread_mutex_unlock(&e->mu);
+    if (!old)
+        return false;
+    log_info("model %s: unloading (%s)", e->name, reason);
+    lc_retire(s, old);
+    return true;
+}
+
+/* ---- the memory budget ---- */
+
+/* What resident copies hold on dev: current ones and draining ones. Only
+ * the lifecycle thread swaps and frees copies, so it reads e->cur without
+ * a reference. */
+static size_t lc_resident(struct serving *s, const char *dev)
+{
+    size_t sum = 0;
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        pthread_mutex_lock(&e->mu);
+        sum += served_copy_bytes_on(e->cur, dev);
+        pthread_mutex_unlock(&e->mu);
+    }
+    pthread_mutex_lock(&s->lc_mu);
+    for (struct served_model *d = s->drain; d; d = d->next)
+        sum += served_copy_bytes_on(d, dev);
+    pthread_mutex_unlock(&s->lc_mu);
+    return sum;
+}
+
+/* Unloads the least recently used idle models on dev (not `self`) until
+ * `need` more bytes fit under its budget. 0, or -BG_ERESOURCE... with the
+ * numbers. */
+static int lc_make_room(struct serving *s, struct served_entry *self, const char *dev,
+                        size_t need, size_t budget, struct error *err)
+{
+    if (need > budget)
+        return error_set(err, BG_ENOTREADY,
+                         "model %s needs about %zu bytes on %s, more than its memory_budget_bytes "
+                         "(%zu): it cannot fit even alone", self->name, need, dev, budget);
+    for (;;) {
+        lc_sweep(s);
+        size_t resident = lc_resident(s, dev);
+        if (resident + need <= budget)
+            return 0;
+        struct served_entry *victim = NULL;
+        int64_t oldest = INT64_MAX;
+        int n = atomic_load(&s->n);
+        for (int i = 0; i < n; i++) {
+            struct served_entry *e = s->entries[i];
+            if (e == self)
+                continue;
+            pthread_mutex_lock(&e->mu);
+            bool idle = atomic_load(&e->cur->refs) == 1 && served_copy_bytes_on(e->cur, dev) > 0;
+            pthread_mutex_unlock(&e->mu);
+            int64_t used = atomic_load(&e->last_used_ns);
+            if (idle && used < oldest) {
+                oldest = used;
+                victim = e;
+            }
+        }
+        char why[320];
+        snprintf(why, sizeof why, "evicted: room for %s on %s (memory_budget_bytes)", self->name,
+                 dev);
+        if (!victim || !lc_unload(s, victim, SERVED_UNLOAD_EVICTED, why, true)) {
+            if (victim)
+                continue;   /* it took a request meanwhile: look again */
+            return error_set(err, BG_ENOTREADY,
+                             "model %s needs about %zu bytes on %s: %zu of its memory_budget_bytes "
+                             "(%zu) are held by models with requests in hand or still draining",
+                             self->name, need, dev, resident, budget);
+        }
+        lc_sweep(s);
+    }
+}
+
+/* ---- loading ---- */
+
+/* Swaps a shell in for e's current copy when that is not READY. */
+static void lc_set_shell(struct serving *s, struct served_entry *e, const struct model_config *cfg,
+                         int state, const char *reason)
+{
+    pthread_mutex_lock(&e->mu);
+    struct served_model *cur = e->cur;
+    struct served_model *sh = NULL;
+    if (atomic_load(&cur->state) != SERVED_READY &&
+        (sh = served_shell_new(s, e, cfg ? cfg : &cur->model.cfg, state, reason)))
+        e->cur = sh;
+    pthread_mutex_unlock(&e->mu);
+    if (sh)
+        lc_retire(s, cur);
+}
+
+int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *override,
+                       struct error *err)
+{
+    struct model_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg)
+        return error_set(err, BG_ENOMEM, "out of memory");
+    int rc = override ? model_config_parse(override, strlen(override), "the load request's config",
+                                           e->name, cfg, err)
+                      : model_config_load(e->dir, e->name, cfg, err);
+    bool cfg_ok = rc == 0;
+    if (override)   /* the weights are the folder's whatever the config says */
+        snprintf(cfg->dir, sizeof cfg->dir, "%s", e->dir);
+    char dev[48];
+    if (rc == 0) {
+        served_config_device(cfg, dev, sizeof dev);
+        size_t budget = lc_budget(s, dev);
+        if (budget)
+            rc = lc_make_room(s, e, dev, lc_estimate_bytes(e), budget, err);
+    }
+    struct served_model *sm = NULL;
+    if (rc == 0) {
+        lc_set_shell(s, e, cfg, SERVED_LOADING, "loading");
+        if (!(sm = served_shell_new(s, e, cfg, SERVED_LOADING, "loading")))
+            rc = error_set(err, BG_ENOMEM, "out of memory");
+        else if (served_copy_load(s, sm) != 0)
+            rc = error_set(err, BG_EBACKEND, "%s", sm->model.reason);
+    }
+    if (rc == 0) {
+        /* Measured now: the estimate was the file's size. */
+        size_t budget = lc_budget(s, dev);
+        size_t have = served_copy_bytes_on(sm, dev);
+        if (budget && (rc = lc_make_room(s, e, dev, have, budget, err)) != 0) {
+            served_copy_free(sm);
+            sm = NULL;
+        }
+    }
+    if (rc != 0) {
+        free(sm);   /* a shell (or NULL): nothing loaded in it */
+        atomic_fetch_add(&e->loads[1], 1);
+        pthread_mutex_lock(&e->mu);
+        bool serving_old = atomic_load(&e->cur->state) == SERVED_READY;
+        if (serving_old)
+            snprintf(e->error, sizeof e->error, "the last load failed (the previous copy serves): "
+                     "%s", err->msg);
+        pthread_mutex_unlock(&e->mu);
+        if (!serving_old)
+            lc_set_shell(s, e, cfg_ok ? cfg : NULL, SERVED_FAILED, err->msg);
+        log_error("model %s: not loaded: %s", e->name, err->msg);
+        free(cfg);
+        return rc;
+    }
+    const struct model *m = &sm->model;
+    if (m->cold.read_s > 0) {
+        double bps = (double)lc_file_bytes(e) / m->cold.read_s;
+        if (bps > 0)
+            atomic_store(&s->read_bps, bps);
+    }
+    atomic_store(&e->cold_ns, (int64_t)(m->cold.total_s * 1e9));
+    atomic_store(&e->bytes, model_memory_bytes(m));
+    atomic_store(&e->last_used_ns, now_ns());   /* idle from its load on */
+    atomic_fetch_add(&e->loads[0], 1);
+    pthread_mutex_lock(&e->mu);
+    struct served_model *old = e->cur;
+    e->cur = sm;
+    e->unload_asked = false;
+    e->error[0] = '\0';
+    bool reload = atomic_load(&old->state) == SERVED_READY;
+    if (reload) {
+        e->draining++;
+        atomic_fetch_add(&e->unloads[SERVED_UNLOAD_RELOAD], 1);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (reload)
+        log_info("model %s: reloaded; the previous copy drains", e->name);
+    lc_retire(s, old);
+    free(cfg);
+    return 0;
+}
+
+/* ---- the thread ---- */
+
+static void lc_enqueue_locked(struct serving *s, struct lifecycle_task *t)
+{
+    t->next = NULL;
+    *s->tasks_tail = t;
+    s->tasks_tail = &t->next;
+    pthread_cond_signal(&s->lc_cv);
+}
+
+/* Queues a load of e (under e->mu): one at a time per entry; a request's
+ * wait joins the one queued. */
+static int lc_queue_load_locked(struct serving *s, struct served_entry *e, char *override,
+                                lifecycle_done_fn done, void *arg, struct error *err)
+{
+    struct lifecycle_task *t = calloc(1, sizeof *t);
+    if (!t) {
+        free(override);
+        return error_set(err, BG_ENOMEM, "out of memory");
+    }
+    t->kind = TASK_LOAD;
+    t->e = e;
+    t->override = override;
+    t->done = done;
+    t->arg = arg;
+    e->load_queued = true;
+    pthread_mutex_lock(&s->lc_mu);
+    if (s->lc_stop) {
+        pthread_mutex_unlock(&s->lc_mu);
+        free(t->override);
+        free(t);
+        e->load_queued = false;
+        return error_set(err, BG_ESHUTDOWN, "the server is shutting down");
+    }
+    lc_enqueue_locked(s, t);
+    pthread_mutex_unlock(&s->lc_mu);
+    return 0;
+}
+
+/* Answers whoever waits on e's load. */
+static void lc_answer_waiters(struct served_entry *e, int rc, const char *msg)
+{
+    pthread_mutex_lock(&e->mu);
+    struct served_waiter *w = e->waiters;
+    e->waiters = NULL;
+    e->load_queued = false;
+    pthread_mutex_unlock(&e->mu);
+    while (w) {
+        struct served_waiter *next = w->next;
+        w->done(w->arg, rc, msg);
+        free(w);
+        w = next;
+    }
+}
+
+static void lc_run(struct serving *s, struct lifecycle_task *t)
+{
+    struct error err = {0};
+    int rc = 0;
+    if (t->kind == TASK_LOAD) {
+        rc = lifecycle_load_now(s, t->e, t->override, &err);
+        lc_answer_waiters(t->e, rc, err.msg);
+    } else {
+        pthread_mutex_lock(&t->e->mu);
+        t->e->unload_asked = true;
+        pthread_mutex_unlock(&t->e->mu);
+        lc_unload(s, t->e, t->reason, "unloaded (repository API)", false);
+    }
+    if (t->done)
+        t->done(t->arg, rc, err.msg);
+    free(t->override);
+    free(t);
+}
+
+/* Models idle past their idle_unload_s. */
+static void lc_idle(struct serving *s, int64_t now)
+{
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        pthread_mutex_lock(&e->mu);
+        int idle_s = e->cur->model.cfg.lifecycle.idle_unload_s;
+        bool ready = atomic_load(&e->cur->state) == SERVED_READY;
+        pthread_mutex_unlock(&e->mu);
+        if (!ready || idle_s <= 0 || now - atomic_load(&e->last_used_ns) < idle_s * 1000000000LL)
+            continue;
+        char why[96];
+        snprintf(why, sizeof why, "unloaded after %d s without a request (idle_unload_s)", idle_s);
+        lc_unload(s, e, SERVED_UNLOAD_IDLE, why, true);
+    }
+}
+
+static void *lc_main(void *arg)
+{
+    struct serving *s = arg;
+    int64_t last_idle = 0;
+    pthread_mutex_lock(&s->lc_mu);
+    while (!s->lc_stop) {
+        struct lifecycle_task *t = s->tasks;
+        if (t) {
+            s->tasks = t->next;
+            if (!s->tasks)
+                s->tasks_tail = &s->tasks;
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += LIFECYCLE_TICK_NS;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->lc_cv, &s->lc_mu, &ts);
+        }
+        pthread_mutex_unlock(&s->lc_mu);
+        if (t)
+            lc_run(s, t);
+        lc_sweep(s);
+        int64_t now = now_ns();
+        if (now - last_idle >= LIFECYCLE_TICK_NS) {
+            lc_idle(s, now);
+            last_idle = now;
+        }
+        pthread_mutex_lock(&s->lc_mu);
+    }
+    pthread_mutex_unlock(&s->lc_mu);
+    return NULL;
+}
+
+int lifecycle_start(struct serving *s, struct error *err)
+{
+    int rc = pthread_create(&s->lc_thread, NULL, lc_main, s);
+    if (rc)
+        return error_set(err, BG_ENOMEM, "cannot start the lifecycle thread: %s", strerror(rc));
+    s->lc_started = true;
+    return 0;
+}
+
+void lifecycle_stop(struct serving *s)
+{
+    pthread_mutex_lock(&s->lc_mu);
+    s->lc_stop = true;
+    struct lifecycle_task *t = s->tasks;
+    s->tasks = NULL;
+    s->tasks_tail = &s->tasks;
+    pthread_cond_broadcast(&s->lc_cv);
+    pthread_mutex_unlock(&s->lc_mu);
+    if (s->lc_started) {
+        pthread_join(s->lc_thread, NULL);
+        s->lc_started = false;
+    }
+    while (t) {
+        struct lifecycle_task *next = t->next;
+        if (t->kind == TASK_LOAD)
+            lc_answer_waiters(t->e, -BG_ESHUTDOWN, "the server is shutting down");
+        if (t->done)
+            t->done(t->arg, -BG_ESHUTDOWN, "the server is shutting down");
+        free(t->override);
+        free(t);
+        t = next;
+    }
+}
+
+void serving_load_all(struct serving *s)
+{
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        /* No other thread swaps before the lifecycle thread starts. */
+        if (atomic_load(&e->cur->state) != SERVED_LOADING)
+            continue;
+        struct error err = {0};
+        lifecycle_load_now(s, e, NULL, &err);   /* a failure is logged and in the index */
+    }
+    struct error err = {0};
+    if (lifecycle_start(s, &err) != 0)
+        log_error("%s: models stay as they are (no load, unload or eviction)", err.msg);
+}
+
+void serving_stop(struct serving *s)
+{
+    if (!s)
+        return;
+    /* No load or unload after this; draining copies are stopped below with
+     * the current ones. */
+    lifecycle_stop(s);
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++)
+        if (s->entries[i]->cur->batcher)
+            batcher_close(s->entries[i]->cur->batcher);
+    for (struct served_model *d = s->drain; d; d = d->next)
+        if (d->batcher)
+            batcher_close(d->batcher);
+    /* Workers still holding a batch run it without waiting for a slot. */
+    for (int i = 0; i < s->ndevs; i++)
+        devsched_close(s->devs[i]);
+    for (int i = 0; i < n; i++)
+        served_copy_stop(s->entries[i]->cur);
+    for (struct served_model *d = s->drain; d; d = d->next)
+        served_copy_stop(d);
+}
+
+/* ---- the entry points ---- */
+
+int serving_load(struct serving *s, const char *name, size_t len, const char *override,
+                 size_t olen, lifecycle_done_fn done, void *arg, struct error *err)
+{
+    struct served_entry *e = lc_find(s, name, len);
+    if (!e)
+        return error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len),
+                         name);
+    char *ov = NULL;
+    if (override && !(ov = strndup(override, olen)))
+        return error_set(err, BG_ENOMEM, "out of memory");
+    pthread_mutex_lock(&e->mu);
+    int rc;
+    if (e->load_queued && !ov) {
+        /* A load of the same files is queued: this one is it. */
+        struct served_waiter *w = calloc(1, sizeof *w);
+        if (!w) {
+            rc = error_set(err, BG_ENOMEM, "out of memory");
+        } else {
+            *w = (struct served_waiter){e->waiters, done, arg};
+            e->waiters = w;
+            rc = 0;
+        }
+    } else {
+        rc = lc_queue_load_locked(s, e, ov, done, arg, err);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int serving_unload(struct serving *s, const char *name, size_t len, struct error *err)
+{
+    struct served_entry *e = lc_find(s, name, len);
+    if (!e)
+        return error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len),
+                         name);
+    struct lifecycle_task *t = calloc(1, sizeof *t);
+    if (!t)
+        return error_set(err, BG_ENOMEM, "out of memory");
+    t->kind = TASK_UNLOAD;
+    t->e = e;
+    t->reason = SERVED_UNLOAD_API;
+    pthread_mutex_lock(&s->lc_mu);
+    if (s->lc_stop) {
+        pthread_mutex_unlock(&s->lc_mu);
+        free(t);
+        return error_set(err, BG_ESHUTDOWN, "the server is shutting down");
+    }
+    lc_enqueue_locked(s, t);
+    pthread_mutex_unlock(&s->lc_mu);
+    return 0;
+}
+
+int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t deadline_ns,
+                        lifecycle_done_fn done, void *arg, int64_t *retry_after_ns,
+                        struct error *err)
+{
+    struct served_entry *e = sm->entry;
+    *retry_after_ns = 0;
+    pthread_mutex_lock(&e->mu);
+    int state = atomic_load(&e->cur->state);
+    if (state == SERVED_READY) {
+        pthread_mutex_unlock(&e->mu);
+        return 1;
+    }
+    if (state == SERVED_FAILED && !e->load_queued) {
+        int rc = error_set(err, BG_ENOTREADY, "model %s is not ready: %s", e->name,
+                           e->cur->model.reason);
+        pthread_mutex_unlock(&e->mu);
+        return rc;
+    }
+    int64_t est = lc_estimate_ns(s, e);
+    int rc = 0;
+    if (!e->load_queued)
+        rc = lc_queue_load_locked(s, e, NULL, NULL, NULL, err);
+    if (rc == 0 && deadline_ns && now_ns() + est > deadline_ns) {
+        *retry_after_ns = est;
+        rc = error_set(err, BG_ENOTREADY, "model %s is not loaded; loading it takes about %.0f ms, "
+                       "more than the request's latency budget leaves (it is loading now)",
+                       e->name, (double)est / 1e6);
+    } else if (rc == 0) {
+        struct served_waiter *w = calloc(1, sizeof *w);
+        if (!w) {
+            rc = error_set(err, BG_ENOMEM, "out of memory");
+        } else {
+            *w = (struct served_waiter){e->waiters, done, arg};
+            e->waiters = w;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+struct lc_sync {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+};
+
+static void lc_sync_done(void *arg, int rc, const char *msg)
+{
+    (void)rc;
+    (void)msg;
+    struct lc_sync *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+struct served_model *serving_acquire_loaded(struct serving *s, const char *name, size_t len,
+                                            int64_t timeout_ns, struct error *err)
+{
+    struct served_model *sm = serving_acquire(s, name, len);
+    if (!sm) {
+        error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len), name);
+        return NULL;
+    }
+    if (atomic_load(&sm->state) == SERVED_READY)
+        return sm;
+    struct lc_sync w = {.done = false};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    int64_t retry;
+    int rc = serving_wait_loaded(s, sm, 0, lc_sync_done, &w, &retry, err);
+    served_release(sm);
+    if (rc == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t at = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + timeout_ns;
+        ts.tv_sec = at / 1000000000LL;
+        ts.tv_nsec = at % 1000000000LL;
+        pthread_mutex_lock(&w.mu);
+        while (!w.done && pthread_cond_timedwait(&w.cv, &w.mu, &ts) != ETIMEDOUT) {
+        }
+        bool done = w.done;
+        pthread_mutex_unlock(&w.mu);
+        if (!done) {
+            /* Its waiter still points at w: it must outlive the load. */
+            error_set(err, BG_ENOTREADY, "model %.*s did not load within %.0f s",
+                      (int)(len > 128 ? 128 : len), name, (double)timeout_ns / 1e9);
+            pthread_mutex_lock(&w.mu);
+            while (!w.done)
+                pthread_cond_wait(&w.cv, &w.mu);
+            pthread_mutex_unlock(&w.mu);
+        }
+    }
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    if (rc < 0)
+        return NULL;
+    sm = serving_acquire(s, name, len);
+    if (sm && atomic_load(&sm->state) != SERVED_READY) {
+        error_set(err, BG_ENOTREADY, "model %s is not ready: %s", sm->model.cfg.name,
+                  sm->model.reason);
+        served_release(sm);
+        return NULL;
+    }
+    return sm;
+}
+
+/* ---- what is shown ---- */
+
+int serving_index(struct serving *s, struct served_index_row **out)
+{
+    int n = atomic_load(&s->n);
+    struct served_index_row *r = calloc((size_t)(n ? n : 1), sizeof *r);
+    if (!r)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        pthread_mutex_lock(&e->mu);
+        int state = atomic_load(&e->cur->state);
+        snprintf(r[i].name, sizeof r[i].name, "%s", e->name);
+        r[i].state = state == SERVED_READY     ? "READY"
+                     : state == SERVED_LOADING ? "LOADING"
+                     : e->draining > 0         ? "UNLOADING"
+                                               : "UNAVAILABLE";
+        snprintf(r[i].reason, sizeof r[i].reason, "%s",
+                 state == SERVED_READY ? e->error : e->cur->model.reason);
+        pthread_mutex_unlock(&e->mu);
+    }
+    *out = r;
+    return n;
+}
+
+void served_lifecycle_stats(const struct served_model *sm, struct served_lifecycle_stats *out)
+{
+    const struct served_entry *e = sm->entry;
+    out->loads_ok = atomic_load(&e->loads[0]);
+    out->loads_failed = atomic_load(&e->loads[1]);
+    for (int i = 0; i < SERVED_UNLOAD_REASONS; i++)
+        out->unloads[i] = atomic_load(&e->unloads[i]);
+}
+
+/* A device row for dev (made on first sight). */
+static struct served_memory_row *lc_row(struct served_memory_row **r, int *n, int *cap,
+                                        const char *dev)
+{
+    for (int i = 0; i < *n; i++)
+        if (strcmp((*r)[i].device, dev) == 0)
+            return &(*r)[i];
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 8;
+        struct served_memory_row *nr = realloc(*r, (size_t)nc * sizeof *nr);
+        if (!nr)
+            return NULL;
+        *r = nr;
+        *cap = nc;
+    }
+    struct served_memory_row *row = &(*r)[(*n)++];
+    memset(row, 0, sizeof *row);
+    snprintf(row->device, sizeof row->device, "%s", dev);
+    return row;
+}
+
+struct lc_rows {
+    struct served_memory_row **r;
+    int *n, *cap;
+};
+
+static void lc_row_device(const struct model_device *d, void *arg)
+{
+    struct lc_rows *w = arg;
+    lc_row(w->r, w->n, w->cap, d->name);
+}
+
+int serving_memory_rows(struct serving *s, struct served_memory_row **out)
+{
+    struct served_memory_row *r = NULL;
+    int n = 0, cap = 0;
+    for (int i = 0; i < s->ndevcfg; i++) {
+        struct served_memory_row *row = lc_row(&r, &n, &cap, s->devcfg[i].name);
+        if (row)
+            row->budget_bytes = s->devcfg[i].memory_budget_bytes;
+    }
+    struct lc_rows w = {&r, &n, &cap};
+    int models = atomic_load(&s->n);
+    for (int i = 0; i < models; i++) {
+        struct served_model *sm = serving_acquire_at(s, i);
+        if (atomic_load(&sm->state) == SERVED_READY)
+            model_devices(&sm->model, lc_row_device, &w);
+        served_release(sm);
+    }
+    for (int k = 0; k < n; k++) {
+        for (int i = 0; i < models; i++) {
+            struct served_model *sm = serving_acquire_at(s, i);
+            r[k].resident_bytes += served_copy_bytes_on(sm, r[k].device);
+            served_release(sm);
+        }
+        pthread_mutex_lock(&s->lc_mu);
+        for (struct served_model *d = s->drain; d; d = d->next)
+            r[k].resident_bytes += served_copy_bytes_on(d, r[k].device);
+        pthread_mutex_unlock(&s->lc_mu);
+    }
+    *out = r;
+    return n;
+}

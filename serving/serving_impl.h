@@ -1,0 +1,113 @@
+/* serving_impl.h - the serving table's insides, shared by serving.c (the
+ * table, copies, lookups) and lifecycle.c (loads, unloads, the memory
+ * budget, draining). Nothing outside serving/ includes it. */
+#ifndef BG_SERVING_IMPL_H
+#define BG_SERVING_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "serving/lifecycle.h"
+#include "serving/serving.h"
+
+/* The table's capacity: entries are never moved (lookups run without a
+ * table lock), so the array of pointers is allocated once. */
+#define SERVING_MAX_MODELS 4096
+
+/* A request waiting for a load (serving_wait_loaded). */
+struct served_waiter {
+    struct served_waiter *next;
+    lifecycle_done_fn done;
+    void *arg;
+};
+
+struct served_entry {
+    struct serving *serving;
+    int index;
+    char name[MODEL_NAME_MAX];
+    char dir[4096];
+    pthread_mutex_t mu;               /* cur, the fields below up to `stats` */
+    struct served_model *cur;         /* never NULL once the entry is published */
+    int draining;                     /* swapped-out READY copies not freed yet */
+    bool load_queued;                 /* a load task is queued or running */
+    bool unload_asked;                /* unloaded on request: not "wanted" until loaded again */
+    char error[1024];                 /* the last failed reload's reason while an older copy serves */
+    struct served_waiter *waiters;    /* requests waiting for the queued load */
+    struct modelstats *stats;         /* shared by its copies; replaced with new sizes only */
+    /* Read without the lock. */
+    _Atomic int64_t last_used_ns;     /* the last request given to a copy */
+    _Atomic int64_t cold_ns;          /* the last load's cold start; 0: none yet */
+    _Atomic size_t bytes;             /* the last loaded copy's resident bytes; 0: none yet */
+    _Atomic uint64_t loads[2];        /* ok, failed */
+    _Atomic uint64_t unloads[SERVED_UNLOAD_REASONS];
+};
+
+/* One queued lifecycle task. */
+struct lifecycle_task {
+    struct lifecycle_task *next;
+    enum { TASK_LOAD, TASK_UNLOAD } kind;
+    struct served_entry *e;
+    enum served_unload_reason reason;
+    char *override;                   /* a config.json for this load; NULL: the file's */
+    lifecycle_done_fn done;           /* NULL: none */
+    void *arg;
+};
+
+struct serving {
+    char dir[4096];
+    int io_threads;
+    struct served_entry **entries;    /* SERVING_MAX_MODELS slots */
+    _Atomic int n;
+    /* One scheduler per device models are placed on (docs/SCHEDULING.md);
+     * built by the loader, freed with the table. */
+    struct devsched **devs;
+    struct shares **dev_shares;       /* the tenant shares of devs[i]; NULL without tenants */
+    int ndevs;
+    const struct tenants_config *tenants;   /* NULL, or the caller's (serving_set_tenants) */
+    /* The shares in force (serving_apply_shares), for shares made after:
+     * a device's first model may load after the governor applied a window. */
+    pthread_mutex_t shares_mu;
+    bool applied;
+    double applied_share[TENANTS_MAX], applied_offline;
+    /* The lifecycle (lifecycle.c): its thread, tasks, draining copies. */
+    struct serving_device_config devcfg[SERVING_MAX_DEVICE_CONFIGS];
+    int ndevcfg;
+    pthread_mutex_t lc_mu;            /* tasks, drain, stop */
+    pthread_cond_t lc_cv;
+    struct lifecycle_task *tasks, **tasks_tail;
+    struct served_model *drain;       /* swapped-out copies, freed at refs 0 */
+    bool lc_started, lc_stop;
+    pthread_t lc_thread;
+    _Atomic double read_bps;          /* measured model read rate; 0: none yet */
+};
+
+/* lifecycle.c for serving.c: loads e now on the calling thread (at
+ * start, before the lifecycle thread runs). */
+int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *override,
+                       struct error *err);
+
+/* serving.c for lifecycle.c */
+
+/* A shell copy of e (no model loaded) in `state` with the reason. */
+struct served_model *served_shell_new(struct serving *s, struct served_entry *e,
+                                      const struct model_config *cfg, int state,
+                                      const char *reason);
+/* Loads a copy whose model.cfg is set: 0, or -1 with model.reason. */
+int served_copy_load(struct serving *s, struct served_model *sm);
+/* Stops what served_copy_load started: the batcher (what is still queued
+ * is answered 503), then the workers or the feed. */
+void served_copy_stop(struct served_model *sm);
+/* Stops and frees a copy nobody holds (a shell too). */
+void served_copy_free(struct served_model *sm);
+/* Makes sm the entry's current copy (it holds the table's reference);
+ * returns the previous one, whose table reference the caller now owns. */
+struct served_model *served_swap(struct served_entry *e, struct served_model *sm);
+/* Bytes a loaded copy holds on the device labelled `dev`. */
+size_t served_copy_bytes_on(const struct served_model *sm, const char *dev);
+/* The device label a model's weights count on before it is loaded (its
+ * first instance's: "cpu0", "cuda1", ...). */
+void served_config_device(const struct model_config *cfg, char *out, size_t n);
+
+#endif

@@ -1,0 +1,280 @@
+"""test_lifecycle.py - models loaded, reloaded and unloaded while serving
+(SPEC.md "Models: load, unload, memory", docs/MODELS.md "Lifecycle"):
+Triton's repository index, load (with a config override) and unload; lazy
+models loaded by their first request (requests waiting together on one
+load when their budget covers it, 503 with Retry-After when it does not, a
+failed load answered with its reason and left in the index); unload with
+requests queued (all answered); reload under load with no failed request;
+idle unload; a device's memory budget evicting the least recently used
+idle model, and refusing a model that cannot fit even alone with the
+numbers; names that could leave the repository refused.
+
+Synthetic models sleep; the memory budget uses small CPU models. Every wait
+is bounded."""
+
+import json
+import threading
+import time
+import unittest
+
+from harness import RepoServerCase, roundtrip
+from test_infer import infer_body, mlp, post, synthetic, write_model
+from test_metrics import parse, value
+
+
+def lazy(cfg, idle_unload_s=0):
+    cfg["lifecycle"] = {"load": "lazy", "idle_unload_s": idle_unload_s}
+    return cfg
+
+
+def index(port):
+    r = post(port, "/v2/repository/index", "{}")
+    assert r.status == 200, r
+    return {row["name"]: row for row in r.json()}
+
+
+def metrics(port):
+    return parse(roundtrip(port, "GET", "/metrics", timeout=10).body.decode())
+
+
+def wait_state(port, name, state, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        row = index(port)[name]
+        if row["state"] == state:
+            return row
+        time.sleep(0.05)
+    raise AssertionError("model %s never reached %s: %s" % (name, state, index(port)[name]))
+
+
+SYN_BODY = infer_body([[1, 2, 3, 4]], name="x")
+
+
+def infer(port, model, budget_ms=None, body=SYN_BODY, timeout=15):
+    h = [("X-Request-Timeout-Ms", str(budget_ms))] if budget_ms is not None else []
+    return post(port, "/v2/models/%s/infer" % model, body, headers=h, timeout=timeout)
+
+
+class RepositoryTest(RepoServerCase):
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "eager", synthetic("eager", base_us=2000, per_row_us=0))
+        write_model(repo, "slow", synthetic("slow", base_us=300000, per_row_us=0,
+                                            batching={"max_batch_size": 1}))
+        for name in ("lazy", "lazy_many", "lazy_short"):
+            write_model(repo, name, lazy(synthetic(name, base_us=2000, per_row_us=0)))
+        # A lazy CPU model whose weights file is not a safetensors file.
+        write_model(repo, "broken", lazy(mlp("broken", [{"type": "dense", "weight": "w"}])),
+                    raw_weights=b"not a safetensors file at all")
+        write_model(repo, "idle", synthetic("idle", base_us=1000, per_row_us=0))
+        with open("%s/idle/config.json" % repo) as f:
+            cfg = json.load(f)
+        cfg["lifecycle"] = {"idle_unload_s": 1}
+        with open("%s/idle/config.json" % repo, "w") as f:
+            json.dump(cfg, f)
+
+    def test_index_shows_every_model_with_its_state(self):
+        rows = index(self.srv.port)
+        self.assertEqual(rows["eager"]["state"], "READY")
+        self.assertEqual(rows["eager"]["version"], "1")
+        self.assertEqual(rows["lazy"]["state"], "UNAVAILABLE")
+        self.assertIn("lazy", rows["lazy"]["reason"])
+        ready = post(self.srv.port, "/v2/repository/index", '{"ready": true}').json()
+        self.assertIn("eager", [r["name"] for r in ready])
+        self.assertNotIn("lazy", [r["name"] for r in ready])
+        r = post(self.srv.port, "/v2/repository/index", '{"ready": 3}')
+        self.assertEqual(r.status, 400)
+
+    def test_lazy_requests_wait_together_on_one_load(self):
+        results = []
+
+        def one():
+            results.append(infer(self.srv.port, "lazy_many", budget_ms=10000).status)
+
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        self.assertEqual(results, [200] * 8)
+        m = metrics(self.srv.port)
+        self.assertEqual(value(m, "batchgate_model_loads_total", model="lazy_many", result="ok"), 1)
+        self.assertEqual(index(self.srv.port)["lazy_many"]["state"], "READY")
+
+    def test_lazy_request_with_a_short_budget_gets_503_and_the_load_goes_on(self):
+        r = infer(self.srv.port, "lazy_short", budget_ms=1)
+        self.assertEqual(r.status, 503, r)
+        self.assertGreaterEqual(int(r.headers["Retry-After"]), 1)
+        self.assertIn("takes about", r.json()["error"])
+        wait_state(self.srv.port, "lazy_short", "READY")
+        self.assertEqual(infer(self.srv.port, "lazy_short", budget_ms=1000).status, 200)
+
+    def test_failed_lazy_load_answers_the_reason_and_stays_in_the_index(self):
+        r = infer(self.srv.port, "broken", budget_ms=10000,
+                  body=infer_body([[1, 2, 3, 4]], name="input"))
+        self.assertEqual(r.status, 503, r)
+        self.assertIn("safetensors", r.json()["error"])
+        row = wait_state(self.srv.port, "broken", "UNAVAILABLE")
+        self.assertIn("safetensors", row["reason"])
+        # Requests do not load it again (the repository API does).
+        r = infer(self.srv.port, "broken", budget_ms=10000,
+                  body=infer_body([[1, 2, 3, 4]], name="input"))
+        self.assertEqual(r.status, 503)
+        m = metrics(self.srv.port)
+        self.assertEqual(value(m, "batchgate_model_loads_total", model="broken", result="failed"), 1)
+        r = post(self.srv.port, "/v2/repository/models/broken/load", "{}")
+        self.assertEqual(r.status, 400)
+        self.assertIn("safetensors", r.json()["error"])
+
+    def test_unload_answers_queued_requests_then_unloads(self):
+        port = self.srv.port
+        post(port, "/v2/repository/models/slow/load", "{}", timeout=10)
+        results = []
+
+        def one():
+            results.append(infer(port, "slow", timeout=20).status)
+
+        threads = [threading.Thread(target=one) for _ in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.1)   # queued: one runs (300 ms), two wait
+        r = post(port, "/v2/repository/models/slow/unload", "{}")
+        self.assertEqual(r.status, 200, r)
+        for t in threads:
+            t.join(20)
+        self.assertEqual(results, [200] * 3)
+        row = wait_state(port, "slow", "UNAVAILABLE")
+        self.assertIn("unloaded", row["reason"])
+        m = metrics(port)
+        self.assertEqual(value(m, "batchgate_model_unloads_total", model="slow", reason="api"), 1)
+        # A request loads it again (SPEC: a request for an unloaded model loads it).
+        self.assertEqual(infer(port, "slow", budget_ms=10000, timeout=20).status, 200)
+        self.assertEqual(index(port)["slow"]["state"], "READY")
+
+    def test_reload_under_load_fails_no_request(self):
+        port = self.srv.port
+        stop = time.monotonic() + 3.0
+        bad, count = [], [0]
+
+        def client():
+            while time.monotonic() < stop:
+                r = infer(port, "eager")
+                if r.status != 200:
+                    bad.append((r.status, r.body[:200]))
+                count[0] += 1
+
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for t in threads:
+            t.start()
+        before = value(metrics(port), "batchgate_model_unloads_total", model="eager",
+                       reason="reload")
+        for _ in range(3):
+            time.sleep(0.5)
+            r = post(port, "/v2/repository/models/eager/load", "{}", timeout=10)
+            self.assertEqual(r.status, 200, r)
+        for t in threads:
+            t.join(20)
+        self.assertEqual(bad, [])
+        self.assertGreater(count[0], 50)
+        after = value(metrics(port), "batchgate_model_unloads_total", model="eager",
+                      reason="reload")
+        self.assertEqual(after - before, 3)
+
+    def test_load_with_a_config_override(self):
+        port = self.srv.port
+        cfg = synthetic("eager", base_us=2000, per_row_us=0, batching={"max_batch_size": 3})
+        r = post(port, "/v2/repository/models/eager/load",
+                 json.dumps({"parameters": {"config": json.dumps(cfg)}}), timeout=10)
+        self.assertEqual(r.status, 200, r)
+        c = roundtrip(port, "GET", "/v2/models/eager/config").json()
+        self.assertEqual(c["max_batch_size"], 3)
+        # A bad override is refused and the model serves on.
+        bad = dict(cfg, inputs="x")
+        r = post(port, "/v2/repository/models/eager/load",
+                 json.dumps({"parameters": {"config": json.dumps(bad)}}), timeout=10)
+        self.assertEqual(r.status, 400)
+        self.assertIn("inputs", r.json()["error"])
+        self.assertEqual(infer(port, "eager").status, 200)
+        self.assertEqual(index(port)["eager"]["state"], "READY")
+        self.assertIn("last load failed", index(port)["eager"]["reason"])
+        # The file's config again.
+        self.assertEqual(post(port, "/v2/repository/models/eager/load", "{}").status, 200)
+        self.assertEqual(roundtrip(port, "GET", "/v2/models/eager/config").json()["max_batch_size"], 8)
+
+    def test_bad_requests(self):
+        port = self.srv.port
+        for path in ("/v2/repository/models/../load", "/v2/repository/models/a..b/load",
+                     "/v2/repository/models/a%2Fb/load", "/v2/repository/models/../unload"):
+            r = post(port, path, "{}")
+            self.assertEqual(r.status, 400, path)
+        self.assertEqual(post(port, "/v2/repository/models/nosuch/load", "{}").status, 404)
+        self.assertEqual(post(port, "/v2/repository/models/nosuch/unload", "{}").status, 404)
+        for body in ("not json", "[]", '{"parameters": 1}', '{"parameters": {"config": 1}}',
+                     '{"parameters": {"file:1/model.safetensors": "AAAA"}}'):
+            r = post(port, "/v2/repository/models/eager/load", body)
+            self.assertEqual(r.status, 400, body)
+        self.assertEqual(roundtrip(port, "GET", "/v2/repository/index").status, 405)
+
+    def test_idle_model_is_unloaded(self):
+        port = self.srv.port
+        self.assertEqual(infer(port, "idle").status, 200)
+        row = wait_state(port, "idle", "UNAVAILABLE", timeout=5)
+        self.assertIn("idle_unload_s", row["reason"])
+        m = metrics(port)
+        self.assertGreaterEqual(value(m, "batchgate_model_unloads_total", model="idle",
+                                      reason="idle"), 1)
+
+
+# Three CPU models of 1024 x 1024 floats (4 MiB of weights each) and one of
+# 12 MiB, under a cpu0 budget that holds two of the small ones.
+SIDE = 1024
+BUDGET = 10 * 1024 * 1024
+
+
+def square(name, side=SIDE):
+    cfg = lazy(mlp(name, [{"type": "dense", "weight": "w"}], in_dim=side, out_dim=side))
+    return cfg, {"w": ([side, side], [0.0] * (side * side))}
+
+
+class MemoryBudgetTest(RepoServerCase):
+    config = {"devices": {"cpu0": {"memory_budget_bytes": BUDGET}}}
+
+    @classmethod
+    def populate(cls, repo):
+        for name in ("m1", "m2", "m3"):
+            write_model(repo, name, *square(name))
+        write_model(repo, "huge", *square("huge", side=1800))
+
+    def call(self, name, side=SIDE):
+        return infer(self.srv.port, name, budget_ms=30000,
+                     body=infer_body([[0.5] * side], name="input"), timeout=30)
+
+    def test_least_recently_used_idle_model_is_evicted(self):
+        port = self.srv.port
+        self.assertEqual(self.call("m1").status, 200)
+        self.assertEqual(self.call("m2").status, 200)
+        self.assertEqual(self.call("m1").status, 200)   # m2 is now the least recently used
+        self.assertEqual(self.call("m3").status, 200)
+        rows = index(port)
+        self.assertEqual(rows["m1"]["state"], "READY")
+        self.assertEqual(rows["m3"]["state"], "READY")
+        self.assertIn(rows["m2"]["state"], ("UNAVAILABLE", "UNLOADING"))
+        self.assertIn("evicted", rows["m2"]["reason"])
+        m = metrics(port)
+        self.assertEqual(value(m, "batchgate_model_unloads_total", model="m2", reason="evicted"), 1)
+        self.assertLessEqual(value(m, "batchgate_device_resident_bytes", device="cpu0"), BUDGET)
+        self.assertEqual(value(m, "batchgate_device_memory_budget_bytes", device="cpu0"), BUDGET)
+        self.assertGreater(value(m, "batchgate_model_resident_bytes", model="m1", device="cpu0"),
+                           4 * 1024 * 1024 - 1)
+
+    def test_model_that_cannot_fit_alone_is_refused_with_the_numbers(self):
+        r = self.call("huge", side=1800)
+        self.assertEqual(r.status, 503, r)
+        msg = r.json()["error"]
+        self.assertIn("cannot fit even alone", msg)
+        self.assertIn(str(BUDGET), msg)
+        self.assertEqual(index(self.srv.port)["huge"]["state"], "UNAVAILABLE")
+
+
+if __name__ == "__main__":
+    unittest.main()
