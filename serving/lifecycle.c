@@ -320,12 +320,22 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
 
 /* ---- the thread ---- */
 
-static void lc_enqueue_locked(struct serving *s, struct lifecycle_task *t)
+/* Queues t for the thread; after serving_stop began, frees it and refuses. */
+static int lc_enqueue(struct serving *s, struct lifecycle_task *t, struct error *err)
 {
     t->next = NULL;
+    pthread_mutex_lock(&s->lc_mu);
+    if (s->lc_stop) {
+        pthread_mutex_unlock(&s->lc_mu);
+        free(t->override);
+        free(t);
+        return error_set(err, BG_ESHUTDOWN, "the server is shutting down");
+    }
     *s->tasks_tail = t;
     s->tasks_tail = &t->next;
     pthread_cond_signal(&s->lc_cv);
+    pthread_mutex_unlock(&s->lc_mu);
+    return 0;
 }
 
 /* Queues a load of e (under e->mu): one at a time per entry; a request's
@@ -338,23 +348,11 @@ static int lc_queue_load_locked(struct serving *s, struct served_entry *e, char 
         free(override);
         return error_set(err, BG_ENOMEM, "out of memory");
     }
-    t->kind = TASK_LOAD;
-    t->e = e;
-    t->override = override;
-    t->done = done;
-    t->arg = arg;
-    e->load_queued = true;
-    pthread_mutex_lock(&s->lc_mu);
-    if (s->lc_stop) {
-        pthread_mutex_unlock(&s->lc_mu);
-        free(t->override);
-        free(t);
-        e->load_queued = false;
-        return error_set(err, BG_ESHUTDOWN, "the server is shutting down");
-    }
-    lc_enqueue_locked(s, t);
-    pthread_mutex_unlock(&s->lc_mu);
-    return 0;
+    *t = (struct lifecycle_task){.kind = TASK_LOAD, .e = e, .override = override, .done = done,
+                                 .arg = arg};
+    int rc = lc_enqueue(s, t, err);
+    e->load_queued = rc == 0;
+    return rc;
 }
 
 /* Answers whoever waits on e's load. */
@@ -559,18 +557,8 @@ int serving_unload(struct serving *s, const char *name, size_t len, struct error
     struct lifecycle_task *t = calloc(1, sizeof *t);
     if (!t)
         return error_set(err, BG_ENOMEM, "out of memory");
-    t->kind = TASK_UNLOAD;
-    t->e = e;
-    t->reason = SERVED_UNLOAD_API;
-    pthread_mutex_lock(&s->lc_mu);
-    if (s->lc_stop) {
-        pthread_mutex_unlock(&s->lc_mu);
-        free(t);
-        return error_set(err, BG_ESHUTDOWN, "the server is shutting down");
-    }
-    lc_enqueue_locked(s, t);
-    pthread_mutex_unlock(&s->lc_mu);
-    return 0;
+    *t = (struct lifecycle_task){.kind = TASK_UNLOAD, .e = e, .reason = SERVED_UNLOAD_API};
+    return lc_enqueue(s, t, err);
 }
 
 int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t deadline_ns,

@@ -589,10 +589,11 @@ bool serving_all_ready(struct serving *s)
 {
     int n = atomic_load(&s->n);
     for (int i = 0; i < n; i++) {
-        struct served_model *sm = serving_acquire_at(s, i);
-        bool wanted = !sm->model.cfg.lifecycle.lazy && !sm->entry->unload_asked;
-        bool ok = !wanted || atomic_load(&sm->state) == SERVED_READY;
-        served_release(sm);
+        struct served_entry *e = s->entries[i];
+        pthread_mutex_lock(&e->mu);
+        bool wanted = !e->cur->model.cfg.lifecycle.lazy && !e->unload_asked;
+        bool ok = !wanted || atomic_load(&e->cur->state) == SERVED_READY;
+        pthread_mutex_unlock(&e->mu);
         if (!ok)
             return false;
     }
