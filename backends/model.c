@@ -178,6 +178,21 @@ static const struct schema_field model_scheduling_fields[] = {
     SCHEMA_END_ROW,
 };
 
+/* Which numeric subfolder's weights are served (serving/serving.c,
+ * docs/MODELS.md "Versions"): one version at a time for now. */
+static const struct schema_field model_version = {.type = SCHEMA_INT, .min = 1, .max = 1000000000};
+
+static const struct schema_field model_version_fields[] = {
+    {SCHEMA_F_INT("latest", struct model_config, version_policy.latest),
+     .min = 1, .max = 1, .def = 1,
+     .doc = "serve the highest version (one version is served at a time)"},
+    {SCHEMA_F_ARRAY("specific", struct model_config, version_policy.specific,
+                    version_policy.nspecific, &model_version),
+     .hint = "one version is served at a time",
+     .doc = "`[n]`: serve version n instead of the highest"},
+    SCHEMA_END_ROW,
+};
+
 /* When the model is resident (serving/lifecycle.c, docs/MODELS.md). */
 static const struct schema_name model_load_modes[] = {
     {"eager", 0}, {"lazy", 1}, {NULL, 0},
@@ -261,6 +276,8 @@ static const struct schema_field model_fields[] = {
     {SCHEMA_F_SECTION("instances", model_instances_fields), .doc = "where the model runs"},
     {SCHEMA_F_SECTION("scheduling", model_scheduling_fields),
      .doc = "how it shares a device with other models"},
+    {SCHEMA_F_SECTION("version_policy", model_version_fields),
+     .doc = "which version folder (`<n>/model.safetensors`) is served"},
     {SCHEMA_F_SECTION("lifecycle", model_lifecycle_fields),
      .doc = "when it is loaded and unloaded (docs/MODELS.md, \"Lifecycle\")"},
     {SCHEMA_F_SECTION("synthetic", model_synthetic_fields), .doc = "the synthetic backend"},

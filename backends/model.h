@@ -95,6 +95,11 @@ struct model_config {
     int ndevices;
     int sched_weight;             /* scheduling.weight: its share of a shared device */
     struct {
+        int latest;               /* version_policy.latest: how many of the highest (1) */
+        int specific[1];          /* version_policy.specific: the one version served */
+        int nspecific;
+    } version_policy;
+    struct {
         int lazy;                 /* load: 0 "eager", 1 "lazy" (loaded by its first request) */
         int idle_unload_s;        /* unloaded after this long without a request; 0: never */
     } lifecycle;

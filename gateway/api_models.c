@@ -26,7 +26,6 @@
 #include "serving/serving.h"
 #include "serving/tensor_json.h"
 
-#define MODEL_VERSION SERVING_MODEL_VERSION
 
 enum infer_format { FORMAT_KSERVE, FORMAT_TFS };
 
@@ -105,9 +104,12 @@ static struct served_model *models_lookup(struct http_request *req, const struct
         return NULL;
     }
     const struct route_param *v = route_match_param(m, "version");
-    if (v && !(v->len == 1 && v->value[0] == '1')) {
-        http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (only \"1\")",
-                           sm->model.cfg.name, (int)(v->len > 64 ? 64 : v->len), v->value);
+    char have[16];
+    int hl = snprintf(have, sizeof have, "%d", sm->version);
+    if (v && !((int)v->len == hl && memcmp(v->value, have, v->len) == 0)) {
+        http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (it serves version "
+                           "%d: version_policy)", sm->model.cfg.name,
+                           (int)(v->len > 64 ? 64 : v->len), v->value, sm->version);
         served_release(sm);
         return NULL;
     }
@@ -277,8 +279,8 @@ static void models_metadata(struct http_request *req, const struct route_match *
     struct buf b = BUF_INIT;
     buf_append(&b, "{\"name\":", 8);
     json_append_string(&b, c->name, strlen(c->name));
-    buf_appendf(&b, ",\"versions\":[\"" MODEL_VERSION "\"],\"platform\":\"batchgate_%s\","
-                    "\"inputs\":[", model_backend_name(&sm->model));
+    buf_appendf(&b, ",\"versions\":[\"%d\"],\"platform\":\"batchgate_%s\","
+                    "\"inputs\":[", sm->version, model_backend_name(&sm->model));
     models_append_tensor_meta(&b, &c->input);
     buf_append(&b, "],\"outputs\":[", 13);
     models_append_tensor_meta(&b, &c->output);

@@ -56,7 +56,7 @@ static void repository_index(struct http_request *req, const struct route_match 
             buf_append(&b, ",", 1);
         buf_append(&b, "{\"name\":", 8);
         json_append_string(&b, rows[i].name, strlen(rows[i].name));
-        buf_appendf(&b, ",\"version\":\"%s\",\"state\":\"%s\",\"reason\":", SERVING_MODEL_VERSION,
+        buf_appendf(&b, ",\"version\":\"%d\",\"state\":\"%s\",\"reason\":", rows[i].version,
                     rows[i].state);
         json_append_string(&b, rows[i].reason, strlen(rows[i].reason));
         buf_append(&b, "}", 1);

@@ -188,6 +188,10 @@ static const struct schema_field config_fields[] = {
     {SCHEMA_F_STRING("model_repository", struct config, model_repository),
      .flags = SCHEMA_NONEMPTY, .sdef = "models",
      .doc = "folder with one folder per model; named here (or by `--models`) it must exist"},
+    {SCHEMA_F_INT("repository_poll_s", struct config, repository_poll_s),
+     .min = 0, .max = 86400, .def = 0,
+     .doc = "every that many seconds the repository is scanned: new models added, changed ones "
+            "reloaded, removed ones unloaded (docs/MODELS.md \"Lifecycle\"); 0: never"},
     {SCHEMA_F_OBJECT("limits", struct config, http.limits, config_limits_fields),
      .doc = "HTTP limits"},
     {SCHEMA_F_INT("shutdown_timeout_ms", struct config, shutdown_timeout_ms),

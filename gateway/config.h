@@ -52,6 +52,7 @@ struct config {
     struct http_server_config http;
     char model_repository[4096];
     bool model_repository_set;  /* given explicitly: it must exist */
+    int repository_poll_s;     /* 0: the repository is scanned once, at start */
     int shutdown_timeout_ms;   /* bound on the SIGTERM drain */
     char log_file[4096];       /* empty = stderr */
     enum log_level log_level;

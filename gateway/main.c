@@ -358,6 +358,7 @@ int main(int argc, char **argv)
      * with tenants, the governor puts a time window's shares in force. */
     serving_set_tenants(serving, &cfg.tenants);
     serving_set_devices(serving, cfg.devices, cfg.ndevices);
+    serving_set_poll(serving, cfg.repository_poll_s);
     if (cfg.tenants.n > 1) {
         api.governor = governor_start(cfg.governance, &cfg.tenants, main_apply_shares, serving,
                                       &err);
@@ -372,7 +373,10 @@ int main(int argc, char **argv)
                  "(tenants[]): ignored");
     }
     /* Tenants before any route can be called: the guard resolves them. */
-    api.tenantstats = tenantstats_new(cfg.http.io_threads, cfg.tenants.n, serving_count(serving));
+    /* Room for models the repository poll or a load by name adds later;
+     * past it their answers are not counted per tenant. */
+    api.tenantstats = tenantstats_new(cfg.http.io_threads, cfg.tenants.n,
+                                      serving_count(serving) + (cfg.repository_poll_s ? 64 : 0));
     api.auth = api.tenantstats ? auth_new(&cfg.tenants, api.tenantstats, &err) : NULL;
     api.admit = api.auth ? admit_new(&cfg.tenants, &err) : NULL;
     if (!api.admit) {

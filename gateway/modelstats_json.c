@@ -70,9 +70,9 @@ void modelstats_json_append(struct buf *out, struct served_model *sm)
         rows += s.inst[i].rows;
         batches += s.inst[i].batches;
     }
-    buf_appendf(b, ",\"version\":\"" SERVING_MODEL_VERSION "\",\"last_inference\":%lld,"
+    buf_appendf(b, ",\"version\":\"%d\",\"last_inference\":%lld,"
                    "\"inference_count\":%llu,\"execution_count\":%llu,\"inference_stats\":{",
-                (long long)s.last_inference_ms, (unsigned long long)rows,
+                sm->version, (long long)s.last_inference_ms, (unsigned long long)rows,
                 (unsigned long long)batches);
     modelstats_json_duration(b, "success", s.success_count, s.request.sum);
     buf_append(b, ",", 1);

@@ -2,6 +2,7 @@
 #include "serving/lifecycle.h"
 #include "serving/serving_impl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #include "common/log.h"
 
 const char *const served_unload_reason_names[SERVED_UNLOAD_REASONS] = {
-    "api", "idle", "evicted", "reload",
+    "api", "idle", "evicted", "reload", "removed",
 };
 
 /* Until a load has measured one: a rate a local disk or the page cache
@@ -245,12 +246,10 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
     struct model_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg)
         return error_set(err, BG_ENOMEM, "out of memory");
-    int rc = override ? model_config_parse(override, strlen(override), "the load request's config",
-                                           e->name, cfg, err)
-                      : model_config_load(e->dir, e->name, cfg, err);
+    int version = 0;
+    int rc = served_config_read(e, override, cfg, &version, err);
     bool cfg_ok = rc == 0;
-    if (override)   /* the weights are the folder's whatever the config says */
-        snprintf(cfg->dir, sizeof cfg->dir, "%s", e->dir);
+    served_sig_read(e, cfg, version, &e->sig);   /* a failed load too: retried when they change */
     char dev[48];
     if (rc == 0) {
         served_config_device(cfg, dev, sizeof dev);
@@ -263,7 +262,7 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         lc_set_shell(s, e, cfg, SERVED_LOADING, "loading");
         if (!(sm = served_shell_new(s, e, cfg, SERVED_LOADING, "loading")))
             rc = error_set(err, BG_ENOMEM, "out of memory");
-        else if (served_copy_load(s, sm) != 0)
+        else if ((sm->version = version ? version : 1) && served_copy_load(s, sm) != 0)
             rc = error_set(err, BG_EBACKEND, "%s", sm->model.reason);
     }
     if (rc == 0) {
@@ -390,6 +389,101 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
     free(t);
 }
 
+/* ---- the repository poll ---- */
+
+static bool lc_sig_equal(const struct served_sig *a, const struct served_sig *b)
+{
+    return memcmp(a->config, b->config, sizeof a->config) == 0 &&
+           memcmp(a->weights, b->weights, sizeof a->weights) == 0 && a->version == b->version;
+}
+
+/* One model folder as it is now against the last load's view of it. */
+static void lc_poll_entry(struct serving *s, struct served_entry *e)
+{
+    char path[8300];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/config.json", e->dir);
+    if (stat(path, &st) != 0) {
+        if (e->removed)
+            return;
+        e->removed = true;
+        memset(&e->sig, 0, sizeof e->sig);
+        log_info("model %s: its folder left the repository", e->name);
+        lc_unload(s, e, SERVED_UNLOAD_REMOVED, "removed from the repository", false);
+        /* Not loaded again by a request: there is nothing to load. */
+        lc_set_shell(s, e, NULL, SERVED_FAILED, "removed from the repository");
+        return;
+    }
+    struct model_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg)
+        return;
+    struct error err = {0};
+    int version = 0;
+    int rc = served_config_read(e, NULL, cfg, &version, &err);
+    struct served_sig now;
+    served_sig_read(e, cfg, version, &now);
+    if (!e->removed && lc_sig_equal(&now, &e->sig)) {
+        free(cfg);
+        return;
+    }
+    e->removed = false;
+    pthread_mutex_lock(&e->mu);
+    int state = atomic_load(&e->cur->state);
+    bool asked_off = e->unload_asked;
+    pthread_mutex_unlock(&e->mu);
+    /* Loaded, failed, or an eager model: load what is there now (a loaded
+     * copy serves on if that fails). A lazy or unloaded model loads on its
+     * next request; its shell takes the new configuration. */
+    bool load = state == SERVED_READY || state == SERVED_FAILED ||
+                (state == SERVED_UNLOADED && rc == 0 && !cfg->lifecycle.lazy && !asked_off);
+    log_info("model %s: changed in the repository%s", e->name,
+             load ? "; loading it" : "; loaded by its next request");
+    if (load) {
+        lifecycle_load_now(s, e, NULL, &err);
+    } else {
+        e->sig = now;
+        if (rc == 0)
+            lc_set_shell(s, e, cfg, SERVED_UNLOADED, "not loaded (changed in the repository; "
+                                                    "the next request loads it)");
+    }
+    free(cfg);
+}
+
+/* New model folders become models; changed ones reload; removed ones
+ * unload. */
+static void lc_poll(struct serving *s)
+{
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++)
+        lc_poll_entry(s, s->entries[i]);
+    DIR *d = opendir(s->dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char path[8300];
+        struct stat st;
+        if (de->d_name[0] == '.' || strlen(de->d_name) >= MODEL_NAME_MAX ||
+            lc_find(s, de->d_name, strlen(de->d_name)))
+            continue;
+        snprintf(path, sizeof path, "%s/%s/config.json", s->dir, de->d_name);
+        if (stat(path, &st) != 0)
+            continue;
+        struct error err = {0};
+        if (served_entry_add(s, de->d_name, &err) != 0) {
+            log_error("model %s: found in the repository but not added: %s", de->d_name, err.msg);
+            continue;
+        }
+        struct served_entry *e = s->entries[atomic_load(&s->n) - 1];
+        log_info("model %s: added to the repository", e->name);
+        if (atomic_load(&e->cur->state) == SERVED_LOADING)
+            lifecycle_load_now(s, e, NULL, &err);
+    }
+    closedir(d);
+}
+
+void serving_set_poll(struct serving *s, int seconds) { s->poll_s = seconds > 0 ? seconds : 0; }
+
 /* Models idle past their idle_unload_s. */
 static void lc_idle(struct serving *s, int64_t now)
 {
@@ -411,7 +505,7 @@ static void lc_idle(struct serving *s, int64_t now)
 static void *lc_main(void *arg)
 {
     struct serving *s = arg;
-    int64_t last_idle = 0;
+    int64_t last_idle = 0, last_poll = now_ns();
     pthread_mutex_lock(&s->lc_mu);
     while (!s->lc_stop) {
         struct lifecycle_task *t = s->tasks;
@@ -437,6 +531,10 @@ static void *lc_main(void *arg)
         if (now - last_idle >= LIFECYCLE_TICK_NS) {
             lc_idle(s, now);
             last_idle = now;
+        }
+        if (s->poll_s > 0 && now - last_poll >= s->poll_s * 1000000000LL) {
+            lc_poll(s);
+            last_poll = now_ns();
         }
         pthread_mutex_lock(&s->lc_mu);
     }
@@ -682,6 +780,7 @@ int serving_index(struct serving *s, struct served_index_row **out)
         pthread_mutex_lock(&e->mu);
         int state = atomic_load(&e->cur->state);
         snprintf(r[i].name, sizeof r[i].name, "%s", e->name);
+        r[i].version = e->cur->version;
         r[i].state = state == SERVED_READY     ? "READY"
                      : state == SERVED_LOADING ? "LOADING"
                      : e->draining > 0         ? "UNLOADING"

@@ -39,12 +39,18 @@ enum served_unload_reason {
     SERVED_UNLOAD_IDLE,               /* lifecycle.idle_unload_s */
     SERVED_UNLOAD_EVICTED,            /* room for another model under the budget */
     SERVED_UNLOAD_RELOAD,             /* a new copy took its place */
+    SERVED_UNLOAD_REMOVED,            /* its folder left the repository (repository_poll_s) */
     SERVED_UNLOAD_REASONS
 };
 extern const char *const served_unload_reason_names[SERVED_UNLOAD_REASONS];
 
 /* Before serving_load_all. */
 void serving_set_devices(struct serving *s, const struct serving_device_config *d, int n);
+/* repository_poll_s: every that many seconds the repository is scanned:
+ * new model folders are added (eager ones loaded), changed ones (config,
+ * the served version's weights, a new version) reloaded, removed ones
+ * unloaded. 0: never. Before serving_load_all. */
+void serving_set_poll(struct serving *s, int seconds);
 
 /* A load or unload ended: rc 0, or a BG_E* code with msg. Called on the
  * lifecycle thread: hand the answer to an IO thread's mailbox. */
@@ -79,6 +85,7 @@ struct served_model *serving_acquire_loaded(struct serving *s, const char *name,
 /* Triton's repository index: one row per model. */
 struct served_index_row {
     char name[128];
+    int version;                      /* the one it serves (or would) */
     const char *state;                /* READY, LOADING, UNLOADING, UNAVAILABLE */
     char reason[1024];
 };

@@ -38,10 +38,89 @@ static int serving_name_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* The version folder the model serves under its policy: the highest
+ * numeric subfolder (or version_policy.specific's); 0 when the folder has
+ * none (its files are at its top, served as version 1). */
+static int served_pick_version(const char *dir, const struct model_config *cfg, int *version,
+                               struct error *err)
+{
+    *version = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return error_set(err, BG_ECONFIG, "model %s: cannot open %s: %s", cfg->name, dir,
+                         strerror(errno));
+    int want = cfg->version_policy.nspecific ? cfg->version_policy.specific[0] : 0;
+    bool found = false;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        size_t len = strspn(n, "0123456789");
+        if (len == 0 || n[len] || len > 9 || n[0] == '0')
+            continue;
+        char path[8192];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, n);
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        int v = atoi(n);
+        found |= v == want;
+        if (v > *version)
+            *version = v;
+    }
+    closedir(d);
+    if (want && !found)
+        return error_set(err, BG_ECONFIG, "model %s: version_policy.specific: version %d is not "
+                         "in %s (no folder %d/)", cfg->name, want, dir, want);
+    if (want)
+        *version = want;
+    return 0;
+}
+
+int served_config_read(const struct served_entry *e, const char *override,
+                       struct model_config *cfg, int *version, struct error *err)
+{
+    int rc = override ? model_config_parse(override, strlen(override), "the load request's config",
+                                           e->name, cfg, err)
+                      : model_config_load(e->dir, e->name, cfg, err);
+    *version = 0;
+    if (rc == 0)
+        rc = served_pick_version(e->dir, cfg, version, err);
+    /* The weights are the folder's (or its version's) whatever the config says. */
+    if (*version)
+        snprintf(cfg->dir, sizeof cfg->dir, "%.4000s/%d", e->dir, *version);
+    else
+        snprintf(cfg->dir, sizeof cfg->dir, "%s", e->dir);
+    return rc;
+}
+
+static void served_stat(const char *path, int64_t out[3])
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        out[0] = out[1] = out[2] = -1;
+        return;
+    }
+    out[0] = (int64_t)st.st_ino;
+    out[1] = (int64_t)st.st_size;
+    out[2] = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+void served_sig_read(const struct served_entry *e, const struct model_config *cfg, int version,
+                     struct served_sig *sig)
+{
+    char path[8300];
+    memset(sig, 0, sizeof *sig);
+    snprintf(path, sizeof path, "%s/config.json", e->dir);
+    served_stat(path, sig->config);
+    snprintf(path, sizeof path, "%s/model.safetensors", cfg->dir);
+    served_stat(path, sig->weights);
+    sig->version = version;
+}
+
 /* A new entry for the model folder dir/name, published with a shell copy:
  * FAILED when its config is invalid, else LOADING (eager) or UNLOADED
  * (lazy). */
-static int serving_entry_add(struct serving *s, const char *name, struct error *err)
+int served_entry_add(struct serving *s, const char *name, struct error *err)
 {
     int n = atomic_load(&s->n);
     if (n >= SERVING_MAX_MODELS)
@@ -65,9 +144,11 @@ static int serving_entry_add(struct serving *s, const char *name, struct error *
     snprintf(e->dir, sizeof e->dir, "%.3900s/%.127s", s->dir, name);
     pthread_mutex_init(&e->mu, NULL);
     struct error ce = {0};
-    int bad = model_config_load(e->dir, name, cfg, &ce) != 0;
+    int version = 0;
+    int bad = served_config_read(e, NULL, cfg, &version, &ce) != 0;
     if (bad)
         snprintf(cfg->name, sizeof cfg->name, "%s", name);
+    served_sig_read(e, cfg, version, &e->sig);
     /* Statistics exist from the start: requests to a model that failed
      * or is not loaded are counted too (as not_ready). */
     e->stats = modelstats_new(s->io_threads, bad ? 1 : cfg->instance_count,
@@ -78,6 +159,8 @@ static int serving_entry_add(struct serving *s, const char *name, struct error *
                                                : "";
     int state = bad ? SERVED_FAILED : cfg->lifecycle.lazy ? SERVED_UNLOADED : SERVED_LOADING;
     struct served_model *sh = e->stats ? served_shell_new(s, e, cfg, state, reason) : NULL;
+    if (sh)
+        sh->version = version ? version : 1;
     free(cfg);
     if (!sh) {
         modelstats_free(e->stats);
@@ -149,7 +232,7 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
     int rc = 0;
     for (int i = 0; i < n; i++) {
         if (rc == 0)
-            rc = serving_entry_add(s, names[i], err);
+            rc = served_entry_add(s, names[i], err);
         free(names[i]);
     }
     free(names);
@@ -354,6 +437,7 @@ struct served_model *served_shell_new(struct serving *s, struct served_entry *e,
     sm->model.cfg = *cfg;
     snprintf(sm->model.reason, sizeof sm->model.reason, "%s", reason ? reason : "");
     sm->entry = e;
+    sm->version = e->cur ? e->cur->version : 1;
     sm->stats = e->stats;
     atomic_store(&sm->refs, 1);   /* the table's, once swapped in */
     atomic_store(&sm->state, state);

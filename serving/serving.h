@@ -30,8 +30,6 @@
 #include "serving/modelstats.h"
 #include "serving/tenant.h"
 
-/* The one version each model serves (".../versions/1/..."). */
-#define SERVING_MODEL_VERSION "1"
 
 /* A copy's state. A shell: LOADING (its model's load runs), FAILED (the
  * last load failed: model.reason), UNLOADED (not loaded: lazy, unloaded,
@@ -63,6 +61,7 @@ struct served_model {
     _Atomic int state;               /* enum served_state; model.reason is set before FAILED */
     struct modelstats *stats;        /* the entry's (shared by its copies) */
     struct served_entry *entry;      /* the model it is a copy of */
+    int version;                     /* the version it serves (1 for an unversioned folder) */
     _Atomic int refs;                /* holders; the table holds one while it is current */
     struct served_model *next;       /* the lifecycle's list of draining copies */
 };

@@ -23,6 +23,13 @@ struct served_waiter {
     void *arg;
 };
 
+/* What a poll compares (lifecycle.c): config.json and the served version's
+ * weights (inode, size, mtime; -1 when missing), and that version. */
+struct served_sig {
+    int64_t config[3], weights[3];
+    int version;
+};
+
 struct served_entry {
     struct serving *serving;
     int index;
@@ -36,6 +43,9 @@ struct served_entry {
     char error[1024];                 /* the last failed reload's reason while an older copy serves */
     struct served_waiter *waiters;    /* requests waiting for the queued load */
     struct modelstats *stats;         /* shared by its copies; replaced with new sizes only */
+    /* The lifecycle thread's alone. */
+    struct served_sig sig;            /* the files as the last load (attempt) saw them */
+    bool removed;                     /* its folder left the repository */
     /* Read without the lock. */
     _Atomic int64_t last_used_ns;     /* the last request given to a copy */
     _Atomic int64_t cold_ns;          /* the last load's cold start; 0: none yet */
@@ -80,6 +90,7 @@ struct serving {
     struct served_model *drain;       /* swapped-out copies, freed at refs 0 */
     bool lc_started, lc_stop;
     pthread_t lc_thread;
+    int poll_s;                       /* repository_poll_s; 0: no polling */
     _Atomic double read_bps;          /* measured model read rate; 0: none yet */
 };
 
@@ -89,6 +100,15 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
                        struct error *err);
 
 /* serving.c for lifecycle.c */
+
+/* A model folder found after start (the poll): a new entry, published. */
+int served_entry_add(struct serving *s, const char *name, struct error *err);
+/* The model's configuration, from its folder or `override` (a config.json),
+ * its version (0: unversioned) and cfg->dir where its weights are. */
+int served_config_read(const struct served_entry *e, const char *override,
+                       struct model_config *cfg, int *version, struct error *err);
+void served_sig_read(const struct served_entry *e, const struct model_config *cfg, int version,
+                     struct served_sig *sig);
 
 /* A shell copy of e (no model loaded) in `state` with the reason. */
 struct served_model *served_shell_new(struct serving *s, struct served_entry *e,

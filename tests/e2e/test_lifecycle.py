@@ -276,5 +276,116 @@ class MemoryBudgetTest(RepoServerCase):
         self.assertEqual(index(self.srv.port)["huge"]["state"], "UNAVAILABLE")
 
 
+
+def linear(name, scale, **extra):
+    """y = W x with W = scale * [[1, 0, 0, 0], [0, 1, 0, 0]]: the answer
+    tells which weights (version) served it."""
+    cfg = mlp(name, [{"type": "dense", "weight": "w"}])
+    cfg.update(extra)
+    return cfg, {"w": ([2, 4], [scale, 0, 0, 0, 0, scale, 0, 0])}
+
+
+def write_version(repo, name, version, scale=None, raw=None):
+    import os
+    from test_infer import write_safetensors
+    d = os.path.join(repo, name, str(version))
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "model.safetensors")
+    tmp = path + ".tmp"
+    if raw is not None:
+        with open(tmp, "wb") as f:
+            f.write(raw)
+    else:
+        write_safetensors(tmp, linear(name, scale)[1])
+    os.rename(tmp, path)
+
+
+LIN_BODY = infer_body([[1, 2, 3, 4]], name="input")
+
+
+class VersionsAndPollTest(RepoServerCase):
+    """Version folders (the highest served, or version_policy.specific's)
+    and repository_poll_s: a new version, a new model, a changed config, a
+    corrupt new file and a removed model, seen within a few polls."""
+    config = {"repository_poll_s": 1}
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "v", linear("v", 1)[0])
+        write_version(repo, "v", 1, scale=1)
+        write_version(repo, "v", 2, scale=2)
+        write_model(repo, "vs", linear("vs", 1, version_policy={"specific": [1]})[0])
+        write_version(repo, "vs", 1, scale=1)
+        write_version(repo, "vs", 2, scale=2)
+        write_model(repo, "vmissing", linear("vmissing", 1, version_policy={"specific": [7]})[0])
+        write_version(repo, "vmissing", 1, scale=1)
+        write_model(repo, "vtwo", linear("vtwo", 1, version_policy={"specific": [1, 2]})[0])
+        write_model(repo, "gone", synthetic("gone", base_us=1000, per_row_us=0))
+        write_model(repo, "cfg", synthetic("cfg", base_us=1000, per_row_us=0))
+
+    def output(self, model, version=None):
+        path = "/v2/models/%s%s/infer" % (model, "/versions/%d" % version if version else "")
+        r = post(self.srv.port, path, LIN_BODY)
+        return r.status, (r.json()["outputs"][0]["data"] if r.status == 200 else r.json())
+
+    def wait(self, check, what, timeout=8.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if check():
+                return
+            time.sleep(0.1)
+        self.fail("%s: not seen within %.0f s; index %s" % (what, timeout, index(self.srv.port)))
+
+    def test_highest_version_is_served_and_a_new_one_replaces_it(self):
+        port = self.srv.port
+        self.assertEqual(self.output("v"), (200, [2, 4]))
+        self.assertEqual(self.output("v", 2), (200, [2, 4]))
+        self.assertEqual(self.output("v", 1)[0], 404)
+        meta = roundtrip(port, "GET", "/v2/models/v").json()
+        self.assertEqual(meta["versions"], ["2"])
+        self.assertEqual(index(port)["v"]["version"], "2")
+        write_version(self.repo, "v", 3, scale=3)
+        self.wait(lambda: self.output("v") == (200, [3, 6]), "version 3 served")
+        self.assertEqual(index(port)["v"]["version"], "3")
+        # A corrupt new version leaves version 3 serving, the error in the index.
+        write_version(self.repo, "v", 4, raw=b"garbage, not safetensors")
+        self.wait(lambda: "last load failed" in index(port)["v"]["reason"], "the failed load")
+        self.assertEqual(index(port)["v"]["state"], "READY")
+        self.assertEqual(self.output("v"), (200, [3, 6]))
+
+    def test_specific_version(self):
+        self.assertEqual(self.output("vs"), (200, [1, 2]))
+        self.assertEqual(index(self.srv.port)["vs"]["version"], "1")
+        rows = index(self.srv.port)
+        self.assertEqual(rows["vmissing"]["state"], "UNAVAILABLE")
+        self.assertIn("version_policy.specific: version 7 is not in", rows["vmissing"]["reason"])
+        self.assertEqual(rows["vtwo"]["state"], "UNAVAILABLE")
+        self.assertIn("version_policy.specific", rows["vtwo"]["reason"])
+
+    def test_new_changed_and_removed_models(self):
+        import os
+        import shutil
+        port = self.srv.port
+        write_model(self.repo, "newcomer", synthetic("newcomer", base_us=1000, per_row_us=0))
+        self.wait(lambda: index(port).get("newcomer", {}).get("state") == "READY", "newcomer")
+        self.assertEqual(infer(port, "newcomer").status, 200)
+        cfg = synthetic("cfg", base_us=1000, per_row_us=0, batching={"max_batch_size": 5})
+        with open(os.path.join(self.repo, "cfg", "config.json.tmp"), "w") as f:
+            json.dump(cfg, f)
+        os.rename(os.path.join(self.repo, "cfg", "config.json.tmp"),
+                  os.path.join(self.repo, "cfg", "config.json"))
+        self.wait(lambda: roundtrip(port, "GET", "/v2/models/cfg/config").json()
+                  .get("max_batch_size") == 5, "the changed config")
+        shutil.rmtree(os.path.join(self.repo, "gone"))
+        self.wait(lambda: index(port)["gone"]["state"] == "UNAVAILABLE" and
+                  "removed" in index(port)["gone"]["reason"], "the removed model")
+        r = infer(port, "gone", budget_ms=5000)
+        self.assertEqual(r.status, 503)
+        self.assertIn("removed", r.json()["error"])
+        m = metrics(port)
+        self.assertEqual(value(m, "batchgate_model_unloads_total", model="gone", reason="removed"), 1)
+        self.assertEqual(value(m, "batchgate_model_unloads_total", model="cfg", reason="reload"), 1)
+
+
 if __name__ == "__main__":
     unittest.main()
