@@ -230,6 +230,19 @@ static int backend_model_warmup(struct model *m, struct error *err)
     return 0;
 }
 
+int backend_release_device(const char *label, char *msg, size_t cap)
+{
+    for (int i = 0; i < BACKEND_NREG; i++) {
+        const struct backend_i *b = backend_registry[i].impl;
+        size_t n = strlen(b->name);
+        if (strncmp(label, b->name, n) != 0 || !label[n] ||
+            strspn(label + n, "0123456789") != strlen(label + n))
+            continue;
+        return b->release_device ? b->release_device(atoi(label + n), msg, cap) : 0;
+    }
+    return 0;
+}
+
 int model_load(struct model *m, struct error *err)
 {
     int64_t t0 = now_ns();

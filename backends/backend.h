@@ -148,6 +148,11 @@ enum backend_device_kind model_device_kind(const struct model *m);
  * servers); 0 and NULL for others. */
 int model_servers(const struct model *m, struct httpc_target *const **out);
 
+/* The device labelled `label` ("cuda0") has no model loaded any more: its
+ * backend frees what it kept there (the CUDA context: the next load on it
+ * creates one again, timed as the cold start's context phase). 0 when
+ * done or when the backend keeps nothing; -1 with msg. */
+int backend_release_device(const char *label, char *msg, size_t cap);
 void model_fault_set(struct model *m, enum model_fault mode, int count, int ms);
 
 #endif

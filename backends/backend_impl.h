@@ -39,6 +39,9 @@ struct backend_i {
     /* Optional: the model's devices when they are not its instances (the
      * servers behind a loop backend); see backend.h, model_devices. */
     void (*devices)(const struct model *m, model_device_fn fn, void *arg);
+    /* Optional: frees what the backend keeps on device `id` once no model
+     * is loaded there (cuda: the primary context); backend_release_device. */
+    int (*release_device)(int id, char *msg, size_t cap);
     /* Optional: the servers its batches go to (model_servers). */
     int (*servers)(const struct model *m, struct httpc_target *const **out);
 };

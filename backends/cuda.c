@@ -256,4 +256,5 @@ const struct backend_i backend_cuda = {
     .instance_load = cuda_instance_load,
     .run = cuda_run,
     .instance_unload = cuda_instance_unload,
+    .release_device = cuda_rt_device_reset,
 };

@@ -227,8 +227,9 @@ static const struct schema_field config_fields[] = {
     /* A map by device label: config_devices_parse. */
     {SCHEMA_F_IGNORE("devices"), .expect = "object", .doc_default = "none",
      .doc = "per device label (`cpu0`, `cuda1`, `synthetic0`, ...): `{\"memory_budget_bytes\": "
-            "N, \"price_per_hour\": X}`; what the resident models may hold there (0: no bound; "
-            "docs/MODELS.md \"Lifecycle\") and what an hour of it costs"},
+            "N, \"price_per_hour\": X, \"release_context\": true}`: what the resident models "
+            "may hold there (0: no bound), what an hour of it costs, and whether a GPU's context "
+            "is released when no model is left on it (docs/MODELS.md \"Lifecycle\")"},
     {SCHEMA_F_BOOL("debug_endpoints", struct config, debug_endpoints),
      .flags = SCHEMA_EXT, .def = false,
      .doc = "enables `GET /debug/delay?ms=N&id=X` (answers after a timer), `POST /debug/echo` "
@@ -293,6 +294,11 @@ static int config_devices_parse(struct config *c, json_t *devs, const char *file
                     return error_set(err, BG_ECONFIG, "%s: devices.%s.memory_budget_bytes: "
                                      "expected a whole number of bytes >= 0", file, name);
                 d->memory_budget_bytes = (size_t)json_integer_value(f);
+            } else if (strcmp(key, "release_context") == 0) {
+                if (!json_is_boolean(f))
+                    return error_set(err, BG_ECONFIG, "%s: devices.%s.release_context: expected "
+                                     "true or false", file, name);
+                d->keep_context = !json_is_true(f);
             } else if (strcmp(key, "price_per_hour") == 0) {
                 if (!json_is_number(f) || json_number_value(f) < 0)
                     return error_set(err, BG_ECONFIG, "%s: devices.%s.price_per_hour: expected "
@@ -300,7 +306,8 @@ static int config_devices_parse(struct config *c, json_t *devs, const char *file
                 d->price_per_hour = json_number_value(f);
             } else {
                 return error_set(err, BG_ECONFIG, "%s: devices.%s.%s: unknown field (known: "
-                                 "memory_budget_bytes, price_per_hour)", file, name, key);
+                                 "memory_budget_bytes, price_per_hour, release_context)", file,
+                                 name, key);
             }
         }
     }

@@ -12,6 +12,10 @@
 struct cuda_stream;   /* a stream plus two events for timing */
 
 int cuda_rt_set_device(int device, char *msg, size_t cap);
+/* Destroys the device's primary context and everything in it (device
+ * memory, streams): what a process holds on a GPU it no longer uses. Only
+ * when nothing on the device is in use. */
+int cuda_rt_device_reset(int device, char *msg, size_t cap);
 /* Free and total memory of the current device. */
 int cuda_rt_mem_info(size_t *free_bytes, size_t *total_bytes, char *msg, size_t cap);
 /* "NVIDIA H200 (sm_90, 139.8 GiB)" */

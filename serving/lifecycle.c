@@ -90,6 +90,70 @@ static void lc_retire(struct serving *s, struct served_model *old)
     atomic_fetch_sub(&old->refs, 1);
 }
 
+static bool lc_keep_context(const struct serving *s, const char *dev)
+{
+    for (int i = 0; i < s->ndevcfg; i++)
+        if (strcmp(s->devcfg[i].name, dev) == 0)
+            return s->devcfg[i].keep_context;
+    return false;
+}
+
+struct lc_labels {
+    char name[MODEL_MAX_DEVICES][48];
+    int n;
+    const char *find;                 /* lc_label_add's: set found when seen */
+    bool found;
+};
+
+static void lc_label_add(const struct model_device *d, void *arg)
+{
+    struct lc_labels *l = arg;
+    if (l->find) {
+        l->found |= strcmp(d->name, l->find) == 0;
+        return;
+    }
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->name[i], d->name) == 0)
+            return;
+    if (l->n < MODEL_MAX_DEVICES)
+        snprintf(l->name[l->n++], sizeof l->name[0], "%s", d->name);
+}
+
+/* Whether a loaded copy (current or draining) has an instance on dev. */
+static bool lc_device_in_use(struct serving *s, const char *dev)
+{
+    struct lc_labels l = {.find = dev};
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n && !l.found; i++) {
+        struct served_entry *e = s->entries[i];
+        pthread_mutex_lock(&e->mu);
+        if (atomic_load(&e->cur->state) == SERVED_READY)
+            model_devices(&e->cur->model, lc_label_add, &l);
+        pthread_mutex_unlock(&e->mu);
+    }
+    pthread_mutex_lock(&s->lc_mu);
+    for (struct served_model *d = s->drain; d && !l.found; d = d->next)
+        if (atomic_load(&d->state) == SERVED_READY)
+            model_devices(&d->model, lc_label_add, &l);
+    pthread_mutex_unlock(&s->lc_mu);
+    return l.found;
+}
+
+/* A copy was freed from these devices: those left without a model give
+ * back what their backend keeps there (the CUDA context), unless their
+ * release_context is false. */
+static void lc_release_devices(struct serving *s, const struct lc_labels *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        if (lc_keep_context(s, l->name[i]) || lc_device_in_use(s, l->name[i]))
+            continue;
+        char msg[256] = "";
+        if (backend_release_device(l->name[i], msg, sizeof msg) != 0)
+            log_warn("device %s: no model is left on it, but releasing it failed: %s",
+                     l->name[i], msg);
+    }
+}
+
 /* Frees every draining copy nobody holds any more. */
 static void lc_sweep(struct serving *s)
 {
@@ -107,10 +171,14 @@ static void lc_sweep(struct serving *s)
             return;
         struct served_entry *e = done->entry;
         bool was_ready = atomic_load(&done->state) == SERVED_READY;
-        if (was_ready)
+        struct lc_labels labels = {.n = 0};
+        if (was_ready) {
             log_info("model %s: a copy drained and was unloaded (%.1f MiB freed)", e->name,
                      (double)model_memory_bytes(&done->model) / (1 << 20));
+            model_devices(&done->model, lc_label_add, &labels);
+        }
         served_copy_free(done);
+        lc_release_devices(s, &labels);
         if (was_ready) {
             pthread_mutex_lock(&e->mu);
             e->draining--;

@@ -18,6 +18,7 @@
 #ifndef BG_LIFECYCLE_H
 #define BG_LIFECYCLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,7 @@ struct serving_device_config {
     char name[48];                    /* a device label: "cpu0", "cuda1", ... */
     size_t memory_budget_bytes;       /* 0: no bound */
     double price_per_hour;            /* the usage ledger's */
+    bool keep_context;                /* release_context false: keep the device's context */
 };
 
 enum served_unload_reason {

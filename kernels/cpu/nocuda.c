@@ -24,6 +24,13 @@ int cuda_rt_set_device(int device, char *msg, size_t cap)
     return -1;
 }
 
+int cuda_rt_device_reset(int device, char *msg, size_t cap)
+{
+    (void)device;
+    NO_CUDA(msg, cap);
+    return -1;
+}
+
 int cuda_rt_mem_info(size_t *f, size_t *t, char *msg, size_t cap)
 {
     *f = *t = 0;

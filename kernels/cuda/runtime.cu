@@ -20,6 +20,13 @@ extern "C" int cuda_rt_set_device(int device, char *msg, size_t cap)
     return 0;
 }
 
+extern "C" int cuda_rt_device_reset(int device, char *msg, size_t cap)
+{
+    CUDA_TRY(cudaSetDevice(device), msg, cap);
+    CUDA_TRY(cudaDeviceReset(), msg, cap);
+    return 0;
+}
+
 extern "C" int cuda_rt_mem_info(size_t *free_bytes, size_t *total_bytes, char *msg, size_t cap)
 {
     *free_bytes = *total_bytes = 0;

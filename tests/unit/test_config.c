@@ -390,6 +390,7 @@ static void test_devices(void **state)
     assert_true(c.devices[0].memory_budget_bytes == 1048576);
     assert_true(c.devices[0].price_per_hour == 0.2);
     assert_true(c.devices[1].memory_budget_bytes == 0);
+    assert_false(c.devices[1].keep_context);
     expect_message("{\"devices\": []}", "h.json: devices: expected an object, got an array");
     expect_message("{\"devices\": {\"gpu\": {}}}",
                    "h.json: devices.gpu: a device label is a backend and a number (\"cpu0\", "
@@ -401,7 +402,9 @@ static void test_devices(void **state)
                    "h.json: devices.cpu0.price_per_hour: expected a number >= 0");
     expect_message("{\"devices\": {\"cpu0\": {\"budget\": 1}}}",
                    "h.json: devices.cpu0.budget: unknown field (known: memory_budget_bytes, "
-                   "price_per_hour)");
+                   "price_per_hour, release_context)");
+    expect_message("{\"devices\": {\"cuda0\": {\"release_context\": 1}}}",
+                   "h.json: devices.cuda0.release_context: expected true or false");
 }
 
 static void test_tenant_key_errors(void **state)
