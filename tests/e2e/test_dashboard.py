@@ -22,7 +22,11 @@ class DashboardTest(unittest.TestCase):
     def test_charts_show_data_under_load(self):
         repo = tempfile.mkdtemp(prefix="batchgate-dash-")
         write_model(repo, "syn", synthetic("syn", base_us=2000, per_row_us=100))
-        srv = Server({"model_repository": repo}, io_threads=2)
+        lazy = synthetic("later", base_us=2000, per_row_us=100)
+        lazy["lifecycle"] = {"load": "lazy"}
+        write_model(repo, "later", lazy)
+        srv = Server({"model_repository": repo,
+                      "devices": {"synthetic0": {"memory_budget_bytes": 1 << 20}}}, io_threads=2)
         stop = threading.Event()
 
         def load():
@@ -50,8 +54,13 @@ class DashboardTest(unittest.TestCase):
             self.assertIn("syn", dom)
             self.assertRegex(dom, r"<b>[0-9.]+</b><span>rows/s</span>")
             sub = re.search(r'<div class="sub" id="sub">([^<]*)</div>', dom)
-            self.assertTrue(sub and sub.group(1).startswith("1 model(s)"),
+            self.assertTrue(sub and sub.group(1).startswith("2 model(s)"),
                             "the page reached the server: %r" % (sub and sub.group(1)))
+            # Models by state, and the device's memory against its budget.
+            self.assertRegex(dom, r'data-state="ready"><b>1</b><span>ready: syn</span>')
+            self.assertRegex(dom, r'data-state="unloaded"><b>1</b><span>unloaded: later</span>')
+            self.assertRegex(dom, r'data-device="synthetic0"[^>]*><b>[0-9.]+ [KMG]iB of 1.0 MiB</b>'
+                                  r'<div class="bar"><div style="width:[0-9.]+%"></div></div>')
         finally:
             stop.set()
             for t in threads:
