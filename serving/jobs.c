@@ -29,8 +29,6 @@
 #include "common/log.h"
 #include "serving/serving.h"
 
-/* How long a job waits for its model to load (lazy or unloaded). */
-#define JOBS_LOAD_TIMEOUT_NS (120 * 1000000000LL)
 #include "serving/tensor_json.h"
 
 /* Lines in flight per job: enough to fill a few batches, few enough that a
@@ -505,7 +503,7 @@ static int jobs_begin_next(struct jobs *j)
      * is loaded first): an unload waits for it, eviction passes it by. */
     struct error le = {0};
     cu->sm = j->serving ? serving_acquire_loaded(j->serving, cu->job.model, strlen(cu->job.model),
-                                                 JOBS_LOAD_TIMEOUT_NS, &le)
+                                                 &le)
                         : NULL;
     cu->model_index = cu->sm ? served_index(cu->sm) : -1;
     cu->tenant = jobs_tenant_index(j, cu->job.tenant);

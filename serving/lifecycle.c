@@ -785,7 +785,7 @@ static void lc_sync_done(void *arg, int rc, const char *msg)
 }
 
 struct served_model *serving_acquire_loaded(struct serving *s, const char *name, size_t len,
-                                            int64_t timeout_ns, struct error *err)
+                                            struct error *err)
 {
     struct served_model *sm = serving_acquire(s, name, len);
     if (!sm) {
@@ -801,25 +801,11 @@ struct served_model *serving_acquire_loaded(struct serving *s, const char *name,
     int rc = serving_wait_loaded(s, sm, 0, lc_sync_done, &w, &retry, err);
     served_release(sm);
     if (rc == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t at = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + timeout_ns;
-        ts.tv_sec = at / 1000000000LL;
-        ts.tv_nsec = at % 1000000000LL;
+        /* A load always ends (failed, or answered at shutdown). */
         pthread_mutex_lock(&w.mu);
-        while (!w.done && pthread_cond_timedwait(&w.cv, &w.mu, &ts) != ETIMEDOUT) {
-        }
-        bool done = w.done;
+        while (!w.done)
+            pthread_cond_wait(&w.cv, &w.mu);
         pthread_mutex_unlock(&w.mu);
-        if (!done) {
-            /* Its waiter still points at w: it must outlive the load. */
-            error_set(err, BG_ENOTREADY, "model %.*s did not load within %.0f s",
-                      (int)(len > 128 ? 128 : len), name, (double)timeout_ns / 1e9);
-            pthread_mutex_lock(&w.mu);
-            while (!w.done)
-                pthread_cond_wait(&w.cv, &w.mu);
-            pthread_mutex_unlock(&w.mu);
-        }
     }
     pthread_cond_destroy(&w.cv);
     pthread_mutex_destroy(&w.mu);

@@ -79,10 +79,10 @@ int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t dead
                         lifecycle_done_fn done, void *arg, int64_t *retry_after_ns,
                         struct error *err);
 /* The jobs thread's: the model's READY copy (a reference), loading it
- * first and waiting up to timeout_ns when it is not. NULL with the reason
- * otherwise. */
+ * first and waiting for that load to end when it is not. NULL with the
+ * reason otherwise. */
 struct served_model *serving_acquire_loaded(struct serving *s, const char *name, size_t len,
-                                            int64_t timeout_ns, struct error *err);
+                                            struct error *err);
 
 /* Triton's repository index: one row per model. */
 struct served_index_row {

@@ -387,5 +387,28 @@ class VersionsAndPollTest(RepoServerCase):
         self.assertEqual(value(m, "batchgate_model_unloads_total", model="cfg", reason="reload"), 1)
 
 
+class AdminOnlyTest(RepoServerCase):
+    """Once keys exist, the repository routes are an admin's."""
+    config = {"tenants": [{"name": "team", "keys": ["sha256:" + __import__("hashlib").sha256(
+                           b"k-team").hexdigest()]},
+                          {"name": "ops", "admin": True, "keys": ["sha256:" + __import__(
+                           "hashlib").sha256(b"k-ops").hexdigest()]}]}
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "m", synthetic("m", base_us=1000, per_row_us=0))
+
+    def test_repository_routes_need_an_admin_key(self):
+        port = self.srv.port
+        for path in ("/v2/repository/index", "/v2/repository/models/m/unload",
+                     "/v2/repository/models/m/load"):
+            self.assertEqual(post(port, path, "{}").status, 401, path)
+            r = post(port, path, "{}", headers=[("Authorization", "Bearer k-team")])
+            self.assertEqual(r.status, 403, path)
+        r = post(port, "/v2/repository/index", "{}", headers=[("Authorization", "Bearer k-ops")])
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json()[0]["state"], "READY")
+
+
 if __name__ == "__main__":
     unittest.main()
