@@ -109,6 +109,8 @@ class JobsApiTest(JobsCase):
                           batching={"max_batch_size": 4, "max_queue_delay_us": 1000,
                                     "max_queue_size": 2}),
         "broken": {"name": "broken", "backend": "tpu"},
+        "later": dict(synthetic("later", base_us=1000, per_row_us=10),
+                      lifecycle={"load": "lazy"}),
     }
 
     def test_submit_status_results_list_metrics(self):
@@ -204,6 +206,16 @@ class JobsApiTest(JobsCase):
         j = wait_state(self, srv, r.json()["id"], ("failed",))
         self.assertIn("model broken is not served", j["reason"])
         self.assertEqual(results(self, srv, r.json()["id"]), [])
+        srv.stop_checked()
+
+    def test_job_on_a_lazy_model_loads_it_first(self):
+        srv = self.start()
+        r = submit(srv, "later", "\n".join(line(i) for i in range(20)))
+        self.assertEqual(r.status, 201, r.body)
+        wait_state(self, srv, r.json()["id"], ("completed",))
+        check_exactly_once(self, results(self, srv, r.json()["id"]), 20)
+        r = roundtrip(srv.port, "GET", "/v2/models/later/ready")
+        self.assertEqual(r.status, 200, r.body)
         srv.stop_checked()
 
     def test_cancel_keeps_lines_done_and_online_is_never_429(self):
