@@ -90,6 +90,23 @@ enum models_need {
     NEED_READY,                       /* loaded */
 };
 
+/* The route's version, if it names one, is the one sm serves; else answers
+ * 404, lets sm go and returns false. */
+static bool models_check_version(struct http_request *req, const struct route_match *m,
+                                 struct served_model *sm)
+{
+    const struct route_param *v = route_match_param(m, "version");
+    char have[16];
+    int hl = snprintf(have, sizeof have, "%d", sm->version);
+    if (!v || ((int)v->len == hl && memcmp(v->value, have, v->len) == 0))
+        return true;
+    http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (it serves version "
+                       "%d: version_policy)", sm->model.cfg.name,
+                       (int)(v->len > 64 ? 64 : v->len), v->value, sm->version);
+    served_release(sm);
+    return false;
+}
+
 /* Finds the model of the route (a reference: served_release it) and checks
  * the version and the state; answers 404/503 itself and returns NULL. */
 static struct served_model *models_lookup(struct http_request *req, const struct route_match *m,
@@ -103,16 +120,8 @@ static struct served_model *models_lookup(struct http_request *req, const struct
                            p->value);
         return NULL;
     }
-    const struct route_param *v = route_match_param(m, "version");
-    char have[16];
-    int hl = snprintf(have, sizeof have, "%d", sm->version);
-    if (v && !((int)v->len == hl && memcmp(v->value, have, v->len) == 0)) {
-        http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (it serves version "
-                           "%d: version_policy)", sm->model.cfg.name,
-                           (int)(v->len > 64 ? 64 : v->len), v->value, sm->version);
-        served_release(sm);
+    if (!models_check_version(req, m, sm))
         return NULL;
-    }
     int state = atomic_load(&sm->state);
     if ((need == NEED_READY && state != SERVED_READY) ||
         (need == NEED_CONFIG && state == SERVED_FAILED)) {
@@ -132,9 +141,10 @@ static struct served_model *models_lookup(struct http_request *req, const struct
 
 /* ---- waiting for a load (a lazy or unloaded model) ---- */
 
-/* An inference handler run again once the model it waited for is loaded. */
+/* An inference handler run again once the model it waited for is loaded,
+ * with a reference to the copy it waited for (NULL: the first run). */
 typedef void (*models_run_fn)(struct http_request *req, const struct route_match *m,
-                              struct api_state *st, bool waited);
+                              struct api_state *st, struct served_model *held);
 
 struct models_wait {
     struct mailbox_msg msg;           /* first: the mailbox hands back &msg */
@@ -144,6 +154,7 @@ struct models_wait {
     struct mailbox *mb;
     models_run_fn run;
     int rc;
+    struct served_model *sm;          /* the copy loaded for it (a reference) */
     char why[512];
 };
 
@@ -151,8 +162,8 @@ struct models_wait {
 static void models_wait_deliver(struct mailbox_msg *msg)
 {
     struct models_wait *w = (struct models_wait *)msg;
-    if (w->rc == 0) {
-        w->run(w->req, &w->m, w->st, true);
+    if (w->rc == 0 && w->sm) {
+        w->run(w->req, &w->m, w->st, w->sm);   /* the run owns the reference now */
     } else {
         const struct route_param *p = route_match_param(&w->m, "model");
         struct served_model *sm = serving_acquire(w->st->serving, p->value, p->len);
@@ -160,17 +171,19 @@ static void models_wait_deliver(struct mailbox_msg *msg)
             models_account_reject(w->st, sm, w->req, BG_ENOTREADY, 503);
             served_release(sm);
         }
-        http_respond_error(w->req, 503, NULL, "model %.*s did not load: %s",
-                           (int)(p->len > 128 ? 128 : p->len), p->value, w->why);
+        http_respond_error(w->req, 503, w->rc == -BG_EQUEUEFULL ? "Retry-After: 1\r\n" : NULL,
+                           "model %.*s did not load: %s", (int)(p->len > 128 ? 128 : p->len),
+                           p->value, w->rc ? w->why : "it was unloaded again at once");
     }
     free(w);
 }
 
 /* The lifecycle thread: hand the outcome to the request's IO thread. */
-static void models_wait_done(void *arg, int rc, const char *why)
+static void models_wait_done(void *arg, int rc, const char *why, struct served_model *sm)
 {
     struct models_wait *w = arg;
     w->rc = rc;
+    w->sm = sm;
     snprintf(w->why, sizeof w->why, "%s", why ? why : "");
     mailbox_post(w->mb, &w->msg);
 }
@@ -189,15 +202,17 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
                                                  const struct route_match *m,
                                                  const struct route_match *rerun_m,
                                                  struct api_state *st, models_run_fn run,
-                                                 bool waited)
+                                                 struct served_model *held)
 {
+    if (held)   /* the copy it waited for: the version is checked as for any */
+        return models_check_version(req, m, held) ? held : NULL;
     struct served_model *sm = models_lookup(req, m, st, NEED_ANY, true);
     if (!sm)
         return NULL;
     int state = atomic_load(&sm->state);
     if (state == SERVED_READY)
         return sm;
-    if (waited || state == SERVED_FAILED) {
+    if (state == SERVED_FAILED) {
         models_account_reject(st, sm, req, BG_ENOTREADY, 503);
         http_respond_error(req, 503, NULL, "model %s is not ready: %s", sm->model.cfg.name,
                            sm->model.reason);
@@ -585,9 +600,9 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
 }
 
 static void models_infer_run(struct http_request *req, const struct route_match *m,
-                             struct api_state *st, bool waited)
+                             struct api_state *st, struct served_model *held)
 {
-    struct served_model *sm = models_ready_or_wait(req, m, m, st, models_infer_run, waited);
+    struct served_model *sm = models_ready_or_wait(req, m, m, st, models_infer_run, held);
     if (!sm)
         return;
     if (models_refuse_full(req, st, sm)) {
@@ -639,21 +654,21 @@ static void models_infer_run(struct http_request *req, const struct route_match 
 
 static void models_infer(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    models_infer_run(req, m, ctx, false);
+    models_infer_run(req, m, ctx, NULL);
 }
 
 static void models_tfs_run(struct http_request *req, const struct route_match *m,
-                           struct api_state *st, bool waited);
+                           struct api_state *st, struct served_model *held);
 
 /* POST /v1/models/{model}:predict (and .../versions/{v}:predict): the verb
  * shares the last path segment, so it is split off here. */
 static void models_tfs_predict(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    models_tfs_run(req, m, ctx, false);
+    models_tfs_run(req, m, ctx, NULL);
 }
 
 static void models_tfs_run(struct http_request *req, const struct route_match *m,
-                           struct api_state *st, bool waited)
+                           struct api_state *st, struct served_model *held)
 {
     struct route_match mm = *m;
     struct route_param *last = &mm.params[mm.nparams - 1];
@@ -666,11 +681,12 @@ static void models_tfs_run(struct http_request *req, const struct route_match *m
     size_t vlen = colon ? last->len - (size_t)(colon - last->value) - 1 : 0;
     if (!colon || vlen != 7 || memcmp(colon + 1, "predict", 7) != 0) {
         http_respond_error(req, 404, NULL, "only :predict is served on /v1/models/...");
+        served_release(held);
         return;
     }
     last->len = (size_t)(colon - last->value);
     /* A wait runs this again with the route as matched (m), not as split. */
-    struct served_model *sm = models_ready_or_wait(req, &mm, m, st, models_tfs_run, waited);
+    struct served_model *sm = models_ready_or_wait(req, &mm, m, st, models_tfs_run, held);
     if (!sm)
         return;
     if (models_refuse_full(req, st, sm)) {

@@ -86,9 +86,10 @@ static void repository_load_deliver(struct mailbox_msg *msg)
     free(c);
 }
 
-static void repository_load_done(void *arg, int rc, const char *why)
+static void repository_load_done(void *arg, int rc, const char *why, struct served_model *sm)
 {
     struct repository_call *c = arg;
+    served_release(sm);
     c->rc = rc;
     snprintf(c->why, sizeof c->why, "%s", why ? why : "");
     mailbox_post(c->mb, &c->msg);

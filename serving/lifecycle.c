@@ -282,10 +282,10 @@ static int lc_make_room(struct serving *s, struct served_entry *self, const char
         if (!victim || !lc_unload(s, victim, SERVED_UNLOAD_EVICTED, why, true)) {
             if (victim)
                 continue;   /* it took a request meanwhile: look again */
-            return error_set(err, BG_ENOTREADY,
+            return error_set(err, BG_EQUEUEFULL,
                              "model %s needs about %zu bytes on %s: %zu of its memory_budget_bytes "
-                             "(%zu) are held by models with requests in hand or still draining",
-                             self->name, need, dev, resident, budget);
+                             "(%zu) are held by models with requests in hand or still draining; "
+                             "retry", self->name, need, dev, resident, budget);
         }
         lc_sweep(s);
     }
@@ -351,8 +351,10 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
             snprintf(e->error, sizeof e->error, "the last load failed (the previous copy serves): "
                      "%s", err->msg);
         pthread_mutex_unlock(&e->mu);
+        /* No room now is no fault of the model: the next request tries again. */
         if (!serving_old)
-            lc_set_shell(s, e, cfg_ok ? cfg : NULL, SERVED_FAILED, err->msg);
+            lc_set_shell(s, e, cfg_ok ? cfg : NULL,
+                         rc == -BG_EQUEUEFULL ? SERVED_UNLOADED : SERVED_FAILED, err->msg);
         log_error("model %s: not loaded: %s", e->name, err->msg);
         free(cfg);
         return rc;
@@ -429,13 +431,35 @@ static void lc_answer_waiters(struct served_entry *e, int rc, const char *msg)
     struct served_waiter *w = e->waiters;
     e->waiters = NULL;
     e->load_queued = false;
+    /* Each waiter gets its own reference to the copy it waited for. */
+    struct served_model *sm = rc == 0 && atomic_load(&e->cur->state) == SERVED_READY ? e->cur : NULL;
+    for (struct served_waiter *x = w; x && sm; x = x->next)
+        atomic_fetch_add(&sm->refs, 1);
     pthread_mutex_unlock(&e->mu);
     while (w) {
         struct served_waiter *next = w->next;
-        w->done(w->arg, rc, msg);
+        w->done(w->arg, rc, msg, sm);
         free(w);
         w = next;
     }
+}
+
+/* A task's own callback, with a reference like the waiters'. */
+static void lc_done(struct served_entry *e, lifecycle_done_fn done, void *arg, int rc,
+                    const char *msg)
+{
+    if (!done)
+        return;
+    struct served_model *sm = NULL;
+    if (rc == 0) {
+        pthread_mutex_lock(&e->mu);
+        if (atomic_load(&e->cur->state) == SERVED_READY) {
+            sm = e->cur;
+            atomic_fetch_add(&sm->refs, 1);
+        }
+        pthread_mutex_unlock(&e->mu);
+    }
+    done(arg, rc, msg, sm);
 }
 
 static void lc_run(struct serving *s, struct lifecycle_task *t)
@@ -451,8 +475,7 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
         pthread_mutex_unlock(&t->e->mu);
         lc_unload(s, t->e, t->reason, "unloaded (repository API)", false);
     }
-    if (t->done)
-        t->done(t->arg, rc, err.msg);
+    lc_done(t->e, t->done, t->arg, rc, err.msg);
     free(t->override);
     free(t);
 }
@@ -637,7 +660,7 @@ void lifecycle_stop(struct serving *s)
         if (t->kind == TASK_LOAD)
             lc_answer_waiters(t->e, -BG_ESHUTDOWN, "the server is shutting down");
         if (t->done)
-            t->done(t->arg, -BG_ESHUTDOWN, "the server is shutting down");
+            t->done(t->arg, -BG_ESHUTDOWN, "the server is shutting down", NULL);
         free(t->override);
         free(t);
         t = next;
@@ -773,10 +796,11 @@ struct lc_sync {
     bool done;
 };
 
-static void lc_sync_done(void *arg, int rc, const char *msg)
+static void lc_sync_done(void *arg, int rc, const char *msg, struct served_model *sm)
 {
     (void)rc;
     (void)msg;
+    served_release(sm);   /* the jobs thread looks the copy up again */
     struct lc_sync *w = arg;
     pthread_mutex_lock(&w->mu);
     w->done = true;

@@ -54,9 +54,13 @@ void serving_set_devices(struct serving *s, const struct serving_device_config *
  * unloaded. 0: never. Before serving_load_all. */
 void serving_set_poll(struct serving *s, int seconds);
 
-/* A load or unload ended: rc 0, or a BG_E* code with msg. Called on the
- * lifecycle thread: hand the answer to an IO thread's mailbox. */
-typedef void (*lifecycle_done_fn)(void *arg, int rc, const char *msg);
+/* A load or unload ended: rc 0, or a BG_E* code with msg (-BG_EQUEUEFULL:
+ * no room on its device right now, worth a retry). After a load that
+ * succeeded, sm is the new copy with a reference taken for the callee
+ * (served_release it): a request that waited is served by the copy it
+ * waited for, even if the next load evicts it from the table meanwhile.
+ * Called on the lifecycle thread: hand the answer to an IO thread. */
+typedef void (*lifecycle_done_fn)(void *arg, int rc, const char *msg, struct served_model *sm);
 
 /* Loads model `name` (reloads it when loaded) from its folder, or from
  * `override` (a config.json, the one used until the next load without
