@@ -33,7 +33,7 @@ would; nothing is retried. Each client's random stream is seeded from
 --seed and its number, so both runs draw the same sequences (how far each
 client gets through its sequence depends on the server).
 
-Figures of each run (the columns of the table at the end):
+Figures of each run (rows of the table at the end, a column per run):
 
   requests         requests sent in the run and answered (any status), by
                    the clients' count; and the server's (the delta of
@@ -44,12 +44,18 @@ Figures of each run (the columns of the table at the end):
                    API), requests the server's count above. An upper bound:
                    requests that waited on a load another request started,
                    and requests refused with 503, count as hits.
-  hit ratio, client    the part of the requests answered 2xx within the
-                   cold threshold T, the strict view: a request that waited
-                   on any load is a miss. T = --cold-factor (5) x the warm
-                   p99, the p99 of the unlimited run's 2xx requests sent
-                   after its last load (by the sampler below; if fewer than
-                   200 such, its second half, and the report says so).
+  hit ratio, client    the part of the answered requests that were
+                   answered 2xx and did not wait on a load of their model,
+                   the strict view: a request waited if it was in flight
+                   during one of its model's loads, [end - cold start, end]
+                   of a "model M: loaded ... cold start N ms" log line
+                   (written at the end; its timestamp and the clients'
+                   sends are both the machine's wall clock). Where the log
+                   has no such lines: a 2xx slower than T = --cold-factor
+                   (5) x the warm p99 waited, the warm p99 being the p99 of
+                   the unlimited run's 2xx requests sent after its last load
+                   (by the sampler below; if fewer than 200 such, its second
+                   half, and the report says so). A 503 is a miss.
   server's own view    any counter in /metrics whose name speaks of hits,
                    misses, lazy loads or waits on a load (none is in the
                    contract; printed as found, deltas over the run).
@@ -59,10 +65,10 @@ Figures of each run (the columns of the table at the end):
                    If no such lines are written, the changes of the gauge
                    batchgate_model_cold_start_seconds{phase="total"} seen by
                    the sampler (it holds each model's last load only).
-  cold request p50/p99, client  the latency of the 2xx requests slower
-                   than T: what a request that meets a load waits, queueing
-                   behind the load included.
-  warm p50/p99     the latency of the 2xx requests within T.
+  cold request p50/p99, client  the latency of the 2xx requests that
+                   waited on a load (as above): what a request that meets a
+                   load waits, queueing behind it included.
+  warm p50/p99     the latency of the other 2xx requests.
   goodput          2xx answered within --budget-ms, per second of the run.
   evictions        the delta of
                    batchgate_model_unloads_total{reason="evicted"}; idle
@@ -71,8 +77,12 @@ Figures of each run (the columns of the table at the end):
                    batchgate_model_resident_bytes{device="cpu0"} the
                    sampler saw, over the budget (SPEC: the least recently
                    used idle model is unloaded before the budget is passed).
+                   Target <= 1.
   not answered     transport errors (no HTTP answer): every accepted request
-                   gets exactly one answer.
+                   gets exactly one answer. Target 0.
+  unlimited checks with no budget nothing is evicted and each model
+                   requested is loaded once: targets 0 evictions and 0
+                   loads beyond one per model.
 
 A sampler thread scrapes /metrics every 200 ms during each run (loads,
 resident bytes, the cold-start gauges).
@@ -80,14 +90,25 @@ resident bytes, the cold-start gauges).
 Part 2, the first request of an unloaded --big-mb (100) MB model (64-H-H-16,
 H chosen for the size) against reading its weight file, on a server whose
 repository holds only that model (no budget). --big-reps (5) rounds, each:
-read the file (open, readinto an 8 MiB buffer to the end, close: it was
-just written and read before, so this is a read from the page cache, "after
-dropping nothing"), then one single-row infer on a connection opened
-beforehand, with `X-Request-Timeout-Ms: --big-budget-ms` (10000), timed from
-sending to the whole answer, then POST /v2/repository/models/{m}/unload and
-waiting until POST /v2/repository/index shows the model UNAVAILABLE (the
-time to that is printed). Reported: both medians and their ratio, target
-<= 1.5; and each load's read/prepare/warmup from the log.
+
+  file cached   read the file (open, readinto an 8 MiB buffer to the end,
+                close: it was just written and read before, so this reads
+                the page cache, "after dropping nothing"); then one
+                single-row infer on a connection opened beforehand, with
+                `X-Request-Timeout-Ms: --big-budget-ms` (10000), timed from
+                sending to the whole answer; then POST
+                /v2/repository/models/{m}/unload and waiting until POST
+                /v2/repository/index shows the model UNAVAILABLE (that time
+                is printed too).
+  file evicted  the same with the file's pages dropped from the page cache
+                (posix_fadvise DONTNEED on that file alone, after fsync)
+                before the read and again before the request: both read
+                the disk (--no-big-cold leaves these out).
+
+Reported per kind: the medians of the read and of the first request and
+their ratio; target <= 1.5 for the cached file (the issue's figure), the
+evicted one for information; and each load's read/prepare/warmup from the
+log.
 
 Loopback only; every wait is bounded; about 2 minutes in all (the models
 take ~30 s to generate). Nothing here needs more than Python's standard
@@ -101,6 +122,7 @@ client loop, analysis, report) against a stand-in server."""
 
 import argparse
 import bisect
+import datetime
 import http.client as httpclient
 import json
 import os
@@ -279,7 +301,20 @@ def loads_total(samples):
 
 
 def resident_total(samples):
+    """Resident bytes on cpu0; None when the metric is absent."""
+    if not has(samples, "batchgate_model_resident_bytes"):
+        return None
     return msum(samples, "batchgate_model_resident_bytes", device=DEVICE)
+
+
+def has(samples, name):
+    return any(n == name for n, _, _ in samples)
+
+
+# The contract's metrics (SPEC.md "Metrics added"); a missing one is named
+# in the report rather than read as zero.
+CONTRACT_METRICS = ("batchgate_model_loads_total", "batchgate_model_unloads_total",
+                    "batchgate_model_resident_bytes", "batchgate_requests_total")
 
 
 class Sampler(threading.Thread):
@@ -343,6 +378,37 @@ def gauge_cold_starts(samples):
 LOADED_RE = re.compile(r'model (\S+): loaded on [^;]*; cold start ([\d.]+) ms'
                        r'(?: \(read ([\d.]+), prepare ([\d.]+)'
                        r'(?:, of which device context [\d.]+)?, warmup ([\d.]+)\))?')
+
+
+LINE_TS_RE = re.compile(r'^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)? ')
+
+
+def log_wall(line):
+    """The Unix time of a log line's ISO-8601 timestamp; None without one."""
+    m = LINE_TS_RE.match(line)
+    if not m:
+        return None
+    t = datetime.datetime.fromisoformat(m.group(1))
+    tz = m.group(2) or "Z"
+    if tz == "Z":
+        off = 0
+    else:
+        sign = -1 if tz[0] == "-" else 1
+        hh, mm = tz[1:].replace(":", "")[:2], tz[1:].replace(":", "")[2:]
+        off = sign * (int(hh) * 3600 + int(mm) * 60)
+    return t.replace(tzinfo=datetime.timezone.utc).timestamp() - off
+
+
+def log_load_intervals(text):
+    """{model: [(start, end)]} in Unix time, one per "loaded" line: the
+    line is written when the load ends; it began cold-start ms before."""
+    out = {}
+    for line in text.splitlines():
+        m = LOADED_RE.search(line)
+        end = log_wall(line) if m else None
+        if end is not None:
+            out.setdefault(m.group(1), []).append((end - float(m.group(2)) / 1e3, end))
+    return out
 
 
 def log_cold_starts(text):
@@ -553,6 +619,8 @@ class Client(threading.Thread):
                 except ValueError:
                     pause = 0.0
                 time.sleep(max(0.0, min(pause, t_end - time.monotonic())))
+            elif not status:
+                time.sleep(0.01)    # no answer: a dead server is not spun on
         if conn is not None:
             conn.close()
 
@@ -569,6 +637,7 @@ def run_traffic(port, names, args, log=print):
     clients = [Client(c, port, names, args.zipf_s, args.seed, args.budget_ms,
                       args.retry_after_cap_s, body, go) for c in range(args.clients)]
     t_start = time.monotonic() + 0.05
+    wall_start = time.time() + (t_start - time.monotonic())
     for c in clients:
         c.t_start, c.t_end = t_start, t_start + args.duration
         c.start()
@@ -588,7 +657,7 @@ def run_traffic(port, names, args, log=print):
     records = [r for c in clients for r in c.records]
     samples = [(t - t_start, loads, res, cs) for t, loads, res, cs in sampler.snap()]
     return {"records": records, "samples": samples, "before": before, "after": after,
-            "sampler_errors": sampler.errors}
+            "sampler_errors": sampler.errors, "wall_start": wall_start}
 
 
 # ---------------------------------------------------------------- analysis
@@ -608,7 +677,26 @@ def warm_baseline(raw):
                                   % (len(late), len(after)))
 
 
-def analyze(raw, duration, budget_ms, cold_threshold, budget_bytes, log_text):
+def misses(raw, names, log_text, cold_threshold):
+    """([True where the record waited on a load of its model], how): a
+    record waited if it was in flight during one of the model's loads by
+    the log ("loaded" lines); without such lines, if it was answered 2xx
+    slower than cold_threshold."""
+    iv = log_load_intervals(log_text)
+    recs = raw["records"]
+    if iv and raw.get("wall_start") is not None:
+        w0 = raw["wall_start"]
+        rel = {m: [(a - w0, b - w0) for a, b in v] for m, v in iv.items()}
+        out = []
+        for t, k, st, lat, _ in recs:
+            loads = rel.get(names[k], ())
+            out.append(any(t < b and t + lat > a for a, b in loads))
+        return out, "in flight during a load of its model (log lines)"
+    return [200 <= st < 300 and lat > cold_threshold for _, _, st, lat, _ in recs], \
+        "2xx slower than T = %s (no \"loaded\" log lines)" % ms(cold_threshold)
+
+
+def analyze(raw, duration, budget_ms, cold_threshold, budget_bytes, log_text, names):
     recs = raw["records"]
     before, after = raw["before"], raw["after"]
     codes = {}
@@ -617,8 +705,9 @@ def analyze(raw, duration, budget_ms, cold_threshold, budget_bytes, log_text):
         codes[key] = codes.get(key, 0) + 1
     answered = [r for r in recs if r[2]]
     ok = [r for r in recs if 200 <= r[2] < 300]
-    warm = [r[3] for r in ok if r[3] <= cold_threshold]
-    cold = [r[3] for r in ok if r[3] > cold_threshold]
+    missed, how = misses(raw, names, log_text, cold_threshold)
+    warm = [r[3] for r, x in zip(recs, missed) if 200 <= r[2] < 300 and not x]
+    cold = [r[3] for r, x in zip(recs, missed) if 200 <= r[2] < 300 and x]
     good = sum(1 for r in ok if r[3] <= budget_ms / 1e3)
     server_requests = msum(after, "batchgate_requests_total") - \
         msum(before, "batchgate_requests_total")
@@ -631,6 +720,13 @@ def analyze(raw, duration, budget_ms, cold_threshold, budget_bytes, log_text):
         unloads[reason] = msum(after, "batchgate_model_unloads_total", reason=reason) - \
             msum(before, "batchgate_model_unloads_total", reason=reason)
     loads = loads_ok + loads_failed
+    missing = [n for n in CONTRACT_METRICS if not has(after, n)]
+    # Counters appear once they count something: no unload at all is no
+    # unloads_total, and no evictions.
+    if "batchgate_model_unloads_total" in missing:
+        missing.remove("batchgate_model_unloads_total")
+    if "batchgate_model_loads_total" in missing:
+        loads = loads_ok = loads_failed = None
     lines = log_cold_starts(log_text)
     if lines:
         server_cold = [x[1] / 1e3 for x in lines]
@@ -639,14 +735,15 @@ def analyze(raw, duration, budget_ms, cold_threshold, budget_bytes, log_text):
         server_cold = gauge_cold_starts(raw["samples"])
         cold_source = ("no \"cold start\" log lines; the cold-start gauge's changes (%d)"
                        % len(server_cold))
-    res = [r for _, _, r, _ in raw["samples"]]
-    hit_metrics = 1 - loads / server_requests if server_requests > 0 else None
+    res = [r for _, _, r, _ in raw["samples"] if r is not None]
+    hit_metrics = 1 - loads / server_requests if server_requests > 0 and loads is not None \
+        else None
     return {
         "requests": len(answered), "sent": len(recs), "server_requests": server_requests,
         "codes": codes, "ok": len(ok),
-        "loads": loads, "loads_failed": loads_failed, "unloads": unloads,
+        "loads": loads, "loads_failed": loads_failed, "unloads": unloads, "missing": missing,
         "hit_metrics": hit_metrics,
-        "hit_client": len(warm) / len(answered) if answered else None,
+        "hit_client": len(warm) / len(answered) if answered else None, "miss_how": how,
         "own_view": own_view(before, after),
         "server_cold": server_cold, "cold_source": cold_source,
         "cold_p50": percentile(server_cold, 50), "cold_p99": percentile(server_cold, 99),
@@ -676,13 +773,16 @@ def run_lines(tag, a, budget_bytes):
     out.append("  requests: %d answered of %d sent (server counted %.0f); codes %s"
                % (a["requests"], a["sent"], a["server_requests"],
                   ", ".join("%s x%d" % kv for kv in sorted(a["codes"].items()))))
-    out.append("  loads %.0f (failed %.0f), %d of the models requested; unloads: evicted %.0f, "
+    if a["missing"]:
+        out.append("  warning: /metrics has no %s (issue #17's names)" % ", ".join(a["missing"]))
+    out.append("  loads %s (failed %s), %d of the models requested; unloads: evicted %.0f, "
                "idle %.0f, api %.0f, reload %.0f" % (
-                   a["loads"], a["loads_failed"], a["models_requested"],
+                   fnum(a["loads"], "%.0f"), fnum(a["loads_failed"], "%.0f"),
+                   a["models_requested"],
                    a["unloads"]["evicted"], a["unloads"]["idle"], a["unloads"]["api"],
                    a["unloads"]["reload"]))
-    out.append("  hit ratio: metrics %s, client %s; server's own view: %s" % (
-        fnum(a["hit_metrics"]), fnum(a["hit_client"]),
+    out.append("  hit ratio: metrics %s, client %s (a miss: %s); server's own view: %s" % (
+        fnum(a["hit_metrics"]), fnum(a["hit_client"]), a["miss_how"],
         ", ".join("%s +%.0f" % kv for kv in a["own_view"].items()) or "no such counter"))
     out.append("  cold start (server, %s): p50 %s, p99 %s; requests that met one (client, "
                "%d): p50 %s, p99 %s" % (a["cold_source"], ms(a["cold_p50"]), ms(a["cold_p99"]),
@@ -705,23 +805,26 @@ def zipf_checks(runs):
     b, u = runs.get("budget"), runs.get("unlimited")
     rows = []
 
-    def both(name, key, target="(info)"):
-        rows.append((name, target, {t: (r[key], None) for t, r in runs.items()}))
+    def count(v):
+        return int(round(v)) if v is not None else None
+
+    def both(name, key, target="(info)", conv=lambda v: v):
+        rows.append((name, target, {t: (conv(r[key]), None) for t, r in runs.items()}))
 
     both("hit ratio, metrics (1 - loads/requests)", "hit_metrics")
-    both("hit ratio, client (2xx within T)", "hit_client")
-    both("loads (request-triggered)", "loads")
+    both("hit ratio, client (waited on no load)", "hit_client")
+    both("loads (request-triggered)", "loads", conv=count)
     both("cold start p50, server (ms)", "cold_p50")
     both("cold start p99, server (ms)", "cold_p99")
     both("cold request p50, client (ms)", "cold_req_p50")
     both("cold request p99, client (ms)", "cold_req_p99")
     both("goodput (2xx within budget /s)", "goodput")
-    rows.append(("evictions", "(info)", {t: (r["unloads"]["evicted"], None)
+    rows.append(("evictions", "(info)", {t: (count(r["unloads"]["evicted"]), None)
                                          for t, r in runs.items()}))
     if u:
-        ev = u["unloads"]["evicted"]
+        ev = count(u["unloads"]["evicted"])
         rows.append(("unlimited: evictions", "0", {"unlimited": (ev, ev == 0)}))
-        extra = u["loads"] - u["models_requested"]
+        extra = count(u["loads"]) - u["models_requested"] if u["loads"] is not None else None
         rows.append(("unlimited: loads beyond one per model", "0",
                      {"unlimited": (extra, extra == 0)}))
     if b and b["resident_over_budget"] is not None:
@@ -743,11 +846,11 @@ def zipf_checks(runs):
 
 
 def cell(v):
-    """A table value: counts whole, ratios to 3 decimals, large figures
-    to fewer."""
+    """A table value: counts (ints) whole, other figures to 3 significant
+    digits or more."""
     if v is None:
         return "-"
-    if v == int(v) and abs(v) < 1e9:
+    if isinstance(v, int):
         return "%d" % v
     return "%.0f" % v if abs(v) >= 100 else "%.1f" % v if abs(v) >= 10 else "%.3f" % v
 
@@ -812,12 +915,13 @@ def part_zipf(args, scratch, log=print):
         raise BenchError("the unlimited run answered no request 2xx: nothing to measure "
                          "(codes: %s)" % sorted({r[2] for r in raws["unlimited"]["records"]}))
     threshold = args.cold_factor * warm_p99
-    log("warm p99 %s (unlimited run, %s); cold threshold T = %g x = %s"
-        % (ms(warm_p99), how, args.cold_factor, ms(threshold)))
+    log("warm p99 %s (unlimited run, %s); cold threshold T = %g x = %s (used only where "
+        "the log has no \"loaded\" lines)" % (ms(warm_p99), how, args.cold_factor,
+                                              ms(threshold)))
     runs = {}
     for tag, raw in raws.items():
         runs[tag] = analyze(raw, args.duration, args.budget_ms, threshold, raw["budget_bytes"],
-                            raw["log"])
+                            raw["log"], names)
         for line in run_lines(tag, runs[tag], raw["budget_bytes"]):
             log(line)
     return zipf_checks(runs)
@@ -852,6 +956,37 @@ def timed_infer(port, name, budget_ms, timeout):
         conn.close()
 
 
+def evict(path):
+    """Drops path's pages from the page cache (POSIX_FADV_DONTNEED on this
+    file only: nothing else on the machine is touched); False where the
+    platform cannot."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return True
+
+
+def big_round(gw, name, path, args, cold):
+    """(file read s, first request s, unload s) of one round; cold: the
+    file's pages evicted before the read and again before the request."""
+    if cold:
+        evict(path)
+    read = time_read(path)
+    if cold:
+        evict(path)
+    code, lat, body, ra = timed_infer(gw.port, name, args.big_budget_ms,
+                                      args.big_budget_ms / 1e3 + 30)
+    if code != 200:
+        raise BenchError("the first request of %s answered %d%s: %r"
+                         % (name, code, " (Retry-After: %s)" % ra if ra else "", body[:300]))
+    return read, lat, unload_and_wait(gw.port, name)
+
+
 def part_big(args, scratch, log=print):
     repo = os.path.join(scratch, "big-models")
     os.makedirs(repo)
@@ -862,42 +997,54 @@ def part_big(args, scratch, log=print):
     path = os.path.join(repo, name, "model.safetensors")
     log("big model: %d-%d-%d-%d, %.1f MB of weights, lazy (made in %.0f s)"
         % (IN_DIM, hidden, hidden, OUT_DIM, size / 1e6, time.monotonic() - t0))
+    modes = ["cached"]
+    if args.big_cold:
+        if hasattr(os, "posix_fadvise"):
+            modes.append("evicted")
+        else:
+            log("  (no posix_fadvise here: the evicted-file rounds are left out)")
+    time_read(path)     # the first cached round reads the page cache too
     work = tempfile.mkdtemp(prefix="bg-lifecycle-big-", dir=scratch)
     gw = Gateway(work, "big", repo, 0, io_threads=args.io_threads)
-    reads, firsts, unloads = [], [], []
+    got = {m: [] for m in modes}
     try:
         check_repository(gw.port, [name], log)
         off = gw.log_size()
         for i in range(args.big_reps):
-            reads.append(time_read(path))
-            code, lat, body, ra = timed_infer(gw.port, name, args.big_budget_ms,
-                                              args.big_budget_ms / 1e3 + 30)
-            if code != 200:
-                raise BenchError("the first request of %s (round %d) answered %d%s: %r"
-                                 % (name, i + 1, code,
-                                    " (Retry-After: %s)" % ra if ra else "", body[:300]))
-            firsts.append(lat)
-            unloads.append(unload_and_wait(gw.port, name))
-            log("  round %d: read %s, first request %s (%.2fx), unload to UNAVAILABLE %s"
-                % (i + 1, ms(reads[-1]), ms(lat), lat / reads[-1], ms(unloads[-1])))
+            for mode in modes:
+                r = big_round(gw, name, path, args, mode == "evicted")
+                got[mode].append(r)
+                log("  round %d, file %s: read %s, first request %s (%.2fx), unload to "
+                    "UNAVAILABLE %s" % (i + 1, mode, ms(r[0]), ms(r[1]), r[1] / r[0], ms(r[2])))
         loads = log_cold_starts(gw.text(off))
     finally:
         gw.stop()
     for m, total, rd, prep, warm in loads:
         log("  log: %s cold start %.1f ms (read %s, prepare %s, warmup %s)"
             % (m, total, *("%.1f" % x if x is not None else "?" for x in (rd, prep, warm))))
-    if len(loads) != args.big_reps:
-        log("  (%d \"loaded\" log lines for %d rounds)" % (len(loads), args.big_reps))
-    r_med, f_med = median(reads), median(firsts)
-    ratio = f_med / r_med
-    log("big: medians of %d rounds: file read %s (%.2f GB/s), first request %s; ratio %.2f"
-        % (args.big_reps, ms(r_med), size / r_med / 1e9, ms(f_med), ratio))
-    return [("%d MB: first request / file read (medians)" % round(size / 1e6),
-             "<= %.1f" % TARGET_BIG_RATIO, {"big": (ratio, ratio <= TARGET_BIG_RATIO)}),
-            ("%d MB: first request, median (ms)" % round(size / 1e6), "(info)",
-             {"big": (f_med * 1e3, None)}),
-            ("%d MB: file read, median (ms)" % round(size / 1e6), "(info)",
-             {"big": (r_med * 1e3, None)})]
+    if len(loads) != args.big_reps * len(modes):
+        log("  (%d \"loaded\" log lines for %d rounds)" % (len(loads),
+                                                         args.big_reps * len(modes)))
+    mb = round(size / 1e6)
+    rows = []
+    for mode in modes:
+        r_med = median([r[0] for r in got[mode]])
+        f_med = median([r[1] for r in got[mode]])
+        ratio = f_med / r_med
+        log("big, file %s: medians of %d rounds: file read %s (%.2f GB/s), first request %s; "
+            "ratio %.2f" % (mode, args.big_reps, ms(r_med), size / r_med / 1e9, ms(f_med),
+                            ratio))
+        # The target is the issue's, for the file as it is ("after dropping
+        # nothing"); the evicted rounds show what a cold disk changes.
+        target = mode == "cached"
+        rows += [("%d MB, file %s: first request / read (medians)" % (mb, mode),
+                  "<= %.1f" % TARGET_BIG_RATIO if target else "(info)",
+                  {"big": (ratio, ratio <= TARGET_BIG_RATIO if target else None)}),
+                 ("%d MB, file %s: first request, median (ms)" % (mb, mode), "(info)",
+                  {"big": (f_med * 1e3, None)}),
+                 ("%d MB, file %s: file read, median (ms)" % (mb, mode), "(info)",
+                  {"big": (r_med * 1e3, None)})]
+    return rows
 
 
 def loadavg():
@@ -931,6 +1078,8 @@ def parse_args(argv=None):
     ap.add_argument("--big-reps", type=int, default=5)
     ap.add_argument("--big-budget-ms", type=int, default=10000,
                     help="X-Request-Timeout-Ms of the big model's first requests")
+    ap.add_argument("--no-big-cold", dest="big_cold", action="store_false",
+                    help="leave out the big rounds with the file evicted from the page cache")
     ap.add_argument("--io-threads", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (models, logs)")
     a = ap.parse_args(argv)

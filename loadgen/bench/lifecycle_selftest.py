@@ -211,8 +211,10 @@ def fake_server_main(argv):
     budget = cfg.get("devices", {}).get("cpu0", {}).get("memory_budget_bytes", 0)
 
     def log(msg):
-        sys.stderr.write("%s info %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S.000Z",
-                                                         time.gmtime()), msg))
+        now = time.time()
+        sys.stderr.write("%s.%03dZ info %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S",
+                                                               time.gmtime(now)),
+                                                 int(now % 1 * 1000), msg))
         sys.stderr.flush()
 
     Handler.fake = FakeGateway(cfg["model_repository"], budget, log,
@@ -372,8 +374,9 @@ class ArgsTest(unittest.TestCase):
     def test_defaults_are_the_issue_s(self):
         a = lc.parse_args([])
         self.assertEqual((a.models, a.ratio, a.zipf_s, a.clients, a.duration, a.budget_ms,
-                          a.big_mb, a.big_reps, a.parts),
-                         (20, 3, 1.1, 8, 20.0, 2000, 100.0, 5, ["zipf", "big"]))
+                          a.big_mb, a.big_reps, a.parts, a.big_cold),
+                         (20, 3, 1.1, 8, 20.0, 2000, 100.0, 5, ["zipf", "big"], True))
+        self.assertFalse(lc.parse_args(["--no-big-cold"]).big_cold)
 
     def test_bad_values_are_usage_errors(self):
         for argv in (["--parts", "zipf,nope"], ["--parts", ""], ["--hidden", "a,b"],
@@ -407,7 +410,8 @@ class AnalysisTest(unittest.TestCase):
         samples = [(0.2, 1, 40e6, {}), (0.4, 9, 60e6, {})]
         log = "x info model m00: loaded on cpu, 1 instance, 1.0 MiB; cold start 250.0 ms " \
               "(read 1.0, prepare 240.0, warmup 9.0)\n" * 8
-        a = lc.analyze(self.raw(recs, samples, before, after), 2.0, 2000, 0.05, 120e6, log)
+        a = lc.analyze(self.raw(recs, samples, before, after), 2.0, 2000, 0.05, 120e6, log,
+                       lc.model_names(3))
         self.assertEqual((a["sent"], a["requests"], a["ok"], a["no_answer"]), (100, 99, 97, 1))
         self.assertEqual(a["server_requests"], 99)
         self.assertEqual((a["loads"], a["loads_failed"]), (8, 1))
@@ -425,6 +429,61 @@ class AnalysisTest(unittest.TestCase):
         lines = lc.run_lines("budget", a, 120e6)
         self.assertTrue(any("hit ratio: metrics 0.919, client 0.909" in l for l in lines), lines)
         self.assertTrue(any("no answer 1" in l for l in lines), lines)
+
+    def test_missing_contract_metrics_are_named_not_zero(self):
+        recs = [(0.01 * i, 0, 200, 0.005, "") for i in range(10)]
+        after = 'batchgate_requests_total{model="m00",code="200"} 10\n'
+        a = lc.analyze(self.raw(recs, [(0.1, 0, None, {})], "", after), 1.0, 2000, 0.05,
+                       1e6, "", ["m00"])
+        self.assertIsNone(a["loads"])
+        self.assertIsNone(a["hit_metrics"])
+        self.assertIsNone(a["resident_max"])
+        self.assertEqual(a["missing"], ["batchgate_model_loads_total",
+                                        "batchgate_model_resident_bytes"])
+        lines = "\n".join(lc.run_lines("unlimited", a, 0))
+        self.assertIn("warning: /metrics has no batchgate_model_loads_total, "
+                      "batchgate_model_resident_bytes", lines)
+        self.assertIn("loads - (failed -)", lines)
+        rows = {r[0]: r for r in lc.zipf_checks({"unlimited": a})}
+        self.assertEqual(rows["unlimited: loads beyond one per model"][2]["unlimited"],
+                         (None, False))
+        self.assertIsNone(lc.resident_total(lc.parse_metrics(after)))
+
+    def test_misses_by_the_log_s_load_intervals(self):
+        # Loads of m01 over [1.0, 1.1] s and m00 over [2.0, 2.05] s of the run.
+        w0 = 1_800_000_000.0
+
+        def line(t, model, ms_):
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(w0 + t))
+            return ("%s.%03dZ info model %s: loaded on cpu, 1 instance, 1.0 MiB; cold start "
+                    "%.1f ms (read 0.1, prepare 1.0, warmup 0.1)"
+                    % (stamp, round((w0 + t) % 1 * 1000), model, ms_))
+        log = "\n".join([line(1.1, "m01", 100), line(2.05, "m00", 50)])
+        self.assertEqual({m: [(round(a - w0, 3), round(b - w0, 3)) for a, b in v]
+                          for m, v in lc.log_load_intervals(log).items()},
+                         {"m01": [(1.0, 1.1)], "m00": [(2.0, 2.05)]})
+        recs = [(0.95, 1, 200, 0.2, ""),    # m01 sent before, answered after the load
+                (1.05, 1, 200, 0.06, ""),   # m01 sent during it
+                (1.15, 1, 200, 0.01, ""),   # m01 after it: a hit
+                (1.05, 0, 200, 0.01, ""),   # m00 during m01's load: a hit
+                (1.99, 0, 503, 0.001, ""),  # refused: a miss whatever the log
+                (2.01, 0, 200, 0.3, "")]    # m00 during its load
+        raw = self.raw(recs)
+        raw["wall_start"] = w0
+        missed, how = lc.misses(raw, lc.model_names(2), log, 0.001)
+        self.assertEqual(missed, [True, True, False, False, False, True])
+        self.assertIn("log lines", how)
+        a = lc.analyze(raw, 3.0, 2000, 0.001, 0, log, lc.model_names(2))
+        self.assertAlmostEqual(a["hit_client"], 2 / 6)
+        self.assertEqual((a["cold_req"], a["cold_req_p50"], a["cold_req_p99"]), (3, 0.2, 0.3))
+        self.assertEqual(a["cold_p50"], 0.05)
+        self.assertEqual(a["cold_p99"], 0.1)
+
+    def test_log_wall_clock(self):
+        self.assertEqual(lc.log_wall("2026-12-03T13:41:48.500Z info x"), 1796305308.5)
+        self.assertEqual(lc.log_wall("2026-12-03T15:41:48.500+02:00 info x"), 1796305308.5)
+        self.assertEqual(lc.log_wall("2026-12-03T10:41:48-0300 info x"), 1796305308.0)
+        self.assertIsNone(lc.log_wall("batchgate: c.json: devices: unknown field"))
 
     def test_warm_baseline(self):
         recs = [(0.1 * i, 0, 200, 0.001 * (1 + i % 10), "") for i in range(300)]
@@ -457,11 +516,12 @@ class AnalysisTest(unittest.TestCase):
         self.assertIn("big", text.splitlines()[0])
         self.assertRegex(text, r"big: ratio +<= 1.5 +1\.700 +NOT MET")
         self.assertRegex(text, r"unlimited: evictions +0 +0 +met")
-        self.assertRegex(text, r"cold start p50, server \(ms\) +\(info\) +40 ")
-        self.assertRegex(text, r"cold start p99, server \(ms\) +\(info\) +90 ")
+        self.assertRegex(text, r"cold start p50, server \(ms\) +\(info\) +40\.0 ")
+        self.assertRegex(text, r"cold start p99, server \(ms\) +\(info\) +90\.0 ")
+        self.assertRegex(text, r"loads \(request-triggered\) +\(info\) +30 +20\n")
         self.assertRegex(text, r"goodput budget / unlimited +\(info\) +0\.800")
-        self.assertEqual([lc.cell(x) for x in (None, 3.0, 0.4567, 12.345, 1234.5)],
-                         ["-", "3", "0.457", "12.3", "1234"])
+        self.assertEqual([lc.cell(x) for x in (None, 3, 3.0, 0.4567, 12.345, 1234.5)],
+                         ["-", "3", "3.000", "0.457", "12.3", "1234"])
 
 
 def write_fake_bin(work, env_extra=""):
@@ -501,14 +561,20 @@ class StandInRunTest(unittest.TestCase):
                      r"unlimited \(memory_budget_bytes 0 = unlimited\):",
                      r"codes 200 x\d+, 503 x\d+",
                      r"server's own view: batchgate_model_lazy_misses_total \+\d+",
+                     r"client [\d.]+ \(a miss: in flight during a load of its model "
+                     r"\(log lines\)\)",
                      r"cold start \(server, log lines \(\d+\)\): p50 [\d.]+ ms",
-                     r"round 3: read [\d.]+ ms, first request [\d.]+ ms",
+                     r"round 3, file cached: read [\d.]+ ms, first request [\d.]+ ms",
+                     r"round 3, file evicted: read [\d.]+ ms, first request [\d.]+ ms",
                      r"log: big cold start",
-                     r"big: medians of 3 rounds",
+                     r"big, file cached: medians of 3 rounds",
+                     r"2 MB, file evicted: first request / read \(medians\) +\(info\) "
+                     r"+[\d.]+ *\n",
                      r"unlimited: evictions +0 +0 +met",
                      r"budget: resident max / budget +<= 1.00 +0\.\d+ +met",
                      r"budget: requests with no answer +0 +0 +met",
-                     r"2 MB: first request / file read \(medians\) +<= 1.5"):
+                     r"2 MB, file cached: first request / read \(medians\) +<= 1.5 "
+                     r"+[\d.]+ +(met|NOT MET)"):
             self.assertRegex(text, want)
         ev = re.search(r"budget \(memory.*\n.*\n  loads (\d+) .*evicted (\d+)", text)
         self.assertTrue(ev and int(ev.group(2)) > 0, "the budget run evicts:\n" + text)
