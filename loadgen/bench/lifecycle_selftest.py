@@ -21,6 +21,8 @@ import os
 import random
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -53,7 +55,8 @@ class FakeGateway:
             lazy = cfg.get("lifecycle", {}).get("load") == "lazy"
             self.models[name] = {"size": os.path.getsize(
                 os.path.join(repo, name, "model.safetensors")), "state": "UNAVAILABLE",
-                "lazy": lazy, "inflight": 0, "used": 0.0, "cold": 0.0}
+                "lazy": lazy, "inflight": 0, "used": 0.0, "cold": 0.0, "blob": None,
+                "out": cfg["outputs"][0]["shape"][0]}
         self.requests, self.loads, self.unloads = {}, {}, {}
         self.misses = 0
 
@@ -83,20 +86,26 @@ class FakeGateway:
                     continue
                 victim = min(idle)[1]
                 self.models[victim]["state"] = "UNAVAILABLE"
+                self.models[victim]["blob"] = None
                 self.count(self.unloads, (victim, "evicted"))
         m["state"] = "LOADING"
         self.lock.release()
         try:
             t0 = time.monotonic()
+            # The weights held in memory (RSS) until the model leaves;
+            # FAKE_LEAK_BYTES more kept for good at each load.
+            leak = int(os.environ.get("FAKE_LEAK_BYTES", "0"))
+            if leak:
+                LEAKED.append(b"x" * leak)
+            blob = m["blob"] or bytearray(m["size"])
             with open(os.path.join(self.repo, name, "model.safetensors"), "rb") as f:
-                while f.read(1 << 20):
-                    pass
+                f.readinto(blob)
             t_read = time.monotonic() - t0
             time.sleep(0.002)
             total = time.monotonic() - t0
         finally:
             self.lock.acquire()
-        m["state"], m["cold"] = "READY", total
+        m["state"], m["cold"], m["blob"] = "READY", total, blob
         self.count(self.loads, (name, "ok"))
         self.log("model %s: loaded on cpu, 1 instance, %.1f MiB; cold start %.1f ms "
                  "(read %.1f, prepare %.1f, warmup %.1f)" % (
@@ -122,6 +131,9 @@ class FakeGateway:
         return "\n".join(out) + "\n"
 
 
+LEAKED = []
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     fake = None
@@ -140,6 +152,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        if self.path == "/debug/memory":
+            return self.answer(200, {"heap_in_use_bytes": 1 << 20, "arenas": 1})
         if self.path == "/metrics":
             with self.fake.lock:
                 text = self.fake.metrics()
@@ -195,11 +209,14 @@ class Handler(BaseHTTPRequestHandler):
             mod["inflight"] -= 1
             f.lock.notify_all()
         self.answer(200, {"model_name": name, "outputs": [
-            {"name": "output", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]})
+            {"name": "output", "datatype": "FP32", "shape": [1, mod["out"]],
+             "data": [0.0] * mod["out"]}]})
 
     def finish_unload(self, name):
         with self.fake.lock:
             self.fake.models[name]["state"] = "UNAVAILABLE"
+            if not os.environ.get("FAKE_KEEP_WEIGHTS"):
+                self.fake.models[name]["blob"] = None
             self.fake.count(self.fake.unloads, (name, "api"))
             self.fake.lock.notify_all()
 
@@ -219,6 +236,7 @@ def fake_server_main(argv):
 
     Handler.fake = FakeGateway(cfg["model_repository"], budget, log,
                                int(os.environ.get("FAKE_REFUSE_EVERY", "0")))
+    signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     log("listening on 127.0.0.1:%d (1 io threads)" % srv.server_address[1])
@@ -590,6 +608,42 @@ class StandInRunTest(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("POST /v2/repository/index answered 404", err.getvalue())
         self.assertNotIn("Traceback", err.getvalue())
+
+
+class E2eTestOnStandInTest(unittest.TestCase):
+    """tests/e2e/test_lifecycle_memory.py, whose routes are issue #17's,
+    run against the stand-in (which holds a model's bytes while loaded)."""
+
+    def run_e2e(self, fake_env=""):
+        work = tempfile.mkdtemp(prefix="lc-selftest-")
+        try:
+            env = dict(os.environ, BATCHGATE_BIN=write_fake_bin(work, fake_env),
+                       LIFECYCLE_CYCLES="6", LIFECYCLE_MB="40", PYTHONDONTWRITEBYTECODE="1")
+            return subprocess.run([sys.executable, "-m", "unittest", "-v",
+                                   "test_lifecycle_memory"],
+                                  cwd=os.path.join(lc.ROOT, "tests", "e2e"), env=env,
+                                  capture_output=True, text=True, timeout=120)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def test_the_e2e_memory_test_passes_on_the_stand_in(self):
+        p = self.run_e2e()
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stderr, r"# 6 cycles of a 40\.0 MB model: [\d.]+ s")
+        self.assertRegex(p.stderr, r"Ran 1 test.*\n\nOK")
+
+    def test_it_fails_on_a_leak(self):
+        p = self.run_e2e("FAKE_LEAK_BYTES=1048576 ")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertRegex(p.stderr, r"RSS after 6 cycles grew [45]\.\d\d MiB past its value "
+                                   r"after the first \(allowed 2 MiB\)")
+
+    def test_it_fails_when_unloads_keep_the_weights(self):
+        # Flat RSS, yet the memory never went back.
+        p = self.run_e2e("FAKE_KEEP_WEIGHTS=1 ")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertRegex(p.stderr, r"the unload gave back -?\d+\.\d MiB of the 38\.1 MiB of "
+                                   r"weights within 5 s")
 
 
 @unittest.skipUnless(os.access(REAL_BIN, os.X_OK), "batchgate not built (%s)" % REAL_BIN)
