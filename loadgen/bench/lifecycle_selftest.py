@@ -4,7 +4,9 @@ routes of issue #17: the Zipf sampler, the model sizes, argument parsing,
 the metrics and log parsers, the client loop and its timing, the analysis
 and the report, run whole against a stand-in server; and, with the real
 binary, that the generated models serve and that a build without issue
-#17 is reported in one clear message.
+#17 is reported in one clear message. tests/e2e/test_lifecycle_memory.py
+runs against the same stand-in too: it must pass, and fail on a leak and on
+unloads that keep the weights.
 
     python3 loadgen/bench/lifecycle_selftest.py [-v]
 
