@@ -73,13 +73,17 @@ Figures of each run (rows of the table at the end, a column per run):
   evictions        the delta of
                    batchgate_model_unloads_total{reason="evicted"}; idle
                    and api unloads are printed beside it.
-  resident max / budget   the largest sum of
-                   batchgate_model_resident_bytes{device="cpu0"} the
-                   sampler saw, over the budget (SPEC: the least recently
+  resident max / budget   the largest
+                   batchgate_device_resident_bytes{device="cpu0"} (draining
+                   copies included; else the sum of
+                   batchgate_model_resident_bytes there) the sampler saw,
+                   over the budget (SPEC: the least recently
                    used idle model is unloaded before the budget is passed).
                    Target <= 1.
   not answered     transport errors (no HTTP answer): every accepted request
                    gets exactly one answer. Target 0.
+  not 2xx          per model and status, how many answers, and the body of
+                   the first (the server's reason), most frequent first.
   unlimited checks with no budget nothing is evicted and each model
                    requested is loaded once: targets 0 evictions and 0
                    loads beyond one per model.
@@ -301,7 +305,11 @@ def loads_total(samples):
 
 
 def resident_total(samples):
-    """Resident bytes on cpu0; None when the metric is absent."""
+    """Resident bytes on cpu0: batchgate_device_resident_bytes (draining
+    copies included: what the budget bounds), else the sum of
+    batchgate_model_resident_bytes; None when neither is there."""
+    if has(samples, "batchgate_device_resident_bytes"):
+        return msum(samples, "batchgate_device_resident_bytes", device=DEVICE)
     if not has(samples, "batchgate_model_resident_bytes"):
         return None
     return msum(samples, "batchgate_model_resident_bytes", device=DEVICE)
@@ -578,6 +586,7 @@ class Client(threading.Thread):
         self.headers = {"Content-Type": "application/json",
                         "X-Request-Timeout-Ms": str(budget_ms)}
         self.records = []
+        self.first_error = {}       # (model rank, status): the first such body
         self.t_start = self.t_end = None
         # The server answers within the budget (504 past it); the rest is slack.
         self.sock_timeout = budget_ms / 1e3 + 10
@@ -600,8 +609,10 @@ class Client(threading.Thread):
                 conn.request("POST", "/v2/models/%s/infer" % self.names[k], self.body,
                              self.headers)
                 resp = conn.getresponse()
-                resp.read()
+                data = resp.read()
                 status = resp.status
+                if status >= 300 and (k, status) not in self.first_error:
+                    self.first_error[(k, status)] = data[:300].decode("utf-8", "replace")
                 retry_after = resp.getheader("Retry-After")
                 if resp.will_close:
                     conn.close()
@@ -656,8 +667,13 @@ def run_traffic(port, names, args, log=print):
     after = scrape(port)
     records = [r for c in clients for r in c.records]
     samples = [(t - t_start, loads, res, cs) for t, loads, res, cs in sampler.snap()]
+    first_error = {}
+    for c in clients:
+        for key, body in c.first_error.items():
+            first_error.setdefault(key, body)
     return {"records": records, "samples": samples, "before": before, "after": after,
-            "sampler_errors": sampler.errors, "wall_start": wall_start}
+            "sampler_errors": sampler.errors, "wall_start": wall_start,
+            "first_error": first_error}
 
 
 # ---------------------------------------------------------------- analysis
@@ -756,7 +772,19 @@ def analyze(raw, duration, budget_ms, cold_threshold, budget_bytes, log_text, na
         "no_answer": sum(1 for r in recs if not r[2]),
         "models_requested": len({r[1] for r in answered}),
         "sampler_rows": len(raw["samples"]), "sampler_errors": raw.get("sampler_errors", 0),
+        "errors_by_model": errors_by_model(recs, names, raw.get("first_error", {})),
     }
+
+
+def errors_by_model(recs, names, first_error):
+    """[(count, model, status, first body)] of the answers that were not
+    2xx, most frequent first."""
+    n = {}
+    for _, k, st, _, _ in recs:
+        if st and not 200 <= st < 300:
+            n[(k, st)] = n.get((k, st), 0) + 1
+    return sorted(((c, names[k], st, first_error.get((k, st), ""))
+                   for (k, st), c in n.items()), key=lambda x: (-x[0], x[1]))
 
 
 def ms(x):
@@ -797,6 +825,12 @@ def run_lines(tag, a, budget_bytes):
                    if a["resident_over_budget"] is not None else "", a["no_answer"]))
     if a["sampler_errors"]:
         out.append("  (the sampler missed %d of its scrapes)" % a["sampler_errors"])
+    errs = a.get("errors_by_model", [])
+    for c, m, st, body in errs[:6]:
+        out.append("  not 2xx: %s %d x%d, the first: %s" % (m, st, c, body.strip()[:200]))
+    if len(errs) > 6:
+        out.append("  not 2xx: %d more (model, status) pairs, %d answers"
+                   % (len(errs) - 6, sum(e[0] for e in errs[6:])))
     return out
 
 
