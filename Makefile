@@ -4,12 +4,17 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS       ?=
 
-.PHONY: all deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench reliability clean
+.PHONY: all deps test-deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench reliability clean
 
 all: build
 
 deps:
 	@scripts/install-deps
+
+# Python packages the e2e tests run third-party clients from (tritonclient):
+# a virtual environment in a cache outside the tree, made once.
+test-deps: deps
+	@scripts/fetch-testdeps
 
 $(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -20,7 +25,7 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	./$(BUILD)/batchgate $(ARGS)
 
-test: build
+test: build test-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
 $(ASAN_BUILD)/CMakeCache.txt: | deps
@@ -29,7 +34,7 @@ $(ASAN_BUILD)/CMakeCache.txt: | deps
 asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-test-asan: asan
+test-asan: asan test-deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600
@@ -45,7 +50,7 @@ tsan: deps $(TSAN_BUILD)/CMakeCache.txt
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
 
 # The whole suite under ThreadSanitizer (the thread handoffs are where the bugs hide).
-test-tsan: tsan
+test-tsan: tsan test-deps
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # libFuzzer targets (docs/FUZZING.md): clang, ASan+UBSan, FUZZ_SECONDS each

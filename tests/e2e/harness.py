@@ -252,6 +252,41 @@ def run_cli(args, timeout=10.0, **kw):
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
+# ---------------------------------------------------------------- third-party clients
+
+# Clients that the standard library cannot stand in for (tritonclient, which
+# needs numpy) live in a virtual environment outside the tree, made by
+# scripts/fetch-testdeps (`make test` runs it first).
+TESTDEPS_VENV = os.path.join(
+    os.environ.get("BATCHGATE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "batchgate"),
+    "venv")
+
+
+def testdeps_python():
+    """The interpreter of scripts/fetch-testdeps' virtual environment. Where it
+    is missing or half made, AssertionError says what to run: a test that
+    needs it fails rather than skips, so no machine passes without it."""
+    py = os.path.join(TESTDEPS_VENV, "bin", "python")
+    stamp = os.path.join(TESTDEPS_VENV, ".testdeps-stamp")
+    if not (os.access(py, os.X_OK) and os.path.exists(stamp)):
+        raise AssertionError("%s is missing or incomplete: run scripts/fetch-testdeps "
+                             "(`make test` does), with the same BATCHGATE_CACHE" % TESTDEPS_VENV)
+    return py
+
+
+def run_testdeps(args, timeout=60.0):
+    """Runs testdeps_python() with args (a script beside this file and its
+    arguments) to completion: (exit code, stdout and stderr together)."""
+    try:
+        p = subprocess.run([testdeps_python()] + list(args), cwd=HERE, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("%s did not exit within %.0f s; output:\n%s"
+                             % (" ".join(args), timeout,
+                                (e.stdout or b"").decode("utf-8", "replace")))
+    return p.returncode, p.stdout.decode("utf-8", "replace")
+
+
 # ---------------------------------------------------------------- client
 
 _rbufs = weakref.WeakKeyDictionary()   # socket -> bytes received but not yet parsed

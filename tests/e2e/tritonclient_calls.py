@@ -1,0 +1,149 @@
+"""tritonclient_calls.py - Triton's own Python client (tritonclient.http,
+unmodified) against a running batchgate. Not a test module: it needs
+tritonclient and numpy, so it runs under the interpreter of the virtual
+environment that scripts/fetch-testdeps makes, started by
+test_tritonclient.py, which owns the server and the repository:
+
+    VENV/bin/python tritonclient_calls.py --url 127.0.0.1:PORT \\
+        --eager NAME --lazy NAME --override 'CONFIG_JSON' --unknown NAME
+
+--eager names a READY model, --lazy one not loaded yet; --override is a
+config.json (batchgate's format) for --eager whose batching.max_batch_size
+differs from the file's. Each check prints "ok: ..." as it passes; the first
+that fails prints "FAIL: ..." with the reason and exits 1, so the test's
+output names the call that broke. Every wait is bounded."""
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def expect(cond, what):
+    if not cond:
+        raise CheckFailed(what)
+
+
+def repo_index(client):
+    """{name: row} of get_model_repository_index."""
+    rows = client.get_model_repository_index()
+    expect(isinstance(rows, list), "get_model_repository_index: expected a list, got %r" % (rows,))
+    return {row["name"]: row for row in rows}
+
+
+def wait_state(client, name, states, timeout=10.0):
+    """Polls the index until `name` is in one of `states`; returns its row."""
+    end = time.monotonic() + timeout
+    while True:
+        row = repo_index(client).get(name)
+        if row is not None and row.get("state") in states:
+            return row
+        if time.monotonic() >= end:
+            raise CheckFailed("%s never reached %s within %.0f s; last row: %r"
+                              % (name, "/".join(states), timeout, row))
+        time.sleep(0.05)
+
+
+def check_health(client, a):
+    expect(client.is_server_live() is True, "is_server_live() is not True")
+    expect(client.is_server_ready() is True, "is_server_ready() is not True")
+    return "is_server_live, is_server_ready"
+
+
+def check_index(client, a):
+    rows = repo_index(client)
+    for name in (a.eager, a.lazy):
+        expect(name in rows, "index lacks %s: %r" % (name, rows))
+    expect(rows[a.eager].get("state") == "READY", "eager model not READY: %r" % rows[a.eager])
+    lazy = rows[a.lazy]
+    expect(lazy.get("state") == "UNAVAILABLE", "lazy model not UNAVAILABLE: %r" % lazy)
+    expect(lazy.get("reason"), "lazy model UNAVAILABLE without a reason: %r" % lazy)
+    return "get_model_repository_index: %s READY, %s UNAVAILABLE (%s)" % (
+        a.eager, a.lazy, lazy["reason"])
+
+
+def check_unload(client, a):
+    client.unload_model(a.eager)
+    row = wait_state(client, a.eager, ("UNAVAILABLE",))
+    expect(not client.is_model_ready(a.eager), "is_model_ready after the unload")
+    return "unload_model: %s UNAVAILABLE (%s)" % (a.eager, row.get("reason"))
+
+
+def check_load(client, a):
+    client.load_model(a.eager)
+    # The load answers once loaded: READY at once, no polling.
+    expect(repo_index(client)[a.eager].get("state") == "READY",
+           "not READY right after load_model: %r" % repo_index(client)[a.eager])
+    expect(client.is_model_ready(a.eager), "is_model_ready is False after load_model")
+    return "load_model: %s READY" % a.eager
+
+
+def check_load_with_config(client, a):
+    want = json.loads(a.override)["batching"]["max_batch_size"]
+    before = client.get_model_config(a.eager).get("max_batch_size")
+    expect(before != want, "the override must change max_batch_size (both %r)" % want)
+    client.load_model(a.eager, config=a.override)
+    got = client.get_model_config(a.eager).get("max_batch_size")
+    expect(got == want, "get_model_config max_batch_size %r after load_model(config=...), "
+           "expected %r" % (got, want))
+    return "load_model(config=...): max_batch_size %r -> %r" % (before, got)
+
+
+def check_infer_lazy(client, a):
+    x = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
+    inp = httpclient.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    result = client.infer(a.lazy, [inp], outputs=[httpclient.InferRequestedOutput("y")])
+    y = result.as_numpy("y")
+    expect(y is not None, "infer answered no output y: %r" % result.get_response())
+    expect(y.shape == (1, 3), "y has shape %r, expected (1, 3)" % (y.shape,))
+    expect(y.dtype == np.float32, "y has dtype %s, expected float32" % y.dtype)
+    row = repo_index(client)[a.lazy]
+    expect(row.get("state") == "READY", "lazy model not READY after its first infer: %r" % row)
+    return "infer on %s (lazy load): y %s %s" % (a.lazy, y.shape, y.tolist())
+
+
+def check_unknown(client, a):
+    try:
+        client.load_model(a.unknown)
+    except InferenceServerException as e:
+        return "load_model(%s) raised InferenceServerException: %s" % (a.unknown, e)
+    raise CheckFailed("load_model(%s) of an unknown model did not raise" % a.unknown)
+
+
+CHECKS = [check_health, check_index, check_unload, check_load, check_load_with_config,
+          check_infer_lazy, check_unknown]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", required=True, help="HOST:PORT of batchgate")
+    p.add_argument("--eager", required=True)
+    p.add_argument("--lazy", required=True)
+    p.add_argument("--override", required=True, help="config.json for --eager")
+    p.add_argument("--unknown", default="no_such_model")
+    a = p.parse_args()
+    client = httpclient.InferenceServerClient(url=a.url, connection_timeout=10.0,
+                                              network_timeout=30.0)
+    try:
+        for check in CHECKS:
+            try:
+                print("ok: " + check(client, a), flush=True)
+            except (CheckFailed, InferenceServerException) as e:
+                print("FAIL: %s: %s: %s" % (check.__name__, type(e).__name__, e), flush=True)
+                return 1
+    finally:
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
