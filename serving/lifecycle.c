@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +179,11 @@ static void lc_sweep(struct serving *s)
             model_devices(&done->model, lc_label_add, &labels);
         }
         served_copy_free(done);
+        /* Weights under glibc's mmap threshold (32 MiB once a large block
+         * was freed) come from the heap, and free() keeps them there: the
+         * process would still hold what the unload was for. */
+        if (was_ready)
+            malloc_trim(0);
         lc_release_devices(s, &labels);
         if (was_ready) {
             pthread_mutex_lock(&e->mu);

@@ -277,6 +277,43 @@ class MemoryBudgetTest(RepoServerCase):
 
 
 
+class NoRoomNowTest(RepoServerCase):
+    """A model that does not fit because the rest of the budget is busy is
+    refused with Retry-After, and loads once there is room: no room now is
+    not a broken model."""
+    config = {"devices": {"cpu0": {"memory_budget_bytes": BUDGET}}, "debug_endpoints": True}
+
+    @classmethod
+    def populate(cls, repo):
+        for name in ("b1", "b2", "b3"):
+            write_model(repo, name, *square(name))
+
+    def call(self, name, budget_ms=30000):
+        return infer(self.srv.port, name, budget_ms=budget_ms,
+                     body=infer_body([[0.5] * SIDE], name="input"), timeout=30)
+
+    def test_busy_budget_refuses_with_retry_after_then_loads(self):
+        port = self.srv.port
+        for name in ("b1", "b2"):
+            self.assertEqual(self.call(name).status, 200)
+            r = post(port, "/debug/fault", json.dumps({"model": name, "mode": "slow", "count": 1,
+                                                       "ms": 1500}))
+            self.assertEqual(r.status, 200, r)
+        busy = [threading.Thread(target=self.call, args=(n,)) for n in ("b1", "b2")]
+        for t in busy:
+            t.start()
+        time.sleep(0.3)   # both in hand: nothing idle to evict
+        r = self.call("b3")
+        self.assertEqual(r.status, 503, r)
+        self.assertEqual(r.headers["Retry-After"], "1")
+        self.assertIn("held by models with requests in hand", r.json()["error"])
+        self.assertEqual(index(port)["b3"]["state"], "UNAVAILABLE")
+        for t in busy:
+            t.join(30)
+        self.assertEqual(self.call("b3").status, 200)
+        self.assertEqual(index(port)["b3"]["state"], "READY")
+
+
 def linear(name, scale, **extra):
     """y = W x with W = scale * [[1, 0, 0, 0], [0, 1, 0, 0]]: the answer
     tells which weights (version) served it."""

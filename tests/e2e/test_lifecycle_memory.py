@@ -22,9 +22,8 @@ loads_total{result="ok"} and unloads_total{reason="api"} count every cycle.
 That drop needs the weights' memory handed back to the kernel, not kept by
 the allocator: glibc maps a block of 32 MiB or more by itself and unmaps
 it on free, but below that (after the first free raises its threshold) a
-block comes from the heap and may stay. Keep LIFECYCLE_MB so that the
-largest weight matrix (H x H x 4 bytes, about the whole model) is over
-32 MiB, or the server must trim (malloc_trim) after an unload.
+block comes from the heap; the lifecycle thread calls malloc_trim after
+freeing a copy so that those go back too.
 
 Under a sanitizer build (its allocator holds freed memory in quarantine and
 mallinfo2 reports nothing) the cycles run (at most 5) and the server must
