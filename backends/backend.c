@@ -198,7 +198,8 @@ static int backend_warmup_sizes(const struct model_batching *b, int *sizes)
 
 /* Runs each warmup size twice per instance: the first pass pays for page
  * faults and cold caches, and every timing seeds the latency model (the
- * fit is robust to the slow first ones). */
+ * fit is robust to the slow first ones). With warm_light, one batch of one
+ * row (sizes[0]). */
 static int backend_model_warmup(struct model *m, struct error *err)
 {
     if (m->backend->kind != BACKEND_COMPUTE)
@@ -209,7 +210,7 @@ static int backend_model_warmup(struct model *m, struct error *err)
     for (int i = 0; i < m->ninstances; i++) {
         struct instance *in = &m->instances[i];
         in->nwarm = 0;
-        for (int s = 0; s < 2 * n; s++) {
+        for (int s = 0; s < (m->warm_light ? 1 : 2 * n); s++) {
             struct backend_io b = {.rows = sizes[s % n], .in = in->in, .out = in->out};
             /* A fixed, non-trivial input: zeros would hide a bias-only bug. */
             for (int64_t k = 0; k < (int64_t)b.rows * m->cfg.input.row_elems; k++)

@@ -80,6 +80,10 @@ struct model {
     bool ready;
     char reason[600];                 /* why not ready */
     struct cold_start cold;
+    /* Set by the caller before model_load: one warmup batch of one row per
+     * instance (it checks the weights answer; the caller seeds the latency
+     * model from an earlier load of the same files). */
+    bool warm_light;
     /* Fault injection (tests): mode, batches left, milliseconds. */
     _Atomic int fault_mode, fault_count, fault_ms;
 };

@@ -475,7 +475,10 @@ int safetensors_open(const char *path, struct safetensors **out, struct error *e
      * mapping (mmap of 0 bytes fails). MAP_PRIVATE + PROT_READ: we never
      * write, and nothing we do can reach the file. */
     if (rc == 0 && len >= 8) {
-        map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+        /* MAP_POPULATE: every weight is read once at load anyway; mapping
+         * the pages in one call costs a fraction of a fault per 4 KiB page
+         * (a 100 MB model: 25,600 faults). */
+        map = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
         if (map == MAP_FAILED) {
             map = NULL;
             rc = error_set(err, BG_EIO, "%s: cannot mmap %zu bytes: %s", path, len,

@@ -314,6 +314,12 @@ static void lc_set_shell(struct serving *s, struct served_entry *e, const struct
         lc_retire(s, cur);
 }
 
+static bool lc_sig_equal(const struct served_sig *a, const struct served_sig *b)
+{
+    return memcmp(a->config, b->config, sizeof a->config) == 0 &&
+           memcmp(a->weights, b->weights, sizeof a->weights) == 0 && a->version == b->version;
+}
+
 int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *override,
                        struct error *err)
 {
@@ -334,9 +340,17 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
     struct served_model *sm = NULL;
     if (rc == 0) {
         lc_set_shell(s, e, cfg, SERVED_LOADING, "loading");
-        if (!(sm = served_shell_new(s, e, cfg, SERVED_LOADING, "loading")))
+        sm = served_shell_new(s, e, cfg, SERVED_LOADING, "loading");
+        if (sm) {
+            sm->version = version ? version : 1;
+            /* The same files loaded before: one warmup batch, and the last
+             * full warmup's timings for the latency model. */
+            sm->model.warm_light = !override && e->warm_n > 0 &&
+                                   lc_sig_equal(&e->sig, &e->loaded_sig);
+        }
+        if (!sm)
             rc = error_set(err, BG_ENOMEM, "out of memory");
-        else if ((sm->version = version ? version : 1) && served_copy_load(s, sm) != 0)
+        else if (served_copy_load(s, sm) != 0)
             rc = error_set(err, BG_EBACKEND, "%s", sm->model.reason);
     }
     if (rc == 0) {
@@ -372,6 +386,7 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
             atomic_store(&s->read_bps, bps);
     }
     atomic_store(&e->cold_ns, (int64_t)(m->cold.total_s * 1e9));
+    e->loaded_sig = e->sig;
     atomic_store(&e->bytes, model_memory_bytes(m));
     atomic_store(&e->last_used_ns, now_ns());   /* idle from its load on */
     atomic_fetch_add(&e->loads[0], 1);
@@ -488,11 +503,6 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
 
 /* ---- the repository poll ---- */
 
-static bool lc_sig_equal(const struct served_sig *a, const struct served_sig *b)
-{
-    return memcmp(a->config, b->config, sizeof a->config) == 0 &&
-           memcmp(a->weights, b->weights, sizeof a->weights) == 0 && a->version == b->version;
-}
 
 /* One model folder as it is now against the last load's view of it. */
 static void lc_poll_entry(struct serving *s, struct served_entry *e)

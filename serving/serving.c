@@ -477,11 +477,22 @@ int served_copy_load(struct serving *s, struct served_model *sm)
     }
     sm->stats = sm->entry->stats;
     sm->batcher = batcher_new(m->cfg.name, &m->cfg.batching, m->ninstances, &err);
+    struct served_entry *e = sm->entry;
     if (sm->batcher)
-        for (int i = 0; i < m->ninstances; i++)
+        for (int i = 0; i < m->ninstances; i++) {
+            /* A light warmup's one batch, and the full one of the last load
+             * of the same files (lifecycle.c decides which). */
+            for (int w = 0; m->warm_light && w < e->warm_n; w++)
+                batcher_seed(sm->batcher, i, e->warm_rows[w], e->warm_ns[w]);
             for (int w = 0; w < m->instances[i].nwarm; w++)
                 batcher_seed(sm->batcher, i, m->instances[i].warm_rows[w],
                              m->instances[i].warm_ns[w]);
+        }
+    if (sm->batcher && !m->warm_light && m->ninstances > 0) {
+        e->warm_n = m->instances[0].nwarm;
+        memcpy(e->warm_rows, m->instances[0].warm_rows, sizeof e->warm_rows);
+        memcpy(e->warm_ns, m->instances[0].warm_ns, sizeof e->warm_ns);
+    }
     int started = -1;
     if (sm->batcher && serving_sched_join(s, sm, &err) == 0 &&
         serving_shares_join(s, sm, &err) == 0) {

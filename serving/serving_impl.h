@@ -45,6 +45,12 @@ struct served_entry {
     struct modelstats *stats;         /* shared by its copies; replaced with new sizes only */
     /* The lifecycle thread's alone. */
     struct served_sig sig;            /* the files as the last load (attempt) saw them */
+    struct served_sig loaded_sig;     /* ... as the last successful load saw them */
+    /* Instance 0's warmup timings of the last full warmup: a load of the
+     * same files again warms with one batch and seeds these instead. */
+    int warm_n;
+    int warm_rows[2 * (MODEL_MAX_PREFERRED + 2)];
+    int64_t warm_ns[2 * (MODEL_MAX_PREFERRED + 2)];
     bool removed;                     /* its folder left the repository */
     /* Read without the lock. */
     _Atomic int64_t last_used_ns;     /* the last request given to a copy */
