@@ -231,6 +231,12 @@ static int backend_model_warmup(struct model *m, struct error *err)
     return 0;
 }
 
+void model_keep(struct model *m)
+{
+    if (m->backend && m->backend->keep)
+        m->backend->keep(m);
+}
+
 int backend_release_device(const char *label, char *msg, size_t cap)
 {
     for (int i = 0; i < BACKEND_NREG; i++) {

@@ -84,6 +84,9 @@ struct model {
      * instance (it checks the weights answer; the caller seeds the latency
      * model from an earlier load of the same files). */
     bool warm_light;
+    /* Set by the caller before model_load: where the cpu backend keeps
+     * packed weights between loads (backends/packcache.h); NULL: nowhere. */
+    const char *cache_dir;
     /* Fault injection (tests): mode, batches left, milliseconds. */
     _Atomic int fault_mode, fault_count, fault_ms;
 };
@@ -152,6 +155,11 @@ enum backend_device_kind model_device_kind(const struct model *m);
  * servers); 0 and NULL for others. */
 int model_servers(const struct model *m, struct httpc_target *const **out);
 
+/* After model_load, once the model serves: the backend keeps what it
+ * prepared for the next load of the same files (the cpu backend writes its
+ * packed weights under cache_dir). Off the request path: the caller's
+ * thread does it while the model already answers. */
+void model_keep(struct model *m);
 /* The device labelled `label` ("cuda0") has no model loaded any more: its
  * backend frees what it kept there (the CUDA context: the next load on it
  * creates one again, timed as the cold start's context phase). 0 when

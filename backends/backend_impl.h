@@ -39,6 +39,9 @@ struct backend_i {
     /* Optional: the model's devices when they are not its instances (the
      * servers behind a loop backend); see backend.h, model_devices. */
     void (*devices)(const struct model *m, model_device_fn fn, void *arg);
+    /* Optional: the model serves; keep what was prepared at load for the
+     * next load (model_keep). */
+    void (*keep)(struct model *m);
     /* Optional: frees what the backend keeps on device `id` once no model
      * is loaded there (cuda: the primary context); backend_release_device. */
     int (*release_device)(int id, char *msg, size_t cap);

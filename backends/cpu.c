@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "kernels/dense.h"
+#include "backends/packcache.h"
 #include "backends/safetensors.h"
 #include "kernels/softmax.h"
 
@@ -19,12 +21,15 @@ struct cpu_layer {
     enum model_layer_type type;
     struct dense_cpu *dense;
     int64_t width;                /* output elements per row */
+    enum dtype wdt;               /* the weights' type in the file (the packed cache's key) */
 };
 
 struct cpu_model {
     struct cpu_layer layers[MODEL_MAX_LAYERS];
     int nlayers;
     int64_t max_width;
+    struct packcache *pc;         /* the mapped packed weights the layers run on, or NULL */
+    char cache_key[65];           /* packed here, to be kept (cpu_model_keep); "": nothing */
 };
 
 struct cpu_instance {
@@ -36,6 +41,7 @@ static void cpu_model_free(struct cpu_model *cm)
     for (int i = 0; i < cm->nlayers; i++)
         if (cm->layers[i].dense)
             dense_cpu_free(cm->layers[i].dense);
+    packcache_close(cm->pc);   /* after the layers that borrow from it */
     free(cm);
 }
 
@@ -80,7 +86,98 @@ static int cpu_prepare_dense(const struct model_config *c, int idx, struct safet
         return error_set(err, BG_ENOMEM, "%s: layers[%d]: %s", c->config_path, idx, msg);
     out->type = MODEL_LAYER_DENSE;
     out->width = out_f;
+    out->wdt = w->dtype;
     return 0;
+}
+
+/* The layers from a packed-weights file (backends/packcache.h): 0, or 1
+ * when there is none to use (the caller packs). The shapes were checked
+ * when the file was written from the same weights; they must still chain. */
+static int cpu_model_from_cache(struct model *m, const char *key, struct cpu_model *cm,
+                                struct cold_start *cs)
+{
+    const struct model_config *c = &m->cfg;
+    int64_t t0 = now_ns();
+    struct error e = {0};
+    int rc = packcache_open(m->cache_dir, c, key, &cm->pc, &e);
+    if (rc != 0) {
+        if (rc < 0)
+            log_warn("model %s: packed weights not used (%s): packing them again", c->name, e.msg);
+        return 1;
+    }
+    int64_t width = c->input.row_elems;
+    cm->max_width = width;
+    for (int i = 0; i < c->nlayers; i++) {
+        struct cpu_layer *ly = &cm->layers[i];
+        cm->nlayers = i;
+        if (c->layers[i].type == MODEL_LAYER_DENSE) {
+            size_t bytes;
+            enum dtype wdt;
+            int out_f, in_f;
+            const float *bias;
+            const void *w = packcache_layer(cm->pc, i, &bytes, &wdt, &out_f, &in_f, &bias);
+            char msg[256];
+            if (!w || in_f != width ||
+                dense_cpu_prepare_packed(w, bytes, wdt, c->layers[i].bias[0] ? bias : NULL, out_f,
+                                         in_f, c->layers[i].act, &ly->dense, msg, sizeof msg) < 0)
+                goto stale;
+            ly->type = MODEL_LAYER_DENSE;
+            ly->width = out_f;
+        } else {
+            ly->type = MODEL_LAYER_SOFTMAX;
+            ly->width = width;
+        }
+        width = ly->width;
+        if (width > cm->max_width)
+            cm->max_width = width;
+    }
+    cm->nlayers = c->nlayers;
+    if (width != c->output.row_elems)
+        goto stale;
+    cs->read_s = (double)(now_ns() - t0) / 1e9;
+    cs->prepare_s = 0;
+    log_info("model %s: packed weights mapped from %s (kept by an earlier load)", c->name,
+             m->cache_dir);
+    return 0;
+stale:
+    log_warn("model %s: its packed weights do not fit its config: packing them again", c->name);
+    for (int i = 0; i < cm->nlayers; i++) {
+        dense_cpu_free(cm->layers[i].dense);
+        cm->layers[i].dense = NULL;
+    }
+    cm->nlayers = 0;
+    packcache_close(cm->pc);
+    cm->pc = NULL;
+    return 1;
+}
+
+/* Keeps the packed layers for the next load of the same weights: after the
+ * load, so that writing them (as long as reading the file) delays no
+ * request. */
+static void cpu_model_keep(struct model *m)
+{
+    struct cpu_model *cm = m->shared;
+    if (!cm || !cm->cache_key[0] || !m->cache_dir)
+        return;
+    const char *key = cm->cache_key;
+    struct packcache_layer layers[MODEL_MAX_LAYERS];
+    memset(layers, 0, sizeof layers);
+    for (int i = 0; i < cm->nlayers; i++) {
+        const struct dense_cpu *d = cm->layers[i].dense;
+        if (!d)
+            continue;
+        const float *bias;
+        layers[i].w = dense_cpu_packed(d, &layers[i].bytes, &bias);
+        layers[i].bias = bias;
+        layers[i].wdt = cm->layers[i].wdt;
+        layers[i].out_features = dense_cpu_out_features(d);
+        layers[i].in_features = dense_cpu_in_features(d);
+    }
+    struct error e = {0};
+    if (packcache_write(m->cache_dir, &m->cfg, key, layers, cm->nlayers, &e) != 0)
+        log_warn("model %s: its packed weights are not kept for the next load: %s", m->cfg.name,
+                 e.msg);
+    cm->cache_key[0] = '\0';
 }
 
 static int cpu_model_load(struct model *m, struct cold_start *cs, struct error *err)
@@ -88,6 +185,22 @@ static int cpu_model_load(struct model *m, struct cold_start *cs, struct error *
     const struct model_config *c = &m->cfg;
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", c->dir);
+    char key[65] = "";
+    bool cache = m->cache_dir && m->cache_dir[0] && packcache_key(c, path, key) == 0;
+    if (cache) {
+        struct cpu_model *cm = calloc(1, sizeof *cm);
+        if (!cm)
+            return error_set(err, BG_ENOMEM, "%s: out of memory", c->name);
+        if (cpu_model_from_cache(m, key, cm, cs) == 0) {
+            m->shared = cm;
+            m->shared_bytes = 0;
+            for (int i = 0; i < cm->nlayers; i++)
+                if (cm->layers[i].dense)
+                    m->shared_bytes += dense_cpu_bytes(cm->layers[i].dense);
+            return 0;
+        }
+        free(cm);
+    }
     int64_t t0 = now_ns();
     struct safetensors *st = NULL;
     int rc = safetensors_open(path, &st, err);
@@ -131,6 +244,8 @@ static int cpu_model_load(struct model *m, struct cold_start *cs, struct error *
     for (int i = 0; i < cm->nlayers; i++)
         if (cm->layers[i].dense)
             m->shared_bytes += dense_cpu_bytes(cm->layers[i].dense);
+    if (cache)   /* written by model_keep, once the model serves */
+        memcpy(cm->cache_key, key, sizeof cm->cache_key);
     cs->prepare_s = (double)(now_ns() - t1) / 1e9;
     return 0;
 fail:
@@ -208,4 +323,5 @@ const struct backend_i backend_cpu = {
     .instance_load = cpu_instance_load,
     .run = cpu_run,
     .instance_unload = cpu_instance_unload,
+    .keep = cpu_model_keep,
 };

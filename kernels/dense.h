@@ -65,6 +65,17 @@ void dense_cpu_run(const struct dense_cpu *d, const float *x, int rows, float *y
 
 /* Bytes of memory d holds (weights, bias, the struct), for accounting. */
 size_t dense_cpu_bytes(const struct dense_cpu *d);
+/* The packed weights (*bytes of them) and the bias ([out_features] F32, then
+ * zeros to the panel width): what a cache of prepared layers stores. */
+const void *dense_cpu_packed(const struct dense_cpu *d, size_t *bytes, const float **bias);
+/* A layer over weights packed by dense_cpu_prepare of a source of type wdt,
+ * by this build on a CPU with the same kernels (a cache file mapped back):
+ * nothing is copied, the caller keeps `packed` (DENSE_ALIGN-aligned, bytes
+ * long) alive and unchanged until dense_cpu_free. -1 with msg when bytes
+ * or the alignment is not what this CPU's layout needs. */
+int dense_cpu_prepare_packed(const void *packed, size_t bytes, enum dtype wdt, const float *bias,
+                             int out_features, int in_features, enum dense_act act,
+                             struct dense_cpu **out, char *msg, size_t cap);
 /* The path d runs on (never AUTO). */
 enum kernels_isa dense_cpu_isa(const struct dense_cpu *d);
 int dense_cpu_out_features(const struct dense_cpu *d);

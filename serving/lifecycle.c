@@ -387,6 +387,7 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
     }
     atomic_store(&e->cold_ns, (int64_t)(m->cold.total_s * 1e9));
     e->loaded_sig = e->sig;
+    e->keep_pending = true;
     atomic_store(&e->bytes, model_memory_bytes(m));
     atomic_store(&e->last_used_ns, now_ns());   /* idle from its load on */
     atomic_fetch_add(&e->loads[0], 1);
@@ -591,6 +592,29 @@ static void lc_poll(struct serving *s)
 
 void serving_set_poll(struct serving *s, int seconds) { s->poll_s = seconds > 0 ? seconds : 0; }
 
+/* Loads that serve now: their backends keep what they prepared (the cpu
+ * backend's packed weights) for the next load, after whoever waited was
+ * answered. */
+static void lc_keep(struct serving *s)
+{
+    int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        if (!e->keep_pending)
+            continue;
+        e->keep_pending = false;
+        pthread_mutex_lock(&e->mu);
+        struct served_model *sm = atomic_load(&e->cur->state) == SERVED_READY ? e->cur : NULL;
+        if (sm)
+            atomic_fetch_add(&sm->refs, 1);
+        pthread_mutex_unlock(&e->mu);
+        if (!sm)
+            continue;
+        model_keep(&sm->model);   /* only this thread frees copies: it stays */
+        served_release(sm);
+    }
+}
+
 /* Models idle past their idle_unload_s. */
 static void lc_idle(struct serving *s, int64_t now)
 {
@@ -633,6 +657,7 @@ static void *lc_main(void *arg)
         pthread_mutex_unlock(&s->lc_mu);
         if (t)
             lc_run(s, t);
+        lc_keep(s);
         lc_sweep(s);
         int64_t now = now_ns();
         if (now - last_idle >= LIFECYCLE_TICK_NS) {

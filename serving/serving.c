@@ -462,10 +462,16 @@ static int served_stats_fit(struct served_entry *e, const struct model *m)
     return 0;
 }
 
+void serving_set_cache_dir(struct serving *s, const char *dir)
+{
+    snprintf(s->cache_dir, sizeof s->cache_dir, "%s", dir ? dir : "");
+}
+
 int served_copy_load(struct serving *s, struct served_model *sm)
 {
     struct model *m = &sm->model;
     struct error err = {0};
+    m->cache_dir = s->cache_dir[0] ? s->cache_dir : NULL;
     if (model_load(m, &err) != 0) {
         log_error("model %s: not loaded: %s", m->cfg.name, m->reason);
         return -1;

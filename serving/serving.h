@@ -95,6 +95,10 @@ struct served_tenant_row {
 };
 /* The rows into *out (the caller frees it); how many (0 without tenants). */
 int serving_tenant_rows(struct serving *s, struct served_tenant_row **out);
+/* Where backends keep prepared weights between loads of a model (the cpu
+ * backend's packed layers: backends/packcache.h); NULL or "": nowhere.
+ * Before serving_load_all. */
+void serving_set_cache_dir(struct serving *s, const char *dir);
 /* Loads every eager model (cold start timed and logged) and starts its
  * workers, and the lifecycle thread (serving/lifecycle.h). */
 void serving_load_all(struct serving *s);

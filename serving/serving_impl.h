@@ -52,6 +52,7 @@ struct served_entry {
     int warm_rows[2 * (MODEL_MAX_PREFERRED + 2)];
     int64_t warm_ns[2 * (MODEL_MAX_PREFERRED + 2)];
     bool removed;                     /* its folder left the repository */
+    bool keep_pending;                /* a load to model_keep once it serves */
     /* Read without the lock. */
     _Atomic int64_t last_used_ns;     /* the last request given to a copy */
     _Atomic int64_t cold_ns;          /* the last load's cold start; 0: none yet */
@@ -97,6 +98,7 @@ struct serving {
     bool lc_started, lc_stop;
     pthread_t lc_thread;
     int poll_s;                       /* repository_poll_s; 0: no polling */
+    char cache_dir[4096];             /* packed weights between loads; "": none */
     _Atomic double read_bps;          /* measured model read rate; 0: none yet */
 };
 

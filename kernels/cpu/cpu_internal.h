@@ -4,6 +4,7 @@
 #ifndef BG_CPU_INTERNAL_H
 #define BG_CPU_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kernels/dense.h"
@@ -45,6 +46,7 @@ struct dense_cpu {
     enum kernels_isa isa;
     dense_run_fn *run;
     void *w;                /* packed as above, DENSE_ALIGN-aligned */
+    bool w_borrowed;        /* w is the caller's (dense_cpu_prepare_packed) */
     float *bias;            /* [npad], zeros past out or without a bias */
     size_t wbytes;
 };

@@ -111,10 +111,14 @@ static void *dense_alloc_weights(size_t bytes)
     return p;
 }
 
-int dense_cpu_prepare_isa(enum kernels_isa isa, const void *w, enum dtype wdt, const void *b,
-                          enum dtype bdt, int out_features, int in_features, enum dense_act act,
-                          struct dense_cpu **out, char *msg, size_t cap)
+/* dense_cpu_prepare_isa, or over `packed` weights (borrowed) when given. */
+static int dense_prepare(enum kernels_isa isa, const void *w, enum dtype wdt, const void *b,
+                         enum dtype bdt, int out_features, int in_features, enum dense_act act,
+                         const void *packed, size_t packed_bytes, struct dense_cpu **out,
+                         char *msg, size_t cap)
 {
+    if (packed)
+        w = packed;
     if (!w) {
         snprintf(msg, cap, "dense: the weight pointer is NULL");
         return -1;
@@ -167,9 +171,16 @@ int dense_cpu_prepare_isa(enum kernels_isa isa, const void *w, enum dtype wdt, c
     const size_t wbytes = ((size_t)in_features * (size_t)npad * es + DENSE_ALIGN - 1) /
                           DENSE_ALIGN * DENSE_ALIGN;
     const size_t bbytes = (size_t)npad * sizeof(float);
+    if (packed && (packed_bytes != wbytes || ((uintptr_t)packed % DENSE_ALIGN) != 0)) {
+        snprintf(msg, cap, "dense: packed weights of %zu bytes at %p, but this CPU's %s kernels "
+                 "lay [%d, %d] %s out in %zu aligned bytes", packed_bytes, packed,
+                 kernels_isa_name(isa), out_features, in_features, dtype_name(wdt), wbytes);
+        return -1;
+    }
     struct dense_cpu *d = calloc(1, sizeof *d);
     if (d) {
-        d->w = dense_alloc_weights(wbytes);
+        d->w_borrowed = packed != NULL;
+        d->w = packed ? (void *)packed : dense_alloc_weights(wbytes);
         d->bias = aligned_alloc(DENSE_ALIGN, bbytes);
     }
     if (!d || !d->w || !d->bias) {
@@ -194,11 +205,39 @@ int dense_cpu_prepare_isa(enum kernels_isa isa, const void *w, enum dtype wdt, c
     if (isa == KERNELS_ISA_AVX512)
         d->run = dense_run_avx512;
 #endif
-    pack_weights(d, w, wdt);
+    if (!packed)
+        pack_weights(d, w, wdt);
     for (int o = 0; o < npad; o++)
         d->bias[o] = b && o < out_features ? src_at(b, bdt, (size_t)o) : 0.0f;
     *out = d;
     return 0;
+}
+
+int dense_cpu_prepare_isa(enum kernels_isa isa, const void *w, enum dtype wdt, const void *b,
+                          enum dtype bdt, int out_features, int in_features, enum dense_act act,
+                          struct dense_cpu **out, char *msg, size_t cap)
+{
+    return dense_prepare(isa, w, wdt, b, bdt, out_features, in_features, act, NULL, 0, out, msg,
+                         cap);
+}
+
+int dense_cpu_prepare_packed(const void *packed, size_t bytes, enum dtype wdt, const float *bias,
+                             int out_features, int in_features, enum dense_act act,
+                             struct dense_cpu **out, char *msg, size_t cap)
+{
+    if (!packed) {
+        snprintf(msg, cap, "dense: the packed weights pointer is NULL");
+        return -1;
+    }
+    return dense_prepare(KERNELS_ISA_AUTO, NULL, wdt, bias, DTYPE_F32, out_features, in_features,
+                         act, packed, bytes, out, msg, cap);
+}
+
+const void *dense_cpu_packed(const struct dense_cpu *d, size_t *bytes, const float **bias)
+{
+    *bytes = d->wbytes;
+    *bias = d->bias;
+    return d->w;
 }
 
 int dense_cpu_prepare(const void *w, enum dtype wdt, const void *b, enum dtype bdt,
@@ -227,7 +266,8 @@ void dense_cpu_free(struct dense_cpu *d)
 {
     if (!d)
         return;
-    free(d->w);
+    if (!d->w_borrowed)
+        free(d->w);
     free(d->bias);
     free(d);
 }

@@ -447,5 +447,74 @@ class AdminOnlyTest(RepoServerCase):
         self.assertEqual(r.json()[0]["state"], "READY")
 
 
+
+class PackedWeightsTest(RepoServerCase):
+    """The cpu backend keeps a model's packed weights under
+    state_dir/packed after its first load and maps them back on the next
+    load of the same files: same answers; a damaged file is packed again;
+    new weights make a new file and the old one goes."""
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "pk", *linear("pk", 2))
+
+    def packed(self):
+        import glob
+        import os
+        return sorted(glob.glob(os.path.join(self.srv._state_tmp, "packed", "pk-*.packed")))
+
+    def wait_packed(self, other_than=()):
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            files = [f for f in self.packed() if f not in other_than]
+            if files:
+                return files
+            time.sleep(0.05)
+        self.fail("no packed weights file appeared; log:\n" + self.srv.log())
+
+    def reload(self):
+        port = self.srv.port
+        self.assertEqual(post(port, "/v2/repository/models/pk/unload", "{}").status, 200)
+        wait_state(port, "pk", "UNAVAILABLE")
+        self.assertEqual(post(port, "/v2/repository/models/pk/load", "{}").status, 200)
+
+    def answer(self):
+        r = post(self.srv.port, "/v2/models/pk/infer", LIN_BODY)
+        self.assertEqual(r.status, 200, r)
+        return r.json()["outputs"][0]["data"]
+
+    def test_packed_weights_are_kept_mapped_back_and_replaced(self):
+        import os
+        from test_infer import write_safetensors
+        self.assertEqual(self.answer(), [2, 4])
+        first = self.wait_packed()
+        self.assertEqual(len(first), 1)
+        self.reload()
+        self.assertEqual(self.answer(), [2, 4])
+        self.srv.wait_log(r"model pk: packed weights mapped from", timeout=5)
+        # Damaged: packed again from the weights, same answers, a good file.
+        with open(first[0], "r+b") as f:
+            f.truncate(100)
+        self.reload()
+        self.assertEqual(self.answer(), [2, 4])
+        self.srv.wait_log(r"model pk: packed weights not used", timeout=5)
+        end = time.monotonic() + 10
+        while os.path.getsize(first[0]) <= 100 and time.monotonic() < end:
+            time.sleep(0.05)
+        self.assertGreater(os.path.getsize(first[0]), 100)
+        # New weights: a new key, new answers, and the old file removed.
+        tmp = os.path.join(self.repo, "pk", "model.safetensors.tmp")
+        write_safetensors(tmp, linear("pk", 5)[1])
+        os.rename(tmp, os.path.join(self.repo, "pk", "model.safetensors"))
+        self.reload()
+        self.assertEqual(self.answer(), [5, 10])
+        second = self.wait_packed(other_than=first)
+        self.assertNotEqual(second, first)
+        end = time.monotonic() + 10
+        while first[0] in self.packed() and time.monotonic() < end:
+            time.sleep(0.05)
+        self.assertEqual(self.packed(), second)
+
+
 if __name__ == "__main__":
     unittest.main()
