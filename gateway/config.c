@@ -206,7 +206,8 @@ static const struct schema_field config_fields[] = {
      .flags = SCHEMA_EXT, .check = config_check_proxy, .doc = "the reverse proxy"},
     {SCHEMA_F_STRING("state_dir", struct config, state_dir),
      .flags = SCHEMA_NONEMPTY, .sdef = "state",
-     .doc = "folder of the SQLite database (jobs and their progress); created if missing"},
+     .doc = "folder of the SQLite database (jobs and their progress) and of `packed/` (the cpu "
+            "backend's packed weights between loads); created if missing"},
     {SCHEMA_F_OBJECT("jobs", struct config, jobs, config_jobs_fields),
      .doc = "offline batch jobs (docs/JOBS.md)"},
     {SCHEMA_F_OBJECT("auth", struct config, tenants, config_auth_fields),
