@@ -18,9 +18,10 @@ const char *const served_unload_reason_names[SERVED_UNLOAD_REASONS] = {
     "api", "idle", "evicted", "reload", "removed",
 };
 
-/* Until a load has measured one: a rate a local disk or the page cache
- * beats, so the first estimate errs long (a request then gets 503 with a
- * Retry-After rather than a 504 after waiting in vain). */
+/* Until a load has measured one (bytes of weights file per second of a
+ * whole load): a rate most loads beat, so the first estimate errs long (a
+ * request then gets 503 with a Retry-After rather than a 504 after waiting
+ * in vain). */
 #define LIFECYCLE_DEFAULT_READ_BPS (200.0 * 1000 * 1000)
 /* Besides reading: preparing, warming up, starting workers. */
 #define LIFECYCLE_FIXED_NS (20 * 1000000LL)
@@ -380,15 +381,21 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         return rc;
     }
     const struct model *m = &sm->model;
-    if (m->cold.read_s > 0) {
-        double bps = (double)lc_file_bytes(e) / m->cold.read_s;
+    /* The rate a model never loaded is estimated at: bytes of weights file
+     * per second of a whole load (read, prepare, warmup), from the last
+     * load that prepared its weights (not one that mapped them back). */
+    if (m->cold.prepare_s > 0 && m->cold.total_s > 0) {
+        double bps = (double)lc_file_bytes(e) / m->cold.total_s;
         if (bps > 0)
             atomic_store(&s->read_bps, bps);
     }
     atomic_store(&e->cold_ns, (int64_t)(m->cold.total_s * 1e9));
     e->loaded_sig = e->sig;
     e->keep_pending = true;
-    atomic_store(&e->bytes, model_memory_bytes(m));
+    /* What it holds where the budget counts (model_memory_bytes adds the
+     * host buffers of its rows). */
+    size_t on_dev = served_copy_bytes_on(sm, dev);
+    atomic_store(&e->bytes, on_dev ? on_dev : model_memory_bytes(m));
     atomic_store(&e->last_used_ns, now_ns());   /* idle from its load on */
     atomic_fetch_add(&e->loads[0], 1);
     pthread_mutex_lock(&e->mu);
