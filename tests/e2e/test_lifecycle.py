@@ -516,5 +516,41 @@ class PackedWeightsTest(RepoServerCase):
         self.assertEqual(self.packed(), second)
 
 
+class PackedWeightsUnwritableTest(unittest.TestCase):
+    """Where the packed weights cannot be kept, the model serves all the
+    same (a warning in the log) and loads again by packing."""
+
+    def test_unwritable_cache_is_only_a_warning(self):
+        import os
+        import shutil
+        import tempfile
+        from harness import Server
+        tmp = tempfile.mkdtemp(prefix="batchgate-packed-")
+        try:
+            repo, state = os.path.join(tmp, "models"), os.path.join(tmp, "state")
+            os.makedirs(repo)
+            os.makedirs(state)
+            with open(os.path.join(state, "packed"), "w") as f:
+                f.write("a file where the folder would go")
+            write_model(repo, "pk", *linear("pk", 3))
+            srv = Server({"model_repository": repo, "state_dir": state})
+            try:
+                srv.wait_log(r"ready in", timeout=30)
+                srv.wait_log(r"model pk: its packed weights are not kept for the next load",
+                             timeout=10)
+                for _ in range(2):
+                    r = post(srv.port, "/v2/models/pk/infer", LIN_BODY)
+                    self.assertEqual(r.status, 200, r)
+                    self.assertEqual(r.json()["outputs"][0]["data"], [3, 6])
+                    self.assertEqual(post(srv.port, "/v2/repository/models/pk/unload", "{}").status,
+                                     200)
+                    wait_state(srv.port, "pk", "UNAVAILABLE")
+                srv.stop_checked()
+            finally:
+                srv.kill()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main()
