@@ -80,9 +80,9 @@ struct model {
     bool ready;
     char reason[600];                 /* why not ready */
     struct cold_start cold;
-    /* Set by the caller before model_load: one warmup batch of one row per
-     * instance (it checks the weights answer; the caller seeds the latency
-     * model from an earlier load of the same files). */
+    /* Set by the caller before model_load: no warmup batch (the same files
+     * passed a full warmup at an earlier load; the caller seeds the latency
+     * model with its timings). */
     bool warm_light;
     /* Set by the caller before model_load: where the cpu backend keeps
      * packed weights between loads (backends/packcache.h); NULL: nowhere. */

@@ -486,8 +486,8 @@ int served_copy_load(struct serving *s, struct served_model *sm)
     struct served_entry *e = sm->entry;
     if (sm->batcher)
         for (int i = 0; i < m->ninstances; i++) {
-            /* A light warmup's one batch, and the full one of the last load
-             * of the same files (lifecycle.c decides which). */
+            /* A light load (lifecycle.c decides) runs no warmup: the timings
+             * of the last full one of the same files seed it instead. */
             for (int w = 0; m->warm_light && w < e->warm_n; w++)
                 batcher_seed(sm->batcher, i, e->warm_rows[w], e->warm_ns[w]);
             for (int w = 0; w < m->instances[i].nwarm; w++)
