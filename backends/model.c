@@ -178,18 +178,17 @@ static const struct schema_field model_scheduling_fields[] = {
     SCHEMA_END_ROW,
 };
 
-/* Which numeric subfolder's weights are served (serving/serving.c,
- * docs/MODELS.md "Versions"): one version at a time for now. */
+/* Which numeric subfolders' weights are served (serving/serving.c,
+ * docs/MODELS.md "Versions"). */
 static const struct schema_field model_version = {.type = SCHEMA_INT, .min = 1, .max = 1000000000};
 
 static const struct schema_field model_version_fields[] = {
     {SCHEMA_F_INT("latest", struct model_config, version_policy.latest),
-     .min = 1, .max = 1, .def = 1,
-     .doc = "serve the highest version (one version is served at a time)"},
+     .min = 1, .max = MODEL_MAX_VERSIONS, .def = 1,
+     .doc = "serve the N highest versions side by side"},
     {SCHEMA_F_ARRAY("specific", struct model_config, version_policy.specific,
                     version_policy.nspecific, &model_version),
-     .hint = "one version is served at a time",
-     .doc = "`[n]`: serve version n instead of the highest"},
+     .doc = "`[n, ...]`: serve these versions instead of the highest"},
     SCHEMA_END_ROW,
 };
 

@@ -20,6 +20,7 @@
 #define MODEL_MAX_LAYERS 64
 #define MODEL_MAX_PREFERRED 16
 #define MODEL_MAX_DEVICES 16
+#define MODEL_MAX_VERSIONS 16       /* versions of one model served side by side */
 
 enum model_backend {
     MODEL_BACKEND_AUTO,
@@ -95,8 +96,8 @@ struct model_config {
     int ndevices;
     int sched_weight;             /* scheduling.weight: its share of a shared device */
     struct {
-        int latest;               /* version_policy.latest: how many of the highest (1) */
-        int specific[1];          /* version_policy.specific: the one version served */
+        int latest;               /* version_policy.latest: how many of the highest */
+        int specific[MODEL_MAX_VERSIONS];   /* version_policy.specific: these */
         int nspecific;
     } version_policy;
     struct {

@@ -96,7 +96,13 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
                             : state == SERVED_FAILED  ? "failed"
                                                       : "unloaded";
         buf_appendf(&b, "%s{\"name\":", i ? "," : "");
-        json_append_string(&b, sm->model.cfg.name, strlen(sm->model.cfg.name));
+        char shown[MODEL_NAME_MAX + 24];   /* one panel per version served side by side */
+        if (served_pinned_version(sm))
+            snprintf(shown, sizeof shown, "%s (version %d)", sm->model.cfg.name,
+                     served_pinned_version(sm));
+        else
+            snprintf(shown, sizeof shown, "%s", sm->model.cfg.name);
+        json_append_string(&b, shown, strlen(shown));
         buf_appendf(&b, ",\"time\":%lld,\"state\":\"%s\",\"reason\":", now_ms, sname);
         /* The loader writes reason, cold start and instances until it
          * publishes the state: read them only once it has. */

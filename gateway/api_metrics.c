@@ -42,7 +42,18 @@ static void metrics_label(struct buf *b, const char *v)
     }
 }
 
-static void metrics_hist(struct buf *b, const char *name, const char *model,
+/* model="m", and version="v" for a model serving several versions side by
+ * side (one series per version). */
+static void metrics_model(struct buf *b, const struct served_model *sm)
+{
+    buf_append(b, "model=\"", 7);
+    metrics_label(b, sm->model.cfg.name);
+    buf_append(b, "\"", 1);
+    if (served_pinned_version(sm))
+        buf_appendf(b, ",version=\"%d\"", served_pinned_version(sm));
+}
+
+static void metrics_hist(struct buf *b, const char *name, const struct served_model *sm,
                  const struct modelstats_hist *h, const double *bounds, int nb)
 {
     uint64_t cum = 0;
@@ -50,28 +61,28 @@ static void metrics_hist(struct buf *b, const char *name, const char *model,
         cum += h->bucket[i];
         if (bounds[i] >= 1e29)
             continue;   /* the overflow bucket only feeds +Inf */
-        buf_appendf(b, P "%s_bucket{model=\"", name);
-        metrics_label(b, model);
-        buf_appendf(b, "\",le=\"%g\"} %llu\n", bounds[i], (unsigned long long)cum);
+        buf_appendf(b, P "%s_bucket{", name);
+        metrics_model(b, sm);
+        buf_appendf(b, ",le=\"%g\"} %llu\n", bounds[i], (unsigned long long)cum);
     }
     for (int i = nb; i < MODELSTATS_LAT_BUCKETS; i++)
         cum += h->bucket[i];
-    buf_appendf(b, P "%s_bucket{model=\"", name);
-    metrics_label(b, model);
-    buf_appendf(b, "\",le=\"+Inf\"} %llu\n" P "%s_sum{model=\"", (unsigned long long)cum, name);
-    metrics_label(b, model);
-    buf_appendf(b, "\"} %.9g\n" P "%s_count{model=\"", h->sum, name);
-    metrics_label(b, model);
-    buf_appendf(b, "\"} %llu\n", (unsigned long long)h->count);
+    buf_appendf(b, P "%s_bucket{", name);
+    metrics_model(b, sm);
+    buf_appendf(b, ",le=\"+Inf\"} %llu\n" P "%s_sum{", (unsigned long long)cum, name);
+    metrics_model(b, sm);
+    buf_appendf(b, "} %.9g\n" P "%s_count{", h->sum, name);
+    metrics_model(b, sm);
+    buf_appendf(b, "} %llu\n", (unsigned long long)h->count);
 }
 
-/* name{model="m"[,extra]} value */
-static void metrics_sample(struct buf *b, const char *name, const char *model, const char *extra,
-                   double v)
+/* name{model="m"[,version="v"][,extra]} value */
+static void metrics_sample(struct buf *b, const char *name, const struct served_model *sm,
+                           const char *extra, double v)
 {
-    buf_appendf(b, P "%s{model=\"", name);
-    metrics_label(b, model);
-    buf_appendf(b, "\"%s%s} %.9g\n", extra && *extra ? "," : "", extra ? extra : "", v);
+    buf_appendf(b, P "%s{", name);
+    metrics_model(b, sm);
+    buf_appendf(b, "%s%s} %.9g\n", extra && *extra ? "," : "", extra ? extra : "", v);
 }
 
 /* A model's device rows (serving_model_devices), gathered once per scrape
@@ -266,13 +277,13 @@ static void metrics_render_tenants(struct api_state *st, const struct metrics_de
                     continue;
                 buf_appendf(b, P "tenant_requests_total{tenant=\"");
                 metrics_label(b, t->t[ti].name);
-                buf_appendf(b, "\",model=\"");
-                metrics_label(b, devs[mi].sm->model.cfg.name);
+                buf_appendf(b, "\",");
+                metrics_model(b, devs[mi].sm);
                 if (modelstats_codes[c])
-                    buf_appendf(b, "\",code=\"%d\"} %llu\n", modelstats_codes[c],
+                    buf_appendf(b, ",code=\"%d\"} %llu\n", modelstats_codes[c],
                                 (unsigned long long)v);
                 else
-                    buf_appendf(b, "\",code=\"other\"} %llu\n", (unsigned long long)v);
+                    buf_appendf(b, ",code=\"other\"} %llu\n", (unsigned long long)v);
             }
     metrics_head(b, "auth_refusals_total", "counter",
                  "Requests refused at the front door: 401 no_key or unknown_key, 403 admin_route "
@@ -311,7 +322,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     }
 #define EACH_MODEL for (int mi = 0; mi < n; mi++)
 #define SM (devs[mi].sm)
-#define NAME (SM->model.cfg.name)
+#define NAME (SM)
 
     metrics_head(b, "requests_total", "counter", "Inference requests answered, by model and status code.");
     EACH_MODEL for (int c = 0; c < MODELSTATS_CODES; c++) {

@@ -120,6 +120,20 @@ static struct served_model *models_lookup(struct http_request *req, const struct
                            p->value);
         return NULL;
     }
+    /* A version named in the route: that version's copy, if served. */
+    const struct route_param *v = route_match_param(m, "version");
+    if (v && served_pinned_version(sm)) {
+        int want = 0;
+        for (size_t i = 0; i < v->len && i < 9 && v->value[i] >= '0' && v->value[i] <= '9'; i++)
+            want = want * 10 + (v->value[i] - '0');
+        struct served_model *vm = want > 0 && v->len <= 9
+                                      ? serving_acquire_version(st->serving, p->value, p->len, want)
+                                      : NULL;
+        if (vm) {
+            served_release(sm);
+            sm = vm;
+        }
+    }
     if (!models_check_version(req, m, sm))
         return NULL;
     int state = atomic_load(&sm->state);
@@ -294,8 +308,12 @@ static void models_metadata(struct http_request *req, const struct route_match *
     struct buf b = BUF_INIT;
     buf_append(&b, "{\"name\":", 8);
     json_append_string(&b, c->name, strlen(c->name));
-    buf_appendf(&b, ",\"versions\":[\"%d\"],\"platform\":\"batchgate_%s\","
-                    "\"inputs\":[", sm->version, model_backend_name(&sm->model));
+    int vs[MODEL_MAX_VERSIONS];
+    int nv = serving_versions(st->serving, c->name, strlen(c->name), vs, MODEL_MAX_VERSIONS);
+    buf_append(&b, ",\"versions\":[", 13);
+    for (int i = 0; i < nv; i++)
+        buf_appendf(&b, "%s\"%d\"", i ? "," : "", vs[i]);
+    buf_appendf(&b, "],\"platform\":\"batchgate_%s\",\"inputs\":[", model_backend_name(&sm->model));
     models_append_tensor_meta(&b, &c->input);
     buf_append(&b, "],\"outputs\":[", 13);
     models_append_tensor_meta(&b, &c->output);

@@ -564,13 +564,80 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
     free(cfg);
 }
 
+/* A model serving several versions: a version its policy now selects
+ * gets an entry (loaded when eager); an entry whose version it no longer
+ * selects is unloaded and retired. `first` is the name's first entry. */
+static void lc_poll_versions(struct serving *s, struct served_entry *first)
+{
+    struct model_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg)
+        return;
+    struct error err = {0};
+    int vs[MODEL_MAX_VERSIONS], nv = 0;
+    if (model_config_load(first->dir, first->name, cfg, &err) == 0 && served_policy_multi(cfg))
+        nv = served_versions_selected(first->dir, cfg, vs);
+    int n = atomic_load(&s->n);
+    for (int k = 0; k < nv; k++) {
+        struct served_entry *have = NULL;
+        for (int i = 0; i < n && !have; i++)
+            if (strcmp(s->entries[i]->name, first->name) == 0 && s->entries[i]->pinned == vs[k])
+                have = s->entries[i];
+        if (have) {
+            if (have->retired) {   /* selected again */
+                pthread_mutex_lock(&have->mu);
+                have->retired = false;
+                pthread_mutex_unlock(&have->mu);
+                memset(&have->sig, 0, sizeof have->sig);   /* the entry poll loads it */
+            }
+            continue;
+        }
+        if (served_entry_add(s, first->name, vs[k], &err) != 0) {
+            log_error("model %s: version %d not added: %s", first->name, vs[k], err.msg);
+            continue;
+        }
+        struct served_entry *e = s->entries[atomic_load(&s->n) - 1];
+        log_info("model %s: version %d added (version_policy)", e->name, vs[k]);
+        if (atomic_load(&e->cur->state) == SERVED_LOADING)
+            lifecycle_load_now(s, e, NULL, &err);
+    }
+    for (int i = 0; i < n && nv > 0; i++) {
+        struct served_entry *e = s->entries[i];
+        if (strcmp(e->name, first->name) != 0 || !e->pinned || e->retired)
+            continue;
+        bool kept = false;
+        for (int k = 0; k < nv; k++)
+            kept |= vs[k] == e->pinned;
+        if (kept)
+            continue;
+        pthread_mutex_lock(&e->mu);
+        e->retired = true;
+        pthread_mutex_unlock(&e->mu);
+        char why[160];
+        snprintf(why, sizeof why, "version %d is not served any more (version_policy)", e->pinned);
+        log_info("model %s: %s", e->name, why);
+        lc_unload(s, e, SERVED_UNLOAD_REMOVED, why, false);
+        lc_set_shell(s, e, NULL, SERVED_FAILED, why);
+    }
+    free(cfg);
+}
+
 /* New model folders become models; changed ones reload; removed ones
- * unload. */
+ * unload; a model serving several versions follows its policy. */
 static void lc_poll(struct serving *s)
 {
     int n = atomic_load(&s->n);
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        bool first = e->pinned;
+        for (int j = 0; j < i && first; j++)
+            first = strcmp(s->entries[j]->name, e->name) != 0;
+        if (first)
+            lc_poll_versions(s, e);
+    }
+    n = atomic_load(&s->n);
     for (int i = 0; i < n; i++)
-        lc_poll_entry(s, s->entries[i]);
+        if (!s->entries[i]->retired)
+            lc_poll_entry(s, s->entries[i]);
     DIR *d = opendir(s->dir);
     if (!d)
         return;
@@ -585,14 +652,14 @@ static void lc_poll(struct serving *s)
         if (stat(path, &st) != 0)
             continue;
         struct error err = {0};
-        if (served_entry_add(s, de->d_name, &err) != 0) {
-            log_error("model %s: found in the repository but not added: %s", de->d_name, err.msg);
-            continue;
-        }
-        struct served_entry *e = s->entries[atomic_load(&s->n) - 1];
-        log_info("model %s: added to the repository", e->name);
-        if (atomic_load(&e->cur->state) == SERVED_LOADING)
-            lifecycle_load_now(s, e, NULL, &err);
+        int before = atomic_load(&s->n);
+        if (serving_add_model(s, de->d_name, &err) != 0)
+            log_error("model %s: found in the repository but not (all) added: %s", de->d_name,
+                      err.msg);
+        log_info("model %s: added to the repository", de->d_name);
+        for (int i = before; i < atomic_load(&s->n); i++)
+            if (atomic_load(&s->entries[i]->cur->state) == SERVED_LOADING)
+                lifecycle_load_now(s, s->entries[i], NULL, &err);
     }
     closedir(d);
 }
@@ -756,6 +823,20 @@ void serving_stop(struct serving *s)
 
 /* ---- the entry points ---- */
 
+/* The next entry named name after entry index `after` (-1: the first). */
+static struct served_entry *lc_find_next(struct serving *s, const char *name, size_t len,
+                                         int after)
+{
+    int n = atomic_load(&s->n);
+    for (int i = after + 1; i < n; i++)
+        if (strlen(s->entries[i]->name) == len && memcmp(s->entries[i]->name, name, len) == 0)
+            return s->entries[i];
+    return NULL;
+}
+
+static int serving_load_one(struct serving *s, struct served_entry *e, const char *override,
+                            size_t olen, lifecycle_done_fn done, void *arg, struct error *err);
+
 int serving_load(struct serving *s, const char *name, size_t len, const char *override,
                  size_t olen, lifecycle_done_fn done, void *arg, struct error *err)
 {
@@ -763,6 +844,29 @@ int serving_load(struct serving *s, const char *name, size_t len, const char *ov
     if (!e)
         return error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len),
                          name);
+    /* Every version it serves (retired ones not); the answer comes with the
+     * last (the thread runs them in order). */
+    struct served_entry *todo[MODEL_MAX_VERSIONS];
+    int n = 0;
+    for (struct served_entry *x = e; x && n < MODEL_MAX_VERSIONS;
+         x = lc_find_next(s, name, len, x->index))
+        if (!x->retired)
+            todo[n++] = x;
+    if (n == 0)
+        todo[n++] = e;
+    for (int i = 0; i < n; i++) {
+        bool last = i == n - 1;
+        int rc = serving_load_one(s, todo[i], override, olen, last ? done : NULL,
+                                  last ? arg : NULL, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int serving_load_one(struct serving *s, struct served_entry *e, const char *override,
+                            size_t olen, lifecycle_done_fn done, void *arg, struct error *err)
+{
     char *ov = NULL;
     if (override && !(ov = strndup(override, olen)))
         return error_set(err, BG_ENOMEM, "out of memory");
@@ -791,11 +895,16 @@ int serving_unload(struct serving *s, const char *name, size_t len, struct error
     if (!e)
         return error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len),
                          name);
-    struct lifecycle_task *t = calloc(1, sizeof *t);
-    if (!t)
-        return error_set(err, BG_ENOMEM, "out of memory");
-    *t = (struct lifecycle_task){.kind = TASK_UNLOAD, .e = e, .reason = SERVED_UNLOAD_API};
-    return lc_enqueue(s, t, err);
+    for (; e; e = lc_find_next(s, name, len, e->index)) {   /* every version */
+        struct lifecycle_task *t = calloc(1, sizeof *t);
+        if (!t)
+            return error_set(err, BG_ENOMEM, "out of memory");
+        *t = (struct lifecycle_task){.kind = TASK_UNLOAD, .e = e, .reason = SERVED_UNLOAD_API};
+        int rc = lc_enqueue(s, t, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t deadline_ns,

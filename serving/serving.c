@@ -38,41 +38,98 @@ static int serving_name_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The version folder the model serves under its policy: the highest
- * numeric subfolder (or version_policy.specific's); 0 when the folder has
- * none (its files are at its top, served as version 1). */
-static int served_pick_version(const char *dir, const struct model_config *cfg, int *version,
-                               struct error *err)
+/* The numeric subfolders of dir (version folders), highest first; how
+ * many (at most max), or -1 when dir cannot be read. */
+static int served_version_dirs(const char *dir, int *out, int max)
 {
-    *version = 0;
     DIR *d = opendir(dir);
     if (!d)
-        return error_set(err, BG_ECONFIG, "model %s: cannot open %s: %s", cfg->name, dir,
-                         strerror(errno));
-    int want = cfg->version_policy.nspecific ? cfg->version_policy.specific[0] : 0;
-    bool found = false;
+        return -1;
+    int n = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-        const char *n = de->d_name;
-        size_t len = strspn(n, "0123456789");
-        if (len == 0 || n[len] || len > 9 || n[0] == '0')
+        const char *nm = de->d_name;
+        size_t len = strspn(nm, "0123456789");
+        if (len == 0 || nm[len] || len > 9 || nm[0] == '0')
             continue;
         char path[8192];
         struct stat st;
-        snprintf(path, sizeof path, "%s/%s", dir, n);
+        snprintf(path, sizeof path, "%s/%s", dir, nm);
         if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
             continue;
-        int v = atoi(n);
-        found |= v == want;
-        if (v > *version)
-            *version = v;
+        int v = atoi(nm), k;
+        if (n < max)
+            k = n++;
+        else if (out[max - 1] < v)
+            k = max - 1;   /* full: it replaces the lowest kept */
+        else
+            continue;
+        while (k > 0 && out[k - 1] < v) {   /* insertion, highest first */
+            out[k] = out[k - 1];
+            k--;
+        }
+        out[k] = v;
     }
     closedir(d);
-    if (want && !found)
-        return error_set(err, BG_ECONFIG, "model %s: version_policy.specific: version %d is not "
-                         "in %s (no folder %d/)", cfg->name, want, dir, want);
-    if (want)
-        *version = want;
+    return n;
+}
+
+bool served_policy_multi(const struct model_config *cfg)
+{
+    return cfg->version_policy.nspecific > 1 ||
+           (cfg->version_policy.nspecific == 0 && cfg->version_policy.latest > 1);
+}
+
+int served_versions_selected(const char *dir, const struct model_config *cfg, int *out)
+{
+    const int spec = cfg->version_policy.nspecific;
+    if (spec > 0) {   /* as listed, once each; missing ones fail on their own */
+        int n = 0;
+        for (int i = 0; i < spec; i++) {
+            bool dup = false;
+            for (int j = 0; j < n; j++)
+                dup |= out[j] == cfg->version_policy.specific[i];
+            if (!dup)
+                out[n++] = cfg->version_policy.specific[i];
+        }
+        return n;
+    }
+    int n = served_version_dirs(dir, out, MODEL_MAX_VERSIONS);
+    if (n <= 0)
+        return 0;
+    return n < cfg->version_policy.latest ? n : cfg->version_policy.latest;
+}
+
+/* The version folder an entry serves: its pinned one (a model serving
+ * several versions has an entry per version), else the highest numeric
+ * subfolder or version_policy.specific's; 0 when the folder has none (its
+ * files are at its top, served as version 1). */
+static int served_pick_version(const struct served_entry *e, const struct model_config *cfg,
+                               int *version, struct error *err)
+{
+    *version = 0;
+    int have[MODEL_MAX_VERSIONS];
+    int n = served_version_dirs(e->dir, have, MODEL_MAX_VERSIONS);
+    if (n < 0)
+        return error_set(err, BG_ECONFIG, "model %s: cannot open %s: %s", cfg->name, e->dir,
+                         strerror(errno));
+    int want = e->pinned ? e->pinned
+               : cfg->version_policy.nspecific ? cfg->version_policy.specific[0] : 0;
+    if (!e->pinned && served_policy_multi(cfg))
+        return error_set(err, BG_ECONFIG, "model %s: version_policy serves several versions; a "
+                         "change between one and several applies at the next start", cfg->name);
+    if (!want) {
+        *version = n > 0 ? have[0] : 0;
+        return 0;
+    }
+    char path[8300];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%d", e->dir, want);
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return error_set(err, BG_ECONFIG, "model %s: version_policy%s: version %d is not in %s "
+                         "(no folder %d/)", cfg->name, e->pinned ? "" : ".specific", want, e->dir,
+                         want);
+    *version = want;
     return 0;
 }
 
@@ -84,7 +141,7 @@ int served_config_read(const struct served_entry *e, const char *override,
                       : model_config_load(e->dir, e->name, cfg, err);
     *version = 0;
     if (rc == 0)
-        rc = served_pick_version(e->dir, cfg, version, err);
+        rc = served_pick_version(e, cfg, version, err);
     /* The weights are the folder's (or its version's) whatever the config says. */
     if (*version)
         snprintf(cfg->dir, sizeof cfg->dir, "%.4000s/%d", e->dir, *version);
@@ -120,7 +177,7 @@ void served_sig_read(const struct served_entry *e, const struct model_config *cf
 /* A new entry for the model folder dir/name, published with a shell copy:
  * FAILED when its config is invalid, else LOADING (eager) or UNLOADED
  * (lazy). */
-int served_entry_add(struct serving *s, const char *name, struct error *err)
+int served_entry_add(struct serving *s, const char *name, int pinned, struct error *err)
 {
     int n = atomic_load(&s->n);
     if (n >= SERVING_MAX_MODELS)
@@ -135,6 +192,7 @@ int served_entry_add(struct serving *s, const char *name, struct error *err)
     }
     e->serving = s;
     e->index = n;
+    e->pinned = pinned;
     snprintf(e->name, sizeof e->name, "%s", name);
     if (strlen(s->dir) + 1 + strlen(name) >= sizeof e->dir) {
         free(e);
@@ -160,7 +218,7 @@ int served_entry_add(struct serving *s, const char *name, struct error *err)
     int state = bad ? SERVED_FAILED : cfg->lifecycle.lazy ? SERVED_UNLOADED : SERVED_LOADING;
     struct served_model *sh = e->stats ? served_shell_new(s, e, cfg, state, reason) : NULL;
     if (sh)
-        sh->version = version ? version : 1;
+        sh->version = version ? version : pinned ? pinned : 1;
     free(cfg);
     if (!sh) {
         modelstats_free(e->stats);
@@ -173,6 +231,29 @@ int served_entry_add(struct serving *s, const char *name, struct error *err)
         log_error("model %s: not loaded: %s", name, ce.msg);
     s->entries[n] = e;
     atomic_store(&s->n, n + 1);   /* published: lookups see it whole */
+    return 0;
+}
+
+int serving_add_model(struct serving *s, const char *name, struct error *err)
+{
+    /* A policy serving several versions: an entry per version, pinned. */
+    char dir[8300];
+    snprintf(dir, sizeof dir, "%s/%s", s->dir, name);
+    struct model_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg)
+        return error_set(err, BG_ENOMEM, "out of memory");
+    struct error ce = {0};
+    int vs[MODEL_MAX_VERSIONS], nv = 0;
+    if (model_config_load(dir, name, cfg, &ce) == 0 && served_policy_multi(cfg))
+        nv = served_versions_selected(dir, cfg, vs);
+    free(cfg);
+    if (nv == 0)
+        return served_entry_add(s, name, 0, err);
+    for (int i = 0; i < nv; i++) {
+        int rc = served_entry_add(s, name, vs[i], err);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
@@ -232,7 +313,7 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
     int rc = 0;
     for (int i = 0; i < n; i++) {
         if (rc == 0)
-            rc = served_entry_add(s, names[i], err);
+            rc = serving_add_model(s, names[i], err);
         free(names[i]);
     }
     free(names);
@@ -654,16 +735,70 @@ struct served_model *serving_acquire_at(struct serving *s, int i)
     return served_entry_acquire(s->entries[i]);
 }
 
+static bool served_named(const struct served_entry *e, const char *name, size_t len)
+{
+    return strlen(e->name) == len && memcmp(e->name, name, len) == 0;
+}
+
+/* A model serving several versions has an entry per version: the name
+ * alone reaches the highest READY one, else the highest not retired, else
+ * the first. */
 struct served_model *serving_acquire(struct serving *s, const char *name, size_t len)
+{
+    int n = atomic_load(&s->n), best = -1;
+    int64_t best_rank = -1;
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        if (!served_named(e, name, len))
+            continue;
+        if (!e->pinned)
+            return served_entry_acquire(e);   /* the only one of its name */
+        pthread_mutex_lock(&e->mu);
+        int ready = atomic_load(&e->cur->state) == SERVED_READY;
+        bool retired = e->retired;
+        pthread_mutex_unlock(&e->mu);
+        /* READY first, then not retired, then by version. */
+        int64_t rank = (int64_t)(ready ? 2 : !retired ? 1 : 0) << 32 | (int64_t)e->pinned;
+        if (rank > best_rank) {
+            best_rank = rank;
+            best = i;
+        }
+    }
+    return best >= 0 ? served_entry_acquire(s->entries[best]) : NULL;
+}
+
+struct served_model *serving_acquire_version(struct serving *s, const char *name, size_t len,
+                                             int version)
 {
     int n = atomic_load(&s->n);
     for (int i = 0; i < n; i++) {
-        const char *mn = s->entries[i]->name;
-        if (strlen(mn) == len && memcmp(mn, name, len) == 0)
-            return served_entry_acquire(s->entries[i]);
+        struct served_entry *e = s->entries[i];
+        if (!served_named(e, name, len))
+            continue;
+        struct served_model *sm = served_entry_acquire(e);
+        if (sm->version == version)
+            return sm;
+        served_release(sm);
     }
     return NULL;
 }
+
+int serving_versions(struct serving *s, const char *name, size_t len, int *out, int max)
+{
+    int n = atomic_load(&s->n), k = 0;
+    for (int i = 0; i < n && k < max; i++) {
+        struct served_entry *e = s->entries[i];
+        if (!served_named(e, name, len))
+            continue;
+        pthread_mutex_lock(&e->mu);
+        if (!e->retired)
+            out[k++] = e->cur->version;
+        pthread_mutex_unlock(&e->mu);
+    }
+    return k;
+}
+
+int served_pinned_version(const struct served_model *sm) { return sm->entry->pinned; }
 
 void served_release(struct served_model *sm)
 {
@@ -692,7 +827,7 @@ bool serving_all_ready(struct serving *s)
     for (int i = 0; i < n; i++) {
         struct served_entry *e = s->entries[i];
         pthread_mutex_lock(&e->mu);
-        bool wanted = !e->cur->model.cfg.lifecycle.lazy && !e->unload_asked;
+        bool wanted = !e->cur->model.cfg.lifecycle.lazy && !e->unload_asked && !e->retired;
         bool ok = !wanted || atomic_load(&e->cur->state) == SERVED_READY;
         pthread_mutex_unlock(&e->mu);
         if (!ok)

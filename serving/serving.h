@@ -109,6 +109,15 @@ int serving_count(const struct serving *s);
 struct served_model *serving_acquire_at(struct serving *s, int i);
 struct served_model *serving_acquire(struct serving *s, const char *name, size_t len);
 void served_release(struct served_model *sm);
+/* The copy of the model's given version (a model serving several has an
+ * entry per version), with a reference; NULL: it serves no such version. */
+struct served_model *serving_acquire_version(struct serving *s, const char *name, size_t len,
+                                             int version);
+/* The versions the model serves or would (not retired), into out. */
+int serving_versions(struct serving *s, const char *name, size_t len, int *out, int max);
+/* The version sm's entry is pinned to when its model serves several side
+ * by side (metrics then label it); 0 otherwise. */
+int served_pinned_version(const struct served_model *sm);
 /* The model's index in the table (tenant statistics are kept by it). */
 int served_index(const struct served_model *sm);
 /* A request was given to the copy now (idle unload and eviction count from

@@ -53,6 +53,9 @@ struct served_entry {
     int64_t warm_ns[2 * (MODEL_MAX_PREFERRED + 2)];
     bool removed;                     /* its folder left the repository */
     bool keep_pending;                /* a load to model_keep once it serves */
+    int pinned;                       /* the one version it serves; 0: its policy's one */
+    bool retired;                     /* pinned to a version its policy no longer serves
+                                       * (written by the lifecycle thread under mu) */
     /* Read without the lock. */
     _Atomic int64_t last_used_ns;     /* the last request given to a copy */
     _Atomic int64_t cold_ns;          /* the last load's cold start; 0: none yet */
@@ -109,8 +112,16 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
 
 /* serving.c for lifecycle.c */
 
-/* A model folder found after start (the poll): a new entry, published. */
-int served_entry_add(struct serving *s, const char *name, struct error *err);
+/* A new entry for the folder `name`, published; pinned: the one version
+ * it serves (0: as its version_policy says, one version). */
+int served_entry_add(struct serving *s, const char *name, int pinned, struct error *err);
+/* A model folder: one entry, or one per version its policy serves. */
+int serving_add_model(struct serving *s, const char *name, struct error *err);
+/* Whether cfg's version_policy serves several versions side by side. */
+bool served_policy_multi(const struct model_config *cfg);
+/* The versions cfg's policy serves from dir (highest first for latest;
+ * specific ones as listed, missing or not); how many. */
+int served_versions_selected(const char *dir, const struct model_config *cfg, int *out);
 /* The model's configuration, from its folder or `override` (a config.json),
  * its version (0: unversioned) and cfg->dir where its weights are. */
 int served_config_read(const struct served_entry *e, const char *override,
