@@ -1,5 +1,6 @@
 /* state.c - see state.h. */
 #include "state/state.h"
+#include "state/state_impl.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -16,7 +17,15 @@ struct state {
     sqlite3 *w;                       /* the writer's connection */
     sqlite3 *r;                       /* the readers', under rmu */
     pthread_mutex_t rmu;
+    sqlite3 *u;                       /* the usage ledger's writer (usage.c) */
 };
+
+sqlite3 *state_db_usage(struct state *st) { return st->u; }
+sqlite3 *state_db_reader(struct state *st, pthread_mutex_t **mu)
+{
+    *mu = &st->rmu;
+    return st->r;
+}
 
 static const char *const state_names[STATE_JOB_NSTATES] = {
     "queued", "running", "completed", "failed", "cancelled",
@@ -63,6 +72,22 @@ static const char state_schema_v1[] =
     " lines_failed INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, created_ms);";
 
+/* Version 2: the usage ledger (usage.c): per minute, then per hour, and
+ * per (tenant, model, class, device). */
+static const char state_schema_v2[] =
+    "CREATE TABLE IF NOT EXISTS usage_minute ("
+    " start INTEGER NOT NULL, tenant TEXT NOT NULL, model TEXT NOT NULL, class TEXT NOT NULL,"
+    " device TEXT NOT NULL, requests INTEGER NOT NULL, rows INTEGER NOT NULL,"
+    " busy_s REAL NOT NULL, held_s REAL NOT NULL, idle_s REAL NOT NULL, cost REAL NOT NULL,"
+    " energy_j REAL NOT NULL,"
+    " PRIMARY KEY (start, tenant, model, class, device)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS usage_hour ("
+    " start INTEGER NOT NULL, tenant TEXT NOT NULL, model TEXT NOT NULL, class TEXT NOT NULL,"
+    " device TEXT NOT NULL, requests INTEGER NOT NULL, rows INTEGER NOT NULL,"
+    " busy_s REAL NOT NULL, held_s REAL NOT NULL, idle_s REAL NOT NULL, cost REAL NOT NULL,"
+    " energy_j REAL NOT NULL,"
+    " PRIMARY KEY (start, tenant, model, class, device)) WITHOUT ROWID;";
+
 static int state_migrate(sqlite3 *db, struct error *err)
 {
     sqlite3_stmt *s;
@@ -78,9 +103,10 @@ static int state_migrate(sqlite3 *db, struct error *err)
                          "use a newer batchgate or another state_dir", v, STATE_SCHEMA_VERSION);
     if (v == STATE_SCHEMA_VERSION)
         return 0;
-    char sql[sizeof state_schema_v1 + 64];
-    snprintf(sql, sizeof sql, "BEGIN;%sPRAGMA user_version=%d;COMMIT;", state_schema_v1,
-             STATE_SCHEMA_VERSION);
+    /* Each step from the version found; one transaction. */
+    char sql[sizeof state_schema_v1 + sizeof state_schema_v2 + 64];
+    snprintf(sql, sizeof sql, "BEGIN;%s%sPRAGMA user_version=%d;COMMIT;",
+             v < 1 ? state_schema_v1 : "", v < 2 ? state_schema_v2 : "", STATE_SCHEMA_VERSION);
     return state_exec(db, sql, err);
 }
 
@@ -116,7 +142,7 @@ int state_open(const char *dir, struct state **out, struct error *err)
     pthread_mutex_init(&st->rmu, NULL);
     int rc;
     if ((rc = state_connect(path, &st->w, err)) || (rc = state_migrate(st->w, err)) ||
-        (rc = state_connect(path, &st->r, err))) {
+        (rc = state_connect(path, &st->r, err)) || (rc = state_connect(path, &st->u, err))) {
         state_close(st);
         return rc;
     }
@@ -128,6 +154,7 @@ void state_close(struct state *st)
 {
     if (!st)
         return;
+    sqlite3_close(st->u);
     sqlite3_close(st->r);
     sqlite3_close(st->w);
     pthread_mutex_destroy(&st->rmu);

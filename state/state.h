@@ -1,10 +1,13 @@
 /* state.h - the process's durable state: one SQLite database in state_dir
- * (WAL mode) holding the offline jobs and their progress.
+ * (WAL mode) holding the offline jobs and their progress, and the usage
+ * ledger.
  *
- * Two connections: the writer (only the jobs runner's thread calls the
- * state_job_* writes, so SQLite never waits on a lock on the request path)
- * and a reader for the GET routes (its own mutex; WAL lets it read while
- * the writer writes). Every write a restart depends on is one transaction.
+ * Three connections: the jobs writer (only the jobs runner's thread calls
+ * the state_job_* writes, so SQLite never waits on a lock on the request
+ * path), the usage ledger's writer (only its thread calls state_usage_add
+ * and _rollup, once a minute), and a reader for the GET routes (its own
+ * mutex; WAL lets it read while the writers write). Every write a restart
+ * depends on is one transaction.
  *
  * The schema's version is PRAGMA user_version (STATE_SCHEMA_VERSION); a
  * database from a newer batchgate is refused rather than misread. */
@@ -15,7 +18,7 @@
 
 #include "common/error.h"
 
-#define STATE_SCHEMA_VERSION 1
+#define STATE_SCHEMA_VERSION 2
 
 enum state_job_state {
     STATE_JOB_QUEUED,
@@ -72,5 +75,41 @@ typedef void (*state_job_fn)(const struct state_job *j, void *arg);
 int state_job_list(struct state *st, state_job_fn fn, void *arg, struct error *err);
 /* Jobs by state, counts[STATE_JOB_NSTATES]. */
 int state_job_counts(struct state *st, int64_t *counts, struct error *err);
+
+/* ---- the usage ledger's storage (usage.c; SPEC.md "Usage and cost").
+ * The thread that fills it from the counters is not built yet. ---- */
+
+/* One ledger row: a period (a minute's or an hour's start, Unix seconds)
+ * and a (tenant, model, class, device) key; a query's row has "" for the
+ * keys it does not group by. */
+struct state_usage_row {
+    int64_t start;
+    char tenant[64], model[128], cls[16], device[48];
+    int64_t requests, rows;
+    double busy_s, held_s, idle_s, cost, energy_j;
+};
+/* The ledger thread only: adds rows to their minutes (a row already there
+ * is summed with), all in one transaction. */
+int state_usage_add(struct state *st, const struct state_usage_row *rows, int n,
+                    struct error *err);
+/* The ledger thread only: minute rows that started before `minutes_before`
+ * become hour rows (summed by hour and key), hour rows that started before
+ * `hours_before` are deleted; one transaction. */
+int state_usage_rollup(struct state *st, int64_t minutes_before, int64_t hours_before,
+                       struct error *err);
+
+enum {
+    STATE_USAGE_BY_TENANT = 1,
+    STATE_USAGE_BY_MODEL = 2,
+    STATE_USAGE_BY_CLASS = 4,
+    STATE_USAGE_BY_DEVICE = 8,
+};
+typedef void (*state_usage_fn)(const struct state_usage_row *r, void *arg);
+/* Any thread: rows summed by period of `step` seconds (from `from`, the
+ * last one cut at `to`) and the keys in `group_by`, in [from, to), in
+ * period then key order; `tenant` non-NULL keeps that tenant's rows only.
+ * An hour row counts in the period its hour starts in. */
+int state_usage_query(struct state *st, int64_t from, int64_t to, int64_t step, int group_by,
+                      const char *tenant, state_usage_fn fn, void *arg, struct error *err);
 
 #endif

@@ -1,6 +1,6 @@
 /* test_state.c - the state database: schema version, a job's rows, the
- * progress commit, what a reopen sees, and a database from a newer
- * batchgate refused. */
+ * progress commit, what a reopen sees, the usage ledger's rows, queries and
+ * rollup, and a database from a newer batchgate refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -60,6 +60,130 @@ static void test_job_rows_and_reopen(void **s)
     state_close(st);
 }
 
+/* ---- the usage ledger ---- */
+
+static struct state_usage_row usage_row(int64_t start, const char *tenant, const char *model,
+                                        const char *cls, double busy, double held)
+{
+    struct state_usage_row r;
+    memset(&r, 0, sizeof r);
+    r.start = start;
+    snprintf(r.tenant, sizeof r.tenant, "%s", tenant);
+    snprintf(r.model, sizeof r.model, "%s", model);
+    snprintf(r.cls, sizeof r.cls, "%s", cls);
+    snprintf(r.device, sizeof r.device, "cpu0");
+    r.requests = 10;
+    r.rows = 20;
+    r.busy_s = busy;
+    r.held_s = held;
+    r.idle_s = held - busy;
+    r.cost = held * 0.5;
+    return r;
+}
+
+struct usage_got {
+    struct state_usage_row r[64];
+    int n;
+};
+
+static void usage_collect(const struct state_usage_row *r, void *arg)
+{
+    struct usage_got *g = arg;
+    if (g->n < 64)
+        g->r[g->n++] = *r;
+}
+
+/* Rows add up per minute and key, survive a reopen, group by any keys and
+ * periods; a rollup keeps every total while minutes become hours; a
+ * tenant sees its own rows only. */
+static void test_usage_rows_query_and_rollup(void **s)
+{
+    (void)s;
+    struct state *st;
+    struct error err = {0};
+    assert_int_equal(state_open(dir, &st, &err), 0);
+    const int64_t h0 = 1764748800;   /* an hour's start (2025-12-03 08:00 UTC) */
+    struct state_usage_row rows[] = {
+        usage_row(h0, "a", "m1", "online", 10, 60),
+        usage_row(h0, "b", "m1", "online", 20, 60),
+        usage_row(h0 + 60, "a", "m1", "offline", 5, 60),
+        usage_row(h0 + 3600, "a", "m2", "online", 30, 60),
+    };
+    assert_int_equal(state_usage_add(st, rows, 4, &err), 0);
+    assert_int_equal(state_usage_add(st, rows, 1, &err), 0);   /* the same minute and key again */
+    state_close(st);
+    assert_int_equal(state_open(dir, &st, &err), 0);
+
+    struct usage_got g = {.n = 0};
+    assert_int_equal(state_usage_query(st, h0, h0 + 7200, 7200, 0, NULL, usage_collect, &g, &err),
+                     0);
+    assert_int_equal(g.n, 1);
+    assert_true(g.r[0].busy_s == 10 + 20 + 5 + 30 + 10);
+    assert_int_equal(g.r[0].requests, 50);
+    assert_string_equal(g.r[0].tenant, "");
+
+    g.n = 0;
+    assert_int_equal(state_usage_query(st, h0, h0 + 7200, 3600, STATE_USAGE_BY_TENANT, NULL,
+                                       usage_collect, &g, &err), 0);
+    assert_int_equal(g.n, 3);   /* (h0, a), (h0, b), (h0 + 1 h, a) */
+    assert_true(g.r[0].start == h0 && strcmp(g.r[0].tenant, "a") == 0 && g.r[0].busy_s == 25);
+    assert_true(g.r[1].start == h0 && strcmp(g.r[1].tenant, "b") == 0 && g.r[1].busy_s == 20);
+    assert_true(g.r[2].start == h0 + 3600 && g.r[2].busy_s == 30);
+
+    g.n = 0;   /* a tenant's own rows only */
+    assert_int_equal(state_usage_query(st, h0, h0 + 7200, 7200, STATE_USAGE_BY_CLASS, "a",
+                                       usage_collect, &g, &err), 0);
+    assert_int_equal(g.n, 2);
+    assert_true(strcmp(g.r[0].cls, "offline") == 0 && g.r[0].busy_s == 5);
+    assert_true(strcmp(g.r[1].cls, "online") == 0 && g.r[1].busy_s == 50);
+
+    /* Minutes of the first hour become an hour row: totals unchanged. */
+    assert_int_equal(state_usage_rollup(st, h0 + 3600, 0, &err), 0);
+    g.n = 0;
+    assert_int_equal(state_usage_query(st, h0, h0 + 7200, 7200,
+                                       STATE_USAGE_BY_TENANT | STATE_USAGE_BY_MODEL |
+                                           STATE_USAGE_BY_CLASS | STATE_USAGE_BY_DEVICE,
+                                       NULL, usage_collect, &g, &err), 0);
+    double busy = 0, held = 0, cost = 0;
+    for (int i = 0; i < g.n; i++) {
+        busy += g.r[i].busy_s;
+        held += g.r[i].held_s;
+        cost += g.r[i].cost;
+    }
+    assert_true(busy == 75 && held == 300 && cost == 150);
+    /* Hours older than the retention go. */
+    assert_int_equal(state_usage_rollup(st, h0 + 3600, h0 + 3600, &err), 0);
+    g.n = 0;
+    assert_int_equal(state_usage_query(st, h0, h0 + 7200, 7200, 0, NULL, usage_collect, &g, &err),
+                     0);
+    assert_int_equal(g.n, 1);
+    assert_true(g.r[0].busy_s == 30);
+    assert_int_equal(state_usage_query(st, h0, h0, 60, 0, NULL, usage_collect, &g, &err),
+                     -BG_EINVAL);
+    state_close(st);
+}
+
+/* A version-1 database (jobs only) gains the ledger's tables, its jobs kept. */
+static void test_v1_database_migrates(void **s)
+{
+    (void)s;
+    char path[256];
+    snprintf(path, sizeof path, "%s/batchgate.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "DROP TABLE usage_minute; DROP TABLE usage_hour;"
+                                      "PRAGMA user_version=1", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    struct state *st;
+    struct error err = {0};
+    assert_int_equal(state_open(dir, &st, &err), 0);
+    struct state_job g;
+    assert_int_equal(state_job_get(st, "job-1", &g, &err), 0);
+    struct state_usage_row r = usage_row(1764748800, "a", "m", "online", 1, 60);
+    assert_int_equal(state_usage_add(st, &r, 1, &err), 0);
+    state_close(st);
+}
+
 static void test_newer_schema_refused(void **s)
 {
     (void)s;
@@ -82,6 +206,8 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_job_rows_and_reopen),
+        cmocka_unit_test(test_usage_rows_query_and_rollup),
+        cmocka_unit_test(test_v1_database_migrates),
         cmocka_unit_test(test_newer_schema_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
