@@ -43,10 +43,11 @@ void batchrun_end(struct served_model *sm, int instance, struct shares *shares, 
     if (status == 0) {
         batcher_done(sm->batcher, instance, b->rows, exec_ns);
         modelstats_batch(sm->stats, instance, b->rows, batch_offline_rows(b), exec_ns);
-        if (shares) {   /* tenants configured */
+        if (shares)   /* tenants configured */
             shares_charge(shares, now_ns(), b, exec_ns);
-            modelstats_batch_tenants(sm->stats, instance, b, exec_ns);
-        }
+        /* Always: the usage ledger charges device time to tenants, the
+         * default one included. */
+        modelstats_batch_tenants(sm->stats, instance, b, exec_ns);
     }
     batch_complete(b);
 }

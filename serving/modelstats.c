@@ -43,6 +43,7 @@ struct inst_shard {
     _Atomic uint64_t busy_offline_ns;        /* the offline rows' share of busy */
     _Atomic uint64_t *count_by_size, *ns_by_size;
     _Atomic uint64_t tenant_rows[WORK_TENANTS_MAX], tenant_ns[WORK_TENANTS_MAX];
+    _Atomic uint64_t tenant_offline_ns[WORK_TENANTS_MAX];   /* of tenant_ns, job lines' */
 };
 
 struct modelstats {
@@ -201,9 +202,11 @@ void modelstats_batch_tenants(struct modelstats *s, int instance, const struct b
         return;
     for (const struct infer_item *it = b->head; it; it = it->next) {
         int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
+        uint64_t ns = (uint64_t)(exec_ns * it->rows / b->rows);
         atomic_fetch_add_explicit(&sh->tenant_rows[t], (uint64_t)it->rows, memory_order_relaxed);
-        atomic_fetch_add_explicit(&sh->tenant_ns[t], (uint64_t)(exec_ns * it->rows / b->rows),
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&sh->tenant_ns[t], ns, memory_order_relaxed);
+        if (it->offline)
+            atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], ns, memory_order_relaxed);
     }
 }
 
@@ -246,6 +249,8 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
             o->tenant_rows[t] += atomic_load_explicit(&sh->tenant_rows[t], memory_order_relaxed);
             o->tenant_busy_s[t] +=
                 (double)atomic_load_explicit(&sh->tenant_ns[t], memory_order_relaxed) / 1e9;
+            o->tenant_offline_s[t] +=
+                (double)atomic_load_explicit(&sh->tenant_offline_ns[t], memory_order_relaxed) / 1e9;
         }
         if (o->batch_count_by_size && o->batch_ns_by_size)
             for (int r = 0; r <= s->max_batch; r++) {

@@ -63,10 +63,12 @@ struct modelstats_snapshot {
     int max_batch;
     int ninstances;
     struct modelstats_instance *inst;          /* [ninstances], caller frees */
-    /* By tenant (recorded only with tenants configured): rows computed and
-     * device time charged, all instances. */
+    /* By tenant (all rows are tenant 0, "default", without tenants): rows
+     * computed and device time charged, all instances; of that time, job
+     * lines' (offline). */
     uint64_t tenant_rows[WORK_TENANTS_MAX];
     double tenant_busy_s[WORK_TENANTS_MAX];
+    double tenant_offline_s[WORK_TENANTS_MAX];
     int64_t last_inference_ms;                 /* unix ms of the last answer, 0 if none */
 };
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -102,6 +103,39 @@ static void *write_many(void *arg)
     return NULL;
 }
 
+/* A batch's time split by rows over its tenants, and of that the job
+ * lines' (offline) part: what the usage ledger charges. */
+static void test_batch_by_tenant_and_class(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 2, 8);
+    struct infer_item a, b, c;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&c, 0, sizeof c);
+    a.rows = 2;
+    a.tenant = 1;
+    b.rows = 1;
+    b.tenant = 1;
+    b.offline = true;
+    c.rows = 1;
+    c.tenant = 0;
+    a.next = &b;
+    b.next = &c;
+    struct batch bt = {.head = &a, .nitems = 3, .rows = 4};
+    modelstats_batch_tenants(s, 0, &bt, 4000000);   /* 4 ms: 1 ms per row */
+    modelstats_batch_tenants(s, 1, &bt, 4000000);   /* another instance: summed */
+    struct modelstats_snapshot o;
+    modelstats_snapshot(s, &o);
+    assert_int_equal(o.tenant_rows[1], 6);
+    assert_int_equal(o.tenant_rows[0], 2);
+    assert_true(o.tenant_busy_s[1] > 0.005999 && o.tenant_busy_s[1] < 0.006001);
+    assert_true(o.tenant_offline_s[1] > 0.001999 && o.tenant_offline_s[1] < 0.002001);
+    assert_true(o.tenant_offline_s[0] == 0);
+    modelstats_snapshot_free(&o);
+    modelstats_free(s);
+}
+
 static void test_concurrent_writers_lose_nothing(void **state)
 {
     (void)state;
@@ -129,6 +163,7 @@ int main(void)
         cmocka_unit_test(test_sums_across_shards),
         cmocka_unit_test(test_buckets_and_quantiles),
         cmocka_unit_test(test_long_batch_spreads_over_its_seconds),
+        cmocka_unit_test(test_batch_by_tenant_and_class),
         cmocka_unit_test(test_concurrent_writers_lose_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
