@@ -43,13 +43,21 @@ static size_t lc_budget(const struct serving *s, const char *dev)
     return 0;
 }
 
-static struct served_entry *lc_find(struct serving *s, const char *name, size_t len)
+/* The next entry named name after entry index `after` (-1: the first). */
+static struct served_entry *lc_find_next(struct serving *s, const char *name, size_t len,
+                                         int after)
 {
     int n = atomic_load(&s->n);
-    for (int i = 0; i < n; i++)
+    for (int i = after + 1; i < n; i++)
         if (strlen(s->entries[i]->name) == len && memcmp(s->entries[i]->name, name, len) == 0)
             return s->entries[i];
     return NULL;
+}
+
+/* The first entry named name (a model serving several versions has more). */
+static struct served_entry *lc_find(struct serving *s, const char *name, size_t len)
+{
+    return lc_find_next(s, name, len, -1);
 }
 
 /* The weights file's size: what a model never loaded is expected to hold. */
@@ -823,17 +831,6 @@ void serving_stop(struct serving *s)
 
 /* ---- the entry points ---- */
 
-/* The next entry named name after entry index `after` (-1: the first). */
-static struct served_entry *lc_find_next(struct serving *s, const char *name, size_t len,
-                                         int after)
-{
-    int n = atomic_load(&s->n);
-    for (int i = after + 1; i < n; i++)
-        if (strlen(s->entries[i]->name) == len && memcmp(s->entries[i]->name, name, len) == 0)
-            return s->entries[i];
-    return NULL;
-}
-
 static int serving_load_one(struct serving *s, struct served_entry *e, const char *override,
                             size_t olen, lifecycle_done_fn done, void *arg, struct error *err);
 
@@ -846,17 +843,17 @@ int serving_load(struct serving *s, const char *name, size_t len, const char *ov
                          name);
     /* Every version it serves (retired ones not); the answer comes with the
      * last (the thread runs them in order). */
-    struct served_entry *todo[MODEL_MAX_VERSIONS];
+    struct served_entry *served[MODEL_MAX_VERSIONS];
     int n = 0;
     for (struct served_entry *x = e; x && n < MODEL_MAX_VERSIONS;
          x = lc_find_next(s, name, len, x->index))
         if (!x->retired)
-            todo[n++] = x;
+            served[n++] = x;
     if (n == 0)
-        todo[n++] = e;
+        served[n++] = e;
     for (int i = 0; i < n; i++) {
         bool last = i == n - 1;
-        int rc = serving_load_one(s, todo[i], override, olen, last ? done : NULL,
+        int rc = serving_load_one(s, served[i], override, olen, last ? done : NULL,
                                   last ? arg : NULL, err);
         if (rc)
             return rc;
