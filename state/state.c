@@ -72,21 +72,22 @@ static const char state_schema_v1[] =
     " lines_failed INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, created_ms);";
 
-/* Version 2: the usage ledger (usage.c): per minute, then per hour, and
- * per (tenant, model, class, device). */
-static const char state_schema_v2[] =
-    "CREATE TABLE IF NOT EXISTS usage_minute ("
-    " start INTEGER NOT NULL, tenant TEXT NOT NULL, model TEXT NOT NULL, class TEXT NOT NULL,"
-    " device TEXT NOT NULL, requests INTEGER NOT NULL, rows INTEGER NOT NULL,"
-    " busy_s REAL NOT NULL, held_s REAL NOT NULL, idle_s REAL NOT NULL, cost REAL NOT NULL,"
-    " energy_j REAL NOT NULL,"
-    " PRIMARY KEY (start, tenant, model, class, device)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS usage_hour ("
-    " start INTEGER NOT NULL, tenant TEXT NOT NULL, model TEXT NOT NULL, class TEXT NOT NULL,"
-    " device TEXT NOT NULL, requests INTEGER NOT NULL, rows INTEGER NOT NULL,"
-    " busy_s REAL NOT NULL, held_s REAL NOT NULL, idle_s REAL NOT NULL, cost REAL NOT NULL,"
-    " energy_j REAL NOT NULL,"
-    " PRIMARY KEY (start, tenant, model, class, device)) WITHOUT ROWID;";
+/* Version 3: the usage ledger (usage.c): keys stored once, minute rows of
+ * integers, hour rows packed per 16 keys. Version 2's tables (one REAL row
+ * per key) were never written by a release and are dropped. */
+static const char state_schema_v3[] =
+    "DROP TABLE IF EXISTS usage_minute; DROP TABLE IF EXISTS usage_hour;"
+    "CREATE TABLE usage_key ("
+    " id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, model TEXT NOT NULL, class TEXT NOT NULL,"
+    " device TEXT NOT NULL, UNIQUE (tenant, model, class, device));"
+    "CREATE TABLE usage_minute ("
+    " start INTEGER NOT NULL, key INTEGER NOT NULL, requests INTEGER NOT NULL,"
+    " rows INTEGER NOT NULL, busy_us INTEGER NOT NULL, idle_us INTEGER NOT NULL,"
+    " cost_micro INTEGER NOT NULL, energy_mj INTEGER NOT NULL,"
+    " PRIMARY KEY (start, key)) WITHOUT ROWID;"
+    "CREATE TABLE usage_hour ("
+    " start INTEGER NOT NULL, part INTEGER NOT NULL, entries BLOB NOT NULL,"
+    " PRIMARY KEY (start, part)) WITHOUT ROWID;";
 
 static int state_migrate(sqlite3 *db, struct error *err)
 {
@@ -104,9 +105,9 @@ static int state_migrate(sqlite3 *db, struct error *err)
     if (v == STATE_SCHEMA_VERSION)
         return 0;
     /* Each step from the version found; one transaction. */
-    char sql[sizeof state_schema_v1 + sizeof state_schema_v2 + 64];
+    char sql[sizeof state_schema_v1 + sizeof state_schema_v3 + 64];
     snprintf(sql, sizeof sql, "BEGIN;%s%sPRAGMA user_version=%d;COMMIT;",
-             v < 1 ? state_schema_v1 : "", v < 2 ? state_schema_v2 : "", STATE_SCHEMA_VERSION);
+             v < 1 ? state_schema_v1 : "", v < 3 ? state_schema_v3 : "", STATE_SCHEMA_VERSION);
     return state_exec(db, sql, err);
 }
 

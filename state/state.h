@@ -18,7 +18,7 @@
 
 #include "common/error.h"
 
-#define STATE_SCHEMA_VERSION 2
+#define STATE_SCHEMA_VERSION 3
 
 enum state_job_state {
     STATE_JOB_QUEUED,
@@ -76,8 +76,8 @@ int state_job_list(struct state *st, state_job_fn fn, void *arg, struct error *e
 /* Jobs by state, counts[STATE_JOB_NSTATES]. */
 int state_job_counts(struct state *st, int64_t *counts, struct error *err);
 
-/* ---- the usage ledger's storage (usage.c; SPEC.md "Usage and cost").
- * The thread that fills it from the counters is not built yet. ---- */
+/* ---- the usage ledger's storage (usage.c; SPEC.md "Usage and cost"),
+ * filled by serving/ledger.c ---- */
 
 /* One ledger row: a period (a minute's or an hour's start, Unix seconds)
  * and a (tenant, model, class, device) key; a query's row has "" for the
@@ -89,7 +89,8 @@ struct state_usage_row {
     double busy_s, held_s, idle_s, cost, energy_j;
 };
 /* The ledger thread only: adds rows to their minutes (a row already there
- * is summed with), all in one transaction. */
+ * is summed with), all in one transaction. Stored as busy and idle (held
+ * is their sum) in microseconds, cost in millionths, energy in mJ. */
 int state_usage_add(struct state *st, const struct state_usage_row *rows, int n,
                     struct error *err);
 /* The ledger thread only: minute rows that started before `minutes_before`

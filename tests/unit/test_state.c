@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -163,24 +164,85 @@ static void test_usage_rows_query_and_rollup(void **s)
     state_close(st);
 }
 
-/* A version-1 database (jobs only) gains the ledger's tables, its jobs kept. */
-static void test_v1_database_migrates(void **s)
+/* A version-1 database (jobs only) and a version-2 one (the first ledger
+ * tables, never written by a release) become version 3: jobs kept, the
+ * ledger's tables in their current shape. */
+static void test_old_databases_migrate(void **s)
 {
     (void)s;
     char path[256];
     snprintf(path, sizeof path, "%s/batchgate.db", dir);
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "DROP TABLE usage_minute; DROP TABLE usage_hour;"
-                                      "PRAGMA user_version=1", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
+    static const char *const downgrade[2] = {
+        "DROP TABLE usage_key; DROP TABLE usage_minute; DROP TABLE usage_hour;"
+        "PRAGMA user_version=1",
+        "DROP TABLE usage_key; DROP TABLE usage_minute; DROP TABLE usage_hour;"
+        "CREATE TABLE usage_minute (start INTEGER, tenant TEXT, busy_s REAL);"
+        "CREATE TABLE usage_hour (start INTEGER, tenant TEXT, busy_s REAL);"
+        "PRAGMA user_version=2",
+    };
+    for (int v = 0; v < 2; v++) {
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db, downgrade[v], NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_close(db);
+        struct state *st;
+        struct error err = {0};
+        assert_int_equal(state_open(dir, &st, &err), 0);
+        struct state_job g;
+        assert_int_equal(state_job_get(st, "job-1", &g, &err), 0);
+        struct state_usage_row r = usage_row(1764748800, "a", "m", "online", 1, 60);
+        assert_int_equal(state_usage_add(st, &r, 1, &err), 0);
+        assert_int_equal(state_usage_rollup(st, 1764748800 + 3600, 0, &err), 0);
+        struct usage_got got = {.n = 0};
+        assert_int_equal(state_usage_query(st, 1764748800, 1764748800 + 3600, 3600, 0, NULL,
+                                           usage_collect, &got, &err), 0);
+        assert_int_equal(got.n, 1);
+        assert_true(got.r[0].busy_s == 1 && got.r[0].held_s == 60);
+        state_close(st);
+    }
+}
+
+/* Hour rows pack many keys (more than one blob's worth), sum with minutes
+ * rolled into the same hour later, and keep milliseconds, millionths and
+ * joules exactly. */
+static void test_usage_hour_blobs(void **s)
+{
+    (void)s;
     struct state *st;
     struct error err = {0};
     assert_int_equal(state_open(dir, &st, &err), 0);
-    struct state_job g;
-    assert_int_equal(state_job_get(st, "job-1", &g, &err), 0);
-    struct state_usage_row r = usage_row(1764748800, "a", "m", "online", 1, 60);
-    assert_int_equal(state_usage_add(st, &r, 1, &err), 0);
+    const int64_t h0 = 1764748800 - 30 * 86400;
+    struct state_usage_row rows[40];
+    for (int i = 0; i < 40; i++) {
+        char t[16], m[16];
+        snprintf(t, sizeof t, "t%02d", i % 10);
+        snprintf(m, sizeof m, "m%02d", i);
+        rows[i] = usage_row(h0 + 60 * (i % 3), t, m, i % 2 ? "offline" : "online", 1.25, 2.5);
+        rows[i].energy_j = 100;
+        rows[i].cost = 0.000125;
+    }
+    assert_int_equal(state_usage_add(st, rows, 40, &err), 0);
+    assert_int_equal(state_usage_rollup(st, h0 + 3600, 0, &err), 0);
+    assert_int_equal(state_usage_add(st, rows, 40, &err), 0);   /* late minutes, same hour */
+    assert_int_equal(state_usage_rollup(st, h0 + 3600, 0, &err), 0);
+    struct usage_got g = {.n = 0};
+    assert_int_equal(state_usage_query(st, h0, h0 + 3600, 3600, STATE_USAGE_BY_TENANT, NULL,
+                                       usage_collect, &g, &err), 0);
+    assert_int_equal(g.n, 10);
+    for (int i = 0; i < 10; i++) {
+        assert_true(g.r[i].busy_s == 2 * 4 * 1.25);
+        assert_true(g.r[i].held_s == 2 * 4 * 2.5);
+        assert_int_equal(g.r[i].requests, 2 * 4 * 10);
+        assert_true(fabs(g.r[i].cost - 8 * 0.000125) < 1e-9);
+        assert_true(g.r[i].energy_j == 800);
+    }
+    g.n = 0;
+    assert_int_equal(state_usage_query(st, h0, h0 + 3600, 3600, STATE_USAGE_BY_MODEL, "t03",
+                                       usage_collect, &g, &err), 0);
+    assert_int_equal(g.n, 4);
+    assert_string_equal(g.r[0].model, "m03");
+    assert_string_equal(g.r[3].model, "m33");
+    assert_string_equal(g.r[0].tenant, "");
     state_close(st);
 }
 
@@ -207,7 +269,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_job_rows_and_reopen),
         cmocka_unit_test(test_usage_rows_query_and_rollup),
-        cmocka_unit_test(test_v1_database_migrates),
+        cmocka_unit_test(test_usage_hour_blobs),
+        cmocka_unit_test(test_old_databases_migrate),
         cmocka_unit_test(test_newer_schema_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
