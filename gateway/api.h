@@ -39,6 +39,7 @@ struct api_state {
     struct admit *admit;
     struct tenantstats *tenantstats;
     struct governor *governor;  /* time windows (serving/governance.h); NULL without tenants */
+    struct ledger *ledger;    /* the usage ledger (serving/ledger.h); NULL without a state database */
 };
 
 /* GET /v2/health/live, /v2/health/ready, /v2 */
@@ -49,6 +50,8 @@ int api_models_register(struct router *r, struct api_state *st, struct error *er
 /* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
  * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
 int api_jobs_register(struct router *r, struct api_state *st, struct error *err);
+/* GET /v2/usage, GET /dashboard/usage (SPEC.md "Usage and cost"). */
+int api_usage_register(struct router *r, struct api_state *st, struct error *err);
 /* GET and PUT /v2/governance (SPEC.md "Time windows"). */
 int api_governance_register(struct router *r, struct api_state *st, struct error *err);
 int api_repository_register(struct router *r, struct api_state *st, struct error *err);

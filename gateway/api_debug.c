@@ -46,38 +46,15 @@ static void debug_on_delay_abort(struct http_request *req, void *arg)
     debug_delayed_finish(d);
 }
 
-/* Value of key in a query string like "ms=10&id=a"; copies into out. */
-static int debug_query_get(const char *q, size_t qlen, const char *key, char *out, size_t cap)
-{
-    size_t klen = strlen(key);
-    const char *p = q, *end = q + qlen;
-    while (p && p < end) {
-        const char *amp = memchr(p, '&', (size_t)(end - p));
-        const char *pe = amp ? amp : end;
-        if ((size_t)(pe - p) > klen && memcmp(p, key, klen) == 0 && p[klen] == '=') {
-            size_t n = (size_t)(pe - p) - klen - 1;
-            if (n >= cap)
-                return -1;
-            memcpy(out, p + klen + 1, n);
-            out[n] = '\0';
-            return 0;
-        }
-        p = amp ? amp + 1 : NULL;
-    }
-    return -1;
-}
-
 static void debug_delay(struct http_request *req, const struct route_match *m, void *ctx)
 {
     (void)m;
     (void)ctx;
-    size_t qlen = 0;
-    const char *q = http_request_query(req, &qlen);
     char ms_s[16] = "0", id[64] = "";
-    if (q) {
-        debug_query_get(q, qlen, "ms", ms_s, sizeof ms_s);
-        debug_query_get(q, qlen, "id", id, sizeof id);
-    }
+    if (http_request_query_param(req, "ms", ms_s, sizeof ms_s) < 0)
+        snprintf(ms_s, sizeof ms_s, "x");   /* refused below */
+    if (http_request_query_param(req, "id", id, sizeof id) < 0)
+        id[0] = '\0';
     char *end;
     long ms = strtol(ms_s, &end, 10);
     if (*end || ms < 0 || ms > 600000) {

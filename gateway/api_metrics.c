@@ -18,6 +18,7 @@
 #include "gateway/proxy.h"
 #include "http/http.h"
 #include "serving/jobs.h"
+#include "serving/ledger.h"
 #include "serving/lifecycle.h"
 #include "serving/serving.h"
 #include "state/state.h"
@@ -200,6 +201,42 @@ static void metrics_render_tenant_devices(struct api_state *st, struct buf *b)
         buf_appendf(b, P "tenant_share{tenant=\"%s\",device=\"%s\"} %.9g\n",
                     tc->t[r[i].tenant].name, r[i].device, r[i].st.share);
     free(r);
+}
+
+/* ---- the usage ledger (serving/ledger.h) ---- */
+
+static void metrics_render_costs(struct api_state *st, struct buf *b)
+{
+    struct ledger_cost *c = NULL;
+    int n = ledger_costs(st->ledger, &c);
+    metrics_head(b, "cost_total", "counter",
+                 "devices.<dev>.price_per_hour x the held time charged to the tenant since the "
+                 "start: busy time to who used it, idle time to the model's tenants by shares "
+                 "(docs/USAGE.md).");
+    for (int i = 0; i < n; i++) {
+        buf_append(b, P "cost_total{tenant=\"", sizeof P "cost_total{tenant=\"" - 1);
+        metrics_label(b, c[i].tenant);
+        buf_append(b, "\",device=\"", 10);
+        metrics_label(b, c[i].device);
+        buf_appendf(b, "\"} %.9g\n", c[i].cost);
+    }
+    free(c);
+}
+
+static void metrics_render_energy(struct api_state *st, struct buf *b)
+{
+    int n = nvml_device_count(st->nvml);
+    bool head = false;
+    for (int d = 0; d < n; d++) {
+        double j;
+        if (nvml_device_energy(st->nvml, d, &j) < 0)
+            continue;
+        if (!head)
+            metrics_head(b, "energy_joules_total", "counter",
+                         "Energy the GPU used since its driver loaded, as NVML reports it.");
+        head = true;
+        buf_appendf(b, P "energy_joules_total{device=\"cuda%d\"} %.3f\n", d, j);
+    }
 }
 
 static void metrics_render_targets(struct api_state *st, const struct metrics_devices *devs,
@@ -532,7 +569,9 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             }
         }
     }
+    metrics_render_energy(st, b);
     metrics_render_tenant_devices(st, b);
+    metrics_render_costs(st, b);
     metrics_render_targets(st, devs, b);
     metrics_render_tenants(st, devs, b);
     metrics_head(b, "inflight_requests", "gauge", "HTTP requests accepted and not yet answered.");

@@ -1,7 +1,6 @@
 /* auth.c - see auth.h. */
 #include "gateway/auth.h"
 
-#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,10 +184,7 @@ bool auth_may_use_model(const struct auth *a, int tenant, const char *model, siz
         return false;
     memcpy(name, model, len);
     name[len] = '\0';
-    for (int i = 0; i < t->nmodels; i++)
-        if (fnmatch(t->models[i], name, 0) == 0)
-            return true;
-    return false;
+    return tenant_allows(t, name);
 }
 
 bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx)

@@ -175,6 +175,20 @@ static const struct schema_field config_jobs_fields[] = {
     SCHEMA_END_ROW,
 };
 
+static const struct schema_field config_usage_fields[] = {
+    {SCHEMA_F_INT("flush_s", struct ledger_config, flush_s),
+     .min = 1, .max = 60, .def = 60,
+     .doc = "the ledger's rows are written every that many seconds, in one transaction; a "
+            "crash loses at most that much (docs/USAGE.md)"},
+    {SCHEMA_F_INT("minute_retention_days", struct ledger_config, minute_retention_days),
+     .min = 1, .max = 3660, .def = 7,
+     .doc = "minute rows older than this are rolled up into hour rows"},
+    {SCHEMA_F_INT("hour_retention_days", struct ledger_config, hour_retention_days),
+     .min = 1, .max = 36600, .def = 400,
+     .doc = "hour rows older than this are deleted"},
+    SCHEMA_END_ROW,
+};
+
 static const struct schema_name config_log_levels[] = {
     {"debug", LOG_DEBUG}, {"info", LOG_INFO}, {"warn", LOG_WARN}, {"error", LOG_ERROR}, {NULL, 0},
 };
@@ -206,10 +220,13 @@ static const struct schema_field config_fields[] = {
      .flags = SCHEMA_EXT, .check = config_check_proxy, .doc = "the reverse proxy"},
     {SCHEMA_F_STRING("state_dir", struct config, state_dir),
      .flags = SCHEMA_NONEMPTY, .sdef = "state",
-     .doc = "folder of the SQLite database (jobs and their progress) and of `packed/` (the cpu "
+     .doc = "folder of the SQLite database (jobs and their progress, the usage ledger) and of "
+            "`packed/` (the cpu "
             "backend's packed weights between loads); created if missing"},
     {SCHEMA_F_OBJECT("jobs", struct config, jobs, config_jobs_fields),
      .doc = "offline batch jobs (docs/JOBS.md)"},
+    {SCHEMA_F_OBJECT("usage", struct config, usage, config_usage_fields),
+     .doc = "the usage ledger in the state database (docs/USAGE.md)"},
     {SCHEMA_F_OBJECT("auth", struct config, tenants, config_auth_fields),
      .doc = "API keys (docs/TENANTS.md)"},
     /* The file's tenants go to t[1..]: t[0] is "default" whatever the file

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "http/http.h"
+#include "serving/ledger.h"
 #include "serving/lifecycle.h"
 #include "serving/tenant.h"
 
@@ -60,6 +61,7 @@ struct config {
     struct config_proxy proxy;
     char state_dir[4096];      /* the SQLite database (state/state.h) */
     struct config_jobs jobs;
+    struct ledger_config usage;   /* the usage ledger (serving/ledger.h) */
     /* `auth` and `tenants` (SPEC.md "Tenants and keys"): t[0] is always
      * the tenant "default"; read by the gateway (keys, routes, admission)
      * and the scheduler (shares). */

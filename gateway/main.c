@@ -26,6 +26,7 @@
 #include "gateway/config.h"
 #include "common/error.h"
 #include "serving/jobs.h"
+#include "serving/ledger.h"
 #include "gateway/jscratch.h"
 #include "kernels/kernels.h"
 #include "common/log.h"
@@ -33,6 +34,7 @@
 #include "common/sha256.h"
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
+#include "gateway/report.h"
 #include "gateway/tenantstats.h"
 #include "http/http.h"
 #include "serving/governance.h"
@@ -46,6 +48,7 @@ static void usage(FILE *out)
             "usage: batchgate [--config FILE] [--models DIR] [--listen HOST:PORT]\n"
             "                 [--io-threads N] [--log-level debug|info|warn|error]\n"
             "       batchgate hash-key KEY|-\n"
+            "       batchgate report [--config FILE] [--from T] [--to T] [--by tenant|model]\n"
             "\n"
             "A batching inference gateway speaking the KServe v2 / Triton HTTP protocol.\n"
             "\n"
@@ -62,7 +65,9 @@ static void usage(FILE *out)
             "2 bad usage or bad configuration.\n"
             "\n"
             "hash-key prints the \"sha256:<hex>\" form of an API key for a tenant's \"keys\"\n"
-            "in the config; with - it reads the key from stdin (out of the shell's history).\n");
+            "in the config; with - it reads the key from stdin (out of the shell's history).\n"
+            "\n"
+            "report prints the usage ledger for a period (batchgate report --help).\n");
 }
 
 /* An API key travels in a header: visible ASCII, no spaces. Longer than
@@ -218,6 +223,18 @@ static void main_apply_shares(void *arg, const double *share, double offline_sha
     serving_apply_shares(arg, share, offline_share);
 }
 
+/* The ledger's energy counter of a device: NVML's for a GPU ("cuda<N>" is
+ * NVML's device N: the two agree when CUDA_DEVICE_ORDER=PCI_BUS_ID and no
+ * CUDA_VISIBLE_DEVICES remaps them; docs/USAGE.md); none for the rest. */
+static int main_energy(void *arg, const char *device, double *joules)
+{
+    int index;
+    char tail;
+    if (!arg || sscanf(device, "cuda%d%c", &index, &tail) != 1)
+        return -1;
+    return nvml_device_energy(arg, index, joules);
+}
+
 /* SIGHUP: the configuration file's governance section replaces the one in
  * force (checked as at start; a bad one is logged and changes nothing).
  * Tenants and keys are read at start only. */
@@ -263,7 +280,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
     if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
         (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)) ||
         (rc = api_jobs_register(r, st, err)) || (rc = api_governance_register(r, st, err)) ||
-        (rc = api_repository_register(r, st, err)))
+        (rc = api_repository_register(r, st, err)) || (rc = api_usage_register(r, st, err)))
         return rc;
     if (cfg->debug_endpoints && (rc = api_debug_register(r, st, err)))
         return rc;
@@ -279,6 +296,8 @@ int main(int argc, char **argv)
     int64_t t_start = now_ns();
     if (argc >= 2 && strcmp(argv[1], "hash-key") == 0)
         return main_hash_key(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "report") == 0)
+        return report_main(argc, argv);
     struct cli cli = {0};
     int rc = cli_parse(argc, argv, &cli);
     if (rc != 0) {
@@ -427,6 +446,14 @@ int main(int argc, char **argv)
     log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.http.listen_host, ':') ? "[" : "",
              cfg.http.listen_host, strchr(cfg.http.listen_host, ':') ? "]" : "", server_port(srv),
              server_threads(srv));
+    /* Before the models load: the ledger charges every counter from its zero. */
+    api.ledger = ledger_start(serving, jobs_state(api.jobs), &cfg.usage, main_energy, api.nvml,
+                              &err);
+    if (!api.ledger) {
+        log_error("%s", err.msg);
+        exit_code = 1;
+        goto out;
+    }
     serving_load_all(serving);
     /* Unfinished jobs resume once their models are loaded. */
     if (jobs_start(api.jobs, &err)) {
@@ -521,6 +548,10 @@ out:
     jobs_stop(api.jobs);
     /* Workers stop before the IO threads go: their completions need a mailbox. */
     serving_stop(serving);
+    /* Its last sample sees every batch that ran; it writes before the
+     * database closes (jobs_free). */
+    ledger_stop(api.ledger);
+    api.ledger = NULL;
     if (srv) {
         server_force_close(srv);
         server_join(srv);

@@ -17,6 +17,7 @@ struct nvml {
     int (*shutdown)(void);
     int (*util)(nvml_dev_t, struct nvml_util *);
     int (*mem)(nvml_dev_t, struct nvml_mem *);
+    int (*energy)(nvml_dev_t, unsigned long long *);   /* mJ since the driver loaded; optional */
 };
 
 struct nvml *nvml_open(char *msg, int cap)
@@ -36,6 +37,10 @@ struct nvml *nvml_open(char *msg, int cap)
         n->shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
         n->util = (int (*)(nvml_dev_t, struct nvml_util *))dlsym(lib, "nvmlDeviceGetUtilizationRates");
         n->mem = (int (*)(nvml_dev_t, struct nvml_mem *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
+        /* Volta and later; older GPUs answer NOT_SUPPORTED, a driver
+         * without it has no symbol: energy is then absent. */
+        n->energy = (int (*)(nvml_dev_t, unsigned long long *))dlsym(
+            lib, "nvmlDeviceGetTotalEnergyConsumption");
     }
     unsigned int c = 0;
     if (!n || !init || !count || !handle || !n->util || !n->mem || !n->shutdown || init() != 0) {
@@ -75,5 +80,14 @@ int nvml_device_read(struct nvml *n, int index, struct nvml_device *out)
     out->mem_util = u.memory / 100.0;
     out->mem_used = m.used;
     out->mem_total = m.total;
+    return 0;
+}
+
+int nvml_device_energy(struct nvml *n, int index, double *joules)
+{
+    unsigned long long mj;
+    if (!n || !n->energy || index < 0 || index >= n->count || n->energy(n->dev[index], &mj) != 0)
+        return -1;
+    *joules = (double)mj / 1e3;
     return 0;
 }

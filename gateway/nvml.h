@@ -22,4 +22,8 @@ int nvml_device_count(struct nvml *n);
 /* 0, or -1 when the device cannot be read now. */
 int nvml_device_read(struct nvml *n, int index, struct nvml_device *out);
 
+/* The energy the GPU used since the driver loaded, in J; -1 when the GPU or
+ * driver cannot say (before Volta). */
+int nvml_device_energy(struct nvml *n, int index, double *joules);
+
 #endif

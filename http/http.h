@@ -48,6 +48,11 @@ const char *http_request_method_name(const struct http_request *req);
 const char *http_request_path(const struct http_request *req, size_t *len);
 /* The query after '?', or NULL when there is none. */
 const char *http_request_query(const struct http_request *req, size_t *len);
+/* The first value of `key` in the query, %-escapes decoded ('+' stays a
+ * '+': the query is not a form), into out with its NUL: 1; 0 when absent;
+ * -1 when longer than cap - 1, a %-escape is malformed or decodes to NUL. */
+int http_request_query_param(const struct http_request *req, const char *key, char *out,
+                             size_t cap);
 /* Case-insensitive lookup of the first header `name`; NULL when absent. */
 const char *http_request_header(const struct http_request *req, const char *name, size_t *len);
 /* Every header in arrival order: i from 0 to http_request_header_count()-1. */

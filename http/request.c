@@ -92,6 +92,44 @@ const char *http_request_query(const struct http_request *r, size_t *len)
     return r->head.data + r->path_len + 1;
 }
 
+static int http_hex(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+int http_request_query_param(const struct http_request *r, const char *key, char *out,
+                             size_t cap)
+{
+    size_t qlen, klen = strlen(key);
+    const char *q = http_request_query(r, &qlen);
+    const char *p = q, *end = q ? q + qlen : NULL;
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *pe = amp ? amp : end;
+        if ((size_t)(pe - p) >= klen && memcmp(p, key, klen) == 0 &&
+            (p + klen == pe || p[klen] == '=')) {
+            size_t n = 0;
+            for (const char *v = p + klen + (p + klen < pe); v < pe; v++) {
+                char c = *v;
+                if (c == '%') {
+                    if (pe - v < 3 || http_hex(v[1]) < 0 || http_hex(v[2]) < 0)
+                        return -1;
+                    c = (char)(http_hex(v[1]) * 16 + http_hex(v[2]));
+                    v += 2;
+                }
+                if (n + 1 >= cap || c == '\0')
+                    return -1;
+                out[n++] = c;
+            }
+            out[n] = '\0';
+            return 1;
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    return 0;
+}
+
 const char *http_request_header(const struct http_request *r, const char *name, size_t *len)
 {
     size_t n = strlen(name);

@@ -35,6 +35,14 @@ void serving_set_devices(struct serving *s, const struct serving_device_config *
     s->ndevcfg = n;
 }
 
+double serving_device_price(const struct serving *s, const char *dev)
+{
+    for (int i = 0; i < s->ndevcfg; i++)
+        if (strcmp(s->devcfg[i].name, dev) == 0)
+            return s->devcfg[i].price_per_hour;
+    return 0;
+}
+
 static size_t lc_budget(const struct serving *s, const char *dev)
 {
     for (int i = 0; i < s->ndevcfg; i++)

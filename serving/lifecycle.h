@@ -48,6 +48,8 @@ extern const char *const served_unload_reason_names[SERVED_UNLOAD_REASONS];
 
 /* Before serving_load_all. */
 void serving_set_devices(struct serving *s, const struct serving_device_config *d, int n);
+/* devices.<dev>.price_per_hour, 0 when not configured. */
+double serving_device_price(const struct serving *s, const char *dev);
 /* repository_poll_s: every that many seconds the repository is scanned:
  * new model folders are added (eager ones loaded), changed ones (config,
  * the served version's weights, a new version) reloaded, removed ones

@@ -44,6 +44,8 @@ struct inst_shard {
     _Atomic uint64_t *count_by_size, *ns_by_size;
     _Atomic uint64_t tenant_rows[WORK_TENANTS_MAX], tenant_ns[WORK_TENANTS_MAX];
     _Atomic uint64_t tenant_offline_ns[WORK_TENANTS_MAX];   /* of tenant_ns, job lines' */
+    _Atomic uint64_t tenant_items[2][WORK_TENANTS_MAX];    /* requests [0], job lines [1] */
+    _Atomic uint64_t tenant_offline_rows[WORK_TENANTS_MAX]; /* of tenant_rows, job lines' */
 };
 
 struct modelstats {
@@ -105,6 +107,7 @@ bool modelstats_fits(const struct modelstats *s, int instances, int max_batch)
 }
 
 int modelstats_io_threads(const struct modelstats *s) { return s->nio; }
+int modelstats_instances(const struct modelstats *s) { return s->ninst; }
 
 void modelstats_retire(struct modelstats *s, struct modelstats *old)
 {
@@ -205,9 +208,39 @@ void modelstats_batch_tenants(struct modelstats *s, int instance, const struct b
         uint64_t ns = (uint64_t)(exec_ns * it->rows / b->rows);
         atomic_fetch_add_explicit(&sh->tenant_rows[t], (uint64_t)it->rows, memory_order_relaxed);
         atomic_fetch_add_explicit(&sh->tenant_ns[t], ns, memory_order_relaxed);
-        if (it->offline)
+        atomic_fetch_add_explicit(&sh->tenant_items[it->offline][t], 1, memory_order_relaxed);
+        if (it->offline) {
             atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], ns, memory_order_relaxed);
+            atomic_fetch_add_explicit(&sh->tenant_offline_rows[t], (uint64_t)it->rows,
+                                      memory_order_relaxed);
+        }
     }
+}
+
+int modelstats_tenant_use(struct modelstats *s, struct modelstats_tenant_use *out, int cap)
+{
+    int n = s->ninst < cap ? s->ninst : cap;
+    for (int i = 0; i < n; i++) {
+        struct inst_shard *sh = &s->inst[i];
+        for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+            struct modelstats_tenant_use *u = &out[(size_t)i * WORK_TENANTS_MAX + t];
+            uint64_t rows = atomic_load_explicit(&sh->tenant_rows[t], memory_order_relaxed);
+            uint64_t off_rows =
+                atomic_load_explicit(&sh->tenant_offline_rows[t], memory_order_relaxed);
+            uint64_t ns = atomic_load_explicit(&sh->tenant_ns[t], memory_order_relaxed);
+            uint64_t off_ns = atomic_load_explicit(&sh->tenant_offline_ns[t], memory_order_relaxed);
+            /* Read apart, the offline part may be ahead of the total. */
+            off_rows = off_rows < rows ? off_rows : rows;
+            off_ns = off_ns < ns ? off_ns : ns;
+            for (int c = 0; c < 2; c++)
+                u->requests[c] = atomic_load_explicit(&sh->tenant_items[c][t], memory_order_relaxed);
+            u->rows[0] = rows - off_rows;
+            u->rows[1] = off_rows;
+            u->busy_s[0] = (double)(ns - off_ns) / 1e9;
+            u->busy_s[1] = (double)off_ns / 1e9;
+        }
+    }
+    return n;
 }
 
 static void modelstats_hist_sum(struct modelstats_hist *dst, struct hist *src, double unit)

@@ -97,6 +97,17 @@ void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_
 void modelstats_batch_tenants(struct modelstats *s, int instance, const struct batch *b,
                               int64_t exec_ns);
 
+/* One instance's use by one tenant, by class ([0] online requests, [1]
+ * job lines): requests (a job line is one), rows, device time. */
+struct modelstats_tenant_use {
+    uint64_t requests[2], rows[2];
+    double busy_s[2];
+};
+/* Each instance's use by tenant into out[instance * WORK_TENANTS_MAX +
+ * tenant] for the first `cap` instances; how many were written. */
+int modelstats_tenant_use(struct modelstats *s, struct modelstats_tenant_use *out, int cap);
+int modelstats_instances(const struct modelstats *s);
+
 void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *out);
 void modelstats_snapshot_free(struct modelstats_snapshot *snap);
 /* The q-quantile (0..1) of a latency histogram, interpolated inside its

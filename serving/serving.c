@@ -892,6 +892,15 @@ void serving_apply_shares(struct serving *s, const double *share, double offline
     }
 }
 
+void serving_shares_in_force(struct serving *s, double *share)
+{
+    int n = s->tenants ? s->tenants->n : 0;
+    pthread_mutex_lock(&s->shares_mu);
+    for (int t = 0; t < n; t++)
+        share[t] = s->applied ? s->applied_share[t] : s->tenants->t[t].share;
+    pthread_mutex_unlock(&s->shares_mu);
+}
+
 int serving_tenant_rows(struct serving *s, struct served_tenant_row **out)
 {
     struct serving_tenant_rows rows = {0};

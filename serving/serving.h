@@ -85,6 +85,9 @@ void serving_set_tenants(struct serving *s, const struct tenants_config *t);
 void serving_apply_shares(struct serving *s, const double *share, double offline_share);
 /* The table set there, or NULL. */
 const struct tenants_config *serving_tenants(const struct serving *s);
+/* The shares in force now, share[0 .. tenants n - 1]: a time window's, or
+ * the tenants' own. */
+void serving_shares_in_force(struct serving *s, double *share);
 /* Each tenant's account on each device, as /metrics and the dashboard
  * show it: the shares of every model on a device with that label summed
  * (models on no shared device keep their own). */

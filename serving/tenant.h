@@ -41,4 +41,7 @@ struct tenants_config {
     int n;                            /* at least 1 */
 };
 
+/* Whether the tenant may use the model (its `models` globs; none: all). */
+bool tenant_allows(const struct tenant_config *t, const char *model);
+
 #endif

@@ -1,0 +1,123 @@
+/* api_usage.c - GET /v2/usage (SPEC.md "Usage and cost"): the usage
+ * ledger's rows for a period, grouped and summed, as JSON or CSV; a tenant
+ * sees its own rows, an admin every tenant's. GET /dashboard/usage answers
+ * the same for the dashboard's history charts, open as /metrics is (which
+ * already shows cost_total per tenant to whoever reaches it). */
+#include "gateway/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/buf.h"
+#include "gateway/auth.h"
+#include "gateway/usage_query.h"
+#include "http/http.h"
+#include "serving/jobs.h"
+#include "state/state.h"
+
+/* Reads one parameter; answers 400 naming it when it is malformed. */
+static int usage_api_param(struct http_request *req, const char *key, char *out, size_t cap)
+{
+    int rc = http_request_query_param(req, key, out, cap);
+    if (rc < 0)
+        http_respond_error(req, 400, NULL, "%s: too long or a malformed %%-escape", key);
+    return rc;
+}
+
+static void usage_api_answer(struct http_request *req, struct api_state *st, bool open_route)
+{
+    if (!st->jobs) {
+        http_respond_error(req, 503, NULL, "the usage ledger is not available (no state database)");
+        return;
+    }
+    int64_t now = (int64_t)time(NULL);
+    struct usage_query q = {.from = now - 86400, .to = now, .step = 3600};
+    char v[128];
+    int rc;
+    static const char *const times[2] = {"from", "to"};
+    for (int k = 0; k < 2; k++) {
+        if ((rc = usage_api_param(req, times[k], v, sizeof v)) < 0)
+            return;
+        if (rc && usage_parse_time(v, k ? &q.to : &q.from) < 0) {
+            http_respond_error(req, 400, NULL, "%s: \"%s\" is neither RFC 3339 "
+                               "(2026-12-03T10:00:00Z) nor Unix seconds", times[k], v);
+            return;
+        }
+    }
+    if ((rc = usage_api_param(req, "step", v, sizeof v)) < 0)
+        return;
+    if (rc) {
+        char *end;
+        long long s = strtoll(v, &end, 10);
+        if (!*v || *end || s <= 0) {
+            http_respond_error(req, 400, NULL, "step: \"%s\" is not a number of seconds", v);
+            return;
+        }
+        q.step = s;
+    }
+    if ((rc = usage_api_param(req, "group_by", v, sizeof v)) < 0)
+        return;
+    if (rc && usage_parse_group_by(v, &q.group_by) < 0) {
+        http_respond_error(req, 400, NULL, "group_by: \"%s\"; a comma-separated list of tenant, "
+                           "model, class, device", v);
+        return;
+    }
+    bool csv = false;
+    if ((rc = usage_api_param(req, "format", v, sizeof v)) < 0)
+        return;
+    if (rc) {
+        if (strcmp(v, "csv") != 0 && strcmp(v, "json") != 0) {
+            http_respond_error(req, 400, NULL, "format: \"%s\"; json or csv", v);
+            return;
+        }
+        csv = v[0] == 'c';
+    }
+    const char *param;
+    char msg[256];
+    if (usage_query_check(&q, &param, msg, sizeof msg) < 0) {
+        http_respond_error(req, 400, NULL, "%s", msg);
+        return;
+    }
+    /* A tenant's own rows; an admin's (and the dashboard's) all. */
+    int tenant = auth_tenant(req);
+    if (!open_route && !auth_is_admin(st->auth, tenant))
+        snprintf(q.tenant, sizeof q.tenant, "%s", auth_tenant_name(st->auth, tenant));
+    struct usage_rows rows = {0};
+    struct error err = {0};
+    if (state_usage_query(jobs_state(st->jobs), q.from, q.to, q.step, q.group_by,
+                          q.tenant[0] ? q.tenant : NULL, usage_rows_collect, &rows, &err) ||
+        rows.failed) {
+        usage_rows_free(&rows);
+        http_respond_error(req, 500, NULL, "%s", rows.failed ? "out of memory" : err.msg);
+        return;
+    }
+    struct buf b = BUF_INIT;
+    if (csv)
+        usage_render_csv(&b, &q, &rows);
+    else
+        usage_render_json(&b, &q, &rows);
+    usage_rows_free(&rows);
+    http_respond(req, 200, csv ? "text/csv; charset=utf-8" : "application/json", b.data, b.len,
+                 NULL);
+    buf_free(&b);
+}
+
+static void usage_api_get(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    (void)m;
+    usage_api_answer(req, ctx, false);
+}
+
+static void usage_api_dashboard(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    (void)m;
+    usage_api_answer(req, ctx, true);
+}
+
+int api_usage_register(struct router *r, struct api_state *st, struct error *err)
+{
+    int rc = router_add(r, HTTP_M_GET, "/v2/usage", usage_api_get, st, err);
+    return rc ? rc : router_add(r, HTTP_M_GET, "/dashboard/usage", usage_api_dashboard, st, err);
+}

@@ -1,0 +1,576 @@
+/* ledger.c - the usage ledger's thread (ledger.h): samples the counters
+ * once a second, charges what changed by ledger_split, gathers the rows
+ * by minute and writes them every flush_s seconds. */
+#include "serving/ledger.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "serving/lifecycle.h"
+
+#define LEDGER_SAMPLE_NS 1000000000LL
+/* Rolled up and pruned this often (and at the start). */
+#define LEDGER_ROLLUP_S 3600
+
+/* A counter's last reading, per (model entry, device row). */
+struct ledger_track {
+    int entry, instance;
+    char device[48];
+    char url[200];                    /* a server's; "" for an instance */
+    const struct modelstats *stats;   /* whose busy counter it read */
+    double busy_s, held_s;
+    int64_t since_ns;                 /* when the residency it measured began */
+};
+
+/* An instance's use by tenant at the last reading (the loop backends'
+ * batches are all instance 0's). */
+struct ledger_prev_use {
+    int entry, instance;
+    const struct modelstats *stats;
+    struct modelstats_tenant_use use[WORK_TENANTS_MAX];
+};
+
+/* One instance or server of one model in this sample. */
+struct ledger_item {
+    char device[48];
+    char model[128];
+    int entry;
+    bool server;
+    double held_s, busy_s;
+    int use_off;                      /* into deltas; -1: none */
+    int w_off;                        /* into weights */
+};
+
+struct ledger {
+    struct serving *s;
+    struct state *st;
+    struct ledger_config c;
+    ledger_energy_fn energy;
+    void *energy_arg;
+    pthread_t thread;
+    pthread_mutex_t mu;               /* stop, costs */
+    pthread_cond_t cv;
+    bool stop;
+
+    /* The thread's own. */
+    struct ledger_track *track;
+    int ntrack, captrack;
+    struct ledger_prev_use *prev;
+    int nprev, capprev;
+    struct state_usage_row *acc;      /* rows gathered, not written yet */
+    int nacc, capacc;
+    /* This sample's scratch. */
+    struct ledger_item *items;
+    int nitems, capitems;
+    struct modelstats_tenant_use *deltas;
+    int ndeltas, capdeltas;
+    double *weights;                  /* WORK_TENANTS_MAX per model sampled */
+    int nweights, capweights;
+    struct {
+        char device[48];
+        double joules;
+    } energy_prev[32];
+    int nenergy;
+    int64_t last_ns;
+    int64_t last_flush_s, last_rollup_s;
+    int write_failures;
+
+    /* Under mu: cost since the start by (tenant, device). */
+    struct ledger_cost *costs;
+    int ncosts, capcosts;
+};
+
+static void *ledger_grow(void *p, int *cap, int need, size_t size)
+{
+    if (need <= *cap)
+        return p;
+    int ncap = *cap ? *cap * 2 : 16;
+    while (ncap < need)
+        ncap *= 2;
+    void *np = realloc(p, (size_t)ncap * size);
+    if (!np)
+        return NULL;
+    memset((char *)np + (size_t)*cap * size, 0, (size_t)(ncap - *cap) * size);
+    *cap = ncap;
+    return np;
+}
+
+/* Room for `need` elements in arr (of capacity cap); false: out of memory. */
+#define LEDGER_GROW(arr, cap, need)                                                           \
+    (((arr) = ledger_grow((arr), &(cap), (need), sizeof *(arr))) != NULL)
+
+static int64_t ledger_wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+/* A counter that went down was reset (a new copy of the model): all of
+ * its value is new. */
+static double ledger_delta(double cur, double prev) { return cur >= prev ? cur - prev : cur; }
+
+static uint64_t ledger_udelta(uint64_t cur, uint64_t prev) { return cur >= prev ? cur - prev : cur; }
+
+static struct ledger_track *ledger_track_find(struct ledger *l, int entry, int instance,
+                                              const char *device, const char *url)
+{
+    for (int i = 0; i < l->ntrack; i++) {
+        struct ledger_track *t = &l->track[i];
+        if (t->entry == entry && t->instance == instance && strcmp(t->device, device) == 0 &&
+            strcmp(t->url, url) == 0)
+            return t;
+    }
+    if (!LEDGER_GROW(l->track, l->captrack, l->ntrack + 1))
+        return NULL;
+    struct ledger_track *t = &l->track[l->ntrack++];
+    memset(t, 0, sizeof *t);
+    t->entry = entry;
+    t->instance = instance;
+    snprintf(t->device, sizeof t->device, "%s", device);
+    snprintf(t->url, sizeof t->url, "%s", url);
+    return t;
+}
+
+static struct ledger_prev_use *ledger_prev_find(struct ledger *l, int entry, int instance)
+{
+    for (int i = 0; i < l->nprev; i++)
+        if (l->prev[i].entry == entry && l->prev[i].instance == instance)
+            return &l->prev[i];
+    if (!LEDGER_GROW(l->prev, l->capprev, l->nprev + 1))
+        return NULL;
+    struct ledger_prev_use *p = &l->prev[l->nprev++];
+    memset(p, 0, sizeof *p);
+    p->entry = entry;
+    p->instance = instance;
+    return p;
+}
+
+/* ---- one model's sample ---- */
+
+struct ledger_walk {
+    struct ledger *l;
+    struct served_model *sm;
+    int entry, w_off;
+    int64_t now_ns;
+    int use_off[64];                  /* each instance's use delta; -1: none */
+    int nuse;
+};
+
+static void ledger_device_row(const struct served_device *d, void *arg)
+{
+    struct ledger_walk *w = arg;
+    struct ledger *l = w->l;
+    const char *url = d->url ? d->url : "";
+    struct ledger_track *t = ledger_track_find(l, w->entry, d->dev.instance, d->dev.name, url);
+    if (!t || !LEDGER_GROW(l->items, l->capitems, l->nitems + 1))
+        return;
+    /* A residency that began anew (a load, a server set up again) counts
+     * from its own zero: so does a server's busy time, and an instance's
+     * when its model's counters were replaced. */
+    int64_t since = w->now_ns - (int64_t)(d->held_s * 1e9);
+    bool anew = t->since_ns == 0 || llabs(since - t->since_ns) > 250000000LL;
+    double held = anew ? d->held_s : ledger_delta(d->held_s, t->held_s);
+    bool busy_anew = d->url ? anew : t->stats != w->sm->stats;
+    double busy = busy_anew ? d->busy_s : ledger_delta(d->busy_s, t->busy_s);
+    t->since_ns = since;
+    t->held_s = d->held_s;
+    t->busy_s = d->busy_s;
+    t->stats = w->sm->stats;
+    struct ledger_item *it = &l->items[l->nitems++];
+    memset(it, 0, sizeof *it);
+    snprintf(it->device, sizeof it->device, "%s", d->dev.name);
+    snprintf(it->model, sizeof it->model, "%s", w->sm->model.cfg.name);
+    it->entry = w->entry;
+    it->server = d->url != NULL;
+    it->held_s = held;
+    it->busy_s = busy;
+    it->w_off = w->w_off;
+    int inst = d->dev.instance;
+    it->use_off = !it->server && inst >= 0 && inst < w->nuse ? w->use_off[inst] : -1;
+}
+
+/* A loop backend's servers share instance 0's use (its batches) by their
+ * busy time; requests and rows by largest remainder, so they add up. */
+static void ledger_share_servers(struct ledger *l, int first_item, int use0_off)
+{
+    int idx[64], n = 0;
+    double total = 0;
+    for (int i = first_item; i < l->nitems && n < 64; i++)
+        if (l->items[i].server) {
+            idx[n++] = i;
+            total += l->items[i].busy_s;
+        }
+    if (n == 0 || use0_off < 0)
+        return;
+    int base = l->ndeltas;
+    if (!LEDGER_GROW(l->deltas, l->capdeltas, base + n * WORK_TENANTS_MAX))
+        return;
+    l->ndeltas += n * WORK_TENANTS_MAX;
+    const struct modelstats_tenant_use *u0 = &l->deltas[use0_off];
+    for (int t = 0; t < WORK_TENANTS_MAX; t++)
+        for (int c = 0; c < 2; c++) {
+            uint64_t req_left = u0[t].requests[c], rows_left = u0[t].rows[c];
+            for (int k = 0; k < n; k++) {
+                double f = total > 0 ? l->items[idx[k]].busy_s / total : 1.0 / n;
+                struct modelstats_tenant_use *u = &l->deltas[base + k * WORK_TENANTS_MAX + t];
+                u->busy_s[c] = u0[t].busy_s[c] * f;
+                uint64_t r = k == n - 1 ? req_left : (uint64_t)llround((double)u0[t].requests[c] * f);
+                uint64_t w = k == n - 1 ? rows_left : (uint64_t)llround((double)u0[t].rows[c] * f);
+                u->requests[c] = r < req_left ? r : req_left;
+                u->rows[c] = w < rows_left ? w : rows_left;
+                req_left -= u->requests[c];
+                rows_left -= u->rows[c];
+            }
+        }
+    for (int k = 0; k < n; k++)
+        l->items[idx[k]].use_off = base + k * WORK_TENANTS_MAX;
+}
+
+/* The model's tenants' weights for its idle time into w: their shares in
+ * force; equal when they have none; tenant 0 alone when none may use it. */
+static void ledger_idle_weights(const struct tenants_config *tc, const double *share,
+                                const char *model, double *w)
+{
+    memset(w, 0, sizeof(double) * WORK_TENANTS_MAX);
+    if (!tc) {
+        w[0] = 1;
+        return;
+    }
+    double sum = 0;
+    int allowed = 0;
+    bool may[TENANTS_MAX];
+    for (int t = 0; t < tc->n; t++) {
+        /* Tenant default uses a model only while a request without a key
+         * may (auth not required). */
+        may[t] = tenant_allows(&tc->t[t], model) && !(t == 0 && tc->auth_required && tc->n > 1);
+        allowed += may[t];
+        sum += may[t] ? share[t] : 0;
+    }
+    for (int t = 0; t < tc->n; t++)
+        w[t] = !may[t] ? 0 : sum > 0 ? share[t] : 1;
+    if (!allowed)
+        w[0] = 1;
+}
+
+static void ledger_sample_model(struct ledger *l, int entry, struct served_model *sm,
+                                const struct tenants_config *tc, const double *share)
+{
+    struct modelstats_snapshot snap;
+    modelstats_snapshot(sm->stats, &snap);
+    int ninst = modelstats_instances(sm->stats);
+    ninst = ninst < 64 ? ninst : 64;
+    struct modelstats_tenant_use *cur = calloc((size_t)ninst * WORK_TENANTS_MAX, sizeof *cur);
+    if (!cur || !LEDGER_GROW(l->weights, l->capweights, l->nweights + WORK_TENANTS_MAX)) {
+        free(cur);
+        modelstats_snapshot_free(&snap);
+        return;
+    }
+    struct ledger_walk w = {.l = l, .sm = sm, .entry = entry, .w_off = l->nweights,
+                            .now_ns = now_ns()};
+    ledger_idle_weights(tc, share, sm->model.cfg.name, &l->weights[l->nweights]);
+    l->nweights += WORK_TENANTS_MAX;
+    w.nuse = modelstats_tenant_use(sm->stats, cur, ninst);
+    for (int i = 0; i < w.nuse; i++) {
+        w.use_off[i] = -1;
+        struct ledger_prev_use *p = ledger_prev_find(l, entry, i);
+        if (!p || !LEDGER_GROW(l->deltas, l->capdeltas, l->ndeltas + WORK_TENANTS_MAX))
+            continue;
+        if (p->stats != sm->stats) {   /* counters replaced: they start from zero */
+            memset(p->use, 0, sizeof p->use);
+            p->stats = sm->stats;
+        }
+        struct modelstats_tenant_use *d = &l->deltas[l->ndeltas];
+        for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+            const struct modelstats_tenant_use *c = &cur[(size_t)i * WORK_TENANTS_MAX + t];
+            for (int k = 0; k < 2; k++) {
+                d[t].requests[k] = ledger_udelta(c->requests[k], p->use[t].requests[k]);
+                d[t].rows[k] = ledger_udelta(c->rows[k], p->use[t].rows[k]);
+                d[t].busy_s[k] = ledger_delta(c->busy_s[k], p->use[t].busy_s[k]);
+            }
+            p->use[t] = *c;
+        }
+        w.use_off[i] = l->ndeltas;
+        l->ndeltas += WORK_TENANTS_MAX;
+    }
+    int first = l->nitems;
+    serving_model_devices(sm, &snap, ledger_device_row, &w);
+    ledger_share_servers(l, first, w.nuse > 0 ? w.use_off[0] : -1);
+    free(cur);
+    modelstats_snapshot_free(&snap);
+}
+
+/* ---- gathering rows by minute ---- */
+
+static void ledger_add(struct ledger *l, int64_t minute, const char *tenant, const char *model,
+                       int cls, const char *device, const struct ledger_piece *p)
+{
+    static const char *const cls_names[2] = {"online", "offline"};
+    struct state_usage_row *r = NULL;
+    for (int i = l->nacc - 1; i >= 0; i--) {
+        struct state_usage_row *x = &l->acc[i];
+        if (x->start == minute && strcmp(x->tenant, tenant) == 0 &&
+            strcmp(x->model, model) == 0 && strcmp(x->cls, cls_names[cls]) == 0 &&
+            strcmp(x->device, device) == 0) {
+            r = x;
+            break;
+        }
+    }
+    if (!r) {
+        if (!LEDGER_GROW(l->acc, l->capacc, l->nacc + 1))
+            return;
+        r = &l->acc[l->nacc++];
+        memset(r, 0, sizeof *r);
+        r->start = minute;
+        snprintf(r->tenant, sizeof r->tenant, "%s", tenant);
+        snprintf(r->model, sizeof r->model, "%s", model);
+        snprintf(r->cls, sizeof r->cls, "%s", cls_names[cls]);
+        snprintf(r->device, sizeof r->device, "%s", device);
+    }
+    r->requests += p->requests;
+    r->rows += p->rows;
+    r->busy_s += p->busy_s;
+    r->idle_s += p->idle_s;
+    r->held_s += p->busy_s + p->idle_s;
+    r->cost += p->cost;
+    r->energy_j += p->energy_j;
+}
+
+static void ledger_cost_add(struct ledger *l, const char *tenant, const char *device, double c)
+{
+    if (c <= 0)
+        return;
+    pthread_mutex_lock(&l->mu);
+    int i = 0;
+    while (i < l->ncosts &&
+           (strcmp(l->costs[i].tenant, tenant) != 0 || strcmp(l->costs[i].device, device) != 0))
+        i++;
+    if (i == l->ncosts && LEDGER_GROW(l->costs, l->capcosts, l->ncosts + 1)) {
+        snprintf(l->costs[i].tenant, sizeof l->costs[i].tenant, "%s", tenant);
+        snprintf(l->costs[i].device, sizeof l->costs[i].device, "%s", device);
+        l->ncosts++;
+    }
+    if (i < l->ncosts)
+        l->costs[i].cost += c;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* The device's energy since the last sample; 0 when it has no counter. */
+static double ledger_energy(struct ledger *l, const char *device)
+{
+    double j;
+    if (!l->energy || l->energy(l->energy_arg, device, &j) != 0)
+        return 0;
+    for (int i = 0; i < l->nenergy; i++)
+        if (strcmp(l->energy_prev[i].device, device) == 0) {
+            double d = j >= l->energy_prev[i].joules ? j - l->energy_prev[i].joules : 0;
+            l->energy_prev[i].joules = j;
+            return d;
+        }
+    if (l->nenergy < (int)(sizeof l->energy_prev / sizeof l->energy_prev[0])) {
+        snprintf(l->energy_prev[l->nenergy].device, sizeof l->energy_prev[0].device, "%s", device);
+        l->energy_prev[l->nenergy++].joules = j;
+    }
+    return 0;   /* the first reading only sets the mark */
+}
+
+/* One sample: every model's counters, charged per device. */
+static void ledger_sample(struct ledger *l)
+{
+    int64_t now = now_ns();
+    double wall = (double)(now - l->last_ns) / 1e9;
+    l->last_ns = now;
+    /* The minute the sample's middle fell in. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double mid = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - wall / 2;
+    int64_t minute = (int64_t)floor(mid / 60) * 60;
+
+    const struct tenants_config *tc = serving_tenants(l->s);
+    double share[TENANTS_MAX] = {0};
+    if (tc)
+        serving_shares_in_force(l->s, share);
+    l->nitems = l->ndeltas = l->nweights = 0;
+    int models = serving_count(l->s);
+    for (int i = 0; i < models; i++) {
+        struct served_model *sm = serving_acquire_at(l->s, i);
+        if (!sm)
+            continue;
+        if (atomic_load(&sm->state) == SERVED_READY && sm->stats)
+            ledger_sample_model(l, i, sm, tc, share);
+        served_release(sm);
+    }
+    /* Device by device (items of one device are gathered in order). */
+    int nt = tc ? tc->n : 1;
+    struct ledger_inst *in = malloc((size_t)(l->nitems ? l->nitems : 1) * sizeof *in);
+    int *of = malloc((size_t)(l->nitems ? l->nitems : 1) * sizeof *of);
+    bool *done = calloc((size_t)(l->nitems ? l->nitems : 1), sizeof *done);
+    struct ledger_piece *pieces =
+        malloc((size_t)(l->nitems ? l->nitems : 1) * (size_t)nt * 2 * sizeof *pieces);
+    for (int i = 0; in && of && done && pieces && i < l->nitems; i++) {
+        if (done[i])
+            continue;
+        const char *device = l->items[i].device;
+        int n = 0;
+        for (int j = i; j < l->nitems; j++) {
+            struct ledger_item *it = &l->items[j];
+            if (done[j] || strcmp(it->device, device) != 0)
+                continue;
+            done[j] = true;
+            in[n] = (struct ledger_inst){
+                .held_s = it->held_s,
+                .busy_s = it->busy_s,
+                .use = it->use_off >= 0 ? &l->deltas[it->use_off] : NULL,
+                .idle_w = &l->weights[it->w_off],
+            };
+            of[n++] = j;
+        }
+        double energy = ledger_energy(l, device);
+        int np = ledger_split(in, n, nt, wall, serving_device_price(l->s, device), energy,
+                              pieces, n * nt * 2);
+        for (int k = 0; k < np; k++) {
+            const struct ledger_piece *p = &pieces[k];
+            const char *tenant = tc ? tc->t[p->tenant].name : "default";
+            ledger_add(l, minute, tenant, l->items[of[p->inst]].model, p->cls, device, p);
+            ledger_cost_add(l, tenant, device, p->cost);
+        }
+    }
+    free(in);
+    free(of);
+    free(done);
+    free(pieces);
+}
+
+/* Writes what was gathered in one transaction; kept for the next try when
+ * the write fails. */
+static void ledger_flush(struct ledger *l)
+{
+    if (l->nacc == 0)
+        return;
+    struct error err = {0};
+    if (state_usage_add(l->st, l->acc, l->nacc, &err) == 0) {
+        l->nacc = 0;
+        l->write_failures = 0;
+    } else if (l->write_failures++ % 60 == 0) {
+        log_warn("usage ledger: %s (the rows are kept and written again)", err.msg);
+    }
+}
+
+static void ledger_rollup(struct ledger *l, int64_t now_s)
+{
+    int64_t minutes_before = (now_s - (int64_t)l->c.minute_retention_days * 86400) / 3600 * 3600;
+    int64_t hours_before = now_s - (int64_t)l->c.hour_retention_days * 86400;
+    struct error err = {0};
+    if (state_usage_rollup(l->st, minutes_before, hours_before, &err))
+        log_warn("usage ledger: rollup: %s", err.msg);
+}
+
+static void *ledger_main(void *arg)
+{
+    struct ledger *l = arg;
+    /* Every counter of this process started at zero: the first sample
+     * charges all they hold. */
+    ledger_rollup(l, ledger_wall_s());
+    l->last_rollup_s = l->last_flush_s = ledger_wall_s();
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        int64_t ns = (int64_t)until.tv_nsec + LEDGER_SAMPLE_NS;
+        until.tv_sec += ns / 1000000000;
+        until.tv_nsec = ns % 1000000000;
+        while (!l->stop && pthread_cond_timedwait(&l->cv, &l->mu, &until) == 0)
+            ;
+        bool stopping = l->stop;
+        pthread_mutex_unlock(&l->mu);
+        ledger_sample(l);
+        int64_t now_s = ledger_wall_s();
+        if (stopping || now_s / l->c.flush_s != l->last_flush_s / l->c.flush_s) {
+            ledger_flush(l);
+            l->last_flush_s = now_s;
+        }
+        if (now_s - l->last_rollup_s >= LEDGER_ROLLUP_S) {
+            ledger_rollup(l, now_s);
+            l->last_rollup_s = now_s;
+        }
+        pthread_mutex_lock(&l->mu);
+        if (stopping)
+            break;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+struct ledger *ledger_start(struct serving *s, struct state *st, const struct ledger_config *c,
+                            ledger_energy_fn energy, void *energy_arg, struct error *err)
+{
+    struct ledger *l = calloc(1, sizeof *l);
+    if (!l) {
+        error_set(err, BG_ENOMEM, "usage ledger: out of memory");
+        return NULL;
+    }
+    l->s = s;
+    l->st = st;
+    l->c = *c;
+    if (l->c.flush_s <= 0)
+        l->c.flush_s = 60;
+    l->energy = energy;
+    l->energy_arg = energy_arg;
+    l->last_ns = now_ns();
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&l->thread, NULL, ledger_main, l) != 0) {
+        error_set(err, BG_EIO, "usage ledger: cannot start its thread");
+        pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void ledger_stop(struct ledger *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    free(l->items);
+    free(l->track);
+    free(l->prev);
+    free(l->acc);
+    free(l->deltas);
+    free(l->weights);
+    free(l->costs);
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+int ledger_costs(struct ledger *l, struct ledger_cost **out)
+{
+    *out = NULL;
+    if (!l)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    int n = l->ncosts;
+    if (n > 0 && (*out = malloc((size_t)n * sizeof **out)) != NULL)
+        memcpy(*out, l->costs, (size_t)n * sizeof **out);
+    else
+        n = 0;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}

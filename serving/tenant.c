@@ -1,0 +1,14 @@
+/* tenant.c - see tenant.h. */
+#include "serving/tenant.h"
+
+#include <fnmatch.h>
+
+bool tenant_allows(const struct tenant_config *t, const char *model)
+{
+    if (t->nmodels == 0)
+        return true;
+    for (int i = 0; i < t->nmodels; i++)
+        if (fnmatch(t->models[i], model, 0) == 0)
+            return true;
+    return false;
+}

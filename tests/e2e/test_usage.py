@@ -1,0 +1,380 @@
+"""test_usage.py - the usage ledger end to end (docs/USAGE.md): under mixed
+load (two tenants, two models, online requests and a job's offline lines)
+the ledger's busy seconds reconcile with /metrics' device_busy_seconds_total,
+held = busy + idle per device and minute, idle goes to the model's tenants by
+their shares and the tenants' costs add up to the device's; GET /v2/usage's
+parameters, formats and visibility, every bad parameter a 400 naming it;
+SIGTERM and SIGKILL restarts continue the series without a double count;
+`batchgate report` prints the same figures."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import unittest
+
+from harness import BIN, Server, roundtrip, run_cli
+from test_infer import synthetic, write_model
+
+KEYS = {"research": "sk-research-usage-1a2b3c4d5e6f",
+        "prod": "sk-prod-usage-6f5e4d3c2b1a",
+        "ops": "sk-ops-usage-0a9b8c7d6e5f"}
+PRICE = 36.0   # per hour: 0.01 a second
+
+
+def digest(key):
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def hdr(tenant):
+    return [("Authorization", "Bearer " + KEYS[tenant])] if tenant else []
+
+
+def infer(port, model, tenant, rows=1):
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 4],
+                                   "data": [[1, 2, 3, 4]] * rows}]})
+    return roundtrip(port, "POST", "/v2/models/%s/infer" % model,
+                     [("Content-Type", "application/json")] + hdr(tenant), body, timeout=10)
+
+
+def get(port, path, tenant="ops"):
+    return roundtrip(port, "GET", path, hdr(tenant), timeout=10)
+
+
+def samples(port, name):
+    """Every sample of batchgate_<name> in /metrics: [(labels, value)]."""
+    text = get(port, "/metrics").body.decode()
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"batchgate_%s\{(.*)\} (\S+)$" % name, line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            out.append((labels, float(m.group(2))))
+    return out
+
+
+def usage(port, tenant="ops", **params):
+    q = "&".join("%s=%s" % kv for kv in params.items())
+    r = get(port, "/v2/usage?" + q, tenant)
+    if r.status != 200:
+        raise AssertionError("GET /v2/usage?%s: %d %s" % (q, r.status, r.body))
+    return r.json()
+
+
+def wide(port, tenant="ops", **params):
+    """Every row of the last hour and the next minute, all keys."""
+    now = int(time.time())
+    p = {"from": now - 3600, "to": now + 120, "step": 3720,
+         "group_by": "tenant,model,class,device"}
+    p.update(params)
+    return usage(port, tenant, **p)["rows"]
+
+
+def load(port, plan, seconds, until_killed=False):
+    """Threads sending (model, tenant, rows) requests for `seconds`; counts by
+    (model, tenant). until_killed: the server is killed meanwhile, and a
+    thread stops at its first failed request."""
+    stop = time.monotonic() + seconds
+    counts = {}
+    lock = threading.Lock()
+
+    def run(model, tenant, rows):
+        n = 0
+        while time.monotonic() < stop:
+            try:
+                r = infer(port, model, tenant, rows)
+            except (OSError, AssertionError):
+                if until_killed:
+                    break
+                raise
+            assert r.status == 200, r.body
+            n += 1
+        with lock:
+            counts[(model, tenant)] = counts.get((model, tenant), 0) + n
+
+    ts = [threading.Thread(target=run, args=p) for p in plan]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(seconds + 30)
+    return counts
+
+
+class UsageCase(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="batchgate-usage-")
+        self.repo = os.path.join(self.tmp, "models")
+        os.makedirs(self.repo)
+        # Two models on one device (synthetic0): a is everyone's, b research's only.
+        write_model(self.repo, "a", synthetic("a", base_us=1500, per_row_us=50,
+                                              batching={"max_batch_size": 8,
+                                                        "max_queue_delay_us": 500}))
+        write_model(self.repo, "b", synthetic("b", base_us=2500, per_row_us=50,
+                                              batching={"max_batch_size": 8,
+                                                        "max_queue_delay_us": 500}))
+        self.state = os.path.join(self.tmp, "state")
+        self.config = {
+            "model_repository": self.repo, "state_dir": self.state,
+            "auth": {"required": True},
+            "tenants": [
+                {"name": "research", "keys": [digest(KEYS["research"])], "share": 0.6},
+                {"name": "prod", "keys": [digest(KEYS["prod"])], "share": 0.3,
+                 "models": ["a"]},
+                {"name": "ops", "keys": [digest(KEYS["ops"])], "share": 0.1, "admin": True,
+                 "models": ["none-*"]},
+            ],
+            "devices": {"synthetic0": {"price_per_hour": PRICE}},
+            "usage": {"flush_s": 1},
+        }
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self):
+        path = os.path.join(self.tmp, "config.json")
+        with open(path, "w") as f:
+            json.dump(self.config, f)
+        srv = Server(extra_args=("--config", path), io_threads=2)
+        self.servers.append(srv)
+        srv.wait_log(r"ready in", timeout=30)
+        return srv
+
+    def settle(self):
+        """Past the next sample and write: every batch so far is in the ledger."""
+        time.sleep(2.5)
+
+    def busy_metric(self, port):
+        return sum(v for _, v in samples(port, "device_busy_seconds_total"))
+
+
+class UsageReconcileTest(UsageCase):
+    def test_mixed_load_reconciles(self):
+        srv = self.start()
+        port = srv.port
+        # An offline job for research on b beside the online load.
+        lines = "\n".join(json.dumps({"inputs": [{"name": "x", "datatype": "FP32",
+                                                  "shape": [1, 4], "data": [[i, 0, 0, 0]]}]})
+                          for i in range(300))
+        r = roundtrip(port, "POST", "/v2/models/b/jobs",
+                      [("Content-Type", "application/jsonl")] + hdr("research"), lines,
+                      timeout=10)
+        self.assertEqual(r.status, 201, r.body)
+        counts = load(port, [("a", "prod", 1), ("a", "research", 2), ("b", "research", 1),
+                             ("a", "prod", 3)], 4.0)
+        deadline = time.monotonic() + 30
+        while get(port, "/v2/jobs/" + r.json()["id"], "research").json()["state"] != "completed":
+            self.assertLess(time.monotonic(), deadline, "the job did not finish")
+            time.sleep(0.1)
+        self.settle()
+        rows = wide(port)
+        busy_ledger = sum(x["busy_seconds"] for x in rows)
+        busy_metrics = self.busy_metric(port)
+        self.assertGreater(busy_metrics, 1.0)
+        self.assertAlmostEqual(busy_ledger / busy_metrics, 1.0, delta=0.005,
+                               msg="ledger %.4f s, metrics %.4f s" % (busy_ledger, busy_metrics))
+        # By model and class too.
+        for labels, v in samples(port, "device_busy_seconds_total"):
+            mine = sum(x["busy_seconds"] for x in rows
+                       if x["model"] == labels["model"] and x["class"] == labels["class"])
+            self.assertAlmostEqual(mine, v, delta=max(0.005 * v, 0.002), msg=str(labels))
+        # Requests and rows as sent; job lines as offline requests.
+        req = {}
+        for x in rows:
+            req[(x["model"], x["tenant"], x["class"])] = \
+                req.get((x["model"], x["tenant"], x["class"]), 0) + x["requests"]
+        self.assertEqual(req.get(("a", "prod", "online")), counts[("a", "prod")])
+        self.assertEqual(req.get(("a", "research", "online")), counts[("a", "research")])
+        self.assertEqual(req.get(("b", "research", "online")), counts[("b", "research")])
+        self.assertEqual(req.get(("b", "research", "offline")), 300)
+        self.assertNotIn(("b", "prod", "online"), req)   # prod may not use b: no idle either
+        for x in rows:
+            self.assertAlmostEqual(x["held_seconds"], x["busy_seconds"] + x["idle_seconds"],
+                                   places=5)
+            self.assertNotEqual(x["tenant"], "ops")   # ops may use no model: pays nothing
+        # held = busy + idle per device and minute.
+        now = int(time.time())
+        minutes = usage(port, **{"from": now - 600, "to": now + 60, "step": 60,
+                                 "group_by": "device"})["rows"]
+        self.assertGreaterEqual(len(minutes), 1)
+        for m in minutes:
+            self.assertAlmostEqual(m["held_seconds"], m["busy_seconds"] + m["idle_seconds"],
+                                   places=5)
+        # Idle of a: research and prod by their shares (0.6 : 0.3); of b: research's.
+        idle = {}
+        for x in rows:
+            idle[(x["model"], x["tenant"])] = idle.get((x["model"], x["tenant"]), 0) + \
+                x["idle_seconds"]
+        self.assertAlmostEqual(idle[("a", "research")] / idle[("a", "prod")], 2.0, delta=0.01)
+        self.assertGreater(idle[("b", "research")], 0)
+        # Held tracks residency: each model's held is its time loaded (up to the
+        # ledger's lag), so the tenants' costs add up to the device's price for
+        # the time it held a model, not twice for two models.
+        held = {}
+        for x in rows:
+            held[x["model"]] = held.get(x["model"], 0) + x["held_seconds"]
+        resident = {}
+        for labels, v in samples(port, "device_busy_seconds_total"):
+            resident[labels["model"]] = resident.get(labels["model"], 0) + v
+        for labels, v in samples(port, "device_idle_seconds_total"):
+            resident[labels["model"]] += v
+        for m in ("a", "b"):
+            self.assertLess(resident[m] - held[m], 3.0, (m, resident, held))
+            self.assertGreaterEqual(resident[m] - held[m], -0.05, (m, resident, held))
+        cost = {}
+        for x in rows:
+            cost[x["tenant"]] = cost.get(x["tenant"], 0) + x["cost"]
+        device_held = max(held.values())
+        self.assertAlmostEqual(sum(cost.values()), PRICE / 3600 * device_held,
+                               delta=0.005 * PRICE / 3600 * device_held)
+        # cost_total reconciles with the ledger by tenant (up to one sample's lag).
+        ct = {l["tenant"]: v for l, v in samples(port, "cost_total")}
+        for t in ("research", "prod"):
+            self.assertGreaterEqual(ct[t], cost[t] - 1e-5)   # stored in millionths
+            self.assertLess(ct[t] - cost[t], 3 * PRICE / 3600)
+        # No GPU, no energy.
+        self.assertEqual(samples(port, "energy_joules_total"), [])
+        srv.stop_checked()
+
+
+class UsageApiTest(UsageCase):
+    def test_formats_visibility_and_bad_parameters(self):
+        srv = self.start()
+        port = srv.port
+        load(port, [("a", "prod", 1), ("b", "research", 1)], 1.0)
+        self.settle()
+        now = int(time.time())
+        rng = {"from": now - 3600, "to": now + 60}
+        # A tenant sees its own rows, an admin everyone's.
+        mine = usage(port, "prod", group_by="tenant", step=3660, **rng)
+        self.assertEqual({x["tenant"] for x in mine["rows"]}, {"prod"})
+        self.assertEqual(mine["group_by"], ["tenant"])
+        every = usage(port, "ops", group_by="tenant", step=3660, **rng)
+        self.assertEqual({x["tenant"] for x in every["rows"]}, {"prod", "research"})
+        # Without grouping: one total row; keys not grouped by are absent.
+        total = usage(port, "ops", step=3660, **rng)["rows"]
+        self.assertEqual(len(total), 1)
+        self.assertNotIn("tenant", total[0])
+        self.assertAlmostEqual(total[0]["busy_seconds"],
+                               sum(x["busy_seconds"] for x in every["rows"]), places=5)
+        # RFC 3339 times and CSV.
+        t0 = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 3600))
+        t1 = time.strftime("%Y-%m-%dT%H:%M:%S%%2B00:00", time.gmtime(now + 60))
+        r = get(port, "/v2/usage?from=%s&to=%s&step=3660&group_by=tenant,model&format=csv"
+                % (t0, t1))
+        self.assertEqual(r.status, 200, r.body)
+        self.assertTrue(r.headers.get("Content-Type").startswith("text/csv"))
+        lines = r.body.decode().splitlines()
+        self.assertEqual(lines[0], "start,end,tenant,model,class,device,requests,rows,"
+                                   "busy_seconds,held_seconds,idle_seconds,cost,energy_joules")
+        body = [l.split(",") for l in lines[1:]]
+        self.assertEqual({(b[2], b[3]) for b in body},
+                         {("prod", "a"), ("research", "a"), ("research", "b")})
+        self.assertTrue(all(b[4] == "" and b[5] == "" for b in body))
+        self.assertEqual(body[0][0], t0)
+        # The dashboard's view is everyone's, without a key.
+        d = roundtrip(port, "GET", "/dashboard/usage?group_by=tenant&from=%d&to=%d&step=3660"
+                      % (now - 3600, now + 60))
+        self.assertEqual(d.status, 200, d.body)
+        self.assertEqual({x["tenant"] for x in d.json()["rows"]}, {"prod", "research"})
+        # No key: 401 as any tenant route.
+        self.assertEqual(roundtrip(port, "GET", "/v2/usage").status, 401)
+        # Every bad parameter: 400 naming it.
+        bad = [("from=yesterday", "from"), ("to=2026-13-01T00:00:00Z", "to"),
+               ("from=2026-02-30", "from"), ("step=59", "step"), ("step=abc", "step"),
+               ("step=-60", "step"), ("from=0&to=100000000&step=60", "step"),
+               ("group_by=tenant,gpu", "group_by"), ("group_by=tenant,", "group_by"),
+               ("format=xml", "format"), ("from=%d&to=%d" % (now, now - 60), "from"),
+               ("from=%zz", "from"), ("to=2026-12-03T10:00:00+1:00", "to")]
+        for q, param in bad:
+            r = get(port, "/v2/usage?" + q)
+            self.assertEqual(r.status, 400, (q, r.body))
+            self.assertTrue(r.json()["error"].startswith(param + ":"), (q, r.body))
+        srv.stop_checked()
+
+
+class UsageRestartTest(UsageCase):
+    def ledger_busy(self, port):
+        return sum(x["busy_seconds"] for x in wide(port))
+
+    def test_sigterm_and_sigkill_continue_the_series(self):
+        srv = self.start()
+        load(srv.port, [("a", "prod", 1), ("b", "research", 2)], 2.0)
+        busy1 = self.busy_metric(srv.port)
+        srv.stop(signal.SIGTERM)   # its last sample is written on the way out
+        srv = self.start()
+        self.assertAlmostEqual(self.ledger_busy(srv.port) / busy1, 1.0, delta=0.005)
+        load(srv.port, [("a", "prod", 1), ("b", "research", 2)], 2.0)
+        self.settle()
+        busy2 = self.busy_metric(srv.port)
+        self.assertAlmostEqual(self.ledger_busy(srv.port) / (busy1 + busy2), 1.0, delta=0.005)
+        # SIGKILL while quiet: everything was written already.
+        srv.kill()
+        srv = self.start()
+        self.assertAlmostEqual(self.ledger_busy(srv.port) / (busy1 + busy2), 1.0, delta=0.005)
+        # SIGKILL under load: at most the last flush's worth (flush_s 1, a
+        # sample of 1 s) is lost, nothing is counted twice.
+        t = threading.Thread(target=lambda: load(srv.port, [("a", "prod", 1)], 2.5,
+                                                 until_killed=True))
+        t.start()
+        time.sleep(2.0)
+        busy3 = self.busy_metric(srv.port)
+        srv.kill()
+        t.join(40)
+        srv = self.start()
+        got = self.ledger_busy(srv.port)
+        self.assertLessEqual(got, (busy1 + busy2 + busy3) * 1.005 + 0.6)
+        self.assertGreaterEqual(got, busy1 + busy2 + busy3 - 2.5)
+        # The minutes: no period counted twice, rows only where the server ran.
+        now = int(time.time())
+        minutes = usage(srv.port, **{"from": now - 600, "to": now + 60, "step": 60})["rows"]
+        starts = [m["start"] for m in minutes]
+        self.assertEqual(len(starts), len(set(starts)))
+        for m in minutes:   # a minute holds at most a minute of each model's residency
+            self.assertLessEqual(m["held_seconds"], 2 * 60 + 1)
+        srv.stop_checked()
+
+
+class UsageReportTest(UsageCase):
+    def test_report_prints_the_ledger(self):
+        srv = self.start()
+        load(srv.port, [("a", "prod", 1), ("b", "research", 1)], 1.5)
+        self.settle()
+        by_tenant = {x["tenant"]: x for x in wide(srv.port, group_by="tenant")}
+        srv.stop_checked()
+        cfg = os.path.join(self.tmp, "config.json")
+        rc, out, err = run_cli(["report", "--config", cfg, "--from", "%d" % (time.time() - 3600)])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("top models by compute debt", out)
+        for t in ("research", "prod", "total"):
+            self.assertRegex(out, r"(?m)^%s\s+\d+" % t)
+        line = re.search(r"(?m)^prod\s+(\d+)\s+(\d+)\s+(\S+)", out)
+        self.assertEqual(int(line.group(1)), by_tenant["prod"]["requests"])
+        self.assertAlmostEqual(float(line.group(3)), by_tenant["prod"]["busy_seconds"] / 3600,
+                               places=3)
+        rc, out, err = run_cli(["report", "--config", cfg, "--format", "json", "--by", "model"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual({x["model"] for x in json.loads(out)["rows"]}, {"a", "b"})
+        for args, word in ((["--from", "soon"], "--from"), (["--by", "gpu"], "--by"),
+                           (["--format", "xml"], "--format"), (["--to", "2020-01-01"], "--from")):
+            rc, out, err = run_cli(["report", "--config", cfg] + args)
+            self.assertEqual(rc, 2, (args, out))
+            self.assertIn(word, err)
+        empty = os.path.join(self.tmp, "empty.json")
+        with open(empty, "w") as f:
+            json.dump({"state_dir": os.path.join(self.tmp, "nothing")}, f)
+        rc, out, err = run_cli(["report", "--config", empty])
+        self.assertEqual(rc, 2)
+        self.assertIn("no state database", err)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "nothing")))
+
+
+if __name__ == "__main__":
+    unittest.main()
