@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 /* An hour blob holds the keys with the same id / USAGE_PART_KEYS. */
@@ -313,11 +314,26 @@ struct usage_sum {
     struct usage_key *keys;           /* by id */
     int64_t nkeys;
     int *rep;                         /* a key id of each group */
+    int ngroups;
     struct usage_cell *cells;
     size_t ncells, cap;               /* open addressing, cap a power of two */
     int64_t from, step;
     int by;
+    /* Rows come in start order: the cells of the period last added to, by
+     * group (SIZE_MAX: not looked up yet), spare most hash lookups. */
+    int64_t memo_period;
+    size_t *memo;
 };
+
+static void usage_cell_sum(struct usage_cell *c, const struct usage_cell *v)
+{
+    c->requests += v->requests;
+    c->rows += v->rows;
+    c->busy_s += v->busy_s;
+    c->idle_s += v->idle_s;
+    c->cost += v->cost;
+    c->energy_j += v->energy_j;
+}
 
 static int usage_cell_add(struct usage_sum *u, int64_t start, int64_t key,
                           const struct usage_cell *v)
@@ -326,6 +342,14 @@ static int usage_cell_add(struct usage_sum *u, int64_t start, int64_t key,
         return 0;
     int64_t period = (start - u->from) / u->step;
     int group = u->keys[key].group;
+    if (period != u->memo_period) {
+        memset(u->memo, 0xff, (size_t)u->ngroups * sizeof *u->memo);
+        u->memo_period = period;
+    }
+    if (u->memo[group] != SIZE_MAX) {
+        usage_cell_sum(&u->cells[u->memo[group]], v);
+        return 0;
+    }
     if ((u->ncells + 1) * 2 > u->cap) {
         size_t ncap = u->cap ? u->cap * 2 : 1024;
         struct usage_cell *nc = malloc(ncap * sizeof *nc);
@@ -345,6 +369,7 @@ static int usage_cell_add(struct usage_sum *u, int64_t start, int64_t key,
         free(u->cells);
         u->cells = nc;
         u->cap = ncap;
+        memset(u->memo, 0xff, (size_t)u->ngroups * sizeof *u->memo);   /* cells moved */
     }
     size_t h = ((uint64_t)period * 0x9E3779B97F4A7C15ULL ^
                 (uint64_t)group * 0xC2B2AE3D27D4EB4FULL) & (u->cap - 1);
@@ -356,12 +381,8 @@ static int usage_cell_add(struct usage_sum *u, int64_t start, int64_t key,
         *c = (struct usage_cell){.period = period, .group = group};
         u->ncells++;
     }
-    c->requests += v->requests;
-    c->rows += v->rows;
-    c->busy_s += v->busy_s;
-    c->idle_s += v->idle_s;
-    c->cost += v->cost;
-    c->energy_j += v->energy_j;
+    u->memo[group] = h;
+    usage_cell_sum(c, v);
     return 0;
 }
 
@@ -442,6 +463,12 @@ static int usage_load_keys(sqlite3 *db, struct usage_sum *u, const char *tenant)
         u->keys[ids[i]].group = g;
     }
     free(ids);
+    u->ngroups = g + 1;
+    u->memo_period = -1;
+    u->memo = malloc((size_t)(u->ngroups ? u->ngroups : 1) * sizeof *u->memo);
+    if (!u->memo)
+        return -1;
+    memset(u->memo, 0xff, (size_t)(u->ngroups ? u->ngroups : 1) * sizeof *u->memo);
     return 0;
 }
 
@@ -541,5 +568,6 @@ int state_usage_query(struct state *st, int64_t from, int64_t to, int64_t step, 
     free(u.cells);
     free(u.keys);
     free(u.rep);
+    free(u.memo);
     return rc;
 }

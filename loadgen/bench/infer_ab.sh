@@ -22,10 +22,15 @@ CONNS=${CONNS:-32}
 ROUNDS=${ROUNDS:-3}
 ROUTE=${ROUTE:-infer}
 command -v wrk >/dev/null || { echo "infer_ab: wrk not found; run scripts/install-deps bench" >&2; exit 1; }
+A=$(realpath "$A") B=$(realpath "$B")
 bg_workdir iab
 digits_post_lua "$WORK/post.lua"
+# Each keeps its state database (jobs, usage ledger) in the scratch folder.
+mkdir "$WORK/a" "$WORK/b"
+cd "$WORK/a"
 "$A" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/a.log" &
 PIDS="$PIDS $!"
+cd "$WORK/b"
 "$B" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/b.log" &
 PIDS="$PIDS $!"
 PA=$(bg_wait_port "$WORK/a.log" infer_ab)
