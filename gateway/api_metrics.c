@@ -72,7 +72,7 @@ static void metrics_hist(struct buf *b, const char *name, const struct served_mo
     metrics_model(b, sm);
     buf_appendf(b, ",le=\"+Inf\"} %llu\n" P "%s_sum{", (unsigned long long)cum, name);
     metrics_model(b, sm);
-    buf_appendf(b, "} %.9g\n" P "%s_count{", h->sum, name);
+    buf_appendf(b, "} %.15g\n" P "%s_count{", h->sum, name);
     metrics_model(b, sm);
     buf_appendf(b, "} %llu\n", (unsigned long long)h->count);
 }
@@ -83,7 +83,7 @@ static void metrics_sample(struct buf *b, const char *name, const struct served_
 {
     buf_appendf(b, P "%s{", name);
     metrics_model(b, sm);
-    buf_appendf(b, "%s%s} %.9g\n", extra && *extra ? "," : "", extra ? extra : "", v);
+    buf_appendf(b, "%s%s} %.15g\n", extra && *extra ? "," : "", extra ? extra : "", v);
 }
 
 /* A model's device rows (serving_model_devices), gathered once per scrape
@@ -188,17 +188,17 @@ static void metrics_render_tenant_devices(struct api_state *st, struct buf *b)
     for (int i = 0; i < n; i++)
         for (int c = 0; c < 2; c++)
             buf_appendf(b, P "tenant_device_seconds_total{tenant=\"%s\",device=\"%s\","
-                        "class=\"%s\"} %.9g\n", tc->t[r[i].tenant].name, r[i].device,
+                        "class=\"%s\"} %.15g\n", tc->t[r[i].tenant].name, r[i].device,
                         c ? "offline" : "online", r[i].st.busy_s[c]);
     metrics_head(b, "tenant_borrowed_seconds_total", "counter",
                  "The part of each tenant's device time used above its share (lent by others).");
     for (int i = 0; i < n; i++)
-        buf_appendf(b, P "tenant_borrowed_seconds_total{tenant=\"%s\",device=\"%s\"} %.9g\n",
+        buf_appendf(b, P "tenant_borrowed_seconds_total{tenant=\"%s\",device=\"%s\"} %.15g\n",
                     tc->t[r[i].tenant].name, r[i].device, r[i].st.borrowed_s);
     metrics_head(b, "tenant_share", "gauge",
                  "Each tenant's share of the device in force now (a time window's, or its own).");
     for (int i = 0; i < n; i++)
-        buf_appendf(b, P "tenant_share{tenant=\"%s\",device=\"%s\"} %.9g\n",
+        buf_appendf(b, P "tenant_share{tenant=\"%s\",device=\"%s\"} %.15g\n",
                     tc->t[r[i].tenant].name, r[i].device, r[i].st.share);
     free(r);
 }
@@ -218,7 +218,7 @@ static void metrics_render_costs(struct api_state *st, struct buf *b)
         metrics_label(b, c[i].tenant);
         buf_append(b, "\",device=\"", 10);
         metrics_label(b, c[i].device);
-        buf_appendf(b, "\"} %.9g\n", c[i].cost);
+        buf_appendf(b, "\"} %.15g\n", c[i].cost);
     }
     free(c);
 }
@@ -253,10 +253,10 @@ static void metrics_render_targets(struct api_state *st, const struct metrics_de
          "Time with at least one call in flight to the server behind (upstream model or proxy "
          "route).");
     for (int i = 0; i < n; i++)
-        buf_appendf(b, P "upstream_busy_seconds_total{%s} %.9g\n", rows[i].owner, rows[i].st.busy_s);
+        buf_appendf(b, P "upstream_busy_seconds_total{%s} %.15g\n", rows[i].owner, rows[i].st.busy_s);
     metrics_head(b, "upstream_utilization_ratio", "gauge", "Busy fraction over the last 10 seconds.");
     for (int i = 0; i < n; i++)
-        buf_appendf(b, P "upstream_utilization_ratio{%s} %.9g\n", rows[i].owner,
+        buf_appendf(b, P "upstream_utilization_ratio{%s} %.15g\n", rows[i].owner,
                     rows[i].st.util_10s);
     metrics_head(b, "upstream_inflight", "gauge", "Calls in flight to the server now.");
     for (int i = 0; i < n; i++)
@@ -563,9 +563,13 @@ int api_metrics_render(struct api_state *st, struct buf *b)
                 struct nvml_device nd;
                 if (nvml_device_read(st->nvml, d, &nd) < 0)
                     continue;
-                double v = k == 0 ? nd.gpu_util : k == 1 ? nd.mem_util
-                           : k == 2 ? (double)nd.mem_used : (double)nd.mem_total;
-                buf_appendf(b, P "%s{device=\"cuda%d\"} %.9g\n", names[k], d, v);
+                /* Bytes as integers, whatever their size. */
+                if (k >= 2)
+                    buf_appendf(b, P "%s{device=\"cuda%d\"} %llu\n", names[k], d,
+                                (unsigned long long)(k == 2 ? nd.mem_used : nd.mem_total));
+                else
+                    buf_appendf(b, P "%s{device=\"cuda%d\"} %.15g\n", names[k], d,
+                                k == 0 ? nd.gpu_util : nd.mem_util);
             }
         }
     }

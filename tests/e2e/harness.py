@@ -67,7 +67,7 @@ class Server:
     """
 
     def __init__(self, config=None, io_threads=1, extra_args=(), start_timeout=10.0,
-                 preexec_fn=None):
+                 preexec_fn=None, env=None):
         cfg = {"listen": "127.0.0.1:0", "debug_endpoints": True}
         # Each server its own state database unless the test names one (the
         # jobs tests restart a server on the same one).
@@ -92,7 +92,8 @@ class Server:
         self.argv += list(extra_args)
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     preexec_fn=preexec_fn)
+                                     preexec_fn=preexec_fn,
+                                     env=dict(os.environ, **env) if env else None)
         _live_servers.add(self)
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()

@@ -16,7 +16,7 @@ import threading
 import time
 import unittest
 
-from harness import RepoServerCase, Server, roundtrip
+from harness import BIN as BIN_PATH, RepoServerCase, Server, roundtrip
 from test_infer import DIGITS, infer_body, post, synthetic, write_model
 from test_upstream import FakeUpstreamCase, upstream_model
 
@@ -308,6 +308,38 @@ class DeviceRowsAgreeTest(FakeUpstreamCase):
         self.assertEqual([r["url"] for r in stats["instances"]], self.urls)
         calls = r'^batchgate_upstream_calls_total\{model="up2",upstream="([^"]+)"\} '
         self.assertEqual(re.findall(calls, text, re.M), self.urls)
+
+
+class NvmlTest(unittest.TestCase):
+    """NVML's lines where a driver would be: tests/fakes/fake_nvml.c stands
+    in for libnvidia-ml.so.1 (one GPU, 40% busy, 1 of 80 GiB, 250 W)."""
+
+    def test_nvml_lines_and_energy(self):
+        lib = os.path.join(os.path.dirname(BIN_PATH), "fake_nvml")
+        if not os.path.exists(os.path.join(lib, "libnvidia-ml.so.1")):
+            self.skipTest("no fake NVML beside the binary (%s): built with the tests" % lib)
+        srv = Server(env={"LD_LIBRARY_PATH": lib}, extra_args=("--log-level", "debug"))
+        try:
+            srv.wait_log(r"NVML: 1 device", timeout=5)
+            first = parse(roundtrip(srv.port, "GET", "/metrics").body.decode())
+            time.sleep(0.5)
+            text = roundtrip(srv.port, "GET", "/metrics").body.decode()
+            s = parse(text)
+            self.assertEqual(value(s, "batchgate_nvml_gpu_utilization_ratio", device="cuda0"), 0.4)
+            self.assertEqual(value(s, "batchgate_nvml_memory_total_bytes", device="cuda0"),
+                             80 * 2 ** 30)
+            self.assertIn("# TYPE batchgate_energy_joules_total counter", text)
+            e0 = value(first, "batchgate_energy_joules_total", device="cuda0")
+            e1 = value(s, "batchgate_energy_joules_total", device="cuda0")
+            self.assertGreater(e0, 1e6)   # the driver's count, from before the process
+            self.assertAlmostEqual((e1 - e0) / 250.0, 0.5, delta=0.4)   # 250 W for ~0.5 s
+            if PROMTOOL:
+                p = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(),
+                                   capture_output=True, timeout=30)
+                self.assertEqual(p.returncode, 0, p.stdout.decode() + p.stderr.decode())
+            srv.stop_checked()
+        finally:
+            srv.kill()
 
 
 if __name__ == "__main__":

@@ -139,10 +139,7 @@ class UsageCase(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start(self):
-        path = os.path.join(self.tmp, "config.json")
-        with open(path, "w") as f:
-            json.dump(self.config, f)
-        srv = Server(extra_args=("--config", path), io_threads=2)
+        srv = Server(dict(self.config), io_threads=2)
         self.servers.append(srv)
         srv.wait_log(r"ready in", timeout=30)
         return srv
@@ -350,6 +347,8 @@ class UsageReportTest(UsageCase):
         by_tenant = {x["tenant"]: x for x in wide(srv.port, group_by="tenant")}
         srv.stop_checked()
         cfg = os.path.join(self.tmp, "config.json")
+        with open(cfg, "w") as f:
+            json.dump(self.config, f)
         rc, out, err = run_cli(["report", "--config", cfg, "--from", "%d" % (time.time() - 3600)])
         self.assertEqual(rc, 0, err)
         self.assertIn("top models by compute debt", out)
