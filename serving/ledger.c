@@ -38,7 +38,7 @@ struct ledger_prev_use {
 
 /* One instance or server of one model in this sample. */
 struct ledger_item {
-    char device[48];
+    char device[128];               /* a device label, or a server's URL */
     char model[128];
     int entry;
     bool server;
@@ -73,7 +73,7 @@ struct ledger {
     double *weights;                  /* WORK_TENANTS_MAX per model sampled */
     int nweights, capweights;
     struct {
-        char device[48];
+        char device[128];
         double joules;
     } energy_prev[32];
     int nenergy;
@@ -185,7 +185,10 @@ static void ledger_device_row(const struct served_device *d, void *arg)
     t->stats = w->sm->stats;
     struct ledger_item *it = &l->items[l->nitems++];
     memset(it, 0, sizeof *it);
-    snprintf(it->device, sizeof it->device, "%s", d->dev.name);
+    /* A server behind an upstream model is a device of its own, named by
+     * its URL: two models calling one server share it, as two models on
+     * one GPU do; it has no price (batchgate does not own it). */
+    snprintf(it->device, sizeof it->device, "%s", d->url ? d->url : d->dev.name);
     snprintf(it->model, sizeof it->model, "%s", w->sm->model.cfg.name);
     it->entry = w->entry;
     it->server = d->url != NULL;

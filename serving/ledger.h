@@ -78,7 +78,7 @@ void ledger_stop(struct ledger *l);
 /* Cost charged since the start by (tenant, device): cost_total. */
 struct ledger_cost {
     char tenant[TENANT_NAME_MAX];
-    char device[48];
+    char device[128];
     double cost;
 };
 /* The rows into *out (the caller frees it); how many. */

@@ -84,7 +84,7 @@ int state_job_counts(struct state *st, int64_t *counts, struct error *err);
  * keys it does not group by. */
 struct state_usage_row {
     int64_t start;
-    char tenant[64], model[128], cls[16], device[48];
+    char tenant[64], model[128], cls[16], device[128];
     int64_t requests, rows;
     double busy_s, held_s, idle_s, cost, energy_j;
 };

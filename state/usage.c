@@ -299,7 +299,7 @@ out:
 /* ---- queries: summed in memory by (period, group) ---- */
 
 struct usage_key {
-    char tenant[64], model[128], cls[16], device[48];
+    char tenant[64], model[128], cls[16], device[128];
     int group;                        /* -1: filtered out (another tenant's) */
 };
 

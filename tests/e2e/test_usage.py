@@ -339,6 +339,79 @@ class UsageRestartTest(UsageCase):
         srv.stop_checked()
 
 
+class UsageLifecycleTest(UsageCase):
+    def test_unload_and_load_again(self):
+        """A model unloaded holds nothing while it is out; loaded again, its
+        counters continue and are not charged twice."""
+        self.config["tenants"][2]["models"] = ["*"]   # ops loads and unloads a
+        srv = self.start()
+        port = srv.port
+        load(port, [("a", "prod", 1)], 1.5)
+        r = roundtrip(port, "POST", "/v2/repository/models/a/unload", hdr("ops"), "{}")
+        self.assertEqual(r.status, 200, r.body)
+        out_since = time.monotonic()
+        time.sleep(3.0)
+        r = roundtrip(port, "POST", "/v2/repository/models/a/load", hdr("ops"), "{}", timeout=30)
+        self.assertEqual(r.status, 200, r.body)
+        out_for = time.monotonic() - out_since
+        load(port, [("a", "prod", 1)], 1.5)
+        self.settle()
+        rows = wide(port)
+        busy = {}
+        held = {}
+        for x in rows:
+            busy[x["model"]] = busy.get(x["model"], 0) + x["busy_seconds"]
+            held[x["model"]] = held.get(x["model"], 0) + x["held_seconds"]
+        metric = {}
+        for labels, v in samples(port, "device_busy_seconds_total"):
+            metric[labels["model"]] = metric.get(labels["model"], 0) + v
+        self.assertAlmostEqual(busy["a"] / metric["a"], 1.0, delta=0.005, msg=(busy, metric))
+        # a was out for out_for seconds of b's residency (b stayed loaded).
+        self.assertAlmostEqual(held["b"] - held["a"], out_for, delta=1.5, msg=(held, out_for))
+        srv.stop_checked()
+
+
+class UsageUpstreamTest(UsageCase):
+    def test_servers_are_devices_by_url(self):
+        """An upstream model's servers are ledger devices named by URL: the
+        model's batches split over them by their busy time, requests adding
+        up; two models calling one server share it; no price."""
+        from test_upstream import start_fake, upstream_model
+        fakes = [start_fake("--base-ms", "5", "--concurrency", "4") for _ in range(2)]
+        try:
+            urls = ["http://127.0.0.1:%d" % port for _, port in fakes]
+            write_model(self.repo, "u1", upstream_model("u1", urls))
+            write_model(self.repo, "u2", upstream_model("u2", urls[:1]))
+            self.config["tenants"][1]["models"] = ["a", "u1"]   # prod: a and u1
+            srv = self.start()
+            port = srv.port
+            counts = load(port, [("u1", "prod", 1), ("u1", "prod", 2), ("u2", "research", 1)],
+                          2.0)
+            self.settle()
+            rows = [x for x in wide(port) if x["model"] in ("u1", "u2")]
+            self.assertEqual({x["device"] for x in rows}, set(urls))
+            req = {}
+            for x in rows:
+                req[x["model"]] = req.get(x["model"], 0) + x["requests"]
+                self.assertEqual(x["cost"], 0)
+            self.assertEqual(req["u1"], counts[("u1", "prod")])
+            self.assertEqual(req["u2"], counts[("u2", "research")])
+            # Busy by server against upstream_busy... per model and server.
+            for labels, v in samples(port, "device_busy_seconds_total"):
+                if labels["model"] not in ("u1", "u2") or labels["class"] != "online":
+                    continue
+                url = urls[int(labels["device"][len("upstream"):])]
+                mine = sum(x["busy_seconds"] for x in rows
+                           if x["model"] == labels["model"] and x["device"] == url)
+                self.assertAlmostEqual(mine, v, delta=max(0.005 * v, 0.002), msg=str(labels))
+            srv.stop_checked()
+        finally:
+            for p, _ in fakes:
+                p.kill()
+                p.wait(5)
+                p.stdout.close()
+
+
 class UsageReportTest(UsageCase):
     def test_report_prints_the_ledger(self):
         srv = self.start()
