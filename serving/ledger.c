@@ -15,6 +15,8 @@
 #include "serving/lifecycle.h"
 
 #define LEDGER_SAMPLE_NS 1000000000LL
+/* Rows kept in memory while the database cannot be written, at most. */
+#define LEDGER_MAX_PENDING 200000
 /* Rolled up and pruned this often (and at the start). */
 #define LEDGER_ROLLUP_S 3600
 
@@ -460,8 +462,19 @@ static void ledger_flush(struct ledger *l)
     if (state_usage_add(l->st, l->acc, l->nacc, &err) == 0) {
         l->nacc = 0;
         l->write_failures = 0;
-    } else if (l->write_failures++ % 60 == 0) {
+        return;
+    }
+    if (l->write_failures++ % 60 == 0)
         log_warn("usage ledger: %s (the rows are kept and written again)", err.msg);
+    /* A database that stays unwritable must not take the memory with it:
+     * past the bound the oldest half goes (rows are gathered in time
+     * order), said once each time. */
+    if (l->nacc > LEDGER_MAX_PENDING) {
+        int drop = l->nacc / 2;
+        log_error("usage ledger: %d rows not written for %d tries; the oldest %d are dropped",
+                  l->nacc, l->write_failures, drop);
+        memmove(l->acc, l->acc + drop, (size_t)(l->nacc - drop) * sizeof *l->acc);
+        l->nacc -= drop;
     }
 }
 

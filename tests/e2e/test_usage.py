@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -336,6 +337,52 @@ class UsageRestartTest(UsageCase):
         self.assertEqual(len(starts), len(set(starts)))
         for m in minutes:   # a minute holds at most a minute of each model's residency
             self.assertLessEqual(m["held_seconds"], 2 * 60 + 1)
+        srv.stop_checked()
+
+
+class UsageFullDiskTest(UsageCase):
+    def setUp(self):
+        super().setUp()
+        self.mounted = None
+
+    def tearDown(self):
+        for s in self.servers:
+            s.kill()
+        if self.mounted:
+            subprocess.run(["umount", self.mounted], capture_output=True, timeout=10)
+        super().tearDown()
+
+    def test_rows_kept_while_the_disk_is_full(self):
+        """state_dir on a 2 MiB tmpfs (needs root and mount rights; skipped
+        elsewhere), filled up: the ledger's writes fail and are said, the
+        requests do not notice, and once there is room again every row is
+        written: nothing lost."""
+        small = os.path.join(self.tmp, "small")
+        os.makedirs(small)
+        try:
+            p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", small],
+                               capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.skipTest("cannot mount a tmpfs here: %s" % e)
+        if p.returncode != 0:
+            self.skipTest("cannot mount a tmpfs here: %s" % p.stderr.decode().strip())
+        self.mounted = small
+        self.config["state_dir"] = small
+        srv = self.start()
+        filler = os.path.join(small, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        load(srv.port, [("a", "prod", 1), ("b", "research", 1)], 2.0)
+        srv.wait_log(r"usage ledger: .*rows are kept and written again", timeout=10)
+        os.unlink(filler)
+        self.settle()
+        busy = sum(x["busy_seconds"] for x in wide(srv.port))
+        self.assertAlmostEqual(busy / self.busy_metric(srv.port), 1.0, delta=0.005)
         srv.stop_checked()
 
 
