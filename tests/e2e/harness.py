@@ -234,6 +234,21 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def mount_tmpfs(tc, path, size):
+    """Mounts a tmpfs of `size` ("2m") on path for test case tc, unmounted at
+    its cleanup (after tearDown: servers using it are stopped by then); the
+    test is skipped, saying why, where mounting needs rights it lacks."""
+    os.makedirs(path, exist_ok=True)
+    try:
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", path],
+                           capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        tc.skipTest("cannot mount a tmpfs here: %s" % e)
+    if p.returncode != 0:
+        tc.skipTest("cannot mount a tmpfs here: %s" % p.stderr.decode().strip())
+    tc.addCleanup(subprocess.run, ["umount", path], capture_output=True, timeout=10)
+
+
 def run_cli(args, timeout=10.0, **kw):
     """Runs batchgate with args to completion: (exit code, stdout, stderr).
     In a scratch folder unless cwd is given: the default state_dir is

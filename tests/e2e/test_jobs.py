@@ -15,7 +15,7 @@ import tempfile
 import time
 import unittest
 
-from harness import Server, roundtrip
+from harness import Server, mount_tmpfs, roundtrip
 from test_infer import infer_body, synthetic, write_model
 
 
@@ -83,13 +83,11 @@ class JobsCase(unittest.TestCase):
         self.state = os.path.join(self.tmp, "state")
         self.jobs_dir = os.path.join(self.state, "jobs")
         self.servers = []
-        self.mounts = []
 
     def tearDown(self):
         for s in self.servers:
             s.kill()
-        for m in self.mounts:
-            subprocess.run(["umount", m], capture_output=True, timeout=10)
+        self.doCleanups()   # a tmpfs (mount_tmpfs) goes before the folder it is in
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start(self, extra=None, **kw):
@@ -344,15 +342,7 @@ class JobsDiskFullTest(JobsCase):
         tmpfs (needs root and mount rights; skipped elsewhere), the state
         database beside it on the ordinary disk."""
         small = os.path.join(self.tmp, "small")
-        os.makedirs(small)
-        try:
-            p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small],
-                               capture_output=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            self.skipTest("cannot mount a tmpfs here: %s" % e)
-        if p.returncode != 0:
-            self.skipTest("cannot mount a tmpfs here: %s" % p.stderr.decode().strip())
-        self.mounts.append(small)
+        mount_tmpfs(self, small, "1m")
         srv = self.start({"jobs": {"dir": small}})
         r = submit(srv, "wide", "\n".join(line(i) for i in range(800)) + "\n")
         self.assertEqual(r.status, 201, r.body)

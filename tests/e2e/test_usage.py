@@ -13,13 +13,12 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
 import unittest
 
-from harness import BIN, Server, roundtrip, run_cli
+from harness import Server, mount_tmpfs, roundtrip, run_cli
 from test_infer import synthetic, write_model
 
 KEYS = {"research": "sk-research-usage-1a2b3c4d5e6f",
@@ -137,6 +136,7 @@ class UsageCase(unittest.TestCase):
     def tearDown(self):
         for s in self.servers:
             s.kill()
+        self.doCleanups()   # a tmpfs (mount_tmpfs) goes before the folder it is in
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start(self):
@@ -341,32 +341,13 @@ class UsageRestartTest(UsageCase):
 
 
 class UsageFullDiskTest(UsageCase):
-    def setUp(self):
-        super().setUp()
-        self.mounted = None
-
-    def tearDown(self):
-        for s in self.servers:
-            s.kill()
-        if self.mounted:
-            subprocess.run(["umount", self.mounted], capture_output=True, timeout=10)
-        super().tearDown()
-
     def test_rows_kept_while_the_disk_is_full(self):
         """state_dir on a 2 MiB tmpfs (needs root and mount rights; skipped
         elsewhere), filled up: the ledger's writes fail and are said, the
         requests do not notice, and once there is room again every row is
         written: nothing lost."""
         small = os.path.join(self.tmp, "small")
-        os.makedirs(small)
-        try:
-            p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", small],
-                               capture_output=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            self.skipTest("cannot mount a tmpfs here: %s" % e)
-        if p.returncode != 0:
-            self.skipTest("cannot mount a tmpfs here: %s" % p.stderr.decode().strip())
-        self.mounted = small
+        mount_tmpfs(self, small, "2m")
         self.config["state_dir"] = small
         srv = self.start()
         filler = os.path.join(small, "filler")
