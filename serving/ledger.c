@@ -77,6 +77,7 @@ struct ledger {
     struct {
         char device[128];
         double joules;
+        int64_t at_ns;                /* when read */
     } energy_prev[32];
     int nenergy;
     int64_t last_ns;
@@ -103,9 +104,15 @@ static void *ledger_grow(void *p, int *cap, int need, size_t size)
     return np;
 }
 
-/* Room for `need` elements in arr (of capacity cap); false: out of memory. */
+/* Room for `need` elements in arr (of capacity cap); false: out of memory,
+ * arr and cap as they were. */
 #define LEDGER_GROW(arr, cap, need)                                                           \
-    (((arr) = ledger_grow((arr), &(cap), (need), sizeof *(arr))) != NULL)
+    ({                                                                                        \
+        void *grown_ = ledger_grow((arr), &(cap), (need), sizeof *(arr));                     \
+        if (grown_)                                                                           \
+            (arr) = grown_;                                                                   \
+        grown_ != NULL;                                                                       \
+    })
 
 static int64_t ledger_wall_s(void)
 {
@@ -366,20 +373,26 @@ static void ledger_cost_add(struct ledger *l, const char *tenant, const char *de
     pthread_mutex_unlock(&l->mu);
 }
 
-/* The device's energy since the last sample; 0 when it has no counter. */
+/* The device's energy since the last sample; 0 when it has no counter, or
+ * when it was not read at the last sample (nothing was resident there: the
+ * energy used meanwhile is nobody's in the ledger). */
 static double ledger_energy(struct ledger *l, const char *device)
 {
     double j;
     if (!l->energy || l->energy(l->energy_arg, device, &j) != 0)
         return 0;
+    int64_t now = now_ns();
     for (int i = 0; i < l->nenergy; i++)
         if (strcmp(l->energy_prev[i].device, device) == 0) {
-            double d = j >= l->energy_prev[i].joules ? j - l->energy_prev[i].joules : 0;
+            bool last = now - l->energy_prev[i].at_ns < LEDGER_SAMPLE_NS * 3 / 2;
+            double d = last && j >= l->energy_prev[i].joules ? j - l->energy_prev[i].joules : 0;
             l->energy_prev[i].joules = j;
+            l->energy_prev[i].at_ns = now;
             return d;
         }
     if (l->nenergy < (int)(sizeof l->energy_prev / sizeof l->energy_prev[0])) {
         snprintf(l->energy_prev[l->nenergy].device, sizeof l->energy_prev[0].device, "%s", device);
+        l->energy_prev[l->nenergy].at_ns = now;
         l->energy_prev[l->nenergy++].joules = j;
     }
     return 0;   /* the first reading only sets the mark */
