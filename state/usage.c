@@ -540,7 +540,8 @@ int state_usage_query(struct state *st, int64_t from, int64_t to, int64_t step, 
         for (size_t i = 0; i < u.cap; i++)
             if (u.cells[i].group >= 0)
                 u.cells[n++] = u.cells[i];
-        qsort(u.cells, n, sizeof *u.cells, usage_cell_cmp);
+        if (n > 1)   /* with none, cells may be NULL, which qsort may not be given */
+            qsort(u.cells, n, sizeof *u.cells, usage_cell_cmp);
         for (size_t i = 0; i < n; i++) {
             const struct usage_cell *c = &u.cells[i];
             const struct usage_key *k = &u.keys[u.rep[c->group]];
