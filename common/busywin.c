@@ -35,6 +35,14 @@ void busywin_add(struct busywin *w, int64_t start_ns, int64_t end_ns)
     }
 }
 
+void busywin_count(struct busywin *w, int64_t at_ns, uint64_t n)
+{
+    if (at_ns < 0)
+        return;
+    atomic_fetch_add_explicit(&w->total_ns, n, memory_order_relaxed);
+    busywin_slot_add(w, at_ns / NS_PER_S, n);
+}
+
 uint64_t busywin_total_ns(const struct busywin *w)
 {
     return atomic_load_explicit(&w->total_ns, memory_order_relaxed);
@@ -63,4 +71,23 @@ double busywin_fraction(const struct busywin *w, int64_t now_ns, int seconds)
     if (seconds > BUSYWIN_MAX_S)
         seconds = BUSYWIN_MAX_S;
     return (double)busywin_recent_ns(w, now_ns, seconds) / ((double)seconds * 1e9);
+}
+
+double busywin_rate(const struct busywin *w, int64_t now_ns, int seconds)
+{
+    if (seconds < 1)
+        seconds = 1;
+    if (seconds > BUSYWIN_MAX_S)
+        seconds = BUSYWIN_MAX_S;
+    int64_t cur = now_ns / NS_PER_S;
+    double into = (double)(now_ns % NS_PER_S) / 1e9, sum = 0;
+    for (int k = 0; k < BUSYWIN_SLOTS; k++) {
+        int64_t s = atomic_load_explicit(&w->sec[k], memory_order_acquire);
+        double v = (double)atomic_load_explicit(&w->ns[k], memory_order_relaxed);
+        if (s > cur - seconds && s <= cur)
+            sum += v;
+        else if (s == cur - seconds)
+            sum += v * (1 - into);
+    }
+    return sum / seconds;
 }

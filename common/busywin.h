@@ -39,10 +39,19 @@ struct busywin {
 /* Records busy time [start_ns, end_ns) (now_ns clock). Parts older than
  * BUSYWIN_SLOTS seconds before end_ns count in the total only. */
 void busywin_add(struct busywin *w, int64_t start_ns, int64_t end_ns);
+/* The same slots counting events instead of time: n more in the second
+ * at_ns is in (rows arriving, per second, for a 10 s moving rate). The
+ * readers below then return counts where they say ns. */
+void busywin_count(struct busywin *w, int64_t at_ns, uint64_t n);
 uint64_t busywin_total_ns(const struct busywin *w);
 /* Busy ns in the `seconds` (1..BUSYWIN_MAX_S) whole seconds before the one
  * now_ns is in. */
 uint64_t busywin_recent_ns(const struct busywin *w, int64_t now_ns, int seconds);
+/* A count per second over the sliding window (now_ns - seconds, now_ns]:
+ * the current second so far, the whole seconds before it, and the part of
+ * the oldest second still inside the window (its count pro rata). Follows
+ * a change a second sooner than the whole-seconds window above. */
+double busywin_rate(const struct busywin *w, int64_t now_ns, int seconds);
 /* The same as a fraction of the window: busy_ns / (seconds * 1 s). */
 double busywin_fraction(const struct busywin *w, int64_t now_ns, int seconds);
 

@@ -408,6 +408,17 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     }
     metrics_head(b, "model_loaded", "gauge", "1 when the model is loaded and serving, else 0.");
     EACH_MODEL metrics_sample(b, "model_loaded", NAME, NULL, atomic_load(&SM->state) == SERVED_READY);
+    metrics_head(b, "model_capacity_rows_per_second", "gauge",
+                 "Rows per second the model's instances can serve at full batches within its "
+                 "latency budget, by their fitted latency models (0 until loaded and measured); "
+                 "demand / capacity is the replicas it needs (docs/DEPLOY.md).");
+    EACH_MODEL metrics_sample(b, "model_capacity_rows_per_second", NAME, NULL,
+                              served_capacity_rows_per_s(SM));
+    metrics_head(b, "model_demand_rows_per_second", "gauge",
+                 "Inference rows arriving per second over the last 10 s, refused ones included "
+                 "(a request refused before its rows were read counts as the window's mean).");
+    EACH_MODEL metrics_sample(b, "model_demand_rows_per_second", NAME, NULL,
+                              snaps[mi].demand_rows_per_s);
     metrics_head(b, "model_loads_total", "counter",
                  "Loads of the model (at start, on request, lazy), by result (ok, failed).");
     metrics_head(b, "model_unloads_total", "counter",

@@ -563,6 +563,8 @@ static int models_refuse_full(struct http_request *req, struct api_state *st,
 {
     if (!batcher_full_for(sm->batcher, auth_tenant(req)))
         return 0;
+    if (sm->stats)
+        modelstats_arrival(sm->stats, http_request_thread(req), -1);
     models_account_reject(st, sm, req, BG_EQUEUEFULL, error_http_status(BG_EQUEUEFULL));
     http_respond_error(req, error_http_status(BG_EQUEUEFULL), "Retry-After: 1\r\n",
                        "model %s: queue full (%d requests waiting, batching.max_queue_size)",
@@ -574,6 +576,8 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
                                 struct served_model *sm, struct infer_call *call)
 {
     const struct model_config *c = &sm->model.cfg;
+    if (sm->stats)   /* demand: every decoded request, whatever its answer */
+        modelstats_arrival(sm->stats, http_request_thread(req), call->r.rows);
     call->req = req;
     call->st = st;
     call->sm = sm;

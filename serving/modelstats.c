@@ -33,6 +33,10 @@ struct io_shard {
     _Atomic uint64_t success, fail;
     _Atomic int64_t last_ms;
     struct hist request, queue;
+    /* Arrivals per second (busywin.h's slots counting): inference requests
+     * and their rows once decoded, and the requests refused before their
+     * rows were known (a full queue). */
+    struct busywin arrived_reqs, arrived_rows, refused_early;
 };
 
 struct inst_shard {
@@ -171,6 +175,18 @@ void modelstats_request(struct modelstats *s, int thread, int status, int64_t to
                           memory_order_relaxed);
 }
 
+void modelstats_arrival(struct modelstats *s, int thread, int rows)
+{
+    struct io_shard *sh = &s->io[thread % s->nio];
+    int64_t now = now_ns();
+    if (rows < 0) {
+        busywin_count(&sh->refused_early, now, 1);
+        return;
+    }
+    busywin_count(&sh->arrived_reqs, now, 1);
+    busywin_count(&sh->arrived_rows, now, (uint64_t)rows);
+}
+
 void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason r)
 {
     atomic_fetch_add_explicit(&s->io[thread % s->nio].rejected[r], 1, memory_order_relaxed);
@@ -268,6 +284,17 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         modelstats_hist_sum(&o->request, &sh->request, 1e-9);
         modelstats_hist_sum(&o->queue, &sh->queue, 1e-9);
     }
+    /* Demand: arrivals over the sliding last 10 s; a request refused before
+     * its rows were known counts as the mean request of that window (one
+     * row when there is none to go by). */
+    int64_t tnow = now_ns();
+    double reqs = 0, rows = 0, early = 0;
+    for (int t = 0; t < s->nio; t++) {
+        reqs += busywin_rate(&s->io[t].arrived_reqs, tnow, BUSYWIN_UTIL_S);
+        rows += busywin_rate(&s->io[t].arrived_rows, tnow, BUSYWIN_UTIL_S);
+        early += busywin_rate(&s->io[t].refused_early, tnow, BUSYWIN_UTIL_S);
+    }
+    o->demand_rows_per_s = rows + early * (reqs > 0 ? rows / reqs : 1);
     o->max_batch = s->max_batch;
     o->ninstances = s->ninst;
     o->inst = calloc((size_t)s->ninst, sizeof *o->inst);

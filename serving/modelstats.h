@@ -70,6 +70,9 @@ struct modelstats_snapshot {
     double tenant_busy_s[WORK_TENANTS_MAX];
     double tenant_offline_s[WORK_TENANTS_MAX];
     int64_t last_inference_ms;                 /* unix ms of the last answer, 0 if none */
+    /* Inference rows arriving per second over the last 10 whole seconds,
+     * refused ones included (model_demand_rows_per_second). */
+    double demand_rows_per_s;
 };
 
 struct modelstats *modelstats_new(int io_threads, int instances, int max_batch);
@@ -88,6 +91,9 @@ void modelstats_loaded(struct modelstats *s);
 void modelstats_request(struct modelstats *s, int thread, int status, int64_t total_ns,
                         int64_t queue_ns);
 void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason r);
+/* IO thread `thread`: an inference request of `rows` rows arrived (counted
+ * whatever its answer); rows < 0: refused before its rows were known. */
+void modelstats_arrival(struct modelstats *s, int thread, int rows);
 /* Worker of `instance`: a batch of `rows` ran for exec_ns. */
 /* A batch ran for exec_ns; offline_rows of its rows were job lines, and
  * that share of its time is the offline class's. */

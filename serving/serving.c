@@ -717,6 +717,30 @@ void serving_model_devices(struct served_model *sm, const struct modelstats_snap
     model_devices(&sm->model, serving_device_row, &w);
 }
 
+double served_capacity_rows_per_s(struct served_model *sm)
+{
+    if (atomic_load(&sm->state) != SERVED_READY || !sm->batcher)
+        return 0;
+    const struct model_config *c = &sm->model.cfg;
+    bool compute = model_is_compute(&sm->model);
+    int slots = compute ? sm->model.ninstances : model_loop_slots(&sm->model);
+    double budget_ns = (double)c->batching.latency_budget_ms * 1e6, total = 0;
+    for (int i = 0; i < slots; i++) {
+        double a, b, margin;
+        /* A loop backend's slots share instance 0's latency model. */
+        batcher_latency_model(sm->batcher, compute ? i : 0, &a, &b, &margin);
+        int rows = c->batching.max_batch_size;
+        if (budget_ns > 0 && b > 0 && a + b * rows + margin > budget_ns) {
+            double fit = (budget_ns - a - margin) / b;
+            rows = fit >= 1 ? (int)fit : 1;
+        }
+        double exec = a + b * rows;
+        if (exec > 0)
+            total += rows / (exec / 1e9);
+    }
+    return total;
+}
+
 int serving_count(const struct serving *s) { return atomic_load(&s->n); }
 
 static struct served_model *served_entry_acquire(struct served_entry *e)

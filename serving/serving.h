@@ -121,6 +121,13 @@ int serving_versions(struct serving *s, const char *name, size_t len, int *out, 
 /* The version sm's entry is pinned to when its model serves several side
  * by side (metrics then label it); 0 otherwise. */
 int served_pinned_version(const struct served_model *sm);
+/* model_capacity_rows_per_second: the rows per second the copy's instances
+ * (a loop backend's slots) can serve at full batches within the latency
+ * budget: each at B / exec(B), B the largest batch (at most
+ * max_batch_size) whose execution by its fitted latency model, with the
+ * margin, fits batching.latency_budget_ms (no budget: max_batch_size).
+ * 0 while not READY or before any batch was measured. */
+double served_capacity_rows_per_s(struct served_model *sm);
 /* The model's index in the table (tenant statistics are kept by it). */
 int served_index(const struct served_model *sm);
 /* A request was given to the copy now (idle unload and eviction count from

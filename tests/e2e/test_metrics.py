@@ -88,7 +88,10 @@ class MetricsTest(RepoServerCase):
                            ("job_lines_total", "counter"), ("jobs", "gauge"),
                            ("tenant_requests_total", "counter"),
                            ("auth_refusals_total", "counter"),
-                           ("tenant_inflight_requests", "gauge")):
+                           ("tenant_inflight_requests", "gauge"),
+                           ("model_capacity_rows_per_second", "gauge"),
+                           ("model_demand_rows_per_second", "gauge"),
+                           ("cost_total", "counter")):
             self.assertIn("# TYPE batchgate_%s %s\n" % (name, kind), text, name)
         s = parse(text)
         self.assertEqual(value(s, "batchgate_model_loaded", model="syn"), 1)
@@ -179,6 +182,39 @@ class MetricsTest(RepoServerCase):
         self.assertGreaterEqual(value(after, "batchgate_http_connections"), 2)
         self.assertGreaterEqual(value(after, "batchgate_http_connections_accepted_total") -
                                 value(before, "batchgate_http_connections_accepted_total"), 2)
+
+    def test_capacity_and_demand(self):
+        """syn runs a batch of up to 8 rows in 10 ms: 800 rows/s at full
+        batches. Demand counts arrivals, refused ones too: tiny (one row in
+        200 ms, a queue of 1) refuses most of a burst, and all of it counts."""
+        for _ in range(20):
+            post(self.srv.port, "/v2/models/syn/infer", infer_body([[1, 2, 3, 4]] * 4, name="x"))
+        s = parse(self.scrape())
+        cap = value(s, "batchgate_model_capacity_rows_per_second", model="syn")
+        self.assertGreater(cap, 800 * 0.75)
+        self.assertLess(cap, 800 * 1.1)
+        self.assertEqual(value(s, "batchgate_model_capacity_rows_per_second", model="broken"), 0)
+        codes = []
+        lock = threading.Lock()
+
+        def burst():
+            r = post(self.srv.port, "/v2/models/tiny/infer", infer_body([[1, 2, 3, 4]], name="x"))
+            with lock:
+                codes.append(r.status)
+
+        ts = [threading.Thread(target=burst) for _ in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        self.assertIn(429, codes)
+        s = parse(self.scrape())
+        # The last 10 s: 20 requests of 4 rows to syn (+ other tests' rows at most).
+        self.assertGreaterEqual(value(s, "batchgate_model_demand_rows_per_second", model="syn"),
+                                80 / 10 - 1e-9)
+        # Every one of the burst, refused or not (other tests' requests may add).
+        self.assertGreaterEqual(value(s, "batchgate_model_demand_rows_per_second", model="tiny"),
+                                len(codes) / 10 - 0.05)
 
     def test_busy_plus_idle_is_wall_time(self):
         s0, t0 = parse(self.scrape()), time.monotonic()

@@ -61,6 +61,37 @@ static void test_window_slides_by_whole_seconds(void **state)
     assert_int_equal(busywin_recent_ns(&w, T0 + 17 * S, 1000), S + S / 4);
 }
 
+/* Counting events (rows arriving): a steady 100 a second reads 100 a
+ * second over a sliding 10 s at any point of a second; a step to 300 is
+ * followed pro rata, and fully once 10 s of it are in the window. */
+static void test_counts_and_the_sliding_rate(void **state)
+{
+    (void)state;
+    struct busywin w;
+    memset(&w, 0, sizeof w);
+    for (int s = 0; s < 20; s++)
+        for (int k = 0; k < 10; k++)
+            busywin_count(&w, T0 + s * S + k * 100 * MS, 10);   /* 100 a second */
+    assert_int_equal(busywin_total_ns(&w), 20 * 100);
+    /* At 1019.95 s: 1010..1018 whole, 1019 so far (all of its events), and
+     * 1009 for the 0.05 s of it still inside: 100.5 a second. */
+    double r = busywin_rate(&w, T0 + 19 * S + 950 * MS, 10);
+    assert_true(r > 99 && r < 101);
+    /* 300 a second from 1020 on: after 5 s, half the window has it. */
+    for (int s = 20; s < 25; s++)
+        for (int k = 0; k < 10; k++)
+            busywin_count(&w, T0 + s * S + k * 100 * MS, 30);
+    r = busywin_rate(&w, T0 + 25 * S, 10);   /* 1015..1019 at 100, 1020..1024 at 300 */
+    assert_true(r > 199 && r < 201);
+    for (int s = 25; s < 30; s++)
+        for (int k = 0; k < 10; k++)
+            busywin_count(&w, T0 + s * S + k * 100 * MS, 30);
+    r = busywin_rate(&w, T0 + 30 * S, 10);
+    assert_true(r > 299 && r < 301);
+    /* The whole-seconds reader counts the same events. */
+    assert_int_equal(busywin_recent_ns(&w, T0 + 30 * S, 10), 3000);
+}
+
 static void test_long_and_stale_intervals(void **state)
 {
     (void)state;
@@ -181,6 +212,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_interval_counts_in_each_second_it_covers),
         cmocka_unit_test(test_window_slides_by_whole_seconds),
+        cmocka_unit_test(test_counts_and_the_sliding_rate),
         cmocka_unit_test(test_long_and_stale_intervals),
         cmocka_unit_test(test_overlapping_intervals_add_up),
         cmocka_unit_test(test_readers_beside_writers),
