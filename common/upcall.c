@@ -228,8 +228,14 @@ static bool upcall_may_repeat(const struct upcall *u, enum httpc_fail why, bool 
     *same = false;
     if (u->answered || !u->replayable)
         return false;
-    bool stale = why == HTTPC_FAIL_RESET && u->reused && (u->flags & UPCALL_IDEMPOTENT);
-    if (why != HTTPC_FAIL_CONNECT && !stale)
+    /* Lost before the answer's head: the server may have seen the request,
+     * so only an idempotent one goes again. On a reused connection that
+     * says nothing against the server (a keep-alive race); on a fresh one
+     * it does (the server died or dropped it): another server then, never
+     * the same. */
+    bool lost = why == HTTPC_FAIL_RESET && (u->flags & UPCALL_IDEMPOTENT);
+    bool stale = lost && u->reused;
+    if (why != HTTPC_FAIL_CONNECT && !lost)
         return false;
     /* A stale connection says nothing against its server: when no other
      * server is taking calls, that one once more rather than one that is out. */

@@ -11,10 +11,11 @@
  *
  * Retry policy (nginx's proxy_next_upstream "error", for both clients):
  *   - a refused or unreachable connect: always (nothing reached a server);
- *   - a reset or close before the answer's head on a connection that was
- *     reused (kept alive, or shared by pipelining): only for an idempotent
+ *   - a reset or close before the answer's head: only for an idempotent
  *     call (UPCALL_IDEMPOTENT), as the server may have seen the request
- *     (RFC 9110 9.2.2);
+ *     (RFC 9110 9.2.2); on a connection that was reused (kept alive, or
+ *     shared by pipelining) it is the keep-alive race, on a fresh one the
+ *     server died or dropped it (a node killed mid-call);
  *   - never once the answer's head arrived, never after a timeout (the
  *     server may still be working on it: repeating would double the load at
  *     the moment a server is slow), a malformed answer or a status, and never
@@ -47,7 +48,7 @@ struct upcall;
 
 /* Flags of upcall_start: HTTPC_NO_BODY and HTTPC_PIPELINE pass to httpc_open
  * (a repeat drops HTTPC_PIPELINE), and: */
-#define UPCALL_IDEMPOTENT 0x100u   /* may be repeated after a loss on a reused connection */
+#define UPCALL_IDEMPOTENT 0x100u   /* may be repeated after a loss before the answer's head */
 
 /* The client's side, called on the event base of upcall_new with the
  * client's `arg`. The driver touches nothing of the call after a callback

@@ -309,6 +309,54 @@ static void test_dead_target_skipped(void **state)
     close(ls[1].fd);
 }
 
+/* A server killed mid-call: the first server reads the request on a fresh
+ * connection and drops it before any answer. An idempotent call goes to
+ * the other server (never the first again); any other call fails there. */
+static void lost_on_fresh(unsigned flags)
+{
+    struct lsn ls[2] = {listener(), listener()};
+    struct cl c;
+    cl_open(&c, ls, 2, 2000);
+    cl_start(&c, flags);
+    int s = accept_one(c.base, &ls[0]);   /* both idle: the first wins the tie */
+    read_request(c.base, s);
+    close(s);
+    if (flags & UPCALL_IDEMPOTENT) {
+        int s2 = accept_one(c.base, &ls[1]);
+        assert_true(s2 >= 0);
+        read_request(c.base, s2);
+        answer(s2);
+        cl_wait(&c);
+        assert_int_equal(c.dones, 1);
+        assert_int_equal(upcall_tries(c.u), 2);
+        assert_ptr_equal(upcall_target(c.u), c.ts[1]);
+        close(s2);
+    } else {
+        cl_wait(&c);
+        assert_int_equal(c.fails, 1);
+        assert_int_equal(c.code, BG_EUPSTREAM);
+        assert_int_equal(upcall_tries(c.u), 1);
+        assert_int_equal(pending_connections(&ls[1]), 0);
+    }
+    assert_int_equal(failures(c.ts[0], HTTPC_FAIL_RESET), 1);
+    assert_int_equal(pending_connections(&ls[0]), 0);   /* the same server never again */
+    cl_close(&c);
+    close(ls[0].fd);
+    close(ls[1].fd);
+}
+
+static void test_lost_on_fresh_goes_elsewhere_when_idempotent(void **state)
+{
+    (void)state;
+    lost_on_fresh(UPCALL_IDEMPOTENT);
+}
+
+static void test_lost_on_fresh_not_repeated_otherwise(void **state)
+{
+    (void)state;
+    lost_on_fresh(0);
+}
+
 static void test_timeout_not_repeated(void **state)
 {
     (void)state;
@@ -399,6 +447,8 @@ int main(void)
         cmocka_unit_test(test_reset_on_reused_goes_to_another_target),
         cmocka_unit_test(test_reset_on_reused_same_target_when_others_out),
         cmocka_unit_test(test_dead_target_skipped),
+        cmocka_unit_test(test_lost_on_fresh_goes_elsewhere_when_idempotent),
+        cmocka_unit_test(test_lost_on_fresh_not_repeated_otherwise),
         cmocka_unit_test(test_timeout_not_repeated),
         cmocka_unit_test(test_timer_cannot_arm),
         cmocka_unit_test(test_tried_set_exhausted),
