@@ -37,7 +37,7 @@ LOG_LINE_RE = re.compile(
     r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})? "
     r"(debug|info|warn|error) \S")
 
-_LISTEN_RE = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+_LISTEN_RE = re.compile(r"listening on (127\.0\.0\.1|[0-9.]+):(\d+)")
 # What AddressSanitizer / UBSan print (the suite also runs on a sanitizer build).
 SANITIZER_RE = re.compile(r"ERROR: \w+Sanitizer|runtime error:|SUMMARY: \w+Sanitizer")
 
@@ -67,7 +67,7 @@ class Server:
     """
 
     def __init__(self, config=None, io_threads=1, extra_args=(), start_timeout=10.0,
-                 preexec_fn=None, env=None):
+                 preexec_fn=None, env=None, prefix=()):
         cfg = {"listen": "127.0.0.1:0", "debug_endpoints": True}
         # Each server its own state database unless the test names one (the
         # jobs tests restart a server on the same one).
@@ -88,7 +88,10 @@ class Server:
         fd, self.config_path = tempfile.mkstemp(prefix="batchgate-e2e-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(cfg, f)
-        self.argv = [BIN, "--config", self.config_path, "--io-threads", str(io_threads)]
+        # prefix: what runs it (["ip", "netns", "exec", NS]: a host of the
+        # multi-host test, which execs it, so the pid is batchgate's).
+        self.argv = list(prefix) + [BIN, "--config", self.config_path, "--io-threads",
+                                    str(io_threads)]
         self.argv += list(extra_args)
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -104,7 +107,8 @@ class Server:
             raise AssertionError("batchgate did not log 'listening on 127.0.0.1:PORT' within "
                                  "%.0f s (exit code %r); log:\n%s"
                                  % (start_timeout, self.proc.poll(), self.log()))
-        self.port = int(m.group(1))
+        self.host = m.group(1)
+        self.port = int(m.group(2))
         self.pid = self.proc.pid
 
     def _read_stderr(self):
