@@ -420,6 +420,15 @@ int main(int argc, char **argv)
         exit_code = EXIT_USAGE;
         goto out;
     }
+    /* Before the models load (the ledger charges every counter from its
+     * zero) and before any IO thread can read api.ledger (/metrics). */
+    api.ledger = ledger_start(serving, jobs_state(api.jobs), &cfg.usage, main_energy, api.nvml,
+                              &err);
+    if (!api.ledger) {
+        log_error("%s", err.msg);
+        exit_code = 1;
+        goto out;
+    }
     api.proxy = proxy_new(&cfg.proxy, cfg.http.io_threads, &err);
     if (!api.proxy) {
         log_error("%s: %s", cli.config_path ? cli.config_path : "config", err.msg);
@@ -446,14 +455,6 @@ int main(int argc, char **argv)
     log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.http.listen_host, ':') ? "[" : "",
              cfg.http.listen_host, strchr(cfg.http.listen_host, ':') ? "]" : "", server_port(srv),
              server_threads(srv));
-    /* Before the models load: the ledger charges every counter from its zero. */
-    api.ledger = ledger_start(serving, jobs_state(api.jobs), &cfg.usage, main_energy, api.nvml,
-                              &err);
-    if (!api.ledger) {
-        log_error("%s", err.msg);
-        exit_code = 1;
-        goto out;
-    }
     serving_load_all(serving);
     /* Unfinished jobs resume once their models are loaded. */
     if (jobs_start(api.jobs, &err)) {
