@@ -507,8 +507,10 @@ static void *ledger_main(void *arg)
      * charges all they hold. */
     ledger_rollup(l, ledger_wall_s());
     l->last_rollup_s = l->last_flush_s = ledger_wall_s();
+    /* Every pass samples once; the pass that saw stop set is the last one,
+     * so a stop that comes while a sample is taken still gets its own. */
     pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
+    for (;;) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         int64_t ns = (int64_t)until.tv_nsec + LEDGER_SAMPLE_NS;

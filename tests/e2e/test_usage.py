@@ -145,9 +145,20 @@ class UsageCase(unittest.TestCase):
         srv.wait_log(r"ready in", timeout=30)
         return srv
 
-    def settle(self):
-        """Past the next sample and write: every batch so far is in the ledger."""
-        time.sleep(2.5)
+    def settle(self, port):
+        """Until every batch so far is in the ledger: its busy time has caught
+        up with /metrics' (quiet now: that stands still). The ledger writes
+        every second here (flush_s 1), but a loaded machine can delay a
+        write's fsync: up to 15 s, then the caller's checks say what is off."""
+        deadline = time.monotonic() + 15
+        time.sleep(1.2)   # past the sample in progress
+        while time.monotonic() < deadline:
+            target = self.busy_metric(port)
+            got = sum(x["busy_seconds"] for x in wide(port))
+            if abs(got - target) <= 0.0005 * target + 1e-4:
+                time.sleep(1.2)   # and one sample more: requests counted with the batch
+                return
+            time.sleep(0.2)
 
     def busy_metric(self, port):
         return sum(v for _, v in samples(port, "device_busy_seconds_total"))
@@ -171,7 +182,7 @@ class UsageReconcileTest(UsageCase):
         while get(port, "/v2/jobs/" + r.json()["id"], "research").json()["state"] != "completed":
             self.assertLess(time.monotonic(), deadline, "the job did not finish")
             time.sleep(0.1)
-        self.settle()
+        self.settle(port)
         rows = wide(port)
         busy_ledger = sum(x["busy_seconds"] for x in rows)
         busy_metrics = self.busy_metric(port)
@@ -247,7 +258,7 @@ class UsageApiTest(UsageCase):
         srv = self.start()
         port = srv.port
         load(port, [("a", "prod", 1), ("b", "research", 1)], 1.0)
-        self.settle()
+        self.settle(port)
         now = int(time.time())
         rng = {"from": now - 3600, "to": now + 60}
         # A tenant sees its own rows, an admin everyone's.
@@ -310,7 +321,7 @@ class UsageRestartTest(UsageCase):
         srv = self.start()
         self.assertAlmostEqual(self.ledger_busy(srv.port) / busy1, 1.0, delta=0.005)
         load(srv.port, [("a", "prod", 1), ("b", "research", 2)], 2.0)
-        self.settle()
+        self.settle(srv.port)
         busy2 = self.busy_metric(srv.port)
         self.assertAlmostEqual(self.ledger_busy(srv.port) / (busy1 + busy2), 1.0, delta=0.005)
         # SIGKILL while quiet: everything was written already.
@@ -361,7 +372,7 @@ class UsageFullDiskTest(UsageCase):
         load(srv.port, [("a", "prod", 1), ("b", "research", 1)], 2.0)
         srv.wait_log(r"usage ledger: .*rows are kept and written again", timeout=10)
         os.unlink(filler)
-        self.settle()
+        self.settle(srv.port)
         busy = sum(x["busy_seconds"] for x in wide(srv.port))
         self.assertAlmostEqual(busy / self.busy_metric(srv.port), 1.0, delta=0.005)
         srv.stop_checked()
@@ -383,7 +394,7 @@ class UsageLifecycleTest(UsageCase):
         self.assertEqual(r.status, 200, r.body)
         out_for = time.monotonic() - out_since
         load(port, [("a", "prod", 1)], 1.5)
-        self.settle()
+        self.settle(port)
         rows = wide(port)
         busy = {}
         held = {}
@@ -415,7 +426,7 @@ class UsageUpstreamTest(UsageCase):
             port = srv.port
             counts = load(port, [("u1", "prod", 1), ("u1", "prod", 2), ("u2", "research", 1)],
                           2.0)
-            self.settle()
+            self.settle(port)
             rows = [x for x in wide(port) if x["model"] in ("u1", "u2")]
             self.assertEqual({x["device"] for x in rows}, set(urls))
             req = {}
@@ -444,7 +455,7 @@ class UsageReportTest(UsageCase):
     def test_report_prints_the_ledger(self):
         srv = self.start()
         load(srv.port, [("a", "prod", 1), ("b", "research", 1)], 1.5)
-        self.settle()
+        self.settle(srv.port)
         by_tenant = {x["tenant"]: x for x in wide(srv.port, group_by="tenant")}
         srv.stop_checked()
         cfg = os.path.join(self.tmp, "config.json")
