@@ -20,6 +20,7 @@ script tags it with a hash of the files, recorded under
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,7 @@ SCRIPT = os.path.join(ROOT, "scripts", "build-image")
 DOCKERFILE = os.path.join(ROOT, "Dockerfile")
 IMAGE_CONFIG = os.path.join(ROOT, "deploy", "image", "config.json")
 DIGITS = os.path.join(ROOT, "models", "digits")
+DEPLOYMENT = os.path.join(ROOT, "deploy", "base", "deployment.yaml")
 
 # What minbase holds (apt needs the C++ runtime): a binary may link these
 # without the Dockerfile naming them.
@@ -194,50 +196,22 @@ class ImageRunTest(unittest.TestCase):
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def test_serves_the_demo_model_and_drains_on_sigterm(self):
-        name = "batchgate-e2e-image-%d" % os.getpid()
-        self.podman("rm", "-f", name, check=False)
-        args = ["run", "-d", "--name", name]
-        if self.network == "host":
-            # The host's network: the server listens on loopback only, on
-            # a port of its own.
-            import socket
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            args += ["--network", "host", self.tag, "--config", "/etc/batchgate/config.json",
-                     "--listen", "127.0.0.1:%d" % port]
-        else:
-            args += ["-p", "127.0.0.1::8000", self.tag]
-        self.podman(*args)
-        self.addCleanup(self.podman, "rm", "-f", name, check=False)
-        if self.network == "host":
-            self.port = port
-        else:
-            out = self.podman("port", name, "8000/tcp").stdout.strip().splitlines()[0]
-            self.port = int(out.rsplit(":", 1)[1])
-
-        deadline = time.monotonic() + 60
+    def wait_ready(self, name, timeout=60):
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 status, _ = self.http("GET", "/v2/health/ready", timeout=2)
             except OSError:
                 status = None
             if status == 200:
-                break
+                return
             state = self.podman("inspect", name, "--format", "{{.State.Status}}").stdout.strip()
             if state != "running" or time.monotonic() > deadline:
-                self.fail("the container did not become ready within 60 s (state %s); logs:\n%s"
-                          % (state, self.podman("logs", name, check=False).stderr))
+                self.fail("the container did not become ready within %d s (state %s); logs:\n%s"
+                          % (timeout, state, self.podman("logs", name, check=False).stderr))
             time.sleep(0.2)
 
-        self.assertEqual(self.http("GET", "/v2/health/live")[0], 200)
-        # The image's own HEALTHCHECK, run by hand (no systemd timer needed).
-        hc = self.podman("healthcheck", "run", name, check=False)
-        self.assertEqual(hc.returncode, 0, "HEALTHCHECK failed: %s %s" % (hc.stdout, hc.stderr))
-        user = self.podman("inspect", name, "--format", "{{.Config.User}}").stdout.strip()
-        self.assertEqual(user.split(":")[0], "10001")
-
+    def check_digits(self):
         with open(os.path.join(DIGITS, "heldout.json")) as f:
             heldout = json.load(f)
         rows, labels = heldout["inputs"][:64], heldout["labels"][:64]
@@ -256,6 +230,43 @@ class ImageRunTest(unittest.TestCase):
             right += max(range(10), key=probs.__getitem__) == label
         self.assertGreaterEqual(right, 0.9 * len(labels), "digits classified %d of %d held-out "
                                 "rows right" % (right, len(labels)))
+
+    def publish(self, name):
+        """Arguments that publish the server on loopback (before the image
+        name), those that go after it, and sets self.port once started."""
+        if self.network == "host":
+            # The host's network: the server listens on loopback only, on
+            # a port of its own.
+            import socket
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self._host_port = s.getsockname()[1]
+            return ["--network", "host"], ["--listen", "127.0.0.1:%d" % self._host_port]
+        return ["-p", "127.0.0.1::8000"], []
+
+    def find_port(self, name):
+        if self.network == "host":
+            self.port = self._host_port
+        else:
+            out = self.podman("port", name, "8000/tcp").stdout.strip().splitlines()[0]
+            self.port = int(out.rsplit(":", 1)[1])
+
+    def test_serves_the_demo_model_and_drains_on_sigterm(self):
+        name = "batchgate-e2e-image-%d" % os.getpid()
+        self.podman("rm", "-f", name, check=False)
+        before, after = self.publish(name)
+        extra = ["--config", "/etc/batchgate/config.json"] + after if after else []
+        self.podman("run", "-d", "--name", name, *before, self.tag, *extra)
+        self.addCleanup(self.podman, "rm", "-f", name, check=False)
+        self.find_port(name)
+        self.wait_ready(name)
+        self.assertEqual(self.http("GET", "/v2/health/live")[0], 200)
+        # The image's own HEALTHCHECK, run by hand (no systemd timer needed).
+        hc = self.podman("healthcheck", "run", name, check=False)
+        self.assertEqual(hc.returncode, 0, "HEALTHCHECK failed: %s %s" % (hc.stdout, hc.stderr))
+        user = self.podman("inspect", name, "--format", "{{.Config.User}}").stdout.strip()
+        self.assertEqual(user.split(":")[0], "10001")
+        self.check_digits()
         status, metrics = self.http("GET", "/metrics")
         self.assertEqual(status, 200)
         self.assertIn(b'batchgate_requests_total{model="digits",code="200"}', metrics)
@@ -271,6 +282,49 @@ class ImageRunTest(unittest.TestCase):
         self.assertLess(took, STOP_TIMEOUT_S - 5, "the drain took %.1f s" % took)
         self.assertIn("SIGTERM: draining", logs)
         self.assertNotIn("not answered", logs)
+
+    def test_runs_as_the_deployment_runs_it(self):
+        # deploy/base/deployment.yaml's pod, short of Kubernetes: the init
+        # container's copy of the models into an empty volume, then the
+        # server with a read-only root, uid 10001, no capabilities, the
+        # ConfigMap's config.json mounted read-only, the models read-only,
+        # and writable volumes only for state and /tmp.
+        with open(DEPLOYMENT) as f:
+            text = f.read()
+        init_cmd = json.loads(re.search(r"(?m)^ +command: (\[\"/bin/cp\".*\])$", text).group(1))
+        work = tempfile.mkdtemp(prefix="batchgate-e2e-pod-")
+        self.addCleanup(shutil.rmtree, work, True)
+        vols = {}
+        for v in ("models", "state", "tmp", "config"):
+            vols[v] = os.path.join(work, v)
+            os.mkdir(vols[v])
+            os.chmod(vols[v], 0o777)   # an emptyDir is world-writable
+        shutil.copy(os.path.join(ROOT, "deploy", "base", "config.json"), vols["config"])
+        locked = ["--read-only", "--read-only-tmpfs=false", "--user", "10001:10001",
+                  "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+        self.podman("run", "--rm", *locked, "-v", vols["models"] + ":/models",
+                    "--entrypoint", init_cmd[0], self.tag, *init_cmd[1:], timeout=120)
+        self.assertTrue(os.path.isfile(os.path.join(vols["models"], "digits", "config.json")))
+        name = "batchgate-e2e-pod-%d" % os.getpid()
+        self.podman("rm", "-f", name, check=False)
+        before, after = self.publish(name)
+        self.podman("run", "-d", "--name", name, *locked, *before,
+                    "-v", vols["config"] + ":/etc/batchgate:ro",
+                    "-v", vols["models"] + ":/models:ro",
+                    "-v", vols["state"] + ":/var/lib/batchgate",
+                    "-v", vols["tmp"] + ":/tmp",
+                    self.tag, "--config", "/etc/batchgate/config.json", *after)
+        self.addCleanup(self.podman, "rm", "-f", name, check=False)
+        self.find_port(name)
+        self.wait_ready(name)
+        self.check_digits()
+        # The state went to the volume (the SQLite database of the ledger).
+        self.assertTrue(os.path.exists(os.path.join(vols["state"], "state", "batchgate.db")))
+        # The preStop hook's command exists in the image.
+        self.assertEqual(self.podman("exec", name, "/bin/sleep", "0").returncode, 0)
+        self.podman("stop", "-t", str(STOP_TIMEOUT_S), name, timeout=STOP_TIMEOUT_S + 30)
+        code = self.podman("inspect", name, "--format", "{{.State.ExitCode}}").stdout.strip()
+        self.assertEqual(code, "0", self.podman("logs", name, check=False).stderr)
 
 
 if __name__ == "__main__":
