@@ -8,18 +8,18 @@
 #
 # GPU builds. The CUDA parts are built only where the build stage has nvcc:
 # `--build-arg CUDA=ON` (scripts/build-image --cuda) adds Debian's non-free
-# component and installs `nvidia-cuda-toolkit` (large: about 2 GB in the
-# build stage, none of it in the final image). CMake links the CUDA runtime
-# statically (CMAKE_CUDA_RUNTIME_LIBRARY Static), so the binary needs no
-# CUDA library of its own: the one image serves with or without a GPU. The
-# driver (libcuda.so.1, and libnvidia-ml.so.1 for the device metrics) is not
-# in the image: on a GPU host the NVIDIA container toolkit mounts the host's
-# driver into the container at run time (`podman run --device
-# nvidia.com/gpu=all`, `docker run --gpus all`, or the Kubernetes device
-# plugin for `nvidia.com/gpu` limits). Without one, the cuda backend reports
-# no device and `"backend": "auto"` models run on the CPU. Extra CMake
-# options (a host compiler nvcc accepts, other CUDA architectures) go in
-# `--build-arg CMAKE_ARGS="-DCMAKE_CUDA_HOST_COMPILER=g++-12 -DCMAKE_CUDA_ARCHITECTURES=80;90"`.
+# component and installs `nvidia-cuda-toolkit` (CUDA 11.8 in Debian 12; the
+# build stage grows to about 8 GB, none of it in the final image). CMake
+# links the CUDA runtime statically (CMAKE_CUDA_RUNTIME_LIBRARY Static), so
+# the binary needs no CUDA library of its own: the one image serves with or
+# without a GPU. The driver (libcuda.so.1, and libnvidia-ml.so.1 for the
+# device metrics) is not in the image: on a GPU host the NVIDIA container
+# toolkit mounts the host's driver into the container at run time (`podman
+# run --device nvidia.com/gpu=all`, `docker run --gpus all`, or the
+# Kubernetes device plugin for `nvidia.com/gpu` limits). Without one, the
+# cuda backend reports no device and `"backend": "auto"` models run on the
+# CPU. Extra CMake options (other CUDA architectures, a host compiler) go in
+# `--build-arg CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=80;90"`.
 #
 # Build with `--format docker`: the OCI image format has no HEALTHCHECK
 # (podman and buildah drop it from OCI images with a warning).
