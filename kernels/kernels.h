@@ -1,5 +1,6 @@
 /* kernels.h - what the numerical kernels can run on. Nothing here knows HTTP
- * or queues. The operations themselves (dense, softmax) get one header each. */
+ * or queues. The operations themselves (dense, softmax, layernorm, attention,
+ * embed, pool) get one header each. */
 #ifndef BG_KERNELS_H
 #define BG_KERNELS_H
 

@@ -1,4 +1,4 @@
-/* cpu_internal.h - what dense.c/softmax.c share with the per-ISA kernel
+/* cpu_internal.h - what dense.c, softmax.c, layernorm.c and attention.c share with the per-ISA kernel
  * builds (isa_generic.c, isa_avx2.c, isa_avx512.c): the packed layout, the
  * prepared layer and the entry points each ISA provides. Not a public header. */
 #ifndef BG_CPU_INTERNAL_H
@@ -51,8 +51,27 @@ struct dense_cpu {
     size_t wbytes;
 };
 
+/* attention: query rows per register block (the kernel's tail switch
+ * handles 1..3), and the multiple the key count is padded to in the scratch
+ * (two AVX-512 vectors, so every path's key chunk divides it and the scratch
+ * size does not depend on the path). */
+#define ATT_QB 4
+#define ATT_LP 32
+static inline int att_padded_len(int len) { return (len + ATT_LP - 1) / ATT_LP * ATT_LP; }
+
+typedef void layernorm_rows_fn(const float *x, const float *r, const float *gamma,
+                               const float *beta, float eps, float *y, int rows, int dim);
+/* One sequence (len rows at q, k, v, out) and one head (d columns there);
+ * scratch holds (d + ATT_QB) * att_padded_len(len) floats. */
+typedef void attention_head_fn(const float *q, const float *k, const float *v, size_t ld_in,
+                               float *out, size_t ld_out, int len, int d, float *scratch);
+
 #if defined(__x86_64__) || defined(__i386__)
 #define BG_HAVE_X86_PATHS 1
+layernorm_rows_fn layernorm_rows_avx2;
+layernorm_rows_fn layernorm_rows_avx512;
+attention_head_fn attention_head_avx2;
+attention_head_fn attention_head_avx512;
 dense_run_fn dense_run_avx2;
 dense_run_fn dense_run_avx512;
 void softmax_rows_avx2(const float *x, float *y, int rows, int n);
@@ -62,5 +81,7 @@ void softmax_rows_avx512(const float *x, float *y, int rows, int n);
 #endif
 dense_run_fn dense_run_generic;
 void softmax_rows_generic(const float *x, float *y, int rows, int n);
+layernorm_rows_fn layernorm_rows_generic;
+attention_head_fn attention_head_generic;
 
 #endif

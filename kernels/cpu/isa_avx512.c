@@ -8,4 +8,6 @@
 #define SIMD_AVX512 1
 #include "kernels/cpu/dense_kern_internal.h"
 #include "kernels/cpu/softmax_kern_internal.h"
+#include "kernels/cpu/layernorm_kern_internal.h"
+#include "kernels/cpu/attention_kern_internal.h"
 #endif

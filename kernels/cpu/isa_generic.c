@@ -4,3 +4,5 @@
 #define SIMD_AVX2 0
 #include "kernels/cpu/dense_kern_internal.h"
 #include "kernels/cpu/softmax_kern_internal.h"
+#include "kernels/cpu/layernorm_kern_internal.h"
+#include "kernels/cpu/attention_kern_internal.h"
