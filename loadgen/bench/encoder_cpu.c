@@ -19,31 +19,11 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/layernorm.h"
+#include "loadgen/bench/bench_util.h"
 
 #define HIDDEN 384
 #define HEADS 12
 #define TOKENS 2048
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static float rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 struct bench_case {
     enum kernels_isa isa;

@@ -19,6 +19,7 @@
 #include "kernels/dense.h"
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"
+#include "loadgen/bench/bench_util.h"
 
 #define MAX_ROWS 1024
 
@@ -27,28 +28,6 @@ struct bench_opts {
     double budget;              /* seconds per case */
     int rows[16], nrows;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* xorshift: reproducible data without libc's rand state. */
-static float rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Seconds per call: batches of calls sized to ~1/20 of the budget, median. */
 static double time_run(const struct dense_cpu *d, const float *x, int rows, float *y,

@@ -29,44 +29,11 @@
 #include "kernels/kernels.h"
 #include "kernels/layernorm.h"
 #include "kernels/pool.h"
+#include "tests/unit/seeded.h"
 
 #define U 0x1p-24
 #define GUARD 37
 
-static unsigned long long g_seed;   /* set once in main, read-only after */
-
-#define FAIL(...)                                                                                \
-    do {                                                                                         \
-        char fail_buf_[512];                                                                     \
-        snprintf(fail_buf_, sizeof fail_buf_, __VA_ARGS__);                                      \
-        fail_msg("%s [seed %llu: rerun with BG_TEST_SEED=%llu]", fail_buf_, g_seed, g_seed);     \
-    } while (0)
-
-struct rng {
-    uint64_t s;
-};
-
-static struct rng rng_for(const char *test)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = test; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return (struct rng){g_seed ^ h};
-}
-
-static uint64_t rng_next(struct rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_uniform(struct rng *r, float lo, float hi)
-{
-    double u = (double)(rng_next(r) >> 11) / 9007199254740992.0;
-    return (float)(lo + (hi - lo) * u);
-}
 
 static int isa_list(enum kernels_isa *out)
 {
@@ -754,9 +721,7 @@ static void test_pool(void **state)
 
 int main(void)
 {
-    const char *env = getenv("BG_TEST_SEED");
-    g_seed = env && *env ? strtoull(env, NULL, 0)
-                         : (unsigned long long)time(NULL) * 1000003ull ^ (unsigned long long)getpid();
+    seeded_init();
     print_message("test_encoder_kernels: seed %llu (BG_TEST_SEED=%llu replays it); kernel paths: "
                   "generic%s%s\n",
                   g_seed, g_seed, kernels_isa_supported(KERNELS_ISA_AVX2) ? ", avx2" : "",

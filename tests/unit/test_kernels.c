@@ -27,45 +27,9 @@
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"
 #include "kernels/softmax.h"
+#include "tests/unit/seeded.h"
 
-static unsigned long long g_seed;   /* set once in main, read-only after */
 static int verbose;                 /* BG_TEST_VERBOSE: print measured error bounds */
-
-#define FAIL(...)                                                                                \
-    do {                                                                                         \
-        char fail_buf_[512];                                                                     \
-        snprintf(fail_buf_, sizeof fail_buf_, __VA_ARGS__);                                      \
-        fail_msg("%s [seed %llu: rerun with BG_TEST_SEED=%llu]", fail_buf_, g_seed, g_seed);     \
-    } while (0)
-
-/* ---- random data: splitmix64, one stream per test ---- */
-
-struct rng {
-    uint64_t s;
-};
-
-static struct rng rng_for(const char *test)
-{
-    uint64_t h = 1469598103934665603ull;    /* FNV-1a of the test's name */
-    for (const char *p = test; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return (struct rng){g_seed ^ h};
-}
-
-static uint64_t rng_next(struct rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [lo, hi). */
-static float rng_uniform(struct rng *r, float lo, float hi)
-{
-    double u = (double)(rng_next(r) >> 11) / 9007199254740992.0;
-    return (float)(lo + (hi - lo) * u);
-}
 
 /* ---- dtype.h ---- */
 
@@ -844,9 +808,7 @@ static void test_softmax_stability(void **state)
 
 int main(void)
 {
-    const char *env = getenv("BG_TEST_SEED");
-    g_seed = env && *env ? strtoull(env, NULL, 0)
-                         : (unsigned long long)time(NULL) * 1000003ull ^ (unsigned long long)getpid();
+    seeded_init();
     verbose = getenv("BG_TEST_VERBOSE") != NULL;
     print_message("test_kernels: seed %llu (BG_TEST_SEED=%llu replays it); kernel paths: generic%s%s\n",
                   g_seed, g_seed, kernels_isa_supported(KERNELS_ISA_AVX2) ? ", avx2" : "",
