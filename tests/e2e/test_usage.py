@@ -484,6 +484,16 @@ class UsageReportTest(UsageCase):
         rc, out, err = run_cli(["report", "--config", empty])
         self.assertEqual(rc, 2)
         self.assertIn("no state database", err)
+        # A file that is not a database: exit 1, and SQLite's word for it.
+        junk = os.path.join(self.tmp, "junk")
+        os.makedirs(junk)
+        with open(os.path.join(junk, "batchgate.db"), "wb") as f:
+            f.write(b"not a database" * 100)
+        with open(empty, "w") as f:
+            json.dump({"state_dir": junk}, f)
+        rc, out, err = run_cli(["report", "--config", empty])
+        self.assertEqual(rc, 1, err)
+        self.assertIn("not a database", err)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "nothing")))
 
 
