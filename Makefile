@@ -80,6 +80,9 @@ bench: build
 	./$(BUILD)/bench_policy_sim
 	loadgen/bench/policy_http.py
 	./$(BUILD)/bench_kernels_cpu
+	./$(BUILD)/bench_encoder_cpu
+	loadgen/bench/usage_year.sh $(BUILD)
+	loadgen/bench/scaling_signal.sh $(BUILD)
 	loadgen/bench/upstream_batching.sh
 	loadgen/bench/proxy_passthrough.sh
 
