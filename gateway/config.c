@@ -198,7 +198,9 @@ static const struct schema_field config_fields[] = {
      .sdef = "127.0.0.1:8000", .expect = "a string \"HOST:PORT\" or \"[IPV6]:PORT\"",
      .doc = "port 0 takes a free port, logged as `listening on HOST:PORT`"},
     {SCHEMA_F_INT("io_threads", struct config, http.io_threads),
-     .min = 0, .max = 1024, .def = 0, .doc = "IO threads; 0 = one per online core"},
+     .min = 0, .max = 1024, .def = 0,
+     .doc = "IO threads; 0 = one per CPU this process may use (its CPU affinity and its cgroup "
+            "CPU quota, e.g. a container's `limits.cpu`, rounded up)"},
     {SCHEMA_F_STRING("model_repository", struct config, model_repository),
      .flags = SCHEMA_NONEMPTY, .sdef = "models",
      .doc = "folder with one folder per model; named here (or by `--models`) it must exist"},

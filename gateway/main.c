@@ -23,6 +23,7 @@
 #include "gateway/auth.h"
 #include "backends/model.h"
 #include "common/clock.h"
+#include "common/cpus.h"
 #include "gateway/config.h"
 #include "common/error.h"
 #include "serving/jobs.h"
@@ -56,7 +57,7 @@ static void usage(FILE *out)
             "  -m, --models DIR       model repository (default: models)\n"
             "  -l, --listen HOST:PORT address to serve on (default: 127.0.0.1:8000;\n"
             "                         port 0 picks a free port, logged at start)\n"
-            "  -t, --io-threads N     IO threads (default: 0 = one per core)\n"
+            "  -t, --io-threads N     IO threads (default: 0 = one per CPU it may use)\n"
             "      --log-level LEVEL  debug, info, warn or error (default: info)\n"
             "  -h, --help             this text\n"
             "  -V, --version          print the version\n"
@@ -347,10 +348,8 @@ int main(int argc, char **argv)
     struct serving *serving = NULL;
     /* The model table exists before the first request can ask for it; the
      * models load after the listener is up, so liveness answers meanwhile. */
-    if (cfg.http.io_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        cfg.http.io_threads = n > 0 ? (int)n : 1;
-    }
+    if (cfg.http.io_threads <= 0)   /* a container's CPU limit, not the node's size */
+        cfg.http.io_threads = cpus_usable();
     /* glibc gives each thread that allocates its own malloc arena, up to 8
      * per core, each holding its own free pages. Every model adds threads
      * (workers, reaper, watchdog); the ones that allocate per request are

@@ -23,6 +23,7 @@
 
 #include <event2/event.h>
 
+#include "common/cpus.h"
 #include "common/log.h"
 
 #define ACCEPT_BATCH 64
@@ -257,10 +258,8 @@ struct server *server_new(const struct http_server_config *cfg, const struct rou
     s->cfg = *cfg;
     s->router = router;
     s->nthreads = cfg->io_threads;
-    if (s->nthreads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        s->nthreads = n > 0 ? (int)n : 1;
-    }
+    if (s->nthreads <= 0)
+        s->nthreads = cpus_usable();
     s->threads = calloc((size_t)s->nthreads, sizeof *s->threads);
     if (!s->threads) {
         free(s);

@@ -3,6 +3,7 @@
 
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -99,6 +100,18 @@ class CliTest(unittest.TestCase):
             self.assert_exit(["--io-threads", value], 2)
 
     # ---- hash-key and the tenants section (docs/TENANTS.md)
+
+    def test_io_threads_default_follows_the_cpus_it_may_use(self):
+        """io_threads 0: one IO thread per CPU of its affinity (a container's
+        cpuset or limit), not per core of the machine."""
+        if not shutil.which("taskset") or os.cpu_count() < 2:
+            self.skipTest("needs taskset and at least 2 cores to tell the two apart")
+        srv = Server(io_threads=0, prefix=("taskset", "-c", "0"))
+        try:
+            srv.wait_log(r"listening on 127\.0\.0\.1:\d+ \(1 io threads\)")
+            srv.stop_checked()
+        finally:
+            srv.kill()
 
     def test_hash_key(self):
         out, _ = self.assert_exit(["hash-key", "abc"], 0)
