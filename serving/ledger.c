@@ -42,7 +42,6 @@ struct ledger_prev_use {
 struct ledger_item {
     char device[128];               /* a device label, or a server's URL */
     char model[128];
-    int entry;
     bool server;
     double held_s, busy_s;
     int use_off;                      /* into deltas; -1: none */
@@ -199,7 +198,6 @@ static void ledger_device_row(const struct served_device *d, void *arg)
      * one GPU do; it has no price (batchgate does not own it). */
     snprintf(it->device, sizeof it->device, "%s", d->url ? d->url : d->dev.name);
     snprintf(it->model, sizeof it->model, "%s", w->sm->model.cfg.name);
-    it->entry = w->entry;
     it->server = d->url != NULL;
     it->held_s = held;
     it->busy_s = busy;
