@@ -15,4 +15,12 @@ static inline void test_scratch_template(char *out, size_t cap, const char *name
     snprintf(out, cap, "%s/bg-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
 }
 
+/* Removes a scratch folder and what it holds: 0, or -1. */
+static inline int test_scratch_remove(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
 #endif

@@ -133,6 +133,10 @@ static void test_refusals_name_the_field(void **s)
             "{\"model_type\": \"bert\", \"hidden_size\": 384, \"num_hidden_layers\": 6,"
             " \"num_attention_heads\": 12, \"intermediate_size\": 1536, \"vocab_size\": 10,"
             " \"layer_norm_eps\": -1}", BG_ECONFIG, "layer_norm_eps");
+    refused("config.json",
+            "{\"model_type\": \"bert\", \"hidden_size\": 65540, \"num_hidden_layers\": 6,"
+            " \"num_attention_heads\": 4, \"intermediate_size\": 1536, \"vocab_size\": 10}",
+            BG_ECONFIG, "hidden_size 65540 / intermediate_size 1536: at most 65536");
     refused("config.json", "{\"model_type\": ", BG_ECONFIG, "config.json: line");
     refused("config.json", NULL, BG_EIO, "config.json");
     refused("modules.json",
@@ -163,9 +167,7 @@ int main(void)
         cmocka_unit_test(test_refusals_name_the_field),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (test_scratch_remove(dir) != 0)
         rc = rc ? rc : 1;
     return rc;
 }

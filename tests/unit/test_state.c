@@ -274,9 +274,7 @@ int main(void)
         cmocka_unit_test(test_newer_schema_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (test_scratch_remove(dir) != 0)
         rc = rc ? rc : 1;
     return rc;
 }
