@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/encoder.h"
 #include "common/clock.h"
 #include "kernels/kernels.h"
 #include "common/log.h"
@@ -32,10 +33,15 @@ static int backend_usable(const struct backend_i *b, char *why, size_t cap)
 
 /* The backend for `id`, or NULL with the reason in why; for "auto" the
  * first usable of cuda and cpu, with why saying which and why. */
-static const struct backend_i *backend_find(enum model_backend id, char *why, size_t cap)
+static const struct backend_i *backend_find(enum model_backend id, bool encoder, char *why,
+                                            size_t cap)
 {
     char reason[256] = "";
     if (id == MODEL_BACKEND_AUTO) {
+        if (encoder && !backend_cuda.encoders) {
+            snprintf(why, cap, "auto: using cpu (the cuda backend runs no encoder yet)");
+            return &backend_cpu;
+        }
         if (backend_usable(&backend_cuda, reason, sizeof reason)) {
             snprintf(why, cap, "auto: using cuda (%s)", reason);
             return &backend_cuda;
@@ -47,6 +53,11 @@ static const struct backend_i *backend_find(enum model_backend id, char *why, si
         if (backend_registry[i].id != id)
             continue;
         const struct backend_i *b = backend_registry[i].impl;
+        if (encoder && !b->encoders) {
+            snprintf(why, cap, "backend \"%s\" runs no encoder model (yet): use \"cpu\" or "
+                     "\"auto\"", b->name);
+            return NULL;
+        }
         if (backend_usable(b, reason, sizeof reason)) {
             why[0] = '\0';
             return b;
@@ -196,6 +207,22 @@ static int backend_warmup_sizes(const struct model_batching *b, int *sizes)
     return n;
 }
 
+/* The input of warmup batch `pass`: a fixed, non-trivial one (zeros would
+ * hide a bias-only bug); for an encoder, valid text rows whose lengths
+ * vary from pass to pass, so the latency model sees several token counts. */
+static void backend_warm_input(const struct model *m, float *in, int rows, int pass)
+{
+    int64_t w = m->cfg.input.row_elems;
+    if (m->cfg.kind == MODEL_KIND_ENCODER) {
+        static const int lens[] = {8, 32, 128, 16, 64, 256};
+        for (int r = 0; r < rows; r++)
+            encoder_row_warm(m, in + r * w, lens[(pass + r) % 6]);
+        return;
+    }
+    for (int64_t k = 0; k < (int64_t)rows * w; k++)
+        in[k] = (float)((k % 17) - 8) / 8.0f;
+}
+
 /* Runs each warmup size twice per instance: the first pass pays for page
  * faults and cold caches, and every timing seeds the latency model (the
  * fit is robust to the slow first ones). With warm_light, none: the same
@@ -214,9 +241,7 @@ static int backend_model_warmup(struct model *m, struct error *err)
         in->nwarm = 0;
         for (int s = 0; s < (m->warm_light ? 0 : 2 * n); s++) {
             struct backend_io b = {.rows = sizes[s % n], .in = in->in, .out = in->out};
-            /* A fixed, non-trivial input: zeros would hide a bias-only bug. */
-            for (int64_t k = 0; k < (int64_t)b.rows * m->cfg.input.row_elems; k++)
-                in->in[k] = (float)((k % 17) - 8) / 8.0f;
+            backend_warm_input(m, in->in, b.rows, s);
             int64_t t0 = now_ns();
             int rc = m->backend->run(in, &b, err);
             if (rc)
@@ -258,14 +283,16 @@ int model_load(struct model *m, struct error *err)
     char why[512] = "";
     memset(&m->cold, 0, sizeof m->cold);
     m->ready = false;
-    m->backend = backend_find(m->cfg.backend, why, sizeof why);
+    m->backend = backend_find(m->cfg.backend, m->cfg.kind == MODEL_KIND_ENCODER, why, sizeof why);
     if (!m->backend) {
         snprintf(m->reason, sizeof m->reason, "%s", why);
         return error_set(err, BG_ENOTREADY, "model %s: %s", m->cfg.name, why);
     }
     if (why[0])
         log_info("model %s: %s", m->cfg.name, why);
-    int rc = m->backend->model_load(m, &m->cold, err);
+    int rc = m->cfg.kind == MODEL_KIND_ENCODER ? encoder_tokenizer_load(m, err) : 0;
+    if (rc == 0)
+        rc = m->backend->model_load(m, &m->cold, err);
     if (rc)
         goto fail;
     m->ninstances = m->cfg.instance_count;
@@ -322,6 +349,7 @@ void model_unload(struct model *m)
     m->ninstances = 0;
     if (m->backend && m->shared)
         m->backend->model_unload(m);
+    encoder_tokenizer_free(m);
     m->shared = NULL;
     m->ready = false;
 }

@@ -70,9 +70,14 @@ enum backend_device_kind {
     BACKEND_DEVICE_UPSTREAM,          /* the servers behind (upstream) */
 };
 
+struct wordpiece;
+
 struct model {
     struct model_config cfg;
     const struct backend_i *backend;  /* set by model_load */
+    /* An encoder's tokenizer (encoder.h), loaded with the model: requests
+     * are tokenized by their IO thread once the model is loaded. */
+    struct wordpiece *tokenizer;
     void *shared;                     /* the backend's shared state (weights) */
     size_t shared_bytes;
     struct instance *instances;

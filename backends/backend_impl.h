@@ -16,6 +16,7 @@ struct backend_i {
     const char *name;                 /* the config's and the device label's name */
     enum backend_kind kind;
     enum backend_device_kind device_kind;
+    bool encoders;                    /* runs MODEL_KIND_ENCODER models (model.h) */
     /* Optional: whether the backend can run on this machine; 0 with the
      * reason in why when not. NULL: always. */
     int (*available)(char *why, size_t cap);

@@ -1,4 +1,5 @@
-/* cpu.c - the cpu backend: an MLP's layers run with kernels/ on the host.
+/* cpu.c - the cpu backend: an MLP's layers run with kernels/ on the host,
+ * or an encoder folder's forward pass (bert_cpu.h).
  *
  * Weights are read from model.safetensors and prepared once per model
  * (dense_cpu_prepare copies and converts them, so the file is unmapped
@@ -13,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "kernels/dense.h"
+#include "backends/bert_cpu.h"
 #include "backends/packcache.h"
 #include "backends/safetensors.h"
 #include "kernels/softmax.h"
@@ -34,7 +36,35 @@ struct cpu_model {
 
 struct cpu_instance {
     float *scratch[2];
+    struct bert_cpu_scratch *enc;   /* MODEL_KIND_ENCODER */
 };
+
+/* ---- encoders (bert_cpu.h): m->shared is the struct bert_cpu ---- */
+
+static bool cpu_is_encoder(const struct model *m) { return m->cfg.kind == MODEL_KIND_ENCODER; }
+
+static int cpu_encoder_load(struct model *m, struct cold_start *cs, struct error *err)
+{
+    int64_t t0 = now_ns();
+    struct bert_cpu *b;
+    int rc = bert_cpu_load(m->cfg.dir, &m->cfg.encoder, &b, err);
+    if (rc)
+        return rc;
+    /* Reading and preparing are one pass over the file here. */
+    cs->prepare_s = (double)(now_ns() - t0) / 1e9;
+    m->shared = b;
+    m->shared_bytes = bert_cpu_bytes(b);
+    return 0;
+}
+
+/* Tokens one instance computes at once: the batch's own budget, else a
+ * full batch of the longest sequences, bounded (a batch with more runs in
+ * parts of this many). */
+static int cpu_encoder_tokens(const struct model_config *c)
+{
+    int64_t t = (int64_t)c->batching.max_batch_size * c->encoder.max_seq_length;
+    return t > 16384 ? 16384 : (int)t;
+}
 
 static void cpu_model_free(struct cpu_model *cm)
 {
@@ -156,7 +186,7 @@ stale:
  * request. */
 static void cpu_model_keep(struct model *m)
 {
-    struct cpu_model *cm = m->shared;
+    struct cpu_model *cm = cpu_is_encoder(m) ? NULL : m->shared;
     if (!cm || !cm->cache_key[0] || !m->cache_dir)
         return;
     const char *key = cm->cache_key;
@@ -182,6 +212,8 @@ static void cpu_model_keep(struct model *m)
 
 static int cpu_model_load(struct model *m, struct cold_start *cs, struct error *err)
 {
+    if (cpu_is_encoder(m))
+        return cpu_encoder_load(m, cs, err);
     const struct model_config *c = &m->cfg;
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", c->dir);
@@ -256,12 +288,29 @@ fail:
 
 static void cpu_model_unload(struct model *m)
 {
-    cpu_model_free(m->shared);
+    if (cpu_is_encoder(m))
+        bert_cpu_free(m->shared);
+    else
+        cpu_model_free(m->shared);
     m->shared = NULL;
 }
 
 static int cpu_instance_load(struct instance *in, struct error *err)
 {
+    if (cpu_is_encoder(in->model)) {
+        struct cpu_instance *ci = calloc(1, sizeof *ci);
+        if (!ci)
+            return error_set(err, BG_ENOMEM, "%s: out of memory", in->model->cfg.name);
+        int rc = bert_cpu_scratch_new(in->model->shared, cpu_encoder_tokens(&in->model->cfg),
+                                      &ci->enc, err);
+        if (rc) {
+            free(ci);
+            return rc;
+        }
+        in->state = ci;
+        in->memory_bytes = bert_cpu_scratch_bytes(ci->enc);
+        return 0;
+    }
     const struct cpu_model *cm = in->model->shared;
     struct cpu_instance *ci = calloc(1, sizeof *ci);
     size_t n = (size_t)in->model->cfg.batching.max_batch_size * (size_t)cm->max_width;
@@ -289,6 +338,7 @@ static void cpu_instance_unload(struct instance *in)
     if (ci) {
         free(ci->scratch[0]);
         free(ci->scratch[1]);
+        bert_cpu_scratch_free(ci->enc);
         free(ci);
     }
     in->state = NULL;
@@ -296,9 +346,11 @@ static void cpu_instance_unload(struct instance *in)
 
 static int cpu_run(struct instance *in, struct backend_io *b, struct error *err)
 {
-    (void)err;
-    const struct cpu_model *cm = in->model->shared;
     struct cpu_instance *ci = in->state;
+    if (cpu_is_encoder(in->model))
+        return bert_cpu_run(in->model->shared, ci->enc, b->in,
+                            (size_t)in->model->cfg.input.row_elems, b->rows, b->out, err);
+    const struct cpu_model *cm = in->model->shared;
     const float *x = b->in;
     int64_t width = in->model->cfg.input.row_elems;
     for (int i = 0; i < cm->nlayers; i++) {
@@ -318,6 +370,7 @@ const struct backend_i backend_cpu = {
     .name = "cpu",
     .kind = BACKEND_COMPUTE,
     .device_kind = BACKEND_DEVICE_CPU,
+    .encoders = true,
     .model_load = cpu_model_load,
     .model_unload = cpu_model_unload,
     .instance_load = cpu_instance_load,

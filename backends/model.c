@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/schema.h"
 
@@ -52,7 +53,8 @@ static const struct schema_field model_tensor_fields[] = {
      .doc = "the tensor's name in requests and answers"},
     {SCHEMA_F_STRING("datatype", struct model_tensor, datatype), .names = model_datatypes,
      .sdef = "FP32", .hint = "the only datatype served for now",
-     .doc = "the only one served for now"},
+     .doc = "the only one served for now (an encoder folder's text input is `BYTES`: "
+            "docs/EMBEDDINGS.md)"},
     {SCHEMA_F_ARRAY("shape", struct model_tensor, shape, ndims, &model_dim),
      .flags = SCHEMA_REQUIRED, .min = 1,
      .doc = "per row, without the batch dimension (reported as a leading -1)"},
@@ -303,6 +305,21 @@ static bool model_name_is_safe(const char *s)
     return true;
 }
 
+/* An encoder's tensors and layers are its folder's; what batchgate.json
+ * may say about them was refused before the parse (model_encoder_json). */
+static int model_check_encoder(struct model_config *c, const char *path, struct error *err)
+{
+    if (c->backend != MODEL_BACKEND_AUTO && c->backend != MODEL_BACKEND_CPU &&
+        c->backend != MODEL_BACKEND_CUDA)
+        return error_set(err, BG_ECONFIG, "%s: backend: \"%s\" does not run an encoder (auto, "
+                         "cpu or cuda do)", path, model_backend_name_of(c->backend));
+    /* Text (the schema knows FP32 only, which a user's config may not
+     * change); its row: the token count, then up to max_seq_length ids. */
+    snprintf(c->input.datatype, sizeof c->input.datatype, "BYTES");
+    c->input.row_elems = 1 + (int64_t)c->encoder.max_seq_length;
+    return 0;
+}
+
 /* What depends on more than one field, or on the folder. */
 static int model_config_check(struct model_config *c, json_t *root, const char *path,
                               const char *dir_name, struct error *err)
@@ -318,6 +335,8 @@ static int model_config_check(struct model_config *c, json_t *root, const char *
         return error_set(err, BG_ECONFIG, "%s: name: \"%s\" may use only letters, digits, _ - .",
                          path, c->name);
     const char *backend = model_backend_name_of(c->backend);
+    if (c->kind == MODEL_KIND_ENCODER)
+        return model_check_encoder(c, path, err);
     bool layered = c->backend != MODEL_BACKEND_SYNTHETIC && c->backend != MODEL_BACKEND_UPSTREAM;
     if (!layered && c->nlayers > 0)
         return error_set(err, BG_ECONFIG, "%s: layers: the %s backend takes no layers", path,
@@ -371,11 +390,96 @@ int model_config_parse(const char *json, size_t len, const char *path, const cha
     return rc ? rc : model_config_from_json(c, root, path, dir_name, err);
 }
 
+/* ---- a Hugging Face folder served as it is ---- */
+
+/* Whether dir/config.json is a Hugging Face model's (it names its
+ * model_type; batchgate's config.json has no such field). */
+static bool model_dir_is_hf(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = NULL;
+    struct error e = {0};
+    if (schema_json_read(path, MODEL_CONFIG_MAX, &root, &e) != 0)
+        return false;
+    bool hf = json_is_object(root) && json_object_get(root, "model_type") != NULL;
+    json_decref(root);
+    return hf;
+}
+
+/* batchgate's settings for an encoder folder (root: batchgate.json's
+ * object, consumed) with the tensors the folder implies put in. */
+static int model_encoder_json(struct model_config *c, json_t *root, const char *path,
+                              const char *dir_name, struct error *err)
+{
+    static const char *const folder_owned[] = {"inputs", "outputs", "layers"};
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return error_set(err, BG_ECONFIG, "%s: must be a JSON object", path);
+    }
+    for (size_t i = 0; i < sizeof folder_owned / sizeof folder_owned[0]; i++)
+        if (json_object_get(root, folder_owned[i])) {
+            json_decref(root);
+            return error_set(err, BG_ECONFIG, "%s: %s: an encoder's tensors and layers come from "
+                             "its Hugging Face folder (text in, one embedding out); remove it",
+                             path, folder_owned[i]);
+        }
+    json_object_set_new(root, "inputs",
+                        json_pack("[{s:s, s:s, s:[i]}]", "name", "text", "datatype", "FP32",
+                                  "shape", 1));
+    json_object_set_new(root, "outputs",
+                        json_pack("[{s:s, s:s, s:[i]}]", "name", "embedding", "datatype", "FP32",
+                                  "shape", c->encoder.hidden));
+    c->kind = MODEL_KIND_ENCODER;
+    return model_config_from_json(c, root, path, dir_name, err);
+}
+
+/* The folder's graph, then batchgate.json (or `text`, a load request's). */
+static int model_encoder_load(const char *dir, const char *dir_name, const char *text,
+                              size_t len, const char *text_path, struct model_config *c,
+                              struct error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/batchgate.json", dir);
+    model_config_init(c, text ? text_path : path);
+    int rc = hf_bert_config_load(dir, &c->encoder, err);
+    if (rc)
+        return rc;
+    json_t *root = NULL;
+    struct stat st;
+    if (text)
+        rc = schema_json_parse(text, len, text_path, &root, err);
+    else if (stat(path, &st) == 0)
+        rc = schema_json_read(path, MODEL_CONFIG_MAX, &root, err);
+    else
+        root = json_object();   /* every setting its default */
+    if (rc)
+        return rc;
+    if (!root)
+        return error_set(err, BG_ENOMEM, "%s: out of memory", path);
+    return model_encoder_json(c, root, text ? text_path : path, dir_name, err);
+}
+
+int model_config_load_text(const char *dir, const char *dir_name, const char *json, size_t len,
+                           const char *path, struct model_config *c, struct error *err)
+{
+    int rc = model_dir_is_hf(dir)
+                 ? model_encoder_load(dir, dir_name, json, len, path, c, err)
+                 : model_config_parse(json, len, path, dir_name, c, err);
+    snprintf(c->dir, sizeof c->dir, "%s", dir);
+    return rc;
+}
+
 int model_config_load(const char *dir, const char *dir_name, struct model_config *c,
                       struct error *err)
 {
     char path[4200];
     json_t *root;
+    if (model_dir_is_hf(dir)) {
+        int rc = model_encoder_load(dir, dir_name, NULL, 0, NULL, c, err);
+        snprintf(c->dir, sizeof c->dir, "%s", dir);
+        return rc;
+    }
     snprintf(path, sizeof path, "%s/config.json", dir);
     model_config_init(c, path);
     int rc = schema_json_read(path, MODEL_CONFIG_MAX, &root, err);

@@ -13,6 +13,7 @@
 
 #include "kernels/dense.h"
 #include "common/error.h"
+#include "backends/hf_bert.h"
 
 #define MODEL_NAME_MAX 128
 #define MODEL_TENSOR_NAME_MAX 128
@@ -31,13 +32,21 @@ enum model_backend {
 };
 const char *model_backend_name_of(enum model_backend b);
 
+/* What a model computes: a stack of layers from its config.json, or an
+ * encoder read from a Hugging Face folder as it is (text in, one
+ * embedding per text out: backends/encoder.h). */
+enum model_kind { MODEL_KIND_LAYERS, MODEL_KIND_ENCODER };
+
 /* An input or output tensor; `shape` excludes the batch dimension. */
 struct model_tensor {
     char name[MODEL_TENSOR_NAME_MAX];
-    char datatype[16];           /* "FP32" (the only one served for now) */
+    char datatype[16];           /* "FP32"; "BYTES" for an encoder's text input */
     int ndims;
     int64_t shape[MODEL_MAX_DIMS];
-    int64_t row_elems;           /* product of shape */
+    /* Floats of one row in the batch buffers: the product of shape, except
+     * for an encoder's text input, whose row carries its tokens (count, then
+     * ids: backends/encoder.h), 1 + max_seq_length. */
+    int64_t row_elems;
 };
 
 enum model_layer_type { MODEL_LAYER_DENSE, MODEL_LAYER_SOFTMAX };
@@ -85,7 +94,9 @@ struct model_upstream {
 struct model_config {
     char name[MODEL_NAME_MAX];
     char dir[4096];
-    char config_path[4200];
+    char config_path[4200];      /* what messages about its settings name */
+    enum model_kind kind;
+    struct hf_bert_config encoder;  /* MODEL_KIND_ENCODER: the folder's graph */
     enum model_backend backend;
     struct model_tensor input, output;  /* one of each for the backends built so far */
     struct model_layer layers[MODEL_MAX_LAYERS];
@@ -117,9 +128,20 @@ struct schema_field;
 const struct schema_field *model_config_schema(void);
 
 /* Reads and validates dir/config.json. `dir_name` is the folder's name: the
- * model's name defaults to it and, when given, must match it. */
+ * model's name defaults to it and, when given, must match it.
+ *
+ * A config.json with a `model_type` is a Hugging Face folder served as it
+ * is (MODEL_KIND_ENCODER, hf_bert.h): its tensors come from the folder, and
+ * batchgate's own settings (batching, instances, lifecycle, ...) from an
+ * optional batchgate.json beside it, in config.json's schema less inputs,
+ * outputs and layers. */
 int model_config_load(const char *dir, const char *dir_name, struct model_config *cfg,
                       struct error *err);
+/* A config given as text (a load request's) for the folder dir: for a
+ * Hugging Face folder it stands for batchgate.json; otherwise it is the
+ * whole config.json, as model_config_parse. */
+int model_config_load_text(const char *dir, const char *dir_name, const char *json, size_t len,
+                           const char *path, struct model_config *cfg, struct error *err);
 int model_config_parse(const char *json, size_t len, const char *path, const char *dir_name,
                        struct model_config *cfg, struct error *err);
 

@@ -18,6 +18,7 @@
     X(BG_EMETHOD,           405, "method_not_allowed")      \
     X(BG_EHEADERTIMEOUT,    408, "header_timeout")          \
     X(BG_EBODYTOOLARGE,     413, "body_too_large")          \
+    X(BG_ETOOLONG,          413, "input_too_long")          \
     X(BG_EQUEUEFULL,        429, "queue_full")              \
     X(BG_ETENANTLIMIT,      429, "tenant_limit")            \
     X(BG_EHEADERTOOLARGE,   431, "header_too_large")        \

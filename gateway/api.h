@@ -47,6 +47,8 @@ int api_health_register(struct router *r, struct api_state *st, struct error *er
 /* GET/POST /v2/models/{model}[/versions/{v}][/ready|/config|/infer],
  * POST /v1/models/{model}:predict */
 int api_models_register(struct router *r, struct api_state *st, struct error *err);
+/* Whether a route answers errors in OpenAI's shape (its clients' routes). */
+bool api_openai_route(const char *pattern);
 /* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
  * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
 int api_jobs_register(struct router *r, struct api_state *st, struct error *err);

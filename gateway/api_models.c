@@ -1,5 +1,6 @@
 /* api_models.c - the model routes of the KServe v2 protocol (metadata,
- * ready, Triton-form config, infer) and TF-Serving's predict.
+ * ready, Triton-form config, infer), TF-Serving's predict, and for encoder
+ * models OpenAI's /v1/embeddings and TEI's /embed (serving/embed_json.h).
  *
  * An infer request is decoded on the IO thread, submitted to the model's
  * batcher, computed by an instance worker, and comes back to this IO thread
@@ -24,10 +25,12 @@
 #include "gateway/tenantstats.h"
 #include "serving/lifecycle.h"
 #include "serving/serving.h"
+#include "backends/encoder.h"
+#include "serving/embed_json.h"
 #include "serving/tensor_json.h"
 
 
-enum infer_format { FORMAT_KSERVE, FORMAT_TFS };
+enum infer_format { FORMAT_KSERVE, FORMAT_TFS, FORMAT_EMBED };
 
 struct infer_call {
     struct mailbox_msg msg;          /* first: the mailbox hands back &msg */
@@ -40,6 +43,7 @@ struct infer_call {
     struct infer_request r;
     float *output;
     enum infer_format format;
+    struct embed_request embed;      /* FORMAT_EMBED */
 };
 
 static struct infer_call *models_call_of_item(struct infer_item *it)
@@ -163,7 +167,9 @@ typedef void (*models_run_fn)(struct http_request *req, const struct route_match
 struct models_wait {
     struct mailbox_msg msg;           /* first: the mailbox hands back &msg */
     struct http_request *req;
-    struct route_match m;             /* params point into the request's path */
+    struct route_match m;             /* params point into the request's path, the model's
+                                       * into `model` (it may come from the body) */
+    char model[MODEL_NAME_MAX];
     struct api_state *st;
     struct mailbox *mb;
     models_run_fn run;
@@ -241,6 +247,13 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
     }
     *w = (struct models_wait){.req = req, .m = *rerun_m, .st = st, .mb = http_request_mailbox(req),
                               .run = run};
+    for (int i = 0; i < w->m.nparams; i++)
+        if (strcmp(w->m.params[i].name, "model") == 0) {
+            struct route_param *p = &w->m.params[i];
+            p->len = p->len < sizeof w->model ? p->len : sizeof w->model - 1;
+            memcpy(w->model, p->value, p->len);
+            p->value = w->model;
+        }
     w->msg.fn = models_wait_deliver;
     int64_t retry = 0;
     struct error err = {0};
@@ -438,9 +451,18 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
     models_account(call->st, call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns);
     struct buf b = BUF_INIT;
     int64_t json_len = -1;
-    int rc = call->format == FORMAT_TFS
-                 ? tensor_encode_tfs(c, call->r.rows, call->output, &b)
-                 : tensor_encode_kserve(c, &call->r, call->output, &b, &json_len);
+    int rc;
+    if (call->format == FORMAT_EMBED) {
+        if (call->embed.normalize)
+            encoder_output_normalize(call->output, call->r.rows, (int)c->output.row_elems);
+        rc = embed_encode(c, &call->embed, &call->r, call->output, &b);
+    } else if (call->format == FORMAT_TFS) {
+        rc = tensor_encode_tfs(c, call->r.rows, call->output, &b);
+    } else {
+        if (c->kind == MODEL_KIND_ENCODER && c->encoder.normalize)
+            encoder_output_normalize(call->output, call->r.rows, (int)c->output.row_elems);
+        rc = tensor_encode_kserve(c, &call->r, call->output, &b, &json_len);
+    }
     if (rc < 0) {
         buf_free(&b);
         http_respond_error(req, 500, NULL, "out of memory encoding the answer");
@@ -662,7 +684,7 @@ static void models_infer_run(struct http_request *req, const struct route_match 
     struct error err = {0};
     struct jscratch *js = models_scratch_of(st, req);
     jscratch_begin(js);
-    int drc = tensor_decode_kserve(&sm->model.cfg, body, len, json_len, &call->r, &err);
+    int drc = tensor_decode_kserve(&sm->model, body, len, json_len, &call->r, &err);
     jscratch_end(js);
     if (drc) {
         models_account_reject(st, sm, req, err.code, error_http_status(err.code));
@@ -740,6 +762,120 @@ static void models_tfs_run(struct http_request *req, const struct route_match *m
     models_infer_submit(req, st, sm, call);
 }
 
+/* ---- embeddings: OpenAI's POST /v1/embeddings, TEI's POST /embed ---- */
+
+/* The model of an embeddings request: OpenAI's `model`; for /embed (TEI
+ * serves one model) the repository's only encoder. 0 with name, or
+ * answers and returns -1. */
+static int models_embed_target(struct http_request *req, struct api_state *st,
+                               enum embed_api api, char *name, size_t cap)
+{
+    size_t len;
+    const char *body = http_request_body(req, &len);
+    struct error err = {0};
+    if (api == EMBED_OPENAI) {
+        if (embed_openai_model(body ? body : "", len, name, cap, &err) == 0)
+            return 0;
+        http_request_set_error_param(req, "model");
+        http_respond_error(req, 400, NULL, "%s", err.msg);
+        return -1;
+    }
+    int found = 0, n = st->serving ? serving_count(st->serving) : 0;
+    for (int i = 0; i < n; i++) {
+        struct served_model *sm = serving_acquire_at(st->serving, i);
+        if (!sm)
+            continue;
+        if (sm->model.cfg.kind == MODEL_KIND_ENCODER && found++ == 0)
+            snprintf(name, cap, "%s", sm->model.cfg.name);
+        served_release(sm);
+    }
+    if (found == 1)
+        return 0;
+    if (found)
+        http_respond_error(req, 400, NULL, "POST /embed serves the repository's only encoder "
+                           "model, and there are %d: use POST /v1/embeddings with \"model\"",
+                           found);
+    else
+        http_respond_error(req, 404, NULL, "POST /embed: the repository has no encoder model (a "
+                           "Hugging Face folder: docs/EMBEDDINGS.md)");
+    return -1;
+}
+
+static void models_embed_run(struct http_request *req, const struct route_match *m,
+                             struct api_state *st, struct served_model *held, enum embed_api api,
+                             models_run_fn again)
+{
+    char name[MODEL_NAME_MAX];
+    struct route_match mm = {.nparams = 1, .pattern = m->pattern};
+    if (held) {
+        mm = *m;   /* the wait's copy: its model param names the model */
+    } else {
+        if (models_embed_target(req, st, api, name, sizeof name) < 0)
+            return;
+        mm.params[0] = (struct route_param){.name = "model", .value = name, .len = strlen(name)};
+        if (!auth_check_model(st->auth, req, name, strlen(name)))
+            return;
+    }
+    struct served_model *sm = models_ready_or_wait(req, &mm, &mm, st, again, held);
+    if (!sm)
+        return;
+    if (models_refuse_full(req, st, sm)) {
+        served_release(sm);
+        return;
+    }
+    struct infer_call *call = calloc(1, sizeof *call);
+    if (!call) {
+        http_respond_error(req, 500, NULL, "out of memory");
+        served_release(sm);
+        return;
+    }
+    call->sm = sm;
+    call->st = st;
+    size_t len;
+    const char *body = http_request_body(req, &len);
+    struct error err = {0};
+    struct jscratch *js = models_scratch_of(st, req);
+    jscratch_begin(js);
+    int drc = embed_decode(&sm->model, api, body ? body : "", len, &call->r, &call->embed, &err);
+    jscratch_end(js);
+    if (drc) {
+        models_account_reject(st, sm, req, err.code, error_http_status(err.code));
+        http_request_set_error_param(req, call->embed.param);
+        http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
+        models_infer_call_free(call);
+        return;
+    }
+    call->format = FORMAT_EMBED;
+    models_infer_submit(req, st, sm, call);
+}
+
+static void models_openai_embed_run(struct http_request *req, const struct route_match *m,
+                                    struct api_state *st, struct served_model *held)
+{
+    models_embed_run(req, m, st, held, EMBED_OPENAI, models_openai_embed_run);
+}
+
+static void models_tei_embed_run(struct http_request *req, const struct route_match *m,
+                                 struct api_state *st, struct served_model *held)
+{
+    models_embed_run(req, m, st, held, EMBED_TEI, models_tei_embed_run);
+}
+
+static void models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    models_openai_embed_run(req, m, ctx, NULL);
+}
+
+static void models_tei_embed(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    models_tei_embed_run(req, m, ctx, NULL);
+}
+
+bool api_openai_route(const char *pattern)
+{
+    return pattern && strcmp(pattern, "/v1/embeddings") == 0;
+}
+
 int api_models_register(struct router *r, struct api_state *st, struct error *err)
 {
     static const struct {
@@ -759,6 +895,8 @@ int api_models_register(struct router *r, struct api_state *st, struct error *er
         {HTTP_M_POST, "/v2/models/{model}/versions/{version}/infer", models_infer},
         {HTTP_M_POST, "/v1/models/{model}", models_tfs_predict},
         {HTTP_M_POST, "/v1/models/{model}/versions/{version}", models_tfs_predict},
+        {HTTP_M_POST, "/v1/embeddings", models_openai_embed},
+        {HTTP_M_POST, "/embed", models_tei_embed},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         int rc = router_add(r, routes[i].methods, routes[i].pattern, routes[i].fn, st, err);

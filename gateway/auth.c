@@ -236,13 +236,19 @@ bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx
          * names hold no ':' (backends/model.c). */
         const char *colon = memchr(p->value, ':', p->len);
         size_t n = colon ? (size_t)(colon - p->value) : p->len;
-        if (!auth_may_use_model(a, tenant, p->value, n)) {
-            tenantstats_refused(a->stats, http_request_thread(req), TS_REFUSED_MODEL);
-            http_respond_error(req, error_http_status(BG_EFORBIDDEN), NULL,
-                               "tenant \"%s\" may not use model \"%.*s\"",
-                               auth_tenant_name(a, tenant), (int)(n > 128 ? 128 : n), p->value);
-            return false;
-        }
+        return auth_check_model(a, req, p->value, n);
     }
     return true;
+}
+
+bool auth_check_model(struct auth *a, struct http_request *req, const char *model, size_t n)
+{
+    int tenant = auth_tenant(req);
+    if (!a || auth_may_use_model(a, tenant, model, n))
+        return true;
+    tenantstats_refused(a->stats, http_request_thread(req), TS_REFUSED_MODEL);
+    http_respond_error(req, error_http_status(BG_EFORBIDDEN), NULL,
+                       "tenant \"%s\" may not use model \"%.*s\"", auth_tenant_name(a, tenant),
+                       (int)(n > 128 ? 128 : n), model);
+    return false;
 }

@@ -72,6 +72,10 @@ const char *auth_tenant_name(const struct auth *a, int tenant);
 
 /* The router's guard (route_guard_fn; ctx: the struct auth). */
 bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx);
+/* The guard's model rule for a model named in the body (the embeddings
+ * routes): true when the request's tenant may use it, else answers 403
+ * and returns false. a may be NULL (no tenants: any model). */
+bool auth_check_model(struct auth *a, struct http_request *req, const char *model, size_t len);
 /* The guard's tag on a request: the tenant's index in the low bits, and
  * which header held a key that named a tenant (that header is this
  * server's credential: the reverse proxy does not pass it on). */

@@ -274,6 +274,15 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
     free(fresh);
 }
 
+/* Before every handler: the error shape its clients read (set first, so
+ * that a refusal of the guard's is worded in it too), then auth.h's rules. */
+static bool main_guard(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    if (api_openai_route(m->pattern))
+        http_request_set_error_style(req, HTTP_ERRORS_OPENAI);
+    return auth_guard(req, m, ctx);
+}
+
 static int routes_build(struct router *r, const struct config *cfg, struct api_state *st,
                         struct error *err)
 {
@@ -288,7 +297,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
     if (st->proxy && (rc = proxy_register(st->proxy, r, err)))
         return rc;
     /* Who may call what: one check before every handler above (auth.h). */
-    router_set_guard(r, auth_guard, st->auth);
+    router_set_guard(r, main_guard, st->auth);
     return 0;
 }
 

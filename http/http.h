@@ -69,9 +69,15 @@ const char *http_request_body(const struct http_request *req, size_t *len);
  * copied; HEAD requests get the headers only. */
 void http_respond(struct http_request *req, int status, const char *content_type,
                   const void *body, size_t len, const char *extra_headers);
-/* {"error": "<message>"} with the given status. */
+/* {"error": "<message>"} with the given status; in OpenAI's style
+ * {"error": {"message", "type", "param", "code"}}, which its clients read. */
 void http_respond_error(struct http_request *req, int status, const char *extra_headers,
                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+enum http_error_style { HTTP_ERRORS_PLAIN, HTTP_ERRORS_OPENAI };
+/* How http_respond_error words this request's errors (set by a route
+ * guard, before anything can answer); the `param` of OpenAI's shape. */
+void http_request_set_error_style(struct http_request *req, enum http_error_style style);
+void http_request_set_error_param(struct http_request *req, const char *param);
 
 /* A request whose connection went away before it was answered: `on_abort` is
  * called once on the IO thread so its owner can stop work early; the owner

@@ -71,6 +71,8 @@ struct http_request {
     bool accepted;                 /* fully received and dispatched (counts as in flight) */
     int status;                    /* of the response, for logs and metrics */
     int tag;                       /* the application's (http_request_set_tag) */
+    enum http_error_style err_style;
+    char err_param[32];            /* OpenAI's error `param`; "": null */
     struct buf head;               /* URL, then header names and values, back to back */
     uint32_t url_len;
     uint32_t path_len;             /* URL up to '?' */

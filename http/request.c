@@ -223,6 +223,16 @@ int64_t http_request_arrival_ns(const struct http_request *r) { return r->t_arri
 void http_request_set_tag(struct http_request *r, int tag) { r->tag = tag; }
 int http_request_tag(const struct http_request *r) { return r->tag; }
 
+void http_request_set_error_style(struct http_request *r, enum http_error_style style)
+{
+    r->err_style = style;
+}
+
+void http_request_set_error_param(struct http_request *r, const char *param)
+{
+    snprintf(r->err_param, sizeof r->err_param, "%s", param ? param : "");
+}
+
 /* ---- answering ---- */
 
 void http_respond(struct http_request *r, int status, const char *content_type, const void *body,
@@ -241,7 +251,22 @@ void http_respond_error(struct http_request *r, int status, const char *extra_he
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *obj = json_pack("{s:s}", "error", msg);
+    json_t *obj;
+    if (r->err_style == HTTP_ERRORS_OPENAI) {
+        /* OpenAI's error types by status; its clients pick their exception
+         * by status and show `message`. */
+        const char *type = status == 401   ? "authentication_error"
+                           : status == 403 ? "permission_error"
+                           : status == 404 ? "not_found_error"
+                           : status == 429 ? "rate_limit_error"
+                           : status >= 500 ? "server_error"
+                                           : "invalid_request_error";
+        obj = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type", type,
+                        "param", r->err_param[0] ? json_string(r->err_param) : json_null(),
+                        "code", status == 429 ? json_string("rate_limit_exceeded") : json_null());
+    } else {
+        obj = json_pack("{s:s}", "error", msg);
+    }
     char *body = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     if (body) {
         http_respond(r, status, "application/json", body, strlen(body), extra_headers);

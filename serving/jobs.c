@@ -264,7 +264,7 @@ static int jobs_feed_one(struct jobs *j)
     cu->count++;
     const struct model_config *c = &cu->sm->model.cfg;
     struct error err = {0};
-    if (tensor_decode_kserve(c, cu->line, (size_t)n, -1, &sl->r, &err) != 0) {
+    if (tensor_decode_kserve(&cu->sm->model, cu->line, (size_t)n, -1, &sl->r, &err) != 0) {
         /* The id, where the line got that far, still names the line. */
         jobs_result_error(sl, sl->r.has_id ? sl->r.id : NULL, err.msg);
         sl->done = true;

@@ -136,8 +136,8 @@ static int served_pick_version(const struct served_entry *e, const struct model_
 int served_config_read(const struct served_entry *e, const char *override,
                        struct model_config *cfg, int *version, struct error *err)
 {
-    int rc = override ? model_config_parse(override, strlen(override), "the load request's config",
-                                           e->name, cfg, err)
+    int rc = override ? model_config_load_text(e->dir, e->name, override, strlen(override),
+                                               "the load request's config", cfg, err)
                       : model_config_load(e->dir, e->name, cfg, err);
     *version = 0;
     if (rc == 0)

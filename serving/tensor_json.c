@@ -3,6 +3,7 @@
  * allocation) since they are on every request's path. */
 #include "serving/tensor_json.h"
 
+#include "backends/encoder.h"
 #include "common/jsonfmt.h"
 
 #include <float.h>
@@ -160,13 +161,84 @@ static int tensor_decode_request_params(json_t *params, struct infer_request *ou
         out->has_timeout = true;
         out->timeout_us = json_integer_value(v);
     }
-    return tensor_get_bool_param(params, "binary_data_output", &out->binary_output, "", err);
+    int rc = tensor_get_bool_param(params, "truncate", &out->truncate, "", err);
+    return rc ? rc : tensor_get_bool_param(params, "binary_data_output", &out->binary_output, "",
+                                           err);
+}
+
+/* ---- text (an encoder's BYTES input) ---- */
+
+/* Row `row` of a text input from s: tokenized into out->input. */
+static int tensor_text_row(const struct model *model, const char *where, int row, const char *s,
+                           size_t len, struct infer_request *out, struct error *err)
+{
+    int tokens;
+    struct error e = {0};
+    int rc = encoder_row_from_text(model, s, len, out->truncate,
+                                   out->input + (size_t)row * (size_t)model->cfg.input.row_elems,
+                                   &tokens, &e);
+    if (rc)
+        return error_set(err, e.code, "%sdata[%d]: %s", where, row, e.msg);
+    out->tokens += tokens;
+    return 0;
+}
+
+/* A BYTES input of `rows` texts: JSON strings (nested as the shape is, or
+ * flat), or binary elements. */
+static int tensor_decode_text(const struct model *model, json_t *data, const char *where,
+                              const char **bin, size_t bin_size, struct infer_request *out,
+                              struct error *err)
+{
+    int rows = out->rows;
+    if (*bin) {
+        const unsigned char *p = (const unsigned char *)*bin;
+        size_t left = bin_size;
+        for (int r = 0; r < rows; r++) {
+            if (left < 4)
+                return error_set(err, BG_EINVAL, "%sparameters.binary_data_size: element %d's "
+                                 "4-byte length is missing (%d elements expected)", where, r,
+                                 rows);
+            size_t n = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 |
+                       (size_t)p[3] << 24;
+            if (n > left - 4)
+                return error_set(err, BG_EINVAL, "%sparameters.binary_data_size: element %d "
+                                 "says %zu bytes, only %zu are left", where, r, n, left - 4);
+            int rc = tensor_text_row(model, where, r, (const char *)p + 4, n, out, err);
+            if (rc)
+                return rc;
+            p += 4 + n;
+            left -= 4 + n;
+        }
+        if (left != 0)
+            return error_set(err, BG_EINVAL, "%sparameters.binary_data_size: %zu bytes after "
+                             "the %d elements of the shape", where, left, rows);
+        *bin += bin_size;
+        return 0;
+    }
+    /* [t0, t1, ...] or, for a shape [rows, 1], [[t0], [t1], ...] */
+    if (!json_is_array(data) || json_array_size(data) != (size_t)rows)
+        return error_set(err, BG_EINVAL, "%sdata: must be an array of %d strings (one per row)",
+                         where, rows);
+    for (int r = 0; r < rows; r++) {
+        json_t *v = json_array_get(data, (size_t)r);
+        if (json_is_array(v) && json_array_size(v) == 1)
+            v = json_array_get(v, 0);
+        if (!json_is_string(v))
+            return error_set(err, BG_EINVAL, "%sdata[%d]: must be a string", where, r);
+        int rc = tensor_text_row(model, where, r, json_string_value(v), json_string_length(v),
+                                 out, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 /* One entry of "inputs". `bin`/`bin_len` is what is left of the binary section. */
-static int tensor_decode_input(const struct model_config *m, json_t *in, int idx, const char **bin,
+static int tensor_decode_input(const struct model *model, json_t *in, int idx, const char **bin,
                         size_t *bin_len, struct infer_request *out, struct error *err)
 {
+    const struct model_config *m = &model->cfg;
+    bool text = m->kind == MODEL_KIND_ENCODER;
     char where[48];
     snprintf(where, sizeof where, "inputs[%d].", idx);
     const struct model_tensor *t = &m->input;
@@ -187,7 +259,9 @@ static int tensor_decode_input(const struct model_config *m, json_t *in, int idx
     json_t *shape = json_object_get(in, "shape");
     char want[128];
     tensor_format_model_shape(t, want, sizeof want);
-    if (!json_is_array(shape) || json_array_size(shape) != (size_t)t->ndims + 1)
+    /* Texts may come as [rows] as well as [rows, 1]: Triton's clients send both. */
+    bool flat = text && json_is_array(shape) && json_array_size(shape) == 1;
+    if (!json_is_array(shape) || (json_array_size(shape) != (size_t)t->ndims + 1 && !flat))
         return error_set(err, BG_EINVAL,
                          "%sshape: must be [rows, ...] matching the model's %s", where, want);
     int64_t dims[MODEL_MAX_DIMS + 1];
@@ -200,7 +274,7 @@ static int tensor_decode_input(const struct model_config *m, json_t *in, int idx
     if (dims[0] < 1 || dims[0] > m->batching.max_batch_size)
         return error_set(err, BG_EINVAL, "%sshape[0]: %lld rows; model %s takes 1 to %d per request",
                          where, (long long)dims[0], m->name, m->batching.max_batch_size);
-    for (int i = 0; i < t->ndims; i++)
+    for (int i = 0; i < t->ndims && !flat; i++)
         if (dims[i + 1] != t->shape[i])
             return error_set(err, BG_EINVAL, "%sshape[%d]: %lld does not match the model's %s",
                              where, i + 1, (long long)dims[i + 1], want);
@@ -222,6 +296,16 @@ static int tensor_decode_input(const struct model_config *m, json_t *in, int idx
             return error_set(err, BG_EINVAL, "%sparameters.binary_data_size: must be an integer >= 0",
                              where);
         size_t n = (size_t)json_integer_value(bsize);
+        if (text && (!*bin || *bin_len < n))
+            return error_set(err, BG_EINVAL,
+                             "%sparameters.binary_data_size: %zu bytes, but only %zu binary bytes "
+                             "follow the JSON header", where, n, *bin ? *bin_len : 0);
+        if (text) {
+            const char *start = *bin;
+            int rc = tensor_decode_text(model, NULL, where, bin, n, out, err);
+            *bin_len -= (size_t)(*bin - start);
+            return rc;
+        }
         if (n != count * sizeof(float))
             return error_set(err, BG_EINVAL,
                              "%sparameters.binary_data_size: %zu bytes, but shape %lld x %lld "
@@ -239,6 +323,10 @@ static int tensor_decode_input(const struct model_config *m, json_t *in, int idx
     if (!data)
         return error_set(err, BG_EINVAL, "%sdata: missing (or give parameters.binary_data_size)",
                          where);
+    if (text) {
+        const char *none = NULL;
+        return tensor_decode_text(model, data, where, &none, 0, out, err);
+    }
     char field[64];
     snprintf(field, sizeof field, "%sdata", where);
     struct flat f = {out->input, 0, count, field, err};
@@ -282,10 +370,12 @@ static int tensor_decode_outputs(const struct model_config *m, json_t *outs, str
     return 0;
 }
 
-int tensor_decode_kserve(const struct model_config *m, const char *body, size_t len,
+int tensor_decode_kserve(const struct model *model, const char *body, size_t len,
                          int64_t json_len, struct infer_request *out, struct error *err)
 {
+    const struct model_config *m = &model->cfg;
     memset(out, 0, sizeof *out);
+    out->truncate = true;
     const char *bin = NULL;
     size_t bin_len = 0, jlen = len;
     if (json_len >= 0) {
@@ -331,7 +421,7 @@ int tensor_decode_kserve(const struct model_config *m, const char *body, size_t 
                        m->name, m->input.name, json_array_size(inputs));
         goto out;
     }
-    if ((rc = tensor_decode_input(m, json_array_get(inputs, 0), 0, &bin, &bin_len, out, err)) ||
+    if ((rc = tensor_decode_input(model, json_array_get(inputs, 0), 0, &bin, &bin_len, out, err)) ||
         (rc = tensor_decode_outputs(m, json_object_get(root, "outputs"), out, err)))
         goto out;
     if (bin && bin_len != 0) {
@@ -379,6 +469,9 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
                       struct infer_request *out, struct error *err)
 {
     memset(out, 0, sizeof *out);
+    if (m->kind == MODEL_KIND_ENCODER)
+        return error_set(err, BG_EINVAL, "model %s takes text: use KServe v2 (a BYTES input), "
+                         "POST /v1/embeddings or POST /embed", m->name);
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)

@@ -13,6 +13,7 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "backends/backend.h"
 #include "backends/model.h"
 
 struct infer_request {
@@ -24,11 +25,17 @@ struct infer_request {
     bool has_priority, has_timeout;
     int64_t priority;             /* parameters.priority */
     int64_t timeout_us;           /* parameters.timeout */
+    bool truncate;                /* parameters.truncate (text inputs): cut past the maximum
+                                   * length rather than refuse (413); default true */
+    int64_t tokens;               /* a text input's tokens, all rows; 0 for FP32 inputs */
 };
 
-/* A KServe v2 infer body. `json_len` is the Inference-Header-Content-Length
- * (the JSON part of a binary-extension body) or -1 when the body is all JSON. */
-int tensor_decode_kserve(const struct model_config *m, const char *body, size_t len,
+/* A KServe v2 infer body for the model m (an encoder's BYTES text input is
+ * tokenized with its tokenizer: a JSON array of strings, or the binary
+ * extension's elements, each a 4-byte little-endian length and its bytes).
+ * `json_len` is the Inference-Header-Content-Length (the JSON part of a
+ * binary-extension body) or -1 when the body is all JSON. */
+int tensor_decode_kserve(const struct model *m, const char *body, size_t len,
                          int64_t json_len, struct infer_request *out, struct error *err);
 
 /* The answer: JSON, or (binary_output) a JSON header followed by the raw

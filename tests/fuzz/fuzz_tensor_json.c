@@ -108,7 +108,9 @@ static void run_kserve(const struct model_config *m, const char *body, size_t le
 {
     struct infer_request r;
     struct error err = {0};
-    int rc = tensor_decode_kserve(m, body, len, json_len, &r, &err);
+    static struct model mm;   /* the decoder takes a model; a config is all these have */
+    mm.cfg = *m;
+    int rc = tensor_decode_kserve(&mm, body, len, json_len, &r, &err);
     if (rc == 0)
         check_decoded(m, &r, json_len < 0);
     else if (r.input || err.code == 0 || !err.msg[0])
