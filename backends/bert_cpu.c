@@ -1,6 +1,7 @@
 /* bert_cpu.c - see bert_cpu.h. */
 #include "backends/bert_cpu.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "backends/safetensors.h"
+#include "common/team.h"
 #include "kernels/attention.h"
 #include "kernels/dense.h"
 #include "kernels/embed.h"
@@ -29,12 +31,14 @@ struct bert_cpu {
 
 struct bert_cpu_scratch {
     int max_tokens;
+    struct team *team;  /* the threads a batch is computed with (team.h) */
     float *x;          /* [T][H]: the hidden states */
-    float *big;        /* [T][max(3H, I)]: QKV, then the attention's output projection, then
-                        * the FFN's inner activations */
-    float *ctx;        /* [T][H]: attention context, then the FFN's output */
-    float *att;        /* attention_varlen's scratch */
-    size_t att_floats;
+    float *qkv;        /* [T][3H] */
+    float *ctx;        /* [T][H]: the attention's context */
+    float *tmp;        /* [T][H]: a sublayer's output before its residual layer norm */
+    float *h;          /* [T][I]: the FFN's inner activations */
+    float *att;        /* attention_varlen's scratch, one per thread */
+    size_t att_floats; /* ... of each thread */
     int32_t *ids;      /* [T] */
     int *cu;           /* [T + 1]: a part holds at most T sequences */
     size_t bytes;
@@ -265,31 +269,39 @@ size_t bert_cpu_bytes(const struct bert_cpu *b) { return b->bytes; }
 
 /* ---- scratch ---- */
 
-int bert_cpu_scratch_new(const struct bert_cpu *b, int max_tokens, struct bert_cpu_scratch **out,
-                         struct error *err)
+int bert_cpu_scratch_new(const struct bert_cpu *b, int max_tokens, int threads,
+                         struct bert_cpu_scratch **out, struct error *err)
 {
     const struct hf_bert_config *g = &b->g;
     if (max_tokens < g->max_seq_length)
         max_tokens = g->max_seq_length;
-    size_t T = (size_t)max_tokens, H = (size_t)g->hidden;
-    size_t wide = 3 * H > (size_t)g->intermediate ? 3 * H : (size_t)g->intermediate;
+    if (threads < 1)
+        threads = 1;
+    size_t T = (size_t)max_tokens, H = (size_t)g->hidden, I = (size_t)g->intermediate;
     struct bert_cpu_scratch *s = calloc(1, sizeof *s);
     if (s) {
         s->max_tokens = max_tokens;
         s->att_floats = attention_scratch_floats(g->max_seq_length, g->head_dim);
         s->x = malloc(T * H * sizeof(float));
-        s->big = malloc(T * wide * sizeof(float));
+        s->qkv = malloc(T * 3 * H * sizeof(float));
         s->ctx = malloc(T * H * sizeof(float));
-        s->att = malloc(s->att_floats * sizeof(float));
+        s->tmp = malloc(T * H * sizeof(float));
+        s->h = malloc(T * I * sizeof(float));
+        s->att = malloc((size_t)threads * s->att_floats * sizeof(float));
         s->ids = malloc(T * sizeof *s->ids);
         s->cu = malloc((T + 1) * sizeof *s->cu);
-        s->bytes = (T * (2 * H + wide) + s->att_floats) * sizeof(float) +
+        s->bytes = (T * (6 * H + I) + (size_t)threads * s->att_floats) * sizeof(float) +
                    T * sizeof *s->ids + (T + 1) * sizeof *s->cu;
     }
-    if (!s || !s->x || !s->big || !s->ctx || !s->att || !s->ids || !s->cu) {
+    if (!s || !s->x || !s->qkv || !s->ctx || !s->tmp || !s->h || !s->att || !s->ids || !s->cu) {
         bert_cpu_scratch_free(s);
         return error_set(err, BG_ENOMEM, "out of memory for an encoder scratch of %d tokens",
                          max_tokens);
+    }
+    if (team_new(threads, &s->team) < 0) {
+        bert_cpu_scratch_free(s);
+        return error_set(err, BG_ENOMEM, "cannot start %d threads for an instance: %s", threads - 1,
+                         strerror(errno));
     }
     *out = s;
     return 0;
@@ -299,9 +311,12 @@ void bert_cpu_scratch_free(struct bert_cpu_scratch *s)
 {
     if (!s)
         return;
+    team_free(s->team);
     free(s->x);
-    free(s->big);
+    free(s->qkv);
     free(s->ctx);
+    free(s->tmp);
+    free(s->h);
     free(s->att);
     free(s->ids);
     free(s->cu);
@@ -310,42 +325,92 @@ void bert_cpu_scratch_free(struct bert_cpu_scratch *s)
 
 size_t bert_cpu_scratch_bytes(const struct bert_cpu_scratch *s) { return s->bytes; }
 
-/* ---- the forward pass ---- */
+/* ---- the forward pass ----
+ *
+ * Two kinds of step, each split over the team: from one attention to the
+ * next every operation is row-local (the output projection, both layer
+ * norms, the FFN, the next layer's QKV), so a thread runs that whole chain
+ * on its own rows; the attention needs every row of a sequence, so it is
+ * split by heads. Two joins per layer. */
+
+struct bert_step {
+    const struct bert_cpu *b;
+    struct bert_cpu_scratch *s;
+    int n;             /* sequences */
+    int layer;         /* rows: the layer whose attention output is taken (-1: the
+                        * embeddings); heads: the layer whose attention runs */
+    int failed;
+};
+
+static void bert_rows(void *arg, int i, int nt)
+{
+    struct bert_step *st = arg;
+    const struct bert_cpu *b = st->b;
+    struct bert_cpu_scratch *s = st->s;
+    int H = b->g.hidden, I = b->g.intermediate, T = s->cu[st->n];
+    int r0 = (int)((int64_t)T * i / nt), r1 = (int)((int64_t)T * (i + 1) / nt), rows = r1 - r0;
+    if (rows <= 0)
+        return;
+    float eps = (float)b->g.layer_norm_eps;
+    float *x = s->x + (size_t)r0 * H;
+    if (st->layer < 0) {
+        layernorm_rows(x, NULL, b->ln_g, b->ln_b, eps, x, rows, H);
+    } else {
+        const struct bert_cpu_layer *ly = &b->layers[st->layer];
+        float *tmp = s->tmp + (size_t)r0 * H, *h = s->h + (size_t)r0 * I;
+        dense_cpu_run(ly->attn_out, s->ctx + (size_t)r0 * H, rows, tmp);
+        layernorm_rows(tmp, x, ly->ln1_g, ly->ln1_b, eps, x, rows, H);
+        dense_cpu_run(ly->ffn_in, x, rows, h);
+        dense_cpu_run(ly->ffn_out, h, rows, tmp);
+        layernorm_rows(tmp, x, ly->ln2_g, ly->ln2_b, eps, x, rows, H);
+    }
+    if (st->layer + 1 < b->g.layers)
+        dense_cpu_run(b->layers[st->layer + 1].qkv, x, rows, s->qkv + (size_t)r0 * 3 * H);
+}
+
+static void bert_heads(void *arg, int i, int nt)
+{
+    struct bert_step *st = arg;
+    const struct hf_bert_config *g = &st->b->g;
+    struct bert_cpu_scratch *s = st->s;
+    int h0 = g->heads * i / nt, h1 = g->heads * (i + 1) / nt;
+    if (h1 <= h0)
+        return;
+    size_t off = (size_t)h0 * (size_t)g->head_dim, H = (size_t)g->hidden;
+    /* A subset of heads is a column slice of q, k, v and the context. */
+    struct attention_args a = {
+        .q = s->qkv + off, .k = s->qkv + H + off, .v = s->qkv + 2 * H + off, .ld_in = 3 * H,
+        .out = s->ctx + off, .ld_out = H, .cu_seqlens = s->cu, .nseq = st->n,
+        .heads = h1 - h0, .head_dim = g->head_dim,
+    };
+    if (attention_varlen(&a, s->att + (size_t)i * s->att_floats, s->att_floats) < 0)
+        st->failed = 1;
+}
 
 /* Sequences [0, n) of the part already in s->ids / s->cu: out[n][H]. */
 static int bert_forward(const struct bert_cpu *b, struct bert_cpu_scratch *s, int n, float *out,
                         struct error *err)
 {
     const struct hf_bert_config *g = &b->g;
-    int H = g->hidden, T = s->cu[n];
-    float eps = (float)g->layer_norm_eps;
+    int H = g->hidden;
     char msg[200];
     if (embed_sum(&b->word, &b->pos, &b->type, H, s->ids, NULL, s->cu, n, s->x, msg,
                   sizeof msg) < 0)
         return error_set(err, BG_EINVAL, "%s", msg);
-    layernorm_rows(s->x, NULL, b->ln_g, b->ln_b, eps, s->x, T, H);
+    struct bert_step st = {.b = b, .s = s, .n = n, .layer = -1};
+    team_run(s->team, bert_rows, &st);
     for (int i = 0; i < g->layers; i++) {
-        const struct bert_cpu_layer *ly = &b->layers[i];
-        dense_cpu_run(ly->qkv, s->x, T, s->big);
-        struct attention_args a = {
-            .q = s->big, .k = s->big + H, .v = s->big + 2 * H, .ld_in = 3 * (size_t)H,
-            .out = s->ctx, .ld_out = (size_t)H, .cu_seqlens = s->cu, .nseq = n,
-            .heads = g->heads, .head_dim = g->head_dim,
-        };
-        if (attention_varlen(&a, s->att, s->att_floats) < 0)
+        st.layer = i;
+        team_run(s->team, bert_heads, &st);
+        if (st.failed)
             return error_set(err, BG_EINTERNAL, "attention: inconsistent arguments");
-        dense_cpu_run(ly->attn_out, s->ctx, T, s->big);
-        layernorm_rows(s->big, s->x, ly->ln1_g, ly->ln1_b, eps, s->x, T, H);
-        dense_cpu_run(ly->ffn_in, s->x, T, s->big);
-        dense_cpu_run(ly->ffn_out, s->big, T, s->ctx);
-        layernorm_rows(s->ctx, s->x, ly->ln2_g, ly->ln2_b, eps, s->x, T, H);
+        team_run(s->team, bert_rows, &st);
     }
     /* Normalized by the front end, as the API asks (encoder.h). */
     if (pool_rows(g->pooling, 0, s->x, (size_t)H, H, s->cu, n, out) < 0)
         return error_set(err, BG_EINTERNAL, "pooling: inconsistent arguments");
     return 0;
 }
-
 int bert_cpu_run(const struct bert_cpu *b, struct bert_cpu_scratch *s, const float *rows,
                  size_t ld_row, int nrows, float *out, struct error *err)
 {

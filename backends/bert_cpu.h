@@ -38,9 +38,10 @@ void bert_cpu_free(struct bert_cpu *b);
 size_t bert_cpu_bytes(const struct bert_cpu *b);
 
 /* A scratch for batches of up to max_tokens tokens at once (at least
- * g->max_seq_length: one sequence always fits); a batch with more is run
- * in parts. */
-int bert_cpu_scratch_new(const struct bert_cpu *b, int max_tokens,
+ * g->max_seq_length: one sequence always fits; a batch with more is run in
+ * parts), computed by `threads` threads (the caller's and threads - 1 kept
+ * by the scratch: common/team.h). */
+int bert_cpu_scratch_new(const struct bert_cpu *b, int max_tokens, int threads,
                          struct bert_cpu_scratch **out, struct error *err);
 void bert_cpu_scratch_free(struct bert_cpu_scratch *s);
 size_t bert_cpu_scratch_bytes(const struct bert_cpu_scratch *s);

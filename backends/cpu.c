@@ -57,13 +57,14 @@ static int cpu_encoder_load(struct model *m, struct cold_start *cs, struct error
     return 0;
 }
 
-/* Tokens one instance computes at once: the batch's own budget, else a
- * full batch of the longest sequences, bounded (a batch with more runs in
- * parts of this many). */
+/* Tokens one instance computes at once: a full batch of the longest
+ * sequences, bounded (about 15 KiB of scratch a token at MiniLM's size; a
+ * batch with more runs in parts of this many, which are large enough to
+ * keep the cores' arithmetic busy). */
 static int cpu_encoder_tokens(const struct model_config *c)
 {
     int64_t t = (int64_t)c->batching.max_batch_size * c->encoder.max_seq_length;
-    return t > 16384 ? 16384 : (int)t;
+    return t > 4096 ? 4096 : (int)t;
 }
 
 static void cpu_model_free(struct cpu_model *cm)
@@ -302,6 +303,7 @@ static int cpu_instance_load(struct instance *in, struct error *err)
         if (!ci)
             return error_set(err, BG_ENOMEM, "%s: out of memory", in->model->cfg.name);
         int rc = bert_cpu_scratch_new(in->model->shared, cpu_encoder_tokens(&in->model->cfg),
+                                      in->model->cfg.instance_threads,
                                       &ci->enc, err);
         if (rc) {
             free(ci);

@@ -165,6 +165,11 @@ static const struct schema_field model_device = {.type = SCHEMA_INT, .min = 0, .
 static const struct schema_field model_instances_fields[] = {
     {SCHEMA_F_INT("count", struct model_config, instance_count),
      .min = 1, .max = 256, .def = 1, .doc = "instances of the model, each with its worker"},
+    {SCHEMA_F_INT("threads", struct model_config, instance_threads),
+     .min = 1, .max = 256, .def = 1,
+     .doc = "threads each instance computes a batch with (cpu backend, encoder models): one "
+            "instance of N threads answers a lone request about N times sooner; N instances of "
+            "one thread each run N batches at once (docs/EMBEDDINGS.md)"},
     {SCHEMA_F_ARRAY("devices", struct model_config, devices, ndevices, &model_device),
      .doc = "the device of each instance (cuda: default device 0); models placed on one "
             "device share it by `scheduling.weight`"},

@@ -103,6 +103,7 @@ struct model_config {
     int nlayers;
     struct model_batching batching;
     int instance_count;
+    int instance_threads;         /* instances.threads: threads one batch is computed with */
     int devices[MODEL_MAX_DEVICES];
     int ndevices;
     int sched_weight;             /* scheduling.weight: its share of a shared device */

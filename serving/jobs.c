@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/encoder.h"
 #include "batcher/batcher.h"
 #include "common/buf.h"
 #include "common/log.h"
@@ -215,6 +216,8 @@ static void jobs_result_ok(struct jobs *j, struct jobs_slot *sl)
     struct buf enc = BUF_INIT;
     int64_t json_len;
     sl->r.binary_output = false;
+    if (c->kind == MODEL_KIND_ENCODER && c->encoder.normalize)   /* as KServe answers */
+        encoder_output_normalize(sl->output, sl->r.rows, (int)c->output.row_elems);
     const char *outs = NULL;
     if (tensor_encode_kserve(c, &sl->r, sl->output, &enc, &json_len) == 0 && enc.data)
         outs = memmem(enc.data, enc.len, ",\"outputs\":", 11);

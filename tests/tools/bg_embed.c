@@ -3,7 +3,7 @@
  * the forward pass against a reference (tests/e2e/test_embeddings.py) and
  * for timing it alone.
  *
- *   bg-embed MODEL_DIR [BATCH] < lines.txt > vectors.jsonl
+ *   bg-embed MODEL_DIR [BATCH [THREADS]] < lines.txt > vectors.jsonl
  *
  * Lines are JSON strings (so any text, newlines included, fits on one). */
 #include <stdio.h>
@@ -23,6 +23,7 @@ int main(int argc, char **argv)
     }
     const char *dir = argv[1];
     int batch = argc > 2 ? atoi(argv[2]) : 32;
+    int threads = argc > 3 ? atoi(argv[3]) : 1;
     const char *slash = strrchr(dir, '/');
     const char *name = slash && slash[1] ? slash + 1 : dir;
     struct model *m = calloc(1, sizeof *m);
@@ -34,6 +35,7 @@ int main(int argc, char **argv)
     m->cfg.backend = MODEL_BACKEND_CPU;
     m->cfg.batching.max_batch_size = batch;
     m->cfg.batching.npreferred = 0;
+    m->cfg.instance_threads = threads;
     if (model_load(m, &err) != 0) {
         fprintf(stderr, "bg-embed: %s\n", err.msg);
         return 1;
