@@ -362,7 +362,9 @@ static void models_append_triton_tensor(struct buf *b, const struct model_tensor
 {
     buf_append(b, "{\"name\":", 8);
     json_append_string(b, t->name, strlen(t->name));
-    buf_appendf(b, ",\"data_type\":\"TYPE_%s\",\"dims\":[", t->datatype);
+    /* Triton's model configuration calls BYTES tensors TYPE_STRING. */
+    buf_appendf(b, ",\"data_type\":\"TYPE_%s\",\"dims\":[",
+                strcmp(t->datatype, "BYTES") == 0 ? "STRING" : t->datatype);
     for (int i = 0; i < t->ndims; i++)
         buf_appendf(b, "%s%lld", i ? "," : "", (long long)t->shape[i]);
     buf_append(b, "]}", 2);

@@ -69,6 +69,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bg-embed: %s\n", err.msg);
                 return 1;
             }
+            if (m->cfg.encoder.normalize)   /* as the APIs answer by default */
+                encoder_output_normalize(in->out, rows, (int)H);
             for (int r = 0; r < rows; r++) {
                 putchar('[');
                 for (int64_t k = 0; k < H; k++)
