@@ -43,6 +43,8 @@ static void usage(FILE *out)
         "  --batch ROWS         rows per infer request (default 1)\n"
         "  --binary             with --model: Triton's binary tensor extension both ways\n"
         "  --method M, --body FILE   without --model: the request to send (default GET)\n"
+        "  --bodies FILE        without --model: one body a line (up to 1024), sent in\n"
+        "                       turn with --method (e.g. texts of many lengths)\n"
         "  --header 'N: V'      an extra request header (repeatable)\n"
         "  --api-key KEY        sent as Authorization: Bearer KEY (model metadata too)\n"
         "  --workload NAME:key=K,rate=R|concurrency=C[,model=M,batch=B,budget-ms=MS,priority=P]\n"
@@ -96,6 +98,7 @@ int main(int argc, char **argv)
         {"batch", required_argument, NULL, 'b'},      {"json", required_argument, NULL, 'J'},
         {"csv", required_argument, NULL, 'C'},        {"svg", required_argument, NULL, 'S'},
         {"method", required_argument, NULL, 'M'},     {"body", required_argument, NULL, 'B'},
+        {"bodies", required_argument, NULL, 'L'},
         {"header", required_argument, NULL, 'H'},     {"budget-ms", required_argument, NULL, 'g'},
         {"priority", required_argument, NULL, 'p'},   {"constant", no_argument, NULL, 'k'},
         {"connections", required_argument, NULL, 'n'}, {"drain-ms", required_argument, NULL, 'D'},
@@ -106,9 +109,9 @@ int main(int argc, char **argv)
     };
     struct lg_opts o = {
         .method = "GET", .duration = 10, .warmup = 2, .batch = 1, .max_conns = 1024,
-        .drain_ms = 10000, .seed = 1, .body = BUF_INIT, .headers = BUF_INIT,
+        .drain_ms = 10000, .seed = 1, .body = BUF_INIT, .bodies = BUF_INIT, .headers = BUF_INIT,
     };
-    const char *rates = NULL, *concs = NULL, *body_path = NULL;
+    const char *rates = NULL, *concs = NULL, *body_path = NULL, *bodies_path = NULL;
     double trace_period = 0, trace_peak = 0, trace_trough = 0;
     static struct lg_workload wl[LG_WORKLOADS_MAX];
     int nwl = 0;
@@ -129,6 +132,7 @@ int main(int argc, char **argv)
         case 'S': o.svg_path = optarg; break;
         case 'M': o.method = optarg; break;
         case 'B': body_path = optarg; break;
+        case 'L': bodies_path = optarg; break;
         case 'H':
             if (!strchr(optarg, ':') || strpbrk(optarg, "\r\n")) {
                 fprintf(stderr, "batchgate-load: --header: need 'Name: value' on one line, got "
@@ -218,9 +222,45 @@ int main(int argc, char **argv)
         fclose(f);
         o.has_body = true;
     }
+    if (bodies_path) {
+        if (body_path || o.model) {
+            fprintf(stderr, "batchgate-load: --bodies replaces --body and --model's bodies: give "
+                            "one of them\n");
+            return EXIT_USAGE;
+        }
+        FILE *f = fopen(bodies_path, "rb");
+        if (!f) {
+            fprintf(stderr, "batchgate-load: --bodies %s: %s\n", bodies_path, strerror(errno));
+            return EXIT_USAGE;
+        }
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n;
+        while ((n = getline(&line, &cap, f)) > 0) {
+            while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+                n--;
+            if (n == 0)
+                continue;
+            if (o.nbodies == LG_NREQ) {
+                fprintf(stderr, "batchgate-load: --bodies %s: more than %d lines\n", bodies_path,
+                        LG_NREQ);
+                return EXIT_USAGE;
+            }
+            buf_append(&o.bodies, line, (size_t)n);
+            buf_append(&o.bodies, "", 1);
+            o.nbodies++;
+        }
+        free(line);
+        fclose(f);
+        if (!o.nbodies) {
+            fprintf(stderr, "batchgate-load: --bodies %s: no lines\n", bodies_path);
+            return EXIT_USAGE;
+        }
+    }
     if (nwl) {
         int rc = lg_workload_run(&o, wl, nwl);
         buf_free(&o.body);
+        buf_free(&o.bodies);
         buf_free(&o.headers);
         return rc;
     }
@@ -284,6 +324,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < LG_NREQ; i++)
         buf_free(&reqs[i].bytes);
     buf_free(&o.body);
+    buf_free(&o.bodies);
     buf_free(&o.headers);
     return rc;
 }

@@ -205,8 +205,6 @@ void lg_target_view_read(const struct lg_target *t, const char *model, struct lg
 
 
 
-/* The requests a run (or a workload) rotates through: LG_NREQ infer bodies
- * with a model, else the one request of --method and --body. */
 int lg_target_requests(const struct lg_opts *o, const char *model, int batch, double budget_ms,
                        int priority, const char *key, uint64_t seed, struct lg_request *reqs,
                        int *nreq, char *msg, int cap)
@@ -223,17 +221,25 @@ int lg_target_requests(const struct lg_opts *o, const char *model, int batch, do
             buf_appendf(&h, "X-Priority: %d\r\n", priority);
         buf_append(&h, "", 1);
         rc = lg_target_model_requests(&o->t, model, batch, o->binary, h.data, seed, reqs,
-                                      LG_NREQ, msg, cap);
-        *nreq = LG_NREQ;
+                                      LG_MODEL_REQS, msg, cap);
+        *nreq = LG_MODEL_REQS;
     } else {
         buf_append(&h, "", 1);
-        buf_appendf(&reqs[0].bytes, "%s %s HTTP/1.1\r\nHost: %s\r\n", o->method, o->t.path,
-                    o->t.host);
-        if (o->has_body || strcmp(o->method, "GET") != 0)
-            buf_appendf(&reqs[0].bytes, "Content-Length: %zu\r\n", o->body.len);
-        buf_appendf(&reqs[0].bytes, "%s\r\n", h.data);
-        buf_append(&reqs[0].bytes, o->body.data ? o->body.data : "", o->body.len);
-        *nreq = 1;
+        int n = o->nbodies ? o->nbodies : 1;
+        const char *line = o->bodies.data;
+        for (int k = 0; k < n; k++) {
+            const char *body = o->nbodies ? line : o->body.data ? o->body.data : "";
+            size_t len = o->nbodies ? strlen(line) : o->body.len;
+            buf_appendf(&reqs[k].bytes, "%s %s HTTP/1.1\r\nHost: %s\r\n", o->method, o->t.path,
+                        o->t.host);
+            if (o->has_body || o->nbodies || strcmp(o->method, "GET") != 0)
+                buf_appendf(&reqs[k].bytes, "Content-Length: %zu\r\n", len);
+            buf_appendf(&reqs[k].bytes, "%s\r\n", h.data);
+            buf_append(&reqs[k].bytes, body, len);
+            if (o->nbodies)
+                line += len + 1;
+        }
+        *nreq = n;
     }
     buf_free(&h);
     return rc;

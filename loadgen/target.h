@@ -15,7 +15,10 @@
 #include "loadgen/report.h"
 
 /* Requests rotated through with a model: 8 bodies of different inputs. */
-#define LG_NREQ 8
+/* Requests a run rotates through at most (--bodies lines); a model's
+ * generated infer bodies are LG_MODEL_REQS of them. */
+#define LG_NREQ 1024
+#define LG_MODEL_REQS 8
 
 struct lg_target {
     char host[256];
@@ -30,6 +33,8 @@ struct lg_opts {
     struct lg_target t;
     struct buf body;             /* --body FILE's bytes */
     bool has_body;
+    struct buf bodies;           /* --bodies FILE: one body a line, each NUL-terminated */
+    int nbodies;
     struct buf headers;          /* --header lines, "N: V\r\n" each */
     double duration, warmup, budget_ms;
     int batch, priority, max_conns, drain_ms;
@@ -46,8 +51,9 @@ struct lg_server_view {
 /* "http://HOST:PORT[/PATH]" into t; -1 when it is not one. */
 int lg_target_parse(const char *url, struct lg_target *t);
 /* The requests a run (or a workload) rotates through into reqs[LG_NREQ]:
- * LG_NREQ infer bodies with a model (its metadata read with `key`), else
- * the one request of --method and --body; *nreq says how many. key: sent
+ * LG_MODEL_REQS infer bodies with a model (its metadata read with `key`),
+ * else the request of --method and --body, or one per --bodies line, in
+ * the file's order; *nreq says how many. key: sent
  * as Authorization: Bearer, or NULL. Returns 0, or -1 with msg. */
 int lg_target_requests(const struct lg_opts *o, const char *model, int batch, double budget_ms,
                        int priority, const char *key, uint64_t seed, struct lg_request *reqs,

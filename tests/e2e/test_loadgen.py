@@ -5,7 +5,8 @@ same stall hides it (coordinated omission, docs/LOADGEN.md); the achieved
 rate matches the asked one within 1%; a diurnal trace sends at the rate of
 its curve, quarter by quarter; bad usage exits 2; JSON, CSV and SVG are
 written; --api-key and --header reach a server that wants a key, and
-several --workload run at once are reported apart and in total."""
+several --workload run at once are reported apart and in total; --bodies
+sends its lines in turn."""
 
 import hashlib
 import json
@@ -34,8 +35,19 @@ class Scripted(BaseHTTPRequestHandler):
     arrivals = []          # time.monotonic() of each /trace request
     stall_until = 0.0
 
+    bodies = []            # POST bodies, in arrival order
+
     def log_message(self, *a):
         pass
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", 0))
+        with Scripted.lock:
+            Scripted.bodies.append(self.rfile.read(n))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
 
     def setup(self):
         super().setup()
@@ -181,6 +193,31 @@ class LoadgenTest(unittest.TestCase):
                      ["--bogus"]):
             p = subprocess.run([LOAD] + args, capture_output=True, timeout=10)
             self.assertEqual(p.returncode, 2, args)
+
+    def test_bodies_sent_in_turn(self):
+        path = os.path.join(self.tmp, "bodies.jsonl")
+        with open(path, "w") as f:
+            f.write('{"input": "a"}\n\n{"input": "bb"}\r\n{"input": "ccc"}\n')
+        with Scripted.lock:
+            Scripted.bodies.clear()
+        steps, _ = self.load("/post", "--method", "POST", "--bodies", path, "--concurrency", "1",
+                             "--duration", "0.5", "--warmup", "0")
+        self.assertEqual(steps[0]["errors"], 0)
+        with Scripted.lock:
+            got = list(Scripted.bodies)
+        self.assertGreaterEqual(len(got), 6)
+        want = [b'{"input": "a"}', b'{"input": "bb"}', b'{"input": "ccc"}']
+        self.assertEqual(got[:6], want * 2)   # blank lines skipped, line ends dropped
+        empty = os.path.join(self.tmp, "empty.jsonl")
+        with open(empty, "w") as f:
+            f.write("\n\n")
+        url = "http://127.0.0.1:%d/post" % self.port
+        for args in (["--bodies", empty], ["--bodies", path, "--model", "m"],
+                     ["--bodies", path, "--body", path], ["--bodies", "/nonexistent"]):
+            p = subprocess.run([LOAD, "--url", url, "--concurrency", "1"] + args,
+                               capture_output=True, timeout=10)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn(b"--bod", p.stderr)
 
     def test_unreachable_server_fails(self):
         p = subprocess.run([LOAD, "--url", "http://127.0.0.1:1/", "--concurrency", "1",
