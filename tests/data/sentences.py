@@ -308,6 +308,8 @@ def main():
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--seed", type=int)
     a = ap.parse_args()
+    if a.count < (1 if a.bench else len(EDGE)):
+        ap.error("--count %d: at least %d" % (a.count, 1 if a.bench else len(EDGE)))
     if a.bench:
         texts = bench(a.count, 21 if a.seed is None else a.seed)
     else:
