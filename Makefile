@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS       ?=
 
-.PHONY: all deps test-deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench reliability clean
+.PHONY: all deps test-deps ref-deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench reliability clean
 
 all: build
 
@@ -16,6 +16,12 @@ deps:
 test-deps: deps
 	@scripts/fetch-testdeps
 
+# The encoder's reference, PyTorch and sentence-transformers (about 3 GB the
+# first time), in the same cache. A failed download does not stop the suite:
+# the tests that compare with it skip, saying so.
+ref-deps: deps
+	@scripts/fetch-reference || echo "make: scripts/fetch-reference failed; the tests that compare with sentence-transformers will skip" >&2
+
 $(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
@@ -25,7 +31,7 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	./$(BUILD)/batchgate $(ARGS)
 
-test: build test-deps
+test: build test-deps ref-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
 $(ASAN_BUILD)/CMakeCache.txt: | deps
@@ -34,7 +40,7 @@ $(ASAN_BUILD)/CMakeCache.txt: | deps
 asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-test-asan: asan test-deps
+test-asan: asan test-deps ref-deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600
@@ -50,7 +56,7 @@ tsan: deps $(TSAN_BUILD)/CMakeCache.txt
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
 
 # The whole suite under ThreadSanitizer (the thread handoffs are where the bugs hide).
-test-tsan: tsan test-deps
+test-tsan: tsan test-deps ref-deps
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # libFuzzer targets (docs/FUZZING.md): clang, ASan+UBSan, FUZZ_SECONDS each

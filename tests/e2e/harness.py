@@ -277,9 +277,12 @@ def run_cli(args, timeout=10.0, **kw):
 # Clients that the standard library cannot stand in for (tritonclient, which
 # needs numpy) live in a virtual environment outside the tree, made by
 # scripts/fetch-testdeps (`make test` runs it first).
-TESTDEPS_VENV = os.path.join(
-    os.environ.get("BATCHGATE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "batchgate"),
-    "venv")
+CACHE = os.environ.get("BATCHGATE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                           "batchgate")
+TESTDEPS_VENV = os.path.join(CACHE, "venv")
+# The encoder's reference (torch, sentence-transformers), made by
+# scripts/fetch-reference (`make test` runs it too).
+REFERENCE_VENV = os.path.join(CACHE, "ref-venv")
 
 
 def testdeps_python():
@@ -291,6 +294,20 @@ def testdeps_python():
     if not (os.access(py, os.X_OK) and os.path.exists(stamp)):
         raise AssertionError("%s is missing or incomplete: run scripts/fetch-testdeps "
                              "(`make test` does), with the same BATCHGATE_CACHE" % TESTDEPS_VENV)
+    return py
+
+
+def reference_python():
+    """The interpreter of scripts/fetch-reference's virtual environment. Where
+    it is missing or half made, unittest.SkipTest says what to run: its 3 GB
+    download may fail where the rest of the suite does not need the network,
+    and `make test` goes on without it."""
+    py = os.path.join(REFERENCE_VENV, "bin", "python")
+    stamp = os.path.join(REFERENCE_VENV, ".reference-stamp")
+    if not (os.access(py, os.X_OK) and os.path.exists(stamp)):
+        raise unittest.SkipTest("no reference venv (torch, sentence-transformers) at %s: run "
+                                "scripts/fetch-reference (`make test` does; about 3 GB from PyPI), "
+                                "with the same BATCHGATE_CACHE" % REFERENCE_VENV)
     return py
 
 
