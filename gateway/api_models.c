@@ -776,9 +776,10 @@ static int models_embed_target(struct http_request *req, struct api_state *st,
     const char *body = http_request_body(req, &len);
     struct error err = {0};
     if (api == EMBED_OPENAI) {
-        if (embed_openai_model(body ? body : "", len, name, cap, &err) == 0)
+        char param[16];
+        if (embed_openai_model(body ? body : "", len, name, cap, param, sizeof param, &err) == 0)
             return 0;
-        http_request_set_error_param(req, "model");
+        http_request_set_error_param(req, param);
         http_respond_error(req, 400, NULL, "%s", err.msg);
         return -1;
     }

@@ -12,20 +12,24 @@
 #include "backends/encoder.h"
 #include "common/jsonfmt.h"
 
-int embed_openai_model(const char *body, size_t len, char *name, size_t cap, struct error *err)
+int embed_openai_model(const char *body, size_t len, char *name, size_t cap, char *param,
+                       size_t pcap, struct error *err)
 {
     json_error_t je;
-    json_t *root = json_loadb(body, len, 0, &je);
+    snprintf(param, pcap, "%s", "");
+    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     if (!root)
         return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s", je.line,
                          je.column, je.text);
     json_t *m = json_is_object(root) ? json_object_get(root, "model") : NULL;
     int rc = 0;
-    if (!json_is_string(m) || json_string_length(m) == 0 || json_string_length(m) >= cap)
+    if (!json_is_string(m) || json_string_length(m) == 0 || json_string_length(m) >= cap) {
+        snprintf(param, pcap, "model");
         rc = error_set(err, BG_EINVAL, "model: must be the name of a model (a string of 1 to %zu "
                        "bytes)", cap - 1);
-    else
+    } else {
         memcpy(name, json_string_value(m), json_string_length(m) + 1);
+    }
     json_decref(root);
     return rc;
 }
@@ -163,7 +167,8 @@ int embed_decode(const struct model *m, enum embed_api api, const char *body, si
                           "takes %s tensors: use /v2/models/%s/infer)", m->cfg.name,
                           m->cfg.input.datatype, m->cfg.name);
     json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    /* Texts may hold NUL (tokenized as the library does: a control). */
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!root)
         return embed_fail(e, "", err, BG_EINVAL, "invalid JSON at line %d, column %d: %s",
                           je.line, je.column, je.text);

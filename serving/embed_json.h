@@ -27,8 +27,10 @@ struct embed_request {
 };
 
 /* The `model` of an OpenAI body (the model is found before the body is
- * decoded with its tokenizer): 0, or -BG_EINVAL. */
-int embed_openai_model(const char *body, size_t len, char *name, size_t cap, struct error *err);
+ * decoded with its tokenizer): 0, or -BG_EINVAL with the field the error
+ * is about in param ("" for the body itself). */
+int embed_openai_model(const char *body, size_t len, char *name, size_t cap, char *param,
+                       size_t pcap, struct error *err);
 
 /* Decodes body into r's rows (r->rows texts, r->tokens in all) for the
  * loaded encoder m. OpenAI: `input` a string, an array of strings, an

@@ -390,7 +390,7 @@ int tensor_decode_kserve(const struct model *model, const char *body, size_t len
     if (jlen == 0)
         return error_set(err, BG_EINVAL, "empty body: expected a KServe v2 infer request");
     json_error_t jerr;
-    json_t *root = json_loadb(body, jlen, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb(body, jlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (!root)
         return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
                          jerr.column, jerr.text);

@@ -179,13 +179,19 @@ static void test_errors(void **state)
     }
     /* Invalid UTF-8 reaches the tokenizer only through KServe's binary
      * form (JSON cannot carry it); the model's name, first. */
-    char name[16];
+    char name[16], param[16];
     struct error err = {0};
-    assert_int_equal(embed_openai_model("{\"model\":\"\"}", 12, name, sizeof name, &err),
-                     -BG_EINVAL);
-    assert_int_equal(embed_openai_model("{\"input\":\"a\"}", 13, name, sizeof name, &err),
-                     -BG_EINVAL);
-    assert_int_equal(embed_openai_model("{\"model\":\"enc\"}", 15, name, sizeof name, &err), 0);
+    assert_int_equal(embed_openai_model("{\"model\":\"\"}", 12, name, sizeof name, param,
+                                        sizeof param, &err), -BG_EINVAL);
+    assert_string_equal(param, "model");
+    assert_int_equal(embed_openai_model("{\"input\":\"a\"}", 13, name, sizeof name, param,
+                                        sizeof param, &err), -BG_EINVAL);
+    assert_int_equal(embed_openai_model("{\"model\":", 9, name, sizeof name, param,
+                                        sizeof param, &err), -BG_EINVAL);
+    assert_string_equal(param, "");
+    assert_non_null(strstr(err.msg, "invalid JSON"));
+    assert_int_equal(embed_openai_model("{\"model\":\"enc\"}", 15, name, sizeof name, param,
+                                        sizeof param, &err), 0);
     assert_string_equal(name, "enc");
     /* A model that is not an encoder. */
     struct model dense = {0};
