@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/safetensors.h"
+#include "backends/bert_weights.h"
 #include "common/team.h"
 #include "kernels/attention.h"
 #include "kernels/dense.h"
@@ -46,70 +46,19 @@ struct bert_cpu_scratch {
 
 /* ---- loading ---- */
 
-struct bert_loader {
-    struct safetensors *st;
-    const char *path;
-    char prefix[8];    /* "" or "bert." */
-    struct error *err;
-};
-
-/* The tensor named by fmt (under the prefix), of `ndim` dimensions d0, d1. */
-static const struct st_tensor *bert_tensor(struct bert_loader *l, int64_t d0, int64_t d1,
-                                           const char *fmt, ...)
-{
-    char name[256];
-    int n = snprintf(name, sizeof name, "%s", l->prefix);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name + n, sizeof name - (size_t)n, fmt, ap);
-    va_end(ap);
-    const struct st_tensor *t;
-    struct error e = {0};
-    if (safetensors_weight(l->st, name, &t, &e) != 0) {
-        error_set(l->err, BG_ECONFIG, "%s: %s", l->path, e.msg);
-        return NULL;
-    }
-    int ndim = d1 > 0 ? 2 : 1;
-    if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
-        char have[64] = "", need[48];
-        for (int i = 0, o = 0; i < t->ndim && o < (int)sizeof have - 24; i++)
-            o += snprintf(have + o, sizeof have - (size_t)o, "%s%lld", i ? ", " : "",
-                          (long long)t->shape[i]);
-        if (ndim == 2)
-            snprintf(need, sizeof need, "%lld, %lld", (long long)d0, (long long)d1);
-        else
-            snprintf(need, sizeof need, "%lld", (long long)d0);
-        error_set(l->err, BG_ECONFIG, "%s: tensor \"%s\" is [%s], config.json says [%s]", l->path,
-                  name, have, need);
-        return NULL;
-    }
-    return t;
-}
-
 /* A [n] vector widened to F32 (layer norms). */
 static float *bert_vector(struct bert_cpu *b, const struct st_tensor *t)
 {
-    float *v = t ? malloc((size_t)t->nelem * sizeof *v) : NULL;
-    if (!v)
-        return NULL;
-    const unsigned char *p = t->data;
-    for (int64_t i = 0; i < t->nelem; i++) {
-        uint16_t h;
-        if (t->dtype == DTYPE_F32) {
-            memcpy(&v[i], p + 4 * i, 4);
-            continue;
-        }
-        memcpy(&h, p + 2 * i, 2);
-        v[i] = t->dtype == DTYPE_F16 ? dtype_f16_to_f32(h) : dtype_bf16_to_f32(h);
-    }
-    b->bytes += (size_t)t->nelem * sizeof *v;
+    float *v = bert_tensor_f32(t);
+    if (v)
+        b->bytes += (size_t)t->nelem * sizeof *v;
     return v;
 }
 
+/* A table copied as stored: it is read a row per token, halves widened as
+ * they are read (embed.h). */
 static int bert_table(struct bert_cpu *b, const struct st_tensor *t, struct embed_table *out)
 {
-    if (!t)
-        return -1;
     void *p = malloc(t->nbytes);
     if (!p)
         return -1;
@@ -119,123 +68,71 @@ static int bert_table(struct bert_cpu *b, const struct st_tensor *t, struct embe
     return 0;
 }
 
-static int bert_dense(struct bert_cpu *b, struct bert_loader *l, const struct st_tensor *w,
-                      const struct st_tensor *bias, enum dense_act act, struct dense_cpu **out)
+static int bert_dense(struct bert_cpu *b, const void *w, enum dtype wdt, const void *bias,
+                      enum dtype bdt, int out_f, int in_f, enum dense_act act,
+                      struct dense_cpu **out, char *msg, size_t cap)
 {
-    if (!w || !bias)
+    if (dense_cpu_prepare(w, wdt, bias, bdt, out_f, in_f, act, out, msg, cap) < 0)
         return -1;
-    char msg[256];
-    if (dense_cpu_prepare(w->data, w->dtype, bias->data, bias->dtype, (int)w->shape[0],
-                          (int)w->shape[1], act, out, msg, sizeof msg) < 0)
-        return error_set(l->err, BG_ENOMEM, "%s: %s: %s", l->path, w->name, msg);
     b->bytes += dense_cpu_bytes(*out);
     return 0;
 }
 
-/* Q, K and V as one [3H][H] product: one pass over the tokens instead of
- * three, and a wider matrix for the register tiles. */
-static int bert_qkv(struct bert_cpu *b, struct bert_loader *l, int i, struct dense_cpu **out)
+static int bert_layer(struct bert_cpu *b, const struct bert_layer_tensors *t,
+                      struct bert_cpu_layer *ly, char *msg, size_t cap)
 {
-    static const char *const part[3] = {"query", "key", "value"};
-    int H = b->g.hidden;
-    const struct st_tensor *w[3], *bias[3];
-    for (int k = 0; k < 3; k++) {
-        w[k] = bert_tensor(l, H, H, "encoder.layer.%d.attention.self.%s.weight", i, part[k]);
-        bias[k] = w[k] ? bert_tensor(l, H, 0, "encoder.layer.%d.attention.self.%s.bias", i,
-                                     part[k])
-                       : NULL;
-        if (!bias[k])
-            return -1;
-        if (w[k]->dtype != w[0]->dtype || bias[k]->dtype != bias[0]->dtype)
-            return error_set(l->err, BG_ECONFIG, "%s: layer %d: query, key and value are stored "
-                             "in different types (%s, %s): not served", l->path, i,
-                             dtype_name(w[0]->dtype), dtype_name(w[k]->dtype));
-    }
-    size_t wb = w[0]->nbytes, bb = bias[0]->nbytes;
-    unsigned char *cw = malloc(3 * wb), *cb = malloc(3 * bb);
-    int rc = -1;
-    if (cw && cb) {
-        for (int k = 0; k < 3; k++) {
-            memcpy(cw + k * wb, w[k]->data, wb);
-            memcpy(cb + k * bb, bias[k]->data, bb);
-        }
-        char msg[256];
-        rc = dense_cpu_prepare(cw, w[0]->dtype, cb, bias[0]->dtype, 3 * H, H, DENSE_ACT_NONE, out,
-                               msg, sizeof msg);
-        if (rc < 0)
-            error_set(l->err, BG_ENOMEM, "%s: layer %d: QKV: %s", l->path, i, msg);
-        else
-            b->bytes += dense_cpu_bytes(*out);
-    } else {
-        error_set(l->err, BG_ENOMEM, "%s: out of memory", l->path);
-    }
-    free(cw);
-    free(cb);
-    return rc;
-}
-
-static int bert_layer(struct bert_cpu *b, struct bert_loader *l, int i)
-{
-    struct bert_cpu_layer *ly = &b->layers[i];
     int H = b->g.hidden, I = b->g.intermediate;
-    const char *ln = "encoder.layer.%d.%s.LayerNorm.%s";
-    if (bert_qkv(b, l, i, &ly->qkv) < 0 ||
-        bert_dense(b, l, bert_tensor(l, H, H, "encoder.layer.%d.attention.output.dense.weight", i),
-                   bert_tensor(l, H, 0, "encoder.layer.%d.attention.output.dense.bias", i),
-                   DENSE_ACT_NONE, &ly->attn_out) < 0 ||
-        bert_dense(b, l, bert_tensor(l, I, H, "encoder.layer.%d.intermediate.dense.weight", i),
-                   bert_tensor(l, I, 0, "encoder.layer.%d.intermediate.dense.bias", i),
-                   DENSE_ACT_GELU, &ly->ffn_in) < 0 ||
-        bert_dense(b, l, bert_tensor(l, H, I, "encoder.layer.%d.output.dense.weight", i),
-                   bert_tensor(l, H, 0, "encoder.layer.%d.output.dense.bias", i), DENSE_ACT_NONE,
-                   &ly->ffn_out) < 0 ||
-        !(ly->ln1_g = bert_vector(b, bert_tensor(l, H, 0, ln, i, "attention.output", "weight"))) ||
-        !(ly->ln1_b = bert_vector(b, bert_tensor(l, H, 0, ln, i, "attention.output", "bias"))) ||
-        !(ly->ln2_g = bert_vector(b, bert_tensor(l, H, 0, ln, i, "output", "weight"))) ||
-        !(ly->ln2_b = bert_vector(b, bert_tensor(l, H, 0, ln, i, "output", "bias"))))
+    /* Q, K and V as one [3H][H] product: one pass over the tokens instead
+     * of three, and a wider matrix for the register tiles. */
+    void *qkv_w, *qkv_b;
+    if (bert_qkv_concat(t, &qkv_w, &qkv_b, msg, cap) < 0)
         return -1;
+    int rc = bert_dense(b, qkv_w, t->qkv_w[0]->dtype, qkv_b, t->qkv_b[0]->dtype, 3 * H, H,
+                        DENSE_ACT_NONE, &ly->qkv, msg, cap);
+    free(qkv_w);
+    free(qkv_b);
+    if (rc < 0 ||
+        bert_dense(b, t->out_w->data, t->out_w->dtype, t->out_b->data, t->out_b->dtype, H, H,
+                   DENSE_ACT_NONE, &ly->attn_out, msg, cap) < 0 ||
+        bert_dense(b, t->ffn_in_w->data, t->ffn_in_w->dtype, t->ffn_in_b->data,
+                   t->ffn_in_b->dtype, I, H, DENSE_ACT_GELU, &ly->ffn_in, msg, cap) < 0 ||
+        bert_dense(b, t->ffn_out_w->data, t->ffn_out_w->dtype, t->ffn_out_b->data,
+                   t->ffn_out_b->dtype, H, I, DENSE_ACT_NONE, &ly->ffn_out, msg, cap) < 0)
+        return -1;
+    if (!(ly->ln1_g = bert_vector(b, t->ln1_g)) || !(ly->ln1_b = bert_vector(b, t->ln1_b)) ||
+        !(ly->ln2_g = bert_vector(b, t->ln2_g)) || !(ly->ln2_b = bert_vector(b, t->ln2_b))) {
+        snprintf(msg, cap, "out of memory");
+        return -1;
+    }
     return 0;
 }
 
 int bert_cpu_load(const char *dir, const struct hf_bert_config *g, struct bert_cpu **out,
                   struct error *err)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    struct bert_loader l = {.path = path, .err = err};
-    int rc = safetensors_open(path, &l.st, err);
+    struct bert_tensors t;
+    int rc = bert_tensors_open(dir, g, &t, err);
     if (rc)
         return rc;
-    if (!safetensors_find(l.st, "embeddings.word_embeddings.weight") &&
-        safetensors_find(l.st, "bert.embeddings.word_embeddings.weight"))
-        snprintf(l.prefix, sizeof l.prefix, "bert.");
     struct bert_cpu *b = calloc(1, sizeof *b);
     if (!b || !(b->layers = calloc((size_t)g->layers, sizeof *b->layers))) {
         free(b);
-        safetensors_close(l.st);
-        return error_set(err, BG_ENOMEM, "%s: out of memory", path);
+        bert_tensors_close(&t);
+        return error_set(err, BG_ENOMEM, "%s: out of memory", dir);
     }
     b->g = *g;
     b->bytes = sizeof *b + (size_t)g->layers * sizeof *b->layers;
-    int H = g->hidden;
-    err->code = 0;
-    rc = -1;
-    if (bert_table(b, bert_tensor(&l, g->vocab, H, "embeddings.word_embeddings.weight"),
-                   &b->word) == 0 &&
-        bert_table(b, bert_tensor(&l, g->max_positions, H, "embeddings.position_embeddings.weight"),
-                   &b->pos) == 0 &&
-        bert_table(b, bert_tensor(&l, g->type_vocab, H, "embeddings.token_type_embeddings.weight"),
-                   &b->type) == 0 &&
-        (b->ln_g = bert_vector(b, bert_tensor(&l, H, 0, "embeddings.LayerNorm.weight"))) &&
-        (b->ln_b = bert_vector(b, bert_tensor(&l, H, 0, "embeddings.LayerNorm.bias")))) {
-        rc = 0;
-        for (int i = 0; i < g->layers && rc == 0; i++)
-            rc = bert_layer(b, &l, i);
-    }
-    safetensors_close(l.st);
+    char msg[256] = "out of memory";
+    rc = bert_table(b, t.word, &b->word) || bert_table(b, t.pos, &b->pos) ||
+         bert_table(b, t.type, &b->type) || !(b->ln_g = bert_vector(b, t.ln_g)) ||
+         !(b->ln_b = bert_vector(b, t.ln_b)) ? -1 : 0;
+    for (int i = 0; i < g->layers && rc == 0; i++)
+        if ((rc = bert_layer(b, &t.layers[i], &b->layers[i], msg, sizeof msg)) < 0)
+            snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " (layer %d)", i);
+    bert_tensors_close(&t);
     if (rc) {
         bert_cpu_free(b);
-        return err->code ? -err->code : error_set(err, BG_ENOMEM, "%s: out of memory", path);
+        return error_set(err, BG_ENOMEM, "%s/model.safetensors: %s", dir, msg);
     }
     *out = b;
     return 0;

@@ -107,6 +107,14 @@ class TinyCase(unittest.TestCase):
         gen(bad, "--seed", "4")
         with open(os.path.join(bad, "batchgate.json"), "w") as f:
             json.dump({"inputs": [{"name": "x", "shape": [3]}]}, f)
+        # Weights that are not the config's: intermediate_size says 256, the file 128.
+        shape = os.path.join(cls.repo, "badshape")
+        gen(shape, "--seed", "5")
+        with open(os.path.join(shape, "config.json")) as f:
+            c = json.load(f)
+        c["intermediate_size"] = 256
+        with open(os.path.join(shape, "config.json"), "w") as f:
+            json.dump(c, f)
         shutil.copytree(os.path.join(ROOT, "models", "digits"), os.path.join(cls.repo, "digits"))
         cls.srv = Server({"model_repository": cls.repo, "state_dir": os.path.join(cls.tmp, "st")},
                          io_threads=2)
@@ -252,10 +260,11 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(len(self.openai("tiny", ["a\u0000b"])["data"]), 1)
 
     def test_other_routes_errors(self):
-        # /embed serves the only encoder: here there are three.
+        # /embed serves the only encoder: here there are four (badshape among them; badenc's
+        # settings did not parse, so it is no model of any kind yet).
         r = post(self.port, "/embed", {"inputs": "x"})
         self.assertEqual(r.status, 400, r.body)
-        self.assertIn("there are 3", r.json()["error"])
+        self.assertIn("there are 4", r.json()["error"])
         r = post(self.port, "/v1/models/tiny:predict", {"instances": ["x"]})
         self.assertEqual(r.status, 400)
         self.assertIn("takes text", r.json()["error"])
@@ -274,6 +283,10 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(r.status, 503)
         self.assertIn("an encoder's tensors and layers come from its Hugging Face folder",
                       r.json()["reason"])
+        r = roundtrip(self.port, "GET", "/v2/models/badshape/ready")
+        self.assertEqual(r.status, 503)
+        self.assertIn("tensor \"encoder.layer.0.intermediate.dense.weight\" is [128, 64], "
+                      "config.json says [256, 64]", r.json()["reason"])
 
     def test_offline_job_of_texts(self):
         lines = "".join(json.dumps({"id": "l%d" % i, "inputs": [
