@@ -72,7 +72,7 @@ struct batch {
     int64_t tokens;                   /* the members' work_tokens: rows unless tokens are given */
     int64_t tokens_sq;                /* the members' tokens_sq; 0 when one did not give it */
     int max_len;                      /* the longest row (work_max_len), for batch_padding */
-    int row_budget;                   /* what the policy filled it up to (see policy.h) */
+    int64_t budget;                   /* the tokens the policy filled it up to (see policy.h) */
 };
 
 /* What an item costs in the batcher's units: its tokens, or its rows. */
