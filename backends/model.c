@@ -158,6 +158,10 @@ static const struct schema_field model_batching_fields[] = {
      .doc = "tokens per batch besides `max_batch_size` rows, for models whose requests carry "
             "tokens (encoders); a request over it is refused; 0 = no token budget "
             "(docs/BATCHING.md, Token budgets)"},
+    {SCHEMA_F_BOOL("group_by_length", struct model_batching, group_by_length),
+     .doc = "with `max_batch_tokens`: a batch cut from a longer queue prefers requests of "
+            "similar length; for backends that pad (an upstream server), not the packed cpu "
+            "encoder (docs/BATCHING.md, Token budgets)"},
     SCHEMA_END_ROW,
 };
 

@@ -64,6 +64,7 @@ struct model_batching {
     /* Tokens a batch may hold (batcher/work.h: a request's work units, its
      * rows unless it gives tokens); 0: no token budget, rows alone. */
     int max_batch_tokens;
+    bool group_by_length;        /* with max_batch_tokens: batch similar lengths (batcher/group.h) */
 };
 
 enum synthetic_mode { SYNTHETIC_SLEEP, SYNTHETIC_SPIN };

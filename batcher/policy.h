@@ -140,7 +140,8 @@ struct policy_decision {
  * most tokens while every one of them still meets its deadline, taken in
  * service order and skipping those that would not (under overload, requests
  * about to expire would otherwise force ever smaller batches and the
- * throughput would collapse; they are answered 504 when they expire). */
+ * throughput would collapse; they are answered 504 when they expire). The
+ * queue may then trade members for others of closer length (group.h). */
 void policy_decide(const struct policy_config *c, const struct latmodel *lat,
                    const struct policy_load *load, const struct policy_request *q, int n,
                    int64_t now_ns, struct policy_decision *d);

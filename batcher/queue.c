@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batcher/group.h"
+
 void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batching *b,
                               enum policy_kind kind)
 {
@@ -18,6 +20,7 @@ void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batch
     qc->aging_ns = b->priority_aging_ms * 1000000;
     qc->kind = kind;
     qc->max_batch_tokens = b->max_batch_tokens;
+    qc->group_by_length = b->group_by_length;
 }
 
 int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg)
@@ -35,14 +38,20 @@ int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg)
     q->pcfg.npreferred = cfg->npreferred;
     q->pcfg.max_queue_delay_ns = cfg->max_queue_delay_ns;
     q->pcfg.kind = cfg->kind;
+    /* Grouping trades members within a token budget: without one a batch
+     * is cut by rows and there is no padding to weigh. */
+    q->group = cfg->group_by_length && cfg->max_batch_tokens > 0;
     q->tokens_per_row_max = 1;
     q->view_cap = POLICY_VIEW_FACTOR * cfg->max_batch_size + 1;
     q->view = calloc((size_t)q->view_cap, sizeof *q->view);
     q->view_tok = calloc((size_t)q->view_cap, sizeof *q->view_tok);
+    q->group_work = calloc((size_t)q->view_cap, sizeof *q->group_work);
     q->ptok.req = q->view_tok;
     q->view_items = calloc((size_t)q->view_cap, sizeof *q->view_items);
     q->pick_scratch = calloc(2 * ((size_t)cfg->max_batch_size + 1), sizeof *q->pick_scratch);
-    return q->view && q->view_tok && q->view_items && q->pick_scratch ? 0 : -BG_ENOMEM;
+    return q->view && q->view_tok && q->group_work && q->view_items && q->pick_scratch
+               ? 0
+               : -BG_ENOMEM;
 }
 
 void bqueue_free(struct bqueue *q)
@@ -50,6 +59,8 @@ void bqueue_free(struct bqueue *q)
     free(q->view);
     free(q->view_tok);
     q->view_tok = NULL;
+    free(q->group_work);
+    q->group_work = NULL;
     free(q->view_items);
     free(q->pick_scratch);
     q->pick_scratch = NULL;
@@ -504,6 +515,9 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     struct policy_decision d;
     policy_decision_init(&d, q->pick_scratch);
     policy_decide_tokens(&q->pcfg, &q->ptok, lat, &q->load, q->view, n, now_ns, &d);
+    if (d.take > 0 && q->group)
+        group_by_length(&q->pcfg, &q->ptok, lat, policy_deadline_aware(q->cfg.kind) && lat,
+                        q->view, n, now_ns, &d, q->group_work);
     if (d.take == 0) {
         /* The aging instant of the oldest request is a decision point too,
          * while it is ahead: once passed, the aged request already leads

@@ -75,6 +75,7 @@ struct bqueue_config {
     int64_t aging_ns;
     enum policy_kind kind;
     int max_batch_tokens;             /* 0: no token cap */
+    bool group_by_length;             /* with max_batch_tokens (group.h) */
 };
 
 struct bqueue {
@@ -101,6 +102,9 @@ struct bqueue {
     struct policy_request *view;      /* scratch for the policy */
     struct policy_token_info *view_tok;   /* ... its requests' tokens */
     struct policy_tokens ptok;        /* the token cap, with view_tok */
+    bool group;                       /* length grouping (group.h): group_by_length and a
+                                       * token cap */
+    int *group_work;                  /* view_cap ints, for it */
     struct infer_item **view_items;
     int view_cap;
     int *pick_scratch;                /* 2 x (max_batch_size + 1), for the policy */

@@ -9,8 +9,11 @@
  *     offline rules;
  *   - tokens equal to rows are the row batcher: the same decisions,
  *     request by request;
+ *   - with length grouping no request waits more cuts than requests were
+ *     queued before it;
  *   - on a spread of 5 to 200 tokens, a token budget serves at least the
- *     goodput of row batching, with nothing computed late. */
+ *     goodput of row batching, with nothing computed late; on a padded
+ *     device grouping cuts the padding and raises the throughput. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -60,6 +63,7 @@ static struct sim_request *token_trace(uint64_t seed, const char *policy, struct
     c->batching.default_priority = 1 + (int)(rnd(&s) % 2);
     c->batching.priority_aging_ms = rnd(&s) % 2 ? 50 : 0;
     c->batching.max_batch_tokens = rnd(&s) % 4 ? 600 + (int)(rnd(&s) % 4000) : 0;
+    c->batching.group_by_length = rnd(&s) % 2;
     if (rnd(&s) % 4 == 0) {
         c->batching.npreferred = 1;
         c->batching.preferred[0] = 1 + (int)(rnd(&s) % (uint64_t)c->batching.max_batch_size);
@@ -187,6 +191,54 @@ static void test_tokens_equal_to_rows_are_the_row_batcher(void **state)
     }
 }
 
+/* No deadlines, one priority, no aging: the service order is arrival, the
+ * anchor of each cut is the oldest request queued, and grouping may only
+ * pass a request over while older ones go. So a request goes within as
+ * many cuts after it arrived as requests were queued before it. */
+static void test_grouping_waits_no_more_cuts_than_requests_before(void **state)
+{
+    (void)state;
+    uint64_t seed0 = base_seed();
+    int traces = getenv("BG_TEST_SEED") ? 1 : 600;
+    for (int i = 0; i < traces; i++) {
+        uint64_t seed = seed0 + (uint64_t)i;
+        struct sim_config c;
+        int n;
+        struct sim_request *r = token_trace(seed, i % 2 ? "adaptive" : "deadline", &c, &n);
+        c.batching.max_batch_tokens = 600 + (int)(seed % 2000);   /* holds any request */
+        c.batching.group_by_length = true;
+        c.batching.priority_aging_ms = 0;
+        c.batching.max_queue_size = 100000;
+        c.batching.npreferred = 0;
+        for (int k = 0; k < n; k++) {
+            r[k].budget_ns = 0;
+            r[k].priority = 0;
+            r[k].offline = false;
+        }
+        struct sim_stats st;
+        if (sim_run(&c, r, n, &st) != 0)
+            fail_msg("seed %llu: %s", (unsigned long long)seed, st.violation);
+        int64_t *start = calloc((size_t)st.batches, sizeof *start);
+        for (int k = 0; k < n; k++) {
+            assert_int_equal(r[k].status, 0);
+            start[r[k].batch] = r[k].start_ns;
+        }
+        for (int k = 0; k < n; k++) {
+            int ahead = 0, cuts = 0;
+            for (int j = 0; j < k; j++)
+                ahead += r[j].start_ns >= r[k].arrival_ns;
+            for (int b = 0; b < r[k].batch; b++)
+                cuts += start[b] >= r[k].arrival_ns;
+            if (cuts > ahead)
+                fail_msg("seed %llu (replay with BG_TEST_SEED=%llu): request %d (%d tokens) "
+                         "waited %d cuts with %d requests before it", (unsigned long long)seed,
+                         (unsigned long long)seed, k, r[k].tokens, cuts, ahead);
+        }
+        free(start);
+        free(r);
+    }
+}
+
 /* Single texts of 5 to 200 tokens, exec = 1 ms + 10 us/token + 5 ns/len^2
  * (bench_token_sim's defaults, 5 s), at `level` of capacity. */
 struct outcome {
@@ -195,7 +247,7 @@ struct outcome {
 };
 
 static struct outcome spread_run(double level, int64_t budget, uint64_t seed, int max_batch,
-                                 int max_tokens, bool rows_only, bool padded)
+                                 int max_tokens, bool rows_only, bool group, bool padded)
 {
     struct sim_config c;
     memset(&c, 0, sizeof c);
@@ -205,6 +257,7 @@ static struct outcome spread_run(double level, int64_t budget, uint64_t seed, in
     c.batching.default_priority = 1;
     c.batching.priority_aging_ms = 1000;
     c.batching.max_batch_tokens = max_tokens;
+    c.batching.group_by_length = group;
     snprintf(c.batching.policy, sizeof c.batching.policy, "adaptive");
     c.instances = 1;
     c.exec_a_ns = 1e6;
@@ -250,9 +303,9 @@ static void test_token_budget_against_rows_on_spread_lengths(void **state)
         int good[3] = {0}, late[3] = {0};
         for (uint64_t seed = 1; seed <= 3; seed++) {
             struct outcome o[3] = {
-                spread_run(levels[l], 150 * MS, seed, 64, 0, true, false),
-                spread_run(levels[l], 150 * MS, seed, 19, 0, true, false),
-                spread_run(levels[l], 150 * MS, seed, 64, 2048, false, false),
+                spread_run(levels[l], 150 * MS, seed, 64, 0, true, false, false),
+                spread_run(levels[l], 150 * MS, seed, 19, 0, true, false, false),
+                spread_run(levels[l], 150 * MS, seed, 64, 2048, false, false, false),
             };
             for (int k = 0; k < 3; k++) {
                 good[k] += o[k].good;
@@ -266,12 +319,30 @@ static void test_token_budget_against_rows_on_spread_lengths(void **state)
     }
 }
 
+/* A padded device, no deadlines, twice its capacity: grouping halves the
+ * padding at least and computes more tokens per second. */
+static void test_grouping_lowers_padding_on_a_padded_device(void **state)
+{
+    (void)state;
+    struct outcome plain = spread_run(2.0, 0, 5, 64, 2048, false, false, true);
+    struct outcome grouped = spread_run(2.0, 0, 5, 64, 2048, false, true, true);
+    double pad_plain = 1.0 - (double)plain.tokens / (double)plain.cells;
+    double pad_grouped = 1.0 - (double)grouped.tokens / (double)grouped.cells;
+    double tps_plain = (double)plain.tokens / (double)plain.span;
+    double tps_grouped = (double)grouped.tokens / (double)grouped.span;
+    if (!(pad_grouped < pad_plain / 2) || !(tps_grouped > tps_plain))
+        fail_msg("padding %.3f grouped, %.3f not; tokens/ms %.1f grouped, %.1f not", pad_grouped,
+                 pad_plain, tps_grouped * 1e6, tps_plain * 1e6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_traces_keep_the_invariants),
         cmocka_unit_test(test_tokens_equal_to_rows_are_the_row_batcher),
+        cmocka_unit_test(test_grouping_waits_no_more_cuts_than_requests_before),
         cmocka_unit_test(test_token_budget_against_rows_on_spread_lengths),
+        cmocka_unit_test(test_grouping_lowers_padding_on_a_padded_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,10 @@
-/* test_tokens.c - token budgets (#20) in the latency model, the policy and
- * the queue, on a virtual clock: the quadratic term fitted where it shows
- * and left out where it does not; both caps; deadlines planned with
- * exec(tokens); the selection's budget search against trying every
- * budget; refusals naming both numbers; a batch's sums and padding. */
+/* test_tokens.c - token budgets (#20) in the latency model, the policy, the
+ * queue and length grouping, on a virtual clock: the quadratic term fitted
+ * where it shows and left out where it does not; both caps; deadlines
+ * planned with exec(tokens); the selection's budget search against trying
+ * every budget; refusals naming both numbers; a batch's sums and padding;
+ * grouping that lowers padding without leaving behind the anchor, an
+ * urgent member or a priority, and without starving a long request. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -381,7 +383,7 @@ static void test_selection_matches_trying_every_budget(void **state)
 
 static struct infer_item items[64];
 
-static void setup_queue(struct bqueue *q, int max_tokens, enum policy_kind kind)
+static void setup_queue(struct bqueue *q, int max_tokens, bool group, enum policy_kind kind)
 {
     struct bqueue_config c;
     memset(&c, 0, sizeof c);
@@ -391,6 +393,7 @@ static void setup_queue(struct bqueue *q, int max_tokens, enum policy_kind kind)
     c.default_priority = 1;
     c.kind = kind;
     c.max_batch_tokens = max_tokens;
+    c.group_by_length = group;
     assert_int_equal(bqueue_init(q, &c), 0);
     memset(items, 0, sizeof items);
 }
@@ -414,7 +417,7 @@ static void test_push_refuses_more_tokens_than_a_batch(void **state)
     (void)state;
     struct latmodel lat = exact_tokens();
     struct bqueue q;
-    setup_queue(&q, 512, POLICY_DEADLINE);
+    setup_queue(&q, 512, true, POLICY_DEADLINE);
     struct error err = {0};
     assert_int_equal(push(&q, &lat, 0, 600, 0, 0, &err), -BG_EINVAL);
     if (!strstr(err.msg, "600") || !strstr(err.msg, "512") || !strstr(err.msg, "max_batch_tokens"))
@@ -435,7 +438,7 @@ static void test_batch_carries_tokens_and_padding(void **state)
     struct latmodel lat = exact_tokens();
     lat.c_ns = 10;
     struct bqueue q;
-    setup_queue(&q, 512, POLICY_DEADLINE);
+    setup_queue(&q, 512, false, POLICY_DEADLINE);
     struct error err = {0};
     assert_int_equal(push(&q, &lat, 0, 100, 0, 0, &err), 0);
     assert_int_equal(push(&q, &lat, 1, 200, 0, 0, &err), 0);
@@ -464,7 +467,7 @@ static void test_offline_rows_respect_the_token_cap(void **state)
     (void)state;
     struct latmodel lat = exact_tokens();
     struct bqueue q;
-    setup_queue(&q, 512, POLICY_DEADLINE);
+    setup_queue(&q, 512, true, POLICY_DEADLINE);
     struct error err = {0};
     for (int i = 0; i < 3; i++) {
         items[i] = (struct infer_item){.rows = 1, .tokens = 300, .offline = true};
@@ -487,7 +490,7 @@ static void test_expiry_in_tokens(void **state)
     (void)state;
     struct latmodel lat = exact_tokens();
     struct bqueue q;
-    setup_queue(&q, 512, POLICY_DEADLINE);
+    setup_queue(&q, 512, false, POLICY_DEADLINE);
     struct error err = {0};
     assert_int_equal(push(&q, &lat, 0, 400, 0, 6 * MS, &err), 0);
     items[1] = (struct infer_item){.rows = 1, .t_arrival_ns = 0, .deadline_ns = 6 * MS};
@@ -499,6 +502,181 @@ static void test_expiry_in_tokens(void **state)
     bqueue_expire(&q, 1 * MS + 1, &lat, &expired);
     assert_ptr_equal(expired, &items[0]);
     assert_null(expired->next);
+    bqueue_free(&q);
+}
+
+/* Lengths 20, 200, 20, 200, then six of 20 under a cap of 400 tokens: the
+ * policy's selection (in order, skipping what does not fit) mixes both
+ * lengths, 9 rows padded to 200; grouped, the first batch is the eight
+ * short ones (160 tokens, no padding), the next the two long ones. */
+static const int mixed_lengths[] = {20, 200, 20, 200, 20, 20, 20, 20, 20, 20};
+
+static int take_ids(struct bqueue *q, const struct latmodel *lat, int64_t now, int *ids)
+{
+    struct batch b = {0};
+    int64_t wake;
+    if (!bqueue_take(q, now, lat, &b, &wake))
+        return 0;
+    int n = 0;
+    for (struct infer_item *it = b.head; it; it = it->next)
+        ids[n++] = (int)(it - items);
+    return n;
+}
+
+static void test_grouping_prefers_similar_lengths(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_tokens();
+    int ids[32];
+    for (int group = 0; group < 2; group++) {
+        struct bqueue q;
+        setup_queue(&q, 400, group, POLICY_DEADLINE);
+        struct error err = {0};
+        for (int i = 0; i < 10; i++)
+            assert_int_equal(push(&q, &lat, i, mixed_lengths[i], i, 0, &err), 0);
+        int n = take_ids(&q, &lat, 100, ids);
+        if (!group) {
+            assert_int_equal(n, 9);   /* all but the second 200 */
+            bqueue_free(&q);
+            continue;
+        }
+        assert_int_equal(n, 8);
+        for (int k = 0; k < n; k++)
+            assert_int_equal(mixed_lengths[ids[k]], 20);
+        n = take_ids(&q, &lat, 200, ids);
+        assert_int_equal(n, 2);
+        assert_int_equal(ids[0], 1);
+        assert_int_equal(ids[1], 3);
+        bqueue_free(&q);
+    }
+}
+
+/* Grouping needs a token cap: without one the switch changes nothing. */
+static void test_grouping_needs_a_token_cap(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_tokens();
+    struct bqueue q;
+    setup_queue(&q, 0, true, POLICY_DEADLINE);
+    struct error err = {0};
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(push(&q, &lat, i, mixed_lengths[i], i, 0, &err), 0);
+    int ids[32];
+    assert_int_equal(take_ids(&q, &lat, 100, ids), 10);
+    bqueue_free(&q);
+}
+
+/* The anchor (the first in service order) goes even when its length is the
+ * odd one out, and so does a member that could not wait for the next
+ * batch; the others that can wait are traded for closer lengths. Cap 1000:
+ * exec(1000) = 11 ms, so a member due before 22 ms must go. */
+static void test_grouping_keeps_the_anchor_and_the_urgent(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_tokens();
+    struct bqueue q;
+    setup_queue(&q, 1000, true, POLICY_DEADLINE);
+    struct error err = {0};
+    assert_int_equal(push(&q, &lat, 0, 200, 0, 12 * MS, &err), 0);   /* anchor */
+    assert_int_equal(push(&q, &lat, 1, 20, 0, 20 * MS, &err), 0);    /* urgent, short */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(push(&q, &lat, 2 + 2 * i, 200, 0, 0, &err), 0);
+        assert_int_equal(push(&q, &lat, 3 + 2 * i, 20, 0, 0, &err), 0);
+    }
+    for (int i = 10; i < 16; i++)
+        assert_int_equal(push(&q, &lat, i, 20, 0, 0, &err), 0);
+    int ids[32];
+    int n = take_ids(&q, &lat, 0, ids);
+    bool anchor = false, urgent = false;
+    int shorts = 0;
+    for (int k = 0; k < n; k++) {
+        anchor |= ids[k] == 0;
+        urgent |= ids[k] == 1;
+        shorts += ids[k] != 1 && items[ids[k]].tokens == 20;
+    }
+    if (!anchor || !urgent || shorts != 0)
+        fail_msg("batch of %d: anchor %d, urgent %d, %d other short ones", n, anchor, urgent,
+                 shorts);
+    bqueue_free(&q);
+}
+
+/* A selection that mixes priorities is left as the policy made it: the
+ * two long requests of priority 1 and the short ones of priority 2 that
+ * fit after them (cap 450). Grouped among priority 1 alone it would be
+ * the two long ones, cheaper per token on a padded device; but were the
+ * anchor an aged request of priority 2, that trade would leave priority 1
+ * waiting while priority 2 runs. */
+static void test_grouping_never_crosses_priorities(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_tokens();
+    struct bqueue q;
+    setup_queue(&q, 450, true, POLICY_DEADLINE);
+    struct error err = {0};
+    for (int i = 0; i < 10; i++) {
+        int len = mixed_lengths[i];
+        items[i] = (struct infer_item){.rows = 1, .tokens = len, .tokens_sq = (int64_t)len * len,
+                                       .max_len = len, .t_arrival_ns = i,
+                                       .priority = len == 200 ? 1 : 2};
+        assert_int_equal(bqueue_push(&q, &items[i], i, &lat, &err), 0);
+    }
+    int ids[32];
+    int n = take_ids(&q, &lat, 100, ids);
+    assert_int_equal(n, 4);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 3);
+    bqueue_free(&q);
+}
+
+/* A long request every seventh round among ten short ones a round, one cut
+ * a round: every request goes within as many cuts as requests were queued
+ * before it when it came (the anchor, the oldest, goes at every cut), and
+ * a long one with fewer than ten before it within two. */
+static void test_grouping_does_not_starve_long_requests(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_tokens();
+    struct bqueue q;
+    setup_queue(&q, 400, true, POLICY_DEADLINE);
+    static struct infer_item pool[600];
+    static int ahead[600], first_cut[600], cut_at[600];
+    int next = 0, queued = 0, longs = 0;
+    struct error err = {0};
+    memset(pool, 0, sizeof pool);
+    for (int round = 0; round < 50; round++) {
+        for (int k = 0; k < 11; k++) {
+            if (k == 10 && round % 7 != 1)
+                continue;
+            int len = k == 10 ? 200 : 10 + next % 5;
+            pool[next] = (struct infer_item){.rows = 1, .tokens = len,
+                                             .tokens_sq = (int64_t)len * len, .max_len = len,
+                                             .t_arrival_ns = next};
+            assert_int_equal(bqueue_push(&q, &pool[next], next, &lat, &err), 0);
+            ahead[next] = queued++;
+            first_cut[next] = round;
+            cut_at[next] = -1;
+            next++;
+        }
+        struct batch b = {0};
+        int64_t wake;
+        assert_int_equal(bqueue_take(&q, next, &lat, &b, &wake), 1);
+        for (struct infer_item *it = b.head; it; it = it->next) {
+            cut_at[it - pool] = round;
+            queued--;
+        }
+    }
+    for (int i = 0; i < next; i++) {
+        int waited = (cut_at[i] < 0 ? 50 : cut_at[i]) - first_cut[i];
+        if (waited > ahead[i])
+            fail_msg("request %d (%d tokens) waited %d cuts with %d before it", i,
+                     pool[i].tokens, waited, ahead[i]);
+        if (pool[i].tokens == 200) {
+            longs++;
+            if (ahead[i] < 10 && waited > 1)
+                fail_msg("long request %d went %d cuts after it came", i, waited);
+        }
+    }
+    assert_true(longs >= 7);
     bqueue_free(&q);
 }
 
@@ -517,6 +695,11 @@ int main(void)
         cmocka_unit_test(test_batch_carries_tokens_and_padding),
         cmocka_unit_test(test_offline_rows_respect_the_token_cap),
         cmocka_unit_test(test_expiry_in_tokens),
+        cmocka_unit_test(test_grouping_prefers_similar_lengths),
+        cmocka_unit_test(test_grouping_needs_a_token_cap),
+        cmocka_unit_test(test_grouping_keeps_the_anchor_and_the_urgent),
+        cmocka_unit_test(test_grouping_never_crosses_priorities),
+        cmocka_unit_test(test_grouping_does_not_starve_long_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
