@@ -84,6 +84,7 @@ bench: build
 	loadgen/bench/overload_sweep.sh
 	loadgen/bench/metrics_overhead.sh
 	./$(BUILD)/bench_policy_sim
+	./$(BUILD)/bench_token_sim
 	loadgen/bench/policy_http.py
 	./$(BUILD)/bench_kernels_cpu
 	./$(BUILD)/bench_encoder_cpu

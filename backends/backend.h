@@ -44,6 +44,11 @@ struct instance {
     float *in, *out;
     int nwarm;                        /* warmup batches: the first latency samples */
     int warm_rows[2 * (MODEL_MAX_PREFERRED + 2)];
+    /* Each warmup batch's tokens (= rows for a model without tokens) and
+     * its rows' squared lengths summed (0: not given): the latency model
+     * is in tokens (batcher/latmodel.h). */
+    int64_t warm_tokens[2 * (MODEL_MAX_PREFERRED + 2)];
+    int64_t warm_tokens_sq[2 * (MODEL_MAX_PREFERRED + 2)];
     int64_t warm_ns[2 * (MODEL_MAX_PREFERRED + 2)];
 };
 

@@ -155,6 +155,15 @@ static const struct schema_field model_batching_fields[] = {
      .min = 0, .max = 3600000, .def = 30000,
      .doc = "a batch whose backend call has not returned after this long is abandoned, its "
             "requests get 504 (below); 0 = never"},
+    {SCHEMA_F_INT("max_batch_tokens", struct model_batching, max_batch_tokens),
+     .min = 0, .max = 1 << 26, .def = 0,
+     .doc = "tokens per batch besides `max_batch_size` rows, for models whose requests carry "
+            "tokens (encoders); a request over it is refused; 0 = no token budget "
+            "(docs/BATCHING.md, Token budgets)"},
+    {SCHEMA_F_BOOL("group_by_length", struct model_batching, group_by_length),
+     .doc = "with `max_batch_tokens`: a batch cut from a longer queue prefers requests of "
+            "similar length; for backends that pad (an upstream server), not the packed cpu "
+            "encoder (docs/BATCHING.md, Token budgets)"},
     SCHEMA_END_ROW,
 };
 

@@ -70,6 +70,10 @@ struct model_batching {
     int64_t priority_aging_ms;   /* the oldest request goes first after this long; 0: never */
     char policy[16];             /* "adaptive" (default), "deadline" or "fixed_delay" (Triton's) */
     int64_t batch_timeout_ms;    /* a batch still running after this is abandoned (504); 0: never */
+    /* Tokens a batch may hold (batcher/work.h: a request's work units, its
+     * rows unless it gives tokens); 0: no token budget, rows alone. */
+    int max_batch_tokens;
+    bool group_by_length;        /* with max_batch_tokens: batch similar lengths (batcher/group.h) */
 };
 
 enum synthetic_mode { SYNTHETIC_SLEEP, SYNTHETIC_SPIN };

@@ -141,9 +141,22 @@ void batcher_free(struct batcher *b)
     free(b);
 }
 
-void batcher_seed(struct batcher *b, int instance, int rows, int64_t exec_ns)
+/* One batch's time into an instance's latency model. */
+static void batcher_learn(struct batcher *b, int instance, int64_t tokens, int64_t tokens_sq,
+                          int64_t exec_ns)
 {
-    batcher_done(b, instance, rows, exec_ns);
+    if (instance < 0 || instance >= b->ninstances)
+        return;
+    pthread_mutex_lock(&b->lock);
+    latmodel_add_sq(&b->lat[instance], tokens, tokens_sq, exec_ns);
+    batcher_update_fastest(b);
+    pthread_mutex_unlock(&b->lock);
+}
+
+void batcher_seed(struct batcher *b, int instance, int rows, int64_t tokens, int64_t tokens_sq,
+                  int64_t exec_ns)
+{
+    batcher_learn(b, instance, tokens > 0 ? tokens : rows, tokens_sq, exec_ns);
 }
 
 int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
@@ -166,7 +179,7 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
         /* The adaptive wait weighs online arrivals: a job's lines come as
          * fast as the jobs runner queues them and no one waits for them. */
         if (!it->offline)
-            rate_add(&b->arrivals, now, it->rows);
+            rate_add(&b->arrivals, now, work_tokens(it));
         /* Every idle worker re-decides: with several instances any may take it. */
         pthread_cond_broadcast(&b->work);
         if (it->deadline_ns)
@@ -287,8 +300,9 @@ int64_t batcher_start_by(struct batcher *b, int instance, const struct batch *bt
         return 0;
     int64_t guard = guard_value(&b->guard, now_ns());
     pthread_mutex_lock(&b->lock);
-    int64_t exec = latmodel_predict(&b->lat[instance >= 0 && instance < b->ninstances ? instance : 0],
-                                    bt->rows);
+    int64_t exec = latmodel_predict_sq(
+        &b->lat[instance >= 0 && instance < b->ninstances ? instance : 0],
+        bt->tokens > 0 ? bt->tokens : bt->rows, bt->tokens_sq);
     pthread_mutex_unlock(&b->lock);
     int64_t by = earliest - exec - guard;
     return by > 0 ? by : 1;   /* already late: the most urgent there is, never "none" */
@@ -312,14 +326,9 @@ void batcher_set_device_probe(struct batcher *b, bool (*other_work)(void *arg, i
     pthread_mutex_unlock(&b->lock);
 }
 
-void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns)
+void batcher_done(struct batcher *b, int instance, const struct batch *bt, int64_t exec_ns)
 {
-    if (instance < 0 || instance >= b->ninstances)
-        return;
-    pthread_mutex_lock(&b->lock);
-    latmodel_add(&b->lat[instance], rows, exec_ns);
-    batcher_update_fastest(b);
-    pthread_mutex_unlock(&b->lock);
+    batcher_learn(b, instance, bt->tokens > 0 ? bt->tokens : bt->rows, bt->tokens_sq, exec_ns);
 }
 
 void batcher_answered(struct batcher *b, const struct infer_item *it, int64_t answered_ns)

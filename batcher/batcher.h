@@ -27,10 +27,14 @@ struct batcher *batcher_new(const char *model_name, const struct model_batching 
                             int instances, struct error *err);
 void batcher_free(struct batcher *b);
 
-/* Seeds an instance's latency model (the warmup batches at load). */
-void batcher_seed(struct batcher *b, int instance, int rows, int64_t exec_ns);
+/* Seeds an instance's latency model (the warmup batches at load): a batch
+ * of `rows` rows and `tokens` tokens (0: as many as rows) whose rows'
+ * squared lengths sum to tokens_sq (0: not given) ran in exec_ns. */
+void batcher_seed(struct batcher *b, int instance, int rows, int64_t tokens, int64_t tokens_sq,
+                  int64_t exec_ns);
 
-/* Queues the item. Returns 0, or -BG_EQUEUEFULL, -BG_EINVAL (rows),
+/* Queues the item. Returns 0, or -BG_EQUEUEFULL, -BG_EINVAL (rows, or
+ * tokens over batching.max_batch_tokens),
  * -BG_EDEADLINE (its budget cannot be met even alone) or -BG_ESHUTDOWN, with
  * a message; then the item is not queued and `complete` is not called. */
 int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err);
@@ -83,8 +87,9 @@ void batcher_set_tenant_rank(struct batcher *b, batcher_rank_fn rank, void *arg)
 /* (With a ranking the queue is also fair to tenants when full: see
  * queue.h; a request that made room is answered 429.) */
 
-/* Worker side: a batch ran; its time refines the instance's latency model. */
-void batcher_done(struct batcher *b, int instance, int rows, int64_t exec_ns);
+/* Worker side: a batch ran; its time refines the instance's latency model
+ * (in the batch's tokens and tokens_sq). */
+void batcher_done(struct batcher *b, int instance, const struct batch *bt, int64_t exec_ns);
 
 /* IO side: a computed item's answer was queued for writing at answered_ns.
  * How late that was against the batch's plan teaches the guard (guard.h). */
@@ -96,7 +101,9 @@ int64_t batcher_guard_ns(struct batcher *b);
 void batcher_close(struct batcher *b);
 
 int batcher_depth(struct batcher *b);
-/* The fitted model of an instance: exec(rows) ~= a + b*rows (+ margin), ns. */
+/* The fitted model of an instance: exec(tokens) ~= a + b*tokens (+ margin),
+ * ns (tokens are rows for a model without tokens; the quadratic term, when
+ * one was fitted, is left out here). */
 void batcher_latency_model(struct batcher *b, int instance, double *a_ns, double *b_ns,
                            double *margin_ns);
 

@@ -13,12 +13,13 @@ enum policy_kind policy_kind_from_name(const char *name)
     return POLICY_ADAPTIVE;
 }
 
-/* The adaptive rule (policy.h): the instant the batch of `rows` rows, whose
- * oldest request arrived at `oldest`, stops waiting; <= now_ns: send now.
+/* The adaptive rule (policy.h): the instant the batch of `rows` rows (tokens
+ * for a model with tokens), whose oldest request arrived at `oldest`, stops
+ * waiting; <= now_ns: send now.
  * `bound` is the earlier of max_queue_delay's instant and the deadline
  * rule's latest start. */
 static int64_t policy_adaptive_until(const struct latmodel *lat, const struct policy_load *load,
-                                     int rows, int64_t oldest, int64_t bound)
+                                     int64_t rows, int64_t oldest, int64_t bound)
 {
     double lambda = load ? load->rows_per_ns : 0;
     if (!(lambda > 0))
@@ -46,65 +47,159 @@ static int64_t policy_adaptive_until(const struct latmodel *lat, const struct po
     return (int64_t)until;
 }
 
-/* The selection serving the most rows, every one within its deadline when
- * started now: for each row budget R (largest first) take, in service
- * order, the requests that fit in R and whose deadline allows exec(R). */
-static void policy_select_feasible(const struct policy_config *c, const struct latmodel *lat,
-                            const struct policy_request *q, int n, int64_t now,
-                            struct policy_decision *d)
+int64_t policy_token_cap(const struct policy_config *c, const struct policy_tokens *t)
+{
+    return t && t->max_batch_tokens > 0 ? t->max_batch_tokens : c->max_batch_size;
+}
+
+int64_t policy_sq_per_token(const struct policy_tokens *t, const struct policy_request *q, int n)
+{
+    int64_t m = 0;
+    for (int i = 0; t && t->req && i < n; i++) {
+        int64_t tok = policy_req_tokens(t, q, i), sq = policy_req_sq(t, i);
+        int64_t v = sq > 0 ? (sq + tok - 1) / tok : 0;
+        if (v > m)
+            m = v;
+    }
+    return m;
+}
+
+int64_t policy_budget_ns(const struct latmodel *lat, int64_t sq_per_token, int64_t budget)
+{
+    return latmodel_predict_sq(lat, budget, budget * sq_per_token);
+}
+
+/* One selection for a token budget: in service order, each request that
+ * fits (rows and tokens within `budget`) and whose deadline allows
+ * `finish`. Fills idx[0..*cn) and *rows, returns its tokens; *late: the
+ * latest deadline among the requests looked at that `finish` excluded
+ * (0: none), which bounds the budgets giving this same selection. */
+static int64_t policy_fill(const struct policy_config *c, const struct policy_tokens *t,
+                           const struct policy_request *q, int n, int64_t budget, int64_t finish,
+                           int *idx, int *cn, int *rows, int64_t *late)
+{
+    int k = 0, r = 0;
+    int64_t tok = 0;
+    *late = 0;
+    for (int i = 0; i < n && tok < budget && r < c->max_batch_size; i++) {
+        if (q[i].deadline_ns && q[i].deadline_ns < finish) {
+            if (q[i].deadline_ns > *late)
+                *late = q[i].deadline_ns;
+            continue;
+        }
+        int ti = policy_req_tokens(t, q, i);
+        if (r + q[i].rows > c->max_batch_size || tok + ti > budget)
+            continue;
+        idx[k++] = i;
+        r += q[i].rows;
+        tok += ti;
+    }
+    *cn = k;
+    *rows = r;
+    return tok;
+}
+
+/* The smallest budget (at least 1) whose finish is still past `late`: from
+ * there up to the budget that excluded it, the same requests are
+ * excluded. exec grows with the budget, so a bisection finds it. */
+static int64_t policy_band_low(const struct latmodel *lat, int64_t spt, int64_t now,
+                               int64_t budget, int64_t late)
+{
+    if (!late)
+        return 1;
+    int64_t lo = 1, hi = budget;   /* now + exec(hi) > late holds */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (now + policy_budget_ns(lat, spt, mid) > late)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* The selection serving the most tokens, every one within its deadline
+ * when started now: for each token budget R (largest first) take, in
+ * service order, the requests that fit in R and whose deadline allows
+ * exec(R). Among selections of equal tokens the one with the tightest
+ * budget admits the most requests in service order.
+ *
+ * Budgets are not tried one by one (max_batch_tokens may be thousands):
+ * the selection for R is also the selection for every budget down to the
+ * larger of its own tokens and the lowest budget that excludes the same
+ * requests for their deadlines (policy_band_low), so the next budget worth
+ * trying is below both. For rows (tokens == rows, cap max_batch_size)
+ * this is the same selection, budget and order as trying each R. */
+static void policy_select_feasible(const struct policy_config *c, const struct policy_tokens *t,
+                                   const struct latmodel *lat, const struct policy_request *q,
+                                   int n, int64_t now, struct policy_decision *d)
 {
     int *best = d->scratch, *cur = d->scratch + c->max_batch_size + 1;
-    int best_n = 0, best_rows = 0, best_R = 1;
-    /* Down to R == best_rows: among selections of equal rows the one with the
-     * tightest row budget admits the most requests in service order. */
-    for (int R = c->max_batch_size; R >= 1 && R >= best_rows; R--) {
-        int64_t finish = now + latmodel_predict(lat, R);
-        int cn = 0, rows = 0;
-        for (int i = 0; i < n && rows < R; i++) {
-            if (rows + q[i].rows > R)
-                continue;
-            if (q[i].deadline_ns && q[i].deadline_ns < finish)
-                continue;
-            cur[cn++] = i;
-            rows += q[i].rows;
-        }
-        if (rows > 0 && rows >= best_rows) {
-            int *t = best;
+    int best_n = 0, best_rows = 0;
+    int64_t best_tok = 0, best_R = 1, cap = policy_token_cap(c, t);
+    int64_t spt = policy_sq_per_token(t, q, n);
+    /* Budgets above what the view holds add nothing when all of it fits
+     * in the rows: they only exclude more for their deadlines. */
+    int64_t all_tok = 0;
+    int all_rows = 0;
+    for (int i = 0; i < n; i++) {
+        all_tok += policy_req_tokens(t, q, i);
+        all_rows += q[i].rows;
+    }
+    int64_t R = all_rows <= c->max_batch_size && all_tok < cap ? all_tok : cap;
+    while (R >= 1 && R >= best_tok) {
+        int64_t late, finish = now + policy_budget_ns(lat, spt, R);
+        int cn, rows;
+        int64_t tok = policy_fill(c, t, q, n, R, finish, cur, &cn, &rows, &late);
+        int64_t low = policy_band_low(lat, spt, now, R, late);
+        int64_t same_down_to = tok > low ? tok : low;
+        if (tok > 0 && tok >= best_tok) {
+            int *x = best;
             best = cur;
-            cur = t;
+            cur = x;
             best_n = cn;
             best_rows = rows;
-            best_R = R;
+            best_tok = tok;
+            best_R = same_down_to;
         }
+        R = same_down_to - 1;
     }
     if (best_n == 0) {
         /* Nothing can make it (the caller expires those): send the head. */
         d->take = 1;
         d->rows = q[0].rows;
-        d->row_budget = c->max_batch_size;
+        d->tokens = policy_req_tokens(t, q, 0);
+        d->budget = cap;
         d->pick = NULL;
         return;
     }
     d->take = best_n;
     d->rows = best_rows;
-    d->row_budget = best_R;
+    d->tokens = best_tok;
+    d->budget = best_R;
     d->pick = best;
 }
 
-void policy_decide(const struct policy_config *c, const struct latmodel *lat,
-                   const struct policy_load *load, const struct policy_request *q, int n,
-                   int64_t now_ns, struct policy_decision *d)
+void policy_decide_tokens(const struct policy_config *c, const struct policy_tokens *t,
+                          const struct latmodel *lat, const struct policy_load *load,
+                          const struct policy_request *q, int n, int64_t now_ns,
+                          struct policy_decision *d)
 {
     d->take = 0;
     d->rows = 0;
+    d->tokens = 0;
     d->wake_ns = POLICY_NEVER;
     d->pick = NULL;
     if (n <= 0)
         return;
     int k = 0, rows = 0, pref_k = 0, pref_rows = 0;
+    int64_t tokens = 0, sq = 0, pref_tokens = 0, cap = policy_token_cap(c, t);
     int64_t oldest = POLICY_NEVER, dmin = POLICY_NEVER;
-    while (k < n && rows + q[k].rows <= c->max_batch_size) {
+    while (k < n && rows + q[k].rows <= c->max_batch_size &&
+           tokens + policy_req_tokens(t, q, k) <= cap) {
         rows += q[k].rows;
+        tokens += policy_req_tokens(t, q, k);
+        sq += policy_req_sq(t, k);
         if (q[k].arrival_ns < oldest)
             oldest = q[k].arrival_ns;
         if (q[k].deadline_ns && q[k].deadline_ns < dmin)
@@ -114,42 +209,56 @@ void policy_decide(const struct policy_config *c, const struct latmodel *lat,
             if (rows == c->preferred[p]) {
                 pref_k = k;
                 pref_rows = rows;
+                pref_tokens = tokens;
             }
     }
     if (k == 0) {
-        /* Cannot happen for admitted requests (rows <= max_batch_size); take
-         * the head alone rather than stall the queue. */
+        /* Cannot happen for admitted requests (rows <= max_batch_size,
+         * tokens <= max_batch_tokens); take the head alone rather than
+         * stall the queue. */
         d->take = 1;
         d->rows = q[0].rows;
-        d->row_budget = c->max_batch_size;
+        d->tokens = policy_req_tokens(t, q, 0);
+        d->budget = cap;
         return;
     }
     int deadline_aware = policy_deadline_aware(c->kind) && lat != NULL;
-    int full = rows == c->max_batch_size || k < n;
+    int full = rows == c->max_batch_size || tokens == cap || k < n;
     int64_t due = oldest + c->max_queue_delay_ns;
     int64_t latest = POLICY_NEVER;
     if (deadline_aware && dmin != POLICY_NEVER)
-        latest = dmin - latmodel_predict(lat, rows);
+        latest = dmin - latmodel_predict_sq(lat, tokens, sq);
     int64_t bound = due < latest ? due : latest;
     if (c->kind == POLICY_ADAPTIVE)
-        bound = policy_adaptive_until(lat, load, rows, oldest, bound);
+        bound = policy_adaptive_until(lat, load, tokens, oldest, bound);
     int take = 0, take_rows = 0;
+    int64_t take_tokens = 0;
     if (full || now_ns >= bound) {
         take = k;
         take_rows = rows;
+        take_tokens = tokens;
     } else if (pref_k > 0) {
         take = pref_k;
         take_rows = pref_rows;
+        take_tokens = pref_tokens;
     }
     if (take > 0) {
         if (deadline_aware && d->scratch) {
-            policy_select_feasible(c, lat, q, n, now_ns, d);
-            return;
+            policy_select_feasible(c, t, lat, q, n, now_ns, d);
+        } else {
+            d->take = take;
+            d->rows = take_rows;
+            d->tokens = take_tokens;
+            d->budget = cap;
         }
-        d->take = take;
-        d->rows = take_rows;
-        d->row_budget = c->max_batch_size;
         return;
     }
     d->wake_ns = bound;
+}
+
+void policy_decide(const struct policy_config *c, const struct latmodel *lat,
+                   const struct policy_load *load, const struct policy_request *q, int n,
+                   int64_t now_ns, struct policy_decision *d)
+{
+    policy_decide_tokens(c, NULL, lat, load, q, n, now_ns, d);
 }

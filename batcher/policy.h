@@ -4,14 +4,17 @@
  * simulated on a virtual clock.
  *
  * The queue is seen in service order (priority, then earliest deadline, then
- * arrival). Rows, not requests, count toward max_batch_size and a request is
- * never split, so a batch is a prefix of that order. The prefix is sent now
- * when it
- *   - is full, or cannot grow (the next request would not fit),
+ * arrival). Rows, not requests, count toward max_batch_size, tokens (work.h:
+ * a request's work units, its rows unless it gives tokens) toward
+ * max_batch_tokens, and a request is never split, so a batch is a prefix of
+ * that order. The latency model is in tokens: for a model without tokens
+ * every "tokens" below is "rows", and the policy is the row policy it
+ * always was. The prefix is sent now when it
+ *   - is full (either cap), or cannot grow (the next request would not fit),
  *   - has reached a preferred size (the largest such prefix is taken),
  *   - holds a request that has waited max_queue_delay since its arrival,
  *   - (deadline-aware policies) would miss its earliest deadline if it waited
- *     any longer: now >= min(deadline) - exec(rows), or
+ *     any longer: now >= min(deadline) - exec(tokens), or
  *   - (POLICY_ADAPTIVE) waiting is not expected to pay (policy_decide).
  * A deadline-aware batch is cut to the longest prefix whose deadlines the
  * predicted execution still meets. Otherwise the policy names the exact
@@ -26,6 +29,7 @@
 #ifndef BG_POLICY_H
 #define BG_POLICY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "batcher/latmodel.h"
@@ -54,9 +58,41 @@ struct policy_request {
     int64_t deadline_ns;            /* 0: none */
 };
 
+/* A request's tokens (work.h), for a queue whose requests carry them. */
+struct policy_token_info {
+    int tokens;                     /* its work units, >= 1 */
+    int64_t tokens_sq;              /* its rows' squared lengths summed; 0: not given */
+    int len;                        /* its longest row in tokens (length grouping) */
+    int priority;                   /* length grouping mixes requests of one priority only */
+};
+
+/* What tokens add to a decision (NULL or req NULL: a request's tokens are
+ * its rows and the cap is max_batch_size). */
+struct policy_tokens {
+    /* The tokens a batch may hold; 0: max_batch_size. The queue passes
+     * batching.max_batch_tokens, or without it a bound no batch of
+     * max_batch_size rows exceeds (queue.c). */
+    int64_t max_batch_tokens;
+    const struct policy_token_info *req;   /* req[i] is q[i]'s */
+};
+
+/* Request i's tokens, tokens_sq. */
+static inline int policy_req_tokens(const struct policy_tokens *t,
+                                    const struct policy_request *q, int i)
+{
+    return t && t->req ? t->req[i].tokens : q[i].rows;
+}
+
+static inline int64_t policy_req_sq(const struct policy_tokens *t, int i)
+{
+    return t && t->req ? t->req[i].tokens_sq : 0;
+}
+
 /* What the policy knows beyond the queue: measured by the caller, passed in. */
 struct policy_load {
-    double rows_per_ns;             /* the queue's observed arrival rate (rate.h); 0: none */
+    /* The queue's observed arrival rate (rate.h) in tokens (rows for a model
+     * without tokens) per ns; 0: none. */
+    double rows_per_ns;
     /* Another model or the queue's own job lines could use this device
      * while the batch waits (batcher.c sets it from the device scheduler),
      * so waiting does not leave the device idle and may last up to
@@ -69,10 +105,12 @@ struct policy_load {
 struct policy_decision {
     int take;                       /* requests to dispatch now; 0 = wait */
     int rows;                       /* their rows */
-    int row_budget;                 /* the batch was filled, in service order, up to this
-                                     * many rows finishing by exec(row_budget) */
+    int64_t tokens;                 /* their tokens */
+    int64_t budget;                 /* the batch was filled, in service order, up to this
+                                     * many tokens finishing by exec(budget) (policy_budget_ns) */
     int64_t wake_ns;                /* when to decide again if nothing changes */
-    const int *pick;                /* NULL: the first `take` of q; else their indices in q */
+    const int *pick;                /* NULL: the first `take` of q; else their indices in q,
+                                     * in q's order */
     int *scratch;                   /* set by the caller: 2 x (max_batch_size + 1) ints, or
                                      * NULL (then deadline-aware policies send prefixes only) */
 };
@@ -82,7 +120,8 @@ struct policy_decision {
  * policy; load may be NULL (no arrivals measured: the adaptive policy then
  * never waits).
  *
- * When the adaptive policy waits (docs/BATCHING.md derives it): with r rows
+ * When the adaptive policy waits (docs/BATCHING.md derives it; rows are
+ * tokens for a model with tokens): with r rows
  * in the batch that would go now, lambda rows/ns arriving and the fitted
  * exec(R) = a + b*R, waiting w instead of starting now delays the r rows by
  * about w(1 + b*lambda) and saves each of the ~lambda*w rows arriving
@@ -98,13 +137,30 @@ struct policy_decision {
  * load->device_has_other_work the w* term is dropped.
  *
  * What a deadline-aware policy dispatches: the set of requests that serves the
- * most rows while every one of them still meets its deadline, taken in
+ * most tokens while every one of them still meets its deadline, taken in
  * service order and skipping those that would not (under overload, requests
  * about to expire would otherwise force ever smaller batches and the
- * throughput would collapse; they are answered 504 when they expire). */
+ * throughput would collapse; they are answered 504 when they expire). The
+ * queue may then trade members for others of closer length (group.h). */
 void policy_decide(const struct policy_config *c, const struct latmodel *lat,
                    const struct policy_load *load, const struct policy_request *q, int n,
                    int64_t now_ns, struct policy_decision *d);
+/* The same for a queue whose requests carry tokens (t may be NULL: then
+ * it is policy_decide). */
+void policy_decide_tokens(const struct policy_config *c, const struct policy_tokens *t,
+                          const struct latmodel *lat, const struct policy_load *load,
+                          const struct policy_request *q, int n, int64_t now_ns,
+                          struct policy_decision *d);
+/* The token cap of a batch: t's, or max_batch_size. */
+int64_t policy_token_cap(const struct policy_config *c, const struct policy_tokens *t);
+/* The largest tokens_sq / tokens (rounded up) among q[0..n), 0 when none
+ * gives tokens_sq: a selection of T tokens from q has at most T x that. */
+int64_t policy_sq_per_token(const struct policy_tokens *t, const struct policy_request *q, int n);
+/* The execution a selection filled up to `budget` tokens is planned with:
+ * exec(budget), with the quadratic term (if the model has one) at the most
+ * a selection can have (budget x sq_per_token), so every member's deadline
+ * holds whichever requests fill it. */
+int64_t policy_budget_ns(const struct latmodel *lat, int64_t sq_per_token, int64_t budget);
 /* Initializes a decision with its scratch space. */
 static inline void policy_decision_init(struct policy_decision *d, int *scratch)
 {

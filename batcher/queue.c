@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batcher/group.h"
+
 void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batching *b,
                               enum policy_kind kind)
 {
@@ -17,6 +19,8 @@ void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batch
     qc->default_priority = b->default_priority;
     qc->aging_ns = b->priority_aging_ms * 1000000;
     qc->kind = kind;
+    qc->max_batch_tokens = b->max_batch_tokens;
+    qc->group_by_length = b->group_by_length;
 }
 
 int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg)
@@ -34,21 +38,57 @@ int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg)
     q->pcfg.npreferred = cfg->npreferred;
     q->pcfg.max_queue_delay_ns = cfg->max_queue_delay_ns;
     q->pcfg.kind = cfg->kind;
+    /* Grouping trades members within a token budget: without one a batch
+     * is cut by rows and there is no padding to weigh. */
+    q->group = cfg->group_by_length && cfg->max_batch_tokens > 0;
+    q->tokens_per_row_max = 1;
     q->view_cap = POLICY_VIEW_FACTOR * cfg->max_batch_size + 1;
     q->view = calloc((size_t)q->view_cap, sizeof *q->view);
+    q->view_tok = calloc((size_t)q->view_cap, sizeof *q->view_tok);
+    q->group_work = calloc((size_t)q->view_cap, sizeof *q->group_work);
+    q->ptok.req = q->view_tok;
     q->view_items = calloc((size_t)q->view_cap, sizeof *q->view_items);
     q->pick_scratch = calloc(2 * ((size_t)cfg->max_batch_size + 1), sizeof *q->pick_scratch);
-    return q->view && q->view_items && q->pick_scratch ? 0 : -BG_ENOMEM;
+    return q->view && q->view_tok && q->group_work && q->view_items && q->pick_scratch
+               ? 0
+               : -BG_ENOMEM;
 }
 
 void bqueue_free(struct bqueue *q)
 {
     free(q->view);
+    free(q->view_tok);
+    q->view_tok = NULL;
+    free(q->group_work);
+    q->group_work = NULL;
     free(q->view_items);
     free(q->pick_scratch);
     q->pick_scratch = NULL;
     q->view = NULL;
     q->view_items = NULL;
+}
+
+/* The tokens a batch holds at most: max_batch_tokens, or without it
+ * max_batch_size rows of the longest rows seen (max_batch_size for a model
+ * without tokens). No item exceeds it. */
+static int64_t bqueue_full_tokens(const struct bqueue *q)
+{
+    if (q->cfg.max_batch_tokens > 0)
+        return q->cfg.max_batch_tokens;
+    return (int64_t)q->cfg.max_batch_size * q->tokens_per_row_max;
+}
+
+/* The execution of a full batch: no item's is longer. */
+static int64_t bqueue_full_ns(const struct bqueue *q, const struct latmodel *lat)
+{
+    int64_t full = bqueue_full_tokens(q);
+    return latmodel_predict_sq(lat, full, full * q->sq_per_token_max);
+}
+
+/* An item's own execution, alone. */
+static int64_t bqueue_item_ns(const struct latmodel *lat, const struct infer_item *it)
+{
+    return latmodel_predict_sq(lat, work_tokens(it), it->tokens_sq);
 }
 
 /* The deadline the planning works to: the guard earlier (0: none). */
@@ -172,6 +212,23 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
     if (it->rows < 1 || it->rows > q->cfg.max_batch_size)
         return error_set(err, BG_EINVAL, "a request may carry 1 to %d rows (got %d)",
                          q->cfg.max_batch_size, it->rows);
+    if (it->tokens < 0 || it->tokens_sq < 0)
+        return error_set(err, BG_EINVAL, "a request's tokens cannot be negative (got %d, %lld)",
+                         it->tokens, (long long)it->tokens_sq);
+    if (q->cfg.max_batch_tokens > 0 && work_tokens(it) > q->cfg.max_batch_tokens)
+        return error_set(err, BG_EINVAL,
+                         "the request has %d tokens, more than a batch may hold "
+                         "(batching.max_batch_tokens is %d): send fewer or shorter inputs",
+                         work_tokens(it), q->cfg.max_batch_tokens);
+    /* What bounds a full batch (bqueue_full_tokens) grows with what came. */
+    int per_row = (work_tokens(it) + it->rows - 1) / it->rows;
+    if (per_row > q->tokens_per_row_max)
+        q->tokens_per_row_max = per_row;
+    if (it->tokens_sq > 0) {
+        int64_t spt = (it->tokens_sq + work_tokens(it) - 1) / work_tokens(it);
+        if (spt > q->sq_per_token_max)
+            q->sq_per_token_max = spt;
+    }
     if (it->offline) {
         /* Outside max_queue_size: a job's backlog must never make an online
          * request 429; the jobs runner bounds how many it queues. */
@@ -191,13 +248,19 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
     if (it->priority <= 0)
         it->priority = q->cfg.default_priority;
     if (it->deadline_ns && policy_deadline_aware(q->cfg.kind) && lat) {
-        int64_t need = latmodel_predict(lat, it->rows) + q->guard_ns;
-        if (now_ns + need > it->deadline_ns)
+        int64_t need = bqueue_item_ns(lat, it) + q->guard_ns;
+        if (now_ns + need > it->deadline_ns) {
+            char what[48];
+            if (it->tokens > 0)
+                snprintf(what, sizeof what, "%d rows of %d tokens", it->rows, it->tokens);
+            else
+                snprintf(what, sizeof what, "%d rows", it->rows);
             return error_set(err, BG_EDEADLINE,
-                             "latency budget cannot be met: %d rows need about %.2f ms (%.2f ms "
+                             "latency budget cannot be met: %s need about %.2f ms (%.2f ms "
                              "of it the answer path's recent overrun), %.2f ms are left",
-                             it->rows, (double)need / 1e6, (double)q->guard_ns / 1e6,
+                             what, (double)need / 1e6, (double)q->guard_ns / 1e6,
                              (double)(it->deadline_ns - now_ns) / 1e6);
+        }
     }
     if (out) {
         bqueue_unlink_all(q, out);
@@ -228,9 +291,10 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
     if (!policy_deadline_aware(q->cfg.kind) || !lat)
         return POLICY_NEVER;
     struct infer_item **tail = expired;
-    /* An item is hopeless at deadline - exec(its rows). Only items whose
-     * deadline is within exec(max_batch_size) of now can be: stop there. */
-    int64_t horizon = now_ns + latmodel_predict(lat, q->cfg.max_batch_size);
+    /* An item is hopeless at deadline - exec(its tokens). Only items whose
+     * deadline is within exec(a full batch) of now can be: stop there. */
+    int64_t full_ns = bqueue_full_ns(q, lat);
+    int64_t horizon = now_ns + full_ns;
     int64_t next = POLICY_NEVER;
     struct infer_item *beyond = NULL;   /* the first request past the horizon */
     struct list *p, *nx;
@@ -243,7 +307,7 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
         /* `at` is its latest start: started then it still makes it (the
          * deadline policy holds a lone request exactly that long), so it
          * is hopeless only once that instant has passed. */
-        int64_t at = bqueue_plan_deadline(q, it) - latmodel_predict(lat, it->rows);
+        int64_t at = bqueue_plan_deadline(q, it) - bqueue_item_ns(lat, it);
         if (at < now_ns) {
             bqueue_unlink_all(q, it);
             *tail = it;
@@ -253,7 +317,7 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
         }
     }
     if (beyond) {
-        int64_t at = bqueue_plan_deadline(q, beyond) - latmodel_predict(lat, q->cfg.max_batch_size);
+        int64_t at = bqueue_plan_deadline(q, beyond) - full_ns;
         if (at + 1 < next)
             next = at + 1;
     }
@@ -263,53 +327,69 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
 
 /* ---- offline rows (see queue.h) ---- */
 
-static int64_t bqueue_exec(const struct latmodel *lat, int rows)
+static int64_t bqueue_exec(const struct latmodel *lat, int64_t tokens, int64_t tokens_sq)
 {
-    return lat ? latmodel_predict(lat, rows) : 0;
+    return lat ? latmodel_predict_sq(lat, tokens, tokens_sq) : 0;
 }
 
-/* Appends offline items in FIFO order to the batch being cut (tail, rows)
- * while the batch stays within max_batch_size rows and now + exec(rows)
- * within `limit_ns`; returns how many were taken. */
+/* A batch's size on both caps as it is filled. */
+struct bqueue_fill {
+    int rows;
+    int64_t tokens, tokens_sq;
+};
+
+/* Appends offline items in FIFO order to the batch being cut (tail, f)
+ * while the batch stays within max_batch_size rows and max_batch_tokens
+ * tokens and now + exec(tokens) within `limit_ns`; returns how many were
+ * taken. */
 static int bqueue_take_offline(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
-                               int64_t limit_ns, struct infer_item ***tail, int *rows)
+                               int64_t limit_ns, struct infer_item ***tail,
+                               struct bqueue_fill *f)
 {
     int taken = 0;
     while (!list_empty(&q->off)) {
         struct infer_item *it = BQ_SVC(q->off.next);
-        int r = *rows + it->rows;
-        if (r > q->cfg.max_batch_size ||
-            (limit_ns != POLICY_NEVER && now_ns + bqueue_exec(lat, r) > limit_ns))
+        int r = f->rows + it->rows;
+        int64_t t = f->tokens + work_tokens(it), sq = f->tokens_sq + it->tokens_sq;
+        if (r > q->cfg.max_batch_size || t > bqueue_full_tokens(q) ||
+            (limit_ns != POLICY_NEVER && now_ns + bqueue_exec(lat, t, sq) > limit_ns))
             break;
         bqueue_unlink_all(q, it);
         it->t_dequeue_ns = now_ns;
         **tail = it;
         *tail = &it->next;
-        *rows = r;
+        f->rows = r;
+        f->tokens = t;
+        f->tokens_sq = sq;
         taken++;
     }
     return taken;
 }
 
 /* The instant the queued online work must start at the latest: its
- * earliest deadline (guard included) less the execution of the online rows
- * queued (up to a full batch), and never later than the policy's own next
- * decision (`policy_wake`), when it may cut a batch without a deadline. */
+ * earliest deadline (guard included) less the execution of the online
+ * tokens queued (up to a full batch), and never later than the policy's
+ * own next decision (`policy_wake`), when it may cut a batch without a
+ * deadline. */
 static int64_t bqueue_online_start_by(const struct bqueue *q, const struct latmodel *lat,
                                       int64_t policy_wake)
 {
     int rows = 0;
+    int64_t tokens = 0, sq = 0, full = bqueue_full_tokens(q);
     struct list *p;
     list_foreach(p, &q->svc) {
         rows += BQ_SVC(p)->rows;
-        if (rows >= q->cfg.max_batch_size) {
-            rows = q->cfg.max_batch_size;
+        tokens += work_tokens(BQ_SVC(p));
+        sq += BQ_SVC(p)->tokens_sq;
+        if (rows >= q->cfg.max_batch_size || tokens >= full) {
+            tokens = tokens < full ? tokens : full;
+            sq = full * q->sq_per_token_max < sq ? full * q->sq_per_token_max : sq;
             break;
         }
     }
     int64_t by = policy_wake;
     if (!list_empty(&q->dl)) {
-        int64_t at = bqueue_plan_deadline(q, BQ_DL(q->dl.next)) - bqueue_exec(lat, rows);
+        int64_t at = bqueue_plan_deadline(q, BQ_DL(q->dl.next)) - bqueue_exec(lat, tokens, sq);
         if (at < by)
             by = at;
     }
@@ -332,17 +412,18 @@ static int bqueue_take_offline_batch(struct bqueue *q, int64_t now_ns, const str
                                      int64_t limit_ns, struct batch *b)
 {
     struct infer_item **tail = &b->head;
-    int rows = 0;
-    int n = bqueue_take_offline(q, now_ns, lat, limit_ns, &tail, &rows);
+    struct bqueue_fill f = {0};
+    int n = bqueue_take_offline(q, now_ns, lat, limit_ns, &tail, &f);
     *tail = NULL;
     if (n == 0)
         return 0;
-    int64_t planned = lat ? now_ns + latmodel_predict(lat, rows) : 0;
+    b->nitems = n;
+    b->rows = f.rows;
+    batch_sum(b);
+    b->budget = b->tokens;
+    int64_t planned = lat ? now_ns + bqueue_exec(lat, b->tokens, b->tokens_sq) : 0;
     for (struct infer_item *it = b->head; it; it = it->next)
         it->t_planned_ns = planned;
-    b->nitems = n;
-    b->rows = rows;
-    b->row_budget = rows;
     return 1;
 }
 
@@ -421,13 +502,22 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
         return 0;
     }
     for (int i = 0; i < n; i++) {
-        q->view[i].rows = q->view_items[i]->rows;
-        q->view[i].arrival_ns = q->view_items[i]->t_arrival_ns;
-        q->view[i].deadline_ns = bqueue_plan_deadline(q, q->view_items[i]);
+        const struct infer_item *it = q->view_items[i];
+        q->view[i].rows = it->rows;
+        q->view[i].arrival_ns = it->t_arrival_ns;
+        q->view[i].deadline_ns = bqueue_plan_deadline(q, it);
+        q->view_tok[i].tokens = work_tokens(it);
+        q->view_tok[i].tokens_sq = it->tokens_sq;
+        q->view_tok[i].len = work_max_len(it);
+        q->view_tok[i].priority = it->priority;
     }
+    q->ptok.max_batch_tokens = bqueue_full_tokens(q);
     struct policy_decision d;
     policy_decision_init(&d, q->pick_scratch);
-    policy_decide(&q->pcfg, lat, &q->load, q->view, n, now_ns, &d);
+    policy_decide_tokens(&q->pcfg, &q->ptok, lat, &q->load, q->view, n, now_ns, &d);
+    if (d.take > 0 && q->group)
+        group_by_length(&q->pcfg, &q->ptok, lat, policy_deadline_aware(q->cfg.kind) && lat,
+                        q->view, n, now_ns, &d, q->group_work);
     if (d.take == 0) {
         /* The aging instant of the oldest request is a decision point too,
          * while it is ahead: once passed, the aged request already leads
@@ -447,17 +537,19 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
         return 0;
     }
     struct infer_item **tail = &b->head;
-    int64_t planned = lat ? now_ns + latmodel_predict(lat, d.rows) : 0;
+    struct bqueue_fill f = {0};
     for (int i = 0; i < d.take; i++) {
         struct infer_item *it = q->view_items[d.pick ? d.pick[i] : i];
         bqueue_unlink_all(q, it);
         it->t_dequeue_ns = now_ns;
-        it->t_planned_ns = planned;
         *tail = it;
         tail = &it->next;
+        f.rows += it->rows;
+        f.tokens += work_tokens(it);
+        f.tokens_sq += it->tokens_sq;
     }
     *tail = NULL;
-    int rows = d.rows, nitems = d.take;
+    int nitems = d.take;
     /* Empty rows of the online batch carry offline rows where that makes
      * no member late (exec(rows) grows with the rows), and only when no
      * online request is left queued: each fill row lengthens the batch, so
@@ -465,19 +557,19 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
      * selection could not meet) would start later, perhaps past the instant
      * it must start by, and under load the fill would take device time
      * online rows need (test_sim_offline found it). */
-    if (q->noff > 0 && q->n == 0 && rows < q->cfg.max_batch_size) {
+    if (q->noff > 0 && q->n == 0 && f.rows < q->cfg.max_batch_size &&
+        f.tokens < bqueue_full_tokens(q)) {
         int64_t lim = bqueue_batch_limit(q, b->head);
-        nitems += bqueue_take_offline(q, now_ns, lat, lim, &tail, &rows);
+        nitems += bqueue_take_offline(q, now_ns, lat, lim, &tail, &f);
         *tail = NULL;
-        if (rows != d.rows && lat) {
-            planned = now_ns + latmodel_predict(lat, rows);
-            for (struct infer_item *it = b->head; it; it = it->next)
-                it->t_planned_ns = planned;
-        }
     }
     b->nitems = nitems;
-    b->rows = rows;
-    b->row_budget = d.row_budget > rows ? d.row_budget : rows;
+    b->rows = f.rows;
+    batch_sum(b);
+    b->budget = d.budget > b->tokens ? d.budget : b->tokens;
+    int64_t planned = lat ? now_ns + bqueue_exec(lat, b->tokens, b->tokens_sq) : 0;
+    for (struct infer_item *it = b->head; it; it = it->next)
+        it->t_planned_ns = planned;
     return 1;
 }
 

@@ -3,6 +3,12 @@
  * the next batch. No locks and no clock of its own: batcher.c wraps it with a
  * mutex and the real clock; the simulator (sim.h) drives it on a virtual one.
  *
+ * Tokens: an item costs work_tokens(it) (work.h), its rows unless it gives
+ * tokens. A batch holds at most max_batch_size rows and, with
+ * batching.max_batch_tokens, at most that many tokens; an item over either
+ * is refused at push. Every execution time is planned in tokens (and
+ * tokens_sq, latmodel.h), so for a model without tokens all is as rows.
+ *
  * Three orders over the same intrusive items: service order (priority, then
  * earliest deadline, then arrival) from which batches are cut; arrival order,
  * whose head is the oldest request (max_queue_delay, and aging); deadline
@@ -38,12 +44,12 @@
  *   - online requests queued but the policy waits: a batch of k offline
  *     rows starts only if now + exec(k) <= the instant the online work must
  *     start, i.e. min(the policy's wake, every queued deadline - guard -
- *     exec(queued online rows, up to max_batch_size));
+ *     exec(queued online rows, up to a full batch));
  *   - offline_first (a time window guarantees job lines a part of the
  *     device, and they are below it): a batch of offline rows goes before
  *     the online requests, the one case where job lines may delay them;
  *   - an online batch is cut and no online request is left queued:
- *     offline rows fill its empty rows (up to max_batch_size) only while
+ *     offline rows fill its empty rows (up to both caps) only while
  *     now + exec(rows) stays within every member's deadline - guard, so no
  *     member is made late (with online requests left queued, a longer
  *     batch would start them later: no fill then). */
@@ -68,6 +74,8 @@ struct bqueue_config {
     int default_priority;
     int64_t aging_ns;
     enum policy_kind kind;
+    int max_batch_tokens;             /* 0: no token cap */
+    bool group_by_length;             /* with max_batch_tokens (group.h) */
 };
 
 struct bqueue {
@@ -92,9 +100,19 @@ struct bqueue {
     struct list off;                  /* infer_item.q_svc of offline items: FIFO */
     int noff;                         /* offline items queued */
     struct policy_request *view;      /* scratch for the policy */
+    struct policy_token_info *view_tok;   /* ... its requests' tokens */
+    struct policy_tokens ptok;        /* the token cap, with view_tok */
+    bool group;                       /* length grouping (group.h): group_by_length and a
+                                       * token cap */
+    int *group_work;                  /* view_cap ints, for it */
     struct infer_item **view_items;
     int view_cap;
     int *pick_scratch;                /* 2 x (max_batch_size + 1), for the policy */
+    /* The most tokens per row and tokens_sq per token any item brought:
+     * without max_batch_tokens, what bounds a batch's tokens and an item's
+     * execution (bqueue_full_tokens). 1 and 0 for a model without tokens. */
+    int tokens_per_row_max;
+    int64_t sq_per_token_max;
     /* Every deadline is planned as this much earlier (guard.h); the batcher
      * sets it before each operation, 0 in the simulator. */
     int64_t guard_ns;
@@ -109,7 +127,8 @@ void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batch
 int bqueue_init(struct bqueue *q, const struct bqueue_config *cfg);
 void bqueue_free(struct bqueue *q);
 
-/* Admits it: -BG_EINVAL (rows), -BG_EQUEUEFULL (also when the queue is
+/* Admits it: -BG_EINVAL (rows, or tokens over max_batch_tokens: the
+ * message names both numbers), -BG_EQUEUEFULL (also when the queue is
  * full and no tenant holds more requests than its tenant; with tenant_fair,
  * a request that made room leaves on q->evicted), or -BG_EDEADLINE when its
  * deadline cannot be met even alone on an idle instance (`lat`, the fastest

@@ -20,7 +20,7 @@
 struct sim_instance {
     int64_t busy_until;        /* 0: idle */
     struct infer_item *batch;
-    int rows;
+    int64_t tokens, tokens_sq; /* as the batcher saw the batch */
     int64_t exec_ns;
 };
 
@@ -59,6 +59,35 @@ static uint64_t sim_rng_next(uint64_t *s)
     } while (0)
 
 static int64_t sim_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* A request's tokens and longest row as the device sees them. */
+static int64_t sim_req_tokens(const struct sim_request *r)
+{
+    return r->tokens > 0 ? r->tokens : r->rows;
+}
+
+static int64_t sim_req_len(const struct sim_request *r)
+{
+    return r->max_len > 0 ? r->max_len : (sim_req_tokens(r) + r->rows - 1) / r->rows;
+}
+
+/* The simulated device: a batch of `rows` rows, `tokens` tokens, squared
+ * lengths summing to `sq` and longest row `maxlen`. */
+static double sim_device_ns(const struct sim_config *c, int rows, int64_t tokens, int64_t sq,
+                            int64_t maxlen)
+{
+    if (c->padded)
+        return c->exec_a_ns + c->exec_b_ns * (double)rows * maxlen +
+               c->exec_c_ns * (double)rows * maxlen * maxlen;
+    return c->exec_a_ns + c->exec_b_ns * tokens + c->exec_c_ns * sq;
+}
+
+/* The most tokens a batch holds, as the queue bounds it (queue.c). */
+static int64_t sim_full_tokens(const struct bqueue *q)
+{
+    return q->cfg.max_batch_tokens > 0 ? q->cfg.max_batch_tokens
+                                       : (int64_t)q->cfg.max_batch_size * q->tokens_per_row_max;
+}
 
 /* The deadline the queue plans to: the guard earlier. */
 static int64_t sim_plan_deadline(const struct sim *s, const struct infer_item *it)
@@ -107,20 +136,37 @@ static void sim_check_priority(struct sim *s, const struct batch *b, const struc
 {
     const struct bqueue *q = &s->q;
     int64_t now = s->now, aging = q->cfg.aging_ns;
-    int64_t finish = now + latmodel_predict(lat, b->row_budget);
+    /* The policy planned the budget with the largest tokens_sq per token
+     * in its view; the queue and the batch hold at least as large a one,
+     * so this finish is no earlier than the policy's (the check is, if
+     * anything, lenient about deadlines). */
+    int64_t spt = 0;
     struct list *wl;
+    for (const struct infer_item *it = b->head; it; it = it->next)
+        if (it->tokens_sq > 0 && (it->tokens_sq + work_tokens(it) - 1) / work_tokens(it) > spt)
+            spt = (it->tokens_sq + work_tokens(it) - 1) / work_tokens(it);
+    list_foreach(wl, &q->svc) {
+        const struct infer_item *it = list_data(wl, struct infer_item, q_svc);
+        if (it->tokens_sq > 0 && (it->tokens_sq + work_tokens(it) - 1) / work_tokens(it) > spt)
+            spt = (it->tokens_sq + work_tokens(it) - 1) / work_tokens(it);
+    }
+    int64_t finish = now + latmodel_predict_sq(lat, b->budget, b->budget * spt);
     list_foreach(wl, &q->svc) {
         struct infer_item *wt = list_data(wl, struct infer_item, q_svc);
         int rows_before = 0;
+        int64_t tokens_before = 0;
         /* A member whose order ties with wt's (same priority, deadline and
          * arrival instant) may have been ahead of it in the queue: it counts
          * as before (found by a seed where two such requests met a full
          * batch). */
         for (struct infer_item *it = b->head; it; it = it->next)
             if (!it->offline && (!bqueue_served_before(wt, it) ||
-                                 (aging > 0 && now - it->t_arrival_ns >= aging)))
+                                 (aging > 0 && now - it->t_arrival_ns >= aging))) {
                 rows_before += it->rows;   /* an aged request goes first */
-        bool could_not = wt->rows > b->row_budget - rows_before ||
+                tokens_before += work_tokens(it);
+            }
+        bool could_not = work_tokens(wt) > b->budget - tokens_before ||
+                         wt->rows > q->cfg.max_batch_size - rows_before ||
                          (wt->deadline_ns && sim_plan_deadline(s, wt) < finish);
         if (could_not)
             continue;
@@ -128,9 +174,9 @@ static void sim_check_priority(struct sim *s, const struct batch *b, const struc
             bool aged = aging > 0 && now - it->t_arrival_ns >= aging;
             if (!it->offline && !aged && it->priority > wt->priority)
                 VIOLATE(s->st, "priority %d served at %lld while priority %d waited "
-                        "(rows %d, budget %d, before %d, slack %lld, batch %d, qlen %d)",
-                        it->priority, (long long)now, wt->priority, wt->rows, b->row_budget,
-                        rows_before,
+                        "(tokens %d, budget %lld, before %lld, slack %lld, batch %d, qlen %d)",
+                        it->priority, (long long)now, wt->priority, work_tokens(wt),
+                        (long long)b->budget, (long long)tokens_before,
                         wt->deadline_ns ? (long long)(sim_plan_deadline(s, wt) - finish) : -1LL,
                         b->rows, q->n);
         }
@@ -168,8 +214,10 @@ static void sim_check_priority(struct sim *s, const struct batch *b, const struc
 static void sim_check_offline(struct sim *s, const struct batch *b, const struct latmodel *lat)
 {
     const struct bqueue *q = &s->q;
-    int64_t now = s->now, end = now + latmodel_predict(lat, b->rows);
+    int64_t now = s->now, end = now + latmodel_predict_sq(lat, b->tokens, b->tokens_sq);
     int online = 0, online_rows = 0, queued_rows = 0;
+    int64_t online_tokens = 0, online_sq = 0, queued_tokens = 0;
+    bool online_all_sq = true;
     for (const struct infer_item *it = b->head; it; it = it->next) {
         if (it->t_planned_ns != end)
             VIOLATE(s->st, "batch cut at %lld stamped %lld as its planned end, predicted %lld",
@@ -178,24 +226,47 @@ static void sim_check_offline(struct sim *s, const struct batch *b, const struct
             continue;
         online++;
         online_rows += it->rows;
+        online_tokens += work_tokens(it);
+        online_sq += it->tokens_sq;
+        online_all_sq &= it->tokens_sq > 0;
         if (it->deadline_ns && end > sim_plan_deadline(s, it))
             VIOLATE(s->st, "offline rows fill a batch at %lld past member %td's deadline: "
                     "predicted end %lld, deadline %lld less guard %lld", (long long)now,
                     it - s->items, (long long)end, (long long)it->deadline_ns,
                     (long long)s->c->guard_ns);
     }
-    int64_t end_online = online ? now + latmodel_predict(lat, online_rows) : now;
+    int64_t end_online =
+        online ? now + latmodel_predict_sq(lat, online_tokens, online_all_sq ? online_sq : 0)
+               : now;
     struct list *p;
-    list_foreach(p, &q->svc) queued_rows += list_data(p, struct infer_item, q_svc)->rows;
-    if (!online && queued_rows > q->cfg.max_batch_size)
+    list_foreach(p, &q->svc) {
+        queued_rows += list_data(p, struct infer_item, q_svc)->rows;
+        queued_tokens += work_tokens(list_data(p, struct infer_item, q_svc));
+    }
+    int64_t full = sim_full_tokens(q);
+    if (!online && (queued_rows > q->cfg.max_batch_size || queued_tokens > full))
         VIOLATE(s->st, "offline rows alone cut at %lld while %d online rows wait (more than a "
                 "batch)", (long long)now, queued_rows);
-    int rows = queued_rows < q->cfg.max_batch_size ? queued_rows : q->cfg.max_batch_size;
+    /* The queued online work's tokens up to a full batch, as the queue
+     * plans its latest start (bqueue_online_start_by). */
+    int rows = 0;
+    int64_t tokens = 0, sq = 0;
+    list_foreach(p, &q->svc) {
+        const struct infer_item *w = list_data(p, struct infer_item, q_svc);
+        rows += w->rows;
+        tokens += work_tokens(w);
+        sq += w->tokens_sq;
+        if (rows >= q->cfg.max_batch_size || tokens >= full) {
+            tokens = tokens < full ? tokens : full;
+            sq = full * q->sq_per_token_max < sq ? full * q->sq_per_token_max : sq;
+            break;
+        }
+    }
     list_foreach(p, &q->svc) {
         const struct infer_item *w = list_data(p, struct infer_item, q_svc);
         if (!w->deadline_ns)
             continue;
-        int64_t latest = sim_plan_deadline(s, w) - latmodel_predict(lat, rows);
+        int64_t latest = sim_plan_deadline(s, w) - latmodel_predict_sq(lat, tokens, sq);
         if (end > latest && end_online <= latest)
             VIOLATE(s->st, "a batch of %d rows (%d offline) cut at %lld ends at %lld, past "
                     "the latest start %lld of online request %td queued then (%d rows wait; "
@@ -210,8 +281,14 @@ static void sim_check_offline(struct sim *s, const struct batch *b, const struct
 static void sim_record_batch(struct sim *s, const struct batch *b, int instance)
 {
     int offline_rows = 0;
-    for (struct infer_item *it = b->head; it; it = it->next)
+    int64_t maxlen = 0;
+    for (struct infer_item *it = b->head; it; it = it->next) {
         offline_rows += it->offline ? it->rows : 0;
+        const struct sim_request *r = &s->reqs[it - s->items];
+        s->st->tokens += sim_req_tokens(r);
+        maxlen = sim_req_len(r) > maxlen ? sim_req_len(r) : maxlen;
+    }
+    s->st->cells += maxlen * b->rows;
     for (struct infer_item *it = b->head; it; it = it->next) {
         int idx = (int)(it - s->items);
         struct sim_request *r = &s->reqs[idx];
@@ -249,13 +326,26 @@ static void sim_start_batch(struct sim *s, int i, const struct batch *b)
     if (b->rows > c->batching.max_batch_size)
         VIOLATE(s->st, "batch of %d rows over max_batch_size %d", b->rows,
                 c->batching.max_batch_size);
-    double e = c->exec_a_ns + c->exec_b_ns * b->rows;
+    if (c->batching.max_batch_tokens > 0 && b->tokens > c->batching.max_batch_tokens)
+        VIOLATE(s->st, "batch of %lld tokens over max_batch_tokens %d", (long long)b->tokens,
+                c->batching.max_batch_tokens);
+    /* The device costs what the requests really are, whether or not the
+     * batcher was told (rows_only). */
+    int64_t tokens = 0, sq = 0, maxlen = 0;
+    for (const struct infer_item *it = b->head; it; it = it->next) {
+        const struct sim_request *r = &s->reqs[it - s->items];
+        tokens += sim_req_tokens(r);
+        sq += r->tokens_sq;
+        maxlen = sim_req_len(r) > maxlen ? sim_req_len(r) : maxlen;
+    }
+    double e = sim_device_ns(c, b->rows, tokens, sq, maxlen);
     if (c->jitter > 0)
         e *= 1.0 + c->jitter * ((double)(sim_rng_next(&s->rng) % 2001) / 1000.0 - 1.0);
     in->exec_ns = (int64_t)e;
     in->busy_until = s->now + in->exec_ns;
     in->batch = b->head;
-    in->rows = b->rows;
+    in->tokens = b->tokens;
+    in->tokens_sq = b->tokens_sq;
     s->st->busy_ns += in->exec_ns;
     if (c->check) {
         sim_check_priority(s, b, &s->lat[i]);
@@ -287,13 +377,16 @@ static void sim_finish_batches(struct sim *s)
             continue;
         for (struct infer_item *it = in->batch; it; it = it->next) {
             sim_answer(s, it, 0, in->busy_until);
-            /* Computed requests end within their deadline as planned. */
-            if (c->check && s->aware && c->jitter == 0 && it->deadline_ns &&
+            /* Computed requests end within their deadline as planned
+             * (when the plan can be exact: the batcher sees what the
+             * device costs). */
+            if (c->check && s->aware && c->jitter == 0 && !c->rows_only && !c->padded &&
+                it->deadline_ns &&
                 in->busy_until > sim_plan_deadline(s, it) + 1000)
                 VIOLATE(s->st, "request %td computed past its deadline (%lld ns late)",
                         it - s->items, (long long)(in->busy_until - sim_plan_deadline(s, it)));
         }
-        latmodel_add(&s->lat[i], in->rows, in->exec_ns);
+        latmodel_add_sq(&s->lat[i], in->tokens, in->tokens_sq, in->exec_ns);
         sim_update_fastest(s);
         in->busy_until = 0;
         in->batch = NULL;
@@ -315,7 +408,7 @@ static void sim_admit(struct sim *s)
             /* Online rows only: a job's lines are no company the policy
              * could wait for (see the report on batcher_submit, which still
              * counts them). */
-            rate_add(&s->arrivals, s->now, it->rows);
+            rate_add(&s->arrivals, s->now, work_tokens(it));
         }
         s->next_arrival++;
     }
@@ -374,7 +467,8 @@ static int64_t sim_check_queue(struct sim *s)
     list_foreach(dl, &s->q.dl) {
         struct infer_item *it = list_data(dl, struct infer_item, q_dl);
         /* At its latest start it may still be started (bqueue_expire): past it, not. */
-        if (sim_plan_deadline(s, it) - latmodel_predict(&s->lat[s->fastest], it->rows) < s->now)
+        if (sim_plan_deadline(s, it) - latmodel_predict_sq(&s->lat[s->fastest], work_tokens(it),
+                                                           it->tokens_sq) < s->now)
             VIOLATE(s->st, "queue holds request %td past its last feasible start",
                     it - s->items);
     }
@@ -413,18 +507,40 @@ static int sim_init(struct sim *s, const struct sim_config *c, struct sim_reques
         return -1;
     s->q.guard_ns = c->guard_ns;   /* the batcher sets it before each operation */
     s->rng = c->seed ? c->seed : 88172645463325252ull;
-    /* Warmup, as the server does at load: sizes 1 and max, twice. */
+    /* Warmup, as the server does at load: sizes 1 and max, twice; with
+     * tokens, once each at rows of 16, 48, 96 and 160 tokens (as many
+     * samples, and lengths enough to tell the quadratic term). */
+    bool tokens = false, sq = false;
+    for (int i = 0; i < n; i++) {
+        tokens |= reqs[i].tokens > 0 && reqs[i].tokens != reqs[i].rows;
+        sq |= reqs[i].tokens_sq > 0;
+    }
     for (int i = 0; i < c->instances; i++) {
         latmodel_init(&s->lat[i]);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < (tokens ? 8 : 4); k++) {
             int r = k % 2 ? c->batching.max_batch_size : 1;
-            latmodel_add(&s->lat[i], r, (int64_t)(c->exec_a_ns + c->exec_b_ns * r));
+            if (!tokens) {
+                latmodel_add(&s->lat[i], r, (int64_t)(c->exec_a_ns + c->exec_b_ns * r));
+                continue;
+            }
+            static const int64_t lens[] = {16, 48, 96, 160};
+            int64_t len = lens[k / 2];
+            int64_t ns = (int64_t)sim_device_ns(c, r, r * len, r * len * len, len);
+            if (c->rows_only)
+                latmodel_add(&s->lat[i], r, ns);
+            else
+                latmodel_add_sq(&s->lat[i], r * len, sq ? r * len * len : 0, ns);
         }
     }
     sim_update_fastest(s);
     for (int i = 0; i < n; i++) {
         struct infer_item *it = &s->items[i];
         it->rows = reqs[i].rows;
+        if (!c->rows_only) {
+            it->tokens = reqs[i].tokens;
+            it->tokens_sq = reqs[i].tokens_sq;
+            it->max_len = reqs[i].max_len;
+        }
         it->t_arrival_ns = reqs[i].arrival_ns;
         it->offline = reqs[i].offline;
         if (!it->offline) {

@@ -8,7 +8,13 @@
  * infer_item.offline): they go through the same bqueue_push and bqueue_take
  * as in the server, so the offline rules of queue.h are the server's, and
  * with `check` set sim_run verifies them at every batch (sim.c says what
- * exactly). */
+ * exactly).
+ *
+ * Requests may carry tokens (an encoder's texts): the simulated device
+ * then costs a + b*tokens + c*(sum of squared lengths), or with `padded`
+ * a + b*rows*maxlen + c*rows*maxlen^2 (every row padded to the batch's
+ * longest), and the batcher sees the tokens unless `rows_only` hides them
+ * (the row batching of before, on the same trace and device). */
 #ifndef BG_SIM_H
 #define BG_SIM_H
 
@@ -24,6 +30,9 @@ struct sim_request {
     int64_t budget_ns;        /* 0: no deadline; ignored when offline */
     int priority;             /* 0: the model's default; ignored when offline */
     bool offline;             /* a job's line: no deadline, no priority, never refused */
+    int tokens;               /* 0: one per row (and the device costs rows) */
+    int64_t tokens_sq;        /* its rows' squared lengths summed; 0: not given */
+    int max_len;              /* its longest row; 0: tokens / rows */
     /* output */
     int status;               /* 0 computed, BG_EDEADLINE, BG_EQUEUEFULL */
     int answers;              /* must end as 1 */
@@ -37,7 +46,10 @@ struct sim_request {
 struct sim_config {
     struct model_batching batching;   /* policy, sizes, delays, limits */
     int instances;
-    double exec_a_ns, exec_b_ns;      /* a batch of R rows takes a + b*R */
+    double exec_a_ns, exec_b_ns;      /* a batch of R rows takes a + b*R (R tokens: below) */
+    double exec_c_ns;                 /* ... + c * its rows' squared lengths summed */
+    bool padded;                      /* the device pads every row to the batch's longest */
+    bool rows_only;                   /* the batcher is not told the requests' tokens */
     double jitter;                    /* 0, or relative noise of each batch's time */
     uint64_t seed;                    /* for the jitter */
     int64_t guard_ns;                 /* a fixed answer guard (guard.h); 0: none */
@@ -53,6 +65,8 @@ struct sim_stats {
     int offline_gap_batches;          /* ... of them, cut while online requests waited */
     int fill_batches;                 /* online batches that carried offline rows */
     int64_t offline_rows;             /* offline rows computed, in either */
+    int64_t tokens;                   /* tokens computed (rows for requests without) */
+    int64_t cells;                    /* rows x the longest row, summed over batches */
     char violation[256];              /* first broken invariant, empty when none */
 };
 

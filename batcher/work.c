@@ -39,6 +39,8 @@ void batch_complete(struct batch *b)
     }
     b->head = NULL;
     b->nitems = b->rows = 0;
+    b->tokens = b->tokens_sq = 0;
+    b->max_len = 0;
 }
 
 int batch_offline_rows(const struct batch *b)
@@ -48,4 +50,37 @@ int batch_offline_rows(const struct batch *b)
         if (it->offline)
             n += it->rows;
     return n;
+}
+
+int64_t batch_item_ns(const struct batch *b, const struct infer_item *it, int64_t exec_ns)
+{
+    /* A batch put together by hand (tests) may not have its tokens summed. */
+    int64_t total = b->tokens > 0 ? b->tokens : b->rows;
+    int64_t own = b->tokens > 0 ? work_tokens(it) : it->rows;
+    return total > 0 ? exec_ns * own / total : 0;
+}
+
+void batch_sum(struct batch *b)
+{
+    int64_t tokens = 0, sq = 0;
+    bool all_sq = true;
+    int max_len = 0;
+    for (const struct infer_item *it = b->head; it; it = it->next) {
+        tokens += work_tokens(it);
+        sq += it->tokens_sq;
+        all_sq &= it->tokens_sq > 0;
+        if (work_max_len(it) > max_len)
+            max_len = work_max_len(it);
+    }
+    b->tokens = tokens;
+    b->tokens_sq = all_sq ? sq : 0;   /* a partial sum would understate the term */
+    b->max_len = max_len;
+}
+
+double batch_padding(const struct batch *b)
+{
+    int64_t cells = (int64_t)b->rows * b->max_len;
+    if (cells <= 0 || b->tokens >= cells)
+        return 0;
+    return 1.0 - (double)b->tokens / (double)cells;
 }

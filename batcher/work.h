@@ -29,6 +29,19 @@ struct infer_item {
     struct list q_dl;                 /* ... in deadline order (only with a deadline) */
     struct list q_ten;                /* ... in service order among its tenant's */
     int rows;
+    /* The work units it costs the device (work_tokens): for an encoder the
+     * tokens of its rows, set by the submitter; 0 means one unit per row,
+     * as for every model that is not sequence-shaped. The batcher plans
+     * (latency model, max_batch_tokens, arrival rate) in these units. */
+    int tokens;
+    /* The sum over its rows of the squared sequence length (attention's
+     * quadratic term, latmodel.h); 0: not given. Give it for every item of
+     * a model or for none: the latency model fits the term only from
+     * batches that carry it. */
+    int64_t tokens_sq;
+    /* The longest of its rows in tokens, for padding (batch_padding) and
+     * length grouping; 0: not given (then tokens / rows, rounded up). */
+    int max_len;
     const float *input;               /* rows x input.row_elems */
     float *output;                    /* rows x output.row_elems */
     int64_t t_arrival_ns;             /* last byte of the request received */
@@ -56,8 +69,24 @@ struct batch {
     struct infer_item *head;          /* the batch's requests, linked by next */
     int nitems;
     int rows;
-    int row_budget;                   /* what the policy filled it up to (see policy.h) */
+    int64_t tokens;                   /* the members' work_tokens: rows unless tokens are given */
+    int64_t tokens_sq;                /* the members' tokens_sq; 0 when one did not give it */
+    int max_len;                      /* the longest row (work_max_len), for batch_padding */
+    int64_t budget;                   /* the tokens the policy filled it up to (see policy.h) */
 };
+
+/* What an item costs in the batcher's units: its tokens, or its rows. */
+static inline int work_tokens(const struct infer_item *it)
+{
+    return it->tokens > 0 ? it->tokens : it->rows;
+}
+
+/* Its longest row in tokens: max_len, or its tokens spread evenly. */
+static inline int work_max_len(const struct infer_item *it)
+{
+    int r = it->rows > 0 ? it->rows : 1;
+    return it->max_len > 0 ? it->max_len : (work_tokens(it) + r - 1) / r;
+}
 
 /* Ends the item: status 0 (its output rows are written) or a BG_E* code
  * with msg (NULL: keep the message already in it->error), then
@@ -72,5 +101,17 @@ void batch_complete(struct batch *b);
 
 /* Rows of a batch that are offline (job lines). */
 int batch_offline_rows(const struct batch *b);
+
+/* The part of a batch's exec_ns that is item it's: by its tokens (its
+ * rows for a model without tokens), for charging device time to tenants. */
+int64_t batch_item_ns(const struct batch *b, const struct infer_item *it, int64_t exec_ns);
+/* Sets b->tokens, tokens_sq and max_len from its members (the queue does
+ * when it cuts a batch). */
+void batch_sum(struct batch *b);
+/* The share of a padded layout's positions that would be padding: 1 -
+ * tokens / (rows x the longest row). 0 for a batch of rows (every row one
+ * token) and for an empty batch. A packed kernel computes none of it; a
+ * padded one (a GPU, a server behind the upstream backend) computes all. */
+double batch_padding(const struct batch *b);
 
 #endif

@@ -41,7 +41,7 @@ void batchrun_end(struct served_model *sm, int instance, struct shares *shares, 
     /* Recorded before the answers leave: whoever reads the statistics after
      * getting an answer sees its batch counted. */
     if (status == 0) {
-        batcher_done(sm->batcher, instance, b->rows, exec_ns);
+        batcher_done(sm->batcher, instance, b, exec_ns);
         modelstats_batch(sm->stats, instance, b->rows, batch_offline_rows(b), exec_ns);
         if (shares)   /* tenants configured */
             shares_charge(shares, now_ns(), b, exec_ns);

@@ -221,7 +221,7 @@ void modelstats_batch_tenants(struct modelstats *s, int instance, const struct b
         return;
     for (const struct infer_item *it = b->head; it; it = it->next) {
         int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
-        uint64_t ns = (uint64_t)(exec_ns * it->rows / b->rows);
+        uint64_t ns = (uint64_t)batch_item_ns(b, it, exec_ns);
         atomic_fetch_add_explicit(&sh->tenant_rows[t], (uint64_t)it->rows, memory_order_relaxed);
         atomic_fetch_add_explicit(&sh->tenant_ns[t], ns, memory_order_relaxed);
         atomic_fetch_add_explicit(&sh->tenant_items[it->offline][t], 1, memory_order_relaxed);

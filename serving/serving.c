@@ -570,14 +570,18 @@ int served_copy_load(struct serving *s, struct served_model *sm)
             /* A light load (lifecycle.c decides) runs no warmup: the timings
              * of the last full one of the same files seed it instead. */
             for (int w = 0; m->warm_light && w < e->warm_n; w++)
-                batcher_seed(sm->batcher, i, e->warm_rows[w], e->warm_ns[w]);
-            for (int w = 0; w < m->instances[i].nwarm; w++)
-                batcher_seed(sm->batcher, i, m->instances[i].warm_rows[w],
-                             m->instances[i].warm_ns[w]);
+                batcher_seed(sm->batcher, i, e->warm_rows[w], e->warm_tokens[w],
+                             e->warm_tokens_sq[w], e->warm_ns[w]);
+            const struct instance *in = &m->instances[i];
+            for (int w = 0; w < in->nwarm; w++)
+                batcher_seed(sm->batcher, i, in->warm_rows[w], in->warm_tokens[w],
+                             in->warm_tokens_sq[w], in->warm_ns[w]);
         }
     if (sm->batcher && !m->warm_light && m->ninstances > 0) {
         e->warm_n = m->instances[0].nwarm;
         memcpy(e->warm_rows, m->instances[0].warm_rows, sizeof e->warm_rows);
+        memcpy(e->warm_tokens, m->instances[0].warm_tokens, sizeof e->warm_tokens);
+        memcpy(e->warm_tokens_sq, m->instances[0].warm_tokens_sq, sizeof e->warm_tokens_sq);
         memcpy(e->warm_ns, m->instances[0].warm_ns, sizeof e->warm_ns);
     }
     int started = -1;

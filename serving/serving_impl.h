@@ -50,6 +50,8 @@ struct served_entry {
      * same files again warms with one batch and seeds these instead. */
     int warm_n;
     int warm_rows[2 * (MODEL_MAX_PREFERRED + 2)];
+    int64_t warm_tokens[2 * (MODEL_MAX_PREFERRED + 2)];
+    int64_t warm_tokens_sq[2 * (MODEL_MAX_PREFERRED + 2)];
     int64_t warm_ns[2 * (MODEL_MAX_PREFERRED + 2)];
     bool removed;                     /* its folder left the repository */
     bool keep_pending;                /* a load to model_keep once it serves */

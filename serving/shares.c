@@ -200,7 +200,7 @@ void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int6
     for (const struct infer_item *it = b->head; it; it = it->next) {
         int t = it->tenant >= 0 && it->tenant < s->n ? it->tenant : 0;
         struct shares_tenant *x = &s->t[t];
-        int64_t ns = exec_ns * it->rows / b->rows;
+        int64_t ns = batch_item_ns(b, it, exec_ns);
         double frac = shares_fraction(s, t, now_ns);
         x->used += (double)ns;
         x->vtime += (double)ns / shares_weight(s, t);

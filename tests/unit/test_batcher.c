@@ -125,8 +125,8 @@ static void test_blocking_worker_cancel_and_early_refusal(void **state)
     struct model_batching c = cfg(4, 1000);
     struct batcher *b = batcher_new("m", &c, 1, &err);
     /* The latency model: a batch costs 20 ms. */
-    batcher_seed(b, 0, 1, 20000000);
-    batcher_seed(b, 0, 4, 20000000);
+    batcher_seed(b, 0, 1, 0, 0, 20000000);
+    batcher_seed(b, 0, 4, 0, 0, 20000000);
     atomic_store(&completed, 0);
     struct infer_item late, doomed, kept, gone;
     /* A 5 ms budget cannot be met by a 20 ms batch: refused at once. */

@@ -188,8 +188,8 @@ static void test_batcher_plans_early_by_the_guard(void **state)
     struct error err = {0};
     struct batcher *b = batcher_new("m", &c, 1, &err);
     assert_non_null(b);
-    batcher_seed(b, 0, 1, 1 * MS);   /* exec(1) ~= 1 ms */
-    batcher_seed(b, 0, 4, 1 * MS);
+    batcher_seed(b, 0, 1, 0, 0, 1 * MS);   /* exec(1) ~= 1 ms */
+    batcher_seed(b, 0, 4, 0, 0, 1 * MS);
     /* A budget of 10 ms is admitted, and its planned finish stamped. */
     struct infer_item it;
     item_with_budget(&it, 10 * MS);
