@@ -249,6 +249,12 @@ static int backend_model_warmup(struct model *m, struct error *err)
             in->warm_rows[in->nwarm] = b.rows;
             in->warm_tokens[in->nwarm] = b.rows;   /* one unit a row; an encoder's: its tokens */
             in->warm_tokens_sq[in->nwarm] = 0;
+            if (m->cfg.kind == MODEL_KIND_ENCODER) {
+                int longest;
+                encoder_rows_cost(in->in, (size_t)m->cfg.input.row_elems, b.rows,
+                                  &in->warm_tokens[in->nwarm], &in->warm_tokens_sq[in->nwarm],
+                                  &longest);
+            }
             in->warm_ns[in->nwarm++] = now_ns() - t0;
             for (int64_t k = 0; k < (int64_t)b.rows * out_elems; k++)
                 if (!isfinite(in->out[k]))

@@ -63,7 +63,9 @@ static int cpu_encoder_load(struct model *m, struct cold_start *cs, struct error
  * keep the cores' arithmetic busy). */
 static int cpu_encoder_tokens(const struct model_config *c)
 {
-    int64_t t = (int64_t)c->batching.max_batch_size * c->encoder.max_seq_length;
+    int64_t t = c->batching.max_batch_tokens > 0
+                    ? c->batching.max_batch_tokens
+                    : (int64_t)c->batching.max_batch_size * c->encoder.max_seq_length;
     return t > 4096 ? 4096 : (int)t;
 }
 

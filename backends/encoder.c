@@ -103,6 +103,20 @@ int encoder_row_from_ids(const struct model *m, const int64_t *ids, size_t n, bo
     return 0;
 }
 
+void encoder_rows_cost(const float *rows, size_t ld_row, int n, int64_t *tokens,
+                       int64_t *tokens_sq, int *max_len)
+{
+    *tokens = *tokens_sq = 0;
+    *max_len = 0;
+    for (int r = 0; r < n; r++) {
+        int len = encoder_row_tokens(rows + (size_t)r * ld_row);
+        *tokens += len;
+        *tokens_sq += (int64_t)len * len;
+        if (len > *max_len)
+            *max_len = len;
+    }
+}
+
 void encoder_output_normalize(float *out, int rows, int hidden)
 {
     pool_l2_normalize(out, rows, hidden);

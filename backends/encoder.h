@@ -35,6 +35,10 @@ int encoder_row_from_text(const struct model *m, const char *text, size_t len, b
  * -BG_ETOOLONG. An empty sequence is -BG_EINVAL. */
 int encoder_row_from_ids(const struct model *m, const int64_t *ids, size_t n, bool truncate,
                          float *row, int *tokens, struct error *err);
+/* What n text rows cost the batcher (batcher/work.h): their tokens, the
+ * sum of their squares (the attention's term) and the longest. */
+void encoder_rows_cost(const float *rows, size_t ld_row, int n, int64_t *tokens,
+                       int64_t *tokens_sq, int *max_len);
 /* The token count of a row made by the functions above. */
 static inline int encoder_row_tokens(const float *row) { return (int)row[0]; }
 

@@ -327,6 +327,11 @@ static int model_check_encoder(struct model_config *c, const char *path, struct 
         c->backend != MODEL_BACKEND_CUDA)
         return error_set(err, BG_ECONFIG, "%s: backend: \"%s\" does not run an encoder (auto, "
                          "cpu or cuda do)", path, model_backend_name_of(c->backend));
+    int64_t cap = c->batching.max_batch_tokens;
+    if (cap > 0 && cap < c->encoder.max_seq_length)
+        return error_set(err, BG_ECONFIG, "%s: batching.max_batch_tokens: %lld is less than the "
+                         "model's max_seq_length (%d): a text of full length could never run",
+                         path, (long long)cap, c->encoder.max_seq_length);
     /* Text (the schema knows FP32 only, which a user's config may not
      * change); its row: the token count, then up to max_seq_length ids. */
     snprintf(c->input.datatype, sizeof c->input.datatype, "BYTES");

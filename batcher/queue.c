@@ -216,7 +216,7 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
         return error_set(err, BG_EINVAL, "a request's tokens cannot be negative (got %d, %lld)",
                          it->tokens, (long long)it->tokens_sq);
     if (q->cfg.max_batch_tokens > 0 && work_tokens(it) > q->cfg.max_batch_tokens)
-        return error_set(err, BG_EINVAL,
+        return error_set(err, BG_ETOOLONG,
                          "the request has %d tokens, more than a batch may hold "
                          "(batching.max_batch_tokens is %d): send fewer or shorter inputs",
                          work_tokens(it), q->cfg.max_batch_tokens);

@@ -459,6 +459,22 @@ int api_metrics_render(struct api_state *st, struct buf *b)
                         mr[i].budget_bytes);
         free(mr);
     }
+    metrics_head(b, "batch_tokens_total", "counter",
+                 "Tokens computed in batches (rows for models without tokens).");
+    EACH_MODEL {
+        double t = 0;
+        for (int i = 0; i < snaps[mi].ninstances && snaps[mi].inst; i++)
+            t += (double)snaps[mi].inst[i].tokens;
+        metrics_sample(b, "batch_tokens_total", NAME, NULL, t);
+    }
+    metrics_head(b, "batch_padded_tokens_total", "counter",
+                 "Rows x the longest row, per batch: what a padded layout would hold.");
+    EACH_MODEL {
+        double t = 0;
+        for (int i = 0; i < snaps[mi].ninstances && snaps[mi].inst; i++)
+            t += (double)snaps[mi].inst[i].padded_tokens;
+        metrics_sample(b, "batch_padded_tokens_total", NAME, NULL, t);
+    }
     metrics_head(b, "batch_fill_ratio", "gauge", "Mean rows per batch divided by max_batch_size.");
     EACH_MODEL {
         double rows = 0, batches = 0;

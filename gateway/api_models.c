@@ -616,6 +616,13 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
     struct infer_item *it = &call->item;
     it->rows = call->r.rows;
     it->input = call->r.input;
+    if (c->kind == MODEL_KIND_ENCODER)   /* the batcher plans in tokens */
+    {
+        int64_t tokens;
+        encoder_rows_cost(call->r.input, (size_t)c->input.row_elems, call->r.rows, &tokens,
+                          &it->tokens_sq, &it->max_len);
+        it->tokens = (int)tokens;
+    }
     it->output = call->output;
     it->t_arrival_ns = http_request_received_ns(req);
     it->tenant = auth_tenant(req);

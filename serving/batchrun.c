@@ -43,6 +43,8 @@ void batchrun_end(struct served_model *sm, int instance, struct shares *shares, 
     if (status == 0) {
         batcher_done(sm->batcher, instance, b, exec_ns);
         modelstats_batch(sm->stats, instance, b->rows, batch_offline_rows(b), exec_ns);
+        modelstats_batch_tokens(sm->stats, instance, b->tokens,
+                                (int64_t)b->rows * (b->max_len > 0 ? b->max_len : 1));
         if (shares)   /* tenants configured */
             shares_charge(shares, now_ns(), b, exec_ns);
         /* Always: the usage ledger charges device time to tenants, the

@@ -282,6 +282,13 @@ static int jobs_feed_one(struct jobs *j)
     struct infer_item *it = &sl->item;
     it->rows = sl->r.rows;
     it->input = sl->r.input;
+    if (c->kind == MODEL_KIND_ENCODER)
+    {
+        int64_t tokens;
+        encoder_rows_cost(sl->r.input, (size_t)c->input.row_elems, sl->r.rows, &tokens,
+                          &it->tokens_sq, &it->max_len);
+        it->tokens = (int)tokens;
+    }
     it->output = sl->output;
     it->offline = true;
     it->tenant = cu->tenant;

@@ -42,6 +42,7 @@ struct io_shard {
 struct inst_shard {
     _Alignas(64) struct hist compute, batch;
     _Atomic uint64_t batches, rows;
+    _Atomic uint64_t tokens, padded_tokens;
     _Atomic int64_t loaded_ns;
     struct busywin busy;                     /* written by the instance's worker only */
     _Atomic uint64_t busy_offline_ns;        /* the offline rows' share of busy */
@@ -192,6 +193,14 @@ void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason 
     atomic_fetch_add_explicit(&s->io[thread % s->nio].rejected[r], 1, memory_order_relaxed);
 }
 
+void modelstats_batch_tokens(struct modelstats *s, int instance, int64_t tokens,
+                             int64_t padded_tokens)
+{
+    struct inst_shard *sh = &s->inst[instance % s->ninst];
+    atomic_fetch_add_explicit(&sh->tokens, (uint64_t)tokens, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->padded_tokens, (uint64_t)padded_tokens, memory_order_relaxed);
+}
+
 void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_rows,
                       int64_t exec_ns)
 {
@@ -326,6 +335,8 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         int64_t loaded = atomic_load_explicit(&sh->loaded_ns, memory_order_relaxed);
         mi->loaded_s = loaded ? (double)(now - loaded) / 1e9 : 0;
         mi->batches = atomic_load_explicit(&sh->batches, memory_order_relaxed);
+        mi->tokens = atomic_load_explicit(&sh->tokens, memory_order_relaxed);
+        mi->padded_tokens = atomic_load_explicit(&sh->padded_tokens, memory_order_relaxed);
         mi->rows = atomic_load_explicit(&sh->rows, memory_order_relaxed);
         mi->util_10s = busywin_fraction(&sh->busy, now, BUSYWIN_UTIL_S);
     }

@@ -48,6 +48,9 @@ struct modelstats_instance {
     double loaded_s;               /* wall time since the instance was loaded */
     double util_10s;               /* busy fraction over the last 10 whole seconds (busywin.h) */
     uint64_t batches, rows;
+    /* Tokens computed (= rows for models without them) and what a padded
+     * layout would have held: rows x the longest row, per batch. */
+    uint64_t tokens, padded_tokens;
 };
 
 struct modelstats_snapshot {
@@ -99,6 +102,9 @@ void modelstats_arrival(struct modelstats *s, int thread, int rows);
  * that share of its time is the offline class's. */
 void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_rows,
                       int64_t exec_ns);
+/* The same batch's tokens and rows x its longest row (batcher/work.h). */
+void modelstats_batch_tokens(struct modelstats *s, int instance, int64_t tokens,
+                             int64_t padded_tokens);
 /* The same batch's rows and time by tenant (split over its rows). */
 void modelstats_batch_tenants(struct modelstats *s, int instance, const struct batch *b,
                               int64_t exec_ns);

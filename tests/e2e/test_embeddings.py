@@ -103,6 +103,14 @@ class TinyCase(unittest.TestCase):
             "--prefixed")
         with open(os.path.join(cls.repo, "tiny", "batchgate.json"), "w") as f:
             json.dump({"batching": {"max_batch_size": 8}, "instances": {"threads": 2}}, f)
+        cap = os.path.join(cls.repo, "tinycap")
+        gen(cap, "--seed", "6", "--max-seq", ms)
+        with open(os.path.join(cap, "batchgate.json"), "w") as f:
+            json.dump({"batching": {"max_batch_tokens": 30}}, f)
+        badcap = os.path.join(cls.repo, "badcap")
+        gen(badcap, "--seed", "7", "--max-seq", ms)
+        with open(os.path.join(badcap, "batchgate.json"), "w") as f:
+            json.dump({"batching": {"max_batch_tokens": 10}}, f)
         bad = os.path.join(cls.repo, "badenc")
         gen(bad, "--seed", "4")
         with open(os.path.join(bad, "batchgate.json"), "w") as f:
@@ -260,11 +268,15 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(len(self.openai("tiny", ["a\u0000b"])["data"]), 1)
 
     def test_other_routes_errors(self):
-        # /embed serves the only encoder: here there are four (badshape among them; badenc's
-        # settings did not parse, so it is no model of any kind yet).
+        # /embed serves the only encoder: here there are six (badshape and badcap among
+        # them; badenc's settings did not parse, so it is no model of any kind yet).
         r = post(self.port, "/embed", {"inputs": "x"})
         self.assertEqual(r.status, 400, r.body)
-        self.assertIn("there are 4", r.json()["error"])
+        self.assertIn("there are 6", r.json()["error"])
+        r = roundtrip(self.port, "GET", "/v2/models/badcap/ready")
+        self.assertEqual(r.status, 503)
+        self.assertIn("batching.max_batch_tokens: 10 is less than the model's max_seq_length (24)",
+                      r.json()["reason"])
         r = post(self.port, "/v1/models/tiny:predict", {"instances": ["x"]})
         self.assertEqual(r.status, 400)
         self.assertIn("takes text", r.json()["error"])
@@ -287,6 +299,26 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(r.status, 503)
         self.assertIn("tensor \"encoder.layer.0.intermediate.dense.weight\" is [128, 64], "
                       "config.json says [256, 64]", r.json()["reason"])
+
+    def test_token_budget_and_its_metrics(self):
+        # tinycap holds 30 tokens a batch: two texts of 24 tokens cannot ride together.
+        ok = self.openai("tinycap", ["the " * 40])
+        self.assertEqual(ok["usage"]["prompt_tokens"], 24)
+        r = post(self.port, "/v1/embeddings", {"model": "tinycap", "input": ["the " * 40] * 2})
+        self.assertEqual(r.status, 413, r.body)
+        self.assertIn("the request has 48 tokens, more than a batch may hold "
+                      "(batching.max_batch_tokens is 30)", r.json()["error"]["message"])
+        # Tokens computed and what padding would have held, per model.
+        self.embed_all("tiny", TEXTS)
+        text = roundtrip(self.port, "GET", "/metrics").body.decode()
+        vals = {}
+        for line in text.splitlines():
+            for key in ("batchgate_batch_tokens_total", "batchgate_batch_padded_tokens_total"):
+                if line.startswith(key + '{model="tiny"}'):
+                    vals[key] = float(line.split()[-1])
+        tokens, padded = vals["batchgate_batch_tokens_total"], vals["batchgate_batch_padded_tokens_total"]
+        self.assertGreater(tokens, 0)
+        self.assertGreaterEqual(padded, tokens)
 
     def test_offline_job_of_texts(self):
         lines = "".join(json.dumps({"id": "l%d" % i, "inputs": [

@@ -419,11 +419,11 @@ static void test_push_refuses_more_tokens_than_a_batch(void **state)
     struct bqueue q;
     setup_queue(&q, 512, true, POLICY_DEADLINE);
     struct error err = {0};
-    assert_int_equal(push(&q, &lat, 0, 600, 0, 0, &err), -BG_EINVAL);
+    assert_int_equal(push(&q, &lat, 0, 600, 0, 0, &err), -BG_ETOOLONG);
     if (!strstr(err.msg, "600") || !strstr(err.msg, "512") || !strstr(err.msg, "max_batch_tokens"))
         fail_msg("message: %s", err.msg);
     items[1] = (struct infer_item){.rows = 1, .tokens = 513, .offline = true};
-    assert_int_equal(bqueue_push(&q, &items[1], 0, &lat, &err), -BG_EINVAL);
+    assert_int_equal(bqueue_push(&q, &items[1], 0, &lat, &err), -BG_ETOOLONG);
     assert_int_equal(push(&q, &lat, 2, 512, 0, 0, &err), 0);
     /* Its budget cannot be met: 400 tokens need 5 ms, 4 are left. */
     assert_int_equal(push(&q, &lat, 3, 400, 0, 4 * MS, &err), -BG_EDEADLINE);
