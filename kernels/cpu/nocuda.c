@@ -5,6 +5,7 @@
 #include "kernels/cuda_rt.h"
 #include "kernels/dense.h"
 #include "kernels/kernels.h"
+#include "kernels/layernorm.h"
 #include "kernels/softmax.h"
 
 #define NO_CUDA(msg, cap) snprintf((msg), (cap), "CUDA unavailable: built without nvcc")
@@ -154,6 +155,16 @@ const char *dense_cuda_kernel_name(const struct dense_cuda *d, int rows)
 int softmax_cuda_rows(const float *x, float *y, int rows, int n, void *stream, char *msg, size_t cap)
 {
     (void)x, (void)y, (void)rows, (void)n, (void)stream;
+    NO_CUDA(msg, cap);
+    return -1;
+}
+
+int layernorm_rows_cuda(const float *x, const float *r, const float *gamma, const float *beta,
+                        float eps, float *y, int rows, int dim, void *stream, char *msg,
+                        size_t cap)
+{
+    (void)x, (void)r, (void)gamma, (void)beta, (void)eps, (void)y, (void)rows, (void)dim;
+    (void)stream;
     NO_CUDA(msg, cap);
     return -1;
 }
