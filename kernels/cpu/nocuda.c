@@ -2,6 +2,7 @@
  * each says so, so the cuda backend reports itself unavailable. */
 #include <stdio.h>
 
+#include "kernels/attention.h"
 #include "kernels/cuda_rt.h"
 #include "kernels/dense.h"
 #include "kernels/kernels.h"
@@ -165,6 +166,14 @@ int layernorm_rows_cuda(const float *x, const float *r, const float *gamma, cons
 {
     (void)x, (void)r, (void)gamma, (void)beta, (void)eps, (void)y, (void)rows, (void)dim;
     (void)stream;
+    NO_CUDA(msg, cap);
+    return -1;
+}
+
+int attention_varlen_cuda(const struct attention_args *a, const int *cu_seqlens_dev, void *stream,
+                          char *msg, size_t cap)
+{
+    (void)a, (void)cu_seqlens_dev, (void)stream;
     NO_CUDA(msg, cap);
     return -1;
 }
