@@ -5,6 +5,7 @@
 #include "kernels/attention.h"
 #include "kernels/cuda_rt.h"
 #include "kernels/dense.h"
+#include "kernels/embed.h"
 #include "kernels/kernels.h"
 #include "kernels/layernorm.h"
 #include "kernels/softmax.h"
@@ -174,6 +175,17 @@ int attention_varlen_cuda(const struct attention_args *a, const int *cu_seqlens_
                           char *msg, size_t cap)
 {
     (void)a, (void)cu_seqlens_dev, (void)stream;
+    NO_CUDA(msg, cap);
+    return -1;
+}
+
+int embed_sum_cuda(const struct embed_table *word, const struct embed_table *pos,
+                   const struct embed_table *type, int hidden, const struct embed_ids *host,
+                   const struct embed_ids *dev, int nseq, float *out_dev, void *stream, char *msg,
+                   size_t cap)
+{
+    (void)word, (void)pos, (void)type, (void)hidden, (void)host, (void)dev, (void)nseq;
+    (void)out_dev, (void)stream;
     NO_CUDA(msg, cap);
     return -1;
 }
