@@ -8,6 +8,7 @@
 #include "kernels/embed.h"
 #include "kernels/kernels.h"
 #include "kernels/layernorm.h"
+#include "kernels/pool.h"
 #include "kernels/softmax.h"
 
 #define NO_CUDA(msg, cap) snprintf((msg), (cap), "CUDA unavailable: built without nvcc")
@@ -186,6 +187,16 @@ int embed_sum_cuda(const struct embed_table *word, const struct embed_table *pos
 {
     (void)word, (void)pos, (void)type, (void)hidden, (void)host, (void)dev, (void)nseq;
     (void)out_dev, (void)stream;
+    NO_CUDA(msg, cap);
+    return -1;
+}
+
+int pool_rows_cuda(enum pool_mode mode, unsigned flags, const float *x_dev, size_t ldx, int hidden,
+                   const int *cu_seqlens, const int *cu_seqlens_dev, int nseq, float *out_dev,
+                   void *stream, char *msg, size_t cap)
+{
+    (void)mode, (void)flags, (void)x_dev, (void)ldx, (void)hidden, (void)cu_seqlens;
+    (void)cu_seqlens_dev, (void)nseq, (void)out_dev, (void)stream;
     NO_CUDA(msg, cap);
     return -1;
 }
