@@ -55,4 +55,20 @@ int attention_varlen(const struct attention_args *a, float *scratch, size_t scra
 int attention_varlen_isa(enum kernels_isa isa, const struct attention_args *a, float *scratch,
                          size_t scratch_floats);
 
+/* The same on an NVIDIA GPU (kernels/cuda/attention.cu), flash style: one
+ * block per (query tile, head, sequence), tiles of 32 keys staged in shared
+ * memory, the softmax kept online (running maximum and sum, the output
+ * rescaled), all in F32; no scores are written to memory and no scratch is
+ * needed. a->q, k, v and out are device pointers with the layout above;
+ * a->cu_seqlens is the HOST copy of the offsets (checked, and the longest
+ * sequence sizes the grid) and cu_seqlens_dev the same nseq + 1 values on the
+ * device, which the kernel reads (the caller uploads them once per batch for
+ * every layer; embed_sum_cuda and pool_rows_cuda take them the same way).
+ * head_dim 1..128. Enqueued on `stream` (a cudaStream_t). Returns 0, or -1
+ * with a reason in msg and nothing launched on the refusals of
+ * attention_varlen (scratch aside) and head_dim > 128; -1 also when the
+ * launch fails or in a build without nvcc. */
+int attention_varlen_cuda(const struct attention_args *a, const int *cu_seqlens_dev, void *stream,
+                          char *msg, size_t cap);
+
 #endif

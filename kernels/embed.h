@@ -35,4 +35,29 @@ int embed_sum(const struct embed_table *word, const struct embed_table *pos,
               const int32_t *type_ids, const int *cu_seqlens, int nseq, float *out, char *msg,
               size_t cap);
 
+/* The ids of a packed batch, for embed_sum_cuda: type_ids may be NULL. */
+struct embed_ids {
+    const int32_t *ids, *type_ids;
+    const int *cu_seqlens;
+};
+
+/* embed_sum on an NVIDIA GPU (kernels/cuda/embed.cu). The tables' data are
+ * device pointers (aligned to their element: cudaMalloc'ed, or offsets in
+ * whole elements into one), out is device [total][hidden]. The ids come
+ * twice: `host` is what the tokenizer produced, checked exactly as embed_sum
+ * checks it before anything is launched (no copy back from the device is
+ * needed to refuse a bad id), and `dev` holds the same values on the device
+ * (uploaded by the caller, once per batch; attention and pooling read the
+ * same cu_seqlens), which the kernel reads. Should the copies differ, the
+ * kernel still reads nothing outside a table: a row whose device id, type or
+ * position is out of range is written as NaN. One warp per row; sums as
+ * embed_sum's, so the bits are the same. Enqueued on `stream` (a
+ * cudaStream_t). Returns 0, or -1 with a reason in msg (embed_sum's, a
+ * misaligned table, a missing device array, a failed launch, a build without
+ * nvcc) and nothing launched. */
+int embed_sum_cuda(const struct embed_table *word, const struct embed_table *pos,
+                   const struct embed_table *type, int hidden, const struct embed_ids *host,
+                   const struct embed_ids *dev, int nseq, float *out_dev, void *stream, char *msg,
+                   size_t cap);
+
 #endif

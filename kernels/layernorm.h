@@ -13,6 +13,8 @@
 #ifndef BG_LAYERNORM_H
 #define BG_LAYERNORM_H
 
+#include <stddef.h>
+
 #include "kernels/kernels.h"
 
 /* y[i][:] = LN(x[i][:] + r[i][:]) for rows rows of dim elements, rows dense
@@ -26,5 +28,16 @@ void layernorm_rows(const float *x, const float *r, const float *gamma, const fl
  * cannot run isa. */
 int layernorm_rows_isa(enum kernels_isa isa, const float *x, const float *r, const float *gamma,
                        const float *beta, float eps, float *y, int rows, int dim);
+
+/* The same on an NVIDIA GPU (kernels/cuda/layernorm.cu): every pointer is
+ * device memory, the same layout, NULLs and in-place rules; enqueued on
+ * `stream` (a cudaStream_t, NULL the default stream). One warp per row with
+ * the row in registers for dim <= 1024, one block per row above; mean and
+ * variance in two passes in F32, as above. Returns 0 (rows or dim <= 0 do
+ * nothing), or -1 with a reason in msg (a NULL x, gamma or y; the launch
+ * failed; built without nvcc). */
+int layernorm_rows_cuda(const float *x, const float *r, const float *gamma, const float *beta,
+                        float eps, float *y, int rows, int dim, void *stream, char *msg,
+                        size_t cap);
 
 #endif

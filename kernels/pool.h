@@ -25,6 +25,20 @@ enum { POOL_L2 = 1 };   /* flags */
 int pool_rows(enum pool_mode mode, unsigned flags, const float *x, size_t ldx, int hidden,
               const int *cu_seqlens, int nseq, float *out);
 
+/* The same on an NVIDIA GPU (kernels/cuda/pool.cu): x and out are device
+ * memory, cu_seqlens is the HOST copy of the offsets (checked before
+ * anything is launched) and cu_seqlens_dev the same values on the device
+ * (what the kernel reads). One thread per (sequence, column) summing or
+ * comparing the rows in order, so MEAN, CLS and MAX give pool_rows' exact
+ * bits; POOL_L2 is a second kernel, one block per vector, the norm summed in
+ * double (bits may differ from the CPU's in the last place: another order
+ * of summation). Enqueued on `stream` (a cudaStream_t). Returns 0, or -1
+ * with a reason in msg on pool_rows' refusals, a NULL pointer where rows
+ * exist, a failed launch, or a build without nvcc. */
+int pool_rows_cuda(enum pool_mode mode, unsigned flags, const float *x_dev, size_t ldx, int hidden,
+                   const int *cu_seqlens, const int *cu_seqlens_dev, int nseq, float *out_dev,
+                   void *stream, char *msg, size_t cap);
+
 /* x[i][:] /= max(||x[i][:]||_2, 1e-12) for rows rows of dim (dense). */
 void pool_l2_normalize(float *x, int rows, int dim);
 

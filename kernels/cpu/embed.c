@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/cpu/embed_internal.h"
 #include "kernels/embed.h"
 
 /* out[:hidden] = (add ? out + : ) row idx of t. */
@@ -39,10 +40,10 @@ static int embed_table_ok(const struct embed_table *t)
 }
 
 /* Every index the call will use, before anything is written. */
-static int embed_check(const struct embed_table *word, const struct embed_table *pos,
-                       const struct embed_table *type, int hidden, const int32_t *ids,
-                       const int32_t *type_ids, const int *cu_seqlens, int nseq, char *msg,
-                       size_t cap)
+int embed_check_batch(const struct embed_table *word, const struct embed_table *pos,
+                      const struct embed_table *type, int hidden, const int32_t *ids,
+                      const int32_t *type_ids, const int *cu_seqlens, int nseq, char *msg,
+                      size_t cap)
 {
     if (hidden < 1 || nseq < 0 || !cu_seqlens || cu_seqlens[0] < 0 || !word ||
         !embed_table_ok(word) || (pos && !embed_table_ok(pos)) || (type && !embed_table_ok(type))) {
@@ -86,7 +87,7 @@ int embed_sum(const struct embed_table *word, const struct embed_table *pos,
               const int32_t *type_ids, const int *cu_seqlens, int nseq, float *out, char *msg,
               size_t cap)
 {
-    if (embed_check(word, pos, type, hidden, ids, type_ids, cu_seqlens, nseq, msg, cap) < 0)
+    if (embed_check_batch(word, pos, type, hidden, ids, type_ids, cu_seqlens, nseq, msg, cap) < 0)
         return -1;
     for (int s = 0; s < nseq; s++)
         for (int t = cu_seqlens[s]; t < cu_seqlens[s + 1]; t++) {

@@ -2,9 +2,13 @@
  * each says so, so the cuda backend reports itself unavailable. */
 #include <stdio.h>
 
+#include "kernels/attention.h"
 #include "kernels/cuda_rt.h"
 #include "kernels/dense.h"
+#include "kernels/embed.h"
 #include "kernels/kernels.h"
+#include "kernels/layernorm.h"
+#include "kernels/pool.h"
 #include "kernels/softmax.h"
 
 #define NO_CUDA(msg, cap) snprintf((msg), (cap), "CUDA unavailable: built without nvcc")
@@ -154,6 +158,45 @@ const char *dense_cuda_kernel_name(const struct dense_cuda *d, int rows)
 int softmax_cuda_rows(const float *x, float *y, int rows, int n, void *stream, char *msg, size_t cap)
 {
     (void)x, (void)y, (void)rows, (void)n, (void)stream;
+    NO_CUDA(msg, cap);
+    return -1;
+}
+
+int layernorm_rows_cuda(const float *x, const float *r, const float *gamma, const float *beta,
+                        float eps, float *y, int rows, int dim, void *stream, char *msg,
+                        size_t cap)
+{
+    (void)x, (void)r, (void)gamma, (void)beta, (void)eps, (void)y, (void)rows, (void)dim;
+    (void)stream;
+    NO_CUDA(msg, cap);
+    return -1;
+}
+
+int attention_varlen_cuda(const struct attention_args *a, const int *cu_seqlens_dev, void *stream,
+                          char *msg, size_t cap)
+{
+    (void)a, (void)cu_seqlens_dev, (void)stream;
+    NO_CUDA(msg, cap);
+    return -1;
+}
+
+int embed_sum_cuda(const struct embed_table *word, const struct embed_table *pos,
+                   const struct embed_table *type, int hidden, const struct embed_ids *host,
+                   const struct embed_ids *dev, int nseq, float *out_dev, void *stream, char *msg,
+                   size_t cap)
+{
+    (void)word, (void)pos, (void)type, (void)hidden, (void)host, (void)dev, (void)nseq;
+    (void)out_dev, (void)stream;
+    NO_CUDA(msg, cap);
+    return -1;
+}
+
+int pool_rows_cuda(enum pool_mode mode, unsigned flags, const float *x_dev, size_t ldx, int hidden,
+                   const int *cu_seqlens, const int *cu_seqlens_dev, int nseq, float *out_dev,
+                   void *stream, char *msg, size_t cap)
+{
+    (void)mode, (void)flags, (void)x_dev, (void)ldx, (void)hidden, (void)cu_seqlens;
+    (void)cu_seqlens_dev, (void)nseq, (void)out_dev, (void)stream;
     NO_CUDA(msg, cap);
     return -1;
 }
