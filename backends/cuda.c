@@ -13,8 +13,13 @@
  * between the events (copies included) is the batch's execution time. Out
  * of device memory at load fails that model with the reason; others serve.
  * The mapped weight file stays open while the model is loaded (its pages
- * are the kernel's to evict). */
+ * are the kernel's to evict).
+ *
+ * An encoder folder (MODEL_KIND_ENCODER) runs bert_cuda.h instead, one per
+ * instance on its device, its dense layers in BF16 on the tensor cores. */
 #include "backends/backend_impl.h"
+#include "backends/bert_cuda.h"
+#include "backends/bert_weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +42,7 @@ struct cuda_model {
 struct cuda_instance {
     int device;
     struct cuda_stream *stream;
+    struct bert_cuda *enc;        /* MODEL_KIND_ENCODER */
     struct dense_cuda *dense[MODEL_MAX_LAYERS];
     float *d_in, *d_out, *d_act[2];
 };
@@ -49,8 +55,33 @@ static void cuda_model_free(struct cuda_model *cm)
     free(cm);
 }
 
+/* Tokens an encoder instance computes at once (a batch with more runs in
+ * parts): a full batch of the longest sequences, bounded. */
+static int cuda_encoder_tokens(const struct model_config *c)
+{
+    int64_t t = (int64_t)c->batching.max_batch_size * c->encoder.max_seq_length;
+    return t > 16384 ? 16384 : (int)t;
+}
+
+/* An encoder: its tensors checked once here; each instance uploads its own. */
+static int cuda_encoder_check(struct model *m, struct cold_start *cs, struct error *err)
+{
+    int64_t t0 = now_ns();
+    struct bert_tensors t;
+    int rc = bert_tensors_open(m->cfg.dir, &m->cfg.encoder, &t, err);
+    if (rc)
+        return rc;
+    bert_tensors_close(&t);
+    cs->read_s = (double)(now_ns() - t0) / 1e9;
+    m->shared = calloc(1, sizeof(struct cuda_model));   /* nothing shared; non-NULL: loaded */
+    m->shared_bytes = 0;
+    return m->shared ? 0 : error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
+}
+
 static int cuda_model_load(struct model *m, struct cold_start *cs, struct error *err)
 {
+    if (m->cfg.kind == MODEL_KIND_ENCODER)
+        return cuda_encoder_check(m, cs, err);
     const struct model_config *c = &m->cfg;
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", c->dir);
@@ -131,6 +162,7 @@ static void cuda_instance_free(struct instance *in)
     cuda_rt_set_device(ci->device, msg, sizeof msg);
     for (int i = 0; i < m->cfg.nlayers; i++)
         dense_cuda_free(ci->dense[i]);
+    bert_cuda_free(ci->enc);
     cuda_rt_free(ci->d_in);
     cuda_rt_free(ci->d_out);
     cuda_rt_free(ci->d_act[0]);
@@ -161,6 +193,19 @@ static int cuda_instance_load(struct instance *in, struct error *err)
     }
     int64_t t1 = now_ns();
     m->cold.context_s += (double)(t1 - t0) / 1e9;
+    if (c->kind == MODEL_KIND_ENCODER) {
+        int rc = cuda_rt_stream_create(&ci->stream, msg, sizeof msg) < 0
+                     ? error_set(err, BG_EBACKEND, "%s", msg)
+                     : bert_cuda_load(c->dir, &c->encoder, DTYPE_BF16, cuda_encoder_tokens(c),
+                                      c->batching.max_batch_size, &ci->enc, err);
+        if (rc) {
+            cuda_instance_free(in);
+            return rc;
+        }
+        in->memory_bytes = bert_cuda_bytes(ci->enc);
+        m->cold.prepare_s += (double)(now_ns() - t1) / 1e9;
+        return 0;
+    }
     size_t rows = (size_t)c->batching.max_batch_size;
     size_t in_b = rows * (size_t)c->input.row_elems * sizeof(float);
     size_t out_b = rows * (size_t)c->output.row_elems * sizeof(float);
@@ -193,8 +238,26 @@ fail:
 
 static void cuda_instance_unload(struct instance *in) { cuda_instance_free(in); }
 
+static int cuda_encoder_run(struct instance *in, struct backend_io *b, struct error *err)
+{
+    struct cuda_instance *ci = in->state;
+    char msg[512];
+    if (cuda_rt_set_device(ci->device, msg, sizeof msg) < 0 ||
+        cuda_rt_timer_start(ci->stream, msg, sizeof msg) < 0)
+        return error_set(err, BG_EBACKEND, "cuda device %d: %s", ci->device, msg);
+    int rc = bert_cuda_run(ci->enc, ci->stream, b->in, (size_t)in->model->cfg.input.row_elems,
+                           b->rows, b->out, err);
+    int64_t ns = cuda_rt_timer_stop(ci->stream, msg, sizeof msg);
+    if (rc == 0 && ns < 0)
+        return error_set(err, BG_EBACKEND, "cuda device %d: %s", ci->device, msg);
+    b->device_ns = ns > 0 ? ns : 0;
+    return rc;
+}
+
 static int cuda_run(struct instance *in, struct backend_io *b, struct error *err)
 {
+    if (in->model->cfg.kind == MODEL_KIND_ENCODER)
+        return cuda_encoder_run(in, b, err);
     const struct model_config *c = &in->model->cfg;
     struct cuda_instance *ci = in->state;
     char msg[512];
@@ -248,6 +311,7 @@ const struct backend_i backend_cuda = {
     .name = "cuda",
     .kind = BACKEND_COMPUTE,
     .device_kind = BACKEND_DEVICE_GPU,
+    .encoders = true,
     .available = cuda_available,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,

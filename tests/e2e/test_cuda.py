@@ -1,6 +1,8 @@
 """test_cuda.py - the digits model served on the cuda backend: held-out
 accuracy over HTTP with concurrent clients, and agreement with the cpu
-backend on the same rows.
+backend on the same rows; a BERT encoder (scripts/gen-tiny-bert's, made by
+`scripts/gpu-check --prepare` or here when numpy is at hand) on the cuda
+backend (BF16 dense layers) against the cpu backend: cosine >= 0.999.
 Skips, saying why, when this binary has no usable GPU."""
 
 import json
@@ -69,6 +71,48 @@ class CudaDigitsTest(RepoServerCase):
         c = post(self.srv.port, "/v2/models/digits_cpu/infer", infer_body(rows)).json()
         for a, b in zip(g["outputs"][0]["data"], c["outputs"][0]["data"]):
             self.assertAlmostEqual(a, b, delta=1e-5, msg="cuda and cpu backends agree")
+
+
+def tiny_bert():
+    """A tiny BERT folder: the one gpu-check --prepare carried, else made now."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    carried = os.path.join(root, "build-gpu", "tiny-bert")
+    if os.path.exists(os.path.join(carried, "model.safetensors")):
+        return carried
+    out = os.path.join(tempfile.mkdtemp(prefix="batchgate-tinybert-"), "tiny")
+    import subprocess
+    p = subprocess.run([os.path.join(root, "scripts", "gen-tiny-bert"), out, "--max-seq", "64",
+                        "--hidden", "128", "--heads", "4", "--intermediate", "256"],
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise unittest.SkipTest("no tiny BERT: gen-tiny-bert failed (%s)" % p.stderr[-200:])
+    return out
+
+
+@unittest.skipUnless(re.search(r"\d+ CUDA device", CUDA), "no usable GPU: " + CUDA)
+class CudaEncoderTest(RepoServerCase):
+    @classmethod
+    def populate(cls, repo):
+        src = tiny_bert()
+        for name, backend in (("enc_cuda", "cuda"), ("enc_cpu", "cpu")):
+            shutil.copytree(src, os.path.join(repo, name))
+            with open(os.path.join(repo, name, "batchgate.json"), "w") as f:
+                json.dump({"backend": backend}, f)
+
+    def test_bf16_encoder_agrees_with_cpu(self):
+        self.assertRegex(self.srv.log(), r"model enc_cuda: loaded on cuda")
+        texts = ["hello world", "", "the quick brown fox jumps over the lazy dog " * 8,
+                 "Café déjà vu 北京 😀", "a b c d e f g"] * 8
+        got = {}
+        for name in ("enc_cuda", "enc_cpu"):
+            r = post(self.srv.port, "/v1/embeddings",
+                     json.dumps({"model": name, "input": texts}).encode())
+            self.assertEqual(r.status, 200, r.body[:300])
+            got[name] = [d["embedding"] for d in r.json()["data"]]
+        for a, b in zip(got["enc_cuda"], got["enc_cpu"]):
+            dot = sum(x * y for x, y in zip(a, b))
+            cos = dot / (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
+            self.assertGreaterEqual(cos, 0.999, "BF16 on the GPU against F32 on the CPU")
 
 
 if __name__ == "__main__":
