@@ -482,6 +482,31 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
     models_infer_call_free(call);
 }
 
+/* A call for a request to sm, holding sm's reference from here on; NULL
+ * when out of memory (answered 500, the reference let go). */
+static struct infer_call *models_call_new(struct http_request *req, struct api_state *st,
+                                          struct served_model *sm)
+{
+    struct infer_call *call = calloc(1, sizeof *call);
+    if (!call) {
+        http_respond_error(req, 500, NULL, "out of memory");
+        served_release(sm);
+        return NULL;
+    }
+    call->sm = sm;
+    call->st = st;
+    return call;
+}
+
+/* The body could not be decoded: counted, answered with err, freed. */
+static void models_call_refuse(struct http_request *req, struct infer_call *call,
+                               const struct error *err)
+{
+    models_account_reject(call->st, call->sm, req, err->code, error_http_status(err->code));
+    http_respond_error(req, error_http_status(err->code), NULL, "%s", err->msg);
+    models_infer_call_free(call);
+}
+
 /* Any thread: hand the finished item back to its IO thread. */
 static void models_infer_call_complete(struct infer_item *it)
 {
@@ -682,23 +707,16 @@ static void models_infer_run(struct http_request *req, const struct route_match 
             return;
         }
     }
-    struct infer_call *call = calloc(1, sizeof *call);
-    if (!call) {
-        http_respond_error(req, 500, NULL, "out of memory");
-        served_release(sm);
+    struct infer_call *call = models_call_new(req, st, sm);
+    if (!call)
         return;
-    }
-    call->sm = sm;   /* the call's reference from here on */
-    call->st = st;
     struct error err = {0};
     struct jscratch *js = models_scratch_of(st, req);
     jscratch_begin(js);
     int drc = tensor_decode_kserve(&sm->model, body, len, json_len, &call->r, &err);
     jscratch_end(js);
     if (drc) {
-        models_account_reject(st, sm, req, err.code, error_http_status(err.code));
-        http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
-        models_infer_call_free(call);
+        models_call_refuse(req, call, &err);
         return;
     }
     call->format = FORMAT_KSERVE;
@@ -748,23 +766,16 @@ static void models_tfs_run(struct http_request *req, const struct route_match *m
     }
     size_t len;
     const char *body = http_request_body(req, &len);
-    struct infer_call *call = calloc(1, sizeof *call);
-    if (!call) {
-        http_respond_error(req, 500, NULL, "out of memory");
-        served_release(sm);
+    struct infer_call *call = models_call_new(req, st, sm);
+    if (!call)
         return;
-    }
-    call->sm = sm;
-    call->st = st;
     struct error err = {0};
     struct jscratch *js = models_scratch_of(st, req);
     jscratch_begin(js);
     int drc = tensor_decode_tfs(&sm->model.cfg, body ? body : "", len, &call->r, &err);
     jscratch_end(js);
     if (drc) {
-        models_account_reject(st, sm, req, err.code, error_http_status(err.code));
-        http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
-        models_infer_call_free(call);
+        models_call_refuse(req, call, &err);
         return;
     }
     call->format = FORMAT_TFS;
@@ -833,14 +844,9 @@ static void models_embed_run(struct http_request *req, const struct route_match 
         served_release(sm);
         return;
     }
-    struct infer_call *call = calloc(1, sizeof *call);
-    if (!call) {
-        http_respond_error(req, 500, NULL, "out of memory");
-        served_release(sm);
+    struct infer_call *call = models_call_new(req, st, sm);
+    if (!call)
         return;
-    }
-    call->sm = sm;
-    call->st = st;
     size_t len;
     const char *body = http_request_body(req, &len);
     struct error err = {0};
@@ -849,10 +855,8 @@ static void models_embed_run(struct http_request *req, const struct route_match 
     int drc = embed_decode(&sm->model, api, body ? body : "", len, &call->r, &call->embed, &err);
     jscratch_end(js);
     if (drc) {
-        models_account_reject(st, sm, req, err.code, error_http_status(err.code));
         http_request_set_error_param(req, call->embed.param);
-        http_respond_error(req, error_http_status(err.code), NULL, "%s", err.msg);
-        models_infer_call_free(call);
+        models_call_refuse(req, call, &err);
         return;
     }
     call->format = FORMAT_EMBED;
