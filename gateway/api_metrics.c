@@ -3,6 +3,7 @@
  * (modelstats.h), in base units (seconds, bytes). */
 #include "gateway/api.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,21 +460,27 @@ int api_metrics_render(struct api_state *st, struct buf *b)
                         mr[i].budget_bytes);
         free(mr);
     }
-    metrics_head(b, "batch_tokens_total", "counter",
-                 "Tokens computed in batches (rows for models without tokens).");
-    EACH_MODEL {
-        double t = 0;
-        for (int i = 0; i < snaps[mi].ninstances && snaps[mi].inst; i++)
-            t += (double)snaps[mi].inst[i].tokens;
-        metrics_sample(b, "batch_tokens_total", NAME, NULL, t);
-    }
-    metrics_head(b, "batch_padded_tokens_total", "counter",
-                 "Rows x the longest row, per batch: what a padded layout would hold.");
-    EACH_MODEL {
-        double t = 0;
-        for (int i = 0; i < snaps[mi].ninstances && snaps[mi].inst; i++)
-            t += (double)snaps[mi].inst[i].padded_tokens;
-        metrics_sample(b, "batch_padded_tokens_total", NAME, NULL, t);
+    static const struct {
+        const char *name, *help;
+        size_t field;   /* a uint64_t of struct modelstats_instance, summed over instances */
+    } token_metrics[] = {
+        {"batch_tokens_total", "Tokens computed in batches (rows for models without tokens).",
+         offsetof(struct modelstats_instance, tokens)},
+        {"batch_padded_tokens_total",
+         "Rows x the longest row, per batch: what a padded layout would hold.",
+         offsetof(struct modelstats_instance, padded_tokens)},
+    };
+    for (size_t k = 0; k < sizeof token_metrics / sizeof token_metrics[0]; k++) {
+        metrics_head(b, token_metrics[k].name, "counter", token_metrics[k].help);
+        EACH_MODEL {
+            double t = 0;
+            for (int i = 0; i < snaps[mi].ninstances && snaps[mi].inst; i++) {
+                uint64_t v;
+                memcpy(&v, (const char *)&snaps[mi].inst[i] + token_metrics[k].field, sizeof v);
+                t += (double)v;
+            }
+            metrics_sample(b, token_metrics[k].name, NAME, NULL, t);
+        }
     }
     metrics_head(b, "batch_fill_ratio", "gauge", "Mean rows per batch divided by max_batch_size.");
     EACH_MODEL {

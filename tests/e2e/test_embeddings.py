@@ -27,7 +27,8 @@ import tempfile
 import time
 import unittest
 
-from harness import HERE, Server, reference_python, roundtrip, run_testdeps, sanitizer_build
+from harness import (HERE, Server, minilm_folder, reference_python, roundtrip, run_testdeps,
+                     sanitizer_build)
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GEN = os.path.join(ROOT, "scripts", "gen-tiny-bert")
@@ -379,15 +380,7 @@ class MiniLMAccuracyTest(unittest.TestCase):
             raise unittest.SkipTest("a sanitizer build: the numbers are the plain build's to "
                                     "check (the tiny models' tests run the same code here)")
         ref_py = reference_python()   # skips, saying what to run, without the venv
-        try:
-            p = subprocess.run([os.path.join(ROOT, "scripts", "get-model"), "minilm"], timeout=180,
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            raise unittest.SkipTest("scripts/get-model minilm took over 180 s: run it by hand once")
-        if p.returncode != 0:
-            raise unittest.SkipTest("no all-MiniLM-L6-v2 (scripts/get-model minilm failed: %s)"
-                                    % p.stderr.strip()[-300:])
-        model = p.stdout.strip().splitlines()[-1]
+        model = minilm_folder()
         tmp = tempfile.mkdtemp(prefix="batchgate-minilm-")
         try:
             sentences = os.path.join(tmp, "sentences.jsonl")

@@ -33,7 +33,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, HERE, reference_python, testdeps_python
+from harness import BIN, HERE, minilm_folder, reference_python, testdeps_python
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GEN = os.path.join(ROOT, "scripts", "gen-tiny-bert")
@@ -246,15 +246,7 @@ class TinyBertTest(unittest.TestCase):
         self.assertIn("encoder.layer.2.output.dense.bias", h3)
 
     def test_minilm_shape_gives_minilm_header(self):
-        try:
-            p = subprocess.run([os.path.join(ROOT, "scripts", "get-model"), "minilm"], timeout=180,
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            raise unittest.SkipTest("scripts/get-model minilm took over 180 s: run it by hand once")
-        if p.returncode != 0:
-            raise unittest.SkipTest("scripts/get-model minilm could not fetch the model (exit %d): %s"
-                                    % (p.returncode, p.stderr.strip().splitlines()[-1:]))
-        minilm = p.stdout.strip().splitlines()[-1]
+        minilm = minilm_folder()
         big = self.gen("minilm-shape", "--layers", "6", "--hidden", "384", "--heads", "12",
                        "--intermediate", "1536", "--max-seq", "256",
                        "--vocab-file", os.path.join(minilm, "vocab.txt"))

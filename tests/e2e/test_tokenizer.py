@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, HERE, TESTDEPS_VENV
+from harness import BIN, HERE, TESTDEPS_VENV, minilm_folder
 import tokenizer_corpus
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -52,16 +52,7 @@ class TokenizerTest(unittest.TestCase):
         except (OSError, subprocess.SubprocessError):
             raise unittest.SkipTest("the test venv %s has no `tokenizers` to compare with: run "
                                     "scripts/fetch-testdeps (PyPI must be reachable)" % TESTDEPS_VENV)
-        # Within ctest's 300 s for the whole file: 83 MB the first time.
-        try:
-            p = subprocess.run([os.path.join(ROOT, "scripts", "get-model"), "minilm"], timeout=180,
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            raise unittest.SkipTest("scripts/get-model minilm took over 180 s: run it by hand once")
-        if p.returncode != 0:
-            raise unittest.SkipTest("scripts/get-model minilm could not fetch the model (exit %d): %s"
-                                    % (p.returncode, p.stderr.strip().splitlines()[-1:]))
-        model = p.stdout.strip().splitlines()[-1]
+        model = minilm_folder()   # within ctest's 300 s for the whole file
         cls.tokjson = os.path.join(model, "tokenizer.json")
         with open(os.path.join(model, "sentence_bert_config.json")) as f:
             cls.max_len = json.load(f)["max_seq_length"]
