@@ -43,6 +43,7 @@
 #include "common/clock.h"
 #include "common/evwatch.h"
 #include "common/log.h"
+#include "http/decode.h"
 #include "http/response.h"
 
 /* Requests parsed ahead of their answers on one connection. */
@@ -734,6 +735,29 @@ static void conn_fail_request(struct http_conn *c, int status, const char *msg)
     http_respond_error(r, status, NULL, "%s", msg);
 }
 
+/* A body sent with a Content-Encoding is inflated before any handler sees
+ * it (streaming routes, the proxy's, pass it on as sent); true when it
+ * could not be, and the request was answered. */
+static bool conn_decode_body(struct http_conn *c, struct http_request *r)
+{
+    size_t n;
+    const char *enc = http_request_header(r, "Content-Encoding", &n);
+    if (!enc)
+        return false;
+    struct buf out = BUF_INIT;
+    char msg[256];
+    int status = http_body_decode(enc, n, r->body.data ? r->body.data : "", r->body.len,
+                                  c->t->limits->max_body_bytes, &out, msg, sizeof msg);
+    if (status) {
+        buf_free(&out);
+        http_respond_error(r, status, NULL, "Content-Encoding: %s", msg);
+        return true;
+    }
+    buf_free(&r->body);
+    r->body = out;
+    return false;
+}
+
 static void conn_dispatch(struct http_conn *c, struct http_request *r)
 {
     r->t_received_ns = c->t_last_read;   /* the read that brought the last byte */
@@ -749,6 +773,8 @@ static void conn_dispatch(struct http_conn *c, struct http_request *r)
         http_respond_error(r, 503, NULL, "the server is shutting down");
         return;
     }
+    if (conn_decode_body(c, r))
+        return;
     router_dispatch(c->t->router, r);
 }
 

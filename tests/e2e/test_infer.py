@@ -204,6 +204,32 @@ class InferTest(RepoServerCase):
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.json()["outputs"][0]["data"], [1.5, 7, 0, 0])
 
+    def test_compressed_request_bodies(self):
+        import gzip
+        import zlib
+        body = infer_body([[1, 2, 3, 4], [-3, 0, 0, 0]]).encode()
+        raw = zlib.compressobj(9, zlib.DEFLATED, -15)
+        for enc, data in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body)),
+                          ("deflate", raw.compress(body) + raw.flush())):
+            r = post(self.srv.port, "/v2/models/lin/infer", data, [("Content-Encoding", enc)])
+            self.assertEqual(r.status, 200, (enc, r))
+            self.assertEqual(r.json()["outputs"][0]["data"], [1.5, 7, 0, 0])
+        # 64 MiB + 1 zero bytes in ~64 KiB: past limits.max_body_bytes once inflated.
+        bomb = gzip.compress(b"0" * ((64 << 20) + 1), 9)
+        self.assertLess(len(bomb), 200000)
+        r = post(self.srv.port, "/v2/models/lin/infer", bomb, [("Content-Encoding", "gzip")])
+        self.assertEqual(r.status, 413, r)
+        self.assertIn("inflates to more than limits.max_body_bytes", r.json()["error"])
+        for enc, data, status, msg in (("gzip", gzip.compress(body)[:-9], 400, "not valid gzip"),
+                                       ("gzip", body, 400, "no gzip header"),
+                                       ("br", body, 415, "\"br\" is not served")):
+            r = post(self.srv.port, "/v2/models/lin/infer", data, [("Content-Encoding", enc)])
+            self.assertEqual(r.status, status, (enc, r))
+            self.assertIn(msg, r.json()["error"])
+        # The server is fine after all of that.
+        r = post(self.srv.port, "/v2/models/lin/infer", body)
+        self.assertEqual(r.status, 200)
+
     # ---- metadata
 
     def test_metadata_ready_config(self):

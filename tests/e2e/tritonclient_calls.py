@@ -111,6 +111,24 @@ def check_infer_lazy(client, a):
     return "infer on %s (lazy load): y %s %s" % (a.lazy, y.shape, y.tolist())
 
 
+def check_compressed_requests(client, a):
+    """request_compression_algorithm: the body goes out with Content-Encoding."""
+    x = np.array([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.0]], dtype=np.float32)
+    got = {}
+    for alg in (None, "gzip", "deflate"):
+        inp = httpclient.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x, binary_data=alg != "deflate")
+        result = client.infer(a.lazy, [inp], outputs=[httpclient.InferRequestedOutput("y")],
+                              request_compression_algorithm=alg)
+        got[alg] = result.as_numpy("y")
+        expect(got[alg] is not None and got[alg].shape == (2, 3),
+               "infer with %s answered %r" % (alg, result.get_response()))
+    for alg in ("gzip", "deflate"):
+        expect(np.array_equal(got[alg], got[None]), "%s-compressed infer gave %r, plain %r"
+               % (alg, got[alg].tolist(), got[None].tolist()))
+    return "infer with request_compression_algorithm gzip and deflate: same y as plain"
+
+
 def check_unknown(client, a):
     try:
         client.load_model(a.unknown)
@@ -120,7 +138,7 @@ def check_unknown(client, a):
 
 
 CHECKS = [check_health, check_index, check_unload, check_load, check_load_with_config,
-          check_infer_lazy, check_unknown]
+          check_infer_lazy, check_compressed_requests, check_unknown]
 
 
 def main():

@@ -1,0 +1,113 @@
+/* test_http_decode.c - http/decode: gzip, zlib and raw deflate bodies
+ * inflate to what was compressed; a bomb stops at the limit (413) without
+ * inflating further; corrupt, cut or trailing data is 400; an encoding not
+ * served (or several stacked) is 415; identity is bounded too. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <zlib.h>
+
+#include "http/decode.h"
+
+/* data compressed with windowBits wbits (31: gzip, 15: zlib, -15: raw). */
+static size_t pack(const void *data, size_t len, int wbits, unsigned char *out, size_t cap)
+{
+    z_stream z = {0};
+    assert_int_equal(deflateInit2(&z, 9, Z_DEFLATED, wbits, 9, Z_DEFAULT_STRATEGY), Z_OK);
+    z.next_in = (Bytef *)data;
+    z.avail_in = (uInt)len;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+    size_t n = z.total_out;
+    deflateEnd(&z);
+    return n;
+}
+
+static int decode(const char *enc, const void *in, size_t len, size_t max, struct buf *out,
+                  char *msg)
+{
+    buf_reset(out);
+    return http_body_decode(enc, strlen(enc), in, len, max, out, msg, 256);
+}
+
+static void test_round_trips(void **state)
+{
+    (void)state;
+    static const char text[] = "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,4],"
+                               "\"data\":[1,2,3,4]}]}";
+    unsigned char z[512];
+    char msg[256];
+    struct buf out = BUF_INIT;
+    static const struct {
+        const char *enc;
+        int wbits;
+    } cases[] = {{"gzip", 31}, {"x-gzip", 31}, {" GZIP ", 31}, {"deflate", 15}, {"Deflate", -15}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = pack(text, sizeof text - 1, cases[i].wbits, z, sizeof z);
+        assert_int_equal(decode(cases[i].enc, z, n, 1 << 20, &out, msg), 0);
+        assert_int_equal(out.len, sizeof text - 1);
+        assert_memory_equal(out.data, text, out.len);
+    }
+    assert_int_equal(decode("identity", text, 10, 1 << 20, &out, msg), 0);
+    assert_int_equal(out.len, 10);
+    assert_int_equal(decode("identity", text, 10, 9, &out, msg), 413);
+    buf_free(&out);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    char msg[256];
+    struct buf out = BUF_INIT;
+    /* A bomb: 64 MiB of zeros in about 64 KiB, against a 1 MiB limit. */
+    size_t big = 64u << 20;
+    unsigned char *zeros = calloc(1, big), *z = malloc(1 << 20);
+    assert_non_null(zeros);
+    size_t n = pack(zeros, big, 31, z, 1 << 20);
+    assert_true(n < 100000);
+    assert_int_equal(decode("gzip", z, n, 1 << 20, &out, msg), 413);
+    assert_non_null(strstr(msg, "inflates to more than limits.max_body_bytes (1048576 bytes)"));
+    assert_int_equal(out.len, 0);
+    assert_true(out.cap <= (4u << 20));   /* it stopped near the limit, far from 64 MiB */
+    /* The same data exactly at the limit passes. */
+    n = pack(zeros, 1 << 20, 31, z, 1 << 20);
+    assert_int_equal(decode("gzip", z, n, 1 << 20, &out, msg), 0);
+    assert_int_equal(out.len, 1 << 20);
+    /* Cut short, corrupt, trailing bytes, not that format. */
+    static const char text[] = "hello hello hello hello";
+    n = pack(text, sizeof text - 1, 31, z, 1 << 20);
+    assert_int_equal(decode("gzip", z, n - 5, 1 << 20, &out, msg), 400);
+    assert_non_null(strstr(msg, "not valid gzip data"));
+    unsigned char bad[64];
+    memcpy(bad, z, n);
+    bad[12] ^= 0x5a;
+    assert_int_equal(decode("gzip", bad, n, 1 << 20, &out, msg), 400);
+    memcpy(bad, z, n);
+    memcpy(bad + n, "xyz", 3);
+    assert_int_equal(decode("gzip", bad, n + 3, 1 << 20, &out, msg), 400);
+    assert_non_null(strstr(msg, "3 bytes follow the end"));
+    assert_int_equal(decode("gzip", text, sizeof text - 1, 1 << 20, &out, msg), 400);
+    assert_non_null(strstr(msg, "no gzip header"));
+    assert_int_equal(decode("deflate", "\xff\xff\xff\xff", 4, 1 << 20, &out, msg), 400);
+    /* Not served. */
+    assert_int_equal(decode("br", text, 5, 1 << 20, &out, msg), 415);
+    assert_non_null(strstr(msg, "\"br\" is not served"));
+    assert_int_equal(decode("gzip, deflate", text, 5, 1 << 20, &out, msg), 415);
+    free(zeros);
+    free(z);
+    buf_free(&out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
