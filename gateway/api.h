@@ -23,6 +23,7 @@ struct api_state {
     _Atomic bool ready;       /* startup finished (models loaded, from the inference issue on) */
     _Atomic bool draining;    /* SIGTERM received: not ready any more */
     struct serving *serving;  /* the models; NULL when none */
+    const char *log_file;     /* the config's log_file; NULL or "": stderr (/v2/logging) */
     struct server *server;    /* for in-flight counts; set once it exists */
     int64_t start_ns;         /* process start (now_ns clock) */
     _Atomic int64_t ready_ns; /* when startup finished; 0 before */
@@ -47,6 +48,8 @@ int api_health_register(struct router *r, struct api_state *st, struct error *er
 /* GET/POST /v2/models/{model}[/versions/{v}][/ready|/config|/infer],
  * POST /v1/models/{model}:predict */
 int api_models_register(struct router *r, struct api_state *st, struct error *err);
+/* GET/POST /v2/logging: Triton's logging extension (api_logging.c). */
+int api_logging_register(struct router *r, struct api_state *st, struct error *err);
 /* Whether a route answers errors in OpenAI's shape (its clients' routes). */
 bool api_openai_route(const char *pattern);
 /* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},

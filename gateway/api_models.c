@@ -412,6 +412,32 @@ static void models_stats(struct http_request *req, const struct route_match *m, 
     served_release(sm);
 }
 
+/* GET /v2/models/stats: every model the caller's tenant may use, in the
+ * repository's order, as tritonclient's get_inference_statistics() with no
+ * model asks. */
+static void models_stats_all(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    (void)m;
+    struct api_state *st = ctx;
+    struct buf b = BUF_INIT;
+    buf_append(&b, "{\"model_stats\":[", 16);
+    int n = st->serving ? serving_count(st->serving) : 0, k = 0;
+    for (int i = 0; i < n; i++) {
+        struct served_model *sm = serving_acquire_at(st->serving, i);
+        if (!sm)
+            continue;
+        const char *name = sm->model.cfg.name;
+        if (!st->auth || auth_may_use_model(st->auth, auth_tenant(req), name, strlen(name))) {
+            if (k++)
+                buf_append(&b, ",", 1);
+            modelstats_json_append(&b, sm);
+        }
+        served_release(sm);
+    }
+    buf_append(&b, "]}", 2);
+    models_respond_buf(req, 200, &b);
+}
+
 /* ---- infer ---- */
 
 /* This IO thread's arena for jansson while a body is decoded (jscratch.h);
@@ -897,6 +923,8 @@ int api_models_register(struct router *r, struct api_state *st, struct error *er
         const char *pattern;
         route_handler_fn fn;
     } routes[] = {
+        /* Before /v2/models/{model}: the first route that matches wins. */
+        {HTTP_M_GET, "/v2/models/stats", models_stats_all},
         {HTTP_M_GET, "/v2/models/{model}", models_metadata},
         {HTTP_M_GET, "/v2/models/{model}/versions/{version}", models_metadata},
         {HTTP_M_GET, "/v2/models/{model}/ready", models_ready},

@@ -142,6 +142,7 @@ static const struct auth_rule {
     /* Reading the shares in force is anyone's; changing them an admin's. */
     {HTTP_M_PUT | HTTP_M_POST | HTTP_M_PATCH | HTTP_M_DELETE, "/v2/governance", AUTH_ROUTE_ADMIN},
     {0, "/v2/repository/", AUTH_ROUTE_ADMIN},
+    {0, "/v2/logging", AUTH_ROUTE_ADMIN},
     {0, "/v2/systemsharedmemory", AUTH_ROUTE_ADMIN},
     {0, "/v2/systemsharedmemory/", AUTH_ROUTE_ADMIN},
 };

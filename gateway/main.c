@@ -290,7 +290,8 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
     if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
         (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)) ||
         (rc = api_jobs_register(r, st, err)) || (rc = api_governance_register(r, st, err)) ||
-        (rc = api_repository_register(r, st, err)) || (rc = api_usage_register(r, st, err)))
+        (rc = api_repository_register(r, st, err)) || (rc = api_usage_register(r, st, err)) ||
+        (rc = api_logging_register(r, st, err)))
         return rc;
     if (cfg->debug_endpoints && (rc = api_debug_register(r, st, err)))
         return rc;
@@ -381,6 +382,7 @@ int main(int argc, char **argv)
         goto out;
     }
     api.serving = serving;
+    api.log_file = cfg.log_file;
     /* The schedulers' shares come from the same table the gateway reads;
      * with tenants, the governor puts a time window's shares in force. */
     serving_set_tenants(serving, &cfg.tenants);

@@ -183,6 +183,15 @@ class TenantsTest(RepoServerCase):
             r = roundtrip(self.srv.port, "POST", "/debug/fault", auth_headers(key),
                           json.dumps({"model": "alpha", "mode": "none"}))
             self.assertEqual(r.status, 403, r)
+            self.assertEqual(get(self.srv, "/v2/logging", key).status, 403)
+            r = roundtrip(self.srv.port, "POST", "/v2/logging", auth_headers(key), "{}")
+            self.assertEqual(r.status, 403, r)
+        self.assertEqual(get(self.srv, "/v2/logging", KEYS["ops"]).status, 200)
+        # Every model's statistics: only those the tenant may use.
+        r = get(self.srv, "/v2/models/stats", KEYS["research"])
+        self.assertEqual(r.status, 200, r)
+        names = [m["name"] for m in r.json()["model_stats"]]
+        self.assertTrue(names and all(n.startswith("beta") for n in names), names)
         self.assert_401(get(self.srv, "/debug/delay?ms=1"), invalid_token=False)
         self.assertEqual(get(self.srv, "/debug/delay?ms=1", KEYS["ops"]).status, 200)
         r = roundtrip(self.srv.port, "POST", "/debug/echo", auth_headers(KEYS["ops"], "x"), "hi")

@@ -14,7 +14,7 @@ that environment the test fails, saying to run the script."""
 import json
 import unittest
 
-from harness import RepoServerCase, run_testdeps
+from harness import RepoServerCase, roundtrip, run_testdeps
 from test_infer import synthetic, write_model
 
 
@@ -40,7 +40,27 @@ class TritonClientTest(RepoServerCase):
         self.assertEqual(code, 0, "tritonclient_calls.py exited %d; its output:\n%s\nserver log:\n%s"
                          % (code, out, self.srv.log()))
         self.assertNotIn("FAIL", out)
-        self.assertEqual(out.count("ok: "), 8, out)
+        self.assertEqual(out.count("ok: "), 9, out)
+
+
+class LoggingErrorsTest(RepoServerCase):
+    @classmethod
+    def populate(cls, repo):
+        pass   # no model: the logging routes are the server's
+
+    def test_every_bad_setting_is_400(self):
+        for body, msg in (("[1]", "must be a JSON object"), ("{\"log_colour\": 1}", "not a log setting"),
+                          ("{\"log_info\": 1}", "log_info: must be true or false"),
+                          ("{\"log_error\": false}", "errors are always logged"),
+                          ("{\"log_verbose_level\": -1}", "must be an integer >= 0"),
+                          ("{\"log_format\": \"ISO8601\"}", "only \"default\""),
+                          ("{\"log_file\": \"/tmp/x.log\"}", "cannot change at run time")):
+            r = roundtrip(self.srv.port, "POST", "/v2/logging",
+                          [("Content-Type", "application/json")], body)
+            self.assertEqual(r.status, 400, (body, r))
+            self.assertIn(msg, r.json()["error"], body)
+        r = roundtrip(self.srv.port, "GET", "/v2/logging")
+        self.assertEqual(r.json()["log_verbose_level"], 0, "nothing changed")
 
 
 if __name__ == "__main__":

@@ -129,6 +129,20 @@ def check_compressed_requests(client, a):
     return "infer with request_compression_algorithm gzip and deflate: same y as plain"
 
 
+def check_statistics_and_logging(client, a):
+    stats = client.get_inference_statistics()   # every model: GET /v2/models/stats
+    names = sorted(m["name"] for m in stats["model_stats"])
+    expect(a.eager in names and a.lazy in names, "all-model statistics name %r" % names)
+    before = client.get_log_settings()
+    expect(before.get("log_verbose_level") == 0 and before.get("log_info") is True,
+           "get_log_settings answered %r" % before)
+    after = client.update_log_settings({"log_verbose_level": 1})
+    expect(after.get("log_verbose_level") == 1, "update_log_settings answered %r" % after)
+    back = client.update_log_settings({"log_verbose_level": 0})
+    expect(back.get("log_verbose_level") == 0, "update_log_settings answered %r" % back)
+    return "get_inference_statistics(): %d models; log settings verbose 0 -> 1 -> 0" % len(names)
+
+
 def check_unknown(client, a):
     try:
         client.load_model(a.unknown)
@@ -138,7 +152,8 @@ def check_unknown(client, a):
 
 
 CHECKS = [check_health, check_index, check_unload, check_load, check_load_with_config,
-          check_infer_lazy, check_compressed_requests, check_unknown]
+          check_infer_lazy, check_compressed_requests, check_statistics_and_logging,
+          check_unknown]
 
 
 def main():
