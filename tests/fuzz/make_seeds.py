@@ -181,6 +181,42 @@ TENSOR_SEEDS = {
 }
 
 
+# ---- fuzz_embed_json: byte 0 = path | (max_seq - 2) << 3, bytes 1-2 = LE16 (JSON length / limit)
+OPENAI, TEI, KS_JSON, KS_BIN, MODEL_NAME, INFLATE = 0, 1, 2, 3, 4, 5
+
+
+def ej(path, body, max_seq=8, n=0xffff):
+    if isinstance(body, str):
+        body = body.encode()
+    return bytes([path | (max_seq - 2) << 3]) + struct.pack("<H", n) + body
+
+
+def bytes_req(texts):
+    elems = b"".join(struct.pack("<I", len(t)) + t for t in texts)
+    head = json.dumps({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(texts)],
+                                   "parameters": {"binary_data_size": len(elems)}}]}).encode()
+    return head, head + elems
+
+
+kb_head, kb = bytes_req([b"hello world", "caf\u00e9 \u5317\u4eac".encode(), b""])
+EMBED_SEEDS = {
+    "openai_list": ej(OPENAI, json.dumps({"model": "enc", "input": ["hello world", "play-ing!"],
+                                          "encoding_format": "base64"})),
+    "openai_ids": ej(OPENAI, json.dumps({"model": "enc", "input": [[2, 5, 6, 3], [7]],
+                                         "dimensions": 4, "truncate": False})),
+    "openai_one_long": ej(OPENAI, json.dumps({"model": "enc", "input": "hello " * 20}), 3),
+    "tei": ej(TEI, json.dumps({"inputs": ["a b", "unbelievable naive"], "normalize": False})),
+    "kserve_json": ej(KS_JSON, json.dumps({"inputs": [{"name": "text", "datatype": "BYTES",
+                                                       "shape": [2, 1],
+                                                       "data": [["[MASK] x"], ["\u0000\u00e9"]]}],
+                                           "parameters": {"truncate": True}})),
+    "kserve_binary": ej(KS_BIN, kb, 9, len(kb_head)),
+    "model_name": ej(MODEL_NAME, '{"model": "enc", "input": "x"}'),
+    "inflate_gzip": ej(INFLATE, b"gzip\0" + __import__("gzip").compress(b'{"a": 1}' * 20), 8, 4),
+    "inflate_deflate": ej(INFLATE, b"deflate\0" + __import__("zlib").compress(b"x" * 300), 8, 1),
+}
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -219,6 +255,7 @@ CONFIGS = {
 def main():
     write("fuzz_http_conn", HTTP_SEEDS)
     write("fuzz_tensor_json", TENSOR_SEEDS)
+    write("fuzz_embed_json", EMBED_SEEDS)
     st = {"digits_model.safetensors": "models/digits/model.safetensors"}
     data_dir = os.path.join(ROOT, "tests/data/safetensors")
     for f in sorted(os.listdir(data_dir)):
