@@ -176,7 +176,8 @@ static const struct schema_field model_instances_fields[] = {
      .min = 1, .max = 256, .def = 1, .doc = "instances of the model, each with its worker"},
     {SCHEMA_F_INT("threads", struct model_config, instance_threads),
      .min = 1, .max = 256, .def = 1,
-     .doc = "threads each instance computes a batch with (cpu backend, encoder models): one "
+     .doc = "threads each instance computes a batch with (encoder models on the cpu backend; "
+            "more than 1 is refused for other models): one "
             "instance of N threads answers a lone request about N times sooner; N instances of "
             "one thread each run N batches at once (docs/EMBEDDINGS.md)"},
     {SCHEMA_F_ARRAY("devices", struct model_config, devices, ndevices, &model_device),
@@ -356,6 +357,10 @@ static int model_config_check(struct model_config *c, json_t *root, const char *
     const char *backend = model_backend_name_of(c->backend);
     if (c->kind == MODEL_KIND_ENCODER)
         return model_check_encoder(c, path, err);
+    if (c->instance_threads > 1)
+        return error_set(err, BG_ECONFIG, "%s: instances.threads: %d, but only an encoder model "
+                         "computes a batch on several threads (docs/EMBEDDINGS.md); use "
+                         "instances.count for more batches at once", path, c->instance_threads);
     bool layered = c->backend != MODEL_BACKEND_SYNTHETIC && c->backend != MODEL_BACKEND_UPSTREAM;
     if (!layered && c->nlayers > 0)
         return error_set(err, BG_ECONFIG, "%s: layers: the %s backend takes no layers", path,

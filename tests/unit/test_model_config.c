@@ -190,6 +190,10 @@ static void test_unknown_fields_suggest(void **state)
     (void)state;
     expect_message("{\"bakend\":\"cpu\"," IO "," DENSE "}", "m",
                    "models/m/config.json: bakend: unknown field; did you mean \"backend\"?");
+    expect_message("{" IO "," DENSE ",\"instances\":{\"threads\":2}}", "m",
+                   "models/m/config.json: instances.threads: 2, but only an encoder model "
+                   "computes a batch on several threads (docs/EMBEDDINGS.md); use "
+                   "instances.count for more batches at once");
     expect_message("{" IO "," DENSE ",\"batching\":{\"max_batch_szie\":8}}", "m",
                    "models/m/config.json: batching.max_batch_szie: unknown field; did you mean "
                    "\"max_batch_size\"?");
