@@ -209,6 +209,11 @@ int main(int argc, char **argv)
                         "give no --rate or --concurrency with them\n");
         return EXIT_USAGE;
     }
+    if (bodies_path && (body_path || o.model)) {
+        fprintf(stderr, "batchgate-load: --bodies replaces --body and --model's bodies: give "
+                        "one of them\n");
+        return EXIT_USAGE;
+    }
     if (body_path) {
         FILE *f = fopen(body_path, "rb");
         if (!f) {
@@ -223,11 +228,6 @@ int main(int argc, char **argv)
         o.has_body = true;
     }
     if (bodies_path) {
-        if (body_path || o.model) {
-            fprintf(stderr, "batchgate-load: --bodies replaces --body and --model's bodies: give "
-                            "one of them\n");
-            return EXIT_USAGE;
-        }
         FILE *f = fopen(bodies_path, "rb");
         if (!f) {
             fprintf(stderr, "batchgate-load: --bodies %s: %s\n", bodies_path, strerror(errno));
@@ -244,6 +244,9 @@ int main(int argc, char **argv)
             if (o.nbodies == LG_NREQ) {
                 fprintf(stderr, "batchgate-load: --bodies %s: more than %d lines\n", bodies_path,
                         LG_NREQ);
+                free(line);
+                fclose(f);
+                buf_free(&o.bodies);
                 return EXIT_USAGE;
             }
             buf_append(&o.bodies, line, (size_t)n);
@@ -254,6 +257,7 @@ int main(int argc, char **argv)
         fclose(f);
         if (!o.nbodies) {
             fprintf(stderr, "batchgate-load: --bodies %s: no lines\n", bodies_path);
+            buf_free(&o.bodies);
             return EXIT_USAGE;
         }
     }
