@@ -313,6 +313,26 @@ static void test_kserve_text(void **state)
     assert_non_null(strstr(err.msg, "takes text: use KServe v2"));
 }
 
+/* A tokenizer whose ids pass the model's vocabulary is not the model's. */
+static void test_tokenizer_must_fit_the_vocabulary(void **state)
+{
+    (void)state;
+    const char *slash = strrchr(__FILE__, '/');
+    struct model m = {0};
+    snprintf(m.cfg.dir, sizeof m.cfg.dir, "%.*s/../data/wordpiece",
+             slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
+    m.cfg.encoder.vocab = 10;   /* the fixture's ids go up to 37 */
+    struct error err = {0};
+    assert_int_equal(encoder_tokenizer_load(&m, &err), -BG_ECONFIG);
+    assert_non_null(strstr(err.msg, "ids up to 37, but config.json's vocab_size is 10"));
+    assert_null(m.tokenizer);
+    m.cfg.encoder.vocab = 38;
+    assert_int_equal(encoder_tokenizer_load(&m, &err), 0);
+    assert_non_null(m.tokenizer);
+    encoder_tokenizer_free(&m);
+    assert_null(m.tokenizer);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_answers),
         cmocka_unit_test(test_kserve_text),
+        cmocka_unit_test(test_tokenizer_must_fit_the_vocabulary),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     wordpiece_free(the_model()->tokenizer);
