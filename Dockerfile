@@ -51,7 +51,7 @@ RUN set -eu; \
     apt-get update -qq; \
     apt-get install -y -qq --no-install-recommends \
         build-essential cmake pkg-config libevent-dev libjansson-dev libcmocka-dev \
-        libsqlite3-dev libutf8proc-dev zlib1g-dev node-llhttp python3 $cuda_pkgs >/dev/null; \
+        libsqlite3-dev libutf8proc-dev zlib1g-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler node-llhttp python3 $cuda_pkgs >/dev/null; \
     rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -71,7 +71,7 @@ RUN set -eu; \
     export DEBIAN_FRONTEND=noninteractive; \
     apt-get update -qq; \
     apt-get install -y -qq --no-install-recommends \
-        libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libjansson4 libsqlite3-0 libutf8proc2 zlib1g \
+        libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libjansson4 libsqlite3-0 libutf8proc2 zlib1g libnghttp2-14 libprotobuf-c1 \
         tzdata >/dev/null; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log; \
     groupadd --gid 10001 batchgate; \
@@ -97,7 +97,7 @@ ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
 WORKDIR /var/lib/batchgate
 VOLUME ["/var/lib/batchgate"]
-EXPOSE 8000
+EXPOSE 8000 8001
 # SIGTERM drains: stop accepting, answer what was accepted, exit 0, within
 # shutdown_timeout_ms (docs/RELIABILITY.md). It is the default, said anyway.
 STOPSIGNAL SIGTERM

@@ -19,7 +19,9 @@
 /* A configuration file is a few KiB; anything near this is a wrong path. */
 #define CONFIG_FILE_MAX (16u << 20)
 
-int config_set_listen(struct config *c, const char *hostport, const char *what, struct error *err)
+/* "HOST:PORT" or "[V6]:PORT" into host (cap 256) and port. */
+static int config_parse_hostport(const char *hostport, char *out_host, int *out_port,
+                                 const char *what, struct error *err)
 {
     const char *colon;
     char host[256];
@@ -51,11 +53,27 @@ int config_set_listen(struct config *c, const char *hostport, const char *what, 
     long port = strtol(colon + 1, &end, 10);
     if (colon[1] == '\0' || *end != '\0' || errno || port < 0 || port > 65535)
         return error_set(err, BG_ECONFIG, "%s: port in \"%s\" must be 0..65535", what, hostport);
-    snprintf(c->http.listen_host, sizeof c->http.listen_host, "%s", host);
-    c->http.listen_port = (int)port;
+    snprintf(out_host, 256, "%s", host);
+    *out_port = (int)port;
     return 0;
 }
 
+int config_set_listen(struct config *c, const char *hostport, const char *what, struct error *err)
+{
+    return config_parse_hostport(hostport, c->http.listen_host, &c->http.listen_port, what, err);
+}
+
+int config_set_grpc_listen(struct config *c, const char *hostport, const char *what,
+                           struct error *err)
+{
+    if (strcmp(hostport, "off") == 0) {
+        c->http.h2.listen_host[0] = '\0';
+        c->http.h2.listen_port = -1;
+        return 0;
+    }
+    return config_parse_hostport(hostport, c->http.h2.listen_host, &c->http.h2.listen_port, what,
+                                 err);
+}
 
 /* "listen" is one string for two members; the default goes through the same parser. */
 static int config_parse_listen(void *base, json_t *v, const struct schema_field *f,
@@ -69,6 +87,19 @@ static int config_parse_listen(void *base, json_t *v, const struct schema_field 
     char what[4200];
     snprintf(what, sizeof what, "%s: %s", ctx->file, ctx->path);
     return config_set_listen(c, json_string_value(v), what, ctx->err);
+}
+
+static int config_parse_grpc_listen(void *base, json_t *v, const struct schema_field *f,
+                                    struct schema_ctx *ctx)
+{
+    struct config *c = base;
+    if (!v)
+        return config_set_grpc_listen(c, f->sdef, "grpc_listen", NULL);
+    if (!json_is_string(v))
+        return schema_fail_value(ctx, f, v);
+    char what[4200];
+    snprintf(what, sizeof what, "%s: %s", ctx->file, ctx->path);
+    return config_set_grpc_listen(c, json_string_value(v), what, ctx->err);
 }
 
 /* A prefix picks one route: two routes with the same one would hide the second. */
@@ -193,10 +224,44 @@ static const struct schema_name config_log_levels[] = {
     {"debug", LOG_DEBUG}, {"info", LOG_INFO}, {"warn", LOG_WARN}, {"error", LOG_ERROR}, {NULL, 0},
 };
 
+static const struct schema_field config_grpc_fields[] = {
+    {SCHEMA_F_INT("max_concurrent_streams", struct http_h2_config, max_concurrent_streams),
+     .min = 1, .max = 65536, .def = 256,
+     .doc = "streams of one connection at a time (SETTINGS_MAX_CONCURRENT_STREAMS); streams the "
+            "client reset that are still being answered count too, so a rapid reset cannot pile "
+            "up work (CVE-2023-44487); past it a new stream is refused (REFUSED_STREAM)"},
+    {SCHEMA_F_INT("initial_window_bytes", struct http_h2_config, initial_window_bytes),
+     .min = 65535, .max = 2147483647, .def = 1048576,
+     .doc = "each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE): how much of a request "
+            "a client may send before batchgate reads it"},
+    {SCHEMA_F_INT("connection_window_bytes", struct http_h2_config, connection_window_bytes),
+     .min = 65535, .max = 2147483647, .def = 16777216,
+     .doc = "the connection's receive window, all its streams together"},
+    {SCHEMA_F_INT("max_frame_bytes", struct http_h2_config, max_frame_bytes),
+     .min = 16384, .max = 16777215, .def = 16384,
+     .doc = "SETTINGS_MAX_FRAME_SIZE: the largest frame a client may send"},
+    {SCHEMA_F_INT("max_resets_per_s", struct http_h2_config, max_resets_per_s),
+     .min = 1, .max = 1000000, .def = 100,
+     .doc = "RST_STREAM frames a connection may send per second (a bucket of twice that); past "
+            "it: GOAWAY(ENHANCE_YOUR_CALM) and the connection closes (rapid reset)"},
+    {SCHEMA_F_INT("max_control_frames_per_s", struct http_h2_config, max_control_per_s),
+     .min = 1, .max = 1000000, .def = 100,
+     .doc = "SETTINGS, PING and PRIORITY frames a connection may send per second; past it: "
+            "GOAWAY(ENHANCE_YOUR_CALM) and a close (SETTINGS and PING floods)"},
+    SCHEMA_END_ROW,
+};
+
 static const struct schema_field config_fields[] = {
     {SCHEMA_F_CUSTOM("listen", config_parse_listen),
      .sdef = "127.0.0.1:8000", .expect = "a string \"HOST:PORT\" or \"[IPV6]:PORT\"",
      .doc = "port 0 takes a free port, logged as `listening on HOST:PORT`"},
+    {SCHEMA_F_CUSTOM("grpc_listen", config_parse_grpc_listen),
+     .sdef = "127.0.0.1:8001", .expect = "a string \"HOST:PORT\", \"[IPV6]:PORT\" or \"off\"",
+     .doc = "the KServe v2 gRPC port (HTTP/2 cleartext, docs/GRPC.md); port 0 takes a free "
+            "port, logged as `gRPC on HOST:PORT`; \"off\": none"},
+    {SCHEMA_F_OBJECT("grpc", struct config, http.h2, config_grpc_fields),
+     .doc = "HTTP/2 limits of the gRPC port (`limits` hold there too: header list, message "
+            "size, connections, timeouts)"},
     {SCHEMA_F_INT("io_threads", struct config, http.io_threads),
      .min = 0, .max = 1024, .def = 0,
      .doc = "IO threads; 0 = one per CPU this process may use (its CPU affinity and its cgroup "

@@ -88,5 +88,8 @@ int config_load_file(struct config *c, const char *path, struct error *err);
 int config_load_string(struct config *c, const char *json, const char *name, struct error *err);
 /* "HOST:PORT" or "[v6]:PORT" into c->http.listen_host/listen_port; `what` names the source in messages. */
 int config_set_listen(struct config *c, const char *hostport, const char *what, struct error *err);
+/* The same for grpc_listen into c->http.h2; "off": no gRPC port. */
+int config_set_grpc_listen(struct config *c, const char *hostport, const char *what,
+                           struct error *err);
 
 #endif

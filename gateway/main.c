@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/cpus.h"
 #include "gateway/config.h"
+#include "gateway/grpc.h"
 #include "common/error.h"
 #include "serving/jobs.h"
 #include "serving/ledger.h"
@@ -127,6 +128,7 @@ struct cli {
     const char *config_path;
     const char *models;
     const char *listen;
+    const char *grpc_listen;
     const char *io_threads;
     const char *log_level;
 };
@@ -138,6 +140,7 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         {"config", required_argument, NULL, 'c'},   {"models", required_argument, NULL, 'm'},
         {"listen", required_argument, NULL, 'l'},   {"io-threads", required_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
+        {"grpc-listen", required_argument, NULL, 'g'},
         {"version", no_argument, NULL, 'V'},
         /* Hidden: prints the field table of docs/CONFIG.md ("server") or of
          * docs/MODELS.md ("model") from the schema; a test compares them. */
@@ -151,6 +154,7 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         case 'c': cli->config_path = optarg; break;
         case 'm': cli->models = optarg; break;
         case 'l': cli->listen = optarg; break;
+        case 'g': cli->grpc_listen = optarg; break;
         case 't': cli->io_threads = optarg; break;
         case 'L': cli->log_level = optarg; break;
         case 'h': usage(stdout); return 1;
@@ -199,6 +203,9 @@ static int config_build(const struct cli *cli, struct config *cfg, struct error 
         cfg->model_repository_set = true;
     }
     if (cli->listen && (rc = config_set_listen(cfg, cli->listen, "--listen", err)))
+        return rc;
+    if (cli->grpc_listen &&
+        (rc = config_set_grpc_listen(cfg, cli->grpc_listen, "--grpc-listen", err)))
         return rc;
     if (cli->io_threads) {
         char *end;
@@ -354,6 +361,8 @@ int main(int argc, char **argv)
     api.nvml = nvml_open(nvml_msg, (int)sizeof nvml_msg);
     log_debug("%s", nvml_msg);
     struct router *router = router_new();
+    struct router *h2router = NULL;   /* the gRPC port's */
+    struct grpc_service *grpc = NULL;
     struct server *srv = NULL;
     struct serving *serving = NULL;
     /* The model table exists before the first request can ask for it; the
@@ -450,6 +459,18 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
+    /* The gRPC port: its calls become HTTP requests routed by `router`. */
+    if (cfg.http.h2.listen_port >= 0) {
+        h2router = router_new();
+        grpc = grpc_service_new(router, cfg.http.limits.max_body_bytes);
+        if (!h2router || !grpc || grpc_service_register(grpc, h2router, &err)) {
+            log_error("cannot build the gRPC service: %s",
+                      h2router && grpc ? err.msg : "out of memory");
+            exit_code = 1;
+            goto out;
+        }
+        cfg.http.h2.router = h2router;
+    }
     srv = server_new(&cfg.http, router, &err);
     api.server = srv;   /* before any IO thread can read it */
     if (!srv || server_start(srv, pthread_self(), &err)) {
@@ -465,6 +486,10 @@ int main(int argc, char **argv)
     log_info("listening on %s%s%s:%d (%d io threads)", strchr(cfg.http.listen_host, ':') ? "[" : "",
              cfg.http.listen_host, strchr(cfg.http.listen_host, ':') ? "]" : "", server_port(srv),
              server_threads(srv));
+    if (server_h2_port(srv) >= 0)
+        log_info("gRPC on %s%s%s:%d (KServe v2, HTTP/2 cleartext)",
+                 strchr(cfg.http.h2.listen_host, ':') ? "[" : "", cfg.http.h2.listen_host,
+                 strchr(cfg.http.h2.listen_host, ':') ? "]" : "", server_h2_port(srv));
     serving_load_all(serving);
     /* Unfinished jobs resume once their models are loaded. */
     if (jobs_start(api.jobs, &err)) {
@@ -582,6 +607,8 @@ out:
     tenantstats_free(api.tenantstats);
     nvml_close(api.nvml);
     router_free(router);
+    router_free(h2router);
+    grpc_service_free(grpc);
     log_close(log);
     libevent_global_shutdown();
     return exit_code;

@@ -43,7 +43,7 @@
 #include "common/clock.h"
 #include "common/evwatch.h"
 #include "common/log.h"
-#include "http/decode.h"
+#include "http/http.h"
 #include "http/response.h"
 
 /* Requests parsed ahead of their answers on one connection. */

@@ -1,5 +1,7 @@
-/* decode.c - see decode.h. */
-#include "http/decode.h"
+/* decode.c - compressed request bodies (http.h "compressed bodies"). */
+#include "http/http.h"
+
+#include "common/buf.h"
 
 #include <stdbool.h>
 #include <stdio.h>

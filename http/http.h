@@ -79,6 +79,12 @@ enum http_error_style { HTTP_ERRORS_PLAIN, HTTP_ERRORS_OPENAI };
 void http_request_set_error_style(struct http_request *req, enum http_error_style style);
 void http_request_set_error_param(struct http_request *req, const char *param);
 
+/* Trailers that follow the answer ("Name: value\r\n" lines; call before
+ * answering): HTTP/2 sends them in a HEADERS frame after the body, which is
+ * where gRPC's status travels; an HTTP/1.1 answer carries them among its
+ * headers. The string is copied. */
+void http_request_set_trailers(struct http_request *req, const char *trailers);
+
 /* A request whose connection went away before it was answered: `on_abort` is
  * called once on the IO thread so its owner can stop work early; the owner
  * must still call http_respond (the answer is then discarded). */
@@ -146,6 +152,52 @@ int http_request_thread(const struct http_request *req);
  * caller's tenant, set by its route guard); 0 until set. */
 void http_request_set_tag(struct http_request *req, int tag);
 int http_request_tag(const struct http_request *req);
+
+/* ---- compressed bodies (decode.c) ----
+ * Request bodies sent compressed (Content-Encoding: gzip or deflate, as
+ * tritonclient's request_compression_algorithm sends them; a gRPC message
+ * with grpc-encoding) are inflated before a handler sees them and bounded
+ * by max_body_bytes after inflation: a small body that inflates past the
+ * limit (a zip bomb) is 413, and inflation stops at the limit, so it never
+ * costs more memory than an uncompressed body could. Pure: no request, no
+ * connection (the fuzzer calls it).
+ *
+ * Inflates in (len bytes) as the encoding enc (enc_len bytes,
+ * case-insensitive: "gzip", "x-gzip", "deflate" (zlib's format, or raw
+ * deflate as some clients send), "identity") into out (appended), at most
+ * max bytes. Returns 0, or the HTTP status to answer with a message in msg:
+ * 400 (not valid data of that encoding, or trailing bytes), 413 (more than
+ * max bytes inflated), 415 (an encoding not served, or several stacked). */
+struct buf;
+int http_body_decode(const char *enc, size_t enc_len, const void *in, size_t len, size_t max,
+                     struct buf *out, char *msg, size_t cap);
+
+/* ---- inner requests (inner.c) ----
+ * A request made inside the process on behalf of another one, `outer` (the
+ * gRPC front end turns each call into the HTTP request it means, so that
+ * one handler serves both): it is routed like a request read from a
+ * socket, guard included, on outer's IO thread, with outer's arrival time,
+ * peer and thread, and its answer goes to `done` instead of a socket. The
+ * inner request is freed by the library after `done` returns; `done` runs
+ * on the IO thread, at once or later. */
+typedef void (*http_inner_done_fn)(void *arg, int status, const char *content_type,
+                                   const void *body, size_t len, const char *extra_headers);
+/* NULL when out of memory. method: one enum http_method bit (GET, POST). */
+struct http_request *http_inner_new(struct http_request *outer, int method, const char *path,
+                                    size_t path_len);
+/* 0, or -1 when out of memory. */
+int http_inner_add_header(struct http_request *inner, const char *name, size_t name_len,
+                          const char *value, size_t value_len);
+/* The body is copied; 0 or -1 when out of memory. */
+int http_inner_set_body(struct http_request *inner, const void *body, size_t len);
+struct router;
+void http_inner_dispatch(struct http_request *inner, const struct router *r,
+                         http_inner_done_fn done, void *arg);
+/* Frees an inner request that was never dispatched (NULL: nothing). */
+void http_inner_discard(struct http_request *inner);
+/* Outer went away: inner's on_abort hook runs (its handler stops early);
+ * `done` is still called once. */
+void http_inner_abort(struct http_request *inner);
 
 /* ---- router ----
  * The route table: method masks and path patterns to handlers.
@@ -229,11 +281,30 @@ struct http_limits {
     int idle_timeout_ms;       /* keep-alive connection with nothing in progress */
 };
 
+/* The HTTP/2 port (h2.c): cleartext with prior knowledge, as gRPC clients
+ * speak it without TLS. Its requests are routed by their own router and
+ * stream (http_request_on_body): a handler is called at the end of a
+ * stream's headers. */
+struct http_h2_config {
+    char listen_host[256];
+    int listen_port;              /* 0 = ephemeral, -1 = no HTTP/2 port */
+    const struct router *router;
+    int max_concurrent_streams;   /* SETTINGS_MAX_CONCURRENT_STREAMS; streams reset by the
+                                   * client but still being answered count too */
+    int initial_window_bytes;     /* SETTINGS_INITIAL_WINDOW_SIZE, per stream */
+    int connection_window_bytes;  /* the connection's receive window */
+    int max_frame_bytes;          /* SETTINGS_MAX_FRAME_SIZE */
+    int max_resets_per_s;         /* RST_STREAMs a client may send per second (CVE-2023-44487) */
+    int max_control_per_s;        /* SETTINGS, PING, PRIORITY frames per second */
+};
+
 struct http_server_config {
     char listen_host[256];     /* "127.0.0.1", "::1", "localhost", ... */
     int listen_port;           /* 0 = ephemeral */
     int io_threads;            /* 0 = one per online core */
     struct http_limits limits;
+    struct http_h2_config h2;  /* limits.max_header_bytes, max_body_bytes,
+                                * max_connections and the timeouts hold there too */
 };
 
 /* The config is copied; the router must outlive the server. The caller has
@@ -245,6 +316,7 @@ struct server *server_new(const struct http_server_config *cfg, const struct rou
  * SIGUSR1 to `notify`, so a main thread blocked in sigwait wakes up. */
 int server_start(struct server *s, pthread_t notify, struct error *err);
 int server_port(const struct server *s);            /* the bound port (useful with port 0) */
+int server_h2_port(const struct server *s);         /* the HTTP/2 port's; -1 when off */
 int server_threads(const struct server *s);
 /* IO thread i's event base (after server_start): work that belongs to no
  * connection (the proxy's health probes) runs on thread 0's. */

@@ -98,6 +98,8 @@ struct http_request {
     void *body_arg;
     void (*drain_fn)(struct http_request *, void *);
     void *drain_arg;
+    struct buf trailers;           /* http_request_set_trailers */
+    void *pdata;                   /* the protocol's own: h2.c's stream, inner.c's state */
 };
 
 struct http_request *http_request_new(struct http_conn *conn, const struct http_proto *proto);
@@ -176,6 +178,10 @@ struct io_thread {
     struct event_base *base;
     int listen_fd;
     struct event *listen_ev;
+    int h2_listen_fd;                /* the HTTP/2 port's listener; -1: none */
+    struct event *h2_listen_ev;
+    const struct http_h2_config *h2;
+    struct list h2conns;             /* HTTP/2 connections (h2.c), zombies included */
     struct event *wake_ev;           /* activated from other threads */
     struct mailbox *mailbox;         /* completions from workers */
     _Atomic int wake_flags;
@@ -206,6 +212,23 @@ const char *io_thread_date(struct io_thread *t);
 void io_thread_conn_closed(struct io_thread *t);
 /* Called by http_conn when a connection's memory is freed (it leaves t->conns). */
 void io_thread_conn_gone(struct io_thread *t);
+
+/* ---- one HTTP/2 client connection (h2.c) ----
+ * nghttp2 does the framing, HPACK and flow control; this file joins it to
+ * the IO thread (reads, writes, timers, drain) and each stream to a
+ * request of the request core. Counted in t->nconns like HTTP/1.1's. */
+struct h2_conn *h2_conn_new(struct io_thread *t, int fd);
+void h2_conn_drain_all(struct io_thread *t);
+uint64_t h2_conn_abort_all(struct io_thread *t);
+void h2_conn_thread_free(struct io_thread *t);
+
+/* ---- building a request outside the HTTP/1.1 parser (request.c) ----
+ * h2.c and inner.c: the target, then the headers, as parse.c lays them. */
+int http_request_set_target(struct http_request *r, int method, const char *url, size_t len);
+int http_request_add_header(struct http_request *r, const char *name, size_t name_len,
+                            const char *value, size_t value_len);
+/* The method bit of a method name; HTTP_M_OTHER when unknown. */
+int http_method_from_name(const char *name, size_t len, uint8_t *llhttp_method);
 
 /* ---- one client connection (conn.c) ----
  * Reads, llhttp, limits, timers, pipelined responses in order, lingering

@@ -13,7 +13,9 @@
 void io_thread_init(struct io_thread *t)
 {
     list_init(&t->conns);
+    list_init(&t->h2conns);
     t->listen_fd = -1;
+    t->h2_listen_fd = -1;
 }
 
 void io_thread_conn_closed(struct io_thread *t)

@@ -29,12 +29,13 @@ void http_request_reset(struct http_request *r)
 {
     struct http_conn *conn = r->conn;
     const struct http_proto *proto = r->proto;
-    struct buf head = r->head, body = r->body, resp = r->resp;
+    struct buf head = r->head, body = r->body, resp = r->resp, trailers = r->trailers;
     struct http_header *hdrs = r->hdrs;
     int cap = r->hdrs_cap;
     buf_reset(&head);
     buf_reset(&body);
     buf_reset(&resp);
+    buf_reset(&trailers);
     /* A spare waits in its IO thread's pool (conn.c: conn_recycle) for
      * any request of any connection: it keeps buffers for a typical request
      * only. A rare large body or answer (or a refused oversized one) would
@@ -54,6 +55,7 @@ void http_request_reset(struct http_request *r)
     r->head = head;
     r->body = body;
     r->resp = resp;
+    r->trailers = trailers;
     r->hdrs = hdrs;
     r->hdrs_cap = cap;
 }
@@ -65,8 +67,76 @@ void http_request_free(struct http_request *r)
     buf_free(&r->head);
     buf_free(&r->body);
     buf_free(&r->resp);
+    buf_free(&r->trailers);
     free(r->hdrs);
     free(r);
+}
+
+static const struct {
+    const char *name;
+    int bit;
+    uint8_t llh;
+} http_methods[] = {
+    {"GET", HTTP_M_GET, HTTP_GET},          {"HEAD", HTTP_M_HEAD, HTTP_HEAD},
+    {"POST", HTTP_M_POST, HTTP_POST},       {"PUT", HTTP_M_PUT, HTTP_PUT},
+    {"DELETE", HTTP_M_DELETE, HTTP_DELETE}, {"OPTIONS", HTTP_M_OPTIONS, HTTP_OPTIONS},
+    {"PATCH", HTTP_M_PATCH, HTTP_PATCH},
+};
+
+int http_method_from_name(const char *name, size_t len, uint8_t *llhttp_method)
+{
+    for (size_t i = 0; i < sizeof http_methods / sizeof http_methods[0]; i++)
+        if (strlen(http_methods[i].name) == len && memcmp(http_methods[i].name, name, len) == 0) {
+            *llhttp_method = http_methods[i].llh;
+            return http_methods[i].bit;
+        }
+    *llhttp_method = HTTP_CONNECT;   /* a name llhttp_method_name knows; never routed */
+    return HTTP_M_OTHER;
+}
+
+/* The URL goes first in `head`, before any header (parse.c's layout). */
+int http_request_set_target(struct http_request *r, int method, const char *url, size_t len)
+{
+    if (r->head.len != 0 || len > UINT32_MAX / 2)
+        return -1;
+    r->method = HTTP_M_OTHER;
+    r->llhttp_method = HTTP_CONNECT;
+    for (size_t i = 0; i < sizeof http_methods / sizeof http_methods[0]; i++)
+        if (http_methods[i].bit == method) {
+            r->method = method;
+            r->llhttp_method = http_methods[i].llh;
+        }
+    if (buf_append(&r->head, url, len) < 0)
+        return -1;
+    r->url_len = (uint32_t)len;
+    const char *q = len ? memchr(r->head.data, '?', len) : NULL;
+    r->path_len = q ? (uint32_t)(q - r->head.data) : r->url_len;
+    return 0;
+}
+
+int http_request_add_header(struct http_request *r, const char *name, size_t name_len,
+                            const char *value, size_t value_len)
+{
+    if (name_len > UINT32_MAX / 4 || value_len > UINT32_MAX / 4)
+        return -1;
+    if (r->nhdrs == r->hdrs_cap) {
+        int cap = r->hdrs_cap ? r->hdrs_cap * 2 : 16;
+        struct http_header *h = realloc(r->hdrs, (size_t)cap * sizeof *h);
+        if (!h)
+            return -1;
+        r->hdrs = h;
+        r->hdrs_cap = cap;
+    }
+    size_t at = r->head.len;
+    if (buf_append(&r->head, name, name_len) < 0 || buf_append(&r->head, value, value_len) < 0) {
+        r->head.len = at;
+        return -1;
+    }
+    r->hdrs[r->nhdrs++] = (struct http_header){.name_off = (uint32_t)at,
+                                               .name_len = (uint32_t)name_len,
+                                               .val_off = (uint32_t)(at + name_len),
+                                               .val_len = (uint32_t)value_len};
+    return 0;
 }
 
 int http_request_method(const struct http_request *r) { return r->method; }
@@ -234,6 +304,13 @@ void http_request_set_error_param(struct http_request *r, const char *param)
 }
 
 /* ---- answering ---- */
+
+void http_request_set_trailers(struct http_request *r, const char *trailers)
+{
+    buf_reset(&r->trailers);
+    if (trailers && buf_append(&r->trailers, trailers, strlen(trailers)) == 0)
+        buf_append(&r->trailers, "", 1);   /* kept NUL-terminated; len counts it */
+}
 
 void http_respond(struct http_request *r, int status, const char *content_type, const void *body,
                   size_t len, const char *extra_headers)

@@ -35,6 +35,7 @@ struct server {
     struct io_thread *threads;
     int nthreads;
     int port;
+    int h2_port;                 /* -1: no HTTP/2 port */
     _Atomic int nconns;          /* open client sockets, all threads */
     _Atomic int running;         /* IO threads not yet exited */
     pthread_t notify;
@@ -69,11 +70,15 @@ static void server_listener_pause(struct io_thread *t)
     if (atomic_load(&t->listen_paused))
         return;
     event_del(t->listen_ev);
+    if (t->h2_listen_ev)
+        event_del(t->h2_listen_ev);
     atomic_store(&t->listen_paused, true);
     /* A close between our check and the flag would not have seen the flag. */
     if (atomic_load(&t->srv->nconns) < t->srv->cfg.limits.max_connections) {
         atomic_store(&t->listen_paused, false);
         event_add(t->listen_ev, NULL);
+        if (t->h2_listen_ev)
+            event_add(t->h2_listen_ev, NULL);
     }
 }
 
@@ -83,6 +88,8 @@ static void server_listener_resume(struct io_thread *t)
         return;
     atomic_store(&t->listen_paused, false);
     event_add(t->listen_ev, NULL);
+    if (t->h2_listen_ev && t->h2_listen_fd >= 0)
+        event_add(t->h2_listen_ev, NULL);
 }
 
 static bool server_conn_slot_take(struct server *s)
@@ -95,8 +102,9 @@ static bool server_conn_slot_take(struct server *s)
     return false;
 }
 
-/* Accepts up to ACCEPT_BATCH connections; returns how many. */
-static int server_accept_batch(struct io_thread *t, int lfd)
+/* Accepts up to ACCEPT_BATCH connections; returns how many. h2: the
+ * HTTP/2 port's listener. */
+static int server_accept_batch(struct io_thread *t, int lfd, bool h2)
 {
     int i;
     for (i = 0; i < ACCEPT_BATCH; i++) {
@@ -115,6 +123,8 @@ static int server_accept_batch(struct io_thread *t, int lfd)
                 log_warn("accept: %s; pausing the listener for 100 ms (raise the fd limit "
                          "or lower limits.max_connections)", strerror(errno));
                 event_del(t->listen_ev);
+                if (t->h2_listen_ev)
+                    event_del(t->h2_listen_ev);
                 struct timeval tv = {0, 100000};
                 evtimer_add(t->retry_ev, &tv);
                 return i;
@@ -127,7 +137,10 @@ static int server_accept_batch(struct io_thread *t, int lfd)
         atomic_store_explicit(&t->accepted,
                               atomic_load_explicit(&t->accepted, memory_order_relaxed) + 1,
                               memory_order_relaxed);
-        http_conn_new(t, fd);
+        if (h2)
+            h2_conn_new(t, fd);
+        else
+            http_conn_new(t, fd);
     }
     return i;
 }
@@ -135,7 +148,13 @@ static int server_accept_batch(struct io_thread *t, int lfd)
 static void server_on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     (void)what;
-    server_accept_batch(arg, lfd);
+    server_accept_batch(arg, lfd, false);
+}
+
+static void server_on_accept_h2(evutil_socket_t lfd, short what, void *arg)
+{
+    (void)what;
+    server_accept_batch(arg, lfd, true);
 }
 
 static void server_on_accept_retry(evutil_socket_t fd, short what, void *arg)
@@ -143,12 +162,20 @@ static void server_on_accept_retry(evutil_socket_t fd, short what, void *arg)
     struct io_thread *t = arg;
     (void)fd;
     (void)what;
-    if (!t->draining && t->listen_fd >= 0 && !atomic_load(&t->listen_paused))
+    if (!t->draining && t->listen_fd >= 0 && !atomic_load(&t->listen_paused)) {
         event_add(t->listen_ev, NULL);
+        if (t->h2_listen_ev && t->h2_listen_fd >= 0)
+            event_add(t->h2_listen_ev, NULL);
+    }
 }
 
 static void server_listener_close(struct io_thread *t)
 {
+    if (t->h2_listen_fd >= 0) {
+        event_del(t->h2_listen_ev);
+        close(t->h2_listen_fd);
+        t->h2_listen_fd = -1;
+    }
     if (t->listen_fd < 0)
         return;
     event_del(t->listen_ev);
@@ -157,18 +184,18 @@ static void server_listener_close(struct io_thread *t)
     t->listen_fd = -1;
 }
 
-static int server_listener_bind(const struct http_server_config *cfg, int port, int *out_fd, int *out_port,
-                         struct error *err)
+static int server_listener_bind(const char *host, int port, int *out_fd, int *out_port,
+                                struct error *err)
 {
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    int gai = getaddrinfo(cfg->listen_host, portstr, &hints, &res);
+    int gai = getaddrinfo(host, portstr, &hints, &res);
     if (gai != 0)
-        return error_set(err, BG_ECONFIG, "listen: cannot resolve host \"%s\": %s",
-                         cfg->listen_host, gai_strerror(gai));
+        return error_set(err, BG_ECONFIG, "listen: cannot resolve host \"%s\": %s", host,
+                         gai_strerror(gai));
     int fd = -1, saved = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -187,8 +214,8 @@ static int server_listener_bind(const struct http_server_config *cfg, int port, 
     }
     freeaddrinfo(res);
     if (fd < 0)
-        return error_set(err, BG_EIO, "listen: cannot listen on %s:%d: %s", cfg->listen_host,
-                         port, strerror(saved));
+        return error_set(err, BG_EIO, "listen: cannot listen on %s:%d: %s", host, port,
+                         strerror(saved));
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     getsockname(fd, (struct sockaddr *)&ss, &sl);
@@ -213,15 +240,20 @@ static void server_on_wake(evutil_socket_t fd, short what, void *arg)
          * clients that had every reason to expect an answer: accept them
          * (closing the listener would reset them) and read what they sent. */
         for (int k = 0; k < 64 && t->listen_fd >= 0 &&
-                        server_accept_batch(t, t->listen_fd) == ACCEPT_BATCH; k++)
+                        server_accept_batch(t, t->listen_fd, false) == ACCEPT_BATCH; k++)
+            ;
+        for (int k = 0; k < 64 && t->h2_listen_fd >= 0 &&
+                        server_accept_batch(t, t->h2_listen_fd, true) == ACCEPT_BATCH; k++)
             ;
         server_listener_close(t);
         http_conn_drain_all(t);
+        h2_conn_drain_all(t);
     }
     if (flags & IO_WAKE_FORCE) {
         t->draining = true;
         server_listener_close(t);
         t->abandoned += http_conn_abort_all(t);
+        t->abandoned += h2_conn_abort_all(t);
         event_base_loopbreak(t->base);
         return;
     }
@@ -240,6 +272,7 @@ static void *server_io_thread_main(void *arg)
     mailbox_free(t->mailbox);
     t->mailbox = NULL;
     http_conn_thread_free(t);
+    h2_conn_thread_free(t);
     atomic_fetch_sub(&t->srv->running, 1);
     pthread_kill(t->srv->notify, SIGUSR1);
     return NULL;
@@ -275,6 +308,7 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
 {
     s->notify = notify;
     s->port = s->cfg.listen_port;
+    s->h2_port = s->cfg.h2.listen_port;
     for (int i = 0; i < s->nthreads; i++) {
         struct io_thread *t = &s->threads[i];
         t->srv = s;
@@ -282,9 +316,16 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
         t->index = i;
         t->limits = &s->cfg.limits;
         t->router = s->router;
-        int rc = server_listener_bind(&s->cfg, s->port, &t->listen_fd, &s->port, err);
+        t->h2 = &s->cfg.h2;
+        int rc = server_listener_bind(s->cfg.listen_host, s->port, &t->listen_fd, &s->port, err);
         if (rc)
             return rc;
+        if (s->h2_port >= 0) {
+            rc = server_listener_bind(s->cfg.h2.listen_host, s->h2_port, &t->h2_listen_fd,
+                                      &s->h2_port, err);
+            if (rc)
+                return rc;
+        }
         t->base = event_base_new();
         if (!t->base)
             return error_set(err, BG_EINTERNAL, "cannot create an event base");
@@ -295,6 +336,13 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
         if (!t->listen_ev || !t->wake_ev || !t->retry_ev || !t->mailbox)
             return error_set(err, BG_ENOMEM, "out of memory creating events");
         event_add(t->listen_ev, NULL);
+        if (t->h2_listen_fd >= 0) {
+            t->h2_listen_ev = event_new(t->base, t->h2_listen_fd, EV_READ | EV_PERSIST,
+                                        server_on_accept_h2, t);
+            if (!t->h2_listen_ev)
+                return error_set(err, BG_ENOMEM, "out of memory creating events");
+            event_add(t->h2_listen_ev, NULL);
+        }
     }
     for (int i = 0; i < s->nthreads; i++) {
         struct io_thread *t = &s->threads[i];
@@ -315,6 +363,7 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
 }
 
 int server_port(const struct server *s) { return s->port; }
+int server_h2_port(const struct server *s) { return s->h2_port; }
 int server_threads(const struct server *s) { return s->nthreads; }
 struct event_base *server_event_base(const struct server *s, int i) { return s->threads[i].base; }
 int server_running(const struct server *s) { return atomic_load(&s->running); }
@@ -375,8 +424,11 @@ void server_free(struct server *s)
         struct io_thread *t = &s->threads[i];
         server_listener_close(t);
         http_conn_thread_free(t);
+        h2_conn_thread_free(t);
         if (t->listen_ev)
             event_free(t->listen_ev);
+        if (t->h2_listen_ev)
+            event_free(t->h2_listen_ev);
         if (t->wake_ev)
             event_free(t->wake_ev);
         if (t->retry_ev)

@@ -38,6 +38,7 @@ LOG_LINE_RE = re.compile(
     r"(debug|info|warn|error) \S")
 
 _LISTEN_RE = re.compile(r"listening on (127\.0\.0\.1|[0-9.]+):(\d+)")
+_GRPC_RE = re.compile(r"gRPC on (127\.0\.0\.1|[0-9.]+):(\d+)")
 # What AddressSanitizer / UBSan print (the suite also runs on a sanitizer build).
 SANITIZER_RE = re.compile(r"ERROR: \w+Sanitizer|runtime error:|SUMMARY: \w+Sanitizer")
 
@@ -62,13 +63,15 @@ class ProtocolError(AssertionError):
 class Server:
     """A batchgate process on 127.0.0.1:<ephemeral>, configured by a temp file.
 
-    config: fields merged over {"listen": "127.0.0.1:0", "debug_endpoints": true};
+    config: fields merged over {"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0",
+    "debug_endpoints": true} (a free port for gRPC too: the default 8001 would be
+    shared between the suite's servers); self.grpc_port is its port, or None;
     a value of None removes that field (e.g. {"debug_endpoints": None}).
     """
 
     def __init__(self, config=None, io_threads=1, extra_args=(), start_timeout=10.0,
                  preexec_fn=None, env=None, prefix=()):
-        cfg = {"listen": "127.0.0.1:0", "debug_endpoints": True}
+        cfg = {"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0", "debug_endpoints": True}
         # Each server its own state database unless the test names one (the
         # jobs tests restart a server on the same one).
         self._state_tmp = None
@@ -110,6 +113,11 @@ class Server:
         self.host = m.group(1)
         self.port = int(m.group(2))
         self.pid = self.proc.pid
+        # Logged right after the HTTP line when the gRPC port is on.
+        self.grpc_port = None
+        if self.config.get("grpc_listen", "off") != "off":
+            g = self.wait_log(_GRPC_RE, timeout=start_timeout)
+            self.grpc_port = int(g.group(2))
 
     def _read_stderr(self):
         stream = self.proc.stderr

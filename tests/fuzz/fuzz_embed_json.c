@@ -22,7 +22,8 @@
 
 #include "backends/encoder.h"
 #include "backends/wordpiece.h"
-#include "http/decode.h"
+#include "common/buf.h"
+#include "http/http.h"
 #include "serving/embed_json.h"
 #include "serving/tensor_json.h"
 

@@ -11,7 +11,8 @@
 #include <cmocka.h>
 #include <zlib.h>
 
-#include "http/decode.h"
+#include "common/buf.h"
+#include "http/http.h"
 
 /* data compressed with windowBits wbits (31: gzip, 15: zlib, -15: raw). */
 static size_t pack(const void *data, size_t len, int wbits, unsigned char *out, size_t cap)

@@ -1,0 +1,344 @@
+/* grpc.c - see grpc.h. A call's path: grpc_route (headers) →
+ * grpc_call_body (the message arrives) → grpc_call_run (unframe, inflate,
+ * grpc_to_http, http_inner_dispatch) → the HTTP handler → grpc_call_done
+ * (grpc_from_http, framed answer and trailers). */
+#include "gateway/grpc.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/buf.h"
+#include "gateway/grpc_codec.h"
+#include "http/http.h"
+
+#define GRPC_SERVICE_PREFIX "/inference.GRPCInferenceService/"
+
+struct grpc_service {
+    const struct router *http;
+    size_t max_message_bytes;
+};
+
+struct grpc_call {
+    struct grpc_service *g;
+    struct http_request *req;        /* the HTTP/2 stream */
+    const struct grpc_method *m;
+    struct buf in;                   /* the framed request message */
+    struct http_request *inner;      /* while its HTTP request runs */
+};
+
+/* ---- answering ---- */
+
+/* grpc-message is percent-encoded (the protocol's rule: bytes outside
+ * printable ASCII, and '%'). */
+static void grpc_pct_encode(const char *msg, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p && k + 4 < cap; p++) {
+        if (*p < 0x20 || *p > 0x7e || *p == '%') {
+            out[k++] = '%';
+            out[k++] = hex[*p >> 4];
+            out[k++] = hex[*p & 15];
+        } else {
+            out[k++] = (char)*p;
+        }
+    }
+    out[k] = '\0';
+}
+
+/* Answers the call: the message (framed) when code is OK, else the error
+ * with its message; retry_after_s > 0 adds that trailer (a 429's). */
+static void grpc_answer(struct http_request *req, int code, const char *msg, const void *body,
+                        size_t len, long long retry_after_s)
+{
+    char enc[1600], trailers[1800];
+    grpc_pct_encode(msg ? msg : "", enc, sizeof enc);
+    int n = snprintf(trailers, sizeof trailers, "grpc-status: %d\r\n", code);
+    if (code != GRPC_OK && enc[0])
+        n += snprintf(trailers + n, sizeof trailers - (size_t)n, "grpc-message: %s\r\n", enc);
+    if (retry_after_s > 0)
+        snprintf(trailers + n, sizeof trailers - (size_t)n, "retry-after: %lld\r\n",
+                 retry_after_s);
+    http_request_set_trailers(req, trailers);
+    if (code != GRPC_OK || !body) {
+        http_respond(req, 200, "application/grpc", NULL, 0, NULL);
+        return;
+    }
+    struct buf framed = BUF_INIT;
+    uint8_t hdr[5] = {0, (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
+                      (uint8_t)len};
+    if (buf_append(&framed, hdr, 5) < 0 || (len && buf_append(&framed, body, len) < 0)) {
+        buf_free(&framed);
+        grpc_answer(req, GRPC_RESOURCE_EXHAUSTED, "out of memory framing the answer", NULL, 0, 0);
+        return;
+    }
+    http_respond(req, 200, "application/grpc", framed.data, framed.len, NULL);
+    buf_free(&framed);
+}
+
+static void grpc_call_free(struct grpc_call *call)
+{
+    buf_free(&call->in);
+    free(call);
+}
+
+/* Retry-After's seconds in "Name: value\r\n" lines; 0 when absent. */
+static long long grpc_retry_after(const char *headers)
+{
+    for (const char *p = headers; p && *p;) {
+        if (strncasecmp(p, "Retry-After:", 12) == 0)
+            return strtoll(p + 12, NULL, 10);
+        const char *eol = strstr(p, "\r\n");
+        p = eol ? eol + 2 : NULL;
+    }
+    return 0;
+}
+
+/* The HTTP request answered (on the IO thread). */
+static void grpc_call_done(void *arg, int status, const char *content_type, const void *body,
+                           size_t len, const char *headers)
+{
+    (void)content_type;
+    struct grpc_call *call = arg;
+    call->inner = NULL;
+    struct grpc_http_answer a = {.status = status, .body = body, .len = len, .headers = headers};
+    struct buf out = BUF_INIT;
+    char err[1024] = "";
+    int code = grpc_from_http(call->m, &a, &out, err, sizeof err);
+    grpc_answer(call->req, code, err, out.data ? out.data : "", out.len,
+                code == GRPC_OK ? 0 : grpc_retry_after(headers));
+    buf_free(&out);
+    grpc_call_free(call);
+}
+
+/* ---- the request ---- */
+
+/* grpc-timeout ("100m", "5S", ...: at most 8 digits and a unit) in
+ * milliseconds, rounded up; -1 when absent or malformed. */
+static long long grpc_timeout_ms(struct http_request *req)
+{
+    size_t len;
+    const char *v = http_request_header(req, "grpc-timeout", &len);
+    if (!v || len < 2 || len > 9)
+        return -1;
+    long long x = 0;
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (v[i] - '0');
+    }
+    switch (v[len - 1]) {
+    case 'H': return x * 3600000;
+    case 'M': return x * 60000;
+    case 'S': return x * 1000;
+    case 'm': return x;
+    case 'u': return (x + 999) / 1000;
+    case 'n': return (x + 999999) / 1000000;
+    default: return -1;
+    }
+}
+
+/* The call's metadata become the HTTP request's headers, but for what is
+ * the gRPC framing's own. */
+static bool grpc_header_passes(const char *name, size_t len)
+{
+    static const char *const own[] = {"content-type", "content-length", "te", "host"};
+    if (len >= 5 && strncasecmp(name, "grpc-", 5) == 0)
+        return false;
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strlen(own[i]) == len && strncasecmp(own[i], name, len) == 0)
+            return false;
+    return true;
+}
+
+static void grpc_call_run(struct grpc_call *call)
+{
+    struct http_request *req = call->req;
+    const uint8_t *p = (const uint8_t *)call->in.data;
+    size_t n = call->in.len;
+    if (n < 5) {
+        grpc_answer(req, GRPC_INVALID_ARGUMENT, "the request carries no message", NULL, 0, 0);
+        grpc_call_free(call);
+        return;
+    }
+    size_t mlen = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
+    if (mlen != n - 5) {
+        grpc_answer(req, GRPC_INVALID_ARGUMENT,
+                    mlen < n - 5 ? "a unary call carries exactly one message"
+                                 : "the message is cut short",
+                    NULL, 0, 0);
+        grpc_call_free(call);
+        return;
+    }
+    struct buf inflated = BUF_INIT;
+    const uint8_t *msg = p + 5;
+    if (p[0] == 1) {   /* compressed, by grpc-encoding */
+        size_t elen;
+        const char *enc = http_request_header(req, "grpc-encoding", &elen);
+        char why[256];
+        int st = enc ? http_body_decode(enc, elen, msg, mlen, call->g->max_message_bytes,
+                                        &inflated, why, sizeof why)
+                     : 415;
+        if (st) {
+            if (!enc)
+                snprintf(why, sizeof why, "a compressed message without grpc-encoding");
+            grpc_answer(req, st == 415 ? GRPC_UNIMPLEMENTED
+                             : st == 413 ? GRPC_RESOURCE_EXHAUSTED : GRPC_INTERNAL,
+                        why, NULL, 0, 0);
+            buf_free(&inflated);
+            grpc_call_free(call);
+            return;
+        }
+        msg = (const uint8_t *)inflated.data;
+        mlen = inflated.len;
+    } else if (p[0] != 0) {
+        grpc_answer(req, GRPC_INTERNAL, "the message's compressed flag is neither 0 nor 1", NULL,
+                    0, 0);
+        grpc_call_free(call);
+        return;
+    }
+    struct grpc_http_request hr = {.body = BUF_INIT};
+    char err[1024];
+    int code = grpc_to_http(call->m, msg ? msg : (const uint8_t *)"", mlen, &hr, err, sizeof err);
+    buf_free(&inflated);
+    buf_free(&call->in);
+    struct http_request *inner = NULL;
+    if (code == GRPC_OK) {
+        inner = http_inner_new(req, hr.method, hr.path, strlen(hr.path));
+        int hc = http_request_header_count(req), bad = !inner;
+        for (int i = 0; !bad && i < hc; i++) {
+            const char *name, *value;
+            size_t nl, vl;
+            http_request_header_at(req, i, &name, &nl, &value, &vl);
+            if (grpc_header_passes(name, nl) &&
+                !(nl == 20 && strncasecmp(name, "x-request-timeout-ms", 20) == 0 &&
+                  grpc_timeout_ms(req) >= 0))
+                bad |= http_inner_add_header(inner, name, nl, value, vl) < 0;
+        }
+        char num[32];
+        long long ms = grpc_timeout_ms(req);
+        if (!bad && ms >= 0) {
+            int k = snprintf(num, sizeof num, "%lld", ms);
+            bad |= http_inner_add_header(inner, "X-Request-Timeout-Ms", 20, num, (size_t)k) < 0;
+        }
+        if (!bad && hr.json_len >= 0) {
+            int k = snprintf(num, sizeof num, "%lld", (long long)hr.json_len);
+            bad |= http_inner_add_header(inner, "Inference-Header-Content-Length", 31, num,
+                                         (size_t)k) < 0;
+        }
+        if (!bad && hr.body.len)
+            bad |= http_inner_add_header(inner, "Content-Type", 12, "application/json", 16) < 0 ||
+                   http_inner_set_body(inner, hr.body.data, hr.body.len) < 0;
+        if (bad) {
+            code = GRPC_RESOURCE_EXHAUSTED;
+            snprintf(err, sizeof err, "out of memory");
+        }
+    }
+    buf_free(&hr.body);
+    if (code != GRPC_OK) {
+        http_inner_discard(inner);
+        grpc_answer(req, code, err, NULL, 0, 0);
+        grpc_call_free(call);
+        return;
+    }
+    call->inner = inner;
+    http_inner_dispatch(inner, call->g->http, grpc_call_done, call);
+}
+
+static void grpc_call_body(struct http_request *req, void *arg, const char *data, size_t len,
+                           int end, int status, const char *msg)
+{
+    (void)req;
+    struct grpc_call *call = arg;
+    if (status) {   /* over the size limit, or the client reset the stream */
+        grpc_answer(call->req, grpc_code_of_http(status), msg, NULL, 0, 0);
+        grpc_call_free(call);
+        return;
+    }
+    if (len && buf_append(&call->in, data, len) < 0) {
+        grpc_answer(call->req, GRPC_RESOURCE_EXHAUSTED, "out of memory for the message", NULL, 0,
+                    0);
+        grpc_call_free(call);
+        return;
+    }
+    if (end)
+        grpc_call_run(call);
+}
+
+/* The client reset the stream: the HTTP request stops early (its
+ * handler's on_abort: a queued inference leaves the batcher). */
+static void grpc_call_abort(struct http_request *req, void *arg)
+{
+    (void)req;
+    struct grpc_call *call = arg;
+    if (call->inner)
+        http_inner_abort(call->inner);
+}
+
+static void grpc_route(struct http_request *req, const struct route_match *rm, void *ctx)
+{
+    (void)rm;
+    struct grpc_service *g = ctx;
+    size_t ctl;
+    const char *ct = http_request_header(req, "content-type", &ctl);
+    if (!ct || ctl < 16 || strncasecmp(ct, "application/grpc", 16) != 0 ||
+        (ctl > 16 && ct[16] != '+' && ct[16] != ';')) {
+        /* Not gRPC: the protocol says 415, in HTTP. */
+        http_respond_error(req, 415, NULL, "this port serves gRPC (content-type "
+                                           "application/grpc); KServe v2 over HTTP is on "
+                                           "`listen`");
+        return;
+    }
+    if (http_request_method(req) != HTTP_M_POST) {
+        http_respond_error(req, 405, "Allow: POST\r\n", "gRPC calls are POSTs");
+        return;
+    }
+    size_t plen;
+    const char *path = http_request_path(req, &plen);
+    size_t pre = sizeof GRPC_SERVICE_PREFIX - 1;
+    const struct grpc_method *m =
+        plen > pre && memcmp(path, GRPC_SERVICE_PREFIX, pre) == 0
+            ? grpc_method_find(path + pre, plen - pre) : NULL;
+    if (!m) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "unknown call %.*s (the service is "
+                                  "inference.GRPCInferenceService)",
+                 (int)(plen > 300 ? 300 : plen), path);
+        grpc_answer(req, GRPC_UNIMPLEMENTED, msg, NULL, 0, 0);
+        return;
+    }
+    if (grpc_method_unserved(m)) {
+        grpc_answer(req, GRPC_UNIMPLEMENTED, grpc_method_unserved(m), NULL, 0, 0);
+        return;
+    }
+    struct grpc_call *call = calloc(1, sizeof *call);
+    if (!call) {
+        grpc_answer(req, GRPC_RESOURCE_EXHAUSTED, "out of memory", NULL, 0, 0);
+        return;
+    }
+    call->g = g;
+    call->req = req;
+    call->m = m;
+    http_request_on_abort(req, grpc_call_abort, call);
+    http_request_on_body(req, grpc_call_body, call);
+}
+
+struct grpc_service *grpc_service_new(const struct router *http, size_t max_message_bytes)
+{
+    struct grpc_service *g = calloc(1, sizeof *g);
+    if (g) {
+        g->http = http;
+        g->max_message_bytes = max_message_bytes;
+    }
+    return g;
+}
+
+int grpc_service_register(struct grpc_service *g, struct router *h2, struct error *err)
+{
+    return router_add_prefix(h2, "/", grpc_route, g, err);
+}
+
+void grpc_service_free(struct grpc_service *g) { free(g); }

@@ -1,0 +1,29 @@
+/* grpc.h - the KServe v2 gRPC service on the HTTP/2 port (docs/GRPC.md).
+ *
+ * One route takes every call of inference.GRPCInferenceService: the
+ * message is unframed (and inflated, with grpc-encoding), turned into the
+ * HTTP request it means (grpc_codec.h) with the call's metadata as its
+ * headers (API keys included) and grpc-timeout as X-Request-Timeout-Ms,
+ * and routed as an inner request (http.h) through the HTTP router, guard
+ * and all: the same handlers, tenants, batcher and counters serve both
+ * protocols. The answer goes back framed, with grpc-status and
+ * grpc-message in the trailers. */
+#ifndef BG_GATEWAY_GRPC_H
+#define BG_GATEWAY_GRPC_H
+
+#include <stddef.h>
+
+#include "common/error.h"
+
+struct router;
+struct grpc_service;
+
+/* http: the HTTP router the calls are routed through (it must outlive the
+ * service); max_message_bytes: a message's bound after inflation
+ * (limits.max_body_bytes). NULL when out of memory. */
+struct grpc_service *grpc_service_new(const struct router *http, size_t max_message_bytes);
+/* Adds the service's route to h2, the HTTP/2 port's router. */
+int grpc_service_register(struct grpc_service *g, struct router *h2, struct error *err);
+void grpc_service_free(struct grpc_service *g);
+
+#endif

@@ -1,0 +1,725 @@
+/* grpc_codec.c - see grpc_codec.h. */
+#include "gateway/grpc_codec.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+#include "gateway/pbjson.h"
+#include "http/http.h"
+#include "proto/grpc_service.pb-c.h"
+
+/* ---- status codes ---- */
+
+int grpc_code_of_http(int status)
+{
+    switch (status) {
+    case 200: return GRPC_OK;
+    case 400: return GRPC_INVALID_ARGUMENT;
+    case 401: return GRPC_UNAUTHENTICATED;
+    case 403: return GRPC_PERMISSION_DENIED;
+    case 404: return GRPC_NOT_FOUND;
+    case 405:
+    case 501: return GRPC_UNIMPLEMENTED;
+    case 408:
+    case 504: return GRPC_DEADLINE_EXCEEDED;
+    case 409: return GRPC_FAILED_PRECONDITION;
+    case 413:
+    case 429:
+    case 431: return GRPC_RESOURCE_EXHAUSTED;
+    case 499: return GRPC_CANCELLED;
+    case 502:
+    case 503: return GRPC_UNAVAILABLE;
+    default: return status >= 500 ? GRPC_INTERNAL : status >= 400 ? GRPC_INVALID_ARGUMENT
+                                                                  : GRPC_UNKNOWN;
+    }
+}
+
+const char *grpc_code_name(int code)
+{
+    static const char *const names[] = {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "UNAUTHENTICATED"};
+    return code >= 0 && code <= 16 ? names[code] : "UNKNOWN";
+}
+
+static int grpc_fail(char *err, size_t cap, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int grpc_fail(char *err, size_t cap, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ---- paths ---- */
+
+/* A model name or version as one path segment: what the HTTP router can
+ * match (it does not decode %-escapes), so '/', '?', '#', '%' and
+ * control characters cannot be in it. */
+static bool grpc_segment_ok(const char *s)
+{
+    if (!s || !*s || strlen(s) > 256)
+        return false;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p <= ' ' || *p == '/' || *p == '?' || *p == '#' || *p == '%' || *p == 0x7f)
+            return false;
+    return true;
+}
+
+/* "/v2/models/NAME[/versions/V]SUFFIX" */
+static int grpc_model_path(struct grpc_http_request *out, const char *name, const char *version,
+                           const char *suffix, char *err, size_t cap)
+{
+    if (!grpc_segment_ok(name))
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                         "the model name must be 1 to 256 characters without '/', '?', '#', "
+                         "'%%', spaces or control characters");
+    if (version && *version && !grpc_segment_ok(version))
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "the model version is not a version");
+    if (version && *version)
+        snprintf(out->path, sizeof out->path, "/v2/models/%s/versions/%s%s", name, version,
+                 suffix);
+    else
+        snprintf(out->path, sizeof out->path, "/v2/models/%s%s", name, suffix);
+    return GRPC_OK;
+}
+
+static int grpc_body_json(struct grpc_http_request *out, json_t *j, char *err, size_t cap)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s || buf_append(&out->body, s, strlen(s)) < 0) {
+        free(s);
+        return grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    free(s);
+    return GRPC_OK;
+}
+
+/* ---- requests ---- */
+
+typedef int (*grpc_to_fn)(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
+                          size_t cap);
+
+static int grpc_live_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
+                        size_t cap)
+{
+    (void)msg, (void)err, (void)cap;
+    snprintf(out->path, sizeof out->path, "/v2/health/live");
+    return GRPC_OK;
+}
+
+static int grpc_ready_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
+                         size_t cap)
+{
+    (void)msg, (void)err, (void)cap;
+    snprintf(out->path, sizeof out->path, "/v2/health/ready");
+    return GRPC_OK;
+}
+
+static int grpc_server_meta_to(const ProtobufCMessage *msg, struct grpc_http_request *out,
+                               char *err, size_t cap)
+{
+    (void)msg, (void)err, (void)cap;
+    snprintf(out->path, sizeof out->path, "/v2");
+    return GRPC_OK;
+}
+
+static int grpc_model_ready_to(const ProtobufCMessage *msg, struct grpc_http_request *out,
+                               char *err, size_t cap)
+{
+    const Inference__ModelReadyRequest *r = (const void *)msg;
+    return grpc_model_path(out, r->name, r->version, "/ready", err, cap);
+}
+
+static int grpc_model_meta_to(const ProtobufCMessage *msg, struct grpc_http_request *out,
+                              char *err, size_t cap)
+{
+    const Inference__ModelMetadataRequest *r = (const void *)msg;
+    return grpc_model_path(out, r->name, r->version, "", err, cap);
+}
+
+static int grpc_model_config_to(const ProtobufCMessage *msg, struct grpc_http_request *out,
+                                char *err, size_t cap)
+{
+    const Inference__ModelConfigRequest *r = (const void *)msg;
+    return grpc_model_path(out, r->name, r->version, "/config", err, cap);
+}
+
+static int grpc_model_stats_to(const ProtobufCMessage *msg, struct grpc_http_request *out,
+                               char *err, size_t cap)
+{
+    const Inference__ModelStatisticsRequest *r = (const void *)msg;
+    if (!r->name || !*r->name) {   /* every model */
+        snprintf(out->path, sizeof out->path, "/v2/models/stats");
+        return GRPC_OK;
+    }
+    return grpc_model_path(out, r->name, r->version, "/stats", err, cap);
+}
+
+static int grpc_index_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
+                         size_t cap)
+{
+    const Inference__RepositoryIndexRequest *r = (const void *)msg;
+    out->method = HTTP_M_POST;
+    snprintf(out->path, sizeof out->path, "/v2/repository/index");
+    return grpc_body_json(out, json_pack("{s:b}", "ready", r->ready), err, cap);
+}
+
+/* A repository parameter as the HTTP body's value: bytes (a "file:"
+ * override's contents) in base64, as the HTTP protocol carries them. */
+static json_t *grpc_repo_param(const Inference__ModelRepositoryParameter *p)
+{
+    switch (p->parameter_choice_case) {
+    case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
+        return json_boolean(p->bool_param);
+    case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
+        return json_integer(p->int64_param);
+    case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
+        return json_string(p->string_param);
+    case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BYTES_PARAM: {
+        static const char b64[] =
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        size_t n = p->bytes_param.len;
+        char *s = malloc(4 * ((n + 2) / 3) + 1);
+        if (!s)
+            return NULL;
+        size_t k = 0;
+        const uint8_t *d = p->bytes_param.data;
+        for (size_t i = 0; i < n; i += 3) {
+            uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) |
+                         (i + 2 < n ? d[i + 2] : 0);
+            s[k++] = b64[v >> 18 & 63];
+            s[k++] = b64[v >> 12 & 63];
+            s[k++] = i + 1 < n ? b64[v >> 6 & 63] : '=';
+            s[k++] = i + 2 < n ? b64[v & 63] : '=';
+        }
+        s[k] = '\0';
+        json_t *j = json_string(s);
+        free(s);
+        return j;
+    }
+    default: return NULL;
+    }
+}
+
+static int grpc_load_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
+                        size_t cap)
+{
+    const Inference__RepositoryModelLoadRequest *r = (const void *)msg;
+    out->method = HTTP_M_POST;
+    int rc = grpc_model_path(out, r->model_name, NULL, "/load", err, cap);
+    if (rc)
+        return rc;
+    memmove(out->path + 14, out->path, strlen(out->path) + 1);   /* "/v2/repository" */
+    memcpy(out->path, "/v2/repository", 14);
+    json_t *params = json_object();
+    for (size_t i = 0; params && i < r->n_parameters; i++) {
+        json_t *v = r->parameters[i]->value ? grpc_repo_param(r->parameters[i]->value) : NULL;
+        if (v)
+            json_object_set_new(params, r->parameters[i]->key, v);
+    }
+    return grpc_body_json(out, params ? json_pack("{s:o}", "parameters", params) : NULL, err, cap);
+}
+
+static int grpc_unload_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
+                          size_t cap)
+{
+    const Inference__RepositoryModelUnloadRequest *r = (const void *)msg;
+    out->method = HTTP_M_POST;
+    int rc = grpc_model_path(out, r->model_name, NULL, "/unload", err, cap);
+    if (rc)
+        return rc;
+    memmove(out->path + 14, out->path, strlen(out->path) + 1);
+    memcpy(out->path, "/v2/repository", 14);
+    json_t *params = json_object();
+    for (size_t i = 0; params && i < r->n_parameters; i++) {
+        json_t *v = r->parameters[i]->value ? grpc_repo_param(r->parameters[i]->value) : NULL;
+        if (v)
+            json_object_set_new(params, r->parameters[i]->key, v);
+    }
+    return grpc_body_json(out, params ? json_pack("{s:o}", "parameters", params) : NULL, err, cap);
+}
+
+static int grpc_log_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
+                       size_t cap)
+{
+    const Inference__LogSettingsRequest *r = (const void *)msg;
+    snprintf(out->path, sizeof out->path, "/v2/logging");
+    if (r->n_settings == 0)
+        return GRPC_OK;   /* nothing to change: the settings are read */
+    out->method = HTTP_M_POST;
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < r->n_settings; i++) {
+        json_t *v = r->settings[i]->value ? pbjson_oneof_value(&r->settings[i]->value->base)
+                                          : NULL;
+        if (!v) {
+            json_decref(o);
+            return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "settings[\"%s\"]: no value",
+                             r->settings[i]->key);
+        }
+        json_object_set_new(o, r->settings[i]->key, v);
+    }
+    return grpc_body_json(out, o, err, cap);
+}
+
+/* ---- ModelInfer: the binary tensor extension's body ---- */
+
+/* An input's typed contents as the raw bytes the binary extension carries
+ * (little-endian, as raw_input_contents are). */
+static int grpc_contents_raw(const Inference__ModelInferRequest__InferInputTensor *in,
+                             struct buf *out, char *err, size_t cap)
+{
+    const Inference__InferTensorContents *c = in->contents;
+    const char *dt = in->datatype ? in->datatype : "";
+    if (!c)
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                         "input \"%s\": no contents and no raw_input_contents", in->name);
+    int rc = 0;
+#define GRPC_PUT(arr, n, type)                                                                    \
+    for (size_t i = 0; i < (n) && rc == 0; i++) {                                                 \
+        type v_ = (type)(arr)[i];                                                                 \
+        rc = buf_append(out, &v_, sizeof v_);                                                     \
+    }
+    if (strcmp(dt, "FP32") == 0) {
+        GRPC_PUT(c->fp32_contents, c->n_fp32_contents, float)
+    } else if (strcmp(dt, "FP64") == 0) {
+        GRPC_PUT(c->fp64_contents, c->n_fp64_contents, double)
+    } else if (strcmp(dt, "INT32") == 0) {
+        GRPC_PUT(c->int_contents, c->n_int_contents, int32_t)
+    } else if (strcmp(dt, "INT16") == 0) {
+        GRPC_PUT(c->int_contents, c->n_int_contents, int16_t)
+    } else if (strcmp(dt, "INT8") == 0) {
+        GRPC_PUT(c->int_contents, c->n_int_contents, int8_t)
+    } else if (strcmp(dt, "INT64") == 0) {
+        GRPC_PUT(c->int64_contents, c->n_int64_contents, int64_t)
+    } else if (strcmp(dt, "UINT32") == 0) {
+        GRPC_PUT(c->uint_contents, c->n_uint_contents, uint32_t)
+    } else if (strcmp(dt, "UINT16") == 0) {
+        GRPC_PUT(c->uint_contents, c->n_uint_contents, uint16_t)
+    } else if (strcmp(dt, "UINT8") == 0) {
+        GRPC_PUT(c->uint_contents, c->n_uint_contents, uint8_t)
+    } else if (strcmp(dt, "UINT64") == 0) {
+        GRPC_PUT(c->uint64_contents, c->n_uint64_contents, uint64_t)
+    } else if (strcmp(dt, "BOOL") == 0) {
+        GRPC_PUT(c->bool_contents, c->n_bool_contents, uint8_t)
+    } else if (strcmp(dt, "BYTES") == 0) {
+        for (size_t i = 0; i < c->n_bytes_contents && rc == 0; i++) {
+            uint32_t len = (uint32_t)c->bytes_contents[i].len;
+            rc = buf_append(out, &len, 4);
+            if (rc == 0 && len)
+                rc = buf_append(out, c->bytes_contents[i].data, len);
+        }
+    } else {
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                         "input \"%s\": datatype \"%s\" travels in raw_input_contents only",
+                         in->name, dt);
+    }
+#undef GRPC_PUT
+    return rc < 0 ? grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory") : GRPC_OK;
+}
+
+static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
+                         size_t cap)
+{
+    const Inference__ModelInferRequest *r = (const void *)msg;
+    out->method = HTTP_M_POST;
+    int rc = grpc_model_path(out, r->model_name, r->model_version, "/infer", err, cap);
+    if (rc)
+        return rc;
+    if (r->n_raw_input_contents && r->n_raw_input_contents != r->n_inputs)
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                         "%zu raw_input_contents for %zu inputs: give every input's bytes in "
+                         "raw_input_contents, in the order of inputs, or none",
+                         r->n_raw_input_contents, r->n_inputs);
+    struct buf bin = BUF_INIT;
+    json_t *root = json_object(), *inputs = json_array(), *params = json_object();
+    if (!root || !inputs || !params || json_object_set_new(root, "inputs", inputs) < 0) {
+        rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto done;
+    }
+    if (r->id && *r->id)
+        json_object_set_new(root, "id", json_string(r->id));
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        const Inference__ModelInferRequest__InferInputTensor *in = r->inputs[i];
+        size_t before = bin.len;
+        if (r->n_raw_input_contents) {
+            if (in->contents)
+                rc = grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                               "input \"%s\": both contents and raw_input_contents", in->name);
+            else if (r->raw_input_contents[i].len &&
+                     buf_append(&bin, r->raw_input_contents[i].data,
+                                r->raw_input_contents[i].len) < 0)
+                rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        } else {
+            rc = grpc_contents_raw(in, &bin, err, cap);
+        }
+        if (rc)
+            goto done;
+        json_t *shape = json_array(), *ip = json_object();
+        for (size_t k = 0; shape && k < in->n_shape; k++)
+            json_array_append_new(shape, json_integer(in->shape[k]));
+        if (ip) {
+            for (size_t k = 0; k < in->n_parameters; k++) {
+                json_t *v = in->parameters[k]->value
+                                ? pbjson_oneof_value(&in->parameters[k]->value->base) : NULL;
+                if (v)
+                    json_object_set_new(ip, in->parameters[k]->key, v);
+            }
+            json_object_set_new(ip, "binary_data_size", json_integer((json_int_t)(bin.len - before)));
+        }
+        json_t *t = shape && ip ? json_pack("{s:s, s:s, s:o, s:o}", "name", in->name ? in->name : "",
+                                            "datatype", in->datatype ? in->datatype : "",
+                                            "shape", shape, "parameters", ip)
+                                : NULL;
+        if (!t || json_array_append_new(inputs, t) < 0) {
+            rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+            goto done;
+        }
+    }
+    if (r->n_outputs) {
+        json_t *outputs = json_array();
+        json_object_set_new(root, "outputs", outputs);
+        for (size_t i = 0; outputs && i < r->n_outputs; i++) {
+            const Inference__ModelInferRequest__InferRequestedOutputTensor *o = r->outputs[i];
+            json_t *op = json_object();
+            for (size_t k = 0; op && k < o->n_parameters; k++) {
+                json_t *v = o->parameters[k]->value
+                                ? pbjson_oneof_value(&o->parameters[k]->value->base) : NULL;
+                if (v)
+                    json_object_set_new(op, o->parameters[k]->key, v);
+            }
+            if (op)
+                json_object_set_new(op, "binary_data", json_true());
+            json_array_append_new(outputs, json_pack("{s:s, s:o*}", "name",
+                                                     o->name ? o->name : "", "parameters", op));
+        }
+    }
+    for (size_t i = 0; i < r->n_parameters; i++) {
+        json_t *v = r->parameters[i]->value ? pbjson_oneof_value(&r->parameters[i]->value->base)
+                                            : NULL;
+        if (v)
+            json_object_set_new(params, r->parameters[i]->key, v);
+    }
+    json_object_set_new(params, "binary_data_output", json_true());
+    json_object_set(root, "parameters", params);
+    char *head = json_dumps(root, JSON_COMPACT);
+    if (!head || buf_append(&out->body, head, strlen(head)) < 0 ||
+        (bin.len && buf_append(&out->body, bin.data, bin.len) < 0)) {
+        free(head);
+        rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto done;
+    }
+    out->json_len = (int64_t)strlen(head);
+    free(head);
+done:
+    json_decref(params);
+    json_decref(root);
+    buf_free(&bin);
+    return rc;
+}
+
+/* ---- answers ---- */
+
+/* The error of an HTTP answer ({"error": "..."}) into err; its code. */
+static int grpc_answer_error(const struct grpc_http_answer *a, char *err, size_t cap)
+{
+    json_t *j = a->body && a->len ? json_loadb(a->body, a->len, 0, NULL) : NULL;
+    json_t *e = json_is_object(j) ? json_object_get(j, "error") : NULL;
+    if (json_is_object(e))   /* OpenAI's shape */
+        e = json_object_get(e, "message");
+    if (json_is_string(e))
+        snprintf(err, cap, "%s", json_string_value(e));
+    else
+        snprintf(err, cap, "HTTP status %d", a->status);
+    json_decref(j);
+    return grpc_code_of_http(a->status);
+}
+
+static int grpc_pack(const ProtobufCMessage *m, struct buf *out, char *err, size_t cap)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    if (buf_reserve(out, n) < 0)
+        return grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    protobuf_c_message_pack(m, (uint8_t *)out->data + out->len);
+    out->len += n;
+    return GRPC_OK;
+}
+
+/* A JSON answer as message d, the JSON put under `wrap` first when set. */
+static int grpc_from_json(const ProtobufCMessageDescriptor *d, const char *wrap,
+                          const struct grpc_http_answer *a, struct buf *out, char *err, size_t cap)
+{
+    if (a->status != 200)
+        return grpc_answer_error(a, err, cap);
+    json_error_t je;
+    json_t *j = a->len ? json_loadb(a->body, a->len, 0, &je) : json_object();
+    if (!j)
+        return grpc_fail(err, cap, GRPC_INTERNAL, "the answer is not JSON: %s", je.text);
+    if (wrap) {
+        json_t *w = json_object();
+        json_object_set_new(w, wrap, j);
+        j = w;
+    }
+    struct pbjson_arena *ar = pbjson_arena_new();
+    ProtobufCMessage *m = ar ? pbjson_message(d, j, ar) : NULL;
+    int rc = m ? grpc_pack(m, out, err, cap)
+               : grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    pbjson_arena_free(ar);
+    json_decref(j);
+    return rc;
+}
+
+/* Header `name`'s value in "Name: value\r\n" lines, as a number; -1 when absent. */
+static long long grpc_header_number(const char *headers, const char *name)
+{
+    size_t nl = strlen(name);
+    for (const char *p = headers; p && *p;) {
+        if (strncasecmp(p, name, nl) == 0 && p[nl] == ':')
+            return strtoll(p + nl + 1, NULL, 10);
+        const char *eol = strstr(p, "\r\n");
+        p = eol ? eol + 2 : NULL;
+    }
+    return -1;
+}
+
+/* An output given as JSON "data" (not binary) into raw bytes. */
+static int grpc_data_raw(json_t *data, const char *dt, struct buf *out)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(data, i, v) {
+        if (strcmp(dt, "BYTES") == 0) {
+            if (!json_is_string(v))
+                return -1;
+            uint32_t len = (uint32_t)json_string_length(v);
+            if (buf_append(out, &len, 4) < 0 || buf_append(out, json_string_value(v), len) < 0)
+                return -1;
+        } else if (strcmp(dt, "FP32") == 0) {
+            float f = (float)json_number_value(v);
+            if (buf_append(out, &f, 4) < 0)
+                return -1;
+        } else if (strcmp(dt, "INT64") == 0) {
+            int64_t x = json_integer_value(v);
+            if (buf_append(out, &x, 8) < 0)
+                return -1;
+        } else if (strcmp(dt, "INT32") == 0) {
+            int32_t x = (int32_t)json_integer_value(v);
+            if (buf_append(out, &x, 4) < 0)
+                return -1;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int grpc_infer_from(const struct grpc_http_answer *a, struct buf *out, char *err,
+                           size_t cap)
+{
+    if (a->status != 200)
+        return grpc_answer_error(a, err, cap);
+    long long jl = grpc_header_number(a->headers, "Inference-Header-Content-Length");
+    size_t json_len = jl >= 0 && (size_t)jl <= a->len ? (size_t)jl : a->len;
+    json_error_t je;
+    json_t *j = json_loadb(a->body, json_len, 0, &je);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return grpc_fail(err, cap, GRPC_INTERNAL, "the answer is not a KServe v2 answer");
+    }
+    const uint8_t *bin = (const uint8_t *)a->body + json_len;
+    size_t bin_left = a->len - json_len;
+    json_t *outputs = json_object_get(j, "outputs");
+    size_t nout = json_array_size(outputs);
+    struct pbjson_arena *ar = pbjson_arena_new();
+    ProtobufCBinaryData *raw = ar ? pbjson_alloc(ar, (nout + 1) * sizeof *raw) : NULL;
+    struct buf conv = BUF_INIT;   /* outputs given as JSON data, made raw */
+    int rc = GRPC_OK;
+    size_t off = 0;
+    if (!raw) {
+        rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto done;
+    }
+    /* First pass: where each output's bytes are (binary ones in order). */
+    size_t *conv_off = pbjson_alloc(ar, (nout + 1) * sizeof *conv_off);
+    for (size_t i = 0; conv_off && i < nout; i++) {
+        json_t *o = json_array_get(outputs, i);
+        json_t *p = json_object_get(o, "parameters");
+        json_t *bs = json_object_get(p, "binary_data_size");
+        if (json_is_integer(bs)) {
+            json_int_t n = json_integer_value(bs);
+            if (n < 0 || (size_t)n > bin_left - off) {
+                rc = grpc_fail(err, cap, GRPC_INTERNAL, "output %zu: binary_data_size past the "
+                               "answer", i);
+                goto done;
+            }
+            raw[i].data = (uint8_t *)bin + off;
+            raw[i].len = (size_t)n;
+            off += (size_t)n;
+            json_object_del(p, "binary_data_size");
+            if (json_object_size(p) == 0)
+                json_object_del(o, "parameters");
+        } else {
+            conv_off[i] = conv.len;
+            json_t *dt = json_object_get(o, "datatype");
+            if (grpc_data_raw(json_object_get(o, "data"), json_string_value(dt) ?
+                              json_string_value(dt) : "", &conv) < 0) {
+                rc = grpc_fail(err, cap, GRPC_INTERNAL, "output %zu: data of an unsupported "
+                               "datatype", i);
+                goto done;
+            }
+            raw[i].len = conv.len - conv_off[i];
+            raw[i].data = NULL;   /* set once conv stops moving */
+            json_object_del(o, "data");
+        }
+    }
+    for (size_t i = 0; conv_off && i < nout; i++)
+        if (!raw[i].data)
+            raw[i].data = (uint8_t *)conv.data + conv_off[i];
+    Inference__ModelInferResponse *m =
+        conv_off ? (Inference__ModelInferResponse *)pbjson_message(
+                       &inference__model_infer_response__descriptor, j, ar)
+                 : NULL;
+    if (!m) {
+        rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto done;
+    }
+    m->n_raw_output_contents = nout;
+    m->raw_output_contents = raw;
+    rc = grpc_pack(&m->base, out, err, cap);
+done:
+    buf_free(&conv);
+    pbjson_arena_free(ar);
+    json_decref(j);
+    return rc;
+}
+
+/* ServerLive, ServerReady, ModelReady: the answer's status is the answer. */
+static int grpc_bool_from(const ProtobufCMessageDescriptor *d, const struct grpc_http_answer *a,
+                          bool unready_ok, struct buf *out, char *err, size_t cap)
+{
+    bool yes = a->status == 200;
+    if (!yes && !(unready_ok && a->status == 503))
+        return grpc_answer_error(a, err, cap);
+    /* Each of the three messages is one bool, field 1. */
+    uint8_t msg[2] = {0x08, yes ? 1 : 0};
+    (void)d;
+    return buf_append(out, msg, sizeof msg) < 0
+               ? grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory") : GRPC_OK;
+}
+
+/* ---- the table ---- */
+
+enum grpc_answer_kind {
+    ANSWER_JSON,        /* the JSON answer as resp (under wrap) */
+    ANSWER_LIVE,        /* 200: true; anything else an error */
+    ANSWER_READY,       /* 200: true; 503: false */
+    ANSWER_EMPTY,       /* 200: the empty message */
+    ANSWER_INFER,
+};
+
+struct grpc_method {
+    const char *name;
+    const ProtobufCMessageDescriptor *req;
+    grpc_to_fn to;
+    const ProtobufCMessageDescriptor *resp;
+    enum grpc_answer_kind kind;
+    const char *wrap;
+    const char *unserved;   /* why it is UNIMPLEMENTED */
+};
+
+#define SVC(n) &inference__##n##__descriptor
+static const struct grpc_method grpc_methods[] = {
+    {"ServerLive", SVC(server_live_request), grpc_live_to, SVC(server_live_response),
+     ANSWER_LIVE, NULL, NULL},
+    {"ServerReady", SVC(server_ready_request), grpc_ready_to, SVC(server_ready_response),
+     ANSWER_READY, NULL, NULL},
+    {"ModelReady", SVC(model_ready_request), grpc_model_ready_to, SVC(model_ready_response),
+     ANSWER_READY, NULL, NULL},
+    {"ServerMetadata", SVC(server_metadata_request), grpc_server_meta_to,
+     SVC(server_metadata_response), ANSWER_JSON, NULL, NULL},
+    {"ModelMetadata", SVC(model_metadata_request), grpc_model_meta_to,
+     SVC(model_metadata_response), ANSWER_JSON, NULL, NULL},
+    {"ModelInfer", SVC(model_infer_request), grpc_infer_to, SVC(model_infer_response),
+     ANSWER_INFER, NULL, NULL},
+    {"ModelConfig", SVC(model_config_request), grpc_model_config_to, SVC(model_config_response),
+     ANSWER_JSON, "config", NULL},
+    {"ModelStatistics", SVC(model_statistics_request), grpc_model_stats_to,
+     SVC(model_statistics_response), ANSWER_JSON, NULL, NULL},
+    {"RepositoryIndex", SVC(repository_index_request), grpc_index_to,
+     SVC(repository_index_response), ANSWER_JSON, "models", NULL},
+    {"RepositoryModelLoad", SVC(repository_model_load_request), grpc_load_to,
+     SVC(repository_model_load_response), ANSWER_EMPTY, NULL, NULL},
+    {"RepositoryModelUnload", SVC(repository_model_unload_request), grpc_unload_to,
+     SVC(repository_model_unload_response), ANSWER_EMPTY, NULL, NULL},
+    {"LogSettings", SVC(log_settings_request), grpc_log_to, SVC(log_settings_response),
+     ANSWER_JSON, "settings", NULL},
+    {"ModelStreamInfer", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
+     "ModelStreamInfer (bidirectional streaming) is not served: use ModelInfer, which "
+     "batchgate batches across calls just the same"},
+    {"SystemSharedMemoryStatus", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
+     "the system shared memory extension is not served"},
+    {"SystemSharedMemoryRegister", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
+     "the system shared memory extension is not served"},
+    {"SystemSharedMemoryUnregister", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
+     "the system shared memory extension is not served"},
+    {"CudaSharedMemoryStatus", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
+     "the CUDA shared memory extension is not served"},
+    {"CudaSharedMemoryRegister", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
+     "the CUDA shared memory extension is not served"},
+    {"CudaSharedMemoryUnregister", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
+     "the CUDA shared memory extension is not served"},
+    {"TraceSetting", NULL, NULL, NULL, ANSWER_EMPTY, NULL, "tracing is not served"},
+};
+#undef SVC
+
+const struct grpc_method *grpc_method_find(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof grpc_methods / sizeof grpc_methods[0]; i++)
+        if (strlen(grpc_methods[i].name) == len && memcmp(grpc_methods[i].name, name, len) == 0)
+            return &grpc_methods[i];
+    return NULL;
+}
+
+const char *grpc_method_name(const struct grpc_method *m) { return m->name; }
+const char *grpc_method_unserved(const struct grpc_method *m) { return m->unserved; }
+
+int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
+                 struct grpc_http_request *out, char *err, size_t cap)
+{
+    out->method = HTTP_M_GET;
+    out->path[0] = '\0';
+    out->json_len = -1;
+    if (m->unserved)
+        return grpc_fail(err, cap, GRPC_UNIMPLEMENTED, "%s", m->unserved);
+    ProtobufCMessage *req = protobuf_c_message_unpack(m->req, NULL, len, msg);
+    if (!req)
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "the request is not a valid %s",
+                         m->req->name);
+    int rc = m->to(req, out, err, cap);
+    protobuf_c_message_free_unpacked(req, NULL);
+    return rc;
+}
+
+int grpc_from_http(const struct grpc_method *m, const struct grpc_http_answer *a, struct buf *out,
+                   char *err, size_t cap)
+{
+    switch (m->kind) {
+    case ANSWER_LIVE: return grpc_bool_from(m->resp, a, false, out, err, cap);
+    case ANSWER_READY: return grpc_bool_from(m->resp, a, true, out, err, cap);
+    case ANSWER_EMPTY: return a->status == 200 ? GRPC_OK : grpc_answer_error(a, err, cap);
+    case ANSWER_INFER: return grpc_infer_from(a, out, err, cap);
+    case ANSWER_JSON:
+    default: return grpc_from_json(m->resp, m->wrap, a, out, err, cap);
+    }
+}
