@@ -213,13 +213,16 @@ static void grpc_call_run(struct grpc_call *call)
             const char *name, *value;
             size_t nl, vl;
             http_request_header_at(req, i, &name, &nl, &value, &vl);
-            if (grpc_header_passes(name, nl) &&
-                !(nl == 20 && strncasecmp(name, "x-request-timeout-ms", 20) == 0 &&
-                  grpc_timeout_ms(req) >= 0))
+            if (grpc_header_passes(name, nl))
                 bad |= http_inner_add_header(inner, name, nl, value, vl) < 0;
         }
+        /* The call's deadline is its budget, unless its metadata names one
+         * of its own (x-request-timeout-ms, as over HTTP): a client may
+         * wait longer than it wants the batcher to plan for. */
         char num[32];
-        long long ms = grpc_timeout_ms(req);
+        size_t xl;
+        long long ms = http_request_header(req, "x-request-timeout-ms", &xl) ? -1
+                                                                              : grpc_timeout_ms(req);
         if (!bad && ms >= 0) {
             int k = snprintf(num, sizeof num, "%lld", ms);
             bad |= http_inner_add_header(inner, "X-Request-Timeout-Ms", 20, num, (size_t)k) < 0;

@@ -94,6 +94,18 @@ static int grpc_model_path(struct grpc_http_request *out, const char *name, cons
     return GRPC_OK;
 }
 
+/* "/v2/repository/models/NAME" + verb */
+static int grpc_repo_path(struct grpc_http_request *out, const char *name, const char *verb,
+                          char *err, size_t cap)
+{
+    int rc = grpc_model_path(out, name, NULL, verb, err, cap);
+    if (rc == GRPC_OK) {   /* "/v2/models/..." → "/v2/repository/models/..." */
+        memmove(out->path + 14, out->path + 3, strlen(out->path + 3) + 1);
+        memcpy(out->path, "/v2/repository", 14);
+    }
+    return rc;
+}
+
 static int grpc_body_json(struct grpc_http_request *out, json_t *j, char *err, size_t cap)
 {
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -218,11 +230,9 @@ static int grpc_load_to(const ProtobufCMessage *msg, struct grpc_http_request *o
 {
     const Inference__RepositoryModelLoadRequest *r = (const void *)msg;
     out->method = HTTP_M_POST;
-    int rc = grpc_model_path(out, r->model_name, NULL, "/load", err, cap);
+    int rc = grpc_repo_path(out, r->model_name, "/load", err, cap);
     if (rc)
         return rc;
-    memmove(out->path + 14, out->path, strlen(out->path) + 1);   /* "/v2/repository" */
-    memcpy(out->path, "/v2/repository", 14);
     json_t *params = json_object();
     for (size_t i = 0; params && i < r->n_parameters; i++) {
         json_t *v = r->parameters[i]->value ? grpc_repo_param(r->parameters[i]->value) : NULL;
@@ -237,11 +247,9 @@ static int grpc_unload_to(const ProtobufCMessage *msg, struct grpc_http_request 
 {
     const Inference__RepositoryModelUnloadRequest *r = (const void *)msg;
     out->method = HTTP_M_POST;
-    int rc = grpc_model_path(out, r->model_name, NULL, "/unload", err, cap);
+    int rc = grpc_repo_path(out, r->model_name, "/unload", err, cap);
     if (rc)
         return rc;
-    memmove(out->path + 14, out->path, strlen(out->path) + 1);
-    memcpy(out->path, "/v2/repository", 14);
     json_t *params = json_object();
     for (size_t i = 0; params && i < r->n_parameters; i++) {
         json_t *v = r->parameters[i]->value ? grpc_repo_param(r->parameters[i]->value) : NULL;

@@ -290,10 +290,6 @@ static void h2_respond(struct http_request *r, int status, const char *content_t
         if (nghttp2_submit_response(c->ng, st->id, nv, (size_t)n, data ? &prd : NULL) != 0)
             nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
         free(scratch);
-        /* Answered before the client finished its body: the rest is not
-         * wanted (RFC 9113 8.1: a reset with NO_ERROR after the answer). */
-        if (!st->remote_end)
-            nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
     }
     if (!c->in_recv)
         h2_flush(c);
@@ -577,6 +573,22 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
     return 0;
 }
 
+/* The answer's last frame left: a client still sending its body (we
+ * answered early, an error) is told to stop, with NO_ERROR (RFC 9113 8.1).
+ * Not before: nghttp2 sends RST_STREAM ahead of queued DATA, which would
+ * cut the answer off. */
+static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *user)
+{
+    struct h2_conn *c = user;
+    if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) ||
+        !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    struct h2_stream *st = h2_stream_of(c, f->hd.stream_id);
+    if (st && !st->remote_end)
+        nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
 static int h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t error_code, void *user)
 {
     (void)error_code;
@@ -812,6 +824,7 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, h2_on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, h2_on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, h2_on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, h2_on_frame_send);
     /* Rapid reset: a token bucket of RST_STREAMs (Debian's 1.52 carries it). */
     nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)hc->max_resets_per_s * 2,
                                                (uint64_t)hc->max_resets_per_s);

@@ -1,0 +1,396 @@
+"""grpc_calls.py - Triton's own gRPC client (tritonclient.grpc, unmodified)
+and the protocol's generated stub (tritonclient.grpc.service_pb2_grpc)
+against a running batchgate. Not a test module: it needs tritonclient,
+grpcio and numpy, so it runs under the interpreter of the virtual
+environment scripts/fetch-testdeps makes, started by test_grpc.py, which
+owns the server and its repository:
+
+    VENV/bin/python grpc_calls.py --grpc 127.0.0.1:PORT --http 127.0.0.1:PORT \\
+        --case surface|auth|limits [--key KEY --other-key KEY]
+
+Each check prints "ok: ..." as it passes; the first that fails prints
+"FAIL: ..." with the reason and exits 1. Numbers are checked against the
+same server's HTTP answers (tritonclient.http), which the rest of the
+suite checks against references: gRPC must mean exactly what HTTP means.
+Every call has a deadline; every wait is bounded."""
+
+import argparse
+import json
+import sys
+import threading
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def expect(cond, what):
+    if not cond:
+        raise CheckFailed(what)
+
+
+def ok(what):
+    print("ok: " + what, flush=True)
+
+
+def http_json(http, path, method="GET", body=None, headers=None):
+    req = urllib.request.Request("http://%s%s" % (http, path), method=method,
+                                 data=body.encode() if body is not None else None,
+                                 headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def rpc_error(fn, *args, **kwargs):
+    """Calls a stub method that must fail: its grpc.RpcError."""
+    try:
+        fn(*args, **kwargs)
+    except grpc.RpcError as e:
+        return e
+    raise CheckFailed("%s succeeded; an error was expected" % getattr(fn, "_method", fn))
+
+
+def infer_request(model, x, name="input", raw=True, **kw):
+    req = service_pb2.ModelInferRequest(model_name=model, **kw)
+    t = req.inputs.add(name=name, datatype="FP32", shape=list(x.shape))
+    if raw:
+        req.raw_input_contents.append(x.astype("<f4").tobytes())
+    else:
+        t.contents.fp32_contents.extend(x.ravel().tolist())
+    return req
+
+
+def output_of(resp, i=0):
+    o = resp.outputs[i]
+    return np.frombuffer(resp.raw_output_contents[i], dtype="<f4").reshape(list(o.shape))
+
+
+# ---------------------------------------------------------------- surface
+
+def check_surface(a):
+    g = grpcclient.InferenceServerClient(a.grpc)
+    h = httpclient.InferenceServerClient(a.http)
+    chan = grpc.insecure_channel(a.grpc)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(chan)
+
+    # Health and metadata: what HTTP says.
+    st, _ = http_json(a.http, "/v2/health/ready")
+    expect(g.is_server_live() and g.is_server_ready() == (st == 200) and st == 503,
+           "live; not ready, as HTTP says (503: a model failed to load)")
+    md = g.get_server_metadata()
+    st, hmd = http_json(a.http, "/v2")
+    expect(md.name == hmd["name"] == "batchgate" and md.version == hmd["version"],
+           "server metadata %r vs HTTP %r" % (md, hmd))
+    expect(list(md.extensions) == hmd["extensions"], "extensions as HTTP lists them")
+    ok("ServerLive, ServerReady, ServerMetadata (%s %s)" % (md.name, md.version))
+
+    expect(g.is_model_ready("digits"), "digits is ready")
+    expect(not g.is_model_ready("broken"), "a model that failed to load is not ready")
+    e = rpc_error(stub.ModelReady, service_pb2.ModelReadyRequest(name="nosuch"), timeout=10)
+    expect(e.code() == grpc.StatusCode.NOT_FOUND and "nosuch" in e.details(),
+           "ModelReady of an unknown model: NOT_FOUND naming it, got %s %r"
+           % (e.code(), e.details()))
+    ok("ModelReady: true, false (failed load), NOT_FOUND (unknown)")
+
+    mm = g.get_model_metadata("digits", as_json=True)
+    st, hm = http_json(a.http, "/v2/models/digits")
+    expect(st == 200, "HTTP metadata")
+    for k in ("name", "versions", "platform"):
+        expect(mm[k] == hm[k], "metadata %s: gRPC %r, HTTP %r" % (k, mm[k], hm[k]))
+    for side in ("inputs", "outputs"):
+        expect([(t["name"], t["datatype"], [int(s) for s in t["shape"]]) for t in mm[side]] ==
+               [(t["name"], t["datatype"], t["shape"]) for t in hm[side]],
+               "metadata %s: gRPC %r, HTTP %r" % (side, mm[side], hm[side]))
+    ok("ModelMetadata equals GET /v2/models/digits")
+
+    cfg = g.get_model_config("digits", as_json=True)["config"]
+    st, hc = http_json(a.http, "/v2/models/digits/config")
+    expect(cfg["name"] == hc["name"] and int(cfg["max_batch_size"]) == hc["max_batch_size"],
+           "config: %r vs %r" % (cfg, hc))
+    expect(cfg["input"][0]["data_type"] == hc["input"][0]["data_type"] == "TYPE_FP32" and
+           [int(d) for d in cfg["input"][0]["dims"]] == hc["input"][0]["dims"],
+           "config input: %r vs %r" % (cfg["input"], hc["input"]))
+    expect(cfg["instance_group"][0]["kind"] == hc["instance_group"][0]["kind"],
+           "instance_group kind")
+    expect(int(cfg["dynamic_batching"]["max_queue_delay_microseconds"]) ==
+           hc["dynamic_batching"]["max_queue_delay_microseconds"], "dynamic_batching")
+    ok("ModelConfig equals GET /v2/models/digits/config (max_batch_size %s)"
+       % cfg["max_batch_size"])
+
+    # Inference: the same bits as HTTP's binary answer.
+    rng = np.random.default_rng(7)
+    x = rng.random((5, 64), dtype=np.float32)
+    hi = httpclient.InferInput("input", [5, 64], "FP32")
+    hi.set_data_from_numpy(x, binary_data=True)
+    want = h.infer("digits", [hi], outputs=[httpclient.InferRequestedOutput(
+        "output", binary_data=True)]).as_numpy("output")
+    gi = grpcclient.InferInput("input", [5, 64], "FP32")
+    gi.set_data_from_numpy(x)
+    r = g.infer("digits", [gi], request_id="req-7")
+    got = r.as_numpy("output")
+    expect(got.shape == (5, 10) and np.array_equal(got, want),
+           "ModelInfer output differs from HTTP's: %r vs %r" % (got, want))
+    expect(r.get_response().id == "req-7" and r.get_response().model_name == "digits",
+           "id and model_name echoed: %r" % r.get_response())
+    expect(np.allclose(got.sum(axis=1), 1, atol=1e-5), "softmax rows sum to 1")
+    ok("ModelInfer (raw_input_contents) equals HTTP bit for bit, id echoed")
+
+    resp = stub.ModelInfer(infer_request("digits", x, raw=False), timeout=10)
+    expect(np.array_equal(output_of(resp), want), "typed fp32_contents: same answer")
+    ok("ModelInfer with typed fp32_contents")
+
+    r = g.infer("digits", [gi], outputs=[grpcclient.InferRequestedOutput("output")])
+    expect(np.array_equal(r.as_numpy("output"), want), "requested output by name")
+    for alg in ("gzip", "deflate"):
+        r = g.infer("digits", [gi], compression_algorithm=alg)
+        expect(np.array_equal(r.as_numpy("output"), want), "compressed %s: same answer" % alg)
+    ok("requested outputs; gzip and deflate compressed requests")
+
+    # Calls from many clients at once are batched together, like HTTP's.
+    s0 = g.get_inference_statistics("digits", as_json=True)["model_stats"][0]
+    n_calls, results, errors, lock = 48, {}, [], threading.Lock()
+    done = threading.Event()
+    xs = [rng.random((1, 64), dtype=np.float32) for _ in range(n_calls)]
+
+    def cb(i, result, error):
+        with lock:
+            if error is not None:
+                errors.append(error)
+            else:
+                results[i] = result.as_numpy("output")
+            if len(results) + len(errors) == n_calls:
+                done.set()
+
+    for i in range(n_calls):
+        inp = grpcclient.InferInput("input", [1, 64], "FP32")
+        inp.set_data_from_numpy(xs[i])
+        g.async_infer("digits", [inp], callback=lambda result, error, i=i: cb(i, result, error),
+                      client_timeout=30)
+    expect(done.wait(60), "48 async calls answered within 60 s")
+    expect(not errors, "async calls failed: %r" % errors[:3])
+    stacked = np.concatenate(xs)
+    hi = httpclient.InferInput("input", [n_calls, 64], "FP32")
+    hi.set_data_from_numpy(stacked, binary_data=True)
+    want_all = h.infer("digits", [hi]).as_numpy("output")
+    for i in range(n_calls):
+        expect(np.allclose(results[i][0], want_all[i], rtol=1e-6, atol=1e-7),
+               "async call %d: %r vs %r" % (i, results[i], want_all[i]))
+    s1 = g.get_inference_statistics("digits", as_json=True)["model_stats"][0]
+    rows = int(s1["inference_count"]) - int(s0["inference_count"])
+    batches = int(s1["execution_count"]) - int(s0["execution_count"])
+    expect(rows == n_calls + n_calls, "inference_count grew by the rows: %d" % rows)
+    ok("48 concurrent gRPC calls: right answers, %d rows in %d batches (HTTP's 48-row call "
+       "included)" % (rows, batches))
+
+    # Statistics: the same numbers as HTTP's, one model and all of them.
+    gs = g.get_inference_statistics("digits", as_json=True)["model_stats"][0]
+    st, hs = http_json(a.http, "/v2/models/digits/stats")
+    hs = hs["model_stats"][0]
+    expect(int(gs["inference_count"]) == hs["inference_count"] and
+           int(gs["execution_count"]) == hs["execution_count"] and
+           int(gs["inference_stats"]["success"]["count"]) ==
+           hs["inference_stats"]["success"]["count"],
+           "statistics differ: gRPC %r, HTTP %r" % (gs, hs))
+    expect(sum(int(b["compute_infer"]["count"]) for b in gs["batch_stats"]) ==
+           hs["execution_count"], "batch_stats counts sum to execution_count")
+    everyone = g.get_inference_statistics(as_json=True)["model_stats"]
+    st, hall = http_json(a.http, "/v2/models/stats")
+    expect(sorted(m["name"] for m in everyone) == sorted(m["name"] for m in hall["model_stats"])
+           and len(everyone) >= 4, "all-model statistics: %r" % [m["name"] for m in everyone])
+    ok("ModelStatistics for digits (%s rows, %s batches) and for all %d models equal HTTP's"
+       % (gs["inference_count"], gs["execution_count"], len(everyone)))
+
+    # The repository: index, load (a lazy model, then with a config), unload.
+    idx = {m["name"]: m for m in g.get_model_repository_index(as_json=True)["models"]}
+    st, hidx = http_json(a.http, "/v2/repository/index", "POST", "{}")
+    expect(set(idx) == {m["name"] for m in hidx}, "index: %r vs %r" % (idx, hidx))
+    expect(idx["digits"]["state"] == "READY" and idx["lz"].get("state") != "READY",
+           "index states: %r" % idx)
+    g.load_model("lz")
+    expect(g.is_model_ready("lz"), "lz READY once load_model returned")
+    over = json.loads(a.override)
+    g.load_model("lz", config=json.dumps(over))
+    c = g.get_model_config("lz", as_json=True)["config"]
+    expect(int(c["max_batch_size"]) == over["batching"]["max_batch_size"],
+           "load_model(config=...) applied: max_batch_size %s" % c["max_batch_size"])
+    g.unload_model("lz")
+    t_end = time.monotonic() + 10
+    while g.is_model_ready("lz") and time.monotonic() < t_end:
+        time.sleep(0.05)
+    expect(not g.is_model_ready("lz"), "lz unloaded")
+    try:
+        g.load_model("nosuch")
+        raise CheckFailed("load_model of an unknown model succeeded")
+    except InferenceServerException as ex:
+        expect("NOT_FOUND" in str(ex.status()) or "nosuch" in ex.message(),
+               "load_model(unknown): %s %s" % (ex.status(), ex.message()))
+    ok("RepositoryIndex, RepositoryModelLoad (lazy, with a config), RepositoryModelUnload")
+
+    # Log settings: read, change, read back over HTTP.
+    ls = g.get_log_settings(as_json=True)["settings"]
+    expect("log_verbose_level" in ls and "log_info" in ls, "log settings: %r" % ls)
+    g.update_log_settings({"log_verbose_level": 1})
+    st, hl = http_json(a.http, "/v2/logging")
+    expect(hl["log_verbose_level"] == 1, "log_verbose_level 1 over HTTP: %r" % hl)
+    g.update_log_settings({"log_verbose_level": 0})
+    e = rpc_error(stub.LogSettings, service_pb2.LogSettingsRequest(settings={
+        "log_colour": service_pb2.LogSettingsRequest.SettingValue(bool_param=True)}), timeout=10)
+    expect(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "log_colour" in e.details(),
+           "a bad log setting: %s %r" % (e.code(), e.details()))
+    ok("LogSettings: read, update (read back over HTTP), a bad one INVALID_ARGUMENT")
+
+    # Errors, mapped as docs/GRPC.md says.
+    e = rpc_error(stub.ModelInfer, infer_request("nosuch", x), timeout=10)
+    expect(e.code() == grpc.StatusCode.NOT_FOUND and "nosuch" in e.details(),
+           "unknown model: %s %r" % (e.code(), e.details()))
+    e = rpc_error(stub.ModelInfer, infer_request("digits", x[:, :60]), timeout=10)
+    expect(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "shape" in e.details(),
+           "wrong shape: %s %r" % (e.code(), e.details()))
+    e = rpc_error(stub.ModelInfer, infer_request("broken", x), timeout=10)
+    expect(e.code() == grpc.StatusCode.UNAVAILABLE, "a failed model: %s %r"
+           % (e.code(), e.details()))
+    req = infer_request("digits", x)
+    req.raw_input_contents.append(b"1234")
+    e = rpc_error(stub.ModelInfer, req, timeout=10)
+    expect(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "raw_input_contents" in e.details(),
+           "raw contents count: %s %r" % (e.code(), e.details()))
+    ok("NOT_FOUND, INVALID_ARGUMENT (shape, raw contents), UNAVAILABLE (failed model)")
+
+    # The slow model (300 ms a batch, one at a time, a queue of 1): with
+    # its worker busy, a call whose budget is shorter than a batch is
+    # hopeless at once, and the server says so at once (504).
+    xs4 = np.zeros((1, 4), dtype=np.float32)
+    stub.ModelInfer(infer_request("slow", xs4, name="x"), timeout=30)
+    busy = stub.ModelInfer.future(infer_request("slow", xs4, name="x"), timeout=30)
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    e = rpc_error(stub.ModelInfer, infer_request("slow", xs4, name="x"), timeout=30,
+                  metadata=(("x-request-timeout-ms", "50"),))
+    took = time.monotonic() - t0
+    busy.result()
+    # The client's own deadline (30 s) is far: only the server says "slow".
+    expect(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and "slow" in e.details(),
+           "a 50 ms budget behind a 300 ms batch: %s %r after %.3f s"
+           % (e.code(), e.details(), took))
+    busy = stub.ModelInfer.future(infer_request("slow", xs4, name="x"), timeout=30)
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    e = rpc_error(stub.ModelInfer, infer_request("slow", xs4, name="x"), timeout=0.2)
+    took = time.monotonic() - t0
+    busy.result()
+    # Had the server ignored grpc-timeout, the client's deadline would end
+    # the call with grpc's own "Deadline Exceeded", not the server's words.
+    expect(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and "slow" in e.details(),
+           "grpc-timeout 200 ms is the budget: the server refuses at once (%s %r after %.3f s)"
+           % (e.code(), e.details(), took))
+    ok("DEADLINE_EXCEEDED from the server: a 50 ms budget in metadata, and grpc-timeout as "
+       "the budget (answered in %.0f ms, not at the client's deadline)" % (took * 1000))
+
+    futs = [stub.ModelInfer.future(infer_request("slow", xs4, name="x"), timeout=30)
+            for _ in range(8)]
+    codes, retry = [], None
+    for f in futs:
+        try:
+            f.result()
+            codes.append("OK")
+        except grpc.RpcError as ex:
+            codes.append(ex.code().name)
+            if ex.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                retry = dict(ex.trailing_metadata() or ()).get("retry-after")
+    expect("RESOURCE_EXHAUSTED" in codes and "OK" in codes,
+           "8 calls at a queue of 1: some RESOURCE_EXHAUSTED, some OK: %r" % codes)
+    expect(retry == "1", "RESOURCE_EXHAUSTED carries retry-after: 1 in its trailers: %r" % retry)
+    ok("RESOURCE_EXHAUSTED with retry-after when the queue is full (%s)"
+       % ",".join(sorted(set(codes))))
+
+    e = rpc_error(lambda: list(stub.ModelStreamInfer(iter([infer_request("digits", x)]),
+                                                     timeout=10)))
+    expect(e.code() == grpc.StatusCode.UNIMPLEMENTED, "ModelStreamInfer: %s" % e.code())
+    e = rpc_error(stub.SystemSharedMemoryStatus, service_pb2.SystemSharedMemoryStatusRequest(),
+                  timeout=10)
+    expect(e.code() == grpc.StatusCode.UNIMPLEMENTED and "shared memory" in e.details(),
+           "SystemSharedMemoryStatus: %s %r" % (e.code(), e.details()))
+    ok("UNIMPLEMENTED: ModelStreamInfer, shared memory")
+
+    # A client that gives up: its queued call leaves, the server serves on.
+    f = stub.ModelInfer.future(infer_request("slow", xs4, name="x"), timeout=30)
+    time.sleep(0.05)
+    f.cancel()
+    expect(g.is_server_live(), "live after a cancelled call")
+    ok("a cancelled call")
+
+
+# ---------------------------------------------------------------- auth
+
+def check_auth(a):
+    chan = grpc.insecure_channel(a.grpc)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(chan)
+    x = np.zeros((1, 4), dtype=np.float32)
+    e = rpc_error(stub.ModelInfer, infer_request("alpha", x, name="x"), timeout=10)
+    expect(e.code() == grpc.StatusCode.UNAUTHENTICATED, "no key: %s %r" % (e.code(), e.details()))
+    bad = (("authorization", "Bearer not-a-key"),)
+    e = rpc_error(stub.ModelInfer, infer_request("alpha", x, name="x"), timeout=10, metadata=bad)
+    expect(e.code() == grpc.StatusCode.UNAUTHENTICATED, "a wrong key: %s" % e.code())
+    mine = (("authorization", "Bearer " + a.key),)
+    resp = stub.ModelInfer(infer_request("alpha", x, name="x"), timeout=10, metadata=mine)
+    expect(output_of(resp).shape == (1, 3), "with the key: an answer")
+    e = rpc_error(stub.ModelInfer, infer_request("beta", x, name="x"), timeout=10, metadata=mine)
+    expect(e.code() == grpc.StatusCode.PERMISSION_DENIED and "beta" in e.details(),
+           "another tenant's model: %s %r" % (e.code(), e.details()))
+    e = rpc_error(stub.LogSettings, service_pb2.LogSettingsRequest(settings={
+        "log_verbose_level": service_pb2.LogSettingsRequest.SettingValue(uint32_param=1)}),
+        timeout=10, metadata=mine)
+    expect(e.code() == grpc.StatusCode.PERMISSION_DENIED, "an admin call without admin: %s"
+           % e.code())
+    other = (("x-api-key", a.other_key),)
+    resp = stub.ModelInfer(infer_request("beta", x, name="x"), timeout=10, metadata=other)
+    expect(output_of(resp).shape == (1, 3), "X-Api-Key metadata works too")
+    ok("UNAUTHENTICATED (none, wrong), PERMISSION_DENIED (model, admin call), keys in "
+       "authorization and x-api-key metadata")
+
+
+# ---------------------------------------------------------------- limits
+
+def check_limits(a):
+    chan = grpc.insecure_channel(a.grpc, options=[("grpc.max_send_message_length", 64 << 20)])
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(chan)
+    big = np.zeros((64, 40000), dtype=np.float32)   # 10 MB, over max_body_bytes (1 MiB)
+    e = rpc_error(stub.ModelInfer, infer_request("digits", big), timeout=30)
+    expect(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_body_bytes" in e.details(),
+           "a message over max_body_bytes: %s %r" % (e.code(), e.details()))
+    small = np.zeros((1, 64), dtype=np.float32)
+    resp = stub.ModelInfer(infer_request("digits", small), timeout=10)
+    expect(output_of(resp).shape == (1, 10), "the connection serves on")
+    ok("a message over limits.max_body_bytes: RESOURCE_EXHAUSTED; the next call served")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grpc", required=True)
+    ap.add_argument("--http", required=True)
+    ap.add_argument("--case", required=True, choices=("surface", "auth", "limits"))
+    ap.add_argument("--override", default="{}")
+    ap.add_argument("--key", default="")
+    ap.add_argument("--other-key", default="")
+    a = ap.parse_args()
+    try:
+        {"surface": check_surface, "auth": check_auth, "limits": check_limits}[a.case](a)
+    except (CheckFailed, InferenceServerException, grpc.RpcError) as e:
+        print("FAIL: %s" % (e,), flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""test_grpc.py - KServe v2 over gRPC (docs/GRPC.md) with the real clients:
+tritonclient.grpc and the protocol's generated stub, run by grpc_calls.py
+under the test environment's interpreter (scripts/fetch-testdeps).
+
+- GrpcSurfaceTest: every served call (health, metadata, config, infer with
+  raw and typed contents and compressed, statistics, the repository, log
+  settings) checked against the same server's HTTP answers, 48 concurrent
+  calls batched, and the error mapping (NOT_FOUND, INVALID_ARGUMENT,
+  UNAVAILABLE, DEADLINE_EXCEEDED from a metadata budget and from
+  grpc-timeout, RESOURCE_EXHAUSTED with retry-after, UNIMPLEMENTED).
+- GrpcAuthTest: API keys in metadata; UNAUTHENTICATED, PERMISSION_DENIED.
+- GrpcLimitsTest: a message over limits.max_body_bytes.
+- GrpcConfigTest: grpc_listen "off" opens no port; a bad grpc_listen is a
+  config error naming the field; the port serves HTTP/2 only.
+Floods on the HTTP/2 port are test_h2_flood.py's."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import unittest
+
+from harness import BIN, RepoServerCase, Server, run_testdeps
+from test_infer import synthetic, write_model
+from test_tenants import digest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DIGITS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "models", "digits")
+
+
+def copy_digits(repo):
+    shutil.copytree(DIGITS, os.path.join(repo, "digits"))
+
+
+class GrpcCase(RepoServerCase):
+    def run_calls(self, case, *extra, timeout=180):
+        code, out = run_testdeps(
+            ["grpc_calls.py", "--grpc", "127.0.0.1:%d" % self.srv.grpc_port,
+             "--http", "127.0.0.1:%d" % self.srv.port, "--case", case] + list(extra),
+            timeout=timeout)
+        self.assertEqual(code, 0, "grpc_calls.py --case %s exited %d; its output:\n%s\nserver "
+                         "log:\n%s" % (case, code, out, self.srv.log()[-6000:]))
+        self.assertNotIn("FAIL", out)
+        return out
+
+
+class GrpcSurfaceTest(GrpcCase):
+    config = {"log_level": "info"}
+
+    @classmethod
+    def populate(cls, repo):
+        copy_digits(repo)
+        lz = synthetic("lz", base_us=1000, per_row_us=0)
+        lz["lifecycle"] = {"load": "lazy"}
+        write_model(repo, "lz", lz)
+        write_model(repo, "slow", synthetic("slow", base_us=300000, per_row_us=0,
+                                            batching={"max_queue_size": 1,
+                                                      "max_batch_size": 1}))
+        with open(os.path.join(DIGITS, "config.json")) as f:
+            broken = json.load(f)
+        broken["name"] = "broken"
+        os.makedirs(os.path.join(repo, "broken"))
+        with open(os.path.join(repo, "broken", "config.json"), "w") as f:
+            json.dump(broken, f)   # no weights file: the load fails
+
+    def test_every_call_against_http(self):
+        override = synthetic("lz", base_us=1000, per_row_us=0, batching={"max_batch_size": 3})
+        out = self.run_calls("surface", "--override", json.dumps(override))
+        self.assertEqual(out.count("ok: "), 16, out)
+
+
+class GrpcAuthTest(GrpcCase):
+    config = {"tenants": [
+        {"name": "a", "keys": [digest("k-a")], "models": ["alpha"]},
+        {"name": "b", "keys": [digest("k-b")], "models": ["beta"]},
+    ]}
+
+    @classmethod
+    def populate(cls, repo):
+        for n in ("alpha", "beta"):
+            write_model(repo, n, synthetic(n, base_us=200, per_row_us=0))
+
+    def test_keys_in_metadata(self):
+        out = self.run_calls("auth", "--key", "k-a", "--other-key", "k-b")
+        self.assertEqual(out.count("ok: "), 1, out)
+
+
+class GrpcLimitsTest(GrpcCase):
+    config = {"limits": {"max_body_bytes": 1 << 20}}
+
+    @classmethod
+    def populate(cls, repo):
+        copy_digits(repo)
+
+    def test_message_over_max_body_bytes(self):
+        out = self.run_calls("limits")
+        self.assertEqual(out.count("ok: "), 1, out)
+
+
+class GrpcConfigTest(unittest.TestCase):
+    def test_off_opens_no_port(self):
+        with Server({"grpc_listen": "off"}) as srv:
+            self.assertIsNone(srv.grpc_port)
+            self.assertNotIn("gRPC on", srv.log())
+
+    def test_bad_grpc_listen_is_a_config_error(self):
+        for bad, msg in (("8001", "is not HOST:PORT"), ("127.0.0.1:70000", "must be 0..65535"),
+                         (17, "grpc_listen")):
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump({"listen": "127.0.0.1:0", "grpc_listen": bad}, f)
+            try:
+                p = subprocess.run([BIN, "--config", f.name], capture_output=True, timeout=20)
+            finally:
+                os.unlink(f.name)
+            self.assertEqual(p.returncode, 2, (bad, p.stderr))
+            self.assertIn(msg, p.stderr.decode(), bad)
+        p = subprocess.run([BIN, "--grpc-listen", "nope"], capture_output=True, timeout=20)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--grpc-listen", p.stderr.decode())
+
+    def test_the_port_speaks_http2_only(self):
+        with Server() as srv:
+            s = socket.create_connection(("127.0.0.1", srv.grpc_port), timeout=5)
+            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            try:
+                while True:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+            except socket.timeout:
+                self.fail("an HTTP/1.1 client on the gRPC port was not closed within 5 s")
+            s.close()
+            self.assertNotIn(b"HTTP/1.1 200", data)
+            # The HTTP port is untouched.
+            from harness import roundtrip
+            self.assertEqual(roundtrip(srv.port, "GET", "/v2/health/ready").status, 200)
+
+
+if __name__ == "__main__":
+    unittest.main()
