@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/event.h>
-
 struct inner {
+    struct mailbox_msg msg;           /* the deferred free */
+    struct http_request *r;
     struct io_thread *t;              /* outer's */
     char peer[64];                    /* outer's */
     http_inner_done_fn done;
@@ -33,25 +33,23 @@ static void inner_free(struct http_request *r)
     http_request_free(r);
 }
 
-static void inner_free_cb(evutil_socket_t fd, short what, void *arg)
+static void inner_free_msg(struct mailbox_msg *msg)
 {
-    (void)fd;
-    (void)what;
-    inner_free(arg);
+    inner_free(((struct inner *)msg)->r);
 }
 
 /* After done: a handler may still hold the request for the rest of the
- * function that answered it, so the free waits for the loop (or for
- * http_inner_dispatch's return when the answer came from inside it). */
+ * function that answered it, so the free waits for the thread's mailbox
+ * (which also runs at the thread's exit), or for http_inner_dispatch's
+ * return when the answer came from inside it. */
 static void inner_answered(struct http_request *r)
 {
     struct inner *in = inner_of(r);
     in->answered = true;
     if (in->dispatching)
         return;
-    static const struct timeval zero = {0, 0};
-    if (event_base_once(in->t->base, -1, EV_TIMEOUT, inner_free_cb, r, &zero) != 0)
-        inner_free(r);   /* no memory for the event: the handler is done with it by now */
+    in->msg.fn = inner_free_msg;
+    mailbox_post(in->t->mailbox, &in->msg);
 }
 
 static void inner_respond(struct http_request *r, int status, const char *content_type,
@@ -131,6 +129,7 @@ struct http_request *http_inner_new(struct http_request *outer, int method, cons
         return NULL;
     }
     r->pdata = in;
+    in->r = r;
     in->t = outer->proto->thread(outer);
     outer->proto->peer(outer, in->peer, sizeof in->peer);
     r->http_major = 1;
