@@ -137,7 +137,7 @@ class GrpcConfigTest(unittest.TestCase):
             self.assertNotIn(b"HTTP/1.1 200", data)
             # The HTTP port is untouched.
             from harness import roundtrip
-            self.assertEqual(roundtrip(srv.port, "GET", "/v2/health/ready").status, 200)
+            self.assertEqual(roundtrip(srv.port, "GET", "/v2/health/live").status, 200)
 
 
 if __name__ == "__main__":
