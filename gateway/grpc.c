@@ -21,12 +21,34 @@ struct grpc_service {
     size_t max_message_bytes;
 };
 
+struct grpc_call;
+
+/* One message's HTTP request, while it runs. */
+struct grpc_msg {
+    struct grpc_msg *next, *prev;
+    struct grpc_call *call;
+    struct http_request *inner;
+};
+
 struct grpc_call {
     struct grpc_service *g;
     struct http_request *req;        /* the HTTP/2 stream */
     const struct grpc_method *m;
-    struct buf in;                   /* the framed request message */
-    struct http_request *inner;      /* while its HTTP request runs */
+    bool stream;                     /* ModelStreamInfer: messages both ways */
+    struct buf in;                   /* request bytes not yet a whole message */
+    struct grpc_msg *running;        /* messages whose HTTP request runs */
+    int nrunning;
+    int nmsgs;                       /* messages taken */
+    bool ended;                      /* the client's side is over */
+    bool answered;                   /* the stream's answer is finished: req is gone */
+    int holds;                       /* our functions on the stack: defer the free */
+    /* Failed or abandoned while HTTP requests ran: they are stopped, and
+     * the call ends with this once the last is answered. Not before: an
+     * answered stream lets its connection, and at shutdown its IO thread,
+     * go, while an inference would still come back to that thread. */
+    bool stopping;
+    int stop_code;
+    char stop_msg[512];
 };
 
 /* ---- answering ---- */
@@ -85,6 +107,80 @@ static void grpc_call_free(struct grpc_call *call)
     free(call);
 }
 
+/* A finished call is freed once its last HTTP request is answered. */
+static void grpc_call_maybe_free(struct grpc_call *call)
+{
+    if (call->answered && call->nrunning == 0 && call->holds == 0)
+        grpc_call_free(call);
+}
+
+/* The unary answer, or a streaming call's end (its status in the
+ * trailers). Once. */
+static void grpc_call_end(struct grpc_call *call, int code, const char *msg, const void *body,
+                          size_t len, long long retry_after_s)
+{
+    if (call->answered)
+        return;
+    call->answered = true;
+    if (!call->stream) {
+        grpc_answer(call->req, code, msg, body, len, retry_after_s);
+        return;
+    }
+    char enc[1600], trailers[1800];
+    grpc_pct_encode(msg ? msg : "", enc, sizeof enc);
+    int n = snprintf(trailers, sizeof trailers, "grpc-status: %d\r\n", code);
+    if (code != GRPC_OK && enc[0])
+        snprintf(trailers + n, sizeof trailers - (size_t)n, "grpc-message: %s\r\n", enc);
+    http_request_set_trailers(call->req, trailers);
+    http_respond_finish(call->req, 0);
+}
+
+/* Stops every running HTTP request (the client went away, or the call
+ * failed): their answers come back all the same, and are dropped. */
+static void grpc_call_stop_all(struct grpc_call *call)
+{
+    for (struct grpc_msg *m = call->running, *next; m; m = next) {
+        next = m->next;
+        http_inner_abort(m->inner);
+    }
+}
+
+/* Ends the call with code and msg once no HTTP request of it runs,
+ * stopping those that do. */
+static void grpc_call_fail(struct grpc_call *call, int code, const char *msg)
+{
+    if (call->answered || call->stopping)
+        return;
+    if (call->nrunning == 0) {
+        grpc_call_end(call, code, msg, NULL, 0, 0);
+        return;
+    }
+    call->stopping = true;
+    call->stop_code = code;
+    snprintf(call->stop_msg, sizeof call->stop_msg, "%s", msg ? msg : "");
+    grpc_call_stop_all(call);
+}
+
+/* A message of a stream written back framed; -1 when the client is gone. */
+static int grpc_stream_write(struct grpc_call *call, const struct buf *msg)
+{
+    uint8_t hdr[5] = {0, (uint8_t)(msg->len >> 24), (uint8_t)(msg->len >> 16),
+                      (uint8_t)(msg->len >> 8), (uint8_t)msg->len};
+    if (http_respond_write(call->req, hdr, 5) < 0)
+        return -1;
+    return msg->len ? http_respond_write(call->req, msg->data, msg->len) : 0;
+}
+
+/* A stream's message that failed before or instead of its HTTP request:
+ * the stream goes on (Triton's rule: the error is that response's). */
+static void grpc_stream_error(struct grpc_call *call, const char *err)
+{
+    struct buf out = BUF_INIT;
+    if (grpc_stream_response(NULL, 0, err, &out) < 0 || grpc_stream_write(call, &out) < 0)
+        grpc_call_fail(call, GRPC_UNAVAILABLE, "the client is gone");
+    buf_free(&out);
+}
+
 /* Retry-After's seconds in "Name: value\r\n" lines; 0 when absent. */
 static long long grpc_retry_after(const char *headers)
 {
@@ -97,21 +193,47 @@ static long long grpc_retry_after(const char *headers)
     return 0;
 }
 
-/* The HTTP request answered (on the IO thread). */
-static void grpc_call_done(void *arg, int status, const char *content_type, const void *body,
-                           size_t len, const char *headers)
+/* A message's HTTP request answered (on the IO thread). */
+static void grpc_msg_done(void *arg, int status, const char *content_type, const void *body,
+                          size_t len, const char *headers)
 {
     (void)content_type;
-    struct grpc_call *call = arg;
-    call->inner = NULL;
+    struct grpc_msg *m = arg;
+    struct grpc_call *call = m->call;
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        call->running = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    call->nrunning--;
+    free(m);
+    if (call->answered || call->stopping) {   /* stopped: nobody wants it */
+        if (call->stopping && call->nrunning == 0)
+            grpc_call_end(call, call->stop_code, call->stop_msg, NULL, 0, 0);
+        grpc_call_maybe_free(call);
+        return;
+    }
     struct grpc_http_answer a = {.status = status, .body = body, .len = len, .headers = headers};
     struct buf out = BUF_INIT;
     char err[1024] = "";
     int code = grpc_from_http(call->m, &a, &out, err, sizeof err);
-    grpc_answer(call->req, code, err, out.data ? out.data : "", out.len,
-                code == GRPC_OK ? 0 : grpc_retry_after(headers));
+    if (!call->stream) {
+        grpc_call_end(call, code, err, out.data ? out.data : "", out.len,
+                      code == GRPC_OK ? 0 : grpc_retry_after(headers));
+    } else if (code != GRPC_OK) {
+        grpc_stream_error(call, err);
+    } else {
+        struct buf wrapped = BUF_INIT;
+        if (grpc_stream_response(out.data, out.len, NULL, &wrapped) < 0 ||
+            grpc_stream_write(call, &wrapped) < 0)
+            grpc_call_fail(call, GRPC_UNAVAILABLE, "the client is gone");
+        buf_free(&wrapped);
+    }
     buf_free(&out);
-    grpc_call_free(call);
+    if (call->stream && call->ended && call->nrunning == 0 && !call->stopping)
+        grpc_call_end(call, GRPC_OK, NULL, NULL, 0, 0);
+    grpc_call_maybe_free(call);
 }
 
 /* ---- the request ---- */
@@ -154,61 +276,42 @@ static bool grpc_header_passes(const char *name, size_t len)
     return true;
 }
 
-static void grpc_call_run(struct grpc_call *call)
+/* One framed message (flag, length, bytes) as its HTTP request, started.
+ * Returns GRPC_OK, or a code with the reason in err (nothing started). */
+static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen, char *err,
+                          size_t cap)
 {
     struct http_request *req = call->req;
-    const uint8_t *p = (const uint8_t *)call->in.data;
-    size_t n = call->in.len;
-    if (n < 5) {
-        grpc_answer(req, GRPC_INVALID_ARGUMENT, "the request carries no message", NULL, 0, 0);
-        grpc_call_free(call);
-        return;
-    }
-    size_t mlen = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
-    if (mlen != n - 5) {
-        grpc_answer(req, GRPC_INVALID_ARGUMENT,
-                    mlen < n - 5 ? "a unary call carries exactly one message"
-                                 : "the message is cut short",
-                    NULL, 0, 0);
-        grpc_call_free(call);
-        return;
-    }
     struct buf inflated = BUF_INIT;
     const uint8_t *msg = p + 5;
     if (p[0] == 1) {   /* compressed, by grpc-encoding */
         size_t elen;
         const char *enc = http_request_header(req, "grpc-encoding", &elen);
-        char why[256];
         int st = enc ? http_body_decode(enc, elen, msg, mlen, call->g->max_message_bytes,
-                                        &inflated, why, sizeof why)
+                                        &inflated, err, cap)
                      : 415;
         if (st) {
             if (!enc)
-                snprintf(why, sizeof why, "a compressed message without grpc-encoding");
-            grpc_answer(req, st == 415 ? GRPC_UNIMPLEMENTED
-                             : st == 413 ? GRPC_RESOURCE_EXHAUSTED : GRPC_INTERNAL,
-                        why, NULL, 0, 0);
+                snprintf(err, cap, "a compressed message without grpc-encoding");
             buf_free(&inflated);
-            grpc_call_free(call);
-            return;
+            return st == 415 ? GRPC_UNIMPLEMENTED : st == 413 ? GRPC_RESOURCE_EXHAUSTED
+                                                              : GRPC_INTERNAL;
         }
         msg = (const uint8_t *)inflated.data;
         mlen = inflated.len;
     } else if (p[0] != 0) {
-        grpc_answer(req, GRPC_INTERNAL, "the message's compressed flag is neither 0 nor 1", NULL,
-                    0, 0);
-        grpc_call_free(call);
-        return;
+        snprintf(err, cap, "the message's compressed flag is neither 0 nor 1");
+        return GRPC_INTERNAL;
     }
     struct grpc_http_request hr = {.body = BUF_INIT};
-    char err[1024];
-    int code = grpc_to_http(call->m, msg ? msg : (const uint8_t *)"", mlen, &hr, err, sizeof err);
+    int code = grpc_to_http(call->m, msg ? msg : (const uint8_t *)"", mlen, &hr, err, cap);
     buf_free(&inflated);
-    buf_free(&call->in);
     struct http_request *inner = NULL;
+    struct grpc_msg *m = NULL;
     if (code == GRPC_OK) {
         inner = http_inner_new(req, hr.method, hr.path, strlen(hr.path));
-        int hc = http_request_header_count(req), bad = !inner;
+        m = calloc(1, sizeof *m);
+        int hc = http_request_header_count(req), bad = !inner || !m;
         for (int i = 0; !bad && i < hc; i++) {
             const char *name, *value;
             size_t nl, vl;
@@ -216,13 +319,14 @@ static void grpc_call_run(struct grpc_call *call)
             if (grpc_header_passes(name, nl))
                 bad |= http_inner_add_header(inner, name, nl, value, vl) < 0;
         }
-        /* The call's deadline is its budget, unless its metadata names one
-         * of its own (x-request-timeout-ms, as over HTTP): a client may
-         * wait longer than it wants the batcher to plan for. */
+        /* The call's deadline is its budget, unless its metadata name one
+         * of their own (x-request-timeout-ms, as over HTTP): a client may
+         * wait longer than it wants the batcher to plan for. A stream's
+         * deadline is the whole stream's, not a message's budget. */
         char num[32];
         size_t xl;
-        long long ms = http_request_header(req, "x-request-timeout-ms", &xl) ? -1
-                                                                              : grpc_timeout_ms(req);
+        long long ms = call->stream || http_request_header(req, "x-request-timeout-ms", &xl)
+                           ? -1 : grpc_timeout_ms(req);
         if (!bad && ms >= 0) {
             int k = snprintf(num, sizeof num, "%lld", ms);
             bad |= http_inner_add_header(inner, "X-Request-Timeout-Ms", 20, num, (size_t)k) < 0;
@@ -237,48 +341,124 @@ static void grpc_call_run(struct grpc_call *call)
                    http_inner_set_body(inner, hr.body.data, hr.body.len) < 0;
         if (bad) {
             code = GRPC_RESOURCE_EXHAUSTED;
-            snprintf(err, sizeof err, "out of memory");
+            snprintf(err, cap, "out of memory");
         }
     }
     buf_free(&hr.body);
     if (code != GRPC_OK) {
         http_inner_discard(inner);
-        grpc_answer(req, code, err, NULL, 0, 0);
-        grpc_call_free(call);
-        return;
+        free(m);
+        return code;
     }
-    call->inner = inner;
-    http_inner_dispatch(inner, call->g->http, grpc_call_done, call);
+    m->call = call;
+    m->inner = inner;
+    m->next = call->running;
+    if (m->next)
+        m->next->prev = m;
+    call->running = m;
+    call->nrunning++;
+    call->nmsgs++;
+    http_inner_dispatch(inner, call->g->http, grpc_msg_done, m);
+    return GRPC_OK;
 }
+
+/* The whole messages in call->in, taken: a unary call's one (at the end
+ * of its body), a stream's as they arrive. */
+static void grpc_call_take(struct grpc_call *call)
+{
+    size_t off = 0;
+    while (!call->answered && !call->stopping && call->in.len - off >= 5) {
+        const uint8_t *p = (const uint8_t *)call->in.data + off;
+        size_t mlen = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
+        if (mlen > call->g->max_message_bytes) {
+            char why[160];
+            snprintf(why, sizeof why, "a message of %zu bytes exceeds limits.max_body_bytes (%zu)",
+                     mlen, call->g->max_message_bytes);
+            grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, why);
+            break;
+        }
+        if (call->in.len - off - 5 < mlen)
+            break;   /* the rest is on its way */
+        if (!call->stream && (call->nmsgs > 0 || call->in.len - off - 5 > mlen)) {
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "a unary call carries exactly one message");
+            break;
+        }
+        char err[1024];
+        int code = grpc_msg_start(call, p, mlen, err, sizeof err);
+        if (code != GRPC_OK) {
+            if (call->stream)
+                grpc_stream_error(call, err);
+            else
+                grpc_call_end(call, code, err, NULL, 0, 0);
+        }
+        off += 5 + mlen;
+    }
+    if (off) {
+        memmove(call->in.data, call->in.data + off, call->in.len - off);
+        call->in.len -= off;
+    }
+}
+
+static void grpc_call_body_take(struct grpc_call *call, const char *data, size_t len, int end,
+                                int status, const char *msg);
 
 static void grpc_call_body(struct http_request *req, void *arg, const char *data, size_t len,
                            int end, int status, const char *msg)
 {
     (void)req;
     struct grpc_call *call = arg;
-    if (status) {   /* over the size limit, or the client reset the stream */
-        grpc_answer(call->req, grpc_code_of_http(status), msg, NULL, 0, 0);
-        grpc_call_free(call);
+    if (call->answered || call->stopping) {
+        grpc_call_maybe_free(call);
+        return;
+    }
+    call->holds++;   /* a message answered at once may end the call under us */
+    grpc_call_body_take(call, data, len, end, status, msg);
+    call->holds--;
+    grpc_call_maybe_free(call);
+}
+
+static void grpc_call_body_take(struct grpc_call *call, const char *data, size_t len, int end,
+                                int status, const char *msg)
+{
+    if (status) {   /* the client reset the stream, or its body broke */
+        grpc_call_fail(call, grpc_code_of_http(status), msg);
         return;
     }
     if (len && buf_append(&call->in, data, len) < 0) {
-        grpc_answer(call->req, GRPC_RESOURCE_EXHAUSTED, "out of memory for the message", NULL, 0,
-                    0);
-        grpc_call_free(call);
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "out of memory for the message");
         return;
     }
-    if (end)
-        grpc_call_run(call);
+    if (!call->stream && call->in.len > call->g->max_message_bytes + 5) {
+        char why[160];
+        snprintf(why, sizeof why, "the message exceeds limits.max_body_bytes (%zu)",
+                 call->g->max_message_bytes);
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, why);
+        return;
+    }
+    if (call->stream || end)
+        grpc_call_take(call);
+    if (end && !call->answered && !call->stopping) {
+        call->ended = true;
+        if (call->in.len)
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "the message is cut short");
+        else if (!call->stream && call->nmsgs == 0)
+            grpc_call_end(call, GRPC_INVALID_ARGUMENT, "the request carries no message", NULL, 0,
+                          0);
+        else if (call->stream && call->nrunning == 0)
+            grpc_call_end(call, GRPC_OK, NULL, NULL, 0, 0);
+    }
 }
 
-/* The client reset the stream: the HTTP request stops early (its
- * handler's on_abort: a queued inference leaves the batcher). */
+/* The client reset the stream: the HTTP requests stop early (their
+ * handlers' on_abort: a queued inference leaves the batcher). */
 static void grpc_call_abort(struct http_request *req, void *arg)
 {
     (void)req;
     struct grpc_call *call = arg;
-    if (call->inner)
-        http_inner_abort(call->inner);
+    call->holds++;
+    grpc_call_fail(call, GRPC_CANCELLED, "the client reset the stream");
+    call->holds--;
+    grpc_call_maybe_free(call);
 }
 
 static void grpc_route(struct http_request *req, const struct route_match *rm, void *ctx)
@@ -325,6 +505,16 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
     call->g = g;
     call->req = req;
     call->m = m;
+    call->stream = grpc_method_streams(m);
+    if (call->stream) {   /* the answers stream as the messages do */
+        static const char head[] = "content-type: application/grpc\r\n";
+        if (http_respond_begin(req, 200, -1, 0, head, sizeof head - 1) < 0) {
+            call->answered = true;
+            http_respond_finish(req, 0);
+            grpc_call_free(call);
+            return;
+        }
+    }
     http_request_on_abort(req, grpc_call_abort, call);
     http_request_on_body(req, grpc_call_body, call);
 }

@@ -672,9 +672,9 @@ static const struct grpc_method grpc_methods[] = {
      SVC(repository_model_unload_response), ANSWER_EMPTY, NULL, NULL},
     {"LogSettings", SVC(log_settings_request), grpc_log_to, SVC(log_settings_response),
      ANSWER_JSON, "settings", NULL},
-    {"ModelStreamInfer", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
-     "ModelStreamInfer (bidirectional streaming) is not served: use ModelInfer, which "
-     "batchgate batches across calls just the same"},
+    /* Each message of the stream is a ModelInfer (grpc_method_stream_of). */
+    {"ModelStreamInfer", SVC(model_infer_request), grpc_infer_to,
+     SVC(model_stream_infer_response), ANSWER_INFER, NULL, NULL},
     {"SystemSharedMemoryStatus", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
      "the system shared memory extension is not served"},
     {"SystemSharedMemoryRegister", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
@@ -700,6 +700,35 @@ const struct grpc_method *grpc_method_find(const char *name, size_t len)
 }
 
 const char *grpc_method_name(const struct grpc_method *m) { return m->name; }
+bool grpc_method_streams(const struct grpc_method *m) { return strcmp(m->name, "ModelStreamInfer") == 0; }
+
+/* A varint (protobuf's base-128) appended. */
+static int grpc_varint(struct buf *out, uint64_t v)
+{
+    uint8_t b[10];
+    int n = 0;
+    do {
+        b[n] = (uint8_t)(v & 0x7f);
+        v >>= 7;
+        if (v)
+            b[n] |= 0x80;
+        n++;
+    } while (v);
+    return buf_append(out, b, (size_t)n);
+}
+
+int grpc_stream_response(const void *infer_response, size_t len, const char *error,
+                         struct buf *out)
+{
+    /* ModelStreamInferResponse: error_message = 1, infer_response = 2. */
+    if (error) {
+        size_t el = strlen(error);
+        return buf_append(out, "\x0a", 1) < 0 || grpc_varint(out, el) < 0 ||
+                       buf_append(out, error, el) < 0 ? -1 : 0;
+    }
+    return buf_append(out, "\x12", 1) < 0 || grpc_varint(out, len) < 0 ||
+                   (len && buf_append(out, infer_response, len) < 0) ? -1 : 0;
+}
 const char *grpc_method_unserved(const struct grpc_method *m) { return m->unserved; }
 
 int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,

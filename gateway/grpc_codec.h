@@ -12,6 +12,7 @@
 #ifndef BG_GATEWAY_GRPC_CODEC_H
 #define BG_GATEWAY_GRPC_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,6 +63,14 @@ struct grpc_method;
 /* By name ("ModelInfer"); NULL when the service has no such call. */
 const struct grpc_method *grpc_method_find(const char *name, size_t len);
 const char *grpc_method_name(const struct grpc_method *m);
+/* A call whose messages stream both ways (ModelStreamInfer): each message
+ * is converted as the method's one message is, and each answer is wrapped
+ * by grpc_stream_response. */
+bool grpc_method_streams(const struct grpc_method *m);
+/* A ModelStreamInferResponse appended to out: the ModelInferResponse
+ * bytes, or (error non-NULL) the error message. 0, or -1 out of memory. */
+int grpc_stream_response(const void *infer_response, size_t len, const char *error,
+                         struct buf *out);
 /* Calls batchgate does not serve (shared memory, tracing, streaming):
  * answered UNIMPLEMENTED with the reason. NULL for the others. */
 const char *grpc_method_unserved(const struct grpc_method *m);

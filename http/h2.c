@@ -63,8 +63,7 @@ struct h2_stream {
     size_t resp_off;                  /* of req->resp handed to nghttp2 */
     char method[16];
     struct buf path, authority;       /* pseudo-headers, until the target is set */
-    struct buf sbody;                 /* a streamed answer, gathered */
-    char *shead;                      /* its head */
+    bool resp_done;                   /* the answer's body is complete in req->resp */
 };
 
 struct h2_conn {
@@ -141,8 +140,6 @@ static void h2_stream_maybe_free(struct h2_stream *st)
     c->nstreams--;
     buf_free(&st->path);
     buf_free(&st->authority);
-    buf_free(&st->sbody);
-    free(st->shead);
     http_request_free(st->req);
     free(st);
     if (c->fd < 0)
@@ -157,7 +154,7 @@ static void h2_body_end(struct h2_stream *st, int status, const char *msg)
         return;
     st->body_end = true;
     r->body_done = status == 0;
-    if (r->body_fn)
+    if (r->body_fn && !r->responded)   /* answered: the handler may be gone */
         r->body_fn(r, r->body_arg, status ? NULL : "", 0, 1, status, msg);
 }
 
@@ -217,6 +214,9 @@ static int h2_nv_from_lines(const char *lines, char **scratch, nghttp2_nv *nv, i
     return n;
 }
 
+/* The answer's body to nghttp2, from r->resp past resp_off. A streamed
+ * answer with nothing more yet is deferred (h2_respond_write resumes it);
+ * at the end, the trailers, if any, follow the last DATA frame. */
 static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *out, size_t len,
                             uint32_t *flags, nghttp2_data_source *src, void *user)
 {
@@ -228,16 +228,21 @@ static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *out, size_
     if (n)
         memcpy(out, r->resp.data + st->resp_off, n);
     st->resp_off += n;
-    if (st->resp_off == r->resp.len) {
-        *flags |= NGHTTP2_DATA_FLAG_EOF;
-        if (r->trailers.len) {
-            nghttp2_nv nv[16];
-            char *scratch;
-            int k = h2_nv_from_lines(r->trailers.data, &scratch, nv, 16);
-            if (k > 0 && nghttp2_submit_trailer(ng, id, nv, (size_t)k) == 0)
-                *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
-            free(scratch);
-        }
+    if (st->resp_off < r->resp.len)
+        return (ssize_t)n;
+    if (!st->resp_done) {   /* streaming: all sent so far; the buffer starts over */
+        buf_reset(&r->resp);
+        st->resp_off = 0;
+        return n ? (ssize_t)n : NGHTTP2_ERR_DEFERRED;
+    }
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (r->trailers.len) {
+        nghttp2_nv nv[16];
+        char *scratch;
+        int k = h2_nv_from_lines(r->trailers.data, &scratch, nv, 16);
+        if (k > 0 && nghttp2_submit_trailer(ng, id, nv, (size_t)k) == 0)
+            *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        free(scratch);
     }
     return (ssize_t)n;
 }
@@ -259,6 +264,34 @@ static void h2_count_answer(struct h2_conn *c, struct http_request *r, int statu
     }
 }
 
+/* The answer's HEADERS, and its body's provider when `data`; 0 or -1. */
+static int h2_submit(struct h2_stream *st, int status, const char *content_type,
+                     const char *headers, bool data)
+{
+    struct h2_conn *c = st->c;
+    unsigned sc = (unsigned)(status < 100 || status > 999 ? 500 : status);
+    char code[4] = {(char)('0' + sc / 100), (char)('0' + sc / 10 % 10), (char)('0' + sc % 10),
+                    '\0'};
+    nghttp2_nv nv[40];
+    int n = 0;
+    nv[n++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)code, 7, 3, NGHTTP2_NV_FLAG_NONE};
+    if (content_type)
+        nv[n++] = (nghttp2_nv){(uint8_t *)"content-type", (uint8_t *)content_type, 12,
+                               strlen(content_type), NGHTTP2_NV_FLAG_NONE};
+    char *scratch;
+    int k = h2_nv_from_lines(headers, &scratch, nv + n, 40 - n);
+    n += k > 0 ? k : 0;
+    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = h2_read_body};
+    st->resp_off = 0;
+    int rc = nghttp2_submit_response(c->ng, st->id, nv, (size_t)n, data ? &prd : NULL);
+    free(scratch);
+    if (rc != 0) {
+        nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+        return -1;
+    }
+    return 0;
+}
+
 static void h2_respond(struct http_request *r, int status, const char *content_type,
                        const void *body, size_t len, const char *extra_headers)
 {
@@ -270,72 +303,67 @@ static void h2_respond(struct http_request *r, int status, const char *content_t
         return;
     }
     buf_reset(&r->resp);
-    if (len && buf_append(&r->resp, body, len) < 0) {
+    st->resp_done = true;
+    if (len && buf_append(&r->resp, body, len) < 0)
         nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
-    } else {
-        unsigned sc = (unsigned)(status < 100 || status > 999 ? 500 : status);
-        char code[4] = {(char)('0' + sc / 100), (char)('0' + sc / 10 % 10), (char)('0' + sc % 10),
-                        '\0'};
-        nghttp2_nv nv[40];
-        int n = 0;
-        nv[n++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)code, 7, 3, NGHTTP2_NV_FLAG_NONE};
-        if (content_type)
-            nv[n++] = (nghttp2_nv){(uint8_t *)"content-type", (uint8_t *)content_type, 12,
-                                   strlen(content_type), NGHTTP2_NV_FLAG_NONE};
-        char *scratch;
-        int k = h2_nv_from_lines(extra_headers, &scratch, nv + n, 40 - n);
-        n += k > 0 ? k : 0;
-        nghttp2_data_provider prd = {.source.ptr = st, .read_callback = h2_read_body};
-        st->resp_off = 0;
-        bool data = r->resp.len > 0 || r->trailers.len > 0;
-        if (nghttp2_submit_response(c->ng, st->id, nv, (size_t)n, data ? &prd : NULL) != 0)
-            nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
-        free(scratch);
-    }
+    else
+        h2_submit(st, status, content_type, extra_headers,
+                  r->resp.len > 0 || r->trailers.len > 0);
     if (!c->in_recv)
         h2_flush(c);
 }
 
-/* A streamed answer is gathered and sent whole: nothing on the HTTP/2
- * port streams its answers yet (gRPC's unary calls). */
+/* A streamed answer (gRPC's streaming calls): its HEADERS go at once, each
+ * piece as it is written, the trailers at the end. */
 static int h2_respond_begin(struct http_request *r, int status, int64_t content_length,
                             int no_body, const char *headers, size_t headers_len)
 {
     (void)content_length;
     (void)no_body;
     struct h2_stream *st = r->pdata;
-    st->shead = strndup(headers ? headers : "", headers ? headers_len : 0);
-    r->status = status;
-    return st->shead ? 0 : -1;
+    struct h2_conn *c = st->c;
+    if (!st->open || c->fd < 0)
+        return -1;
+    char *h = strndup(headers ? headers : "", headers ? headers_len : 0);
+    if (!h)
+        return -1;
+    buf_reset(&r->resp);
+    int rc = h2_submit(st, status, NULL, h, true);
+    free(h);
+    if (!c->in_recv)
+        h2_flush(c);
+    return rc;
 }
 
 static int h2_respond_write(struct http_request *r, const void *data, size_t len)
 {
     struct h2_stream *st = r->pdata;
-    if (!st->open)
+    struct h2_conn *c = st->c;
+    if (!st->open || c->fd < 0 || buf_append(&r->resp, data, len) < 0)
         return -1;
-    return buf_append(&st->sbody, data, len) < 0 ? -1 : 0;
+    nghttp2_session_resume_data(c->ng, st->id);
+    if (!c->in_recv)
+        h2_flush(c);
+    return 0;
 }
 
 static void h2_respond_finish(struct http_request *r, int broken)
 {
     struct h2_stream *st = r->pdata;
-    if (broken) {
-        h2_count_answer(st->c, r, r->status);
-        if (st->open && st->c->fd >= 0) {
-            nghttp2_submit_rst_stream(st->c->ng, NGHTTP2_FLAG_NONE, st->id,
-                                      NGHTTP2_INTERNAL_ERROR);
-            if (!st->c->in_recv)
-                h2_flush(st->c);
-        } else {
-            h2_stream_maybe_free(st);
-        }
+    struct h2_conn *c = st->c;
+    h2_count_answer(c, r, r->status);
+    if (!st->open || c->fd < 0) {
+        h2_stream_maybe_free(st);
         return;
     }
-    struct buf body = st->sbody;
-    st->sbody = (struct buf)BUF_INIT;
-    h2_respond(r, r->status, NULL, body.data, body.len, st->shead);
-    buf_free(&body);
+    if (broken) {
+        nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    } else {
+        st->resp_done = true;
+        nghttp2_session_resume_data(c->ng, st->id);
+    }
+    if (!c->in_recv)
+        h2_flush(c);
 }
 
 static size_t h2_respond_buffered(const struct http_request *r)
@@ -344,7 +372,6 @@ static size_t h2_respond_buffered(const struct http_request *r)
     return r->resp.len - st->resp_off;
 }
 
-/* Flow control does the pausing: the window opens as nghttp2 consumes. */
 static void h2_body_paused(struct http_request *r) { (void)r; }
 
 static void h2_peer(const struct http_request *r, char *out, size_t cap)
@@ -553,7 +580,9 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
         return 0;
     struct http_request *r = st->req;
     r->body_total += len;
-    if (r->body_total > c->t->limits->max_body_bytes) {
+    /* A body handed to its handler as it arrives is the handler's to bound
+     * (gRPC bounds each message of a stream); one kept here is bounded here. */
+    if (!r->body_fn && r->body_total > c->t->limits->max_body_bytes) {
         char msg[96];
         snprintf(msg, sizeof msg, "the body exceeds limits.max_body_bytes (%zu)",
                  c->t->limits->max_body_bytes);
@@ -704,8 +733,6 @@ static void h2_free(struct h2_conn *c)
         list_remove(&st->link);
         buf_free(&st->path);
         buf_free(&st->authority);
-        buf_free(&st->sbody);
-        free(st->shead);
         http_request_free(st->req);
         free(st);
     }

@@ -315,14 +315,44 @@ def check_surface(a):
     ok("RESOURCE_EXHAUSTED with retry-after when the queue is full (%s)"
        % ",".join(sorted(set(codes))))
 
-    e = rpc_error(lambda: list(stub.ModelStreamInfer(iter([infer_request("digits", x)]),
-                                                     timeout=10)))
-    expect(e.code() == grpc.StatusCode.UNIMPLEMENTED, "ModelStreamInfer: %s" % e.code())
+    # ModelStreamInfer: many requests on one stream, answered as each is
+    # done (with its id), errors in the stream's responses, not its status.
+    reqs = []
+    for i in range(20):
+        reqs.append(infer_request("digits", x[i % 5:i % 5 + 1], id="s%d" % i))
+    reqs.insert(7, infer_request("nosuch", x[:1], id="bad"))
+    got, errs = {}, []
+    for resp in stub.ModelStreamInfer(iter(reqs), timeout=30):
+        if resp.error_message:
+            errs.append(resp.error_message)
+        else:
+            got[resp.infer_response.id] = output_of(resp.infer_response)
+    expect(len(got) == 20 and len(errs) == 1 and "nosuch" in errs[0],
+           "stream: 20 answers and one error, got %d and %r" % (len(got), errs))
+    for i in range(20):
+        expect(np.array_equal(got["s%d" % i][0], want[i % 5]),
+               "stream answer s%d differs from HTTP's" % i)
+    g2 = grpcclient.InferenceServerClient(a.grpc)
+    answers = []
+    g2.start_stream(callback=lambda result, error: answers.append((result, error)))
+    for i in range(5):
+        inp = grpcclient.InferInput("input", [1, 64], "FP32")
+        inp.set_data_from_numpy(x[i:i + 1])
+        g2.async_stream_infer("digits", [inp], request_id="t%d" % i)
+    g2.stop_stream()
+    expect(len(answers) == 5 and all(e is None for _, e in answers), "tritonclient stream: %r"
+           % answers)
+    for r_, _ in answers:
+        i = int(r_.get_response().id[1:])
+        expect(np.array_equal(r_.as_numpy("output")[0], want[i]), "tritonclient stream answer")
+    ok("ModelStreamInfer: 20 answers equal HTTP's and an error in-stream (stub); "
+       "tritonclient's start_stream/async_stream_infer")
+
     e = rpc_error(stub.SystemSharedMemoryStatus, service_pb2.SystemSharedMemoryStatusRequest(),
                   timeout=10)
     expect(e.code() == grpc.StatusCode.UNIMPLEMENTED and "shared memory" in e.details(),
            "SystemSharedMemoryStatus: %s %r" % (e.code(), e.details()))
-    ok("UNIMPLEMENTED: ModelStreamInfer, shared memory")
+    ok("UNIMPLEMENTED: shared memory")
 
     # A client that gives up: its queued call leaves, the server serves on.
     f = stub.ModelInfer.future(infer_request("slow", xs4, name="x"), timeout=30)

@@ -7,7 +7,8 @@ under the test environment's interpreter (scripts/fetch-testdeps).
   settings) checked against the same server's HTTP answers, 48 concurrent
   calls batched, and the error mapping (NOT_FOUND, INVALID_ARGUMENT,
   UNAVAILABLE, DEADLINE_EXCEEDED from a metadata budget and from
-  grpc-timeout, RESOURCE_EXHAUSTED with retry-after, UNIMPLEMENTED).
+  grpc-timeout, RESOURCE_EXHAUSTED with retry-after, UNIMPLEMENTED), and
+  ModelStreamInfer (the stub and tritonclient's stream API).
 - GrpcAuthTest: API keys in metadata; UNAUTHENTICATED, PERMISSION_DENIED.
 - GrpcLimitsTest: a message over limits.max_body_bytes.
 - GrpcConfigTest: grpc_listen "off" opens no port; a bad grpc_listen is a
@@ -68,7 +69,7 @@ class GrpcSurfaceTest(GrpcCase):
     def test_every_call_against_http(self):
         override = synthetic("lz", base_us=1000, per_row_us=0, batching={"max_batch_size": 3})
         out = self.run_calls("surface", "--override", json.dumps(override))
-        self.assertEqual(out.count("ok: "), 16, out)
+        self.assertEqual(out.count("ok: "), 17, out)
 
 
 class GrpcAuthTest(GrpcCase):
