@@ -5,10 +5,10 @@
 # One batchgate (1 IO thread, pinned to one core; perf_analyzer on the other)
 # serves the bundled digits model. perf_analyzer (scripts/fetch-perf-analyzer:
 # the build in tritonclient 2.51.0, the newest that runs on Debian 12) runs a
-# concurrency sweep with `-i grpc` and `-i http` in turn, ROUNDS times,
-# alternating which goes first; each cell is the median over rounds of
-# perf_analyzer's own stable measurement (throughput, p50 and p99 latency).
-# The last column is gRPC / HTTP.
+# concurrency sweep with `-i grpc`, `-i grpc --streaming` (ModelStreamInfer)
+# and `-i http` in turn, ROUNDS times, rotating which goes first; each cell
+# is the median over rounds of perf_analyzer's own stable measurement
+# (throughput, p50 and p99 latency), with the ratio to HTTP's throughput.
 #
 #   loadgen/bench/grpc_vs_http.sh                       # c = 1 8 32, 2 rounds
 #   CONC="1 4 16 64" ROUNDS=3 INTERVAL_MS=5000 loadgen/bench/grpc_vs_http.sh
@@ -34,11 +34,17 @@ PIDS="$PIDS $!"
 PORT=$(bg_wait_port "$WORK/bg.log" grpc_vs_http)
 
 run() {   # protocol concurrency -> "throughput p50_ms p99_ms"
-    if [ "$1" = grpc ]; then url="127.0.0.1:$GPORT"; else url="127.0.0.1:$PORT"; fi
-    if ! $CLIENT_CPU "$PA" -m digits -u "$url" -i "$1" -b "$BATCH" \
-        --concurrency-range "$2:$2" --measurement-interval "$INTERVAL_MS" \
+    case "$1" in
+    grpc) set -- "$2" -i grpc -u "127.0.0.1:$GPORT" ;;
+    stream) set -- "$2" -i grpc --streaming -u "127.0.0.1:$GPORT" ;;
+    *) set -- "$2" -i http -u "127.0.0.1:$PORT" ;;
+    esac
+    c=$1
+    shift
+    if ! $CLIENT_CPU "$PA" -m digits "$@" -b "$BATCH" \
+        --concurrency-range "$c:$c" --measurement-interval "$INTERVAL_MS" \
         --percentile 99 --stability-percentage "${STABILITY:-25}" --max-trials 20 -f "$WORK/pa.csv" >"$WORK/pa.log" 2>&1; then
-        echo "grpc_vs_http: perf_analyzer -i $1 failed:" >&2
+        echo "grpc_vs_http: perf_analyzer $* failed:" >&2
         cat "$WORK/pa.log" >&2
         exit 1
     fi
@@ -56,7 +62,11 @@ ALL=""
 i=1
 while [ "$i" -le "$ROUNDS" ]; do
     for c in $CONC; do
-        if [ $((i % 2)) -eq 1 ]; then order="grpc http"; else order="http grpc"; fi
+        case $((i % 3)) in
+        1) order="grpc stream http" ;;
+        2) order="http grpc stream" ;;
+        *) order="stream http grpc" ;;
+        esac
         for p in $order; do
             ALL="$ALL
 $p $c $(run "$p" "$c")"
@@ -72,9 +82,10 @@ for line in sys.stdin:
     if len(f) == 5:
         cells.setdefault((f[0], int(f[1])), []).append(tuple(map(float, f[2:])))
 med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in cells.items()}
-print("| concurrency | gRPC infer/s | HTTP infer/s | gRPC / HTTP | gRPC p50 ms | HTTP p50 ms | gRPC p99 ms | HTTP p99 ms |")
+print("| concurrency | HTTP infer/s | gRPC infer/s | gRPC / HTTP | stream infer/s | stream / HTTP | p50 ms HTTP / gRPC / stream | p99 ms HTTP / gRPC / stream |")
 print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for c in sorted({k[1] for k in med}):
-    g, h = med[("grpc", c)], med[("http", c)]
-    print("| %d | %.0f | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f |" % (c, g[0], h[0], g[0] / h[0], g[1], h[1], g[2], h[2]))
+    h, g, st = med[("http", c)], med[("grpc", c)], med[("stream", c)]
+    print("| %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.3f / %.3f / %.3f | %.3f / %.3f / %.3f |"
+          % (c, h[0], g[0], g[0] / h[0], st[0], st[0] / h[0], h[1], g[1], st[1], h[2], g[2], st[2]))
 '
