@@ -406,17 +406,36 @@ def check_limits(a):
     ok("a message over limits.max_body_bytes: RESOURCE_EXHAUSTED; the next call served")
 
 
+# ---------------------------------------------------------------- drain
+
+def check_drain(a):
+    """SIGTERM while a 1 s call runs: the call is answered, the server ends."""
+    import os
+    import signal
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(a.grpc))
+    x = np.zeros((1, 4), dtype=np.float32)
+    expect(stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10).live, "live")
+    f = stub.ModelInfer.future(infer_request("slow", x, name="x"), timeout=30)
+    time.sleep(0.3)
+    os.kill(a.pid, signal.SIGTERM)
+    resp = f.result()
+    expect(output_of(resp).shape == (1, 3), "the call in flight at SIGTERM is answered")
+    ok("SIGTERM while a call runs: it is answered (the connection gets GOAWAY after it)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grpc", required=True)
     ap.add_argument("--http", required=True)
-    ap.add_argument("--case", required=True, choices=("surface", "auth", "limits"))
+    ap.add_argument("--case", required=True, choices=("surface", "auth", "limits", "drain"))
+    ap.add_argument("--pid", type=int, default=0)
     ap.add_argument("--override", default="{}")
     ap.add_argument("--key", default="")
     ap.add_argument("--other-key", default="")
     a = ap.parse_args()
     try:
-        {"surface": check_surface, "auth": check_auth, "limits": check_limits}[a.case](a)
+        {"surface": check_surface, "auth": check_auth, "limits": check_limits,
+         "drain": check_drain}[a.case](a)
     except (CheckFailed, InferenceServerException, grpc.RpcError) as e:
         print("FAIL: %s" % (e,), flush=True)
         sys.exit(1)

@@ -11,6 +11,7 @@ under the test environment's interpreter (scripts/fetch-testdeps).
   ModelStreamInfer (the stub and tritonclient's stream API).
 - GrpcAuthTest: API keys in metadata; UNAUTHENTICATED, PERMISSION_DENIED.
 - GrpcLimitsTest: a message over limits.max_body_bytes.
+- GrpcDrainTest: SIGTERM with a call in flight: answered, then a clean exit.
 - GrpcConfigTest: grpc_listen "off" opens no port; a bad grpc_listen is a
   config error naming the field; the port serves HTTP/2 only.
 Floods on the HTTP/2 port are test_h2_flood.py's."""
@@ -98,6 +99,24 @@ class GrpcLimitsTest(GrpcCase):
     def test_message_over_max_body_bytes(self):
         out = self.run_calls("limits")
         self.assertEqual(out.count("ok: "), 1, out)
+
+
+class GrpcDrainTest(unittest.TestCase):
+    def test_sigterm_answers_the_call_in_flight(self):
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            write_model(repo, "slow", synthetic("slow", base_us=1000000, per_row_us=0))
+            with Server({"model_repository": repo}) as srv:
+                srv.wait_log(r"ready in", timeout=30)
+                code, out = run_testdeps(
+                    ["grpc_calls.py", "--grpc", "127.0.0.1:%d" % srv.grpc_port,
+                     "--http", "127.0.0.1:%d" % srv.port, "--case", "drain",
+                     "--pid", str(srv.pid)], timeout=60)
+                self.assertEqual(code, 0, out + "\nserver log:\n" + srv.log())
+                self.assertEqual(srv.proc.wait(timeout=30), 0, srv.log())
+                self.assertIn("SIGTERM: draining", srv.log())
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
 
 
 class GrpcConfigTest(unittest.TestCase):
