@@ -92,6 +92,7 @@ bench: build
 	loadgen/bench/scaling_signal.sh $(BUILD)
 	loadgen/bench/upstream_batching.sh
 	loadgen/bench/proxy_passthrough.sh
+	loadgen/bench/grpc_vs_http.sh
 
 # The reliability runs of docs/RELIABILITY.md (not part of CI: minutes each).
 reliability: build
