@@ -168,6 +168,10 @@ static void h2_stream_gone(struct h2_stream *st)
     st->open = false;
     if (r->responded)
         return;
+    if (!r->accepted) {   /* its header block never ended: nobody will answer it */
+        r->responded = true;
+        return;
+    }
     r->aborted = true;
     st->busy++;
     if (!st->body_end && r->body_fn)
