@@ -57,7 +57,6 @@ struct h2_stream {
     bool committed;                   /* the target is in req */
     bool body_end;                    /* END_STREAM seen or the body failed */
     bool too_big;                     /* the header list passed limits.max_header_bytes */
-    bool remote_end;                  /* the client sent END_STREAM */
     int busy;                         /* our callbacks on the stack: defer the free */
     size_t hdr_bytes;
     size_t resp_off;                  /* of req->resp handed to nghttp2 */
@@ -294,10 +293,8 @@ static void h2_respond(struct http_request *r, int status, const char *content_t
         if (nghttp2_submit_response(c->ng, st->id, nv, (size_t)n, data ? &prd : NULL) != 0)
             nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
         free(scratch);
-        /* Answered before the client finished its body: the rest is not
-         * wanted (RFC 9113 8.1: a reset with NO_ERROR after the answer). */
-        if (!st->remote_end)
-            nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
+        /* Answered before the client finished its body: h2_on_frame_send
+         * resets the stream once the answer is out. */
     }
     if (!c->in_recv)
         h2_flush(c);
@@ -511,8 +508,6 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
     struct h2_conn *c = user;
     struct h2_stream *st = f->hd.stream_id ? h2_stream_of(c, f->hd.stream_id) : NULL;
     bool end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
-    if (st && end)
-        st->remote_end = true;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:
         if (!st)
@@ -546,6 +541,20 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
         break;
     }
     (void)ng;
+    return 0;
+}
+
+/* An answer sent whole before the client finished its request: the rest is
+ * not wanted (RFC 9113 8.1: RST_STREAM(NO_ERROR) after the answer). Not
+ * submitted with the answer: a RST_STREAM queued marks the stream closing
+ * at once, and nghttp2 then drops the answer's frames still queued. */
+static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *user)
+{
+    (void)user;
+    if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        nghttp2_session_get_stream_remote_close(ng, f->hd.stream_id) == 0)
+        nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -816,6 +825,7 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, h2_on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, h2_on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, h2_on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, h2_on_frame_send);
     /* Rapid reset: a token bucket of RST_STREAMs (Debian's 1.52 carries it). */
     nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)hc->max_resets_per_s * 2,
                                                (uint64_t)hc->max_resets_per_s);
