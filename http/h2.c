@@ -351,9 +351,9 @@ static size_t h2_respond_buffered(const struct http_request *r)
 /* Flow control does the pausing: the window opens as nghttp2 consumes. */
 static void h2_body_paused(struct http_request *r) { (void)r; }
 
-static void h2_peer(const struct http_request *r, char *out, size_t cap)
+/* The client's address, looked up the first time it is wanted. */
+static const char *h2_conn_peer(struct h2_conn *c)
 {
-    struct h2_conn *c = ((struct h2_stream *)r->pdata)->c;
     if (!c->peer[0] && c->fd >= 0) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
@@ -366,7 +366,12 @@ static void h2_peer(const struct http_request *r, char *out, size_t cap)
                           sizeof c->peer);
         }
     }
-    snprintf(out, cap, "%s", c->peer);
+    return c->peer;
+}
+
+static void h2_peer(const struct http_request *r, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", h2_conn_peer(((struct h2_stream *)r->pdata)->c));
 }
 
 static struct io_thread *h2_thread(const struct http_request *r)
@@ -395,8 +400,9 @@ static struct h2_stream *h2_stream_of(struct h2_conn *c, int32_t id)
 /* A flood: GOAWAY(ENHANCE_YOUR_CALM), and the connection closes once it is sent. */
 static int h2_calm(struct h2_conn *c, const char *what)
 {
+    const char *peer = h2_conn_peer(c);
     log_warn("http2: %s from %s: closing the connection (ENHANCE_YOUR_CALM)", what,
-             c->peer[0] ? c->peer : "a client");
+             peer[0] ? peer : "a client");
     nghttp2_session_terminate_session(c->ng, NGHTTP2_ENHANCE_YOUR_CALM);
     return 0;
 }
