@@ -16,7 +16,8 @@
  * still being answered count against it too (a reset does not stop the
  * work at once: CVE-2023-44487's rapid reset makes a server work for
  * streams the client already dropped); RST_STREAM frames by a token bucket
- * (nghttp2's, tuned); SETTINGS, PING and PRIORITY frames per second;
+ * (twice grpc.max_resets_per_s, refilled at that rate; nghttp2's, looser,
+ * behind it); SETTINGS, PING and PRIORITY frames per second;
  * CONTINUATION frames per header block (nghttp2's, 8); the header list
  * against limits.max_header_bytes (431), each stream's body against
  * limits.max_body_bytes (the handler gets 413). A flood is answered by
@@ -83,6 +84,8 @@ struct h2_conn {
     int64_t t_last_active, t_last_rx;
     int64_t ctl_window_start;
     int ctl_frames;                   /* SETTINGS, PING, PRIORITY in the current second */
+    double rst_tokens;                /* RST_STREAM frames the client may still send */
+    int64_t rst_refill_ns;
     char peer[64];
 };
 
@@ -527,6 +530,21 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
         if (st && end)
             h2_body_end(st, 0, NULL);
         break;
+    case NGHTTP2_RST_STREAM: {
+        /* Rapid reset: a bucket of 2 x max_resets_per_s, refilled at
+         * max_resets_per_s. nghttp2's own (looser, h2_conn_new) would
+         * answer GOAWAY(INTERNAL_ERROR) and say nothing to the log. */
+        int64_t now = now_ns();
+        double rate = c->t->h2->max_resets_per_s;
+        c->rst_tokens += (double)(now - c->rst_refill_ns) * 1e-9 * rate;
+        c->rst_refill_ns = now;
+        if (c->rst_tokens > 2 * rate)
+            c->rst_tokens = 2 * rate;
+        if (c->rst_tokens < 1)
+            return h2_calm(c, "more RST_STREAM frames than grpc.max_resets_per_s (rapid reset)");
+        c->rst_tokens -= 1;
+        break;
+    }
     case NGHTTP2_SETTINGS:
     case NGHTTP2_PING:
     case NGHTTP2_PRIORITY:
@@ -832,9 +850,11 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, h2_on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, h2_on_stream_close);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, h2_on_frame_send);
-    /* Rapid reset: a token bucket of RST_STREAMs (Debian's 1.52 carries it). */
-    nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)hc->max_resets_per_s * 2,
-                                               (uint64_t)hc->max_resets_per_s);
+    /* Rapid reset: h2_on_frame_recv's bucket answers it. nghttp2's (Debian's
+     * 1.52 carries it) stays behind as a backstop, twice as loose so that
+     * ours always comes first: its GOAWAY says INTERNAL_ERROR, unlogged. */
+    nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)hc->max_resets_per_s * 4,
+                                               (uint64_t)hc->max_resets_per_s * 2);
     nghttp2_option_set_max_continuations(opt, 8);
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
@@ -854,7 +874,8 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
         nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
                                               hc->connection_window_bytes) != 0)
         goto fail;
-    c->t_last_active = c->t_last_rx = now_ns();
+    c->t_last_active = c->t_last_rx = c->rst_refill_ns = now_ns();
+    c->rst_tokens = 2.0 * hc->max_resets_per_s;
     list_insert_head(&t->h2conns, &c->link);
     t->nconns++;
     h2_watch(c, c->ev_read, &c->reading, true);
