@@ -60,6 +60,7 @@ struct h2_stream {
     bool too_big;                     /* the header list passed limits.max_header_bytes */
     int busy;                         /* our callbacks on the stack: defer the free */
     size_t hdr_bytes;
+    int64_t t_progress;               /* its header block began, or its body last moved */
     size_t resp_off;                  /* of req->resp handed to nghttp2 */
     char method[16];
     struct buf path, authority;       /* pseudo-headers, until the target is set */
@@ -77,11 +78,12 @@ struct h2_conn {
     struct list streams;
     int nstreams;                     /* in c->streams: open or still being answered */
     bool reading, writing;
-    bool in_recv;                     /* inside nghttp2_session_mem_recv */
+    bool in_recv;                     /* in mem_recv or h2_on_timer's scan: answers wait */
     bool goaway;                      /* a GOAWAY was sent: close once idle */
     bool lost;                        /* an event could not be added: close from the timer */
     int holds;
     int64_t t_last_active, t_last_rx;
+    int64_t t_timer_due;              /* when ev_timer fires */
     int64_t ctl_window_start;
     int ctl_frames;                   /* SETTINGS, PING, PRIORITY in the current second */
     double rst_tokens;                /* RST_STREAM frames the client may still send */
@@ -91,6 +93,7 @@ struct h2_conn {
 
 static const struct http_proto h2_proto;
 static void h2_flush(struct h2_conn *c);
+static void h2_arm_timer(struct h2_conn *c, int ms);
 static void h2_close_socket(struct h2_conn *c);
 static void h2_maybe_free(struct h2_conn *c);
 
@@ -124,12 +127,17 @@ static struct h2_stream *h2_stream_new(struct h2_conn *c, int32_t id)
     r->keep_alive = true;
     r->content_length = -1;
     r->t_arrival_ns = c->t_last_rx;
+    st->t_progress = c->t_last_rx;
     st->c = c;
     st->req = r;
     st->id = id;
     st->open = true;
     list_insert_tail(&c->streams, &st->link);
     c->nstreams++;
+    /* Its header block is due within header_timeout_ms (h2_on_timer). */
+    int ms = c->t->limits->header_timeout_ms;
+    if (c->t_timer_due > c->t_last_rx + (int64_t)ms * 1000000)
+        h2_arm_timer(c, ms + 1);
     return st;
 }
 
@@ -493,6 +501,7 @@ static void h2_dispatch(struct h2_conn *c, struct h2_stream *st, bool end_stream
         r->content_length = v;
     }
     r->accepted = true;
+    st->t_progress = c->t_last_rx;
     atomic_store_explicit(&t->inflight,
                           atomic_load_explicit(&t->inflight, memory_order_relaxed) + 1,
                           memory_order_relaxed);
@@ -592,6 +601,7 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
     if (!st || st->body_end || st->req->responded)
         return 0;
     struct http_request *r = st->req;
+    st->t_progress = c->t_last_rx;
     r->body_total += len;
     if (r->body_total > c->t->limits->max_body_bytes) {
         char msg[96];
@@ -789,10 +799,15 @@ static void h2_on_write(evutil_socket_t fd, short what, void *arg)
 }
 
 /* One timer: the client preface within header_timeout_ms, then an idle
- * connection (no stream) closes after idle_timeout_ms with a GOAWAY. */
+ * connection (no stream) closes after idle_timeout_ms with a GOAWAY. While
+ * streams are open, header_timeout_ms holds as on HTTP/1.1 (slowloris): a
+ * header block unfinished that long closes the connection (no other frame
+ * may come between its frames), a body that has not moved that long is
+ * ended for its handler with 408; a stream being served runs no timer. */
 static void h2_arm_timer(struct h2_conn *c, int ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    c->t_timer_due = now_ns() + (int64_t)ms * 1000000;
     if (evwatch_add(c->ev_timer, &tv, c->ev_timer) < 0)
         c->lost = true;
 }
@@ -812,12 +827,49 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
     }
     const struct http_limits *l = c->t->limits;
     int64_t idle_ns = (int64_t)l->idle_timeout_ms * 1000000;
-    int64_t quiet = now_ns() - c->t_last_active;
-    if (c->nstreams > 0 || quiet < idle_ns) {
-        int64_t left_ms = c->nstreams > 0 ? l->idle_timeout_ms : (idle_ns - quiet) / 1000000 + 1;
+    int64_t header_ns = (int64_t)l->header_timeout_ms * 1000000;
+    int64_t now = now_ns();
+    int64_t quiet = now - c->t_last_active;
+    bool stalled_headers = false;
+    int64_t next_ns = idle_ns;   /* until the next check while streams are open */
+    if (c->nstreams > 0) {
+        h2_hold(c);
+        c->in_recv = true;   /* no flush (nor close) under the walk */
+        struct list *q, *tmp;
+        list_foreach_safe(q, tmp, &c->streams) {
+            struct h2_stream *st = h2_stream_from_link(q);
+            if (!st->open || st->req->responded || (st->req->accepted && st->body_end))
+                continue;
+            if (now - st->t_progress < header_ns) {
+                if (st->t_progress + header_ns - now < next_ns)
+                    next_ns = st->t_progress + header_ns - now;
+                continue;
+            }
+            if (!st->req->accepted) {
+                stalled_headers = true;
+            } else if (!st->body_end) {
+                st->busy++;
+                h2_body_end(st, 408, "request body stalled longer than limits.header_timeout_ms");
+                st->busy--;
+                h2_stream_maybe_free(st);
+            }
+        }
+        c->in_recv = false;
+        if (!stalled_headers)
+            h2_flush(c);
+        bool closed = c->fd < 0;
+        h2_release(c);   /* may free it once closed */
+        if (closed)
+            return;
+    }
+    if (!stalled_headers && (c->nstreams > 0 || quiet < idle_ns)) {
+        int64_t left_ms = (c->nstreams > 0 ? next_ns : idle_ns - quiet) / 1000000 + 1;
         h2_arm_timer(c, (int)left_ms);
         return;
     }
+    if (stalled_headers)
+        log_debug("http2: a header block from %s unfinished after limits.header_timeout_ms: "
+                  "closing the connection", h2_conn_peer(c));
     h2_hold(c);
     nghttp2_session_terminate_session(c->ng, NGHTTP2_NO_ERROR);
     c->goaway = true;
