@@ -239,7 +239,8 @@ static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *out, size_
     struct http_request *r = st->req;
     size_t left = r->resp.len - st->resp_off;
     size_t n = left < len ? left : len;
-    memcpy(out, r->resp.data + st->resp_off, n);
+    if (n)   /* an answer of trailers only has no data at all */
+        memcpy(out, r->resp.data + st->resp_off, n);
     st->resp_off += n;
     if (st->resp_off == r->resp.len) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
