@@ -16,7 +16,8 @@
  * still being answered count against it too (a reset does not stop the
  * work at once: CVE-2023-44487's rapid reset makes a server work for
  * streams the client already dropped); RST_STREAM frames by a token bucket
- * (nghttp2's, tuned); SETTINGS, PING and PRIORITY frames per second;
+ * (twice grpc.max_resets_per_s, refilled at that rate; nghttp2's, looser,
+ * behind it); SETTINGS, PING and PRIORITY frames per second;
  * CONTINUATION frames per header block (nghttp2's, 8); the header list
  * against limits.max_header_bytes (431), each stream's body against
  * limits.max_body_bytes (the handler gets 413). A flood is answered by
@@ -57,9 +58,9 @@ struct h2_stream {
     bool committed;                   /* the target is in req */
     bool body_end;                    /* END_STREAM seen or the body failed */
     bool too_big;                     /* the header list passed limits.max_header_bytes */
-    bool remote_end;                  /* the client sent END_STREAM */
     int busy;                         /* our callbacks on the stack: defer the free */
     size_t hdr_bytes;
+    int64_t t_progress;               /* its header block began, or its body last moved */
     size_t resp_off;                  /* of req->resp handed to nghttp2 */
     char method[16];
     struct buf path, authority;       /* pseudo-headers, until the target is set */
@@ -76,18 +77,22 @@ struct h2_conn {
     struct list streams;
     int nstreams;                     /* in c->streams: open or still being answered */
     bool reading, writing;
-    bool in_recv;                     /* inside nghttp2_session_mem_recv */
+    bool in_recv;                     /* in mem_recv or h2_on_timer's scan: answers wait */
     bool goaway;                      /* a GOAWAY was sent: close once idle */
     bool lost;                        /* an event could not be added: close from the timer */
     int holds;
     int64_t t_last_active, t_last_rx;
+    int64_t t_timer_due;              /* when ev_timer fires */
     int64_t ctl_window_start;
     int ctl_frames;                   /* SETTINGS, PING, PRIORITY in the current second */
+    double rst_tokens;                /* RST_STREAM frames the client may still send */
+    int64_t rst_refill_ns;
     char peer[64];
 };
 
 static const struct http_proto h2_proto;
 static void h2_flush(struct h2_conn *c);
+static void h2_arm_timer(struct h2_conn *c, int ms);
 static void h2_close_socket(struct h2_conn *c);
 static void h2_maybe_free(struct h2_conn *c);
 
@@ -121,12 +126,17 @@ static struct h2_stream *h2_stream_new(struct h2_conn *c, int32_t id)
     r->keep_alive = true;
     r->content_length = -1;
     r->t_arrival_ns = c->t_last_rx;
+    st->t_progress = c->t_last_rx;
     st->c = c;
     st->req = r;
     st->id = id;
     st->open = true;
     list_insert_tail(&c->streams, &st->link);
     c->nstreams++;
+    /* Its header block is due within header_timeout_ms (h2_on_timer). */
+    int ms = c->t->limits->header_timeout_ms;
+    if (c->t_timer_due > c->t_last_rx + (int64_t)ms * 1000000)
+        h2_arm_timer(c, ms + 1);
     return st;
 }
 
@@ -165,6 +175,10 @@ static void h2_stream_gone(struct h2_stream *st)
     st->open = false;
     if (r->responded)
         return;
+    if (!r->accepted) {   /* its header block never ended: nobody will answer it */
+        r->responded = true;
+        return;
+    }
     r->aborted = true;
     st->busy++;
     if (!st->body_end && r->body_fn)
@@ -225,7 +239,7 @@ static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *out, size_
     struct http_request *r = st->req;
     size_t left = r->resp.len - st->resp_off;
     size_t n = left < len ? left : len;
-    if (n)
+    if (n)   /* an answer of trailers only has no data at all */
         memcpy(out, r->resp.data + st->resp_off, n);
     st->resp_off += n;
     if (st->resp_off < r->resp.len)
@@ -374,9 +388,9 @@ static size_t h2_respond_buffered(const struct http_request *r)
 
 static void h2_body_paused(struct http_request *r) { (void)r; }
 
-static void h2_peer(const struct http_request *r, char *out, size_t cap)
+/* The client's address, looked up the first time it is wanted. */
+static const char *h2_conn_peer(struct h2_conn *c)
 {
-    struct h2_conn *c = ((struct h2_stream *)r->pdata)->c;
     if (!c->peer[0] && c->fd >= 0) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
@@ -389,7 +403,12 @@ static void h2_peer(const struct http_request *r, char *out, size_t cap)
                           sizeof c->peer);
         }
     }
-    snprintf(out, cap, "%s", c->peer);
+    return c->peer;
+}
+
+static void h2_peer(const struct http_request *r, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", h2_conn_peer(((struct h2_stream *)r->pdata)->c));
 }
 
 static struct io_thread *h2_thread(const struct http_request *r)
@@ -418,8 +437,9 @@ static struct h2_stream *h2_stream_of(struct h2_conn *c, int32_t id)
 /* A flood: GOAWAY(ENHANCE_YOUR_CALM), and the connection closes once it is sent. */
 static int h2_calm(struct h2_conn *c, const char *what)
 {
+    const char *peer = h2_conn_peer(c);
     log_warn("http2: %s from %s: closing the connection (ENHANCE_YOUR_CALM)", what,
-             c->peer[0] ? c->peer : "a client");
+             peer[0] ? peer : "a client");
     nghttp2_session_terminate_session(c->ng, NGHTTP2_ENHANCE_YOUR_CALM);
     return 0;
 }
@@ -507,6 +527,7 @@ static void h2_dispatch(struct h2_conn *c, struct h2_stream *st, bool end_stream
         r->content_length = v;
     }
     r->accepted = true;
+    st->t_progress = c->t_last_rx;
     atomic_store_explicit(&t->inflight,
                           atomic_load_explicit(&t->inflight, memory_order_relaxed) + 1,
                           memory_order_relaxed);
@@ -531,8 +552,6 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
     struct h2_conn *c = user;
     struct h2_stream *st = f->hd.stream_id ? h2_stream_of(c, f->hd.stream_id) : NULL;
     bool end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
-    if (st && end)
-        st->remote_end = true;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:
         if (!st)
@@ -546,6 +565,21 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
         if (st && end)
             h2_body_end(st, 0, NULL);
         break;
+    case NGHTTP2_RST_STREAM: {
+        /* Rapid reset: a bucket of 2 x max_resets_per_s, refilled at
+         * max_resets_per_s. nghttp2's own (looser, h2_conn_new) would
+         * answer GOAWAY(INTERNAL_ERROR) and say nothing to the log. */
+        int64_t now = now_ns();
+        double rate = c->t->h2->max_resets_per_s;
+        c->rst_tokens += (double)(now - c->rst_refill_ns) * 1e-9 * rate;
+        c->rst_refill_ns = now;
+        if (c->rst_tokens > 2 * rate)
+            c->rst_tokens = 2 * rate;
+        if (c->rst_tokens < 1)
+            return h2_calm(c, "more RST_STREAM frames than grpc.max_resets_per_s (rapid reset)");
+        c->rst_tokens -= 1;
+        break;
+    }
     case NGHTTP2_SETTINGS:
     case NGHTTP2_PING:
     case NGHTTP2_PRIORITY:
@@ -569,6 +603,20 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
     return 0;
 }
 
+/* An answer sent whole before the client finished its request: the rest is
+ * not wanted (RFC 9113 8.1: RST_STREAM(NO_ERROR) after the answer). Not
+ * submitted with the answer: a RST_STREAM queued marks the stream closing
+ * at once, and nghttp2 then drops the answer's frames still queued. */
+static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *user)
+{
+    (void)user;
+    if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        nghttp2_session_get_stream_remote_close(ng, f->hd.stream_id) == 0)
+        nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
 static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data,
                       size_t len, void *user)
 {
@@ -579,6 +627,7 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
     if (!st || st->body_end || st->req->responded)
         return 0;
     struct http_request *r = st->req;
+    st->t_progress = c->t_last_rx;
     r->body_total += len;
     /* A body handed to its handler as it arrives is the handler's to bound
      * (gRPC bounds each message of a stream); one kept here is bounded here. */
@@ -600,22 +649,6 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
     } else if (buf_append(&r->body, data, len) < 0) {
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
-    return 0;
-}
-
-/* The answer's last frame left: a client still sending its body (we
- * answered early, an error) is told to stop, with NO_ERROR (RFC 9113 8.1).
- * Not before: nghttp2 sends RST_STREAM ahead of queued DATA, which would
- * cut the answer off. */
-static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *user)
-{
-    struct h2_conn *c = user;
-    if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) ||
-        !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
-        return 0;
-    struct h2_stream *st = h2_stream_of(c, f->hd.stream_id);
-    if (st && !st->remote_end)
-        nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -792,10 +825,15 @@ static void h2_on_write(evutil_socket_t fd, short what, void *arg)
 }
 
 /* One timer: the client preface within header_timeout_ms, then an idle
- * connection (no stream) closes after idle_timeout_ms with a GOAWAY. */
+ * connection (no stream) closes after idle_timeout_ms with a GOAWAY. While
+ * streams are open, header_timeout_ms holds as on HTTP/1.1 (slowloris): a
+ * header block unfinished that long closes the connection (no other frame
+ * may come between its frames), a body that has not moved that long is
+ * ended for its handler with 408; a stream being served runs no timer. */
 static void h2_arm_timer(struct h2_conn *c, int ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    c->t_timer_due = now_ns() + (int64_t)ms * 1000000;
     if (evwatch_add(c->ev_timer, &tv, c->ev_timer) < 0)
         c->lost = true;
 }
@@ -815,12 +853,49 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
     }
     const struct http_limits *l = c->t->limits;
     int64_t idle_ns = (int64_t)l->idle_timeout_ms * 1000000;
-    int64_t quiet = now_ns() - c->t_last_active;
-    if (c->nstreams > 0 || quiet < idle_ns) {
-        int64_t left_ms = c->nstreams > 0 ? l->idle_timeout_ms : (idle_ns - quiet) / 1000000 + 1;
+    int64_t header_ns = (int64_t)l->header_timeout_ms * 1000000;
+    int64_t now = now_ns();
+    int64_t quiet = now - c->t_last_active;
+    bool stalled_headers = false;
+    int64_t next_ns = idle_ns;   /* until the next check while streams are open */
+    if (c->nstreams > 0) {
+        h2_hold(c);
+        c->in_recv = true;   /* no flush (nor close) under the walk */
+        struct list *q, *tmp;
+        list_foreach_safe(q, tmp, &c->streams) {
+            struct h2_stream *st = h2_stream_from_link(q);
+            if (!st->open || st->req->responded || (st->req->accepted && st->body_end))
+                continue;
+            if (now - st->t_progress < header_ns) {
+                if (st->t_progress + header_ns - now < next_ns)
+                    next_ns = st->t_progress + header_ns - now;
+                continue;
+            }
+            if (!st->req->accepted) {
+                stalled_headers = true;
+            } else if (!st->body_end) {
+                st->busy++;
+                h2_body_end(st, 408, "request body stalled longer than limits.header_timeout_ms");
+                st->busy--;
+                h2_stream_maybe_free(st);
+            }
+        }
+        c->in_recv = false;
+        if (!stalled_headers)
+            h2_flush(c);
+        bool closed = c->fd < 0;
+        h2_release(c);   /* may free it once closed */
+        if (closed)
+            return;
+    }
+    if (!stalled_headers && (c->nstreams > 0 || quiet < idle_ns)) {
+        int64_t left_ms = (c->nstreams > 0 ? next_ns : idle_ns - quiet) / 1000000 + 1;
         h2_arm_timer(c, (int)left_ms);
         return;
     }
+    if (stalled_headers)
+        log_debug("http2: a header block from %s unfinished after limits.header_timeout_ms: "
+                  "closing the connection", h2_conn_peer(c));
     h2_hold(c);
     nghttp2_session_terminate_session(c->ng, NGHTTP2_NO_ERROR);
     c->goaway = true;
@@ -853,9 +928,11 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, h2_on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, h2_on_stream_close);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, h2_on_frame_send);
-    /* Rapid reset: a token bucket of RST_STREAMs (Debian's 1.52 carries it). */
-    nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)hc->max_resets_per_s * 2,
-                                               (uint64_t)hc->max_resets_per_s);
+    /* Rapid reset: h2_on_frame_recv's bucket answers it. nghttp2's (Debian's
+     * 1.52 carries it) stays behind as a backstop, twice as loose so that
+     * ours always comes first: its GOAWAY says INTERNAL_ERROR, unlogged. */
+    nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)hc->max_resets_per_s * 4,
+                                               (uint64_t)hc->max_resets_per_s * 2);
     nghttp2_option_set_max_continuations(opt, 8);
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
@@ -875,7 +952,8 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
         nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
                                               hc->connection_window_bytes) != 0)
         goto fail;
-    c->t_last_active = c->t_last_rx = now_ns();
+    c->t_last_active = c->t_last_rx = c->rst_refill_ns = now_ns();
+    c->rst_tokens = 2.0 * hc->max_resets_per_s;
     list_insert_head(&t->h2conns, &c->link);
     t->nconns++;
     h2_watch(c, c->ev_read, &c->reading, true);
