@@ -82,6 +82,7 @@ struct h2_conn {
     bool lost;                        /* an event could not be added: close from the timer */
     int holds;
     int64_t t_last_active, t_last_rx;
+    int64_t t_last_write;             /* the last send that moved bytes, or when out emptied */
     int64_t t_timer_due;              /* when ev_timer fires */
     int64_t ctl_window_start;
     int ctl_frames;                   /* SETTINGS, PING, PRIORITY in the current second */
@@ -306,12 +307,22 @@ static int h2_submit(struct h2_stream *st, int status, const char *content_type,
     return 0;
 }
 
+/* An answer waits to be read: the timer looks at it within
+ * idle_timeout_ms (a slow reader, h2_on_timer). */
+static void h2_watch_answer(struct h2_conn *c)
+{
+    int ms = c->t->limits->idle_timeout_ms;
+    if (c->t_timer_due > now_ns() + (int64_t)ms * 1000000)
+        h2_arm_timer(c, ms + 1);
+}
+
 static void h2_respond(struct http_request *r, int status, const char *content_type,
                        const void *body, size_t len, const char *extra_headers)
 {
     struct h2_stream *st = r->pdata;
     struct h2_conn *c = st->c;
     h2_count_answer(c, r, status);
+    h2_watch_answer(c);
     if (!st->open || c->fd < 0) {   /* nobody to send it to */
         h2_stream_maybe_free(st);
         return;
@@ -341,6 +352,7 @@ static int h2_respond_begin(struct http_request *r, int status, int64_t content_
     char *h = strndup(headers ? headers : "", headers ? headers_len : 0);
     if (!h)
         return -1;
+    h2_watch_answer(c);
     buf_reset(&r->resp);
     int rc = h2_submit(st, status, NULL, h, true);
     free(h);
@@ -685,6 +697,7 @@ static void h2_write(struct h2_conn *c)
         ssize_t n = send(c->fd, c->out.data + c->out.off, buf_unread(&c->out), MSG_NOSIGNAL);
         if (n > 0) {
             c->out.off += (size_t)n;
+            c->t_last_write = now_ns();
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
@@ -697,6 +710,21 @@ static void h2_write(struct h2_conn *c)
     buf_reset(&c->out);
     buf_shrink(&c->out, H2_OUT_KEEP);
     h2_watch(c, c->ev_write, &c->writing, false);
+}
+
+/* Answers wait to go out: in our buffer, in nghttp2's queue, or still in
+ * a stream's body behind a window the client keeps shut. */
+static bool h2_answers_wait(struct h2_conn *c)
+{
+    if (buf_unread(&c->out) > 0 || nghttp2_session_want_write(c->ng))
+        return true;
+    struct list *q;
+    list_foreach(q, &c->streams) {
+        const struct h2_stream *st = h2_stream_from_link(q);
+        if (st->open && st->resp_off < st->req->resp.len)
+            return true;   /* a stream idle between its pieces waits for nobody */
+    }
+    return false;
 }
 
 /* nghttp2's output into ours, written; reading follows what is unsent. */
@@ -722,6 +750,8 @@ static void h2_flush(struct h2_conn *c)
         }
     }
     h2_write(c);
+    if (c->fd >= 0 && !h2_answers_wait(c))
+        c->t_last_write = now_ns();   /* nothing waits: the slow-reader clock starts over */
     if (c->fd >= 0) {
         bool unsent = buf_unread(&c->out) > 0;
         if (!unsent && !nghttp2_session_want_read(c->ng) && !nghttp2_session_want_write(c->ng))
@@ -888,7 +918,16 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
         if (closed)
             return;
     }
-    if (!stalled_headers && (c->nstreams > 0 || quiet < idle_ns)) {
+    /* A slow reader, as on HTTP/1.1: answers wait to be sent (in our
+     * buffer, or in nghttp2's behind a window the client keeps shut) and
+     * nothing left for idle_timeout_ms. */
+    bool unsent = h2_answers_wait(c);
+    bool slow_reader = unsent && now - c->t_last_write >= idle_ns;
+    if (unsent && !slow_reader && c->t_last_write + idle_ns - now < next_ns)
+        next_ns = c->t_last_write + idle_ns - now;
+    if (!unsent)
+        c->t_last_write = now;   /* the clock runs from when answers start to wait */
+    if (!stalled_headers && !slow_reader && (c->nstreams > 0 || quiet < idle_ns)) {
         int64_t left_ms = (c->nstreams > 0 ? next_ns : idle_ns - quiet) / 1000000 + 1;
         h2_arm_timer(c, (int)left_ms);
         return;
@@ -896,6 +935,9 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
     if (stalled_headers)
         log_debug("http2: a header block from %s unfinished after limits.header_timeout_ms: "
                   "closing the connection", h2_conn_peer(c));
+    if (slow_reader)
+        log_debug("http2: %s read none of its answers for limits.idle_timeout_ms: closing the "
+                  "connection", h2_conn_peer(c));
     h2_hold(c);
     nghttp2_session_terminate_session(c->ng, NGHTTP2_NO_ERROR);
     c->goaway = true;
@@ -952,7 +994,7 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
         nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
                                               hc->connection_window_bytes) != 0)
         goto fail;
-    c->t_last_active = c->t_last_rx = c->rst_refill_ns = now_ns();
+    c->t_last_active = c->t_last_rx = c->rst_refill_ns = c->t_last_write = now_ns();
     c->rst_tokens = 2.0 * hc->max_resets_per_s;
     list_insert_head(&t->h2conns, &c->link);
     t->nconns++;

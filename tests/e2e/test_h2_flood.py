@@ -49,6 +49,7 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDO
 END_STREAM = ACK = 0x1
 END_HEADERS = 0x4
 SETTINGS_HEADER_TABLE_SIZE = 0x1
+SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR = 0x0, 0x1, 0x2
 REFUSED_STREAM, CANCEL, ENHANCE_YOUR_CALM = 0x7, 0x8, 0xb
 ERRORS = {0x0: "NO_ERROR", 0x1: "PROTOCOL_ERROR", 0x2: "INTERNAL_ERROR", 0x7: "REFUSED_STREAM",
@@ -732,6 +733,27 @@ class NotGrpcTest(H2FloodCase):
         self.assertTrue(f and f.code() == NO_ERROR, "expected RST_STREAM(NO_ERROR) after the "
                         "answer: %r" % c.frames[-4:])
         self.assert_live_call(c, "the same connection after a 415")
+
+
+class SlowReaderTest(H2FloodCase):
+    """A client that reads none of its answers (a window it keeps at 0) is
+    closed after limits.idle_timeout_ms, as a slow reader is on HTTP/1.1;
+    its connection would otherwise hold a max_connections slot for good."""
+    config = {"limits": {"idle_timeout_ms": 800}}
+
+    def test_a_client_that_never_opens_its_window_is_closed(self):
+        c = self.h2()
+        c.send(settings([(SETTINGS_INITIAL_WINDOW_SIZE, 0)]))
+        sid = c.start(grpc_headers("ServerLive"), body=grpc_message(b""))
+        t0 = time.monotonic()
+        closed = c.wait_closed(5)
+        took = time.monotonic() - t0
+        print("\nslow reader: closed after %.0f ms" % (took * 1e3))
+        self.assertTrue(closed, "expected the connection closed; frames %r" % c.frames[-6:])
+        self.assertGreater(took, 0.7, "expected idle_timeout_ms first")
+        self.assertFalse([f for f in c.frames if f.type == DATA and f.sid == sid],
+                         "no DATA can pass a window of 0")
+        self.assert_served("after a slow reader")
 
 
 if __name__ == "__main__":
