@@ -96,6 +96,18 @@ static bool pbjson_integer(json_t *v, int64_t *out)
     return false;
 }
 
+/* Whether one of m's oneof members is set. */
+static bool pbjson_oneof_set(const ProtobufCMessage *m)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned i = 0; i < d->n_fields; i++)
+        if ((d->fields[i].flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+            *(const uint32_t *)((const char *)m + d->fields[i].quantifier_offset) ==
+                d->fields[i].id)
+            return true;
+    return false;
+}
+
 /* One value of field f into dst; false: skipped (wrong type) or no memory. */
 static bool pbjson_value(const ProtobufCFieldDescriptor *f, void *dst, json_t *v,
                          struct pbjson_arena *a)
@@ -170,9 +182,14 @@ static bool pbjson_value(const ProtobufCFieldDescriptor *f, void *dst, json_t *v
         return b->data != NULL;
     }
     case PROTOBUF_C_TYPE_MESSAGE: {
+        /* An object, or a scalar that set a oneof-only message's member;
+         * anything else (null, an array, a scalar no member takes) is of
+         * the wrong type: skipped, not an empty message. */
         ProtobufCMessage *m = pbjson_message(f->descriptor, v, a);
+        if (!m || (!json_is_object(v) && !pbjson_oneof_set(m)))
+            return false;
         *(ProtobufCMessage **)dst = m;
-        return m != NULL;
+        return true;
     }
     }
     return false;
