@@ -225,36 +225,28 @@ static json_t *grpc_repo_param(const Inference__ModelRepositoryParameter *p)
     }
 }
 
-static int grpc_load_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
+/* RepositoryModelLoad and RepositoryModelUnload: the same fields (their
+ * parameter entries are two generated types of one shape). */
+static int grpc_repo_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
                         size_t cap)
 {
-    const Inference__RepositoryModelLoadRequest *r = (const void *)msg;
+    bool load = msg->descriptor == &inference__repository_model_load_request__descriptor;
+    const Inference__RepositoryModelLoadRequest *lr = (const void *)msg;
+    const Inference__RepositoryModelUnloadRequest *ur = (const void *)msg;
     out->method = HTTP_M_POST;
-    int rc = grpc_repo_path(out, r->model_name, "/load", err, cap);
+    int rc = grpc_repo_path(out, load ? lr->model_name : ur->model_name,
+                            load ? "/load" : "/unload", err, cap);
     if (rc)
         return rc;
     json_t *params = json_object();
-    for (size_t i = 0; params && i < r->n_parameters; i++) {
-        json_t *v = r->parameters[i]->value ? grpc_repo_param(r->parameters[i]->value) : NULL;
+    size_t n = load ? lr->n_parameters : ur->n_parameters;
+    for (size_t i = 0; params && i < n; i++) {
+        const char *key = load ? lr->parameters[i]->key : ur->parameters[i]->key;
+        const Inference__ModelRepositoryParameter *p =
+            load ? lr->parameters[i]->value : ur->parameters[i]->value;
+        json_t *v = p ? grpc_repo_param(p) : NULL;
         if (v)
-            json_object_set_new(params, r->parameters[i]->key, v);
-    }
-    return grpc_body_json(out, params ? json_pack("{s:o}", "parameters", params) : NULL, err, cap);
-}
-
-static int grpc_unload_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
-                          size_t cap)
-{
-    const Inference__RepositoryModelUnloadRequest *r = (const void *)msg;
-    out->method = HTTP_M_POST;
-    int rc = grpc_repo_path(out, r->model_name, "/unload", err, cap);
-    if (rc)
-        return rc;
-    json_t *params = json_object();
-    for (size_t i = 0; params && i < r->n_parameters; i++) {
-        json_t *v = r->parameters[i]->value ? grpc_repo_param(r->parameters[i]->value) : NULL;
-        if (v)
-            json_object_set_new(params, r->parameters[i]->key, v);
+            json_object_set_new(params, key, v);
     }
     return grpc_body_json(out, params ? json_pack("{s:o}", "parameters", params) : NULL, err, cap);
 }
@@ -666,9 +658,9 @@ static const struct grpc_method grpc_methods[] = {
      SVC(model_statistics_response), ANSWER_JSON, NULL, NULL},
     {"RepositoryIndex", SVC(repository_index_request), grpc_index_to,
      SVC(repository_index_response), ANSWER_JSON, "models", NULL},
-    {"RepositoryModelLoad", SVC(repository_model_load_request), grpc_load_to,
+    {"RepositoryModelLoad", SVC(repository_model_load_request), grpc_repo_to,
      SVC(repository_model_load_response), ANSWER_EMPTY, NULL, NULL},
-    {"RepositoryModelUnload", SVC(repository_model_unload_request), grpc_unload_to,
+    {"RepositoryModelUnload", SVC(repository_model_unload_request), grpc_repo_to,
      SVC(repository_model_unload_response), ANSWER_EMPTY, NULL, NULL},
     {"LogSettings", SVC(log_settings_request), grpc_log_to, SVC(log_settings_response),
      ANSWER_JSON, "settings", NULL},
