@@ -344,7 +344,8 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
                          r->n_raw_input_contents, r->n_inputs);
     struct buf bin = BUF_INIT;
     json_t *root = json_object(), *inputs = json_array(), *params = json_object();
-    if (!root || !inputs || !params || json_object_set_new(root, "inputs", inputs) < 0) {
+    /* root takes inputs; with no root, json_object_set_new frees it. */
+    if (json_object_set_new(root, "inputs", inputs) < 0 || !params) {
         rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
     }
