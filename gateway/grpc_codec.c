@@ -367,22 +367,28 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
         }
         if (rc)
             goto done;
-        json_t *shape = json_array(), *ip = json_object();
-        for (size_t k = 0; shape && k < in->n_shape; k++)
-            json_array_append_new(shape, json_integer(in->shape[k]));
-        if (ip) {
-            for (size_t k = 0; k < in->n_parameters; k++) {
-                json_t *v = in->parameters[k]->value
-                                ? pbjson_oneof_value(&in->parameters[k]->value->base) : NULL;
-                if (v)
-                    json_object_set_new(ip, in->parameters[k]->key, v);
-            }
-            json_object_set_new(ip, "binary_data_size", json_integer((json_int_t)(bin.len - before)));
+        /* The shape and binary_data_size are there whole, or the call
+         * fails: one lost to a failed allocation would describe other
+         * bytes than those sent. */
+        json_t *shape = json_array(), *ip = json_object(), *t = NULL;
+        bool ok = shape && ip;
+        for (size_t k = 0; ok && k < in->n_shape; k++)
+            ok = json_array_append_new(shape, json_integer(in->shape[k])) == 0;
+        for (size_t k = 0; ok && k < in->n_parameters; k++) {
+            json_t *v = in->parameters[k]->value
+                            ? pbjson_oneof_value(&in->parameters[k]->value->base) : NULL;
+            if (v)
+                json_object_set_new(ip, in->parameters[k]->key, v);
         }
-        json_t *t = shape && ip ? json_pack("{s:s, s:s, s:o, s:o}", "name", in->name ? in->name : "",
-                                            "datatype", in->datatype ? in->datatype : "",
-                                            "shape", shape, "parameters", ip)
-                                : NULL;
+        ok = ok && json_object_set_new(ip, "binary_data_size",
+                                       json_integer((json_int_t)(bin.len - before))) == 0;
+        if (ok) {   /* json_pack takes shape and ip, even when it fails */
+            t = json_pack("{s:s, s:s, s:o, s:o}", "name", in->name ? in->name : "", "datatype",
+                          in->datatype ? in->datatype : "", "shape", shape, "parameters", ip);
+        } else {
+            json_decref(shape);
+            json_decref(ip);
+        }
         if (!t || json_array_append_new(inputs, t) < 0) {
             rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
             goto done;
