@@ -590,9 +590,11 @@ static int grpc_infer_from(const struct grpc_http_answer *a, struct buf *out, ch
             json_object_del(o, "data");
         }
     }
+    /* conv.data is NULL while every converted output is empty (no "data"):
+     * NULL + 0 is UB, and they point at "" instead. */
     for (size_t i = 0; conv_off && i < nout; i++)
         if (!raw[i].data)
-            raw[i].data = (uint8_t *)conv.data + conv_off[i];
+            raw[i].data = conv.data ? (uint8_t *)conv.data + conv_off[i] : (uint8_t *)"";
     Inference__ModelInferResponse *m =
         conv_off ? (Inference__ModelInferResponse *)pbjson_message(
                        &inference__model_infer_response__descriptor, j, ar)
