@@ -456,6 +456,8 @@ static int grpc_answer_error(const struct grpc_http_answer *a, char *err, size_t
 static int grpc_pack(const ProtobufCMessage *m, struct buf *out, char *err, size_t cap)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
+    if (n == 0)
+        return GRPC_OK;   /* all fields default: no bytes, and out->data may be NULL */
     if (buf_reserve(out, n) < 0)
         return grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
     protobuf_c_message_pack(m, (uint8_t *)out->data + out->len);
