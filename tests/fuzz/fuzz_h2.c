@@ -30,7 +30,8 @@
  * sends first unless flag 1 says the input carries its own, so a bad
  * preface is reached too). Limits: 1024 header bytes, 4096 body bytes, 8
  * concurrent streams, 8 KiB stream and 32 KiB connection windows, 16 KiB
- * frames, 10 resets and 20 control frames a second.
+ * frames, 10 resets and 20 control frames a second; the server's socket
+ * has a 4 KiB send buffer, so its writes come back short.
  *
  * After each input: every deferred answer came (no timer left), every
  * stream the handler took was answered, the server closed its socket once
@@ -255,6 +256,8 @@ static void h_route(struct http_request *req, const struct route_match *m, void 
                            "queue full");
         return;
     }
+    char peer[64];
+    http_request_peer(req, peer, sizeof peer);   /* a socketpair's: "" */
     struct call *c = calloc(1, sizeof *c);
     if (!c) {
         http_respond_error(req, 503, NULL, "out of memory");   /* tests/oom */
@@ -271,7 +274,7 @@ static void h_route(struct http_request *req, const struct route_match *m, void 
         size_t plen;
         http_request_path(req, &plen);
         c->passes = (int)(plen & 3);
-        if (!(c->ev = evtimer_new(h->base, call_fire, c))) {
+        if (!(c->ev = evtimer_new(http_request_event_base(req), call_fire, c))) {
             free(c);
             http_respond_error(req, 503, NULL, "out of memory");   /* tests/oom */
             return;
@@ -454,6 +457,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         abort();
+    /* A small send buffer: the server's writes come back short and it
+     * waits for the socket (h2_on_write), as with a slow client. */
+    int sndbuf = 4096;
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     if (!h2_conn_new(&h->t, sv[0])) {
         /* Out of memory (tests/oom): the socket is closed and counted so. */
         close(sv[1]);

@@ -386,6 +386,12 @@ H2_SEEDS = {
                         unary(3, "ServerLive"), 50),
     "half_close_pending": h2(H2_HALF_CLOSE, SETTINGS0 + unary(1, "ModelInfer", infer_body) +
                              frame(HEADERS, END_HEADERS, 3, live_hdrs)),
+    # Answers past the server's 4 KiB send buffer: short writes, then
+    # waiting for the socket (with a client that reads, and one that does not).
+    "big_answers_short_writes": h2(0, SETTINGS0 + b"".join(unary(2 * i + 1, "ModelInfer", b"b" * 3000)
+                                                           for i in range(4))),
+    "big_answers_no_read": h2(H2_NO_READ, SETTINGS0 + b"".join(unary(2 * i + 1, "ModelMetadata", b"n" * 3000)
+                                                               for i in range(4))),
     "no_read": h2(H2_NO_READ, SETTINGS0 + unary(1, "ServerLive", b"q" * 500) + unary(3, "ModelInfer")),
     "bad_preface": h2(H2_RAW, b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n"),
     "own_preface": h2(H2_RAW, H2_PREFACE + SETTINGS0 + unary(1, "ServerLive")),
