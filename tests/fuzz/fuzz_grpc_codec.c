@@ -15,9 +15,11 @@
  * Beyond "no crash, no leak" (LeakSanitizer): a request that converts has a
  * "/v2..." path, a GET has no body, a JSON body parses (its head, with
  * Inference-Header-Content-Length), and a ModelInfer body's binary part is
- * exactly the sum of its inputs' binary_data_size; an answer that converts
- * unpacks as the method's response message; an error has a code, and a
- * message unless it is the answer's own ({"error": ""}).
+ * exactly the sum of its inputs' binary_data_size (each message of a
+ * ModelStreamInfer too); an answer that converts unpacks as the method's
+ * response message, and a streaming call's answer or error, wrapped by
+ * grpc_stream_response, as a ModelStreamInferResponse; an error has a code,
+ * and a message unless it is the answer's own ({"error": ""}).
  *
  * The same harness runs in the normal test suite with allocations failing
  * (tests/oom/oom_replay.c: test_oom_grpc_codec); these checks hold there too,
@@ -52,7 +54,9 @@ static const struct {
     {"RepositoryModelLoad", SVC(repository_model_load_response)},
     {"RepositoryModelUnload", SVC(repository_model_unload_response)},
     {"LogSettings", SVC(log_settings_response)},
-    {"ModelStreamInfer", NULL},
+    /* Each message of the stream is a ModelInfer; its answer, a
+     * ModelInferResponse, is wrapped by grpc_stream_response. */
+    {"ModelStreamInfer", SVC(model_infer_response)},
 };
 #undef SVC
 #define NMETHODS (sizeof methods / sizeof methods[0])
@@ -141,7 +145,7 @@ static void to_http(const struct grpc_method *m, const char *name, const uint8_t
         fprintf(stderr, "%s\n", je.text);
         fail("a body that is not a JSON object", name);
     }
-    if (strcmp(name, "ModelInfer") == 0) {
+    if (strcmp(name, "ModelInfer") == 0 || grpc_method_streams(m)) {
         if (hr.json_len < 0 || !j)
             fail("an infer request without its JSON head", name);
         if (binary_sizes(j) != (long long)(hr.body.len - jl))
@@ -149,6 +153,24 @@ static void to_http(const struct grpc_method *m, const char *name, const uint8_t
     }
     json_decref(j);
     buf_free(&hr.body);
+}
+
+/* A streaming call's answer as the ModelStreamInferResponse grpc.c sends:
+ * the ModelInferResponse (ok) or the error message, and it must unpack. */
+static void check_stream_response(const struct buf *ok, const char *err, const char *name)
+{
+    struct buf wrapped = BUF_INIT;
+    int rc = ok ? grpc_stream_response(ok->data, ok->len, NULL, &wrapped)
+                : grpc_stream_response(NULL, 0, err, &wrapped);
+    if (rc == 0) {
+        ProtobufCMessage *msg = protobuf_c_message_unpack(
+            &inference__model_stream_infer_response__descriptor, NULL, wrapped.len,
+            wrapped.data ? (const uint8_t *)wrapped.data : (const uint8_t *)"");
+        if (!msg)
+            fail("the stream's answer does not unpack as a ModelStreamInferResponse", name);
+        protobuf_c_message_free_unpacked(msg, NULL);
+    }
+    buf_free(&wrapped);
 }
 
 static void from_http(const struct grpc_method *m, int mi, const uint8_t *data, size_t size)
@@ -170,6 +192,8 @@ static void from_http(const struct grpc_method *m, int mi, const uint8_t *data, 
     struct buf out = BUF_INIT;
     char err[1024] = "";
     int code = grpc_from_http(m, &a, &out, err, sizeof err);
+    if (grpc_method_streams(m))
+        check_stream_response(code == GRPC_OK ? &out : NULL, err, name);
     if (code != GRPC_OK) {
         check_error(code, err, name, true);
     } else if (methods[mi].resp) {

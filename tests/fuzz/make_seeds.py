@@ -585,7 +585,9 @@ GRPC_SEEDS = {
     "log_from": from_http("LogSettings", 200,
                           '{"log_file":"","log_info":true,"log_warning":true,"log_error":true,'
                           '"log_verbose_level":0,"log_format":"default"}'),
-    "stream_infer_from": from_http("ModelStreamInfer", 200, ""),
+    "stream_infer_from": from_http("ModelStreamInfer", 200,
+                                   out_json.encode() + struct.pack("<2f", 0.25, 0.75), len(out_json)),
+    "stream_infer_503_from": from_http("ModelStreamInfer", 503, '{"error":"model m is not ready"}'),
 }
 
 
