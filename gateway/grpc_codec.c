@@ -344,7 +344,8 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
                          r->n_raw_input_contents, r->n_inputs);
     struct buf bin = BUF_INIT;
     json_t *root = json_object(), *inputs = json_array(), *params = json_object();
-    if (!root || !inputs || !params || json_object_set_new(root, "inputs", inputs) < 0) {
+    /* root takes inputs; with no root, json_object_set_new frees it. */
+    if (json_object_set_new(root, "inputs", inputs) < 0 || !params) {
         rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
     }
@@ -366,22 +367,28 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
         }
         if (rc)
             goto done;
-        json_t *shape = json_array(), *ip = json_object();
-        for (size_t k = 0; shape && k < in->n_shape; k++)
-            json_array_append_new(shape, json_integer(in->shape[k]));
-        if (ip) {
-            for (size_t k = 0; k < in->n_parameters; k++) {
-                json_t *v = in->parameters[k]->value
-                                ? pbjson_oneof_value(&in->parameters[k]->value->base) : NULL;
-                if (v)
-                    json_object_set_new(ip, in->parameters[k]->key, v);
-            }
-            json_object_set_new(ip, "binary_data_size", json_integer((json_int_t)(bin.len - before)));
+        /* The shape and binary_data_size are there whole, or the call
+         * fails: one lost to a failed allocation would describe other
+         * bytes than those sent. */
+        json_t *shape = json_array(), *ip = json_object(), *t = NULL;
+        bool ok = shape && ip;
+        for (size_t k = 0; ok && k < in->n_shape; k++)
+            ok = json_array_append_new(shape, json_integer(in->shape[k])) == 0;
+        for (size_t k = 0; ok && k < in->n_parameters; k++) {
+            json_t *v = in->parameters[k]->value
+                            ? pbjson_oneof_value(&in->parameters[k]->value->base) : NULL;
+            if (v)
+                json_object_set_new(ip, in->parameters[k]->key, v);
         }
-        json_t *t = shape && ip ? json_pack("{s:s, s:s, s:o, s:o}", "name", in->name ? in->name : "",
-                                            "datatype", in->datatype ? in->datatype : "",
-                                            "shape", shape, "parameters", ip)
-                                : NULL;
+        ok = ok && json_object_set_new(ip, "binary_data_size",
+                                       json_integer((json_int_t)(bin.len - before))) == 0;
+        if (ok) {   /* json_pack takes shape and ip, even when it fails */
+            t = json_pack("{s:s, s:s, s:o, s:o}", "name", in->name ? in->name : "", "datatype",
+                          in->datatype ? in->datatype : "", "shape", shape, "parameters", ip);
+        } else {
+            json_decref(shape);
+            json_decref(ip);
+        }
         if (!t || json_array_append_new(inputs, t) < 0) {
             rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
             goto done;
@@ -449,6 +456,8 @@ static int grpc_answer_error(const struct grpc_http_answer *a, char *err, size_t
 static int grpc_pack(const ProtobufCMessage *m, struct buf *out, char *err, size_t cap)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
+    if (n == 0)
+        return GRPC_OK;   /* all fields default: no bytes, and out->data may be NULL */
     if (buf_reserve(out, n) < 0)
         return grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
     protobuf_c_message_pack(m, (uint8_t *)out->data + out->len);
@@ -583,9 +592,11 @@ static int grpc_infer_from(const struct grpc_http_answer *a, struct buf *out, ch
             json_object_del(o, "data");
         }
     }
+    /* conv.data is NULL while every converted output is empty (no "data"):
+     * NULL + 0 is UB, and they point at "" instead. */
     for (size_t i = 0; conv_off && i < nout; i++)
         if (!raw[i].data)
-            raw[i].data = (uint8_t *)conv.data + conv_off[i];
+            raw[i].data = conv.data ? (uint8_t *)conv.data + conv_off[i] : (uint8_t *)"";
     Inference__ModelInferResponse *m =
         conv_off ? (Inference__ModelInferResponse *)pbjson_message(
                        &inference__model_infer_response__descriptor, j, ar)

@@ -217,6 +217,380 @@ EMBED_SEEDS = {
 }
 
 
+# ---- fuzz_h2: byte 0 flags, byte 1 cut point (k/255), then the client's frames
+# (after the preface the harness sends, unless H2_RAW)
+H2_RAW, H2_HALF_CLOSE, H2_DRAIN, H2_ABORT_ANSWERS, H2_NO_READ = 1, 2, 4, 8, 16
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, \
+    CONTINUATION = range(10)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIO = 1, 1, 4, 8, 0x20
+CANCEL, NO_ERROR = 8, 0
+
+
+def frame(ftype, flags, sid, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) + payload
+
+
+def hpack_int(v, prefix, first=0):
+    """RFC 7541 5.1: v in a `prefix`-bit prefix, `first` the byte's other bits."""
+    top = (1 << prefix) - 1
+    if v < top:
+        return bytes([first | v])
+    out = [first | top]
+    v -= top
+    while v >= 128:
+        out.append(v % 128 + 128)
+        v //= 128
+    return bytes(out + [v])
+
+
+def hpack_str(s):
+    if isinstance(s, str):
+        s = s.encode()
+    return hpack_int(len(s), 7) + s   # no Huffman
+
+
+def literal(name, value, indexing=False):
+    """A literal header with a new name: without indexing (0x00) or with
+    incremental indexing (0x40)."""
+    return bytes([0x40 if indexing else 0x00]) + hpack_str(name) + hpack_str(value)
+
+
+def grpc_headers(path, extra=(), method="POST"):
+    block = (literal(":method", method) + literal(":scheme", "http") + literal(":path", path) +
+             literal(":authority", "gw:8001") + literal("content-type", "application/grpc") +
+             literal("te", "trailers"))
+    for k, v in extra:
+        block += literal(k, v)
+    return block
+
+
+def grpc_msg(body=b""):
+    return b"\0" + struct.pack(">I", len(body)) + body
+
+
+SVC = "/inference.GRPCInferenceService/"
+SETTINGS0 = frame(SETTINGS, 0, 0)
+SETTINGS_ACK = frame(SETTINGS, ACK, 0)
+
+
+def settings(*pairs):
+    return frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in pairs))
+
+
+def unary(sid, call, body=b"", extra=()):
+    return (frame(HEADERS, END_HEADERS, sid, grpc_headers(SVC + call, extra)) +
+            frame(DATA, END_STREAM, sid, grpc_msg(body)))
+
+
+def h2(flags, frames, cut=128):
+    return bytes([flags, cut]) + frames
+
+
+def rst(sid, code=CANCEL):
+    return frame(RST_STREAM, 0, sid, struct.pack(">I", code))
+
+
+def window_update(sid, n):
+    return frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", n))
+
+
+def ping(data=b"12345678", flags=0):
+    return frame(PING, flags, 0, data)
+
+
+def goaway(last, code=NO_ERROR, debug=b""):
+    return frame(GOAWAY, 0, 0, struct.pack(">II", last, code) + debug)
+
+
+live_hdrs = grpc_headers(SVC + "ServerLive")
+infer_body = b"\x0a\x06digits" + b"\x2a\x05\x0a\x01x\x12\x00"   # model_name, an input
+H2_SEEDS = {
+    "live": h2(0, SETTINGS0 + SETTINGS_ACK + unary(1, "ServerLive")),
+    "live_then_ping": h2(0, SETTINGS0 + unary(1, "ServerLive") + ping()),
+    # Answered at the end of the headers; the body follows the answer.
+    "ready_before_body": h2(0, SETTINGS0 + unary(1, "ServerReady") + unary(3, "ModelReady")),
+    # Answered from a timer, 0-3 passes later (path length & 3); several at once.
+    "infer_deferred": h2(0, SETTINGS0 + unary(1, "ModelInfer", infer_body) +
+                         unary(3, "ModelInfer", b"x" * 40) + unary(5, "ServerLive")),
+    "infer_split_data": h2(0, SETTINGS0 +
+                           frame(HEADERS, END_HEADERS, 1, grpc_headers(SVC + "ModelInfer")) +
+                           frame(DATA, 0, 1, grpc_msg(infer_body)[:7]) +
+                           frame(DATA, END_STREAM, 1, grpc_msg(infer_body)[7:]), 60),
+    # The client resets a stream whose answer is still to come.
+    "infer_reset_before_answer": h2(0, SETTINGS0 + unary(1, "ModelInfer", infer_body) + rst(1)),
+    "infer_reset_abort_answers": h2(H2_ABORT_ANSWERS, SETTINGS0 +
+                                    unary(1, "ModelInfer", infer_body) + rst(1)),
+    "reset_mid_body": h2(0, SETTINGS0 + frame(HEADERS, END_HEADERS, 1, live_hdrs) +
+                         frame(DATA, 0, 1, b"\0\0\0") + rst(1)),
+    "metadata_streamed": h2(0, SETTINGS0 + unary(1, "ServerMetadata") +
+                            unary(3, "ModelMetadata", b"\x0a\x01m")),
+    "statistics_broken": h2(0, SETTINGS0 + unary(1, "ModelStatistics", b"\x0a\x01m")),
+    "load_busy": h2(0, SETTINGS0 + unary(1, "RepositoryModelLoad", b"\x12\x01m")),
+    # Flow control: WINDOW_UPDATE for the connection and a stream, a small
+    # initial window from the client (the answer waits for the update).
+    "window_updates": h2(0, settings((4, 10), (5, 16384)) + unary(1, "ServerLive", b"abcdefghijkl") +
+                         window_update(0, 1000) + window_update(1, 1000)),
+    "zero_window_then_open": h2(0, settings((4, 0)) + unary(1, "ServerLive", b"hello") +
+                                window_update(1, 100)),
+    "continuation": h2(0, SETTINGS0 + frame(HEADERS, 0, 1, live_hdrs[:20]) +
+                       frame(CONTINUATION, 0, 1, live_hdrs[20:40]) +
+                       frame(CONTINUATION, END_HEADERS, 1, live_hdrs[40:]) +
+                       frame(DATA, END_STREAM, 1, grpc_msg())),
+    "client_trailers": h2(0, SETTINGS0 + frame(HEADERS, END_HEADERS, 1, live_hdrs) +
+                          frame(DATA, 0, 1, grpc_msg(b"x")) +
+                          frame(HEADERS, END_HEADERS | END_STREAM, 1, literal("grpc-status", "0"))),
+    "goaway_from_client": h2(0, SETTINGS0 + unary(1, "ModelInfer", infer_body) + goaway(1)),
+    "priority_padded": h2(0, SETTINGS0 + frame(PRIORITY, 0, 1, struct.pack(">IB", 0, 15)) +
+                          frame(HEADERS, END_HEADERS | PRIO | PADDED, 1,
+                                b"\x03" + struct.pack(">IB", 0, 200) + live_hdrs + b"\0\0\0") +
+                          frame(DATA, END_STREAM | PADDED, 1, b"\x02" + grpc_msg() + b"\0\0")),
+    # Indexed and incrementally indexed headers (the dynamic table).
+    "hpack_indexed": h2(0, SETTINGS0 +
+                        frame(HEADERS, END_HEADERS, 1, b"\x83\x86" + literal(":path", SVC + "ServerLive", True) +
+                              literal(":authority", "gw", True) +
+                              literal("content-type", "application/grpc", True)) +
+                        frame(DATA, END_STREAM, 1, grpc_msg()) +
+                        frame(HEADERS, END_HEADERS, 3, b"\x83\x86\xc0\xbf\xbe") +   # dynamic 62-64
+                        frame(DATA, END_STREAM, 3, grpc_msg())),
+    "metadata_headers": h2(0, SETTINGS0 + unary(1, "ModelInfer", infer_body,
+                                                 [("authorization", "Bearer k"), ("grpc-timeout", "100m"),
+                                                  ("content-length", "14")])),
+    # Limits: concurrent streams (the 9th refused), the header list (431),
+    # the body (413 declared and streamed), the echo's own message size.
+    "nine_streams": h2(0, SETTINGS0 + b"".join(frame(HEADERS, END_HEADERS, 2 * i + 1, live_hdrs)
+                                               for i in range(9)) +
+                       b"".join(frame(DATA, END_STREAM, 2 * i + 1, grpc_msg()) for i in range(9))),
+    "header_too_big": h2(0, SETTINGS0 + unary(1, "ServerLive", b"", [("x-big", "a" * 1100)])),
+    "body_too_big_declared": h2(0, SETTINGS0 + frame(HEADERS, END_HEADERS, 1, grpc_headers(
+        SVC + "ModelInfer", [("content-length", "5000")])) + frame(DATA, 0, 1, b"v" * 100)),
+    "body_too_big_streamed": h2(0, SETTINGS0 + frame(HEADERS, END_HEADERS, 1, grpc_headers(SVC + "ModelInfer")) +
+                                frame(DATA, 0, 1, b"y" * 3000) + frame(DATA, 0, 1, b"y" * 3000) +
+                                frame(DATA, END_STREAM, 1, b"y" * 10)),
+    "echo_too_big": h2(0, SETTINGS0 + frame(HEADERS, END_HEADERS, 1, live_hdrs) +
+                       frame(DATA, 0, 1, b"z" * 1000) + frame(DATA, 0, 1, b"z" * 100) +
+                       frame(DATA, END_STREAM, 1, b"z")),
+    "flow_control_exceeded": h2(0, SETTINGS0 + frame(HEADERS, END_HEADERS, 1, grpc_headers(SVC + "ModelInfer")) +
+                                b"".join(frame(DATA, 0, 1, b"w" * 3000) for _ in range(4))),
+    # Floods: rapid reset, PINGs, SETTINGS.
+    "rapid_reset": h2(0, SETTINGS0 + b"".join(frame(HEADERS, END_HEADERS, 2 * i + 1, live_hdrs) +
+                                              rst(2 * i + 1) for i in range(30))),
+    "ping_flood": h2(0, SETTINGS0 + b"".join(ping(struct.pack(">Q", i)) for i in range(30))),
+    "settings_flood": h2(0, b"".join(SETTINGS0 for _ in range(40))),
+    "continuation_flood": h2(0, SETTINGS0 + frame(HEADERS, 0, 1, live_hdrs[:10]) +
+                             b"".join(frame(CONTINUATION, 0, 1, b"") for _ in range(12)) +
+                             frame(CONTINUATION, END_HEADERS, 1, live_hdrs[10:])),
+    # The connection's ends: server drain, half-close, a client that does not
+    # read, a bad preface, the input carrying its own preface.
+    "drain_between": h2(H2_DRAIN, SETTINGS0 + unary(1, "ModelInfer", infer_body) +
+                        unary(3, "ServerLive"), 50),
+    "half_close_pending": h2(H2_HALF_CLOSE, SETTINGS0 + unary(1, "ModelInfer", infer_body) +
+                             frame(HEADERS, END_HEADERS, 3, live_hdrs)),
+    # Answers past the server's 4 KiB send buffer: short writes, then
+    # waiting for the socket (with a client that reads, and one that does not).
+    "big_answers_short_writes": h2(0, SETTINGS0 + b"".join(unary(2 * i + 1, "ModelInfer", b"b" * 3000)
+                                                           for i in range(4))),
+    "big_answers_no_read": h2(H2_NO_READ, SETTINGS0 + b"".join(unary(2 * i + 1, "ModelMetadata", b"n" * 3000)
+                                                               for i in range(4))),
+    "no_read": h2(H2_NO_READ, SETTINGS0 + unary(1, "ServerLive", b"q" * 500) + unary(3, "ModelInfer")),
+    "bad_preface": h2(H2_RAW, b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n"),
+    "own_preface": h2(H2_RAW, H2_PREFACE + SETTINGS0 + unary(1, "ServerLive")),
+    "no_settings_first": h2(0, unary(1, "ServerLive")),
+    "not_grpc_get": h2(0, SETTINGS0 + frame(HEADERS, END_HEADERS | END_STREAM, 1,
+                                            grpc_headers("/v2/health/live", method="GET"))),
+}
+
+# ---- fuzz_grpc_codec: byte 0 the method, byte 1 bit 0 the direction;
+# to_http: the request message; from_http: byte 2 the status, bytes 3-4
+# Inference-Header-Content-Length (0xffff: none), the HTTP body.
+GRPC_METHODS = ["ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
+                "ModelInfer", "ModelConfig", "ModelStatistics", "RepositoryIndex",
+                "RepositoryModelLoad", "RepositoryModelUnload", "LogSettings", "ModelStreamInfer"]
+GRPC_STATUSES = [200, 400, 404, 429, 503, 504]
+
+
+def pb_varint(v):
+    v &= (1 << 64) - 1   # negative int64s as ten bytes
+    out = b""
+    while True:
+        b = v & 0x7f
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def pb_key(field, wire):
+    return pb_varint(field << 3 | wire)
+
+
+def pb_uint(field, v):
+    return pb_key(field, 0) + pb_varint(v)
+
+
+def pb_bytes(field, data):
+    if isinstance(data, str):
+        data = data.encode()
+    return pb_key(field, 2) + pb_varint(len(data)) + data
+
+
+def pb_double(field, v):
+    return pb_key(field, 1) + struct.pack("<d", v)
+
+
+def pb_packed(field, values, fmt=None):
+    """A packed repeated field: varints, or fixed-size values by struct format."""
+    body = b"".join(struct.pack("<" + fmt, v) if fmt else pb_varint(v) for v in values)
+    return pb_bytes(field, body)
+
+
+def pb_map(field, entries):
+    """map<string, message>: each entry a message of key (1) and value (2)."""
+    return b"".join(pb_bytes(field, pb_bytes(1, k) + pb_bytes(2, v)) for k, v in entries)
+
+
+def to_http(method, msg):
+    return bytes([GRPC_METHODS.index(method), 0]) + msg
+
+
+def from_http(method, status, body, json_len=None):
+    if isinstance(body, str):
+        body = body.encode()
+    jl = 0xffff if json_len is None else json_len
+    return (bytes([GRPC_METHODS.index(method), 1, GRPC_STATUSES.index(status)]) +
+            struct.pack("<H", jl) + body)
+
+
+def infer_param(kind, v):   # InferParameter's oneof
+    if kind == "bool":
+        return pb_uint(1, 1 if v else 0)
+    if kind == "int64":
+        return pb_uint(2, v)
+    if kind == "string":
+        return pb_bytes(3, v)
+    if kind == "double":
+        return pb_double(4, v)
+    return pb_uint(5, v)
+
+
+def infer_input(name, dt, shape, contents=None, params=()):
+    m = pb_bytes(1, name) + pb_bytes(2, dt) + pb_packed(3, shape)
+    m += pb_map(4, [(k, infer_param(kind, v)) for k, kind, v in params])
+    if contents is not None:
+        m += pb_bytes(5, contents)
+    return m
+
+
+infer_two = (pb_bytes(1, "digits") + pb_bytes(2, "1") + pb_bytes(3, "req-7") +
+             pb_map(4, [("priority", infer_param("int64", 2)), ("timeout", infer_param("uint64", 100))]) +
+             pb_bytes(5, infer_input("input", "FP32", [1, 2], pb_packed(6, [1.0, 2.5], "f"))) +
+             pb_bytes(5, infer_input("mask", "INT64", [1, 2], pb_packed(3, [1, -1]),
+                                     [("binary_data", "bool", False)])) +
+             pb_bytes(6, pb_bytes(1, "output") + pb_map(2, [("classification", infer_param("int64", 2))])))
+infer_raw = (pb_bytes(1, "digits") +
+             pb_bytes(5, infer_input("input", "FP32", [1, 2])) +
+             pb_bytes(5, infer_input("text", "BYTES", [1])) +
+             pb_bytes(7, struct.pack("<2f", 1.0, 2.0)) + pb_bytes(7, struct.pack("<I", 2) + b"hi"))
+infer_typed = (pb_bytes(1, "m") +
+               pb_bytes(5, infer_input("a", "INT32", [2], pb_packed(2, [7, -7]))) +
+               pb_bytes(5, infer_input("b", "BYTES", [2], pb_bytes(8, "x") + pb_bytes(8, ""))) +
+               pb_bytes(5, infer_input("c", "BOOL", [1], pb_packed(1, [1]))) +
+               pb_bytes(5, infer_input("d", "FP64", [1], pb_packed(7, [0.5], "d"))) +
+               pb_bytes(5, infer_input("e", "UINT8", [1], pb_packed(4, [255]))) +
+               pb_bytes(5, infer_input("f", "UINT64", [1], pb_packed(5, [1 << 40]))))
+out_json = json.dumps({"model_name": "m", "model_version": "1", "id": "req-7",
+                       "parameters": {"sequence_id": 0},
+                       "outputs": [{"name": "output", "datatype": "FP32", "shape": [1, 2],
+                                    "parameters": {"binary_data_size": 8}}]},
+                      separators=(",", ":"))
+out_two = json.dumps({"model_name": "digits", "model_version": "1",
+                      "outputs": [{"name": "probs", "datatype": "FP32", "shape": [1, 2],
+                                   "parameters": {"binary_data_size": 8}},
+                                  {"name": "label", "datatype": "INT64", "shape": [1],
+                                   "data": [3]},
+                                  {"name": "text", "datatype": "BYTES", "shape": [1],
+                                   "data": ["three"]}]},
+                     separators=(",", ":"))
+model_config = json.dumps({"name": "digits", "platform": "batchgate_cpu", "backend": "cpu",
+                           "max_batch_size": 64,
+                           "input": [{"name": "input", "data_type": "TYPE_FP32", "dims": [64]}],
+                           "output": [{"name": "output", "data_type": 11, "dims": [10]}],
+                           "dynamic_batching": {"preferred_batch_size": [8, 16],
+                                                "max_queue_delay_microseconds": 500},
+                           "instance_group": [{"count": 2, "kind": "KIND_CPU"}],
+                           "parameters": {"k": {"string_value": "v"}}})
+model_stats = json.dumps({"model_stats": [{"name": "digits", "version": "1",
+                                           "last_inference": 1764800000000, "inference_count": 12,
+                                           "execution_count": 3,
+                                           "inference_stats": {"success": {"count": 12, "ns": 480000},
+                                                               "queue": {"count": 12, "ns": 9000}},
+                                           "batch_stats": [{"batch_size": 4,
+                                                            "compute_infer": {"count": 3, "ns": 300}}],
+                                           "response_stats": {"r": {"success": {"count": 1, "ns": 2}}},
+                                           "batchgate_extra": {"shed": 1}}]})
+GRPC_SEEDS = {
+    "live_to": to_http("ServerLive", b""),
+    "ready_to": to_http("ServerReady", b""),
+    "model_ready_to": to_http("ModelReady", pb_bytes(1, "digits") + pb_bytes(2, "1")),
+    "server_meta_to": to_http("ServerMetadata", b""),
+    "model_meta_to": to_http("ModelMetadata", pb_bytes(1, "digits")),
+    "infer_to": to_http("ModelInfer", infer_two),
+    "infer_raw_to": to_http("ModelInfer", infer_raw),
+    "infer_typed_to": to_http("ModelInfer", infer_typed),
+    "config_to": to_http("ModelConfig", pb_bytes(1, "digits") + pb_bytes(2, "2")),
+    "stats_all_to": to_http("ModelStatistics", b""),
+    "stats_one_to": to_http("ModelStatistics", pb_bytes(1, "digits")),
+    "index_to": to_http("RepositoryIndex", pb_bytes(1, "") + pb_uint(2, 1)),
+    "load_to": to_http("RepositoryModelLoad",
+                       pb_bytes(2, "digits") +
+                       pb_map(3, [("config", pb_bytes(3, '{"max_batch_size":8}')),
+                                  ("file:1/model.safetensors", pb_bytes(4, b"\0\1\2\3\4")),
+                                  ("poll", pb_uint(1, 1)), ("n", pb_uint(2, 5))])),
+    "unload_to": to_http("RepositoryModelUnload", pb_bytes(2, "digits") +
+                         pb_map(3, [("unload_dependents", pb_uint(1, 1))])),
+    "log_read_to": to_http("LogSettings", b""),
+    "log_set_to": to_http("LogSettings", pb_map(1, [("log_verbose_level", pb_uint(2, 1)),
+                                                    ("log_info", pb_uint(1, 1)),
+                                                    ("log_format", pb_bytes(3, "default"))])),
+    "stream_infer_to": to_http("ModelStreamInfer", infer_two),
+    "bad_model_name_to": to_http("ModelReady", pb_bytes(1, "a/b")),
+    "live_from": from_http("ServerLive", 200, ""),
+    "live_503_from": from_http("ServerLive", 503, '{"error":"draining"}'),
+    "ready_503_from": from_http("ServerReady", 503, ""),
+    "model_ready_404_from": from_http("ModelReady", 404, '{"error":"no model \\"x\\""}'),
+    "server_meta_from": from_http("ServerMetadata", 200,
+                                  '{"name":"batchgate","version":"0.1","extensions":["binary_tensor_data","model_repository"]}'),
+    "model_meta_from": from_http("ModelMetadata", 200,
+                                 '{"name":"digits","versions":["1"],"platform":"batchgate_cpu",'
+                                 '"inputs":[{"name":"input","datatype":"FP32","shape":[-1,64]}],'
+                                 '"outputs":[{"name":"output","datatype":"FP32","shape":[-1,10]}]}'),
+    "infer_from": from_http("ModelInfer", 200, out_json.encode() + struct.pack("<2f", 0.25, 0.75),
+                            len(out_json)),
+    "infer_mixed_from": from_http("ModelInfer", 200, out_two.encode() + struct.pack("<2f", 0.5, 0.5),
+                                  len(out_two)),
+    "infer_json_only_from": from_http("ModelInfer", 200,
+                                      '{"model_name":"m","outputs":[{"name":"o","datatype":"INT32",'
+                                      '"shape":[2],"data":[1,2]},{"name":"e","datatype":"FP32","shape":[0],"data":[]}]}'),
+    "infer_429_from": from_http("ModelInfer", 429, '{"error":{"message":"queue full","type":"rate_limit_error"}}'),
+    "infer_504_from": from_http("ModelInfer", 504, '{"error":"deadline"}'),
+    "config_from": from_http("ModelConfig", 200, model_config),
+    "stats_from": from_http("ModelStatistics", 200, model_stats),
+    "index_from": from_http("RepositoryIndex", 200,
+                            '[{"name":"digits","version":"1","state":"READY"},'
+                            '{"name":"bert","state":"UNAVAILABLE","reason":"unloaded"}]'),
+    "load_from": from_http("RepositoryModelLoad", 200, ""),
+    "load_400_from": from_http("RepositoryModelLoad", 400, '{"error":"bad config"}'),
+    "unload_from": from_http("RepositoryModelUnload", 200, ""),
+    "log_from": from_http("LogSettings", 200,
+                          '{"log_file":"","log_info":true,"log_warning":true,"log_error":true,'
+                          '"log_verbose_level":0,"log_format":"default"}'),
+    "stream_infer_from": from_http("ModelStreamInfer", 200,
+                                   out_json.encode() + struct.pack("<2f", 0.25, 0.75), len(out_json)),
+    "stream_infer_503_from": from_http("ModelStreamInfer", 503, '{"error":"model m is not ready"}'),
+}
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -256,6 +630,8 @@ def main():
     write("fuzz_http_conn", HTTP_SEEDS)
     write("fuzz_tensor_json", TENSOR_SEEDS)
     write("fuzz_embed_json", EMBED_SEEDS)
+    write("fuzz_h2", H2_SEEDS)
+    write("fuzz_grpc_codec", GRPC_SEEDS)
     st = {"digits_model.safetensors": "models/digits/model.safetensors"}
     data_dir = os.path.join(ROOT, "tests/data/safetensors")
     for f in sorted(os.listdir(data_dir)):

@@ -46,13 +46,18 @@ void *__wrap_realloc(void *p, size_t n)
     return __real_realloc(p, n);
 }
 
+static int spare_jansson;
+
+void failalloc_spare_jansson(int spare) { spare_jansson = spare; }
+
 static void *lib_malloc(size_t n) { return __wrap_malloc(n); }
 static void *lib_realloc(void *p, size_t n) { return __wrap_realloc(p, n); }
+static void *json_malloc(size_t n) { return spare_jansson ? __real_malloc(n) : __wrap_malloc(n); }
 
 void failalloc_install(void)
 {
     event_set_mem_functions(lib_malloc, lib_realloc, free);
-    json_set_alloc_funcs(lib_malloc, free);
+    json_set_alloc_funcs(json_malloc, free);
 }
 
 void failalloc_arm(long k)
