@@ -18,6 +18,8 @@ struct auth;
 struct admit;
 struct tenantstats;
 
+#define API_EXTENSIONS_MAX 16
+
 /* Process state the health routes report. Owned by main. */
 struct api_state {
     _Atomic bool ready;       /* startup finished (models loaded, from the inference issue on) */
@@ -41,7 +43,27 @@ struct api_state {
     struct tenantstats *tenantstats;
     struct governor *governor;  /* time windows (serving/governance.h); NULL without tenants */
     struct ledger *ledger;    /* the usage ledger (serving/ledger.h); NULL without a state database */
+    /* Triton's extensions the registered routes implement (api_routes.c). */
+    const char *extensions[API_EXTENSIONS_MAX];
+    int nextensions;
 };
+
+/* One route of the HTTP API and the Triton extensions it implements, by
+ * Triton's names (NULL-terminated; NULL for none). GET /v2 lists the union
+ * over the routes registered, so adding a route is the only way to add a
+ * name, and a route left out (the proxy's, debug's) takes its name along. */
+struct api_route {
+    int methods;
+    const char *pattern;
+    route_handler_fn fn;
+    const char *const *extensions;
+};
+/* Adds each route (ctx st) and records its extensions in st. */
+int api_routes_add(struct router *r, struct api_state *st, const struct api_route *routes,
+                   size_t n, struct error *err);
+/* The recorded names as a JSON array, in the order first registered;
+ * 0, or -1 out of memory. */
+int api_extensions_append(const struct api_state *st, struct buf *out);
 
 /* GET /v2/health/live, /v2/health/ready, /v2 */
 int api_health_register(struct router *r, struct api_state *st, struct error *err);

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "common/buf.h"
 #include "serving/serving.h"
 
 static void health_live(struct http_request *req, const struct route_match *m, void *ctx)
@@ -32,13 +33,20 @@ static void health_ready(struct http_request *req, const struct route_match *m, 
     }
 }
 
+/* The extensions are those of the routes registered (api_routes.c). */
 static void health_server_metadata(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    static const char body[] =
-        "{\"name\":\"batchgate\",\"version\":\"" BATCHGATE_VERSION "\",\"extensions\":[]}";
+    static const char head[] =
+        "{\"name\":\"batchgate\",\"version\":\"" BATCHGATE_VERSION "\",\"extensions\":";
+    struct api_state *st = ctx;
+    struct buf b = BUF_INIT;
     (void)m;
-    (void)ctx;
-    http_respond(req, 200, "application/json", body, sizeof body - 1, NULL);
+    if (buf_append(&b, head, sizeof head - 1) || api_extensions_append(st, &b) ||
+        buf_append(&b, "}", 1))
+        http_respond_error(req, 503, NULL, "out of memory");
+    else
+        http_respond(req, 200, "application/json", b.data, b.len, NULL);
+    buf_free(&b);
 }
 
 int api_health_register(struct router *r, struct api_state *st, struct error *err)

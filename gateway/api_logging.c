@@ -121,6 +121,10 @@ out:
 
 int api_logging_register(struct router *r, struct api_state *st, struct error *err)
 {
-    int rc = router_add(r, HTTP_M_GET, "/v2/logging", logging_get, st, err);
-    return rc ? rc : router_add(r, HTTP_M_POST, "/v2/logging", logging_post, st, err);
+    static const char *const logging[] = {"logging", NULL};
+    static const struct api_route routes[] = {
+        {HTTP_M_GET, "/v2/logging", logging_get, logging},
+        {HTTP_M_POST, "/v2/logging", logging_post, logging},
+    };
+    return api_routes_add(r, st, routes, sizeof routes / sizeof routes[0], err);
 }

@@ -918,32 +918,26 @@ bool api_openai_route(const char *pattern)
 
 int api_models_register(struct router *r, struct api_state *st, struct error *err)
 {
-    static const struct {
-        int methods;
-        const char *pattern;
-        route_handler_fn fn;
-    } routes[] = {
+    static const char *const stats[] = {"statistics", NULL};
+    static const char *const config[] = {"model_configuration", NULL};
+    static const char *const infer[] = {"binary_tensor_data", NULL};
+    static const struct api_route routes[] = {
         /* Before /v2/models/{model}: the first route that matches wins. */
-        {HTTP_M_GET, "/v2/models/stats", models_stats_all},
-        {HTTP_M_GET, "/v2/models/{model}", models_metadata},
-        {HTTP_M_GET, "/v2/models/{model}/versions/{version}", models_metadata},
-        {HTTP_M_GET, "/v2/models/{model}/ready", models_ready},
-        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/ready", models_ready},
-        {HTTP_M_GET, "/v2/models/{model}/config", models_config_route},
-        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/config", models_config_route},
-        {HTTP_M_GET, "/v2/models/{model}/stats", models_stats},
-        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/stats", models_stats},
-        {HTTP_M_POST, "/v2/models/{model}/infer", models_infer},
-        {HTTP_M_POST, "/v2/models/{model}/versions/{version}/infer", models_infer},
-        {HTTP_M_POST, "/v1/models/{model}", models_tfs_predict},
-        {HTTP_M_POST, "/v1/models/{model}/versions/{version}", models_tfs_predict},
-        {HTTP_M_POST, "/v1/embeddings", models_openai_embed},
-        {HTTP_M_POST, "/embed", models_tei_embed},
+        {HTTP_M_GET, "/v2/models/stats", models_stats_all, stats},
+        {HTTP_M_GET, "/v2/models/{model}", models_metadata, NULL},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}", models_metadata, NULL},
+        {HTTP_M_GET, "/v2/models/{model}/ready", models_ready, NULL},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/ready", models_ready, NULL},
+        {HTTP_M_GET, "/v2/models/{model}/config", models_config_route, config},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/config", models_config_route, config},
+        {HTTP_M_GET, "/v2/models/{model}/stats", models_stats, stats},
+        {HTTP_M_GET, "/v2/models/{model}/versions/{version}/stats", models_stats, stats},
+        {HTTP_M_POST, "/v2/models/{model}/infer", models_infer, infer},
+        {HTTP_M_POST, "/v2/models/{model}/versions/{version}/infer", models_infer, infer},
+        {HTTP_M_POST, "/v1/models/{model}", models_tfs_predict, NULL},
+        {HTTP_M_POST, "/v1/models/{model}/versions/{version}", models_tfs_predict, NULL},
+        {HTTP_M_POST, "/v1/embeddings", models_openai_embed, NULL},
+        {HTTP_M_POST, "/embed", models_tei_embed, NULL},
     };
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        int rc = router_add(r, routes[i].methods, routes[i].pattern, routes[i].fn, st, err);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    return api_routes_add(r, st, routes, sizeof routes / sizeof routes[0], err);
 }

@@ -193,12 +193,11 @@ static void repository_unload(struct http_request *req, const struct route_match
 
 int api_repository_register(struct router *r, struct api_state *st, struct error *err)
 {
-    int rc;
-    if ((rc = router_add(r, HTTP_M_POST, "/v2/repository/index", repository_index, st, err)) ||
-        (rc = router_add(r, HTTP_M_POST, "/v2/repository/models/{model}/load", repository_load, st,
-                         err)) ||
-        (rc = router_add(r, HTTP_M_POST, "/v2/repository/models/{model}/unload", repository_unload,
-                         st, err)))
-        return rc;
-    return 0;
+    static const char *const repo[] = {"model_repository", NULL};
+    static const struct api_route routes[] = {
+        {HTTP_M_POST, "/v2/repository/index", repository_index, repo},
+        {HTTP_M_POST, "/v2/repository/models/{model}/load", repository_load, repo},
+        {HTTP_M_POST, "/v2/repository/models/{model}/unload", repository_unload, repo},
+    };
+    return api_routes_add(r, st, routes, sizeof routes / sizeof routes[0], err);
 }

@@ -40,7 +40,7 @@ class TritonClientTest(RepoServerCase):
         self.assertEqual(code, 0, "tritonclient_calls.py exited %d; its output:\n%s\nserver log:\n%s"
                          % (code, out, self.srv.log()))
         self.assertNotIn("FAIL", out)
-        self.assertEqual(out.count("ok: "), 9, out)
+        self.assertEqual(out.count("ok: "), 10, out)
 
 
 class LoggingErrorsTest(RepoServerCase):

@@ -143,6 +143,68 @@ def check_statistics_and_logging(client, a):
     return "get_inference_statistics(): %d models; log settings verbose 0 -> 1 -> 0" % len(names)
 
 
+def _infer_x(client, name, **out_kw):
+    """One row of x to `name` (input x [-1, 4], output y), x binary."""
+    x = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
+    inp = httpclient.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=True)
+    return client.infer(name, [inp], outputs=[httpclient.InferRequestedOutput("y", **out_kw)])
+
+
+def _answers(call):
+    """Whether a call of the client succeeds (an extension's route exists and works)."""
+    try:
+        call()
+        return True
+    except InferenceServerException:
+        return False
+
+
+# Every extension name Triton lists, with a probe of whether batchgate serves
+# it; None for those no single call shows (never to be listed here: batchgate
+# has no sequence batcher, no scheduling policies, no per-request parameters
+# passed to models, no dependent models).
+EXTENSION_PROBES = {
+    "binary_tensor_data": lambda c, a: _infer_x(c, a.lazy, binary_data=True)
+    .as_numpy("y") is not None,
+    "classification": lambda c, a: _infer_x(c, a.lazy, class_count=1)
+    .as_numpy("y").dtype == np.object_,
+    "model_configuration": lambda c, a: c.get_model_config(a.eager).get("name") == a.eager,
+    "statistics": lambda c, a: "model_stats" in c.get_inference_statistics(a.eager),
+    "model_repository": lambda c, a: _answers(c.get_model_repository_index),
+    "logging": lambda c, a: _answers(c.get_log_settings),
+    "system_shared_memory": lambda c, a: _answers(c.get_system_shared_memory_status),
+    "cuda_shared_memory": lambda c, a: _answers(c.get_cuda_shared_memory_status),
+    "trace": lambda c, a: _answers(c.get_trace_settings),
+    "sequence": None,
+    "schedule_policy": None,
+    "parameters": None,
+    "model_repository(unload_dependents)": None,
+}
+
+
+def check_extensions(client, a):
+    """GET /v2 lists exactly the extensions that work (SPEC.md "Triton's tools")."""
+    listed = client.get_server_metadata().get("extensions")
+    expect(isinstance(listed, list) and len(set(listed)) == len(listed),
+           "extensions: expected a list without repeats, got %r" % (listed,))
+    unknown = sorted(set(listed) - set(EXTENSION_PROBES))
+    expect(not unknown, "extensions lists names Triton does not have: %r" % unknown)
+    working = set()
+    for name, probe in EXTENSION_PROBES.items():
+        if probe is None:
+            continue
+        try:
+            ok = probe(client, a)
+        except (InferenceServerException, AttributeError, TypeError, ValueError):
+            ok = False
+        if ok:
+            working.add(name)
+    expect(set(listed) == working, "extensions lists %r; the probes find working %r"
+           % (sorted(listed), sorted(working)))
+    return "extensions %s, each probed working; the others probed absent" % sorted(listed)
+
+
 def check_unknown(client, a):
     try:
         client.load_model(a.unknown)
@@ -153,7 +215,7 @@ def check_unknown(client, a):
 
 CHECKS = [check_health, check_index, check_unload, check_load, check_load_with_config,
           check_infer_lazy, check_compressed_requests, check_statistics_and_logging,
-          check_unknown]
+          check_extensions, check_unknown]
 
 
 def main():

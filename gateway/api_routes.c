@@ -1,0 +1,46 @@
+/* api_routes.c - see api.h: the route tables and the extension names they
+ * carry. Registration runs once, on main's thread, before the server
+ * starts, so st's list needs no lock: handlers only read it. */
+#include "gateway/api.h"
+
+#include <string.h>
+
+#include "common/buf.h"
+#include "serving/tensor_json.h"
+
+static int api_extension_record(struct api_state *st, const char *name, struct error *err)
+{
+    for (int i = 0; i < st->nextensions; i++)
+        if (strcmp(st->extensions[i], name) == 0)
+            return 0;
+    if (st->nextensions == API_EXTENSIONS_MAX)
+        return error_set(err, BG_EINVAL, "more than %d extension names: raise API_EXTENSIONS_MAX",
+                         API_EXTENSIONS_MAX);
+    st->extensions[st->nextensions++] = name;
+    return 0;
+}
+
+int api_routes_add(struct router *r, struct api_state *st, const struct api_route *routes,
+                   size_t n, struct error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = router_add(r, routes[i].methods, routes[i].pattern, routes[i].fn, st, err);
+        if (rc)
+            return rc;
+        for (const char *const *e = routes[i].extensions; e && *e; e++)
+            if ((rc = api_extension_record(st, *e, err)))
+                return rc;
+    }
+    return 0;
+}
+
+int api_extensions_append(const struct api_state *st, struct buf *out)
+{
+    int rc = buf_append(out, "[", 1);
+    for (int i = 0; i < st->nextensions; i++) {
+        if (i)
+            rc |= buf_append(out, ",", 1);
+        rc |= json_append_string(out, st->extensions[i], strlen(st->extensions[i]));
+    }
+    return rc | buf_append(out, "]", 1) ? -1 : 0;
+}
