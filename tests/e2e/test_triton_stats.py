@@ -187,6 +187,14 @@ class TritonStatsTest(RepoServerCase):
             self.assertIn("# TYPE %s %s\n" % (name, kind), text)
         promtool_check(self, text)
 
+    def test_every_nv_name_is_documented(self):
+        with open(os.path.join(ROOT, "docs", "METRICS.md")) as f:
+            doc = f.read()
+        names = set(re.findall(r"^# TYPE (nv_\w+) ", self.scrape(), re.M))
+        self.assertTrue(names)
+        for n in sorted(names):
+            self.assertIn("`%s`" % n, doc.replace("`, `", "`\n`"), "docs/METRICS.md names %s" % n)
+
     def test_perf_analyzer_prints_its_server_side_section(self):
         try:
             f = subprocess.run([os.path.join(ROOT, "scripts", "fetch-perf-analyzer")],
