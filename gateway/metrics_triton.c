@@ -53,8 +53,10 @@ static uint64_t metrics_triton_value(const struct modelstats_triton *t, enum met
     case MT_SUCCESS: return t->success.count;
     case MT_INFERENCES: return t->inference_count;
     case MT_EXECS: return t->execution_count;
-    /* Triton's request duration counts every request, failed ones too. */
-    case MT_REQUEST_US: return (t->success.ns + t->fail.ns) / 1000;
+    /* Successful requests only, as Triton's (its failures add to the
+     * failure count alone): duration / success is the mean latency that
+     * dashboards compute from the pair. */
+    case MT_REQUEST_US: return t->success.ns / 1000;
     case MT_QUEUE_US: return t->queue.ns / 1000;
     case MT_INPUT_US: return t->compute_input.ns / 1000;
     case MT_INFER_US: return t->compute_infer.ns / 1000;
