@@ -48,6 +48,11 @@ struct infer_item {
     int64_t t_dequeue_ns;             /* taken into a batch */
     int64_t t_planned_ns;             /* when the batcher planned that batch to finish */
     int64_t t_compute_ns;             /* the batch's execution time */
+    /* The batch's gathering of rows into the backend's buffer and
+     * scattering of its answers: each item of a batch carries the whole
+     * batch's times, as it does the execution's (Triton's compute_input,
+     * compute_output; docs/METRICS.md). */
+    int64_t t_input_ns, t_output_ns;
     int64_t deadline_ns;              /* 0: none */
     int priority;                     /* 1 is the highest; the batcher fills in the default */
     int tenant;                       /* index in the tenants table (serving/tenant.h), 0 to
@@ -73,6 +78,7 @@ struct batch {
     int64_t tokens_sq;                /* the members' tokens_sq; 0 when one did not give it */
     int max_len;                      /* the longest row (work_max_len), for batch_padding */
     int64_t budget;                   /* the tokens the policy filled it up to (see policy.h) */
+    int64_t gather_ns;                /* its rows gathered (serving/batchrun.h), for statistics */
 };
 
 /* What an item costs in the batcher's units: its tokens, or its rows. */

@@ -12,6 +12,7 @@ struct buf;
 struct serving;
 struct server;
 struct nvml;
+struct procstat;
 struct proxy;
 struct jobs;
 struct auth;
@@ -30,6 +31,8 @@ struct api_state {
     int64_t start_ns;         /* process start (now_ns clock) */
     _Atomic int64_t ready_ns; /* when startup finished; 0 before */
     struct nvml *nvml;        /* the driver's own GPU view; NULL without NVML */
+    struct procstat *procstat; /* the host's CPU and memory (procstat.h); may be NULL */
+    bool triton_names;        /* metrics.triton_names: Triton's nv_ series on /metrics */
     struct proxy *proxy;      /* the reverse proxy; NULL when not built */
     struct jscratch **jscratch; /* per IO thread: body decoding's arena (jscratch.h); may be NULL */
     int njscratch;

@@ -15,6 +15,7 @@
 #include "gateway/auth.h"
 #include "gateway/tenantstats.h"
 #include "serving/modelstats.h"
+#include "gateway/metrics_triton.h"
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
 #include "http/http.h"
@@ -635,8 +636,20 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     int64_t ready = atomic_load(&st->ready_ns);
     buf_appendf(b, P "process_start_to_ready_seconds %.6f\n",
                 ready ? (double)(ready - st->start_ns) / 1e9 : 0.0);
+    /* Triton's names, from the same snapshots as the series above. */
+    int rc = 0;
+    if (st->triton_names) {
+        struct metrics_triton_model *tm = calloc((size_t)(n ? n : 1), sizeof *tm);
+        EACH_MODEL if (tm) {
+            tm[mi] = (struct metrics_triton_model){
+                .name = SM->model.cfg.name, .version = SM->version, .snap = &snaps[mi],
+                .pending = READY ? batcher_depth(SM->batcher) : 0};
+        }
+        rc = tm ? metrics_triton_render(b, tm, n, st->nvml, st->procstat) : -1;
+        free(tm);
+    }
     metrics_scrape_free(snaps, devs, n);
-    return 0;
+    return rc;
 #undef READY
 #undef EACH_MODEL
 #undef SM

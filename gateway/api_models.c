@@ -65,13 +65,15 @@ static enum modelstats_reason models_reason_of(int code)
 }
 
 /* An inference request of this model was answered with `status`: the
- * model's counters, and its tenant's (the guard left it on the request). */
+ * model's counters, and its tenant's (the guard left it on the request).
+ * `ran`: its item, when it was computed (modelstats_request). */
 static void models_account(struct api_state *st, struct served_model *sm,
-                           struct http_request *req, int status, int64_t queue_ns)
+                           struct http_request *req, int status, int64_t queue_ns,
+                           const struct infer_item *ran)
 {
     if (sm->stats)
         modelstats_request(sm->stats, http_request_thread(req), status,
-                           now_ns() - http_request_received_ns(req), queue_ns);
+                           now_ns() - http_request_received_ns(req), queue_ns, ran);
     if (st->tenantstats)
         tenantstats_request(st->tenantstats, http_request_thread(req), auth_tenant(req),
                             served_index(sm), status);
@@ -83,7 +85,7 @@ static void models_account_reject(struct api_state *st, struct served_model *sm,
 {
     if (sm->stats)
         modelstats_reject(sm->stats, http_request_thread(req), models_reason_of(code));
-    models_account(st, sm, req, status, -1);
+    models_account(st, sm, req, status, -1, NULL);
 }
 
 /* ---- lookup ---- */
@@ -471,12 +473,12 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
             models_account_reject(call->st, call->sm, req, it->status, status);
         else if (it->status != BG_ECANCELLED)   /* nobody is there to count it for */
             models_account(call->st, call->sm, req, status,
-                           it->t_dequeue_ns ? it->t_dequeue_ns - it->t_arrival_ns : -1);
+                           it->t_dequeue_ns ? it->t_dequeue_ns - it->t_arrival_ns : -1, NULL);
         http_respond_error(req, status, NULL, "model %s: %s", c->name, it->error);
         models_infer_call_free(call);
         return;
     }
-    models_account(call->st, call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns);
+    models_account(call->st, call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns, it);
     struct buf b = BUF_INIT;
     int64_t json_len = -1;
     int rc;
@@ -685,7 +687,7 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
     if (models_admit(req, st, call) < 0) {
         /* Not the model's refusal (rejected_requests_total has no reason
          * for it): counted as an answer of the model and of the tenant. */
-        models_account(st, sm, req, error_http_status(BG_ETENANTLIMIT), -1);
+        models_account(st, sm, req, error_http_status(BG_ETENANTLIMIT), -1, NULL);
         models_infer_call_free(call);
         return;
     }

@@ -220,6 +220,15 @@ static const struct schema_field config_usage_fields[] = {
     SCHEMA_END_ROW,
 };
 
+static const struct schema_field config_metrics_fields[] = {
+    {SCHEMA_F_BOOL("triton_names", struct config_metrics, triton_names),
+     .def = true,
+     .doc = "`/metrics` also carries Triton's names (`nv_inference_request_success`, "
+            "`nv_inference_queue_duration_us`, ..., `nv_gpu_*`, `nv_cpu_*`) beside batchgate's, "
+            "so Triton's dashboards and alerts read it (docs/METRICS.md)"},
+    SCHEMA_END_ROW,
+};
+
 static const struct schema_name config_log_levels[] = {
     {"debug", LOG_DEBUG}, {"info", LOG_INFO}, {"warn", LOG_WARN}, {"error", LOG_ERROR}, {NULL, 0},
 };
@@ -294,6 +303,8 @@ static const struct schema_field config_fields[] = {
      .doc = "offline batch jobs (docs/JOBS.md)"},
     {SCHEMA_F_OBJECT("usage", struct config, usage, config_usage_fields),
      .doc = "the usage ledger in the state database (docs/USAGE.md)"},
+    {SCHEMA_F_OBJECT("metrics", struct config, metrics, config_metrics_fields),
+     .doc = "what `GET /metrics` shows"},
     {SCHEMA_F_OBJECT("auth", struct config, tenants, config_auth_fields),
      .doc = "API keys (docs/TENANTS.md)"},
     /* The file's tenants go to t[1..]: t[0] is "default" whatever the file

@@ -46,6 +46,11 @@ struct config_jobs {
     size_t max_input_bytes;    /* a job's input (body or input_path file); 413 past it */
 };
 
+/* /metrics (docs/METRICS.md). */
+struct config_metrics {
+    bool triton_names;         /* Triton's nv_ series beside batchgate's */
+};
+
 struct config {
     /* listen, io_threads and limits: what the HTTP server takes as it is
      * (port 0 = ephemeral, logged once bound; io_threads 0 = one per online
@@ -62,6 +67,7 @@ struct config {
     char state_dir[4096];      /* the SQLite database (state/state.h) */
     struct config_jobs jobs;
     struct ledger_config usage;   /* the usage ledger (serving/ledger.h) */
+    struct config_metrics metrics;
     /* `auth` and `tenants` (SPEC.md "Tenants and keys"): t[0] is always
      * the tenant "default"; read by the gateway (keys, routes, admission)
      * and the scheduler (shares). */

@@ -35,6 +35,7 @@
 #include "common/schema.h"
 #include "common/sha256.h"
 #include "gateway/nvml.h"
+#include "gateway/procstat.h"
 #include "gateway/proxy.h"
 #include "gateway/report.h"
 #include "gateway/tenantstats.h"
@@ -360,6 +361,8 @@ int main(int argc, char **argv)
     char nvml_msg[128];
     api.nvml = nvml_open(nvml_msg, (int)sizeof nvml_msg);
     log_debug("%s", nvml_msg);
+    api.triton_names = cfg.metrics.triton_names;
+    api.procstat = api.triton_names ? procstat_new() : NULL;
     struct router *router = router_new();
     struct router *h2router = NULL;   /* the gRPC port's */
     struct grpc_service *grpc = NULL;
@@ -606,6 +609,7 @@ out:
     auth_free(api.auth);
     tenantstats_free(api.tenantstats);
     nvml_close(api.nvml);
+    procstat_free(api.procstat);
     router_free(router);
     router_free(h2router);
     grpc_service_free(grpc);

@@ -9,10 +9,11 @@
 #include "serving/serving.h"
 #include "serving/tensor_json.h"
 
-static void modelstats_json_duration(struct buf *b, const char *name, uint64_t count, double sum_s)
+static void modelstats_json_duration(struct buf *b, const char *name, uint64_t count,
+                                     uint64_t ns)
 {
     buf_appendf(b, "\"%s\":{\"count\":%llu,\"ns\":%llu}", name, (unsigned long long)count,
-                (unsigned long long)(sum_s * 1e9));
+                (unsigned long long)ns);
 }
 
 struct modelstats_json_devices {
@@ -53,7 +54,8 @@ static void modelstats_json_device(const struct served_device *d, void *arg)
                    "\"margin_seconds\":%.9f}}", d->lat_a_s, d->lat_b_s, d->lat_margin_s);
 }
 
-/* Triton's statistics extension, plus what batchgate adds: latency
+/* Triton's statistics extension (the numbers of modelstats_triton, which
+ * /metrics' nv_ series show too), plus what batchgate adds: latency
  * percentiles (split into queue and compute, within the histogram's bucket
  * resolution), each device's fitted latency model and busy time, and the
  * compute debt: device-seconds held against used. */
@@ -65,30 +67,42 @@ void modelstats_json_append(struct buf *out, struct served_model *sm)
     struct buf *b = out;
     buf_append(b, "{\"name\":", 8);
     json_append_string(b, c->name, strlen(c->name));
-    uint64_t rows = 0, batches = 0;
-    for (int i = 0; i < s.ninstances && s.inst; i++) {
-        rows += s.inst[i].rows;
-        batches += s.inst[i].batches;
-    }
+    struct modelstats_triton tr;
+    modelstats_triton(&s, &tr);
+    uint64_t rows = tr.inference_count, batches = tr.execution_count;
     buf_appendf(b, ",\"version\":\"%d\",\"last_inference\":%lld,"
                    "\"inference_count\":%llu,\"execution_count\":%llu,\"inference_stats\":{",
                 sm->version, (long long)s.last_inference_ms, (unsigned long long)rows,
                 (unsigned long long)batches);
-    modelstats_json_duration(b, "success", s.success_count, s.request.sum);
+    const struct {
+        const char *name;
+        const struct modelstats_duration *d;
+    } req[] = {
+        {"success", &tr.success}, {"fail", &tr.fail}, {"queue", &tr.queue},
+        {"compute_input", &tr.compute_input}, {"compute_infer", &tr.compute_infer},
+        {"compute_output", &tr.compute_output},
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        modelstats_json_duration(b, req[i].name, req[i].d->count, req[i].d->ns);
+        buf_append(b, ",", 1);
+    }
+    /* No response cache: Triton's clients (perf_analyzer) read these. */
+    modelstats_json_duration(b, "cache_hit", 0, 0);
     buf_append(b, ",", 1);
-    modelstats_json_duration(b, "fail", s.fail_count, 0);
-    buf_append(b, ",", 1);
-    modelstats_json_duration(b, "queue", s.queue.count, s.queue.sum);
-    buf_append(b, ",", 1);
-    modelstats_json_duration(b, "compute_infer", s.compute.count, s.compute.sum);
+    modelstats_json_duration(b, "cache_miss", 0, 0);
     buf_append(b, "},\"batch_stats\":[", 17);
     int first = 1;
     for (int r = 1; r <= s.max_batch && s.batch_count_by_size; r++) {
-        if (!s.batch_count_by_size[r])
+        uint64_t n = s.batch_count_by_size[r];
+        if (!n)
             continue;
+        /* count: batches of this size, the same for the three phases. */
         buf_appendf(b, "%s{\"batch_size\":%d,", first ? "" : ",", r);
-        modelstats_json_duration(b, "compute_infer", s.batch_count_by_size[r],
-                                 (double)s.batch_ns_by_size[r] / 1e9);
+        modelstats_json_duration(b, "compute_input", n, s.batch_in_ns_by_size[r]);
+        buf_append(b, ",", 1);
+        modelstats_json_duration(b, "compute_infer", n, s.batch_ns_by_size[r]);
+        buf_append(b, ",", 1);
+        modelstats_json_duration(b, "compute_output", n, s.batch_out_ns_by_size[r]);
         buf_append(b, "}", 1);
         first = 0;
     }

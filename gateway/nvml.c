@@ -18,6 +18,7 @@ struct nvml {
     int (*util)(nvml_dev_t, struct nvml_util *);
     int (*mem)(nvml_dev_t, struct nvml_mem *);
     int (*energy)(nvml_dev_t, unsigned long long *);   /* mJ since the driver loaded; optional */
+    int (*uuid)(nvml_dev_t, char *, unsigned int);      /* "GPU-..."; optional */
 };
 
 struct nvml *nvml_open(char *msg, int cap)
@@ -41,6 +42,7 @@ struct nvml *nvml_open(char *msg, int cap)
          * without it has no symbol: energy is then absent. */
         n->energy = (int (*)(nvml_dev_t, unsigned long long *))dlsym(
             lib, "nvmlDeviceGetTotalEnergyConsumption");
+        n->uuid = (int (*)(nvml_dev_t, char *, unsigned int))dlsym(lib, "nvmlDeviceGetUUID");
     }
     unsigned int c = 0;
     if (!n || !init || !count || !handle || !n->util || !n->mem || !n->shutdown || init() != 0) {
@@ -89,5 +91,14 @@ int nvml_device_energy(struct nvml *n, int index, double *joules)
     if (!n || !n->energy || index < 0 || index >= n->count || n->energy(n->dev[index], &mj) != 0)
         return -1;
     *joules = (double)mj / 1e3;
+    return 0;
+}
+
+int nvml_device_uuid(struct nvml *n, int index, char *out, int cap)
+{
+    if (!n || !n->uuid || index < 0 || index >= n->count || cap < 2 ||
+        n->uuid(n->dev[index], out, (unsigned int)cap) != 0)
+        return -1;
+    out[cap - 1] = '\0';
     return 0;
 }

@@ -26,4 +26,8 @@ int nvml_device_read(struct nvml *n, int index, struct nvml_device *out);
  * driver cannot say (before Volta). */
 int nvml_device_energy(struct nvml *n, int index, double *joules);
 
+/* The GPU's UUID ("GPU-8c5b..."), NUL-terminated in out; -1 when the driver
+ * cannot say. Triton labels its GPU gauges with it (gpu_uuid). */
+int nvml_device_uuid(struct nvml *n, int index, char *out, int cap);
+
 #endif

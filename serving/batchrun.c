@@ -10,12 +10,14 @@
 #include "serving/serving.h"
 #include "serving/shares.h"
 
-void batchrun_gather(const struct batch *b, float *dst, size_t row_elems)
+void batchrun_gather(struct batch *b, float *dst, size_t row_elems)
 {
+    int64_t t0 = now_ns();
     for (const struct infer_item *it = b->head; it; it = it->next) {
         memcpy(dst, it->input, (size_t)it->rows * row_elems * sizeof(float));
         dst += (size_t)it->rows * row_elems;
     }
+    b->gather_ns = now_ns() - t0;
 }
 
 void batchrun_end(struct served_model *sm, int instance, struct shares *shares, struct batch *b,
@@ -24,8 +26,8 @@ void batchrun_end(struct served_model *sm, int instance, struct shares *shares, 
 {
     size_t row = (size_t)sm->model.cfg.output.row_elems;
     int64_t now = late_is_timeout && status ? now_ns() : 0;
+    int64_t t0 = now_ns();
     for (struct infer_item *it = b->head; it; it = it->next) {
-        it->t_compute_ns = exec_ns;
         it->batch_rows = b->rows;
         if (status == 0) {
             memcpy(it->output, out, (size_t)it->rows * row * sizeof(float));
@@ -38,11 +40,21 @@ void batchrun_end(struct served_model *sm, int instance, struct shares *shares, 
         it->status = late ? BG_EDEADLINE : status;
         snprintf(it->error, sizeof it->error, "%s", msg ? msg : "");
     }
+    /* Every request of the batch is charged the whole batch's gather,
+     * execution and scatter, as Triton charges each request of a batch the
+     * batch's compute: the request waited for all of it (docs/METRICS.md). */
+    int64_t scatter_ns = now_ns() - t0;
+    for (struct infer_item *it = b->head; it; it = it->next) {
+        it->t_input_ns = b->gather_ns;
+        it->t_compute_ns = exec_ns;
+        it->t_output_ns = scatter_ns;
+    }
     /* Recorded before the answers leave: whoever reads the statistics after
      * getting an answer sees its batch counted. */
     if (status == 0) {
         batcher_done(sm->batcher, instance, b, exec_ns);
-        modelstats_batch(sm->stats, instance, b->rows, batch_offline_rows(b), exec_ns);
+        modelstats_batch(sm->stats, instance, b->rows, batch_offline_rows(b), b->gather_ns,
+                         exec_ns, scatter_ns);
         modelstats_batch_tokens(sm->stats, instance, b->tokens,
                                 (int64_t)b->rows * (b->max_len > 0 ? b->max_len : 1));
         if (shares)   /* tenants configured */

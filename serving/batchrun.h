@@ -16,11 +16,14 @@
 struct served_model;
 struct shares;
 
-/* Copies the batch's rows, in order, into dst (row_elems floats a row). */
-void batchrun_gather(const struct batch *b, float *dst, size_t row_elems);
+/* Copies the batch's rows, in order, into dst (row_elems floats a row),
+ * and keeps how long that took in b->gather_ns (Triton's compute_input). */
+void batchrun_gather(struct batch *b, float *dst, size_t row_elems);
 
 /* The batch ran on `instance` for exec_ns. status 0: each item's rows are
- * copied from out, and the batch is recorded (and charged to its tenants
+ * copied from out (the scatter, timed: Triton's compute_output), each item
+ * is given the batch's gather, execution and scatter times, and the batch
+ * is recorded (and charged to its tenants
  * on `shares`, when not NULL); else every item fails with
  * status and msg, except that with `late_is_timeout` an item whose deadline
  * passed gets 504 (its budget ran out, whatever else went wrong). Every

@@ -20,6 +20,9 @@ const int modelstats_codes[MODELSTATS_CODES] = {200, 400, 404, 408, 413, 429, 50
 const char *const modelstats_reason_names[MS_REJECT_COUNT] = {
     "queue_full", "deadline", "bad_request", "not_ready", "shutdown",
 };
+const char *const modelstats_fail_names[MS_FAIL_COUNT] = {
+    "REJECTED", "CANCELED", "BACKEND", "OTHER",
+};
 
 struct hist {
     _Atomic uint64_t b[MODELSTATS_LAT_BUCKETS];
@@ -31,6 +34,10 @@ struct io_shard {
     _Alignas(64) _Atomic uint64_t codes[MODELSTATS_CODES];
     _Atomic uint64_t rejected[MS_REJECT_COUNT];
     _Atomic uint64_t success, fail;
+    _Atomic uint64_t success_ns, fail_ns;
+    /* Triton's per-request sums, successful requests only: queue wait,
+     * and the gather, execution and scatter of the batch each rode in. */
+    _Atomic uint64_t req_queue_ns, req_input_ns, req_infer_ns, req_output_ns;
     _Atomic int64_t last_ms;
     struct hist request, queue;
     /* Arrivals per second (busywin.h's slots counting): inference requests
@@ -46,7 +53,7 @@ struct inst_shard {
     _Atomic int64_t loaded_ns;
     struct busywin busy;                     /* written by the instance's worker only */
     _Atomic uint64_t busy_offline_ns;        /* the offline rows' share of busy */
-    _Atomic uint64_t *count_by_size, *ns_by_size;
+    _Atomic uint64_t *count_by_size, *ns_by_size, *in_ns_by_size, *out_ns_by_size;
     _Atomic uint64_t tenant_rows[WORK_TENANTS_MAX], tenant_ns[WORK_TENANTS_MAX];
     _Atomic uint64_t tenant_offline_ns[WORK_TENANTS_MAX];   /* of tenant_ns, job lines' */
     _Atomic uint64_t tenant_items[2][WORK_TENANTS_MAX];    /* requests [0], job lines [1] */
@@ -83,7 +90,10 @@ struct modelstats *modelstats_new(int io_threads, int instances, int max_batch)
     for (int i = 0; i < s->ninst; i++) {
         s->inst[i].count_by_size = calloc((size_t)max_batch + 1, sizeof(uint64_t));
         s->inst[i].ns_by_size = calloc((size_t)max_batch + 1, sizeof(uint64_t));
-        if (!s->inst[i].count_by_size || !s->inst[i].ns_by_size)
+        s->inst[i].in_ns_by_size = calloc((size_t)max_batch + 1, sizeof(uint64_t));
+        s->inst[i].out_ns_by_size = calloc((size_t)max_batch + 1, sizeof(uint64_t));
+        if (!s->inst[i].count_by_size || !s->inst[i].ns_by_size || !s->inst[i].in_ns_by_size ||
+            !s->inst[i].out_ns_by_size)
             goto fail;
     }
     return s;
@@ -100,6 +110,8 @@ void modelstats_free(struct modelstats *s)
     for (int i = 0; s->inst && i < s->ninst; i++) {
         free((void *)s->inst[i].count_by_size);
         free((void *)s->inst[i].ns_by_size);
+        free((void *)s->inst[i].in_ns_by_size);
+        free((void *)s->inst[i].out_ns_by_size);
     }
     free(s->io);
     free(s->inst);
@@ -159,14 +171,26 @@ static int modelstats_code_index(int status)
     return MODELSTATS_CODES - 1;
 }
 
+static void modelstats_add_ns(_Atomic uint64_t *c, int64_t ns)
+{
+    atomic_fetch_add_explicit(c, ns > 0 ? (uint64_t)ns : 0, memory_order_relaxed);
+}
+
 void modelstats_request(struct modelstats *s, int thread, int status, int64_t total_ns,
-                        int64_t queue_ns)
+                        int64_t queue_ns, const struct infer_item *ran)
 {
     struct io_shard *sh = &s->io[thread % s->nio];
     atomic_fetch_add_explicit(&sh->codes[modelstats_code_index(status)], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(status == 200 ? &sh->success : &sh->fail, 1, memory_order_relaxed);
     if (total_ns < 0)
         total_ns = 0;
+    modelstats_add_ns(status == 200 ? &sh->success_ns : &sh->fail_ns, total_ns);
+    if (status == 200 && ran) {
+        modelstats_add_ns(&sh->req_queue_ns, queue_ns);
+        modelstats_add_ns(&sh->req_input_ns, ran->t_input_ns);
+        modelstats_add_ns(&sh->req_infer_ns, ran->t_compute_ns);
+        modelstats_add_ns(&sh->req_output_ns, ran->t_output_ns);
+    }
     modelstats_hist_add(&sh->request, modelstats_lat_bucket(total_ns), (uint64_t)total_ns);
     if (queue_ns >= 0)
         modelstats_hist_add(&sh->queue, modelstats_lat_bucket(queue_ns), (uint64_t)queue_ns);
@@ -202,7 +226,7 @@ void modelstats_batch_tokens(struct modelstats *s, int instance, int64_t tokens,
 }
 
 void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_rows,
-                      int64_t exec_ns)
+                      int64_t input_ns, int64_t exec_ns, int64_t output_ns)
 {
     struct inst_shard *sh = &s->inst[instance % s->ninst];
     modelstats_hist_add(&sh->compute, modelstats_lat_bucket(exec_ns), (uint64_t)exec_ns);
@@ -211,7 +235,9 @@ void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_
     atomic_fetch_add_explicit(&sh->rows, (uint64_t)rows, memory_order_relaxed);
     if (rows >= 0 && rows <= s->max_batch) {
         atomic_fetch_add_explicit(&sh->count_by_size[rows], 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&sh->ns_by_size[rows], (uint64_t)exec_ns, memory_order_relaxed);
+        modelstats_add_ns(&sh->ns_by_size[rows], exec_ns);
+        modelstats_add_ns(&sh->in_ns_by_size[rows], input_ns);
+        modelstats_add_ns(&sh->out_ns_by_size[rows], output_ns);
     }
     /* The batch ran until now: it is busy time in each second it covered. */
     int64_t end = now_ns();
@@ -287,6 +313,12 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
             o->rejected[i] += atomic_load_explicit(&sh->rejected[i], memory_order_relaxed);
         o->success_count += atomic_load_explicit(&sh->success, memory_order_relaxed);
         o->fail_count += atomic_load_explicit(&sh->fail, memory_order_relaxed);
+        o->success_ns += atomic_load_explicit(&sh->success_ns, memory_order_relaxed);
+        o->fail_ns += atomic_load_explicit(&sh->fail_ns, memory_order_relaxed);
+        o->req_queue_ns += atomic_load_explicit(&sh->req_queue_ns, memory_order_relaxed);
+        o->req_input_ns += atomic_load_explicit(&sh->req_input_ns, memory_order_relaxed);
+        o->req_infer_ns += atomic_load_explicit(&sh->req_infer_ns, memory_order_relaxed);
+        o->req_output_ns += atomic_load_explicit(&sh->req_output_ns, memory_order_relaxed);
         int64_t last = atomic_load_explicit(&sh->last_ms, memory_order_relaxed);
         if (last > o->last_inference_ms)
             o->last_inference_ms = last;
@@ -309,6 +341,18 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
     o->inst = calloc((size_t)s->ninst, sizeof *o->inst);
     o->batch_count_by_size = calloc((size_t)s->max_batch + 1, sizeof(uint64_t));
     o->batch_ns_by_size = calloc((size_t)s->max_batch + 1, sizeof(uint64_t));
+    o->batch_in_ns_by_size = calloc((size_t)s->max_batch + 1, sizeof(uint64_t));
+    o->batch_out_ns_by_size = calloc((size_t)s->max_batch + 1, sizeof(uint64_t));
+    if (!o->batch_count_by_size || !o->batch_ns_by_size || !o->batch_in_ns_by_size ||
+        !o->batch_out_ns_by_size) {
+        /* All or none: the by-size readers then see no batch sizes. */
+        free(o->batch_count_by_size);
+        free(o->batch_ns_by_size);
+        free(o->batch_in_ns_by_size);
+        free(o->batch_out_ns_by_size);
+        o->batch_count_by_size = o->batch_ns_by_size = NULL;
+        o->batch_in_ns_by_size = o->batch_out_ns_by_size = NULL;
+    }
     int64_t now = now_ns();
     for (int i = 0; i < s->ninst; i++) {
         struct inst_shard *sh = &s->inst[i];
@@ -321,10 +365,14 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
             o->tenant_offline_s[t] +=
                 (double)atomic_load_explicit(&sh->tenant_offline_ns[t], memory_order_relaxed) / 1e9;
         }
-        if (o->batch_count_by_size && o->batch_ns_by_size)
+        if (o->batch_count_by_size)
             for (int r = 0; r <= s->max_batch; r++) {
                 o->batch_count_by_size[r] += atomic_load_explicit(&sh->count_by_size[r], memory_order_relaxed);
                 o->batch_ns_by_size[r] += atomic_load_explicit(&sh->ns_by_size[r], memory_order_relaxed);
+                o->batch_in_ns_by_size[r] +=
+                    atomic_load_explicit(&sh->in_ns_by_size[r], memory_order_relaxed);
+                o->batch_out_ns_by_size[r] +=
+                    atomic_load_explicit(&sh->out_ns_by_size[r], memory_order_relaxed);
             }
         if (!o->inst)
             continue;
@@ -347,8 +395,45 @@ void modelstats_snapshot_free(struct modelstats_snapshot *snap)
     free(snap->inst);
     free(snap->batch_count_by_size);
     free(snap->batch_ns_by_size);
+    free(snap->batch_in_ns_by_size);
+    free(snap->batch_out_ns_by_size);
     snap->inst = NULL;
     snap->batch_count_by_size = snap->batch_ns_by_size = NULL;
+    snap->batch_in_ns_by_size = snap->batch_out_ns_by_size = NULL;
+}
+
+void modelstats_triton(const struct modelstats_snapshot *s, struct modelstats_triton *o)
+{
+    memset(o, 0, sizeof *o);
+    /* From the per-size counts, so that sum(size x count) = inference_count
+     * and sum(count) = execution_count hold exactly in every snapshot. */
+    for (int r = 1; r <= s->max_batch && s->batch_count_by_size; r++) {
+        o->inference_count += (uint64_t)r * s->batch_count_by_size[r];
+        o->execution_count += s->batch_count_by_size[r];
+    }
+    o->success = (struct modelstats_duration){s->success_count, s->success_ns};
+    o->fail = (struct modelstats_duration){s->fail_count, s->fail_ns};
+    /* Only computed requests answer 200, each recorded with its times in
+     * one call: these counts are the success count. */
+    o->queue = (struct modelstats_duration){s->success_count, s->req_queue_ns};
+    o->compute_input = (struct modelstats_duration){s->success_count, s->req_input_ns};
+    o->compute_infer = (struct modelstats_duration){s->success_count, s->req_infer_ns};
+    o->compute_output = (struct modelstats_duration){s->success_count, s->req_output_ns};
+    uint64_t rejected = 0, backend = 0;
+    for (int i = 0; i < MODELSTATS_CODES; i++) {
+        if (modelstats_codes[i] == 429)
+            rejected += s->codes[i];
+        else if (modelstats_codes[i] == 500 || modelstats_codes[i] == 502)
+            backend += s->codes[i];
+    }
+    /* Read shard by shard, the codes may be ahead of fail_count. */
+    if (rejected > s->fail_count)
+        rejected = s->fail_count;
+    if (backend > s->fail_count - rejected)
+        backend = s->fail_count - rejected;
+    o->fail_by_reason[MS_FAIL_REJECTED] = rejected;
+    o->fail_by_reason[MS_FAIL_BACKEND] = backend;
+    o->fail_by_reason[MS_FAIL_OTHER] = s->fail_count - rejected - backend;
 }
 
 double modelstats_quantile(const struct modelstats_hist *h, double q)

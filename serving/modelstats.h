@@ -57,12 +57,19 @@ struct modelstats_snapshot {
     uint64_t codes[MODELSTATS_CODES];
     uint64_t rejected[MS_REJECT_COUNT];
     uint64_t success_count, fail_count;
+    uint64_t success_ns, fail_ns;              /* their requests' durations (arrival to answer) */
+    /* Of the successful requests, each one's own queue wait and its
+     * batch's gather, execution and scatter, summed (Triton's queue,
+     * compute_input, compute_infer, compute_output). */
+    uint64_t req_queue_ns, req_input_ns, req_infer_ns, req_output_ns;
     struct modelstats_hist request;            /* arrival to answer queued */
     struct modelstats_hist queue;              /* arrival to taken into a batch */
     struct modelstats_hist compute;            /* one batch (per batch) */
     struct modelstats_hist batch;              /* rows per batch (row buckets) */
     uint64_t *batch_count_by_size;             /* [max_batch + 1], caller frees */
-    uint64_t *batch_ns_by_size;
+    uint64_t *batch_ns_by_size;                /* execution */
+    uint64_t *batch_in_ns_by_size;             /* gather */
+    uint64_t *batch_out_ns_by_size;            /* scatter */
     int max_batch;
     int ninstances;
     struct modelstats_instance *inst;          /* [ninstances], caller frees */
@@ -90,18 +97,20 @@ void modelstats_retire(struct modelstats *s, struct modelstats *old);
 void modelstats_loaded(struct modelstats *s);
 
 /* IO thread `thread`: an inference request was answered with `status`.
- * queue_ns < 0 when it never reached a batch. */
+ * queue_ns < 0 when it never reached a batch. `ran`: the request's item
+ * when it was computed (status 200): its queue wait and its batch's times
+ * go to Triton's per-request sums; NULL otherwise. */
 void modelstats_request(struct modelstats *s, int thread, int status, int64_t total_ns,
-                        int64_t queue_ns);
+                        int64_t queue_ns, const struct infer_item *ran);
 void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason r);
 /* IO thread `thread`: an inference request of `rows` rows arrived (counted
  * whatever its answer); rows < 0: refused before its rows were known. */
 void modelstats_arrival(struct modelstats *s, int thread, int rows);
-/* Worker of `instance`: a batch of `rows` ran for exec_ns. */
-/* A batch ran for exec_ns; offline_rows of its rows were job lines, and
- * that share of its time is the offline class's. */
+/* Worker of `instance`: a batch of `rows` rows was gathered in input_ns,
+ * ran for exec_ns and was scattered in output_ns; offline_rows of its
+ * rows were job lines, and that share of its time is the offline class's. */
 void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_rows,
-                      int64_t exec_ns);
+                      int64_t input_ns, int64_t exec_ns, int64_t output_ns);
 /* The same batch's tokens and rows x its longest row (batcher/work.h). */
 void modelstats_batch_tokens(struct modelstats *s, int instance, int64_t tokens,
                              int64_t padded_tokens);
@@ -121,6 +130,32 @@ int modelstats_tenant_use(struct modelstats *s, struct modelstats_tenant_use *ou
 int modelstats_instances(const struct modelstats *s);
 
 void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *out);
+
+/* Triton's statistics (its statistics extension and its nv_inference_*
+ * metrics) of one snapshot: the stats JSON and /metrics both take their
+ * numbers from here, so the two agree for the same snapshot.
+ * Requests (success, fail, queue, compute_*) count once whatever their
+ * rows; inference_count counts rows and execution_count batches of what
+ * the model computed (job lines' rows included, though a job line is not
+ * an inference request: docs/METRICS.md). */
+struct modelstats_duration {
+    uint64_t count, ns;
+};
+enum modelstats_fail_reason {   /* nv_inference_request_failure{reason}, Triton's names */
+    MS_FAIL_REJECTED,           /* 429: queue full, tenant limits */
+    MS_FAIL_CANCELED,           /* never counted: a cancelled request has no answer */
+    MS_FAIL_BACKEND,            /* 500, 502: the backend failed the batch */
+    MS_FAIL_OTHER,              /* every other non-200 answer */
+    MS_FAIL_COUNT
+};
+extern const char *const modelstats_fail_names[MS_FAIL_COUNT];
+struct modelstats_triton {
+    uint64_t inference_count, execution_count;
+    struct modelstats_duration success, fail, queue, compute_input, compute_infer,
+        compute_output;
+    uint64_t fail_by_reason[MS_FAIL_COUNT];
+};
+void modelstats_triton(const struct modelstats_snapshot *s, struct modelstats_triton *out);
 void modelstats_snapshot_free(struct modelstats_snapshot *snap);
 /* The q-quantile (0..1) of a latency histogram, interpolated inside its
  * bucket (so within the bucket's resolution); 0 when empty. */

@@ -2,7 +2,7 @@
  * that the NVML path of /metrics (gateway/nvml.c) runs where no driver is:
  * tests/e2e/test_metrics.py puts its folder on LD_LIBRARY_PATH. The GPU
  * draws a steady 250 W since the library was initialized, reports 40%
- * busy and 1 of 80 GiB used. Only the entry points batchgate resolves. */
+ * busy and 1 of 80 GiB used, UUID GPU-fake-0. Only the entry points batchgate resolves. */
 #include <stdint.h>
 #include <time.h>
 
@@ -17,6 +17,7 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **dev);
 int nvmlDeviceGetUtilizationRates(void *dev, struct fake_util *u);
 int nvmlDeviceGetMemoryInfo(void *dev, struct fake_mem *m);
 int nvmlDeviceGetTotalEnergyConsumption(void *dev, unsigned long long *mj);
+int nvmlDeviceGetUUID(void *dev, char *uuid, unsigned int len);
 
 static struct timespec fake_t0;
 
@@ -69,5 +70,16 @@ int nvmlDeviceGetTotalEnergyConsumption(void *dev, unsigned long long *mj)
 {
     (void)dev;
     *mj = 1000000000ULL + (unsigned long long)(fake_elapsed_s() * 250.0 * 1000.0);
+    return 0;
+}
+
+int nvmlDeviceGetUUID(void *dev, char *uuid, unsigned int len)
+{
+    (void)dev;
+    static const char id[] = "GPU-fake-0";
+    if (len < sizeof id)
+        return 7;   /* NVML_ERROR_INSUFFICIENT_SIZE */
+    for (unsigned int i = 0; i < sizeof id; i++)
+        uuid[i] = id[i];
     return 0;
 }

@@ -64,6 +64,7 @@ static void test_full(void **state)
     assert_int_equal(c.shutdown_timeout_ms, 1500);
     assert_int_equal(c.log_level, LOG_DEBUG);
     assert_true(c.debug_endpoints);
+    assert_true(c.metrics.triton_names);   /* Triton's names on /metrics by default */
 }
 
 static void test_partial_keeps_defaults(void **state)
@@ -112,6 +113,8 @@ static void test_errors_name_file_and_field(void **state)
         {"{\"state_dir\": \"\"}", "state_dir", NULL},
         {"{\"jobs\": {\"max_input_bytes\": 0}}", "jobs.max_input_bytes", "between 1"},
         {"{\"jobs\": {\"dri\": \"x\"}}", "jobs.dri", "unknown"},
+        {"{\"metrics\": {\"triton_names\": \"no\"}}", "metrics.triton_names", "true or false"},
+        {"{\"metrics\": {\"triton\": false}}", "metrics.triton", "unknown"},
         {"{\"io_threads\": 1, \"io_threads\": 2}", "bad.json", "duplicate"},
         {"{\"proxy\": {\"routes\": [{\"prefix\": \"/a/\", \"urls\": [\"http://h:1\"],"
          " \"idempotent\": 1}]}}", "proxy.routes[0].idempotent", "true or false"},

@@ -19,12 +19,12 @@ static void test_sums_across_shards(void **state)
     struct modelstats *s = modelstats_new(3, 2, 8);
     assert_non_null(s);
     modelstats_loaded(s);
-    modelstats_request(s, 0, 200, 1000000, 400000);   /* 1 ms, 0.4 ms queued */
-    modelstats_request(s, 1, 200, 3000000, 100000);
-    modelstats_request(s, 2, 504, 2000000, -1);
+    modelstats_request(s, 0, 200, 1000000, 400000, NULL);   /* 1 ms, 0.4 ms queued */
+    modelstats_request(s, 1, 200, 3000000, 100000, NULL);
+    modelstats_request(s, 2, 504, 2000000, -1, NULL);
     modelstats_reject(s, 2, MS_REJECT_DEADLINE);
-    modelstats_batch(s, 0, 3, 0, 500000);
-    modelstats_batch(s, 1, 8, 2, 700000);
+    modelstats_batch(s, 0, 3, 0, 1000, 500000, 2000);
+    modelstats_batch(s, 1, 8, 2, 1000, 700000, 2000);
     struct modelstats_snapshot snap;
     modelstats_snapshot(s, &snap);
     assert_int_equal(snap.codes[0], 2);                       /* 200 */
@@ -57,8 +57,8 @@ static void test_buckets_and_quantiles(void **state)
     struct modelstats *s = modelstats_new(1, 1, 4);
     /* 100 requests at 80 us and 1 at 9 s: buckets resolve both ends. */
     for (int i = 0; i < 100; i++)
-        modelstats_request(s, 0, 200, 80000, 0);
-    modelstats_request(s, 0, 200, 9000000000LL, 0);
+        modelstats_request(s, 0, 200, 80000, 0, NULL);
+    modelstats_request(s, 0, 200, 9000000000LL, 0, NULL);
     struct modelstats_snapshot snap;
     modelstats_snapshot(s, &snap);
     assert_int_equal(snap.request.bucket[1], 100);   /* (50 us, 100 us] */
@@ -71,6 +71,59 @@ static void test_buckets_and_quantiles(void **state)
     modelstats_free(s);
 }
 
+/* Triton's statistics: requests count once whatever their rows and carry
+ * their whole batch's gather, execution and scatter; batch_stats' sizes
+ * add up to inference_count and execution_count; failures by reason. */
+static void test_triton_counts(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(2, 1, 16);
+    /* One batch of 4 rows: requests of 1 and 3 rows. */
+    struct infer_item a = {.rows = 1, .t_input_ns = 10, .t_compute_ns = 1000, .t_output_ns = 20};
+    struct infer_item b = a;
+    b.rows = 3;
+    modelstats_batch(s, 0, 4, 0, 10, 1000, 20);
+    modelstats_request(s, 0, 200, 5000, 300, &a);
+    modelstats_request(s, 1, 200, 6000, 400, &b);
+    /* A batch of 1 row. */
+    struct infer_item c = {.rows = 1, .t_input_ns = 5, .t_compute_ns = 700, .t_output_ns = 6};
+    modelstats_batch(s, 0, 1, 0, 5, 700, 6);
+    modelstats_request(s, 0, 200, 2000, 100, &c);
+    /* Failures: a full queue, a backend error, a bad request. */
+    modelstats_request(s, 1, 429, 50, -1, NULL);
+    modelstats_request(s, 1, 500, 900, 100, NULL);
+    modelstats_request(s, 0, 400, 30, -1, NULL);
+    struct modelstats_snapshot snap;
+    modelstats_snapshot(s, &snap);
+    struct modelstats_triton t;
+    modelstats_triton(&snap, &t);
+    assert_int_equal(t.inference_count, 5);
+    assert_int_equal(t.execution_count, 2);
+    assert_int_equal(t.success.count, 3);
+    assert_int_equal(t.success.ns, 13000);
+    assert_int_equal(t.fail.count, 3);
+    assert_int_equal(t.fail.ns, 980);
+    assert_int_equal(t.queue.count, 3);
+    assert_int_equal(t.queue.ns, 800);
+    assert_int_equal(t.compute_input.count, 3);
+    assert_int_equal(t.compute_input.ns, 25);
+    assert_int_equal(t.compute_infer.count, 3);
+    assert_int_equal(t.compute_infer.ns, 2700);
+    assert_int_equal(t.compute_output.count, 3);
+    assert_int_equal(t.compute_output.ns, 46);
+    assert_int_equal(t.fail_by_reason[MS_FAIL_REJECTED], 1);
+    assert_int_equal(t.fail_by_reason[MS_FAIL_BACKEND], 1);
+    assert_int_equal(t.fail_by_reason[MS_FAIL_OTHER], 1);
+    assert_int_equal(t.fail_by_reason[MS_FAIL_CANCELED], 0);
+    assert_int_equal(snap.batch_count_by_size[4], 1);
+    assert_int_equal(snap.batch_in_ns_by_size[4], 10);
+    assert_int_equal(snap.batch_ns_by_size[4], 1000);
+    assert_int_equal(snap.batch_out_ns_by_size[4], 20);
+    assert_int_equal(snap.batch_count_by_size[1], 1);
+    modelstats_snapshot_free(&snap);
+    modelstats_free(s);
+}
+
 /* A batch that ran 3 s counts in the seconds it ran (common/busywin.h),
  * not all in the second it ended: at least 2 of those seconds are already
  * whole, whatever the clock's fraction of a second now. */
@@ -79,7 +132,7 @@ static void test_long_batch_spreads_over_its_seconds(void **state)
     (void)state;
     struct modelstats *s = modelstats_new(1, 1, 4);
     modelstats_loaded(s);
-    modelstats_batch(s, 0, 4, 0, 3000000000LL);
+    modelstats_batch(s, 0, 4, 0, 0, 3000000000LL, 0);
     struct modelstats_snapshot snap;
     modelstats_snapshot(s, &snap);
     assert_true(snap.inst[0].busy_s > 2.999 && snap.inst[0].busy_s < 3.001);
@@ -97,8 +150,8 @@ static void *write_many(void *arg)
 {
     struct writer *w = arg;
     for (int i = 0; i < 100000; i++) {
-        modelstats_request(w->s, w->thread, 200, 1000, 10);
-        modelstats_batch(w->s, w->thread, 1, 0, 1000);
+        modelstats_request(w->s, w->thread, 200, 1000, 10, NULL);
+        modelstats_batch(w->s, w->thread, 1, 0, 0, 1000, 0);
     }
     return NULL;
 }
@@ -163,6 +216,7 @@ int main(void)
         cmocka_unit_test(test_sums_across_shards),
         cmocka_unit_test(test_buckets_and_quantiles),
         cmocka_unit_test(test_long_batch_spreads_over_its_seconds),
+        cmocka_unit_test(test_triton_counts),
         cmocka_unit_test(test_batch_by_tenant_and_class),
         cmocka_unit_test(test_concurrent_writers_lose_nothing),
     };
