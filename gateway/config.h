@@ -46,6 +46,11 @@ struct config_jobs {
     size_t max_input_bytes;    /* a job's input (body or input_path file); 413 past it */
 };
 
+/* Triton's system shared memory extension (gateway/api_shm.c). */
+struct config_shared_memory {
+    bool allow_remote;         /* serve it to clients off loopback too */
+};
+
 struct config {
     /* listen, io_threads and limits: what the HTTP server takes as it is
      * (port 0 = ephemeral, logged once bound; io_threads 0 = one per online
@@ -62,6 +67,7 @@ struct config {
     char state_dir[4096];      /* the SQLite database (state/state.h) */
     struct config_jobs jobs;
     struct ledger_config usage;   /* the usage ledger (serving/ledger.h) */
+    struct config_shared_memory shared_memory;
     /* `auth` and `tenants` (SPEC.md "Tenants and keys"): t[0] is always
      * the tenant "default"; read by the gateway (keys, routes, admission)
      * and the scheduler (shares). */
