@@ -226,7 +226,7 @@ static const struct schema_field config_shm_fields[] = {
      .doc = "serve Triton's system shared memory extension (`/v2/systemsharedmemory/...` and "
             "inference with `shared_memory_region`) to clients off loopback too; a region maps "
             "memory of the server's host by a name the client gives, so by default only "
-            "clients on 127.0.0.0/8 and ::1 may use it (403 for others; docs/TRITON.md)"},
+            "clients on 127.0.0.0/8 and ::1 may use it (403 for others; docs/MODELS.md)"},
     SCHEMA_END_ROW,
 };
 

@@ -1,4 +1,4 @@
-/* shmreg.h - Triton's system shared memory regions (docs/TRITON.md "System
+/* shmreg.h - Triton's system shared memory regions (docs/MODELS.md "System
  * shared memory"): named windows [offset, offset + byte_size) of POSIX
  * shared memory objects (shm_open keys) that a client on this host created,
  * mapped read-write so that inference requests read their inputs from them

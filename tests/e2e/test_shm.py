@@ -1,5 +1,5 @@
 """test_shm.py - Triton's system shared memory extension (SPEC.md "Triton's
-tools", docs/TRITON.md "System shared memory"):
+tools", docs/MODELS.md "System shared memory"):
 
 - Triton's own client (shm_calls.py under the test venv): register, status,
   input and output in shared memory equal to the same request over JSON,
@@ -205,8 +205,7 @@ class ShmTest(RepoServerCase):
             raise unittest.SkipTest("no perf_analyzer: %s" % p.stderr.strip()[-300:])
         pa = p.stdout.strip().splitlines()[-1]
         run = subprocess.run([pa, "-m", "digits", "-u", "127.0.0.1:%d" % self.srv.port, "-i", "http",
-                              "--shared-memory", "system", "--measurement-interval", "300",
-                              "--stability-percentage", "100", "--max-trials", "3"],
+                              "--shared-memory", "system", "--request-count", "200"],
                              capture_output=True, text=True, timeout=60)
         out = run.stdout + run.stderr
         self.assertEqual(run.returncode, 0, out)
