@@ -18,6 +18,8 @@ struct jobs;
 struct auth;
 struct admit;
 struct tenantstats;
+struct shmreg;
+struct tensor_shm;
 
 #define API_EXTENSIONS_MAX 16
 
@@ -49,6 +51,10 @@ struct api_state {
     /* Triton's extensions the registered routes implement (api_routes.c). */
     const char *extensions[API_EXTENSIONS_MAX];
     int nextensions;
+    /* Triton's system shared memory regions (shmreg.h; NULL: none served)
+     * and whether clients off loopback may use them (shared_memory.allow_remote). */
+    struct shmreg *shm;
+    bool shm_allow_remote;
 };
 
 /* One route of the HTTP API and the Triton extensions it implements, by
@@ -85,6 +91,27 @@ int api_usage_register(struct router *r, struct api_state *st, struct error *err
 /* GET and PUT /v2/governance (SPEC.md "Time windows"). */
 int api_governance_register(struct router *r, struct api_state *st, struct error *err);
 int api_repository_register(struct router *r, struct api_state *st, struct error *err);
+/* Triton's system shared memory extension (api_shm.c):
+ * GET /v2/systemsharedmemory[/region/{name}]/status,
+ * POST /v2/systemsharedmemory/region/{name}/register,
+ * POST /v2/systemsharedmemory[/region/{name}]/unregister. */
+int api_shm_register(struct router *r, struct api_state *st, struct error *err);
+/* Inference's use of regions: what one request holds (embedded in the
+ * request's call, so the common path allocates nothing; zeroed it holds
+ * nothing), released by api_shm_use_release once the answer is written,
+ * and the resolver over it (serving/tensor_json.h: struct
+ * tensor_shm_resolver, ctx the use), which refuses callers off loopback or
+ * without an admin key (403). */
+struct shmreg_region;
+struct api_shm_use {
+    struct api_state *st;
+    struct http_request *req;
+    struct shmreg_region *held[2];   /* the input's and the output's region */
+    int nheld;
+};
+void api_shm_use_release(struct api_shm_use *u);
+int api_shm_resolve(void *ctx, const struct tensor_shm *ref, const char *what, void **bytes,
+                    struct error *err);
 /* GET /dashboard (a self-contained live page) and GET /dashboard/data (its JSON). */
 int api_dashboard_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /metrics (Prometheus text format 0.0.4) */

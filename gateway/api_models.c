@@ -44,6 +44,7 @@ struct infer_call {
     float *output;
     enum infer_format format;
     struct embed_request embed;      /* FORMAT_EMBED */
+    struct api_shm_use shm;          /* shared memory regions it reads and writes (api_shm.c) */
 };
 
 static struct infer_call *models_call_of_item(struct infer_item *it)
@@ -455,6 +456,7 @@ static void models_infer_call_free(struct infer_call *call)
     if (call->admitted)
         admit_leave(call->st->admit, call->item.tenant);
     served_release(call->sm);
+    api_shm_use_release(&call->shm);   /* after the answer: its output was copied in */
     free(call->r.input);
     free(call->output);
     free(call);
@@ -491,6 +493,11 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
     } else {
         if (c->kind == MODEL_KIND_ENCODER && c->encoder.normalize)
             encoder_output_normalize(call->output, call->r.rows, (int)c->output.row_elems);
+        /* An output in shared memory: the region is held by the call, so
+         * it is still mapped even if it was unregistered meanwhile. */
+        if (call->r.output_shm.set)
+            memcpy(call->r.output_shm_bytes, call->output,
+                   (size_t)call->r.rows * (size_t)c->output.row_elems * sizeof(float));
         rc = tensor_encode_kserve(c, &call->r, call->output, &b, &json_len);
     }
     if (rc < 0) {
@@ -741,7 +748,9 @@ static void models_infer_run(struct http_request *req, const struct route_match 
     struct error err = {0};
     struct jscratch *js = models_scratch_of(st, req);
     jscratch_begin(js);
-    int drc = tensor_decode_kserve(&sm->model, body, len, json_len, &call->r, &err);
+    call->shm = (struct api_shm_use){.st = st, .req = req};
+    struct tensor_shm_resolver shm = {api_shm_resolve, &call->shm};
+    int drc = tensor_decode_kserve_shm(&sm->model, body, len, json_len, &shm, &call->r, &err);
     jscratch_end(js);
     if (drc) {
         models_call_refuse(req, call, &err);

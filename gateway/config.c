@@ -229,6 +229,16 @@ static const struct schema_field config_metrics_fields[] = {
     SCHEMA_END_ROW,
 };
 
+static const struct schema_field config_shm_fields[] = {
+    {SCHEMA_F_BOOL("allow_remote", struct config_shared_memory, allow_remote),
+     .def = false,
+     .doc = "serve Triton's system shared memory extension (`/v2/systemsharedmemory/...` and "
+            "inference with `shared_memory_region`) to clients off loopback too; a region maps "
+            "memory of the server's host by a name the client gives, so by default only "
+            "clients on 127.0.0.0/8 and ::1 may use it (403 for others; docs/MODELS.md)"},
+    SCHEMA_END_ROW,
+};
+
 static const struct schema_name config_log_levels[] = {
     {"debug", LOG_DEBUG}, {"info", LOG_INFO}, {"warn", LOG_WARN}, {"error", LOG_ERROR}, {NULL, 0},
 };
@@ -305,6 +315,8 @@ static const struct schema_field config_fields[] = {
      .doc = "the usage ledger in the state database (docs/USAGE.md)"},
     {SCHEMA_F_OBJECT("metrics", struct config, metrics, config_metrics_fields),
      .doc = "what `GET /metrics` shows"},
+    {SCHEMA_F_OBJECT("shared_memory", struct config, shared_memory, config_shm_fields),
+     .flags = SCHEMA_EXT, .doc = "Triton's system shared memory extension"},
     {SCHEMA_F_OBJECT("auth", struct config, tenants, config_auth_fields),
      .doc = "API keys (docs/TENANTS.md)"},
     /* The file's tenants go to t[1..]: t[0] is "default" whatever the file

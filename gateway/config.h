@@ -51,6 +51,11 @@ struct config_metrics {
     bool triton_names;         /* Triton's nv_ series beside batchgate's */
 };
 
+/* Triton's system shared memory extension (gateway/api_shm.c). */
+struct config_shared_memory {
+    bool allow_remote;         /* serve it to clients off loopback too */
+};
+
 struct config {
     /* listen, io_threads and limits: what the HTTP server takes as it is
      * (port 0 = ephemeral, logged once bound; io_threads 0 = one per online
@@ -68,6 +73,7 @@ struct config {
     struct config_jobs jobs;
     struct ledger_config usage;   /* the usage ledger (serving/ledger.h) */
     struct config_metrics metrics;
+    struct config_shared_memory shared_memory;
     /* `auth` and `tenants` (SPEC.md "Tenants and keys"): t[0] is always
      * the tenant "default"; read by the gateway (keys, routes, admission)
      * and the scheduler (shares). */

@@ -19,6 +19,7 @@
 #include <event2/thread.h>
 
 #include "gateway/api.h"
+#include "gateway/shmreg.h"
 #include "gateway/admit.h"
 #include "gateway/auth.h"
 #include "backends/model.h"
@@ -299,7 +300,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
         (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)) ||
         (rc = api_jobs_register(r, st, err)) || (rc = api_governance_register(r, st, err)) ||
         (rc = api_repository_register(r, st, err)) || (rc = api_usage_register(r, st, err)) ||
-        (rc = api_logging_register(r, st, err)))
+        (rc = api_logging_register(r, st, err)) || (rc = api_shm_register(r, st, err)))
         return rc;
     if (cfg->debug_endpoints && (rc = api_debug_register(r, st, err)))
         return rc;
@@ -451,6 +452,15 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
+    /* Triton's system shared memory regions (api_shm.c): empty until a
+     * client registers one. */
+    api.shm = shmreg_new();
+    api.shm_allow_remote = cfg.shared_memory.allow_remote;
+    if (!api.shm) {
+        log_error("out of memory for the shared memory registry");
+        exit_code = 1;
+        goto out;
+    }
     api.proxy = proxy_new(&cfg.proxy, cfg.http.io_threads, &err);
     if (!api.proxy) {
         log_error("%s: %s", cli.config_path ? cli.config_path : "config", err.msg);
@@ -598,6 +608,9 @@ out:
     /* Its connections live on the IO threads' event bases: before those go. */
     proxy_free(api.proxy);
     server_free(srv);
+    /* After the IO threads: no request holds a region any more, and every
+     * region still registered is unmapped here. */
+    shmreg_free(api.shm);
     for (int i = 0; i < api.njscratch; i++)
         jscratch_free(api.jscratch[i]);
     free(api.jscratch);

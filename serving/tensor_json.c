@@ -233,9 +233,65 @@ static int tensor_decode_text(const struct model *model, json_t *data, const cha
     return 0;
 }
 
+/* ---- system shared memory (Triton's extension) ---- */
+
+/* A tensor's shared memory parameters into ref (ref->set false when it has
+ * none). Triton's rule: region and byte_size go together, offset is
+ * optional (0). */
+static int tensor_shm_params(json_t *params, const char *where, struct tensor_shm *ref,
+                             struct error *err)
+{
+    memset(ref, 0, sizeof *ref);
+    if (!params)
+        return 0;
+    json_t *reg = json_object_get(params, "shared_memory_region");
+    json_t *bs = json_object_get(params, "shared_memory_byte_size");
+    json_t *off = json_object_get(params, "shared_memory_offset");
+    if (!reg && !bs && !off)
+        return 0;
+    if (!reg)
+        return error_set(err, BG_EINVAL, "%sparameters.shared_memory_region: missing (%s "
+                         "names no region without it)", where,
+                         bs ? "shared_memory_byte_size" : "shared_memory_offset");
+    if (!json_is_string(reg) || json_string_length(reg) == 0 ||
+        json_string_length(reg) >= sizeof ref->region)
+        return error_set(err, BG_EINVAL, "%sparameters.shared_memory_region: must be the name "
+                         "of a registered region (a string of 1 to %zu bytes)", where,
+                         sizeof ref->region - 1);
+    if (!bs)
+        return error_set(err, BG_EINVAL, "%sparameters.shared_memory_byte_size: missing "
+                         "(required with shared_memory_region)", where);
+    if (!json_is_integer(bs) || json_integer_value(bs) < 0)
+        return error_set(err, BG_EINVAL, "%sparameters.shared_memory_byte_size: must be an "
+                         "integer >= 0", where);
+    if (off && (!json_is_integer(off) || json_integer_value(off) < 0))
+        return error_set(err, BG_EINVAL, "%sparameters.shared_memory_offset: must be an "
+                         "integer >= 0", where);
+    ref->set = true;
+    memcpy(ref->region, json_string_value(reg), json_string_length(reg) + 1);
+    ref->byte_size = (uint64_t)json_integer_value(bs);
+    ref->offset = off ? (uint64_t)json_integer_value(off) : 0;
+    return 0;
+}
+
+/* The resolver's answer for ref; `where` is "inputs[0]." (its dot dropped
+ * for the resolver's messages). */
+static int tensor_shm_resolve(const struct tensor_shm_resolver *shm, const struct tensor_shm *ref,
+                              const char *where, void **bytes, struct error *err)
+{
+    if (!shm || !shm->resolve)
+        return error_set(err, BG_EINVAL, "%sparameters.shared_memory_region: system shared "
+                         "memory is served on POST /v2/models/{model}/infer only", where);
+    char what[48];
+    size_t n = strlen(where);
+    snprintf(what, sizeof what, "%.*s", (int)(n && where[n - 1] == '.' ? n - 1 : n), where);
+    return shm->resolve(shm->ctx, ref, what, bytes, err);
+}
+
 /* One entry of "inputs". `bin`/`bin_len` is what is left of the binary section. */
 static int tensor_decode_input(const struct model *model, json_t *in, int idx, const char **bin,
-                        size_t *bin_len, struct infer_request *out, struct error *err)
+                        size_t *bin_len, const struct tensor_shm_resolver *shm,
+                        struct infer_request *out, struct error *err)
 {
     const struct model_config *m = &model->cfg;
     bool text = m->kind == MODEL_KIND_ENCODER;
@@ -288,6 +344,30 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
         return error_set(err, BG_EINVAL, "%sparameters: must be an object", where);
     json_t *bsize = params ? json_object_get(params, "binary_data_size") : NULL;
     json_t *data = json_object_get(in, "data");
+    struct tensor_shm ref;
+    int rc = tensor_shm_params(params, where, &ref, err);
+    if (rc)
+        return rc;
+    if (ref.set) {
+        if (data || bsize)
+            return error_set(err, BG_EINVAL, "%s: has both parameters.shared_memory_region and "
+                             "%s", where, data ? "data" : "parameters.binary_data_size");
+        if (!text && ref.byte_size != count * sizeof(float))
+            return error_set(err, BG_EINVAL,
+                             "%sparameters.shared_memory_byte_size: %llu bytes, but shape %lld x "
+                             "%lld FP32 needs %zu", where, (unsigned long long)ref.byte_size,
+                             (long long)out->rows, (long long)t->row_elems,
+                             count * sizeof(float));
+        void *bytes;
+        if ((rc = tensor_shm_resolve(shm, &ref, where, &bytes, err)))
+            return rc;
+        if (text) {   /* the binary extension's elements, read in place */
+            const char *p = bytes;
+            return tensor_decode_text(model, NULL, where, &p, (size_t)ref.byte_size, out, err);
+        }
+        memcpy(out->input, bytes, count * sizeof(float));   /* little-endian FP32, as in Triton */
+        return 0;
+    }
     if (bsize) {
         if (data)
             return error_set(err, BG_EINVAL, "%s: has both data and parameters.binary_data_size",
@@ -302,7 +382,7 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
                              "follow the JSON header", where, n, *bin ? *bin_len : 0);
         if (text) {
             const char *start = *bin;
-            int rc = tensor_decode_text(model, NULL, where, bin, n, out, err);
+            rc = tensor_decode_text(model, NULL, where, bin, n, out, err);
             *bin_len -= (size_t)(*bin - start);
             return rc;
         }
@@ -330,7 +410,7 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
     char field[64];
     snprintf(field, sizeof field, "%sdata", where);
     struct flat f = {out->input, 0, count, field, err};
-    int rc = tensor_flatten(data, &f, 0);
+    rc = tensor_flatten(data, &f, 0);
     if (rc)
         return rc;
     if (f.n != count)
@@ -339,8 +419,9 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
     return 0;
 }
 
-static int tensor_decode_outputs(const struct model_config *m, json_t *outs, struct infer_request *out,
-                          struct error *err)
+static int tensor_decode_outputs(const struct model_config *m, json_t *outs,
+                                 const struct tensor_shm_resolver *shm, struct infer_request *out,
+                                 struct error *err)
 {
     if (!outs)
         return 0;
@@ -363,8 +444,20 @@ static int tensor_decode_outputs(const struct model_config *m, json_t *outs, str
             if (!json_is_object(params))
                 return error_set(err, BG_EINVAL, "%sparameters: must be an object", where);
             int rc = tensor_get_bool_param(params, "binary_data", &out->binary_output, where, err);
-            if (rc)
+            if (rc || (rc = tensor_shm_params(params, where, &out->output_shm, err)))
                 return rc;
+            if (out->output_shm.set) {
+                size_t need = (size_t)out->rows * (size_t)m->output.row_elems * sizeof(float);
+                if (out->output_shm.byte_size < need)
+                    return error_set(err, BG_EINVAL, "%sparameters.shared_memory_byte_size: "
+                                     "%llu bytes is too small for the output (%d rows x %lld "
+                                     "FP32 are %zu bytes)", where,
+                                     (unsigned long long)out->output_shm.byte_size, out->rows,
+                                     (long long)m->output.row_elems, need);
+                if ((rc = tensor_shm_resolve(shm, &out->output_shm, where,
+                                             &out->output_shm_bytes, err)))
+                    return rc;
+            }
         }
     }
     return 0;
@@ -372,6 +465,13 @@ static int tensor_decode_outputs(const struct model_config *m, json_t *outs, str
 
 int tensor_decode_kserve(const struct model *model, const char *body, size_t len,
                          int64_t json_len, struct infer_request *out, struct error *err)
+{
+    return tensor_decode_kserve_shm(model, body, len, json_len, NULL, out, err);
+}
+
+int tensor_decode_kserve_shm(const struct model *model, const char *body, size_t len,
+                             int64_t json_len, const struct tensor_shm_resolver *shm,
+                             struct infer_request *out, struct error *err)
 {
     const struct model_config *m = &model->cfg;
     memset(out, 0, sizeof *out);
@@ -421,8 +521,9 @@ int tensor_decode_kserve(const struct model *model, const char *body, size_t len
                        m->name, m->input.name, json_array_size(inputs));
         goto out;
     }
-    if ((rc = tensor_decode_input(model, json_array_get(inputs, 0), 0, &bin, &bin_len, out, err)) ||
-        (rc = tensor_decode_outputs(m, json_object_get(root, "outputs"), out, err)))
+    if ((rc = tensor_decode_input(model, json_array_get(inputs, 0), 0, &bin, &bin_len, shm, out,
+                                  err)) ||
+        (rc = tensor_decode_outputs(m, json_object_get(root, "outputs"), shm, out, err)))
         goto out;
     if (bin && bin_len != 0) {
         rc = error_set(err, BG_EINVAL, "%zu binary bytes after the JSON header belong to no input",
@@ -453,6 +554,14 @@ int tensor_encode_kserve(const struct model_config *m, const struct infer_reques
     json_append_string(out, m->output.name, strlen(m->output.name));
     buf_appendf(out, ",\"datatype\":\"%s\",\"shape\":", m->output.datatype);
     tensor_append_shape(out, r->rows, &m->output);
+    if (r->output_shm.set) {
+        /* As Triton answers it: no data and no parameters. Triton's C++
+         * client (perf_analyzer's) takes any output "parameters" to hold a
+         * binary_data_size and fails without one; the client knows where
+         * it asked the bytes to go. */
+        *json_len = -1;
+        return buf_append(out, "}]}", 3);
+    }
     if (r->binary_output) {
         buf_appendf(out, ",\"parameters\":{\"binary_data_size\":%zu}}]}", count * sizeof(float));
         *json_len = (int64_t)out->len;

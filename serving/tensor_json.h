@@ -16,6 +16,26 @@
 #include "backends/backend.h"
 #include "backends/model.h"
 
+/* Triton's system shared memory parameters of a tensor
+ * (`shared_memory_region`, `shared_memory_offset`, `shared_memory_byte_size`). */
+#define TENSOR_SHM_NAME_MAX 128
+struct tensor_shm {
+    bool set;
+    char region[TENSOR_SHM_NAME_MAX];
+    uint64_t offset, byte_size;
+};
+
+/* Where a tensor's bytes in shared memory are: the decoder asks with the
+ * tensor's parameters once they passed its own checks; the caller maps
+ * (gateway/shmreg.h) and keeps the memory valid until the request is
+ * answered. Returns 0 with *bytes (byte_size of them), or a negative
+ * BG_E* code with a message naming `what` ("inputs[0]"). */
+struct tensor_shm_resolver {
+    int (*resolve)(void *ctx, const struct tensor_shm *ref, const char *what, void **bytes,
+                   struct error *err);
+    void *ctx;
+};
+
 struct infer_request {
     char id[256];
     bool has_id;
@@ -28,6 +48,8 @@ struct infer_request {
     bool truncate;                /* parameters.truncate (text inputs): cut past the maximum
                                    * length rather than refuse (413); default true */
     int64_t tokens;               /* a text input's tokens, all rows; 0 for FP32 inputs */
+    struct tensor_shm output_shm; /* the output goes into shared memory (set), not the body */
+    void *output_shm_bytes;       /* where: output_shm.byte_size bytes, from the resolver */
 };
 
 /* A KServe v2 infer body for the model m (an encoder's BYTES text input is
@@ -37,9 +59,21 @@ struct infer_request {
  * binary-extension body) or -1 when the body is all JSON. */
 int tensor_decode_kserve(const struct model *m, const char *body, size_t len,
                          int64_t json_len, struct infer_request *out, struct error *err);
+/* The same, with tensors in shared memory served through `shm` (NULL:
+ * their parameters are refused, 400). An input's shared_memory_byte_size
+ * must be exactly what its shape needs (FP32: rows x elements x 4; an
+ * encoder's BYTES: the binary extension's elements), an output's at least
+ * the output's bytes; the input's bytes are copied out before this
+ * returns, the output's address is left in out->output_shm_bytes. */
+int tensor_decode_kserve_shm(const struct model *m, const char *body, size_t len,
+                             int64_t json_len, const struct tensor_shm_resolver *shm,
+                             struct infer_request *out, struct error *err);
 
 /* The answer: JSON, or (binary_output) a JSON header followed by the raw
- * FP32 bytes, whose length goes in *json_len (-1 when all JSON). */
+ * FP32 bytes, whose length goes in *json_len (-1 when all JSON). An output
+ * in shared memory (r->output_shm.set) is answered as Triton does, with its
+ * name, datatype and shape only: the caller copies the bytes into the
+ * region. */
 int tensor_encode_kserve(const struct model_config *m, const struct infer_request *r,
                          const float *output, struct buf *out, int64_t *json_len);
 

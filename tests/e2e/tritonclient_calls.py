@@ -174,7 +174,10 @@ EXTENSION_PROBES = {
     "model_repository": lambda c, a: _answers(c.get_model_repository_index),
     "logging": lambda c, a: _answers(c.get_log_settings),
     "system_shared_memory": lambda c, a: _answers(c.get_system_shared_memory_status),
-    "cuda_shared_memory": lambda c, a: _answers(c.get_cuda_shared_memory_status),
+    # Its status and unregister answer (perf_analyzer calls them at start
+    # and exit); whether a region registers is what says it works.
+    "cuda_shared_memory": lambda c, a: _answers(
+        lambda: c.register_cuda_shared_memory("probe", b"AAAA", 0, 4)),
     "trace": lambda c, a: _answers(c.get_trace_settings),
     "sequence": None,
     "schedule_policy": None,

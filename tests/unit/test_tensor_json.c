@@ -282,6 +282,113 @@ static void test_floats_round_trip(void **state)
     free(v);
 }
 
+/* ---- system shared memory: a fake resolver over one array ---- */
+
+static unsigned char shm_mem[256];
+static int shm_calls;
+
+static int fake_resolve(void *ctx, const struct tensor_shm *ref, const char *what, void **bytes,
+                        struct error *err)
+{
+    (void)ctx;
+    shm_calls++;
+    if (strcmp(ref->region, "r") != 0)
+        return error_set(err, BG_EINVAL, "%s: no region \"%s\"", what, ref->region);
+    if (ref->offset + ref->byte_size > sizeof shm_mem)
+        return error_set(err, BG_EINVAL, "%s: past the end", what);
+    *bytes = shm_mem + ref->offset;
+    return 0;
+}
+
+static int decode_shm(const char *json, struct infer_request *r, struct error *err)
+{
+    struct model_config m = model();
+    struct tensor_shm_resolver res = {fake_resolve, NULL};
+    return tensor_decode_kserve_shm(as_model(&m), json, strlen(json), -1, &res, r, err);
+}
+
+static void test_shared_memory(void **state)
+{
+    (void)state;
+    float in[12];
+    for (int i = 0; i < 12; i++)
+        in[i] = (float)i + 0.5f;
+    memcpy(shm_mem + 16, in, sizeof in);
+    struct infer_request r;
+    struct error err = {0};
+    /* 2 rows x 6 FP32 = 48 bytes at offset 16; the output (2 x 2 FP32 =
+     * 16 bytes) at 100, in a window of 20. */
+    const char *ok = "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],"
+                     "\"parameters\":{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":48,"
+                     "\"shared_memory_offset\":16}}],\"outputs\":[{\"name\":\"output\",\"parameters\":"
+                     "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":20,"
+                     "\"shared_memory_offset\":100}}]}";
+    assert_int_equal(decode_shm(ok, &r, &err), 0);
+    assert_int_equal(r.rows, 2);
+    assert_memory_equal(r.input, in, sizeof in);
+    assert_true(r.output_shm.set);
+    assert_ptr_equal(r.output_shm_bytes, shm_mem + 100);
+    struct model_config m = model();
+    float out[4] = {1, 2, 3, 4};
+    struct buf b = BUF_INIT;
+    int64_t jl = 0;
+    assert_int_equal(tensor_encode_kserve(&m, &r, out, &b, &jl), 0);
+    assert_int_equal(jl, -1);
+    buf_append(&b, "", 1);
+    /* As Triton: name, datatype, shape; no data, no parameters. */
+    assert_string_equal(b.data, "{\"model_name\":\"m\",\"model_version\":\"1\",\"outputs\":[{\"name\":"
+                                "\"output\",\"datatype\":\"FP32\",\"shape\":[2,2]}]}");
+    buf_free(&b);
+    free(r.input);
+
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"parameters\":"
+         "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":44}}]}",
+         "inputs[0].parameters.shared_memory_byte_size: 44 bytes, but shape 2 x 6 FP32 needs 48"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"parameters\":"
+         "{\"shared_memory_region\":\"r\"}}]}",
+         "inputs[0].parameters.shared_memory_byte_size: missing"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"parameters\":"
+         "{\"shared_memory_byte_size\":48}}]}",
+         "inputs[0].parameters.shared_memory_region: missing"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"parameters\":"
+         "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":48,"
+         "\"shared_memory_offset\":-1}}]}",
+         "inputs[0].parameters.shared_memory_offset: must be an integer >= 0"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"parameters\":"
+         "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":48},\"data\":[1]}]}",
+         "has both parameters.shared_memory_region and data"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"parameters\":"
+         "{\"shared_memory_region\":\"q\",\"shared_memory_byte_size\":48}}]}",
+         "inputs[0]: no region \"q\""},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"parameters\":"
+         "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":48,"
+         "\"shared_memory_offset\":250}}]}",
+         "inputs[0]: past the end"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"data\":"
+         "[1,2,3,4,5,6,7,8,9,10,11,12]}],\"outputs\":[{\"name\":\"output\",\"parameters\":"
+         "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":15}}]}",
+         "outputs[0].parameters.shared_memory_byte_size: 15 bytes is too small for the output "
+         "(2 rows x 2 FP32 are 16 bytes)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = '\0';
+        assert_int_equal(decode_shm(bad[i].json, &r, &err), -BG_EINVAL);
+        if (!strstr(err.msg, bad[i].msg))
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.msg, bad[i].msg);
+        assert_null(r.input);
+    }
+    /* Without a resolver (jobs, TF-Serving): refused, naming the route. */
+    shm_calls = 0;
+    assert_int_equal(decode("{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":"
+                            "[2,2,3],\"parameters\":{\"shared_memory_region\":\"r\","
+                            "\"shared_memory_byte_size\":48}}]}", &r, &err), -BG_EINVAL);
+    assert_non_null(strstr(err.msg, "served on POST /v2/models/{model}/infer only"));
+    assert_int_equal(shm_calls, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_json_answer_roundtrips_floats),
         cmocka_unit_test(test_tfs),
         cmocka_unit_test(test_floats_round_trip),
+        cmocka_unit_test(test_shared_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
