@@ -367,7 +367,12 @@ static void models_append_triton_tensor(struct buf *b, const struct model_tensor
                 strcmp(t->datatype, "BYTES") == 0 ? "STRING" : t->datatype);
     for (int i = 0; i < t->ndims; i++)
         buf_appendf(b, "%s%lld", i ? "," : "", (long long)t->shape[i]);
-    buf_append(b, "]}", 2);
+    buf_append(b, "]", 1);
+    if (t->labels[0]) {   /* Triton's name for an output's labels file */
+        buf_append(b, ",\"label_filename\":", 18);
+        json_append_string(b, t->labels, strlen(t->labels));
+    }
+    buf_append(b, "}", 1);
 }
 
 static void models_config_route(struct http_request *req, const struct route_match *m, void *ctx)
@@ -489,7 +494,7 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
     } else {
         if (c->kind == MODEL_KIND_ENCODER && c->encoder.normalize)
             encoder_output_normalize(call->output, call->r.rows, (int)c->output.row_elems);
-        rc = tensor_encode_kserve(c, &call->r, call->output, &b, &json_len);
+        rc = tensor_encode_kserve(&call->sm->model, &call->r, call->output, &b, &json_len);
     }
     if (rc < 0) {
         buf_free(&b);

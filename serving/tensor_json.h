@@ -28,6 +28,10 @@ struct infer_request {
     bool truncate;                /* parameters.truncate (text inputs): cut past the maximum
                                    * length rather than refuse (413); default true */
     int64_t tokens;               /* a text input's tokens, all rows; 0 for FP32 inputs */
+    /* outputs[].parameters.classification (Triton's extension): the top
+     * class_count of each row answered as BYTES "value:index[:label]"; 0:
+     * the tensor itself. Checked against the output's size at decode. */
+    int64_t class_count;
 };
 
 /* A KServe v2 infer body for the model m (an encoder's BYTES text input is
@@ -39,8 +43,16 @@ int tensor_decode_kserve(const struct model *m, const char *body, size_t len,
                          int64_t json_len, struct infer_request *out, struct error *err);
 
 /* The answer: JSON, or (binary_output) a JSON header followed by the raw
- * FP32 bytes, whose length goes in *json_len (-1 when all JSON). */
-int tensor_encode_kserve(const struct model_config *m, const struct infer_request *r,
+ * bytes, whose length goes in *json_len (-1 when all JSON).
+ *
+ * With r->class_count the output is Triton's classification: BYTES of shape
+ * [rows, class_count], each element "value:index" or, where the model has
+ * labels (m->labels), "value:index:label" (an empty label line gives
+ * "value:index"); the value printed as C's "%f" (6 decimals: Triton's
+ * std::to_string), "nan", "inf" or "-inf". Per row, larger values first;
+ * NaN after every number; equal values by index, lowest first. In binary
+ * form each element is a 4-byte little-endian length and its bytes. */
+int tensor_encode_kserve(const struct model *m, const struct infer_request *r,
                          const float *output, struct buf *out, int64_t *json_len);
 
 /* TF-Serving's REST predict: {"instances": [row, ...]} (each row nested per
