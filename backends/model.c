@@ -50,15 +50,16 @@ static const struct schema_field model_dim = {
 
 /* The rows inputs and outputs share; an output has one more (labels), so
  * each has its table and the docs list labels under outputs only. */
-#define MODEL_TENSOR_ROWS                                                                      \
-    {SCHEMA_F_STRING("name", struct model_tensor, name), .flags = SCHEMA_REQUIRED | SCHEMA_NONEMPTY,\
-     .doc = "the tensor's name in requests and answers"},                                      \
-    {SCHEMA_F_STRING("datatype", struct model_tensor, datatype), .names = model_datatypes,     \
-     .sdef = "FP32", .hint = "the only datatype served for now",                               \
-     .doc = "the only one served for now (an encoder folder's text input is `BYTES`: "          \
-            "docs/EMBEDDINGS.md)"},                                                            \
-    {SCHEMA_F_ARRAY("shape", struct model_tensor, shape, ndims, &model_dim),                   \
-     .flags = SCHEMA_REQUIRED, .min = 1,                                                       \
+#define MODEL_TENSOR_ROWS                                                                 \
+    {SCHEMA_F_STRING("name", struct model_tensor, name),                                  \
+     .flags = SCHEMA_REQUIRED | SCHEMA_NONEMPTY,                                          \
+     .doc = "the tensor's name in requests and answers"},                                 \
+    {SCHEMA_F_STRING("datatype", struct model_tensor, datatype), .names = model_datatypes, \
+     .sdef = "FP32", .hint = "the only datatype served for now",                          \
+     .doc = "the only one served for now (an encoder folder's text input is `BYTES`: "     \
+            "docs/EMBEDDINGS.md)"},                                                       \
+    {SCHEMA_F_ARRAY("shape", struct model_tensor, shape, ndims, &model_dim),              \
+     .flags = SCHEMA_REQUIRED, .min = 1,                                                  \
      .doc = "per row, without the batch dimension (reported as a leading -1)"}
 
 static const struct schema_field model_input_fields[] = {

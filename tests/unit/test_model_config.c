@@ -170,7 +170,8 @@ static void test_errors(void **state)
         {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4],\"labels\":\"l.txt\"}],"
          "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "inputs[0].labels: unknown"},
         {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\","
-         "\"shape\":[2],\"labels\":\"/etc/passwd\"}]," DENSE "}", "outputs[0].labels: \"/etc/passwd\""},
+         "\"shape\":[2],\"labels\":\"/etc/passwd\"}]," DENSE "}",
+         "outputs[0].labels: \"/etc/passwd\""},
         {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\","
          "\"shape\":[2],\"labels\":\"a/../../b\"}]," DENSE "}", "inside the model's folder"},
         {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\","
