@@ -81,7 +81,8 @@ RUN set -eu; \
     chown -R 10001:10001 /var/lib/batchgate
 
 COPY --from=build /src/build-image/batchgate /usr/local/bin/batchgate
-COPY models/digits/config.json models/digits/model.safetensors models/digits/README.md /opt/batchgate/models/digits/
+COPY models/digits/config.json models/digits/labels.txt models/digits/model.safetensors \
+     models/digits/README.md /opt/batchgate/models/digits/
 # The default config: every interface (a container's port is reached
 # through its network namespace), the bundled model, and state (the SQLite
 # database, packed weights, job files) under the volume. shutdown_timeout_ms

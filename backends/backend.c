@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "backends/encoder.h"
+#include "backends/labels.h"
 #include "common/clock.h"
 #include "kernels/kernels.h"
 #include "common/log.h"
@@ -285,6 +286,26 @@ int backend_release_device(const char *label, char *msg, size_t cap)
     return 0;
 }
 
+/* The output's labels file, when its config names one. */
+static int backend_labels_load(struct model *m, struct error *err)
+{
+    const struct model_tensor *t = &m->cfg.output;
+    if (!t->labels[0])
+        return 0;
+    /* Resolved where the config was read; a config parsed on its own
+     * (tools, tests) has its files in cfg.dir. */
+    char path[4600];
+    if (m->cfg.labels_path[0])
+        snprintf(path, sizeof path, "%s", m->cfg.labels_path);
+    else
+        snprintf(path, sizeof path, "%.4096s/%s", m->cfg.dir, t->labels);
+    struct error e = {0};
+    int rc = labels_load(path, t->row_elems, &m->labels, &e);
+    if (rc)
+        return error_set(err, e.code, "model %s: outputs[0].labels: %s", m->cfg.name, e.msg);
+    return 0;
+}
+
 int model_load(struct model *m, struct error *err)
 {
     int64_t t0 = now_ns();
@@ -301,6 +322,8 @@ int model_load(struct model *m, struct error *err)
     int rc = m->cfg.kind == MODEL_KIND_ENCODER ? encoder_tokenizer_load(m, err) : 0;
     if (rc == 0)
         rc = m->backend->model_load(m, &m->cold, err);
+    if (rc == 0)   /* after the weights: a folder without them says so first */
+        rc = backend_labels_load(m, err);
     if (rc)
         goto fail;
     m->ninstances = m->cfg.instance_count;
@@ -358,6 +381,8 @@ void model_unload(struct model *m)
     if (m->backend && m->shared)
         m->backend->model_unload(m);
     encoder_tokenizer_free(m);
+    labels_free(m->labels);
+    m->labels = NULL;
     m->shared = NULL;
     m->ready = false;
 }

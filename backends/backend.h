@@ -76,6 +76,7 @@ enum backend_device_kind {
 };
 
 struct wordpiece;
+struct labels;
 
 struct model {
     struct model_config cfg;
@@ -83,6 +84,9 @@ struct model {
     /* An encoder's tokenizer (encoder.h), loaded with the model: requests
      * are tokenized by their IO thread once the model is loaded. */
     struct wordpiece *tokenizer;
+    /* The output's labels (labels.h) when its config names a file, loaded
+     * with the model: classification answers read them. */
+    struct labels *labels;
     void *shared;                     /* the backend's shared state (weights) */
     size_t shared_bytes;
     struct instance *instances;

@@ -48,21 +48,68 @@ static const struct schema_field model_dim = {
     .hint = "the shape is per row: the batch dimension is implicit",
 };
 
-static const struct schema_field model_tensor_fields[] = {
-    {SCHEMA_F_STRING("name", struct model_tensor, name), .flags = SCHEMA_REQUIRED | SCHEMA_NONEMPTY,
-     .doc = "the tensor's name in requests and answers"},
-    {SCHEMA_F_STRING("datatype", struct model_tensor, datatype), .names = model_datatypes,
-     .sdef = "FP32", .hint = "the only datatype served for now",
-     .doc = "the only one served for now (an encoder folder's text input is `BYTES`: "
-            "docs/EMBEDDINGS.md)"},
-    {SCHEMA_F_ARRAY("shape", struct model_tensor, shape, ndims, &model_dim),
-     .flags = SCHEMA_REQUIRED, .min = 1,
-     .doc = "per row, without the batch dimension (reported as a leading -1)"},
+/* The rows inputs and outputs share; an output has one more (labels), so
+ * each has its table and the docs list labels under outputs only. */
+#define MODEL_TENSOR_ROWS                                                                 \
+    {SCHEMA_F_STRING("name", struct model_tensor, name),                                  \
+     .flags = SCHEMA_REQUIRED | SCHEMA_NONEMPTY,                                          \
+     .doc = "the tensor's name in requests and answers"},                                 \
+    {SCHEMA_F_STRING("datatype", struct model_tensor, datatype), .names = model_datatypes, \
+     .sdef = "FP32", .hint = "the only datatype served for now",                          \
+     .doc = "the only one served for now (an encoder folder's text input is `BYTES`: "     \
+            "docs/EMBEDDINGS.md)"},                                                       \
+    {SCHEMA_F_ARRAY("shape", struct model_tensor, shape, ndims, &model_dim),              \
+     .flags = SCHEMA_REQUIRED, .min = 1,                                                  \
+     .doc = "per row, without the batch dimension (reported as a leading -1)"}
+
+static const struct schema_field model_input_fields[] = {
+    MODEL_TENSOR_ROWS,
     SCHEMA_END_ROW,
 };
 
-static const struct schema_field model_tensor = {
-    .type = SCHEMA_OBJECT, .fields = model_tensor_fields, .check = model_check_tensor,
+static const struct schema_field model_output_fields[] = {
+    MODEL_TENSOR_ROWS,
+    {SCHEMA_F_STRING("labels", struct model_tensor, labels), .flags = SCHEMA_NONEMPTY,
+     .doc_default = "none",
+     .doc = "a file in the model's folder, one label a line, at least one per element of a "
+            "row: classification answers `value:index:label` (docs/MODELS.md, \"Classification\"); "
+            "read at load, which fails without it"},
+    SCHEMA_END_ROW,
+};
+
+static const struct schema_field model_input = {
+    .type = SCHEMA_OBJECT, .fields = model_input_fields, .check = model_check_tensor,
+};
+
+/* Whether a relative path names something outside its folder: absolute,
+ * or with a ".." segment. */
+static bool model_path_escapes(const char *p)
+{
+    if (p[0] == '/')
+        return true;
+    for (const char *s = p; s;) {
+        if (s[0] == '.' && s[1] == '.' && (s[2] == '/' || s[2] == '\0'))
+            return true;
+        s = strchr(s, '/');
+        if (s)
+            s++;
+    }
+    return false;
+}
+
+/* A labels path stays inside the model's folder: a config may come from a
+ * load request, and every label can be read back in answers. */
+static int model_check_output(void *obj, json_t *json, struct schema_ctx *ctx)
+{
+    const struct model_tensor *t = obj;
+    if (model_path_escapes(t->labels))
+        return schema_fail(ctx, "labels", "\"%s\" must be a path inside the model's folder "
+                           "(relative, no \"..\")", t->labels);
+    return model_check_tensor(obj, json, ctx);
+}
+
+static const struct schema_field model_output = {
+    .type = SCHEMA_OBJECT, .fields = model_output_fields, .check = model_check_output,
 };
 
 /* ---- layers ---- */
@@ -278,10 +325,10 @@ static const struct schema_field model_fields[] = {
      .doc = "must equal the folder's name; letters, digits, `_ - .`"},
     {SCHEMA_F_ENUM("backend", struct model_config, backend, model_backends), .sdef = "auto",
      .doc = "`auto`: cuda when usable, else cpu (see below)"},
-    {SCHEMA_F_ONE("inputs", struct model_config, input, &model_tensor), .flags = SCHEMA_REQUIRED,
+    {SCHEMA_F_ONE("inputs", struct model_config, input, &model_input), .flags = SCHEMA_REQUIRED,
      .hint = "exactly one tensor is supported by the cpu, cuda and synthetic backends",
      .doc = "the input tensor"},
-    {SCHEMA_F_ONE("outputs", struct model_config, output, &model_tensor), .flags = SCHEMA_REQUIRED,
+    {SCHEMA_F_ONE("outputs", struct model_config, output, &model_output), .flags = SCHEMA_REQUIRED,
      .hint = "exactly one tensor is supported by the cpu, cuda and synthetic backends",
      .doc = "the output tensor"},
     {SCHEMA_F_ARRAY("layers", struct model_config, layers, nlayers, &model_layer),
@@ -484,13 +531,21 @@ static int model_encoder_load(const char *dir, const char *dir_name, const char 
     return model_encoder_json(c, root, text ? text_path : path, dir_name, err);
 }
 
+/* c was read from the folder dir: where its files are. */
+static void model_config_set_dir(struct model_config *c, const char *dir)
+{
+    snprintf(c->dir, sizeof c->dir, "%s", dir);
+    if (c->output.labels[0])
+        snprintf(c->labels_path, sizeof c->labels_path, "%.4096s/%s", dir, c->output.labels);
+}
+
 int model_config_load_text(const char *dir, const char *dir_name, const char *json, size_t len,
                            const char *path, struct model_config *c, struct error *err)
 {
     int rc = model_dir_is_hf(dir)
                  ? model_encoder_load(dir, dir_name, json, len, path, c, err)
                  : model_config_parse(json, len, path, dir_name, c, err);
-    snprintf(c->dir, sizeof c->dir, "%s", dir);
+    model_config_set_dir(c, dir);
     return rc;
 }
 
@@ -501,7 +556,7 @@ int model_config_load(const char *dir, const char *dir_name, struct model_config
     json_t *root;
     if (model_dir_is_hf(dir)) {
         int rc = model_encoder_load(dir, dir_name, NULL, 0, NULL, c, err);
-        snprintf(c->dir, sizeof c->dir, "%s", dir);
+        model_config_set_dir(c, dir);
         return rc;
     }
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -509,6 +564,6 @@ int model_config_load(const char *dir, const char *dir_name, struct model_config
     int rc = schema_json_read(path, MODEL_CONFIG_MAX, &root, err);
     if (rc == 0)
         rc = model_config_from_json(c, root, path, dir_name, err);
-    snprintf(c->dir, sizeof c->dir, "%s", dir);
+    model_config_set_dir(c, dir);
     return rc;
 }

@@ -47,6 +47,9 @@ struct model_tensor {
      * for an encoder's text input, whose row carries its tokens (count, then
      * ids: backends/encoder.h), 1 + max_seq_length. */
     int64_t row_elems;
+    /* An output's labels file (classification answers "value:index:label"),
+     * relative to the model's folder; "" none. Read by model_load (labels.h). */
+    char labels[256];
 };
 
 enum model_layer_type { MODEL_LAYER_DENSE, MODEL_LAYER_SOFTMAX };
@@ -99,6 +102,9 @@ struct model_config {
     char name[MODEL_NAME_MAX];
     char dir[4096];
     char config_path[4200];      /* what messages about its settings name */
+    /* output.labels against the model's folder, set where the config is
+     * read from a folder (dir becomes a version's folder later). */
+    char labels_path[4400];
     enum model_kind kind;
     struct hf_bert_config encoder;  /* MODEL_KIND_ENCODER: the folder's graph */
     enum model_backend backend;

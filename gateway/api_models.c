@@ -370,7 +370,12 @@ static void models_append_triton_tensor(struct buf *b, const struct model_tensor
                 strcmp(t->datatype, "BYTES") == 0 ? "STRING" : t->datatype);
     for (int i = 0; i < t->ndims; i++)
         buf_appendf(b, "%s%lld", i ? "," : "", (long long)t->shape[i]);
-    buf_append(b, "]}", 2);
+    buf_append(b, "]", 1);
+    if (t->labels[0]) {   /* Triton's name for an output's labels file */
+        buf_append(b, ",\"label_filename\":", 18);
+        json_append_string(b, t->labels, strlen(t->labels));
+    }
+    buf_append(b, "}", 1);
 }
 
 static void models_config_route(struct http_request *req, const struct route_match *m, void *ctx)
@@ -498,7 +503,7 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
         if (call->r.output_shm.set)
             memcpy(call->r.output_shm_bytes, call->output,
                    (size_t)call->r.rows * (size_t)c->output.row_elems * sizeof(float));
-        rc = tensor_encode_kserve(c, &call->r, call->output, &b, &json_len);
+        rc = tensor_encode_kserve(&call->sm->model, &call->r, call->output, &b, &json_len);
     }
     if (rc < 0) {
         buf_free(&b);
@@ -931,7 +936,7 @@ int api_models_register(struct router *r, struct api_state *st, struct error *er
 {
     static const char *const stats[] = {"statistics", NULL};
     static const char *const config[] = {"model_configuration", NULL};
-    static const char *const infer[] = {"binary_tensor_data", NULL};
+    static const char *const infer[] = {"binary_tensor_data", "classification", NULL};
     static const struct api_route routes[] = {
         /* Before /v2/models/{model}: the first route that matches wins. */
         {HTTP_M_GET, "/v2/models/stats", models_stats_all, stats},

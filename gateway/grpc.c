@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "common/buf.h"
+#include "common/clock.h"
 #include "gateway/grpc_codec.h"
 #include "http/http.h"
 
@@ -310,6 +311,10 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
     struct grpc_msg *m = NULL;
     if (code == GRPC_OK) {
         inner = http_inner_new(req, hr.method, hr.path, strlen(hr.path));
+        /* A stream's message arrived now, with the read that completed it:
+         * its budget and its statistics do not count the stream's age. */
+        if (inner && call->stream)
+            http_inner_arrived(inner, now_ns());
         m = calloc(1, sizeof *m);
         int hc = http_request_header_count(req), bad = !inner || !m;
         for (int i = 0; !bad && i < hc; i++) {

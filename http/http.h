@@ -185,6 +185,10 @@ typedef void (*http_inner_done_fn)(void *arg, int status, const char *content_ty
 /* NULL when out of memory. method: one enum http_method bit (GET, POST). */
 struct http_request *http_inner_new(struct http_request *outer, int method, const char *path,
                                     size_t path_len);
+/* The inner request arrived at at_ns (now_ns clock), not with its outer:
+ * a message of a stream, read long after the stream began. Its latency
+ * budget and its statistics count from there. */
+void http_inner_arrived(struct http_request *inner, int64_t at_ns);
 /* 0, or -1 when out of memory. */
 int http_inner_add_header(struct http_request *inner, const char *name, size_t name_len,
                           const char *value, size_t value_len);

@@ -144,6 +144,11 @@ struct http_request *http_inner_new(struct http_request *outer, int method, cons
     return r;
 }
 
+void http_inner_arrived(struct http_request *r, int64_t at_ns)
+{
+    r->t_arrival_ns = r->t_received_ns = at_ns;
+}
+
 int http_inner_add_header(struct http_request *r, const char *name, size_t name_len,
                           const char *value, size_t value_len)
 {

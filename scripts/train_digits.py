@@ -33,6 +33,7 @@ Files written to the output folder (default: models/digits next to this
 script's parent folder):
 
     config.json         gateway model config (layers match the tensors)
+    labels.txt          the output's class names, one a line
     model.safetensors   the weights
     heldout.json        {"description", "input_scale", "inputs", "labels"}
     README.md           what the model is and how its input is scaled
@@ -109,7 +110,8 @@ def export(clf, out_dir):
         "name": "digits",
         "backend": "auto",
         "inputs": [{"name": "input", "datatype": "FP32", "shape": [64]}],
-        "outputs": [{"name": "output", "datatype": "FP32", "shape": [10]}],
+        "outputs": [{"name": "output", "datatype": "FP32", "shape": [10],
+                     "labels": "labels.txt"}],
         "layers": layers,
         "batching": {"max_batch_size": 64, "preferred_batch_sizes": [],
                      "max_queue_delay_us": 1000, "latency_budget_ms": 0,
@@ -128,7 +130,15 @@ def export(clf, out_dir):
     assert json.loads(text) == config
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         f.write(text)
+    # The output's class names, one a line (Triton's classification
+    # extension answers "value:index:label" with them). Words, so that a
+    # label is never mistaken for the index beside it.
+    with open(os.path.join(out_dir, "labels.txt"), "w") as f:
+        f.write("".join(name + "\n" for name in DIGIT_NAMES))
     return config
+
+
+DIGIT_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
 
 def fmt6(v):
@@ -179,6 +189,9 @@ Produced by `scripts/train_digits.py` (fixed seed {SEED}); do not edit by hand.
   be scaled by the client.
 - **Output** (`output`, FP32, `[10]`): class probabilities for digits 0..9
   (softmax); the prediction is the argmax.
+- `labels.txt`: the output's class names, `zero` .. `nine`, one a line
+  (config.json's `"labels"`): an output asked with `classification: k`
+  answers `"0.998120:3:three"`.
 - `heldout.json`: the {n_ho} held-out rows never used in training (stratified
   80/20 split; {n_train} rows trained on), already scaled, with their labels.
 """

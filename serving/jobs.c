@@ -219,7 +219,8 @@ static void jobs_result_ok(struct jobs *j, struct jobs_slot *sl)
     if (c->kind == MODEL_KIND_ENCODER && c->encoder.normalize)   /* as KServe answers */
         encoder_output_normalize(sl->output, sl->r.rows, (int)c->output.row_elems);
     const char *outs = NULL;
-    if (tensor_encode_kserve(c, &sl->r, sl->output, &enc, &json_len) == 0 && enc.data)
+    if (tensor_encode_kserve(&j->cur.sm->model, &sl->r, sl->output, &enc, &json_len) == 0 &&
+        enc.data)
         outs = memmem(enc.data, enc.len, ",\"outputs\":", 11);
     if (!outs) {
         jobs_result_error(sl, sl->r.has_id ? sl->r.id : NULL, "out of memory encoding the answer");

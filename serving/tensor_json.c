@@ -4,6 +4,7 @@
 #include "serving/tensor_json.h"
 
 #include "backends/encoder.h"
+#include "backends/labels.h"
 #include "common/jsonfmt.h"
 
 #include <float.h>
@@ -419,6 +420,45 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
     return 0;
 }
 
+static const char *tensor_json_type(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_REAL: return "a fraction";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    default: return "an integer";
+    }
+}
+
+/* outputs[i].parameters.classification: Triton's extension, k >= 1 and at
+ * most the output's elements per row (Triton answers fewer then; a count
+ * it cannot give is refused here, as the client asked for k). */
+static int tensor_decode_classification(const struct model_config *m, json_t *params,
+                                        const char *where, struct infer_request *out,
+                                        struct error *err)
+{
+    json_t *v = json_object_get(params, "classification");
+    if (!v)
+        return 0;
+    if (!json_is_integer(v))
+        return error_set(err, BG_EINVAL, "%sparameters.classification: must be an integer >= 1 "
+                         "(how many classes to answer), got %s", where, tensor_json_type(v));
+    json_int_t k = json_integer_value(v);
+    if (k < 1)
+        return error_set(err, BG_EINVAL, "%sparameters.classification: must be an integer >= 1 "
+                         "(how many classes to answer), got %lld", where, (long long)k);
+    if (k > m->output.row_elems)
+        return error_set(err, BG_EINVAL, "%sparameters.classification: %lld classes asked, but "
+                         "output \"%s\" has %lld elements per row", where, (long long)k,
+                         m->output.name, (long long)m->output.row_elems);
+    out->class_count = k;
+    return 0;
+}
+
 static int tensor_decode_outputs(const struct model_config *m, json_t *outs,
                                  const struct tensor_shm_resolver *shm, struct infer_request *out,
                                  struct error *err)
@@ -444,8 +484,16 @@ static int tensor_decode_outputs(const struct model_config *m, json_t *outs,
             if (!json_is_object(params))
                 return error_set(err, BG_EINVAL, "%sparameters: must be an object", where);
             int rc = tensor_get_bool_param(params, "binary_data", &out->binary_output, where, err);
-            if (rc || (rc = tensor_shm_params(params, where, &out->output_shm, err)))
+            if (rc || (rc = tensor_shm_params(params, where, &out->output_shm, err)) ||
+                (rc = tensor_decode_classification(m, params, where, out, err)))
                 return rc;
+            /* The region would have to hold strings whose lengths only
+             * the answer knows: not served (Triton's clients do not ask). */
+            if (out->output_shm.set && out->class_count)
+                return error_set(err, BG_EINVAL, "%sparameters: classification and "
+                                 "shared_memory_region on one output are not served: ask for "
+                                 "the classes in the answer's body, or the tensor in the region",
+                                 where);
             if (out->output_shm.set) {
                 size_t need = (size_t)out->rows * (size_t)m->output.row_elems * sizeof(float);
                 if (out->output_shm.byte_size < need)
@@ -539,9 +587,110 @@ out:
     return rc;
 }
 
-int tensor_encode_kserve(const struct model_config *m, const struct infer_request *r,
+/* ---- classification (Triton's extension) ---- */
+
+/* Whether class a of the row v ranks before class b: the larger value
+ * first, NaN after every number, equal values (and two NaNs) by index. A
+ * total order, so the answer is the same whatever the selection does. */
+static bool tensor_class_before(const float *v, uint32_t a, uint32_t b)
+{
+    bool na = isnan(v[a]), nb = isnan(v[b]);
+    if (na != nb)
+        return nb;
+    if (!na && v[a] != v[b])
+        return v[a] > v[b];
+    return a < b;
+}
+
+/* h[0..n) is a heap whose root ranks last; restores it below i. */
+static void tensor_class_sift(const float *v, uint32_t *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t last = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && tensor_class_before(v, h[last], h[l]))
+            last = l;
+        if (r < n && tensor_class_before(v, h[last], h[r]))
+            last = r;
+        if (last == i)
+            return;
+        uint32_t t = h[i];
+        h[i] = h[last];
+        h[last] = t;
+        i = last;
+    }
+}
+
+/* The k classes of the row v[0..n) that rank first, in order, into top:
+ * a heap of the best k seen so far, its worst at the root, so O(n log k)
+ * and k indices of memory whatever the output's size. */
+static void tensor_class_topk(const float *v, size_t n, size_t k, uint32_t *top)
+{
+    for (size_t i = 0; i < k; i++)
+        top[i] = (uint32_t)i;
+    for (size_t i = k / 2; i-- > 0;)
+        tensor_class_sift(v, top, k, i);
+    for (size_t i = k; i < n; i++)
+        if (tensor_class_before(v, (uint32_t)i, top[0])) {
+            top[0] = (uint32_t)i;
+            tensor_class_sift(v, top, k, 0);
+        }
+    for (size_t m = k; m-- > 1;) {   /* the worst left goes to the end */
+        uint32_t t = top[0];
+        top[0] = top[m];
+        top[m] = t;
+        tensor_class_sift(v, top, m, 0);
+    }
+}
+
+/* "value:index[:label]" of class i into el. */
+static int tensor_class_string(struct buf *el, float value, uint32_t i, const struct labels *l)
+{
+    buf_reset(el);
+    int rc = isnan(value) ? buf_appendf(el, "nan:%u", i)   /* glibc would print "-nan" for some */
+                          : buf_appendf(el, "%f:%u", (double)value, i);
+    size_t len;
+    const char *label = labels_get(l, i, &len);
+    if (rc < 0 || (len && (buf_append(el, ":", 1) < 0 || buf_append(el, label, len) < 0)))
+        return -1;
+    return 0;
+}
+
+/* The output's classes: "data":[...] strings, or (binary) their
+ * length-prefixed bytes, which go in *bin. */
+static int tensor_append_classes(const struct model *model, const struct infer_request *r,
+                                 const float *output, struct buf *out, struct buf *bin)
+{
+    size_t n = (size_t)model->cfg.output.row_elems;
+    size_t k = (size_t)r->class_count < n ? (size_t)r->class_count : n;
+    uint32_t *top = malloc(k * sizeof *top);
+    struct buf el = BUF_INIT;
+    int rc = top ? 0 : -1;
+    for (int row = 0; rc == 0 && row < r->rows; row++) {
+        const float *v = output + (size_t)row * n;
+        tensor_class_topk(v, n, k, top);
+        for (size_t j = 0; rc == 0 && j < k; j++) {
+            if (tensor_class_string(&el, v[top[j]], top[j], model->labels) < 0) {
+                rc = -1;
+            } else if (bin) {
+                uint8_t len[4] = {(uint8_t)el.len, (uint8_t)(el.len >> 8),
+                                  (uint8_t)(el.len >> 16), (uint8_t)(el.len >> 24)};
+                rc = buf_append(bin, len, 4) < 0 || buf_append(bin, el.data, el.len) < 0 ? -1
+                                                                                           : 0;
+            } else {
+                rc = (row || j ? buf_append(out, ",", 1) : 0) < 0 ||
+                             json_append_string(out, el.data, el.len) < 0 ? -1 : 0;
+            }
+        }
+    }
+    buf_free(&el);
+    free(top);
+    return rc;
+}
+
+int tensor_encode_kserve(const struct model *model, const struct infer_request *r,
                          const float *output, struct buf *out, int64_t *json_len)
 {
+    const struct model_config *m = &model->cfg;
     size_t count = (size_t)r->rows * (size_t)m->output.row_elems;
     buf_append(out, "{\"model_name\":", 14);
     json_append_string(out, m->name, strlen(m->name));
@@ -552,6 +701,26 @@ int tensor_encode_kserve(const struct model_config *m, const struct infer_reques
     }
     buf_append(out, ",\"outputs\":[{\"name\":", 20);
     json_append_string(out, m->output.name, strlen(m->output.name));
+    if (r->class_count > 0) {
+        int64_t k = r->class_count < m->output.row_elems ? r->class_count : m->output.row_elems;
+        buf_appendf(out, ",\"datatype\":\"BYTES\",\"shape\":[%d,%lld]", r->rows, (long long)k);
+        if (!r->binary_output) {
+            *json_len = -1;
+            buf_append(out, ",\"data\":[", 9);
+            if (tensor_append_classes(model, r, output, out, NULL) < 0)
+                return -1;
+            return buf_append(out, "]}]}", 4);
+        }
+        struct buf bin = BUF_INIT;
+        int rc = tensor_append_classes(model, r, output, out, &bin);
+        if (rc == 0) {
+            buf_appendf(out, ",\"parameters\":{\"binary_data_size\":%zu}}]}", bin.len);
+            *json_len = (int64_t)out->len;
+            rc = bin.len ? buf_append(out, bin.data, bin.len) : 0;
+        }
+        buf_free(&bin);
+        return rc;
+    }
     buf_appendf(out, ",\"datatype\":\"%s\",\"shape\":", m->output.datatype);
     tensor_append_shape(out, r->rows, &m->output);
     if (r->output_shm.set) {

@@ -50,6 +50,10 @@ struct infer_request {
     int64_t tokens;               /* a text input's tokens, all rows; 0 for FP32 inputs */
     struct tensor_shm output_shm; /* the output goes into shared memory (set), not the body */
     void *output_shm_bytes;       /* where: output_shm.byte_size bytes, from the resolver */
+    /* outputs[].parameters.classification (Triton's extension): the top
+     * class_count of each row answered as BYTES "value:index[:label]"; 0:
+     * the tensor itself. Checked against the output's size at decode. */
+    int64_t class_count;
 };
 
 /* A KServe v2 infer body for the model m (an encoder's BYTES text input is
@@ -70,11 +74,19 @@ int tensor_decode_kserve_shm(const struct model *m, const char *body, size_t len
                              struct infer_request *out, struct error *err);
 
 /* The answer: JSON, or (binary_output) a JSON header followed by the raw
- * FP32 bytes, whose length goes in *json_len (-1 when all JSON). An output
+ * bytes, whose length goes in *json_len (-1 when all JSON). An output
  * in shared memory (r->output_shm.set) is answered as Triton does, with its
  * name, datatype and shape only: the caller copies the bytes into the
- * region. */
-int tensor_encode_kserve(const struct model_config *m, const struct infer_request *r,
+ * region.
+ *
+ * With r->class_count the output is Triton's classification: BYTES of shape
+ * [rows, class_count], each element "value:index" or, where the model has
+ * labels (m->labels), "value:index:label" (an empty label line gives
+ * "value:index"); the value printed as C's "%f" (6 decimals: Triton's
+ * std::to_string), "nan", "inf" or "-inf". Per row, larger values first;
+ * NaN after every number; equal values by index, lowest first. In binary
+ * form each element is a 4-byte little-endian length and its bytes. */
+int tensor_encode_kserve(const struct model *m, const struct infer_request *r,
                          const float *output, struct buf *out, int64_t *json_len);
 
 /* TF-Serving's REST predict: {"instances": [row, ...]} (each row nested per

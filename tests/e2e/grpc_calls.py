@@ -348,6 +348,26 @@ def check_surface(a):
     ok("ModelStreamInfer: 20 answers equal HTTP's and an error in-stream (stub); "
        "tritonclient's start_stream/async_stream_infer")
 
+    # A stream open longer than the model's latency budget: each message's
+    # budget and statistics count from its own arrival, not the stream's.
+    def spaced():
+        for i in range(3):
+            if i:
+                time.sleep(0.5)
+            yield infer_request("budget", xs4[:1], name="x", id="b%d" % i)
+    bgot = [(r.infer_response.id, r.error_message) for r in
+            stub.ModelStreamInfer(spaced(), timeout=30)]
+    expect(sorted(bgot) == [("b0", ""), ("b1", ""), ("b2", "")],
+           "messages 0.5 s apart on a stream, budget 300 ms: all answered, got %r" % bgot)
+    with urllib.request.urlopen("http://%s/v2/models/budget/stats" % a.http, timeout=10) as f:
+        st = json.load(f)["model_stats"][0]["inference_stats"]
+    mean_s = st["success"]["ns"] / max(st["success"]["count"], 1) / 1e9
+    expect(st["success"]["count"] == 3 and mean_s < 0.3,
+           "stats: 3 successes of < 0.3 s each (not the stream's age), got %d of mean %.3f s"
+           % (st["success"]["count"], mean_s))
+    ok("ModelStreamInfer: messages 0.5 s apart past a 300 ms budget answered; "
+       "stats count each from its own arrival (mean %.1f ms)" % (mean_s * 1e3))
+
     e = rpc_error(stub.SystemSharedMemoryStatus, service_pb2.SystemSharedMemoryStatusRequest(),
                   timeout=10)
     expect(e.code() == grpc.StatusCode.UNIMPLEMENTED and "shared memory" in e.details(),

@@ -35,7 +35,8 @@ class CudaDigitsTest(RepoServerCase):
             cfg = json.load(f)
         for name, backend in (("digits_cuda", "cuda"), ("digits_cpu", "cpu")):
             os.makedirs(os.path.join(repo, name))
-            shutil.copy(os.path.join(DIGITS, "model.safetensors"), os.path.join(repo, name))
+            for f in ("model.safetensors", "labels.txt"):   # config.json names labels.txt
+                shutil.copy(os.path.join(DIGITS, f), os.path.join(repo, name))
             c = dict(cfg, name=name, backend=backend)
             with open(os.path.join(repo, name, "config.json"), "w") as f:
                 json.dump(c, f)

@@ -60,6 +60,8 @@ class GrpcSurfaceTest(GrpcCase):
         write_model(repo, "slow", synthetic("slow", base_us=300000, per_row_us=0,
                                             batching={"max_queue_size": 1,
                                                       "max_batch_size": 1}))
+        write_model(repo, "budget", synthetic("budget", base_us=1000, per_row_us=0,
+                                              batching={"latency_budget_ms": 300}))
         with open(os.path.join(DIGITS, "config.json")) as f:
             broken = json.load(f)
         broken["name"] = "broken"
@@ -70,7 +72,7 @@ class GrpcSurfaceTest(GrpcCase):
     def test_every_call_against_http(self):
         override = synthetic("lz", base_us=1000, per_row_us=0, batching={"max_batch_size": 3})
         out = self.run_calls("surface", "--override", json.dumps(override))
-        self.assertEqual(out.count("ok: "), 17, out)
+        self.assertEqual(out.count("ok: "), 18, out)
 
 
 class GrpcAuthTest(GrpcCase):

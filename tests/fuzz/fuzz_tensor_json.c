@@ -9,7 +9,11 @@
  *
  * Beyond "no crash, no leak": a decoded request must hold rows within the
  * model's batch size and finite values, and what the encoders write for it
- * must be valid JSON (the JSON part of a binary answer included). */
+ * must be valid JSON (the JSON part of a binary answer included). A
+ * classification answer (outputs[].parameters.classification) must hold
+ * rows x k length-prefixed elements in its binary part; digits has labels,
+ * with quotes and control characters, as the served one does. The output
+ * the encoders see has ties and a NaN. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "backends/labels.h"
 #include "serving/tensor_json.h"
 
 struct spec {
@@ -68,10 +73,45 @@ static void must_be_json(const char *p, size_t n)
     json_decref(v);
 }
 
+/* digits' labels, made once (the harness keeps no other state). */
+static struct labels *digits_labels(void)
+{
+    static struct labels *l;
+    static const char text[] = "zero\n\"one\"\ntw\\o\r\nthr\tee\n\nfive\nsix:6\nseven\n"
+                               "eight\nnine\nextra line\n";
+    struct error err = {0};
+    if (!l && labels_parse(text, sizeof text - 1, "fuzz", 10, &l, &err) != 0)
+        abort();
+    return l;
+}
+
+/* The binary part of a classification answer: rows x k elements, each a
+ * 4-byte length and its bytes, nothing after. */
+static void check_classes(const struct infer_request *r, const struct model_config *m,
+                          const char *p, size_t n)
+{
+    int64_t k = r->class_count;
+    if (k < 1 || k > m->output.row_elems)
+        abort();
+    for (int64_t e = 0; e < (int64_t)r->rows * k; e++) {
+        if (n < 4)
+            abort();
+        uint32_t len = (uint32_t)(uint8_t)p[0] | (uint32_t)(uint8_t)p[1] << 8 |
+                       (uint32_t)(uint8_t)p[2] << 16 | (uint32_t)(uint8_t)p[3] << 24;
+        if (len < 3 || len > n - 4)   /* at least "v:i" */
+            abort();
+        p += 4 + len;
+        n -= 4 + len;
+    }
+    if (n != 0)
+        abort();
+}
+
 /* A decoded request is sane, and its answer encodes to valid JSON. */
-static void check_decoded(const struct model_config *m, const struct infer_request *r,
+static void check_decoded(const struct model *mm, const struct infer_request *r,
                           bool json_only)
 {
+    const struct model_config *m = &mm->cfg;
     if (r->rows < 1 || r->rows > m->batching.max_batch_size || !r->input)
         abort();
     size_t n = (size_t)r->rows * (size_t)m->input.row_elems;
@@ -83,12 +123,19 @@ static void check_decoded(const struct model_config *m, const struct infer_reque
     if (!output)
         abort();
     for (size_t i = 0; i < on; i++)
-        output[i] = (float)i * 0.5f - 1.0f;
+        output[i] = (float)(i % 4) * 0.5f - 1.0f;
+    if (on > 1)
+        output[1] = NAN;
     struct buf out = BUF_INIT;
     int64_t json_len = -1;
-    if (tensor_encode_kserve(m, r, output, &out, &json_len) < 0)
+    if (tensor_encode_kserve(mm, r, output, &out, &json_len) < 0)
         abort();
-    if (r->binary_output) {
+    if (r->binary_output && r->class_count) {
+        if (json_len < 0 || (size_t)json_len > out.len)
+            abort();
+        must_be_json(out.data, (size_t)json_len);
+        check_classes(r, m, out.data + json_len, out.len - (size_t)json_len);
+    } else if (r->binary_output) {
         if (json_len < 0 || (size_t)json_len + on * sizeof(float) != out.len)
             abort();
         must_be_json(out.data, (size_t)json_len);
@@ -110,9 +157,10 @@ static void run_kserve(const struct model_config *m, const char *body, size_t le
     struct error err = {0};
     static struct model mm;   /* the decoder takes a model; a config is all these have */
     mm.cfg = *m;
+    mm.labels = strcmp(m->name, "digits") == 0 ? digits_labels() : NULL;
     int rc = tensor_decode_kserve(&mm, body, len, json_len, &r, &err);
     if (rc == 0)
-        check_decoded(m, &r, json_len < 0);
+        check_decoded(&mm, &r, json_len < 0);
     else if (r.input || err.code == 0 || !err.msg[0])
         abort();   /* an error frees the rows and says why */
     free(r.input);
@@ -122,9 +170,11 @@ static void run_tfs(const struct model_config *m, const char *body, size_t len)
 {
     struct infer_request r;
     struct error err = {0};
+    static struct model mm;
+    mm.cfg = *m;
     int rc = tensor_decode_tfs(m, body, len, &r, &err);
     if (rc == 0)
-        check_decoded(m, &r, true);
+        check_decoded(&mm, &r, true);
     else if (r.input || err.code == 0 || !err.msg[0])
         abort();
     free(r.input);

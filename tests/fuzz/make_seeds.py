@@ -156,6 +156,10 @@ def binary_req(name, shape, values, **extra):
 m_bin_head, m_bin = binary_req("x", [2, 2, 3], [float(i) for i in range(12)],
                                outputs=[{"name": "y", "parameters": {"binary_data": True}}])
 d_bin_head, d_bin = binary_req("input", [1, 64], [0.5] * 64, id="req-1")
+d_cls_head, d_cls = binary_req("input", [2, 64], [0.5] * 64 + [0.0] * 64,
+                               outputs=[{"name": "output",
+                                         "parameters": {"binary_data": True,
+                                                        "classification": 10}}])
 TENSOR_SEEDS = {
     "kserve_digits": tj(KSERVE, DIGITS, kserve("input", [1, 64], [0.25] * 64, id="a\"b",
                                                parameters={"priority": 2, "timeout": 50000})),
@@ -178,6 +182,19 @@ TENSOR_SEEDS = {
     "tfs_named": tj(TFS, DIGITS, json.dumps({"instances": [{"input": [0.5] * 64}]})),
     "tfs_bad_row": tj(TFS, ONE, json.dumps({"instances": [[1, 2]]})),
     "all_three_digits": tj(ALL, DIGITS, kserve("input", [1, 64], [1] * 64), 10),
+    # Triton's classification extension: top-k as BYTES, digits with labels.
+    "kserve_digits_classes": tj(KSERVE, DIGITS, kserve(
+        "input", [2, 64], [0.25] * 128,
+        outputs=[{"name": "output", "parameters": {"classification": 3}}])),
+    "binary_digits_classes": tj(BINARY, DIGITS, d_cls, len(d_cls_head)),
+    "kserve_cube_classes_all": tj(ALL, CUBE, kserve(
+        "input", [1, 2, 2, 2], list(range(8)),
+        outputs=[{"name": "output", "parameters": {"classification": 3}}]), 0),
+    "kserve_m_classes_too_many": tj(KSERVE, M, kserve(
+        "x", [1, 2, 3], [1, 2, 3, 4, 5, 6],
+        outputs=[{"name": "y", "parameters": {"classification": 3}}])),
+    "kserve_one_classes_string": tj(KSERVE, ONE, kserve(
+        "in", [1, 1], [3.5], outputs=[{"name": "out", "parameters": {"classification": "1"}}])),
 }
 
 

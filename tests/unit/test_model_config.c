@@ -22,7 +22,8 @@ static void test_full(void **state)
     const char *json =
         "{\"name\":\"m\",\"backend\":\"cpu\","
         "\"inputs\":[{\"name\":\"in\",\"datatype\":\"FP32\",\"shape\":[8,8]}],"
-        "\"outputs\":[{\"name\":\"out\",\"datatype\":\"FP32\",\"shape\":[10]}],"
+        "\"outputs\":[{\"name\":\"out\",\"datatype\":\"FP32\",\"shape\":[10],"
+        "\"labels\":\"sub/..names.txt\"}],"
         "\"layers\":[{\"type\":\"dense\",\"weight\":\"0.weight\",\"bias\":\"0.bias\","
         "\"activation\":\"gelu\"},{\"type\":\"dense\",\"weight\":\"2.weight\"},{\"type\":\"softmax\"}],"
         "\"batching\":{\"max_batch_size\":32,\"preferred_batch_sizes\":[8,16],"
@@ -33,6 +34,8 @@ static void test_full(void **state)
     assert_int_equal(c.backend, MODEL_BACKEND_CPU);
     assert_int_equal(c.input.row_elems, 64);
     assert_int_equal(c.output.row_elems, 10);
+    assert_string_equal(c.output.labels, "sub/..names.txt");   /* ".." only as a segment */
+    assert_string_equal(c.input.labels, "");
     assert_int_equal(c.nlayers, 3);
     assert_int_equal(c.layers[0].act, DENSE_ACT_GELU);
     assert_string_equal(c.layers[1].bias, "");
@@ -163,6 +166,20 @@ static void test_errors(void **state)
         {"{" IO "," DENSE ",\"batching\":{\"batch_timeout_ms\":-1}}", "batching.batch_timeout_ms"},
         {"{\"backend\":\"upstream\"," IO "," DENSE ",\"upstream\":{\"urls\":[\"http://h:1\"]}}",
          "takes no layers"},
+        /* labels: an output's, a path inside the model's folder */
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4],\"labels\":\"l.txt\"}],"
+         "\"outputs\":[{\"name\":\"y\",\"shape\":[2]}]," DENSE "}", "inputs[0].labels: unknown"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\","
+         "\"shape\":[2],\"labels\":\"/etc/passwd\"}]," DENSE "}",
+         "outputs[0].labels: \"/etc/passwd\""},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\","
+         "\"shape\":[2],\"labels\":\"a/../../b\"}]," DENSE "}", "inside the model's folder"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\","
+         "\"shape\":[2],\"labels\":\"..\"}]," DENSE "}", "outputs[0].labels"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\","
+         "\"shape\":[2],\"labels\":\"\"}]," DENSE "}", "outputs[0].labels"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],\"outputs\":[{\"name\":\"y\","
+         "\"shape\":[2],\"labels\":3}]," DENSE "}", "outputs[0].labels"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct model_config c;

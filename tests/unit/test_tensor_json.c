@@ -1,5 +1,6 @@
 /* test_tensor_json.c - KServe v2 / TF-Serving decoding (every 400 path names
- * its field) and encoding (JSON and the binary extension). */
+ * its field) and encoding (JSON and the binary extension), and Triton's
+ * classification extension (ties, NaN, labels; against a full sort). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "backends/labels.h"
 #include "serving/tensor_json.h"
 
 static struct model_config model(void)
@@ -171,7 +173,7 @@ static void test_binary_in_and_out(void **state)
     float out[2] = {0.25f, -1.0f};
     struct buf b = BUF_INIT;
     int64_t jl = 0;
-    assert_int_equal(tensor_encode_kserve(&m, &r, out, &b, &jl), 0);
+    assert_int_equal(tensor_encode_kserve(as_model(&m), &r, out, &b, &jl), 0);
     assert_true(jl > 0);
     assert_int_equal(b.len, (size_t)jl + sizeof out);
     assert_memory_equal(b.data + jl, out, sizeof out);
@@ -195,7 +197,7 @@ static void test_json_answer_roundtrips_floats(void **state)
     float out[4] = {0.1f, 1.0f / 3.0f, -123456.789f, 1e-30f};
     struct buf b = BUF_INIT;
     int64_t jl = 0;
-    assert_int_equal(tensor_encode_kserve(&m, &r, out, &b, &jl), 0);
+    assert_int_equal(tensor_encode_kserve(as_model(&m), &r, out, &b, &jl), 0);
     assert_int_equal(jl, -1);
     json_error_t je;
     json_t *j = json_loadb(b.data, b.len, 0, &je);
@@ -332,7 +334,7 @@ static void test_shared_memory(void **state)
     float out[4] = {1, 2, 3, 4};
     struct buf b = BUF_INIT;
     int64_t jl = 0;
-    assert_int_equal(tensor_encode_kserve(&m, &r, out, &b, &jl), 0);
+    assert_int_equal(tensor_encode_kserve(as_model(&m), &r, out, &b, &jl), 0);
     assert_int_equal(jl, -1);
     buf_append(&b, "", 1);
     /* As Triton: name, datatype, shape; no data, no parameters. */
@@ -372,6 +374,11 @@ static void test_shared_memory(void **state)
          "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":15}}]}",
          "outputs[0].parameters.shared_memory_byte_size: 15 bytes is too small for the output "
          "(2 rows x 2 FP32 are 16 bytes)"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"data\":"
+         "[1,2,3,4,5,6,7,8,9,10,11,12]}],\"outputs\":[{\"name\":\"output\",\"parameters\":"
+         "{\"classification\":1,\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":16}}]}",
+         "outputs[0].parameters: classification and shared_memory_region on one output are not "
+         "served"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = '\0';
@@ -389,6 +396,204 @@ static void test_shared_memory(void **state)
     assert_int_equal(shm_calls, 0);
 }
 
+/* ---- classification (Triton's extension) ---- */
+
+static void test_classification_decode(void **state)
+{
+    (void)state;
+    struct infer_request r;
+    struct error err = {0};
+    static const char head[] = "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\","
+                               "\"shape\":[1,2,3],\"data\":[1,2,3,4,5,6]}],"
+                               "\"outputs\":[{\"name\":\"output\",\"parameters\":{";
+    char body[512];
+    snprintf(body, sizeof body, "%s\"classification\":2,\"binary_data\":true}}]}", head);
+    assert_int_equal(decode(body, &r, &err), 0);
+    assert_int_equal(r.class_count, 2);
+    assert_true(r.binary_output);
+    free(r.input);
+    snprintf(body, sizeof body, "%s}}]}", head);
+    assert_int_equal(decode(body, &r, &err), 0);
+    assert_int_equal(r.class_count, 0);   /* none asked: the tensor */
+    free(r.input);
+    static const struct bad cases[] = {
+        {"0", "outputs[0].parameters.classification: must be an integer >= 1 (how many classes "
+              "to answer), got 0"},
+        {"-1", "got -1"},
+        {"3", "outputs[0].parameters.classification: 3 classes asked, but output \"output\" has 2 "
+              "elements per row"},
+        {"9223372036854775807", "9223372036854775807 classes asked"},
+        {"\"x\"", "must be an integer >= 1 (how many classes to answer), got a string"},
+        {"1.5", "got a fraction"},
+        {"true", "got a boolean"},
+        {"null", "got null"},
+        {"[1]", "got an array"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(body, sizeof body, "%s\"classification\":%s}}]}", head, cases[i].json);
+        r.input = (float *)1;
+        assert_int_equal(decode(body, &r, &err), -BG_EINVAL);
+        assert_null(r.input);
+        if (!strstr(err.msg, cases[i].mention))
+            fail_msg("classification %s: \"%s\" should mention \"%s\"", cases[i].json, err.msg,
+                     cases[i].mention);
+    }
+}
+
+/* A model of 6 classes, with the labels `labels` ("" none). */
+static const struct model *class_model(const char *labels)
+{
+    static struct model mm;
+    labels_free(mm.labels);
+    memset(&mm, 0, sizeof mm);
+    mm.cfg = model();
+    mm.cfg.output.shape[0] = 6;
+    mm.cfg.output.row_elems = 6;
+    struct error err = {0};
+    if (labels[0] && labels_parse(labels, strlen(labels), "t", 6, &mm.labels, &err) != 0)
+        fail_msg("%s", err.msg);
+    return &mm;
+}
+
+/* Row 0: ties, NaN, infinities, a value "%f" prints as 0; row 1: all equal. */
+static const float class_out[12] = {0.5f, 2.0f, NAN, 2.0f, -INFINITY, 1e-7f,
+                                    -1, -1, -1, -1, -1, -1};
+
+static void expect_classes(const char *what, json_t *data, const char *const *want, size_t n)
+{
+    if (json_array_size(data) != n)
+        fail_msg("%s: %zu elements, want %zu", what, json_array_size(data), n);
+    for (size_t i = 0; i < n; i++) {
+        const char *got = json_string_value(json_array_get(data, i));
+        if (!got || strcmp(got, want[i]) != 0)
+            fail_msg("%s[%zu]: got \"%s\", want \"%s\"", what, i, got ? got : "(not a string)",
+                     want[i]);
+    }
+}
+
+static json_t *class_answer(const struct model *mm, int64_t k, bool binary, json_t **elems)
+{
+    struct infer_request r = {.rows = 2, .class_count = k, .binary_output = binary};
+    struct buf b = BUF_INIT;
+    int64_t jl = 0;
+    assert_int_equal(tensor_encode_kserve(mm, &r, class_out, &b, &jl), 0);
+    json_error_t je;
+    json_t *j = json_loadb(b.data, binary ? (size_t)jl : b.len, 0, &je);
+    if (!j)
+        fail_msg("not JSON: %s: %.*s", je.text, (int)b.len, b.data);
+    json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
+    assert_string_equal(json_string_value(json_object_get(o, "datatype")), "BYTES");
+    json_t *shape = json_object_get(o, "shape");
+    assert_int_equal(json_array_size(shape), 2);
+    assert_int_equal(json_integer_value(json_array_get(shape, 0)), 2);
+    assert_int_equal(json_integer_value(json_array_get(shape, 1)), k);
+    if (!binary) {
+        assert_int_equal(jl, -1);
+        *elems = json_incref(json_object_get(o, "data"));
+    } else {
+        /* Triton's BYTES in binary: a 4-byte little-endian length, the bytes. */
+        assert_null(json_object_get(o, "data"));
+        json_int_t size = json_integer_value(
+            json_object_get(json_object_get(o, "parameters"), "binary_data_size"));
+        assert_int_equal((size_t)jl + (size_t)size, b.len);
+        *elems = json_array();
+        const unsigned char *p = (const unsigned char *)b.data + jl;
+        size_t left = (size_t)size;
+        while (left) {
+            assert_true(left >= 4);
+            size_t n = p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+            assert_true(n <= left - 4);
+            json_array_append_new(*elems, json_stringn((const char *)p + 4, n));
+            p += 4 + n;
+            left -= 4 + n;
+        }
+    }
+    buf_free(&b);
+    return j;
+}
+
+static void test_classification_encode(void **state)
+{
+    (void)state;
+    static const char *const all[12] = {
+        "2.000000:1", "2.000000:3", "0.500000:0", "0.000000:5", "-inf:4", "nan:2",
+        "-1.000000:0", "-1.000000:1", "-1.000000:2", "-1.000000:3", "-1.000000:4", "-1.000000:5"};
+    static const char *const top2[4] = {"2.000000:1", "2.000000:3", "-1.000000:0", "-1.000000:1"};
+    /* Line 3 ("") is a class without a label; ':' and '"' are a label's own. */
+    static const char *const lab[4] = {"2.000000:1:one", "2.000000:3", "-1.000000:0:ze\"ro",
+                                       "-1.000000:1:one"};
+    for (int binary = 0; binary < 2; binary++) {
+        json_t *elems;
+        json_t *j = class_answer(class_model(""), 6, binary, &elems);
+        expect_classes(binary ? "binary k=6" : "json k=6", elems, all, 12);
+        json_decref(elems);
+        json_decref(j);
+        j = class_answer(class_model(""), 2, binary, &elems);
+        expect_classes(binary ? "binary k=2" : "json k=2", elems, top2, 4);
+        json_decref(elems);
+        json_decref(j);
+        j = class_answer(class_model("ze\"ro\r\none\ntwo\n\nfour\nfi:ve\n"), 2, binary, &elems);
+        expect_classes(binary ? "binary labels" : "json labels", elems, lab, 4);
+        json_decref(elems);
+        json_decref(j);
+    }
+    class_model("");
+}
+
+/* The selection against a full sort, on rows with many ties and NaNs. */
+static const float *class_ref_row;
+static int class_ref_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    float fx = class_ref_row[x], fy = class_ref_row[y];
+    if (isnan(fx) != isnan(fy))
+        return isnan(fx) ? 1 : -1;
+    if (!isnan(fx) && fx != fy)
+        return fx > fy ? -1 : 1;
+    return x < y ? -1 : 1;
+}
+
+static void test_classification_against_sort(void **state)
+{
+    (void)state;
+    enum { N = 257 };
+    static struct model mm;
+    mm.cfg = model();
+    mm.cfg.output.shape[0] = N;
+    mm.cfg.output.row_elems = N;
+    float v[N];
+    uint32_t ref[N];
+    uint32_t x = 7;
+    for (int round = 0; round < 40; round++) {
+        for (int i = 0; i < N; i++) {
+            x = x * 1664525u + 1013904223u;
+            v[i] = x % 17 == 0 ? NAN : (float)((int)(x >> 24) % 9) - 4.0f;
+            ref[i] = (uint32_t)i;
+        }
+        class_ref_row = v;
+        qsort(ref, N, sizeof ref[0], class_ref_cmp);
+        int64_t k = 1 + (int64_t)(x % N);
+        struct infer_request r = {.rows = 1, .class_count = k};
+        struct buf b = BUF_INIT;
+        int64_t jl;
+        assert_int_equal(tensor_encode_kserve(&mm, &r, v, &b, &jl), 0);
+        json_t *j = json_loadb(b.data, b.len, 0, NULL);
+        assert_non_null(j);
+        json_t *data = json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "data");
+        assert_int_equal(json_array_size(data), (size_t)k);
+        for (int64_t i = 0; i < k; i++) {
+            const char *s = json_string_value(json_array_get(data, (size_t)i));
+            const char *colon = strchr(s, ':');
+            assert_non_null(colon);
+            if ((uint32_t)atoi(colon + 1) != ref[i])
+                fail_msg("round %d, k %lld, place %lld: \"%s\", want index %u", round,
+                         (long long)k, (long long)i, s, ref[i]);
+        }
+        json_decref(j);
+        buf_free(&b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -399,6 +604,9 @@ int main(void)
         cmocka_unit_test(test_tfs),
         cmocka_unit_test(test_floats_round_trip),
         cmocka_unit_test(test_shared_memory),
+        cmocka_unit_test(test_classification_decode),
+        cmocka_unit_test(test_classification_encode),
+        cmocka_unit_test(test_classification_against_sort),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
