@@ -16,6 +16,7 @@
 #include "gateway/tenantstats.h"
 #include "serving/modelstats.h"
 #include "gateway/metrics_triton.h"
+#include "gateway/promtext.h"
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
 #include "http/http.h"
@@ -29,21 +30,10 @@
 
 static void metrics_head(struct buf *b, const char *name, const char *type, const char *help)
 {
-    buf_appendf(b, "# HELP " P "%s %s\n# TYPE " P "%s %s\n", name, help, name, type);
+    promtext_head(b, P, name, type, help);
 }
 
-/* A metrics_label value with \, " and newline escaped as the format requires. */
-static void metrics_label(struct buf *b, const char *v)
-{
-    for (; *v; v++) {
-        if (*v == '\\' || *v == '"')
-            buf_appendf(b, "\\%c", *v);
-        else if (*v == '\n')
-            buf_append(b, "\\n", 2);
-        else
-            buf_append(b, v, 1);
-    }
-}
+static void metrics_label(struct buf *b, const char *v) { promtext_label(b, v); }
 
 /* model="m", and version="v" for a model serving several versions side by
  * side (one series per version). */

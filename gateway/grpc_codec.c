@@ -273,6 +273,85 @@ static int grpc_log_to(const ProtobufCMessage *msg, struct grpc_http_request *ou
     return grpc_body_json(out, o, err, cap);
 }
 
+/* ---- shared memory ---- */
+
+/* "/v2/{kind}sharedmemory[/region/NAME]/VERB", NAME %-escaped (the HTTP
+ * routes decode it): a region name is the client's, any bytes. */
+static int grpc_shm_path(struct grpc_http_request *out, const char *kind, const char *name,
+                         const char *verb, char *err, size_t cap)
+{
+    int n = snprintf(out->path, sizeof out->path, "/v2/%ssharedmemory", kind);
+    if (name && *name) {
+        n += snprintf(out->path + n, sizeof out->path - (size_t)n, "/region/");
+        for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+            if ((size_t)n + 4 >= sizeof out->path)
+                return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "the region name is too long");
+            bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                         (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.' ||
+                         *p == '~';
+            n += plain ? snprintf(out->path + n, sizeof out->path - (size_t)n, "%c", *p)
+                       : snprintf(out->path + n, sizeof out->path - (size_t)n, "%%%02X", *p);
+        }
+    }
+    if ((size_t)n + strlen(verb) + 1 >= sizeof out->path)
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "the region name is too long");
+    snprintf(out->path + n, sizeof out->path - (size_t)n, "/%s", verb);
+    return GRPC_OK;
+}
+
+static const char *grpc_shm_kind(const ProtobufCMessage *msg)
+{
+    const ProtobufCMessageDescriptor *d = msg->descriptor;
+    return d == &inference__cuda_shared_memory_status_request__descriptor ||
+                   d == &inference__cuda_shared_memory_register_request__descriptor ||
+                   d == &inference__cuda_shared_memory_unregister_request__descriptor
+               ? "cuda" : "system";
+}
+
+/* Status and Unregister of either kind: one string, name (field 1). */
+static int grpc_shm_named_to(const ProtobufCMessage *msg, struct grpc_http_request *out,
+                             char *err, size_t cap)
+{
+    const Inference__SystemSharedMemoryStatusRequest *r = (const void *)msg;
+    const ProtobufCMessageDescriptor *d = msg->descriptor;
+    bool status = d == &inference__system_shared_memory_status_request__descriptor ||
+                  d == &inference__cuda_shared_memory_status_request__descriptor;
+    out->method = status ? HTTP_M_GET : HTTP_M_POST;
+    return grpc_shm_path(out, grpc_shm_kind(msg), r->name, status ? "status" : "unregister", err,
+                         cap);
+}
+
+static int grpc_shm_register_to(const ProtobufCMessage *msg, struct grpc_http_request *out,
+                                char *err, size_t cap)
+{
+    out->method = HTTP_M_POST;
+    json_t *j;
+    const char *name;
+    if (msg->descriptor == &inference__cuda_shared_memory_register_request__descriptor) {
+        const Inference__CudaSharedMemoryRegisterRequest *r = (const void *)msg;
+        name = r->name;   /* refused by the HTTP route: no CUDA regions here */
+        j = json_pack("{s:I, s:I}", "device_id", (json_int_t)r->device_id, "byte_size",
+                      (json_int_t)r->byte_size);
+    } else {
+        const Inference__SystemSharedMemoryRegisterRequest *r = (const void *)msg;
+        name = r->name;
+        if (r->offset > INT64_MAX || r->byte_size > INT64_MAX)
+            return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "offset or byte_size too large");
+        j = json_pack("{s:s, s:I, s:I}", "key", r->key ? r->key : "", "offset",
+                      (json_int_t)r->offset, "byte_size", (json_int_t)r->byte_size);
+    }
+    if (!name || !*name) {
+        json_decref(j);
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "name: a region needs a name");
+    }
+    int rc = grpc_shm_path(out, grpc_shm_kind(msg), name, "register", err, cap);
+    if (rc) {
+        json_decref(j);
+        return rc;
+    }
+    return grpc_body_json(out, j, err, cap);
+}
+
 /* ---- ModelInfer: the binary tensor extension's body ---- */
 
 /* An input's typed contents as the raw bytes the binary extension carries
@@ -329,6 +408,14 @@ static int grpc_contents_raw(const Inference__ModelInferRequest__InferInputTenso
     return rc < 0 ? grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory") : GRPC_OK;
 }
 
+static bool grpc_input_in_shm(const Inference__ModelInferRequest__InferInputTensor *in)
+{
+    for (size_t k = 0; k < in->n_parameters; k++)
+        if (in->parameters[k]->key && strcmp(in->parameters[k]->key, "shared_memory_region") == 0)
+            return true;
+    return false;
+}
+
 static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
                          size_t cap)
 {
@@ -337,11 +424,16 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
     int rc = grpc_model_path(out, r->model_name, r->model_version, "/infer", err, cap);
     if (rc)
         return rc;
-    if (r->n_raw_input_contents && r->n_raw_input_contents != r->n_inputs)
+    /* An input in shared memory has no bytes here, and no entry in
+     * raw_input_contents (Triton counts only the others). */
+    size_t nshm = 0;
+    for (size_t i = 0; i < r->n_inputs; i++)
+        nshm += grpc_input_in_shm(r->inputs[i]);
+    if (r->n_raw_input_contents && r->n_raw_input_contents != r->n_inputs - nshm)
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
-                         "%zu raw_input_contents for %zu inputs: give every input's bytes in "
-                         "raw_input_contents, in the order of inputs, or none",
-                         r->n_raw_input_contents, r->n_inputs);
+                         "%zu raw_input_contents for %zu inputs not in shared memory: give "
+                         "every such input's bytes in raw_input_contents, in the order of "
+                         "inputs, or none", r->n_raw_input_contents, r->n_inputs - nshm);
     struct buf bin = BUF_INIT;
     json_t *root = json_object(), *inputs = json_array(), *params = json_object();
     /* root takes inputs; with no root, json_object_set_new frees it. */
@@ -351,16 +443,21 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
     }
     if (r->id && *r->id)
         json_object_set_new(root, "id", json_string(r->id));
-    for (size_t i = 0; i < r->n_inputs; i++) {
+    for (size_t i = 0, raw = 0; i < r->n_inputs; i++) {
         const Inference__ModelInferRequest__InferInputTensor *in = r->inputs[i];
         size_t before = bin.len;
-        if (r->n_raw_input_contents) {
+        bool in_shm = grpc_input_in_shm(in);
+        if (in_shm) {
+            if (in->contents)
+                rc = grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                               "input \"%s\": both contents and shared_memory_region",
+                               in->name);
+        } else if (r->n_raw_input_contents) {
+            const ProtobufCBinaryData *rb = &r->raw_input_contents[raw++];
             if (in->contents)
                 rc = grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
                                "input \"%s\": both contents and raw_input_contents", in->name);
-            else if (r->raw_input_contents[i].len &&
-                     buf_append(&bin, r->raw_input_contents[i].data,
-                                r->raw_input_contents[i].len) < 0)
+            else if (rb->len && buf_append(&bin, rb->data, rb->len) < 0)
                 rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         } else {
             rc = grpc_contents_raw(in, &bin, err, cap);
@@ -380,8 +477,9 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
             if (v)
                 json_object_set_new(ip, in->parameters[k]->key, v);
         }
-        ok = ok && json_object_set_new(ip, "binary_data_size",
-                                       json_integer((json_int_t)(bin.len - before))) == 0;
+        ok = ok && (in_shm || json_object_set_new(ip, "binary_data_size",
+                                                  json_integer((json_int_t)(bin.len - before)))
+                                  == 0);
         if (ok) {   /* json_pack takes shape and ip, even when it fails */
             t = json_pack("{s:s, s:s, s:o, s:o}", "name", in->name ? in->name : "", "datatype",
                           in->datatype ? in->datatype : "", "shape", shape, "parameters", ip);
@@ -406,7 +504,9 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
                 if (v)
                     json_object_set_new(op, o->parameters[k]->key, v);
             }
-            if (op)
+            /* Its bytes travel in raw_output_contents, unless they go to
+             * shared memory (then its raw entry is empty, as Triton's). */
+            if (op && !json_object_get(op, "shared_memory_region"))
                 json_object_set_new(op, "binary_data", json_true());
             json_array_append_new(outputs, json_pack("{s:s, s:o*}", "name",
                                                      o->name ? o->name : "", "parameters", op));
@@ -615,6 +715,39 @@ done:
     return rc;
 }
 
+/* Shared memory status: HTTP answers [{"name", ...}, ...] (Triton's HTTP
+ * form), gRPC a map from each name to its status. */
+static int grpc_shm_status_from(const ProtobufCMessageDescriptor *d,
+                                const struct grpc_http_answer *a, struct buf *out, char *err,
+                                size_t cap)
+{
+    if (a->status != 200)
+        return grpc_answer_error(a, err, cap);
+    json_t *arr = json_loadb(a->body ? a->body : "", a->len, 0, NULL);
+    if (!json_is_array(arr)) {
+        json_decref(arr);
+        return grpc_fail(err, cap, GRPC_INTERNAL, "the status answer is not an array");
+    }
+    json_t *map = json_object(), *root = json_pack("{s:o}", "regions", map);
+    size_t i;
+    json_t *v;
+    int rc = root ? GRPC_OK : GRPC_RESOURCE_EXHAUSTED;
+    json_array_foreach(arr, i, v) {
+        json_t *name = json_object_get(v, "name");
+        if (rc == GRPC_OK && json_is_string(name) &&
+            json_object_set(map, json_string_value(name), v) < 0)
+            rc = GRPC_RESOURCE_EXHAUSTED;
+    }
+    struct pbjson_arena *ar = rc == GRPC_OK ? pbjson_arena_new() : NULL;
+    ProtobufCMessage *m = ar ? pbjson_message(d, root, ar) : NULL;
+    rc = m ? grpc_pack(m, out, err, cap)
+           : grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    pbjson_arena_free(ar);
+    json_decref(root);
+    json_decref(arr);
+    return rc;
+}
+
 /* ServerLive, ServerReady, ModelReady: the answer's status is the answer. */
 static int grpc_bool_from(const ProtobufCMessageDescriptor *d, const struct grpc_http_answer *a,
                           bool unready_ok, struct buf *out, char *err, size_t cap)
@@ -633,6 +766,7 @@ static int grpc_bool_from(const ProtobufCMessageDescriptor *d, const struct grpc
 
 enum grpc_answer_kind {
     ANSWER_JSON,        /* the JSON answer as resp (under wrap) */
+    ANSWER_SHM_STATUS,  /* an array of regions, as the map "regions" by name */
     ANSWER_LIVE,        /* 200: true; anything else an error */
     ANSWER_READY,       /* 200: true; 503: false */
     ANSWER_EMPTY,       /* 200: the empty message */
@@ -678,18 +812,23 @@ static const struct grpc_method grpc_methods[] = {
     /* Each message of the stream is a ModelInfer (grpc_method_stream_of). */
     {"ModelStreamInfer", SVC(model_infer_request), grpc_infer_to,
      SVC(model_stream_infer_response), ANSWER_INFER, NULL, NULL},
-    {"SystemSharedMemoryStatus", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
-     "system shared memory is served over HTTP only (/v2/systemsharedmemory/...)"},
-    {"SystemSharedMemoryRegister", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
-     "system shared memory is served over HTTP only (/v2/systemsharedmemory/...)"},
-    {"SystemSharedMemoryUnregister", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
-     "system shared memory is served over HTTP only (/v2/systemsharedmemory/...)"},
-    {"CudaSharedMemoryStatus", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
-     "the CUDA shared memory extension is not served"},
-    {"CudaSharedMemoryRegister", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
-     "the CUDA shared memory extension is not served"},
-    {"CudaSharedMemoryUnregister", NULL, NULL, NULL, ANSWER_EMPTY, NULL,
-     "the CUDA shared memory extension is not served"},
+    {"SystemSharedMemoryStatus", SVC(system_shared_memory_status_request), grpc_shm_named_to,
+     SVC(system_shared_memory_status_response), ANSWER_SHM_STATUS, NULL, NULL},
+    {"SystemSharedMemoryRegister", SVC(system_shared_memory_register_request),
+     grpc_shm_register_to, SVC(system_shared_memory_register_response), ANSWER_EMPTY, NULL,
+     NULL},
+    {"SystemSharedMemoryUnregister", SVC(system_shared_memory_unregister_request),
+     grpc_shm_named_to, SVC(system_shared_memory_unregister_response), ANSWER_EMPTY, NULL,
+     NULL},
+    /* As over HTTP: no CUDA region is ever registered (register is
+     * refused), but status and unregister answer, as perf_analyzer calls
+     * them at start and exit with --shared-memory. */
+    {"CudaSharedMemoryStatus", SVC(cuda_shared_memory_status_request), grpc_shm_named_to,
+     SVC(cuda_shared_memory_status_response), ANSWER_SHM_STATUS, NULL, NULL},
+    {"CudaSharedMemoryRegister", SVC(cuda_shared_memory_register_request), grpc_shm_register_to,
+     SVC(cuda_shared_memory_register_response), ANSWER_EMPTY, NULL, NULL},
+    {"CudaSharedMemoryUnregister", SVC(cuda_shared_memory_unregister_request),
+     grpc_shm_named_to, SVC(cuda_shared_memory_unregister_response), ANSWER_EMPTY, NULL, NULL},
     {"TraceSetting", NULL, NULL, NULL, ANSWER_EMPTY, NULL, "tracing is not served"},
 };
 #undef SVC
@@ -759,6 +898,7 @@ int grpc_from_http(const struct grpc_method *m, const struct grpc_http_answer *a
     case ANSWER_READY: return grpc_bool_from(m->resp, a, true, out, err, cap);
     case ANSWER_EMPTY: return a->status == 200 ? GRPC_OK : grpc_answer_error(a, err, cap);
     case ANSWER_INFER: return grpc_infer_from(a, out, err, cap);
+    case ANSWER_SHM_STATUS: return grpc_shm_status_from(m->resp, a, out, err, cap);
     case ANSWER_JSON:
     default: return grpc_from_json(m->resp, m->wrap, a, out, err, cap);
     }

@@ -11,33 +11,17 @@
 #include "common/buf.h"
 #include "gateway/nvml.h"
 #include "gateway/procstat.h"
+#include "gateway/promtext.h"
 #include "serving/modelstats.h"
-
-static void metrics_triton_head(struct buf *b, const char *name, const char *type, const char *help)
-{
-    buf_appendf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-/* A label value with \, " and newline escaped as the format requires. */
-static void metrics_triton_label(struct buf *b, const char *v)
-{
-    for (; *v; v++) {
-        if (*v == '\\' || *v == '"')
-            buf_appendf(b, "\\%c", *v);
-        else if (*v == '\n')
-            buf_append(b, "\\n", 2);
-        else
-            buf_append(b, v, 1);
-    }
-}
 
 /* name{model="m",version="v"[,extra]} value: integers, as Triton prints
  * its counters (microseconds truncated from the stats' nanoseconds). */
-static void metrics_triton_sample(struct buf *b, const char *name, const struct metrics_triton_model *m,
-                           const char *extra, uint64_t v)
+static void metrics_triton_sample(struct buf *b, const char *name,
+                                  const struct metrics_triton_model *m,
+                                  const char *extra, uint64_t v)
 {
     buf_appendf(b, "%s{model=\"", name);
-    metrics_triton_label(b, m->name);
+    promtext_label(b, m->name);
     buf_appendf(b, "\",version=\"%d\"%s%s} %llu\n", m->version, extra ? "," : "",
                 extra ? extra : "", (unsigned long long)v);
 }
@@ -72,13 +56,13 @@ static int metrics_triton_models(struct buf *b, const struct metrics_triton_mode
         return -1;
     for (int i = 0; i < n; i++)
         modelstats_triton(m[i].snap, &t[i]);
-    metrics_triton_head(b, "nv_inference_request_success", "counter",
-                 "Number of successful inference requests, all batch sizes");
+    promtext_head(b, "", "nv_inference_request_success", "counter",
+                  "Number of successful inference requests, all batch sizes");
     for (int i = 0; i < n; i++)
         metrics_triton_sample(b, "nv_inference_request_success", &m[i], NULL,
                        metrics_triton_value(&t[i], MT_SUCCESS));
-    metrics_triton_head(b, "nv_inference_request_failure", "counter",
-                 "Number of failed inference requests, all batch sizes");
+    promtext_head(b, "", "nv_inference_request_failure", "counter",
+                  "Number of failed inference requests, all batch sizes");
     for (int i = 0; i < n; i++)
         for (int r = 0; r < MS_FAIL_COUNT; r++) {
             char extra[32];
@@ -111,12 +95,13 @@ static int metrics_triton_models(struct buf *b, const struct metrics_triton_mode
          "requests)", MT_OUTPUT_US},
     };
     for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
-        metrics_triton_head(b, counters[k].name, "counter", counters[k].help);
+        promtext_head(b, "", counters[k].name, "counter", counters[k].help);
         for (int i = 0; i < n; i++)
-            metrics_triton_sample(b, counters[k].name, &m[i], NULL, metrics_triton_value(&t[i], counters[k].f));
+            metrics_triton_sample(b, counters[k].name, &m[i], NULL,
+                                  metrics_triton_value(&t[i], counters[k].f));
     }
-    metrics_triton_head(b, "nv_inference_pending_request_count", "gauge",
-                 "Instantaneous number of pending requests awaiting execution per-model.");
+    promtext_head(b, "", "nv_inference_pending_request_count", "gauge",
+                  "Instantaneous number of pending requests awaiting execution per-model.");
     for (int i = 0; i < n; i++)
         metrics_triton_sample(b, "nv_inference_pending_request_count", &m[i], NULL,
                        m[i].pending > 0 ? (uint64_t)m[i].pending : 0);
@@ -137,7 +122,7 @@ static void metrics_triton_gpus(struct buf *b, struct nvml *nvml)
         {"nv_gpu_memory_used_bytes", "GPU used memory, in bytes"},
     };
     for (int k = 0; k < 3; k++) {
-        metrics_triton_head(b, g[k].name, "gauge", g[k].help);
+        promtext_head(b, "", g[k].name, "gauge", g[k].help);
         for (int d = 0; d < n; d++) {
             struct nvml_device nd;
             char uuid[96];
@@ -146,7 +131,7 @@ static void metrics_triton_gpus(struct buf *b, struct nvml *nvml)
             if (nvml_device_uuid(nvml, d, uuid, (int)sizeof uuid) < 0)
                 snprintf(uuid, sizeof uuid, "cuda%d", d);   /* a driver that cannot say */
             buf_appendf(b, "%s{gpu_uuid=\"", g[k].name);
-            metrics_triton_label(b, uuid);
+            promtext_label(b, uuid);
             if (k == 0)
                 buf_appendf(b, "\"} %.15g\n", nd.gpu_util);
             else
@@ -160,14 +145,16 @@ static void metrics_triton_cpu(struct buf *b, struct procstat *ps)
 {
     double util;
     if (ps && procstat_cpu_utilization(ps, &util) == 0) {
-        metrics_triton_head(b, "nv_cpu_utilization", "gauge", "CPU utilization rate [0.0 - 1.0]");
+        promtext_head(b, "", "nv_cpu_utilization", "gauge", "CPU utilization rate [0.0 - 1.0]");
         buf_appendf(b, "nv_cpu_utilization %.15g\n", util);
     }
     uint64_t total, used;
     if (procstat_memory(&total, &used) == 0) {
-        metrics_triton_head(b, "nv_cpu_memory_total_bytes", "gauge", "CPU total memory (RAM), in bytes");
+        promtext_head(b, "", "nv_cpu_memory_total_bytes", "gauge",
+                      "CPU total memory (RAM), in bytes");
         buf_appendf(b, "nv_cpu_memory_total_bytes %llu\n", (unsigned long long)total);
-        metrics_triton_head(b, "nv_cpu_memory_used_bytes", "gauge", "CPU used memory (RAM), in bytes");
+        promtext_head(b, "", "nv_cpu_memory_used_bytes", "gauge",
+                      "CPU used memory (RAM), in bytes");
         buf_appendf(b, "nv_cpu_memory_used_bytes %llu\n", (unsigned long long)used);
     }
 }

@@ -5,7 +5,8 @@ tritonclient and numpy, so it runs under the interpreter of the virtual
 environment scripts/fetch-testdeps makes, started by test_shm.py, which owns
 the server and the repository:
 
-    VENV/bin/python shm_calls.py --url 127.0.0.1:PORT --model digits --prefix KEYPREFIX
+    VENV/bin/python shm_calls.py --url 127.0.0.1:PORT --grpc 127.0.0.1:GPORT \
+        --model digits --prefix KEYPREFIX
 
 --model has one FP32 input of 64 and one FP32 output of 10 per row (the
 bundled digits). Regions are created under keys starting with --prefix, so
@@ -17,6 +18,7 @@ import argparse
 import sys
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
@@ -49,6 +51,7 @@ def main():
     ap.add_argument("--url", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--prefix", required=True)
+    ap.add_argument("--grpc", required=True, help="HOST:PORT of batchgate's gRPC port")
     a = ap.parse_args()
     c = httpclient.InferenceServerClient(a.url)
     handles = []
@@ -139,6 +142,43 @@ def main():
         c.unregister_system_shared_memory()
         expect(c.get_system_shared_memory_status() == [], "status after unregister-all is not []")
         print("ok: unregister one, again, and all")
+
+        # The same over gRPC (tritonclient.grpc): register, status as a map,
+        # input and output in regions equal to JSON's answer, an unknown
+        # region INVALID_ARGUMENT, unregister.
+        g = grpcclient.InferenceServerClient(a.grpc)
+        g.register_system_shared_memory("gin", a.prefix + "in", 64 + in_bytes)
+        g.register_system_shared_memory("gout", a.prefix + "out", 32 + out_bytes + 100,
+                                        offset=4096)
+        gst = g.get_system_shared_memory_status(as_json=True).get("regions", {})
+        expect(sorted(gst) == ["gin", "gout"] and gst["gout"].get("offset") in ("4096", 4096),
+               "gRPC status: %r" % (gst,))
+        shm.set_shared_memory_region(hout, [np.zeros((rows, 10), np.float32)], offset=4096 + 32)
+        gi = grpcclient.InferInput("input", [rows, 64], "FP32")
+        gi.set_shared_memory("gin", in_bytes, offset=64)
+        go = grpcclient.InferRequestedOutput("output")
+        go.set_shared_memory("gout", out_bytes, offset=32)
+        gr = g.infer(a.model, [gi], outputs=[go])
+        gout = gr.get_output("output")
+        expect(gout is not None and list(gout.shape) == [rows, 10],
+               "gRPC output in shared memory: %r" % (gr.get_response(),))
+        got = shm.get_contents_as_numpy(hout, np.float32, [rows, 10], offset=4096 + 32)
+        expect(np.allclose(got, ref, rtol=1e-6, atol=1e-7),
+               "gRPC shared memory output differs from JSON's: max |d| %g" % np.abs(got - ref).max())
+        gi2 = grpcclient.InferInput("input", [rows, 64], "FP32")
+        gi2.set_shared_memory("nope", in_bytes)
+        try:
+            g.infer(a.model, [gi2])
+            raise CheckFailed("gRPC infer from an unknown region succeeded")
+        except InferenceServerException as e:
+            expect("INVALID_ARGUMENT" in str(e.status()) and "nope" in (e.message() or ""),
+                   "gRPC unknown region: %s %s" % (e.status(), e.message()))
+        g.unregister_system_shared_memory()
+        expect(not g.get_system_shared_memory_status(as_json=True).get("regions"),
+               "gRPC status after unregister-all is not empty")
+        g.close()
+        print("ok: gRPC: register, status map, input and output in regions equal JSON's, "
+              "unknown region INVALID_ARGUMENT, unregister")
     except CheckFailed as e:
         print("FAIL: %s" % e)
         return 1

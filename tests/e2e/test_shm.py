@@ -88,11 +88,12 @@ class ShmTest(RepoServerCase):
 
     def test_tritonclient_round_trip_and_bad_cases(self):
         code, out = run_testdeps(["shm_calls.py", "--url", "127.0.0.1:%d" % self.srv.port,
+                                  "--grpc", "127.0.0.1:%d" % self.srv.grpc_port,
                                   "--model", "digits", "--prefix", "/" + self.prefix], timeout=120)
         self.assertEqual(code, 0, "shm_calls.py exited %d; its output:\n%s\nserver log:\n%s"
                          % (code, out, self.srv.log()))
         self.assertNotIn("FAIL", out)
-        self.assertEqual(out.count("ok: "), 6, out)
+        self.assertEqual(out.count("ok: "), 7, out)
         self.assertEqual(self.mapped(), [], "a region is still mapped after unregister-all")
 
     def test_routes_and_maps(self):
@@ -204,13 +205,15 @@ class ShmTest(RepoServerCase):
         if p.returncode != 0:
             raise unittest.SkipTest("no perf_analyzer: %s" % p.stderr.strip()[-300:])
         pa = p.stdout.strip().splitlines()[-1]
-        run = subprocess.run([pa, "-m", "digits", "-u", "127.0.0.1:%d" % self.srv.port, "-i", "http",
-                              "--shared-memory", "system", "--request-count", "200"],
-                             capture_output=True, text=True, timeout=60)
-        out = run.stdout + run.stderr
-        self.assertEqual(run.returncode, 0, out)
-        self.assertIn("Throughput:", out)
-        self.assertNotIn("Unable to", out)
+        # Over HTTP, and over gRPC: perf_analyzer's default protocol.
+        for proto, port in (("http", self.srv.port), ("grpc", self.srv.grpc_port)):
+            run = subprocess.run([pa, "-m", "digits", "-u", "127.0.0.1:%d" % port, "-i", proto,
+                                  "--shared-memory", "system", "--request-count", "200"],
+                                 capture_output=True, text=True, timeout=60)
+            out = run.stdout + run.stderr
+            self.assertEqual(run.returncode, 0, "-i %s: %s" % (proto, out))
+            self.assertIn("Throughput:", out)
+            self.assertNotIn("Unable to", out)
         self.assertEqual(self.mapped(), [])
         self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/systemsharedmemory/status").json(), [])
 

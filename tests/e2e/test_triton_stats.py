@@ -208,9 +208,8 @@ class TritonStatsTest(RepoServerCase):
         # perf_analyzer asks for statistics only of a server that lists the
         # extension in GET /v2 (its inference_profiler.cc).
         ext = roundtrip(self.srv.port, "GET", "/v2").json().get("extensions", [])
-        if "statistics" not in ext:
-            self.skipTest("GET /v2 does not list \"statistics\" yet, so perf_analyzer shows no "
-                          "server side (the extensions table of issue 23 lists it)")
+        self.assertIn("statistics", ext, "GET /v2 must list statistics, or perf_analyzer "
+                      "shows no server side: %r" % ext)
         for proto, port in (("http", self.srv.port), ("grpc", self.srv.grpc_port)):
             p = subprocess.run([pa, "-m", "ts_pa", "-i", proto, "-u", "127.0.0.1:%d" % port,
                                 "--concurrency-range", "4:4", "--measurement-interval", "500",

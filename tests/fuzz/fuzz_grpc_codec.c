@@ -57,6 +57,12 @@ static const struct {
     /* Each message of the stream is a ModelInfer; its answer, a
      * ModelInferResponse, is wrapped by grpc_stream_response. */
     {"ModelStreamInfer", SVC(model_infer_response)},
+    {"SystemSharedMemoryStatus", SVC(system_shared_memory_status_response)},
+    {"SystemSharedMemoryRegister", SVC(system_shared_memory_register_response)},
+    {"SystemSharedMemoryUnregister", SVC(system_shared_memory_unregister_response)},
+    {"CudaSharedMemoryStatus", SVC(cuda_shared_memory_status_response)},
+    {"CudaSharedMemoryRegister", SVC(cuda_shared_memory_register_response)},
+    {"CudaSharedMemoryUnregister", SVC(cuda_shared_memory_unregister_response)},
 };
 #undef SVC
 #define NMETHODS (sizeof methods / sizeof methods[0])

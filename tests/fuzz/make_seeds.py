@@ -422,7 +422,10 @@ H2_SEEDS = {
 # Inference-Header-Content-Length (0xffff: none), the HTTP body.
 GRPC_METHODS = ["ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
                 "ModelInfer", "ModelConfig", "ModelStatistics", "RepositoryIndex",
-                "RepositoryModelLoad", "RepositoryModelUnload", "LogSettings", "ModelStreamInfer"]
+                "RepositoryModelLoad", "RepositoryModelUnload", "LogSettings", "ModelStreamInfer",
+                "SystemSharedMemoryStatus", "SystemSharedMemoryRegister",
+                "SystemSharedMemoryUnregister", "CudaSharedMemoryStatus",
+                "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister"]
 GRPC_STATUSES = [200, 400, 404, 429, 503, 504]
 
 
@@ -546,7 +549,30 @@ model_stats = json.dumps({"model_stats": [{"name": "digits", "version": "1",
                                                             "compute_infer": {"count": 3, "ns": 300}}],
                                            "response_stats": {"r": {"success": {"count": 1, "ns": 2}}},
                                            "batchgate_extra": {"shed": 1}}]})
+infer_shm = (pb_bytes(1, "digits") +
+             pb_bytes(5, infer_input("input", "FP32", [1, 64], None,
+                                     [("shared_memory_region", "string", "in"),
+                                      ("shared_memory_byte_size", "int64", 256),
+                                      ("shared_memory_offset", "int64", 64)])) +
+             pb_bytes(5, infer_input("mask", "UINT8", [1])) +
+             pb_bytes(6, pb_bytes(1, "output") +
+                      pb_map(2, [("shared_memory_region", infer_param("string", "out")),
+                                 ("shared_memory_byte_size", infer_param("int64", 40))])) +
+             pb_bytes(7, b"\x01"))
+shm_status = json.dumps([{"name": "in", "key": "/k in", "offset": 0, "byte_size": 320},
+                         {"name": "out", "key": "/k out", "offset": 4096, "byte_size": 40}])
 GRPC_SEEDS = {
+    "shm_status_to": to_http("SystemSharedMemoryStatus", pb_bytes(1, "in put/%")),
+    "shm_register_to": to_http("SystemSharedMemoryRegister",
+                               pb_bytes(1, "in") + pb_bytes(2, "/k in") + pb_uint(3, 4096) +
+                               pb_uint(4, 320)),
+    "shm_unregister_to": to_http("SystemSharedMemoryUnregister", b""),
+    "cuda_register_to": to_http("CudaSharedMemoryRegister",
+                                pb_bytes(1, "g") + pb_bytes(2, b"\0\1") + pb_uint(3, 0) +
+                                pb_uint(4, 16)),
+    "shm_status_from": from_http("SystemSharedMemoryStatus", 200, shm_status),
+    "cuda_status_from": from_http("CudaSharedMemoryStatus", 200, "[]"),
+    "infer_shm_to": to_http("ModelInfer", infer_shm),
     "live_to": to_http("ServerLive", b""),
     "ready_to": to_http("ServerReady", b""),
     "model_ready_to": to_http("ModelReady", pb_bytes(1, "digits") + pb_bytes(2, "1")),

@@ -134,10 +134,10 @@ static const char *const served[] = {
     "ModelMetadata",   "ModelInfer",      "ModelStreamInfer",    "ModelConfig",
     "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload",
     "LogSettings",
-};
-static const char *const unserved[] = {
     "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
     "CudaSharedMemoryStatus",   "CudaSharedMemoryRegister",   "CudaSharedMemoryUnregister",
+};
+static const char *const unserved[] = {
     "TraceSetting",
 };
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -268,12 +268,7 @@ static void test_method_unserved(void **state)
         const struct grpc_method *m = method(unserved[i]);
         const char *why = grpc_method_unserved(m);
         assert_non_null(why);
-        if (strncmp(unserved[i], "System", 6) == 0)
-            assert_contains(why, "system shared memory");
-        else if (strncmp(unserved[i], "Cuda", 4) == 0)
-            assert_contains(why, "CUDA shared memory");
-        else
-            assert_contains(why, "tracing");
+        assert_contains(why, "tracing");
         struct grpc_http_request r;
         char err[256];
         assert_int_equal(to_http_raw(unserved[i], "", 0, &r, err, sizeof err), GRPC_UNIMPLEMENTED);
@@ -1010,6 +1005,196 @@ static void test_infer_errors(void **state)
 /* ModelReady and ServerReady: 200 → ready, 503 → not ready (OK, as
  * Triton answers); 404 → NOT_FOUND with the answer's "error" copied.
  * ServerLive: 200 → live; 503 → UNAVAILABLE. */
+/* Shared memory calls: each kind's status, register and unregister as
+ * their HTTP routes, a region name %-escaped into one path segment. */
+static void test_to_http_shared_memory(void **state)
+{
+    (void)state;
+    struct grpc_http_request r;
+    char err[256];
+    Inference__SystemSharedMemoryStatusRequest st = INFERENCE__SYSTEM_SHARED_MEMORY_STATUS_REQUEST__INIT;
+    assert_int_equal(to_http("SystemSharedMemoryStatus", &st.base, &r, err, sizeof err), GRPC_OK);
+    assert_int_equal(r.method, HTTP_M_GET);
+    assert_string_equal(r.path, "/v2/systemsharedmemory/status");
+    buf_free(&r.body);
+    st.name = "in put/1%";
+    assert_int_equal(to_http("SystemSharedMemoryStatus", &st.base, &r, err, sizeof err), GRPC_OK);
+    assert_string_equal(r.path, "/v2/systemsharedmemory/region/in%20put%2F1%25/status");
+    buf_free(&r.body);
+
+    Inference__SystemSharedMemoryRegisterRequest reg =
+        INFERENCE__SYSTEM_SHARED_MEMORY_REGISTER_REQUEST__INIT;
+    reg.name = "in";
+    reg.key = "/k";
+    reg.offset = 4096;
+    reg.byte_size = 768;
+    assert_int_equal(to_http("SystemSharedMemoryRegister", &reg.base, &r, err, sizeof err),
+                     GRPC_OK);
+    assert_int_equal(r.method, HTTP_M_POST);
+    assert_string_equal(r.path, "/v2/systemsharedmemory/region/in/register");
+    json_t *j = body_json(&r);
+    assert_string_equal(jstr(j, "key"), "/k");
+    assert_int_equal(jint(j, "offset"), 4096);
+    assert_int_equal(jint(j, "byte_size"), 768);
+    json_decref(j);
+    buf_free(&r.body);
+    reg.name = "";
+    assert_int_equal(to_http("SystemSharedMemoryRegister", &reg.base, &r, err, sizeof err),
+                     GRPC_INVALID_ARGUMENT);
+    assert_contains(err, "name");
+    buf_free(&r.body);
+
+    Inference__SystemSharedMemoryUnregisterRequest un =
+        INFERENCE__SYSTEM_SHARED_MEMORY_UNREGISTER_REQUEST__INIT;
+    assert_int_equal(to_http("SystemSharedMemoryUnregister", &un.base, &r, err, sizeof err),
+                     GRPC_OK);
+    assert_int_equal(r.method, HTTP_M_POST);
+    assert_string_equal(r.path, "/v2/systemsharedmemory/unregister");
+    buf_free(&r.body);
+    un.name = "in";
+    assert_int_equal(to_http("SystemSharedMemoryUnregister", &un.base, &r, err, sizeof err),
+                     GRPC_OK);
+    assert_string_equal(r.path, "/v2/systemsharedmemory/region/in/unregister");
+    buf_free(&r.body);
+
+    Inference__CudaSharedMemoryUnregisterRequest cu =
+        INFERENCE__CUDA_SHARED_MEMORY_UNREGISTER_REQUEST__INIT;
+    assert_int_equal(to_http("CudaSharedMemoryUnregister", &cu.base, &r, err, sizeof err),
+                     GRPC_OK);
+    assert_string_equal(r.path, "/v2/cudasharedmemory/unregister");
+    buf_free(&r.body);
+    Inference__CudaSharedMemoryRegisterRequest cr =
+        INFERENCE__CUDA_SHARED_MEMORY_REGISTER_REQUEST__INIT;
+    cr.name = "g";
+    cr.byte_size = 16;
+    assert_int_equal(to_http("CudaSharedMemoryRegister", &cr.base, &r, err, sizeof err), GRPC_OK);
+    assert_string_equal(r.path, "/v2/cudasharedmemory/region/g/register");
+    buf_free(&r.body);
+}
+
+/* An input in shared memory takes no raw_input_contents entry and gets no
+ * binary_data_size; an output into a region is not asked as binary. */
+static void test_infer_shared_memory(void **state)
+{
+    (void)state;
+    static const uint8_t b[] = {1, 2, 3};
+    Inference__ModelInferRequest__InferInputTensor in[2] = {
+        INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT,
+        INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT};
+    Inference__ModelInferRequest__InferInputTensor *inp[2] = {&in[0], &in[1]};
+    int64_t sa[] = {1, 4}, sb[] = {3};
+    in[0].name = "x";
+    in[0].datatype = "FP32";
+    in[0].n_shape = 2;
+    in[0].shape = sa;
+    in[1].name = "y";
+    in[1].datatype = "UINT8";
+    in[1].n_shape = 1;
+    in[1].shape = sb;
+    Inference__InferParameter region = param_str("r"), size = param_int(16);
+    Inference__ModelInferRequest__InferInputTensor__ParametersEntry pe[2] = {
+        INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__PARAMETERS_ENTRY__INIT,
+        INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__PARAMETERS_ENTRY__INIT};
+    Inference__ModelInferRequest__InferInputTensor__ParametersEntry *pep[2] = {&pe[0], &pe[1]};
+    pe[0].key = "shared_memory_region";
+    pe[0].value = &region;
+    pe[1].key = "shared_memory_byte_size";
+    pe[1].value = &size;
+    in[0].n_parameters = 2;
+    in[0].parameters = pep;
+    Inference__ModelInferRequest__InferRequestedOutputTensor out =
+        INFERENCE__MODEL_INFER_REQUEST__INFER_REQUESTED_OUTPUT_TENSOR__INIT, *outp = &out;
+    Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry oe[2] = {
+        INFERENCE__MODEL_INFER_REQUEST__INFER_REQUESTED_OUTPUT_TENSOR__PARAMETERS_ENTRY__INIT,
+        INFERENCE__MODEL_INFER_REQUEST__INFER_REQUESTED_OUTPUT_TENSOR__PARAMETERS_ENTRY__INIT};
+    Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry *oep[2] = {&oe[0],
+                                                                                         &oe[1]};
+    oe[0].key = "shared_memory_region";
+    oe[0].value = &region;
+    oe[1].key = "shared_memory_byte_size";
+    oe[1].value = &size;
+    out.name = "z";
+    out.n_parameters = 2;
+    out.parameters = oep;
+    ProtobufCBinaryData raw[1] = {{sizeof b, (uint8_t *)b}};
+    Inference__ModelInferRequest m = INFERENCE__MODEL_INFER_REQUEST__INIT;
+    m.model_name = "m";
+    m.n_inputs = 2;
+    m.inputs = inp;
+    m.n_raw_input_contents = 1;   /* y's only */
+    m.raw_input_contents = raw;
+    m.n_outputs = 1;
+    m.outputs = &outp;
+    struct grpc_http_request r;
+    char err[256];
+    assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_OK);
+    assert_int_equal(r.body.len, (size_t)r.json_len + sizeof b);
+    assert_memory_equal(r.body.data + r.json_len, b, sizeof b);
+    json_t *j = body_json(&r);
+    assert_string_equal(jstr(j, "inputs.0.parameters.shared_memory_region"), "r");
+    assert_int_equal(jint(j, "inputs.0.parameters.shared_memory_byte_size"), 16);
+    assert_null(jget(j, "inputs.0.parameters.binary_data_size"));
+    assert_int_equal(jint(j, "inputs.1.parameters.binary_data_size"), sizeof b);
+    assert_string_equal(jstr(j, "outputs.0.parameters.shared_memory_region"), "r");
+    assert_null(jget(j, "outputs.0.parameters.binary_data"));
+    json_decref(j);
+    buf_free(&r.body);
+
+    /* Two raw entries for one input outside shared memory: refused. */
+    ProtobufCBinaryData two[2] = {{sizeof b, (uint8_t *)b}, {sizeof b, (uint8_t *)b}};
+    m.n_raw_input_contents = 2;
+    m.raw_input_contents = two;
+    assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
+    assert_contains(err, "2 raw_input_contents for 1 inputs not in shared memory");
+    buf_free(&r.body);
+}
+
+/* Shared memory status: HTTP's array as the map by name. */
+static void test_from_shared_memory_status(void **state)
+{
+    (void)state;
+    struct buf out;
+    char err[256];
+    assert_int_equal(from_http("SystemSharedMemoryStatus", 200,
+                               "[{\"name\":\"a\",\"key\":\"/ka\",\"offset\":0,\"byte_size\":64},"
+                               "{\"name\":\"b\",\"key\":\"/kb\",\"offset\":4096,\"byte_size\":8}]",
+                               &out, err, sizeof err),
+                     GRPC_OK);
+    Inference__SystemSharedMemoryStatusResponse *st =
+        inference__system_shared_memory_status_response__unpack(NULL, out.len,
+                                                                 (uint8_t *)out.data);
+    assert_non_null(st);
+    assert_int_equal(st->n_regions, 2);
+    for (size_t i = 0; i < 2; i++) {
+        const Inference__SystemSharedMemoryStatusResponse__RegionStatus *v = st->regions[i]->value;
+        assert_string_equal(st->regions[i]->key, v->name);
+        if (strcmp(v->name, "b") == 0) {
+            assert_string_equal(v->key, "/kb");
+            assert_int_equal(v->offset, 4096);
+            assert_int_equal(v->byte_size, 8);
+        } else {
+            assert_string_equal(v->name, "a");
+            assert_int_equal(v->byte_size, 64);
+        }
+    }
+    inference__system_shared_memory_status_response__free_unpacked(st, NULL);
+    buf_free(&out);
+    /* None registered: the empty message; CUDA's the same way. */
+    assert_int_equal(from_http("CudaSharedMemoryStatus", 200, "[]", &out, err, sizeof err),
+                     GRPC_OK);
+    assert_int_equal(out.len, 0);
+    buf_free(&out);
+    assert_int_equal(from_http("SystemSharedMemoryStatus", 404,
+                               "{\"error\":\"no system shared memory region \\\"x\\\"\"}", &out,
+                               err, sizeof err),
+                     GRPC_NOT_FOUND);
+    assert_contains(err, "no system shared memory region");
+    buf_free(&out);
+    assert_int_equal(from_http("SystemSharedMemoryStatus", 200, "{}", &out, err, sizeof err),
+                     GRPC_INTERNAL);
+    buf_free(&out);
+}
+
 static void test_from_ready_live(void **state)
 {
     (void)state;
@@ -1913,6 +2098,9 @@ int main(void)
         cmocka_unit_test(test_infer_typed_contents),
         cmocka_unit_test(test_infer_typed_two_inputs),
         cmocka_unit_test(test_infer_errors),
+        cmocka_unit_test(test_to_http_shared_memory),
+        cmocka_unit_test(test_infer_shared_memory),
+        cmocka_unit_test(test_from_shared_memory_status),
         cmocka_unit_test(test_from_ready_live),
         cmocka_unit_test(test_from_errors),
         cmocka_unit_test(test_from_infer_binary),
