@@ -471,11 +471,24 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
         bool ok = shape && ip;
         for (size_t k = 0; ok && k < in->n_shape; k++)
             ok = json_array_append_new(shape, json_integer(in->shape[k])) == 0;
+        /* Every parameter arrives or the call fails: one lost (a region's
+         * name) would make the rest describe other bytes. */
+        bool bad_param = false;
         for (size_t k = 0; ok && k < in->n_parameters; k++) {
-            json_t *v = in->parameters[k]->value
-                            ? pbjson_oneof_value(&in->parameters[k]->value->base) : NULL;
+            const Inference__InferParameter *pv = in->parameters[k]->value;
+            json_t *v = pv ? pbjson_oneof_value(&pv->base) : NULL;
             if (v)
-                json_object_set_new(ip, in->parameters[k]->key, v);
+                ok = json_object_set_new(ip, in->parameters[k]->key, v) == 0;
+            else if (pv && pv->parameter_choice_case !=
+                               INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE__NOT_SET)
+                ok = !(bad_param = true);
+        }
+        if (bad_param) {
+            json_decref(shape);
+            json_decref(ip);
+            rc = grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "input \"%s\": a parameter that is "
+                           "not a value (a string must be UTF-8)", in->name ? in->name : "");
+            goto done;
         }
         ok = ok && (in_shm || json_object_set_new(ip, "binary_data_size",
                                                   json_integer((json_int_t)(bin.len - before)))

@@ -368,11 +368,10 @@ def check_surface(a):
     ok("ModelStreamInfer: messages 0.5 s apart past a 300 ms budget answered; "
        "stats count each from its own arrival (mean %.1f ms)" % (mean_s * 1e3))
 
-    e = rpc_error(stub.SystemSharedMemoryStatus, service_pb2.SystemSharedMemoryStatusRequest(),
-                  timeout=10)
-    expect(e.code() == grpc.StatusCode.UNIMPLEMENTED and "shared memory" in e.details(),
-           "SystemSharedMemoryStatus: %s %r" % (e.code(), e.details()))
-    ok("UNIMPLEMENTED: shared memory")
+    e = rpc_error(stub.TraceSetting, service_pb2.TraceSettingRequest(), timeout=10)
+    expect(e.code() == grpc.StatusCode.UNIMPLEMENTED and "tracing" in e.details(),
+           "TraceSetting: %s %r" % (e.code(), e.details()))
+    ok("UNIMPLEMENTED: tracing")
 
     # A client that gives up: its queued call leaves, the server serves on.
     f = stub.ModelInfer.future(infer_request("slow", xs4, name="x"), timeout=30)

@@ -108,7 +108,10 @@ static long long binary_sizes(json_t *head)
     size_t i;
     json_t *in;
     json_array_foreach(json_object_get(head, "inputs"), i, in) {
-        json_t *n = json_object_get(json_object_get(in, "parameters"), "binary_data_size");
+        json_t *p = json_object_get(in, "parameters");
+        if (json_object_get(p, "shared_memory_region"))
+            continue;   /* its bytes are in the region, none in the body */
+        json_t *n = json_object_get(p, "binary_data_size");
         if (!json_is_integer(n) || json_integer_value(n) < 0)
             return -1;
         sum += json_integer_value(n);
