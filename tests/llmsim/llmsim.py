@@ -571,6 +571,9 @@ class Endpoint:
             await conn.serve()
         except (EOFError, ConnectionError, asyncio.TimeoutError, OSError):
             pass
+        except Exception as e:         # a bug here: say so, keep the other connections
+            print("llmsim: endpoint %d: connection failed: %r" % (self.index, e),
+                  file=sys.stderr, flush=True)
         finally:
             writer.close()
 

@@ -428,6 +428,52 @@ class LLMSimTest(unittest.TestCase):
             call_json(port, "POST", "/__fault", {"kind": "none"})
 
 
+class EngineTest(unittest.TestCase):
+    """The scheduler in-process, fast: many requests with shared prefixes,
+    some aborted, never overfill the cache and leave it empty."""
+
+    def test_blocks_balance_under_load(self):
+        import argparse
+        import asyncio
+        import random
+        cfg = argparse.Namespace(kv_blocks=64, block_size=16, max_num_seqs=8, speed=1e6,
+                                 prefill_s_per_token=0.0002, decode_step_s=0.02,
+                                 decode_s_per_seq=0.0002)
+        rng = random.Random(7)
+        prefixes = [("system prompt %d " % i).encode() * 40 for i in range(4)]
+
+        async def scenario():
+            eng = llmsim.Engine(cfg)
+            task = asyncio.ensure_future(eng.run())
+            seqs = []
+            for i in range(120):
+                prompt = rng.choice(prefixes) + b"question %d" % i
+                seq = llmsim.Seq(prompt, rng.randint(1, 200), cfg.block_size)
+                self.assertTrue(eng.fits_ever(seq))
+                eng.submit(seq)
+                seqs.append(seq)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                kv = eng.kv
+                self.assertLessEqual(kv.used + len(kv.lru), kv.total)
+                self.assertLessEqual(len(eng.running), cfg.max_num_seqs)
+                if rng.random() < 0.01:
+                    eng.abort(rng.choice(seqs))
+                if all(s.finished for s in seqs):
+                    break
+                await asyncio.sleep(0)
+            task.cancel()
+            return eng, seqs
+
+        eng, seqs = asyncio.run(scenario())
+        self.assertTrue(all(s.finished for s in seqs))
+        self.assertEqual((eng.kv.used, eng.kv.refs, len(eng.running), len(eng.waiting)),
+                         (0, {}, 0, 0))
+        st = eng.stats
+        self.assertEqual(st.success + st.aborted, len(seqs))
+        self.assertGreater(st.prefix_hits, 0)
+
+
 class HundredEndpointsTest(unittest.TestCase):
     def test_hundred_endpoints_in_one_process(self):
         t0 = time.monotonic()
