@@ -48,7 +48,7 @@ then ends without [DONE]; non-streaming bodies are not JSON), "stop_mid"
 (the connection is closed after half the tokens), "hang" (completions are
 never answered), "no_metrics" (/metrics answers 503).
 
-One file of about 800 lines: the HTTP side, the scheduler and the metrics
+One file of about 900 lines: the HTTP side, the scheduler and the metrics
 of one endpoint are read together, and the tests start it as one script.
 """
 
