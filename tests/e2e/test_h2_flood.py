@@ -446,11 +446,12 @@ class RapidResetTest(H2FloodCase):
                  max([a[1] for a in answers] or [0]) * 1e3))
         for sent, took_streams, took in report:
             # A bucket of 2 x max_resets_per_s, refilled at max_resets_per_s.
+            # The server's own count (the GOAWAY's last stream id) is what
+            # says the flood was cut off. How many the client wrote before it
+            # saw the GOAWAY is not: the sockets' buffers hold ~200 KB, all
+            # 5000 pairs, while a slow server (ASan) reads its first 200.
             self.assertLessEqual(took_streams, 201 + int(100 * took) + 1,
                                  "expected the flood stopped at about 200 resets: %r" % report)
-            # What the client got out before it saw the GOAWAY: the server's
-            # reading is behind its sending by the sockets' buffers.
-            self.assertLess(sent, 5000, "expected the flood stopped before 5000 streams")
         self.assertTrue(answers and all(a[0] for a in answers),
                         "expected every call of the well-behaved connection answered during the "
                         "flood: %r" % answers)
