@@ -408,10 +408,16 @@ static int grpc_contents_raw(const Inference__ModelInferRequest__InferInputTenso
     return rc < 0 ? grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory") : GRPC_OK;
 }
 
+/* Whether the input names a region: its shared_memory_region is a string
+ * (a parameter with no value, or another kind, is not carried to the
+ * HTTP request, so it must not take the input's bytes away either). */
 static bool grpc_input_in_shm(const Inference__ModelInferRequest__InferInputTensor *in)
 {
     for (size_t k = 0; k < in->n_parameters; k++)
-        if (in->parameters[k]->key && strcmp(in->parameters[k]->key, "shared_memory_region") == 0)
+        if (in->parameters[k]->key && in->parameters[k]->value &&
+            in->parameters[k]->value->parameter_choice_case ==
+                INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM &&
+            strcmp(in->parameters[k]->key, "shared_memory_region") == 0)
             return true;
     return false;
 }

@@ -109,7 +109,7 @@ static long long binary_sizes(json_t *head)
     json_t *in;
     json_array_foreach(json_object_get(head, "inputs"), i, in) {
         json_t *p = json_object_get(in, "parameters");
-        if (json_object_get(p, "shared_memory_region"))
+        if (json_is_string(json_object_get(p, "shared_memory_region")))
             continue;   /* its bytes are in the region, none in the body */
         json_t *n = json_object_get(p, "binary_data_size");
         if (!json_is_integer(n) || json_integer_value(n) < 0)
