@@ -37,7 +37,8 @@ struct lg_run {
     struct lg_conn *idle;        /* idle connections, a stack */
     struct pending *q;           /* FIFO of requests waiting for a connection */
     size_t qhead, qtail, qcap;
-    int64_t t0, t_measure, t_end, t_drain;
+    int64_t t0, t_measure, t_end;
+    struct event *deadline;      /* the window's end + drain_ms: the step ends */
     int64_t next_intended;
     uint64_t rng;
     uint64_t next_req;
@@ -212,6 +213,17 @@ static void engine_on_timer(evutil_socket_t fd, short what, void *arg)
         tv.tv_usec = (wait % 1000000000) / 1000;
     }
     evtimer_add(run->timer, &tv);
+}
+
+/* Answers still missing drain_ms after the window are given up (counted as
+ * errors by the caller), whatever the server does: one that accepted the
+ * requests and never answered would otherwise hold the step forever. */
+static void engine_on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_run *run = arg;
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(run->base);
 }
 
 static void engine_on_progress(evutil_socket_t fd, short what, void *arg)
@@ -548,13 +560,14 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
             run.outstanding++;
         }
     }
+    /* The window, then drain_ms for the answers in flight. */
+    int64_t until = run.t_end + (int64_t)c->drain_ms * 1000000 - now_ns();
+    if (until < 0)
+        until = 0;
+    struct timeval dl = {(time_t)(until / 1000000000), (suseconds_t)(until % 1000000000 / 1000)};
+    run.deadline = evtimer_new(run.base, engine_on_deadline, &run);
+    evtimer_add(run.deadline, &dl);
     event_base_dispatch(run.base);
-    /* The window is over: give answers in flight drain_ms to arrive. */
-    if (run.outstanding > 0 || run.qhead != run.qtail) {
-        struct timeval d = {c->drain_ms / 1000, (c->drain_ms % 1000) * 1000};
-        event_base_loopexit(run.base, &d);
-        event_base_dispatch(run.base);
-    }
     for (int i = 0; i < run.nconns; i++)
         if (run.conns[i]->busy && run.conns[i]->measured)
             r->errors++;   /* never answered */
@@ -565,6 +578,7 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
         fprintf(stderr, "\r%*s\r", 70, "");
         event_free(run.progress);
     }
+    event_free(run.deadline);
     event_free(run.timer);
     event_base_free(run.base);
     free(run.conns);
