@@ -473,6 +473,17 @@ static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg)
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return;
+        /* A body without Content-Length or chunking ends with the
+         * connection (HTTP/1.0-style servers, some event streams): llhttp
+         * completes that message on EOF, and the answer is whole. */
+        if (n == 0 && k->busy && k->got_bytes) {
+            k->run->t_read = now_ns();
+            llhttp_finish(&k->parser);
+            if (!k->busy) {
+                engine_conn_close(k, false);
+                return;
+            }
+        }
         engine_conn_close(k, true);
         return;
     }
