@@ -37,13 +37,15 @@ struct lg_run {
     struct lg_conn *idle;        /* idle connections, a stack */
     struct pending *q;           /* FIFO of requests waiting for a connection */
     size_t qhead, qtail, qcap;
-    int64_t t0, t_measure, t_end, t_drain;
+    int64_t t0, t_measure, t_end;
+    struct event *deadline;      /* the window's end + drain_ms: the step ends */
     int64_t next_intended;
     uint64_t rng;
     uint64_t next_req;
     bool sending;                /* still inside the window */
     int outstanding;
     uint64_t last_answered;
+    int64_t t_read;              /* when the bytes being parsed were read */
 };
 
 struct lg_conn {
@@ -59,10 +61,11 @@ struct lg_conn {
     int nsent;                   /* requests sent on this connection */
     bool got_bytes;              /* of the answer in flight */
     bool measured;
+    struct llmans ans;           /* OpenAI mode: the answer in flight */
 };
 
-/* Defined after its callbacks, below. */
-static const llhttp_settings_t parser_settings;
+/* Defined after their callbacks, below. */
+static const llhttp_settings_t parser_settings, parser_settings_llm;
 
 static uint64_t engine_rnd(uint64_t *s)
 {
@@ -214,6 +217,17 @@ static void engine_on_timer(evutil_socket_t fd, short what, void *arg)
     evtimer_add(run->timer, &tv);
 }
 
+/* Answers still missing drain_ms after the window are given up (counted as
+ * errors by the caller), whatever the server does: one that accepted the
+ * requests and never answered would otherwise hold the step forever. */
+static void engine_on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_run *run = arg;
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(run->base);
+}
+
 static void engine_on_progress(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_run *run = arg;
@@ -235,12 +249,35 @@ static int engine_on_headers_complete(llhttp_t *p)
     return 0;
 }
 
+static bool engine_2xx(const struct lg_conn *k) { return k->status >= 200 && k->status < 300; }
+
+/* OpenAI mode: a 2xx answer's body, read as a completion. */
+static int engine_on_body(llhttp_t *p, const char *at, size_t len)
+{
+    struct lg_conn *k = p->data;
+    if (engine_2xx(k))
+        llmans_feed(&k->ans, at, len, k->run->t_read);
+    return 0;
+}
+
 static int engine_on_message_complete(llhttp_t *p)
 {
     struct lg_conn *k = p->data;
     struct lg_run *run = k->run;
     int64_t now = now_ns();
-    if (k->measured) {
+    /* OpenAI mode: a 2xx whose completion broke (an event not JSON, no
+     * [DONE], ...) is an error, not an answer. */
+    bool broken = false;
+    if (run->c->llm && engine_2xx(k)) {
+        broken = llmans_end(&k->ans, now) < 0;
+        if (k->measured && broken) {
+            run->r->errors++;
+            llmans_stats_broken(&run->r->llm, k->ans.failed);
+        } else if (k->measured) {
+            llmans_stats_record(&run->r->llm, &k->ans, k->intended, now);
+        }
+    }
+    if (k->measured && !broken) {
         hist_record(&run->r->latency, now - k->intended);
         if (k->status >= 0 && k->status < 600)
             run->r->codes[k->status]++;
@@ -261,12 +298,19 @@ static const llhttp_settings_t parser_settings = {
     .on_headers_complete = engine_on_headers_complete,
     .on_message_complete = engine_on_message_complete,
 };
+static const llhttp_settings_t parser_settings_llm = {
+    .on_headers_complete = engine_on_headers_complete,
+    .on_body = engine_on_body,
+    .on_message_complete = engine_on_message_complete,
+};
 
 static void engine_conn_request_failed(struct lg_conn *k)
 {
     if (k->busy) {
         if (k->measured)
             k->run->r->errors++;
+        if (k->measured && k->run->c->llm && engine_2xx(k))
+            llmans_stats_broken(&k->run->r->llm, "a connection that closed mid-answer");
         /* Written whole to an open connection and never answered. When it
          * went out on a kept-alive connection and not one byte came back,
          * the server most likely closed that idle connection as the request
@@ -308,6 +352,7 @@ static void engine_conn_close(struct lg_conn *k, bool failed)
     event_free(k->ev);
     close(k->fd);
     buf_free(&k->out);
+    llmans_free(&k->ans);
     free(k);
     /* Work waiting for a connection gets a fresh one. */
     if (run->qhead != run->qtail && run->nconns < run->c->max_connections) {
@@ -358,10 +403,23 @@ static void engine_conn_watch(struct lg_conn *k, short what)
     event_add(k->ev, NULL);
 }
 
+/* The next request's bytes onto k's output. */
+static void engine_request_append(struct lg_run *run, struct lg_conn *k)
+{
+    const struct lg_config *c = run->c;
+    if (c->llm) {
+        llmans_begin(&k->ans, llmreq_stream(c->llm));
+        if (llmreq_append_next(c->llm, &k->out) < 0)
+            fprintf(stderr, "batchgate-load: out of memory building a request\n");
+        return;
+    }
+    const struct lg_request *rq = &c->requests[run->next_req++ % (uint64_t)c->nrequests];
+    buf_append(&k->out, rq->bytes.data, rq->bytes.len);
+}
+
 static int engine_conn_send_next(struct lg_conn *k, int64_t intended, bool measured)
 {
     struct lg_run *run = k->run;
-    const struct lg_request *rq = &run->c->requests[run->next_req++ % (uint64_t)run->c->nrequests];
     k->intended = intended;
     k->measured = measured;
     if (!k->busy) {
@@ -371,7 +429,7 @@ static int engine_conn_send_next(struct lg_conn *k, int64_t intended, bool measu
     k->status = 0;
     k->nsent++;
     k->got_bytes = false;
-    buf_append(&k->out, rq->bytes.data, rq->bytes.len);
+    engine_request_append(run, k);
     if (engine_conn_flush(k) < 0)
         return -1;
     if (buf_unread(&k->out) > 0)
@@ -396,10 +454,7 @@ static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg)
         k->connecting = false;
         engine_conn_watch(k, EV_READ);
         if (k->busy) {
-            struct lg_run *run = k->run;
-            const struct lg_request *rq =
-                &run->c->requests[run->next_req++ % (uint64_t)run->c->nrequests];
-            buf_append(&k->out, rq->bytes.data, rq->bytes.len);
+            engine_request_append(k->run, k);
             k->nsent++;
             k->got_bytes = false;
         }
@@ -418,10 +473,22 @@ static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg)
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return;
+        /* A body without Content-Length or chunking ends with the
+         * connection (HTTP/1.0-style servers, some event streams): llhttp
+         * completes that message on EOF, and the answer is whole. */
+        if (n == 0 && k->busy && k->got_bytes) {
+            k->run->t_read = now_ns();
+            llhttp_finish(&k->parser);
+            if (!k->busy) {
+                engine_conn_close(k, false);
+                return;
+            }
+        }
         engine_conn_close(k, true);
         return;
     }
     k->got_bytes = true;
+    k->run->t_read = now_ns();
     size_t off = 0;
     while (off < (size_t)n) {
         llhttp_errno_t e = llhttp_execute(&k->parser, data + off, (size_t)n - off);
@@ -459,7 +526,8 @@ static struct lg_conn *engine_conn_new(struct lg_run *run)
     k->run = run;
     k->fd = fd;
     k->connecting = true;
-    llhttp_init(&k->parser, HTTP_RESPONSE, &parser_settings);
+    llmans_init(&k->ans);
+    llhttp_init(&k->parser, HTTP_RESPONSE, run->c->llm ? &parser_settings_llm : &parser_settings);
     k->parser.data = k;
     k->ev = event_new(run->base, fd, EV_WRITE | EV_PERSIST, engine_on_conn_event, k);
     if (connect(fd, (struct sockaddr *)&run->addr, run->addrlen) < 0 && errno != EINPROGRESS) {
@@ -492,7 +560,16 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
 {
     memset(r, 0, sizeof *r);
     hist_reset(&r->latency);
-    struct lg_run run = {.c = c, .r = r, .rng = c->seed ? c->seed : 1};
+    llmans_stats_reset(&r->llm);
+    /* xorshift from a small seed (1, 2, ...) gives tiny numbers for its
+     * first draws, which made the first Poisson gaps 20 or more mean gaps
+     * long (at 5 requests/s the first step sent one request in its
+     * window): the seed is scrambled first (splitmix64's finalizer). */
+    uint64_t seed = c->seed + 0x9e3779b97f4a7c15ULL;
+    seed = (seed ^ (seed >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    seed = (seed ^ (seed >> 27)) * 0x94d049bb133111ebULL;
+    seed ^= seed >> 31;
+    struct lg_run run = {.c = c, .r = r, .rng = seed ? seed : 1};
     char port[16];
     snprintf(port, sizeof port, "%d", c->port);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -540,16 +617,20 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
             run.outstanding++;
         }
     }
+    /* The window, then drain_ms for the answers in flight. */
+    int64_t until = run.t_end + (int64_t)c->drain_ms * 1000000 - now_ns();
+    if (until < 0)
+        until = 0;
+    struct timeval dl = {(time_t)(until / 1000000000), (suseconds_t)(until % 1000000000 / 1000)};
+    run.deadline = evtimer_new(run.base, engine_on_deadline, &run);
+    evtimer_add(run.deadline, &dl);
     event_base_dispatch(run.base);
-    /* The window is over: give answers in flight drain_ms to arrive. */
-    if (run.outstanding > 0 || run.qhead != run.qtail) {
-        struct timeval d = {c->drain_ms / 1000, (c->drain_ms % 1000) * 1000};
-        event_base_loopexit(run.base, &d);
-        event_base_dispatch(run.base);
-    }
     for (int i = 0; i < run.nconns; i++)
-        if (run.conns[i]->busy && run.conns[i]->measured)
+        if (run.conns[i]->busy && run.conns[i]->measured) {
             r->errors++;   /* never answered */
+            if (c->llm && engine_2xx(run.conns[i]))
+                llmans_stats_broken(&r->llm, "an answer still coming after --drain-ms");
+        }
     r->errors += run.qtail - run.qhead;   /* never even sent */
     while (run.nconns > 0)
         engine_conn_close(run.conns[0], false);
@@ -557,6 +638,7 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
         fprintf(stderr, "\r%*s\r", 70, "");
         event_free(run.progress);
     }
+    event_free(run.deadline);
     event_free(run.timer);
     event_base_free(run.base);
     free(run.conns);
@@ -567,7 +649,10 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
     r->achieved_rate = r->sent / r->duration_s;
     r->throughput = r->answered / r->duration_s;
     r->goodput = r->good / r->duration_s;
-    if (r->answered == 0 && r->connections > 0 && r->errors > 0 && r->latency.count == 0) {
+    /* Nothing answered at all: the target is not a server of this kind.
+     * (Completions that broke were answered, wrongly: counted, not fatal.) */
+    if (r->answered == 0 && r->connections > 0 && r->errors > 0 && r->latency.count == 0 &&
+        r->llm.broken == 0) {
         snprintf(msg, (size_t)cap, "no answer from %s:%d (%llu errors)", c->host, c->port,
                  (unsigned long long)r->errors);
         return -1;

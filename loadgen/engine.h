@@ -16,6 +16,8 @@
 
 #include "common/buf.h"
 #include "common/hist.h"
+#include "loadgen/llmans.h"
+#include "loadgen/llmreq.h"
 
 struct lg_request {
     struct buf bytes;            /* a whole HTTP request, sent as is */
@@ -41,6 +43,10 @@ struct lg_config {
     int drain_ms;                /* wait this long for answers after the window */
     uint64_t seed;
     bool progress;               /* print a progress line each second to stderr */
+    /* OpenAI mode: the requests come from here instead of `requests`, and
+     * each 2xx answer is read as a completion (streamed or whole) into the
+     * result's `llm`. A run's steps share it (its request count runs on). */
+    struct llmreq *llm;
 };
 
 struct lg_result {
@@ -60,6 +66,9 @@ struct lg_result {
     double throughput;           /* answered / duration */
     double goodput;              /* good / duration */
     int connections;             /* opened during the step */
+    /* OpenAI mode: TTFT, ITL, TPOT, e2e and tokens of the whole answers. A
+     * 2xx answer that broke (llm.broken) is an error, not an answer. */
+    struct llmans_stats llm;
 };
 
 /* Runs one step. Returns 0, or -1 with msg (cannot resolve, nothing connects). */

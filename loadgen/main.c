@@ -3,13 +3,18 @@
  *   batchgate-load --url URL --model NAME [--rate R[,R2,...] | --concurrency C[,C2,...]]
  *                  [--duration S] [--warmup S] [--batch ROWS] [--json F] [--csv F] [--svg F]
  *   batchgate-load --url URL --model NAME --workload NAME:key=K,rate=R [--workload ...]
+ *   batchgate-load --url URL --openai chat|completions --model NAME
+ *                  [--prompts FILE.jsonl | --synthetic SPEC] [--max-tokens N] [--no-stream] ...
  *
  * With --model it sends KServe v2 infer requests with random inputs of the
  * model's shape (read from GET /v2/models/{m}); without it, it requests the
  * URL as it is (GET, or --method M --body FILE), for any HTTP server. A list
  * of rates or concurrencies is a sweep, one step each. Several --workload
  * run side by side for one window (a thread each), each reported apart and
- * then in total: several tenants' traffic at once. */
+ * then in total: several tenants' traffic at once. With --openai it sends
+ * OpenAI chat or completion requests and reports time to first token,
+ * inter-token latency, time per output token and tokens/s (llmreq.h,
+ * llmans.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -19,6 +24,7 @@
 
 #include "common/buf.h"
 #include "loadgen/engine.h"
+#include "loadgen/llmreq.h"
 #include "loadgen/report.h"
 #include "loadgen/target.h"
 #include "loadgen/workload.h"
@@ -64,8 +70,22 @@ static void usage(FILE *out)
         "  --connections N      open loop: at most N connections (default 1024)\n"
         "  --drain-ms MS        after a window, wait this long for answers (default 10000)\n"
         "  --seed N             arrivals and inputs (default 1)\n"
-        "  --json F, --csv F, --svg F   write the steps (SVG: latency vs throughput)\n"
+        "  --json F, --csv F, --svg F   write the steps (SVG: latency vs throughput;\n"
+        "                       with --openai, time to first token vs the asked rate)\n"
         "  --quiet              no progress line\n"
+        "\n"
+        "OpenAI mode (time to first token, inter-token latency, tokens/s):\n"
+        "  --openai chat|completions   POST /v1/chat/completions or /v1/completions (under\n"
+        "                       the URL's path) with model --model\n"
+        "  --prompts FILE       one JSON object a line, {\"prompt\": ...} or {\"messages\": [...]},\n"
+        "                       optional \"max_tokens\"; lines sent in order, cycling\n"
+        "  --synthetic in=MEAN[:SD],out=MEAN[:SD],prefixes=K,prefix_len=WORDS\n"
+        "                       random texts: `in` words each (normal, clipped >= 1),\n"
+        "                       max_tokens `out`, each text after one of K shared prefixes\n"
+        "                       of prefix_len words (default: in=200, no prefixes)\n"
+        "  --max-tokens N       max_tokens where a line or `out` gives none (default 128)\n"
+        "  --stream, --no-stream   streamed answers (default) or whole ones\n"
+        "  --dry-run N          print the first N request bodies, one a line, and exit\n"
         "\n"
         "Exit status: 0 success, 1 runtime failure, 2 bad usage.\n");
 }
@@ -105,6 +125,10 @@ int main(int argc, char **argv)
         {"seed", required_argument, NULL, 's'},       {"quiet", no_argument, NULL, 'q'},
         {"binary", no_argument, NULL, 'x'},        {"trace", required_argument, NULL, 'T'},
         {"api-key", required_argument, NULL, 'K'},    {"workload", required_argument, NULL, 'W'},
+        {"openai", required_argument, NULL, 'O'},     {"prompts", required_argument, NULL, 'P'},
+        {"synthetic", required_argument, NULL, 'Y'},  {"max-tokens", required_argument, NULL, 'X'},
+        {"stream", no_argument, NULL, 'e'},           {"no-stream", no_argument, NULL, 'E'},
+        {"dry-run", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
     };
     struct lg_opts o = {
@@ -113,6 +137,10 @@ int main(int argc, char **argv)
     };
     const char *rates = NULL, *concs = NULL, *body_path = NULL, *bodies_path = NULL;
     double trace_period = 0, trace_peak = 0, trace_trough = 0;
+    const char *openai = NULL, *prompts_path = NULL, *synth_spec = NULL;
+    bool method_set = false, llm_flags = false, stream = true;
+    int max_tokens = 128;
+    long dry_run = -1;
     static struct lg_workload wl[LG_WORKLOADS_MAX];
     int nwl = 0;
     char msg[1024];
@@ -130,7 +158,7 @@ int main(int argc, char **argv)
         case 'J': o.json_path = optarg; break;
         case 'C': o.csv_path = optarg; break;
         case 'S': o.svg_path = optarg; break;
-        case 'M': o.method = optarg; break;
+        case 'M': o.method = optarg; method_set = true; break;
         case 'B': body_path = optarg; break;
         case 'L': bodies_path = optarg; break;
         case 'H':
@@ -182,6 +210,39 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             break;
+        case 'O':
+            if (strcmp(optarg, "chat") != 0 && strcmp(optarg, "completions") != 0) {
+                fprintf(stderr, "batchgate-load: --openai: chat or completions, got \"%s\"\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            openai = optarg;
+            break;
+        case 'P': prompts_path = optarg; llm_flags = true; break;
+        case 'Y': synth_spec = optarg; llm_flags = true; break;
+        case 'X': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > 10000000) {
+                fprintf(stderr, "batchgate-load: --max-tokens: a whole number >= 1\n");
+                return EXIT_USAGE;
+            }
+            max_tokens = (int)v;
+            llm_flags = true;
+            break;
+        }
+        case 'e': stream = true; llm_flags = true; break;
+        case 'E': stream = false; llm_flags = true; break;
+        case 'R': {
+            char *end;
+            dry_run = strtol(optarg, &end, 10);
+            if (*end || end == optarg || dry_run < 0 || dry_run > 1000000) {
+                fprintf(stderr, "batchgate-load: --dry-run: a number of requests to print\n");
+                return EXIT_USAGE;
+            }
+            llm_flags = true;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "batchgate-load: unknown or incomplete option %s\n", argv[optind - 1]);
@@ -208,6 +269,58 @@ int main(int argc, char **argv)
         fprintf(stderr, "batchgate-load: each --workload sets its own rate= or concurrency=: "
                         "give no --rate or --concurrency with them\n");
         return EXIT_USAGE;
+    }
+    if (llm_flags && !openai) {
+        fprintf(stderr, "batchgate-load: --prompts, --synthetic, --max-tokens, --stream, "
+                        "--no-stream and --dry-run belong to --openai\n");
+        return EXIT_USAGE;
+    }
+    if (openai && !o.model) {
+        fprintf(stderr, "batchgate-load: --openai needs --model NAME (each request's \"model\")\n");
+        return EXIT_USAGE;
+    }
+    if (openai && (nwl || body_path || bodies_path || method_set || o.binary)) {
+        fprintf(stderr, "batchgate-load: --openai builds its own requests: give no --workload, "
+                        "--body, --bodies, --method or --binary with it\n");
+        return EXIT_USAGE;
+    }
+    if (prompts_path && synth_spec) {
+        fprintf(stderr, "batchgate-load: give --prompts or --synthetic, not both\n");
+        return EXIT_USAGE;
+    }
+    struct llmreq *lr = NULL;
+    if (openai) {
+        struct llmreq_opts lo = {
+            .chat = strcmp(openai, "chat") == 0, .stream = stream, .model = o.model,
+            .max_tokens = max_tokens, .host = o.t.host, .url_path = o.t.path,
+            .api_key = o.api_key, .seed = o.seed,
+        };
+        buf_append(&o.headers, "", 1);   /* NUL-terminated for lo.headers */
+        lo.headers = o.headers.data;
+        struct llmreq_synth syn;
+        int rc = prompts_path ? llmreq_from_prompts(&lo, prompts_path, &lr, msg, (int)sizeof msg)
+                 : llmreq_synth_parse(synth_spec ? synth_spec : "", &syn, msg, (int)sizeof msg) < 0
+                     ? -1
+                     : llmreq_from_synth(&lo, &syn, &lr, msg, (int)sizeof msg);
+        if (rc < 0) {
+            fprintf(stderr, "batchgate-load: %s\n", msg);
+            buf_free(&o.headers);
+            return EXIT_USAGE;
+        }
+        if (dry_run >= 0) {
+            for (long k = 0; k < dry_run; k++) {
+                char *b = llmreq_body(lr, (uint64_t)k);
+                if (!b) {
+                    fprintf(stderr, "batchgate-load: out of memory\n");
+                    break;
+                }
+                puts(b);
+                free(b);
+            }
+            llmreq_free(lr);
+            buf_free(&o.headers);
+            return fflush(stdout) == 0 ? 0 : 1;
+        }
     }
     if (bodies_path && (body_path || o.model)) {
         fprintf(stderr, "batchgate-load: --bodies replaces --body and --model's bodies: give "
@@ -286,14 +399,22 @@ int main(int argc, char **argv)
     struct lg_request reqs[LG_NREQ];
     memset(reqs, 0, sizeof reqs);
     int nreq = 1;
-    if (lg_target_requests(&o, o.model, o.batch, o.budget_ms, o.priority, o.api_key, o.seed, reqs,
-                       &nreq, msg, (int)sizeof msg) < 0) {
+    if (!lr && lg_target_requests(&o, o.model, o.batch, o.budget_ms, o.priority, o.api_key, o.seed,
+                                  reqs, &nreq, msg, (int)sizeof msg) < 0) {
         fprintf(stderr, "batchgate-load: %s\n", msg);
         return 1;
     }
-    struct report_step results[MAX_STEPS];
-    memset(results, 0, sizeof results);
-    report_table_header(stdout, open_loop, false);
+    /* A step's result holds several histograms: too big for the stack by the 64. */
+    struct report_step *results = calloc(MAX_STEPS, sizeof *results);
+    if (!results) {
+        fprintf(stderr, "batchgate-load: out of memory\n");
+        llmreq_free(lr);
+        return 1;
+    }
+    if (lr)
+        report_llm_table_header(stdout, open_loop);
+    else
+        report_table_header(stdout, open_loop, false);
     int rc = 0, done = 0;
     for (int i = 0; i < nsteps; i++) {
         struct lg_config c = lg_target_step(&o, reqs, nreq, open_loop, steps[i], o.budget_ms,
@@ -301,21 +422,30 @@ int main(int argc, char **argv)
         c.trace_period_s = trace_period;
         c.trace_peak = trace_peak;
         c.trace_trough = trace_trough;
+        c.llm = lr;
+        /* batchgate's /metrics view is of its KServe models, not of an
+         * OpenAI server's. */
+        const char *view_model = lr ? NULL : o.model;
         struct lg_server_view before, after;
-        lg_target_view_read(&o.t, o.model, &before);
+        lg_target_view_read(&o.t, view_model, &before);
         struct report_step *st = &results[i];
         st->open_loop = open_loop;
         st->target = steps[i];
+        st->llm = lr != NULL;
         if (lg_run_step(&c, &st->r, msg, (int)sizeof msg) < 0) {
             fprintf(stderr, "batchgate-load: step %d: %s\n", i + 1, msg);
             rc = 1;
             break;
         }
-        lg_target_view_read(&o.t, o.model, &after);
+        lg_target_view_read(&o.t, view_model, &after);
         lg_target_view_apply(&before, &after, st);
-        report_table_row(stdout, st);
+        if (lr)
+            report_llm_table_row(stdout, st);
+        else
+            report_table_row(stdout, st);
         done = i + 1;
         report_warn_late(st, steps[i]);
+        report_warn_broken(st);
     }
     if (done > 0) {
         if (o.json_path && report_json(o.json_path, results, done) < 0)
@@ -327,6 +457,8 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < LG_NREQ; i++)
         buf_free(&reqs[i].bytes);
+    free(results);
+    llmreq_free(lr);
     buf_free(&o.body);
     buf_free(&o.bodies);
     buf_free(&o.headers);
