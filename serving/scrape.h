@@ -7,20 +7,23 @@
  * The series recognised, by server (names checked against each server's
  * source; llama.cpp's against the build docs/LLM.md measured):
  *
- *   field          vLLM                               llama.cpp (--metrics)               SGLang                  TGI
- *   waiting        vllm:num_requests_waiting          llamacpp:requests_deferred          sglang:num_queue_reqs   tgi_queue_size
- *   running        vllm:num_requests_running          llamacpp:requests_processing        sglang:num_running_reqs tgi_batch_current_size
- *   kv_cache       vllm:kv_cache_usage_perc, before   (none)                              sglang:token_usage      (none)
- *                  the v1 engine vllm:gpu_cache_usage_perc (both 0..1)
- *   prompt_tokens  vllm:prompt_tokens_total           llamacpp:prompt_tokens_total        sglang:prompt_tokens_total
- *   cached_prompt  vllm:prefix_cache_hits_total       llamacpp:prompt_tokens_cached_total sglang:cached_tokens_total
+ *   vLLM       waiting vllm:num_requests_waiting, running vllm:num_requests_running,
+ *              kv_cache vllm:kv_cache_usage_perc (before the v1 engine
+ *              vllm:gpu_cache_usage_perc, a fraction 0..1 as well), prompt_tokens
+ *              vllm:prompt_tokens_total, cached vllm:prefix_cache_hits_total
+ *   llama.cpp  (--metrics) waiting llamacpp:requests_deferred, running
+ *              llamacpp:requests_processing, no KV gauge, prompt_tokens
+ *              llamacpp:prompt_tokens_total, cached llamacpp:prompt_tokens_cached_total
+ *   SGLang     waiting sglang:num_queue_reqs, running sglang:num_running_reqs,
+ *              kv_cache sglang:token_usage, prompt_tokens sglang:prompt_tokens_total,
+ *              cached sglang:cached_tokens_total
+ *   TGI        waiting tgi_queue_size, running tgi_batch_current_size
  *
  * A series is summed over its label sets (vLLM and SGLang label by
  * model_name, and by engine or dp_rank under data parallelism; a server of
  * two models reports both), except kv_cache, a fraction, which takes the
- * largest (the fullest cache is the one a new request may wait on). Where two
- * names give one field (kv_cache_usage_perc and gpu_cache_usage_perc), the
- * first in the table above wins. */
+ * largest (the fullest cache is the one a new request may wait on). A server
+ * that has both KV names is read by the v1 one. */
 #ifndef BG_SCRAPE_H
 #define BG_SCRAPE_H
 
@@ -49,8 +52,8 @@ struct scrape_load {
 
 /* Parses Prometheus text exposition from an endpoint into *out (every field
  * -1 that the text does not give). Returns 0, or -1 when the text is not
- * parseable at all (no line is a comment or a sample, and some
- * line is neither blank: an HTML error page, JSON); *out is filled in both cases.
+ * parseable at all (no line is a comment or a sample, yet not all are
+ * blank: an HTML error page, JSON); *out is filled in both cases.
  *
  * Never reads past len; text need not be NUL-terminated. A line that does
  * not parse is skipped (the rest still count); so is a last line without

@@ -640,8 +640,9 @@ static int t_admit(struct tserver *v, struct treq *r)
             continue;
         }
         k = t_take(v);
-        v->b[k] = (struct tblock){.h = r->blk[i], .ref = 1, .chain = v->bucket[r->blk[i] % T_BUCKETS]};
-        v->bucket[r->blk[i] % T_BUCKETS] = k;
+        int *bucket = &v->bucket[r->blk[i] % T_BUCKETS];
+        v->b[k] = (struct tblock){.h = r->blk[i], .ref = 1, .chain = *bucket};
+        *bucket = k;
     }
     for (int i = 0; i < anon; i++)
         v->anon[v->nanon++] = t_take(v);
@@ -860,8 +861,9 @@ static struct treq *t_workload(const struct tload *wl, uint64_t seed, int *nreq,
     uint64_t s = seed;
     int cap = (int)(wl->rate * T_SECONDS * 1.2) + 64;
     struct treq *req = calloc((size_t)cap, sizeof *req);
-    int maxtok = wl->prefix_tokens + wl->suffix_max > wl->own_max ? wl->prefix_tokens + wl->suffix_max
-                                                                   : wl->own_max;
+    int maxtok = wl->prefix_tokens + wl->suffix_max;
+    if (wl->own_max > maxtok)
+        maxtok = wl->own_max;
     size_t maxblk = (size_t)maxtok / T_BT + 1;
     *pool = malloc(sizeof **pool * maxblk * (size_t)cap);
     char *text = malloc((size_t)maxtok * 4);
