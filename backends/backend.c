@@ -24,6 +24,7 @@ static const struct backend_reg {
     {MODEL_BACKEND_CPU, &backend_cpu},
     {MODEL_BACKEND_SYNTHETIC, &backend_synthetic},
     {MODEL_BACKEND_UPSTREAM, &backend_upstream},
+    {MODEL_BACKEND_OPENAI, &backend_openai},
 };
 #define BACKEND_NREG (int)(sizeof backend_registry / sizeof backend_registry[0])
 
@@ -73,6 +74,11 @@ static const struct backend_i *backend_find(enum model_backend id, bool encoder,
 const char *model_backend_name(const struct model *m)
 {
     return m->backend ? m->backend->name : model_backend_name_of(m->cfg.backend);
+}
+
+bool model_is_pool(const struct model *m)
+{
+    return m->backend ? m->backend->kind == BACKEND_POOL : m->cfg.kind == MODEL_KIND_POOL;
 }
 
 bool model_is_compute(const struct model *m)

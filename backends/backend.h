@@ -120,6 +120,9 @@ const char *model_backend_name(const struct model *m);
 /* Whether the loaded model's backend runs batches on its instances
  * (model_run) rather than in its own loop (model_loop_start). */
 bool model_is_compute(const struct model *m);
+/* Whether the model is an LLM pool (runs no batches: serving/llmpool.h);
+ * before a load, whether its config says so. */
+bool model_is_pool(const struct model *m);
 /* Runs io->rows rows on the instance (the faults of model_fault_set first). */
 int model_run(struct instance *in, struct backend_io *io, struct error *err);
 

@@ -10,7 +10,10 @@
 
 #include "backends/backend.h"
 
-enum backend_kind { BACKEND_COMPUTE, BACKEND_LOOP };
+/* Compute: batches run on instances (model_run). Loop: batches pulled by the
+ * backend's own event loop (model_loop_start). Pool: no batches; the model
+ * is servers that batch themselves (an LLM pool: serving/llmpool.h). */
+enum backend_kind { BACKEND_COMPUTE, BACKEND_LOOP, BACKEND_POOL };
 
 struct backend_i {
     const char *name;                 /* the config's and the device label's name */
@@ -53,6 +56,7 @@ struct backend_i {
 extern const struct backend_i backend_cpu;
 extern const struct backend_i backend_cuda;
 extern const struct backend_i backend_synthetic;
+extern const struct backend_i backend_openai;
 extern const struct backend_i backend_upstream;
 
 #endif

@@ -16,7 +16,8 @@
 static const struct schema_name model_backends[] = {
     {"auto", MODEL_BACKEND_AUTO},           {"cpu", MODEL_BACKEND_CPU},
     {"cuda", MODEL_BACKEND_CUDA},           {"synthetic", MODEL_BACKEND_SYNTHETIC},
-    {"upstream", MODEL_BACKEND_UPSTREAM},   {NULL, 0},
+    {"upstream", MODEL_BACKEND_UPSTREAM},   {"openai", MODEL_BACKEND_OPENAI},
+    {NULL, 0},
 };
 
 const char *model_backend_name_of(enum model_backend b)
@@ -317,6 +318,67 @@ static const struct schema_field model_upstream_fields[] = {
     SCHEMA_END_ROW,
 };
 
+/* ---- LLM pools ---- */
+
+static bool model_name_is_safe(const char *s);
+
+static int model_parse_aliases(void *base, json_t *v, const struct schema_field *f,
+                               struct schema_ctx *ctx)
+{
+    struct model_config *c = base;
+    (void)f;
+    c->pool.naliases = 0;
+    if (!v)
+        return 0;
+    if (!json_is_array(v) || json_array_size(v) > MODEL_MAX_ALIASES)
+        return schema_fail(ctx, NULL, "must be a list of at most %d names", MODEL_MAX_ALIASES);
+    size_t i;
+    json_t *a;
+    json_array_foreach(v, i, a) {
+        char member[32];
+        snprintf(member, sizeof member, "[%zu]", i);
+        const char *s = json_string_value(a);
+        if (!s || !s[0] || json_string_length(a) >= MODEL_NAME_MAX || !model_name_is_safe(s))
+            return schema_fail(ctx, member, "must be a name of 1 to %d letters, digits, _ - . "
+                               "(as model names)", MODEL_NAME_MAX - 1);
+        snprintf(c->pool.aliases[i], sizeof c->pool.aliases[i], "%s", s);
+    }
+    c->pool.naliases = (int)json_array_size(v);
+    return 0;
+}
+
+static const struct schema_name model_pool_policies[] = {
+    {"score", POOL_PICK_SCORE},
+    {"round_robin", POOL_PICK_ROUND_ROBIN},
+    {"least_inflight", POOL_PICK_LEAST_INFLIGHT},
+    {NULL, 0},
+};
+
+static const struct schema_field model_pool_weights[] = {
+    {SCHEMA_F_DOUBLE("queue", struct model_config, pool.w_queue), .fmin = 0, .fmax = 1000,
+     .fdef = 1, .doc = "against an endpoint's queue (its waiting requests and ours in flight)"},
+    {SCHEMA_F_DOUBLE("kv_cache", struct model_config, pool.w_kv_cache), .fmin = 0, .fmax = 1000,
+     .fdef = 1, .doc = "against its KV cache usage, where the server reports it"},
+    {SCHEMA_F_DOUBLE("prefix", struct model_config, pool.w_prefix), .fmin = 0, .fmax = 1000,
+     .fdef = 2, .doc = "for the share of the prompt's leading blocks it holds"},
+    SCHEMA_END_ROW,
+};
+
+static const struct schema_field model_pool_picker[] = {
+    {SCHEMA_F_ENUM("policy", struct model_config, pool.policy, model_pool_policies),
+     .sdef = "score", .doc = "`round_robin` and `least_inflight` stay to compare against"},
+    {SCHEMA_F_SECTION("weights", model_pool_weights), .doc = "the score's terms"},
+    SCHEMA_END_ROW,
+};
+
+static const struct schema_field model_pool_saturation[] = {
+    {SCHEMA_F_DOUBLE("waiting", struct model_config, pool.sat_waiting), .fmin = 0.5,
+     .fmax = 1e6, .fdef = 8, .doc = "an endpoint with this many requests queued is saturated"},
+    {SCHEMA_F_DOUBLE("kv_cache", struct model_config, pool.sat_kv_cache), .fmin = 0.01,
+     .fmax = 1, .fdef = 0.9, .doc = "or with its KV cache this full"},
+    SCHEMA_END_ROW,
+};
+
 /* ---- config.json ---- */
 
 static const struct schema_field model_fields[] = {
@@ -346,6 +408,25 @@ static const struct schema_field model_fields[] = {
     {SCHEMA_F_SECTION("synthetic", model_synthetic_fields), .doc = "the synthetic backend"},
     {SCHEMA_F_OBJECT("upstream", struct model_config, upstream, model_upstream_fields),
      .doc = "the upstream backend"},
+    {SCHEMA_F_URLS("endpoints", struct model_config, pool.hosts, pool.ports, pool.nendpoints),
+     .doc_default = "required (openai)", .doc = "an LLM pool's OpenAI-compatible servers"},
+    {SCHEMA_F_STRING("served_model_name", struct model_config, pool.served_model_name),
+     .doc_default = "ours", .doc = "openai: the model's name on its servers"},
+    {SCHEMA_F_CUSTOM("aliases", model_parse_aliases), .expect = "a list of names",
+     .doc_default = "`[]`", .doc = "openai: other names requests may use"},
+    {SCHEMA_F_SECTION("picker", model_pool_picker), .doc = "openai: how an endpoint is chosen"},
+    {SCHEMA_F_SECTION("saturation", model_pool_saturation),
+     .doc = "openai: when an endpoint counts as saturated (shedding)"},
+    {SCHEMA_F_INT("metrics_interval_ms", struct model_config, pool.metrics_interval_ms),
+     .min = 0, .max = 600000, .def = 200,
+     .doc = "openai: how often each endpoint's metrics are scraped; 0: never"},
+    {SCHEMA_F_STRING("metrics_path", struct model_config, pool.metrics_path),
+     .flags = SCHEMA_SLASH, .sdef = "/metrics", .doc = "openai: where they are"},
+    {SCHEMA_F_INT("timeout_ms", struct model_config, pool.timeout_ms), .min = 100,
+     .max = 3600000, .def = 300000,
+     .doc = "openai: no answer, or no piece of a stream, for this long: 504 (or a cut stream)"},
+    {SCHEMA_F_INT("tries", struct model_config, pool.tries), .min = 1, .max = 8, .def = 3,
+     .doc = "openai: endpoints a call may try while nothing reached its client"},
     {SCHEMA_F_IGNORE("platform"),
      .doc = "Triton's; accepted and ignored (`GET /v2/models/{m}` reports "
             "`batchgate_<backend>`)"},
@@ -387,6 +468,30 @@ static int model_check_encoder(struct model_config *c, const char *path, struct 
     return 0;
 }
 
+static int model_check_pool(struct model_config *c, const char *path, struct error *err)
+{
+    struct model_pool *p = &c->pool;
+    if (!p->nendpoints)
+        return error_set(err, BG_ECONFIG, "%s: endpoints: missing (an openai pool needs 1 to %d "
+                         "URLs like \"http://HOST:PORT\" of OpenAI-compatible servers)", path,
+                         MODEL_MAX_ENDPOINTS);
+    if (!p->served_model_name[0])
+        snprintf(p->served_model_name, sizeof p->served_model_name, "%s", c->name);
+    for (int i = 0; i < p->naliases; i++) {
+        if (strcmp(p->aliases[i], c->name) == 0)
+            return error_set(err, BG_ECONFIG, "%s: aliases[%d]: \"%s\" is the pool's own name",
+                             path, i, p->aliases[i]);
+        for (int k = 0; k < i; k++)
+            if (strcmp(p->aliases[i], p->aliases[k]) == 0)
+                return error_set(err, BG_ECONFIG, "%s: aliases[%d]: \"%s\" is given twice",
+                                 path, i, p->aliases[i]);
+    }
+    c->instance_count = 1;
+    snprintf(c->input.datatype, sizeof c->input.datatype, "BYTES");
+    snprintf(c->output.datatype, sizeof c->output.datatype, "BYTES");
+    return 0;
+}
+
 /* What depends on more than one field, or on the folder. */
 static int model_config_check(struct model_config *c, json_t *root, const char *path,
                               const char *dir_name, struct error *err)
@@ -404,6 +509,12 @@ static int model_config_check(struct model_config *c, json_t *root, const char *
     const char *backend = model_backend_name_of(c->backend);
     if (c->kind == MODEL_KIND_ENCODER)
         return model_check_encoder(c, path, err);
+    if (c->kind == MODEL_KIND_POOL)
+        return model_check_pool(c, path, err);
+    if (c->pool.nendpoints)
+        return error_set(err, BG_ECONFIG, "%s: endpoints: only an openai pool (`\"backend\": "
+                         "\"openai\"`) has endpoints; the upstream backend's servers are "
+                         "upstream.urls", path);
     if (c->instance_threads > 1)
         return error_set(err, BG_ECONFIG, "%s: instances.threads: %d, but only an encoder model "
                          "computes a batch on several threads (docs/EMBEDDINGS.md); use "
@@ -442,9 +553,37 @@ static void model_config_init(struct model_config *c, const char *path)
     snprintf(c->config_path, sizeof c->config_path, "%s", path);
 }
 
+/* A pool's requests are OpenAI's, not tensors: its config names none, and
+ * the tensors its metadata shows (text in, text out) are put in here. */
+static int model_pool_json(struct model_config *c, json_t *root, const char *path,
+                           struct error *err)
+{
+    static const char *const not_pool[] = {"inputs", "outputs", "layers", "upstream",
+                                           "instances", "synthetic"};
+    for (size_t i = 0; i < sizeof not_pool / sizeof not_pool[0]; i++)
+        if (json_object_get(root, not_pool[i]))
+            return error_set(err, BG_ECONFIG, "%s: %s: an openai pool takes no %s (its servers "
+                             "are its `endpoints`; docs/LLM.md); remove it", path, not_pool[i],
+                             not_pool[i]);
+    json_object_set_new(root, "inputs",
+                        json_pack("[{s:s, s:s, s:[i]}]", "name", "prompt", "datatype", "FP32",
+                                  "shape", 1));
+    json_object_set_new(root, "outputs",
+                        json_pack("[{s:s, s:s, s:[i]}]", "name", "text", "datatype", "FP32",
+                                  "shape", 1));
+    c->kind = MODEL_KIND_POOL;
+    return 0;
+}
+
 static int model_config_from_json(struct model_config *c, json_t *root, const char *path,
                                   const char *dir_name, struct error *err)
 {
+    json_t *b = json_is_object(root) ? json_object_get(root, "backend") : NULL;
+    if (b && json_is_string(b) && strcmp(json_string_value(b), "openai") == 0 &&
+        model_pool_json(c, root, path, err) != 0) {
+        json_decref(root);
+        return -err->code;
+    }
     int rc = schema_parse(model_fields, c, root, path, err);
     if (rc == 0)
         rc = model_config_check(c, root, path, dir_name, err);

@@ -29,13 +29,14 @@ enum model_backend {
     MODEL_BACKEND_CUDA,
     MODEL_BACKEND_SYNTHETIC,
     MODEL_BACKEND_UPSTREAM,
+    MODEL_BACKEND_OPENAI,
 };
 const char *model_backend_name_of(enum model_backend b);
 
 /* What a model computes: a stack of layers from its config.json, or an
  * encoder read from a Hugging Face folder as it is (text in, one
  * embedding per text out: backends/encoder.h). */
-enum model_kind { MODEL_KIND_LAYERS, MODEL_KIND_ENCODER };
+enum model_kind { MODEL_KIND_LAYERS, MODEL_KIND_ENCODER, MODEL_KIND_POOL };
 
 /* An input or output tensor; `shape` excludes the batch dimension. */
 struct model_tensor {
@@ -98,6 +99,29 @@ struct model_upstream {
     bool idempotent;                  /* a call lost on a reused connection may be sent again */
 };
 
+#define MODEL_MAX_ENDPOINTS 128
+#define MODEL_MAX_ALIASES 8
+enum pool_policy { POOL_PICK_SCORE, POOL_PICK_ROUND_ROBIN, POOL_PICK_LEAST_INFLIGHT };
+
+/* An LLM pool (`"backend": "openai"`, MODEL_KIND_POOL): OpenAI-compatible
+ * servers that batch inside themselves; batchgate picks the endpoint of
+ * each call (serving/llmpool.h) and forwards it (docs/LLM.md). */
+struct model_pool {
+    char hosts[MODEL_MAX_ENDPOINTS][128];
+    int ports[MODEL_MAX_ENDPOINTS];
+    int nendpoints;
+    char served_model_name[MODEL_NAME_MAX];   /* its name on the servers (default: ours) */
+    char aliases[MODEL_MAX_ALIASES][MODEL_NAME_MAX];
+    int naliases;
+    enum pool_policy policy;
+    double w_queue, w_kv_cache, w_prefix;     /* picker.weights */
+    double sat_waiting, sat_kv_cache;         /* saturation */
+    int metrics_interval_ms;                  /* 0: no scraping */
+    char metrics_path[128];
+    int timeout_ms;                           /* no answer, or no piece of a stream, this long */
+    int tries;                                /* endpoints one call may try before its first byte */
+};
+
 struct model_config {
     char name[MODEL_NAME_MAX];
     char dir[4096];
@@ -131,6 +155,7 @@ struct model_config {
         enum synthetic_mode mode;
     } synthetic;
     struct model_upstream upstream;
+    struct model_pool pool;
 };
 
 /* The schema (common/schema.h) of config.json: defaults, checks and the

@@ -176,6 +176,15 @@ struct httpc_prober;
  * may be added from another thread (libevent's pthreads support). */
 struct httpc_prober *httpc_prober_new(struct event_base *base, struct httpc_target *const *ts,
                                       int n, const char *path, int interval_ms, const char *who);
+/* The same, and each probe's outcome to sink(arg, index, status, body, len)
+ * on base's thread: the answer's status and body (up to 4 MiB) once it is
+ * complete, or status 0 (no body) when the probe failed. An LLM pool's
+ * metrics scrape is its health probe. */
+typedef void httpc_probe_sink(void *arg, int index, int status, const char *body, size_t len);
+struct httpc_prober *httpc_prober_new_sink(struct event_base *base,
+                                           struct httpc_target *const *ts, int n,
+                                           const char *path, int interval_ms, const char *who,
+                                           httpc_probe_sink *sink, void *sink_arg);
 /* On base's thread, or once its loop has stopped. */
 void httpc_prober_free(struct httpc_prober *pr);
 

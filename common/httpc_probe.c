@@ -1,7 +1,9 @@
 /* httpc_probe.c - active health probes (httpc.h: httpc_prober_*): one
  * timer on the owner's event base sends `GET path` to each target every
  * interval; the answer decides whether the target takes calls. Used by the
- * upstream backend (per model) and the reverse proxy (per route). */
+ * upstream backend (per model), the reverse proxy (per route) and LLM pools
+ * (serving/llmpool.c), whose probe is the metrics scrape: its body goes to
+ * the owner's sink. */
 #include "common/httpc.h"
 
 #include <stdio.h>
@@ -10,8 +12,12 @@
 
 #include <event2/event.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
+
+/* A metrics page is tens of KiB; one much larger is not one. */
+#define PROBE_BODY_MAX (4u << 20)
 
 struct probe {
     struct httpc_prober *pr;
@@ -19,12 +25,16 @@ struct probe {
     struct httpc_pool *pool;          /* its own: a probe never waits for a call's connection */
     struct httpc_call *call;          /* the probe in flight, or NULL */
     int status;
+    int index;
+    struct buf body;                  /* with a sink: the answer so far */
 };
 
 struct httpc_prober {
     struct event *tick;
     char path[512];
     char who[300];                    /* "model m", "route /x/": names the owner in logs */
+    httpc_probe_sink *sink;
+    void *sink_arg;
     int n;
     struct probe probes[];
 };
@@ -36,10 +46,33 @@ static int httpc_probe_on_head(void *arg, const struct httpc_head *h)
     return 0;
 }
 
+static int httpc_probe_on_body(void *arg, const char *data, size_t len)
+{
+    struct probe *p = arg;
+    if (!p->pr->sink)
+        return 0;
+    if (p->body.len + len > PROBE_BODY_MAX || buf_append(&p->body, data, len) < 0) {
+        /* Over the cap (or no memory): this probe fails; returning -1
+         * ends the call, and nothing more is called for it. */
+        p->call = NULL;
+        buf_reset(&p->body);
+        httpc_target_failed(p->t, HTTPC_FAIL_MALFORMED);
+        httpc_target_probe_result(p->t, false);
+        p->pr->sink(p->pr->sink_arg, p->index, 0, NULL, 0);
+        return -1;
+    }
+    return 0;
+}
+
 static void httpc_probe_on_done(void *arg)
 {
     struct probe *p = arg;
     p->call = NULL;
+    if (p->pr->sink) {
+        p->pr->sink(p->pr->sink_arg, p->index, p->status, p->body.data, p->body.len);
+        buf_reset(&p->body);
+        buf_shrink(&p->body, 64 * 1024);
+    }
     bool ok = p->status == 200, was = httpc_target_usable(p->t, now_ns());
     httpc_target_probe_result(p->t, ok);
     if (was != ok)
@@ -56,10 +89,14 @@ static void httpc_probe_on_error(void *arg, enum httpc_fail why, const char *msg
         log_warn("%s: upstream %s is taken out (health probe: %s)", p->pr->who,
                  httpc_target_url(p->t), msg);
     httpc_target_probe_result(p->t, false);
+    buf_reset(&p->body);
+    if (p->pr->sink)
+        p->pr->sink(p->pr->sink_arg, p->index, 0, NULL, 0);
 }
 
 static const struct httpc_cb probe_cb = {
     .on_head = httpc_probe_on_head,
+    .on_body = httpc_probe_on_body,
     .on_done = httpc_probe_on_done,
     .on_error = httpc_probe_on_error,
 };
@@ -80,6 +117,9 @@ static void httpc_probe_on_tick(evutil_socket_t fd, short what, void *arg)
                 log_warn("%s: upstream %s is taken out (health probe: no answer in time)",
                          pr->who, httpc_target_url(p->t));
             httpc_target_probe_result(p->t, false);
+            buf_reset(&p->body);
+            if (pr->sink)
+                pr->sink(pr->sink_arg, i, 0, NULL, 0);
         }
         p->status = 0;
         struct error err = {0};
@@ -99,13 +139,23 @@ static void httpc_probe_on_tick(evutil_socket_t fd, short what, void *arg)
 struct httpc_prober *httpc_prober_new(struct event_base *base, struct httpc_target *const *ts,
                                       int n, const char *path, int interval_ms, const char *who)
 {
+    return httpc_prober_new_sink(base, ts, n, path, interval_ms, who, NULL, NULL);
+}
+
+struct httpc_prober *httpc_prober_new_sink(struct event_base *base,
+                                           struct httpc_target *const *ts, int n,
+                                           const char *path, int interval_ms, const char *who,
+                                           httpc_probe_sink *sink, void *sink_arg)
+{
     struct httpc_prober *pr = calloc(1, sizeof *pr + (size_t)n * sizeof pr->probes[0]);
     if (!pr)
         return NULL;
     snprintf(pr->path, sizeof pr->path, "%s", path);
     snprintf(pr->who, sizeof pr->who, "%s", who);
+    pr->sink = sink;
+    pr->sink_arg = sink_arg;
     for (int i = 0; i < n; i++) {
-        pr->probes[i] = (struct probe){.pr = pr, .t = ts[i]};
+        pr->probes[i] = (struct probe){.pr = pr, .t = ts[i], .index = i};
         if (!(pr->probes[i].pool = httpc_pool_new(ts[i], base, 1, 1))) {
             httpc_prober_free(pr);
             return NULL;
@@ -131,6 +181,7 @@ void httpc_prober_free(struct httpc_prober *pr)
         if (pr->probes[i].call)
             httpc_abort(pr->probes[i].call);
         httpc_pool_free(pr->probes[i].pool);
+        buf_free(&pr->probes[i].body);
     }
     free(pr);
 }

@@ -57,6 +57,12 @@ struct upcall *upcall_new(struct event_base *base, const struct upcall_ops *ops,
     return u;
 }
 
+void upcall_set_timeout(struct upcall *u, int timeout_ms, const char *timeout_name)
+{
+    u->timeout_ms = timeout_ms;
+    u->timeout_name = timeout_name;
+}
+
 void upcall_free(struct upcall *u)
 {
     if (!u)

@@ -76,6 +76,9 @@ struct upcall_ops {
  * messages. NULL: out of memory. */
 struct upcall *upcall_new(struct event_base *base, const struct upcall_ops *ops, void *arg,
                           int timeout_ms, const char *timeout_name);
+/* The timer of the calls from now on (a client whose calls differ: the
+ * proxy's tapped calls take their model's timeout). */
+void upcall_set_timeout(struct upcall *u, int timeout_ms, const char *timeout_name);
 /* Stops a call in progress (nothing is called) and frees u. NULL is fine. */
 void upcall_free(struct upcall *u);
 

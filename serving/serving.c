@@ -476,6 +476,7 @@ void served_copy_stop(struct served_model *sm)
     workers_join(sm->workers);
     feed_stop(sm->feed);
     sm->feed = NULL;
+    llmpool_stop(sm->pool);
 }
 
 /* batcher_set_device_probe's: whether other models use the instance's
@@ -585,7 +586,14 @@ int served_copy_load(struct serving *s, struct served_model *sm)
         memcpy(e->warm_ns, m->instances[0].warm_ns, sizeof e->warm_ns);
     }
     int started = -1;
-    if (sm->batcher && serving_sched_join(s, sm, &err) == 0 &&
+    if (sm->batcher && model_is_pool(m)) {
+        /* A pool runs no batches here: its servers batch (llmpool.h). Its
+         * batcher stays empty, so that every reader of a copy finds one. */
+        modelstats_loaded(sm->stats);
+        int nt = s->tenants ? s->tenants->n : 1;
+        sm->pool = llmpool_new(m, nt, &err);
+        started = sm->pool ? llmpool_start(sm->pool, &err) : -1;
+    } else if (sm->batcher && serving_sched_join(s, sm, &err) == 0 &&
         serving_shares_join(s, sm, &err) == 0) {
         modelstats_loaded(sm->stats);
         started = model_is_compute(m) ? serving_workers_start(sm, &err)
@@ -601,6 +609,8 @@ int served_copy_load(struct serving *s, struct served_model *sm)
         sm->batcher = NULL;
         shares_free(sm->own_shares);
         sm->own_shares = NULL;
+        llmpool_free(sm->pool);
+        sm->pool = NULL;
         model_unload(m);
         return -1;
     }
@@ -629,6 +639,7 @@ void served_copy_free(struct served_model *sm)
         return;
     }
     workers_free(sm->workers);
+    llmpool_free(sm->pool);
     model_unload(&sm->model);
     batcher_free(sm->batcher);
     shares_free(sm->own_shares);

@@ -27,6 +27,7 @@
 #include "serving/tenant.h"
 #include "common/error.h"
 #include "common/httpc.h"
+#include "serving/llmpool.h"
 #include "serving/modelstats.h"
 #include "serving/tenant.h"
 
@@ -58,6 +59,7 @@ struct served_model {
     const struct tenants_config *tenants;   /* the serving table's (serving_set_tenants) */
     struct workers *workers;          /* compute backends */
     struct feed *feed;                /* loop backends */
+    struct llmpool *pool;             /* LLM pools (model_is_pool): their endpoints, the picker */
     _Atomic int state;               /* enum served_state; model.reason is set before FAILED */
     struct modelstats *stats;        /* the entry's (shared by its copies) */
     struct served_entry *entry;      /* the model it is a copy of */

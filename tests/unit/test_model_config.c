@@ -224,7 +224,7 @@ static void test_unknown_fields_suggest(void **state)
                    "\"shape\"?");
     expect_message("{\"backend\":\"cdua\"," IO "," DENSE "}", "m",
                    "models/m/config.json: backend: \"cdua\" is not one of auto, cpu, cuda, "
-                   "synthetic, upstream; did you mean \"cuda\"?");
+                   "synthetic, upstream, openai; did you mean \"cuda\"?");
     expect_message("{\"backend\":\"synthetic\"," IO ",\"synthetic\":{\"speed\":1}}", "m",
                    "models/m/config.json: synthetic.speed: unknown field (known here: base_us, "
                    "per_row_us, mode)");
