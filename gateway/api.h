@@ -81,8 +81,16 @@ int api_health_register(struct router *r, struct api_state *st, struct error *er
 int api_models_register(struct router *r, struct api_state *st, struct error *err);
 /* GET/POST /v2/logging: Triton's logging extension (api_logging.c). */
 int api_logging_register(struct router *r, struct api_state *st, struct error *err);
-/* Whether a route answers errors in OpenAI's shape (its clients' routes). */
-bool api_openai_route(const char *pattern);
+/* Whether a route answers errors in OpenAI's shape (its clients' routes;
+ * method: enum http_method's bit). */
+bool api_openai_route(const char *pattern, int method);
+/* OpenAI's routes (api_llm.c): POST /v1/chat/completions, /v1/completions,
+ * /v1/embeddings (LLM pools, and batchgate's encoders), GET /v1/models and
+ * /v1/models/{model}. */
+int api_llm_register(struct router *r, struct api_state *st, struct error *err);
+/* POST /v1/embeddings on batchgate's own encoder models (api_models.c);
+ * api_llm.c's route hands it what is not a pool's. */
+void api_models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx);
 /* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
  * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
 int api_jobs_register(struct router *r, struct api_state *st, struct error *err);

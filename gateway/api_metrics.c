@@ -17,6 +17,7 @@
 #include "serving/modelstats.h"
 #include "gateway/metrics_triton.h"
 #include "gateway/promtext.h"
+#include "gateway/metrics_llm.h"
 #include "gateway/nvml.h"
 #include "gateway/proxy.h"
 #include "http/http.h"
@@ -626,8 +627,15 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     int64_t ready = atomic_load(&st->ready_ns);
     buf_appendf(b, P "process_start_to_ready_seconds %.6f\n",
                 ready ? (double)(ready - st->start_ns) / 1e9 : 0.0);
-    /* Triton's names, from the same snapshots as the series above. */
+    /* The LLM pools' own families. */
     int rc = 0;
+    struct metrics_llm_pool *lp = calloc((size_t)(n ? n : 1), sizeof *lp);
+    int nlp = 0;
+    EACH_MODEL if (lp && READY && SM->pool)
+        lp[nlp++] = (struct metrics_llm_pool){.name = SM->model.cfg.name, .pool = SM->pool};
+    rc = lp ? metrics_llm_render(b, lp, nlp, st->auth) : -1;
+    free(lp);
+    /* Triton's names, from the same snapshots as the series above. */
     if (st->triton_names) {
         struct metrics_triton_model *tm = calloc((size_t)(n ? n : 1), sizeof *tm);
         EACH_MODEL if (tm) {
@@ -635,7 +643,8 @@ int api_metrics_render(struct api_state *st, struct buf *b)
                 .name = SM->model.cfg.name, .version = SM->version, .snap = &snaps[mi],
                 .pending = READY ? batcher_depth(SM->batcher) : 0};
         }
-        rc = tm ? metrics_triton_render(b, tm, n, st->nvml, st->procstat) : -1;
+        if (!tm || metrics_triton_render(b, tm, n, st->nvml, st->procstat) < 0)
+            rc = -1;
         free(tm);
     }
     metrics_scrape_free(snaps, devs, n);

@@ -232,6 +232,14 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
     struct served_model *sm = models_lookup(req, m, st, NEED_ANY, true);
     if (!sm)
         return NULL;
+    if (sm->model.cfg.kind == MODEL_KIND_POOL) {
+        /* Its servers speak OpenAI's API, not tensors (api_llm.c). */
+        http_respond_error(req, 400, NULL, "model %s is an LLM pool: it answers POST "
+                           "/v1/chat/completions, /v1/completions and /v1/embeddings",
+                           sm->model.cfg.name);
+        served_release(sm);
+        return NULL;
+    }
     int state = atomic_load(&sm->state);
     if (state == SERVED_READY)
         return sm;
@@ -917,7 +925,7 @@ static void models_tei_embed_run(struct http_request *req, const struct route_ma
     models_embed_run(req, m, st, held, EMBED_TEI, models_tei_embed_run);
 }
 
-static void models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx)
+void api_models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx)
 {
     models_openai_embed_run(req, m, ctx, NULL);
 }
@@ -925,11 +933,6 @@ static void models_openai_embed(struct http_request *req, const struct route_mat
 static void models_tei_embed(struct http_request *req, const struct route_match *m, void *ctx)
 {
     models_tei_embed_run(req, m, ctx, NULL);
-}
-
-bool api_openai_route(const char *pattern)
-{
-    return pattern && strcmp(pattern, "/v1/embeddings") == 0;
 }
 
 int api_models_register(struct router *r, struct api_state *st, struct error *err)
@@ -952,7 +955,6 @@ int api_models_register(struct router *r, struct api_state *st, struct error *er
         {HTTP_M_POST, "/v2/models/{model}/versions/{version}/infer", models_infer, infer},
         {HTTP_M_POST, "/v1/models/{model}", models_tfs_predict, NULL},
         {HTTP_M_POST, "/v1/models/{model}/versions/{version}", models_tfs_predict, NULL},
-        {HTTP_M_POST, "/v1/embeddings", models_openai_embed, NULL},
         {HTTP_M_POST, "/embed", models_tei_embed, NULL},
     };
     return api_routes_add(r, st, routes, sizeof routes / sizeof routes[0], err);

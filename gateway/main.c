@@ -287,7 +287,7 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
  * that a refusal of the guard's is worded in it too), then auth.h's rules. */
 static bool main_guard(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    if (api_openai_route(m->pattern))
+    if (api_openai_route(m->pattern, http_request_method(req)))
         http_request_set_error_style(req, HTTP_ERRORS_OPENAI);
     return auth_guard(req, m, ctx);
 }
@@ -297,6 +297,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
 {
     int rc;
     if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
+        (rc = api_llm_register(r, st, err)) ||
         (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)) ||
         (rc = api_jobs_register(r, st, err)) || (rc = api_governance_register(r, st, err)) ||
         (rc = api_repository_register(r, st, err)) || (rc = api_usage_register(r, st, err)) ||

@@ -87,6 +87,11 @@ struct proxy_call {
     bool chunked_up;                        /* the body goes upstream chunk-framed */
     bool head_seen;                         /* the answer's head arrived */
     int status;
+    /* A tapped call (proxy_forward_tapped): its one target, the tap. */
+    struct httpc_target *one[1];
+    const struct proxy_tap *tap;
+    void *tap_arg;
+    struct buf out;                         /* what the tap gives the client, per piece */
 };
 
 static const struct upcall_ops call_ops;
@@ -134,11 +139,13 @@ static struct proxy_call *proxy_call_new(struct proxy *p, struct proxy_thread *p
         }
     }
     struct upcall *up = c->up;
-    struct buf sent = c->sent;
+    struct buf sent = c->sent, out = c->out;
     buf_reset(&sent);
+    buf_reset(&out);
     memset(c, 0, sizeof *c);
     c->up = up;
     c->sent = sent;
+    c->out = out;
     c->p = p;
     c->pt = pt;
     list_insert_tail(&pt->live, &c->link);
@@ -153,13 +160,28 @@ static void proxy_call_free(struct proxy_call *c)
     list_remove(&c->link);
     if (pt->nspare < 64) {
         buf_shrink(&c->sent, 16 * 1024);
+        buf_shrink(&c->out, 16 * 1024);
         list_insert_head(&pt->spare, &c->link);
         pt->nspare++;
     } else {
         upcall_free(c->up);
         buf_free(&c->sent);
+        buf_free(&c->out);
         free(c);
     }
+}
+
+/* A tapped call is over: the tap learns how, once. Returns the tap's answer
+ * (1: it took a failed request over). The call is freed first, so that the
+ * tap may start another for the same request. */
+static int proxy_call_end(struct proxy_call *c, const struct proxy_outcome *o)
+{
+    const struct proxy_tap *tap = c->tap;
+    void *arg = c->tap_arg;
+    http_request_on_abort(c->req, NULL, NULL);
+    http_request_on_drain(c->req, NULL, NULL);
+    proxy_call_free(c);
+    return tap->end(arg, o);
 }
 
 /* Ends the call with an error: a status while nothing was answered, else a
@@ -171,14 +193,23 @@ static void proxy_call_fail(struct proxy_call *c, int status, const char *msg)
     if (c->head_seen) {
         log_debug("proxy: %s: %s after the answer began; closing the client's connection", url,
                   msg);
-        proxy_call_free(c);
+        if (c->tap)
+            proxy_call_end(c, &(struct proxy_outcome){.status = c->status, .broken = true});
+        else
+            proxy_call_free(c);
         http_respond_finish(req, 1);
         return;
     }
     char text[400];
-    snprintf(text, sizeof text, "%s", msg);
-    proxy_call_free(c);
-    http_respond_error(req, status, NULL, "upstream %s: %s", url, text);
+    snprintf(text, sizeof text, "upstream %s: %s", url, msg);
+    if (c->tap) {
+        struct proxy_outcome o = {.fail_status = status, .msg = text};
+        if (proxy_call_end(c, &o))
+            return;   /* the tap tries again */
+    } else {
+        proxy_call_free(c);
+    }
+    http_respond_error(req, status, NULL, "%s", text);
 }
 
 /* ---- the request upstream ---- */
@@ -235,7 +266,16 @@ static bool proxy_hop_by_hop(const char *n, size_t len, const char *conn, size_t
     return conn && proxy_listed_in(conn, clen, n, len);
 }
 
-static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *path, size_t path_len)
+/* A tapped call's own head fields: its body is the handler's, and the tap
+ * reads the answer, which must not come compressed. */
+static bool proxy_tapped_skip(const char *n, size_t len)
+{
+    return proxy_name_is(n, len, "Accept-Encoding") || proxy_name_is(n, len, "Content-Type") ||
+           proxy_name_is(n, len, "Content-Encoding");
+}
+
+static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *method,
+                            const char *path, size_t path_len)
 {
     struct http_request *req = c->req;
     size_t qlen, clen = 0, hlen = 0;
@@ -244,7 +284,7 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *pat
     const char *host = http_request_header(req, "Host", &hlen);
     /* Host names the service, as nginx's proxy_pass does: the first URL
      * (a retry on another server sends the same bytes). */
-    proxy_puts(b, http_request_method_name(req));
+    proxy_puts(b, method ? method : http_request_method_name(req));
     PUT_LIT(b, " ");
     proxy_put(b, path, path_len);
     if (q) {
@@ -263,7 +303,8 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *pat
         size_t nl, vl;
         http_request_header_at(req, i, &name, &nl, &val, &vl);
         if (proxy_hop_by_hop(name, nl, conn, clen) || proxy_name_is(name, nl, "Host") ||
-            proxy_name_is(name, nl, "Content-Length") || proxy_name_is(name, nl, "Expect"))
+            proxy_name_is(name, nl, "Content-Length") || proxy_name_is(name, nl, "Expect") ||
+            (c->tap && proxy_tapped_skip(name, nl)))
             continue;   /* Expect was answered here; the length is ours to state */
         /* A key that named a tenant here is this server's credential: it
          * does not travel on (another scheme, or an unknown key, does). */
@@ -298,7 +339,9 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *pat
         PUT_LIT(b, ", ");
     }
     proxy_puts(b, http_request_minor(req) ? "1.1 batchgate\r\n" : "1.0 batchgate\r\n");
-    if (http_request_has_body(req)) {
+    if (c->tap) {
+        return 0;   /* the caller states the body */
+    } else if (http_request_has_body(req)) {
         int64_t len = http_request_content_length(req);
         if (len >= 0) {
             buf_appendf(b, "Content-Length: %lld\r\n", (long long)len);
@@ -408,7 +451,10 @@ static void proxy_on_client_abort(struct http_request *req, void *arg)
 {
     struct proxy_call *c = arg;
     bool begun = c->head_seen;
-    proxy_call_free(c);   /* closes the upstream connection: the answer has no taker */
+    if (c->tap)   /* closes the upstream connection: the answer has no taker */
+        proxy_call_end(c, &(struct proxy_outcome){.status = c->status, .client_gone = true});
+    else
+        proxy_call_free(c);
     if (begun)
         http_respond_finish(req, 1);
     else
@@ -426,10 +472,19 @@ static int proxy_call_on_head(void *arg, const struct httpc_head *h)
         proxy_call_fail(c, 502, "the server switched protocols, which the proxy does not pass on");
         return -1;
     }
+    struct buf hdrs = {0};
+    if (c->tap && c->tap->head(c->tap_arg, h, &hdrs) != 0) {
+        buf_free(&hdrs);
+        char msg[64];
+        snprintf(msg, sizeof msg, "answered %d", h->status);
+        if (h->status >= 500)
+            upcall_blame(c->up, HTTPC_FAIL_STATUS);
+        proxy_call_fail(c, 502, msg);
+        return -1;
+    }
     c->head_seen = true;
     c->status = h->status;
     buf_reset(&c->sent);   /* never sent again now */
-    struct buf hdrs = {0};
     const char *conn = NULL;
     size_t clen = 0;
     for (int i = 0; i < h->nhdrs; i++)
@@ -440,13 +495,14 @@ static int proxy_call_on_head(void *arg, const struct httpc_head *h)
         if (proxy_hop_by_hop(x->name, x->name_len, conn, clen) ||
             proxy_name_is(x->name, x->name_len, "Content-Length") ||
             proxy_name_is(x->name, x->name_len, "Date") || proxy_name_is(x->name, x->name_len,
-                                                                         "Server"))
+                                                                         "Server") ||
+            (c->tap && proxy_name_is(x->name, x->name_len, "Content-Encoding")))
             continue;   /* framing, Date and Server are this hop's */
         proxy_put_header(&hdrs, x->name, x->name_len, x->value, x->value_len);
     }
     proxy_puts(&hdrs, h->http_minor ? "Via: 1.1 batchgate\r\n" : "Via: 1.0 batchgate\r\n");
     bool no_body = (h->status >= 100 && h->status < 200) || h->status == 204 || h->status == 304;
-    int64_t len = h->chunked ? -1 : h->content_length;
+    int64_t len = h->chunked || c->tap ? -1 : h->content_length;
     int rc = http_respond_begin(c->req, h->status, no_body && h->status == 204 ? -1 : len,
                                 no_body, hdrs.data, hdrs.len);
     buf_free(&hdrs);
@@ -461,7 +517,16 @@ static int proxy_call_on_head(void *arg, const struct httpc_head *h)
 static int proxy_call_on_body(void *arg, const char *data, size_t len)
 {
     struct proxy_call *c = arg;
-    if (http_respond_write(c->req, data, len) < 0) {
+    if (c->tap) {
+        buf_reset(&c->out);
+        if (c->tap->body(c->tap_arg, data, len, &c->out) < 0) {
+            proxy_call_fail(c, 502, "the answer was refused");
+            return -1;
+        }
+        data = c->out.data;
+        len = c->out.len;
+    }
+    if (len && http_respond_write(c->req, data, len) < 0) {
         proxy_call_fail(c, 502, "client gone");
         return -1;
     }
@@ -482,7 +547,16 @@ static void proxy_call_on_done(void *arg)
     struct http_request *req = c->req;
     if (c->status >= 500)
         upcall_blame(c->up, HTTPC_FAIL_STATUS);
-    proxy_call_free(c);
+    if (c->tap) {
+        /* What the tap held back (an event the server did not end) goes now. */
+        buf_reset(&c->out);
+        c->tap->body(c->tap_arg, NULL, 0, &c->out);
+        if (c->out.len)
+            http_respond_write(req, c->out.data, c->out.len);
+        proxy_call_end(c, &(struct proxy_outcome){.status = c->status});
+    } else {
+        proxy_call_free(c);
+    }
     http_respond_finish(req, 0);
 }
 
@@ -522,6 +596,7 @@ static void proxy_start_call(struct proxy *p, struct http_request *req,
     c->req = req;
     c->targets = targets;
     c->pipeline = pipeline;
+    upcall_set_timeout(c->up, p->cfg.timeout_ms, "proxy.timeout_ms");
     unsigned m = http_request_method(req), flags = m == HTTP_M_HEAD ? HTTPC_NO_BODY : 0;
     /* Only a request that is whole in its head and safe to repeat shares a
      * connection: it may be lost with the one ahead of it and sent again. */
@@ -533,7 +608,7 @@ static void proxy_start_call(struct proxy *p, struct http_request *req,
         ((m & HTTP_M_POST) && post_idempotent))
         flags |= UPCALL_IDEMPOTENT;
     struct error err = {0};
-    if (proxy_build_head(c, &c->sent, path, path_len) < 0 ||
+    if (proxy_build_head(c, &c->sent, NULL, path, path_len) < 0 ||
         upcall_start(c->up, targets, ntargets, flags, &err) < 0) {
         proxy_call_fail(c, 502, "cannot open a connection");
         return;
@@ -545,6 +620,46 @@ static void proxy_start_call(struct proxy *p, struct http_request *req,
      * while a body streams in, the client's own body timer watches it.
      * Last: a request dispatched whole delivers its body right here. */
     http_request_on_body(req, proxy_on_client_body, c);
+}
+
+int proxy_forward_tapped(struct proxy *p, struct http_request *req, struct httpc_target *t,
+                         const char *method, const char *path, const void *body, size_t len,
+                         const char *content_type, int timeout_ms, const char *timeout_name,
+                         const struct proxy_tap *tap, void *arg)
+{
+    int ti = http_request_thread(req);
+    if (ti < 0 || ti >= p->nthreads)
+        return -1;
+    struct proxy_call *c = proxy_call_new(p, &p->threads[ti], http_request_event_base(req));
+    if (!c)
+        return -1;
+    c->req = req;
+    c->one[0] = t;
+    c->targets = c->one;
+    c->pipeline = 1;
+    c->tap = tap;
+    c->tap_arg = arg;
+    c->body_end = true;
+    upcall_set_timeout(c->up, timeout_ms, timeout_name);
+    struct buf *b = &c->sent;
+    int rc = proxy_build_head(c, b, method, path, strlen(path));
+    if (rc == 0 && content_type)
+        rc = buf_appendf(b, "Content-Type: %s\r\n", content_type);
+    if (rc == 0)
+        rc = buf_appendf(b, "Content-Length: %zu\r\n\r\n", len);
+    if (rc == 0)
+        rc = buf_append(b, body, len);
+    struct error err = {0};
+    /* A call lost with a reused connection before its head goes again: an
+     * LLM call repeated costs compute, never a wrong answer. */
+    if (rc < 0 || upcall_start(c->up, c->targets, 1, UPCALL_IDEMPOTENT, &err) < 0) {
+        proxy_call_fail(c, 502, rc < 0 ? "out of memory" : err.msg);
+        return 0;   /* ended through the tap */
+    }
+    upcall_arm(c->up);
+    http_request_on_abort(req, proxy_on_client_abort, c);
+    http_request_on_drain(req, proxy_on_client_drain, c);
+    return 0;
 }
 
 void proxy_forward(struct proxy *p, struct http_request *req, struct httpc_target *const *targets,
@@ -658,6 +773,7 @@ void proxy_free(struct proxy *p)
             struct proxy_call *c = list_data(q, struct proxy_call, link);
             upcall_free(c->up);
             buf_free(&c->sent);
+            buf_free(&c->out);
             free(c);
         }
         for (int k = 0; k < pt->npools; k++)

@@ -746,6 +746,10 @@ class Reply:
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
             obj = self._envelope("text_completion", [choice])
+        if self.ep.cfg.stamp:
+            # When it left, on the wall clock: a client on this host can tell
+            # how long a chunk took to reach it (through a gateway or not).
+            obj["llmsim_sent_ns"] = time.time_ns()
         return sse(obj)
 
     async def _stream(self):
@@ -834,6 +838,8 @@ def parse_args(argv):
     p.add_argument("--speed", type=float, default=1.0, help="simulated time runs this many "
                    "times faster than real time")
     p.add_argument("--default-max-tokens", type=int, default=16)
+    p.add_argument("--stamp", action="store_true",
+                   help="each streamed chunk carries llmsim_sent_ns, its wall-clock send time")
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--idle-timeout-s", type=float, default=300.0,
                    help="an idle keep-alive connection is closed after this")

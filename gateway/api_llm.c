@@ -1,0 +1,745 @@
+/* api_llm.c - OpenAI's routes in front of LLM pools (docs/LLM.md):
+ * POST /v1/chat/completions, /v1/completions and /v1/embeddings routed by
+ * the body's `model` (a pool's name or alias; /v1/embeddings also reaches
+ * batchgate's own encoders), GET /v1/models and /v1/models/{model}.
+ *
+ * A call, on the request's IO thread:
+ *
+ *   body --llm_prepare--> model resolved, priority, prefix hashes, body
+ *                         rewritten (the servers' model name; a stream asks
+ *                         for its usage)
+ *        --llm_try------> llmpool_pick: an endpoint; proxy_forward_tapped
+ *   head --llm_tap_head-> a 5xx while nothing reached the client: refused,
+ *                         and llm_tap_end tries another endpoint
+ *   body --llm_tap_body-> a stream's events passed on one by one as they
+ *                         complete (the usage event only to a client that
+ *                         asked for it), each timed: first token,
+ *                         inter-token gaps
+ *   end  --llm_tap_end--> tokens counted; the endpoint's call ends
+ *
+ * The reverse proxy (proxy.h) carries the bytes: connections, timers,
+ * back-pressure, and a client that hangs up closing the server's
+ * connection, which stops its generation. */
+#include "gateway/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/httpc.h"
+#include "common/log.h"
+#include "gateway/admit.h"
+#include "gateway/auth.h"
+#include "gateway/proxy.h"
+#include "serving/llmpool.h"
+#include "serving/picker.h"
+#include "serving/serving.h"
+
+/* Leading blocks of a prompt remembered for prefix affinity. */
+#define LLM_BLOCKS_MAX 128
+/* One server-sent event larger than this is passed on unread. */
+#define LLM_EVENT_MAX (1u << 20)
+/* A non-streamed answer is read for its usage up to this size. */
+#define LLM_KEEP_MAX (4u << 20)
+
+enum llm_api { LLM_CHAT, LLM_COMPLETIONS, LLM_EMBEDDINGS };
+static const char *const llm_paths[] = {"/v1/chat/completions", "/v1/completions",
+                                        "/v1/embeddings"};
+
+struct llm_call {
+    struct api_state *st;
+    struct http_request *req;
+    struct served_model *sm;          /* held until the call ends */
+    struct llmpool *pool;
+    enum llm_api api;
+    int tenant;
+    int e;                            /* the endpoint of the try in progress; -1 none */
+    int tried[8];                     /* the endpoints tried (model_pool.tries <= 8) */
+    int tries;
+    char *body;                       /* rewritten, json_dumps'; sent with each try */
+    size_t len;
+    uint64_t blocks[LLM_BLOCKS_MAX];
+    int nblocks;
+    bool stream, want_usage;
+    bool streaming;                   /* this answer is an event stream we read */
+    bool parse_off;                   /* an event too large: the rest passes unread */
+    bool gap_aborted;                 /* the client left between two tries */
+    int64_t t0;                       /* the request's arrival */
+    int64_t t_first, t_last;          /* the first and latest chunks with content */
+    int64_t prompt_tokens, completion_tokens, chunks;
+    bool usage_seen;
+    int status;
+    struct buf ev;                    /* the event being assembled */
+    struct buf keep;                  /* a whole answer, for its usage */
+    char last_fail[300];              /* the last try's failure, for the answer */
+    bool admitted;                    /* holds a place of the tenant's (admit.h) */
+    int64_t estimate;                 /* tokens reserved against the tenant's quotas; 0 none */
+    int64_t used;                     /* tokens the answer counted */
+};
+
+/* Endpoints one call may try while nothing reached its client. */
+static int llm_tries_max(const struct llm_call *c)
+{
+    int n = llmpool_size(c->pool), t = c->sm->model.cfg.pool.tries;
+    return t < n ? t : n;
+}
+
+static void llm_call_free(struct llm_call *c)
+{
+    if (c->estimate)
+        admit_tokens_leave(c->st->admit, c->tenant, c->estimate, c->used, now_ns(), time(NULL));
+    if (c->admitted)
+        admit_leave(c->st->admit, c->tenant);
+    if (c->sm)
+        served_release(c->sm);
+    free(c->body);
+    buf_free(&c->ev);
+    buf_free(&c->keep);
+    free(c);
+}
+
+/* ---- finding the pool ---- */
+
+static bool llm_pool_named(const struct model_config *c, const char *name)
+{
+    if (strcmp(c->name, name) == 0)
+        return true;
+    for (int i = 0; c->kind == MODEL_KIND_POOL && i < c->pool.naliases; i++)
+        if (strcmp(c->pool.aliases[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* The model a request names (a pool by name or alias, or any model by
+ * name), held; NULL when none. */
+static struct served_model *llm_find(struct api_state *st, const char *name)
+{
+    if (!st->serving)
+        return NULL;
+    struct served_model *sm = serving_acquire(st->serving, name, strlen(name));
+    if (sm)
+        return sm;
+    int n = serving_count(st->serving);
+    for (int i = 0; i < n; i++) {
+        sm = serving_acquire_at(st->serving, i);
+        if (sm && sm->model.cfg.kind == MODEL_KIND_POOL && llm_pool_named(&sm->model.cfg, name))
+            return sm;
+        if (sm)
+            served_release(sm);
+    }
+    return NULL;
+}
+
+/* ---- the request ---- */
+
+/* SPEC: tenant default, X-Priority, or service_tier (priority > default > flex). */
+static enum llm_priority llm_priority_of(struct http_request *req, json_t *root)
+{
+    size_t n;
+    const char *h = http_request_header(req, "X-Priority", &n);
+    const char *tier = json_string_value(json_object_get(root, "service_tier"));
+    const char *v = h ? NULL : tier;
+    char buf[32] = "";
+    if (h && n < sizeof buf) {
+        memcpy(buf, h, n);
+        buf[n] = '\0';
+        v = buf;
+    }
+    if (!v)
+        return LLM_PRIO_DEFAULT;
+    if (strcasecmp(v, "priority") == 0 || strcasecmp(v, "high") == 0)
+        return LLM_PRIO_HIGH;
+    if (strcasecmp(v, "flex") == 0 || strcasecmp(v, "low") == 0)
+        return LLM_PRIO_LOW;
+    return LLM_PRIO_DEFAULT;
+}
+
+/* The prompt's text as the servers see its start: each message's role and
+ * text, or the completion's prompt; what prefix affinity hashes. */
+static void llm_prompt_text(enum llm_api api, json_t *root, struct buf *out)
+{
+    if (api == LLM_CHAT) {
+        size_t i;
+        json_t *msg;
+        json_array_foreach(json_object_get(root, "messages"), i, msg) {
+            const char *role = json_string_value(json_object_get(msg, "role"));
+            json_t *content = json_object_get(msg, "content");
+            buf_appendf(out, "%s\n", role ? role : "");
+            if (json_is_string(content)) {
+                buf_append(out, json_string_value(content), json_string_length(content));
+            } else {
+                size_t k;
+                json_t *part;
+                json_array_foreach(content, k, part) {
+                    json_t *t = json_object_get(part, "text");
+                    if (json_is_string(t))
+                        buf_append(out, json_string_value(t), json_string_length(t));
+                }
+            }
+            buf_append(out, "\n", 1);
+            if (out->len >= (size_t)LLM_BLOCKS_MAX * PICKER_BLOCK_BYTES)
+                break;
+        }
+        return;
+    }
+    json_t *p = json_object_get(root, "prompt");
+    if (json_is_array(p))
+        p = json_array_get(p, 0);
+    if (json_is_string(p))
+        buf_append(out, json_string_value(p), json_string_length(p));
+    else if (json_is_string(json_object_get(root, "input")))
+        buf_append(out, json_string_value(json_object_get(root, "input")),
+                   json_string_length(json_object_get(root, "input")));
+}
+
+static void llm_try(struct llm_call *c);
+
+/* Tokens a call may take, before its usage is known: its prompt's bytes / 4
+ * (English runs about 4 bytes a token) and the most it may generate. */
+static int64_t llm_estimate(enum llm_api api, json_t *root)
+{
+    size_t bytes = 0;
+    size_t i;
+    json_t *v;
+    if (api == LLM_CHAT) {
+        json_array_foreach(json_object_get(root, "messages"), i, v) {
+            json_t *content = json_object_get(v, "content");
+            if (json_is_string(content)) {
+                bytes += json_string_length(content);
+            } else {
+                size_t k;
+                json_t *part;
+                json_array_foreach(content, k, part)
+                    bytes += json_string_length(json_object_get(part, "text"));
+            }
+            bytes += 16;   /* the template's tokens around each message */
+        }
+    } else {
+        json_t *p = json_object_get(root, api == LLM_EMBEDDINGS ? "input" : "prompt");
+        if (json_is_string(p))
+            bytes = json_string_length(p);
+        json_array_foreach(p, i, v) bytes += json_is_string(v) ? json_string_length(v) : 4;
+    }
+    int64_t out = 0;
+    if (api != LLM_EMBEDDINGS) {
+        json_t *m = json_object_get(root, "max_completion_tokens");
+        if (!json_is_integer(m))
+            m = json_object_get(root, "max_tokens");
+        out = json_is_integer(m) && json_integer_value(m) > 0 ? json_integer_value(m) : 256;
+    }
+    return (int64_t)(bytes + 3) / 4 + out;
+}
+
+/* 429 for the tenant's limits, in OpenAI's shape. */
+static void llm_refuse(struct http_request *req, const struct admit_refusal *why)
+{
+    char hdr[96];
+    snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n%s", why->retry_after_s,
+             why->no_retry ? "x-should-retry: false\r\n" : "");
+    http_respond_error(req, error_http_status(BG_ETENANTLIMIT), hdr, "%s (%s)", why->msg,
+                       why->reason);
+}
+
+/* ---- the answer ---- */
+
+static int llm_tap_head(void *arg, const struct httpc_head *h, struct buf *headers)
+{
+    struct llm_call *c = arg;
+    c->status = h->status;
+    /* A server error while the client has nothing yet: another endpoint. */
+    if (h->status >= 500 && c->tries < llm_tries_max(c))
+        return 1;
+    bool sse = false;
+    for (int i = 0; i < h->nhdrs; i++)
+        if (h->hdrs[i].name_len == 12 && strncasecmp(h->hdrs[i].name, "Content-Type", 12) == 0)
+            sse = h->hdrs[i].value_len >= 17 &&
+                  strncasecmp(h->hdrs[i].value, "text/event-stream", 17) == 0;
+    c->streaming = sse && h->status == 200;
+    buf_appendf(headers, "X-Batchgate-Endpoint: %d\r\n", c->e);
+    return 0;
+}
+
+/* A chunk carries generated text (chat's delta or a completion's text). */
+static bool llm_chunk_has_content(json_t *j)
+{
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    if (!ch)
+        return false;
+    json_t *delta = json_object_get(ch, "delta");
+    const char *s = json_string_value(json_object_get(delta, "content"));
+    if (!s)
+        s = json_string_value(json_object_get(delta, "reasoning_content"));
+    if (!s)
+        s = json_string_value(json_object_get(ch, "text"));
+    return s && s[0];
+}
+
+static void llm_usage(struct llm_call *c, json_t *usage)
+{
+    json_t *p = json_object_get(usage, "prompt_tokens");
+    json_t *k = json_object_get(usage, "completion_tokens");
+    if (!json_is_integer(p) && !json_is_integer(k))
+        return;
+    c->usage_seen = true;
+    c->prompt_tokens = json_is_integer(p) ? json_integer_value(p) : 0;
+    c->completion_tokens = json_is_integer(k) ? json_integer_value(k) : 0;
+}
+
+/* One complete event (ev[0..len) with its blank line): timed, counted, and
+ * appended to out unless it is the usage event the client did not ask for. */
+static void llm_event(struct llm_call *c, const char *ev, size_t len, struct buf *out)
+{
+    /* Its data: the "data:" lines' values joined by newlines (WHATWG SSE). */
+    struct buf data = {0};
+    for (size_t i = 0; i < len;) {
+        size_t e = i;
+        while (e < len && ev[e] != '\n')
+            e++;
+        size_t n = e - i;
+        if (n && ev[i + n - 1] == '\r')
+            n--;
+        if (n >= 5 && memcmp(ev + i, "data:", 5) == 0) {
+            size_t v = i + 5 + (n > 5 && ev[i + 5] == ' ');
+            if (data.len)
+                buf_append(&data, "\n", 1);
+            buf_append(&data, ev + v, i + n - v);
+        }
+        i = e + 1;
+    }
+    bool pass = true;
+    if (data.len && !(data.len == 6 && memcmp(data.data, "[DONE]", 6) == 0)) {
+        json_t *j = json_loadb(data.data, data.len, 0, NULL);
+        if (j) {
+            json_t *usage = json_object_get(j, "usage");
+            json_t *choices = json_object_get(j, "choices");
+            if (json_is_object(usage))
+                llm_usage(c, usage);
+            if (json_is_object(usage) && json_array_size(choices) == 0 && !c->want_usage)
+                pass = false;   /* asked for by batchgate, not by the client */
+            if (llm_chunk_has_content(j)) {
+                int64_t now = now_ns();
+                if (!c->t_first) {
+                    c->t_first = now;
+                    llmpool_ttft(c->pool, c->e, now - c->t0);
+                } else {
+                    llmpool_itl(c->pool, c->e, now - c->t_last);
+                }
+                c->t_last = now;
+                c->chunks++;
+            }
+            json_decref(j);
+        }
+    }
+    buf_free(&data);
+    if (pass)
+        buf_append(out, ev, len);
+}
+
+/* Where the first complete event in b[from..) ends (after its blank line),
+ * or 0 when none is complete yet. */
+static size_t llm_event_end(const struct buf *b, size_t from)
+{
+    for (size_t i = from; i + 1 < b->len; i++) {
+        if (b->data[i] != '\n')
+            continue;
+        if (b->data[i + 1] == '\n')
+            return i + 2;
+        if (b->data[i + 1] == '\r' && i + 2 < b->len && b->data[i + 2] == '\n')
+            return i + 3;
+    }
+    return 0;
+}
+
+static int llm_tap_body(void *arg, const char *data, size_t len, struct buf *out)
+{
+    struct llm_call *c = arg;
+    if (!c->streaming || c->parse_off) {
+        if (data && len) {
+            buf_append(out, data, len);
+            if (!c->streaming && c->status == 200 && c->keep.len + len <= LLM_KEEP_MAX)
+                buf_append(&c->keep, data, len);
+        }
+        return 0;
+    }
+    if (!data) {   /* the end: an event the server did not close goes as it is */
+        buf_append(out, c->ev.data, c->ev.len);
+        buf_reset(&c->ev);
+        return 0;
+    }
+    if (buf_append(&c->ev, data, len) < 0)
+        return -1;
+    size_t at = 0, end;
+    while ((end = llm_event_end(&c->ev, at)) > 0) {
+        llm_event(c, c->ev.data + at, end - at, out);
+        at = end;
+    }
+    if (at) {
+        memmove(c->ev.data, c->ev.data + at, c->ev.len - at);
+        c->ev.len -= at;
+    }
+    if (c->ev.len > LLM_EVENT_MAX) {
+        log_warn("model %s: endpoint %s sent an event over %u bytes; the rest of its stream "
+                 "passes unread", c->sm->model.cfg.name, httpc_target_url(llmpool_target(c->pool, c->e)),
+                 LLM_EVENT_MAX);
+        c->parse_off = true;
+        buf_append(out, c->ev.data, c->ev.len);
+        buf_reset(&c->ev);
+    }
+    return 0;
+}
+
+static void llm_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct llm_call *c = arg;
+    (void)fd;
+    (void)what;
+    http_request_on_abort(c->req, NULL, NULL);
+    if (c->gap_aborted) {
+        http_respond_error(c->req, 502, NULL, "client gone");   /* discarded */
+        llm_call_free(c);
+        return;
+    }
+    llm_try(c);
+}
+
+static void llm_gap_abort(struct http_request *req, void *arg)
+{
+    struct llm_call *c = arg;
+    (void)req;
+    c->gap_aborted = true;
+}
+
+/* The call's tokens: the server's usage, else a stream's content chunks. */
+static void llm_count(struct llm_call *c)
+{
+    if (!c->usage_seen && !c->streaming && c->keep.len) {
+        json_t *j = json_loadb(c->keep.data, c->keep.len, 0, NULL);
+        if (j)
+            llm_usage(c, json_object_get(j, "usage"));
+        json_decref(j);
+    }
+    if (!c->usage_seen)
+        c->completion_tokens = c->chunks;
+    llmpool_tokens(c->pool, c->e, c->tenant, c->prompt_tokens, c->completion_tokens);
+    c->used = c->prompt_tokens + c->completion_tokens;
+}
+
+static int llm_tap_end(void *arg, const struct proxy_outcome *o)
+{
+    struct llm_call *c = arg;
+    llmpool_end(c->pool, c->e);
+    if (o->fail_status && !o->client_gone) {
+        snprintf(c->last_fail, sizeof c->last_fail, "%s", o->msg ? o->msg : "failed");
+        if (c->tries < llm_tries_max(c)) {
+            /* Not from inside the proxy's callbacks: from the loop, next. */
+            struct timeval now = {0, 0};
+            http_request_on_abort(c->req, llm_gap_abort, c);
+            if (event_base_once(http_request_event_base(c->req), -1, EV_TIMEOUT, llm_retry_cb,
+                                c, &now) == 0) {
+                log_debug("model %s: endpoint %d: %s; trying another", c->sm->model.cfg.name,
+                          c->e, c->last_fail);
+                return 1;
+            }
+            http_request_on_abort(c->req, NULL, NULL);
+        }
+        log_warn("model %s: %s (after %d endpoint%s)", c->sm->model.cfg.name, c->last_fail,
+                 c->tries, c->tries == 1 ? "" : "s");
+        llm_call_free(c);
+        return 0;
+    }
+    if (o->status == 200)
+        llm_count(c);
+    llm_call_free(c);
+    return 0;
+}
+
+static const struct proxy_tap llm_tap = {
+    .head = llm_tap_head,
+    .body = llm_tap_body,
+    .end = llm_tap_end,
+};
+
+static void llm_try(struct llm_call *c)
+{
+    const char *why = NULL;
+    int e = llmpool_pick(c->pool, c->blocks, c->nblocks, c->tried, c->tries, &why);
+    if (e < 0) {
+        const char *name = c->sm->model.cfg.name;
+        if (c->tries)
+            http_respond_error(c->req, 502, NULL, "model %s: %s (after %d endpoint%s)", name,
+                               c->last_fail, c->tries, c->tries == 1 ? "" : "s");
+        else
+            http_respond_error(c->req, 503, "Retry-After: 1\r\n",
+                               "model %s: no endpoint is usable now (each failed its last "
+                               "call or metrics scrape); retry later", name);
+        llm_call_free(c);
+        return;
+    }
+    c->e = e;
+    c->tried[c->tries++] = e;
+    c->streaming = c->parse_off = c->usage_seen = false;
+    c->t_first = c->t_last = 0;
+    c->chunks = c->prompt_tokens = c->completion_tokens = 0;
+    c->status = 0;
+    buf_reset(&c->ev);
+    buf_reset(&c->keep);
+    log_debug("model %s: call to endpoint %d (%s)", c->sm->model.cfg.name, e, why ? why : "");
+    /* Before the call: it may end (and free c) before proxy_forward_tapped returns. */
+    llmpool_sent(c->pool, e, c->blocks, c->nblocks);
+    const struct model_pool *mp = &c->sm->model.cfg.pool;
+    if (proxy_forward_tapped(c->st->proxy, c->req, llmpool_target(c->pool, e), "POST",
+                             llm_paths[c->api], c->body, c->len, "application/json",
+                             mp->timeout_ms, "timeout_ms", &llm_tap, c) < 0) {
+        llmpool_end(c->pool, e);
+        http_respond_error(c->req, 503, NULL, "out of memory");
+        llm_call_free(c);
+    }
+}
+
+/* ---- routes ---- */
+
+static void llm_route(struct http_request *req, const struct route_match *m, void *ctx,
+                      enum llm_api api)
+{
+    struct api_state *st = ctx;
+    size_t len;
+    const char *body = http_request_body(req, &len);
+    json_error_t jerr;
+    json_t *root = json_loadb(body ? body : "", len, 0, &jerr);
+    if (!json_is_object(root) && api == LLM_EMBEDDINGS) {
+        json_decref(root);   /* the encoders' decoder words its own errors */
+        api_models_openai_embed(req, m, ctx);
+        return;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        http_respond_error(req, 400, NULL, "the body must be a JSON object%s%s",
+                           root ? "" : ": ", root ? "" : jerr.text);
+        return;
+    }
+    const char *name = json_string_value(json_object_get(root, "model"));
+    if ((!name || !name[0]) && api == LLM_EMBEDDINGS) {
+        json_decref(root);
+        api_models_openai_embed(req, m, ctx);
+        return;
+    }
+    if (!name || !name[0]) {
+        json_decref(root);
+        http_request_set_error_param(req, "model");
+        http_respond_error(req, 400, NULL, "model: missing (a string naming the model)");
+        return;
+    }
+    struct served_model *sm = llm_find(st, name);
+    if (!sm || sm->model.cfg.kind != MODEL_KIND_POOL) {
+        if (sm)
+            served_release(sm);
+        if (api == LLM_EMBEDDINGS) {   /* batchgate's own encoders answer it */
+            json_decref(root);
+            api_models_openai_embed(req, m, ctx);
+            return;
+        }
+        http_request_set_error_param(req, "model");
+        if (sm)
+            http_respond_error(req, 400, NULL, "model %s is not an LLM pool (it answers "
+                               "/v2/models/%s/infer)", name, name);
+        else
+            http_respond_error(req, 404, NULL, "The model `%s` does not exist", name);
+        json_decref(root);
+        return;
+    }
+    const char *pool_name = sm->model.cfg.name;
+    if (!auth_check_model(st->auth, req, pool_name, strlen(pool_name))) {
+        served_release(sm);
+        json_decref(root);
+        return;
+    }
+    if (atomic_load(&sm->state) != SERVED_READY || !sm->pool) {
+        http_respond_error(req, 503, "Retry-After: 1\r\n", "model %s is not ready: %s",
+                           pool_name, sm->model.reason[0] ? sm->model.reason : "loading");
+        served_release(sm);
+        json_decref(root);
+        return;
+    }
+    enum llm_priority prio = llm_priority_of(req, root);
+    if (prio == LLM_PRIO_LOW && llmpool_saturated(sm->pool)) {
+        llmpool_shed(sm->pool, prio);
+        http_respond_error(req, 429, "Retry-After: 1\r\n",
+                           "model %s: every endpoint is saturated, and requests of priority "
+                           "%s are shed first; retry later", pool_name, llm_priority_names[prio]);
+        served_release(sm);
+        json_decref(root);
+        return;
+    }
+    struct llm_call *c = calloc(1, sizeof *c);
+    if (!c) {
+        served_release(sm);
+        json_decref(root);
+        http_respond_error(req, 503, NULL, "out of memory");
+        return;
+    }
+    c->st = st;
+    c->req = req;
+    c->sm = sm;
+    c->pool = sm->pool;
+    c->api = api;
+    c->e = -1;
+    c->tenant = auth_tenant(req);
+    c->t0 = http_request_arrival_ns(req);
+    if (st->admit) {
+        struct admit_refusal why;
+        int64_t est = llm_estimate(api, root), now = now_ns();
+        if (admit_enter(st->admit, c->tenant, 1, now, &why) < 0 ||
+            (c->admitted = true,
+             admit_tokens_enter(st->admit, c->tenant, est, now, time(NULL), &why) < 0)) {
+            llm_refuse(req, &why);
+            llm_call_free(c);
+            json_decref(root);
+            return;
+        }
+        if (admit_has_token_quota(st->admit, c->tenant))
+            c->estimate = est;
+    }
+    c->stream = json_is_true(json_object_get(root, "stream"));
+    json_object_set_new(root, "model", json_string(sm->model.cfg.pool.served_model_name));
+    if (c->stream && api != LLM_EMBEDDINGS) {
+        json_t *so = json_object_get(root, "stream_options");
+        if (!json_is_object(so)) {
+            so = json_object();
+            json_object_set_new(root, "stream_options", so);
+        }
+        c->want_usage = json_is_true(json_object_get(so, "include_usage"));
+        json_object_set_new(so, "include_usage", json_true());
+    }
+    struct buf text = {0};
+    llm_prompt_text(api, root, &text);
+    c->nblocks = picker_prefix_hashes(text.data ? text.data : "", text.len, c->blocks,
+                                      LLM_BLOCKS_MAX);
+    buf_free(&text);
+    c->body = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!c->body) {
+        http_respond_error(req, 503, NULL, "out of memory");
+        llm_call_free(c);
+        return;
+    }
+    c->len = strlen(c->body);
+    llm_try(c);
+}
+
+static void llm_chat(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    llm_route(req, m, ctx, LLM_CHAT);
+}
+
+static void llm_completions(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    llm_route(req, m, ctx, LLM_COMPLETIONS);
+}
+
+static void llm_embeddings(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    llm_route(req, m, ctx, LLM_EMBEDDINGS);
+}
+
+/* OpenAI's model object. */
+static json_t *llm_model_obj(const char *id, int64_t created)
+{
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", id, "object", "model", "created",
+                     (json_int_t)created, "owned_by", "batchgate");
+}
+
+static int64_t llm_created(const struct api_state *st)
+{
+    return (int64_t)time(NULL) - (now_ns() - st->start_ns) / 1000000000;
+}
+
+/* GET /v1/models: every model the caller may use, and each pool's aliases. */
+static void llm_models(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    (void)m;
+    json_t *data = json_array();
+    int64_t created = llm_created(st);
+    int n = st->serving ? serving_count(st->serving) : 0;
+    for (int i = 0; i < n; i++) {
+        struct served_model *sm = serving_acquire_at(st->serving, i);
+        if (!sm)
+            continue;
+        const struct model_config *cfg = &sm->model.cfg;
+        if (!st->auth || auth_may_use_model(st->auth, auth_tenant(req), cfg->name,
+                                            strlen(cfg->name))) {
+            json_array_append_new(data, llm_model_obj(cfg->name, created));
+            for (int k = 0; cfg->kind == MODEL_KIND_POOL && k < cfg->pool.naliases; k++)
+                json_array_append_new(data, llm_model_obj(cfg->pool.aliases[k], created));
+        }
+        served_release(sm);
+    }
+    json_t *obj = json_pack("{s:s, s:o}", "object", "list", "data", data);
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (!s) {
+        http_respond_error(req, 503, NULL, "out of memory");
+        return;
+    }
+    http_respond(req, 200, "application/json", s, strlen(s), NULL);
+    free(s);
+}
+
+/* GET /v1/models/{model} */
+static void llm_model(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    char name[MODEL_NAME_MAX];
+    const struct route_param *p = &m->params[0];
+    snprintf(name, sizeof name, "%.*s", (int)p->len, p->value);
+    struct served_model *sm = llm_find(st, name);
+    bool allowed = sm && (!st->auth || auth_may_use_model(st->auth, auth_tenant(req),
+                                                          sm->model.cfg.name,
+                                                          strlen(sm->model.cfg.name)));
+    if (sm)
+        served_release(sm);
+    if (!allowed) {
+        http_request_set_error_param(req, "model");
+        http_respond_error(req, 404, NULL, "The model `%s` does not exist", name);
+        return;
+    }
+    json_t *obj = llm_model_obj(name, llm_created(st));
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (!s) {
+        http_respond_error(req, 503, NULL, "out of memory");
+        return;
+    }
+    http_respond(req, 200, "application/json", s, strlen(s), NULL);
+    free(s);
+}
+
+bool api_openai_route(const char *pattern, int method)
+{
+    static const char *const routes[] = {"/v1/embeddings", "/v1/chat/completions",
+                                         "/v1/completions", "/v1/models"};
+    for (size_t i = 0; pattern && i < sizeof routes / sizeof routes[0]; i++)
+        if (strcmp(pattern, routes[i]) == 0)
+            return true;
+    /* POST on the same pattern is TF Serving's predict, with its own errors. */
+    return pattern && method == HTTP_M_GET && strcmp(pattern, "/v1/models/{model}") == 0;
+}
+
+int api_llm_register(struct router *r, struct api_state *st, struct error *err)
+{
+    static const struct api_route routes[] = {
+        {HTTP_M_POST, "/v1/chat/completions", llm_chat, NULL},
+        {HTTP_M_POST, "/v1/completions", llm_completions, NULL},
+        {HTTP_M_POST, "/v1/embeddings", llm_embeddings, NULL},
+        {HTTP_M_GET, "/v1/models", llm_models, NULL},
+        {HTTP_M_GET, "/v1/models/{model}", llm_model, NULL},
+    };
+    return api_routes_add(r, st, routes, sizeof routes / sizeof routes[0], err);
+}

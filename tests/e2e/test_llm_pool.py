@@ -1,0 +1,590 @@
+"""test_llm_pool.py - an LLM pool (`"backend": "openai"`) in front of simulated
+vLLM-like servers (tests/llmsim/llmsim.py, docs/LLMSIM.md): OpenAI's routes
+by model name and alias, answers passed through (streamed event by event,
+the usage event only to a client that asked), every error in OpenAI's
+shape, failing endpoints skipped before the first byte, a broken or cut
+stream cut for its client and nothing else, a client that leaves stopping
+the server's generation, prefix affinity, shedding of the low priority,
+and the pool's metrics. Standard library only; the official `openai`
+client and real llama-server replicas are test_llm_real.py's."""
+
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+from harness import RepoServerCase, Server
+from test_infer import write_model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LLMSIM = os.path.join(HERE, "..", "llmsim", "llmsim.py")
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+         "juliett", "kilo", "lima", "mike", "november", "oscar", "papa"]
+
+
+def expected_text(n):
+    return " ".join(WORDS[k % 16] for k in range(n))
+
+
+class Sim:
+    """llmsim with n endpoints; .ports, .url(i), .fault(i, kind), .metrics(i)."""
+
+    def __init__(self, n, *args):
+        self.proc = subprocess.Popen([sys.executable, LLMSIM, "--endpoints", str(n)] +
+                                     list(args), stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        self.ports = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError("llmsim exited before it was ready")
+            m = re.search(r"endpoint \d+ on 127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.ports.append(int(m.group(1)))
+            if "llmsim: ready" in line:
+                return
+        raise AssertionError("llmsim not ready in 20 s")
+
+    def url(self, i):
+        return "http://127.0.0.1:%d" % self.ports[i]
+
+    def fault(self, i, kind):
+        c = http.client.HTTPConnection("127.0.0.1", self.ports[i], timeout=5)
+        c.request("POST", "/__fault", json.dumps({"kind": kind}))
+        r = c.getresponse()
+        r.read()
+        c.close()
+        assert r.status == 200, r.status
+
+    def metrics(self, i):
+        c = http.client.HTTPConnection("127.0.0.1", self.ports[i], timeout=5)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            name, value = line.rsplit(" ", 1)
+            name = name.split("{")[0]
+            out[name] = out.get(name, 0.0) + float(value)
+        return out
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def pool(name, urls, **kw):
+    cfg = {"backend": "openai", "endpoints": urls, "served_model_name": "llmsim"}
+    cfg.update(kw)
+    return cfg
+
+
+def chat_body(model, text="hello there", max_tokens=4, stream=False, **kw):
+    b = {"model": model, "messages": [{"role": "user", "content": text}],
+         "max_tokens": max_tokens, "stream": stream}
+    b.update(kw)
+    return b
+
+
+class PoolCase(RepoServerCase):
+    sim_endpoints = 2
+    sim_args = ("--speed", "20")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sim = Sim(cls.sim_endpoints, *cls.sim_args)
+        try:
+            super().setUpClass()
+        except BaseException:
+            cls.sim.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.sim.stop()
+
+    def post(self, path, body, headers=None, timeout=10):
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        c.request("POST", path, data, dict({"Content-Type": "application/json"},
+                                           **(headers or {})))
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        return r, raw
+
+    def get(self, path):
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=10)
+        c.request("GET", path)
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        return r, raw
+
+    def events(self, raw):
+        """The data of each server-sent event of a stream's bytes."""
+        out = []
+        for ev in raw.decode().split("\n\n"):
+            for line in ev.splitlines():
+                if line.startswith("data: "):
+                    out.append(line[6:])
+        return out
+
+    def gateway_metrics(self):
+        r, raw = self.get("/metrics")
+        return raw.decode()
+
+    def assert_openai_error(self, r, raw, status, param=None):
+        self.assertEqual(r.status, status, raw)
+        err = json.loads(raw)["error"]
+        self.assertIsInstance(err["message"], str)
+        self.assertTrue(err["message"])
+        self.assertIn("type", err)
+        self.assertIn("code", err)
+        self.assertEqual(err["param"], param, err)
+        return err
+
+
+class TestPoolRoutes(PoolCase):
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "smol", pool("smol", [cls.sim.url(0), cls.sim.url(1)],
+                                       aliases=["smol-chat", "s2"], metrics_interval_ms=50))
+
+    def test_models_list_and_retrieve(self):
+        r, raw = self.get("/v1/models")
+        self.assertEqual(r.status, 200)
+        body = json.loads(raw)
+        self.assertEqual(body["object"], "list")
+        ids = [m["id"] for m in body["data"]]
+        self.assertEqual(ids, ["smol", "smol-chat", "s2"])
+        for m in body["data"]:
+            self.assertEqual(m["object"], "model")
+            self.assertIsInstance(m["created"], int)
+        r, raw = self.get("/v1/models/s2")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(json.loads(raw)["id"], "s2")
+        r, raw = self.get("/v1/models/nope")
+        self.assert_openai_error(r, raw, 404, "model")
+
+    def test_chat_by_name_and_alias(self):
+        for name in ("smol", "smol-chat"):
+            r, raw = self.post("/v1/chat/completions", chat_body(name, max_tokens=5))
+            self.assertEqual(r.status, 200, raw)
+            body = json.loads(raw)
+            self.assertEqual(body["object"], "chat.completion")
+            self.assertEqual(body["choices"][0]["message"]["content"], expected_text(5))
+            self.assertEqual(body["usage"]["completion_tokens"], 5)
+            # The servers' name went upstream (llmsim answers 404 to another).
+            self.assertEqual(body["model"], "llmsim")
+
+    def test_completions_streamed_usage_only_when_asked(self):
+        body = {"model": "smol", "prompt": "once upon a time", "max_tokens": 3, "stream": True}
+        r, raw = self.post("/v1/completions", body)
+        self.assertEqual(r.status, 200, raw)
+        self.assertTrue(r.getheader("Content-Type").startswith("text/event-stream"))
+        data = self.events(raw)
+        self.assertEqual(data[-1], "[DONE]")
+        chunks = [json.loads(d) for d in data[:-1]]
+        self.assertEqual("".join(c["choices"][0]["text"] for c in chunks if c["choices"]),
+                         expected_text(3))
+        # batchgate asked the server for usage; the client did not: dropped.
+        self.assertFalse([c for c in chunks if "usage" in c and c.get("usage")], chunks)
+        body["stream_options"] = {"include_usage": True}
+        r, raw = self.post("/v1/completions", body)
+        chunks = [json.loads(d) for d in self.events(raw)[:-1]]
+        usage = [c for c in chunks if c.get("usage")]
+        self.assertEqual(len(usage), 1, chunks)
+        self.assertEqual(usage[0]["choices"], [])
+        self.assertEqual(usage[0]["usage"]["completion_tokens"], 3)
+
+    def test_chat_streamed_text(self):
+        r, raw = self.post("/v1/chat/completions", chat_body("s2", max_tokens=6, stream=True))
+        self.assertEqual(r.status, 200)
+        chunks = [json.loads(d) for d in self.events(raw)[:-1]]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                       if c["choices"])
+        self.assertEqual(text, expected_text(6))
+
+    def test_bad_requests_in_openai_shape(self):
+        r, raw = self.post("/v1/chat/completions", b"{not json")
+        self.assert_openai_error(r, raw, 400)
+        r, raw = self.post("/v1/chat/completions", b"[1, 2]")
+        self.assert_openai_error(r, raw, 400)
+        r, raw = self.post("/v1/chat/completions", {"messages": []})
+        self.assert_openai_error(r, raw, 400, "model")
+        r, raw = self.post("/v1/chat/completions", {"model": 7, "messages": []})
+        self.assert_openai_error(r, raw, 400, "model")
+        r, raw = self.post("/v1/chat/completions", chat_body("nope"))
+        err = self.assert_openai_error(r, raw, 404, "model")
+        self.assertIn("nope", err["message"])
+        r, raw = self.post("/v1/completions", {"model": "nope", "prompt": "x"})
+        self.assert_openai_error(r, raw, 404, "model")
+        # Over max_body_bytes: 413 from the head alone, and the pool still serves.
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: %d\r\n\r\n{" % (65 << 20))
+        head = s.recv(4096)
+        s.close()
+        self.assertTrue(head.startswith(b"HTTP/1.1 413"), head)
+        r, raw = self.post("/v1/chat/completions", chat_body("smol"))
+        self.assertEqual(r.status, 200)
+
+    def test_server_errors_pass_through_in_its_shape(self):
+        # The server's own 4xx (here: a request it cannot fit) is its answer.
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=10 ** 6))
+        self.assertEqual(r.status, 400, raw)
+        self.assertIn("error", json.loads(raw))
+
+    def test_pool_refuses_tensors(self):
+        r, raw = self.post("/v2/models/smol/infer", {"inputs": []})
+        self.assertEqual(r.status, 400)
+        self.assertIn("/v1/chat/completions", json.loads(raw)["error"])
+
+    def test_metrics(self):
+        before = self.gateway_metrics()
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=4, stream=True))
+        self.assertEqual(r.status, 200)
+        text = self.gateway_metrics()
+
+        def total(t, name):
+            return sum(float(v) for v in re.findall(r"^batchgate_%s\{[^}]*\} (\S+)$" % name, t,
+                                                    re.M))
+        self.assertEqual(total(text, "llm_time_to_first_token_seconds_count") -
+                         total(before, "llm_time_to_first_token_seconds_count"), 1)
+        # Four chunks of text: three gaps.
+        self.assertEqual(total(text, "llm_inter_token_latency_seconds_count") -
+                         total(before, "llm_inter_token_latency_seconds_count"), 3)
+        completion = r'^batchgate_llm_tokens_total\{model="smol",tenant="default",kind="completion"\} (\d+)$'
+        self.assertEqual(int(re.search(completion, text, re.M).group(1)) -
+                         int((re.search(completion, before, re.M) or [0, 0])[1]), 4)
+        self.assertRegex(text, r'batchgate_endpoint_waiting\{model="smol",endpoint="%s"\} 0'
+                         % re.escape(self.sim.url(0)))
+        self.assertRegex(text, r'batchgate_endpoint_kv_cache_usage\{model="smol",endpoint="%s"\}'
+                         % re.escape(self.sim.url(1)))
+        self.assertRegex(text, r'batchgate_endpoint_up\{model="smol",endpoint="%s"\} 1'
+                         % re.escape(self.sim.url(1)))
+
+
+class TestPoolFailures(PoolCase):
+    sim_endpoints = 3
+
+    @classmethod
+    def populate(cls, repo):
+        cls.dead = "http://127.0.0.1:%d" % free_port()
+        write_model(repo, "smol", pool("smol", [cls.sim.url(0), cls.sim.url(1), cls.sim.url(2)],
+                                       metrics_interval_ms=0, timeout_ms=1500,
+                                       picker={"policy": "round_robin"}))
+        # Its own targets (health is per model): only its test makes them fail.
+        write_model(repo, "allfail", pool("allfail", [cls.sim.url(i) for i in range(3)],
+                                          metrics_interval_ms=0))
+        write_model(repo, "dead", pool("dead", [cls.dead, cls.sim.url(2)],
+                                       metrics_interval_ms=0, picker={"policy": "round_robin"}))
+
+    def setUp(self):
+        super().setUp()
+        for i in range(3):
+            self.sim.fault(i, "none")
+
+    def test_refused_endpoint_is_skipped(self):
+        for _ in range(4):
+            r, raw = self.post("/v1/chat/completions", chat_body("dead", max_tokens=2))
+            self.assertEqual(r.status, 200, raw)
+            self.assertEqual(r.getheader("X-Batchgate-Endpoint"), "1")
+
+    def test_5xx_before_the_first_byte_tries_another(self):
+        self.sim.fault(0, "500")
+        seen = set()
+        for _ in range(6):
+            r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=2))
+            self.assertEqual(r.status, 200, raw)
+            seen.add(r.getheader("X-Batchgate-Endpoint"))
+        self.assertNotIn("0", seen)
+
+    def test_every_endpoint_failing_is_the_servers_answer(self):
+        for i in range(3):
+            self.sim.fault(i, "500")
+        # Each endpoint tried once (tries: 3); the last one's answer is the client's.
+        r, raw = self.post("/v1/chat/completions", chat_body("allfail", max_tokens=2))
+        self.assertEqual(r.status, 500, raw)
+        self.assertEqual(r.getheader("X-Batchgate-Endpoint") is not None, True)
+        # Now each has failed and is out for a while: nothing left to try.
+        for _ in range(3):
+            r, raw = self.post("/v1/chat/completions", chat_body("allfail", max_tokens=2))
+        err = self.assert_openai_error(r, raw, 503 if r.status == 503 else 502)
+        self.assertRegex(err["message"], r"answered 500|no endpoint is usable")
+
+    def read_stream(self, body):
+        """The stream's bytes as the client got them, and whether it was complete."""
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        data = json.dumps(body).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+        buf = b""
+        while True:
+            try:
+                d = s.recv(65536)
+            except socket.timeout:
+                break
+            if not d:
+                break
+            buf += d
+            if buf.endswith(b"\r\n0\r\n\r\n"):
+                break
+        s.close()
+        return buf, buf.endswith(b"\r\n0\r\n\r\n")
+
+    def test_stop_mid_stream_cuts_the_clients_answer(self):
+        for i in range(3):
+            self.sim.fault(i, "stop_mid")
+        buf, complete = self.read_stream(chat_body("smol", max_tokens=8, stream=True))
+        self.assertIn(b"200 OK", buf.split(b"\r\n")[0])
+        self.assertFalse(complete, "a cut stream must not look complete")
+        self.assertNotIn(b"[DONE]", buf)
+        for i in range(3):
+            self.sim.fault(i, "none")
+        r, raw = self.post("/v1/chat/completions", chat_body("smol"))
+        self.assertEqual(r.status, 200)
+
+    def test_broken_sse_reaches_the_client_as_sent(self):
+        for i in range(3):
+            self.sim.fault(i, "bad_sse")
+        buf, complete = self.read_stream(chat_body("smol", max_tokens=4, stream=True))
+        self.assertIn(b"200 OK", buf.split(b"\r\n")[0])
+        self.assertNotIn(b"[DONE]", buf)
+        for i in range(3):
+            self.sim.fault(i, "none")
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", stream=True))
+        self.assertEqual(r.status, 200)
+        self.assertIn(b"[DONE]", raw)
+
+    def test_hang_is_a_504(self):
+        for i in range(3):
+            self.sim.fault(i, "hang")
+        t0 = time.monotonic()
+        r, raw = self.post("/v1/chat/completions", chat_body("smol"))
+        self.assertEqual(r.status, 504, raw)
+        self.assertLess(time.monotonic() - t0, 8)
+        self.assertEqual(json.loads(raw)["error"]["type"], "server_error")
+
+    def test_client_leaving_stops_the_generation(self):
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        data = json.dumps(chat_body("smol", max_tokens=2000, stream=True)).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                  % len(data) + data)
+        buf = b""
+        while buf.count(b"data: ") < 3:
+            buf += s.recv(65536)
+        ep = int(re.search(rb"X-Batchgate-Endpoint: (\d+)", buf).group(1))
+        before = self.sim.metrics(ep)
+        self.assertEqual(before["vllm:num_requests_running"], 1)
+        s.close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            m = self.sim.metrics(ep)
+            if m["vllm:num_requests_running"] == 0:
+                break
+            time.sleep(0.02)
+        self.assertEqual(m["vllm:num_requests_running"], 0)
+        self.assertEqual(m["llmsim:requests_aborted_total"] -
+                         before["llmsim:requests_aborted_total"], 1)
+        self.assertLess(m["vllm:generation_tokens_total"], 2000)
+
+
+class TestPoolPicking(PoolCase):
+    sim_endpoints = 3
+
+    @classmethod
+    def populate(cls, repo):
+        urls = [cls.sim.url(i) for i in range(3)]
+        write_model(repo, "score", pool("score", urls, metrics_interval_ms=50))
+        write_model(repo, "rr", pool("rr", urls, metrics_interval_ms=50,
+                                     picker={"policy": "round_robin"}))
+
+    def test_shared_prefix_returns_to_its_endpoint(self):
+        prefixes = ["%s " % w * 200 for w in ("lorem", "ipsum", "dolor")]
+        where = {}
+        for rnd in range(3):
+            for k, p in enumerate(prefixes):
+                r, raw = self.post("/v1/chat/completions",
+                                   {"model": "score", "max_tokens": 2, "messages": [
+                                       {"role": "system", "content": p},
+                                       {"role": "user", "content": "question %d" % rnd}]})
+                self.assertEqual(r.status, 200, raw)
+                where.setdefault(k, set()).add(r.getheader("X-Batchgate-Endpoint"))
+        for k, eps in where.items():
+            self.assertEqual(len(eps), 1, where)
+        # Three prefixes on an idle pool of three: not all on one endpoint.
+        self.assertGreater(len(set().union(*where.values())), 1, where)
+
+    def test_round_robin_ignores_prefixes(self):
+        seen = []
+        for _ in range(6):
+            r, raw = self.post("/v1/chat/completions", chat_body("rr", "same " * 100,
+                                                                 max_tokens=1))
+            seen.append(r.getheader("X-Batchgate-Endpoint"))
+        self.assertEqual(len(set(seen)), 3, seen)
+
+
+class TestPoolShedding(PoolCase):
+    sim_endpoints = 1
+    # One sequence at a time, slow: a queue forms at once.
+    sim_args = ("--max-num-seqs", "1", "--decode-step-s", "0.05")
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "smol", pool("smol", [cls.sim.url(0)], metrics_interval_ms=20,
+                                       saturation={"waiting": 1}))
+
+    def test_flex_is_shed_priority_never(self):
+        import threading
+        results = []
+
+        def bg():
+            r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=40),
+                               timeout=30)
+            results.append(r.status)
+        threads = [threading.Thread(target=bg) for _ in range(3)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and self.sim.metrics(0)["vllm:num_requests_waiting"] < 1:
+            time.sleep(0.01)
+        time.sleep(0.1)   # a scrape sees it
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", service_tier="flex"))
+        self.assert_openai_error(r, raw, 429)
+        self.assertTrue(r.getheader("Retry-After"))
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=1),
+                           headers={"X-Priority": "low"})
+        self.assertEqual(r.status, 429)
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=1,
+                                                             service_tier="priority"), timeout=30)
+        self.assertEqual(r.status, 200, raw)
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [200, 200, 200])
+        text = self.gateway_metrics()
+        self.assertRegex(text, r'batchgate_llm_shed_total\{model="smol",priority="flex"\} 2')
+        self.assertRegex(text, r'batchgate_llm_shed_total\{model="smol",priority="priority"\} 0')
+
+
+def digest(key):
+    import hashlib
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+class TestPoolTenants(PoolCase):
+    """Tokens per tenant: quotas (429 with Retry-After; a day's with
+    x-should-retry: false), tenants' model globs, and the token counts."""
+    sim_endpoints = 1
+    config = {
+        "tenants": [
+            {"name": "minute", "keys": [digest("k-minute")], "tokens_per_minute": 200},
+            {"name": "daily", "keys": [digest("k-daily")], "tokens_per_day": 100},
+            {"name": "other", "keys": [digest("k-other")], "models": ["notsmol"]},
+            {"name": "few", "keys": [digest("k-few")], "max_inflight": 1},
+        ],
+    }
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "smol", pool("smol", [cls.sim.url(0)], metrics_interval_ms=0))
+
+    def chat(self, key, max_tokens=10, text="hi"):
+        return self.post("/v1/chat/completions", chat_body("smol", text, max_tokens=max_tokens),
+                         headers={"Authorization": "Bearer " + key})
+
+    def test_tokens_per_minute(self):
+        # Each call: estimate (2 + 16) / 4 + 50 = 54 tokens; llmsim uses 50 + prompt.
+        codes = [self.chat("k-minute", 50)[0].status for _ in range(5)]
+        self.assertEqual(codes[:3], [200, 200, 200], codes)
+        r, raw = self.chat("k-minute", 50)
+        err = self.assert_openai_error(r, raw, 429)
+        self.assertIn("tokens_per_minute", err["message"])
+        self.assertEqual(err["code"], "rate_limit_exceeded")
+        self.assertTrue(1 <= int(r.getheader("Retry-After")) <= 60)
+        self.assertIsNone(r.getheader("x-should-retry"))
+        text = self.gateway_metrics()
+        m = re.search(r'batchgate_llm_tokens_total\{model="smol",tenant="minute",kind="completion"\} (\d+)', text)
+        self.assertEqual(int(m.group(1)), 50 * codes.count(200))
+
+    def test_tokens_per_day(self):
+        r, raw = self.chat("k-daily", 60)
+        self.assertEqual(r.status, 200, raw)
+        r, raw = self.chat("k-daily", 60)
+        err = self.assert_openai_error(r, raw, 429)
+        self.assertIn("tokens_per_day", err["message"])
+        self.assertEqual(r.getheader("x-should-retry"), "false")
+        self.assertGreaterEqual(int(r.getheader("Retry-After")), 1)
+
+    def test_model_globs(self):
+        r, raw = self.chat("k-other")
+        self.assert_openai_error(r, raw, 403)
+        r, raw = self.post("/v1/chat/completions", chat_body("smol"),
+                           headers={"Authorization": "Bearer wrong"})
+        self.assert_openai_error(r, raw, 401)
+        r, raw = self.post("/v1/chat/completions", chat_body("smol"))
+        self.assert_openai_error(r, raw, 401)   # keys exist: one is required
+
+    def test_max_inflight_applies_to_calls(self):
+        import threading
+        out = []
+        t = threading.Thread(target=lambda: out.append(self.chat("k-few", 2000)[0].status))
+        t.start()
+        time.sleep(0.3)
+        r, raw = self.chat("k-few", 1)
+        self.assert_openai_error(r, raw, 429)
+        t.join()
+        self.assertEqual(out, [200])
+
+
+class TestPoolConfig(unittest.TestCase):
+    def refused(self, cfg, pattern):
+        import shutil
+        import tempfile
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            write_model(repo, "p", cfg)
+            srv = Server({"model_repository": repo})
+            try:
+                srv.wait_log(r"ready in|not loaded|model p", timeout=20)
+                time.sleep(0.2)
+                self.assertRegex(srv.log(), pattern)
+            finally:
+                srv.kill()
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+    def test_refusals_name_the_field(self):
+        self.refused({"backend": "openai"}, r"endpoints: missing")
+        self.refused({"backend": "openai", "endpoints": ["http://127.0.0.1:1"],
+                      "inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}]},
+                     r"inputs: an openai pool takes no inputs")
+        self.refused({"backend": "openai", "endpoints": ["http://127.0.0.1:1"],
+                      "aliases": ["p"]}, r"aliases\[0\]: \"p\" is the pool's own name")
+        self.refused({"backend": "openai", "endpoints": ["ftp://x"]}, r"endpoints")
+        self.refused({"backend": "openai", "endpoints": ["http://127.0.0.1:1"],
+                      "picker": {"policy": "random"}}, r"picker.policy")
+
+
+if __name__ == "__main__":
+    unittest.main()
