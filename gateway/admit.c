@@ -10,6 +10,7 @@
 #include "gateway/admit.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +21,26 @@
 #define ADMIT_DEPTH_NS ADMIT_NS
 /* A cost past this is a rate too small to matter; it keeps int64 from overflowing. */
 #define ADMIT_COST_MAX_NS (INT64_C(1) << 60)
+/* The token window: 60 one-second slots. */
+#define ADMIT_SLOTS 60
+
+/* LLM tokens of the last minute, a slot per second, and of the UTC day;
+ * under `mu` (token quotas are checked once per LLM call, not per row). */
+struct admit_tokens {
+    pthread_mutex_t mu;
+    int64_t slot[ADMIT_SLOTS];        /* tokens used in second s, at slot[s % ADMIT_SLOTS] */
+    int64_t slot_sec[ADMIT_SLOTS];    /* which second each slot holds */
+    int64_t reserved;                 /* estimates of the calls in flight */
+    int64_t day, day_used;            /* the UTC day (unix s / 86400) and its tokens */
+};
 
 struct admit_tenant {
     _Alignas(64) _Atomic int inflight;
     _Atomic int64_t tat;              /* ns (now_ns clock); 0: full since forever */
     int max_inflight;                 /* 0: not counted */
     double rate;                      /* rows per second; 0: unlimited */
+    int64_t tpm, tpd;                 /* tokens_per_minute, tokens_per_day; 0: unlimited */
+    struct admit_tokens *tok;         /* NULL without token quotas */
 };
 
 struct admit {
@@ -49,6 +64,16 @@ struct admit *admit_new(const struct tenants_config *t, struct error *err)
     for (int i = 0; i < t->n; i++) {
         a->ten[i].max_inflight = t->t[i].max_inflight;
         a->ten[i].rate = t->t[i].rate_rows_per_s;
+        a->ten[i].tpm = t->t[i].tokens_per_minute;
+        a->ten[i].tpd = t->t[i].tokens_per_day;
+        if (!a->ten[i].tpm && !a->ten[i].tpd)
+            continue;
+        if (!(a->ten[i].tok = calloc(1, sizeof *a->ten[i].tok))) {
+            admit_free(a);
+            error_set(err, BG_ENOMEM, "out of memory for the tenants' admission");
+            return NULL;
+        }
+        pthread_mutex_init(&a->ten[i].tok->mu, NULL);
     }
     return a;
 }
@@ -57,6 +82,11 @@ void admit_free(struct admit *a)
 {
     if (!a)
         return;
+    for (int i = 0; a->ten && i < a->t->n; i++)
+        if (a->ten[i].tok) {
+            pthread_mutex_destroy(&a->ten[i].tok->mu);
+            free(a->ten[i].tok);
+        }
     free(a->ten);
     free(a);
 }
@@ -131,4 +161,112 @@ int admit_inflight(const struct admit *a, int tenant)
     return tenant >= 0 && tenant < a->t->n
                ? atomic_load_explicit(&a->ten[tenant].inflight, memory_order_relaxed)
                : 0;
+}
+
+/* ---- LLM tokens ---- */
+
+/* Tokens used in the 60 s ending with second `sec`. Under tk->mu. */
+static int64_t admit_window(const struct admit_tokens *tk, int64_t sec)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < ADMIT_SLOTS; i++)
+        if (tk->slot_sec[i] > sec - ADMIT_SLOTS && tk->slot_sec[i] <= sec)
+            sum += tk->slot[i];
+    return sum;
+}
+
+/* Seconds until `need` tokens of the window have aged out. Under tk->mu. */
+static int admit_window_wait(const struct admit_tokens *tk, int64_t sec, int64_t need)
+{
+    for (int64_t s = sec - ADMIT_SLOTS + 1; s <= sec; s++) {
+        const int i = (int)(((s % ADMIT_SLOTS) + ADMIT_SLOTS) % ADMIT_SLOTS);
+        if (tk->slot_sec[i] == s)
+            need -= tk->slot[i];
+        if (need <= 0)
+            return (int)(s + ADMIT_SLOTS - sec);
+    }
+    return ADMIT_SLOTS;
+}
+
+static void admit_day_roll(struct admit_tokens *tk, int64_t unix_s)
+{
+    int64_t day = unix_s / 86400;
+    if (day != tk->day) {
+        tk->day = day;
+        tk->day_used = 0;
+    }
+}
+
+int admit_tokens_enter(struct admit *a, int tenant, int64_t estimate, int64_t now_ns,
+                       int64_t unix_s, struct admit_refusal *why)
+{
+    if (tenant < 0 || tenant >= a->t->n)
+        tenant = 0;
+    struct admit_tenant *t = &a->ten[tenant];
+    struct admit_tokens *tk = t->tok;
+    if (!tk)
+        return 0;
+    const char *name = a->t->t[tenant].name;
+    int64_t sec = now_ns / ADMIT_NS;
+    int rc = 0;
+    pthread_mutex_lock(&tk->mu);
+    admit_day_roll(tk, unix_s);
+    if (t->tpd > 0 && tk->day_used + tk->reserved + estimate > t->tpd &&
+        (tk->day_used + tk->reserved > 0)) {
+        why->reason = "tokens_per_day";
+        why->retry_after_s = (int)(86400 - unix_s % 86400);
+        why->no_retry = true;
+        snprintf(why->msg, sizeof why->msg, "tenant \"%s\" has used %lld of its tokens_per_day "
+                 "(%lld, with %lld reserved by calls in flight); the day ends at 00:00 UTC",
+                 name, (long long)tk->day_used, (long long)t->tpd, (long long)tk->reserved);
+        rc = -BG_ETENANTLIMIT;
+    } else if (t->tpm > 0) {
+        int64_t used = admit_window(tk, sec);
+        /* A call larger than the whole quota goes into an empty window only. */
+        if (used + tk->reserved + estimate > t->tpm && used + tk->reserved > 0) {
+            /* What must age out; all of it for a call larger than the quota. */
+            int64_t over = estimate > t->tpm ? used + tk->reserved
+                                             : used + tk->reserved + estimate - t->tpm;
+            why->reason = "tokens_per_minute";
+            why->retry_after_s = admit_window_wait(tk, sec, over);
+            snprintf(why->msg, sizeof why->msg, "tenant \"%s\" has used %lld tokens in the "
+                     "last minute and reserved %lld, and the call's estimate of %lld would pass "
+                     "its tokens_per_minute (%lld)", name, (long long)used,
+                     (long long)tk->reserved, (long long)estimate, (long long)t->tpm);
+            rc = -BG_ETENANTLIMIT;
+        }
+    }
+    if (rc == 0)
+        tk->reserved += estimate;
+    pthread_mutex_unlock(&tk->mu);
+    return rc;
+}
+
+void admit_tokens_leave(struct admit *a, int tenant, int64_t estimate, int64_t used,
+                        int64_t now_ns, int64_t unix_s)
+{
+    if (tenant < 0 || tenant >= a->t->n)
+        tenant = 0;
+    struct admit_tokens *tk = a->ten[tenant].tok;
+    if (!tk)
+        return;
+    int64_t sec = now_ns / ADMIT_NS;
+    int i = (int)(sec % ADMIT_SLOTS);
+    pthread_mutex_lock(&tk->mu);
+    tk->reserved -= estimate;
+    if (tk->reserved < 0)
+        tk->reserved = 0;
+    if (tk->slot_sec[i] != sec) {
+        tk->slot_sec[i] = sec;
+        tk->slot[i] = 0;
+    }
+    tk->slot[i] += used;
+    admit_day_roll(tk, unix_s);
+    tk->day_used += used;
+    pthread_mutex_unlock(&tk->mu);
+}
+
+bool admit_has_token_quota(const struct admit *a, int tenant)
+{
+    return tenant >= 0 && tenant < a->t->n && a->ten[tenant].tok != NULL;
 }

@@ -13,6 +13,7 @@
 #ifndef BG_ADMIT_H
 #define BG_ADMIT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -22,8 +23,9 @@ struct admit;
 
 /* Why a request was refused: the 429's body and Retry-After. */
 struct admit_refusal {
-    const char *reason;               /* "max_inflight" or "rate_rows_per_s" */
+    const char *reason;               /* "max_inflight", "rate_rows_per_s", "tokens_per_minute", "tokens_per_day" */
     int retry_after_s;                /* at least 1 */
+    bool no_retry;                    /* waiting will not cure it soon: x-should-retry: false */
     char msg[200];
 };
 
@@ -39,5 +41,17 @@ int admit_enter(struct admit *a, int tenant, int rows, int64_t now_ns, struct ad
 void admit_leave(struct admit *a, int tenant);
 /* Requests of the tenant in flight now (counted only under a max_inflight). */
 int admit_inflight(const struct admit *a, int tenant);
+
+/* LLM pools' token quotas (tokens_per_minute over the last 60 s,
+ * tokens_per_day over the UTC day; unix_s the wall clock). A call reserves
+ * its estimate at entry: 0, or -BG_ETENANTLIMIT with *why (nothing
+ * reserved). A call larger than a whole quota is admitted into an empty
+ * window only. At its end the estimate gives way to the tokens it used.
+ * Under one mutex per tenant with quotas; a tenant without costs a load. */
+int admit_tokens_enter(struct admit *a, int tenant, int64_t estimate, int64_t now_ns,
+                       int64_t unix_s, struct admit_refusal *why);
+void admit_tokens_leave(struct admit *a, int tenant, int64_t estimate, int64_t used,
+                        int64_t now_ns, int64_t unix_s);
+bool admit_has_token_quota(const struct admit *a, int tenant);
 
 #endif

@@ -140,6 +140,15 @@ static const struct schema_field config_tenant_fields[] = {
      .doc = "rows per second of inference, a token bucket holding one second's worth (at least "
             "one request); past it: 429 with the seconds until it holds the request's rows in "
             "`Retry-After`; 0 = unlimited"},
+    {SCHEMA_F_INT64("tokens_per_minute", struct tenant_config, tokens_per_minute),
+     .min = 0, .max = INT64_C(1) << 50, .def = 0,
+     .doc = "LLM pools: prompt and completion tokens in any 60 s; a call reserves its estimate "
+            "(prompt bytes / 4 + `max_tokens`, 256 when absent) until its usage is known; past "
+            "it: 429 with the seconds until it fits in `Retry-After`; 0 = unlimited"},
+    {SCHEMA_F_INT64("tokens_per_day", struct tenant_config, tokens_per_day),
+     .min = 0, .max = INT64_C(1) << 50, .def = 0,
+     .doc = "LLM pools: tokens per UTC day, counted like tokens_per_minute; past it: 429 "
+            "with `x-should-retry: false` and the seconds to midnight UTC; 0 = unlimited"},
     {SCHEMA_F_BOOL("admin", struct tenant_config, admin),
      .def = false,
      .doc = "may use the admin routes (`/debug/...`, `PUT /v2/governance`, the repository) and "

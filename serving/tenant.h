@@ -32,6 +32,8 @@ struct tenant_config {
     bool lend;                        /* false: its idle share stays reserved */
     int max_inflight;                 /* 0: unlimited */
     double rate_rows_per_s;           /* 0: unlimited */
+    int64_t tokens_per_minute;        /* LLM pools' tokens, the last 60 s; 0: unlimited */
+    int64_t tokens_per_day;           /* the same per UTC day; 0: unlimited */
     bool admin;                       /* may use the admin routes */
 };
 

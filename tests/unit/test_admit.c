@@ -1,7 +1,7 @@
 /* test_admit.c - per-tenant admission (gateway/admit.c) on an injected
  * clock: max_inflight, the rows-per-second bucket (one second deep, at
- * least one request), Retry-After as computed, and threads racing for the
- * last place. */
+ * least one request), Retry-After as computed, threads racing for the
+ * last place, and the LLM token quotas (a minute's window, a UTC day). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -190,6 +190,124 @@ static void test_max_inflight_under_threads(void **state)
     admit_free(a);
 }
 
+
+/* A minute-long trace of calls at three times tokens_per_minute: every
+ * 60 s window of what was used stays within the quota (estimates exact),
+ * and within 5% when calls use 10% more than estimated (the excess of the
+ * calls in flight at once); Retry-After brings a refused caller back when
+ * the call fits. */
+static void run_quota_trace(double overuse, double *worst, int *refused_out)
+{
+    tenants(0, 0);
+    tc.t[1].tokens_per_minute = 60000;
+    struct error err = {0};
+    struct admit *a = admit_new(&tc, &err);
+    assert_non_null(a);
+    int64_t used_at[4000];
+    int64_t used_n[4000];
+    int nused = 0, refused = 0;
+    /* Calls of 500 tokens every 0.1 s for 5 minutes (300,000 tokens a
+     * minute offered), each taking 1 s; at most 10 in flight. */
+    struct { int64_t end, est, used; } fl[64];
+    int nfl = 0;
+    for (int64_t t = T0; t < T0 + 300 * S; t += S / 10) {
+        for (int i = 0; i < nfl;) {
+            if (fl[i].end <= t) {
+                admit_tokens_leave(a, 1, fl[i].est, fl[i].used, fl[i].end, 1700000000);
+                used_at[nused] = fl[i].end;
+                used_n[nused++] = fl[i].used;
+                fl[i] = fl[--nfl];
+            } else {
+                i++;
+            }
+        }
+        struct admit_refusal why;
+        if (admit_tokens_enter(a, 1, 500, t, 1700000000, &why) == 0) {
+            assert_true(nfl < 64);
+            fl[nfl].end = t + S;
+            fl[nfl].est = 500;
+            fl[nfl++].used = (int64_t)(500 * (1 + overuse));
+        } else {
+            refused++;
+            assert_string_equal(why.reason, "tokens_per_minute");
+            assert_true(why.retry_after_s >= 1 && why.retry_after_s <= 60);
+            assert_false(why.no_retry);
+        }
+    }
+    /* The worst 60 s window over whole seconds. */
+    *worst = 0;
+    for (int64_t w = T0; w + 60 * S <= T0 + 301 * S; w += S) {
+        int64_t sum = 0;
+        for (int i = 0; i < nused; i++)
+            if (used_at[i] >= w && used_at[i] < w + 60 * S)
+                sum += used_n[i];
+        if ((double)sum / 60000 > *worst)
+            *worst = (double)sum / 60000;
+    }
+    *refused_out = refused;
+    admit_free(a);
+}
+
+static void test_tokens_per_minute_holds(void **state)
+{
+    (void)state;
+    double worst;
+    int refused;
+    run_quota_trace(0, &worst, &refused);
+    printf("tokens_per_minute, exact estimates: worst 60 s window %.3f of the quota, %d refused\n",
+           worst, refused);
+    assert_true(worst <= 1.0);
+    assert_true(worst >= 0.9);   /* and the quota is used, not starved */
+    assert_true(refused > 0);
+    run_quota_trace(0.1, &worst, &refused);
+    printf("tokens_per_minute, 10%% over estimates: worst window %.3f of the quota\n", worst);
+    assert_true(worst <= 1.05);
+}
+
+static void test_tokens_per_day(void **state)
+{
+    (void)state;
+    tenants(0, 0);
+    tc.t[1].tokens_per_day = 1000;
+    struct error err = {0};
+    struct admit *a = admit_new(&tc, &err);
+    struct admit_refusal why;
+    int64_t day = 1700000000 / 86400 * 86400;   /* a midnight, UTC */
+    assert_int_equal(admit_tokens_enter(a, 1, 600, T0, day + 100, &why), 0);
+    /* The second call would pass the day's quota with the first in flight. */
+    assert_int_equal(admit_tokens_enter(a, 1, 600, T0, day + 100, &why), -BG_ETENANTLIMIT);
+    assert_string_equal(why.reason, "tokens_per_day");
+    assert_true(why.no_retry);
+    assert_int_equal(why.retry_after_s, 86400 - 100);
+    admit_tokens_leave(a, 1, 600, 300, T0 + S, day + 101);   /* used less than reserved */
+    assert_int_equal(admit_tokens_enter(a, 1, 600, T0 + S, day + 101, &why), 0);
+    admit_tokens_leave(a, 1, 600, 700, T0 + 2 * S, day + 102);   /* 1000 used */
+    assert_int_equal(admit_tokens_enter(a, 1, 10, T0 + 3 * S, day + 103, &why), -BG_ETENANTLIMIT);
+    /* The next UTC day starts from zero; another tenant never counted. */
+    assert_int_equal(admit_tokens_enter(a, 1, 10, T0 + 4 * S, day + 86400, &why), 0);
+    assert_int_equal(admit_tokens_enter(a, 0, 1 << 20, T0, day, &why), 0);
+    assert_false(admit_has_token_quota(a, 0));
+    assert_true(admit_has_token_quota(a, 1));
+    admit_free(a);
+}
+
+static void test_tokens_larger_than_the_quota(void **state)
+{
+    (void)state;
+    tenants(0, 0);
+    tc.t[1].tokens_per_minute = 100;
+    struct error err = {0};
+    struct admit *a = admit_new(&tc, &err);
+    struct admit_refusal why;
+    /* Into an empty window only: admitted, never refused for good. */
+    assert_int_equal(admit_tokens_enter(a, 1, 500, T0, 0, &why), 0);
+    admit_tokens_leave(a, 1, 500, 500, T0 + S, 0);
+    assert_int_equal(admit_tokens_enter(a, 1, 500, T0 + 2 * S, 0, &why), -BG_ETENANTLIMIT);
+    assert_int_equal(why.retry_after_s, 59);
+    assert_int_equal(admit_tokens_enter(a, 1, 500, T0 + 61 * S, 0, &why), 0);
+    admit_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +318,9 @@ int main(void)
         cmocka_unit_test(test_rate_long_run),
         cmocka_unit_test(test_rate_refusal_gives_back_the_place),
         cmocka_unit_test(test_max_inflight_under_threads),
+        cmocka_unit_test(test_tokens_per_minute_holds),
+        cmocka_unit_test(test_tokens_per_day),
+        cmocka_unit_test(test_tokens_larger_than_the_quota),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
