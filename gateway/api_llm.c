@@ -416,6 +416,15 @@ static void llm_gap_abort(struct http_request *req, void *arg)
     c->gap_aborted = true;
 }
 
+/* The pool's statistics (requests_total, /v2/models/{pool}/stats) and the
+ * tenant's use of it (the usage ledger: rows of a pool are tokens). */
+static void llm_account(struct llm_call *c, int status)
+{
+    int64_t now = now_ns();
+    modelstats_request(c->sm->stats, http_request_thread(c->req), status, now - c->t0, -1, NULL);
+    modelstats_call(c->sm->stats, 0, c->tenant, false, c->used, now - c->t0);
+}
+
 /* The call's tokens: the server's usage, else a stream's content chunks. */
 static void llm_count(struct llm_call *c)
 {
@@ -451,11 +460,14 @@ static int llm_tap_end(void *arg, const struct proxy_outcome *o)
         }
         log_warn("model %s: %s (after %d endpoint%s)", c->sm->model.cfg.name, c->last_fail,
                  c->tries, c->tries == 1 ? "" : "s");
+        llm_account(c, o->fail_status);
         llm_call_free(c);
         return 0;
     }
     if (o->status == 200)
         llm_count(c);
+    /* 499: the client left first (nginx's number for it). */
+    llm_account(c, o->client_gone ? 499 : o->broken ? 502 : o->status);
     llm_call_free(c);
     return 0;
 }
@@ -472,6 +484,7 @@ static void llm_try(struct llm_call *c)
     int e = llmpool_pick(c->pool, c->blocks, c->nblocks, c->tried, c->tries, &why);
     if (e < 0) {
         const char *name = c->sm->model.cfg.name;
+        llm_account(c, c->tries ? 502 : 503);
         if (c->tries)
             http_respond_error(c->req, 502, NULL, "model %s: %s (after %d endpoint%s)", name,
                                c->last_fail, c->tries, c->tries == 1 ? "" : "s");
@@ -570,6 +583,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
     enum llm_priority prio = llm_priority_of(req, root);
     if (prio == LLM_PRIO_LOW && llmpool_saturated(sm->pool)) {
         llmpool_shed(sm->pool, prio);
+        modelstats_request(sm->stats, http_request_thread(req), 429, 0, -1, NULL);
         http_respond_error(req, 429, "Retry-After: 1\r\n",
                            "model %s: every endpoint is saturated, and requests of priority "
                            "%s are shed first; retry later", pool_name, llm_priority_names[prio]);
@@ -598,6 +612,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         if (admit_enter(st->admit, c->tenant, 1, now, &why) < 0 ||
             (c->admitted = true,
              admit_tokens_enter(st->admit, c->tenant, est, now, time(NULL), &why) < 0)) {
+            modelstats_request(sm->stats, http_request_thread(req), 429, 0, -1, NULL);
             llm_refuse(req, &why);
             llm_call_free(c);
             json_decref(root);

@@ -268,6 +268,21 @@ void modelstats_batch_tenants(struct modelstats *s, int instance, const struct b
     }
 }
 
+void modelstats_call(struct modelstats *s, int instance, int tenant, bool offline, int64_t units,
+                     int64_t ns)
+{
+    struct inst_shard *sh = &s->inst[instance % s->ninst];
+    int t = tenant >= 0 && tenant < WORK_TENANTS_MAX ? tenant : 0;
+    uint64_t u = units > 0 ? (uint64_t)units : 0, d = ns > 0 ? (uint64_t)ns : 0;
+    atomic_fetch_add_explicit(&sh->tenant_rows[t], u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->tenant_ns[t], d, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->tenant_items[offline][t], 1, memory_order_relaxed);
+    if (offline) {
+        atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], d, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sh->tenant_offline_rows[t], u, memory_order_relaxed);
+    }
+}
+
 int modelstats_tenant_use(struct modelstats *s, struct modelstats_tenant_use *out, int cap)
 {
     int n = s->ninst < cap ? s->ninst : cap;

@@ -120,6 +120,12 @@ void modelstats_batch_tenants(struct modelstats *s, int instance, const struct b
 
 /* One instance's use by one tenant, by class ([0] online requests, [1]
  * job lines): requests (a job line is one), rows, device time. */
+/* One call of an LLM pool (which runs no batches here): `units` (its
+ * tokens, prompt and completion) and `ns` (the call's time) to the tenant's
+ * use of the instance, as a batch's rows and share of time are; the usage
+ * ledger charges the pool's endpoints by them (serving/ledger.h). */
+void modelstats_call(struct modelstats *s, int instance, int tenant, bool offline, int64_t units,
+                     int64_t ns);
 struct modelstats_tenant_use {
     uint64_t requests[2], rows[2];
     double busy_s[2];

@@ -502,7 +502,10 @@ class TestPoolTenants(PoolCase):
             {"name": "daily", "keys": [digest("k-daily")], "tokens_per_day": 100},
             {"name": "other", "keys": [digest("k-other")], "models": ["notsmol"]},
             {"name": "few", "keys": [digest("k-few")], "max_inflight": 1},
+            {"name": "ops", "keys": [digest("k-ops")], "admin": True},
+            {"name": "ledger", "keys": [digest("k-ledger")]},
         ],
+        "usage": {"flush_s": 1},
     }
 
     @classmethod
@@ -526,6 +529,30 @@ class TestPoolTenants(PoolCase):
         text = self.gateway_metrics()
         m = re.search(r'batchgate_llm_tokens_total\{model="smol",tenant="minute",kind="completion"\} (\d+)', text)
         self.assertEqual(int(m.group(1)), 50 * codes.count(200))
+
+    def test_usage_ledger_counts_tokens_by_tenant_and_endpoint(self):
+        r, raw = self.chat("k-ledger", 7)
+        self.assertEqual(r.status, 200)
+        usage = json.loads(raw)["usage"]
+        deadline = time.monotonic() + 10
+        rows = []
+        while time.monotonic() < deadline:
+            c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
+            c.request("GET", "/v2/usage?group_by=tenant,model,device&step=86400",
+                      headers={"Authorization": "Bearer k-ops"})
+            resp = c.getresponse()
+            body = json.loads(resp.read())
+            c.close()
+            self.assertEqual(resp.status, 200, body)
+            rows = [x for x in body["rows"] if x["tenant"] == "ledger" and x["model"] == "smol"]
+            if rows and sum(x["requests"] for x in rows) >= 1:
+                break
+            time.sleep(0.3)
+        # A pool's rows are tokens; its device, the endpoint the call went to.
+        self.assertEqual(sum(x["requests"] for x in rows), 1, rows)
+        self.assertEqual(sum(x["rows"] for x in rows), usage["total_tokens"], rows)
+        self.assertEqual({x["device"] for x in rows}, {self.sim.url(0)}, rows)
+        self.assertGreater(sum(x["busy_seconds"] for x in rows), 0)
 
     def test_tokens_per_day(self):
         r, raw = self.chat("k-daily", 60)
@@ -555,6 +582,47 @@ class TestPoolTenants(PoolCase):
         self.assert_openai_error(r, raw, 429)
         t.join()
         self.assertEqual(out, [200])
+
+
+class TestPoolChunkTiming(PoolCase):
+    """Each event is passed on as it arrives: llmsim --stamp puts its send
+    time (wall clock) in every chunk, and the client notes when each one
+    reached it, through batchgate and direct. A gateway that held chunks
+    back would add a decode step (20 ms here) to most of them."""
+    sim_endpoints = 1
+    sim_args = ("--stamp",)
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "smol", pool("smol", [cls.sim.url(0)], metrics_interval_ms=0))
+
+    def delays(self, port, path_model):
+        body = json.dumps(chat_body(path_model, max_tokens=40, stream=True)).encode()
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                  % len(body) + body)
+        buf, out = b"", []
+        while b"[DONE]" not in buf:
+            d = s.recv(65536)
+            if not d:
+                break
+            now = time.time_ns()
+            buf += d
+            for m in re.finditer(rb'"llmsim_sent_ns": (\d+)', d):
+                out.append((now - int(m.group(1))) / 1e6)
+        s.close()
+        return sorted(out)
+
+    def test_chunks_pass_as_they_come(self):
+        direct = self.delays(self.sim.ports[0], "llmsim")
+        via = self.delays(self.srv.port, "smol")
+        self.assertGreaterEqual(len(via), 40)
+        med = lambda v: v[len(v) // 2]
+        added = med(via) - med(direct)
+        print("chunk delay, median: direct %.3f ms, through batchgate %.3f ms (added %.3f ms); "
+              "p90 %.3f / %.3f ms" % (med(direct), med(via), added, direct[len(direct) * 9 // 10],
+                                       via[len(via) * 9 // 10]), file=sys.stderr)
+        self.assertLess(added, 5.0)
 
 
 class TestPoolConfig(unittest.TestCase):

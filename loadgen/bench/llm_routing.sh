@@ -1,0 +1,120 @@
+#!/bin/sh
+# llm_routing.sh - an LLM pool's endpoint picker (policy "score": load and
+# prefix affinity) against round robin, side by side in one run, on the same
+# simulated vLLM-like endpoints (tests/llmsim/llmsim.py, docs/LLMSIM.md) and
+# the same workload: several long shared prefixes interleaved, mixed lengths,
+# streamed (batchgate-load --openai chat, docs/LOADGEN.md).
+#
+#   loadgen/bench/llm_routing.sh        [ENDPOINTS=100 SPEED=0.5 DURATION=30 LOAD=0.85
+#                                        KV_BLOCKS=256 POLICIES="round_robin score"
+#                                        SYNTHETIC=in=40:20,out=16:4,prefixes=24,prefix_len=400]
+#
+# First round robin runs closed-loop with 4 requests per endpoint always
+# outstanding: its throughput there is the pool's capacity under round
+# robin (an open-loop run past capacity would count a growing queue). Then each
+# policy runs at LOAD x that capacity (80-90% load, the issue's point), the
+# simulator restarted before each run so every policy starts from cold
+# caches. Prints one row per run and the ratios score / round robin.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+. "$HERE/lib.sh"
+
+BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
+LOAD_BIN=${LOAD_BIN:-$ROOT/build/batchgate-load}
+N=${ENDPOINTS:-100}
+SPEED=${SPEED:-0.5}
+DUR=${DURATION:-30}
+LOAD=${LOAD:-0.85}
+KV=${KV_BLOCKS:-256}
+POLICIES=${POLICIES:-round_robin score}
+SYN=${SYNTHETIC:-in=40:20,out=16:4,prefixes=24,prefix_len=400}
+for b in "$BIN" "$LOAD_BIN"; do
+    [ -x "$b" ] || { echo "llm_routing: $b not built (make build)" >&2; exit 1; }
+done
+
+bg_workdir llm-routing
+BASE=$(free_port)
+SIM_PID=""
+
+sim_start() {
+    python3 "$ROOT/tests/llmsim/llmsim.py" --endpoints "$N" --base-port "$BASE" \
+        --speed "$SPEED" --kv-blocks "$KV" >"$WORK/sim.log" 2>&1 &
+    SIM_PID=$!
+    PIDS="$PIDS $SIM_PID"
+    for _ in $(seq 200); do
+        grep -q "llmsim: ready" "$WORK/sim.log" && return 0
+        sleep 0.1
+    done
+    echo "llm_routing: llmsim did not start:" >&2
+    cat "$WORK/sim.log" >&2
+    exit 1
+}
+
+sim_stop() {
+    kill "$SIM_PID" 2>/dev/null || true
+    wait "$SIM_PID" 2>/dev/null || true
+}
+
+# The pools: one per policy over the same endpoints (llmsim gives endpoint
+# i port BASE + i). Round robin reads no metrics; the others every 500 ms.
+mkdir -p "$WORK/models"
+urls=$(python3 -c "import json,sys; print(json.dumps(['http://127.0.0.1:%d' % ($BASE + i) for i in range($N)]))")
+for pol in round_robin score least_inflight; do
+    mkdir -p "$WORK/models/$pol"
+    interval=500
+    [ "$pol" = round_robin ] && interval=0
+    printf '{"backend": "openai", "served_model_name": "llmsim", "endpoints": %s, "picker": {"policy": "%s"}, "metrics_interval_ms": %d, "timeout_ms": 120000}\n' \
+        "$urls" "$pol" "$interval" >"$WORK/models/$pol/config.json"
+done
+
+sim_start   # the pools' endpoints must resolve and answer when they load
+"$BIN" --models "$WORK/models" --listen 127.0.0.1:0 --io-threads 1 >"$WORK/bg.log" 2>&1 &
+PIDS="$PIDS $!"
+port=$(bg_wait_port "$WORK/bg.log" llm_routing)
+
+# run POLICY MODE VALUE: one step (MODE rate or concurrency); its JSON in
+# $WORK/POLICY-VALUE.json.
+run() {
+    sim_stop
+    sim_start
+    sleep 1.5   # the score pool's scrapes see the fresh endpoints
+    "$LOAD_BIN" --url "http://127.0.0.1:$port" --openai chat --model "$1" --synthetic "$SYN" \
+        --"$2" "$3" --duration "$DUR" --warmup 5 --seed 7 --json "$WORK/$1-$3.json" \
+        >"$WORK/$1-$3.txt" 2>&1 || { cat "$WORK/$1-$3.txt" >&2; exit 1; }
+}
+
+field() { # FILE EXPR: a value of the step's JSON
+    python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['steps'][0]; print($2)" "$1"
+}
+
+conc=$((4 * N))
+run round_robin concurrency "$conc"
+cap=$(field "$WORK/round_robin-$conc.json" "round(s['throughput'], 1)")
+rate=$(python3 -c "print(round($LOAD * $cap, 1))")
+echo "llm_routing: $N endpoints, llmsim --speed $SPEED --kv-blocks $KV, workload $SYN"
+echo "llm_routing: round robin sustains $cap req/s ($conc always outstanding); runs at $LOAD x = $rate req/s, $DUR s each"
+printf '%-15s %8s %10s %10s %10s %10s %10s %12s %8s\n' policy rate 'req/s' 'ttft p50' 'ttft p90' 'ttft p99' 'tpot p50' 'out tok/s' errors
+for pol in $POLICIES; do
+    run "$pol" rate "$rate"
+    f="$WORK/$pol-$rate.json"
+    printf '%-15s %8s %10s %10s %10s %10s %10s %12s %8s\n' "$pol" "$rate" \
+        "$(field "$f" "round(s['throughput'], 1)")" \
+        "$(field "$f" "round(s['llm']['ttft_ms']['p50'], 1)")" \
+        "$(field "$f" "round(s['llm']['ttft_ms']['p90'], 1)")" \
+        "$(field "$f" "round(s['llm']['ttft_ms']['p99'], 1)")" \
+        "$(field "$f" "round(s['llm']['tpot_ms']['p50'], 1)")" \
+        "$(field "$f" "round(s['llm']['output_tokens_per_s'], 1)")" \
+        "$(field "$f" "s['errors']")"
+done
+if [ -f "$WORK/score-$rate.json" ] && [ -f "$WORK/round_robin-$rate.json" ]; then
+    python3 - "$WORK/score-$rate.json" "$WORK/round_robin-$rate.json" <<'EOF'
+import json, sys
+s, r = (json.load(open(p))["steps"][0] for p in sys.argv[1:3])
+print("score / round robin: ttft p99 %.2fx, ttft p50 %.2fx, throughput %.3fx, output tokens/s %.3fx"
+      % (s["llm"]["ttft_ms"]["p99"] / r["llm"]["ttft_ms"]["p99"],
+         s["llm"]["ttft_ms"]["p50"] / r["llm"]["ttft_ms"]["p50"],
+         s["throughput"] / r["throughput"],
+         s["llm"]["output_tokens_per_s"] / r["llm"]["output_tokens_per_s"]))
+EOF
+fi
