@@ -140,7 +140,8 @@ static struct served_model *llm_find(struct api_state *st, const char *name)
 /* ---- the request ---- */
 
 /* SPEC: tenant default, X-Priority, or service_tier (priority > default > flex). */
-static enum llm_priority llm_priority_of(struct http_request *req, json_t *root)
+static enum llm_priority llm_priority_of(struct api_state *st, struct http_request *req,
+                                         json_t *root)
 {
     size_t n;
     const char *h = http_request_header(req, "X-Priority", &n);
@@ -152,8 +153,12 @@ static enum llm_priority llm_priority_of(struct http_request *req, json_t *root)
         buf[n] = '\0';
         v = buf;
     }
-    if (!v)
-        return LLM_PRIO_DEFAULT;
+    if (!v || strcasecmp(v, "auto") == 0) {
+        const struct tenants_config *tc = st->auth ? auth_tenants(st->auth) : NULL;
+        int t = auth_tenant(req);
+        return tc && t >= 0 && t < tc->n ? (enum llm_priority)tc->t[t].llm_priority
+                                         : LLM_PRIO_DEFAULT;
+    }
     if (strcasecmp(v, "priority") == 0 || strcasecmp(v, "high") == 0)
         return LLM_PRIO_HIGH;
     if (strcasecmp(v, "flex") == 0 || strcasecmp(v, "low") == 0)
@@ -580,7 +585,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         json_decref(root);
         return;
     }
-    enum llm_priority prio = llm_priority_of(req, root);
+    enum llm_priority prio = llm_priority_of(st, req, root);
     if (prio == LLM_PRIO_LOW && llmpool_saturated(sm->pool)) {
         llmpool_shed(sm->pool, prio);
         modelstats_request(sm->stats, http_request_thread(req), 429, 0, -1, NULL);

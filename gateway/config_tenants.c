@@ -110,6 +110,11 @@ const struct schema_field config_auth_fields[] = {
 static const struct schema_field config_glob = {.type = SCHEMA_STRING, .size = TENANT_GLOB_MAX,
                                                 .flags = SCHEMA_NONEMPTY};
 
+/* enum llm_priority's order (serving/llmpool.h), by SPEC's service_tier names. */
+static const struct schema_name config_llm_priorities[] = {
+    {"priority", 0}, {"default", 1}, {"flex", 2}, {NULL, 0},
+};
+
 static const struct schema_field config_tenant_fields[] = {
     {SCHEMA_F_STRING("name", struct tenant_config, name),
      .flags = SCHEMA_REQUIRED | SCHEMA_NONEMPTY,
@@ -149,6 +154,10 @@ static const struct schema_field config_tenant_fields[] = {
      .min = 0, .max = INT64_C(1) << 50, .def = 0,
      .doc = "LLM pools: tokens per UTC day, counted like tokens_per_minute; past it: 429 "
             "with `x-should-retry: false` and the seconds to midnight UTC; 0 = unlimited"},
+    {SCHEMA_F_ENUM("llm_priority", struct tenant_config, llm_priority, config_llm_priorities),
+     .sdef = "default",
+     .doc = "LLM pools: its calls' priority when they name none (`X-Priority`, `service_tier`): "
+            "`priority` (never shed), `default`, `flex` (shed first when a pool is saturated)"},
     {SCHEMA_F_BOOL("admin", struct tenant_config, admin),
      .def = false,
      .doc = "may use the admin routes (`/debug/...`, `PUT /v2/governance`, the repository) and "

@@ -81,6 +81,11 @@ class Sim:
         self.proc.wait()
 
 
+def digest(key):
+    import hashlib
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -297,6 +302,9 @@ class TestPoolFailures(PoolCase):
         # Its own targets (health is per model): only its test makes them fail.
         write_model(repo, "allfail", pool("allfail", [cls.sim.url(i) for i in range(3)],
                                           metrics_interval_ms=0))
+        write_model(repo, "watched", pool("watched", [cls.sim.url(i) for i in range(3)],
+                                          metrics_interval_ms=50,
+                                          picker={"policy": "round_robin"}))
         write_model(repo, "dead", pool("dead", [cls.dead, cls.sim.url(2)],
                                        metrics_interval_ms=0, picker={"policy": "round_robin"}))
 
@@ -386,6 +394,35 @@ class TestPoolFailures(PoolCase):
         self.assertLess(time.monotonic() - t0, 8)
         self.assertEqual(json.loads(raw)["error"]["type"], "server_error")
 
+    def test_endpoint_that_stops_reporting_is_taken_out_and_comes_back(self):
+        self.sim.fault(1, "no_metrics")
+        try:
+            up = r'batchgate_endpoint_up\{model="watched",endpoint="%s"\} (\d)' % re.escape(
+                self.sim.url(1))
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                if re.search(up, self.gateway_metrics()).group(1) == "0":
+                    break
+                time.sleep(0.05)
+            self.assertEqual(re.search(up, self.gateway_metrics()).group(1), "0")
+            for _ in range(6):
+                r, raw = self.post("/v1/chat/completions", chat_body("watched", max_tokens=1))
+                self.assertEqual(r.status, 200, raw)
+                self.assertNotEqual(r.getheader("X-Batchgate-Endpoint"), "1")
+        finally:
+            self.sim.fault(1, "none")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if re.search(up, self.gateway_metrics()).group(1) == "1":
+                break
+            time.sleep(0.05)
+        self.assertEqual(re.search(up, self.gateway_metrics()).group(1), "1")
+        seen = set()
+        for _ in range(6):
+            r, raw = self.post("/v1/chat/completions", chat_body("watched", max_tokens=1))
+            seen.add(r.getheader("X-Batchgate-Endpoint"))
+        self.assertIn("1", seen)
+
     def test_client_leaving_stops_the_generation(self):
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         data = json.dumps(chat_body("smol", max_tokens=2000, stream=True)).encode()
@@ -449,6 +486,9 @@ class TestPoolShedding(PoolCase):
     sim_endpoints = 1
     # One sequence at a time, slow: a queue forms at once.
     sim_args = ("--max-num-seqs", "1", "--decode-step-s", "0.05")
+    config = {"auth": {"required": False},
+              "tenants": [{"name": "nightly", "keys": [digest("k-nightly")],
+                           "llm_priority": "flex"}]}
 
     @classmethod
     def populate(cls, repo):
@@ -476,6 +516,10 @@ class TestPoolShedding(PoolCase):
         r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=1),
                            headers={"X-Priority": "low"})
         self.assertEqual(r.status, 429)
+        # A tenant whose calls are flex by default; its own header still wins.
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=1),
+                           headers={"Authorization": "Bearer k-nightly"})
+        self.assertEqual(r.status, 429, raw)
         r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=1,
                                                              service_tier="priority"), timeout=30)
         self.assertEqual(r.status, 200, raw)
@@ -483,13 +527,8 @@ class TestPoolShedding(PoolCase):
             t.join()
         self.assertEqual(results, [200, 200, 200])
         text = self.gateway_metrics()
-        self.assertRegex(text, r'batchgate_llm_shed_total\{model="smol",priority="flex"\} 2')
+        self.assertRegex(text, r'batchgate_llm_shed_total\{model="smol",priority="flex"\} 3')
         self.assertRegex(text, r'batchgate_llm_shed_total\{model="smol",priority="priority"\} 0')
-
-
-def digest(key):
-    import hashlib
-    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 class TestPoolTenants(PoolCase):
