@@ -582,16 +582,19 @@ struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *bas
     struct httpc_pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    p->t = t;
+    p->t = httpc_target_ref(t);
     p->base = base;
     p->max_idle = max_idle > 0 ? max_idle : 1;
     p->pipeline = pipeline < 1 ? 1 : pipeline > HTTPC_PIPELINE_MAX ? HTTPC_PIPELINE_MAX : pipeline;
     if (p->pipeline > 1 && !(p->flush = event_new(base, -1, 0, httpc_pool_on_flush, p))) {
+        httpc_target_unref(t);
         free(p);
         return NULL;
     }
     return p;
 }
+
+int httpc_pool_open(const struct httpc_pool *p) { return p->open; }
 
 void httpc_pool_free(struct httpc_pool *p)
 {
@@ -601,7 +604,9 @@ void httpc_pool_free(struct httpc_pool *p)
         httpc_conn_close(p->idle);
     if (p->flush)
         event_free(p->flush);
+    struct httpc_target *t = p->t;
     free(p);
+    httpc_target_unref(t);   /* the pool's reference */
 }
 
 struct httpc_target *httpc_pool_target(const struct httpc_pool *p) { return p->t; }

@@ -56,7 +56,15 @@ struct httpc_target;
 
 /* Resolves host:port now (a name that does not resolve is a config error). */
 struct httpc_target *httpc_target_new(const char *host, int port, struct error *err);
+/* Its owner lets go: it is retired, and freed once no pool of it is left
+ * (each pool holds a reference: a pool cached on some thread never points
+ * at freed memory). */
 void httpc_target_free(struct httpc_target *t);
+/* Another reference (its pools take one), and whether the owner let go:
+ * a cache of pools drops a retired target's pool once it has no call open
+ * (httpc_pool_open), on the pool's own thread. */
+struct httpc_target *httpc_target_ref(struct httpc_target *t);
+bool httpc_target_retired(const struct httpc_target *t);
 const char *httpc_target_url(const struct httpc_target *t);        /* "http://host:port" */
 const char *httpc_target_authority(const struct httpc_target *t);  /* "host:port" for Host */
 
@@ -101,6 +109,8 @@ struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *bas
 /* Closes the idle connections. Calls still open on the pool must have ended. */
 void httpc_pool_free(struct httpc_pool *p);
 struct httpc_target *httpc_pool_target(const struct httpc_pool *p);
+/* Calls in progress on the pool (its own thread). */
+int httpc_pool_open(const struct httpc_pool *p);
 
 struct httpc_header {
     const char *name, *value;

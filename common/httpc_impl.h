@@ -10,6 +10,9 @@ struct httpc_target;
 
 /* A call went out to t (`behind`: on a connection shared with calls ahead);
  * its busy time runs from the first call in flight. */
+/* A pool's reference to its target, dropped by httpc_pool_free: the last
+ * one frees it (the owner's goes with httpc_target_free). */
+void httpc_target_unref(struct httpc_target *t);
 void httpc_target_begin(struct httpc_target *t, bool behind);
 /* A call to t ended, however it ended. */
 void httpc_target_end(struct httpc_target *t);

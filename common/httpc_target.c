@@ -27,6 +27,8 @@ struct httpc_target {
     struct sockaddr_storage addr;
     socklen_t alen;
     pthread_mutex_t mu;
+    _Atomic int refs;                /* its owner's and each pool's (httpc_pool_new) */
+    _Atomic bool retired;            /* its owner let go: pools of it are dropped when idle */
     /* Read without mu by httpc_pick and httpc_target_usable (atomics);
      * written under mu. */
     _Atomic int inflight;
@@ -60,6 +62,7 @@ struct httpc_target *httpc_target_new(const char *host, int port, struct error *
     }
     snprintf(t->host, sizeof t->host, "%s", host);
     t->port = port;
+    atomic_init(&t->refs, 1);
     /* An IPv6 literal needs its brackets back in a URL or a Host header. */
     const char *lb = strchr(host, ':') ? "[" : "", *rb = *lb ? "]" : "";
     snprintf(t->authority, sizeof t->authority, "%s%s%s:%d", lb, host, rb, port);
@@ -72,12 +75,31 @@ struct httpc_target *httpc_target_new(const char *host, int port, struct error *
     return t;
 }
 
+struct httpc_target *httpc_target_ref(struct httpc_target *t)
+{
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    return t;
+}
+
+bool httpc_target_retired(const struct httpc_target *t)
+{
+    return atomic_load_explicit(&t->retired, memory_order_acquire);
+}
+
+void httpc_target_unref(struct httpc_target *t)
+{
+    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
 void httpc_target_free(struct httpc_target *t)
 {
     if (!t)
         return;
-    pthread_mutex_destroy(&t->mu);
-    free(t);
+    atomic_store_explicit(&t->retired, true, memory_order_release);
+    httpc_target_unref(t);
 }
 
 const char *httpc_target_url(const struct httpc_target *t) { return t->url; }

@@ -103,9 +103,17 @@ static const struct upcall_ops call_ops;
 static struct httpc_pool *proxy_thread_pool(struct proxy *p, struct proxy_thread *pt,
                                       struct httpc_target *t, struct event_base *base, int pipeline)
 {
-    for (int i = 0; i < pt->npools; i++)
+    for (int i = 0; i < pt->npools; i++) {
         if (pt->pools[i].t == t)
             return pt->pools[i].pool;
+        /* An unloaded LLM pool's servers: their connections go once idle.
+         * The pool's reference keeps the target (and so this key) alive
+         * until then, so a new target never meets a stale entry. */
+        if (httpc_target_retired(pt->pools[i].t) && httpc_pool_open(pt->pools[i].pool) == 0) {
+            httpc_pool_free(pt->pools[i].pool);
+            pt->pools[i--] = pt->pools[--pt->npools];
+        }
+    }
     if (pt->npools == pt->cap) {
         int cap = pt->cap ? pt->cap * 2 : 8;
         struct pool_ent *n = realloc(pt->pools, (size_t)cap * sizeof *n);

@@ -5,13 +5,15 @@
 # the same workload: several long shared prefixes interleaved, mixed lengths,
 # streamed (batchgate-load --openai chat, docs/LOADGEN.md).
 #
-#   loadgen/bench/llm_routing.sh        [ENDPOINTS=100 SPEED=0.5 DURATION=30 LOAD=0.85
-#                                        KV_BLOCKS=256 POLICIES="round_robin score"
-#                                        SYNTHETIC=in=40:20,out=16:4,prefixes=24,prefix_len=400]
+#   loadgen/bench/llm_routing.sh        [ENDPOINTS=100 SPEED=0.1 DURATION=30 LOAD=0.85
+#                                        KV_BLOCKS=512 POLICIES="round_robin score"
+#                                        CONC_PER_ENDPOINT="2 4 8"
+#                                        SYNTHETIC=in=100:80,out=16:4,prefixes=8,prefix_len=1000]
 #
-# First round robin runs closed-loop with 4 requests per endpoint always
-# outstanding: its throughput there is the pool's capacity under round
-# robin (an open-loop run past capacity would count a growing queue). Then each
+# First round robin runs closed-loop with 2, 4 and 8 requests per endpoint
+# always outstanding: the most it completes per second there is the pool's
+# capacity under round robin (more outstanding fills the servers' KV caches
+# and lowers it again). Then each
 # policy runs at LOAD x that capacity (80-90% load, the issue's point), the
 # simulator restarted before each run so every policy starts from cold
 # caches. Prints one row per run and the ratios score / round robin.
@@ -23,18 +25,39 @@ ROOT=$(cd "$HERE/../.." && pwd)
 BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD_BIN=${LOAD_BIN:-$ROOT/build/batchgate-load}
 N=${ENDPOINTS:-100}
-SPEED=${SPEED:-0.5}
+SPEED=${SPEED:-0.1}
 DUR=${DURATION:-30}
 LOAD=${LOAD:-0.85}
-KV=${KV_BLOCKS:-256}
+KV=${KV_BLOCKS:-512}
+CONC=${CONC_PER_ENDPOINT:-2 4 8}
 POLICIES=${POLICIES:-round_robin score}
-SYN=${SYNTHETIC:-in=40:20,out=16:4,prefixes=24,prefix_len=400}
+SYN=${SYNTHETIC:-in=100:80,out=16:4,prefixes=8,prefix_len=1000}
 for b in "$BIN" "$LOAD_BIN"; do
     [ -x "$b" ] || { echo "llm_routing: $b not built (make build)" >&2; exit 1; }
 done
 
 bg_workdir llm-routing
-BASE=$(free_port)
+# N consecutive free ports (llmsim --base-port gives endpoint i BASE + i).
+BASE=$(python3 - "$N" <<'EOF2'
+import random, socket, sys
+n = int(sys.argv[1])
+for _ in range(200):
+    base = random.randint(20000, 60000 - n)
+    socks = []
+    try:
+        for i in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", base + i))
+            socks.append(s)
+        print(base)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in socks:
+            s.close()
+EOF2
+)
 SIM_PID=""
 
 sim_start() {
@@ -57,12 +80,12 @@ sim_stop() {
 }
 
 # The pools: one per policy over the same endpoints (llmsim gives endpoint
-# i port BASE + i). Round robin reads no metrics; the others every 500 ms.
+# i port BASE + i). Round robin reads no metrics; the others every 200 ms.
 mkdir -p "$WORK/models"
 urls=$(python3 -c "import json,sys; print(json.dumps(['http://127.0.0.1:%d' % ($BASE + i) for i in range($N)]))")
 for pol in round_robin score least_inflight; do
     mkdir -p "$WORK/models/$pol"
-    interval=500
+    interval=200
     [ "$pol" = round_robin ] && interval=0
     printf '{"backend": "openai", "served_model_name": "llmsim", "endpoints": %s, "picker": {"policy": "%s"}, "metrics_interval_ms": %d, "timeout_ms": 120000}\n' \
         "$urls" "$pol" "$interval" >"$WORK/models/$pol/config.json"
@@ -88,12 +111,16 @@ field() { # FILE EXPR: a value of the step's JSON
     python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['steps'][0]; print($2)" "$1"
 }
 
-conc=$((4 * N))
-run round_robin concurrency "$conc"
-cap=$(field "$WORK/round_robin-$conc.json" "round(s['throughput'], 1)")
+cap=0
+for k in $CONC; do
+    run round_robin concurrency "$((k * N))"
+    t=$(field "$WORK/round_robin-$((k * N)).json" "round(s['throughput'], 1)")
+    echo "llm_routing: round robin, $((k * N)) outstanding: $t req/s"
+    cap=$(python3 -c "print(max($cap, $t))")
+done
 rate=$(python3 -c "print(round($LOAD * $cap, 1))")
 echo "llm_routing: $N endpoints, llmsim --speed $SPEED --kv-blocks $KV, workload $SYN"
-echo "llm_routing: round robin sustains $cap req/s ($conc always outstanding); runs at $LOAD x = $rate req/s, $DUR s each"
+echo "llm_routing: round robin sustains $cap req/s; runs at $LOAD x = $rate req/s, $DUR s each"
 printf '%-15s %8s %10s %10s %10s %10s %10s %12s %8s\n' policy rate 'req/s' 'ttft p50' 'ttft p90' 'ttft p99' 'tpot p50' 'out tok/s' errors
 for pol in $POLICIES; do
     run "$pol" rate "$rate"

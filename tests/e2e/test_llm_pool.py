@@ -174,6 +174,8 @@ class TestPoolRoutes(PoolCase):
     def populate(cls, repo):
         write_model(repo, "smol", pool("smol", [cls.sim.url(0), cls.sim.url(1)],
                                        aliases=["smol-chat", "s2"], metrics_interval_ms=50))
+        write_model(repo, "reload", pool("reload", [cls.sim.url(0), cls.sim.url(1)],
+                                         metrics_interval_ms=50))
 
     def test_models_list_and_retrieve(self):
         r, raw = self.get("/v1/models")
@@ -181,7 +183,7 @@ class TestPoolRoutes(PoolCase):
         body = json.loads(raw)
         self.assertEqual(body["object"], "list")
         ids = [m["id"] for m in body["data"]]
-        self.assertEqual(ids, ["smol", "smol-chat", "s2"])
+        self.assertEqual(ids, ["reload", "smol", "smol-chat", "s2"])
         for m in body["data"]:
             self.assertEqual(m["object"], "model")
             self.assertIsInstance(m["created"], int)
@@ -259,6 +261,23 @@ class TestPoolRoutes(PoolCase):
         r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=10 ** 6))
         self.assertEqual(r.status, 400, raw)
         self.assertIn("error", json.loads(raw))
+
+    def test_unload_and_load_again(self):
+        # The IO threads' connections to the old copy's servers are dropped
+        # once idle; the new copy's calls get their own (ASan watches).
+        r, raw = self.post("/v1/chat/completions", chat_body("reload", max_tokens=2))
+        self.assertEqual(r.status, 200, raw)
+        r, raw = self.post("/v2/repository/models/reload/unload", {})
+        self.assertEqual(r.status, 200, raw)
+        r, raw = self.post("/v1/chat/completions", chat_body("reload", max_tokens=2))
+        self.assert_openai_error(r, raw, 503)
+        r, raw = self.post("/v2/repository/models/reload/load", {})
+        self.assertEqual(r.status, 200, raw)
+        for _ in range(4):
+            r, raw = self.post("/v1/chat/completions", chat_body("reload", max_tokens=2))
+            self.assertEqual(r.status, 200, raw)
+            self.assertEqual(json.loads(raw)["choices"][0]["message"]["content"],
+                             expected_text(2))
 
     def test_pool_refuses_tensors(self):
         r, raw = self.post("/v2/models/smol/infer", {"inputs": []})
