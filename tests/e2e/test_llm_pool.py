@@ -13,7 +13,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import time
 import unittest
@@ -22,63 +21,14 @@ from harness import RepoServerCase, Server
 from test_infer import write_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LLMSIM = os.path.join(HERE, "..", "llmsim", "llmsim.py")
+sys.path.insert(0, os.path.join(HERE, "..", "llmsim"))
+from simproc import Sim  # noqa: E402
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
          "juliett", "kilo", "lima", "mike", "november", "oscar", "papa"]
 
 
 def expected_text(n):
     return " ".join(WORDS[k % 16] for k in range(n))
-
-
-class Sim:
-    """llmsim with n endpoints; .ports, .url(i), .fault(i, kind), .metrics(i)."""
-
-    def __init__(self, n, *args):
-        self.proc = subprocess.Popen([sys.executable, LLMSIM, "--endpoints", str(n)] +
-                                     list(args), stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
-        self.ports = []
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError("llmsim exited before it was ready")
-            m = re.search(r"endpoint \d+ on 127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.ports.append(int(m.group(1)))
-            if "llmsim: ready" in line:
-                return
-        raise AssertionError("llmsim not ready in 20 s")
-
-    def url(self, i):
-        return "http://127.0.0.1:%d" % self.ports[i]
-
-    def fault(self, i, kind):
-        c = http.client.HTTPConnection("127.0.0.1", self.ports[i], timeout=5)
-        c.request("POST", "/__fault", json.dumps({"kind": kind}))
-        r = c.getresponse()
-        r.read()
-        c.close()
-        assert r.status == 200, r.status
-
-    def metrics(self, i):
-        c = http.client.HTTPConnection("127.0.0.1", self.ports[i], timeout=5)
-        c.request("GET", "/metrics")
-        text = c.getresponse().read().decode()
-        c.close()
-        out = {}
-        for line in text.splitlines():
-            if line.startswith("#") or not line.strip():
-                continue
-            name, value = line.rsplit(" ", 1)
-            name = name.split("{")[0]
-            out[name] = out.get(name, 0.0) + float(value)
-        return out
-
-    def stop(self):
-        self.proc.kill()
-        self.proc.wait()
 
 
 def digest(key):
@@ -113,7 +63,7 @@ class PoolCase(RepoServerCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.sim = Sim(cls.sim_endpoints, *cls.sim_args)
+        cls.sim = Sim(cls.sim_endpoints, cls.sim_args)
         try:
             super().setUpClass()
         except BaseException:

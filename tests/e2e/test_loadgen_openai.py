@@ -18,7 +18,6 @@ and against a scripted SSE server whose timing is known:
 
 Each run is 1 to 3 seconds."""
 
-import atexit
 import json
 import os
 import re
@@ -36,9 +35,9 @@ from harness import BIN
 LOAD = os.path.join(os.path.dirname(BIN), "batchgate-load")
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIM_DIR = os.path.normpath(os.path.join(HERE, "..", "llmsim"))
-SIM = os.path.join(SIM_DIR, "llmsim.py")
 sys.path.insert(0, SIM_DIR)
 import llmsim  # noqa: E402  (its token count and chat template, to check prompt tokens)
+import simproc  # noqa: E402
 
 MODEL = "llmsim"
 SPEED = 2                      # llmsim's decode step: 20.2 ms / 2 with one sequence running
@@ -46,71 +45,16 @@ STEP_MS = 10.1
 # Endpoints of the one llmsim process, by what they are for.
 OK, PREFIX, NOPREFIX, BAD_SSE, STOP_MID, E500, HANG = range(7)
 FAULTS = {BAD_SSE: "bad_sse", STOP_MID: "stop_mid", E500: "500", HANG: "hang"}
-_procs = []
 
 
-@atexit.register
-def _kill_all():
-    for p in _procs:
-        if p.poll() is None:
-            p.kill()
-
-
-class Sim:
-    """An llmsim process; self.ports[i] is endpoint i's port."""
-
-    def __init__(self, endpoints, faults, timeout=15.0):
-        argv = [sys.executable, SIM, "--endpoints", str(endpoints), "--speed", str(SPEED),
-                "--model", MODEL]
-        for i, kind in faults.items():
-            argv += ["--fault", "%d:%s" % (i, kind)]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT)
-        _procs.append(self.proc)
-        self.lines, self.ports = [], {}
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self.ready.wait(timeout) or len(self.ports) != endpoints:
-            self.stop()
-            raise AssertionError("llmsim did not get ready within %.0f s:\n%s"
-                                 % (timeout, "\n".join(self.lines)))
-
-    def _read(self):
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.lines.append(line)
-            m = re.match(r"llmsim: endpoint (\d+) on 127\.0\.0\.1:(\d+)$", line)
-            if m:
-                self.ports[int(m.group(1))] = int(m.group(2))
-            elif line == "llmsim: ready":
-                self.ready.set()
-        self.ready.set()
-
-    def metric(self, i, name):
-        s = socket.create_connection(("127.0.0.1", self.ports[i]), timeout=5)
-        try:
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            data = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        finally:
-            s.close()
-        m = re.search(r"^%s\{[^}]*\} (\S+)$" % re.escape(name), data.decode(), re.M)
-        if not m:
-            raise AssertionError("no %s in endpoint %d's /metrics" % (name, i))
-        return float(m.group(1))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+def Sim(endpoints, faults, timeout=15.0):
+    """An llmsim process at this file's speed, with these faults (simproc.py)."""
+    args = ["--speed", SPEED, "--model", MODEL]
+    for i, kind in faults.items():
+        args += ["--fault", "%d:%s" % (i, kind)]
+    sim = simproc.Sim(endpoints, args, timeout)
+    sim.metric = lambda i, name: sim.metrics(i)[name]
+    return sim
 
 
 # ---------------------------------------------------------------- scripted server

@@ -9,71 +9,28 @@ Standard library only; loopback only; every socket has a timeout, every
 wait a deadline, and the simulator processes are killed at exit.
 """
 
-import atexit
 import json
 import os
 import re
 import socket
-import subprocess
 import sys
-import threading
 import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SIM = os.path.join(HERE, "llmsim.py")
 sys.path.insert(0, HERE)
 import llmsim  # noqa: E402  (the pure functions: token counts, expected text)
+import simproc  # noqa: E402
 
 MODEL = "llmsim"
 SPEED = 5
 KV_BLOCKS = 256
-_procs = []
 
 
-@atexit.register
-def _kill_all():
-    for p in _procs:
-        if p.poll() is None:
-            p.kill()
-
-
-class Sim:
-    """An llmsim process; self.ports[i] is endpoint i's port."""
-
-    def __init__(self, endpoints, extra=(), timeout=15.0):
-        argv = [sys.executable, SIM, "--endpoints", str(endpoints), "--speed", str(SPEED),
-                "--kv-blocks", str(KV_BLOCKS), "--model", MODEL] + list(extra)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT)
-        _procs.append(self.proc)
-        self.lines, self.ports = [], {}
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self.ready.wait(timeout):
-            self.stop()
-            raise AssertionError("llmsim did not print 'llmsim: ready' within %.0f s; output:\n%s"
-                                 % (timeout, "\n".join(self.lines)))
-
-    def _read(self):
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.lines.append(line)
-            m = re.match(r"llmsim: endpoint (\d+) on 127\.0\.0\.1:(\d+)$", line)
-            if m:
-                self.ports[int(m.group(1))] = int(m.group(2))
-            elif line == "llmsim: ready":
-                self.ready.set()
-        self.ready.set()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+def Sim(endpoints, extra=(), timeout=15.0):
+    """An llmsim process at this file's speed and KV size (simproc.py)."""
+    return simproc.Sim(endpoints, ["--speed", SPEED, "--kv-blocks", KV_BLOCKS, "--model", MODEL]
+                       + list(extra), timeout)
 
 
 # ---------------------------------------------------------------- client
@@ -481,7 +438,7 @@ class HundredEndpointsTest(unittest.TestCase):
         try:
             started = time.monotonic() - t0
             self.assertEqual(len(sim.ports), 100)
-            self.assertEqual(len(set(sim.ports.values())), 100)
+            self.assertEqual(len(set(sim.ports)), 100)
             self.assertLess(started, 8.0, "100 endpoints took %.1f s to start" % started)
             for i in range(100):
                 st, obj = call_json(sim.ports[i], "GET", "/v1/models")
