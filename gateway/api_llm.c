@@ -668,6 +668,19 @@ static void llm_embeddings(struct http_request *req, const struct route_match *m
     llm_route(req, m, ctx, LLM_EMBEDDINGS);
 }
 
+/* 200 with obj (taken; NULL: out of memory). */
+static void llm_respond_json(struct http_request *req, json_t *obj)
+{
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (!s) {
+        http_respond_error(req, 503, NULL, "out of memory");
+        return;
+    }
+    http_respond(req, 200, "application/json", s, strlen(s), NULL);
+    free(s);
+}
+
 /* OpenAI's model object. */
 static json_t *llm_model_obj(const char *id, int64_t created)
 {
@@ -701,15 +714,7 @@ static void llm_models(struct http_request *req, const struct route_match *m, vo
         }
         served_release(sm);
     }
-    json_t *obj = json_pack("{s:s, s:o}", "object", "list", "data", data);
-    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    if (!s) {
-        http_respond_error(req, 503, NULL, "out of memory");
-        return;
-    }
-    http_respond(req, 200, "application/json", s, strlen(s), NULL);
-    free(s);
+    llm_respond_json(req, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 /* GET /v1/models/{model} */
@@ -730,15 +735,7 @@ static void llm_model(struct http_request *req, const struct route_match *m, voi
         http_respond_error(req, 404, NULL, "The model `%s` does not exist", name);
         return;
     }
-    json_t *obj = llm_model_obj(name, llm_created(st));
-    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    if (!s) {
-        http_respond_error(req, 503, NULL, "out of memory");
-        return;
-    }
-    http_respond(req, 200, "application/json", s, strlen(s), NULL);
-    free(s);
+    llm_respond_json(req, llm_model_obj(name, llm_created(st)));
 }
 
 bool api_openai_route(const char *pattern, int method)
