@@ -332,7 +332,7 @@ static void llm_event(struct llm_call *c, const char *ev, size_t len, struct buf
                 int64_t now = now_ns();
                 if (!c->t_first) {
                     c->t_first = now;
-                    llmpool_ttft(c->pool, c->e, now - c->t0);
+                    llmpool_ttft(c->pool, c->e, c->tenant, now - c->t0);
                 } else {
                     llmpool_itl(c->pool, c->e, now - c->t_last);
                 }

@@ -13,32 +13,32 @@
 
 #define P "batchgate_"
 
-/* model="m",endpoint="url" */
-static void llm_labels(struct buf *b, const char *model, const char *url)
+/* model="m",<key>="v" */
+static void llm_labels_kv(struct buf *b, const char *model, const char *key, const char *v)
 {
     buf_append(b, "model=\"", 7);
     promtext_label(b, model);
-    buf_append(b, "\",endpoint=\"", 12);
-    promtext_label(b, url);
+    buf_appendf(b, "\",%s=\"", key);
+    promtext_label(b, v);
     buf_append(b, "\"", 1);
 }
 
-static void llm_hist(struct buf *b, const char *name, const char *model, const char *url,
-                     const struct llm_hist *h, const double *bounds, int nb)
+static void llm_hist(struct buf *b, const char *name, const char *model, const char *key,
+                     const char *v, const struct llm_hist *h, const double *bounds, int nb)
 {
     uint64_t cum = 0;
     for (int i = 0; i < nb; i++) {
         cum += h->bucket[i];
         buf_appendf(b, P "%s_bucket{", name);
-        llm_labels(b, model, url);
+        llm_labels_kv(b, model, key, v);
         buf_appendf(b, ",le=\"%g\"} %llu\n", bounds[i], (unsigned long long)cum);
     }
     buf_appendf(b, P "%s_bucket{", name);
-    llm_labels(b, model, url);
+    llm_labels_kv(b, model, key, v);
     buf_appendf(b, ",le=\"+Inf\"} %llu\n" P "%s_sum{", (unsigned long long)h->count, name);
-    llm_labels(b, model, url);
+    llm_labels_kv(b, model, key, v);
     buf_appendf(b, "} %.9g\n" P "%s_count{", h->sum_s, name);
-    llm_labels(b, model, url);
+    llm_labels_kv(b, model, key, v);
     buf_appendf(b, "} %llu\n", (unsigned long long)h->count);
 }
 
@@ -64,54 +64,54 @@ int metrics_llm_render(struct buf *b, const struct metrics_llm_pool *p, int n,
 
     promtext_head(b, P, "llm_time_to_first_token_seconds", "histogram",
                   "From a request's arrival to the first chunk of generated text, by endpoint.");
-    EACH_ENDPOINT llm_hist(b, "llm_time_to_first_token_seconds", p[i].name, URL, &v[k].ttft,
-                           llm_ttft_bounds, LLM_TTFT_BUCKETS);
+    EACH_ENDPOINT llm_hist(b, "llm_time_to_first_token_seconds", p[i].name, "endpoint", URL,
+                           &v[k].ttft, llm_ttft_bounds, LLM_TTFT_BUCKETS);
     promtext_head(b, P, "llm_inter_token_latency_seconds", "histogram",
                   "Between successive chunks of generated text of one streamed answer.");
-    EACH_ENDPOINT llm_hist(b, "llm_inter_token_latency_seconds", p[i].name, URL, &v[k].itl,
-                           llm_itl_bounds, LLM_ITL_BUCKETS);
+    EACH_ENDPOINT llm_hist(b, "llm_inter_token_latency_seconds", p[i].name, "endpoint", URL,
+                           &v[k].itl, llm_itl_bounds, LLM_ITL_BUCKETS);
     promtext_head(b, P, "llm_endpoint_tokens_total", "counter",
                   "Tokens of the answered calls by endpoint (kind: prompt, completion).");
     EACH_ENDPOINT {
         buf_appendf(b, P "llm_endpoint_tokens_total{");
-        llm_labels(b, p[i].name, URL);
+        llm_labels_kv(b, p[i].name, "endpoint", URL);
         buf_appendf(b, ",kind=\"prompt\"} %llu\n" P "llm_endpoint_tokens_total{",
                     (unsigned long long)v[k].prompt_tokens);
-        llm_labels(b, p[i].name, URL);
+        llm_labels_kv(b, p[i].name, "endpoint", URL);
         buf_appendf(b, ",kind=\"completion\"} %llu\n", (unsigned long long)v[k].completion_tokens);
     }
     promtext_head(b, P, "endpoint_inflight", "gauge", "batchgate's calls in flight to the endpoint.");
     EACH_ENDPOINT {
         buf_appendf(b, P "endpoint_inflight{");
-        llm_labels(b, p[i].name, URL);
+        llm_labels_kv(b, p[i].name, "endpoint", URL);
         buf_appendf(b, "} %d\n", v[k].inflight);
     }
     promtext_head(b, P, "endpoint_up", "gauge",
                   "1 while the endpoint takes calls (its metrics scrape and calls pass).");
     EACH_ENDPOINT {
         buf_appendf(b, P "endpoint_up{");
-        llm_labels(b, p[i].name, URL);
+        llm_labels_kv(b, p[i].name, "endpoint", URL);
         buf_appendf(b, "} %d\n", v[k].usable ? 1 : 0);
     }
     promtext_head(b, P, "endpoint_waiting", "gauge",
                   "Requests queued in the endpoint, as its metrics last said.");
     EACH_ENDPOINT if (v[k].load.waiting >= 0) {
         buf_appendf(b, P "endpoint_waiting{");
-        llm_labels(b, p[i].name, URL);
+        llm_labels_kv(b, p[i].name, "endpoint", URL);
         buf_appendf(b, "} %.9g\n", v[k].load.waiting);
     }
     promtext_head(b, P, "endpoint_running", "gauge",
                   "Requests the endpoint is generating for, as its metrics last said.");
     EACH_ENDPOINT if (v[k].load.running >= 0) {
         buf_appendf(b, P "endpoint_running{");
-        llm_labels(b, p[i].name, URL);
+        llm_labels_kv(b, p[i].name, "endpoint", URL);
         buf_appendf(b, "} %.9g\n", v[k].load.running);
     }
     promtext_head(b, P, "endpoint_kv_cache_usage", "gauge",
                   "The endpoint's KV cache in use (0..1), where it reports it.");
     EACH_ENDPOINT if (v[k].load.kv_cache >= 0) {
         buf_appendf(b, P "endpoint_kv_cache_usage{");
-        llm_labels(b, p[i].name, URL);
+        llm_labels_kv(b, p[i].name, "endpoint", URL);
         buf_appendf(b, "} %.9g\n", v[k].load.kv_cache);
     }
     free(v);
@@ -135,6 +135,20 @@ int metrics_llm_render(struct buf *b, const struct metrics_llm_pool *p, int n,
                             (unsigned long long)tok[2 * t + kind]);
             }
         }
+    }
+    promtext_head(b, P, "llm_tenant_time_to_first_token_seconds", "histogram",
+                  "Time to first token by pool and tenant (tenants with answers only).");
+    for (int i = 0; i < n; i++) {
+        struct llm_hist *th = calloc(WORK_TENANTS_MAX, sizeof *th);
+        if (!th)
+            return -1;
+        int nt = llmpool_tenant_ttft(p[i].pool, th, WORK_TENANTS_MAX);
+        for (int t = 0; t < nt; t++)
+            if (th[t].count)
+                llm_hist(b, "llm_tenant_time_to_first_token_seconds", p[i].name, "tenant",
+                         auth ? auth_tenant_name(auth, t) : "default", &th[t], llm_ttft_bounds,
+                         LLM_TTFT_BUCKETS);
+        free(th);
     }
     promtext_head(b, P, "llm_shed_total", "counter",
                   "Requests answered 429 because every endpoint was saturated, by priority.");

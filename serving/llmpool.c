@@ -48,6 +48,7 @@ struct llmpool {
     bool running;
     uint64_t sheds[LLM_PRIO_COUNT];
     uint64_t *tenant_tokens;            /* [ntenants * 2] */
+    struct llm_hist *tenant_ttft;       /* [ntenants] */
     struct lp_endpoint ep[];
 };
 
@@ -127,7 +128,8 @@ struct llmpool *llmpool_new(struct model *m, int ntenants, struct error *err)
     };
     p->picker = picker_new(&pc, n);
     p->tenant_tokens = calloc((size_t)p->ntenants * 2, sizeof *p->tenant_tokens);
-    if (!p->picker || !p->tenant_tokens) {
+    p->tenant_ttft = calloc((size_t)p->ntenants, sizeof *p->tenant_ttft);
+    if (!p->picker || !p->tenant_tokens || !p->tenant_ttft) {
         llmpool_free(p);
         error_set(err, BG_ENOMEM, "model %s: out of memory", m->cfg.name);
         return NULL;
@@ -189,6 +191,7 @@ void llmpool_free(struct llmpool *p)
     llmpool_stop(p);
     picker_free(p->picker);
     free(p->tenant_tokens);
+    free(p->tenant_ttft);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -255,10 +258,14 @@ bool llmpool_saturated(struct llmpool *p)
     return sat;
 }
 
-void llmpool_ttft(struct llmpool *p, int e, int64_t ns)
+void llmpool_ttft(struct llmpool *p, int e, int tenant, int64_t ns)
 {
+    if (tenant < 0 || tenant >= p->ntenants)
+        tenant = 0;
     pthread_mutex_lock(&p->mu);
     llmpool_hist_record(&p->ep[e].ttft, llm_ttft_bounds, LLM_TTFT_BUCKETS, (double)ns / 1e9);
+    llmpool_hist_record(&p->tenant_ttft[tenant], llm_ttft_bounds, LLM_TTFT_BUCKETS,
+                        (double)ns / 1e9);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -314,6 +321,15 @@ int llmpool_tenant_tokens(struct llmpool *p, uint64_t *out, int max_tenants)
     int n = p->ntenants < max_tenants ? p->ntenants : max_tenants;
     pthread_mutex_lock(&p->mu);
     memcpy(out, p->tenant_tokens, (size_t)n * 2 * sizeof *out);
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+int llmpool_tenant_ttft(struct llmpool *p, struct llm_hist *out, int max_tenants)
+{
+    int n = p->ntenants < max_tenants ? p->ntenants : max_tenants;
+    pthread_mutex_lock(&p->mu);
+    memcpy(out, p->tenant_ttft, (size_t)n * sizeof *out);
     pthread_mutex_unlock(&p->mu);
     return n;
 }

@@ -55,7 +55,7 @@ void llmpool_end(struct llmpool *p, int e);
 bool llmpool_saturated(struct llmpool *p);
 
 /* What a call measured, charged to endpoint e and tenant (index < ntenants). */
-void llmpool_ttft(struct llmpool *p, int e, int64_t ns);
+void llmpool_ttft(struct llmpool *p, int e, int tenant, int64_t ns);
 void llmpool_itl(struct llmpool *p, int e, int64_t ns);
 void llmpool_tokens(struct llmpool *p, int e, int tenant, int64_t prompt, int64_t completion);
 void llmpool_shed(struct llmpool *p, enum llm_priority prio);
@@ -85,6 +85,9 @@ void llmpool_endpoint(struct llmpool *p, int e, struct llm_endpoint_view *out);
 /* Tokens by tenant: out[t * 2] prompt, out[t * 2 + 1] completion, for t <
  * the pool's ntenants; returns ntenants. */
 int llmpool_tenant_tokens(struct llmpool *p, uint64_t *out, int max_tenants);
+/* Time to first token by tenant into out[0..), for t < ntenants; returns
+ * how many. */
+int llmpool_tenant_ttft(struct llmpool *p, struct llm_hist *out, int max_tenants);
 void llmpool_sheds(struct llmpool *p, uint64_t out[LLM_PRIO_COUNT]);
 
 #endif

@@ -7,7 +7,8 @@
 #
 #   loadgen/bench/llm_routing.sh        [ENDPOINTS=100 SPEED=0.1 DURATION=30 LOAD=0.85
 #                                        KV_BLOCKS=512 POLICIES="round_robin score"
-#                                        CONC_PER_ENDPOINT="2 4 8"
+#                                        CONC_PER_ENDPOINT="2 4 8" CAP=
+#                                        SCORE_CONFIG='"saturation": {"waiting": 8}'
 #                                        SYNTHETIC=in=100:80,out=16:4,prefixes=8,prefix_len=1000]
 #
 # First round robin runs closed-loop with 2, 4 and 8 requests per endpoint
@@ -32,6 +33,8 @@ KV=${KV_BLOCKS:-512}
 CONC=${CONC_PER_ENDPOINT:-2 4 8}
 POLICIES=${POLICIES:-round_robin score}
 SYN=${SYNTHETIC:-in=100:80,out=16:4,prefixes=8,prefix_len=1000}
+CAP=${CAP:-}                      # round robin's capacity, when known: skips measuring it
+SCORE_CONFIG=${SCORE_CONFIG:-}    # more fields of the score pool's config.json
 for b in "$BIN" "$LOAD_BIN"; do
     [ -x "$b" ] || { echo "llm_routing: $b not built (make build)" >&2; exit 1; }
 done
@@ -87,8 +90,10 @@ for pol in round_robin score least_inflight; do
     mkdir -p "$WORK/models/$pol"
     interval=200
     [ "$pol" = round_robin ] && interval=0
-    printf '{"backend": "openai", "served_model_name": "llmsim", "endpoints": %s, "picker": {"policy": "%s"}, "metrics_interval_ms": %d, "timeout_ms": 120000}\n' \
-        "$urls" "$pol" "$interval" >"$WORK/models/$pol/config.json"
+    extra=""
+    [ "$pol" = score ] && [ -n "$SCORE_CONFIG" ] && extra=", $SCORE_CONFIG"
+    printf '{"backend": "openai", "served_model_name": "llmsim", "endpoints": %s, "picker": {"policy": "%s"}, "metrics_interval_ms": %d, "timeout_ms": 120000%s}\n' \
+        "$urls" "$pol" "$interval" "$extra" >"$WORK/models/$pol/config.json"
 done
 
 sim_start   # the pools' endpoints must resolve and answer when they load
@@ -111,7 +116,8 @@ field() { # FILE EXPR: a value of the step's JSON
     python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['steps'][0]; print($2)" "$1"
 }
 
-cap=0
+cap=${CAP:-0}
+[ -n "$CAP" ] && CONC=""
 for k in $CONC; do
     run round_robin concurrency "$((k * N))"
     t=$(field "$WORK/round_robin-$((k * N)).json" "round(s['throughput'], 1)")

@@ -257,6 +257,8 @@ class TestPoolRoutes(PoolCase):
                          % re.escape(self.sim.url(1)))
         self.assertRegex(text, r'batchgate_endpoint_up\{model="smol",endpoint="%s"\} 1'
                          % re.escape(self.sim.url(1)))
+        self.assertEqual(total(text, "llm_tenant_time_to_first_token_seconds_count") -
+                         total(before, "llm_tenant_time_to_first_token_seconds_count"), 1)
 
 
 class TestPoolFailures(PoolCase):
