@@ -12,7 +12,7 @@
 #      requests sent to a replica directly, one at a time (low load), in
 #      alternating rounds; and batchgate's CPU time per streamed token.
 #
-#   loadgen/bench/llm_real.sh   [REPLICAS=3 RATE=0.3 DURATION=60 ROUNDS=3 ROUND_S=20
+#   loadgen/bench/llm_real.sh   [REPLICAS=3 RATE=0.3 DURATION=60 ROUNDS=3 ROUND_S=20 PARTS="routing overhead"
 #                                SYNTHETIC=in=20:10,out=8:2,prefixes=6,prefix_len=300]
 #
 # Replicas run as the tests run them: one thread each, 2 slots, and
@@ -33,6 +33,7 @@ DUR=${DURATION:-60}
 ROUNDS=${ROUNDS:-3}
 ROUND_S=${ROUND_S:-20}
 SYN=${SYNTHETIC:-in=20:10,out=8:2,prefixes=6,prefix_len=300}
+PARTS=${PARTS:-routing overhead}
 paths=$("$ROOT/scripts/fetch-llm" --cached) || {
     echo "llm_real: run scripts/fetch-llm first (builds llama-server, about 10 minutes)" >&2
     exit 1
@@ -89,9 +90,10 @@ port=$(bg_wait_port "$WORK/bg.log" llm_real)
 
 field() { python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['steps'][0]; print($2)" "$1"; }
 
-echo "llm_real: $R llama-server replicas (SmolLM2-135M Q4_1, -t 1 -np 2 --cache-ram 0), workload $SYN at $RATE req/s for $DUR s"
-printf '%-12s %9s %9s %9s %10s %10s %10s %10s\n' policy answers computed cached 'cached %' 'ttft mean' 'ttft p50' 'ttft p99'
-for pol in rr score; do
+case " $PARTS " in *" routing "*) ;; *) DUR=0 ;; esac
+[ "$DUR" = 0 ] || echo "llm_real: $R llama-server replicas (SmolLM2-135M Q4_1, -t 1 -np 2 --cache-ram 0), workload $SYN at $RATE req/s for $DUR s"
+[ "$DUR" = 0 ] || printf '%-12s %9s %9s %9s %10s %10s %10s %10s\n' policy answers computed cached 'cached %' 'ttft mean' 'ttft p50' 'ttft p99'
+[ "$DUR" = 0 ] || for pol in rr score; do
     replicas_stop
     replicas_start
     sleep 1
@@ -111,7 +113,7 @@ for pol in rr score; do
         "$(field "$f" "round(s['llm']['ttft_ms']['p50'], 1)")" \
         "$(field "$f" "round(s['llm']['ttft_ms']['p99'], 1)")"
 done
-python3 - "$WORK/score.json" "$WORK/rr.json" "$WORK/tokens" <<'EOF'
+[ "$DUR" = 0 ] || python3 - "$WORK/score.json" "$WORK/rr.json" "$WORK/tokens" <<'EOF'
 import json, sys
 s, r = (json.load(open(p))["steps"][0]["llm"] for p in sys.argv[1:3])
 tok = {l.split()[0]: (int(l.split()[1]), int(l.split()[2])) for l in open(sys.argv[3])}
@@ -121,6 +123,7 @@ print("score / round robin: prompt tokens computed %.2fx, mean TTFT %.2fx, p99 T
 EOF
 
 # ---- overhead at low load: one request at a time, direct vs through ----
+case " $PARTS " in *" overhead "*) ;; *) exit 0 ;; esac
 first=$(echo $PORTS | cut -d' ' -f1)
 mkdir -p "$WORK/models1/one"
 printf '{"backend": "openai", "served_model_name": "smollm2", "endpoints": ["http://127.0.0.1:%s"], "metrics_interval_ms": 200}\n' \
@@ -153,7 +156,8 @@ b = [r for r in rows if r[0] == "batchgate"]
 mean = lambda rs, i: sum(float(r[i]) for r in rs) / len(rs)
 print("overhead, one request at a time, %d alternating rounds:" % len(d))
 for r in rows:
-    print("  %-9s round %s: TTFT mean %.1f ms, p50 %.1f ms, %s tokens in %s answers" % tuple(r[:6]))
+    print("  %-9s round %s: TTFT mean %.1f ms, p50 %.1f ms, %s tokens in %s answers"
+          % (r[0], r[1], float(r[2]), float(r[3]), r[4], r[5]))
 print("TTFT through batchgate / direct: mean %.3fx, p50 %.3fx"
       % (mean(b, 2) / mean(d, 2), mean(b, 3) / mean(d, 3)))
 tokens = sum(int(r[4]) for r in b)
