@@ -81,6 +81,7 @@ struct llm_call {
     char last_fail[300];              /* the last try's failure, for the answer */
     bool admitted;                    /* holds a place of the tenant's (admit.h) */
     int64_t estimate;                 /* tokens reserved against the tenant's quotas; 0 none */
+    int64_t prompt_estimate;          /* the prompt's share of it (bytes / 4) */
     int64_t used;                     /* tokens the answer counted */
 };
 
@@ -208,7 +209,7 @@ static void llm_try(struct llm_call *c);
 
 /* Tokens a call may take, before its usage is known: its prompt's bytes / 4
  * (English runs about 4 bytes a token) and the most it may generate. */
-static int64_t llm_estimate(enum llm_api api, json_t *root)
+static int64_t llm_estimate(enum llm_api api, json_t *root, int64_t *prompt)
 {
     size_t bytes = 0;
     size_t i;
@@ -239,7 +240,8 @@ static int64_t llm_estimate(enum llm_api api, json_t *root)
             m = json_object_get(root, "max_tokens");
         out = json_is_integer(m) && json_integer_value(m) > 0 ? json_integer_value(m) : 256;
     }
-    return (int64_t)(bytes + 3) / 4 + out;
+    *prompt = (int64_t)(bytes + 3) / 4;
+    return *prompt + out;
 }
 
 /* 429 for the tenant's limits, in OpenAI's shape. */
@@ -430,7 +432,9 @@ static void llm_account(struct llm_call *c, int status)
     modelstats_call(c->sm->stats, 0, c->tenant, false, c->used, now - c->t0);
 }
 
-/* The call's tokens: the server's usage, else a stream's content chunks. */
+/* The call's tokens: the server's usage, else a stream's content chunks
+ * and the prompt's estimate (a stream cut short, or a client that left,
+ * still used the server: its tokens count toward the tenant's quotas). */
 static void llm_count(struct llm_call *c)
 {
     if (!c->usage_seen && !c->streaming && c->keep.len) {
@@ -439,8 +443,10 @@ static void llm_count(struct llm_call *c)
             llm_usage(c, json_object_get(j, "usage"));
         json_decref(j);
     }
-    if (!c->usage_seen)
+    if (!c->usage_seen) {
+        c->prompt_tokens = c->prompt_estimate;
         c->completion_tokens = c->chunks;
+    }
     llmpool_tokens(c->pool, c->e, c->tenant, c->prompt_tokens, c->completion_tokens);
     c->used = c->prompt_tokens + c->completion_tokens;
 }
@@ -470,7 +476,7 @@ static int llm_tap_end(void *arg, const struct proxy_outcome *o)
         return 0;
     }
     if (o->status == 200)
-        llm_count(c);
+        llm_count(c);   /* whole, cut short, or left by its client */
     /* 499: the client left first (nginx's number for it). */
     llm_account(c, o->client_gone ? 499 : o->broken ? 502 : o->status);
     llm_call_free(c);
@@ -611,9 +617,10 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
     c->e = -1;
     c->tenant = auth_tenant(req);
     c->t0 = http_request_arrival_ns(req);
+    int64_t est = llm_estimate(api, root, &c->prompt_estimate);
     if (st->admit) {
         struct admit_refusal why;
-        int64_t est = llm_estimate(api, root), now = now_ns();
+        int64_t now = now_ns();
         if (admit_enter(st->admit, c->tenant, 1, now, &why) < 0 ||
             (c->admitted = true,
              admit_tokens_enter(st->admit, c->tenant, est, now, time(NULL), &why) < 0)) {

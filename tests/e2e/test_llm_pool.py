@@ -394,7 +394,13 @@ class TestPoolFailures(PoolCase):
             seen.add(r.getheader("X-Batchgate-Endpoint"))
         self.assertIn("1", seen)
 
+    def completion_tokens(self):
+        m = re.search(r'batchgate_llm_tokens_total\{model="smol",tenant="default",'
+                      r'kind="completion"\} (\d+)', self.gateway_metrics())
+        return int(m.group(1)) if m else 0
+
     def test_client_leaving_stops_the_generation(self):
+        tokens0 = self.completion_tokens()
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         data = json.dumps(chat_body("smol", max_tokens=2000, stream=True)).encode()
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
@@ -416,6 +422,11 @@ class TestPoolFailures(PoolCase):
         self.assertEqual(m["llmsim:requests_aborted_total"] -
                          before["llmsim:requests_aborted_total"], 1)
         self.assertLess(m["vllm:generation_tokens_total"], 2000)
+        # What it streamed before leaving still counts (chunks, no usage came).
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and self.completion_tokens() - tokens0 < 3:
+            time.sleep(0.02)
+        self.assertGreaterEqual(self.completion_tokens() - tokens0, 3)
 
 
 class TestPoolPicking(PoolCase):
