@@ -299,7 +299,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
     if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
         (rc = api_llm_register(r, st, err)) ||
         (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)) ||
-        (rc = api_jobs_register(r, st, err)) || (rc = api_governance_register(r, st, err)) ||
+        (rc = api_jobs_register(r, st, err)) || (rc = api_batch_register(r, st, err)) || (rc = api_governance_register(r, st, err)) ||
         (rc = api_repository_register(r, st, err)) || (rc = api_usage_register(r, st, err)) ||
         (rc = api_logging_register(r, st, err)) || (rc = api_shm_register(r, st, err)))
         return rc;

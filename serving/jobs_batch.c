@@ -28,6 +28,9 @@
 #include "serving/lifecycle.h"
 #include "serving/llmpool.h"
 
+/* Appends a string literal. */
+#define JOBS_LIT(b, lit) buf_append((b), (lit), sizeof(lit) - 1)
+
 /* Lines handed to the caller at once: those beyond what the endpoints take
  * wait there, in order, for idle capacity. */
 #define JOBS_BATCH_WINDOW 256
@@ -425,15 +428,15 @@ static void jobs_batch_error_line(struct buf *out, const char *custom_id, const 
 {
     char id[48];
     jobs_new_id("batch_req_", id, sizeof id);
-    buf_append(out, "{\"id\":", 6);
+    JOBS_LIT(out, "{\"id\":");
     json_append_string(out, id, strlen(id));
-    buf_append(out, ",\"custom_id\":", 13);
+    JOBS_LIT(out, ",\"custom_id\":");
     json_append_string(out, custom_id, strlen(custom_id));
-    buf_append(out, ",\"response\":null,\"error\":{\"code\":", 33);
+    JOBS_LIT(out, ",\"response\":null,\"error\":{\"code\":");
     json_append_string(out, code, strlen(code));
-    buf_append(out, ",\"message\":", 11);
+    JOBS_LIT(out, ",\"message\":");
     json_append_string(out, msg, strlen(msg));
-    buf_append(out, "}}\n", 3);
+    JOBS_LIT(out, "}}\n");
 }
 
 /* A line back from the caller: its result line, its tokens counted. */
@@ -462,9 +465,9 @@ static void jobs_batch_collect_one(struct jobs *j, struct llmbatch_line *l)
         char id[48], rid[48];
         jobs_new_id("batch_req_", id, sizeof id);
         jobs_new_id("req_", rid, sizeof rid);
-        buf_append(&res, "{\"id\":", 6);
+        JOBS_LIT(&res, "{\"id\":");
         json_append_string(&res, id, strlen(id));
-        buf_append(&res, ",\"custom_id\":", 13);
+        JOBS_LIT(&res, ",\"custom_id\":");
         json_append_string(&res, custom_id, strlen(custom_id));
         buf_appendf(&res, ",\"response\":{\"status_code\":%d,\"request_id\":\"%s\",\"body\":",
                     l->status, rid);
@@ -475,7 +478,7 @@ static void jobs_batch_collect_one(struct jobs *j, struct llmbatch_line *l)
             json_append_string(&res, l->answer.data ? l->answer.data : "", l->answer.len);
         free(body);
         json_decref(ans);
-        buf_append(&res, "},\"error\":null}\n", 16);
+        JOBS_LIT(&res, "},\"error\":null}\n");
     }
     jobs_batch_commit(j, l->line, ok, &res);
     buf_free(&res);

@@ -1,0 +1,401 @@
+"""test_llm_batch.py - OpenAI's Batch API (/v1/files, /v1/batches; docs/LLM.md
+"Batch API") in front of an LLM pool of simulated servers (llmsim): the
+routes and each of their errors in OpenAI's shape; a 1,000-line batch made
+and read with the official `openai` client, through a SIGKILL of batchgate
+in the middle, every custom_id answered exactly once with llmsim's
+predictable text; cancel; and a pool saturated by online calls keeps its
+endpoints (the batch's lines wait)."""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+
+from harness import Server, run_testdeps
+from test_infer import write_model
+from test_llm_pool import Sim, expected_text, pool
+
+
+def line(i, model="smol", max_tokens=4, url="/v1/chat/completions", **kw):
+    d = {"custom_id": "req-%d" % i, "method": "POST", "url": url,
+         "body": {"model": model, "messages": [{"role": "user", "content": "line %d" % i}],
+                  "max_tokens": max_tokens}}
+    d.update(kw)
+    return json.dumps(d)
+
+
+def jsonl(lines):
+    return ("\n".join(lines) + "\n").encode()
+
+
+class BatchCase(unittest.TestCase):
+    sim_endpoints = 2
+    sim_args = ("--speed", "20")
+    pool_kw = {}
+    extra = {}
+
+    def setUp(self):
+        self.sim = Sim(self.sim_endpoints, *self.sim_args)
+        self.tmp = tempfile.mkdtemp(prefix="batchgate-batch-")
+        self.repo = os.path.join(self.tmp, "models")
+        os.makedirs(self.repo)
+        kw = dict(metrics_interval_ms=50, aliases=["smol-alias"])
+        kw.update(self.pool_kw)
+        write_model(self.repo, "smol",
+                    pool("smol", [self.sim.url(i) for i in range(self.sim_endpoints)], **kw))
+        self.state = os.path.join(self.tmp, "state")
+        self.servers = []
+        self.srv = None
+
+    def tearDown(self):
+        for s in self.servers:
+            s.kill()
+        self.sim.stop()
+        self.sim.proc.stdout.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self):
+        cfg = {"model_repository": self.repo, "state_dir": self.state}
+        cfg.update(self.extra)
+        self.srv = Server(cfg, io_threads=2)
+        self.servers.append(self.srv)
+        self.srv.wait_log(r"ready in", timeout=30)
+        return self.srv
+
+    # ---- HTTP ----
+
+    def call(self, method, path, body=None, headers=None, timeout=30):
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=timeout)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+            headers = dict({"Content-Type": "application/json"}, **(headers or {}))
+        c.request(method, path, body, headers or {})
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        return r.status, raw
+
+    def upload(self, data, purpose="batch", filename="in.jsonl"):
+        """multipart/form-data as the openai client sends it."""
+        b = uuid.uuid4().hex
+        parts = []
+        if purpose is not None:
+            parts.append(b"--%s\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n%s\r\n"
+                         % (b.encode(), purpose.encode()))
+        parts.append(b"--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
+                     b"Content-Type: application/octet-stream\r\n\r\n" % (b.encode(),
+                                                                          filename.encode())
+                     + data + b"\r\n")
+        body = b"".join(parts) + b"--%s--\r\n" % b.encode()
+        return self.call("POST", "/v1/files", body,
+                         {"Content-Type": "multipart/form-data; boundary=%s" % b})
+
+    def upload_ok(self, data):
+        st, raw = self.upload(data)
+        self.assertEqual(st, 200, raw)
+        return json.loads(raw)
+
+    def create(self, file_id, endpoint="/v1/chat/completions", window="24h", **kw):
+        body = {"input_file_id": file_id, "endpoint": endpoint, "completion_window": window}
+        body.update(kw)
+        return self.call("POST", "/v1/batches", body)
+
+    def batch(self, bid):
+        st, raw = self.call("GET", "/v1/batches/" + bid)
+        self.assertEqual(st, 200, raw)
+        return json.loads(raw)
+
+    def wait(self, bid, timeout=60, until=("completed", "failed", "expired", "cancelled")):
+        deadline = time.monotonic() + timeout
+        while True:
+            b = self.batch(bid)
+            if b["status"] in until:
+                return b
+            if time.monotonic() > deadline:
+                self.fail("batch %s still %s after %d s: %r" % (bid, b["status"], timeout, b))
+            time.sleep(0.05)
+
+    def content(self, fid):
+        st, raw = self.call("GET", "/v1/files/%s/content" % fid,
+                            headers={"Accept": "application/binary"})
+        self.assertEqual(st, 200, raw)
+        return [json.loads(x) for x in raw.decode().splitlines() if x.strip()]
+
+    def assert_error(self, st, raw, status, param=None, contains=None):
+        self.assertEqual(st, status, raw)
+        err = json.loads(raw)["error"]
+        self.assertTrue(err["message"])
+        self.assertIn("type", err)
+        self.assertEqual(err["param"], param, err)
+        if contains:
+            self.assertIn(contains, err["message"])
+        return err
+
+    def sim_requests(self):
+        """Requests the simulated servers finished (all endpoints)."""
+        return sum(self.sim.metrics(i).get("vllm:request_success_total", 0)
+                   for i in range(self.sim_endpoints))
+
+
+class TestBatchRoutes(BatchCase):
+    extra = {"jobs": {"max_file_bytes": 100000}}
+
+    def test_files_and_their_errors(self):
+        self.start()
+        f = self.upload_ok(jsonl([line(1)]))
+        self.assertTrue(f["id"].startswith("file-"))
+        self.assertEqual((f["object"], f["purpose"], f["filename"]), ("file", "batch", "in.jsonl"))
+        self.assertEqual(f["bytes"], len(jsonl([line(1)])))
+        self.assertIsInstance(f["created_at"], int)
+        st, raw = self.call("GET", "/v1/files/" + f["id"])
+        self.assertEqual(json.loads(raw), f)
+        st, raw = self.call("GET", "/v1/files")
+        self.assertIn(f["id"], [x["id"] for x in json.loads(raw)["data"]])
+        self.assertEqual(self.call("GET", "/v1/files/%s/content" % f["id"])[1], jsonl([line(1)]))
+        # Errors, each in OpenAI's shape.
+        self.assert_error(*self.upload(b"x", purpose="fine-tune"), 400, "purpose", "batch")
+        self.assert_error(*self.upload(b"x", purpose=None), 400, "purpose")
+        self.assert_error(*self.call("POST", "/v1/files", b"not multipart",
+                                     {"Content-Type": "text/plain"}), 400)
+        self.assert_error(*self.upload(b"x" * 100001), 413, "file", "max_file_bytes")
+        self.assert_error(*self.call("GET", "/v1/files/file-nope"), 404, "file_id")
+        self.assert_error(*self.call("GET", "/v1/files/file-nope/content"), 404, "file_id")
+        self.assert_error(*self.call("DELETE", "/v1/files/file-nope"), 404, "file_id")
+        st, raw = self.call("DELETE", "/v1/files/" + f["id"])
+        self.assertEqual((st, json.loads(raw)), (200, {"id": f["id"], "object": "file",
+                                                       "deleted": True}))
+        self.assert_error(*self.call("GET", "/v1/files/" + f["id"]), 404, "file_id")
+
+    def test_batch_errors(self):
+        self.start()
+        good = self.upload_ok(jsonl([line(1), line(2)]))["id"]
+        self.assert_error(*self.create("file-nope"), 404, "input_file_id")
+        self.assert_error(*self.create(good, endpoint="/v1/responses"), 400, "endpoint")
+        self.assert_error(*self.create(good, window="1h"), 400, "completion_window")
+        self.assert_error(*self.create(good, metadata=[1]), 400, "metadata")
+        self.assert_error(*self.call("POST", "/v1/batches", b"{", {}), 400)
+        self.assert_error(*self.call("POST", "/v1/batches", {}), 400, "input_file_id")
+        # Bad lines: 400 naming the line and the field; no batch is made.
+        cases = [
+            ([line(1), "not json"], None, "line 2"),
+            ([line(1), line(2, custom_id=None)], "custom_id", "line 2"),
+            ([line(1), line(1)], "custom_id", "line 2"),
+            ([line(1), line(2, method="GET")], "method", "line 2"),
+            ([line(1), line(2), line(3, url="/v1/completions")], "url", "line 3"),
+            ([line(1, body=[1])], "body", "line 1"),
+            ([json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                          "body": {"messages": []}})], "body.model", "line 1"),
+        ]
+        for lines, param, where in cases:
+            fid = self.upload_ok(jsonl(lines))["id"]
+            err = self.assert_error(*self.create(fid), 400, param or "line", where)
+        fid = self.upload_ok(b"\n\n")["id"]
+        self.assert_error(*self.create(fid), 400, "input_file_id", "no requests")
+        st, raw = self.call("GET", "/v1/batches")
+        self.assertEqual(json.loads(raw)["data"], [])
+        self.assert_error(*self.call("GET", "/v1/batches/batch_nope"), 404, "batch_id")
+        self.assert_error(*self.call("POST", "/v1/batches/batch_nope/cancel"), 404, "batch_id")
+        self.assert_error(*self.call("GET", "/v1/batches?limit=0"), 400, "limit")
+
+    def test_small_batch_end_to_end(self):
+        self.start()
+        lines = [line(i, max_tokens=3 + i % 4) for i in range(1, 8)]
+        lines.append(line(8, model="smol-alias", max_tokens=2))
+        lines.append(line(9, model="no-such-model"))
+        lines.append(line(10, max_tokens=100000))   # llmsim: 400, cannot fit its KV cache
+        fid = self.upload_ok(jsonl(lines))["id"]
+        st, raw = self.create(fid, metadata={"who": "test"})
+        self.assertEqual(st, 200, raw)
+        b = json.loads(raw)
+        self.assertTrue(b["id"].startswith("batch_"))
+        self.assertEqual((b["object"], b["endpoint"], b["input_file_id"], b["metadata"]),
+                         ("batch", "/v1/chat/completions", fid, {"who": "test"}))
+        self.assertEqual(b["request_counts"]["total"], 10)
+        b = self.wait(b["id"])
+        self.assertEqual(b["status"], "completed", b)
+        self.assertEqual(b["request_counts"], {"total": 10, "completed": 8, "failed": 2})
+        for k in ("created_at", "in_progress_at", "finalizing_at", "completed_at", "expires_at"):
+            self.assertIsInstance(b[k], int, k)
+        self.assertIsNone(b["cancelled_at"])
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(1, 9)))
+        for o in out:
+            i = int(o["custom_id"].split("-")[1])
+            self.assertIsNone(o["error"])
+            self.assertTrue(o["id"].startswith("batch_req_"))
+            self.assertEqual(o["response"]["status_code"], 200)
+            body = o["response"]["body"]
+            n = 2 if i == 8 else 3 + i % 4
+            self.assertEqual(body["choices"][0]["message"]["content"], expected_text(n))
+            self.assertEqual(body["model"], "llmsim")   # the servers' name went upstream
+        errs = {e["custom_id"]: e for e in self.content(b["error_file_id"])}
+        self.assertEqual(sorted(errs), ["req-10", "req-9"])
+        self.assertIsNone(errs["req-9"]["response"])
+        self.assertEqual(errs["req-9"]["error"]["code"], "model_not_found")
+        self.assertEqual(errs["req-10"]["response"]["status_code"], 400)   # the server's answer
+        # The output files are the batch's tenant's, purpose batch_output.
+        st, raw = self.call("GET", "/v1/files/" + b["output_file_id"])
+        self.assertEqual(json.loads(raw)["purpose"], "batch_output")
+        # A batch's output cannot be another's input.
+        self.assert_error(*self.create(b["output_file_id"]), 400, "input_file_id")
+        # Cancel of a finished batch: 409, as OpenAI.
+        self.assert_error(*self.call("POST", "/v1/batches/%s/cancel" % b["id"]), 409)
+        # Tokens counted for the pool and tenant.
+        st, raw = self.call("GET", "/metrics")
+        self.assertRegex(raw.decode(), r'llm_tokens_total\{model="smol",tenant="default",'
+                                        r'kind="completion"\} (\d+)')
+        # Listing: newest first, after and limit.
+        fid2 = self.upload_ok(jsonl([line(1)]))["id"]
+        b2 = json.loads(self.create(fid2)[1])
+        self.wait(b2["id"])
+        st, raw = self.call("GET", "/v1/batches?limit=1")
+        page = json.loads(raw)
+        self.assertEqual(([x["id"] for x in page["data"]], page["has_more"]), ([b2["id"]], True))
+        st, raw = self.call("GET", "/v1/batches?limit=5&after=" + b2["id"])
+        page = json.loads(raw)
+        self.assertEqual(([x["id"] for x in page["data"]], page["has_more"]), ([b["id"]], False))
+        # Deleting the input file leaves the batch's record alone.
+        self.assertEqual(self.call("DELETE", "/v1/files/" + fid)[0], 200)
+        self.assertEqual(self.batch(b["id"])["status"], "completed")
+
+
+class TestBatchClientSigkill(BatchCase):
+    sim_args = ("--speed", "10")
+    pool_kw = {"offline": {"max_running": 4, "max_inflight_per_endpoint": 4}}
+
+    def test_thousand_lines_through_sigkill(self):
+        """The official client creates a 1,000-line batch; batchgate is
+        SIGKILLed in the middle and restarted on the same state_dir; the
+        client then sees it complete with every custom_id answered exactly
+        once and llmsim's text. Only a line in flight at the kill may have
+        run twice upstream: the servers finished at most 1,000 + (lines in
+        flight at most) requests."""
+        n = 1000
+        path = os.path.join(self.tmp, "in.jsonl")
+        with open(path, "wb") as f:
+            f.write(jsonl([line(i, max_tokens=4 + i % 5) for i in range(n)]))
+        self.start()
+        rc, out = run_testdeps(["llm_batch_client.py", "create",
+                                "http://127.0.0.1:%d" % self.srv.port, path], timeout=120)
+        self.assertEqual(rc, 0, out)
+        made = json.loads(out.strip().splitlines()[-1])
+        self.assertTrue(made["file_retrieved"])
+        bid = made["batch"]["id"]
+        self.assertEqual(made["batch"]["request_counts"]["total"], n)
+        # Kill once some but not all lines are done.
+        deadline = time.monotonic() + 60
+        while True:
+            b = self.batch(bid)
+            done = b["request_counts"]["completed"] + b["request_counts"]["failed"]
+            if done >= 150 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        self.assertLess(done, n, "the batch ended before the kill")
+        self.srv.send_signal(signal.SIGKILL)
+        self.srv.wait(timeout=10)
+        self.start()
+        rc, out = run_testdeps(["llm_batch_client.py", "wait",
+                                "http://127.0.0.1:%d" % self.srv.port, bid, "120"], timeout=180)
+        self.assertEqual(rc, 0, out)
+        res = json.loads(out.strip().splitlines()[-1])
+        b = res["batch"]
+        self.assertEqual(b["status"], "completed", b)
+        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
+        self.assertEqual(res["errors"], [])
+        ids = [o["custom_id"] for o in res["output"]]
+        self.assertEqual(len(ids), n)
+        self.assertEqual(sorted(ids), sorted("req-%d" % i for i in range(n)))
+        for o in res["output"]:
+            i = int(o["custom_id"].split("-")[1])
+            self.assertEqual(o["response"]["status_code"], 200)
+            self.assertEqual(o["response"]["body"]["choices"][0]["message"]["content"],
+                             expected_text(4 + i % 5))
+        self.assertIn(bid, res["listed"])
+        ran = self.sim_requests()
+        inflight_max = 2 * 4
+        self.assertGreaterEqual(ran, n)
+        self.assertLessEqual(ran, n + inflight_max, "lines ran twice beyond those in flight")
+        print("batch: killed at %d of %d lines done; %d requests ran upstream (at most %d in "
+              "flight at the kill); every custom_id once" % (done, n, ran, inflight_max))
+
+
+class TestBatchCancelAndIdle(BatchCase):
+    sim_args = ("--speed", "1")
+    pool_kw = {"offline": {"max_running": 2, "max_inflight_per_endpoint": 2}}
+
+    def test_cancel(self):
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=8) for i in range(200)]))["id"]
+        b = json.loads(self.create(fid)[1])
+        deadline = time.monotonic() + 30
+        while self.batch(b["id"])["request_counts"]["completed"] < 4:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        st, raw = self.call("POST", "/v1/batches/%s/cancel" % b["id"])
+        self.assertEqual(st, 200, raw)
+        self.assertIn(json.loads(raw)["status"], ("cancelling", "cancelled"))
+        b = self.wait(b["id"], timeout=10)
+        self.assertEqual(b["status"], "cancelled")
+        self.assertIsInstance(b["cancelled_at"], int)
+        done = b["request_counts"]["completed"]
+        self.assertLess(done, 200)
+        self.assertEqual(len(self.content(b["output_file_id"])), done)
+        # The calls in flight were closed: the servers stop those sequences.
+        time.sleep(0.3)
+        running = sum(self.sim.metrics(i).get("vllm:num_requests_running", 0)
+                      for i in range(self.sim_endpoints))
+        self.assertEqual(running, 0)
+        self.assert_error(*self.call("POST", "/v1/batches/%s/cancel" % b["id"]), 409)
+
+    def test_saturated_pool_keeps_its_endpoints(self):
+        """Ten online callers in a loop hold about 5 running sequences on each
+        endpoint (over offline.max_running 2): the batch's lines wait, none
+        is sent; once the online calls end, the batch runs."""
+        self.start()
+        stop = threading.Event()
+        errors = []
+
+        def online():
+            while not stop.is_set():
+                try:
+                    c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=30)
+                    c.request("POST", "/v1/chat/completions",
+                              json.dumps({"model": "smol", "max_tokens": 30,
+                                          "messages": [{"role": "user", "content": "hi"}]}),
+                              {"Content-Type": "application/json"})
+                    r = c.getresponse()
+                    r.read()
+                    c.close()
+                    if r.status != 200:
+                        errors.append(r.status)
+                except OSError as e:
+                    errors.append(str(e))
+        threads = [threading.Thread(target=online, daemon=True) for _ in range(10)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)   # the online calls running, and scraped
+        before = self.sim_requests()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=2) for i in range(20)]))["id"]
+        b = json.loads(self.create(fid)[1])
+        time.sleep(2.0)
+        mid = self.batch(b["id"])
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        self.assertEqual(errors, [])
+        self.assertEqual(mid["request_counts"]["completed"], 0,
+                         "batch lines ran on a pool busy with online calls: %r" % mid)
+        b = self.wait(b["id"], timeout=30)
+        self.assertEqual(b["request_counts"]["completed"], 20)
+        self.assertGreater(self.sim_requests() - before, 20)
+
+
+if __name__ == "__main__":
+    unittest.main()
