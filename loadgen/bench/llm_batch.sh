@@ -6,6 +6,8 @@
 #
 #   loadgen/bench/llm_batch.sh                        # 2 endpoints, 4 req/s, 30 s each
 #   RATE=6 DURATION=60 MAX_RUNNING=6 loadgen/bench/llm_batch.sh
+#   SERVER=llama RATE=0.5 MAX_RUNNING=1 BATCH_OUT=32 ONLINE=in=30:10,out=16:4 \
+#       loadgen/bench/llm_batch.sh                    # real llama-server replicas (-np 2)
 #
 # Per phase: the online calls' TTFT p50/p99 and e2e p99 (batchgate-load
 # --openai chat, open loop, Poisson), and each endpoint's busy fraction
@@ -15,7 +17,12 @@
 # sequence running, and the mean number running. With the batch, also how
 # many of its lines ended in the window. The batch is cancelled at the end.
 #
-# Knobs (environment): ENDPOINTS (2), SPEED (llmsim --speed, 1), RATE
+# SERVER=llama runs real llama.cpp llama-server replicas instead
+# (scripts/fetch-llm: SmolLM2-135M-Instruct, -np 2 -t 1 under nice 19, as
+# tests/llm/llama_probe.py starts them; their busy share is read from
+# llamacpp:requests_processing).
+#
+# Knobs (environment): SERVER (llmsim or llama), ENDPOINTS (2), SPEED (llmsim --speed, 1), RATE
 # (online requests/s, 4), DURATION (s a phase, 30), LINES (1000), BATCH_OUT
 # (max_tokens of a batch line, 64), MAX_RUNNING (the pool's
 # offline.max_running and max_inflight_per_endpoint, 4), ONLINE (the
@@ -34,22 +41,45 @@ LINES=${LINES:-1000}
 BATCH_OUT=${BATCH_OUT:-64}
 MAX_RUNNING=${MAX_RUNNING:-4}
 ONLINE=${ONLINE:-in=60:20,out=32:8}
+SERVER=${SERVER:-llmsim}
 
 [ -x "$BIN" ] && [ -x "$LOAD" ] || { echo "llm_batch: build first ($BIN, $LOAD)" >&2; exit 1; }
 bg_workdir llm-batch
 
-python3 "$ROOT/tests/llmsim/llmsim.py" --endpoints "$ENDPOINTS" --speed "$SPEED" \
-    >"$WORK/sim.log" 2>&1 &
-PIDS="$PIDS $!"
-for _ in $(seq 200); do grep -q "llmsim: ready" "$WORK/sim.log" && break; sleep 0.1; done
-grep -q "llmsim: ready" "$WORK/sim.log" || { echo "llm_batch: llmsim did not start" >&2; cat "$WORK/sim.log" >&2; exit 1; }
-PORTS=$(sed -n 's/.*endpoint [0-9]* on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/sim.log" | tr '\n' ' ')
+if [ "$SERVER" = llama ]; then
+    out=$("$ROOT/scripts/fetch-llm")
+    LLAMA=$(printf '%s\n' "$out" | sed -n 1p)
+    GGUF=$(printf '%s\n' "$out" | sed -n 2p)
+    SERVED=smollm2
+    PORTS=""
+    i=0
+    while [ "$i" -lt "$ENDPOINTS" ]; do
+        p=$(free_port)
+        nice -n 19 "$LLAMA" -m "$GGUF" --host 127.0.0.1 --port "$p" --metrics -np 2 -t 1 -tb 1 \
+            -c 4096 --cache-ram 0 --alias smollm2 >"$WORK/llama$i.log" 2>&1 &
+        PIDS="$PIDS $!"
+        PORTS="$PORTS $p"
+        i=$((i + 1))
+    done
+    for p in $PORTS; do
+        for _ in $(seq 600); do curl -sf "http://127.0.0.1:$p/health" >/dev/null && break; sleep 0.1; done
+        curl -sf "http://127.0.0.1:$p/health" >/dev/null || { echo "llm_batch: llama-server on $p did not start" >&2; exit 1; }
+    done
+else
+    SERVED=llmsim
+    python3 "$ROOT/tests/llmsim/llmsim.py" --endpoints "$ENDPOINTS" --speed "$SPEED" \
+        >"$WORK/sim.log" 2>&1 &
+    PIDS="$PIDS $!"
+    for _ in $(seq 200); do grep -q "llmsim: ready" "$WORK/sim.log" && break; sleep 0.1; done
+    grep -q "llmsim: ready" "$WORK/sim.log" || { echo "llm_batch: llmsim did not start" >&2; cat "$WORK/sim.log" >&2; exit 1; }
+    PORTS=$(sed -n 's/.*endpoint [0-9]* on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/sim.log" | tr '\n' ' ')
+fi
 
 mkdir -p "$WORK/repo/smol"
-python3 - "$PORTS" "$MAX_RUNNING" >"$WORK/repo/smol/config.json" <<'PY'
+python3 - "$PORTS" "$MAX_RUNNING" "$SERVED" >"$WORK/repo/smol/config.json" <<'PY'
 import json, sys
 ports, m = sys.argv[1].split(), int(sys.argv[2])
-print(json.dumps({"backend": "openai", "served_model_name": "llmsim",
+print(json.dumps({"backend": "openai", "served_model_name": sys.argv[3],
                   "endpoints": ["http://127.0.0.1:%s" % p for p in ports],
                   "metrics_interval_ms": 50,
                   "offline": {"max_running": m, "max_inflight_per_endpoint": m}}))
@@ -94,7 +124,7 @@ runs = [[] for _ in ports]
 while time.monotonic() - t0 < dur:
     for i, p in enumerate(ports):
         for line in scrape("http://127.0.0.1:%s/metrics" % p).splitlines():
-            if line.startswith("vllm:num_requests_running"):
+            if line.startswith(("vllm:num_requests_running", "llamacpp:requests_processing")):
                 runs[i].append(float(line.split()[-1]))
     time.sleep(0.1)
 b1, t1 = busy(), time.monotonic()
@@ -117,7 +147,7 @@ batch_counts() {
     curl -s "$URL/v1/batches/$BID" | python3 -c 'import json,sys; b=json.load(sys.stdin); c=b["request_counts"]; print(b["status"], c["completed"] + c["failed"], c["total"])'
 }
 
-echo "== llmsim: $ENDPOINTS endpoints, --speed $SPEED; online: --rate $RATE --synthetic $ONLINE, $DURATION s a phase; batch: $LINES lines, max_tokens $BATCH_OUT, offline.max_running $MAX_RUNNING"
+echo "== $SERVER: $ENDPOINTS endpoints (llmsim --speed $SPEED); online: --rate $RATE --synthetic $ONLINE, $DURATION s a phase; batch: $LINES lines, max_tokens $BATCH_OUT, offline.max_running $MAX_RUNNING"
 phase alone
 FID=$(curl -s -F purpose=batch -F "file=@$WORK/batch.jsonl" "$URL/v1/files" |
       python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')

@@ -6,9 +6,11 @@ in the middle, every custom_id answered exactly once with llmsim's
 predictable text; cancel; and a pool saturated by online calls keeps its
 endpoints (the batch's lines wait)."""
 
+import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -264,6 +266,54 @@ class TestBatchRoutes(BatchCase):
         # Deleting the input file leaves the batch's record alone.
         self.assertEqual(self.call("DELETE", "/v1/files/" + fid)[0], 200)
         self.assertEqual(self.batch(b["id"])["status"], "completed")
+
+
+def digest(key):
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+class TestBatchTenants(BatchCase):
+    extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")]},
+                         {"name": "team-b", "keys": [digest("k-b")]},
+                         {"name": "ops", "keys": [digest("k-ops")], "admin": True}]}
+
+    def test_a_batch_is_its_tenants(self):
+        """A batch and its files are the creating key's tenant's: another
+        tenant gets 404 (as for an unknown id) and an empty list, an admin
+        sees them; the lines' tokens count as that tenant's."""
+        self.start()
+        a = {"Authorization": "Bearer k-a"}
+        bh = {"Authorization": "Bearer k-b"}
+        ops = {"Authorization": "Bearer k-ops"}
+        real_call = self.call
+
+        def call_as(h):
+            return lambda m, p, body=None, headers=None, timeout=30: real_call(
+                m, p, body, dict(h, **(headers or {})), timeout)
+        self.call = call_as(a)
+        fid = self.upload_ok(jsonl([line(i) for i in range(3)]))["id"]
+        st, raw = self.create(fid)
+        self.assertEqual(st, 200, raw)
+        bid = json.loads(raw)["id"]
+        b = self.wait(bid)
+        self.assertEqual(b["request_counts"]["completed"], 3)
+        self.call = call_as(bh)
+        self.assert_error(*self.call("GET", "/v1/batches/" + bid), 404, "batch_id")
+        self.assert_error(*self.call("GET", "/v1/files/" + fid), 404, "file_id")
+        self.assert_error(*self.call("GET", "/v1/files/%s/content" % b["output_file_id"]), 404,
+                          "file_id")
+        self.assert_error(*self.call("POST", "/v1/batches/%s/cancel" % bid), 404, "batch_id")
+        self.assert_error(*self.create(fid), 404, "input_file_id")
+        self.assertEqual(json.loads(self.call("GET", "/v1/batches")[1])["data"], [])
+        self.assertEqual(json.loads(self.call("GET", "/v1/files")[1])["data"], [])
+        self.call = call_as(ops)
+        self.assertEqual(self.batch(bid)["id"], bid)
+        self.assertEqual(len(self.content(b["output_file_id"])), 3)
+        st, raw = self.call("GET", "/metrics")
+        m = re.search(r'llm_tokens_total\{model="smol",tenant="team-a",kind="completion"\} (\d+)',
+                      raw.decode())
+        self.assertTrue(m, raw.decode()[:2000])
+        self.assertEqual(int(m.group(1)), 12)   # 3 lines of 4 tokens
 
 
 class TestBatchClientSigkill(BatchCase):
