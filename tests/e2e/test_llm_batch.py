@@ -376,6 +376,29 @@ class TestBatchClientSigkill(BatchCase):
               "flight at the kill); every custom_id once" % (done, n, ran, inflight_max))
 
 
+    def test_sigterm_takes_lines_back_and_resumes(self):
+        """SIGTERM mid-batch: batchgate stops cleanly (its lines in flight
+        taken back, not answered); the next start finishes the batch, each
+        custom_id once."""
+        n = 300
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=6) for i in range(n)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        deadline = time.monotonic() + 30
+        while self.batch(bid)["request_counts"]["completed"] < 30:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        self.srv.send_signal(signal.SIGTERM)
+        self.assertEqual(self.srv.wait(timeout=15), 0)
+        self.assertIn("paused", self.srv.log())
+        self.start()
+        b = self.wait(bid, timeout=60)
+        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(n)))
+
+
 class TestBatchCancelAndIdle(BatchCase):
     sim_args = ("--speed", "1")
     pool_kw = {"offline": {"max_running": 2, "max_inflight_per_endpoint": 2}}
