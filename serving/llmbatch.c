@@ -225,8 +225,17 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
     }
     b->inflight[b->inflight_n++] = l;
     if (upcall_start(l->up, l->target, 1, 0, &err) < 0) {
+        /* Not through llmbatch_call_end: this runs inside llmbatch_dispatch's
+         * walk of the waiting lines, which must not be walked again here. */
         snprintf(l->error, sizeof l->error, "%.290s", err.msg);
-        llmbatch_call_end(b, l, true);
+        llmpool_end_idle(pool, e);
+        llmbatch_inflight_remove(b, l);
+        upcall_free(l->up);
+        l->up = NULL;
+        if (l->tries < LLMBATCH_TRIES)
+            llmbatch_enqueue(b, l);
+        else
+            b->done(l, b->arg);
         return;
     }
     upcall_arm(l->up);
@@ -264,24 +273,30 @@ static void llmbatch_dispatch(struct llmbatch *b)
     }
 }
 
+/* Dispatches, and arms the tick while lines wait, or, once nothing is left,
+ * to close the connections: not from here, which may run inside a call's
+ * callback, whose connection httpc still holds. */
 static void llmbatch_kick(struct llmbatch *b)
 {
     llmbatch_dispatch(b);
-    if (b->wait_head) {
+    if (b->wait_head || (b->inflight_n == 0 && b->npools > 0)) {
         struct timeval tv = {0, LLMBATCH_TICK_MS * 1000};
         if (!event_pending(b->tick, EV_TIMEOUT, NULL))
             event_add(b->tick, &tv);
-    } else if (b->inflight_n == 0) {
-        llmbatch_pools_free(b);
     }
     llmbatch_publish(b);
 }
 
 static void llmbatch_on_tick(evutil_socket_t fd, short what, void *arg)
 {
+    struct llmbatch *b = arg;
     (void)fd;
     (void)what;
-    llmbatch_kick(arg);
+    if (!b->wait_head && b->inflight_n == 0) {
+        llmbatch_pools_free(b);
+        return;
+    }
+    llmbatch_kick(b);
 }
 
 /* Every line back to the submitter: those waiting and those in flight. */
