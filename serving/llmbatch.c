@@ -197,6 +197,8 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
     struct llmpool *pool = l->sm->pool;
     const struct model_pool *mp = &l->sm->model.cfg.pool;
     l->endpoint = e;
+    if (l->tries < LLMBATCH_TRIES)
+        l->tried[l->tries] = e;
     l->tries++;
     l->error[0] = '\0';
     l->target[0] = llmpool_target(pool, e);
@@ -256,9 +258,12 @@ static void llmbatch_dispatch(struct llmbatch *b)
         bool skip = false;
         for (int i = 0; i < nfull; i++)
             skip |= full[i] == pool;
-        int e = skip ? -1 : llmpool_pick_idle(pool);
+        /* A retried line: an endpoint it has not tried, while the pool has
+         * one; such a line finding none says nothing of the others. */
+        int ntried = l->tries < llmpool_size(pool) ? l->tries : 0;
+        int e = skip ? -1 : llmpool_pick_idle(pool, l->tried, ntried);
         if (e < 0) {
-            if (!skip && nfull < 16)
+            if (!skip && ntried == 0 && nfull < 16)
                 full[nfull++] = pool;
             if (nfull == 16)
                 break;

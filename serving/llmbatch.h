@@ -13,8 +13,9 @@
  * on the endpoint's device (busy time).
  *
  * A line that gets no answer (refused, reset, timeout) or a 5xx is tried
- * again on idle capacity, up to LLMBATCH_TRIES in all; then it is handed
- * back with what the last try got. Lines wait in arrival order; a line
+ * again on idle capacity, up to LLMBATCH_TRIES in all, on an endpoint it
+ * has not tried while the pool has one (a failing endpoint answers fast and
+ * looks idle); then it is handed back with what the last try got. Lines wait in arrival order; a line
  * whose pool has no idle endpoint lets the lines of other pools pass. */
 #ifndef BG_LLMBATCH_H
 #define BG_LLMBATCH_H
@@ -47,6 +48,7 @@ struct llmbatch_line {
     char error[300];                  /* status 0: why; "" with status 0: cancelled */
     int endpoint;                     /* the last try's, -1 none */
     int tries;
+    int tried[LLMBATCH_TRIES];        /* the endpoints of the tries so far */
     /* The caller's: */
     struct llmbatch *b;
     struct upcall *up;

@@ -219,7 +219,7 @@ static void llmpool_view(struct llmpool *p, struct picker_endpoint *v, int64_t n
     pthread_mutex_unlock(&p->mu);
 }
 
-int llmpool_pick_idle(struct llmpool *p)
+int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip)
 {
     const struct model_pool *c = &p->m->cfg.pool;
     if (c->offline_max_running <= 0)
@@ -231,7 +231,7 @@ int llmpool_pick_idle(struct llmpool *p)
     llmpool_view(p, v, now);
     struct picker_idle idle = {.max_running = c->offline_max_running,
                                .max_inflight = c->offline_max_inflight};
-    int e = picker_pick_idle(p->picker, v, p->n, &idle, now);
+    int e = picker_pick_idle(p->picker, v, p->n, &idle, skip, nskip, now);
     if (v != stack)
         free(v);
     if (e >= 0) {

@@ -51,9 +51,10 @@ int llmpool_pick(struct llmpool *p, const uint64_t *blocks, int nblocks, const i
 void llmpool_sent(struct llmpool *p, int e, const uint64_t *blocks, int nblocks);
 void llmpool_end(struct llmpool *p, int e);
 /* An offline call (a Batch API line): the endpoint with idle capacity now
- * by the pool's `offline` settings (picker_pick_idle), or -1. It counts in
- * flight (online picks see it) until llmpool_end_idle. */
-int llmpool_pick_idle(struct llmpool *p);
+ * by the pool's `offline` settings (picker_pick_idle), not one of
+ * skip[0..nskip), or -1. It counts in flight (online picks see it) until
+ * llmpool_end_idle. */
+int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip);
 void llmpool_end_idle(struct llmpool *p, int e);
 /* Every usable endpoint is saturated (queue or KV cache at its
  * saturation level): low priorities are shed. */

@@ -391,14 +391,17 @@ bool picker_saturated(struct picker *p, const struct picker_endpoint *eps, int n
 }
 
 int picker_pick_idle(const struct picker *p, const struct picker_endpoint *eps, int n,
-                     const struct picker_idle *idle, int64_t now_ns)
+                     const struct picker_idle *idle, const int *skip, int nskip, int64_t now_ns)
 {
     int best = -1;
     double best_run = 0;
     for (int e = 0; e < n; e++) {
         const struct picker_endpoint *ep = &eps[e];
         const struct scrape_load *l = &ep->load;
-        if (!ep->usable || ep->offline_inflight >= idle->max_inflight)
+        bool skipped = false;
+        for (int k = 0; k < nskip; k++)
+            skipped |= skip[k] == e;
+        if (skipped || !ep->usable || ep->offline_inflight >= idle->max_inflight)
             continue;
         bool fresh = ep->scraped_ns > 0 && now_ns - ep->scraped_ns <= p->stale_ns &&
                      l->waiting >= 0 && l->recognised > 0;

@@ -144,10 +144,11 @@ struct picker_idle {
  * running count plus the calls batchgate sent since that scrape (online and
  * offline: inflight - inflight_at_scrape) is below max_running, and that
  * has fewer than max_inflight offline calls. Among those, the least running,
- * then the fewest offline calls, then the lowest index. Stale or never
+ * then the fewest offline calls, then the lowest index; the endpoints in
+ * skip[0..nskip) are passed over (those a retried line has tried). Stale or never
  * scraped metrics say nothing of what waits there: no offline call goes. */
 int picker_pick_idle(const struct picker *p, const struct picker_endpoint *eps, int n,
-                     const struct picker_idle *idle, int64_t now_ns);
+                     const struct picker_idle *idle, const int *skip, int nskip, int64_t now_ns);
 
 /* Blocks in the affinity table now (tests, stats). */
 int picker_table_size(struct picker *p);

@@ -268,6 +268,35 @@ class TestBatchRoutes(BatchCase):
         self.assertEqual(self.batch(b["id"])["status"], "completed")
 
 
+class TestBatchServerErrors(BatchCase):
+    def test_a_5xx_is_retried_on_another_endpoint(self):
+        """Endpoint 0 answers every completion 500 (and looks idle): each line
+        that tried it goes to endpoint 1 next; every line completes."""
+        self.start()
+        self.sim.fault(0, "500")
+        fid = self.upload_ok(jsonl([line(i) for i in range(20)]))["id"]
+        b = self.wait(json.loads(self.create(fid)[1])["id"])
+        self.assertEqual(b["request_counts"], {"total": 20, "completed": 20, "failed": 0})
+        self.assertIsNone(b["error_file_id"])
+        self.assertEqual(self.sim_requests(), 20)
+
+    def test_5xx_everywhere_ends_in_the_error_file(self):
+        """Every endpoint answers 500: each line is tried 3 times, then its
+        last answer (status 500, the server's body) is its error line."""
+        self.start()
+        self.sim.fault(0, "500")
+        self.sim.fault(1, "500")
+        fid = self.upload_ok(jsonl([line(i) for i in range(4)]))["id"]
+        b = self.wait(json.loads(self.create(fid)[1])["id"])
+        self.assertEqual(b["request_counts"], {"total": 4, "completed": 0, "failed": 4})
+        self.assertIsNone(b["output_file_id"])
+        errs = self.content(b["error_file_id"])
+        self.assertEqual(sorted(e["custom_id"] for e in errs), ["req-%d" % i for i in range(4)])
+        for e in errs:
+            self.assertEqual(e["response"]["status_code"], 500)
+            self.assertIn("error", e["response"]["body"])
+
+
 def digest(key):
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
