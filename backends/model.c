@@ -388,6 +388,10 @@ static const struct schema_field model_pool_offline[] = {
     {SCHEMA_F_INT("max_inflight_per_endpoint", struct model_config, pool.offline_max_inflight),
      .min = 1, .max = 100000, .def = 4,
      .doc = "Batch API lines in flight to one endpoint, at most"},
+    {SCHEMA_F_BOOL("preempt", struct model_config, pool.offline_preempt), .def = false,
+     .doc = "an online call sent to an endpoint closes a Batch API line's call there (the line "
+            "waits and runs again later): online calls share the server with no line, at the "
+            "cost of the line's work so far"},
     SCHEMA_END_ROW,
 };
 

@@ -123,6 +123,7 @@ struct model_pool {
     /* offline: the Batch API's lines use an endpoint only below these */
     int offline_max_running;                  /* its running + batchgate's unseen calls */
     int offline_max_inflight;                 /* batch calls in flight per endpoint */
+    bool offline_preempt;                     /* an online call's pick closes a batch call there */
 };
 
 struct model_config {

@@ -35,6 +35,7 @@ struct llmbatch {
     uint64_t cancel_asked, cancel_done;   /* under mu */
     bool stop;                        /* under mu */
     int nwaiting, ninflight;          /* under mu: for llmbatch_counts */
+    uint64_t preempted;               /* lines that gave way (offline.preempt) */
     bool started;
     /* The loop's own: */
     struct llmbatch_line *wait_head, **wait_tail;
@@ -197,6 +198,8 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
     struct llmpool *pool = l->sm->pool;
     const struct model_pool *mp = &l->sm->model.cfg.pool;
     l->endpoint = e;
+    if (l->sm->model.cfg.pool.offline_preempt)
+        (void)llmpool_preempt_take(pool, e);   /* asks left from lines that ended since */
     if (l->tries < LLMBATCH_TRIES)
         l->tried[l->tries] = e;
     l->tries++;
@@ -278,11 +281,50 @@ static void llmbatch_dispatch(struct llmbatch *b)
     }
 }
 
+/* offline.preempt: for each online call picked where lines run, one line
+ * there gives way: its call is closed (the server stops it) and it waits
+ * again, first in line, its tries not counted. */
+static void llmbatch_preempt(struct llmbatch *b)
+{
+    for (int i = 0; i < b->inflight_n; i++) {
+        struct llmbatch_line *l = b->inflight[i];
+        if (!l->sm->model.cfg.pool.offline_preempt)
+            continue;
+        struct llmpool *pool = l->sm->pool;
+        int e = l->endpoint;
+        int want = llmpool_preempt_take(pool, e);   /* 0 on a second visit */
+        bool changed = false;
+        for (int k = b->inflight_n - 1; want > 0 && k >= 0; k--) {
+            struct llmbatch_line *x = b->inflight[k];
+            if (x->sm->pool != pool || x->endpoint != e)
+                continue;
+            log_debug("batch line %lld gives endpoint %d way to an online call",
+                      (long long)x->line, e);
+            upcall_free(x->up);   /* closes the connection: the server stops generating */
+            x->up = NULL;
+            llmpool_end_idle(pool, e);
+            b->inflight[k] = b->inflight[--b->inflight_n];
+            x->tries--;
+            x->status = 0;
+            x->next = b->wait_head;
+            b->wait_head = x;
+            if (b->wait_tail == &b->wait_head)
+                b->wait_tail = &x->next;
+            b->preempted++;
+            want--;
+            changed = true;
+        }
+        if (changed)
+            i = -1;   /* the array changed: again from the start */
+    }
+}
+
 /* Dispatches, and arms the tick while lines wait, or, once nothing is left,
  * to close the connections: not from here, which may run inside a call's
  * callback, whose connection httpc still holds. */
 static void llmbatch_kick(struct llmbatch *b)
 {
+    llmbatch_preempt(b);
     llmbatch_dispatch(b);
     if (b->wait_head || (b->inflight_n == 0 && b->npools > 0)) {
         struct timeval tv = {0, LLMBATCH_TICK_MS * 1000};

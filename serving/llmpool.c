@@ -28,6 +28,7 @@ struct lp_endpoint {
     struct httpc_target *t;
     _Atomic int inflight;
     _Atomic int offline_inflight;       /* of inflight, the Batch API's */
+    _Atomic int preempt;                /* online picks asking an offline call to give way */
     /* Under the pool's mutex: */
     struct scrape_load load;
     int64_t scraped_ns;
@@ -263,11 +264,19 @@ int llmpool_pick(struct llmpool *p, const uint64_t *blocks, int nblocks, const i
         free(v);
     if (e >= 0) {
         atomic_fetch_add(&p->ep[e].inflight, 1);
+        if (p->m->cfg.pool.offline_preempt &&
+            atomic_load_explicit(&p->ep[e].offline_inflight, memory_order_relaxed) > 0)
+            atomic_fetch_add(&p->ep[e].preempt, 1);
         pthread_mutex_lock(&p->mu);
         p->ep[e].calls++;
         pthread_mutex_unlock(&p->mu);
     }
     return e;
+}
+
+int llmpool_preempt_take(struct llmpool *p, int e)
+{
+    return atomic_exchange(&p->ep[e].preempt, 0);
 }
 
 void llmpool_sent(struct llmpool *p, int e, const uint64_t *blocks, int nblocks)

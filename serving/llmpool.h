@@ -56,6 +56,10 @@ void llmpool_end(struct llmpool *p, int e);
  * llmpool_end_idle. */
 int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip);
 void llmpool_end_idle(struct llmpool *p, int e);
+/* With offline.preempt: how many online calls were picked for e since the
+ * last ask while offline calls were in flight there (each asks one offline
+ * call to give way); taken, so that each is answered once. */
+int llmpool_preempt_take(struct llmpool *p, int e);
 /* Every usable endpoint is saturated (queue or KV cache at its
  * saturation level): low priorities are shed. */
 bool llmpool_saturated(struct llmpool *p);

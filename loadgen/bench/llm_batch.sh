@@ -25,7 +25,8 @@
 # Knobs (environment): SERVER (llmsim or llama), ENDPOINTS (2), SPEED (llmsim --speed, 1), RATE
 # (online requests/s, 4), DURATION (s a phase, 30), LINES (1000), BATCH_OUT
 # (max_tokens of a batch line, 64), MAX_RUNNING (the pool's
-# offline.max_running and max_inflight_per_endpoint, 4), ONLINE (the
+# offline.max_running and max_inflight_per_endpoint, 4), PREEMPT (the pool's
+# offline.preempt, false), ONLINE (the
 # online requests' --synthetic, in=60:20,out=32:8).
 set -eu
 
@@ -42,6 +43,7 @@ BATCH_OUT=${BATCH_OUT:-64}
 MAX_RUNNING=${MAX_RUNNING:-4}
 ONLINE=${ONLINE:-in=60:20,out=32:8}
 SERVER=${SERVER:-llmsim}
+PREEMPT=${PREEMPT:-false}
 
 [ -x "$BIN" ] && [ -x "$LOAD" ] || { echo "llm_batch: build first ($BIN, $LOAD)" >&2; exit 1; }
 bg_workdir llm-batch
@@ -76,13 +78,15 @@ else
 fi
 
 mkdir -p "$WORK/repo/smol"
-python3 - "$PORTS" "$MAX_RUNNING" "$SERVED" >"$WORK/repo/smol/config.json" <<'PY'
+python3 - "$PORTS" "$MAX_RUNNING" "$SERVED" "$PREEMPT" >"$WORK/repo/smol/config.json" <<'PY'
 import json, sys
 ports, m = sys.argv[1].split(), int(sys.argv[2])
+preempt = sys.argv[4] == "true"
 print(json.dumps({"backend": "openai", "served_model_name": sys.argv[3],
                   "endpoints": ["http://127.0.0.1:%s" % p for p in ports],
                   "metrics_interval_ms": 50,
-                  "offline": {"max_running": m, "max_inflight_per_endpoint": m}}))
+                  "offline": {"max_running": m, "max_inflight_per_endpoint": m,
+                              "preempt": preempt}}))
 PY
 cat >"$WORK/config.json" <<EOF
 {"listen": "127.0.0.1:0", "model_repository": "$WORK/repo", "state_dir": "$WORK/state",
@@ -147,7 +151,7 @@ batch_counts() {
     curl -s "$URL/v1/batches/$BID" | python3 -c 'import json,sys; b=json.load(sys.stdin); c=b["request_counts"]; print(b["status"], c["completed"] + c["failed"], c["total"])'
 }
 
-echo "== $SERVER: $ENDPOINTS endpoints (llmsim --speed $SPEED); online: --rate $RATE --synthetic $ONLINE, $DURATION s a phase; batch: $LINES lines, max_tokens $BATCH_OUT, offline.max_running $MAX_RUNNING"
+echo "== $SERVER: $ENDPOINTS endpoints (llmsim --speed $SPEED); online: --rate $RATE --synthetic $ONLINE, $DURATION s a phase; batch: $LINES lines, max_tokens $BATCH_OUT, offline.max_running $MAX_RUNNING, preempt $PREEMPT"
 phase alone
 FID=$(curl -s -F purpose=batch -F "file=@$WORK/batch.jsonl" "$URL/v1/files" |
       python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')

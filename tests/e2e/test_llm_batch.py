@@ -297,6 +297,41 @@ class TestBatchServerErrors(BatchCase):
             self.assertIn("error", e["response"]["body"])
 
 
+class TestBatchPreempt(BatchCase):
+    sim_args = ("--speed", "1")
+    pool_kw = {"offline": {"max_running": 2, "max_inflight_per_endpoint": 2, "preempt": True}}
+
+    def test_online_call_closes_a_batch_line(self):
+        """offline.preempt: an online call sent to an endpoint where batch
+        lines run closes one of them (the server aborts it); the line runs
+        again later, and the batch still answers each custom_id once."""
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=30) for i in range(16)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        time.sleep(0.3)   # lines running on both endpoints
+        aborted0 = sum(self.sim.metrics(i).get("llmsim:requests_aborted_total", 0)
+                       for i in range(self.sim_endpoints))
+        for _ in range(2):
+            st, raw = self.call("POST", "/v1/chat/completions",
+                                {"model": "smol", "max_tokens": 4,
+                                 "messages": [{"role": "user", "content": "now"}]})
+            self.assertEqual(st, 200, raw)
+            self.assertEqual(json.loads(raw)["choices"][0]["message"]["content"],
+                             expected_text(4))
+        time.sleep(0.2)
+        aborted = sum(self.sim.metrics(i).get("llmsim:requests_aborted_total", 0)
+                      for i in range(self.sim_endpoints)) - aborted0
+        self.assertGreaterEqual(aborted, 1, "no batch line gave way")
+        b = self.wait(bid, timeout=60)
+        self.assertEqual(b["request_counts"], {"total": 16, "completed": 16, "failed": 0})
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(16)))
+        for o in out:
+            self.assertEqual(o["response"]["body"]["choices"][0]["message"]["content"],
+                             expected_text(30))
+
+
 def digest(key):
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
