@@ -19,7 +19,7 @@ import time
 import unittest
 import uuid
 
-from harness import Server, run_testdeps
+from harness import SANITIZER_RE, Server, run_testdeps
 from test_infer import write_model
 from test_llm_pool import Sim, expected_text, pool
 
@@ -61,6 +61,8 @@ class BatchCase(unittest.TestCase):
         self.sim.stop()
         self.sim.proc.stdout.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        for s in self.servers:   # a sanitizer build's report, if any
+            self.assertIsNone(SANITIZER_RE.search(s.log()), s.log()[-4000:])
 
     def start(self):
         cfg = {"model_repository": self.repo, "state_dir": self.state}
