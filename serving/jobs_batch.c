@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "serving/lifecycle.h"
 #include "serving/llmpool.h"
+#include "serving/modelstats.h"
 
 /* Appends a string literal. */
 #define JOBS_LIT(b, lit) buf_append((b), (lit), sizeof(lit) - 1)
@@ -455,13 +456,17 @@ static void jobs_batch_collect_one(struct jobs *j, struct llmbatch_line *l)
         ok = l->status >= 200 && l->status < 300;
         json_t *ans = json_loadb(l->answer.data ? l->answer.data : "", l->answer.len, 0, NULL);
         json_t *usage = json_object_get(ans, "usage");
+        int64_t prompt = 0, completion = 0;
         if (ok && json_is_object(usage)) {
             json_t *p = json_object_get(usage, "prompt_tokens");
             json_t *k = json_object_get(usage, "completion_tokens");
-            llmpool_tokens(l->sm->pool, l->endpoint, bc->tenant,
-                           json_is_integer(p) ? json_integer_value(p) : 0,
-                           json_is_integer(k) ? json_integer_value(k) : 0);
+            prompt = json_is_integer(p) ? json_integer_value(p) : 0;
+            completion = json_is_integer(k) ? json_integer_value(k) : 0;
+            llmpool_tokens(l->sm->pool, l->endpoint, bc->tenant, prompt, completion);
         }
+        /* The usage ledger: the line's tokens and time, as the tenant's
+         * offline use of the pool (an online call's are online). */
+        modelstats_call(l->sm->stats, 0, bc->tenant, true, prompt + completion, l->ns);
         char id[48], rid[48];
         jobs_new_id("batch_req_", id, sizeof id);
         jobs_new_id("req_", rid, sizeof rid);

@@ -14,6 +14,7 @@
 
 #include <event2/event.h>
 
+#include "common/clock.h"
 #include "common/httpc.h"
 #include "common/log.h"
 #include "common/upcall.h"
@@ -107,6 +108,7 @@ static void llmbatch_enqueue(struct llmbatch *b, struct llmbatch_line *l)
 static void llmbatch_call_end(struct llmbatch *b, struct llmbatch_line *l, bool again)
 {
     struct llmpool *pool = l->sm->pool;
+    l->ns = now_ns() - l->t0;
     llmpool_end_idle(pool, l->endpoint);
     llmbatch_inflight_remove(b, l);
     struct upcall *u = l->up;
@@ -198,6 +200,7 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
     struct llmpool *pool = l->sm->pool;
     const struct model_pool *mp = &l->sm->model.cfg.pool;
     l->endpoint = e;
+    l->t0 = now_ns();
     if (l->sm->model.cfg.pool.offline_preempt)
         (void)llmpool_preempt_take(pool, e);   /* asks left from lines that ended since */
     if (l->tries < LLMBATCH_TRIES)

@@ -49,6 +49,8 @@ struct llmbatch_line {
     int endpoint;                     /* the last try's, -1 none */
     int tries;
     int tried[LLMBATCH_TRIES];        /* the endpoints of the tries so far */
+    int64_t ns;                       /* the last try's time, its start to its end */
+    int64_t t0;
     /* The caller's: */
     struct llmbatch *b;
     struct upcall *up;

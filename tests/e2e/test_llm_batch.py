@@ -43,7 +43,7 @@ class BatchCase(unittest.TestCase):
     extra = {}
 
     def setUp(self):
-        self.sim = Sim(self.sim_endpoints, *self.sim_args)
+        self.sim = Sim(self.sim_endpoints, self.sim_args)
         self.tmp = tempfile.mkdtemp(prefix="batchgate-batch-")
         self.repo = os.path.join(self.tmp, "models")
         os.makedirs(self.repo)
@@ -59,7 +59,6 @@ class BatchCase(unittest.TestCase):
         for s in self.servers:
             s.kill()
         self.sim.stop()
-        self.sim.proc.stdout.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
         for s in self.servers:   # a sanitizer build's report, if any
             self.assertIsNone(SANITIZER_RE.search(s.log()), s.log()[-4000:])
@@ -341,7 +340,8 @@ def digest(key):
 class TestBatchTenants(BatchCase):
     extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")]},
                          {"name": "team-b", "keys": [digest("k-b")]},
-                         {"name": "ops", "keys": [digest("k-ops")], "admin": True}]}
+                         {"name": "ops", "keys": [digest("k-ops")], "admin": True}],
+             "usage": {"flush_s": 1}}
 
     def test_a_batch_is_its_tenants(self):
         """A batch and its files are the creating key's tenant's: another
@@ -380,6 +380,19 @@ class TestBatchTenants(BatchCase):
                       raw.decode())
         self.assertTrue(m, raw.decode()[:2000])
         self.assertEqual(int(m.group(1)), 12)   # 3 lines of 4 tokens
+        # The usage ledger: the lines are the tenant's offline use of the pool.
+        deadline = time.monotonic() + 10
+        while True:
+            st, raw = self.call("GET", "/v2/usage?group_by=tenant,model,class&step=86400")
+            self.assertEqual(st, 200, raw)
+            rows = [x for x in json.loads(raw)["rows"]
+                    if x["tenant"] == "team-a" and x["requests"]]
+            if sum(x["requests"] for x in rows) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        self.assertEqual([(x["model"], x["class"], x["requests"]) for x in rows],
+                         [("smol", "offline", 3)], rows)
+        self.assertGreater(rows[0]["rows"], 12)   # tokens: prompt and completion
 
 
 class TestBatchClientSigkill(BatchCase):
