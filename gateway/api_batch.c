@@ -11,12 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <jansson.h>
 
 #include "common/buf.h"
 #include "gateway/auth.h"
+#include "gateway/multipart.h"
 #include "http/http.h"
 #include "serving/jobs.h"
 #include "serving/tensor_json.h"
@@ -237,86 +237,6 @@ static struct batch_call *batch_call_new(struct http_request *req, struct api_st
     return call;
 }
 
-/* ---- multipart/form-data (RFC 7578), as the openai client sends it ---- */
-
-struct batch_part {
-    char name[64];
-    char filename[256];
-    const char *data;
-    size_t len;
-};
-
-/* The value of `key=` in a header's parameters (quoted or not), into out. */
-static bool batch_header_param(const char *h, size_t n, const char *key, char *out, size_t cap)
-{
-    size_t kl = strlen(key);
-    for (size_t i = 0; i + kl < n; i++) {
-        if ((i == 0 || h[i - 1] == ';' || h[i - 1] == ' ') && strncasecmp(h + i, key, kl) == 0 &&
-            h[i + kl] == '=') {
-            size_t v = i + kl + 1, e;
-            bool quoted = v < n && h[v] == '"';
-            v += quoted;
-            for (e = v; e < n && (quoted ? h[e] != '"' : (h[e] != ';' && h[e] != ' ')); e++)
-                ;
-            if (e - v >= cap)
-                return false;
-            memcpy(out, h + v, e - v);
-            out[e - v] = '\0';
-            return true;
-        }
-    }
-    return false;
-}
-
-/* The parts of body (up to max); -1 when it is not multipart as declared. */
-static int batch_multipart(const char *body, size_t len, const char *boundary,
-                           struct batch_part *parts, int max)
-{
-    char delim[200];
-    int dl = snprintf(delim, sizeof delim, "--%s", boundary);
-    if (dl <= 2 || dl >= (int)sizeof delim)
-        return -1;
-    const char *end = body + len;
-    const char *p = memmem(body, len, delim, (size_t)dl);
-    int n = 0;
-    while (p) {
-        p += dl;
-        if (end - p >= 2 && p[0] == '-' && p[1] == '-')
-            return n;   /* the closing delimiter */
-        if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
-            return -1;
-        p += 2;
-        const char *hend = memmem(p, (size_t)(end - p), "\r\n\r\n", 4);
-        if (!hend)
-            return -1;
-        struct batch_part part = {0};
-        for (const char *h = p; h < hend;) {
-            const char *le = memmem(h, (size_t)(hend - h), "\r\n", 2);
-            if (!le)
-                le = hend;
-            if ((size_t)(le - h) > 20 && strncasecmp(h, "Content-Disposition:", 20) == 0) {
-                batch_header_param(h + 20, (size_t)(le - h - 20), "name", part.name,
-                                   sizeof part.name);
-                batch_header_param(h + 20, (size_t)(le - h - 20), "filename", part.filename,
-                                   sizeof part.filename);
-            }
-            h = le + 2;
-        }
-        const char *data = hend + 4;
-        char next[204];
-        int nl = snprintf(next, sizeof next, "\r\n%s", delim);
-        const char *q = memmem(data, (size_t)(end - data), next, (size_t)nl);
-        if (!q)
-            return -1;
-        part.data = data;
-        part.len = (size_t)(q - data);
-        if (n < max)
-            parts[n++] = part;
-        p = q + 2;
-    }
-    return -1;
-}
-
 /* ---- /v1/files ---- */
 
 /* POST /v1/files: multipart with `purpose` (batch) and `file`. */
@@ -330,18 +250,14 @@ static void batch_file_upload(struct http_request *req, const struct route_match
     size_t hl, len;
     const char *ct = http_request_header(req, "Content-Type", &hl);
     const char *body = http_request_body(req, &len);
-    char boundary[180];
-    struct batch_part parts[8];
-    int n = -1;
-    if (ct && hl >= 19 && strncasecmp(ct, "multipart/form-data", 19) == 0 &&
-        batch_header_param(ct, hl, "boundary", boundary, sizeof boundary))
-        n = batch_multipart(body ? body : "", len, boundary, parts, 8);
+    struct multipart_part parts[8];
+    int n = multipart_parse(ct, ct ? hl : 0, body ? body : "", len, parts, 8);
     if (n < 0) {
         http_respond_error(req, 400, NULL, "the body must be multipart/form-data with the "
                                            "fields `purpose` and `file`");
         return;
     }
-    const struct batch_part *purpose = NULL, *file = NULL;
+    const struct multipart_part *purpose = NULL, *file = NULL;
     for (int i = 0; i < n; i++) {
         if (strcmp(parts[i].name, "purpose") == 0)
             purpose = &parts[i];
