@@ -22,7 +22,6 @@
 #include "serving/serving.h"
 
 #define LLMBATCH_TICK_MS 5
-#define LLMBATCH_POOLS 64   /* connection pools kept (by target) while lines run */
 
 struct llmbatch {
     void (*done)(struct llmbatch_line *l, void *arg);
@@ -42,11 +41,11 @@ struct llmbatch {
     struct llmbatch_line *wait_head, **wait_tail;
     struct llmbatch_line **inflight;  /* [cap] */
     int inflight_n, inflight_cap;
-    struct {
+    struct llmbatch_conns {
         struct httpc_target *t;
         struct httpc_pool *p;
-    } pools[LLMBATCH_POOLS];
-    int npools;
+    } *pools;                         /* [npools], grown as endpoints are called */
+    int npools, pools_cap;
 };
 
 static void llmbatch_publish(struct llmbatch *b)
@@ -67,8 +66,14 @@ static struct httpc_pool *llmbatch_pool_for(struct llmbatch *b, struct httpc_tar
     for (int i = 0; i < b->npools; i++)
         if (b->pools[i].t == t)
             return b->pools[i].p;
-    if (b->npools == LLMBATCH_POOLS)
-        return NULL;
+    if (b->npools == b->pools_cap) {
+        int cap = b->pools_cap ? b->pools_cap * 2 : 16;
+        struct llmbatch_conns *v = realloc(b->pools, (size_t)cap * sizeof *v);
+        if (!v)
+            return NULL;
+        b->pools = v;
+        b->pools_cap = cap;
+    }
     struct httpc_pool *p = httpc_pool_new(t, b->base, 64, 1);
     if (p) {
         b->pools[b->npools].t = t;
@@ -509,6 +514,7 @@ void llmbatch_free(struct llmbatch *b)
     if (b->base)
         event_base_free(b->base);
     free(b->inflight);
+    free(b->pools);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     free(b);
