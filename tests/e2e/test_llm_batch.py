@@ -299,6 +299,22 @@ class TestBatchServerErrors(BatchCase):
             self.assertIn("error", e["response"]["body"])
 
 
+class TestBatchHundredEndpoints(BatchCase):
+    sim_endpoints = 100
+    sim_args = ("--speed", "10")
+
+    def test_lines_spread_over_a_hundred_endpoints(self):
+        """1,000 lines over a pool of 100 simulated endpoints: every one of
+        them takes lines (the caller keeps connections to each)."""
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=8) for i in range(1000)]))["id"]
+        b = self.wait(json.loads(self.create(fid)[1])["id"], timeout=120)
+        self.assertEqual(b["request_counts"], {"total": 1000, "completed": 1000, "failed": 0})
+        used = sum(1 for i in range(100)
+                   if self.sim.metrics(i).get("vllm:request_success_total", 0) > 0)
+        self.assertEqual(used, 100)
+
+
 class TestBatchPreempt(BatchCase):
     sim_args = ("--speed", "1")
     pool_kw = {"offline": {"max_running": 2, "max_inflight_per_endpoint": 2, "preempt": True}}
