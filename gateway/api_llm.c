@@ -37,6 +37,7 @@
 #include "common/log.h"
 #include "gateway/admit.h"
 #include "gateway/auth.h"
+#include "gateway/llmtap.h"
 #include "gateway/proxy.h"
 #include "serving/llmpool.h"
 #include "serving/picker.h"
@@ -44,8 +45,6 @@
 
 /* Leading blocks of a prompt remembered for prefix affinity. */
 #define LLM_BLOCKS_MAX 128
-/* One server-sent event larger than this is passed on unread. */
-#define LLM_EVENT_MAX (1u << 20)
 /* A non-streamed answer is read for its usage up to this size. */
 #define LLM_KEEP_MAX (4u << 20)
 
@@ -67,16 +66,13 @@ struct llm_call {
     size_t len;
     uint64_t blocks[LLM_BLOCKS_MAX];
     int nblocks;
-    bool stream, want_usage;
+    bool stream;
     bool streaming;                   /* this answer is an event stream we read */
-    bool parse_off;                   /* an event too large: the rest passes unread */
     bool gap_aborted;                 /* the client left between two tries */
     int64_t t0;                       /* the request's arrival */
     int64_t t_first, t_last;          /* the first and latest chunks with content */
-    int64_t prompt_tokens, completion_tokens, chunks;
-    bool usage_seen;
     int status;
-    struct buf ev;                    /* the event being assembled */
+    struct llmtap tap;                /* the stream read on its way (llmtap.h) */
     struct buf keep;                  /* a whole answer, for its usage */
     char last_fail[300];              /* the last try's failure, for the answer */
     bool admitted;                    /* holds a place of the tenant's (admit.h) */
@@ -101,7 +97,7 @@ static void llm_call_free(struct llm_call *c)
     if (c->sm)
         served_release(c->sm);
     free(c->body);
-    buf_free(&c->ev);
+    llmtap_free(&c->tap);
     buf_free(&c->keep);
     free(c);
 }
@@ -273,132 +269,41 @@ static int llm_tap_head(void *arg, const struct httpc_head *h, struct buf *heade
     return 0;
 }
 
-/* A chunk carries generated text (chat's delta or a completion's text). */
-static bool llm_chunk_has_content(json_t *j)
+/* llmtap's: an event with generated text passed at `now`. */
+static void llm_on_content(void *arg, int64_t now)
 {
-    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
-    if (!ch)
-        return false;
-    json_t *delta = json_object_get(ch, "delta");
-    const char *s = json_string_value(json_object_get(delta, "content"));
-    if (!s)
-        s = json_string_value(json_object_get(delta, "reasoning_content"));
-    if (!s)
-        s = json_string_value(json_object_get(ch, "text"));
-    return s && s[0];
-}
-
-static void llm_usage(struct llm_call *c, json_t *usage)
-{
-    json_t *p = json_object_get(usage, "prompt_tokens");
-    json_t *k = json_object_get(usage, "completion_tokens");
-    if (!json_is_integer(p) && !json_is_integer(k))
-        return;
-    c->usage_seen = true;
-    c->prompt_tokens = json_is_integer(p) ? json_integer_value(p) : 0;
-    c->completion_tokens = json_is_integer(k) ? json_integer_value(k) : 0;
-}
-
-/* One complete event (ev[0..len) with its blank line): timed, counted, and
- * appended to out unless it is the usage event the client did not ask for. */
-static void llm_event(struct llm_call *c, const char *ev, size_t len, struct buf *out)
-{
-    /* Its data: the "data:" lines' values joined by newlines (WHATWG SSE). */
-    struct buf data = {0};
-    for (size_t i = 0; i < len;) {
-        size_t e = i;
-        while (e < len && ev[e] != '\n')
-            e++;
-        size_t n = e - i;
-        if (n && ev[i + n - 1] == '\r')
-            n--;
-        if (n >= 5 && memcmp(ev + i, "data:", 5) == 0) {
-            size_t v = i + 5 + (n > 5 && ev[i + 5] == ' ');
-            if (data.len)
-                buf_append(&data, "\n", 1);
-            buf_append(&data, ev + v, i + n - v);
-        }
-        i = e + 1;
+    struct llm_call *c = arg;
+    if (!c->t_first) {
+        c->t_first = now;
+        llmpool_ttft(c->pool, c->e, c->tenant, now - c->t0);
+    } else {
+        llmpool_itl(c->pool, c->e, now - c->t_last);
     }
-    bool pass = true;
-    if (data.len && !(data.len == 6 && memcmp(data.data, "[DONE]", 6) == 0)) {
-        json_t *j = json_loadb(data.data, data.len, 0, NULL);
-        if (j) {
-            json_t *usage = json_object_get(j, "usage");
-            json_t *choices = json_object_get(j, "choices");
-            if (json_is_object(usage))
-                llm_usage(c, usage);
-            if (json_is_object(usage) && json_array_size(choices) == 0 && !c->want_usage)
-                pass = false;   /* asked for by batchgate, not by the client */
-            if (llm_chunk_has_content(j)) {
-                int64_t now = now_ns();
-                if (!c->t_first) {
-                    c->t_first = now;
-                    llmpool_ttft(c->pool, c->e, c->tenant, now - c->t0);
-                } else {
-                    llmpool_itl(c->pool, c->e, now - c->t_last);
-                }
-                c->t_last = now;
-                c->chunks++;
-            }
-            json_decref(j);
-        }
-    }
-    buf_free(&data);
-    if (pass)
-        buf_append(out, ev, len);
-}
-
-/* Where the first complete event in b[from..) ends (after its blank line),
- * or 0 when none is complete yet. */
-static size_t llm_event_end(const struct buf *b, size_t from)
-{
-    for (size_t i = from; i + 1 < b->len; i++) {
-        if (b->data[i] != '\n')
-            continue;
-        if (b->data[i + 1] == '\n')
-            return i + 2;
-        if (b->data[i + 1] == '\r' && i + 2 < b->len && b->data[i + 2] == '\n')
-            return i + 3;
-    }
-    return 0;
+    c->t_last = now;
 }
 
 static int llm_tap_body(void *arg, const char *data, size_t len, struct buf *out)
 {
     struct llm_call *c = arg;
-    if (!c->streaming || c->parse_off) {
+    if (!c->streaming) {
         if (data && len) {
             buf_append(out, data, len);
-            if (!c->streaming && c->status == 200 && c->keep.len + len <= LLM_KEEP_MAX)
+            if (c->status == 200 && c->keep.len + len <= LLM_KEEP_MAX)
                 buf_append(&c->keep, data, len);
         }
         return 0;
     }
-    if (!data) {   /* the end: an event the server did not close goes as it is */
-        buf_append(out, c->ev.data, c->ev.len);
-        buf_reset(&c->ev);
+    if (!data) {   /* the end */
+        llmtap_end(&c->tap, out);
         return 0;
     }
-    if (buf_append(&c->ev, data, len) < 0)
+    bool was_off = c->tap.off;
+    if (llmtap_feed(&c->tap, data, len, now_ns(), out) < 0)
         return -1;
-    size_t at = 0, end;
-    while ((end = llm_event_end(&c->ev, at)) > 0) {
-        llm_event(c, c->ev.data + at, end - at, out);
-        at = end;
-    }
-    if (at) {
-        memmove(c->ev.data, c->ev.data + at, c->ev.len - at);
-        c->ev.len -= at;
-    }
-    if (c->ev.len > LLM_EVENT_MAX) {
+    if (c->tap.off && !was_off)
         log_warn("model %s: endpoint %s sent an event over %u bytes; the rest of its stream "
-                 "passes unread", c->sm->model.cfg.name, httpc_target_url(llmpool_target(c->pool, c->e)),
-                 LLM_EVENT_MAX);
-        c->parse_off = true;
-        buf_append(out, c->ev.data, c->ev.len);
-        buf_reset(&c->ev);
-    }
+                 "passes unread", c->sm->model.cfg.name,
+                 httpc_target_url(llmpool_target(c->pool, c->e)), LLMTAP_EVENT_MAX);
     return 0;
 }
 
@@ -437,18 +342,13 @@ static void llm_account(struct llm_call *c, int status)
  * still used the server: its tokens count toward the tenant's quotas). */
 static void llm_count(struct llm_call *c)
 {
-    if (!c->usage_seen && !c->streaming && c->keep.len) {
-        json_t *j = json_loadb(c->keep.data, c->keep.len, 0, NULL);
-        if (j)
-            llm_usage(c, json_object_get(j, "usage"));
-        json_decref(j);
-    }
-    if (!c->usage_seen) {
-        c->prompt_tokens = c->prompt_estimate;
-        c->completion_tokens = c->chunks;
-    }
-    llmpool_tokens(c->pool, c->e, c->tenant, c->prompt_tokens, c->completion_tokens);
-    c->used = c->prompt_tokens + c->completion_tokens;
+    struct llmtap *t = &c->tap;
+    if (!c->streaming && c->keep.len)
+        llmtap_usage_of(t, c->keep.data, c->keep.len);
+    int64_t prompt = t->usage_seen ? t->prompt_tokens : c->prompt_estimate;
+    int64_t completion = t->usage_seen ? t->completion_tokens : t->chunks;
+    llmpool_tokens(c->pool, c->e, c->tenant, prompt, completion);
+    c->used = prompt + completion;
 }
 
 static int llm_tap_end(void *arg, const struct proxy_outcome *o)
@@ -508,11 +408,10 @@ static void llm_try(struct llm_call *c)
     }
     c->e = e;
     c->tried[c->tries++] = e;
-    c->streaming = c->parse_off = c->usage_seen = false;
+    c->streaming = false;
     c->t_first = c->t_last = 0;
-    c->chunks = c->prompt_tokens = c->completion_tokens = 0;
     c->status = 0;
-    buf_reset(&c->ev);
+    llmtap_reset(&c->tap);
     buf_reset(&c->keep);
     log_debug("model %s: call to endpoint %d (%s)", c->sm->model.cfg.name, e, why ? why : "");
     /* Before the call: it may end (and free c) before proxy_forward_tapped returns. */
@@ -615,6 +514,9 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
     c->pool = sm->pool;
     c->api = api;
     c->e = -1;
+    llmtap_init(&c->tap);
+    c->tap.on_content = llm_on_content;
+    c->tap.arg = c;
     c->tenant = auth_tenant(req);
     c->t0 = http_request_arrival_ns(req);
     int64_t est = llm_estimate(api, root, &c->prompt_estimate);
@@ -641,7 +543,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
             so = json_object();
             json_object_set_new(root, "stream_options", so);
         }
-        c->want_usage = json_is_true(json_object_get(so, "include_usage"));
+        c->tap.want_usage = json_is_true(json_object_get(so, "include_usage"));
         json_object_set_new(so, "include_usage", json_true());
     }
     struct buf text = {0};

@@ -1,0 +1,147 @@
+/* llmtap.c - see llmtap.h. */
+#include "gateway/llmtap.h"
+
+#include <string.h>
+
+#include <jansson.h>
+
+void llmtap_init(struct llmtap *t) { memset(t, 0, sizeof *t); }
+
+void llmtap_free(struct llmtap *t) { buf_free(&t->ev); }
+
+void llmtap_reset(struct llmtap *t)
+{
+    buf_reset(&t->ev);
+    t->scan = 0;
+    t->off = t->usage_seen = false;
+    t->chunks = t->prompt_tokens = t->completion_tokens = 0;
+}
+
+/* A chunk carries generated text (chat's delta or a completion's text). */
+static bool llmtap_has_content(json_t *j)
+{
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    if (!ch)
+        return false;
+    json_t *delta = json_object_get(ch, "delta");
+    const char *s = json_string_value(json_object_get(delta, "content"));
+    if (!s)
+        s = json_string_value(json_object_get(delta, "reasoning_content"));
+    if (!s)
+        s = json_string_value(json_object_get(ch, "text"));
+    return s && s[0];
+}
+
+static void llmtap_usage(struct llmtap *t, json_t *usage)
+{
+    json_t *p = json_object_get(usage, "prompt_tokens");
+    json_t *k = json_object_get(usage, "completion_tokens");
+    if (!json_is_integer(p) && !json_is_integer(k))
+        return;
+    t->usage_seen = true;
+    t->prompt_tokens = json_is_integer(p) ? json_integer_value(p) : 0;
+    t->completion_tokens = json_is_integer(k) ? json_integer_value(k) : 0;
+}
+
+void llmtap_usage_of(struct llmtap *t, const char *body, size_t len)
+{
+    json_t *j = json_loadb(body, len, 0, NULL);
+    if (j)
+        llmtap_usage(t, json_object_get(j, "usage"));
+    json_decref(j);
+}
+
+/* One complete event (ev[0..len) with its blank line): counted, and
+ * appended to out unless it is the usage event the client did not ask for. */
+static void llmtap_event(struct llmtap *t, const char *ev, size_t len, int64_t now,
+                         struct buf *out)
+{
+    /* Its data: the "data:" lines' values joined by newlines (WHATWG SSE). */
+    struct buf data = {0};
+    for (size_t i = 0; i < len;) {
+        size_t e = i;
+        while (e < len && ev[e] != '\n')
+            e++;
+        size_t n = e - i;
+        if (n && ev[i + n - 1] == '\r')
+            n--;
+        if (n >= 5 && memcmp(ev + i, "data:", 5) == 0) {
+            size_t v = i + 5 + (n > 5 && ev[i + 5] == ' ');
+            if (data.len)
+                buf_append(&data, "\n", 1);
+            buf_append(&data, ev + v, i + n - v);
+        }
+        i = e + 1;
+    }
+    bool pass = true;
+    if (data.len && !(data.len == 6 && memcmp(data.data, "[DONE]", 6) == 0)) {
+        json_t *j = json_loadb(data.data, data.len, 0, NULL);
+        if (j) {
+            json_t *usage = json_object_get(j, "usage");
+            json_t *choices = json_object_get(j, "choices");
+            if (json_is_object(usage))
+                llmtap_usage(t, usage);
+            if (json_is_object(usage) && json_array_size(choices) == 0 && !t->want_usage)
+                pass = false;   /* asked for by batchgate, not by the client */
+            if (llmtap_has_content(j)) {
+                t->chunks++;
+                if (t->on_content)
+                    t->on_content(t->arg, now);
+            }
+            json_decref(j);
+        }
+    }
+    buf_free(&data);
+    if (pass)
+        buf_append(out, ev, len);
+}
+
+/* Where the first complete event in b[from..) ends (after its blank line),
+ * or 0 when none is complete yet. */
+static size_t llmtap_event_end(const struct buf *b, size_t from)
+{
+    for (size_t i = from; i + 1 < b->len; i++) {
+        if (b->data[i] != '\n')
+            continue;
+        if (b->data[i + 1] == '\n')
+            return i + 2;
+        if (b->data[i + 1] == '\r' && i + 2 < b->len && b->data[i + 2] == '\n')
+            return i + 3;
+    }
+    return 0;
+}
+
+int llmtap_feed(struct llmtap *t, const char *data, size_t len, int64_t now_ns, struct buf *out)
+{
+    if (t->off)
+        return buf_append(out, data, len);
+    if (buf_append(&t->ev, data, len) < 0)
+        return -1;
+    /* Searched from where the last search ended (an end may straddle the
+     * pieces: two bytes back), so a large event fed in small pieces costs
+     * its length once, not its length squared. */
+    size_t at = 0, end, from = t->scan;
+    while ((end = llmtap_event_end(&t->ev, from)) > 0) {
+        llmtap_event(t, t->ev.data + at, end - at, now_ns, out);
+        at = from = end;
+    }
+    if (at) {
+        memmove(t->ev.data, t->ev.data + at, t->ev.len - at);
+        t->ev.len -= at;
+    }
+    t->scan = t->ev.len >= 2 ? t->ev.len - 2 : 0;
+    if (t->ev.len > LLMTAP_EVENT_MAX) {
+        t->off = true;
+        buf_append(out, t->ev.data, t->ev.len);
+        buf_reset(&t->ev);
+        t->scan = 0;
+    }
+    return 0;
+}
+
+void llmtap_end(struct llmtap *t, struct buf *out)
+{
+    buf_append(out, t->ev.data, t->ev.len);
+    buf_reset(&t->ev);
+    t->scan = 0;
+}

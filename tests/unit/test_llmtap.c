@@ -1,0 +1,187 @@
+/* test_llmtap.c - gateway/llmtap.c, the reader of an LLM server's answer on
+ * its way to the client: events passed on whole and in order however the
+ * bytes are cut, the usage event dropped only for a client that did not
+ * ask, content chunks counted and timed, usage read, an oversized event
+ * turning reading off, and a whole answer's usage. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gateway/llmtap.h"
+
+#define CHUNK(t) "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" t "\"}}]}\n\n"
+#define USAGE "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\n"
+#define DONE "data: [DONE]\n\n"
+
+static const char stream[] = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+                             "\"content\":\"\"}}]}\n\n" CHUNK("a") CHUNK(" b") CHUNK(" c") USAGE DONE;
+
+static int64_t times[16];
+static int ntimes;
+
+static void on_content(void *arg, int64_t now)
+{
+    (void)arg;
+    if (ntimes < 16)
+        times[ntimes++] = now;
+}
+
+/* Feeds s in pieces of `piece` bytes at times 1, 2, 3, ...; the output. */
+static void run(const char *s, size_t len, size_t piece, bool want_usage, struct llmtap *t,
+                struct buf *out)
+{
+    llmtap_init(t);
+    t->want_usage = want_usage;
+    t->on_content = on_content;
+    ntimes = 0;
+    int64_t now = 1;
+    for (size_t at = 0; at < len; at += piece)
+        assert_int_equal(llmtap_feed(t, s + at, len - at < piece ? len - at : piece, now++, out),
+                         0);
+    llmtap_end(t, out);
+}
+
+static void test_any_cut_gives_the_same_events(void **state)
+{
+    (void)state;
+    size_t len = strlen(stream);
+    for (size_t piece = 1; piece <= len; piece++) {
+        struct llmtap t;
+        struct buf out = {0};
+        run(stream, len, piece, true, &t, &out);
+        /* Asked for: every byte passes, in order. */
+        assert_int_equal(out.len, len);
+        assert_memory_equal(out.data, stream, len);
+        assert_int_equal(t.chunks, 3);   /* the empty first delta is no text */
+        assert_int_equal(ntimes, 3);
+        assert_true(t.usage_seen);
+        assert_int_equal(t.prompt_tokens, 7);
+        assert_int_equal(t.completion_tokens, 3);
+        llmtap_free(&t);
+        buf_free(&out);
+    }
+}
+
+static void test_usage_event_dropped_unless_asked(void **state)
+{
+    (void)state;
+    struct llmtap t;
+    struct buf out = {0};
+    run(stream, strlen(stream), 5, false, &t, &out);
+    const char *want_end = CHUNK(" c") DONE;
+    assert_int_equal(out.len, strlen(stream) - strlen(USAGE));
+    assert_memory_equal(out.data + out.len - strlen(want_end), want_end, strlen(want_end));
+    assert_null(memmem(out.data, out.len, "usage", 5));
+    /* Counted all the same. */
+    assert_true(t.usage_seen);
+    assert_int_equal(t.completion_tokens, 3);
+    llmtap_free(&t);
+    buf_free(&out);
+}
+
+static void test_crlf_and_several_data_lines(void **state)
+{
+    (void)state;
+    /* An event's data may span lines (joined by \n): a JSON object split. */
+    const char *s = "data: {\"choices\":[{\"text\":\r\ndata: \"x\"}]}\r\n\r\n"
+                    ": a comment\r\n\r\n"
+                    "event: message\ndata:{\"choices\":[{\"text\":\"y\"}]}\n\n";
+    struct llmtap t;
+    struct buf out = {0};
+    run(s, strlen(s), 3, false, &t, &out);
+    assert_int_equal(out.len, strlen(s));
+    assert_int_equal(t.chunks, 2);
+    assert_false(t.usage_seen);
+    llmtap_free(&t);
+    buf_free(&out);
+}
+
+static void test_broken_events_pass_as_sent(void **state)
+{
+    (void)state;
+    /* Not JSON, then a stream cut inside an event: both reach the client. */
+    const char *s = CHUNK("a") "data: {\"id\": \"broken\n\n" "data: {\"choices\":[{\"delta\":";
+    struct llmtap t;
+    struct buf out = {0};
+    run(s, strlen(s), 7, false, &t, &out);
+    assert_int_equal(out.len, strlen(s));
+    assert_memory_equal(out.data, s, strlen(s));
+    assert_int_equal(t.chunks, 1);
+    llmtap_free(&t);
+    buf_free(&out);
+}
+
+static void test_times_of_content(void **state)
+{
+    (void)state;
+    /* One event per piece: the times are the pieces'. */
+    const char *s = CHUNK("a") CHUNK("b") CHUNK("c");
+    struct llmtap t;
+    struct buf out = {0};
+    run(s, strlen(s), strlen(CHUNK("a")), false, &t, &out);
+    assert_int_equal(ntimes, 3);
+    assert_int_equal(times[0], 1);
+    assert_int_equal(times[1], 2);
+    assert_int_equal(times[2], 3);
+    llmtap_free(&t);
+    buf_free(&out);
+}
+
+static void test_oversized_event_turns_reading_off(void **state)
+{
+    (void)state;
+    struct llmtap t;
+    struct buf out = {0};
+    llmtap_init(&t);
+    static char big[LLMTAP_EVENT_MAX + 100];
+    memcpy(big, "data: ", 6);
+    memset(big + 6, 'x', sizeof big - 6);
+    assert_int_equal(llmtap_feed(&t, big, sizeof big, 1, &out), 0);
+    assert_true(t.off);
+    assert_int_equal(out.len, sizeof big);
+    /* The rest passes unread, the usage event included. */
+    assert_int_equal(llmtap_feed(&t, "\n\n" USAGE, 2 + strlen(USAGE), 2, &out), 0);
+    assert_int_equal(out.len, sizeof big + 2 + strlen(USAGE));
+    assert_false(t.usage_seen);
+    llmtap_reset(&t);
+    assert_false(t.off);
+    llmtap_free(&t);
+    buf_free(&out);
+}
+
+static void test_whole_answer_usage(void **state)
+{
+    (void)state;
+    struct llmtap t;
+    llmtap_init(&t);
+    const char *body = "{\"choices\":[{\"message\":{\"content\":\"hi\"}}],"
+                       "\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":5}}";
+    llmtap_usage_of(&t, body, strlen(body));
+    assert_true(t.usage_seen);
+    assert_int_equal(t.prompt_tokens, 12);
+    assert_int_equal(t.completion_tokens, 5);
+    llmtap_reset(&t);
+    llmtap_usage_of(&t, "not json", 8);
+    llmtap_usage_of(&t, "{\"usage\": {\"x\": 1}}", 19);
+    assert_false(t.usage_seen);
+    llmtap_free(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_any_cut_gives_the_same_events),
+        cmocka_unit_test(test_usage_event_dropped_unless_asked),
+        cmocka_unit_test(test_crlf_and_several_data_lines),
+        cmocka_unit_test(test_broken_events_pass_as_sent),
+        cmocka_unit_test(test_times_of_content),
+        cmocka_unit_test(test_oversized_event_turns_reading_off),
+        cmocka_unit_test(test_whole_answer_usage),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
