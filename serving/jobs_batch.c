@@ -590,9 +590,10 @@ static void jobs_batch_finalize(struct jobs *j, int status, const char *errors)
     if (state_batch_finish(j->st, bc->b.id, status, has_out ? &out : NULL, has_err ? &errf : NULL,
                            errors, jobs_batch_now_s(), &e2))
         log_error("batch %s: %s", bc->b.id, e2.msg);
-    log_info("batch %s %s: %lld of %lld requests completed, %lld failed", bc->b.id,
-             state_batch_status_name(status), (long long)bc->b.completed, (long long)bc->b.total,
-             (long long)bc->b.failed);
+    log_info("batch %s %s: %lld of %lld requests completed, %lld failed (lines that gave way "
+             "to online calls since start: %llu)", bc->b.id, state_batch_status_name(status),
+             (long long)bc->b.completed, (long long)bc->b.total, (long long)bc->b.failed,
+             (unsigned long long)(j->caller ? llmbatch_preempted(j->caller) : 0));
     buf_free(&files.out);
     buf_free(&files.err);
     buf_free(&why);

@@ -34,8 +34,7 @@ struct llmbatch {
     struct llmbatch_line *incoming;   /* under mu: submitted, not yet seen by the loop */
     uint64_t cancel_asked, cancel_done;   /* under mu */
     bool stop;                        /* under mu */
-    int nwaiting, ninflight;          /* under mu: for llmbatch_counts */
-    uint64_t preempted;               /* lines that gave way (offline.preempt) */
+    _Atomic uint64_t preempted;       /* lines that gave way (offline.preempt) */
     bool started;
     /* The loop's own: */
     struct llmbatch_line *wait_head, **wait_tail;
@@ -47,17 +46,6 @@ struct llmbatch {
     } *pools;                         /* [npools], grown as endpoints are called */
     int npools, pools_cap;
 };
-
-static void llmbatch_publish(struct llmbatch *b)
-{
-    int n = 0;
-    for (struct llmbatch_line *l = b->wait_head; l; l = l->next)
-        n++;
-    pthread_mutex_lock(&b->mu);
-    b->nwaiting = n;
-    b->ninflight = b->inflight_n;
-    pthread_mutex_unlock(&b->mu);
-}
 
 /* Connections to a target stay open while lines run; none once the caller is
  * idle, so that a pool unloaded since leaves no pointer to its targets. */
@@ -318,7 +306,7 @@ static void llmbatch_preempt(struct llmbatch *b)
             b->wait_head = x;
             if (b->wait_tail == &b->wait_head)
                 b->wait_tail = &x->next;
-            b->preempted++;
+            atomic_fetch_add_explicit(&b->preempted, 1, memory_order_relaxed);
             want--;
             changed = true;
         }
@@ -339,7 +327,6 @@ static void llmbatch_kick(struct llmbatch *b)
         if (!event_pending(b->tick, EV_TIMEOUT, NULL))
             event_add(b->tick, &tv);
     }
-    llmbatch_publish(b);
 }
 
 static void llmbatch_on_tick(evutil_socket_t fd, short what, void *arg)
@@ -404,8 +391,7 @@ static void llmbatch_on_wake(evutil_socket_t fd, short what, void *arg)
     }
     if (cancel != b->cancel_done || stop) {
         llmbatch_take_back(b);
-        llmbatch_publish(b);
-        pthread_mutex_lock(&b->mu);
+            pthread_mutex_lock(&b->mu);
         b->cancel_done = cancel;
         pthread_cond_broadcast(&b->cv);
         pthread_mutex_unlock(&b->mu);
@@ -469,7 +455,6 @@ void llmbatch_submit(struct llmbatch *b, struct llmbatch_line *l)
     pthread_mutex_lock(&b->mu);
     l->next = b->incoming;
     b->incoming = l;
-    b->nwaiting++;
     pthread_mutex_unlock(&b->mu);
     event_active(b->wake, EV_READ, 0);
 }
@@ -486,12 +471,9 @@ void llmbatch_cancel(struct llmbatch *b)
     pthread_mutex_unlock(&b->mu);
 }
 
-void llmbatch_counts(struct llmbatch *b, int *waiting, int *inflight)
+uint64_t llmbatch_preempted(struct llmbatch *b)
 {
-    pthread_mutex_lock(&b->mu);
-    *waiting = b->nwaiting;
-    *inflight = b->ninflight;
-    pthread_mutex_unlock(&b->mu);
+    return atomic_load_explicit(&b->preempted, memory_order_relaxed);
 }
 
 void llmbatch_free(struct llmbatch *b)

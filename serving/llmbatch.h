@@ -68,7 +68,7 @@ void llmbatch_submit(struct llmbatch *b, struct llmbatch_line *l);
 /* Takes every line back (calls in flight are closed: their servers stop
  * generating) and returns once `done` has run for each. */
 void llmbatch_cancel(struct llmbatch *b);
-/* Lines waiting for idle capacity and lines in flight now. */
-void llmbatch_counts(struct llmbatch *b, int *waiting, int *inflight);
+/* Lines that gave way to online calls (offline.preempt) since start. */
+uint64_t llmbatch_preempted(struct llmbatch *b);
 
 #endif
