@@ -379,6 +379,22 @@ static const struct schema_field model_pool_saturation[] = {
     SCHEMA_END_ROW,
 };
 
+static const struct schema_field model_pool_offline[] = {
+    {SCHEMA_F_INT("max_running", struct model_config, pool.offline_max_running), .min = 0,
+     .max = 100000, .def = 4,
+     .doc = "a Batch API line goes to an endpoint only while its running requests (as scraped, "
+            "plus batchgate's calls since) are below this, and nothing waits there; 0: batches "
+            "never use this pool"},
+    {SCHEMA_F_INT("max_inflight_per_endpoint", struct model_config, pool.offline_max_inflight),
+     .min = 1, .max = 100000, .def = 4,
+     .doc = "Batch API lines in flight to one endpoint, at most"},
+    {SCHEMA_F_BOOL("preempt", struct model_config, pool.offline_preempt), .def = false,
+     .doc = "an online call sent to an endpoint closes a Batch API line's call there (the line "
+            "waits and runs again later): online calls share the server with no line, at the "
+            "cost of the line's work so far"},
+    SCHEMA_END_ROW,
+};
+
 /* ---- config.json ---- */
 
 static const struct schema_field model_fields[] = {
@@ -427,6 +443,8 @@ static const struct schema_field model_fields[] = {
      .doc = "openai: no answer, or no piece of a stream, for this long: 504 (or a cut stream)"},
     {SCHEMA_F_INT("tries", struct model_config, pool.tries), .min = 1, .max = 8, .def = 3,
      .doc = "openai: endpoints a call may try while nothing reached its client"},
+    {SCHEMA_F_SECTION("offline", model_pool_offline),
+     .doc = "openai: the idle capacity the Batch API's lines may use (docs/LLM.md, \"Batch API\")"},
     {SCHEMA_F_IGNORE("platform"),
      .doc = "Triton's; accepted and ignored (`GET /v2/models/{m}` reports "
             "`batchgate_<backend>`)"},

@@ -120,6 +120,10 @@ struct model_pool {
     char metrics_path[128];
     int timeout_ms;                           /* no answer, or no piece of a stream, this long */
     int tries;                                /* endpoints one call may try before its first byte */
+    /* offline: the Batch API's lines use an endpoint only below these */
+    int offline_max_running;                  /* its running + batchgate's unseen calls */
+    int offline_max_inflight;                 /* batch calls in flight per endpoint */
+    bool offline_preempt;                     /* an online call's pick closes a batch call there */
 };
 
 struct model_config {

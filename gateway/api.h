@@ -94,6 +94,8 @@ void api_models_openai_embed(struct http_request *req, const struct route_match 
 /* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
  * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
 int api_jobs_register(struct router *r, struct api_state *st, struct error *err);
+/* OpenAI's Batch API: /v1/files and /v1/batches (docs/LLM.md "Batch API"). */
+int api_batch_register(struct router *r, struct api_state *st, struct error *err);
 /* GET /v2/usage, GET /dashboard/usage (SPEC.md "Usage and cost"). */
 int api_usage_register(struct router *r, struct api_state *st, struct error *err);
 /* GET and PUT /v2/governance (SPEC.md "Time windows"). */

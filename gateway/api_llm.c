@@ -649,8 +649,11 @@ static void llm_model(struct http_request *req, const struct route_match *m, voi
 
 bool api_openai_route(const char *pattern, int method)
 {
-    static const char *const routes[] = {"/v1/embeddings", "/v1/chat/completions",
-                                         "/v1/completions", "/v1/models"};
+    static const char *const routes[] = {
+        "/v1/embeddings", "/v1/chat/completions", "/v1/completions", "/v1/models",
+        /* the Batch API (api_batch.c) */
+        "/v1/files", "/v1/files/{id}", "/v1/files/{id}/content", "/v1/batches",
+        "/v1/batches/{id}", "/v1/batches/{id}/cancel"};
     for (size_t i = 0; pattern && i < sizeof routes / sizeof routes[0]; i++)
         if (strcmp(pattern, routes[i]) == 0)
             return true;

@@ -203,6 +203,10 @@ static const struct schema_field config_jobs_fields[] = {
      .min = 1, .max = (int64_t)1 << 40, .def = 1073741824,
      .doc = "a job's input, as a body or an `input_path` file; past it: 413 (a body is also "
             "bound by `limits.max_body_bytes`)"},
+    {SCHEMA_F_SIZE("max_file_bytes", struct config_jobs, max_file_bytes),
+     .min = 1, .max = (int64_t)1 << 40, .def = 209715200,
+     .doc = "a file uploaded to `POST /v1/files` for the Batch API (docs/LLM.md); past it: 413 "
+            "(the upload is also bound by `limits.max_body_bytes`)"},
     SCHEMA_END_ROW,
 };
 

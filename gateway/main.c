@@ -299,7 +299,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
     if ((rc = api_health_register(r, st, err)) || (rc = api_models_register(r, st, err)) ||
         (rc = api_llm_register(r, st, err)) ||
         (rc = api_metrics_register(r, st, err)) || (rc = api_dashboard_register(r, st, err)) ||
-        (rc = api_jobs_register(r, st, err)) || (rc = api_governance_register(r, st, err)) ||
+        (rc = api_jobs_register(r, st, err)) || (rc = api_batch_register(r, st, err)) || (rc = api_governance_register(r, st, err)) ||
         (rc = api_repository_register(r, st, err)) || (rc = api_usage_register(r, st, err)) ||
         (rc = api_logging_register(r, st, err)) || (rc = api_shm_register(r, st, err)))
         return rc;
@@ -438,7 +438,8 @@ int main(int argc, char **argv)
         log_warn("auth.required is true and no tenant has keys: every request but the health "
                  "routes, /metrics and the dashboard is refused with 401");
     /* The state database before any route can ask for a job. */
-    struct jobs_config jc = {cfg.state_dir, cfg.jobs.dir, cfg.jobs.max_input_bytes, &cfg.tenants};
+    struct jobs_config jc = {cfg.state_dir, cfg.jobs.dir, cfg.jobs.max_input_bytes, &cfg.tenants,
+                             cfg.jobs.max_file_bytes};
     if (jobs_open(&jc, serving, &api.jobs, &err)) {
         log_error("%s", err.msg);
         exit_code = EXIT_USAGE;

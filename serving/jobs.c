@@ -7,6 +7,7 @@
  * end a job through the same steps; split, they would call each other
  * across files and share the state through an internal header. */
 #include "serving/jobs.h"
+#include "serving/jobs_impl.h"
 #include "serving/lifecycle.h"
 
 #include <errno.h>
@@ -32,72 +33,6 @@
 
 #include "serving/tensor_json.h"
 
-/* Lines in flight per job: enough to fill a few batches, few enough that a
- * job never holds much memory or queue. */
-#define JOBS_WINDOW 64
-/* A group of result lines is made durable after this many lines or this
- * long, whichever first: one fdatasync + one commit per group. */
-#define JOBS_GROUP_LINES 256
-#define JOBS_GROUP_NS (50 * 1000000LL)
-
-struct jobs_slot {
-    struct infer_item item;           /* first member not required: see jobs_slot_of */
-    struct jobs *j;
-    int64_t line;                     /* 1-based number among the input's non-blank lines */
-    int64_t end_offset;               /* input offset just past this line */
-    struct infer_request r;
-    float *output;
-    bool submitted;                   /* handed to the batcher, not back yet */
-    bool done;                        /* under mu: complete() ran, or never submitted */
-    struct buf result;                /* the result line, once done (runner thread) */
-    bool failed;                      /* an error line */
-};
-
-struct jobs_cur {                     /* the job being run (runner thread only) */
-    bool active;
-    struct state_job job;
-    struct served_model *sm;
-    int model_index;
-    int tenant;                       /* the job's tenant in the tenants table: its lines' */
-    FILE *in;
-    int out_fd;
-    int64_t offset;                   /* input read up to here */
-    int64_t next_line;
-    bool eof;
-    int head, count;                  /* the window: ring of JOBS_WINDOW slots */
-    struct buf pending;               /* result lines written, not yet durable */
-    int64_t pending_lines, pending_failed, pending_end_offset;
-    int64_t last_commit_ns;
-    char *line;
-    size_t line_cap;
-};
-
-struct jobs {
-    char state_dir[4096];
-    char dir[4096];
-    size_t max_input_bytes;
-    const struct tenants_config *tenants;
-    struct serving *serving;
-    struct state *st;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct jobs_cmd *cmds, **cmds_tail;
-    uint64_t events;                  /* bumped under mu by completions and commands */
-    bool stop;
-    pthread_t thread;
-    bool running;
-    struct jobs_cur cur;
-    struct jobs_slot slots[JOBS_WINDOW];
-    _Atomic uint64_t (*lines)[2];     /* per served model: ok, failed */
-    int nmodels;
-};
-
-static int64_t jobs_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int jobs_mkdir(const char *d, const char *what, struct error *err)
 {
@@ -121,6 +56,7 @@ int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **ou
         snprintf(j->dir, sizeof j->dir, "%s/jobs", cfg->state_dir);
     j->max_input_bytes = cfg->max_input_bytes;
     j->tenants = cfg->tenants;
+    j->max_file_bytes = cfg->max_file_bytes ? cfg->max_file_bytes : ((size_t)200 << 20);
     j->serving = s;
     j->nmodels = s ? serving_count(s) : 0;
     j->lines = calloc((size_t)j->nmodels + 1, sizeof *j->lines);
@@ -146,6 +82,7 @@ int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **ou
 
 const char *jobs_dir(const struct jobs *j) { return j->dir; }
 size_t jobs_max_input_bytes(const struct jobs *j) { return j->max_input_bytes; }
+size_t jobs_max_file_bytes(const struct jobs *j) { return j->max_file_bytes; }
 struct state *jobs_state(struct jobs *j) { return j->st; }
 
 void jobs_lines(struct jobs *j, int i, uint64_t *ok, uint64_t *failed)
@@ -236,13 +173,6 @@ static void jobs_result_ok(struct jobs *j, struct jobs_slot *sl)
     buf_free(&enc);
 }
 
-static bool jobs_blank(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n')
-            return false;
-    return true;
-}
 
 /* Reads the next non-blank line into a new slot and submits it (or makes
  * its error line at once). 0: a slot was filled; 1: end of input. */
@@ -457,16 +387,6 @@ static void jobs_fail(struct jobs *j, const char *reason)
     jobs_finish(j, STATE_JOB_FAILED, reason);
 }
 
-/* A new file's name survives a power loss only once its folder is synced
- * too (a killed process needs only the file's own sync). */
-static void jobs_sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
 
 /* Non-blank lines of the input: the job's total. */
 static int64_t jobs_count_lines(FILE *f)
@@ -482,19 +402,6 @@ static int64_t jobs_count_lines(FILE *f)
     return total;
 }
 
-/* The index of the job's tenant. A job from before tenants ("") is the
- * default's; so is one whose tenant left the configuration since, rather
- * than failing work that was accepted. */
-static int jobs_tenant_index(const struct jobs *j, const char *name)
-{
-    for (int i = 0; j->tenants && name[0] && i < j->tenants->n; i++)
-        if (strcmp(j->tenants->t[i].name, name) == 0)
-            return i;
-    if (name[0] && strcmp(name, "default") != 0)
-        log_warn("a job of tenant \"%s\", which is not configured any more, runs as \"default\"",
-                 name);
-    return 0;
-}
 
 /* Opens the oldest unfinished job where its last run left it. 1: one is
  * active; 0: none to run. */
@@ -593,49 +500,13 @@ static bool jobs_pump(struct jobs *j)
 
 /* ---- commands ---- */
 
-static void jobs_new_id(char *id, size_t cap)
-{
-    unsigned char r[8] = {0};
-    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-        uint64_t t = (uint64_t)jobs_mono_ns();
-        memcpy(r, &t, sizeof r);
-    }
-    snprintf(id, cap, "job-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3], r[4], r[5],
-             r[6], r[7]);
-}
 
-static int jobs_write_file(const char *path, const char *data, size_t len, struct error *err)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return error_set(err, BG_EIO, "cannot create %s: %s", path, strerror(errno));
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, data + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(path);
-            return error_set(err, BG_EIO, "cannot write %s: %s", path,
-                             w < 0 ? strerror(e) : "short write");
-        }
-        off += (size_t)w;
-    }
-    int rc = fsync(fd) == 0 ? 0 : error_set(err, BG_EIO, "cannot sync %s: %s", path,
-                                            strerror(errno));
-    close(fd);
-    if (rc)
-        unlink(path);
-    return rc;
-}
 
 static void jobs_cmd_create(struct jobs *j, struct jobs_cmd *c)
 {
     struct state_job job;
     memset(&job, 0, sizeof job);
-    jobs_new_id(job.id, sizeof job.id);
+    jobs_new_id("job-", job.id, sizeof job.id);
     snprintf(job.model, sizeof job.model, "%s", c->model);
     snprintf(job.tenant, sizeof job.tenant, "%s", c->tenant[0] ? c->tenant : "default");
     job.state = STATE_JOB_QUEUED;
@@ -695,8 +566,10 @@ static void jobs_run_cmds(struct jobs *j, struct jobs_cmd *c)
         struct jobs_cmd *next = c->next;
         if (c->kind == JOBS_CMD_CREATE)
             jobs_cmd_create(j, c);
-        else
+        else if (c->kind == JOBS_CMD_CANCEL)
             jobs_cmd_cancel(j, c);
+        else
+            jobs_batch_cmd(j, c);
         c->done(c);
         c = next;
     }
@@ -732,11 +605,14 @@ static void *jobs_main(void *arg)
             progress = jobs_begin_next(j);
         else
             progress = jobs_pump(j);
+        progress |= jobs_batch_pump(j);
         if (progress)
             continue;
         /* Nothing to do until a line comes back, a command arrives, or the
          * group's time is up (a running job) / a while (idle). */
         int64_t wait_ns = j->cur.active ? JOBS_GROUP_NS / 2 : 1000000000LL;
+        if (j->bcur.active && wait_ns > 100000000LL)
+            wait_ns = 100000000LL;   /* a batch's expiry is checked at least this often */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + wait_ns;
@@ -758,11 +634,15 @@ static void *jobs_main(void *arg)
         log_info("job %s paused at line %lld", j->cur.job.id, (long long)j->cur.job.lines_done);
         jobs_close_cur(j);
     }
+    jobs_batch_pause(j);
     return NULL;
 }
 
 int jobs_start(struct jobs *j, struct error *err)
 {
+    j->caller = llmbatch_new(jobs_batch_returned, j, err);
+    if (!j->caller)
+        return -err->code;
     int rc = pthread_create(&j->thread, NULL, jobs_main, j);
     if (rc)
         return error_set(err, BG_EINTERNAL, "cannot start the jobs thread: %s", strerror(rc));
@@ -803,6 +683,7 @@ void jobs_free(struct jobs *j)
     if (!j)
         return;
     jobs_stop(j);
+    llmbatch_free(j->caller);
     state_close(j->st);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

@@ -14,6 +14,10 @@
  * so whatever the process went through (SIGKILL included) each input line
  * ends with exactly one result line.
  *
+ * OpenAI's Batch API runs on the same thread (jobs_batch.c): its files and
+ * batches are rows of the same database, each line's result committed as
+ * the line ends; the lines' calls are made by serving/llmbatch.h.
+ *
  * IO threads never write the database nor the job files: they hand a
  * command (create, cancel) to the runner and get it back through `done`,
  * called on the runner thread. They do read (the GET routes: the read
@@ -38,9 +42,18 @@ struct jobs_config {
     /* The tenants a job's lines run as (by the name the job was stored
      * with); NULL: every job is the tenant "default"'s. Outlives the runner. */
     const struct tenants_config *tenants;
+    size_t max_file_bytes;            /* the Batch API: the largest /v1/files upload */
 };
 
-enum jobs_cmd_kind { JOBS_CMD_CREATE, JOBS_CMD_CANCEL };
+enum jobs_cmd_kind {
+    JOBS_CMD_CREATE,
+    JOBS_CMD_CANCEL,
+    /* OpenAI's Batch API (docs/LLM.md "Batch API"): */
+    JOBS_CMD_FILE_CREATE,             /* body, filename, purpose, tenant -> id */
+    JOBS_CMD_FILE_DELETE,             /* id */
+    JOBS_CMD_BATCH_CREATE,            /* file_id, endpoint, window, metadata, tenant -> id */
+    JOBS_CMD_BATCH_CANCEL,            /* id */
+};
 
 /* A request to the runner, owned by the caller until `done` runs. */
 struct jobs_cmd {
@@ -51,9 +64,15 @@ struct jobs_cmd {
     char *body;                       /* create: the input lines (the runner frees it), or NULL */
     size_t body_len;
     char input_path[1024];            /* create from a file under jobs.dir (resolved) */
-    char id[40];                      /* create: filled in; cancel: the job */
+    char id[48];                      /* create: filled in; cancel: the job */
     int status;                       /* 0, or a -BG_E* code with `error` */
     char error[512];
+    int http_status;                  /* with status: the answer's when not the code's */
+    char param[64];                   /* with status: the field at fault (OpenAI's `param`) */
+    /* The Batch API's: */
+    char filename[256], purpose[32];
+    char file_id[48], endpoint[32], window[16];
+    char metadata[2048];              /* JSON text, or "" */
     int state;                        /* the job's state after the command */
     void (*done)(struct jobs_cmd *c); /* runner thread */
     void *arg;
@@ -74,6 +93,7 @@ void jobs_command(struct jobs *j, struct jobs_cmd *c);
 
 const char *jobs_dir(const struct jobs *j);
 size_t jobs_max_input_bytes(const struct jobs *j);
+size_t jobs_max_file_bytes(const struct jobs *j);
 struct state *jobs_state(struct jobs *j);
 /* Result lines written for served model `i` since start: ok and failed. */
 void jobs_lines(struct jobs *j, int i, uint64_t *ok, uint64_t *failed);

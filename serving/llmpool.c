@@ -27,6 +27,8 @@ const double llm_itl_bounds[LLM_ITL_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.02
 struct lp_endpoint {
     struct httpc_target *t;
     _Atomic int inflight;
+    _Atomic int offline_inflight;       /* of inflight, the Batch API's */
+    _Atomic int preempt;                /* online picks asking an offline call to give way */
     /* Under the pool's mutex: */
     struct scrape_load load;
     int64_t scraped_ns;
@@ -212,9 +214,41 @@ static void llmpool_view(struct llmpool *p, struct picker_endpoint *v, int64_t n
             .load = ep->load,
             .scraped_ns = ep->scraped_ns,
             .inflight_at_scrape = ep->inflight_at_scrape,
+            .offline_inflight = atomic_load_explicit(&ep->offline_inflight, memory_order_relaxed),
         };
     }
     pthread_mutex_unlock(&p->mu);
+}
+
+int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip)
+{
+    const struct model_pool *c = &p->m->cfg.pool;
+    if (c->offline_max_running <= 0)
+        return -1;
+    struct picker_endpoint stack[32], *v = p->n <= 32 ? stack : malloc((size_t)p->n * sizeof *v);
+    if (!v)
+        return -1;
+    int64_t now = now_ns();
+    llmpool_view(p, v, now);
+    struct picker_idle idle = {.max_running = c->offline_max_running,
+                               .max_inflight = c->offline_max_inflight};
+    int e = picker_pick_idle(p->picker, v, p->n, &idle, skip, nskip, now);
+    if (v != stack)
+        free(v);
+    if (e >= 0) {
+        atomic_fetch_add(&p->ep[e].inflight, 1);
+        atomic_fetch_add(&p->ep[e].offline_inflight, 1);
+        pthread_mutex_lock(&p->mu);
+        p->ep[e].calls++;
+        pthread_mutex_unlock(&p->mu);
+    }
+    return e;
+}
+
+void llmpool_end_idle(struct llmpool *p, int e)
+{
+    atomic_fetch_sub(&p->ep[e].offline_inflight, 1);
+    atomic_fetch_sub(&p->ep[e].inflight, 1);
 }
 
 int llmpool_pick(struct llmpool *p, const uint64_t *blocks, int nblocks, const int *tried,
@@ -230,11 +264,19 @@ int llmpool_pick(struct llmpool *p, const uint64_t *blocks, int nblocks, const i
         free(v);
     if (e >= 0) {
         atomic_fetch_add(&p->ep[e].inflight, 1);
+        if (p->m->cfg.pool.offline_preempt &&
+            atomic_load_explicit(&p->ep[e].offline_inflight, memory_order_relaxed) > 0)
+            atomic_fetch_add(&p->ep[e].preempt, 1);
         pthread_mutex_lock(&p->mu);
         p->ep[e].calls++;
         pthread_mutex_unlock(&p->mu);
     }
     return e;
+}
+
+int llmpool_preempt_take(struct llmpool *p, int e)
+{
+    return atomic_exchange(&p->ep[e].preempt, 0);
 }
 
 void llmpool_sent(struct llmpool *p, int e, const uint64_t *blocks, int nblocks)

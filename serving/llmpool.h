@@ -50,6 +50,16 @@ int llmpool_pick(struct llmpool *p, const uint64_t *blocks, int nblocks, const i
 /* The call reached e's server: e now holds the prompt's blocks. */
 void llmpool_sent(struct llmpool *p, int e, const uint64_t *blocks, int nblocks);
 void llmpool_end(struct llmpool *p, int e);
+/* An offline call (a Batch API line): the endpoint with idle capacity now
+ * by the pool's `offline` settings (picker_pick_idle), not one of
+ * skip[0..nskip), or -1. It counts in flight (online picks see it) until
+ * llmpool_end_idle. */
+int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip);
+void llmpool_end_idle(struct llmpool *p, int e);
+/* With offline.preempt: how many online calls were picked for e since the
+ * last ask while offline calls were in flight there (each asks one offline
+ * call to give way); taken, so that each is answered once. */
+int llmpool_preempt_take(struct llmpool *p, int e);
 /* Every usable endpoint is saturated (queue or KV cache at its
  * saturation level): low priorities are shed. */
 bool llmpool_saturated(struct llmpool *p);

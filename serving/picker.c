@@ -390,6 +390,41 @@ bool picker_saturated(struct picker *p, const struct picker_endpoint *eps, int n
     return usable > 0;
 }
 
+int picker_pick_idle(const struct picker *p, const struct picker_endpoint *eps, int n,
+                     const struct picker_idle *idle, const int *skip, int nskip, int64_t now_ns)
+{
+    int best = -1;
+    double best_run = 0;
+    for (int e = 0; e < n; e++) {
+        const struct picker_endpoint *ep = &eps[e];
+        const struct scrape_load *l = &ep->load;
+        bool skipped = false;
+        for (int k = 0; k < nskip; k++)
+            skipped |= skip[k] == e;
+        if (skipped || !ep->usable || ep->offline_inflight >= idle->max_inflight)
+            continue;
+        bool fresh = ep->scraped_ns > 0 && now_ns - ep->scraped_ns <= p->stale_ns &&
+                     l->waiting >= 0 && l->recognised > 0;
+        if (!fresh || l->waiting > 0)
+            continue;
+        if (picker_assess(p, ep, now_ns).saturated)
+            continue;
+        /* Calls ended since the scrape free their places at once (both
+         * ways, as picker_assess moves it): a line may follow one that
+         * just ended without waiting for the next scrape. */
+        double run = picker_max0(picker_max0(l->running) +
+                                 (double)(ep->inflight - ep->inflight_at_scrape));
+        if (run >= idle->max_running)
+            continue;
+        if (best < 0 || run < best_run ||
+            (run == best_run && ep->offline_inflight < eps[best].offline_inflight)) {
+            best = e;
+            best_run = run;
+        }
+    }
+    return best;
+}
+
 /* Which endpoints a pick may not take: a mask or a list. */
 struct picker_tried {
     unsigned mask;

@@ -90,6 +90,7 @@ struct picker_endpoint {       /* one endpoint as the pool sees it now */
      * already. Left 0, every call in flight counts as unseen (safe: more
      * spreading, never herding). */
     int inflight_at_scrape;
+    int offline_inflight;      /* of `inflight`, the offline (Batch API) calls */
 };
 
 struct picker;  /* opaque: policy, round-robin cursor, the prefix affinity table; thread-safe */
@@ -131,6 +132,24 @@ void picker_forget(struct picker *p, int e);
  * SPEC "Priority"); false when none is usable (that is an error to answer,
  * not a load to shed). */
 bool picker_saturated(struct picker *p, const struct picker_endpoint *eps, int n, int64_t now_ns);
+/* Idle capacity for offline work (the Batch API's lines, docs/LLM.md "Batch
+ * API"): the pool's `offline` settings. */
+struct picker_idle {
+    int max_running;           /* the server's running + batchgate's unseen calls stay below it */
+    int max_inflight;          /* offline calls in flight per endpoint, at most */
+};
+/* The endpoint an offline call may take now, or -1: one that is usable, has
+ * fresh metrics that recognised the server, reported no request waiting,
+ * is not saturated (queue or KV cache, as picker_pick judges it), whose
+ * running count plus the calls batchgate sent since that scrape (online and
+ * offline: inflight - inflight_at_scrape) is below max_running, and that
+ * has fewer than max_inflight offline calls. Among those, the least running,
+ * then the fewest offline calls, then the lowest index; the endpoints in
+ * skip[0..nskip) are passed over (those a retried line has tried). Stale or never
+ * scraped metrics say nothing of what waits there: no offline call goes. */
+int picker_pick_idle(const struct picker *p, const struct picker_endpoint *eps, int n,
+                     const struct picker_idle *idle, const int *skip, int nskip, int64_t now_ns);
+
 /* Blocks in the affinity table now (tests, stats). */
 int picker_table_size(struct picker *p);
 

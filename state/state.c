@@ -89,6 +89,30 @@ static const char state_schema_v3[] =
     " start INTEGER NOT NULL, part INTEGER NOT NULL, entries BLOB NOT NULL,"
     " PRIMARY KEY (start, part)) WITHOUT ROWID;";
 
+/* Version 4: OpenAI's Batch API. A batch's line results are rows of their
+ * own, each committed as its line ends (SPEC.md "LLM pools"); the output and
+ * error files are written from them when the batch ends. */
+static const char state_schema_v4[] =
+    "CREATE TABLE IF NOT EXISTS files ("
+    " id TEXT PRIMARY KEY, tenant TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,"
+    " bytes INTEGER NOT NULL, created_at INTEGER NOT NULL, path TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS batches ("
+    " id TEXT PRIMARY KEY, tenant TEXT NOT NULL, endpoint TEXT NOT NULL,"
+    " input_file_id TEXT NOT NULL, input_path TEXT NOT NULL, completion_window TEXT NOT NULL,"
+    " metadata TEXT NOT NULL DEFAULT 'null', status INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL, in_progress_at INTEGER NOT NULL DEFAULT 0,"
+    " finalizing_at INTEGER NOT NULL DEFAULT 0, completed_at INTEGER NOT NULL DEFAULT 0,"
+    " failed_at INTEGER NOT NULL DEFAULT 0, expired_at INTEGER NOT NULL DEFAULT 0,"
+    " cancelling_at INTEGER NOT NULL DEFAULT 0, cancelled_at INTEGER NOT NULL DEFAULT 0,"
+    " expires_at INTEGER NOT NULL, total INTEGER NOT NULL,"
+    " completed INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0,"
+    " output_file_id TEXT NOT NULL DEFAULT '', error_file_id TEXT NOT NULL DEFAULT '',"
+    " errors TEXT NOT NULL DEFAULT '');"
+    "CREATE INDEX IF NOT EXISTS batches_status ON batches(status, created_at);"
+    "CREATE TABLE IF NOT EXISTS batch_results ("
+    " batch_id TEXT NOT NULL, line INTEGER NOT NULL, ok INTEGER NOT NULL, body TEXT NOT NULL,"
+    " PRIMARY KEY (batch_id, line)) WITHOUT ROWID;";
+
 static int state_migrate(sqlite3 *db, struct error *err)
 {
     sqlite3_stmt *s;
@@ -105,9 +129,10 @@ static int state_migrate(sqlite3 *db, struct error *err)
     if (v == STATE_SCHEMA_VERSION)
         return 0;
     /* Each step from the version found; one transaction. */
-    char sql[sizeof state_schema_v1 + sizeof state_schema_v3 + 64];
-    snprintf(sql, sizeof sql, "BEGIN;%s%sPRAGMA user_version=%d;COMMIT;",
-             v < 1 ? state_schema_v1 : "", v < 3 ? state_schema_v3 : "", STATE_SCHEMA_VERSION);
+    char sql[sizeof state_schema_v1 + sizeof state_schema_v3 + sizeof state_schema_v4 + 64];
+    snprintf(sql, sizeof sql, "BEGIN;%s%s%sPRAGMA user_version=%d;COMMIT;",
+             v < 1 ? state_schema_v1 : "", v < 3 ? state_schema_v3 : "",
+             v < 4 ? state_schema_v4 : "", STATE_SCHEMA_VERSION);
     return state_exec(db, sql, err);
 }
 
@@ -362,6 +387,357 @@ int state_job_counts(struct state *st, int64_t *counts, struct error *err)
         if (k >= 0 && k < STATE_JOB_NSTATES)
             counts[k] = sqlite3_column_int64(s, 1);
     }
+    sqlite3_finalize(s);
+out:
+    pthread_mutex_unlock(&st->rmu);
+    return rc;
+}
+
+/* ---- OpenAI's Batch API: files and batches ---- */
+
+static const char *const state_batch_names[STATE_BATCH_NSTATUS] = {
+    "validating", "in_progress", "finalizing", "completed",
+    "failed",     "expired",     "cancelling", "cancelled",
+};
+static const char *const state_batch_ats[9] = {
+    "created_at", "in_progress_at", "finalizing_at", "completed_at", "failed_at",
+    "expired_at", "cancelling_at",  "cancelled_at",  "expires_at",
+};
+
+const char *state_batch_status_name(int s)
+{
+    return s >= 0 && s < STATE_BATCH_NSTATUS ? state_batch_names[s] : "unknown";
+}
+
+const char *state_batch_at_name(int i) { return i >= 0 && i < 9 ? state_batch_ats[i] : "?"; }
+
+static int state_step_done(sqlite3 *db, sqlite3_stmt *s, const char *what, struct error *err)
+{
+    int rc = sqlite3_step(s) == SQLITE_DONE ? 0 : state_fail(err, db, what);
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static int state_file_bind_insert(sqlite3 *db, const struct state_file *f, struct error *err)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(db, "INSERT INTO files(id,tenant,purpose,filename,bytes,created_at,path)"
+                               " VALUES(?,?,?,?,?,?,?)", -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, db, "insert file");
+    sqlite3_bind_text(s, 1, f->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, f->tenant, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, f->purpose, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, f->filename, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 5, f->bytes);
+    sqlite3_bind_int64(s, 6, f->created_at);
+    sqlite3_bind_text(s, 7, f->path, -1, SQLITE_STATIC);
+    return state_step_done(db, s, "insert file", err);
+}
+
+int state_file_insert(struct state *st, const struct state_file *f, struct error *err)
+{
+    return state_file_bind_insert(st->w, f, err);
+}
+
+int state_file_delete(struct state *st, const char *id, struct error *err)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->w, "DELETE FROM files WHERE id=?", -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, st->w, "delete file");
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    return state_step_done(st->w, s, "delete file", err);
+}
+
+#define STATE_FILE_COLUMNS "SELECT id,tenant,purpose,filename,bytes,created_at,path FROM files "
+
+static void state_file_row(sqlite3_stmt *s, struct state_file *f)
+{
+    memset(f, 0, sizeof *f);
+    state_copy(f->id, sizeof f->id, s, 0);
+    state_copy(f->tenant, sizeof f->tenant, s, 1);
+    state_copy(f->purpose, sizeof f->purpose, s, 2);
+    state_copy(f->filename, sizeof f->filename, s, 3);
+    f->bytes = sqlite3_column_int64(s, 4);
+    f->created_at = sqlite3_column_int64(s, 5);
+    state_copy(f->path, sizeof f->path, s, 6);
+}
+
+int state_file_get(struct state *st, const char *id, struct state_file *out, struct error *err)
+{
+    pthread_mutex_lock(&st->rmu);
+    sqlite3_stmt *s;
+    int rc;
+    if (sqlite3_prepare_v2(st->r, STATE_FILE_COLUMNS "WHERE id=?", -1, &s, NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->r, "get file");
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        state_file_row(s, out);
+        rc = 0;
+    } else if (rc == SQLITE_DONE) {
+        rc = error_set(err, BG_ENOTFOUND, "No such File object: %s", id);
+    } else {
+        rc = state_fail(err, st->r, "get file");
+    }
+    sqlite3_finalize(s);
+out:
+    pthread_mutex_unlock(&st->rmu);
+    return rc;
+}
+
+int state_file_list(struct state *st, state_file_fn fn, void *arg, struct error *err)
+{
+    pthread_mutex_lock(&st->rmu);
+    sqlite3_stmt *s;
+    int rc = 0;
+    if (sqlite3_prepare_v2(st->r, STATE_FILE_COLUMNS "ORDER BY created_at DESC, rowid DESC", -1,
+                           &s, NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->r, "list files");
+        goto out;
+    }
+    struct state_file f;
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        state_file_row(s, &f);
+        fn(&f, arg);
+    }
+    if (step != SQLITE_DONE)
+        rc = state_fail(err, st->r, "list files");
+    sqlite3_finalize(s);
+out:
+    pthread_mutex_unlock(&st->rmu);
+    return rc;
+}
+
+#define STATE_BATCH_COLUMNS                                                                   \
+    "SELECT id,tenant,endpoint,input_file_id,input_path,completion_window,metadata,status,"   \
+    "created_at,in_progress_at,finalizing_at,completed_at,failed_at,expired_at,cancelling_at," \
+    "cancelled_at,expires_at,total,completed,failed,output_file_id,error_file_id,errors "     \
+    "FROM batches "
+
+static void state_batch_row(sqlite3_stmt *s, struct state_batch *b)
+{
+    memset(b, 0, sizeof *b);
+    state_copy(b->id, sizeof b->id, s, 0);
+    state_copy(b->tenant, sizeof b->tenant, s, 1);
+    state_copy(b->endpoint, sizeof b->endpoint, s, 2);
+    state_copy(b->input_file_id, sizeof b->input_file_id, s, 3);
+    state_copy(b->input_path, sizeof b->input_path, s, 4);
+    state_copy(b->completion_window, sizeof b->completion_window, s, 5);
+    state_copy(b->metadata, sizeof b->metadata, s, 6);
+    b->status = sqlite3_column_int(s, 7);
+    for (int i = 0; i < 9; i++)
+        b->at[i] = sqlite3_column_int64(s, 8 + i);
+    b->total = sqlite3_column_int64(s, 17);
+    b->completed = sqlite3_column_int64(s, 18);
+    b->failed = sqlite3_column_int64(s, 19);
+    state_copy(b->output_file_id, sizeof b->output_file_id, s, 20);
+    state_copy(b->error_file_id, sizeof b->error_file_id, s, 21);
+    state_copy(b->errors, sizeof b->errors, s, 22);
+}
+
+int state_batch_insert(struct state *st, const struct state_batch *b, struct error *err)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->w,
+                           "INSERT INTO batches(id,tenant,endpoint,input_file_id,input_path,"
+                           "completion_window,metadata,status,created_at,in_progress_at,"
+                           "expires_at,total) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                           -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, st->w, "insert batch");
+    sqlite3_bind_text(s, 1, b->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, b->tenant, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, b->endpoint, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, b->input_file_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 5, b->input_path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 6, b->completion_window, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 7, b->metadata[0] ? b->metadata : "null", -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 8, b->status);
+    sqlite3_bind_int64(s, 9, b->at[STATE_BATCH_AT_CREATED]);
+    sqlite3_bind_int64(s, 10, b->at[STATE_BATCH_IN_PROGRESS]);
+    sqlite3_bind_int64(s, 11, b->at[STATE_BATCH_AT_EXPIRES]);
+    sqlite3_bind_int64(s, 12, b->total);
+    return state_step_done(st->w, s, "insert batch", err);
+}
+
+int state_batch_set_status(struct state *st, const char *id, int status, int64_t now,
+                           struct error *err)
+{
+    if (status <= STATE_BATCH_VALIDATING || status >= STATE_BATCH_NSTATUS)
+        return error_set(err, BG_EINTERNAL, "batch status %d", status);
+    char sql[200];
+    snprintf(sql, sizeof sql, "UPDATE batches SET status=?, %s=? WHERE id=?",
+             state_batch_ats[status]);
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->w, sql, -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, st->w, "update batch");
+    sqlite3_bind_int(s, 1, status);
+    sqlite3_bind_int64(s, 2, now);
+    sqlite3_bind_text(s, 3, id, -1, SQLITE_STATIC);
+    return state_step_done(st->w, s, "update batch", err);
+}
+
+int state_batch_result_add(struct state *st, const char *id, int64_t line, bool ok,
+                           const char *body, size_t len, struct error *err)
+{
+    sqlite3_stmt *s = NULL, *u = NULL;
+    int rc = 0;
+    if (state_exec(st->w, "BEGIN", err))
+        return -BG_EIO;
+    if (sqlite3_prepare_v2(st->w, "INSERT OR IGNORE INTO batch_results(batch_id,line,ok,body)"
+                                  " VALUES(?,?,?,?)", -1, &s, NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->w, "batch result");
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, line);
+    sqlite3_bind_int(s, 3, ok);
+    sqlite3_bind_text(s, 4, body, (int)len, SQLITE_STATIC);
+    if (sqlite3_step(s) != SQLITE_DONE) {
+        rc = state_fail(err, st->w, "batch result");
+        goto out;
+    }
+    if (sqlite3_changes(st->w) == 0) {
+        rc = 1;
+        goto out;
+    }
+    if (sqlite3_prepare_v2(st->w, ok ? "UPDATE batches SET completed=completed+1 WHERE id=?"
+                                     : "UPDATE batches SET failed=failed+1 WHERE id=?",
+                           -1, &u, NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->w, "batch result");
+        goto out;
+    }
+    sqlite3_bind_text(u, 1, id, -1, SQLITE_STATIC);
+    if (sqlite3_step(u) != SQLITE_DONE)
+        rc = state_fail(err, st->w, "batch result");
+out:
+    sqlite3_finalize(s);
+    sqlite3_finalize(u);
+    if (rc >= 0 && state_exec(st->w, "COMMIT", err))
+        rc = -BG_EIO;
+    if (rc < 0)
+        state_exec(st->w, "ROLLBACK", NULL);
+    return rc;
+}
+
+int state_batch_results(struct state *st, const char *id, state_result_fn fn, void *arg,
+                        struct error *err)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->w, "SELECT line, ok, body FROM batch_results WHERE batch_id=?"
+                                  " ORDER BY line", -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, st->w, "batch results");
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW)
+        fn(sqlite3_column_int64(s, 0), sqlite3_column_int(s, 1) != 0,
+           (const char *)sqlite3_column_text(s, 2), (size_t)sqlite3_column_bytes(s, 2), arg);
+    int rc = step == SQLITE_DONE ? 0 : state_fail(err, st->w, "batch results");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int state_batch_finish(struct state *st, const char *id, int status, const struct state_file *out,
+                       const struct state_file *errf, const char *errors, int64_t now,
+                       struct error *err)
+{
+    if (state_exec(st->w, "BEGIN", err))
+        return -BG_EIO;
+    int rc = 0;
+    if (out)
+        rc = state_file_bind_insert(st->w, out, err);
+    if (rc == 0 && errf)
+        rc = state_file_bind_insert(st->w, errf, err);
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "UPDATE batches SET status=?, %s=?, output_file_id=?, error_file_id=?,"
+             " errors=CASE WHEN ? IS NOT NULL THEN ? ELSE errors END WHERE id=?",
+             state_batch_ats[status > 0 && status < STATE_BATCH_NSTATUS ? status : 0]);
+    sqlite3_stmt *s = NULL;
+    if (rc == 0 && sqlite3_prepare_v2(st->w, sql, -1, &s, NULL) != SQLITE_OK)
+        rc = state_fail(err, st->w, "finish batch");
+    if (rc == 0) {
+        sqlite3_bind_int(s, 1, status);
+        sqlite3_bind_int64(s, 2, now);
+        sqlite3_bind_text(s, 3, out ? out->id : "", -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, errf ? errf->id : "", -1, SQLITE_STATIC);
+        if (errors) {
+            sqlite3_bind_text(s, 5, errors, -1, SQLITE_STATIC);
+            sqlite3_bind_text(s, 6, errors, -1, SQLITE_STATIC);
+        }
+        sqlite3_bind_text(s, 7, id, -1, SQLITE_STATIC);
+        rc = state_step_done(st->w, s, "finish batch", err);
+    }
+    if (rc == 0 && state_exec(st->w, "COMMIT", err))
+        rc = -BG_EIO;
+    if (rc)
+        state_exec(st->w, "ROLLBACK", NULL);
+    return rc;
+}
+
+int state_batch_next(struct state *st, struct state_batch *out, struct error *err)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->w, STATE_BATCH_COLUMNS "WHERE status IN (0,1,2,6)"
+                                  " ORDER BY created_at, rowid LIMIT 1", -1, &s, NULL) !=
+        SQLITE_OK)
+        return state_fail(err, st->w, "next batch");
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        state_batch_row(s, out);
+        rc = 1;
+    } else {
+        rc = rc == SQLITE_DONE ? 0 : state_fail(err, st->w, "next batch");
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int state_batch_get(struct state *st, const char *id, struct state_batch *out, struct error *err)
+{
+    pthread_mutex_lock(&st->rmu);
+    sqlite3_stmt *s;
+    int rc;
+    if (sqlite3_prepare_v2(st->r, STATE_BATCH_COLUMNS "WHERE id=?", -1, &s, NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->r, "get batch");
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        state_batch_row(s, out);
+        rc = 0;
+    } else if (rc == SQLITE_DONE) {
+        rc = error_set(err, BG_ENOTFOUND, "No such Batch object: %s", id);
+    } else {
+        rc = state_fail(err, st->r, "get batch");
+    }
+    sqlite3_finalize(s);
+out:
+    pthread_mutex_unlock(&st->rmu);
+    return rc;
+}
+
+int state_batch_list(struct state *st, state_batch_fn fn, void *arg, struct error *err)
+{
+    pthread_mutex_lock(&st->rmu);
+    sqlite3_stmt *s;
+    int rc = 0;
+    if (sqlite3_prepare_v2(st->r, STATE_BATCH_COLUMNS "ORDER BY created_at DESC, rowid DESC", -1,
+                           &s, NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->r, "list batches");
+        goto out;
+    }
+    struct state_batch b;
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        state_batch_row(s, &b);
+        fn(&b, arg);
+    }
+    if (step != SQLITE_DONE)
+        rc = state_fail(err, st->r, "list batches");
     sqlite3_finalize(s);
 out:
     pthread_mutex_unlock(&st->rmu);

@@ -14,11 +14,13 @@
 #ifndef BG_STATE_H
 #define BG_STATE_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
 
-#define STATE_SCHEMA_VERSION 3
+#define STATE_SCHEMA_VERSION 4
 
 enum state_job_state {
     STATE_JOB_QUEUED,
@@ -75,6 +77,84 @@ typedef void (*state_job_fn)(const struct state_job *j, void *arg);
 int state_job_list(struct state *st, state_job_fn fn, void *arg, struct error *err);
 /* Jobs by state, counts[STATE_JOB_NSTATES]. */
 int state_job_counts(struct state *st, int64_t *counts, struct error *err);
+
+/* ---- OpenAI's Batch API (serving/jobs.h, docs/LLM.md "Batch API"): files
+ * and batches. Times are Unix seconds (OpenAI's), 0: not yet. ---- */
+
+struct state_file {
+    char id[48];                      /* "file-..." */
+    char tenant[64];
+    char purpose[32];                 /* "batch", "batch_output" */
+    char filename[256];
+    int64_t bytes, created_at;
+    char path[1024];
+};
+
+enum state_batch_status {
+    STATE_BATCH_VALIDATING,
+    STATE_BATCH_IN_PROGRESS,
+    STATE_BATCH_FINALIZING,
+    STATE_BATCH_COMPLETED,
+    STATE_BATCH_FAILED,
+    STATE_BATCH_EXPIRED,
+    STATE_BATCH_CANCELLING,
+    STATE_BATCH_CANCELLED,
+    STATE_BATCH_NSTATUS
+};
+
+struct state_batch {
+    char id[48];                      /* "batch_..." */
+    char tenant[64];
+    char endpoint[32];                /* "/v1/chat/completions", ... */
+    char input_file_id[48];
+    char input_path[1024];
+    char completion_window[16];
+    char metadata[2048];              /* JSON text: an object, or "null" */
+    int status;                       /* enum state_batch_status */
+    /* created_at, in_progress_at, finalizing_at, completed_at, failed_at,
+     * expired_at, cancelling_at, cancelled_at, expires_at */
+    int64_t at[9];
+    int64_t total, completed, failed;
+    char output_file_id[48], error_file_id[48];
+    char errors[1024];                /* JSON text of OpenAI's `errors`, or "" */
+};
+enum { STATE_BATCH_AT_CREATED, STATE_BATCH_AT_EXPIRES = 8 };
+
+const char *state_batch_status_name(int s);
+/* The *_at field name of a status ("in_progress_at"); created_at for VALIDATING. */
+const char *state_batch_at_name(int i);
+
+/* The jobs thread (the writer): */
+int state_file_insert(struct state *st, const struct state_file *f, struct error *err);
+int state_file_delete(struct state *st, const char *id, struct error *err);
+int state_batch_insert(struct state *st, const struct state_batch *b, struct error *err);
+/* The status, its *_at set to now (seconds). */
+int state_batch_set_status(struct state *st, const char *id, int status, int64_t now,
+                           struct error *err);
+/* One line's result, and the batch's counts, in one transaction: a line
+ * whose result is committed is never run again. 1: it was already (nothing changed). */
+int state_batch_result_add(struct state *st, const char *id, int64_t line, bool ok,
+                           const char *body, size_t len, struct error *err);
+typedef void (*state_result_fn)(int64_t line, bool ok, const char *body, size_t len, void *arg);
+/* The committed results of a batch in line order. */
+int state_batch_results(struct state *st, const char *id, state_result_fn fn, void *arg,
+                        struct error *err);
+/* The end of a batch in one transaction: the output and error files' rows
+ * (either NULL: none), their ids on the batch, its final status and errors. */
+int state_batch_finish(struct state *st, const char *id, int status, const struct state_file *out,
+                       const struct state_file *errf, const char *errors, int64_t now,
+                       struct error *err);
+/* The oldest batch in_progress (or validating, cancelling, finalizing): 1, 0 none, <0. */
+int state_batch_next(struct state *st, struct state_batch *out, struct error *err);
+
+/* Any thread (the read connection): */
+int state_file_get(struct state *st, const char *id, struct state_file *out, struct error *err);
+typedef void (*state_file_fn)(const struct state_file *f, void *arg);
+int state_file_list(struct state *st, state_file_fn fn, void *arg, struct error *err);
+int state_batch_get(struct state *st, const char *id, struct state_batch *out, struct error *err);
+typedef void (*state_batch_fn)(const struct state_batch *b, void *arg);
+/* Newest first (OpenAI's order). */
+int state_batch_list(struct state *st, state_batch_fn fn, void *arg, struct error *err);
 
 /* ---- the usage ledger's storage (usage.c; SPEC.md "Usage and cost"),
  * filled by serving/ledger.c ---- */

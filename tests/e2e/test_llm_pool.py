@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "llmsim"))
 from simproc import Sim  # noqa: E402
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
-         "juliett", "kilo", "lima", "mike", "november", "oscar", "papa"]
+         "juliet", "kilo", "lima", "mike", "november", "oscar", "papa"]
 
 
 def expected_text(n):

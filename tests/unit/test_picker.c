@@ -446,6 +446,55 @@ static void test_holders_bounded(void **s)
     picker_free(p);
 }
 
+/* The Batch API's idle rule: only endpoints with nothing waiting, fresh
+ * metrics, below max_running (the scrape's running plus the calls since,
+ * both ways) and below max_inflight offline calls; the least running first. */
+static void test_pick_idle(void **s)
+{
+    (void)s;
+    struct picker *p = new_picker(PICKER_SCORE, 4);
+    struct picker_idle idle = {.max_running = 4, .max_inflight = 2};
+    struct picker_endpoint eps[4];
+    for (int i = 0; i < 4; i++)
+        eps[i] = fresh(0, 3, 0.1);
+    eps[2].load.running = 1;
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), 2);   /* least running */
+    eps[2].load.waiting = 1;                                         /* an online request waits */
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), 0);
+    /* Calls sent since the scrape count (an online call just sent to 0). */
+    eps[0].inflight = 1;
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), 1);
+    /* Calls ended since the scrape free their place at once. */
+    eps[3].inflight_at_scrape = 2;
+    eps[3].inflight = 0;
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), 3);
+    /* At max_inflight offline calls: no more there. */
+    eps[3].offline_inflight = 2;
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), 1);
+    /* Saturated (the KV cache), unusable, stale, unrecognised: none. */
+    eps[1].load.kv_cache = 0.95;
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), -1);
+    for (int i = 0; i < 4; i++)
+        eps[i] = fresh(0, 0, 0);
+    eps[0].usable = false;
+    eps[1].scraped_ns = NOW - 10000 * MS;
+    eps[2].scraped_ns = 0;
+    eps[3].load.recognised = 0;
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), -1);
+    /* max_running counts batchgate's own online calls too. */
+    eps[3] = fresh(0, 0, 0);
+    eps[3].inflight = 4;
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), -1);
+    eps[3].inflight = 3;
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), 3);
+    /* A retried line passes over the endpoints it tried. */
+    eps[2] = fresh(0, 1, 0);
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, NULL, 0, NOW), 2);
+    int tried[] = {2};
+    assert_int_equal(picker_pick_idle(p, eps, 4, &idle, tried, 1, NOW), 3);
+    picker_free(p);
+}
+
 static void test_config(void **s)
 {
     (void)s;
@@ -991,6 +1040,7 @@ int main(void)
         cmocka_unit_test(test_saturation),
         cmocka_unit_test(test_lru_bound_and_forget),
         cmocka_unit_test(test_holders_bounded),
+        cmocka_unit_test(test_pick_idle),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_trace_long_prefixes),

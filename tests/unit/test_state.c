@@ -246,6 +246,95 @@ static void test_usage_hour_blobs(void **s)
     state_close(st);
 }
 
+struct results_got {
+    int n;
+    int64_t line[8];
+    bool ok[8];
+};
+
+static void results_collect(int64_t line, bool ok, const char *body, size_t len, void *arg)
+{
+    struct results_got *g = arg;
+    (void)body;
+    assert_int_equal(len, 5);
+    if (g->n < 8) {
+        g->line[g->n] = line;
+        g->ok[g->n++] = ok;
+    }
+}
+
+/* The Batch API's rows: a version-3 database gains them; a line's result
+ * is one transaction that counts it, and a second result for the same line
+ * changes nothing; the end names the files and the status together. */
+static void test_batch_rows(void **s)
+{
+    (void)s;
+    char path[256];
+    snprintf(path, sizeof path, "%s/batchgate.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "DROP TABLE IF EXISTS files; DROP TABLE IF EXISTS batches;"
+                                      "DROP TABLE IF EXISTS batch_results; PRAGMA user_version=3",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    struct state *st;
+    struct error err = {0};
+    assert_int_equal(state_open(dir, &st, &err), 0);
+    struct state_file f = {.bytes = 10, .created_at = 100};
+    strcpy(f.id, "file-1");
+    strcpy(f.tenant, "a");
+    strcpy(f.purpose, "batch");
+    strcpy(f.filename, "in.jsonl");
+    strcpy(f.path, "/x/file-1.jsonl");
+    assert_int_equal(state_file_insert(st, &f, &err), 0);
+    struct state_batch b;
+    memset(&b, 0, sizeof b);
+    strcpy(b.id, "batch_1");
+    strcpy(b.tenant, "a");
+    strcpy(b.endpoint, "/v1/chat/completions");
+    strcpy(b.input_file_id, "file-1");
+    strcpy(b.completion_window, "24h");
+    b.status = STATE_BATCH_IN_PROGRESS;
+    b.at[STATE_BATCH_AT_CREATED] = b.at[STATE_BATCH_IN_PROGRESS] = 100;
+    b.at[STATE_BATCH_AT_EXPIRES] = 100 + 86400;
+    b.total = 3;
+    assert_int_equal(state_batch_insert(st, &b, &err), 0);
+    assert_int_equal(state_batch_result_add(st, "batch_1", 2, true, "two\n\n", 5, &err), 0);
+    assert_int_equal(state_batch_result_add(st, "batch_1", 2, false, "TWO\n\n", 5, &err), 1);
+    assert_int_equal(state_batch_result_add(st, "batch_1", 1, false, "one\n\n", 5, &err), 0);
+    state_close(st);
+
+    assert_int_equal(state_open(dir, &st, &err), 0);
+    struct state_batch g;
+    assert_int_equal(state_batch_get(st, "batch_1", &g, &err), 0);
+    assert_int_equal(g.completed, 1);
+    assert_int_equal(g.failed, 1);
+    assert_string_equal(g.metadata, "null");
+    assert_int_equal(state_batch_next(st, &g, &err), 1);
+    struct results_got got = {0};
+    assert_int_equal(state_batch_results(st, "batch_1", results_collect, &got, &err), 0);
+    assert_int_equal(got.n, 2);
+    assert_true(got.line[0] == 1 && !got.ok[0] && got.line[1] == 2 && got.ok[1]);
+    struct state_file out = f;
+    strcpy(out.id, "file-2");
+    strcpy(out.purpose, "batch_output");
+    assert_int_equal(state_batch_finish(st, "batch_1", STATE_BATCH_COMPLETED, &out, NULL, NULL,
+                                        200, &err), 0);
+    assert_int_equal(state_batch_get(st, "batch_1", &g, &err), 0);
+    assert_int_equal(g.status, STATE_BATCH_COMPLETED);
+    assert_int_equal(g.at[STATE_BATCH_COMPLETED], 200);
+    assert_string_equal(g.output_file_id, "file-2");
+    assert_string_equal(g.error_file_id, "");
+    assert_int_equal(state_batch_next(st, &g, &err), 0);
+    struct state_file fg;
+    assert_int_equal(state_file_get(st, "file-2", &fg, &err), 0);
+    assert_string_equal(fg.purpose, "batch_output");
+    assert_int_equal(state_file_delete(st, "file-1", &err), 0);
+    assert_int_equal(state_file_get(st, "file-1", &fg, &err), -BG_ENOTFOUND);
+    assert_int_equal(state_batch_get(st, "nope", &g, &err), -BG_ENOTFOUND);
+    state_close(st);
+}
+
 static void test_newer_schema_refused(void **s)
 {
     (void)s;
@@ -271,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_usage_rows_query_and_rollup),
         cmocka_unit_test(test_usage_hour_blobs),
         cmocka_unit_test(test_old_databases_migrate),
+        cmocka_unit_test(test_batch_rows),
         cmocka_unit_test(test_newer_schema_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,568 @@
+/* api_batch.c - OpenAI's Batch API (docs/LLM.md "Batch API"): /v1/files and
+ * /v1/batches, as the `openai` client calls them.
+ *
+ * As for jobs (api_jobs.c), the writes (an upload, a batch's creation, a
+ * delete, a cancel) are commands to the jobs runner, whose thread alone
+ * writes the state database and answers back through this IO thread's
+ * mailbox; the reads use the database's read connection. Every error is in
+ * OpenAI's shape (api_openai_route names these routes). */
+#include "gateway/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/buf.h"
+#include "gateway/auth.h"
+#include "gateway/multipart.h"
+#include "http/http.h"
+#include "serving/jobs.h"
+#include "serving/tensor_json.h"
+#include "state/state.h"
+
+/* Appends a string literal. */
+#define BATCH_LIT(b, lit) buf_append((b), (lit), sizeof(lit) - 1)
+
+struct batch_call {
+    struct mailbox_msg msg;           /* first: the mailbox hands back &msg */
+    struct jobs_cmd cmd;
+    struct http_request *req;
+    struct mailbox *mb;
+    struct api_state *st;
+};
+
+static const char *const batch_endpoints[] = {"/v1/chat/completions", "/v1/completions",
+                                              "/v1/embeddings"};
+
+/* ---- objects ---- */
+
+static void batch_append_str_or_null(struct buf *b, const char *s)
+{
+    if (s && s[0])
+        json_append_string(b, s, strlen(s));
+    else
+        BATCH_LIT(b, "null");
+}
+
+static void batch_file_json(struct buf *b, const struct state_file *f)
+{
+    BATCH_LIT(b, "{\"id\":");
+    json_append_string(b, f->id, strlen(f->id));
+    buf_appendf(b, ",\"object\":\"file\",\"bytes\":%lld,\"created_at\":%lld,\"filename\":",
+                (long long)f->bytes, (long long)f->created_at);
+    json_append_string(b, f->filename, strlen(f->filename));
+    BATCH_LIT(b, ",\"purpose\":");
+    json_append_string(b, f->purpose, strlen(f->purpose));
+    BATCH_LIT(b, ",\"status\":\"processed\",\"expires_at\":null,\"status_details\":null}");
+}
+
+static void batch_json(struct buf *b, const struct state_batch *x)
+{
+    BATCH_LIT(b, "{\"id\":");
+    json_append_string(b, x->id, strlen(x->id));
+    BATCH_LIT(b, ",\"object\":\"batch\",\"endpoint\":");
+    json_append_string(b, x->endpoint, strlen(x->endpoint));
+    BATCH_LIT(b, ",\"errors\":");
+    if (x->errors[0])
+        buf_append(b, x->errors, strlen(x->errors));
+    else
+        BATCH_LIT(b, "null");
+    BATCH_LIT(b, ",\"input_file_id\":");
+    json_append_string(b, x->input_file_id, strlen(x->input_file_id));
+    BATCH_LIT(b, ",\"completion_window\":");
+    json_append_string(b, x->completion_window, strlen(x->completion_window));
+    buf_appendf(b, ",\"status\":\"%s\",\"output_file_id\":", state_batch_status_name(x->status));
+    batch_append_str_or_null(b, x->output_file_id);
+    BATCH_LIT(b, ",\"error_file_id\":");
+    batch_append_str_or_null(b, x->error_file_id);
+    for (int i = 0; i < 9; i++) {
+        buf_appendf(b, ",\"%s\":", state_batch_at_name(i));
+        if (x->at[i])
+            buf_appendf(b, "%lld", (long long)x->at[i]);
+        else
+            BATCH_LIT(b, "null");
+    }
+    buf_appendf(b, ",\"request_counts\":{\"total\":%lld,\"completed\":%lld,\"failed\":%lld},"
+                   "\"metadata\":%s}",
+                (long long)x->total, (long long)x->completed, (long long)x->failed,
+                x->metadata[0] ? x->metadata : "null");
+}
+
+static void batch_respond_buf(struct http_request *req, int status, struct buf *b)
+{
+    http_respond(req, status, "application/json", b->data ? b->data : "", b->len, NULL);
+    buf_free(b);
+}
+
+/* ---- who sees what ---- */
+
+static const char *batch_tenant(const struct api_state *st, const struct http_request *req)
+{
+    return st->auth ? auth_tenant_name(st->auth, auth_tenant(req)) : "default";
+}
+
+/* A file or batch is its tenant's, and an admin's (every caller's while no
+ * tenant has keys); another's is 404 as an unknown id is. */
+static bool batch_may_see(const struct api_state *st, const struct http_request *req,
+                          const char *owner)
+{
+    if (!st->auth || auth_is_admin(st->auth, auth_tenant(req)))
+        return true;
+    return strcmp(owner[0] ? owner : "default", batch_tenant(st, req)) == 0;
+}
+
+static struct jobs *batch_jobs(struct http_request *req, struct api_state *st)
+{
+    if (!st->jobs)
+        http_respond_error(req, 503, NULL, "the Batch API is not available (no state database)");
+    return st->jobs;
+}
+
+/* The route's {id} into out; 404 when it cannot be one. */
+static int batch_id_param(struct http_request *req, const struct route_match *m, char *out,
+                          size_t cap, const char *what)
+{
+    const struct route_param *p = route_match_param(m, "id");
+    if (p->len >= cap) {
+        http_respond_error(req, 404, NULL, "No such %s object: %.40s...", what, p->value);
+        return -1;
+    }
+    memcpy(out, p->value, p->len);
+    out[p->len] = '\0';
+    return 0;
+}
+
+static int batch_get_file(struct http_request *req, const struct route_match *m,
+                          struct api_state *st, struct state_file *f)
+{
+    char id[64];
+    if (batch_id_param(req, m, id, sizeof id, "File"))
+        return -1;
+    struct error err = {0};
+    int rc = state_file_get(jobs_state(st->jobs), id, f, &err);
+    if (rc == 0 && !batch_may_see(st, req, f->tenant))
+        rc = error_set(&err, BG_ENOTFOUND, "No such File object: %s", id);
+    if (rc) {
+        http_request_set_error_param(req, "file_id");
+        http_respond_error(req, error_http_status(-rc), NULL, "%s", err.msg);
+    }
+    return rc;
+}
+
+static int batch_get_batch(struct http_request *req, const struct route_match *m,
+                           struct api_state *st, struct state_batch *b)
+{
+    char id[64];
+    if (batch_id_param(req, m, id, sizeof id, "Batch"))
+        return -1;
+    struct error err = {0};
+    int rc = state_batch_get(jobs_state(st->jobs), id, b, &err);
+    if (rc == 0 && !batch_may_see(st, req, b->tenant))
+        rc = error_set(&err, BG_ENOTFOUND, "No such Batch object: %s", id);
+    if (rc) {
+        http_request_set_error_param(req, "batch_id");
+        http_respond_error(req, error_http_status(-rc), NULL, "%s", err.msg);
+    }
+    return rc;
+}
+
+/* ---- commands to the jobs runner ---- */
+
+static void batch_cmd_done(struct jobs_cmd *c)
+{
+    struct batch_call *call = c->arg;
+    mailbox_post(call->mb, &call->msg);
+}
+
+/* IO thread: the command's answer. */
+static void batch_deliver(struct mailbox_msg *msg)
+{
+    struct batch_call *call = (struct batch_call *)msg;
+    struct jobs_cmd *c = &call->cmd;
+    struct http_request *req = call->req;
+    struct state *state = jobs_state(call->st->jobs);
+    struct buf b = BUF_INIT;
+    struct error err = {0};
+    if (c->status) {
+        int code = c->status < 0 ? -c->status : c->status;
+        if (c->param[0])
+            http_request_set_error_param(req, c->param);
+        http_respond_error(req, c->http_status ? c->http_status
+                                : code == BG_EIO ? 500 : error_http_status(code),
+                           NULL, "%s", c->error);
+    } else if (c->kind == JOBS_CMD_FILE_CREATE) {
+        struct state_file f;
+        if (state_file_get(state, c->id, &f, &err) == 0) {
+            batch_file_json(&b, &f);
+            batch_respond_buf(req, 200, &b);
+        } else {
+            http_respond_error(req, 500, NULL, "%s", err.msg);
+        }
+    } else if (c->kind == JOBS_CMD_FILE_DELETE) {
+        BATCH_LIT(&b, "{\"id\":");
+        json_append_string(&b, c->id, strlen(c->id));
+        BATCH_LIT(&b, ",\"object\":\"file\",\"deleted\":true}");
+        batch_respond_buf(req, 200, &b);
+    } else {
+        struct state_batch x;
+        if (state_batch_get(state, c->id, &x, &err) == 0) {
+            batch_json(&b, &x);
+            batch_respond_buf(req, 200, &b);
+        } else {
+            http_respond_error(req, 500, NULL, "%s", err.msg);
+        }
+    }
+    free(c->body);
+    free(call);
+}
+
+static struct batch_call *batch_call_new(struct http_request *req, struct api_state *st,
+                                         enum jobs_cmd_kind kind)
+{
+    struct batch_call *call = calloc(1, sizeof *call);
+    if (!call) {
+        http_respond_error(req, 500, NULL, "out of memory");
+        return NULL;
+    }
+    call->req = req;
+    call->st = st;
+    call->mb = http_request_mailbox(req);
+    call->msg.fn = batch_deliver;
+    call->cmd.kind = kind;
+    call->cmd.done = batch_cmd_done;
+    call->cmd.arg = call;
+    snprintf(call->cmd.tenant, sizeof call->cmd.tenant, "%s", batch_tenant(st, req));
+    return call;
+}
+
+/* ---- /v1/files ---- */
+
+/* POST /v1/files: multipart with `purpose` (batch) and `file`. */
+static void batch_file_upload(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    (void)m;
+    struct jobs *jobs = batch_jobs(req, st);
+    if (!jobs)
+        return;
+    size_t hl, len;
+    const char *ct = http_request_header(req, "Content-Type", &hl);
+    const char *body = http_request_body(req, &len);
+    struct multipart_part parts[8];
+    int n = multipart_parse(ct, ct ? hl : 0, body ? body : "", len, parts, 8);
+    if (n < 0) {
+        http_respond_error(req, 400, NULL, "the body must be multipart/form-data with the "
+                                           "fields `purpose` and `file`");
+        return;
+    }
+    const struct multipart_part *purpose = NULL, *file = NULL;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(parts[i].name, "purpose") == 0)
+            purpose = &parts[i];
+        else if (strcmp(parts[i].name, "file") == 0)
+            file = &parts[i];
+    }
+    if (!purpose || purpose->len != 5 || memcmp(purpose->data, "batch", 5) != 0) {
+        http_request_set_error_param(req, "purpose");
+        http_respond_error(req, 400, NULL, "purpose: %s%.*s%s (batchgate stores files for the "
+                           "Batch API only: purpose must be \"batch\")",
+                           purpose ? "\"" : "missing", purpose ? (int)(purpose->len > 40 ? 40 :
+                                                                       purpose->len) : 0,
+                           purpose ? purpose->data : "", purpose ? "\" is not supported" : "");
+        return;
+    }
+    if (!file) {
+        http_request_set_error_param(req, "file");
+        http_respond_error(req, 400, NULL, "file: missing (the JSONL file of requests)");
+        return;
+    }
+    if (file->len > jobs_max_file_bytes(jobs)) {
+        http_request_set_error_param(req, "file");
+        http_respond_error(req, 413, NULL, "file: %zu bytes, over jobs.max_file_bytes (%zu)",
+                           file->len, jobs_max_file_bytes(jobs));
+        return;
+    }
+    struct batch_call *call = batch_call_new(req, st, JOBS_CMD_FILE_CREATE);
+    if (!call)
+        return;
+    call->cmd.body = malloc(file->len ? file->len : 1);
+    if (!call->cmd.body) {
+        free(call);
+        http_respond_error(req, 500, NULL, "out of memory for a file of %zu bytes", file->len);
+        return;
+    }
+    memcpy(call->cmd.body, file->data, file->len);
+    call->cmd.body_len = file->len;
+    snprintf(call->cmd.purpose, sizeof call->cmd.purpose, "batch");
+    snprintf(call->cmd.filename, sizeof call->cmd.filename, "%s",
+             file->filename[0] ? file->filename : "upload.jsonl");
+    jobs_command(jobs, &call->cmd);
+}
+
+struct batch_file_list {
+    struct buf *b;
+    int n;
+    const struct api_state *st;
+    const struct http_request *req;
+};
+
+static void batch_file_list_one(const struct state_file *f, void *arg)
+{
+    struct batch_file_list *l = arg;
+    if (!batch_may_see(l->st, l->req, f->tenant))
+        return;
+    if (l->n++)
+        BATCH_LIT(l->b, ",");
+    batch_file_json(l->b, f);
+}
+
+/* GET /v1/files */
+static void batch_file_list(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    (void)m;
+    if (!batch_jobs(req, st))
+        return;
+    struct buf b = BUF_INIT;
+    struct batch_file_list l = {&b, 0, st, req};
+    struct error err = {0};
+    BATCH_LIT(&b, "{\"object\":\"list\",\"data\":[");
+    if (state_file_list(jobs_state(st->jobs), batch_file_list_one, &l, &err)) {
+        buf_free(&b);
+        http_respond_error(req, 500, NULL, "%s", err.msg);
+        return;
+    }
+    BATCH_LIT(&b, "],\"has_more\":false}");
+    batch_respond_buf(req, 200, &b);
+}
+
+/* GET /v1/files/{id} */
+static void batch_file_get(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    struct state_file f;
+    if (!batch_jobs(req, st) || batch_get_file(req, m, st, &f))
+        return;
+    struct buf b = BUF_INIT;
+    batch_file_json(&b, &f);
+    batch_respond_buf(req, 200, &b);
+}
+
+/* GET /v1/files/{id}/content */
+static void batch_file_content(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    struct state_file f;
+    if (!batch_jobs(req, st) || batch_get_file(req, m, st, &f))
+        return;
+    char *data = malloc(f.bytes > 0 ? (size_t)f.bytes : 1);
+    FILE *in = f.bytes > 0 ? fopen(f.path, "r") : NULL;
+    size_t got = in && data ? fread(data, 1, (size_t)f.bytes, in) : 0;
+    if (in)
+        fclose(in);
+    if (!data || (f.bytes > 0 && got != (size_t)f.bytes)) {
+        free(data);
+        http_respond_error(req, 500, NULL, "file %s: cannot read %s", f.id, f.path);
+        return;
+    }
+    http_respond(req, 200, "application/octet-stream", data, got, NULL);
+    free(data);
+}
+
+/* DELETE /v1/files/{id} */
+static void batch_file_delete(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    struct state_file f;
+    if (!batch_jobs(req, st) || batch_get_file(req, m, st, &f))
+        return;
+    struct batch_call *call = batch_call_new(req, st, JOBS_CMD_FILE_DELETE);
+    if (!call)
+        return;
+    snprintf(call->cmd.id, sizeof call->cmd.id, "%s", f.id);
+    jobs_command(st->jobs, &call->cmd);
+}
+
+/* ---- /v1/batches ---- */
+
+static void batch_bad(struct http_request *req, const char *param, const char *fmt,
+                      const char *arg)
+{
+    http_request_set_error_param(req, param);
+    http_respond_error(req, 400, NULL, fmt, arg);
+}
+
+/* POST /v1/batches */
+static void batch_create(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    (void)m;
+    if (!batch_jobs(req, st))
+        return;
+    size_t len;
+    const char *body = http_request_body(req, &len);
+    json_error_t je;
+    json_t *root = json_loadb(body ? body : "", len, 0, &je);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        http_respond_error(req, 400, NULL, "the body must be a JSON object%s%s", root ? "" : ": ",
+                           root ? "" : je.text);
+        return;
+    }
+    const char *fid = json_string_value(json_object_get(root, "input_file_id"));
+    const char *ep = json_string_value(json_object_get(root, "endpoint"));
+    const char *win = json_string_value(json_object_get(root, "completion_window"));
+    json_t *meta = json_object_get(root, "metadata");
+    bool ep_ok = false;
+    for (size_t i = 0; ep && i < sizeof batch_endpoints / sizeof batch_endpoints[0]; i++)
+        ep_ok |= strcmp(ep, batch_endpoints[i]) == 0;
+    char *meta_text = json_is_object(meta) ? json_dumps(meta, JSON_COMPACT) : NULL;
+    struct state_file f;
+    struct error err = {0};
+    if (!fid || !fid[0] || strlen(fid) >= sizeof f.id) {
+        batch_bad(req, "input_file_id", "input_file_id: %s", "missing (the id of a file "
+                  "uploaded with purpose \"batch\")");
+    } else if (!ep_ok) {
+        batch_bad(req, "endpoint", "endpoint: %s", "must be \"/v1/chat/completions\", "
+                  "\"/v1/completions\" or \"/v1/embeddings\"");
+    } else if (!win || strcmp(win, "24h") != 0) {
+        batch_bad(req, "completion_window", "completion_window: %s", "must be \"24h\"");
+    } else if (meta && !json_is_null(meta) &&
+               (!json_is_object(meta) || json_object_size(meta) > 16 || !meta_text ||
+                strlen(meta_text) >= sizeof ((struct jobs_cmd *)0)->metadata)) {
+        batch_bad(req, "metadata", "metadata: %s", "must be an object of at most 16 keys "
+                  "(and under 2 KiB)");
+    } else if (state_file_get(jobs_state(st->jobs), fid, &f, &err) != 0 ||
+               !batch_may_see(st, req, f.tenant)) {
+        http_request_set_error_param(req, "input_file_id");
+        http_respond_error(req, 404, NULL, "No such File object: %s", fid);
+    } else if (strcmp(f.purpose, "batch") != 0) {
+        batch_bad(req, "input_file_id", "input_file_id: %s", "the file's purpose is not "
+                  "\"batch\" (a batch's output cannot be its input)");
+    } else {
+        struct batch_call *call = batch_call_new(req, st, JOBS_CMD_BATCH_CREATE);
+        if (call) {
+            snprintf(call->cmd.file_id, sizeof call->cmd.file_id, "%s", fid);
+            snprintf(call->cmd.endpoint, sizeof call->cmd.endpoint, "%s", ep);
+            snprintf(call->cmd.window, sizeof call->cmd.window, "%s", win);
+            if (meta_text)
+                snprintf(call->cmd.metadata, sizeof call->cmd.metadata, "%s", meta_text);
+            jobs_command(st->jobs, &call->cmd);
+        }
+    }
+    free(meta_text);
+    json_decref(root);
+}
+
+/* GET /v1/batches/{id} */
+static void batch_get(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    struct state_batch x;
+    if (!batch_jobs(req, st) || batch_get_batch(req, m, st, &x))
+        return;
+    struct buf b = BUF_INIT;
+    batch_json(&b, &x);
+    batch_respond_buf(req, 200, &b);
+}
+
+/* POST /v1/batches/{id}/cancel */
+static void batch_cancel(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    struct state_batch x;
+    if (!batch_jobs(req, st) || batch_get_batch(req, m, st, &x))
+        return;
+    struct batch_call *call = batch_call_new(req, st, JOBS_CMD_BATCH_CANCEL);
+    if (!call)
+        return;
+    snprintf(call->cmd.id, sizeof call->cmd.id, "%s", x.id);
+    jobs_command(st->jobs, &call->cmd);
+}
+
+struct batch_list {
+    struct buf *b;
+    const struct api_state *st;
+    const struct http_request *req;
+    const char *after;
+    bool passed;                      /* `after` was seen (or none given) */
+    int limit, n;
+    bool more;
+    char first[48], last[48];
+};
+
+static void batch_list_one(const struct state_batch *x, void *arg)
+{
+    struct batch_list *l = arg;
+    if (!batch_may_see(l->st, l->req, x->tenant))
+        return;
+    if (!l->passed) {
+        l->passed = strcmp(x->id, l->after) == 0;
+        return;
+    }
+    if (l->n == l->limit) {
+        l->more = true;
+        return;
+    }
+    if (l->n++)
+        BATCH_LIT(l->b, ",");
+    else
+        snprintf(l->first, sizeof l->first, "%s", x->id);
+    snprintf(l->last, sizeof l->last, "%s", x->id);
+    batch_json(l->b, x);
+}
+
+/* GET /v1/batches?after=&limit=: newest first, as OpenAI lists them. */
+static void batch_list(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    (void)m;
+    if (!batch_jobs(req, st))
+        return;
+    char after[64] = "", limit_s[16] = "";
+    int ra = http_request_query_param(req, "after", after, sizeof after);
+    int rl = http_request_query_param(req, "limit", limit_s, sizeof limit_s);
+    char *e = NULL;
+    long limit = rl == 1 ? strtol(limit_s, &e, 10) : 20;
+    if (ra < 0) {
+        batch_bad(req, "after", "after: %s", "too long or a malformed %-escape");
+        return;
+    }
+    if (rl < 0 || (rl == 1 && (!e || *e || limit < 1 || limit > 100))) {
+        batch_bad(req, "limit", "limit: %s", "must be an integer from 1 to 100");
+        return;
+    }
+    struct buf b = BUF_INIT;
+    struct batch_list l = {&b, st, req, after, ra != 1 || !after[0], (int)limit, 0, false, "", ""};
+    struct error err = {0};
+    BATCH_LIT(&b, "{\"object\":\"list\",\"data\":[");
+    if (state_batch_list(jobs_state(st->jobs), batch_list_one, &l, &err)) {
+        buf_free(&b);
+        http_respond_error(req, 500, NULL, "%s", err.msg);
+        return;
+    }
+    BATCH_LIT(&b, "],\"first_id\":");
+    batch_append_str_or_null(&b, l.first);
+    BATCH_LIT(&b, ",\"last_id\":");
+    batch_append_str_or_null(&b, l.last);
+    buf_appendf(&b, ",\"has_more\":%s}", l.more ? "true" : "false");
+    batch_respond_buf(req, 200, &b);
+}
+
+int api_batch_register(struct router *r, struct api_state *st, struct error *err)
+{
+    static const struct api_route routes[] = {
+        {HTTP_M_POST, "/v1/files", batch_file_upload, NULL},
+        {HTTP_M_GET, "/v1/files", batch_file_list, NULL},
+        {HTTP_M_GET, "/v1/files/{id}", batch_file_get, NULL},
+        {HTTP_M_GET, "/v1/files/{id}/content", batch_file_content, NULL},
+        {HTTP_M_DELETE, "/v1/files/{id}", batch_file_delete, NULL},
+        {HTTP_M_POST, "/v1/batches", batch_create, NULL},
+        {HTTP_M_GET, "/v1/batches", batch_list, NULL},
+        {HTTP_M_GET, "/v1/batches/{id}", batch_get, NULL},
+        {HTTP_M_POST, "/v1/batches/{id}/cancel", batch_cancel, NULL},
+    };
+    return api_routes_add(r, st, routes, sizeof routes / sizeof routes[0], err);
+}

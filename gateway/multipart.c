@@ -1,0 +1,92 @@
+/* multipart.c - see multipart.h. */
+#include "gateway/multipart.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+bool multipart_param(const char *h, size_t n, const char *key, char *out, size_t cap)
+{
+    size_t kl = strlen(key);
+    for (size_t i = 0; i + kl < n; i++) {
+        if ((i == 0 || h[i - 1] == ';' || h[i - 1] == ' ' || h[i - 1] == '\t') &&
+            strncasecmp(h + i, key, kl) == 0 && h[i + kl] == '=') {
+            size_t v = i + kl + 1, e;
+            bool quoted = v < n && h[v] == '"';
+            v += quoted;
+            for (e = v; e < n && (quoted ? h[e] != '"' : (h[e] != ';' && h[e] != ' ')); e++)
+                ;
+            if (quoted && e == n)
+                return false;   /* an unterminated quote */
+            if (e - v >= cap)
+                return false;
+            memcpy(out, h + v, e - v);
+            out[e - v] = '\0';
+            return true;
+        }
+    }
+    return false;
+}
+
+int multipart_parse(const char *ct, size_t ct_len, const char *body, size_t len,
+                    struct multipart_part *parts, int max)
+{
+    char boundary[72];   /* RFC 2046: 1 to 70 characters */
+    if (!ct || ct_len < 19 || strncasecmp(ct, "multipart/form-data", 19) != 0 ||
+        !multipart_param(ct, ct_len, "boundary", boundary, sizeof boundary) || !boundary[0])
+        return -1;
+    char delim[80];
+    int dl = snprintf(delim, sizeof delim, "\r\n--%s", boundary);
+    const char *end = body + len;
+    /* The first delimiter may start the body (no CRLF before it). */
+    const char *p;
+    if (len >= (size_t)dl - 2 && memcmp(body, delim + 2, (size_t)dl - 2) == 0)
+        p = body + dl - 2;
+    else if ((p = memmem(body, len, delim, (size_t)dl)) != NULL)
+        p += dl;
+    else
+        return -1;
+    int n = 0;
+    for (;;) {
+        if (end - p >= 2 && p[0] == '-' && p[1] == '-')
+            return n;   /* the closing delimiter */
+        while (p < end && (*p == ' ' || *p == '\t'))   /* transport padding */
+            p++;
+        if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
+            return -1;
+        p += 2;
+        struct multipart_part part = {0};
+        const char *hend;
+        if (end - p >= 2 && p[0] == '\r' && p[1] == '\n') {
+            hend = p;   /* no headers */
+        } else {
+            hend = memmem(p, (size_t)(end - p), "\r\n\r\n", 4);
+            if (!hend)
+                return -1;
+            for (const char *h = p; h < hend + 2;) {
+                const char *le = memmem(h, (size_t)(hend + 2 - h), "\r\n", 2);
+                if (!le)
+                    break;
+                if ((size_t)(le - h) > 20 && strncasecmp(h, "Content-Disposition:", 20) == 0) {
+                    multipart_param(h + 20, (size_t)(le - h - 20), "name", part.name,
+                                    sizeof part.name);
+                    multipart_param(h + 20, (size_t)(le - h - 20), "filename", part.filename,
+                                    sizeof part.filename);
+                }
+                h = le + 2;
+            }
+            hend += 2;
+        }
+        const char *data = hend + 2;
+        if (data > end)
+            return -1;
+        const char *q = memmem(data, (size_t)(end - data), delim, (size_t)dl);
+        if (!q)
+            return -1;
+        part.data = data;
+        part.len = (size_t)(q - data);
+        if (n < max)
+            parts[n++] = part;
+        p = q + dl;
+    }
+}

@@ -1,0 +1,751 @@
+/* jobs_batch.c - OpenAI's Batch API on the jobs thread (docs/LLM.md "Batch
+ * API"): files, batches, and the batch being run.
+ *
+ * The jobs runner's thread is the one writer of the state database, so the
+ * Batch API's writes are its commands and its pump, as the jobs' are: an
+ * upload is written and fsync'ed and its row inserted before the answer; a
+ * batch's input lines are validated whole at creation (a bad line is a 400
+ * naming the line and the field, and no batch is made); while a batch runs
+ * its lines go to the caller (llmbatch.h), which sends each only on an
+ * endpoint's idle capacity, and each line's result is one transaction as
+ * the line ends (a row of batch_results and the batch's counts). A line
+ * whose result is committed never runs again (the row's key refuses a
+ * second one); a line in flight at a crash runs again after the restart.
+ * At the end the output and error files are written from those rows, in
+ * line order, and the batch's final status and their ids committed
+ * together. */
+#include "serving/jobs_impl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/log.h"
+#include "serving/lifecycle.h"
+#include "serving/llmpool.h"
+#include "serving/modelstats.h"
+
+/* Appends a string literal. */
+#define JOBS_LIT(b, lit) buf_append((b), (lit), sizeof(lit) - 1)
+
+/* Lines handed to the caller at once: those beyond what the endpoints take
+ * wait there, in order, for idle capacity. */
+#define JOBS_BATCH_WINDOW 256
+/* OpenAI's limit per batch. */
+#define JOBS_BATCH_MAX_LINES 50000
+
+static int64_t jobs_batch_now_s(void) { return (int64_t)time(NULL); }
+
+/* ---- the caller's side ---- */
+
+void jobs_batch_returned(struct llmbatch_line *l, void *arg)
+{
+    struct jobs *j = arg;
+    pthread_mutex_lock(&j->mu);
+    l->next = j->returned;
+    j->returned = l;
+    j->events++;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void jobs_batch_line_free(struct llmbatch_line *l)
+{
+    free(l->body);
+    free(l->arg);
+    buf_free(&l->answer);
+    free(l);
+}
+
+/* ---- validation ---- */
+
+/* custom_ids seen (a set of strings by hash: open addressing). */
+struct jobs_idset {
+    char **slot;
+    size_t cap, n;
+};
+
+static uint64_t jobs_idset_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* 1: added; 0: already there; -1: no memory. */
+static int jobs_idset_add(struct jobs_idset *set, const char *s)
+{
+    if (set->n * 2 >= set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 1024;
+        char **slot = calloc(cap, sizeof *slot);
+        if (!slot)
+            return -1;
+        for (size_t i = 0; i < set->cap; i++)
+            if (set->slot[i])
+                for (size_t k = jobs_idset_hash(set->slot[i]) & (cap - 1);; k = (k + 1) & (cap - 1))
+                    if (!slot[k]) {
+                        slot[k] = set->slot[i];
+                        break;
+                    }
+        free(set->slot);
+        set->slot = slot;
+        set->cap = cap;
+    }
+    size_t k = jobs_idset_hash(s) & (set->cap - 1);
+    for (; set->slot[k]; k = (k + 1) & (set->cap - 1))
+        if (strcmp(set->slot[k], s) == 0)
+            return 0;
+    if (!(set->slot[k] = strdup(s)))
+        return -1;
+    set->n++;
+    return 1;
+}
+
+static void jobs_idset_free(struct jobs_idset *set)
+{
+    for (size_t i = 0; i < set->cap; i++)
+        free(set->slot[i]);
+    free(set->slot);
+}
+
+/* Every non-blank line of the input: {"custom_id", "method": "POST", "url"
+ * (the batch's endpoint), "body": {"model", ...}}, custom_ids unique. The
+ * count in *total; else 400 in c (the line's number and the field). */
+static int jobs_batch_validate(const char *path, const char *endpoint, struct jobs_cmd *c,
+                               int64_t *total)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(c->error, sizeof c->error, "cannot read the input file: %s", strerror(errno));
+        return -BG_EIO;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int64_t n = 0;
+    int rc = 0;
+    struct jobs_idset ids = {0};
+    while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
+        if (jobs_blank(line, (size_t)len))
+            continue;
+        n++;
+        json_error_t je;
+        json_t *root = json_loadb(line, (size_t)len, 0, &je);
+        const char *param = NULL, *why = NULL;
+        char whybuf[200];
+        json_t *cid = json_object_get(root, "custom_id");
+        json_t *method = json_object_get(root, "method");
+        json_t *url = json_object_get(root, "url");
+        json_t *body = json_object_get(root, "body");
+        if (!json_is_object(root)) {
+            snprintf(whybuf, sizeof whybuf, "not a JSON object%s%s", root ? "" : ": ",
+                     root ? "" : je.text);
+            why = whybuf;
+        } else if (!json_is_string(cid) || json_string_length(cid) == 0) {
+            param = "custom_id";
+            why = "missing (each line needs a custom_id, a string unique in the file)";
+        } else if (!json_is_string(method) || strcmp(json_string_value(method), "POST") != 0) {
+            param = "method";
+            why = "must be \"POST\"";
+        } else if (!json_is_string(url) || strcmp(json_string_value(url), endpoint) != 0) {
+            param = "url";
+            snprintf(whybuf, sizeof whybuf, "must be the batch's endpoint, \"%s\"", endpoint);
+            why = whybuf;
+        } else if (!json_is_object(body)) {
+            param = "body";
+            why = "must be a JSON object (the request)";
+        } else if (!json_is_string(json_object_get(body, "model"))) {
+            param = "body.model";
+            why = "missing (the model each request is for)";
+        } else {
+            int added = jobs_idset_add(&ids, json_string_value(cid));
+            if (added < 0) {
+                rc = -BG_ENOMEM;
+                snprintf(c->error, sizeof c->error, "out of memory");
+            } else if (added == 0) {
+                param = "custom_id";
+                snprintf(whybuf, sizeof whybuf, "\"%.100s\" is used by an earlier line too "
+                         "(custom_ids must be unique)", json_string_value(cid));
+                why = whybuf;
+            }
+        }
+        json_decref(root);
+        if (why) {
+            rc = -BG_EINVAL;
+            snprintf(c->param, sizeof c->param, "%s", param ? param : "line");
+            snprintf(c->error, sizeof c->error, "the input file's line %lld: %s%s%s", (long long)n,
+                     param ? param : "", param ? ": " : "", why);
+        }
+        if (rc == 0 && n > JOBS_BATCH_MAX_LINES) {
+            rc = -BG_EINVAL;
+            snprintf(c->error, sizeof c->error, "the input file has more than %d requests; "
+                     "split it into several batches", JOBS_BATCH_MAX_LINES);
+        }
+    }
+    free(line);
+    fclose(f);
+    jobs_idset_free(&ids);
+    if (rc == 0 && n == 0) {
+        rc = -BG_EINVAL;
+        snprintf(c->param, sizeof c->param, "input_file_id");
+        snprintf(c->error, sizeof c->error, "the input file has no requests");
+    }
+    *total = n;
+    return rc;
+}
+
+/* ---- commands ---- */
+
+static void jobs_batch_cmd_file_create(struct jobs *j, struct jobs_cmd *c)
+{
+    struct state_file f;
+    memset(&f, 0, sizeof f);
+    jobs_new_id("file-", f.id, sizeof f.id);
+    snprintf(f.tenant, sizeof f.tenant, "%s", c->tenant[0] ? c->tenant : "default");
+    snprintf(f.purpose, sizeof f.purpose, "%s", c->purpose);
+    snprintf(f.filename, sizeof f.filename, "%s", c->filename);
+    f.bytes = (int64_t)c->body_len;
+    f.created_at = jobs_batch_now_s();
+    snprintf(f.path, sizeof f.path, "%.900s/%s.jsonl", j->dir, f.id);
+    struct error err = {0};
+    int rc = jobs_write_file(f.path, c->body ? c->body : "", c->body_len, &err);
+    if (rc == 0) {
+        jobs_sync_dir(j->dir);
+        if ((rc = state_file_insert(j->st, &f, &err)) != 0)
+            unlink(f.path);
+    }
+    free(c->body);
+    c->body = NULL;
+    c->status = rc;
+    if (rc) {
+        snprintf(c->error, sizeof c->error, "%.500s", err.msg);
+        return;
+    }
+    snprintf(c->id, sizeof c->id, "%s", f.id);
+}
+
+static void jobs_batch_cmd_file_delete(struct jobs *j, struct jobs_cmd *c)
+{
+    struct state_file f;
+    struct error err = {0};
+    int rc = state_file_get(j->st, c->id, &f, &err);
+    if (rc == 0 && (rc = state_file_delete(j->st, c->id, &err)) == 0)
+        unlink(f.path);   /* a batch reading it has its own link (jobs_batch_cmd_create) */
+    c->status = rc;
+    if (rc)
+        snprintf(c->error, sizeof c->error, "%.500s", err.msg);
+}
+
+static void jobs_batch_cmd_create(struct jobs *j, struct jobs_cmd *c)
+{
+    struct state_file f;
+    struct error err = {0};
+    int rc = state_file_get(j->st, c->file_id, &f, &err);
+    if (rc) {
+        c->status = rc;
+        snprintf(c->param, sizeof c->param, "input_file_id");
+        snprintf(c->error, sizeof c->error, "%.500s", err.msg);
+        return;
+    }
+    int64_t total = 0;
+    if ((c->status = jobs_batch_validate(f.path, c->endpoint, c, &total)) != 0)
+        return;
+    struct state_batch b;
+    memset(&b, 0, sizeof b);
+    jobs_new_id("batch_", b.id, sizeof b.id);
+    snprintf(b.tenant, sizeof b.tenant, "%s", c->tenant[0] ? c->tenant : "default");
+    snprintf(b.endpoint, sizeof b.endpoint, "%s", c->endpoint);
+    snprintf(b.input_file_id, sizeof b.input_file_id, "%s", f.id);
+    snprintf(b.completion_window, sizeof b.completion_window, "%s", c->window);
+    snprintf(b.metadata, sizeof b.metadata, "%s", c->metadata[0] ? c->metadata : "null");
+    b.status = STATE_BATCH_IN_PROGRESS;
+    b.at[STATE_BATCH_AT_CREATED] = b.at[STATE_BATCH_IN_PROGRESS] = jobs_batch_now_s();
+    b.at[STATE_BATCH_AT_EXPIRES] = b.at[STATE_BATCH_AT_CREATED] + 24 * 3600;
+    b.total = total;
+    /* The batch reads its own name of the input: deleting the file
+     * (DELETE /v1/files/{id}) while it runs takes nothing from it. */
+    snprintf(b.input_path, sizeof b.input_path, "%.900s/%s.input.jsonl", j->dir, b.id);
+    if (link(f.path, b.input_path) != 0)
+        snprintf(b.input_path, sizeof b.input_path, "%s", f.path);
+    else
+        jobs_sync_dir(j->dir);
+    if ((rc = state_batch_insert(j->st, &b, &err)) != 0) {
+        if (strcmp(b.input_path, f.path) != 0)
+            unlink(b.input_path);
+        c->status = rc;
+        snprintf(c->error, sizeof c->error, "%.500s", err.msg);
+        return;
+    }
+    snprintf(c->id, sizeof c->id, "%s", b.id);
+    c->status = 0;
+    log_info("batch %s: %lld requests to %s, tenant %s", b.id, (long long)total, b.endpoint,
+             b.tenant);
+}
+
+static void jobs_batch_finalize(struct jobs *j, int status, const char *errors);
+
+static void jobs_batch_cmd_cancel(struct jobs *j, struct jobs_cmd *c)
+{
+    struct state_batch b;
+    struct error err = {0};
+    int rc = state_batch_get(j->st, c->id, &b, &err);
+    if (rc) {
+        c->status = rc;
+        snprintf(c->error, sizeof c->error, "%.500s", err.msg);
+        return;
+    }
+    if (b.status >= STATE_BATCH_COMPLETED && b.status != STATE_BATCH_CANCELLING) {
+        c->status = -BG_EINVAL;
+        c->http_status = 409;
+        snprintf(c->error, sizeof c->error, "Cannot cancel a batch with status '%s'.",
+                 state_batch_status_name(b.status));
+        return;
+    }
+    /* Cancelling first, so that a crash before the end still ends it. */
+    state_batch_set_status(j->st, b.id, STATE_BATCH_CANCELLING, jobs_batch_now_s(), &err);
+    if (j->bcur.active && strcmp(j->bcur.b.id, b.id) == 0) {
+        jobs_batch_finalize(j, STATE_BATCH_CANCELLED, NULL);
+    } else if (state_batch_finish(j->st, b.id, STATE_BATCH_CANCELLED, NULL, NULL, NULL,
+                                  jobs_batch_now_s(), &err)) {
+        c->status = -BG_EIO;
+        snprintf(c->error, sizeof c->error, "%.500s", err.msg);
+        return;
+    }
+    c->status = 0;
+    snprintf(c->id, sizeof c->id, "%s", b.id);
+}
+
+void jobs_batch_cmd(struct jobs *j, struct jobs_cmd *c)
+{
+    c->status = 0;
+    switch (c->kind) {
+    case JOBS_CMD_FILE_CREATE:
+        jobs_batch_cmd_file_create(j, c);
+        break;
+    case JOBS_CMD_FILE_DELETE:
+        jobs_batch_cmd_file_delete(j, c);
+        break;
+    case JOBS_CMD_BATCH_CREATE:
+        jobs_batch_cmd_create(j, c);
+        break;
+    case JOBS_CMD_BATCH_CANCEL:
+        jobs_batch_cmd_cancel(j, c);
+        break;
+    default:
+        c->status = -BG_EINTERNAL;
+        snprintf(c->error, sizeof c->error, "unknown command");
+    }
+}
+
+/* ---- the batch being run ---- */
+
+static void jobs_batch_close(struct jobs *j)
+{
+    struct jobs_bcur *bc = &j->bcur;
+    for (int i = 0; i < bc->npools; i++)
+        if (bc->pools[i].sm)
+            served_release(bc->pools[i].sm);
+    if (bc->in)
+        fclose(bc->in);
+    free(bc->done);
+    free(bc->line);
+    memset(bc, 0, sizeof *bc);
+}
+
+static bool jobs_batch_pool_named(const struct model_config *c, const char *name)
+{
+    if (strcmp(c->name, name) == 0)
+        return true;
+    for (int i = 0; c->kind == MODEL_KIND_POOL && i < c->pool.naliases; i++)
+        if (strcmp(c->pool.aliases[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* The pool a line names (its name or an alias), loaded and held until the
+ * batch ends; NULL when there is none. */
+static struct served_model *jobs_batch_pool(struct jobs *j, const char *name)
+{
+    struct jobs_bcur *bc = &j->bcur;
+    for (int i = 0; i < bc->npools; i++)
+        if (strcmp(bc->pools[i].name, name) == 0)
+            return bc->pools[i].sm;
+    if (bc->npools == (int)(sizeof bc->pools / sizeof bc->pools[0]) || !j->serving)
+        return NULL;
+    char canon[MODEL_NAME_MAX] = "";
+    int n = serving_count(j->serving);
+    for (int i = 0; i < n && !canon[0]; i++) {
+        struct served_model *sm = serving_acquire_at(j->serving, i);
+        if (sm && sm->model.cfg.kind == MODEL_KIND_POOL && jobs_batch_pool_named(&sm->model.cfg, name))
+            snprintf(canon, sizeof canon, "%s", sm->model.cfg.name);
+        if (sm)
+            served_release(sm);
+    }
+    struct served_model *sm = NULL;
+    if (canon[0]) {
+        struct error err = {0};
+        sm = serving_acquire_loaded(j->serving, canon, strlen(canon), &err);
+        if (sm && !sm->pool) {
+            served_release(sm);
+            sm = NULL;
+        }
+        if (!sm)
+            log_warn("batch %s: model %s: %s", bc->b.id, canon, err.msg);
+    }
+    struct jobs_bpool *bp = &bc->pools[bc->npools++];
+    snprintf(bp->name, sizeof bp->name, "%s", name);
+    bp->sm = sm;
+    return sm;
+}
+
+/* The line's result, committed: the line is done. */
+static void jobs_batch_commit(struct jobs *j, int64_t line, bool ok, const struct buf *res)
+{
+    struct jobs_bcur *bc = &j->bcur;
+    struct error err = {0};
+    int rc = state_batch_result_add(j->st, bc->b.id, line, ok, res->data, res->len, &err);
+    if (rc < 0) {
+        log_error("batch %s: line %lld: %s", bc->b.id, (long long)line, err.msg);
+        return;   /* not done: it runs again after a restart */
+    }
+    if (line >= 1 && line <= bc->b.total)
+        bc->done[line] = 1;
+    if (rc == 0) {
+        if (ok)
+            bc->b.completed++;
+        else
+            bc->b.failed++;
+    }
+}
+
+/* {"id","custom_id","response":null,"error":{"code","message"}} */
+static void jobs_batch_error_line(struct buf *out, const char *custom_id, const char *code,
+                                  const char *msg)
+{
+    char id[48];
+    jobs_new_id("batch_req_", id, sizeof id);
+    JOBS_LIT(out, "{\"id\":");
+    json_append_string(out, id, strlen(id));
+    JOBS_LIT(out, ",\"custom_id\":");
+    json_append_string(out, custom_id, strlen(custom_id));
+    JOBS_LIT(out, ",\"response\":null,\"error\":{\"code\":");
+    json_append_string(out, code, strlen(code));
+    JOBS_LIT(out, ",\"message\":");
+    json_append_string(out, msg, strlen(msg));
+    JOBS_LIT(out, "}}\n");
+}
+
+/* A line back from the caller: its result line, its tokens counted. */
+static void jobs_batch_collect_one(struct jobs *j, struct llmbatch_line *l)
+{
+    struct jobs_bcur *bc = &j->bcur;
+    const char *custom_id = l->arg;
+    struct buf res = BUF_INIT;
+    bool ok = false;
+    if (l->status == 0) {
+        char msg[700];
+        snprintf(msg, sizeof msg, "model %s: %s (after %d tr%s)", l->sm->model.cfg.name, l->error,
+                 l->tries, l->tries == 1 ? "y" : "ies");
+        jobs_batch_error_line(&res, custom_id, "server_error", msg);
+    } else {
+        ok = l->status >= 200 && l->status < 300;
+        json_t *ans = json_loadb(l->answer.data ? l->answer.data : "", l->answer.len, 0, NULL);
+        json_t *usage = json_object_get(ans, "usage");
+        int64_t prompt = 0, completion = 0;
+        if (ok && json_is_object(usage)) {
+            json_t *p = json_object_get(usage, "prompt_tokens");
+            json_t *k = json_object_get(usage, "completion_tokens");
+            prompt = json_is_integer(p) ? json_integer_value(p) : 0;
+            completion = json_is_integer(k) ? json_integer_value(k) : 0;
+            llmpool_tokens(l->sm->pool, l->endpoint, bc->tenant, prompt, completion);
+        }
+        /* The usage ledger: the line's tokens and time, as the tenant's
+         * offline use of the pool (an online call's are online). */
+        modelstats_call(l->sm->stats, 0, bc->tenant, true, prompt + completion, l->ns);
+        char id[48], rid[48];
+        jobs_new_id("batch_req_", id, sizeof id);
+        jobs_new_id("req_", rid, sizeof rid);
+        JOBS_LIT(&res, "{\"id\":");
+        json_append_string(&res, id, strlen(id));
+        JOBS_LIT(&res, ",\"custom_id\":");
+        json_append_string(&res, custom_id, strlen(custom_id));
+        buf_appendf(&res, ",\"response\":{\"status_code\":%d,\"request_id\":\"%s\",\"body\":",
+                    l->status, rid);
+        char *body = ans ? json_dumps(ans, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        if (body)
+            buf_append(&res, body, strlen(body));
+        else
+            json_append_string(&res, l->answer.data ? l->answer.data : "", l->answer.len);
+        free(body);
+        json_decref(ans);
+        JOBS_LIT(&res, "},\"error\":null}\n");
+    }
+    jobs_batch_commit(j, l->line, ok, &res);
+    buf_free(&res);
+}
+
+/* Takes the lines the caller handed back; lines taken back (cancel, stop)
+ * are dropped: not done. */
+static bool jobs_batch_collect(struct jobs *j)
+{
+    pthread_mutex_lock(&j->mu);
+    struct llmbatch_line *l = j->returned;
+    j->returned = NULL;
+    pthread_mutex_unlock(&j->mu);
+    bool any = l != NULL;
+    while (l) {
+        struct llmbatch_line *next = l->next;
+        j->bcur.inflight--;
+        if (l->status != 0 || l->error[0])
+            jobs_batch_collect_one(j, l);
+        jobs_batch_line_free(l);
+        l = next;
+    }
+    return any;
+}
+
+/* Every line in flight back from the caller (their calls closed). */
+static void jobs_batch_take_back(struct jobs *j)
+{
+    if (j->caller)
+        llmbatch_cancel(j->caller);
+    jobs_batch_collect(j);
+}
+
+/* OpenAI's `errors` of a failed batch: one server_error. */
+static void jobs_batch_errors(struct buf *out, const char *msg)
+{
+    static const char head[] = "{\"object\":\"list\",\"data\":[{\"code\":\"server_error\","
+                               "\"message\":";
+    static const char tail[] = ",\"param\":null,\"line\":null}]}";
+    buf_append(out, head, sizeof head - 1);
+    json_append_string(out, msg, strlen(msg));
+    buf_append(out, tail, sizeof tail);   /* with its NUL: the text is used as a C string */
+    out->len--;
+}
+
+/* The output and error files from the committed results. */
+struct jobs_batch_files {
+    struct buf out, err;
+};
+
+static void jobs_batch_files_one(int64_t line, bool ok, const char *body, size_t len, void *arg)
+{
+    struct jobs_batch_files *f = arg;
+    (void)line;
+    buf_append(ok ? &f->out : &f->err, body, len);
+}
+
+static int jobs_batch_file(struct jobs *j, const struct buf *data, const char *kind,
+                           struct state_file *f, struct error *err)
+{
+    memset(f, 0, sizeof *f);
+    jobs_new_id("file-", f->id, sizeof f->id);
+    snprintf(f->tenant, sizeof f->tenant, "%s", j->bcur.b.tenant);
+    snprintf(f->purpose, sizeof f->purpose, "batch_output");
+    snprintf(f->filename, sizeof f->filename, "%s_%s.jsonl", j->bcur.b.id, kind);
+    f->bytes = (int64_t)data->len;
+    f->created_at = jobs_batch_now_s();
+    snprintf(f->path, sizeof f->path, "%.900s/%s.jsonl", j->dir, f->id);
+    return jobs_write_file(f->path, data->data ? data->data : "", data->len, err);
+}
+
+/* Ends the current batch in `status` with its files; `errors` (JSON text)
+ * for a failed one. */
+static void jobs_batch_finalize(struct jobs *j, int status, const char *errors)
+{
+    struct jobs_bcur *bc = &j->bcur;
+    jobs_batch_take_back(j);
+    struct error err = {0};
+    if (status == STATE_BATCH_COMPLETED)
+        state_batch_set_status(j->st, bc->b.id, STATE_BATCH_FINALIZING, jobs_batch_now_s(), &err);
+    struct jobs_batch_files files = {BUF_INIT, BUF_INIT};
+    struct state_file out, errf;
+    bool has_out = false, has_err = false;
+    int rc = state_batch_results(j->st, bc->b.id, jobs_batch_files_one, &files, &err);
+    if (rc == 0 && files.out.len)
+        has_out = (rc = jobs_batch_file(j, &files.out, "output", &out, &err)) == 0;
+    if (rc == 0 && files.err.len)
+        has_err = (rc = jobs_batch_file(j, &files.err, "error", &errf, &err)) == 0;
+    struct buf why = BUF_INIT;
+    if (rc) {
+        /* A full disk: the results stay in the database; the batch fails saying so. */
+        char msg[600];
+        snprintf(msg, sizeof msg, "cannot write the output files: %.500s", err.msg);
+        jobs_batch_errors(&why, msg);
+        if (has_out)
+            unlink(out.path);
+        has_out = has_err = false;
+        status = STATE_BATCH_FAILED;
+        errors = why.data;
+    }
+    if (has_out || has_err)
+        jobs_sync_dir(j->dir);
+    struct error e2 = {0};
+    if (state_batch_finish(j->st, bc->b.id, status, has_out ? &out : NULL, has_err ? &errf : NULL,
+                           errors, jobs_batch_now_s(), &e2))
+        log_error("batch %s: %s", bc->b.id, e2.msg);
+    log_info("batch %s %s: %lld of %lld requests completed, %lld failed (lines that gave way "
+             "to online calls since start: %llu)", bc->b.id, state_batch_status_name(status),
+             (long long)bc->b.completed, (long long)bc->b.total, (long long)bc->b.failed,
+             (unsigned long long)(j->caller ? llmbatch_preempted(j->caller) : 0));
+    buf_free(&files.out);
+    buf_free(&files.err);
+    buf_free(&why);
+    if (strstr(bc->b.input_path, bc->b.id))
+        unlink(bc->b.input_path);   /* the batch's own link to its input */
+    jobs_batch_close(j);
+}
+
+static void jobs_batch_done_one(int64_t line, bool ok, const char *body, size_t len, void *arg)
+{
+    struct jobs_bcur *bc = arg;
+    (void)ok;
+    (void)body;
+    (void)len;
+    if (line >= 1 && line <= bc->b.total)
+        bc->done[line] = 1;
+}
+
+/* Opens the oldest unfinished batch where its last run left it. */
+static bool jobs_batch_begin(struct jobs *j)
+{
+    struct jobs_bcur *bc = &j->bcur;
+    struct error err = {0};
+    int rc = state_batch_next(j->st, &bc->b, &err);
+    if (rc <= 0) {
+        if (rc < 0)
+            log_error("batches: %s", err.msg);
+        return false;
+    }
+    bc->active = true;
+    bc->tenant = jobs_tenant_index(j, bc->b.tenant);
+    bc->next_line = 1;
+    if (bc->b.status == STATE_BATCH_CANCELLING) {
+        jobs_batch_finalize(j, STATE_BATCH_CANCELLED, NULL);
+        return true;
+    }
+    bc->done = calloc((size_t)bc->b.total + 1, 1);
+    bc->in = fopen(bc->b.input_path, "r");
+    if (!bc->done || !bc->in ||
+        state_batch_results(j->st, bc->b.id, jobs_batch_done_one, bc, &err) != 0) {
+        char msg[1600];
+        snprintf(msg, sizeof msg, "cannot read the input file %.1000s: %.500s", bc->b.input_path,
+                 bc->in ? err.msg : strerror(errno));
+        struct buf why = BUF_INIT;
+        jobs_batch_errors(&why, msg);
+        jobs_batch_finalize(j, STATE_BATCH_FAILED, why.data);
+        buf_free(&why);
+        return true;
+    }
+    if (bc->b.status == STATE_BATCH_VALIDATING)
+        state_batch_set_status(j->st, bc->b.id, STATE_BATCH_IN_PROGRESS, jobs_batch_now_s(), &err);
+    log_info("batch %s %s: %lld of %lld requests done", bc->b.id,
+             bc->b.completed + bc->b.failed ? "resumes" : "starts",
+             (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total);
+    return true;
+}
+
+/* Reads the next line not done and hands it to the caller (or commits its
+ * failure at once). false at the end of the input. */
+static bool jobs_batch_feed_one(struct jobs *j)
+{
+    struct jobs_bcur *bc = &j->bcur;
+    ssize_t n;
+    int64_t line;
+    for (;;) {
+        n = getline(&bc->line, &bc->line_cap, bc->in);
+        if (n < 0) {
+            bc->eof = true;
+            return false;
+        }
+        if (jobs_blank(bc->line, (size_t)n))
+            continue;
+        line = bc->next_line++;
+        if (line > bc->b.total || !bc->done[line])
+            break;
+    }
+    if (line > bc->b.total) {   /* the input grew since it was counted: not ours */
+        bc->eof = true;
+        return false;
+    }
+    json_t *root = json_loadb(bc->line, (size_t)n, 0, NULL);
+    const char *cid = json_string_value(json_object_get(root, "custom_id"));
+    json_t *body = json_object_get(root, "body");
+    const char *model = json_string_value(json_object_get(body, "model"));
+    struct buf res = BUF_INIT;
+    struct served_model *sm = model ? jobs_batch_pool(j, model) : NULL;
+    if (!cid || !json_is_object(body) || !sm) {
+        char msg[300];
+        if (!cid || !json_is_object(body))
+            snprintf(msg, sizeof msg, "the line is not a request any more (the input changed?)");
+        else
+            snprintf(msg, sizeof msg, "The model `%.200s` does not exist or is not an LLM pool",
+                     model ? model : "");
+        jobs_batch_error_line(&res, cid ? cid : "", sm ? "invalid_request" : "model_not_found",
+                              msg);
+        jobs_batch_commit(j, line, false, &res);
+        buf_free(&res);
+        json_decref(root);
+        return true;
+    }
+    /* As the online path rewrites it: the servers' name; whole, not streamed. */
+    json_object_set_new(body, "model", json_string(sm->model.cfg.pool.served_model_name));
+    json_object_set_new(body, "stream", json_false());
+    json_object_del(body, "stream_options");
+    struct llmbatch_line *l = calloc(1, sizeof *l);
+    if (l) {
+        l->sm = sm;
+        snprintf(l->path, sizeof l->path, "%s", bc->b.endpoint);
+        l->body = json_dumps(body, JSON_COMPACT);
+        l->len = l->body ? strlen(l->body) : 0;
+        l->line = line;
+        l->arg = strdup(cid);
+    }
+    json_decref(root);
+    if (!l || !l->body || !l->arg) {
+        if (l)
+            jobs_batch_line_free(l);
+        log_error("batch %s: out of memory for line %lld", bc->b.id, (long long)line);
+        bc->next_line--;   /* not done; the batch resumes it after a restart */
+        bc->eof = true;
+        return false;
+    }
+    bc->inflight++;
+    llmbatch_submit(j->caller, l);
+    return true;
+}
+
+bool jobs_batch_pump(struct jobs *j)
+{
+    struct jobs_bcur *bc = &j->bcur;
+    if (!bc->active)
+        return j->caller && jobs_batch_begin(j);
+    bool progress = jobs_batch_collect(j);
+    if (jobs_batch_now_s() >= bc->b.at[STATE_BATCH_AT_EXPIRES]) {
+        jobs_batch_finalize(j, STATE_BATCH_EXPIRED, NULL);
+        return true;
+    }
+    while (!bc->eof && bc->inflight < JOBS_BATCH_WINDOW)
+        progress |= jobs_batch_feed_one(j);
+    if (bc->eof && bc->inflight == 0) {
+        jobs_batch_finalize(j, STATE_BATCH_COMPLETED, NULL);
+        return true;
+    }
+    return progress;
+}
+
+void jobs_batch_pause(struct jobs *j)
+{
+    if (!j->bcur.active)
+        return;
+    jobs_batch_take_back(j);
+    log_info("batch %s paused: %lld of %lld requests done", j->bcur.b.id,
+             (long long)(j->bcur.b.completed + j->bcur.b.failed), (long long)j->bcur.b.total);
+    jobs_batch_close(j);
+}

@@ -1,0 +1,127 @@
+/* jobs_impl.h - the jobs runner's state, shared by jobs.c (KServe v2 jobs)
+ * and jobs_batch.c (OpenAI's Batch API), which run on the same thread: the
+ * one that writes the state database. */
+#ifndef BG_JOBS_IMPL_H
+#define BG_JOBS_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "batcher/batcher.h"
+#include "common/buf.h"
+#include "serving/jobs.h"
+#include "serving/llmbatch.h"
+#include "serving/serving.h"
+#include "serving/tensor_json.h"
+#include "state/state.h"
+
+/* Lines in flight per job: enough to fill a few batches, few enough that a
+ * job never holds much memory or queue. */
+#define JOBS_WINDOW 64
+/* A group of result lines is made durable after this many lines or this
+ * long, whichever first: one fdatasync + one commit per group. */
+#define JOBS_GROUP_LINES 256
+#define JOBS_GROUP_NS (50 * 1000000LL)
+
+struct jobs_slot {
+    struct infer_item item;           /* first member not required: see jobs_slot_of */
+    struct jobs *j;
+    int64_t line;                     /* 1-based number among the input's non-blank lines */
+    int64_t end_offset;               /* input offset just past this line */
+    struct infer_request r;
+    float *output;
+    bool submitted;                   /* handed to the batcher, not back yet */
+    bool done;                        /* under mu: complete() ran, or never submitted */
+    struct buf result;                /* the result line, once done (runner thread) */
+    bool failed;                      /* an error line */
+};
+
+struct jobs_cur {                     /* the job being run (runner thread only) */
+    bool active;
+    struct state_job job;
+    struct served_model *sm;
+    int model_index;
+    int tenant;                       /* the job's tenant in the tenants table: its lines' */
+    FILE *in;
+    int out_fd;
+    int64_t offset;                   /* input read up to here */
+    int64_t next_line;
+    bool eof;
+    int head, count;                  /* the window: ring of JOBS_WINDOW slots */
+    struct buf pending;               /* result lines written, not yet durable */
+    int64_t pending_lines, pending_failed, pending_end_offset;
+    int64_t last_commit_ns;
+    char *line;
+    size_t line_cap;
+};
+
+/* The batch being run (jobs thread only; jobs_batch.c). */
+struct jobs_bpool {                   /* a pool its lines named, held while it runs */
+    char name[128];
+    struct served_model *sm;          /* NULL: not a pool (its lines fail) */
+};
+struct jobs_bcur {
+    bool active;
+    struct state_batch b;
+    int tenant;
+    FILE *in;
+    int64_t next_line;                /* the number of the next non-blank line */
+    bool eof;
+    uint8_t *done;                    /* [total + 1]: line n's result is committed */
+    int inflight;                     /* lines handed to the caller, not back */
+    char *line;
+    size_t line_cap;
+    struct jobs_bpool pools[8];
+    int npools;
+};
+
+struct jobs {
+    char state_dir[4096];
+    char dir[4096];
+    size_t max_input_bytes;
+    const struct tenants_config *tenants;
+    struct serving *serving;
+    struct state *st;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct jobs_cmd *cmds, **cmds_tail;
+    uint64_t events;                  /* bumped under mu by completions and commands */
+    bool stop;
+    pthread_t thread;
+    bool running;
+    struct jobs_cur cur;
+    struct jobs_slot slots[JOBS_WINDOW];
+    _Atomic uint64_t (*lines)[2];     /* per served model: ok, failed */
+    int nmodels;
+    /* The Batch API (jobs_batch.c): */
+    size_t max_file_bytes;
+    struct llmbatch *caller;          /* the lines' calls; NULL until jobs_start */
+    struct llmbatch_line *returned;   /* under mu: lines the caller handed back */
+    struct jobs_bcur bcur;
+};
+
+
+int64_t jobs_mono_ns(void);
+bool jobs_blank(const char *s, size_t n);
+/* A new file's name survives a power loss only once its folder is synced. */
+void jobs_sync_dir(const char *dir);
+/* The tenant of that name's index (a tenant no longer configured: the default's). */
+int jobs_tenant_index(const struct jobs *j, const char *name);
+/* Writes and fsyncs a new file (removed again on failure). */
+int jobs_write_file(const char *path, const char *data, size_t len, struct error *err);
+/* prefix + 16 random hex digits. */
+void jobs_new_id(const char *prefix, char *id, size_t cap);
+
+/* ---- jobs_batch.c, on the jobs thread ---- */
+/* The Batch API's commands (JOBS_CMD_FILE_*, JOBS_CMD_BATCH_*). */
+void jobs_batch_cmd(struct jobs *j, struct jobs_cmd *c);
+/* One pass over the current batch (or starts the next). True on progress. */
+bool jobs_batch_pump(struct jobs *j);
+/* At stop: the lines in flight taken back (they run again at the next start). */
+void jobs_batch_pause(struct jobs *j);
+/* The caller's `done` (its thread): the line back to the jobs thread. */
+void jobs_batch_returned(struct llmbatch_line *l, void *arg);
+
+#endif

@@ -1,0 +1,92 @@
+/* jobs_util.c - what the jobs runner's two halves (jobs.c, jobs_batch.c)
+ * both use: ids, new files made durable, the clock, a job's tenant. */
+#include "serving/jobs_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+int64_t jobs_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+bool jobs_blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n')
+            return false;
+    return true;
+}
+
+/* A new file's name survives a power loss only once its folder is synced
+ * too (a killed process needs only the file's own sync). */
+void jobs_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+/* The index of the job's tenant. A job from before tenants ("") is the
+ * default's; so is one whose tenant left the configuration since, rather
+ * than failing work that was accepted. */
+int jobs_tenant_index(const struct jobs *j, const char *name)
+{
+    for (int i = 0; j->tenants && name[0] && i < j->tenants->n; i++)
+        if (strcmp(j->tenants->t[i].name, name) == 0)
+            return i;
+    if (name[0] && strcmp(name, "default") != 0)
+        log_warn("a job of tenant \"%s\", which is not configured any more, runs as \"default\"",
+                 name);
+    return 0;
+}
+
+void jobs_new_id(const char *prefix, char *id, size_t cap)
+{
+    unsigned char r[8] = {0};
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        uint64_t t = (uint64_t)jobs_mono_ns();
+        memcpy(r, &t, sizeof r);
+    }
+    snprintf(id, cap, "%s%02x%02x%02x%02x%02x%02x%02x%02x", prefix, r[0], r[1], r[2], r[3], r[4],
+             r[5], r[6], r[7]);
+}
+
+int jobs_write_file(const char *path, const char *data, size_t len, struct error *err)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return error_set(err, BG_EIO, "cannot create %s: %s", path, strerror(errno));
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, data + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(path);
+            return error_set(err, BG_EIO, "cannot write %s: %s", path,
+                             w < 0 ? strerror(e) : "short write");
+        }
+        off += (size_t)w;
+    }
+    int rc = fsync(fd) == 0 ? 0 : error_set(err, BG_EIO, "cannot sync %s: %s", path,
+                                            strerror(errno));
+    close(fd);
+    if (rc)
+        unlink(path);
+    return rc;
+}

@@ -1,0 +1,503 @@
+/* llmbatch.c - see llmbatch.h. One thread, one event loop: the waiting
+ * queue is tried on every submit and every call's end, and every
+ * LLMBATCH_TICK_MS while lines wait (a scrape may have freed an endpoint). */
+#include "serving/llmbatch.h"
+
+#include <stdatomic.h>
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "common/clock.h"
+#include "common/httpc.h"
+#include "common/log.h"
+#include "common/upcall.h"
+#include "serving/llmpool.h"
+#include "serving/serving.h"
+
+#define LLMBATCH_TICK_MS 5
+
+struct llmbatch {
+    void (*done)(struct llmbatch_line *l, void *arg);
+    void *arg;
+    struct event_base *base;
+    struct event *wake, *tick;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct llmbatch_line *incoming;   /* under mu: submitted, not yet seen by the loop */
+    uint64_t cancel_asked, cancel_done;   /* under mu */
+    bool stop;                        /* under mu */
+    _Atomic uint64_t preempted;       /* lines that gave way (offline.preempt) */
+    bool started;
+    /* The loop's own: */
+    struct llmbatch_line *wait_head, **wait_tail;
+    struct llmbatch_line **inflight;  /* [cap] */
+    int inflight_n, inflight_cap;
+    struct llmbatch_conns {
+        struct httpc_target *t;
+        struct httpc_pool *p;
+    } *pools;                         /* [npools], grown as endpoints are called */
+    int npools, pools_cap;
+};
+
+/* Connections to a target stay open while lines run; none once the caller is
+ * idle, so that a pool unloaded since leaves no pointer to its targets. */
+static struct httpc_pool *llmbatch_pool_for(struct llmbatch *b, struct httpc_target *t)
+{
+    for (int i = 0; i < b->npools; i++)
+        if (b->pools[i].t == t)
+            return b->pools[i].p;
+    if (b->npools == b->pools_cap) {
+        int cap = b->pools_cap ? b->pools_cap * 2 : 16;
+        struct llmbatch_conns *v = realloc(b->pools, (size_t)cap * sizeof *v);
+        if (!v)
+            return NULL;
+        b->pools = v;
+        b->pools_cap = cap;
+    }
+    struct httpc_pool *p = httpc_pool_new(t, b->base, 64, 1);
+    if (p) {
+        b->pools[b->npools].t = t;
+        b->pools[b->npools++].p = p;
+    }
+    return p;
+}
+
+static void llmbatch_pools_free(struct llmbatch *b)
+{
+    for (int i = 0; i < b->npools; i++)
+        httpc_pool_free(b->pools[i].p);
+    b->npools = 0;
+}
+
+/* ---- one call ---- */
+
+static void llmbatch_kick(struct llmbatch *b);
+
+static void llmbatch_inflight_remove(struct llmbatch *b, struct llmbatch_line *l)
+{
+    for (int i = 0; i < b->inflight_n; i++)
+        if (b->inflight[i] == l) {
+            b->inflight[i] = b->inflight[--b->inflight_n];
+            break;
+        }
+}
+
+static void llmbatch_enqueue(struct llmbatch *b, struct llmbatch_line *l)
+{
+    l->next = NULL;
+    *b->wait_tail = l;
+    b->wait_tail = &l->next;
+}
+
+/* The call of l ended (answered or failed): again, or back to the submitter. */
+static void llmbatch_call_end(struct llmbatch *b, struct llmbatch_line *l, bool again)
+{
+    struct llmpool *pool = l->sm->pool;
+    l->ns = now_ns() - l->t0;
+    llmpool_end_idle(pool, l->endpoint);
+    llmbatch_inflight_remove(b, l);
+    struct upcall *u = l->up;
+    l->up = NULL;
+    upcall_free(u);
+    if (again && l->tries < LLMBATCH_TRIES) {
+        log_debug("batch line %lld: try %d at endpoint %d failed (%s); trying again on idle "
+                  "capacity", (long long)l->line, l->tries, l->endpoint,
+                  l->status ? "a server error" : l->error);
+        llmbatch_enqueue(b, l);
+    } else {
+        b->done(l, b->arg);
+    }
+    llmbatch_kick(b);
+}
+
+static struct httpc_pool *llmbatch_op_pool(void *arg, struct httpc_target *t, int index)
+{
+    struct llmbatch_line *l = arg;
+    (void)index;
+    return llmbatch_pool_for(l->b, t);
+}
+
+static int llmbatch_op_send(void *arg, struct upcall *u, const struct httpc_target *t)
+{
+    struct llmbatch_line *l = arg;
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                     "Accept: application/json\r\nContent-Length: %zu\r\n\r\n",
+                     l->path, httpc_target_authority(t), l->len);
+    l->status = 0;
+    buf_reset(&l->answer);
+    if (upcall_send(u, head, (size_t)n) < 0 || upcall_send(u, l->body, l->len) < 0)
+        return -1;
+    return 0;
+}
+
+static int llmbatch_op_head(void *arg, const struct httpc_head *h)
+{
+    struct llmbatch_line *l = arg;
+    l->status = h->status;
+    return 0;
+}
+
+static int llmbatch_op_body(void *arg, const char *data, size_t len)
+{
+    struct llmbatch_line *l = arg;
+    if (l->answer.len + len > LLMBATCH_ANSWER_MAX || buf_append(&l->answer, data, len) < 0) {
+        snprintf(l->error, sizeof l->error, "the answer is over %u bytes", LLMBATCH_ANSWER_MAX);
+        l->status = 0;
+        upcall_stop(l->up);
+        llmbatch_call_end(l->b, l, false);
+        return -1;
+    }
+    return 0;
+}
+
+static void llmbatch_op_done(void *arg)
+{
+    struct llmbatch_line *l = arg;
+    bool again = l->status >= 500;
+    if (again)
+        upcall_blame(l->up, HTTPC_FAIL_STATUS);
+    llmbatch_call_end(l->b, l, again);
+}
+
+static void llmbatch_op_fail(void *arg, int code, const char *msg)
+{
+    struct llmbatch_line *l = arg;
+    (void)code;
+    l->status = 0;
+    snprintf(l->error, sizeof l->error, "%.290s", msg ? msg : "the call failed");
+    llmbatch_call_end(l->b, l, true);
+}
+
+static const struct upcall_ops llmbatch_ops = {
+    .pool = llmbatch_op_pool,
+    .send = llmbatch_op_send,
+    .on_head = llmbatch_op_head,
+    .on_body = llmbatch_op_body,
+    .on_done = llmbatch_op_done,
+    .on_fail = llmbatch_op_fail,
+};
+
+/* Starts l's call at endpoint e (counted in flight by llmpool_pick_idle). */
+static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
+{
+    struct llmpool *pool = l->sm->pool;
+    const struct model_pool *mp = &l->sm->model.cfg.pool;
+    l->endpoint = e;
+    l->t0 = now_ns();
+    if (l->sm->model.cfg.pool.offline_preempt)
+        (void)llmpool_preempt_take(pool, e);   /* asks left from lines that ended since */
+    if (l->tries < LLMBATCH_TRIES)
+        l->tried[l->tries] = e;
+    l->tries++;
+    l->error[0] = '\0';
+    l->target[0] = llmpool_target(pool, e);
+    struct error err = {0};
+    l->b = b;
+    l->up = upcall_new(b->base, &llmbatch_ops, l, mp->timeout_ms, "timeout_ms");
+    if (!l->up) {
+        llmpool_end_idle(pool, e);
+        snprintf(l->error, sizeof l->error, "out of memory");
+        b->done(l, b->arg);
+        return;
+    }
+    if (b->inflight_n == b->inflight_cap) {
+        int cap = b->inflight_cap ? b->inflight_cap * 2 : 64;
+        struct llmbatch_line **v = realloc(b->inflight, (size_t)cap * sizeof *v);
+        if (!v) {
+            upcall_free(l->up);
+            l->up = NULL;
+            llmpool_end_idle(pool, e);
+            snprintf(l->error, sizeof l->error, "out of memory");
+            b->done(l, b->arg);
+            return;
+        }
+        b->inflight = v;
+        b->inflight_cap = cap;
+    }
+    b->inflight[b->inflight_n++] = l;
+    if (upcall_start(l->up, l->target, 1, 0, &err) < 0) {
+        /* Not through llmbatch_call_end: this runs inside llmbatch_dispatch's
+         * walk of the waiting lines, which must not be walked again here. */
+        snprintf(l->error, sizeof l->error, "%.290s", err.msg);
+        llmpool_end_idle(pool, e);
+        llmbatch_inflight_remove(b, l);
+        upcall_free(l->up);
+        l->up = NULL;
+        if (l->tries < LLMBATCH_TRIES)
+            llmbatch_enqueue(b, l);
+        else
+            b->done(l, b->arg);
+        return;
+    }
+    upcall_arm(l->up);
+}
+
+/* ---- the loop ---- */
+
+/* Sends every waiting line that has an idle endpoint now, in order; a pool
+ * with none is not asked again this round. */
+static void llmbatch_dispatch(struct llmbatch *b)
+{
+    struct llmpool *full[16];
+    int nfull = 0;
+    struct llmbatch_line **pp = &b->wait_head;
+    while (*pp) {
+        struct llmbatch_line *l = *pp;
+        struct llmpool *pool = l->sm->pool;
+        bool skip = false;
+        for (int i = 0; i < nfull; i++)
+            skip |= full[i] == pool;
+        /* A retried line: an endpoint it has not tried, while the pool has
+         * one; such a line finding none says nothing of the others. */
+        int ntried = l->tries < llmpool_size(pool) ? l->tries : 0;
+        int e = skip ? -1 : llmpool_pick_idle(pool, l->tried, ntried);
+        if (e < 0) {
+            if (!skip && ntried == 0 && nfull < 16)
+                full[nfull++] = pool;
+            if (nfull == 16)
+                break;
+            pp = &l->next;
+            continue;
+        }
+        *pp = l->next;
+        if (b->wait_tail == &l->next)
+            b->wait_tail = pp;
+        l->next = NULL;
+        llmbatch_call(b, l, e);
+    }
+}
+
+/* offline.preempt: for each online call picked where lines run, one line
+ * there gives way: its call is closed (the server stops it) and it waits
+ * again, first in line, its tries not counted. */
+static void llmbatch_preempt(struct llmbatch *b)
+{
+    for (int i = 0; i < b->inflight_n; i++) {
+        struct llmbatch_line *l = b->inflight[i];
+        if (!l->sm->model.cfg.pool.offline_preempt)
+            continue;
+        struct llmpool *pool = l->sm->pool;
+        int e = l->endpoint;
+        int want = llmpool_preempt_take(pool, e);   /* 0 on a second visit */
+        bool changed = false;
+        for (int k = b->inflight_n - 1; want > 0 && k >= 0; k--) {
+            struct llmbatch_line *x = b->inflight[k];
+            if (x->sm->pool != pool || x->endpoint != e)
+                continue;
+            log_debug("batch line %lld gives endpoint %d way to an online call",
+                      (long long)x->line, e);
+            upcall_free(x->up);   /* closes the connection: the server stops generating */
+            x->up = NULL;
+            llmpool_end_idle(pool, e);
+            b->inflight[k] = b->inflight[--b->inflight_n];
+            x->tries--;
+            x->status = 0;
+            x->next = b->wait_head;
+            b->wait_head = x;
+            if (b->wait_tail == &b->wait_head)
+                b->wait_tail = &x->next;
+            atomic_fetch_add_explicit(&b->preempted, 1, memory_order_relaxed);
+            want--;
+            changed = true;
+        }
+        if (changed)
+            i = -1;   /* the array changed: again from the start */
+    }
+}
+
+/* Dispatches, and arms the tick while lines wait, or, once nothing is left,
+ * to close the connections: not from here, which may run inside a call's
+ * callback, whose connection httpc still holds. */
+static void llmbatch_kick(struct llmbatch *b)
+{
+    llmbatch_preempt(b);
+    llmbatch_dispatch(b);
+    if (b->wait_head || (b->inflight_n == 0 && b->npools > 0)) {
+        struct timeval tv = {0, LLMBATCH_TICK_MS * 1000};
+        if (!event_pending(b->tick, EV_TIMEOUT, NULL))
+            event_add(b->tick, &tv);
+    }
+}
+
+static void llmbatch_on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct llmbatch *b = arg;
+    (void)fd;
+    (void)what;
+    if (!b->wait_head && b->inflight_n == 0) {
+        llmbatch_pools_free(b);
+        return;
+    }
+    llmbatch_kick(b);
+}
+
+/* Every line back to the submitter: those waiting and those in flight. */
+static void llmbatch_take_back(struct llmbatch *b)
+{
+    while (b->inflight_n) {
+        struct llmbatch_line *l = b->inflight[--b->inflight_n];
+        upcall_free(l->up);   /* closes the connection: the server stops generating */
+        l->up = NULL;
+        llmpool_end_idle(l->sm->pool, l->endpoint);
+        l->status = 0;
+        l->error[0] = '\0';
+        b->done(l, b->arg);
+    }
+    while (b->wait_head) {
+        struct llmbatch_line *l = b->wait_head;
+        b->wait_head = l->next;
+        l->next = NULL;
+        l->status = 0;
+        l->error[0] = '\0';
+        b->done(l, b->arg);
+    }
+    b->wait_tail = &b->wait_head;
+    llmbatch_pools_free(b);
+}
+
+static void llmbatch_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct llmbatch *b = arg;
+    (void)fd;
+    (void)what;
+    pthread_mutex_lock(&b->mu);
+    struct llmbatch_line *in = b->incoming;
+    b->incoming = NULL;
+    uint64_t cancel = b->cancel_asked;
+    bool stop = b->stop;
+    pthread_mutex_unlock(&b->mu);
+    /* In submission order (the incoming list is a stack). */
+    struct llmbatch_line *rev = NULL;
+    while (in) {
+        struct llmbatch_line *n = in->next;
+        in->next = rev;
+        rev = in;
+        in = n;
+    }
+    while (rev) {
+        struct llmbatch_line *n = rev->next;
+        llmbatch_enqueue(b, rev);
+        rev = n;
+    }
+    if (cancel != b->cancel_done || stop) {
+        llmbatch_take_back(b);
+            pthread_mutex_lock(&b->mu);
+        b->cancel_done = cancel;
+        pthread_cond_broadcast(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+        if (stop)
+            event_base_loopbreak(b->base);
+        return;
+    }
+    llmbatch_kick(b);
+}
+
+static void *llmbatch_main(void *arg)
+{
+    struct llmbatch *b = arg;
+    event_base_loop(b->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+struct llmbatch *llmbatch_new(void (*done)(struct llmbatch_line *l, void *arg), void *arg,
+                              struct error *err)
+{
+    struct llmbatch *b = calloc(1, sizeof *b);
+    if (!b) {
+        error_set(err, BG_ENOMEM, "out of memory");
+        return NULL;
+    }
+    b->done = done;
+    b->arg = arg;
+    b->wait_tail = &b->wait_head;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    b->base = event_base_new();
+    if (b->base) {
+        b->wake = event_new(b->base, -1, EV_PERSIST, llmbatch_on_wake, b);
+        b->tick = evtimer_new(b->base, llmbatch_on_tick, b);
+    }
+    if (!b->base || !b->wake || !b->tick) {
+        error_set(err, BG_ENOMEM, "out of memory for the Batch API's event loop");
+        llmbatch_free(b);
+        return NULL;
+    }
+    event_add(b->wake, NULL);
+    int rc = pthread_create(&b->thread, NULL, llmbatch_main, b);
+    if (rc) {
+        error_set(err, BG_EINTERNAL, "cannot start the Batch API's thread: %s", strerror(rc));
+        llmbatch_free(b);
+        return NULL;
+    }
+    pthread_setname_np(b->thread, "bg-batch");
+    b->started = true;
+    return b;
+}
+
+void llmbatch_submit(struct llmbatch *b, struct llmbatch_line *l)
+{
+    l->status = 0;
+    l->error[0] = '\0';
+    l->endpoint = -1;
+    l->tries = 0;
+    l->up = NULL;
+    l->b = b;
+    pthread_mutex_lock(&b->mu);
+    l->next = b->incoming;
+    b->incoming = l;
+    pthread_mutex_unlock(&b->mu);
+    event_active(b->wake, EV_READ, 0);
+}
+
+void llmbatch_cancel(struct llmbatch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    uint64_t want = ++b->cancel_asked;
+    pthread_mutex_unlock(&b->mu);
+    event_active(b->wake, EV_READ, 0);
+    pthread_mutex_lock(&b->mu);
+    while (b->cancel_done < want)
+        pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+}
+
+uint64_t llmbatch_preempted(struct llmbatch *b)
+{
+    return atomic_load_explicit(&b->preempted, memory_order_relaxed);
+}
+
+void llmbatch_free(struct llmbatch *b)
+{
+    if (!b)
+        return;
+    if (b->started) {
+        pthread_mutex_lock(&b->mu);
+        b->stop = true;
+        uint64_t want = ++b->cancel_asked;
+        pthread_mutex_unlock(&b->mu);
+        event_active(b->wake, EV_READ, 0);
+        pthread_join(b->thread, NULL);
+        (void)want;
+    }
+    if (b->tick)
+        event_free(b->tick);
+    if (b->wake)
+        event_free(b->wake);
+    if (b->base)
+        event_base_free(b->base);
+    free(b->inflight);
+    free(b->pools);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    free(b);
+}

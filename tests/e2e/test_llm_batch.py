@@ -1,0 +1,579 @@
+"""test_llm_batch.py - OpenAI's Batch API (/v1/files, /v1/batches; docs/LLM.md
+"Batch API") in front of an LLM pool of simulated servers (llmsim): the
+routes and each of their errors in OpenAI's shape; a 1,000-line batch made
+and read with the official `openai` client, through a SIGKILL of batchgate
+in the middle, every custom_id answered exactly once with llmsim's
+predictable text; cancel; and a pool saturated by online calls keeps its
+endpoints (the batch's lines wait)."""
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+
+from harness import SANITIZER_RE, Server, run_testdeps
+from test_infer import write_model
+from test_llm_pool import Sim, expected_text, pool
+
+
+def line(i, model="smol", max_tokens=4, url="/v1/chat/completions", **kw):
+    d = {"custom_id": "req-%d" % i, "method": "POST", "url": url,
+         "body": {"model": model, "messages": [{"role": "user", "content": "line %d" % i}],
+                  "max_tokens": max_tokens}}
+    d.update(kw)
+    return json.dumps(d)
+
+
+def jsonl(lines):
+    return ("\n".join(lines) + "\n").encode()
+
+
+class BatchCase(unittest.TestCase):
+    sim_endpoints = 2
+    sim_args = ("--speed", "20")
+    pool_kw = {}
+    extra = {}
+
+    def setUp(self):
+        self.sim = Sim(self.sim_endpoints, self.sim_args)
+        self.tmp = tempfile.mkdtemp(prefix="batchgate-batch-")
+        self.repo = os.path.join(self.tmp, "models")
+        os.makedirs(self.repo)
+        kw = dict(metrics_interval_ms=50, aliases=["smol-alias"])
+        kw.update(self.pool_kw)
+        write_model(self.repo, "smol",
+                    pool("smol", [self.sim.url(i) for i in range(self.sim_endpoints)], **kw))
+        self.state = os.path.join(self.tmp, "state")
+        self.servers = []
+        self.srv = None
+
+    def tearDown(self):
+        for s in self.servers:
+            s.kill()
+        self.sim.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        for s in self.servers:   # a sanitizer build's report, if any
+            self.assertIsNone(SANITIZER_RE.search(s.log()), s.log()[-4000:])
+
+    def start(self):
+        cfg = {"model_repository": self.repo, "state_dir": self.state}
+        cfg.update(self.extra)
+        self.srv = Server(cfg, io_threads=2)
+        self.servers.append(self.srv)
+        self.srv.wait_log(r"ready in", timeout=30)
+        return self.srv
+
+    # ---- HTTP ----
+
+    def call(self, method, path, body=None, headers=None, timeout=30):
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=timeout)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+            headers = dict({"Content-Type": "application/json"}, **(headers or {}))
+        c.request(method, path, body, headers or {})
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        return r.status, raw
+
+    def upload(self, data, purpose="batch", filename="in.jsonl"):
+        """multipart/form-data as the openai client sends it."""
+        b = uuid.uuid4().hex
+        parts = []
+        if purpose is not None:
+            parts.append(b"--%s\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n%s\r\n"
+                         % (b.encode(), purpose.encode()))
+        parts.append(b"--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
+                     b"Content-Type: application/octet-stream\r\n\r\n" % (b.encode(),
+                                                                          filename.encode())
+                     + data + b"\r\n")
+        body = b"".join(parts) + b"--%s--\r\n" % b.encode()
+        return self.call("POST", "/v1/files", body,
+                         {"Content-Type": "multipart/form-data; boundary=%s" % b})
+
+    def upload_ok(self, data):
+        st, raw = self.upload(data)
+        self.assertEqual(st, 200, raw)
+        return json.loads(raw)
+
+    def create(self, file_id, endpoint="/v1/chat/completions", window="24h", **kw):
+        body = {"input_file_id": file_id, "endpoint": endpoint, "completion_window": window}
+        body.update(kw)
+        return self.call("POST", "/v1/batches", body)
+
+    def batch(self, bid):
+        st, raw = self.call("GET", "/v1/batches/" + bid)
+        self.assertEqual(st, 200, raw)
+        return json.loads(raw)
+
+    def wait(self, bid, timeout=60, until=("completed", "failed", "expired", "cancelled")):
+        deadline = time.monotonic() + timeout
+        while True:
+            b = self.batch(bid)
+            if b["status"] in until:
+                return b
+            if time.monotonic() > deadline:
+                self.fail("batch %s still %s after %d s: %r" % (bid, b["status"], timeout, b))
+            time.sleep(0.05)
+
+    def content(self, fid):
+        st, raw = self.call("GET", "/v1/files/%s/content" % fid,
+                            headers={"Accept": "application/binary"})
+        self.assertEqual(st, 200, raw)
+        return [json.loads(x) for x in raw.decode().splitlines() if x.strip()]
+
+    def assert_error(self, st, raw, status, param=None, contains=None):
+        self.assertEqual(st, status, raw)
+        err = json.loads(raw)["error"]
+        self.assertTrue(err["message"])
+        self.assertIn("type", err)
+        self.assertEqual(err["param"], param, err)
+        if contains:
+            self.assertIn(contains, err["message"])
+        return err
+
+    def sim_requests(self):
+        """Requests the simulated servers finished (all endpoints)."""
+        return sum(self.sim.metrics(i).get("vllm:request_success_total", 0)
+                   for i in range(self.sim_endpoints))
+
+
+class TestBatchRoutes(BatchCase):
+    extra = {"jobs": {"max_file_bytes": 100000}}
+
+    def test_files_and_their_errors(self):
+        self.start()
+        f = self.upload_ok(jsonl([line(1)]))
+        self.assertTrue(f["id"].startswith("file-"))
+        self.assertEqual((f["object"], f["purpose"], f["filename"]), ("file", "batch", "in.jsonl"))
+        self.assertEqual(f["bytes"], len(jsonl([line(1)])))
+        self.assertIsInstance(f["created_at"], int)
+        st, raw = self.call("GET", "/v1/files/" + f["id"])
+        self.assertEqual(json.loads(raw), f)
+        st, raw = self.call("GET", "/v1/files")
+        self.assertIn(f["id"], [x["id"] for x in json.loads(raw)["data"]])
+        self.assertEqual(self.call("GET", "/v1/files/%s/content" % f["id"])[1], jsonl([line(1)]))
+        # Errors, each in OpenAI's shape.
+        self.assert_error(*self.upload(b"x", purpose="fine-tune"), 400, "purpose", "batch")
+        self.assert_error(*self.upload(b"x", purpose=None), 400, "purpose")
+        self.assert_error(*self.call("POST", "/v1/files", b"not multipart",
+                                     {"Content-Type": "text/plain"}), 400)
+        self.assert_error(*self.upload(b"x" * 100001), 413, "file", "max_file_bytes")
+        self.assert_error(*self.call("GET", "/v1/files/file-nope"), 404, "file_id")
+        self.assert_error(*self.call("GET", "/v1/files/file-nope/content"), 404, "file_id")
+        self.assert_error(*self.call("DELETE", "/v1/files/file-nope"), 404, "file_id")
+        st, raw = self.call("DELETE", "/v1/files/" + f["id"])
+        self.assertEqual((st, json.loads(raw)), (200, {"id": f["id"], "object": "file",
+                                                       "deleted": True}))
+        self.assert_error(*self.call("GET", "/v1/files/" + f["id"]), 404, "file_id")
+
+    def test_batch_errors(self):
+        self.start()
+        good = self.upload_ok(jsonl([line(1), line(2)]))["id"]
+        self.assert_error(*self.create("file-nope"), 404, "input_file_id")
+        self.assert_error(*self.create(good, endpoint="/v1/responses"), 400, "endpoint")
+        self.assert_error(*self.create(good, window="1h"), 400, "completion_window")
+        self.assert_error(*self.create(good, metadata=[1]), 400, "metadata")
+        self.assert_error(*self.call("POST", "/v1/batches", b"{", {}), 400)
+        self.assert_error(*self.call("POST", "/v1/batches", {}), 400, "input_file_id")
+        # Bad lines: 400 naming the line and the field; no batch is made.
+        cases = [
+            ([line(1), "not json"], None, "line 2"),
+            ([line(1), line(2, custom_id=None)], "custom_id", "line 2"),
+            ([line(1), line(1)], "custom_id", "line 2"),
+            ([line(1), line(2, method="GET")], "method", "line 2"),
+            ([line(1), line(2), line(3, url="/v1/completions")], "url", "line 3"),
+            ([line(1, body=[1])], "body", "line 1"),
+            ([json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                          "body": {"messages": []}})], "body.model", "line 1"),
+        ]
+        for lines, param, where in cases:
+            fid = self.upload_ok(jsonl(lines))["id"]
+            err = self.assert_error(*self.create(fid), 400, param or "line", where)
+        fid = self.upload_ok(b"\n\n")["id"]
+        self.assert_error(*self.create(fid), 400, "input_file_id", "no requests")
+        st, raw = self.call("GET", "/v1/batches")
+        self.assertEqual(json.loads(raw)["data"], [])
+        self.assert_error(*self.call("GET", "/v1/batches/batch_nope"), 404, "batch_id")
+        self.assert_error(*self.call("POST", "/v1/batches/batch_nope/cancel"), 404, "batch_id")
+        self.assert_error(*self.call("GET", "/v1/batches?limit=0"), 400, "limit")
+
+    def test_small_batch_end_to_end(self):
+        self.start()
+        lines = [line(i, max_tokens=3 + i % 4) for i in range(1, 8)]
+        lines.append(line(8, model="smol-alias", max_tokens=2))
+        lines.append(line(9, model="no-such-model"))
+        lines.append(line(10, max_tokens=100000))   # llmsim: 400, cannot fit its KV cache
+        fid = self.upload_ok(jsonl(lines))["id"]
+        st, raw = self.create(fid, metadata={"who": "test"})
+        self.assertEqual(st, 200, raw)
+        b = json.loads(raw)
+        self.assertTrue(b["id"].startswith("batch_"))
+        self.assertEqual((b["object"], b["endpoint"], b["input_file_id"], b["metadata"]),
+                         ("batch", "/v1/chat/completions", fid, {"who": "test"}))
+        self.assertEqual(b["request_counts"]["total"], 10)
+        b = self.wait(b["id"])
+        self.assertEqual(b["status"], "completed", b)
+        self.assertEqual(b["request_counts"], {"total": 10, "completed": 8, "failed": 2})
+        for k in ("created_at", "in_progress_at", "finalizing_at", "completed_at", "expires_at"):
+            self.assertIsInstance(b[k], int, k)
+        self.assertIsNone(b["cancelled_at"])
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(1, 9)))
+        for o in out:
+            i = int(o["custom_id"].split("-")[1])
+            self.assertIsNone(o["error"])
+            self.assertTrue(o["id"].startswith("batch_req_"))
+            self.assertEqual(o["response"]["status_code"], 200)
+            body = o["response"]["body"]
+            n = 2 if i == 8 else 3 + i % 4
+            self.assertEqual(body["choices"][0]["message"]["content"], expected_text(n))
+            self.assertEqual(body["model"], "llmsim")   # the servers' name went upstream
+        errs = {e["custom_id"]: e for e in self.content(b["error_file_id"])}
+        self.assertEqual(sorted(errs), ["req-10", "req-9"])
+        self.assertIsNone(errs["req-9"]["response"])
+        self.assertEqual(errs["req-9"]["error"]["code"], "model_not_found")
+        self.assertEqual(errs["req-10"]["response"]["status_code"], 400)   # the server's answer
+        # The output files are the batch's tenant's, purpose batch_output.
+        st, raw = self.call("GET", "/v1/files/" + b["output_file_id"])
+        self.assertEqual(json.loads(raw)["purpose"], "batch_output")
+        # A batch's output cannot be another's input.
+        self.assert_error(*self.create(b["output_file_id"]), 400, "input_file_id")
+        # Cancel of a finished batch: 409, as OpenAI.
+        self.assert_error(*self.call("POST", "/v1/batches/%s/cancel" % b["id"]), 409)
+        # Tokens counted for the pool and tenant.
+        st, raw = self.call("GET", "/metrics")
+        self.assertRegex(raw.decode(), r'llm_tokens_total\{model="smol",tenant="default",'
+                                        r'kind="completion"\} (\d+)')
+        # Listing: newest first, after and limit.
+        fid2 = self.upload_ok(jsonl([line(1)]))["id"]
+        b2 = json.loads(self.create(fid2)[1])
+        self.wait(b2["id"])
+        st, raw = self.call("GET", "/v1/batches?limit=1")
+        page = json.loads(raw)
+        self.assertEqual(([x["id"] for x in page["data"]], page["has_more"]), ([b2["id"]], True))
+        st, raw = self.call("GET", "/v1/batches?limit=5&after=" + b2["id"])
+        page = json.loads(raw)
+        self.assertEqual(([x["id"] for x in page["data"]], page["has_more"]), ([b["id"]], False))
+        # Deleting the input file leaves the batch's record alone.
+        self.assertEqual(self.call("DELETE", "/v1/files/" + fid)[0], 200)
+        self.assertEqual(self.batch(b["id"])["status"], "completed")
+
+
+class TestBatchServerErrors(BatchCase):
+    def test_a_5xx_is_retried_on_another_endpoint(self):
+        """Endpoint 0 answers every completion 500 (and looks idle): each line
+        that tried it goes to endpoint 1 next; every line completes."""
+        self.start()
+        self.sim.fault(0, "500")
+        fid = self.upload_ok(jsonl([line(i) for i in range(20)]))["id"]
+        b = self.wait(json.loads(self.create(fid)[1])["id"])
+        self.assertEqual(b["request_counts"], {"total": 20, "completed": 20, "failed": 0})
+        self.assertIsNone(b["error_file_id"])
+        self.assertEqual(self.sim_requests(), 20)
+
+    def test_5xx_everywhere_ends_in_the_error_file(self):
+        """Every endpoint answers 500: each line is tried 3 times, then its
+        last answer (status 500, the server's body) is its error line."""
+        self.start()
+        self.sim.fault(0, "500")
+        self.sim.fault(1, "500")
+        fid = self.upload_ok(jsonl([line(i) for i in range(4)]))["id"]
+        b = self.wait(json.loads(self.create(fid)[1])["id"])
+        self.assertEqual(b["request_counts"], {"total": 4, "completed": 0, "failed": 4})
+        self.assertIsNone(b["output_file_id"])
+        errs = self.content(b["error_file_id"])
+        self.assertEqual(sorted(e["custom_id"] for e in errs), ["req-%d" % i for i in range(4)])
+        for e in errs:
+            self.assertEqual(e["response"]["status_code"], 500)
+            self.assertIn("error", e["response"]["body"])
+
+
+class TestBatchHundredEndpoints(BatchCase):
+    sim_endpoints = 100
+    sim_args = ("--speed", "10")
+
+    def test_lines_spread_over_a_hundred_endpoints(self):
+        """1,000 lines over a pool of 100 simulated endpoints: every one of
+        them takes lines (the caller keeps connections to each)."""
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=8) for i in range(1000)]))["id"]
+        b = self.wait(json.loads(self.create(fid)[1])["id"], timeout=120)
+        self.assertEqual(b["request_counts"], {"total": 1000, "completed": 1000, "failed": 0})
+        used = sum(1 for i in range(100)
+                   if self.sim.metrics(i).get("vllm:request_success_total", 0) > 0)
+        self.assertEqual(used, 100)
+
+
+class TestBatchPreempt(BatchCase):
+    sim_args = ("--speed", "1")
+    pool_kw = {"offline": {"max_running": 2, "max_inflight_per_endpoint": 2, "preempt": True}}
+
+    def test_online_call_closes_a_batch_line(self):
+        """offline.preempt: an online call sent to an endpoint where batch
+        lines run closes one of them (the server aborts it); the line runs
+        again later, and the batch still answers each custom_id once."""
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=30) for i in range(16)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        time.sleep(0.3)   # lines running on both endpoints
+        aborted0 = sum(self.sim.metrics(i).get("llmsim:requests_aborted_total", 0)
+                       for i in range(self.sim_endpoints))
+        for _ in range(2):
+            st, raw = self.call("POST", "/v1/chat/completions",
+                                {"model": "smol", "max_tokens": 4,
+                                 "messages": [{"role": "user", "content": "now"}]})
+            self.assertEqual(st, 200, raw)
+            self.assertEqual(json.loads(raw)["choices"][0]["message"]["content"],
+                             expected_text(4))
+        time.sleep(0.2)
+        aborted = sum(self.sim.metrics(i).get("llmsim:requests_aborted_total", 0)
+                      for i in range(self.sim_endpoints)) - aborted0
+        self.assertGreaterEqual(aborted, 1, "no batch line gave way")
+        b = self.wait(bid, timeout=60)
+        self.assertEqual(b["request_counts"], {"total": 16, "completed": 16, "failed": 0})
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(16)))
+        for o in out:
+            self.assertEqual(o["response"]["body"]["choices"][0]["message"]["content"],
+                             expected_text(30))
+
+
+def digest(key):
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+class TestBatchTenants(BatchCase):
+    extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")]},
+                         {"name": "team-b", "keys": [digest("k-b")]},
+                         {"name": "ops", "keys": [digest("k-ops")], "admin": True}],
+             "usage": {"flush_s": 1}}
+
+    def test_a_batch_is_its_tenants(self):
+        """A batch and its files are the creating key's tenant's: another
+        tenant gets 404 (as for an unknown id) and an empty list, an admin
+        sees them; the lines' tokens count as that tenant's."""
+        self.start()
+        a = {"Authorization": "Bearer k-a"}
+        bh = {"Authorization": "Bearer k-b"}
+        ops = {"Authorization": "Bearer k-ops"}
+        real_call = self.call
+
+        def call_as(h):
+            return lambda m, p, body=None, headers=None, timeout=30: real_call(
+                m, p, body, dict(h, **(headers or {})), timeout)
+        self.call = call_as(a)
+        fid = self.upload_ok(jsonl([line(i) for i in range(3)]))["id"]
+        st, raw = self.create(fid)
+        self.assertEqual(st, 200, raw)
+        bid = json.loads(raw)["id"]
+        b = self.wait(bid)
+        self.assertEqual(b["request_counts"]["completed"], 3)
+        self.call = call_as(bh)
+        self.assert_error(*self.call("GET", "/v1/batches/" + bid), 404, "batch_id")
+        self.assert_error(*self.call("GET", "/v1/files/" + fid), 404, "file_id")
+        self.assert_error(*self.call("GET", "/v1/files/%s/content" % b["output_file_id"]), 404,
+                          "file_id")
+        self.assert_error(*self.call("POST", "/v1/batches/%s/cancel" % bid), 404, "batch_id")
+        self.assert_error(*self.create(fid), 404, "input_file_id")
+        self.assertEqual(json.loads(self.call("GET", "/v1/batches")[1])["data"], [])
+        self.assertEqual(json.loads(self.call("GET", "/v1/files")[1])["data"], [])
+        self.call = call_as(ops)
+        self.assertEqual(self.batch(bid)["id"], bid)
+        self.assertEqual(len(self.content(b["output_file_id"])), 3)
+        st, raw = self.call("GET", "/metrics")
+        m = re.search(r'llm_tokens_total\{model="smol",tenant="team-a",kind="completion"\} (\d+)',
+                      raw.decode())
+        self.assertTrue(m, raw.decode()[:2000])
+        self.assertEqual(int(m.group(1)), 12)   # 3 lines of 4 tokens
+        # The usage ledger: the lines are the tenant's offline use of the pool.
+        deadline = time.monotonic() + 10
+        while True:
+            st, raw = self.call("GET", "/v2/usage?group_by=tenant,model,class&step=86400")
+            self.assertEqual(st, 200, raw)
+            rows = [x for x in json.loads(raw)["rows"]
+                    if x["tenant"] == "team-a" and x["requests"]]
+            if sum(x["requests"] for x in rows) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        self.assertEqual([(x["model"], x["class"], x["requests"]) for x in rows],
+                         [("smol", "offline", 3)], rows)
+        self.assertGreater(rows[0]["rows"], 12)   # tokens: prompt and completion
+
+
+class TestBatchClientSigkill(BatchCase):
+    sim_args = ("--speed", "10")
+    pool_kw = {"offline": {"max_running": 4, "max_inflight_per_endpoint": 4}}
+
+    def test_thousand_lines_through_sigkill(self):
+        """The official client creates a 1,000-line batch; batchgate is
+        SIGKILLed in the middle and restarted on the same state_dir; the
+        client then sees it complete with every custom_id answered exactly
+        once and llmsim's text. Only a line in flight at the kill may have
+        run twice upstream: the servers finished exactly 1,000 requests plus
+        those they had answered at the kill whose results were not yet
+        committed."""
+        n = 1000
+        path = os.path.join(self.tmp, "in.jsonl")
+        with open(path, "wb") as f:
+            f.write(jsonl([line(i, max_tokens=4 + i % 5) for i in range(n)]))
+        self.start()
+        rc, out = run_testdeps(["llm_batch_client.py", "create",
+                                "http://127.0.0.1:%d" % self.srv.port, path], timeout=120)
+        self.assertEqual(rc, 0, out)
+        made = json.loads(out.strip().splitlines()[-1])
+        self.assertTrue(made["file_retrieved"])
+        bid = made["batch"]["id"]
+        self.assertEqual(made["batch"]["request_counts"]["total"], n)
+        # Kill once some but not all lines are done.
+        deadline = time.monotonic() + 60
+        while True:
+            b = self.batch(bid)
+            done = b["request_counts"]["completed"] + b["request_counts"]["failed"]
+            if done >= 150 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        self.assertLess(done, n, "the batch ended before the kill")
+        self.srv.send_signal(signal.SIGKILL)
+        self.srv.wait(timeout=10)
+        time.sleep(0.3)   # the servers notice the closed connections
+        ran_at_kill = self.sim_requests()
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"))
+        committed_at_kill = db.execute("SELECT count(*) FROM batch_results WHERE batch_id=?",
+                                       (bid,)).fetchone()[0]
+        db.close()
+        self.start()
+        rc, out = run_testdeps(["llm_batch_client.py", "wait",
+                                "http://127.0.0.1:%d" % self.srv.port, bid, "120"], timeout=180)
+        self.assertEqual(rc, 0, out)
+        res = json.loads(out.strip().splitlines()[-1])
+        b = res["batch"]
+        self.assertEqual(b["status"], "completed", b)
+        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
+        self.assertEqual(res["errors"], [])
+        ids = [o["custom_id"] for o in res["output"]]
+        self.assertEqual(len(ids), n)
+        self.assertEqual(sorted(ids), sorted("req-%d" % i for i in range(n)))
+        for o in res["output"]:
+            i = int(o["custom_id"].split("-")[1])
+            self.assertEqual(o["response"]["status_code"], 200)
+            self.assertEqual(o["response"]["body"]["choices"][0]["message"]["content"],
+                             expected_text(4 + i % 5))
+        self.assertIn(bid, res["listed"])
+        # Only lines in flight at the kill ran twice: those the servers had
+        # answered whose results were not committed yet (the rest of those
+        # in flight were cut, and the servers counted them as aborted).
+        ran = self.sim_requests()
+        uncommitted = ran_at_kill - committed_at_kill
+        self.assertGreaterEqual(uncommitted, 0)
+        self.assertEqual(ran - n, uncommitted, "lines ran twice beyond those in flight")
+        print("batch: killed at %d of %d lines committed (%d answered upstream, so %d in flight "
+              "with an answer not committed); %d requests ran upstream in all; every custom_id "
+              "once" % (committed_at_kill, n, ran_at_kill, uncommitted, ran))
+
+
+    def test_sigterm_takes_lines_back_and_resumes(self):
+        """SIGTERM mid-batch: batchgate stops cleanly (its lines in flight
+        taken back, not answered); the next start finishes the batch, each
+        custom_id once."""
+        n = 300
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=6) for i in range(n)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        deadline = time.monotonic() + 30
+        while self.batch(bid)["request_counts"]["completed"] < 30:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        self.srv.send_signal(signal.SIGTERM)
+        self.assertEqual(self.srv.wait(timeout=15), 0)
+        self.assertIn("paused", self.srv.log())
+        self.start()
+        b = self.wait(bid, timeout=60)
+        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(n)))
+
+
+class TestBatchCancelAndIdle(BatchCase):
+    sim_args = ("--speed", "1")
+    pool_kw = {"offline": {"max_running": 2, "max_inflight_per_endpoint": 2}}
+
+    def test_cancel(self):
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=8) for i in range(200)]))["id"]
+        b = json.loads(self.create(fid)[1])
+        deadline = time.monotonic() + 30
+        while self.batch(b["id"])["request_counts"]["completed"] < 4:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        st, raw = self.call("POST", "/v1/batches/%s/cancel" % b["id"])
+        self.assertEqual(st, 200, raw)
+        self.assertIn(json.loads(raw)["status"], ("cancelling", "cancelled"))
+        b = self.wait(b["id"], timeout=10)
+        self.assertEqual(b["status"], "cancelled")
+        self.assertIsInstance(b["cancelled_at"], int)
+        done = b["request_counts"]["completed"]
+        self.assertLess(done, 200)
+        self.assertEqual(len(self.content(b["output_file_id"])), done)
+        # The calls in flight were closed: the servers stop those sequences.
+        time.sleep(0.3)
+        running = sum(self.sim.metrics(i).get("vllm:num_requests_running", 0)
+                      for i in range(self.sim_endpoints))
+        self.assertEqual(running, 0)
+        self.assert_error(*self.call("POST", "/v1/batches/%s/cancel" % b["id"]), 409)
+
+    def test_saturated_pool_keeps_its_endpoints(self):
+        """Ten long online calls hold 5 running sequences on each endpoint
+        (over offline.max_running 2) for about 5 s: meanwhile the batch's
+        lines wait and none is sent; once the online calls end, it runs."""
+        self.start()
+        errors = []
+
+        def online():
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=60)
+                c.request("POST", "/v1/chat/completions",
+                          json.dumps({"model": "smol", "max_tokens": 250,
+                                      "messages": [{"role": "user", "content": "hi"}]}),
+                          {"Content-Type": "application/json"})
+                r = c.getresponse()
+                r.read()
+                c.close()
+                if r.status != 200:
+                    errors.append(r.status)
+            except OSError as e:
+                errors.append(str(e))
+        threads = [threading.Thread(target=online, daemon=True) for _ in range(10)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)   # the online calls running, and scraped
+        fid = self.upload_ok(jsonl([line(i, max_tokens=2) for i in range(20)]))["id"]
+        b = json.loads(self.create(fid)[1])
+        time.sleep(2.0)
+        mid = self.batch(b["id"])
+        running = [self.sim.metrics(i).get("vllm:num_requests_running", 0)
+                   for i in range(self.sim_endpoints)]
+        for t in threads:
+            t.join(timeout=30)
+        self.assertEqual(errors, [])
+        self.assertEqual(sum(running), 10, "batch lines ran beside the online calls")
+        self.assertEqual(mid["request_counts"]["completed"], 0,
+                         "batch lines ran on a pool busy with online calls: %r" % mid)
+        b = self.wait(b["id"], timeout=30)
+        self.assertEqual(b["request_counts"]["completed"], 20)
+
+
+if __name__ == "__main__":
+    unittest.main()
