@@ -26,7 +26,7 @@ struct admit_refusal {
     const char *reason;               /* "max_inflight", "rate_rows_per_s", "tokens_per_minute", "tokens_per_day" */
     int retry_after_s;                /* at least 1 */
     bool no_retry;                    /* waiting will not cure it soon: x-should-retry: false */
-    char msg[200];
+    char msg[400];
 };
 
 /* The table must outlive the struct admit. */

@@ -219,6 +219,10 @@ class TestPoolRoutes(PoolCase):
         self.assertEqual(r.status, 200, raw)
         r, raw = self.post("/v2/repository/models/reload/unload", {})
         self.assertEqual(r.status, 200, raw)
+        # The copy goes once the lifecycle thread has swapped it out.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and self.get("/v2/models/reload/ready")[0].status == 200:
+            time.sleep(0.02)
         r, raw = self.post("/v1/chat/completions", chat_body("reload", max_tokens=2))
         self.assert_openai_error(r, raw, 503)
         r, raw = self.post("/v2/repository/models/reload/load", {})
