@@ -123,6 +123,7 @@ int admit_enter(struct admit *a, int tenant, int rows, int64_t now_ns, struct ad
         tenant = 0;
     struct admit_tenant *t = &a->ten[tenant];
     const char *name = a->t->t[tenant].name;
+    why->no_retry = false;
     if (t->max_inflight > 0) {
         int n = atomic_fetch_add_explicit(&t->inflight, 1, memory_order_relaxed) + 1;
         if (n > t->max_inflight) {
@@ -209,6 +210,7 @@ int admit_tokens_enter(struct admit *a, int tenant, int64_t estimate, int64_t no
     const char *name = a->t->t[tenant].name;
     int64_t sec = now_ns / ADMIT_NS;
     int rc = 0;
+    why->no_retry = false;
     pthread_mutex_lock(&tk->mu);
     admit_day_roll(tk, unix_s);
     if (t->tpd > 0 && tk->day_used + tk->reserved + estimate > t->tpd &&

@@ -521,7 +521,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
     c->t0 = http_request_arrival_ns(req);
     int64_t est = llm_estimate(api, root, &c->prompt_estimate);
     if (st->admit) {
-        struct admit_refusal why;
+        struct admit_refusal why = {0};
         int64_t now = now_ns();
         if (admit_enter(st->admit, c->tenant, 1, now, &why) < 0 ||
             (c->admitted = true,
