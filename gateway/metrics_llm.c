@@ -80,39 +80,29 @@ int metrics_llm_render(struct buf *b, const struct metrics_llm_pool *p, int n,
         llm_labels_kv(b, p[i].name, "endpoint", URL);
         buf_appendf(b, ",kind=\"completion\"} %llu\n", (unsigned long long)v[k].completion_tokens);
     }
-    promtext_head(b, P, "endpoint_inflight", "gauge", "batchgate's calls in flight to the endpoint.");
-    EACH_ENDPOINT {
-        buf_appendf(b, P "endpoint_inflight{");
-        llm_labels_kv(b, p[i].name, "endpoint", URL);
-        buf_appendf(b, "} %d\n", v[k].inflight);
-    }
-    promtext_head(b, P, "endpoint_up", "gauge",
-                  "1 while the endpoint takes calls (its metrics scrape and calls pass).");
-    EACH_ENDPOINT {
-        buf_appendf(b, P "endpoint_up{");
-        llm_labels_kv(b, p[i].name, "endpoint", URL);
-        buf_appendf(b, "} %d\n", v[k].usable ? 1 : 0);
-    }
-    promtext_head(b, P, "endpoint_waiting", "gauge",
-                  "Requests queued in the endpoint, as its metrics last said.");
-    EACH_ENDPOINT if (v[k].load.waiting >= 0) {
-        buf_appendf(b, P "endpoint_waiting{");
-        llm_labels_kv(b, p[i].name, "endpoint", URL);
-        buf_appendf(b, "} %.9g\n", v[k].load.waiting);
-    }
-    promtext_head(b, P, "endpoint_running", "gauge",
-                  "Requests the endpoint is generating for, as its metrics last said.");
-    EACH_ENDPOINT if (v[k].load.running >= 0) {
-        buf_appendf(b, P "endpoint_running{");
-        llm_labels_kv(b, p[i].name, "endpoint", URL);
-        buf_appendf(b, "} %.9g\n", v[k].load.running);
-    }
-    promtext_head(b, P, "endpoint_kv_cache_usage", "gauge",
-                  "The endpoint's KV cache in use (0..1), where it reports it.");
-    EACH_ENDPOINT if (v[k].load.kv_cache >= 0) {
-        buf_appendf(b, P "endpoint_kv_cache_usage{");
-        llm_labels_kv(b, p[i].name, "endpoint", URL);
-        buf_appendf(b, "} %.9g\n", v[k].load.kv_cache);
+    static const struct {
+        const char *name, *help;
+    } gauges[] = {
+        {"endpoint_inflight", "batchgate's calls in flight to the endpoint."},
+        {"endpoint_up", "1 while the endpoint takes calls (its metrics scrape and calls pass)."},
+        {"endpoint_waiting", "Requests queued in the endpoint, as its metrics last said."},
+        {"endpoint_running", "Requests the endpoint is generating for, as its metrics last said."},
+        {"endpoint_kv_cache_usage", "The endpoint's KV cache in use (0..1), where it reports it."},
+    };
+    for (int g = 0; g < (int)(sizeof gauges / sizeof gauges[0]); g++) {
+        promtext_head(b, P, gauges[g].name, "gauge", gauges[g].help);
+        EACH_ENDPOINT {
+            double x = g == 0   ? v[k].inflight
+                       : g == 1 ? v[k].usable
+                       : g == 2 ? v[k].load.waiting
+                       : g == 3 ? v[k].load.running
+                                : v[k].load.kv_cache;
+            if (x < 0)
+                continue;   /* the server does not report it */
+            buf_appendf(b, P "%s{", gauges[g].name);
+            llm_labels_kv(b, p[i].name, "endpoint", URL);
+            buf_appendf(b, "} %.9g\n", x);
+        }
     }
     free(v);
 #undef EACH_ENDPOINT
