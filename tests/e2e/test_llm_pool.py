@@ -18,7 +18,7 @@ import time
 import unittest
 
 from harness import RepoServerCase, Server
-from test_infer import write_model
+from test_infer import synthetic, write_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "llmsim"))
@@ -126,6 +126,7 @@ class TestPoolRoutes(PoolCase):
                                        aliases=["smol-chat", "s2"], metrics_interval_ms=50))
         write_model(repo, "reload", pool("reload", [cls.sim.url(0), cls.sim.url(1)],
                                          metrics_interval_ms=50))
+        write_model(repo, "tensors", synthetic("tensors"))
 
     def test_models_list_and_retrieve(self):
         r, raw = self.get("/v1/models")
@@ -133,7 +134,7 @@ class TestPoolRoutes(PoolCase):
         body = json.loads(raw)
         self.assertEqual(body["object"], "list")
         ids = [m["id"] for m in body["data"]]
-        self.assertEqual(ids, ["reload", "smol", "smol-chat", "s2"])
+        self.assertEqual(ids, ["reload", "smol", "smol-chat", "s2", "tensors"])
         for m in body["data"]:
             self.assertEqual(m["object"], "model")
             self.assertIsInstance(m["created"], int)
@@ -196,6 +197,10 @@ class TestPoolRoutes(PoolCase):
         self.assertIn("nope", err["message"])
         r, raw = self.post("/v1/completions", {"model": "nope", "prompt": "x"})
         self.assert_openai_error(r, raw, 404, "model")
+        # A model that is not a pool: it answers tensors, not chats.
+        r, raw = self.post("/v1/chat/completions", chat_body("tensors"))
+        err = self.assert_openai_error(r, raw, 400, "model")
+        self.assertIn("not an LLM pool", err["message"])
         # Over max_body_bytes: 413 from the head alone, and the pool still serves.
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
@@ -675,6 +680,8 @@ class TestPoolConfig(unittest.TestCase):
         self.refused({"backend": "openai", "endpoints": ["http://127.0.0.1:1"],
                       "aliases": ["p"]}, r"aliases\[0\]: \"p\" is the pool's own name")
         self.refused({"backend": "openai", "endpoints": ["ftp://x"]}, r"endpoints")
+        self.refused({"backend": "openai", "endpoints": ["http://127.0.0.1:1"],
+                      "aliases": ["a%d" % i for i in range(9)]}, r"aliases: must be a list of at most 8")
         self.refused({"backend": "openai", "endpoints": ["http://127.0.0.1:1"],
                       "picker": {"policy": "random"}}, r"picker.policy")
 
