@@ -59,6 +59,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -880,6 +881,14 @@ async def serve(cfg):
     await stop.wait()
     for srv in servers:
         srv.close()
+    # Out now, as a server killed mid-stream would be: the connections'
+    # tasks are not waited for. asyncio.run's own cancel-and-wait of them
+    # once hung for minutes (a benchmark's llmsim, TERM'd under load, idle in
+    # epoll with its tasks cancelled), and whoever stops a simulator wants
+    # its ports free, not a graceful drain.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv=None):
