@@ -68,6 +68,7 @@ struct llm_call {
     int nblocks;
     bool stream;
     bool streaming;                   /* this answer is an event stream we read */
+    bool starting;                    /* streamed, sent, no content yet (llmpool_started) */
     bool gap_aborted;                 /* the client left between two tries */
     int64_t t0;                       /* the request's arrival */
     int64_t t_first, t_last;          /* the first and latest chunks with content */
@@ -273,6 +274,10 @@ static int llm_tap_head(void *arg, const struct httpc_head *h, struct buf *heade
 static void llm_on_content(void *arg, int64_t now)
 {
     struct llm_call *c = arg;
+    if (c->starting) {
+        c->starting = false;
+        llmpool_started(c->pool, c->e, c->blocks, c->nblocks);
+    }
     if (!c->t_first) {
         c->t_first = now;
         llmpool_ttft(c->pool, c->e, c->tenant, now - c->t0);
@@ -351,10 +356,20 @@ static void llm_count(struct llm_call *c)
     c->used = prompt + completion;
 }
 
+/* The try in progress at c->e ended, whichever way. */
+static void llm_try_end(struct llm_call *c)
+{
+    if (c->starting) {
+        c->starting = false;
+        llmpool_started(c->pool, c->e, NULL, 0);
+    }
+    llmpool_end(c->pool, c->e);
+}
+
 static int llm_tap_end(void *arg, const struct proxy_outcome *o)
 {
     struct llm_call *c = arg;
-    llmpool_end(c->pool, c->e);
+    llm_try_end(c);
     if (o->fail_status && !o->client_gone) {
         snprintf(c->last_fail, sizeof c->last_fail, "%s", o->msg ? o->msg : "failed");
         if (c->tries < llm_tries_max(c)) {
@@ -415,12 +430,13 @@ static void llm_try(struct llm_call *c)
     buf_reset(&c->keep);
     log_debug("model %s: call to endpoint %d (%s)", c->sm->model.cfg.name, e, why ? why : "");
     /* Before the call: it may end (and free c) before proxy_forward_tapped returns. */
-    llmpool_sent(c->pool, e, c->blocks, c->nblocks);
+    c->starting = c->stream;
+    llmpool_sent(c->pool, e, c->blocks, c->nblocks, c->stream);
     const struct model_pool *mp = &c->sm->model.cfg.pool;
     if (proxy_forward_tapped(c->st->proxy, c->req, llmpool_target(c->pool, e), "POST",
                              llm_paths[c->api], c->body, c->len, "application/json",
                              mp->timeout_ms, "timeout_ms", &llm_tap, c) < 0) {
-        llmpool_end(c->pool, e);
+        llm_try_end(c);
         http_respond_error(c->req, 503, NULL, "out of memory");
         llm_call_free(c);
     }

@@ -84,6 +84,7 @@ int metrics_llm_render(struct buf *b, const struct metrics_llm_pool *p, int n,
         const char *name, *help;
     } gauges[] = {
         {"endpoint_inflight", "batchgate's calls in flight to the endpoint."},
+        {"endpoint_starting", "Of those, streamed calls with no content back yet (the picker's queue)."},
         {"endpoint_up", "1 while the endpoint takes calls (its metrics scrape and calls pass)."},
         {"endpoint_waiting", "Requests queued in the endpoint, as its metrics last said."},
         {"endpoint_running", "Requests the endpoint is generating for, as its metrics last said."},
@@ -93,9 +94,10 @@ int metrics_llm_render(struct buf *b, const struct metrics_llm_pool *p, int n,
         promtext_head(b, P, gauges[g].name, "gauge", gauges[g].help);
         EACH_ENDPOINT {
             double x = g == 0   ? v[k].inflight
-                       : g == 1 ? v[k].usable
-                       : g == 2 ? v[k].load.waiting
-                       : g == 3 ? v[k].load.running
+                       : g == 1 ? v[k].starting
+                       : g == 2 ? v[k].usable
+                       : g == 3 ? v[k].load.waiting
+                       : g == 4 ? v[k].load.running
                                 : v[k].load.kv_cache;
             if (x < 0)
                 continue;   /* the server does not report it */

@@ -29,6 +29,7 @@ struct lp_endpoint {
     _Atomic int inflight;
     _Atomic int offline_inflight;       /* of inflight, the Batch API's */
     _Atomic int preempt;                /* online picks asking an offline call to give way */
+    _Atomic int starting;               /* streamed calls with no content yet (picker.h) */
     /* Under the pool's mutex: */
     struct scrape_load load;
     int64_t scraped_ns;
@@ -215,6 +216,7 @@ static void llmpool_view(struct llmpool *p, struct picker_endpoint *v, int64_t n
             .scraped_ns = ep->scraped_ns,
             .inflight_at_scrape = ep->inflight_at_scrape,
             .offline_inflight = atomic_load_explicit(&ep->offline_inflight, memory_order_relaxed),
+            .starting = atomic_load_explicit(&ep->starting, memory_order_relaxed),
         };
     }
     pthread_mutex_unlock(&p->mu);
@@ -279,10 +281,21 @@ int llmpool_preempt_take(struct llmpool *p, int e)
     return atomic_exchange(&p->ep[e].preempt, 0);
 }
 
-void llmpool_sent(struct llmpool *p, int e, const uint64_t *blocks, int nblocks)
+void llmpool_sent(struct llmpool *p, int e, const uint64_t *blocks, int nblocks, bool streamed)
 {
-    if (nblocks > 0)
+    if (streamed)
+        atomic_fetch_add(&p->ep[e].starting, 1);
+    if (nblocks > 0 && streamed)
+        picker_record_pending(p->picker, e, blocks, nblocks);
+    else if (nblocks > 0)
         picker_record(p->picker, e, blocks, nblocks);
+}
+
+void llmpool_started(struct llmpool *p, int e, const uint64_t *blocks, int nblocks)
+{
+    atomic_fetch_sub(&p->ep[e].starting, 1);
+    if (blocks && nblocks > 0)
+        picker_confirm(p->picker, e, blocks, nblocks);
 }
 
 void llmpool_end(struct llmpool *p, int e) { atomic_fetch_sub(&p->ep[e].inflight, 1); }
@@ -347,6 +360,7 @@ void llmpool_endpoint(struct llmpool *p, int e, struct llm_endpoint_view *out)
     *out = (struct llm_endpoint_view){
         .usable = httpc_target_usable(ep->t, now),
         .inflight = atomic_load(&ep->inflight),
+        .starting = atomic_load(&ep->starting),
         .load = ep->load,
         .scraped_age_s = ep->scraped_ns ? (double)(now - ep->scraped_ns) / 1e9 : -1,
         .ttft = ep->ttft,

@@ -47,8 +47,15 @@ struct httpc_target *llmpool_target(const struct llmpool *p, int e);
  * (optional): the picker's reason, for the debug log. */
 int llmpool_pick(struct llmpool *p, const uint64_t *blocks, int nblocks, const int *tried,
                  int ntried, const char **why);
-/* The call reached e's server: e now holds the prompt's blocks. */
-void llmpool_sent(struct llmpool *p, int e, const uint64_t *blocks, int nblocks);
+/* The call reached e's server: e now holds the prompt's blocks (pending
+ * ones for a streamed call until its first content: picker_record_pending;
+ * a whole answer says nothing sooner, so those count at once). */
+void llmpool_sent(struct llmpool *p, int e, const uint64_t *blocks, int nblocks, bool streamed);
+/* A streamed call sent to e (llmpool_sent's `streamed`) got its first
+ * content (blocks: its prompt's, now confirmed held), or ended without any
+ * (blocks NULL): it no longer counts as starting there
+ * (picker_endpoint.starting). Once per such call. */
+void llmpool_started(struct llmpool *p, int e, const uint64_t *blocks, int nblocks);
 void llmpool_end(struct llmpool *p, int e);
 /* An offline call (a Batch API line): the endpoint with idle capacity now
  * by the pool's `offline` settings (picker_pick_idle), not one of
@@ -85,6 +92,7 @@ struct llm_hist {
 struct llm_endpoint_view {
     bool usable;
     int inflight;
+    int starting;                    /* of inflight, streamed with no content yet */
     struct scrape_load load;         /* fields -1 where never reported */
     double scraped_age_s;            /* -1: never */
     struct llm_hist ttft, itl;

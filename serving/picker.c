@@ -21,6 +21,7 @@ struct picker_slot {
     int32_t holder[PICKER_HOLDERS];      /* endpoints, -1 none */
     uint32_t stamp[PICKER_HOLDERS];      /* when each was recorded (p->seq) */
     uint32_t sent;                       /* endpoints it was recorded for, listed or not, up to n */
+    uint8_t pending;                     /* bit k: holder[k] is still computing it (picker.h) */
 };
 
 struct picker {
@@ -31,6 +32,7 @@ struct picker {
     uint64_t cursor;                     /* round robin, and the rotation that breaks ties */
     uint32_t seq;
     int *match;                          /* [n]: scratch of a pick, blocks held */
+    bool pending_seen;                   /* scratch of a pick: a holder of its prefix is pending */
     double *credit;                      /* [n]: scratch, blocks held weighed by rarity */
     struct picker_slot *slot;            /* [cap] */
     int32_t *bucket;                     /* [mask + 1] */
@@ -217,6 +219,7 @@ static int32_t picker_insert(struct picker *p, uint64_t h)
     for (int k = 0; k < PICKER_HOLDERS; k++)
         s->holder[k] = -1;
     s->sent = 0;
+    s->pending = 0;
     int32_t *b = &p->bucket[h & p->mask];
     s->chain = *b;
     *b = i;
@@ -230,13 +233,17 @@ static int32_t picker_insert(struct picker *p, uint64_t h)
  * comes down but by picker_forget or the block's eviction: letting calls
  * that return to a listed holder bring it down fed on itself (they return
  * because the credit favours them) and piled a common prefix's calls onto
- * its listed holders again in the trace test. */
-static void picker_hold(struct picker *p, struct picker_slot *s, int e)
+ * its listed holders again in the trace test. A holder newly listed by a
+ * pending record is pending; a confirmed one stays confirmed. */
+static void picker_hold(struct picker *p, struct picker_slot *s, int e, bool pending)
 {
     int k, oldest = 0;
     for (k = 0; k < PICKER_HOLDERS && s->holder[k] != e; k++)
         ;
-    if (k == PICKER_HOLDERS) {
+    if (k < PICKER_HOLDERS) {
+        if (!pending)
+            s->pending &= (uint8_t)~(1u << k);
+    } else {
         for (k = 0; k < PICKER_HOLDERS && s->holder[k] >= 0; k++)
             if ((int32_t)(s->stamp[k] - s->stamp[oldest]) < 0)
                 oldest = k;
@@ -244,12 +251,14 @@ static void picker_hold(struct picker *p, struct picker_slot *s, int e)
             k = oldest;
         if (s->sent < (uint32_t)p->n)
             s->sent++;
+        s->pending = (uint8_t)((s->pending & ~(1u << k)) | (unsigned)pending << k);
     }
     s->holder[k] = e;
     s->stamp[k] = ++p->seq;
 }
 
-void picker_record(struct picker *p, int e, const uint64_t *blocks, int nblocks)
+static void picker_record_as(struct picker *p, int e, const uint64_t *blocks, int nblocks,
+                             bool pending)
 {
     if (!p || e < 0 || e >= p->n || !blocks)
         return;
@@ -264,7 +273,34 @@ void picker_record(struct picker *p, int e, const uint64_t *blocks, int nblocks)
             picker_lru_unlink(p, k);
             picker_lru_front(p, k);
         }
-        picker_hold(p, &p->slot[k], e);
+        picker_hold(p, &p->slot[k], e, pending);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+void picker_record(struct picker *p, int e, const uint64_t *blocks, int nblocks)
+{
+    picker_record_as(p, e, blocks, nblocks, false);
+}
+
+void picker_record_pending(struct picker *p, int e, const uint64_t *blocks, int nblocks)
+{
+    picker_record_as(p, e, blocks, nblocks, true);
+}
+
+void picker_confirm(struct picker *p, int e, const uint64_t *blocks, int nblocks)
+{
+    if (!p || e < 0 || e >= p->n || !blocks)
+        return;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < nblocks; i++) {
+        int32_t k = picker_find(p, blocks[i]);
+        if (k < 0)
+            continue;
+        struct picker_slot *s = &p->slot[k];
+        for (int h = 0; h < PICKER_HOLDERS; h++)
+            if (s->holder[h] == e)
+                s->pending &= (uint8_t)~(1u << h);
     }
     pthread_mutex_unlock(&p->mu);
 }
@@ -282,6 +318,7 @@ void picker_forget(struct picker *p, int e)
         for (int k = 0; k < PICKER_HOLDERS; k++) {
             if (s->holder[k] == e) {
                 s->holder[k] = -1;
+                s->pending &= (uint8_t)~(1u << k);
                 if (s->sent)
                     s->sent--;
             }
@@ -310,6 +347,7 @@ static void picker_matches(struct picker *p, int n, const uint64_t *blocks, int 
 {
     memset(p->match, 0, (size_t)n * sizeof *p->match);
     memset(p->credit, 0, (size_t)n * sizeof *p->credit);
+    p->pending_seen = false;
     double cum = 0;
     for (int i = 0; i < nblocks; i++) {
         int32_t k = picker_find(p, blocks[i]);
@@ -323,7 +361,9 @@ static void picker_matches(struct picker *p, int n, const uint64_t *blocks, int 
         cum += 1 - (elsewhere < 0 ? 0 : elsewhere > 1 ? 1 : elsewhere);
         for (int h = 0; h < PICKER_HOLDERS; h++) {
             int e = s->holder[h];
-            if (e >= 0 && e < n) {
+            if (e >= 0 && e < n && (s->pending >> h & 1u)) {
+                p->pending_seen = true;   /* no credit yet: it is not there yet */
+            } else if (e >= 0 && e < n) {
                 p->match[e] = i + 1;
                 p->credit[e] = cum;
             }
@@ -372,6 +412,8 @@ static struct picker_assess picker_assess(const struct picker *p, const struct p
         if (slots)
             a.lk = 0.5 * (inflight < slots ? inflight / slots : 1);
     }
+    if (ep->starting > q)
+        q = ep->starting;
     a.lq = q / p->cfg.sat_waiting;
     a.saturated |= a.lq >= 1;
     return a;
@@ -491,7 +533,8 @@ static int picker_choose(struct picker *p, const struct picker_endpoint *eps, in
         if (prefix)
             picker_matches(p, n, blocks, nblocks);
         int best_sat = -1;   /* the best of the saturated ones, for when all are */
-        double cost_best = 0, cost_sat = 0;
+        int best_hold = -1;  /* the best unsaturated holder of the prefix */
+        double cost_best = 0, cost_sat = 0, cost_hold = 0;
         for (int k = 0; k < n; k++) {
             int e = (start + k) % n;
             if (!eps[e].usable || picker_was_tried(t, e))
@@ -499,18 +542,38 @@ static int picker_choose(struct picker *p, const struct picker_endpoint *eps, in
             struct picker_assess a = picker_assess(p, &eps[e], now_ns);
             double L = a.lq > a.lk ? a.lq : a.lk;
             double cost = p->cfg.w_queue * a.lq + p->cfg.w_kv_cache * a.lk;
-            if (prefix && p->credit[e] > 0 && L < 2)
-                cost -= p->cfg.w_prefix * p->credit[e] / nblocks * (1 - L / 2);
+            /* The prefix's worth falls to nothing as e nears saturation
+             * (L = 1), so that a hot prefix's holder passes the next call
+             * to a second holder while its own queue is still short; among
+             * saturated endpoints (chosen only when all are) it keeps half
+             * its worth at L = 1, down to nothing at L = 2. */
+            double keep = a.saturated ? 1 - L / 2 : 1 - L;
+            if (prefix && p->credit[e] > 0 && keep > 0)
+                cost -= p->cfg.w_prefix * p->credit[e] / nblocks * keep;
             if (a.saturated) {
                 if (picker_better(eps, e, cost, best_sat, cost_sat)) {
                     best_sat = e;
                     cost_sat = cost;
                 }
-            } else if (picker_better(eps, e, cost, best, cost_best)) {
-                best = e;
-                cost_best = cost;
+            } else {
+                if (picker_better(eps, e, cost, best, cost_best)) {
+                    best = e;
+                    cost_best = cost;
+                }
+                if (prefix && p->credit[e] > 0 && picker_better(eps, e, cost, best_hold, cost_hold)) {
+                    best_hold = e;
+                    cost_hold = cost;
+                }
             }
         }
+        /* One new holder at a time: while an endpoint is still computing
+         * this prefix for a call that left its holders, the next calls stay
+         * with the holders that have it (unless all are saturated) rather
+         * than start yet another copy or queue behind that prefill. */
+        bool damped = prefix && p->pending_seen && best >= 0 && p->credit[best] <= 0 &&
+                      best_hold >= 0;
+        if (damped)
+            best = best_hold;
         bool all_sat = best < 0 && best_sat >= 0;
         if (all_sat)
             best = best_sat;
@@ -519,8 +582,8 @@ static int picker_choose(struct picker *p, const struct picker_endpoint *eps, in
         if (all_sat) {
             reason = "all saturated";
         } else if (best >= 0 && prefix && p->credit[best] > 0) {
-            snprintf(picker_why_buf, sizeof picker_why_buf, "prefix %d/%d blocks", p->match[best],
-                     nblocks);
+            snprintf(picker_why_buf, sizeof picker_why_buf, "prefix %d/%d blocks%s", p->match[best],
+                     nblocks, damped ? ", holder pending" : "");
             reason = picker_why_buf;
         } else {
             reason = "least loaded";

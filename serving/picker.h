@@ -62,7 +62,7 @@
 #define PICKER_BLOCK_BYTES 64      /* ~16 tokens of English: vLLM's and llmsim's block */
 #define PICKER_MAX_BLOCKS 256      /* a sensible max for picker_prefix_hashes (16 KiB of prompt) */
 #define PICKER_STALE_INTERVALS 3   /* metrics older than this many intervals are stale */
-#define PICKER_HOLDERS 4           /* endpoints remembered per block, the latest */
+#define PICKER_HOLDERS 8           /* endpoints remembered per block, the latest */
 
 enum picker_policy { PICKER_SCORE, PICKER_ROUND_ROBIN, PICKER_LEAST_INFLIGHT };
 
@@ -91,13 +91,18 @@ struct picker_endpoint {       /* one endpoint as the pool sees it now */
      * spreading, never herding). */
     int inflight_at_scrape;
     int offline_inflight;      /* of `inflight`, the offline (Batch API) calls */
+    /* of `inflight`, streamed calls with no content back yet: waiting there
+     * or being prefilled. A server that batches continuously admits them at
+     * once (its `waiting` stays 0) and its steps grow instead: this count is
+     * what a new call waits behind, known without a scrape. */
+    int starting;
 };
 
 struct picker;  /* opaque: policy, round-robin cursor, the prefix affinity table; thread-safe */
 
 /* NULL on a bad config (a negative weight, saturation not positive,
  * nendpoints < 1, affinity_entries < 1) or no memory. The table is
- * allocated here, once: about 60 bytes a block (4 MB at 65536). */
+ * allocated here, once: about 100 bytes a block (6 MB at 65536). */
 struct picker *picker_new(const struct picker_config *cfg, int nendpoints);
 void picker_free(struct picker *p);
 
@@ -125,6 +130,17 @@ int picker_pick_except(struct picker *p, const struct picker_endpoint *eps, int 
  * blocks (the server caches the prompt). LRU-bounded by affinity_entries
  * blocks, each remembering its PICKER_HOLDERS latest endpoints. */
 void picker_record(struct picker *p, int e, const uint64_t *blocks, int nblocks);
+/* The same for a call whose first token has not come back: where e was not
+ * yet a holder of a block it becomes a *pending* one, which earns no credit
+ * until picker_confirm (its server is still computing those blocks: a call
+ * sent there now would wait behind that prefill), and whose presence keeps
+ * the prefix's next calls on its confirmed holders while they are not
+ * saturated (a prefix gains one new holder at a time). */
+void picker_record_pending(struct picker *p, int e, const uint64_t *blocks, int nblocks);
+/* e's first token for those blocks came back: its pending holds of them
+ * are holds. A call that fails first leaves them pending (no credit) until
+ * another call to e confirms them or they are evicted. */
+void picker_confirm(struct picker *p, int e, const uint64_t *blocks, int nblocks);
 /* An endpoint was taken out / lost its cache (restart): forgets its blocks
  * (a scan of the table: rare). */
 void picker_forget(struct picker *p, int e);

@@ -14,6 +14,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 import unittest
 
@@ -107,6 +108,21 @@ class PoolCase(RepoServerCase):
     def gateway_metrics(self):
         r, raw = self.get("/metrics")
         return raw.decode()
+
+    def starting(self, model):
+        """batchgate_endpoint_starting of each of the model's endpoints."""
+        return [int(v) for v in re.findall(
+            r'^batchgate_endpoint_starting\{model="%s",endpoint="[^"]*"\} (\d+)$' % model,
+            self.gateway_metrics(), re.M)]
+
+    def assert_nothing_starting(self, model):
+        """Every streamed call that ended, however, stopped counting as
+        starting (else the picker would see a queue that is not there)."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(self.starting(model)):
+            time.sleep(0.02)
+        self.assertTrue(self.starting(model))
+        self.assertEqual(sum(self.starting(model)), 0)
 
     def assert_openai_error(self, r, raw, status, param=None):
         self.assertEqual(r.status, status, raw)
@@ -293,11 +309,31 @@ class TestPoolFailures(PoolCase):
         for i in range(3):
             self.sim.fault(i, "none")
 
+    def tearDown(self):
+        self.assert_nothing_starting("smol")
+        super().tearDown()
+
+    def test_a_stream_counts_as_starting_until_its_first_content(self):
+        for i in range(3):
+            self.sim.fault(i, "hang")
+        got = []
+        t = threading.Thread(target=lambda: got.append(
+            self.read_stream(chat_body("smol", max_tokens=2, stream=True))))
+        t.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and sum(self.starting("smol")) != 1:
+            time.sleep(0.02)
+        self.assertEqual(sum(self.starting("smol")), 1)
+        t.join(20)
+        self.assertIn(b" 504 ", got[0][0].split(b"\r\n")[0])
+        # tearDown: back to 0 once the call gave up.
+
     def test_refused_endpoint_is_skipped(self):
         for _ in range(4):
             r, raw = self.post("/v1/chat/completions", chat_body("dead", max_tokens=2))
             self.assertEqual(r.status, 200, raw)
             self.assertEqual(r.getheader("X-Batchgate-Endpoint"), "1")
+        self.assert_nothing_starting("dead")
 
     def test_5xx_before_the_first_byte_tries_another(self):
         self.sim.fault(0, "500")
