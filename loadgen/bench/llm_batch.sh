@@ -27,7 +27,9 @@
 # (max_tokens of a batch line, 64), MAX_RUNNING (the pool's
 # offline.max_running and max_inflight_per_endpoint, 4), PREEMPT (the pool's
 # offline.preempt, false), ONLINE (the
-# online requests' --synthetic, in=60:20,out=32:8).
+# online requests' --synthetic, in=60:20,out=32:8), LLAMA_ARGS (more
+# llama-server flags, e.g. "-b 16 -ub 16": the prompt tokens it computes
+# between two looks at its queue, llama.cpp's chunked prefill).
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,6 +46,7 @@ MAX_RUNNING=${MAX_RUNNING:-4}
 ONLINE=${ONLINE:-in=60:20,out=32:8}
 SERVER=${SERVER:-llmsim}
 PREEMPT=${PREEMPT:-false}
+LLAMA_ARGS=${LLAMA_ARGS:-}
 
 [ -x "$BIN" ] && [ -x "$LOAD" ] || { echo "llm_batch: build first ($BIN, $LOAD)" >&2; exit 1; }
 bg_workdir llm-batch
@@ -57,8 +60,9 @@ if [ "$SERVER" = llama ]; then
     i=0
     while [ "$i" -lt "$ENDPOINTS" ]; do
         p=$(free_port)
+        # shellcheck disable=SC2086 # LLAMA_ARGS: more words of the command line
         nice -n 19 "$LLAMA" -m "$GGUF" --host 127.0.0.1 --port "$p" --metrics -np 2 -t 1 -tb 1 \
-            -c 4096 --cache-ram 0 --alias smollm2 >"$WORK/llama$i.log" 2>&1 &
+            -c 4096 --cache-ram 0 --alias smollm2 $LLAMA_ARGS >"$WORK/llama$i.log" 2>&1 &
         PIDS="$PIDS $!"
         PORTS="$PORTS $p"
         i=$((i + 1))

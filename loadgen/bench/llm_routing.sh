@@ -5,7 +5,7 @@
 # the same workload: several long shared prefixes interleaved, mixed lengths,
 # streamed (batchgate-load --openai chat, docs/LOADGEN.md).
 #
-#   loadgen/bench/llm_routing.sh        [ENDPOINTS=100 SPEED=0.1 DURATION=30 LOAD=0.85
+#   loadgen/bench/llm_routing.sh        [ENDPOINTS=100 SPEED=0.1 DURATION=60 WARMUP=15 LOAD=0.85
 #                                        KV_BLOCKS=512 POLICIES="round_robin score"
 #                                        CONC_PER_ENDPOINT="2 4 8" CAP=
 #                                        SCORE_CONFIG='"saturation": {"waiting": 8}'
@@ -18,6 +18,12 @@
 # policy runs at LOAD x that capacity (80-90% load, the issue's point), the
 # simulator restarted before each run so every policy starts from cold
 # caches. Prints one row per run and the ratios score / round robin.
+#
+# WARMUP: the first seconds of each run are not measured. The simulator runs
+# at a tenth of its model's speed, so a pool's cold start (every prefix
+# computed on its first endpoints, 2.6 s a prefill here) lasts seconds of
+# wall time: 15 s is 1.5 s of the model's, as the virtual-clock trace in
+# tests/unit/test_picker.c leaves out its first 5 s at full speed.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -27,7 +33,8 @@ BIN=${BATCHGATE_BIN:-$ROOT/build/batchgate}
 LOAD_BIN=${LOAD_BIN:-$ROOT/build/batchgate-load}
 N=${ENDPOINTS:-100}
 SPEED=${SPEED:-0.1}
-DUR=${DURATION:-30}
+DUR=${DURATION:-60}
+WARM=${WARMUP:-15}
 LOAD=${LOAD:-0.85}
 KV=${KV_BLOCKS:-512}
 CONC=${CONC_PER_ENDPOINT:-2 4 8}
@@ -77,8 +84,13 @@ sim_start() {
     exit 1
 }
 
-sim_stop() {
+sim_stop() {   # TERM, and KILL if it is not gone within 5 s
     kill "$SIM_PID" 2>/dev/null || true
+    for _ in $(seq 50); do
+        kill -0 "$SIM_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -9 "$SIM_PID" 2>/dev/null || true
     wait "$SIM_PID" 2>/dev/null || true
 }
 
@@ -108,8 +120,25 @@ run() {
     sim_start
     sleep 1.5   # the score pool's scrapes see the fresh endpoints
     "$LOAD_BIN" --url "http://127.0.0.1:$port" --openai chat --model "$1" --synthetic "$SYN" \
-        --"$2" "$3" --duration "$DUR" --warmup 5 --seed 7 --json "$WORK/$1-$3.json" \
+        --"$2" "$3" --duration "$DUR" --warmup "$WARM" --seed 7 --json "$WORK/$1-$3.json" \
         >"$WORK/$1-$3.txt" 2>&1 || { cat "$WORK/$1-$3.txt" >&2; exit 1; }
+}
+
+# cached: the share of prompt tokens the endpoints found in their prefix
+# caches over the run just ended (llmsim's vLLM counters, summed).
+cached() {
+    python3 - "$BASE" "$N" <<'EOF2'
+import sys, urllib.request
+base, n = int(sys.argv[1]), int(sys.argv[2])
+tot = hit = 0.0
+for i in range(n):
+    for line in urllib.request.urlopen("http://127.0.0.1:%d/metrics" % (base + i), timeout=5).read().decode().splitlines():
+        if line.startswith("vllm:prompt_tokens_total"):
+            tot += float(line.split()[-1])
+        elif line.startswith("vllm:prefix_cache_hits_total"):
+            hit += float(line.split()[-1])
+print("%.0f%%" % (100 * hit / tot if tot else 0))
+EOF2
 }
 
 field() { # FILE EXPR: a value of the step's JSON
@@ -126,19 +155,19 @@ for k in $CONC; do
 done
 rate=$(python3 -c "print(round($LOAD * $cap, 1))")
 echo "llm_routing: $N endpoints, llmsim --speed $SPEED --kv-blocks $KV, workload $SYN"
-echo "llm_routing: round robin sustains $cap req/s; runs at $LOAD x = $rate req/s, $DUR s each"
-printf '%-15s %8s %10s %10s %10s %10s %10s %12s %8s\n' policy rate 'req/s' 'ttft p50' 'ttft p90' 'ttft p99' 'tpot p50' 'out tok/s' errors
+echo "llm_routing: round robin sustains $cap req/s; runs at $LOAD x = $rate req/s, $DUR s each after $WARM s of warm-up"
+printf '%-15s %8s %10s %10s %10s %10s %10s %12s %8s %8s\n' policy rate 'req/s' 'ttft p50' 'ttft p90' 'ttft p99' 'tpot p50' 'out tok/s' errors cached
 for pol in $POLICIES; do
     run "$pol" rate "$rate"
     f="$WORK/$pol-$rate.json"
-    printf '%-15s %8s %10s %10s %10s %10s %10s %12s %8s\n' "$pol" "$rate" \
+    printf '%-15s %8s %10s %10s %10s %10s %10s %12s %8s %8s\n' "$pol" "$rate" \
         "$(field "$f" "round(s['throughput'], 1)")" \
         "$(field "$f" "round(s['llm']['ttft_ms']['p50'], 1)")" \
         "$(field "$f" "round(s['llm']['ttft_ms']['p90'], 1)")" \
         "$(field "$f" "round(s['llm']['ttft_ms']['p99'], 1)")" \
         "$(field "$f" "round(s['llm']['tpot_ms']['p50'], 1)")" \
         "$(field "$f" "round(s['llm']['output_tokens_per_s'], 1)")" \
-        "$(field "$f" "s['errors']")"
+        "$(field "$f" "s['errors']")" "$(cached)"
 done
 if [ -f "$WORK/score-$rate.json" ] && [ -f "$WORK/round_robin-$rate.json" ]; then
     python3 - "$WORK/score-$rate.json" "$WORK/round_robin-$rate.json" <<'EOF'
