@@ -357,6 +357,22 @@ static void jobs_batch_close(struct jobs *j)
     memset(bc, 0, sizeof *bc);
 }
 
+/* Whether a line's answer survives being streamed and assembled
+ * (llmstream.h): chat or text completions asking for no tool calls and no
+ * log probabilities. */
+static bool jobs_batch_streamable(const char *endpoint, json_t *body)
+{
+    static const char *const whole[] = {"tools", "functions", "logprobs", "top_logprobs"};
+    if (strcmp(endpoint, "/v1/chat/completions") && strcmp(endpoint, "/v1/completions"))
+        return false;
+    for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
+        json_t *v = json_object_get(body, whole[i]);
+        if (v && !json_is_null(v) && !json_is_false(v))
+            return false;
+    }
+    return true;
+}
+
 static bool jobs_batch_pool_named(const struct model_config *c, const char *name)
 {
     if (strcmp(c->name, name) == 0)
@@ -694,13 +710,22 @@ static bool jobs_batch_feed_one(struct jobs *j)
         json_decref(root);
         return true;
     }
-    /* As the online path rewrites it: the servers' name; whole, not streamed. */
+    /* As the online path rewrites it: the servers' name. Whole, not
+     * streamed, unless lines give way to online calls (offline.preempt):
+     * then streamed, so that the server notices a closed call at once
+     * (llama-server finishes a whole one first), and assembled into the
+     * whole answer (llmstream.h), which only tools and logprobs would not
+     * survive: those lines stay whole. */
     json_object_set_new(body, "model", json_string(sm->model.cfg.pool.served_model_name));
-    json_object_set_new(body, "stream", json_false());
+    bool stream = sm->model.cfg.pool.offline_preempt && jobs_batch_streamable(bc->b.endpoint, body);
+    json_object_set_new(body, "stream", json_boolean(stream));
     json_object_del(body, "stream_options");
+    if (stream)
+        json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
     struct llmbatch_line *l = calloc(1, sizeof *l);
     if (l) {
         l->sm = sm;
+        l->stream = stream;
         snprintf(l->path, sizeof l->path, "%s", bc->b.endpoint);
         l->body = json_dumps(body, JSON_COMPACT);
         l->len = l->body ? strlen(l->body) : 0;

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/upcall.h"
 #include "serving/llmpool.h"
+#include "serving/llmstream.h"
 #include "serving/serving.h"
 
 #define LLMBATCH_TICK_MS 5
@@ -131,8 +132,9 @@ static int llmbatch_op_send(void *arg, struct upcall *u, const struct httpc_targ
     char head[512];
     int n = snprintf(head, sizeof head,
                      "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                     "Accept: application/json\r\nContent-Length: %zu\r\n\r\n",
-                     l->path, httpc_target_authority(t), l->len);
+                     "Accept: %s\r\nContent-Length: %zu\r\n\r\n",
+                     l->path, httpc_target_authority(t),
+                     l->stream ? "text/event-stream" : "application/json", l->len);
     l->status = 0;
     buf_reset(&l->answer);
     if (upcall_send(u, head, (size_t)n) < 0 || upcall_send(u, l->body, l->len) < 0)
@@ -160,9 +162,32 @@ static int llmbatch_op_body(void *arg, const char *data, size_t len)
     return 0;
 }
 
+/* A streamed answer becomes the whole one; a stream that is not an answer
+ * (cut, an error event) fails the try as a lost call would. */
+static bool llmbatch_assemble(struct llmbatch_line *l)
+{
+    struct buf whole = BUF_INIT;
+    struct error err = {0};
+    if (llmstream_assemble(l->answer.data ? l->answer.data : "", l->answer.len,
+                           strstr(l->path, "chat") != NULL, &whole, &err) < 0) {
+        buf_free(&whole);
+        snprintf(l->error, sizeof l->error, "%.290s", err.msg);
+        l->status = 0;
+        return false;
+    }
+    buf_free(&l->answer);
+    l->answer = whole;
+    return true;
+}
+
 static void llmbatch_op_done(void *arg)
 {
     struct llmbatch_line *l = arg;
+    if (l->stream && l->status == 200 && !llmbatch_assemble(l)) {
+        upcall_blame(l->up, HTTPC_FAIL_STATUS);
+        llmbatch_call_end(l->b, l, true);
+        return;
+    }
     bool again = l->status >= 500;
     if (again)
         upcall_blame(l->up, HTTPC_FAIL_STATUS);

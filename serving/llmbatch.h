@@ -20,6 +20,7 @@
 #ifndef BG_LLMBATCH_H
 #define BG_LLMBATCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,8 @@ struct llmbatch_line {
     char path[32];                    /* "/v1/chat/completions", ... */
     char *body;                       /* the request as sent (malloc'ed; the submitter frees it) */
     size_t len;
+    bool stream;                      /* body asks for a stream: the answer handed back is
+                                         the whole one assembled from it (llmstream.h) */
     int64_t line;                     /* the submitter's: its number */
     void *arg;                        /* the submitter's */
     /* The outcome: */

@@ -329,6 +329,9 @@ class TestBatchPreempt(BatchCase):
         time.sleep(0.3)   # lines running on both endpoints
         aborted0 = sum(self.sim.metrics(i).get("llmsim:requests_aborted_total", 0)
                        for i in range(self.sim_endpoints))
+        streamed0 = sum(self.sim.metrics(i).get("llmsim:requests_streamed_total", 0)
+                        for i in range(self.sim_endpoints))
+        self.assertGreaterEqual(streamed0, 1, "lines that give way go streamed")
         for _ in range(2):
             st, raw = self.call("POST", "/v1/chat/completions",
                                 {"model": "smol", "max_tokens": 4,
@@ -346,8 +349,35 @@ class TestBatchPreempt(BatchCase):
         self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
                                                                      for i in range(16)))
         for o in out:
-            self.assertEqual(o["response"]["body"]["choices"][0]["message"]["content"],
-                             expected_text(30))
+            # Sent streamed (offline.preempt), handed back whole: the answer
+            # the same call would have had unstreamed.
+            body = o["response"]["body"]
+            self.assertEqual(body["object"], "chat.completion")
+            self.assertEqual(body["choices"][0]["message"],
+                             {"role": "assistant", "content": expected_text(30)})
+            self.assertEqual(body["choices"][0]["finish_reason"], "length")
+            self.assertEqual(body["usage"]["completion_tokens"], 30)
+            self.assertEqual(body["model"], "llmsim")
+
+    def test_a_broken_stream_is_a_failed_try(self):
+        """A streamed line whose stream is cut, or is not one, is not an
+        answer: it is tried again, and after its last try its error line
+        says why."""
+        self.start()
+        for fault, why in (("stop_mid", "in the middle of the answer"),
+                           ("bad_sse", "not a JSON object")):
+            for i in range(self.sim_endpoints):
+                self.sim.fault(i, fault)
+            try:
+                fid = self.upload_ok(jsonl([line(0, max_tokens=8)]))["id"]
+                b = self.wait(json.loads(self.create(fid)[1])["id"])
+            finally:
+                for i in range(self.sim_endpoints):
+                    self.sim.fault(i, "none")
+            self.assertEqual(b["request_counts"], {"total": 1, "completed": 0, "failed": 1})
+            errs = self.content(b["error_file_id"])
+            self.assertIsNone(errs[0]["response"])
+            self.assertIn(why, errs[0]["error"]["message"])
 
 
 def digest(key):

@@ -210,6 +210,7 @@ class Stats:
         self.prefix_hits = 0
         self.success = 0
         self.aborted = 0
+        self.streamed = 0
         self.ttft = Histogram(TTFT_BUCKETS)
         self.e2e = Histogram(TTFT_BUCKETS)
 
@@ -645,6 +646,7 @@ class Endpoint:
                                max_tokens), param="max_tokens")
         if self.fault == "500":
             raise HttpError(500, "llmsim: injected fault 500", etype="InternalServerError")
+        self.engine.stats.streamed += stream
         reply = Reply(self, conn, seq, chat, usage_chunk)
         return await reply.run(stream)
 
@@ -811,6 +813,8 @@ def render_metrics(ep):
         labels='block_size="%d",num_gpu_blocks="%d",%s' % (cfg.block_size, cfg.kv_blocks, lab))
     one("llmsim:requests_aborted_total", "counter", "Requests aborted by a client that left "
         "(llmsim's own).", st.aborted)
+    one("llmsim:requests_streamed_total", "counter", "Completions asked as a stream "
+        "(llmsim's own).", st.streamed)
     for name, h, help_ in (("vllm:time_to_first_token_seconds", st.ttft,
                             "Time to first token, wall seconds."),
                            ("vllm:e2e_request_latency_seconds", st.e2e,
