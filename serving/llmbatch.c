@@ -98,12 +98,22 @@ static void llmbatch_enqueue(struct llmbatch *b, struct llmbatch_line *l)
     b->wait_tail = &l->next;
 }
 
+/* l's call at e no longer runs there (ended, failed, closed). */
+static void llmbatch_idle_end(struct llmbatch_line *l, struct llmpool *pool, int e)
+{
+    if (l->starting) {
+        l->starting = false;
+        llmpool_started(pool, e, NULL, 0);
+    }
+    llmpool_end_idle(pool, e);
+}
+
 /* The call of l ended (answered or failed): again, or back to the submitter. */
 static void llmbatch_call_end(struct llmbatch *b, struct llmbatch_line *l, bool again)
 {
     struct llmpool *pool = l->sm->pool;
     l->ns = now_ns() - l->t0;
-    llmpool_end_idle(pool, l->endpoint);
+    llmbatch_idle_end(l, pool, l->endpoint);
     llmbatch_inflight_remove(b, l);
     struct upcall *u = l->up;
     l->up = NULL;
@@ -152,6 +162,10 @@ static int llmbatch_op_head(void *arg, const struct httpc_head *h)
 static int llmbatch_op_body(void *arg, const char *data, size_t len)
 {
     struct llmbatch_line *l = arg;
+    if (l->starting && len) {   /* a streamed answer's first bytes: its prefill is done */
+        l->starting = false;
+        llmpool_started(l->sm->pool, l->endpoint, NULL, 0);
+    }
     if (l->answer.len + len > LLMBATCH_ANSWER_MAX || buf_append(&l->answer, data, len) < 0) {
         snprintf(l->error, sizeof l->error, "the answer is over %u bytes", LLMBATCH_ANSWER_MAX);
         l->status = 0;
@@ -218,6 +232,7 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
     struct llmpool *pool = l->sm->pool;
     const struct model_pool *mp = &l->sm->model.cfg.pool;
     l->endpoint = e;
+    l->starting = l->stream;   /* llmpool_pick_idle counted it so */
     l->t0 = now_ns();
     if (l->sm->model.cfg.pool.offline_preempt)
         (void)llmpool_preempt_take(pool, e);   /* asks left from lines that ended since */
@@ -230,7 +245,7 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
     l->b = b;
     l->up = upcall_new(b->base, &llmbatch_ops, l, mp->timeout_ms, "timeout_ms");
     if (!l->up) {
-        llmpool_end_idle(pool, e);
+        llmbatch_idle_end(l, pool, e);
         snprintf(l->error, sizeof l->error, "out of memory");
         b->done(l, b->arg);
         return;
@@ -241,7 +256,7 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
         if (!v) {
             upcall_free(l->up);
             l->up = NULL;
-            llmpool_end_idle(pool, e);
+            llmbatch_idle_end(l, pool, e);
             snprintf(l->error, sizeof l->error, "out of memory");
             b->done(l, b->arg);
             return;
@@ -254,7 +269,7 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
         /* Not through llmbatch_call_end: this runs inside llmbatch_dispatch's
          * walk of the waiting lines, which must not be walked again here. */
         snprintf(l->error, sizeof l->error, "%.290s", err.msg);
-        llmpool_end_idle(pool, e);
+        llmbatch_idle_end(l, pool, e);
         llmbatch_inflight_remove(b, l);
         upcall_free(l->up);
         l->up = NULL;
@@ -285,7 +300,7 @@ static void llmbatch_dispatch(struct llmbatch *b)
         /* A retried line: an endpoint it has not tried, while the pool has
          * one; such a line finding none says nothing of the others. */
         int ntried = l->tries < llmpool_size(pool) ? l->tries : 0;
-        int e = skip ? -1 : llmpool_pick_idle(pool, l->tried, ntried);
+        int e = skip ? -1 : llmpool_pick_idle(pool, l->tried, ntried, l->stream);
         if (e < 0) {
             if (!skip && ntried == 0 && nfull < 16)
                 full[nfull++] = pool;
@@ -323,7 +338,7 @@ static void llmbatch_preempt(struct llmbatch *b)
                       (long long)x->line, e);
             upcall_free(x->up);   /* closes the connection: the server stops generating */
             x->up = NULL;
-            llmpool_end_idle(pool, e);
+            llmbatch_idle_end(x, pool, e);
             b->inflight[k] = b->inflight[--b->inflight_n];
             x->tries--;
             x->status = 0;
@@ -373,7 +388,7 @@ static void llmbatch_take_back(struct llmbatch *b)
         struct llmbatch_line *l = b->inflight[--b->inflight_n];
         upcall_free(l->up);   /* closes the connection: the server stops generating */
         l->up = NULL;
-        llmpool_end_idle(l->sm->pool, l->endpoint);
+        llmbatch_idle_end(l, l->sm->pool, l->endpoint);
         l->status = 0;
         l->error[0] = '\0';
         b->done(l, b->arg);

@@ -57,6 +57,7 @@ struct llmbatch_line {
     /* The caller's: */
     struct llmbatch *b;
     struct upcall *up;
+    bool starting;                    /* streamed, no byte of the answer yet (llmpool_started) */
     struct httpc_target *target[1];
 };
 

@@ -222,7 +222,7 @@ static void llmpool_view(struct llmpool *p, struct picker_endpoint *v, int64_t n
     pthread_mutex_unlock(&p->mu);
 }
 
-int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip)
+int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip, bool streamed)
 {
     const struct model_pool *c = &p->m->cfg.pool;
     if (c->offline_max_running <= 0)
@@ -240,6 +240,8 @@ int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip)
     if (e >= 0) {
         atomic_fetch_add(&p->ep[e].inflight, 1);
         atomic_fetch_add(&p->ep[e].offline_inflight, 1);
+        if (streamed)
+            atomic_fetch_add(&p->ep[e].starting, 1);
         pthread_mutex_lock(&p->mu);
         p->ep[e].calls++;
         pthread_mutex_unlock(&p->mu);

@@ -60,8 +60,10 @@ void llmpool_end(struct llmpool *p, int e);
 /* An offline call (a Batch API line): the endpoint with idle capacity now
  * by the pool's `offline` settings (picker_pick_idle), not one of
  * skip[0..nskip), or -1. It counts in flight (online picks see it) until
- * llmpool_end_idle. */
-int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip);
+ * llmpool_end_idle; a streamed one also as starting until llmpool_started
+ * (an online pick then prefers an endpoint whose lines are past their
+ * prefill, which a new call does not wait behind). */
+int llmpool_pick_idle(struct llmpool *p, const int *skip, int nskip, bool streamed);
 void llmpool_end_idle(struct llmpool *p, int e);
 /* With offline.preempt: how many online calls were picked for e since the
  * last ask while offline calls were in flight there (each asks one offline

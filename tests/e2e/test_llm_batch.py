@@ -319,6 +319,25 @@ class TestBatchPreempt(BatchCase):
     sim_args = ("--speed", "1")
     pool_kw = {"offline": {"max_running": 2, "max_inflight_per_endpoint": 2, "preempt": True}}
 
+    def starting(self):
+        """batchgate_endpoint_starting of the pool's endpoints: streamed
+        lines count there until their first bytes (online picks prefer an
+        endpoint whose lines are past their prefill)."""
+        st, raw = self.call("GET", "/metrics")
+        return [int(v) for v in re.findall(
+            r'^batchgate_endpoint_starting\{model="smol",endpoint="[^"]*"\} (\d+)$',
+            raw.decode(), re.M)]
+
+    def tearDown(self):
+        try:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and any(self.starting()):
+                time.sleep(0.02)
+            self.assertEqual(len(self.starting()), self.sim_endpoints)
+            self.assertEqual(sum(self.starting()), 0, "a line that ended still counts as starting")
+        finally:
+            super().tearDown()
+
     def test_online_call_closes_a_batch_line(self):
         """offline.preempt: an online call sent to an endpoint where batch
         lines run closes one of them (the server aborts it); the line runs
