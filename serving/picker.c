@@ -358,11 +358,15 @@ static void picker_matches(struct picker *p, int n, const uint64_t *blocks, int 
         for (int h = 0; h < PICKER_HOLDERS; h++)
             listed += s->holder[h] >= 0 && s->holder[h] < n;
         double elsewhere = n > listed ? ((double)s->sent - listed) / (n - listed) : 0;
-        cum += 1 - (elsewhere < 0 ? 0 : elsewhere > 1 ? 1 : elsewhere);
+        double w = 1 - (elsewhere < 0 ? 0 : elsewhere > 1 ? 1 : elsewhere);
+        cum += w;
         for (int h = 0; h < PICKER_HOLDERS; h++) {
             int e = s->holder[h];
             if (e >= 0 && e < n && (s->pending >> h & 1u)) {
-                p->pending_seen = true;   /* no credit yet: it is not there yet */
+                /* No credit yet: it is not there yet. A block most
+                 * endpoints have (a common system prompt) is always being
+                 * copied somewhere; that is no spill to damp. */
+                p->pending_seen |= w > 0.5;
             } else if (e >= 0 && e < n) {
                 p->match[e] = i + 1;
                 p->credit[e] = cum;
