@@ -5,6 +5,8 @@
 
 #include <jansson.h>
 
+#include "common/sse.h"
+
 void llmtap_init(struct llmtap *t) { memset(t, 0, sizeof *t); }
 
 void llmtap_free(struct llmtap *t) { buf_free(&t->ev); }
@@ -56,23 +58,8 @@ void llmtap_usage_of(struct llmtap *t, const char *body, size_t len)
 static void llmtap_event(struct llmtap *t, const char *ev, size_t len, int64_t now,
                          struct buf *out)
 {
-    /* Its data: the "data:" lines' values joined by newlines (WHATWG SSE). */
     struct buf data = {0};
-    for (size_t i = 0; i < len;) {
-        size_t e = i;
-        while (e < len && ev[e] != '\n')
-            e++;
-        size_t n = e - i;
-        if (n && ev[i + n - 1] == '\r')
-            n--;
-        if (n >= 5 && memcmp(ev + i, "data:", 5) == 0) {
-            size_t v = i + 5 + (n > 5 && ev[i + 5] == ' ');
-            if (data.len)
-                buf_append(&data, "\n", 1);
-            buf_append(&data, ev + v, i + n - v);
-        }
-        i = e + 1;
-    }
+    sse_event_data(ev, len, &data);   /* no room: read as no data, passed on as it is */
     bool pass = true;
     if (data.len && !(data.len == 6 && memcmp(data.data, "[DONE]", 6) == 0)) {
         json_t *j = json_loadb(data.data, data.len, 0, NULL);
@@ -96,21 +83,6 @@ static void llmtap_event(struct llmtap *t, const char *ev, size_t len, int64_t n
         buf_append(out, ev, len);
 }
 
-/* Where the first complete event in b[from..) ends (after its blank line),
- * or 0 when none is complete yet. */
-static size_t llmtap_event_end(const struct buf *b, size_t from)
-{
-    for (size_t i = from; i + 1 < b->len; i++) {
-        if (b->data[i] != '\n')
-            continue;
-        if (b->data[i + 1] == '\n')
-            return i + 2;
-        if (b->data[i + 1] == '\r' && i + 2 < b->len && b->data[i + 2] == '\n')
-            return i + 3;
-    }
-    return 0;
-}
-
 int llmtap_feed(struct llmtap *t, const char *data, size_t len, int64_t now_ns, struct buf *out)
 {
     if (t->off)
@@ -121,7 +93,7 @@ int llmtap_feed(struct llmtap *t, const char *data, size_t len, int64_t now_ns, 
      * pieces: two bytes back), so a large event fed in small pieces costs
      * its length once, not its length squared. */
     size_t at = 0, end, from = t->scan;
-    while ((end = llmtap_event_end(&t->ev, from)) > 0) {
+    while ((end = sse_event_end(t->ev.data, t->ev.len, from)) > 0) {
         llmtap_event(t, t->ev.data + at, end - at, now_ns, out);
         at = from = end;
     }

@@ -1,13 +1,14 @@
-/* llmstream.c - see llmstream.h. The events are read line by line as the
- * SSE format has them (data lines joined by "\n", dispatched at a blank
- * line, comments and other fields skipped, CRLF or LF); an event left
- * without its blank line at the end was cut and is not read. */
+/* llmstream.c - see llmstream.h. The events are cut and read by
+ * common/sse.h; an event left without its blank line at the end was cut
+ * and is not read. */
 #include "serving/llmstream.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
+
+#include "common/sse.h"
 
 struct ls_choice {
     bool seen;
@@ -166,30 +167,16 @@ int llmstream_assemble(const char *sse, size_t len, bool chat, struct buf *out,
         return error_set(err, BG_ENOMEM, "out of memory");
     s->chat = chat;
     struct buf data = BUF_INIT;
-    bool have_data = false;
     int rc = 0;
-    size_t pos = 0;
-    while (rc == 0 && pos < len) {
-        const char *nl = memchr(sse + pos, '\n', len - pos);
-        if (!nl)
-            break;   /* a last line without its end: the stream was cut there */
-        size_t end = (size_t)(nl - sse), n = end - pos;
-        const char *ln = sse + pos;
-        if (n && ln[n - 1] == '\r')
-            n--;
-        pos = end + 1;
-        if (n == 0) {   /* the event ends */
-            if (have_data)
-                rc = ls_event(s, &data, err);
-            buf_reset(&data);
-            have_data = false;
-        } else if (n >= 5 && !memcmp(ln, "data:", 5)) {
-            size_t skip = n > 5 && ln[5] == ' ' ? 6 : 5;
-            if ((have_data && buf_append(&data, "\n", 1) < 0) ||
-                buf_append(&data, ln + skip, n - skip) < 0)
-                rc = error_set(err, BG_ENOMEM, "out of memory");
-            have_data = true;
-        }   /* comments (":"), event:, id:, retry: say nothing of the answer */
+    size_t at = 0, end;
+    while (rc == 0 && (end = sse_event_end(sse, len, at)) > 0) {
+        buf_reset(&data);
+        int got = sse_event_data(sse + at, end - at, &data);
+        if (got < 0)
+            rc = error_set(err, BG_ENOMEM, "out of memory");
+        else if (got)
+            rc = ls_event(s, &data, err);
+        at = end;
     }
     buf_free(&data);
     if (rc == 0 && s->nchoices == 0)
