@@ -318,7 +318,12 @@ class LoadgenOpenAITest(unittest.TestCase):
             what = "%s %s: %s" % (FAULTS[ep], stream, st)
             self.assertEqual(llm["requests"], 0, what)
             self.assertGreater(st["errors"], 0, what)
-            self.assertEqual(llm["broken"], st["errors"], what)
+            # Every error is a broken answer, or a request that crossed the
+            # server's close of its idle keep-alive connection (closed_idle:
+            # the race every HTTP/1.1 keep-alive close has; once under
+            # ThreadSanitizer's slowness, 12 broken and 1 closed_idle).
+            self.assertGreater(llm["broken"], 0, what)
+            self.assertEqual(llm["broken"] + st["closed_idle"], st["errors"], what)
             self.assertEqual(st["codes"], {}, what)
             self.assertEqual(llm["output_tokens"], 0, what)
             self.assertIn(b"answers broke", p.stderr, what)
