@@ -4,6 +4,7 @@
  *   test_oom_httpc DIR_OR_FILE...    (fuzz_httpc_response's)
  *   test_oom_h2 DIR_OR_FILE...       (fuzz_h2's)
  *   test_oom_grpc_codec DIR_OR_FILE... (fuzz_grpc_codec's)
+ *   test_oom_llmstream DIR_OR_FILE... (fuzz_llmstream's)
  *
  * Each input runs once counting its allocations (n), then n more times with
  * the k-th allocation failing, k = 1..n. The harness (a tests/fuzz target, its
