@@ -270,14 +270,21 @@ static int llm_tap_head(void *arg, const struct httpc_head *h, struct buf *heade
     return 0;
 }
 
+/* The try's first content came back (its prompt is held there now), or
+ * it ended without any: no longer starting at c->e. Once a try. */
+static void llm_started(struct llm_call *c, bool content)
+{
+    if (!c->starting)
+        return;
+    c->starting = false;
+    llmpool_started(c->pool, c->e, content ? c->blocks : NULL, content ? c->nblocks : 0);
+}
+
 /* llmtap's: an event with generated text passed at `now`. */
 static void llm_on_content(void *arg, int64_t now)
 {
     struct llm_call *c = arg;
-    if (c->starting) {
-        c->starting = false;
-        llmpool_started(c->pool, c->e, c->blocks, c->nblocks);
-    }
+    llm_started(c, true);
     if (!c->t_first) {
         c->t_first = now;
         llmpool_ttft(c->pool, c->e, c->tenant, now - c->t0);
@@ -359,10 +366,7 @@ static void llm_count(struct llm_call *c)
 /* The try in progress at c->e ended, whichever way. */
 static void llm_try_end(struct llm_call *c)
 {
-    if (c->starting) {
-        c->starting = false;
-        llmpool_started(c->pool, c->e, NULL, 0);
-    }
+    llm_started(c, false);
     llmpool_end(c->pool, c->e);
 }
 

@@ -98,13 +98,20 @@ static void llmbatch_enqueue(struct llmbatch *b, struct llmbatch_line *l)
     b->wait_tail = &l->next;
 }
 
+/* A streamed line's first bytes came back (its prefill is done), or its
+ * call ended without any: no longer starting at its endpoint. */
+static void llmbatch_started(struct llmbatch_line *l, struct llmpool *pool, int e)
+{
+    if (!l->starting)
+        return;
+    l->starting = false;
+    llmpool_started(pool, e, NULL, 0);
+}
+
 /* l's call at e no longer runs there (ended, failed, closed). */
 static void llmbatch_idle_end(struct llmbatch_line *l, struct llmpool *pool, int e)
 {
-    if (l->starting) {
-        l->starting = false;
-        llmpool_started(pool, e, NULL, 0);
-    }
+    llmbatch_started(l, pool, e);
     llmpool_end_idle(pool, e);
 }
 
@@ -162,10 +169,8 @@ static int llmbatch_op_head(void *arg, const struct httpc_head *h)
 static int llmbatch_op_body(void *arg, const char *data, size_t len)
 {
     struct llmbatch_line *l = arg;
-    if (l->starting && len) {   /* a streamed answer's first bytes: its prefill is done */
-        l->starting = false;
-        llmpool_started(l->sm->pool, l->endpoint, NULL, 0);
-    }
+    if (len)
+        llmbatch_started(l, l->sm->pool, l->endpoint);
     if (l->answer.len + len > LLMBATCH_ANSWER_MAX || buf_append(&l->answer, data, len) < 0) {
         snprintf(l->error, sizeof l->error, "the answer is over %u bytes", LLMBATCH_ANSWER_MAX);
         l->status = 0;
