@@ -119,14 +119,13 @@ static int ls_build(struct ls_state *s, struct buf *out, struct error *err)
         json_decref(choices);
         return error_set(err, BG_ENOMEM, "out of memory");
     }
-    static const char *const keep[] = {"id", "created", "model", "system_fingerprint"};
+    /* The first chunk's fields, in the whole answer's order ("object" its own). */
+    static const char *const keep[] = {"id", "object", "created", "model", "system_fingerprint"};
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
-        json_t *v = json_object_get(s->first, keep[i]);
+        json_t *v = i == 1 ? json_string(s->chat ? "chat.completion" : "text_completion")
+                           : json_incref(json_object_get(s->first, keep[i]));
         if (v)
-            json_object_set(r, keep[i], v);
-        if (i == 0)
-            json_object_set_new(r, "object",
-                                json_string(s->chat ? "chat.completion" : "text_completion"));
+            json_object_set_new(r, keep[i], v);
     }
     for (int i = 0; i < s->nchoices; i++) {
         struct ls_choice *c = &s->c[i];
