@@ -3,10 +3,11 @@
  * saturation; then traces on a virtual clock: 100 simulated vLLM-like
  * servers (queues, prefill per uncached token, decode steps, a prefix cache
  * each, as docs/LLMSIM.md models them) under shared long prefixes and mixed
- * lengths, and under one short prefix every request shares, round robin,
- * least inflight and score on the same arrivals. The traces print their
- * numbers; BG_TEST_SEED, BG_TRACE_RATE and BG_TRACE_RATE2 (requests/s of
- * each) rerun them otherwise.
+ * lengths, under one short prefix every request shares, and under the
+ * routing benchmark's workload, round robin, least inflight and score on
+ * the same arrivals. The traces print their
+ * numbers; BG_TEST_SEED, BG_TRACE_RATE, BG_TRACE_RATE2 and BG_TRACE_RATE3
+ * (requests/s of each) rerun them otherwise.
  *
  * One file of about 1,000 lines: the traces' model of a server exists only
  * for this test, and reads best beside the cases it checks. */
@@ -863,9 +864,6 @@ static struct tresult t_run(struct treq *req, int nreq, enum picker_policy polic
     picker_config_defaults(&c);
     c.policy = policy;
     c.metrics_interval_ms = (int)(scrape_s * 1000 + 0.5);
-    const char *sat = getenv("BG_TRACE_SAT");
-    if (sat && *sat)
-        c.sat_waiting = atof(sat);
     struct picker *p = picker_new(&c, T_N);
     assert_non_null(p);
     w.p = p;
