@@ -238,6 +238,14 @@ def _kill_leftovers():
         srv.kill()
 
 
+def endpoint_starting(metrics, model):
+    """batchgate_endpoint_starting of each of an LLM pool's endpoints, from
+    the text of /metrics: its calls with no first bytes back yet."""
+    return [int(v) for v in re.findall(
+        r'^batchgate_endpoint_starting\{model="%s",endpoint="[^"]*"\} (\d+)$' % re.escape(model),
+        metrics, re.M)]
+
+
 def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         stat = f.read()

@@ -20,7 +20,7 @@ import time
 import unittest
 import uuid
 
-from harness import SANITIZER_RE, Server, run_testdeps
+from harness import SANITIZER_RE, Server, endpoint_starting, run_testdeps
 from test_infer import write_model
 from test_llm_pool import Sim, expected_text, pool
 
@@ -324,9 +324,7 @@ class TestBatchPreempt(BatchCase):
         lines count there until their first bytes (online picks prefer an
         endpoint whose lines are past their prefill)."""
         st, raw = self.call("GET", "/metrics")
-        return [int(v) for v in re.findall(
-            r'^batchgate_endpoint_starting\{model="smol",endpoint="[^"]*"\} (\d+)$',
-            raw.decode(), re.M)]
+        return endpoint_starting(raw.decode(), "smol")
 
     def tearDown(self):
         try:

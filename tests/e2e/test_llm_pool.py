@@ -18,7 +18,7 @@ import threading
 import time
 import unittest
 
-from harness import RepoServerCase, Server
+from harness import RepoServerCase, Server, endpoint_starting
 from test_infer import synthetic, write_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -110,10 +110,7 @@ class PoolCase(RepoServerCase):
         return raw.decode()
 
     def starting(self, model):
-        """batchgate_endpoint_starting of each of the model's endpoints."""
-        return [int(v) for v in re.findall(
-            r'^batchgate_endpoint_starting\{model="%s",endpoint="[^"]*"\} (\d+)$' % model,
-            self.gateway_metrics(), re.M)]
+        return endpoint_starting(self.gateway_metrics(), model)
 
     def assert_nothing_starting(self, model):
         """Every streamed call that ended, however, stopped counting as
