@@ -65,9 +65,11 @@ class ShutdownUnderLoadTest(unittest.TestCase):
         # Under the sanitizers every step runs several times slower, and the
         # window between that last look and the close with it: under
         # ThreadSanitizer one run in about fifteen saw 3 there, none above;
-        # under AddressSanitizer one CI run (2026-12-04) saw 3.
-        slow = bool(os.environ.get("BATCHGATE_SANITIZE", ""))
-        self.assertLessEqual(step["closed_idle"], 5 if slow else 2, step)
+        # under AddressSanitizer one CI run (2026-12-04) saw 3, and so did a
+        # plain build's CI run the same day on the 2 shared cores: the
+        # window depends on the machine's load as much as on the build, so
+        # one bound for all.
+        self.assertLessEqual(step["closed_idle"], 5, step)
         # After the signal the listener is closed: the rest of the run's new
         # connections are refused (or the load finds none of its own open).
         self.assertGreater(step["refused"] + codes.get(503, 0), 0, step)
