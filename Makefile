@@ -68,7 +68,8 @@ test-tsan: tsan test-deps ref-deps
 # libFuzzer targets (docs/FUZZING.md): clang, ASan+UBSan, FUZZ_SECONDS each
 # (default 30) on a temp copy of tests/fuzz/corpus; fails on any crash.
 FUZZ_BUILD ?= build-fuzz
-FUZZ_TARGETS = fuzz_http_conn fuzz_tensor_json fuzz_safetensors fuzz_model_config fuzz_httpc_response fuzz_embed_json fuzz_h2 fuzz_grpc_codec fuzz_llmtap fuzz_multipart fuzz_llmstream
+# One target per seed corpus folder: adding a target is adding its folder.
+FUZZ_TARGETS = $(notdir $(wildcard tests/fuzz/corpus/fuzz_*))
 
 fuzz-deps:
 	@scripts/install-deps fuzz
