@@ -244,6 +244,17 @@ int admit_tokens_enter(struct admit *a, int tenant, int64_t estimate, int64_t no
     return rc;
 }
 
+/* `used` tokens in second `sec` of the window. Under tk->mu. */
+static void admit_slot_add(struct admit_tokens *tk, int64_t sec, int64_t used)
+{
+    int i = (int)(((sec % ADMIT_SLOTS) + ADMIT_SLOTS) % ADMIT_SLOTS);
+    if (tk->slot_sec[i] != sec) {
+        tk->slot_sec[i] = sec;
+        tk->slot[i] = 0;
+    }
+    tk->slot[i] += used;
+}
+
 void admit_tokens_leave(struct admit *a, int tenant, int64_t estimate, int64_t used,
                         int64_t now_ns, int64_t unix_s)
 {
@@ -252,20 +263,43 @@ void admit_tokens_leave(struct admit *a, int tenant, int64_t estimate, int64_t u
     struct admit_tokens *tk = a->ten[tenant].tok;
     if (!tk)
         return;
-    int64_t sec = now_ns / ADMIT_NS;
-    int i = (int)(sec % ADMIT_SLOTS);
     pthread_mutex_lock(&tk->mu);
     tk->reserved -= estimate;
     if (tk->reserved < 0)
         tk->reserved = 0;
-    if (tk->slot_sec[i] != sec) {
-        tk->slot_sec[i] = sec;
-        tk->slot[i] = 0;
-    }
-    tk->slot[i] += used;
+    admit_slot_add(tk, now_ns / ADMIT_NS, used);
     admit_day_roll(tk, unix_s);
     tk->day_used += used;
     pthread_mutex_unlock(&tk->mu);
+}
+
+void admit_tokens_restore(struct admit *a, int tenant, int64_t used, int64_t ago_s,
+                          int64_t now_ns, int64_t unix_s)
+{
+    if (tenant < 0 || tenant >= a->t->n || used <= 0 || ago_s < 0)
+        return;
+    struct admit_tokens *tk = a->ten[tenant].tok;
+    if (!tk)
+        return;
+    pthread_mutex_lock(&tk->mu);
+    admit_day_roll(tk, unix_s);
+    if ((unix_s - ago_s) / 86400 == tk->day)
+        tk->day_used += used;
+    if (ago_s < ADMIT_SLOTS)
+        admit_slot_add(tk, now_ns / ADMIT_NS - ago_s, used);
+    pthread_mutex_unlock(&tk->mu);
+}
+
+int64_t admit_tokens_day(struct admit *a, int tenant, int64_t unix_s)
+{
+    if (tenant < 0 || tenant >= a->t->n || !a->ten[tenant].tok)
+        return 0;
+    struct admit_tokens *tk = a->ten[tenant].tok;
+    pthread_mutex_lock(&tk->mu);
+    admit_day_roll(tk, unix_s);
+    int64_t used = tk->day_used;
+    pthread_mutex_unlock(&tk->mu);
+    return used;
 }
 
 bool admit_has_token_quota(const struct admit *a, int tenant)

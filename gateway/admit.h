@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "serving/tenant.h"
+#include "state/state.h"
 
 struct admit;
 
@@ -53,5 +54,26 @@ int admit_tokens_enter(struct admit *a, int tenant, int64_t estimate, int64_t no
 void admit_tokens_leave(struct admit *a, int tenant, int64_t estimate, int64_t used,
                         int64_t now_ns, int64_t unix_s);
 bool admit_has_token_quota(const struct admit *a, int tenant);
+/* Tokens a previous process counted (the usage ledger's rows, at start):
+ * `used` tokens of which the last was used `ago_s` seconds before now.
+ * They count toward the day when that moment is in today (UTC), and
+ * toward the minute, from that moment, when it is less than 60 s ago: the
+ * latest moment they could have been used, so the window never holds less
+ * than the old process's did. A tenant without token quotas: nothing. */
+void admit_tokens_restore(struct admit *a, int tenant, int64_t used, int64_t ago_s,
+                          int64_t now_ns, int64_t unix_s);
+/* Whether a model's ledger rows are tokens a quota counts (an LLM pool's;
+ * another model's rows are inferences). */
+typedef bool (*admit_counted_fn)(const char *model, void *arg);
+/* At start, before any call: the tokens of today's minutes in the usage
+ * ledger (state_usage_query), online class (batch lines are not charged),
+ * of the models `counted` accepts, for each tenant with token quotas,
+ * restored as above. How many ledger rows were carried, or a negative code
+ * with err set. Nothing is read without token quotas. */
+int admit_restore_ledger(struct admit *a, const struct tenants_config *tc, struct state *st,
+                         admit_counted_fn counted, void *arg, int64_t now_ns, int64_t unix_s,
+                         struct error *err);
+/* Tokens the tenant used today (UTC) by its quotas' count. */
+int64_t admit_tokens_day(struct admit *a, int tenant, int64_t unix_s);
 
 #endif

@@ -46,6 +46,37 @@
 
 #define EXIT_USAGE 2
 
+/* A restart does not give a tenant its day's tokens back: the usage ledger
+ * says what the last process counted. A ledger that cannot be read is
+ * logged and the day starts from zero (serving matters more). */
+static bool main_is_pool(const char *model, void *arg)
+{
+    struct served_model *sm = serving_acquire(arg, model, strlen(model));
+    bool pool = sm && sm->model.cfg.kind == MODEL_KIND_POOL;
+    if (sm)
+        served_release(sm);
+    return pool;
+}
+
+static void main_restore_quotas(struct admit *a, const struct tenants_config *tc,
+                                struct state *st, struct serving *s)
+{
+    struct error err = {0};
+    int64_t unix_s = time(NULL);
+    int rows = admit_restore_ledger(a, tc, st, main_is_pool, s, now_ns(), unix_s, &err);
+    if (rows < 0) {
+        log_error("token quotas: today's usage could not be read from the ledger, so they "
+                  "count from zero: %s", err.msg);
+        return;
+    }
+    for (int i = 0; rows > 0 && i < tc->n; i++) {
+        int64_t used = admit_tokens_day(a, i, unix_s);
+        if (used > 0)
+            log_info("tenant \"%s\": %lld tokens used today before this start count toward its "
+                     "token quotas", tc->t[i].name, (long long)used);
+    }
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -454,6 +485,7 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
+    main_restore_quotas(api.admit, &cfg.tenants, jobs_state(api.jobs), serving);
     /* Triton's system shared memory regions (api_shm.c): empty until a
      * client registers one. */
     api.shm = shmreg_new();

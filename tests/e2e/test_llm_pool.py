@@ -647,6 +647,85 @@ class TestPoolTenants(PoolCase):
         self.assertEqual(out, [200])
 
 
+class TestPoolQuotasAcrossRestarts(PoolCase):
+    """A restart does not give a tenant its tokens back: the day's and the
+    minute's count continue from the usage ledger (admit_restore.c), here
+    through a SIGKILL once the ledger has written them."""
+    sim_endpoints = 1
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.state_dir = tempfile.mkdtemp(prefix="batchgate-state-")
+        cls.config = {
+            "tenants": [
+                {"name": "daily", "keys": [digest("k-daily")], "tokens_per_day": 150},
+                {"name": "minute", "keys": [digest("k-minute")], "tokens_per_minute": 250},
+                {"name": "fresh", "keys": [digest("k-fresh")], "tokens_per_day": 150},
+                {"name": "ops", "keys": [digest("k-ops")], "admin": True},
+            ],
+            "usage": {"flush_s": 1},
+            "state_dir": cls.state_dir,
+        }
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.state_dir, ignore_errors=True)
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "smol", pool("smol", [cls.sim.url(0)], metrics_interval_ms=0))
+
+    def chat(self, key, max_tokens):
+        return self.post("/v1/chat/completions", chat_body("smol", "hi", max_tokens=max_tokens),
+                         headers={"Authorization": "Bearer " + key})
+
+    def ledger_tokens(self, tenant):
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
+        c.request("GET", "/v2/usage?group_by=tenant&step=86400",
+                  headers={"Authorization": "Bearer k-ops"})
+        body = json.loads(c.getresponse().read())
+        c.close()
+        return sum(x["rows"] for x in body["rows"] if x["tenant"] == tenant)
+
+    def test_sigkill_keeps_the_day_and_the_minute(self):
+        used = {}
+        for tenant, key, n in (("daily", "k-daily", 100), ("minute", "k-minute", 200)):
+            r, raw = self.chat(key, n)
+            self.assertEqual(r.status, 200, raw)
+            used[tenant] = json.loads(raw)["usage"]["total_tokens"]
+        # Each has room for a small call now, none for another like the first.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(self.ledger_tokens(t) < used[t] for t in used):
+            time.sleep(0.2)
+        self.assertEqual({t: self.ledger_tokens(t) for t in used}, used)
+        self.srv.kill()
+        type(self).srv = Server(dict(self.config, model_repository=self.repo),
+                                io_threads=self.io_threads)
+        self.srv.wait_log(r"ready in", timeout=60)
+        self.srv.wait_log(r'tenant "daily": %d tokens used today' % used["daily"], timeout=5)
+        # A first process would admit both (each estimate fits an empty quota).
+        r, raw = self.chat("k-daily", 60)
+        err = self.assert_openai_error(r, raw, 429)
+        self.assertIn("tokens_per_day", err["message"])
+        self.assertIn("used %d of" % used["daily"], err["message"])
+        self.assertEqual(r.getheader("x-should-retry"), "false")
+        r, raw = self.chat("k-minute", 60)
+        err = self.assert_openai_error(r, raw, 429)
+        self.assertIn("tokens_per_minute", err["message"])
+        self.assertTrue(1 <= int(r.getheader("Retry-After")) <= 60, r.getheader("Retry-After"))
+        # What is left still serves; a tenant with nothing used has it all.
+        r, raw = self.chat("k-daily", 10)
+        self.assertEqual(r.status, 200, raw)
+        r, raw = self.chat("k-fresh", 100)
+        self.assertEqual(r.status, 200, raw)
+
+
 class TestPoolChunkTiming(PoolCase):
     """Each event is passed on as it arrives: llmsim --stamp puts its send
     time (wall clock) in every chunk, and the client notes when each one

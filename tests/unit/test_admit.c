@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -308,6 +309,122 @@ static void test_tokens_larger_than_the_quota(void **state)
     admit_free(a);
 }
 
+/* What a previous process counted, carried over a restart (from the usage
+ * ledger's minute rows: admit_restore.c). */
+static void test_tokens_restored(void **state)
+{
+    (void)state;
+    tenants(0, 0);
+    tc.t[1].tokens_per_day = 1000;
+    snprintf(tc.t[2].name, sizeof tc.t[2].name, "minute");
+    tc.t[2].tokens_per_minute = 100;
+    tc.n = 3;
+    struct error err = {0};
+    struct admit *a = admit_new(&tc, &err);
+    struct admit_refusal why;
+    int64_t day = 1700000000 / 86400 * 86400;
+    int64_t now = day + 7200;
+    /* Today's 900 count toward the day; yesterday's 500 do not. */
+    admit_tokens_restore(a, 1, 900, 3600, T0, now);
+    admit_tokens_restore(a, 1, 500, 7300, T0, now);
+    assert_int_equal(admit_tokens_day(a, 1, now), 900);
+    assert_int_equal(admit_tokens_enter(a, 1, 200, T0, now, &why), -BG_ETENANTLIMIT);
+    assert_string_equal(why.reason, "tokens_per_day");
+    assert_int_equal(admit_tokens_enter(a, 1, 100, T0, now, &why), 0);
+    /* The minute: tokens of 30 s ago age out 30 s from now, those of a
+     * minute ago or more are out already. */
+    admit_tokens_restore(a, 2, 100, 30, T0, now);
+    admit_tokens_restore(a, 2, 1000, 60, T0, now);
+    assert_int_equal(admit_tokens_enter(a, 2, 10, T0, now, &why), -BG_ETENANTLIMIT);
+    assert_string_equal(why.reason, "tokens_per_minute");
+    assert_int_equal(why.retry_after_s, 30);
+    assert_int_equal(admit_tokens_enter(a, 2, 10, T0 + 29 * S, now + 29, &why), -BG_ETENANTLIMIT);
+    assert_int_equal(admit_tokens_enter(a, 2, 100, T0 + 30 * S, now + 30, &why), 0);
+    /* A monotonic clock younger than the tokens' age still places them. */
+    struct admit *b = admit_new(&tc, &err);
+    admit_tokens_restore(b, 2, 100, 30, 5 * S, now);
+    assert_int_equal(admit_tokens_enter(b, 2, 10, 5 * S, now, &why), -BG_ETENANTLIMIT);
+    assert_int_equal(why.retry_after_s, 30);
+    assert_int_equal(admit_tokens_enter(b, 2, 10, 35 * S, now + 30, &why), 0);
+    /* A tenant without token quotas keeps nothing; nonsense is ignored. */
+    admit_tokens_restore(a, 0, 100, 0, T0, now);
+    admit_tokens_restore(a, 7, 100, 0, T0, now);
+    admit_tokens_restore(a, 1, -5, 0, T0, now);
+    admit_tokens_restore(a, 1, 5, -1, T0, now);
+    assert_int_equal(admit_tokens_day(a, 0, now), 0);
+    assert_int_equal(admit_tokens_day(a, 1, now), 900);
+    assert_int_equal(admit_tokens_day(a, 1, day + 86400), 0);
+    admit_free(b);
+    admit_free(a);
+}
+
+static struct state_usage_row ledger_row(int64_t start, const char *tenant, const char *model,
+                                         const char *cls, int64_t tokens)
+{
+    struct state_usage_row r = {.start = start, .requests = 1, .rows = tokens, .busy_s = 1};
+    snprintf(r.tenant, sizeof r.tenant, "%s", tenant);
+    snprintf(r.model, sizeof r.model, "%s", model);
+    snprintf(r.cls, sizeof r.cls, "%s", cls);
+    snprintf(r.device, sizeof r.device, "http://127.0.0.1:1");
+    return r;
+}
+
+static bool counted_pool(const char *model, void *arg)
+{
+    (void)arg;
+    return strcmp(model, "pool") == 0;
+}
+
+/* The usage ledger's rows read back: today's online rows of pools, per
+ * tenant with quotas; not batch lines, not other models' inferences, not
+ * yesterday, not unknown tenants. */
+static void test_tokens_restored_from_the_ledger(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/batchgate-admit-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    struct error err = {0};
+    struct state *st;
+    assert_int_equal(state_open(dir, &st, &err), 0);
+    int64_t day = 1700000000 / 86400 * 86400;
+    int64_t now = day + 7230;                 /* 30 s into minute 120 */
+    struct state_usage_row rows[] = {
+        ledger_row(day + 600, "lim", "pool", "online", 400),
+        ledger_row(day + 7200, "lim", "pool", "online", 50),     /* this minute */
+        ledger_row(day + 7140, "lim", "pool", "online", 30),     /* the last one */
+        ledger_row(day + 7200, "lim", "pool", "offline", 5000),  /* batch lines */
+        ledger_row(day + 7200, "lim", "dense", "online", 7000),  /* inferences */
+        ledger_row(day - 60, "lim", "pool", "online", 9000),     /* yesterday */
+        ledger_row(day + 7200, "gone", "pool", "online", 9000),  /* not configured now */
+        ledger_row(day + 7200, "default", "pool", "online", 9000),   /* no quota */
+    };
+    assert_int_equal(state_usage_add(st, rows, 8, &err), 0);
+    tenants(0, 0);
+    tc.t[1].tokens_per_day = 1000;
+    tc.t[1].tokens_per_minute = 100;
+    struct admit *a = admit_new(&tc, &err);
+    assert_int_equal(admit_restore_ledger(a, &tc, st, counted_pool, NULL, T0, now, &err), 3);
+    assert_int_equal(admit_tokens_day(a, 1, now), 480);
+    assert_int_equal(admit_tokens_day(a, 0, now), 0);
+    /* The minute holds 80: the last minute's 30 until 30 s from now. */
+    struct admit_refusal why;
+    assert_int_equal(admit_tokens_enter(a, 1, 21, T0, now, &why), -BG_ETENANTLIMIT);
+    assert_string_equal(why.reason, "tokens_per_minute");
+    assert_int_equal(admit_tokens_enter(a, 1, 20, T0, now, &why), 0);
+    admit_tokens_leave(a, 1, 20, 0, T0, now);
+    assert_int_equal(admit_tokens_enter(a, 1, 50, T0 + 30 * S, now + 30, &why), 0);
+    admit_free(a);
+    /* Without token quotas the ledger is not read. */
+    tenants(0, 0);
+    a = admit_new(&tc, &err);
+    assert_int_equal(admit_restore_ledger(a, &tc, st, counted_pool, NULL, T0, now, &err), 0);
+    admit_free(a);
+    state_close(st);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +438,8 @@ int main(void)
         cmocka_unit_test(test_tokens_per_minute_holds),
         cmocka_unit_test(test_tokens_per_day),
         cmocka_unit_test(test_tokens_larger_than_the_quota),
+        cmocka_unit_test(test_tokens_restored),
+        cmocka_unit_test(test_tokens_restored_from_the_ledger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
