@@ -376,6 +376,29 @@ class TestBatchPreempt(BatchCase):
             self.assertEqual(body["usage"]["completion_tokens"], 30)
             self.assertEqual(body["model"], "llmsim")
 
+    def test_lines_asking_for_tools_or_logprobs_stay_whole(self):
+        """Only what llmstream assembles goes streamed: lines asking for
+        tools, functions, logprobs or top_logprobs (whose streamed deltas
+        it does not put together) are sent whole even with offline.preempt;
+        `"logprobs": false` or null is no such ask."""
+        self.start()
+        def with_body(i, **extra):
+            d = json.loads(line(i))
+            d["body"].update(extra)
+            return json.dumps(d)
+        lines = [with_body(0, logprobs=True), with_body(1, top_logprobs=2),
+                 with_body(2, tools=[{"type": "function", "function": {"name": "f"}}]),
+                 with_body(3, functions=[{"name": "f"}]), with_body(4, logprobs=None),
+                 with_body(5, logprobs=False), with_body(6)]
+        streamed0 = sum(self.sim.metrics(i).get("llmsim:requests_streamed_total", 0)
+                        for i in range(self.sim_endpoints))
+        fid = self.upload_ok(jsonl(lines))["id"]
+        b = self.wait(json.loads(self.create(fid)[1])["id"], timeout=60)
+        self.assertEqual(b["request_counts"], {"total": 7, "completed": 7, "failed": 0})
+        streamed = sum(self.sim.metrics(i).get("llmsim:requests_streamed_total", 0)
+                       for i in range(self.sim_endpoints)) - streamed0
+        self.assertEqual(streamed, 3, "only req-4, req-5 and req-6 go streamed")
+
     def test_a_broken_stream_is_a_failed_try(self):
         """A streamed line whose stream is cut, or is not one, is not an
         answer: it is tried again, and after its last try its error line
