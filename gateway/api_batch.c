@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -55,7 +56,12 @@ static void batch_file_json(struct buf *b, const struct state_file *f)
     json_append_string(b, f->filename, strlen(f->filename));
     BATCH_LIT(b, ",\"purpose\":");
     json_append_string(b, f->purpose, strlen(f->purpose));
-    BATCH_LIT(b, ",\"status\":\"processed\",\"expires_at\":null,\"status_details\":null}");
+    BATCH_LIT(b, ",\"status\":\"processed\",\"expires_at\":");
+    if (f->expires_at)
+        buf_appendf(b, "%lld", (long long)f->expires_at);
+    else
+        BATCH_LIT(b, "null");
+    BATCH_LIT(b, ",\"status_details\":null}");
 }
 
 static void batch_json(struct buf *b, const struct state_batch *x)
@@ -103,6 +109,13 @@ static const char *batch_tenant(const struct api_state *st, const struct http_re
     return st->auth ? auth_tenant_name(st->auth, auth_tenant(req)) : "default";
 }
 
+/* A file past its expires_at is gone, though the runner deletes it up to a
+ * minute later (serving/jobs_batch.c). */
+static bool batch_file_live(const struct state_file *f)
+{
+    return f->expires_at == 0 || (int64_t)time(NULL) < f->expires_at;
+}
+
 /* A file or batch is its tenant's, and an admin's (every caller's while no
  * tenant has keys); another's is 404 as an unknown id is. */
 static bool batch_may_see(const struct api_state *st, const struct http_request *req,
@@ -142,7 +155,7 @@ static int batch_get_file(struct http_request *req, const struct route_match *m,
         return -1;
     struct error err = {0};
     int rc = state_file_get(jobs_state(st->jobs), id, f, &err);
-    if (rc == 0 && !batch_may_see(st, req, f->tenant))
+    if (rc == 0 && (!batch_may_see(st, req, f->tenant) || !batch_file_live(f)))
         rc = error_set(&err, BG_ENOTFOUND, "No such File object: %s", id);
     if (rc) {
         http_request_set_error_param(req, "file_id");
@@ -239,6 +252,54 @@ static struct batch_call *batch_call_new(struct http_request *req, struct api_st
 
 /* ---- /v1/files ---- */
 
+/* OpenAI's expiration policy (a file's `expires_after`, a batch's
+ * `output_expires_after`): anchor "created_at", seconds from an hour to
+ * 30 days. `seconds` < 0: not an integer. The seconds, 0 when no policy
+ * was given, or -1 after answering 400 naming the field. */
+#define BATCH_EXPIRY_MIN_S 3600
+#define BATCH_EXPIRY_MAX_S 2592000
+static int64_t batch_expiry(struct http_request *req, const char *field, bool shaped,
+                            const char *anchor, bool has_anchor, int64_t seconds, bool has_seconds)
+{
+    char param[64];
+    if (!shaped || !has_anchor || !has_seconds) {
+        snprintf(param, sizeof param, "%s", field);
+        http_request_set_error_param(req, param);
+        http_respond_error(req, 400, NULL, "%s: must have `anchor` (\"created_at\") and "
+                           "`seconds` (%d to %d)", field, BATCH_EXPIRY_MIN_S, BATCH_EXPIRY_MAX_S);
+        return -1;
+    }
+    if (!anchor || strcmp(anchor, "created_at") != 0) {
+        snprintf(param, sizeof param, "%s.anchor", field);
+        http_request_set_error_param(req, param);
+        http_respond_error(req, 400, NULL, "%s.anchor: must be \"created_at\" (the only anchor)",
+                           field);
+        return -1;
+    }
+    if (seconds < BATCH_EXPIRY_MIN_S || seconds > BATCH_EXPIRY_MAX_S) {
+        snprintf(param, sizeof param, "%s.seconds", field);
+        http_request_set_error_param(req, param);
+        http_respond_error(req, 400, NULL, "%s.seconds: must be an integer from %d (an hour) to "
+                           "%d (30 days)", field, BATCH_EXPIRY_MIN_S, BATCH_EXPIRY_MAX_S);
+        return -1;
+    }
+    return seconds;
+}
+
+/* A form field's text as a whole number of seconds; -1 when it is not one. */
+static int64_t batch_form_seconds(const struct multipart_part *p)
+{
+    int64_t v = 0;
+    if (!p->len || p->len > 12)
+        return -1;
+    for (size_t i = 0; i < p->len; i++) {
+        if (p->data[i] < '0' || p->data[i] > '9')
+            return -1;
+        v = v * 10 + (p->data[i] - '0');
+    }
+    return v;
+}
+
 /* POST /v1/files: multipart with `purpose` (batch) and `file`. */
 static void batch_file_upload(struct http_request *req, const struct route_match *m, void *ctx)
 {
@@ -257,12 +318,16 @@ static void batch_file_upload(struct http_request *req, const struct route_match
                                            "fields `purpose` and `file`");
         return;
     }
-    const struct multipart_part *purpose = NULL, *file = NULL;
+    const struct multipart_part *purpose = NULL, *file = NULL, *anchor = NULL, *secs = NULL;
     for (int i = 0; i < n; i++) {
         if (strcmp(parts[i].name, "purpose") == 0)
             purpose = &parts[i];
         else if (strcmp(parts[i].name, "file") == 0)
             file = &parts[i];
+        else if (strcmp(parts[i].name, "expires_after[anchor]") == 0)
+            anchor = &parts[i];
+        else if (strcmp(parts[i].name, "expires_after[seconds]") == 0)
+            secs = &parts[i];
     }
     if (!purpose || purpose->len != 5 || memcmp(purpose->data, "batch", 5) != 0) {
         http_request_set_error_param(req, "purpose");
@@ -277,6 +342,16 @@ static void batch_file_upload(struct http_request *req, const struct route_match
         http_request_set_error_param(req, "file");
         http_respond_error(req, 400, NULL, "file: missing (the JSONL file of requests)");
         return;
+    }
+    int64_t expires = 0;
+    if (anchor || secs) {
+        char anchor_text[16] = "";
+        if (anchor && anchor->len < sizeof anchor_text)
+            memcpy(anchor_text, anchor->data, anchor->len);
+        expires = batch_expiry(req, "expires_after", true, anchor_text, anchor != NULL,
+                               secs ? batch_form_seconds(secs) : -1, secs != NULL);
+        if (expires < 0)
+            return;
     }
     if (file->len > jobs_max_file_bytes(jobs)) {
         http_request_set_error_param(req, "file");
@@ -296,6 +371,7 @@ static void batch_file_upload(struct http_request *req, const struct route_match
     memcpy(call->cmd.body, file->data, file->len);
     call->cmd.body_len = file->len;
     snprintf(call->cmd.purpose, sizeof call->cmd.purpose, "batch");
+    call->cmd.expires_s = expires;
     snprintf(call->cmd.filename, sizeof call->cmd.filename, "%s",
              file->filename[0] ? file->filename : "upload.jsonl");
     jobs_command(jobs, &call->cmd);
@@ -311,7 +387,7 @@ struct batch_file_list {
 static void batch_file_list_one(const struct state_file *f, void *arg)
 {
     struct batch_file_list *l = arg;
-    if (!batch_may_see(l->st, l->req, f->tenant))
+    if (!batch_may_see(l->st, l->req, f->tenant) || !batch_file_live(f))
         return;
     if (l->n++)
         BATCH_LIT(l->b, ",");
@@ -419,6 +495,9 @@ static void batch_create(struct http_request *req, const struct route_match *m, 
     for (size_t i = 0; ep && i < sizeof batch_endpoints / sizeof batch_endpoints[0]; i++)
         ep_ok |= strcmp(ep, batch_endpoints[i]) == 0;
     char *meta_text = json_is_object(meta) ? json_dumps(meta, JSON_COMPACT) : NULL;
+    json_t *oe = json_object_get(root, "output_expires_after");
+    json_t *oe_anchor = json_object_get(oe, "anchor"), *oe_secs = json_object_get(oe, "seconds");
+    int64_t output_expires = 0;
     struct state_file f;
     struct error err = {0};
     if (!fid || !fid[0] || strlen(fid) >= sizeof f.id) {
@@ -434,8 +513,15 @@ static void batch_create(struct http_request *req, const struct route_match *m, 
                 strlen(meta_text) >= sizeof ((struct jobs_cmd *)0)->metadata)) {
         batch_bad(req, "metadata", "metadata: %s", "must be an object of at most 16 keys "
                   "(and under 2 KiB)");
+    } else if (oe && !json_is_null(oe) &&
+               (output_expires = batch_expiry(req, "output_expires_after", json_is_object(oe),
+                                              json_string_value(oe_anchor), oe_anchor != NULL,
+                                              json_is_integer(oe_secs) ?
+                                              json_integer_value(oe_secs) : -1,
+                                              oe_secs != NULL)) < 0) {
+        /* answered */
     } else if (state_file_get(jobs_state(st->jobs), fid, &f, &err) != 0 ||
-               !batch_may_see(st, req, f.tenant)) {
+               !batch_may_see(st, req, f.tenant) || !batch_file_live(&f)) {
         http_request_set_error_param(req, "input_file_id");
         http_respond_error(req, 404, NULL, "No such File object: %s", fid);
     } else if (strcmp(f.purpose, "batch") != 0) {
@@ -449,6 +535,7 @@ static void batch_create(struct http_request *req, const struct route_match *m, 
             snprintf(call->cmd.window, sizeof call->cmd.window, "%s", win);
             if (meta_text)
                 snprintf(call->cmd.metadata, sizeof call->cmd.metadata, "%s", meta_text);
+            call->cmd.expires_s = output_expires;
             jobs_command(st->jobs, &call->cmd);
         }
     }

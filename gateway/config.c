@@ -207,6 +207,11 @@ static const struct schema_field config_jobs_fields[] = {
      .min = 1, .max = (int64_t)1 << 40, .def = 209715200,
      .doc = "a file uploaded to `POST /v1/files` for the Batch API (docs/LLM.md); past it: 413 "
             "(the upload is also bound by `limits.max_body_bytes`)"},
+    {SCHEMA_F_INT64("file_expiry_s", struct config_jobs, file_expiry_s),
+     .min = 0, .max = 2592000, .def = 2592000,
+     .doc = "Batch API files (uploads and a batch's output and error files) that name no "
+            "`expires_after` are deleted that many seconds after they were created (OpenAI's "
+            "default: 30 days); 0 keeps them until deleted"},
     SCHEMA_END_ROW,
 };
 

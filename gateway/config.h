@@ -45,6 +45,7 @@ struct config_jobs {
     char dir[4096];            /* inputs and results; "": <state_dir>/jobs */
     size_t max_input_bytes;    /* a job's input (body or input_path file); 413 past it */
     size_t max_file_bytes;     /* a /v1/files upload (the Batch API); 413 past it */
+    int64_t file_expiry_s;     /* Batch API files without their own expires_after; 0: never */
 };
 
 /* /metrics (docs/METRICS.md). */

@@ -57,6 +57,7 @@ int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **ou
     j->max_input_bytes = cfg->max_input_bytes;
     j->tenants = cfg->tenants;
     j->max_file_bytes = cfg->max_file_bytes ? cfg->max_file_bytes : ((size_t)200 << 20);
+    j->file_expiry_s = cfg->file_expiry_s > 0 ? cfg->file_expiry_s : 0;
     j->serving = s;
     j->nmodels = s ? serving_count(s) : 0;
     j->lines = calloc((size_t)j->nmodels + 1, sizeof *j->lines);

@@ -43,6 +43,7 @@ struct jobs_config {
      * with); NULL: every job is the tenant "default"'s. Outlives the runner. */
     const struct tenants_config *tenants;
     size_t max_file_bytes;            /* the Batch API: the largest /v1/files upload */
+    int64_t file_expiry_s;            /* the Batch API: a file's lifetime when it names none; 0: never */
 };
 
 enum jobs_cmd_kind {
@@ -73,6 +74,9 @@ struct jobs_cmd {
     char filename[256], purpose[32];
     char file_id[48], endpoint[32], window[16];
     char metadata[2048];              /* JSON text, or "" */
+    /* file create: the file's lifetime; batch create: its output files';
+     * seconds, 0 for the default (jobs_config.file_expiry_s) */
+    int64_t expires_s;
     int state;                        /* the job's state after the command */
     void (*done)(struct jobs_cmd *c); /* runner thread */
     void *arg;

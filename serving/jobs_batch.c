@@ -201,6 +201,26 @@ static int jobs_batch_validate(const char *path, const char *endpoint, struct jo
 
 /* ---- commands ---- */
 
+/* When a file created at `created` with a lifetime of `s` seconds (0: the
+ * default, jobs.file_expiry_s) expires; 0: never. */
+static int64_t jobs_batch_expires_at(const struct jobs *j, int64_t created, int64_t s)
+{
+    if (s <= 0)
+        s = j->file_expiry_s;
+    return s > 0 ? created + s : 0;
+}
+
+/* The file's row, then its name (the row first: a crash between leaves an
+ * unnamed file, never a row without its file). A batch reading it has its
+ * own link (jobs_batch_cmd_create). */
+static int jobs_batch_file_remove(struct jobs *j, const struct state_file *f, struct error *err)
+{
+    int rc = state_file_delete(j->st, f->id, err);
+    if (rc == 0)
+        unlink(f->path);
+    return rc;
+}
+
 static void jobs_batch_cmd_file_create(struct jobs *j, struct jobs_cmd *c)
 {
     struct state_file f;
@@ -211,6 +231,7 @@ static void jobs_batch_cmd_file_create(struct jobs *j, struct jobs_cmd *c)
     snprintf(f.filename, sizeof f.filename, "%s", c->filename);
     f.bytes = (int64_t)c->body_len;
     f.created_at = jobs_batch_now_s();
+    f.expires_at = jobs_batch_expires_at(j, f.created_at, c->expires_s);
     snprintf(f.path, sizeof f.path, "%.900s/%s.jsonl", j->dir, f.id);
     struct error err = {0};
     int rc = jobs_write_file(f.path, c->body ? c->body : "", c->body_len, &err);
@@ -234,8 +255,8 @@ static void jobs_batch_cmd_file_delete(struct jobs *j, struct jobs_cmd *c)
     struct state_file f;
     struct error err = {0};
     int rc = state_file_get(j->st, c->id, &f, &err);
-    if (rc == 0 && (rc = state_file_delete(j->st, c->id, &err)) == 0)
-        unlink(f.path);   /* a batch reading it has its own link (jobs_batch_cmd_create) */
+    if (rc == 0)
+        rc = jobs_batch_file_remove(j, &f, &err);
     c->status = rc;
     if (rc)
         snprintf(c->error, sizeof c->error, "%.500s", err.msg);
@@ -267,6 +288,7 @@ static void jobs_batch_cmd_create(struct jobs *j, struct jobs_cmd *c)
     b.at[STATE_BATCH_AT_CREATED] = b.at[STATE_BATCH_IN_PROGRESS] = jobs_batch_now_s();
     b.at[STATE_BATCH_AT_EXPIRES] = b.at[STATE_BATCH_AT_CREATED] + 24 * 3600;
     b.total = total;
+    b.output_expires_s = c->expires_s > 0 ? c->expires_s : j->file_expiry_s;
     /* The batch reads its own name of the input: deleting the file
      * (DELETE /v1/files/{id}) while it runs takes nothing from it. */
     snprintf(b.input_path, sizeof b.input_path, "%.900s/%s.input.jsonl", j->dir, b.id);
@@ -567,6 +589,7 @@ static int jobs_batch_file(struct jobs *j, const struct buf *data, const char *k
     snprintf(f->filename, sizeof f->filename, "%s_%s.jsonl", j->bcur.b.id, kind);
     f->bytes = (int64_t)data->len;
     f->created_at = jobs_batch_now_s();
+    f->expires_at = j->bcur.b.output_expires_s > 0 ? f->created_at + j->bcur.b.output_expires_s : 0;
     snprintf(f->path, sizeof f->path, "%.900s/%s.jsonl", j->dir, f->id);
     return jobs_write_file(f->path, data->data ? data->data : "", data->len, err);
 }
@@ -746,9 +769,54 @@ static bool jobs_batch_feed_one(struct jobs *j)
     return true;
 }
 
+/* At most this many expired files are deleted per look; a look that
+ * found this many looks again at the next pass. */
+#define JOBS_EXPIRE_MAX 256
+
+struct jobs_expired {
+    struct state_file f[JOBS_EXPIRE_MAX];
+    int n;
+};
+
+static void jobs_batch_expired_one(const struct state_file *f, void *arg)
+{
+    struct jobs_expired *x = arg;
+    if (x->n < JOBS_EXPIRE_MAX)
+        x->f[x->n++] = *f;
+}
+
+/* Files past their expires_at go, at start and then once a minute (the
+ * routes already answer an expired file as gone). */
+static void jobs_batch_expire(struct jobs *j)
+{
+    int64_t now = jobs_batch_now_s();
+    /* (A wall clock set back looks again at once.) */
+    if (j->files_checked_at && now >= j->files_checked_at && now < j->files_checked_at + 60)
+        return;
+    j->files_checked_at = now;
+    struct jobs_expired *x = malloc(sizeof *x);
+    if (!x)
+        return;
+    x->n = 0;
+    struct error err = {0};
+    if (state_file_expired(j->st, now, JOBS_EXPIRE_MAX, jobs_batch_expired_one, x, &err))
+        log_error("expired files: %s", err.msg);
+    for (int i = 0; i < x->n; i++) {
+        if (jobs_batch_file_remove(j, &x->f[i], &err))
+            log_error("file %s expired and could not be deleted: %s", x->f[i].id, err.msg);
+        else
+            log_info("file %s (%s, %lld bytes, tenant %s) expired: deleted", x->f[i].id,
+                     x->f[i].purpose, (long long)x->f[i].bytes, x->f[i].tenant);
+    }
+    if (x->n == JOBS_EXPIRE_MAX)
+        j->files_checked_at = 0;
+    free(x);
+}
+
 bool jobs_batch_pump(struct jobs *j)
 {
     struct jobs_bcur *bc = &j->bcur;
+    jobs_batch_expire(j);
     if (!bc->active)
         return j->caller && jobs_batch_begin(j);
     bool progress = jobs_batch_collect(j);

@@ -97,6 +97,8 @@ struct jobs {
     int nmodels;
     /* The Batch API (jobs_batch.c): */
     size_t max_file_bytes;
+    int64_t file_expiry_s;            /* 0: files never expire by default */
+    int64_t files_checked_at;         /* Unix s of the last look for expired files */
     struct llmbatch *caller;          /* the lines' calls; NULL until jobs_start */
     struct llmbatch_line *returned;   /* under mu: lines the caller handed back */
     struct jobs_bcur bcur;

@@ -113,6 +113,13 @@ static const char state_schema_v4[] =
     " batch_id TEXT NOT NULL, line INTEGER NOT NULL, ok INTEGER NOT NULL, body TEXT NOT NULL,"
     " PRIMARY KEY (batch_id, line)) WITHOUT ROWID;";
 
+/* Version 5: files expire (OpenAI's `expires_after`; 0: never), and a
+ * batch keeps its output files' lifetime until it writes them. */
+static const char state_schema_v5[] =
+    "ALTER TABLE files ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX IF NOT EXISTS files_expiry ON files(expires_at) WHERE expires_at > 0;"
+    "ALTER TABLE batches ADD COLUMN output_expires_s INTEGER NOT NULL DEFAULT 0;";
+
 static int state_migrate(sqlite3 *db, struct error *err)
 {
     sqlite3_stmt *s;
@@ -129,10 +136,11 @@ static int state_migrate(sqlite3 *db, struct error *err)
     if (v == STATE_SCHEMA_VERSION)
         return 0;
     /* Each step from the version found; one transaction. */
-    char sql[sizeof state_schema_v1 + sizeof state_schema_v3 + sizeof state_schema_v4 + 64];
-    snprintf(sql, sizeof sql, "BEGIN;%s%s%sPRAGMA user_version=%d;COMMIT;",
+    char sql[sizeof state_schema_v1 + sizeof state_schema_v3 + sizeof state_schema_v4 +
+             sizeof state_schema_v5 + 64];
+    snprintf(sql, sizeof sql, "BEGIN;%s%s%s%sPRAGMA user_version=%d;COMMIT;",
              v < 1 ? state_schema_v1 : "", v < 3 ? state_schema_v3 : "",
-             v < 4 ? state_schema_v4 : "", STATE_SCHEMA_VERSION);
+             v < 4 ? state_schema_v4 : "", v < 5 ? state_schema_v5 : "", STATE_SCHEMA_VERSION);
     return state_exec(db, sql, err);
 }
 
@@ -421,8 +429,8 @@ static int state_step_done(sqlite3 *db, sqlite3_stmt *s, const char *what, struc
 static int state_file_bind_insert(sqlite3 *db, const struct state_file *f, struct error *err)
 {
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(db, "INSERT INTO files(id,tenant,purpose,filename,bytes,created_at,path)"
-                               " VALUES(?,?,?,?,?,?,?)", -1, &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db, "INSERT INTO files(id,tenant,purpose,filename,bytes,created_at,path,"
+                               "expires_at) VALUES(?,?,?,?,?,?,?,?)", -1, &s, NULL) != SQLITE_OK)
         return state_fail(err, db, "insert file");
     sqlite3_bind_text(s, 1, f->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, f->tenant, -1, SQLITE_STATIC);
@@ -431,6 +439,7 @@ static int state_file_bind_insert(sqlite3 *db, const struct state_file *f, struc
     sqlite3_bind_int64(s, 5, f->bytes);
     sqlite3_bind_int64(s, 6, f->created_at);
     sqlite3_bind_text(s, 7, f->path, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 8, f->expires_at);
     return state_step_done(db, s, "insert file", err);
 }
 
@@ -448,7 +457,8 @@ int state_file_delete(struct state *st, const char *id, struct error *err)
     return state_step_done(st->w, s, "delete file", err);
 }
 
-#define STATE_FILE_COLUMNS "SELECT id,tenant,purpose,filename,bytes,created_at,path FROM files "
+#define STATE_FILE_COLUMNS \
+    "SELECT id,tenant,purpose,filename,bytes,created_at,path,expires_at FROM files "
 
 static void state_file_row(sqlite3_stmt *s, struct state_file *f)
 {
@@ -460,6 +470,7 @@ static void state_file_row(sqlite3_stmt *s, struct state_file *f)
     f->bytes = sqlite3_column_int64(s, 4);
     f->created_at = sqlite3_column_int64(s, 5);
     state_copy(f->path, sizeof f->path, s, 6);
+    f->expires_at = sqlite3_column_int64(s, 7);
 }
 
 int state_file_get(struct state *st, const char *id, struct state_file *out, struct error *err)
@@ -487,16 +498,21 @@ out:
     return rc;
 }
 
-int state_file_list(struct state *st, state_file_fn fn, void *arg, struct error *err)
+/* Each row of a files query to fn; its parameters are a, then b (each when >= 0). */
+static int state_file_rows(struct state *st, const char *sql, int64_t a, int64_t b,
+                           state_file_fn fn, void *arg, struct error *err)
 {
     pthread_mutex_lock(&st->rmu);
     sqlite3_stmt *s;
     int rc = 0;
-    if (sqlite3_prepare_v2(st->r, STATE_FILE_COLUMNS "ORDER BY created_at DESC, rowid DESC", -1,
-                           &s, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(st->r, sql, -1, &s, NULL) != SQLITE_OK) {
         rc = state_fail(err, st->r, "list files");
         goto out;
     }
+    if (a >= 0)
+        sqlite3_bind_int64(s, 1, a);
+    if (b >= 0)
+        sqlite3_bind_int64(s, 2, b);
     struct state_file f;
     int step;
     while ((step = sqlite3_step(s)) == SQLITE_ROW) {
@@ -511,10 +527,24 @@ out:
     return rc;
 }
 
+int state_file_list(struct state *st, state_file_fn fn, void *arg, struct error *err)
+{
+    return state_file_rows(st, STATE_FILE_COLUMNS "ORDER BY created_at DESC, rowid DESC", -1, -1,
+                           fn, arg, err);
+}
+
+int state_file_expired(struct state *st, int64_t now, int max, state_file_fn fn, void *arg,
+                       struct error *err)
+{
+    return state_file_rows(st, STATE_FILE_COLUMNS "WHERE expires_at > 0 AND expires_at <= ? "
+                               "ORDER BY expires_at LIMIT ?", now, max, fn, arg, err);
+}
+
 #define STATE_BATCH_COLUMNS                                                                   \
     "SELECT id,tenant,endpoint,input_file_id,input_path,completion_window,metadata,status,"   \
     "created_at,in_progress_at,finalizing_at,completed_at,failed_at,expired_at,cancelling_at," \
-    "cancelled_at,expires_at,total,completed,failed,output_file_id,error_file_id,errors "     \
+    "cancelled_at,expires_at,total,completed,failed,output_file_id,error_file_id,errors,"    \
+    "output_expires_s "                                                                       \
     "FROM batches "
 
 static void state_batch_row(sqlite3_stmt *s, struct state_batch *b)
@@ -536,6 +566,7 @@ static void state_batch_row(sqlite3_stmt *s, struct state_batch *b)
     state_copy(b->output_file_id, sizeof b->output_file_id, s, 20);
     state_copy(b->error_file_id, sizeof b->error_file_id, s, 21);
     state_copy(b->errors, sizeof b->errors, s, 22);
+    b->output_expires_s = sqlite3_column_int64(s, 23);
 }
 
 int state_batch_insert(struct state *st, const struct state_batch *b, struct error *err)
@@ -544,7 +575,7 @@ int state_batch_insert(struct state *st, const struct state_batch *b, struct err
     if (sqlite3_prepare_v2(st->w,
                            "INSERT INTO batches(id,tenant,endpoint,input_file_id,input_path,"
                            "completion_window,metadata,status,created_at,in_progress_at,"
-                           "expires_at,total) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                           "expires_at,total,output_expires_s) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            -1, &s, NULL) != SQLITE_OK)
         return state_fail(err, st->w, "insert batch");
     sqlite3_bind_text(s, 1, b->id, -1, SQLITE_STATIC);
@@ -559,6 +590,7 @@ int state_batch_insert(struct state *st, const struct state_batch *b, struct err
     sqlite3_bind_int64(s, 10, b->at[STATE_BATCH_IN_PROGRESS]);
     sqlite3_bind_int64(s, 11, b->at[STATE_BATCH_AT_EXPIRES]);
     sqlite3_bind_int64(s, 12, b->total);
+    sqlite3_bind_int64(s, 13, b->output_expires_s);
     return state_step_done(st->w, s, "insert batch", err);
 }
 

@@ -20,7 +20,7 @@
 
 #include "common/error.h"
 
-#define STATE_SCHEMA_VERSION 4
+#define STATE_SCHEMA_VERSION 5
 
 enum state_job_state {
     STATE_JOB_QUEUED,
@@ -88,6 +88,7 @@ struct state_file {
     char filename[256];
     int64_t bytes, created_at;
     char path[1024];
+    int64_t expires_at;               /* 0: never */
 };
 
 enum state_batch_status {
@@ -117,6 +118,7 @@ struct state_batch {
     int64_t total, completed, failed;
     char output_file_id[48], error_file_id[48];
     char errors[1024];                /* JSON text of OpenAI's `errors`, or "" */
+    int64_t output_expires_s;         /* its output files expire that long after they are written; 0: never */
 };
 enum { STATE_BATCH_AT_CREATED, STATE_BATCH_AT_EXPIRES = 8 };
 
@@ -151,6 +153,10 @@ int state_batch_next(struct state *st, struct state_batch *out, struct error *er
 int state_file_get(struct state *st, const char *id, struct state_file *out, struct error *err);
 typedef void (*state_file_fn)(const struct state_file *f, void *arg);
 int state_file_list(struct state *st, state_file_fn fn, void *arg, struct error *err);
+/* Files whose expires_at is set and at most `now`, the first to expire
+ * first, at most `max` of them. */
+int state_file_expired(struct state *st, int64_t now, int max, state_file_fn fn, void *arg,
+                       struct error *err);
 int state_batch_get(struct state *st, const char *id, struct state_batch *out, struct error *err);
 typedef void (*state_batch_fn)(const struct state_batch *b, void *arg);
 /* Newest first (OpenAI's order). */

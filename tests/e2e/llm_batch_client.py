@@ -5,7 +5,8 @@ the test venv (scripts/fetch-testdeps):
     llm_batch_client.py create URL INPUT.jsonl    -> {"file": ..., "batch": {...}}
     llm_batch_client.py wait URL BATCH_ID TIMEOUT -> {"batch": {...}, "output": [...], "errors": [...]}
 
-`create` uploads the file (purpose "batch") and creates the batch; `wait`
+`create` uploads the file (purpose "batch", expiring after a day) and creates
+the batch (its output files expiring two days after they are written); `wait`
 polls client.batches.retrieve until the batch is final, then reads its
 output and error files with client.files.content. Prints one JSON object."""
 
@@ -21,10 +22,12 @@ client = openai.OpenAI(base_url=url.rstrip("/") + "/v1", api_key="none", max_ret
 
 if cmd == "create":
     with open(sys.argv[3], "rb") as f:
-        up = client.files.create(file=f, purpose="batch")
+        up = client.files.create(file=f, purpose="batch",
+                                 expires_after={"anchor": "created_at", "seconds": 86400})
     got = client.files.retrieve(up.id)
     b = client.batches.create(input_file_id=up.id, endpoint="/v1/chat/completions",
-                              completion_window="24h", metadata={"test": "sigkill"})
+                              completion_window="24h", metadata={"test": "sigkill"},
+                              output_expires_after={"anchor": "created_at", "seconds": 172800})
     print(json.dumps({"file": up.model_dump(), "file_retrieved": got.id == up.id,
                       "batch": b.model_dump()}))
 elif cmd == "wait":
@@ -40,6 +43,7 @@ elif cmd == "wait":
         time.sleep(0.2)
     out = {"batch": b.model_dump(), "polls": polls, "output": [], "errors": []}
     if b.output_file_id:
+        out["output_file"] = client.files.retrieve(b.output_file_id).model_dump()
         text = client.files.content(b.output_file_id).text
         out["output"] = [json.loads(line) for line in text.splitlines() if line.strip()]
     if b.error_file_id:

@@ -85,13 +85,16 @@ class BatchCase(unittest.TestCase):
         c.close()
         return r.status, raw
 
-    def upload(self, data, purpose="batch", filename="in.jsonl"):
-        """multipart/form-data as the openai client sends it."""
+    def upload(self, data, purpose="batch", filename="in.jsonl", fields=()):
+        """multipart/form-data as the openai client sends it; `fields`:
+        more (name, value) form fields (`expires_after[seconds]`, ...)."""
         b = uuid.uuid4().hex
         parts = []
         if purpose is not None:
-            parts.append(b"--%s\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n%s\r\n"
-                         % (b.encode(), purpose.encode()))
+            fields = (("purpose", purpose),) + tuple(fields)
+        for name, value in fields:
+            parts.append(b"--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n"
+                         % (b.encode(), name.encode(), value.encode()))
         parts.append(b"--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
                      b"Content-Type: application/octet-stream\r\n\r\n" % (b.encode(),
                                                                           filename.encode())
@@ -175,6 +178,51 @@ class TestBatchRoutes(BatchCase):
         self.assertEqual((st, json.loads(raw)), (200, {"id": f["id"], "object": "file",
                                                        "deleted": True}))
         self.assert_error(*self.call("GET", "/v1/files/" + f["id"]), 404, "file_id")
+
+    def test_file_expiry_policy(self):
+        """OpenAI's expires_after: an upload without one expires after
+        jobs.file_expiry_s (30 days by default), one with anchor created_at
+        and 3600..2592000 seconds after those; anything else is a 400 naming
+        the field. The same for a batch's output_expires_after."""
+        self.start()
+        f = self.upload_ok(jsonl([line(1)]))
+        self.assertEqual(f["expires_at"], f["created_at"] + 2592000)
+        st, raw = self.upload(jsonl([line(1)]), fields=(("expires_after[anchor]", "created_at"),
+                                                        ("expires_after[seconds]", "7200")))
+        self.assertEqual(st, 200, raw)
+        g = json.loads(raw)
+        self.assertEqual(g["expires_at"], g["created_at"] + 7200)
+        self.assertEqual(json.loads(self.call("GET", "/v1/files/" + g["id"])[1])["expires_at"],
+                         g["expires_at"])
+        for fields, param in (
+                ((("expires_after[anchor]", "last_active_at"), ("expires_after[seconds]", "7200")),
+                 "expires_after.anchor"),
+                ((("expires_after[anchor]", "created_at"), ("expires_after[seconds]", "3599")),
+                 "expires_after.seconds"),
+                ((("expires_after[anchor]", "created_at"), ("expires_after[seconds]", "2592001")),
+                 "expires_after.seconds"),
+                ((("expires_after[anchor]", "created_at"), ("expires_after[seconds]", "1h")),
+                 "expires_after.seconds"),
+                ((("expires_after[anchor]", "created_at"),), "expires_after"),
+                ((("expires_after[seconds]", "7200"),), "expires_after")):
+            self.assert_error(*self.upload(b"x", fields=fields), 400, param)
+        for oe, param in (({"anchor": "created_at"}, "output_expires_after"),
+                          ([3600], "output_expires_after"),
+                          ({"anchor": "now", "seconds": 3600}, "output_expires_after.anchor"),
+                          ({"anchor": "created_at", "seconds": 60},
+                           "output_expires_after.seconds"),
+                          ({"anchor": "created_at", "seconds": "3600"},
+                           "output_expires_after.seconds")):
+            self.assert_error(*self.create(f["id"], output_expires_after=oe), 400, param)
+        self.assertEqual(json.loads(self.call("GET", "/v1/batches")[1])["data"], [])
+        # A batch's output and error files: its policy, else the default.
+        for oe, life in (({"anchor": "created_at", "seconds": 3600}, 3600), (None, 2592000)):
+            st, raw = self.create(f["id"], output_expires_after=oe)
+            self.assertEqual(st, 200, raw)
+            b = self.wait(json.loads(raw)["id"])
+            self.assertEqual(b["status"], "completed", b)
+            out = json.loads(self.call("GET", "/v1/files/" + b["output_file_id"])[1])
+            self.assertEqual(out["expires_at"], out["created_at"] + life)
 
     def test_batch_errors(self):
         self.start()
@@ -268,6 +316,54 @@ class TestBatchRoutes(BatchCase):
         # Deleting the input file leaves the batch's record alone.
         self.assertEqual(self.call("DELETE", "/v1/files/" + fid)[0], 200)
         self.assertEqual(self.batch(b["id"])["status"], "completed")
+
+
+class TestBatchFileExpiry(BatchCase):
+    """Expired files are gone at once for the routes and deleted (row and
+    disk) by the runner at its start and once a minute; a batch keeps its
+    own link to its input. jobs.file_expiry_s 0: files without a policy
+    never expire."""
+    extra = {"jobs": {"file_expiry_s": 0}}
+
+    def expire(self, file_id):
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), timeout=10)
+        db.execute("UPDATE files SET expires_at=? WHERE id=?", (int(time.time()) - 1, file_id))
+        db.commit()
+        db.close()
+
+    def test_expired_files_go_through_a_sigkill(self):
+        self.start()
+        keep = self.upload_ok(jsonl([line(1)]))
+        self.assertIsNone(keep["expires_at"])
+        gone = self.upload_ok(jsonl([line(i) for i in range(3)]))
+        bid = json.loads(self.create(gone["id"])[1])["id"]
+        self.assertEqual(self.wait(bid)["status"], "completed")
+        path = os.path.join(self.state, "jobs", gone["id"] + ".jsonl")
+        self.assertTrue(os.path.exists(path))
+        # Expired while the server runs: gone for every route at once.
+        self.expire(gone["id"])
+        self.assert_error(*self.call("GET", "/v1/files/" + gone["id"]), 404, "file_id")
+        self.assert_error(*self.call("GET", "/v1/files/%s/content" % gone["id"]), 404, "file_id")
+        self.assert_error(*self.create(gone["id"]), 404, "input_file_id")
+        ids = [x["id"] for x in json.loads(self.call("GET", "/v1/files")[1])["data"]]
+        self.assertNotIn(gone["id"], ids)
+        self.assertIn(keep["id"], ids)
+        # The batch it fed still answers, its output still readable.
+        b = self.batch(bid)
+        self.assertEqual(len(self.content(b["output_file_id"])), 3)
+        # SIGKILL; the next start deletes the expired file's row and bytes.
+        self.srv.send_signal(signal.SIGKILL)
+        self.srv.wait(timeout=10)
+        self.start()
+        self.srv.wait_log(r"file %s \(batch, \d+ bytes, tenant default\) expired: deleted"
+                          % gone["id"], timeout=10)
+        self.assertFalse(os.path.exists(path))
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"))
+        rows = db.execute("SELECT count(*) FROM files WHERE id=?", (gone["id"],)).fetchone()[0]
+        db.close()
+        self.assertEqual(rows, 0)
+        self.assertEqual(self.call("GET", "/v1/files/" + keep["id"])[0], 200)
+        self.assertEqual(self.batch(bid)["status"], "completed")
 
 
 class TestBatchServerErrors(BatchCase):
@@ -504,6 +600,8 @@ class TestBatchClientSigkill(BatchCase):
         self.assertEqual(rc, 0, out)
         made = json.loads(out.strip().splitlines()[-1])
         self.assertTrue(made["file_retrieved"])
+        # The client's expires_after, as it sends it (form fields).
+        self.assertEqual(made["file"]["expires_at"], made["file"]["created_at"] + 86400)
         bid = made["batch"]["id"]
         self.assertEqual(made["batch"]["request_counts"]["total"], n)
         # Kill once some but not all lines are done.
@@ -541,6 +639,8 @@ class TestBatchClientSigkill(BatchCase):
             self.assertEqual(o["response"]["body"]["choices"][0]["message"]["content"],
                              expected_text(4 + i % 5))
         self.assertIn(bid, res["listed"])
+        self.assertEqual(res["output_file"]["expires_at"],
+                         res["output_file"]["created_at"] + 172800)
         # Only lines in flight at the kill ran twice: those the servers had
         # answered whose results were not committed yet (the rest of those
         # in flight were cut, and the servers counted them as aborted).

@@ -165,17 +165,20 @@ static void test_usage_rows_query_and_rollup(void **s)
 }
 
 /* A version-1 database (jobs only) and a version-2 one (the first ledger
- * tables, never written by a release) become version 3: jobs kept, the
- * ledger's tables in their current shape. */
+ * tables, never written by a release) become the current version: jobs
+ * kept, the ledger's tables in their current shape. */
 static void test_old_databases_migrate(void **s)
 {
     (void)s;
     char path[256];
     snprintf(path, sizeof path, "%s/batchgate.db", dir);
+    /* (Neither had the Batch API's tables, which later versions alter.) */
     static const char *const downgrade[2] = {
         "DROP TABLE usage_key; DROP TABLE usage_minute; DROP TABLE usage_hour;"
+        "DROP TABLE files; DROP TABLE batches; DROP TABLE batch_results;"
         "PRAGMA user_version=1",
         "DROP TABLE usage_key; DROP TABLE usage_minute; DROP TABLE usage_hour;"
+        "DROP TABLE files; DROP TABLE batches; DROP TABLE batch_results;"
         "CREATE TABLE usage_minute (start INTEGER, tenant TEXT, busy_s REAL);"
         "CREATE TABLE usage_hour (start INTEGER, tenant TEXT, busy_s REAL);"
         "PRAGMA user_version=2",
@@ -335,6 +338,88 @@ static void test_batch_rows(void **s)
     state_close(st);
 }
 
+struct files_got {
+    int n;
+    char id[4][48];
+};
+
+static void files_collect(const struct state_file *f, void *arg)
+{
+    struct files_got *g = arg;
+    if (g->n < 4)
+        snprintf(g->id[g->n++], sizeof g->id[0], "%s", f->id);
+}
+
+/* Version 5: a version-4 database's files and batches gain their expiry
+ * (0: never, as before); the expired files come first-to-expire first,
+ * bounded, and never those without one. */
+static void test_file_expiry_rows(void **s)
+{
+    (void)s;
+    char path[256];
+    snprintf(path, sizeof path, "%s/batchgate.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    /* The version-4 shapes, with a row each. */
+    assert_int_equal(sqlite3_exec(db,
+        "DROP TABLE IF EXISTS files; DROP TABLE IF EXISTS batches;"
+        "CREATE TABLE files (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, purpose TEXT NOT NULL,"
+        " filename TEXT NOT NULL, bytes INTEGER NOT NULL, created_at INTEGER NOT NULL,"
+        " path TEXT NOT NULL);"
+        "CREATE TABLE batches (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, endpoint TEXT NOT NULL,"
+        " input_file_id TEXT NOT NULL, input_path TEXT NOT NULL, completion_window TEXT NOT NULL,"
+        " metadata TEXT NOT NULL DEFAULT 'null', status INTEGER NOT NULL,"
+        " created_at INTEGER NOT NULL, in_progress_at INTEGER NOT NULL DEFAULT 0,"
+        " finalizing_at INTEGER NOT NULL DEFAULT 0, completed_at INTEGER NOT NULL DEFAULT 0,"
+        " failed_at INTEGER NOT NULL DEFAULT 0, expired_at INTEGER NOT NULL DEFAULT 0,"
+        " cancelling_at INTEGER NOT NULL DEFAULT 0, cancelled_at INTEGER NOT NULL DEFAULT 0,"
+        " expires_at INTEGER NOT NULL, total INTEGER NOT NULL,"
+        " completed INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0,"
+        " output_file_id TEXT NOT NULL DEFAULT '', error_file_id TEXT NOT NULL DEFAULT '',"
+        " errors TEXT NOT NULL DEFAULT '');"
+        "INSERT INTO files VALUES('file-old','a','batch','in.jsonl',1,10,'/x/old');"
+        "INSERT INTO batches(id,tenant,endpoint,input_file_id,input_path,completion_window,"
+        " status,created_at,expires_at,total) VALUES('batch_old','a','/v1/completions',"
+        " 'file-old','/x/old','24h',1,10,86410,1);"
+        "PRAGMA user_version=4", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    struct state *st;
+    struct error err = {0};
+    assert_int_equal(state_open(dir, &st, &err), 0);
+    struct state_file f;
+    assert_int_equal(state_file_get(st, "file-old", &f, &err), 0);
+    assert_int_equal(f.expires_at, 0);
+    struct state_batch b;
+    assert_int_equal(state_batch_get(st, "batch_old", &b, &err), 0);
+    assert_int_equal(b.output_expires_s, 0);
+    b.output_expires_s = 3600;
+    strcpy(b.id, "batch_new");
+    assert_int_equal(state_batch_insert(st, &b, &err), 0);
+    assert_int_equal(state_batch_get(st, "batch_new", &b, &err), 0);
+    assert_int_equal(b.output_expires_s, 3600);
+    const int64_t at[3] = {150, 50, 120};
+    for (int i = 0; i < 3; i++) {
+        snprintf(f.id, sizeof f.id, "file-%d", i);
+        f.expires_at = at[i];
+        assert_int_equal(state_file_insert(st, &f, &err), 0);
+    }
+    struct files_got g = {0};
+    assert_int_equal(state_file_expired(st, 100, 4, files_collect, &g, &err), 0);
+    assert_int_equal(g.n, 1);
+    assert_string_equal(g.id[0], "file-1");
+    g.n = 0;
+    assert_int_equal(state_file_expired(st, 1000, 2, files_collect, &g, &err), 0);
+    assert_int_equal(g.n, 2);
+    assert_string_equal(g.id[0], "file-1");
+    assert_string_equal(g.id[1], "file-2");
+    g.n = 0;
+    assert_int_equal(state_file_expired(st, 149, 4, files_collect, &g, &err), 0);
+    assert_int_equal(g.n, 2);
+    assert_int_equal(state_file_get(st, "file-0", &f, &err), 0);
+    assert_int_equal(f.expires_at, 150);
+    state_close(st);
+}
+
 static void test_newer_schema_refused(void **s)
 {
     (void)s;
@@ -361,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_usage_hour_blobs),
         cmocka_unit_test(test_old_databases_migrate),
         cmocka_unit_test(test_batch_rows),
+        cmocka_unit_test(test_file_expiry_rows),
         cmocka_unit_test(test_newer_schema_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
