@@ -612,7 +612,7 @@ static void *jobs_main(void *arg)
         /* Nothing to do until a line comes back, a command arrives, or the
          * group's time is up (a running job) / a while (idle). */
         int64_t wait_ns = j->cur.active ? JOBS_GROUP_NS / 2 : 1000000000LL;
-        if (j->bcur.active && wait_ns > 100000000LL)
+        if (jobs_batch_running(j) && wait_ns > 100000000LL)
             wait_ns = 100000000LL;   /* a batch's expiry is checked at least this often */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -1,5 +1,6 @@
 /* jobs_batch.c - OpenAI's Batch API on the jobs thread (docs/LLM.md "Batch
- * API"): files, batches, and the batch being run.
+ * API"): files, batches, and the batches being run (up to
+ * JOBS_BATCHES_ACTIVE side by side, taking turns in the caller).
  *
  * The jobs runner's thread is the one writer of the state database, so the
  * Batch API's writes are its commands and its pump, as the jobs' are: an
@@ -305,11 +306,30 @@ static void jobs_batch_cmd_create(struct jobs *j, struct jobs_cmd *c)
     }
     snprintf(c->id, sizeof c->id, "%s", b.id);
     c->status = 0;
+    j->batches_look = true;
     log_info("batch %s: %lld requests to %s, tenant %s", b.id, (long long)total, b.endpoint,
              b.tenant);
 }
 
-static void jobs_batch_finalize(struct jobs *j, int status, const char *errors);
+static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status,
+                                const char *errors);
+
+/* The running batch of that id, or NULL. */
+static struct jobs_bcur *jobs_batch_slot(struct jobs *j, const char *id)
+{
+    for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++)
+        if (j->bcur[i].active && strcmp(j->bcur[i].b.id, id) == 0)
+            return &j->bcur[i];
+    return NULL;
+}
+
+int jobs_batch_running(const struct jobs *j)
+{
+    int n = 0;
+    for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++)
+        n += j->bcur[i].active;
+    return n;
+}
 
 static void jobs_batch_cmd_cancel(struct jobs *j, struct jobs_cmd *c)
 {
@@ -330,8 +350,9 @@ static void jobs_batch_cmd_cancel(struct jobs *j, struct jobs_cmd *c)
     }
     /* Cancelling first, so that a crash before the end still ends it. */
     state_batch_set_status(j->st, b.id, STATE_BATCH_CANCELLING, jobs_batch_now_s(), &err);
-    if (j->bcur.active && strcmp(j->bcur.b.id, b.id) == 0) {
-        jobs_batch_finalize(j, STATE_BATCH_CANCELLED, NULL);
+    struct jobs_bcur *bc = jobs_batch_slot(j, b.id);
+    if (bc) {
+        jobs_batch_finalize(j, bc, STATE_BATCH_CANCELLED, NULL);
     } else if (state_batch_finish(j->st, b.id, STATE_BATCH_CANCELLED, NULL, NULL, NULL,
                                   jobs_batch_now_s(), &err)) {
         c->status = -BG_EIO;
@@ -364,11 +385,10 @@ void jobs_batch_cmd(struct jobs *j, struct jobs_cmd *c)
     }
 }
 
-/* ---- the batch being run ---- */
+/* ---- the batches being run ---- */
 
-static void jobs_batch_close(struct jobs *j)
+static void jobs_batch_close(struct jobs *j, struct jobs_bcur *bc)
 {
-    struct jobs_bcur *bc = &j->bcur;
     for (int i = 0; i < bc->npools; i++)
         if (bc->pools[i].sm)
             served_release(bc->pools[i].sm);
@@ -377,6 +397,7 @@ static void jobs_batch_close(struct jobs *j)
     free(bc->done);
     free(bc->line);
     memset(bc, 0, sizeof *bc);
+    j->batches_look = true;   /* a place to run another */
 }
 
 /* Whether a line's answer survives being streamed and assembled
@@ -407,9 +428,9 @@ static bool jobs_batch_pool_named(const struct model_config *c, const char *name
 
 /* The pool a line names (its name or an alias), loaded and held until the
  * batch ends; NULL when there is none. */
-static struct served_model *jobs_batch_pool(struct jobs *j, const char *name)
+static struct served_model *jobs_batch_pool(struct jobs *j, struct jobs_bcur *bc,
+                                            const char *name)
 {
-    struct jobs_bcur *bc = &j->bcur;
     for (int i = 0; i < bc->npools; i++)
         if (strcmp(bc->pools[i].name, name) == 0)
             return bc->pools[i].sm;
@@ -442,9 +463,9 @@ static struct served_model *jobs_batch_pool(struct jobs *j, const char *name)
 }
 
 /* The line's result, committed: the line is done. */
-static void jobs_batch_commit(struct jobs *j, int64_t line, bool ok, const struct buf *res)
+static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line, bool ok,
+                              const struct buf *res)
 {
-    struct jobs_bcur *bc = &j->bcur;
     struct error err = {0};
     int rc = state_batch_result_add(j->st, bc->b.id, line, ok, res->data, res->len, &err);
     if (rc < 0) {
@@ -479,9 +500,8 @@ static void jobs_batch_error_line(struct buf *out, const char *custom_id, const 
 }
 
 /* A line back from the caller: its result line, its tokens counted. */
-static void jobs_batch_collect_one(struct jobs *j, struct llmbatch_line *l)
+static void jobs_batch_collect_one(struct jobs *j, struct jobs_bcur *bc, struct llmbatch_line *l)
 {
-    struct jobs_bcur *bc = &j->bcur;
     const char *custom_id = l->arg;
     struct buf res = BUF_INIT;
     bool ok = false;
@@ -523,7 +543,7 @@ static void jobs_batch_collect_one(struct jobs *j, struct llmbatch_line *l)
         json_decref(ans);
         JOBS_LIT(&res, "},\"error\":null}\n");
     }
-    jobs_batch_commit(j, l->line, ok, &res);
+    jobs_batch_commit(j, bc, l->line, ok, &res);
     buf_free(&res);
 }
 
@@ -538,20 +558,27 @@ static bool jobs_batch_collect(struct jobs *j)
     bool any = l != NULL;
     while (l) {
         struct llmbatch_line *next = l->next;
-        j->bcur.inflight--;
-        if (l->status != 0 || l->error[0])
-            jobs_batch_collect_one(j, l);
+        struct jobs_bcur *bc = NULL;
+        for (int i = 0; i < JOBS_BATCHES_ACTIVE && !bc; i++)
+            if (j->bcur[i].active && j->bcur[i].group == l->group)
+                bc = &j->bcur[i];
+        if (bc) {   /* (none: its batch ended, the line was taken back) */
+            bc->inflight--;
+            if (l->status != 0 || l->error[0])
+                jobs_batch_collect_one(j, bc, l);
+        }
         jobs_batch_line_free(l);
         l = next;
     }
     return any;
 }
 
-/* Every line in flight back from the caller (their calls closed). */
-static void jobs_batch_take_back(struct jobs *j)
+/* The batch's lines in flight back from the caller (their calls closed);
+ * NULL: every batch's. */
+static void jobs_batch_take_back(struct jobs *j, struct jobs_bcur *bc)
 {
     if (j->caller)
-        llmbatch_cancel(j->caller);
+        llmbatch_cancel_group(j->caller, bc ? bc->group : 0);
     jobs_batch_collect(j);
 }
 
@@ -579,27 +606,27 @@ static void jobs_batch_files_one(int64_t line, bool ok, const char *body, size_t
     buf_append(ok ? &f->out : &f->err, body, len);
 }
 
-static int jobs_batch_file(struct jobs *j, const struct buf *data, const char *kind,
-                           struct state_file *f, struct error *err)
+static int jobs_batch_file(struct jobs *j, const struct state_batch *b, const struct buf *data,
+                           const char *kind, struct state_file *f, struct error *err)
 {
     memset(f, 0, sizeof *f);
     jobs_new_id("file-", f->id, sizeof f->id);
-    snprintf(f->tenant, sizeof f->tenant, "%s", j->bcur.b.tenant);
+    snprintf(f->tenant, sizeof f->tenant, "%s", b->tenant);
     snprintf(f->purpose, sizeof f->purpose, "batch_output");
-    snprintf(f->filename, sizeof f->filename, "%s_%s.jsonl", j->bcur.b.id, kind);
+    snprintf(f->filename, sizeof f->filename, "%s_%s.jsonl", b->id, kind);
     f->bytes = (int64_t)data->len;
     f->created_at = jobs_batch_now_s();
-    f->expires_at = j->bcur.b.output_expires_s > 0 ? f->created_at + j->bcur.b.output_expires_s : 0;
+    f->expires_at = b->output_expires_s > 0 ? f->created_at + b->output_expires_s : 0;
     snprintf(f->path, sizeof f->path, "%.900s/%s.jsonl", j->dir, f->id);
     return jobs_write_file(f->path, data->data ? data->data : "", data->len, err);
 }
 
 /* Ends the current batch in `status` with its files; `errors` (JSON text)
  * for a failed one. */
-static void jobs_batch_finalize(struct jobs *j, int status, const char *errors)
+static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status,
+                                const char *errors)
 {
-    struct jobs_bcur *bc = &j->bcur;
-    jobs_batch_take_back(j);
+    jobs_batch_take_back(j, bc);
     struct error err = {0};
     if (status == STATE_BATCH_COMPLETED)
         state_batch_set_status(j->st, bc->b.id, STATE_BATCH_FINALIZING, jobs_batch_now_s(), &err);
@@ -608,9 +635,9 @@ static void jobs_batch_finalize(struct jobs *j, int status, const char *errors)
     bool has_out = false, has_err = false;
     int rc = state_batch_results(j->st, bc->b.id, jobs_batch_files_one, &files, &err);
     if (rc == 0 && files.out.len)
-        has_out = (rc = jobs_batch_file(j, &files.out, "output", &out, &err)) == 0;
+        has_out = (rc = jobs_batch_file(j, &bc->b, &files.out, "output", &out, &err)) == 0;
     if (rc == 0 && files.err.len)
-        has_err = (rc = jobs_batch_file(j, &files.err, "error", &errf, &err)) == 0;
+        has_err = (rc = jobs_batch_file(j, &bc->b, &files.err, "error", &errf, &err)) == 0;
     struct buf why = BUF_INIT;
     if (rc) {
         /* A full disk: the results stay in the database; the batch fails saying so. */
@@ -638,7 +665,7 @@ static void jobs_batch_finalize(struct jobs *j, int status, const char *errors)
     buf_free(&why);
     if (strstr(bc->b.input_path, bc->b.id))
         unlink(bc->b.input_path);   /* the batch's own link to its input */
-    jobs_batch_close(j);
+    jobs_batch_close(j, bc);
 }
 
 static void jobs_batch_done_one(int64_t line, bool ok, const char *body, size_t len, void *arg)
@@ -651,22 +678,52 @@ static void jobs_batch_done_one(int64_t line, bool ok, const char *body, size_t 
         bc->done[line] = 1;
 }
 
-/* Opens the oldest unfinished batch where its last run left it. */
-static bool jobs_batch_begin(struct jobs *j)
+/* Which unfinished batch runs next in a free place: the oldest of a
+ * tenant with none running, else the oldest not running. */
+struct jobs_batch_pick {
+    const struct jobs *j;
+    struct state_batch *out;
+    int rank;                         /* of *out: 0 none, 1 not running, 2 its tenant idle too */
+};
+
+static void jobs_batch_pick_one(const struct state_batch *b, void *arg)
 {
-    struct jobs_bcur *bc = &j->bcur;
+    struct jobs_batch_pick *p = arg;
+    if (p->rank == 2)
+        return;
+    int rank = 2;
+    for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++) {
+        const struct jobs_bcur *bc = &p->j->bcur[i];
+        if (!bc->active)
+            continue;
+        if (strcmp(bc->b.id, b->id) == 0)
+            return;
+        if (strcmp(bc->b.tenant, b->tenant) == 0)
+            rank = 1;
+    }
+    if (rank > p->rank) {
+        *p->out = *b;
+        p->rank = rank;
+    }
+}
+
+/* Opens the next batch (jobs_batch_pick_one) in the free place bc, where
+ * its last run left it; false when none waits. */
+static bool jobs_batch_begin(struct jobs *j, struct jobs_bcur *bc)
+{
     struct error err = {0};
-    int rc = state_batch_next(j->st, &bc->b, &err);
-    if (rc <= 0) {
-        if (rc < 0)
+    struct jobs_batch_pick pick = {j, &bc->b, 0};
+    if (state_batch_unfinished(j->st, jobs_batch_pick_one, &pick, &err) != 0 || !pick.rank) {
+        if (err.msg[0])
             log_error("batches: %s", err.msg);
         return false;
     }
     bc->active = true;
+    bc->group = ++j->bgroups;
     bc->tenant = jobs_tenant_index(j, bc->b.tenant);
     bc->next_line = 1;
     if (bc->b.status == STATE_BATCH_CANCELLING) {
-        jobs_batch_finalize(j, STATE_BATCH_CANCELLED, NULL);
+        jobs_batch_finalize(j, bc, STATE_BATCH_CANCELLED, NULL);
         return true;
     }
     bc->done = calloc((size_t)bc->b.total + 1, 1);
@@ -678,23 +735,23 @@ static bool jobs_batch_begin(struct jobs *j)
                  bc->in ? err.msg : strerror(errno));
         struct buf why = BUF_INIT;
         jobs_batch_errors(&why, msg);
-        jobs_batch_finalize(j, STATE_BATCH_FAILED, why.data);
+        jobs_batch_finalize(j, bc, STATE_BATCH_FAILED, why.data);
         buf_free(&why);
         return true;
     }
     if (bc->b.status == STATE_BATCH_VALIDATING)
         state_batch_set_status(j->st, bc->b.id, STATE_BATCH_IN_PROGRESS, jobs_batch_now_s(), &err);
-    log_info("batch %s %s: %lld of %lld requests done", bc->b.id,
+    log_info("batch %s %s: %lld of %lld requests done (%d batches running)", bc->b.id,
              bc->b.completed + bc->b.failed ? "resumes" : "starts",
-             (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total);
+             (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total,
+             jobs_batch_running(j));
     return true;
 }
 
 /* Reads the next line not done and hands it to the caller (or commits its
  * failure at once). false at the end of the input. */
-static bool jobs_batch_feed_one(struct jobs *j)
+static bool jobs_batch_feed_one(struct jobs *j, struct jobs_bcur *bc)
 {
-    struct jobs_bcur *bc = &j->bcur;
     ssize_t n;
     int64_t line;
     for (;;) {
@@ -718,7 +775,7 @@ static bool jobs_batch_feed_one(struct jobs *j)
     json_t *body = json_object_get(root, "body");
     const char *model = json_string_value(json_object_get(body, "model"));
     struct buf res = BUF_INIT;
-    struct served_model *sm = model ? jobs_batch_pool(j, model) : NULL;
+    struct served_model *sm = model ? jobs_batch_pool(j, bc, model) : NULL;
     if (!cid || !json_is_object(body) || !sm) {
         char msg[300];
         if (!cid || !json_is_object(body))
@@ -728,7 +785,7 @@ static bool jobs_batch_feed_one(struct jobs *j)
                      model ? model : "");
         jobs_batch_error_line(&res, cid ? cid : "", sm ? "invalid_request" : "model_not_found",
                               msg);
-        jobs_batch_commit(j, line, false, &res);
+        jobs_batch_commit(j, bc, line, false, &res);
         buf_free(&res);
         json_decref(root);
         return true;
@@ -753,6 +810,7 @@ static bool jobs_batch_feed_one(struct jobs *j)
         l->body = json_dumps(body, JSON_COMPACT);
         l->len = l->body ? strlen(l->body) : 0;
         l->line = line;
+        l->group = bc->group;
         l->arg = strdup(cid);
     }
     json_decref(root);
@@ -813,32 +871,60 @@ static void jobs_batch_expire(struct jobs *j)
     free(x);
 }
 
+/* Looks for a batch to start at most this often when nothing was made or
+ * ended since (a batch's creation or end looks at once). */
+#define JOBS_BATCH_LOOK_NS 1000000000LL
+
 bool jobs_batch_pump(struct jobs *j)
 {
-    struct jobs_bcur *bc = &j->bcur;
     jobs_batch_expire(j);
-    if (!bc->active)
-        return j->caller && jobs_batch_begin(j);
+    if (!j->caller)
+        return false;
     bool progress = jobs_batch_collect(j);
-    if (jobs_batch_now_s() >= bc->b.at[STATE_BATCH_AT_EXPIRES]) {
-        jobs_batch_finalize(j, STATE_BATCH_EXPIRED, NULL);
-        return true;
+    int64_t now = jobs_mono_ns();
+    if (j->batches_look || now - j->batches_looked_ns >= JOBS_BATCH_LOOK_NS) {
+        j->batches_look = false;
+        j->batches_looked_ns = now;
+        for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++)
+            if (!j->bcur[i].active && jobs_batch_begin(j, &j->bcur[i]))
+                progress = true;
     }
-    while (!bc->eof && bc->inflight < JOBS_BATCH_WINDOW)
-        progress |= jobs_batch_feed_one(j);
-    if (bc->eof && bc->inflight == 0) {
-        jobs_batch_finalize(j, STATE_BATCH_COMPLETED, NULL);
-        return true;
+    int running = jobs_batch_running(j);
+    if (!running)
+        return progress;
+    /* Each running batch keeps its share of the window in the caller, whose
+     * queue is first come first served: equal shares, equal turns. */
+    int share = JOBS_BATCH_WINDOW / running;
+    for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++) {
+        struct jobs_bcur *bc = &j->bcur[i];
+        if (!bc->active)
+            continue;
+        if (jobs_batch_now_s() >= bc->b.at[STATE_BATCH_AT_EXPIRES]) {
+            jobs_batch_finalize(j, bc, STATE_BATCH_EXPIRED, NULL);
+            progress = true;
+            continue;
+        }
+        while (!bc->eof && bc->inflight < share)
+            progress |= jobs_batch_feed_one(j, bc);
+        if (bc->eof && bc->inflight == 0) {
+            jobs_batch_finalize(j, bc, STATE_BATCH_COMPLETED, NULL);
+            progress = true;
+        }
     }
     return progress;
 }
 
 void jobs_batch_pause(struct jobs *j)
 {
-    if (!j->bcur.active)
+    if (!jobs_batch_running(j))
         return;
-    jobs_batch_take_back(j);
-    log_info("batch %s paused: %lld of %lld requests done", j->bcur.b.id,
-             (long long)(j->bcur.b.completed + j->bcur.b.failed), (long long)j->bcur.b.total);
-    jobs_batch_close(j);
+    jobs_batch_take_back(j, NULL);
+    for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++) {
+        struct jobs_bcur *bc = &j->bcur[i];
+        if (!bc->active)
+            continue;
+        log_info("batch %s paused: %lld of %lld requests done", bc->b.id,
+                 (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total);
+        jobs_batch_close(j, bc);
+    }
 }

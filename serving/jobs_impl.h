@@ -62,8 +62,12 @@ struct jobs_bpool {                   /* a pool its lines named, held while it r
     char name[128];
     struct served_model *sm;          /* NULL: not a pool (its lines fail) */
 };
+/* Batches run side by side, each its share of the lines in the caller: a
+ * tenant's long batch does not hold another's back for its whole window. */
+#define JOBS_BATCHES_ACTIVE 4
 struct jobs_bcur {
     bool active;
+    uint64_t group;                   /* its lines' llmbatch group (unique per run) */
     struct state_batch b;
     int tenant;
     FILE *in;
@@ -101,8 +105,14 @@ struct jobs {
     int64_t files_checked_at;         /* Unix s of the last look for expired files */
     struct llmbatch *caller;          /* the lines' calls; NULL until jobs_start */
     struct llmbatch_line *returned;   /* under mu: lines the caller handed back */
-    struct jobs_bcur bcur;
+    struct jobs_bcur bcur[JOBS_BATCHES_ACTIVE];
+    uint64_t bgroups;                 /* the last group given */
+    bool batches_look;                /* a batch was made or ended: look for one to run */
+    int64_t batches_looked_ns;
 };
+
+/* Batches running now (jobs_batch.c). */
+int jobs_batch_running(const struct jobs *j);
 
 
 int64_t jobs_mono_ns(void);

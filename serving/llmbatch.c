@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -34,6 +35,7 @@ struct llmbatch {
     pthread_cond_t cv;
     struct llmbatch_line *incoming;   /* under mu: submitted, not yet seen by the loop */
     uint64_t cancel_asked, cancel_done;   /* under mu */
+    uint64_t cancel_group;            /* under mu: the group asked for; 0: every line */
     bool stop;                        /* under mu */
     _Atomic uint64_t preempted;       /* lines that gave way (offline.preempt) */
     bool started;
@@ -46,6 +48,7 @@ struct llmbatch {
         struct httpc_pool *p;
     } *pools;                         /* [npools], grown as endpoints are called */
     int npools, pools_cap;
+    uint64_t rounds;                  /* llmbatch_dispatch's */
 };
 
 /* Connections to a target stay open while lines run; none once the caller is
@@ -289,35 +292,85 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
 
 /* ---- the loop ---- */
 
-/* Sends every waiting line that has an idle endpoint now, in order; a pool
- * with none is not asked again this round. */
+/* Lines in flight per group, for the turns of llmbatch_dispatch. */
+#define LLMBATCH_GROUPS 16
+struct llmbatch_turns {
+    uint64_t group[LLMBATCH_GROUPS];
+    int n[LLMBATCH_GROUPS];
+    int ngroups;
+};
+
+static int *llmbatch_turn(struct llmbatch_turns *t, uint64_t group)
+{
+    for (int i = 0; i < t->ngroups; i++)
+        if (t->group[i] == group)
+            return &t->n[i];
+    if (t->ngroups == LLMBATCH_GROUPS)
+        return NULL;   /* more groups than this wait for the others (the runner has 4) */
+    t->group[t->ngroups] = group;
+    t->n[t->ngroups] = 0;
+    return &t->n[t->ngroups++];
+}
+
+/* Sends every waiting line that has an idle endpoint now. The next line
+ * sent is the first waiting of the group with the fewest lines in flight
+ * (groups take turns: a batch queued behind another's backlog still gets
+ * its share), in order within a group; a pool with no idle endpoint is not
+ * asked again this round. */
 static void llmbatch_dispatch(struct llmbatch *b)
 {
     struct llmpool *full[16];
     int nfull = 0;
-    struct llmbatch_line **pp = &b->wait_head;
-    while (*pp) {
-        struct llmbatch_line *l = *pp;
+    struct llmbatch_turns turns = {.ngroups = 0};
+    for (int i = 0; i < b->inflight_n; i++) {
+        int *n = llmbatch_turn(&turns, b->inflight[i]->group);
+        if (n)
+            (*n)++;
+    }
+    /* Lines that found no endpoint this round are marked and passed over. */
+    uint64_t round = ++b->rounds;
+    for (;;) {
+        struct llmbatch_line **best = NULL;
+        int best_n = 0;
+        for (struct llmbatch_line **pp = &b->wait_head; *pp; pp = &(*pp)->next) {
+            struct llmbatch_line *l = *pp;
+            if (l->round == round)
+                continue;
+            bool skip = false;
+            for (int i = 0; i < nfull; i++)
+                skip |= full[i] == l->sm->pool;
+            if (skip)
+                continue;
+            int *n = llmbatch_turn(&turns, l->group);
+            int inflight = n ? *n : INT_MAX / 2;
+            if (!best || inflight < best_n) {
+                best = pp;
+                best_n = inflight;
+            }
+        }
+        if (!best)
+            break;
+        struct llmbatch_line *l = *best;
         struct llmpool *pool = l->sm->pool;
-        bool skip = false;
-        for (int i = 0; i < nfull; i++)
-            skip |= full[i] == pool;
         /* A retried line: an endpoint it has not tried, while the pool has
          * one; such a line finding none says nothing of the others. */
         int ntried = l->tries < llmpool_size(pool) ? l->tries : 0;
-        int e = skip ? -1 : llmpool_pick_idle(pool, l->tried, ntried, l->stream);
+        int e = llmpool_pick_idle(pool, l->tried, ntried, l->stream);
         if (e < 0) {
-            if (!skip && ntried == 0 && nfull < 16)
+            l->round = round;
+            if (ntried == 0 && nfull < 16)
                 full[nfull++] = pool;
             if (nfull == 16)
                 break;
-            pp = &l->next;
             continue;
         }
-        *pp = l->next;
+        *best = l->next;
         if (b->wait_tail == &l->next)
-            b->wait_tail = pp;
+            b->wait_tail = best;
         l->next = NULL;
+        int *n = llmbatch_turn(&turns, l->group);
+        if (n)
+            (*n)++;
         llmbatch_call(b, l, e);
     }
 }
@@ -386,11 +439,15 @@ static void llmbatch_on_tick(evutil_socket_t fd, short what, void *arg)
     llmbatch_kick(b);
 }
 
-/* Every line back to the submitter: those waiting and those in flight. */
-static void llmbatch_take_back(struct llmbatch *b)
+/* The lines of `group` (0: every line) back to the submitter: those
+ * waiting and those in flight. */
+static void llmbatch_take_back(struct llmbatch *b, uint64_t group)
 {
-    while (b->inflight_n) {
-        struct llmbatch_line *l = b->inflight[--b->inflight_n];
+    for (int i = b->inflight_n - 1; i >= 0; i--) {
+        struct llmbatch_line *l = b->inflight[i];
+        if (group && l->group != group)
+            continue;
+        b->inflight[i] = b->inflight[--b->inflight_n];
         upcall_free(l->up);   /* closes the connection: the server stops generating */
         l->up = NULL;
         llmbatch_idle_end(l, l->sm->pool, l->endpoint);
@@ -398,16 +455,23 @@ static void llmbatch_take_back(struct llmbatch *b)
         l->error[0] = '\0';
         b->done(l, b->arg);
     }
-    while (b->wait_head) {
-        struct llmbatch_line *l = b->wait_head;
-        b->wait_head = l->next;
+    struct llmbatch_line **p = &b->wait_head;
+    b->wait_tail = &b->wait_head;
+    while (*p) {
+        struct llmbatch_line *l = *p;
+        if (group && l->group != group) {
+            p = &l->next;
+            b->wait_tail = p;
+            continue;
+        }
+        *p = l->next;
         l->next = NULL;
         l->status = 0;
         l->error[0] = '\0';
         b->done(l, b->arg);
     }
-    b->wait_tail = &b->wait_head;
-    llmbatch_pools_free(b);
+    if (!b->wait_head && b->inflight_n == 0)
+        llmbatch_pools_free(b);
 }
 
 static void llmbatch_on_wake(evutil_socket_t fd, short what, void *arg)
@@ -418,7 +482,7 @@ static void llmbatch_on_wake(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_lock(&b->mu);
     struct llmbatch_line *in = b->incoming;
     b->incoming = NULL;
-    uint64_t cancel = b->cancel_asked;
+    uint64_t cancel = b->cancel_asked, group = b->cancel_group;
     bool stop = b->stop;
     pthread_mutex_unlock(&b->mu);
     /* In submission order (the incoming list is a stack). */
@@ -435,7 +499,7 @@ static void llmbatch_on_wake(evutil_socket_t fd, short what, void *arg)
         rev = n;
     }
     if (cancel != b->cancel_done || stop) {
-        llmbatch_take_back(b);
+        llmbatch_take_back(b, stop ? 0 : group);
             pthread_mutex_lock(&b->mu);
         b->cancel_done = cancel;
         pthread_cond_broadcast(&b->cv);
@@ -504,9 +568,13 @@ void llmbatch_submit(struct llmbatch *b, struct llmbatch_line *l)
     event_active(b->wake, EV_READ, 0);
 }
 
-void llmbatch_cancel(struct llmbatch *b)
+void llmbatch_cancel_group(struct llmbatch *b, uint64_t group)
 {
+    /* One cancel at a time: the group travels with its request. */
     pthread_mutex_lock(&b->mu);
+    while (b->cancel_done != b->cancel_asked)
+        pthread_cond_wait(&b->cv, &b->mu);
+    b->cancel_group = group;
     uint64_t want = ++b->cancel_asked;
     pthread_mutex_unlock(&b->mu);
     event_active(b->wake, EV_READ, 0);
@@ -515,6 +583,8 @@ void llmbatch_cancel(struct llmbatch *b)
         pthread_cond_wait(&b->cv, &b->mu);
     pthread_mutex_unlock(&b->mu);
 }
+
+void llmbatch_cancel(struct llmbatch *b) { llmbatch_cancel_group(b, 0); }
 
 uint64_t llmbatch_preempted(struct llmbatch *b)
 {

@@ -15,8 +15,10 @@
  * A line that gets no answer (refused, reset, timeout) or a 5xx is tried
  * again on idle capacity, up to LLMBATCH_TRIES in all, on an endpoint it
  * has not tried while the pool has one (a failing endpoint answers fast and
- * looks idle); then it is handed back with what the last try got. Lines wait in arrival order; a line
- * whose pool has no idle endpoint lets the lines of other pools pass. */
+ * looks idle); then it is handed back with what the last try got. Lines wait
+ * in arrival order within their group (a submitter's batch); groups take
+ * turns by their lines in flight; a line whose pool has no idle endpoint
+ * lets the lines of other pools pass. */
 #ifndef BG_LLMBATCH_H
 #define BG_LLMBATCH_H
 
@@ -44,6 +46,7 @@ struct llmbatch_line {
     bool stream;                      /* body asks for a stream: the answer handed back is
                                          the whole one assembled from it (llmstream.h) */
     int64_t line;                     /* the submitter's: its number */
+    uint64_t group;                   /* the submitter's: what llmbatch_cancel_group takes back (> 0) */
     void *arg;                        /* the submitter's */
     /* The outcome: */
     int status;                       /* the answer's HTTP status; 0: none (see error) */
@@ -56,6 +59,7 @@ struct llmbatch_line {
     int64_t t0;
     /* The caller's: */
     struct llmbatch *b;
+    uint64_t round;                   /* the dispatch round that found it no endpoint */
     struct upcall *up;
     bool starting;                    /* streamed, no byte of the answer yet (llmpool_started) */
     struct httpc_target *target[1];
@@ -72,6 +76,8 @@ void llmbatch_submit(struct llmbatch *b, struct llmbatch_line *l);
 /* Takes every line back (calls in flight are closed: their servers stop
  * generating) and returns once `done` has run for each. */
 void llmbatch_cancel(struct llmbatch *b);
+/* The same for the lines of one group only; the others run on. */
+void llmbatch_cancel_group(struct llmbatch *b, uint64_t group);
 /* Lines that gave way to online calls (offline.preempt) since start. */
 uint64_t llmbatch_preempted(struct llmbatch *b);
 

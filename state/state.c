@@ -709,20 +709,19 @@ int state_batch_finish(struct state *st, const char *id, int status, const struc
     return rc;
 }
 
-int state_batch_next(struct state *st, struct state_batch *out, struct error *err)
+int state_batch_unfinished(struct state *st, state_batch_fn fn, void *arg, struct error *err)
 {
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(st->w, STATE_BATCH_COLUMNS "WHERE status IN (0,1,2,6)"
-                                  " ORDER BY created_at, rowid LIMIT 1", -1, &s, NULL) !=
-        SQLITE_OK)
-        return state_fail(err, st->w, "next batch");
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        state_batch_row(s, out);
-        rc = 1;
-    } else {
-        rc = rc == SQLITE_DONE ? 0 : state_fail(err, st->w, "next batch");
+                                  " ORDER BY created_at, rowid", -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, st->w, "unfinished batches");
+    struct state_batch b;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        state_batch_row(s, &b);
+        fn(&b, arg);
     }
+    rc = rc == SQLITE_DONE ? 0 : state_fail(err, st->w, "unfinished batches");
     sqlite3_finalize(s);
     return rc;
 }

@@ -146,8 +146,10 @@ int state_batch_results(struct state *st, const char *id, state_result_fn fn, vo
 int state_batch_finish(struct state *st, const char *id, int status, const struct state_file *out,
                        const struct state_file *errf, const char *errors, int64_t now,
                        struct error *err);
-/* The oldest batch in_progress (or validating, cancelling, finalizing): 1, 0 none, <0. */
-int state_batch_next(struct state *st, struct state_batch *out, struct error *err);
+/* The batches in_progress (or validating, cancelling, finalizing), oldest
+ * first, to fn. */
+typedef void (*state_batch_fn)(const struct state_batch *b, void *arg);
+int state_batch_unfinished(struct state *st, state_batch_fn fn, void *arg, struct error *err);
 
 /* Any thread (the read connection): */
 int state_file_get(struct state *st, const char *id, struct state_file *out, struct error *err);
@@ -158,7 +160,6 @@ int state_file_list(struct state *st, state_file_fn fn, void *arg, struct error 
 int state_file_expired(struct state *st, int64_t now, int max, state_file_fn fn, void *arg,
                        struct error *err);
 int state_batch_get(struct state *st, const char *id, struct state_batch *out, struct error *err);
-typedef void (*state_batch_fn)(const struct state_batch *b, void *arg);
 /* Newest first (OpenAI's order). */
 int state_batch_list(struct state *st, state_batch_fn fn, void *arg, struct error *err);
 

@@ -578,6 +578,84 @@ class TestBatchTenants(BatchCase):
         self.assertGreater(rows[0]["rows"], 12)   # tokens: prompt and completion
 
 
+class TestBatchesSideBySide(BatchCase):
+    """Up to 4 batches run at once, each with an equal share of the lines
+    waiting for idle capacity; a free place goes to the oldest batch of a
+    tenant with none running before another of a busy tenant's."""
+    sim_args = ("--speed", "2")
+    pool_kw = {"offline": {"max_running": 2, "max_inflight_per_endpoint": 2}}
+    extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")]},
+                         {"name": "team-b", "keys": [digest("k-b")]}]}
+
+    def as_tenant(self, key):
+        real_call = self.call
+        h = {"Authorization": "Bearer " + key}
+        self.call = lambda m, p, body=None, headers=None, timeout=30: real_call(
+            m, p, body, dict(h, **(headers or {})), timeout)
+        return real_call
+
+    def make(self, key, n, max_tokens, tag):
+        real = self.as_tenant(key)
+        try:
+            fid = self.upload_ok(jsonl([line(i, max_tokens=max_tokens) for i in range(n)]))["id"]
+            st, raw = self.create(fid, metadata={"tag": tag})
+            self.assertEqual(st, 200, raw)
+            return json.loads(raw)["id"]
+        finally:
+            self.call = real
+
+    def test_a_long_batch_does_not_hold_another_tenant_back(self):
+        self.start()
+        big = self.make("k-a", 300, 16, "big")
+        time.sleep(0.5)
+        small = self.make("k-b", 4, 4, "small")
+        real = self.as_tenant("k-b")
+        b = self.wait(small, timeout=60)
+        self.call = real
+        self.assertEqual(b["request_counts"], {"total": 4, "completed": 4, "failed": 0})
+        self.as_tenant("k-a")
+        a = self.batch(big)
+        done = a["request_counts"]["completed"] + a["request_counts"]["failed"]
+        self.assertEqual(a["status"], "in_progress", a)
+        self.assertLess(done, 300, "the small batch waited for the big one")
+        self.assertGreater(done, 0)
+        # Cancelling one batch takes back its lines only: another running
+        # beside it loses none.
+        mid = self.make("k-b", 40, 8, "mid")
+        self.as_tenant("k-b")
+        deadline = time.monotonic() + 30
+        while self.batch(mid)["request_counts"]["completed"] < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.as_tenant("k-a")
+        st, raw = self.call("POST", "/v1/batches/%s/cancel" % big)
+        self.assertEqual(st, 200, raw)
+        a = self.wait(big, timeout=30)
+        self.assertEqual(a["status"], "cancelled")
+        self.assertEqual(len(self.content(a["output_file_id"])), a["request_counts"]["completed"])
+        self.as_tenant("k-b")
+        m = self.wait(mid, timeout=60)
+        self.assertEqual(m["request_counts"], {"total": 40, "completed": 40, "failed": 0})
+        self.assertEqual(sorted(o["custom_id"] for o in self.content(m["output_file_id"])),
+                         sorted("req-%d" % i for i in range(40)))
+
+    def test_a_waiting_tenant_goes_before_a_busy_tenants_next_batch(self):
+        self.start()
+        mine = [self.make("k-a", 40, 8, "a%d" % i) for i in range(5)]
+        theirs = self.make("k-b", 24, 8, "b")
+        self.as_tenant("k-a")
+        for bid in mine:
+            self.assertEqual(self.wait(bid, timeout=120)["status"], "completed")
+        self.as_tenant("k-b")
+        self.assertEqual(self.wait(theirs, timeout=120)["status"], "completed")
+        starts = re.findall(r"batch (batch_\w+) starts: .*\((\d) batches running\)",
+                            self.srv.log())
+        order = [bid for bid, _ in starts]
+        self.assertEqual(sorted(order), sorted(mine + [theirs]), starts)
+        self.assertEqual(order[:4], mine[:4], "the first four, as they came")
+        self.assertEqual(order[4], theirs, "team-b's before team-a's fifth")
+        self.assertEqual(max(int(n) for _, n in starts), 4)
+
+
 class TestBatchClientSigkill(BatchCase):
     sim_args = ("--speed", "10")
     pool_kw = {"offline": {"max_running": 4, "max_inflight_per_endpoint": 4}}
