@@ -588,7 +588,9 @@ class TestBatchesSideBySide(BatchCase):
                          {"name": "team-b", "keys": [digest("k-b")]}]}
 
     def as_tenant(self, key):
-        real_call = self.call
+        """self.call sends the key's bearer token from now on; returns the
+        plain call."""
+        real_call = BatchCase.call.__get__(self)
         h = {"Authorization": "Bearer " + key}
         self.call = lambda m, p, body=None, headers=None, timeout=30: real_call(
             m, p, body, dict(h, **(headers or {})), timeout)
@@ -654,6 +656,32 @@ class TestBatchesSideBySide(BatchCase):
         self.assertEqual(order[:4], mine[:4], "the first four, as they came")
         self.assertEqual(order[4], theirs, "team-b's before team-a's fifth")
         self.assertEqual(max(int(n) for _, n in starts), 4)
+
+    def test_sigkill_with_batches_side_by_side(self):
+        """Batches running side by side when batchgate is SIGKILLed all
+        resume on the next start and answer each custom_id once."""
+        self.start()
+        made = [self.make("k-a", 120, 4, "a"), self.make("k-b", 120, 4, "b"),
+                self.make("k-a", 60, 4, "a2")]
+        deadline = time.monotonic() + 60
+        db_path = os.path.join(self.state, "batchgate.db")
+        while time.monotonic() < deadline:
+            db = sqlite3.connect(db_path, timeout=10)
+            per = dict(db.execute("SELECT batch_id, count(*) FROM batch_results GROUP BY batch_id"))
+            db.close()
+            if all(per.get(b, 0) >= 5 for b in made):
+                break
+            time.sleep(0.02)
+        self.srv.send_signal(signal.SIGKILL)
+        self.srv.wait(timeout=10)
+        self.assertTrue(all(0 < per.get(b, 0) < n for b, n in zip(made, (120, 120, 60))), per)
+        self.start()
+        for bid, key, n in zip(made, ("k-a", "k-b", "k-a"), (120, 120, 60)):
+            self.as_tenant(key)
+            b = self.wait(bid, timeout=120)
+            self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0}, b)
+            self.assertEqual(sorted(o["custom_id"] for o in self.content(b["output_file_id"])),
+                             sorted("req-%d" % i for i in range(n)))
 
 
 class TestBatchClientSigkill(BatchCase):
