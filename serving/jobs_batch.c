@@ -211,9 +211,9 @@ static int64_t jobs_batch_expires_at(const struct jobs *j, int64_t created, int6
     return s > 0 ? created + s : 0;
 }
 
-/* The file's row, then its name (the row first: a crash between leaves an
- * unnamed file, never a row without its file). A batch reading it has its
- * own link (jobs_batch_cmd_create). */
+/* The file's row, then its bytes (the row first: a crash between leaves
+ * bytes no row names, never a row without its bytes). A batch reading it
+ * has its own link (jobs_batch_cmd_create). */
 static int jobs_batch_file_remove(struct jobs *j, const struct state_file *f, struct error *err)
 {
     int rc = state_file_delete(j->st, f->id, err);
