@@ -250,6 +250,89 @@ static struct batch_call *batch_call_new(struct http_request *req, struct api_st
     return call;
 }
 
+/* ---- lists: OpenAI's cursor pages ---- */
+
+/* A page of a list: the objects after `after` (an id; "" from the first),
+ * at most `limit`; has_more when one more would follow. */
+struct batch_page {
+    struct buf b;
+    char after[64];
+    bool passed;                      /* `after` was seen (or none given) */
+    int limit, n;
+    bool more;
+    char first[48], last[48];
+};
+
+static void batch_bad(struct http_request *req, const char *param, const char *fmt,
+                      const char *arg)
+{
+    http_request_set_error_param(req, param);
+    http_respond_error(req, 400, NULL, fmt, arg);
+}
+
+/* `after` and `limit` (1..max, default def) from the query: 0, or -1 after
+ * answering 400 naming the parameter. */
+static int batch_page_start(struct http_request *req, struct batch_page *p, int def, int max)
+{
+    memset(p, 0, sizeof *p);
+    char limit_s[16] = "";
+    int ra = http_request_query_param(req, "after", p->after, sizeof p->after);
+    int rl = http_request_query_param(req, "limit", limit_s, sizeof limit_s);
+    char *e = NULL;
+    long limit = rl == 1 ? strtol(limit_s, &e, 10) : def;
+    if (ra < 0) {
+        batch_bad(req, "after", "after: %s", "too long or a malformed %-escape");
+        return -1;
+    }
+    if (rl < 0 || (rl == 1 && (!e || *e || limit < 1 || limit > max))) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "must be an integer from 1 to %d", max);
+        batch_bad(req, "limit", "limit: %s", msg);
+        return -1;
+    }
+    p->passed = ra != 1 || !p->after[0];
+    p->limit = (int)limit;
+    BATCH_LIT(&p->b, "{\"object\":\"list\",\"data\":[");
+    return 0;
+}
+
+/* Whether the object of that id (one the caller may see, in list order)
+ * goes on the page: then the caller appends its JSON. */
+static bool batch_page_take(struct batch_page *p, const char *id)
+{
+    if (!p->passed) {
+        p->passed = strcmp(id, p->after) == 0;
+        return false;
+    }
+    if (p->n == p->limit) {
+        p->more = true;
+        return false;
+    }
+    if (p->n++)
+        BATCH_LIT(&p->b, ",");
+    else
+        snprintf(p->first, sizeof p->first, "%s", id);
+    snprintf(p->last, sizeof p->last, "%s", id);
+    return true;
+}
+
+/* The page answered: 200, or 500 when the listing failed (rc). */
+static void batch_page_end(struct http_request *req, struct batch_page *p, int rc,
+                           const struct error *err)
+{
+    if (rc) {
+        buf_free(&p->b);
+        http_respond_error(req, 500, NULL, "%s", err->msg);
+        return;
+    }
+    BATCH_LIT(&p->b, "],\"first_id\":");
+    batch_append_str_or_null(&p->b, p->first);
+    BATCH_LIT(&p->b, ",\"last_id\":");
+    batch_append_str_or_null(&p->b, p->last);
+    buf_appendf(&p->b, ",\"has_more\":%s}", p->more ? "true" : "false");
+    batch_respond_buf(req, 200, &p->b);
+}
+
 /* ---- /v1/files ---- */
 
 /* OpenAI's expiration policy (a file's `expires_after`, a batch's
@@ -378,40 +461,48 @@ static void batch_file_upload(struct http_request *req, const struct route_match
 }
 
 struct batch_file_list {
-    struct buf *b;
-    int n;
+    struct batch_page page;
     const struct api_state *st;
     const struct http_request *req;
+    char purpose[32];                 /* "": every purpose */
 };
 
 static void batch_file_list_one(const struct state_file *f, void *arg)
 {
     struct batch_file_list *l = arg;
-    if (!batch_may_see(l->st, l->req, f->tenant) || !batch_file_live(f))
+    if (!batch_may_see(l->st, l->req, f->tenant) || !batch_file_live(f) ||
+        (l->purpose[0] && strcmp(l->purpose, f->purpose) != 0))
         return;
-    if (l->n++)
-        BATCH_LIT(l->b, ",");
-    batch_file_json(l->b, f);
+    if (batch_page_take(&l->page, f->id))
+        batch_file_json(&l->page.b, f);
 }
 
-/* GET /v1/files */
+/* GET /v1/files?purpose=&order=&after=&limit=: newest first unless
+ * order=asc; at most 10,000 a page, as OpenAI. */
 static void batch_file_list(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct api_state *st = ctx;
     (void)m;
     if (!batch_jobs(req, st))
         return;
-    struct buf b = BUF_INIT;
-    struct batch_file_list l = {&b, 0, st, req};
-    struct error err = {0};
-    BATCH_LIT(&b, "{\"object\":\"list\",\"data\":[");
-    if (state_file_list(jobs_state(st->jobs), batch_file_list_one, &l, &err)) {
-        buf_free(&b);
-        http_respond_error(req, 500, NULL, "%s", err.msg);
+    struct batch_file_list l = {.st = st, .req = req};
+    char order[8] = "";
+    int ro = http_request_query_param(req, "order", order, sizeof order);
+    int rp = http_request_query_param(req, "purpose", l.purpose, sizeof l.purpose);
+    if (ro < 0 || (ro == 1 && strcmp(order, "asc") != 0 && strcmp(order, "desc") != 0)) {
+        batch_bad(req, "order", "order: %s", "must be \"asc\" or \"desc\"");
         return;
     }
-    BATCH_LIT(&b, "],\"has_more\":false}");
-    batch_respond_buf(req, 200, &b);
+    if (rp < 0) {
+        batch_bad(req, "purpose", "purpose: %s", "too long or a malformed %-escape");
+        return;
+    }
+    if (batch_page_start(req, &l.page, 10000, 10000))
+        return;
+    struct error err = {0};
+    int rc = state_file_list(jobs_state(st->jobs), ro == 1 && strcmp(order, "asc") == 0,
+                             batch_file_list_one, &l, &err);
+    batch_page_end(req, &l.page, rc, &err);
 }
 
 /* GET /v1/files/{id} */
@@ -462,13 +553,6 @@ static void batch_file_delete(struct http_request *req, const struct route_match
 }
 
 /* ---- /v1/batches ---- */
-
-static void batch_bad(struct http_request *req, const char *param, const char *fmt,
-                      const char *arg)
-{
-    http_request_set_error_param(req, param);
-    http_respond_error(req, 400, NULL, fmt, arg);
-}
 
 /* POST /v1/batches */
 static void batch_create(struct http_request *req, const struct route_match *m, void *ctx)
@@ -570,35 +654,16 @@ static void batch_cancel(struct http_request *req, const struct route_match *m, 
 }
 
 struct batch_list {
-    struct buf *b;
+    struct batch_page page;
     const struct api_state *st;
     const struct http_request *req;
-    const char *after;
-    bool passed;                      /* `after` was seen (or none given) */
-    int limit, n;
-    bool more;
-    char first[48], last[48];
 };
 
 static void batch_list_one(const struct state_batch *x, void *arg)
 {
     struct batch_list *l = arg;
-    if (!batch_may_see(l->st, l->req, x->tenant))
-        return;
-    if (!l->passed) {
-        l->passed = strcmp(x->id, l->after) == 0;
-        return;
-    }
-    if (l->n == l->limit) {
-        l->more = true;
-        return;
-    }
-    if (l->n++)
-        BATCH_LIT(l->b, ",");
-    else
-        snprintf(l->first, sizeof l->first, "%s", x->id);
-    snprintf(l->last, sizeof l->last, "%s", x->id);
-    batch_json(l->b, x);
+    if (batch_may_see(l->st, l->req, x->tenant) && batch_page_take(&l->page, x->id))
+        batch_json(&l->page.b, x);
 }
 
 /* GET /v1/batches?after=&limit=: newest first, as OpenAI lists them. */
@@ -608,34 +673,12 @@ static void batch_list(struct http_request *req, const struct route_match *m, vo
     (void)m;
     if (!batch_jobs(req, st))
         return;
-    char after[64] = "", limit_s[16] = "";
-    int ra = http_request_query_param(req, "after", after, sizeof after);
-    int rl = http_request_query_param(req, "limit", limit_s, sizeof limit_s);
-    char *e = NULL;
-    long limit = rl == 1 ? strtol(limit_s, &e, 10) : 20;
-    if (ra < 0) {
-        batch_bad(req, "after", "after: %s", "too long or a malformed %-escape");
+    struct batch_list l = {.st = st, .req = req};
+    if (batch_page_start(req, &l.page, 20, 100))
         return;
-    }
-    if (rl < 0 || (rl == 1 && (!e || *e || limit < 1 || limit > 100))) {
-        batch_bad(req, "limit", "limit: %s", "must be an integer from 1 to 100");
-        return;
-    }
-    struct buf b = BUF_INIT;
-    struct batch_list l = {&b, st, req, after, ra != 1 || !after[0], (int)limit, 0, false, "", ""};
     struct error err = {0};
-    BATCH_LIT(&b, "{\"object\":\"list\",\"data\":[");
-    if (state_batch_list(jobs_state(st->jobs), batch_list_one, &l, &err)) {
-        buf_free(&b);
-        http_respond_error(req, 500, NULL, "%s", err.msg);
-        return;
-    }
-    BATCH_LIT(&b, "],\"first_id\":");
-    batch_append_str_or_null(&b, l.first);
-    BATCH_LIT(&b, ",\"last_id\":");
-    batch_append_str_or_null(&b, l.last);
-    buf_appendf(&b, ",\"has_more\":%s}", l.more ? "true" : "false");
-    batch_respond_buf(req, 200, &b);
+    int rc = state_batch_list(jobs_state(st->jobs), batch_list_one, &l, &err);
+    batch_page_end(req, &l.page, rc, &err);
 }
 
 int api_batch_register(struct router *r, struct api_state *st, struct error *err)

@@ -527,10 +527,13 @@ out:
     return rc;
 }
 
-int state_file_list(struct state *st, state_file_fn fn, void *arg, struct error *err)
+int state_file_list(struct state *st, bool oldest_first, state_file_fn fn, void *arg,
+                    struct error *err)
 {
-    return state_file_rows(st, STATE_FILE_COLUMNS "ORDER BY created_at DESC, rowid DESC", -1, -1,
-                           fn, arg, err);
+    return state_file_rows(st, oldest_first ? STATE_FILE_COLUMNS "ORDER BY created_at, rowid"
+                                            : STATE_FILE_COLUMNS
+                                              "ORDER BY created_at DESC, rowid DESC",
+                           -1, -1, fn, arg, err);
 }
 
 int state_file_expired(struct state *st, int64_t now, int max, state_file_fn fn, void *arg,

@@ -154,7 +154,9 @@ int state_batch_unfinished(struct state *st, state_batch_fn fn, void *arg, struc
 /* Any thread (the read connection): */
 int state_file_get(struct state *st, const char *id, struct state_file *out, struct error *err);
 typedef void (*state_file_fn)(const struct state_file *f, void *arg);
-int state_file_list(struct state *st, state_file_fn fn, void *arg, struct error *err);
+/* Newest first, or oldest first. */
+int state_file_list(struct state *st, bool oldest_first, state_file_fn fn, void *arg,
+                    struct error *err);
 /* Files whose expires_at is set and at most `now`, the first to expire
  * first, at most `max` of them. */
 int state_file_expired(struct state *st, int64_t now, int max, state_file_fn fn, void *arg,

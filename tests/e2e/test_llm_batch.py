@@ -179,6 +179,33 @@ class TestBatchRoutes(BatchCase):
                                                        "deleted": True}))
         self.assert_error(*self.call("GET", "/v1/files/" + f["id"]), 404, "file_id")
 
+    def test_file_list_pages(self):
+        """GET /v1/files pages as OpenAI's: newest first (order=asc: oldest
+        first), limit, after an id, first_id/last_id/has_more; purpose
+        filters; a bad parameter is a 400 naming it."""
+        self.start()
+        ids = [self.upload_ok(jsonl([line(i)]))["id"] for i in range(3)]
+        def page(q):
+            st, raw = self.call("GET", "/v1/files" + q)
+            self.assertEqual(st, 200, raw)
+            return json.loads(raw)
+        p = page("")
+        self.assertEqual([x["id"] for x in p["data"]], ids[::-1])
+        self.assertEqual((p["first_id"], p["last_id"], p["has_more"]), (ids[2], ids[0], False))
+        p = page("?limit=2")
+        self.assertEqual([x["id"] for x in p["data"]], [ids[2], ids[1]])
+        self.assertTrue(p["has_more"])
+        p = page("?limit=2&after=" + p["last_id"])
+        self.assertEqual([x["id"] for x in p["data"]], [ids[0]])
+        self.assertFalse(p["has_more"])
+        self.assertEqual([x["id"] for x in page("?order=asc&limit=2")["data"]], ids[:2])
+        self.assertEqual(len(page("?purpose=batch")["data"]), 3)
+        p = page("?purpose=batch_output")
+        self.assertEqual((p["data"], p["first_id"], p["has_more"]), ([], None, False))
+        for q, param in (("?limit=0", "limit"), ("?limit=10001", "limit"), ("?limit=x", "limit"),
+                         ("?order=up", "order"), ("?after=%zz", "after")):
+            self.assert_error(*self.call("GET", "/v1/files" + q), 400, param)
+
     def test_file_expiry_policy(self):
         """OpenAI's expires_after: an upload without one expires after
         jobs.file_expiry_s (30 days by default), one with anchor created_at
