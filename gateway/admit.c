@@ -290,16 +290,18 @@ void admit_tokens_restore(struct admit *a, int tenant, int64_t used, int64_t ago
     pthread_mutex_unlock(&tk->mu);
 }
 
-int64_t admit_tokens_day(struct admit *a, int tenant, int64_t unix_s)
+void admit_tokens_used(struct admit *a, int tenant, int64_t now_ns, int64_t unix_s,
+                       int64_t *minute, int64_t *day)
 {
+    *minute = *day = 0;
     if (tenant < 0 || tenant >= a->t->n || !a->ten[tenant].tok)
-        return 0;
+        return;
     struct admit_tokens *tk = a->ten[tenant].tok;
     pthread_mutex_lock(&tk->mu);
     admit_day_roll(tk, unix_s);
-    int64_t used = tk->day_used;
+    *minute = admit_window(tk, now_ns / ADMIT_NS);
+    *day = tk->day_used;
     pthread_mutex_unlock(&tk->mu);
-    return used;
 }
 
 bool admit_has_token_quota(const struct admit *a, int tenant)

@@ -73,7 +73,9 @@ typedef bool (*admit_counted_fn)(const char *model, void *arg);
 int admit_restore_ledger(struct admit *a, const struct tenants_config *tc, struct state *st,
                          admit_counted_fn counted, void *arg, int64_t now_ns, int64_t unix_s,
                          struct error *err);
-/* Tokens the tenant used today (UTC) by its quotas' count. */
-int64_t admit_tokens_day(struct admit *a, int tenant, int64_t unix_s);
+/* Tokens the tenant used by its quotas' count: in the 60 s up to now_ns,
+ * and today (UTC); 0 and 0 without token quotas. */
+void admit_tokens_used(struct admit *a, int tenant, int64_t now_ns, int64_t unix_s,
+                       int64_t *minute, int64_t *day);
 
 #endif

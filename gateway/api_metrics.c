@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
@@ -330,6 +331,33 @@ static void metrics_render_tenants(struct api_state *st, const struct metrics_de
             metrics_label(b, t->t[ti].name);
             buf_appendf(b, "\"} %d\n", admit_inflight(st->admit, ti));
         }
+    /* LLM pools' token quotas: what each window holds, beside its limit. */
+    static const char *const windows[2] = {"minute", "day"};
+    static const struct {
+        const char *name, *help;
+    } fams[2] = {
+        {"tenant_quota_tokens_used", "LLM pools: tokens counted toward the tenant's quota: in "
+                                     "the last 60 s (window minute), today UTC (window day)."},
+        {"tenant_quota_tokens", "LLM pools: the tenant's token quota: tokens_per_minute "
+                                "(window minute), tokens_per_day (window day)."},
+    };
+    int64_t used[TENANTS_MAX][2] = {{0}};
+    int64_t now = now_ns(), unix_s = time(NULL);
+    for (int ti = 0; ti < t->n && st->admit; ti++)
+        admit_tokens_used(st->admit, ti, now, unix_s, &used[ti][0], &used[ti][1]);
+    for (int f = 0; f < 2; f++) {
+        metrics_head(b, fams[f].name, "gauge", fams[f].help);
+        for (int w = 0; w < 2; w++)
+            for (int ti = 0; ti < t->n; ti++) {
+                int64_t limit = w ? t->t[ti].tokens_per_day : t->t[ti].tokens_per_minute;
+                if (limit <= 0 || !st->admit)
+                    continue;
+                buf_appendf(b, P "%s{tenant=\"", fams[f].name);
+                metrics_label(b, t->t[ti].name);
+                buf_appendf(b, "\",window=\"%s\"} %lld\n", windows[w],
+                            (long long)(f ? limit : used[ti][w]));
+            }
+    }
 }
 
 int api_metrics_render(struct api_state *st, struct buf *b)

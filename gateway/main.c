@@ -70,7 +70,8 @@ static void main_restore_quotas(struct admit *a, const struct tenants_config *tc
         return;
     }
     for (int i = 0; rows > 0 && i < tc->n; i++) {
-        int64_t used = admit_tokens_day(a, i, unix_s);
+        int64_t minute, used;
+        admit_tokens_used(a, i, now_ns(), unix_s, &minute, &used);
         if (used > 0)
             log_info("tenant \"%s\": %lld tokens used today before this start count toward its "
                      "token quotas", tc->t[i].name, (long long)used);

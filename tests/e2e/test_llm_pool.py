@@ -592,6 +592,14 @@ class TestPoolTenants(PoolCase):
         text = self.gateway_metrics()
         m = re.search(r'batchgate_llm_tokens_total\{model="smol",tenant="minute",kind="completion"\} (\d+)', text)
         self.assertEqual(int(m.group(1)), 50 * codes.count(200))
+        # The window's count and the quota on /metrics, for this tenant's one quota.
+        used = re.findall(r'batchgate_tenant_quota_tokens_used\{tenant="minute",window="(\w+)"\} (\d+)',
+                          text)
+        self.assertEqual([w for w, _ in used], ["minute"])
+        self.assertGreaterEqual(int(used[0][1]), 50 * codes.count(200))
+        self.assertLessEqual(int(used[0][1]), 200)
+        self.assertIn('batchgate_tenant_quota_tokens{tenant="minute",window="minute"} 200', text)
+        self.assertIn('batchgate_tenant_quota_tokens{tenant="daily",window="day"} 100', text)
 
     def test_usage_ledger_counts_tokens_by_tenant_and_endpoint(self):
         r, raw = self.chat("k-ledger", 7)
@@ -709,6 +717,8 @@ class TestPoolQuotasAcrossRestarts(PoolCase):
                                 io_threads=self.io_threads)
         self.srv.wait_log(r"ready in", timeout=60)
         self.srv.wait_log(r'tenant "daily": %d tokens used today' % used["daily"], timeout=5)
+        self.assertIn('batchgate_tenant_quota_tokens_used{tenant="daily",window="day"} %d'
+                      % used["daily"], self.gateway_metrics())
         # A first process would admit both (each estimate fits an empty quota).
         r, raw = self.chat("k-daily", 60)
         err = self.assert_openai_error(r, raw, 429)

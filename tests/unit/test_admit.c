@@ -22,6 +22,14 @@
 
 static struct tenants_config tc;
 
+/* admit_tokens_used's day. */
+static int64_t day_used(struct admit *a, int tenant, int64_t unix_s)
+{
+    int64_t minute, day;
+    admit_tokens_used(a, tenant, T0, unix_s, &minute, &day);
+    return day;
+}
+
 static void tenants(int max_inflight, double rate)
 {
     memset(&tc, 0, sizeof tc);
@@ -327,7 +335,7 @@ static void test_tokens_restored(void **state)
     /* Today's 900 count toward the day; yesterday's 500 do not. */
     admit_tokens_restore(a, 1, 900, 3600, T0, now);
     admit_tokens_restore(a, 1, 500, 7300, T0, now);
-    assert_int_equal(admit_tokens_day(a, 1, now), 900);
+    assert_int_equal(day_used(a, 1, now), 900);
     assert_int_equal(admit_tokens_enter(a, 1, 200, T0, now, &why), -BG_ETENANTLIMIT);
     assert_string_equal(why.reason, "tokens_per_day");
     assert_int_equal(admit_tokens_enter(a, 1, 100, T0, now, &why), 0);
@@ -335,6 +343,11 @@ static void test_tokens_restored(void **state)
      * minute ago or more are out already. */
     admit_tokens_restore(a, 2, 100, 30, T0, now);
     admit_tokens_restore(a, 2, 1000, 60, T0, now);
+    int64_t minute, today;
+    admit_tokens_used(a, 2, T0, now, &minute, &today);
+    assert_true(minute == 100 && today == 1100);
+    admit_tokens_used(a, 2, T0 + 30 * S, now + 30, &minute, &today);
+    assert_true(minute == 0 && today == 1100);
     assert_int_equal(admit_tokens_enter(a, 2, 10, T0, now, &why), -BG_ETENANTLIMIT);
     assert_string_equal(why.reason, "tokens_per_minute");
     assert_int_equal(why.retry_after_s, 30);
@@ -351,9 +364,9 @@ static void test_tokens_restored(void **state)
     admit_tokens_restore(a, 7, 100, 0, T0, now);
     admit_tokens_restore(a, 1, -5, 0, T0, now);
     admit_tokens_restore(a, 1, 5, -1, T0, now);
-    assert_int_equal(admit_tokens_day(a, 0, now), 0);
-    assert_int_equal(admit_tokens_day(a, 1, now), 900);
-    assert_int_equal(admit_tokens_day(a, 1, day + 86400), 0);
+    assert_int_equal(day_used(a, 0, now), 0);
+    assert_int_equal(day_used(a, 1, now), 900);
+    assert_int_equal(day_used(a, 1, day + 86400), 0);
     admit_free(b);
     admit_free(a);
 }
@@ -404,8 +417,8 @@ static void test_tokens_restored_from_the_ledger(void **state)
     tc.t[1].tokens_per_minute = 100;
     struct admit *a = admit_new(&tc, &err);
     assert_int_equal(admit_restore_ledger(a, &tc, st, counted_pool, NULL, T0, now, &err), 3);
-    assert_int_equal(admit_tokens_day(a, 1, now), 480);
-    assert_int_equal(admit_tokens_day(a, 0, now), 0);
+    assert_int_equal(day_used(a, 1, now), 480);
+    assert_int_equal(day_used(a, 0, now), 0);
     /* The minute holds 80: the last minute's 30 until 30 s from now. */
     struct admit_refusal why;
     assert_int_equal(admit_tokens_enter(a, 1, 21, T0, now, &why), -BG_ETENANTLIMIT);
