@@ -594,6 +594,14 @@ int api_metrics_render(struct api_state *st, struct buf *b)
                 buf_appendf(b, P "jobs{state=\"%s\"} %lld\n", state_job_state_name(k),
                             (long long)counts[k]);
         }
+        int64_t bcounts[STATE_BATCH_NSTATUS];
+        if (state_batch_counts(jobs_state(st->jobs), bcounts, NULL) == 0) {
+            metrics_head(b, "batches", "gauge",
+                         "Batch API batches in the state database, by status.");
+            for (int k = 0; k < STATE_BATCH_NSTATUS; k++)
+                buf_appendf(b, P "batches{status=\"%s\"} %lld\n", state_batch_status_name(k),
+                            (long long)bcounts[k]);
+        }
     }
     metrics_head(b, "answer_guard_seconds", "gauge",
          "How much earlier than their deadlines requests are planned: the recent p99 of how late "

@@ -464,7 +464,7 @@ static struct served_model *jobs_batch_pool(struct jobs *j, struct jobs_bcur *bc
 
 /* The line's result, committed: the line is done. */
 static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line, bool ok,
-                              const struct buf *res)
+                              const struct buf *res, const struct served_model *sm)
 {
     struct error err = {0};
     int rc = state_batch_result_add(j->st, bc->b.id, line, ok, res->data, res->len, &err);
@@ -479,6 +479,10 @@ static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line
             bc->b.completed++;
         else
             bc->b.failed++;
+        /* job_lines_total: the pool's, as a job's lines are their model's. */
+        int i = sm ? served_index(sm) : -1;
+        if (i >= 0 && i < j->nmodels)
+            atomic_fetch_add_explicit(&j->lines[i][ok ? 0 : 1], 1, memory_order_relaxed);
     }
 }
 
@@ -543,7 +547,7 @@ static void jobs_batch_collect_one(struct jobs *j, struct jobs_bcur *bc, struct 
         json_decref(ans);
         JOBS_LIT(&res, "},\"error\":null}\n");
     }
-    jobs_batch_commit(j, bc, l->line, ok, &res);
+    jobs_batch_commit(j, bc, l->line, ok, &res, l->sm);
     buf_free(&res);
 }
 
@@ -785,7 +789,7 @@ static bool jobs_batch_feed_one(struct jobs *j, struct jobs_bcur *bc)
                      model ? model : "");
         jobs_batch_error_line(&res, cid ? cid : "", sm ? "invalid_request" : "model_not_found",
                               msg);
-        jobs_batch_commit(j, bc, line, false, &res);
+        jobs_batch_commit(j, bc, line, false, &res, sm);
         buf_free(&res);
         json_decref(root);
         return true;

@@ -379,26 +379,39 @@ out:
     return rc;
 }
 
-int state_job_counts(struct state *st, int64_t *counts, struct error *err)
+/* Rows per value of a small integer column: counts[0..n). */
+static int state_counts(struct state *st, const char *sql, int64_t *counts, int n,
+                        struct error *err)
 {
-    memset(counts, 0, STATE_JOB_NSTATES * sizeof *counts);
+    memset(counts, 0, (size_t)n * sizeof *counts);
     pthread_mutex_lock(&st->rmu);
     sqlite3_stmt *s;
     int rc = 0;
-    if (sqlite3_prepare_v2(st->r, "SELECT state, count(*) FROM jobs GROUP BY state", -1, &s,
-                           NULL) != SQLITE_OK) {
-        rc = state_fail(err, st->r, "count jobs");
+    if (sqlite3_prepare_v2(st->r, sql, -1, &s, NULL) != SQLITE_OK) {
+        rc = state_fail(err, st->r, "count rows");
         goto out;
     }
     while (sqlite3_step(s) == SQLITE_ROW) {
         int k = sqlite3_column_int(s, 0);
-        if (k >= 0 && k < STATE_JOB_NSTATES)
+        if (k >= 0 && k < n)
             counts[k] = sqlite3_column_int64(s, 1);
     }
     sqlite3_finalize(s);
 out:
     pthread_mutex_unlock(&st->rmu);
     return rc;
+}
+
+int state_job_counts(struct state *st, int64_t *counts, struct error *err)
+{
+    return state_counts(st, "SELECT state, count(*) FROM jobs GROUP BY state", counts,
+                        STATE_JOB_NSTATES, err);
+}
+
+int state_batch_counts(struct state *st, int64_t *counts, struct error *err)
+{
+    return state_counts(st, "SELECT status, count(*) FROM batches GROUP BY status", counts,
+                        STATE_BATCH_NSTATUS, err);
 }
 
 /* ---- OpenAI's Batch API: files and batches ---- */

@@ -162,6 +162,8 @@ int state_file_list(struct state *st, bool oldest_first, state_file_fn fn, void 
 int state_file_expired(struct state *st, int64_t now, int max, state_file_fn fn, void *arg,
                        struct error *err);
 int state_batch_get(struct state *st, const char *id, struct state_batch *out, struct error *err);
+/* Batches per status: counts[STATE_BATCH_NSTATUS]. */
+int state_batch_counts(struct state *st, int64_t *counts, struct error *err);
 /* Newest first (OpenAI's order). */
 int state_batch_list(struct state *st, state_batch_fn fn, void *arg, struct error *err);
 

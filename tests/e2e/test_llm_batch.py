@@ -330,6 +330,13 @@ class TestBatchRoutes(BatchCase):
         st, raw = self.call("GET", "/metrics")
         self.assertRegex(raw.decode(), r'llm_tokens_total\{model="smol",tenant="default",'
                                         r'kind="completion"\} (\d+)')
+        # Its lines in job_lines_total under the pool (req-9 named no pool:
+        # counted under none), the batch in batches{status}.
+        text = raw.decode()
+        self.assertIn('batchgate_job_lines_total{model="smol",result="ok"} 8', text)
+        self.assertIn('batchgate_job_lines_total{model="smol",result="failed"} 1', text)
+        self.assertIn('batchgate_batches{status="completed"} 1', text)
+        self.assertIn('batchgate_batches{status="in_progress"} 0', text)
         # Listing: newest first, after and limit.
         fid2 = self.upload_ok(jsonl([line(1)]))["id"]
         b2 = json.loads(self.create(fid2)[1])
