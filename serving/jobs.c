@@ -54,6 +54,7 @@ int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **ou
         snprintf(j->dir, sizeof j->dir, "%s", cfg->dir);
     else
         snprintf(j->dir, sizeof j->dir, "%s/jobs", cfg->state_dir);
+    snprintf(j->bdir, sizeof j->bdir, "%s/batch", j->dir);
     j->max_input_bytes = cfg->max_input_bytes;
     j->tenants = cfg->tenants;
     j->max_file_bytes = cfg->max_file_bytes ? cfg->max_file_bytes : ((size_t)200 << 20);
@@ -73,7 +74,8 @@ int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **ou
     if (!j->lines) {
         rc = error_set(err, BG_ENOMEM, "out of memory");
     } else if ((rc = state_open(j->state_dir, &j->st, err)) == 0 &&
-               (rc = jobs_mkdir(j->dir, "jobs.dir", err)) == 0) {
+               (rc = jobs_mkdir(j->dir, "jobs.dir", err)) == 0 &&
+               (rc = jobs_mkdir(j->bdir, "jobs.dir/batch", err)) == 0) {
         *out = j;
         return 0;
     }
@@ -590,6 +592,7 @@ static void *jobs_main(void *arg)
     struct sched_param sp = {0};
     if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
         (void)!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    jobs_batch_sweep(j);
     for (;;) {
         pthread_mutex_lock(&j->mu);
         struct jobs_cmd *cmds = j->cmds;

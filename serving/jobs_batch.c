@@ -17,6 +17,7 @@
  * together. */
 #include "serving/jobs_impl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,11 +234,11 @@ static void jobs_batch_cmd_file_create(struct jobs *j, struct jobs_cmd *c)
     f.bytes = (int64_t)c->body_len;
     f.created_at = jobs_batch_now_s();
     f.expires_at = jobs_batch_expires_at(j, f.created_at, c->expires_s);
-    snprintf(f.path, sizeof f.path, "%.900s/%s.jsonl", j->dir, f.id);
+    snprintf(f.path, sizeof f.path, "%.900s/%s.jsonl", j->bdir, f.id);
     struct error err = {0};
     int rc = jobs_write_file(f.path, c->body ? c->body : "", c->body_len, &err);
     if (rc == 0) {
-        jobs_sync_dir(j->dir);
+        jobs_sync_dir(j->bdir);
         if ((rc = state_file_insert(j->st, &f, &err)) != 0)
             unlink(f.path);
     }
@@ -292,11 +293,11 @@ static void jobs_batch_cmd_create(struct jobs *j, struct jobs_cmd *c)
     b.output_expires_s = c->expires_s > 0 ? c->expires_s : j->file_expiry_s;
     /* The batch reads its own name of the input: deleting the file
      * (DELETE /v1/files/{id}) while it runs takes nothing from it. */
-    snprintf(b.input_path, sizeof b.input_path, "%.900s/%s.input.jsonl", j->dir, b.id);
+    snprintf(b.input_path, sizeof b.input_path, "%.900s/%s.input.jsonl", j->bdir, b.id);
     if (link(f.path, b.input_path) != 0)
         snprintf(b.input_path, sizeof b.input_path, "%s", f.path);
     else
-        jobs_sync_dir(j->dir);
+        jobs_sync_dir(j->bdir);
     if ((rc = state_batch_insert(j->st, &b, &err)) != 0) {
         if (strcmp(b.input_path, f.path) != 0)
             unlink(b.input_path);
@@ -621,7 +622,7 @@ static int jobs_batch_file(struct jobs *j, const struct state_batch *b, const st
     f->bytes = (int64_t)data->len;
     f->created_at = jobs_batch_now_s();
     f->expires_at = b->output_expires_s > 0 ? f->created_at + b->output_expires_s : 0;
-    snprintf(f->path, sizeof f->path, "%.900s/%s.jsonl", j->dir, f->id);
+    snprintf(f->path, sizeof f->path, "%.900s/%s.jsonl", j->bdir, f->id);
     return jobs_write_file(f->path, data->data ? data->data : "", data->len, err);
 }
 
@@ -655,7 +656,7 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
         errors = why.data;
     }
     if (has_out || has_err)
-        jobs_sync_dir(j->dir);
+        jobs_sync_dir(j->bdir);
     struct error e2 = {0};
     if (state_batch_finish(j->st, bc->b.id, status, has_out ? &out : NULL, has_err ? &errf : NULL,
                            errors, jobs_batch_now_s(), &e2))
@@ -873,6 +874,55 @@ static void jobs_batch_expire(struct jobs *j)
     if (x->n == JOBS_EXPIRE_MAX)
         j->files_checked_at = 0;
     free(x);
+}
+
+/* Whether `name` is `prefix` + 16 hex digits (jobs_new_id) + `suffix`;
+ * the id (prefix and digits) into id. */
+static bool jobs_batch_own_name(const char *name, const char *prefix, const char *suffix,
+                                char *id, size_t cap)
+{
+    size_t np = strlen(prefix), ns = strlen(suffix), n = strlen(name);
+    if (n != np + 16 + ns || strncmp(name, prefix, np) || strcmp(name + np + 16, suffix))
+        return false;
+    for (size_t i = np; i < np + 16; i++)
+        if (!strchr("0123456789abcdef", name[i]) || !name[i])
+            return false;
+    snprintf(id, cap, "%.*s", (int)(np + 16), name);
+    return true;
+}
+
+void jobs_batch_sweep(struct jobs *j)
+{
+    DIR *d = opendir(j->bdir);
+    if (!d)
+        return;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) != NULL) {
+        char id[48], path[4500];
+        struct error err = {0};
+        bool orphan = false;
+        if (jobs_batch_own_name(e->d_name, "file-", ".jsonl", id, sizeof id)) {
+            struct state_file f;
+            orphan = state_file_get(j->st, id, &f, &err) == -BG_ENOTFOUND;
+        } else if (jobs_batch_own_name(e->d_name, "batch_", ".input.jsonl", id, sizeof id)) {
+            /* A batch's own link to its input, kept until the batch ends. */
+            struct state_batch b;
+            int rc = state_batch_get(j->st, id, &b, &err);
+            orphan = rc == -BG_ENOTFOUND ||
+                     (rc == 0 && b.status >= STATE_BATCH_COMPLETED &&
+                      b.status != STATE_BATCH_CANCELLING);
+        }
+        if (!orphan)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", j->bdir, e->d_name);
+        if (unlink(path) == 0)
+            n++;
+    }
+    closedir(d);
+    if (n)
+        log_info("%s: %d file%s no row needs any more deleted (left by a crash)", j->bdir,
+                 n, n == 1 ? "" : "s");
 }
 
 /* Looks for a batch to start at most this often when nothing was made or

@@ -84,6 +84,7 @@ struct jobs_bcur {
 struct jobs {
     char state_dir[4096];
     char dir[4096];
+    char bdir[4200];                  /* <dir>/batch: the Batch API's files, its own */
     size_t max_input_bytes;
     const struct tenants_config *tenants;
     struct serving *serving;
@@ -129,8 +130,11 @@ void jobs_new_id(const char *prefix, char *id, size_t cap);
 /* ---- jobs_batch.c, on the jobs thread ---- */
 /* The Batch API's commands (JOBS_CMD_FILE_*, JOBS_CMD_BATCH_*). */
 void jobs_batch_cmd(struct jobs *j, struct jobs_cmd *c);
-/* One pass over the current batch (or starts the next). True on progress. */
+/* One pass over the running batches (and starts waiting ones). True on progress. */
 bool jobs_batch_pump(struct jobs *j);
+/* At the runner's start: the files of <jobs.dir>/batch that no row needs
+ * any more (a crash between a row and its bytes) are deleted. */
+void jobs_batch_sweep(struct jobs *j);
 /* At stop: the lines in flight taken back (they run again at the next start). */
 void jobs_batch_pause(struct jobs *j);
 /* The caller's `done` (its thread): the line back to the jobs thread. */

@@ -372,7 +372,7 @@ class TestBatchFileExpiry(BatchCase):
         gone = self.upload_ok(jsonl([line(i) for i in range(3)]))
         bid = json.loads(self.create(gone["id"])[1])["id"]
         self.assertEqual(self.wait(bid)["status"], "completed")
-        path = os.path.join(self.state, "jobs", gone["id"] + ".jsonl")
+        path = os.path.join(self.state, "jobs", "batch", gone["id"] + ".jsonl")
         self.assertTrue(os.path.exists(path))
         # Expired while the server runs: gone for every route at once.
         self.expire(gone["id"])
@@ -385,10 +385,24 @@ class TestBatchFileExpiry(BatchCase):
         # The batch it fed still answers, its output still readable.
         b = self.batch(bid)
         self.assertEqual(len(self.content(b["output_file_id"])), 3)
-        # SIGKILL; the next start deletes the expired file's row and bytes.
+        # SIGKILL; the next start deletes the expired file's row and bytes,
+        # and what a crash between a row and its bytes could leave in
+        # jobs/batch/ (bytes no row names, a finished batch's input link);
+        # names batchgate does not make there stay.
         self.srv.send_signal(signal.SIGKILL)
         self.srv.wait(timeout=10)
+        bdir = os.path.join(self.state, "jobs", "batch")
+        orphans = ["file-0123456789abcdef.jsonl", "batch_0123456789abcdef.input.jsonl",
+                   bid + ".input.jsonl"]
+        strangers = ["notes.txt", "file-xyz.jsonl", "file-0123456789ABCDEF.jsonl"]
+        for name in orphans + strangers:
+            with open(os.path.join(bdir, name), "w") as f:
+                f.write("x\n")
         self.start()
+        self.srv.wait_log(r"jobs/batch: 3 files no row needs any more deleted", timeout=10)
+        self.assertEqual(sorted(n for n in os.listdir(bdir) if n in orphans + strangers),
+                         sorted(strangers))
+        self.assertTrue(os.path.exists(os.path.join(bdir, keep["id"] + ".jsonl")))
         self.srv.wait_log(r"file %s \(batch, \d+ bytes, tenant default\) expired: deleted"
                           % gone["id"], timeout=10)
         self.assertFalse(os.path.exists(path))
