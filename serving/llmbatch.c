@@ -24,6 +24,8 @@
 #include "serving/serving.h"
 
 #define LLMBATCH_TICK_MS 5
+/* Groups told apart by llmbatch_dispatch's turns; more share the last turn. */
+#define LLMBATCH_GROUPS 16
 
 struct llmbatch {
     void (*done)(struct llmbatch_line *l, void *arg);
@@ -49,6 +51,10 @@ struct llmbatch {
     } *pools;                         /* [npools], grown as endpoints are called */
     int npools, pools_cap;
     uint64_t rounds;                  /* llmbatch_dispatch's */
+    uint64_t sent;                    /* lines sent so far */
+    struct {
+        uint64_t group, at;           /* `sent` when the group last had a line sent */
+    } last[LLMBATCH_GROUPS];
 };
 
 /* Connections to a target stay open while lines run; none once the caller is
@@ -293,7 +299,6 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
 /* ---- the loop ---- */
 
 /* Lines in flight per group, for the turns of llmbatch_dispatch. */
-#define LLMBATCH_GROUPS 16
 struct llmbatch_turns {
     uint64_t group[LLMBATCH_GROUPS];
     int n[LLMBATCH_GROUPS];
@@ -312,10 +317,36 @@ static int *llmbatch_turn(struct llmbatch_turns *t, uint64_t group)
     return &t->n[t->ngroups++];
 }
 
+/* When the group last had a line sent (0: never, or forgotten). */
+static uint64_t llmbatch_last_sent(const struct llmbatch *b, uint64_t group)
+{
+    for (int i = 0; i < LLMBATCH_GROUPS; i++)
+        if (b->last[i].group == group)
+            return b->last[i].at;
+    return 0;
+}
+
+static void llmbatch_note_sent(struct llmbatch *b, uint64_t group)
+{
+    int oldest = 0;
+    for (int i = 0; i < LLMBATCH_GROUPS; i++) {
+        if (b->last[i].group == group) {
+            oldest = i;
+            break;
+        }
+        if (b->last[i].at < b->last[oldest].at)
+            oldest = i;
+    }
+    b->last[oldest].group = group;
+    b->last[oldest].at = ++b->sent;
+}
+
 /* Sends every waiting line that has an idle endpoint now. The next line
- * sent is the first waiting of the group with the fewest lines in flight
- * (groups take turns: a batch queued behind another's backlog still gets
- * its share), in order within a group; a pool with no idle endpoint is not
+ * sent is the first waiting of the group with the fewest lines in flight,
+ * and among equals of the one served longest ago (groups take turns: a
+ * batch queued behind another's backlog still gets its share, and a group
+ * whose line just ended does not win its place back by being first in
+ * line); in order within a group. A pool with no idle endpoint is not
  * asked again this round. */
 static void llmbatch_dispatch(struct llmbatch *b)
 {
@@ -332,9 +363,10 @@ static void llmbatch_dispatch(struct llmbatch *b)
     for (;;) {
         struct llmbatch_line **best = NULL;
         int best_n = 0;
+        uint64_t best_at = 0;
         for (struct llmbatch_line **pp = &b->wait_head; *pp; pp = &(*pp)->next) {
             struct llmbatch_line *l = *pp;
-            if (l->round == round)
+            if (l->round == round || (best && l->group == (*best)->group))
                 continue;
             bool skip = false;
             for (int i = 0; i < nfull; i++)
@@ -343,9 +375,11 @@ static void llmbatch_dispatch(struct llmbatch *b)
                 continue;
             int *n = llmbatch_turn(&turns, l->group);
             int inflight = n ? *n : INT_MAX / 2;
-            if (!best || inflight < best_n) {
+            uint64_t at = llmbatch_last_sent(b, l->group);
+            if (!best || inflight < best_n || (inflight == best_n && at < best_at)) {
                 best = pp;
                 best_n = inflight;
+                best_at = at;
             }
         }
         if (!best)
@@ -371,6 +405,7 @@ static void llmbatch_dispatch(struct llmbatch *b)
         int *n = llmbatch_turn(&turns, l->group);
         if (n)
             (*n)++;
+        llmbatch_note_sent(b, l->group);
         llmbatch_call(b, l, e);
     }
 }

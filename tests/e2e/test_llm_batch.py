@@ -690,20 +690,27 @@ class TestBatchesSideBySide(BatchCase):
 
     def test_a_waiting_tenant_goes_before_a_busy_tenants_next_batch(self):
         self.start()
-        mine = [self.make("k-a", 40, 8, "a%d" % i) for i in range(5)]
-        theirs = self.make("k-b", 24, 8, "b")
+        mine = [self.make("k-a", 200, 16, "a%d" % i) for i in range(5)]
+        started = lambda: re.findall(r"batch (batch_\w+) starts: .*\((\d) batches running\)",
+                                     self.srv.log())
+        # Four places, taken by team-a's first four, as they came.
+        self.srv.wait_log(r"batch %s starts" % mine[3], timeout=30)
+        self.assertEqual([bid for bid, _ in started()], mine[:4])
+        theirs = self.make("k-b", 10, 4, "b")
+        # A place frees: team-b's batch (its tenant has none running) takes
+        # it, not team-a's fifth, though that one is older.
         self.as_tenant("k-a")
-        for bid in mine:
-            self.assertEqual(self.wait(bid, timeout=120)["status"], "completed")
+        st, raw = self.call("POST", "/v1/batches/%s/cancel" % mine[0])
+        self.assertEqual(st, 200, raw)
+        self.srv.wait_log(r"batch %s starts" % theirs, timeout=30)
+        self.assertEqual([bid for bid, _ in started()], mine[:4] + [theirs])
         self.as_tenant("k-b")
         self.assertEqual(self.wait(theirs, timeout=120)["status"], "completed")
-        starts = re.findall(r"batch (batch_\w+) starts: .*\((\d) batches running\)",
-                            self.srv.log())
-        order = [bid for bid, _ in starts]
-        self.assertEqual(sorted(order), sorted(mine + [theirs]), starts)
-        self.assertEqual(order[:4], mine[:4], "the first four, as they came")
-        self.assertEqual(order[4], theirs, "team-b's before team-a's fifth")
-        self.assertEqual(max(int(n) for _, n in starts), 4)
+        self.srv.wait_log(r"batch %s starts" % mine[4], timeout=30)   # then the fifth
+        self.assertEqual(max(int(n) for _, n in started()), 4)
+        self.as_tenant("k-a")
+        for bid in mine[1:]:
+            self.assertEqual(self.call("POST", "/v1/batches/%s/cancel" % bid)[0], 200)
 
     def test_sigkill_with_batches_side_by_side(self):
         """Batches running side by side when batchgate is SIGKILLed all
