@@ -34,6 +34,7 @@ struct picker {
     int *match;                          /* [n]: scratch of a pick, blocks held */
     bool pending_seen;                   /* scratch of a pick: a holder of its prefix is pending */
     double *credit;                      /* [n]: scratch, blocks held weighed by rarity */
+    int *held;                           /* [n]: holder entries naming each endpoint */
     struct picker_slot *slot;            /* [cap] */
     int32_t *bucket;                     /* [mask + 1] */
     uint64_t mask;
@@ -88,11 +89,14 @@ struct picker *picker_new(const struct picker_config *cfg, int nendpoints)
     p->mask = nb - 1;
     p->match = calloc((size_t)nendpoints, sizeof *p->match);
     p->credit = calloc((size_t)nendpoints, sizeof *p->credit);
+    p->held = calloc((size_t)nendpoints, sizeof *p->held);
     p->slot = calloc((size_t)p->cap, sizeof *p->slot);
     p->bucket = malloc(nb * sizeof *p->bucket);
-    if (!p->match || !p->credit || !p->slot || !p->bucket || pthread_mutex_init(&p->mu, NULL)) {
+    if (!p->match || !p->credit || !p->held || !p->slot || !p->bucket ||
+        pthread_mutex_init(&p->mu, NULL)) {
         free(p->match);
         free(p->credit);
+        free(p->held);
         free(p->slot);
         free(p->bucket);
         free(p);
@@ -113,6 +117,7 @@ void picker_free(struct picker *p)
     pthread_mutex_destroy(&p->mu);
     free(p->match);
     free(p->credit);
+    free(p->held);
     free(p->slot);
     free(p->bucket);
     free(p);
@@ -202,6 +207,9 @@ static void picker_release(struct picker *p, int32_t i)
         link = &p->slot[*link].chain;
     *link = s->chain;
     picker_lru_unlink(p, i);
+    for (int k = 0; k < PICKER_HOLDERS; k++)
+        if (s->holder[k] >= 0)
+            p->held[s->holder[k]]--;
     s->hash = 0;
     s->next = p->free;
     p->free = i;
@@ -252,6 +260,11 @@ static void picker_hold(struct picker *p, struct picker_slot *s, int e, bool pen
         if (s->sent < (uint32_t)p->n)
             s->sent++;
         s->pending = (uint8_t)((s->pending & ~(1u << k)) | (unsigned)pending << k);
+    }
+    if (s->holder[k] != e) {
+        if (s->holder[k] >= 0)
+            p->held[s->holder[k]]--;
+        p->held[e]++;
     }
     s->holder[k] = e;
     s->stamp[k] = ++p->seq;
@@ -310,7 +323,10 @@ void picker_forget(struct picker *p, int e)
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
-    for (int32_t i = 0; i < p->cap; i++) {
+    /* The table is large (65,536 blocks by default) and an endpoint whose
+     * scrapes time out under load comes back again and again: one that
+     * holds nothing costs nothing, and the walk ends at its last entry. */
+    for (int32_t i = 0; i < p->cap && e >= 0 && e < p->n && p->held[e] > 0; i++) {
         struct picker_slot *s = &p->slot[i];
         if (!s->hash)
             continue;
@@ -318,6 +334,7 @@ void picker_forget(struct picker *p, int e)
         for (int k = 0; k < PICKER_HOLDERS; k++) {
             if (s->holder[k] == e) {
                 s->holder[k] = -1;
+                p->held[e]--;
                 s->pending &= (uint8_t)~(1u << k);
                 if (s->sent)
                     s->sent--;
@@ -328,6 +345,16 @@ void picker_forget(struct picker *p, int e)
             picker_release(p, i);
     }
     pthread_mutex_unlock(&p->mu);
+}
+
+int picker_held(struct picker *p, int e)
+{
+    if (!p || e < 0 || e >= p->n)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    int n = p->held[e];
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 int picker_table_size(struct picker *p)

@@ -168,5 +168,8 @@ int picker_pick_idle(const struct picker *p, const struct picker_endpoint *eps, 
 
 /* Blocks in the affinity table now (tests, stats). */
 int picker_table_size(struct picker *p);
+/* Table entries naming endpoint e as a holder (picker_forget walks the
+ * table only while this is above 0). */
+int picker_held(struct picker *p, int e);
 
 #endif

@@ -463,6 +463,9 @@ static void test_lru_bound_and_forget(void **s)
     assert_string_equal(why, "prefix 6/10 blocks");
     assert_int_equal(picker_pick(p, eps, 8, hb, 10, 0, NOW, &why), 1);
     assert_string_equal(why, "prefix 10/10 blocks");
+    /* The entries naming each endpoint follow evictions. */
+    assert_int_equal(picker_held(p, 0), 6);
+    assert_int_equal(picker_held(p, 1), 10);
     /* Many records never grow it. */
     for (int i = 0; i < 100; i++) {
         char x[256];
@@ -478,6 +481,14 @@ static void test_lru_bound_and_forget(void **s)
     assert_int_equal(picker_pick(p, eps, 8, hb, 10, 0, NOW, &why), 2);
     picker_forget(p, 2);
     assert_int_equal(picker_table_size(p), 6);   /* B's 10 blocks had no other holder */
+    assert_int_equal(picker_held(p, 1), 0);
+    assert_int_equal(picker_held(p, 2), 0);
+    int held = 0;
+    for (int e = 0; e < 8; e++)
+        held += picker_held(p, e);
+    assert_int_equal(held, 6);   /* the 6 left hold one endpoint each */
+    picker_forget(p, 1);         /* holds nothing: nothing changes */
+    assert_int_equal(picker_table_size(p), 6);
     picker_pick(p, eps, 8, hb, 10, 0, NOW, &why);
     assert_string_equal(why, "least loaded");
     picker_free(p);
@@ -1139,10 +1150,55 @@ static void test_trace_own_text(void **s)
     assert_true(sc.makespan <= rr.makespan + 1.0);
 }
 
+/* The count of entries naming each endpoint (what lets picker_forget stop
+ * early, or not walk at all) stays exact through records, pending records,
+ * confirmations, evictions and forgets: forgetting every endpoint empties
+ * the table, and every count ends at 0. */
+static void test_held_counts_stay_exact(void **s)
+{
+    (void)s;
+    struct picker_config c;
+    picker_config_defaults(&c);
+    c.affinity_entries = 64;
+    struct picker *p = picker_new(&c, 12);
+    assert_non_null(p);
+    uint64_t x = 7;
+    for (int i = 0; i < 5000; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        char text[320];
+        uint64_t h[5];
+        prompt(text, sizeof text, (int)(x >> 40) % 40, -1);
+        int n = picker_prefix_hashes(text, sizeof text, h, 5);
+        int e = (int)((x >> 20) % 12);
+        switch ((x >> 10) % 4) {
+        case 0: picker_record(p, e, h, n); break;
+        case 1: picker_record_pending(p, e, h, n); break;
+        case 2: picker_confirm(p, e, h, n); break;
+        default:
+            if ((x >> 5) % 16 == 0)
+                picker_forget(p, e);
+        }
+        int held = 0;
+        for (int k = 0; k < 12; k++) {
+            assert_true(picker_held(p, k) >= 0);
+            held += picker_held(p, k);
+        }
+        assert_true(held <= PICKER_HOLDERS * picker_table_size(p));
+        assert_true(held >= picker_table_size(p));   /* a listed block has a holder */
+    }
+    for (int e = 0; e < 12; e++)
+        picker_forget(p, e);
+    assert_int_equal(picker_table_size(p), 0);
+    for (int e = 0; e < 12; e++)
+        assert_int_equal(picker_held(p, e), 0);
+    picker_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefix_hashes_chain),
+        cmocka_unit_test(test_held_counts_stay_exact),
         cmocka_unit_test(test_round_robin),
         cmocka_unit_test(test_least_inflight),
         cmocka_unit_test(test_score_prefers_prefix_holder),
