@@ -736,6 +736,42 @@ class TestPoolQuotasAcrossRestarts(PoolCase):
         self.assertEqual(r.status, 200, raw)
 
 
+    def test_an_unreadable_ledger_is_logged_and_the_quotas_count_from_zero(self):
+        """A ledger that cannot be read at start (here its minute table is
+        gone) does not stop the server: the error is logged and the
+        quotas count from zero."""
+        import shutil
+        import sqlite3
+        import tempfile
+        state = tempfile.mkdtemp(prefix="batchgate-state-")
+        try:
+            cfg = dict(self.config, model_repository=self.repo, state_dir=state)
+            srv = Server(cfg, io_threads=1)
+            srv.wait_log(r"ready in", timeout=60)
+            srv.stop()
+            db = sqlite3.connect(os.path.join(state, "batchgate.db"))
+            db.execute("DROP TABLE usage_minute")
+            db.commit()
+            db.close()
+            srv = Server(cfg, io_threads=1)
+            try:
+                srv.wait_log(r"token quotas: today's usage could not be read from the ledger, "
+                             r"so they count from zero", timeout=10)
+                srv.wait_log(r"ready in", timeout=60)
+                c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+                c.request("POST", "/v1/chat/completions",
+                          json.dumps(chat_body("smol", "hi", max_tokens=100)),
+                          {"Content-Type": "application/json", "Authorization": "Bearer k-daily"})
+                r = c.getresponse()
+                raw = r.read()
+                c.close()
+                self.assertEqual(r.status, 200, raw)
+            finally:
+                srv.kill()
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+
+
 class TestPoolChunkTiming(PoolCase):
     """Each event is passed on as it arrives: llmsim --stamp puts its send
     time (wall clock) in every chunk, and the client notes when each one
