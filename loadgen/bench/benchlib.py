@@ -1,8 +1,15 @@
 """benchlib.py - what the Python benchmark scripts (harvest.py, tenants.py)
-share: one HTTP/1.1 call to a server on loopback, and the machine's CPU
-name for the report's first line. Standard library only."""
+share: one HTTP/1.1 call to a server on loopback, a batchgate process
+started from a config and stopped, and the machine's CPU name for the
+report's first line. Standard library only."""
 
+import json
+import os
+import re
 import socket
+import subprocess
+import sys
+import time
 
 
 def http(port, method, path, body=None, key=None, timeout=30):
@@ -31,3 +38,45 @@ def cpu_name():
             return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         return "?"
+
+
+class Batchgate:
+    """A batchgate process for a benchmark: `config` (a dict) written to
+    WORK/config.json, its log in WORK/batchgate.log; ready when the log says
+    "ready in" (every model loaded or refused), .port from its "listening
+    on" line. SystemExit with the log when it does not start in time."""
+
+    def __init__(self, binary, work, config, timeout=60, env=None):
+        path = os.path.join(work, "config.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        self.log_path = os.path.join(work, "batchgate.log")
+        log = open(self.log_path, "w+")
+        self.proc = subprocess.Popen([binary, "--config", path], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=log, env=env)
+        self.port = None
+        text = ""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            log.seek(0)
+            text = log.read()
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", text)
+            if m and "ready in" in text:
+                self.port = int(m.group(1))
+                return
+            time.sleep(0.05)
+        self.stop()
+        sys.exit("batchgate did not start within %d s:\n%s" % (timeout, text))
+
+    def stop(self):
+        stop_process(self.proc)
+
+
+def stop_process(p, timeout=30):
+    """SIGTERM, then SIGKILL after `timeout` seconds; waits for the end."""
+    p.terminate()
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()

@@ -66,7 +66,7 @@ import tempfile
 import threading
 import time
 
-from benchlib import cpu_name, http
+from benchlib import Batchgate, cpu_name, http, stop_process
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BIN = os.environ.get("BATCHGATE_BIN", os.path.join(ROOT, "build", "batchgate"))
@@ -197,37 +197,19 @@ def start(work, args, model):
     if weights:
         os.symlink(weights, os.path.join(models, MODEL, "model.safetensors"))
     state = os.path.join(work, "state")
-    srv = os.path.join(work, "config.json")
-    with open(srv, "w") as f:
-        json.dump({"listen": "127.0.0.1:0", "io_threads": 1, "model_repository": models,
-                   "state_dir": state}, f)
-    log = open(os.path.join(work, "bg.log"), "w+")
-    p = subprocess.Popen([BIN, "--config", srv], stderr=log)
-    text = ""
-    for _ in range(600):
-        log.seek(0)
-        text = log.read()
-        if "ready in" in text:
-            port = int(re.search(r"listening on 127\.0\.0\.1:(\d+)", text).group(1))
-            if http(port, "GET", "/v2/models/%s/ready" % MODEL)[0] != 200:
-                break   # not loaded (a cuda model without a GPU): the log says why
-            if args.pin:
-                pin(p.pid, args.pin)
-            return p, port, state
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    p.kill()
-    sys.exit("harvest: batchgate did not start, or the model did not load:\n" + text)
+    bg = Batchgate(BIN, work, {"listen": "127.0.0.1:0", "io_threads": 1,
+                               "model_repository": models, "state_dir": state}, timeout=30)
+    if http(bg.port, "GET", "/v2/models/%s/ready" % MODEL)[0] != 200:
+        text = open(bg.log_path).read()
+        bg.stop()   # not loaded (a cuda model without a GPU): the log says why
+        sys.exit("harvest: the model did not load:\n" + text)
+    if args.pin:
+        pin(bg.proc.pid, args.pin)
+    return bg.proc, bg.port, state
 
 
 def stop(p, work):
-    p.terminate()
-    try:
-        p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    stop_process(p)
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -26,9 +26,7 @@ pool's offline.max_running and max_inflight_per_endpoint, 4), WAIT_S (2).
 import http.client
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +35,8 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "llmsim"))
 from simproc import Sim  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import Batchgate  # noqa: E402
 
 BIN = os.environ.get("BATCHGATE_BIN", os.path.join(ROOT, "build", "batchgate"))
 ENDPOINTS = int(os.environ.get("ENDPOINTS", "2"))
@@ -114,22 +114,8 @@ def main():
                "state_dir": os.path.join(work, "state"),
                "tenants": [{"name": "team-a", "keys": [digest("k-a")]},
                            {"name": "team-b", "keys": [digest("k-b")]}]}
-        with open(os.path.join(work, "config.json"), "w") as f:
-            json.dump(cfg, f)
-        log = open(os.path.join(work, "batchgate.log"), "w+")
-        srv = subprocess.Popen([BIN, "--config", os.path.join(work, "config.json")],
-                               stdout=subprocess.DEVNULL, stderr=log)
-        port = None
-        for _ in range(200):
-            log.seek(0)
-            text = log.read()
-            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", text)
-            if m and "ready in" in text:
-                port = int(m.group(1))
-                break
-            time.sleep(0.05)
-        if not port:
-            raise RuntimeError("batchgate did not start:\n" + text)
+        srv = Batchgate(BIN, work, cfg, timeout=10)
+        port = srv.port
 
         t0 = time.monotonic()
         wait_done(port, "k-b", make_batch(port, "k-b", B_LINES, "b-alone"))
@@ -159,11 +145,7 @@ def main():
             "b_beside_a_over_one_at_a_time": round(b_shared / fifo, 3)}, indent=1))
     finally:
         if srv:
-            srv.terminate()
-            try:
-                srv.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                srv.kill()
+            srv.stop()
         sim.stop()
         shutil.rmtree(work, ignore_errors=True)
 

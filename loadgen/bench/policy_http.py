@@ -20,19 +20,18 @@ the ratios. A stopgap until batchgate-load (the load-generator issue).
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
-import re
 import resource
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import Batchgate  # noqa: E402
+
 BIN = os.environ.get("BATCHGATE_BIN", os.path.join(ROOT, "build", "batchgate"))
 
 BASE_US, PER_ROW_US, MAX_BATCH, DELAY_US = 20000, 1000, 16, 20000
@@ -135,26 +134,16 @@ def main():
     # Open loop under overload holds one connection per outstanding request.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    repo = tempfile.mkdtemp(prefix="bg-policy-http-")
+    work = tempfile.mkdtemp(prefix="bg-policy-http-")
+    repo = os.path.join(work, "models")
     for name, policy in (("deadline", "deadline"), ("fixed", "fixed_delay")):
         os.makedirs(os.path.join(repo, name))
         with open(os.path.join(repo, name, "config.json"), "w") as f:
             json.dump(model_config(name, policy), f)
-    log = open(os.path.join(repo, "server.log"), "w+")
-    srv = subprocess.Popen([BIN, "--models", repo, "--listen", "127.0.0.1:0", "--io-threads", "1"],
-                           stderr=log)
+    srv = Batchgate(BIN, work, {"listen": "127.0.0.1:0", "io_threads": 1,
+                                "model_repository": repo}, timeout=10)
+    port = srv.port
     try:
-        port = None
-        for _ in range(100):
-            log.seek(0)
-            text = log.read()
-            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", text)
-            if m and "ready in" in text:
-                port = int(m.group(1))
-                break
-            time.sleep(0.1)
-        if port is None:
-            sys.exit("policy_http: batchgate did not start:\n" + text)
         print("synthetic model: exec = %.0f ms + %.0f ms/row, max_batch_size %d, "
               "max_queue_delay %.0f ms, capacity %.0f rows/s; budget %d ms; %.0f s per trace"
               % (BASE_US / 1000, PER_ROW_US / 1000, MAX_BATCH, DELAY_US / 1000, CAPACITY,
@@ -177,12 +166,8 @@ def main():
             print("%s: deadline / fixed_delay goodput = %s" % (
                 kind, "%.2fx" % (ratios[(kind, "deadline")] / f) if f else "inf (fixed: 0)"))
     finally:
-        srv.send_signal(signal.SIGTERM)
-        try:
-            srv.wait(10)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-        shutil.rmtree(repo, ignore_errors=True)
+        srv.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

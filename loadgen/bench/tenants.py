@@ -102,7 +102,7 @@ import tempfile
 import threading
 import time
 
-from benchlib import cpu_name, http
+from benchlib import Batchgate, cpu_name, http, stop_process
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BIN = os.environ.get("BATCHGATE_BIN", os.path.join(ROOT, "build", "batchgate"))
@@ -271,41 +271,18 @@ def start(work, model, keys):
         json.dump(cfg, f)
     if weights:
         os.symlink(weights, os.path.join(models, MODEL, "model.safetensors"))
-    srv = os.path.join(work, "config.json")
-    with open(srv, "w") as f:
-        json.dump({"listen": "127.0.0.1:0", "io_threads": 1, "model_repository": models,
-                   "state_dir": os.path.join(work, "state"),
-                   "tenants": [{"name": "A", "keys": [hash_key(keys["A"])], "share": SHARES["A"]},
-                               {"name": "B", "keys": [hash_key(keys["B"])], "share": SHARES["B"]},
-                               {"name": "admin", "keys": [hash_key(keys["admin"])],
-                                "admin": True}],
-                   "governance": {"timezone": "UTC", "windows": []}}, f)
-    log = open(os.path.join(work, "bg.log"), "w+")
-    p = subprocess.Popen([BIN, "--config", srv], stderr=log)
-    text = ""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        log.seek(0)
-        text = log.read()
-        if "ready in" in text:
-            port = int(re.search(r"listening on 127\.0\.0\.1:(\d+)", text).group(1))
-            if http(port, "GET", "/v2/models/%s/ready" % MODEL, key=keys["A"])[0] == 200:
-                return p, port
-            break
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    p.kill()
-    sys.exit("tenants: batchgate did not start, or the model did not load:\n" + text)
-
-
-def stop(p):
-    p.terminate()
-    try:
-        p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    bg = Batchgate(BIN, work, {
+        "listen": "127.0.0.1:0", "io_threads": 1, "model_repository": models,
+        "state_dir": os.path.join(work, "state"),
+        "tenants": [{"name": "A", "keys": [hash_key(keys["A"])], "share": SHARES["A"]},
+                    {"name": "B", "keys": [hash_key(keys["B"])], "share": SHARES["B"]},
+                    {"name": "admin", "keys": [hash_key(keys["admin"])], "admin": True}],
+        "governance": {"timezone": "UTC", "windows": []}})
+    if http(bg.port, "GET", "/v2/models/%s/ready" % MODEL, key=keys["A"])[0] != 200:
+        text = open(bg.log_path).read()
+        bg.stop()
+        sys.exit("tenants: the model did not load:\n" + text)
+    return bg.proc, bg.port
 
 
 class Load:
@@ -621,7 +598,7 @@ def run_backend(args, backend, scratch):
         ]
     finally:
         sampler.end()
-        stop(p)
+        stop_process(p)
         shutil.rmtree(work, ignore_errors=True)
     print("load average after %s: %s" % (backend, loadavg()))
     return checks
