@@ -93,6 +93,7 @@ struct httpc_pool {
     struct httpc_conn *corked;
     struct event *flush;
     bool flush_pending;
+    bool probe;                      /* httpc_pool_mark_probe */
 };
 
 struct httpc_conn {
@@ -193,7 +194,8 @@ static void httpc_call_end(struct httpc_call *k)
     struct httpc_conn *c = k->conn;
     c->pool->open--;
     c->nlive--;
-    httpc_target_end(c->pool->t);
+    if (!c->pool->probe)
+        httpc_target_end(c->pool->t);
     k->cb = NULL;
     k->arg = NULL;
 }
@@ -242,7 +244,9 @@ static void httpc_conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const
         httpc_conn_pop(c);
     }
     httpc_conn_close(c);
-    if (count)
+    if (count && c->pool->probe)
+        httpc_target_count_failure(t, why);
+    else if (count)
         httpc_target_failed(t, why);
     for (int i = 0; i < n; i++)
         if (tell[i].cb->on_error)
@@ -387,7 +391,8 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
         } else {
             httpc_conn_close(c);
         }
-        httpc_target_succeeded(pool->t);
+        if (!pool->probe)
+            httpc_target_succeeded(pool->t);
         if (cb && cb->on_done)
             cb->on_done(arg);
         return false;
@@ -396,7 +401,8 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
     if (!alive) {
         /* The server ends the connection after this answer: the rest go
          * unanswered (their callers may repeat them elsewhere). */
-        httpc_target_succeeded(pool->t);
+        if (!pool->probe)
+            httpc_target_succeeded(pool->t);
         if (cb && cb->on_done)
             cb->on_done(arg);
         httpc_conn_fail_all(c, HTTPC_FAIL_RESET,
@@ -405,7 +411,8 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
         return false;
     }
     httpc_conn_reset_parser(c);
-    httpc_target_succeeded(pool->t);
+    if (!pool->probe)
+        httpc_target_succeeded(pool->t);
     c->in_read = true;   /* on_done may abandon the calls behind: c must outlive it */
     if (cb && cb->on_done)
         cb->on_done(arg);
@@ -596,6 +603,8 @@ struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *bas
 
 int httpc_pool_open(const struct httpc_pool *p) { return p->open; }
 
+void httpc_pool_mark_probe(struct httpc_pool *p) { p->probe = true; }
+
 void httpc_pool_free(struct httpc_pool *p)
 {
     if (!p)
@@ -665,7 +674,8 @@ static struct httpc_call *httpc_call_push(struct httpc_conn *c, const struct htt
     c->ncalls++;
     c->nlive++;
     c->pool->open++;
-    httpc_target_begin(c->pool->t, c->ncalls > 1);
+    if (!c->pool->probe)
+        httpc_target_begin(c->pool->t, c->ncalls > 1);
     return k;
 }
 

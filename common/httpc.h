@@ -70,9 +70,20 @@ const char *httpc_target_authority(const struct httpc_target *t);  /* "host:port
 
 /* Health. Passive: 3 failed calls in a row take a target out. With active
  * probes on (httpc_target_probe_result is called), it stays out until a
- * probe succeeds; without, it is tried again after 2 s. */
+ * probe passes; without, it is tried again after 2 s.
+ *
+ * Active: a probe that cannot connect (refused, unreachable: nothing
+ * listens there) takes the target out at once; other failures (an answer
+ * other than 200, none in time, a malformed one) only at the
+ * HTTPC_PROBE_FAILS_TO_DOWN-th in a row, so that one slow answer from a
+ * loaded server does not take it out of the rotation. One pass brings it
+ * back. */
+#define HTTPC_PROBE_FAILS_TO_DOWN 3
+enum httpc_probe_result { HTTPC_PROBE_PASS, HTTPC_PROBE_FAIL, HTTPC_PROBE_UNREACHABLE };
 bool httpc_target_usable(const struct httpc_target *t, int64_t now_ns);
-void httpc_target_probe_result(struct httpc_target *t, bool ok);
+/* Returns +1 when this result brought the target back, -1 when it took it
+ * out, 0 when neither (for the caller's log line). */
+int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r);
 /* The usable target with the fewest calls in flight, skipping those whose
  * bit (index in ts) is set in `tried`; when none is usable, the one that
  * comes back first; NULL only when every target was tried. */
@@ -106,6 +117,11 @@ struct httpc_call;
  * HTTPC_PIPELINE_MAX calls per connection for HTTPC_PIPELINE calls. */
 struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *base, int max_idle,
                                   int pipeline);
+/* The health prober's own pool (httpc_probe.c): its calls are not the
+ * target's traffic, so they stay out of its in-flight count and busy time,
+ * and their outcomes out of its passive health (the prober reports through
+ * httpc_target_probe_result); their failures are still counted by kind. */
+void httpc_pool_mark_probe(struct httpc_pool *p);
 /* Closes the idle connections. Calls still open on the pool must have ended. */
 void httpc_pool_free(struct httpc_pool *p);
 struct httpc_target *httpc_pool_target(const struct httpc_pool *p);
@@ -180,16 +196,18 @@ struct httpc_prober;
 
 /* From base's loop, every interval_ms: `GET path` to each of the n targets
  * on a connection of the probe's own. A 200 keeps a target in (or brings it
- * back, httpc_target_probe_result); anything else, a failure, or no answer
- * by the next tick takes it out until a probe passes again. `who` names the
+ * back); anything else, a failure, or no answer by the next tick counts
+ * against it (httpc_target_probe_result: out at once when the connection
+ * is refused, else at the third in a row). `who` names the
  * owner in log lines ("model m", "route /x/"). NULL: out of memory. Events
  * may be added from another thread (libevent's pthreads support). */
 struct httpc_prober *httpc_prober_new(struct event_base *base, struct httpc_target *const *ts,
                                       int n, const char *path, int interval_ms, const char *who);
 /* The same, and each probe's outcome to sink(arg, index, status, body, len)
  * on base's thread: the answer's status and body (up to 4 MiB) once it is
- * complete, or status 0 (no body) when the probe failed. An LLM pool's
- * metrics scrape is its health probe. */
+ * complete, or status 0 (no body) when the probe failed; called after the
+ * target's health took the outcome in. An LLM pool's metrics scrape is its
+ * health probe. */
 typedef void httpc_probe_sink(void *arg, int index, int status, const char *body, size_t len);
 struct httpc_prober *httpc_prober_new_sink(struct event_base *base,
                                            struct httpc_target *const *ts, int n,

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 
+#include "common/httpc.h"
+
 struct httpc_target;
 
 /* A call went out to t (`behind`: on a connection shared with calls ahead);
@@ -16,6 +18,8 @@ void httpc_target_unref(struct httpc_target *t);
 void httpc_target_begin(struct httpc_target *t, bool behind);
 /* A call to t ended, however it ended. */
 void httpc_target_end(struct httpc_target *t);
+/* A failure counted by kind only, not toward health (a probe's). */
+void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why);
 /* Where to connect. */
 const struct sockaddr_storage *httpc_target_addr(const struct httpc_target *t, socklen_t *len);
 

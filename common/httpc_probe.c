@@ -14,6 +14,7 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/httpc_impl.h"
 #include "common/log.h"
 
 /* A metrics page is tens of KiB; one much larger is not one. */
@@ -39,6 +40,30 @@ struct httpc_prober {
     struct probe probes[];
 };
 
+/* One probe's end: the target's health (httpc.h: one failure in a row is
+ * not yet enough), a log line when that changes, and the owner's sink: the
+ * answer's status and body, or status 0 and no body when there was none. */
+static void httpc_probe_settle(struct probe *p, enum httpc_probe_result r, const char *why)
+{
+    struct httpc_prober *pr = p->pr;
+    p->call = NULL;
+    int change = httpc_target_probe_result(p->t, r);
+    if (change < 0 && r == HTTPC_PROBE_FAIL)
+        log_warn("%s: upstream %s is taken out (health probe: %s, %d in a row)", pr->who,
+                 httpc_target_url(p->t), why, HTTPC_PROBE_FAILS_TO_DOWN);
+    else if (change < 0)
+        log_warn("%s: upstream %s is taken out (health probe: %s)", pr->who,
+                 httpc_target_url(p->t), why);
+    else if (change > 0)
+        log_warn("%s: upstream %s is back (health probe: %s)", pr->who, httpc_target_url(p->t),
+                 why);
+    if (pr->sink)
+        pr->sink(pr->sink_arg, p->index, p->status, p->status ? p->body.data : NULL,
+                 p->status ? p->body.len : 0);
+    buf_reset(&p->body);
+    buf_shrink(&p->body, 64 * 1024);
+}
+
 static int httpc_probe_on_head(void *arg, const struct httpc_head *h)
 {
     struct probe *p = arg;
@@ -54,11 +79,9 @@ static int httpc_probe_on_body(void *arg, const char *data, size_t len)
     if (p->body.len + len > PROBE_BODY_MAX || buf_append(&p->body, data, len) < 0) {
         /* Over the cap (or no memory): this probe fails; returning -1
          * ends the call, and nothing more is called for it. */
-        p->call = NULL;
-        buf_reset(&p->body);
-        httpc_target_failed(p->t, HTTPC_FAIL_MALFORMED);
-        httpc_target_probe_result(p->t, false);
-        p->pr->sink(p->pr->sink_arg, p->index, 0, NULL, 0);
+        httpc_target_count_failure(p->t, HTTPC_FAIL_MALFORMED);
+        p->status = 0;
+        httpc_probe_settle(p, HTTPC_PROBE_FAIL, "answer over 4 MiB");
         return -1;
     }
     return 0;
@@ -67,31 +90,18 @@ static int httpc_probe_on_body(void *arg, const char *data, size_t len)
 static void httpc_probe_on_done(void *arg)
 {
     struct probe *p = arg;
-    p->call = NULL;
-    if (p->pr->sink) {
-        p->pr->sink(p->pr->sink_arg, p->index, p->status, p->body.data, p->body.len);
-        buf_reset(&p->body);
-        buf_shrink(&p->body, 64 * 1024);
-    }
-    bool ok = p->status == 200, was = httpc_target_usable(p->t, now_ns());
-    httpc_target_probe_result(p->t, ok);
-    if (was != ok)
-        log_warn("%s: upstream %s %s (health probe: HTTP %d)", p->pr->who, httpc_target_url(p->t),
-                 ok ? "is back" : "is taken out", p->status);
+    char why[32];
+    snprintf(why, sizeof why, "HTTP %d", p->status);
+    httpc_probe_settle(p, p->status == 200 ? HTTPC_PROBE_PASS : HTTPC_PROBE_FAIL, why);
 }
 
 static void httpc_probe_on_error(void *arg, enum httpc_fail why, const char *msg)
 {
     struct probe *p = arg;
-    (void)why;
-    p->call = NULL;
-    if (httpc_target_usable(p->t, now_ns()))
-        log_warn("%s: upstream %s is taken out (health probe: %s)", p->pr->who,
-                 httpc_target_url(p->t), msg);
-    httpc_target_probe_result(p->t, false);
-    buf_reset(&p->body);
-    if (p->pr->sink)
-        p->pr->sink(p->pr->sink_arg, p->index, 0, NULL, 0);
+    p->status = 0;
+    /* Nothing listens there: no reason to wait for more failures. */
+    httpc_probe_settle(p, why == HTTPC_FAIL_CONNECT ? HTTPC_PROBE_UNREACHABLE : HTTPC_PROBE_FAIL,
+                       msg);
 }
 
 static const struct httpc_cb probe_cb = {
@@ -111,15 +121,9 @@ static void httpc_probe_on_tick(evutil_socket_t fd, short what, void *arg)
         struct probe *p = &pr->probes[i];
         if (p->call) {
             httpc_abort(p->call);
-            p->call = NULL;
-            httpc_target_failed(p->t, HTTPC_FAIL_TIMEOUT);
-            if (httpc_target_usable(p->t, now_ns()))
-                log_warn("%s: upstream %s is taken out (health probe: no answer in time)",
-                         pr->who, httpc_target_url(p->t));
-            httpc_target_probe_result(p->t, false);
-            buf_reset(&p->body);
-            if (pr->sink)
-                pr->sink(pr->sink_arg, i, 0, NULL, 0);
+            httpc_target_count_failure(p->t, HTTPC_FAIL_TIMEOUT);
+            p->status = 0;
+            httpc_probe_settle(p, HTTPC_PROBE_FAIL, "no answer in time");
         }
         p->status = 0;
         struct error err = {0};
@@ -160,6 +164,7 @@ struct httpc_prober *httpc_prober_new_sink(struct event_base *base,
             httpc_prober_free(pr);
             return NULL;
         }
+        httpc_pool_mark_probe(pr->probes[i].pool);
         pr->n = i + 1;
     }
     pr->tick = event_new(base, -1, EV_PERSIST, httpc_probe_on_tick, pr);

@@ -38,6 +38,7 @@ struct httpc_target {
     uint64_t pipelined;              /* calls sent behind another on a shared connection */
     uint64_t failures[HTTPC_FAIL_COUNT];
     int fails_in_row;
+    int probe_fails_in_row;          /* active probes failed in a row (httpc.h) */
     bool probed;                     /* active probes decide when a down target returns */
     int64_t created_ns;
     int64_t busy_since;              /* start of the busy stretch not yet in `busy` */
@@ -135,17 +136,23 @@ bool httpc_target_usable(const struct httpc_target *t, int64_t now)
     return atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
 }
 
-void httpc_target_probe_result(struct httpc_target *t, bool ok)
+int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r)
 {
+    int64_t now = now_ns();
     pthread_mutex_lock(&t->mu);
+    bool was = atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
     t->probed = true;
-    if (ok) {
+    if (r == HTTPC_PROBE_PASS) {
         t->fails_in_row = 0;
+        t->probe_fails_in_row = 0;
         atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
-    } else {
+    } else if (r == HTTPC_PROBE_UNREACHABLE ||
+               ++t->probe_fails_in_row >= HTTPC_PROBE_FAILS_TO_DOWN) {
         atomic_store_explicit(&t->down_until, INT64_MAX, memory_order_relaxed);
     }
+    bool is = atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
     pthread_mutex_unlock(&t->mu);
+    return is == was ? 0 : is ? 1 : -1;
 }
 
 void httpc_target_succeeded(struct httpc_target *t)
@@ -155,6 +162,13 @@ void httpc_target_succeeded(struct httpc_target *t)
     /* A trial call after the timed pause went through: back in. */
     if (!t->probed)
         atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why)
+{
+    pthread_mutex_lock(&t->mu);
+    t->failures[why]++;
     pthread_mutex_unlock(&t->mu);
 }
 

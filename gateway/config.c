@@ -157,7 +157,8 @@ static const struct schema_field config_route_fields[] = {
     {SCHEMA_F_STRING("health_path", struct config_proxy_route, health_path),
      .flags = SCHEMA_SLASH, .doc_default = "none",
      .doc = "a path on the route's servers (`\"/healthz\"`) probed with `GET` every "
-            "`health_interval_ms`; anything but 200 takes a server out until a probe passes "
+            "`health_interval_ms`; a refused connection takes a server out at once, any other "
+            "failure (not 200, no answer in time) at the third in a row, until a probe passes "
             "(docs/PROXY.md). Without it: passive health only"},
     {SCHEMA_F_INT("health_interval_ms", struct config_proxy_route, health_interval_ms),
      .min = 10, .max = 3600 * 1000, .def = 2000,

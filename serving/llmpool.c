@@ -34,7 +34,7 @@ struct lp_endpoint {
     struct scrape_load load;
     int64_t scraped_ns;
     int inflight_at_scrape;             /* ours then: the scrape may count them already */
-    bool was_usable;
+    bool was_out;                       /* taken out since the last good scrape */
     struct llm_hist ttft, itl;
     uint64_t calls, prompt_tokens, completion_tokens;
 };
@@ -65,28 +65,44 @@ static void llmpool_hist_record(struct llm_hist *h, const double *bounds, int nb
     h->sum_s += s;
 }
 
-/* The prober's sink, on the scrape thread: each endpoint's metrics page. */
+/* Whether a server answering its scrape again has lost its prefix cache
+ * since the last one: its prompt-token counter went backwards (a counter
+ * restarts at 0 with its process); without that counter, whether it was
+ * taken out in between (it may have restarted unseen). A server whose
+ * scrapes were only slow for a while keeps its blocks in the picker. */
+static const char *llmpool_restarted(const struct lp_endpoint *ep, const struct scrape_load *now)
+{
+    if (now->prompt_tokens >= 0 && ep->load.prompt_tokens >= 0)
+        return now->prompt_tokens < ep->load.prompt_tokens ? "its prompt token counter went back"
+                                                           : NULL;
+    return ep->was_out ? "back after being taken out" : NULL;
+}
+
+/* The prober's sink, on the scrape thread: each endpoint's metrics page,
+ * after the target's health took the outcome in (httpc.h). */
 static void llmpool_on_scrape(void *arg, int e, int status, const char *body, size_t len)
 {
     struct llmpool *p = arg;
     struct lp_endpoint *ep = &p->ep[e];
     struct scrape_load load;
     bool ok = status == 200 && scrape_parse(body, len, &load) == 0;
-    bool forget = false;
+    const char *forget = NULL;
     pthread_mutex_lock(&p->mu);
     if (ok) {
+        forget = llmpool_restarted(ep, &load);
         ep->load = load;
         ep->scraped_ns = now_ns();
         ep->inflight_at_scrape = atomic_load(&ep->inflight);
-        /* Back after being out: it may have restarted with an empty cache. */
-        forget = !ep->was_usable;
-        ep->was_usable = true;
-    } else {
-        ep->was_usable = false;
+        ep->was_out = false;
+    } else if (!httpc_target_usable(ep->t, now_ns())) {
+        ep->was_out = true;
     }
     pthread_mutex_unlock(&p->mu);
-    if (forget)
+    if (forget) {
+        log_info("model %s: endpoint %s may have restarted (%s): the picker forgets what "
+                 "it cached", p->m->cfg.name, httpc_target_url(ep->t), forget);
         picker_forget(p->picker, e);
+    }
     if (!ok && status == 200)
         log_debug("model %s: endpoint %s: its metrics page is not Prometheus text",
                   p->m->cfg.name, httpc_target_url(ep->t));
@@ -139,7 +155,6 @@ struct llmpool *llmpool_new(struct model *m, int ntenants, struct error *err)
     }
     for (int i = 0; i < n; i++) {
         p->ep[i].t = ts[i];
-        p->ep[i].was_usable = true;
         p->ep[i].load = (struct scrape_load){.waiting = -1, .running = -1, .kv_cache = -1,
                                              .prompt_tokens = -1, .cached_prompt_tokens = -1,
                                              .computed_prompt_tokens = -1};

@@ -300,6 +300,8 @@ class TestPoolFailures(PoolCase):
                                           picker={"policy": "round_robin"}))
         write_model(repo, "dead", pool("dead", [cls.dead, cls.sim.url(2)],
                                        metrics_interval_ms=0, picker={"policy": "round_robin"}))
+        write_model(repo, "scored", pool("scored", [cls.sim.url(i) for i in range(3)],
+                                         metrics_interval_ms=50))
 
     def setUp(self):
         super().setUp()
@@ -435,6 +437,51 @@ class TestPoolFailures(PoolCase):
             r, raw = self.post("/v1/chat/completions", chat_body("watched", max_tokens=1))
             seen.add(r.getheader("X-Batchgate-Endpoint"))
         self.assertIn("1", seen)
+
+    def sim_fault_state(self, i):
+        c = http.client.HTTPConnection("127.0.0.1", self.sim.ports[i], timeout=5)
+        c.request("GET", "/__state")
+        state = json.loads(c.getresponse().read())["fault"]
+        c.close()
+        return state
+
+    def test_slow_scrapes_take_an_endpoint_out_only_three_in_a_row(self):
+        # One scrape answered after the next tick (200 ms against 50) is a
+        # failed probe, not yet a reason to take the endpoint out.
+        url = re.escape(self.sim.url(1))
+        out = r"model watched: upstream %s is taken out" % url
+        start = len(self.srv.log_lines())
+        since = lambda: "\n".join(self.srv.log_lines()[start:])  # noqa: E731
+        self.sim.fault(1, "slow_metrics", ms=200, count=1)
+        deadline = time.monotonic() + 5
+        while self.sim_fault_state(1) != "none" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(self.sim_fault_state(1), "none", "the slow scrape never came")
+        time.sleep(0.5)   # the slow answer's tick and a few good scrapes after it
+        self.assertNotRegex(since(), out)
+        # Three in a row: out, and back at the next good scrape; a server
+        # whose counters went on (not restarted) keeps its prefix blocks.
+        # (Two pools scrape it: 12 slow answers are at least 3 in a row each.)
+        self.sim.fault(1, "slow_metrics", ms=200, count=12)
+        for m in ("watched", "scored"):
+            self.srv.wait_log(r"model %s: upstream %s is taken out \(health probe: no answer in "
+                              r"time, 3 in a row\)" % (m, url))
+            self.srv.wait_log(r"model %s: upstream %s is back" % (m, url))
+        time.sleep(0.2)
+        self.assertNotRegex(since(), r"model scored: endpoint .* may have restarted")
+
+    def test_a_restarted_endpoint_is_forgotten_by_the_picker(self):
+        r, raw = self.post("/v1/chat/completions", chat_body("scored", max_tokens=2))
+        self.assertEqual(r.status, 200, raw)
+        e = int(r.getheader("X-Batchgate-Endpoint"))
+        start = len(self.srv.log_lines())
+        time.sleep(0.3)   # scrapes that saw its prompt tokens
+        self.sim.restart(e)
+        self.srv.wait_log(r"model scored: endpoint %s may have restarted \(its prompt token "
+                          r"counter went back\)" % re.escape(self.sim.url(e)))
+        # No probe failed: it never left the rotation.
+        self.assertNotRegex("\n".join(self.srv.log_lines()[start:]),
+                            r"model scored: upstream %s is taken out" % re.escape(self.sim.url(e)))
 
     def completion_tokens(self):
         m = re.search(r'batchgate_llm_tokens_total\{model="smol",tenant="default",'

@@ -427,7 +427,8 @@ class ProxyHealthTest(FakeUpstreamCase):
             time.sleep(0.05)
         self.fake(0, "POST", "/__health", json.dumps({"ok": False}))
         self.wait_healthy(0, 0)
-        self.srv.wait_log(r"route /h/: upstream %s is taken out \(health probe: HTTP 503\)"
+        self.srv.wait_log(r"route /h/: upstream %s is taken out "
+                          r"\(health probe: HTTP 503, 3 in a row\)"
                           % re.escape(self.urls[0]), timeout=5)
         before = self.echoes()
         self.send(10)
@@ -442,12 +443,13 @@ class ProxyHealthTest(FakeUpstreamCase):
 
     def test_a_probe_left_unanswered_takes_the_server_out(self):
         # The health check hangs past the next probe (100 ms): no answer in
-        # time is a failure too, counted as a timeout.
+        # time is a failure too, counted as a timeout; the third in a row
+        # takes the server out.
         self.wait_healthy(1, 1)
         self.fake(1, "POST", "/__health", json.dumps({"ok": False, "stall_ms": 1000}))
         self.wait_healthy(1, 0)
         self.srv.wait_log(r"route /h/: upstream %s is taken out \(health probe: no answer in "
-                          r"time\)" % re.escape(self.urls[1]), timeout=5)
+                          r"time, 3 in a row\)" % re.escape(self.urls[1]), timeout=5)
         text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
         m = re.search(r'^batchgate_upstream_failures_total\{route="/h/",upstream="%s",'
                       r'reason="timeout"\} (\d+)$' % re.escape(self.urls[1]), text, re.M)

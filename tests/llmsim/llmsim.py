@@ -46,7 +46,10 @@ Fault injection per endpoint, at start (--fault I:KIND) or at run time
 500), "bad_sse" (a stream sends one chunk, then an event that is not JSON,
 then ends without [DONE]; non-streaming bodies are not JSON), "stop_mid"
 (the connection is closed after half the tokens), "hang" (completions are
-never answered), "no_metrics" (/metrics answers 503).
+never answered), "no_metrics" (/metrics answers 503), "slow_metrics" (the
+next `count` /metrics answers, default 1, each wait `ms`, default 500,
+then the fault clears itself). POST /__restart: the endpoint as a freshly
+restarted server (empty KV cache, counters from zero); only when idle.
 
 One file of about 900 lines: the HTTP side, the scheduler and the metrics
 of one endpoint are read together, and the tests start it as one script.
@@ -69,7 +72,7 @@ WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
 BYTES_PER_TOKEN = 4
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56,
                 5.12, 10.24, 20.48, 40.96)
-FAULT_KINDS = ("none", "500", "bad_sse", "stop_mid", "hang", "no_metrics")
+FAULT_KINDS = ("none", "500", "bad_sse", "stop_mid", "hang", "no_metrics", "slow_metrics")
 MAX_HEAD_BYTES = 16 * 1024
 
 
@@ -563,6 +566,7 @@ class Endpoint:
 
     def __init__(self, index, cfg, fault):
         self.index, self.cfg, self.fault = index, cfg, fault
+        self.slow_ms, self.slow_count = 500, 0      # fault slow_metrics
         self.engine = Engine(cfg)
         self.ids = itertools.count(1)
         self.port = None
@@ -584,6 +588,7 @@ class Endpoint:
         routes = {("GET", "/v1/models"): self.models, ("GET", "/metrics"): self.metrics,
                   ("GET", "/health"): self.health, ("GET", "/__state"): self.state,
                   ("POST", "/__fault"): self.set_fault,
+                  ("POST", "/__restart"): self.restart,
                   ("POST", "/v1/chat/completions"): self.chat,
                   ("POST", "/v1/completions"): self.completions}
         fn = routes.get((req.method, req.path))
@@ -609,15 +614,31 @@ class Endpoint:
                               "kv_total_blocks": e.kv.total, "fault": self.fault})
 
     async def set_fault(self, conn, req):
-        kind = parse_json(req.body).get("kind")
+        obj = parse_json(req.body)
+        kind = obj.get("kind")
         if kind not in FAULT_KINDS:
             raise HttpError(400, "kind must be one of %s" % ", ".join(FAULT_KINDS), param="kind")
+        if kind == "slow_metrics":
+            self.slow_ms, self.slow_count = int(obj.get("ms", 500)), int(obj.get("count", 1))
         self.fault = kind
         await conn.send(200, {"fault": kind})
+
+    async def restart(self, conn, req):
+        e = self.engine
+        if e.running or e.waiting:
+            raise HttpError(409, "llmsim: /__restart only when idle")
+        e.kv = KVCache(self.cfg.kv_blocks)
+        e.stats = Stats()
+        await conn.send(200, {"restarted": True})
 
     async def metrics(self, conn, req):
         if self.fault == "no_metrics":
             raise HttpError(503, "llmsim: injected fault no_metrics", etype="ServiceUnavailable")
+        if self.fault == "slow_metrics":
+            self.slow_count -= 1
+            if self.slow_count <= 0:
+                self.fault = "none"
+            await asyncio.sleep(self.slow_ms / 1000)
         await conn.send(200, render_metrics(self).encode(),
                         ctype="text/plain; version=0.0.4; charset=utf-8")
 

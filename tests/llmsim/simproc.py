@@ -60,17 +60,26 @@ class Sim:
     def url(self, i):
         return "http://127.0.0.1:%d" % self.ports[i]
 
-    def fault(self, i, kind):
-        """Sets endpoint i's fault at run time ("none" clears)."""
+    def fault(self, i, kind, **params):
+        """Sets endpoint i's fault at run time ("none" clears); params go
+        with it (slow_metrics: ms, count)."""
+        self._post(i, "/__fault", dict(params, kind=kind))
+
+    def restart(self, i):
+        """Endpoint i as a freshly restarted server (empty cache, counters
+        from zero); it must be idle."""
+        self._post(i, "/__restart", {})
+
+    def _post(self, i, path, obj):
         c = http.client.HTTPConnection("127.0.0.1", self.ports[i], timeout=5)
         try:
-            c.request("POST", "/__fault", json.dumps({"kind": kind}))
+            c.request("POST", path, json.dumps(obj))
             r = c.getresponse()
             r.read()
         finally:
             c.close()
         if r.status != 200:
-            raise AssertionError("llmsim /__fault %s: HTTP %d" % (kind, r.status))
+            raise AssertionError("llmsim %s %r: HTTP %d" % (path, obj, r.status))
 
     def metrics(self, i):
         """Endpoint i's metrics, each name summed over its label sets."""

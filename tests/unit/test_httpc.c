@@ -78,18 +78,32 @@ static void test_pick_and_health(void **state)
     /* All out: the one back first is still named (a trial beats a refusal). */
     for (int k = 0; k < 3; k++)
         httpc_target_failed(ts[1], HTTPC_FAIL_CONNECT);
-    httpc_target_probe_result(ts[2], false);   /* out until a probe passes */
+    /* Probes: failures short of HTTPC_PROBE_FAILS_TO_DOWN in a row keep it
+     * in; a pass in between starts the count again; the last one takes it
+     * out until a probe passes, and each call says what changed. */
+    for (int k = 0; k < HTTPC_PROBE_FAILS_TO_DOWN - 1; k++)
+        assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL), 0);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS), 0);
+    for (int k = 0; k < HTTPC_PROBE_FAILS_TO_DOWN - 1; k++)
+        assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL), 0);
+    httpc_target_stats(ts[2], &st);
+    assert_true(st.healthy);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL), -1);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL), 0);
     assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[0]);
     /* Probed back in. */
-    httpc_target_probe_result(ts[2], true);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS), 1);
     assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[2]);
+    /* Nothing listening: out at the first probe. */
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_UNREACHABLE), -1);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS), 1);
     /* With probes on, passive failures keep it out until the next good probe. */
     for (int k = 0; k < 3; k++)
         httpc_target_failed(ts[2], HTTPC_FAIL_RESET);
     httpc_target_succeeded(ts[2]);
     httpc_target_stats(ts[2], &st);
     assert_false(st.healthy);
-    httpc_target_probe_result(ts[2], true);
+    httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS);
     httpc_target_stats(ts[2], &st);
     assert_true(st.healthy);
     for (int k = 0; k < 3; k++)
