@@ -10,12 +10,28 @@
 #include <string.h>
 #include <strings.h>
 
+#include <event2/event.h>
+
 #include "common/buf.h"
 #include "common/clock.h"
 #include "gateway/grpc_codec.h"
 #include "http/http.h"
 
 #define GRPC_SERVICE_PREFIX "/inference.GRPCInferenceService/"
+
+/* A ModelStreamInfer stream's messages are taken (started as inferences)
+ * only while the stream has room: fewer than GRPC_STREAM_RUNNING_MAX of
+ * them running, and its answers not yet sent below GRPC_STREAM_OUT_HIGH
+ * bytes (once over, until they are below GRPC_STREAM_OUT_LOW: a client
+ * that does not read). Without room, its body is stopped: the client may
+ * send at most its HTTP/2 window more, which waits in call->in; so a
+ * stream holds bounded memory however many messages its client sends. An
+ * answer's end makes room; a client that reads is noticed by polling every
+ * GRPC_STREAM_OUT_POLL_MS while the answers wait. */
+#define GRPC_STREAM_RUNNING_MAX 128
+#define GRPC_STREAM_OUT_HIGH (1u << 20)
+#define GRPC_STREAM_OUT_LOW (256u << 10)
+#define GRPC_STREAM_OUT_POLL_MS 10
 
 struct grpc_service {
     const struct router *http;
@@ -41,6 +57,9 @@ struct grpc_call {
     int nrunning;
     int nmsgs;                       /* messages taken */
     bool ended;                      /* the client's side is over */
+    bool taking;                     /* in grpc_call_take: a nested call returns */
+    bool out_full;                   /* answers over GRPC_STREAM_OUT_HIGH, not yet below LOW */
+    struct event *out_poll;          /* while out_full: looks again for room */
     bool answered;                   /* the stream's answer is finished: req is gone */
     int holds;                       /* our functions on the stack: defer the free */
     /* Failed or abandoned while HTTP requests ran: they are stopped, and
@@ -104,6 +123,8 @@ static void grpc_answer(struct http_request *req, int code, const char *msg, con
 
 static void grpc_call_free(struct grpc_call *call)
 {
+    if (call->out_poll)
+        event_free(call->out_poll);
     buf_free(&call->in);
     free(call);
 }
@@ -194,6 +215,9 @@ static long long grpc_retry_after(const char *headers)
     return 0;
 }
 
+static void grpc_call_take(struct grpc_call *call);
+static void grpc_call_check_end(struct grpc_call *call);
+
 /* A message's HTTP request answered (on the IO thread). */
 static void grpc_msg_done(void *arg, int status, const char *content_type, const void *body,
                           size_t len, const char *headers)
@@ -232,8 +256,12 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
         buf_free(&wrapped);
     }
     buf_free(&out);
-    if (call->stream && call->ended && call->nrunning == 0 && !call->stopping)
-        grpc_call_end(call, GRPC_OK, NULL, NULL, 0, 0);
+    if (call->stream) {   /* room for the messages that waited, or the end */
+        call->holds++;
+        grpc_call_take(call);
+        grpc_call_check_end(call);
+        call->holds--;
+    }
     grpc_call_maybe_free(call);
 }
 
@@ -367,12 +395,59 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
     return GRPC_OK;
 }
 
+/* Whether a stream may start another message now (GRPC_STREAM_*); a
+ * unary call always may. */
+static bool grpc_call_room(struct grpc_call *call)
+{
+    if (!call->stream)
+        return true;
+    size_t out = http_respond_buffered(call->req);
+    call->out_full = out >= (call->out_full ? GRPC_STREAM_OUT_LOW : GRPC_STREAM_OUT_HIGH);
+    return !call->out_full && call->nrunning < GRPC_STREAM_RUNNING_MAX;
+}
+
+static void grpc_call_on_out_poll(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct grpc_call *call = arg;
+    call->holds++;
+    grpc_call_take(call);
+    grpc_call_check_end(call);
+    call->holds--;
+    grpc_call_maybe_free(call);
+}
+
+/* A stream's body runs while it has room and stops while it has none;
+ * waiting on its answers to be read, it looks again shortly. */
+static void grpc_call_flow(struct grpc_call *call)
+{
+    if (!call->stream || call->answered || call->stopping)
+        return;
+    bool room = grpc_call_room(call);
+    http_request_pause_body(call->req, !room);
+    if (!call->out_full)
+        return;
+    if (!call->out_poll)
+        call->out_poll = evtimer_new(http_request_event_base(call->req), grpc_call_on_out_poll,
+                                     call);
+    struct timeval tv = {0, GRPC_STREAM_OUT_POLL_MS * 1000};
+    if (!call->out_poll || evtimer_add(call->out_poll, &tv) < 0)
+        grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "out of memory for the stream's timer");
+}
+
 /* The whole messages in call->in, taken: a unary call's one (at the end
- * of its body), a stream's as they arrive. */
+ * of its body), a stream's as they arrive and while it has room. A message
+ * answered at once (inside grpc_msg_start) calls back here: the loop that
+ * runs already takes what it made room for. */
 static void grpc_call_take(struct grpc_call *call)
 {
+    if (call->taking)
+        return;
+    call->taking = true;
     size_t off = 0;
-    while (!call->answered && !call->stopping && call->in.len - off >= 5) {
+    while (!call->answered && !call->stopping && call->in.len - off >= 5 &&
+           grpc_call_room(call)) {
         const uint8_t *p = (const uint8_t *)call->in.data + off;
         size_t mlen = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
         if (mlen > call->g->max_message_bytes) {
@@ -401,6 +476,23 @@ static void grpc_call_take(struct grpc_call *call)
     if (off) {
         memmove(call->in.data, call->in.data + off, call->in.len - off);
         call->in.len -= off;
+    }
+    call->taking = false;
+    grpc_call_flow(call);
+}
+
+/* The client's side is over: the call ends once nothing of it is left. */
+static void grpc_call_check_end(struct grpc_call *call)
+{
+    if (!call->ended || call->answered || call->stopping)
+        return;
+    if (call->in.len) {   /* whole messages waiting for room, or a piece of one */
+        if (grpc_call_room(call))
+            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "the message is cut short");
+    } else if (!call->stream && call->nmsgs == 0) {
+        grpc_call_end(call, GRPC_INVALID_ARGUMENT, "the request carries no message", NULL, 0, 0);
+    } else if (call->stream && call->nrunning == 0) {
+        grpc_call_end(call, GRPC_OK, NULL, NULL, 0, 0);
     }
 }
 
@@ -442,15 +534,9 @@ static void grpc_call_body_take(struct grpc_call *call, const char *data, size_t
     }
     if (call->stream || end)
         grpc_call_take(call);
-    if (end && !call->answered && !call->stopping) {
+    if (end) {
         call->ended = true;
-        if (call->in.len)
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "the message is cut short");
-        else if (!call->stream && call->nmsgs == 0)
-            grpc_call_end(call, GRPC_INVALID_ARGUMENT, "the request carries no message", NULL, 0,
-                          0);
-        else if (call->stream && call->nrunning == 0)
-            grpc_call_end(call, GRPC_OK, NULL, NULL, 0, 0);
+        grpc_call_check_end(call);
     }
 }
 

@@ -62,6 +62,7 @@ struct h2_stream {
     size_t hdr_bytes;
     int64_t t_progress;               /* its header block began, or its body last moved */
     size_t resp_off;                  /* of req->resp handed to nghttp2 */
+    size_t held;                      /* DATA bytes not given back to its window (h2_consume) */
     char method[16];
     struct buf path, authority;       /* pseudo-headers, until the target is set */
     bool resp_done;                   /* the answer's body is complete in req->resp */
@@ -398,7 +399,21 @@ static size_t h2_respond_buffered(const struct http_request *r)
     return r->resp.len - st->resp_off;
 }
 
-static void h2_body_paused(struct http_request *r) { (void)r; }
+/* The handler stopped or resumed the body: resuming gives the stream's
+ * window back what arrived while it was stopped (h2_consume). */
+static void h2_body_paused(struct http_request *r)
+{
+    struct h2_stream *st = r->pdata;
+    struct h2_conn *c = st->c;
+    if (r->body_paused || !st->held)
+        return;
+    if (st->open && c->fd >= 0)
+        nghttp2_session_consume_stream(c->ng, st->id, st->held);
+    st->held = 0;
+    st->t_progress = now_ns();   /* the stall clock starts over */
+    if (!c->in_recv)
+        h2_flush(c);
+}
 
 /* The client's address, looked up the first time it is wanted. */
 static const char *h2_conn_peer(struct h2_conn *c)
@@ -629,6 +644,22 @@ static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *u
     return 0;
 }
 
+/* Flow control is ours (nghttp2_option_set_no_auto_window_update): every
+ * byte of DATA handed to h2_on_data is given back to the client's windows
+ * here, at once, except the stream's share of bytes that arrived while its
+ * handler had the body stopped (http_request_pause_body): those are
+ * given back when it resumes (h2_body_paused). The connection's window is
+ * always given back, so a stopped stream never holds up the others; the
+ * client may send a stopped stream at most its window
+ * (grpc.initial_window_bytes) more. */
+static void h2_consume(struct h2_conn *c, int32_t id, size_t len, bool hold)
+{
+    if (hold)
+        nghttp2_session_consume_connection(c->ng, len);
+    else
+        nghttp2_session_consume(c->ng, id, len);
+}
+
 static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data,
                       size_t len, void *user)
 {
@@ -636,8 +667,10 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
     (void)flags;
     struct h2_conn *c = user;
     struct h2_stream *st = h2_stream_of(c, id);
-    if (!st || st->body_end || st->req->responded)
+    if (!st || st->body_end || st->req->responded) {
+        h2_consume(c, id, len, false);
         return 0;
+    }
     struct http_request *r = st->req;
     st->t_progress = c->t_last_rx;
     r->body_total += len;
@@ -651,15 +684,22 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
         h2_body_end(st, 413, msg);
         st->busy--;
         h2_stream_maybe_free(st);
+        h2_consume(c, id, len, false);
         return 0;
     }
     if (r->body_fn) {
         st->busy++;
         r->body_fn(r, r->body_arg, (const char *)data, len, 0, 0, NULL);
+        bool hold = st->open && !st->body_end && r->body_paused;
+        if (hold)
+            st->held += len;
         st->busy--;
         h2_stream_maybe_free(st);
+        h2_consume(c, id, len, hold);
     } else if (buf_append(&r->body, data, len) < 0) {
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    } else {
+        h2_consume(c, id, len, false);
     }
     return 0;
 }
@@ -894,8 +934,9 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
         struct list *q, *tmp;
         list_foreach_safe(q, tmp, &c->streams) {
             struct h2_stream *st = h2_stream_from_link(q);
-            if (!st->open || st->req->responded || (st->req->accepted && st->body_end))
-                continue;
+            if (!st->open || st->req->responded || (st->req->accepted && st->body_end) ||
+                st->req->body_paused)
+                continue;   /* a body its handler stopped is not stalled */
             if (now - st->t_progress < header_ns) {
                 if (st->t_progress + header_ns - now < next_ns)
                     next_ns = st->t_progress + header_ns - now;
@@ -978,6 +1019,7 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
     nghttp2_option_set_max_continuations(opt, 8);
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
+    nghttp2_option_set_no_auto_window_update(opt, 1);   /* h2_consume */
     if (nghttp2_session_server_new2(&c->ng, cbs, c, opt) != 0)
         goto fail;
     nghttp2_session_callbacks_del(cbs);

@@ -114,7 +114,9 @@ typedef void (*http_body_fn)(struct http_request *req, void *arg, const char *da
                              int end, int status, const char *msg);
 void http_request_on_body(struct http_request *req, http_body_fn fn, void *arg);
 /* Stops (1) or resumes (0) reading the request body: the handler's own
- * output is full. The body timer does not run while stopped. */
+ * output is full. The body timer does not run while stopped. On HTTP/2
+ * the stream's window is not given back while stopped: the client may
+ * send at most its window more, and the handler still gets it. */
 void http_request_pause_body(struct http_request *req, int paused);
 
 /* Starts an answer whose body follows: Content-Length when content_length

@@ -736,6 +736,129 @@ class NotGrpcTest(H2FloodCase):
         self.assert_live_call(c, "the same connection after a 415")
 
 
+class StreamFlowTest(H2FloodCase):
+    """ModelStreamInfer against a client that sends faster than the model
+    answers: batchgate takes at most 128 of a stream's messages at once and
+    stops giving the stream window back meanwhile, so the client can send
+    at most that window more (memory bounded per stream, whatever it
+    sends); the window comes back as answers make room, and a stream that
+    ends with messages still waiting gets every answer."""
+    WINDOW = 65535
+    RUNNING_MAX = 128   # gateway/grpc.c GRPC_STREAM_RUNNING_MAX
+    config = {"grpc": {"initial_window_bytes": WINDOW}}
+
+    @classmethod
+    def populate(cls, repo):
+        super().populate(repo)
+        write_model(repo, "paced", synthetic("paced", base_us=20000, per_row_us=0,
+                                             batching={"max_batch_size": 64,
+                                                       "max_queue_delay_us": 0}))
+        write_model(repo, "quick", synthetic("quick", base_us=200, per_row_us=0,
+                                             batching={"max_batch_size": 64}))
+
+    def open_window(self, c):
+        """The client reads everything: its windows as large as allowed."""
+        c.send(settings([(SETTINGS_INITIAL_WINDOW_SIZE, 2**31 - 1)]) +
+               frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 1 - 65535)))
+
+    def send_messages(self, c, sid, msg, n, block_s):
+        """Sends up to n messages in DATA frames within the stream's and the
+        connection's windows; stops once they stay too small for block_s.
+        Returns how many went."""
+        swin, cwin, seen, sent = self.WINDOW, 65535, 0, 0
+        stuck = None
+        while sent < n:
+            for f in c.frames[seen:]:
+                if f.type == WINDOW_UPDATE and f.sid in (0, sid):
+                    inc = struct.unpack(">I", f.payload)[0] & 0x7fffffff
+                    if f.sid == 0:
+                        cwin += inc
+                    else:
+                        swin += inc
+            seen = len(c.frames)
+            if swin >= len(msg) and cwin >= len(msg):
+                self.assertTrue(c.send(frame(DATA, 0, sid, msg)))
+                swin -= len(msg)
+                cwin -= len(msg)
+                sent += 1
+                stuck = None
+                c.poll(0)
+                continue
+            stuck = stuck or time.monotonic()
+            if time.monotonic() - stuck >= block_s:
+                return sent
+            self.assertTrue(c.poll(0.05), "the connection closed")
+        return sent
+
+    def test_a_stream_takes_a_bounded_number_of_messages(self):
+        c = self.h2()
+        self.open_window(c)
+        sid = c.start(grpc_headers("ModelStreamInfer"), end_stream=False)
+        msg = grpc_message(model_infer("paced", [[1, 2, 3, 4]] * 64))
+        bound = self.RUNNING_MAX + self.WINDOW // len(msg) + 1
+        t0 = time.monotonic()
+        sent = self.send_messages(c, sid, msg, 1000, block_s=0.5)
+        # 50 messages/s are answered meanwhile: each makes room for another.
+        slack = int((time.monotonic() - t0) * 50) + 2
+        print("\nstream flow: %d messages of %d bytes went before the window stayed shut "
+              "(bound %d + %d answered meanwhile)" % (sent, len(msg), bound, slack))
+        self.assertLess(sent, 1000, "expected the stream's window to stay shut at some point; "
+                        "answers so far: %r" % b"".join(f.payload for f in c.frames
+                                                         if f.type == DATA)[:400])
+        self.assertLessEqual(sent, bound + slack)
+        # As answers make room, the window comes back.
+        seen = len(c.frames)
+        f = c.wait(lambda f: f.type == WINDOW_UPDATE and f.sid == sid and f in c.frames[seen:],
+                   timeout=10)
+        self.assertIsNotNone(f, "expected the stream's window back once answers made room")
+        c.send(rst_stream(sid))
+        self.assert_served("after a stream held back")
+
+    def test_a_stream_whose_client_reads_nothing_stops_taking_messages(self):
+        # The client's receive window stays at its 65,535 bytes: the answers
+        # pile up in batchgate until 1 MiB (GRPC_STREAM_OUT_HIGH), then the
+        # stream takes nothing more; reading again brings the window back.
+        c = self.h2()
+        sid = c.start(grpc_headers("ModelStreamInfer"), end_stream=False)
+        msg = grpc_message(model_infer("quick", [[1, 2, 3, 4]] * 64))
+        sent = self.send_messages(c, sid, msg, 5000, block_s=0.5)
+        data = b"".join(f.payload for f in c.frames if f.type == DATA and f.sid == sid)
+        answer = 5 + struct.unpack(">I", data[1:5])[0]
+        # Answered: what the client's window let through, and 1 MiB held;
+        # then the running ones and a window of messages waiting.
+        bound = (65535 + (1 << 20)) // answer + self.RUNNING_MAX + self.WINDOW // len(msg) + 2
+        print("\nstream flow, client not reading: %d messages went (answers of %d bytes; "
+              "bound %d)" % (sent, answer, bound))
+        self.assertLess(sent, 5000, "expected the stream's window to stay shut at some point")
+        self.assertLessEqual(sent, bound)
+        seen = len(c.frames)
+        self.open_window(c)
+        f = c.wait(lambda f: f.type == WINDOW_UPDATE and f.sid == sid and f in c.frames[seen:],
+                   timeout=10)
+        self.assertIsNotNone(f, "expected the stream's window back once the answers were read")
+        c.send(rst_stream(sid))
+        self.assert_served("after a stream whose client did not read")
+
+    def test_a_stream_that_ends_with_messages_waiting_gets_every_answer(self):
+        c = self.h2()
+        self.open_window(c)
+        sid = c.start(grpc_headers("ModelStreamInfer"), end_stream=False)
+        n = 400
+        for i in range(n):
+            body = model_infer("quick", [[i, 0, 0, 0]] * 8) + pb_field(3, "m%d" % i)
+            c.send(frame(DATA, END_STREAM if i == n - 1 else 0, sid, grpc_message(body)))
+            c.poll(0)
+        r = c.reply(sid, timeout=30)
+        self.assertTrue(r.ended and r.rst is None, "expected the stream answered: %r" % r)
+        ids, off = set(), 0
+        while off + 5 <= len(r.data):
+            k = struct.unpack(">I", r.data[off + 1:off + 5])[0]
+            ids.update(re.findall(rb"m(\d+)", r.data[off + 5:off + 5 + k])[:1])
+            off += 5 + k
+        self.assertEqual(len(ids), n, "expected %d answers, one per message id" % n)
+        self.assertEqual(len(r.blocks), 2, "expected the trailers to end the stream: %r" % r)
+
+
 class SlowReaderTest(H2FloodCase):
     """A client that reads none of its answers (a window it keeps at 0) is
     closed after limits.idle_timeout_ms, as a slow reader is on HTTP/1.1;
