@@ -478,6 +478,8 @@ static void grpc_call_take(struct grpc_call *call)
         call->in.len -= off;
     }
     call->taking = false;
+    if (call->stream && !call->answered)   /* no piece of a message pending: idle, not stalled */
+        http_request_body_at_rest(call->req, call->in.len == 0);
     grpc_call_flow(call);
 }
 
@@ -607,6 +609,8 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
         }
     }
     http_request_on_abort(req, grpc_call_abort, call);
+    if (call->stream)   /* between messages from the start */
+        http_request_body_at_rest(req, 1);
     http_request_on_body(req, grpc_call_body, call);
 }
 

@@ -937,16 +937,21 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
             if (!st->open || st->req->responded || (st->req->accepted && st->body_end) ||
                 st->req->body_paused)
                 continue;   /* a body its handler stopped is not stalled */
-            if (now - st->t_progress < header_ns) {
-                if (st->t_progress + header_ns - now < next_ns)
-                    next_ns = st->t_progress + header_ns - now;
+            /* Between whole messages a stream is idle, not stalled. */
+            bool rest = st->req->accepted && st->req->body_at_rest;
+            int64_t limit = rest ? idle_ns : header_ns;
+            if (now - st->t_progress < limit) {
+                if (st->t_progress + limit - now < next_ns)
+                    next_ns = st->t_progress + limit - now;
                 continue;
             }
             if (!st->req->accepted) {
                 stalled_headers = true;
             } else if (!st->body_end) {
                 st->busy++;
-                h2_body_end(st, 408, "request body stalled longer than limits.header_timeout_ms");
+                h2_body_end(st, 408, rest ? "request stream idle longer than limits.idle_timeout_ms"
+                                          : "request body stalled longer than "
+                                            "limits.header_timeout_ms");
                 st->busy--;
                 h2_stream_maybe_free(st);
             }

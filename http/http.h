@@ -118,6 +118,10 @@ void http_request_on_body(struct http_request *req, http_body_fn fn, void *arg);
  * the stream's window is not given back while stopped: the client may
  * send at most its window more, and the handler still gets it. */
 void http_request_pause_body(struct http_request *req, int paused);
+/* The handler holds every whole piece of the body so far (a gRPC stream
+ * between its messages): a pause there is the client's to take, timed by
+ * limits.idle_timeout_ms rather than header_timeout_ms (HTTP/2 streams). */
+void http_request_body_at_rest(struct http_request *req, int at_rest);
 
 /* Starts an answer whose body follows: Content-Length when content_length
  * >= 0, else chunked (HTTP/1.1 clients) or until close (HTTP/1.0). no_body:

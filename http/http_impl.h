@@ -88,6 +88,7 @@ struct http_request {
     bool streaming;
     bool body_done;                /* the last body byte was read */
     bool body_paused;              /* the handler stopped the body */
+    bool body_at_rest;             /* between whole pieces: idle, not stalled (HTTP/2) */
     bool resp_begun;               /* http_respond_begin was called */
     bool resp_chunked;             /* the answer is chunk-framed */
     bool resp_no_body;             /* HEAD, 204, 304: body bytes are dropped */

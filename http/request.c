@@ -272,6 +272,11 @@ void http_request_pause_body(struct http_request *r, int paused)
     r->proto->body_paused(r);
 }
 
+void http_request_body_at_rest(struct http_request *r, int at_rest)
+{
+    r->body_at_rest = at_rest != 0;
+}
+
 void http_request_peer(const struct http_request *r, char *out, size_t cap)
 {
     r->proto->peer(r, out, cap);

@@ -695,6 +695,54 @@ class StalledStreamTest(H2FloodCase):
                          "expected a body that keeps moving served: %r" % r)
 
 
+class StreamIdleTest(H2FloodCase):
+    """A ModelStreamInfer stream between its messages is idle, not stalled:
+    limits.idle_timeout_ms bounds that wait, header_timeout_ms only a
+    message begun and not finished."""
+    HEADER_S, IDLE_S = 0.3, 1.5
+    config = {"limits": {"header_timeout_ms": int(HEADER_S * 1000),
+                         "idle_timeout_ms": int(IDLE_S * 1000)}}
+
+    @classmethod
+    def populate(cls, repo):
+        super().populate(repo)
+        write_model(repo, "quick", synthetic("quick", base_us=200, per_row_us=0))
+
+    def message(self, i):
+        return grpc_message(model_infer("quick", [[i, 0, 0, 0]]) + pb_field(3, "m%d" % i))
+
+    def test_pauses_between_messages_are_not_stalls(self):
+        c = self.h2()
+        sid = c.start(grpc_headers("ModelStreamInfer"), end_stream=False)
+        time.sleep(self.HEADER_S * 3)            # before the first message
+        c.send(frame(DATA, 0, sid, self.message(0)))
+        time.sleep(self.HEADER_S * 3)            # between two
+        c.send(frame(DATA, END_STREAM, sid, self.message(1)))
+        r = c.reply(sid, timeout=5)
+        self.assertTrue(r.ended and r.rst is None and len(r.blocks) == 2,
+                        "expected the stream answered and ended: %r" % r)
+        self.assertEqual(sorted(set(re.findall(rb"m(\d)", r.data))), [b"0", b"1"],
+                         "expected both messages answered: %r" % r)
+
+    def test_a_message_begun_is_held_to_header_timeout_and_rest_to_idle_timeout(self):
+        c = self.h2()
+        sid = c.start(grpc_headers("ModelStreamInfer"), end_stream=False)
+        c.send(frame(DATA, 0, sid, self.message(0)[:7]))   # a message begun, not finished
+        t0 = time.monotonic()
+        r = c.reply(sid, timeout=5)
+        took = time.monotonic() - t0
+        self.assertTrue(r.ended and len(r.blocks) == 2, "expected an error in trailers: %r" % r)
+        self.assertLess(took, self.HEADER_S + 1.0, "expected header_timeout_ms, took %.2f" % took)
+        sid = c.start(grpc_headers("ModelStreamInfer"), end_stream=False)
+        t0 = time.monotonic()
+        r = c.reply(sid, timeout=10)
+        took = time.monotonic() - t0
+        print("\nstream idle: ended after %.2f s (idle_timeout_ms %.1f s)" % (took, self.IDLE_S))
+        self.assertTrue(r.ended and len(r.blocks) == 2, "expected an error in trailers: %r" % r)
+        self.assertGreater(took, self.IDLE_S - 0.1, "expected idle_timeout_ms, not header's")
+        self.assertLess(took, self.IDLE_S + 1.5)
+
+
 class NotGrpcTest(H2FloodCase):
     def test_http1_on_the_grpc_port_is_closed(self):
         s = connect(self.srv.grpc_port)
