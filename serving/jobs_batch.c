@@ -714,6 +714,27 @@ static void jobs_batch_pick_one(const struct state_batch *b, void *arg)
 
 /* Opens the next batch (jobs_batch_pick_one) in the free place bc, where
  * its last run left it; false when none waits. */
+/* A running batch's weight in the turns at the pool's idle places: its
+ * tenant's guaranteed `share`; tenants without one split what the shares
+ * leave (at least 0.01 each, so that their batches still move), and
+ * without tenants every batch weighs the same. */
+static double jobs_batch_weight(const struct jobs *j, int tenant)
+{
+    const struct tenants_config *tc = j->tenants;
+    if (!tc || tenant < 0 || tenant >= tc->n)
+        return 1;
+    if (tc->t[tenant].share > 0)
+        return tc->t[tenant].share;
+    double sum = 0;
+    int unshared = 0;
+    for (int i = 0; i < tc->n; i++) {
+        sum += tc->t[i].share;
+        unshared += tc->t[i].share <= 0;
+    }
+    double w = (1 - sum) / (unshared ? unshared : 1);
+    return w > 0.01 ? w : 0.01;
+}
+
 static bool jobs_batch_begin(struct jobs *j, struct jobs_bcur *bc)
 {
     struct error err = {0};
@@ -726,6 +747,7 @@ static bool jobs_batch_begin(struct jobs *j, struct jobs_bcur *bc)
     bc->active = true;
     bc->group = ++j->bgroups;
     bc->tenant = jobs_tenant_index(j, bc->b.tenant);
+    bc->weight = jobs_batch_weight(j, bc->tenant);
     bc->next_line = 1;
     if (bc->b.status == STATE_BATCH_CANCELLING) {
         jobs_batch_finalize(j, bc, STATE_BATCH_CANCELLED, NULL);
@@ -816,6 +838,7 @@ static bool jobs_batch_feed_one(struct jobs *j, struct jobs_bcur *bc)
         l->len = l->body ? strlen(l->body) : 0;
         l->line = line;
         l->group = bc->group;
+        l->weight = bc->weight;
         l->arg = strdup(cid);
     }
     json_decref(root);
@@ -946,13 +969,18 @@ bool jobs_batch_pump(struct jobs *j)
     int running = jobs_batch_running(j);
     if (!running)
         return progress;
-    /* Each running batch keeps its share of the window in the caller, whose
-     * queue is first come first served: equal shares, equal turns. */
-    int share = JOBS_BATCH_WINDOW / running;
+    /* Each running batch keeps its part of the window in the caller, by
+     * weight as its turns there are (llmbatch_dispatch). */
+    double wsum = 0;
+    for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++)
+        wsum += j->bcur[i].active ? j->bcur[i].weight : 0;
     for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++) {
         struct jobs_bcur *bc = &j->bcur[i];
         if (!bc->active)
             continue;
+        int share = (int)(JOBS_BATCH_WINDOW * bc->weight / wsum);
+        if (share < 1)
+            share = 1;
         if (jobs_batch_now_s() >= bc->b.at[STATE_BATCH_AT_EXPIRES]) {
             jobs_batch_finalize(j, bc, STATE_BATCH_EXPIRED, NULL);
             progress = true;

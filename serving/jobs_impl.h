@@ -70,6 +70,7 @@ struct jobs_bcur {
     uint64_t group;                   /* its lines' llmbatch group (unique per run) */
     struct state_batch b;
     int tenant;
+    double weight;                    /* in the turns: jobs_batch_weight */
     FILE *in;
     int64_t next_line;                /* the number of the next non-blank line */
     bool eof;

@@ -317,6 +317,14 @@ static int *llmbatch_turn(struct llmbatch_turns *t, uint64_t group)
     return &t->n[t->ngroups++];
 }
 
+/* A group's lines in flight per its weight once one more is sent: the
+ * group with the least goes next, so groups hold the pool's places in
+ * proportion to their weights. */
+static double llmbatch_load(int inflight, double weight)
+{
+    return (inflight + 1) / (weight > 0 ? weight : 1.0);
+}
+
 /* When the group last had a line sent (0: never, or forgotten). */
 static uint64_t llmbatch_last_sent(const struct llmbatch *b, uint64_t group)
 {
@@ -342,8 +350,9 @@ static void llmbatch_note_sent(struct llmbatch *b, uint64_t group)
 }
 
 /* Sends every waiting line that has an idle endpoint now. The next line
- * sent is the first waiting of the group with the fewest lines in flight,
- * and among equals of the one served longest ago (groups take turns: a
+ * sent is the first waiting of the group with the fewest lines in flight
+ * for its weight (llmbatch_load: with equal weights, the fewest), and
+ * among equals of the one served longest ago (groups take turns: a
  * batch queued behind another's backlog still gets its share, and a group
  * whose line just ended does not win its place back by being first in
  * line); in order within a group. A pool with no idle endpoint is not
@@ -362,7 +371,7 @@ static void llmbatch_dispatch(struct llmbatch *b)
     uint64_t round = ++b->rounds;
     for (;;) {
         struct llmbatch_line **best = NULL;
-        int best_n = 0;
+        double best_load = 0;
         uint64_t best_at = 0;
         for (struct llmbatch_line **pp = &b->wait_head; *pp; pp = &(*pp)->next) {
             struct llmbatch_line *l = *pp;
@@ -374,11 +383,11 @@ static void llmbatch_dispatch(struct llmbatch *b)
             if (skip)
                 continue;
             int *n = llmbatch_turn(&turns, l->group);
-            int inflight = n ? *n : INT_MAX / 2;
+            double load = llmbatch_load(n ? *n : INT_MAX / 2, l->weight);
             uint64_t at = llmbatch_last_sent(b, l->group);
-            if (!best || inflight < best_n || (inflight == best_n && at < best_at)) {
+            if (!best || load < best_load || (load == best_load && at < best_at)) {
                 best = pp;
-                best_n = inflight;
+                best_load = load;
                 best_at = at;
             }
         }

@@ -47,6 +47,8 @@ struct llmbatch_line {
                                          the whole one assembled from it (llmstream.h) */
     int64_t line;                     /* the submitter's: its number */
     uint64_t group;                   /* the submitter's: what llmbatch_cancel_group takes back (> 0) */
+    double weight;                    /* the submitter's: its group's weight in the turns (> 0;
+                                         the same for every line of a group; 0 reads as 1) */
     void *arg;                        /* the submitter's */
     /* The outcome: */
     int status;                       /* the answer's HTTP status; 0: none (see error) */

@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
@@ -143,6 +144,25 @@ class BatchCase(unittest.TestCase):
         if contains:
             self.assertIn(contains, err["message"])
         return err
+
+    def as_tenant(self, key):
+        """self.call sends the key's bearer token from now on; returns the
+        plain call."""
+        real_call = BatchCase.call.__get__(self)
+        h = {"Authorization": "Bearer " + key}
+        self.call = lambda m, p, body=None, headers=None, timeout=30: real_call(
+            m, p, body, dict(h, **(headers or {})), timeout)
+        return real_call
+
+    def make(self, key, n, max_tokens, tag):
+        real = self.as_tenant(key)
+        try:
+            fid = self.upload_ok(jsonl([line(i, max_tokens=max_tokens) for i in range(n)]))["id"]
+            st, raw = self.create(fid, metadata={"tag": tag})
+            self.assertEqual(st, 200, raw)
+            return json.loads(raw)["id"]
+        finally:
+            self.call = real
 
     def sim_requests(self):
         """Requests the simulated servers finished (all endpoints)."""
@@ -635,25 +655,6 @@ class TestBatchesSideBySide(BatchCase):
     extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")]},
                          {"name": "team-b", "keys": [digest("k-b")]}]}
 
-    def as_tenant(self, key):
-        """self.call sends the key's bearer token from now on; returns the
-        plain call."""
-        real_call = BatchCase.call.__get__(self)
-        h = {"Authorization": "Bearer " + key}
-        self.call = lambda m, p, body=None, headers=None, timeout=30: real_call(
-            m, p, body, dict(h, **(headers or {})), timeout)
-        return real_call
-
-    def make(self, key, n, max_tokens, tag):
-        real = self.as_tenant(key)
-        try:
-            fid = self.upload_ok(jsonl([line(i, max_tokens=max_tokens) for i in range(n)]))["id"]
-            st, raw = self.create(fid, metadata={"tag": tag})
-            self.assertEqual(st, 200, raw)
-            return json.loads(raw)["id"]
-        finally:
-            self.call = real
-
     def test_a_long_batch_does_not_hold_another_tenant_back(self):
         self.start()
         big = self.make("k-a", 300, 16, "big")
@@ -737,6 +738,44 @@ class TestBatchesSideBySide(BatchCase):
             self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0}, b)
             self.assertEqual(sorted(o["custom_id"] for o in self.content(b["output_file_id"])),
                              sorted("req-%d" % i for i in range(n)))
+
+
+class TestBatchWeights(BatchCase):
+    """Batches of tenants with guaranteed shares take the pool's idle
+    places in proportion to them (team-a 0.6, team-b 0.2: 3 to 1)."""
+    pool_kw = {"offline": {"max_running": 4, "max_inflight_per_endpoint": 4}}
+    extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")], "share": 0.6},
+                         {"name": "team-b", "keys": [digest("k-b")], "share": 0.2}]}
+
+    def counts(self, key, bid):
+        real = self.as_tenant(key)
+        try:
+            c = self.batch(bid)["request_counts"]
+            return c["completed"] + c["failed"]
+        finally:
+            self.call = real
+
+    def test_turns_follow_the_tenants_shares(self):
+        self.start()
+        a = self.make("k-a", 400, 16, "a")
+        b = self.make("k-b", 400, 16, "b")
+        self.srv.wait_log(r"batch %s starts" % b, timeout=30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            na, nb = self.counts("k-a", a), self.counts("k-b", b)
+            if na + nb >= 160:
+                break
+            time.sleep(0.1)
+        print("\nbatch turns by share 0.6 : 0.2: team-a %d lines, team-b %d" % (na, nb),
+              file=sys.stderr)
+        self.assertGreaterEqual(na + nb, 160)
+        self.assertLess(na, 400, "team-a's batch ended before the comparison")
+        self.assertGreater(nb, 0, "team-b's batch moves too")
+        self.assertGreater(na / nb, 2.0)
+        self.assertLess(na / nb, 4.5)
+        for key, bid in (("k-a", a), ("k-b", b)):
+            self.as_tenant(key)
+            self.assertEqual(self.call("POST", "/v1/batches/%s/cancel" % bid)[0], 200)
 
 
 class TestBatchClientSigkill(BatchCase):
