@@ -838,6 +838,15 @@ class StreamFlowTest(H2FloodCase):
             self.assertTrue(c.poll(0.05), "the connection closed")
         return sent
 
+    def assert_window_back(self, c, sid, seen, when):
+        """A WINDOW_UPDATE for the stream after frame `seen`; then the
+        stream is reset."""
+        before = set(map(id, c.frames[:seen]))
+        f = c.wait(lambda f: f.type == WINDOW_UPDATE and f.sid == sid and id(f) not in before,
+                   timeout=10)
+        self.assertIsNotNone(f, "expected the stream's window back " + when)
+        c.send(rst_stream(sid))
+
     def test_a_stream_takes_a_bounded_number_of_messages(self):
         c = self.h2()
         self.open_window(c)
@@ -855,11 +864,7 @@ class StreamFlowTest(H2FloodCase):
                                                          if f.type == DATA)[:400])
         self.assertLessEqual(sent, bound + slack)
         # As answers make room, the window comes back.
-        seen = len(c.frames)
-        f = c.wait(lambda f: f.type == WINDOW_UPDATE and f.sid == sid and f in c.frames[seen:],
-                   timeout=10)
-        self.assertIsNotNone(f, "expected the stream's window back once answers made room")
-        c.send(rst_stream(sid))
+        self.assert_window_back(c, sid, len(c.frames), "once answers made room")
         self.assert_served("after a stream held back")
 
     def test_a_stream_whose_client_reads_nothing_stops_taking_messages(self):
@@ -881,10 +886,7 @@ class StreamFlowTest(H2FloodCase):
         self.assertLessEqual(sent, bound)
         seen = len(c.frames)
         self.open_window(c)
-        f = c.wait(lambda f: f.type == WINDOW_UPDATE and f.sid == sid and f in c.frames[seen:],
-                   timeout=10)
-        self.assertIsNotNone(f, "expected the stream's window back once the answers were read")
-        c.send(rst_stream(sid))
+        self.assert_window_back(c, sid, seen, "once the answers were read")
         self.assert_served("after a stream whose client did not read")
 
     def test_a_stream_that_ends_with_messages_waiting_gets_every_answer(self):
