@@ -4,7 +4,9 @@
  * reported as it passes (time to first token, inter-token gaps), the
  * usage the server reports, and the usage event that batchgate asked for
  * dropped when the client did not ask for it. A whole (non-streamed)
- * answer's usage too. Pure: no I/O, the clock passed in; bounded: an
+ * answer's usage too. Chunks are read for text without being parsed (any
+ * non-empty `content`, `reasoning_content` or `text`, in any choice); only
+ * an event with a `usage` that is not null is parsed. Pure: no I/O, the clock passed in; bounded: an
  * event larger than LLMTAP_EVENT_MAX turns reading off for the rest of the
  * stream, which then passes through unread. */
 #ifndef BG_LLMTAP_H

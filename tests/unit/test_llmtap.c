@@ -132,6 +132,60 @@ static void test_times_of_content(void **state)
     buf_free(&out);
 }
 
+/* Chunks are read for text without being parsed (only an event with a
+ * usage that is not null is): each of these must count as its comment
+ * says, whatever the spacing, escapes and neighbouring keys. */
+static void test_content_found_without_parsing(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *ev;
+        bool content;
+    } cases[] = {
+        {"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n", true},
+        {"data: {\"choices\" : [ { \"delta\" : { \"content\" :\t \"x\" } } ] }\n\n", true},
+        {"data: {\"choices\":[{\"delta\":{\"content\":\"\"}}]}\n\n", false},       /* empty */
+        {"data: {\"choices\":[{\"delta\":{\"content\":null}}]}\n\n", false},
+        {"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n", false},
+        {"data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n", true},
+        {"data: {\"choices\":[{\"text\":\"y\",\"index\":0}]}\n\n", true},
+        {"data: {\"choices\":[{\"text\":\"\",\"index\":0}]}\n\n", false},
+        /* A key's name inside a string value is no key. */
+        {"data: {\"choices\":[{\"delta\":{\"role\":\"say \\\"content\\\":\\\"x\\\"\"}}]}\n\n",
+         false},
+        /* logprobs' content is an array, not text. */
+        {"data: {\"choices\":[{\"delta\":{\"content\":\"\"},\"logprobs\":{\"content\":[{"
+         "\"token\":\"a\"}]}}]}\n\n",
+         false},
+        /* usage null: still the fast path; the text counts. */
+        {"data: {\"choices\":[{\"delta\":{\"content\":\"z\"}}],\"usage\":null}\n\n", true},
+        /* usage with the text (continuous usage): parsed, both read. */
+        {"data: {\"choices\":[{\"delta\":{\"content\":\"z\"}}],\"usage\":{\"prompt_tokens\":2,"
+         "\"completion_tokens\":1}}\n\n",
+         true},
+        {"data: [DONE]\n\n", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct llmtap t;
+        struct buf out = {0};
+        run(cases[i].ev, strlen(cases[i].ev), 4, true, &t, &out);
+        if (t.chunks != (cases[i].content ? 1 : 0))
+            fail_msg("case %zu (%s): %lld chunks with text", i, cases[i].ev, (long long)t.chunks);
+        assert_int_equal(out.len, strlen(cases[i].ev));
+        llmtap_free(&t);
+        buf_free(&out);
+    }
+    /* The last usage case was read as usage too. */
+    struct llmtap t;
+    struct buf out = {0};
+    run(cases[11].ev, strlen(cases[11].ev), 3, false, &t, &out);
+    assert_true(t.usage_seen);
+    assert_int_equal(t.prompt_tokens, 2);
+    assert_int_equal(out.len, strlen(cases[11].ev));   /* it has text: passed on */
+    llmtap_free(&t);
+    buf_free(&out);
+}
+
 static void test_oversized_event_turns_reading_off(void **state)
 {
     (void)state;
@@ -180,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_crlf_and_several_data_lines),
         cmocka_unit_test(test_broken_events_pass_as_sent),
         cmocka_unit_test(test_times_of_content),
+        cmocka_unit_test(test_content_found_without_parsing),
         cmocka_unit_test(test_oversized_event_turns_reading_off),
         cmocka_unit_test(test_whole_answer_usage),
     };
