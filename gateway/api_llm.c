@@ -346,7 +346,7 @@ static void llm_account(struct llm_call *c, int status)
 {
     int64_t now = now_ns();
     modelstats_request(c->sm->stats, http_request_thread(c->req), status, now - c->t0, -1, NULL);
-    modelstats_call(c->sm->stats, 0, c->tenant, false, c->used, now - c->t0);
+    modelstats_call(c->sm->stats, c->e >= 0 ? c->e : 0, c->tenant, false, c->used, now - c->t0);
 }
 
 /* The call's tokens: the server's usage, else a stream's content chunks

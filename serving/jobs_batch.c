@@ -529,7 +529,8 @@ static void jobs_batch_collect_one(struct jobs *j, struct jobs_bcur *bc, struct 
         }
         /* The usage ledger: the line's tokens and time, as the tenant's
          * offline use of the pool (an online call's are online). */
-        modelstats_call(l->sm->stats, 0, bc->tenant, true, prompt + completion, l->ns);
+        modelstats_call(l->sm->stats, l->endpoint >= 0 ? l->endpoint : 0, bc->tenant, true,
+                        prompt + completion, l->ns);
         char id[48], rid[48];
         jobs_new_id("batch_req_", id, sizeof id);
         jobs_new_id("req_", rid, sizeof rid);

@@ -207,8 +207,11 @@ static void ledger_device_row(const struct served_device *d, void *arg)
 }
 
 /* A loop backend's servers share instance 0's use (its batches) by their
- * busy time; requests and rows by largest remainder, so they add up. */
-static void ledger_share_servers(struct ledger *l, int first_item, int use0_off)
+ * busy time; requests and rows by largest remainder, so they add up. An
+ * LLM pool counts each call on its endpoint's instance (`per_server`):
+ * server k is charged instance k's use as it is. */
+static void ledger_share_servers(struct ledger *l, int first_item, int use0_off,
+                                 const struct ledger_walk *walk, bool per_server)
 {
     int idx[64], n = 0;
     double total = 0;
@@ -219,6 +222,11 @@ static void ledger_share_servers(struct ledger *l, int first_item, int use0_off)
         }
     if (n == 0 || use0_off < 0)
         return;
+    if (per_server && walk->nuse >= n) {
+        for (int k = 0; k < n; k++)
+            l->items[idx[k]].use_off = walk->use_off[k];
+        return;
+    }
     int base = l->ndeltas;
     if (!LEDGER_GROW(l->deltas, l->capdeltas, base + n * WORK_TENANTS_MAX))
         return;
@@ -311,7 +319,7 @@ static void ledger_sample_model(struct ledger *l, int entry, struct served_model
     }
     int first = l->nitems;
     serving_model_devices(sm, &snap, ledger_device_row, &w);
-    ledger_share_servers(l, first, w.nuse > 0 ? w.use_off[0] : -1);
+    ledger_share_servers(l, first, w.nuse > 0 ? w.use_off[0] : -1, &w, sm->pool != NULL);
     free(cur);
     modelstats_snapshot_free(&snap);
 }

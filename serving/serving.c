@@ -177,6 +177,16 @@ void served_sig_read(const struct served_entry *e, const struct model_config *cf
 /* A new entry for the model folder dir/name, published with a shell copy:
  * FAILED when its config is invalid, else LOADING (eager) or UNLOADED
  * (lazy). */
+/* How many instances a model's statistics keep: its instances (loaded:
+ * `loaded`, else as configured); an LLM pool's calls count per endpoint,
+ * so that the usage ledger charges each endpoint what was sent to it. */
+static int served_stats_instances(const struct model_config *cfg, int loaded)
+{
+    if (cfg->backend == MODEL_BACKEND_OPENAI)
+        return cfg->pool.nendpoints > 0 ? cfg->pool.nendpoints : 1;
+    return loaded > 0 ? loaded : cfg->instance_count;
+}
+
 int served_entry_add(struct serving *s, const char *name, int pinned, struct error *err)
 {
     int n = atomic_load(&s->n);
@@ -209,7 +219,7 @@ int served_entry_add(struct serving *s, const char *name, int pinned, struct err
     served_sig_read(e, cfg, version, &e->sig);
     /* Statistics exist from the start: requests to a model that failed
      * or is not loaded are counted too (as not_ready). */
-    e->stats = modelstats_new(s->io_threads, bad ? 1 : cfg->instance_count,
+    e->stats = modelstats_new(s->io_threads, bad ? 1 : served_stats_instances(cfg, 0),
                               bad ? 1 : cfg->batching.max_batch_size);
     const char *reason = bad ? ce.msg
                          : cfg->lifecycle.lazy ? "not loaded yet (lifecycle.load \"lazy\": the "
@@ -531,9 +541,10 @@ struct served_model *served_shell_new(struct serving *s, struct served_entry *e,
  * copies that point at them, and are freed with the table). */
 static int served_stats_fit(struct served_entry *e, const struct model *m)
 {
-    if (modelstats_fits(e->stats, m->ninstances, m->cfg.batching.max_batch_size))
+    int ninst = served_stats_instances(&m->cfg, m->ninstances);
+    if (modelstats_fits(e->stats, ninst, m->cfg.batching.max_batch_size))
         return 0;
-    struct modelstats *ns = modelstats_new(modelstats_io_threads(e->stats), m->ninstances,
+    struct modelstats *ns = modelstats_new(modelstats_io_threads(e->stats), ninst,
                                            m->cfg.batching.max_batch_size);
     if (!ns)
         return -1;

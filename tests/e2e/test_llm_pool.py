@@ -702,6 +702,65 @@ class TestPoolTenants(PoolCase):
         self.assertEqual(out, [200])
 
 
+class TestPoolLedgerByEndpoint(PoolCase):
+    """The usage ledger charges each endpoint the calls sent to it: team-a's
+    calls all went to endpoint 0 and team-b's to endpoint 1 (the other one
+    answering 500 meanwhile, so each call was tried there first), and the
+    rows say so, tokens and requests, not a split of each tenant's use by
+    the endpoints' busy time."""
+    sim_endpoints = 2
+    config = {
+        "tenants": [
+            {"name": "team-a", "keys": [digest("k-a")]},
+            {"name": "team-b", "keys": [digest("k-b")]},
+            {"name": "ops", "keys": [digest("k-ops")], "admin": True},
+        ],
+        "usage": {"flush_s": 1},
+    }
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "smol", pool("smol", [cls.sim.url(0), cls.sim.url(1)], tries=2,
+                                       metrics_interval_ms=0, picker={"policy": "round_robin"}))
+
+    def calls(self, key, n):
+        tokens = 0
+        for _ in range(n):
+            r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=5),
+                               headers={"Authorization": "Bearer " + key})
+            self.assertEqual(r.status, 200, raw)
+            tokens += json.loads(raw)["usage"]["total_tokens"]
+        return tokens
+
+    def test_each_endpoint_is_charged_its_own_calls(self):
+        try:
+            self.sim.fault(1, "500")
+            a = self.calls("k-a", 4)
+            self.sim.fault(1, "none")
+            time.sleep(2.2)   # its failures took endpoint 1 out for 2 s (no scrape here)
+            self.sim.fault(0, "500")
+            b = self.calls("k-b", 6)
+        finally:
+            self.sim.fault(0, "none")
+            self.sim.fault(1, "none")
+        want = {("team-a", self.sim.url(0)): (4, a), ("team-b", self.sim.url(1)): (6, b)}
+        deadline = time.monotonic() + 10
+        while True:
+            c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
+            c.request("GET", "/v2/usage?group_by=tenant,device&step=86400",
+                      headers={"Authorization": "Bearer k-ops"})
+            resp = c.getresponse()
+            body = json.loads(resp.read())
+            c.close()
+            self.assertEqual(resp.status, 200, body)
+            got = {(x["tenant"], x["device"]): (x["requests"], x["rows"]) for x in body["rows"]
+                   if x["tenant"] in ("team-a", "team-b") and (x["requests"] or x["rows"])}
+            if got == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        self.assertEqual(got, want)
+
+
 class TestPoolQuotasAcrossRestarts(PoolCase):
     """A restart does not give a tenant its tokens back: the day's and the
     minute's count continue from the usage ledger (admit_restore.c), here
