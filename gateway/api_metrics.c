@@ -332,25 +332,32 @@ static void metrics_render_tenants(struct api_state *st, const struct metrics_de
             buf_appendf(b, "\"} %d\n", admit_inflight(st->admit, ti));
         }
     /* LLM pools' token quotas: what each window holds, beside its limit. */
-    static const char *const windows[2] = {"minute", "day"};
+    static const char *const windows[3] = {"minute", "day", "batch_day"};
     static const struct {
         const char *name, *help;
     } fams[2] = {
         {"tenant_quota_tokens_used", "LLM pools: tokens counted toward the tenant's quota: in "
-                                     "the last 60 s (window minute), today UTC (window day)."},
+                                     "the last 60 s (window minute), today UTC (window day), "
+                                     "its Batch API lines' today UTC (window batch_day)."},
         {"tenant_quota_tokens", "LLM pools: the tenant's token quota: tokens_per_minute "
-                                "(window minute), tokens_per_day (window day)."},
+                                "(window minute), tokens_per_day (window day), "
+                                "batch_tokens_per_day (window batch_day)."},
     };
-    int64_t used[TENANTS_MAX][2] = {{0}};
+    int64_t used[TENANTS_MAX][3] = {{0}};
     int64_t now = now_ns(), unix_s = time(NULL);
-    for (int ti = 0; ti < t->n && st->admit; ti++)
-        admit_tokens_used(st->admit, ti, now, unix_s, &used[ti][0], &used[ti][1]);
+    for (int ti = 0; ti < t->n; ti++) {
+        if (st->admit)
+            admit_tokens_used(st->admit, ti, now, unix_s, &used[ti][0], &used[ti][1]);
+        used[ti][2] = jobs_batch_tokens_today(st->jobs, ti);
+    }
     for (int f = 0; f < 2; f++) {
         metrics_head(b, fams[f].name, "gauge", fams[f].help);
-        for (int w = 0; w < 2; w++)
+        for (int w = 0; w < 3; w++)
             for (int ti = 0; ti < t->n; ti++) {
-                int64_t limit = w ? t->t[ti].tokens_per_day : t->t[ti].tokens_per_minute;
-                if (limit <= 0 || !st->admit)
+                int64_t limit = w == 2   ? t->t[ti].batch_tokens_per_day
+                                : w == 1 ? t->t[ti].tokens_per_day
+                                         : t->t[ti].tokens_per_minute;
+                if (limit <= 0 || (w < 2 ? !st->admit : !st->jobs))
                     continue;
                 buf_appendf(b, P "%s{tenant=\"", fams[f].name);
                 metrics_label(b, t->t[ti].name);

@@ -155,6 +155,12 @@ static const struct schema_field config_tenant_fields[] = {
      .doc = "LLM pools: tokens per UTC day, counted like tokens_per_minute; past it: 429 "
             "with `x-should-retry: false` and the seconds to midnight UTC; both quotas continue "
             "across restarts from the usage ledger (docs/LLM.md \"Tokens\"); 0 = unlimited"},
+    {SCHEMA_F_INT64("batch_tokens_per_day", struct tenant_config, batch_tokens_per_day),
+     .min = 0, .max = INT64_C(1) << 50, .def = 0,
+     .doc = "LLM pools' Batch API: its batch lines' tokens per UTC day (they count toward this, "
+            "not toward tokens_per_day); once reached its batches send no more lines until "
+            "midnight UTC (they stay `in_progress`, and expire at their completion window as "
+            "any batch would); continues across restarts from the usage ledger; 0 = unlimited"},
     {SCHEMA_F_ENUM("llm_priority", struct tenant_config, llm_priority, config_llm_priorities),
      .sdef = "default",
      .doc = "LLM pools: its calls' priority when they name none (`X-Priority`, `service_tier`): "

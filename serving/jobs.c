@@ -593,6 +593,7 @@ static void *jobs_main(void *arg)
     if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
         (void)!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     jobs_batch_sweep(j);
+    jobs_btok_restore(j);
     for (;;) {
         pthread_mutex_lock(&j->mu);
         struct jobs_cmd *cmds = j->cmds;

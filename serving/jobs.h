@@ -101,5 +101,8 @@ size_t jobs_max_file_bytes(const struct jobs *j);
 struct state *jobs_state(struct jobs *j);
 /* Result lines written for served model `i` since start: ok and failed. */
 void jobs_lines(struct jobs *j, int i, uint64_t *ok, uint64_t *failed);
+/* Any thread: the tenant's Batch API tokens today (UTC), for its
+ * batch_tokens_per_day; 0 with no runner. */
+int64_t jobs_batch_tokens_today(struct jobs *j, int tenant);
 
 #endif

@@ -463,6 +463,141 @@ static struct served_model *jobs_batch_pool(struct jobs *j, struct jobs_bcur *bc
     return sm;
 }
 
+/* ---- batch_tokens_per_day ---- */
+
+/* A new UTC day starts every tenant's count again. */
+static void jobs_btok_roll(struct jobs *j)
+{
+    int64_t day = (int64_t)time(NULL) / 86400;
+    if (day == j->btok_day)
+        return;
+    j->btok_day = day;
+    for (int i = 0; i < TENANTS_MAX; i++) {
+        atomic_store(&j->btok_used[i], 0);
+        j->btok_blocked[i] = false;
+    }
+}
+
+static int64_t jobs_btok_quota(const struct jobs *j, int tenant)
+{
+    return j->tenants && tenant >= 0 && tenant < j->tenants->n
+               ? j->tenants->t[tenant].batch_tokens_per_day
+               : 0;
+}
+
+/* Whether the batch may hand the caller one more line under its tenant's
+ * batch_tokens_per_day: the day's tokens so far, plus the lines of the
+ * tenant's batches already handed over and this one, each counted as this
+ * batch's largest line so far, stay within it (one line at a time until a
+ * line has told). So the count passes the quota only by what lines in
+ * flight use beyond the largest so far. A tenant that cannot fit another
+ * line is blocked until midnight UTC: its batches give up their places
+ * (jobs_batch_pump). */
+static bool jobs_btok_room(struct jobs *j, const struct jobs_bcur *bc)
+{
+    int64_t quota = jobs_btok_quota(j, bc->tenant);
+    if (quota <= 0)
+        return true;
+    jobs_btok_roll(j);
+    if (j->btok_blocked[bc->tenant])
+        return false;
+    int inflight = 0;
+    for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++)
+        if (j->bcur[i].active && j->bcur[i].tenant == bc->tenant)
+            inflight += j->bcur[i].inflight;
+    int64_t used = atomic_load(&j->btok_used[bc->tenant]);
+    if (!bc->tok_lines)
+        return inflight == 0 && used < quota;
+    int64_t per_line = bc->tok_max;
+    if (used + per_line * (inflight + 1) <= quota)
+        return true;
+    if (inflight == 0) {
+        j->btok_blocked[bc->tenant] = true;
+        log_info("tenant %s: batch_tokens_per_day (%lld) reached (%lld today, lines of up to "
+                 "%lld): its batches send no more lines until midnight UTC",
+                 j->tenants->t[bc->tenant].name, (long long)quota, (long long)used,
+                 (long long)per_line);
+    }
+    return false;
+}
+
+/* The tenant of that name is blocked today (no warning for a tenant no
+ * longer configured: it runs as the default, jobs_tenant_index). The day
+ * was rolled by the caller. */
+static bool jobs_btok_blocked_name(const struct jobs *j, const char *name)
+{
+    for (int i = 0; j->tenants && i < j->tenants->n; i++)
+        if (strcmp(j->tenants->t[i].name, name) == 0)
+            return j->btok_blocked[i];
+    return j->btok_blocked[0];
+}
+
+struct jobs_btok_restore {
+    struct jobs *j;
+    int64_t rows;
+};
+
+static void jobs_btok_restore_row(const struct state_usage_row *r, void *arg)
+{
+    struct jobs_btok_restore *br = arg;
+    struct jobs *j = br->j;
+    if (r->rows <= 0 || strcmp(r->cls, "offline") != 0 || !j->serving || !j->tenants)
+        return;
+    int t = -1;
+    for (int i = 0; i < j->tenants->n; i++)
+        if (strcmp(j->tenants->t[i].name, r->tenant) == 0)
+            t = i;
+    if (t < 0 || jobs_btok_quota(j, t) <= 0)
+        return;
+    /* An LLM pool's offline rows are its batch lines' tokens (other
+     * models' are job lines' rows). */
+    struct served_model *sm = serving_acquire(j->serving, r->model, strlen(r->model));
+    bool pool = sm && sm->model.cfg.backend == MODEL_BACKEND_OPENAI;
+    if (sm)
+        served_release(sm);
+    if (!pool)
+        return;
+    atomic_fetch_add(&j->btok_used[t], r->rows);
+    br->rows++;
+}
+
+/* At the runner's start: today's batch tokens from the usage ledger, so a
+ * restart does not hand a tenant its day again (what a crash loses is the
+ * ledger's last usage.flush_s). */
+void jobs_btok_restore(struct jobs *j)
+{
+    bool any = false;
+    for (int i = 0; j->tenants && i < j->tenants->n; i++)
+        any |= jobs_btok_quota(j, i) > 0;
+    if (!any || !j->st)
+        return;
+    jobs_btok_roll(j);
+    int64_t now = (int64_t)time(NULL), midnight = now - now % 86400;
+    struct jobs_btok_restore br = {j, 0};
+    struct error err = {0};
+    if (state_usage_query(j->st, midnight, now + 60, 86400,
+                          STATE_USAGE_BY_TENANT | STATE_USAGE_BY_MODEL | STATE_USAGE_BY_CLASS,
+                          NULL, jobs_btok_restore_row, &br, &err) < 0) {
+        log_error("batch_tokens_per_day: cannot read today's usage (%s): the tenants' batch "
+                  "tokens count from zero", err.msg);
+        return;
+    }
+    for (int i = 0; i < j->tenants->n; i++)
+        if (jobs_btok_quota(j, i) > 0 && atomic_load(&j->btok_used[i]) > 0)
+            log_info("tenant %s: %lld batch tokens today (of batch_tokens_per_day %lld), from the "
+                     "usage ledger", j->tenants->t[i].name,
+                     (long long)atomic_load(&j->btok_used[i]),
+                     (long long)jobs_btok_quota(j, i));
+}
+
+int64_t jobs_batch_tokens_today(struct jobs *j, int tenant)
+{
+    if (!j || tenant < 0 || tenant >= TENANTS_MAX)
+        return 0;
+    /* Read across the day's turn: yesterday's count is not today's. */
+    return j->btok_day == (int64_t)time(NULL) / 86400 ? atomic_load(&j->btok_used[tenant]) : 0;
+}
+
 /* The line's result, committed: the line is done. */
 static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line, bool ok,
                               const struct buf *res, const struct served_model *sm)
@@ -526,6 +661,11 @@ static void jobs_batch_collect_one(struct jobs *j, struct jobs_bcur *bc, struct 
             prompt = json_is_integer(p) ? json_integer_value(p) : 0;
             completion = json_is_integer(k) ? json_integer_value(k) : 0;
             llmpool_tokens(l->sm->pool, l->endpoint, bc->tenant, prompt, completion);
+            jobs_btok_roll(j);
+            atomic_fetch_add(&j->btok_used[bc->tenant], prompt + completion);
+            bc->tok_lines++;
+            if (prompt + completion > bc->tok_max)
+                bc->tok_max = prompt + completion;
         }
         /* The usage ledger: the line's tokens and time, as the tenant's
          * offline use of the pool (an online call's are online). */
@@ -697,6 +837,11 @@ static void jobs_batch_pick_one(const struct state_batch *b, void *arg)
     struct jobs_batch_pick *p = arg;
     if (p->rank == 2)
         return;
+    /* Its tenant's batch_tokens_per_day: not before midnight UTC, unless
+     * to end it as expired. */
+    if (jobs_batch_now_s() < b->at[STATE_BATCH_AT_EXPIRES] &&
+        jobs_btok_blocked_name(p->j, b->tenant))
+        return;
     int rank = 2;
     for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++) {
         const struct jobs_bcur *bc = &p->j->bcur[i];
@@ -713,8 +858,6 @@ static void jobs_batch_pick_one(const struct state_batch *b, void *arg)
     }
 }
 
-/* Opens the next batch (jobs_batch_pick_one) in the free place bc, where
- * its last run left it; false when none waits. */
 /* A running batch's weight in the turns at the pool's idle places: its
  * tenant's guaranteed `share`; tenants without one split what the shares
  * leave (at least 0.01 each, so that their batches still move), and
@@ -736,8 +879,11 @@ static double jobs_batch_weight(const struct jobs *j, int tenant)
     return w > 0.01 ? w : 0.01;
 }
 
+/* Opens the next batch (jobs_batch_pick_one) in the free place bc, where
+ * its last run left it; false when none waits. */
 static bool jobs_batch_begin(struct jobs *j, struct jobs_bcur *bc)
 {
+    jobs_btok_roll(j);   /* a new day unblocks tenants (jobs_batch_pick_one) */
     struct error err = {0};
     struct jobs_batch_pick pick = {j, &bc->b, 0};
     if (state_batch_unfinished(j->st, jobs_batch_pick_one, &pick, &err) != 0 || !pick.rank) {
@@ -987,10 +1133,17 @@ bool jobs_batch_pump(struct jobs *j)
             progress = true;
             continue;
         }
-        while (!bc->eof && bc->inflight < share)
+        while (!bc->eof && bc->inflight < share && jobs_btok_room(j, bc))
             progress |= jobs_batch_feed_one(j, bc);
         if (bc->eof && bc->inflight == 0) {
             jobs_batch_finalize(j, bc, STATE_BATCH_COMPLETED, NULL);
+            progress = true;
+        } else if (bc->inflight == 0 && j->btok_blocked[bc->tenant]) {
+            /* Its tenant's tokens for today are spent: the place goes to
+             * another tenant's batch; this one resumes after midnight UTC. */
+            log_info("batch %s waits for midnight UTC (tenant %s: batch_tokens_per_day)",
+                     bc->b.id, bc->b.tenant);
+            jobs_batch_close(j, bc);
             progress = true;
         }
     }

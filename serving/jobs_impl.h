@@ -5,6 +5,7 @@
 #define BG_JOBS_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,6 +72,7 @@ struct jobs_bcur {
     struct state_batch b;
     int tenant;
     double weight;                    /* in the turns: jobs_batch_weight */
+    int64_t tok_lines, tok_max;       /* lines ended with a usage this run, the largest's tokens */
     FILE *in;
     int64_t next_line;                /* the number of the next non-blank line */
     bool eof;
@@ -111,6 +113,11 @@ struct jobs {
     uint64_t bgroups;                 /* the last group given */
     bool batches_look;                /* a batch was made or ended: look for one to run */
     int64_t batches_looked_ns;
+    /* Batch lines' tokens today per tenant (batch_tokens_per_day): written
+     * by the runner, read by /metrics. */
+    _Atomic int64_t btok_day;         /* the UTC day they count (Unix s / 86400) */
+    _Atomic int64_t btok_used[TENANTS_MAX];
+    bool btok_blocked[TENANTS_MAX];   /* no line fits today: its batches wait (jobs_btok_room) */
 };
 
 /* Batches running now (jobs_batch.c). */
@@ -136,6 +143,8 @@ bool jobs_batch_pump(struct jobs *j);
 /* At the runner's start: the files of <jobs.dir>/batch that no row needs
  * any more (a crash between a row and its bytes) are deleted. */
 void jobs_batch_sweep(struct jobs *j);
+/* At the runner's start: today's batch tokens per tenant from the ledger. */
+void jobs_btok_restore(struct jobs *j);
 /* At stop: the lines in flight taken back (they run again at the next start). */
 void jobs_batch_pause(struct jobs *j);
 /* The caller's `done` (its thread): the line back to the jobs thread. */

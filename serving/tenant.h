@@ -34,6 +34,7 @@ struct tenant_config {
     double rate_rows_per_s;           /* 0: unlimited */
     int64_t tokens_per_minute;        /* LLM pools' tokens, the last 60 s; 0: unlimited */
     int64_t tokens_per_day;           /* the same per UTC day; 0: unlimited */
+    int64_t batch_tokens_per_day;     /* Batch API lines' tokens per UTC day; 0: unlimited */
     int llm_priority;                 /* its LLM calls' default: 0 priority, 1 default, 2 flex */
     bool admin;                       /* may use the admin routes */
 };

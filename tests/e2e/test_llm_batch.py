@@ -778,6 +778,65 @@ class TestBatchWeights(BatchCase):
             self.assertEqual(self.call("POST", "/v1/batches/%s/cancel" % bid)[0], 200)
 
 
+class TestBatchTokenQuota(BatchCase):
+    """batch_tokens_per_day: a tenant's batch lines stop once the next one
+    would not fit in the day's tokens; its batch waits in_progress and gives
+    its place to another tenant's; /metrics shows the window batch_day;
+    after a SIGKILL the count comes back from the usage ledger."""
+    QUOTA = 400
+    extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")],
+                          "batch_tokens_per_day": QUOTA},
+                         {"name": "team-b", "keys": [digest("k-b")]}],
+             "usage": {"flush_s": 1}}
+
+    def done(self, key, bid):
+        real = self.as_tenant(key)
+        try:
+            b = self.batch(bid)
+            return b["status"], b["request_counts"]["completed"] + b["request_counts"]["failed"]
+        finally:
+            self.call = real
+
+    def quota_used(self):
+        st, raw = self.call("GET", "/metrics")
+        m = re.search(r'batchgate_tenant_quota_tokens_used\{tenant="team-a",window="batch_day"\} '
+                      r'(\d+)', raw.decode())
+        return int(m.group(1)) if m else None
+
+    def test_lines_stop_at_the_quota_and_stay_stopped_through_a_sigkill(self):
+        self.start()
+        a = self.make("k-a", 60, 8, "a")
+        self.srv.wait_log(r"tenant team-a: batch_tokens_per_day \(%d\) reached" % self.QUOTA,
+                          timeout=30)
+        self.srv.wait_log(r"batch %s waits for midnight UTC" % a, timeout=10)
+        status, n = self.done("k-a", a)
+        used = self.quota_used()
+        per_line = used / n
+        print("\nbatch_tokens_per_day %d: %d lines done, %d tokens (%.1f a line)"
+              % (self.QUOTA, n, used, per_line), file=sys.stderr)
+        self.assertEqual(status, "in_progress")
+        # Lines in flight are counted as the largest so far: later lines'
+        # prompts ("line 10" after "line 9") are a token longer. Within 5%.
+        self.assertLessEqual(used, self.QUOTA * 1.05)
+        self.assertGreater(used + 2 * per_line, self.QUOTA, "stopped well short of the quota")
+        self.assertIn('batchgate_tenant_quota_tokens{tenant="team-a",window="batch_day"} %d'
+                      % self.QUOTA, self.call("GET", "/metrics")[1].decode())
+        # Its place goes to another tenant's batch, which runs to the end.
+        b = self.make("k-b", 20, 8, "b")
+        self.as_tenant("k-b")
+        self.assertEqual(self.wait(b, timeout=60)["status"], "completed")
+        self.assertEqual(self.done("k-a", a), ("in_progress", n))
+        # SIGKILL after the ledger's flush: the day's count comes back.
+        time.sleep(2.5)
+        self.srv.send_signal(signal.SIGKILL)
+        self.srv.wait(timeout=10)
+        self.start()
+        self.srv.wait_log(r"tenant team-a: %d batch tokens today" % used, timeout=10)
+        time.sleep(1.5)
+        self.assertEqual(self.done("k-a", a), ("in_progress", n))
+        self.assertEqual(self.quota_used(), used)
+
+
 class TestBatchClientSigkill(BatchCase):
     sim_args = ("--speed", "10")
     pool_kw = {"offline": {"max_running": 4, "max_inflight_per_endpoint": 4}}
