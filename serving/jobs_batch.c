@@ -859,24 +859,35 @@ static void jobs_batch_pick_one(const struct state_batch *b, void *arg)
 }
 
 /* A running batch's weight in the turns at the pool's idle places: its
- * tenant's guaranteed `share`; tenants without one split what the shares
- * leave (at least 0.01 each, so that their batches still move), and
- * without tenants every batch weighs the same. */
-static double jobs_batch_weight(const struct jobs *j, int tenant)
+ * tenant's guaranteed share in force (`share`, as the governance's time
+ * windows set it); tenants without one split what the shares leave (at
+ * least 0.01 each, so that their batches still move), and without tenants
+ * every batch weighs the same. */
+static double jobs_batch_weight(const struct jobs *j, const double *share, int tenant)
 {
     const struct tenants_config *tc = j->tenants;
     if (!tc || tenant < 0 || tenant >= tc->n)
         return 1;
-    if (tc->t[tenant].share > 0)
-        return tc->t[tenant].share;
+    if (share[tenant] > 0)
+        return share[tenant];
     double sum = 0;
     int unshared = 0;
     for (int i = 0; i < tc->n; i++) {
-        sum += tc->t[i].share;
-        unshared += tc->t[i].share <= 0;
+        sum += share[i];
+        unshared += share[i] <= 0;
     }
     double w = (1 - sum) / (unshared ? unshared : 1);
     return w > 0.01 ? w : 0.01;
+}
+
+/* The tenants' shares in force (the governance's window), or as
+ * configured without a serving table. */
+static void jobs_batch_shares(const struct jobs *j, double *share)
+{
+    for (int i = 0; j->tenants && i < j->tenants->n; i++)
+        share[i] = j->tenants->t[i].share;
+    if (j->serving && j->tenants)
+        serving_shares_in_force(j->serving, share);
 }
 
 /* Opens the next batch (jobs_batch_pick_one) in the free place bc, where
@@ -894,7 +905,9 @@ static bool jobs_batch_begin(struct jobs *j, struct jobs_bcur *bc)
     bc->active = true;
     bc->group = ++j->bgroups;
     bc->tenant = jobs_tenant_index(j, bc->b.tenant);
-    bc->weight = jobs_batch_weight(j, bc->tenant);
+    double share[TENANTS_MAX];
+    jobs_batch_shares(j, share);
+    bc->weight = jobs_batch_weight(j, share, bc->tenant);
     bc->next_line = 1;
     if (bc->b.status == STATE_BATCH_CANCELLING) {
         jobs_batch_finalize(j, bc, STATE_BATCH_CANCELLED, NULL);
@@ -1117,23 +1130,28 @@ bool jobs_batch_pump(struct jobs *j)
     if (!running)
         return progress;
     /* Each running batch keeps its part of the window in the caller, by
-     * weight as its turns there are (llmbatch_dispatch). */
-    double wsum = 0;
+     * weight as its turns there are (llmbatch_dispatch); weights follow the
+     * shares in force (a time window's switch). */
+    double share[TENANTS_MAX], wsum = 0;
+    jobs_batch_shares(j, share);
     for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++)
-        wsum += j->bcur[i].active ? j->bcur[i].weight : 0;
+        if (j->bcur[i].active) {
+            j->bcur[i].weight = jobs_batch_weight(j, share, j->bcur[i].tenant);
+            wsum += j->bcur[i].weight;
+        }
     for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++) {
         struct jobs_bcur *bc = &j->bcur[i];
         if (!bc->active)
             continue;
-        int share = (int)(JOBS_BATCH_WINDOW * bc->weight / wsum);
-        if (share < 1)
-            share = 1;
+        int lines = (int)(JOBS_BATCH_WINDOW * bc->weight / wsum);
+        if (lines < 1)
+            lines = 1;
         if (jobs_batch_now_s() >= bc->b.at[STATE_BATCH_AT_EXPIRES]) {
             jobs_batch_finalize(j, bc, STATE_BATCH_EXPIRED, NULL);
             progress = true;
             continue;
         }
-        while (!bc->eof && bc->inflight < share && jobs_btok_room(j, bc))
+        while (!bc->eof && bc->inflight < lines && jobs_btok_room(j, bc))
             progress |= jobs_batch_feed_one(j, bc);
         if (bc->eof && bc->inflight == 0) {
             jobs_batch_finalize(j, bc, STATE_BATCH_COMPLETED, NULL);

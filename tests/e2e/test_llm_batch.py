@@ -766,16 +766,27 @@ class TestBatchWeights(BatchCase):
             if na + nb >= 160:
                 break
             time.sleep(0.1)
-        print("\nbatch turns by share 0.6 : 0.2: team-a %d lines, team-b %d" % (na, nb),
-              file=sys.stderr)
+        if getattr(self, "flipped", False):   # the window's shares: team-b 0.6
+            na, nb = nb, na
+        print("\nbatch turns by share 0.6 : 0.2: %d lines, %d" % (na, nb), file=sys.stderr)
         self.assertGreaterEqual(na + nb, 160)
-        self.assertLess(na, 400, "team-a's batch ended before the comparison")
-        self.assertGreater(nb, 0, "team-b's batch moves too")
+        self.assertLess(na, 400, "the larger share's batch ended before the comparison")
+        self.assertGreater(nb, 0, "the smaller share's batch moves too")
         self.assertGreater(na / nb, 2.0)
         self.assertLess(na / nb, 4.5)
         for key, bid in (("k-a", a), ("k-b", b)):
             self.as_tenant(key)
             self.assertEqual(self.call("POST", "/v1/batches/%s/cancel" % bid)[0], 200)
+
+
+class TestBatchWeightsInAWindow(TestBatchWeights):
+    """A governance time window's shares are the ones in force: here a
+    24-hour window gives team-b 0.6 and team-a 0.2, the opposite of their
+    own shares, and the batch turns follow it."""
+    extra = dict(TestBatchWeights.extra, governance={
+        "timezone": "UTC", "windows": [{"name": "all-day", "from": "00:00", "to": "00:00",
+                                        "shares": {"team-a": 0.2, "team-b": 0.6}}]})
+    flipped = True
 
 
 class TestBatchTokenQuota(BatchCase):
