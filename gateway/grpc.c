@@ -1,7 +1,7 @@
 /* grpc.c - see grpc.h. A call's path: grpc_route (headers) →
- * grpc_call_body (the message arrives) → grpc_call_run (unframe, inflate,
- * grpc_to_http, http_inner_dispatch) → the HTTP handler → grpc_call_done
- * (grpc_from_http, framed answer and trailers). */
+ * grpc_call_body (the message arrives) → grpc_call_take → grpc_msg_start
+ * (unframe, inflate, grpc_to_http, http_inner_dispatch) → the HTTP handler
+ * → grpc_msg_done (grpc_from_http, framed answer and trailers). */
 #include "gateway/grpc.h"
 
 #include <stdbool.h>
