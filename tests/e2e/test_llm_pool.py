@@ -121,6 +121,17 @@ class PoolCase(RepoServerCase):
         self.assertTrue(self.starting(model))
         self.assertEqual(sum(self.starting(model)), 0)
 
+    def usage_rows(self, group_by, key):
+        """Today's rows of GET /v2/usage grouped by `group_by`, as the admin `key`."""
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
+        c.request("GET", "/v2/usage?group_by=%s&step=86400" % group_by,
+                  headers={"Authorization": "Bearer " + key})
+        resp = c.getresponse()
+        body = json.loads(resp.read())
+        c.close()
+        self.assertEqual(resp.status, 200, body)
+        return body["rows"]
+
     def assert_openai_error(self, r, raw, status, param=None):
         self.assertEqual(r.status, status, raw)
         err = json.loads(raw)["error"]
@@ -655,14 +666,8 @@ class TestPoolTenants(PoolCase):
         deadline = time.monotonic() + 10
         rows = []
         while time.monotonic() < deadline:
-            c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
-            c.request("GET", "/v2/usage?group_by=tenant,model,device&step=86400",
-                      headers={"Authorization": "Bearer k-ops"})
-            resp = c.getresponse()
-            body = json.loads(resp.read())
-            c.close()
-            self.assertEqual(resp.status, 200, body)
-            rows = [x for x in body["rows"] if x["tenant"] == "ledger" and x["model"] == "smol"]
+            rows = [x for x in self.usage_rows("tenant,model,device", "k-ops")
+                    if x["tenant"] == "ledger" and x["model"] == "smol"]
             if rows and sum(x["requests"] for x in rows) >= 1:
                 break
             time.sleep(0.3)
@@ -746,14 +751,8 @@ class TestPoolLedgerByEndpoint(PoolCase):
         want = {("team-a", self.sim.url(0)): (4, a), ("team-b", self.sim.url(1)): (6, b)}
         deadline = time.monotonic() + 10
         while True:
-            c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
-            c.request("GET", "/v2/usage?group_by=tenant,device&step=86400",
-                      headers={"Authorization": "Bearer k-ops"})
-            resp = c.getresponse()
-            body = json.loads(resp.read())
-            c.close()
-            self.assertEqual(resp.status, 200, body)
-            got = {(x["tenant"], x["device"]): (x["requests"], x["rows"]) for x in body["rows"]
+            got = {(x["tenant"], x["device"]): (x["requests"], x["rows"])
+                   for x in self.usage_rows("tenant,device", "k-ops")
                    if x["tenant"] in ("team-a", "team-b") and (x["requests"] or x["rows"])}
             if got == want or time.monotonic() > deadline:
                 break
