@@ -231,6 +231,7 @@ static void httpc_conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const
     struct { const struct httpc_cb *cb; void *arg; enum httpc_fail why; const char *msg; } tell[HTTPC_PIPELINE_MAX];
     int n = 0;
     struct httpc_target *t = c->pool->t;
+    bool probe = c->pool->probe;   /* c is freed below */
     for (bool head = true; c->ncalls; head = false) {
         struct httpc_call *k = httpc_conn_head(c);
         if (k->cb && !(head && skip_head)) {
@@ -244,7 +245,7 @@ static void httpc_conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const
         httpc_conn_pop(c);
     }
     httpc_conn_close(c);
-    if (count && c->pool->probe)
+    if (count && probe)
         httpc_target_count_failure(t, why);
     else if (count)
         httpc_target_failed(t, why);
