@@ -847,6 +847,23 @@ class TestBatchTokenQuota(BatchCase):
         self.assertEqual(self.done("k-a", a), ("in_progress", n))
         self.assertEqual(self.quota_used(), used)
 
+    def test_an_unreadable_ledger_is_logged_and_batches_run(self):
+        # The ledger's minute table gone: the restore's error is logged and
+        # the day's batch tokens count from zero; lines still run.
+        self.start()
+        self.srv.stop()
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), timeout=10)
+        db.execute("DROP TABLE usage_minute")
+        db.commit()
+        db.close()
+        self.start()
+        self.srv.wait_log(r"batch_tokens_per_day: cannot read today's usage \(.+\): the "
+                          r"tenants' batch tokens count from zero", timeout=10)
+        a = self.make("k-a", 3, 4, "a")
+        self.as_tenant("k-a")
+        self.assertEqual(self.wait(a, timeout=60)["request_counts"],
+                         {"total": 3, "completed": 3, "failed": 0})
+
 
 class TestBatchClientSigkill(BatchCase):
     sim_args = ("--speed", "10")
