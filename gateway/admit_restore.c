@@ -19,21 +19,13 @@ struct admit_restore {
     int64_t rows;                     /* ledger rows carried over */
 };
 
-static int admit_restore_tenant(const struct tenants_config *tc, const char *name)
-{
-    for (int i = 0; i < tc->n; i++)
-        if (strcmp(tc->t[i].name, name) == 0)
-            return i;
-    return -1;
-}
-
 static void admit_restore_row(const struct state_usage_row *r, void *arg)
 {
     struct admit_restore *ar = arg;
     /* Batch lines (offline) take idle capacity and are not charged. */
     if (r->rows <= 0 || strcmp(r->cls, "online") != 0)
         return;
-    int t = admit_restore_tenant(ar->tc, r->tenant);
+    int t = tenants_find(ar->tc, r->tenant);
     if (t < 0 || !admit_has_token_quota(ar->a, t) || !ar->counted(r->model, ar->arg))
         return;
     /* The minute's last token came at its end at the latest. */

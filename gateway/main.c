@@ -49,14 +49,7 @@
 /* A restart does not give a tenant its day's tokens back: the usage ledger
  * says what the last process counted. A ledger that cannot be read is
  * logged and the day starts from zero (serving matters more). */
-static bool main_is_pool(const char *model, void *arg)
-{
-    struct served_model *sm = serving_acquire(arg, model, strlen(model));
-    bool pool = sm && sm->model.cfg.kind == MODEL_KIND_POOL;
-    if (sm)
-        served_release(sm);
-    return pool;
-}
+static bool main_is_pool(const char *model, void *arg) { return serving_is_pool(arg, model); }
 
 static void main_restore_quotas(struct admit *a, const struct tenants_config *tc,
                                 struct state *st, struct serving *s)

@@ -49,14 +49,6 @@ static int32_t gov_clock(const char *s)
     return h * 3600 + m * 60 + sec;
 }
 
-static int gov_tenant_index(const struct tenants_config *tc, const char *name)
-{
-    for (int i = 0; tc && i < tc->n; i++)
-        if (strcmp(tc->t[i].name, name) == 0)
-            return i;
-    return -1;
-}
-
 static int gov_window_parse(const json_t *o, int i, const struct tenants_config *tc,
                             const char *where, struct gov_window *w, struct error *err)
 {
@@ -107,7 +99,7 @@ static int gov_window_parse(const json_t *o, int i, const struct tenants_config 
         return error_set(err, BG_ECONFIG, "%s.shares: an object of tenant: share", at);
     double sum = 0;
     json_object_foreach(sh, key, v) {
-        int t = gov_tenant_index(tc, key);
+        int t = tenants_find(tc, key);
         if (t < 0)
             return error_set(err, BG_ECONFIG, "%s.shares: no tenant \"%s\" (tenants[] names them)",
                              at, key);

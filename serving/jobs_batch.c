@@ -526,10 +526,8 @@ static bool jobs_btok_room(struct jobs *j, const struct jobs_bcur *bc)
  * was rolled by the caller. */
 static bool jobs_btok_blocked_name(const struct jobs *j, const char *name)
 {
-    for (int i = 0; j->tenants && i < j->tenants->n; i++)
-        if (strcmp(j->tenants->t[i].name, name) == 0)
-            return j->btok_blocked[i];
-    return j->btok_blocked[0];
+    int t = tenants_find(j->tenants, name);
+    return j->btok_blocked[t >= 0 ? t : 0];
 }
 
 struct jobs_btok_restore {
@@ -541,21 +539,12 @@ static void jobs_btok_restore_row(const struct state_usage_row *r, void *arg)
 {
     struct jobs_btok_restore *br = arg;
     struct jobs *j = br->j;
-    if (r->rows <= 0 || strcmp(r->cls, "offline") != 0 || !j->serving || !j->tenants)
+    if (r->rows <= 0 || strcmp(r->cls, "offline") != 0 || !j->serving)
         return;
-    int t = -1;
-    for (int i = 0; i < j->tenants->n; i++)
-        if (strcmp(j->tenants->t[i].name, r->tenant) == 0)
-            t = i;
-    if (t < 0 || jobs_btok_quota(j, t) <= 0)
-        return;
+    int t = tenants_find(j->tenants, r->tenant);
     /* An LLM pool's offline rows are its batch lines' tokens (other
      * models' are job lines' rows). */
-    struct served_model *sm = serving_acquire(j->serving, r->model, strlen(r->model));
-    bool pool = sm && sm->model.cfg.backend == MODEL_BACKEND_OPENAI;
-    if (sm)
-        served_release(sm);
-    if (!pool)
+    if (t < 0 || jobs_btok_quota(j, t) <= 0 || !serving_is_pool(j->serving, r->model))
         return;
     atomic_fetch_add(&j->btok_used[t], r->rows);
     br->rows++;

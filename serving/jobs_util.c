@@ -44,9 +44,9 @@ void jobs_sync_dir(const char *dir)
  * than failing work that was accepted. */
 int jobs_tenant_index(const struct jobs *j, const char *name)
 {
-    for (int i = 0; j->tenants && name[0] && i < j->tenants->n; i++)
-        if (strcmp(j->tenants->t[i].name, name) == 0)
-            return i;
+    int t = name[0] ? tenants_find(j->tenants, name) : -1;
+    if (t >= 0)
+        return t;
     if (name[0] && strcmp(name, "default") != 0)
         log_warn("a job of tenant \"%s\", which is not configured any more, runs as \"default\"",
                  name);

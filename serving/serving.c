@@ -817,6 +817,15 @@ struct served_model *serving_acquire(struct serving *s, const char *name, size_t
     return best >= 0 ? served_entry_acquire(s->entries[best]) : NULL;
 }
 
+bool serving_is_pool(struct serving *s, const char *name)
+{
+    struct served_model *sm = serving_acquire(s, name, strlen(name));
+    bool pool = sm && sm->model.cfg.kind == MODEL_KIND_POOL;
+    if (sm)
+        served_release(sm);
+    return pool;
+}
+
 struct served_model *serving_acquire_version(struct serving *s, const char *name, size_t len,
                                              int version)
 {

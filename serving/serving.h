@@ -114,6 +114,8 @@ int serving_count(const struct serving *s);
 struct served_model *serving_acquire_at(struct serving *s, int i);
 struct served_model *serving_acquire(struct serving *s, const char *name, size_t len);
 void served_release(struct served_model *sm);
+/* Whether the model of that name is an LLM pool (loaded or not). */
+bool serving_is_pool(struct serving *s, const char *name);
 /* The copy of the model's given version (a model serving several has an
  * entry per version), with a reference; NULL: it serves no such version. */
 struct served_model *serving_acquire_version(struct serving *s, const char *name, size_t len,

@@ -47,5 +47,7 @@ struct tenants_config {
 
 /* Whether the tenant may use the model (its `models` globs; none: all). */
 bool tenant_allows(const struct tenant_config *t, const char *model);
+/* The index of the tenant of that name; -1 when none is (or tc is NULL). */
+int tenants_find(const struct tenants_config *tc, const char *name);
 
 #endif
