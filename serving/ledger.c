@@ -206,13 +206,13 @@ static void ledger_device_row(const struct served_device *d, void *arg)
     it->use_off = !it->server && inst >= 0 && inst < w->nuse ? w->use_off[inst] : -1;
 }
 
-/* A loop backend's servers share instance 0's use (its batches) by their
- * busy time; requests and rows by largest remainder, so they add up. An
- * LLM pool counts each call on its endpoint's instance (`per_server`):
- * server k is charged instance k's use as it is. */
-static void ledger_share_servers(struct ledger *l, int first_item, int use0_off,
-                                 const struct ledger_walk *walk, bool per_server)
+/* A loop backend's servers (the model's items from first_item) share
+ * instance 0's use (its batches) by their busy time; requests and rows by
+ * largest remainder, so they add up. An LLM pool counts each call on its
+ * endpoint's instance: server k is charged instance k's use as it is. */
+static void ledger_share_servers(struct ledger *l, int first_item, const struct ledger_walk *wk)
 {
+    int use0_off = wk->nuse > 0 ? wk->use_off[0] : -1;
     int idx[64], n = 0;
     double total = 0;
     for (int i = first_item; i < l->nitems && n < 64; i++)
@@ -222,9 +222,9 @@ static void ledger_share_servers(struct ledger *l, int first_item, int use0_off,
         }
     if (n == 0 || use0_off < 0)
         return;
-    if (per_server && walk->nuse >= n) {
+    if (wk->sm->pool && wk->nuse >= n) {
         for (int k = 0; k < n; k++)
-            l->items[idx[k]].use_off = walk->use_off[k];
+            l->items[idx[k]].use_off = wk->use_off[k];
         return;
     }
     int base = l->ndeltas;
@@ -319,7 +319,7 @@ static void ledger_sample_model(struct ledger *l, int entry, struct served_model
     }
     int first = l->nitems;
     serving_model_devices(sm, &snap, ledger_device_row, &w);
-    ledger_share_servers(l, first, w.nuse > 0 ? w.use_off[0] : -1, &w, sm->pool != NULL);
+    ledger_share_servers(l, first, &w);
     free(cur);
     modelstats_snapshot_free(&snap);
 }
