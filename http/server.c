@@ -225,6 +225,46 @@ static int server_listener_bind(const char *host, int port, int *out_fd, int *ou
     return 0;
 }
 
+/* The listeners share their port with SO_REUSEPORT so that each IO thread
+ * accepts its own connections; but the kernel lets any socket of the same
+ * user join that group, so a second batchgate started on the same port by
+ * mistake would silently take half the new connections. A socket without
+ * SO_REUSEPORT cannot join: bound first, it fails exactly when someone else
+ * already listens there. (Port 0 asks the kernel for a free port: nothing to
+ * check.) */
+static int server_port_check(const char *host, int port, struct error *err)
+{
+    if (port == 0)
+        return 0;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, portstr, &hints, &res) != 0)
+        return 0;   /* the bind that follows names the problem */
+    int rc = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        int bound = bind(fd, ai->ai_addr, ai->ai_addrlen);
+        int saved = errno;
+        close(fd);
+        if (bound == 0)
+            break;
+        if (saved == EADDRINUSE) {
+            rc = error_set(err, BG_EIO, "listen: cannot listen on %s:%d: the port is in use "
+                           "by another process (another batchgate?)", host, port);
+            break;
+        }
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
 /* ---- the thread ---- */
 
 static void server_on_wake(evutil_socket_t fd, short what, void *arg)
@@ -309,6 +349,11 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
     s->notify = notify;
     s->port = s->cfg.listen_port;
     s->h2_port = s->cfg.h2.listen_port;
+    int rc = server_port_check(s->cfg.listen_host, s->port, err);
+    if (!rc && s->h2_port > 0)
+        rc = server_port_check(s->cfg.h2.listen_host, s->h2_port, err);
+    if (rc)
+        return rc;
     for (int i = 0; i < s->nthreads; i++) {
         struct io_thread *t = &s->threads[i];
         t->srv = s;
@@ -317,7 +362,7 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
         t->limits = &s->cfg.limits;
         t->router = s->router;
         t->h2 = &s->cfg.h2;
-        int rc = server_listener_bind(s->cfg.listen_host, s->port, &t->listen_fd, &s->port, err);
+        rc = server_listener_bind(s->cfg.listen_host, s->port, &t->listen_fd, &s->port, err);
         if (rc)
             return rc;
         if (s->h2_port >= 0) {
@@ -347,7 +392,7 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
     for (int i = 0; i < s->nthreads; i++) {
         struct io_thread *t = &s->threads[i];
         atomic_fetch_add(&s->running, 1);
-        int rc = pthread_create(&t->tid, NULL, server_io_thread_main, t);
+        rc = pthread_create(&t->tid, NULL, server_io_thread_main, t);
         if (rc != 0) {
             atomic_fetch_sub(&s->running, 1);
             server_force_close(s);

@@ -177,6 +177,24 @@ class CliTest(unittest.TestCase):
         finally:
             s.close()
 
+    def test_port_held_by_another_batchgate(self):
+        # batchgate's own listeners use SO_REUSEPORT (one per IO thread); a
+        # second batchgate on the same port must not join them and take half
+        # the new connections: it exits 1 naming the port, and the first one
+        # keeps every connection.
+        with Server(io_threads=2) as first:
+            for flags, port in ((["--listen", "127.0.0.1:%d" % first.port,
+                                  "--grpc-listen", "127.0.0.1:0"], first.port),
+                                (["--listen", "127.0.0.1:0",
+                                  "--grpc-listen", "127.0.0.1:%d" % first.grpc_port],
+                                 first.grpc_port)):
+                _, err = self.assert_exit(flags + ["--io-threads", "2"], 1)
+                self.assertIn("127.0.0.1:%d" % port, err)
+                self.assertIn("in use by another process", err)
+            for _ in range(20):
+                self.assertEqual(roundtrip(first.port, "GET", "/v2/health/live").status, 200)
+            self.assertTrue(first.alive())
+
 
 class LogFormatTest(unittest.TestCase):
     def test_log_lines(self):
