@@ -826,10 +826,9 @@ static void jobs_batch_pick_one(const struct state_batch *b, void *arg)
     struct jobs_batch_pick *p = arg;
     if (p->rank == 2)
         return;
-    /* Its tenant's batch_tokens_per_day: not before midnight UTC, unless
-     * to end it as expired. */
-    if (jobs_batch_now_s() < b->at[STATE_BATCH_AT_EXPIRES] &&
-        jobs_btok_blocked_name(p->j, b->tenant))
+    /* Its tenant's batch_tokens_per_day: not before midnight UTC (one that
+     * expires meanwhile is ended by jobs_batch_end_overdue). */
+    if (jobs_btok_blocked_name(p->j, b->tenant))
         return;
     int rank = 2;
     for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++) {
@@ -877,6 +876,52 @@ static void jobs_batch_shares(const struct jobs *j, double *share)
         share[i] = j->tenants->t[i].share;
     if (j->serving && j->tenants)
         serving_shares_in_force(j->serving, share);
+}
+
+/* Batches not running whose 24 hours passed: waiting for one of the
+ * JOBS_BATCHES_ACTIVE places, or for midnight (their tenant's
+ * batch_tokens_per_day). A running one is ended by jobs_batch_pump. */
+#define JOBS_OVERDUE_MAX 16
+
+struct jobs_overdue {
+    const struct jobs *j;
+    int64_t now;
+    struct state_batch b[JOBS_OVERDUE_MAX];
+    int n;
+};
+
+static void jobs_batch_overdue_one(const struct state_batch *b, void *arg)
+{
+    struct jobs_overdue *x = arg;
+    if (x->n == JOBS_OVERDUE_MAX || x->now < b->at[STATE_BATCH_AT_EXPIRES] ||
+        b->status == STATE_BATCH_CANCELLING || jobs_batch_slot((struct jobs *)x->j, b->id))
+        return;
+    x->b[x->n++] = *b;
+}
+
+/* Ends them expired, with the files of what they did before they waited
+ * (a batch that waited for a place from its start has none). */
+static bool jobs_batch_end_overdue(struct jobs *j)
+{
+    struct jobs_overdue *x = malloc(sizeof *x);
+    if (!x)
+        return false;
+    x->j = j;
+    x->now = jobs_batch_now_s();
+    x->n = 0;
+    struct error err = {0};
+    if (state_batch_unfinished(j->st, jobs_batch_overdue_one, x, &err))
+        log_error("batches: %s", err.msg);
+    for (int i = 0; i < x->n; i++) {
+        /* Its own group, which has no lines in the caller: finalizing takes
+         * back none of the running batches' lines. */
+        struct jobs_bcur bc = {.active = true, .group = ++j->bgroups, .b = x->b[i]};
+        log_info("batch %s passed its completion window waiting for a place", bc.b.id);
+        jobs_batch_finalize(j, &bc, STATE_BATCH_EXPIRED, NULL);
+    }
+    bool ended = x->n > 0;
+    free(x);
+    return ended;
 }
 
 /* Opens the next batch (jobs_batch_pick_one) in the free place bc, where
@@ -1111,6 +1156,7 @@ bool jobs_batch_pump(struct jobs *j)
     if (j->batches_look || now - j->batches_looked_ns >= JOBS_BATCH_LOOK_NS) {
         j->batches_look = false;
         j->batches_looked_ns = now;
+        progress |= jobs_batch_end_overdue(j);
         for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++)
             if (!j->bcur[i].active && jobs_batch_begin(j, &j->bcur[i]))
                 progress = true;

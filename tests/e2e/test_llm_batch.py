@@ -713,6 +713,39 @@ class TestBatchesSideBySide(BatchCase):
         for bid in mine[1:]:
             self.assertEqual(self.call("POST", "/v1/batches/%s/cancel" % bid)[0], 200)
 
+    def test_a_batch_waiting_for_a_place_expires_on_time(self):
+        """A batch whose 24 hours pass while all four places are taken is
+        ended expired then, not when a place frees: the client is told at
+        once, and the running batches lose nothing."""
+        self.start()
+        mine = [self.make("k-a", 200, 16, "a%d" % i) for i in range(5)]
+        self.srv.wait_log(r"batch %s starts" % mine[3], timeout=30)
+        self.as_tenant("k-a")
+        self.assertNotIn("batch %s starts" % mine[4], self.srv.log())
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), timeout=10)
+        db.execute("UPDATE batches SET expires_at=? WHERE id=?", (int(time.time()) - 1, mine[4]))
+        db.commit()
+        db.close()
+        b = self.wait(mine[4], timeout=10)
+        self.assertEqual(b["status"], "expired", b)
+        self.assertIsInstance(b["expired_at"], int)
+        self.assertEqual(b["request_counts"], {"total": 200, "completed": 0, "failed": 0})
+        self.assertIsNone(b["output_file_id"])
+        self.srv.wait_log(r"batch %s passed its completion window waiting for a place" % mine[4])
+        self.assertNotIn("batch %s starts" % mine[4], self.srv.log())
+        running = [self.batch(bid) for bid in mine[:4]]
+        self.assertEqual([r["status"] for r in running], ["in_progress"] * 4, running)
+        before = [r["request_counts"]["completed"] for r in running]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:   # they go on
+            now = [self.batch(bid)["request_counts"]["completed"] for bid in mine[:4]]
+            if all(n > b for n, b in zip(now, before)):
+                break
+            time.sleep(0.1)
+        self.assertTrue(all(n > b for n, b in zip(now, before)), (before, now))
+        self.assertEqual([self.batch(bid)["request_counts"]["failed"] for bid in mine[:4]],
+                         [0] * 4)
+
     def test_sigkill_with_batches_side_by_side(self):
         """Batches running side by side when batchgate is SIGKILLed all
         resume on the next start and answer each custom_id once."""
