@@ -474,6 +474,9 @@ static void jobs_btok_roll(struct jobs *j)
     j->btok_day = day;
     for (int i = 0; i < TENANTS_MAX; i++) {
         atomic_store(&j->btok_used[i], 0);
+        if (j->btok_blocked[i] && j->tenants && i < j->tenants->n)
+            log_info("tenant %s: a new UTC day: its batches send lines again "
+                     "(batch_tokens_per_day)", j->tenants->t[i].name);
         j->btok_blocked[i] = false;
     }
 }

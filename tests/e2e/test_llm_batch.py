@@ -21,7 +21,7 @@ import time
 import unittest
 import uuid
 
-from harness import SANITIZER_RE, Server, endpoint_starting, run_testdeps
+from harness import SANITIZER_RE, Server, endpoint_starting, run_testdeps, sanitizer_build
 from test_infer import write_model
 from test_llm_pool import Sim, expected_text, pool
 
@@ -65,10 +65,12 @@ class BatchCase(unittest.TestCase):
         for s in self.servers:   # a sanitizer build's report, if any
             self.assertIsNone(SANITIZER_RE.search(s.log()), s.log()[-4000:])
 
+    env = None   # batchgate's environment over this one's
+
     def start(self):
         cfg = {"model_repository": self.repo, "state_dir": self.state}
         cfg.update(self.extra)
-        self.srv = Server(cfg, io_threads=2)
+        self.srv = Server(cfg, io_threads=2, env=self.env)
         self.servers.append(self.srv)
         self.srv.wait_log(r"ready in", timeout=30)
         return self.srv
@@ -822,11 +824,8 @@ class TestBatchWeightsInAWindow(TestBatchWeights):
     flipped = True
 
 
-class TestBatchTokenQuota(BatchCase):
-    """batch_tokens_per_day: a tenant's batch lines stop once the next one
-    would not fit in the day's tokens; its batch waits in_progress and gives
-    its place to another tenant's; /metrics shows the window batch_day;
-    after a SIGKILL the count comes back from the usage ledger."""
+class QuotaCase(BatchCase):
+    """team-a with batch_tokens_per_day 400, team-b without."""
     QUOTA = 400
     extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")],
                           "batch_tokens_per_day": QUOTA},
@@ -846,6 +845,13 @@ class TestBatchTokenQuota(BatchCase):
         m = re.search(r'batchgate_tenant_quota_tokens_used\{tenant="team-a",window="batch_day"\} '
                       r'(\d+)', raw.decode())
         return int(m.group(1)) if m else None
+
+
+class TestBatchTokenQuota(QuotaCase):
+    """batch_tokens_per_day: a tenant's batch lines stop once the next one
+    would not fit in the day's tokens; its batch waits in_progress and gives
+    its place to another tenant's; /metrics shows the window batch_day;
+    after a SIGKILL the count comes back from the usage ledger."""
 
     def test_lines_stop_at_the_quota_and_stay_stopped_through_a_sigkill(self):
         self.start()
@@ -896,6 +902,42 @@ class TestBatchTokenQuota(BatchCase):
         self.as_tenant("k-a")
         self.assertEqual(self.wait(a, timeout=60)["request_counts"],
                          {"total": 3, "completed": 3, "failed": 0})
+
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+@unittest.skipIf(sanitizer_build(), "libfaketime is preloaded, which the sanitizers' runtimes "
+                 "do not allow")
+@unittest.skipUnless(os.path.exists(LIBFAKETIME), "libfaketime not installed (scripts/install-deps "
+                     "installs Debian's faketime)")
+class TestBatchTokenQuotaMidnight(QuotaCase):
+    """batchgate's wall clock starts at 23:59:45 UTC (libfaketime; its
+    monotonic clock is left alone): a tenant blocked by batch_tokens_per_day
+    before midnight sends lines again after it, and its batch ends."""
+    env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": "@2026-12-04 23:59:45",
+           "DONT_FAKE_MONOTONIC": "1"}
+
+    def test_midnight_renews_the_day(self):
+        self.start()
+        a = self.make("k-a", 30, 8, "a")
+        self.srv.wait_log(r"batch %s waits for midnight UTC" % a, timeout=12)
+        status, n = self.done("k-a", a)
+        self.assertEqual(status, "in_progress")
+        self.assertLess(n, 30)
+        used = self.quota_used()
+        self.assertLessEqual(used, self.QUOTA * 1.05)
+        self.srv.wait_log(r"tenant team-a: a new UTC day: its batches send lines again", timeout=20)
+        self.as_tenant("k-a")
+        b = self.wait(a, timeout=60)
+        self.assertEqual((b["status"], b["request_counts"]),
+                         ("completed", {"total": 30, "completed": 30, "failed": 0}), b)
+        # The new day's count holds only the lines sent after midnight.
+        after = self.quota_used()
+        print("\nbatch_tokens_per_day %d: %d lines (%d tokens) before midnight UTC, %d (%d tokens) "
+              "after" % (self.QUOTA, n, used, 30 - n, after), file=sys.stderr)
+        self.assertGreater(after, 0)
+        self.assertLess(after, used * (30 - n) / n + 30)
 
 
 class TestBatchClientSigkill(BatchCase):
