@@ -45,6 +45,7 @@ struct grpc_msg {
     struct grpc_msg *next, *prev;
     struct grpc_call *call;
     struct http_request *inner;
+    struct buf echo;                 /* its model, version and id (grpc_http_request) */
 };
 
 struct grpc_call {
@@ -194,11 +195,14 @@ static int grpc_stream_write(struct grpc_call *call, const struct buf *msg)
 }
 
 /* A stream's message that failed before or instead of its HTTP request:
- * the stream goes on (Triton's rule: the error is that response's). */
-static void grpc_stream_error(struct grpc_call *call, const char *err)
+ * the stream goes on (Triton's rule: the error is that response's), and
+ * the response names the request's model, version and id when they could
+ * be read (echo), so that the client knows which of its requests failed. */
+static void grpc_stream_error(struct grpc_call *call, const char *err, const struct buf *echo)
 {
     struct buf out = BUF_INIT;
-    if (grpc_stream_response(NULL, 0, err, &out) < 0 || grpc_stream_write(call, &out) < 0)
+    if (grpc_stream_response(echo ? echo->data : NULL, echo ? echo->len : 0, err, &out) < 0 ||
+        grpc_stream_write(call, &out) < 0)
         grpc_call_fail(call, GRPC_UNAVAILABLE, "the client is gone");
     buf_free(&out);
 }
@@ -232,11 +236,13 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
     if (m->next)
         m->next->prev = m->prev;
     call->nrunning--;
+    struct buf echo = m->echo;
     free(m);
     if (call->answered || call->stopping) {   /* stopped: nobody wants it */
         if (call->stopping && call->nrunning == 0)
             grpc_call_end(call, call->stop_code, call->stop_msg, NULL, 0, 0);
         grpc_call_maybe_free(call);
+        buf_free(&echo);
         return;
     }
     struct grpc_http_answer a = {.status = status, .body = body, .len = len, .headers = headers};
@@ -247,7 +253,7 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
         grpc_call_end(call, code, err, out.data ? out.data : "", out.len,
                       code == GRPC_OK ? 0 : grpc_retry_after(headers));
     } else if (code != GRPC_OK) {
-        grpc_stream_error(call, err);
+        grpc_stream_error(call, err, &echo);
     } else {
         struct buf wrapped = BUF_INIT;
         if (grpc_stream_response(out.data, out.len, NULL, &wrapped) < 0 ||
@@ -256,6 +262,7 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
         buf_free(&wrapped);
     }
     buf_free(&out);
+    buf_free(&echo);
     if (call->stream) {   /* room for the messages that waited, or the end */
         call->holds++;
         grpc_call_take(call);
@@ -306,9 +313,10 @@ static bool grpc_header_passes(const char *name, size_t len)
 }
 
 /* One framed message (flag, length, bytes) as its HTTP request, started.
- * Returns GRPC_OK, or a code with the reason in err (nothing started). */
+ * Returns GRPC_OK, or a code with the reason in err (nothing started) and
+ * the request's echo in *echo when it could be read (the caller frees it). */
 static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen, char *err,
-                          size_t cap)
+                          size_t cap, struct buf *echo)
 {
     struct http_request *req = call->req;
     struct buf inflated = BUF_INIT;
@@ -381,8 +389,10 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
     if (code != GRPC_OK) {
         http_inner_discard(inner);
         free(m);
+        *echo = hr.echo;   /* the caller's, for the error */
         return code;
     }
+    m->echo = hr.echo;
     m->call = call;
     m->inner = inner;
     m->next = call->running;
@@ -464,13 +474,15 @@ static void grpc_call_take(struct grpc_call *call)
             break;
         }
         char err[1024];
-        int code = grpc_msg_start(call, p, mlen, err, sizeof err);
+        struct buf echo = BUF_INIT;
+        int code = grpc_msg_start(call, p, mlen, err, sizeof err, &echo);
         if (code != GRPC_OK) {
             if (call->stream)
-                grpc_stream_error(call, err);
+                grpc_stream_error(call, err, &echo);
             else
                 grpc_call_end(call, code, err, NULL, 0, 0);
         }
+        buf_free(&echo);
         off += 5 + mlen;
     }
     if (off) {

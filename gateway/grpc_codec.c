@@ -422,11 +422,26 @@ static bool grpc_input_in_shm(const Inference__ModelInferRequest__InferInputTens
     return false;
 }
 
+/* ModelInferResponse's model_name, model_version and id, as the request
+ * names them (an out-of-memory echo is left empty: the error goes alone). */
+static void grpc_infer_echo(const Inference__ModelInferRequest *r, struct buf *echo)
+{
+    Inference__ModelInferResponse e = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+    e.model_name = r->model_name;
+    e.model_version = r->model_version;
+    e.id = r->id;
+    size_t n = inference__model_infer_response__get_packed_size(&e);
+    if (buf_reserve(echo, n) < 0)
+        return;
+    echo->len += inference__model_infer_response__pack(&e, (uint8_t *)echo->data + echo->len);
+}
+
 static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *out, char *err,
                          size_t cap)
 {
     const Inference__ModelInferRequest *r = (const void *)msg;
     out->method = HTTP_M_POST;
+    grpc_infer_echo(r, &out->echo);
     int rc = grpc_model_path(out, r->model_name, r->model_version, "/infer", err, cap);
     if (rc)
         return rc;
@@ -884,13 +899,22 @@ int grpc_stream_response(const void *infer_response, size_t len, const char *err
     /* ModelStreamInferResponse: error_message = 1, infer_response = 2. */
     if (error) {
         size_t el = strlen(error);
-        return buf_append(out, "\x0a", 1) < 0 || grpc_varint(out, el) < 0 ||
-                       buf_append(out, error, el) < 0 ? -1 : 0;
+        if (buf_append(out, "\x0a", 1) < 0 || grpc_varint(out, el) < 0 ||
+            buf_append(out, error, el) < 0)
+            return -1;
+        if (!len)
+            return 0;
     }
     return buf_append(out, "\x12", 1) < 0 || grpc_varint(out, len) < 0 ||
                    (len && buf_append(out, infer_response, len) < 0) ? -1 : 0;
 }
 const char *grpc_method_unserved(const struct grpc_method *m) { return m->unserved; }
+
+void grpc_http_request_free(struct grpc_http_request *r)
+{
+    buf_free(&r->body);
+    buf_free(&r->echo);
+}
 
 int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
                  struct grpc_http_request *out, char *err, size_t cap)

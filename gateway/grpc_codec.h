@@ -49,6 +49,11 @@ struct grpc_http_request {
     char path[640];
     struct buf body;             /* the caller frees it */
     int64_t json_len;            /* Inference-Header-Content-Length; -1: none */
+    /* ModelInfer: the request's model_name, model_version and id as
+     * ModelInferResponse bytes, for an in-stream error to carry (Triton
+     * echoes the id there, so that a client running many requests on one
+     * stream can tell which failed). The caller frees it. */
+    struct buf echo;
 };
 
 /* Its answer. */
@@ -68,7 +73,9 @@ const char *grpc_method_name(const struct grpc_method *m);
  * by grpc_stream_response. */
 bool grpc_method_streams(const struct grpc_method *m);
 /* A ModelStreamInferResponse appended to out: the ModelInferResponse
- * bytes, or (error non-NULL) the error message. 0, or -1 out of memory. */
+ * bytes; or (error non-NULL) the error message, with the
+ * ModelInferResponse bytes beside it when there are any (an echo). 0, or
+ * -1 out of memory. */
 int grpc_stream_response(const void *infer_response, size_t len, const char *error,
                          struct buf *out);
 /* Calls batchgate does not serve (shared memory, tracing, streaming):
@@ -76,9 +83,11 @@ int grpc_stream_response(const void *infer_response, size_t len, const char *err
 const char *grpc_method_unserved(const struct grpc_method *m);
 
 /* The request message (msg, len) as its HTTP request. Returns GRPC_OK, or
- * a code with a message in err. */
+ * a code with a message in err. Either way out is freed with
+ * grpc_http_request_free. */
 int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
                  struct grpc_http_request *out, char *err, size_t cap);
+void grpc_http_request_free(struct grpc_http_request *r);
 /* The HTTP answer as the response message, appended to out. Returns
  * GRPC_OK, or a code with a message in err (the answer's own error). */
 int grpc_from_http(const struct grpc_method *m, const struct grpc_http_answer *a,

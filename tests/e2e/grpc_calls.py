@@ -321,14 +321,22 @@ def check_surface(a):
     for i in range(20):
         reqs.append(infer_request("digits", x[i % 5:i % 5 + 1], id="s%d" % i))
     reqs.insert(7, infer_request("nosuch", x[:1], id="bad"))
-    got, errs = {}, []
+    # Refused before it runs (a version that is not one): also echoed.
+    reqs.insert(12, infer_request("digits", x[:1], id="bad-version", model_version="v 1"))
+    got, errs = {}, {}
     for resp in stub.ModelStreamInfer(iter(reqs), timeout=30):
         if resp.error_message:
-            errs.append(resp.error_message)
+            # Which request failed: its id, model and version come back
+            # beside the message, as Triton's do.
+            r = resp.infer_response
+            errs[r.id] = (r.model_name, r.model_version, resp.error_message)
         else:
             got[resp.infer_response.id] = output_of(resp.infer_response)
-    expect(len(got) == 20 and len(errs) == 1 and "nosuch" in errs[0],
-           "stream: 20 answers and one error, got %d and %r" % (len(got), errs))
+    expect(len(got) == 20 and sorted(errs) == ["bad", "bad-version"] and
+           errs["bad"][:2] == ("nosuch", "") and "nosuch" in errs["bad"][2] and
+           errs["bad-version"][:2] == ("digits", "v 1") and "version" in errs["bad-version"][2],
+           "stream: 20 answers and two errors naming their requests, got %d and %r"
+           % (len(got), errs))
     for i in range(20):
         expect(np.array_equal(got["s%d" % i][0], want[i % 5]),
                "stream answer s%d differs from HTTP's" % i)
@@ -345,8 +353,8 @@ def check_surface(a):
     for r_, _ in answers:
         i = int(r_.get_response().id[1:])
         expect(np.array_equal(r_.as_numpy("output")[0], want[i]), "tritonclient stream answer")
-    ok("ModelStreamInfer: 20 answers equal HTTP's and an error in-stream (stub); "
-       "tritonclient's start_stream/async_stream_infer")
+    ok("ModelStreamInfer: 20 answers equal HTTP's and two errors in-stream naming their "
+       "requests (stub); tritonclient's start_stream/async_stream_infer")
 
     # A stream open longer than the model's latency budget: each message's
     # budget and statistics count from its own arrival, not the stream's.

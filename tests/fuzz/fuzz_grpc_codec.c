@@ -127,7 +127,7 @@ static void to_http(const struct grpc_method *m, const char *name, const uint8_t
     int code = grpc_to_http(m, msg, len, &hr, err, sizeof err);
     if (code != GRPC_OK) {
         check_error(code, err, name, false);
-        buf_free(&hr.body);
+        grpc_http_request_free(&hr);
         return;
     }
     if (strnlen(hr.path, sizeof hr.path) == sizeof hr.path || strncmp(hr.path, "/v2", 3) != 0)
@@ -147,7 +147,7 @@ static void to_http(const struct grpc_method *m, const char *name, const uint8_t
         /* tests/oom: jansson's json_dumps drops an object key whose write
          * failed and goes on (failalloc.h), which no caller can see. */
         json_decref(j);
-        buf_free(&hr.body);
+        grpc_http_request_free(&hr);
         return;
     }
     if (hr.body.len && !json_is_object(j)) {
@@ -161,7 +161,7 @@ static void to_http(const struct grpc_method *m, const char *name, const uint8_t
             fail("binary_data_size does not add up to the binary part", name);
     }
     json_decref(j);
-    buf_free(&hr.body);
+    grpc_http_request_free(&hr);
 }
 
 /* A streaming call's answer as the ModelStreamInferResponse grpc.c sends:

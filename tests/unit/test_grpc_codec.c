@@ -274,7 +274,7 @@ static void test_method_unserved(void **state)
         assert_int_equal(to_http_raw(unserved[i], "", 0, &r, err, sizeof err), GRPC_UNIMPLEMENTED);
         assert_string_equal(err, why);
         assert_int_equal(r.body.len, 0);
-        buf_free(&r.body);
+        grpc_http_request_free(&r);
     }
 }
 
@@ -308,7 +308,7 @@ static void test_to_http_server(void **state)
         assert_string_equal(r.path, rows[i].path);
         assert_int_equal(r.body.len, 0);
         assert_int_equal(r.json_len, -1);
-        buf_free(&r.body);
+        grpc_http_request_free(&r);
     }
 }
 
@@ -352,7 +352,7 @@ static void test_to_http_model_paths(void **state)
         assert_string_equal(r.path, rows[i].path);
         assert_int_equal(r.body.len, 0);
         assert_int_equal(r.json_len, -1);
-        buf_free(&r.body);
+        grpc_http_request_free(&r);
     }
 }
 
@@ -374,7 +374,7 @@ static void test_to_http_repository_index(void **state)
         assert_int_equal(json_is_true(json_object_get(j, "ready")), ready);
         assert_int_equal(json_object_size(j), 1);
         json_decref(j);
-        buf_free(&r.body);
+        grpc_http_request_free(&r);
     }
 }
 
@@ -433,7 +433,7 @@ static void test_to_http_repository_load(void **state)
     assert_null(json_object_get(p, "none"));
     assert_int_equal(json_object_size(p), 6);
     json_decref(j);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     /* Unload: the same shape, its own path; no parameters → {}. */
     Inference__RepositoryModelUnloadRequest u = INFERENCE__REPOSITORY_MODEL_UNLOAD_REQUEST__INIT;
@@ -445,7 +445,7 @@ static void test_to_http_repository_load(void **state)
     assert_true(json_is_object(json_object_get(j, "parameters")));
     assert_int_equal(json_object_size(json_object_get(j, "parameters")), 0);
     json_decref(j);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     /* Unload with a parameter: passed the same way. */
     Inference__RepositoryModelUnloadRequest__ParametersEntry ue =
@@ -458,7 +458,7 @@ static void test_to_http_repository_load(void **state)
     j = body_json(&r);
     assert_true(json_is_true(jget(j, "parameters.unload_dependents")));
     json_decref(j);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* LogSettings: no settings → GET /v2/logging (read them); some → POST
@@ -473,7 +473,7 @@ static void test_to_http_log_settings(void **state)
     assert_int_equal(r.method, HTTP_M_GET);
     assert_string_equal(r.path, "/v2/logging");
     assert_int_equal(r.body.len, 0);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     Inference__LogSettingsRequest__SettingValue v[4];
     Inference__LogSettingsRequest__SettingsEntry e[4], *ep[4];
@@ -507,14 +507,14 @@ static void test_to_http_log_settings(void **state)
     assert_string_equal(jstr(j, "log_file"), "");
     assert_int_equal(json_object_size(j), 4);
     json_decref(j);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     /* A setting whose value has no member set. */
     v[2].parameter_choice_case = LOG_REQ_CASE(_NOT_SET);
     assert_int_equal(to_http("LogSettings", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
     assert_contains(err, "log_format");
     assert_contains(err, "no value");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* A model name that cannot be one path segment ('/', '%', ' ', '?', '#',
@@ -564,7 +564,7 @@ static void test_to_http_bad_names(void **state)
             }
             if (ok && i == COUNT(bad))
                 assert_non_null(strstr(r.path, max_name));
-            buf_free(&r.body);
+            grpc_http_request_free(&r);
         }
     }
     struct grpc_http_request r;
@@ -572,13 +572,13 @@ static void test_to_http_bad_names(void **state)
     assert_int_equal(model_call("ModelReady", "m", "1/2", &r, err, sizeof err),
                      GRPC_INVALID_ARGUMENT);
     assert_contains(err, "version");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
     Inference__ModelInferRequest im = INFERENCE__MODEL_INFER_REQUEST__INIT;
     im.model_name = "m";
     im.model_version = "v 1";
     assert_int_equal(to_http("ModelInfer", &im.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
     assert_contains(err, "version");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* Bytes that are not a protobuf message are INVALID_ARGUMENT naming the
@@ -603,7 +603,7 @@ static void test_to_http_garbage(void **state)
             assert_contains(err, "not a valid");
             assert_contains(err, "Request");
             assert_int_equal(r.body.len, 0);
-            buf_free(&r.body);
+            grpc_http_request_free(&r);
         }
 }
 
@@ -677,7 +677,7 @@ static void test_infer_raw(void **state)
         assert_true(json_is_true(jget(j, "parameters.binary_data_output")));
         assert_int_equal(json_object_size(jget(j, "parameters")), 1);
         json_decref(j);
-        buf_free(&r.body);
+        grpc_http_request_free(&r);
     }
 
     /* With a version; no id: none in the header. */
@@ -690,7 +690,7 @@ static void test_infer_raw(void **state)
     json_t *j = body_json(&r);
     assert_null(json_object_get(j, "id"));
     json_decref(j);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* Outputs asked for: each with "binary_data": true beside its own
@@ -765,7 +765,7 @@ static void test_infer_outputs_and_parameters(void **state)
     assert_true(json_is_true(jget(j, "parameters.binary_data_output")));
     json_decref(j);
     assert_int_equal(r.body.len, (size_t)r.json_len + sizeof a);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* One input of typed contents, in a request of its own. */
@@ -798,7 +798,7 @@ static void typed_input(const char *datatype, Inference__InferTensorContents *c,
     assert_int_equal(r.body.len, (size_t)r.json_len + want_len);
     if (want_len && memcmp(r.body.data + r.json_len, want, want_len) != 0)
         fail_msg("%s: the bytes differ", datatype);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* Typed contents of each datatype become the little-endian bytes the
@@ -915,7 +915,7 @@ static void test_infer_typed_two_inputs(void **state)
                                    2, 0, 0, 0, 0, 0, 0, 0};
     assert_int_equal(r.body.len, (size_t)r.json_len + sizeof want);
     assert_memory_equal(r.body.data + r.json_len, want, sizeof want);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* Each malformed ModelInfer is INVALID_ARGUMENT with a message naming the
@@ -948,7 +948,7 @@ static void test_infer_errors(void **state)
     m.raw_input_contents = raw;
     assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
     assert_contains(err, "1 raw_input_contents for 2 inputs");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     /* Three raw for two inputs... */
     ProtobufCBinaryData raw3[3] = {raw[0], raw[1], raw[0]};
@@ -956,14 +956,14 @@ static void test_infer_errors(void **state)
     m.raw_input_contents = raw3;
     assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
     assert_contains(err, "3 raw_input_contents for 2 inputs");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     /* ...and raw bytes with no input at all. */
     m.n_inputs = 0;
     m.n_raw_input_contents = 1;
     assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
     assert_contains(err, "1 raw_input_contents for 0 inputs");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
     m.n_inputs = 2;
 
     /* Both contents and raw bytes for the second input. */
@@ -973,7 +973,7 @@ static void test_infer_errors(void **state)
     assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
     assert_contains(err, "\"second\"");
     assert_contains(err, "both contents and raw_input_contents");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     /* Typed contents of FP16: raw only. */
     m.n_raw_input_contents = 0;
@@ -983,13 +983,13 @@ static void test_infer_errors(void **state)
     assert_contains(err, "\"first\"");
     assert_contains(err, "FP16");
     assert_contains(err, "raw_input_contents");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     /* No datatype at all is the same. */
     in[0].datatype = "";
     assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
     assert_contains(err, "datatype \"\"");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     /* No contents and no raw. */
     in[0].datatype = "FP32";
@@ -997,7 +997,7 @@ static void test_infer_errors(void **state)
     assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
     assert_contains(err, "\"first\"");
     assert_contains(err, "no contents and no raw_input_contents");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* ---- answers ---- */
@@ -1016,11 +1016,11 @@ static void test_to_http_shared_memory(void **state)
     assert_int_equal(to_http("SystemSharedMemoryStatus", &st.base, &r, err, sizeof err), GRPC_OK);
     assert_int_equal(r.method, HTTP_M_GET);
     assert_string_equal(r.path, "/v2/systemsharedmemory/status");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
     st.name = "in put/1%";
     assert_int_equal(to_http("SystemSharedMemoryStatus", &st.base, &r, err, sizeof err), GRPC_OK);
     assert_string_equal(r.path, "/v2/systemsharedmemory/region/in%20put%2F1%25/status");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     Inference__SystemSharedMemoryRegisterRequest reg =
         INFERENCE__SYSTEM_SHARED_MEMORY_REGISTER_REQUEST__INIT;
@@ -1037,12 +1037,12 @@ static void test_to_http_shared_memory(void **state)
     assert_int_equal(jint(j, "offset"), 4096);
     assert_int_equal(jint(j, "byte_size"), 768);
     json_decref(j);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
     reg.name = "";
     assert_int_equal(to_http("SystemSharedMemoryRegister", &reg.base, &r, err, sizeof err),
                      GRPC_INVALID_ARGUMENT);
     assert_contains(err, "name");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     Inference__SystemSharedMemoryUnregisterRequest un =
         INFERENCE__SYSTEM_SHARED_MEMORY_UNREGISTER_REQUEST__INIT;
@@ -1050,26 +1050,26 @@ static void test_to_http_shared_memory(void **state)
                      GRPC_OK);
     assert_int_equal(r.method, HTTP_M_POST);
     assert_string_equal(r.path, "/v2/systemsharedmemory/unregister");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
     un.name = "in";
     assert_int_equal(to_http("SystemSharedMemoryUnregister", &un.base, &r, err, sizeof err),
                      GRPC_OK);
     assert_string_equal(r.path, "/v2/systemsharedmemory/region/in/unregister");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     Inference__CudaSharedMemoryUnregisterRequest cu =
         INFERENCE__CUDA_SHARED_MEMORY_UNREGISTER_REQUEST__INIT;
     assert_int_equal(to_http("CudaSharedMemoryUnregister", &cu.base, &r, err, sizeof err),
                      GRPC_OK);
     assert_string_equal(r.path, "/v2/cudasharedmemory/unregister");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
     Inference__CudaSharedMemoryRegisterRequest cr =
         INFERENCE__CUDA_SHARED_MEMORY_REGISTER_REQUEST__INIT;
     cr.name = "g";
     cr.byte_size = 16;
     assert_int_equal(to_http("CudaSharedMemoryRegister", &cr.base, &r, err, sizeof err), GRPC_OK);
     assert_string_equal(r.path, "/v2/cudasharedmemory/region/g/register");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* An input in shared memory takes no raw_input_contents entry and gets no
@@ -1138,7 +1138,7 @@ static void test_infer_shared_memory(void **state)
     assert_string_equal(jstr(j, "outputs.0.parameters.shared_memory_region"), "r");
     assert_null(jget(j, "outputs.0.parameters.binary_data"));
     json_decref(j);
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 
     /* Two raw entries for one input outside shared memory: refused. */
     ProtobufCBinaryData two[2] = {{sizeof b, (uint8_t *)b}, {sizeof b, (uint8_t *)b}};
@@ -1146,7 +1146,7 @@ static void test_infer_shared_memory(void **state)
     m.raw_input_contents = two;
     assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
     assert_contains(err, "2 raw_input_contents for 1 inputs not in shared memory");
-    buf_free(&r.body);
+    grpc_http_request_free(&r);
 }
 
 /* Shared memory status: HTTP's array as the map by name. */
@@ -1837,6 +1837,50 @@ static void test_stream_response(void **state)
     buf_free(&out);
 }
 
+/* A ModelInfer request that cannot be served still echoes its model,
+ * version and id, and an in-stream error carries them beside its message. */
+static void test_stream_error_echo(void **state)
+{
+    (void)state;
+    Inference__ModelInferRequest im = INFERENCE__MODEL_INFER_REQUEST__INIT;
+    im.model_name = "digits";
+    im.model_version = "v 1";   /* not a version: refused */
+    im.id = "req-7";
+    struct grpc_http_request r;
+    char err[256];
+    assert_int_equal(to_http("ModelInfer", &im.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
+    assert_true(r.echo.len > 0);
+    struct buf out = BUF_INIT;
+    assert_int_equal(grpc_stream_response(r.echo.data, r.echo.len, err, &out), 0);
+    Inference__ModelStreamInferResponse *s =
+        inference__model_stream_infer_response__unpack(NULL, out.len, (uint8_t *)out.data);
+    assert_non_null(s);
+    assert_string_equal(s->error_message, err);
+    assert_non_null(s->infer_response);
+    assert_string_equal(s->infer_response->model_name, "digits");
+    assert_string_equal(s->infer_response->model_version, "v 1");
+    assert_string_equal(s->infer_response->id, "req-7");
+    assert_int_equal(s->infer_response->n_outputs, 0);
+    inference__model_stream_infer_response__free_unpacked(s, NULL);
+    buf_free(&out);
+    grpc_http_request_free(&r);
+
+    /* No id: the echo names the model only; other calls echo nothing. */
+    im.id = "";
+    im.model_version = "";
+    assert_int_equal(to_http("ModelInfer", &im.base, &r, err, sizeof err), GRPC_OK);
+    Inference__ModelInferResponse *e =
+        inference__model_infer_response__unpack(NULL, r.echo.len, (uint8_t *)r.echo.data);
+    assert_non_null(e);
+    assert_string_equal(e->model_name, "digits");
+    assert_string_equal(e->id, "");
+    inference__model_infer_response__free_unpacked(e, NULL);
+    grpc_http_request_free(&r);
+    assert_int_equal(model_call("ModelReady", "m", "1", &r, err, sizeof err), GRPC_OK);
+    assert_int_equal(r.echo.len, 0);
+    grpc_http_request_free(&r);
+}
+
 /* ---- pbjson ---- */
 
 static json_t *parse(const char *s)
@@ -2113,6 +2157,7 @@ int main(void)
         cmocka_unit_test(test_from_metadata),
         cmocka_unit_test(test_from_empty),
         cmocka_unit_test(test_stream_response),
+        cmocka_unit_test(test_stream_error_echo),
         cmocka_unit_test(test_pbjson_enums),
         cmocka_unit_test(test_pbjson_wrong_types),
         cmocka_unit_test(test_pbjson_uint64),
