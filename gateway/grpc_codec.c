@@ -431,7 +431,7 @@ static void grpc_infer_echo(const Inference__ModelInferRequest *r, struct buf *e
     e.model_version = r->model_version;
     e.id = r->id;
     size_t n = inference__model_infer_response__get_packed_size(&e);
-    if (buf_reserve(echo, n) < 0)
+    if (n == 0 || buf_reserve(echo, n) < 0)   /* nothing named, or out of memory */
         return;
     echo->len += inference__model_infer_response__pack(&e, (uint8_t *)echo->data + echo->len);
 }

@@ -119,6 +119,9 @@ static long long binary_sizes(json_t *head)
     return sum;
 }
 
+static void check_stream_response(const struct buf *ok, const char *err,
+                                  const struct buf *echo, const char *name);
+
 static void to_http(const struct grpc_method *m, const char *name, const uint8_t *msg,
                     size_t len)
 {
@@ -127,6 +130,8 @@ static void to_http(const struct grpc_method *m, const char *name, const uint8_t
     int code = grpc_to_http(m, msg, len, &hr, err, sizeof err);
     if (code != GRPC_OK) {
         check_error(code, err, name, false);
+        if (hr.echo.len)   /* an in-stream error naming its request */
+            check_stream_response(NULL, err, &hr.echo, name);
         grpc_http_request_free(&hr);
         return;
     }
@@ -165,12 +170,15 @@ static void to_http(const struct grpc_method *m, const char *name, const uint8_t
 }
 
 /* A streaming call's answer as the ModelStreamInferResponse grpc.c sends:
- * the ModelInferResponse (ok) or the error message, and it must unpack. */
-static void check_stream_response(const struct buf *ok, const char *err, const char *name)
+ * the ModelInferResponse (ok) or the error message (with the request's
+ * echo, when there is one), and it must unpack. */
+static void check_stream_response(const struct buf *ok, const char *err,
+                                  const struct buf *echo, const char *name)
 {
     struct buf wrapped = BUF_INIT;
     int rc = ok ? grpc_stream_response(ok->data, ok->len, NULL, &wrapped)
-                : grpc_stream_response(NULL, 0, err, &wrapped);
+                : grpc_stream_response(echo ? echo->data : NULL, echo ? echo->len : 0, err,
+                                       &wrapped);
     if (rc == 0) {
         ProtobufCMessage *msg = protobuf_c_message_unpack(
             &inference__model_stream_infer_response__descriptor, NULL, wrapped.len,
@@ -202,7 +210,7 @@ static void from_http(const struct grpc_method *m, int mi, const uint8_t *data, 
     char err[1024] = "";
     int code = grpc_from_http(m, &a, &out, err, sizeof err);
     if (grpc_method_streams(m))
-        check_stream_response(code == GRPC_OK ? &out : NULL, err, name);
+        check_stream_response(code == GRPC_OK ? &out : NULL, err, NULL, name);
     if (code != GRPC_OK) {
         check_error(code, err, name, true);
     } else if (methods[mi].resp) {

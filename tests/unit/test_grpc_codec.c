@@ -1879,6 +1879,12 @@ static void test_stream_error_echo(void **state)
     assert_int_equal(model_call("ModelReady", "m", "1", &r, err, sizeof err), GRPC_OK);
     assert_int_equal(r.echo.len, 0);
     grpc_http_request_free(&r);
+    /* Nothing named at all: an empty echo (the error goes alone). */
+    im.model_name = "";
+    assert_int_equal(to_http("ModelInfer", &im.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
+    assert_int_equal(r.echo.len, 0);
+    assert_null(r.echo.data);
+    grpc_http_request_free(&r);
 }
 
 /* ---- pbjson ---- */
