@@ -944,7 +944,7 @@ static bool jobs_batch_begin(struct jobs *j, struct jobs_bcur *bc)
     bc->tenant = jobs_tenant_index(j, bc->b.tenant);
     double share[TENANTS_MAX];
     jobs_batch_shares(j, share);
-    bc->weight = jobs_batch_weight(j, share, bc->tenant);
+    bc->weight = bc->weight_told = jobs_batch_weight(j, share, bc->tenant);
     bc->next_line = 1;
     if (bc->b.status == STATE_BATCH_CANCELLING) {
         jobs_batch_finalize(j, bc, STATE_BATCH_CANCELLED, NULL);
@@ -1172,11 +1172,17 @@ bool jobs_batch_pump(struct jobs *j)
      * shares in force (a time window's switch). */
     double share[TENANTS_MAX], wsum = 0;
     jobs_batch_shares(j, share);
-    for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++)
-        if (j->bcur[i].active) {
-            j->bcur[i].weight = jobs_batch_weight(j, share, j->bcur[i].tenant);
-            wsum += j->bcur[i].weight;
+    for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++) {
+        struct jobs_bcur *bc = &j->bcur[i];
+        if (!bc->active)
+            continue;
+        bc->weight = jobs_batch_weight(j, share, bc->tenant);
+        wsum += bc->weight;
+        if (bc->weight != bc->weight_told) {   /* its lines waiting in the caller too */
+            llmbatch_set_weight(j->caller, bc->group, bc->weight);
+            bc->weight_told = bc->weight;
         }
+    }
     for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++) {
         struct jobs_bcur *bc = &j->bcur[i];
         if (!bc->active)

@@ -72,6 +72,7 @@ struct jobs_bcur {
     struct state_batch b;
     int tenant;
     double weight;                    /* in the turns: jobs_batch_weight */
+    double weight_told;               /* what its lines in the caller were given */
     int64_t tok_lines, tok_max;       /* lines ended with a usage this run, the largest's tokens */
     FILE *in;
     int64_t next_line;                /* the number of the next non-blank line */

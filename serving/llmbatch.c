@@ -38,6 +38,11 @@ struct llmbatch {
     struct llmbatch_line *incoming;   /* under mu: submitted, not yet seen by the loop */
     uint64_t cancel_asked, cancel_done;   /* under mu */
     uint64_t cancel_group;            /* under mu: the group asked for; 0: every line */
+    struct llmbatch_reweigh {
+        uint64_t group;
+        double weight;
+    } reweigh[LLMBATCH_GROUPS];       /* under mu: llmbatch_set_weight's, not yet applied */
+    int nreweigh;                     /* under mu */
     bool stop;                        /* under mu */
     _Atomic uint64_t preempted;       /* lines that gave way (offline.preempt) */
     bool started;
@@ -528,6 +533,10 @@ static void llmbatch_on_wake(evutil_socket_t fd, short what, void *arg)
     b->incoming = NULL;
     uint64_t cancel = b->cancel_asked, group = b->cancel_group;
     bool stop = b->stop;
+    int nre = b->nreweigh;
+    struct llmbatch_reweigh re[LLMBATCH_GROUPS];
+    memcpy(re, b->reweigh, (size_t)nre * sizeof re[0]);
+    b->nreweigh = 0;
     pthread_mutex_unlock(&b->mu);
     /* In submission order (the incoming list is a stack). */
     struct llmbatch_line *rev = NULL;
@@ -542,9 +551,15 @@ static void llmbatch_on_wake(evutil_socket_t fd, short what, void *arg)
         llmbatch_enqueue(b, rev);
         rev = n;
     }
+    /* New weights reach the lines already waiting too (every line of a
+     * group weighs the same: llmbatch_dispatch reads any). */
+    for (struct llmbatch_line *l = nre ? b->wait_head : NULL; l; l = l->next)
+        for (int i = 0; i < nre; i++)
+            if (l->group == re[i].group)
+                l->weight = re[i].weight;
     if (cancel != b->cancel_done || stop) {
         llmbatch_take_back(b, stop ? 0 : group);
-            pthread_mutex_lock(&b->mu);
+        pthread_mutex_lock(&b->mu);
         b->cancel_done = cancel;
         pthread_cond_broadcast(&b->cv);
         pthread_mutex_unlock(&b->mu);
@@ -608,6 +623,24 @@ void llmbatch_submit(struct llmbatch *b, struct llmbatch_line *l)
     pthread_mutex_lock(&b->mu);
     l->next = b->incoming;
     b->incoming = l;
+    pthread_mutex_unlock(&b->mu);
+    event_active(b->wake, EV_READ, 0);
+}
+
+void llmbatch_set_weight(struct llmbatch *b, uint64_t group, double weight)
+{
+    pthread_mutex_lock(&b->mu);
+    int i = 0;
+    while (i < b->nreweigh && b->reweigh[i].group != group)
+        i++;
+    if (i == LLMBATCH_GROUPS) {   /* the loop is behind: the oldest change gives way */
+        memmove(&b->reweigh[0], &b->reweigh[1], (LLMBATCH_GROUPS - 1) * sizeof b->reweigh[0]);
+        i = LLMBATCH_GROUPS - 1;
+    } else if (i == b->nreweigh) {
+        b->nreweigh++;
+    }
+    b->reweigh[i].group = group;
+    b->reweigh[i].weight = weight;
     pthread_mutex_unlock(&b->mu);
     event_active(b->wake, EV_READ, 0);
 }

@@ -48,7 +48,8 @@ struct llmbatch_line {
     int64_t line;                     /* the submitter's: its number */
     uint64_t group;                   /* the submitter's: what llmbatch_cancel_group takes back (> 0) */
     double weight;                    /* the submitter's: its group's weight in the turns (> 0;
-                                         the same for every line of a group; 0 reads as 1) */
+                                         the same for every line of a group; 0 reads as 1;
+                                         llmbatch_set_weight changes it) */
     void *arg;                        /* the submitter's */
     /* The outcome: */
     int status;                       /* the answer's HTTP status; 0: none (see error) */
@@ -75,6 +76,9 @@ void llmbatch_free(struct llmbatch *b);   /* takes every line back first */
 
 /* Any thread. */
 void llmbatch_submit(struct llmbatch *b, struct llmbatch_line *l);
+/* The group's weight in the turns from now on, for its lines already
+ * waiting too (a governance window's switch of the shares). */
+void llmbatch_set_weight(struct llmbatch *b, uint64_t group, double weight);
 /* Takes every line back (calls in flight are closed: their servers stop
  * generating) and returns once `done` has run for each. */
 void llmbatch_cancel(struct llmbatch *b);

@@ -824,6 +824,49 @@ class TestBatchWeightsInAWindow(TestBatchWeights):
     flipped = True
 
 
+class TestBatchWeightsSwitch(TestBatchWeights):
+    """Shares switched while the batches run (PUT /v2/governance: a
+    window giving team-b 0.6 and team-a 0.2): the turns follow at once,
+    the lines already waiting in the caller included (up to 256 of them,
+    which kept their old weight before)."""
+    extra = {"tenants": TestBatchWeights.extra["tenants"] + [
+        {"name": "ops", "keys": [digest("k-ops")], "admin": True}]}
+
+    def test_turns_follow_the_tenants_shares(self):
+        self.start()
+        a = self.make("k-a", 600, 16, "a")
+        b = self.make("k-b", 600, 16, "b")
+        self.srv.wait_log(r"batch %s starts" % b, timeout=30)
+
+        def wait_total(n):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                na, nb = self.counts("k-a", a), self.counts("k-b", b)
+                if na + nb >= n:
+                    return na, nb
+                time.sleep(0.05)
+            self.fail("fewer than %d lines done in 60 s" % n)
+        a0, b0 = wait_total(60)
+        real = self.as_tenant("k-ops")
+        st, raw = self.call("PUT", "/v2/governance", {
+            "timezone": "UTC", "windows": [{"name": "all-day", "from": "00:00", "to": "00:00",
+                                            "shares": {"team-a": 0.2, "team-b": 0.6}}]})
+        self.call = real
+        self.assertEqual(st, 200, raw)
+        self.srv.wait_log(r"governance: window all-day in force", timeout=10)
+        a1, b1 = self.counts("k-a", a), self.counts("k-b", b)
+        a2, b2 = wait_total(a1 + b1 + 120)
+        da, db = a2 - a1, b2 - b1
+        print("\nbatch turns, shares switched from 0.6 : 0.2 to 0.2 : 0.6: %d : %d lines "
+              "before, %d : %d in the 120 after" % (a0, b0, da, db), file=sys.stderr)
+        self.assertGreater(a0 / max(b0, 1), 2.0)
+        self.assertGreater(da, 0)
+        self.assertGreater(db / da, 2.0)
+        for key, bid in (("k-a", a), ("k-b", b)):
+            self.as_tenant(key)
+            self.assertEqual(self.call("POST", "/v1/batches/%s/cancel" % bid)[0], 200)
+
+
 class QuotaCase(BatchCase):
     """team-a with batch_tokens_per_day 400, team-b without."""
     QUOTA = 400
