@@ -19,6 +19,10 @@
 #define LEDGER_MAX_PENDING 200000
 /* Rolled up and pruned this often (and at the start). */
 #define LEDGER_ROLLUP_S 3600
+/* A model's instances (instances.count) or a pool's endpoints, at most:
+ * every one is charged its own use. */
+#define LEDGER_MAX_INSTANCES 256
+_Static_assert(LEDGER_MAX_INSTANCES >= MODEL_MAX_ENDPOINTS, "a pool's endpoints");
 
 /* A counter's last reading, per (model entry, device row). */
 struct ledger_track {
@@ -167,7 +171,7 @@ struct ledger_walk {
     struct served_model *sm;
     int entry, w_off;
     int64_t now_ns;
-    int use_off[64];                  /* each instance's use delta; -1: none */
+    int use_off[LEDGER_MAX_INSTANCES]; /* each instance's use delta; -1: none */
     int nuse;
 };
 
@@ -213,9 +217,9 @@ static void ledger_device_row(const struct served_device *d, void *arg)
 static void ledger_share_servers(struct ledger *l, int first_item, const struct ledger_walk *wk)
 {
     int use0_off = wk->nuse > 0 ? wk->use_off[0] : -1;
-    int idx[64], n = 0;
+    int idx[LEDGER_MAX_INSTANCES], n = 0;
     double total = 0;
-    for (int i = first_item; i < l->nitems && n < 64; i++)
+    for (int i = first_item; i < l->nitems && n < LEDGER_MAX_INSTANCES; i++)
         if (l->items[i].server) {
             idx[n++] = i;
             total += l->items[i].busy_s;
@@ -283,7 +287,7 @@ static void ledger_sample_model(struct ledger *l, int entry, struct served_model
     struct modelstats_snapshot snap;
     modelstats_snapshot(sm->stats, &snap);
     int ninst = modelstats_instances(sm->stats);
-    ninst = ninst < 64 ? ninst : 64;
+    ninst = ninst < LEDGER_MAX_INSTANCES ? ninst : LEDGER_MAX_INSTANCES;
     struct modelstats_tenant_use *cur = calloc((size_t)ninst * WORK_TENANTS_MAX, sizeof *cur);
     if (!cur || !LEDGER_GROW(l->weights, l->capweights, l->nweights + WORK_TENANTS_MAX)) {
         free(cur);

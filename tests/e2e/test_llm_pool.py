@@ -760,6 +760,37 @@ class TestPoolLedgerByEndpoint(PoolCase):
         self.assertEqual(got, want)
 
 
+class TestPoolLedgerManyEndpoints(TestPoolLedgerByEndpoint):
+    """The same past 64 endpoints (the ledger's walk used to stop there
+    and split the use by busy time): 70 endpoints taken in turns by calls
+    of team-a and team-b alternately, so team-a's go to the even endpoints
+    and team-b's to the odd ones, in the same seconds."""
+    sim_endpoints = 70
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "smol", pool("smol", [cls.sim.url(i) for i in range(70)],
+                                       metrics_interval_ms=0, picker={"policy": "round_robin"}))
+
+    def test_each_endpoint_is_charged_its_own_calls(self):
+        want = {}
+        for i in range(140):
+            tenant, key = ("team-a", "k-a") if i % 2 == 0 else ("team-b", "k-b")
+            self.calls(key, 1)
+            k = (tenant, self.sim.url(i % 70))
+            want[k] = want.get(k, 0) + 1
+        deadline = time.monotonic() + 10
+        while True:
+            got = {(x["tenant"], x["device"]): x["requests"]
+                   for x in self.usage_rows("tenant,device", "k-ops")
+                   if x["tenant"] in ("team-a", "team-b") and x["requests"]}
+            if got == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        self.assertEqual(len(want), 70)
+        self.assertEqual(got, want)
+
+
 class TestPoolQuotasAcrossRestarts(PoolCase):
     """A restart does not give a tenant its tokens back: the day's and the
     minute's count continue from the usage ledger (admit_restore.c), here
