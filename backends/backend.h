@@ -29,6 +29,9 @@ struct backend_io {
     float *out;                       /* rows x output.row_elems */
     int rows;
     int64_t device_ns;                /* set by backends that time the batch on the device */
+    int server;                       /* a loop backend over several servers: the index of the
+                                         one that answered (the usage ledger charges it the
+                                         batch); -1: not said */
 };
 
 struct model;

@@ -166,6 +166,10 @@ static void upstream_slot_finish(struct up_slot *s)
         return;
     }
     int64_t ns = now_ns() - s->t0;
+    const struct httpc_target *t = upcall_target(s->up);
+    for (int i = 0; i < um->nurls; i++)
+        if (um->targets[i] == t)
+            s->io->server = i;
     upstream_slot_release(s);
     um->feed.finish(um->feed.ctx, s->index, 0, NULL, ns);
     upstream_poll(um);

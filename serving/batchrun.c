@@ -20,9 +20,9 @@ void batchrun_gather(struct batch *b, float *dst, size_t row_elems)
     b->gather_ns = now_ns() - t0;
 }
 
-void batchrun_end(struct served_model *sm, int instance, struct shares *shares, struct batch *b,
-                  const float *out, int status, const char *msg, int64_t exec_ns,
-                  bool late_is_timeout)
+void batchrun_end(struct served_model *sm, int instance, int charged, struct shares *shares,
+                  struct batch *b, const float *out, int status, const char *msg,
+                  int64_t exec_ns, bool late_is_timeout)
 {
     size_t row = (size_t)sm->model.cfg.output.row_elems;
     int64_t now = late_is_timeout && status ? now_ns() : 0;
@@ -61,7 +61,7 @@ void batchrun_end(struct served_model *sm, int instance, struct shares *shares, 
             shares_charge(shares, now_ns(), b, exec_ns);
         /* Always: the usage ledger charges device time to tenants, the
          * default one included. */
-        modelstats_batch_tenants(sm->stats, instance, b, exec_ns);
+        modelstats_batch_tenants(sm->stats, charged, b, exec_ns);
     }
     batch_complete(b);
 }

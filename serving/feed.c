@@ -37,7 +37,7 @@ static int feed_poll(void *ctx, int slot, struct backend_io **io, int64_t *wake_
     if (rc != 1)
         return rc;
     batchrun_gather(&s->b, s->in, (size_t)f->sm->model.cfg.input.row_elems);
-    s->io = (struct backend_io){.in = s->in, .out = s->out, .rows = s->b.rows};
+    s->io = (struct backend_io){.in = s->in, .out = s->out, .rows = s->b.rows, .server = -1};
     *io = &s->io;
     return 1;
 }
@@ -47,9 +47,11 @@ static void feed_finish(void *ctx, int slot, int status, const char *msg, int64_
     struct feed *f = ctx;
     struct feed_slot *s = &f->slot[slot];
     /* A call that failed after a request's budget ran out is a timeout to
-     * that request (504), whatever else went wrong. */
-    batchrun_end(f->sm, FEED_INSTANCE, f->sm->own_shares, &s->b, s->out, status, msg, exec_ns,
-                 true);
+     * that request (504), whatever else went wrong. The tenants' use goes
+     * on the statistics instance of the server that answered (one per
+     * server: served_stats_instances). */
+    batchrun_end(f->sm, FEED_INSTANCE, s->io.server >= 0 ? s->io.server : 0, f->sm->own_shares,
+                 &s->b, s->out, status, msg, exec_ns, true);
 }
 
 static void feed_set_waker(void *ctx, void (*waker)(void *), void *arg)

@@ -210,49 +210,19 @@ static void ledger_device_row(const struct served_device *d, void *arg)
     it->use_off = !it->server && inst >= 0 && inst < w->nuse ? w->use_off[inst] : -1;
 }
 
-/* A loop backend's servers (the model's items from first_item) share
- * instance 0's use (its batches) by their busy time; requests and rows by
- * largest remainder, so they add up. An LLM pool counts each call on its
- * endpoint's instance: server k is charged instance k's use as it is. */
+/* A model's servers (the model's items from first_item: an upstream
+ * model's or an LLM pool's, in the model's order) are each charged their
+ * own use: the statistics count each batch or call on the instance of the
+ * server it went to (served_stats_instances), so server k gets instance
+ * k's use as it is. */
 static void ledger_share_servers(struct ledger *l, int first_item, const struct ledger_walk *wk)
 {
-    int use0_off = wk->nuse > 0 ? wk->use_off[0] : -1;
-    int idx[LEDGER_MAX_INSTANCES], n = 0;
-    double total = 0;
-    for (int i = first_item; i < l->nitems && n < LEDGER_MAX_INSTANCES; i++)
+    int k = 0;
+    for (int i = first_item; i < l->nitems; i++)
         if (l->items[i].server) {
-            idx[n++] = i;
-            total += l->items[i].busy_s;
+            l->items[i].use_off = k < wk->nuse ? wk->use_off[k] : -1;
+            k++;
         }
-    if (n == 0 || use0_off < 0)
-        return;
-    if (wk->sm->pool && wk->nuse >= n) {
-        for (int k = 0; k < n; k++)
-            l->items[idx[k]].use_off = wk->use_off[k];
-        return;
-    }
-    int base = l->ndeltas;
-    if (!LEDGER_GROW(l->deltas, l->capdeltas, base + n * WORK_TENANTS_MAX))
-        return;
-    l->ndeltas += n * WORK_TENANTS_MAX;
-    const struct modelstats_tenant_use *u0 = &l->deltas[use0_off];
-    for (int t = 0; t < WORK_TENANTS_MAX; t++)
-        for (int c = 0; c < 2; c++) {
-            uint64_t req_left = u0[t].requests[c], rows_left = u0[t].rows[c];
-            for (int k = 0; k < n; k++) {
-                double f = total > 0 ? l->items[idx[k]].busy_s / total : 1.0 / n;
-                struct modelstats_tenant_use *u = &l->deltas[base + k * WORK_TENANTS_MAX + t];
-                u->busy_s[c] = u0[t].busy_s[c] * f;
-                uint64_t r = k == n - 1 ? req_left : (uint64_t)llround((double)u0[t].requests[c] * f);
-                uint64_t w = k == n - 1 ? rows_left : (uint64_t)llround((double)u0[t].rows[c] * f);
-                u->requests[c] = r < req_left ? r : req_left;
-                u->rows[c] = w < rows_left ? w : rows_left;
-                req_left -= u->requests[c];
-                rows_left -= u->rows[c];
-            }
-        }
-    for (int k = 0; k < n; k++)
-        l->items[idx[k]].use_off = base + k * WORK_TENANTS_MAX;
 }
 
 /* The model's tenants' weights for its idle time into w: their shares in

@@ -179,11 +179,14 @@ void served_sig_read(const struct served_entry *e, const struct model_config *cf
  * (lazy). */
 /* How many instances a model's statistics keep: its instances (loaded:
  * `loaded`, else as configured); an LLM pool's calls count per endpoint,
- * so that the usage ledger charges each endpoint what was sent to it. */
+ * and an upstream model's batches per server, so that the usage ledger
+ * charges each server what was sent to it. */
 static int served_stats_instances(const struct model_config *cfg, int loaded)
 {
     if (cfg->backend == MODEL_BACKEND_OPENAI)
         return cfg->pool.nendpoints > 0 ? cfg->pool.nendpoints : 1;
+    if (cfg->backend == MODEL_BACKEND_UPSTREAM)
+        return cfg->upstream.nurls > 0 ? cfg->upstream.nurls : 1;
     return loaded > 0 ? loaded : cfg->instance_count;
 }
 

@@ -83,7 +83,7 @@ static int64_t worker_run_batch(struct worker *w, struct batch *b)
         b->head = NULL;
         return ns;
     }
-    batchrun_end(w->ws->sm, in->index, w->place.shares, b, in->out, rc ? -rc : 0,
+    batchrun_end(w->ws->sm, in->index, in->index, w->place.shares, b, in->out, rc ? -rc : 0,
                  rc ? err.msg : NULL, ns, false);
     return ns;
 }

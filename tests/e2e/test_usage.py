@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -412,9 +413,9 @@ class UsageLifecycleTest(UsageCase):
 
 class UsageUpstreamTest(UsageCase):
     def test_servers_are_devices_by_url(self):
-        """An upstream model's servers are ledger devices named by URL: the
-        model's batches split over them by their busy time, requests adding
-        up; two models calling one server share it; no price."""
+        """An upstream model's servers are ledger devices named by URL, each
+        charged the batches it answered, requests adding up; two models
+        calling one server share it; no price."""
         from test_upstream import start_fake, upstream_model
         fakes = [start_fake("--base-ms", "5", "--concurrency", "4") for _ in range(2)]
         try:
@@ -442,12 +443,46 @@ class UsageUpstreamTest(UsageCase):
                 url = urls[int(labels["device"][len("upstream"):])]
                 mine = sum(x["busy_seconds"] for x in rows
                            if x["model"] == labels["model"] and x["device"] == url)
-                # The ledger splits the model's batch time over its servers by
-                # each second's server busy shares (ledger_share_servers), so a
-                # server's row is the metric only up to the batches that span a
-                # second: 0.56 % apart was seen once in 2 s of load (CI,
-                # 2026-12-03); the totals themselves agree to 0.05 % (settle).
+                # A server's row is its busy time as each second's sample read
+                # it, the metric only up to the batches that span a second:
+                # 0.56 % apart was seen once in 2 s of load (CI, 2026-12-03);
+                # the totals themselves agree to 0.05 % (settle).
                 self.assertAlmostEqual(mine, v, delta=max(0.015 * v, 0.002), msg=str(labels))
+            srv.stop_checked()
+        finally:
+            for p, _ in fakes:
+                p.kill()
+                p.wait(5)
+                p.stdout.close()
+
+    def test_each_server_is_charged_its_own_batches(self):
+        """A slow server (200 ms a call) and a fast one (2 ms), both busy
+        all along, the slow one answering few batches. Each server's row is
+        charged the requests it answered (the fakes' own counts), not a
+        share of the model's by busy time (before: about half each)."""
+        from test_upstream import start_fake, upstream_model
+        fakes = [start_fake("--base-ms", ms, "--per-row-ms", "0", "--concurrency", "4")
+                 for ms in ("200", "2")]
+        try:
+            urls = ["http://127.0.0.1:%d" % port for _, port in fakes]
+            write_model(self.repo, "u1", upstream_model("u1", urls))
+            self.config["tenants"][1]["models"] = ["a", "u1"]
+            srv = self.start()
+            counts = load(srv.port, [("u1", "prod", 1)] * 3, 3.0)
+            self.settle(srv.port)
+            got = {x["device"]: x["requests"] for x in wide(srv.port)
+                   if x["model"] == "u1" and x["tenant"] == "prod"}
+            busy = {x["device"]: round(x["busy_seconds"], 3) for x in wide(srv.port)
+                    if x["model"] == "u1" and x["tenant"] == "prod"}
+            served = {}
+            for (_, port), url in zip(fakes, urls):
+                r = roundtrip(port, "GET", "/__stats")
+                served[url] = json.loads(r.body)["rows"]
+            print("\nprod: %d requests; answered by server: %r; charged: %r; busy: %r"
+                  % (counts[("u1", "prod")], served, got, busy), file=sys.stderr)
+            self.assertEqual(sum(served.values()), counts[("u1", "prod")])
+            self.assertGreater(served[urls[1]], 2 * served[urls[0]])
+            self.assertEqual(got, served)
             srv.stop_checked()
         finally:
             for p, _ in fakes:
