@@ -295,7 +295,7 @@ class TestBatchRoutes(BatchCase):
         ]
         for lines, param, where in cases:
             fid = self.upload_ok(jsonl(lines))["id"]
-            err = self.assert_error(*self.create(fid), 400, param or "line", where)
+            self.assert_error(*self.create(fid), 400, param or "line", where)
         fid = self.upload_ok(b"\n\n")["id"]
         self.assert_error(*self.create(fid), 400, "input_file_id", "no requests")
         st, raw = self.call("GET", "/v1/batches")

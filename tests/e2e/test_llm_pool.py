@@ -121,6 +121,14 @@ class PoolCase(RepoServerCase):
         self.assertTrue(self.starting(model))
         self.assertEqual(sum(self.starting(model)), 0)
 
+    def sim_fault_state(self, i):
+        """The fault llmsim's endpoint i is in now ("none" once cleared)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.sim.ports[i], timeout=5)
+        c.request("GET", "/__state")
+        state = json.loads(c.getresponse().read())["fault"]
+        c.close()
+        return state
+
     def usage_rows(self, group_by, key):
         """Today's rows of GET /v2/usage grouped by `group_by`, as the admin `key`."""
         c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
@@ -451,13 +459,6 @@ class TestPoolFailures(PoolCase):
             seen.add(r.getheader("X-Batchgate-Endpoint"))
         self.assertIn("1", seen)
 
-    def sim_fault_state(self, i):
-        c = http.client.HTTPConnection("127.0.0.1", self.sim.ports[i], timeout=5)
-        c.request("GET", "/__state")
-        state = json.loads(c.getresponse().read())["fault"]
-        c.close()
-        return state
-
     def test_slow_scrapes_take_an_endpoint_out_only_three_in_a_row(self):
         # One scrape answered after the next tick (200 ms against 50) is a
         # failed probe, not yet a reason to take the endpoint out.
@@ -529,6 +530,38 @@ class TestPoolFailures(PoolCase):
         while time.monotonic() < deadline and self.completion_tokens() - tokens0 < 3:
             time.sleep(0.02)
         self.assertGreaterEqual(self.completion_tokens() - tokens0, 3)
+
+
+
+class TestPoolProbesWithoutCounter(PoolCase):
+    """Servers that report no prompt-token counter: batchgate cannot tell a
+    restart from its metrics, so an endpoint taken out and back is
+    forgotten by the picker (it may have restarted unseen), while one
+    that was only slow once is not."""
+    sim_endpoints = 2
+    sim_args = ("--speed", "20", "--no-prompt-counter")
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "scored", pool("scored", [cls.sim.url(i) for i in range(2)],
+                                         metrics_interval_ms=50))
+
+    def test_back_after_being_taken_out_is_forgotten(self):
+        r, raw = self.post("/v1/chat/completions", chat_body("scored", max_tokens=2))
+        self.assertEqual(r.status, 200, raw)
+        url = re.escape(self.sim.url(1))
+        start = len(self.srv.log_lines())
+        since = lambda: "\n".join(self.srv.log_lines()[start:])  # noqa: E731
+        self.sim.fault(1, "slow_metrics", ms=200, count=1)
+        deadline = time.monotonic() + 5
+        while self.sim_fault_state(1) != "none" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)
+        self.assertNotRegex(since(), r"model scored: endpoint %s may have restarted" % url)
+        self.sim.fault(1, "slow_metrics", ms=200, count=12)
+        self.srv.wait_log(r"model scored: upstream %s is taken out" % url)
+        self.srv.wait_log(r"model scored: endpoint %s may have restarted \(back after being "
+                          r"taken out\)" % url)
 
 
 class TestPoolPicking(PoolCase):

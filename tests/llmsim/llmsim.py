@@ -50,6 +50,8 @@ never answered), "no_metrics" (/metrics answers 503), "slow_metrics" (the
 next `count` /metrics answers, default 1, each wait `ms`, default 500,
 then the fault clears itself). POST /__restart: the endpoint as a freshly
 restarted server (empty KV cache, counters from zero); only when idle.
+--no-prompt-counter leaves vllm:prompt_tokens_total out of /metrics, as a
+server that reports none (batchgate then cannot see a restart by it).
 
 One file of about 900 lines: the HTTP side, the scheduler and the metrics
 of one endpoint are read together, and the tests start it as one script.
@@ -61,7 +63,6 @@ import collections
 import hashlib
 import itertools
 import json
-import math
 import os
 import signal
 import sys
@@ -820,8 +821,9 @@ def render_metrics(ep):
     one("vllm:num_requests_running", "gauge", "Requests in the running batch.", len(e.running))
     one("vllm:num_requests_waiting", "gauge", "Requests waiting for admission.", len(e.waiting))
     one("vllm:kv_cache_usage_perc", "gauge", "KV blocks in use / total (0..1).", e.kv.usage())
-    one("vllm:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
-        st.prompt_tokens)
+    if not cfg.no_prompt_counter:
+        one("vllm:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+            st.prompt_tokens)
     one("vllm:generation_tokens_total", "counter", "Tokens generated.", st.generation_tokens)
     one("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix "
         "cache.", st.prefix_queries)
@@ -871,6 +873,8 @@ def parse_args(argv):
                    help="an idle keep-alive connection is closed after this")
     p.add_argument("--io-timeout-s", type=float, default=30.0,
                    help="a request's head or body must arrive within this")
+    p.add_argument("--no-prompt-counter", action="store_true",
+                   help="/metrics without vllm:prompt_tokens_total")
     p.add_argument("--fault", action="append", default=[], metavar="I:KIND",
                    help="fault of endpoint I: " + ", ".join(FAULT_KINDS[1:]))
     a = p.parse_args(argv)
