@@ -25,6 +25,9 @@ from harness import SANITIZER_RE, Server, endpoint_starting, run_testdeps, sanit
 from test_infer import write_model
 from test_llm_pool import Sim, expected_text, pool
 
+# Debian's faketime (scripts/install-deps): a wall clock the tests set.
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
 
 def line(i, model="smol", max_tokens=4, url="/v1/chat/completions", **kw):
     d = {"custom_id": "req-%d" % i, "method": "POST", "url": url,
@@ -434,6 +437,46 @@ class TestBatchFileExpiry(BatchCase):
         self.assertEqual(rows, 0)
         self.assertEqual(self.call("GET", "/v1/files/" + keep["id"])[0], 200)
         self.assertEqual(self.batch(bid)["status"], "completed")
+
+
+
+@unittest.skipIf(sanitizer_build(), "libfaketime is preloaded, which the sanitizers' runtimes "
+                 "do not allow")
+@unittest.skipUnless(os.path.exists(LIBFAKETIME), "libfaketime not installed (scripts/install-deps "
+                     "installs Debian's faketime)")
+class TestBatchFileExpiryTimer(BatchCase):
+    """The runner's once-a-minute look for expired files, while it runs
+    (the start's pass is TestBatchFileExpiry's): batchgate's wall clock
+    (libfaketime, re-read from a file every second; its monotonic clock
+    left alone) jumps two hours past a file's one-hour expiry, and the
+    file's row and bytes go within the minute."""
+
+    def setUp(self):
+        super().setUp()
+        self.clock = os.path.join(self.tmp, "faketime")
+        with open(self.clock, "w") as f:
+            f.write("+0\n")
+        self.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": self.clock,
+                    "FAKETIME_CACHE_DURATION": "1", "DONT_FAKE_MONOTONIC": "1"}
+
+    def test_an_expired_file_goes_while_the_server_runs(self):
+        self.start()
+        st, raw = self.upload(jsonl([line(1)]), fields=(("expires_after[anchor]", "created_at"),
+                                                        ("expires_after[seconds]", "3600")))
+        self.assertEqual(st, 200, raw)
+        f = json.loads(raw)
+        keep = self.upload_ok(jsonl([line(2)]))
+        path = os.path.join(self.state, "jobs", "batch", f["id"] + ".jsonl")
+        self.assertTrue(os.path.exists(path))
+        time.sleep(1.5)   # the start's pass is done (nothing had expired)
+        self.assertTrue(os.path.exists(path))
+        with open(self.clock, "w") as fh:
+            fh.write("+2h\n")
+        self.srv.wait_log(r"file %s \(batch, \d+ bytes, tenant default\) expired: deleted"
+                          % f["id"], timeout=70)
+        self.assertFalse(os.path.exists(path))
+        self.assert_error(*self.call("GET", "/v1/files/" + f["id"]), 404, "file_id")
+        self.assertEqual(self.call("GET", "/v1/files/" + keep["id"])[0], 200)
 
 
 class TestBatchServerErrors(BatchCase):
@@ -945,9 +988,6 @@ class TestBatchTokenQuota(QuotaCase):
         self.as_tenant("k-a")
         self.assertEqual(self.wait(a, timeout=60)["request_counts"],
                          {"total": 3, "completed": 3, "failed": 0})
-
-
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
 @unittest.skipIf(sanitizer_build(), "libfaketime is preloaded, which the sanitizers' runtimes "
