@@ -4,15 +4,11 @@ a queued request whose budget runs out is answered 504 at that moment (not
 when a batch finishes), higher priority goes first, and the headers and body
 parameters that set them are checked."""
 
-import json
-import os
-import shutil
-import tempfile
 import threading
 import time
 import unittest
 
-from harness import RepoServerCase, Server, close_quietly, connect, read_response, request, roundtrip, send
+from harness import RepoServerCase, close_quietly, connect, read_response, request, roundtrip, send
 from test_infer import infer_body, synthetic, write_model
 
 ROW = [[1, 2, 3, 4]]

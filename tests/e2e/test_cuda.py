@@ -13,7 +13,7 @@ import tempfile
 import threading
 import unittest
 
-from harness import RepoServerCase, Server, run_cli
+from harness import RepoServerCase, run_cli
 from test_infer import DIGITS, infer_body, post
 
 

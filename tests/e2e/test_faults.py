@@ -17,7 +17,7 @@ import threading
 import time
 import unittest
 
-from harness import (RepoServerCase, close_quietly, connect, read_response, request, roundtrip)
+from harness import (RepoServerCase, close_quietly, connect, request, roundtrip)
 from test_infer import DIGITS, infer_body, post, synthetic, write_model
 
 

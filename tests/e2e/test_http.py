@@ -5,7 +5,7 @@ import socket
 import time
 import unittest
 
-from harness import (Server, ServerCase, assert_common_headers, assert_json_error, chunked, close_quietly,
+from harness import (Server, ServerCase, assert_common_headers, assert_json_error, chunked,
                      connect, expect_eof, read_response, request, roundtrip, sanitizer_build, send)
 
 

@@ -10,7 +10,6 @@ import random
 import resource
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 import unittest

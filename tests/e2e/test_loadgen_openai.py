@@ -20,7 +20,6 @@ Each run is 1 to 3 seconds."""
 
 import json
 import os
-import re
 import socket
 import subprocess
 import sys

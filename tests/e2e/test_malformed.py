@@ -4,7 +4,7 @@ rejected request is ever answered."""
 
 import unittest
 
-from harness import (Server, ServerCase, assert_json_error, close_quietly, connect, expect_eof,
+from harness import (ServerCase, assert_json_error, connect, expect_eof,
                      read_response, request, roundtrip, send)
 
 SMUGGLED = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"

@@ -16,7 +16,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import time
 import unittest
 

@@ -9,7 +9,6 @@ much of it matches a real one."""
 
 import hashlib
 import json
-import socket
 import statistics
 import time
 import unittest
