@@ -887,7 +887,7 @@ static void jobs_batch_shares(const struct jobs *j, double *share)
 #define JOBS_OVERDUE_MAX 16
 
 struct jobs_overdue {
-    const struct jobs *j;
+    struct jobs *j;
     int64_t now;
     struct state_batch b[JOBS_OVERDUE_MAX];
     int n;
@@ -897,7 +897,7 @@ static void jobs_batch_overdue_one(const struct state_batch *b, void *arg)
 {
     struct jobs_overdue *x = arg;
     if (x->n == JOBS_OVERDUE_MAX || x->now < b->at[STATE_BATCH_AT_EXPIRES] ||
-        b->status == STATE_BATCH_CANCELLING || jobs_batch_slot((struct jobs *)x->j, b->id))
+        b->status == STATE_BATCH_CANCELLING || jobs_batch_slot(x->j, b->id))
         return;
     x->b[x->n++] = *b;
 }
@@ -919,7 +919,7 @@ static bool jobs_batch_end_overdue(struct jobs *j)
         /* Its own group, which has no lines in the caller: finalizing takes
          * back none of the running batches' lines. */
         struct jobs_bcur bc = {.active = true, .group = ++j->bgroups, .b = x->b[i]};
-        log_info("batch %s passed its completion window waiting for a place", bc.b.id);
+        log_info("batch %s passed its completion window while it waited to run", bc.b.id);
         jobs_batch_finalize(j, &bc, STATE_BATCH_EXPIRED, NULL);
     }
     bool ended = x->n > 0;

@@ -552,11 +552,16 @@ static void llmbatch_on_wake(evutil_socket_t fd, short what, void *arg)
         rev = n;
     }
     /* New weights reach the lines already waiting too (every line of a
-     * group weighs the same: llmbatch_dispatch reads any). */
-    for (struct llmbatch_line *l = nre ? b->wait_head : NULL; l; l = l->next)
-        for (int i = 0; i < nre; i++)
+     * group weighs the same: llmbatch_dispatch reads any), and those in
+     * flight, which may come back to wait (a retry, a preemption). */
+    for (int i = 0; i < nre; i++) {
+        for (struct llmbatch_line *l = b->wait_head; l; l = l->next)
             if (l->group == re[i].group)
                 l->weight = re[i].weight;
+        for (int k = 0; k < b->inflight_n; k++)
+            if (b->inflight[k]->group == re[i].group)
+                b->inflight[k]->weight = re[i].weight;
+    }
     if (cancel != b->cancel_done || stop) {
         llmbatch_take_back(b, stop ? 0 : group);
         pthread_mutex_lock(&b->mu);

@@ -776,7 +776,7 @@ class TestBatchesSideBySide(BatchCase):
         self.assertIsInstance(b["expired_at"], int)
         self.assertEqual(b["request_counts"], {"total": 200, "completed": 0, "failed": 0})
         self.assertIsNone(b["output_file_id"])
-        self.srv.wait_log(r"batch %s passed its completion window waiting for a place" % mine[4])
+        self.srv.wait_log(r"batch %s passed its completion window while it waited to run" % mine[4])
         self.assertNotIn("batch %s starts" % mine[4], self.srv.log())
         running = [self.batch(bid) for bid in mine[:4]]
         self.assertEqual([r["status"] for r in running], ["in_progress"] * 4, running)
