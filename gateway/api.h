@@ -14,6 +14,7 @@ struct server;
 struct nvml;
 struct procstat;
 struct proxy;
+struct grpc_service;
 struct jobs;
 struct auth;
 struct admit;
@@ -36,6 +37,7 @@ struct api_state {
     struct procstat *procstat; /* the host's CPU and memory (procstat.h); may be NULL */
     bool triton_names;        /* metrics.triton_names: Triton's nv_ series on /metrics */
     struct proxy *proxy;      /* the reverse proxy; NULL when not built */
+    struct grpc_service *grpc; /* the gRPC port's service (grpc.h); NULL when it is off */
     struct jscratch **jscratch; /* per IO thread: body decoding's arena (jscratch.h); may be NULL */
     int njscratch;
     struct jobs *jobs;        /* offline jobs (jobs.h); NULL when the state database is not open */

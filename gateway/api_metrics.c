@@ -14,6 +14,8 @@
 #include "common/httpc.h"
 #include "gateway/admit.h"
 #include "gateway/auth.h"
+#include "gateway/grpc.h"
+#include "gateway/grpc_codec.h"
 #include "gateway/tenantstats.h"
 #include "serving/modelstats.h"
 #include "gateway/metrics_triton.h"
@@ -664,6 +666,28 @@ int api_metrics_render(struct api_state *st, struct buf *b)
         metrics_head(b, "http_connections_accepted_total", "counter", "Client connections accepted.");
         buf_appendf(b, P "http_connections_accepted_total %llu\n",
                     (unsigned long long)hs.accepted);
+    }
+    if (st->grpc) {
+        metrics_head(b, "grpc_calls_total", "counter",
+                     "gRPC calls answered, by method and final status (the calls that "
+                     "happened).");
+        for (int m = 0; m < grpc_service_methods(); m++)
+            for (int c = 0; c <= GRPC_UNAUTHENTICATED; c++) {
+                uint64_t v = grpc_service_calls(st->grpc, m, c);
+                if (v)
+                    buf_appendf(b, P "grpc_calls_total{method=\"%s\",code=\"%s\"} %llu\n",
+                                grpc_service_method_name(m), grpc_code_name(c),
+                                (unsigned long long)v);
+            }
+        metrics_head(b, "grpc_stream_messages_total", "counter",
+                     "ModelStreamInfer messages answered in their stream, by outcome.");
+        for (int ok = 1; ok >= 0; ok--)
+            buf_appendf(b, P "grpc_stream_messages_total{outcome=\"%s\"} %llu\n",
+                        ok ? "ok" : "error",
+                        (unsigned long long)grpc_service_stream_messages(st->grpc, ok));
+        metrics_head(b, "grpc_streams_open", "gauge", "ModelStreamInfer streams open now.");
+        buf_appendf(b, P "grpc_streams_open %lld\n",
+                    (long long)grpc_service_streams_open(st->grpc));
     }
     metrics_head(b, "process_start_to_ready_seconds", "gauge",
          "From process start until every model was loaded and the server ready.");

@@ -4,6 +4,8 @@
  * → grpc_msg_done (grpc_from_http, framed answer and trailers). */
 #include "gateway/grpc.h"
 
+#include <stdatomic.h>
+
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +35,23 @@
 #define GRPC_STREAM_OUT_LOW (256u << 10)
 #define GRPC_STREAM_OUT_POLL_MS 10
 
+#define GRPC_CODES 17   /* OK .. UNAUTHENTICATED */
+
 struct grpc_service {
     const struct router *http;
     size_t max_message_bytes;
+    /* For /metrics: [method][code], the last method "other". */
+    _Atomic uint64_t (*calls)[GRPC_CODES];
+    _Atomic uint64_t stream_messages[2];   /* error, ok */
+    _Atomic int64_t streams_open;
 };
+
+static void grpc_count(struct grpc_service *g, const struct grpc_method *m, int code)
+{
+    int i = m ? grpc_method_index(m) : grpc_method_count();
+    if (code >= 0 && code < GRPC_CODES)
+        atomic_fetch_add_explicit(&g->calls[i][code], 1, memory_order_relaxed);
+}
 
 struct grpc_call;
 
@@ -53,6 +68,7 @@ struct grpc_call {
     struct http_request *req;        /* the HTTP/2 stream */
     const struct grpc_method *m;
     bool stream;                     /* ModelStreamInfer: messages both ways */
+    bool open;                       /* counted in streams_open */
     struct buf in;                   /* request bytes not yet a whole message */
     struct grpc_msg *running;        /* messages whose HTTP request runs */
     int nrunning;
@@ -124,6 +140,8 @@ static void grpc_answer(struct http_request *req, int code, const char *msg, con
 
 static void grpc_call_free(struct grpc_call *call)
 {
+    if (call->open)
+        atomic_fetch_sub_explicit(&call->g->streams_open, 1, memory_order_relaxed);
     if (call->out_poll)
         event_free(call->out_poll);
     buf_free(&call->in);
@@ -145,6 +163,7 @@ static void grpc_call_end(struct grpc_call *call, int code, const char *msg, con
     if (call->answered)
         return;
     call->answered = true;
+    grpc_count(call->g, call->m, code);
     if (!call->stream) {
         grpc_answer(call->req, code, msg, body, len, retry_after_s);
         return;
@@ -200,6 +219,7 @@ static int grpc_stream_write(struct grpc_call *call, const struct buf *msg)
  * be read (echo), so that the client knows which of its requests failed. */
 static void grpc_stream_error(struct grpc_call *call, const char *err, const struct buf *echo)
 {
+    atomic_fetch_add_explicit(&call->g->stream_messages[0], 1, memory_order_relaxed);
     struct buf out = BUF_INIT;
     if (grpc_stream_response(echo ? echo->data : NULL, echo ? echo->len : 0, err, &out) < 0 ||
         grpc_stream_write(call, &out) < 0)
@@ -255,6 +275,7 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
     } else if (code != GRPC_OK) {
         grpc_stream_error(call, err, &echo);
     } else {
+        atomic_fetch_add_explicit(&call->g->stream_messages[1], 1, memory_order_relaxed);
         struct buf wrapped = BUF_INIT;
         if (grpc_stream_response(out.data, out.len, NULL, &wrapped) < 0 ||
             grpc_stream_write(call, &wrapped) < 0)
@@ -595,15 +616,18 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
         snprintf(msg, sizeof msg, "unknown call %.*s (the service is "
                                   "inference.GRPCInferenceService)",
                  (int)(plen > 300 ? 300 : plen), path);
+        grpc_count(g, NULL, GRPC_UNIMPLEMENTED);
         grpc_answer(req, GRPC_UNIMPLEMENTED, msg, NULL, 0, 0);
         return;
     }
     if (grpc_method_unserved(m)) {
+        grpc_count(g, m, GRPC_UNIMPLEMENTED);
         grpc_answer(req, GRPC_UNIMPLEMENTED, grpc_method_unserved(m), NULL, 0, 0);
         return;
     }
     struct grpc_call *call = calloc(1, sizeof *call);
     if (!call) {
+        grpc_count(g, m, GRPC_RESOURCE_EXHAUSTED);
         grpc_answer(req, GRPC_RESOURCE_EXHAUSTED, "out of memory", NULL, 0, 0);
         return;
     }
@@ -615,10 +639,13 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
         static const char head[] = "content-type: application/grpc\r\n";
         if (http_respond_begin(req, 200, -1, 0, head, sizeof head - 1) < 0) {
             call->answered = true;
+            grpc_count(g, m, GRPC_RESOURCE_EXHAUSTED);
             http_respond_finish(req, 0);
             grpc_call_free(call);
             return;
         }
+        call->open = true;
+        atomic_fetch_add_explicit(&g->streams_open, 1, memory_order_relaxed);
     }
     http_request_on_abort(req, grpc_call_abort, call);
     if (call->stream)   /* between messages from the start */
@@ -629,10 +656,14 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
 struct grpc_service *grpc_service_new(const struct router *http, size_t max_message_bytes)
 {
     struct grpc_service *g = calloc(1, sizeof *g);
-    if (g) {
-        g->http = http;
-        g->max_message_bytes = max_message_bytes;
+    if (g)
+        g->calls = calloc((size_t)grpc_service_methods(), sizeof *g->calls);
+    if (!g || !g->calls) {
+        free(g);
+        return NULL;
     }
+    g->http = http;
+    g->max_message_bytes = max_message_bytes;
     return g;
 }
 
@@ -641,4 +672,31 @@ int grpc_service_register(struct grpc_service *g, struct router *h2, struct erro
     return router_add_prefix(h2, "/", grpc_route, g, err);
 }
 
-void grpc_service_free(struct grpc_service *g) { free(g); }
+void grpc_service_free(struct grpc_service *g)
+{
+    if (g)
+        free(g->calls);
+    free(g);
+}
+
+int grpc_service_methods(void) { return grpc_method_count() + 1; }
+
+const char *grpc_service_method_name(int method)
+{
+    return method < grpc_method_count() ? grpc_method_name(grpc_method_at(method)) : "other";
+}
+
+uint64_t grpc_service_calls(const struct grpc_service *g, int method, int code)
+{
+    return atomic_load_explicit(&g->calls[method][code], memory_order_relaxed);
+}
+
+uint64_t grpc_service_stream_messages(const struct grpc_service *g, bool ok)
+{
+    return atomic_load_explicit(&g->stream_messages[ok], memory_order_relaxed);
+}
+
+int64_t grpc_service_streams_open(const struct grpc_service *g)
+{
+    return atomic_load_explicit(&g->streams_open, memory_order_relaxed);
+}

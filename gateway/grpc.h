@@ -11,7 +11,9 @@
 #ifndef BG_GATEWAY_GRPC_H
 #define BG_GATEWAY_GRPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/error.h"
 
@@ -25,5 +27,16 @@ struct grpc_service *grpc_service_new(const struct router *http, size_t max_mess
 /* Adds the service's route to h2, the HTTP/2 port's router. */
 int grpc_service_register(struct grpc_service *g, struct router *h2, struct error *err);
 void grpc_service_free(struct grpc_service *g);
+
+/* What the service answered, for /metrics (any thread): calls by method
+ * (0 .. grpc_service_methods() - 1; the last is every name the service
+ * does not have, "other") and by final status code (0..16); a
+ * ModelStreamInfer stream's messages by outcome (answered, or answered with
+ * an error in the stream); the streams open now. */
+int grpc_service_methods(void);
+const char *grpc_service_method_name(int method);
+uint64_t grpc_service_calls(const struct grpc_service *g, int method, int code);
+uint64_t grpc_service_stream_messages(const struct grpc_service *g, bool ok);
+int64_t grpc_service_streams_open(const struct grpc_service *g);
 
 #endif

@@ -876,6 +876,9 @@ const struct grpc_method *grpc_method_find(const char *name, size_t len)
 }
 
 const char *grpc_method_name(const struct grpc_method *m) { return m->name; }
+int grpc_method_count(void) { return (int)(sizeof grpc_methods / sizeof grpc_methods[0]); }
+const struct grpc_method *grpc_method_at(int i) { return &grpc_methods[i]; }
+int grpc_method_index(const struct grpc_method *m) { return (int)(m - grpc_methods); }
 bool grpc_method_streams(const struct grpc_method *m) { return strcmp(m->name, "ModelStreamInfer") == 0; }
 
 /* A varint (protobuf's base-128) appended. */

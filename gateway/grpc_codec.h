@@ -68,6 +68,10 @@ struct grpc_method;
 /* By name ("ModelInfer"); NULL when the service has no such call. */
 const struct grpc_method *grpc_method_find(const char *name, size_t len);
 const char *grpc_method_name(const struct grpc_method *m);
+/* The service's calls, served or not, in a fixed order: 0 .. count - 1. */
+int grpc_method_count(void);
+const struct grpc_method *grpc_method_at(int i);
+int grpc_method_index(const struct grpc_method *m);
 /* A call whose messages stream both ways (ModelStreamInfer): each message
  * is converted as the method's one message is, and each answer is wrapped
  * by grpc_stream_response. */

@@ -511,6 +511,7 @@ int main(int argc, char **argv)
             goto out;
         }
         cfg.http.h2.router = h2router;
+        api.grpc = grpc;
     }
     srv = server_new(&cfg.http, router, &err);
     api.server = srv;   /* before any IO thread can read it */

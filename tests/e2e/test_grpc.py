@@ -18,13 +18,15 @@ Floods on the HTTP/2 port are test_h2_flood.py's."""
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import unittest
 
-from harness import BIN, RepoServerCase, Server, run_testdeps
+from harness import BIN, RepoServerCase, Server, roundtrip, run_testdeps
 from test_infer import synthetic, write_model
 from test_tenants import digest
 
@@ -71,8 +73,40 @@ class GrpcSurfaceTest(GrpcCase):
 
     def test_every_call_against_http(self):
         override = synthetic("lz", base_us=1000, per_row_us=0, batching={"max_batch_size": 3})
+        before = self.grpc_metrics()
         out = self.run_calls("surface", "--override", json.dumps(override))
         self.assertEqual(out.count("ok: "), 18, out)
+        # The calls by method and status, as the clients saw them: every
+        # code grpc_calls.py provokes, and the stream's in-stream errors.
+        after = self.grpc_metrics()
+        grew = {k for k in after if after[k] > before.get(k, 0)}
+        for key in (("ModelInfer", "OK"), ("ModelInfer", "NOT_FOUND"),
+                    ("ModelInfer", "INVALID_ARGUMENT"), ("ModelInfer", "RESOURCE_EXHAUSTED"),
+                    ("ModelInfer", "DEADLINE_EXCEEDED"), ("ServerLive", "OK"),
+                    ("ModelStreamInfer", "OK"), ("TraceSetting", "UNIMPLEMENTED"),
+                    ("stream", "ok"), ("stream", "error")):
+            self.assertIn(key, grew, sorted(after.items()))
+        self.assertGreaterEqual(after[("stream", "error")] - before.get(("stream", "error"), 0),
+                                2)
+        deadline = time.monotonic() + 5   # a stream the client left ends with its messages
+        while self.grpc_metrics()[("open", "")] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.grpc_metrics()[("open", "")], 0)
+
+    def grpc_metrics(self):
+        """/metrics' gRPC families: {(method, code): n}, {("stream", outcome): n},
+        {("open", ""): n}."""
+        text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+        got = {}
+        for m in re.finditer(r'^batchgate_grpc_calls_total\{method="(\w+)",code="(\w+)"\} '
+                             r'(\d+)$', text, re.M):
+            got[(m.group(1), m.group(2))] = int(m.group(3))
+        for m in re.finditer(r'^batchgate_grpc_stream_messages_total\{outcome="(\w+)"\} (\d+)$',
+                             text, re.M):
+            got[("stream", m.group(1))] = int(m.group(2))
+        m = re.search(r"^batchgate_grpc_streams_open (\d+)$", text, re.M)
+        got[("open", "")] = int(m.group(1))
+        return got
 
 
 class GrpcAuthTest(GrpcCase):
