@@ -24,7 +24,8 @@
 #include "serving/serving.h"
 
 #define LLMBATCH_TICK_MS 5
-/* Groups told apart by llmbatch_dispatch's turns; more share the last turn. */
+/* Groups told apart by llmbatch_dispatch's turns (the runner has at most 4
+ * batches running; a group with no line left gives its entry up). */
 #define LLMBATCH_GROUPS 16
 
 struct llmbatch {
@@ -57,9 +58,14 @@ struct llmbatch {
     int npools, pools_cap;
     uint64_t rounds;                  /* llmbatch_dispatch's */
     uint64_t sent;                    /* lines sent so far */
-    struct {
-        uint64_t group, at;           /* `sent` when the group last had a line sent */
-    } last[LLMBATCH_GROUPS];
+    double est_all_s;                 /* a line's time in its place, all groups (EWMA) */
+    /* The turns (llmbatch_dispatch): each group's place-time per weight. */
+    struct llmbatch_group {
+        uint64_t group;               /* 0: a free entry */
+        uint64_t at;                  /* `sent` when the group last had a line sent */
+        double pass;                  /* seconds in a place / weight, charged so far */
+        double est_s;                 /* its lines' time in a place (EWMA); 0: none ended */
+    } groups[LLMBATCH_GROUPS];
 };
 
 /* Connections to a target stay open while lines run; none once the caller is
@@ -96,10 +102,108 @@ static void llmbatch_pools_free(struct llmbatch *b)
 
 static void llmbatch_kick(struct llmbatch *b);
 
+/* ---- the turns ----
+ *
+ * Stride scheduling on place-time: a group is charged, as each of its
+ * lines takes a place, the time a line of it is expected to hold one
+ * divided by its weight (its `pass`), and the difference once the line
+ * leaves the place; the waiting group with the smallest pass goes next.
+ * So groups hold the pool's places in proportion to their weights however
+ * few places there are (a weight of 0.01 beside 1 gets a place one time in
+ * a hundred, where counting lines in flight per weight left it none) and
+ * however long their lines are. */
+
+static double llmbatch_weight(const struct llmbatch_line *l)
+{
+    return l->weight > 0 ? l->weight : 1.0;
+}
+
+/* Whether a line of the group waits or runs. */
+static bool llmbatch_group_busy(const struct llmbatch *b, uint64_t group)
+{
+    for (int i = 0; i < b->inflight_n; i++)
+        if (b->inflight[i]->group == group)
+            return true;
+    for (const struct llmbatch_line *l = b->wait_head; l; l = l->next)
+        if (l->group == group)
+            return true;
+    return false;
+}
+
+/* The smallest pass of the groups with a line in flight; 0 without. */
+static double llmbatch_vclock(const struct llmbatch *b)
+{
+    double v = 0;
+    bool any = false;
+    for (int i = 0; i < LLMBATCH_GROUPS; i++) {
+        const struct llmbatch_group *g = &b->groups[i];
+        bool running = false;
+        for (int k = 0; g->group && !running && k < b->inflight_n; k++)
+            running = b->inflight[k]->group == g->group;
+        if (running && (!any || g->pass < v)) {
+            v = g->pass;
+            any = true;
+        }
+    }
+    return v;
+}
+
+/* The group's entry; made when `make` (a new group starts level with those
+ * running, not ahead of them by their past), in a free entry or that of
+ * a group with no line left, the one served longest ago. NULL when every
+ * entry is taken (more groups than this wait for the others: the runner
+ * has 4). */
+static struct llmbatch_group *llmbatch_group(struct llmbatch *b, uint64_t group, bool make)
+{
+    for (int i = 0; i < LLMBATCH_GROUPS; i++)
+        if (b->groups[i].group == group)
+            return &b->groups[i];
+    if (!make)
+        return NULL;
+    struct llmbatch_group *spare = NULL;
+    for (int i = 0; i < LLMBATCH_GROUPS && !(spare && !spare->group); i++) {
+        struct llmbatch_group *g = &b->groups[i];
+        if (!g->group || ((!spare || g->at < spare->at) && !llmbatch_group_busy(b, g->group)))
+            spare = g;
+    }
+    if (!spare)
+        return NULL;
+    *spare = (struct llmbatch_group){.group = group, .pass = llmbatch_vclock(b)};
+    return spare;
+}
+
+/* l takes a place: in flight, its group charged what a line of it holds. */
+static void llmbatch_inflight_add(struct llmbatch *b, struct llmbatch_line *l)
+{
+    struct llmbatch_group *g = llmbatch_group(b, l->group, true);
+    double est = g && g->est_s > 0 ? g->est_s : b->est_all_s;
+    l->charged = g ? est / llmbatch_weight(l) : 0;
+    if (g) {
+        g->pass += l->charged;
+        g->at = ++b->sent;
+    }
+    b->inflight[b->inflight_n++] = l;
+}
+
+/* l leaves its place (ended, failed, given way, taken back): its group is
+ * charged the time it really held it instead. */
+static void llmbatch_inflight_settle(struct llmbatch *b, struct llmbatch_line *l)
+{
+    double held = (double)(now_ns() - l->t0) / 1e9;
+    struct llmbatch_group *g = llmbatch_group(b, l->group, false);
+    if (g) {
+        g->pass += held / llmbatch_weight(l) - l->charged;
+        g->est_s = g->est_s > 0 ? 0.8 * g->est_s + 0.2 * held : held;
+    }
+    b->est_all_s = 0.9 * b->est_all_s + 0.1 * held;
+    l->charged = 0;
+}
+
 static void llmbatch_inflight_remove(struct llmbatch *b, struct llmbatch_line *l)
 {
     for (int i = 0; i < b->inflight_n; i++)
         if (b->inflight[i] == l) {
+            llmbatch_inflight_settle(b, l);
             b->inflight[i] = b->inflight[--b->inflight_n];
             break;
         }
@@ -283,7 +387,7 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
         b->inflight = v;
         b->inflight_cap = cap;
     }
-    b->inflight[b->inflight_n++] = l;
+    llmbatch_inflight_add(b, l);
     if (upcall_start(l->up, l->target, 1, 0, &err) < 0) {
         /* Not through llmbatch_call_end: this runs inside llmbatch_dispatch's
          * walk of the waiting lines, which must not be walked again here. */
@@ -303,80 +407,22 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
 
 /* ---- the loop ---- */
 
-/* Lines in flight per group, for the turns of llmbatch_dispatch. */
-struct llmbatch_turns {
-    uint64_t group[LLMBATCH_GROUPS];
-    int n[LLMBATCH_GROUPS];
-    int ngroups;
-};
-
-static int *llmbatch_turn(struct llmbatch_turns *t, uint64_t group)
-{
-    for (int i = 0; i < t->ngroups; i++)
-        if (t->group[i] == group)
-            return &t->n[i];
-    if (t->ngroups == LLMBATCH_GROUPS)
-        return NULL;   /* more groups than this wait for the others (the runner has 4) */
-    t->group[t->ngroups] = group;
-    t->n[t->ngroups] = 0;
-    return &t->n[t->ngroups++];
-}
-
-/* A group's lines in flight per its weight once one more is sent: the
- * group with the least goes next, so groups hold the pool's places in
- * proportion to their weights. */
-static double llmbatch_load(int inflight, double weight)
-{
-    return (inflight + 1) / (weight > 0 ? weight : 1.0);
-}
-
-/* When the group last had a line sent (0: never, or forgotten). */
-static uint64_t llmbatch_last_sent(const struct llmbatch *b, uint64_t group)
-{
-    for (int i = 0; i < LLMBATCH_GROUPS; i++)
-        if (b->last[i].group == group)
-            return b->last[i].at;
-    return 0;
-}
-
-static void llmbatch_note_sent(struct llmbatch *b, uint64_t group)
-{
-    int oldest = 0;
-    for (int i = 0; i < LLMBATCH_GROUPS; i++) {
-        if (b->last[i].group == group) {
-            oldest = i;
-            break;
-        }
-        if (b->last[i].at < b->last[oldest].at)
-            oldest = i;
-    }
-    b->last[oldest].group = group;
-    b->last[oldest].at = ++b->sent;
-}
-
 /* Sends every waiting line that has an idle endpoint now. The next line
- * sent is the first waiting of the group with the fewest lines in flight
- * for its weight (llmbatch_load: with equal weights, the fewest), and
- * among equals of the one served longest ago (groups take turns: a
- * batch queued behind another's backlog still gets its share, and a group
- * whose line just ended does not win its place back by being first in
- * line); in order within a group. A pool with no idle endpoint is not
- * asked again this round. */
+ * sent is the first waiting of the group with the smallest pass (the
+ * turns above; a group that had nothing in flight comes back level with
+ * those running, not ahead by the time it was away), and among equals of
+ * the one served longest ago; in order within a group. A pool with no idle
+ * endpoint is not asked again this round. */
 static void llmbatch_dispatch(struct llmbatch *b)
 {
     struct llmpool *full[16];
     int nfull = 0;
-    struct llmbatch_turns turns = {.ngroups = 0};
-    for (int i = 0; i < b->inflight_n; i++) {
-        int *n = llmbatch_turn(&turns, b->inflight[i]->group);
-        if (n)
-            (*n)++;
-    }
+    double vclock = llmbatch_vclock(b);
     /* Lines that found no endpoint this round are marked and passed over. */
     uint64_t round = ++b->rounds;
     for (;;) {
         struct llmbatch_line **best = NULL;
-        double best_load = 0;
+        double best_pass = 0;
         uint64_t best_at = 0;
         for (struct llmbatch_line **pp = &b->wait_head; *pp; pp = &(*pp)->next) {
             struct llmbatch_line *l = *pp;
@@ -387,12 +433,17 @@ static void llmbatch_dispatch(struct llmbatch *b)
                 skip |= full[i] == l->sm->pool;
             if (skip)
                 continue;
-            int *n = llmbatch_turn(&turns, l->group);
-            double load = llmbatch_load(n ? *n : INT_MAX / 2, l->weight);
-            uint64_t at = llmbatch_last_sent(b, l->group);
-            if (!best || load < best_load || (load == best_load && at < best_at)) {
+            struct llmbatch_group *g = llmbatch_group(b, l->group, true);
+            bool running = false;
+            for (int k = 0; g && !running && k < b->inflight_n; k++)
+                running = b->inflight[k]->group == l->group;
+            if (g && !running && g->pass < vclock)
+                g->pass = vclock;
+            double pass = g ? g->pass : 1e300;
+            uint64_t at = g ? g->at : 0;
+            if (!best || pass < best_pass || (pass == best_pass && at < best_at)) {
                 best = pp;
-                best_load = load;
+                best_pass = pass;
                 best_at = at;
             }
         }
@@ -416,10 +467,6 @@ static void llmbatch_dispatch(struct llmbatch *b)
         if (b->wait_tail == &l->next)
             b->wait_tail = best;
         l->next = NULL;
-        int *n = llmbatch_turn(&turns, l->group);
-        if (n)
-            (*n)++;
-        llmbatch_note_sent(b, l->group);
         llmbatch_call(b, l, e);
     }
 }
@@ -446,6 +493,7 @@ static void llmbatch_preempt(struct llmbatch *b)
             upcall_free(x->up);   /* closes the connection: the server stops generating */
             x->up = NULL;
             llmbatch_idle_end(x, pool, e);
+            llmbatch_inflight_settle(b, x);
             b->inflight[k] = b->inflight[--b->inflight_n];
             x->tries--;
             x->status = 0;
@@ -496,6 +544,7 @@ static void llmbatch_take_back(struct llmbatch *b, uint64_t group)
         struct llmbatch_line *l = b->inflight[i];
         if (group && l->group != group)
             continue;
+        llmbatch_inflight_settle(b, l);
         b->inflight[i] = b->inflight[--b->inflight_n];
         upcall_free(l->up);   /* closes the connection: the server stops generating */
         l->up = NULL;
@@ -593,6 +642,7 @@ struct llmbatch *llmbatch_new(void (*done)(struct llmbatch_line *l, void *arg), 
     b->done = done;
     b->arg = arg;
     b->wait_tail = &b->wait_head;
+    b->est_all_s = 1.0;   /* until lines have ended: only the ratio between groups matters */
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
     b->base = event_base_new();

@@ -63,6 +63,7 @@ struct llmbatch_line {
     /* The caller's: */
     struct llmbatch *b;
     uint64_t round;                   /* the dispatch round that found it no endpoint */
+    double charged;                   /* its group's pass charged as it took its place */
     struct upcall *up;
     bool starting;                    /* streamed, no byte of the answer yet (llmpool_started) */
     struct httpc_target *target[1];

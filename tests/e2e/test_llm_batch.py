@@ -818,9 +818,8 @@ class TestBatchesSideBySide(BatchCase):
                              sorted("req-%d" % i for i in range(n)))
 
 
-class TestBatchWeights(BatchCase):
-    """Batches of tenants with guaranteed shares take the pool's idle
-    places in proportion to them (team-a 0.6, team-b 0.2: 3 to 1)."""
+class WeightsCase(BatchCase):
+    """team-a with share 0.6, team-b 0.2; a batch's lines done so far."""
     pool_kw = {"offline": {"max_running": 4, "max_inflight_per_endpoint": 4}}
     extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")], "share": 0.6},
                          {"name": "team-b", "keys": [digest("k-b")], "share": 0.2}]}
@@ -832,6 +831,11 @@ class TestBatchWeights(BatchCase):
             return c["completed"] + c["failed"]
         finally:
             self.call = real
+
+
+class TestBatchWeights(WeightsCase):
+    """Batches of tenants with guaranteed shares take the pool's idle
+    places in proportion to them (team-a 0.6, team-b 0.2: 3 to 1)."""
 
     def test_turns_follow_the_tenants_shares(self):
         self.start()
@@ -867,15 +871,43 @@ class TestBatchWeightsInAWindow(TestBatchWeights):
     flipped = True
 
 
-class TestBatchWeightsSwitch(TestBatchWeights):
+class TestBatchWeightFloor(WeightsCase):
+    """A tenant without a share beside one holding all of it weighs 0.01:
+    its batch still moves, about one line in a hundred, with far fewer
+    places than a hundred (8 here: counting lines in flight per weight
+    gave it none while the other's backlog lasted)."""
+    extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")], "share": 1.0},
+                         {"name": "team-b", "keys": [digest("k-b")]}]}
+
+    def test_a_tenant_without_a_share_still_moves(self):
+        self.start()
+        a = self.make("k-a", 800, 16, "a")
+        b = self.make("k-b", 100, 16, "b")
+        self.srv.wait_log(r"batch %s starts" % b, timeout=30)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            na, nb = self.counts("k-a", a), self.counts("k-b", b)
+            if na >= 500:
+                break
+            time.sleep(0.1)
+        print("\nbatch turns by weight 1 : 0.01: %d lines, %d" % (na, nb), file=sys.stderr)
+        self.assertGreaterEqual(na, 500)
+        self.assertGreaterEqual(nb, 2, "the tenant without a share did not move")
+        self.assertGreater(na / nb, 25)
+        for key, bid in (("k-a", a), ("k-b", b)):
+            self.as_tenant(key)
+            self.assertEqual(self.call("POST", "/v1/batches/%s/cancel" % bid)[0], 200)
+
+
+class TestBatchWeightsSwitch(WeightsCase):
     """Shares switched while the batches run (PUT /v2/governance: a
     window giving team-b 0.6 and team-a 0.2): the turns follow at once,
     the lines already waiting in the caller included (up to 256 of them,
     which kept their old weight before)."""
-    extra = {"tenants": TestBatchWeights.extra["tenants"] + [
+    extra = {"tenants": WeightsCase.extra["tenants"] + [
         {"name": "ops", "keys": [digest("k-ops")], "admin": True}]}
 
-    def test_turns_follow_the_tenants_shares(self):
+    def test_turns_follow_a_switch_at_once(self):
         self.start()
         a = self.make("k-a", 600, 16, "a")
         b = self.make("k-b", 600, 16, "b")
