@@ -113,6 +113,8 @@ static void llmbatch_kick(struct llmbatch *b);
  * a hundred, where counting lines in flight per weight left it none) and
  * however long their lines are. */
 
+static void llmbatch_enqueue(struct llmbatch *b, struct llmbatch_line *l);
+
 static double llmbatch_weight(const struct llmbatch_line *l)
 {
     return l->weight > 0 ? l->weight : 1.0;
@@ -130,17 +132,16 @@ static bool llmbatch_group_busy(const struct llmbatch *b, uint64_t group)
     return false;
 }
 
-/* The smallest pass of the groups with a line in flight; 0 without. */
-static double llmbatch_vclock(const struct llmbatch *b)
+/* The smallest pass of the other groups with a line waiting or in
+ * flight; 0 without. */
+static double llmbatch_vclock(const struct llmbatch *b, uint64_t except)
 {
     double v = 0;
     bool any = false;
     for (int i = 0; i < LLMBATCH_GROUPS; i++) {
         const struct llmbatch_group *g = &b->groups[i];
-        bool running = false;
-        for (int k = 0; g->group && !running && k < b->inflight_n; k++)
-            running = b->inflight[k]->group == g->group;
-        if (running && (!any || g->pass < v)) {
+        if (g->group && g->group != except && (!any || g->pass < v) &&
+            llmbatch_group_busy(b, g->group)) {
             v = g->pass;
             any = true;
         }
@@ -168,8 +169,22 @@ static struct llmbatch_group *llmbatch_group(struct llmbatch *b, uint64_t group,
     }
     if (!spare)
         return NULL;
-    *spare = (struct llmbatch_group){.group = group, .pass = llmbatch_vclock(b)};
+    *spare = (struct llmbatch_group){.group = group, .pass = llmbatch_vclock(b, group)};
     return spare;
+}
+
+/* A line submitted joins the waiting ones; a group that had none here
+ * (new, or back after a while) starts level with the groups there, not
+ * ahead of them by the time it was away. */
+static void llmbatch_arrive(struct llmbatch *b, struct llmbatch_line *l)
+{
+    if (!llmbatch_group_busy(b, l->group)) {
+        struct llmbatch_group *g = llmbatch_group(b, l->group, true);
+        double v = llmbatch_vclock(b, l->group);
+        if (g && g->pass < v)
+            g->pass = v;
+    }
+    llmbatch_enqueue(b, l);
 }
 
 /* l takes a place: in flight, its group charged what a line of it holds. */
@@ -409,15 +424,13 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
 
 /* Sends every waiting line that has an idle endpoint now. The next line
  * sent is the first waiting of the group with the smallest pass (the
- * turns above; a group that had nothing in flight comes back level with
- * those running, not ahead by the time it was away), and among equals of
- * the one served longest ago; in order within a group. A pool with no idle
- * endpoint is not asked again this round. */
+ * turns above), and among equals of the one served longest ago; in order
+ * within a group. A pool with no idle endpoint is not asked again this
+ * round. */
 static void llmbatch_dispatch(struct llmbatch *b)
 {
     struct llmpool *full[16];
     int nfull = 0;
-    double vclock = llmbatch_vclock(b);
     /* Lines that found no endpoint this round are marked and passed over. */
     uint64_t round = ++b->rounds;
     for (;;) {
@@ -434,11 +447,6 @@ static void llmbatch_dispatch(struct llmbatch *b)
             if (skip)
                 continue;
             struct llmbatch_group *g = llmbatch_group(b, l->group, true);
-            bool running = false;
-            for (int k = 0; g && !running && k < b->inflight_n; k++)
-                running = b->inflight[k]->group == l->group;
-            if (g && !running && g->pass < vclock)
-                g->pass = vclock;
             double pass = g ? g->pass : 1e300;
             uint64_t at = g ? g->at : 0;
             if (!best || pass < best_pass || (pass == best_pass && at < best_at)) {
@@ -597,7 +605,7 @@ static void llmbatch_on_wake(evutil_socket_t fd, short what, void *arg)
     }
     while (rev) {
         struct llmbatch_line *n = rev->next;
-        llmbatch_enqueue(b, rev);
+        llmbatch_arrive(b, rev);
         rev = n;
     }
     /* New weights reach the lines already waiting too (every line of a
