@@ -64,6 +64,7 @@ struct llmbatch {
         uint64_t group;               /* 0: a free entry */
         uint64_t at;                  /* `sent` when the group last had a line sent */
         double pass;                  /* seconds in a place / weight, charged so far */
+        double pending;               /* of that, the estimates of its lines in flight */
         double est_s;                 /* its lines' time in a place (EWMA); 0: none ended */
     } groups[LLMBATCH_GROUPS];
 };
@@ -133,16 +134,19 @@ static bool llmbatch_group_busy(const struct llmbatch *b, uint64_t group)
 }
 
 /* The smallest pass of the other groups with a line waiting or in
- * flight; 0 without. */
+ * flight, less what their lines in flight were charged ahead (estimates,
+ * which their ends correct): a newcomer set level with an estimate would
+ * fall behind once it was corrected down. 0 without such a group. */
 static double llmbatch_vclock(const struct llmbatch *b, uint64_t except)
 {
     double v = 0;
     bool any = false;
     for (int i = 0; i < LLMBATCH_GROUPS; i++) {
         const struct llmbatch_group *g = &b->groups[i];
-        if (g->group && g->group != except && (!any || g->pass < v) &&
+        double settled = g->pass - g->pending;
+        if (g->group && g->group != except && (!any || settled < v) &&
             llmbatch_group_busy(b, g->group)) {
-            v = g->pass;
+            v = settled;
             any = true;
         }
     }
@@ -195,6 +199,7 @@ static void llmbatch_inflight_add(struct llmbatch *b, struct llmbatch_line *l)
     l->charged = g ? est / llmbatch_weight(l) : 0;
     if (g) {
         g->pass += l->charged;
+        g->pending += l->charged;
         g->at = ++b->sent;
     }
     b->inflight[b->inflight_n++] = l;
@@ -208,6 +213,7 @@ static void llmbatch_inflight_settle(struct llmbatch *b, struct llmbatch_line *l
     struct llmbatch_group *g = llmbatch_group(b, l->group, false);
     if (g) {
         g->pass += held / llmbatch_weight(l) - l->charged;
+        g->pending -= l->charged;
         g->est_s = g->est_s > 0 ? 0.8 * g->est_s + 0.2 * held : held;
     }
     b->est_all_s = 0.9 * b->est_all_s + 0.1 * held;
