@@ -106,6 +106,7 @@ reliability: build
 	loadgen/bench/overload_3x.sh
 	loadgen/bench/slowloris.py
 	scripts/soak --minutes $${SOAK_MINUTES:-30}
+	scripts/soak-llm --minutes $${SOAK_MINUTES:-30}
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,166 @@
+"""soaklib.py - what scripts/soak and scripts/soak-llm share: starting the
+batchgate under test, sampling its memory and file descriptors from /proc
+and GET /debug/memory, and the flatness rule both judge by (the median of
+the first minute after the warmup against the median of the last minute).
+Standard library only, so that either script runs with any python3.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+
+def rss_kib(pid):
+    """VmRSS, and its anonymous (heap, stacks) and file-backed (code pages
+    touched so far) parts, KiB."""
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            for key in ("VmRSS", "RssAnon", "RssFile"):
+                if line.startswith(key + ":"):
+                    out[key] = int(line.split()[1])
+    return out.get("VmRSS", 0), out.get("RssAnon", 0), out.get("RssFile", 0)
+
+
+def nfds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def nsockets(pid):
+    """Sockets the process holds open (0 once it is gone)."""
+    n = 0
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                n += os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("socket:")
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return n
+
+
+def read_response(s, timeout=5.0):
+    """One answer: the head, then Content-Length bytes (or up to the close)."""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = None
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                length = int(v.strip())
+        while length is None or len(body) < length:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    except (OSError, ValueError):
+        pass
+    return data
+
+
+def memory(port):
+    """GET /debug/memory: heap in use, and each malloc arena's size."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"GET /debug/memory HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n")
+        data = read_response(s)
+        s.close()
+        return json.loads(data.partition(b"\r\n\r\n")[2])
+    except (OSError, ValueError):
+        return {}
+
+
+def start_batchgate(binary, cfg, log):
+    """Starts batchgate on the config file `cfg`, its stderr into the open
+    file `log`; waits up to 10 s for "ready in" (every model loaded or
+    refused). Returns (process, HTTP port or None, the log so far)."""
+    srv = subprocess.Popen([binary, "--config", cfg], stderr=log, stdout=subprocess.DEVNULL)
+    text = ""
+    for _ in range(100):
+        time.sleep(0.1)
+        log.seek(0)
+        text = log.read()
+        if "ready in" in text:
+            return srv, int(text.split("listening on 127.0.0.1:")[1].split()[0]), text
+    return srv, None, text
+
+
+def sample(t, pid, port, clients=()):
+    """One sample of the server: RSS and its parts, fds, the sockets the load
+    generators' processes `clients` hold, and the allocator's view."""
+    mem = memory(port)
+    rss, anon, filed = rss_kib(pid)
+    return {"t": round(t, 1), "rss_kib": rss, "anon_kib": anon, "file_kib": filed,
+            "fds": nfds(pid),
+            # A load generator's pool grows to its peak concurrency and keeps
+            # those connections: the server's own fds are what it holds
+            # beyond them.
+            "load_conns": sum(nsockets(c) for c in clients),
+            "heap_kib": mem.get("heap_in_use_bytes", -1024) // 1024,
+            "mmapped_chunks": mem.get("mmapped_chunks", -1),
+            "arena_kib": [b // 1024 for b in mem.get("arena_bytes", [])]}
+
+
+def table_head(extra=""):
+    """The sample table's header; `extra`, a script's own columns, goes
+    before the arenas (the last column, of varying width)."""
+    return ("%8s %10s %10s %10s %12s %6s %6s %8s" % ("t (s)", "RSS (KiB)", "anon", "file",
+                                                    "heap (KiB)", "fds", "load", "mmapped")
+            + (" %s " % extra if extra else "  ") + "arenas (KiB each)")
+
+
+def table_row(t, x, extra=""):
+    """One sample's row (t unrounded, as the run's clock read it)."""
+    return ("%8.0f %10d %10d %10d %12d %6d %6d %8d" % (t, x["rss_kib"], x["anon_kib"],
+                                                      x["file_kib"], x["heap_kib"], x["fds"],
+                                                      x["load_conns"], x["mmapped_chunks"])
+            + (" %s " % extra if extra else "  ") + " ".join(str(k) for k in x["arena_kib"]))
+
+
+def stop_batchgate(srv, timeout=60):
+    """SIGTERM; its exit code, or -1 when it had to be killed."""
+    srv.send_signal(signal.SIGTERM)
+    try:
+        return srv.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        srv.wait()
+        return -1
+
+
+def ends(samples, warmup_s, sample_s, keys):
+    """The baseline (median of the first minute of samples from warmup_s on)
+    and the end (median of the last minute) of each key, each with the time
+    of its first (baseline) or last (end) sample. Each end is the median of a
+    minute: one sample moves by a percent with whatever is in flight at that
+    instant."""
+    def med(xs, key):
+        v = sorted(x[key] for x in xs)
+        return v[len(v) // 2]
+    n_end = max(1, int(60 / sample_s))
+    after = [x for x in samples if x["t"] >= warmup_s]
+    head, tail = after[:n_end] or samples[-1:], after[-n_end:] or samples[-1:]
+    base = dict({"t": head[0]["t"]}, **{k: med(head, k) for k in keys})
+    last = dict({"t": tail[-1]["t"]}, **{k: med(tail, k) for k in keys})
+    return base, last
+
+
+def flat(base, last):
+    """The rule: RSS within 2% of the baseline, the server's own fds within
+    2% or 2 descriptors, whichever is larger. (ok_rss, ok_fds, rss_drift,
+    fd_drift)."""
+    rss_drift = (last["rss_kib"] - base["rss_kib"]) / base["rss_kib"]
+    fd_drift = last["own_fds"] - base["own_fds"]
+    return (abs(rss_drift) <= 0.02, abs(fd_drift) <= max(2, 0.02 * base["own_fds"]),
+            rss_drift, fd_drift)
