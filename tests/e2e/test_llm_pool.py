@@ -129,6 +129,14 @@ class PoolCase(RepoServerCase):
         c.close()
         return state
 
+    def one_slow_scrape(self, i):
+        """Endpoint i answers its next scrape 200 ms late; returns once it has."""
+        self.sim.fault(i, "slow_metrics", ms=200, count=1)
+        deadline = time.monotonic() + 5
+        while self.sim_fault_state(i) != "none" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(self.sim_fault_state(i), "none", "the slow scrape never came")
+
     def usage_rows(self, group_by, key):
         """Today's rows of GET /v2/usage grouped by `group_by`, as the admin `key`."""
         c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
@@ -466,11 +474,7 @@ class TestPoolFailures(PoolCase):
         out = r"model watched: upstream %s is taken out" % url
         start = len(self.srv.log_lines())
         since = lambda: "\n".join(self.srv.log_lines()[start:])  # noqa: E731
-        self.sim.fault(1, "slow_metrics", ms=200, count=1)
-        deadline = time.monotonic() + 5
-        while self.sim_fault_state(1) != "none" and time.monotonic() < deadline:
-            time.sleep(0.02)
-        self.assertEqual(self.sim_fault_state(1), "none", "the slow scrape never came")
+        self.one_slow_scrape(1)
         time.sleep(0.5)   # the slow answer's tick and a few good scrapes after it
         self.assertNotRegex(since(), out)
         # Three in a row: out, and back at the next good scrape; a server
@@ -552,10 +556,7 @@ class TestPoolProbesWithoutCounter(PoolCase):
         url = re.escape(self.sim.url(1))
         start = len(self.srv.log_lines())
         since = lambda: "\n".join(self.srv.log_lines()[start:])  # noqa: E731
-        self.sim.fault(1, "slow_metrics", ms=200, count=1)
-        deadline = time.monotonic() + 5
-        while self.sim_fault_state(1) != "none" and time.monotonic() < deadline:
-            time.sleep(0.02)
+        self.one_slow_scrape(1)
         time.sleep(0.5)
         self.assertNotRegex(since(), r"model scored: endpoint %s may have restarted" % url)
         self.sim.fault(1, "slow_metrics", ms=200, count=12)

@@ -106,6 +106,14 @@ def load(port, plan, seconds, until_killed=False):
     return counts
 
 
+def stop_fakes(fakes):
+    """Stops the fake upstream servers test_upstream.start_fake started."""
+    for p, _ in fakes:
+        p.kill()
+        p.wait(5)
+        p.stdout.close()
+
+
 class UsageCase(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="batchgate-usage-")
@@ -450,10 +458,7 @@ class UsageUpstreamTest(UsageCase):
                 self.assertAlmostEqual(mine, v, delta=max(0.015 * v, 0.002), msg=str(labels))
             srv.stop_checked()
         finally:
-            for p, _ in fakes:
-                p.kill()
-                p.wait(5)
-                p.stdout.close()
+            stop_fakes(fakes)
 
     def test_each_server_is_charged_its_own_batches(self):
         """A slow server (200 ms a call) and a fast one (2 ms), both busy
@@ -485,10 +490,7 @@ class UsageUpstreamTest(UsageCase):
             self.assertEqual(got, served)
             srv.stop_checked()
         finally:
-            for p, _ in fakes:
-                p.kill()
-                p.wait(5)
-                p.stdout.close()
+            stop_fakes(fakes)
 
 
 class UsageReportTest(UsageCase):
