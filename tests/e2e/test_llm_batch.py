@@ -832,6 +832,15 @@ class WeightsCase(BatchCase):
         finally:
             self.call = real
 
+    def start_both(self, na, nb):
+        """batchgate, team-a's batch of na lines, then team-b's of nb, once
+        team-b's has started; their ids."""
+        self.start()
+        a = self.make("k-a", na, 16, "a")
+        b = self.make("k-b", nb, 16, "b")
+        self.srv.wait_log(r"batch %s starts" % b, timeout=30)
+        return a, b
+
     def lines_done(self, a, b, until, timeout=60):
         """team-a's and team-b's lines done (batches a and b), once
         until(na, nb) holds or after `timeout` seconds."""
@@ -848,10 +857,7 @@ class TestBatchWeights(WeightsCase):
     places in proportion to them (team-a 0.6, team-b 0.2: 3 to 1)."""
 
     def test_turns_follow_the_tenants_shares(self):
-        self.start()
-        a = self.make("k-a", 400, 16, "a")
-        b = self.make("k-b", 400, 16, "b")
-        self.srv.wait_log(r"batch %s starts" % b, timeout=30)
+        a, b = self.start_both(400, 400)
         na, nb = self.lines_done(a, b, lambda na, nb: na + nb >= 160)
         if getattr(self, "flipped", False):   # the window's shares: team-b 0.6
             na, nb = nb, na
@@ -885,10 +891,7 @@ class TestBatchWeightFloor(WeightsCase):
                          {"name": "team-b", "keys": [digest("k-b")]}]}
 
     def test_a_tenant_without_a_share_still_moves(self):
-        self.start()
-        a = self.make("k-a", 800, 16, "a")
-        b = self.make("k-b", 100, 16, "b")
-        self.srv.wait_log(r"batch %s starts" % b, timeout=30)
+        a, b = self.start_both(800, 100)
         na, nb = self.lines_done(a, b, lambda na, nb: na >= 500, timeout=90)
         print("\nbatch turns by weight 1 : 0.01: %d lines, %d" % (na, nb), file=sys.stderr)
         self.assertGreaterEqual(na, 500)
@@ -908,11 +911,7 @@ class TestBatchWeightsSwitch(WeightsCase):
         {"name": "ops", "keys": [digest("k-ops")], "admin": True}]}
 
     def test_turns_follow_a_switch_at_once(self):
-        self.start()
-        a = self.make("k-a", 600, 16, "a")
-        b = self.make("k-b", 600, 16, "b")
-        self.srv.wait_log(r"batch %s starts" % b, timeout=30)
-
+        a, b = self.start_both(600, 600)
         a0, b0 = self.lines_done(a, b, lambda na, nb: na + nb >= 60)
         self.assertGreaterEqual(a0 + b0, 60)
         real = self.as_tenant("k-ops")
