@@ -36,9 +36,11 @@ static int openai_model_load(struct model *m, struct cold_start *cs, struct erro
         return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
     m->shared = om;
     m->shared_bytes = 0;
+    char who[300];
+    snprintf(who, sizeof who, "model %s", m->cfg.name);
     for (int i = 0; i < p->nendpoints; i++) {
         struct error e2 = {0};
-        om->targets[i] = httpc_target_new(p->hosts[i], p->ports[i], &e2);
+        om->targets[i] = httpc_target_new(p->hosts[i], p->ports[i], who, &e2);
         if (!om->targets[i]) {
             error_set(err, e2.code, "%s: endpoints[%d]: %s", m->cfg.config_path, i, e2.msg);
             openai_model_unload(m);

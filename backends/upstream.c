@@ -331,9 +331,11 @@ static int upstream_model_load(struct model *m, struct cold_start *cs, struct er
     um->m = m;
     m->shared = um;
     m->shared_bytes = 0;
+    char who[300];
+    snprintf(who, sizeof who, "model %s", m->cfg.name);
     for (int i = 0; i < u->nurls; i++) {
         struct error e2 = {0};
-        um->targets[i] = httpc_target_new(u->hosts[i], u->ports[i], &e2);
+        um->targets[i] = httpc_target_new(u->hosts[i], u->ports[i], who, &e2);
         if (!um->targets[i])
             return error_set(err, e2.code, "%s: upstream.urls[%d]: %s", m->cfg.config_path, i,
                              e2.msg);

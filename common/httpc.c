@@ -379,6 +379,11 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
     void *arg = k->arg;
     struct httpc_pool *pool = c->pool;
     bool alive = llhttp_should_keep_alive(&c->parser);
+    /* A whole answer is a working server, unless it says otherwise: a 5xx
+     * is its caller's to judge (httpc_target_failed), and counting it a
+     * success here first would restart the count of failures in a row at
+     * every call, so that a server answering only 500s was never taken out. */
+    bool worked = !pool->probe && llhttp_get_status_code(&c->parser) < 500;
     httpc_call_end(k);
     httpc_conn_pop(c);
     if (c->ncalls == 0) {
@@ -392,7 +397,7 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
         } else {
             httpc_conn_close(c);
         }
-        if (!pool->probe)
+        if (worked)
             httpc_target_succeeded(pool->t);
         if (cb && cb->on_done)
             cb->on_done(arg);
@@ -402,7 +407,7 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
     if (!alive) {
         /* The server ends the connection after this answer: the rest go
          * unanswered (their callers may repeat them elsewhere). */
-        if (!pool->probe)
+        if (worked)
             httpc_target_succeeded(pool->t);
         if (cb && cb->on_done)
             cb->on_done(arg);
@@ -412,7 +417,7 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
         return false;
     }
     httpc_conn_reset_parser(c);
-    if (!pool->probe)
+    if (worked)
         httpc_target_succeeded(pool->t);
     c->in_read = true;   /* on_done may abandon the calls behind: c must outlive it */
     if (cb && cb->on_done)

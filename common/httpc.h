@@ -54,8 +54,10 @@ int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, con
 
 struct httpc_target;
 
-/* Resolves host:port now (a name that does not resolve is a config error). */
-struct httpc_target *httpc_target_new(const char *host, int port, struct error *err);
+/* Resolves host:port now (a name that does not resolve is a config error).
+ * who names its owner in log lines ("model m", "route /x/"). */
+struct httpc_target *httpc_target_new(const char *host, int port, const char *who,
+                                      struct error *err);
 /* Its owner lets go: it is retired, and freed once no pool of it is left
  * (each pool holds a reference: a pool cached on some thread never points
  * at freed memory). */
@@ -89,9 +91,12 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r)
  * comes back first; NULL only when every target was tried. */
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index);
 /* A call's outcome as its caller judged it (connection-level failures are
- * recorded by httpc itself before on_error). */
-void httpc_target_succeeded(struct httpc_target *t);
-void httpc_target_failed(struct httpc_target *t, enum httpc_fail why);
+ * recorded by httpc itself before on_error, and a whole answer below 500 as
+ * a success before on_done; a 5xx is left to the caller). Like httpc_target_probe_result
+ * they return +1 when the call brought the target back, -1 when it took it
+ * out, else 0; the change is logged here, naming the owner. */
+int httpc_target_succeeded(struct httpc_target *t);
+int httpc_target_failed(struct httpc_target *t, enum httpc_fail why);
 
 struct httpc_target_stats {
     int inflight;

@@ -16,11 +16,13 @@
 #include "common/busywin.h"
 #include "common/clock.h"
 #include "common/httpc_impl.h"
+#include "common/log.h"
 
 #define TARGET_FAILS_TO_DOWN 3
 #define TARGET_DOWN_NS 2000000000LL
 
 struct httpc_target {
+    char who[128];                   /* its owner in log lines: "model m", "route /x/" */
     char host[256];
     int port;
     char url[300], authority[280];
@@ -45,7 +47,8 @@ struct httpc_target {
     struct busywin busy;             /* time with at least one call in flight; written under mu */
 };
 
-struct httpc_target *httpc_target_new(const char *host, int port, struct error *err)
+struct httpc_target *httpc_target_new(const char *host, int port, const char *who,
+                                      struct error *err)
 {
     char ports[16];
     snprintf(ports, sizeof ports, "%d", port);
@@ -62,6 +65,7 @@ struct httpc_target *httpc_target_new(const char *host, int port, struct error *
         return NULL;
     }
     snprintf(t->host, sizeof t->host, "%s", host);
+    snprintf(t->who, sizeof t->who, "%s", who);
     t->port = port;
     atomic_init(&t->refs, 1);
     /* An IPv6 literal needs its brackets back in a URL or a Host header. */
@@ -155,14 +159,21 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r)
     return is == was ? 0 : is ? 1 : -1;
 }
 
-void httpc_target_succeeded(struct httpc_target *t)
+int httpc_target_succeeded(struct httpc_target *t)
 {
     pthread_mutex_lock(&t->mu);
+    int fails = t->fails_in_row;
     t->fails_in_row = 0;
-    /* A trial call after the timed pause went through: back in. */
-    if (!t->probed)
+    /* A trial call after the timed pause went through: back in. (With
+     * probes on, the next passing probe brings it back and says so.) */
+    bool back = !t->probed && atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
+    if (back)
         atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
     pthread_mutex_unlock(&t->mu);
+    if (back)
+        log_warn("%s: upstream %s is back (a call succeeded after %d failed in a row)", t->who,
+                 t->url, fails);
+    return back;
 }
 
 void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why)
@@ -172,15 +183,29 @@ void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why)
     pthread_mutex_unlock(&t->mu);
 }
 
-void httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
+int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
 {
     pthread_mutex_lock(&t->mu);
     t->failures[why]++;
-    if (++t->fails_in_row >= TARGET_FAILS_TO_DOWN)
-        atomic_store_explicit(&t->down_until,
-                              t->probed ? INT64_MAX : now_ns() + TARGET_DOWN_NS,
+    /* Only the failure that crosses the line is news: the trial calls of a
+     * server still failing after each pause extend the pause in silence. */
+    int64_t now = now_ns();
+    bool out = ++t->fails_in_row == TARGET_FAILS_TO_DOWN &&
+               atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
+    bool probed = t->probed;
+    if (t->fails_in_row >= TARGET_FAILS_TO_DOWN)
+        atomic_store_explicit(&t->down_until, probed ? INT64_MAX : now + TARGET_DOWN_NS,
                               memory_order_relaxed);
     pthread_mutex_unlock(&t->mu);
+    if (out && probed)
+        log_warn("%s: upstream %s is taken out until a health probe passes (%d failed calls "
+                 "in a row, the last: %s)", t->who, t->url, TARGET_FAILS_TO_DOWN,
+                 httpc_fail_names[why]);
+    else if (out)
+        log_warn("%s: upstream %s is taken out for %.0f s (%d failed calls in a row, the "
+                 "last: %s)", t->who, t->url, TARGET_DOWN_NS / 1e9, TARGET_FAILS_TO_DOWN,
+                 httpc_fail_names[why]);
+    return out ? -1 : 0;
 }
 
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index)

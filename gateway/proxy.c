@@ -725,9 +725,12 @@ struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct e
         snprintf(r->health_path, sizeof r->health_path, "%s", cfg->routes[i].health_path);
         r->health_interval_ms = cfg->routes[i].health_interval_ms;
         p->nroutes++;
+        char who[300];
+        snprintf(who, sizeof who, "route %s", r->prefix);
         for (int k = 0; k < cfg->routes[i].nurls; k++) {
             struct error e2 = {0};
-            r->targets[k] = httpc_target_new(cfg->routes[i].hosts[k], cfg->routes[i].ports[k], &e2);
+            r->targets[k] =
+                httpc_target_new(cfg->routes[i].hosts[k], cfg->routes[i].ports[k], who, &e2);
             if (!r->targets[k]) {
                 error_set(err, e2.code, "proxy.routes[%d].urls[%d]: %s", i, k, e2.msg);
                 proxy_free(p);

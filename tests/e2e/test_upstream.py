@@ -82,6 +82,9 @@ class UpstreamTest(FakeUpstreamCase):
         write_model(repo, "refused", upstream_model("refused", ["http://127.0.0.1:%d" % free_port()]))
         write_model(repo, "failover", upstream_model(
             "failover", ["http://127.0.0.1:%d" % free_port(), url]))
+        unprobed = upstream_model("unprobed", [url])
+        unprobed["upstream"]["health_interval_ms"] = 0
+        write_model(repo, "unprobed", unprobed)
 
     def upstream(self, method, path, body=None):
         return roundtrip(self.fport, method, path,
@@ -141,6 +144,44 @@ class UpstreamTest(FakeUpstreamCase):
                           r'reason="%s"\} (\d+)' % (re.escape(url), reason), text)
             self.assertIsNotNone(m, reason)
             self.assertGreaterEqual(int(m.group(1)), 1, reason)
+
+    def test_failed_calls_in_a_row_take_it_out_and_say_so(self):
+        """Passive health: the third failed call in a row takes the server
+        out and the log says so once, naming the model and the last failure;
+        its return is logged too (by a call that succeeds without probes, by
+        the next passing probe with them)."""
+        url = re.escape("http://127.0.0.1:%d" % self.fport)
+        for model, until, back in (
+                ("unprobed", "for 2 s", r"is back \(a call succeeded after \d+ failed in a row\)"),
+                ("kv2", "until a health probe passes", r"is back \(health probe: ")):
+            out = re.compile(r"model %s: upstream %s is taken out %s \(3 failed calls in a row, "
+                             r"the last: status\)" % (model, url, until))
+            # A probe that passes between the calls starts the count again
+            # (kv2 is probed every 2 s): then the round is run again.
+            for attempt in range(5):
+                self.upstream("POST", "/__fault", json.dumps({"mode": "500", "count": 3}))
+                for k in range(3):
+                    r = self.infer(model, [[k, 0, 0, 0]], timeout=10)
+                    self.assertEqual(r.status, 502, "%s call %d: %r" % (model, k, r))
+                try:
+                    self.srv.wait_log(out, timeout=1.0)
+                    break
+                except AssertionError:
+                    self.upstream("POST", "/__reset", "{}")
+            else:
+                self.fail("%s: never taken out by 3 failed calls in a row" % model)
+            # A failure on a server already out is not news.
+            self.upstream("POST", "/__fault", json.dumps({"mode": "500", "count": 1}))
+            self.assertEqual(self.infer(model, [[0, 0, 0, 0]]).status, 502)
+            self.assertEqual(len(out.findall(self.srv.log())), 1, model)
+            self.upstream("POST", "/__reset", "{}")
+            came_back = re.compile(r"model %s: upstream %s %s" % (model, url, back))
+            deadline = time.monotonic() + 10
+            while not came_back.search(self.srv.log()):
+                self.assertLess(time.monotonic(), deadline, "%s: no line saying it is back; log:\n%s"
+                                % (model, self.srv.log()[-3000:]))
+                self.assertEqual(self.infer(model, [[1, 2, 3, 4]]).status, 200, model)
+                time.sleep(0.1)
 
     def test_stall_times_out(self):
         self.upstream("POST", "/__fault", json.dumps({"mode": "stall", "count": 1}))

@@ -46,7 +46,7 @@ static void test_url_parse(void **state)
 static struct httpc_target *target(int port)
 {
     struct error err = {0};
-    struct httpc_target *t = httpc_target_new("127.0.0.1", port, &err);
+    struct httpc_target *t = httpc_target_new("127.0.0.1", port, "test", &err);
     assert_non_null(t);
     return t;
 }
@@ -60,21 +60,24 @@ static void test_pick_and_health(void **state)
     assert_ptr_equal(httpc_pick(ts, 3, 1u, &i), ts[1]);
     assert_int_equal(i, 1);
     assert_null(httpc_pick(ts, 3, 7u, &i));
-    /* Three failures in a row take a server out; a success in between does not. */
-    httpc_target_failed(ts[0], HTTPC_FAIL_RESET);
-    httpc_target_failed(ts[0], HTTPC_FAIL_RESET);
-    httpc_target_succeeded(ts[0]);
-    httpc_target_failed(ts[0], HTTPC_FAIL_STATUS);
-    httpc_target_failed(ts[0], HTTPC_FAIL_STATUS);
+    /* Three failures in a row take a server out; a success in between does
+     * not. Each call says whether it changed anything (the log line). */
+    assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_RESET), 0);
+    assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_RESET), 0);
+    assert_int_equal(httpc_target_succeeded(ts[0]), 0);
+    assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_STATUS), 0);
+    assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_STATUS), 0);
     assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[0]);
-    httpc_target_failed(ts[0], HTTPC_FAIL_TIMEOUT);
+    assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_TIMEOUT), -1);
     assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[1]);
+    /* The trial calls of a server still failing are not news. */
+    assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_TIMEOUT), 0);
     struct httpc_target_stats st;
     httpc_target_stats(ts[0], &st);
     assert_false(st.healthy);
     assert_int_equal(st.failures[HTTPC_FAIL_RESET], 2);
     assert_int_equal(st.failures[HTTPC_FAIL_STATUS], 2);
-    assert_int_equal(st.failures[HTTPC_FAIL_TIMEOUT], 1);
+    assert_int_equal(st.failures[HTTPC_FAIL_TIMEOUT], 2);
     /* All out: the one back first is still named (a trial beats a refusal). */
     for (int k = 0; k < 3; k++)
         httpc_target_failed(ts[1], HTTPC_FAIL_CONNECT);
@@ -97,14 +100,23 @@ static void test_pick_and_health(void **state)
     /* Nothing listening: out at the first probe. */
     assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_UNREACHABLE), -1);
     assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS), 1);
-    /* With probes on, passive failures keep it out until the next good probe. */
+    /* With probes on, passive failures keep it out until the next good
+     * probe: a call that succeeds in between does not bring it back. */
     for (int k = 0; k < 3; k++)
-        httpc_target_failed(ts[2], HTTPC_FAIL_RESET);
-    httpc_target_succeeded(ts[2]);
+        assert_int_equal(httpc_target_failed(ts[2], HTTPC_FAIL_RESET), k == 2 ? -1 : 0);
+    assert_int_equal(httpc_target_succeeded(ts[2]), 0);
     httpc_target_stats(ts[2], &st);
     assert_false(st.healthy);
     httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS);
     httpc_target_stats(ts[2], &st);
+    assert_true(st.healthy);
+    /* Without probes, a call that succeeds (a trial after the pause, or one
+     * sent before the take-out) brings it back, once. */
+    httpc_target_stats(ts[1], &st);
+    assert_false(st.healthy);
+    assert_int_equal(httpc_target_succeeded(ts[1]), 1);
+    assert_int_equal(httpc_target_succeeded(ts[1]), 0);
+    httpc_target_stats(ts[1], &st);
     assert_true(st.healthy);
     for (int k = 0; k < 3; k++)
         httpc_target_free(ts[k]);

@@ -12,6 +12,7 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     POST /v2/models/{m}/infer        KServe v2, any number of rows
     POST /v1/models/{m}:predict      TF-Serving {"instances": [...]}
     GET  /v2/models/{m}              metadata
+    GET  /v1/models/{m}              TF-Serving's model status, as /v2/health/ready
     GET  /v2/health/ready            200, or 503 after POST /__health {"ok": false}; with
                                      {"ok": false, "stall_ms": N} it answers 503 only after N ms
     GET  /__stats                    {"calls": N, "rows": R, "max_rows": M, "conns": C,
@@ -74,12 +75,18 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATE["conns"] += 1
 
+    def is_probe(self):
+        """A health check (KServe v2's, or TF-Serving's model status)."""
+        return "/health/" in self.path or (self.command == "GET" and
+                                           self.path.startswith("/v1/models/") and
+                                           ":" not in self.path)
+
     def parse_request(self):
         # Faults for requests of any kind act here, before any handler runs.
         if not super().parse_request():
             return False
         self.served += 1
-        if self.path.startswith("/__") or "/health/" in self.path:
+        if self.path.startswith("/__") or self.is_probe():
             return True
         with LOCK:
             STATE["requests"] += 1
@@ -224,6 +231,14 @@ class Handler(BaseHTTPRequestHandler):
             if stall:
                 time.sleep(stall / 1000)
             self.reply(200 if ok else 503, {"ready": ok})
+        elif self.path.startswith("/v1/models/") and ":" not in self.path:
+            # TF-Serving's model status: its health probe (GET /v1/models/{m}).
+            with LOCK:
+                STATE["probes"] += 1
+                ok = STATE["healthy"]
+            self.reply(200 if ok else 503, {"model_version_status": [{
+                "version": "1", "state": "AVAILABLE" if ok else "UNAVAILABLE",
+                "status": {"error_code": "OK", "error_message": ""}}]})
         elif self.path.startswith("/v2/models/"):
             name = self.path.split("/")[3]
             self.reply(200, {"name": name, "versions": ["1"], "platform": "fake",
