@@ -353,8 +353,10 @@ static const struct schema_field config_fields[] = {
      .doc = "enables `GET /debug/delay?ms=N&id=X` (answers after a timer), `POST /debug/echo` "
             "(returns the decoded body) and `POST /debug/fault {\"model\", \"mode\": "
             "\"fail\"\\|\"hang\"\\|\"slow\"\\|\"none\", \"count\", \"ms\"}` (the model's next "
-            "batches fail with 500, hang or slow down: fault injection); the tests use them; "
-            "never enable in production"},
+            "batches fail with 500, hang or slow down: fault injection) and `GET /debug/memory` "
+            "(the heap in use and held, each malloc arena, and SQLite's share: `sqlite_bytes`, "
+            "of it the state database's page caches `sqlite_cache_bytes`); the tests and the "
+            "soaks use them; never enable in production"},
     SCHEMA_END_ROW,
 };
 

@@ -108,6 +108,10 @@ def sample(t, pid, port, clients=()):
             # beyond them.
             "load_conns": sum(nsockets(c) for c in clients),
             "heap_kib": mem.get("heap_in_use_bytes", -1024) // 1024,
+            # SQLite's share of the heap, and of it the state database's page
+            # caches (bounded by cache_size): a cache filling up is not a leak.
+            "sqlite_kib": mem.get("sqlite_bytes", -1024) // 1024,
+            "sqlite_cache_kib": mem.get("sqlite_cache_bytes", -1024) // 1024,
             "mmapped_chunks": mem.get("mmapped_chunks", -1),
             "arena_kib": [b // 1024 for b in mem.get("arena_bytes", [])]}
 
@@ -115,16 +119,18 @@ def sample(t, pid, port, clients=()):
 def table_head(extra=""):
     """The sample table's header; `extra`, a script's own columns, goes
     before the arenas (the last column, of varying width)."""
-    return ("%8s %10s %10s %10s %12s %6s %6s %8s" % ("t (s)", "RSS (KiB)", "anon", "file",
-                                                    "heap (KiB)", "fds", "load", "mmapped")
+    return ("%8s %10s %10s %10s %12s %8s %6s %6s %8s" % ("t (s)", "RSS (KiB)", "anon", "file",
+                                                        "heap (KiB)", "sqlite", "fds", "load",
+                                                        "mmapped")
             + (" %s " % extra if extra else "  ") + "arenas (KiB each)")
 
 
 def table_row(t, x, extra=""):
     """One sample's row (t unrounded, as the run's clock read it)."""
-    return ("%8.0f %10d %10d %10d %12d %6d %6d %8d" % (t, x["rss_kib"], x["anon_kib"],
-                                                      x["file_kib"], x["heap_kib"], x["fds"],
-                                                      x["load_conns"], x["mmapped_chunks"])
+    return ("%8.0f %10d %10d %10d %12d %8d %6d %6d %8d" % (t, x["rss_kib"], x["anon_kib"],
+                                                          x["file_kib"], x["heap_kib"],
+                                                          x["sqlite_kib"], x["fds"],
+                                                          x["load_conns"], x["mmapped_chunks"])
             + (" %s " % extra if extra else "  ") + " ".join(str(k) for k in x["arena_kib"]))
 
 
@@ -154,6 +160,35 @@ def ends(samples, warmup_s, sample_s, keys):
     base = dict({"t": head[0]["t"]}, **{k: med(head, k) for k in keys})
     last = dict({"t": tail[-1]["t"]}, **{k: med(tail, k) for k in keys})
     return base, last
+
+
+def slope_per_min(samples, warmup_s, key):
+    """The least-squares slope of `key` over the samples from warmup_s on,
+    per minute (None with fewer than 3 samples)."""
+    xs = [(x["t"] / 60.0, x[key]) for x in samples if x["t"] >= warmup_s]
+    if len(xs) < 3:
+        return None
+    mt = sum(t for t, _ in xs) / len(xs)
+    mv = sum(v for _, v in xs) / len(xs)
+    den = sum((t - mt) ** 2 for t, _ in xs)
+    return sum((t - mt) * (v - mv) for t, v in xs) / den if den else None
+
+
+def heap_trend(samples, warmup_s):
+    """How the heap in use moved over the run and how much of that was
+    SQLite's (its caches grow with the database up to cache_size, then stay):
+    a dict for --json, and a line to print."""
+    tr = {k: slope_per_min(samples, warmup_s, k)
+          for k in ("heap_kib", "sqlite_kib", "sqlite_cache_kib")}
+    last = samples[-1] if samples else {}
+    if tr["heap_kib"] is None or last.get("sqlite_kib", -1) < 0:
+        return tr, "heap trend: not enough samples (or no SQLite figures)"
+    rest = tr["heap_kib"] - tr["sqlite_kib"]
+    return (dict(tr, heap_without_sqlite_kib=rest),
+            "heap trend (least squares, after the warmup): %+.1f KiB/min, of it SQLite %+.1f "
+            "(its page caches %+.1f, now %d KiB); the rest %+.1f KiB/min"
+            % (tr["heap_kib"], tr["sqlite_kib"], tr["sqlite_cache_kib"],
+               last["sqlite_cache_kib"], rest))
 
 
 def flat(base, last):

@@ -184,6 +184,19 @@ int state_open(const char *dir, struct state **out, struct error *err)
     return 0;
 }
 
+void state_memory(struct state *st, struct state_memory *out)
+{
+    out->sqlite_bytes = sqlite3_memory_used();
+    out->sqlite_peak_bytes = sqlite3_memory_highwater(0);
+    out->cache_bytes = 0;
+    sqlite3 *dbs[] = {st->w, st->r, st->u};
+    for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
+        int cur = 0, hi = 0;
+        if (sqlite3_db_status(dbs[i], SQLITE_DBSTATUS_CACHE_USED, &cur, &hi, 0) == SQLITE_OK)
+            out->cache_bytes += cur;
+    }
+}
+
 void state_close(struct state *st)
 {
     if (!st)

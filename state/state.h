@@ -56,6 +56,15 @@ const char *state_job_state_name(int s);
 int state_open(const char *dir, struct state **out, struct error *err);
 void state_close(struct state *st);
 
+/* What SQLite holds, for GET /debug/memory: all of its heap in the process
+ * and that heap's peak, and of it the page caches of this database's
+ * connections (each bounded by SQLite's cache_size, 2 MiB by default, so a
+ * long run's heap can tell a cache filling up from a leak). Any thread. */
+struct state_memory {
+    int64_t sqlite_bytes, sqlite_peak_bytes, cache_bytes;
+};
+void state_memory(struct state *st, struct state_memory *out);
+
 /* ---- the writer thread only ---- */
 int state_job_insert(struct state *st, const struct state_job *j, struct error *err);
 /* Sets the state (and started_ms when RUNNING, finished_ms when final, the

@@ -371,6 +371,11 @@ class DebugMemoryTest(unittest.TestCase):
             for k in ("heap_in_use_bytes", "heap_free_bytes", "heap_bytes", "mmapped_bytes",
                       "mmapped_chunks", "arenas"):
                 self.assertIsInstance(m[k], int, "expected integer %s in %r" % (k, m))
+            # SQLite's share (its own count, under any malloc): the page
+            # caches of the state database's connections are part of it.
+            self.assertGreater(m["sqlite_cache_bytes"], 0, m)
+            self.assertGreaterEqual(m["sqlite_bytes"], m["sqlite_cache_bytes"], m)
+            self.assertGreaterEqual(m["sqlite_peak_bytes"], m["sqlite_bytes"], m)
             if sanitizer_build():
                 srv.stop_checked()
                 self.skipTest("a sanitizer's malloc replaces glibc's: mallinfo2 reports nothing")
