@@ -15,6 +15,7 @@
 #include "common/schema.h"
 #include "gateway/config_impl.h"
 #include "serving/governance.h"
+#include "serving/jobs.h"
 
 /* A configuration file is a few KiB; anything near this is a wrong path. */
 #define CONFIG_FILE_MAX (16u << 20)
@@ -195,6 +196,11 @@ static const struct schema_field config_proxy_fields[] = {
     SCHEMA_END_ROW,
 };
 
+static const struct schema_name config_jobs_priorities[] = {
+    {"low", JOBS_PRIORITY_LOW}, {"idle", JOBS_PRIORITY_IDLE}, {"normal", JOBS_PRIORITY_NORMAL},
+    {NULL, 0},
+};
+
 static const struct schema_field config_jobs_fields[] = {
     {SCHEMA_F_STRING("dir", struct config_jobs, dir),
      .doc_default = "<state_dir>/jobs",
@@ -213,6 +219,14 @@ static const struct schema_field config_jobs_fields[] = {
      .doc = "Batch API files (uploads and a batch's output and error files) that name no "
             "`expires_after` are deleted that many seconds after they were created (OpenAI's "
             "default: 30 days); 0 keeps them until deleted"},
+    {SCHEMA_F_ENUM("runner_priority", struct config_jobs, runner_priority,
+                   config_jobs_priorities),
+     .flags = SCHEMA_EXT, .sdef = "low",
+     .doc = "the host CPU share of the thread that reads job and Batch API lines and writes "
+            "their results (about 10 us of CPU a line): `low` (nice 10: yields to the IO "
+            "threads nine to one, yet keeps feeding the device on a host other processes keep "
+            "busy), `idle` (SCHED_IDLE: only CPU nothing else wants; on a busy host the device "
+            "then gets almost no job lines), `normal` (docs/JOBS.md \"Host CPU\")"},
     SCHEMA_END_ROW,
 };
 

@@ -464,7 +464,8 @@ int main(int argc, char **argv)
                  "routes, /metrics and the dashboard is refused with 401");
     /* The state database before any route can ask for a job. */
     struct jobs_config jc = {cfg.state_dir, cfg.jobs.dir, cfg.jobs.max_input_bytes, &cfg.tenants,
-                             cfg.jobs.max_file_bytes, cfg.jobs.file_expiry_s};
+                             cfg.jobs.max_file_bytes, cfg.jobs.file_expiry_s,
+                             cfg.jobs.runner_priority};
     if (jobs_open(&jc, serving, &api.jobs, &err)) {
         log_error("%s", err.msg);
         exit_code = EXIT_USAGE;

@@ -56,6 +56,7 @@ int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **ou
         snprintf(j->dir, sizeof j->dir, "%s/jobs", cfg->state_dir);
     snprintf(j->bdir, sizeof j->bdir, "%s/batch", j->dir);
     j->max_input_bytes = cfg->max_input_bytes;
+    j->priority = cfg->priority;
     j->tenants = cfg->tenants;
     j->max_file_bytes = cfg->max_file_bytes ? cfg->max_file_bytes : ((size_t)200 << 20);
     j->file_expiry_s = cfg->file_expiry_s > 0 ? cfg->file_expiry_s : 0;
@@ -585,13 +586,18 @@ static void *jobs_main(void *arg)
     struct jobs *j = arg;
     uint64_t seen = 0;
     /* Job lines are work nobody waits for: decoding them and writing their
-     * results must only use host CPU that nothing else wants. On a small
-     * host the IO threads' time is the online requests' (the harvest run on
-     * 2 shared cores lost online answers to this thread). SCHED_IDLE needs
-     * no privilege; if it is refused, the lowest nice. */
-    struct sched_param sp = {0};
-    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
-        (void)!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+     * results should yield the host CPU to the IO threads' online requests,
+     * but not starve, since the device they feed idles without them (jobs.h
+     * says what each level does). Lowering its own priority needs no
+     * privilege. */
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    if (j->priority == JOBS_PRIORITY_IDLE) {
+        struct sched_param sp = {0};
+        if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
+            (void)!setpriority(PRIO_PROCESS, (id_t)tid, 19);
+    } else if (j->priority == JOBS_PRIORITY_LOW) {
+        (void)!setpriority(PRIO_PROCESS, (id_t)tid, 10);
+    }
     jobs_batch_sweep(j);
     jobs_btok_restore(j);
     for (;;) {

@@ -44,7 +44,17 @@ struct jobs_config {
     const struct tenants_config *tenants;
     size_t max_file_bytes;            /* the Batch API: the largest /v1/files upload */
     int64_t file_expiry_s;            /* the Batch API: a file's lifetime when it names none; 0: never */
+    int priority;                     /* the runner thread's (enum jobs_priority) */
 };
+
+/* The runner thread's share of a busy host CPU (docs/JOBS.md "Host CPU").
+ * It decodes lines and encodes results, about 10 us of CPU a line, and a
+ * device whose runner gets no CPU gets no job lines: LOW (nice 10) yields
+ * to every normal thread nine to one yet still gets its few percent of a
+ * core when the host is saturated; IDLE (SCHED_IDLE) runs only on a core
+ * nothing else wants, so a host kept busy by anything starves the
+ * harvest; NORMAL competes evenly. */
+enum jobs_priority { JOBS_PRIORITY_LOW, JOBS_PRIORITY_IDLE, JOBS_PRIORITY_NORMAL };
 
 enum jobs_cmd_kind {
     JOBS_CMD_CREATE,

@@ -90,6 +90,7 @@ struct jobs {
     char dir[4096];
     char bdir[4200];                  /* <dir>/batch: the Batch API's files, its own */
     size_t max_input_bytes;
+    int priority;                     /* enum jobs_priority: the runner thread's */
     const struct tenants_config *tenants;
     struct serving *serving;
     struct state *st;

@@ -51,6 +51,10 @@ whole machine (what is left is other processes), with the load average
 before and after.
 
     loadgen/bench/harvest.py [--backend synthetic|cpu|cuda] [--period 60] [--budget-ms 50]
+                             [--hog N]
+
+--hog N runs N busy loops beside every run (capacity, A, B): a host other
+processes keep busy, made on purpose and the same for A and B.
 
 Each run starts a fresh batchgate. Loopback only; every wait is bounded."""
 
@@ -334,7 +338,9 @@ def one_run(args, model, peak, trough, backlog_lines):
         good = step["goodput"] * step["duration_s"]
         return {"busy": (busy1 - busy0) / (t1 - t0), "goodput": step["goodput"],
                 "online_rows_s": ok_rate(step),
-                "late_share": 1 - good / answered if answered else 0.0,
+                # goodput x duration is a float a hair above the count when
+                # every answer was good: no "-0.000%".
+                "late_share": max(0.0, 1 - good / answered) if answered else 0.0,
                 "offline_lines_s": lines / (t1 - t0), "full_batch_ms": full,
                 "p99_ms": step["latency_us"]["p99"] / 1e3, "cores": cores,
                 "answers": answers_line(step) + "; " + guard_line}
@@ -354,6 +360,10 @@ def main():
     ap.add_argument("--dims", default="64,4096,4096,16", help="cpu, cuda: the MLP's widths")
     ap.add_argument("--pin", action="store_true",
                     help="cpu: the worker on a core of its own, everything else on the others")
+    ap.add_argument("--hog", type=int, default=0,
+                    help="N busy loops (other tenants of the host) beside every run, "
+                         "capacity run included: contention made on purpose, the same for A "
+                         "and B")
     args = ap.parse_args()
     if args.max_batch is None:
         # The MLP: 16 rows take ~9 ms on one core of the 2-core VM against
@@ -369,10 +379,17 @@ def main():
         os.sched_setaffinity(0, args.pin[1])   # inherited by batchgate and batchgate-load
 
     scratch = tempfile.mkdtemp(prefix="bg-harvest-model-")
+    # The hogs: plain busy loops at the default priority, as another
+    # tenant's CPU-bound process would be. Killed however the run ends.
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(args.hog)]
     try:
         model = make_model(args, scratch)
         measure(args, model)
     finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -400,6 +417,9 @@ def measure(args, model):
                                              time.strftime("%Y-%m-%d %H:%M", time.gmtime())))
     print("model: %s, max_batch_size %d, 1 instance (%s), 1 IO thread"
           % (model[2], args.max_batch, where if args.backend == "cpu" else args.backend))
+    if args.hog:
+        print("contention: %d busy loop%s beside every run (--hog)"
+              % (args.hog, "s" if args.hog > 1 else ""))
     print("online capacity %.0f req/s; day of %g s: peak %.0f/s, trough %.0f/s, budget %g ms"
           % (cap, args.period, peak, trough, args.budget_ms))
     print("  capacity run: " + answers_line(step))

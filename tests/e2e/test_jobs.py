@@ -241,6 +241,55 @@ class JobsApiTest(JobsCase):
         srv.stop_checked()
 
 
+def thread_sched(pid, name):
+    """(nice, policy) of the process's thread called `name`, from
+    /proc/PID/task/TID/stat (fields 19 and 41; policy 0 SCHED_OTHER,
+    5 SCHED_IDLE), or None when there is no such thread."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if f.read().strip() != name:
+                    continue
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[0] is field 3 (state): field N is fields[N - 3].
+        return int(fields[19 - 3]), int(fields[41 - 3])
+    return None
+
+
+class JobsRunnerPriorityTest(JobsCase):
+    """jobs.runner_priority sets the runner thread's share of a busy host
+    CPU (docs/JOBS.md "Host CPU"): nice 10 by default, SCHED_IDLE, or as
+    the other threads."""
+    models = {"s": synthetic("s")}
+
+    def test_each_level_reaches_the_thread(self):
+        for level, want in ((None, (10, 0)), ("idle", (None, 5)), ("normal", (0, 0))):
+            extra = {"jobs": {"runner_priority": level}} if level else None
+            srv = self.start(extra)
+            deadline = time.monotonic() + 5
+            got = thread_sched(srv.pid, "bg-jobs")
+            while got is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                got = thread_sched(srv.pid, "bg-jobs")
+            self.assertIsNotNone(got, "no bg-jobs thread")
+            if want[0] is None:   # SCHED_IDLE: the nice value does not apply
+                got = (None, got[1])
+            self.assertEqual(got, want, "runner_priority %s" % level)
+            # The other threads keep the process's priority.
+            self.assertEqual(thread_sched(srv.pid, "bg-io-0")[0], 0)
+            # A job still runs to its end whatever the level.
+            r = submit(srv, "s", "\n".join(line(i) for i in range(20)) + "\n")
+            self.assertEqual(r.status, 201, r.body)
+            j = wait_state(self, srv, r.json()["id"], ("completed",))
+            check_exactly_once(self, results(self, srv, j["id"]), 20)
+            srv.stop_checked()
+            self.servers.remove(srv)
+            shutil.rmtree(self.state, ignore_errors=True)
+
+
 class JobsRestartTest(JobsCase):
     models = {"syn": synthetic("syn", base_us=4000, per_row_us=0,
                                batching={"max_batch_size": 8, "max_queue_delay_us": 1000})}

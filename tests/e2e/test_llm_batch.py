@@ -924,8 +924,8 @@ class TestBatchWeightsSwitch(WeightsCase):
         # The 8 lines in flight at the switch end first (sent by the old
         # shares); then the next 40: fewer than team-b's lines already
         # waiting in the caller (64, its part of the window before the
-        # switch), so that the runner's refill of its part (SCHED_IDLE, slow
-        # on a loaded machine) is not what is measured.
+        # switch), so that the runner's refill of its part (a low-priority
+        # thread, slow on a loaded machine) is not what is measured.
         n = sum(self.lines_done(a, b, lambda na, nb: True)) + 8
         a1, b1 = self.lines_done(a, b, lambda na, nb: na + nb >= n)
         a2, b2 = self.lines_done(a, b, lambda na, nb: na + nb >= a1 + b1 + 40)

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "gateway/config.h"
+#include "serving/jobs.h"
 #include "tests/unit/scratch.h"
 
 static void assert_error_mentions(const struct error *err, const char *a, const char *b)
@@ -64,6 +65,10 @@ static void test_full(void **state)
     assert_int_equal(c.shutdown_timeout_ms, 1500);
     assert_int_equal(c.log_level, LOG_DEBUG);
     assert_true(c.debug_endpoints);
+    assert_int_equal(c.jobs.runner_priority, JOBS_PRIORITY_LOW);   /* the default */
+    assert_int_equal(config_load_string(&c, "{\"jobs\": {\"runner_priority\": \"idle\"}}",
+                                        "x.json", &err), 0);
+    assert_int_equal(c.jobs.runner_priority, JOBS_PRIORITY_IDLE);
     assert_true(c.metrics.triton_names);   /* Triton's names on /metrics by default */
 }
 
@@ -117,6 +122,7 @@ static void test_errors_name_file_and_field(void **state)
         {"{\"state_dir\": \"\"}", "state_dir", NULL},
         {"{\"jobs\": {\"max_input_bytes\": 0}}", "jobs.max_input_bytes", "between 1"},
         {"{\"jobs\": {\"dri\": \"x\"}}", "jobs.dri", "unknown"},
+        {"{\"jobs\": {\"runner_priority\": 10}}", "jobs.runner_priority", NULL},
         {"{\"metrics\": {\"triton_names\": \"no\"}}", "metrics.triton_names", "true or false"},
         {"{\"metrics\": {\"triton\": false}}", "metrics.triton", "unknown"},
         {"{\"io_threads\": 1, \"io_threads\": 2}", "bad.json", "duplicate"},
@@ -159,6 +165,9 @@ static void test_unknown_fields_suggest(void **state)
     expect_message("{\"limits\": {\"nope\": 1}}",
                    "h.json: limits.nope: unknown field (known here: max_header_bytes, "
                    "max_body_bytes, max_connections, header_timeout_ms, idle_timeout_ms)");
+    expect_message("{\"jobs\": {\"runner_priority\": \"idel\"}}",
+                   "h.json: jobs.runner_priority: \"idel\" is not one of low, idle, normal; did "
+                   "you mean \"idle\"?");
     expect_message("{\"log_level\": \"wran\"}",
                    "h.json: log_level: \"wran\" is not one of debug, info, warn, error; did you "
                    "mean \"warn\"?");
