@@ -32,9 +32,6 @@
 #define READ_CHUNK 16384
 #define MAX_RESPONSE_HEADERS 128
 
-const char *const httpc_fail_names[HTTPC_FAIL_COUNT] = {"connect", "reset", "timeout", "status",
-                                                        "malformed"};
-
 int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, const char **path)
 {
     const char *hp = url && strncmp(url, "http://", 7) == 0 ? url + 7 : NULL;

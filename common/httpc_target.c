@@ -18,6 +18,10 @@
 #include "common/httpc_impl.h"
 #include "common/log.h"
 
+/* The target counts failures by these kinds: its file holds their names. */
+const char *const httpc_fail_names[HTTPC_FAIL_COUNT] = {"connect", "reset", "timeout", "status",
+                                                        "malformed"};
+
 #define TARGET_FAILS_TO_DOWN 3
 #define TARGET_DOWN_NS 2000000000LL
 
