@@ -24,6 +24,7 @@ const char *const httpc_fail_names[HTTPC_FAIL_COUNT] = {"connect", "reset", "tim
 
 #define TARGET_FAILS_TO_DOWN 3
 #define TARGET_DOWN_NS 2000000000LL
+#define TARGET_LOG_GAP_NS 1000000000LL   /* one line a second about a target, at most */
 
 struct httpc_target {
     char who[128];                   /* its owner in log lines: "model m", "route /x/" */
@@ -49,6 +50,14 @@ struct httpc_target {
     int64_t created_ns;
     int64_t busy_since;              /* start of the busy stretch not yet in `busy` */
     struct busywin busy;             /* time with at least one call in flight; written under mu */
+    /* Its health in the log (under mu). It is out while down_until is not
+     * 0; the last line said log_out, at log_ns, and log_hidden changes
+     * came after it unsaid (target_log_due). */
+    bool log_out;
+    int64_t log_ns;
+    int log_hidden;
+    enum httpc_fail out_why;         /* the failure that last took it out */
+    int back_after;                  /* failures in a row before the call that brought it back */
 };
 
 struct httpc_target *httpc_target_new(const char *host, int port, const char *who,
@@ -144,6 +153,47 @@ bool httpc_target_usable(const struct httpc_target *t, int64_t now)
     return atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
 }
 
+/* Under mu, after a call or a probe (`changed`: it took the target out or
+ * brought it back): whether to write a line now about the state it is in.
+ * A server flapping under load (three failures, a success, three failures,
+ * a thousand calls a second) would fill the log: changes less than
+ * TARGET_LOG_GAP_NS after the last line are counted instead, and the
+ * state they left is said at the first call after the gap, with their
+ * number (*hidden); a line never repeats the state the last one said. */
+static bool target_log_due(struct httpc_target *t, int64_t now, bool changed, int *hidden)
+{
+    bool out = atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
+    t->log_hidden += changed;
+    if (out == t->log_out || (t->log_ns && now - t->log_ns < TARGET_LOG_GAP_NS))
+        return false;
+    *hidden = t->log_hidden - 1;   /* the change said now is not hidden */
+    t->log_hidden = 0;
+    t->log_out = out;
+    t->log_ns = now;
+    return true;
+}
+
+/* The line target_log_due asked for; out of mu (what it needs, copied). */
+static void target_log(const struct httpc_target *t, bool out, bool probed, enum httpc_fail why,
+                       int back_after, int hidden)
+{
+    char more[96] = "";
+    if (hidden > 0)
+        snprintf(more, sizeof more, "; %d more change%s since the last line", hidden,
+                 hidden > 1 ? "s" : "");
+    if (out && probed)
+        log_warn("%s: upstream %s is taken out until a health probe passes (%d failed calls "
+                 "in a row, the last: %s%s)", t->who, t->url, TARGET_FAILS_TO_DOWN,
+                 httpc_fail_names[why], more);
+    else if (out)
+        log_warn("%s: upstream %s is taken out for %.0f s (%d failed calls in a row, the "
+                 "last: %s%s)", t->who, t->url, TARGET_DOWN_NS / 1e9, TARGET_FAILS_TO_DOWN,
+                 httpc_fail_names[why], more);
+    else
+        log_warn("%s: upstream %s is back (a call succeeded after %d failed in a row%s)", t->who,
+                 t->url, back_after, more);
+}
+
 int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r)
 {
     int64_t now = now_ns();
@@ -159,24 +209,36 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r)
         atomic_store_explicit(&t->down_until, INT64_MAX, memory_order_relaxed);
     }
     bool is = atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
+    if (is != was) {   /* the prober's line says it (httpc_probe.c) */
+        t->log_out = !is;
+        t->log_ns = now;
+        t->log_hidden = 0;
+    }
     pthread_mutex_unlock(&t->mu);
     return is == was ? 0 : is ? 1 : -1;
 }
 
 int httpc_target_succeeded(struct httpc_target *t)
 {
+    int64_t now = now_ns();
     pthread_mutex_lock(&t->mu);
     int fails = t->fails_in_row;
     t->fails_in_row = 0;
     /* A trial call after the timed pause went through: back in. (With
      * probes on, the next passing probe brings it back and says so.) */
     bool back = !t->probed && atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
-    if (back)
+    if (back) {
         atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
+        t->back_after = fails;
+    }
+    int hidden = 0;
+    bool say = target_log_due(t, now, back, &hidden);
+    bool said = t->log_out, probed = t->probed;
+    enum httpc_fail why = t->out_why;
+    int back_after = t->back_after;
     pthread_mutex_unlock(&t->mu);
-    if (back)
-        log_warn("%s: upstream %s is back (a call succeeded after %d failed in a row)", t->who,
-                 t->url, fails);
+    if (say)
+        target_log(t, said, probed, why, back_after, hidden);
     return back;
 }
 
@@ -189,26 +251,27 @@ void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why)
 
 int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
 {
+    int64_t now = now_ns();
     pthread_mutex_lock(&t->mu);
     t->failures[why]++;
-    /* Only the failure that crosses the line is news: the trial calls of a
-     * server still failing after each pause extend the pause in silence. */
-    int64_t now = now_ns();
-    bool out = ++t->fails_in_row == TARGET_FAILS_TO_DOWN &&
-               atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
+    /* Out from the third failure in a row; the trial calls of a server
+     * still failing after each pause only extend the pause. */
+    bool was = atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
     bool probed = t->probed;
-    if (t->fails_in_row >= TARGET_FAILS_TO_DOWN)
+    if (++t->fails_in_row >= TARGET_FAILS_TO_DOWN)
         atomic_store_explicit(&t->down_until, probed ? INT64_MAX : now + TARGET_DOWN_NS,
                               memory_order_relaxed);
+    bool out = !was && atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
+    if (out)
+        t->out_why = why;
+    int hidden = 0;
+    bool say = target_log_due(t, now, out, &hidden);
+    bool said = t->log_out;   /* a return hidden earlier may be what is said */
+    enum httpc_fail last = t->out_why;
+    int back_after = t->back_after;
     pthread_mutex_unlock(&t->mu);
-    if (out && probed)
-        log_warn("%s: upstream %s is taken out until a health probe passes (%d failed calls "
-                 "in a row, the last: %s)", t->who, t->url, TARGET_FAILS_TO_DOWN,
-                 httpc_fail_names[why]);
-    else if (out)
-        log_warn("%s: upstream %s is taken out for %.0f s (%d failed calls in a row, the "
-                 "last: %s)", t->who, t->url, TARGET_DOWN_NS / 1e9, TARGET_FAILS_TO_DOWN,
-                 httpc_fail_names[why]);
+    if (say)
+        target_log(t, said, probed, last, back_after, hidden);
     return out ? -1 : 0;
 }
 

@@ -82,9 +82,10 @@ class UpstreamTest(FakeUpstreamCase):
         write_model(repo, "refused", upstream_model("refused", ["http://127.0.0.1:%d" % free_port()]))
         write_model(repo, "failover", upstream_model(
             "failover", ["http://127.0.0.1:%d" % free_port(), url]))
-        unprobed = upstream_model("unprobed", [url])
-        unprobed["upstream"]["health_interval_ms"] = 0
-        write_model(repo, "unprobed", unprobed)
+        for name in ("unprobed", "flappy"):
+            cfg = upstream_model(name, [url])
+            cfg["upstream"]["health_interval_ms"] = 0
+            write_model(repo, name, cfg)
 
     def upstream(self, method, path, body=None):
         return roundtrip(self.fport, method, path,
@@ -182,6 +183,33 @@ class UpstreamTest(FakeUpstreamCase):
                                 % (model, self.srv.log()[-3000:]))
                 self.assertEqual(self.infer(model, [[1, 2, 3, 4]]).status, 200, model)
                 time.sleep(0.1)
+
+    def test_a_flapping_server_does_not_flood_the_log(self):
+        """Three failures and a success, five times over in well under a
+        second: ten changes of health. One line a second at most is written
+        about a server; the changes in between are counted in the next line,
+        which says the state they left."""
+        url = re.escape("http://127.0.0.1:%d" % self.fport)
+        about = re.compile(r"model flappy: upstream %s is (taken out|back) .*?"
+                           r"(?:; (\d+) more changes? since the last line)?\)$" % url)
+        t0 = time.monotonic()
+        for cycle in range(5):
+            self.upstream("POST", "/__fault", json.dumps({"mode": "500", "count": 3}))
+            for k in range(3):
+                self.assertEqual(self.infer("flappy", [[k, 0, 0, 0]]).status, 502)
+            self.assertEqual(self.infer("flappy", [[1, 2, 3, 4]]).status, 200)
+        elapsed = time.monotonic() - t0
+        time.sleep(1.1)
+        self.assertEqual(self.infer("flappy", [[1, 2, 3, 4]]).status, 200)   # says the state
+        lines = [m for m in map(about.search, self.srv.log_lines()) if m]
+        self.assertTrue(lines, "no line about the server")
+        said = sum(1 + int(m.group(2) or 0) for m in lines)
+        self.assertEqual(said, 10, "every change is said or counted: %s"
+                         % [m.group(0) for m in lines])
+        self.assertLessEqual(len(lines), int(elapsed) + 2,
+                             "%d lines in %.1f s" % (len(lines), elapsed))
+        self.assertEqual(lines[0].group(1), "taken out")
+        self.assertEqual(lines[-1].group(1), "back", "the last line says the state it is in")
 
     def test_stall_times_out(self):
         self.upstream("POST", "/__fault", json.dumps({"mode": "stall", "count": 1}))
