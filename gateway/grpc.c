@@ -203,12 +203,15 @@ static void grpc_call_fail(struct grpc_call *call, int code, const char *msg)
     grpc_call_stop_all(call);
 }
 
-/* A message of a stream written back framed; -1 when the client is gone. */
+/* A message of a stream written back framed; -1 when the client is gone.
+ * A write whose send fails closes the connection at once, and the call
+ * may have ended inside it (its request freed with the stream): nothing
+ * more is written then. The caller holds the call (grpc_msg_done). */
 static int grpc_stream_write(struct grpc_call *call, const struct buf *msg)
 {
     uint8_t hdr[5] = {0, (uint8_t)(msg->len >> 24), (uint8_t)(msg->len >> 16),
                       (uint8_t)(msg->len >> 8), (uint8_t)msg->len};
-    if (http_respond_write(call->req, hdr, 5) < 0)
+    if (http_respond_write(call->req, hdr, 5) < 0 || call->answered || call->stopping)
         return -1;
     return msg->len ? http_respond_write(call->req, msg->data, msg->len) : 0;
 }
@@ -258,11 +261,16 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
     call->nrunning--;
     struct buf echo = m->echo;
     free(m);
+    /* Writing may end the connection at once (a send that fails closes the
+     * socket, and the stream's end comes back through grpc_call_body, which
+     * would free the call): it is held until this function is done. */
+    call->holds++;
     if (call->answered || call->stopping) {   /* stopped: nobody wants it */
         if (call->stopping && call->nrunning == 0)
             grpc_call_end(call, call->stop_code, call->stop_msg, NULL, 0, 0);
-        grpc_call_maybe_free(call);
         buf_free(&echo);
+        call->holds--;
+        grpc_call_maybe_free(call);
         return;
     }
     struct grpc_http_answer a = {.status = status, .body = body, .len = len, .headers = headers};
@@ -285,11 +293,10 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
     buf_free(&out);
     buf_free(&echo);
     if (call->stream) {   /* room for the messages that waited, or the end */
-        call->holds++;
         grpc_call_take(call);
         grpc_call_check_end(call);
-        call->holds--;
     }
+    call->holds--;
     grpc_call_maybe_free(call);
 }
 

@@ -450,11 +450,55 @@ def check_drain(a):
     ok("SIGTERM while a call runs: it is answered (the connection gets GOAWAY after it)")
 
 
+# ---------------------------------------------------------------- churn
+
+def check_churn(a):
+    """Streams whose client leaves while answers are on their way: half are
+    cancelled after their fourth answer, and the connection is closed every
+    third stream with answers still running. A send that fails there closes
+    the socket at once, from inside the answer's own callback (the use after
+    free this case was written for: the server died within 500 streams)."""
+    x = np.array([[1, 2, 3, 4]], dtype=np.float32)
+    chan = stub = None
+    whole = cancelled = 0
+    for s in range(a.streams):
+        if s % 3 == 0:
+            if chan:
+                chan.close()
+            chan = grpc.insecure_channel(a.grpc)
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(chan)
+        reqs = [infer_request("churn", x, name="x", id="s%d-%d" % (s, i)) for i in range(8)]
+        call = stub.ModelStreamInfer(iter(reqs), timeout=30)
+        cancel = s % 2 == 1
+        got = 0
+        try:
+            for resp in call:
+                expect(not resp.error_message, "stream %d: %s" % (s, resp.error_message))
+                got += 1
+                if cancel and got >= 4:
+                    call.cancel()
+                    break
+        except grpc.RpcError as e:
+            expect(e.code() == grpc.StatusCode.CANCELLED, "stream %d: %s" % (s, e.code()))
+        if cancel:
+            cancelled += 1
+        else:
+            expect(got == 8, "stream %d: %d answers of 8" % (s, got))
+            whole += 1
+    chan.close()
+    live = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(a.grpc))
+    expect(live.ServerLive(service_pb2.ServerLiveRequest(), timeout=10).live, "live after")
+    ok("%d streams whole, %d cancelled, a connection closed every third: the server lives"
+       % (whole, cancelled))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grpc", required=True)
     ap.add_argument("--http", required=True)
-    ap.add_argument("--case", required=True, choices=("surface", "auth", "limits", "drain"))
+    ap.add_argument("--case", required=True,
+                    choices=("surface", "auth", "limits", "drain", "churn"))
+    ap.add_argument("--streams", type=int, default=1500)
     ap.add_argument("--pid", type=int, default=0)
     ap.add_argument("--override", default="{}")
     ap.add_argument("--key", default="")
@@ -462,7 +506,7 @@ def main():
     a = ap.parse_args()
     try:
         {"surface": check_surface, "auth": check_auth, "limits": check_limits,
-         "drain": check_drain}[a.case](a)
+         "drain": check_drain, "churn": check_churn}[a.case](a)
     except (CheckFailed, InferenceServerException, grpc.RpcError) as e:
         print("FAIL: %s" % (e,), flush=True)
         sys.exit(1)

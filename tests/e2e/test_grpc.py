@@ -137,6 +137,20 @@ class GrpcLimitsTest(GrpcCase):
         self.assertEqual(out.count("ok: "), 1, out)
 
 
+class GrpcChurnTest(GrpcCase):
+    """Clients leaving streams and connections while answers are written
+    (grpc_calls.py --case churn): the server lives, every whole stream gets
+    all its answers. The answer path once freed the call under itself."""
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "churn", synthetic("churn", base_us=100, per_row_us=10))
+
+    def test_clients_leaving_mid_answer(self):
+        self.run_calls("churn", "--streams", "1500")
+        self.assertTrue(self.srv.alive(), self.srv.log()[-3000:])
+
+
 class GrpcDrainTest(unittest.TestCase):
     def test_sigterm_answers_the_call_in_flight(self):
         repo = tempfile.mkdtemp(prefix="batchgate-repo-")
