@@ -153,45 +153,61 @@ bool httpc_target_usable(const struct httpc_target *t, int64_t now)
     return atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
 }
 
-/* Under mu, after a call or a probe (`changed`: it took the target out or
- * brought it back): whether to write a line now about the state it is in.
- * A server flapping under load (three failures, a success, three failures,
- * a thousand calls a second) would fill the log: changes less than
- * TARGET_LOG_GAP_NS after the last line are counted instead, and the
- * state they left is said at the first call after the gap, with their
- * number (*hidden); a line never repeats the state the last one said. */
-static bool target_log_due(struct httpc_target *t, int64_t now, bool changed, int *hidden)
+/* A line about a target's health, decided under mu and written after. */
+struct target_line {
+    bool say, out, probed;
+    enum httpc_fail why;             /* what last took it out */
+    int back_after;                  /* failures in a row before it came back */
+    int hidden;                      /* changes since the last line, not said */
+};
+
+/* Under mu, after a call (`changed`: it took the target out or brought it
+ * back): whether to write a line now about the state it is in. A server
+ * flapping under load (three failures, a success, again, a thousand calls
+ * a second) would fill the log: changes less than TARGET_LOG_GAP_NS after
+ * the last line are counted instead, and the state they left is said at
+ * the first call after the gap, with their number; a line never repeats
+ * the state the last one said. The clock is read only when the state
+ * differs from the last line's: a call that changes nothing costs none. */
+static struct target_line target_log_due(struct httpc_target *t, bool changed)
 {
+    struct target_line l = {0};
     bool out = atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
     t->log_hidden += changed;
-    if (out == t->log_out || (t->log_ns && now - t->log_ns < TARGET_LOG_GAP_NS))
-        return false;
-    *hidden = t->log_hidden - 1;   /* the change said now is not hidden */
+    if (out == t->log_out)
+        return l;
+    int64_t now = now_ns();
+    if (t->log_ns && now - t->log_ns < TARGET_LOG_GAP_NS)
+        return l;
+    l = (struct target_line){.say = true, .out = out, .probed = t->probed, .why = t->out_why,
+                             .back_after = t->back_after,
+                             .hidden = t->log_hidden - 1};   /* the change said now is not hidden */
     t->log_hidden = 0;
     t->log_out = out;
     t->log_ns = now;
-    return true;
+    return l;
 }
 
-/* The line target_log_due asked for; out of mu (what it needs, copied). */
-static void target_log(const struct httpc_target *t, bool out, bool probed, enum httpc_fail why,
-                       int back_after, int hidden)
+/* Writes the line target_log_due asked for, out of mu. */
+static void target_log(const struct httpc_target *t, const struct target_line *l)
 {
+    if (!l->say)
+        return;
     char more[96] = "";
-    if (hidden > 0)
-        snprintf(more, sizeof more, "; %d more change%s since the last line", hidden,
-                 hidden > 1 ? "s" : "");
-    if (out && probed)
+    if (l->hidden > 0)
+        snprintf(more, sizeof more, "; %d more change%s since the last line", l->hidden,
+                 l->hidden > 1 ? "s" : "");
+    if (l->out && l->probed)
         log_warn("%s: upstream %s is taken out until a health probe passes (%d failed calls "
                  "in a row, the last: %s%s)", t->who, t->url, TARGET_FAILS_TO_DOWN,
-                 httpc_fail_names[why], more);
-    else if (out)
+                 httpc_fail_names[l->why], more);
+    else if (l->out)
         log_warn("%s: upstream %s is taken out for %.0f s (%d failed calls in a row, the "
                  "last: %s%s)", t->who, t->url, TARGET_DOWN_NS / 1e9, TARGET_FAILS_TO_DOWN,
-                 httpc_fail_names[why], more);
+                 httpc_fail_names[l->why], more);
     else
         log_warn("%s: upstream %s is back (a call succeeded after %d failed in a row%s)", t->who,
-                 t->url, back_after, more);
+                 t->url, l->back_after, more);
 }
 
 int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r)
@@ -220,7 +236,6 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r)
 
 int httpc_target_succeeded(struct httpc_target *t)
 {
-    int64_t now = now_ns();
     pthread_mutex_lock(&t->mu);
     int fails = t->fails_in_row;
     t->fails_in_row = 0;
@@ -231,14 +246,9 @@ int httpc_target_succeeded(struct httpc_target *t)
         atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
         t->back_after = fails;
     }
-    int hidden = 0;
-    bool say = target_log_due(t, now, back, &hidden);
-    bool said = t->log_out, probed = t->probed;
-    enum httpc_fail why = t->out_why;
-    int back_after = t->back_after;
+    struct target_line line = target_log_due(t, back);
     pthread_mutex_unlock(&t->mu);
-    if (say)
-        target_log(t, said, probed, why, back_after, hidden);
+    target_log(t, &line);
     return back;
 }
 
@@ -251,27 +261,20 @@ void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why)
 
 int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
 {
-    int64_t now = now_ns();
     pthread_mutex_lock(&t->mu);
     t->failures[why]++;
     /* Out from the third failure in a row; the trial calls of a server
      * still failing after each pause only extend the pause. */
     bool was = atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
-    bool probed = t->probed;
     if (++t->fails_in_row >= TARGET_FAILS_TO_DOWN)
-        atomic_store_explicit(&t->down_until, probed ? INT64_MAX : now + TARGET_DOWN_NS,
+        atomic_store_explicit(&t->down_until, t->probed ? INT64_MAX : now_ns() + TARGET_DOWN_NS,
                               memory_order_relaxed);
     bool out = !was && atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
     if (out)
         t->out_why = why;
-    int hidden = 0;
-    bool say = target_log_due(t, now, out, &hidden);
-    bool said = t->log_out;   /* a return hidden earlier may be what is said */
-    enum httpc_fail last = t->out_why;
-    int back_after = t->back_after;
+    struct target_line line = target_log_due(t, out);
     pthread_mutex_unlock(&t->mu);
-    if (say)
-        target_log(t, said, probed, last, back_after, hidden);
+    target_log(t, &line);
     return out ? -1 : 0;
 }
 
