@@ -308,6 +308,19 @@ static int h2_submit(struct h2_stream *st, int status, const char *content_type,
     return 0;
 }
 
+/* Output for the socket, from a handler's call: written from the loop, never
+ * inside the caller, as on HTTP/1.1 (conn_want_write). A send that fails
+ * closes the connection and ends every stream's handler, which the caller,
+ * still using its request, could not survive (the gRPC front end's
+ * streamed answers did not, 67a2e0d). One activation costs no system call;
+ * answers given in the same loop pass go out in one write. While nghttp2
+ * reads (in_recv) the flush after mem_recv sends them. */
+static void h2_flush_soon(struct h2_conn *c)
+{
+    if (!c->in_recv && !c->writing && c->fd >= 0)
+        event_active(c->ev_write, EV_WRITE, 0);
+}
+
 /* An answer waits to be read: the timer looks at it within
  * idle_timeout_ms (a slow reader, h2_on_timer). */
 static void h2_watch_answer(struct h2_conn *c)
@@ -335,8 +348,7 @@ static void h2_respond(struct http_request *r, int status, const char *content_t
     else
         h2_submit(st, status, content_type, extra_headers,
                   r->resp.len > 0 || r->trailers.len > 0);
-    if (!c->in_recv)
-        h2_flush(c);
+    h2_flush_soon(c);
 }
 
 /* A streamed answer (gRPC's streaming calls): its HEADERS go at once, each
@@ -357,8 +369,7 @@ static int h2_respond_begin(struct http_request *r, int status, int64_t content_
     buf_reset(&r->resp);
     int rc = h2_submit(st, status, NULL, h, true);
     free(h);
-    if (!c->in_recv)
-        h2_flush(c);
+    h2_flush_soon(c);
     return rc;
 }
 
@@ -369,8 +380,7 @@ static int h2_respond_write(struct http_request *r, const void *data, size_t len
     if (!st->open || c->fd < 0 || buf_append(&r->resp, data, len) < 0)
         return -1;
     nghttp2_session_resume_data(c->ng, st->id);
-    if (!c->in_recv)
-        h2_flush(c);
+    h2_flush_soon(c);
     return 0;
 }
 
@@ -389,8 +399,7 @@ static void h2_respond_finish(struct http_request *r, int broken)
         st->resp_done = true;
         nghttp2_session_resume_data(c->ng, st->id);
     }
-    if (!c->in_recv)
-        h2_flush(c);
+    h2_flush_soon(c);
 }
 
 static size_t h2_respond_buffered(const struct http_request *r)
@@ -411,8 +420,7 @@ static void h2_body_paused(struct http_request *r)
         nghttp2_session_consume_stream(c->ng, st->id, st->held);
     st->held = 0;
     st->t_progress = now_ns();   /* the stall clock starts over */
-    if (!c->in_recv)
-        h2_flush(c);
+    h2_flush_soon(c);
 }
 
 /* The client's address, looked up the first time it is wanted. */

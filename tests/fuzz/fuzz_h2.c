@@ -39,7 +39,9 @@
  * one kept for streams it never dispatched); the socket closed exactly once;
  * nothing in flight; and in what the client read, no stream was reset with
  * NO_ERROR before the server's answer on it ended (RFC 9113 8.1: such a
- * reset follows a complete answer, else the answer never arrives). Timeouts are a minute so they never fire (the same
+ * reset follows a complete answer, else the answer never arrives). During
+ * the run: no answer closes the connection under the handler giving it
+ * (call_answer). Timeouts are a minute so they never fire (the same
  * input must do the same thing every time). BG_FUZZ_SHOW=1 copies the
  * server's bytes to stderr.
  *
@@ -69,6 +71,7 @@ enum {
     F_DRAIN = 1 << 2,         /* a server drain (GOAWAY) after the first write */
     F_ABORT_ANSWERS = 1 << 3, /* a deferred answer whose stream went is given from on_abort */
     F_NO_READ = 1 << 4,       /* the client reads nothing until it closes */
+    F_SEND_FAILS = 1 << 5,    /* the server's sends fail (EPIPE) after the first part */
 };
 
 #define MAX_MESSAGE 1024      /* an echo refuses bodies past this, mid-body */
@@ -91,6 +94,8 @@ struct harness {
 };
 
 #define OUT_KEEP (4u << 20)
+
+static void check(bool ok, const char *what);
 
 /* One stream the handler took. */
 struct call {
@@ -155,9 +160,15 @@ static void answer_grpc_error(struct http_request *req, int code, const char *ms
     http_respond(req, 200, "application/grpc", NULL, 0, NULL);
 }
 
-/* The whole answer, now, the way the call's kind gives it. */
+/* The whole answer, now, the way the call's kind gives it. No answer may
+ * close the connection under the handler giving it: a send that fails
+ * ends every stream's handler, and the caller still holds its request
+ * (the gRPC front end's streamed answers crashed so, 67a2e0d); the
+ * library writes from the loop instead (F_SEND_FAILS makes the send fail). */
 static void call_answer(struct call *c)
 {
+    struct harness *h = c->h;
+    int closed = h->closed;
     struct http_request *req = c->req;
     struct buf body = c->body;
     c->body = (struct buf)BUF_INIT;
@@ -179,6 +190,7 @@ static void call_answer(struct call *c)
         answer_ok(req, &body);
     }
     buf_free(&body);
+    check(h->closed == closed, "an answer closed the connection under the handler giving it");
 }
 
 static void call_fire(evutil_socket_t fd, short what, void *arg)
@@ -478,6 +490,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pump(h, sv[1], read);
     if (h->flags & F_DRAIN)
         h2_conn_drain_all(&h->t);
+    if (h->flags & F_SEND_FAILS)
+        shutdown(sv[0], SHUT_WR);
     client_send(h, sv[1], in + cut, n - cut, read);
     pump(h, sv[1], read);
     if (h->flags & F_HALF_CLOSE) {

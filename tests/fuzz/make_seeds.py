@@ -229,14 +229,14 @@ EMBED_SEEDS = {
                                            "parameters": {"truncate": True}})),
     "kserve_binary": ej(KS_BIN, kb, 9, len(kb_head)),
     "model_name": ej(MODEL_NAME, '{"model": "enc", "input": "x"}'),
-    "inflate_gzip": ej(INFLATE, b"gzip\0" + __import__("gzip").compress(b'{"a": 1}' * 20), 8, 4),
+    "inflate_gzip": ej(INFLATE, b"gzip\0" + __import__("gzip").compress(b'{"a": 1}' * 20, mtime=0), 8, 4),
     "inflate_deflate": ej(INFLATE, b"deflate\0" + __import__("zlib").compress(b"x" * 300), 8, 1),
 }
 
 
 # ---- fuzz_h2: byte 0 flags, byte 1 cut point (k/255), then the client's frames
 # (after the preface the harness sends, unless H2_RAW)
-H2_RAW, H2_HALF_CLOSE, H2_DRAIN, H2_ABORT_ANSWERS, H2_NO_READ = 1, 2, 4, 8, 16
+H2_RAW, H2_HALF_CLOSE, H2_DRAIN, H2_ABORT_ANSWERS, H2_NO_READ, H2_SEND_FAILS = 1, 2, 4, 8, 16, 32
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, \
     CONTINUATION = range(10)
@@ -302,6 +302,12 @@ def unary(sid, call, body=b"", extra=()):
 
 def h2(flags, frames, cut=128):
     return bytes([flags, cut]) + frames
+
+
+def h2_split(flags, first, rest):
+    """The harness's first write ends right after `first` (or a byte past)."""
+    n = len(first) + len(rest)
+    return h2(flags, first + rest, min(255, (len(first) * 255 + n - 1) // n))
 
 
 def rst(sid, code=CANCEL):
@@ -409,6 +415,13 @@ H2_SEEDS = {
                                                            for i in range(4))),
     "big_answers_no_read": h2(H2_NO_READ, SETTINGS0 + b"".join(unary(2 * i + 1, "ModelMetadata", b"n" * 3000)
                                                                for i in range(4))),
+    # The server's sends fail (EPIPE) once the first part is in: a deferred
+    # answer and a streamed one meet the failure in the loop, not in the
+    # handler's call.
+    "send_fails_deferred": h2_split(H2_SEND_FAILS, SETTINGS0 + unary(1, "ServerLive"),
+                                    unary(3, "ModelInfer", infer_body)),
+    "send_fails_streamed": h2_split(H2_SEND_FAILS, SETTINGS0 + unary(1, "ServerLive"),
+                                    unary(3, "ModelMetadata", b"m" * 40)),
     "no_read": h2(H2_NO_READ, SETTINGS0 + unary(1, "ServerLive", b"q" * 500) + unary(3, "ModelInfer")),
     "bad_preface": h2(H2_RAW, b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n"),
     "own_preface": h2(H2_RAW, H2_PREFACE + SETTINGS0 + unary(1, "ServerLive")),
