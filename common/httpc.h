@@ -84,8 +84,10 @@ const char *httpc_target_authority(const struct httpc_target *t);  /* "host:port
 enum httpc_probe_result { HTTPC_PROBE_PASS, HTTPC_PROBE_FAIL, HTTPC_PROBE_UNREACHABLE };
 bool httpc_target_usable(const struct httpc_target *t, int64_t now_ns);
 /* Returns +1 when this result brought the target back, -1 when it took it
- * out, 0 when neither (for the caller's log line). */
-int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r);
+ * out, 0 when neither; the change is logged here, with `why` (the probe's
+ * outcome: "HTTP 503", "no answer in 1000 ms") and, like a call's, at most
+ * one line a second about the target. */
+int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r, const char *why);
 /* The usable target with the fewest calls in flight, skipping those whose
  * bit (index in ts) is set in `tried`; when none is usable, the one that
  * comes back first; NULL only when every target was tried. */

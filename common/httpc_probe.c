@@ -41,22 +41,13 @@ struct httpc_prober {
 };
 
 /* One probe's end: the target's health (httpc.h: one failure in a row is
- * not yet enough), a log line when that changes, and the owner's sink: the
+ * not yet enough; httpc_target_probe_result logs a change), and the owner's sink: the
  * answer's status and body, or status 0 and no body when there was none. */
 static void httpc_probe_settle(struct probe *p, enum httpc_probe_result r, const char *why)
 {
     struct httpc_prober *pr = p->pr;
     p->call = NULL;
-    int change = httpc_target_probe_result(p->t, r);
-    if (change < 0 && r == HTTPC_PROBE_FAIL)
-        log_warn("%s: upstream %s is taken out (health probe: %s, %d in a row)", pr->who,
-                 httpc_target_url(p->t), why, HTTPC_PROBE_FAILS_TO_DOWN);
-    else if (change < 0)
-        log_warn("%s: upstream %s is taken out (health probe: %s)", pr->who,
-                 httpc_target_url(p->t), why);
-    else if (change > 0)
-        log_warn("%s: upstream %s is back (health probe: %s)", pr->who, httpc_target_url(p->t),
-                 why);
+    httpc_target_probe_result(p->t, r, why);   /* logs a change, naming pr->who's target */
     if (pr->sink)
         pr->sink(pr->sink_arg, p->index, p->status, p->status ? p->body.data : NULL,
                  p->status ? p->body.len : 0);

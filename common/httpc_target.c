@@ -56,8 +56,11 @@ struct httpc_target {
     bool log_out;
     int64_t log_ns;
     int log_hidden;
-    enum httpc_fail out_why;         /* the failure that last took it out */
-    int back_after;                  /* failures in a row before the call that brought it back */
+    /* What the last change's line says (set at the change): how long it
+     * is out and why, " for 2 s (3 failed calls in a row, the last:
+     * status"; why it is back, "health probe: HTTP 200". */
+    char out_text[200];
+    char back_text[160];
 };
 
 struct httpc_target *httpc_target_new(const char *host, int port, const char *who,
@@ -155,20 +158,20 @@ bool httpc_target_usable(const struct httpc_target *t, int64_t now)
 
 /* A line about a target's health, decided under mu and written after. */
 struct target_line {
-    bool say, out, probed;
-    enum httpc_fail why;             /* what last took it out */
-    int back_after;                  /* failures in a row before it came back */
+    bool say, out;
     int hidden;                      /* changes since the last line, not said */
+    char text[200];                  /* the state's cause (out_text, back_text) */
 };
 
-/* Under mu, after a call (`changed`: it took the target out or brought it
- * back): whether to write a line now about the state it is in. A server
- * flapping under load (three failures, a success, again, a thousand calls
- * a second) would fill the log: changes less than TARGET_LOG_GAP_NS after
- * the last line are counted instead, and the state they left is said at
- * the first call after the gap, with their number; a line never repeats
- * the state the last one said. The clock is read only when the state
- * differs from the last line's: a call that changes nothing costs none. */
+/* Under mu, after a call or a probe (`changed`: it took the target out or
+ * brought it back): whether to write a line now about the state it is in.
+ * A server flapping under load (three failures, a success, again, a
+ * thousand calls a second; or its probes, every health_interval_ms) would
+ * fill the log: changes less than TARGET_LOG_GAP_NS after the last line
+ * are counted instead, and the state they left is said at the first call
+ * or probe after the gap, with their number; a line never repeats the
+ * state the last one said. The clock is read only when the state differs
+ * from the last line's: a call that changes nothing costs none. */
 static struct target_line target_log_due(struct httpc_target *t, bool changed)
 {
     struct target_line l = {0};
@@ -179,9 +182,9 @@ static struct target_line target_log_due(struct httpc_target *t, bool changed)
     int64_t now = now_ns();
     if (t->log_ns && now - t->log_ns < TARGET_LOG_GAP_NS)
         return l;
-    l = (struct target_line){.say = true, .out = out, .probed = t->probed, .why = t->out_why,
-                             .back_after = t->back_after,
+    l = (struct target_line){.say = true, .out = out,
                              .hidden = t->log_hidden - 1};   /* the change said now is not hidden */
+    snprintf(l.text, sizeof l.text, "%s", out ? t->out_text : t->back_text);
     t->log_hidden = 0;
     t->log_out = out;
     t->log_ns = now;
@@ -197,20 +200,13 @@ static void target_log(const struct httpc_target *t, const struct target_line *l
     if (l->hidden > 0)
         snprintf(more, sizeof more, "; %d more change%s since the last line", l->hidden,
                  l->hidden > 1 ? "s" : "");
-    if (l->out && l->probed)
-        log_warn("%s: upstream %s is taken out until a health probe passes (%d failed calls "
-                 "in a row, the last: %s%s)", t->who, t->url, TARGET_FAILS_TO_DOWN,
-                 httpc_fail_names[l->why], more);
-    else if (l->out)
-        log_warn("%s: upstream %s is taken out for %.0f s (%d failed calls in a row, the "
-                 "last: %s%s)", t->who, t->url, TARGET_DOWN_NS / 1e9, TARGET_FAILS_TO_DOWN,
-                 httpc_fail_names[l->why], more);
+    if (l->out)
+        log_warn("%s: upstream %s is taken out%s%s)", t->who, t->url, l->text, more);
     else
-        log_warn("%s: upstream %s is back (a call succeeded after %d failed in a row%s)", t->who,
-                 t->url, l->back_after, more);
+        log_warn("%s: upstream %s is back (%s%s)", t->who, t->url, l->text, more);
 }
 
-int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r)
+int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r, const char *why)
 {
     int64_t now = now_ns();
     pthread_mutex_lock(&t->mu);
@@ -225,12 +221,16 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r)
         atomic_store_explicit(&t->down_until, INT64_MAX, memory_order_relaxed);
     }
     bool is = atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
-    if (is != was) {   /* the prober's line says it (httpc_probe.c) */
-        t->log_out = !is;
-        t->log_ns = now;
-        t->log_hidden = 0;
-    }
+    if (is && !was)
+        snprintf(t->back_text, sizeof t->back_text, "health probe: %s", why);
+    else if (was && !is && r == HTTPC_PROBE_FAIL)
+        snprintf(t->out_text, sizeof t->out_text, " (health probe: %s, %d in a row", why,
+                 t->probe_fails_in_row);
+    else if (was && !is)
+        snprintf(t->out_text, sizeof t->out_text, " (health probe: %s", why);
+    struct target_line line = target_log_due(t, is != was);
     pthread_mutex_unlock(&t->mu);
+    target_log(t, &line);
     return is == was ? 0 : is ? 1 : -1;
 }
 
@@ -244,7 +244,8 @@ int httpc_target_succeeded(struct httpc_target *t)
     bool back = !t->probed && atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
     if (back) {
         atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
-        t->back_after = fails;
+        snprintf(t->back_text, sizeof t->back_text, "a call succeeded after %d failed in a row",
+                 fails);
     }
     struct target_line line = target_log_due(t, back);
     pthread_mutex_unlock(&t->mu);
@@ -270,8 +271,12 @@ int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
         atomic_store_explicit(&t->down_until, t->probed ? INT64_MAX : now_ns() + TARGET_DOWN_NS,
                               memory_order_relaxed);
     bool out = !was && atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
-    if (out)
-        t->out_why = why;
+    if (out && t->probed)
+        snprintf(t->out_text, sizeof t->out_text, " until a health probe passes (%d failed calls "
+                 "in a row, the last: %s", TARGET_FAILS_TO_DOWN, httpc_fail_names[why]);
+    else if (out)
+        snprintf(t->out_text, sizeof t->out_text, " for %.0f s (%d failed calls in a row, the "
+                 "last: %s", TARGET_DOWN_NS / 1e9, TARGET_FAILS_TO_DOWN, httpc_fail_names[why]);
     struct target_line line = target_log_due(t, out);
     pthread_mutex_unlock(&t->mu);
     target_log(t, &line);

@@ -82,6 +82,11 @@ class UpstreamTest(FakeUpstreamCase):
         write_model(repo, "refused", upstream_model("refused", ["http://127.0.0.1:%d" % free_port()]))
         write_model(repo, "failover", upstream_model(
             "failover", ["http://127.0.0.1:%d" % free_port(), url]))
+        # Its own server, whose health flaps (test_flapping_probes_...).
+        cls.flapfake, cls.flapport = cls.fake_server("--base-ms", "1")
+        cfg = upstream_model("probeflap", ["http://127.0.0.1:%d" % cls.flapport])
+        cfg["upstream"]["health_interval_ms"] = 10
+        write_model(repo, "probeflap", cfg)
         for name in ("unprobed", "flappy"):
             cfg = upstream_model(name, [url])
             cfg["upstream"]["health_interval_ms"] = 0
@@ -183,6 +188,38 @@ class UpstreamTest(FakeUpstreamCase):
                                 % (model, self.srv.log()[-3000:]))
                 self.assertEqual(self.infer(model, [[1, 2, 3, 4]]).status, 200, model)
                 time.sleep(0.1)
+
+    def test_flapping_probes_do_not_flood_the_log(self):
+        """A server whose health probe passes one time in four, probed every
+        10 ms, goes out at its third failure and comes back at the pass: 50
+        changes a second. The probe's lines are held to one a second about
+        the server like the calls' (the changes between are counted in the
+        next line), and the state it is left in is said."""
+        url = "http://127.0.0.1:%d" % self.flapport
+        about = re.compile(r"model probeflap: upstream %s is (taken out|back) \(health probe: "
+                           r"[^;]*(?:; (\d+) more changes? since the last line)?\)$"
+                           % re.escape(url))
+        flap = lambda body: roundtrip(self.flapport, "POST", "/__health",
+                                      [("Content-Type", "application/json")], body)
+        def probes():
+            return roundtrip(self.flapport, "GET", "/__stats").json()["probes"]
+        before = probes()
+        t0 = time.monotonic()
+        flap('{"ok": true, "flap": 4}')
+        time.sleep(2.5)
+        flap('{"ok": true}')
+        elapsed = time.monotonic() - t0
+        flapped = probes() - before
+        time.sleep(1.5)   # steady: the state it was left in is said within a second
+        lines = [m for m in map(about.search, self.srv.log_lines()) if m]
+        self.assertGreaterEqual(flapped, 40, "the prober barely ran: %d probes" % flapped)
+        self.assertLessEqual(len(lines), elapsed + 2.5,
+                             "%d lines in %.1f s:\n%s" % (len(lines), elapsed,
+                                                          "\n".join(m.group(0) for m in lines)))
+        said = sum(1 + int(m.group(2) or 0) for m in lines)
+        self.assertGreaterEqual(said, flapped // 4, "changes said: %d of %d probes" % (said, flapped))
+        self.assertEqual(lines[-1].group(1), "back", "the last line says where it is now")
+        self.assertEqual(self.infer("probeflap", [[1, 2, 3, 4]]).status, 200)
 
     def test_a_flapping_server_does_not_flood_the_log(self):
         """Three failures and a success, five times over in well under a

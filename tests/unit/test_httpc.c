@@ -85,21 +85,21 @@ static void test_pick_and_health(void **state)
      * in; a pass in between starts the count again; the last one takes it
      * out until a probe passes, and each call says what changed. */
     for (int k = 0; k < HTTPC_PROBE_FAILS_TO_DOWN - 1; k++)
-        assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL), 0);
-    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS), 0);
+        assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL, "test"), 0);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS, "test"), 0);
     for (int k = 0; k < HTTPC_PROBE_FAILS_TO_DOWN - 1; k++)
-        assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL), 0);
+        assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL, "test"), 0);
     httpc_target_stats(ts[2], &st);
     assert_true(st.healthy);
-    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL), -1);
-    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL), 0);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL, "test"), -1);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL, "test"), 0);
     assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[0]);
     /* Probed back in. */
-    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS), 1);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS, "test"), 1);
     assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[2]);
     /* Nothing listening: out at the first probe. */
-    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_UNREACHABLE), -1);
-    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS), 1);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_UNREACHABLE, "test"), -1);
+    assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS, "test"), 1);
     /* With probes on, passive failures keep it out until the next good
      * probe: a call that succeeds in between does not bring it back. */
     for (int k = 0; k < 3; k++)
@@ -107,7 +107,7 @@ static void test_pick_and_health(void **state)
     assert_int_equal(httpc_target_succeeded(ts[2]), 0);
     httpc_target_stats(ts[2], &st);
     assert_false(st.healthy);
-    httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS);
+    httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS, "test");
     httpc_target_stats(ts[2], &st);
     assert_true(st.healthy);
     /* Without probes, a call that succeeds (a trial after the pause, or one

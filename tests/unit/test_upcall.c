@@ -262,7 +262,7 @@ static void repeat_among_two(bool other_out)
     struct cl c;
     cl_open(&c, ls, 2, 2000);
     if (other_out)
-        httpc_target_probe_result(c.ts[1], HTTPC_PROBE_UNREACHABLE);
+        httpc_target_probe_result(c.ts[1], HTTPC_PROBE_UNREACHABLE, "test");
     int s2 = lose_reused(&c, &ls[0], &ls[to], UPCALL_IDEMPOTENT);
     assert_true(s2 >= 0);
     read_request(c.base, s2);

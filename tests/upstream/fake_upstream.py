@@ -14,7 +14,8 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     GET  /v2/models/{m}              metadata
     GET  /v1/models/{m}              TF-Serving's model status, as /v2/health/ready
     GET  /v2/health/ready            200, or 503 after POST /__health {"ok": false}; with
-                                     {"ok": false, "stall_ms": N} it answers 503 only after N ms
+                                     {"ok": false, "stall_ms": N} it answers 503 only after N ms;
+                                     with {"ok": true, "flap": N} only every Nth probe passes
     GET  /__stats                    {"calls": N, "rows": R, "max_rows": M, "conns": C,
                                       "probes": P, "echoes": E, "requests": Q, "drops": D,
                                       "hangs": H}
@@ -50,7 +51,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0,
-         "healthy": True, "probes": 0, "echoes": 0, "health_stall_ms": 0,
+         "healthy": True, "probes": 0, "echoes": 0, "health_stall_ms": 0, "health_flap": 0,
          "any_fault": None, "any_count": 0, "requests": 0, "drops": 0, "hangs": 0}
 ANY_FAULTS = ("drop_reused", "hang")   # faults for requests of any kind (parse_request)
 LOCK = threading.Lock()
@@ -228,6 +229,10 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["probes"] += 1
                 ok = STATE["healthy"]
                 stall = STATE["health_stall_ms"]
+                flap = STATE["health_flap"]
+                if flap:   # of every `flap` probes, only the last passes
+                    STATE["flap_probes"] += 1
+                    ok = STATE["flap_probes"] % flap == 0
             if stall:
                 time.sleep(stall / 1000)
             self.reply(200 if ok else 503, {"ready": ok})
@@ -282,11 +287,14 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 STATE["healthy"] = bool(req["ok"])
                 STATE["health_stall_ms"] = int(req.get("stall_ms", 0))
+                STATE["health_flap"] = int(req.get("flap", 0))
+                STATE["flap_probes"] = 0
             self.reply(200, {"ok": True})
         elif self.path == "/__reset":
             self.body()
             with LOCK:
                 STATE.update(calls=0, rows=0, max_rows=0, fault=None, fault_count=0, healthy=True,
+                             health_flap=0,
                              any_fault=None, any_count=0, requests=0, drops=0, hangs=0)
             self.reply(200, {"ok": True})
         elif self.path.startswith("/v2/models/") and self.path.endswith("/infer"):
