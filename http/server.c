@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -265,6 +266,63 @@ static int server_port_check(const char *host, int port, struct error *err)
     return rc;
 }
 
+/* server_port_check and the binds after it are not one step: two
+ * batchgates started together on one port could both pass the check before
+ * either listens, then both bind with SO_REUSEPORT and share the port. So
+ * each process makes the check and its binds alone: it holds, meanwhile, an
+ * abstract Unix socket named after the port (its network namespace's, like
+ * the port; the kernel lets go of it if the process dies). Named by the
+ * port alone, two batchgates on different addresses with one port number
+ * only take turns. Returns the socket to close once the listeners are
+ * bound, -1 when there is nothing to claim (port 0, or no Unix sockets:
+ * the check alone then), or -2 with err set when another process holds it
+ * for longer than a start takes. */
+#define PORT_CLAIM_WAIT_MS 5000
+
+static int server_port_claim(int port, struct error *err)
+{
+    if (port <= 0)
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    /* sun_path[0] stays '\0': the abstract namespace, no file left behind. */
+    int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "batchgate-listen:%d", port);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    for (int waited = 0;; waited += 10) {
+        if (bind(fd, (struct sockaddr *)&sa, len) == 0)
+            return fd;
+        if (errno != EADDRINUSE) {
+            close(fd);
+            return -1;
+        }
+        if (waited >= PORT_CLAIM_WAIT_MS) {
+            close(fd);
+            error_set(err, BG_EIO, "listen: port %d: another process has been binding it for "
+                      "%d s (another batchgate starting?)", port, PORT_CLAIM_WAIT_MS / 1000);
+            return -2;
+        }
+        usleep(10 * 1000);
+    }
+}
+
+/* One listening socket per IO thread and port, sharing it (SO_REUSEPORT);
+ * the first one's bind picks the port when 0 was asked. */
+static int server_listeners_bind(struct server *s, struct error *err)
+{
+    for (int i = 0; i < s->nthreads; i++) {
+        struct io_thread *t = &s->threads[i];
+        int rc = server_listener_bind(s->cfg.listen_host, s->port, &t->listen_fd, &s->port, err);
+        if (!rc && s->h2_port >= 0)
+            rc = server_listener_bind(s->cfg.h2.listen_host, s->h2_port, &t->h2_listen_fd,
+                                      &s->h2_port, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* ---- the thread ---- */
 
 static void server_on_wake(evutil_socket_t fd, short what, void *arg)
@@ -349,9 +407,19 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
     s->notify = notify;
     s->port = s->cfg.listen_port;
     s->h2_port = s->cfg.h2.listen_port;
-    int rc = server_port_check(s->cfg.listen_host, s->port, err);
+    int claim = server_port_claim(s->port, err);
+    int h2_claim = claim == -2 || s->h2_port == s->port ? -1 : server_port_claim(s->h2_port, err);
+    int rc = claim == -2 || h2_claim == -2 ? BG_EIO : 0;
+    if (!rc)
+        rc = server_port_check(s->cfg.listen_host, s->port, err);
     if (!rc && s->h2_port > 0)
         rc = server_port_check(s->cfg.h2.listen_host, s->h2_port, err);
+    if (!rc)
+        rc = server_listeners_bind(s, err);
+    if (claim >= 0)
+        close(claim);   /* our listeners are up: the next check sees them */
+    if (h2_claim >= 0)
+        close(h2_claim);
     if (rc)
         return rc;
     for (int i = 0; i < s->nthreads; i++) {
@@ -362,15 +430,6 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
         t->limits = &s->cfg.limits;
         t->router = s->router;
         t->h2 = &s->cfg.h2;
-        rc = server_listener_bind(s->cfg.listen_host, s->port, &t->listen_fd, &s->port, err);
-        if (rc)
-            return rc;
-        if (s->h2_port >= 0) {
-            rc = server_listener_bind(s->cfg.h2.listen_host, s->h2_port, &t->h2_listen_fd,
-                                      &s->h2_port, err);
-            if (rc)
-                return rc;
-        }
         t->base = event_base_new();
         if (!t->base)
             return error_set(err, BG_EINTERNAL, "cannot create an event base");

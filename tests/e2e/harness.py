@@ -60,6 +60,16 @@ class ProtocolError(AssertionError):
 
 # ---------------------------------------------------------------- server
 
+def free_port():
+    """A loopback port free now (the kernel's pick; another process may
+    take it before it is used)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 class Server:
     """A batchgate process on 127.0.0.1:<ephemeral>, configured by a temp file.
 

@@ -7,9 +7,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
+import time
 import unittest
 
-from harness import BIN, LOG_LINE_RE, Server, roundtrip, run_cli
+from harness import BIN, LOG_LINE_RE, Server, free_port, roundtrip, run_cli
 
 
 class CliTest(unittest.TestCase):
@@ -194,6 +196,38 @@ class CliTest(unittest.TestCase):
             for _ in range(20):
                 self.assertEqual(roundtrip(first.port, "GET", "/v2/health/live").status, 200)
             self.assertTrue(first.alive())
+
+    def test_a_start_waits_for_another_binding_the_port(self):
+        # Two batchgates started together could both find the port free
+        # before either listens, then both join one SO_REUSEPORT group. A
+        # start checks and binds while holding an abstract Unix socket
+        # named after the port: here the test holds it, as a batchgate in
+        # the middle of its own start would.
+        port = free_port()
+        claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        claim.bind("\0batchgate-listen:%d" % port)
+        started = {}
+        t = threading.Thread(target=lambda: started.update(srv=Server(
+            config={"listen": "127.0.0.1:%d" % port})))
+        try:
+            t.start()
+            time.sleep(1.0)
+            with self.assertRaises(ConnectionRefusedError, msg="listening while the port is claimed"):
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            claim.close()
+            t.join(15)
+            self.assertIn("srv", started, "no start after the claim was let go")
+            with started["srv"] as srv:
+                self.assertEqual(roundtrip(srv.port, "GET", "/v2/health/live").status, 200)
+        finally:
+            claim.close()
+            t.join(15)
+        # Held past a start's length (5 s): exit 1, saying so.
+        port = free_port()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as claim:
+            claim.bind("\0batchgate-listen:%d" % port)
+            self.assert_exit(["--listen", "127.0.0.1:%d" % port, "--io-threads", "1"], 1,
+                             stderr_has=("port %d: another process has been binding it" % port,))
 
 
 class LogFormatTest(unittest.TestCase):

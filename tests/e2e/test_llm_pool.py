@@ -18,7 +18,7 @@ import threading
 import time
 import unittest
 
-from harness import RepoServerCase, Server, endpoint_starting
+from harness import RepoServerCase, Server, endpoint_starting, free_port
 from test_infer import synthetic, write_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,14 +35,6 @@ def expected_text(n):
 def digest(key):
     import hashlib
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def pool(name, urls, **kw):

@@ -9,14 +9,13 @@ are (upcall_cases.py)."""
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
 import time
 import unittest
 
-from harness import RepoServerCase, roundtrip
+from harness import RepoServerCase, free_port, roundtrip
 from test_infer import infer_body, post, write_model
 from upcall_cases import RetryCases
 
@@ -30,14 +29,6 @@ def start_fake(*args):
     line = p.stdout.readline().decode()
     port = int(re.search(r":(\d+)", line).group(1))
     return p, port
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port   # nothing listens there: connects are refused
 
 
 class FakeUpstreamCase(RepoServerCase):
