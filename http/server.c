@@ -170,17 +170,21 @@ static void server_on_accept_retry(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Also on a start that failed after the binds: the events may not exist. */
 static void server_listener_close(struct io_thread *t)
 {
     if (t->h2_listen_fd >= 0) {
-        event_del(t->h2_listen_ev);
+        if (t->h2_listen_ev)
+            event_del(t->h2_listen_ev);
         close(t->h2_listen_fd);
         t->h2_listen_fd = -1;
     }
     if (t->listen_fd < 0)
         return;
-    event_del(t->listen_ev);
-    event_del(t->retry_ev);
+    if (t->listen_ev)
+        event_del(t->listen_ev);
+    if (t->retry_ev)
+        event_del(t->retry_ev);
     close(t->listen_fd);
     t->listen_fd = -1;
 }

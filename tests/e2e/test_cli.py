@@ -197,6 +197,15 @@ class CliTest(unittest.TestCase):
                 self.assertEqual(roundtrip(first.port, "GET", "/v2/health/live").status, 200)
             self.assertTrue(first.alive())
 
+    def test_listen_host_that_does_not_resolve(self):
+        # Either port's host: exit 1 naming it. The gRPC one failed after
+        # the HTTP listeners were bound, and tearing those down crashed
+        # (SIGSEGV in server_listener_close: their events did not exist yet).
+        for flags in (["--listen", "nosuchhost.invalid:0"],
+                      ["--listen", "127.0.0.1:0", "--grpc-listen", "nosuchhost.invalid:0"]):
+            self.assert_exit(flags + ["--io-threads", "2"], 1,
+                             stderr_has=('cannot resolve host "nosuchhost.invalid"',))
+
     def test_a_start_waits_for_another_binding_the_port(self):
         # Two batchgates started together could both find the port free
         # before either listens, then both join one SO_REUSEPORT group. A
