@@ -332,7 +332,8 @@ static const struct schema_field config_fields[] = {
      .flags = SCHEMA_NONEMPTY, .sdef = "state",
      .doc = "folder of the SQLite database (jobs and their progress, the usage ledger) and of "
             "`packed/` (the cpu "
-            "backend's packed weights between loads); created if missing"},
+            "backend's packed weights between loads); created if missing; one server's "
+            "alone (a second one started on it exits 1: `batchgate.lock`)"},
     {SCHEMA_F_OBJECT("jobs", struct config, jobs, config_jobs_fields),
      .doc = "offline batch jobs (docs/JOBS.md)"},
     {SCHEMA_F_OBJECT("usage", struct config, usage, config_usage_fields),

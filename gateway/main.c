@@ -43,6 +43,7 @@
 #include "http/http.h"
 #include "serving/governance.h"
 #include "serving/serving.h"
+#include "state/state.h"
 
 #define EXIT_USAGE 2
 
@@ -382,6 +383,15 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* The state_dir is this server's alone (state.h), before anything in it
+     * (packed weights, jobs, the ledger) is touched. */
+    int state_claim = -1;
+    if (state_dir_claim(cfg.state_dir, &state_claim, &err)) {
+        log_error("%s", err.msg);
+        config_release(&cfg);
+        log_close(log);
+        return 1;
+    }
     int exit_code = 0;
     struct api_state api = {0};
     api.start_ns = t_start;
@@ -656,6 +666,7 @@ out:
     router_free(router);
     router_free(h2router);
     grpc_service_free(grpc);
+    close(state_claim);   /* after jobs_free and serving_free: nothing writes there now */
     log_close(log);
     libevent_global_shutdown();
     return exit_code;

@@ -3,15 +3,20 @@
 #include "state/state_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
+
+#include "common/log.h"
 
 struct state {
     sqlite3 *w;                       /* the writer's connection */
@@ -160,6 +165,40 @@ static int state_connect(const char *path, sqlite3 **db, struct error *err)
      * checkpoint interval keeps the WAL file small. */
     return state_exec(*db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
                            "PRAGMA wal_autocheckpoint=64;", err);
+}
+
+int state_dir_claim(const char *dir, int *out_fd, struct error *err)
+{
+    *out_fd = -1;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return error_set(err, BG_ECONFIG, "state_dir %s: cannot create it: %s", dir,
+                         strerror(errno));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/batchgate.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return error_set(err, BG_EIO, "state_dir %s: cannot open %s: %s", dir, path,
+                         strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[24] = "";
+        ssize_t n = e == EWOULDBLOCK ? pread(fd, pid, sizeof pid - 1, 0) : -1;
+        close(fd);
+        if (n <= 0)
+            snprintf(pid, sizeof pid, "?");
+        pid[strcspn(pid, "\n")] = '\0';
+        if (e == EWOULDBLOCK)
+            return error_set(err, BG_EIO, "state_dir %s is in use by another batchgate (pid %s); "
+                             "give each server its own state_dir", dir, pid);
+        return error_set(err, BG_EIO, "state_dir %s: cannot lock %s: %s", dir, path,
+                         strerror(e));
+    }
+    char pid[24];
+    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        log_warn("state_dir %s: cannot write the pid into %s: %s", dir, path, strerror(errno));
+    *out_fd = fd;
+    return 0;
 }
 
 int state_open(const char *dir, struct state **out, struct error *err)

@@ -52,6 +52,15 @@ struct state;
 
 const char *state_job_state_name(int s);
 
+/* The server's own hold on `dir` (creating it), for its lifetime: an
+ * exclusive flock on `dir`/batchgate.lock, which holds its pid. Two servers
+ * on one state_dir would both resume the same jobs and Batch API batches and
+ * write the same result files; the second is refused, naming the first's
+ * pid. The kernel lets go when the holder dies (kill -9 included), so a
+ * restart never finds a stale lock. Readers (batchgate report) do not
+ * claim. Close *out_fd to let go. */
+int state_dir_claim(const char *dir, int *out_fd, struct error *err);
+
 /* Opens (creating) `dir`/batchgate.db. */
 int state_open(const char *dir, struct state **out, struct error *err);
 void state_close(struct state *st);

@@ -2,8 +2,10 @@
 2 with a message naming the problem), a busy port (exit 1), and the log format."""
 
 import hashlib
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -196,6 +198,30 @@ class CliTest(unittest.TestCase):
             for _ in range(20):
                 self.assertEqual(roundtrip(first.port, "GET", "/v2/health/live").status, 200)
             self.assertTrue(first.alive())
+
+    def test_state_dir_held_by_another_batchgate(self):
+        # Two servers on one state_dir would both resume the same jobs and
+        # batches and write the same result files: the second is refused
+        # (exit 1, naming the first's pid), on another port, while the first
+        # serves on; `batchgate report` (a reader) still runs beside it; and
+        # a server killed with SIGKILL leaves no stale lock behind.
+        state = tempfile.mkdtemp(prefix="batchgate-state-")
+        try:
+            cfg = os.path.join(state, "second.json")
+            with open(cfg, "w") as f:
+                json.dump({"state_dir": state, "listen": "127.0.0.1:0", "grpc_listen": "off"}, f)
+            with Server(config={"state_dir": state}) as first:
+                _, err = self.assert_exit(["--config", cfg, "--io-threads", "1"], 1)
+                self.assertIn("state_dir %s is in use by another batchgate (pid %d)"
+                              % (state, first.pid), err)
+                rc, out, err = run_cli(["report", "--config", cfg])
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(roundtrip(first.port, "GET", "/v2/health/live").status, 200)
+                first.stop(signal.SIGKILL)
+            with Server(config={"state_dir": state}) as again:
+                self.assertEqual(roundtrip(again.port, "GET", "/v2/health/live").status, 200)
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
 
     def test_listen_host_that_does_not_resolve(self):
         # Either port's host: exit 1 naming it. The gRPC one failed after
