@@ -390,7 +390,7 @@ int main(int argc, char **argv)
         log_error("%s", err.msg);
         config_release(&cfg);
         log_close(log);
-        return 1;
+        return err.code == BG_EIO ? 1 : EXIT_USAGE;   /* held: like a port in use */
     }
     int exit_code = 0;
     struct api_state api = {0};

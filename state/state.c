@@ -177,7 +177,7 @@ int state_dir_claim(const char *dir, int *out_fd, struct error *err)
     snprintf(path, sizeof path, "%s/batchgate.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
-        return error_set(err, BG_EIO, "state_dir %s: cannot open %s: %s", dir, path,
+        return error_set(err, BG_ECONFIG, "state_dir %s: cannot open %s: %s", dir, path,
                          strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;

@@ -58,7 +58,8 @@ const char *state_job_state_name(int s);
  * write the same result files; the second is refused, naming the first's
  * pid. The kernel lets go when the holder dies (kill -9 included), so a
  * restart never finds a stale lock. Readers (batchgate report) do not
- * claim. Close *out_fd to let go. */
+ * claim. Close *out_fd to let go. Errors: BG_EIO when another holds it,
+ * BG_ECONFIG when the folder or the file cannot be made or opened. */
 int state_dir_claim(const char *dir, int *out_fd, struct error *err);
 
 /* Opens (creating) `dir`/batchgate.db. */

@@ -220,6 +220,12 @@ class CliTest(unittest.TestCase):
                 first.stop(signal.SIGKILL)
             with Server(config={"state_dir": state}) as again:
                 self.assertEqual(roundtrip(again.port, "GET", "/v2/health/live").status, 200)
+            # A state_dir that cannot be a folder is bad configuration: exit 2.
+            with open(cfg, "w") as f:
+                json.dump({"state_dir": os.path.join(state, "second.json", "x"),
+                           "listen": "127.0.0.1:0", "grpc_listen": "off"}, f)
+            self.assert_exit(["--config", cfg, "--io-threads", "1"], 2,
+                             stderr_has=("state_dir %s" % os.path.join(state, "second.json", "x"),))
         finally:
             shutil.rmtree(state, ignore_errors=True)
 
