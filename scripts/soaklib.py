@@ -81,11 +81,13 @@ def memory(port):
         return {}
 
 
-def start_batchgate(binary, cfg, log):
+def start_batchgate(binary, cfg, log, env=None):
     """Starts batchgate on the config file `cfg`, its stderr into the open
-    file `log`; waits up to 10 s for "ready in" (every model loaded or
-    refused). Returns (process, HTTP port or None, the log so far)."""
-    srv = subprocess.Popen([binary, "--config", cfg], stderr=log, stdout=subprocess.DEVNULL)
+    file `log` (with `env` added to the environment: heaptrack_env's);
+    waits up to 10 s for "ready in" (every model loaded or refused).
+    Returns (process, HTTP port or None, the log so far)."""
+    srv = subprocess.Popen([binary, "--config", cfg], stderr=log, stdout=subprocess.DEVNULL,
+                           env=dict(os.environ, **env) if env else None)
     text = ""
     for _ in range(100):
         time.sleep(0.1)
@@ -199,3 +201,104 @@ def flat(base, last):
     fd_drift = last["own_fds"] - base["own_fds"]
     return (abs(rss_drift) <= 0.02, abs(fd_drift) <= max(2, 0.02 * base["own_fds"]),
             rss_drift, fd_drift)
+
+
+# ---- heaptrack: what is live, as opposed to what the allocator holds ----
+#
+# The heap trend above is glibc's "in use" (mallinfo2), which also counts
+# the chunks each thread's tcache keeps: it can creep while batchgate's own
+# allocations stay flat. With --heaptrack the server runs under heaptrack's
+# preload library, writing its raw trace to a file; after the run the trace
+# is cut at two moments (the end of the warmup and the last sample) and
+# each cut is interpreted as if the process had stopped there, so that
+# every allocation not yet freed counts as leaked: the live heap, by site.
+HEAPTRACK_DIRS = ("/usr/lib/heaptrack", "/usr/lib/x86_64-linux-gnu/heaptrack",
+                  "/usr/local/lib/heaptrack", "/usr/lib64/heaptrack")
+
+
+def heaptrack_env(raw):
+    """The environment that makes batchgate write heaptrack's raw trace to
+    the file `raw`; raises SystemExit naming the package when heaptrack is
+    not installed."""
+    for d in HEAPTRACK_DIRS:
+        lib = os.path.join(d, "libheaptrack_preload.so")
+        if os.path.exists(lib) and os.path.exists(os.path.join(d, "libexec",
+                                                               "heaptrack_interpret")):
+            return {"LD_PRELOAD": lib, "DUMP_HEAPTRACK_OUTPUT": raw}
+    raise SystemExit("--heaptrack: heaptrack is not installed (apt-get install heaptrack)")
+
+
+def _heaptrack_cut(raw, t_s):
+    """The raw trace's length up to its first timestamp line ("c <hex ms>")
+    at or after t_s seconds of the process's life (all of it if none)."""
+    want = int(t_s * 1000)
+    size = os.path.getsize(raw)
+    with open(raw, "rb") as f:
+        off, tail = 0, b""
+        while True:
+            chunk = f.read(1 << 24)
+            if not chunk:
+                return size
+            buf = tail + chunk
+            base = off - len(tail)
+            i = buf.find(b"\nc ")
+            while i >= 0:
+                j = buf.find(b"\n", i + 1)
+                if j < 0:
+                    break
+                try:
+                    if int(buf[i + 3:j], 16) >= want:
+                        return base + i + 1
+                except ValueError:
+                    pass
+                i = buf.find(b"\nc ", j)
+            tail = buf[-64:]
+            off += len(chunk)
+
+
+def _heaptrack_live(raw, t_s, out):
+    """The live heap t_s seconds into the process: (bytes, {site: bytes})."""
+    d = os.path.dirname(heaptrack_env(raw)["LD_PRELOAD"])
+    n = _heaptrack_cut(raw, t_s)
+    subprocess.run("head -c %d '%s' | '%s' | gzip -1 > '%s'"
+                   % (n, raw, os.path.join(d, "libexec", "heaptrack_interpret"), out),
+                   shell=True, check=True, stderr=subprocess.DEVNULL)
+    text = subprocess.run(["heaptrack_print", "-f", out, "-l", "-n", "400", "-s", "0",
+                           "--print-peaks", "0", "--print-allocators", "0",
+                           "--print-temporary", "0"], capture_output=True, text=True).stdout
+    scale = {"B": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+
+    def size(word):
+        return float(word[:-1]) * scale[word[-1]] if word[-1] in scale else float(word)
+    total, sites, lines = 0.0, {}, text.splitlines()
+    for k, line in enumerate(lines):
+        if line.startswith("total memory leaked:"):
+            total = size(line.split()[-1])
+        elif " leaked over " in line and not line.startswith(" ") and k + 2 < len(lines):
+            # "<size> leaked over <n> calls from" / "<function>" / "  at <file:line>"
+            site = lines[k + 1].strip()
+            where = lines[k + 2].strip().split()
+            if len(where) == 2 and where[0] in ("at", "in"):
+                site += " " + os.path.basename(where[1])
+            sites[site] = sites.get(site, 0) + size(line.split()[0])
+    return total, sites
+
+
+def heaptrack_report(raw, t_from, t_to, workdir):
+    """The live heap at t_from and t_to (seconds into the run) from the raw
+    trace, which is deleted then (gigabytes in a long run): a dict for --json
+    and the line to print."""
+    a_total, a = _heaptrack_live(raw, t_from, os.path.join(workdir, "heaptrack_from.gz"))
+    b_total, b = _heaptrack_live(raw, t_to, os.path.join(workdir, "heaptrack_to.gz"))
+    os.remove(raw)
+    per_min = (b_total - a_total) / 1024 / max((t_to - t_from) / 60, 1e-9)
+    grew = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in set(a) | set(b)), reverse=True)[:5]
+    res = {"from_s": t_from, "to_s": t_to, "live_from_bytes": a_total, "live_to_bytes": b_total,
+           "kib_per_min": per_min,
+           "grew_most": [{"site": k, "bytes": d} for d, k in grew if d > 0]}
+    line = ("heaptrack: live heap %.0f KiB at %.0f s, %.0f KiB at %.0f s (%+.1f KiB/min)"
+            % (a_total / 1024, t_from, b_total / 1024, t_to, per_min))
+    if res["grew_most"]:
+        line += "; grew most: " + ", ".join("%s %+.1f KiB" % (x["site"], x["bytes"] / 1024)
+                                            for x in res["grew_most"])
+    return res, line
