@@ -763,7 +763,15 @@ static void models_infer_run(struct http_request *req, const struct route_match 
     jscratch_begin(js);
     call->shm = (struct api_shm_use){.st = st, .req = req};
     struct tensor_shm_resolver shm = {api_shm_resolve, &call->shm};
-    int drc = tensor_decode_kserve_shm(&sm->model, body, len, json_len, &shm, &call->r, &err);
+    /* An inner request from the gRPC front end carries the head it wrote as
+     * text already parsed (http_inner_set_decoded); the same checks apply,
+     * the binary part is still the body's after json_len. */
+    struct json_t *head = http_request_decoded(req, TENSOR_KSERVE_HEAD);
+    int drc = head && json_len >= 0 && (size_t)json_len <= len
+                  ? tensor_decode_kserve_head(&sm->model, head, body + json_len,
+                                              len - (size_t)json_len, &shm, &call->r, &err)
+                  : tensor_decode_kserve_shm(&sm->model, body, len, json_len, &shm, &call->r,
+                                             &err);
     jscratch_end(js);
     if (drc) {
         models_call_refuse(req, call, &err);

@@ -13,11 +13,13 @@
 #include <strings.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
 #include "gateway/grpc_codec.h"
 #include "http/http.h"
+#include "serving/tensor_json.h"
 
 #define GRPC_SERVICE_PREFIX "/inference.GRPCInferenceService/"
 
@@ -304,6 +306,8 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
 
 /* grpc-timeout ("100m", "5S", ...: at most 8 digits and a unit) in
  * milliseconds, rounded up; -1 when absent or malformed. */
+static void grpc_json_release(void *j) { json_decref(j); }
+
 static long long grpc_timeout_ms(struct http_request *req)
 {
     size_t len;
@@ -408,12 +412,17 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
         if (!bad && hr.body.len)
             bad |= http_inner_add_header(inner, "Content-Type", 12, "application/json", 16) < 0 ||
                    http_inner_set_body(inner, hr.body.data, hr.body.len) < 0;
+        if (!bad && hr.head) {   /* the infer handler skips parsing the text again */
+            http_inner_set_decoded(inner, TENSOR_KSERVE_HEAD, hr.head, grpc_json_release);
+            hr.head = NULL;
+        }
         if (bad) {
             code = GRPC_RESOURCE_EXHAUSTED;
             snprintf(err, cap, "out of memory");
         }
     }
     buf_free(&hr.body);
+    json_decref(hr.head);   /* not handed over: a failure */
     if (code != GRPC_OK) {
         http_inner_discard(inner);
         free(m);

@@ -563,6 +563,7 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
     }
     out->json_len = (int64_t)strlen(head);
     free(head);
+    out->head = json_incref(root);
 done:
     json_decref(params);
     json_decref(root);
@@ -917,6 +918,8 @@ void grpc_http_request_free(struct grpc_http_request *r)
 {
     buf_free(&r->body);
     buf_free(&r->echo);
+    json_decref(r->head);
+    r->head = NULL;
 }
 
 int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
@@ -925,6 +928,7 @@ int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
     out->method = HTTP_M_GET;
     out->path[0] = '\0';
     out->json_len = -1;
+    out->head = NULL;
     if (m->unserved)
         return grpc_fail(err, cap, GRPC_UNIMPLEMENTED, "%s", m->unserved);
     ProtobufCMessage *req = protobuf_c_message_unpack(m->req, NULL, len, msg);

@@ -44,6 +44,8 @@ int grpc_code_of_http(int status);
 const char *grpc_code_name(int code);
 
 /* The HTTP request a call means. */
+struct json_t;
+
 struct grpc_http_request {
     int method;                  /* HTTP_M_GET or HTTP_M_POST (http.h) */
     char path[640];
@@ -54,6 +56,10 @@ struct grpc_http_request {
      * echoes the id there, so that a client running many requests on one
      * stream can tell which failed). The caller frees it. */
     struct buf echo;
+    /* ModelInfer: the body's JSON head as the jansson value it was written
+     * from (a reference the caller releases; NULL for other calls), for
+     * http_inner_set_decoded. */
+    struct json_t *head;
 };
 
 /* Its answer. */

@@ -157,6 +157,9 @@ int http_request_thread(const struct http_request *req);
 /* A number the application attaches to the request (the gateway: the
  * caller's tenant, set by its route guard); 0 until set. */
 void http_request_set_tag(struct http_request *req, int tag);
+/* http_inner_set_decoded's object when it is of `kind` (compared as a
+ * string), else NULL: a request read from a socket has none. */
+void *http_request_decoded(const struct http_request *req, const char *kind);
 int http_request_tag(const struct http_request *req);
 
 /* ---- compressed bodies (decode.c) ----
@@ -200,6 +203,14 @@ int http_inner_add_header(struct http_request *inner, const char *name, size_t n
                           const char *value, size_t value_len);
 /* The body is copied; 0 or -1 when out of memory. */
 int http_inner_set_body(struct http_request *inner, const void *body, size_t len);
+/* The body's head as the maker already holds it decoded, `kind` naming
+ * its type (a string the maker and the handler share): the gRPC front end
+ * builds a KServe request's JSON head as a jansson value before writing it
+ * into the body, and the infer handler takes the value rather than parse
+ * the text again. The body stays whole for any other reader. The request
+ * owns obj from here and frees it with free_fn (on its IO thread). */
+void http_inner_set_decoded(struct http_request *inner, const char *kind, void *obj,
+                            void (*free_fn)(void *));
 struct router;
 void http_inner_dispatch(struct http_request *inner, const struct router *r,
                          http_inner_done_fn done, void *arg);

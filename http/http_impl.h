@@ -101,6 +101,10 @@ struct http_request {
     void *drain_arg;
     struct buf trailers;           /* http_request_set_trailers */
     void *pdata;                   /* the protocol's own: h2.c's stream, inner.c's state */
+    /* http_inner_set_decoded's: the body's head as its maker built it. */
+    const char *decoded_kind;
+    void *decoded;
+    void (*decoded_free)(void *);
 };
 
 struct http_request *http_request_new(struct http_conn *conn, const struct http_proto *proto);

@@ -144,6 +144,16 @@ struct http_request *http_inner_new(struct http_request *outer, int method, cons
     return r;
 }
 
+void http_inner_set_decoded(struct http_request *r, const char *kind, void *obj,
+                            void (*free_fn)(void *))
+{
+    if (r->decoded_free)
+        r->decoded_free(r->decoded);
+    r->decoded_kind = kind;
+    r->decoded = obj;
+    r->decoded_free = free_fn;
+}
+
 void http_inner_arrived(struct http_request *r, int64_t at_ns)
 {
     r->t_arrival_ns = r->t_received_ns = at_ns;

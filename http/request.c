@@ -44,6 +44,8 @@ void http_request_reset(struct http_request *r)
     buf_shrink(&head, HTTP_REQUEST_KEEP);
     buf_shrink(&body, HTTP_REQUEST_KEEP);
     buf_shrink(&resp, HTTP_REQUEST_KEEP);
+    if (r->decoded_free)
+        r->decoded_free(r->decoded);
     if (cap > 64) {   /* a request with very many headers: its index goes too */
         free(hdrs);
         hdrs = NULL;
@@ -69,6 +71,8 @@ void http_request_free(struct http_request *r)
     buf_free(&r->resp);
     buf_free(&r->trailers);
     free(r->hdrs);
+    if (r->decoded_free)
+        r->decoded_free(r->decoded);
     free(r);
 }
 
@@ -296,6 +300,11 @@ int http_request_thread(const struct http_request *r) { return r->proto->thread(
 int64_t http_request_received_ns(const struct http_request *r) { return r->t_received_ns; }
 int64_t http_request_arrival_ns(const struct http_request *r) { return r->t_arrival_ns; }
 void http_request_set_tag(struct http_request *r, int tag) { r->tag = tag; }
+
+void *http_request_decoded(const struct http_request *r, const char *kind)
+{
+    return r->decoded && strcmp(r->decoded_kind, kind) == 0 ? r->decoded : NULL;
+}
 int http_request_tag(const struct http_request *r) { return r->tag; }
 
 void http_request_set_error_style(struct http_request *r, enum http_error_style style)

@@ -521,7 +521,6 @@ int tensor_decode_kserve_shm(const struct model *model, const char *body, size_t
                              int64_t json_len, const struct tensor_shm_resolver *shm,
                              struct infer_request *out, struct error *err)
 {
-    const struct model_config *m = &model->cfg;
     memset(out, 0, sizeof *out);
     out->truncate = true;
     const char *bin = NULL;
@@ -542,6 +541,18 @@ int tensor_decode_kserve_shm(const struct model *model, const char *body, size_t
     if (!root)
         return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
                          jerr.column, jerr.text);
+    int rc = tensor_decode_kserve_head(model, root, bin, bin_len, shm, out, err);
+    json_decref(root);
+    return rc;
+}
+
+int tensor_decode_kserve_head(const struct model *model, json_t *root, const char *bin,
+                              size_t bin_len, const struct tensor_shm_resolver *shm,
+                              struct infer_request *out, struct error *err)
+{
+    const struct model_config *m = &model->cfg;
+    memset(out, 0, sizeof *out);
+    out->truncate = true;
     int rc = 0;
     if (!json_is_object(root)) {
         rc = error_set(err, BG_EINVAL, "the body must be a JSON object with \"inputs\"");
@@ -579,7 +590,6 @@ int tensor_decode_kserve_shm(const struct model *model, const char *body, size_t
         goto out;
     }
 out:
-    json_decref(root);
     if (rc) {
         free(out->input);
         out->input = NULL;

@@ -72,6 +72,16 @@ int tensor_decode_kserve(const struct model *m, const char *body, size_t len,
 int tensor_decode_kserve_shm(const struct model *m, const char *body, size_t len,
                              int64_t json_len, const struct tensor_shm_resolver *shm,
                              struct infer_request *out, struct error *err);
+/* The same from the JSON head already parsed (`head`, a jansson object the
+ * caller keeps) and the binary part after it (bin_len bytes at bin; NULL
+ * when the body is all JSON): what the gRPC front end hands the infer
+ * handler (http_inner_set_decoded, of kind TENSOR_KSERVE_HEAD), sparing a
+ * second parse of the text it wrote. */
+#define TENSOR_KSERVE_HEAD "kserve_v2 head (jansson)"
+struct json_t;
+int tensor_decode_kserve_head(const struct model *m, struct json_t *head, const char *bin,
+                              size_t bin_len, const struct tensor_shm_resolver *shm,
+                              struct infer_request *out, struct error *err);
 
 /* The answer: JSON, or (binary_output) a JSON header followed by the raw
  * bytes, whose length goes in *json_len (-1 when all JSON). An output

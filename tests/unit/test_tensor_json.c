@@ -309,6 +309,79 @@ static int decode_shm(const char *json, struct infer_request *r, struct error *e
     return tensor_decode_kserve_shm(as_model(&m), json, strlen(json), -1, &res, r, err);
 }
 
+/* The gRPC front end hands the infer handler the JSON head it wrote,
+ * already parsed (tensor_decode_kserve_head): every body must decode the
+ * same both ways, failures with the same message. */
+static void test_decoded_head_matches_the_text(void **state)
+{
+    (void)state;
+    float in[12];
+    for (int i = 0; i < 12; i++)
+        in[i] = (float)i - 3.25f;
+    memcpy(shm_mem + 16, in, sizeof in);
+    static const struct {
+        const char *head;
+        int bin_bytes;   /* of `in`, after the head; -1: no binary part */
+    } cases[] = {
+        {"{\"id\":\"a\",\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\","
+         "\"shape\":[2,2,3],\"data\":[1,2,3,4,5,6,7,8,9,10,11,12]}]}", -1},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],"
+         "\"parameters\":{\"binary_data_size\":48}}],\"outputs\":[{\"name\":\"output\","
+         "\"parameters\":{\"binary_data\":true}}],\"parameters\":{\"binary_data_output\":true,"
+         "\"priority\":2,\"timeout\":5000}}", 48},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,6],"
+         "\"parameters\":{\"binary_data_size\":24}}]}", 48},   /* 24 bytes left over */
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,6],"
+         "\"parameters\":{\"binary_data_size\":48}}]}", 24},   /* short */
+        {"{\"inputs\":[{\"name\":\"nope\",\"datatype\":\"FP32\",\"shape\":[2,6],"
+         "\"parameters\":{\"binary_data_size\":48}}]}", 48},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],"
+         "\"parameters\":{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":48,"
+         "\"shared_memory_offset\":16}}],\"outputs\":[{\"name\":\"output\",\"parameters\":"
+         "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":20,"
+         "\"shared_memory_offset\":100}}]}", -1},
+        {"{\"inputs\":[]}", -1},
+        {"[1,2]", -1},
+    };
+    struct model_config m = model();
+    struct tensor_shm_resolver res = {fake_resolve, NULL};
+    int decoded = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t hl = strlen(cases[c].head), bl = cases[c].bin_bytes > 0 ? (size_t)cases[c].bin_bytes : 0;
+        char *body = malloc(hl + bl + 1);
+        assert_non_null(body);
+        memcpy(body, cases[c].head, hl);
+        memcpy(body + hl, in, bl);
+        int64_t json_len = cases[c].bin_bytes >= 0 ? (int64_t)hl : -1;
+        struct infer_request a, b;
+        struct error ea = {0}, eb = {0};
+        int ra = tensor_decode_kserve_shm(as_model(&m), body, hl + bl, json_len, &res, &a, &ea);
+        json_t *head = json_loadb(body, hl, 0, NULL);
+        assert_non_null(head);
+        int rb = tensor_decode_kserve_head(as_model(&m), head, json_len >= 0 ? body + hl : NULL, bl,
+                                           &res, &b, &eb);
+        json_decref(head);
+        assert_int_equal(ra, rb);
+        assert_string_equal(ea.msg, eb.msg);
+        if (ra == 0) {
+            decoded++;
+            assert_int_equal(a.rows, b.rows);
+            assert_string_equal(a.id, b.id);
+            assert_int_equal(a.has_id, b.has_id);
+            assert_int_equal(a.binary_output, b.binary_output);
+            assert_int_equal(a.priority, b.priority);
+            assert_int_equal(a.timeout_us, b.timeout_us);
+            assert_int_equal(a.output_shm.set, b.output_shm.set);
+            assert_ptr_equal(a.output_shm_bytes, b.output_shm_bytes);
+            assert_memory_equal(a.input, b.input, (size_t)a.rows * 6 * sizeof(float));
+            free(a.input);
+            free(b.input);
+        }
+        free(body);
+    }
+    assert_int_equal(decoded, 3);   /* the first two and shared memory; the rest fail alike */
+}
+
 static void test_shared_memory(void **state)
 {
     (void)state;
@@ -604,6 +677,7 @@ int main(void)
         cmocka_unit_test(test_tfs),
         cmocka_unit_test(test_floats_round_trip),
         cmocka_unit_test(test_shared_memory),
+        cmocka_unit_test(test_decoded_head_matches_the_text),
         cmocka_unit_test(test_classification_decode),
         cmocka_unit_test(test_classification_encode),
         cmocka_unit_test(test_classification_against_sort),
