@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "common/select.h"
+
 void guard_init(struct guard *g)
 {
     memset(g, 0, sizeof *g);
@@ -14,34 +16,8 @@ void guard_destroy(struct guard *g)
     pthread_mutex_destroy(&g->mu);
 }
 
-/* The k-th smallest of v[0..n) (Hoare's selection, expected O(n)): the fit
- * needs one quantile, not the order of the whole bucket. */
-static int64_t guard_select_kth(int64_t *v, int n, int k)
-{
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        int64_t pivot = v[lo + (hi - lo) / 2];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (v[i] < pivot)
-                i++;
-            while (v[j] > pivot)
-                j--;
-            if (i <= j) {
-                int64_t t = v[i];
-                v[i++] = v[j];
-                v[j--] = t;
-            }
-        }
-        if (k <= j)
-            hi = j;
-        else if (k >= i)
-            lo = i;
-        else
-            break;
-    }
-    return v[k];
-}
+/* The fit needs one quantile, not the order of the whole bucket. */
+SELECT_KTH_DEFINE(guard_select_kth, int64_t)
 
 /* The guard from the closed buckets younger than GUARD_MAX_AGE_NS: the
  * lower median of their quantiles, 0 below GUARD_MIN_SAMPLES. Under g->mu. */

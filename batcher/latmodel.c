@@ -19,8 +19,9 @@
 
 #include <math.h>
 #include <stdbool.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "common/select.h"
 
 #define LATMODEL_PAIRS (LATMODEL_WINDOW * (LATMODEL_WINDOW - 1) / 2)
 /* Batches with tokens_sq before the quadratic term is tried: fewer say
@@ -37,39 +38,10 @@ void latmodel_init(struct latmodel *m)
     memset(m, 0, sizeof *m);
 }
 
-/* The k-th smallest of v[0..n) (0-based), in O(n) expected: v is reordered
- * so that v[k] holds it, everything before is <= and everything after >=
- * (Hoare's selection, the middle of three as pivot). A full sort cost most
- * of a fit (a thousand slopes at a full window, through qsort's callback),
- * and the fit runs under the batcher's lock. */
-static double latmodel_select(double *v, int n, int k)
-{
-    int lo = 0, hi = n - 1;
-    while (hi > lo) {
-        int mid = lo + (hi - lo) / 2;
-        double x = v[lo], y = v[mid], z = v[hi];
-        double p = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (v[i] < p)
-                i++;
-            while (v[j] > p)
-                j--;
-            if (i <= j) {
-                double t = v[i];
-                v[i++] = v[j];
-                v[j--] = t;
-            }
-        }
-        if (k <= j)
-            hi = j;
-        else if (k >= i)
-            lo = i;
-        else
-            break;   /* between the two halves: equal to the pivot, in place */
-    }
-    return v[k];
-}
+/* A full sort cost most of a fit (a thousand slopes at a full window,
+ * through qsort's callback), and the fit runs under the batcher's lock:
+ * medians and the bound below are selected instead (common/select.h). */
+SELECT_KTH_DEFINE(latmodel_select, double)
 
 /* The median; v is reordered (latmodel_select), its lower half in v[0..n/2). */
 static double latmodel_median(double *v, int n)
