@@ -183,7 +183,8 @@ int report_main(int argc, char **argv)
         report_line("total", &total);
         if (total.energy_j > 0)
             printf("\nenergy: %.3f kWh\n", total.energy_j / 3.6e6);
-        qsort(models.r, (size_t)models.n, sizeof *models.r, report_by_idle_cost);
+        if (models.n > 1)   /* with none, r may be NULL, which qsort may not be given */
+            qsort(models.r, (size_t)models.n, sizeof *models.r, report_by_idle_cost);
         printf("\ntop models by compute debt (idle while resident)\n");
         printf("%-24s %10s %8s %12s %10s\n", "model", "idle h", "idle", "idle cost", "busy h");
         for (int i = 0; i < models.n && i < REPORT_TOP_MODELS; i++) {
