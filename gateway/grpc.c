@@ -304,10 +304,11 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
 
 /* ---- the request ---- */
 
-/* grpc-timeout ("100m", "5S", ...: at most 8 digits and a unit) in
- * milliseconds, rounded up; -1 when absent or malformed. */
+/* The free function of a ModelInfer head handed to the inner request. */
 static void grpc_json_release(void *j) { json_decref(j); }
 
+/* grpc-timeout ("100m", "5S", ...: at most 8 digits and a unit) in
+ * milliseconds, rounded up; -1 when absent or malformed. */
 static long long grpc_timeout_ms(struct http_request *req)
 {
     size_t len;

@@ -300,12 +300,12 @@ int http_request_thread(const struct http_request *r) { return r->proto->thread(
 int64_t http_request_received_ns(const struct http_request *r) { return r->t_received_ns; }
 int64_t http_request_arrival_ns(const struct http_request *r) { return r->t_arrival_ns; }
 void http_request_set_tag(struct http_request *r, int tag) { r->tag = tag; }
+int http_request_tag(const struct http_request *r) { return r->tag; }
 
 void *http_request_decoded(const struct http_request *r, const char *kind)
 {
     return r->decoded && strcmp(r->decoded_kind, kind) == 0 ? r->decoded : NULL;
 }
-int http_request_tag(const struct http_request *r) { return r->tag; }
 
 void http_request_set_error_style(struct http_request *r, enum http_error_style style)
 {
