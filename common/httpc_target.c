@@ -56,11 +56,11 @@ struct httpc_target {
     bool log_out;
     int64_t log_ns;
     int log_hidden;
-    /* What the last change's line says (set at the change): how long it
-     * is out and why, " for 2 s (3 failed calls in a row, the last:
-     * status"; why it is back, "health probe: HTTP 200". */
-    char out_text[200];
-    char back_text[160];
+    /* The last change's cause, which is the cause of the state it left
+     * (set at the change, said by that line or a later one): out, how
+     * long and why, " for 2 s (3 failed calls in a row, the last:
+     * status"; back, "health probe: HTTP 200". */
+    char cause[200];
 };
 
 struct httpc_target *httpc_target_new(const char *host, int port, const char *who,
@@ -160,7 +160,7 @@ bool httpc_target_usable(const struct httpc_target *t, int64_t now)
 struct target_line {
     bool say, out;
     int hidden;                      /* changes since the last line, not said */
-    char text[200];                  /* the state's cause (out_text, back_text) */
+    char text[200];                  /* the state's cause (httpc_target.cause) */
 };
 
 /* Under mu, after a call or a probe (`changed`: it took the target out or
@@ -184,7 +184,7 @@ static struct target_line target_log_due(struct httpc_target *t, bool changed)
         return l;
     l = (struct target_line){.say = true, .out = out,
                              .hidden = t->log_hidden - 1};   /* the change said now is not hidden */
-    snprintf(l.text, sizeof l.text, "%s", out ? t->out_text : t->back_text);
+    snprintf(l.text, sizeof l.text, "%s", t->cause);
     t->log_hidden = 0;
     t->log_out = out;
     t->log_ns = now;
@@ -210,7 +210,7 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r,
 {
     int64_t now = now_ns();
     pthread_mutex_lock(&t->mu);
-    bool was = atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
+    int64_t before = atomic_load_explicit(&t->down_until, memory_order_relaxed);
     t->probed = true;
     if (r == HTTPC_PROBE_PASS) {
         t->fails_in_row = 0;
@@ -220,15 +220,18 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r,
                ++t->probe_fails_in_row >= HTTPC_PROBE_FAILS_TO_DOWN) {
         atomic_store_explicit(&t->down_until, INT64_MAX, memory_order_relaxed);
     }
-    bool is = atomic_load_explicit(&t->down_until, memory_order_relaxed) <= now;
-    if (is && !was)
-        snprintf(t->back_text, sizeof t->back_text, "health probe: %s", why);
-    else if (was && !is && r == HTTPC_PROBE_FAIL)
-        snprintf(t->out_text, sizeof t->out_text, " (health probe: %s, %d in a row", why,
+    int64_t after = atomic_load_explicit(&t->down_until, memory_order_relaxed);
+    bool was = before <= now, is = after <= now;   /* usable: what the caller is told */
+    /* The log's notion of out (target_log_due): down_until set at all. */
+    bool out_changed = (before != 0) != (after != 0);
+    if (out_changed && after == 0)
+        snprintf(t->cause, sizeof t->cause, "health probe: %s", why);
+    else if (out_changed && r == HTTPC_PROBE_FAIL)
+        snprintf(t->cause, sizeof t->cause, " (health probe: %s, %d in a row", why,
                  t->probe_fails_in_row);
-    else if (was && !is)
-        snprintf(t->out_text, sizeof t->out_text, " (health probe: %s", why);
-    struct target_line line = target_log_due(t, is != was);
+    else if (out_changed)
+        snprintf(t->cause, sizeof t->cause, " (health probe: %s", why);
+    struct target_line line = target_log_due(t, out_changed);
     pthread_mutex_unlock(&t->mu);
     target_log(t, &line);
     return is == was ? 0 : is ? 1 : -1;
@@ -244,7 +247,7 @@ int httpc_target_succeeded(struct httpc_target *t)
     bool back = !t->probed && atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
     if (back) {
         atomic_store_explicit(&t->down_until, 0, memory_order_relaxed);
-        snprintf(t->back_text, sizeof t->back_text, "a call succeeded after %d failed in a row",
+        snprintf(t->cause, sizeof t->cause, "a call succeeded after %d failed in a row",
                  fails);
     }
     struct target_line line = target_log_due(t, back);
@@ -272,10 +275,10 @@ int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
                               memory_order_relaxed);
     bool out = !was && atomic_load_explicit(&t->down_until, memory_order_relaxed) != 0;
     if (out && t->probed)
-        snprintf(t->out_text, sizeof t->out_text, " until a health probe passes (%d failed calls "
+        snprintf(t->cause, sizeof t->cause, " until a health probe passes (%d failed calls "
                  "in a row, the last: %s", TARGET_FAILS_TO_DOWN, httpc_fail_names[why]);
     else if (out)
-        snprintf(t->out_text, sizeof t->out_text, " for %.0f s (%d failed calls in a row, the "
+        snprintf(t->cause, sizeof t->cause, " for %.0f s (%d failed calls in a row, the "
                  "last: %s", TARGET_DOWN_NS / 1e9, TARGET_FAILS_TO_DOWN, httpc_fail_names[why]);
     struct target_line line = target_log_due(t, out);
     pthread_mutex_unlock(&t->mu);
