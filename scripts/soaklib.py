@@ -216,16 +216,21 @@ HEAPTRACK_DIRS = ("/usr/lib/heaptrack", "/usr/lib/x86_64-linux-gnu/heaptrack",
                   "/usr/local/lib/heaptrack", "/usr/lib64/heaptrack")
 
 
+def _heaptrack_dir():
+    """Where heaptrack's preload library and interpreter are; SystemExit
+    naming the package when it is not installed."""
+    for d in HEAPTRACK_DIRS:
+        if os.path.exists(os.path.join(d, "libheaptrack_preload.so")) and \
+                os.path.exists(os.path.join(d, "libexec", "heaptrack_interpret")):
+            return d
+    raise SystemExit("--heaptrack: heaptrack is not installed (apt-get install heaptrack)")
+
+
 def heaptrack_env(raw):
     """The environment that makes batchgate write heaptrack's raw trace to
-    the file `raw`; raises SystemExit naming the package when heaptrack is
-    not installed."""
-    for d in HEAPTRACK_DIRS:
-        lib = os.path.join(d, "libheaptrack_preload.so")
-        if os.path.exists(lib) and os.path.exists(os.path.join(d, "libexec",
-                                                               "heaptrack_interpret")):
-            return {"LD_PRELOAD": lib, "DUMP_HEAPTRACK_OUTPUT": raw}
-    raise SystemExit("--heaptrack: heaptrack is not installed (apt-get install heaptrack)")
+    the file `raw`."""
+    return {"LD_PRELOAD": os.path.join(_heaptrack_dir(), "libheaptrack_preload.so"),
+            "DUMP_HEAPTRACK_OUTPUT": raw}
 
 
 def _heaptrack_cut(raw, t_s):
@@ -258,7 +263,7 @@ def _heaptrack_cut(raw, t_s):
 
 def _heaptrack_live(raw, t_s, out):
     """The live heap t_s seconds into the process: (bytes, {site: bytes})."""
-    d = os.path.dirname(heaptrack_env(raw)["LD_PRELOAD"])
+    d = _heaptrack_dir()
     n = _heaptrack_cut(raw, t_s)
     subprocess.run("head -c %d '%s' | '%s' | gzip -1 > '%s'"
                    % (n, raw, os.path.join(d, "libexec", "heaptrack_interpret"), out),
