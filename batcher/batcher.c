@@ -147,8 +147,17 @@ static void batcher_learn(struct batcher *b, int instance, int64_t tokens, int64
 {
     if (instance < 0 || instance >= b->ninstances)
         return;
+    struct latmodel fit;   /* fitted outside the lock: submissions wait on it */
     pthread_mutex_lock(&b->lock);
-    latmodel_add_sq(&b->lat[instance], tokens, tokens_sq, exec_ns);
+    bool due = latmodel_record(&b->lat[instance], tokens, tokens_sq, exec_ns);
+    if (due)
+        fit = b->lat[instance];
+    pthread_mutex_unlock(&b->lock);
+    if (!due)
+        return;
+    latmodel_fit(&fit);
+    pthread_mutex_lock(&b->lock);
+    latmodel_adopt(&b->lat[instance], &fit);
     batcher_update_fastest(b);
     pthread_mutex_unlock(&b->lock);
 }

@@ -39,8 +39,8 @@ void latmodel_init(struct latmodel *m)
 }
 
 /* A full sort cost most of a fit (a thousand slopes at a full window,
- * through qsort's callback), and the fit runs under the batcher's lock:
- * medians and the bound below are selected instead (common/select.h). */
+ * through qsort's callback): medians and the bound below are selected
+ * instead (common/select.h). */
 SELECT_KTH_DEFINE(latmodel_select, double)
 
 /* The median; v is reordered (latmodel_select), its lower half in v[0..n/2). */
@@ -124,7 +124,7 @@ static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, do
     return c;
 }
 
-static void latmodel_fit(struct latmodel *m)
+void latmodel_fit(struct latmodel *m)
 {
     double slopes[LATMODEL_PAIRS];
     double resid[LATMODEL_WINDOW];
@@ -158,10 +158,9 @@ static void latmodel_fit(struct latmodel *m)
     m->a_ns = a;
     m->b_ns = b;
     m->c_ns = c;
-    m->samples_since_fit = 0;
 }
 
-void latmodel_add_sq(struct latmodel *m, int64_t tokens, int64_t tokens_sq, int64_t ns)
+bool latmodel_record(struct latmodel *m, int64_t tokens, int64_t tokens_sq, int64_t ns)
 {
     m->tokens[m->next] = tokens;
     m->sq[m->next] = tokens_sq > 0 ? tokens_sq : 0;
@@ -169,9 +168,29 @@ void latmodel_add_sq(struct latmodel *m, int64_t tokens, int64_t tokens_sq, int6
     m->next = (m->next + 1) % LATMODEL_WINDOW;
     if (m->n < LATMODEL_WINDOW)
         m->n++;
-    /* The fit costs ~14 us at a full window (43 with the quadratic term;
-     * 2-core EPYC): refit every 8 batches once warm. */
-    if (++m->samples_since_fit >= 8 || m->n < 16)
+    /* A fit costs tens of microseconds (latmodel_fit): every 8 batches
+     * once warm. */
+    if (++m->samples_since_fit < 8 && m->n >= 16)
+        return false;
+    m->samples_since_fit = 0;
+    m->fits_due++;
+    return true;
+}
+
+void latmodel_adopt(struct latmodel *m, const struct latmodel *fitted)
+{
+    if (fitted->fits_due <= m->fit_adopted)
+        return;
+    m->fit_adopted = fitted->fits_due;
+    m->a_ns = fitted->a_ns;
+    m->b_ns = fitted->b_ns;
+    m->c_ns = fitted->c_ns;
+    m->margin_ns = fitted->margin_ns;
+}
+
+void latmodel_add_sq(struct latmodel *m, int64_t tokens, int64_t tokens_sq, int64_t ns)
+{
+    if (latmodel_record(m, tokens, tokens_sq, ns))
         latmodel_fit(m);
 }
 

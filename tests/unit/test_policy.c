@@ -194,6 +194,50 @@ static void test_latmodel_fits_and_resists_outliers(void **state)
     assert_true(llabs(latmodel_predict(&m, 20) - 3 * MS) < MS / 2);
 }
 
+/* The batcher's way (batcher_learn): record under the lock, fit a copy
+ * outside it, adopt. It must give what latmodel_add gives, and a fit that
+ * finishes after a later one must not replace it. */
+static void test_latmodel_fits_a_copy_and_keeps_the_latest(void **state)
+{
+    (void)state;
+    struct latmodel inline_m, shared;
+    latmodel_init(&inline_m);
+    latmodel_init(&shared);
+    int fits = 0;
+    for (int i = 0; i < 100; i++) {
+        int64_t t = 1 + (i % 7) * 5, ns = 2 * MS + t * MS / 7 + (i % 3) * MS / 50;
+        latmodel_add_sq(&inline_m, t, 0, ns);
+        if (latmodel_record(&shared, t, 0, ns)) {
+            struct latmodel copy = shared;
+            latmodel_fit(&copy);
+            latmodel_adopt(&shared, &copy);
+            fits++;
+        }
+        assert_true(latmodel_predict(&shared, 9) == latmodel_predict(&inline_m, 9));
+    }
+    assert_true(fits > 16 && fits < 40);   /* every batch while few, then every 8 */
+    /* Two copies taken in turn, fitted at once; the older one lands last. */
+    struct latmodel older, newer;
+    int64_t before = latmodel_predict(&shared, 30);
+    for (;;)
+        if (latmodel_record(&shared, 30, 0, 40 * MS)) {
+            older = shared;
+            break;
+        }
+    for (;;)
+        if (latmodel_record(&shared, 30, 0, 40 * MS)) {
+            newer = shared;
+            break;
+        }
+    latmodel_fit(&older);
+    latmodel_fit(&newer);
+    assert_true(latmodel_predict(&newer, 30) > latmodel_predict(&older, 30));
+    latmodel_adopt(&shared, &newer);
+    latmodel_adopt(&shared, &older);
+    assert_true(latmodel_predict(&shared, 30) == latmodel_predict(&newer, 30));
+    assert_true(latmodel_predict(&shared, 30) > before);
+}
+
 static void test_deadline_dispatches_just_in_time(void **state)
 {
     (void)state;
@@ -541,6 +585,7 @@ int main(void)
         cmocka_unit_test(test_zero_delay_dispatches_immediately),
         cmocka_unit_test(test_random_queues),
         cmocka_unit_test(test_latmodel_fits_and_resists_outliers),
+        cmocka_unit_test(test_latmodel_fits_a_copy_and_keeps_the_latest),
         cmocka_unit_test(test_deadline_dispatches_just_in_time),
         cmocka_unit_test(test_deadline_selects_most_rows_in_time),
         cmocka_unit_test(test_adaptive_sends_at_once_without_arrivals),
