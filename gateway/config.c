@@ -139,6 +139,26 @@ static const struct schema_field config_limits_fields[] = {
     SCHEMA_END_ROW,
 };
 
+static const struct schema_field config_compression_fields[] = {
+    {SCHEMA_F_BOOL("responses", struct http_compression, responses),
+     .def = 1,
+     .doc = "whole HTTP answers leave gzip- or deflate-compressed when the client's "
+            "`Accept-Encoding` takes it and they shrink; false: always as they are"},
+    {SCHEMA_F_BOOL("grpc", struct http_compression, grpc),
+     .def = 0,
+     .doc = "gRPC answer messages too, in a coding `grpc-accept-encoding` lists (gRPC "
+            "clients list what they can read without asking for it: off, as Triton's "
+            "default)"},
+    {SCHEMA_F_INT("min_bytes", struct http_compression, min_bytes),
+     .min = 0, .max = 1 << 30, .def = 1024,
+     .doc = "smaller answers leave as they are (below about a packet, compression saves no "
+            "time)"},
+    {SCHEMA_F_INT("level", struct http_compression, level),
+     .min = 1, .max = 9, .def = 1,
+     .doc = "zlib's level: 1 is the fastest (JSON shrinks 3-5x already), 9 the smallest"},
+    SCHEMA_END_ROW,
+};
+
 static const struct schema_field config_route_fields[] = {
     {SCHEMA_F_STRING("prefix", struct config_proxy_route, prefix),
      .flags = SCHEMA_REQUIRED | SCHEMA_SLASH,
@@ -318,6 +338,8 @@ static const struct schema_field config_fields[] = {
             "reloaded, removed ones unloaded (docs/MODELS.md \"Lifecycle\"); 0: never"},
     {SCHEMA_F_OBJECT("limits", struct config, http.limits, config_limits_fields),
      .doc = "HTTP limits"},
+    {SCHEMA_F_OBJECT("compression", struct config, http.compression, config_compression_fields),
+     .flags = SCHEMA_EXT, .doc = "compressed answers (docs/CONFIG.md \"Compressed answers\")"},
     {SCHEMA_F_INT("shutdown_timeout_ms", struct config, shutdown_timeout_ms),
      .flags = SCHEMA_EXT, .min = 0, .max = 3600 * 1000, .def = 30000,
      .doc = "bound on the SIGTERM drain"},

@@ -70,6 +70,7 @@ struct grpc_call {
     struct http_request *req;        /* the HTTP/2 stream */
     const struct grpc_method *m;
     bool stream;                     /* ModelStreamInfer: messages both ways */
+    enum http_coding coding;         /* the stream's answers' grpc-encoding */
     bool open;                       /* counted in streams_open */
     struct buf in;                   /* request bytes not yet a whole message */
     struct grpc_msg *running;        /* messages whose HTTP request runs */
@@ -110,6 +111,43 @@ static void grpc_pct_encode(const char *msg, char *out, size_t cap)
     out[k] = '\0';
 }
 
+/* The compression the client takes for its answers (grpc-accept-encoding)
+ * when the server's settings ask for it (http.h "compressed answers"). */
+static enum http_coding grpc_answer_coding(struct http_request *req)
+{
+    const struct http_compression *c = http_request_compression(req);
+    size_t l;
+    const char *v = http_request_header(req, "grpc-accept-encoding", &l);
+    return c && c->grpc && v ? http_coding_pick(v, l) : HTTP_CODING_IDENTITY;
+}
+
+/* Appends one length-prefixed message: compressed as `coding` (flag 1)
+ * when it is min_bytes or more and shrinks, else as it is (flag 0, which
+ * the protocol allows under any grpc-encoding). Returns whether it was
+ * compressed, or -1 out of memory. */
+static int grpc_frame(struct http_request *req, enum http_coding coding, const void *msg,
+                      size_t len, struct buf *out)
+{
+    const struct http_compression *c = http_request_compression(req);
+    size_t at = out->len;
+    if (buf_append(out, "\0\0\0\0\0", 5) < 0)
+        return -1;
+    bool packed = false;
+    if (coding != HTTP_CODING_IDENTITY && c && len >= (size_t)c->min_bytes && len > 0) {
+        if (http_request_deflate(req, coding, msg, len, out) == 0 && out->len - at - 5 < len)
+            packed = true;
+        else
+            out->len = at + 5;   /* it did not shrink (or no memory): as it is */
+    }
+    if (!packed && len && buf_append(out, msg, len) < 0)
+        return -1;
+    size_t n = out->len - at - 5;
+    uint8_t hdr[5] = {packed, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8),
+                      (uint8_t)n};
+    memcpy(out->data + at, hdr, 5);
+    return packed;
+}
+
 /* Answers the call: the message (framed) when code is OK, else the error
  * with its message; retry_after_s > 0 adds that trailer (a 429's). */
 static void grpc_answer(struct http_request *req, int code, const char *msg, const void *body,
@@ -129,14 +167,16 @@ static void grpc_answer(struct http_request *req, int code, const char *msg, con
         return;
     }
     struct buf framed = BUF_INIT;
-    uint8_t hdr[5] = {0, (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
-                      (uint8_t)len};
-    if (buf_append(&framed, hdr, 5) < 0 || (len && buf_append(&framed, body, len) < 0)) {
+    enum http_coding coding = grpc_answer_coding(req);
+    int packed = grpc_frame(req, coding, body, len, &framed);
+    if (packed < 0) {
         buf_free(&framed);
         grpc_answer(req, GRPC_RESOURCE_EXHAUSTED, "out of memory framing the answer", NULL, 0, 0);
         return;
     }
-    http_respond(req, 200, "application/grpc", framed.data, framed.len, NULL);
+    char head[64];
+    snprintf(head, sizeof head, "grpc-encoding: %s\r\n", http_coding_name(coding));
+    http_respond(req, 200, "application/grpc", framed.data, framed.len, packed ? head : NULL);
     buf_free(&framed);
 }
 
@@ -211,11 +251,11 @@ static void grpc_call_fail(struct grpc_call *call, int code, const char *msg)
  * more is written then. The caller holds the call (grpc_msg_done). */
 static int grpc_stream_write(struct grpc_call *call, const struct buf *msg)
 {
-    uint8_t hdr[5] = {0, (uint8_t)(msg->len >> 24), (uint8_t)(msg->len >> 16),
-                      (uint8_t)(msg->len >> 8), (uint8_t)msg->len};
-    if (http_respond_write(call->req, hdr, 5) < 0 || call->answered || call->stopping)
-        return -1;
-    return msg->len ? http_respond_write(call->req, msg->data, msg->len) : 0;
+    struct buf framed = BUF_INIT;
+    int rc = grpc_frame(call->req, call->coding, msg->data, msg->len, &framed) < 0
+                 ? -1 : http_respond_write(call->req, framed.data, framed.len);
+    buf_free(&framed);
+    return rc < 0 || call->answered || call->stopping ? -1 : 0;
 }
 
 /* A stream's message that failed before or instead of its HTTP request:
@@ -653,8 +693,13 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
     call->m = m;
     call->stream = grpc_method_streams(m);
     if (call->stream) {   /* the answers stream as the messages do */
-        static const char head[] = "content-type: application/grpc\r\n";
-        if (http_respond_begin(req, 200, -1, 0, head, sizeof head - 1) < 0) {
+        char head[96];
+        call->coding = grpc_answer_coding(req);
+        int hl = snprintf(head, sizeof head, "content-type: application/grpc\r\n%s%s%s",
+                          call->coding ? "grpc-encoding: " : "",
+                          call->coding ? http_coding_name(call->coding) : "",
+                          call->coding ? "\r\n" : "");
+        if (http_respond_begin(req, 200, -1, 0, head, (size_t)hl) < 0) {
             call->answered = true;
             grpc_count(g, m, GRPC_RESOURCE_EXHAUSTED);
             http_respond_finish(req, 0);

@@ -695,6 +695,7 @@ static const struct http_proto conn_proto = {
     .body_paused = conn_body_paused_changed,
     .peer = conn_peer,
     .thread = conn_thread,
+    .compresses = true,
 };
 
 /* ---- input ---- */

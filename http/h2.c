@@ -460,6 +460,7 @@ static const struct http_proto h2_proto = {
     .body_paused = h2_body_paused,
     .peer = h2_peer,
     .thread = h2_thread,
+    .compresses = true,
 };
 
 /* ---- nghttp2's callbacks (inside mem_recv) ---- */

@@ -181,6 +181,40 @@ struct buf;
 int http_body_decode(const char *enc, size_t enc_len, const void *in, size_t len, size_t max,
                      struct buf *out, char *msg, size_t cap);
 
+/* ---- compressed answers (encode.c) ----
+ * A whole answer (http_respond) of at least min_bytes, to a client whose
+ * Accept-Encoding takes gzip or deflate, leaves compressed with
+ * Content-Encoding and Vary: Accept-Encoding, as Triton's HTTP front end
+ * does for tritonclient's response_compression_algorithm and as Prometheus
+ * asks for /metrics. Not: streamed answers (the proxy passes the upstream's
+ * as they are; LLM streams), types compressed already (image/, audio/,
+ * video/, gzip, zip, zstd), answers that carry a Content-Encoding, answers
+ * that would not shrink. gRPC's messages are compressed the same way when
+ * `grpc` is on and grpc-accept-encoding lists gzip or deflate
+ * (gateway/grpc.c). The deflate runs on the IO thread, one zlib state per
+ * thread reused. */
+struct http_compression {
+    bool responses;    /* HTTP answers; off: every answer leaves as it is */
+    bool grpc;         /* gRPC messages (grpc-accept-encoding only says what a
+                        * client can read: off unless configured, as Triton) */
+    int min_bytes;     /* smaller answers leave as they are */
+    int level;         /* zlib's 1 (fastest) to 9 */
+};
+enum http_coding { HTTP_CODING_IDENTITY, HTTP_CODING_GZIP, HTTP_CODING_DEFLATE };
+/* The coding an Accept-Encoding value (RFC 9110 12.5.3: q-values, "*",
+ * x-gzip) prefers among gzip and deflate, gzip on a tie; identity when
+ * neither is acceptable. grpc-accept-encoding's plain list parses too. */
+enum http_coding http_coding_pick(const char *value, size_t len);
+const char *http_coding_name(enum http_coding c);
+/* The settings for req's answers (its server's; NULL for an inner
+ * request, whose outer one decides). */
+const struct http_compression *http_request_compression(const struct http_request *req);
+/* Appends `in` compressed as c (gzip or deflate) at the configured level
+ * to out, with the deflater of req's IO thread. 0, or -1 (out of memory,
+ * or no settings for req). */
+int http_request_deflate(struct http_request *req, enum http_coding c, const void *in,
+                         size_t len, struct buf *out);
+
 /* ---- inner requests (inner.c) ----
  * A request made inside the process on behalf of another one, `outer` (the
  * gRPC front end turns each call into the HTTP request it means, so that
@@ -326,6 +360,7 @@ struct http_server_config {
     struct http_limits limits;
     struct http_h2_config h2;  /* limits.max_header_bytes, max_body_bytes,
                                 * max_connections and the timeouts hold there too */
+    struct http_compression compression;
 };
 
 /* The config is copied; the router must outlive the server. The caller has

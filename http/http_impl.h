@@ -47,6 +47,9 @@ struct http_proto {
     void (*body_paused)(struct http_request *r);
     void (*peer)(const struct http_request *r, char *out, size_t cap);
     struct io_thread *(*thread)(const struct http_request *r);
+    /* Whole answers may leave compressed (http.h "compressed answers"):
+     * not an inner request's, whose outer one frames them. */
+    bool compresses;
 };
 
 struct http_header {
@@ -193,6 +196,8 @@ struct io_thread {
     _Atomic bool listen_paused;      /* at max_connections */
     struct event *retry_ev;          /* re-arms the listener after EMFILE */
     const struct http_limits *limits;
+    const struct http_compression *compression;
+    struct http_deflater *deflater;  /* encode.c's zlib states, made on first use */
     const struct router *router;
     struct list conns;               /* every connection of this thread, zombies included */
     int nconns;
@@ -208,6 +213,21 @@ struct io_thread {
     int nspare;
     char rbuf[IO_THREAD_READ_BUF];   /* lent to the connection being read */
 };
+
+/* ---- compressed answers (encode.c) ---- */
+struct http_deflater;
+/* Appends in compressed as c at level to out, with *d (made on first use). 0 or -1. */
+int http_coding_encode(struct http_deflater **d, enum http_coding c, int level, const void *in,
+                       size_t len, struct buf *out);
+void http_deflater_free(struct http_deflater *d);
+/* What http_respond sends under settings c (NULL: none) to a client whose
+ * Accept-Encoding is ae (NULL: none): 0, the answer as given; 1, the same
+ * body with `headers` (NUL-terminated) for extra_headers (Vary added); 2,
+ * the compressed body in zbody (deflated with *d) with `headers`. */
+int http_answer_encode(const struct http_compression *c, struct http_deflater **d,
+                       const char *ae, size_t ae_len, const char *content_type, const void *body,
+                       size_t len, const char *extra_headers, struct buf *zbody,
+                       struct buf *headers);
 
 /* Sets up what every owner of a thread needs: the connection list. */
 void io_thread_init(struct io_thread *t);

@@ -326,12 +326,41 @@ void http_request_set_trailers(struct http_request *r, const char *trailers)
         buf_append(&r->trailers, "", 1);   /* kept NUL-terminated; len counts it */
 }
 
+const struct http_compression *http_request_compression(const struct http_request *r)
+{
+    return r->proto->compresses ? r->proto->thread(r)->compression : NULL;
+}
+
+int http_request_deflate(struct http_request *r, enum http_coding c, const void *in, size_t len,
+                         struct buf *out)
+{
+    const struct http_compression *cfg = http_request_compression(r);
+    return cfg ? http_coding_encode(&r->proto->thread(r)->deflater, c, cfg->level, in, len, out)
+               : -1;
+}
+
 void http_respond(struct http_request *r, int status, const char *content_type, const void *body,
                   size_t len, const char *extra_headers)
 {
     if (r->responded || r->resp_begun)
         return;   /* a second answer is a bug in the caller; the first one stands */
-    r->proto->respond(r, status, content_type, body, len, extra_headers);
+    struct buf z = BUF_INIT, h = BUF_INIT;
+    const struct http_compression *c = http_request_compression(r);
+    size_t al = 0;
+    const char *ae = c ? http_request_header(r, "Accept-Encoding", &al) : NULL;
+    switch (http_answer_encode(c, c ? &r->proto->thread(r)->deflater : NULL, ae, al, content_type,
+                               body, len, extra_headers, &z, &h)) {
+    case 2:
+        r->proto->respond(r, status, content_type, z.data, z.len, h.data);
+        break;
+    case 1:
+        r->proto->respond(r, status, content_type, body, len, h.data);
+        break;
+    default:
+        r->proto->respond(r, status, content_type, body, len, extra_headers);
+    }
+    buf_free(&z);
+    buf_free(&h);
 }
 
 void http_respond_error(struct http_request *r, int status, const char *extra_headers,

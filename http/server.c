@@ -432,6 +432,7 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
         t->conn_closed = server_conn_closed;
         t->index = i;
         t->limits = &s->cfg.limits;
+        t->compression = &s->cfg.compression;
         t->router = s->router;
         t->h2 = &s->cfg.h2;
         t->base = event_base_new();
@@ -542,6 +543,7 @@ void server_free(struct server *s)
         if (t->retry_ev)
             event_free(t->retry_ev);
         mailbox_free(t->mailbox);
+        http_deflater_free(t->deflater);
         if (t->base)
             event_base_free(t->base);
     }

@@ -28,6 +28,9 @@ class TritonClientTest(RepoServerCase):
     def populate(cls, repo):
         write_model(repo, "tc_eager", synthetic("tc_eager", base_us=1000, per_row_us=0))
         write_model(repo, "tc_lazy", lazy(synthetic("tc_lazy", base_us=1000, per_row_us=0)))
+        wide = synthetic("tc_wide", base_us=1000, per_row_us=0)
+        wide["outputs"][0]["shape"] = [200]
+        write_model(repo, "tc_wide", wide)
 
     def test_repository_api_and_infer_through_tritonclient(self):
         # batching.max_batch_size 3 instead of the file's 8.
@@ -35,12 +38,13 @@ class TritonClientTest(RepoServerCase):
                              batching={"max_batch_size": 3})
         code, out = run_testdeps(
             ["tritonclient_calls.py", "--url", "127.0.0.1:%d" % self.srv.port,
-             "--eager", "tc_eager", "--lazy", "tc_lazy", "--override", json.dumps(override),
+             "--eager", "tc_eager", "--lazy", "tc_lazy", "--wide", "tc_wide",
+             "--override", json.dumps(override),
              "--unknown", "tc_no_such_model"], timeout=120)
         self.assertEqual(code, 0, "tritonclient_calls.py exited %d; its output:\n%s\nserver log:\n%s"
                          % (code, out, self.srv.log()))
         self.assertNotIn("FAIL", out)
-        self.assertEqual(out.count("ok: "), 10, out)
+        self.assertEqual(out.count("ok: "), 11, out)
 
 
 class LoggingErrorsTest(RepoServerCase):

@@ -129,6 +129,27 @@ def check_compressed_requests(client, a):
     return "infer with request_compression_algorithm gzip and deflate: same y as plain"
 
 
+def check_compressed_answers(client, a):
+    """response_compression_algorithm: the client asks for the answer
+    compressed (Accept-Encoding) and reads it; a JSON answer of a few KiB,
+    over compression.min_bytes (test_compression.py checks the wire)."""
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    got = {}
+    for alg in (None, "gzip", "deflate"):
+        inp = httpclient.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        result = client.infer(a.wide, [inp],
+                              outputs=[httpclient.InferRequestedOutput("y", binary_data=False)],
+                              response_compression_algorithm=alg)
+        got[alg] = result.as_numpy("y")
+        expect(got[alg] is not None and got[alg].shape == (8, 200),
+               "infer asking %s answered %r" % (alg, result.get_response()))
+    for alg in ("gzip", "deflate"):
+        expect(np.array_equal(got[alg], got[None]), "%s-compressed answer gave %r, plain %r"
+               % (alg, got[alg].tolist(), got[None].tolist()))
+    return "infer with response_compression_algorithm gzip and deflate: same y as plain"
+
+
 def check_statistics_and_logging(client, a):
     stats = client.get_inference_statistics()   # every model: GET /v2/models/stats
     names = sorted(m["name"] for m in stats["model_stats"])
@@ -217,7 +238,8 @@ def check_unknown(client, a):
 
 
 CHECKS = [check_health, check_index, check_unload, check_load, check_load_with_config,
-          check_infer_lazy, check_compressed_requests, check_statistics_and_logging,
+          check_infer_lazy, check_compressed_requests, check_compressed_answers,
+          check_statistics_and_logging,
           check_extensions, check_unknown]
 
 
@@ -226,6 +248,7 @@ def main():
     p.add_argument("--url", required=True, help="HOST:PORT of batchgate")
     p.add_argument("--eager", required=True)
     p.add_argument("--lazy", required=True)
+    p.add_argument("--wide", required=True, help="a model of 200 outputs a row")
     p.add_argument("--override", required=True, help="config.json for --eager")
     p.add_argument("--unknown", default="no_such_model")
     a = p.parse_args()

@@ -1,7 +1,9 @@
 /* test_http_decode.c - http/decode: gzip, zlib and raw deflate bodies
  * inflate to what was compressed; a bomb stops at the limit (413) without
  * inflating further; corrupt, cut or trailing data is 400; an encoding not
- * served (or several stacked) is 415; identity is bounded too. */
+ * served (or several stacked) is 415; identity is bounded too. And the
+ * other way (http/encode.c): the coding an Accept-Encoding picks, and
+ * answers compressed with one reused deflater inflate back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 
 #include "common/buf.h"
 #include "http/http.h"
+#include "http/http_impl.h"
 
 /* data compressed with windowBits wbits (31: gzip, 15: zlib, -15: raw). */
 static size_t pack(const void *data, size_t len, int wbits, unsigned char *out, size_t cap)
@@ -104,11 +107,90 @@ static void test_refusals(void **state)
     buf_free(&out);
 }
 
+static void test_accept_encoding_pick(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *v;
+        enum http_coding want;
+    } cases[] = {
+        {"gzip", HTTP_CODING_GZIP},
+        {"gzip, deflate", HTTP_CODING_GZIP},
+        {"deflate, gzip", HTTP_CODING_GZIP},            /* a tie: gzip */
+        {"deflate", HTTP_CODING_DEFLATE},
+        {"identity,deflate,gzip", HTTP_CODING_GZIP},    /* grpc-accept-encoding */
+        {"x-gzip", HTTP_CODING_GZIP},
+        {"GZIP", HTTP_CODING_GZIP},
+        {"gzip;q=0.5, deflate;q=0.8", HTTP_CODING_DEFLATE},
+        {"gzip ; q=0.9 , deflate ; Q=0.3", HTTP_CODING_GZIP},
+        {"gzip;q=0", HTTP_CODING_IDENTITY},
+        {"gzip;q=0.000, deflate;q=0", HTTP_CODING_IDENTITY},
+        {"*", HTTP_CODING_GZIP},
+        {"*;q=0.1, gzip;q=0", HTTP_CODING_DEFLATE},   /* * covers what is not named */
+        {"br, zstd", HTTP_CODING_IDENTITY},
+        {"identity", HTTP_CODING_IDENTITY},
+        {"", HTTP_CODING_IDENTITY},
+        {" , ,, ", HTTP_CODING_IDENTITY},
+        {"gzip;q=2", HTTP_CODING_IDENTITY},           /* not a qvalue: the element is dropped */
+        {"gzip;q=0.5x, deflate", HTTP_CODING_DEFLATE},
+        {"gzip;q=1.0001", HTTP_CODING_IDENTITY},
+        {"gzip;level=9", HTTP_CODING_GZIP},           /* other parameters do not count */
+        {"gzipx, deflatex", HTTP_CODING_IDENTITY},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        enum http_coding got = http_coding_pick(cases[i].v, strlen(cases[i].v));
+        if (got != cases[i].want)
+            fail_msg("\"%s\": %s, want %s", cases[i].v, http_coding_name(got),
+                     http_coding_name(cases[i].want));
+    }
+}
+
+static void test_encode_round_trips(void **state)
+{
+    (void)state;
+    struct http_deflater *d = NULL;
+    struct buf z = BUF_INIT, back = BUF_INIT;
+    char msg[256];
+    size_t n = 300000;
+    char *text = malloc(n);
+    assert_non_null(text);
+    for (size_t i = 0; i < n; i++)
+        text[i] = "{\"y\": [0.25, 1.5]}, "[i % 20] ^ (char)((i / 997) & 1);
+    /* Both codings, each twice through the same deflater (reset, not
+     * remade), at two levels, and sizes from one byte. */
+    static const size_t sizes[] = {1, 100, 65536, 300000};
+    for (int c = HTTP_CODING_GZIP; c <= HTTP_CODING_DEFLATE; c++)
+        for (int rep = 0; rep < 2; rep++)
+            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+                buf_reset(&z);
+                buf_reset(&back);
+                assert_int_equal(buf_append(&z, "pre", 3), 0);   /* appended after it */
+                assert_int_equal(http_coding_encode(&d, (enum http_coding)c, rep ? 9 : 1, text,
+                                                    sizes[k], &z), 0);
+                const char *name = http_coding_name((enum http_coding)c);
+                assert_memory_equal(z.data, "pre", 3);
+                assert_int_equal(http_body_decode(name, strlen(name), z.data + 3, z.len - 3,
+                                                  1 << 20, &back, msg, sizeof msg), 0);
+                assert_int_equal(back.len, sizes[k]);
+                assert_memory_equal(back.data, text, sizes[k]);
+                if (sizes[k] >= 65536)
+                    assert_true(z.len - 3 < sizes[k] / 4);
+            }
+    assert_int_equal(http_coding_encode(&d, HTTP_CODING_IDENTITY, 1, text, 10, &z), -1);
+    http_deflater_free(d);
+    http_deflater_free(NULL);
+    free(text);
+    buf_free(&z);
+    buf_free(&back);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_accept_encoding_pick),
+        cmocka_unit_test(test_encode_round_trips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
