@@ -189,7 +189,7 @@ static const struct schema_field model_batching_fields[] = {
     {SCHEMA_F_INT("max_queue_size", struct model_batching, max_queue_size),
      .min = 1, .max = 1 << 24, .def = 4096, .doc = "requests waiting; 429 past it"},
     {SCHEMA_F_INT("default_priority", struct model_batching, default_priority),
-     .min = 1, .max = 1000000, .def = 1,
+     .min = 1, .max = MODEL_PRIORITY_MAX, .def = 1,
      .doc = "for requests that give none (or 0); 1 is the highest (docs/BATCHING.md)"},
     {SCHEMA_F_INT64("priority_aging_ms", struct model_batching, priority_aging_ms),
      .min = 0, .max = 3600000, .def = 1000,

@@ -63,6 +63,9 @@ struct model_layer {
     int64_t in, out;                    /* filled from the weights at load */
 };
 
+/* The lowest priority a request may ask for (1 is the highest). */
+#define MODEL_PRIORITY_MAX 1000000
+
 struct model_batching {
     int max_batch_size;
     int preferred[MODEL_MAX_PREFERRED];

@@ -588,15 +588,33 @@ static int64_t models_header_int(struct http_request *req, const char *name)
     return x;
 }
 
+/* A budget longer than this is no budget in practice, and a deadline this
+ * far off keeps the sums of the planning (deadline + margins) in range:
+ * ten years. */
+#define MODELS_BUDGET_MAX_NS (INT64_C(10) * 365 * 86400 * 1000000000)
+
+/* The deadline of a request that arrived at arrival_ns with a budget of n
+ * units of unit_ns (n <= 0: none, 0). Saturates: a budget of 2^63 us is
+ * a very long one, not a negative one (it wrapped, and a client asking
+ * for no hurry got a 504). */
+static int64_t models_deadline(int64_t arrival_ns, int64_t n, int64_t unit_ns)
+{
+    if (n <= 0)
+        return 0;
+    return arrival_ns + (n > MODELS_BUDGET_MAX_NS / unit_ns ? MODELS_BUDGET_MAX_NS : n * unit_ns);
+}
+
 /* Budget and priority: the body's parameters, else the X- headers, else the
  * model's defaults. Returns 0, or answers 400 and returns -1. */
 static int models_infer_budget(struct http_request *req, const struct model_config *c,
                         struct infer_call *call)
 {
     struct infer_item *it = &call->item;
-    int64_t budget_ns = 0;
+    /* From when the request reached this host, not when it was read: time
+     * in the socket while the IO thread was busy is the client's time too. */
+    int64_t arrival = http_request_arrival_ns(req);
     if (call->r.has_timeout) {
-        budget_ns = call->r.timeout_us * 1000;
+        it->deadline_ns = models_deadline(arrival, call->r.timeout_us, 1000);
     } else {
         int64_t ms = models_header_int(req, "X-Request-Timeout-Ms");
         if (ms == -2) {
@@ -604,15 +622,15 @@ static int models_infer_budget(struct http_request *req, const struct model_conf
                                                "milliseconds");
             return -1;
         }
-        budget_ns = ms >= 0 ? ms * 1000000 : c->batching.latency_budget_ms * 1000000;
+        it->deadline_ns = models_deadline(arrival, ms >= 0 ? ms : c->batching.latency_budget_ms,
+                                          1000000);
     }
-    /* From when the request reached this host, not when it was read: time
-     * in the socket while the IO thread was busy is the client's time too. */
-    it->deadline_ns = budget_ns > 0 ? http_request_arrival_ns(req) + budget_ns : 0;
     int64_t prio = call->r.has_priority ? call->r.priority : models_header_int(req, "X-Priority");
-    if (prio == -2 || prio > 1000000) {
-        http_respond_error(req, 400, NULL, "X-Priority: must be a whole number (1 is the highest, "
-                                           "0 the model's default)");
+    if (prio == -2 || prio > MODEL_PRIORITY_MAX) {
+        http_respond_error(req, 400, NULL, "%s: must be a whole number from 0 to %d (1 is the "
+                           "highest, 0 the model's default)",
+                           call->r.has_priority ? "parameters.priority" : "X-Priority",
+                           MODEL_PRIORITY_MAX);
         return -1;
     }
     it->priority = prio > 0 ? (int)prio : 0;   /* 0: the batcher applies the default */
@@ -622,8 +640,8 @@ static int models_infer_budget(struct http_request *req, const struct model_conf
 static int64_t models_header_deadline(struct http_request *req, const struct model_config *c)
 {
     int64_t ms = models_header_int(req, "X-Request-Timeout-Ms");
-    int64_t budget_ns = ms >= 0 ? ms * 1000000 : c->batching.latency_budget_ms * 1000000;
-    return budget_ns > 0 ? http_request_arrival_ns(req) + budget_ns : 0;
+    return models_deadline(http_request_arrival_ns(req),
+                           ms >= 0 ? ms : c->batching.latency_budget_ms, 1000000);
 }
 
 /* The tenant's max_inflight and rate_rows_per_s (admit.h): 0, or answers

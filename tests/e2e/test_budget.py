@@ -56,6 +56,18 @@ class BudgetTest(RepoServerCase):
                                                             parameters={"timeout": 0}))
         self.assertEqual(r.status, 200, "timeout 0 means no budget (Triton)")
 
+    def test_huge_budgets_are_long_not_late(self):
+        # Budgets near 2^63 ns once wrapped past the clock into the past: a
+        # client asking for no hurry got 504 "cannot be met".
+        for headers, body in (([("X-Request-Timeout-Ms", "9223372036853")], None),
+                              ([("X-Request-Timeout-Ms", "999999999999999999")], None),
+                              ((), infer_body(ROW, name="x",
+                                              parameters={"timeout": 9223372036854775})),
+                              ((), infer_body(ROW, name="x",
+                                              parameters={"timeout": 9223372036854775807}))):
+            r = post(self.srv.port, "budgeted", headers, body)
+            self.assertEqual(r.status, 200, (headers, body, r))
+
     def test_queued_request_expires_at_its_moment(self):
         # A occupies the instance for 200 ms. B (budget 250 ms) is feasible alone
         # when it arrives, but once 50 ms pass it can no longer finish in time:
@@ -112,6 +124,17 @@ class BudgetTest(RepoServerCase):
         r = post(self.srv.port, "slow", body=infer_body(ROW, name="x", parameters={"priority": -3}))
         self.assertEqual(r.status, 400)
         self.assertIn("parameters.priority", r.json()["error"])
+        # Past the lowest priority (default_priority's range): the field that
+        # said it, and the range, in the message.
+        r = post(self.srv.port, "slow", body=infer_body(ROW, name="x",
+                                                        parameters={"priority": 1000001}))
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("parameters.priority", r.json()["error"])
+        self.assertIn("1000000", r.json()["error"])
+        r = post(self.srv.port, "slow", [("X-Priority", "1000001")])
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("X-Priority", r.json()["error"])
+        self.assertIn("1000000", r.json()["error"])
 
 
 if __name__ == "__main__":
