@@ -449,15 +449,22 @@ int api_metrics_render(struct api_state *st, struct buf *b)
                  "(a request refused before its rows were read counts as the window's mean).");
     EACH_MODEL metrics_sample(b, "model_demand_rows_per_second", NAME, NULL,
                               snaps[mi].demand_rows_per_s);
+    /* Each family's samples in one group after its TYPE (the text format's
+     * rule; a parser that meets a family again makes it a second, untyped
+     * one): two passes over the models. */
     metrics_head(b, "model_loads_total", "counter",
                  "Loads of the model (at start, on request, lazy), by result (ok, failed).");
-    metrics_head(b, "model_unloads_total", "counter",
-                 "Unloads of the model, by reason (api, idle, evicted, reload).");
     EACH_MODEL {
         struct served_lifecycle_stats ls;
         served_lifecycle_stats(SM, &ls);
         metrics_sample(b, "model_loads_total", NAME, "result=\"ok\"", (double)ls.loads_ok);
         metrics_sample(b, "model_loads_total", NAME, "result=\"failed\"", (double)ls.loads_failed);
+    }
+    metrics_head(b, "model_unloads_total", "counter",
+                 "Unloads of the model, by reason (api, idle, evicted, reload, removed).");
+    EACH_MODEL {
+        struct served_lifecycle_stats ls;
+        served_lifecycle_stats(SM, &ls);
         for (int r = 0; r < SERVED_UNLOAD_REASONS; r++) {
             char extra[32];
             snprintf(extra, sizeof extra, "reason=\"%s\"", served_unload_reason_names[r]);

@@ -20,6 +20,7 @@ import unittest
 
 from harness import RepoServerCase, Server, endpoint_starting, free_port
 from test_infer import synthetic, write_model
+from test_metrics import check_grouping
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "llmsim"))
@@ -280,6 +281,7 @@ class TestPoolRoutes(PoolCase):
         r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=4, stream=True))
         self.assertEqual(r.status, 200)
         text = self.gateway_metrics()
+        check_grouping(self, text)   # the LLM families beside the models'
 
         def total(t, name):
             return sum(float(v) for v in re.findall(r"^batchgate_%s\{[^}]*\} (\S+)$" % name, t,

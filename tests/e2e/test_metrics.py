@@ -48,6 +48,31 @@ def promtool_check(tc, text):
         tc.assertTrue(line.startswith("nv_"), "promtool lint on a batchgate name: %s" % line)
 
 
+def check_grouping(tc, text):
+    """The text format's rule that promtool does not check: every sample of
+    a family sits in one group after the family's TYPE, and no family is
+    declared twice (a parser that meets a family again makes it a second,
+    untyped one: prometheus_client did, for interleaved model_loads_total
+    and model_unloads_total)."""
+    suffixes = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("", "_sum", "_count")}
+    declared, family, kind, done = set(), None, None, set()
+    for n, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"# TYPE (\S+) (\S+)$", line)
+        if m:
+            tc.assertNotIn(m.group(1), declared, "line %d: %s declared again" % (n, m.group(1)))
+            if family:
+                done.add(family)
+            declared.add(m.group(1))
+            family, kind = m.groups()
+            continue
+        if not line or line.startswith("#"):
+            continue
+        name = re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", line).group(0)
+        ok = family and any(name == family + sfx for sfx in suffixes.get(kind, ("",)))
+        tc.assertTrue(ok, "line %d: %s outside its family's group (in %s's): %s"
+                      % (n, name, family, line))
+
+
 def value(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())), 0.0)
 
@@ -81,6 +106,10 @@ class MetricsTest(RepoServerCase):
             self.skipTest("promtool not installed (scripts/install-deps installs prometheus)")
         post(self.srv.port, "/v2/models/syn/infer", infer_body([[1, 2, 3, 4]], name="x"))
         promtool_check(self, self.scrape())
+
+    def test_each_family_is_one_group(self):
+        post(self.srv.port, "/v2/models/syn/infer", infer_body([[1, 2, 3, 4]], name="x"))
+        check_grouping(self, self.scrape())
 
     def test_every_spec_metric_is_present(self):
         text = self.scrape()
