@@ -11,6 +11,7 @@
 
 #include "backends/encoder.h"
 #include "common/jsonfmt.h"
+#include "serving/tensor_json.h"
 
 int embed_openai_model(const char *body, size_t len, char *name, size_t cap, char *param,
                        size_t pcap, struct error *err)
@@ -23,10 +24,10 @@ int embed_openai_model(const char *body, size_t len, char *name, size_t cap, cha
                          je.column, je.text);
     json_t *m = json_is_object(root) ? json_object_get(root, "model") : NULL;
     int rc = 0;
-    if (!json_is_string(m) || json_string_length(m) == 0 || json_string_length(m) >= cap) {
+    if (!tensor_json_name(m) || json_string_length(m) == 0 || json_string_length(m) >= cap) {
         snprintf(param, pcap, "model");
         rc = error_set(err, BG_EINVAL, "model: must be the name of a model (a string of 1 to %zu "
-                       "bytes)", cap - 1);
+                       "bytes, without NUL)", cap - 1);
     } else {
         memcpy(name, json_string_value(m), json_string_length(m) + 1);
     }
@@ -115,7 +116,7 @@ static int embed_decode_root(const struct model *m, json_t *root, struct infer_r
             return rc;
     } else {
         json_t *fmt = json_object_get(root, "encoding_format");
-        if (fmt && (!json_is_string(fmt) || (strcmp(json_string_value(fmt), "float") != 0 &&
+        if (fmt && (!tensor_json_name(fmt) || (strcmp(json_string_value(fmt), "float") != 0 &&
                                              strcmp(json_string_value(fmt), "base64") != 0)))
             return embed_fail(e, "encoding_format", err, BG_EINVAL,
                               "encoding_format: must be \"float\" or \"base64\"");

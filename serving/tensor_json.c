@@ -167,6 +167,11 @@ static int tensor_decode_request_params(json_t *params, struct infer_request *ou
                                            err);
 }
 
+bool tensor_json_name(const json_t *v)
+{
+    return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v);
+}
+
 /* ---- text (an encoder's BYTES input) ---- */
 
 /* Row `row` of a text input from s: tokenized into out->input. */
@@ -254,7 +259,7 @@ static int tensor_shm_params(json_t *params, const char *where, struct tensor_sh
         return error_set(err, BG_EINVAL, "%sparameters.shared_memory_region: missing (%s "
                          "names no region without it)", where,
                          bs ? "shared_memory_byte_size" : "shared_memory_offset");
-    if (!json_is_string(reg) || json_string_length(reg) == 0 ||
+    if (!tensor_json_name(reg) || json_string_length(reg) == 0 ||
         json_string_length(reg) >= sizeof ref->region)
         return error_set(err, BG_EINVAL, "%sparameters.shared_memory_region: must be the name "
                          "of a registered region (a string of 1 to %zu bytes)", where,
@@ -302,13 +307,13 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
     if (!json_is_object(in))
         return error_set(err, BG_EINVAL, "inputs[%d]: must be an object", idx);
     json_t *name = json_object_get(in, "name");
-    if (!json_is_string(name))
-        return error_set(err, BG_EINVAL, "%sname: must be a string", where);
+    if (!tensor_json_name(name))
+        return error_set(err, BG_EINVAL, "%sname: must be a string (without NUL)", where);
     if (strcmp(json_string_value(name), t->name) != 0)
         return error_set(err, BG_EINVAL, "%sname: model %s has no input \"%s\" (its input is \"%s\")",
                          where, m->name, json_string_value(name), t->name);
     json_t *dt = json_object_get(in, "datatype");
-    if (!json_is_string(dt))
+    if (!tensor_json_name(dt))
         return error_set(err, BG_EINVAL, "%sdatatype: must be a string such as \"FP32\"", where);
     if (strcmp(json_string_value(dt), t->datatype) != 0)
         return error_set(err, BG_EINVAL, "%sdatatype: \"%s\" does not match the model's \"%s\"",
@@ -471,8 +476,9 @@ static int tensor_decode_outputs(const struct model_config *m, json_t *outs,
     json_t *o;
     json_array_foreach(outs, i, o) {
         json_t *name = json_is_object(o) ? json_object_get(o, "name") : NULL;
-        if (!json_is_string(name))
-            return error_set(err, BG_EINVAL, "outputs[%zu].name: must be a string", i);
+        if (!tensor_json_name(name))
+            return error_set(err, BG_EINVAL, "outputs[%zu].name: must be a string (without NUL)",
+                             i);
         if (strcmp(json_string_value(name), m->output.name) != 0)
             return error_set(err, BG_EINVAL,
                              "outputs[%zu].name: model %s has no output \"%s\" (its output is "
@@ -560,9 +566,9 @@ int tensor_decode_kserve_head(const struct model *model, json_t *root, const cha
     }
     json_t *id = json_object_get(root, "id");
     if (id) {
-        if (!json_is_string(id) || json_string_length(id) >= sizeof out->id) {
-            rc = error_set(err, BG_EINVAL, "id: must be a string of at most %zu bytes",
-                           sizeof out->id - 1);
+        if (!tensor_json_name(id) || json_string_length(id) >= sizeof out->id) {
+            rc = error_set(err, BG_EINVAL, "id: must be a string of at most %zu bytes, without "
+                           "NUL", sizeof out->id - 1);
             goto out;
         }
         memcpy(out->id, json_string_value(id), json_string_length(id) + 1);

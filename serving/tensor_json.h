@@ -79,6 +79,11 @@ int tensor_decode_kserve_shm(const struct model *m, const char *body, size_t len
  * second parse of the text it wrote. */
 #define TENSOR_KSERVE_HEAD "kserve_v2 head (jansson)"
 struct json_t;
+/* A JSON string holding no NUL: what every name, datatype, id and choice
+ * must be. Bodies are parsed with JSON_ALLOW_NUL for the texts (a \u0000
+ * in a text tokenizes as the tokenizers package does), and a name read as
+ * a C string would be cut at one: "input\u0000zz" would pass as "input". */
+bool tensor_json_name(const struct json_t *v);
 int tensor_decode_kserve_head(const struct model *m, struct json_t *head, const char *bin,
                               size_t bin_len, const struct tensor_shm_resolver *shm,
                               struct infer_request *out, struct error *err);

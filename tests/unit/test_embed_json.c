@@ -186,6 +186,10 @@ static void test_errors(void **state)
     assert_string_equal(param, "model");
     assert_int_equal(embed_openai_model("{\"input\":\"a\"}", 13, name, sizeof name, param,
                                         sizeof param, &err), -BG_EINVAL);
+    static const char nul[] = "{\"model\":\"enc\\u0000zzz\"}";   /* not "enc" */
+    assert_int_equal(embed_openai_model(nul, sizeof nul - 1, name, sizeof name, param,
+                                        sizeof param, &err), -BG_EINVAL);
+    assert_non_null(strstr(err.msg, "without NUL"));
     assert_int_equal(embed_openai_model("{\"model\":", 9, name, sizeof name, param,
                                         sizeof param, &err), -BG_EINVAL);
     assert_string_equal(param, "");

@@ -130,6 +130,17 @@ static void test_every_error_names_the_field(void **state)
          "\"parameters\":{\"binary_data_size\":24}}]}", "binary"},
         {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
          "\"data\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}]}", "32 levels"},
+        /* A NUL cut names short when read as C strings: "input\0zz" passed
+         * as "input", an id echoed as "ab". */
+        {"{\"inputs\":[{\"name\":\"input\\u0000zz\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6]}]}", "inputs[0].name: must be a string (without NUL)"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\\u0000x\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6]}]}", "inputs[0].datatype"},
+        {"{\"id\":\"ab\\u0000cd\",\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\","
+         "\"shape\":[1,2,3],\"data\":[1,2,3,4,5,6]}]}", "without NUL"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6]}],\"outputs\":[{\"name\":\"output\\u0000\"}]}",
+         "outputs[0].name"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct infer_request r;
