@@ -108,7 +108,12 @@ static int jobs_api_input_path(struct http_request *req, struct jobs *jobs, cons
     size_t dl = strlen(dir);
     int rc = 0;
     struct stat sb;
-    if (strncmp(real, dir, dl) != 0 || real[dl] != '/') {
+    if (strcmp(real, dir) == 0) {
+        /* "" or ".": jobs.dir itself, a folder, not outside it. */
+        http_respond_error(req, 400, NULL, "input_path: \"%s\" is jobs.dir itself, not a file "
+                           "in it", rel);
+        rc = -1;
+    } else if (strncmp(real, dir, dl) != 0 || real[dl] != '/') {
         /* A symlink that leads out of jobs.dir. */
         http_respond_error(req, 403, NULL, "input_path: \"%s\" leads outside jobs.dir", rel);
         rc = -1;

@@ -150,7 +150,8 @@ static int jobs_batch_validate(const char *path, const char *endpoint, struct jo
             why = whybuf;
         } else if (!json_is_string(cid) || json_string_length(cid) == 0) {
             param = "custom_id";
-            why = "missing (each line needs a custom_id, a string unique in the file)";
+            why = !cid ? "missing (each line needs a custom_id, a string unique in the file)"
+                       : "must be a non-empty string, unique in the file";
         } else if (!json_is_string(method) || strcmp(json_string_value(method), "POST") != 0) {
             param = "method";
             why = "must be \"POST\"";

@@ -181,7 +181,8 @@ class JobsApiTest(JobsCase):
         os.symlink(outside, os.path.join(self.jobs_dir, "link.jsonl"))
         os.makedirs(os.path.join(self.jobs_dir, "sub"))
         for p, status in ((outside, 403), ("../outside.jsonl", 403), ("sub/../../outside.jsonl", 403),
-                          ("link.jsonl", 403), ("missing.jsonl", 400), ("sub", 400)):
+                          ("link.jsonl", 403), ("missing.jsonl", 400), ("sub", 400),
+                          (".", 400), ("", 400)):
             r = submit(srv, "syn", json.dumps({"input_path": p}))
             self.assertEqual(r.status, status, (p, r.body))
             self.assertIn("input_path", r.json()["error"])
@@ -309,6 +310,9 @@ class JobsRestartTest(JobsCase):
         self.assertEqual(get(srv, "/v2/jobs/" + job2).json()["state"], "queued")
         srv.stop_checked()
         self.assertRegex(srv.log(), r"job %s paused at line \d+" % job)
+        # "stopped" is the last line: a supervisor that restarts on it must
+        # find the runner (and the state_dir's lock) gone.
+        self.assertRegex(srv.log().rstrip().splitlines()[-1], r"stopped after [\d.]+ s of service")
         srv = self.start()
         wait_state(self, srv, job, ("completed",), timeout=30)
         self.assertRegex(srv.log(), r"job %s resumes at line" % job)

@@ -289,6 +289,7 @@ class TestBatchRoutes(BatchCase):
         cases = [
             ([line(1), "not json"], None, "line 2"),
             ([line(1), line(2, custom_id=None)], "custom_id", "line 2"),
+            ([line(1), line(2, custom_id=5)], "custom_id", "must be a non-empty string"),
             ([line(1), line(1)], "custom_id", "line 2"),
             ([line(1), line(2, method="GET")], "method", "line 2"),
             ([line(1), line(2), line(3, url="/v1/completions")], "url", "line 3"),
