@@ -341,6 +341,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
 int main(int argc, char **argv)
 {
     int64_t t_start = now_ns();
+    const char *stopped = NULL;   /* set by a drain: how it ended, logged last */
     if (argc >= 2 && strcmp(argv[1], "hash-key") == 0)
         return main_hash_key(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "report") == 0)
@@ -626,8 +627,7 @@ int main(int argc, char **argv)
                       (unsigned long long)abandoned);
             exit_code = 1;
         }
-        log_info("stopped%s after %.1f s of service", forced ? " (forced)" : "",
-                 (double)(now_ns() - t_start) / 1e9);
+        stopped = forced ? " (forced)" : "";
     }
 
 out:
@@ -667,6 +667,10 @@ out:
     router_free(h2router);
     grpc_service_free(grpc);
     close(state_claim);   /* after jobs_free and serving_free: nothing writes there now */
+    /* Last: a supervisor that restarts on this line finds the state_dir free
+     * (the jobs runner may finish an offline batch after the drain). */
+    if (stopped)
+        log_info("stopped%s after %.1f s of service", stopped, (double)(now_ns() - t_start) / 1e9);
     log_close(log);
     libevent_global_shutdown();
     return exit_code;
