@@ -755,23 +755,13 @@ static void models_infer_run(struct http_request *req, const struct route_match 
     }
     size_t len;
     const char *body = http_request_body(req, &len);
-    int64_t json_len = -1;
-    size_t hlen;
-    const char *h = http_request_header(req, "Inference-Header-Content-Length", &hlen);
-    if (h) {
-        char tmp[24];
-        char *end = tmp;
-        if (hlen > 0 && hlen < sizeof tmp) {
-            memcpy(tmp, h, hlen);
-            tmp[hlen] = '\0';
-            json_len = strtoll(tmp, &end, 10);
-        }
-        if (hlen == 0 || hlen >= sizeof tmp || *end || json_len < 0) {
-            models_account_reject(st, sm, req, BG_EINVAL, 400);
-            http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length");
-            served_release(sm);
-            return;
-        }
+    int64_t json_len = models_header_int(req, "Inference-Header-Content-Length");
+    if (json_len == -2) {
+        models_account_reject(st, sm, req, BG_EINVAL, 400);
+        http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length (the "
+                           "JSON head's size in bytes, digits only)");
+        served_release(sm);
+        return;
     }
     struct infer_call *call = models_call_new(req, st, sm);
     if (!call)

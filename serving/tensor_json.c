@@ -376,8 +376,8 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
     }
     if (bsize) {
         if (data)
-            return error_set(err, BG_EINVAL, "%s: has both data and parameters.binary_data_size",
-                             where);
+            return error_set(err, BG_EINVAL, "%sdata: given with parameters.binary_data_size "
+                             "(the tensor is in one or the other)", where);
         if (!json_is_integer(bsize) || json_integer_value(bsize) < 0)
             return error_set(err, BG_EINVAL, "%sparameters.binary_data_size: must be an integer >= 0",
                              where);
@@ -540,13 +540,23 @@ int tensor_decode_kserve_shm(const struct model *model, const char *body, size_t
         bin = body + jlen;
         bin_len = len - jlen;
     }
+    if (jlen == 0 && len > 0)
+        return error_set(err, BG_EINVAL, "Inference-Header-Content-Length: 0, but the JSON head "
+                         "of a KServe v2 infer request is never empty (the header is its length "
+                         "in bytes, the binary tensor data follow it)");
     if (jlen == 0)
         return error_set(err, BG_EINVAL, "empty body: expected a KServe v2 infer request");
     json_error_t jerr;
     json_t *root = json_loadb(body, jlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    /* Bytes after the JSON without the header: binary data sent without
+     * saying where they start (jansson's "end of file expected"). */
+    bool trailing = !root && json_len < 0 && strstr(jerr.text, "end of file expected");
     if (!root)
-        return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
-                         jerr.column, jerr.text);
+        return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s%s", jerr.line,
+                         jerr.column, jerr.text,
+                         trailing ? " (binary tensor data after the JSON need the "
+                                    "Inference-Header-Content-Length header: the JSON's length)"
+                                  : "");
     int rc = tensor_decode_kserve_head(model, root, bin, bin_len, shm, out, err);
     json_decref(root);
     return rc;

@@ -184,6 +184,26 @@ class InferTest(RepoServerCase):
         ref = post(self.srv.port, "/v2/models/digits/infer", infer_body([row])).json()
         for a, b in zip(probs, ref["outputs"][0]["data"]):
             self.assertAlmostEqual(a, b, places=6)
+        # The header's errors, each saying what is wrong with it.
+        for value, mention in (("abc", "not a length"), ("+143", "not a length"),
+                               ("1e2", "not a length"), ("-1", "not a length"),
+                               ("99999999999999999999999", "not a length"),
+                               (str(len(body) + 1), "larger than the body"),
+                               ("0", "never empty")):
+            r = post(self.srv.port, "/v2/models/digits/infer", body,
+                     [("Inference-Header-Content-Length", value)])
+            self.assertEqual(r.status, 400, (value, r))
+            self.assertIn("Inference-Header-Content-Length", r.json()["error"], value)
+            self.assertIn(mention, r.json()["error"], value)
+        r = post(self.srv.port, "/v2/models/digits/infer", body)   # no header
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("need the Inference-Header-Content-Length header", r.json()["error"])
+        both = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
+                                       "data": row, "parameters": {"binary_data_size": 256}}]})
+        r = post(self.srv.port, "/v2/models/digits/infer", both.encode() + body[len(header):],
+                 [("Inference-Header-Content-Length", str(len(both)))])
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("inputs[0].data: given with parameters.binary_data_size", r.json()["error"])
 
     def test_tfs_predict(self):
         rows = self.heldout["inputs"][:3]
