@@ -119,6 +119,9 @@ static void debug_fault(struct http_request *req, const struct route_match *m, v
     if (!sm || mi < 0 || count < 0 || ms < 0 || ms > 600000) {
         http_respond_error(req, 400, NULL, "expected {\"model\": a served model, \"mode\": "
                                            "none|fail|hang|slow, \"count\": N, \"ms\": 0..600000}");
+    } else if ((mi == MODEL_FAULT_HANG || mi == MODEL_FAULT_SLOW) && ms == 0) {
+        /* A hang of 0 ms is no fault at all: the caller forgot how long. */
+        http_respond_error(req, 400, NULL, "ms: how long a %s batch takes, 1..600000", mode);
     } else {
         model_fault_set(&sm->model, (enum model_fault)mi, json_object_get(o, "count") ? (int)count : 1,
                         (int)ms);

@@ -1,7 +1,11 @@
 /* api_health.c - liveness, readiness and server metadata (KServe v2). */
 #include "gateway/api.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "common/buf.h"
 #include "serving/serving.h"
@@ -17,13 +21,24 @@ static void health_live(struct http_request *req, const struct route_match *m, v
 static void health_ready(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct api_state *st = ctx;
+    char who[MODEL_NAME_MAX];
     (void)m;
     if (atomic_load(&st->draining)) {
         static const char body[] = "{\"ready\":false,\"reason\":\"shutting down\"}";
         http_respond(req, 503, "application/json", body, sizeof body - 1, NULL);
-    } else if (st->serving && atomic_load(&st->ready) && !serving_all_ready(st->serving)) {
-        static const char body[] = "{\"ready\":false,\"reason\":\"a model is not ready\"}";
-        http_respond(req, 503, "application/json", body, sizeof body - 1, NULL);
+    } else if (st->serving && atomic_load(&st->ready) &&
+               !serving_all_ready(st->serving, who, sizeof who)) {
+        /* Which one: the operator's next look is at its state and log. */
+        char why[MODEL_NAME_MAX + 32];
+        snprintf(why, sizeof why, "model %s is not ready", who);
+        json_t *o = json_pack("{s:b, s:s}", "ready", 0, "reason", why);
+        char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (body)
+            http_respond(req, 503, "application/json", body, strlen(body), NULL);
+        else
+            http_respond_error(req, 503, NULL, "%s", why);
+        free(body);
+        json_decref(o);
     } else if (!atomic_load(&st->ready)) {
         static const char body[] = "{\"ready\":false,\"reason\":\"starting\"}";
         http_respond(req, 503, "application/json", body, sizeof body - 1, NULL);

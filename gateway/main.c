@@ -554,7 +554,7 @@ int main(int argc, char **argv)
     atomic_store(&api.ready_ns, now_ns());
     atomic_store(&api.ready, true);
     log_info("ready in %.1f ms%s", (double)(now_ns() - t_start) / 1e6,
-             serving_all_ready(serving) ? "" : " (some models failed to load: see above)");
+             serving_all_ready(serving, NULL, 0) ? "" : " (some models failed to load: see above)");
 
     /* Serve until SIGTERM/SIGINT (or every IO thread died). */
     int sig = 0;

@@ -883,7 +883,7 @@ void served_touch(struct served_model *sm)
     atomic_store_explicit(&sm->entry->last_used_ns, now_ns(), memory_order_relaxed);
 }
 
-bool serving_all_ready(struct serving *s)
+bool serving_all_ready(struct serving *s, char *who, size_t cap)
 {
     int n = atomic_load(&s->n);
     for (int i = 0; i < n; i++) {
@@ -891,6 +891,8 @@ bool serving_all_ready(struct serving *s)
         pthread_mutex_lock(&e->mu);
         bool wanted = !e->cur->model.cfg.lifecycle.lazy && !e->unload_asked && !e->retired;
         bool ok = !wanted || atomic_load(&e->cur->state) == SERVED_READY;
+        if (!ok && who)
+            snprintf(who, cap, "%s", e->cur->model.cfg.name);
         pthread_mutex_unlock(&e->mu);
         if (!ok)
             return false;

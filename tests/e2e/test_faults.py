@@ -114,6 +114,10 @@ class FaultTest(RepoServerCase):
             r = post(self.srv.port, "/debug/fault", body)
             self.assertEqual(r.status, 400, body)
             self.assertIn("mode", r.json()["error"])
+        for mode in ("hang", "slow"):   # without ms: no fault at all, so refused
+            r = post(self.srv.port, "/debug/fault", '{"model": "syn", "mode": "%s"}' % mode)
+            self.assertEqual(r.status, 400, mode)
+            self.assertIn("ms: how long", r.json()["error"])
         self.assertEqual(self.infer("syn", [1, 1, 1, 1]).status, 200)
 
     def test_slow_batch_is_just_slow(self):

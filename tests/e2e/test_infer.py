@@ -332,8 +332,10 @@ class InferTest(RepoServerCase):
             self.assertIn(mention, r.json()["reason"], name)
             r = post(self.srv.port, "/v2/models/%s/infer" % name, infer_body([[1, 2, 3, 4]]))
             self.assertEqual(r.status, 503, name)
-        self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/health/ready").status, 503,
-                         "not every model is ready")
+        r = roundtrip(self.srv.port, "GET", "/v2/health/ready")
+        self.assertEqual(r.status, 503, "not every model is ready")
+        self.assertFalse(r.json()["ready"])
+        self.assertRegex(r.json()["reason"], r"^model (%s) is not ready$" % "|".join(expect), r)
         self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/models/digits/ready").status, 200)
         self.assertIn("not loaded", self.srv.log())
 
