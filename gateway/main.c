@@ -76,7 +76,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: batchgate [--config FILE] [--models DIR] [--listen HOST:PORT]\n"
-            "                 [--io-threads N] [--log-level debug|info|warn|error]\n"
+            "                 [--grpc-listen HOST:PORT|off] [--io-threads N]\n"
+            "                 [--log-level debug|info|warn|error]\n"
             "       batchgate hash-key KEY|-\n"
             "       batchgate report [--config FILE] [--from T] [--to T] [--by tenant|model]\n"
             "\n"
@@ -86,6 +87,8 @@ static void usage(FILE *out)
             "  -m, --models DIR       model repository (default: models)\n"
             "  -l, --listen HOST:PORT address to serve on (default: 127.0.0.1:8000;\n"
             "                         port 0 picks a free port, logged at start)\n"
+            "      --grpc-listen HOST:PORT|off\n"
+            "                         the KServe v2 gRPC port (default: 127.0.0.1:8001)\n"
             "  -t, --io-threads N     IO threads (default: 0 = one per CPU it may use)\n"
             "      --log-level LEVEL  debug, info, warn or error (default: info)\n"
             "  -h, --help             this text\n"
@@ -529,7 +532,7 @@ int main(int argc, char **argv)
     api.server = srv;   /* before any IO thread can read it */
     if (!srv || server_start(srv, pthread_self(), &err)) {
         log_error("%s", err.msg);
-        exit_code = 1;
+        exit_code = err.code == BG_ECONFIG ? 2 : 1;   /* two ports that cannot both be */
         goto out;
     }
     if (proxy_start(api.proxy, server_event_base(srv, 0), &err)) {

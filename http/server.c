@@ -189,8 +189,9 @@ static void server_listener_close(struct io_thread *t)
     t->listen_fd = -1;
 }
 
-static int server_listener_bind(const char *host, int port, int *out_fd, int *out_port,
-                                struct error *err)
+/* `what` names the setting in messages: "listen" or "grpc_listen". */
+static int server_listener_bind(const char *host, int port, const char *what, int *out_fd,
+                                int *out_port, struct error *err)
 {
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
@@ -198,8 +199,8 @@ static int server_listener_bind(const char *host, int port, int *out_fd, int *ou
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(host, portstr, &hints, &res);
-    if (gai != 0)
-        return error_set(err, BG_ECONFIG, "listen: cannot resolve host \"%s\": %s", host,
+    if (gai != 0)   /* a runtime failure: name service may be down for a while */
+        return error_set(err, BG_EIO, "%s: cannot resolve host \"%s\": %s", what, host,
                          gai_strerror(gai));
     int fd = -1, saved = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
@@ -219,7 +220,7 @@ static int server_listener_bind(const char *host, int port, int *out_fd, int *ou
     }
     freeaddrinfo(res);
     if (fd < 0)
-        return error_set(err, BG_EIO, "listen: cannot listen on %s:%d: %s", host, port,
+        return error_set(err, BG_EIO, "%s: cannot listen on %s:%d: %s", what, host, port,
                          strerror(saved));
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
@@ -237,7 +238,7 @@ static int server_listener_bind(const char *host, int port, int *out_fd, int *ou
  * SO_REUSEPORT cannot join: bound first, it fails exactly when someone else
  * already listens there. (Port 0 asks the kernel for a free port: nothing to
  * check.) */
-static int server_port_check(const char *host, int port, struct error *err)
+static int server_port_check(const char *host, int port, const char *what, struct error *err)
 {
     if (port == 0)
         return 0;
@@ -261,8 +262,8 @@ static int server_port_check(const char *host, int port, struct error *err)
         if (bound == 0)
             break;
         if (saved == EADDRINUSE) {
-            rc = error_set(err, BG_EIO, "listen: cannot listen on %s:%d: the port is in use "
-                           "by another process (another batchgate?)", host, port);
+            rc = error_set(err, BG_EIO, "%s: cannot listen on %s:%d: the port is in use "
+                           "by another process (another batchgate?)", what, host, port);
             break;
         }
     }
@@ -311,20 +312,36 @@ static int server_port_claim(int port, struct error *err)
     }
 }
 
-/* One listening socket per IO thread and port, sharing it (SO_REUSEPORT);
- * the first one's bind picks the port when 0 was asked. */
-static int server_listeners_bind(struct server *s, struct error *err)
+/* One listening socket per IO thread on the HTTP port, or on the HTTP/2
+ * port (h2), sharing it (SO_REUSEPORT); the first one's bind picks the
+ * port when 0 was asked. */
+static int server_listeners_bind(struct server *s, bool h2, struct error *err)
 {
     for (int i = 0; i < s->nthreads; i++) {
         struct io_thread *t = &s->threads[i];
-        int rc = server_listener_bind(s->cfg.listen_host, s->port, &t->listen_fd, &s->port, err);
-        if (!rc && s->h2_port >= 0)
-            rc = server_listener_bind(s->cfg.h2.listen_host, s->h2_port, &t->h2_listen_fd,
-                                      &s->h2_port, err);
+        int rc = h2 ? server_listener_bind(s->cfg.h2.listen_host, s->h2_port, "grpc_listen",
+                                           &t->h2_listen_fd, &s->h2_port, err)
+                    : server_listener_bind(s->cfg.listen_host, s->port, "listen",
+                                           &t->listen_fd, &s->port, err);
         if (rc)
             return rc;
     }
     return 0;
+}
+
+/* The HTTP/2 port is checked once the HTTP listeners are up, so that the
+ * check sees them too: SO_REUSEPORT lets one process's listeners share a
+ * port whatever they speak, and a grpc_listen on listen's port split the
+ * connections between the two protocols at random. */
+static int server_h2_check(struct server *s, struct error *err)
+{
+    int rc = server_port_check(s->cfg.h2.listen_host, s->h2_port, "grpc_listen", err);
+    if (rc && s->h2_port == s->port) {
+        error_clear(err);
+        return error_set(err, BG_ECONFIG, "grpc_listen: %s:%d is listen's port too: HTTP/1.1 "
+                         "and gRPC need a port each", s->cfg.h2.listen_host, s->h2_port);
+    }
+    return rc;
 }
 
 /* ---- the thread ---- */
@@ -415,11 +432,13 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
     int h2_claim = claim == -2 || s->h2_port == s->port ? -1 : server_port_claim(s->h2_port, err);
     int rc = claim == -2 || h2_claim == -2 ? BG_EIO : 0;
     if (!rc)
-        rc = server_port_check(s->cfg.listen_host, s->port, err);
-    if (!rc && s->h2_port > 0)
-        rc = server_port_check(s->cfg.h2.listen_host, s->h2_port, err);
+        rc = server_port_check(s->cfg.listen_host, s->port, "listen", err);
     if (!rc)
-        rc = server_listeners_bind(s, err);
+        rc = server_listeners_bind(s, false, err);
+    if (!rc && s->h2_port > 0)
+        rc = server_h2_check(s, err);
+    if (!rc && s->h2_port >= 0)
+        rc = server_listeners_bind(s, true, err);
     if (claim >= 0)
         close(claim);   /* our listeners are up: the next check sees them */
     if (h2_claim >= 0)

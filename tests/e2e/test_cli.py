@@ -4,6 +4,7 @@
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -13,7 +14,7 @@ import threading
 import time
 import unittest
 
-from harness import BIN, LOG_LINE_RE, Server, free_port, roundtrip, run_cli
+from harness import BIN, HERE, LOG_LINE_RE, Server, free_port, roundtrip, run_cli
 
 
 class CliTest(unittest.TestCase):
@@ -42,9 +43,19 @@ class CliTest(unittest.TestCase):
         return out, err
 
     def test_help(self):
+        # Every long option of main.c's table, but the hidden one (the
+        # usage once forgot --grpc-listen).
+        with open(os.path.join(HERE, "..", "..", "gateway", "main.c")) as f:
+            src = f.read()
+        table = src[src.index("static const struct option opts[]"):]
+        table = table[:table.index("{NULL, 0, NULL, 0}")]
+        flags = [f for f in re.findall(r'\{"([a-z-]+)", (?:required|no)_argument', table)
+                 if f != "config-fields"]
+        self.assertIn("grpc-listen", flags)
         for flag in ("--help", "-h"):
             out, _ = self.assert_exit([flag], 0, stdout_has=("usage",))
-            self.assertIn("--config", out, "expected the usage to list --config")
+            for name in flags:
+                self.assertIn("--" + name, out, "expected the usage to list --" + name)
 
     def test_version(self):
         for flag in ("--version", "-V"):

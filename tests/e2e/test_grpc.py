@@ -26,7 +26,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, RepoServerCase, Server, roundtrip, run_testdeps
+from harness import BIN, RepoServerCase, Server, free_port, roundtrip, run_testdeps
 from test_infer import synthetic, write_model
 from test_tenants import digest
 
@@ -189,6 +189,29 @@ class GrpcConfigTest(unittest.TestCase):
         p = subprocess.run([BIN, "--grpc-listen", "nope"], capture_output=True, timeout=20)
         self.assertEqual(p.returncode, 2)
         self.assertIn("--grpc-listen", p.stderr.decode())
+
+    def test_grpc_listen_on_listens_port_is_a_config_error(self):
+        # SO_REUSEPORT let the two protocols share one port, each taking
+        # connections at random; the HTTP/2 port is now checked after the
+        # HTTP listeners are up. Also with localhost for 127.0.0.1: the
+        # check binds, it does not compare strings.
+        port = free_port()
+        tmp = tempfile.mkdtemp(prefix="batchgate-grpc-")
+        try:
+            os.makedirs(os.path.join(tmp, "models"))
+            for listen, grpc in (("127.0.0.1", "127.0.0.1"), ("127.0.0.1", "localhost")):
+                cfg = os.path.join(tmp, "c.json")
+                with open(cfg, "w") as f:
+                    json.dump({"listen": "%s:%d" % (listen, port),
+                               "grpc_listen": "%s:%d" % (grpc, port),
+                               "model_repository": os.path.join(tmp, "models"),
+                               "state_dir": os.path.join(tmp, "state")}, f)
+                p = subprocess.run([BIN, "--config", cfg], capture_output=True, timeout=20)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("grpc_listen: %s:%d is listen's port too" % (grpc, port),
+                              p.stderr.decode())
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def test_the_port_speaks_http2_only(self):
         with Server() as srv:
