@@ -70,6 +70,7 @@ struct grpc_call {
     struct http_request *req;        /* the HTTP/2 stream */
     const struct grpc_method *m;
     bool stream;                     /* ModelStreamInfer: messages both ways */
+    bool drained;                    /* the server drains: it ends UNAVAILABLE, not OK */
     enum http_coding coding;         /* the stream's answers' grpc-encoding */
     bool open;                       /* counted in streams_open */
     struct buf in;                   /* request bytes not yet a whole message */
@@ -397,6 +398,13 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
     if (p[0] == 1) {   /* compressed, by grpc-encoding */
         size_t elen;
         const char *enc = http_request_header(req, "grpc-encoding", &elen);
+        if (enc && elen == 8 && strncasecmp(enc, "identity", 8) == 0) {
+            /* INTERNAL, as grpc-go and grpc core answer it: the flag and the
+             * header disagree (the bytes would be read as the message). */
+            snprintf(err, cap, "the message's compressed flag is set under grpc-encoding "
+                     "identity");
+            return GRPC_INTERNAL;
+        }
         int st = enc ? http_body_decode(enc, elen, msg, mlen, call->g->max_message_bytes,
                                         &inflated, err, cap)
                      : 415;
@@ -404,6 +412,8 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
             if (!enc)
                 snprintf(err, cap, "a compressed message without grpc-encoding");
             buf_free(&inflated);
+            /* Data that does not inflate is INTERNAL in gRPC's own servers
+             * (a decompression failure), not INVALID_ARGUMENT. */
             return st == 415 ? GRPC_UNIMPLEMENTED : st == 413 ? GRPC_RESOURCE_EXHAUSTED
                                                               : GRPC_INTERNAL;
         }
@@ -584,7 +594,11 @@ static void grpc_call_check_end(struct grpc_call *call)
     } else if (!call->stream && call->nmsgs == 0) {
         grpc_call_end(call, GRPC_INVALID_ARGUMENT, "the request carries no message", NULL, 0, 0);
     } else if (call->stream && call->nrunning == 0) {
-        grpc_call_end(call, GRPC_OK, NULL, NULL, 0, 0);
+        /* Drained: every message taken is answered; UNAVAILABLE tells the
+         * client to go on elsewhere (gRPC's retryable code). */
+        grpc_call_end(call, call->drained ? GRPC_UNAVAILABLE : GRPC_OK,
+                      call->drained ? "the server is shutting down: open the stream again "
+                                      "elsewhere" : NULL, NULL, 0, 0);
     }
 }
 
@@ -609,7 +623,15 @@ static void grpc_call_body(struct http_request *req, void *arg, const char *data
 static void grpc_call_body_take(struct grpc_call *call, const char *data, size_t len, int end,
                                 int status, const char *msg)
 {
-    if (status) {   /* the client reset the stream, or its body broke */
+    if (status == 503 && call->stream && call->in.len == 0) {
+        /* The server drains and the stream is between messages (h2.c):
+         * the messages taken are answered, then it ends. */
+        call->drained = true;
+        call->ended = true;
+        grpc_call_check_end(call);
+        return;
+    }
+    if (status) {   /* the client reset the stream (499: CANCELLED), or its body broke */
         grpc_call_fail(call, grpc_code_of_http(status), msg);
         return;
     }

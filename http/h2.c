@@ -42,6 +42,9 @@
 #include "common/log.h"
 
 /* Stop asking nghttp2 for output (and stop reading) above this much unsent. */
+/* While draining, how often streams in the middle of a message are looked
+ * at again: once between messages they end (h2_on_timer). */
+#define H2_DRAIN_LOOK_NS (10 * 1000000LL)
 #define H2_OUT_HIGH_WATER (4u << 20)
 #define H2_OUT_KEEP (16u << 10)
 /* RFC 9113 6.5.2: each header's size counts 32 bytes of overhead. */
@@ -184,7 +187,7 @@ static void h2_stream_gone(struct h2_stream *st)
     r->aborted = true;
     st->busy++;
     if (!st->body_end && r->body_fn)
-        h2_body_end(st, 400, "the client reset the stream before the end of its body");
+        h2_body_end(st, 499, "the client reset the stream before the end of its body");
     if (!r->responded && r->abort_fn)
         r->abort_fn(r, r->abort_arg);
     st->busy--;
@@ -948,6 +951,21 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
                 continue;   /* a body its handler stopped is not stalled */
             /* Between whole messages a stream is idle, not stalled. */
             bool rest = st->req->accepted && st->req->body_at_rest;
+            if (c->t->draining && st->req->accepted) {
+                /* A stream that would wait for the client's next message
+                 * holds the drain to its deadline: its body ends (503) once
+                 * it is between messages, and the handler answers what it
+                 * has taken and closes it. Until then, looked at often. */
+                if (rest) {
+                    st->busy++;
+                    h2_body_end(st, 503, "the server is shutting down");
+                    st->busy--;
+                    h2_stream_maybe_free(st);
+                    continue;
+                }
+                if (next_ns > H2_DRAIN_LOOK_NS)
+                    next_ns = H2_DRAIN_LOOK_NS;
+            }
             int64_t limit = rest ? idle_ns : header_ns;
             if (now - st->t_progress < limit) {
                 if (st->t_progress + limit - now < next_ns)
@@ -1096,6 +1114,8 @@ void h2_conn_drain_all(struct io_thread *t)
                               nghttp2_session_get_last_proc_stream_id(c->ng), NGHTTP2_NO_ERROR,
                               NULL, 0);
         h2_flush(c);
+        if (c->fd >= 0 && c->nstreams > 0)
+            h2_arm_timer(c, 0);   /* the walk ends streams idle between messages */
         h2_release(c);
     }
 }

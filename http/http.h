@@ -109,6 +109,10 @@ int64_t http_request_content_length(const struct http_request *req);
  * fails midway (malformed chunk, over max_body_bytes, stalled), fn gets
  * data NULL and `status` (400, 413, 408) with `msg`: the handler ends its
  * work and answers (http_respond_error with them, unless it began an answer).
+ * HTTP/2 adds two: 499, the client reset the stream (nobody reads the
+ * answer); 503, the server drains and the stream is between whole pieces
+ * (http_request_body_at_rest): the handler answers the work it took, and
+ * ends the answer, rather than wait for pieces that would hold the drain.
  * On a request that is not streaming, fn is called at once with the whole body. */
 typedef void (*http_body_fn)(struct http_request *req, void *arg, const char *data, size_t len,
                              int end, int status, const char *msg);

@@ -436,18 +436,61 @@ def check_limits(a):
 # ---------------------------------------------------------------- drain
 
 def check_drain(a):
-    """SIGTERM while a 1 s call runs: the call is answered, the server ends."""
+    """SIGTERM while a 1 s call runs: the call is answered, the server ends.
+    Two streams open then, whose client sends nothing more: one idle since
+    its answer, one with a message running. Each gets what it asked for and
+    then UNAVAILABLE, at once: an idle stream held the drain to
+    shutdown_timeout_ms and the server exited 1, "not answered"."""
     import os
     import signal
     stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(a.grpc))
     x = np.zeros((1, 4), dtype=np.float32)
     expect(stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10).live, "live")
+    release = threading.Event()
+
+    def one_then_wait(tag):
+        yield infer_request("slow", x, name="x", id=tag)
+        release.wait(30)
+
+    got = {"idle": [], "busy": []}
+    ends = {}
+
+    def read(tag, call):
+        try:
+            for resp in call:
+                got[tag].append(resp)
+            ends[tag] = ("ended", None)
+        except grpc.RpcError as e:
+            ends[tag] = (e.code(), e.details())
+
+    idle = stub.ModelStreamInfer(one_then_wait("idle"), timeout=60)
+    t_idle = threading.Thread(target=read, args=("idle", idle))
+    t_idle.start()
+    deadline = time.monotonic() + 10
+    while not got["idle"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    expect(len(got["idle"]) == 1, "the idle stream's message answered first: %r" % got)
     f = stub.ModelInfer.future(infer_request("slow", x, name="x"), timeout=30)
+    busy = stub.ModelStreamInfer(one_then_wait("busy"), timeout=60)
+    t_busy = threading.Thread(target=read, args=("busy", busy))
+    t_busy.start()
     time.sleep(0.3)
+    t0 = time.monotonic()
     os.kill(a.pid, signal.SIGTERM)
     resp = f.result()
     expect(output_of(resp).shape == (1, 3), "the call in flight at SIGTERM is answered")
-    ok("SIGTERM while a call runs: it is answered (the connection gets GOAWAY after it)")
+    t_idle.join(10)
+    t_busy.join(10)
+    took = time.monotonic() - t0
+    release.set()
+    expect(len(got["busy"]) == 1 and not got["busy"][0].error_message,
+           "the stream's message running at SIGTERM is answered: %r" % got["busy"])
+    for tag in ("idle", "busy"):
+        expect(ends.get(tag, (None,))[0] == grpc.StatusCode.UNAVAILABLE,
+               "the %s stream ends UNAVAILABLE at the drain: %r" % (tag, ends.get(tag)))
+    expect(took < 5, "the streams end with the drain, not at its deadline: %.1f s" % took)
+    ok("SIGTERM while a call runs: it is answered (the connection gets GOAWAY after it); "
+       "streams idle or running end UNAVAILABLE after their answers, in %.1f s" % took)
 
 
 # ---------------------------------------------------------------- churn

@@ -15,11 +15,13 @@ test_grpc.py (they ask for gzip by default)."""
 
 import gzip
 import json
+import re
+import struct
 import unittest
 import zlib
 
 from harness import RepoServerCase, roundtrip
-from test_h2_flood import H2, model_infer
+from test_h2_flood import H2, grpc_headers, model_infer
 from test_infer import synthetic, write_model
 
 ROWS = [[float(i), 1.0, 2.0, 3.0] for i in range(8)]
@@ -126,6 +128,48 @@ class GrpcCompressionTest(CompressionCase):
             self.assertEqual(zlib.decompress(packed), plain, method)
             flag, same = self.call(method, "identity")
             self.assertEqual((flag, same), (0, plain), method)
+
+
+class GrpcCompressedRequestsTest(CompressionCase):
+    """A request message's compressed flag against its grpc-encoding, each
+    case answered with the code gRPC's own servers give it, counted in
+    grpc_calls_total (its trailers are HPACK-coded: the metric reads them)."""
+    config = {"limits": {"max_body_bytes": 1 << 20}}
+
+    def codes(self):
+        text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+        return {m.group(1): int(m.group(2)) for m in re.finditer(
+            r'^batchgate_grpc_calls_total\{method="ModelInfer",code="(\w+)"\} (\d+)$', text,
+            re.M)}
+
+    def send(self, flag, payload, encoding):
+        c = H2(self.srv.grpc_port)
+        try:
+            extra = [("grpc-encoding", encoding)] if encoding else []
+            msg = bytes([flag]) + struct.pack(">I", len(payload)) + payload
+            r = c.reply(c.start(grpc_headers("ModelInfer", extra=extra), msg))
+        finally:
+            c.close()
+        self.assertTrue(r.ended, r)
+
+    def test_each_case_its_code(self):
+        plain = model_infer("wide", ROWS)
+        bomb = gzip.compress(b"\0" * (4 << 20))   # 4 KiB inflating past max_body_bytes
+        for flag, payload, encoding, code in (
+                (1, gzip.compress(plain), "gzip", "OK"),
+                (1, zlib.compress(plain), "deflate", "OK"),
+                (1, plain, "identity", "INTERNAL"),       # flag and header disagree
+                (1, b"notgzipdata", "gzip", "INTERNAL"),  # does not inflate
+                (1, gzip.compress(plain)[:-9], "gzip", "INTERNAL"),   # cut short
+                (1, gzip.compress(plain), None, "UNIMPLEMENTED"),
+                (1, gzip.compress(plain), "snappy", "UNIMPLEMENTED"),
+                (1, bomb, "gzip", "RESOURCE_EXHAUSTED"),
+                (2, plain, "gzip", "INTERNAL")):
+            before = self.codes()
+            self.send(flag, payload, encoding)
+            after = self.codes()
+            grew = {k for k in after if after[k] > before.get(k, 0)}
+            self.assertEqual(grew, {code}, (flag, encoding, payload[:16], before, after))
 
 
 class CompressionOffTest(CompressionCase):

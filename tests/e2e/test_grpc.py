@@ -149,6 +149,12 @@ class GrpcChurnTest(GrpcCase):
     def test_clients_leaving_mid_answer(self):
         self.run_calls("churn", "--streams", "1500")
         self.assertTrue(self.srv.alive(), self.srv.log()[-3000:])
+        # A stream the client cancelled counts as CANCELLED, the status the
+        # client has: its reset once reached the call as a broken body
+        # (HTTP 400), counted INVALID_ARGUMENT.
+        got = GrpcSurfaceTest.grpc_metrics(self)
+        self.assertGreater(got.get(("ModelStreamInfer", "CANCELLED"), 0), 0, got)
+        self.assertEqual(got.get(("ModelStreamInfer", "INVALID_ARGUMENT"), 0), 0, got)
 
 
 class GrpcDrainTest(unittest.TestCase):
