@@ -53,15 +53,12 @@ void batchrun_end(struct served_model *sm, int instance, int charged, struct sha
      * getting an answer sees its batch counted. */
     if (status == 0) {
         batcher_done(sm->batcher, instance, b, exec_ns);
-        modelstats_batch(sm->stats, instance, b->rows, batch_offline_rows(b), b->gather_ns,
-                         exec_ns, scatter_ns);
-        modelstats_batch_tokens(sm->stats, instance, b->tokens,
-                                (int64_t)b->rows * (b->max_len > 0 ? b->max_len : 1));
         if (shares)   /* tenants configured */
             shares_charge(shares, now_ns(), b, exec_ns);
-        /* Always: the usage ledger charges device time to tenants, the
-         * default one included. */
-        modelstats_batch_tenants(sm->stats, charged, b, exec_ns);
     }
+    /* Always: the usage ledger charges device time to tenants, the default
+     * one included, and a failed batch held the device too. */
+    modelstats_batch_end(sm->stats, instance, charged, b, status == 0, b->gather_ns, exec_ns,
+                         scatter_ns);
     batch_complete(b);
 }

@@ -2,6 +2,7 @@
  * writers never share a line. */
 #include "serving/modelstats.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -58,7 +59,20 @@ struct inst_shard {
     _Atomic uint64_t tenant_offline_ns[WORK_TENANTS_MAX];   /* of tenant_ns, job lines' */
     _Atomic uint64_t tenant_items[2][WORK_TENANTS_MAX];    /* requests [0], job lines [1] */
     _Atomic uint64_t tenant_offline_rows[WORK_TENANTS_MAX]; /* of tenant_rows, job lines' */
+    /* The batch executing now, so that its time counts while it runs and
+     * not only once it ended (a 3 s batch read as 2 s of idle, then 3 of
+     * busy, by the usage ledger's 1 s samples): its start (0: none) and
+     * its items' shares of its time by class and tenant, in parts of
+     * MS_RUN_SCALE. The worker writes them and the busy and tenant time
+     * of the batch's end between two increments of run_seq (a seqlock);
+     * readers take the ended and the running time in one pass between
+     * two equal even values (modelstats_inst_time). */
+    _Atomic uint32_t run_seq;
+    _Atomic int64_t run_start_ns;
+    _Atomic uint32_t run_share[2][WORK_TENANTS_MAX];
 };
+
+#define MS_RUN_SCALE (1u << 30)
 
 struct modelstats {
     int nio, ninst, max_batch;
@@ -225,8 +239,139 @@ void modelstats_batch_tokens(struct modelstats *s, int instance, int64_t tokens,
     atomic_fetch_add_explicit(&sh->padded_tokens, (uint64_t)padded_tokens, memory_order_relaxed);
 }
 
-void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_rows,
-                      int64_t input_ns, int64_t exec_ns, int64_t output_ns)
+/* The writer's half of run_seq: odd while the running batch's state, or
+ * the time its end adds, changes. */
+static void modelstats_run_enter(struct inst_shard *sh)
+{
+    uint32_t q = atomic_load_explicit(&sh->run_seq, memory_order_relaxed);
+    atomic_store_explicit(&sh->run_seq, q + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+static void modelstats_run_leave(struct inst_shard *sh)
+{
+    uint32_t q = atomic_load_explicit(&sh->run_seq, memory_order_relaxed);
+    atomic_store_explicit(&sh->run_seq, q + 1, memory_order_release);
+}
+
+void modelstats_run_begin(struct modelstats *s, int instance, const struct batch *b)
+{
+    struct inst_shard *sh = &s->inst[instance % s->ninst];
+    uint32_t share[2][WORK_TENANTS_MAX] = {{0}};
+    for (const struct infer_item *it = b->head; it && b->rows > 0; it = it->next) {
+        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
+        share[it->offline ? 1 : 0][t] += (uint32_t)batch_item_ns(b, it, MS_RUN_SCALE);
+    }
+    modelstats_run_enter(sh);
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < WORK_TENANTS_MAX; t++)
+            atomic_store_explicit(&sh->run_share[c][t], share[c][t], memory_order_relaxed);
+    atomic_store_explicit(&sh->run_start_ns, now_ns(), memory_order_relaxed);
+    modelstats_run_leave(sh);
+}
+
+/* An instance's busy time, its offline part, and its time by tenant: the
+ * batches ended and the one running, read in one consistent pass. */
+struct modelstats_time {
+    uint64_t busy_ns, offline_ns;
+    uint64_t tenant_ns[WORK_TENANTS_MAX], tenant_offline_ns[WORK_TENANTS_MAX];
+};
+
+static void modelstats_inst_time(struct inst_shard *sh, struct modelstats_time *o)
+{
+    for (;;) {
+        uint32_t q = atomic_load_explicit(&sh->run_seq, memory_order_acquire);
+        if (q & 1) {
+            sched_yield();   /* a worker inside its few stores */
+            continue;
+        }
+        /* Read after q: earlier than the clock of any end not yet seen, so
+         * the running batch never shows more time than its end adds. */
+        int64_t now = now_ns();
+        int64_t start = atomic_load_explicit(&sh->run_start_ns, memory_order_relaxed);
+        uint64_t run = start > 0 && now > start ? (uint64_t)(now - start) : 0;
+        o->busy_ns = busywin_total_ns(&sh->busy) + run;
+        o->offline_ns = atomic_load_explicit(&sh->busy_offline_ns, memory_order_relaxed);
+        for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+            uint64_t on = run ? atomic_load_explicit(&sh->run_share[0][t], memory_order_relaxed)
+                              : 0;
+            uint64_t off = run ? atomic_load_explicit(&sh->run_share[1][t], memory_order_relaxed)
+                               : 0;
+            uint64_t run_on = run * on / MS_RUN_SCALE, run_off = run * off / MS_RUN_SCALE;
+            o->tenant_ns[t] =
+                atomic_load_explicit(&sh->tenant_ns[t], memory_order_relaxed) + run_on + run_off;
+            o->tenant_offline_ns[t] =
+                atomic_load_explicit(&sh->tenant_offline_ns[t], memory_order_relaxed) + run_off;
+            o->offline_ns += run_off;
+        }
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&sh->run_seq, memory_order_relaxed) == q)
+            return;
+    }
+}
+
+/* The batch's time into the instance's busy time and its tenants' (the
+ * worker's, inside run_seq): from the running batch's start when one was
+ * begun, so that the end adds at least what readers saw it run; its
+ * shares as begun when the batch's items are gone (the watchdog answered
+ * them). */
+static void modelstats_time_end(struct inst_shard *sh, struct inst_shard *charged,
+                                const struct batch *b, int64_t exec_ns)
+{
+    int64_t end = now_ns();
+    int64_t start = atomic_load_explicit(&sh->run_start_ns, memory_order_relaxed);
+    int64_t busy = start > 0 && end - start > exec_ns ? end - start : exec_ns;
+    busywin_add(&sh->busy, end - busy, end);
+    if (b && b->head && b->rows > 0) {
+        int offline_rows = batch_offline_rows(b);
+        if (offline_rows > 0)
+            atomic_fetch_add_explicit(&sh->busy_offline_ns,
+                                      (uint64_t)((double)busy * offline_rows / b->rows),
+                                      memory_order_relaxed);
+        for (const struct infer_item *it = b->head; it; it = it->next) {
+            int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
+            uint64_t ns = (uint64_t)batch_item_ns(b, it, busy);
+            atomic_fetch_add_explicit(&charged->tenant_ns[t], ns, memory_order_relaxed);
+            if (it->offline)
+                atomic_fetch_add_explicit(&charged->tenant_offline_ns[t], ns,
+                                          memory_order_relaxed);
+        }
+    } else if (start > 0) {
+        for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+            uint64_t on = atomic_load_explicit(&sh->run_share[0][t], memory_order_relaxed);
+            uint64_t off = atomic_load_explicit(&sh->run_share[1][t], memory_order_relaxed);
+            uint64_t ns_off = (uint64_t)busy * off / MS_RUN_SCALE;
+            atomic_fetch_add_explicit(&charged->tenant_ns[t],
+                                      (uint64_t)busy * on / MS_RUN_SCALE + ns_off,
+                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&charged->tenant_offline_ns[t], ns_off,
+                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&sh->busy_offline_ns, ns_off, memory_order_relaxed);
+        }
+    }
+    atomic_store_explicit(&sh->run_start_ns, 0, memory_order_relaxed);
+}
+
+void modelstats_batch_end(struct modelstats *s, int instance, int charged, const struct batch *b,
+                          bool ok, int64_t input_ns, int64_t exec_ns, int64_t output_ns)
+{
+    struct inst_shard *sh = &s->inst[instance % s->ninst];
+    struct inst_shard *ch = &s->inst[(charged >= 0 ? charged : 0) % s->ninst];
+    modelstats_run_enter(sh);
+    /* Device time counts whether the batch succeeded or not: it held the
+     * device. Its rows and statistics only when it computed them. */
+    modelstats_time_end(sh, ch, b, exec_ns);
+    if (ok && b) {
+        modelstats_batch(s, instance, b->rows, input_ns, exec_ns, output_ns);
+        modelstats_batch_tokens(s, instance, b->tokens,
+                                (int64_t)b->rows * (b->max_len > 0 ? b->max_len : 1));
+        modelstats_batch_tenants(s, charged, b);
+    }
+    modelstats_run_leave(sh);
+}
+
+void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t input_ns,
+                      int64_t exec_ns, int64_t output_ns)
 {
     struct inst_shard *sh = &s->inst[instance % s->ninst];
     modelstats_hist_add(&sh->compute, modelstats_lat_bucket(exec_ns), (uint64_t)exec_ns);
@@ -239,32 +384,20 @@ void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_
         modelstats_add_ns(&sh->in_ns_by_size[rows], input_ns);
         modelstats_add_ns(&sh->out_ns_by_size[rows], output_ns);
     }
-    /* The batch ran until now: it is busy time in each second it covered. */
-    int64_t end = now_ns();
-    busywin_add(&sh->busy, end - exec_ns, end);
-    if (offline_rows > 0 && rows > 0)
-        atomic_fetch_add_explicit(&sh->busy_offline_ns,
-                                  (uint64_t)((double)exec_ns * offline_rows / rows),
-                                  memory_order_relaxed);
 }
 
-void modelstats_batch_tenants(struct modelstats *s, int instance, const struct batch *b,
-                              int64_t exec_ns)
+void modelstats_batch_tenants(struct modelstats *s, int instance, const struct batch *b)
 {
     struct inst_shard *sh = &s->inst[instance % s->ninst];
     if (b->rows <= 0)
         return;
     for (const struct infer_item *it = b->head; it; it = it->next) {
         int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
-        uint64_t ns = (uint64_t)batch_item_ns(b, it, exec_ns);
         atomic_fetch_add_explicit(&sh->tenant_rows[t], (uint64_t)it->rows, memory_order_relaxed);
-        atomic_fetch_add_explicit(&sh->tenant_ns[t], ns, memory_order_relaxed);
         atomic_fetch_add_explicit(&sh->tenant_items[it->offline][t], 1, memory_order_relaxed);
-        if (it->offline) {
-            atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], ns, memory_order_relaxed);
+        if (it->offline)
             atomic_fetch_add_explicit(&sh->tenant_offline_rows[t], (uint64_t)it->rows,
                                       memory_order_relaxed);
-        }
     }
 }
 
@@ -286,15 +419,16 @@ void modelstats_call(struct modelstats *s, int instance, int tenant, bool offlin
 int modelstats_tenant_use(struct modelstats *s, struct modelstats_tenant_use *out, int cap)
 {
     int n = s->ninst < cap ? s->ninst : cap;
+    struct modelstats_time tm;
     for (int i = 0; i < n; i++) {
         struct inst_shard *sh = &s->inst[i];
+        modelstats_inst_time(sh, &tm);
         for (int t = 0; t < WORK_TENANTS_MAX; t++) {
             struct modelstats_tenant_use *u = &out[(size_t)i * WORK_TENANTS_MAX + t];
             uint64_t rows = atomic_load_explicit(&sh->tenant_rows[t], memory_order_relaxed);
             uint64_t off_rows =
                 atomic_load_explicit(&sh->tenant_offline_rows[t], memory_order_relaxed);
-            uint64_t ns = atomic_load_explicit(&sh->tenant_ns[t], memory_order_relaxed);
-            uint64_t off_ns = atomic_load_explicit(&sh->tenant_offline_ns[t], memory_order_relaxed);
+            uint64_t ns = tm.tenant_ns[t], off_ns = tm.tenant_offline_ns[t];
             /* Read apart, the offline part may be ahead of the total. */
             off_rows = off_rows < rows ? off_rows : rows;
             off_ns = off_ns < ns ? off_ns : ns;
@@ -369,16 +503,16 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         o->batch_in_ns_by_size = o->batch_out_ns_by_size = NULL;
     }
     int64_t now = now_ns();
+    struct modelstats_time tm;
     for (int i = 0; i < s->ninst; i++) {
         struct inst_shard *sh = &s->inst[i];
         modelstats_hist_sum(&o->compute, &sh->compute, 1e-9);
         modelstats_hist_sum(&o->batch, &sh->batch, 1.0);
+        modelstats_inst_time(sh, &tm);
         for (int t = 0; t < WORK_TENANTS_MAX; t++) {
             o->tenant_rows[t] += atomic_load_explicit(&sh->tenant_rows[t], memory_order_relaxed);
-            o->tenant_busy_s[t] +=
-                (double)atomic_load_explicit(&sh->tenant_ns[t], memory_order_relaxed) / 1e9;
-            o->tenant_offline_s[t] +=
-                (double)atomic_load_explicit(&sh->tenant_offline_ns[t], memory_order_relaxed) / 1e9;
+            o->tenant_busy_s[t] += (double)tm.tenant_ns[t] / 1e9;
+            o->tenant_offline_s[t] += (double)tm.tenant_offline_ns[t] / 1e9;
         }
         if (o->batch_count_by_size)
             for (int r = 0; r <= s->max_batch; r++) {
@@ -392,9 +526,8 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         if (!o->inst)
             continue;
         struct modelstats_instance *mi = &o->inst[i];
-        mi->busy_s = (double)busywin_total_ns(&sh->busy) / 1e9;
-        mi->busy_offline_s =
-            (double)atomic_load_explicit(&sh->busy_offline_ns, memory_order_relaxed) / 1e9;
+        mi->busy_s = (double)tm.busy_ns / 1e9;
+        mi->busy_offline_s = (double)tm.offline_ns / 1e9;
         int64_t loaded = atomic_load_explicit(&sh->loaded_ns, memory_order_relaxed);
         mi->loaded_s = loaded ? (double)(now - loaded) / 1e9 : 0;
         mi->batches = atomic_load_explicit(&sh->batches, memory_order_relaxed);

@@ -106,17 +106,27 @@ void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason 
 /* IO thread `thread`: an inference request of `rows` rows arrived (counted
  * whatever its answer); rows < 0: refused before its rows were known. */
 void modelstats_arrival(struct modelstats *s, int thread, int rows);
-/* Worker of `instance`: a batch of `rows` rows was gathered in input_ns,
- * ran for exec_ns and was scattered in output_ns; offline_rows of its
- * rows were job lines, and that share of its time is the offline class's. */
-void modelstats_batch(struct modelstats *s, int instance, int rows, int offline_rows,
-                      int64_t input_ns, int64_t exec_ns, int64_t output_ns);
-/* The same batch's tokens and rows x its longest row (batcher/work.h). */
+/* Worker of `instance`: batch b starts executing now. Its time counts as
+ * busy, and to its items' tenants, while it runs (every reader below and
+ * the usage ledger see it grow), until modelstats_batch_end. */
+void modelstats_run_begin(struct modelstats *s, int instance, const struct batch *b);
+/* The worker of `instance` (or a loop backend's feed): batch b ended. Its
+ * time (exec_ns, or from modelstats_run_begin to now if that is longer)
+ * goes to the instance's busy time and to its items' tenants on instance
+ * `charged`, succeeded or not (it held the device; b may be empty, its
+ * items answered by the watchdog: the shares of the begin serve); with
+ * `ok` its rows and statistics too: gathered in input_ns, run in exec_ns,
+ * scattered in output_ns, its tokens, its rows by tenant. */
+void modelstats_batch_end(struct modelstats *s, int instance, int charged, const struct batch *b,
+                          bool ok, int64_t input_ns, int64_t exec_ns, int64_t output_ns);
+/* Parts of modelstats_batch_end, without the time: a batch's statistics,
+ * its tokens and rows x its longest row (batcher/work.h), its rows and
+ * requests by tenant. */
+void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t input_ns,
+                      int64_t exec_ns, int64_t output_ns);
 void modelstats_batch_tokens(struct modelstats *s, int instance, int64_t tokens,
                              int64_t padded_tokens);
-/* The same batch's rows and time by tenant (split over its rows). */
-void modelstats_batch_tenants(struct modelstats *s, int instance, const struct batch *b,
-                              int64_t exec_ns);
+void modelstats_batch_tenants(struct modelstats *s, int instance, const struct batch *b);
 
 /* One instance's use by one tenant, by class ([0] online requests, [1]
  * job lines): requests (a job line is one), rows, device time. */

@@ -75,12 +75,15 @@ static int64_t worker_run_batch(struct worker *w, struct batch *b)
     if (w->ws->wd)
         watchdog_begin(w->ws->wd, in->index, b->head);
     struct error err = {0};
+    modelstats_run_begin(w->ws->sm->stats, in->index, b);
     int64_t t0 = now_ns();
     int rc = model_run(in, &io, &err);
     int64_t ns = io.device_ns > 0 ? io.device_ns : now_ns() - t0;
     if (w->ws->wd && watchdog_end(w->ws->wd, in->index)) {
-        /* Answered 504 by the watchdog; not a latency sample either. */
+        /* Answered 504 by the watchdog; not a latency sample either, but
+         * the device was held all along. */
         b->head = NULL;
+        modelstats_batch_end(w->ws->sm->stats, in->index, in->index, NULL, false, 0, ns, 0);
         return ns;
     }
     batchrun_end(w->ws->sm, in->index, in->index, w->place.shares, b, in->out, rc ? -rc : 0,

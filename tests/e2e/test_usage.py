@@ -262,6 +262,43 @@ class UsageReconcileTest(UsageCase):
         srv.stop_checked()
 
 
+class UsageLongBatchTest(UsageCase):
+    def test_a_batch_longer_than_a_sample(self):
+        # The ledger samples every second; a batch's time was recorded only
+        # at its end, so a 2.5 s batch read as two seconds of idle and then
+        # 2.5 s of busy in one second: held (and cost) went past the time
+        # the model was resident. Its time now counts as it runs.
+        write_model(self.repo, "long", synthetic("long", base_us=2500000, per_row_us=0))
+        srv = self.start()
+        port = srv.port
+        got = {}
+        t = threading.Thread(target=lambda: got.update(r=infer(port, "long", "research")))
+        t.start()
+        time.sleep(2.0)
+        running = sum(x["busy_seconds"] for x in wide(port) if x["model"] == "long")
+        t.join(15)
+        self.assertEqual(got["r"].status, 200, got["r"])
+        self.assertGreater(running, 0.5, "the batch's time in the ledger while it runs")
+        self.settle(port)
+        rows = [x for x in wide(port) if x["model"] == "long"]
+        busy = sum(x["busy_seconds"] for x in rows)
+        held = sum(x["held_seconds"] for x in rows)
+        resident = sum(v for labels, v in samples(port, "device_busy_seconds_total")
+                       if labels["model"] == "long")
+        resident += sum(v for labels, v in samples(port, "device_idle_seconds_total")
+                        if labels["model"] == "long")
+        self.assertAlmostEqual(busy, 2.5, delta=0.1, msg=rows)
+        self.assertLessEqual(held, resident + 0.05, (held, resident, rows))
+        self.assertLess(resident - held, 3.0, (held, resident))
+        for x in rows:
+            self.assertAlmostEqual(x["held_seconds"], x["busy_seconds"] + x["idle_seconds"],
+                                   places=5)
+            self.assertGreaterEqual(x["idle_seconds"], 0, x)
+        research = sum(x["busy_seconds"] for x in rows if x["tenant"] == "research")
+        self.assertAlmostEqual(research, busy, delta=0.01, msg=rows)
+        srv.stop_checked()
+
+
 class UsageApiTest(UsageCase):
     def test_formats_visibility_and_bad_parameters(self):
         srv = self.start()

@@ -1,17 +1,37 @@
 /* test_modelstats.c - sharded statistics: what the threads record is what a
  * snapshot sums, histogram buckets and quantiles, a long batch's busy time
- * in the 10 s utilization, concurrent writers. */
+ * in the 10 s utilization and while it runs, concurrent writers. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
+#include "common/clock.h"
 #include "serving/modelstats.h"
+
+/* A batch of `rows` rows, `offline` of them a job line's, ended on
+ * instance inst (what batchrun_end records). */
+static void end_batch(struct modelstats *s, int inst, int rows, int offline, int64_t input_ns,
+                      int64_t exec_ns, int64_t output_ns)
+{
+    struct infer_item on, off;
+    memset(&on, 0, sizeof on);
+    memset(&off, 0, sizeof off);
+    on.rows = rows - offline;
+    off.rows = offline;
+    off.offline = true;
+    on.next = offline ? &off : NULL;
+    struct batch b = {.head = rows - offline ? &on : &off, .nitems = 1 + (offline > 0),
+                      .rows = rows};
+    modelstats_batch_end(s, inst, inst, &b, true, input_ns, exec_ns, output_ns);
+}
 
 static void test_sums_across_shards(void **state)
 {
@@ -23,8 +43,8 @@ static void test_sums_across_shards(void **state)
     modelstats_request(s, 1, 200, 3000000, 100000, NULL);
     modelstats_request(s, 2, 504, 2000000, -1, NULL);
     modelstats_reject(s, 2, MS_REJECT_DEADLINE);
-    modelstats_batch(s, 0, 3, 0, 1000, 500000, 2000);
-    modelstats_batch(s, 1, 8, 2, 1000, 700000, 2000);
+    end_batch(s, 0, 3, 0, 1000, 500000, 2000);
+    end_batch(s, 1, 8, 2, 1000, 700000, 2000);
     struct modelstats_snapshot snap;
     modelstats_snapshot(s, &snap);
     assert_int_equal(snap.codes[0], 2);                       /* 200 */
@@ -82,12 +102,12 @@ static void test_triton_counts(void **state)
     struct infer_item a = {.rows = 1, .t_input_ns = 10, .t_compute_ns = 1000, .t_output_ns = 20};
     struct infer_item b = a;
     b.rows = 3;
-    modelstats_batch(s, 0, 4, 0, 10, 1000, 20);
+    end_batch(s, 0, 4, 0, 10, 1000, 20);
     modelstats_request(s, 0, 200, 5000, 300, &a);
     modelstats_request(s, 1, 200, 6000, 400, &b);
     /* A batch of 1 row. */
     struct infer_item c = {.rows = 1, .t_input_ns = 5, .t_compute_ns = 700, .t_output_ns = 6};
-    modelstats_batch(s, 0, 1, 0, 5, 700, 6);
+    end_batch(s, 0, 1, 0, 5, 700, 6);
     modelstats_request(s, 0, 200, 2000, 100, &c);
     /* Failures: a full queue, a backend error, a bad request. */
     modelstats_request(s, 1, 429, 50, -1, NULL);
@@ -132,7 +152,7 @@ static void test_long_batch_spreads_over_its_seconds(void **state)
     (void)state;
     struct modelstats *s = modelstats_new(1, 1, 4);
     modelstats_loaded(s);
-    modelstats_batch(s, 0, 4, 0, 0, 3000000000LL, 0);
+    end_batch(s, 0, 4, 0, 0, 3000000000LL, 0);
     struct modelstats_snapshot snap;
     modelstats_snapshot(s, &snap);
     assert_true(snap.inst[0].busy_s > 2.999 && snap.inst[0].busy_s < 3.001);
@@ -151,7 +171,7 @@ static void *write_many(void *arg)
     struct writer *w = arg;
     for (int i = 0; i < 100000; i++) {
         modelstats_request(w->s, w->thread, 200, 1000, 10, NULL);
-        modelstats_batch(w->s, w->thread, 1, 0, 0, 1000, 0);
+        end_batch(w->s, w->thread, 1, 0, 0, 1000, 0);
     }
     return NULL;
 }
@@ -176,8 +196,8 @@ static void test_batch_by_tenant_and_class(void **state)
     a.next = &b;
     b.next = &c;
     struct batch bt = {.head = &a, .nitems = 3, .rows = 4};
-    modelstats_batch_tenants(s, 0, &bt, 4000000);   /* 4 ms: 1 ms per row */
-    modelstats_batch_tenants(s, 1, &bt, 4000000);   /* another instance: summed */
+    modelstats_batch_end(s, 0, 0, &bt, true, 0, 4000000, 0);   /* 4 ms: 1 ms per row */
+    modelstats_batch_end(s, 1, 1, &bt, true, 0, 4000000, 0);   /* another instance: summed */
     struct modelstats_snapshot o;
     modelstats_snapshot(s, &o);
     assert_int_equal(o.tenant_rows[1], 6);
@@ -186,6 +206,112 @@ static void test_batch_by_tenant_and_class(void **state)
     assert_true(o.tenant_offline_s[1] > 0.001999 && o.tenant_offline_s[1] < 0.002001);
     assert_true(o.tenant_offline_s[0] == 0);
     modelstats_snapshot_free(&o);
+    modelstats_free(s);
+}
+
+/* A batch's time counts while it runs: the usage ledger samples every
+ * second, and a 3 s batch counted at its end only read as 2 s of idle,
+ * then 3 s of busy in one second. Its end adds at least what was seen
+ * (the counters never go back); a failed batch or one the watchdog
+ * answered (its items gone) is charged by the shares it began with. */
+static void test_running_batch_counts_as_it_runs(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 1, 8);
+    modelstats_loaded(s);
+    struct infer_item a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.rows = 3;
+    a.tenant = 2;
+    b.rows = 1;
+    b.tenant = 5;
+    b.offline = true;
+    a.next = &b;
+    struct batch bt = {.head = &a, .nitems = 2, .rows = 4};
+    modelstats_run_begin(s, 0, &bt);
+    struct timespec ts = {0, 60 * 1000000};
+    nanosleep(&ts, NULL);
+    struct modelstats_snapshot o;
+    modelstats_snapshot(s, &o);
+    double seen = o.inst[0].busy_s;
+    assert_true(seen >= 0.059 && seen < 1.0);
+    assert_true(o.tenant_busy_s[2] > seen * 0.74 && o.tenant_busy_s[2] < seen * 0.76);
+    assert_true(o.tenant_offline_s[5] > seen * 0.24 && o.tenant_offline_s[5] < seen * 0.26);
+    assert_true(o.inst[0].busy_offline_s > seen * 0.24 && o.inst[0].busy_offline_s < seen * 0.26);
+    struct modelstats_tenant_use use[WORK_TENANTS_MAX];
+    assert_int_equal(modelstats_tenant_use(s, use, 1), 1);
+    assert_true(use[2].busy_s[0] >= seen * 0.75 - 1e-6 && use[5].busy_s[1] >= seen * 0.25 - 1e-6);
+    modelstats_snapshot_free(&o);
+    /* It ends, having reported 10 ms of execution (a device timer): the
+     * time seen running stays. */
+    modelstats_batch_end(s, 0, 0, &bt, true, 0, 10 * 1000000, 0);
+    modelstats_snapshot(s, &o);
+    assert_true(o.inst[0].busy_s >= seen);
+    assert_true(o.tenant_busy_s[2] >= seen * 0.75 - 1e-6);
+    assert_int_equal(o.tenant_rows[2], 3);
+    assert_int_equal(o.inst[0].batches, 1);
+    double after_first = o.inst[0].busy_s;
+    modelstats_snapshot_free(&o);
+    /* Begun, then its items answered elsewhere (the watchdog): no batch
+     * counted, its time charged by the begin's shares. */
+    modelstats_run_begin(s, 0, &bt);
+    modelstats_batch_end(s, 0, 0, NULL, false, 0, 40 * 1000000, 0);
+    modelstats_snapshot(s, &o);
+    assert_true(o.inst[0].busy_s > after_first + 0.0399);
+    assert_int_equal(o.inst[0].batches, 1);
+    assert_int_equal(o.tenant_rows[2], 3);
+    assert_true(o.tenant_busy_s[2] > (after_first + 0.04) * 0.75 - 0.001);
+    modelstats_snapshot_free(&o);
+    modelstats_free(s);
+}
+
+struct watcher {
+    struct modelstats *s;
+    _Atomic int stop;
+    int backwards;
+};
+
+static void *watch_busy(void *arg)
+{
+    struct watcher *w = arg;
+    double last = 0, last_t = 0;
+    struct modelstats_tenant_use use[WORK_TENANTS_MAX];
+    while (!atomic_load(&w->stop)) {
+        struct modelstats_snapshot o;
+        modelstats_snapshot(w->s, &o);
+        modelstats_tenant_use(w->s, use, 1);
+        w->backwards += o.inst[0].busy_s < last || use[0].busy_s[0] < last_t;
+        last = o.inst[0].busy_s;
+        last_t = use[0].busy_s[0];
+        modelstats_snapshot_free(&o);
+    }
+    return NULL;
+}
+
+/* Readers while a worker begins and ends batches that report less time
+ * than they ran (device timers): busy time never goes back. */
+static void test_busy_never_goes_back(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 1, 8);
+    struct watcher w = {.s = s};
+    pthread_t t;
+    pthread_create(&t, NULL, watch_busy, &w);
+    struct infer_item a;
+    memset(&a, 0, sizeof a);
+    a.rows = 1;
+    struct batch bt = {.head = &a, .nitems = 1, .rows = 1};
+    int64_t until = now_ns() + 300 * 1000000LL;
+    while (now_ns() < until) {
+        modelstats_run_begin(s, 0, &bt);
+        for (volatile int k = 0; k < 2000; k++)
+            ;
+        modelstats_batch_end(s, 0, 0, &bt, true, 0, 1, 0);
+    }
+    atomic_store(&w.stop, 1);
+    pthread_join(t, NULL);
+    assert_int_equal(w.backwards, 0);
     modelstats_free(s);
 }
 
@@ -218,6 +344,8 @@ int main(void)
         cmocka_unit_test(test_long_batch_spreads_over_its_seconds),
         cmocka_unit_test(test_triton_counts),
         cmocka_unit_test(test_batch_by_tenant_and_class),
+        cmocka_unit_test(test_running_batch_counts_as_it_runs),
+        cmocka_unit_test(test_busy_never_goes_back),
         cmocka_unit_test(test_concurrent_writers_lose_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
