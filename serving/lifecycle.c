@@ -392,7 +392,11 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         if (!serving_old)
             lc_set_shell(s, e, cfg_ok ? cfg : NULL,
                          rc == -BG_EQUEUEFULL ? SERVED_UNLOADED : SERVED_FAILED, err->msg);
-        log_error("model %s: not loaded: %s", e->name, err->msg);
+        if (serving_old)
+            log_error("model %s: the new copy did not load (the previous copy serves on): %s",
+                      e->name, err->msg);
+        else
+            log_error("model %s: not loaded: %s", e->name, err->msg);
         free(cfg);
         return rc;
     }
@@ -487,6 +491,23 @@ static void lc_answer_waiters(struct served_entry *e, int rc, const char *msg)
         free(w);
         w = next;
     }
+}
+
+/* A load nobody asked through the queue (a model found eager at start, a
+ * folder or version added): requests that come meanwhile (the server
+ * listens already) wait on it, as on a queued one, rather than queue a
+ * second load that would then reload what this one loaded. */
+static void lc_load_unasked(struct serving *s, struct served_entry *e)
+{
+    struct error err = {0};
+    pthread_mutex_lock(&e->mu);
+    bool queued = e->load_queued;
+    e->load_queued = true;
+    pthread_mutex_unlock(&e->mu);
+    if (queued)
+        return;   /* a request's load is queued already: it serves */
+    int rc = lifecycle_load_now(s, e, NULL, &err);   /* a failure is logged and in the index */
+    lc_answer_waiters(e, rc, err.msg);
 }
 
 /* A task's own callback, with a reference like the waiters'. */
@@ -614,7 +635,7 @@ static void lc_poll_versions(struct serving *s, struct served_entry *first)
         struct served_entry *e = s->entries[atomic_load(&s->n) - 1];
         log_info("model %s: version %d added (version_policy)", e->name, vs[k]);
         if (atomic_load(&e->cur->state) == SERVED_LOADING)
-            lifecycle_load_now(s, e, NULL, &err);
+            lc_load_unasked(s, e);
     }
     for (int i = 0; i < n && nv > 0; i++) {
         struct served_entry *e = s->entries[i];
@@ -675,7 +696,7 @@ static void lc_poll(struct serving *s)
         log_info("model %s: added to the repository", de->d_name);
         for (int i = before; i < atomic_load(&s->n); i++)
             if (atomic_load(&s->entries[i]->cur->state) == SERVED_LOADING)
-                lifecycle_load_now(s, s->entries[i], NULL, &err);
+                lc_load_unasked(s, s->entries[i]);
     }
     closedir(d);
 }
@@ -801,13 +822,23 @@ void lifecycle_stop(struct serving *s)
 void serving_load_all(struct serving *s)
 {
     int n = atomic_load(&s->n);
+    /* Every eager model is taken as loading before the first load starts:
+     * a request for the tenth waits on the tenth's load (lc_load_unasked). */
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        pthread_mutex_lock(&e->mu);
+        if (atomic_load(&e->cur->state) == SERVED_LOADING)
+            e->load_queued = true;
+        pthread_mutex_unlock(&e->mu);
+    }
     for (int i = 0; i < n; i++) {
         struct served_entry *e = s->entries[i];
         /* No other thread swaps before the lifecycle thread starts. */
         if (atomic_load(&e->cur->state) != SERVED_LOADING)
             continue;
         struct error err = {0};
-        lifecycle_load_now(s, e, NULL, &err);   /* a failure is logged and in the index */
+        int rc = lifecycle_load_now(s, e, NULL, &err);   /* a failure is logged and in the index */
+        lc_answer_waiters(e, rc, err.msg);
     }
     struct error err = {0};
     if (lifecycle_start(s, &err) != 0)

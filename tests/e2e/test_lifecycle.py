@@ -13,11 +13,13 @@ Synthetic models sleep; the memory budget uses small CPU models. Every wait
 is bounded."""
 
 import json
+import shutil
+import tempfile
 import threading
 import time
 import unittest
 
-from harness import RepoServerCase, roundtrip
+from harness import RepoServerCase, Server, roundtrip
 from test_infer import infer_body, mlp, post, synthetic, write_model
 from test_metrics import parse, value
 
@@ -234,6 +236,36 @@ BUDGET = 10 * 1024 * 1024
 def square(name, side=SIDE):
     cfg = lazy(mlp(name, [{"type": "dense", "weight": "w"}], in_dim=side, out_dim=side))
     return cfg, {"w": ([side, side], [0.0] * (side * side))}
+
+
+class EagerStartTest(unittest.TestCase):
+    def test_requests_during_the_start_wait_on_its_load(self):
+        # The server listens while its eager models load. A request then
+        # found the model loading with no load queued, queued one, and the
+        # model was loaded twice (the second a reload, its first copy
+        # drained). It waits on the load under way now.
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            # Warmup runs several batches of 300 ms: a load of a second or more.
+            write_model(repo, "slowstart", synthetic("slowstart", base_us=300000,
+                                                     per_row_us=0))
+            with Server({"model_repository": repo}) as srv:
+                self.assertNotIn("ready in", srv.log())
+                got = []
+                ts = [threading.Thread(target=lambda: got.append(
+                    infer(srv.port, "slowstart", timeout=30))) for _ in range(3)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join(40)
+                self.assertEqual([r.status for r in got], [200] * 3, got)
+                srv.wait_log(r"ready in", timeout=30)
+                m = metrics(srv.port)
+                self.assertEqual(value(m, "batchgate_model_loads_total", model="slowstart",
+                                       result="ok"), 1, srv.log())
+                self.assertNotIn("reloaded", srv.log())
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
 
 
 class MemoryBudgetTest(RepoServerCase):
