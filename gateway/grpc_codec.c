@@ -354,6 +354,88 @@ static int grpc_shm_register_to(const ProtobufCMessage *msg, struct grpc_http_re
 
 /* ---- ModelInfer: the binary tensor extension's body ---- */
 
+/* The elements an input's shape holds; -1 when a dimension is negative or
+ * the product does not fit (the handler says what is wrong with it). */
+static int64_t grpc_shape_elems(const Inference__ModelInferRequest__InferInputTensor *in)
+{
+    int64_t n = 1;
+    for (size_t k = 0; k < in->n_shape; k++) {
+        if (in->shape[k] < 0 || (in->shape[k] && n > INT64_MAX / in->shape[k]))
+            return -1;
+        n *= in->shape[k];
+    }
+    return n;
+}
+
+static void grpc_shape_text(const Inference__ModelInferRequest__InferInputTensor *in, char *out,
+                            size_t cap)
+{
+    size_t k = 0, used = (size_t)snprintf(out, cap, "[");
+    for (; k < in->n_shape && used < cap; k++)
+        used += (size_t)snprintf(out + used, cap - used, "%s%lld", k ? ", " : "",
+                                 (long long)in->shape[k]);
+    if (used < cap)
+        snprintf(out + used, cap - used, "]");
+}
+
+/* The typed contents fields, and how many values each holds. */
+static const char *const grpc_contents_names[] = {
+    "fp32_contents", "fp64_contents", "int_contents", "int64_contents",
+    "uint_contents", "uint64_contents", "bool_contents", "bytes_contents",
+};
+#define GRPC_CONTENTS_FIELDS (sizeof grpc_contents_names / sizeof grpc_contents_names[0])
+
+static void grpc_contents_counts(const Inference__InferTensorContents *c,
+                                 size_t n[GRPC_CONTENTS_FIELDS])
+{
+    size_t v[GRPC_CONTENTS_FIELDS] = {c->n_fp32_contents,  c->n_fp64_contents,
+                                      c->n_int_contents,   c->n_int64_contents,
+                                      c->n_uint_contents,  c->n_uint64_contents,
+                                      c->n_bool_contents,  c->n_bytes_contents};
+    memcpy(n, v, sizeof v);
+}
+
+/* The typed contents field (index into grpc_contents_names) a datatype
+ * reads, and its bytes per element in the binary form (0: BYTES,
+ * length-prefixed); -1 for a datatype with none. */
+static int grpc_contents_field(const char *dt, int *field)
+{
+    static const struct {
+        const char *dt;
+        int field, size;
+    } map[] = {
+        {"FP32", 0, 4}, {"FP64", 1, 8}, {"INT32", 2, 4}, {"INT16", 2, 2}, {"INT8", 2, 1},
+        {"INT64", 3, 8}, {"UINT32", 4, 4}, {"UINT16", 4, 2}, {"UINT8", 4, 1},
+        {"UINT64", 5, 8}, {"BOOL", 6, 1}, {"BYTES", 7, 0},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(dt, map[i].dt) == 0) {
+            *field = map[i].field;
+            return map[i].size;
+        }
+    return -1;
+}
+
+/* raw_input_contents[k] against the input's shape and datatype: a size
+ * the shape does not take is named here, in gRPC's terms (the HTTP
+ * request it becomes would blame binary_data_size, which the client never
+ * sent). */
+static int grpc_raw_check(const Inference__ModelInferRequest__InferInputTensor *in, size_t k,
+                          size_t len, char *err, size_t cap)
+{
+    int field;
+    int size = grpc_contents_field(in->datatype ? in->datatype : "", &field);
+    int64_t elems = grpc_shape_elems(in);
+    if (size <= 0 || elems < 0 || elems > INT64_MAX / size || (uint64_t)elems * size == len)
+        return GRPC_OK;
+    char shape[96];
+    grpc_shape_text(in, shape, sizeof shape);
+    return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                     "raw_input_contents[%zu] (input \"%s\"): %zu bytes, but shape %s of %s "
+                     "needs %lld", k, in->name ? in->name : "", len, shape, in->datatype,
+                     (long long)(elems * size));
+}
+
 /* An input's typed contents as the raw bytes the binary extension carries
  * (little-endian, as raw_input_contents are). */
 static int grpc_contents_raw(const Inference__ModelInferRequest__InferInputTensor *in,
@@ -364,6 +446,28 @@ static int grpc_contents_raw(const Inference__ModelInferRequest__InferInputTenso
     if (!c)
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
                          "input \"%s\": no contents and no raw_input_contents", in->name);
+    /* Named in gRPC's terms here: once converted, the bytes' size would be
+     * blamed on binary_data_size, which the client never sent. */
+    int field;
+    size_t n[GRPC_CONTENTS_FIELDS];
+    grpc_contents_counts(c, n);
+    int64_t elems = grpc_shape_elems(in);
+    if (grpc_contents_field(dt, &field) >= 0) {
+        for (size_t f = 0; f < GRPC_CONTENTS_FIELDS; f++)
+            if (n[f] && (int)f != field)
+                return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                                 "input \"%s\": contents.%s given, but datatype %s reads "
+                                 "contents.%s", in->name, grpc_contents_names[f], dt,
+                                 grpc_contents_names[field]);
+        if (elems >= 0 && (uint64_t)elems != n[field]) {
+            char shape[96];
+            grpc_shape_text(in, shape, sizeof shape);
+            return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                             "input \"%s\": contents.%s has %zu values, but shape %s needs "
+                             "%lld", in->name, grpc_contents_names[field], n[field], shape,
+                             (long long)elems);
+        }
+    }
     int rc = 0;
 #define GRPC_PUT(arr, n, type)                                                                    \
     for (size_t i = 0; i < (n) && rc == 0; i++) {                                                 \
@@ -478,6 +582,8 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
             if (in->contents)
                 rc = grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
                                "input \"%s\": both contents and raw_input_contents", in->name);
+            else if ((rc = grpc_raw_check(in, raw - 1, rb->len, err, cap)) != GRPC_OK)
+                ;
             else if (rb->len && buf_append(&bin, rb->data, rb->len) < 0)
                 rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         } else {

@@ -768,13 +768,14 @@ static void test_infer_outputs_and_parameters(void **state)
     grpc_http_request_free(&r);
 }
 
-/* One input of typed contents, in a request of its own. */
-static void typed_input(const char *datatype, Inference__InferTensorContents *c,
+/* One input of typed contents, n values (its shape [n]), in a request of
+ * its own. */
+static void typed_input(const char *datatype, int64_t n, Inference__InferTensorContents *c,
                         const uint8_t *want, size_t want_len)
 {
     Inference__ModelInferRequest__InferInputTensor in =
         INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT, *inp = &in;
-    int64_t s[] = {1};
+    int64_t s[] = {n};
     in.name = "t";
     in.datatype = (char *)datatype;
     in.n_shape = 1;
@@ -814,18 +815,18 @@ static void test_infer_typed_contents(void **state)
     c.n_fp32_contents = 2;
     c.fp32_contents = f;
     static const uint8_t wf[] = {0, 0, 0xc0, 0x3f, 0, 0, 0, 0xc0};
-    typed_input("FP32", &c, wf, sizeof wf);
+    typed_input("FP32", 2, &c, wf, sizeof wf);
 
     int32_t i32[] = {-1, 7};
     c = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
     c.n_int_contents = 2;
     c.int_contents = i32;
     static const uint8_t wi[] = {0xff, 0xff, 0xff, 0xff, 7, 0, 0, 0};
-    typed_input("INT32", &c, wi, sizeof wi);
+    typed_input("INT32", 2, &c, wi, sizeof wi);
     static const uint8_t wi16[] = {0xff, 0xff, 7, 0};
-    typed_input("INT16", &c, wi16, sizeof wi16);
+    typed_input("INT16", 2, &c, wi16, sizeof wi16);
     static const uint8_t wi8[] = {0xff, 7};
-    typed_input("INT8", &c, wi8, sizeof wi8);
+    typed_input("INT8", 2, &c, wi8, sizeof wi8);
 
     int64_t i64[] = {-5, 1LL << 40};
     c = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
@@ -833,49 +834,116 @@ static void test_infer_typed_contents(void **state)
     c.int64_contents = i64;
     static const uint8_t wl[] = {0xfb, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                                  0, 0, 0, 0, 0, 1, 0, 0};
-    typed_input("INT64", &c, wl, sizeof wl);
+    typed_input("INT64", 2, &c, wl, sizeof wl);
 
     protobuf_c_boolean bo[] = {1, 0, 1};
     c = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
     c.n_bool_contents = 3;
     c.bool_contents = bo;
     static const uint8_t wb[] = {1, 0, 1};
-    typed_input("BOOL", &c, wb, sizeof wb);
+    typed_input("BOOL", 3, &c, wb, sizeof wb);
 
     ProtobufCBinaryData by[] = {{2, (uint8_t *)"hi"}, {0, NULL}, {3, (uint8_t *)"a\0b"}};
     c = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
     c.n_bytes_contents = 3;
     c.bytes_contents = by;
     static const uint8_t wy[] = {2, 0, 0, 0, 'h', 'i', 0, 0, 0, 0, 3, 0, 0, 0, 'a', 0, 'b'};
-    typed_input("BYTES", &c, wy, sizeof wy);
+    typed_input("BYTES", 3, &c, wy, sizeof wy);
 
     uint32_t u32[] = {513, 0xffffffffu};
     c = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
     c.n_uint_contents = 2;
     c.uint_contents = u32;
     static const uint8_t wu[] = {1, 2, 0, 0, 0xff, 0xff, 0xff, 0xff};
-    typed_input("UINT32", &c, wu, sizeof wu);
+    typed_input("UINT32", 2, &c, wu, sizeof wu);
     static const uint8_t wu16[] = {1, 2, 0xff, 0xff};
-    typed_input("UINT16", &c, wu16, sizeof wu16);
+    typed_input("UINT16", 2, &c, wu16, sizeof wu16);
     static const uint8_t wu8[] = {1, 0xff};
-    typed_input("UINT8", &c, wu8, sizeof wu8);
+    typed_input("UINT8", 2, &c, wu8, sizeof wu8);
 
     uint64_t u64[] = {2};
     c = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
     c.n_uint64_contents = 1;
     c.uint64_contents = u64;
     static const uint8_t wu64[] = {2, 0, 0, 0, 0, 0, 0, 0};
-    typed_input("UINT64", &c, wu64, sizeof wu64);
+    typed_input("UINT64", 1, &c, wu64, sizeof wu64);
 
     double d[] = {1.0};
     c = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
     c.n_fp64_contents = 1;
     c.fp64_contents = d;
     static const uint8_t wd[] = {0, 0, 0, 0, 0, 0, 0xf0, 0x3f};
-    typed_input("FP64", &c, wd, sizeof wd);
+    typed_input("FP64", 1, &c, wd, sizeof wd);
 
-    /* Contents of another type than the datatype's: none of its own. */
-    typed_input("FP32", &c, NULL, 0);
+}
+
+/* Typed contents that do not fit the input, said in gRPC's terms (the
+ * HTTP request they would become could only blame binary_data_size): a
+ * count the shape does not take, another type's field, raw bytes of
+ * another size than the shape's. */
+static void test_infer_contents_against_the_shape(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *dt;
+        int64_t dim;
+        int nfloat, nint;
+        const char *want;
+    } cases[] = {
+        {"FP32", 64, 63, 0, "input \"t\": contents.fp32_contents has 63 values, but shape [1, 64] "
+                            "needs 64"},
+        {"FP32", 2, 0, 2, "input \"t\": contents.int_contents given, but datatype FP32 reads "
+                          "contents.fp32_contents"},
+        {"INT32", 2, 2, 2, "contents.fp32_contents given, but datatype INT32"},
+    };
+    float f[64] = {0};
+    int32_t i32[64] = {0};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        Inference__InferTensorContents c = INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+        c.n_fp32_contents = (size_t)cases[k].nfloat;
+        c.fp32_contents = f;
+        c.n_int_contents = (size_t)cases[k].nint;
+        c.int_contents = i32;
+        Inference__ModelInferRequest__InferInputTensor in =
+            INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT, *inp = &in;
+        int64_t shape[] = {1, cases[k].dim};
+        in.name = "t";
+        in.datatype = (char *)cases[k].dt;
+        in.n_shape = 2;
+        in.shape = shape;
+        in.contents = &c;
+        Inference__ModelInferRequest m = INFERENCE__MODEL_INFER_REQUEST__INIT;
+        m.model_name = "m";
+        m.n_inputs = 1;
+        m.inputs = &inp;
+        struct grpc_http_request r;
+        char err[256];
+        assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err),
+                         GRPC_INVALID_ARGUMENT);
+        if (!strstr(err, cases[k].want))
+            fail_msg("case %zu: \"%s\", want \"%s\"", k, err, cases[k].want);
+    }
+    /* raw_input_contents: 252 bytes for [1, 64] FP32. */
+    uint8_t bytes[252] = {0};
+    ProtobufCBinaryData raw = {sizeof bytes, bytes};
+    Inference__ModelInferRequest__InferInputTensor in =
+        INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT, *inp = &in;
+    int64_t shape[] = {1, 64};
+    in.name = "x";
+    in.datatype = "FP32";
+    in.n_shape = 2;
+    in.shape = shape;
+    Inference__ModelInferRequest m = INFERENCE__MODEL_INFER_REQUEST__INIT;
+    m.model_name = "m";
+    m.n_inputs = 1;
+    m.inputs = &inp;
+    m.n_raw_input_contents = 1;
+    m.raw_input_contents = &raw;
+    struct grpc_http_request r;
+    char err[256];
+    assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "raw_input_contents[0] (input \"x\"): 252 bytes, but shape "
+                                "[1, 64] of FP32 needs 256"));
 }
 
 /* Two typed inputs: their bytes one after the other, each its size. */
@@ -894,12 +962,17 @@ static void test_infer_typed_two_inputs(void **state)
         INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT,
         INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT};
     Inference__ModelInferRequest__InferInputTensor *inp[2] = {&in[0], &in[1]};
+    int64_t s0[] = {1}, s1[] = {2};
     in[0].name = "a";
     in[0].datatype = "FP32";
     in[0].contents = &c0;
+    in[0].n_shape = 1;
+    in[0].shape = s0;
     in[1].name = "b";
     in[1].datatype = "INT64";
     in[1].contents = &c1;
+    in[1].n_shape = 1;
+    in[1].shape = s1;
     Inference__ModelInferRequest m = INFERENCE__MODEL_INFER_REQUEST__INIT;
     m.model_name = "m";
     m.n_inputs = 2;
@@ -2147,6 +2220,7 @@ int main(void)
         cmocka_unit_test(test_infer_outputs_and_parameters),
         cmocka_unit_test(test_infer_typed_contents),
         cmocka_unit_test(test_infer_typed_two_inputs),
+        cmocka_unit_test(test_infer_contents_against_the_shape),
         cmocka_unit_test(test_infer_errors),
         cmocka_unit_test(test_to_http_shared_memory),
         cmocka_unit_test(test_infer_shared_memory),
