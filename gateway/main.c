@@ -366,8 +366,13 @@ int main(int argc, char **argv)
     char msg[512];
     struct log *log = log_open(cfg.log_file[0] ? cfg.log_file : NULL, cfg.log_level, msg,
                                (int)sizeof msg);
+    /* Errors about a setting after the file was read name the file too
+     * (SPEC.md: the file, the field, what is wrong); "" without one. */
+    char from[4200];
+    snprintf(from, sizeof from, "%s%s", cli.config_path ? cli.config_path : "",
+             cli.config_path ? ": " : "");
     if (!log) {
-        fprintf(stderr, "batchgate: log_file: %s\n", msg);
+        fprintf(stderr, "batchgate: %slog_file: %s\n", from, msg);
         return EXIT_USAGE;
     }
     log_set_default(log);
@@ -391,7 +396,7 @@ int main(int argc, char **argv)
      * (packed weights, jobs, the ledger) is touched. */
     int state_claim = -1;
     if (state_dir_claim(cfg.state_dir, &state_claim, &err)) {
-        log_error("%s", err.msg);
+        log_error("%s%s", err.code == BG_EIO ? "" : from, err.msg);
         config_release(&cfg);
         log_close(log);
         return err.code == BG_EIO ? 1 : EXIT_USAGE;   /* held: like a port in use */
@@ -430,7 +435,7 @@ int main(int argc, char **argv)
             break;   /* the rest decode with plain malloc */
     if (serving_open(cfg.model_repository, cfg.model_repository_set, cfg.http.io_threads, &serving,
                      &err)) {
-        log_error("%s", err.msg);
+        log_error("%s%s", cli.models ? "--models: " : from, err.msg);
         exit_code = EXIT_USAGE;
         goto out;
     }
@@ -481,7 +486,7 @@ int main(int argc, char **argv)
                              cfg.jobs.max_file_bytes, cfg.jobs.file_expiry_s,
                              cfg.jobs.runner_priority};
     if (jobs_open(&jc, serving, &api.jobs, &err)) {
-        log_error("%s", err.msg);
+        log_error("%s%s", err.code == BG_ECONFIG ? from : "", err.msg);
         exit_code = EXIT_USAGE;
         goto out;
     }

@@ -189,8 +189,12 @@ int governance_parse(const json_t *section, const struct tenants_config *tc, con
         goto fail;
     }
     snprintf(g->timezone, sizeof g->timezone, "%s", tzv ? json_string_value(tzv) : "");
-    if ((rc = tz_load(g->timezone, &g->tz, err)))
+    if ((rc = tz_load(g->timezone, &g->tz, err))) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        rc = error_set(err, err->code, "%s.timezone: %s", where, why);
         goto fail;
+    }
     json_t *wins = json_object_get(section, "windows");
     if (wins && (!json_is_array(wins) || json_array_size(wins) > GOV_WINDOWS_MAX)) {
         rc = error_set(err, BG_ECONFIG, "%s.windows: a list of at most %d windows", where,

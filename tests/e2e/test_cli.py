@@ -176,6 +176,31 @@ class CliTest(unittest.TestCase):
             _, err = self.assert_exit(["--config", path], 2, stderr_has=(path, want))
             self.assertNotIn("plain-secret-key", err)
 
+    def test_settings_checked_after_reading_name_the_file(self):
+        # Settings the schema takes but the start refuses (a folder that
+        # cannot be made, a zone that does not exist) named the field but
+        # not the file.
+        state = os.path.join(self.tmp.name, "state")
+        repo = os.path.join(self.tmp.name, "models")
+        os.makedirs(repo)
+        base = {"listen": "127.0.0.1:0", "grpc_listen": "off", "state_dir": state,
+                "model_repository": repo}
+        cases = [
+            ({"log_file": "/nonexistent/x.log"}, "log_file"),
+            ({"state_dir": "/proc/nope"}, "state_dir /proc/nope: cannot create it"),
+            ({"model_repository": "/nonexistent/dir"}, "model_repository: cannot open"),
+            ({"jobs": {"dir": "/proc/x"}}, "jobs.dir /proc/x: cannot create it"),
+            ({"governance": {"timezone": "Mars/Olympus"}}, "governance.timezone: time zone "
+                                                           "Mars/Olympus"),
+        ]
+        for extra, want in cases:
+            path = self.config_file(json.dumps(dict(base, **extra)))
+            self.assert_exit(["--config", path], 2, stderr_has=("%s: %s" % (path, want),))
+        # From a flag, the flag is named.
+        path = self.config_file(json.dumps(base))
+        self.assert_exit(["--config", path, "--models", "/nonexistent/dir"], 2,
+                         stderr_has=("--models: model_repository: cannot open",))
+
     def test_bad_log_level(self):
         self.assert_exit(["--log-level", "loud"], 2, stderr_has=("loud",))
 
