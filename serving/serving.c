@@ -568,10 +568,8 @@ int served_copy_load(struct serving *s, struct served_model *sm)
     struct model *m = &sm->model;
     struct error err = {0};
     m->cache_dir = s->cache_dir[0] ? s->cache_dir : NULL;
-    if (model_load(m, &err) != 0) {
-        log_error("model %s: not loaded: %s", m->cfg.name, m->reason);
-        return -1;
-    }
+    if (model_load(m, &err) != 0)
+        return -1;   /* m->reason says why; the caller logs it (lifecycle_load_now) */
     if (served_stats_fit(sm->entry, m) != 0) {
         snprintf(m->reason, sizeof m->reason, "out of memory for statistics");
         model_unload(m);
