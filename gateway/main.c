@@ -274,6 +274,26 @@ static int main_energy(void *arg, const char *device, double *joules)
     return nvml_device_energy(arg, index, joules);
 }
 
+/* Whether two tenants' settings are the same, field by field (what the
+ * server took at start against what the file says now). */
+static bool main_tenant_same(const struct tenant_config *a, const struct tenant_config *b)
+{
+    if (strcmp(a->name, b->name) || a->nkeys != b->nkeys || a->nmodels != b->nmodels ||
+        a->share != b->share || a->limit != b->limit || a->lend != b->lend ||
+        a->max_inflight != b->max_inflight || a->rate_rows_per_s != b->rate_rows_per_s ||
+        a->tokens_per_minute != b->tokens_per_minute || a->tokens_per_day != b->tokens_per_day ||
+        a->batch_tokens_per_day != b->batch_tokens_per_day ||
+        a->llm_priority != b->llm_priority || a->admin != b->admin)
+        return false;
+    for (int k = 0; k < a->nkeys; k++)
+        if (memcmp(a->keys[k], b->keys[k], sizeof a->keys[k]))
+            return false;
+    for (int k = 0; k < a->nmodels; k++)
+        if (strcmp(a->models[k], b->models[k]))
+            return false;
+    return true;
+}
+
 /* SIGHUP: the configuration file's governance section replaces the one in
  * force (checked as at start; a bad one is logged and changes nothing).
  * Tenants and keys are read at start only. */
@@ -307,6 +327,16 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
         governor_replace(gov, fresh->governance);   /* NULL: no windows any more */
         fresh->governance = NULL;
         log_info("SIGHUP: governance reread from %s", cli->config_path);
+        /* The same tenants with other settings: said, since nothing else
+         * would tell the operator the change waits for a restart. */
+        for (int t = 0; t < cfg->tenants.n; t++)
+            if (!main_tenant_same(&cfg->tenants.t[t], &fresh->tenants.t[t]))
+                log_warn("SIGHUP: tenant %s's settings in %s differ from those in force; "
+                         "tenants are read at start: restart to apply them",
+                         cfg->tenants.t[t].name, cli->config_path);
+        if (fresh->tenants.auth_required != cfg->tenants.auth_required)
+            log_warn("SIGHUP: auth.required in %s differs from the one in force; it is read at "
+                     "start: restart to apply it", cli->config_path);
     }
     config_release(fresh);
     free(fresh);

@@ -194,6 +194,18 @@ class GovernanceTest(RepoServerCase):
         self.srv.send_signal(signal.SIGHUP)
         self.srv.wait_log(r"names other tenants than those in force", timeout=5)
         self.assertEqual(self.governance()["active"], "from-file")
+        # The same tenants with another setting: the governance is taken,
+        # and the log says the tenant's change waits for a restart.
+        with open(self.srv.config_path) as f:
+            cfg = json.load(f)
+        cfg["governance"] = {"windows": []}
+        cfg["tenants"] = json.loads(json.dumps(self.config["tenants"]))   # all three again
+        cfg["tenants"][0]["max_inflight"] = 7
+        with open(self.srv.config_path, "w") as f:
+            json.dump(cfg, f)
+        self.srv.send_signal(signal.SIGHUP)
+        self.srv.wait_log(r"SIGHUP: tenant %s's settings in .* differ from those in force; "
+                          r"tenants are read at start" % cfg["tenants"][0]["name"], timeout=5)
 
 
 class GovernanceConfigTest(unittest.TestCase):
