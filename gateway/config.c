@@ -141,9 +141,11 @@ static const struct schema_field config_limits_fields[] = {
 
 static const struct schema_field config_compression_fields[] = {
     {SCHEMA_F_BOOL("responses", struct http_compression, responses),
-     .def = 1,
+     .def = 0,
      .doc = "whole HTTP answers leave gzip- or deflate-compressed when the client's "
-            "`Accept-Encoding` takes it and they shrink; false: always as they are"},
+            "`Accept-Encoding` takes it and they shrink. Off by default: Python's and Go's "
+            "HTTP clients ask for gzip whether it helps or not, and on a gateway bound by "
+            "its own CPU it costs a quarter of the throughput (docs/CONFIG.md)"},
     {SCHEMA_F_BOOL("grpc", struct http_compression, grpc),
      .def = 0,
      .doc = "gRPC answer messages too, in a coding `grpc-accept-encoding` lists (gRPC "

@@ -186,8 +186,8 @@ int http_body_decode(const char *enc, size_t enc_len, const void *in, size_t len
                      struct buf *out, char *msg, size_t cap);
 
 /* ---- compressed answers (encode.c) ----
- * A whole answer (http_respond) of at least min_bytes, to a client whose
- * Accept-Encoding takes gzip or deflate, leaves compressed with
+ * With `responses` on, a whole answer (http_respond) of at least min_bytes,
+ * to a client whose Accept-Encoding takes gzip or deflate, leaves compressed with
  * Content-Encoding and Vary: Accept-Encoding, as Triton's HTTP front end
  * does for tritonclient's response_compression_algorithm and as Prometheus
  * asks for /metrics. Not: streamed answers (the proxy passes the upstream's
@@ -198,7 +198,7 @@ int http_body_decode(const char *enc, size_t enc_len, const void *in, size_t len
  * (gateway/grpc.c). The deflate runs on the IO thread, one zlib state per
  * thread reused. */
 struct http_compression {
-    bool responses;    /* HTTP answers; off: every answer leaves as it is */
+    bool responses;    /* HTTP answers (off by default); off: every answer as it is */
     bool grpc;         /* gRPC messages (grpc-accept-encoding only says what a
                         * client can read: off unless configured, as Triton) */
     int min_bytes;     /* smaller answers leave as they are */

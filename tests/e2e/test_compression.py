@@ -1,6 +1,7 @@
 """Compressed answers (docs/CONFIG.md "Compressed answers", http/encode.c):
 
-- HTTP/1.1: an answer of compression.min_bytes or more leaves gzip- or
+- HTTP/1.1, with compression.responses on: an answer of
+  compression.min_bytes or more leaves gzip- or
   deflate-compressed when Accept-Encoding takes it (q-values, "*"), with
   Vary: Accept-Encoding, and inflates to the very bytes of the plain answer;
   identity when Accept-Encoding refuses both or names neither; small answers
@@ -9,9 +10,10 @@
   ModelStreamInfer message are compressed (the message's flag 1) when
   grpc-accept-encoding lists gzip or deflate, and decode to the same
   protobuf as the plain one; with it off (the default) they are not.
-- compression.responses false and a min_bytes above the answer turn it off.
-tritonclient and grpcio read these answers in test_tritonclient.py and
-test_grpc.py (they ask for gzip by default)."""
+- off by default (both); a min_bytes above the answer turns it off.
+tritonclient reads such answers in test_tritonclient.py (its
+response_compression_algorithm), grpcio in test_grpc.py's surface test
+(compression.grpc on there)."""
 
 import gzip
 import json
@@ -33,7 +35,7 @@ def infer_json(rows=ROWS):
 
 
 class CompressionCase(RepoServerCase):
-    config = {}
+    config = {"compression": {"responses": True}}
 
     @classmethod
     def populate(cls, repo):
@@ -98,7 +100,7 @@ class HttpCompressionTest(CompressionCase):
 
 
 class GrpcCompressionTest(CompressionCase):
-    config = {"compression": {"grpc": True}}
+    config = {"compression": {"responses": True, "grpc": True}}
 
     def call(self, method, accept):
         c = H2(self.srv.grpc_port)
@@ -173,10 +175,10 @@ class GrpcCompressedRequestsTest(CompressionCase):
 
 
 class CompressionOffTest(CompressionCase):
-    config = {"compression": {"responses": False}}
+    config = {}
 
     def test_off(self):
-        # compression.grpc is off by default too, whatever the client lists.
+        # Both are off by default, whatever the client asks or lists.
         r = self.infer("gzip")
         self.assertEqual(r.status, 200, r)
         self.assertIsNone(r.headers.get("Content-Encoding"), r)
@@ -187,7 +189,7 @@ class CompressionOffTest(CompressionCase):
 
 
 class CompressionThresholdTest(CompressionCase):
-    config = {"compression": {"min_bytes": 1 << 20, "level": 9, "grpc": True}}
+    config = {"compression": {"responses": True, "min_bytes": 1 << 20, "level": 9, "grpc": True}}
 
     def test_below_min_bytes(self):
         r = self.infer("gzip")

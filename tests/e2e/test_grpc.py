@@ -51,7 +51,8 @@ class GrpcCase(RepoServerCase):
 
 
 class GrpcSurfaceTest(GrpcCase):
-    config = {"log_level": "info"}
+    # Answers of 1 KiB or more compressed: grpcio and tritonclient read them.
+    config = {"log_level": "info", "compression": {"grpc": True}}
 
     @classmethod
     def populate(cls, repo):

@@ -24,6 +24,9 @@ def lazy(cfg):
 
 
 class TritonClientTest(RepoServerCase):
+    # Answers compressed when tritonclient asks (response_compression_algorithm).
+    config = {"compression": {"responses": True}}
+
     @classmethod
     def populate(cls, repo):
         write_model(repo, "tc_eager", synthetic("tc_eager", base_us=1000, per_row_us=0))
