@@ -887,8 +887,16 @@ bool serving_all_ready(struct serving *s, char *who, size_t cap)
     for (int i = 0; i < n; i++) {
         struct served_entry *e = s->entries[i];
         pthread_mutex_lock(&e->mu);
-        bool wanted = !e->cur->model.cfg.lifecycle.lazy && !e->unload_asked && !e->retired;
-        bool ok = !wanted || atomic_load(&e->cur->state) == SERVED_READY;
+        /* Eager, not unloaded on request, still in the repository. One
+         * that loaded once and was then unloaded by policy (idle_unload_s,
+         * eviction for room) loads again on demand, like a lazy one: its
+         * absence is no fault, and a readiness probe failing on it would
+         * keep the traffic that would reload it away for good. */
+        bool wanted = !e->cur->model.cfg.lifecycle.lazy && !e->unload_asked && !e->retired &&
+                      !e->removed;
+        int state = atomic_load(&e->cur->state);
+        bool ok = !wanted || state == SERVED_READY ||
+                  (state != SERVED_FAILED && atomic_load(&e->loads[0]) > 0);
         if (!ok && who)
             snprintf(who, cap, "%s", e->cur->model.cfg.name);
         pthread_mutex_unlock(&e->mu);

@@ -137,9 +137,10 @@ int served_index(const struct served_model *sm);
 /* A request was given to the copy now (idle unload and eviction count from
  * the last one). */
 void served_touch(struct served_model *sm);
-/* Every model that should be loaded is: eager ones not unloaded on request.
- * When not, the first that is not is named in who (cap bytes; NULL: none
- * wanted). */
+/* Every model that should be loaded is: eager ones not unloaded on request,
+ * not removed, not failed, loaded at least once (one unloaded by policy
+ * since, idle or evicted, loads on demand). When not, the first that is
+ * not is named in who (cap bytes; NULL: none wanted). */
 bool serving_all_ready(struct serving *s, char *who, size_t cap);
 /* One device row, as /metrics, /v2/models/{m}/stats and the dashboard
  * show it: a model instance, or a server behind an upstream model. Busy

@@ -268,6 +268,28 @@ class EagerStartTest(unittest.TestCase):
             shutil.rmtree(repo, ignore_errors=True)
 
 
+    def test_an_eager_model_unloaded_when_idle_leaves_the_server_ready(self):
+        # Readiness counted it as a model that should be loaded: after its
+        # idle unload /v2/health/ready was 503 for good, and a probe on it
+        # would keep away the traffic that would load it again.
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            cfg = synthetic("napper", base_us=1000, per_row_us=0)
+            cfg["lifecycle"] = {"load": "eager", "idle_unload_s": 1}
+            write_model(repo, "napper", cfg)
+            with Server({"model_repository": repo}) as srv:
+                srv.wait_log(r"ready in", timeout=30)
+                self.assertEqual(roundtrip(srv.port, "GET", "/v2/health/ready").status, 200)
+                row = wait_state(srv.port, "napper", "UNAVAILABLE", timeout=10)
+                self.assertIn("idle_unload_s", row["reason"])
+                r = roundtrip(srv.port, "GET", "/v2/health/ready")
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(infer(srv.port, "napper").status, 200)   # loads again
+                self.assertEqual(roundtrip(srv.port, "GET", "/v2/health/ready").status, 200)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
 class MemoryBudgetTest(RepoServerCase):
     config = {"devices": {"cpu0": {"memory_budget_bytes": BUDGET}}}
 
