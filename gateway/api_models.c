@@ -417,12 +417,32 @@ static void models_config_route(struct http_request *req, const struct route_mat
 
 static void models_stats(struct http_request *req, const struct route_match *m, void *ctx)
 {
+    struct api_state *st = ctx;
     struct served_model *sm = models_lookup(req, m, ctx, NEED_ANY, false);
     if (!sm)
         return;
     struct buf b = BUF_INIT;
     buf_append(&b, "{\"model_stats\":[", 16);
-    modelstats_json_append(&b, sm);
+    int vs[MODEL_MAX_VERSIONS];
+    const char *name = sm->model.cfg.name;
+    int nv = route_match_param(m, "version") || !served_pinned_version(sm)
+                 ? 0 : serving_versions(st->serving, name, strlen(name), vs, MODEL_MAX_VERSIONS);
+    if (nv <= 0) {
+        modelstats_json_append(&b, sm);
+    } else {
+        /* Without a version, every version served, as Triton answers it
+         * (the name alone reaches the highest for inference only). */
+        for (int i = 0, k = 0; i < nv; i++) {
+            struct served_model *v = serving_acquire_version(st->serving, name, strlen(name),
+                                                             vs[i]);
+            if (!v)
+                continue;
+            if (k++)
+                buf_append(&b, ",", 1);
+            modelstats_json_append(&b, v);
+            served_release(v);
+        }
+    }
     buf_append(&b, "]}", 2);
     models_respond_buf(req, 200, &b);
     served_release(sm);
@@ -511,7 +531,7 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
         if (call->r.output_shm.set)
             memcpy(call->r.output_shm_bytes, call->output,
                    (size_t)call->r.rows * (size_t)c->output.row_elems * sizeof(float));
-        rc = tensor_encode_kserve(&call->sm->model, &call->r, call->output, &b, &json_len);
+        rc = tensor_encode_kserve(&call->sm->model, call->sm->version, &call->r, call->output, &b, &json_len);
     }
     if (rc < 0) {
         buf_free(&b);

@@ -160,7 +160,7 @@ static void jobs_result_ok(struct jobs *j, struct jobs_slot *sl)
     if (c->kind == MODEL_KIND_ENCODER && c->encoder.normalize)   /* as KServe answers */
         encoder_output_normalize(sl->output, sl->r.rows, (int)c->output.row_elems);
     const char *outs = NULL;
-    if (tensor_encode_kserve(&j->cur.sm->model, &sl->r, sl->output, &enc, &json_len) == 0 &&
+    if (tensor_encode_kserve(&j->cur.sm->model, j->cur.sm->version, &sl->r, sl->output, &enc, &json_len) == 0 &&
         enc.data)
         outs = memmem(enc.data, enc.len, ",\"outputs\":", 11);
     if (!outs) {

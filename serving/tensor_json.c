@@ -713,14 +713,14 @@ static int tensor_append_classes(const struct model *model, const struct infer_r
     return rc;
 }
 
-int tensor_encode_kserve(const struct model *model, const struct infer_request *r,
+int tensor_encode_kserve(const struct model *model, int version, const struct infer_request *r,
                          const float *output, struct buf *out, int64_t *json_len)
 {
     const struct model_config *m = &model->cfg;
     size_t count = (size_t)r->rows * (size_t)m->output.row_elems;
     buf_append(out, "{\"model_name\":", 14);
     json_append_string(out, m->name, strlen(m->name));
-    buf_append(out, ",\"model_version\":\"1\"", 20);
+    buf_appendf(out, ",\"model_version\":\"%d\"", version > 0 ? version : 1);
     if (r->has_id) {
         buf_append(out, ",\"id\":", 6);
         json_append_string(out, r->id, strlen(r->id));

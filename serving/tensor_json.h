@@ -101,7 +101,7 @@ int tensor_decode_kserve_head(const struct model *m, struct json_t *head, const 
  * std::to_string), "nan", "inf" or "-inf". Per row, larger values first;
  * NaN after every number; equal values by index, lowest first. In binary
  * form each element is a 4-byte little-endian length and its bytes. */
-int tensor_encode_kserve(const struct model *m, const struct infer_request *r,
+int tensor_encode_kserve(const struct model *m, int version, const struct infer_request *r,
                          const float *output, struct buf *out, int64_t *json_len);
 
 /* TF-Serving's REST predict: {"instances": [row, ...]} (each row nested per

@@ -513,6 +513,18 @@ class SeveralVersionsTest(RepoServerCase):
         self.assertEqual(self.output("mv", 2), (200, [2, 4]))
         self.assertEqual(self.output("mv", 1)[0], 404)
         self.assertEqual(roundtrip(port, "GET", "/v2/models/mv").json()["versions"], ["3", "2"])
+        # The answer names the version that computed it (it said "1" always).
+        for path, want in (("/v2/models/mv/infer", "3"), ("/v2/models/mv/versions/3/infer", "3"),
+                           ("/v2/models/mv/versions/2/infer", "2"),
+                           ("/v2/models/ms/versions/1/infer", "1")):
+            r = post(port, path, LIN_BODY)
+            self.assertEqual(r.json()["model_version"], want, path)
+        # Statistics without a version: every version served, as Triton's.
+        st = roundtrip(port, "GET", "/v2/models/mv/stats").json()["model_stats"]
+        self.assertEqual(sorted((x["name"], x["version"]) for x in st),
+                         [("mv", "2"), ("mv", "3")])
+        st = roundtrip(port, "GET", "/v2/models/mv/versions/2/stats").json()["model_stats"]
+        self.assertEqual([(x["name"], x["version"]) for x in st], [("mv", "2")])
         rows = index_rows(port, "ms")
         self.assertEqual(rows[1]["state"], "READY")
         self.assertEqual(rows[3]["state"], "READY")

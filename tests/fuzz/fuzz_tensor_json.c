@@ -128,7 +128,7 @@ static void check_decoded(const struct model *mm, const struct infer_request *r,
         output[1] = NAN;
     struct buf out = BUF_INIT;
     int64_t json_len = -1;
-    if (tensor_encode_kserve(mm, r, output, &out, &json_len) < 0)
+    if (tensor_encode_kserve(mm, 1, r, output, &out, &json_len) < 0)
         abort();
     if (r->binary_output && r->class_count) {
         if (json_len < 0 || (size_t)json_len > out.len)

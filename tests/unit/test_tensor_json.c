@@ -184,7 +184,7 @@ static void test_binary_in_and_out(void **state)
     float out[2] = {0.25f, -1.0f};
     struct buf b = BUF_INIT;
     int64_t jl = 0;
-    assert_int_equal(tensor_encode_kserve(as_model(&m), &r, out, &b, &jl), 0);
+    assert_int_equal(tensor_encode_kserve(as_model(&m), 1, &r, out, &b, &jl), 0);
     assert_true(jl > 0);
     assert_int_equal(b.len, (size_t)jl + sizeof out);
     assert_memory_equal(b.data + jl, out, sizeof out);
@@ -208,7 +208,7 @@ static void test_json_answer_roundtrips_floats(void **state)
     float out[4] = {0.1f, 1.0f / 3.0f, -123456.789f, 1e-30f};
     struct buf b = BUF_INIT;
     int64_t jl = 0;
-    assert_int_equal(tensor_encode_kserve(as_model(&m), &r, out, &b, &jl), 0);
+    assert_int_equal(tensor_encode_kserve(as_model(&m), 1, &r, out, &b, &jl), 0);
     assert_int_equal(jl, -1);
     json_error_t je;
     json_t *j = json_loadb(b.data, b.len, 0, &je);
@@ -418,7 +418,7 @@ static void test_shared_memory(void **state)
     float out[4] = {1, 2, 3, 4};
     struct buf b = BUF_INIT;
     int64_t jl = 0;
-    assert_int_equal(tensor_encode_kserve(as_model(&m), &r, out, &b, &jl), 0);
+    assert_int_equal(tensor_encode_kserve(as_model(&m), 1, &r, out, &b, &jl), 0);
     assert_int_equal(jl, -1);
     buf_append(&b, "", 1);
     /* As Triton: name, datatype, shape; no data, no parameters. */
@@ -560,7 +560,7 @@ static json_t *class_answer(const struct model *mm, int64_t k, bool binary, json
     struct infer_request r = {.rows = 2, .class_count = k, .binary_output = binary};
     struct buf b = BUF_INIT;
     int64_t jl = 0;
-    assert_int_equal(tensor_encode_kserve(mm, &r, class_out, &b, &jl), 0);
+    assert_int_equal(tensor_encode_kserve(mm, 1, &r, class_out, &b, &jl), 0);
     json_error_t je;
     json_t *j = json_loadb(b.data, binary ? (size_t)jl : b.len, 0, &je);
     if (!j)
@@ -660,7 +660,7 @@ static void test_classification_against_sort(void **state)
         struct infer_request r = {.rows = 1, .class_count = k};
         struct buf b = BUF_INIT;
         int64_t jl;
-        assert_int_equal(tensor_encode_kserve(&mm, &r, v, &b, &jl), 0);
+        assert_int_equal(tensor_encode_kserve(&mm, 1, &r, v, &b, &jl), 0);
         json_t *j = json_loadb(b.data, b.len, 0, NULL);
         assert_non_null(j);
         json_t *data = json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "data");
