@@ -34,7 +34,33 @@ struct batcher {
     void *other_work_arg;
     batcher_rank_fn rank;             /* tenants' order (batcher_set_tenant_rank) */
     void *rank_arg;
+    /* Each instance's last "ask again at" (POLICY_NEVER: none): when its
+     * worker asks at or after it, how late it came goes into wake_slack
+     * (policy.h: the deadline rule ends waits that much early). */
+    int64_t *wake_planned;
 };
+
+/* The wake slack before any wake was measured: a timed wait's usual
+ * lateness on an idle machine. And its ceiling: a stall (a stopped
+ * process, a swapped page) says nothing of the next wake; past this the
+ * deadline rule would give up batching for no gain. */
+#define BATCHER_WAKE_SLACK_INIT_NS 200000
+#define BATCHER_WAKE_SLACK_MAX_NS 2000000
+
+/* A wake's lateness into the slack: a maximum that decays by 1/16 a wake,
+ * so one late wake counts for the next few dozen. */
+static void batcher_wake_sample(struct batcher *b, int instance, int64_t now)
+{
+    int64_t planned = b->wake_planned[instance];
+    b->wake_planned[instance] = POLICY_NEVER;
+    if (planned == POLICY_NEVER || now < planned)
+        return;   /* woken before its time: a submission, not the timer */
+    int64_t late = now - planned, s = b->q.load.wake_slack_ns;
+    s -= s / 16;
+    if (late > s)
+        s = late;
+    b->q.load.wake_slack_ns = s < BATCHER_WAKE_SLACK_MAX_NS ? s : BATCHER_WAKE_SLACK_MAX_NS;
+}
 
 static void batcher_timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_ns)
 {
@@ -94,15 +120,20 @@ struct batcher *batcher_new(const char *model_name, const struct model_batching 
     bqueue_config_from_model(&qc, cfg, policy_kind_from_name(cfg->policy));
     b->ninstances = instances > 0 ? instances : 1;
     b->lat = calloc((size_t)b->ninstances, sizeof *b->lat);
-    if (!b->lat || bqueue_init(&b->q, &qc) != 0) {
+    b->wake_planned = calloc((size_t)b->ninstances, sizeof *b->wake_planned);
+    if (!b->lat || !b->wake_planned || bqueue_init(&b->q, &qc) != 0) {
         bqueue_free(&b->q);
         free(b->lat);
+        free(b->wake_planned);
         free(b);
         error_set(err, BG_ENOMEM, "out of memory");
         return NULL;
     }
-    for (int i = 0; i < b->ninstances; i++)
+    for (int i = 0; i < b->ninstances; i++) {
         latmodel_init(&b->lat[i]);
+        b->wake_planned[i] = POLICY_NEVER;
+    }
+    b->q.load.wake_slack_ns = BATCHER_WAKE_SLACK_INIT_NS;
     guard_init(&b->guard);
     rate_init(&b->arrivals);
     pthread_mutex_init(&b->lock, NULL);
@@ -138,6 +169,7 @@ void batcher_free(struct batcher *b)
     pthread_cond_destroy(&b->reap);
     bqueue_free(&b->q);
     free(b->lat);
+    free(b->wake_planned);
     free(b);
 }
 
@@ -232,11 +264,13 @@ void batcher_cancel(struct batcher *b, struct infer_item *it)
  * around their completion); nothing late is ever handed out. */
 static int batcher_take_locked(struct batcher *b, int instance, struct batch *out, int64_t *wake)
 {
-    const struct latmodel *lat = &b->lat[instance >= 0 && instance < b->ninstances ? instance : 0];
+    int inst = instance >= 0 && instance < b->ninstances ? instance : 0;
+    const struct latmodel *lat = &b->lat[inst];
     for (;;) {
         if (b->closed)
             return -1;
         int64_t now = now_ns();
+        batcher_wake_sample(b, inst, now);
         b->q.guard_ns = guard_value(&b->guard, now);
         struct infer_item *expired;
         bqueue_expire(&b->q, now, batcher_fastest(b), &expired);
@@ -264,6 +298,7 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
                 pthread_cond_signal(&b->work);   /* another idle worker may form the next */
             return 1;
         }
+        b->wake_planned[inst] = *wake;
         return 0;
     }
 }

@@ -227,7 +227,7 @@ void policy_decide_tokens(const struct policy_config *c, const struct policy_tok
     int64_t due = oldest + c->max_queue_delay_ns;
     int64_t latest = POLICY_NEVER;
     if (deadline_aware && dmin != POLICY_NEVER)
-        latest = dmin - latmodel_predict_sq(lat, tokens, sq);
+        latest = dmin - latmodel_predict_sq(lat, tokens, sq) - (load ? load->wake_slack_ns : 0);
     int64_t bound = due < latest ? due : latest;
     if (c->kind == POLICY_ADAPTIVE)
         bound = policy_adaptive_until(lat, load, tokens, oldest, bound);

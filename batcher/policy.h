@@ -98,6 +98,12 @@ struct policy_load {
      * so waiting does not leave the device idle and may last up to
      * max_queue_delay / the deadline whatever the setup time. */
     int device_has_other_work;
+    /* How late the worker's timed wakes have come lately (batcher.c): the
+     * deadline rule ends the wait that much early, so that a wake a little
+     * late still finds the batch it waited for in time (it found it late
+     * by the wake's lateness, and split it: one request on time, the
+     * other answered 504). 0: none. */
+    int64_t wake_slack_ns;
 };
 
 #define POLICY_VIEW_FACTOR 4        /* the policy looks at 4 x max_batch_size + 1 requests */

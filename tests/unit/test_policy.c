@@ -260,6 +260,33 @@ static void test_deadline_dispatches_just_in_time(void **state)
     assert_true(d.wake_ns == 100 * MS);
 }
 
+/* Two requests of one deadline: the deadline rule waits until the batch of
+ * both must leave. A wake a little late (a timer's lateness) then found it
+ * late, and sent one request alone: the other could only be answered 504.
+ * With the wake slack the wait ends that much early and both go. */
+static void test_deadline_wake_slack(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_model();
+    struct policy_config c = {16, NULL, 0, 100 * MS, POLICY_DEADLINE};
+    struct policy_request q[] = {{1, 0, 10 * MS}, {1, 0, 10 * MS}};
+    struct policy_decision d;
+    int scratch[2 * 70];
+    policy_decision_init(&d, scratch);
+    struct policy_load none = {0, 0, 0}, slack = {0, 0, 200000};
+    policy_decide(&c, &lat, &none, q, 2, 1 * MS, &d);
+    int64_t wake = d.wake_ns;
+    assert_true(llabs(wake - (10 * MS - 12 * MS / 10)) < 1000);
+    policy_decide(&c, &lat, &none, q, 2, wake + 50000, &d);   /* 50 us late */
+    assert_int_equal(d.take, 1);                              /* the split, without slack */
+    policy_decide(&c, &lat, &slack, q, 2, 1 * MS, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(llabs(d.wake_ns - (wake - 200000)) < 1000);
+    policy_decide(&c, &lat, &slack, q, 2, d.wake_ns + 50000, &d);
+    assert_int_equal(d.take, 2);
+    assert_int_equal(d.rows, 2);
+}
+
 static void test_deadline_selects_most_rows_in_time(void **state)
 {
     (void)state;
@@ -301,7 +328,7 @@ static void test_adaptive_sends_at_once_without_arrivals(void **state)
     struct latmodel lat = exact_model();
     struct policy_config c = adaptive_cfg(16, 100 * MS);
     struct policy_request q[] = {{1, 0, 0}};
-    struct policy_load none = {0, 0};
+    struct policy_load none = {0, 0, 0};
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
@@ -310,7 +337,7 @@ static void test_adaptive_sends_at_once_without_arrivals(void **state)
     policy_decide(&c, &lat, &none, q, 1, 0, &d);    /* rate 0 */
     assert_int_equal(d.take, 1);
     /* No latency model: no setup time to save. */
-    struct policy_load fast = {PER_MS(1000), 0};
+    struct policy_load fast = {PER_MS(1000), 0, 0};
     policy_decide(&c, NULL, &fast, q, 1, 0, &d);
     assert_int_equal(d.take, 1);
     /* The former default waits the whole delay for the same queue. */
@@ -333,7 +360,7 @@ static void test_adaptive_threshold(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    struct policy_load at = {PER_MS(3), 0}, above = {PER_MS(4), 0};
+    struct policy_load at = {PER_MS(3), 0, 0}, above = {PER_MS(4), 0, 0};
     policy_decide(&c, &lat, &at, q, 1, 0, &d);
     assert_int_equal(d.take, 1);
     policy_decide(&c, &lat, &above, q, 1, 0, &d);
@@ -356,7 +383,7 @@ static void test_adaptive_bounded_by_delay_and_deadline(void **state)
 {
     (void)state;
     struct latmodel lat = exact_model();
-    struct policy_load busy = {PER_MS(100), 0};
+    struct policy_load busy = {PER_MS(100), 0, 0};
     struct policy_request q[] = {{1, 0, 0}};
     struct policy_decision d;
     int scratch[2 * 70];
@@ -388,7 +415,7 @@ static void test_adaptive_keeps_the_other_rules(void **state)
 {
     (void)state;
     struct latmodel lat = exact_model();
-    struct policy_load busy = {PER_MS(100), 0};
+    struct policy_load busy = {PER_MS(100), 0, 0};
     static const int pref[] = {2};
     struct policy_config c = {4, pref, 1, 100 * MS, POLICY_ADAPTIVE};
     struct policy_request q[] = {{1, 0, 0}, {1, 0, 0}, {1, 0, 0}, {1, 0, 0}, {1, 0, 0}};
@@ -424,7 +451,7 @@ static void test_adaptive_unmeasured_device_waits_to_the_delay(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    struct policy_load coming = {PER_MS(2), 0}, none = {0, 0};
+    struct policy_load coming = {PER_MS(2), 0, 0}, none = {0, 0, 0};
     policy_decide(&c, &blank, &coming, q, 1, 0, &d);
     assert_int_equal(d.take, 0);
     assert_true(llabs(d.wake_ns - 4500000) <= 1);   /* the delay, less one expected gap */
@@ -445,7 +472,7 @@ static void test_adaptive_other_work_hook(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    struct policy_load idle = {PER_MS(2), 0}, shared = {PER_MS(2), 1};
+    struct policy_load idle = {PER_MS(2), 0, 0}, shared = {PER_MS(2), 1, 0};
     policy_decide(&c, &lat, &idle, q, 1, 0, &d);
     assert_int_equal(d.take, 1);
     policy_decide(&c, &lat, &shared, q, 1, 0, &d);
@@ -476,7 +503,7 @@ static void test_adaptive_random(void **state)
         struct policy_config old = c;
         old.kind = POLICY_DEADLINE;
         struct policy_load load = {rand() % 4 ? PER_MS(rand() % 50) / (1 + rand() % 10) : 0,
-                                   rand() % 8 == 0};
+                                   rand() % 8 == 0, 0};
         struct policy_request q[40];
         int n = 1 + rand() % 8;
         int64_t t = 0;
@@ -587,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_latmodel_fits_and_resists_outliers),
         cmocka_unit_test(test_latmodel_fits_a_copy_and_keeps_the_latest),
         cmocka_unit_test(test_deadline_dispatches_just_in_time),
+        cmocka_unit_test(test_deadline_wake_slack),
         cmocka_unit_test(test_deadline_selects_most_rows_in_time),
         cmocka_unit_test(test_adaptive_sends_at_once_without_arrivals),
         cmocka_unit_test(test_adaptive_threshold),
