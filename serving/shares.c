@@ -22,6 +22,11 @@ struct shares_tenant {
     int64_t active_at;                /* last time it had work or was charged; 0: never */
     int64_t busy_ns[2];
     int64_t borrowed_ns;
+    /* Device time its share has given it and it has not used yet: grows by
+     * share x slots a ns of wall time, up to a window's worth (SHARES_TAU_NS);
+     * what a batch takes beyond it is borrowed (shares_charge). */
+    double entitled;
+    int64_t entitled_at;
 };
 
 struct shares {
@@ -201,14 +206,26 @@ void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int6
         int t = it->tenant >= 0 && it->tenant < s->n ? it->tenant : 0;
         struct shares_tenant *x = &s->t[t];
         int64_t ns = batch_item_ns(b, it, exec_ns);
-        double frac = shares_fraction(s, t, now_ns);
+        /* Borrowed: the part of ns past what its share has given it and it
+         * has not used (SPEC.md: "the part of it above its share"), so that
+         * over a stretch a tenant at 0.75 of the device with a share of 0.6
+         * borrows 0.15 of it. (It counted a batch whole once the tenant was
+         * above its share: all of the 0.75.) */
+        double rate = s->share[t] * s->slots, cap = rate * (double)SHARES_TAU_NS;
+        if (x->entitled_at && now_ns > x->entitled_at)
+            x->entitled += rate * (double)(now_ns - x->entitled_at);
+        else if (!x->entitled_at)
+            x->entitled = cap;   /* a newcomer starts with a window's worth */
+        x->entitled = x->entitled < cap ? x->entitled : cap;
+        x->entitled_at = now_ns;
+        double own = x->entitled < (double)ns ? x->entitled : (double)ns;
+        x->entitled -= own;
+        x->borrowed_ns += ns - (int64_t)own;
         x->used += (double)ns;
         x->vtime += (double)ns / shares_weight(s, t);
         x->busy_ns[it->offline ? 1 : 0] += ns;
         if (it->offline)
             s->used_off += (double)ns;
-        if (frac >= s->share[t])
-            x->borrowed_ns += ns;
         x->active_at = now_ns;
     }
     pthread_mutex_unlock(&s->mu);

@@ -200,6 +200,32 @@ static void test_two_tenants_seventy_thirty(void **state)
     free(s);
 }
 
+/* Borrowed time is the part above the share: shares 0.6 and 0.2, both
+ * saturating, split the device's time about 3:1, and each borrows its use
+ * past its share, together the 0.2 nobody was given. It counted a batch
+ * whole once the tenant was above its share: 2.9 s of 4.6 borrowed where
+ * 0.9 could be lent. */
+static void test_borrowed_is_the_part_above_the_share(void **state)
+{
+    (void)state;
+    struct sim *s = calloc(1, sizeof *s);
+    sim_init(s, 2, (double[]){0.6, 0.2});
+    sim_run(s, 20 * SEC);
+    struct shares_tenant_stats a, b;
+    shares_tenant_stats(s->sh, 0, &a);
+    shares_tenant_stats(s->sh, 1, &b);
+    double ta = a.busy_s[0] + a.busy_s[1], tb = b.busy_s[0] + b.busy_s[1], total = ta + tb;
+    print_message("# device %.2f s: A %.2f (borrowed %.2f), B %.2f (borrowed %.2f)\n", total, ta,
+                  a.borrowed_s, tb, b.borrowed_s);
+    /* Each starts with a window's worth of its share (SHARES_TAU_NS). */
+    double w = (double)SHARES_TAU_NS / 1e9;
+    assert_true(fabs(a.borrowed_s - (ta - 0.6 * (total + w))) < 0.01 * total);
+    assert_true(fabs(b.borrowed_s - (tb - 0.2 * (total + w))) < 0.01 * total);
+    assert_true(a.borrowed_s + b.borrowed_s <= 0.2 * total + 0.01 * total);
+    sim_free(s);
+    free(s);
+}
+
 static void test_alone_borrows_all_and_owner_returns(void **state)
 {
     (void)state;
@@ -459,6 +485,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_tenants_seventy_thirty),
+        cmocka_unit_test(test_borrowed_is_the_part_above_the_share),
         cmocka_unit_test(test_alone_borrows_all_and_owner_returns),
         cmocka_unit_test(test_limit_caps_a_tenant),
         cmocka_unit_test(test_limit_one_never_holds),
