@@ -1001,15 +1001,24 @@ static bool jobs_batch_feed_one(struct jobs *j, struct jobs_bcur *bc)
     const char *model = json_string_value(json_object_get(body, "model"));
     struct buf res = BUF_INIT;
     struct served_model *sm = model ? jobs_batch_pool(j, bc, model) : NULL;
-    if (!cid || !json_is_object(body) || !sm) {
+    /* The batch's tenant may use the pool, as online (its `models` globs):
+     * a line for another is refused as the online call would be, 403. */
+    bool denied = sm && j->tenants && bc->tenant >= 0 && bc->tenant < j->tenants->n &&
+                  !tenant_allows(&j->tenants->t[bc->tenant], sm->model.cfg.name);
+    if (!cid || !json_is_object(body) || !sm || denied) {
         char msg[300];
-        if (!cid || !json_is_object(body))
+        const char *code = sm ? "invalid_request" : "model_not_found";
+        if (!cid || !json_is_object(body)) {
             snprintf(msg, sizeof msg, "the line is not a request any more (the input changed?)");
-        else
+        } else if (denied) {
+            snprintf(msg, sizeof msg, "tenant \"%s\" may not use model \"%.200s\"",
+                     j->tenants->t[bc->tenant].name, model);
+            code = "permission_error";
+        } else {
             snprintf(msg, sizeof msg, "The model `%.200s` does not exist or is not an LLM pool",
                      model ? model : "");
-        jobs_batch_error_line(&res, cid ? cid : "", sm ? "invalid_request" : "model_not_found",
-                              msg);
+        }
+        jobs_batch_error_line(&res, cid ? cid : "", code, msg);
         jobs_batch_commit(j, bc, line, false, &res, sm);
         buf_free(&res);
         json_decref(root);

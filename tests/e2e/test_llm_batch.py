@@ -634,6 +634,34 @@ def digest(key):
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
+class TestBatchModelGlobs(BatchCase):
+    """A tenant's `models` globs hold for its batch lines as for its online
+    calls: a line for a pool it may not use fails with permission_error and
+    never reaches a server (lines ran, charged to the tenant)."""
+    extra = {"tenants": [{"name": "narrow", "keys": [digest("k-n")], "models": ["other-*"]}]}
+
+    def test_lines_for_a_pool_the_tenant_may_not_use(self):
+        self.start()
+        st, raw = self.call("POST", "/v1/chat/completions",
+                            {"model": "smol", "messages": [{"role": "user", "content": "x"}]},
+                            {"Authorization": "Bearer k-n"})
+        self.assertEqual(st, 403, raw)   # online: refused
+        before = self.sim_requests()
+        bid = self.make("k-n", 3, 4, "narrow")
+        real = self.as_tenant("k-n")
+        try:
+            b = self.wait(bid)
+            self.assertEqual(b["request_counts"], {"total": 3, "completed": 0, "failed": 3}, b)
+            errs = self.content(b["error_file_id"])
+        finally:
+            self.call = real
+        self.assertEqual(sorted(e["custom_id"] for e in errs), ["req-0", "req-1", "req-2"])
+        for e in errs:
+            self.assertEqual(e["error"]["code"], "permission_error", e)
+            self.assertIn('tenant "narrow" may not use model "smol"', e["error"]["message"])
+        self.assertEqual(self.sim_requests(), before)
+
+
 class TestBatchTenants(BatchCase):
     extra = {"tenants": [{"name": "team-a", "keys": [digest("k-a")]},
                          {"name": "team-b", "keys": [digest("k-b")]},
