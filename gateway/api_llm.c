@@ -376,7 +376,11 @@ static int llm_tap_end(void *arg, const struct proxy_outcome *o)
     llm_try_end(c);
     if (o->fail_status && !o->client_gone) {
         snprintf(c->last_fail, sizeof c->last_fail, "%s", o->msg ? o->msg : "failed");
-        if (c->tries < llm_tries_max(c)) {
+        /* A timeout (504) is not tried again: the server may still be
+         * generating the answer, and the client would wait timeout_ms once
+         * more for each endpoint (docs/LLM.md: tries are for a refused
+         * connect, a connection lost before the head, a 5xx head). */
+        if (o->fail_status != 504 && c->tries < llm_tries_max(c)) {
             /* Not from inside the proxy's callbacks: from the loop, next. */
             struct timeval now = {0, 0};
             http_request_on_abort(c->req, llm_gap_abort, c);

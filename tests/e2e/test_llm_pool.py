@@ -429,7 +429,9 @@ class TestPoolFailures(PoolCase):
         t0 = time.monotonic()
         r, raw = self.post("/v1/chat/completions", chat_body("smol"))
         self.assertEqual(r.status, 504, raw)
-        self.assertLess(time.monotonic() - t0, 8)
+        # One timeout_ms (1.5 s), not one per endpoint: a timed-out call
+        # is not tried elsewhere (it took 4.5 s over the three).
+        self.assertLess(time.monotonic() - t0, 2.8)
         self.assertEqual(json.loads(raw)["error"]["type"], "server_error")
 
     def test_endpoint_that_stops_reporting_is_taken_out_and_comes_back(self):
