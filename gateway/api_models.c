@@ -317,7 +317,7 @@ static void models_metadata(struct http_request *req, const struct route_match *
      * truth (its own name for the model, its platform), so it goes there. */
     if (st->proxy && proxy_model_metadata(st->proxy) && atomic_load(&sm->state) == SERVED_READY &&
         model_device_kind(&sm->model) == BACKEND_DEVICE_UPSTREAM &&
-        c->upstream.protocol == UPSTREAM_KSERVE_V2) {
+        c->kind != MODEL_KIND_POOL && c->upstream.protocol == UPSTREAM_KSERVE_V2) {
         char path[512];
         const struct route_param *v = route_match_param(m, "version");
         int n = snprintf(path, sizeof path, "/v2/models/%s%s%.*s", c->upstream.model,
@@ -337,6 +337,17 @@ static void models_metadata(struct http_request *req, const struct route_match *
     buf_append(&b, ",\"versions\":[", 13);
     for (int i = 0; i < nv; i++)
         buf_appendf(&b, "%s\"%d\"", i ? "," : "", vs[i]);
+    if (c->kind == MODEL_KIND_POOL) {
+        /* Its servers speak OpenAI's API, no tensors (docs/LLM.md): its
+         * servers' model name instead of inputs and outputs. */
+        buf_append(&b, "],\"platform\":\"batchgate_llm_pool\",\"inputs\":[],\"outputs\":[],"
+                       "\"served_model_name\":", 79);
+        json_append_string(&b, c->pool.served_model_name, strlen(c->pool.served_model_name));
+        buf_append(&b, "}", 1);
+        models_respond_buf(req, 200, &b);
+        served_release(sm);
+        return;
+    }
     buf_appendf(&b, "],\"platform\":\"batchgate_%s\",\"inputs\":[", model_backend_name(&sm->model));
     models_append_tensor_meta(&b, &c->input);
     buf_append(&b, "],\"outputs\":[", 13);

@@ -275,6 +275,15 @@ class TestPoolRoutes(PoolCase):
         r, raw = self.post("/v2/models/smol/infer", {"inputs": []})
         self.assertEqual(r.status, 400)
         self.assertIn("/v1/chat/completions", json.loads(raw)["error"])
+        # Its metadata is ours: it was proxied to the servers as
+        # /v2/models/ (an empty name), which they do not serve.
+        for path in ("/v2/models/smol", "/v2/models/smol/versions/1"):
+            r, raw = self.get(path)
+            self.assertEqual(r.status, 200, (path, raw))
+            meta = json.loads(raw)
+            self.assertEqual((meta["name"], meta["platform"], meta["inputs"],
+                              meta["served_model_name"]),
+                             ("smol", "batchgate_llm_pool", [], "llmsim"), meta)
 
     def test_metrics(self):
         before = self.gateway_metrics()
