@@ -366,13 +366,28 @@ static void models_ready(struct http_request *req, const struct route_match *m, 
     int state = atomic_load(&sm->state);
     buf_append(&b, "{\"name\":", 8);
     json_append_string(&b, sm->model.cfg.name, strlen(sm->model.cfg.name));
-    if (state == SERVED_READY) {
+    /* Readiness is ours (docs/PROXY.md): a model whose servers are all out
+     * of service (health probes, failed calls) is not ready for clients. */
+    char out_why[160] = "";
+    struct httpc_target *const *servers;
+    int nservers = state == SERVED_READY ? model_servers(&sm->model, &servers) : 0;
+    if (nservers > 0) {
+        int64_t now = now_ns();
+        int usable = 0;
+        for (int i = 0; i < nservers; i++)
+            usable += httpc_target_usable(servers[i], now);
+        if (!usable)
+            snprintf(out_why, sizeof out_why, "none of its %d server%s is in service (taken out "
+                     "by health probes or failed calls; see the log)", nservers,
+                     nservers == 1 ? "" : "s");
+    }
+    if (state == SERVED_READY && !out_why[0]) {
         buf_append(&b, ",\"ready\":true}", 14);
         models_respond_buf(req, 200, &b);
         served_release(sm);
         return;
     }
-    const char *why = state == SERVED_LOADING ? "loading" : sm->model.reason;
+    const char *why = out_why[0] ? out_why : state == SERVED_LOADING ? "loading" : sm->model.reason;
     buf_append(&b, ",\"ready\":false,\"reason\":", 24);
     json_append_string(&b, why, strlen(why));
     buf_append(&b, "}", 1);

@@ -350,6 +350,22 @@ class HealthTest(FakeUpstreamCase):
         self.serve_some()
         self.assertGreater(self.fake(0, "GET", "/__stats").json()["calls"], after[0],
                            "probed back in: it takes calls again")
+        # Both out: the model is not ready for our clients (it said ready
+        # while every call failed), and is again once one is back.
+        ready = "/v2/models/probed/ready"
+        self.assertEqual(roundtrip(self.srv.port, "GET", ready).status, 200)
+        for i in range(2):
+            self.fake(i, "POST", "/__health", json.dumps({"ok": False}))
+        self.wait_healthy(0, 0)
+        self.wait_healthy(1, 0)
+        r = roundtrip(self.srv.port, "GET", ready)
+        self.assertEqual(r.status, 503, r)
+        self.assertIn("none of its 2 servers is in service", r.json()["reason"])
+        self.fake(1, "POST", "/__health", json.dumps({"ok": True}))
+        self.wait_healthy(1, 1)
+        self.assertEqual(roundtrip(self.srv.port, "GET", ready).status, 200)
+        self.fake(0, "POST", "/__health", json.dumps({"ok": True}))
+        self.wait_healthy(0, 1)
         stats = roundtrip(self.srv.port, "GET", "/v2/models/probed/stats").json()["model_stats"][0]
         self.assertEqual([d["url"] for d in stats["instances"]], self.urls)
         self.assertGreater(stats["instances"][1]["busy_seconds"], 0)
