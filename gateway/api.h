@@ -90,6 +90,15 @@ bool api_openai_route(const char *pattern, int method);
  * /v1/embeddings (LLM pools, and batchgate's encoders), GET /v1/models and
  * /v1/models/{model}. */
 int api_llm_register(struct router *r, struct api_state *st, struct error *err);
+/* A request of model sm (an inference, or an LLM pool's call) answered with
+ * `status`, total_ns after it arrived: the model's counters
+ * (requests_total) and its tenant's (tenant_requests_total counts what
+ * requests_total counts). queue_ns and ran as modelstats_request's. */
+struct infer_item;
+struct served_model;
+void api_count_request(struct api_state *st, struct served_model *sm, struct http_request *req,
+                       int status, int64_t total_ns, int64_t queue_ns,
+                       const struct infer_item *ran);
 /* POST /v1/embeddings on batchgate's own encoder models (api_models.c);
  * api_llm.c's route hands it what is not a pool's. */
 void api_models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx);

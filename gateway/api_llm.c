@@ -345,7 +345,7 @@ static void llm_gap_abort(struct http_request *req, void *arg)
 static void llm_account(struct llm_call *c, int status)
 {
     int64_t now = now_ns();
-    modelstats_request(c->sm->stats, http_request_thread(c->req), status, now - c->t0, -1, NULL);
+    api_count_request(c->st, c->sm, c->req, status, now - c->t0, -1, NULL);
     modelstats_call(c->sm->stats, c->e >= 0 ? c->e : 0, c->tenant, false, c->used, now - c->t0);
 }
 
@@ -517,7 +517,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
     enum llm_priority prio = llm_priority_of(st, req, root);
     if (prio == LLM_PRIO_LOW && llmpool_saturated(sm->pool)) {
         llmpool_shed(sm->pool, prio);
-        modelstats_request(sm->stats, http_request_thread(req), 429, 0, -1, NULL);
+        api_count_request(st, sm, req, 429, 0, -1, NULL);
         http_respond_error(req, 429, "Retry-After: 1\r\n",
                            "model %s: every endpoint is saturated, and requests of priority "
                            "%s are shed first; retry later", pool_name, llm_priority_names[prio]);
@@ -550,7 +550,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         if (admit_enter(st->admit, c->tenant, 1, now, &why) < 0 ||
             (c->admitted = true,
              admit_tokens_enter(st->admit, c->tenant, est, now, time(NULL), &why) < 0)) {
-            modelstats_request(sm->stats, http_request_thread(req), 429, 0, -1, NULL);
+            api_count_request(st, sm, req, 429, 0, -1, NULL);
             llm_refuse(req, &why);
             llm_call_free(c);
             json_decref(root);

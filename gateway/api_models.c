@@ -68,16 +68,23 @@ static enum modelstats_reason models_reason_of(int code)
 /* An inference request of this model was answered with `status`: the
  * model's counters, and its tenant's (the guard left it on the request).
  * `ran`: its item, when it was computed (modelstats_request). */
+void api_count_request(struct api_state *st, struct served_model *sm, struct http_request *req,
+                       int status, int64_t total_ns, int64_t queue_ns,
+                       const struct infer_item *ran)
+{
+    if (sm->stats)
+        modelstats_request(sm->stats, http_request_thread(req), status, total_ns, queue_ns, ran);
+    if (st->tenantstats)
+        tenantstats_request(st->tenantstats, http_request_thread(req), auth_tenant(req),
+                            served_index(sm), status);
+}
+
 static void models_account(struct api_state *st, struct served_model *sm,
                            struct http_request *req, int status, int64_t queue_ns,
                            const struct infer_item *ran)
 {
-    if (sm->stats)
-        modelstats_request(sm->stats, http_request_thread(req), status,
-                           now_ns() - http_request_received_ns(req), queue_ns, ran);
-    if (st->tenantstats)
-        tenantstats_request(st->tenantstats, http_request_thread(req), auth_tenant(req),
-                            served_index(sm), status);
+    api_count_request(st, sm, req, status, now_ns() - http_request_received_ns(req), queue_ns,
+                      ran);
 }
 
 /* ... refused before or instead of computing (code: a BG_E*). */

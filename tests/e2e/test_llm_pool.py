@@ -300,6 +300,11 @@ class TestPoolRoutes(PoolCase):
         # Four chunks of text: three gaps.
         self.assertEqual(total(text, "llm_inter_token_latency_seconds_count") -
                          total(before, "llm_inter_token_latency_seconds_count"), 3)
+        # The tenant's requests count the pool's calls as requests_total
+        # does (they were not counted at all).
+        tr = r'^batchgate_tenant_requests_total\{tenant="default",model="smol",code="200"\} (\d+)$'
+        self.assertEqual(int(re.search(tr, text, re.M).group(1)) -
+                         int((re.search(tr, before, re.M) or [0, 0])[1]), 1)
         completion = r'^batchgate_llm_tokens_total\{model="smol",tenant="default",kind="completion"\} (\d+)$'
         self.assertEqual(int(re.search(completion, text, re.M).group(1)) -
                          int((re.search(completion, before, re.M) or [0, 0])[1]), 4)
