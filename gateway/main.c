@@ -342,13 +342,13 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
     free(fresh);
 }
 
-/* Before every handler: the error shape its clients read (set first, so
- * that a refusal of the guard's is worded in it too), then auth.h's rules. */
-static bool main_guard(struct http_request *req, const struct route_match *m, void *ctx)
+/* The error shape a route's clients read: OpenAI's on its routes, for the
+ * guard's refusals, the router's 405 and the connection's own errors too. */
+static void main_style(struct http_request *req, const char *pattern, void *ctx)
 {
-    if (api_openai_route(m->pattern, http_request_method(req)))
+    (void)ctx;
+    if (api_openai_route(pattern, http_request_method(req)))
         http_request_set_error_style(req, HTTP_ERRORS_OPENAI);
-    return auth_guard(req, m, ctx);
 }
 
 static int routes_build(struct router *r, const struct config *cfg, struct api_state *st,
@@ -367,7 +367,8 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
     if (st->proxy && (rc = proxy_register(st->proxy, r, err)))
         return rc;
     /* Who may call what: one check before every handler above (auth.h). */
-    router_set_guard(r, main_guard, st->auth);
+    router_set_style(r, main_style, NULL);
+    router_set_guard(r, auth_guard, st->auth);
     return 0;
 }
 

@@ -733,6 +733,7 @@ static void conn_fail_request(struct http_conn *c, int status, const char *msg)
     /* The parser is done with this connection: no header or body timer. */
     c->parse.cur = NULL;
     c->parse.phase = HTTP_PHASE_IDLE;
+    router_style(c->t->router, r);   /* worded for its route (OpenAI's shape) */
     http_respond_error(r, status, NULL, "%s", msg);
 }
 
@@ -751,6 +752,7 @@ static bool conn_decode_body(struct http_conn *c, struct http_request *r)
                                   c->t->limits->max_body_bytes, &out, msg, sizeof msg);
     if (status) {
         buf_free(&out);
+        router_style(c->t->router, r);
         http_respond_error(r, status, NULL, "Content-Encoding: %s", msg);
         return true;
     }

@@ -321,6 +321,15 @@ void router_format_allow(int methods, char *out, size_t cap);
  * later cannot miss it. One guard per router; NULL removes it. */
 typedef bool (*route_guard_fn)(struct http_request *req, const struct route_match *m, void *ctx);
 void router_set_guard(struct router *r, route_guard_fn fn, void *ctx);
+/* How errors are worded for the route a request is headed to
+ * (http_request_set_error_style): fn gets the route's pattern, or the
+ * prefix's, before the guard, before a 405 of the router's own, and before
+ * any error the connection answers itself once the request's line is read
+ * (413, 415, 400 of a body: router_style). So OpenAI's clients read every
+ * error of their routes in OpenAI's shape. */
+typedef void (*route_style_fn)(struct http_request *req, const char *pattern, void *ctx);
+void router_set_style(struct router *r, route_style_fn fn, void *ctx);
+void router_style(const struct router *r, struct http_request *req);
 
 /* ---- server ----
  * The IO threads: listeners, connections, graceful drain.

@@ -37,6 +37,8 @@ struct router {
     int nprefixes;
     route_guard_fn guard;             /* NULL: none */
     void *guard_ctx;
+    route_style_fn style;             /* NULL: none */
+    void *style_ctx;
 };
 
 struct router *router_new(void) { return calloc(1, sizeof(struct router)); }
@@ -55,6 +57,12 @@ void router_free(struct router *r)
         free(r->prefixes[i].prefix);
     free(r->prefixes);
     free(r);
+}
+
+void router_set_style(struct router *r, route_style_fn fn, void *ctx)
+{
+    r->style = fn;
+    r->style_ctx = ctx;
 }
 
 void router_set_guard(struct router *r, route_guard_fn fn, void *ctx)
@@ -283,6 +291,29 @@ int router_streams(const struct router *r, const struct http_request *req)
     return l.pr != NULL;
 }
 
+/* The pattern of the first route of router_add whose path matches, any
+ * method; NULL: none. */
+static const char *router_path_pattern(const struct router *r, const char *path, size_t len)
+{
+    struct route_match tmp;
+    for (int i = 0; i < r->n; i++)
+        if (router_route_matches(&r->routes[i], path, len, &tmp))
+            return r->routes[i].pattern;
+    return NULL;
+}
+
+void router_style(const struct router *r, struct http_request *req)
+{
+    if (!r || !r->style)
+        return;
+    size_t len;
+    const char *path = http_request_path(req, &len);
+    const char *pattern = router_path_pattern(r, path, len);
+    const struct prefix_route *pr = pattern ? NULL : router_prefix_match(r, path, len);
+    if (pattern || pr)
+        r->style(req, pattern ? pattern : pr->prefix, r->style_ctx);
+}
+
 void router_dispatch(const struct router *r, struct http_request *req)
 {
     size_t len;
@@ -292,16 +323,21 @@ void router_dispatch(const struct router *r, struct http_request *req)
     if (l.pr) {
         l.m.nparams = 0;
         l.m.pattern = l.pr->prefix;
+        if (r->style)
+            r->style(req, l.m.pattern, r->style_ctx);
         if (!r->guard || r->guard(req, &l.m, r->guard_ctx))
             l.pr->fn(req, &l.m, l.pr->ctx);
         return;
     }
     switch (l.res) {
     case ROUTER_FOUND:
+        if (r->style)
+            r->style(req, l.m.pattern, r->style_ctx);
         if (!r->guard || r->guard(req, &l.m, r->guard_ctx))
             l.fn(req, &l.m, l.ctx);
         return;
     case ROUTER_METHOD_NOT_ALLOWED: {
+        router_style(r, req);
         char allow[96], hdr[128];
         router_format_allow(l.allowed, allow, sizeof allow);
         snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);

@@ -241,6 +241,13 @@ class TestPoolRoutes(PoolCase):
         head = s.recv(4096)
         s.close()
         self.assertTrue(head.startswith(b"HTTP/1.1 413"), head)
+        # ... in OpenAI's shape too, as the router's 405 (they were
+        # {"error": "..."}: answered before any route was chosen).
+        err = json.loads(head.split(b"\r\n\r\n", 1)[1])["error"]
+        self.assertEqual(err["type"], "invalid_request_error", err)
+        r, raw = self.get("/v1/chat/completions")
+        err = self.assert_openai_error(r, raw, 405)
+        self.assertIn("allowed: POST", err["message"])
         r, raw = self.post("/v1/chat/completions", chat_body("smol"))
         self.assertEqual(r.status, 200)
 
