@@ -257,7 +257,8 @@ static void metrics_render_targets(struct api_state *st, const struct metrics_de
     metrics_head(b, "upstream_inflight", "gauge", "Calls in flight to the server now.");
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_inflight{%s} %d\n", rows[i].owner, rows[i].st.inflight);
-    metrics_head(b, "upstream_calls_total", "counter", "Calls begun to the server (health probes included).");
+    metrics_head(b, "upstream_calls_total", "counter",
+                 "Calls begun to the server (health probes and metrics scrapes are not calls).");
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_calls_total{%s} %llu\n", rows[i].owner,
                     (unsigned long long)rows[i].st.calls);
