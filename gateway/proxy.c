@@ -193,8 +193,9 @@ static int proxy_call_end(struct proxy_call *c, const struct proxy_outcome *o)
 }
 
 /* Ends the call with an error: a status while nothing was answered, else a
- * cut-off answer. */
-static void proxy_call_fail(struct proxy_call *c, int status, const char *msg)
+ * cut-off answer. The message names the server, unless the fault is the
+ * client's (its body: `client`). */
+static void proxy_call_fail_as(struct proxy_call *c, int status, const char *msg, bool client)
 {
     struct http_request *req = c->req;
     const char *url = upcall_url(c->up);
@@ -209,7 +210,10 @@ static void proxy_call_fail(struct proxy_call *c, int status, const char *msg)
         return;
     }
     char text[400];
-    snprintf(text, sizeof text, "upstream %s: %s", url, msg);
+    if (client)
+        snprintf(text, sizeof text, "%s", msg);
+    else
+        snprintf(text, sizeof text, "upstream %s: %s", url, msg);
     if (c->tap) {
         struct proxy_outcome o = {.fail_status = status, .msg = text};
         if (proxy_call_end(c, &o))
@@ -218,6 +222,11 @@ static void proxy_call_fail(struct proxy_call *c, int status, const char *msg)
         proxy_call_free(c);
     }
     http_respond_error(req, status, NULL, "%s", text);
+}
+
+static void proxy_call_fail(struct proxy_call *c, int status, const char *msg)
+{
+    proxy_call_fail_as(c, status, msg, false);
 }
 
 /* ---- the request upstream ---- */
@@ -400,9 +409,8 @@ static void proxy_on_client_body(struct http_request *req, void *arg, const char
 {
     struct proxy_call *c = arg;
     (void)req;
-    if (status) {
-        proxy_call_fail(c, status,
-                        msg);   /* the client's body was bad: say so, stop the upstream */
+    if (status) {   /* the client's body was bad: say so, stop the upstream */
+        proxy_call_fail_as(c, status, msg, true);
         return;
     }
     if (!upcall_running(c->up))

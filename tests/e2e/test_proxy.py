@@ -149,6 +149,23 @@ class ProxyTest(FakeUpstreamCase):
         r, body = self.get("/px/blob/700000?chunked=1")
         self.assertEqual(body, blob(700000))
 
+    def test_chunked_body_over_the_limit_is_the_clients_fault(self):
+        # 413 when a chunked body passes limits.max_body_bytes (32 MiB
+        # here), its message about the body, not "upstream URL: ...".
+        s = connect(self.srv, timeout=20)
+        self.addCleanup(close_quietly, s)
+        s.sendall(b"POST /px/echo/big HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        piece = b"%x\r\n" % (1 << 20) + b"\0" * (1 << 20) + b"\r\n"
+        try:
+            for _ in range(34):
+                s.sendall(piece)
+        except (BrokenPipeError, ConnectionResetError):
+            pass   # the server stopped reading at the limit
+        r = read_response(s, timeout=20)
+        self.assertEqual(r.status, 413, r)
+        self.assertIn("exceeds limits.max_body_bytes", r.json()["error"])
+        self.assertNotIn("upstream", r.json()["error"])
+
     def test_http10_client_gets_close_delimited_answer(self):
         s = connect(self.srv)
         self.addCleanup(close_quietly, s)
