@@ -510,17 +510,24 @@ static bool jobs_btok_room(struct jobs *j, const struct jobs_bcur *bc)
         if (j->bcur[i].active && j->bcur[i].tenant == bc->tenant)
             inflight += j->bcur[i].inflight;
     int64_t used = atomic_load(&j->btok_used[bc->tenant]);
-    if (!bc->tok_lines)
-        return inflight == 0 && used < quota;
     int64_t per_line = bc->tok_max;
-    if (used + per_line * (inflight + 1) <= quota)
+    if (bc->tok_lines ? used + per_line * (inflight + 1) <= quota
+                      : inflight == 0 && used < quota)
         return true;
     if (inflight == 0) {
+        /* Said once, whether a line told its size or the day's tokens were
+         * spent before any did (counted back from the ledger at start: the
+         * batch stayed in_progress with not a word of why). */
         j->btok_blocked[bc->tenant] = true;
-        log_info("tenant %s: batch_tokens_per_day (%lld) reached (%lld today, lines of up to "
-                 "%lld): its batches send no more lines until midnight UTC",
-                 j->tenants->t[bc->tenant].name, (long long)quota, (long long)used,
-                 (long long)per_line);
+        if (bc->tok_lines)
+            log_info("tenant %s: batch_tokens_per_day (%lld) reached (%lld today, lines of up "
+                     "to %lld): its batches send no more lines until midnight UTC",
+                     j->tenants->t[bc->tenant].name, (long long)quota, (long long)used,
+                     (long long)per_line);
+        else
+            log_info("tenant %s: batch_tokens_per_day (%lld) reached (%lld today): its batches "
+                     "send no more lines until midnight UTC", j->tenants->t[bc->tenant].name,
+                     (long long)quota, (long long)used);
     }
     return false;
 }

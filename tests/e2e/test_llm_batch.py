@@ -1029,6 +1029,11 @@ class TestBatchTokenQuota(QuotaCase):
         self.srv.wait(timeout=10)
         self.start()
         self.srv.wait_log(r"tenant team-a: %d batch tokens today" % used, timeout=10)
+        # Blocked from the start, and said so (it was silent: no line of
+        # the batch had told its size yet).
+        self.srv.wait_log(r"tenant team-a: batch_tokens_per_day \(%d\) reached" % self.QUOTA,
+                          timeout=10)
+        self.srv.wait_log(r"batch %s waits for midnight UTC" % a, timeout=10)
         time.sleep(1.5)
         self.assertEqual(self.done("k-a", a), ("in_progress", n))
         self.assertEqual(self.quota_used(), used)
