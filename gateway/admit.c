@@ -219,8 +219,10 @@ int admit_tokens_enter(struct admit *a, int tenant, int64_t estimate, int64_t no
         why->retry_after_s = (int)(86400 - unix_s % 86400);
         why->no_retry = true;
         snprintf(why->msg, sizeof why->msg, "tenant \"%s\" has used %lld of its tokens_per_day "
-                 "(%lld, with %lld reserved by calls in flight); the day ends at 00:00 UTC",
-                 name, (long long)tk->day_used, (long long)t->tpd, (long long)tk->reserved);
+                 "(%lld, with %lld reserved by calls in flight), and the call's estimate of %lld "
+                 "(its prompt and max_tokens) would pass it; the day ends at 00:00 UTC",
+                 name, (long long)tk->day_used, (long long)t->tpd, (long long)tk->reserved,
+                 (long long)estimate);
         rc = -BG_ETENANTLIMIT;
     } else if (t->tpm > 0) {
         int64_t used = admit_window(tk, sec);

@@ -286,6 +286,8 @@ static void test_tokens_per_day(void **state)
     /* The second call would pass the day's quota with the first in flight. */
     assert_int_equal(admit_tokens_enter(a, 1, 600, T0, day + 100, &why), -BG_ETENANTLIMIT);
     assert_string_equal(why.reason, "tokens_per_day");
+    /* The message says what the call would need, not only what is used. */
+    assert_non_null(strstr(why.msg, "the call's estimate of 600"));
     assert_true(why.no_retry);
     assert_int_equal(why.retry_after_s, 86400 - 100);
     admit_tokens_leave(a, 1, 600, 300, T0 + S, day + 101);   /* used less than reserved */
