@@ -169,7 +169,16 @@ int main(int argc, char **argv)
             }
             buf_appendf(&o.headers, "%s\r\n", optarg);
             break;
-        case 'g': o.budget_ms = atof(optarg); break;
+        case 'g': {
+            char *end;
+            o.budget_ms = strtod(optarg, &end);
+            if (!optarg[0] || *end || !(o.budget_ms >= 0) || o.budget_ms > 86400000) {
+                fprintf(stderr, "batchgate-load: --budget-ms: \"%s\" must be a number of "
+                                "milliseconds >= 0 (0: none)\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        }
         case 'p': o.priority = atoi(optarg); break;
         case 'k': o.constant = true; break;
         case 'n': o.max_conns = atoi(optarg); break;

@@ -20,7 +20,7 @@ import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from harness import BIN, Server
+from harness import BIN, Server, free_port
 from test_infer import DIGITS, synthetic, write_model
 
 LOAD = os.path.join(os.path.dirname(BIN), "batchgate-load")
@@ -190,9 +190,53 @@ class LoadgenTest(unittest.TestCase):
                       "--workload", "a:rate=2"],
                      ["--url", "http://127.0.0.1:1", "--api-key", "has space", "--rate", "1"],
                      ["--url", "http://127.0.0.1:1", "--header", "NoColon", "--rate", "1"],
+                     ["--url", "http://127.0.0.1:1", "--rate", "1", "--budget-ms", "-1"],
+                     ["--url", "http://127.0.0.1:1", "--rate", "1", "--budget-ms", "soon"],
                      ["--bogus"]):
             p = subprocess.run([LOAD] + args, capture_output=True, timeout=10)
             self.assertEqual(p.returncode, 2, args)
+
+    def test_refused_connections_counted_once(self):
+        # A server that answers for 0.6 s, then stops listening: each
+        # refused connect is one error (they were counted twice: errors was
+        # 2 x refused).
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(64)
+        port = ls.getsockname()[1]
+
+        def serve():
+            end = time.monotonic() + 0.6
+            ls.settimeout(0.05)
+            conns = []
+            while time.monotonic() < end:
+                try:
+                    c, _ = ls.accept()
+                except socket.timeout:
+                    continue
+                conns.append(c)
+                c.settimeout(0.2)
+                try:
+                    if c.recv(65536):
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+                                  b"Connection: close\r\n\r\nok")
+                except OSError:
+                    pass
+                c.close()
+            ls.close()
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        out = os.path.join(self.tmp, "refused.json")
+        p = subprocess.run([LOAD, "--url", "http://127.0.0.1:%d/" % port, "--rate", "40",
+                            "--constant", "--duration", "1.5", "--warmup", "0", "--quiet",
+                            "--json", out], capture_output=True, timeout=30)
+        t.join(5)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(out) as f:
+            st = json.load(f)["steps"][0]
+        self.assertGreater(st["codes"].get("200", 0), 5, st)
+        self.assertGreater(st["refused"], 10, st)
+        self.assertEqual(st["errors"], st["refused"] + st["lost"] + st["closed_idle"], st)
 
     def test_bodies_sent_in_turn(self):
         path = os.path.join(self.tmp, "bodies.jsonl")
