@@ -107,16 +107,29 @@ enum models_need {
 /* The route's version, if it names one, is the one sm serves; else answers
  * 404, lets sm go and returns false. */
 static bool models_check_version(struct http_request *req, const struct route_match *m,
-                                 struct served_model *sm)
+                                 struct api_state *st, struct served_model *sm)
 {
     const struct route_param *v = route_match_param(m, "version");
     char have[16];
     int hl = snprintf(have, sizeof have, "%d", sm->version);
     if (!v || ((int)v->len == hl && memcmp(v->value, have, v->len) == 0))
         return true;
-    http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (it serves version "
-                       "%d: version_policy)", sm->model.cfg.name,
-                       (int)(v->len > 64 ? 64 : v->len), v->value, sm->version);
+    /* Every version served, not only the copy at hand (it named 3 alone
+     * for a model serving 3 and 2). */
+    int vs[MODEL_MAX_VERSIONS];
+    const char *name = sm->model.cfg.name;
+    int nv = st->serving ? serving_versions(st->serving, name, strlen(name), vs,
+                                            MODEL_MAX_VERSIONS) : 0;
+    char list[128] = "";
+    size_t used = 0;
+    for (int i = 0; i < nv && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%d",
+                                 i == 0 ? "" : i == nv - 1 ? " and " : ", ", vs[i]);
+    if (nv <= 0)
+        snprintf(list, sizeof list, "%d", sm->version);
+    http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (it serves version%s "
+                       "%s: version_policy)", name, (int)(v->len > 64 ? 64 : v->len), v->value,
+                       nv > 1 ? "s" : "", list);
     served_release(sm);
     return false;
 }
@@ -148,7 +161,7 @@ static struct served_model *models_lookup(struct http_request *req, const struct
             sm = vm;
         }
     }
-    if (!models_check_version(req, m, sm))
+    if (!models_check_version(req, m, st, sm))
         return NULL;
     int state = atomic_load(&sm->state);
     if ((need == NEED_READY && state != SERVED_READY) ||
@@ -235,7 +248,7 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
                                                  struct served_model *held)
 {
     if (held)   /* the copy it waited for: the version is checked as for any */
-        return models_check_version(req, m, held) ? held : NULL;
+        return models_check_version(req, m, st, held) ? held : NULL;
     struct served_model *sm = models_lookup(req, m, st, NEED_ANY, true);
     if (!sm)
         return NULL;

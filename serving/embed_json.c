@@ -17,11 +17,12 @@ int embed_openai_model(const char *body, size_t len, char *name, size_t cap, cha
                        size_t pcap, struct error *err)
 {
     json_error_t je;
+    char at[48];
     snprintf(param, pcap, "%s", "");
     json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     if (!root)
-        return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s", je.line,
-                         je.column, je.text);
+        return error_set(err, BG_EINVAL, "invalid JSON at %s: %s",
+                         tensor_json_where(at, sizeof at, je.line, je.column), je.text);
     json_t *m = json_is_object(root) ? json_object_get(root, "model") : NULL;
     int rc = 0;
     if (!tensor_json_name(m) || json_string_length(m) == 0 || json_string_length(m) >= cap) {
@@ -168,11 +169,12 @@ int embed_decode(const struct model *m, enum embed_api api, const char *body, si
                           "takes %s tensors: use /v2/models/%s/infer)", m->cfg.name,
                           m->cfg.input.datatype, m->cfg.name);
     json_error_t je;
+    char at[48];
     /* Texts may hold NUL (tokenized as the library does: a control). */
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!root)
-        return embed_fail(e, "", err, BG_EINVAL, "invalid JSON at line %d, column %d: %s",
-                          je.line, je.column, je.text);
+        return embed_fail(e, "", err, BG_EINVAL, "invalid JSON at %s: %s",
+                          tensor_json_where(at, sizeof at, je.line, je.column), je.text);
     int rc = embed_decode_root(m, root, r, e, err);
     json_decref(root);
     if (rc) {

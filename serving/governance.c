@@ -89,11 +89,17 @@ static int gov_window_parse(const json_t *o, int i, const struct tenants_config 
             w->days |= 1u << found;
         }
     }
-    w->from = gov_clock(json_string_value(json_object_get(o, "from")));
-    w->to = gov_clock(json_string_value(json_object_get(o, "to")));
-    if (w->from < 0 || w->to < 0)
-        return error_set(err, BG_ECONFIG, "%s: \"from\" and \"to\" are required, as \"HH:MM\" or "
-                         "\"HH:MM:SS\" (local time)", at);
+    static const char *const ends[] = {"from", "to"};
+    for (int e = 0; e < 2; e++) {
+        json_t *given = json_object_get(o, ends[e]);
+        int c = gov_clock(json_string_value(given));
+        if (c < 0)   /* missing, or given but not a time of day: said apart */
+            return error_set(err, BG_ECONFIG, given ? "%s.%s: not a time of day: \"HH:MM\" or "
+                                                  "\"HH:MM:SS\", 00:00 to 23:59:59 (local time)"
+                                                : "%s.%s: missing (\"HH:MM\" or \"HH:MM:SS\", "
+                                                  "local time)", at, ends[e]);
+        *(e ? &w->to : &w->from) = c;
+    }
     json_t *sh = json_object_get(o, "shares");
     if (sh && !json_is_object(sh))
         return error_set(err, BG_ECONFIG, "%s.shares: an object of tenant: share", at);

@@ -335,8 +335,14 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
         *out = NULL;
         return rc;
     }
+    /* Models are folders; a model serving several versions side by side
+     * has an entry each. */
     int count = atomic_load(&s->n);
-    log_info("model repository %s: %d model%s", dir, count, count == 1 ? "" : "s");
+    if (count > n)
+        log_info("model repository %s: %d model%s (%d entries with their versions)", dir, n,
+                 n == 1 ? "" : "s", count);
+    else
+        log_info("model repository %s: %d model%s", dir, count, count == 1 ? "" : "s");
     return 0;
 }
 
@@ -629,8 +635,11 @@ int served_copy_load(struct serving *s, struct served_model *sm)
     char ctx[48] = "";
     if (m->cold.context_s > 0)
         snprintf(ctx, sizeof ctx, ", of which device context %.1f", m->cold.context_s * 1e3);
-    log_info("model %s: loaded on %s, %d instance%s, %.1f MiB; cold start %.1f ms "
-             "(read %.1f, prepare %.1f%s, warmup %.1f)", m->cfg.name, model_backend_name(m), m->ninstances,
+    char ver[24] = "";
+    if (served_pinned_version(sm))   /* one of several versions served side by side */
+        snprintf(ver, sizeof ver, " version %d", sm->version);
+    log_info("model %s%s: loaded on %s, %d instance%s, %.1f MiB; cold start %.1f ms "
+             "(read %.1f, prepare %.1f%s, warmup %.1f)", m->cfg.name, ver, model_backend_name(m), m->ninstances,
              m->ninstances == 1 ? "" : "s", (double)model_memory_bytes(m) / (1 << 20),
              m->cold.total_s * 1e3, m->cold.read_s * 1e3, m->cold.prepare_s * 1e3 + m->cold.context_s * 1e3, ctx,
              m->cold.warmup_s * 1e3);

@@ -167,6 +167,15 @@ static int tensor_decode_request_params(json_t *params, struct infer_request *ou
                                            err);
 }
 
+const char *tensor_json_where(char *out, size_t cap, int line, int column)
+{
+    if (line <= 1)
+        snprintf(out, cap, "column %d", column);
+    else
+        snprintf(out, cap, "line %d, column %d", line, column);
+    return out;
+}
+
 bool tensor_json_name(const json_t *v)
 {
     return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v);
@@ -547,13 +556,14 @@ int tensor_decode_kserve_shm(const struct model *model, const char *body, size_t
     if (jlen == 0)
         return error_set(err, BG_EINVAL, "empty body: expected a KServe v2 infer request");
     json_error_t jerr;
+    char at[48];
     json_t *root = json_loadb(body, jlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     /* Bytes after the JSON without the header: binary data sent without
      * saying where they start (jansson's "end of file expected"). */
     bool trailing = !root && json_len < 0 && strstr(jerr.text, "end of file expected");
     if (!root)
-        return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s%s", jerr.line,
-                         jerr.column, jerr.text,
+        return error_set(err, BG_EINVAL, "invalid JSON at %s: %s%s",
+                         tensor_json_where(at, sizeof at, jerr.line, jerr.column), jerr.text,
                          trailing ? " (binary tensor data after the JSON need the "
                                     "Inference-Header-Content-Length header: the JSON's length)"
                                   : "");
@@ -777,10 +787,11 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
         return error_set(err, BG_EINVAL, "model %s takes text: use KServe v2 (a BYTES input), "
                          "POST /v1/embeddings or POST /embed", m->name);
     json_error_t jerr;
+    char at[48];
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return error_set(err, BG_EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
-                         jerr.column, jerr.text);
+        return error_set(err, BG_EINVAL, "invalid JSON at %s: %s",
+                         tensor_json_where(at, sizeof at, jerr.line, jerr.column), jerr.text);
     int rc = 0;
     json_t *inst = json_is_object(root) ? json_object_get(root, "instances") : NULL;
     if (!json_is_array(inst) || json_array_size(inst) == 0) {

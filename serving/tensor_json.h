@@ -78,6 +78,10 @@ int tensor_decode_kserve_shm(const struct model *m, const char *body, size_t len
  * handler (http_inner_set_decoded, of kind TENSOR_KSERVE_HEAD), sparing a
  * second parse of the text it wrote. */
 #define TENSOR_KSERVE_HEAD "kserve_v2 head (jansson)"
+/* Where a JSON syntax error is, for its message: "column C" in a body of
+ * one line (a job's line, a usual request: "line 1" read as the job's
+ * line 1), else "line L, column C". Returns out. */
+const char *tensor_json_where(char *out, size_t cap, int line, int column);
 struct json_t;
 /* A JSON string holding no NUL: what every name, datatype, id and choice
  * must be. Bodies are parsed with JSON_ALLOW_NUL for the texts (a \u0000

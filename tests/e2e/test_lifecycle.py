@@ -511,8 +511,15 @@ class SeveralVersionsTest(RepoServerCase):
         self.assertEqual(self.output("mv"), (200, [3, 6]))
         self.assertEqual(self.output("mv", 3), (200, [3, 6]))
         self.assertEqual(self.output("mv", 2), (200, [2, 4]))
-        self.assertEqual(self.output("mv", 1)[0], 404)
+        st, err = self.output("mv", 1)
+        self.assertEqual(st, 404)
+        self.assertIn("it serves versions 3 and 2", err["error"])   # not "version 3"
         self.assertEqual(roundtrip(port, "GET", "/v2/models/mv").json()["versions"], ["3", "2"])
+        # The log says which version loaded, and counts folders as models.
+        self.assertRegex(self.srv.log(), r"model mv version 3: loaded on")
+        self.assertRegex(self.srv.log(), r"model mv version 2: loaded on")
+        self.assertRegex(self.srv.log(), r"model repository .*: \d+ models \(\d+ entries with "
+                                         r"their versions\)")
         # The answer names the version that computed it (it said "1" always).
         for path, want in (("/v2/models/mv/infer", "3"), ("/v2/models/mv/versions/3/infer", "3"),
                            ("/v2/models/mv/versions/2/infer", "2"),

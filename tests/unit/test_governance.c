@@ -103,9 +103,15 @@ static void test_errors(void **state)
         {"{\"windows\": [{\"name\":\"n\",\"days\":[\"sun\"],\"from\":\"22:00\",\"to\":\"02:00\"},"
          "{\"name\":\"m\",\"days\":[\"mon\"],\"from\":\"01:00\",\"to\":\"03:00\"}]}",
          "windows \"n\" and \"m\" overlap (both active mon 01:00"},
-        {"{\"windows\": [{\"name\":\"a\",\"from\":\"8:00\",\"to\":\"20:00\"}]}", "\"HH:MM\""},
-        {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"24:00\"}]}", "\"HH:MM\""},
-        {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\"}]}", "are required"},
+        /* A value that is not a time is said so, apart from a missing one
+         * (both read "are required" before). */
+        {"{\"windows\": [{\"name\":\"a\",\"from\":\"8:00\",\"to\":\"20:00\"}]}",
+         "windows[0].from: not a time of day"},
+        {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"24:00\"}]}",
+         "windows[0].to: not a time of day"},
+        {"{\"windows\": [{\"name\":\"a\",\"from\":\"25:00\",\"to\":\"01:00\"}]}",
+         "windows[0].from: not a time of day"},
+        {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\"}]}", "windows[0].to: missing"},
         {"{\"windows\": [{\"name\":\"a\",\"days\":[\"monday\"],\"from\":\"08:00\",\"to\":\"09:00\"}]}",
          "days[0]: not one of"},
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\",\"shares\":{\"ads\":0.5}}]}",

@@ -86,6 +86,10 @@ static void test_every_error_names_the_field(void **state)
     static const struct bad cases[] = {
         {"", "empty body"},
         {"{", "invalid JSON"},
+        /* One line (a job's line): its column, not "line 1" (read as the
+         * job's first line); a body of several lines keeps its line. */
+        {"{\"inputs\": [1,]}", "invalid JSON at column 15"},
+        {"{\n\"inputs\": [1,]}", "invalid JSON at line 2, column"},
         {"[]", "JSON object"},
         {"{}", "inputs"},
         {"{\"inputs\":[]}", "inputs"},
