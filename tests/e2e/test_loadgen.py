@@ -20,7 +20,7 @@ import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from harness import BIN, Server, free_port
+from harness import BIN, Server
 from test_infer import DIGITS, synthetic, write_model
 
 LOAD = os.path.join(os.path.dirname(BIN), "batchgate-load")
