@@ -245,7 +245,13 @@ static void modelstats_run_enter(struct inst_shard *sh)
 {
     uint32_t q = atomic_load_explicit(&sh->run_seq, memory_order_relaxed);
     atomic_store_explicit(&sh->run_seq, q + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
+    /* A full fence, not a release one: the end reads the clock next, and
+     * that read must not pass the odd value on its way out (a store
+     * buffer lets loads go first). Else a reader could pass its check
+     * with a clock later than the end's, see more running time than the
+     * end then adds, and the counter would step back (test_modelstats
+     * caught it about one run in six). */
+    atomic_thread_fence(memory_order_seq_cst);
 }
 
 static void modelstats_run_leave(struct inst_shard *sh)
@@ -359,8 +365,12 @@ void modelstats_batch_end(struct modelstats *s, int instance, int charged, const
     struct inst_shard *ch = &s->inst[(charged >= 0 ? charged : 0) % s->ninst];
     modelstats_run_enter(sh);
     /* Device time counts whether the batch succeeded or not: it held the
-     * device. Its rows and statistics only when it computed them. */
-    modelstats_time_end(sh, ch, b, exec_ns);
+     * device. Its rows and statistics only when it computed them. But a
+     * loop backend's failed batch (a call to a server behind, never begun
+     * here) charges its tenants nothing: that server's time goes as idle
+     * time does (docs/USAGE.md). */
+    if (ok || atomic_load_explicit(&sh->run_start_ns, memory_order_relaxed) > 0)
+        modelstats_time_end(sh, ch, b, exec_ns);
     if (ok && b) {
         modelstats_batch(s, instance, b->rows, input_ns, exec_ns, output_ns);
         modelstats_batch_tokens(s, instance, b->tokens,

@@ -72,10 +72,12 @@ static int64_t worker_run_batch(struct worker *w, struct batch *b)
     const struct model_config *c = &in->model->cfg;
     batchrun_gather(b, in->in, (size_t)c->input.row_elems);
     struct backend_io io = {.in = in->in, .out = in->out, .rows = b->rows};
+    /* Before the watchdog has the items: once it does, it may answer them
+     * (and they are not ours to read). */
+    modelstats_run_begin(w->ws->sm->stats, in->index, b);
     if (w->ws->wd)
         watchdog_begin(w->ws->wd, in->index, b->head);
     struct error err = {0};
-    modelstats_run_begin(w->ws->sm->stats, in->index, b);
     int64_t t0 = now_ns();
     int rc = model_run(in, &io, &err);
     int64_t ns = io.device_ns > 0 ? io.device_ns : now_ns() - t0;
