@@ -61,6 +61,7 @@ static enum modelstats_reason models_reason_of(int code)
     case BG_EDEADLINE: return MS_REJECT_DEADLINE;
     case BG_ENOTREADY: return MS_REJECT_NOT_READY;
     case BG_ESHUTDOWN: return MS_REJECT_SHUTDOWN;
+    case BG_ETOOLONG: return MS_REJECT_TOO_LONG;
     default: return MS_REJECT_BAD_REQUEST;
     }
 }

@@ -19,7 +19,7 @@ const double modelstats_row_bounds[MODELSTATS_ROW_BUCKETS] = {
 };
 const int modelstats_codes[MODELSTATS_CODES] = {200, 400, 404, 408, 413, 429, 500, 502, 503, 504, 0};
 const char *const modelstats_reason_names[MS_REJECT_COUNT] = {
-    "queue_full", "deadline", "bad_request", "not_ready", "shutdown",
+    "queue_full", "deadline", "bad_request", "not_ready", "shutdown", "input_too_long",
 };
 const char *const modelstats_fail_names[MS_FAIL_COUNT] = {
     "REJECTED", "CANCELED", "BACKEND", "OTHER",

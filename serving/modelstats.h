@@ -29,6 +29,7 @@ enum modelstats_reason {
     MS_REJECT_BAD_REQUEST,
     MS_REJECT_NOT_READY,
     MS_REJECT_SHUTDOWN,
+    MS_REJECT_TOO_LONG,           /* 413: more tokens than the model or a batch holds */
     MS_REJECT_COUNT
 };
 extern const char *const modelstats_reason_names[MS_REJECT_COUNT];

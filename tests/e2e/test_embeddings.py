@@ -309,6 +309,10 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(r.status, 413, r.body)
         self.assertIn("the request has 48 tokens, more than a batch may hold "
                       "(batching.max_batch_tokens is 30)", r.json()["error"]["message"])
+        # Counted as what it is, not as a bad request.
+        text = roundtrip(self.port, "GET", "/metrics").body.decode()
+        self.assertRegex(text, r'batchgate_rejected_requests_total\{model="tinycap",'
+                               r'reason="input_too_long"\} [1-9]')
         # Tokens computed and what padding would have held, per model.
         self.embed_all("tiny", TEXTS)
         text = roundtrip(self.port, "GET", "/metrics").body.decode()
