@@ -5,6 +5,7 @@
  * already shows cost_total per tenant to whoever reaches it). */
 #include "gateway/api.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +51,11 @@ static void usage_api_answer(struct http_request *req, struct api_state *st, boo
         return;
     if (rc) {
         char *end;
+        errno = 0;
         long long s = strtoll(v, &end, 10);
-        if (!*v || *end || s <= 0) {
-            http_respond_error(req, 400, NULL, "step: \"%s\" is not a number of seconds", v);
+        if (!*v || *end || errno || s <= 0) {
+            http_respond_error(req, 400, NULL, "step: \"%s\" is not a whole number of seconds "
+                               "(at least 60)", v);
             return;
         }
         q.step = s;

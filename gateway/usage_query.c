@@ -190,7 +190,7 @@ void usage_render_json(struct buf *b, const struct usage_query *q, const struct 
     buf_append(b, "],\"rows\":[", 10);
     for (int i = 0; i < rows->n; i++) {
         const struct state_usage_row *r = &rows->r[i];
-        int64_t end = r->start + q->step < q->to ? r->start + q->step : q->to;
+        int64_t end = q->step < q->to - r->start ? r->start + q->step : q->to;   /* no overflow */
         usage_format_time(r->start, t0, sizeof t0);
         usage_format_time(end, t1, sizeof t1);
         buf_appendf(b, "%s{\"start\":\"%s\",\"end\":\"%s\"", i ? "," : "", t0, t1);
@@ -227,7 +227,7 @@ void usage_render_csv(struct buf *b, const struct usage_query *q, const struct u
     for (int i = 0; i < rows->n; i++) {
         const struct state_usage_row *r = &rows->r[i];
         char t0[32], t1[32];
-        int64_t end = r->start + q->step < q->to ? r->start + q->step : q->to;
+        int64_t end = q->step < q->to - r->start ? r->start + q->step : q->to;   /* no overflow */
         usage_format_time(r->start, t0, sizeof t0);
         usage_format_time(end, t1, sizeof t1);
         buf_appendf(b, "%s,%s", t0, t1);

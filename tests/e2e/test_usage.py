@@ -352,6 +352,15 @@ class UsageApiTest(UsageCase):
             r = get(port, "/v2/usage?" + q)
             self.assertEqual(r.status, 400, (q, r.body))
             self.assertTrue(r.json()["error"].startswith(param + ":"), (q, r.body))
+        # A step past 2^63 is refused, not clamped; the longest one a
+        # period holds gives one period ending at `to` (its end overflowed
+        # into the year -219246473).
+        r = get(port, "/v2/usage?step=99999999999999999999")
+        self.assertEqual(r.status, 400, r.body)
+        rows = usage(port, "ops", step=9223372036854775807, **{"from": now - 600, "to": now})
+        self.assertTrue(rows["rows"], rows)
+        for x in rows["rows"]:
+            self.assertEqual(x["end"], rows["to"], x)
         srv.stop_checked()
 
 
