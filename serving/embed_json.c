@@ -54,7 +54,7 @@ static int embed_bool(json_t *root, const char *key, bool *out, struct embed_req
                       struct error *err)
 {
     json_t *v = json_object_get(root, key);
-    if (!v)
+    if (!v || json_is_null(v))   /* null is omitted, as OpenAI's API takes it */
         return 0;
     if (!json_is_boolean(v))
         return embed_fail(e, key, err, BG_EINVAL, "%s: must be true or false", key);
@@ -117,13 +117,21 @@ static int embed_decode_root(const struct model *m, json_t *root, struct infer_r
             return rc;
     } else {
         json_t *fmt = json_object_get(root, "encoding_format");
+        if (json_is_null(fmt))
+            fmt = NULL;   /* omitted */
         if (fmt && (!tensor_json_name(fmt) || (strcmp(json_string_value(fmt), "float") != 0 &&
                                              strcmp(json_string_value(fmt), "base64") != 0)))
             return embed_fail(e, "encoding_format", err, BG_EINVAL,
                               "encoding_format: must be \"float\" or \"base64\"");
         e->base64 = fmt && strcmp(json_string_value(fmt), "base64") == 0;
         json_t *dim = json_object_get(root, "dimensions");
-        if (dim && (!json_is_integer(dim) || json_integer_value(dim) != c->encoder.hidden))
+        if (json_is_null(dim))
+            dim = NULL;
+        if (dim && !json_is_integer(dim))
+            return embed_fail(e, "dimensions", err, BG_EINVAL,
+                              "dimensions: must be an integer (model %s gives %d)", c->name,
+                              c->encoder.hidden);
+        if (dim && json_integer_value(dim) != c->encoder.hidden)
             return embed_fail(e, "dimensions", err, BG_EINVAL,
                               "dimensions: model %s gives %d dimensions and does not shorten "
                               "them (omit the field, or send %d)", c->name, c->encoder.hidden,

@@ -365,8 +365,9 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
         return rc;
     if (ref.set) {
         if (data || bsize)
-            return error_set(err, BG_EINVAL, "%s: has both parameters.shared_memory_region and "
-                             "%s", where, data ? "data" : "parameters.binary_data_size");
+            return error_set(err, BG_EINVAL, "%s%s: given with parameters.shared_memory_region "
+                             "(the tensor is in one or the other)", where,
+                             data ? "data" : "parameters.binary_data_size");
         if (!text && ref.byte_size != count * sizeof(float))
             return error_set(err, BG_EINVAL,
                              "%sparameters.shared_memory_byte_size: %llu bytes, but shape %lld x "

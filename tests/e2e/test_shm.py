@@ -161,7 +161,7 @@ class ShmTest(RepoServerCase):
                 ({"shared_memory_region": "m"}, {}, "shared_memory_byte_size: missing"),
                 ({"shared_memory_byte_size": 256}, {}, "shared_memory_region: missing"),
                 ({"shared_memory_region": "m", "shared_memory_byte_size": 256},
-                 {"data": [0] * 64}, "has both parameters.shared_memory_region and data"),
+                 {"data": [0] * 64}, "inputs[0].data: given with parameters.shared_memory_region"),
                 ({"shared_memory_region": 3, "shared_memory_byte_size": 256}, {},
                  "shared_memory_region: must be the name")):
             body = {"inputs": [dict(base, parameters=params, **extra)]}

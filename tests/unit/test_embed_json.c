@@ -99,6 +99,12 @@ static void test_inputs(void **state)
     rows_text(&r, s, sizeof s);
     assert_string_equal(s, "3: 2 5 3");
     free(r.input);
+    /* null is omitted, as OpenAI's API takes it. */
+    assert_int_equal(decode(EMBED_OPENAI, "{\"model\":\"enc\",\"input\":[[2,5,3],[6]],"
+                                          "\"encoding_format\":null,\"truncate\":null,"
+                                          "\"dimensions\":null}", &r, &e, &err), 0);
+    assert_false(e.base64);
+    free(r.input);
     assert_int_equal(decode(EMBED_OPENAI, "{\"model\":\"enc\",\"input\":[[2,5,3],[6]],"
                                           "\"dimensions\":4}", &r, &e, &err), 0);
     rows_text(&r, s, sizeof s);
@@ -153,6 +159,9 @@ static void test_errors(void **state)
          -BG_EINVAL, "encoding_format", "must be \"float\" or \"base64\""},
         {EMBED_OPENAI, "{\"model\":\"enc\",\"input\":\"a\",\"dimensions\":3}", -BG_EINVAL,
          "dimensions", "gives 4 dimensions and does not shorten them"},
+        /* A string: its type is what is wrong (it said "send 4" to "4"). */
+        {EMBED_OPENAI, "{\"model\":\"enc\",\"input\":\"a\",\"dimensions\":\"4\"}", -BG_EINVAL,
+         "dimensions", "dimensions: must be an integer"},
         {EMBED_OPENAI, "{\"model\":\"enc\",\"input\":\"a\",\"truncate\":1}", -BG_EINVAL,
          "truncate", "truncate: must be true or false"},
         {EMBED_OPENAI, "{\"model\":\"enc\",\"input\":\"hello world hello world hello\","

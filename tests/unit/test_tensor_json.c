@@ -449,7 +449,7 @@ static void test_shared_memory(void **state)
          "inputs[0].parameters.shared_memory_offset: must be an integer >= 0"},
         {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"parameters\":"
          "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":48},\"data\":[1]}]}",
-         "has both parameters.shared_memory_region and data"},
+         "inputs[0].data: given with parameters.shared_memory_region"},
         {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"parameters\":"
          "{\"shared_memory_region\":\"q\",\"shared_memory_byte_size\":48}}]}",
          "inputs[0]: no region \"q\""},
