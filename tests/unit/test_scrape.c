@@ -450,7 +450,10 @@ static void test_huge(void **s)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     printf("scrape: %zu bytes in %.1f ms\n", n, secs * 1e3);
-    assert_true(secs < 1.0);
+    /* A bound against a parse that grows with the square of the text
+     * (minutes here), not a speed target: ~50 ms alone, but over 1 s under
+     * ThreadSanitizer on a loaded 2-core machine (CI once failed at 1 s). */
+    assert_true(secs < 15.0);
     NEAR(l.waiting, 100000);
     NEAR(l.running, 5);
     free(buf);
