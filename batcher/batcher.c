@@ -40,11 +40,12 @@ struct batcher {
     int64_t *wake_planned;
 };
 
-/* The wake slack before any wake was measured: a timed wait's usual
- * lateness on an idle machine. And its ceiling: a stall (a stopped
+/* The wake slack's floor: what a timed wait's lateness reaches now and
+ * then even on an idle machine (a decaying maximum alone forgot those, and
+ * 4 pairs of 40 still split). And its ceiling: a stall (a stopped
  * process, a swapped page) says nothing of the next wake; past this the
  * deadline rule would give up batching for no gain. */
-#define BATCHER_WAKE_SLACK_INIT_NS 200000
+#define BATCHER_WAKE_SLACK_MIN_NS 500000
 #define BATCHER_WAKE_SLACK_MAX_NS 2000000
 
 /* A wake's lateness into the slack: a maximum that decays by 1/16 a wake,
@@ -59,6 +60,7 @@ static void batcher_wake_sample(struct batcher *b, int instance, int64_t now)
     s -= s / 16;
     if (late > s)
         s = late;
+    s = s > BATCHER_WAKE_SLACK_MIN_NS ? s : BATCHER_WAKE_SLACK_MIN_NS;
     b->q.load.wake_slack_ns = s < BATCHER_WAKE_SLACK_MAX_NS ? s : BATCHER_WAKE_SLACK_MAX_NS;
 }
 
@@ -133,7 +135,7 @@ struct batcher *batcher_new(const char *model_name, const struct model_batching 
         latmodel_init(&b->lat[i]);
         b->wake_planned[i] = POLICY_NEVER;
     }
-    b->q.load.wake_slack_ns = BATCHER_WAKE_SLACK_INIT_NS;
+    b->q.load.wake_slack_ns = BATCHER_WAKE_SLACK_MIN_NS;
     guard_init(&b->guard);
     rate_init(&b->arrivals);
     pthread_mutex_init(&b->lock, NULL);
