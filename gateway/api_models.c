@@ -569,7 +569,7 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
             encoder_output_normalize(call->output, call->r.rows, (int)c->output.row_elems);
         rc = embed_encode(c, &call->embed, &call->r, call->output, &b);
     } else if (call->format == FORMAT_TFS) {
-        rc = tensor_encode_tfs(c, call->r.rows, call->output, &b);
+        rc = tensor_encode_tfs(c, &call->r, call->output, &b);
     } else {
         if (c->kind == MODEL_KIND_ENCODER && c->encoder.normalize)
             encoder_output_normalize(call->output, call->r.rows, (int)c->output.row_elems);

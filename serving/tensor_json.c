@@ -794,15 +794,47 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
         return error_set(err, BG_EINVAL, "invalid JSON at %s: %s",
                          tensor_json_where(at, sizeof at, jerr.line, jerr.column), jerr.text);
     int rc = 0;
+    /* Row form ("instances") or columnar form ("inputs": the input's tensor,
+     * batch first, or {"<input name>": tensor}); with one input and one
+     * output the two differ only in how they are wrapped. */
     json_t *inst = json_is_object(root) ? json_object_get(root, "instances") : NULL;
+    json_t *cols = json_is_object(root) ? json_object_get(root, "inputs") : NULL;
+    json_t *sig = json_is_object(root) ? json_object_get(root, "signature_name") : NULL;
+    const char *key = cols ? "inputs" : "instances";
+    if (inst && cols) {
+        rc = error_set(err, BG_EINVAL, "give one of \"instances\" (rows) or \"inputs\" "
+                       "(columns), not both");
+        goto out;
+    }
+    if (sig && !(json_is_string(sig) && strcmp(json_string_value(sig), "serving_default") == 0)) {
+        rc = error_set(err, BG_EINVAL, "signature_name: model %s has only the signature "
+                       "\"serving_default\"", m->name);
+        goto out;
+    }
+    if (cols) {
+        out->tfs_columnar = true;
+        if (json_is_object(cols)) {
+            json_t *v = json_object_get(cols, m->input.name);
+            if (!v || json_object_size(cols) != 1) {
+                rc = error_set(err, BG_EINVAL, "inputs: must hold exactly the input \"%s\"",
+                               m->input.name);
+                goto out;
+            }
+            cols = v;
+        }
+        inst = cols;
+    }
     if (!json_is_array(inst) || json_array_size(inst) == 0) {
-        rc = error_set(err, BG_EINVAL, "instances: must be a non-empty array of rows");
+        rc = cols ? error_set(err, BG_EINVAL, "inputs: must be a non-empty array, one row of "
+                              "input \"%s\" per element", m->input.name)
+                  : error_set(err, BG_EINVAL, "instances: must be a non-empty array of rows "
+                              "(or give \"inputs\", the columnar form)");
         goto out;
     }
     size_t rows = json_array_size(inst);
     if (rows > (size_t)m->batching.max_batch_size) {
-        rc = error_set(err, BG_EINVAL, "instances: %zu rows; model %s takes 1 to %d per request",
-                       rows, m->name, m->batching.max_batch_size);
+        rc = error_set(err, BG_EINVAL, "%s: %zu rows; model %s takes 1 to %d per request",
+                       key, rows, m->name, m->batching.max_batch_size);
         goto out;
     }
     out->rows = (int)rows;
@@ -815,8 +847,8 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
     for (size_t i = 0; i < rows; i++) {
         json_t *row = json_array_get(inst, i);
         char field[48];
-        snprintf(field, sizeof field, "instances[%zu]", i);
-        if (json_is_object(row)) {
+        snprintf(field, sizeof field, "%s[%zu]", key, i);
+        if (!cols && json_is_object(row)) {
             json_t *v = json_object_get(row, m->input.name);
             if (!v || json_object_size(row) != 1) {
                 rc = error_set(err, BG_EINVAL, "%s: must hold exactly the input \"%s\"", field,
@@ -843,13 +875,17 @@ out:
     return rc;
 }
 
-int tensor_encode_tfs(const struct model_config *m, int rows, const float *output, struct buf *out)
+int tensor_encode_tfs(const struct model_config *m, const struct infer_request *r,
+                      const float *output, struct buf *out)
 {
     int64_t shape[MODEL_MAX_DIMS + 1];
-    shape[0] = rows;
+    shape[0] = r->rows;
     for (int i = 0; i < m->output.ndims; i++)
         shape[i + 1] = m->output.shape[i];
-    buf_append(out, "{\"predictions\":", 15);
+    if (r->tfs_columnar)
+        buf_append(out, "{\"outputs\":", 11);
+    else
+        buf_append(out, "{\"predictions\":", 15);
     const float *p = output;
     if (tensor_append_nested(out, &p, shape, m->output.ndims + 1) < 0)
         return -1;

@@ -54,6 +54,7 @@ struct infer_request {
      * class_count of each row answered as BYTES "value:index[:label]"; 0:
      * the tensor itself. Checked against the output's size at decode. */
     int64_t class_count;
+    bool tfs_columnar;            /* TF-Serving's columnar form: answer {"outputs": ...} */
 };
 
 /* A KServe v2 infer body for the model m (an encoder's BYTES text input is
@@ -108,11 +109,15 @@ int tensor_decode_kserve_head(const struct model *m, struct json_t *head, const 
 int tensor_encode_kserve(const struct model *m, int version, const struct infer_request *r,
                          const float *output, struct buf *out, int64_t *json_len);
 
-/* TF-Serving's REST predict: {"instances": [row, ...]} (each row nested per
- * the input's shape, or {"<input name>": row}) -> {"predictions": [...]}. */
+/* TF-Serving's REST predict. Row form: {"instances": [row, ...]} (each row
+ * nested per the input's shape, or {"<input name>": row}) -> {"predictions":
+ * [...]}. Columnar form (out->tfs_columnar): {"inputs": tensor} or {"inputs":
+ * {"<input name>": tensor}}, the tensor batch first -> {"outputs": [...]}.
+ * "signature_name" may name only "serving_default". */
 int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len,
                       struct infer_request *out, struct error *err);
-int tensor_encode_tfs(const struct model_config *m, int rows, const float *output, struct buf *out);
+int tensor_encode_tfs(const struct model_config *m, const struct infer_request *r,
+                      const float *output, struct buf *out);
 
 /* Appends s as a JSON string literal (quotes included). */
 int json_append_string(struct buf *out, const char *s, size_t len);

@@ -218,6 +218,14 @@ class InferTest(RepoServerCase):
         r = post(self.srv.port, "/v1/models/digits:predict", json.dumps({"instances": [[1, 2]]}))
         self.assertEqual(r.status, 400)
         self.assertIn("instances[0]", r.json()["error"])
+        # The columnar form: the same rows, answered as "outputs".
+        for body in ({"inputs": rows}, {"inputs": {"input": rows}, "signature_name": "serving_default"}):
+            r = post(self.srv.port, "/v1/models/digits:predict", json.dumps(body))
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.json(), {"outputs": preds})
+        r = post(self.srv.port, "/v1/models/digits:predict", json.dumps({"inputs": rows, "instances": rows}))
+        self.assertEqual(r.status, 400)
+        self.assertIn("not both", r.json()["error"])
 
     def test_known_answer(self):
         r = post(self.srv.port, "/v2/models/lin/infer", infer_body([[1, 2, 3, 4], [-3, 0, 0, 0]]))

@@ -143,7 +143,7 @@ static void check_decoded(const struct model *mm, const struct infer_request *r,
         must_be_json(out.data, out.len);
     }
     buf_reset(&out);
-    if (tensor_encode_tfs(m, r->rows, output, &out) < 0)
+    if (tensor_encode_tfs(m, r, output, &out) < 0)
         abort();
     must_be_json(out.data, out.len);
     buf_free(&out);

@@ -243,17 +243,48 @@ static void test_tfs(void **state)
     assert_true(r.input[6] == 1.0f);
     float out[4] = {1, 2, 3, 4};
     struct buf b = BUF_INIT;
-    assert_int_equal(tensor_encode_tfs(&m, 2, out, &b), 0);
+    assert_int_equal(tensor_encode_tfs(&m, &r, out, &b), 0);
     assert_int_equal(b.len, strlen("{\"predictions\":[[1,2],[3,4]]}"));
     assert_memory_equal(b.data, "{\"predictions\":[[1,2],[3,4]]}", b.len);
     buf_free(&b);
     free(r.input);
-    static const char *bad[] = {"{}", "{\"instances\":[]}", "{\"instances\":[[1,2]]}",
-                                "{\"instances\":[{\"x\":[1,2,3,4,5,6]}]}",
-                                "{\"instances\":[[1],[1],[1],[1],[1]]}", "nope"};
+    /* The columnar form, bare or named, answers "outputs". */
+    static const char *cols[] = {
+        "{\"inputs\":[[[1,2,3],[4,5,6]],[1,1,1,1,1,1]],\"signature_name\":\"serving_default\"}",
+        "{\"inputs\":{\"input\":[[[1,2,3],[4,5,6]],[1,1,1,1,1,1]]}}"};
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(tensor_decode_tfs(&m, cols[i], strlen(cols[i]), &r, &err), 0);
+        assert_int_equal(r.rows, 2);
+        assert_true(r.input[5] == 6.0f && r.input[6] == 1.0f);
+        assert_true(r.tfs_columnar);
+        assert_int_equal(tensor_encode_tfs(&m, &r, out, &b), 0);
+        assert_int_equal(b.len, strlen("{\"outputs\":[[1,2],[3,4]]}"));
+        assert_memory_equal(b.data, "{\"outputs\":[[1,2],[3,4]]}", b.len);
+        buf_reset(&b);
+        free(r.input);
+    }
+    buf_free(&b);
+    static const struct { const char *body, *says; } bad[] = {
+        {"{}", "instances: must be a non-empty array of rows (or give \"inputs\""},
+        {"{\"instances\":[]}", "instances: must be"},
+        {"{\"instances\":[[1,2]]}", "instances[0]: 2 numbers"},
+        {"{\"instances\":[{\"x\":[1,2,3,4,5,6]}]}", "instances[0]: must hold exactly"},
+        {"{\"instances\":[[1],[1],[1],[1],[1]]}", "instances: 5 rows"},
+        {"nope", "invalid JSON"},
+        {"{\"inputs\":[[1,2,3,4,5,6]],\"instances\":[[1,2,3,4,5,6]]}", "not both"},
+        {"{\"inputs\":[]}", "inputs: must be a non-empty array"},
+        {"{\"inputs\":[1,2,3]}", "inputs[0]: 1 numbers"},
+        {"{\"inputs\":{\"x\":[[1,2,3,4,5,6]]}}", "inputs: must hold exactly the input \"input\""},
+        {"{\"inputs\":[{\"input\":[1,2,3,4,5,6]}]}", "inputs[0]"},
+        {"{\"inputs\":[[1],[1],[1],[1],[1]]}", "inputs: 5 rows"},
+        {"{\"inputs\":[[1,2,3,4,5,6]],\"signature_name\":\"predict\"}", "serving_default"},
+    };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_int_equal(tensor_decode_tfs(&m, bad[i], strlen(bad[i]), &r, &err), -BG_EINVAL);
+        assert_int_equal(tensor_decode_tfs(&m, bad[i].body, strlen(bad[i].body), &r, &err),
+                         -BG_EINVAL);
         assert_null(r.input);
+        if (!strstr(err.msg, bad[i].says))
+            fail_msg("%s: \"%s\" does not say \"%s\"", bad[i].body, err.msg, bad[i].says);
     }
 }
 
@@ -285,7 +316,8 @@ static void test_floats_round_trip(void **state)
     v[4] = 123456789.0f;
     v[5] = 0.00001f;
     struct buf b = BUF_INIT;
-    assert_int_equal(tensor_encode_tfs(&m, 1, v, &b), 0);
+    struct infer_request one = {.rows = 1};
+    assert_int_equal(tensor_encode_tfs(&m, &one, v, &b), 0);
     assert_int_equal(buf_append(&b, "", 1), 0);
     const char *p = strstr(b.data, "[[") + 2;
     for (int i = 0; i < N; i++) {
