@@ -416,6 +416,32 @@ static int grpc_contents_field(const char *dt, int *field)
     return -1;
 }
 
+/* Element i of the typed field `field` as bits: a float's pattern, an
+ * integer sign- or zero-extended. */
+static uint64_t grpc_contents_bits(const Inference__InferTensorContents *c, int field, size_t i)
+{
+    uint32_t f32;
+    uint64_t f64;
+    switch (field) {
+    case 0:
+        memcpy(&f32, &c->fp32_contents[i], 4);
+        return f32;
+    case 1:
+        memcpy(&f64, &c->fp64_contents[i], 8);
+        return f64;
+    case 2:
+        return (uint64_t)(int64_t)c->int_contents[i];
+    case 3:
+        return (uint64_t)c->int64_contents[i];
+    case 4:
+        return c->uint_contents[i];
+    case 5:
+        return c->uint64_contents[i];
+    default:
+        return c->bool_contents[i] != 0;
+    }
+}
+
 /* raw_input_contents[k] against the input's shape and datatype: a size
  * the shape does not take is named here, in gRPC's terms (the HTTP
  * request it becomes would blame binary_data_size, which the client never
@@ -452,63 +478,45 @@ static int grpc_contents_raw(const Inference__ModelInferRequest__InferInputTenso
     size_t n[GRPC_CONTENTS_FIELDS];
     grpc_contents_counts(c, n);
     int64_t elems = grpc_shape_elems(in);
-    if (grpc_contents_field(dt, &field) >= 0) {
-        for (size_t f = 0; f < GRPC_CONTENTS_FIELDS; f++)
-            if (n[f] && (int)f != field)
-                return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
-                                 "input \"%s\": contents.%s given, but datatype %s reads "
-                                 "contents.%s", in->name, grpc_contents_names[f], dt,
-                                 grpc_contents_names[field]);
-        if (elems >= 0 && (uint64_t)elems != n[field]) {
-            char shape[96];
-            grpc_shape_text(in, shape, sizeof shape);
-            return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
-                             "input \"%s\": contents.%s has %zu values, but shape %s needs "
-                             "%lld", in->name, grpc_contents_names[field], n[field], shape,
-                             (long long)elems);
-        }
-    }
-    int rc = 0;
-#define GRPC_PUT(arr, n, type)                                                                    \
-    for (size_t i = 0; i < (n) && rc == 0; i++) {                                                 \
-        type v_ = (type)(arr)[i];                                                                 \
-        rc = buf_append(out, &v_, sizeof v_);                                                     \
-    }
-    if (strcmp(dt, "FP32") == 0) {
-        GRPC_PUT(c->fp32_contents, c->n_fp32_contents, float)
-    } else if (strcmp(dt, "FP64") == 0) {
-        GRPC_PUT(c->fp64_contents, c->n_fp64_contents, double)
-    } else if (strcmp(dt, "INT32") == 0) {
-        GRPC_PUT(c->int_contents, c->n_int_contents, int32_t)
-    } else if (strcmp(dt, "INT16") == 0) {
-        GRPC_PUT(c->int_contents, c->n_int_contents, int16_t)
-    } else if (strcmp(dt, "INT8") == 0) {
-        GRPC_PUT(c->int_contents, c->n_int_contents, int8_t)
-    } else if (strcmp(dt, "INT64") == 0) {
-        GRPC_PUT(c->int64_contents, c->n_int64_contents, int64_t)
-    } else if (strcmp(dt, "UINT32") == 0) {
-        GRPC_PUT(c->uint_contents, c->n_uint_contents, uint32_t)
-    } else if (strcmp(dt, "UINT16") == 0) {
-        GRPC_PUT(c->uint_contents, c->n_uint_contents, uint16_t)
-    } else if (strcmp(dt, "UINT8") == 0) {
-        GRPC_PUT(c->uint_contents, c->n_uint_contents, uint8_t)
-    } else if (strcmp(dt, "UINT64") == 0) {
-        GRPC_PUT(c->uint64_contents, c->n_uint64_contents, uint64_t)
-    } else if (strcmp(dt, "BOOL") == 0) {
-        GRPC_PUT(c->bool_contents, c->n_bool_contents, uint8_t)
-    } else if (strcmp(dt, "BYTES") == 0) {
-        for (size_t i = 0; i < c->n_bytes_contents && rc == 0; i++) {
-            uint32_t len = (uint32_t)c->bytes_contents[i].len;
-            rc = buf_append(out, &len, 4);
-            if (rc == 0 && len)
-                rc = buf_append(out, c->bytes_contents[i].data, len);
-        }
-    } else {
+    int size = grpc_contents_field(dt, &field);
+    if (size < 0)
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
                          "input \"%s\": datatype \"%s\" travels in raw_input_contents only",
                          in->name, dt);
+    for (size_t f = 0; f < GRPC_CONTENTS_FIELDS; f++)
+        if (n[f] && (int)f != field)
+            return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                             "input \"%s\": contents.%s given, but datatype %s reads "
+                             "contents.%s", in->name, grpc_contents_names[f], dt,
+                             grpc_contents_names[field]);
+    if (elems >= 0 && (uint64_t)elems != n[field]) {
+        char shape[96];
+        grpc_shape_text(in, shape, sizeof shape);
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                         "input \"%s\": contents.%s has %zu values, but shape %s needs "
+                         "%lld", in->name, grpc_contents_names[field], n[field], shape,
+                         (long long)elems);
     }
-#undef GRPC_PUT
+    int rc = 0;
+    if (size == 0) {   /* BYTES: each element's 4-byte length, then its bytes */
+        for (size_t i = 0; i < c->n_bytes_contents && rc == 0; i++) {
+            uint32_t len = (uint32_t)c->bytes_contents[i].len;
+            unsigned char le[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                                   (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+            rc = buf_append(out, le, 4);
+            if (rc == 0 && len)
+                rc = buf_append(out, c->bytes_contents[i].data, len);
+        }
+    }
+    for (size_t i = 0; size > 0 && i < n[field] && rc == 0; i++) {
+        /* The low `size` bytes, little-endian: INT8/16 and UINT8/16 travel
+         * in the 32-bit fields and narrow as C's conversion does. */
+        uint64_t v = grpc_contents_bits(c, field, i);
+        unsigned char le[8];
+        for (int k = 0; k < size; k++)
+            le[k] = (unsigned char)(v >> (8 * k));
+        rc = buf_append(out, le, (size_t)size);
+    }
     return rc < 0 ? grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory") : GRPC_OK;
 }
 

@@ -768,26 +768,37 @@ static void test_infer_outputs_and_parameters(void **state)
     grpc_http_request_free(&r);
 }
 
-/* One input of typed contents, n values (its shape [n]), in a request of
- * its own. */
-static void typed_input(const char *datatype, int64_t n, Inference__InferTensorContents *c,
-                        const uint8_t *want, size_t want_len)
+/* A ModelInfer of model "m" with the one input named "t": its datatype
+ * and shape, typed contents c or the raw bytes raw (either may be NULL). */
+static int one_input(const char *datatype, int64_t *shape, size_t n_shape,
+                     Inference__InferTensorContents *c, ProtobufCBinaryData *raw,
+                     struct grpc_http_request *r, char *err, size_t cap)
 {
     Inference__ModelInferRequest__InferInputTensor in =
         INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT, *inp = &in;
-    int64_t s[] = {n};
     in.name = "t";
     in.datatype = (char *)datatype;
-    in.n_shape = 1;
-    in.shape = s;
+    in.n_shape = n_shape;
+    in.shape = shape;
     in.contents = c;
     Inference__ModelInferRequest m = INFERENCE__MODEL_INFER_REQUEST__INIT;
     m.model_name = "m";
     m.n_inputs = 1;
     m.inputs = &inp;
+    m.n_raw_input_contents = raw ? 1 : 0;
+    m.raw_input_contents = raw;
+    return to_http("ModelInfer", &m.base, r, err, cap);
+}
+
+/* One input of typed contents, n values (its shape [n]), in a request of
+ * its own. */
+static void typed_input(const char *datatype, int64_t n, Inference__InferTensorContents *c,
+                        const uint8_t *want, size_t want_len)
+{
+    int64_t s[] = {n};
     struct grpc_http_request r;
     char err[256];
-    int rc = to_http("ModelInfer", &m.base, &r, err, sizeof err);
+    int rc = one_input(datatype, s, 1, c, NULL, &r, err, sizeof err);
     if (rc != GRPC_OK)
         fail_msg("%s: %d %s", datatype, rc, err);
     json_t *j = body_json(&r);
@@ -895,6 +906,7 @@ static void test_infer_contents_against_the_shape(void **state)
         {"FP32", 2, 0, 2, "input \"t\": contents.int_contents given, but datatype FP32 reads "
                           "contents.fp32_contents"},
         {"INT32", 2, 2, 2, "contents.fp32_contents given, but datatype INT32"},
+        {"BF16", 2, 2, 0, "input \"t\": datatype \"BF16\" travels in raw_input_contents only"},
     };
     float f[64] = {0};
     int32_t i32[64] = {0};
@@ -904,21 +916,10 @@ static void test_infer_contents_against_the_shape(void **state)
         c.fp32_contents = f;
         c.n_int_contents = (size_t)cases[k].nint;
         c.int_contents = i32;
-        Inference__ModelInferRequest__InferInputTensor in =
-            INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT, *inp = &in;
         int64_t shape[] = {1, cases[k].dim};
-        in.name = "t";
-        in.datatype = (char *)cases[k].dt;
-        in.n_shape = 2;
-        in.shape = shape;
-        in.contents = &c;
-        Inference__ModelInferRequest m = INFERENCE__MODEL_INFER_REQUEST__INIT;
-        m.model_name = "m";
-        m.n_inputs = 1;
-        m.inputs = &inp;
         struct grpc_http_request r;
         char err[256];
-        assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err),
+        assert_int_equal(one_input(cases[k].dt, shape, 2, &c, NULL, &r, err, sizeof err),
                          GRPC_INVALID_ARGUMENT);
         grpc_http_request_free(&r);   /* a failed call keeps its echo for the caller */
         if (!strstr(err, cases[k].want))
@@ -927,24 +928,13 @@ static void test_infer_contents_against_the_shape(void **state)
     /* raw_input_contents: 252 bytes for [1, 64] FP32. */
     uint8_t bytes[252] = {0};
     ProtobufCBinaryData raw = {sizeof bytes, bytes};
-    Inference__ModelInferRequest__InferInputTensor in =
-        INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT, *inp = &in;
     int64_t shape[] = {1, 64};
-    in.name = "x";
-    in.datatype = "FP32";
-    in.n_shape = 2;
-    in.shape = shape;
-    Inference__ModelInferRequest m = INFERENCE__MODEL_INFER_REQUEST__INIT;
-    m.model_name = "m";
-    m.n_inputs = 1;
-    m.inputs = &inp;
-    m.n_raw_input_contents = 1;
-    m.raw_input_contents = &raw;
     struct grpc_http_request r;
     char err[256];
-    assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_INVALID_ARGUMENT);
+    assert_int_equal(one_input("FP32", shape, 2, NULL, &raw, &r, err, sizeof err),
+                     GRPC_INVALID_ARGUMENT);
     grpc_http_request_free(&r);
-    assert_non_null(strstr(err, "raw_input_contents[0] (input \"x\"): 252 bytes, but shape "
+    assert_non_null(strstr(err, "raw_input_contents[0] (input \"t\"): 252 bytes, but shape "
                                 "[1, 64] of FP32 needs 256"));
 }
 
