@@ -46,7 +46,16 @@ struct lg_run {
     int outstanding;
     uint64_t last_answered;
     int64_t t_read;              /* when the bytes being parsed were read */
+    /* Closed loop: a refused connect is retried after retry_ns (1 ms,
+     * doubling to ENGINE_RETRY_MAX_NS, 0 again once a connect succeeds), by
+     * the `retry` timer: nothing listening must not become a busy loop that
+     * takes the CPU from a server restarting on the same machine. */
+    struct event *retry;
+    int64_t retry_ns;
 };
+
+#define ENGINE_RETRY_MIN_NS 1000000
+#define ENGINE_RETRY_MAX_NS 100000000
 
 struct lg_conn {
     struct lg_run *run;
@@ -343,6 +352,29 @@ static void engine_conn_remove(struct lg_conn *k)
         *pp = k->next_idle;
 }
 
+/* Closed loop: a new connection, each carrying a request, for every slot
+ * of the concurrency without one. */
+static void engine_refill(struct lg_run *run)
+{
+    while (!run->c->open_loop && run->sending && run->nconns < run->c->concurrency) {
+        struct lg_conn *n = engine_conn_new(run);
+        if (!n)
+            return;
+        int64_t now = now_ns();
+        n->intended = now;
+        n->measured = now >= run->t_measure;
+        n->busy = true;
+        run->outstanding++;
+    }
+}
+
+static void engine_on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    engine_refill(arg);
+}
+
 static void engine_conn_close(struct lg_conn *k, bool failed)
 {
     struct lg_run *run = k->run;
@@ -364,15 +396,13 @@ static void engine_conn_close(struct lg_conn *k, bool failed)
             n->busy = true;
             run->outstanding++;
         }
-    } else if (!run->c->open_loop && run->sending && run->nconns < run->c->concurrency) {
-        struct lg_conn *n = engine_conn_new(run);
-        if (n) {
-            int64_t now = now_ns();
-            n->intended = now;
-            n->measured = now >= run->t_measure;
-            n->busy = true;
-            run->outstanding++;
+    } else if (!run->c->open_loop && run->retry_ns > 0) {
+        if (run->sending && !evtimer_pending(run->retry, NULL)) {
+            struct timeval tv = {0, (suseconds_t)(run->retry_ns / 1000)};
+            evtimer_add(run->retry, &tv);
         }
+    } else {
+        engine_refill(run);
     }
     engine_finish_if_done(run);
 }
@@ -453,10 +483,17 @@ static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg)
             if (!(k->busy && k->measured))
                 k->run->r->errors++;
             k->run->r->refused++;
+            struct lg_run *run = k->run;
+            if (!evtimer_pending(run->retry, NULL)) {   /* once a round of retries */
+                run->retry_ns = run->retry_ns ? run->retry_ns * 2 : ENGINE_RETRY_MIN_NS;
+                if (run->retry_ns > ENGINE_RETRY_MAX_NS)
+                    run->retry_ns = ENGINE_RETRY_MAX_NS;
+            }
             engine_conn_close(k, true);
             return;
         }
         k->connecting = false;
+        k->run->retry_ns = 0;
         engine_conn_watch(k, EV_READ);
         if (k->busy) {
             engine_request_append(k->run, k);
@@ -593,6 +630,7 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
     run.base = event_base_new_with_config(ecfg);
     event_config_free(ecfg);
     run.timer = evtimer_new(run.base, engine_on_timer, &run);
+    run.retry = evtimer_new(run.base, engine_on_retry, &run);
     run.t0 = now_ns();
     run.t_measure = run.t0 + (int64_t)(c->warmup_s * 1e9);
     run.t_end = run.t_measure + (int64_t)(c->duration_s * 1e9);
@@ -645,6 +683,7 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
     }
     event_free(run.deadline);
     event_free(run.timer);
+    event_free(run.retry);
     event_base_free(run.base);
     free(run.conns);
     free(run.q);

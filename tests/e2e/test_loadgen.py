@@ -238,6 +238,48 @@ class LoadgenTest(unittest.TestCase):
         self.assertGreater(st["refused"], 10, st)
         self.assertEqual(st["errors"], st["refused"] + st["lost"] + st["closed_idle"], st)
 
+    def test_closed_loop_backs_off_while_refused(self):
+        # Nothing listens for 0.6 s, then a server answers: a closed-loop
+        # run retries its refused connects after a growing pause (1 ms
+        # doubling to 100 ms) rather than in a busy loop (29,000 refused in
+        # that 0.6 s before), and picks the server up once it listens.
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        port = ls.getsockname()[1]
+
+        def serve():
+            time.sleep(0.6)
+            ls.listen(64)
+            ls.settimeout(0.05)
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                try:
+                    c, _ = ls.accept()
+                except socket.timeout:
+                    continue
+                c.settimeout(0.5)
+                try:
+                    while c.recv(65536):
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                except OSError:
+                    pass
+                c.close()
+            ls.close()
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        out = os.path.join(self.tmp, "backoff.json")
+        p = subprocess.run([LOAD, "--url", "http://127.0.0.1:%d/" % port, "--concurrency", "4",
+                            "--duration", "1.2", "--warmup", "0", "--quiet", "--json", out],
+                           capture_output=True, timeout=30)
+        t.join(5)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(out) as f:
+            st = json.load(f)["steps"][0]
+        self.assertGreater(st["refused"], 4, st)
+        self.assertLess(st["refused"], 400, st)
+        self.assertGreater(st["codes"].get("200", 0), 50, st)
+        self.assertEqual(st["errors"], st["refused"] + st["lost"] + st["closed_idle"], st)
+
     def test_bodies_sent_in_turn(self):
         path = os.path.join(self.tmp, "bodies.jsonl")
         with open(path, "w") as f:
