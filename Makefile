@@ -93,6 +93,7 @@ bench: build
 	./$(BUILD)/bench_policy_sim
 	./$(BUILD)/bench_token_sim
 	loadgen/bench/policy_http.py
+	loadgen/bench/deadline_pairs.py
 	./$(BUILD)/bench_kernels_cpu
 	./$(BUILD)/bench_encoder_cpu
 	loadgen/bench/usage_year.sh $(BUILD)

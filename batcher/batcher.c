@@ -40,28 +40,14 @@ struct batcher {
     int64_t *wake_planned;
 };
 
-/* The wake slack's floor: what a timed wait's lateness reaches now and
- * then even on an idle machine (a decaying maximum alone forgot those, and
- * 4 pairs of 40 still split). And its ceiling: a stall (a stopped
- * process, a swapped page) says nothing of the next wake; past this the
- * deadline rule would give up batching for no gain. */
-#define BATCHER_WAKE_SLACK_MIN_NS 500000
-#define BATCHER_WAKE_SLACK_MAX_NS 2000000
-
-/* A wake's lateness into the slack: a maximum that decays by 1/16 a wake,
- * so one late wake counts for the next few dozen. */
+/* A wake's lateness into the slack (policy_wake_slack). */
 static void batcher_wake_sample(struct batcher *b, int instance, int64_t now)
 {
     int64_t planned = b->wake_planned[instance];
     b->wake_planned[instance] = POLICY_NEVER;
     if (planned == POLICY_NEVER || now < planned)
         return;   /* woken before its time: a submission, not the timer */
-    int64_t late = now - planned, s = b->q.load.wake_slack_ns;
-    s -= s / 16;
-    if (late > s)
-        s = late;
-    s = s > BATCHER_WAKE_SLACK_MIN_NS ? s : BATCHER_WAKE_SLACK_MIN_NS;
-    b->q.load.wake_slack_ns = s < BATCHER_WAKE_SLACK_MAX_NS ? s : BATCHER_WAKE_SLACK_MAX_NS;
+    b->q.load.wake_slack_ns = policy_wake_slack(b->q.load.wake_slack_ns, now - planned);
 }
 
 static void batcher_timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t at_ns)
@@ -135,7 +121,7 @@ struct batcher *batcher_new(const char *model_name, const struct model_batching 
         latmodel_init(&b->lat[i]);
         b->wake_planned[i] = POLICY_NEVER;
     }
-    b->q.load.wake_slack_ns = BATCHER_WAKE_SLACK_MIN_NS;
+    b->q.load.wake_slack_ns = POLICY_WAKE_SLACK_MIN_NS;
     guard_init(&b->guard);
     rate_init(&b->arrivals);
     pthread_mutex_init(&b->lock, NULL);

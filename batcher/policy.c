@@ -262,3 +262,13 @@ void policy_decide(const struct policy_config *c, const struct latmodel *lat,
 {
     policy_decide_tokens(c, NULL, lat, load, q, n, now_ns, d);
 }
+
+int64_t policy_wake_slack(int64_t slack_ns, int64_t late_ns)
+{
+    int64_t s = slack_ns - slack_ns / 16;
+    if (late_ns > s)
+        s = late_ns;
+    if (s < POLICY_WAKE_SLACK_MIN_NS)
+        return POLICY_WAKE_SLACK_MIN_NS;
+    return s < POLICY_WAKE_SLACK_MAX_NS ? s : POLICY_WAKE_SLACK_MAX_NS;
+}

@@ -167,6 +167,19 @@ int64_t policy_sq_per_token(const struct policy_tokens *t, const struct policy_r
  * a selection can have (budget x sq_per_token), so every member's deadline
  * holds whichever requests fill it. */
 int64_t policy_budget_ns(const struct latmodel *lat, int64_t sq_per_token, int64_t budget);
+
+/* The wake slack's floor: what a timed wait's lateness reaches now and
+ * then even on an idle machine (a decaying maximum alone forgot those, and
+ * 4 pairs of 40 still split). And its ceiling: a stall (a stopped
+ * process, a swapped page) says nothing of the next wake; past this the
+ * deadline rule would give up batching for no gain. */
+#define POLICY_WAKE_SLACK_MIN_NS 500000
+#define POLICY_WAKE_SLACK_MAX_NS 2000000
+
+/* The next wake_slack_ns from the last and a timed wake `late_ns` late: a
+ * maximum that decays by 1/16 a wake, so one late wake counts for the next
+ * few dozen, held between the floor and the ceiling above. */
+int64_t policy_wake_slack(int64_t slack_ns, int64_t late_ns);
 /* Initializes a decision with its scratch space. */
 static inline void policy_decision_init(struct policy_decision *d, int *scratch)
 {

@@ -287,6 +287,24 @@ static void test_deadline_wake_slack(void **state)
     assert_int_equal(d.rows, 2);
 }
 
+/* The slack follows the latest wakes: a late one raises it at once, then
+ * it decays by 1/16 a wake down to the floor; a stall is capped. */
+static void test_wake_slack_rule(void **state)
+{
+    (void)state;
+    int64_t s = POLICY_WAKE_SLACK_MIN_NS;
+    assert_int_equal(policy_wake_slack(s, 0), POLICY_WAKE_SLACK_MIN_NS);      /* the floor */
+    assert_int_equal(policy_wake_slack(s, 1200000), 1200000);               /* a late wake */
+    s = policy_wake_slack(1200000, 10000);
+    assert_int_equal(s, 1200000 - 1200000 / 16);                            /* decays */
+    for (int i = 0; i < 40; i++)
+        s = policy_wake_slack(s, 10000);
+    assert_int_equal(s, POLICY_WAKE_SLACK_MIN_NS);                          /* back to the floor */
+    assert_int_equal(policy_wake_slack(s, 5LL * 1000000000), POLICY_WAKE_SLACK_MAX_NS);   /* a stall */
+    assert_int_equal(policy_wake_slack(POLICY_WAKE_SLACK_MAX_NS, 0),
+                     POLICY_WAKE_SLACK_MAX_NS - POLICY_WAKE_SLACK_MAX_NS / 16);
+}
+
 static void test_deadline_selects_most_rows_in_time(void **state)
 {
     (void)state;
@@ -615,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_latmodel_fits_a_copy_and_keeps_the_latest),
         cmocka_unit_test(test_deadline_dispatches_just_in_time),
         cmocka_unit_test(test_deadline_wake_slack),
+        cmocka_unit_test(test_wake_slack_rule),
         cmocka_unit_test(test_deadline_selects_most_rows_in_time),
         cmocka_unit_test(test_adaptive_sends_at_once_without_arrivals),
         cmocka_unit_test(test_adaptive_threshold),
