@@ -5,6 +5,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include <jansson.h>
+
 #include "common/error.h"
 #include "http/http.h"
 
@@ -75,6 +77,13 @@ int api_routes_add(struct router *r, struct api_state *st, const struct api_rout
 /* The recorded names as a JSON array, in the order first registered;
  * 0, or -1 out of memory. */
 int api_extensions_append(const struct api_state *st, struct buf *out);
+
+/* The request's body as a JSON object (a new reference), or NULL after
+ * answering 400: invalid JSON with its line and column, anything else as
+ * "must be a JSON object". `shape` says what the object holds, for the
+ * message ({"key", "offset", "byte_size"}). An empty body is {} when
+ * empty_ok. Duplicate keys are refused: which one would count is a guess. */
+json_t *api_body_object(struct http_request *req, bool empty_ok, const char *shape);
 
 /* GET /v2/health/live, /v2/health/ready, /v2 */
 int api_health_register(struct router *r, struct api_state *st, struct error *err);

@@ -561,16 +561,10 @@ static void batch_create(struct http_request *req, const struct route_match *m, 
     (void)m;
     if (!batch_jobs(req, st))
         return;
-    size_t len;
-    const char *body = http_request_body(req, &len);
-    json_error_t je;
-    json_t *root = json_loadb(body ? body : "", len, 0, &je);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        http_respond_error(req, 400, NULL, "the body must be a JSON object%s%s", root ? "" : ": ",
-                           root ? "" : je.text);
+    json_t *root = api_body_object(req, false, "{\"input_file_id\", \"endpoint\", "
+                                   "\"completion_window\"}");
+    if (!root)
         return;
-    }
     const char *fid = json_string_value(json_object_get(root, "input_file_id"));
     const char *ep = json_string_value(json_object_get(root, "endpoint"));
     const char *win = json_string_value(json_object_get(root, "completion_window"));

@@ -28,15 +28,9 @@ static void governance_put(struct http_request *req, const struct route_match *m
 {
     (void)m;
     struct api_state *st = ctx;
-    size_t len;
-    const char *body = http_request_body(req, &len);
-    json_error_t je;
-    json_t *root = body ? json_loadb(body, len, 0, &je) : NULL;
-    if (!root) {
-        http_respond_error(req, 400, NULL, "PUT /v2/governance: the body must be the governance "
-                           "section as JSON (%s)", body ? je.text : "empty body");
+    json_t *root = api_body_object(req, false, "(the config's governance section)");
+    if (!root)
         return;
-    }
     struct governance *g = NULL;
     struct error err = {0};
     int rc = governance_parse(root, serving_tenants(st->serving), "governance", &g, &err);

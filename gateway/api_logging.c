@@ -57,16 +57,10 @@ static void logging_post(struct http_request *req, const struct route_match *m, 
 {
     (void)m;
     struct api_state *st = ctx;
-    size_t len;
-    const char *body = http_request_body(req, &len);
-    json_error_t je;
-    json_t *root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &je);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        http_respond_error(req, 400, NULL, "the body must be a JSON object of log settings "
-                           "(log_info, log_warning, log_error, log_verbose_level, ...)");
+    json_t *root = api_body_object(req, false, "of log settings (log_info, log_warning, "
+                                   "log_error, log_verbose_level, ...)");
+    if (!root)
         return;
-    }
     enum log_level lv = log_get_level(log_default());
     bool info = lv <= LOG_INFO, warning = lv <= LOG_WARN, error = true;
     json_int_t verbose = lv == LOG_DEBUG;

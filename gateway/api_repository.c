@@ -24,21 +24,16 @@ static void repository_index(struct http_request *req, const struct route_match 
 {
     (void)m;
     struct api_state *st = ctx;
-    size_t len;
-    const char *body = http_request_body(req, &len);
-    bool ready_only = false;
-    if (body && len > 0) {
-        json_error_t je;
-        json_t *o = json_loadb(body, len, 0, &je);
-        json_t *r = o ? json_object_get(o, "ready") : NULL;
-        if (!o || !json_is_object(o) || (r && !json_is_boolean(r))) {
-            http_respond_error(req, 400, NULL, "POST /v2/repository/index: the body must be {} or "
-                               "{\"ready\": true|false}");
-            json_decref(o);
-            return;
-        }
-        ready_only = json_is_true(r);
-        json_decref(o);
+    json_t *o = api_body_object(req, true, "{} or {\"ready\": true|false}");
+    if (!o)
+        return;
+    json_t *r = json_object_get(o, "ready");
+    bool ready_only = json_is_true(r);
+    json_decref(o);
+    if (r && !json_is_boolean(r)) {
+        http_respond_error(req, 400, NULL, "POST /v2/repository/index: ready must be true or "
+                           "false");
+        return;
     }
     struct served_index_row *rows = NULL;
     int n = st->serving ? serving_index(st->serving, &rows) : 0;
@@ -122,37 +117,32 @@ static void repository_load(struct http_request *req, const struct route_match *
     const struct route_param *p = repository_model(req, m);
     if (!p)
         return;
-    size_t len;
-    const char *body = http_request_body(req, &len);
-    json_t *o = NULL;
+    json_t *o = api_body_object(req, true, "{} or {\"parameters\": {\"config\": \"...\"}}");
+    if (!o)
+        return;
     const char *override = NULL;
     size_t olen = 0;
-    if (body && len > 0) {
-        json_error_t je;
-        o = json_loadb(body, len, 0, &je);
-        json_t *params = o ? json_object_get(o, "parameters") : NULL;
-        json_t *cfg = params ? json_object_get(params, "config") : NULL;
-        const char *key;
-        json_t *v;
-        const char *bad = !o || !json_is_object(o) ? "the body must be a JSON object"
-                          : params && !json_is_object(params) ? "parameters must be an object"
-                          : cfg && !json_is_string(cfg) ? "parameters.config must be a string "
-                                                          "(the model's config.json)"
-                                                        : NULL;
-        json_object_foreach(params, key, v) {
-            if (!bad && strcmp(key, "config") != 0)
-                bad = "only parameters.config is supported (file: overrides are not)";
-        }
-        if (bad) {
-            http_respond_error(req, 400, NULL, "POST /v2/repository/models/%.*s/load: %s",
-                               (int)(p->len > 128 ? 128 : p->len), p->value, bad);
-            json_decref(o);
-            return;
-        }
-        if (cfg) {
-            override = json_string_value(cfg);
-            olen = json_string_length(cfg);
-        }
+    json_t *params = json_object_get(o, "parameters");
+    json_t *cfg = params ? json_object_get(params, "config") : NULL;
+    const char *key;
+    json_t *v;
+    const char *bad = params && !json_is_object(params) ? "parameters must be an object"
+                      : cfg && !json_is_string(cfg) ? "parameters.config must be a string "
+                                                      "(the model's config.json)"
+                                                    : NULL;
+    json_object_foreach(params, key, v) {
+        if (!bad && strcmp(key, "config") != 0)
+            bad = "only parameters.config is supported (file: overrides are not)";
+    }
+    if (bad) {
+        http_respond_error(req, 400, NULL, "POST /v2/repository/models/%.*s/load: %s",
+                           (int)(p->len > 128 ? 128 : p->len), p->value, bad);
+        json_decref(o);
+        return;
+    }
+    if (cfg) {
+        override = json_string_value(cfg);
+        olen = json_string_length(cfg);
     }
     struct repository_call *c = calloc(1, sizeof *c);
     if (!c) {

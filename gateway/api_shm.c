@@ -144,18 +144,14 @@ static void api_shm_on_register(struct http_request *req, const struct route_mat
     char name[SHMREG_NAME_MAX];
     if (!api_shm_gate(st, req) || !api_shm_name(req, m, name, sizeof name))
         return;
-    size_t len;
-    const char *body = http_request_body(req, &len);
-    json_error_t jerr;
-    json_t *root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = api_body_object(req, false, "{\"key\", \"offset\", \"byte_size\"}");
+    if (!root)
+        return;
     struct error err = {0};
     uint64_t offset = 0, size = 0;
-    json_t *key = root ? json_object_get(root, "key") : NULL;
+    json_t *key = json_object_get(root, "key");
     int rc;
-    if (!json_is_object(root))
-        rc = error_set(&err, BG_EINVAL, "the body must be a JSON object {\"key\", \"offset\", "
-                       "\"byte_size\"}");
-    else if (!json_is_string(key))
+    if (!json_is_string(key))
         rc = error_set(&err, BG_EINVAL, "key: must be a string: the shared memory object's "
                        "name, as given to shm_open");
     else if (!(rc = api_shm_u64(root, "offset", false, &offset, &err)) &&

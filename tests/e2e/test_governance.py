@@ -160,6 +160,10 @@ class GovernanceTest(RepoServerCase):
         self.assertIn('no tenant "nobody"', r.json()["error"])
         r = roundtrip(self.srv.port, "PUT", "/v2/governance", auth(KEYS["ops"]), "{not json")
         self.assertEqual(r.status, 400)
+        self.assertIn("invalid JSON at column 4", r.json()["error"])
+        r = roundtrip(self.srv.port, "PUT", "/v2/governance", auth(KEYS["ops"]), "[]")
+        self.assertEqual(r.status, 400)
+        self.assertIn("must be a JSON object (the config's governance section)", r.json()["error"])
         self.assertEqual(self.put(good, KEYS["ops"]).status, 200)
 
     def test_3_sighup_rereads_the_file(self):

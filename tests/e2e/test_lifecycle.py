@@ -216,6 +216,18 @@ class RepositoryTest(RepoServerCase):
             r = post(port, "/v2/repository/models/eager/load", body)
             self.assertEqual(r.status, 400, body)
         self.assertEqual(roundtrip(port, "GET", "/v2/repository/index").status, 405)
+        # Bodies the repository routes refuse, each said as what it is.
+        for path, body, says in (
+                ("/v2/repository/index", "{\"ready\": 1}", "ready must be true or false"),
+                ("/v2/repository/index", "[]", "must be a JSON object {} or {\"ready\""),
+                ("/v2/repository/index", "{\"ready\"", "invalid JSON at column"),
+                ("/v2/repository/models/eager/load", "{\"parameters\": 1}",
+                 "parameters must be an object"),
+                ("/v2/repository/models/eager/load", "{,}", "invalid JSON at column 2")):
+            r = post(self.srv.port, path, body)
+            self.assertEqual(r.status, 400, (path, body, r))
+            self.assertIn(says, r.json()["error"], (path, body))
+        self.assertEqual(post(self.srv.port, "/v2/repository/index", "").status, 200)
 
     def test_idle_model_is_unloaded(self):
         port = self.srv.port

@@ -283,7 +283,8 @@ class TestBatchRoutes(BatchCase):
         self.assert_error(*self.create(good, endpoint="/v1/responses"), 400, "endpoint")
         self.assert_error(*self.create(good, window="1h"), 400, "completion_window")
         self.assert_error(*self.create(good, metadata=[1]), 400, "metadata")
-        self.assert_error(*self.call("POST", "/v1/batches", b"{", {}), 400)
+        self.assert_error(*self.call("POST", "/v1/batches", b"{", {}), 400, None,
+                          "invalid JSON at column 1")
         self.assert_error(*self.call("POST", "/v1/batches", {}), 400, "input_file_id")
         # Bad lines: 400 naming the line and the field; no batch is made.
         cases = [

@@ -109,7 +109,10 @@ class ShmTest(RepoServerCase):
                 ({"key": 5, "byte_size": 4}, 400, "key: must be a string"),
                 ({"key": "/" + self.prefix + "none", "byte_size": 4}, 400,
                  "no shared memory object"),
-                ("[1]", 400, "must be a JSON object")):
+                ("[1]", 400, "must be a JSON object"),
+                ('{"key": "/x", "byte_size": 99999999999999999999}', 400,
+                 "invalid JSON at column 48: too big integer"),
+                ('{"key": "/x", "key": "/y", "byte_size": 4}', 400, "duplicate object key")):
             resp = jpost(port, "/v2/systemsharedmemory/region/a/register", body)
             self.assertEqual(resp.status, status, (body, resp))
             self.assertIn(words, resp.json()["error"], body)

@@ -56,7 +56,8 @@ class LoggingErrorsTest(RepoServerCase):
         pass   # no model: the logging routes are the server's
 
     def test_every_bad_setting_is_400(self):
-        for body, msg in (("[1]", "must be a JSON object"), ("{\"log_colour\": 1}", "not a log setting"),
+        for body, msg in (("[1]", "must be a JSON object"), ("{\"log_info\": tru}", "invalid JSON at column"),
+                          ("{\"log_colour\": 1}", "not a log setting"),
                           ("{\"log_info\": 1}", "log_info: must be true or false"),
                           ("{\"log_error\": false}", "errors are always logged"),
                           ("{\"log_verbose_level\": -1}", "must be an integer >= 0"),
