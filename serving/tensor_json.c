@@ -199,10 +199,11 @@ static int tensor_text_row(const struct model *model, const char *where, int row
 }
 
 /* A BYTES input of `rows` texts: JSON strings (nested as the shape is, or
- * flat), or binary elements. */
+ * flat), or binary elements; `size_field` names the parameter that gave
+ * their bytes (binary_data_size, or shared_memory_byte_size for a region). */
 static int tensor_decode_text(const struct model *model, json_t *data, const char *where,
-                              const char **bin, size_t bin_size, struct infer_request *out,
-                              struct error *err)
+                              const char **bin, size_t bin_size, const char *size_field,
+                              struct infer_request *out, struct error *err)
 {
     int rows = out->rows;
     if (*bin) {
@@ -210,14 +211,15 @@ static int tensor_decode_text(const struct model *model, json_t *data, const cha
         size_t left = bin_size;
         for (int r = 0; r < rows; r++) {
             if (left < 4)
-                return error_set(err, BG_EINVAL, "%sparameters.binary_data_size: element %d's "
-                                 "4-byte length is missing (%d elements expected)", where, r,
-                                 rows);
+                return error_set(err, BG_EINVAL, "%sparameters.%s: element %d's "
+                                 "4-byte length is missing (%d elements expected)", where,
+                                 size_field, r, rows);
             size_t n = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 |
                        (size_t)p[3] << 24;
             if (n > left - 4)
-                return error_set(err, BG_EINVAL, "%sparameters.binary_data_size: element %d "
-                                 "says %zu bytes, only %zu are left", where, r, n, left - 4);
+                return error_set(err, BG_EINVAL, "%sparameters.%s: element %d "
+                                 "says %zu bytes, only %zu are left", where, size_field, r, n,
+                                 left - 4);
             int rc = tensor_text_row(model, where, r, (const char *)p + 4, n, out, err);
             if (rc)
                 return rc;
@@ -225,8 +227,8 @@ static int tensor_decode_text(const struct model *model, json_t *data, const cha
             left -= 4 + n;
         }
         if (left != 0)
-            return error_set(err, BG_EINVAL, "%sparameters.binary_data_size: %zu bytes after "
-                             "the %d elements of the shape", where, left, rows);
+            return error_set(err, BG_EINVAL, "%sparameters.%s: %zu bytes after "
+                             "the %d elements of the shape", where, size_field, left, rows);
         *bin += bin_size;
         return 0;
     }
@@ -379,7 +381,8 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
             return rc;
         if (text) {   /* the binary extension's elements, read in place */
             const char *p = bytes;
-            return tensor_decode_text(model, NULL, where, &p, (size_t)ref.byte_size, out, err);
+            return tensor_decode_text(model, NULL, where, &p, (size_t)ref.byte_size,
+                                      "shared_memory_byte_size", out, err);
         }
         memcpy(out->input, bytes, count * sizeof(float));   /* little-endian FP32, as in Triton */
         return 0;
@@ -398,7 +401,7 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
                              "follow the JSON header", where, n, *bin ? *bin_len : 0);
         if (text) {
             const char *start = *bin;
-            rc = tensor_decode_text(model, NULL, where, bin, n, out, err);
+            rc = tensor_decode_text(model, NULL, where, bin, n, "binary_data_size", out, err);
             *bin_len -= (size_t)(*bin - start);
             return rc;
         }
@@ -421,7 +424,7 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
                          where);
     if (text) {
         const char *none = NULL;
-        return tensor_decode_text(model, data, where, &none, 0, out, err);
+        return tensor_decode_text(model, data, where, &none, 0, NULL, out, err);
     }
     char field[64];
     snprintf(field, sizeof field, "%sdata", where);

@@ -53,6 +53,17 @@ static struct model *the_model(void)
     return &m;
 }
 
+/* A shared-memory resolver whose region is the bytes at ctx. */
+static int region_resolve(void *ctx, const struct tensor_shm *ref, const char *what, void **bytes,
+                          struct error *err)
+{
+    (void)ref;
+    (void)what;
+    (void)err;
+    *bytes = ctx;
+    return 0;
+}
+
 static int decode(enum embed_api api, const char *body, struct infer_request *r,
                   struct embed_request *e, struct error *err)
 {
@@ -318,6 +329,20 @@ static void test_kserve_text(void **state)
         int rc = tensor_decode_kserve(m, body, (size_t)n2 + bad[i].n, n2, &r, &err);
         if (rc != -BG_EINVAL || !strstr(err.msg, bad[i].msg))
             fail_msg("case %zu: %d \"%s\", want \"%s\"", i, rc, err.msg, bad[i].msg);
+        assert_null(r.input);
+    }
+    /* The same elements in a shared-memory region: the errors name the
+     * region's size, not binary_data_size, which the request never gave. */
+    for (size_t i = 0; i < 3; i++) {
+        char h2[256];
+        snprintf(h2, sizeof h2, "{\"inputs\":[{\"name\":\"text\",\"datatype\":\"BYTES\","
+                 "\"shape\":[2,1],\"parameters\":{\"shared_memory_region\":\"r\","
+                 "\"shared_memory_byte_size\":%zu}}]}", bad[i].size);
+        struct tensor_shm_resolver res = {region_resolve, (void *)bad[i].bytes};
+        int rc = tensor_decode_kserve_shm(m, h2, strlen(h2), -1, &res, &r, &err);
+        if (rc != -BG_EINVAL || !strstr(err.msg, bad[i].msg) ||
+            !strstr(err.msg, "inputs[0].parameters.shared_memory_byte_size: "))
+            fail_msg("shm case %zu: %d \"%s\", want \"%s\"", i, rc, err.msg, bad[i].msg);
         assert_null(r.input);
     }
     /* TF-Serving's predict does not take text. */
