@@ -184,6 +184,68 @@ static void test_encode_round_trips(void **state)
     buf_free(&back);
 }
 
+/* What an answer leaves as: small, packed or refused-by-the-client
+ * answers as they are; a deflater that fails (here an impossible level,
+ * as out of memory would) falls back to the plain body, still with Vary. */
+static void test_answer_encode(void **state)
+{
+    (void)state;
+    struct http_compression on = {.responses = true, .min_bytes = 64, .level = 1};
+    struct http_deflater *d = NULL;
+    struct buf z = BUF_INIT, h = BUF_INIT;
+    char body[4096];
+    for (size_t i = 0; i < sizeof body; i++)
+        body[i] = "0.125, "[i % 7];
+    const char *gz = "gzip";
+    /* Compressed: Content-Encoding and Vary, the extra headers kept. */
+    assert_int_equal(http_answer_encode(&on, &d, gz, 4, "application/json", body, sizeof body,
+                                        "X-A: 1\r\n", &z, &h), 2);
+    assert_string_equal(h.data, "X-A: 1\r\nVary: Accept-Encoding\r\nContent-Encoding: gzip\r\n");
+    assert_true(z.len < sizeof body / 4);
+    /* The client takes none: the body as it is, Vary still said. */
+    buf_reset(&z);
+    buf_reset(&h);
+    assert_int_equal(http_answer_encode(&on, &d, NULL, 0, "application/json", body, sizeof body,
+                                        NULL, &z, &h), 1);
+    assert_string_equal(h.data, "Vary: Accept-Encoding\r\n");
+    /* Too small, already packed, off, or its own Content-Encoding: untouched. */
+    buf_reset(&h);
+    assert_int_equal(http_answer_encode(&on, &d, gz, 4, "application/json", body, 63, NULL, &z,
+                                        &h), 0);
+    assert_int_equal(http_answer_encode(&on, &d, gz, 4, "image/png", body, sizeof body, NULL, &z,
+                                        &h), 0);
+    assert_int_equal(http_answer_encode(&on, &d, gz, 4, "text/plain", body, sizeof body,
+                                        "Content-Encoding: br\r\n", &z, &h), 0);
+    struct http_compression off = on;
+    off.responses = false;
+    assert_int_equal(http_answer_encode(&off, &d, gz, 4, "text/plain", body, sizeof body, NULL,
+                                        &z, &h), 0);
+    assert_int_equal(h.len, 0);
+    /* The deflater fails: the plain body, no Content-Encoding. */
+    struct http_compression broken = on;
+    broken.level = 42;
+    struct http_deflater *d2 = NULL;
+    buf_reset(&z);
+    assert_int_equal(http_answer_encode(&broken, &d2, gz, 4, "application/json", body,
+                                        sizeof body, NULL, &z, &h), 1);
+    assert_string_equal(h.data, "Vary: Accept-Encoding\r\n");
+    /* Bytes that do not shrink leave as they are. */
+    uint32_t x = 1;
+    for (size_t i = 0; i < sizeof body; i++) {
+        x = x * 1664525u + 1013904223u;
+        body[i] = (char)(x >> 24);
+    }
+    buf_reset(&z);
+    buf_reset(&h);
+    assert_int_equal(http_answer_encode(&on, &d, gz, 4, "application/octet-stream", body,
+                                        sizeof body, NULL, &z, &h), 1);
+    assert_string_equal(h.data, "Vary: Accept-Encoding\r\n");
+    http_deflater_free(d);
+    http_deflater_free(d2);
+    buf_free(&z);
+    buf_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_accept_encoding_pick),
         cmocka_unit_test(test_encode_round_trips),
+        cmocka_unit_test(test_answer_encode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
