@@ -12,13 +12,16 @@ import sys
 import time
 
 
-def http(port, method, path, body=None, key=None, timeout=30):
+def http(port, method, path, body=None, key=None, timeout=30, headers=()):
     """One call on a fresh connection to 127.0.0.1:port: (status, body bytes).
-    key: sent as `Authorization: Bearer KEY`; a body is sent as JSON."""
+    key: sent as `Authorization: Bearer KEY`; a body is sent as JSON;
+    headers: more (name, value) pairs."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     head = "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" % (method, path)
     if key:
         head += "Authorization: Bearer %s\r\n" % key
+    for name, value in headers:
+        head += "%s: %s\r\n" % (name, value)
     if body is not None:
         head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
     s.sendall(head.encode() + b"\r\n" + (body or b""))

@@ -46,19 +46,8 @@ BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
 
 
 def one(port, out):
-    import socket
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.sendall(b"POST /v2/models/pc/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-              b"Content-Type: application/json\r\nX-Request-Timeout-Ms: %d\r\n"
-              b"Content-Length: %d\r\n\r\n" % (BUDGET_MS, len(BODY)) + BODY)
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    out.append(int(data.split(b" ", 2)[1]))
+    out.append(http(port, "POST", "/v2/models/pc/infer", BODY, timeout=5,
+                    headers=[("X-Request-Timeout-Ms", BUDGET_MS)])[0])
 
 
 def batches_of_two(port):

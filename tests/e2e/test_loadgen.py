@@ -196,89 +196,67 @@ class LoadgenTest(unittest.TestCase):
             p = subprocess.run([LOAD] + args, capture_output=True, timeout=10)
             self.assertEqual(p.returncode, 2, args)
 
-    def test_refused_connections_counted_once(self):
-        # A server that answers for 0.6 s, then stops listening: each
-        # refused connect is one error (they were counted twice: errors was
-        # 2 x refused).
+    def run_against_window(self, listen_after, listen_for, keep_alive, args, name):
+        """batchgate-load (args) against a port that refuses connects for
+        listen_after s, then answers 200 "ok" for listen_for s (keep_alive:
+        on each connection until the client closes; else one answer and
+        close), then refuses again. Returns the step's JSON."""
         ls = socket.socket()
         ls.bind(("127.0.0.1", 0))
-        ls.listen(64)
         port = ls.getsockname()[1]
 
         def serve():
-            end = time.monotonic() + 0.6
+            time.sleep(listen_after)
+            ls.listen(64)
             ls.settimeout(0.05)
-            conns = []
+            end = time.monotonic() + listen_for
             while time.monotonic() < end:
                 try:
                     c, _ = ls.accept()
                 except socket.timeout:
                     continue
-                conns.append(c)
-                c.settimeout(0.2)
+                c.settimeout(0.5 if keep_alive else 0.2)
                 try:
-                    if c.recv(65536):
-                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
-                                  b"Connection: close\r\n\r\nok")
+                    while c.recv(65536):
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" +
+                                  (b"\r\nok" if keep_alive else b"Connection: close\r\n\r\nok"))
+                        if not keep_alive:
+                            break
                 except OSError:
                     pass
                 c.close()
             ls.close()
         t = threading.Thread(target=serve, daemon=True)
         t.start()
-        out = os.path.join(self.tmp, "refused.json")
-        p = subprocess.run([LOAD, "--url", "http://127.0.0.1:%d/" % port, "--rate", "40",
-                            "--constant", "--duration", "1.5", "--warmup", "0", "--quiet",
-                            "--json", out], capture_output=True, timeout=30)
+        out = os.path.join(self.tmp, name + ".json")
+        p = subprocess.run([LOAD, "--url", "http://127.0.0.1:%d/" % port, "--warmup", "0",
+                            "--quiet", "--json", out] + args, capture_output=True, timeout=30)
         t.join(5)
         self.assertEqual(p.returncode, 0, p.stderr)
         with open(out) as f:
             st = json.load(f)["steps"][0]
+        self.assertEqual(st["errors"], st["refused"] + st["lost"] + st["closed_idle"], st)
+        return st
+
+    def test_refused_connections_counted_once(self):
+        # A server that answers for 0.6 s, then stops listening: each
+        # refused connect is one error (they were counted twice: errors was
+        # 2 x refused).
+        st = self.run_against_window(0, 0.6, False, ["--rate", "40", "--constant",
+                                                     "--duration", "1.5"], "refused")
         self.assertGreater(st["codes"].get("200", 0), 5, st)
         self.assertGreater(st["refused"], 10, st)
-        self.assertEqual(st["errors"], st["refused"] + st["lost"] + st["closed_idle"], st)
 
     def test_closed_loop_backs_off_while_refused(self):
         # Nothing listens for 0.6 s, then a server answers: a closed-loop
         # run retries its refused connects after a growing pause (1 ms
         # doubling to 100 ms) rather than in a busy loop (29,000 refused in
         # that 0.6 s before), and picks the server up once it listens.
-        ls = socket.socket()
-        ls.bind(("127.0.0.1", 0))
-        port = ls.getsockname()[1]
-
-        def serve():
-            time.sleep(0.6)
-            ls.listen(64)
-            ls.settimeout(0.05)
-            end = time.monotonic() + 1.0
-            while time.monotonic() < end:
-                try:
-                    c, _ = ls.accept()
-                except socket.timeout:
-                    continue
-                c.settimeout(0.5)
-                try:
-                    while c.recv(65536):
-                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                except OSError:
-                    pass
-                c.close()
-            ls.close()
-        t = threading.Thread(target=serve, daemon=True)
-        t.start()
-        out = os.path.join(self.tmp, "backoff.json")
-        p = subprocess.run([LOAD, "--url", "http://127.0.0.1:%d/" % port, "--concurrency", "4",
-                            "--duration", "1.2", "--warmup", "0", "--quiet", "--json", out],
-                           capture_output=True, timeout=30)
-        t.join(5)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        with open(out) as f:
-            st = json.load(f)["steps"][0]
+        st = self.run_against_window(0.6, 1.0, True, ["--concurrency", "4", "--duration", "1.2"],
+                                     "backoff")
         self.assertGreater(st["refused"], 4, st)
         self.assertLess(st["refused"], 400, st)
         self.assertGreater(st["codes"].get("200", 0), 50, st)
-        self.assertEqual(st["errors"], st["refused"] + st["lost"] + st["closed_idle"], st)
 
     def test_bodies_sent_in_turn(self):
         path = os.path.join(self.tmp, "bodies.jsonl")
