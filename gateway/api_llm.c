@@ -626,6 +626,40 @@ static int64_t llm_created(const struct api_state *st)
     return (int64_t)time(NULL) - (now_ns() - st->start_ns) / 1000000000;
 }
 
+/* TF Serving's model_version_status for the model `name`: our lifecycle
+ * states in its words. A model not loaded (yet, or again) is START: a
+ * request loads it; one whose load failed is END with the reason, as no
+ * request loads it again. NULL out of memory or when it has no row. */
+static json_t *llm_tfs_status(struct api_state *st, const char *name)
+{
+    struct served_index_row *rows = NULL;
+    int n = serving_index(st->serving, &rows);
+    json_t *arr = n >= 0 ? json_array() : NULL;
+    for (int i = 0; arr && i < n; i++) {
+        if (strcmp(rows[i].name, name) != 0)
+            continue;
+        const char *state = rows[i].state, *code = "OK", *msg = "";
+        if (strcmp(state, "READY") == 0) {
+            state = "AVAILABLE";
+        } else if (strcmp(state, "UNAVAILABLE") == 0) {
+            state = rows[i].failed ? "END" : "START";
+            code = rows[i].failed ? "UNKNOWN" : "OK";
+            msg = rows[i].reason;
+        }
+        char version[24];
+        snprintf(version, sizeof version, "%d", rows[i].version);
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", version,
+                                             "state", state, "status", "error_code", code,
+                                             "error_message", msg));
+    }
+    free(rows);
+    if (arr && json_array_size(arr) == 0) {
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 /* GET /v1/models: every model the caller may use, and each pool's aliases. */
 static void llm_models(struct http_request *req, const struct route_match *m, void *ctx)
 {
@@ -661,6 +695,7 @@ static void llm_model(struct http_request *req, const struct route_match *m, voi
     bool allowed = sm && (!st->auth || auth_may_use_model(st->auth, auth_tenant(req),
                                                           sm->model.cfg.name,
                                                           strlen(sm->model.cfg.name)));
+    bool pool = sm && sm->model.cfg.kind == MODEL_KIND_POOL;
     if (sm)
         served_release(sm);
     if (!allowed) {
@@ -668,7 +703,13 @@ static void llm_model(struct http_request *req, const struct route_match *m, voi
         http_respond_error(req, 404, NULL, "The model `%s` does not exist", name);
         return;
     }
-    llm_respond_json(req, llm_model_obj(name, llm_created(st)));
+    json_t *obj = llm_model_obj(name, llm_created(st));
+    /* The same URL is TF Serving's model status: its clients (and probes
+     * written for it) read model_version_status, OpenAI's read the rest. */
+    json_t *status = pool ? NULL : llm_tfs_status(st, name);
+    if (status)
+        json_object_set_new(obj, "model_version_status", status);
+    llm_respond_json(req, obj);
 }
 
 bool api_openai_route(const char *pattern, int method)

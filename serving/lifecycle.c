@@ -1052,6 +1052,7 @@ int serving_index(struct serving *s, struct served_index_row **out)
         int state = atomic_load(&e->cur->state);
         snprintf(r[i].name, sizeof r[i].name, "%s", e->name);
         r[i].version = e->cur->version;
+        r[i].failed = state == SERVED_FAILED;
         r[i].state = state == SERVED_READY     ? "READY"
                      : state == SERVED_LOADING ? "LOADING"
                      : e->draining > 0         ? "UNLOADING"

@@ -95,6 +95,8 @@ struct served_index_row {
     char name[128];
     int version;                      /* the one it serves (or would) */
     const char *state;                /* READY, LOADING, UNLOADING, UNAVAILABLE */
+    bool failed;                      /* UNAVAILABLE because its load failed: requests do
+                                       * not load it again (the repository API does) */
     char reason[1024];
 };
 /* The rows into *out (the caller frees it); how many, or -1 out of memory. */

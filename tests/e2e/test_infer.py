@@ -218,6 +218,12 @@ class InferTest(RepoServerCase):
         r = post(self.srv.port, "/v1/models/digits:predict", json.dumps({"instances": [[1, 2]]}))
         self.assertEqual(r.status, 400)
         self.assertIn("instances[0]", r.json()["error"])
+        # The model's status, TF Serving's GET (the URL OpenAI's model shares).
+        st = json.loads(roundtrip(self.srv.port, "GET", "/v1/models/digits").body)
+        self.assertEqual(st["model_version_status"], [{"version": "1", "state": "AVAILABLE",
+                                                       "status": {"error_code": "OK",
+                                                                  "error_message": ""}}])
+        self.assertEqual(st["id"], "digits")
         # The columnar form: the same rows, answered as "outputs".
         for body in ({"inputs": rows}, {"inputs": {"input": rows}, "signature_name": "serving_default"}):
             r = post(self.srv.port, "/v1/models/digits:predict", json.dumps(body))

@@ -127,6 +127,10 @@ class RepositoryTest(RepoServerCase):
         r = post(self.srv.port, "/v2/repository/models/broken/load", "{}")
         self.assertEqual(r.status, 400)
         self.assertIn("safetensors", r.json()["error"])
+        st = json.loads(roundtrip(self.srv.port, "GET", "/v1/models/broken").body)
+        self.assertEqual(st["model_version_status"][0]["state"], "END", st)
+        self.assertEqual(st["model_version_status"][0]["status"]["error_code"], "UNKNOWN", st)
+        self.assertIn("safetensors", st["model_version_status"][0]["status"]["error_message"])
 
     def test_unload_answers_queued_requests_then_unloads(self):
         port = self.srv.port
@@ -147,6 +151,10 @@ class RepositoryTest(RepoServerCase):
         self.assertEqual(results, [200] * 3)
         row = wait_state(port, "slow", "UNAVAILABLE")
         self.assertIn("unloaded", row["reason"])
+        # TF Serving's status (the same URL as OpenAI's model): a request
+        # loads it, so START, not END.
+        st = json.loads(roundtrip(port, "GET", "/v1/models/slow").body)
+        self.assertEqual(st["model_version_status"][0]["state"], "START", st)
         m = metrics(port)
         self.assertEqual(value(m, "batchgate_model_unloads_total", model="slow", reason="api"), 1)
         # A request loads it again (SPEC: a request for an unloaded model loads it).
