@@ -158,6 +158,15 @@ class GovernanceTest(RepoServerCase):
         r = self.put({"windows": [window("a", {"nobody": 0.5})]}, KEYS["ops"])
         self.assertEqual(r.status, 400)
         self.assertIn('no tenant "nobody"', r.json()["error"])
+        # SPEC.md's example, verbatim (its night's shares and offline_share
+        # add up to 1.5: the tenants split what the jobs leave).
+        spec = {"timezone": "America/Sao_Paulo", "windows": [
+            {"name": "day", "days": ["mon", "tue", "wed", "thu", "fri"], "from": "08:00",
+             "to": "20:00", "shares": {"search": 0.8, "research": 0.2}, "offline_share": 0.0},
+            {"name": "night", "from": "20:00", "to": "08:00",
+             "shares": {"search": 0.3, "research": 0.7}, "offline_share": 0.5}]}
+        r = self.put(spec, KEYS["ops"])
+        self.assertEqual(r.status, 200, r.body)
         r = roundtrip(self.srv.port, "PUT", "/v2/governance", auth(KEYS["ops"]), "{not json")
         self.assertEqual(r.status, 400)
         self.assertIn("invalid JSON at column 4", r.json()["error"])

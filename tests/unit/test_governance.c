@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +80,25 @@ static void test_active_window_by_local_time(void **state)
     assert_true(share[0] == 0 && share[1] == 0.3 && share[2] == 0.2 && off == 0.5);
     governance_shares(g, -1, &tc, share, &off);   /* outside: the tenants' own */
     assert_true(share[1] == 0.5 && share[2] == 0.25 && off == 0);
+    governance_free(g);
+    /* SPEC.md's example, verbatim: the night's 0.3 + 0.7 for the tenants and
+     * 0.5 for the jobs. The jobs keep their 0.5; the tenants split the rest
+     * 3 to 7. */
+    g = parse("{\"timezone\": \"America/Sao_Paulo\", \"windows\": ["
+              " {\"name\": \"day\",   \"days\": [\"mon\",\"tue\",\"wed\",\"thu\",\"fri\"],"
+              "  \"from\": \"08:00\", \"to\": \"20:00\","
+              "  \"shares\": {\"search\": 0.8, \"research\": 0.2}, \"offline_share\": 0.0},"
+              " {\"name\": \"night\", \"from\": \"20:00\", \"to\": \"08:00\","
+              "  \"shares\": {\"search\": 0.3, \"research\": 0.7}, \"offline_share\": 0.5}]}",
+              &err);
+    if (!g)
+        fail_msg("SPEC.md's governance example refused: %s", err.msg);
+    governance_shares(g, governance_active(g, utc(2026, 12, 12, 2, 0)), &tc, share, &off);
+    assert_true(fabs(share[1] - 0.15) < 1e-12 && fabs(share[2] - 0.35) < 1e-12 && off == 0.5);
+    governance_shares(g, governance_active(g, utc(2026, 12, 7, 15, 0)), &tc, share, &off);
+    assert_true(share[1] == 0.8 && share[2] == 0.2 && off == 0);   /* they fit: as given */
+    governance_free(g);
+    g = parse(SAO_PAULO, &err);
     struct buf b = BUF_INIT;
     governance_json(g, &tc, utc(2026, 12, 7, 15, 0), &b);
     buf_append(&b, "", 1);
@@ -117,7 +137,9 @@ static void test_errors(void **state)
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\",\"shares\":{\"ads\":0.5}}]}",
          "no tenant \"ads\""},
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\","
-         "\"shares\":{\"search\":0.8},\"offline_share\":0.3}]}", "add up to 1.100"},
+         "\"shares\":{\"search\":0.8,\"research\":0.3}}]}", "windows[0].shares: add up to 1.100"},
+        {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\","
+         "\"offline_share\":1.5}]}", "windows[0].offline_share: a number from 0 to 1"},
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\",\"colour\":1}]}",
          "unknown field \"colour\""},
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\"},"
