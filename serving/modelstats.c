@@ -51,7 +51,7 @@ struct inst_shard {
     _Alignas(64) struct hist compute, batch;
     _Atomic uint64_t batches, rows;
     _Atomic uint64_t tokens, padded_tokens;
-    _Atomic int64_t loaded_ns;
+    _Atomic int64_t idle_shown_ns;           /* the idle time last shown: it never goes back */
     struct busywin busy;                     /* written by the instance's worker only */
     _Atomic uint64_t busy_offline_ns;        /* the offline rows' share of busy */
     _Atomic uint64_t *count_by_size, *ns_by_size, *in_ns_by_size, *out_ns_by_size;
@@ -68,6 +68,11 @@ struct inst_shard {
      * readers take the ended and the running time in one pass between
      * two equal even values (modelstats_inst_time). */
     _Atomic uint32_t run_seq;
+    /* Writers take it around run_seq's odd stretch: a reload's old copy
+     * draining its last batches and the new copy's worker write the same
+     * shard, and two writers would leave run_seq odd for good (readers
+     * then wait forever). Uncontended otherwise. */
+    atomic_flag run_lock;
     _Atomic int64_t run_start_ns;
     _Atomic uint32_t run_share[2][WORK_TENANTS_MAX];
 };
@@ -77,6 +82,14 @@ struct inst_shard {
 struct modelstats {
     int nio, ninst, max_batch;
     struct modelstats *retired;              /* replaced by this one (modelstats_retire) */
+    /* How long a copy of the model has held its instances, over all its
+     * loads, in one word readers take whole: even, 2 x the time held so
+     * far, no copy loaded now; odd, 2 x (held so far - since) + 1, a copy
+     * loaded since `since` (the monotonic clock), so held = that + now.
+     * A reload's copies overlap: the time runs while any is loaded. */
+    _Atomic int64_t held_mark;
+    int holders;                             /* copies loaded now; under hold_lock */
+    atomic_flag hold_lock;
     struct io_shard *io;
     struct inst_shard *inst;
 };
@@ -146,12 +159,29 @@ void modelstats_retire(struct modelstats *s, struct modelstats *old)
     s->retired = old;
 }
 
-void modelstats_loaded(struct modelstats *s)
+static int64_t modelstats_held_ns(const struct modelstats *s, int64_t now)
 {
-    int64_t now = now_ns();
-    for (int i = 0; i < s->ninst; i++)
-        atomic_store(&s->inst[i].loaded_ns, now);
+    int64_t m = atomic_load_explicit(&s->held_mark, memory_order_relaxed);
+    return m & 1 ? (m - 1) / 2 + now : m / 2;
 }
+
+static void modelstats_hold(struct modelstats *s, int delta)
+{
+    while (atomic_flag_test_and_set_explicit(&s->hold_lock, memory_order_acquire))
+        sched_yield();
+    int64_t now = now_ns(), held = modelstats_held_ns(s, now);
+    bool was = s->holders > 0;
+    s->holders = s->holders + delta > 0 ? s->holders + delta : 0;
+    if (!was && s->holders > 0)
+        atomic_store_explicit(&s->held_mark, 2 * (held - now) + 1, memory_order_relaxed);
+    else if (was && s->holders == 0)
+        atomic_store_explicit(&s->held_mark, 2 * held, memory_order_relaxed);
+    atomic_flag_clear_explicit(&s->hold_lock, memory_order_release);
+}
+
+void modelstats_loaded(struct modelstats *s) { modelstats_hold(s, 1); }
+
+void modelstats_unloaded(struct modelstats *s) { modelstats_hold(s, -1); }
 
 static void modelstats_hist_add(struct hist *h, int bucket, uint64_t v)
 {
@@ -243,6 +273,8 @@ void modelstats_batch_tokens(struct modelstats *s, int instance, int64_t tokens,
  * the time its end adds, changes. */
 static void modelstats_run_enter(struct inst_shard *sh)
 {
+    while (atomic_flag_test_and_set_explicit(&sh->run_lock, memory_order_acquire))
+        sched_yield();
     uint32_t q = atomic_load_explicit(&sh->run_seq, memory_order_relaxed);
     atomic_store_explicit(&sh->run_seq, q + 1, memory_order_relaxed);
     /* A full fence, not a release one: the end reads the clock next, and
@@ -258,6 +290,7 @@ static void modelstats_run_leave(struct inst_shard *sh)
 {
     uint32_t q = atomic_load_explicit(&sh->run_seq, memory_order_relaxed);
     atomic_store_explicit(&sh->run_seq, q + 1, memory_order_release);
+    atomic_flag_clear_explicit(&sh->run_lock, memory_order_release);
 }
 
 void modelstats_run_begin(struct modelstats *s, int instance, const struct batch *b)
@@ -538,8 +571,18 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         struct modelstats_instance *mi = &o->inst[i];
         mi->busy_s = (double)tm.busy_ns / 1e9;
         mi->busy_offline_s = (double)tm.offline_ns / 1e9;
-        int64_t loaded = atomic_load_explicit(&sh->loaded_ns, memory_order_relaxed);
-        mi->loaded_s = loaded ? (double)(now - loaded) / 1e9 : 0;
+        int64_t held = modelstats_held_ns(s, now);
+        mi->held_s = (double)held / 1e9;
+        /* Idle is held minus busy, which two copies' batches on the same
+         * shard (a reload's overlap) can outrun for a moment: what is shown
+         * is the most ever shown, a counter's promise. */
+        int64_t idle = held > (int64_t)tm.busy_ns ? held - (int64_t)tm.busy_ns : 0;
+        int64_t shown = atomic_load_explicit(&sh->idle_shown_ns, memory_order_relaxed);
+        while (idle > shown && !atomic_compare_exchange_weak_explicit(
+                                   &sh->idle_shown_ns, &shown, idle, memory_order_relaxed,
+                                   memory_order_relaxed))
+            ;
+        mi->idle_s = (double)(idle > shown ? idle : shown) / 1e9;
         mi->batches = atomic_load_explicit(&sh->batches, memory_order_relaxed);
         mi->tokens = atomic_load_explicit(&sh->tokens, memory_order_relaxed);
         mi->padded_tokens = atomic_load_explicit(&sh->padded_tokens, memory_order_relaxed);

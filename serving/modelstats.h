@@ -46,7 +46,8 @@ struct modelstats_hist {
 struct modelstats_instance {
     double busy_s;                 /* a batch executing */
     double busy_offline_s;         /* of which offline rows' share (job lines) */
-    double loaded_s;               /* wall time since the instance was loaded */
+    double held_s;                 /* wall time a copy of the model held it, over all loads */
+    double idle_s;                 /* held and not busy; never less than it was shown before */
     double util_10s;               /* busy fraction over the last 10 whole seconds (busywin.h) */
     uint64_t batches, rows;
     /* Tokens computed (= rows for models without them) and what a padded
@@ -94,8 +95,11 @@ int modelstats_io_threads(const struct modelstats *s);
 /* s replaces old, which stays readable (copies of the model still point at
  * it) and is freed with s. */
 void modelstats_retire(struct modelstats *s, struct modelstats *old);
-/* The instances start counting idle time now (the model finished loading). */
+/* A copy of the model finished loading / was unloaded: the instances' held
+ * (and so idle) time runs while at least one copy is loaded, and goes on
+ * from where it was at the next load. */
 void modelstats_loaded(struct modelstats *s);
+void modelstats_unloaded(struct modelstats *s);
 
 /* IO thread `thread`: an inference request was answered with `status`.
  * queue_ns < 0 when it never reached a batch. `ran`: the request's item

@@ -496,6 +496,9 @@ void served_copy_stop(struct served_model *sm)
     feed_stop(sm->feed);
     sm->feed = NULL;
     llmpool_stop(sm->pool);
+    if (sm->holds_stats)   /* its instances' held time stops with it (unless another copy's runs) */
+        modelstats_unloaded(sm->stats);
+    sm->holds_stats = false;
 }
 
 /* batcher_set_device_probe's: whether other models use the instance's
@@ -608,12 +611,14 @@ int served_copy_load(struct serving *s, struct served_model *sm)
         /* A pool runs no batches here: its servers batch (llmpool.h). Its
          * batcher stays empty, so that every reader of a copy finds one. */
         modelstats_loaded(sm->stats);
+        sm->holds_stats = true;
         int nt = s->tenants ? s->tenants->n : 1;
         sm->pool = llmpool_new(m, nt, &err);
         started = sm->pool ? llmpool_start(sm->pool, &err) : -1;
     } else if (sm->batcher && serving_sched_join(s, sm, &err) == 0 &&
         serving_shares_join(s, sm, &err) == 0) {
         modelstats_loaded(sm->stats);
+        sm->holds_stats = true;
         started = model_is_compute(m) ? serving_workers_start(sm, &err)
                                       : feed_start(sm, &sm->feed, &err);
     }
@@ -718,13 +723,15 @@ static void serving_device_row(const struct model_device *d, void *arg)
         r.busy_s = r.server.busy_s;
         r.held_s = r.server.age_s;
         r.util_10s = r.server.util_10s;
+        r.idle_s = r.held_s > r.busy_s ? r.held_s - r.busy_s : 0;
     } else {
         if (!w->snap->inst || d->instance >= w->snap->ninstances)
             return;   /* the snapshot ran out of memory for its instances */
         const struct modelstats_instance *in = &w->snap->inst[d->instance];
         r.busy_s = in->busy_s;
         r.busy_offline_s = in->busy_offline_s;
-        r.held_s = in->loaded_s;
+        r.held_s = in->held_s;
+        r.idle_s = in->idle_s;
         r.util_10s = in->util_10s;
         r.batches = in->batches;
         r.rows = in->rows;
@@ -732,7 +739,6 @@ static void serving_device_row(const struct model_device *d, void *arg)
         r.memory_bytes = sm->model.instances[d->instance].memory_bytes +
                          (d->instance == 0 ? sm->model.shared_bytes : 0);
     }
-    r.idle_s = r.held_s > r.busy_s ? r.held_s - r.busy_s : 0;
     /* A server has no instance of its own: the model's batches all go
      * through instance 0's latency model (the upstream loop's). */
     double a = 0, b = 0, margin = 0;

@@ -178,12 +178,27 @@ class RepositoryTest(RepoServerCase):
             t.start()
         before = value(metrics(port), "batchgate_model_unloads_total", model="eager",
                        reason="reload")
+        # The device's counters go on across the reloads (idle restarted
+        # from 0 at each load: 138 s fell to 0).
+        devs = []
+
+        def device_counters():
+            m = metrics(port)
+            devs.append([value(m, "batchgate_device_%s_seconds_total" % k, model="eager",
+                               device="synthetic0", **{"class": "online"} if k == "busy" else {})
+                         for k in ("busy", "idle")])
+
         for _ in range(3):
             time.sleep(0.5)
+            device_counters()
             r = post(port, "/v2/repository/models/eager/load", "{}", timeout=10)
             self.assertEqual(r.status, 200, r)
+            device_counters()
         for t in threads:
             t.join(20)
+        for a, b in zip(devs, devs[1:]):
+            self.assertGreaterEqual(b[0], a[0], devs)
+            self.assertGreaterEqual(b[1], a[1], devs)
         self.assertEqual(bad, [])
         self.assertGreater(count[0], 50)
         after = value(metrics(port), "batchgate_model_unloads_total", model="eager",

@@ -315,6 +315,98 @@ static void test_busy_never_goes_back(void **state)
     modelstats_free(s);
 }
 
+/* Two workers on one shard (a reload: the old copy drains its last
+ * batches while the new one runs) with a reader beside them: the reader
+ * is never left waiting on an odd run_seq (it waited for good when the
+ * two writers' increments crossed), and both writers' time counts. */
+static void *drain_writer(void *arg)
+{
+    struct modelstats *s = arg;
+    struct infer_item a;
+    memset(&a, 0, sizeof a);
+    a.rows = 1;
+    struct batch bt = {.head = &a, .nitems = 1, .rows = 1};
+    for (int i = 0; i < 20000; i++) {
+        modelstats_run_begin(s, 0, &bt);
+        modelstats_batch_end(s, 0, 0, &bt, true, 0, 1000, 0);
+    }
+    return NULL;
+}
+
+static void test_two_copies_write_one_shard(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 1, 8);
+    modelstats_loaded(s);
+    struct watcher w = {.s = s};
+    pthread_t r, t[2];
+    pthread_create(&r, NULL, watch_busy, &w);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, drain_writer, s);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    atomic_store(&w.stop, 1);
+    pthread_join(r, NULL);
+    struct modelstats_snapshot o;
+    modelstats_snapshot(s, &o);   /* returns: run_seq is even */
+    assert_int_equal(o.inst[0].batches, 40000);
+    assert_true(o.inst[0].busy_s >= 40000 * 1e-6);
+    modelstats_snapshot_free(&o);
+    modelstats_free(s);
+}
+
+static double held_after(struct modelstats *s, int ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+    struct modelstats_snapshot o;
+    modelstats_snapshot(s, &o);
+    double h = o.inst[0].held_s;
+    modelstats_snapshot_free(&o);
+    return h;
+}
+
+/* Held time runs while some copy is loaded, stops while none is, and goes
+ * on from where it was (it restarted from 0 at every load, so
+ * device_idle_seconds_total fell at each reload); idle never shows less
+ * than it showed, even when a batch's time outruns the held time. */
+static void test_held_time_over_loads(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 1, 8);
+    assert_true(held_after(s, 1) == 0);
+    modelstats_loaded(s);
+    double h1 = held_after(s, 30);
+    assert_true(h1 >= 0.029 && h1 < 1.0);
+    modelstats_unloaded(s);
+    double h2 = held_after(s, 30);   /* nothing held: stopped */
+    assert_true(h2 >= h1 && h2 < h1 + 0.01);
+    modelstats_loaded(s);            /* a reload: the new copy, then the old one goes */
+    modelstats_loaded(s);
+    modelstats_unloaded(s);
+    double h3 = held_after(s, 30);
+    assert_true(h3 >= h2 + 0.029 && h3 < h2 + 1.0);
+    struct modelstats_snapshot o;
+    modelstats_snapshot(s, &o);
+    double idle = o.inst[0].idle_s;
+    assert_true(idle > 0.05);
+    modelstats_snapshot_free(&o);
+    /* A batch that ran 10 s by its own clock (two copies' batches at once
+     * can outrun the wall clock): busy passes held, idle stays. */
+    struct infer_item a;
+    memset(&a, 0, sizeof a);
+    a.rows = 1;
+    struct batch bt = {.head = &a, .nitems = 1, .rows = 1};
+    modelstats_batch_end(s, 0, 0, &bt, true, 0, 10LL * 1000000000, 0);
+    modelstats_snapshot(s, &o);
+    assert_true(o.inst[0].idle_s >= idle);
+    modelstats_snapshot_free(&o);
+    modelstats_unloaded(s);
+    modelstats_unloaded(s);          /* one too many: held stays stopped, not negative */
+    assert_true(held_after(s, 1) >= h3);
+    modelstats_free(s);
+}
+
 static void test_concurrent_writers_lose_nothing(void **state)
 {
     (void)state;
@@ -347,6 +439,8 @@ int main(void)
         cmocka_unit_test(test_running_batch_counts_as_it_runs),
         cmocka_unit_test(test_busy_never_goes_back),
         cmocka_unit_test(test_concurrent_writers_lose_nothing),
+        cmocka_unit_test(test_two_copies_write_one_shard),
+        cmocka_unit_test(test_held_time_over_loads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
