@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "batcher/batcher.h"
 #include "common/buf.h"
 #include "common/clock.h"
@@ -45,6 +47,7 @@ struct infer_call {
     enum infer_format format;
     struct embed_request embed;      /* FORMAT_EMBED */
     struct api_shm_use shm;          /* shared memory regions it reads and writes (api_shm.c) */
+    int64_t waited_ns;               /* > 0: it waited this long for its model to load */
 };
 
 static struct infer_call *models_call_of_item(struct infer_item *it)
@@ -200,13 +203,28 @@ struct models_wait {
     int rc;
     struct served_model *sm;          /* the copy loaded for it (a reference) */
     char why[512];
+    /* The request's budget runs out before the load ends (its time was
+     * not known, or it runs long): answered then, 503, so that nobody is
+     * held past their deadline; the load's outcome then only frees this.
+     * Both run on the request's IO thread. */
+    struct event *deadline;
+    bool answered;
 };
+
+static void models_wait_free(struct models_wait *w)
+{
+    if (w->deadline)
+        event_free(w->deadline);
+    free(w);
+}
 
 /* IO thread: the load ended. */
 static void models_wait_deliver(struct mailbox_msg *msg)
 {
     struct models_wait *w = (struct models_wait *)msg;
-    if (w->rc == 0 && w->sm) {
+    if (w->answered) {
+        served_release(w->sm);
+    } else if (w->rc == 0 && w->sm) {
         w->run(w->req, &w->m, w->st, w->sm);   /* the run owns the reference now */
     } else {
         const struct route_param *p = route_match_param(&w->m, "model");
@@ -219,7 +237,25 @@ static void models_wait_deliver(struct mailbox_msg *msg)
                            "model %.*s did not load: %s", (int)(p->len > 128 ? 128 : p->len),
                            p->value, w->rc ? w->why : "it was unloaded again at once");
     }
-    free(w);
+    models_wait_free(w);
+}
+
+/* IO thread: the budget ran out while the load goes on. */
+static void models_wait_expired(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct models_wait *w = arg;
+    w->answered = true;
+    const struct route_param *p = route_match_param(&w->m, "model");
+    struct served_model *sm = serving_acquire(w->st->serving, p->value, p->len);
+    if (sm) {
+        models_account_reject(w->st, sm, w->req, BG_ENOTREADY, 503);
+        served_release(sm);
+    }
+    http_respond_error(w->req, 503, "Retry-After: 1\r\n", "model %.*s is not loaded: loading it "
+                       "takes longer than the request's latency budget left (it is loading now)",
+                       (int)(p->len > 128 ? 128 : p->len), p->value);
 }
 
 /* The lifecycle thread: hand the outcome to the request's IO thread. */
@@ -289,15 +325,25 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
     w->msg.fn = models_wait_deliver;
     int64_t retry = 0;
     struct error err = {0};
-    int rc = serving_wait_loaded(st->serving, sm, models_header_deadline(req, &sm->model.cfg),
-                                 models_wait_done, w, &retry, &err);
+    int64_t deadline = models_header_deadline(req, &sm->model.cfg);
+    /* Armed before the wait is queued: the load's outcome may arrive on
+     * this thread's mailbox any time after. */
+    if (deadline > 0) {
+        w->deadline = evtimer_new(http_request_event_base(req), models_wait_expired, w);
+        int64_t left = deadline - now_ns();
+        left = left > 0 ? left : 0;
+        struct timeval tv = {(time_t)(left / 1000000000), (suseconds_t)(left % 1000000000 / 1000)};
+        if (w->deadline)
+            evtimer_add(w->deadline, &tv);
+    }
+    int rc = serving_wait_loaded(st->serving, sm, deadline, models_wait_done, w, &retry, &err);
     if (rc == 1) {                    /* loaded meanwhile */
-        free(w);
+        models_wait_free(w);
         served_release(sm);
         return models_lookup(req, m, st, NEED_READY, true);
     }
     if (rc < 0) {
-        free(w);
+        models_wait_free(w);
         char hdr[48] = "";
         if (retry > 0)
             snprintf(hdr, sizeof hdr, "Retry-After: %lld\r\n",
@@ -800,10 +846,20 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
     served_touch(sm);
     struct error err = {0};
     int rc = batcher_submit(sm->batcher, it, &err);
+    if (rc == -BG_EDEADLINE && call->waited_ns > 0) {
+        /* The load took the budget (its time was not known, or it ran
+         * long): the model is not why it cannot be met, and it is ready
+         * now. As SPEC.md says for a budget the load does not fit. */
+        rc = error_set(&err, BG_ENOTREADY, "model %s was not loaded: loading it took %.0f ms of "
+                       "the request's latency budget, which cannot be met now (it is loaded: "
+                       "retry)", c->name, (double)call->waited_ns / 1e6);
+    }
     if (rc) {
         models_account_reject(st, sm, req, rc, error_http_status(rc));
         http_respond_error(req, error_http_status(rc),
-                           rc == -BG_EQUEUEFULL ? "Retry-After: 1\r\n" : NULL, "%s", err.msg);
+                           rc == -BG_EQUEUEFULL || rc == -BG_ENOTREADY ? "Retry-After: 1\r\n"
+                                                                       : NULL,
+                           "%s", err.msg);
         models_infer_call_free(call);
         return;
     }
@@ -831,6 +887,8 @@ static void models_infer_run(struct http_request *req, const struct route_match 
         return;
     }
     struct infer_call *call = models_call_new(req, st, sm);
+    if (call && held)
+        call->waited_ns = now_ns() - http_request_received_ns(req);
     if (!call)
         return;
     struct error err = {0};
@@ -900,6 +958,8 @@ static void models_tfs_run(struct http_request *req, const struct route_match *m
     size_t len;
     const char *body = http_request_body(req, &len);
     struct infer_call *call = models_call_new(req, st, sm);
+    if (call && held)
+        call->waited_ns = now_ns() - http_request_received_ns(req);
     if (!call)
         return;
     struct error err = {0};
@@ -980,6 +1040,8 @@ static void models_embed_run(struct http_request *req, const struct route_match 
     struct infer_call *call = models_call_new(req, st, sm);
     if (!call)
         return;
+    if (held)
+        call->waited_ns = now_ns() - http_request_received_ns(req);
     size_t len;
     const char *body = http_request_body(req, &len);
     struct error err = {0};

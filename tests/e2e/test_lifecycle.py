@@ -65,6 +65,10 @@ class RepositoryTest(RepoServerCase):
                                             batching={"max_batch_size": 1}))
         for name in ("lazy", "lazy_many", "lazy_short"):
             write_model(repo, name, lazy(synthetic(name, base_us=2000, per_row_us=0)))
+        # Lazy, never loaded, and slow to load (its warmup batches take
+        # 150 ms each): no load time is known to refuse a budget by.
+        for name in ("lazy_slow_h", "lazy_slow_b"):
+            write_model(repo, name, lazy(synthetic(name, base_us=150000, per_row_us=0)))
         # A lazy CPU model whose weights file is not a safetensors file.
         write_model(repo, "broken", lazy(mlp("broken", [{"type": "dense", "weight": "w"}])),
                     raw_weights=b"not a safetensors file at all")
@@ -110,6 +114,31 @@ class RepositoryTest(RepoServerCase):
         self.assertIn("takes about", r.json()["error"])
         wait_state(self.srv.port, "lazy_short", "READY")
         self.assertEqual(infer(self.srv.port, "lazy_short", budget_ms=1000).status, 200)
+
+    def test_first_load_longer_than_the_budget_is_503_at_the_deadline(self):
+        # A budget in the header: answered when it runs out, not when the
+        # load ends (it was held to the load's end, then answered 504).
+        t0 = time.monotonic()
+        r = infer(self.srv.port, "lazy_slow_h", budget_ms=200)
+        took = time.monotonic() - t0
+        self.assertEqual(r.status, 503, r)
+        self.assertEqual(r.headers["Retry-After"], "1")
+        self.assertIn("takes longer than the request's latency budget", r.json()["error"])
+        self.assertLess(took, 0.28, took)
+        # A budget in the body (read once the model is loaded): the load
+        # took it, said so, 503 (it was 504, "latency budget cannot be met").
+        body = json.loads(SYN_BODY)
+        body["parameters"] = {"timeout": 200000}
+        r = infer(self.srv.port, "lazy_slow_b", body=json.dumps(body))
+        self.assertEqual(r.status, 503, r)
+        self.assertEqual(r.headers["Retry-After"], "1")
+        self.assertIn("loading it took", r.json()["error"])
+        m = metrics(self.srv.port)
+        for name in ("lazy_slow_h", "lazy_slow_b"):
+            self.assertEqual(value(m, "batchgate_rejected_requests_total", model=name,
+                                   reason="not_ready"), 1, name)
+        wait_state(self.srv.port, "lazy_slow_h", "READY")
+        self.assertEqual(infer(self.srv.port, "lazy_slow_h", budget_ms=2000).status, 200)
 
     def test_failed_lazy_load_answers_the_reason_and_stays_in_the_index(self):
         r = infer(self.srv.port, "broken", budget_ms=10000,
