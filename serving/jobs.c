@@ -268,6 +268,7 @@ static int jobs_commit(struct jobs *j, struct error *err)
     int64_t done = cu->job.lines_done + cu->pending_lines;
     int64_t failed = cu->job.lines_failed + cu->pending_failed;
     int rc = state_job_progress(j->st, cu->job.id, cu->pending_end_offset, size, done, failed, err);
+    cu->db_refused = rc != 0;
     if (rc)
         return rc;
     cu->job.out_size = size;
@@ -363,6 +364,19 @@ static void jobs_close_cur(struct jobs *j)
     cu->out_fd = -1;
 }
 
+/* The state database refused the job's progress (a full disk, a lock
+ * held past the busy timeout): not the job's failure. It stays running
+ * there and is taken up again after a pause, from its last committed line
+ * (the results written past it are cut off then, as after a crash). */
+static void jobs_suspend(struct jobs *j, const char *why)
+{
+    struct jobs_cur *cu = &j->cur;
+    double s = jobs_db_trouble(j);
+    log_error("job %s: %s; taken up again in %.0f s from line %lld", cu->job.id, why, s,
+              (long long)cu->job.lines_done + 1);
+    jobs_close_cur(j);
+}
+
 /* Ends the current job in `state` (reason for FAILED): the lines done so
  * far are made durable first where they can be. */
 static void jobs_finish(struct jobs *j, int state, const char *reason)
@@ -373,16 +387,30 @@ static void jobs_finish(struct jobs *j, int state, const char *reason)
         jobs_take_back(j);
         jobs_collect(j);
         if (jobs_commit(j, &err)) {
+            if (cu->db_refused) {
+                jobs_suspend(j, err.msg);
+                return;
+            }
             state = STATE_JOB_FAILED;
             reason = err.msg;
         }
     }
     struct error e2 = {0};
-    if (state_job_set_state(j->st, cu->job.id, state, cu->job.lines_total, reason, &e2))
-        log_error("job %s: %s", cu->job.id, e2.msg);
-    log_info("job %s %s: %lld lines done (%lld failed)%s%s", cu->job.id,
-             state_job_state_name(state), (long long)cu->job.lines_done,
-             (long long)cu->job.lines_failed, reason ? ": " : "", reason ? reason : "");
+    if (state_job_set_state(j->st, cu->job.id, state, cu->job.lines_total, reason, &e2)) {
+        /* Still "running" in the database: it is taken up again from its
+         * last committed line, after a pause (a full disk would otherwise
+         * have it begun and ended again at once, forever). */
+        double s = jobs_db_trouble(j);
+        log_error("job %s: cannot record it %s (%s)%s%s; taken up again in %.0f s from line "
+                  "%lld", cu->job.id, state_job_state_name(state), e2.msg,
+                  reason ? ": " : "", reason ? reason : "", s,
+                  (long long)cu->job.lines_done + 1);
+    } else {
+        jobs_db_ok(j);
+        log_info("job %s %s: %lld lines done (%lld failed)%s%s", cu->job.id,
+                 state_job_state_name(state), (long long)cu->job.lines_done,
+                 (long long)cu->job.lines_failed, reason ? ": " : "", reason ? reason : "");
+    }
     jobs_close_cur(j);
 }
 
@@ -413,6 +441,8 @@ static int jobs_begin_next(struct jobs *j)
 {
     struct jobs_cur *cu = &j->cur;
     struct error err = {0};
+    if (jobs_db_paused(j))
+        return 0;
     int rc = state_job_next(j->st, &cu->job, &err);
     if (rc <= 0) {
         if (rc < 0)
@@ -491,7 +521,10 @@ static bool jobs_pump(struct jobs *j)
         (cu->pending_lines > 0 && jobs_mono_ns() - cu->last_commit_ns >= JOBS_GROUP_NS)) {
         struct error err = {0};
         if (jobs_commit(j, &err)) {
-            jobs_fail(j, err.msg);
+            if (cu->db_refused)
+                jobs_suspend(j, err.msg);
+            else
+                jobs_fail(j, err.msg);
             return true;
         }
     }

@@ -605,9 +605,16 @@ static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line
     struct error err = {0};
     int rc = state_batch_result_add(j->st, bc->b.id, line, ok, res->data, res->len, &err);
     if (rc < 0) {
+        /* Not done: the batch stops taking lines, and is taken up again
+         * after a pause (jobs_batch_pump), which runs the lines with no
+         * result again. It ended "completed" without them. */
         log_error("batch %s: line %lld: %s", bc->b.id, (long long)line, err.msg);
-        return;   /* not done: it runs again after a restart */
+        if (!bc->stalled)
+            jobs_db_trouble(j);
+        bc->stalled = true;
+        return;
     }
+    jobs_db_ok(j);
     if (line >= 1 && line <= bc->b.total)
         bc->done[line] = 1;
     if (rc == 0) {
@@ -1173,7 +1180,8 @@ bool jobs_batch_pump(struct jobs *j)
         return false;
     bool progress = jobs_batch_collect(j);
     int64_t now = jobs_mono_ns();
-    if (j->batches_look || now - j->batches_looked_ns >= JOBS_BATCH_LOOK_NS) {
+    if (!jobs_db_paused(j) &&
+        (j->batches_look || now - j->batches_looked_ns >= JOBS_BATCH_LOOK_NS)) {
         j->batches_look = false;
         j->batches_looked_ns = now;
         progress |= jobs_batch_end_overdue(j);
@@ -1212,9 +1220,17 @@ bool jobs_batch_pump(struct jobs *j)
             progress = true;
             continue;
         }
-        while (!bc->eof && bc->inflight < lines && jobs_btok_room(j, bc))
+        while (!bc->eof && !bc->stalled && bc->inflight < lines && jobs_btok_room(j, bc))
             progress |= jobs_batch_feed_one(j, bc);
-        if (bc->eof && bc->inflight == 0) {
+        if (bc->stalled && bc->inflight == 0) {
+            log_warn("batch %s: %lld of %lld lines have a result; the state database refused "
+                     "the others', which run again when it is taken up (in %.0f s)", bc->b.id,
+                     (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total,
+                     (double)(j->db_pause_until_ns - jobs_mono_ns()) / 1e9);
+            jobs_batch_close(j, bc);
+            j->batches_look = false;   /* not at once: after the pause */
+            progress = true;
+        } else if (bc->eof && bc->inflight == 0) {
             jobs_batch_finalize(j, bc, STATE_BATCH_COMPLETED, NULL);
             progress = true;
         } else if (bc->inflight == 0 && j->btok_blocked[bc->tenant]) {

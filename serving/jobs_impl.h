@@ -54,6 +54,8 @@ struct jobs_cur {                     /* the job being run (runner thread only) 
     struct buf pending;               /* result lines written, not yet durable */
     int64_t pending_lines, pending_failed, pending_end_offset;
     int64_t last_commit_ns;
+    bool db_refused;                  /* the last commit failed in the state database, not
+                                       * the results file: the job pauses (jobs_suspend) */
     char *line;
     size_t line_cap;
 };
@@ -79,6 +81,7 @@ struct jobs_bcur {
     bool eof;
     uint8_t *done;                    /* [total + 1]: line n's result is committed */
     int inflight;                     /* lines handed to the caller, not back */
+    bool stalled;                     /* a result could not be committed: no more lines */
     char *line;
     size_t line_cap;
     struct jobs_bpool pools[8];
@@ -120,6 +123,10 @@ struct jobs {
     _Atomic int64_t btok_day;         /* the UTC day they count (Unix s / 86400) */
     _Atomic int64_t btok_used[TENANTS_MAX];
     bool btok_blocked[TENANTS_MAX];   /* no line fits today: its batches wait (jobs_btok_room) */
+    /* The state database refused a write (a full disk): jobs and batches
+     * are taken up again only after db_pause_until (1 s, doubling to 30 s
+     * while it goes on), not at once and forever (jobs_db_trouble). */
+    int64_t db_pause_ns, db_pause_until_ns;
 };
 
 /* Batches running now (jobs_batch.c). */
@@ -127,6 +134,12 @@ int jobs_batch_running(const struct jobs *j);
 
 
 int64_t jobs_mono_ns(void);
+/* A state database write failed: starts or lengthens the pause, returns
+ * it in seconds. jobs_db_ok: one succeeded (the pause ends). */
+double jobs_db_trouble(struct jobs *j);
+void jobs_db_ok(struct jobs *j);
+/* Whether jobs and batches wait for the state database now. */
+bool jobs_db_paused(const struct jobs *j);
 bool jobs_blank(const char *s, size_t n);
 /* A new file's name survives a power loss only once its folder is synced. */
 void jobs_sync_dir(const char *dir);

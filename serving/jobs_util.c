@@ -20,6 +20,22 @@ int64_t jobs_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+#define JOBS_DB_PAUSE_MIN_NS 1000000000LL
+#define JOBS_DB_PAUSE_MAX_NS 30000000000LL
+
+double jobs_db_trouble(struct jobs *j)
+{
+    j->db_pause_ns = j->db_pause_ns ? j->db_pause_ns * 2 : JOBS_DB_PAUSE_MIN_NS;
+    if (j->db_pause_ns > JOBS_DB_PAUSE_MAX_NS)
+        j->db_pause_ns = JOBS_DB_PAUSE_MAX_NS;
+    j->db_pause_until_ns = jobs_mono_ns() + j->db_pause_ns;
+    return (double)j->db_pause_ns / 1e9;
+}
+
+void jobs_db_ok(struct jobs *j) { j->db_pause_ns = 0; }
+
+bool jobs_db_paused(const struct jobs *j) { return jobs_mono_ns() < j->db_pause_until_ns; }
+
 bool jobs_blank(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)

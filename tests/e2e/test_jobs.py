@@ -10,6 +10,7 @@ import random
 import resource
 import shutil
 import signal
+import sqlite3
 import tempfile
 import time
 import unittest
@@ -319,6 +320,33 @@ class JobsRestartTest(JobsCase):
         check_exactly_once(self, results(self, srv, job), n)
         wait_state(self, srv, job2, ("completed",), timeout=30)
         check_exactly_once(self, results(self, srv, job2), 50)
+        srv.stop_checked()
+
+    def test_state_database_refusing_writes_pauses_the_job(self):
+        """Another process holds the state database's write lock past the
+        5 s busy timeout (the database refuses writes, as a full disk makes
+        it): the job is not failed, and nothing spins; it pauses and is
+        taken up again from its last committed line, each line once."""
+        srv = self.start()
+        n = 4000
+        r = submit(srv, "syn", "\n".join(line(i) for i in range(n)) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        deadline = time.monotonic() + 20
+        while get(srv, "/v2/jobs/" + job).json()["lines"]["done"] == 0:
+            self.assertLess(time.monotonic(), deadline, srv.log())
+            time.sleep(0.02)
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), timeout=10,
+                             isolation_level=None)
+        db.execute("BEGIN EXCLUSIVE")
+        time.sleep(6.5)
+        db.execute("ROLLBACK")
+        db.close()
+        j = wait_state(self, srv, job, ("completed", "failed"), timeout=60)
+        self.assertEqual(j["state"], "completed", j)
+        self.assertRegex(srv.log(), r"job %s: .*database is locked; taken up again in 1 s" % job)
+        self.assertLess(srv.log().count("taken up again"), 5, srv.log()[-3000:])
+        check_exactly_once(self, results(self, srv, job), n)
         srv.stop_checked()
 
     def test_sigkill_at_random_points_exactly_once(self):

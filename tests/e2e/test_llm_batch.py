@@ -17,6 +17,7 @@ import sqlite3
 import sys
 import tempfile
 import threading
+import sqlite3
 import time
 import unittest
 import uuid
@@ -1182,6 +1183,33 @@ class TestBatchClientSigkill(BatchCase):
         self.assertIn("paused", self.srv.log())
         self.start()
         b = self.wait(bid, timeout=60)
+        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(n)))
+
+
+    def test_state_database_refusing_writes_loses_no_line(self):
+        """Another process holds the state database's write lock past the
+        5 s busy timeout while lines come back: a line whose result could
+        not be committed ran again (the batch ended "completed" without
+        it, the line in no file)."""
+        n = 200
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=6) for i in range(n)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        deadline = time.monotonic() + 30
+        while self.batch(bid)["request_counts"]["completed"] < 10:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), timeout=10,
+                             isolation_level=None)
+        db.execute("BEGIN EXCLUSIVE")
+        time.sleep(6.5)
+        db.execute("ROLLBACK")
+        db.close()
+        b = self.wait(bid, timeout=60)
+        self.assertIn("the state database refused the others'", self.srv.log())
         self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
         out = self.content(b["output_file_id"])
         self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
