@@ -227,7 +227,8 @@ static const struct schema_field config_jobs_fields[] = {
     {SCHEMA_F_STRING("dir", struct config_jobs, dir),
      .doc_default = "<state_dir>/jobs",
      .doc = "job inputs (a submitted body is written here) and results files; an `input_path` "
-            "must lie under it (docs/JOBS.md)"},
+            "must lie under it (docs/JOBS.md); given apart from state_dir, one server's alone "
+            "as state_dir is (`batchgate.lock` in it)"},
     {SCHEMA_F_SIZE("max_input_bytes", struct config_jobs, max_input_bytes),
      .min = 1, .max = (int64_t)1 << 40, .def = 1073741824,
      .doc = "a job's input, as a body or an `input_path` file; past it: 413 (a body is also "

@@ -167,17 +167,17 @@ static int state_connect(const char *path, sqlite3 **db, struct error *err)
                            "PRAGMA wal_autocheckpoint=64;", err);
 }
 
-int state_dir_claim(const char *dir, int *out_fd, struct error *err)
+int state_dir_claim(const char *dir, const char *what, int *out_fd, struct error *err)
 {
     *out_fd = -1;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return error_set(err, BG_ECONFIG, "state_dir %s: cannot create it: %s", dir,
+        return error_set(err, BG_ECONFIG, "%s %s: cannot create it: %s", what, dir,
                          strerror(errno));
     char path[4200];
     snprintf(path, sizeof path, "%s/batchgate.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
-        return error_set(err, BG_ECONFIG, "state_dir %s: cannot open %s: %s", dir, path,
+        return error_set(err, BG_ECONFIG, "%s %s: cannot open %s: %s", what, dir, path,
                          strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
@@ -188,15 +188,15 @@ int state_dir_claim(const char *dir, int *out_fd, struct error *err)
             snprintf(pid, sizeof pid, "?");
         pid[strcspn(pid, "\n")] = '\0';
         if (e == EWOULDBLOCK)
-            return error_set(err, BG_EIO, "state_dir %s is in use by another batchgate (pid %s); "
-                             "give each server its own state_dir", dir, pid);
-        return error_set(err, BG_EIO, "state_dir %s: cannot lock %s: %s", dir, path,
+            return error_set(err, BG_EIO, "%s %s is in use by another batchgate (pid %s); "
+                             "give each server its own %s", what, dir, pid, what);
+        return error_set(err, BG_EIO, "%s %s: cannot lock %s: %s", what, dir, path,
                          strerror(e));
     }
     char pid[24];
     int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
-        log_warn("state_dir %s: cannot write the pid into %s: %s", dir, path, strerror(errno));
+        log_warn("%s %s: cannot write the pid into %s: %s", what, dir, path, strerror(errno));
     *out_fd = fd;
     return 0;
 }

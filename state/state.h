@@ -56,11 +56,14 @@ const char *state_job_state_name(int s);
  * exclusive flock on `dir`/batchgate.lock, which holds its pid. Two servers
  * on one state_dir would both resume the same jobs and Batch API batches and
  * write the same result files; the second is refused, naming the first's
- * pid. The kernel lets go when the holder dies (kill -9 included), so a
- * restart never finds a stale lock. Readers (batchgate report) do not
- * claim. Close *out_fd to let go. Errors: BG_EIO when another holds it,
- * BG_ECONFIG when the folder or the file cannot be made or opened. */
-int state_dir_claim(const char *dir, int *out_fd, struct error *err);
+ * pid. The same for a jobs.dir of its own (the second would delete the
+ * first's Batch API files as a crash's leftovers). `what` names the
+ * setting in messages ("state_dir", "jobs.dir"). The kernel lets go when
+ * the holder dies (kill -9 included), so a restart never finds a stale
+ * lock. Readers (batchgate report) do not claim. Close *out_fd to let go.
+ * Errors: BG_EIO when another holds it, BG_ECONFIG when the folder or the
+ * file cannot be made or opened. */
+int state_dir_claim(const char *dir, const char *what, int *out_fd, struct error *err);
 
 /* Opens (creating) `dir`/batchgate.db. */
 int state_open(const char *dir, struct state **out, struct error *err);

@@ -256,6 +256,18 @@ class CliTest(unittest.TestCase):
                 first.stop(signal.SIGKILL)
             with Server(config={"state_dir": state}) as again:
                 self.assertEqual(roundtrip(again.port, "GET", "/v2/health/live").status, 200)
+            # A jobs.dir of its own is claimed the same way: a second server
+            # (its own state_dir) on the first's jobs.dir deleted the first's
+            # Batch API files at start, as a crash's leftovers.
+            jobs = os.path.join(state, "shared-jobs")
+            with Server(config={"state_dir": os.path.join(state, "a"),
+                                "jobs": {"dir": jobs}}) as first:
+                with open(cfg, "w") as f:
+                    json.dump({"state_dir": os.path.join(state, "b"), "jobs": {"dir": jobs},
+                               "listen": "127.0.0.1:0", "grpc_listen": "off"}, f)
+                self.assert_exit(["--config", cfg, "--io-threads", "1"], 1, stderr_has=(
+                    "jobs.dir %s is in use by another batchgate (pid %d)" % (jobs, first.pid),))
+                self.assertEqual(roundtrip(first.port, "GET", "/v2/health/live").status, 200)
             # A state_dir that cannot be a folder is bad configuration: exit 2.
             with open(cfg, "w") as f:
                 json.dump({"state_dir": os.path.join(state, "second.json", "x"),
