@@ -79,6 +79,8 @@ struct http_request {
     struct buf head;               /* URL, then header names and values, back to back */
     uint32_t url_len;
     uint32_t path_len;             /* URL up to '?' */
+    uint32_t path_off;             /* where the path starts: past "http://authority" in the
+                                    * absolute form, else 0 */
     struct http_header *hdrs;
     int nhdrs, hdrs_cap;
     struct buf body;

@@ -93,6 +93,55 @@ static int parse_method_bit(uint8_t m)
     }
 }
 
+/* Where the path starts in a request target of `len` bytes (up to '?'):
+ * past "http://authority" in the absolute form, which RFC 9112 3.2.2 has
+ * a server accept (what a client sends to a proxy); the authority is not
+ * routed on. 0 for the origin form. */
+static uint32_t parse_path_off(const char *url, uint32_t len)
+{
+    uint32_t s = len >= 7 && strncasecmp(url, "http://", 7) == 0     ? 7
+                 : len >= 8 && strncasecmp(url, "https://", 8) == 0 ? 8
+                                                                     : 0;
+    if (!s)
+        return 0;
+    while (s < len && url[s] != '/')
+        s++;
+    return s;
+}
+
+/* Transfer-Encoding: llhttp has refused a final coding other than chunked.
+ * Only chunked alone is read (RFC 9112 6.1): another coding before it
+ * would reach the handler undone, and a proxied call without its label,
+ * so 501; and an HTTP/1.0 request's framing by it cannot be trusted by
+ * whatever stands before us (request smuggling), so 400, and the
+ * connection closes. 0 when none or chunked. */
+static int parse_transfer_coding(struct http_parse *hp, struct http_request *r, bool chunked)
+{
+    for (int i = 0; i < r->nhdrs; i++) {
+        const struct http_header *h = &r->hdrs[i];
+        if (h->name_len != 17 ||
+            strncasecmp(r->head.data + h->name_off, "Transfer-Encoding", 17) != 0)
+            continue;
+        if (r->http_minor == 0)
+            return parse_fail(hp, 400, "Transfer-Encoding in an HTTP/1.0 request (RFC 9112 6.1: "
+                                       "its framing cannot be trusted); send Content-Length");
+        const char *v = r->head.data + h->val_off;
+        size_t n = h->val_len;
+        while (n && (*v == ' ' || *v == '\t'))
+            v++, n--;
+        while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+            n--;
+        if (chunked && (n != 7 || strncasecmp(v, "chunked", 7) != 0)) {
+            hp->error_status = 501;
+            snprintf(hp->error_msg, sizeof hp->error_msg,
+                     "Transfer-Encoding \"%.*s\": only chunked is supported",
+                     (int)(n > 80 ? 80 : n), v);
+            return HPE_USER;
+        }
+    }
+    return 0;
+}
+
 static int parse_on_headers_complete(llhttp_t *l)
 {
     struct http_parse *hp = parse_of(l);
@@ -104,17 +153,24 @@ static int parse_on_headers_complete(llhttp_t *l)
     r->keep_alive = llhttp_should_keep_alive(l) != 0;
     const char *q = r->url_len ? memchr(r->head.data, '?', r->url_len) : NULL;
     r->path_len = q ? (uint32_t)(q - r->head.data) : r->url_len;
+    r->path_off = parse_path_off(r->head.data, r->path_len);
     hp->upgrade = llhttp_get_upgrade(l) != 0;
     hp->phase = HTTP_PHASE_BODY;
     if (r->http_major != 1)
         return parse_fail(hp, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
     /* RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host. */
     int hosts = 0;
-    for (int i = 0; i < r->nhdrs; i++)
+    for (int i = 0; i < r->nhdrs; i++) {
+        if (r->hdrs[i].name_len == 0)   /* ": v": a field name is a token (RFC 9110 5.1) */
+            return parse_fail(hp, 400, "a header line with an empty name");
         if (r->hdrs[i].name_len == 4 && strncasecmp(r->head.data + r->hdrs[i].name_off, "Host", 4) == 0)
             hosts++;
+    }
     if (r->http_minor >= 1 && hosts != 1)
         return parse_fail(hp, 400, hosts ? "more than one Host header" : "missing Host header (required by HTTP/1.1)");
+    int te = parse_transfer_coding(hp, r, (l->flags & F_CHUNKED) != 0);
+    if (te)
+        return te;
     size_t vlen;
     const char *expect = http_request_header(r, "Expect", &vlen);
     if (expect) {

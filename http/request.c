@@ -115,6 +115,7 @@ int http_request_set_target(struct http_request *r, int method, const char *url,
     r->url_len = (uint32_t)len;
     const char *q = len ? memchr(r->head.data, '?', len) : NULL;
     r->path_len = q ? (uint32_t)(q - r->head.data) : r->url_len;
+    r->path_off = 0;
     return 0;
 }
 
@@ -152,8 +153,12 @@ const char *http_request_method_name(const struct http_request *r)
 
 const char *http_request_path(const struct http_request *r, size_t *len)
 {
-    *len = r->path_len;
-    return r->path_len ? r->head.data : "";
+    *len = r->path_len - r->path_off;
+    if (*len == 0 && r->path_off) {   /* "http://host" alone: its path is "/" */
+        *len = 1;
+        return "/";
+    }
+    return *len ? r->head.data + r->path_off : "";
 }
 
 const char *http_request_query(const struct http_request *r, size_t *len)

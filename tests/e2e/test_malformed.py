@@ -62,6 +62,27 @@ class MalformedTest(ServerCase):
         self.rejected(b"POST /debug/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n"
                       + SMUGGLED)
 
+    def test_http10_framed_by_transfer_encoding(self):
+        # RFC 9112 6.1: a front end reading it as HTTP/1.0 frames it
+        # otherwise; it was answered and the connection kept (the smuggled
+        # request answered too).
+        self.rejected(b"POST /debug/echo HTTP/1.0\r\nConnection: keep-alive\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + SMUGGLED)
+
+    def test_transfer_coding_before_chunked(self):
+        # gzip before chunked reached the handler undone (and a proxied
+        # server without its label): 501, as RFC 9112 6.1 says.
+        r = self.rejected(b"POST /debug/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, "
+                          b"chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + SMUGGLED, statuses=(501,))
+        self.assertIn("only chunked", r.json()["error"])
+
+    def test_empty_header_name(self):
+        self.rejected(b"GET /v2 HTTP/1.1\r\nHost: x\r\n: v\r\n\r\n" + SMUGGLED)
+
+    def test_absolute_form_target_is_routed_by_its_path(self):
+        r = roundtrip(self.srv, "GET", "http://x/v2/health/live")
+        self.assertEqual(r.status, 200, r)
+
     # ---- garbage
 
     def test_host_header_required_once(self):

@@ -114,6 +114,41 @@ static void test_simple_get_fields(void **state)
     fx_free(f);
 }
 
+/* The absolute form (RFC 9112 3.2.2: a server MUST accept it): routed by
+ * its path, the authority aside; "http://h" alone is "/". */
+static void test_absolute_form_target(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *target, *path, *query;
+    } cases[] = {
+        {"http://x/v2/health/live", "/v2/health/live", NULL},
+        {"HTTPS://x:8000/v2/models/m/infer?a=1", "/v2/models/m/infer", "a=1"},
+        {"http://x", "/", NULL},
+        {"http://x?q=2", "/", "q=2"},
+        {"/plain?b", "/plain", "b"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct fixture *f = fx_new(16384, 1024);
+        char req[256];
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", cases[i].target);
+        int nh, nc;
+        assert_int_equal(feed(f, req, strlen(req), 0, &nh, &nc), 0);
+        assert_int_equal(nc, 1);
+        size_t len;
+        const char *p = http_request_path(f->reqs[0], &len);
+        if (len != strlen(cases[i].path) || memcmp(p, cases[i].path, len) != 0)
+            fail_msg("%s: path \"%.*s\", want \"%s\"", cases[i].target, (int)len, p,
+                     cases[i].path);
+        p = http_request_query(f->reqs[0], &len);
+        if (cases[i].query)
+            assert_true(p && len == strlen(cases[i].query) && !memcmp(p, cases[i].query, len));
+        else
+            assert_null(p);
+        fx_free(f);
+    }
+}
+
 static void test_keep_alive_rules(void **state)
 {
     (void)state;
@@ -265,6 +300,17 @@ static void test_smuggling_and_garbage(void **state)
         {"GET / HTTP/1.1\r\nHost: h\r\nExpect: magic\r\n\r\n", 417},
         {"GET / HTTP/1.1\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+        /* HTTP/1.0 framed by Transfer-Encoding: a front end reading it as
+         * 1.0 would split the stream elsewhere (RFC 9112 6.1). */
+        {"POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "3\r\nabc\r\n0\r\n\r\nGET / HTTP/1.0\r\n\r\n", 400},
+        /* A coding before chunked would reach the handler (and a proxied
+         * server) undone and unlabelled. */
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+         501},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "3\r\nabc\r\n0\r\n\r\n", 501},
+        {"GET / HTTP/1.1\r\nHost: h\r\n: v\r\n\r\n", 400},   /* an empty field name */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct fixture *f = fx_new(1024, 1024);
@@ -320,6 +366,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simple_get_fields),
+        cmocka_unit_test(test_absolute_form_target),
         cmocka_unit_test(test_keep_alive_rules),
         cmocka_unit_test(test_header_limit_exact),
         cmocka_unit_test(test_header_limit_with_body_following),
