@@ -485,19 +485,19 @@ int main(int argc, char **argv)
     char packed[4200];
     snprintf(packed, sizeof packed, "%.4000s/packed", cfg.state_dir);
     serving_set_cache_dir(serving, packed);
-    if (cfg.tenants.n > 1) {
-        api.governor = governor_start(cfg.governance, &cfg.tenants, main_apply_shares, serving,
-                                      &err);
-        if (!api.governor) {
-            log_error("%s", err.msg);
-            exit_code = 1;
-            goto out;
-        }
-        cfg.governance = NULL;   /* the governor's now */
-    } else if (cfg.governance) {
-        log_warn("governance: time windows set shares of tenants, and none is configured "
-                 "(tenants[]): ignored");
+    /* Started without tenants too: GET /v2/governance answers whatever
+     * the configuration (SPEC.md), though windows then change nothing. */
+    if (cfg.tenants.n <= 1 && cfg.governance && governance_window_count(cfg.governance) > 0)
+        log_warn("governance: time windows set the shares of tenants and the jobs' "
+                 "offline_share among them, and no tenant is configured (tenants[]): they "
+                 "change nothing");
+    api.governor = governor_start(cfg.governance, &cfg.tenants, main_apply_shares, serving, &err);
+    if (!api.governor) {
+        log_error("%s", err.msg);
+        exit_code = 1;
+        goto out;
     }
+    cfg.governance = NULL;   /* the governor's now */
     /* Tenants before any route can be called: the guard resolves them. */
     /* Room for models the repository poll or a load by name adds later;
      * past it their answers are not counted per tenant. */

@@ -255,6 +255,8 @@ int governance_active(const struct governance *g, int64_t t)
     return -1;
 }
 
+int governance_window_count(const struct governance *g) { return g ? g->n : 0; }
+
 const char *governance_window_name(const struct governance *g, int w)
 {
     return g && w >= 0 && w < g->n ? g->w[w].name : NULL;

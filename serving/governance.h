@@ -33,6 +33,8 @@ int governance_parse(const json_t *section, const struct tenants_config *tc, con
 void governance_free(struct governance *g);
 /* The window active at the UTC instant t (Unix seconds), or -1. */
 int governance_active(const struct governance *g, int64_t t);
+/* How many windows g has (0 for NULL). */
+int governance_window_count(const struct governance *g);
 const char *governance_window_name(const struct governance *g, int w);
 /* The shares in force with window w (-1: the tenants' own) into share[tc->n]. */
 void governance_shares(const struct governance *g, int w, const struct tenants_config *tc,

@@ -221,6 +221,27 @@ class GovernanceTest(RepoServerCase):
                           r"tenants are read at start" % cfg["tenants"][0]["name"], timeout=5)
 
 
+class GovernanceWithoutTenantsTest(RepoServerCase):
+    """No tenants configured: GET /v2/governance still answers (SPEC.md: the
+    active window and the shares in force; it was 404), and windows given
+    are said to change nothing."""
+    config = {"governance": {"timezone": "UTC", "windows": [
+        {"name": "night", "from": "20:00", "to": "08:00", "offline_share": 0.5}]}}
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "m", synthetic("m"))
+
+    def test_get_answers_and_the_windows_are_said_to_change_nothing(self):
+        r = roundtrip(self.srv.port, "GET", "/v2/governance")
+        self.assertEqual(r.status, 200, r)
+        g = r.json()
+        self.assertEqual(g["timezone"], "UTC")
+        self.assertEqual([w["name"] for w in g["windows"]], ["night"])
+        self.assertEqual(list(g["shares"]), ["default"])
+        self.assertIn("no tenant is configured (tenants[]): they change nothing", self.srv.log())
+
+
 class GovernanceConfigTest(unittest.TestCase):
     def test_overlapping_windows_do_not_start(self):
         cfg = {"listen": "127.0.0.1:0", "model_repository": "/nonexistent-but-named",
