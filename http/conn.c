@@ -800,6 +800,32 @@ static void conn_deliver_body(struct http_conn *c, struct http_request *r)
     buf_reset(&r->body);
 }
 
+/* "Expect: 100-continue" asks whether the body is wanted before it is sent
+ * (RFC 9110 10.1.1): a request that its route (404, 405) or the guard
+ * (401, 403) would refuse is answered now, in place of the 100, and the
+ * connection closes after that answer (its body is never read). A route
+ * that streams decides at its dispatch, below. */
+static bool conn_refused_before_body(struct http_conn *c)
+{
+    struct http_request *r = c->parse.cur;
+    if (!r || !r->expect_continue || c->t->draining || c->parse.upgrade ||
+        router_streams(c->t->router, r))
+        return false;
+    bool keep = r->keep_alive, close = r->close_after;
+    r->close_after = true;   /* said by the answer, if it is given now */
+    r->keep_alive = false;
+    if (router_precheck(c->t->router, r)) {
+        r->close_after = close;
+        r->keep_alive = keep;
+        return false;
+    }
+    r->expect_continue = false;
+    c->closing = true;
+    c->parse.cur = NULL;
+    c->parse.phase = HTTP_PHASE_IDLE;
+    return true;
+}
+
 /* At the end of a request's headers: a route that streams takes it now. */
 static void conn_dispatch_early(struct http_conn *c)
 {
@@ -831,6 +857,8 @@ static void conn_process_input(struct http_conn *c)
             break;
         }
         if (ev == HTTP_PARSE_HEADERS) {
+            if (conn_refused_before_body(c))
+                break;
             conn_emit_continue(c);
             conn_dispatch_early(c);
             if (c->fd < 0)

@@ -314,42 +314,55 @@ void router_style(const struct router *r, struct http_request *req)
         r->style(req, pattern ? pattern : pr->prefix, r->style_ctx);
 }
 
-void router_dispatch(const struct router *r, struct http_request *req)
+/* Routes req: the handler to call (true), or req answered (404, 405, the
+ * guard's refusal). */
+static bool router_route(const struct router *r, struct http_request *req,
+                         struct router_lookup *l)
 {
     size_t len;
     const char *path = http_request_path(req, &len);
-    struct router_lookup l;
-    router_lookup(r, req, &l);
-    if (l.pr) {
-        l.m.nparams = 0;
-        l.m.pattern = l.pr->prefix;
+    router_lookup(r, req, l);
+    if (l->pr) {
+        l->m.nparams = 0;
+        l->m.pattern = l->pr->prefix;
+        l->fn = l->pr->fn;
+        l->ctx = l->pr->ctx;
         if (r->style)
-            r->style(req, l.m.pattern, r->style_ctx);
-        if (!r->guard || r->guard(req, &l.m, r->guard_ctx))
-            l.pr->fn(req, &l.m, l.pr->ctx);
-        return;
+            r->style(req, l->m.pattern, r->style_ctx);
+        return !r->guard || r->guard(req, &l->m, r->guard_ctx);
     }
-    switch (l.res) {
+    switch (l->res) {
     case ROUTER_FOUND:
         if (r->style)
-            r->style(req, l.m.pattern, r->style_ctx);
-        if (!r->guard || r->guard(req, &l.m, r->guard_ctx))
-            l.fn(req, &l.m, l.ctx);
-        return;
+            r->style(req, l->m.pattern, r->style_ctx);
+        return !r->guard || r->guard(req, &l->m, r->guard_ctx);
     case ROUTER_METHOD_NOT_ALLOWED: {
         router_style(r, req);
         char allow[96], hdr[128];
-        router_format_allow(l.allowed, allow, sizeof allow);
+        router_format_allow(l->allowed, allow, sizeof allow);
         snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
         http_respond_error(req, 405, hdr, "method %s is not allowed on %.*s (allowed: %s)",
                            http_request_method_name(req), (int)(len > 200 ? 200 : len), path,
                            allow);
-        return;
+        return false;
     }
     case ROUTER_NOT_FOUND:
     default:
         http_respond_error(req, 404, NULL, "no route for %.*s", (int)(len > 200 ? 200 : len),
                            path);
-        return;
+        return false;
     }
+}
+
+void router_dispatch(const struct router *r, struct http_request *req)
+{
+    struct router_lookup l;
+    if (router_route(r, req, &l))
+        l.fn(req, &l.m, l.ctx);
+}
+
+bool router_precheck(const struct router *r, struct http_request *req)
+{
+    struct router_lookup l;
+    return router_route(r, req, &l);
 }

@@ -329,6 +329,19 @@ class HttpTest(ServerCase):
         r = read_response(s)
         self.assertEqual((r.status, r.body), (200, b"hello"), "expected the echo: %r" % r)
 
+    def test_expect_100_continue_refused_before_the_body(self):
+        # A request its route would refuse gets that answer in place of the
+        # 100, and the connection closes: the body is never wanted (it was
+        # 100 Continue, the body read, then 404/405).
+        for method, path, status in (("POST", "/no/such/route", 404),
+                                     ("PUT", "/v2/models/m/infer", 405)):
+            s = self.conn()
+            send(s, request(method, path, [("Expect", "100-continue"),
+                                           ("Content-Length", "100000")]))
+            r = read_response(s, timeout=3)
+            assert_json_error(self, r, status, close=True)
+            expect_eof(s, 2.0)
+
     def test_expect_unknown_is_417(self):
         s = self.conn()
         send(s, request("POST", "/debug/echo", [("Expect", "something-else")], b"abc"))

@@ -106,6 +106,31 @@ class TenantsTest(RepoServerCase):
         self.assert_401(get(self.srv, "/v2", "", "bearer"), invalid_token=False)
         self.assert_401(get(self.srv, "/v2", "", "x-api-key"), invalid_token=False)
 
+    def test_expect_100_continue_without_a_key_is_401_before_the_body(self):
+        # The 401 goes in place of the 100: the server does not ask an
+        # unauthenticated client for up to max_body_bytes it will refuse.
+        s = connect(self.srv.port)
+        try:
+            send(s, request("POST", "/v2/models/alpha/infer",
+                            [("Expect", "100-continue"), ("Content-Length", "1000000")]))
+            r = read_response(s, timeout=3)
+            self.assert_401(r, invalid_token=False)
+            self.assertEqual(r.headers.get("Connection"), "close", r)
+        finally:
+            close_quietly(s)
+        # With its key the body is wanted: 100 Continue.
+        s = connect(self.srv.port)
+        try:
+            b = body().encode()
+            send(s, request("POST", "/v2/models/alpha/infer",
+                            [("Expect", "100-continue"), ("Content-Length", str(len(b))),
+                             ("Authorization", "Bearer " + KEYS["search"])]))
+            self.assertEqual(read_response(s, timeout=3).status, 100)
+            send(s, b)
+            self.assertEqual(read_response(s, timeout=3).status, 200)
+        finally:
+            close_quietly(s)
+
     def test_wrong_truncated_and_recased_keys_are_401(self):
         k = KEYS["search"]
         for bad in ("sk-nobody", k[:-1], k[1:], k[:8], k + "0", k.upper(), k.swapcase(),
