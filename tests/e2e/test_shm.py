@@ -111,7 +111,7 @@ class ShmTest(RepoServerCase):
                  "no shared memory object"),
                 ("[1]", 400, "must be a JSON object"),
                 ('{"key": "/x", "byte_size": 99999999999999999999}', 400,
-                 "invalid JSON at column 48: too big integer"),
+                 "invalid JSON at column 47: too big integer"),
                 ('{"key": "/x", "key": "/y", "byte_size": 4}', 400, "duplicate object key")):
             resp = jpost(port, "/v2/systemsharedmemory/region/a/register", body)
             self.assertEqual(resp.status, status, (body, resp))
