@@ -349,17 +349,19 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
 static void grpc_json_release(void *j) { json_decref(j); }
 
 /* grpc-timeout ("100m", "5S", ...: at most 8 digits and a unit) in
- * milliseconds, rounded up; -1 when absent or malformed. */
+ * milliseconds, rounded up; -1 when absent, -2 when malformed. */
 static long long grpc_timeout_ms(struct http_request *req)
 {
     size_t len;
     const char *v = http_request_header(req, "grpc-timeout", &len);
-    if (!v || len < 2 || len > 9)
+    if (!v)
         return -1;
+    if (len < 2 || len > 9)
+        return -2;
     long long x = 0;
     for (size_t i = 0; i + 1 < len; i++) {
         if (v[i] < '0' || v[i] > '9')
-            return -1;
+            return -2;
         x = x * 10 + (v[i] - '0');
     }
     switch (v[len - 1]) {
@@ -369,7 +371,7 @@ static long long grpc_timeout_ms(struct http_request *req)
     case 'm': return x;
     case 'u': return (x + 999) / 1000;
     case 'n': return (x + 999999) / 1000000;
-    default: return -1;
+    default: return -2;
     }
 }
 
@@ -704,6 +706,31 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
         grpc_answer(req, GRPC_UNIMPLEMENTED, grpc_method_unserved(m), NULL, 0, 0);
         return;
     }
+    /* As grpc-go answers them: a codec it does not have, and a timeout it
+     * cannot read, are INTERNAL; a deadline of 0 has passed already (it
+     * was read as none, and the call ran). */
+    const char *refusal = NULL;
+    int refused = GRPC_OK;
+    long long timeout_ms = grpc_timeout_ms(req);
+    size_t sub = 0;   /* the subtype after '+', up to parameters */
+    while (ctl > 16 && ct[16] == '+' && 17 + sub < ctl && ct[17 + sub] != ';')
+        sub++;
+    if (ctl > 16 && ct[16] == '+' && !(sub == 5 && strncasecmp(ct + 17, "proto", 5) == 0)) {
+        refused = GRPC_INTERNAL;
+        refusal = "only protobuf messages are served (content-type application/grpc or "
+                  "application/grpc+proto)";
+    } else if (timeout_ms == -2) {
+        refused = GRPC_INTERNAL;
+        refusal = "malformed grpc-timeout: at most 8 digits and a unit of H, M, S, m, u or n";
+    } else if (timeout_ms == 0) {
+        refused = GRPC_DEADLINE_EXCEEDED;
+        refusal = "the call's deadline (grpc-timeout 0) had passed when it arrived";
+    }
+    if (refused != GRPC_OK) {
+        grpc_count(g, m, refused);
+        grpc_answer(req, refused, refusal, NULL, 0, 0);
+        return;
+    }
     struct grpc_call *call = calloc(1, sizeof *call);
     if (!call) {
         grpc_count(g, m, GRPC_RESOURCE_EXHAUSTED);
@@ -751,8 +778,30 @@ struct grpc_service *grpc_service_new(const struct router *http, size_t max_mess
     return g;
 }
 
+/* The HTTP/2 layer's own refusals (431, 413 at the headers) of a gRPC
+ * call, said as gRPC: its clients read only grpc-status (an HTTP 431 was
+ * UNKNOWN to them). Anything else, as HTTP. */
+static void grpc_refuse(struct http_request *req, int status, const char *msg, void *ctx)
+{
+    struct grpc_service *g = ctx;
+    size_t ctl, plen, pre = sizeof GRPC_SERVICE_PREFIX - 1;
+    const char *ct = http_request_header(req, "content-type", &ctl);
+    if (!ct || ctl < 16 || strncasecmp(ct, "application/grpc", 16) != 0) {
+        http_respond_error(req, status, NULL, "%s", msg);
+        return;
+    }
+    const char *path = http_request_path(req, &plen);
+    const struct grpc_method *m =
+        plen > pre && memcmp(path, GRPC_SERVICE_PREFIX, pre) == 0
+            ? grpc_method_find(path + pre, plen - pre) : NULL;
+    int code = grpc_code_of_http(status);
+    grpc_count(g, m, code);
+    grpc_answer(req, code, msg, NULL, 0, 0);
+}
+
 int grpc_service_register(struct grpc_service *g, struct router *h2, struct error *err)
 {
+    router_set_refuse(h2, grpc_refuse, g);
     return router_add_prefix(h2, "/", grpc_route, g, err);
 }
 

@@ -572,11 +572,11 @@ static void h2_dispatch(struct h2_conn *c, struct h2_stream *st, bool end_stream
                           memory_order_relaxed);
     st->busy++;
     if (st->too_big) {
-        http_respond_error(r, 431, NULL, "the header list exceeds limits.max_header_bytes (%zu)",
-                           t->limits->max_header_bytes);
+        router_refuse(t->h2->router, r, 431, "the header list exceeds limits.max_header_bytes "
+                      "(%zu)", t->limits->max_header_bytes);
     } else if (r->content_length > 0 && (uint64_t)r->content_length > t->limits->max_body_bytes) {
-        http_respond_error(r, 413, NULL, "body of %lld bytes exceeds limits.max_body_bytes (%zu)",
-                           (long long)r->content_length, t->limits->max_body_bytes);
+        router_refuse(t->h2->router, r, 413, "body of %lld bytes exceeds limits.max_body_bytes "
+                      "(%zu)", (long long)r->content_length, t->limits->max_body_bytes);
     } else {
         router_dispatch(t->h2->router, r);
         if (end_stream)

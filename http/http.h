@@ -330,6 +330,15 @@ void router_set_guard(struct router *r, route_guard_fn fn, void *ctx);
 typedef void (*route_style_fn)(struct http_request *req, const char *pattern, void *ctx);
 void router_set_style(struct router *r, route_style_fn fn, void *ctx);
 void router_style(const struct router *r, struct http_request *req);
+/* Who answers a refusal the server itself makes before any route is run
+ * (HTTP/2's 431 and 413 at the headers): fn, where the router's protocol
+ * says errors its own way (gRPC: a status in trailers, which is all its
+ * clients read); else http_respond_error. */
+typedef void (*route_refuse_fn)(struct http_request *req, int status, const char *msg,
+                                void *ctx);
+void router_set_refuse(struct router *r, route_refuse_fn fn, void *ctx);
+void router_refuse(const struct router *r, struct http_request *req, int status,
+                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* ---- server ----
  * The IO threads: listeners, connections, graceful drain.

@@ -2,6 +2,7 @@
  * has tens of routes and matching costs a few short memcmp's per route. */
 #include "http/http_impl.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,8 @@ struct router {
     void *guard_ctx;
     route_style_fn style;             /* NULL: none */
     void *style_ctx;
+    route_refuse_fn refuse;           /* NULL: http_respond_error */
+    void *refuse_ctx;
 };
 
 struct router *router_new(void) { return calloc(1, sizeof(struct router)); }
@@ -63,6 +66,26 @@ void router_set_style(struct router *r, route_style_fn fn, void *ctx)
 {
     r->style = fn;
     r->style_ctx = ctx;
+}
+
+void router_set_refuse(struct router *r, route_refuse_fn fn, void *ctx)
+{
+    r->refuse = fn;
+    r->refuse_ctx = ctx;
+}
+
+void router_refuse(const struct router *r, struct http_request *req, int status,
+                   const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r && r->refuse)
+        r->refuse(req, status, msg, r->refuse_ctx);
+    else
+        http_respond_error(req, status, NULL, "%s", msg);
 }
 
 void router_set_guard(struct router *r, route_guard_fn fn, void *ctx)

@@ -420,6 +420,33 @@ def check_auth(a):
 
 # ---------------------------------------------------------------- limits
 
+def grpc_raw_unary(addr, method, payload, headers, content_type="application/grpc"):
+    """A unary call with headers the grpc package will not send (grpc-timeout
+    as written, another content-type), by curl over HTTP/2 prior knowledge
+    (scripts/install-deps installs it): the answer's headers and trailers,
+    lower-cased names."""
+    import struct
+    import subprocess
+    import tempfile
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(b"\x00" + struct.pack(">I", len(payload)) + payload)
+        f.flush()
+        args = ["curl", "-s", "-D", "-", "-o", "/dev/null", "--max-time", "10",
+                "--http2-prior-knowledge", "-H", "content-type: " + content_type,
+                "-H", "te: trailers"]
+        for name, value in headers:
+            args += ["-H", "%s: %s" % (name, value)]
+        out = subprocess.run(args + ["--data-binary", "@" + f.name,
+                                     "http://%s/inference.GRPCInferenceService/%s" % (addr, method)],
+                             capture_output=True, text=True, timeout=20).stdout
+    got = {}
+    for line in out.splitlines():
+        if ":" in line and not line.startswith("HTTP/"):
+            k, v = line.split(":", 1)
+            got[k.strip().lower()] = v.strip()
+    return got
+
+
 def check_limits(a):
     chan = grpc.insecure_channel(a.grpc, options=[("grpc.max_send_message_length", 64 << 20)])
     stub = service_pb2_grpc.GRPCInferenceServiceStub(chan)
@@ -431,6 +458,27 @@ def check_limits(a):
     resp = stub.ModelInfer(infer_request("digits", small), timeout=10)
     expect(output_of(resp).shape == (1, 10), "the connection serves on")
     ok("a message over limits.max_body_bytes: RESOURCE_EXHAUSTED; the next call served")
+    # Metadata over limits.max_header_bytes (4096 here): the HTTP/2 layer's
+    # refusal, said as gRPC (it was an HTTP 431, UNKNOWN to the client).
+    e = rpc_error(stub.ModelInfer, infer_request("digits", small), timeout=10,
+                  metadata=(("x-big", "a" * 5000),))
+    expect(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_header_bytes" in e.details(),
+           "metadata over max_header_bytes: %s %r" % (e.code(), e.details()))
+    ok("metadata over limits.max_header_bytes: RESOURCE_EXHAUSTED")
+    # A deadline of 0 has passed (it was read as none and the call ran);
+    # a codec other than protobuf is not served (it was served as protobuf).
+    raw = grpc_raw_unary(a.grpc, "ModelInfer", infer_request("digits", small).SerializeToString(),
+                         [("grpc-timeout", "0S")])
+    expect(raw.get("grpc-status") == "4", "grpc-timeout 0S: %r" % raw)
+    raw = grpc_raw_unary(a.grpc, "ServerLive", b"", [("grpc-timeout", "1x")])
+    expect(raw.get("grpc-status") == "13" and "malformed grpc-timeout" in raw.get("grpc-message", ""),
+           "a malformed grpc-timeout: %r" % raw)
+    raw = grpc_raw_unary(a.grpc, "ServerLive", b"", [], content_type="application/grpc+json")
+    expect(raw.get("grpc-status") == "13", "application/grpc+json: %r" % raw)
+    raw = grpc_raw_unary(a.grpc, "ServerLive", b"", [("grpc-timeout", "5S")],
+                         content_type="application/grpc+proto")
+    expect(raw.get("grpc-status") == "0", "application/grpc+proto, grpc-timeout 5S: %r" % raw)
+    ok("grpc-timeout 0 is DEADLINE_EXCEEDED, malformed is INTERNAL; +json is not served")
 
 
 # ---------------------------------------------------------------- drain

@@ -519,15 +519,23 @@ class HugeHeadersTest(H2FloodCase):
     config = {"limits": {"max_header_bytes": 8192}}
 
     def test_header_list_over_max_header_bytes_is_431_and_the_connection_goes_on(self):
+        # Not a gRPC call: HTTP's 431, naming the limit.
         c = self.h2()
-        sid = c.start(grpc_headers("ServerLive", extra=[("x-pad", "p" * 9000)]),
-                      grpc_message(b""))
+        sid = c.start(grpc_headers("ServerLive", content_type="text/plain",
+                                   extra=[("x-pad", "p" * 9000)]), grpc_message(b""))
         r = c.reply(sid)
         self.assertEqual(r.status(), 431, "expected the stream answered 431: %r" % r)
         self.assertIn(b"max_header_bytes", r.data, "expected the error to name the limit: %r" % r)
+        # A gRPC call: its status in trailers, no message (RESOURCE_EXHAUSTED:
+        # grpc_calls.py --case limits reads it with the grpc client).
+        sid = c.start(grpc_headers("ServerLive", extra=[("x-pad", "p" * 9000)]),
+                      grpc_message(b""))
+        r = c.reply(sid)
+        self.assertEqual((r.status(), r.data, len(r.blocks)), (200, b"", 2), r)
         # Several fields that add up past the limit, and one just under it.
-        sid = c.start(grpc_headers("ServerLive", extra=[("x-pad-%d" % i, "p" * 1000)
-                                                        for i in range(9)]), grpc_message(b""))
+        sid = c.start(grpc_headers("ServerLive", content_type="text/plain",
+                                   extra=[("x-pad-%d" % i, "p" * 1000) for i in range(9)]),
+                      grpc_message(b""))
         self.assertEqual(c.reply(sid).status(), 431, "expected 431 for 9 x 1000-byte fields")
         sid = c.start(grpc_headers("ServerLive", extra=[("x-pad", "p" * 7000)]),
                       grpc_message(b""))
