@@ -517,6 +517,13 @@ int main(int argc, char **argv)
     if (cfg.tenants.auth_required && !auth_keys_exist(api.auth))
         log_warn("auth.required is true and no tenant has keys: every request but the health "
                  "routes, /metrics and the dashboard is refused with 401");
+    bool any_admin = false;
+    for (int i = 0; i < cfg.tenants.n; i++)
+        any_admin |= cfg.tenants.t[i].admin;
+    if (auth_keys_exist(api.auth) && !any_admin)
+        log_warn("keys are configured and no tenant is an admin (\"admin\": true): the admin "
+                 "routes (/v2/repository, PUT /v2/governance, /v2/logging, shared memory, "
+                 "/debug) answer 403 to every caller");
     /* The state database before any route can ask for a job. */
     struct jobs_config jc = {cfg.state_dir, cfg.jobs.dir, cfg.jobs.max_input_bytes, &cfg.tenants,
                              cfg.jobs.max_file_bytes, cfg.jobs.file_expiry_s,

@@ -458,7 +458,7 @@ static void ledger_flush(struct ledger *l)
         return;
     }
     if (l->write_failures++ % 60 == 0)
-        log_warn("usage ledger: %s (the rows are kept and written again)", err.msg);
+        log_warn("%s (the rows are kept and written again)", err.msg);   /* err says "usage ledger:" */
     /* A database that stays unwritable must not take the memory with it:
      * past the bound the oldest half goes (rows are gathered in time
      * order), said once each time. */
@@ -477,7 +477,7 @@ static void ledger_rollup(struct ledger *l, int64_t now_s)
     int64_t hours_before = now_s - (int64_t)l->c.hour_retention_days * 86400;
     struct error err = {0};
     if (state_usage_rollup(l->st, minutes_before, hours_before, &err))
-        log_warn("usage ledger: rollup: %s", err.msg);
+        log_warn("%s (rollup)", err.msg);
 }
 
 static void *ledger_main(void *arg)

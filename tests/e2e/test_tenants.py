@@ -415,6 +415,13 @@ class LimitsTest(RepoServerCase):
         write_model(repo, "slow", synthetic("slow", base_us=400000, per_row_us=0,
                                             batching={"max_batch_size": 1}))
 
+    def test_no_admin_among_keyed_tenants_is_said_at_start(self):
+        # Every admin route is then 403 to every caller, which nothing said.
+        self.srv.wait_log(r"no tenant is an admin .*answer 403 to every caller")
+        r = roundtrip(self.srv.port, "POST", "/v2/repository/index",
+                      [("Authorization", "Bearer k-free")], "{}")
+        self.assertEqual(r.status, 403, r)
+
     def assert_429(self, r, reason, retry_after):
         obj = assert_json_error(self, r, 429)
         self.assertEqual(obj.get("reason"), reason, r)
