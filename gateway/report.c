@@ -136,7 +136,7 @@ int report_main(int argc, char **argv)
         return 2;
     }
     struct state *st = NULL;
-    if (state_open(cfg.state_dir, &st, &err)) {
+    if (state_open_readonly(cfg.state_dir, &st, &err)) {
         fprintf(stderr, "batchgate: report: %s\n", err.msg);
         config_release(&cfg);
         return 1;

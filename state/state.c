@@ -216,9 +216,69 @@ int state_open(const char *dir, struct state **out, struct error *err)
     int rc;
     if ((rc = state_connect(path, &st->w, err)) || (rc = state_migrate(st->w, err)) ||
         (rc = state_connect(path, &st->r, err)) || (rc = state_connect(path, &st->u, err))) {
+        /* Said of this file ("file is not a database" alone names none). */
+        static const char pre[] = "state database: ";
+        if (strncmp(err->msg, pre, sizeof pre - 1) == 0) {
+            char was[200];
+            snprintf(was, sizeof was, "%s", err->msg + sizeof pre - 1);
+            snprintf(err->msg, sizeof err->msg, "state database %.290s: %.190s", path, was);
+        }
         state_close(st);
         return rc;
     }
+    *out = st;
+    return 0;
+}
+
+int state_open_readonly(const char *dir, struct state **out, struct error *err)
+{
+    *out = NULL;
+    char path[4200], uri[8600];
+    snprintf(path, sizeof path, "%s/batchgate.db", dir);
+    struct state *st = calloc(1, sizeof *st);
+    if (!st)
+        return error_set(err, BG_ENOMEM, "out of memory");
+    pthread_mutex_init(&st->rmu, NULL);
+    /* mode=ro first: it sees a running server's commits. Where SQLite
+     * cannot read a WAL database so (it would make the -shm file: a
+     * read-only folder), immutable=1, as a snapshot that nothing changes. */
+    static const char *const modes[] = {"mode=ro", "immutable=1"};
+    int rc = -BG_EIO;
+    for (int i = 0; i < 2 && rc; i++) {
+        sqlite3_close(st->r);
+        st->r = NULL;
+        size_t n = 0;
+        n += (size_t)snprintf(uri + n, sizeof uri - n, "file:");
+        for (const char *p = path; *p && n + 4 < sizeof uri; p++)   /* percent-encode ? # % */
+            n += (size_t)(*p == '?' || *p == '#' || *p == '%'
+                              ? snprintf(uri + n, sizeof uri - n, "%%%02X", (unsigned char)*p)
+                              : snprintf(uri + n, sizeof uri - n, "%c", *p));
+        snprintf(uri + n, sizeof uri - n, "?%s", modes[i]);
+        int v = -1;
+        sqlite3_stmt *s = NULL;
+        if (sqlite3_open_v2(uri, &st->r, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
+                                             SQLITE_OPEN_FULLMUTEX, NULL) == SQLITE_OK &&
+            sqlite3_prepare_v2(st->r, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK &&
+            sqlite3_step(s) == SQLITE_ROW)
+            v = sqlite3_column_int(s, 0);
+        sqlite3_finalize(s);
+        if (v < 0)
+            rc = error_set(err, BG_EIO, "state database %s: %s", path,
+                           st->r ? sqlite3_errmsg(st->r) : "cannot open");
+        else if (v != STATE_SCHEMA_VERSION)
+            rc = error_set(err, BG_EIO, "state database %s: schema version %d, this batchgate "
+                           "reads %d (a server of this version migrates it at its start)",
+                           path, v, STATE_SCHEMA_VERSION);
+        else
+            rc = 0;
+        if (rc && v >= 0)
+            break;   /* read, and not ours: immutable would say the same */
+    }
+    if (rc) {
+        state_close(st);
+        return rc;
+    }
+    sqlite3_busy_timeout(st->r, 5000);
     *out = st;
     return 0;
 }

@@ -67,6 +67,11 @@ int state_dir_claim(const char *dir, const char *what, int *out_fd, struct error
 
 /* Opens (creating) `dir`/batchgate.db. */
 int state_open(const char *dir, struct state **out, struct error *err);
+/* Opens `dir`/batchgate.db to read only, writing nothing (batchgate
+ * report): a snapshot, a backup, a read-only mount or another user's copy.
+ * Only the readers (state_usage_query, ...) may be used on it. A database
+ * of another schema version is refused, saying which. */
+int state_open_readonly(const char *dir, struct state **out, struct error *err);
 void state_close(struct state *st);
 
 /* What SQLite holds, for GET /debug/memory: all of its heap in the process

@@ -277,6 +277,20 @@ class CliTest(unittest.TestCase):
         finally:
             shutil.rmtree(state, ignore_errors=True)
 
+    def test_state_database_that_is_not_one_is_named(self):
+        # "state database: file is not a database" named no file.
+        state = tempfile.mkdtemp(prefix="batchgate-state-")
+        try:
+            with open(os.path.join(state, "batchgate.db"), "wb") as f:
+                f.write(b"not a database" * 100)
+            cfg = os.path.join(state, "c.json")
+            with open(cfg, "w") as f:
+                json.dump({"state_dir": state, "listen": "127.0.0.1:0", "grpc_listen": "off"}, f)
+            self.assert_exit(["--config", cfg, "--io-threads", "1"], 2, stderr_has=(
+                "state database %s: file is not a database" % os.path.join(state, "batchgate.db"),))
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+
     def test_listen_host_that_does_not_resolve(self):
         # Either port's host: exit 1 naming it. The gRPC one failed after
         # the HTTP listeners were bound, and tearing those down crashed

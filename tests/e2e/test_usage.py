@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -540,6 +541,23 @@ class UsageUpstreamTest(UsageCase):
 
 
 class UsageReportTest(UsageCase):
+    def report_from_a_read_only_copy(self, state):
+        """A copy of the database on a read-only mount (a backup, a
+        snapshot): the report reads it (it failed, "unable to open database
+        file", writing). Needs mount rights; else skipped, saying so."""
+        ro = os.path.join(self.tmp, "ro")
+        mount_tmpfs(self, ro, "16m")
+        shutil.copy(os.path.join(state, "batchgate.db"), ro)
+        p = subprocess.run(["mount", "-o", "remount,ro", ro], capture_output=True, timeout=10)
+        if p.returncode != 0:
+            self.skipTest("cannot remount read-only here: %s" % p.stderr.decode().strip())
+        cfg = os.path.join(self.tmp, "ro.json")
+        with open(cfg, "w") as f:
+            json.dump({"state_dir": ro}, f)
+        rc, out, err = run_cli(["report", "--config", cfg, "--format", "json", "--by", "model"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual({x["model"] for x in json.loads(out)["rows"]}, {"a", "b"})
+
     def test_report_prints_the_ledger(self):
         srv = self.start()
         load(srv.port, [("a", "prod", 1), ("b", "research", 1)], 1.5)
@@ -549,9 +567,19 @@ class UsageReportTest(UsageCase):
         cfg = os.path.join(self.tmp, "config.json")
         with open(cfg, "w") as f:
             json.dump(self.config, f)
+        state = self.config["state_dir"]
+        before = {n: open(os.path.join(state, n), "rb").read() for n in sorted(os.listdir(state))
+                  if n.startswith("batchgate.db")}
         rc, out, err = run_cli(["report", "--config", cfg, "--from", "%d" % (time.time() - 3600)])
         self.assertEqual(rc, 0, err)
         self.assertIn("top models by compute debt", out)
+        # It only reads (a snapshot, a read-only mount): the database and
+        # its log are not written (SQLite's -shm index may be made).
+        after = {n: open(os.path.join(state, n), "rb").read() for n in sorted(os.listdir(state))
+                 if n.startswith("batchgate.db")}
+        self.assertEqual(before["batchgate.db"], after["batchgate.db"])
+        self.assertEqual(before.get("batchgate.db-wal", b""), after.get("batchgate.db-wal", b""))
+        self.report_from_a_read_only_copy(state)
         for t in ("research", "prod", "total"):
             self.assertRegex(out, r"(?m)^%s\s+\d+" % t)
         line = re.search(r"(?m)^prod\s+(\d+)\s+(\d+)\s+(\S+)", out)
