@@ -17,7 +17,6 @@ import sqlite3
 import sys
 import tempfile
 import threading
-import sqlite3
 import time
 import unittest
 import uuid
