@@ -395,6 +395,13 @@ static void jobs_finish(struct jobs *j, int state, const char *reason)
             reason = err.msg;
         }
     }
+    /* A failed job's results file ends at its last committed line, as GET
+     * .../results reads it: what a failed write left past it (a torn line)
+     * is cut off, so that a reader of output_path finds whole lines. */
+    struct stat sb;
+    if (state == STATE_JOB_FAILED && cu->out_fd >= 0 && fstat(cu->out_fd, &sb) == 0 &&
+        sb.st_size > cu->job.out_size && ftruncate(cu->out_fd, cu->job.out_size) == 0)
+        (void)fdatasync(cu->out_fd);
     struct error e2 = {0};
     if (state_job_set_state(j->st, cu->job.id, state, cu->job.lines_total, reason, &e2)) {
         /* Still "running" in the database: it is taken up again from its
@@ -476,6 +483,17 @@ static int jobs_begin_next(struct jobs *j)
     if (cu->job.lines_total < 0)
         cu->job.lines_total = jobs_count_lines(cu->in);
     cu->out_fd = open(cu->job.output_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    /* Shorter than committed: lines said done are gone (the file was cut
+     * or restored from an older copy). Truncating up would pad it with
+     * NUL bytes and serve them as results; the job fails, saying so. */
+    struct stat sb;
+    if (cu->out_fd >= 0 && fstat(cu->out_fd, &sb) == 0 && sb.st_size < cu->job.out_size) {
+        snprintf(why, sizeof why, "the results file %.900s has %lld bytes, fewer than the %lld "
+                 "committed: it was changed outside batchgate, and lines said done are lost",
+                 cu->job.output_path, (long long)sb.st_size, (long long)cu->job.out_size);
+        jobs_fail(j, why);
+        return 1;
+    }
     /* What is past the committed size was written but never committed: its
      * lines are done again from the committed input offset. */
     if (cu->out_fd < 0 || ftruncate(cu->out_fd, cu->job.out_size) != 0 ||

@@ -322,6 +322,30 @@ class JobsRestartTest(JobsCase):
         check_exactly_once(self, results(self, srv, job2), 50)
         srv.stop_checked()
 
+    def test_results_file_cut_outside_batchgate_fails_the_job(self):
+        """The results file shorter than its committed size at a resume
+        (cut, or restored from an older copy): the job fails saying so (it
+        was padded with NUL bytes and served as completed)."""
+        srv = self.start()
+        n = 1500
+        r = submit(srv, "syn", "\n".join(line(i) for i in range(n)) + "\n")
+        job = r.json()["id"]
+        deadline = time.monotonic() + 20
+        while get(srv, "/v2/jobs/" + job).json()["lines"]["done"] < 50:
+            self.assertLess(time.monotonic(), deadline, srv.log())
+            time.sleep(0.01)
+        srv.stop_checked()
+        path = os.path.join(self.jobs_dir, "%s.results.jsonl" % job)
+        os.truncate(path, 100)
+        srv = self.start()
+        j = wait_state(self, srv, job, ("failed", "completed"), timeout=30)
+        self.assertEqual(j["state"], "failed", j)
+        self.assertIn("fewer than the", j["reason"])
+        self.assertIn("changed outside batchgate", j["reason"])
+        with open(path, "rb") as f:
+            self.assertNotIn(b"\x00", f.read())
+        srv.stop_checked()
+
     def test_state_database_refusing_writes_pauses_the_job(self):
         """Another process holds the state database's write lock past the
         5 s busy timeout (the database refuses writes, as a full disk makes
@@ -434,6 +458,11 @@ class JobsDiskFullTest(JobsCase):
         self.assertIn("No space left on device", j["reason"])
         self.assertEqual([x["line"] for x in results(self, srv, job)],
                          list(range(1, j["lines"]["done"] + 1)))
+        # The file itself ends at the last committed line (a torn line was
+        # left past it, for a reader of output_path).
+        with open(os.path.join(small, "%s.results.jsonl" % job), "rb") as f:
+            on_disk = f.read()
+        self.assertEqual(on_disk, get(srv, "/v2/jobs/%s/results" % job).body)
         r = roundtrip(srv.port, "POST", "/v2/models/wide/infer",
                       [("Content-Type", "application/json")],
                       infer_body([[1, 2, 3, 4]], name="x"))
