@@ -393,14 +393,17 @@ void model_unload(struct model *m)
     m->ready = false;
 }
 
+size_t model_instance_bytes(const struct model *m, int i)
+{
+    if (i < 0 || i >= m->ninstances)
+        return 0;
+    return m->instances[i].memory_bytes + (i == 0 ? m->shared_bytes : 0);
+}
+
 size_t model_memory_bytes(const struct model *m)
 {
-    size_t n = m->shared_bytes;
-    for (int i = 0; i < m->ninstances; i++) {
-        const struct instance *in = &m->instances[i];
-        n += in->memory_bytes;
-        n += (size_t)m->cfg.batching.max_batch_size *
-             (size_t)(m->cfg.input.row_elems + m->cfg.output.row_elems) * sizeof(float);
-    }
+    size_t n = 0;
+    for (int i = 0; i < m->ninstances; i++)
+        n += model_instance_bytes(m, i);
     return n;
 }

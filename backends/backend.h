@@ -114,6 +114,14 @@ struct model {
 int model_load(struct model *m, struct error *err);
 void model_unload(struct model *m);
 size_t model_memory_bytes(const struct model *m);
+/* What instance i holds, as its backend counts it (weights, and the device
+ * buffers a backend keeps: instance.memory_bytes), and on instance 0 the
+ * weights the instances share. The model's is the sum over its instances;
+ * every surface (/metrics, the dashboard, the log, the memory budget)
+ * counts with this one. The host's per-batch row buffers are not in it:
+ * they were on the dashboard only, so a synthetic model showed 192 bytes
+ * there and 0 on /metrics. */
+size_t model_instance_bytes(const struct model *m, int i);
 /* The backend a loaded model runs on ("cpu", "cuda", ...); before a load,
  * the one its config names. */
 const char *model_backend_name(const struct model *m);

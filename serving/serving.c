@@ -692,7 +692,7 @@ size_t served_copy_bytes_on(const struct served_model *sm, const char *dev)
         int id = m->instances[i].device;
         snprintf(name, sizeof name, "%s%d", model_backend_name(m), id >= 0 ? id : i);
         if (strcmp(name, dev) == 0)
-            n += m->instances[i].memory_bytes + (i == 0 ? m->shared_bytes : 0);
+            n += model_instance_bytes(m, i);
     }
     return n;
 }
@@ -736,8 +736,7 @@ static void serving_device_row(const struct model_device *d, void *arg)
         r.batches = in->batches;
         r.rows = in->rows;
         /* Weights the instances share count on instance 0. */
-        r.memory_bytes = sm->model.instances[d->instance].memory_bytes +
-                         (d->instance == 0 ? sm->model.shared_bytes : 0);
+        r.memory_bytes = model_instance_bytes(&sm->model, d->instance);
     }
     /* A server has no instance of its own: the model's batches all go
      * through instance 0's latency model (the upstream loop's). */

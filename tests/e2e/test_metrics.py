@@ -376,6 +376,12 @@ class DeviceRowsAgreeTest(FakeUpstreamCase):
                 self.assertAlmostEqual(b, r["busy_seconds"], delta=1e-5, msg=r["device"])
                 self.assertLessEqual(r["utilization_10s"], 1.0, "per instance or server")
             self.assertGreater(sum(r["busy_seconds"] for r in rows), 0, model)
+            # One count of memory everywhere (the dashboard's added the
+            # host's row buffers: 192 bytes for "syn", 0 on /metrics).
+            if model != "up2":
+                mem = [value(samples, "batchgate_device_memory_bytes", model=model, device=d)
+                       for d in devices]
+                self.assertEqual(dash[model]["memory_bytes"], sum(mem), model)
         # The servers behind the upstream model: the same URLs, in the same
         # order, in the stats and in the upstream_* families.
         stats = roundtrip(self.srv.port, "GET", "/v2/models/up2/stats").json()["model_stats"][0]
