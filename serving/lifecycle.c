@@ -412,8 +412,7 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
     atomic_store(&e->cold_ns, (int64_t)(m->cold.total_s * 1e9));
     e->loaded_sig = e->sig;
     e->keep_pending = true;
-    /* What it holds where the budget counts (model_memory_bytes adds the
-     * host buffers of its rows). */
+    /* What it holds where the budget counts (model_instance_bytes). */
     size_t on_dev = served_copy_bytes_on(sm, dev);
     atomic_store(&e->bytes, on_dev ? on_dev : model_memory_bytes(m));
     atomic_store(&e->last_used_ns, now_ns());   /* idle from its load on */
