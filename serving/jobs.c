@@ -480,6 +480,20 @@ static int jobs_begin_next(struct jobs *j)
         jobs_fail(j, why);
         return 1;
     }
+    /* Its lines are numbered and resumed by byte offset: an input changed
+     * since it was submitted (rewritten in place by an editor, a script)
+     * would give results under the wrong line numbers and ids. */
+    struct stat in_sb;
+    if (cu->job.input_size > 0 && fstat(fileno(cu->in), &in_sb) == 0 &&
+        ((int64_t)in_sb.st_size != cu->job.input_size ||
+         (int64_t)in_sb.st_mtim.tv_sec * 1000000000 + in_sb.st_mtim.tv_nsec !=
+             cu->job.input_mtime_ns)) {
+        snprintf(why, sizeof why, "the input %.900s changed since the job was submitted (%lld "
+                 "bytes then, %lld now): its results would not match its lines; submit it again",
+                 cu->job.input_path, (long long)cu->job.input_size, (long long)in_sb.st_size);
+        jobs_fail(j, why);
+        return 1;
+    }
     if (cu->job.lines_total < 0)
         cu->job.lines_total = jobs_count_lines(cu->in);
     cu->out_fd = open(cu->job.output_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
@@ -579,6 +593,11 @@ static void jobs_cmd_create(struct jobs *j, struct jobs_cmd *c)
     }
     if (rc == 0 && c->body)
         jobs_sync_dir(j->dir);
+    struct stat sb;
+    if (rc == 0 && stat(job.input_path, &sb) == 0) {   /* what a resume checks */
+        job.input_size = (int64_t)sb.st_size;
+        job.input_mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    }
     if (rc == 0 && (rc = state_job_insert(j->st, &job, &err)) != 0 && c->body)
         unlink(job.input_path);
     free(c->body);

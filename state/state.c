@@ -124,6 +124,11 @@ static const char state_schema_v5[] =
     "ALTER TABLE files ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX IF NOT EXISTS files_expiry ON files(expires_at) WHERE expires_at > 0;"
     "ALTER TABLE batches ADD COLUMN output_expires_s INTEGER NOT NULL DEFAULT 0;";
+/* A job's input as submitted (size, modification time): a resume finds
+ * out when it was changed since (0, 0: not recorded, a job of before). */
+static const char state_schema_v6[] =
+    "ALTER TABLE jobs ADD COLUMN input_size INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN input_mtime_ns INTEGER NOT NULL DEFAULT 0;";
 
 static int state_migrate(sqlite3 *db, struct error *err)
 {
@@ -142,10 +147,11 @@ static int state_migrate(sqlite3 *db, struct error *err)
         return 0;
     /* Each step from the version found; one transaction. */
     char sql[sizeof state_schema_v1 + sizeof state_schema_v3 + sizeof state_schema_v4 +
-             sizeof state_schema_v5 + 64];
-    snprintf(sql, sizeof sql, "BEGIN;%s%s%s%sPRAGMA user_version=%d;COMMIT;",
+             sizeof state_schema_v5 + sizeof state_schema_v6 + 64];
+    snprintf(sql, sizeof sql, "BEGIN;%s%s%s%s%sPRAGMA user_version=%d;COMMIT;",
              v < 1 ? state_schema_v1 : "", v < 3 ? state_schema_v3 : "",
-             v < 4 ? state_schema_v4 : "", v < 5 ? state_schema_v5 : "", STATE_SCHEMA_VERSION);
+             v < 4 ? state_schema_v4 : "", v < 5 ? state_schema_v5 : "",
+             v < 6 ? state_schema_v6 : "", STATE_SCHEMA_VERSION);
     return state_exec(db, sql, err);
 }
 
@@ -265,10 +271,10 @@ int state_open_readonly(const char *dir, struct state **out, struct error *err)
         if (v < 0)
             rc = error_set(err, BG_EIO, "state database %s: %s", path,
                            st->r ? sqlite3_errmsg(st->r) : "cannot open");
-        else if (v != STATE_SCHEMA_VERSION)
+        else if (v < STATE_USAGE_SCHEMA_VERSION || v > STATE_SCHEMA_VERSION)
             rc = error_set(err, BG_EIO, "state database %s: schema version %d, this batchgate "
-                           "reads %d (a server of this version migrates it at its start)",
-                           path, v, STATE_SCHEMA_VERSION);
+                           "reads %d to %d (a server of this version migrates it at its start)",
+                           path, v, STATE_USAGE_SCHEMA_VERSION, STATE_SCHEMA_VERSION);
         else
             rc = 0;
         if (rc && v >= 0)
@@ -317,7 +323,8 @@ int state_job_insert(struct state *st, const struct state_job *j, struct error *
         return -BG_EIO;
     if (sqlite3_prepare_v2(st->w,
                            "INSERT INTO jobs(id,model,tenant,state,created_ms,input_path,"
-                           "output_path) VALUES(?,?,?,?,?,?,?)", -1, &s, NULL) != SQLITE_OK ||
+                           "output_path,input_size,input_mtime_ns) VALUES(?,?,?,?,?,?,?,?,?)",
+                           -1, &s, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(st->w, "INSERT INTO progress(job_id) VALUES(?)", -1, &p, NULL) !=
             SQLITE_OK) {
         rc = state_fail(err, st->w, "insert job");
@@ -330,6 +337,8 @@ int state_job_insert(struct state *st, const struct state_job *j, struct error *
     sqlite3_bind_int64(s, 5, j->created_ms);
     sqlite3_bind_text(s, 6, j->input_path, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 7, j->output_path, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 8, j->input_size);
+    sqlite3_bind_int64(s, 9, j->input_mtime_ns);
     sqlite3_bind_text(p, 1, j->id, -1, SQLITE_STATIC);
     if (sqlite3_step(s) != SQLITE_DONE || sqlite3_step(p) != SQLITE_DONE) {
         rc = state_fail(err, st->w, "insert job");
@@ -396,7 +405,8 @@ int state_job_progress(struct state *st, const char *id, int64_t in_offset, int6
 #define STATE_JOB_COLUMNS                                                                     \
     "SELECT j.id, j.model, j.tenant, j.state, j.created_ms, j.started_ms, j.finished_ms,"     \
     " j.lines_total, j.input_path, j.output_path, j.reason, p.in_offset, p.out_size,"         \
-    " p.lines_done, p.lines_failed FROM jobs j JOIN progress p ON p.job_id = j.id "
+    " p.lines_done, p.lines_failed, j.input_size, j.input_mtime_ns"                         \
+    " FROM jobs j JOIN progress p ON p.job_id = j.id "
 
 static void state_copy(char *dst, size_t cap, sqlite3_stmt *s, int col)
 {
@@ -422,6 +432,8 @@ static void state_row(sqlite3_stmt *s, struct state_job *j)
     j->out_size = sqlite3_column_int64(s, 12);
     j->lines_done = sqlite3_column_int64(s, 13);
     j->lines_failed = sqlite3_column_int64(s, 14);
+    j->input_size = sqlite3_column_int64(s, 15);
+    j->input_mtime_ns = sqlite3_column_int64(s, 16);
 }
 
 int state_job_next(struct state *st, struct state_job *out, struct error *err)

@@ -20,7 +20,10 @@
 
 #include "common/error.h"
 
-#define STATE_SCHEMA_VERSION 5
+#define STATE_SCHEMA_VERSION 6
+/* The oldest version whose usage ledger tables read as this one's
+ * (state_open_readonly: batchgate report before a server migrated it). */
+#define STATE_USAGE_SCHEMA_VERSION 3
 
 enum state_job_state {
     STATE_JOB_QUEUED,
@@ -46,6 +49,9 @@ struct state_job {
     int64_t in_offset;                /* input bytes consumed by the lines done */
     int64_t out_size;                 /* results file bytes for those lines */
     int64_t lines_done, lines_failed; /* failed: counted in done too */
+    /* the input as submitted: a resume refuses one changed since (0: not
+     * recorded, a job submitted before they were) */
+    int64_t input_size, input_mtime_ns;
 };
 
 struct state;

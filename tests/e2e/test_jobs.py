@@ -322,6 +322,33 @@ class JobsRestartTest(JobsCase):
         check_exactly_once(self, results(self, srv, job2), 50)
         srv.stop_checked()
 
+    def test_input_changed_since_submitted_fails_the_job(self):
+        """An input_path job's file rewritten between two runs (an editor, a
+        script): the resume fails the job, saying so (it went on from the
+        old byte offset in the new file: results under wrong lines and ids,
+        and the job "completed")."""
+        srv = self.start()
+        n = 1500
+        path = os.path.join(self.jobs_dir, "mine.jsonl")
+        with open(path, "w") as f:
+            f.write("\n".join(line(i) for i in range(n)) + "\n")
+        r = submit(srv, "syn", json.dumps({"input_path": "mine.jsonl"}))
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        deadline = time.monotonic() + 20
+        while get(srv, "/v2/jobs/" + job).json()["lines"]["done"] < 50:
+            self.assertLess(time.monotonic(), deadline, srv.log())
+            time.sleep(0.01)
+        srv.stop_checked()
+        with open(path, "w") as f:   # the same requests, written compactly
+            f.write("\n".join(json.dumps(json.loads(line(i)), separators=(",", ":"))
+                              for i in range(n)) + "\n")
+        srv = self.start()
+        j = wait_state(self, srv, job, ("failed", "completed"), timeout=30)
+        self.assertEqual(j["state"], "failed", j)
+        self.assertIn("changed since the job was submitted", j["reason"])
+        srv.stop_checked()
+
     def test_results_file_cut_outside_batchgate_fails_the_job(self):
         """The results file shorter than its committed size at a resume
         (cut, or restored from an older copy): the job fails saying so (it

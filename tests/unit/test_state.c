@@ -176,11 +176,13 @@ static void test_old_databases_migrate(void **s)
     static const char *const downgrade[2] = {
         "DROP TABLE usage_key; DROP TABLE usage_minute; DROP TABLE usage_hour;"
         "DROP TABLE files; DROP TABLE batches; DROP TABLE batch_results;"
+        "ALTER TABLE jobs DROP COLUMN input_size; ALTER TABLE jobs DROP COLUMN input_mtime_ns;"
         "PRAGMA user_version=1",
         "DROP TABLE usage_key; DROP TABLE usage_minute; DROP TABLE usage_hour;"
         "DROP TABLE files; DROP TABLE batches; DROP TABLE batch_results;"
         "CREATE TABLE usage_minute (start INTEGER, tenant TEXT, busy_s REAL);"
         "CREATE TABLE usage_hour (start INTEGER, tenant TEXT, busy_s REAL);"
+        "ALTER TABLE jobs DROP COLUMN input_size; ALTER TABLE jobs DROP COLUMN input_mtime_ns;"
         "PRAGMA user_version=2",
     };
     for (int v = 0; v < 2; v++) {
@@ -283,7 +285,8 @@ static void test_batch_rows(void **s)
     sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, "DROP TABLE IF EXISTS files; DROP TABLE IF EXISTS batches;"
-                                      "DROP TABLE IF EXISTS batch_results; PRAGMA user_version=3",
+                                      "DROP TABLE IF EXISTS batch_results; ALTER TABLE jobs DROP COLUMN input_size;"
+                                      "ALTER TABLE jobs DROP COLUMN input_mtime_ns; PRAGMA user_version=3",
                                   NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     struct state *st;
@@ -391,6 +394,7 @@ static void test_file_expiry_rows(void **s)
         "INSERT INTO batches(id,tenant,endpoint,input_file_id,input_path,completion_window,"
         " status,created_at,expires_at,total) VALUES('batch_old','a','/v1/completions',"
         " 'file-old','/x/old','24h',1,10,86410,1);"
+        "ALTER TABLE jobs DROP COLUMN input_size; ALTER TABLE jobs DROP COLUMN input_mtime_ns;"
         "PRAGMA user_version=4", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     struct state *st;
