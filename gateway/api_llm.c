@@ -722,8 +722,10 @@ bool api_openai_route(const char *pattern, int method)
     for (size_t i = 0; pattern && i < sizeof routes / sizeof routes[0]; i++)
         if (strcmp(pattern, routes[i]) == 0)
             return true;
-    /* POST on the same pattern is TF Serving's predict, with its own errors. */
-    return pattern && method == HTTP_M_GET && strcmp(pattern, "/v1/models/{model}") == 0;
+    /* POST on the same pattern is TF Serving's predict, with its own errors;
+     * HEAD is GET's (the same headers, Content-Length included). */
+    return pattern && (method == HTTP_M_GET || method == HTTP_M_HEAD) &&
+           strcmp(pattern, "/v1/models/{model}") == 0;
 }
 
 int api_llm_register(struct router *r, struct api_state *st, struct error *err)

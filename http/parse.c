@@ -6,6 +6,7 @@
  * backpressure between requests. No sockets here: unit tests feed bytes. */
 #include "http/http_impl.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,8 +164,15 @@ static int parse_on_headers_complete(llhttp_t *l)
     for (int i = 0; i < r->nhdrs; i++) {
         if (r->hdrs[i].name_len == 0)   /* ": v": a field name is a token (RFC 9110 5.1) */
             return parse_fail(hp, 400, "a header line with an empty name");
-        if (r->hdrs[i].name_len == 4 && strncasecmp(r->head.data + r->hdrs[i].name_off, "Host", 4) == 0)
+        if (r->hdrs[i].name_len == 4 && strncasecmp(r->head.data + r->hdrs[i].name_off, "Host", 4) == 0) {
             hosts++;
+            /* RFC 9112 3.2: uri-host [ ":" port ], or 400. */
+            const char *v = r->head.data + r->hdrs[i].val_off;
+            for (uint32_t k = 0; k < r->hdrs[i].val_len; k++)
+                if (!v[k] ||
+                    (!isalnum((unsigned char)v[k]) && !strchr("-._~%!$&'()*+,;=:[]", v[k])))
+                    return parse_fail(hp, 400, "the Host header is not a host[:port]");
+        }
     }
     if (r->http_minor >= 1 && hosts != 1)
         return parse_fail(hp, 400, hosts ? "more than one Host header" : "missing Host header (required by HTTP/1.1)");
@@ -254,6 +262,20 @@ bool http_parse_mid_request(const struct http_parse *hp)
     return hp->phase != HTTP_PHASE_IDLE;
 }
 
+/* Whether the line that `at` (in data[0..len)) is in starts as a request
+ * line would: a token, then a space. */
+static bool parse_looks_like_method(const char *data, size_t len, const char *at)
+{
+    const char *s = at;
+    while (s > data && s[-1] != '\n')
+        s--;
+    size_t n = len - (size_t)(s - data), i = 0;
+    while (i < n && i < 32 && s[i] &&
+           (isalnum((unsigned char)s[i]) || strchr("!#$%&'*+-.^_`|~", s[i])))
+        i++;
+    return i > 0 && i < n && s[i] == ' ';
+}
+
 static enum http_parse_event parse_error(struct http_parse *hp, int status, const char *msg)
 {
     hp->error_status = status;
@@ -286,6 +308,16 @@ enum http_parse_event http_parse_feed(struct http_parse *hp, const char *data, s
             return HTTP_PARSE_ERROR;
         if (hp->phase == HTTP_PHASE_HEAD && hp->head_bytes + *consumed > hp->max_header_bytes)
             goto too_large;
+        /* RFC 9110 15.6.2: a method the server does not know is 501 (they
+         * are case-sensitive: "get" is one of them); a line that is no
+         * method and target at all stays 400. */
+        if (e == HPE_INVALID_METHOD &&
+            parse_looks_like_method(data, len, llhttp_get_error_pos(&hp->llh)))
+            return parse_error(hp, 501, "unknown method: GET, HEAD, POST, PUT, DELETE, OPTIONS "
+                                        "and PATCH are served (methods are case-sensitive)");
+        if (e == HPE_PAUSED_H2_UPGRADE)
+            return parse_error(hp, 505, "an HTTP/2 connection preface: this port speaks "
+                                        "HTTP/1.1; gRPC is on grpc_listen");
         char msg[160];
         snprintf(msg, sizeof msg, "malformed HTTP request: %s", llhttp_get_error_reason(&hp->llh));
         return parse_error(hp, 400, msg);

@@ -374,6 +374,13 @@ class HttpTest(ServerCase):
         r = read_response(s)
         self.assertEqual((r.status, r.json()), (200, {"live": True}),
                          "expected no body bytes after the HEAD 404")
+        # An OpenAI route's 404 in OpenAI's shape for HEAD as for GET (HEAD
+        # was worded plainly: another Content-Length).
+        get = self.get("/v1/models/nosuch:predict")
+        s = self.conn()
+        send(s, request("HEAD", "/v1/models/nosuch:predict"))
+        r = read_response(s, head=True)
+        self.assertEqual((r.status, r.headers.get("Content-Length")), (404, str(len(get.body))))
 
 class DebugMemoryTest(unittest.TestCase):
     def test_memory_reports_heap_and_each_arena(self):
