@@ -297,8 +297,33 @@ static bool main_tenant_same(const struct tenant_config *a, const struct tenant_
 /* SIGHUP: the configuration file's governance section replaces the one in
  * force (checked as at start; a bad one is logged and changes nothing).
  * Tenants and keys are read at start only. */
+/* The sections of the file that SIGHUP does not apply and that differ
+ * from the file as read at start, named in `out` ("limits, listen"); the
+ * JSON compared whole, so that no setting is missed. */
+static void main_changed_sections(const json_t *at_start, const json_t *now, char *out,
+                                  size_t cap)
+{
+    static const char *const handled[] = {"governance", "tenants", "auth"};
+    out[0] = '\0';
+    const json_t *sides[2] = {at_start, now};
+    for (int k = 0; k < 2; k++) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)sides[k], key, v) {
+            bool skip = false;
+            for (size_t i = 0; i < sizeof handled / sizeof handled[0]; i++)
+                skip |= strcmp(key, handled[i]) == 0;
+            if (skip || (k == 1 && json_object_get(at_start, key)) ||
+                json_equal(json_object_get(at_start, key), json_object_get(now, key)))
+                continue;
+            size_t n = strlen(out);
+            snprintf(out + n, cap - n, "%s%s", n ? ", " : "", key);
+        }
+    }
+}
+
 static void main_reload_governance(const struct cli *cli, const struct config *cfg,
-                                   struct governor *gov)
+                                   struct governor *gov, const json_t *file_at_start)
 {
     if (!gov || !cli->config_path)
         return;
@@ -337,6 +362,16 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
         if (fresh->tenants.auth_required != cfg->tenants.auth_required)
             log_warn("SIGHUP: auth.required in %s differs from the one in force; it is read at "
                      "start: restart to apply it", cli->config_path);
+        /* Any other section changed: SIGHUP rereads governance only. */
+        json_t *now = json_load_file(cli->config_path, 0, NULL);
+        char changed[512];
+        if (file_at_start && json_is_object(now)) {
+            main_changed_sections(file_at_start, now, changed, sizeof changed);
+            if (changed[0])
+                log_warn("SIGHUP: %s changed in %s; SIGHUP applies governance only: restart to "
+                         "apply them", changed, cli->config_path);
+        }
+        json_decref(now);
     }
     config_release(fresh);
     free(fresh);
@@ -607,7 +642,10 @@ int main(int argc, char **argv)
     log_info("ready in %.1f ms%s", (double)(now_ns() - t_start) / 1e6,
              serving_all_ready(serving, NULL, 0) ? "" : " (some models failed to load: see above)");
 
-    /* Serve until SIGTERM/SIGINT (or every IO thread died). */
+    /* Serve until SIGTERM/SIGINT (or every IO thread died). The file as
+     * read at start, for SIGHUP to say which of its sections it does not
+     * apply. */
+    json_t *file_at_start = cli.config_path ? json_load_file(cli.config_path, 0, NULL) : NULL;
     int sig = 0;
     for (;;) {
         siginfo_t si;
@@ -628,13 +666,14 @@ int main(int argc, char **argv)
                 log_error("SIGHUP: cannot reopen %s: %s", cfg.log_file, strerror(-r));
             else
                 log_info("SIGHUP: log reopened");
-            main_reload_governance(&cli, &cfg, api.governor);
+            main_reload_governance(&cli, &cfg, api.governor, file_at_start);
             continue;
         }
         if (sig == SIGUSR1 && server_running(srv) > 0)
             continue;
         break;
     }
+    json_decref(file_at_start);
 
     if (sig == SIGUSR1) {
         log_error("IO threads exited unexpectedly");

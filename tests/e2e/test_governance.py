@@ -219,6 +219,15 @@ class GovernanceTest(RepoServerCase):
         self.srv.send_signal(signal.SIGHUP)
         self.srv.wait_log(r"SIGHUP: tenant %s's settings in .* differ from those in force; "
                           r"tenants are read at start" % cfg["tenants"][0]["name"], timeout=5)
+        # Any other section changed is said too (it was silent): SIGHUP
+        # applies governance only.
+        cfg["limits"] = {"max_body_bytes": 10}
+        cfg["shutdown_timeout_ms"] = 1234
+        with open(self.srv.config_path, "w") as f:
+            json.dump(cfg, f)
+        self.srv.send_signal(signal.SIGHUP)
+        self.srv.wait_log(r"SIGHUP: (limits, shutdown_timeout_ms|shutdown_timeout_ms, limits) "
+                          r"changed in .*; SIGHUP applies governance only", timeout=5)
 
 
 class GovernanceWithoutTenantsTest(RepoServerCase):
