@@ -48,6 +48,7 @@ struct infer_call {
     struct embed_request embed;      /* FORMAT_EMBED */
     struct api_shm_use shm;          /* shared memory regions it reads and writes (api_shm.c) */
     int64_t waited_ns;               /* > 0: it waited this long for its model to load */
+    bool client_gone;                /* hung up (its batch may still run): not counted */
 };
 
 static struct infer_call *models_call_of_item(struct infer_item *it)
@@ -597,16 +598,22 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
     const struct model_config *c = &call->sm->model.cfg;
     if (it->status != 0) {
         int status = it->status == BG_ECANCELLED ? 499 : error_http_status(it->status);
-        if (it->status == BG_EDEADLINE || it->status == BG_ESHUTDOWN)
+        if (call->client_gone)
+            ;   /* nobody is there to count it for (METRICS.md) */
+        else if (it->status == BG_EDEADLINE || it->status == BG_ESHUTDOWN)
             models_account_reject(call->st, call->sm, req, it->status, status);
-        else if (it->status != BG_ECANCELLED)   /* nobody is there to count it for */
+        else if (it->status != BG_ECANCELLED)
             models_account(call->st, call->sm, req, status,
                            it->t_dequeue_ns ? it->t_dequeue_ns - it->t_arrival_ns : -1, NULL);
         http_respond_error(req, status, NULL, "model %s: %s", c->name, it->error);
         models_infer_call_free(call);
         return;
     }
-    models_account(call->st, call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns, it);
+    /* A client that hung up while its batch ran is not counted either: its
+     * rows were computed (the device's time is the batch's), but nobody
+     * got an answer. */
+    if (!call->client_gone)
+        models_account(call->st, call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns, it);
     struct buf b = BUF_INIT;
     int64_t json_len = -1;
     int rc;
@@ -680,6 +687,7 @@ static void models_infer_call_abort(struct http_request *req, void *arg)
 {
     (void)req;
     struct infer_call *call = arg;
+    call->client_gone = true;
     batcher_cancel(call->sm->batcher, &call->item);
 }
 

@@ -8,6 +8,7 @@ with known costs, and broken models written here (safetensors files are
 produced with the standard library)."""
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -400,6 +401,27 @@ class InferTest(RepoServerCase):
         self.assertEqual(after["inference_count"] - before["inference_count"], 1,
                          "the abandoned request's row must not be computed")
         self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/health/live").status, 200)
+
+    def test_client_gone_while_computed_is_not_counted(self):
+        # A reset while its batch runs: the row is computed (the batch had
+        # begun), but no answer went out, so no 200 is counted (it was).
+        def ok_count():
+            text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+            m = re.search(r'^batchgate_requests_total\{model="tiny",code="200"\} (\S+)$', text,
+                          re.M)
+            return float(m.group(1)) if m else 0.0
+        before = ok_count()
+        s = connect(self.srv.port)
+        send(s, request("POST", "/v2/models/tiny/infer", [("Content-Type", "application/json")],
+                        infer_body([[3, 3, 3, 3]], name="x")))
+        time.sleep(0.1)   # taken into a batch of 300 ms
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+        time.sleep(0.5)
+        self.assertEqual(ok_count(), before)
+        self.assertEqual(post(self.srv.port, "/v2/models/tiny/infer",
+                              infer_body([[1, 1, 1, 1]], name="x")).status, 200)
+        self.assertEqual(ok_count(), before + 1)
 
     def stats(self, model):
         r = roundtrip(self.srv.port, "GET", "/v2/models/%s/stats" % model)
