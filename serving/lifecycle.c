@@ -527,11 +527,38 @@ static void lc_done(struct served_entry *e, lifecycle_done_fn done, void *arg, i
     done(arg, rc, msg, sm);
 }
 
+/* A folder the repository API asked to load before the poll saw it (as
+ * Triton's explicit model control loads a folder added since its start):
+ * added on this thread, as the poll adds, then loaded for the caller. */
+static struct served_entry *lc_add_asked(struct serving *s, const char *name, struct error *err)
+{
+    struct served_entry *e = lc_find(s, name, strlen(name));
+    if (e)
+        return e;   /* the poll was quicker */
+    int before = atomic_load(&s->n);
+    if (serving_add_model(s, name, err) != 0 && !lc_find(s, name, strlen(name)))
+        return NULL;
+    log_info("model %s: added to the repository (repository API)", name);
+    e = lc_find(s, name, strlen(name));
+    /* Its other versions served side by side load as the poll's would. */
+    for (int i = before; i < atomic_load(&s->n); i++)
+        if (s->entries[i] != e && atomic_load(&s->entries[i]->cur->state) == SERVED_LOADING)
+            lc_load_unasked(s, s->entries[i]);
+    return e;
+}
+
 static void lc_run(struct serving *s, struct lifecycle_task *t)
 {
     struct error err = {0};
     int rc = 0;
-    if (t->kind == TASK_LOAD) {
+    if (t->kind == TASK_ADD && !(t->e = lc_add_asked(s, t->name, &err))) {
+        if (t->done)
+            t->done(t->arg, err.code ? -err.code : -BG_ENOTFOUND, err.msg, NULL);
+        free(t->override);
+        free(t);
+        return;
+    }
+    if (t->kind == TASK_LOAD || t->kind == TASK_ADD) {
         rc = lifecycle_load_now(s, t->e, t->override, &err);
         lc_answer_waiters(t->e, rc, err.msg);
     } else {
@@ -872,13 +899,37 @@ void serving_stop(struct serving *s)
 static int serving_load_one(struct serving *s, struct served_entry *e, const char *override,
                             size_t olen, lifecycle_done_fn done, void *arg, struct error *err);
 
+/* A folder of the repository not known yet, with a config.json: added and
+ * loaded by the thread (lc_add_asked); else 404. */
+static int lc_queue_add(struct serving *s, const char *name, size_t len, const char *override,
+                        size_t olen, lifecycle_done_fn done, void *arg, struct error *err)
+{
+    char path[8400];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%.*s/config.json", s->dir, (int)(len > 200 ? 200 : len), name);
+    if (len == 0 || len >= MODEL_NAME_MAX || memchr(name, '/', len) || name[0] == '.' ||
+        stat(path, &st) != 0)
+        return error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\" (no folder of that name "
+                         "with a config.json in the repository)", (int)(len > 128 ? 128 : len),
+                         name);
+    struct lifecycle_task *t = calloc(1, sizeof *t);
+    char *ov = override ? strndup(override, olen) : NULL;
+    if (!t || (override && !ov)) {
+        free(t);
+        free(ov);
+        return error_set(err, BG_ENOMEM, "out of memory");
+    }
+    *t = (struct lifecycle_task){.kind = TASK_ADD, .override = ov, .done = done, .arg = arg};
+    memcpy(t->name, name, len);
+    return lc_enqueue(s, t, err);
+}
+
 int serving_load(struct serving *s, const char *name, size_t len, const char *override,
                  size_t olen, lifecycle_done_fn done, void *arg, struct error *err)
 {
     struct served_entry *e = lc_find(s, name, len);
     if (!e)
-        return error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len),
-                         name);
+        return lc_queue_add(s, name, len, override, olen, done, arg, err);
     /* Every version it serves (retired ones not); the answer comes with the
      * last (the thread runs them in order). */
     struct served_entry *served[MODEL_MAX_VERSIONS];

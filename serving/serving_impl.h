@@ -69,8 +69,9 @@ struct served_entry {
 /* One queued lifecycle task. */
 struct lifecycle_task {
     struct lifecycle_task *next;
-    enum { TASK_LOAD, TASK_UNLOAD } kind;
-    struct served_entry *e;
+    enum { TASK_LOAD, TASK_UNLOAD, TASK_ADD } kind;
+    struct served_entry *e;           /* TASK_ADD: none yet, the folder's `name` */
+    char name[MODEL_NAME_MAX];
     enum served_unload_reason reason;
     char *override;                   /* a config.json for this load; NULL: the file's */
     lifecycle_done_fn done;           /* NULL: none */

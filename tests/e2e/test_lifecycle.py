@@ -281,6 +281,19 @@ class RepositoryTest(RepoServerCase):
             self.assertIn(says, r.json()["error"], (path, body))
         self.assertEqual(post(self.srv.port, "/v2/repository/index", "").status, 200)
 
+    def test_load_of_a_folder_added_since_the_start(self):
+        # As Triton's explicit model control: a folder written after the
+        # start is loaded by the repository API (it was 404 "unknown model"
+        # until the poll, here off, saw it).
+        port = self.srv.port
+        self.assertEqual(post(port, "/v2/repository/models/nofolder/load", "{}").status, 404)
+        write_model(self.repo, "late", synthetic("late", base_us=1000, per_row_us=0))
+        r = post(port, "/v2/repository/models/late/load", "{}", timeout=10)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(index(port)["late"]["state"], "READY")
+        self.assertEqual(infer(port, "late").status, 200)
+        self.srv.wait_log(r"model late: added to the repository \(repository API\)")
+
     def test_idle_model_is_unloaded(self):
         port = self.srv.port
         self.assertEqual(infer(port, "idle").status, 200)
