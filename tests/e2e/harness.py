@@ -279,6 +279,20 @@ def mount_tmpfs(tc, path, size):
     tc.addCleanup(subprocess.run, ["umount", path], capture_output=True, timeout=10)
 
 
+def hold_write_lock(db_path, seconds):
+    """Holds the SQLite database's write lock from this process for
+    `seconds`: past batchgate's 5 s busy timeout its writes are refused, as
+    a full disk refuses them, without needing one."""
+    import sqlite3
+    db = sqlite3.connect(db_path, timeout=10, isolation_level=None)
+    try:
+        db.execute("BEGIN EXCLUSIVE")
+        time.sleep(seconds)
+        db.execute("ROLLBACK")
+    finally:
+        db.close()
+
+
 def run_cli(args, timeout=10.0, **kw):
     """Runs batchgate with args to completion: (exit code, stdout, stderr).
     In a scratch folder unless cwd is given: the default state_dir is

@@ -10,12 +10,11 @@ import random
 import resource
 import shutil
 import signal
-import sqlite3
 import tempfile
 import time
 import unittest
 
-from harness import Server, mount_tmpfs, roundtrip
+from harness import Server, hold_write_lock, mount_tmpfs, roundtrip
 from test_infer import infer_body, synthetic, write_model
 
 
@@ -48,6 +47,14 @@ def wait_state(tc, srv, job, states, timeout=20.0):
         if time.monotonic() > deadline:
             tc.fail("job %s still %s after %.0f s; log:\n%s" % (job, j, timeout, srv.log()))
         time.sleep(0.05)
+
+
+def wait_done(tc, srv, job, at_least, timeout=20.0):
+    """Until the job has at_least lines done."""
+    deadline = time.monotonic() + timeout
+    while get(srv, "/v2/jobs/" + job).json()["lines"]["done"] < at_least:
+        tc.assertLess(time.monotonic(), deadline, srv.log())
+        time.sleep(0.01)
 
 
 def results(tc, srv, job):
@@ -335,10 +342,7 @@ class JobsRestartTest(JobsCase):
         r = submit(srv, "syn", json.dumps({"input_path": "mine.jsonl"}))
         self.assertEqual(r.status, 201, r.body)
         job = r.json()["id"]
-        deadline = time.monotonic() + 20
-        while get(srv, "/v2/jobs/" + job).json()["lines"]["done"] < 50:
-            self.assertLess(time.monotonic(), deadline, srv.log())
-            time.sleep(0.01)
+        wait_done(self, srv, job, 50)
         srv.stop_checked()
         with open(path, "w") as f:   # the same requests, written compactly
             f.write("\n".join(json.dumps(json.loads(line(i)), separators=(",", ":"))
@@ -357,10 +361,7 @@ class JobsRestartTest(JobsCase):
         n = 1500
         r = submit(srv, "syn", "\n".join(line(i) for i in range(n)) + "\n")
         job = r.json()["id"]
-        deadline = time.monotonic() + 20
-        while get(srv, "/v2/jobs/" + job).json()["lines"]["done"] < 50:
-            self.assertLess(time.monotonic(), deadline, srv.log())
-            time.sleep(0.01)
+        wait_done(self, srv, job, 50)
         srv.stop_checked()
         path = os.path.join(self.jobs_dir, "%s.results.jsonl" % job)
         os.truncate(path, 100)
@@ -383,16 +384,8 @@ class JobsRestartTest(JobsCase):
         r = submit(srv, "syn", "\n".join(line(i) for i in range(n)) + "\n")
         self.assertEqual(r.status, 201, r.body)
         job = r.json()["id"]
-        deadline = time.monotonic() + 20
-        while get(srv, "/v2/jobs/" + job).json()["lines"]["done"] == 0:
-            self.assertLess(time.monotonic(), deadline, srv.log())
-            time.sleep(0.02)
-        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), timeout=10,
-                             isolation_level=None)
-        db.execute("BEGIN EXCLUSIVE")
-        time.sleep(6.5)
-        db.execute("ROLLBACK")
-        db.close()
+        wait_done(self, srv, job, 1)
+        hold_write_lock(os.path.join(self.state, "batchgate.db"), 6.5)
         j = wait_state(self, srv, job, ("completed", "failed"), timeout=60)
         self.assertEqual(j["state"], "completed", j)
         self.assertRegex(srv.log(), r"job %s: .*database is locked; taken up again in 1 s" % job)

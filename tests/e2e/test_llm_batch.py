@@ -21,7 +21,8 @@ import time
 import unittest
 import uuid
 
-from harness import SANITIZER_RE, Server, endpoint_starting, run_testdeps, sanitizer_build
+from harness import (SANITIZER_RE, Server, endpoint_starting, hold_write_lock, run_testdeps,
+                     sanitizer_build)
 from test_infer import write_model
 from test_llm_pool import Sim, expected_text, pool
 
@@ -1193,20 +1194,15 @@ class TestBatchClientSigkill(BatchCase):
         5 s busy timeout while lines come back: a line whose result could
         not be committed ran again (the batch ended "completed" without
         it, the line in no file)."""
-        n = 200
+        n = 400   # about 2 s of lines: the lock is taken while most are to come
         self.start()
-        fid = self.upload_ok(jsonl([line(i, max_tokens=6) for i in range(n)]))["id"]
+        fid = self.upload_ok(jsonl([line(i, max_tokens=12) for i in range(n)]))["id"]
         bid = json.loads(self.create(fid)[1])["id"]
         deadline = time.monotonic() + 30
-        while self.batch(bid)["request_counts"]["completed"] < 10:
+        while self.batch(bid)["request_counts"]["completed"] < 1:
             self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.01)
-        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), timeout=10,
-                             isolation_level=None)
-        db.execute("BEGIN EXCLUSIVE")
-        time.sleep(6.5)
-        db.execute("ROLLBACK")
-        db.close()
+            time.sleep(0.005)
+        hold_write_lock(os.path.join(self.state, "batchgate.db"), 6.5)
         b = self.wait(bid, timeout=60)
         self.assertIn("the state database refused the others'", self.srv.log())
         self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
