@@ -28,9 +28,9 @@ static void repository_index(struct http_request *req, const struct route_match 
     if (!o)
         return;
     json_t *r = json_object_get(o, "ready");
-    bool ready_only = json_is_true(r);
-    json_decref(o);
-    if (r && !json_is_boolean(r)) {
+    bool ready_only = json_is_true(r), bad = r && !json_is_boolean(r);
+    json_decref(o);   /* r with it */
+    if (bad) {
         http_respond_error(req, 400, NULL, "POST /v2/repository/index: ready must be true or "
                            "false");
         return;
