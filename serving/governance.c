@@ -86,6 +86,9 @@ static int gov_window_parse(const json_t *o, int i, const struct tenants_config 
             if (found < 0)
                 return error_set(err, BG_ECONFIG, "%s.days[%zu]: not one of \"mon\", \"tue\", "
                                  "\"wed\", \"thu\", \"fri\", \"sat\", \"sun\"", at, k);
+            if (w->days & (1u << found))   /* a typo for another day, most likely */
+                return error_set(err, BG_ECONFIG, "%s.days[%zu]: \"%s\" a second time", at, k,
+                                 gov_days[found]);
             w->days |= 1u << found;
         }
     }

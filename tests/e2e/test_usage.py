@@ -353,6 +353,10 @@ class UsageApiTest(UsageCase):
             r = get(port, "/v2/usage?" + q)
             self.assertEqual(r.status, 400, (q, r.body))
             self.assertTrue(r.json()["error"].startswith(param + ":"), (q, r.body))
+        # A parameter the route does not take (a typo gave the totals).
+        r = get(port, "/v2/usage?grouping=tenant")
+        self.assertEqual(r.status, 400, r.body)
+        self.assertIn('unknown parameter "grouping"', r.json()["error"])
         # A step past 2^63 is refused, not clamped; the longest one a
         # period holds gives one period ending at `to` (its end overflowed
         # into the year -219246473).

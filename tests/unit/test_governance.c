@@ -134,6 +134,8 @@ static void test_errors(void **state)
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\"}]}", "windows[0].to: missing"},
         {"{\"windows\": [{\"name\":\"a\",\"days\":[\"monday\"],\"from\":\"08:00\",\"to\":\"09:00\"}]}",
          "days[0]: not one of"},
+        {"{\"windows\": [{\"name\":\"a\",\"days\":[\"mon\",\"mon\"],\"from\":\"08:00\",\"to\":\"09:00\"}]}",
+         "days[1]: \"mon\" a second time"},
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\",\"shares\":{\"ads\":0.5}}]}",
          "no tenant \"ads\""},
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\","
