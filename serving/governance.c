@@ -366,8 +366,9 @@ static void *governor_main(void *p)
             applied = w;
             pthread_mutex_unlock(&v->mu);
             v->apply(v->arg, share, off, copy[0] ? copy : NULL);
-            log_info("governance: %s%s in force", copy[0] ? "window " : "the tenants' own shares",
-                     copy);
+            if (copy[0] || v->tc->n > 1)   /* the default tenant alone has no shares to say */
+                log_info("governance: %s%s in force",
+                         copy[0] ? "window " : "the tenants' own shares", copy);
             pthread_mutex_lock(&v->mu);
             continue;
         }
