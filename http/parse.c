@@ -168,10 +168,24 @@ static int parse_on_headers_complete(llhttp_t *l)
             hosts++;
             /* RFC 9112 3.2: uri-host [ ":" port ], or 400. */
             const char *v = r->head.data + r->hdrs[i].val_off;
-            for (uint32_t k = 0; k < r->hdrs[i].val_len; k++)
+            uint32_t vl = r->hdrs[i].val_len;
+            for (uint32_t k = 0; k < vl; k++)
                 if (!v[k] ||
                     (!isalnum((unsigned char)v[k]) && !strchr("-._~%!$&'()*+,;=:[]", v[k])))
                     return parse_fail(hp, 400, "the Host header is not a host[:port]");
+            /* The port: after the last ':' past any "[v6]", digits, <= 65535. */
+            const char *close = vl ? memchr(v, ']', vl) : NULL;
+            const char *from = close ? close + 1 : v, *colon = NULL;
+            for (const char *c = from; c < v + vl; c++)
+                if (*c == ':')
+                    colon = c;
+            if (colon && !close && memchr(v, ':', (size_t)(colon - v)))
+                colon = NULL;   /* a bare IPv6 address is refused by the RFC anyway: no port */
+            long port = 0;
+            for (const char *c = colon ? colon + 1 : v + vl; c < v + vl; c++) {
+                if (*c < '0' || *c > '9' || (port = port * 10 + (*c - '0')) > 65535)
+                    return parse_fail(hp, 400, "the Host header's port is not a port");
+            }
         }
     }
     if (r->http_minor >= 1 && hosts != 1)

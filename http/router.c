@@ -361,6 +361,14 @@ static bool router_route(const struct router *r, struct http_request *req,
         return !r->guard || r->guard(req, &l->m, r->guard_ctx);
     case ROUTER_METHOD_NOT_ALLOWED: {
         router_style(r, req);
+        if (http_request_method(req) == HTTP_M_OTHER) {
+            /* PROPFIND, TRACE, ...: known to HTTP, served by no route here
+             * (RFC 9110 15.6.2), as an unknown token is (parse.c). */
+            http_respond_error(req, 501, NULL, "method %s is not implemented: GET, HEAD, POST, "
+                               "PUT, DELETE, OPTIONS and PATCH are served",
+                               http_request_method_name(req));
+            return false;
+        }
         char allow[96], hdr[128];
         router_format_allow(l->allowed, allow, sizeof allow);
         snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);

@@ -79,6 +79,14 @@ class MalformedTest(ServerCase):
     def test_empty_header_name(self):
         self.rejected(b"GET /v2 HTTP/1.1\r\nHost: x\r\n: v\r\n\r\n" + SMUGGLED)
 
+    def test_methods_served_nowhere_are_501(self):
+        # RFC 9110 15.6.2. PROPFIND, known to llhttp, was 405 (GET, HEAD)
+        # where an unknown token was 501.
+        for method in ("PROPFIND", "TRACE", "FOO", "get"):
+            r = roundtrip(self.srv, method, "/v2/health/live")
+            self.assertEqual(r.status, 501, (method, r))
+        self.assertEqual(roundtrip(self.srv, "PUT", "/v2/health/live").status, 405)
+
     def test_absolute_form_target_is_routed_by_its_path(self):
         r = roundtrip(self.srv, "GET", "http://x/v2/health/live")
         self.assertEqual(r.status, 200, r)

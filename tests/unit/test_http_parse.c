@@ -313,6 +313,8 @@ static void test_smuggling_and_garbage(void **state)
         {"GET / HTTP/1.1\r\nHost: h\r\n: v\r\n\r\n", 400},   /* an empty field name */
         {"FOO / HTTP/1.1\r\nHost: h\r\n\r\n", 501},             /* RFC 9110 15.6.2 */
         {"GET / HTTP/1.1\r\nHost: a b/c\r\n\r\n", 400},         /* RFC 9112 3.2 */
+        {"GET / HTTP/1.1\r\nHost: a:b\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: a:99999\r\n\r\n", 400},
         {"get / HTTP/1.1\r\nHost: h\r\n\r\n", 501},             /* methods are case-sensitive */
         {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505},             /* h2 on the HTTP/1.1 port */
     };
