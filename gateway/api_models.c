@@ -9,6 +9,7 @@
  * its request is queued takes it out of the queue (models_infer_call_abort). */
 #include "gateway/api.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +220,27 @@ static void models_wait_free(struct models_wait *w)
     free(w);
 }
 
+/* A waiting request answered 503 "model M <what>", counted as the model's
+ * not_ready refusal (the model looked up again: the wait held no copy). */
+static void models_wait_refuse(struct models_wait *w, const char *headers, const char *what,
+                               ...) __attribute__((format(printf, 3, 4)));
+static void models_wait_refuse(struct models_wait *w, const char *headers, const char *what, ...)
+{
+    const struct route_param *p = route_match_param(&w->m, "model");
+    struct served_model *sm = serving_acquire(w->st->serving, p->value, p->len);
+    if (sm) {
+        models_account_reject(w->st, sm, w->req, BG_ENOTREADY, 503);
+        served_release(sm);
+    }
+    char msg[700];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(msg, sizeof msg, what, ap);
+    va_end(ap);
+    http_respond_error(w->req, 503, headers, "model %.*s %s", (int)(p->len > 128 ? 128 : p->len),
+                       p->value, msg);
+}
+
 /* IO thread: the load ended. */
 static void models_wait_deliver(struct mailbox_msg *msg)
 {
@@ -228,15 +250,8 @@ static void models_wait_deliver(struct mailbox_msg *msg)
     } else if (w->rc == 0 && w->sm) {
         w->run(w->req, &w->m, w->st, w->sm);   /* the run owns the reference now */
     } else {
-        const struct route_param *p = route_match_param(&w->m, "model");
-        struct served_model *sm = serving_acquire(w->st->serving, p->value, p->len);
-        if (sm) {
-            models_account_reject(w->st, sm, w->req, BG_ENOTREADY, 503);
-            served_release(sm);
-        }
-        http_respond_error(w->req, 503, w->rc == -BG_EQUEUEFULL ? "Retry-After: 1\r\n" : NULL,
-                           "model %.*s did not load: %s", (int)(p->len > 128 ? 128 : p->len),
-                           p->value, w->rc ? w->why : "it was unloaded again at once");
+        models_wait_refuse(w, w->rc == -BG_EQUEUEFULL ? "Retry-After: 1\r\n" : NULL,
+                           "did not load: %s", w->rc ? w->why : "it was unloaded again at once");
     }
     models_wait_free(w);
 }
@@ -248,15 +263,8 @@ static void models_wait_expired(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct models_wait *w = arg;
     w->answered = true;
-    const struct route_param *p = route_match_param(&w->m, "model");
-    struct served_model *sm = serving_acquire(w->st->serving, p->value, p->len);
-    if (sm) {
-        models_account_reject(w->st, sm, w->req, BG_ENOTREADY, 503);
-        served_release(sm);
-    }
-    http_respond_error(w->req, 503, "Retry-After: 1\r\n", "model %.*s is not loaded: loading it "
-                       "takes longer than the request's latency budget left (it is loading now)",
-                       (int)(p->len > 128 ? 128 : p->len), p->value);
+    models_wait_refuse(w, "Retry-After: 1\r\n", "is not loaded: loading it takes longer than "
+                       "the request's latency budget left (it is loading now)");
 }
 
 /* The lifecycle thread: hand the outcome to the request's IO thread. */

@@ -668,6 +668,15 @@ static void grpc_call_abort(struct http_request *req, void *arg)
     grpc_call_maybe_free(call);
 }
 
+/* The service's method the request's path names; NULL for none. */
+static const struct grpc_method *grpc_method_of(const struct http_request *req)
+{
+    size_t plen, pre = sizeof GRPC_SERVICE_PREFIX - 1;
+    const char *path = http_request_path(req, &plen);
+    return plen > pre && memcmp(path, GRPC_SERVICE_PREFIX, pre) == 0
+               ? grpc_method_find(path + pre, plen - pre) : NULL;
+}
+
 static void grpc_route(struct http_request *req, const struct route_match *rm, void *ctx)
 {
     (void)rm;
@@ -688,10 +697,7 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
     }
     size_t plen;
     const char *path = http_request_path(req, &plen);
-    size_t pre = sizeof GRPC_SERVICE_PREFIX - 1;
-    const struct grpc_method *m =
-        plen > pre && memcmp(path, GRPC_SERVICE_PREFIX, pre) == 0
-            ? grpc_method_find(path + pre, plen - pre) : NULL;
+    const struct grpc_method *m = grpc_method_of(req);
     if (!m) {
         char msg[400];
         snprintf(msg, sizeof msg, "unknown call %.*s (the service is "
@@ -784,18 +790,14 @@ struct grpc_service *grpc_service_new(const struct router *http, size_t max_mess
 static void grpc_refuse(struct http_request *req, int status, const char *msg, void *ctx)
 {
     struct grpc_service *g = ctx;
-    size_t ctl, plen, pre = sizeof GRPC_SERVICE_PREFIX - 1;
+    size_t ctl;
     const char *ct = http_request_header(req, "content-type", &ctl);
     if (!ct || ctl < 16 || strncasecmp(ct, "application/grpc", 16) != 0) {
         http_respond_error(req, status, NULL, "%s", msg);
         return;
     }
-    const char *path = http_request_path(req, &plen);
-    const struct grpc_method *m =
-        plen > pre && memcmp(path, GRPC_SERVICE_PREFIX, pre) == 0
-            ? grpc_method_find(path + pre, plen - pre) : NULL;
     int code = grpc_code_of_http(status);
-    grpc_count(g, m, code);
+    grpc_count(g, grpc_method_of(req), code);
     grpc_answer(req, code, msg, NULL, 0, 0);
 }
 
