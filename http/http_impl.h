@@ -154,6 +154,9 @@ bool http_parse_mid_request(const struct http_parse *hp);
 
 /* ---- router (router.c) ---- */
 
+/* What a 501 says is served (the methods routes are registered with). */
+#define HTTP_SERVED_METHODS "GET, HEAD, POST, PUT, DELETE, OPTIONS and PATCH"
+
 /* The request goes to a prefix route (it streams). */
 int router_streams(const struct router *r, const struct http_request *req);
 /* Routes the request and calls its handler, or answers 404/405 itself. */

@@ -327,8 +327,8 @@ enum http_parse_event http_parse_feed(struct http_parse *hp, const char *data, s
          * method and target at all stays 400. */
         if (e == HPE_INVALID_METHOD &&
             parse_looks_like_method(data, len, llhttp_get_error_pos(&hp->llh)))
-            return parse_error(hp, 501, "unknown method: GET, HEAD, POST, PUT, DELETE, OPTIONS "
-                                        "and PATCH are served (methods are case-sensitive)");
+            return parse_error(hp, 501, "unknown method: " HTTP_SERVED_METHODS " are served "
+                                        "(methods are case-sensitive)");
         if (e == HPE_PAUSED_H2_UPGRADE)
             return parse_error(hp, 505, "an HTTP/2 connection preface: this port speaks "
                                         "HTTP/1.1; gRPC is on grpc_listen");

@@ -364,9 +364,8 @@ static bool router_route(const struct router *r, struct http_request *req,
         if (http_request_method(req) == HTTP_M_OTHER) {
             /* PROPFIND, TRACE, ...: known to HTTP, served by no route here
              * (RFC 9110 15.6.2), as an unknown token is (parse.c). */
-            http_respond_error(req, 501, NULL, "method %s is not implemented: GET, HEAD, POST, "
-                               "PUT, DELETE, OPTIONS and PATCH are served",
-                               http_request_method_name(req));
+            http_respond_error(req, 501, NULL, "method %s: no route serves it (" HTTP_SERVED_METHODS
+                               " are served)", http_request_method_name(req));
             return false;
         }
         char allow[96], hdr[128];
