@@ -31,7 +31,7 @@ struct ledger_track {
     char url[200];                    /* a server's; "" for an instance */
     const struct modelstats *stats;   /* whose busy counter it read */
     double busy_s, held_s;
-    int64_t since_ns;                 /* when the residency it measured began */
+    int64_t since_ns;                 /* a server's: when the residency it measured began */
 };
 
 /* An instance's use by tenant at the last reading (the loop backends'
@@ -135,8 +135,9 @@ static struct ledger_track *ledger_track_find(struct ledger *l, int entry, int i
 {
     for (int i = 0; i < l->ntrack; i++) {
         struct ledger_track *t = &l->track[i];
-        if (t->entry == entry && t->instance == instance && strcmp(t->device, device) == 0 &&
-            strcmp(t->url, url) == 0)
+        /* An instance's counters are its own wherever a reload placed it. */
+        if (t->entry == entry && t->instance == instance && strcmp(t->url, url) == 0 &&
+            (!url[0] || strcmp(t->device, device) == 0))
             return t;
     }
     if (!LEDGER_GROW(l->track, l->captrack, l->ntrack + 1))
@@ -183,14 +184,15 @@ static void ledger_device_row(const struct served_device *d, void *arg)
     struct ledger_track *t = ledger_track_find(l, w->entry, d->dev.instance, d->dev.name, url);
     if (!t || !LEDGER_GROW(l->items, l->capitems, l->nitems + 1))
         return;
-    /* A residency that began anew (a load, a server set up again) counts
-     * from its own zero: so does a server's busy time, and an instance's
-     * when its model's counters were replaced. */
+    /* An instance's held and busy counters go on across unloads and
+     * reloads (modelstats_loaded): they start from zero only when the
+     * model's counters were replaced. A server's count from when it was
+     * set up, so a residency that began anew counts from its own zero. */
     int64_t since = w->now_ns - (int64_t)(d->held_s * 1e9);
-    bool anew = t->since_ns == 0 || llabs(since - t->since_ns) > 250000000LL;
+    bool anew = d->url ? t->since_ns == 0 || llabs(since - t->since_ns) > 250000000LL
+                       : t->stats != w->sm->stats;
     double held = anew ? d->held_s : ledger_delta(d->held_s, t->held_s);
-    bool busy_anew = d->url ? anew : t->stats != w->sm->stats;
-    double busy = busy_anew ? d->busy_s : ledger_delta(d->busy_s, t->busy_s);
+    double busy = anew ? d->busy_s : ledger_delta(d->busy_s, t->busy_s);
     t->since_ns = since;
     t->held_s = d->held_s;
     t->busy_s = d->busy_s;
