@@ -572,6 +572,32 @@ void serving_set_cache_dir(struct serving *s, const char *dir)
     snprintf(s->cache_dir, sizeof s->cache_dir, "%s", dir ? dir : "");
 }
 
+struct seen_walk {
+    struct model_device *d;
+    int n, cap;
+};
+
+static void served_seen_add(const struct model_device *d, void *arg)
+{
+    struct seen_walk *w = arg;
+    if (!d->target && w->n < w->cap)   /* a server's counters are its own, gone with it */
+        w->d[w->n++] = *d;
+}
+
+/* Remembers where the copy's instances run (served_entry.seen). */
+static void served_seen_set(struct served_entry *e, const struct model *m)
+{
+    struct seen_walk w = {.cap = m->ninstances > 0 ? m->ninstances : 1};
+    if (!(w.d = calloc((size_t)w.cap, sizeof *w.d)))
+        return;   /* the last copy's stay */
+    model_devices(m, served_seen_add, &w);
+    pthread_mutex_lock(&e->mu);
+    free(e->seen);
+    e->seen = w.d;
+    e->nseen = w.n;
+    pthread_mutex_unlock(&e->mu);
+}
+
 int served_copy_load(struct serving *s, struct served_model *sm)
 {
     struct model *m = &sm->model;
@@ -648,6 +674,7 @@ int served_copy_load(struct serving *s, struct served_model *sm)
              m->ninstances == 1 ? "" : "s", (double)model_memory_bytes(m) / (1 << 20),
              m->cold.total_s * 1e3, m->cold.read_s * 1e3, m->cold.prepare_s * 1e3 + m->cold.context_s * 1e3, ctx,
              m->cold.warmup_s * 1e3);
+    served_seen_set(e, m);
     atomic_store(&sm->state, SERVED_READY);
     return 0;
 }
@@ -707,6 +734,7 @@ void served_config_device(const struct model_config *cfg, char *out, size_t n)
 
 struct devices_walk {
     struct served_model *sm;
+    bool loaded;                      /* sm's batcher and instances are there */
     const struct modelstats_snapshot *snap;
     served_device_fn fn;
     void *arg;
@@ -736,12 +764,14 @@ static void serving_device_row(const struct model_device *d, void *arg)
         r.batches = in->batches;
         r.rows = in->rows;
         /* Weights the instances share count on instance 0. */
-        r.memory_bytes = model_instance_bytes(&sm->model, d->instance);
+        if (w->loaded)
+            r.memory_bytes = model_instance_bytes(&sm->model, d->instance);
     }
     /* A server has no instance of its own: the model's batches all go
      * through instance 0's latency model (the upstream loop's). */
     double a = 0, b = 0, margin = 0;
-    batcher_latency_model(sm->batcher, d->instance >= 0 ? d->instance : 0, &a, &b, &margin);
+    if (w->loaded)
+        batcher_latency_model(sm->batcher, d->instance >= 0 ? d->instance : 0, &a, &b, &margin);
     r.lat_a_s = a / 1e9;
     r.lat_b_s = b / 1e9;
     r.lat_margin_s = margin / 1e9;
@@ -751,12 +781,30 @@ static void serving_device_row(const struct model_device *d, void *arg)
 void serving_model_devices(struct served_model *sm, const struct modelstats_snapshot *snap,
                            served_device_fn fn, void *arg)
 {
-    /* The loader owns batcher, ops and instances until it publishes READY. */
-    if (atomic_load(&sm->state) != SERVED_READY || !sm->batcher)
-        return;
     struct devices_walk w = {.sm = sm, .snap = snap, .fn = fn, .arg = arg};
-    model_devices(&sm->model, serving_device_row, &w);
+    /* The loader owns batcher, ops and instances until it publishes READY. */
+    if (atomic_load(&sm->state) == SERVED_READY && sm->batcher) {
+        w.loaded = true;
+        model_devices(&sm->model, serving_device_row, &w);
+        return;
+    }
+    /* Not loaded: the instances where the last copy left them, so that
+     * their counters stay in view (a series that vanished while a model
+     * was out would be a gap to every scraper). */
+    struct served_entry *e = sm->entry;
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    int n = e->nseen;
+    struct model_device *seen = n ? malloc((size_t)n * sizeof *seen) : NULL;
+    if (seen)
+        memcpy(seen, e->seen, (size_t)n * sizeof *seen);
+    pthread_mutex_unlock(&e->mu);
+    for (int i = 0; i < n && seen; i++)
+        serving_device_row(&seen[i], &w);
+    free(seen);
 }
+
 
 double served_capacity_rows_per_s(struct served_model *sm)
 {
@@ -1028,6 +1076,7 @@ void serving_free(struct serving *s)
     for (int i = 0; i < n && !stranded; i++) {
         struct served_entry *e = s->entries[i];
         modelstats_free(e->stats);
+        free(e->seen);
         pthread_mutex_destroy(&e->mu);
         free(e);
     }

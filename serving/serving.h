@@ -161,9 +161,11 @@ struct served_device {
     struct httpc_target_stats server; /* a server's calls, health, failures; zero otherwise */
 };
 typedef void (*served_device_fn)(const struct served_device *d, void *arg);
-/* Calls fn for each device of a READY model (none for another), from
- * `snap` (the model's modelstats snapshot, the caller's) and the servers'
- * own accounts. The one place device rows are built. */
+/* Calls fn for each device of a READY model, from `snap` (the model's
+ * modelstats snapshot, the caller's) and the servers' own accounts; for a
+ * model not loaded now, for each instance of the last copy that loaded,
+ * where it ran (its counters go on; no memory, no latency model; a
+ * server's rows go with it). The one place device rows are built. */
 void serving_model_devices(struct served_model *sm, const struct modelstats_snapshot *snap,
                            served_device_fn fn, void *arg);
 /* Stops the batchers (queued requests fail with 503) and joins the workers. */

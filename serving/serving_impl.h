@@ -43,6 +43,10 @@ struct served_entry {
     char error[1024];                 /* the last failed reload's reason while an older copy serves */
     struct served_waiter *waiters;    /* requests waiting for the queued load */
     struct modelstats *stats;         /* shared by its copies; replaced with new sizes only */
+    /* Where the instances of the last copy that loaded ran: the device
+     * rows while no copy is loaded, since their counters go on. */
+    struct model_device *seen;
+    int nseen;
     /* The lifecycle thread's alone. */
     struct served_sig sig;            /* the files as the last load (attempt) saw them */
     struct served_sig loaded_sig;     /* ... as the last successful load saw them */

@@ -186,9 +186,27 @@ class RepositoryTest(RepoServerCase):
         self.assertEqual(st["model_version_status"][0]["state"], "START", st)
         m = metrics(port)
         self.assertEqual(value(m, "batchgate_model_unloads_total", model="slow", reason="api"), 1)
+        # Its device series stay while it is out (a vanished series is a gap
+        # to every scraper): the counters as they were, no memory held.
+        dev = dict(model="slow", device="synthetic0")
+        busy = value(m, "batchgate_device_busy_seconds_total", **dev, **{"class": "online"})
+        idle = value(m, "batchgate_device_idle_seconds_total", **dev)
+        self.assertGreaterEqual(busy, 0.85, "three batches of 300 ms")
+        self.assertEqual(value(m, "batchgate_device_memory_bytes", **dev), 0)
+        self.assertEqual(value(m, "batchgate_model_loaded", model="slow"), 0)
+        stats = roundtrip(port, "GET", "/v2/models/slow/stats").json()["model_stats"][0]
+        self.assertEqual([r["device"] for r in stats["instances"]], ["synthetic0"])
+        self.assertAlmostEqual(stats["compute_debt"]["device_seconds_used"], busy, delta=1e-5)
+        time.sleep(0.3)
+        m = metrics(port)
+        self.assertEqual(value(m, "batchgate_device_idle_seconds_total", **dev), idle,
+                         "nothing is held while it is out")
         # A request loads it again (SPEC: a request for an unloaded model loads it).
         self.assertEqual(infer(port, "slow", budget_ms=10000, timeout=20).status, 200)
         self.assertEqual(index(port)["slow"]["state"], "READY")
+        m = metrics(port)
+        self.assertGreaterEqual(value(m, "batchgate_device_busy_seconds_total", **dev,
+                                      **{"class": "online"}), busy + 0.25, "it goes on")
 
     def test_reload_under_load_fails_no_request(self):
         port = self.srv.port
