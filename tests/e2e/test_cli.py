@@ -217,6 +217,15 @@ class CliTest(unittest.TestCase):
         finally:
             s.close()
 
+    def test_address_not_on_this_host(self):
+        # 192.0.2.1 (TEST-NET-1) is on no interface here: the bind fails with
+        # EADDRNOTAVAIL, not EADDRINUSE, and nothing listens anywhere.
+        port = free_port()
+        _, err = self.assert_exit(["--listen", "192.0.2.1:%d" % port, "--io-threads", "1",
+                                   "--grpc-listen", "off"], 1,
+                                  stderr_has=["cannot listen on 192.0.2.1:%d" % port])
+        self.assertIn("Cannot assign requested address", err)
+
     def test_port_held_by_another_batchgate(self):
         # batchgate's own listeners use SO_REUSEPORT (one per IO thread); a
         # second batchgate on the same port must not join them and take half
