@@ -108,6 +108,11 @@ struct served_model;
 void api_count_request(struct api_state *st, struct served_model *sm, struct http_request *req,
                        int status, int64_t total_ns, int64_t queue_ns,
                        const struct infer_item *ran);
+/* 429 for a tenant's limit (admit.h), in the route's error shape, with
+ * the limit named as the `reason`, Retry-After and, when waiting will not
+ * cure it soon, x-should-retry: false. */
+struct admit_refusal;
+void api_refuse_tenant(struct http_request *req, const struct admit_refusal *why);
 /* POST /v1/embeddings on batchgate's own encoder models (api_models.c);
  * api_llm.c's route hands it what is not a pool's. */
 void api_models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx);

@@ -241,16 +241,6 @@ static int64_t llm_estimate(enum llm_api api, json_t *root, int64_t *prompt)
     return *prompt + out;
 }
 
-/* 429 for the tenant's limits, in OpenAI's shape. */
-static void llm_refuse(struct http_request *req, const struct admit_refusal *why)
-{
-    char hdr[96];
-    snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n%s", why->retry_after_s,
-             why->no_retry ? "x-should-retry: false\r\n" : "");
-    http_respond_error(req, error_http_status(BG_ETENANTLIMIT), hdr, "%s (%s)", why->msg,
-                       why->reason);
-}
-
 /* ---- the answer ---- */
 
 static int llm_tap_head(void *arg, const struct httpc_head *h, struct buf *headers)
@@ -398,8 +388,10 @@ static int llm_tap_end(void *arg, const struct proxy_outcome *o)
         llm_call_free(c);
         return 0;
     }
-    if (o->status == 200)
-        llm_count(c);   /* whole, cut short, or left by its client */
+    /* Whole, cut short, or left by its client: left before the head, the
+     * server still read the prompt (the estimate counts). */
+    if (o->status == 200 || o->client_gone)
+        llm_count(c);
     /* 499: the client left first (nginx's number for it). */
     llm_account(c, o->client_gone ? 499 : o->broken ? 502 : o->status);
     llm_call_free(c);
@@ -551,7 +543,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
             (c->admitted = true,
              admit_tokens_enter(st->admit, c->tenant, est, now, time(NULL), &why) < 0)) {
             api_count_request(st, sm, req, 429, 0, -1, NULL);
-            llm_refuse(req, &why);
+            api_refuse_tenant(req, &why);
             llm_call_free(c);
             json_decref(root);
             return;

@@ -784,17 +784,17 @@ static int models_admit(struct http_request *req, struct api_state *st, struct i
         call->admitted = true;
         return 0;
     }
-    char hdr[48];
-    snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n", why.retry_after_s);
-    struct buf b = BUF_INIT;
-    buf_append(&b, "{\"error\":", 9);
-    json_append_string(&b, why.msg, strlen(why.msg));
-    buf_append(&b, ",\"reason\":", 10);
-    json_append_string(&b, why.reason, strlen(why.reason));
-    buf_append(&b, "}", 1);
-    http_respond(req, error_http_status(BG_ETENANTLIMIT), "application/json", b.data, b.len, hdr);
-    buf_free(&b);
+    api_refuse_tenant(req, &why);
     return -1;
+}
+
+void api_refuse_tenant(struct http_request *req, const struct admit_refusal *why)
+{
+    char hdr[96];
+    snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n%s", why->retry_after_s,
+             why->no_retry ? "x-should-retry: false\r\n" : "");
+    http_request_set_error_reason(req, why->reason);
+    http_respond_error(req, error_http_status(BG_ETENANTLIMIT), hdr, "%s", why->msg);
 }
 
 /* A full queue refuses before the body is decoded: under a flood (one

@@ -630,6 +630,7 @@ static void proxy_start_call(struct proxy *p, struct http_request *req,
         return;
     }
     http_request_on_abort(req, proxy_on_client_abort, c);
+    http_request_abort_on_fin(req);   /* the server's work stops with a client that closed */
     http_request_on_drain(req, proxy_on_client_drain, c);
     /* The answer is awaited once the request is all sent (proxy_on_client_body
      * arms the timer at the body's end, at once for a request without one);
@@ -674,6 +675,7 @@ int proxy_forward_tapped(struct proxy *p, struct http_request *req, struct httpc
     }
     upcall_arm(c->up);
     http_request_on_abort(req, proxy_on_client_abort, c);
+    http_request_abort_on_fin(req);   /* the server's work stops with a client that closed */
     http_request_on_drain(req, proxy_on_client_drain, c);
     return 0;
 }

@@ -327,6 +327,25 @@ static void conn_release(struct http_conn *c)
 static void conn_drop_partial(struct http_conn *c);
 static void conn_read(struct http_conn *c, int fd);
 
+/* Tells the owners of the unanswered requests (with only_fin, those that
+ * read a FIN as leaving) that the client is gone. */
+static void conn_abort_requests(struct http_conn *c, bool only_fin)
+{
+    /* on_abort may answer at once, which unlinks r: restart the walk each time. */
+    conn_hold(c);
+    for (;;) {
+        struct http_request *r = c->q_head;
+        while (r && (r->aborted || r->responded || (only_fin && !r->fin_leaves)))
+            r = r->next;
+        if (!r)
+            break;
+        r->aborted = true;
+        if (r->abort_fn)
+            r->abort_fn(r, r->abort_arg);
+    }
+    conn_release(c);
+}
+
 static uint64_t conn_abort(struct http_conn *c)
 {
     /* A request still being read was never accepted: nobody else holds it
@@ -348,18 +367,7 @@ static uint64_t conn_abort(struct http_conn *c)
             pp = &r->next;
         }
     }
-    /* on_abort may answer at once, which unlinks r: restart the walk each time. */
-    conn_hold(c);
-    for (;;) {
-        for (r = c->q_head; r && r->aborted; r = r->next)
-            ;
-        if (!r)
-            break;
-        r->aborted = true;
-        if (r->abort_fn)
-            r->abort_fn(r, r->abort_arg);
-    }
-    conn_release(c);
+    conn_abort_requests(c, false);
     return left;
 }
 
@@ -686,6 +694,46 @@ static void conn_peer(const struct http_request *r, char *out, size_t cap)
 
 static struct io_thread *conn_thread(const struct http_request *r) { return r->conn->t; }
 
+/* ---- input ---- */
+
+/* The client sent FIN: the requests that read it as leaving are aborted;
+ * the others are answered to the half-closed client, then it closes. */
+static void conn_after_fin(struct http_conn *c)
+{
+    conn_abort_requests(c, true);
+    if (c->fd < 0)
+        return;
+    if (c->q_len == 0 && buf_unread(&c->out) == 0) {
+        conn_abort(c);
+        return;
+    }
+    c->closing = true;
+    conn_flush(c);
+}
+
+static void conn_on_fin_late(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    (void)fd;
+    (void)what;
+    if (c->fd >= 0)
+        conn_after_fin(c);
+    conn_release(c);
+}
+
+static void conn_fin_leaves(struct http_request *r)
+{
+    struct http_conn *c = r->conn;
+    /* The FIN came while the request waited (for a model's load): it
+     * leaves on the loop's next turn, not from inside its owner's call. */
+    if (!c->read_eof || c->fd < 0 || r->responded || r->aborted)
+        return;
+    conn_hold(c);
+    if (event_base_once(c->t->base, -1, EV_TIMEOUT, conn_on_fin_late, c,
+                        &(struct timeval){0, 0}) != 0)
+        conn_release(c);
+}
+
 static const struct http_proto conn_proto = {
     .respond = conn_respond,
     .respond_begin = conn_respond_begin,
@@ -695,10 +743,9 @@ static const struct http_proto conn_proto = {
     .body_paused = conn_body_paused_changed,
     .peer = conn_peer,
     .thread = conn_thread,
+    .fin_leaves = conn_fin_leaves,
     .compresses = true,
 };
-
-/* ---- input ---- */
 
 static void conn_fail_request(struct http_conn *c, int status, const char *msg)
 {
@@ -994,12 +1041,7 @@ static void conn_read(struct http_conn *c, int fd)
     } else if (http_parse_mid_request(&c->parse)) {
         conn_drop_partial(c);
     }
-    if (c->q_len == 0 && buf_unread(&c->out) == 0) {
-        conn_abort(c);
-        return;
-    }
-    c->closing = true;
-    conn_flush(c);
+    conn_after_fin(c);
 }
 
 static void conn_on_read(evutil_socket_t fd, short what, void *arg)

@@ -78,6 +78,9 @@ enum http_error_style { HTTP_ERRORS_PLAIN, HTTP_ERRORS_OPENAI };
  * guard, before anything can answer); the `param` of OpenAI's shape. */
 void http_request_set_error_style(struct http_request *req, enum http_error_style style);
 void http_request_set_error_param(struct http_request *req, const char *param);
+/* A word a program can act on: the plain shape carries it as `reason`
+ * beside `error`; OpenAI's (whose fields are fixed) at its message's end. */
+void http_request_set_error_reason(struct http_request *req, const char *reason);
 
 /* Trailers that follow the answer ("Name: value\r\n" lines; call before
  * answering): HTTP/2 sends them in a HEADERS frame after the body, which is
@@ -90,6 +93,13 @@ void http_request_set_trailers(struct http_request *req, const char *trailers);
  * must still call http_respond (the answer is then discarded). */
 void http_request_on_abort(struct http_request *req, void (*on_abort)(struct http_request *, void *),
                            void *arg);
+/* The client's FIN aborts req as a reset does (on_abort runs), where
+ * HTTP/1.1 would otherwise answer a client that only half-closed. TCP
+ * cannot tell a half-close from a close, and a call that holds a server's
+ * work (a proxied call, an LLM generating) must not run on for minutes for
+ * a client that left: nginx reads a FIN so by default too. Other requests
+ * keep the half-close answered (docs/CONFIG.md). No effect on HTTP/2. */
+void http_request_abort_on_fin(struct http_request *req);
 /* The event_base of the request's IO thread (for handler timers). */
 struct event_base *http_request_event_base(const struct http_request *req);
 /* The mailbox of the request's IO thread: work finished elsewhere comes back through it. */

@@ -47,6 +47,9 @@ struct http_proto {
     void (*body_paused)(struct http_request *r);
     void (*peer)(const struct http_request *r, char *out, size_t cap);
     struct io_thread *(*thread)(const struct http_request *r);
+    /* r reads a FIN as leaving (http_request_abort_on_fin): one read
+     * already aborts it soon; NULL where a FIN is no such thing (HTTP/2). */
+    void (*fin_leaves)(struct http_request *r);
     /* Whole answers may leave compressed (http.h "compressed answers"):
      * not an inner request's, whose outer one frames them. */
     bool compresses;
@@ -71,11 +74,13 @@ struct http_request {
     bool responded;                /* http_respond was called */
     bool close_after;              /* the response closes the connection */
     bool aborted;                  /* the connection went away first */
+    bool fin_leaves;               /* the client's FIN aborts it (http_request_abort_on_fin) */
     bool accepted;                 /* fully received and dispatched (counts as in flight) */
     int status;                    /* of the response, for logs and metrics */
     int tag;                       /* the application's (http_request_set_tag) */
     enum http_error_style err_style;
     char err_param[32];            /* OpenAI's error `param`; "": null */
+    char err_reason[32];           /* the plain shape's `reason`; "": none */
     struct buf head;               /* URL, then header names and values, back to back */
     uint32_t url_len;
     uint32_t path_len;             /* URL up to '?' */

@@ -256,6 +256,13 @@ void http_request_on_abort(struct http_request *r, void (*fn)(struct http_reques
     r->abort_arg = arg;
 }
 
+void http_request_abort_on_fin(struct http_request *r)
+{
+    r->fin_leaves = true;
+    if (r->proto->fin_leaves)
+        r->proto->fin_leaves(r);
+}
+
 void http_request_on_drain(struct http_request *r, void (*fn)(struct http_request *, void *),
                            void *arg)
 {
@@ -322,6 +329,11 @@ void http_request_set_error_param(struct http_request *r, const char *param)
     snprintf(r->err_param, sizeof r->err_param, "%s", param ? param : "");
 }
 
+void http_request_set_error_reason(struct http_request *r, const char *reason)
+{
+    snprintf(r->err_reason, sizeof r->err_reason, "%s", reason ? reason : "");
+}
+
 /* ---- answering ---- */
 
 void http_request_set_trailers(struct http_request *r, const char *trailers)
@@ -371,13 +383,16 @@ void http_respond(struct http_request *r, int status, const char *content_type, 
 void http_respond_error(struct http_request *r, int status, const char *extra_headers,
                         const char *fmt, ...)
 {
-    char msg[512];
+    char msg[560];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(msg, 512, fmt, ap);
     va_end(ap);
     json_t *obj;
     if (r->err_style == HTTP_ERRORS_OPENAI) {
+        if (r->err_reason[0] && n >= 0)
+            snprintf(msg + (n < 512 ? n : 511), sizeof msg - (n < 512 ? (size_t)n : 511),
+                     " (%s)", r->err_reason);
         /* OpenAI's error types by status; its clients pick their exception
          * by status and show `message`. */
         const char *type = status == 401   ? "authentication_error"
@@ -389,6 +404,8 @@ void http_respond_error(struct http_request *r, int status, const char *extra_he
         obj = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type", type,
                         "param", r->err_param[0] ? json_string(r->err_param) : json_null(),
                         "code", status == 429 ? json_string("rate_limit_exceeded") : json_null());
+    } else if (r->err_reason[0]) {
+        obj = json_pack("{s:s, s:s}", "error", msg, "reason", r->err_reason);
     } else {
         obj = json_pack("{s:s}", "error", msg);
     }

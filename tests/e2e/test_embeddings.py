@@ -442,7 +442,8 @@ class OneEncoderTest(unittest.TestCase):
             digest = lambda k: "sha256:" + hashlib.sha256(k.encode()).hexdigest()
             cfg = {"model_repository": repo, "state_dir": os.path.join(tmp, "st"),
                    "tenants": [{"name": "a", "keys": [digest("ka")], "models": ["tiny"]},
-                               {"name": "b", "keys": [digest("kb")], "models": ["other"]}]}
+                               {"name": "b", "keys": [digest("kb")], "models": ["other"]},
+                               {"name": "c", "keys": [digest("kc")], "rate_rows_per_s": 1}]}
             with Server(cfg, io_threads=1) as srv:
                 srv.wait_log(r"ready in", timeout=60)
                 ka = {"Authorization": "Bearer ka"}
@@ -463,6 +464,17 @@ class OneEncoderTest(unittest.TestCase):
                 r = post(srv.port, "/v1/embeddings", {"model": "tiny", "input": "x"})
                 self.assertEqual(r.status, 401, r.body)
                 self.assertEqual(r.json()["error"]["type"], "authentication_error")
+                # A tenant's own limit is in OpenAI's shape too, as the queue's is.
+                kc = {"Authorization": "Bearer kc"}
+                one = {"model": "tiny", "input": "x"}
+                self.assertEqual(post(srv.port, "/v1/embeddings", one, headers=kc).status, 200)
+                r = post(srv.port, "/v1/embeddings", one, headers=kc)
+                self.assertEqual(r.status, 429, r.body)
+                err = r.json()["error"]
+                self.assertEqual((err["type"], err["code"]),
+                                 ("rate_limit_error", "rate_limit_exceeded"), err)
+                self.assertIn("rate_rows_per_s", err["message"])
+                self.assertEqual(r.headers["Retry-After"], "1")
                 r = post(srv.port, "/embed", {"inputs": 5}, headers=ka)
                 self.assertEqual(r.status, 400)
                 self.assertIn("inputs: must be a string", r.json()["error"])

@@ -553,6 +553,47 @@ class TestPoolFailures(PoolCase):
         self.assertGreaterEqual(self.completion_tokens() - tokens0, 3)
 
 
+    def test_client_closing_before_the_answer_stops_the_generation(self):
+        """A client that closes normally (a FIN, as clients do on their own
+        timeout) before any of the answer came: the call is aborted at once,
+        not run on until timeout_ms and blamed on the endpoint."""
+        eps = range(self.sim_endpoints)
+        before = [self.sim.metrics(e) for e in eps]
+        text0 = self.gateway_metrics()
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        self.addCleanup(s.close)
+        data = json.dumps(chat_body("smol", max_tokens=2000)).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                  % len(data) + data)
+        running = lambda: sum(self.sim.metrics(e)["vllm:num_requests_running"] for e in eps)
+        deadline = time.monotonic() + 5
+        while running() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(running(), 1)
+        s.close()
+        closed = time.monotonic()
+        while running() and time.monotonic() < closed + 5:
+            time.sleep(0.01)
+        self.assertEqual(running(), 0)
+        self.assertLess(time.monotonic() - closed, 0.5, "not at timeout_ms (1.5 s)")
+        after = [self.sim.metrics(e) for e in eps]
+        self.assertEqual(sum(a["llmsim:requests_aborted_total"] - b["llmsim:requests_aborted_total"]
+                             for a, b in zip(after, before)), 1)
+        code = r'batchgate_requests_total\{model="smol",code="%s"\} (\d+)'
+        n = lambda text, c: int((re.search(code % c, text) or [0, 0])[1])
+        deadline = time.monotonic() + 3
+        # 499 (the client left first) counts as "other" (docs/METRICS.md).
+        while n(self.gateway_metrics(), "other") == n(text0, "other") and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+        text = self.gateway_metrics()
+        self.assertEqual(n(text, "other") - n(text0, "other"), 1, "the client left first")
+        self.assertEqual(n(text, "504"), n(text0, "504"), "no timeout")
+        # The endpoint is not blamed for it: no failure counted.
+        fails = lambda t: sum(int(x) for x in re.findall(
+            r'^batchgate_upstream_failures_total\{model="smol",[^}]*\} (\d+)', t, re.M))
+        self.assertEqual(fails(text), fails(text0))
+
 
 class TestPoolProbesWithoutCounter(PoolCase):
     """Servers that report no prompt-token counter: batchgate cannot tell a

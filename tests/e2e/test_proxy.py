@@ -343,6 +343,28 @@ class ProxyTest(FakeUpstreamCase):
         r, _ = self.get("/px/echo/after")
         self.assertEqual(r.status, 200)
 
+    def test_client_closing_before_the_answer_ends_the_call(self):
+        # An ordinary close (FIN, as a client's own timeout does) while the
+        # server works: its connection is closed then, not when it answers.
+        inflight = re.compile(r'^batchgate_upstream_inflight\{route="/px/",upstream="[^"]+"\} '
+                              r'(\d+)', re.M)
+        now = lambda: int(inflight.search(
+            roundtrip(self.srv.port, "GET", "/metrics").body.decode()).group(1))
+        s = connect(self.srv)
+        s.sendall(request("GET", "/px/slow?ms=1400"))
+        deadline = time.monotonic() + 3
+        while now() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(now(), 1)
+        s.close()
+        closed = time.monotonic()
+        while now() and time.monotonic() < closed + 3:
+            time.sleep(0.01)
+        self.assertEqual(now(), 0)
+        self.assertLess(time.monotonic() - closed, 0.7, "not when the server answered (1.4 s)")
+        r, _ = self.get("/px/echo/after")
+        self.assertEqual(r.status, 200)
+
     def test_client_leaves_mid_upload(self):
         s = connect(self.srv)
         s.sendall(request("POST", "/px/echo/up", [("Content-Length", str(8 << 20))]))
