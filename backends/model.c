@@ -457,6 +457,16 @@ const struct schema_field *model_config_schema(void)
     return model_fields;
 }
 
+bool model_config_answers_to(const struct model_config *c, const char *name)
+{
+    if (strcmp(c->name, name) == 0)
+        return true;
+    for (int i = 0; c->kind == MODEL_KIND_POOL && i < c->pool.naliases; i++)
+        if (strcmp(c->pool.aliases[i], name) == 0)
+            return true;
+    return false;
+}
+
 static bool model_name_is_safe(const char *s)
 {
     /* Names appear in URLs and metric labels: keep them to a portable set. */

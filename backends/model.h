@@ -188,4 +188,8 @@ int model_config_load_text(const char *dir, const char *dir_name, const char *js
 int model_config_parse(const char *json, size_t len, const char *path, const char *dir_name,
                        struct model_config *cfg, struct error *err);
 
+/* Whether requests may reach the model by `name`: its own, or one of a
+ * pool's aliases. */
+bool model_config_answers_to(const struct model_config *c, const char *name);
+
 #endif

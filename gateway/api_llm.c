@@ -105,34 +105,30 @@ static void llm_call_free(struct llm_call *c)
 
 /* ---- finding the pool ---- */
 
-static bool llm_pool_named(const struct model_config *c, const char *name)
-{
-    if (strcmp(c->name, name) == 0)
-        return true;
-    for (int i = 0; c->kind == MODEL_KIND_POOL && i < c->pool.naliases; i++)
-        if (strcmp(c->pool.aliases[i], name) == 0)
-            return true;
-    return false;
-}
-
 /* The model a request names (a pool by name or alias, or any model by
  * name), held; NULL when none. */
 static struct served_model *llm_find(struct api_state *st, const char *name)
 {
     if (!st->serving)
         return NULL;
-    struct served_model *sm = serving_acquire(st->serving, name, strlen(name));
-    if (sm)
-        return sm;
+    struct served_model *named = serving_acquire(st->serving, name, strlen(name));
+    /* A model that failed to load does not hide a pool's alias (a folder
+     * named like one is refused at load: served_names_check). */
+    if (named && atomic_load(&named->state) != SERVED_FAILED)
+        return named;
     int n = serving_count(st->serving);
     for (int i = 0; i < n; i++) {
-        sm = serving_acquire_at(st->serving, i);
-        if (sm && sm->model.cfg.kind == MODEL_KIND_POOL && llm_pool_named(&sm->model.cfg, name))
+        struct served_model *sm = serving_acquire_at(st->serving, i);
+        if (sm && sm != named && sm->model.cfg.kind == MODEL_KIND_POOL &&
+            model_config_answers_to(&sm->model.cfg, name)) {
+            if (named)
+                served_release(named);
             return sm;
+        }
         if (sm)
             served_release(sm);
     }
-    return NULL;
+    return named;
 }
 
 /* ---- the request ---- */
@@ -665,8 +661,10 @@ static void llm_models(struct http_request *req, const struct route_match *m, vo
         if (!sm)
             continue;
         const struct model_config *cfg = &sm->model.cfg;
-        if (!st->auth || auth_may_use_model(st->auth, auth_tenant(req), cfg->name,
-                                            strlen(cfg->name))) {
+        /* One that failed to load serves nothing until its folder is mended. */
+        if (atomic_load(&sm->state) != SERVED_FAILED &&
+            (!st->auth || auth_may_use_model(st->auth, auth_tenant(req), cfg->name,
+                                             strlen(cfg->name)))) {
             json_array_append_new(data, llm_model_obj(cfg->name, created));
             for (int k = 0; cfg->kind == MODEL_KIND_POOL && k < cfg->pool.naliases; k++)
                 json_array_append_new(data, llm_model_obj(cfg->pool.aliases[k], created));

@@ -418,16 +418,6 @@ static bool jobs_batch_streamable(const char *endpoint, json_t *body)
     return true;
 }
 
-static bool jobs_batch_pool_named(const struct model_config *c, const char *name)
-{
-    if (strcmp(c->name, name) == 0)
-        return true;
-    for (int i = 0; c->kind == MODEL_KIND_POOL && i < c->pool.naliases; i++)
-        if (strcmp(c->pool.aliases[i], name) == 0)
-            return true;
-    return false;
-}
-
 /* The pool a line names (its name or an alias), loaded and held until the
  * batch ends; NULL when there is none. */
 static struct served_model *jobs_batch_pool(struct jobs *j, struct jobs_bcur *bc,
@@ -442,7 +432,8 @@ static struct served_model *jobs_batch_pool(struct jobs *j, struct jobs_bcur *bc
     int n = serving_count(j->serving);
     for (int i = 0; i < n && !canon[0]; i++) {
         struct served_model *sm = serving_acquire_at(j->serving, i);
-        if (sm && sm->model.cfg.kind == MODEL_KIND_POOL && jobs_batch_pool_named(&sm->model.cfg, name))
+        if (sm && sm->model.cfg.kind == MODEL_KIND_POOL &&
+            model_config_answers_to(&sm->model.cfg, name))
             snprintf(canon, sizeof canon, "%s", sm->model.cfg.name);
         if (sm)
             served_release(sm);

@@ -47,6 +47,7 @@ struct ledger_item {
     char device[128];               /* a device label, or a server's URL */
     char model[128];
     bool server;
+    int instance;                     /* -1 for a server */
     double held_s, busy_s;
     int use_off;                      /* into deltas; -1: none */
     int w_off;                        /* into weights */
@@ -208,23 +209,23 @@ static void ledger_device_row(const struct served_device *d, void *arg)
     it->held_s = held;
     it->busy_s = busy;
     it->w_off = w->w_off;
-    int inst = d->dev.instance;
-    it->use_off = !it->server && inst >= 0 && inst < w->nuse ? w->use_off[inst] : -1;
+    it->instance = d->dev.instance;
+    it->use_off = -1;   /* ledger_sample_model's, once it knows there are rows */
 }
 
-/* A model's servers (the model's items from first_item: an upstream
- * model's or an LLM pool's, in the model's order) are each charged their
- * own use: the statistics count each batch or call on the instance of the
- * server it went to (served_stats_instances), so server k gets instance
- * k's use as it is. */
-static void ledger_share_servers(struct ledger *l, int first_item, const struct ledger_walk *wk)
+/* The model's items from first_item get their instance's use. A model's
+ * servers (an upstream model's or an LLM pool's, in the model's order) are
+ * each charged their own: the statistics count each batch or call on the
+ * instance of the server it went to (served_stats_instances), so server k
+ * gets instance k's use as it is. */
+static void ledger_item_uses(struct ledger *l, int first_item, const struct ledger_walk *wk)
 {
     int k = 0;
-    for (int i = first_item; i < l->nitems; i++)
-        if (l->items[i].server) {
-            l->items[i].use_off = k < wk->nuse ? wk->use_off[k] : -1;
-            k++;
-        }
+    for (int i = first_item; i < l->nitems; i++) {
+        struct ledger_item *it = &l->items[i];
+        int inst = it->server ? k++ : it->instance;
+        it->use_off = inst >= 0 && inst < wk->nuse ? wk->use_off[inst] : -1;
+    }
 }
 
 /* The model's tenants' weights for its idle time into w: their shares in
@@ -270,6 +271,17 @@ static void ledger_sample_model(struct ledger *l, int entry, struct served_model
                             .now_ns = now_ns()};
     ledger_idle_weights(tc, share, sm->model.cfg.name, &l->weights[l->nweights]);
     l->nweights += WORK_TENANTS_MAX;
+    /* Its devices first: a model with none now (a pool or upstream model
+     * while unloaded: its servers went with it) leaves its use counted
+     * where it is, for the next sample that finds some. One unloaded has
+     * its instances' rows: the work of its last second is charged. */
+    int first = l->nitems;
+    serving_model_devices(sm, &snap, ledger_device_row, &w);
+    if (l->nitems == first) {
+        free(cur);
+        modelstats_snapshot_free(&snap);
+        return;
+    }
     w.nuse = modelstats_tenant_use(sm->stats, cur, ninst);
     for (int i = 0; i < w.nuse; i++) {
         w.use_off[i] = -1;
@@ -293,9 +305,7 @@ static void ledger_sample_model(struct ledger *l, int entry, struct served_model
         w.use_off[i] = l->ndeltas;
         l->ndeltas += WORK_TENANTS_MAX;
     }
-    int first = l->nitems;
-    serving_model_devices(sm, &snap, ledger_device_row, &w);
-    ledger_share_servers(l, first, &w);
+    ledger_item_uses(l, first, &w);
     free(cur);
     modelstats_snapshot_free(&snap);
 }
@@ -402,7 +412,7 @@ static void ledger_sample(struct ledger *l)
         struct served_model *sm = serving_acquire_at(l->s, i);
         if (!sm)
             continue;
-        if (atomic_load(&sm->state) == SERVED_READY && sm->stats)
+        if (sm->stats)   /* loaded or not: an unloaded one's last second counts */
             ledger_sample_model(l, i, sm, tc, share);
         served_release(sm);
     }

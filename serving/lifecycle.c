@@ -346,6 +346,8 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
     int version = 0;
     int rc = served_config_read(e, override, cfg, &version, err);
     bool cfg_ok = rc == 0;
+    if (rc == 0 && (rc = served_names_check(s, e, cfg, err)) != 0)
+        cfg->pool.naliases = 0;   /* its shell answers to its own name only */
     served_sig_read(e, cfg, version, &e->sig);   /* a failed load too: retried when they change */
     char dev[48];
     if (rc == 0) {

@@ -679,6 +679,26 @@ int served_copy_load(struct serving *s, struct served_model *sm)
     return 0;
 }
 
+/* The copy's own tenant accounts go to its entry's, before they are freed. */
+static void served_shares_fold(struct served_model *sm)
+{
+    struct served_entry *e = sm->entry;
+    if (!sm->own_shares || !e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    snprintf(e->gone_device, sizeof e->gone_device, "%s", shares_device(sm->own_shares));
+    for (int t = 0; t < shares_tenants(sm->own_shares) && t < TENANTS_MAX; t++) {
+        struct shares_tenant_stats ts;
+        shares_tenant_stats(sm->own_shares, t, &ts);
+        e->gone[t].busy_s[0] += ts.busy_s[0];
+        e->gone[t].busy_s[1] += ts.busy_s[1];
+        e->gone[t].borrowed_s += ts.borrowed_s;
+        e->gone[t].share = ts.share;
+    }
+    e->has_gone = true;
+    pthread_mutex_unlock(&e->mu);
+}
+
 void served_copy_free(struct served_model *sm)
 {
     if (!sm)
@@ -695,6 +715,7 @@ void served_copy_free(struct served_model *sm)
     llmpool_free(sm->pool);
     model_unload(&sm->model);
     batcher_free(sm->batcher);
+    served_shares_fold(sm);
     shares_free(sm->own_shares);
     free(sm);
 }
@@ -880,6 +901,33 @@ struct served_model *serving_acquire(struct serving *s, const char *name, size_t
     return best >= 0 ? served_entry_acquire(s->entries[best]) : NULL;
 }
 
+int served_names_check(struct serving *s, const struct served_entry *e,
+                       const struct model_config *cfg, struct error *err)
+{
+    int n = atomic_load(&s->n), rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        struct served_entry *o = s->entries[i];
+        if (o == e || strcmp(o->name, e->name) == 0)   /* itself, or another of its versions */
+            continue;
+        pthread_mutex_lock(&o->mu);
+        if (atomic_load(&o->cur->state) == SERVED_FAILED) {   /* reaches nothing */
+            pthread_mutex_unlock(&o->mu);
+            continue;
+        }
+        const struct model_config *oc = &o->cur->model.cfg;
+        for (int k = 0; cfg->kind == MODEL_KIND_POOL && k < cfg->pool.naliases && rc == 0; k++)
+            if (model_config_answers_to(oc, cfg->pool.aliases[k]))
+                rc = error_set(err, BG_ECONFIG, "model %s: aliases[%d]: \"%s\" is already a name "
+                               "of model %s (a name reaches one model)", cfg->name, k,
+                               cfg->pool.aliases[k], o->name);
+        if (rc == 0 && oc->kind == MODEL_KIND_POOL && model_config_answers_to(oc, cfg->name))
+            rc = error_set(err, BG_ECONFIG, "model %s: its name is an alias of pool %s (a name "
+                           "reaches one model)", cfg->name, o->name);
+        pthread_mutex_unlock(&o->mu);
+    }
+    return rc;
+}
+
 bool serving_is_pool(struct serving *s, const char *name)
 {
     struct served_model *sm = serving_acquire(s, name, strlen(name));
@@ -973,34 +1021,41 @@ struct serving_tenant_rows {
     int n, cap;
 };
 
+/* Adds one tenant's time on a device to its row (made when new). */
+static void serving_tenant_add(struct serving_tenant_rows *rows, int t, const char *device,
+                               const struct shares_tenant_stats *ts)
+{
+    struct served_tenant_row *row = NULL;
+    for (int i = 0; i < rows->n && !row; i++)
+        if (rows->r[i].tenant == t && strcmp(rows->r[i].device, device) == 0)
+            row = &rows->r[i];
+    if (!row) {
+        if (rows->n == rows->cap) {
+            int cap = rows->cap ? rows->cap * 2 : 16;
+            struct served_tenant_row *nr = realloc(rows->r, (size_t)cap * sizeof *nr);
+            if (!nr)
+                return;   /* out of memory: the rows so far */
+            rows->r = nr;
+            rows->cap = cap;
+        }
+        row = &rows->r[rows->n++];
+        memset(row, 0, sizeof *row);
+        snprintf(row->device, sizeof row->device, "%s", device);
+        row->tenant = t;
+        row->st.share = ts->share;
+    }
+    row->st.busy_s[0] += ts->busy_s[0];
+    row->st.busy_s[1] += ts->busy_s[1];
+    row->st.borrowed_s += ts->borrowed_s;
+    row->st.fraction += ts->fraction;
+}
+
 static void serving_tenant_collect(struct shares *sh, struct serving_tenant_rows *rows)
 {
     for (int t = 0; t < shares_tenants(sh); t++) {
         struct shares_tenant_stats ts;
         shares_tenant_stats(sh, t, &ts);
-        struct served_tenant_row *row = NULL;
-        for (int i = 0; i < rows->n && !row; i++)
-            if (rows->r[i].tenant == t && strcmp(rows->r[i].device, shares_device(sh)) == 0)
-                row = &rows->r[i];
-        if (!row) {
-            if (rows->n == rows->cap) {
-                int cap = rows->cap ? rows->cap * 2 : 16;
-                struct served_tenant_row *nr = realloc(rows->r, (size_t)cap * sizeof *nr);
-                if (!nr)
-                    return;   /* out of memory: the rows so far */
-                rows->r = nr;
-                rows->cap = cap;
-            }
-            row = &rows->r[rows->n++];
-            memset(row, 0, sizeof *row);
-            snprintf(row->device, sizeof row->device, "%s", shares_device(sh));
-            row->tenant = t;
-            row->st.share = ts.share;
-        }
-        row->st.busy_s[0] += ts.busy_s[0];
-        row->st.busy_s[1] += ts.busy_s[1];
-        row->st.borrowed_s += ts.borrowed_s;
-        row->st.fraction += ts.fraction;
+        serving_tenant_add(rows, t, shares_device(sh), &ts);
     }
 }
 
@@ -1047,7 +1102,19 @@ int serving_tenant_rows(struct serving *s, struct served_tenant_row **out)
         if (atomic_load(&sm->state) == SERVED_READY && sm->own_shares)
             serving_tenant_collect(sm->own_shares, &rows);
         served_release(sm);
+        /* Its freed copies' time: the counters go on across unloads. */
+        struct served_entry *e = s->entries[i];
+        pthread_mutex_lock(&e->mu);
+        for (int t = 0; e->has_gone && s->tenants && t < s->tenants->n; t++)
+            serving_tenant_add(&rows, t, e->gone_device, &e->gone[t]);
+        pthread_mutex_unlock(&e->mu);
     }
+    /* Copies draining after a reload still hold their accounts. */
+    pthread_mutex_lock(&s->lc_mu);
+    for (struct served_model *d = s->drain; d; d = d->next)
+        if (atomic_load(&d->state) == SERVED_READY && d->own_shares)
+            serving_tenant_collect(d->own_shares, &rows);
+    pthread_mutex_unlock(&s->lc_mu);
     *out = rows.r;
     return rows.n;
 }

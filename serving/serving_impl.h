@@ -47,6 +47,12 @@ struct served_entry {
      * rows while no copy is loaded, since their counters go on. */
     struct model_device *seen;
     int nseen;
+    /* The tenants' device time of its copies freed since the start, where
+     * a copy kept its own accounts (shares.h; on a device no scheduler
+     * shares): tenant_device_seconds_total goes on from them. */
+    bool has_gone;
+    char gone_device[48];
+    struct shares_tenant_stats gone[TENANTS_MAX];
     /* The lifecycle thread's alone. */
     struct served_sig sig;            /* the files as the last load (attempt) saw them */
     struct served_sig loaded_sig;     /* ... as the last successful load saw them */
@@ -135,6 +141,11 @@ int served_config_read(const struct served_entry *e, const char *override,
                        struct model_config *cfg, int *version, struct error *err);
 void served_sig_read(const struct served_entry *e, const struct model_config *cfg, int version,
                      struct served_sig *sig);
+/* 0, or -BG_ECONFIG when a name cfg answers to (its own, a pool's
+ * aliases) is one another model answers to: requests would reach one or
+ * the other by load order. */
+int served_names_check(struct serving *s, const struct served_entry *e,
+                       const struct model_config *cfg, struct error *err);
 
 /* A shell copy of e (no model loaded) in `state` with the reason. */
 struct served_model *served_shell_new(struct serving *s, struct served_entry *e,

@@ -18,7 +18,7 @@ import threading
 import time
 import unittest
 
-from harness import RepoServerCase, Server, endpoint_starting, free_port
+from harness import RepoServerCase, Server, endpoint_starting, free_port, roundtrip
 from test_infer import synthetic, write_model
 from test_metrics import check_grouping
 
@@ -325,6 +325,43 @@ class TestPoolRoutes(PoolCase):
                          % re.escape(self.sim.url(1)))
         self.assertEqual(total(text, "llm_tenant_time_to_first_token_seconds_count") -
                          total(before, "llm_tenant_time_to_first_token_seconds_count"), 1)
+
+
+class TestPoolNames(RepoServerCase):
+    """A name reaches one model: an alias that is another model's name or
+    alias, or a model named like another pool's alias, is refused at load
+    (it once went to one or the other by load order, silently)."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.dead = "http://127.0.0.1:%d" % free_port()   # the pools are never called
+        write_model(repo, "p1", pool("p1", [cls.dead], aliases=["a1"], metrics_interval_ms=0))
+
+    def load(self, name, cfg):
+        write_model(self.repo, name, cfg)
+        r = roundtrip(self.srv.port, "POST", "/v2/repository/models/%s/load" % name,
+                      [("Content-Type", "application/json")], "{}", timeout=10)
+        return r.status, r.json()
+
+    def test_a_name_reaches_one_model(self):
+        status, body = self.load("clash", pool("clash", [self.dead], aliases=["a1"],
+                                               metrics_interval_ms=0))
+        self.assertEqual(status, 400, body)
+        self.assertIn('aliases[0]: \"a1\" is already a name of model p1', body["error"])
+        status, body = self.load("clash2", pool("clash2", [self.dead], aliases=["x", "p1"],
+                                                metrics_interval_ms=0))
+        self.assertEqual(status, 400, body)
+        self.assertIn('aliases[1]: \"p1\" is already a name of model p1', body["error"])
+        status, body = self.load("a1", synthetic("a1"))
+        self.assertEqual(status, 400, body)
+        self.assertIn("model a1: its name is an alias of pool p1", body["error"])
+        # Distinct names load.
+        status, body = self.load("fine", pool("fine", [self.dead], aliases=["a2"],
+                                              metrics_interval_ms=0))
+        self.assertEqual(status, 200, body)
+        ids = [m["id"] for m in roundtrip(self.srv.port, "GET", "/v1/models").json()["data"]]
+        self.assertEqual(ids.count("a1"), 1, ids)
+        self.assertIn("a2", ids)
 
 
 class TestPoolFailures(PoolCase):

@@ -473,6 +473,35 @@ class UsageLifecycleTest(UsageCase):
         self.assertAlmostEqual(held["b"] - held["a"], out_for, delta=1.2, msg=(held, out_for))
         srv.stop_checked()
 
+    def test_the_last_second_before_an_unload_is_charged(self):
+        """Work served just before an unload is in the ledger without a
+        reload, and through a clean stop (the unloaded model's instances
+        are still sampled)."""
+        self.config["tenants"][2]["models"] = ["*"]
+        srv = self.start()
+        port = srv.port
+        self.settle(port)
+        before = sum(x["requests"] for x in wide(port) if x["model"] == "a")
+        n = 8
+        for _ in range(n):
+            self.assertEqual(infer(port, "a", "prod").status, 200)
+        tenant_time = lambda: sum(v for labels, v in samples(port, "tenant_device_seconds_total")
+                                  if labels["tenant"] == "prod")
+        charged = tenant_time()
+        self.assertGreater(charged, 0)
+        r = roundtrip(port, "POST", "/v2/repository/models/a/unload", hdr("ops"), "{}")
+        self.assertEqual(r.status, 200, r.body)
+        self.settle(port)
+        # A counter: the unloaded copy's time stays in it.
+        self.assertGreaterEqual(tenant_time(), charged - 1e-9)
+        rows = [x for x in wide(port) if x["model"] == "a"]
+        self.assertEqual(sum(x["requests"] for x in rows) - before, n, rows)
+        busy = sum(x["busy_seconds"] for x in rows)
+        metric = sum(v for labels, v in samples(port, "device_busy_seconds_total")
+                     if labels["model"] == "a")
+        self.assertAlmostEqual(busy, metric, delta=0.0005 * metric + 1e-4)
+        srv.stop_checked()
+
 
 class UsageUpstreamTest(UsageCase):
     def test_servers_are_devices_by_url(self):
