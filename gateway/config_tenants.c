@@ -92,6 +92,9 @@ static int config_check_tenant(void *obj, json_t *json, struct schema_ctx *ctx)
     if (!config_name_ok(t->name))
         return schema_fail(ctx, "name", "\"%s\" may hold only letters, digits, '-', '_' and '.' "
                            "(it names the tenant in metrics, logs and jobs)", t->name);
+    if (t->limit <= 0)   /* it read as "no limit" */
+        return schema_fail(ctx, "limit", "0 would leave the tenant no device time at all: give "
+                           "a part above 0, or leave limit out for the whole device");
     if (t->limit < t->share)
         return schema_fail(ctx, "limit", "%g is below share %g: a tenant may always hold at "
                            "least its guaranteed share", t->limit, t->share);
@@ -133,7 +136,8 @@ static const struct schema_field config_tenant_fields[] = {
             "most 1"},
     {SCHEMA_F_DOUBLE("limit", struct tenant_config, limit),
      .fmin = 0, .fmax = 1, .fdef = 1,
-     .doc = "the most of a device it may hold when others are idle; at least `share`"},
+     .doc = "the most of a device it may hold when others are idle; above 0 and at least "
+            "`share`"},
     {SCHEMA_F_BOOL("lend", struct tenant_config, lend),
      .def = true, .doc = "`false`: its idle share stays reserved for it"},
     {SCHEMA_F_INT("max_inflight", struct tenant_config, max_inflight),

@@ -354,7 +354,12 @@ static void *governor_main(void *p)
     int applied = -2;   /* nothing applied yet */
     pthread_mutex_lock(&v->mu);
     while (!v->stop) {
-        int64_t now = (int64_t)time(NULL);
+        /* Not time(): it reads the kernel's coarse clock, which can still
+         * say the last second just after the wake at the next one, and the
+         * switch then waited a whole second more. */
+        struct timespec at;
+        clock_gettime(CLOCK_REALTIME, &at);
+        int64_t now = (int64_t)at.tv_sec;
         int w = governance_active(v->g, now);
         if (w != applied || v->dirty) {
             double share[TENANTS_MAX], off;
@@ -372,11 +377,9 @@ static void *governor_main(void *p)
             pthread_mutex_lock(&v->mu);
             continue;
         }
-        /* Wake at the next whole second: a switch applies within one. */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        ts.tv_nsec = 0;
+        /* Wake just past the next whole second: windows are given to the
+         * second, and a switch applies within milliseconds of it. */
+        struct timespec ts = {at.tv_sec + 1, 1000000};
         pthread_cond_timedwait(&v->cv, &v->mu, &ts);
     }
     pthread_mutex_unlock(&v->mu);

@@ -9,6 +9,8 @@
 
 #include "common/clock.h"
 
+/* The bucket of job lines' guarantee holds this much wall time's worth. */
+#define SHARES_OFF_CAP_NS 50000000LL
 /* A share of 0 still weighs this much: such a tenant is served when the
  * others leave room, and yields when they do not. */
 #define SHARES_MIN_WEIGHT 0.001
@@ -38,8 +40,16 @@ struct shares {
     double share[TENANTS_MAX];        /* in force */
     double offline_share;
     double vclock;
-    double used_off;                  /* job lines' moving sum of device ns */
-    int64_t used_off_at;
+    /* Device ns job lines are owed ahead of online work: grows by
+     * offline_share x slots a ns of wall time and shrinks by what they
+     * run, within +-SHARES_OFF_CAP_NS x that rate either way. A bucket,
+     * not a moving sum: a job that starts owes nothing yet, so it takes
+     * its part at its rate from the start (a moving sum from 0 read as
+     * owed until it reached the share, ~0.4-0.7 s of the whole device,
+     * every online request waiting meanwhile); and a night of harvesting
+     * idle time leaves no debt past the cap. */
+    double off_owed;
+    int64_t off_at;
     struct shares_tenant t[TENANTS_MAX];
 };
 
@@ -128,16 +138,33 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
 {
     pthread_mutex_lock(&s->mu);
     double reserved = 0, total = 0, frac[TENANTS_MAX];
+    bool back[TENANTS_MAX];
     for (int t = 0; t < s->n; t++) {
+        back[t] = has[t] && shares_idle(s, t, now_ns);
+        if (!has[t] && !shares_lends(s, t) && shares_idle(s, t, now_ns))
+            reserved += s->share[t];
+    }
+    for (int t = 0; t < s->n; t++) {
+        if (back[t]) {
+            struct shares_tenant *x = &s->t[t];
+            if (x->vtime < s->vclock)
+                x->vtime = s->vclock;   /* back from idleness: no banked credit */
+            /* Nor a free run under its bounds: the moving sum of a tenant
+             * that was away reads 0, and would let it hold the whole device
+             * until it caught up (~0.4 s past a limit of 0.4). It counts as
+             * having run at its bound (limit, or share under a reservation)
+             * so far, and keeps to that rate from its first batch. */
+            double bound = shares_limit(s, t) < 1.0 ? shares_limit(s, t) : 1.0;
+            if (reserved > 0 && s->share[t] < bound)
+                bound = s->share[t];
+            double at = bound * (double)SHARES_TAU_NS * s->slots;
+            if (bound < 1.0 && shares_used(x, now_ns) < at)
+                x->used = at;
+        }
         frac[t] = shares_fraction(s, t, now_ns);
         total += frac[t];
-        if (has[t]) {
-            if (shares_idle(s, t, now_ns) && s->t[t].vtime < s->vclock)
-                s->t[t].vtime = s->vclock;   /* back from idleness: no banked credit */
+        if (has[t])
             s->t[t].active_at = now_ns;
-        } else if (!shares_lends(s, t) && shares_idle(s, t, now_ns)) {
-            reserved += s->share[t];
-        }
     }
     int k = 0;
     bool held = false;
@@ -178,20 +205,22 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
     return k;
 }
 
-/* The job lines' moving sum decayed to now. */
-static double shares_used_offline(struct shares *s, int64_t now)
+/* The job lines' bucket grown to now, minus `ran` ns, within its cap. */
+static double shares_offline_bucket(struct shares *s, int64_t now, double ran)
 {
-    if (s->used_off_at && now > s->used_off_at)
-        s->used_off *= exp(-(double)(now - s->used_off_at) / (double)SHARES_TAU_NS);
-    s->used_off_at = now;
-    return s->used_off;
+    double rate = s->offline_share * s->slots, cap = rate * (double)SHARES_OFF_CAP_NS;
+    if (s->off_at && now > s->off_at)
+        s->off_owed += rate * (double)(now - s->off_at);
+    s->off_at = now;
+    s->off_owed -= ran;
+    s->off_owed = s->off_owed > cap ? cap : s->off_owed < -cap ? -cap : s->off_owed;
+    return s->off_owed;
 }
 
 bool shares_offline_owed(struct shares *s, int64_t now_ns)
 {
     pthread_mutex_lock(&s->mu);
-    bool owed = s->offline_share > 0 &&
-                shares_used_offline(s, now_ns) / ((double)SHARES_TAU_NS * s->slots) < s->offline_share;
+    bool owed = s->offline_share > 0 && shares_offline_bucket(s, now_ns, 0) > 0;
     pthread_mutex_unlock(&s->mu);
     return owed;
 }
@@ -201,7 +230,7 @@ void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int6
     if (b->rows <= 0 || exec_ns <= 0)
         return;
     pthread_mutex_lock(&s->mu);
-    shares_used_offline(s, now_ns);
+    double off_ns = 0;
     for (const struct infer_item *it = b->head; it; it = it->next) {
         int t = it->tenant >= 0 && it->tenant < s->n ? it->tenant : 0;
         struct shares_tenant *x = &s->t[t];
@@ -225,9 +254,10 @@ void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int6
         x->vtime += (double)ns / shares_weight(s, t);
         x->busy_ns[it->offline ? 1 : 0] += ns;
         if (it->offline)
-            s->used_off += (double)ns;
+            off_ns += (double)ns;
         x->active_at = now_ns;
     }
+    shares_offline_bucket(s, now_ns, off_ns);
     pthread_mutex_unlock(&s->mu);
 }
 

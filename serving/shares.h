@@ -47,8 +47,10 @@ void shares_set(struct shares *s, const double *share, double offline_share);
  * over their limit or would borrow reserved time: *retry_ns says when to
  * ask again (0 when none is left out). */
 int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, int64_t *retry_ns);
-/* Whether job lines are below the offline_share in force (their fraction
- * of the device over the last second): then they go before online work. */
+/* Whether job lines are owed device time under the offline_share in
+ * force (they ran less than it of the device, measured at that rate from
+ * when they started, with at most 50 ms of wall time's worth banked or
+ * owed): then they go before online work. */
 bool shares_offline_owed(struct shares *s, int64_t now_ns);
 /* A batch ran for exec_ns: each tenant is charged its rows' part. */
 void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int64_t exec_ns);

@@ -229,6 +229,31 @@ class GovernanceTest(RepoServerCase):
         self.srv.wait_log(r"SIGHUP: (limits, shutdown_timeout_ms|shutdown_timeout_ms, limits) "
                           r"changed in .*; SIGHUP applies governance only", timeout=5)
 
+    def test_4_a_switch_by_the_clock_is_on_time(self):
+        # A window from 2 s ahead, 2 s long, given to the second: the devices'
+        # shares follow its boundaries within a poll, as GET says them (they
+        # lagged a whole second: the governor read time()'s coarse clock).
+        start = int(time.time()) + 2
+        hms = lambda t: time.strftime("%H:%M:%S", time.gmtime(t))
+        if hms(start + 2) < hms(start):
+            self.skipTest("the window would cross midnight UTC")
+        r = self.put({"timezone": "UTC", "windows": [
+            window("blip", {"search": 0.1, "research": 0.9}, **{"from": hms(start),
+                                                                  "to": hms(start + 2)})]},
+                     KEYS["ops"])
+        self.assertEqual(r.status, 200, r.body)
+        share = lambda: metric(roundtrip(self.srv.port, "GET", "/metrics").body.decode(),
+                               "tenant_share", tenant="research", device="synthetic0")
+        seen = {}
+        while time.time() < start + 3.5:
+            v = share()
+            seen.setdefault(v, time.time())
+            time.sleep(0.01)
+        self.assertIn(0.9, seen, seen)
+        self.assertLess(seen[0.9] - start, 0.3, "switched %.3f s after the boundary"
+                        % (seen[0.9] - start))
+        self.assertEqual(self.put({"timezone": "UTC", "windows": []}, KEYS["ops"]).status, 200)
+
 
 class GovernanceWithoutTenantsTest(RepoServerCase):
     """No tenants configured: GET /v2/governance still answers (SPEC.md: the

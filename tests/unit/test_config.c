@@ -486,6 +486,9 @@ static void test_tenant_errors(void **state)
                          "tenants[0].limit: must be a number between 0 and 1, got 2", NULL);
     expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"share\": 0.6, \"limit\": 0.5}]}",
                          "tenants[0].limit: 0.5 is below share 0.6", NULL);
+    /* 0 read as "no limit" at all (the whole device). */
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"limit\": 0}]}",
+                         "tenants[0].limit: 0 would leave the tenant no device time", NULL);
     expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"share\": 0.7}, {\"name\": \"b\","
                          " \"share\": 0.4}]}",
                          "tenants: the shares add up to 1.1 (a 0.7, b 0.4)", "at most");

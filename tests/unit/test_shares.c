@@ -38,6 +38,8 @@ struct sim {
     struct infer_item off[PER_TENANT];    /* a job's lines, kept queued when `backlog` */
     bool backlog;
     int64_t busy_off[WINDOWS];
+    int64_t busy_off_early;           /* job lines' device time in the first 500 ms */
+    int64_t busy_early[NT];           /* each tenant's, in the first 500 ms */
     int64_t now;
     /* Per tenant: whether it sends in [on_from, on_to), and its device
      * time per 10-s window. */
@@ -160,6 +162,10 @@ static void sim_run(struct sim *s, int64_t until)
         for (struct infer_item *it = b.head; it; it = it->next) {
             int t = it->tenant;
             int w = (int)(s->now / (10 * SEC));
+            if (it->offline && s->now < 500 * MS)
+                s->busy_off_early += exec * it->rows / b.rows;
+            else if (s->now < 500 * MS)
+                s->busy_early[t] += exec * it->rows / b.rows;
             if (w < WINDOWS && it->offline)
                 s->busy_off[w] += exec * it->rows / b.rows;
             else if (w < WINDOWS)
@@ -259,11 +265,16 @@ static void test_limit_caps_a_tenant(void **state)
     s->tc.t[1].limit = 0.4;
     s->on_from[0] = INT64_MAX;   /* A never comes: B alone, capped */
     sim_run(s, 30 * SEC);
-    for (int w = 1; w < 3; w++) {
+    for (int w = 0; w < 3; w++) {
         double used = (double)s->busy[1][w] / (10.0 * SEC);
         print_message("# window %d: B alone with limit 0.4 used %.3f of the device\n", w, used);
         assert_true(used <= 0.4 * 1.05 && used >= 0.4 * 0.9);
     }
+    /* From its first batch: no run at the whole device while its moving
+     * sum, 0 at the start, caught up (0.78 of the first 500 ms). */
+    double early = (double)s->busy_early[1] / (500.0 * MS);
+    print_message("# its first 500 ms: %.3f of the device\n", early);
+    assert_true(s->busy_early[1] <= (int64_t)(0.4 * 500 * MS) + s->batch_ns_max);
     sim_free(s);
     free(s);
 }
@@ -305,8 +316,10 @@ static void test_reserved_share_stays_free(void **state)
     s->on_from[0] = 20 * SEC;   /* A idle, its 0.6 reserved: B gets at most 0.4 */
     sim_run(s, 20 * SEC);
     double used = (double)s->busy[1][1] / (10.0 * SEC);
-    print_message("# B while A (share 0.6, lend false) is idle: %.3f of the device\n", used);
+    print_message("# B while A (share 0.6, lend false) is idle: %.3f of the device, %.3f of "
+                  "its first 500 ms\n", used, (double)s->busy_early[1] / (500.0 * MS));
     assert_true(used <= 0.4 * 1.05 && used >= 0.4 * 0.9);
+    assert_true(s->busy_early[1] <= (int64_t)(0.4 * 500 * MS) + s->batch_ns_max);
     /* A comes back: the reserved time is there at once. */
     sim_run(s, 30 * SEC);
     assert_true(s->first_served_at[0] - 20 * SEC <= s->batch_ns_max);
@@ -404,11 +417,16 @@ static void test_offline_share_guaranteed(void **state)
         shares_set(s->sh, share, pass ? 0.3 : 0);
         sim_run(s, 20 * SEC);
         double off = (double)s->busy_off[1] / (10.0 * SEC);
-        print_message("# offline_share %.1f: job lines used %.3f of a saturated device\n",
-                      pass ? 0.3 : 0.0, off);
-        if (pass)
+        double early = (double)s->busy_off_early / (500.0 * MS);
+        print_message("# offline_share %.1f: job lines used %.3f of a saturated device, %.3f "
+                      "of its first 500 ms (max batch %.1f ms)\n", pass ? 0.3 : 0.0, off, early,
+                      (double)s->batch_ns_max / MS);
+        if (pass) {
             assert_true(off >= 0.3 * 0.95 && off <= 0.3 * 1.1);
-        else
+            /* From the start at their rate, not the whole device until a
+             * moving sum from 0 caught up (that gave them ~0.36 s of it). */
+            assert_true(s->busy_off_early <= (int64_t)(0.3 * 550 * MS) + s->batch_ns_max);
+        } else
             assert_true(off < 0.01);
         sim_free(s);
         free(s);
