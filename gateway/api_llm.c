@@ -133,19 +133,24 @@ static struct served_model *llm_find(struct api_state *st, const char *name)
 
 /* ---- the request ---- */
 
-/* SPEC: tenant default, X-Priority, or service_tier (priority > default > flex). */
-static enum llm_priority llm_priority_of(struct api_state *st, struct http_request *req,
-                                         json_t *root)
+/* SPEC: tenant default, X-Priority, or service_tier (priority > default >
+ * flex); -1, answered 400, for a value none of them names (it counted as
+ * default, so a typo of "flex" escaped shedding). */
+static int llm_priority_of(struct api_state *st, struct http_request *req, json_t *root)
 {
     size_t n;
     const char *h = http_request_header(req, "X-Priority", &n);
-    const char *tier = json_string_value(json_object_get(root, "service_tier"));
-    const char *v = h ? NULL : tier;
+    json_t *tier = json_object_get(root, "service_tier");
+    if (!h && tier && !json_is_null(tier) && !json_is_string(tier)) {
+        http_request_set_error_param(req, "service_tier");
+        http_respond_error(req, 400, NULL, "service_tier: must be a string");
+        return -1;
+    }
+    const char *v = h ? NULL : json_string_value(tier);
     char buf[32] = "";
-    if (h && n < sizeof buf) {
-        memcpy(buf, h, n);
-        buf[n] = '\0';
-        v = buf;
+    if (h) {
+        snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf - 1 ? n : sizeof buf - 1), h);
+        v = n < sizeof buf ? buf : "";
     }
     if (!v || strcasecmp(v, "auto") == 0) {
         const struct tenants_config *tc = st->auth ? auth_tenants(st->auth) : NULL;
@@ -157,7 +162,40 @@ static enum llm_priority llm_priority_of(struct api_state *st, struct http_reque
         return LLM_PRIO_HIGH;
     if (strcasecmp(v, "flex") == 0 || strcasecmp(v, "low") == 0)
         return LLM_PRIO_LOW;
-    return LLM_PRIO_DEFAULT;
+    /* OpenAI's "scale" is a default tier of its own. */
+    if (strcasecmp(v, "default") == 0 || (!h && strcasecmp(v, "scale") == 0))
+        return LLM_PRIO_DEFAULT;
+    if (!h)
+        http_request_set_error_param(req, "service_tier");
+    http_respond_error(req, 400, NULL, h ? "X-Priority: \"%s\" is not a priority (high or "
+                                           "priority, default, low or flex, auto)"
+                                         : "service_tier: \"%s\" is not a tier (auto, "
+                                           "default, flex, scale, priority)", v);
+    return -1;
+}
+
+/* The fields that decide how a call is streamed and counted must mean one
+ * thing: a server that reads "stream": "yes" or "max_tokens": "5000" as
+ * true and 5000 (vLLM does) would stream or generate past what the quota
+ * reserved. 0, or -1 answered 400 in OpenAI's shape. */
+static int llm_check_fields(struct http_request *req, json_t *root)
+{
+    json_t *v = json_object_get(root, "stream");
+    if (v && !json_is_null(v) && !json_is_boolean(v)) {
+        http_request_set_error_param(req, "stream");
+        http_respond_error(req, 400, NULL, "stream: must be true or false");
+        return -1;
+    }
+    static const char *const counts[] = {"max_tokens", "max_completion_tokens", "n_predict"};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        v = json_object_get(root, counts[i]);
+        if (v && !json_is_null(v) && !json_is_integer(v)) {
+            http_request_set_error_param(req, counts[i]);
+            http_respond_error(req, 400, NULL, "%s: must be an integer", counts[i]);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* The prompt's text as the servers see its start: each message's role and
@@ -228,10 +266,15 @@ static int64_t llm_estimate(enum llm_api api, json_t *root, int64_t *prompt)
     }
     int64_t out = 0;
     if (api != LLM_EMBEDDINGS) {
-        json_t *m = json_object_get(root, "max_completion_tokens");
-        if (!json_is_integer(m))
-            m = json_object_get(root, "max_tokens");
-        out = json_is_integer(m) && json_integer_value(m) > 0 ? json_integer_value(m) : 256;
+        /* The most any of the servers' names for it allows (llama-server
+         * reads n_predict too). */
+        static const char *const counts[] = {"max_completion_tokens", "max_tokens", "n_predict"};
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+            json_t *m = json_object_get(root, counts[k]);
+            if (json_is_integer(m) && json_integer_value(m) > out)
+                out = json_integer_value(m);
+        }
+        out = out > 0 ? out : 256;
     }
     *prompt = (int64_t)(bytes + 3) / 4;
     return *prompt + out;
@@ -502,7 +545,13 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         json_decref(root);
         return;
     }
-    enum llm_priority prio = llm_priority_of(st, req, root);
+    int p = llm_check_fields(req, root) == 0 ? llm_priority_of(st, req, root) : -1;
+    if (p < 0) {
+        served_release(sm);
+        json_decref(root);
+        return;
+    }
+    enum llm_priority prio = (enum llm_priority)p;
     if (prio == LLM_PRIO_LOW && llmpool_saturated(sm->pool)) {
         llmpool_shed(sm->pool, prio);
         api_count_request(st, sm, req, 429, 0, -1, NULL);

@@ -291,6 +291,23 @@ static bool proxy_tapped_skip(const char *n, size_t len)
            proxy_name_is(n, len, "Content-Encoding");
 }
 
+/* Every value of the request's header `name`, in order, each followed by
+ * ", ": lines given twice are one list (RFC 9110 5.3), and the proxy's own
+ * entry goes last. */
+static void proxy_put_list(struct buf *b, struct http_request *req, const char *name)
+{
+    int n = http_request_header_count(req);
+    for (int i = 0; i < n; i++) {
+        const char *hn, *val;
+        size_t nl, vl;
+        http_request_header_at(req, i, &hn, &nl, &val, &vl);
+        if (proxy_name_is(hn, nl, name) && vl > 0) {
+            proxy_put(b, val, vl);
+            PUT_LIT(b, ", ");
+        }
+    }
+}
+
 static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *method,
                             const char *path, size_t path_len)
 {
@@ -311,8 +328,6 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *met
     PUT_LIT(b, " HTTP/1.1\r\nHost: ");
     proxy_puts(b, httpc_target_authority(c->targets[0]));
     PUT_LIT(b, "\r\n");
-    const char *xff = NULL, *via = NULL;
-    size_t xff_len = 0, via_len = 0;
     enum auth_key_from used = auth_key_used(req);
     int n = http_request_header_count(req);
     for (int i = 0; i < n; i++) {
@@ -328,33 +343,27 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *met
         if ((used == AUTH_KEY_BEARER && proxy_name_is(name, nl, "Authorization")) ||
             (used == AUTH_KEY_X_API_KEY && proxy_name_is(name, nl, "X-Api-Key")))
             continue;
-        if (proxy_name_is(name, nl, "X-Forwarded-For")) {
-            xff = val, xff_len = vl;
+        /* Ours to state below: the lists are extended, and the client's
+         * own Host and scheme replaced (a client's "X-Forwarded-Proto:
+         * https" left in front of ours would pass for HTTPS with a server
+         * that reads the first). */
+        if (proxy_name_is(name, nl, "X-Forwarded-For") || proxy_name_is(name, nl, "Via") ||
+            proxy_name_is(name, nl, "X-Forwarded-Host") ||
+            proxy_name_is(name, nl, "X-Forwarded-Proto"))
             continue;
-        }
-        if (proxy_name_is(name, nl, "Via")) {
-            via = val, via_len = vl;
-            continue;
-        }
         proxy_put_header(b, name, nl, val, vl);
     }
     char peer[64];
     http_request_peer(req, peer, sizeof peer);
     PUT_LIT(b, "X-Forwarded-For: ");
-    if (xff) {
-        proxy_put(b, xff, xff_len);
-        PUT_LIT(b, ", ");
-    }
+    proxy_put_list(b, req, "X-Forwarded-For");
     proxy_puts(b, peer[0] ? peer : "unknown");
     if (host) {
         PUT_LIT(b, "\r\nX-Forwarded-Host: ");
         proxy_put(b, host, hlen);
     }
     PUT_LIT(b, "\r\nX-Forwarded-Proto: http\r\nVia: ");
-    if (via) {
-        proxy_put(b, via, via_len);
-        PUT_LIT(b, ", ");
-    }
+    proxy_put_list(b, req, "Via");
     proxy_puts(b, http_request_minor(req) ? "1.1 batchgate\r\n" : "1.0 batchgate\r\n");
     if (c->tap) {
         return 0;   /* the caller states the body */

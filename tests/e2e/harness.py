@@ -631,6 +631,22 @@ def close_quietly(sock):
         pass
 
 
+def seconds_to_stop_after_close(tc, sock, running, timeout=5.0):
+    """Waits (bounded) until running() says 1, the call sent on sock under
+    way, closes sock normally (a FIN), and returns the seconds until
+    running() says 0."""
+    deadline = time.monotonic() + timeout
+    while running() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tc.assertEqual(running(), 1)
+    sock.close()
+    closed = time.monotonic()
+    while running() and time.monotonic() < closed + timeout:
+        time.sleep(0.01)
+    tc.assertEqual(running(), 0)
+    return time.monotonic() - closed
+
+
 def roundtrip(port, method="GET", path="/", headers=None, body=None, timeout=5.0):
     """One request on a fresh connection; returns the response."""
     s = connect(port, timeout)

@@ -18,7 +18,8 @@ import threading
 import time
 import unittest
 
-from harness import RepoServerCase, Server, endpoint_starting, free_port, roundtrip
+from harness import (RepoServerCase, Server, endpoint_starting, free_port, roundtrip,
+                     seconds_to_stop_after_close)
 from test_infer import synthetic, write_model
 from test_metrics import check_grouping
 
@@ -250,6 +251,23 @@ class TestPoolRoutes(PoolCase):
         self.assertIn("allowed: POST", err["message"])
         r, raw = self.post("/v1/chat/completions", chat_body("smol"))
         self.assertEqual(r.status, 200)
+        # What decides streaming and the token reservation means one thing:
+        # a lenient server reads "yes" and "5000" as true and 5000.
+        for field, value in (("stream", "yes"), ("stream", 1), ("max_tokens", "5000"),
+                             ("max_completion_tokens", 2.5), ("n_predict", "9")):
+            r, raw = self.post("/v1/chat/completions", chat_body("smol", **{field: value}))
+            err = self.assert_openai_error(r, raw, 400, field)
+            self.assertIn(field, err["message"])
+        # A priority none of the names is: 400, not a silent default.
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", service_tier="bogus"))
+        self.assert_openai_error(r, raw, 400, "service_tier")
+        r, raw = self.post("/v1/chat/completions", chat_body("smol"), {"X-Priority": "5"})
+        err = self.assert_openai_error(r, raw, 400)
+        self.assertIn("X-Priority", err["message"])
+        for ok in ({"service_tier": "scale"}, {"service_tier": "auto"}, {"stream": None},
+                   {"max_tokens": None}):
+            r, raw = self.post("/v1/chat/completions", chat_body("smol", **ok))
+            self.assertEqual(r.status, 200, (ok, raw))
 
     def test_server_errors_pass_through_in_its_shape(self):
         # The server's own 4xx (here: a request it cannot fit) is its answer.
@@ -603,16 +621,8 @@ class TestPoolFailures(PoolCase):
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
                   % len(data) + data)
         running = lambda: sum(self.sim.metrics(e)["vllm:num_requests_running"] for e in eps)
-        deadline = time.monotonic() + 5
-        while running() == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertEqual(running(), 1)
-        s.close()
-        closed = time.monotonic()
-        while running() and time.monotonic() < closed + 5:
-            time.sleep(0.01)
-        self.assertEqual(running(), 0)
-        self.assertLess(time.monotonic() - closed, 0.5, "not at timeout_ms (1.5 s)")
+        self.assertLess(seconds_to_stop_after_close(self, s, running), 0.5,
+                        "not at timeout_ms (1.5 s)")
         after = [self.sim.metrics(e) for e in eps]
         self.assertEqual(sum(a["llmsim:requests_aborted_total"] - b["llmsim:requests_aborted_total"]
                              for a, b in zip(after, before)), 1)

@@ -271,6 +271,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.reply(200, {"method": self.command, "path": self.path,
                          "headers": {k.lower(): v for k, v in self.headers.items()},
+                         "header_lines": [[k.lower(), v] for k, v in self.headers.items()],
                          "body_len": len(body), "sha256": hashlib.sha256(body).hexdigest()})
 
     def do_POST(self):
