@@ -220,6 +220,10 @@ int hf_bert_config_load(const char *dir, struct hf_bert_config *out, struct erro
             rc = error_set(err, BG_ECONFIG, "%s: max_seq_length: %d, more than "
                            "max_position_embeddings %d", path, out->max_seq_length,
                            out->max_positions);
+        /* [CLS] and [SEP] take two: a text needs room for them at least. */
+        if (rc == 0 && out->max_seq_length < 2)
+            rc = error_set(err, BG_ECONFIG, "%s: max_seq_length: %d leaves no room for [CLS] "
+                           "and [SEP] (2 at least)", path, out->max_seq_length);
     }
     json_decref(s);
     return rc;

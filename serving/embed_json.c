@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 
@@ -19,7 +20,10 @@ int embed_openai_model(const char *body, size_t len, char *name, size_t cap, cha
     json_error_t je;
     char at[48];
     snprintf(param, pcap, "%s", "");
-    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
+    /* Read as the decoder reads the body (duplicate keys refused), so that
+     * which of two "model" keys names the model cannot differ between the
+     * two. */
+    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return error_set(err, BG_EINVAL, "invalid JSON at %s: %s",
                          tensor_json_where(at, sizeof at, je.line, je.column), je.text);
@@ -115,6 +119,15 @@ static int embed_decode_root(const struct model *m, json_t *root, struct infer_r
     if (e->api == EMBED_TEI) {
         if ((rc = embed_bool(root, "normalize", &e->normalize, e, err)))
             return rc;
+        /* TEI keeps a text's end for "Left"; these kernels keep its start.
+         * Taken silently, the vectors of long texts would differ from
+         * TEI's, so only what is done here is accepted. */
+        json_t *dir = json_object_get(root, "truncation_direction");
+        if (dir && !json_is_null(dir) &&
+            (!json_is_string(dir) || strcasecmp(json_string_value(dir), "right") != 0))
+            return embed_fail(e, "truncation_direction", err, BG_EINVAL,
+                              "truncation_direction: only \"Right\" is served (a text past "
+                              "the maximum length keeps its start)");
     } else {
         json_t *fmt = json_object_get(root, "encoding_format");
         if (json_is_null(fmt))

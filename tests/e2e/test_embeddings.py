@@ -265,6 +265,13 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(r.status, 400)
         self.assertIn("invalid JSON", r.json()["error"]["message"])
         self.assertIsNone(r.json()["error"]["param"])
+        # "model" twice is one error whichever comes first (the model was
+        # looked up by the last one, then the body refused).
+        for raw in (b'{"model": "tiny", "model": "nope", "input": "a"}',
+                    b'{"model": "nope", "model": "tiny", "input": "a"}'):
+            r = post(self.port, "/v1/embeddings", None, raw=raw)
+            self.assertEqual(r.status, 400, (raw, r.body))
+            self.assertIn("duplicate object key", r.json()["error"]["message"])
         # NUL is text like any other (a control character to the tokenizer).
         self.assertEqual(len(self.openai("tiny", ["a\u0000b"])["data"]), 1)
 
@@ -478,6 +485,14 @@ class OneEncoderTest(unittest.TestCase):
                 r = post(srv.port, "/embed", {"inputs": 5}, headers=ka)
                 self.assertEqual(r.status, 400)
                 self.assertIn("inputs: must be a string", r.json()["error"])
+                # TEI's "Left" keeps a text's end: refused, not served as "Right".
+                r = post(srv.port, "/embed", {"inputs": "x", "truncation_direction": "Left"},
+                         headers=ka)
+                self.assertEqual(r.status, 400)
+                self.assertIn("truncation_direction", r.json()["error"])
+                r = post(srv.port, "/embed", {"inputs": "x", "truncation_direction": "Right"},
+                         headers=ka)
+                self.assertEqual(r.status, 200, r.body)
             # No encoder at all: /embed is 404.
             shutil.rmtree(os.path.join(repo, "tiny"))
             with Server({"model_repository": repo, "state_dir": os.path.join(tmp, "st2")}) as srv:

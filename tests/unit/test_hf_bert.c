@@ -155,6 +155,8 @@ static void test_refusals_name_the_field(void **s)
             "word_embedding_dimension: 768, but hidden_size is 384");
     refused("sentence_bert_config.json", "{\"max_seq_length\": 1000}", BG_ECONFIG,
             "max_seq_length: 1000, more than max_position_embeddings 512");
+    refused("sentence_bert_config.json", "{\"max_seq_length\": 1}", BG_ECONFIG,
+            "sentence_bert_config.json: max_seq_length: 1 leaves no room for [CLS] and [SEP]");
 }
 
 int main(void)
