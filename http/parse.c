@@ -110,6 +110,17 @@ static uint32_t parse_path_off(const char *url, uint32_t len)
     return s;
 }
 
+/* The path is known once the target is: an error in the headers that
+ * follow is then worded for the route it was headed to (router_style). */
+static int parse_on_url_complete(llhttp_t *l)
+{
+    struct http_request *r = parse_of(l)->cur;
+    const char *q = r->url_len ? memchr(r->head.data, '?', r->url_len) : NULL;
+    r->path_len = q ? (uint32_t)(q - r->head.data) : r->url_len;
+    r->path_off = parse_path_off(r->head.data, r->path_len);
+    return 0;
+}
+
 /* Transfer-Encoding: llhttp has refused a final coding other than chunked.
  * Only chunked alone is read (RFC 9112 6.1): another coding before it
  * would reach the handler undone, and a proxied call without its label,
@@ -152,9 +163,6 @@ static int parse_on_headers_complete(llhttp_t *l)
     r->http_major = llhttp_get_http_major(l);
     r->http_minor = llhttp_get_http_minor(l);
     r->keep_alive = llhttp_should_keep_alive(l) != 0;
-    const char *q = r->url_len ? memchr(r->head.data, '?', r->url_len) : NULL;
-    r->path_len = q ? (uint32_t)(q - r->head.data) : r->url_len;
-    r->path_off = parse_path_off(r->head.data, r->path_len);
     hp->upgrade = llhttp_get_upgrade(l) != 0;
     hp->phase = HTTP_PHASE_BODY;
     if (r->http_major != 1)
@@ -252,6 +260,7 @@ static int parse_on_message_complete(llhttp_t *l)
 static const llhttp_settings_t parse_settings = {
     .on_message_begin = parse_on_message_begin,
     .on_url = parse_on_url,
+    .on_url_complete = parse_on_url_complete,
     .on_header_field = parse_on_header_field,
     .on_header_value = parse_on_header_value,
     .on_headers_complete = parse_on_headers_complete,

@@ -27,7 +27,8 @@ import tempfile
 import time
 import unittest
 
-from harness import (HERE, Server, minilm_folder, reference_python, roundtrip, run_testdeps,
+from harness import (HERE, Server, close_quietly, connect, minilm_folder, read_response,
+                     reference_python, roundtrip, run_testdeps, send,
                      sanitizer_build)
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -265,6 +266,17 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(r.status, 400)
         self.assertIn("invalid JSON", r.json()["error"]["message"])
         self.assertIsNone(r.json()["error"]["param"])
+        # A head llhttp refuses is worded for the route too: its path is
+        # known once the request line is read.
+        for bad in (b"Content-Length: abc\r\n", b"no colon here\r\n"):
+            s = connect(self.port)
+            send(s, b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n" + bad + b"\r\n")
+            r = read_response(s)
+            close_quietly(s)
+            self.assertEqual(r.status, 400, r)
+            err = r.json()["error"]
+            self.assertEqual(err["type"], "invalid_request_error", (bad, err))
+            self.assertIn("malformed HTTP request", err["message"])
         # "model" twice is one error whichever comes first (the model was
         # looked up by the last one, then the body refused).
         for raw in (b'{"model": "tiny", "model": "nope", "input": "a"}',
