@@ -71,7 +71,26 @@ static void batcher_update_fastest(struct batcher *b)
     b->fastest = best;
 }
 
-/* Expired requests are answered 504 the moment they become hopeless, even
+/* Requests past hope: 504, or 429 for those the scheduler held back for
+ * their tenant (its `limit`, time another tenant reserves) until their
+ * budget ran out: SPEC.md's status for a tenant over its limit. */
+static void batcher_answer_expired(struct infer_item *expired)
+{
+    while (expired) {
+        struct infer_item *it = expired;
+        expired = it->next;
+        it->next = NULL;
+        if (it->held)
+            work_complete(it, BG_ETENANTLIMIT, "its tenant is over its limit of the device (or "
+                          "another tenant's reserved share): held back until its latency budget "
+                          "ran out");
+        else
+            work_complete(it, BG_EDEADLINE, "latency budget ran out while queued (answered when "
+                          "it could no longer be met)");
+    }
+}
+
+/* Expired requests are answered the moment they become hopeless, even
  * when no instance is idle to notice: that is this thread's only job. */
 static void *batcher_reaper_main(void *arg)
 {
@@ -84,8 +103,7 @@ static void *batcher_reaper_main(void *arg)
         int64_t next = bqueue_expire(&b->q, now, batcher_fastest(b), &expired);
         if (expired) {
             pthread_mutex_unlock(&b->lock);
-            work_complete_list(expired, BG_EDEADLINE,
-                         "latency budget ran out while queued (answered when it could no longer be met)");
+            batcher_answer_expired(expired);
             pthread_mutex_lock(&b->lock);
             continue;
         }
@@ -264,7 +282,7 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
         bqueue_expire(&b->q, now, batcher_fastest(b), &expired);
         if (expired) {
             pthread_mutex_unlock(&b->lock);
-            work_complete_list(expired, BG_EDEADLINE, "latency budget ran out while queued");
+            batcher_answer_expired(expired);
             pthread_mutex_lock(&b->lock);
             continue;
         }
@@ -276,6 +294,7 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
                                  &b->q.offline_first);
             if (b->q.nrank == 0)
                 b->q.nrank = -1;   /* all held back: nothing ranked, not "no ranking" */
+            bqueue_note_held(&b->q, has, now);
         }
         /* Waiting for company idles nothing when the queue's own job lines
          * or another model can use the device meanwhile. */

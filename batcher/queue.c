@@ -209,6 +209,7 @@ bool bqueue_has_room(const struct bqueue *q, int t)
 int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                 const struct latmodel *lat, struct error *err)
 {
+    it->held = false;
     if (it->rows < 1 || it->rows > q->cfg.max_batch_size)
         return error_set(err, BG_EINVAL, "a request may carry 1 to %d rows (got %d)",
                          q->cfg.max_batch_size, it->rows);
@@ -284,6 +285,21 @@ void bqueue_remove(struct bqueue *q, struct infer_item *it)
         bqueue_unlink_all(q, it);
 }
 
+void bqueue_note_held(struct bqueue *q, const bool *has, int64_t now_ns)
+{
+    if (q->nrank == 0)
+        return;   /* no ranking: nobody is held */
+    for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+        if (!has[t])
+            continue;
+        bool ranked = false;
+        for (int i = 0; i < q->nrank && !ranked; i++)
+            ranked = q->rank[i] == t;
+        if (!ranked)
+            q->held_at[t] = now_ns;
+    }
+}
+
 int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
                       struct infer_item **expired)
 {
@@ -309,6 +325,9 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
          * is hopeless only once that instant has passed. */
         int64_t at = bqueue_plan_deadline(q, it) - bqueue_item_ns(lat, it);
         if (at < now_ns) {
+            /* Its tenant held back since it came: the wait is the tenant's
+             * (its own earlier requests queue behind the same limit). */
+            it->held = q->held_at[it->tenant] >= it->t_arrival_ns;
             bqueue_unlink_all(q, it);
             *tail = it;
             tail = &it->next;

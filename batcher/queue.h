@@ -95,6 +95,7 @@ struct bqueue {
     int nrank;                        /* 0: no ranking (one service order); -1: every
                                        * tenant with requests is held back */
     int64_t rank_retry_ns;            /* with requests but none ranked: ask again after this */
+    int64_t held_at[WORK_TENANTS_MAX];   /* the last ranking that held the tenant back */
     bool offline_first;               /* offline rows are owed device time: a batch of them
                                        * goes first (set with the ranking) */
     struct list off;                  /* infer_item.q_svc of offline items: FIFO */
@@ -143,6 +144,10 @@ void bqueue_remove(struct bqueue *q, struct infer_item *it);
 /* Unlinks every request that can no longer meet its deadline even alone,
  * chained through `next` into *expired; returns when the next one would
  * expire (POLICY_NEVER if none). No-op for the fixed-delay policy. */
+/* After a ranking (rank, nrank set for the tenants with requests, has):
+ * those it left out were held back now. A request that expires after its
+ * tenant was held since it came is marked infer_item.held. */
+void bqueue_note_held(struct bqueue *q, const bool *has, int64_t now_ns);
 int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
                       struct infer_item **expired);
 

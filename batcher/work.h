@@ -61,6 +61,10 @@ struct infer_item {
     int status;                       /* 0, or a BG_E* code (set by work_complete) */
     char error[200];
     bool queued;                      /* batcher-internal */
+    /* Expired while the scheduler held its tenant back (its `limit`, or
+     * time another tenant reserves): the tenant's refusal, not the
+     * model's (batcher-internal, set by bqueue_expire). */
+    bool held;
     /* Offline work (a job's line): queued apart, run only in device time no
      * online request needs, never aged, no deadline (batcher/queue.h). */
     bool offline;

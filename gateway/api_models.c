@@ -613,7 +613,14 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
         else if (it->status != BG_ECANCELLED)
             models_account(call->st, call->sm, req, status,
                            it->t_dequeue_ns ? it->t_dequeue_ns - it->t_arrival_ns : -1, NULL);
-        http_respond_error(req, status, NULL, "model %s: %s", c->name, it->error);
+        /* The tenant's refusal (batcher_answer_expired): the reason named,
+         * and when to try again, as the admission limits' 429. */
+        const char *hdr = NULL;
+        if (it->status == BG_ETENANTLIMIT) {
+            http_request_set_error_reason(req, "limit");
+            hdr = "Retry-After: 1\r\n";
+        }
+        http_respond_error(req, status, hdr, "model %s: %s", c->name, it->error);
         models_infer_call_free(call);
         return;
     }

@@ -10,6 +10,7 @@ much of it matches a real one."""
 import hashlib
 import json
 import statistics
+import threading
 import time
 import unittest
 
@@ -406,6 +407,7 @@ class LimitsTest(RepoServerCase):
             {"name": "metered", "keys": [digest("k-metered")], "rate_rows_per_s": 2},
             {"name": "tiny", "keys": [digest("k-tiny")], "rate_rows_per_s": 1},
             {"name": "free", "keys": [digest("k-free")]},
+            {"name": "capped", "keys": [digest("k-capped")], "limit": 0.3},
         ],
     }
 
@@ -414,6 +416,8 @@ class LimitsTest(RepoServerCase):
         fast_models(repo, "alpha")
         write_model(repo, "slow", synthetic("slow", base_us=400000, per_row_us=0,
                                             batching={"max_batch_size": 1}))
+        write_model(repo, "cap", synthetic("cap", base_us=20000, per_row_us=0,
+                                           batching={"max_batch_size": 1}))
 
     def test_no_admin_among_keyed_tenants_is_said_at_start(self):
         # Every admin route is then 403 to every caller, which nothing said.
@@ -466,6 +470,36 @@ class LimitsTest(RepoServerCase):
         self.assert_429(r, "rate_rows_per_s", (1,))
         time.sleep(int(r.headers["Retry-After"]) + 0.05)
         self.assertEqual(infer(self.srv, "alpha", "k-metered", rows=1).status, 200)
+
+    def test_over_limit_is_429_not_504(self):
+        # SPEC.md: 429 over `limit`. A request the scheduler holds back for
+        # its tenant's limit until its budget runs out is the tenant's
+        # refusal (it was a 504, as if the model could not meet budgets).
+        codes, bodies = {}, []
+        lock = threading.Lock()
+        stop = time.monotonic() + 2.0
+
+        def flood():
+            while time.monotonic() < stop:
+                r = roundtrip(self.srv.port, "POST", "/v2/models/cap/infer",
+                              [("Content-Type", "application/json"),
+                               ("Authorization", "Bearer k-capped"),
+                               ("X-Request-Timeout-Ms", "100")], body(), timeout=10)
+                with lock:
+                    codes[r.status] = codes.get(r.status, 0) + 1
+                    if r.status == 429 and len(bodies) < 3:
+                        bodies.append(r)
+
+        ts = [threading.Thread(target=flood) for _ in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        self.assertGreater(codes.get(200, 0), 0, codes)
+        self.assertGreater(codes.get(429, 0), 0, codes)
+        self.assertEqual(codes.get(504, 0), 0, codes)
+        for r in bodies:
+            self.assert_429(r, "limit", (1,))
 
     def test_rate_retry_after_is_computed(self):
         # 4 rows at 1 row/s: a full bucket lets them through, and the next
