@@ -327,7 +327,7 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
         if (at < now_ns) {
             /* Its tenant held back since it came: the wait is the tenant's
              * (its own earlier requests queue behind the same limit). */
-            it->held = q->held_at[it->tenant] >= it->t_arrival_ns;
+            it->held = q->held_at[it->tenant] > 0 && q->held_at[it->tenant] >= it->t_arrival_ns;
             bqueue_unlink_all(q, it);
             *tail = it;
             tail = &it->next;

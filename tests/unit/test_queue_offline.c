@@ -346,6 +346,33 @@ static void test_lone_request_at_its_latest_start_is_served(void **state)
     bqueue_free(&q);
 }
 
+/* A request that expires after the ranking held its tenant back since it
+ * came is marked held (the tenant's refusal, 429); one that came after the
+ * last hold, or of a tenant never held, is not (504). */
+static void test_expired_after_a_hold_is_marked_held(void **state)
+{
+    (void)state;
+    struct bqueue q;
+    setup_queue(&q, 16, 0, 0);
+    items[0].tenant = 1;
+    struct infer_item *a = push(&q, 0, false, 0, 5 * MS);
+    push(&q, 1, false, 0, 5 * MS);   /* tenant 0, never held */
+    /* Tenant 1 has work and is left out of the ranking at 1 ms. */
+    bool has[WORK_TENANTS_MAX] = {[0] = true, [1] = true};
+    q.rank[0] = 0;
+    q.nrank = 1;
+    bqueue_note_held(&q, has, 1 * MS);
+    items[2].tenant = 1;
+    push(&q, 2, false, 2 * MS, 6 * MS);   /* tenant 1, came after the hold */
+    struct infer_item *expired = NULL;
+    bqueue_expire(&q, 10 * MS, &lat, &expired);
+    int n = 0;
+    for (struct infer_item *it = expired; it; it = it->next, n++)
+        assert_int_equal(it->held, it == a);
+    assert_int_equal(n, 3);
+    bqueue_free(&q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -358,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_aging_never_promotes_offline),
         cmocka_unit_test(test_drain_and_remove_offline),
         cmocka_unit_test(test_seeded_traces),
+        cmocka_unit_test(test_expired_after_a_hold_is_marked_held),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
