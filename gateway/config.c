@@ -384,8 +384,9 @@ static const struct schema_field config_fields[] = {
             "(docs/TENANTS.md); SIGHUP and `PUT /v2/governance` replace it"},
     /* A map by device label: config_devices_parse. */
     {SCHEMA_F_IGNORE("devices"), .expect = "object", .doc_default = "none",
-     .doc = "per device label (`cpu0`, `cuda1`, `synthetic0`, ...): `{\"memory_budget_bytes\": "
-            "N, \"price_per_hour\": X, \"release_context\": true}`: what the resident models "
+     .doc = "per device label (`cpu`, `cuda` or `synthetic` and a number: `cpu0`, `cuda1`; "
+            "another is refused): `{\"memory_budget_bytes\": N, \"price_per_hour\": X, "
+            "\"release_context\": true}`: what the resident models "
             "may hold there (0: no bound), what an hour of it costs, and whether a GPU's context "
             "is released when no model is left on it (docs/MODELS.md \"Lifecycle\")"},
     {SCHEMA_F_BOOL("debug_endpoints", struct config, debug_endpoints),
@@ -435,9 +436,14 @@ static int config_devices_parse(struct config *c, json_t *devs, const char *file
         bool ok = k > 0 && k < n && n < sizeof c->devices[0].name;
         for (size_t i = k; i < n && ok; i++)
             ok = name[i] >= '0' && name[i] <= '9';
+        /* The backends whose instances sit on devices: "gpu0" would name
+         * none, and its price or budget would apply nowhere, silently. */
+        ok = ok && ((k == 3 && strncmp(name, "cpu", 3) == 0) ||
+                    (k == 4 && strncmp(name, "cuda", 4) == 0) ||
+                    (k == 9 && strncmp(name, "synthetic", 9) == 0));
         if (!ok)
-            return error_set(err, BG_ECONFIG, "%s: devices.%s: a device label is a backend and a "
-                             "number (\"cpu0\", \"cuda1\")", file, name);
+            return error_set(err, BG_ECONFIG, "%s: devices.%s: a device label is cpu, cuda or "
+                             "synthetic and a number (\"cpu0\", \"cuda1\")", file, name);
         if (c->ndevices == SERVING_MAX_DEVICE_CONFIGS)
             return error_set(err, BG_ECONFIG, "%s: devices: more than %d devices", file,
                              SERVING_MAX_DEVICE_CONFIGS);

@@ -409,8 +409,12 @@ static void test_devices(void **state)
     assert_false(c.devices[1].keep_context);
     expect_message("{\"devices\": []}", "h.json: devices: expected an object, got an array");
     expect_message("{\"devices\": {\"gpu\": {}}}",
-                   "h.json: devices.gpu: a device label is a backend and a number (\"cpu0\", "
-                   "\"cuda1\")");
+                   "h.json: devices.gpu: a device label is cpu, cuda or synthetic and a number "
+                   "(\"cpu0\", \"cuda1\")");
+    /* The shape of a label, but no backend's: its price would apply nowhere. */
+    expect_message("{\"devices\": {\"gpu0\": {\"price_per_hour\": 1}}}",
+                   "h.json: devices.gpu0: a device label is cpu, cuda or synthetic and a number "
+                   "(\"cpu0\", \"cuda1\")");
     expect_message("{\"devices\": {\"cpu0\": 3}}", "h.json: devices.cpu0: expected an object");
     expect_message("{\"devices\": {\"cpu0\": {\"memory_budget_bytes\": -1}}}",
                    "h.json: devices.cpu0.memory_budget_bytes: expected a whole number of bytes >= 0");
