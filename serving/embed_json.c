@@ -167,6 +167,14 @@ static int embed_decode_root(const struct model *m, json_t *root, struct infer_r
         return embed_fail(e, field, err, BG_EINVAL, "%s: %zu inputs; model %s takes 1 to %d per "
                           "request (batching.max_batch_size)", field, n, c->name,
                           c->batching.max_batch_size);
+    /* OpenAI's schema: texts, or token arrays, not a mix of the two. */
+    json_t *first = one ? NULL : json_array_get(in, 0);
+    for (size_t i = 1; first && i < n; i++)
+        if ((json_is_string(first) && json_is_array(json_array_get(in, i))) ||
+            (json_is_array(first) && json_is_string(json_array_get(in, i))))
+            return embed_fail(e, field, err, BG_EINVAL, "%s: an array of strings or an array "
+                              "of token id arrays, not both (element %zu differs from element "
+                              "0)", field, i);
     r->rows = (int)n;
     r->input = malloc(n * (size_t)c->input.row_elems * sizeof(float));
     if (!r->input)

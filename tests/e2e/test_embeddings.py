@@ -248,6 +248,8 @@ class EmbeddingsTest(TinyCase):
             ({"model": "tiny", "input": "x", "encoding_format": "int8"}, 400, "encoding_format",
              "\"float\" or \"base64\""),
             ({"model": "tiny", "input": [[1, 99999]]}, 400, "input", "outside the model's vocabulary"),
+            ({"model": "tiny", "input": [[101], "a"]}, 400, "input",
+             "an array of strings or an array of token id arrays, not both (element 1"),
             ({"model": "tiny", "input": long_text, "truncate": False}, 413, "input",
              "input of 102 tokens is longer than the model's maximum of 24"),
             ({"model": "digits", "input": "x"}, 400, "model", "not an embedding model"),
