@@ -191,9 +191,10 @@ int governance_parse(const json_t *section, const struct tenants_config *tc, con
         }
     }
     json_t *tzv = json_object_get(section, "timezone");
-    if (tzv && !json_is_string(tzv)) {
-        rc = error_set(err, BG_ECONFIG, "%s.timezone: an IANA zone name such as \"Europe/Paris\"",
-                       where);
+    /* "" would be the host's zone, silently: leaving it out says so. */
+    if (tzv && (!json_is_string(tzv) || json_string_length(tzv) == 0)) {
+        rc = error_set(err, BG_ECONFIG, "%s.timezone: an IANA zone name such as \"Europe/Paris\" "
+                       "(leave it out for the host's zone)", where);
         goto fail;
     }
     snprintf(g->timezone, sizeof g->timezone, "%s", tzv ? json_string_value(tzv) : "");

@@ -148,6 +148,8 @@ static void test_errors(void **state)
          "{\"name\":\"a\",\"from\":\"10:00\",\"to\":\"11:00\"}]}", "a second window named \"a\""},
         {"{\"timezone\": \"Atlantis/Capital\"}", "cannot read"},
         {"{\"timezone\": \"../etc/passwd\"}", "not an IANA zone name"},
+        {"{\"timezone\": \"\"}", "leave it out for the host's zone"},
+        {"{\"timezone\": 3}", "an IANA zone name such as"},
         {"{\"zone\": \"UTC\"}", "unknown field \"zone\""},
         {NULL, "a list of at most 32 windows"},   /* 33 windows: built below */
     };
