@@ -40,6 +40,7 @@ struct lg_run {
     int64_t t0, t_measure, t_end;
     struct event *deadline;      /* the window's end + drain_ms: the step ends */
     int64_t next_intended;
+    uint64_t nsched;             /* constant rate: the sends scheduled so far */
     uint64_t rng;
     uint64_t next_req;
     bool sending;                /* still inside the window */
@@ -110,6 +111,8 @@ static void engine_dispatch(struct lg_run *run, int64_t intended, bool measured)
         return;
     }
     if (run->nconns < run->c->max_connections && (k = engine_conn_new(run))) {
+        if (measured && now_ns() - intended > 1000000)
+            run->r->late_sends++;   /* a connection could be had: the generator was late */
         k->intended = intended;
         k->measured = measured;
         k->busy = true;
@@ -210,7 +213,13 @@ static void engine_on_timer(evutil_socket_t fd, short what, void *arg)
         if (measured)
             run->r->sent++;
         engine_dispatch(run, run->next_intended, measured);
-        run->next_intended += (int64_t)(engine_gap_s(run) * 1e9);
+        /* Constant gaps are counted from the start, not added up: a gap
+         * cut to whole ns, added 30 times, let a 31st send into a 1-s
+         * window at 30/s. */
+        if (!run->c->poisson && run->c->trace_period_s <= 0)
+            run->next_intended = run->t0 + (int64_t)((double)++run->nsched * 1e9 / run->c->rate);
+        else
+            run->next_intended += (int64_t)(engine_gap_s(run) * 1e9);
     }
     if (run->next_intended >= run->t_end) {
         run->sending = false;
@@ -251,11 +260,22 @@ static void engine_on_progress(evutil_socket_t fd, short what, void *arg)
 
 /* ---- connections ---- */
 
+/* 1: no body follows, whatever Content-Length says (RFC 9112 6.3): the
+ * answer to a HEAD, a 1xx, 204 or 304. llhttp would wait for the body a
+ * Content-Length announces, and the request never completed. */
 static int engine_on_headers_complete(llhttp_t *p)
 {
     struct lg_conn *k = p->data;
     k->status = llhttp_get_status_code(p);
-    return 0;
+    return k->run->c->head || (k->status >= 100 && k->status < 200) || k->status == 204 ||
+           k->status == 304;
+}
+
+/* An interim answer (100 Continue, 103 Early Hints): the final one is still
+ * to come, on the same request (RFC 9110 15.2). 101 is final. */
+static bool engine_interim(const struct lg_conn *k)
+{
+    return k->status >= 100 && k->status < 200 && k->status != 101;
 }
 
 static bool engine_2xx(const struct lg_conn *k) { return k->status >= 200 && k->status < 300; }
@@ -273,6 +293,15 @@ static int engine_on_message_complete(llhttp_t *p)
 {
     struct lg_conn *k = p->data;
     struct lg_run *run = k->run;
+    if (engine_interim(k))
+        return 0;   /* not the answer: parsing goes on to the final one */
+    if (!k->busy) {
+        /* An answer to no request (a 408 a server sends an idle
+         * connection before closing it, RFC 9110 15.5.9): not an answer
+         * to count, and the connection is done. */
+        k->closing = true;
+        return HPE_PAUSED;
+    }
     int64_t now = now_ns();
     /* OpenAI mode: a 2xx whose completion broke (an event not JSON, no
      * [DONE], ...) is an error, not an answer. */
@@ -655,7 +684,7 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
                 continue;
             }
             k->intended = run.t0;
-            k->measured = false;
+            k->measured = run.t0 >= run.t_measure;   /* --warmup 0: from the first */
             k->busy = true;
             run.outstanding++;
         }
@@ -674,7 +703,14 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
             if (c->llm && engine_2xx(run.conns[i]))
                 llmans_stats_broken(&r->llm, "an answer still coming after --drain-ms");
         }
-    r->errors += run.qtail - run.qhead;   /* never even sent */
+    /* Due in the window and never even sent (every allowed connection
+     * was busy): errors, and not sends. */
+    for (size_t i = run.qhead; i < run.qtail; i++)
+        if (run.q[i % run.qcap].measured) {
+            r->errors++;
+            r->unsent++;
+            r->sent--;
+        }
     while (run.nconns > 0)
         engine_conn_close(run.conns[0], false);
     if (c->progress) {

@@ -28,6 +28,7 @@ struct lg_config {
     int port;
     struct lg_request *requests; /* rotated through */
     int nrequests;
+    bool head;                   /* the requests are HEAD: answers carry no body */
     bool open_loop;
     double rate;                 /* open loop: requests per second (mean, with a trace) */
     /* Open loop with a trace: the rate follows a compressed day, from
@@ -57,10 +58,15 @@ struct lg_result {
     uint64_t lost;               /* of which: sent whole, then the connection ended unanswered */
     uint64_t closed_idle;        /* of which: sent on a kept-alive connection that the server
                                   * closed as the request crossed it (no byte came back) */
-    uint64_t sent;               /* requests sent whose intended time was in the window */
+    uint64_t unsent;             /* of which: due in the window, still waiting for a
+                                  * connection (--connections all busy) when it ended */
+    uint64_t sent;               /* requests sent whose intended time was in the window (a
+                                  * request still waiting for a connection at the end was
+                                  * never sent: it is an error, not a send) */
     uint64_t answered;
     uint64_t good;               /* 2xx within budget */
-    uint64_t late_sends;         /* sent > 1 ms after intended while a connection was free */
+    uint64_t late_sends;         /* sent > 1 ms after intended with a connection free, or
+                                  * a new one allowed: the generator itself was late */
     double duration_s;
     double achieved_rate;        /* sent / duration */
     double throughput;           /* answered / duration */

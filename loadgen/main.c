@@ -17,6 +17,7 @@
  * llmans.h). */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,14 +91,14 @@ static void usage(FILE *out)
         "Exit status: 0 success, 1 runtime failure, 2 bad usage.\n");
 }
 
-static int parse_list(const char *s, double *out, int max)
+/* --rate R1,R2,... or --concurrency C1,C2,...: how many, or -1. */
+static int parse_list(const char *s, bool integer, double hi, double *out, int max)
 {
     int n = 0;
     char *copy = strdup(s), *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok && n < max; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        double v = strtod(tok, &end);
-        if (*end || v <= 0) {
+        double v;
+        if (lg_parse_number(tok, integer ? 1 : 1e-6, hi, integer, &v) < 0) {
             free(copy);
             return -1;
         }
@@ -106,6 +107,17 @@ static int parse_list(const char *s, double *out, int max)
     free(copy);
     return n;
 }
+
+/* A flag's number, or a usage error naming the flag and what it takes. */
+#define FLAG_NUM(flag, s, lo, hi, integer, out, what)                                           \
+    do {                                                                                         \
+        double v_;                                                                               \
+        if (lg_parse_number((s), (lo), (hi), (integer), &v_) < 0) {                                    \
+            fprintf(stderr, "batchgate-load: %s: \"%s\" must be %s\n", (flag), (s), (what));     \
+            return EXIT_USAGE;                                                                   \
+        }                                                                                        \
+        (out) = v_;                                                                              \
+    } while (0)
 
 /* The server's own view of a step, from /metrics deltas (batchgate only). */
 
@@ -152,9 +164,12 @@ int main(int argc, char **argv)
         case 'm': o.model = optarg; break;
         case 'r': rates = optarg; break;
         case 'c': concs = optarg; break;
-        case 'd': o.duration = atof(optarg); break;
-        case 'w': o.warmup = atof(optarg); break;
-        case 'b': o.batch = atoi(optarg); break;
+        case 'd': FLAG_NUM("--duration", optarg, 1e-3, 86400 * 7, false, o.duration,
+                           "seconds, more than 0"); break;
+        case 'w': FLAG_NUM("--warmup", optarg, 0, 86400, false, o.warmup, "seconds, 0 or more");
+                  break;
+        case 'b': FLAG_NUM("--batch", optarg, 1, 1 << 20, true, o.batch, "a whole number >= 1");
+                  break;
         case 'J': o.json_path = optarg; break;
         case 'C': o.csv_path = optarg; break;
         case 'S': o.svg_path = optarg; break;
@@ -179,11 +194,24 @@ int main(int argc, char **argv)
             }
             break;
         }
-        case 'p': o.priority = atoi(optarg); break;
+        case 'p': FLAG_NUM("--priority", optarg, 0, 1000000, true, o.priority,
+                           "a whole number (1 is the highest)"); break;
         case 'k': o.constant = true; break;
-        case 'n': o.max_conns = atoi(optarg); break;
-        case 'D': o.drain_ms = atoi(optarg); break;
-        case 's': o.seed = strtoull(optarg, NULL, 10); break;
+        case 'n': FLAG_NUM("--connections", optarg, 1, 1000000, true, o.max_conns,
+                           "a whole number >= 1"); break;
+        case 'D': FLAG_NUM("--drain-ms", optarg, 0, 86400000, true, o.drain_ms,
+                           "milliseconds, 0 or more"); break;
+        case 's': {
+            char *end;
+            errno = 0;
+            o.seed = strtoull(optarg, &end, 10);
+            if (!optarg[0] || *end || errno || optarg[0] == '-') {
+                fprintf(stderr, "batchgate-load: --seed: \"%s\" must be a whole number\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        }
         case 'q': o.quiet = true; break;
         case 'x': o.binary = true; break;
         case 'K':
@@ -398,10 +426,14 @@ int main(int argc, char **argv)
         rates = trace_rate;
     }
     double steps[MAX_STEPS];
-    int nsteps = parse_list(rates ? rates : concs ? concs : "1", steps, MAX_STEPS);
+    /* A rate past a million a second is no rate one process keeps, and a
+     * concurrency is a whole number of connections. */
+    int nsteps = parse_list(rates ? rates : concs ? concs : "1", !rates, rates ? 1e6 : 100000,
+                            steps, MAX_STEPS);
     if (nsteps <= 0) {
-        fprintf(stderr, "batchgate-load: --%s: a comma-separated list of positive numbers\n",
-                rates ? "rate" : "concurrency");
+        fprintf(stderr, "batchgate-load: --%s: a comma-separated list of %s\n",
+                rates ? "rate" : "concurrency",
+                rates ? "positive rates up to 1000000/s" : "whole numbers from 1 to 100000");
         return EXIT_USAGE;
     }
     bool open_loop = rates != NULL;
@@ -444,6 +476,17 @@ int main(int argc, char **argv)
         if (lg_run_step(&c, &st->r, msg, (int)sizeof msg) < 0) {
             fprintf(stderr, "batchgate-load: step %d: %s\n", i + 1, msg);
             rc = 1;
+            /* A step that ran and got no answer is still a result (its
+             * errors broken down): written with the others, and the run
+             * stops there. One that never ran (a name that does not
+             * resolve) has none. */
+            if (st->r.connections > 0) {
+                if (lr)
+                    report_llm_table_row(stdout, st);
+                else
+                    report_table_row(stdout, st);
+                done = i + 1;
+            }
             break;
         }
         lg_target_view_read(&o.t, view_model, &after);

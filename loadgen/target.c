@@ -2,13 +2,27 @@
 #include "loadgen/target.h"
 
 #include <netdb.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <jansson.h>
+
+int lg_parse_number(const char *s, double lo, double hi, bool integer, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!s[0] || *end || errno || !isfinite(v) || v < lo || v > hi || (integer && v != floor(v)))
+        return -1;
+    *out = v;
+    return 0;
+}
 
 int lg_target_parse(const char *url, struct lg_target *t)
 {
@@ -30,12 +44,18 @@ int lg_target_parse(const char *url, struct lg_target *t)
             return -1;
         *end = '\0';
         snprintf(t->host, sizeof t->host, "%s", hostport + 1);
-        if (end[1] == ':')
-            t->port = atoi(end + 2);
+        const char *port = end[1] == ':' ? end + 2 : end[1] ? "bad" : NULL;
+        double num = 80;
+        if (port && lg_parse_number(port, 1, 65535, true, &num) < 0)
+            return -1;
+        t->port = (int)num;
     } else {
         if (colon) {
             *colon = '\0';
-            t->port = atoi(colon + 1);
+            double num;
+            if (lg_parse_number(colon + 1, 1, 65535, true, &num) < 0)
+                return -1;   /* "http://h:80x" read as port 80 */
+            t->port = (int)num;
         }
         snprintf(t->host, sizeof t->host, "%s", hostport);
     }
@@ -250,6 +270,7 @@ struct lg_config lg_target_step(const struct lg_opts *o, struct lg_request *reqs
 {
     struct lg_config c = {
         .requests = reqs, .nrequests = nreq, .open_loop = open_loop,
+        .head = strcasecmp(o->method ? o->method : "GET", "HEAD") == 0,
         .rate = open_loop ? target : 0, .poisson = !o->constant,
         .concurrency = open_loop ? 0 : (int)target, .max_connections = o->max_conns,
         .warmup_s = o->warmup, .duration_s = o->duration,

@@ -50,6 +50,12 @@ struct lg_server_view {
 
 /* "http://HOST:PORT[/PATH]" into t; -1 when it is not one. */
 int lg_target_parse(const char *url, struct lg_target *t);
+/* A number that is the whole of s, finite, in [lo, hi], and whole when
+ * `integer`: 0 and *out, or -1. The one reading of every number the
+ * command line gives (strtod and atof stopped at "1s" and read 1; "nan"
+ * passed every comparison, and a rate of inf scheduled sends 0 ns apart
+ * forever). */
+int lg_parse_number(const char *s, double lo, double hi, bool integer, double *out);
 /* The requests a run (or a workload) rotates through into reqs[LG_NREQ]:
  * LG_MODEL_REQS infer bodies with a model (its metadata read with `key`),
  * else the request of --method and --body, or one per --bodies line, in

@@ -17,12 +17,10 @@ static bool lg_workload_name_ok(const char *s, size_t n)
     return true;
 }
 
-/* A whole number or decimal in v (not empty, nothing after). */
+/* A finite number in v (not empty, nothing after); ranges are the caller's. */
 static int lg_workload_number(const char *v, double *out)
 {
-    char *end;
-    *out = strtod(v, &end);
-    return v[0] && !*end ? 0 : -1;
+    return lg_parse_number(v, -1e300, 1e300, false, out);
 }
 
 int lg_workload_parse(const char *spec, struct lg_workload *w, char *msg, int cap)
@@ -75,9 +73,11 @@ int lg_workload_parse(const char *spec, struct lg_workload *w, char *msg, int ca
         } else if (strcmp(k, "rate") == 0 || strcmp(k, "concurrency") == 0) {
             bool open = k[0] == 'r';
             modes++;
-            if (lg_workload_number(v, &x) < 0 || x <= 0 || (!open && x != (int)x)) {
+            if (lg_workload_number(v, &x) < 0 || x <= 0 || x > (open ? 1e6 : 100000) ||
+                (!open && x != (int)x)) {
                 snprintf(msg, (size_t)cap, "--workload %s: %s: %s, got \"%.20s\"", w->name, k,
-                         open ? "requests per second > 0" : "a whole number of connections >= 1",
+                         open ? "requests per second > 0, up to 1000000"
+                              : "a whole number of connections from 1 to 100000",
                          v);
                 rc = -1;
             }

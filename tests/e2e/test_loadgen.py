@@ -192,6 +192,19 @@ class LoadgenTest(unittest.TestCase):
                      ["--url", "http://127.0.0.1:1", "--header", "NoColon", "--rate", "1"],
                      ["--url", "http://127.0.0.1:1", "--rate", "1", "--budget-ms", "-1"],
                      ["--url", "http://127.0.0.1:1", "--rate", "1", "--budget-ms", "soon"],
+                     # Numbers read whole and finite: "inf" scheduled sends 0 ns apart
+                     # forever, "1s" read as 1, "nan" passed every check.
+                     ["--url", "http://127.0.0.1:1", "--rate", "inf"],
+                     ["--url", "http://127.0.0.1:1", "--rate", "3e9", "--constant"],
+                     ["--url", "http://127.0.0.1:1", "--rate", "1", "--duration", "nan"],
+                     ["--url", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s"],
+                     ["--url", "http://127.0.0.1:1", "--rate", "1", "--warmup", "nan"],
+                     ["--url", "http://127.0.0.1:1", "--concurrency", "0.5"],
+                     ["--url", "http://127.0.0.1:1", "--rate", "1", "--connections", "2x"],
+                     ["--url", "http://127.0.0.1:1", "--rate", "1", "--drain-ms", "abc"],
+                     ["--url", "http://127.0.0.1:1", "--rate", "1", "--seed", "xyz"],
+                     ["--url", "http://127.0.0.1:80x", "--rate", "1"],
+                     ["--url", "http://127.0.0.1:1", "--workload", "a:rate=inf"],
                      ["--bogus"]):
             p = subprocess.run([LOAD] + args, capture_output=True, timeout=10)
             self.assertEqual(p.returncode, 2, args)
@@ -235,7 +248,8 @@ class LoadgenTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         with open(out) as f:
             st = json.load(f)["steps"][0]
-        self.assertEqual(st["errors"], st["refused"] + st["lost"] + st["closed_idle"], st)
+        self.assertEqual(st["errors"], st["refused"] + st["lost"] + st["closed_idle"] + st["unsent"],
+                         st)
         return st
 
     def test_refused_connections_counted_once(self):
@@ -288,6 +302,136 @@ class LoadgenTest(unittest.TestCase):
                             "--duration", "0.5", "--warmup", "0", "--quiet"],
                            capture_output=True, timeout=30)
         self.assertEqual(p.returncode, 1, p.stderr)
+
+
+class RawAnswers:
+    """A loopback server answering each request as its path says, byte for
+    byte (what http.server will not send): /interim a 100 Continue, then
+    after 30 ms the 200; /notmod a 304 with a Content-Length and no body;
+    HEAD a 200 with a Content-Length and no body; /idle408 a 200 kept
+    alive, then, after 50 ms with no request, an unasked 408 and close.
+    `requests` counts the requests received."""
+
+    def __init__(self):
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.ls.settimeout(0.1)
+        self.port = self.ls.getsockname()[1]
+        self.requests = 0
+        self.lock = threading.Lock()
+        self.stop = False
+        self.thread = threading.Thread(target=self.accept, daemon=True)
+        self.thread.start()
+
+    def accept(self):
+        while not self.stop:
+            try:
+                c, _ = self.ls.accept()
+            except socket.timeout:
+                continue
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = b""
+        try:
+            while not self.stop:
+                c.settimeout(2.0 if b"idle408" not in buf else 0.05)
+                try:
+                    data = c.recv(65536)
+                except socket.timeout:
+                    c.sendall(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n"
+                              b"Connection: close\r\n\r\n")
+                    return
+                if not data:
+                    return
+                buf += data
+                while b"\r\n\r\n" in buf:
+                    head, buf = buf.split(b"\r\n\r\n", 1)
+                    method, path = head.split(b" ")[:2]
+                    with self.lock:
+                        self.requests += 1
+                    if method == b"HEAD":
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+                    elif path == b"/notmod":
+                        c.sendall(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 100\r\n\r\n")
+                    elif path == b"/interim":
+                        c.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                        time.sleep(0.03)
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    else:
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    buf = b"idle408" if path == b"/idle408" else b""
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join(5)
+        self.ls.close()
+
+
+class LoadgenFramingTest(unittest.TestCase):
+    """What counts as an answer, from the bytes a server may send
+    (RFC 9110 15.2, RFC 9112 6.3)."""
+
+    def setUp(self):
+        self.srv = RawAnswers()
+        self.addCleanup(self.srv.close)
+        self.tmp = tempfile.mkdtemp(prefix="batchgate-load-")
+
+    def run_load(self, path, *args):
+        out = os.path.join(self.tmp, "r.json")
+        t0 = time.monotonic()
+        p = subprocess.run([LOAD, "--url", "http://127.0.0.1:%d%s" % (self.srv.port, path),
+                            "--quiet", "--warmup", "0", "--json", out] + list(args),
+                           capture_output=True, timeout=60)
+        took = time.monotonic() - t0
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        with open(out) as f:
+            return json.load(f)["steps"][0], took
+
+    def test_interim_answers_are_not_answers(self):
+        # 100 Continue then the 200: one answer each, timed to the 200.
+        st, _ = self.run_load("/interim", "--rate", "10", "--constant", "--duration", "1")
+        self.assertEqual(st["codes"], {"200": 10}, st)
+        self.assertGreater(st["latency_us"]["p50"], 25000, st)
+        # Closed loop: the next request waits for the 200 (it went out at the 100).
+        st, _ = self.run_load("/interim", "--concurrency", "1", "--duration", "0.5")
+        self.assertEqual(set(st["codes"]), {"200"}, st)
+        self.assertLessEqual(self.srv.requests - 10, st["codes"]["200"] + 1, st)
+
+    def test_bodyless_answers_complete(self):
+        # HEAD, and a 304, carry a Content-Length and no body: whole at the
+        # end of the head (they never completed, and the run exited 1).
+        st, _ = self.run_load("/", "--method", "HEAD", "--rate", "10", "--constant",
+                              "--duration", "0.5")
+        self.assertEqual((st["codes"], st["errors"]), ({"200": 5}, 0), st)
+        st, _ = self.run_load("/notmod", "--rate", "10", "--constant", "--duration", "0.5")
+        self.assertEqual((st["codes"], st["errors"]), ({"304": 5}, 0), st)
+
+    def test_unasked_answer_on_an_idle_connection(self):
+        # A 408 sent to an idle kept-alive connection before closing it is
+        # no answer (it counted one, and the step then waited out
+        # --drain-ms for an answer that would never be missing).
+        st, took = self.run_load("/idle408", "--rate", "5", "--constant", "--duration", "1",
+                                 "--drain-ms", "4000")
+        self.assertEqual((st["codes"], st["errors"]), ({"200": 5}, 0), st)
+        self.assertLess(took, 3.0)
+
+    def test_constant_rate_sends_what_it_says(self):
+        # 30/s for 1 s is 30 sends (the gap cut to whole ns let a 31st in).
+        st, _ = self.run_load("/", "--rate", "30", "--constant", "--duration", "1")
+        self.assertEqual(st["codes"], {"200": 30}, st)
+        self.assertEqual(self.srv.requests, 30)
+        self.assertEqual(st["achieved_rate"], 30)
+
+    def test_closed_loop_without_warmup_measures_the_first_requests(self):
+        st, _ = self.run_load("/", "--concurrency", "2", "--duration", "0.5")
+        self.assertEqual(st["codes"]["200"], self.srv.requests, st)
 
 
 class LoadgenModelTest(unittest.TestCase):
