@@ -34,6 +34,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -1132,6 +1133,25 @@ static void conn_timer_expired(struct http_conn *c)
         return;
     if (deadline > now) {
         conn_timer_at(c, deadline, now);
+        return;
+    }
+    /* The client's bytes stopped while answers it has not read are still
+     * in the socket's send queue: a pipelining client that reads late with
+     * a small receive buffer. Its kernel, fed segments it has no room for,
+     * can hold its own sends back until it reads (a 408 here threw away
+     * the answers the kernel held, 300 of them). That is a client not
+     * reading its answers: idle_timeout_ms from the last write, then a
+     * close as for any such client. */
+    int unacked = 0;
+    if ((w == WAIT_HEADERS || w == WAIT_BODY) && ioctl(c->fd, TIOCOUTQ, &unacked) == 0 &&
+        unacked > 0) {
+        int64_t idle_end = c->t_last_write + (int64_t)c->t->limits->idle_timeout_ms * 1000000;
+        if (idle_end > now) {
+            int64_t step = (int64_t)c->t->limits->header_timeout_ms * 1000000;
+            conn_timer_at(c, now + step < idle_end ? now + step : idle_end, now);
+            return;
+        }
+        conn_abort(c);
         return;
     }
     switch (w) {

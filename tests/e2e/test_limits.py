@@ -1,12 +1,16 @@
 """limits: max_header_bytes, max_body_bytes, header_timeout_ms (slowloris),
 idle_timeout_ms and max_connections."""
 
+import json
+import os
 import select
+import socket
 import time
 import unittest
 
 from harness import (Server, ServerCase, assert_json_error, buffered, chunked, close_quietly, connect,
                      expect_eof, expect_silence, read_response, request, send)
+from test_infer import DIGITS
 
 MAX_HEADER = 1024
 MAX_BODY = 1000
@@ -259,6 +263,37 @@ class LimitsTest(ServerCase):
         r = read_response(s, timeout=5)
         self.assertEqual((r.status, r.json().get("id")), (200, "long"),
                          "expected a request slower than both timeouts answered: %r" % r)
+
+class LateReaderTest(ServerCase):
+    """A pipelining client with a small receive buffer that reads its
+    answers late. Its kernel, fed answers it has no room for, holds its own
+    sends back, so the server sees the client's bytes stop mid-body; that is
+    a client not reading its answers (idle_timeout_ms), not a stalled body:
+    it was answered 408 after header_timeout_ms and reset, and ~300 answers
+    the server had written were thrown away."""
+    config = {"model_repository": os.path.dirname(DIGITS),
+              "limits": {"header_timeout_ms": 300, "idle_timeout_ms": 10000}}
+
+    def test_every_answer_reaches_a_late_reader(self):
+        n = 1000
+        body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
+                                       "data": [0.5] * 64}]})
+        s = socket.create_connection(("127.0.0.1", self.srv.port))
+        # Shrunk after the window was offered: the kernel then drops the
+        # answers it has no room for (the server's ACKs ride on them). The
+        # answers come from the model's worker, a batch at a time.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.addCleanup(close_quietly, s)
+        s.sendall(request("POST", "/v2/models/digits/infer",
+                          [("Content-Type", "application/json")], body) * n)
+        time.sleep(1.5)   # 5 x header_timeout_ms
+        got = 0
+        for _ in range(n):
+            r = read_response(s, timeout=10)
+            self.assertEqual(r.status, 200, "answer %d: %r" % (got, r))
+            got += 1
+        self.assertEqual(got, n)
+
 
 class MaxConnectionsTest(unittest.TestCase):
     LIMIT = 2
