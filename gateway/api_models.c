@@ -827,6 +827,9 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
                                 struct served_model *sm, struct infer_call *call)
 {
     const struct model_config *c = &sm->model.cfg;
+    /* Decoded: call->r holds the rows (malloc'ed), and the body's text need
+     * not wait in the queue with them. */
+    http_request_release_body(req);
     if (sm->stats)   /* demand: every decoded request, whatever its answer */
         modelstats_arrival(sm->stats, http_request_thread(req), call->r.rows);
     call->req = req;

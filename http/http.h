@@ -63,6 +63,12 @@ void http_request_header_at(const struct http_request *req, int i, const char **
 int http_request_minor(const struct http_request *req);
 /* The decoded body (chunked encoding removed); NULL with *len 0 when empty. */
 const char *http_request_body(const struct http_request *req, size_t *len);
+/* The handler is done with the body (decoded into a request of its own):
+ * its memory goes now, not with the answer. A request that waits in a
+ * queue then holds its tensor, not its text: a 1 MiB body of padding (or
+ * a 1 KiB gzip one inflating to it) held 1 MiB for each of the 64
+ * requests a connection may have outstanding. Reads after it see none. */
+void http_request_release_body(struct http_request *req);
 
 /* Answers the request. `extra_headers` is NULL or preformatted "Name: value\r\n"
  * lines (Allow, Retry-After, ...). body may be NULL when len is 0. The body is

@@ -243,6 +243,8 @@ const char *http_request_body(const struct http_request *r, size_t *len)
     return r->body.len ? r->body.data : NULL;
 }
 
+void http_request_release_body(struct http_request *r) { buf_free(&r->body); }
+
 int http_request_has_body(const struct http_request *r) { return r->has_body; }
 int64_t http_request_content_length(const struct http_request *r)
 {

@@ -9,8 +9,9 @@ import time
 import unittest
 
 from harness import (Server, ServerCase, assert_json_error, buffered, chunked, close_quietly, connect,
-                     expect_eof, expect_silence, read_response, request, send)
+                     expect_eof, expect_silence, read_response, request, roundtrip, send)
 from test_infer import DIGITS
+from test_lifecycle_memory import heap_in_use
 
 MAX_HEADER = 1024
 MAX_BODY = 1000
@@ -264,13 +265,14 @@ class LimitsTest(ServerCase):
         self.assertEqual((r.status, r.json().get("id")), (200, "long"),
                          "expected a request slower than both timeouts answered: %r" % r)
 
-class LateReaderTest(ServerCase):
-    """A pipelining client with a small receive buffer that reads its
-    answers late. Its kernel, fed answers it has no room for, holds its own
-    sends back, so the server sees the client's bytes stop mid-body; that is
-    a client not reading its answers (idle_timeout_ms), not a stalled body:
-    it was answered 408 after header_timeout_ms and reset, and ~300 answers
-    the server had written were thrown away."""
+class PipelineTest(ServerCase):
+    """Pipelining clients against a model: one that reads its answers late
+    with a small receive buffer (its kernel, fed answers it has no room
+    for, holds its own sends back, so the server sees the client's bytes
+    stop mid-body: a client not reading its answers, idle_timeout_ms, not a
+    stalled body; it was answered 408 after header_timeout_ms and reset,
+    and ~300 answers the server had written were thrown away), and what
+    queued requests hold."""
     config = {"model_repository": os.path.dirname(DIGITS),
               "limits": {"header_timeout_ms": 300, "idle_timeout_ms": 10000}}
 
@@ -293,6 +295,35 @@ class LateReaderTest(ServerCase):
             self.assertEqual(r.status, 200, "answer %d: %r" % (got, r))
             got += 1
         self.assertEqual(got, n)
+
+    def test_queued_requests_hold_their_tensors_not_their_bodies(self):
+        # 2 connections pipeline 40 requests each, every body padded with
+        # spaces to 1 MiB, while the model is held by a slow batch: 80 queued
+        # requests held 80 MiB of text (a gzip body of 1 KiB inflating to
+        # it, the same), though each decodes to 256 bytes of input.
+        body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
+                                       "data": [0.5] * 64}]})
+        body += " " * ((1 << 20) - len(body))
+        r = roundtrip(self.srv.port, "POST", "/debug/fault", [],
+                      json.dumps({"model": "digits", "mode": "slow", "count": 1, "ms": 2000}))
+        self.assertEqual(r.status, 200, r)
+        first = connect(self.srv.port)   # the slow batch's one request
+        self.addCleanup(close_quietly, first)
+        send(first, request("POST", "/v2/models/digits/infer", [], body))
+        time.sleep(0.2)
+        base = heap_in_use(self.srv.port)
+        socks = []
+        for _ in range(2):
+            s = connect(self.srv.port)
+            self.addCleanup(close_quietly, s)
+            send(s, request("POST", "/v2/models/digits/infer", [], body) * 40)
+            socks.append(s)
+        time.sleep(1.0)   # read, decoded, queued behind the slow batch
+        held = heap_in_use(self.srv.port) - base
+        self.assertLess(held, 16 << 20, "80 queued requests hold %.1f MiB" % (held / (1 << 20)))
+        for s in [first] + socks:
+            for _ in range(1 if s is first else 40):
+                self.assertEqual(read_response(s, timeout=20).status, 200)
 
 
 class MaxConnectionsTest(unittest.TestCase):
