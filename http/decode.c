@@ -22,8 +22,17 @@ static int decode_inflate(int wbits, const void *in, size_t len, size_t max, str
     size_t start = out->len;
     z.next_in = (Bytef *)in;
     int rc = Z_OK, status = 0;
-    size_t left = len;
-    while (rc != Z_STREAM_END) {
+    size_t left = len, trailing = 0;   /* bytes after the last member that ended */
+    for (;;) {
+        if (rc == Z_STREAM_END) {
+            /* A gzip body may be several members, one after another
+             * (RFC 1952 2.2; gzip -d and Python's gzip read them all). */
+            if (wbits <= MAX_WBITS || (z.avail_in == 0 && left == 0) ||
+                inflateReset(&z) != Z_OK)
+                break;
+            trailing = (size_t)z.avail_in + left;
+            rc = Z_OK;
+        }
         if (z.avail_in == 0) {
             /* zlib counts in uInt: feed a large body in pieces. */
             z.avail_in = left > (1u << 30) ? (1u << 30) : (uInt)left;
@@ -44,6 +53,12 @@ static int decode_inflate(int wbits, const void *in, size_t len, size_t max, str
             snprintf(msg, cap, "the body inflates to more than limits.max_body_bytes (%zu bytes)",
                      max);
             status = 413;
+            break;
+        }
+        if (rc != Z_OK && rc != Z_STREAM_END && trailing && z.total_out == 0) {
+            snprintf(msg, cap, "%zu bytes follow the end of the compressed body (not another "
+                     "gzip member)", trailing);
+            status = 400;
             break;
         }
         if (rc == Z_DATA_ERROR && z.total_out == 0 && z.total_in <= 2) {

@@ -97,6 +97,15 @@ static void test_refusals(void **state)
     assert_non_null(strstr(msg, "3 bytes follow the end"));
     assert_int_equal(decode("gzip", text, sizeof text - 1, 1 << 20, &out, msg), 400);
     assert_non_null(strstr(msg, "no gzip header"));
+    /* Members one after another are one body (RFC 1952 2.2), as gzip -d
+     * reads them; the limit counts them all. */
+    unsigned char two[128];
+    memcpy(two, z, n);
+    memcpy(two + n, z, n);
+    assert_int_equal(decode("gzip", two, 2 * n, 1 << 20, &out, msg), 0);
+    assert_int_equal(out.len, 2 * (sizeof text - 1));
+    assert_memory_equal(out.data + sizeof text - 1, text, sizeof text - 1);
+    assert_int_equal(decode("gzip", two, 2 * n, sizeof text, &out, msg), 413);
     assert_int_equal(decode("deflate", "\xff\xff\xff\xff", 4, 1 << 20, &out, msg), 400);
     /* Not served. */
     assert_int_equal(decode("br", text, 5, 1 << 20, &out, msg), 415);
