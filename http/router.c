@@ -337,8 +337,16 @@ void router_style(const struct router *r, struct http_request *req)
         r->style(req, pattern ? pattern : pr->prefix, r->style_ctx);
 }
 
-/* Routes req: the handler to call (true), or req answered (404, 405, the
- * guard's refusal). */
+/* PROPFIND, TRACE, ...: known to HTTP, served by no route here (RFC 9110
+ * 15.6.2), as an unknown token is (parse.c). */
+static void router_no_method(struct http_request *req)
+{
+    http_respond_error(req, 501, NULL, "method %s: no route serves it (" HTTP_SERVED_METHODS
+                       " are served)", http_request_method_name(req));
+}
+
+/* Routes req: the handler to call (true), or req answered (404, 405, 501,
+ * the guard's refusal). */
 static bool router_route(const struct router *r, struct http_request *req,
                          struct router_lookup *l)
 {
@@ -362,10 +370,7 @@ static bool router_route(const struct router *r, struct http_request *req,
     case ROUTER_METHOD_NOT_ALLOWED: {
         router_style(r, req);
         if (http_request_method(req) == HTTP_M_OTHER) {
-            /* PROPFIND, TRACE, ...: known to HTTP, served by no route here
-             * (RFC 9110 15.6.2), as an unknown token is (parse.c). */
-            http_respond_error(req, 501, NULL, "method %s: no route serves it (" HTTP_SERVED_METHODS
-                               " are served)", http_request_method_name(req));
+            router_no_method(req);
             return false;
         }
         char allow[96], hdr[128];
@@ -378,6 +383,10 @@ static bool router_route(const struct router *r, struct http_request *req,
     }
     case ROUTER_NOT_FOUND:
     default:
+        if (http_request_method(req) == HTTP_M_OTHER) {
+            router_no_method(req);   /* on any path: the method, not the path, is why */
+            return false;
+        }
         http_respond_error(req, 404, NULL, "no route for %.*s", (int)(len > 200 ? 200 : len),
                            path);
         return false;

@@ -83,9 +83,11 @@ class MalformedTest(ServerCase):
         # RFC 9110 15.6.2. PROPFIND, known to llhttp, was 405 (GET, HEAD)
         # where an unknown token was 501.
         for method in ("PROPFIND", "TRACE", "FOO", "get"):
-            r = roundtrip(self.srv, method, "/v2/health/live")
-            self.assertEqual(r.status, 501, (method, r))
+            for path in ("/v2/health/live", "/nosuch"):   # on an unknown path too, not 404
+                r = roundtrip(self.srv, method, path)
+                self.assertEqual(r.status, 501, (method, path, r))
         self.assertEqual(roundtrip(self.srv, "PUT", "/v2/health/live").status, 405)
+        self.assertEqual(roundtrip(self.srv, "GET", "/nosuch").status, 404)
 
     def test_absolute_form_target_is_routed_by_its_path(self):
         r = roundtrip(self.srv, "GET", "http://x/v2/health/live")
