@@ -28,10 +28,10 @@ digits_post_lua "$WORK/post.lua"
 # Each keeps its state database (jobs, usage ledger) in the scratch folder.
 mkdir "$WORK/a" "$WORK/b"
 cd "$WORK/a"
-"$A" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/a.log" &
+"$A" --models "$ROOT/models" --listen 127.0.0.1:0 --grpc-listen off --io-threads 1 2>"$WORK/a.log" &
 PIDS="$PIDS $!"
 cd "$WORK/b"
-"$B" --models "$ROOT/models" --listen 127.0.0.1:0 --io-threads 1 2>"$WORK/b.log" &
+"$B" --models "$ROOT/models" --listen 127.0.0.1:0 --grpc-listen off --io-threads 1 2>"$WORK/b.log" &
 PIDS="$PIDS $!"
 PA=$(bg_wait_port "$WORK/a.log" infer_ab)
 PB=$(bg_wait_port "$WORK/b.log" infer_ab)
