@@ -289,15 +289,12 @@ void bqueue_note_held(struct bqueue *q, const bool *has, int64_t now_ns)
 {
     if (q->nrank == 0)
         return;   /* no ranking: nobody is held */
-    for (int t = 0; t < WORK_TENANTS_MAX; t++) {
-        if (!has[t])
-            continue;
-        bool ranked = false;
-        for (int i = 0; i < q->nrank && !ranked; i++)
-            ranked = q->rank[i] == t;
-        if (!ranked)
+    bool ranked[WORK_TENANTS_MAX] = {false};
+    for (int i = 0; i < q->nrank; i++)   /* nrank -1: none */
+        ranked[q->rank[i]] = true;
+    for (int t = 0; t < WORK_TENANTS_MAX; t++)
+        if (has[t] && !ranked[t])
             q->held_at[t] = now_ns;
-    }
 }
 
 int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
