@@ -164,6 +164,22 @@ struct cli {
     const char *log_level;
 };
 
+/* What --help, --version and --config-fields print; they answer only once the
+ * whole command line parsed, so "batchgate -V extra" is bad usage, not a version. */
+static void cli_answer(int what, const char *fields)
+{
+    if (what == 'h') {
+        usage(stdout);
+    } else if (what == 'V') {
+        char cuda[256];
+        kernels_cuda_devices(cuda, sizeof cuda);
+        printf("batchgate %s\ncuda: %s; %s\n", BATCHGATE_VERSION,
+               kernels_cuda_built() ? "kernels built" : "not built", cuda);
+    } else {
+        schema_doc(stdout, fields[0] == 's' ? config_schema() : model_config_schema());
+    }
+}
+
 /* Returns 0 to continue, 1 when --help/--version already answered, -1 on bad usage. */
 static int cli_parse(int argc, char **argv, struct cli *cli)
 {
@@ -178,7 +194,8 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         {"config-fields", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
-    int ch;
+    int ch, answer = 0;
+    const char *fields = NULL;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, ":c:m:l:t:hV", opts, NULL)) != -1) {
         switch (ch) {
@@ -188,23 +205,22 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         case 'g': cli->grpc_listen = optarg; break;
         case 't': cli->io_threads = optarg; break;
         case 'L': cli->log_level = optarg; break;
-        case 'h': usage(stdout); return 1;
+        case 'h':
+        case 'V':
+            if (!answer)
+                answer = ch;
+            break;
         case 'F':
             if (strcmp(optarg, "server") != 0 && strcmp(optarg, "model") != 0) {
                 fprintf(stderr, "batchgate: --config-fields: \"%s\" is not server or model\n",
                         optarg);
                 return -1;
             }
-            schema_doc(stdout, optarg[0] == 's' ? config_schema() : model_config_schema());
-            return 1;
-        case 'V': {
-            char cuda[256];
-            int n = kernels_cuda_devices(cuda, sizeof cuda);
-            printf("batchgate %s\ncuda: %s; %s\n", BATCHGATE_VERSION,
-                   kernels_cuda_built() ? "kernels built" : "not built", cuda);
-            (void)n;
-            return 1;
-        }
+            if (!answer) {
+                answer = 'F';
+                fields = optarg;
+            }
+            break;
         case ':':
             fprintf(stderr, "batchgate: %s needs a value\n", argv[optind - 1]);
             return -1;
@@ -216,6 +232,10 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
     if (optind < argc) {
         fprintf(stderr, "batchgate: unexpected argument \"%s\"\n", argv[optind]);
         return -1;
+    }
+    if (answer) {
+        cli_answer(answer, fields);
+        return 1;
     }
     return 0;
 }

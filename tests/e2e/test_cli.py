@@ -63,6 +63,11 @@ class CliTest(unittest.TestCase):
             self.assertTrue(out.startswith("batchgate "), "expected stdout to start with "
                             "'batchgate VERSION': %r" % out)
 
+    def test_version_with_a_stray_argument(self):
+        # Answering the version first once hid a bad command line (exit 0).
+        self.assert_exit(["-V", "extra"], 2, stderr_has=("extra",))
+        self.assert_exit(["--help", "--no-such-flag"], 2, stderr_has=("--no-such-flag",))
+
     def test_unknown_flag(self):
         self.assert_exit(["--no-such-flag"], 2, stderr_has=("--no-such-flag",))
 
