@@ -124,6 +124,23 @@ const char *auth_request_key(struct http_request *req, size_t *len, enum auth_ke
     return NULL;
 }
 
+/* The key header that appears more than once, or NULL. */
+static const char *auth_header_repeated(const struct http_request *req)
+{
+    static const char *const names[] = {"Authorization", "X-Api-Key"};
+    int seen[2] = {0, 0};
+    int count = http_request_header_count(req);
+    for (int i = 0; i < count; i++) {
+        const char *name, *value;
+        size_t nl, vl;
+        http_request_header_at(req, i, &name, &nl, &value, &vl);
+        for (int k = 0; k < 2; k++)
+            if (nl == strlen(names[k]) && strncasecmp(name, names[k], nl) == 0 && ++seen[k] > 1)
+                return names[k];
+    }
+    return NULL;
+}
+
 /* Routes by pattern; a pattern ending in '/' covers every route under it.
  * The first row that matches decides; no row: any tenant. New admin routes
  * (the repository's, governance's) are one row each, and the routes SPEC.md
@@ -195,6 +212,14 @@ bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx
     enum auth_route cls = auth_route_class(m->pattern, method);
     if (cls == AUTH_ROUTE_OPEN)
         return true;
+    /* Two keys in one request would leave the tenant to header order, which
+     * a proxy on the way may change: refuse rather than pick one. */
+    const char *twice = auth_header_repeated(req);
+    if (twice) {
+        http_respond_error(req, error_http_status(BG_EINVAL), NULL,
+                           "the request carries more than one %s header: send one key", twice);
+        return false;
+    }
     size_t klen = 0;
     enum auth_key_from from;
     const char *key = auth_request_key(req, &klen, &from);

@@ -164,6 +164,16 @@ class TenantsTest(RepoServerCase):
         r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/infer",
                       [("Authorization", "Bearer wrong"), ("X-Api-Key", k)], body())
         self.assert_401(r, invalid_token=True)
+        # The same header twice is refused, whichever order the keys come in
+        # (the first one used to win: a proxy's reordering moved the tenant).
+        for h in ([("Authorization", "Bearer " + k), ("Authorization", "Bearer wrong")],
+                  [("Authorization", "Bearer wrong"), ("authorization", "Bearer " + k)],
+                  [("X-Api-Key", k), ("X-API-KEY", k)]):
+            r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/infer",
+                          [("Content-Type", "application/json")] + h, body())
+            obj = assert_json_error(self, r, 400)
+            self.assertIn("more than one %s header" % h[0][0], obj["error"], r)
+            self.assertNotIn(k, r.body.decode(), "a key in an error body")
 
     # ---- what they may use
 
