@@ -137,6 +137,11 @@ static int embed_decode_root(const struct model *m, json_t *root, struct infer_r
             return embed_fail(e, "encoding_format", err, BG_EINVAL,
                               "encoding_format: must be \"float\" or \"base64\"");
         e->base64 = fmt && strcmp(json_string_value(fmt), "base64") == 0;
+        /* OpenAI's schema types "user" (a string it logs, unused here);
+         * a client sending an object would learn of its mistake there. */
+        json_t *user = json_object_get(root, "user");
+        if (user && !json_is_null(user) && !json_is_string(user))
+            return embed_fail(e, "user", err, BG_EINVAL, "user: must be a string");
         json_t *dim = json_object_get(root, "dimensions");
         if (json_is_null(dim))
             dim = NULL;

@@ -201,6 +201,7 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(by_one_ids["data"][0]["embedding"], by_ids["data"][0]["embedding"])
         self.assertEqual(one["data"][0]["embedding"], by_ids["data"][0]["embedding"])
         self.assertEqual(self.openai("tiny", "x", dimensions=64)["data"][0]["index"], 0)
+        self.assertEqual(self.openai("tiny", "x", user="u-1")["data"][0]["index"], 0)
 
     def test_kserve_json_and_binary_bytes(self):
         ref = self.openai("tiny", TEXTS[:3])["data"]
@@ -245,6 +246,8 @@ class EmbeddingsTest(TinyCase):
              "9 inputs; model tiny takes 1 to 8"),
             ({"model": "tiny", "input": "x", "dimensions": 32}, 400, "dimensions",
              "gives 64 dimensions"),
+            ({"model": "tiny", "input": "x", "user": {"id": 7}}, 400, "user",
+             "user: must be a string"),
             ({"model": "tiny", "input": "x", "encoding_format": "int8"}, 400, "encoding_format",
              "\"float\" or \"base64\""),
             ({"model": "tiny", "input": [[1, 99999]]}, 400, "input", "outside the model's vocabulary"),
