@@ -183,7 +183,8 @@ int report_csv(const char *path, const struct report_step *s, int n)
         fprintf(f, "workload,");
     bool llm = n > 0 && s[0].llm;
     fprintf(f, "mode,target,achieved_rate,throughput,goodput,p50_us,p90_us,p99_us,p999_us,max_us,"
-               "errors,server_queue_ms,server_compute_ms,server_rows_per_batch%s\n",
+               "errors,server_queue_ms,server_compute_ms,server_rows_per_batch,sent,answered,"
+               "refused,lost,closed_idle,unsent,late_sends,codes%s\n",
             llm ? ",ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,ttft_mean_ms,itl_p50_ms,itl_p90_ms,"
                   "itl_p99_ms,itl_mean_ms,tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,tpot_mean_ms,"
                   "e2e_p50_ms,e2e_p90_ms,e2e_p99_ms,e2e_mean_ms,output_tokens_per_s,"
@@ -201,6 +202,17 @@ int report_csv(const char *path, const struct report_step *s, int n)
                     s[i].server_batch);
         else
             fprintf(f, ",,");
+        fprintf(f, ",%llu,%llu,%llu,%llu,%llu,%llu,%llu,", (unsigned long long)r->sent,
+                (unsigned long long)r->answered, (unsigned long long)r->refused,
+                (unsigned long long)r->lost, (unsigned long long)r->closed_idle,
+                (unsigned long long)r->unsent, (unsigned long long)r->late_sends);
+        /* One cell: "200:95 429:5", as the JSON's codes object. */
+        int first = 1;
+        for (int c = 0; c < 600; c++)
+            if (r->codes[c]) {
+                fprintf(f, "%s%d:%llu", first ? "" : " ", c, (unsigned long long)r->codes[c]);
+                first = 0;
+            }
         if (llm) {
             const struct llmans_stats *l = &r->llm;
             const struct hist *h[] = {&l->ttft, &l->itl, &l->tpot, &l->e2e};

@@ -168,7 +168,16 @@ class LoadgenTest(unittest.TestCase):
         steps, p = self.load("/delay?ms=1", "--rate", "100,300", "--duration", "1", "--warmup",
                              "0.2", "--csv", csv, "--svg", svg)
         self.assertEqual([s["target"] for s in steps], [100, 300])
-        self.assertEqual(len(open(csv).read().strip().splitlines()), 3)
+        lines = open(csv).read().strip().splitlines()
+        self.assertEqual(len(lines), 3)
+        # The CSV tells what the JSON tells: codes and every error kind.
+        for line, st in zip(lines[1:], steps):
+            cols = dict(zip(lines[0].split(","), line.split(",")))
+            self.assertEqual(cols["codes"], " ".join("%s:%d" % kv for kv in
+                                                     sorted(st["codes"].items())), cols)
+            for k in ("errors", "refused", "lost", "closed_idle", "unsent", "late_sends"):
+                self.assertEqual(int(cols[k]), st[k], k)
+            self.assertEqual(int(cols["answered"]), sum(st["codes"].values()), cols)
         text = open(svg).read()
         self.assertTrue(text.startswith("<svg") and "polyline" in text and "p99" in text)
         self.assertIn(b"rate/s", p.stdout)
