@@ -70,6 +70,8 @@ struct lg_conn {
     int64_t intended;            /* of the request in flight */
     int nsent;                   /* requests sent on this connection */
     bool got_bytes;              /* of the answer in flight */
+    bool malformed;              /* the parser refused what came: neither lost nor
+                                  * closed_idle, whatever got_bytes says */
     bool measured;
     struct llmans ans;           /* OpenAI mode: the answer in flight */
 };
@@ -355,7 +357,7 @@ static void engine_conn_request_failed(struct lg_conn *k)
          * crossed it (the race every HTTP/1.1 keep-alive close has; clients
          * retry such requests, RFC 9112 9.3.1): counted apart. Anything else
          * the server may have accepted: lost. */
-        if (k->measured && !k->connecting && buf_unread(&k->out) == 0) {
+        if (k->measured && !k->connecting && !k->malformed && buf_unread(&k->out) == 0) {
             if (k->nsent > 1 && !k->got_bytes)
                 k->run->r->closed_idle++;
             else
@@ -496,6 +498,28 @@ static int engine_conn_send_next(struct lg_conn *k, int64_t intended, bool measu
     return 0;
 }
 
+/* Bytes past an answer with no request out. A whole unasked answer (a 408
+ * before a close) was seen to already; anything else means the server framed
+ * its answer short (a Content-Length under the body) or sent garbage, which a
+ * real client reads as the start of its next answer: an error, and the
+ * connection goes. Blank lines are tolerated, as llhttp does before a head. */
+static void engine_conn_stray(struct lg_conn *k, const char *at, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (at[i] == '\r' || at[i] == '\n'))
+        i++;
+    if (i == len)
+        return;
+    llhttp_errno_t e = llhttp_execute(&k->parser, at, len);
+    if (e == HPE_PAUSED && k->closing) {
+        engine_conn_close(k, false);
+        return;
+    }
+    if (k->measured)
+        k->run->r->errors++;
+    engine_conn_close(k, false);
+}
+
 static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_conn *k = arg;
@@ -566,6 +590,7 @@ static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg)
         if (e == HPE_OK)
             break;
         if (e != HPE_PAUSED) {
+            k->malformed = true;
             engine_conn_close(k, true);   /* malformed response */
             return;
         }
@@ -577,8 +602,10 @@ static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg)
         }
         if (engine_conn_free_for_work(k) < 0)
             return;
-        if (!k->busy)
-            break;   /* idle now: leftover bytes would be a protocol error anyway */
+        if (!k->busy) {
+            engine_conn_stray(k, data + off, (size_t)n - off);
+            return;
+        }
     }
 }
 

@@ -318,7 +318,9 @@ class RawAnswers:
     byte (what http.server will not send): /interim a 100 Continue, then
     after 30 ms the 200; /notmod a 304 with a Content-Length and no body;
     HEAD a 200 with a Content-Length and no body; /idle408 a 200 kept
-    alive, then, after 50 ms with no request, an unasked 408 and close.
+    alive, then, after 50 ms with no request, an unasked 408 and close;
+    /short a body one byte longer than its Content-Length, /crlf a blank
+    line after the body.
     `requests` counts the requests received."""
 
     def __init__(self):
@@ -365,6 +367,11 @@ class RawAnswers:
                         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
                     elif path == b"/notmod":
                         c.sendall(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 100\r\n\r\n")
+                    elif path in (b"/short", b"/crlf"):
+                        # A Content-Length one short of the body; a blank
+                        # line after the body (old servers send one).
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" +
+                                  (b"X" if path == b"/short" else b"\r\n"))
                     elif path == b"/interim":
                         c.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
                         time.sleep(0.03)
@@ -430,6 +437,21 @@ class LoadgenFramingTest(unittest.TestCase):
                                  "--drain-ms", "4000")
         self.assertEqual((st["codes"], st["errors"]), ({"200": 5}, 0), st)
         self.assertLess(took, 3.0)
+
+    def test_bytes_past_the_answer(self):
+        # The byte past the Content-Length would start a real client's
+        # next answer: an error each time (it was dropped silently), and a
+        # new connection for the next request. A blank line is tolerated.
+        st, _ = self.run_load("/short", "--rate", "10", "--constant", "--duration", "0.5")
+        self.assertEqual((st["codes"], st["errors"]), ({"200": 5}, 5), st)
+        # Closed loop: the next request is out when the byte arrives, and
+        # the byte is its malformed answer: an error, neither lost nor
+        # closed_idle (it counted as the server closing an idle connection).
+        st, _ = self.run_load("/short", "--concurrency", "1", "--duration", "0.3")
+        self.assertEqual(st["errors"], st["codes"]["200"], st)
+        self.assertEqual((st["lost"], st["closed_idle"]), (0, 0), st)
+        st, _ = self.run_load("/crlf", "--rate", "10", "--constant", "--duration", "0.5")
+        self.assertEqual((st["codes"], st["errors"]), ({"200": 5}, 0), st)
 
     def test_constant_rate_sends_what_it_says(self):
         # 30/s for 1 s is 30 sends (the gap cut to whole ns let a 31st in).
