@@ -7,7 +7,6 @@
 #include "backends/labels.h"
 #include "common/jsonfmt.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +93,25 @@ static void tensor_format_model_shape(const struct model_tensor *t, char *s, siz
 
 /* ---- decoding helpers ---- */
 
+/* The least magnitude that rounds to infinity as FP32: FLT_MAX plus half
+ * its ulp. Below it a number rounds to FLT_MAX, so the 3.40282347e+38 that
+ * printing FLT_MAX with 9 digits gives (ours, numpy's "3.4028235e38") reads
+ * back as the finite number it was. */
+#define TENSOR_FP32_OVERFLOW 0x1.ffffffp127
+
+/* Binary bytes carry any float: the same rule as JSON's numbers, that inputs
+ * are finite, holds for them (a NaN would travel to an upstream server as
+ * JSON null and fail its whole batch). */
+static int tensor_check_finite(const float *x, size_t n, const char *where, const char *field,
+                               struct error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return error_set(err, BG_EINVAL, "%s%s: element %zu is %s; input numbers must be "
+                             "finite", where, field, i, isnan(x[i]) ? "NaN" : "infinite");
+    return 0;
+}
+
 struct flat {
     float *dst;
     size_t n, cap;
@@ -119,7 +137,7 @@ static int tensor_flatten(json_t *v, struct flat *f, int depth)
     if (!json_is_number(v))
         return error_set(f->err, BG_EINVAL, "%s: element %zu is not a number", f->field, f->n);
     double d = json_number_value(v);
-    if (fabs(d) > FLT_MAX)
+    if (!(fabs(d) < TENSOR_FP32_OVERFLOW))
         return error_set(f->err, BG_EINVAL, "%s: element %zu (%g) is out of FP32 range", f->field,
                          f->n, d);
     if (f->n < f->cap)
@@ -385,7 +403,7 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
                                       "shared_memory_byte_size", out, err);
         }
         memcpy(out->input, bytes, count * sizeof(float));   /* little-endian FP32, as in Triton */
-        return 0;
+        return tensor_check_finite(out->input, count, where, "shared memory", err);
     }
     if (bsize) {
         if (data)
@@ -417,7 +435,7 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
         memcpy(out->input, *bin, n);   /* little-endian FP32, as the extension specifies */
         *bin += n;
         *bin_len -= n;
-        return 0;
+        return tensor_check_finite(out->input, count, where, "binary data", err);
     }
     if (!data)
         return error_set(err, BG_EINVAL, "%sdata: missing (or give parameters.binary_data_size)",

@@ -205,6 +205,32 @@ class InferTest(RepoServerCase):
                  [("Inference-Header-Content-Length", str(len(both)))])
         self.assertEqual(r.status, 400, r)
         self.assertIn("inputs[0].data: given with parameters.binary_data_size", r.json()["error"])
+        # Binary numbers are finite too, as JSON's must be (a NaN went on
+        # to an upstream server as null and failed its whole batch).
+        for bad, word in ((float("nan"), "NaN"), (float("-inf"), "infinite")):
+            vals = list(row)
+            vals[5] = bad
+            r = post(self.srv.port, "/v2/models/digits/infer",
+                     header + struct.pack("<64f", *vals),
+                     [("Inference-Header-Content-Length", str(len(header)))])
+            self.assertEqual(r.status, 400, r)
+            self.assertIn("inputs[0].binary data: element 5 is %s" % word, r.json()["error"])
+
+    def test_largest_fp32_reads_back(self):
+        # FLT_MAX as 9 digits (3.40282347e+38, what answers print) or as
+        # numpy's shortest form rounds to FLT_MAX: finite, accepted. Half
+        # an ulp above it rounds to infinity: refused.
+        row = [0.0] * 64
+        for text in ("3.40282347e+38", "3.4028235e38", "-3.4028235677973362e38"):
+            body = infer_body([row]).replace("[0.0,", "[%s," % text, 1)
+            self.assertIn(text, body)
+            r = post(self.srv.port, "/v2/models/digits/infer", body)
+            self.assertEqual(r.status, 200, (text, r))
+        body = infer_body([row]).replace("[0.0,", "[3.4028235677973366e38,", 1)
+        r = post(self.srv.port, "/v2/models/digits/infer", body)
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("element 0", r.json()["error"])
+        self.assertIn("out of FP32 range", r.json()["error"])
 
     def test_tfs_predict(self):
         rows = self.heldout["inputs"][:3]

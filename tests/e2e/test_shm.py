@@ -172,6 +172,14 @@ class ShmTest(RepoServerCase):
             self.assertEqual(resp.status, 400, (params, resp))
             self.assertIn(words, resp.json()["error"])
         self.assertEqual(len(self.mapped()), 1)
+        # A region's numbers are finite, as JSON's must be.
+        r.mem.buf[:256] = struct.pack("<64f", *([0.0] * 63 + [float("inf")]))
+        out = self.region("o", 64)
+        self.assertEqual(jpost(self.srv.port, "/v2/systemsharedmemory/region/o/register",
+                               {"key": out.key, "byte_size": 64}).status, 200)
+        resp = self.infer_shm("digits", 1, 64, "m", "o", 40)
+        self.assertEqual(resp.status, 400, resp)
+        self.assertIn("inputs[0].shared memory: element 63 is infinite", resp.json()["error"])
 
     def test_unregister_while_in_use(self):
         rin, rout = self.region("in", 4 * 4), self.region("out", 3 * 4)
