@@ -12,7 +12,8 @@
  * goes to another URL, a call lost with a reused connection is sent again
  * unless upstream.idempotent is false.
  *
- * Failures that remain (a reset, a 5xx, a malformed or short answer, no
+ * The bodies and the strict reading of answers are upstream_codec.c's.
+ * Failures that remain (a reset, a non-200, an answer that does not read, no
  * answer within timeout_ms) fail the batch with 502 (the feed answers 504
  * to the requests whose budget ran out meanwhile). Other batches carry on. */
 #include "backends/backend_impl.h"
@@ -24,14 +25,13 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <jansson.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/httpc.h"
-#include "common/jsonfmt.h"
 #include "common/log.h"
 #include "common/upcall.h"
+#include "backends/upstream_codec.h"
 
 struct up_model;
 
@@ -125,43 +125,15 @@ static void upstream_slot_finish(struct up_slot *s)
     char why[160];
     if (s->status != 200) {
         upcall_blame(s->up, HTTPC_FAIL_STATUS);
-        snprintf(why, sizeof why, "answered HTTP %d", s->status);
+        char said[120];
+        upstream_codec_error(s->answer.data, s->answer.len, said, sizeof said);
+        snprintf(why, sizeof why, "answered HTTP %d%s%s", s->status, said[0] ? ": " : "", said);
         upstream_slot_fail(s, why);
         return;
     }
-    json_error_t je;
-    json_t *root = json_loadb(s->answer.data ? s->answer.data : "", s->answer.len, 0, &je);
-    json_t *data = NULL;
-    if (mc->upstream.protocol == UPSTREAM_KSERVE_V2)
-        data = json_object_get(json_array_get(json_object_get(root, "outputs"), 0), "data");
-    else
-        data = json_object_get(root, "predictions");
-    size_t row = (size_t)mc->output.row_elems, want = (size_t)s->io->rows * row;
-    /* TF-Serving nests one array per row; KServe v2 is flat here. */
-    float *flat = s->io->out;
-    size_t got = 0;
-    bool ok = json_is_array(data);
-    if (ok && mc->upstream.protocol == UPSTREAM_TFSERVING) {
-        size_t i;
-        json_t *r;
-        json_array_foreach(data, i, r) {
-            json_t *rr = json_is_array(r) ? r : NULL;
-            for (size_t k = 0; rr && k < json_array_size(rr) && got < want; k++)
-                flat[got++] = (float)json_number_value(json_array_get(rr, k));
-            if (!rr && got < want)
-                flat[got++] = (float)json_number_value(r);
-        }
-    } else if (ok) {
-        for (size_t i = 0; i < json_array_size(data) && got < want; i++)
-            flat[got++] = (float)json_number_value(json_array_get(data, i));
-        if (json_array_size(data) != want)
-            got = json_array_size(data);
-    }
-    json_decref(root);
-    if (!ok || got != want) {
+    if (upstream_codec_answer(mc, s->answer.data, s->answer.len, s->io->rows, s->io->out, why,
+                              sizeof why) < 0) {
         upcall_blame(s->up, HTTPC_FAIL_MALFORMED);
-        snprintf(why, sizeof why, "malformed answer (%zu of %zu output values)", ok ? got : 0,
-                 want);
         upstream_slot_fail(s, why);
         return;
     }
@@ -176,38 +148,6 @@ static void upstream_slot_finish(struct up_slot *s)
 }
 
 /* ---- calls ---- */
-
-static void upstream_build_request(struct up_slot *s)
-{
-    const struct model_config *mc = &s->um->m->cfg;
-    struct buf *b = &s->request;
-    size_t row = (size_t)mc->input.row_elems;
-    if (mc->upstream.protocol == UPSTREAM_KSERVE_V2) {
-        buf_appendf(b, "{\"inputs\":[{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[%d",
-                    mc->input.name, s->io->rows);
-        for (int i = 0; i < mc->input.ndims; i++)
-            buf_appendf(b, ",%lld", (long long)mc->input.shape[i]);
-        buf_append(b, "],\"data\":[", 10);
-        for (size_t k = 0; k < (size_t)s->io->rows * row; k++) {
-            if (k)
-                buf_append(b, ",", 1);
-            json_append_float(b, s->io->in[k]);
-        }
-        buf_append(b, "]}]}", 4);
-    } else {
-        buf_append(b, "{\"instances\":[", 14);
-        for (int r = 0; r < s->io->rows; r++) {
-            buf_append(b, r ? ",[" : "[", r ? 2 : 1);
-            for (size_t k = 0; k < row; k++) {
-                if (k)
-                    buf_append(b, ",", 1);
-                json_append_float(b, s->io->in[(size_t)r * row + k]);
-            }
-            buf_append(b, "]", 1);
-        }
-        buf_append(b, "]}", 2);
-    }
-}
 
 /* upcall_ops: the URL's pool on this loop. */
 static struct httpc_pool *upstream_slot_pool(void *arg, struct httpc_target *t, int index)
@@ -255,7 +195,7 @@ static void upstream_slot_start(struct up_slot *s)
     s->busy = true;
     s->t0 = now_ns();
     buf_reset(&s->request);
-    upstream_build_request(s);
+    upstream_codec_request(&s->um->m->cfg, s->io->in, s->io->rows, &s->request);
     struct error err = {0};
     unsigned flags = um->m->cfg.upstream.idempotent ? UPCALL_IDEMPOTENT : 0;
     if (upcall_start(s->up, um->targets, um->nurls, flags, &err) < 0) {

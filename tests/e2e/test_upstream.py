@@ -142,6 +142,65 @@ class UpstreamTest(FakeUpstreamCase):
             self.assertIsNotNone(m, reason)
             self.assertGreaterEqual(int(m.group(1)), 1, reason)
 
+    def answer_with(self, model, body, rows, status=200):
+        """The fake's next call answers `body`; the gateway's answer to rows."""
+        self.upstream("POST", "/__fault", json.dumps({"mode": "answer", "status": status,
+                                                      "body": body}))
+        return self.infer(model, rows)
+
+    def test_answers_are_read_strictly(self):
+        # Rows go back to several clients: an answer with a value too many
+        # or of the wrong output is refused (tfserving's extra values went
+        # to the next request; a renamed or second output was served).
+        two = [[1, 2, 3, 4], [0, 0, 0, 1]]
+        y = {"name": "y", "datatype": "FP32", "shape": [2, 3], "data": [10, 11, 12, 1, 2, 3]}
+        bad_kv2 = [
+            ({"outputs": [dict(y, name="zzz")]}, 'no output named "y"'),
+            ({"outputs": [dict(y, shape=[3, 2])]}, "of shape [3,2] for 2 rows of 3 values"),
+            ({"outputs": [dict(y, data=y["data"] + [5])]}, "7 of 6 output values"),
+            ({"outputs": [dict(y, data=["10"] * 6)]}, "element 0 is not a number"),
+            ({"outputs": [dict(y, datatype="BYTES")]}, "datatype BYTES is not a number type"),
+            ({"outputs": [dict(y, data=None)]}, "has no data"),
+            ([1, 2], "not a JSON object"),
+        ]
+        for body, words in bad_kv2:
+            r = self.answer_with("kv2", body, two)
+            self.assertEqual(r.status, 502, (body, r))
+            self.assertIn(words, r.json()["error"], body)
+        bad_tfs = [
+            ({"predictions": [[10, 11, 12, 13], [1, 2, 3, 4]]}, "predictions[0] holds 4 values"),
+            ({"predictions": [[10, 11, 12]]}, "1 predictions for 2 instances"),
+            ({"predictions": [[10, 11, 12], [1, 2, 3], [4, 5, 6]]}, "3 predictions for 2"),
+            ({"predictions": [[10, 11, 12], 7]}, "predictions[1] is one number"),
+            ({"predictions": [{"z": [1, 2, 3]}, {"z": [1, 2, 3]}]}, 'predictions[0] has no "y"'),
+        ]
+        for body, words in bad_tfs:
+            r = self.answer_with("tfs", body, two)
+            self.assertEqual(r.status, 502, (body, r))
+            self.assertIn(words, r.json()["error"], body)
+        # What is valid: the named output among several, nested data, other
+        # number types, null (a server's NaN) read as NaN, which answers
+        # null (it was 0); TF Serving's object per row.
+        good = [
+            ("kv2", {"outputs": [dict(y, name="other", data=[0] * 6),
+                                 dict(y, data=[[10, 11, 12], [1, 2, None]], datatype="FP64")]}),
+            ("tfs", {"predictions": [[10, 11, 12], [1, 2, None]]}),
+            ("tfs", {"predictions": [{"y": [10, 11, 12], "z": 1}, {"y": [1, 2, None]}]}),
+        ]
+        for model, body in good:
+            r = self.answer_with(model, body, two)
+            self.assertEqual(r.status, 200, (body, r))
+            self.assertEqual(r.json()["outputs"][0]["data"], [10, 11, 12, 1, 2, None], body)
+        # An upstream's own error message is said with its status.
+        r = self.answer_with("kv2", {"error": "input x: bad shape"}, two, status=400)
+        self.assertEqual(r.status, 502, r)
+        self.assertIn("answered HTTP 400: input x: bad shape", r.json()["error"])
+        # The call asks for the one output served.
+        self.upstream("POST", "/__reset", "{}")
+        r = self.infer("kv2", two)
+        self.assertEqual(r.json()["outputs"][0]["data"], [10, 11, 12, 1, 2, 3])
+        self.assertEqual(self.upstream("GET", "/__stats").json()["outputs"], ["y"])
+
     def test_failed_calls_in_a_row_take_it_out_and_say_so(self):
         """Passive health: the third failed call in a row takes the server
         out and the log says so once, naming the model and the last failure;

@@ -18,10 +18,11 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
                                      with {"ok": true, "flap": N} only every Nth probe passes
     GET  /__stats                    {"calls": N, "rows": R, "max_rows": M, "conns": C,
                                       "probes": P, "echoes": E, "requests": Q, "drops": D,
-                                      "hangs": H}
+                                      "hangs": H, "outputs": [names the last infer asked]}
     POST /__fault {"mode": M, "count": N}   the next N inference calls fail:
          "reset" (close without answer), "stall" (never answer), "500",
-         "garbage" (200 with a body that is not JSON), "short" (fewer rows);
+         "garbage" (200 with a body that is not JSON), "short" (fewer rows),
+         "answer" (the request's "status", default 200, with its "body", given as it is);
          or the next N requests of any kind (not /__... nor health checks: those
          are `requests`) fail: "drop_reused" (a request that arrives on a
          connection which already served one: the connection is closed without
@@ -52,7 +53,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0,
          "healthy": True, "probes": 0, "echoes": 0, "health_stall_ms": 0, "health_flap": 0,
-         "any_fault": None, "any_count": 0, "requests": 0, "drops": 0, "hangs": 0}
+         "any_fault": None, "any_count": 0, "requests": 0, "drops": 0, "hangs": 0,
+         "fault_answer": (200, None), "outputs": []}
 ANY_FAULTS = ("drop_reused", "hang")   # faults for requests of any kind (parse_request)
 LOCK = threading.Lock()
 ARGS = None
@@ -169,6 +171,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             if STATE["fault_count"] > 0:
                 STATE["fault_count"] -= 1
+                self.fault_answer = STATE["fault_answer"]
                 return STATE["fault"]
         return None
 
@@ -190,6 +193,10 @@ class Handler(BaseHTTPRequestHandler):
         if fault == "500":
             self.reply(500, {"error": "injected failure"})
             return None
+        if fault == "answer":
+            status, body = self.fault_answer
+            self.reply(status, body)
+            return None
         if fault == "garbage":
             self.reply(200, raw=b"this is not json")
             return None
@@ -203,7 +210,7 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 self.reply(200, {k: STATE[k] for k in ("calls", "rows", "max_rows", "conns",
                                                        "probes", "echoes", "requests", "drops",
-                                                       "hangs")})
+                                                       "hangs", "outputs")})
         elif self.path.startswith("/blob/"):
             self.blob()
         elif self.path == "/switch":   # 101 to a request that asked for no upgrade
@@ -282,6 +289,7 @@ class Handler(BaseHTTPRequestHandler):
                     STATE["any_fault"], STATE["any_count"] = f["mode"], f.get("count", 1)
                 else:
                     STATE["fault"], STATE["fault_count"] = f["mode"], f.get("count", 1)
+                    STATE["fault_answer"] = (f.get("status", 200), f.get("body"))
             self.reply(200, {"ok": True})
         elif self.path == "/__health":
             req = json.loads(self.body())
@@ -300,6 +308,11 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, {"ok": True})
         elif self.path.startswith("/v2/models/") and self.path.endswith("/infer"):
             req = json.loads(self.body())
+            with LOCK:
+                STATE["outputs"] = [o.get("name") for o in req.get("outputs", [])]
+            if any(n != "y" for n in STATE["outputs"]):
+                self.reply(400, {"error": "unknown output %r" % STATE["outputs"]})
+                return
             inp = req["inputs"][0]
             flat, shape = inp["data"], inp["shape"]
             rows = [flat[i * shape[1]:(i + 1) * shape[1]] for i in range(shape[0])]
