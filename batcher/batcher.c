@@ -188,6 +188,7 @@ static void batcher_learn(struct batcher *b, int instance, int64_t tokens, int64
     struct latmodel fit;   /* fitted outside the lock: submissions wait on it */
     pthread_mutex_lock(&b->lock);
     bool due = latmodel_record(&b->lat[instance], tokens, tokens_sq, exec_ns);
+    b->q.learned_at_ns = now_ns();   /* the model is current (BQUEUE_PROBE_NS) */
     if (due)
         fit = b->lat[instance];
     pthread_mutex_unlock(&b->lock);

@@ -250,7 +250,11 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
         it->priority = q->cfg.default_priority;
     if (it->deadline_ns && policy_deadline_aware(q->cfg.kind) && lat) {
         int64_t need = bqueue_item_ns(lat, it) + q->guard_ns;
-        if (now_ns + need > it->deadline_ns) {
+        if (now_ns + need > it->deadline_ns && now_ns - q->learned_at_ns >= BQUEUE_PROBE_NS &&
+            now_ns - q->probe_at_ns >= BQUEUE_PROBE_NS) {
+            q->probe_at_ns = now_ns;
+            it->deadline_ns = 0;   /* served late rather than never measured */
+        } else if (now_ns + need > it->deadline_ns) {
             char what[48];
             if (it->tokens > 0)
                 snprintf(what, sizeof what, "%d rows of %d tokens", it->rows, it->tokens);

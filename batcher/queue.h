@@ -120,7 +120,17 @@ struct bqueue {
     /* The arrival rate the policy weighs a wait against (rate.h): set by the
      * batcher and the simulator before each bqueue_take. */
     struct policy_load load;
+    /* When the latency model last learned a batch (the batcher sets it), and
+     * when a request was last admitted as a probe (bqueue_push). */
+    int64_t learned_at_ns, probe_at_ns;
 };
+
+/* A model that refuses every request with a budget learns nothing more:
+ * one slow first call upstream, a stall in the warmup, or a device since
+ * grown faster would turn budgets away for good. With no batch learned for
+ * this long, one request the model would refuse is admitted instead, its
+ * budget set aside (a probe): its batch is measured, and the model moves. */
+#define BQUEUE_PROBE_NS 1000000000LL
 
 /* From a model's batching config. */
 void bqueue_config_from_model(struct bqueue_config *qc, const struct model_batching *b,
@@ -133,7 +143,8 @@ void bqueue_free(struct bqueue *q);
  * full and no tenant holds more requests than its tenant; with tenant_fair,
  * a request that made room leaves on q->evicted), or -BG_EDEADLINE when its
  * deadline cannot be met even alone on an idle instance (`lat`, the fastest
- * instance's model; NULL: no early rejection). */
+ * instance's model; NULL: no early rejection), unless it is admitted as a
+ * probe (BQUEUE_PROBE_NS; its deadline_ns is then 0). */
 int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
                 const struct latmodel *lat, struct error *err);
 /* Offline items (it->offline) go to the offline FIFO: never refused for

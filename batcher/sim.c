@@ -387,6 +387,7 @@ static void sim_finish_batches(struct sim *s)
                         it - s->items, (long long)(in->busy_until - sim_plan_deadline(s, it)));
         }
         latmodel_add_sq(&s->lat[i], in->tokens, in->tokens_sq, in->exec_ns);
+        s->q.learned_at_ns = s->now;   /* as batcher_learn does */
         sim_update_fastest(s);
         in->busy_until = 0;
         in->batch = NULL;

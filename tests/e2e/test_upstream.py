@@ -78,6 +78,9 @@ class UpstreamTest(FakeUpstreamCase):
         cfg = upstream_model("probeflap", ["http://127.0.0.1:%d" % cls.flapport])
         cfg["upstream"]["health_interval_ms"] = 10
         write_model(repo, "probeflap", cfg)
+        cfg = upstream_model("budgeted", [url])
+        cfg["batching"]["latency_budget_ms"] = 200
+        write_model(repo, "budgeted", cfg)
         for name in ("unprobed", "flappy"):
             cfg = upstream_model(name, [url])
             cfg["upstream"]["health_interval_ms"] = 0
@@ -200,6 +203,24 @@ class UpstreamTest(FakeUpstreamCase):
         r = self.infer("kv2", two)
         self.assertEqual(r.json()["outputs"][0]["data"], [10, 11, 12, 1, 2, 3])
         self.assertEqual(self.upstream("GET", "/__stats").json()["outputs"], ["y"])
+
+    def test_a_slow_first_call_does_not_lock_budgets_out(self):
+        # An upstream model has no warmup: its first call is its latency
+        # model. One slow call (a cold server) made every request with a
+        # budget 504 at admission, so no call was ever measured again. A
+        # probe a second lets one through, and the model learns.
+        self.upstream("POST", "/__fault", json.dumps({"mode": "delay", "ms": 500}))
+        self.assertEqual(self.infer("budgeted", [[1, 2, 3, 4]]).status, 200)
+        r = self.infer("budgeted", [[1, 2, 3, 4]])
+        self.assertEqual(r.status, 504, r)
+        self.assertIn("latency budget cannot be met", r.json()["error"])
+        codes = []
+        t_end = time.monotonic() + 8
+        while time.monotonic() < t_end and codes[-5:] != [200] * 5:
+            codes.append(self.infer("budgeted", [[1, 2, 3, 4]]).status)
+            time.sleep(0.1)
+        self.assertEqual(codes[-5:], [200] * 5, codes)
+        self.assertEqual(set(codes), {200, 504}, codes)
 
     def test_failed_calls_in_a_row_take_it_out_and_say_so(self):
         """Passive health: the third failed call in a row takes the server

@@ -22,7 +22,8 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     POST /__fault {"mode": M, "count": N}   the next N inference calls fail:
          "reset" (close without answer), "stall" (never answer), "500",
          "garbage" (200 with a body that is not JSON), "short" (fewer rows),
-         "answer" (the request's "status", default 200, with its "body", given as it is);
+         "answer" (the request's "status", default 200, with its "body", given as it is),
+         "delay" (answered "ms" later than usual);
          or the next N requests of any kind (not /__... nor health checks: those
          are `requests`) fail: "drop_reused" (a request that arrives on a
          connection which already served one: the connection is closed without
@@ -54,7 +55,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0,
          "healthy": True, "probes": 0, "echoes": 0, "health_stall_ms": 0, "health_flap": 0,
          "any_fault": None, "any_count": 0, "requests": 0, "drops": 0, "hangs": 0,
-         "fault_answer": (200, None), "outputs": []}
+         "fault_answer": (200, None, 0), "outputs": []}
 ANY_FAULTS = ("drop_reused", "hang")   # faults for requests of any kind (parse_request)
 LOCK = threading.Lock()
 ARGS = None
@@ -188,13 +189,15 @@ class Handler(BaseHTTPRequestHandler):
             return None
         if fault == "stall":
             time.sleep(3600)
+        if fault == "delay":
+            time.sleep(self.fault_answer[2] / 1000)
         with SLOTS:
             time.sleep((ARGS.base_ms + ARGS.per_row_ms * len(rows)) / 1000)
         if fault == "500":
             self.reply(500, {"error": "injected failure"})
             return None
         if fault == "answer":
-            status, body = self.fault_answer
+            status, body, _ = self.fault_answer
             self.reply(status, body)
             return None
         if fault == "garbage":
@@ -289,7 +292,8 @@ class Handler(BaseHTTPRequestHandler):
                     STATE["any_fault"], STATE["any_count"] = f["mode"], f.get("count", 1)
                 else:
                     STATE["fault"], STATE["fault_count"] = f["mode"], f.get("count", 1)
-                    STATE["fault_answer"] = (f.get("status", 200), f.get("body"))
+                    STATE["fault_answer"] = (f.get("status", 200), f.get("body"),
+                                             f.get("ms", 0))
             self.reply(200, {"ok": True})
         elif self.path == "/__health":
             req = json.loads(self.body())
