@@ -91,6 +91,23 @@ struct ledger {
     /* Under mu: cost since the start by (tenant, device). */
     struct ledger_cost *costs;
     int ncosts, capcosts;
+    /* Rounding carried from each series' written rows to its next (thread's
+     * own): ledger_flush. */
+    struct ledger_carry *carry;
+    int ncarry, capcarry;
+    struct state_usage_row *out;      /* the rows as written, rounded */
+    int capout;
+};
+
+/* A series (tenant, model, class, device) and what rounding its written
+ * rows to the database's units (busy and idle in us, cost in millionths,
+ * energy in mJ) left out. Rows are written every flush_s, and rounding
+ * each on its own let the errors add up: at a low price, a tenant whose
+ * second cost 0.6e-6 was charged 1e-6 a second, another 0. Given to the
+ * series' next row, each series stays within half a unit of what it used. */
+struct ledger_carry {
+    char tenant[64], model[128], cls[16], device[128];
+    double v[4];
 };
 
 static void *ledger_grow(void *p, int *cap, int need, size_t size)
@@ -457,6 +474,52 @@ static void ledger_sample(struct ledger *l)
     free(pieces);
 }
 
+static struct ledger_carry *ledger_carry_of(struct ledger *l, const struct state_usage_row *r)
+{
+    for (int i = 0; i < l->ncarry; i++) {
+        struct ledger_carry *c = &l->carry[i];
+        if (strcmp(c->tenant, r->tenant) == 0 && strcmp(c->model, r->model) == 0 &&
+            strcmp(c->cls, r->cls) == 0 && strcmp(c->device, r->device) == 0)
+            return c;
+    }
+    if (!LEDGER_GROW(l->carry, l->capcarry, l->ncarry + 1))
+        return NULL;
+    struct ledger_carry *c = &l->carry[l->ncarry++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->tenant, sizeof c->tenant, "%s", r->tenant);
+    snprintf(c->model, sizeof c->model, "%s", r->model);
+    snprintf(c->cls, sizeof c->cls, "%s", r->cls);
+    snprintf(c->device, sizeof c->device, "%s", r->device);
+    return c;
+}
+
+/* l->out: the rows gathered, each amount rounded to its unit with its
+ * series' carry; the carries move on (the caller puts them back when the
+ * write fails). NULL when memory is short: then the rows go unrounded. */
+static const struct state_usage_row *ledger_round(struct ledger *l)
+{
+    static const double unit[4] = {1e6, 1e6, 1e6, 1e3};
+    if (!LEDGER_GROW(l->out, l->capout, l->nacc))
+        return NULL;
+    for (int i = 0; i < l->nacc; i++) {
+        struct state_usage_row *o = &l->out[i];
+        *o = l->acc[i];
+        struct ledger_carry *c = ledger_carry_of(l, o);
+        if (!c)
+            continue;   /* this row as it is: its error is its own */
+        double *f[4] = {&o->busy_s, &o->idle_s, &o->cost, &o->energy_j};
+        for (int k = 0; k < 4; k++) {
+            /* Half up, not away from zero: a carry of -0.5 never makes a
+             * row of nothing -1. */
+            double x = *f[k] * unit[k] + c->v[k], w = floor(x + 0.5);
+            c->v[k] = x - w;
+            *f[k] = w / unit[k];
+        }
+        o->held_s = o->busy_s + o->idle_s;
+    }
+    return l->out;
+}
+
 /* Writes what was gathered in one transaction; kept for the next try when
  * the write fails. */
 static void ledger_flush(struct ledger *l)
@@ -464,11 +527,22 @@ static void ledger_flush(struct ledger *l)
     if (l->nacc == 0)
         return;
     struct error err = {0};
-    if (state_usage_add(l->st, l->acc, l->nacc, &err) == 0) {
+    int ncarry = l->ncarry;
+    struct ledger_carry *saved = ncarry ? malloc((size_t)ncarry * sizeof *saved) : NULL;
+    if (saved)
+        memcpy(saved, l->carry, (size_t)ncarry * sizeof *saved);
+    const struct state_usage_row *rows = (saved || !ncarry) ? ledger_round(l) : NULL;
+    if (state_usage_add(l->st, rows ? rows : l->acc, l->nacc, &err) == 0) {
+        free(saved);
         l->nacc = 0;
         l->write_failures = 0;
         return;
     }
+    if (rows) {   /* not written: the carries are as they were */
+        memcpy(l->carry, saved, (size_t)ncarry * sizeof *saved);
+        l->ncarry = ncarry;
+    }
+    free(saved);
     if (l->write_failures++ % 60 == 0)
         log_warn("%s (the rows are kept and written again)", err.msg);   /* err says "usage ledger:" */
     /* A database that stays unwritable must not take the memory with it:
@@ -578,6 +652,8 @@ void ledger_stop(struct ledger *l)
     free(l->deltas);
     free(l->weights);
     free(l->costs);
+    free(l->carry);
+    free(l->out);
     pthread_cond_destroy(&l->cv);
     pthread_mutex_destroy(&l->mu);
     free(l);

@@ -263,6 +263,30 @@ class UsageReconcileTest(UsageCase):
         srv.stop_checked()
 
 
+class UsageLowPriceTest(UsageCase):
+    def test_rounding_does_not_add_up(self):
+        # At 0.0054 an hour a second costs 1.5e-6: prod's third is 0.5e-6 a
+        # second, which each flush (every second) rounded to 1e-6 on its
+        # own: charged twice its use. The rounding now carries to the
+        # series' next row: each tenant within half a millionth.
+        shutil.rmtree(os.path.join(self.repo, "b"))   # one model: its held is the device's
+        price = 0.0054
+        self.config["devices"]["synthetic0"]["price_per_hour"] = price
+        srv = self.start()
+        time.sleep(6)
+        self.settle(srv.port)
+        held, cost = {}, {}
+        for x in wide(srv.port):
+            held[x["tenant"]] = held.get(x["tenant"], 0) + x["held_seconds"]
+            cost[x["tenant"]] = cost.get(x["tenant"], 0) + x["cost"]
+        self.assertEqual(set(cost), {"research", "prod"}, cost)
+        self.assertGreater(held["prod"], 5 / 3, held)   # a third of 5 s and more
+        for t in ("research", "prod"):
+            self.assertAlmostEqual(cost[t], price / 3600 * held[t], delta=0.55e-6,
+                                   msg="%s: held %.6f s, cost %.7f" % (t, held[t], cost[t]))
+        srv.stop_checked()
+
+
 class UsageLongBatchTest(UsageCase):
     def test_a_batch_longer_than_a_sample(self):
         # The ledger samples every second; a batch's time was recorded only
