@@ -118,6 +118,11 @@ void api_refuse_tenant(struct http_request *req, const struct admit_refusal *why
 void api_models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx);
 /* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
  * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
+/* The version a route names ({version}), checked against the versions the
+ * model `name` serves: 0 when the route names none, that version when it
+ * is served, -1 after answering 404 naming the versions served. */
+int api_route_version(struct http_request *req, const struct route_match *m,
+                      struct api_state *st, const char *name);
 int api_jobs_register(struct router *r, struct api_state *st, struct error *err);
 /* OpenAI's Batch API: /v1/files and /v1/batches (docs/LLM.md "Batch API"). */
 int api_batch_register(struct router *r, struct api_state *st, struct error *err);

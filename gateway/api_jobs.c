@@ -165,6 +165,9 @@ static void jobs_api_submit(struct http_request *req, const struct route_match *
     char model[MODEL_NAME_MAX];
     snprintf(model, sizeof model, "%s", sm->model.cfg.name);
     served_release(sm);
+    int version = api_route_version(req, m, st, model);
+    if (version < 0)
+        return;
     struct jobs *jobs = jobs_api_of(req, st);
     if (!jobs)
         return;
@@ -179,6 +182,7 @@ static void jobs_api_submit(struct http_request *req, const struct route_match *
     if (!call)
         return;
     snprintf(call->cmd.model, sizeof call->cmd.model, "%s", model);
+    call->cmd.version = version;
     snprintf(call->cmd.tenant, sizeof call->cmd.tenant, "%s", jobs_api_tenant(st, req));
     /* One object naming input_path is the file form; anything else is lines. */
     json_t *root = len > 0 && len < JOBS_API_PATH_BODY_MAX ? json_loadb(body, len, 0, NULL) : NULL;
@@ -221,6 +225,8 @@ static void jobs_api_append(struct buf *b, const struct state_job *j)
     json_append_string(b, j->id, strlen(j->id));
     buf_append(b, ",\"model\":", 9);
     json_append_string(b, j->model, strlen(j->model));
+    if (j->version > 0)   /* pinned: /v2/models/{m}/versions/{v}/jobs */
+        buf_appendf(b, ",\"version\":\"%d\"", j->version);
     buf_append(b, ",\"tenant\":", 10);
     json_append_string(b, j->tenant, strlen(j->tenant));
     buf_appendf(b, ",\"state\":\"%s\",\"created\":%.3f,\"started\":", state_job_state_name(j->state),
@@ -366,6 +372,7 @@ int api_jobs_register(struct router *r, struct api_state *st, struct error *err)
         route_handler_fn fn;
     } routes[] = {
         {HTTP_M_POST, "/v2/models/{model}/jobs", jobs_api_submit},
+        {HTTP_M_POST, "/v2/models/{model}/versions/{version}/jobs", jobs_api_submit},
         {HTTP_M_GET, "/v2/jobs", jobs_api_list},
         {HTTP_M_GET, "/v2/jobs/{id}", jobs_api_status},
         {HTTP_M_GET, "/v2/jobs/{id}/results", jobs_api_results},

@@ -110,6 +110,27 @@ enum models_need {
     NEED_READY,                       /* loaded */
 };
 
+/* 404 for a version the model does not serve, naming every version it
+ * serves (not only one copy: it named 3 alone for a model serving 3 and 2);
+ * `fallback` when the list cannot be had. */
+static void models_version_404(struct http_request *req, struct api_state *st, const char *name,
+                               const struct route_param *v, int fallback)
+{
+    int vs[MODEL_MAX_VERSIONS];
+    int nv = st->serving ? serving_versions(st->serving, name, strlen(name), vs,
+                                            MODEL_MAX_VERSIONS) : 0;
+    char list[128] = "";
+    size_t used = 0;
+    for (int i = 0; i < nv && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%d",
+                                 i == 0 ? "" : i == nv - 1 ? " and " : ", ", vs[i]);
+    if (nv <= 0)
+        snprintf(list, sizeof list, "%d", fallback);
+    http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (it serves version%s "
+                       "%s: version_policy)", name, (int)(v->len > 64 ? 64 : v->len), v->value,
+                       nv > 1 ? "s" : "", list);
+}
+
 /* The route's version, if it names one, is the one sm serves; else answers
  * 404, lets sm go and returns false. */
 static bool models_check_version(struct http_request *req, const struct route_match *m,
@@ -120,24 +141,32 @@ static bool models_check_version(struct http_request *req, const struct route_ma
     int hl = snprintf(have, sizeof have, "%d", sm->version);
     if (!v || ((int)v->len == hl && memcmp(v->value, have, v->len) == 0))
         return true;
-    /* Every version served, not only the copy at hand (it named 3 alone
-     * for a model serving 3 and 2). */
-    int vs[MODEL_MAX_VERSIONS];
-    const char *name = sm->model.cfg.name;
-    int nv = st->serving ? serving_versions(st->serving, name, strlen(name), vs,
-                                            MODEL_MAX_VERSIONS) : 0;
-    char list[128] = "";
-    size_t used = 0;
-    for (int i = 0; i < nv && used < sizeof list; i++)
-        used += (size_t)snprintf(list + used, sizeof list - used, "%s%d",
-                                 i == 0 ? "" : i == nv - 1 ? " and " : ", ", vs[i]);
-    if (nv <= 0)
-        snprintf(list, sizeof list, "%d", sm->version);
-    http_respond_error(req, 404, NULL, "model %s has no version \"%.*s\" (it serves version%s "
-                       "%s: version_policy)", name, (int)(v->len > 64 ? 64 : v->len), v->value,
-                       nv > 1 ? "s" : "", list);
+    models_version_404(req, st, sm->model.cfg.name, v, sm->version);
     served_release(sm);
     return false;
+}
+
+int api_route_version(struct http_request *req, const struct route_match *m,
+                      struct api_state *st, const char *name)
+{
+    const struct route_param *v = route_match_param(m, "version");
+    if (!v)
+        return 0;
+    int want = 0;
+    for (size_t i = 0; i < v->len && i < 9 && v->value[i] >= '0' && v->value[i] <= '9'; i++)
+        want = want * 10 + (v->value[i] - '0');
+    char text[16];
+    struct served_model *vm = NULL;
+    /* Digits only, as printed: "02" or "+2" names no version. */
+    if (want > 0 && (size_t)snprintf(text, sizeof text, "%d", want) == v->len &&
+        memcmp(text, v->value, v->len) == 0 && st->serving)
+        vm = serving_acquire_version(st->serving, name, strlen(name), want);
+    if (vm) {
+        served_release(vm);
+        return want;
+    }
+    models_version_404(req, st, name, v, 0);
+    return -1;
 }
 
 /* Finds the model of the route (a reference: served_release it) and checks

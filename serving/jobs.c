@@ -462,7 +462,7 @@ static int jobs_begin_next(struct jobs *j)
      * is loaded first): an unload waits for it, eviction passes it by. */
     struct error le = {0};
     cu->sm = j->serving ? serving_acquire_loaded(j->serving, cu->job.model, strlen(cu->job.model),
-                                                 &le)
+                                                 cu->job.version, &le)
                         : NULL;
     cu->model_index = cu->sm ? served_index(cu->sm) : -1;
     cu->tenant = jobs_tenant_index(j, cu->job.tenant);
@@ -577,6 +577,7 @@ static void jobs_cmd_create(struct jobs *j, struct jobs_cmd *c)
     memset(&job, 0, sizeof job);
     jobs_new_id("job-", job.id, sizeof job.id);
     snprintf(job.model, sizeof job.model, "%s", c->model);
+    job.version = c->version;
     snprintf(job.tenant, sizeof job.tenant, "%s", c->tenant[0] ? c->tenant : "default");
     job.state = STATE_JOB_QUEUED;
     struct timespec ts;

@@ -71,6 +71,7 @@ struct jobs_cmd {
     struct jobs_cmd *next;            /* the runner's queue */
     enum jobs_cmd_kind kind;
     char model[128];                  /* create */
+    int version;                      /* create: the model version; 0: the model's own */
     char tenant[TENANT_NAME_MAX];     /* create: the submitter's tenant ("": "default") */
     char *body;                       /* create: the input lines (the runner frees it), or NULL */
     size_t body_len;

@@ -441,7 +441,7 @@ static struct served_model *jobs_batch_pool(struct jobs *j, struct jobs_bcur *bc
     struct served_model *sm = NULL;
     if (canon[0]) {
         struct error err = {0};
-        sm = serving_acquire_loaded(j->serving, canon, strlen(canon), &err);
+        sm = serving_acquire_loaded(j->serving, canon, strlen(canon), 0, &err);
         if (sm && !sm->pool) {
             served_release(sm);
             sm = NULL;

@@ -1053,12 +1053,25 @@ static void lc_sync_done(void *arg, int rc, const char *msg, struct served_model
     pthread_mutex_unlock(&w->mu);
 }
 
-struct served_model *serving_acquire_loaded(struct serving *s, const char *name, size_t len,
-                                            struct error *err)
+/* The copy of the version asked, or the one the name reaches. */
+static struct served_model *lc_acquire(struct serving *s, const char *name, size_t len,
+                                       int version)
 {
-    struct served_model *sm = serving_acquire(s, name, len);
+    return version > 0 ? serving_acquire_version(s, name, len, version)
+                       : serving_acquire(s, name, len);
+}
+
+struct served_model *serving_acquire_loaded(struct serving *s, const char *name, size_t len,
+                                            int version, struct error *err)
+{
+    struct served_model *sm = lc_acquire(s, name, len, version);
     if (!sm) {
-        error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len), name);
+        if (version > 0)
+            error_set(err, BG_ENOTFOUND, "model \"%.*s\" serves no version %d now",
+                      (int)(len > 128 ? 128 : len), name, version);
+        else
+            error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len),
+                      name);
         return NULL;
     }
     if (atomic_load(&sm->state) == SERVED_READY)
@@ -1080,7 +1093,10 @@ struct served_model *serving_acquire_loaded(struct serving *s, const char *name,
     pthread_mutex_destroy(&w.mu);
     if (rc < 0)
         return NULL;
-    sm = serving_acquire(s, name, len);
+    sm = lc_acquire(s, name, len, version);
+    if (!sm)
+        error_set(err, BG_ENOTFOUND, "model \"%.*s\" is no longer served",
+                  (int)(len > 128 ? 128 : len), name);
     if (sm && atomic_load(&sm->state) != SERVED_READY) {
         error_set(err, BG_ENOTREADY, "model %s is not ready: %s", sm->model.cfg.name,
                   sm->model.reason);

@@ -84,11 +84,11 @@ int serving_unload(struct serving *s, const char *name, size_t len, struct error
 int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t deadline_ns,
                         lifecycle_done_fn done, void *arg, int64_t *retry_after_ns,
                         struct error *err);
-/* The jobs thread's: the model's READY copy (a reference), loading it
- * first and waiting for that load to end when it is not. NULL with the
- * reason otherwise. */
+/* The jobs thread's: the model's READY copy (a reference) of `version`
+ * (0: the one its name reaches), loading it first and waiting for that load
+ * to end when it is not. NULL with the reason otherwise. */
 struct served_model *serving_acquire_loaded(struct serving *s, const char *name, size_t len,
-                                            struct error *err);
+                                            int version, struct error *err);
 
 /* Triton's repository index: one row per model. */
 struct served_index_row {

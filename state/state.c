@@ -130,6 +130,10 @@ static const char state_schema_v6[] =
     "ALTER TABLE jobs ADD COLUMN input_size INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN input_mtime_ns INTEGER NOT NULL DEFAULT 0;";
 
+/* Version 7: a job pinned to a model version (/v2/models/{m}/versions/{v}/jobs). */
+static const char state_schema_v7[] =
+    "ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 0;";
+
 static int state_migrate(sqlite3 *db, struct error *err)
 {
     sqlite3_stmt *s;
@@ -147,11 +151,11 @@ static int state_migrate(sqlite3 *db, struct error *err)
         return 0;
     /* Each step from the version found; one transaction. */
     char sql[sizeof state_schema_v1 + sizeof state_schema_v3 + sizeof state_schema_v4 +
-             sizeof state_schema_v5 + sizeof state_schema_v6 + 64];
-    snprintf(sql, sizeof sql, "BEGIN;%s%s%s%s%sPRAGMA user_version=%d;COMMIT;",
+             sizeof state_schema_v5 + sizeof state_schema_v6 + sizeof state_schema_v7 + 64];
+    snprintf(sql, sizeof sql, "BEGIN;%s%s%s%s%s%sPRAGMA user_version=%d;COMMIT;",
              v < 1 ? state_schema_v1 : "", v < 3 ? state_schema_v3 : "",
              v < 4 ? state_schema_v4 : "", v < 5 ? state_schema_v5 : "",
-             v < 6 ? state_schema_v6 : "", STATE_SCHEMA_VERSION);
+             v < 6 ? state_schema_v6 : "", v < 7 ? state_schema_v7 : "", STATE_SCHEMA_VERSION);
     return state_exec(db, sql, err);
 }
 
@@ -323,7 +327,8 @@ int state_job_insert(struct state *st, const struct state_job *j, struct error *
         return -BG_EIO;
     if (sqlite3_prepare_v2(st->w,
                            "INSERT INTO jobs(id,model,tenant,state,created_ms,input_path,"
-                           "output_path,input_size,input_mtime_ns) VALUES(?,?,?,?,?,?,?,?,?)",
+                           "output_path,input_size,input_mtime_ns,version)"
+                           " VALUES(?,?,?,?,?,?,?,?,?,?)",
                            -1, &s, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(st->w, "INSERT INTO progress(job_id) VALUES(?)", -1, &p, NULL) !=
             SQLITE_OK) {
@@ -339,6 +344,7 @@ int state_job_insert(struct state *st, const struct state_job *j, struct error *
     sqlite3_bind_text(s, 7, j->output_path, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 8, j->input_size);
     sqlite3_bind_int64(s, 9, j->input_mtime_ns);
+    sqlite3_bind_int(s, 10, j->version);
     sqlite3_bind_text(p, 1, j->id, -1, SQLITE_STATIC);
     if (sqlite3_step(s) != SQLITE_DONE || sqlite3_step(p) != SQLITE_DONE) {
         rc = state_fail(err, st->w, "insert job");
@@ -405,7 +411,7 @@ int state_job_progress(struct state *st, const char *id, int64_t in_offset, int6
 #define STATE_JOB_COLUMNS                                                                     \
     "SELECT j.id, j.model, j.tenant, j.state, j.created_ms, j.started_ms, j.finished_ms,"     \
     " j.lines_total, j.input_path, j.output_path, j.reason, p.in_offset, p.out_size,"         \
-    " p.lines_done, p.lines_failed, j.input_size, j.input_mtime_ns"                         \
+    " p.lines_done, p.lines_failed, j.input_size, j.input_mtime_ns, j.version"              \
     " FROM jobs j JOIN progress p ON p.job_id = j.id "
 
 static void state_copy(char *dst, size_t cap, sqlite3_stmt *s, int col)
@@ -434,6 +440,7 @@ static void state_row(sqlite3_stmt *s, struct state_job *j)
     j->lines_failed = sqlite3_column_int64(s, 14);
     j->input_size = sqlite3_column_int64(s, 15);
     j->input_mtime_ns = sqlite3_column_int64(s, 16);
+    j->version = sqlite3_column_int(s, 17);
 }
 
 int state_job_next(struct state *st, struct state_job *out, struct error *err)

@@ -20,7 +20,7 @@
 
 #include "common/error.h"
 
-#define STATE_SCHEMA_VERSION 6
+#define STATE_SCHEMA_VERSION 7
 /* The oldest version whose usage ledger tables read as this one's
  * (state_open_readonly: batchgate report before a server migrated it). */
 #define STATE_USAGE_SCHEMA_VERSION 3
@@ -52,6 +52,8 @@ struct state_job {
     /* the input as submitted: a resume refuses one changed since (0: not
      * recorded, a job submitted before they were) */
     int64_t input_size, input_mtime_ns;
+    int version;                      /* the model version it runs on; 0: the model's own
+                                         (the highest served) */
 };
 
 struct state;

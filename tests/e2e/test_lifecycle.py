@@ -645,6 +645,34 @@ class SeveralVersionsTest(RepoServerCase):
         lines = [l for l in text.splitlines() if l and not l.startswith("#")]
         self.assertEqual(len(lines), len(set(l.rsplit(" ", 1)[0] for l in lines)))
 
+    def test_jobs_pinned_to_a_version(self):
+        # /versions/{v}/jobs was no route (404), so a job always ran on the
+        # highest version. Now the job keeps the version it was given.
+        port = self.srv.port
+        line = LIN_BODY + "\n"
+        ids = {}
+        for v in (2, 3, None):
+            path = "/v2/models/mv%s/jobs" % ("/versions/%d" % v if v else "")
+            r = post(port, path, line)
+            self.assertEqual(r.status, 201, (path, r))
+            ids[v] = r.json()["id"]
+        for v, words in ((1, "it serves versions 3 and 2"), (9, "has no version \"9\""),
+                         ("02", "has no version \"02\"")):
+            r = post(port, "/v2/models/mv/versions/%s/jobs" % v, line)
+            self.assertEqual(r.status, 404, (v, r))
+            self.assertIn(words, r.json()["error"], v)
+        for v, want in ((2, [2, 4]), (3, [3, 6]), (None, [3, 6])):
+            deadline = time.monotonic() + 20
+            while True:
+                job = roundtrip(port, "GET", "/v2/jobs/" + ids[v]).json()
+                if job["state"] == "completed":
+                    break
+                self.assertLess(time.monotonic(), deadline, job)
+                time.sleep(0.05)
+            self.assertEqual(job.get("version"), str(v) if v else None, job)
+            res = json.loads(roundtrip(port, "GET", "/v2/jobs/%s/results" % ids[v]).body)
+            self.assertEqual(res["outputs"][0]["data"], want, (v, res))
+
     def test_poll_follows_the_policy_and_api_acts_on_every_version(self):
         port = self.srv.port
         write_version(self.repo, "mv", 4, scale=4)

@@ -31,6 +31,7 @@ static void test_job_rows_and_reopen(void **s)
     j.created_ms = 1000;
     strcpy(j.input_path, "/in");
     strcpy(j.output_path, "/out");
+    j.version = 2;
     assert_int_equal(state_job_insert(st, &j, &err), 0);
     assert_int_equal(state_job_insert(st, &j, &err), -BG_EIO);   /* same id */
     assert_int_equal(state_job_set_state(st, "job-1", STATE_JOB_RUNNING, 10, NULL, &err), 0);
@@ -47,6 +48,7 @@ static void test_job_rows_and_reopen(void **s)
     assert_int_equal(g.out_size, 456);
     assert_int_equal(g.lines_done, 7);
     assert_int_equal(g.lines_failed, 2);
+    assert_int_equal(g.version, 2);
     assert_int_equal(state_job_next(st, &g, &err), 1);
     assert_string_equal(g.id, "job-1");
     assert_int_equal(state_job_get(st, "nope", &g, &err), -BG_ENOTFOUND);
@@ -176,13 +178,13 @@ static void test_old_databases_migrate(void **s)
     static const char *const downgrade[2] = {
         "DROP TABLE usage_key; DROP TABLE usage_minute; DROP TABLE usage_hour;"
         "DROP TABLE files; DROP TABLE batches; DROP TABLE batch_results;"
-        "ALTER TABLE jobs DROP COLUMN input_size; ALTER TABLE jobs DROP COLUMN input_mtime_ns;"
+        "ALTER TABLE jobs DROP COLUMN input_size; ALTER TABLE jobs DROP COLUMN input_mtime_ns; ALTER TABLE jobs DROP COLUMN version;"
         "PRAGMA user_version=1",
         "DROP TABLE usage_key; DROP TABLE usage_minute; DROP TABLE usage_hour;"
         "DROP TABLE files; DROP TABLE batches; DROP TABLE batch_results;"
         "CREATE TABLE usage_minute (start INTEGER, tenant TEXT, busy_s REAL);"
         "CREATE TABLE usage_hour (start INTEGER, tenant TEXT, busy_s REAL);"
-        "ALTER TABLE jobs DROP COLUMN input_size; ALTER TABLE jobs DROP COLUMN input_mtime_ns;"
+        "ALTER TABLE jobs DROP COLUMN input_size; ALTER TABLE jobs DROP COLUMN input_mtime_ns; ALTER TABLE jobs DROP COLUMN version;"
         "PRAGMA user_version=2",
     };
     for (int v = 0; v < 2; v++) {
@@ -286,7 +288,7 @@ static void test_batch_rows(void **s)
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, "DROP TABLE IF EXISTS files; DROP TABLE IF EXISTS batches;"
                                       "DROP TABLE IF EXISTS batch_results; ALTER TABLE jobs DROP COLUMN input_size;"
-                                      "ALTER TABLE jobs DROP COLUMN input_mtime_ns; PRAGMA user_version=3",
+                                      "ALTER TABLE jobs DROP COLUMN input_mtime_ns; ALTER TABLE jobs DROP COLUMN version; PRAGMA user_version=3",
                                   NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     struct state *st;
@@ -394,7 +396,7 @@ static void test_file_expiry_rows(void **s)
         "INSERT INTO batches(id,tenant,endpoint,input_file_id,input_path,completion_window,"
         " status,created_at,expires_at,total) VALUES('batch_old','a','/v1/completions',"
         " 'file-old','/x/old','24h',1,10,86410,1);"
-        "ALTER TABLE jobs DROP COLUMN input_size; ALTER TABLE jobs DROP COLUMN input_mtime_ns;"
+        "ALTER TABLE jobs DROP COLUMN input_size; ALTER TABLE jobs DROP COLUMN input_mtime_ns; ALTER TABLE jobs DROP COLUMN version;"
         "PRAGMA user_version=4", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     struct state *st;
