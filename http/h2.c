@@ -785,23 +785,32 @@ static void h2_flush(struct h2_conn *c)
     if (c->fd < 0)
         return;
     h2_hold(c);
-    while (buf_unread(&c->out) < H2_OUT_HIGH_WATER) {
-        const uint8_t *data;
-        ssize_t n = nghttp2_session_mem_send(c->ng, &data);
-        if (n < 0) {
-            h2_close_socket(c);
-            h2_release(c);
-            return;
+    for (;;) {
+        while (buf_unread(&c->out) < H2_OUT_HIGH_WATER) {
+            const uint8_t *data;
+            ssize_t n = nghttp2_session_mem_send(c->ng, &data);
+            if (n < 0) {
+                h2_close_socket(c);
+                h2_release(c);
+                return;
+            }
+            if (n == 0)
+                break;
+            if (buf_append(&c->out, data, (size_t)n) < 0) {
+                h2_close_socket(c);
+                h2_release(c);
+                return;
+            }
         }
-        if (n == 0)
+        bool more = buf_unread(&c->out) >= H2_OUT_HIGH_WATER;   /* nghttp2 may hold more */
+        h2_write(c);
+        /* All written and more may wait: take it now. Nothing else would
+         * ask (no write event is watched once the buffer is empty, and a
+         * client whose window is open sends nothing), so an answer over
+         * the high water stalled until a timer, 10 s or 60 s. */
+        if (c->fd < 0 || !more || buf_unread(&c->out) > 0)
             break;
-        if (buf_append(&c->out, data, (size_t)n) < 0) {
-            h2_close_socket(c);
-            h2_release(c);
-            return;
-        }
     }
-    h2_write(c);
     if (c->fd >= 0 && !h2_answers_wait(c))
         c->t_last_write = now_ns();   /* nothing waits: the slow-reader clock starts over */
     if (c->fd >= 0) {

@@ -479,6 +479,19 @@ def check_limits(a):
                          content_type="application/grpc+proto")
     expect(raw.get("grpc-status") == "0", "application/grpc+proto, grpc-timeout 5S: %r" % raw)
     ok("grpc-timeout 0 is DEADLINE_EXCEEDED, malformed is INTERNAL; +json is not served")
+    # An answer over the 4 MiB the server buffers for a connection: it
+    # stalled until a timer (header_timeout_ms, 10 s) woke the connection,
+    # once the client's window was open and it had nothing to send.
+    chan = grpc.insecure_channel(a.grpc, options=[("grpc.max_receive_message_length", 64 << 20)])
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(chan)
+    for rows in (2, 3, 3):
+        t0 = time.monotonic()
+        resp = stub.ModelInfer(infer_request("bigout", np.ones((rows, 4), dtype=np.float32),
+                                             name="x"), timeout=30)
+        took = time.monotonic() - t0
+        expect(output_of(resp).shape == (rows, 1 << 20), "bigout: shape %r" % (output_of(resp).shape,))
+        expect(took < 5, "a %d MiB answer took %.1f s" % (4 * rows, took))
+    ok("answers of 8 and 12 MiB arrive without waiting for a timer")
 
 
 # ---------------------------------------------------------------- drain

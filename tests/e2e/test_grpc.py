@@ -132,10 +132,14 @@ class GrpcLimitsTest(GrpcCase):
     @classmethod
     def populate(cls, repo):
         copy_digits(repo)
+        # 4 MiB of answer a row: 3 rows are over the connection's high water.
+        big = synthetic("bigout", base_us=1000, per_row_us=0)
+        big["outputs"][0]["shape"] = [1 << 20]
+        write_model(repo, "bigout", big)
 
     def test_message_over_max_body_bytes(self):
         out = self.run_calls("limits")
-        self.assertEqual(out.count("ok: "), 3, out)
+        self.assertEqual(out.count("ok: "), 4, out)
 
 
 class GrpcChurnTest(GrpcCase):
