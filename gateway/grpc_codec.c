@@ -997,7 +997,7 @@ int grpc_method_index(const struct grpc_method *m) { return (int)(m - grpc_metho
 bool grpc_method_streams(const struct grpc_method *m) { return strcmp(m->name, "ModelStreamInfer") == 0; }
 
 /* A varint (protobuf's base-128) appended. */
-static int grpc_varint(struct buf *out, uint64_t v)
+static int grpc_varint_put(struct buf *out, uint64_t v)
 {
     uint8_t b[10];
     int n = 0;
@@ -1017,13 +1017,13 @@ int grpc_stream_response(const void *infer_response, size_t len, const char *err
     /* ModelStreamInferResponse: error_message = 1, infer_response = 2. */
     if (error) {
         size_t el = strlen(error);
-        if (buf_append(out, "\x0a", 1) < 0 || grpc_varint(out, el) < 0 ||
+        if (buf_append(out, "\x0a", 1) < 0 || grpc_varint_put(out, el) < 0 ||
             buf_append(out, error, el) < 0)
             return -1;
         if (!len)
             return 0;
     }
-    return buf_append(out, "\x12", 1) < 0 || grpc_varint(out, len) < 0 ||
+    return buf_append(out, "\x12", 1) < 0 || grpc_varint_put(out, len) < 0 ||
                    (len && buf_append(out, infer_response, len) < 0) ? -1 : 0;
 }
 const char *grpc_method_unserved(const struct grpc_method *m) { return m->unserved; }
@@ -1034,6 +1034,57 @@ void grpc_http_request_free(struct grpc_http_request *r)
     buf_free(&r->echo);
     json_decref(r->head);
     r->head = NULL;
+}
+
+static bool grpc_varint_get(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *i < len; shift += 7) {
+        uint8_t b = p[(*i)++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/* The first string field (nested messages' too) holding a NUL byte, by
+ * name, or NULL. protobuf-c hands strings over as C strings: "a\0b" would
+ * be read as "a", a request id echoed cut short, a model name naming
+ * another model. Read from the wire, which unpack already checked. */
+static const char *grpc_string_with_nul(const ProtobufCMessageDescriptor *d, const uint8_t *p,
+                                        size_t len, int depth)
+{
+    size_t i = 0;
+    uint64_t key, l;
+    while (depth < 32 && i < len && grpc_varint_get(p, len, &i, &key)) {
+        switch (key & 7) {
+        case 0:
+            if (!grpc_varint_get(p, len, &i, &l))
+                return NULL;
+            break;
+        case 1: i += 8; break;
+        case 5: i += 4; break;
+        case 2: {
+            if (!grpc_varint_get(p, len, &i, &l) || l > len - i)
+                return NULL;
+            const ProtobufCFieldDescriptor *f =
+                protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3));
+            if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, (size_t)l))
+                return f->name;
+            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                const char *name = grpc_string_with_nul(f->descriptor, p + i, (size_t)l, depth + 1);
+                if (name)
+                    return name;
+            }
+            i += (size_t)l;
+            break;
+        }
+        default:
+            return NULL;
+        }
+    }
+    return NULL;
 }
 
 int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
@@ -1049,6 +1100,12 @@ int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
     if (!req)
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "the request is not a valid %s",
                          m->req->name);
+    const char *nul = grpc_string_with_nul(m->req, msg, len, 0);
+    if (nul) {
+        protobuf_c_message_free_unpacked(req, NULL);
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "%s: a string holding a NUL byte (not "
+                         "served: it would be read cut short there)", nul);
+    }
     int rc = m->to(req, out, err, cap);
     protobuf_c_message_free_unpacked(req, NULL);
     return rc;

@@ -607,6 +607,41 @@ static void test_to_http_garbage(void **state)
         }
 }
 
+/* A string holding a NUL byte is refused, naming the field, at any depth
+ * (protobuf-c would hand over "x\0y" as "x": an id echoed cut short, a
+ * model name naming another). Bytes fields may hold any byte. */
+static void test_to_http_nul_in_strings(void **state)
+{
+    (void)state;
+    static const struct { const char *call, *b; size_t n; const char *field; } cases[] = {
+        /* model_name "digits", id "x\0y" */
+        {"ModelInfer", "\x0a\x06" "digits" "\x1a\x03x\0y", 13, "id"},
+        {"ModelStreamInfer", "\x0a\x06" "digits" "\x1a\x01\0", 11, "id"},
+        {"ModelMetadata", "\x0a\x04" "di\0t", 6, "name"},
+        /* inputs[0] (field 5): name "x\0" */
+        {"ModelInfer", "\x0a\x06" "digits" "\x2a\x04\x0a\x02x\0", 14, "name"},
+    };
+    for (size_t c = 0; c < COUNT(cases); c++) {
+        struct grpc_http_request r;
+        char err[256];
+        int rc = to_http_raw(cases[c].call, cases[c].b, cases[c].n, &r, err, sizeof err);
+        if (rc != GRPC_INVALID_ARGUMENT)
+            fail_msg("case %zu: %d %s", c, rc, err);
+        char want[64];
+        snprintf(want, sizeof want, "%s: a string holding a NUL byte", cases[c].field);
+        assert_contains(err, want);
+        grpc_http_request_free(&r);
+    }
+    /* raw_input_contents (field 7, bytes) with NUL bytes pass this check. */
+    struct grpc_http_request r;
+    char err[256];
+    static const char ok[] = "\x0a\x06" "digits" "\x3a\x04\0\0\0\0";
+    int rc = to_http_raw("ModelInfer", ok, sizeof ok - 1, &r, err, sizeof err);
+    if (rc == GRPC_INVALID_ARGUMENT && strstr(err, "NUL"))
+        fail_msg("bytes refused: %s", err);
+    grpc_http_request_free(&r);
+}
+
 /* ---- ModelInfer requests ---- */
 
 /* raw_input_contents: the body is the JSON header then each input's raw
@@ -2208,6 +2243,7 @@ int main(void)
         cmocka_unit_test(test_to_http_log_settings),
         cmocka_unit_test(test_to_http_bad_names),
         cmocka_unit_test(test_to_http_garbage),
+        cmocka_unit_test(test_to_http_nul_in_strings),
         cmocka_unit_test(test_infer_raw),
         cmocka_unit_test(test_infer_outputs_and_parameters),
         cmocka_unit_test(test_infer_typed_contents),
