@@ -80,6 +80,21 @@ static int parse_on_header_value(llhttp_t *l, const char *at, size_t n)
     return 0;
 }
 
+/* RFC 9110 5.5: the whitespace around a field's value is not part of it.
+ * llhttp leaves out the leading whitespace, not the trailing: a number
+ * such as "Inference-Header-Content-Length: 110 " was refused. */
+static int parse_on_header_value_complete(llhttp_t *l)
+{
+    struct http_request *r = parse_of(l)->cur;
+    if (r->nhdrs == 0)
+        return 0;
+    struct http_header *h = &r->hdrs[r->nhdrs - 1];
+    while (h->val_len && (r->head.data[h->val_off + h->val_len - 1] == ' ' ||
+                          r->head.data[h->val_off + h->val_len - 1] == '\t'))
+        h->val_len--;
+    return 0;
+}
+
 static int parse_method_bit(uint8_t m)
 {
     switch (m) {
@@ -263,6 +278,7 @@ static const llhttp_settings_t parse_settings = {
     .on_url_complete = parse_on_url_complete,
     .on_header_field = parse_on_header_field,
     .on_header_value = parse_on_header_value,
+    .on_header_value_complete = parse_on_header_value_complete,
     .on_headers_complete = parse_on_headers_complete,
     .on_body = parse_on_body,
     .on_message_complete = parse_on_message_complete,

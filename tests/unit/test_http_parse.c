@@ -114,6 +114,33 @@ static void test_simple_get_fields(void **state)
     fx_free(f);
 }
 
+/* RFC 9110 5.5: whitespace around a value is not part of it, trailing as
+ * well as leading ("X-Priority: 2 " was refused as not a number); inner
+ * whitespace stays, and a value of only whitespace is empty. */
+static void test_header_value_whitespace(void **state)
+{
+    (void)state;
+    struct fixture *f = fx_new(16384, 1024);
+    const char *req = "GET /v2 HTTP/1.1\r\nHost: h\r\nX-Priority: \t2 \t \r\n"
+                      "X-Two: a b\t\r\nX-Blank:   \r\nX-None:\r\n\r\n";
+    int nh, nc;
+    assert_int_equal(feed(f, req, strlen(req), 0, &nh, &nc), 0);
+    assert_int_equal(nc, 1);
+    struct http_request *r = f->reqs[0];
+    size_t len;
+    const char *p = http_request_header(r, "X-Priority", &len);
+    assert_int_equal(len, 1);
+    assert_memory_equal(p, "2", 1);
+    p = http_request_header(r, "X-Two", &len);
+    assert_int_equal(len, 3);
+    assert_memory_equal(p, "a b", 3);
+    assert_non_null(http_request_header(r, "X-Blank", &len));
+    assert_int_equal(len, 0);
+    assert_non_null(http_request_header(r, "X-None", &len));
+    assert_int_equal(len, 0);
+    fx_free(f);
+}
+
 /* The absolute form (RFC 9112 3.2.2: a server MUST accept it): routed by
  * its path, the authority aside; "http://h" alone is "/". */
 static void test_absolute_form_target(void **state)
@@ -373,6 +400,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simple_get_fields),
         cmocka_unit_test(test_absolute_form_target),
+        cmocka_unit_test(test_header_value_whitespace),
         cmocka_unit_test(test_keep_alive_rules),
         cmocka_unit_test(test_header_limit_exact),
         cmocka_unit_test(test_header_limit_with_body_following),
