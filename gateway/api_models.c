@@ -742,8 +742,8 @@ static int64_t models_header_int(struct http_request *req, const char *name)
     const char *v = http_request_header(req, name, &len);
     if (!v)
         return -1;
-    if (len == 0 || len > 18)
-        return -2;
+    if (len == 0 || len > 18 || http_request_header_times(req, name) > 1)
+        return -2;   /* two values: neither is taken */
     int64_t x = 0;
     for (size_t i = 0; i < len; i++) {
         if (v[i] < '0' || v[i] > '9')
@@ -783,8 +783,8 @@ static int models_infer_budget(struct http_request *req, const struct model_conf
     } else {
         int64_t ms = models_header_int(req, "X-Request-Timeout-Ms");
         if (ms == -2) {
-            http_respond_error(req, 400, NULL, "X-Request-Timeout-Ms: must be a whole number of "
-                                               "milliseconds");
+            http_respond_error(req, 400, NULL, "X-Request-Timeout-Ms: must be one whole number "
+                                               "of milliseconds");
             return -1;
         }
         it->deadline_ns = models_deadline(arrival, ms >= 0 ? ms : c->batching.latency_budget_ms,
@@ -792,7 +792,7 @@ static int models_infer_budget(struct http_request *req, const struct model_conf
     }
     int64_t prio = call->r.has_priority ? call->r.priority : models_header_int(req, "X-Priority");
     if (prio == -2 || prio > MODEL_PRIORITY_MAX) {
-        http_respond_error(req, 400, NULL, "%s: must be a whole number from 0 to %d (1 is the "
+        http_respond_error(req, 400, NULL, "%s: must be one whole number from 0 to %d (1 is the "
                            "highest, 0 the model's default)",
                            call->r.has_priority ? "parameters.priority" : "X-Priority",
                            MODEL_PRIORITY_MAX);
@@ -936,8 +936,8 @@ static void models_infer_run(struct http_request *req, const struct route_match 
     int64_t json_len = models_header_int(req, "Inference-Header-Content-Length");
     if (json_len == -2) {
         models_account_reject(st, sm, req, BG_EINVAL, 400);
-        http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length (the "
-                           "JSON head's size in bytes, digits only)");
+        http_respond_error(req, 400, NULL, "Inference-Header-Content-Length: not a length (one "
+                           "header: the JSON head's size in bytes, digits only)");
         served_release(sm);
         return;
     }

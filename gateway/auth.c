@@ -127,17 +127,10 @@ const char *auth_request_key(struct http_request *req, size_t *len, enum auth_ke
 /* The key header that appears more than once, or NULL. */
 static const char *auth_header_repeated(const struct http_request *req)
 {
-    static const char *const names[] = {"Authorization", "X-Api-Key"};
-    int seen[2] = {0, 0};
-    int count = http_request_header_count(req);
-    for (int i = 0; i < count; i++) {
-        const char *name, *value;
-        size_t nl, vl;
-        http_request_header_at(req, i, &name, &nl, &value, &vl);
-        for (int k = 0; k < 2; k++)
-            if (nl == strlen(names[k]) && strncasecmp(name, names[k], nl) == 0 && ++seen[k] > 1)
-                return names[k];
-    }
+    if (http_request_header_times(req, "Authorization") > 1)
+        return "Authorization";
+    if (http_request_header_times(req, "X-Api-Key") > 1)
+        return "X-Api-Key";
     return NULL;
 }
 

@@ -55,6 +55,9 @@ int http_request_query_param(const struct http_request *req, const char *key, ch
                              size_t cap);
 /* Case-insensitive lookup of the first header `name`; NULL when absent. */
 const char *http_request_header(const struct http_request *req, const char *name, size_t *len);
+/* How many header lines are named `name` (a field that must be one: > 1 is
+ * for the caller to refuse). */
+int http_request_header_times(const struct http_request *req, const char *name);
 /* Every header in arrival order: i from 0 to http_request_header_count()-1. */
 int http_request_header_count(const struct http_request *req);
 void http_request_header_at(const struct http_request *req, int i, const char **name,

@@ -223,6 +223,17 @@ const char *http_request_header(const struct http_request *r, const char *name, 
     return NULL;
 }
 
+int http_request_header_times(const struct http_request *r, const char *name)
+{
+    size_t n = strlen(name);
+    int k = 0;
+    for (int i = 0; i < r->nhdrs; i++) {
+        const struct http_header *h = &r->hdrs[i];
+        k += h->name_len == n && strncasecmp(r->head.data + h->name_off, name, n) == 0;
+    }
+    return k;
+}
+
 int http_request_header_count(const struct http_request *r) { return r->nhdrs; }
 
 void http_request_header_at(const struct http_request *r, int i, const char **name,

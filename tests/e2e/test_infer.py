@@ -196,6 +196,21 @@ class InferTest(RepoServerCase):
             self.assertEqual(r.status, 400, (value, r))
             self.assertIn("Inference-Header-Content-Length", r.json()["error"], value)
             self.assertIn(mention, r.json()["error"], value)
+        # Whitespace around the value is not part of it (RFC 9110 5.5); the
+        # header twice is refused, whichever value is right.
+        r = post(self.srv.port, "/v2/models/digits/infer", body,
+                 [("Inference-Header-Content-Length", "%d \t" % len(header)),
+                  ("X-Priority", "2 "), ("X-Request-Timeout-Ms", "5000\t")])
+        self.assertEqual(r.status, 200, r)
+        for name, values in (("Inference-Header-Content-Length", (str(len(header)), "5")),
+                             ("X-Priority", ("2", "2")), ("X-Request-Timeout-Ms", ("9", "9"))):
+            hs = [(name, v) for v in values]
+            if name != "Inference-Header-Content-Length":
+                hs.append(("Inference-Header-Content-Length", str(len(header))))
+            r = post(self.srv.port, "/v2/models/digits/infer", body, hs)
+            self.assertEqual(r.status, 400, (name, r))
+            self.assertIn(name, r.json()["error"])
+            self.assertIn("one", r.json()["error"])
         r = post(self.srv.port, "/v2/models/digits/infer", body)   # no header
         self.assertEqual(r.status, 400, r)
         self.assertIn("need the Inference-Header-Content-Length header", r.json()["error"])
