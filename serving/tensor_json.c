@@ -166,12 +166,18 @@ static int tensor_decode_request_params(json_t *params, struct infer_request *ou
         return error_set(err, BG_EINVAL, "parameters: must be an object");
     json_t *v;
     if ((v = json_object_get(params, "priority"))) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0)
+        /* Triton's uint64: a gRPC uint64_param past INT64_MAX comes as a
+         * real. Past the levels served it is the default, as in Triton. */
+        bool big = json_is_real(v) && json_real_value(v) >= 0x1p63 &&
+                   json_real_value(v) <= 0x1p64 &&   /* 2^64-1 as a double */
+                   json_real_value(v) == floor(json_real_value(v));
+        if (!big && (!json_is_integer(v) || json_integer_value(v) < 0))
             return error_set(err, BG_EINVAL,
                              "parameters.priority: must be an integer >= 0 (1 is the highest, 0 "
                              "the model's default)");
         out->has_priority = true;
-        out->priority = json_integer_value(v);
+        out->priority = big || json_integer_value(v) > MODEL_PRIORITY_MAX ? 0
+                                                                          : json_integer_value(v);
     }
     if ((v = json_object_get(params, "timeout"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 0)

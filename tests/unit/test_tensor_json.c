@@ -66,6 +66,19 @@ static void test_flat_and_nested(void **state)
     assert_true(r.has_timeout && r.timeout_us == 5000);
     assert_true(r.input[11] == 12.5f);
     free(r.input);
+    /* Past the levels, up to a uint64 from gRPC (a real past INT64_MAX):
+     * the default (0), as Triton reads it. */
+    static const char *const past[] = {"1000001", "9223372036854775807",
+                                       "18446744073709551615.0"};
+    for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"parameters\":{\"priority\":%s},\"inputs\":[{\"name\":"
+                 "\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],\"data\":[1,2,3,4,5,6]}]}",
+                 past[i]);
+        assert_int_equal(decode(body, &r, &err), 0);
+        assert_true(r.has_priority && r.priority == 0);
+        free(r.input);
+    }
     const char *nested = "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
                          "\"data\":[[[1,2,3],[4,5,6]]]}]}";
     assert_int_equal(decode(nested, &r, &err), 0);
