@@ -667,13 +667,13 @@ static int64_t llm_created(const struct api_state *st)
  * states in its words. A model not loaded (yet, or again) is START: a
  * request loads it; one whose load failed is END with the reason, as no
  * request loads it again. NULL out of memory or when it has no row. */
-static json_t *llm_tfs_status(struct api_state *st, const char *name)
+static json_t *llm_tfs_status(struct api_state *st, const char *name, int only)
 {
     struct served_index_row *rows = NULL;
     int n = serving_index(st->serving, &rows);
     json_t *arr = n >= 0 ? json_array() : NULL;
     for (int i = 0; arr && i < n; i++) {
-        if (strcmp(rows[i].name, name) != 0)
+        if (strcmp(rows[i].name, name) != 0 || (only && rows[i].version != only))
             continue;
         const char *state = rows[i].state, *code = "OK", *msg = "";
         if (strcmp(state, "READY") == 0) {
@@ -745,10 +745,44 @@ static void llm_model(struct http_request *req, const struct route_match *m, voi
     json_t *obj = llm_model_obj(name, llm_created(st));
     /* The same URL is TF Serving's model status: its clients (and probes
      * written for it) read model_version_status, OpenAI's read the rest. */
-    json_t *status = pool ? NULL : llm_tfs_status(st, name);
+    json_t *status = pool ? NULL : llm_tfs_status(st, name, 0);
     if (status)
         json_object_set_new(obj, "model_version_status", status);
     llm_respond_json(req, obj);
+}
+
+/* GET /v1/models/{model}/versions/{version}: TF Serving's status of one
+ * version (it was 405, the predict route's Allow). */
+static void llm_tfs_version(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    const struct route_param *p = route_match_param(m, "model");
+    const struct route_param *v = route_match_param(m, "version");
+    char name[MODEL_NAME_MAX];
+    snprintf(name, sizeof name, "%.*s", (int)p->len, p->value);
+    struct served_model *sm = st->serving ? serving_acquire(st->serving, name, strlen(name))
+                                          : NULL;
+    bool allowed = sm && sm->model.cfg.kind != MODEL_KIND_POOL &&
+                   (!st->auth || auth_may_use_model(st->auth, auth_tenant(req),
+                                                    sm->model.cfg.name,
+                                                    strlen(sm->model.cfg.name)));
+    if (sm) {
+        snprintf(name, sizeof name, "%s", sm->model.cfg.name);   /* the status rows' name */
+        served_release(sm);
+    }
+    int version = 0;
+    for (size_t i = 0; i < v->len && i < 9 && v->value[i] >= '0' && v->value[i] <= '9'; i++)
+        version = version * 10 + (v->value[i] - '0');
+    char text[16];
+    bool digits = version > 0 && (size_t)snprintf(text, sizeof text, "%d", version) == v->len &&
+                  memcmp(text, v->value, v->len) == 0;
+    json_t *status = allowed && digits ? llm_tfs_status(st, name, version) : NULL;
+    if (!status) {
+        http_respond_error(req, 404, NULL, "Could not find version %.*s of model %s",
+                           (int)(v->len > 32 ? 32 : v->len), v->value, name);
+        return;
+    }
+    llm_respond_json(req, json_pack("{s:o}", "model_version_status", status));
 }
 
 bool api_openai_route(const char *pattern, int method)
@@ -775,6 +809,7 @@ int api_llm_register(struct router *r, struct api_state *st, struct error *err)
         {HTTP_M_POST, "/v1/embeddings", llm_embeddings, NULL},
         {HTTP_M_GET, "/v1/models", llm_models, NULL},
         {HTTP_M_GET, "/v1/models/{model}", llm_model, NULL},
+        {HTTP_M_GET, "/v1/models/{model}/versions/{version}", llm_tfs_version, NULL},
     };
     return api_routes_add(r, st, routes, sizeof routes / sizeof routes[0], err);
 }

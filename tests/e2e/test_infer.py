@@ -266,6 +266,15 @@ class InferTest(RepoServerCase):
                                                        "status": {"error_code": "OK",
                                                                   "error_message": ""}}])
         self.assertEqual(st["id"], "digits")
+        # One version's status (it was 405 naming POST, the predict route's).
+        r = roundtrip(self.srv.port, "GET", "/v1/models/digits/versions/1")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json(), {"model_version_status": st["model_version_status"]})
+        for path in ("/v1/models/digits/versions/2", "/v1/models/digits/versions/01",
+                     "/v1/models/nope/versions/1"):
+            r = roundtrip(self.srv.port, "GET", path)
+            self.assertEqual(r.status, 404, (path, r))
+            self.assertIsInstance(r.json()["error"], str, r)   # TF Serving's shape
         # The columnar form: the same rows, answered as "outputs".
         for body in ({"inputs": rows}, {"inputs": {"input": rows}, "signature_name": "serving_default"}):
             r = post(self.srv.port, "/v1/models/digits:predict", json.dumps(body))
