@@ -167,7 +167,27 @@ void workers_join(struct workers *ws)
         struct worker *w = &ws->w[i];
         if (!w->running)
             continue;
-        if (ws->wd && watchdog_abandoned(ws->wd, i)) {
+        if (!ws->wd) {
+            pthread_join(w->thread, NULL);   /* nothing bounds a call: batch_timeout_ms does */
+            w->running = false;
+            continue;
+        }
+        /* A call in progress may yet be abandoned (past batch_timeout_ms):
+         * looked at again every 50 ms, not once. Looked at once, a batch
+         * hung at the stop held it until the call returned (15 s), not
+         * batch_timeout_ms and 2 s. */
+        bool joined = false;
+        while (!joined && !watchdog_abandoned(ws->wd, i)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            joined = pthread_timedjoin_np(w->thread, NULL, &ts) == 0;
+        }
+        if (!joined) {
             /* Its call may never return: wait a little, then leave it (and
              * the memory it may still touch) to the process exit. */
             struct timespec ts;
@@ -179,8 +199,6 @@ void workers_join(struct workers *ws)
                 pthread_detach(w->thread);
                 ws->stranded = true;
             }
-        } else {
-            pthread_join(w->thread, NULL);
         }
         w->running = false;
     }

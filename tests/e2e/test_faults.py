@@ -12,12 +12,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
+import tempfile
 import threading
 import time
 import unittest
 
-from harness import (RepoServerCase, close_quietly, connect, request, roundtrip)
+from harness import (RepoServerCase, Server, close_quietly, connect, request, roundtrip)
 from test_infer import DIGITS, infer_body, post, synthetic, write_model
 
 
@@ -169,6 +171,39 @@ class FaultTest(RepoServerCase):
         time.sleep(0.5)
         self.assertEqual(self.infer("syn", [1, 1, 1, 1]).status, 200)
 
+
+
+class HungBatchAtStopTest(unittest.TestCase):
+    def test_a_batch_hung_at_sigterm_is_left_after_the_watchdog(self):
+        # The stop looked once at whether the batch was abandoned: a call
+        # hung when SIGTERM came (not abandoned yet) held the exit until it
+        # returned, 15 s, instead of batch_timeout_ms and 2 s.
+        repo = tempfile.mkdtemp(prefix="batchgate-hang-")
+        self.addCleanup(shutil.rmtree, repo, True)
+        write_model(repo, "hangy", synthetic("hangy", base_us=1000,
+                                             batching={"batch_timeout_ms": 1000,
+                                                       "max_queue_delay_us": 0}))
+        srv = Server({"model_repository": repo, "shutdown_timeout_ms": 300})
+        self.addCleanup(srv.kill)
+        srv.wait_log(r"ready in", timeout=30)   # warmed up: the fault is the request's
+        r = post(srv.port, "/debug/fault", json.dumps({"model": "hangy", "mode": "hang",
+                                                       "count": 1, "ms": 15000}))
+        self.assertEqual(r.status, 200, r)
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault(
+            "r", post(srv.port, "/v2/models/hangy/infer", infer_body([[1, 0, 0, 0]], name="x"),
+                      timeout=20)))
+        t.start()
+        time.sleep(0.3)   # the batch is in the call
+        t0 = time.monotonic()
+        srv.send_signal(signal.SIGTERM)
+        code = srv.wait(timeout=20)
+        took = time.monotonic() - t0
+        t.join(5)
+        self.assertEqual(got["r"].status, 504, got)
+        self.assertEqual(code, 0, srv.log())
+        self.assertLess(took, 6, "the stop waited %.1f s for a hung call" % took)
+        self.assertIn("still inside an abandoned batch; leaving it", srv.log())
 
 if __name__ == "__main__":
     unittest.main()
