@@ -334,7 +334,9 @@ static const struct schema_field config_fields[] = {
             "CPU quota, e.g. a container's `limits.cpu`, rounded up)"},
     {SCHEMA_F_STRING("model_repository", struct config, model_repository),
      .flags = SCHEMA_NONEMPTY, .sdef = "models",
-     .doc = "folder with one folder per model; named here (or by `--models`) it must exist"},
+     .doc = "folder with one folder per model; named here (or by `--models`) it must exist; "
+            "unnamed and with no `models` folder where it runs, the bundled one beside the "
+            "executable (`../share/batchgate/models` installed, `../models` built)"},
     {SCHEMA_F_INT("repository_poll_s", struct config, repository_poll_s),
      .min = 0, .max = 86400, .def = 0,
      .doc = "every that many seconds the repository is scanned: new models added, changed ones "

@@ -6,12 +6,14 @@
  * forces, SIGHUP reopens the log, SIGUSR1 means an IO thread exited. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -240,6 +242,37 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
     return 0;
 }
 
+/* The bundled model repository when none was named and ./models is not
+ * there (SPEC.md: "models/ in the source tree, or the installed copy"),
+ * found from the executable: installed, PREFIX/bin/batchgate beside
+ * PREFIX/share/batchgate/models (CMake's install); built, REPO/build/batchgate
+ * beside REPO/models. Left as it is when neither exists. */
+static void main_bundled_models(struct config *cfg)
+{
+    struct stat sb;
+    if (cfg->model_repository_set || (stat(cfg->model_repository, &sb) == 0))
+        return;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return;
+    *slash = '\0';   /* the executable's folder */
+    static const char *const rel[] = {"/../share/batchgate/models", "/../models"};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        char path[PATH_MAX + 64], real[PATH_MAX];
+        snprintf(path, sizeof path, "%s%s", exe, rel[i]);
+        if (realpath(path, real) && stat(real, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+            strlen(real) < sizeof cfg->model_repository) {
+            snprintf(cfg->model_repository, sizeof cfg->model_repository, "%s", real);
+            return;
+        }
+    }
+}
+
 /* Config file first, then flags on top. */
 static int config_build(const struct cli *cli, struct config *cfg, struct error *err)
 {
@@ -271,6 +304,7 @@ static int config_build(const struct cli *cli, struct config *cfg, struct error 
         return error_set(err, BG_ECONFIG,
                          "--log-level: \"%s\" must be one of debug, info, warn, error",
                          cli->log_level);
+    main_bundled_models(cfg);
     return 0;
 }
 

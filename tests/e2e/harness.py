@@ -88,6 +88,14 @@ class Server:
         if "state_dir" not in (config or {}):
             self._state_tmp = tempfile.mkdtemp(prefix="batchgate-state-")
             cfg["state_dir"] = self._state_tmp
+        # No repository named: an empty one, not the bundled models/ a bare
+        # batchgate finds beside its executable (main.c: main_bundled_models);
+        # a test that wants no repository at all says "model_repository": None.
+        if "model_repository" not in (config or {}) and "--models" not in extra_args:
+            if self._state_tmp is None:
+                self._state_tmp = tempfile.mkdtemp(prefix="batchgate-state-")
+            cfg["model_repository"] = os.path.join(self._state_tmp, "no-models")
+            os.makedirs(cfg["model_repository"], exist_ok=True)
         for k, v in (config or {}).items():
             if v is None:
                 cfg.pop(k, None)

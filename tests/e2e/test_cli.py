@@ -378,5 +378,57 @@ class LogFormatTest(unittest.TestCase):
             srv.kill()
 
 
+
+class BundledModelsTest(unittest.TestCase):
+    """SPEC.md: a bare `batchgate` serves the bundled repository, models/ in
+    the source tree or the installed copy, whatever the folder it runs in
+    (it looked in ./models only, and served nothing elsewhere)."""
+
+    def bare(self, binary):
+        """The repository a bare `binary` serves, run from an empty folder."""
+        tmp = tempfile.mkdtemp(prefix="batchgate-bare-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        p = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--grpc-listen", "off"],
+                             cwd=tmp, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            lines, repo = [], None
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                line = p.stderr.readline()
+                if not line:
+                    break
+                lines.append(line)
+                m = re.search(r"model repository (\S+): (\d+) models?", line)
+                if m:
+                    repo = (m.group(1), int(m.group(2)))
+                if "ready in" in line:
+                    break
+            self.assertIsNotNone(repo, "".join(lines))
+            self.assertTrue(any("model digits" in l and "loaded" in l for l in lines),
+                            "".join(lines))
+            return repo
+        finally:
+            p.kill()
+            p.wait(5)
+            p.stderr.close()
+
+    def test_from_the_build_tree(self):
+        repo = self.bare(BIN)
+        self.assertEqual(repo, (os.path.realpath(os.path.join(os.path.dirname(BIN), "..",
+                                                              "models")), 1))
+
+    def test_from_an_install(self):
+        build = os.path.dirname(BIN)
+        if not os.path.exists(os.path.join(build, "cmake_install.cmake")):
+            self.skipTest("%s is not a CMake build folder" % build)
+        prefix = tempfile.mkdtemp(prefix="batchgate-install-")
+        self.addCleanup(shutil.rmtree, prefix, True)
+        p = subprocess.run(["cmake", "--install", build, "--prefix", prefix],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        repo = self.bare(os.path.join(prefix, "bin", "batchgate"))
+        self.assertEqual(repo, (os.path.join(prefix, "share", "batchgate", "models"), 1))
+
 if __name__ == "__main__":
     unittest.main()
