@@ -74,6 +74,7 @@ static void usage(FILE *out)
         "  --json F, --csv F, --svg F   write the steps (SVG: latency vs throughput;\n"
         "                       with --openai, time to first token vs the asked rate)\n"
         "  --quiet              no progress line\n"
+        "  --help, --version    this text; the version\n"
         "\n"
         "OpenAI mode (time to first token, inter-token latency, tokens/s):\n"
         "  --openai chat|completions   POST /v1/chat/completions or /v1/completions (under\n"
@@ -141,7 +142,8 @@ int main(int argc, char **argv)
         {"synthetic", required_argument, NULL, 'Y'},  {"max-tokens", required_argument, NULL, 'X'},
         {"stream", no_argument, NULL, 'e'},           {"no-stream", no_argument, NULL, 'E'},
         {"dry-run", required_argument, NULL, 'R'},
-        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
     };
     struct lg_opts o = {
         .method = "GET", .duration = 10, .warmup = 2, .batch = 1, .max_conns = 1024,
@@ -156,9 +158,9 @@ int main(int argc, char **argv)
     static struct lg_workload wl[LG_WORKLOADS_MAX];
     int nwl = 0;
     char msg[1024];
-    int ch;
+    int ch, answer = 0;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
         switch (ch) {
         case 'u': o.url = optarg; break;
         case 'm': o.model = optarg; break;
@@ -280,12 +282,29 @@ int main(int argc, char **argv)
             llm_flags = true;
             break;
         }
-        case 'h': usage(stdout); return 0;
+        case 'h':
+        case 'V':
+            if (!answer)
+                answer = ch;   /* said once the whole line is read */
+            break;
         default:
             fprintf(stderr, "batchgate-load: unknown or incomplete option %s\n", argv[optind - 1]);
             usage(stderr);
             return EXIT_USAGE;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "batchgate-load: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (answer == 'V') {
+        printf("batchgate-load %s\n", BATCHGATE_VERSION);
+        return 0;
+    }
+    if (answer) {
+        usage(stdout);
+        return 0;
     }
     if (!o.url || lg_target_parse(o.url, &o.t) < 0) {
         fprintf(stderr, "batchgate-load: --url: need http://HOST:PORT[/PATH]\n");

@@ -214,9 +214,17 @@ class LoadgenTest(unittest.TestCase):
                      ["--url", "http://127.0.0.1:1", "--rate", "1", "--seed", "xyz"],
                      ["--url", "http://127.0.0.1:80x", "--rate", "1"],
                      ["--url", "http://127.0.0.1:1", "--workload", "a:rate=inf"],
+                     # A stray word was ignored; --help answered before it.
+                     ["--url", "http://127.0.0.1:1", "--rate", "1", "extra"],
+                     ["--help", "extra"],
                      ["--bogus"]):
             p = subprocess.run([LOAD] + args, capture_output=True, timeout=10)
             self.assertEqual(p.returncode, 2, args)
+        # SPEC.md's common flags: --version prints it (it was refused).
+        for flag in ("--version", "-V"):
+            p = subprocess.run([LOAD, flag], capture_output=True, timeout=10)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertRegex(p.stdout.decode(), r"^batchgate-load \d+\.\d+\.\d+\n$")
 
     def run_against_window(self, listen_after, listen_for, keep_alive, args, name):
         """batchgate-load (args) against a port that refuses connects for
