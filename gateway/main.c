@@ -95,6 +95,8 @@ static void usage(FILE *out)
             "      --log-level LEVEL  debug, info, warn or error (default: info)\n"
             "  -h, --help             this text\n"
             "  -V, --version          print the version\n"
+            "      --config-fields server|model\n"
+            "                         print the field table of docs/CONFIG.md or docs/MODELS.md\n"
             "\n"
             "Flags override the config file. Exit status: 0 clean stop, 1 runtime failure,\n"
             "2 bad usage or bad configuration.\n"
@@ -191,8 +193,8 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
         {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
         {"grpc-listen", required_argument, NULL, 'g'},
         {"version", no_argument, NULL, 'V'},
-        /* Hidden: prints the field table of docs/CONFIG.md ("server") or of
-         * docs/MODELS.md ("model") from the schema; a test compares them. */
+        /* The field table of docs/CONFIG.md ("server") or of docs/MODELS.md
+         * ("model") from the schema; a test compares them. */
         {"config-fields", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
