@@ -51,14 +51,16 @@ void batchrun_end(struct served_model *sm, int instance, int charged, struct sha
     }
     /* Recorded before the answers leave: whoever reads the statistics after
      * getting an answer sees its batch counted. */
-    if (status == 0) {
+    if (status == 0)
         batcher_done(sm->batcher, instance, b, exec_ns);
-        if (shares)   /* tenants configured */
-            shares_charge(shares, now_ns(), b, exec_ns);
-    }
     /* Always: the usage ledger charges device time to tenants, the default
-     * one included, and a failed batch held the device too. */
-    modelstats_batch_end(sm->stats, instance, charged, b, status == 0, b->gather_ns, exec_ns,
-                         scatter_ns);
+     * one included, and a failed batch held the device too. The scheduler's
+     * shares take the same time (gather and scatter included, failed
+     * batches too: they took exec_ns alone, and tenant_device_seconds_total
+     * fell short of device_busy_seconds_total by up to 1%). */
+    int64_t held_ns = modelstats_batch_end(sm->stats, instance, charged, b, status == 0,
+                                           b->gather_ns, exec_ns, scatter_ns);
+    if (shares && held_ns > 0)   /* tenants configured */
+        shares_charge(shares, now_ns(), b, held_ns);
     batch_complete(b);
 }

@@ -354,14 +354,17 @@ static void modelstats_inst_time(struct inst_shard *sh, struct modelstats_time *
  * begun, so that the end adds at least what readers saw it run; its
  * shares as begun when the batch's items are gone (the watchdog answered
  * them). */
-static void modelstats_time_end(struct inst_shard *sh, struct inst_shard *charged,
-                                const struct batch *b, int64_t exec_ns)
+/* Returns the time charged to b's items (0: none, b empty). */
+static int64_t modelstats_time_end(struct inst_shard *sh, struct inst_shard *charged,
+                                   const struct batch *b, int64_t exec_ns)
 {
+    int64_t to_items = 0;
     int64_t end = now_ns();
     int64_t start = atomic_load_explicit(&sh->run_start_ns, memory_order_relaxed);
     int64_t busy = start > 0 && end - start > exec_ns ? end - start : exec_ns;
     busywin_add(&sh->busy, end - busy, end);
     if (b && b->head && b->rows > 0) {
+        to_items = busy;
         int offline_rows = batch_offline_rows(b);
         if (offline_rows > 0)
             atomic_fetch_add_explicit(&sh->busy_offline_ns,
@@ -389,11 +392,14 @@ static void modelstats_time_end(struct inst_shard *sh, struct inst_shard *charge
         }
     }
     atomic_store_explicit(&sh->run_start_ns, 0, memory_order_relaxed);
+    return to_items;
 }
 
-void modelstats_batch_end(struct modelstats *s, int instance, int charged, const struct batch *b,
-                          bool ok, int64_t input_ns, int64_t exec_ns, int64_t output_ns)
+int64_t modelstats_batch_end(struct modelstats *s, int instance, int charged,
+                             const struct batch *b, bool ok, int64_t input_ns, int64_t exec_ns,
+                             int64_t output_ns)
 {
+    int64_t to_items = 0;
     struct inst_shard *sh = &s->inst[instance % s->ninst];
     struct inst_shard *ch = &s->inst[(charged >= 0 ? charged : 0) % s->ninst];
     modelstats_run_enter(sh);
@@ -403,7 +409,7 @@ void modelstats_batch_end(struct modelstats *s, int instance, int charged, const
      * here) charges its tenants nothing: that server's time goes as idle
      * time does (docs/USAGE.md). */
     if (ok || atomic_load_explicit(&sh->run_start_ns, memory_order_relaxed) > 0)
-        modelstats_time_end(sh, ch, b, exec_ns);
+        to_items = modelstats_time_end(sh, ch, b, exec_ns);
     if (ok && b) {
         modelstats_batch(s, instance, b->rows, input_ns, exec_ns, output_ns);
         modelstats_batch_tokens(s, instance, b->tokens,
@@ -411,6 +417,7 @@ void modelstats_batch_end(struct modelstats *s, int instance, int charged, const
         modelstats_batch_tenants(s, charged, b);
     }
     modelstats_run_leave(sh);
+    return to_items;
 }
 
 void modelstats_batch(struct modelstats *s, int instance, int rows, int64_t input_ns,

@@ -121,9 +121,12 @@ void modelstats_run_begin(struct modelstats *s, int instance, const struct batch
  * `charged`, succeeded or not (it held the device; b may be empty, its
  * items answered by the watchdog: the shares of the begin serve); with
  * `ok` its rows and statistics too: gathered in input_ns, run in exec_ns,
- * scattered in output_ns, its tokens, its rows by tenant. */
-void modelstats_batch_end(struct modelstats *s, int instance, int charged, const struct batch *b,
-                          bool ok, int64_t input_ns, int64_t exec_ns, int64_t output_ns);
+ * scattered in output_ns, its tokens, its rows by tenant. Returns the
+ * time charged to b's items (0: none), which the scheduler's shares take
+ * too, so that tenant_device_seconds_total adds up to the busy time. */
+int64_t modelstats_batch_end(struct modelstats *s, int instance, int charged,
+                             const struct batch *b, bool ok, int64_t input_ns, int64_t exec_ns,
+                             int64_t output_ns);
 /* Parts of modelstats_batch_end, without the time: a batch's statistics,
  * its tokens and rows x its longest row (batcher/work.h), its rows and
  * requests by tenant. */
