@@ -43,8 +43,12 @@ static double report_pct(double part, double whole) { return whole > 0 ? 100 * p
 
 static void report_line(const char *name, const struct state_usage_row *r)
 {
-    double per_k = r->rows > 0 ? r->cost / (double)r->rows * 1000 : 0;
-    printf("%-24.24s %12lld %14lld %10.3f %10.3f %10.3f %7.1f%% %12.4f %12.6f\n", name,
+    /* No inference: a cost per inference is not a number (it read 0, as if
+     * the held model had cost nothing). */
+    char per_k[32] = "-";
+    if (r->rows > 0)
+        snprintf(per_k, sizeof per_k, "%.6f", r->cost / (double)r->rows * 1000);
+    printf("%-24.24s %12lld %14lld %10.3f %10.3f %10.3f %7.1f%% %12.4f %12s\n", name,
            (long long)r->requests, (long long)r->rows, r->busy_s / 3600, r->idle_s / 3600,
            r->held_s / 3600, report_pct(r->idle_s, r->held_s), r->cost, per_k);
 }

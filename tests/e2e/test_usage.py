@@ -622,9 +622,11 @@ class UsageReportTest(UsageCase):
             json.dump({"state_dir": ro}, f)
         rc, out, err = run_cli(["report", "--config", cfg, "--format", "json", "--by", "model"])
         self.assertEqual(rc, 0, err)
-        self.assertEqual({x["model"] for x in json.loads(out)["rows"]}, {"a", "b"})
+        self.assertEqual({x["model"] for x in json.loads(out)["rows"]}, {"a", "b", "c"})
 
     def test_report_prints_the_ledger(self):
+        # c is loaded and never asked: it costs, and has no inference.
+        write_model(self.repo, "c", synthetic("c", base_us=1500, per_row_us=50))
         srv = self.start()
         load(srv.port, [("a", "prod", 1), ("b", "research", 1)], 1.5)
         self.settle(srv.port)
@@ -654,7 +656,13 @@ class UsageReportTest(UsageCase):
                                places=3)
         rc, out, err = run_cli(["report", "--config", cfg, "--format", "json", "--by", "model"])
         self.assertEqual(rc, 0, err)
-        self.assertEqual({x["model"] for x in json.loads(out)["rows"]}, {"a", "b"})
+        self.assertEqual({x["model"] for x in json.loads(out)["rows"]}, {"a", "b", "c"})
+        # Cost per 1,000 inferences of a model with none: "-", not 0.
+        rc, out, err = run_cli(["report", "--config", cfg, "--by", "model",
+                                "--from", "%d" % (time.time() - 3600)])
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"(?m)^c\s+0\s+0\s+.*\s\d+\.\d+\s+-$")
+        self.assertRegex(out, r"(?m)^a\s+\d+\s+\d+\s+.*\s\d+\.\d{6}$")
         for args, word in ((["--from", "soon"], "--from"), (["--by", "gpu"], "--by"),
                            (["--format", "xml"], "--format"), (["--to", "2020-01-01"], "--from")):
             rc, out, err = run_cli(["report", "--config", cfg] + args)
