@@ -79,6 +79,7 @@ struct llm_call {
     bool admitted;                    /* holds a place of the tenant's (admit.h) */
     int64_t estimate;                 /* tokens reserved against the tenant's quotas; 0 none */
     int64_t prompt_estimate;          /* the prompt's share of it (bytes / 4) */
+    int64_t out_estimate;             /* the most it may generate (max_tokens, else 256) */
     int64_t used;                     /* tokens the answer counted */
 };
 
@@ -174,6 +175,8 @@ static int llm_priority_of(struct api_state *st, struct http_request *req, json_
     return -1;
 }
 
+#define LLM_TOKENS_FIELD_MAX (1 << 30)
+
 /* The fields that decide how a call is streamed and counted must mean one
  * thing: a server that reads "stream": "yes" or "max_tokens": "5000" as
  * true and 5000 (vLLM does) would stream or generate past what the quota
@@ -192,6 +195,16 @@ static int llm_check_fields(struct http_request *req, json_t *root)
         if (v && !json_is_null(v) && !json_is_integer(v)) {
             http_request_set_error_param(req, counts[i]);
             http_respond_error(req, 400, NULL, "%s: must be an integer", counts[i]);
+            return -1;
+        }
+        /* A bound no context comes near: the quota's sums of estimates
+         * stay far from int64's end (9223372036854775807 wrapped to a
+         * negative estimate, admitted past any quota). */
+        if (v && json_is_integer(v) && json_integer_value(v) > LLM_TOKENS_FIELD_MAX) {
+            http_request_set_error_param(req, counts[i]);
+            http_respond_error(req, 400, NULL, "%s: %lld is more tokens than any model "
+                               "generates (at most %d)", counts[i],
+                               (long long)json_integer_value(v), LLM_TOKENS_FIELD_MAX);
             return -1;
         }
     }
@@ -380,14 +393,19 @@ static void llm_account(struct llm_call *c, int status)
 
 /* The call's tokens: the server's usage, else a stream's content chunks
  * and the prompt's estimate (a stream cut short, or a client that left,
- * still used the server: its tokens count toward the tenant's quotas). */
+ * still used the server: its tokens count toward the tenant's quotas); a
+ * 2xx answer not streamed, with no usage to believe (none, or outside
+ * common/tokens.h's range), counts the most it could have generated. */
 static void llm_count(struct llm_call *c)
 {
     struct llmtap *t = &c->tap;
     if (!c->streaming && c->keep.len)
         llmtap_usage_of(t, c->keep.data, c->keep.len);
     int64_t prompt = t->usage_seen ? t->prompt_tokens : c->prompt_estimate;
-    int64_t completion = t->usage_seen ? t->completion_tokens : t->chunks;
+    bool answered_whole = !c->streaming && c->status >= 200 && c->status < 300;
+    int64_t completion = t->usage_seen ? t->completion_tokens
+                         : answered_whole ? c->out_estimate
+                                          : t->chunks;
     llmpool_tokens(c->pool, c->e, c->tenant, prompt, completion);
     c->used = prompt + completion;
 }
@@ -581,6 +599,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
     c->tenant = auth_tenant(req);
     c->t0 = http_request_arrival_ns(req);
     int64_t est = llm_estimate(api, root, &c->prompt_estimate);
+    c->out_estimate = est - c->prompt_estimate;
     if (st->admit) {
         struct admit_refusal why = {0};
         int64_t now = now_ns();

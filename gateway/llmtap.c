@@ -6,6 +6,7 @@
 #include <jansson.h>
 
 #include "common/sse.h"
+#include "common/tokens.h"
 
 void llmtap_init(struct llmtap *t) { memset(t, 0, sizeof *t); }
 
@@ -71,9 +72,13 @@ static void llmtap_usage(struct llmtap *t, json_t *usage)
     json_t *k = json_object_get(usage, "completion_tokens");
     if (!json_is_integer(p) && !json_is_integer(k))
         return;
+    int64_t prompt = json_is_integer(p) ? json_integer_value(p) : 0;
+    int64_t completion = json_is_integer(k) ? json_integer_value(k) : 0;
+    if (!tokens_reported_ok(prompt) || !tokens_reported_ok(completion))
+        return;   /* not believed: counted as if none came */
     t->usage_seen = true;
-    t->prompt_tokens = json_is_integer(p) ? json_integer_value(p) : 0;
-    t->completion_tokens = json_is_integer(k) ? json_integer_value(k) : 0;
+    t->prompt_tokens = prompt;
+    t->completion_tokens = completion;
 }
 
 void llmtap_usage_of(struct llmtap *t, const char *body, size_t len)

@@ -27,6 +27,7 @@
 #include <jansson.h>
 
 #include "common/log.h"
+#include "common/tokens.h"
 #include "serving/lifecycle.h"
 #include "serving/llmpool.h"
 #include "serving/modelstats.h"
@@ -658,6 +659,8 @@ static void jobs_batch_collect_one(struct jobs *j, struct jobs_bcur *bc, struct 
             json_t *k = json_object_get(usage, "completion_tokens");
             prompt = json_is_integer(p) ? json_integer_value(p) : 0;
             completion = json_is_integer(k) ? json_integer_value(k) : 0;
+            if (!tokens_reported_ok(prompt) || !tokens_reported_ok(completion))
+                prompt = completion = 0;   /* not believed (common/tokens.h) */
             llmpool_tokens(l->sm->pool, l->endpoint, bc->tenant, prompt, completion);
             jobs_btok_roll(j);
             atomic_fetch_add(&j->btok_used[bc->tenant], prompt + completion);

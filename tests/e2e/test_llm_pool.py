@@ -254,7 +254,9 @@ class TestPoolRoutes(PoolCase):
         # What decides streaming and the token reservation means one thing:
         # a lenient server reads "yes" and "5000" as true and 5000.
         for field, value in (("stream", "yes"), ("stream", 1), ("max_tokens", "5000"),
-                             ("max_completion_tokens", 2.5), ("n_predict", "9")):
+                             ("max_completion_tokens", 2.5), ("n_predict", "9"),
+                             # int64's end wrapped the quota's estimate negative.
+                             ("max_tokens", 2 ** 63 - 1), ("n_predict", 2 ** 30 + 1)):
             r, raw = self.post("/v1/chat/completions", chat_body("smol", **{field: value}))
             err = self.assert_openai_error(r, raw, 400, field)
             self.assertIn(field, err["message"])
@@ -766,6 +768,7 @@ class TestPoolTenants(PoolCase):
             {"name": "few", "keys": [digest("k-few")], "max_inflight": 1},
             {"name": "ops", "keys": [digest("k-ops")], "admin": True},
             {"name": "ledger", "keys": [digest("k-ledger")]},
+            {"name": "liar", "keys": [digest("k-liar")], "tokens_per_minute": 200},
         ],
         "usage": {"flush_s": 1},
     }
@@ -799,6 +802,22 @@ class TestPoolTenants(PoolCase):
         self.assertLessEqual(int(used[0][1]), 200)
         self.assertIn('batchgate_tenant_quota_tokens{tenant="minute",window="minute"} 200', text)
         self.assertIn('batchgate_tenant_quota_tokens{tenant="daily",window="day"} 100', text)
+
+    def test_a_server_lying_about_usage_gives_no_quota_back(self):
+        # usage says -100000 prompt and 2^63-1 completion tokens: a negative
+        # count handed the tenant quota back (10 calls of 50 passed a quota
+        # of 200), the huge one overflowed the sum. Not believed: each call
+        # counts its reservation (prompt estimate + max_tokens).
+        self.sim.fault(0, "bad_usage")
+        try:
+            codes = [self.chat("k-liar", 50)[0].status for _ in range(5)]
+        finally:
+            self.sim.fault(0, "none")
+        self.assertEqual(codes, [200, 200, 200, 429, 429], codes)
+        text = self.gateway_metrics()
+        used = re.search(r'batchgate_tenant_quota_tokens_used\{tenant="liar",window="minute"\} '
+                         r'(-?\d+)', text)
+        self.assertTrue(150 <= int(used.group(1)) <= 200, used.group(0))
 
     def test_usage_ledger_counts_tokens_by_tenant_and_endpoint(self):
         r, raw = self.chat("k-ledger", 7)

@@ -48,7 +48,8 @@ then ends without [DONE]; non-streaming bodies are not JSON), "stop_mid"
 (the connection is closed after half the tokens), "hang" (completions are
 never answered), "no_metrics" (/metrics answers 503), "slow_metrics" (the
 next `count` /metrics answers, default 1, each wait `ms`, default 500,
-then the fault clears itself). POST /__restart: the endpoint as a freshly
+then the fault clears itself), "bad_usage" (usage says -100000 prompt tokens
+and 2^63-1 completion tokens). POST /__restart: the endpoint as a freshly
 restarted server (empty KV cache, counters from zero); only when idle.
 --no-prompt-counter leaves vllm:prompt_tokens_total out of /metrics, as a
 server that reports none (batchgate then cannot see a restart by it).
@@ -73,7 +74,8 @@ WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
 BYTES_PER_TOKEN = 4
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56,
                 5.12, 10.24, 20.48, 40.96)
-FAULT_KINDS = ("none", "500", "bad_sse", "stop_mid", "hang", "no_metrics", "slow_metrics")
+FAULT_KINDS = ("none", "500", "bad_sse", "stop_mid", "hang", "no_metrics", "slow_metrics",
+               "bad_usage")
 MAX_HEAD_BYTES = 16 * 1024
 
 
@@ -715,6 +717,9 @@ class Reply:
 
     def usage(self):
         s = self.seq
+        if self.ep.fault == "bad_usage":   # a server reporting what no call used
+            return {"prompt_tokens": -100000, "completion_tokens": 2 ** 63 - 1,
+                    "total_tokens": 0}
         return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated,
                 "total_tokens": s.prompt_tokens + s.generated}
 
