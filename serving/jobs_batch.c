@@ -356,11 +356,12 @@ static void jobs_batch_cmd_cancel(struct jobs *j, struct jobs_cmd *c)
     struct jobs_bcur *bc = jobs_batch_slot(j, b.id);
     if (bc) {
         jobs_batch_finalize(j, bc, STATE_BATCH_CANCELLED, NULL);
-    } else if (state_batch_finish(j->st, b.id, STATE_BATCH_CANCELLED, NULL, NULL, NULL,
-                                  jobs_batch_now_s(), &err)) {
-        c->status = -BG_EIO;
-        snprintf(c->error, sizeof c->error, "%.500s", err.msg);
-        return;
+    } else {
+        /* Not running now (waiting for a place, a quota, the database): the
+         * lines it did before still go to its files (they were ended
+         * without any, and lost). Its own group, as an overdue batch's. */
+        struct jobs_bcur idle = {.active = true, .group = ++j->bgroups, .b = b};
+        jobs_batch_finalize(j, &idle, STATE_BATCH_CANCELLED, NULL);
     }
     c->status = 0;
     snprintf(c->id, sizeof c->id, "%s", b.id);
@@ -744,13 +745,44 @@ static void jobs_batch_errors(struct buf *out, const char *msg)
 /* The output and error files from the committed results. */
 struct jobs_batch_files {
     struct buf out, err;
+    bool *done;                       /* [1..total]: lines with a result; NULL: not kept */
+    int64_t total;
 };
 
 static void jobs_batch_files_one(int64_t line, bool ok, const char *body, size_t len, void *arg)
 {
     struct jobs_batch_files *f = arg;
-    (void)line;
+    if (f->done && line >= 1 && line <= f->total)
+        f->done[line] = true;
     buf_append(ok ? &f->out : &f->err, body, len);
+}
+
+/* An expired batch's lines that never ran go to its error file, as OpenAI
+ * writes them (they were in no file: a client could not tell them from
+ * lines it never sent). Read from its input, still there. */
+static void jobs_batch_expired_lines(const struct jobs_bcur *bc, struct jobs_batch_files *f)
+{
+    FILE *in = fopen(bc->b.input_path, "r");
+    if (!in)
+        return;
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int64_t line = 0;
+    while ((n = getline(&text, &cap, in)) >= 0 && line < f->total) {
+        if (jobs_blank(text, (size_t)n))
+            continue;
+        if (f->done[++line])
+            continue;
+        json_t *root = json_loadb(text, (size_t)n, 0, NULL);
+        const char *cid = json_string_value(json_object_get(root, "custom_id"));
+        jobs_batch_error_line(&f->err, cid ? cid : "", "batch_expired",
+                              "This request could not be executed before the completion "
+                              "window expired.");
+        json_decref(root);
+    }
+    free(text);
+    fclose(in);
 }
 
 static int jobs_batch_file(struct jobs *j, const struct state_batch *b, const struct buf *data,
@@ -777,10 +809,15 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
     struct error err = {0};
     if (status == STATE_BATCH_COMPLETED)
         state_batch_set_status(j->st, bc->b.id, STATE_BATCH_FINALIZING, jobs_batch_now_s(), &err);
-    struct jobs_batch_files files = {BUF_INIT, BUF_INIT};
+    struct jobs_batch_files files = {BUF_INIT, BUF_INIT, NULL, bc->b.total};
+    if (status == STATE_BATCH_EXPIRED && bc->b.total > 0)
+        files.done = calloc((size_t)bc->b.total + 1, sizeof *files.done);
     struct state_file out, errf;
     bool has_out = false, has_err = false;
     int rc = state_batch_results(j->st, bc->b.id, jobs_batch_files_one, &files, &err);
+    if (rc == 0 && files.done)
+        jobs_batch_expired_lines(bc, &files);
+    free(files.done);
     if (rc == 0 && files.out.len)
         has_out = (rc = jobs_batch_file(j, &bc->b, &files.out, "output", &out, &err)) == 0;
     if (rc == 0 && files.err.len)

@@ -807,6 +807,13 @@ class TestBatchesSideBySide(BatchCase):
         self.assertIsInstance(b["expired_at"], int)
         self.assertEqual(b["request_counts"], {"total": 200, "completed": 0, "failed": 0})
         self.assertIsNone(b["output_file_id"])
+        # Every line that did not run is in the error file, as OpenAI writes
+        # them (they were in no file).
+        errs = self.content(b["error_file_id"])
+        self.assertEqual(len(errs), 200)
+        self.assertEqual({e["error"]["code"] for e in errs}, {"batch_expired"})
+        self.assertEqual(len({e["custom_id"] for e in errs}), 200)
+        self.assertTrue(all(e["response"] is None for e in errs))
         self.srv.wait_log(r"batch %s passed its completion window while it waited to run" % mine[4])
         self.assertNotIn("batch %s starts" % mine[4], self.srv.log())
         running = [self.batch(bid) for bid in mine[:4]]
@@ -1039,6 +1046,27 @@ class TestBatchTokenQuota(QuotaCase):
         time.sleep(1.5)
         self.assertEqual(self.done("k-a", a), ("in_progress", n))
         self.assertEqual(self.quota_used(), used)
+
+    def test_cancelling_a_waiting_batch_keeps_what_it_did(self):
+        # A batch waiting for its quota has no place: cancelling it ended it
+        # without files, and the lines it had done were lost.
+        self.start()
+        a = self.make("k-a", 60, 8, "a")
+        self.srv.wait_log(r"batch %s waits for midnight UTC" % a, timeout=30)
+        status, n = self.done("k-a", a)
+        self.assertEqual(status, "in_progress")
+        self.assertGreater(n, 0)
+        real = self.as_tenant("k-a")
+        try:
+            st, raw = self.call("POST", "/v1/batches/%s/cancel" % a)
+            self.assertEqual(st, 200, raw)
+            b = self.wait(a, timeout=10)
+            self.assertEqual(b["status"], "cancelled")
+            self.assertEqual(b["request_counts"]["completed"], n)
+            self.assertIsNotNone(b["output_file_id"], b)
+            self.assertEqual(len(self.content(b["output_file_id"])), n)
+        finally:
+            self.call = real
 
     def test_an_unreadable_ledger_is_logged_and_batches_run(self):
         # The ledger's minute table gone: the restore's error is logged and
