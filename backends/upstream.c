@@ -67,12 +67,26 @@ static void upstream_poll(struct up_model *um);
 
 /* ---- completing a batch ---- */
 
+/* What a slot keeps of its buffers between calls: past it, one large answer
+ * would hold its memory for the process's life. */
+#define UPSTREAM_KEEP_BYTES (1u << 20)
+
 static void upstream_slot_release(struct up_slot *s)
 {
     s->busy = false;
     upcall_stop(s->up);
     buf_reset(&s->request);
     buf_reset(&s->answer);
+    buf_shrink(&s->request, UPSTREAM_KEEP_BYTES);
+    buf_shrink(&s->answer, UPSTREAM_KEEP_BYTES);
+}
+
+/* The most an answer for the batch may take: every value printed at its
+ * longest and then some (64 bytes each), and 1 MiB for the rest. A server
+ * sending without end made the gateway hold all it sent. */
+static size_t upstream_answer_max(const struct up_slot *s)
+{
+    return (size_t)s->io->rows * (size_t)s->um->m->cfg.output.row_elems * 64 + (1u << 20);
 }
 
 /* The batch fails (502; the feed makes it 504 for requests out of budget). */
@@ -99,6 +113,14 @@ static int upstream_slot_on_head(void *arg, const struct httpc_head *h)
 static int upstream_slot_on_body(void *arg, const char *data, size_t len)
 {
     struct up_slot *s = arg;
+    if (s->answer.len + len > upstream_answer_max(s)) {
+        char why[96];
+        snprintf(why, sizeof why, "an answer over %zu bytes for %d rows", upstream_answer_max(s),
+                 s->io->rows);
+        upcall_blame(s->up, HTTPC_FAIL_MALFORMED);
+        upstream_slot_fail(s, why);   /* ends the call before httpc closes it */
+        return -1;
+    }
     if (buf_append(&s->answer, data, len) < 0) {
         upstream_slot_fail(s, "out of memory");   /* ends the call before httpc closes it */
         return -1;

@@ -31,6 +31,9 @@
 
 #define READ_CHUNK 16384
 #define MAX_RESPONSE_HEADERS 128
+/* An answer's head in bytes (names and values): a server sending headers
+ * without end made the gateway hold as much as it sent (800 MB in a test). */
+#define MAX_RESPONSE_HEAD_BYTES (256u << 10)
 
 int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, const char **path)
 {
@@ -113,7 +116,7 @@ struct httpc_conn {
     struct buf hbuf;                 /* response header names and values, back to back */
     struct { uint32_t no, nl, vo, vl; } hdr[MAX_RESPONSE_HEADERS];
     int nhdrs;
-    bool in_value, too_many_headers, bad_status;
+    bool in_value, too_many_headers, head_too_large, bad_status;
     /* The calls in the order their answers come: calls[(first + i) % MAX]. */
     struct httpc_call calls[HTTPC_PIPELINE_MAX];
     int first, ncalls;
@@ -211,7 +214,7 @@ static void httpc_conn_reset_parser(struct httpc_conn *c)
     c->complete = c->got_bytes = false;
     c->cb_failed = 0;
     c->nhdrs = 0;
-    c->in_value = c->too_many_headers = c->bad_status = false;
+    c->in_value = c->too_many_headers = c->head_too_large = c->bad_status = false;
     buf_reset(&c->hbuf);
 }
 
@@ -271,6 +274,10 @@ static int httpc_on_header_field(llhttp_t *p, const char *at, size_t n)
         c->nhdrs++;
         c->in_value = false;
     }
+    if (c->hbuf.len + n > MAX_RESPONSE_HEAD_BYTES) {
+        c->head_too_large = true;
+        return -1;
+    }
     if (buf_append(&c->hbuf, at, n) < 0)
         return -1;
     c->hdr[c->nhdrs - 1].nl += (uint32_t)n;
@@ -283,6 +290,10 @@ static int httpc_on_header_value(llhttp_t *p, const char *at, size_t n)
     if (!c->in_value) {
         c->hdr[c->nhdrs - 1].vo = (uint32_t)c->hbuf.len;
         c->in_value = true;
+    }
+    if (c->hbuf.len + n > MAX_RESPONSE_HEAD_BYTES) {
+        c->head_too_large = true;
+        return -1;
     }
     if (buf_append(&c->hbuf, at, n) < 0)
         return -1;
@@ -495,6 +506,7 @@ static void httpc_conn_read(struct httpc_conn *c)
             char msg[160];
             snprintf(msg, sizeof msg, "malformed HTTP answer: %s",
                      c->too_many_headers ? "too many headers"
+                     : c->head_too_large ? "headers over 256 KiB"
                      : c->bad_status     ? "status code outside 100..599"
                                          : llhttp_get_error_reason(&c->parser));
             httpc_conn_fail(c, HTTPC_FAIL_MALFORMED, msg);

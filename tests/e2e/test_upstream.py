@@ -194,6 +194,12 @@ class UpstreamTest(FakeUpstreamCase):
             r = self.answer_with(model, body, two)
             self.assertEqual(r.status, 200, (body, r))
             self.assertEqual(r.json()["outputs"][0]["data"], [10, 11, 12, 1, 2, None], body)
+        # Answers without end are cut off, not held whole in memory.
+        for mode, words in (("huge", "an answer over"), ("bighead", "headers over 256 KiB")):
+            self.upstream("POST", "/__fault", json.dumps({"mode": mode}))
+            r = self.infer("kv2", two)
+            self.assertEqual(r.status, 502, (mode, r))
+            self.assertIn(words, r.json()["error"], mode)
         # An upstream's own error message is said with its status.
         r = self.answer_with("kv2", {"error": "input x: bad shape"}, two, status=400)
         self.assertEqual(r.status, 502, r)

@@ -23,7 +23,8 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
          "reset" (close without answer), "stall" (never answer), "500",
          "garbage" (200 with a body that is not JSON), "short" (fewer rows),
          "answer" (the request's "status", default 200, with its "body", given as it is),
-         "delay" (answered "ms" later than usual);
+         "delay" (answered "ms" later than usual), "huge" (a 200 of 3 MiB of
+         spaces), "bighead" (a 200 with a 300 KiB header);
          or the next N requests of any kind (not /__... nor health checks: those
          are `requests`) fail: "drop_reused" (a request that arrives on a
          connection which already served one: the connection is closed without
@@ -199,6 +200,14 @@ class Handler(BaseHTTPRequestHandler):
         if fault == "answer":
             status, body, _ = self.fault_answer
             self.reply(status, body)
+            return None
+        if fault == "huge":
+            self.reply(200, raw=b" " * (3 << 20))
+            return None
+        if fault == "bighead":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (300 << 10) +
+                             b"\r\nContent-Length: 2\r\n\r\n{}")
+            self.close_connection = True
             return None
         if fault == "garbage":
             self.reply(200, raw=b"this is not json")
