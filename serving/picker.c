@@ -457,7 +457,23 @@ bool picker_saturated(struct picker *p, const struct picker_endpoint *eps, int n
         if (!eps[e].usable)
             continue;
         usable++;
-        if (!picker_assess(p, &eps[e], now_ns).saturated)
+        /* Whether online calls must be shed: batchgate's own batch lines
+         * (offline) count only as far as the server's scrape saw them.
+         * They run on idle capacity and give way to online calls; counted
+         * as queue when sent since the scrape, a batch made the pool shed
+         * flex calls while its servers had room. */
+        struct picker_endpoint online = eps[e];
+        int off = online.offline_inflight > 0 ? online.offline_inflight : 0;
+        online.inflight -= off;
+        online.starting = online.starting > off ? online.starting - off : 0;
+        if (online.inflight_at_scrape > online.inflight)
+            online.inflight_at_scrape = online.inflight;
+        /* A line the server queued between scrapes is not an online call's
+         * wait either: with offline.preempt it gives way, without it the
+         * next scrape holds more lines back (docs/LLM.md). */
+        if (online.load.waiting > 0)
+            online.load.waiting = online.load.waiting > off ? online.load.waiting - off : 0;
+        if (!picker_assess(p, &online, now_ns).saturated)
             return false;
     }
     return usable > 0;

@@ -856,6 +856,31 @@ class TestBatchesSideBySide(BatchCase):
                              sorted("req-%d" % i for i in range(n)))
 
 
+class TestBatchDoesNotShedOnline(BatchCase):
+    """A batch's lines run on idle capacity: they do not make the pool shed
+    online flex calls while its servers have room (its own calls sent
+    since the last scrape counted as queue, batch lines among them: 8 of
+    40 flex calls 429 with the servers running 3 of 4)."""
+    sim_args = ("--speed", "1")
+    pool_kw = {"metrics_interval_ms": 200, "saturation": {"waiting": 1}}
+
+    def test_flex_calls_are_served_beside_a_batch(self):
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=100) for i in range(40)]))["id"]
+        st, raw = self.create(fid)
+        self.assertEqual(st, 200, raw)
+        deadline = time.monotonic() + 30
+        while self.sim_requests() < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)   # the batch is running
+        codes = []
+        for i in range(40):
+            body = {"model": "smol", "messages": [{"role": "user", "content": "hi %d" % i}],
+                    "max_tokens": 2, "service_tier": "flex"}
+            codes.append(self.call("POST", "/v1/chat/completions", body)[0])
+            time.sleep(0.05)
+        self.assertEqual(codes, [200] * 40, codes)
+
+
 class WeightsCase(BatchCase):
     """team-a with share 0.6, team-b 0.2; a batch's lines done so far."""
     pool_kw = {"offline": {"max_running": 4, "max_inflight_per_endpoint": 4}}
