@@ -119,6 +119,19 @@ static void jobs_idset_free(struct jobs_idset *set)
 /* Every non-blank line of the input: {"custom_id", "method": "POST", "url"
  * (the batch's endpoint), "body": {"model", ...}}, custom_ids unique. The
  * count in *total; else 400 in c (the line's number and the field). */
+/* Whether a batch may name `model` beside those seen (it is added): -1 for
+ * a model past JOBS_BATCH_MAX_POOLS (its lines failed "does not exist"). */
+static int jobs_batch_model_seen(char (*seen)[MODEL_NAME_MAX], int *n, const char *model)
+{
+    for (int i = 0; i < *n; i++)
+        if (strcmp(seen[i], model) == 0)
+            return 0;
+    if (*n == JOBS_BATCH_MAX_POOLS)
+        return -1;
+    snprintf(seen[(*n)++], MODEL_NAME_MAX, "%s", model);
+    return 0;
+}
+
 static int jobs_batch_validate(const char *path, const char *endpoint, struct jobs_cmd *c,
                                int64_t *total)
 {
@@ -133,6 +146,8 @@ static int jobs_batch_validate(const char *path, const char *endpoint, struct jo
     int64_t n = 0;
     int rc = 0;
     struct jobs_idset ids = {0};
+    char models[JOBS_BATCH_MAX_POOLS][MODEL_NAME_MAX];
+    int nmodels = 0;
     while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
         if (jobs_blank(line, (size_t)len))
             continue;
@@ -165,7 +180,16 @@ static int jobs_batch_validate(const char *path, const char *endpoint, struct jo
             why = "must be a JSON object (the request)";
         } else if (!json_is_string(json_object_get(body, "model"))) {
             param = "body.model";
-            why = "missing (the model each request is for)";
+            why = json_object_get(body, "model") ? "must be a string (the model's name)"
+                                                 : "missing (the model each request is for)";
+        } else if (jobs_batch_model_seen(models, &nmodels,
+                                         json_string_value(json_object_get(body, "model"))) <
+                   0) {
+            param = "body.model";
+            snprintf(whybuf, sizeof whybuf, "\"%.100s\" is a model more than the %d one batch "
+                     "may name (split the file by model)",
+                     json_string_value(json_object_get(body, "model")), JOBS_BATCH_MAX_POOLS);
+            why = whybuf;
         } else {
             int added = jobs_idset_add(&ids, json_string_value(cid));
             if (added < 0) {

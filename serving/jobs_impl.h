@@ -61,6 +61,9 @@ struct jobs_cur {                     /* the job being run (runner thread only) 
 };
 
 /* The batch being run (jobs thread only; jobs_batch.c). */
+/* The models (pools, by the name the lines give) one batch's lines may name. */
+#define JOBS_BATCH_MAX_POOLS 8
+
 struct jobs_bpool {                   /* a pool its lines named, held while it runs */
     char name[128];
     struct served_model *sm;          /* NULL: not a pool (its lines fail) */
@@ -84,7 +87,7 @@ struct jobs_bcur {
     bool stalled;                     /* a result could not be committed: no more lines */
     char *line;
     size_t line_cap;
-    struct jobs_bpool pools[8];
+    struct jobs_bpool pools[JOBS_BATCH_MAX_POOLS];
     int npools;
 };
 

@@ -298,6 +298,11 @@ class TestBatchRoutes(BatchCase):
             ([line(1, body=[1])], "body", "line 1"),
             ([json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
                           "body": {"messages": []}})], "body.model", "line 1"),
+            ([json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                          "body": {"model": 5}})], "body.model", "must be a string"),
+            # A 9th model: its lines failed "does not exist" (it may exist).
+            ([line(i, model="m%d" % i) for i in range(1, 10)], "body.model",
+             "line 9: body.model: \"m9\" is a model more than the 8"),
         ]
         for lines, param, where in cases:
             fid = self.upload_ok(jsonl(lines))["id"]
