@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "common/clock.h"
 #include "common/httpc.h"
@@ -338,10 +339,27 @@ static bool llmbatch_assemble(struct llmbatch_line *l)
     return true;
 }
 
+/* A whole 2xx answer is a JSON object, as OpenAI's output lines give it:
+ * one that is not (cut, garbage) fails the try as a broken stream does (it
+ * was a completed line whose body was a string). */
+static bool llmbatch_whole_is_json(struct llmbatch_line *l)
+{
+    json_t *root = json_loadb(l->answer.data ? l->answer.data : "", l->answer.len, 0, NULL);
+    bool ok = json_is_object(root);
+    json_decref(root);
+    if (!ok) {
+        snprintf(l->error, sizeof l->error, "a %d answer that is not a JSON object", l->status);
+        l->status = 0;
+    }
+    return ok;
+}
+
 static void llmbatch_op_done(void *arg)
 {
     struct llmbatch_line *l = arg;
-    if (l->stream && l->status == 200 && !llmbatch_assemble(l)) {
+    if (l->status >= 200 && l->status < 300 &&
+        ((l->stream && l->status == 200 && !llmbatch_assemble(l)) ||
+         (!l->stream && !llmbatch_whole_is_json(l)))) {
         upcall_blame(l->up, HTTPC_FAIL_STATUS);
         llmbatch_call_end(l->b, l, true);
         return;

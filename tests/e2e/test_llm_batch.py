@@ -516,6 +516,24 @@ class TestBatchServerErrors(BatchCase):
             self.assertIn("error", e["response"]["body"])
 
 
+    def test_a_whole_answer_not_json_is_a_failed_try(self):
+        """A 200 whose body is not a JSON object (llmsim's bad_sse cuts an
+        unstreamed answer in half) was a completed line whose body was a
+        string: it is a failed try, as a broken stream is."""
+        self.start()
+        for i in range(self.sim_endpoints):
+            self.sim.fault(i, "bad_sse")
+        try:
+            fid = self.upload_ok(jsonl([line(i) for i in range(2)]))["id"]
+            b = self.wait(json.loads(self.create(fid)[1])["id"])
+        finally:
+            for i in range(self.sim_endpoints):
+                self.sim.fault(i, "none")
+        self.assertEqual(b["request_counts"], {"total": 2, "completed": 0, "failed": 2})
+        for e in self.content(b["error_file_id"]):
+            self.assertIsNone(e["response"])
+            self.assertIn("a 200 answer that is not a JSON object", e["error"]["message"])
+
 class TestBatchHundredEndpoints(BatchCase):
     sim_endpoints = 100
     sim_args = ("--speed", "10")
