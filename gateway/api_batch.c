@@ -554,6 +554,27 @@ static void batch_file_delete(struct http_request *req, const struct route_match
 
 /* ---- /v1/batches ---- */
 
+/* OpenAI's metadata: string values; keys of at most 64 characters, values
+ * of at most 512 (typed clients read a map of strings: a 1 or a nested
+ * object was echoed as it came). */
+static size_t batch_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;   /* UTF-8: continuation bytes not counted */
+    return n;
+}
+
+static bool batch_metadata_pairs_ok(json_t *meta)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(meta, k, v)
+        if (batch_chars(k) > 64 || !json_is_string(v) || batch_chars(json_string_value(v)) > 512)
+            return false;
+    return true;
+}
+
 /* POST /v1/batches */
 static void batch_create(struct http_request *req, const struct route_match *m, void *ctx)
 {
@@ -588,9 +609,11 @@ static void batch_create(struct http_request *req, const struct route_match *m, 
         batch_bad(req, "completion_window", "completion_window: %s", "must be \"24h\"");
     } else if (meta && !json_is_null(meta) &&
                (!json_is_object(meta) || json_object_size(meta) > 16 || !meta_text ||
-                strlen(meta_text) >= sizeof ((struct jobs_cmd *)0)->metadata)) {
-        batch_bad(req, "metadata", "metadata: %s", "must be an object of at most 16 keys "
-                  "(and under 2 KiB)");
+                strlen(meta_text) >= sizeof ((struct jobs_cmd *)0)->metadata ||
+                !batch_metadata_pairs_ok(meta))) {
+        batch_bad(req, "metadata", "metadata: %s", "must be an object of at most 16 keys of "
+                  "at most 64 characters, each value a string of at most 512 (and under 2 KiB "
+                  "in all)");
     } else if (oe && !json_is_null(oe) &&
                (output_expires = batch_expiry(req, "output_expires_after", json_is_object(oe),
                                               json_string_value(oe_anchor), oe_anchor != NULL,

@@ -284,6 +284,10 @@ class TestBatchRoutes(BatchCase):
         self.assert_error(*self.create(good, endpoint="/v1/responses"), 400, "endpoint")
         self.assert_error(*self.create(good, window="1h"), 400, "completion_window")
         self.assert_error(*self.create(good, metadata=[1]), 400, "metadata")
+        # OpenAI's schema: string values, keys to 64 characters, values to 512.
+        for bad in ({"a": 1}, {"a": None}, {"a": {"b": [1]}}, {"k" * 65: "v"},
+                    {"a": "v" * 513}):
+            self.assert_error(*self.create(good, metadata=bad), 400, "metadata")
         self.assert_error(*self.call("POST", "/v1/batches", b"{", {}), 400, None,
                           "invalid JSON at column 1")
         self.assert_error(*self.call("POST", "/v1/batches", {}), 400, "input_file_id")
