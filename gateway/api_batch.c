@@ -402,15 +402,25 @@ static void batch_file_upload(struct http_request *req, const struct route_match
         return;
     }
     const struct multipart_part *purpose = NULL, *file = NULL, *anchor = NULL, *secs = NULL;
-    for (int i = 0; i < n; i++) {
-        if (strcmp(parts[i].name, "purpose") == 0)
-            purpose = &parts[i];
-        else if (strcmp(parts[i].name, "file") == 0)
-            file = &parts[i];
-        else if (strcmp(parts[i].name, "expires_after[anchor]") == 0)
-            anchor = &parts[i];
-        else if (strcmp(parts[i].name, "expires_after[seconds]") == 0)
-            secs = &parts[i];
+    static const char *const fields[] = {"purpose", "file", "expires_after[anchor]",
+                                         "expires_after[seconds]"};
+    const struct multipart_part **slot[] = {&purpose, &file, &anchor, &secs};
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+            if (strcmp(parts[i].name, fields[k]) != 0)
+                continue;
+            if (*slot[k]) {   /* which one counts would be the parser's whim */
+                http_request_set_error_param(req, fields[k]);
+                http_respond_error(req, 400, NULL, "%s: given twice", fields[k]);
+                return;
+            }
+            *slot[k] = &parts[i];
+        }
+    if (file && file->filename_cut) {
+        http_request_set_error_param(req, "file");
+        http_respond_error(req, 400, NULL, "file: its filename is over %zu bytes (or its quote "
+                           "is not closed)", sizeof file->filename - 1);
+        return;
     }
     if (!purpose || purpose->len != 5 || memcmp(purpose->data, "batch", 5) != 0) {
         http_request_set_error_param(req, "purpose");

@@ -11,20 +11,41 @@ bool multipart_param(const char *h, size_t n, const char *key, char *out, size_t
     for (size_t i = 0; i + kl < n; i++) {
         if ((i == 0 || h[i - 1] == ';' || h[i - 1] == ' ' || h[i - 1] == '\t') &&
             strncasecmp(h + i, key, kl) == 0 && h[i + kl] == '=') {
-            size_t v = i + kl + 1, e;
-            bool quoted = v < n && h[v] == '"';
-            v += quoted;
-            for (e = v; e < n && (quoted ? h[e] != '"' : (h[e] != ';' && h[e] != ' ')); e++)
-                ;
-            if (quoted && e == n)
-                return false;   /* an unterminated quote */
-            if (e - v >= cap)
-                return false;
-            memcpy(out, h + v, e - v);
-            out[e - v] = '\0';
+            size_t v = i + kl + 1, k = 0;
+            if (v < n && h[v] == '"') {
+                /* A quoted-string: \x stands for x (httpx writes a Windows
+                 * path's backslashes and a quote that way). */
+                for (v++; v < n && h[v] != '"'; v++) {
+                    if (h[v] == '\\' && v + 1 < n)
+                        v++;
+                    if (k + 1 >= cap)
+                        return false;
+                    out[k++] = h[v];
+                }
+                if (v == n)
+                    return false;   /* an unterminated quote */
+            } else {
+                for (; v < n && h[v] != ';' && h[v] != ' '; v++) {
+                    if (k + 1 >= cap)
+                        return false;
+                    out[k++] = h[v];
+                }
+            }
+            out[k] = '\0';
             return true;
         }
     }
+    return false;
+}
+
+/* Whether parameter `key` is there at all (multipart_param may not keep it). */
+static bool multipart_param_given(const char *h, size_t n, const char *key)
+{
+    size_t kl = strlen(key);
+    for (size_t i = 0; i + kl < n; i++)
+        if ((i == 0 || h[i - 1] == ';' || h[i - 1] == ' ' || h[i - 1] == '\t') &&
+            strncasecmp(h + i, key, kl) == 0 && h[i + kl] == '=')
+            return true;
     return false;
 }
 
@@ -70,8 +91,14 @@ int multipart_parse(const char *ct, size_t ct_len, const char *body, size_t len,
                 if ((size_t)(le - h) > 20 && strncasecmp(h, "Content-Disposition:", 20) == 0) {
                     multipart_param(h + 20, (size_t)(le - h - 20), "name", part.name,
                                     sizeof part.name);
-                    multipart_param(h + 20, (size_t)(le - h - 20), "filename", part.filename,
-                                    sizeof part.filename);
+                    if (!multipart_param(h + 20, (size_t)(le - h - 20), "filename",
+                                         part.filename, sizeof part.filename))
+                        part.filename[0] = '\0';
+                    /* Given, but not kept: the caller says so rather than
+                     * naming the file another way. */
+                    part.filename_cut = !part.filename[0] &&
+                                        multipart_param_given(h + 20, (size_t)(le - h - 20),
+                                                              "filename");
                 }
                 h = le + 2;
             }

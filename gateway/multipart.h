@@ -9,7 +9,8 @@
 
 struct multipart_part {
     char name[64];                    /* Content-Disposition's name ("" when none) */
-    char filename[256];               /* and its filename ("" when none) */
+    char filename[256];               /* and its filename ("" when none), quoted-pairs undone */
+    bool filename_cut;                /* a filename was given that does not fit (or is malformed) */
     const char *data;                 /* the part's bytes, in the body */
     size_t len;
 };

@@ -197,6 +197,16 @@ class TestBatchRoutes(BatchCase):
         self.assert_error(*self.call("POST", "/v1/files", b"not multipart",
                                      {"Content-Type": "text/plain"}), 400)
         self.assert_error(*self.upload(b"x" * 100001), 413, "file", "max_file_bytes")
+        # A quoted filename's escapes are undone (httpx writes a Windows
+        # path's backslashes as \\); one too long is refused, not renamed;
+        # a field given twice is refused, not the last taken.
+        st, raw = self.upload(jsonl([line(1)]), filename=r'C:\\dir\\a\"b.jsonl')
+        self.assertEqual(st, 200, raw)
+        self.assertEqual(json.loads(raw)["filename"], r'C:\dir\a"b.jsonl')
+        self.assert_error(*self.upload(jsonl([line(1)]), filename="n" * 300), 400, "file",
+                          "filename")
+        self.assert_error(*self.upload(jsonl([line(1)]), fields=(("purpose", "batch"),)),
+                          400, "purpose", "given twice")
         self.assert_error(*self.call("GET", "/v1/files/file-nope"), 404, "file_id")
         self.assert_error(*self.call("GET", "/v1/files/file-nope/content"), 404, "file_id")
         self.assert_error(*self.call("DELETE", "/v1/files/file-nope"), 404, "file_id")

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -63,6 +64,24 @@ static void test_quoting_preamble_and_bare_parts(void **s)
     assert_false(multipart_param("a=1; key=\"v", 11, "key", out, sizeof out));
     assert_false(multipart_param("akey=1", 6, "key", out, sizeof out));
     assert_false(multipart_param("key=toolongvalue", 16, "key", out, sizeof out));
+    /* A quoted-string's quoted-pairs are undone (RFC 9110 5.6.4): httpx
+     * sends C:\\d\\a, and a quote as \". */
+    char name[32];
+    static const char cd[] = "form-data; name=\"file\"; filename=\"C:\\\\d\\\\a\\\"b.jsonl\"";
+    assert_true(multipart_param(cd, sizeof cd - 1, "filename", name, sizeof name));
+    assert_string_equal(name, "C:\\d\\a\"b.jsonl");
+    assert_false(multipart_param("filename=\"a\\\"", 14, "filename", name, sizeof name));
+    /* Too long for the room, or never closed: given, but not kept. */
+    struct multipart_part q[2];
+    char long_body[600];
+    snprintf(long_body, sizeof long_body, "--b0undary\r\nContent-Disposition: form-data; name=\"file\"; "
+             "filename=\"%0300d\"\r\n\r\nx\r\n--b0undary--", 0);
+    assert_int_equal(parse(CT, long_body, q, 2), 1);
+    assert_string_equal(q[0].filename, "");
+    assert_true(q[0].filename_cut);
+    assert_int_equal(parse(CT, "--b0undary\r\nContent-Disposition: form-data; name=\"file\"\r\n"
+                               "\r\nx\r\n--b0undary--", q, 2), 1);
+    assert_false(q[0].filename_cut);
 }
 
 static void test_refused(void **s)
