@@ -1278,10 +1278,11 @@ bool jobs_batch_pump(struct jobs *j)
         while (!bc->eof && !bc->stalled && bc->inflight < lines && jobs_btok_room(j, bc))
             progress |= jobs_batch_feed_one(j, bc);
         if (bc->stalled && bc->inflight == 0) {
+            double in_s = (double)(j->db_pause_until_ns - jobs_mono_ns()) / 1e9;
             log_warn("batch %s: %lld of %lld lines have a result; the state database refused "
-                     "the others', which run again when it is taken up (in %.0f s)", bc->b.id,
+                     "the others', which run again when it is taken up (in %.1f s)", bc->b.id,
                      (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total,
-                     (double)(j->db_pause_until_ns - jobs_mono_ns()) / 1e9);
+                     in_s > 0 ? in_s : 0.0);   /* the pause may be over already ("-0 s") */
             jobs_batch_close(j, bc);
             j->batches_look = false;   /* not at once: after the pause */
             progress = true;
