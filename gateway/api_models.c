@@ -277,6 +277,7 @@ static void models_wait_deliver(struct mailbox_msg *msg)
     if (w->answered) {
         served_release(w->sm);
     } else if (w->rc == 0 && w->sm) {
+        http_request_on_abort(w->req, NULL, NULL);   /* w goes below: the run sets its own */
         w->run(w->req, &w->m, w->st, w->sm);   /* the run owns the reference now */
     } else {
         models_wait_refuse(w, w->rc == -BG_EQUEUEFULL ? "Retry-After: 1\r\n" : NULL,
@@ -294,6 +295,24 @@ static void models_wait_expired(evutil_socket_t fd, short what, void *arg)
     w->answered = true;
     models_wait_refuse(w, "Retry-After: 1\r\n", "is not loaded: loading it takes longer than "
                        "the request's latency budget left (it is loading now)");
+}
+
+/* IO thread: the client left while its request waited for the load: it is
+ * answered now (499, discarded), not computed once the load ends (it was,
+ * and counted 200). */
+static void models_wait_abort(struct http_request *req, void *arg)
+{
+    struct models_wait *w = arg;
+    if (w->answered)
+        return;
+    w->answered = true;
+    if (w->deadline)
+        evtimer_del(w->deadline);
+    /* Not counted: a client that hung up before its answer is not
+     * (docs/METRICS.md, requests_total). */
+    const struct route_param *p = route_match_param(&w->m, "model");
+    http_respond_error(req, 499, NULL, "the client left while model %.*s loaded",
+                       (int)(p->len > 128 ? 128 : p->len), p->value);
 }
 
 /* The lifecycle thread: hand the outcome to the request's IO thread. */
@@ -375,6 +394,8 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
             evtimer_add(w->deadline, &tv);
     }
     int rc = serving_wait_loaded(st->serving, sm, deadline, models_wait_done, w, &retry, &err);
+    if (rc == 0)
+        http_request_on_abort(req, models_wait_abort, w);
     if (rc == 1) {                    /* loaded meanwhile */
         models_wait_free(w);
         served_release(sm);

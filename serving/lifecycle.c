@@ -561,6 +561,13 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
         return;
     }
     if (t->kind == TASK_LOAD || t->kind == TASK_ADD) {
+        if (t->kind == TASK_ADD) {
+            /* Requests that find the new folder loading wait on this load
+             * (they queued a second one, which then reloaded it). */
+            pthread_mutex_lock(&t->e->mu);
+            t->e->load_queued = true;
+            pthread_mutex_unlock(&t->e->mu);
+        }
         rc = lifecycle_load_now(s, t->e, t->override, &err);
         lc_answer_waiters(t->e, rc, err.msg);
     } else {
@@ -619,7 +626,7 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
     log_info("model %s: changed in the repository%s", e->name,
              load ? "; loading it" : "; loaded by its next request");
     if (load) {
-        lifecycle_load_now(s, e, NULL, &err);
+        lc_load_unasked(s, e);   /* requests meanwhile wait on it, not on a second load */
     } else {
         e->sig = now;
         if (rc == 0)
@@ -961,9 +968,13 @@ static int serving_load_one(struct serving *s, struct served_entry *e, const cha
     pthread_mutex_lock(&e->mu);
     int rc;
     if (e->load_queued && !ov) {
-        /* A load of the same files is queued: this one is it. */
-        struct served_waiter *w = calloc(1, sizeof *w);
-        if (!w) {
+        /* A load of the same files is queued: this one is it. Nobody to
+         * answer (a version's load but the last one's): nothing to wait
+         * for (a waiter without a callback was called through NULL). */
+        struct served_waiter *w = done ? calloc(1, sizeof *w) : NULL;
+        if (!done) {
+            rc = 0;
+        } else if (!w) {
             rc = error_set(err, BG_ENOMEM, "out of memory");
         } else {
             *w = (struct served_waiter){e->waiters, done, arg};
@@ -1039,15 +1050,18 @@ struct lc_sync {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
+    struct served_model *sm;          /* the copy loaded, with its reference: held from
+                                         the load's end, so that no eviction for the
+                                         next load takes it before the job does */
 };
 
 static void lc_sync_done(void *arg, int rc, const char *msg, struct served_model *sm)
 {
     (void)rc;
     (void)msg;
-    served_release(sm);   /* the jobs thread looks the copy up again */
     struct lc_sync *w = arg;
     pthread_mutex_lock(&w->mu);
+    w->sm = sm;
     w->done = true;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -1093,6 +1107,8 @@ struct served_model *serving_acquire_loaded(struct serving *s, const char *name,
     pthread_mutex_destroy(&w.mu);
     if (rc < 0)
         return NULL;
+    if (w.sm)
+        return w.sm;   /* the reference the load's answer carried */
     sm = lc_acquire(s, name, len, version);
     if (!sm)
         error_set(err, BG_ENOTFOUND, "model \"%.*s\" is no longer served",

@@ -13,6 +13,7 @@ Synthetic models sleep; the memory budget uses small CPU models. Every wait
 is bounded."""
 
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -67,7 +68,7 @@ class RepositoryTest(RepoServerCase):
             write_model(repo, name, lazy(synthetic(name, base_us=2000, per_row_us=0)))
         # Lazy, never loaded, and slow to load (its warmup batches take
         # 150 ms each): no load time is known to refuse a budget by.
-        for name in ("lazy_slow_h", "lazy_slow_b"):
+        for name in ("lazy_slow_h", "lazy_slow_b", "lazy_left"):
             write_model(repo, name, lazy(synthetic(name, base_us=150000, per_row_us=0)))
         # A lazy CPU model whose weights file is not a safetensors file.
         write_model(repo, "broken", lazy(mlp("broken", [{"type": "dense", "weight": "w"}])),
@@ -78,6 +79,26 @@ class RepositoryTest(RepoServerCase):
         cfg["lifecycle"] = {"idle_unload_s": 1}
         with open("%s/idle/config.json" % repo, "w") as f:
             json.dump(cfg, f)
+
+    def test_a_client_gone_during_the_load_is_not_computed(self):
+        # Its connection reset while the request waited for the lazy load:
+        # computed once the load ended all the same, and counted 200.
+        from harness import close_quietly, connect, request, send
+        import socket
+        import struct
+        s = connect(self.srv.port)
+        send(s, request("POST", "/v2/models/lazy_left/infer",
+                        [("Content-Type", "application/json")],
+                        infer_body([[1, 2, 3, 4]], name="x")))
+        time.sleep(0.1)   # waiting for the load
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        close_quietly(s)
+        wait_state(self.srv.port, "lazy_left", "READY")
+        time.sleep(0.3)   # a run after the load would have ended by now
+        text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+        counted = [l for l in text.splitlines()
+                   if l.startswith('batchgate_requests_total{model="lazy_left"')]
+        self.assertTrue(all(l.endswith(" 0") for l in counted), counted)
 
     def test_index_shows_every_model_with_its_state(self):
         rows = index(self.srv.port)
@@ -576,6 +597,94 @@ def index_rows(port, name):
     row per version)."""
     r = post(port, "/v2/repository/index", "{}")
     return {int(row["version"]): row for row in r.json() if row["name"] == name}
+
+
+class VersionsLoadRaceTest(RepoServerCase):
+    """A plain load of a model serving two versions, while a reload of it
+    is queued: the first version's load was joined with no one to answer,
+    and the server called through NULL when it ended (SIGSEGV)."""
+
+    @classmethod
+    def populate(cls, repo):
+        cfg = synthetic("mvs", base_us=100000, per_row_us=0)
+        cfg["version_policy"] = {"latest": 2}
+        write_model(repo, "mvs", cfg)
+        for v in (1, 2):
+            os.makedirs(os.path.join(repo, "mvs", str(v)), exist_ok=True)
+        cls.cfg = cfg
+
+    def test_a_load_joining_a_queued_one_does_not_crash(self):
+        port = self.srv.port
+        wait_state(port, "mvs", "READY")
+        other = dict(self.cfg, synthetic={"base_us": 90000, "per_row_us": 0})
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("override", post(
+            port, "/v2/repository/models/mvs/load",
+            json.dumps({"parameters": {"config": json.dumps(other)}}), timeout=20)))
+        t.start()
+        time.sleep(0.1)   # the override's loads are queued, the first running
+        r = post(port, "/v2/repository/models/mvs/load", "{}", timeout=20)
+        t.join(20)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(got["override"].status, 200, got)
+        time.sleep(0.5)
+        self.assertTrue(self.srv.alive(), self.srv.log()[-2000:])
+        self.assertEqual(roundtrip(port, "GET", "/v2/health/live").status, 200)
+
+
+class AddedFolderLoadTest(RepoServerCase):
+    """A folder the repository API loads after the start: a request that
+    finds it loading waits on that load (it queued a second one, which
+    reloaded the model: two loads, an unload "reload")."""
+
+    @classmethod
+    def populate(cls, repo):
+        pass
+
+    def test_a_request_during_the_add_waits_on_that_load(self):
+        port = self.srv.port
+        write_model(self.repo, "late", synthetic("late", base_us=150000, per_row_us=0))
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("load", post(
+            port, "/v2/repository/models/late/load", "{}", timeout=20)))
+        t.start()
+        time.sleep(0.25)   # added, loading
+        r = post(port, "/v2/models/late/infer", infer_body([[1, 2, 3, 4]], name="x"),
+                 [("X-Request-Timeout-Ms", "20000")], timeout=20)
+        t.join(20)
+        self.assertEqual(got["load"].status, 200, got)
+        self.assertEqual(r.status, 200, r)
+        time.sleep(1.0)   # a second load would have run by now
+        m = parse(roundtrip(port, "GET", "/metrics").body.decode())
+        self.assertEqual(value(m, "batchgate_model_loads_total", model="late", result="ok"), 1)
+        self.assertEqual(value(m, "batchgate_model_unloads_total", model="late",
+                               reason="reload"), 0)
+
+
+class PolledFixLoadTest(RepoServerCase):
+    """The poll loads a model whose broken config was fixed: a request
+    that finds it loading waits on that load, not on a second one."""
+    config = {"repository_poll_s": 1}
+
+    @classmethod
+    def populate(cls, repo):
+        os.makedirs(os.path.join(repo, "p"))
+        with open(os.path.join(repo, "p", "config.json"), "w") as f:
+            f.write("{not json")
+
+    def test_a_request_during_the_polls_load_waits_on_it(self):
+        port = self.srv.port
+        wait_state(port, "p", "UNAVAILABLE")
+        tmp = os.path.join(self.repo, "p", "config.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(synthetic("p", base_us=150000, per_row_us=0), f)
+        os.rename(tmp, os.path.join(self.repo, "p", "config.json"))
+        wait_state(port, "p", "LOADING")
+        self.assertEqual(infer(port, "p", budget_ms=20000).status, 200)
+        time.sleep(1.0)
+        m = metrics(port)
+        self.assertEqual(value(m, "batchgate_model_loads_total", model="p", result="ok"), 1)
+        self.assertEqual(value(m, "batchgate_model_unloads_total", model="p", reason="reload"), 0)
 
 
 class SeveralVersionsTest(RepoServerCase):
