@@ -108,9 +108,16 @@ static void devsched_core_tick(struct devsched_core *c)
 
 int devsched_core_join(struct devsched_core *c, int weight, int instances)
 {
-    if (c->n >= DEVSCHED_MAX_MEMBERS)
-        return -1;
-    int i = c->n++;
+    int i = 0;
+    while (i < c->n && !c->gone[i])
+        i++;
+    if (i == c->n) {
+        if (c->n >= DEVSCHED_MAX_MEMBERS)
+            return -1;
+        c->n++;
+    }
+    c->gone[i] = false;
+    c->instances[i] = instances;
     memset(&c->m[i], 0, sizeof c->m[i]);
     c->m[i].weight = weight < 1 ? 1 : weight > DEVSCHED_WEIGHT_MAX ? DEVSCHED_WEIGHT_MAX : weight;
     c->m[i].vtime = c->vclock;
@@ -122,6 +129,22 @@ int devsched_core_join(struct devsched_core *c, int weight, int instances)
     if (instances > c->slots)
         c->slots = instances;
     return i;
+}
+
+void devsched_core_leave(struct devsched_core *c, int i)
+{
+    if (i < 0 || i >= c->n || c->gone[i])
+        return;
+    c->gone[i] = true;
+    c->nwait[i] = 0;
+    memset(&c->m[i], 0, sizeof c->m[i]);
+    c->m[i].weight = 1;
+    /* What the others need; those running fit it (the leaver ran nothing). */
+    int slots = 0;
+    for (int k = 0; k < c->n; k++)
+        if (!c->gone[k] && c->instances[k] > slots)
+            slots = c->instances[k];
+    c->slots = slots;
 }
 
 bool devsched_core_others_active(const struct devsched_core *c, int i)
@@ -331,15 +354,30 @@ void devsched_free(struct devsched *d)
 
 const char *devsched_name(const struct devsched *d) { return d->name; }
 
+void devsched_leave(struct devsched *d, int member)
+{
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    if (member >= 0 && member < d->core.n && !devsched_core_active(&d->core, member)) {
+        devsched_core_leave(&d->core, member);
+        d->model[member][0] = '\0';
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
 int devsched_join(struct devsched *d, const char *model, int weight, int instances,
                   struct error *err)
 {
     pthread_mutex_lock(&d->mu);
+    int before = d->core.n;
     int i = devsched_core_join(&d->core, weight, instances);
     if (i >= 0) {
-        for (int c = 0; c < DEVSCHED_NCLASSES; c++)
-            pthread_cond_init(&d->cv[i][c], NULL);
+        if (i >= before)   /* a new index; a departed member's keeps its variables */
+            for (int c = 0; c < DEVSCHED_NCLASSES; c++)
+                pthread_cond_init(&d->cv[i][c], NULL);
         snprintf(d->model[i], sizeof d->model[i], "%s", model);
+        d->wait_ns[i] = d->granted_ns[i] = 0;
     }
     pthread_mutex_unlock(&d->mu);
     if (i < 0)

@@ -97,7 +97,9 @@ struct devsched_core {
     /* Each waiting online batch's start-by and tenant. */
     struct devsched_ask wait[DEVSCHED_MAX_MEMBERS][DEVSCHED_MAX_WAITERS];
     int nwait[DEVSCHED_MAX_MEMBERS];
-    int n;
+    int n;                                         /* members' indices in use: 0..n-1 */
+    bool gone[DEVSCHED_MAX_MEMBERS];               /* a member that left: its index is free */
+    int instances[DEVSCHED_MAX_MEMBERS];           /* what each member joined with */
     int slots, used;
     /* The device's virtual clock: never decreases; the least virtual time
      * of the active members (waiting, running or granted) whenever one is. */
@@ -106,8 +108,14 @@ struct devsched_core {
 
 void devsched_core_init(struct devsched_core *c);
 /* Adds a member with `instances` workers on the device (the slots grow to
- * the most of any member). Returns its index, or -1 when full. */
+ * the most of any member). Returns its index (a departed member's, when
+ * one is free), or -1 when full. */
 int devsched_core_join(struct devsched_core *c, int weight, int instances);
+/* Member i leaves (its copy was freed; it has nothing running, granted or
+ * waiting): its index is free again and the slots are the most of those
+ * left. A device shared by reloaded copies ran out of its 64 indices, and
+ * no model could load on it again. */
+void devsched_core_leave(struct devsched_core *c, int i);
 /* A batch of member i asks for a slot: true when one is free and nobody
  * waits; either way it is counted as waiting until it takes a grant. */
 bool devsched_core_acquire(struct devsched_core *c, int i, const struct devsched_ask *a);
@@ -140,6 +148,9 @@ const char *devsched_name(const struct devsched *d);
  * member index (0 and up), or a negative code with a message. */
 int devsched_join(struct devsched *d, const char *model, int weight, int instances,
                   struct error *err);
+/* The member's model is gone (devsched_core_leave); ignored while it still
+ * runs or waits (a worker left stranded in a call). */
+void devsched_leave(struct devsched *d, int member);
 /* Tenants' shares of this device (NULL: none): waiting batches are ranked
  * by their tenant (rule 3). Set before any worker starts. */
 struct shares;

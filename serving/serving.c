@@ -712,6 +712,10 @@ void served_copy_free(struct served_model *sm)
         return;
     }
     workers_free(sm->workers);
+    /* Its places on the devices are free for the next copy (they were
+     * kept: after 64 loads a device took no model any more). */
+    for (int i = 0; i < sm->nsched; i++)
+        devsched_leave(sm->sched[i].dev, sm->sched[i].member);
     llmpool_free(sm->pool);
     model_unload(&sm->model);
     batcher_free(sm->batcher);

@@ -687,6 +687,29 @@ class PolledFixLoadTest(RepoServerCase):
         self.assertEqual(value(m, "batchgate_model_unloads_total", model="p", reason="reload"), 0)
 
 
+class ManyReloadsTest(RepoServerCase):
+    """A device's scheduler kept a member for every copy ever loaded on it:
+    after 64 loads no model could load there any more ("device synthetic0
+    already has 64 models")."""
+
+    @classmethod
+    def populate(cls, repo):
+        cfg = synthetic("dm", base_us=200, per_row_us=0)
+        cfg["instances"] = {"count": 1, "devices": [0]}
+        write_model(repo, "dm", cfg)
+        write_model(repo, "other", dict(synthetic("other", base_us=200, per_row_us=0),
+                                        instances={"count": 1, "devices": [0]}))
+
+    def test_seventy_reloads_on_one_device(self):
+        port = self.srv.port
+        for k in range(70):
+            r = post(port, "/v2/repository/models/dm/load", "{}", timeout=10)
+            self.assertEqual(r.status, 200, (k, r))
+        self.assertEqual(infer(port, "dm").status, 200)
+        self.assertEqual(infer(port, "other").status, 200)
+        self.assertNotIn("already has 64 models", self.srv.log())
+
+
 class SeveralVersionsTest(RepoServerCase):
     """version_policy serving several versions side by side: each its own
     copy, reached by /versions/{v}/, the name alone reaching the highest

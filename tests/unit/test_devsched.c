@@ -477,9 +477,42 @@ static void test_close_lets_waiters_run(void **state)
     devsched_free(d);
 }
 
+/* A member that leaves frees its index for the next join (a device shared by
+ * reloaded copies ran out of its 64 and took no model any more); the slots
+ * follow the members left; one still running does not leave. */
+static void test_members_leave_and_indices_come_back(void **state)
+{
+    (void)state;
+    struct error err = {0};
+    struct devsched *d = devsched_new("synthetic0", &err);
+    int wide = devsched_join(d, "wide", 1, 3, &err);
+    for (int k = 0; k < 200; k++) {   /* reload after reload */
+        int m = devsched_join(d, "m", 1, 1, &err);
+        assert_true(m >= 0 && m < 3);
+        devsched_acquire(d, m, ASK(DEVSCHED_ONLINE, 0));
+        devsched_release(d, m, 1000);
+        devsched_leave(d, m);
+    }
+    struct devsched_member_stats st;
+    devsched_member_stats(d, wide, &st);
+    assert_int_equal(st.slots, 3);
+    devsched_leave(d, wide);
+    int one = devsched_join(d, "one", 1, 1, &err);
+    assert_int_equal(one, wide);   /* the first free index */
+    devsched_member_stats(d, one, &st);
+    assert_int_equal(st.slots, 1);   /* wide's 3 went with it */
+    /* Running: it stays (a stranded worker will release its slot). */
+    devsched_acquire(d, one, ASK(DEVSCHED_ONLINE, 0));
+    devsched_leave(d, one);
+    assert_int_not_equal(devsched_join(d, "two", 1, 1, &err), one);
+    devsched_release(d, one, 0);
+    devsched_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_members_leave_and_indices_come_back),
         cmocka_unit_test(test_pick_nobody_waits),
         cmocka_unit_test(test_pick_online_before_offline),
         cmocka_unit_test(test_pick_least_virtual_time_then_weight),
