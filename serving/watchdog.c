@@ -29,6 +29,8 @@ struct watchdog {
      * batches (the zero_knob run). */
     int64_t wake_at;
     int64_t limit_ms;
+    watchdog_abandon_fn on_abandon;
+    void *arg;
     char model[MODEL_NAME_MAX];
     int n;
     struct watchdog_slot slot[];
@@ -67,8 +69,11 @@ static void *watchdog_main(void *p)
         if (late >= 0) {
             w->slot[late].abandoned = true;
             struct infer_item *items = w->slot[late].items;
+            int64_t held = now - w->slot[late].started;
             pthread_mutex_unlock(&w->mu);
             watchdog_answer(w, late, items);
+            if (w->on_abandon)
+                w->on_abandon(w->arg, late, held);
             pthread_mutex_lock(&w->mu);
             continue;
         }
@@ -87,7 +92,7 @@ static void *watchdog_main(void *p)
 }
 
 struct watchdog *watchdog_new(const char *model, int instances, int64_t limit_ms,
-                              struct error *err)
+                              watchdog_abandon_fn on_abandon, void *arg, struct error *err)
 {
     struct watchdog *w = calloc(1, sizeof *w + (size_t)instances * sizeof w->slot[0]);
     if (!w) {
@@ -96,6 +101,8 @@ struct watchdog *watchdog_new(const char *model, int instances, int64_t limit_ms
     }
     w->n = instances;
     w->limit_ms = limit_ms;
+    w->on_abandon = on_abandon;
+    w->arg = arg;
     snprintf(w->model, sizeof w->model, "%s", model);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -19,9 +19,14 @@
 
 struct watchdog;
 
-/* Starts the thread; `model` names it in messages. */
+/* Called on the watchdog's thread once it gave up on instance i's batch,
+ * held_ns after it began: the worker's device slot goes back there (a hung
+ * call of one model held the slot other models' batches waited for). */
+typedef void (*watchdog_abandon_fn)(void *arg, int instance, int64_t held_ns);
+
+/* Starts the thread; `model` names it in messages; on_abandon may be NULL. */
 struct watchdog *watchdog_new(const char *model, int instances, int64_t limit_ms,
-                              struct error *err);
+                              watchdog_abandon_fn on_abandon, void *arg, struct error *err);
 /* Instance `i` starts running the items of a batch. */
 void watchdog_begin(struct watchdog *w, int i, struct infer_item *items);
 /* Its call returned: true when the watchdog already answered the items. */

@@ -65,9 +65,22 @@ static int worker_sched_next(struct worker *w, int64_t exec_ns, struct batch *ne
     return rc;
 }
 
-/* Runs one batch on the instance and ends it; its execution time. */
-static int64_t worker_run_batch(struct worker *w, struct batch *b)
+/* The watchdog gave up on instance i's batch: its device slot goes back
+ * now, for other models' batches, rather than when the call returns (never,
+ * for a call truly hung); the worker asks again for its next batch. */
+static void worker_abandoned(void *arg, int instance, int64_t held_ns)
 {
+    struct workers *ws = arg;
+    struct worker *w = &ws->w[instance];
+    if (w->place.dev)
+        devsched_release(w->place.dev, w->place.member, held_ns);
+}
+
+/* Runs one batch on the instance and ends it; its execution time.
+ * *abandoned: the watchdog gave up on it (its slot is given back). */
+static int64_t worker_run_batch(struct worker *w, struct batch *b, bool *abandoned)
+{
+    *abandoned = false;
     struct instance *in = w->in;
     const struct model_config *c = &in->model->cfg;
     batchrun_gather(b, in->in, (size_t)c->input.row_elems);
@@ -86,6 +99,7 @@ static int64_t worker_run_batch(struct worker *w, struct batch *b)
          * the device was held all along. */
         b->head = NULL;
         modelstats_batch_end(w->ws->sm->stats, in->index, in->index, NULL, false, 0, ns, 0);
+        *abandoned = true;
         return ns;
     }
     batchrun_end(w->ws->sm, in->index, in->index, w->place.shares, b, in->out, rc ? -rc : 0,
@@ -113,8 +127,9 @@ static void *worker_main(void *p)
                 devsched_acquire(w->place.dev, w->place.member, &a);
             }
         }
-        int64_t ns = worker_run_batch(w, &b);
-        if (sched) {
+        bool abandoned;
+        int64_t ns = worker_run_batch(w, &b, &abandoned);
+        if (sched && !abandoned) {
             memset(&next, 0, sizeof next);
             int got = worker_sched_next(w, ns, &next);
             if (got < 0)
@@ -136,7 +151,8 @@ int workers_start(struct served_model *sm, const struct worker_place *place,
     ws->sm = sm;
     ws->n = m->ninstances;
     if (m->cfg.batching.batch_timeout_ms > 0 &&
-        !(ws->wd = watchdog_new(m->cfg.name, m->ninstances, m->cfg.batching.batch_timeout_ms, err)))
+        !(ws->wd = watchdog_new(m->cfg.name, m->ninstances, m->cfg.batching.batch_timeout_ms,
+                                worker_abandoned, ws, err)))
         return -err->code;
     for (int i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];

@@ -205,5 +205,44 @@ class HungBatchAtStopTest(unittest.TestCase):
         self.assertLess(took, 6, "the stop waited %.1f s for a hung call" % took)
         self.assertIn("still inside an abandoned batch; leaving it", srv.log())
 
+
+class HungBatchSharedDeviceTest(RepoServerCase):
+    """Two models on one device slot: a call of A hung past its
+    batch_timeout_ms held the slot until it returned, and B's batch,
+    taken from its queue, waited for it past its budget (200 after 7.5 s
+    for a 1 s budget). The abandoned batch's slot now goes back."""
+
+    @classmethod
+    def populate(cls, repo):
+        for name in ("a", "b"):
+            cfg = synthetic(name, base_us=1000, batching={"batch_timeout_ms": 300,
+                                                          "max_queue_delay_us": 0})
+            cfg["instances"] = {"count": 1, "devices": [0]}
+            write_model(repo, name, cfg)
+
+    def test_a_hung_call_gives_its_slot_back(self):
+        r = post(self.srv.port, "/debug/fault", json.dumps({"model": "a", "mode": "hang",
+                                                            "count": 1, "ms": 6000}))
+        self.assertEqual(r.status, 200, r)
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("a", post(
+            self.srv.port, "/v2/models/a/infer", infer_body([[1, 0, 0, 0]], name="x"),
+            timeout=20)))
+        t.start()
+        time.sleep(0.1)   # a's call holds the slot
+        t0 = time.monotonic()
+        r = post(self.srv.port, "/v2/models/b/infer", infer_body([[1, 0, 0, 0]], name="x"),
+                 [("X-Request-Timeout-Ms", "2000")], timeout=20)
+        took = time.monotonic() - t0
+        t.join(20)
+        self.assertEqual(got["a"].status, 504, got)
+        self.assertEqual(r.status, 200, r)
+        self.assertLess(took, 1.5, "b waited %.1f s for a's hung call" % took)
+        self.srv.wait_log(r"model a: instance 0 is back", timeout=15)
+        for m in ("a", "b"):   # both serve on, and the slot is whole
+            r = post(self.srv.port, "/v2/models/%s/infer" % m,
+                     infer_body([[1, 0, 0, 0]], name="x"), timeout=10)
+            self.assertEqual(r.status, 200, r)
+
 if __name__ == "__main__":
     unittest.main()
