@@ -76,6 +76,7 @@ struct httpc_call {
     const struct httpc_cb *cb;
     void *arg;
     bool no_body, paused;
+    bool req_open;                   /* HTTPC_REQUEST_STREAMS, before httpc_request_end */
 };
 
 struct httpc_pool {
@@ -341,8 +342,10 @@ static int httpc_on_headers_complete(llhttp_t *p)
             return -1;
         }
     }
-    /* 1: the answer has no body whatever it declares (HEAD). */
-    return k->no_body ? 1 : 0;
+    /* 1: the answer has no body whatever it declares: HEAD's, and a 204 or
+     * 304 (RFC 9112 6.3 rule 1; a 304 may carry its representation's
+     * Content-Length: read as a body, it swallowed the next answer). */
+    return k->no_body || status == 204 || status == 304 ? 1 : 0;
 }
 
 static int httpc_on_body(llhttp_t *p, const char *at, size_t n)
@@ -386,7 +389,9 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
     const struct httpc_cb *cb = k->cb;
     void *arg = k->arg;
     struct httpc_pool *pool = c->pool;
-    bool alive = llhttp_should_keep_alive(&c->parser);
+    /* A request not all sent when its answer ended: the rest would be
+     * read as the next request's start (another client's, on this pool). */
+    bool alive = llhttp_should_keep_alive(&c->parser) && !k->req_open;
     /* A whole answer is a working server, unless it says otherwise: a 5xx
      * is its caller's to judge (httpc_target_failed), and counting it a
      * success here first would restart the count of failures in a row at
@@ -685,7 +690,8 @@ static struct httpc_call *httpc_call_push(struct httpc_conn *c, const struct htt
                                     unsigned flags)
 {
     struct httpc_call *k = &c->calls[(c->first + c->ncalls) % HTTPC_PIPELINE_MAX];
-    *k = (struct httpc_call){.conn = c, .cb = cb, .arg = arg, .no_body = (flags & HTTPC_NO_BODY) != 0};
+    *k = (struct httpc_call){.conn = c, .cb = cb, .arg = arg, .no_body = (flags & HTTPC_NO_BODY) != 0,
+                             .req_open = (flags & HTTPC_REQUEST_STREAMS) != 0};
     c->ncalls++;
     c->nlive++;
     c->pool->open++;
@@ -753,6 +759,12 @@ struct httpc_call *httpc_adopt(struct httpc_pool *p, int fd, const struct httpc_
 {
     struct httpc_conn *c = httpc_conn_new(p, fd, err);
     return c ? httpc_call_begin(p, c, cb, arg, flags) : NULL;
+}
+
+void httpc_request_end(struct httpc_call *k)
+{
+    if (k)
+        k->req_open = false;
 }
 
 int httpc_send(struct httpc_call *k, const void *data, size_t len)

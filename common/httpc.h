@@ -171,6 +171,11 @@ struct httpc_cb {
 /* On a new connection of its own, never an idle or shared one: a repeat
  * after a loss on a reused connection must not meet another stale one. */
 #define HTTPC_FRESH 4u
+/* The request is not whole at open (a body that streams in): until
+ * httpc_request_end, an answer that ends first (a server answering early,
+ * RFC 9112 9.5) leaves the connection closed, not idle: the server would
+ * read the next call's request as the rest of this one's body. */
+#define HTTPC_REQUEST_STREAMS 8u
 
 /* Starts a call on an idle connection of the pool or a new one, or behind
  * another HTTPC_PIPELINE call (the target counts it in flight until it
@@ -188,6 +193,8 @@ struct httpc_call *httpc_adopt(struct httpc_pool *p, int fd, const struct httpc_
 int httpc_send(struct httpc_call *c, const void *data, size_t len);
 /* Bytes queued and not yet written (request body backpressure). */
 size_t httpc_unsent(const struct httpc_call *c);
+/* An HTTPC_REQUEST_STREAMS call's request is all queued now. */
+void httpc_request_end(struct httpc_call *c);
 /* Stops (true) or resumes reading the answer (response body backpressure);
  * a call behind others pauses once its answer is next. */
 void httpc_pause(struct httpc_call *c, bool paused);

@@ -16,6 +16,7 @@
 struct upcall {
     const struct upcall_ops *ops;
     void *arg;                       /* the client's, for every callback */
+    bool request_ended;              /* upcall_request_end came (this call) */
     struct event *timer;
     int timeout_ms;
     const char *timeout_name;
@@ -89,7 +90,9 @@ static int upcall_try(struct upcall *u, bool repeat, bool same, struct error *er
     struct httpc_pool *pool = u->ops->pool(u->arg, t, i);
     if (!pool)
         return error_set(err, BG_ENOMEM, "out of memory");
-    unsigned flags = u->flags & (HTTPC_NO_BODY | HTTPC_PIPELINE);
+    unsigned flags = u->flags & (HTTPC_NO_BODY | HTTPC_PIPELINE | HTTPC_REQUEST_STREAMS);
+    if (u->request_ended)   /* a repeat sends the whole request at once */
+        flags &= ~HTTPC_REQUEST_STREAMS;
     if (repeat)   /* alone, on a connection that cannot be stale */
         flags = (flags & ~HTTPC_PIPELINE) | HTTPC_FRESH;
     u->reused = false;
@@ -118,7 +121,7 @@ int upcall_start(struct upcall *u, struct httpc_target *const *ts, int n, unsign
     u->tries = 0;
     u->flags = flags;
     u->replayable = true;
-    u->answered = u->repeated = false;
+    u->answered = u->repeated = u->request_ended = false;
     u->active = true;
     int rc = upcall_try(u, false, false, err);
     if (rc < 0)
@@ -155,6 +158,13 @@ void upcall_no_replay(struct upcall *u) { u->replayable = false; }
 bool upcall_replayable(const struct upcall *u) { return u->replayable && !u->answered; }
 
 bool upcall_running(const struct upcall *u) { return u->hc != NULL; }
+
+void upcall_request_end(struct upcall *u)
+{
+    u->request_ended = true;
+    if (u->hc)
+        httpc_request_end(u->hc);
+}
 
 int upcall_send(struct upcall *u, const void *data, size_t len)
 {

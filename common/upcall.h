@@ -46,8 +46,9 @@
 struct event_base;
 struct upcall;
 
-/* Flags of upcall_start: HTTPC_NO_BODY and HTTPC_PIPELINE pass to httpc_open
- * (a repeat drops HTTPC_PIPELINE), and: */
+/* Flags of upcall_start: HTTPC_NO_BODY, HTTPC_PIPELINE and
+ * HTTPC_REQUEST_STREAMS pass to httpc_open (a repeat drops HTTPC_PIPELINE,
+ * and HTTPC_REQUEST_STREAMS once upcall_request_end came), and: */
 #define UPCALL_IDEMPOTENT 0x100u   /* may be repeated after a loss before the answer's head */
 
 /* The client's side, called on the event base of upcall_new with the
@@ -107,6 +108,8 @@ bool upcall_replayable(const struct upcall *u);
  * httpc_pause). upcall_send: -1 when out of memory or no try is in progress. */
 bool upcall_running(const struct upcall *u);
 int upcall_send(struct upcall *u, const void *data, size_t len);
+/* The request is all sent (HTTPC_REQUEST_STREAMS): httpc_request_end. */
+void upcall_request_end(struct upcall *u);
 size_t upcall_unsent(const struct upcall *u);
 void upcall_pause(struct upcall *u, bool paused);
 

@@ -444,6 +444,7 @@ static void proxy_on_client_body(struct http_request *req, void *arg, const char
     }
     if (end) {
         c->body_end = true;
+        upcall_request_end(c->up);
         upcall_arm(c->up);
     } else if (upcall_unsent(c->up) > PROXY_HIGH_WATER) {
         /* The server reads slower than the client sends: wait for it (and
@@ -622,7 +623,10 @@ static void proxy_start_call(struct proxy *p, struct http_request *req,
     c->targets = targets;
     c->pipeline = pipeline;
     upcall_set_timeout(c->up, p->cfg.timeout_ms, "proxy.timeout_ms");
-    unsigned m = http_request_method(req), flags = m == HTTP_M_HEAD ? HTTPC_NO_BODY : 0;
+    /* The body streams in after the head (proxy_on_client_body ends it):
+     * an upstream answering early must not get its connection reused. */
+    unsigned m = http_request_method(req),
+             flags = (m == HTTP_M_HEAD ? HTTPC_NO_BODY : 0) | HTTPC_REQUEST_STREAMS;
     /* Only a request that is whole in its head and safe to repeat shares a
      * connection: it may be lost with the one ahead of it and sent again. */
     if (pipeline > 1 && !http_request_has_body(req) &&

@@ -236,6 +236,41 @@ class ProxyTest(FakeUpstreamCase):
         self.assertLessEqual(opened, 3, "30 sequential proxied requests opened %d upstream "
                                         "connections" % opened)
 
+    def test_an_early_answer_does_not_hand_the_connection_on(self):
+        # The server answers before the body is all sent: the connection was
+        # pooled anyway, and the next client's request went out on it as the
+        # rest of this body (its Authorization with it; it got 504).
+        from harness import close_quietly, connect, read_response, send
+        for framing in ({"Content-Length": "400"}, {"Transfer-Encoding": "chunked"}):
+            s = connect(self.srv.port)
+            head = "POST /px/early HTTP/1.1\r\nHost: x\r\n"
+            head += "".join("%s: %s\r\n" % kv for kv in framing.items()) + "\r\n"
+            part = b"A" * 10 if "Content-Length" in framing else b"a\r\n" + b"A" * 10 + b"\r\n"
+            send(s, head.encode() + part)
+            r = read_response(s, timeout=5)
+            self.assertEqual(r.status, 401, r)
+            close_quietly(s)
+            time.sleep(0.2)
+            r, body = self.get("/px/echo/pay", {"Authorization": "Basic dmljdGltOnB3"},
+                               method="POST", body=b"card=4111", timeout=5)
+            self.assertEqual(r.status, 200, (framing, body))
+            self.assertEqual(json.loads(body)["body_len"], 9, body)
+
+    def test_a_304_or_204_has_no_body_whatever_it_says(self):
+        # A 304 with its representation's Content-Length was read as having
+        # a body: the next answer on the connection was swallowed into it.
+        c = self.client(timeout=5)
+        for path in ("/px/notmod", "/px/notmod?chunked", "/px/echo/after"):
+            c.request("GET", path)
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, {"/px/notmod": 304, "/px/notmod?chunked": 204}.get(path, 200),
+                             path)
+        r, body = self.get("/pl/notmod")
+        self.assertEqual(r.status, 304)
+        r, body = self.get("/pl/echo/next")
+        self.assertEqual((r.status, json.loads(body)["path"]), (200, "/echo/next"))
+
     # ---- pipelining upstream (proxy.routes[].pipeline) ----
 
     def test_pipelined_route_shares_upstream_connections(self):

@@ -40,6 +40,8 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     GET  /switch                     answers 101 Switching Protocols (never asked for)
     GET  /drop_mid                   sends a head announcing 1 MB, half of it, then closes
     GET  /slow?ms=N                  answers after N ms
+    GET  /notmod[?chunked]           a 304 with Content-Length 1234 (a 204 saying chunked), no body
+    POST /early                      401 before the body is read, then the body read and dropped
 
 Standard library only; one thread per connection; at most --concurrency
 inference calls run at once (like a single-GPU server)."""
@@ -240,6 +242,14 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
+        elif self.path.startswith("/notmod"):
+            # A 304 with its representation's length (RFC 9110 15.4.5), or
+            # a 204 saying chunked: no body follows either (RFC 9112 6.3).
+            if "chunked" in self.path:
+                self.wfile.write(b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n")
+            else:
+                self.wfile.write(b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n"
+                                 b"Content-Length: 1234\r\n\r\n")
         elif self.path.startswith("/slow"):
             time.sleep(int(self.query().get("ms", "1000")) / 1000)
             self.reply(200, {"slow": True})
@@ -294,6 +304,12 @@ class Handler(BaseHTTPRequestHandler):
                          "body_len": len(body), "sha256": hashlib.sha256(body).hexdigest()})
 
     def do_POST(self):
+        if self.path.startswith("/early"):
+            # Answered before the body is read (RFC 9112 9.5), the body then
+            # read and dropped: the connection stays in step from here.
+            self.reply(401, raw=b"nope")
+            self.body()
+            return
         if self.path == "/__fault":
             f = json.loads(self.body())
             with LOCK:
