@@ -297,8 +297,10 @@ static const struct schema_field model_upstream_fields[] = {
      .doc_default = "required (upstream)", .doc = "the model servers batched in front of"},
     {SCHEMA_F_ENUM("protocol", struct model_upstream, protocol, model_protocols),
      .sdef = "kserve_v2", .doc = "how a batch is sent: KServe v2 `infer` or TF Serving `:predict`"},
-    {SCHEMA_F_STRING("model", struct model_upstream, model), .flags = SCHEMA_NONEMPTY,
-     .doc_default = "ours", .doc = "its name upstream"},
+    {SCHEMA_F_STRING("model", struct model_upstream, model),
+     .flags = SCHEMA_NONEMPTY | SCHEMA_SEGMENT,
+     .doc_default = "ours", .doc = "its name upstream (no `/`, `?`, `#`, space or control "
+                                   "character: it goes into the calls' paths)"},
     {SCHEMA_F_INT("max_inflight", struct model_upstream, max_inflight),
      .min = 1, .max = 4096, .def = 4, .doc = "batches in flight at once, all URLs together"},
     {SCHEMA_F_INT("timeout_ms", struct model_upstream, timeout_ms),

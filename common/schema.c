@@ -407,6 +407,16 @@ static int schema_parse_string(const struct schema_field *f, void *p, json_t *v,
         return schema_fail_value(ctx, f, v);
     if ((f->flags & SCHEMA_SLASH) && s[0] != '/')
         return schema_fail(ctx, NULL, "\"%.40s\" must start with /", s);
+    /* Written into request lines as they are: a CR LF in one made every
+     * probe (or call) carry a header, or a second request, of its own. */
+    for (size_t i = 0; i < n && (f->flags & (SCHEMA_SLASH | SCHEMA_SEGMENT)); i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= 0x20 || c == 0x7f ||
+            ((f->flags & SCHEMA_SEGMENT) && (c == '/' || c == '?' || c == '#')))
+            return schema_fail(ctx, NULL, "byte %zu of \"%.40s\" (0x%02x) may not be in %s", i,
+                               s, c, f->flags & SCHEMA_SEGMENT ? "a name in a URL path"
+                                                               : "a URL path");
+    }
     if (n >= f->size || strlen(s) != n)
         return schema_fail(ctx, NULL, "must be a string of at most %zu bytes, got %zu bytes",
                            f->size - 1, n);

@@ -51,8 +51,11 @@ enum schema_type {
 /* flags */
 #define SCHEMA_REQUIRED  0x01u   /* absent is an error */
 #define SCHEMA_NONEMPTY  0x02u   /* string: "" is an error */
-#define SCHEMA_SLASH     0x04u   /* string: a URL path, starts with '/' */
+#define SCHEMA_SLASH     0x04u   /* string: a URL path, starts with '/', no space or control
+                                   * character (it goes into a request line as it is) */
 #define SCHEMA_EXT       0x08u   /* docs: a batchgate addition to SPEC.md (inherited) */
+#define SCHEMA_SEGMENT   0x10u   /* string: one URL path segment (a name sent in a request
+                                   * line): no '/', '?', '#', space or control character */
 
 /* count_offset of an array read into one struct, with no count kept. */
 #define SCHEMA_NO_COUNT SIZE_MAX

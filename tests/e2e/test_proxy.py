@@ -628,6 +628,13 @@ class ProxyConfigTest(unittest.TestCase):
              "proxy.routes[0].pipeline: must be an integer"),
             ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "health_path": "ready"}]},
              "proxy.routes[0].health_path: \"ready\" must start with /"),
+            # Written into the probes' request line: a CR LF made each probe
+            # carry a header of its own.
+            ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"],
+                          "health_path": "/h\r\nX-Inj: 1"}]},
+             "proxy.routes[0].health_path: byte 2 of"),
+            ({"routes": [{"prefix": "/a /", "urls": ["http://h:1"]}]},
+             "may not be in a URL path"),
             ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "health_interval_ms": 0}]},
              "proxy.routes[0].health_interval_ms"),
             ({"routes": [{"prefix": "/a/", "urls": ["http://h:1"], "idempotent": "yes"}]},

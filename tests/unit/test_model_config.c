@@ -155,6 +155,11 @@ static void test_errors(void **state)
          "\"protocol\":\"grpc\"}}", "upstream.protocol"},
         {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
          "\"max_inflight\":0}}", "upstream.max_inflight"},
+        /* Sent in request lines: a CR LF made one call two requests. */
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
+         "\"model\":\"m/infer HTTP/1.1\\r\\nX: 1\"}}", "upstream.model: byte 1"},
+        {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
+         "\"health_path\":\"/h x\"}}", "upstream.health_path: byte 2"},
         {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
          "\"timeout\":5}}", "upstream.timeout: unknown"},
         {"{\"backend\":\"upstream\"," IO ",\"upstream\":{\"urls\":[\"http://h:1\"],"
