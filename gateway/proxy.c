@@ -707,14 +707,29 @@ static void proxy_route_handler(struct http_request *req, const struct route_mat
     (void)m;
     size_t len;
     const char *path = http_request_path(req, &len);
+    char slashed[1024];
     if (r->strip) {
         size_t n = strlen(r->prefix);
         if (r->prefix[n - 1] == '/')
             n--;   /* keep the slash: "/tfs/v1" -> "/v1" */
         path += n < len ? n : len;
         len -= n < len ? n : len;
-        if (len == 0)
+        if (len == 0) {
             path = "/", len = 1;
+        } else if (path[0] != '/') {
+            /* A prefix without its slash ("/api") matched "/apiary": the
+             * rest is "ary", which is no request target (RFC 9112 3.2.1);
+             * "/ary", as nginx makes it. The head is built before this
+             * returns, so the copy may live here. */
+            if (len + 1 >= sizeof slashed) {
+                http_respond_error(req, 414, NULL, "the path is too long for route %s",
+                                   r->prefix);
+                return;
+            }
+            slashed[0] = '/';
+            memcpy(slashed + 1, path, len);
+            path = slashed, len++;
+        }
     }
     proxy_start_call(r->p, req, r->targets, r->ntargets, path, len, r->pipeline, r->idempotent);
 }

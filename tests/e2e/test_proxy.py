@@ -42,6 +42,7 @@ class ProxyTest(FakeUpstreamCase):
                 {"prefix": "/echo/", "urls": [url]},
                 {"prefix": "/down/", "urls": ["http://127.0.0.1:%d" % free_port()]},
                 {"prefix": "/pl/", "urls": [url], "strip_prefix": True, "pipeline": 8},
+                {"prefix": "/api", "urls": [url], "strip_prefix": True},
             ], "timeout_ms": 1500},
         }
         write_model(repo, "kv2", upstream_model("kv2", [url]))
@@ -68,6 +69,12 @@ class ProxyTest(FakeUpstreamCase):
         self.assertEqual(json.loads(body)["path"], "/echo/a/b?q=1&r=%20x")
         r, body = self.get("/echo/kept?z=2")
         self.assertEqual(json.loads(body)["path"], "/echo/kept?z=2")
+        # A prefix without its slash, stripped: the target still starts
+        # with one ("GET ary?q=1" went out, no request target at all).
+        r, body = self.get("/apiary?q=1")
+        self.assertEqual(json.loads(body)["error"], "no route /ary?q=1")
+        r, body = self.get("/api/echo/x")
+        self.assertEqual(json.loads(body)["path"], "/echo/x")
         # The gateway's own routes are not shadowed by prefixes.
         r, body = self.get("/v2/health/live")
         self.assertEqual(r.status, 200)
