@@ -283,6 +283,30 @@ static bool proxy_hop_by_hop(const char *n, size_t len, const char *conn, size_t
     return conn && proxy_listed_in(conn, clen, n, len);
 }
 
+/* Every Connection line's value, joined as one list (RFC 9110 5.3: lines
+ * given twice are one field, and 7.6.1: each name in it is dropped; only
+ * one line was read, so a field named by the other passed). */
+struct proxy_conn_list {
+    char text[1024];
+    size_t len;
+};
+
+static void proxy_conn_add(struct proxy_conn_list *l, const char *n, size_t nl, const char *v,
+                           size_t vl)
+{
+    if (!proxy_name_is(n, nl, "Connection") || !vl)
+        return;
+    size_t room = sizeof l->text - l->len;   /* past 1 KiB of names, the rest is not read */
+    if (room < 3)
+        return;
+    if (vl > room - 2)
+        vl = room - 2;
+    if (l->len)
+        l->text[l->len++] = ',';
+    memcpy(l->text + l->len, v, vl);
+    l->len += vl;
+}
+
 /* A tapped call's own head fields: its body is the handler's, and the tap
  * reads the answer, which must not come compressed. */
 static bool proxy_tapped_skip(const char *n, size_t len)
@@ -314,7 +338,15 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *met
     struct http_request *req = c->req;
     size_t qlen, clen = 0, hlen = 0;
     const char *q = http_request_query(req, &qlen);
-    const char *conn = http_request_header(req, "Connection", &clen);
+    struct proxy_conn_list cl = {.len = 0};
+    for (int i = 0, nh = http_request_header_count(req); i < nh; i++) {
+        const char *hn, *hv;
+        size_t hnl, hvl;
+        http_request_header_at(req, i, &hn, &hnl, &hv, &hvl);
+        proxy_conn_add(&cl, hn, hnl, hv, hvl);
+    }
+    const char *conn = cl.len ? cl.text : NULL;
+    clen = cl.len;
     const char *host = http_request_header(req, "Host", &hlen);
     /* Host names the service, as nginx's proxy_pass does: the first URL
      * (a retry on another server sends the same bytes). */
@@ -511,11 +543,12 @@ static int proxy_call_on_head(void *arg, const struct httpc_head *h)
     c->head_seen = true;
     c->status = h->status;
     buf_reset(&c->sent);   /* never sent again now */
-    const char *conn = NULL;
-    size_t clen = 0;
+    struct proxy_conn_list cl = {.len = 0};
     for (int i = 0; i < h->nhdrs; i++)
-        if (proxy_name_is(h->hdrs[i].name, h->hdrs[i].name_len, "Connection"))
-            conn = h->hdrs[i].value, clen = h->hdrs[i].value_len;
+        proxy_conn_add(&cl, h->hdrs[i].name, h->hdrs[i].name_len, h->hdrs[i].value,
+                       h->hdrs[i].value_len);
+    const char *conn = cl.len ? cl.text : NULL;
+    size_t clen = cl.len;
     for (int i = 0; i < h->nhdrs; i++) {
         const struct httpc_header *x = &h->hdrs[i];
         if (proxy_hop_by_hop(x->name, x->name_len, conn, clen) ||

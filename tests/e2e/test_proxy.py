@@ -99,6 +99,14 @@ class ProxyTest(FakeUpstreamCase):
         self.assertEqual(h["x-forwarded-proto"], "http")
         self.assertEqual(h["via"], "1.1 edge, 1.1 batchgate")
         self.assertIn("1.1 batchgate", r.headers.get("Via"))
+        # Two Connection lines are one list: a field named by the second
+        # one passed (only the first line was read).
+        s.sendall(request("GET", "/px/echo/h", [("Connection", "X-Foo"), ("Connection", "X-Bar"),
+                                                ("X-Foo", "1"), ("X-Bar", "2"), ("X-Kept", "3")]))
+        h = read_response(s).json()["headers"]
+        self.assertNotIn("x-foo", h)
+        self.assertNotIn("x-bar", h)
+        self.assertEqual(h["x-kept"], "3")
 
     def test_forwarding_lists_joined_and_the_clients_scheme_replaced(self):
         s = connect(self.srv)
