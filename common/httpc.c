@@ -117,7 +117,7 @@ struct httpc_conn {
     struct buf hbuf;                 /* response header names and values, back to back */
     struct { uint32_t no, nl, vo, vl; } hdr[MAX_RESPONSE_HEADERS];
     int nhdrs;
-    bool in_value, too_many_headers, head_too_large, bad_status;
+    bool in_value, too_many_headers, head_too_large, bad_status, other_coding;
     /* The calls in the order their answers come: calls[(first + i) % MAX]. */
     struct httpc_call calls[HTTPC_PIPELINE_MAX];
     int first, ncalls;
@@ -215,7 +215,8 @@ static void httpc_conn_reset_parser(struct httpc_conn *c)
     c->complete = c->got_bytes = false;
     c->cb_failed = 0;
     c->nhdrs = 0;
-    c->in_value = c->too_many_headers = c->head_too_large = c->bad_status = false;
+    c->in_value = c->too_many_headers = c->head_too_large = c->bad_status = c->other_coding =
+        false;
     buf_reset(&c->hbuf);
 }
 
@@ -302,6 +303,29 @@ static int httpc_on_header_value(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
+/* Whether a Transfer-Encoding names a coding other than chunked: llhttp
+ * undoes the chunking only, and the rest (gzip) would reach the caller
+ * undone and unlabelled, as the request side refuses it (501). */
+static bool httpc_other_coding(const struct httpc_conn *c)
+{
+    const char *base = c->hbuf.data ? c->hbuf.data : "";
+    for (int i = 0; i < c->nhdrs; i++) {
+        if (c->hdr[i].nl != 17 || strncasecmp(base + c->hdr[i].no, "Transfer-Encoding", 17))
+            continue;
+        const char *v = base + c->hdr[i].vo, *end = v + c->hdr[i].vl;
+        while (v < end) {
+            while (v < end && (*v == ' ' || *v == '\t' || *v == ','))
+                v++;
+            const char *tok = v;
+            while (v < end && *v != ',' && *v != ' ' && *v != '\t')
+                v++;
+            if (v > tok && !((size_t)(v - tok) == 7 && strncasecmp(tok, "chunked", 7) == 0))
+                return true;
+        }
+    }
+    return false;
+}
+
 static int httpc_on_headers_complete(llhttp_t *p)
 {
     struct httpc_conn *c = p->data;
@@ -309,6 +333,10 @@ static int httpc_on_headers_complete(llhttp_t *p)
     int status = llhttp_get_status_code(p);
     if (status < 100 || status > 599) {
         c->bad_status = true;   /* not a status HTTP defines: nothing to pass on */
+        return -1;
+    }
+    if (httpc_other_coding(c)) {
+        c->other_coding = true;
         return -1;
     }
     if (status >= 100 && status < 200 && status != 101) {
@@ -512,6 +540,7 @@ static void httpc_conn_read(struct httpc_conn *c)
             snprintf(msg, sizeof msg, "malformed HTTP answer: %s",
                      c->too_many_headers ? "too many headers"
                      : c->head_too_large ? "headers over 256 KiB"
+                     : c->other_coding   ? "a transfer coding other than chunked"
                      : c->bad_status     ? "status code outside 100..599"
                                          : llhttp_get_error_reason(&c->parser));
             httpc_conn_fail(c, HTTPC_FAIL_MALFORMED, msg);

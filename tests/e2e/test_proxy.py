@@ -383,6 +383,13 @@ class ProxyTest(FakeUpstreamCase):
         r, _ = self.get("/px/echo/after")
         self.assertEqual(r.status, 200)
 
+    def test_a_coding_other_than_chunked_is_502(self):
+        # gzip, chunked: llhttp undoes the chunks only, and the gzip bytes
+        # reached the client unlabelled.
+        r, body = self.get("/px/gzipchunked")
+        self.assertEqual(r.status, 502, body)
+        self.assertIn("a transfer coding other than chunked", json.loads(body)["error"])
+
     def test_unasked_protocol_switch_is_502(self):
         r, body = self.get("/px/switch")
         self.assertEqual(r.status, 502)

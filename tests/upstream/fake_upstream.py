@@ -40,6 +40,7 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     GET  /switch                     answers 101 Switching Protocols (never asked for)
     GET  /drop_mid                   sends a head announcing 1 MB, half of it, then closes
     GET  /slow?ms=N                  answers after N ms
+    GET  /gzipchunked                a 200 with Transfer-Encoding: gzip, chunked
     GET  /notmod[?chunked]           a 304 with Content-Length 1234 (a 204 saying chunked), no body
     POST /early                      401 before the body is read, then the body read and dropped
 
@@ -242,6 +243,9 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
+        elif self.path == "/gzipchunked":   # a coding llhttp would not undo
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+                             b"5\r\nhello\r\n0\r\n\r\n")
         elif self.path.startswith("/notmod"):
             # A 304 with its representation's length (RFC 9110 15.4.5), or
             # a 204 saying chunked: no body follows either (RFC 9112 6.3).
