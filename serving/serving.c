@@ -382,12 +382,16 @@ static int serving_devsched_get(struct serving *s, const char *name, struct erro
     for (int i = 0; i < s->ndevs; i++)
         if (strcmp(devsched_name(s->devs[i]), name) == 0)
             return i;
+    /* Under the lock its readers hold (apply, the rows): a realloc moves
+     * the arrays they walk. */
+    pthread_mutex_lock(&s->shares_mu);
     struct devsched **nd = realloc(s->devs, (size_t)(s->ndevs + 1) * sizeof *nd);
     if (nd)
         s->devs = nd;
     struct shares **ns = nd ? realloc(s->dev_shares, (size_t)(s->ndevs + 1) * sizeof *ns) : NULL;
     if (ns)
         s->dev_shares = ns;
+    pthread_mutex_unlock(&s->shares_mu);
     if (!nd || !ns)
         return error_set(err, BG_ENOMEM, "out of memory for the scheduler of device %s", name);
     struct devsched *d = devsched_new(name, err);
