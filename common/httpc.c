@@ -95,6 +95,8 @@ struct httpc_pool {
     struct event *flush;
     bool flush_pending;
     bool probe;                      /* httpc_pool_mark_probe */
+    struct timeval connect_tv;       /* httpc_pool_set_connect_timeout */
+    bool connect_timed;
 };
 
 struct httpc_conn {
@@ -151,7 +153,11 @@ static void httpc_conn_update_events(struct httpc_conn *c)
         c->reading = r;
     }
     if (w != c->writing) {
-        if (w && evwatch_add(c->ev_write, NULL, c->ev_write) < 0)
+        /* A connect pending is timed (the event's timeout: EV_TIMEOUT). */
+        if (w && evwatch_add(c->ev_write,
+                             c->connecting && c->pool->connect_timed ? &c->pool->connect_tv
+                                                                     : NULL,
+                             c->ev_write) < 0)
             c->lost = true;
         else if (!w)
             event_del(c->ev_write);
@@ -563,6 +569,13 @@ static void httpc_conn_write(struct httpc_conn *c)
             return;
         }
         c->connecting = false;
+        /* Untimed now: event_add with no timeout keeps an old one, and a
+         * persistent event's timeout would fire every interval. */
+        if (c->writing) {
+            event_del(c->ev_write);
+            if (evwatch_add(c->ev_write, NULL, c->ev_write) < 0)
+                c->lost = true;
+        }
     }
     while (buf_unread(&c->out) > 0) {
         ssize_t n = send(c->fd, buf_head(&c->out), buf_unread(&c->out), MSG_NOSIGNAL);
@@ -602,6 +615,13 @@ static void httpc_conn_on_event(evutil_socket_t fd, short what, void *arg)
     /* One side per round: httpc_conn_write may free c (a failure) or its caller
      * may end the call from on_sent. Events are level-triggered, so a
      * pending read is reported again on the next round. */
+    if (what & EV_TIMEOUT) {
+        if (c->connecting) {   /* no SYN-ACK in time: as refused */
+            c->connect_errno = ETIMEDOUT;
+            httpc_conn_write(c);
+        }
+        return;
+    }
     if (what & EV_WRITE)
         httpc_conn_write(c);
     else if (what & EV_READ)
@@ -642,12 +662,19 @@ struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *bas
     p->base = base;
     p->max_idle = max_idle > 0 ? max_idle : 1;
     p->pipeline = pipeline < 1 ? 1 : pipeline > HTTPC_PIPELINE_MAX ? HTTPC_PIPELINE_MAX : pipeline;
+    httpc_pool_set_connect_timeout(p, HTTPC_CONNECT_TIMEOUT_MS);
     if (p->pipeline > 1 && !(p->flush = event_new(base, -1, 0, httpc_pool_on_flush, p))) {
         httpc_target_unref(t);
         free(p);
         return NULL;
     }
     return p;
+}
+
+void httpc_pool_set_connect_timeout(struct httpc_pool *p, int ms)
+{
+    p->connect_timed = ms > 0;
+    p->connect_tv = (struct timeval){ms / 1000, (suseconds_t)(ms % 1000) * 1000};
 }
 
 int httpc_pool_open(const struct httpc_pool *p) { return p->open; }

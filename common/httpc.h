@@ -124,6 +124,12 @@ struct httpc_call;
  * HTTPC_PIPELINE_MAX calls per connection for HTTPC_PIPELINE calls. */
 struct httpc_pool *httpc_pool_new(struct httpc_target *t, struct event_base *base, int max_idle,
                                   int pipeline);
+/* A connect that has not completed this long fails as a refused one does
+ * (HTTPC_FAIL_CONNECT: nothing was sent, the call may go to another
+ * server). HTTPC_CONNECT_TIMEOUT_MS unless set; a host that drops SYNs held
+ * each call for its whole timeout, on the same server. */
+#define HTTPC_CONNECT_TIMEOUT_MS 5000
+void httpc_pool_set_connect_timeout(struct httpc_pool *p, int ms);   /* ms <= 0: none */
 /* The health prober's own pool (httpc_probe.c): its calls are not the
  * target's traffic, so they stay out of its in-flight count and busy time,
  * and their outcomes out of its passive health (the prober reports through

@@ -209,6 +209,12 @@ static const struct schema_field config_proxy_fields[] = {
      .doc = "a proxied request's answer must begin within this long of the request being sent, "
             "and its body must not stall longer; past it: 504 (or, once the answer began, the "
             "client's connection is closed short), never sent again"},
+    {SCHEMA_F_INT("connect_timeout_ms", struct config_proxy, connect_timeout_ms),
+     .min = 1, .max = 24 * 3600 * 1000, .def = 5000,
+     .doc = "a connect to a route's server not done within this long fails as a refused one "
+            "does: the request goes to a server not tried yet (nothing was sent), else 502. "
+            "A host that drops connects held each request for `timeout_ms`, on the same "
+            "server. Upstream models and LLM pools connect within 5 s too"},
     {SCHEMA_F_INT("max_idle", struct config_proxy, max_idle),
      .min = 1, .max = 100000, .def = 64,
      .doc = "keep-alive connections kept per upstream server per IO thread"},

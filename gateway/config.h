@@ -36,6 +36,7 @@ struct config_proxy {
     struct config_proxy_route routes[CONFIG_MAX_PROXY_ROUTES];
     int nroutes;
     int timeout_ms;            /* connect to the answer's head, and any stall of a body after */
+    int connect_timeout_ms;    /* a connect not done by then: as refused, the next server */
     int max_idle;              /* keep-alive connections kept per upstream per IO thread */
     bool model_metadata;       /* GET /v2/models/{m} of kserve_v2 upstream models goes upstream */
 };

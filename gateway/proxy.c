@@ -123,8 +123,10 @@ static struct httpc_pool *proxy_thread_pool(struct proxy *p, struct proxy_thread
         pt->cap = cap;
     }
     struct httpc_pool *pool = httpc_pool_new(t, base, p->cfg.max_idle, pipeline);
-    if (pool)
+    if (pool) {
+        httpc_pool_set_connect_timeout(pool, p->cfg.connect_timeout_ms);
         pt->pools[pt->npools++] = (struct pool_ent){t, pool};
+    }
     return pool;
 }
 

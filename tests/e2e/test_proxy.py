@@ -488,6 +488,58 @@ class ProxyTest(FakeUpstreamCase):
                                r'device="upstream0",class="online"\} \S+')
 
 
+def blackhole():
+    """A loopback listener whose accept queue is full: it answers no more
+    SYNs, as a host behind a firewall that drops them. Returns the
+    sockets to keep open, and the port."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(0)
+    port = ls.getsockname()[1]
+    held = [ls]
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        held.append(s)
+    return held, port
+
+
+class ProxyConnectTimeoutTest(FakeUpstreamCase):
+    """A server that never completes a connect: it held each request for
+    timeout_ms (504) on that same server. connect_timeout_ms fails the
+    connect as a refused one: the next server, else 502."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fake, cls.fport = cls.fake_server("--base-ms", "1")
+        cls.held, bport = blackhole()
+        dead, good = "http://127.0.0.1:%d" % bport, "http://127.0.0.1:%d" % cls.fport
+        cls.config = {"proxy": {"timeout_ms": 5000, "connect_timeout_ms": 300, "routes": [
+            {"prefix": "/dead/", "urls": [dead], "strip_prefix": True},
+            {"prefix": "/two/", "urls": [dead, good], "strip_prefix": True},
+        ]}}
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            for s in cls.held:
+                s.close()
+
+    def test_a_connect_that_never_completes(self):
+        t0 = time.monotonic()
+        r = roundtrip(self.srv.port, "GET", "/dead/echo/x", timeout=10)
+        took = time.monotonic() - t0
+        self.assertEqual(r.status, 502, r)
+        self.assertIn("connect: Connection timed out", r.json()["error"])
+        self.assertLess(took, 2.0)
+        for i in range(4):   # whichever server a request tries first, it is answered
+            r = roundtrip(self.srv.port, "GET", "/two/echo/%d" % i, timeout=10)
+            self.assertEqual(r.status, 200, (i, r))
+
+
 class ProxyHealthTest(FakeUpstreamCase):
     """A proxy route with health_path: a server failing its probe is taken
     out (requests go to the other), and probed back in once it passes."""
