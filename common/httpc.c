@@ -27,6 +27,7 @@
 #include "common/busywin.h"
 #include "common/clock.h"
 #include "common/evwatch.h"
+#include "common/fieldlist.h"
 #include "common/httpc_impl.h"
 
 #define READ_CHUNK 16384
@@ -318,16 +319,11 @@ static bool httpc_other_coding(const struct httpc_conn *c)
     for (int i = 0; i < c->nhdrs; i++) {
         if (c->hdr[i].nl != 17 || strncasecmp(base + c->hdr[i].no, "Transfer-Encoding", 17))
             continue;
-        const char *v = base + c->hdr[i].vo, *end = v + c->hdr[i].vl;
-        while (v < end) {
-            while (v < end && (*v == ' ' || *v == '\t' || *v == ','))
-                v++;
-            const char *tok = v;
-            while (v < end && *v != ',' && *v != ' ' && *v != '\t')
-                v++;
-            if (v > tok && !((size_t)(v - tok) == 7 && strncasecmp(tok, "chunked", 7) == 0))
+        const char *v = base + c->hdr[i].vo, *end = v + c->hdr[i].vl, *tok;
+        size_t len;
+        while (fieldlist_next(&v, end, &tok, &len))
+            if (!(len == 7 && strncasecmp(tok, "chunked", 7) == 0))
                 return true;
-        }
     }
     return false;
 }

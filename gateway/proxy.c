@@ -26,6 +26,7 @@
 #include <event2/event.h>
 
 #include "common/buf.h"
+#include "common/fieldlist.h"
 #include "common/httpc.h"
 #include "common/list.h"
 #include "common/log.h"
@@ -261,16 +262,11 @@ static bool proxy_name_is(const char *n, size_t len, const char *want)
 /* Does the Connection header's list name this field? */
 static bool proxy_listed_in(const char *conn, size_t clen, const char *n, size_t len)
 {
-    const char *p = conn, *end = conn + clen;
-    while (p < end) {
-        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
-            p++;
-        const char *tok = p;
-        while (p < end && *p != ',' && *p != ' ' && *p != '\t')
-            p++;
-        if ((size_t)(p - tok) == len && strncasecmp(tok, n, len) == 0)
+    const char *p = conn, *end = conn + clen, *tok;
+    size_t tl;
+    while (fieldlist_next(&p, end, &tok, &tl))
+        if (tl == len && strncasecmp(tok, n, len) == 0)
             return true;
-    }
     return false;
 }
 
