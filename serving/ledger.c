@@ -539,7 +539,8 @@ static void ledger_flush(struct ledger *l)
         return;
     }
     if (rows) {   /* not written: the carries are as they were */
-        memcpy(l->carry, saved, (size_t)ncarry * sizeof *saved);
+        if (ncarry)   /* (saved is NULL when there were none) */
+            memcpy(l->carry, saved, (size_t)ncarry * sizeof *saved);
         l->ncarry = ncarry;
     }
     free(saved);
