@@ -789,13 +789,8 @@ static void llm_tfs_version(struct http_request *req, const struct route_match *
         snprintf(name, sizeof name, "%s", sm->model.cfg.name);   /* the status rows' name */
         served_release(sm);
     }
-    int version = 0;
-    for (size_t i = 0; i < v->len && i < 9 && v->value[i] >= '0' && v->value[i] <= '9'; i++)
-        version = version * 10 + (v->value[i] - '0');
-    char text[16];
-    bool digits = version > 0 && (size_t)snprintf(text, sizeof text, "%d", version) == v->len &&
-                  memcmp(text, v->value, v->len) == 0;
-    json_t *status = allowed && digits ? llm_tfs_status(st, name, version) : NULL;
+    int version = api_version_number(v);
+    json_t *status = allowed && version ? llm_tfs_status(st, name, version) : NULL;
     if (!status) {
         http_respond_error(req, 404, NULL, "Could not find version %.*s of model %s",
                            (int)(v->len > 32 ? 32 : v->len), v->value, name);

@@ -146,21 +146,28 @@ static bool models_check_version(struct http_request *req, const struct route_ma
     return false;
 }
 
+int api_version_number(const struct route_param *v)
+{
+    int n = 0;
+    for (size_t i = 0; i < v->len && i < 9 && v->value[i] >= '0' && v->value[i] <= '9'; i++)
+        n = n * 10 + (v->value[i] - '0');
+    char text[16];
+    return n > 0 && (size_t)snprintf(text, sizeof text, "%d", n) == v->len &&
+                   memcmp(text, v->value, v->len) == 0
+               ? n
+               : 0;
+}
+
 int api_route_version(struct http_request *req, const struct route_match *m,
                       struct api_state *st, const char *name)
 {
     const struct route_param *v = route_match_param(m, "version");
     if (!v)
         return 0;
-    int want = 0;
-    for (size_t i = 0; i < v->len && i < 9 && v->value[i] >= '0' && v->value[i] <= '9'; i++)
-        want = want * 10 + (v->value[i] - '0');
-    char text[16];
-    struct served_model *vm = NULL;
-    /* Digits only, as printed: "02" or "+2" names no version. */
-    if (want > 0 && (size_t)snprintf(text, sizeof text, "%d", want) == v->len &&
-        memcmp(text, v->value, v->len) == 0 && st->serving)
-        vm = serving_acquire_version(st->serving, name, strlen(name), want);
+    int want = api_version_number(v);
+    struct served_model *vm = want > 0 && st->serving
+                                  ? serving_acquire_version(st->serving, name, strlen(name), want)
+                                  : NULL;
     if (vm) {
         served_release(vm);
         return want;
@@ -185,10 +192,8 @@ static struct served_model *models_lookup(struct http_request *req, const struct
     /* A version named in the route: that version's copy, if served. */
     const struct route_param *v = route_match_param(m, "version");
     if (v && served_pinned_version(sm)) {
-        int want = 0;
-        for (size_t i = 0; i < v->len && i < 9 && v->value[i] >= '0' && v->value[i] <= '9'; i++)
-            want = want * 10 + (v->value[i] - '0');
-        struct served_model *vm = want > 0 && v->len <= 9
+        int want = api_version_number(v);
+        struct served_model *vm = want > 0
                                       ? serving_acquire_version(st->serving, p->value, p->len, want)
                                       : NULL;
         if (vm) {
