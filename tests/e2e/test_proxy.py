@@ -107,6 +107,14 @@ class ProxyTest(FakeUpstreamCase):
         self.assertNotIn("x-foo", h)
         self.assertNotIn("x-bar", h)
         self.assertEqual(h["x-kept"], "3")
+        # The names are read from the first 1 KiB of Connection lines: one
+        # named past it passes (the bound, crossed).
+        junk = ", ".join("x-j%04d" % i for i in range(150))   # 1348 bytes
+        s.sendall(request("GET", "/px/echo/h", [("Connection", "X-Early, " + junk + ", X-Late"),
+                                                ("X-Early", "1"), ("X-Late", "2")]))
+        h = read_response(s).json()["headers"]
+        self.assertNotIn("x-early", h)
+        self.assertEqual(h["x-late"], "2")
 
     def test_forwarding_lists_joined_and_the_clients_scheme_replaced(self):
         s = connect(self.srv)
