@@ -265,6 +265,9 @@ void h2_conn_thread_free(struct io_thread *t);
 /* ---- building a request outside the HTTP/1.1 parser (request.c) ----
  * h2.c and inner.c: the target, then the headers, as parse.c lays them. */
 int http_request_set_target(struct http_request *r, int method, const char *url, size_t len);
+/* Dot segments out of the path (RFC 3986 5.2.4), once the target is read
+ * and before any header: set_target and parse.c call it. */
+void http_request_clean_path(struct http_request *r);
 int http_request_add_header(struct http_request *r, const char *name, size_t name_len,
                             const char *value, size_t value_len);
 /* The method bit of a method name; HTTP_M_OTHER when unknown. */

@@ -98,6 +98,72 @@ int http_method_from_name(const char *name, size_t len, uint8_t *llhttp_method)
     return HTTP_M_OTHER;
 }
 
+/* 1 when a path segment is ".", 2 when "..", 0 otherwise; "%2e" counts as
+ * a dot (RFC 3986 6.2.2.2: an encoded unreserved character is the
+ * character), as a server behind would decode it. */
+static int http_dot_segment(const char *s, size_t n)
+{
+    int dots = 0;
+    for (size_t i = 0; i < n; dots++) {
+        if (s[i] == '.')
+            i++;
+        else if (n - i >= 3 && s[i] == '%' && s[i + 1] == '2' && (s[i + 2] | 0x20) == 'e')
+            i += 3;
+        else
+            return 0;
+    }
+    return dots <= 2 ? dots : 0;
+}
+
+/* RFC 3986 5.2.4's remove_dot_segments, in place: "/tfs/../admin" is
+ * routed, and proxied, as "/admin". Forwarded as it came, a server
+ * behind that normalises would serve a path outside the route's prefix
+ * (and "/s/../admin" under a stripped "/s/" would reach it as
+ * "/../admin"). ".." at the root stays at the root, as in RFC 3986 and Go's
+ * path.Clean. Only while the target is all of `head` (no header yet): the
+ * query moves left with the path. */
+void http_request_clean_path(struct http_request *r)
+{
+    if (r->head.len != r->url_len || r->path_len <= r->path_off)
+        return;
+    char *p = r->head.data + r->path_off;
+    size_t n = r->path_len - r->path_off;
+    if (p[0] != '/')
+        return;   /* "*" (OPTIONS), or a target the router will 404 */
+    bool dotted = false;
+    for (size_t i = 0; i + 1 < n && !dotted; i++)
+        dotted = p[i] == '/' && (p[i + 1] == '.' || p[i + 1] == '%');
+    if (!dotted)
+        return;
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {   /* p[i] == '/' */
+        size_t s = i + 1, e = s;
+        while (e < n && p[e] != '/')
+            e++;
+        int dots = http_dot_segment(p + s, e - s);
+        if (dots == 2)
+            while (w > 0 && p[--w] != '/')
+                ;
+        if (dots == 0) {
+            p[w++] = '/';
+            memmove(p + w, p + s, e - s);   /* w <= s: the output never outruns */
+            w += e - s;
+        } else if (e == n) {
+            p[w++] = '/';   /* "/a/b/.." is "/a/", a folder */
+        }
+        i = e;
+    }
+    if (w == 0)
+        p[w++] = '/';
+    size_t cut = n - w;
+    if (!cut)
+        return;
+    memmove(p + w, p + n, r->url_len - r->path_len);   /* the query */
+    r->path_len -= (uint32_t)cut;
+    r->url_len -= (uint32_t)cut;
+    r->head.len -= cut;
+}
+
 /* The URL goes first in `head`, before any header (parse.c's layout). */
 int http_request_set_target(struct http_request *r, int method, const char *url, size_t len)
 {
@@ -116,6 +182,7 @@ int http_request_set_target(struct http_request *r, int method, const char *url,
     const char *q = len ? memchr(r->head.data, '?', len) : NULL;
     r->path_len = q ? (uint32_t)(q - r->head.data) : r->url_len;
     r->path_off = 0;
+    http_request_clean_path(r);
     return 0;
 }
 

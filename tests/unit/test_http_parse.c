@@ -176,6 +176,56 @@ static void test_absolute_form_target(void **state)
     }
 }
 
+/* Dot segments out (RFC 3986 5.2.4), "%2e" as a dot, before routing: a
+ * route's prefix cannot be left by "..", and the headers that follow the
+ * shortened target still read right. */
+static void test_dot_segments(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *target, *path, *query;
+    } cases[] = {
+        {"/tfs/../admin", "/admin", NULL},
+        {"/tfs/%2e%2E/admin?x=/../y", "/admin", "x=/../y"},
+        {"/tfs/.%2e/admin", "/admin", NULL},
+        {"/a/b/c/./../../g", "/a/g", NULL},             /* RFC 3986 5.2.4's example */
+        {"/mid/content=5/../6", "/mid/6", NULL},        /* and its second */
+        {"/../../etc/passwd", "/etc/passwd", NULL},     /* the root holds */
+        {"/a/b/..", "/a/", NULL},
+        {"/a/.", "/a/", NULL},
+        {"/..", "/", NULL},
+        {"/.", "/", NULL},
+        {"/a//../b", "/a/b", NULL},
+        {"/a/.hidden/..x/...", "/a/.hidden/..x/...", NULL},   /* not dot segments */
+        {"/a/%2e%2e%2e/%2ex", "/a/%2e%2e%2e/%2ex", NULL},
+        {"/v2/models/m/../n/infer?q", "/v2/models/n/infer", "q"},
+        {"http://h:1/s/../t", "/t", NULL},
+        {"http://h/..", "/", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct fixture *f = fx_new(16384, 1024);
+        char req[256];
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: h\r\nX-A: b\r\n\r\n",
+                 cases[i].target);
+        int nh, nc;
+        assert_int_equal(feed(f, req, strlen(req), 0, &nh, &nc), 0);
+        assert_int_equal(nc, 1);
+        size_t len;
+        const char *p = http_request_path(f->reqs[0], &len);
+        if (len != strlen(cases[i].path) || memcmp(p, cases[i].path, len) != 0)
+            fail_msg("%s: path \"%.*s\", want \"%s\"", cases[i].target, (int)len, p,
+                     cases[i].path);
+        p = http_request_query(f->reqs[0], &len);
+        if (cases[i].query)
+            assert_true(p && len == strlen(cases[i].query) && !memcmp(p, cases[i].query, len));
+        else
+            assert_null(p);
+        const char *v = http_request_header(f->reqs[0], "X-A", &len);
+        assert_true(v && len == 1 && v[0] == 'b');
+        fx_free(f);
+    }
+}
+
 static void test_keep_alive_rules(void **state)
 {
     (void)state;
@@ -400,6 +450,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simple_get_fields),
         cmocka_unit_test(test_absolute_form_target),
+        cmocka_unit_test(test_dot_segments),
         cmocka_unit_test(test_header_value_whitespace),
         cmocka_unit_test(test_keep_alive_rules),
         cmocka_unit_test(test_header_limit_exact),
