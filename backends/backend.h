@@ -32,6 +32,7 @@ struct backend_io {
     int server;                       /* a loop backend over several servers: the index of the
                                          one that answered (the usage ledger charges it the
                                          batch); -1: not said */
+    int retry_after_s;                /* a failed batch (BG_EUNAVAILABLE): when to try again */
 };
 
 struct model;

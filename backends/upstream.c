@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <event2/event.h>
 
@@ -43,6 +44,10 @@ struct up_slot {
     struct upcall *up;                /* the call upstream: URL, timer, repeats */
     int64_t t0;
     int status;
+    /* A server said the batch was not processed (503, 429): its
+     * Retry-After (1 when it gave none), the most of those the call met;
+     * 0 none. The batch then fails 503, not 502, if no other server takes it. */
+    int retry_after_s;
     struct buf request;               /* the body, kept for a repeat */
     struct buf answer;
 };
@@ -89,16 +94,44 @@ static size_t upstream_answer_max(const struct up_slot *s)
     return (size_t)s->io->rows * (size_t)s->um->m->cfg.output.row_elems * 64 + (1u << 20);
 }
 
-/* The batch fails (502; the feed makes it 504 for requests out of budget). */
+/* The batch fails: 502, or 503 with a Retry-After when a server said it
+ * was overloaded and none took it (the feed makes either 504 for requests
+ * out of budget). */
 static void upstream_slot_fail(struct up_slot *s, const char *why)
 {
     char msg[200];
     snprintf(msg, sizeof msg, "upstream %.80s: %.100s", upcall_url(s->up), why);
     struct up_model *um = s->um;
     int64_t ns = now_ns() - s->t0;
+    s->io->retry_after_s = s->retry_after_s;
+    int code = s->retry_after_s ? BG_EUNAVAILABLE : BG_EUPSTREAM;
     upstream_slot_release(s);
-    um->feed.finish(um->feed.ctx, s->index, BG_EUPSTREAM, msg, ns);
+    um->feed.finish(um->feed.ctx, s->index, code, msg, ns);
     upstream_poll(um);
+}
+
+/* The longest Retry-After taken from a server: past it, a hint is a
+ * server's maintenance window, which clients learn better from its health. */
+#define UPSTREAM_RETRY_AFTER_MAX 3600
+
+/* Retry-After's delta-seconds (RFC 9110 10.2.3), 1 to the cap; 1 when
+ * absent or an HTTP-date (a clock we do not share). */
+static int upstream_retry_after(const struct httpc_head *h)
+{
+    for (int i = 0; i < h->nhdrs; i++) {
+        const struct httpc_header *x = &h->hdrs[i];
+        if (x->name_len != 11 || strncasecmp(x->name, "Retry-After", 11) != 0)
+            continue;
+        long s = 0;
+        size_t k = 0;
+        for (; k < x->value_len && x->value[k] >= '0' && x->value[k] <= '9'; k++)
+            if (s <= UPSTREAM_RETRY_AFTER_MAX)
+                s = s * 10 + (x->value[k] - '0');
+        if (k == 0 || k != x->value_len)
+            return 1;
+        return s < 1 ? 1 : s > UPSTREAM_RETRY_AFTER_MAX ? UPSTREAM_RETRY_AFTER_MAX : (int)s;
+    }
+    return 1;
 }
 
 /* ---- the call's callbacks (httpc) ---- */
@@ -107,6 +140,11 @@ static int upstream_slot_on_head(void *arg, const struct httpc_head *h)
 {
     struct up_slot *s = arg;
     s->status = h->status;
+    if (h->status == 503 || h->status == 429) {
+        int ra = upstream_retry_after(h);
+        if (ra > s->retry_after_s)
+            s->retry_after_s = ra;
+    }
     return 0;
 }
 
@@ -150,6 +188,20 @@ static void upstream_slot_finish(struct up_slot *s)
         char said[120];
         upstream_codec_error(s->answer.data, s->answer.len, said, sizeof said);
         snprintf(why, sizeof why, "answered HTTP %d%s%s", s->status, said[0] ? ": " : "", said);
+        /* Overloaded, so not processed (RFC 9110 15.6.4, 6585 4): another
+         * server may take it, as LLM pools do with a 5xx. Any other status
+         * is the batch's own and would repeat on every server. */
+        if (s->status == 503 || s->status == 429) {
+            struct error err = {0};
+            const char *was = upcall_url(s->up);
+            int rc = upcall_next(s->up, &err);
+            if (rc == 0) {
+                log_debug("model %s: %s %s; trying another server", mc->name, was, why);
+                return;
+            }
+            if (rc != -BG_EUPSTREAM)
+                snprintf(why, sizeof why, "%.150s", err.msg);
+        }
         upstream_slot_fail(s, why);
         return;
     }
@@ -216,6 +268,7 @@ static void upstream_slot_start(struct up_slot *s)
     struct up_model *um = s->um;
     s->busy = true;
     s->t0 = now_ns();
+    s->retry_after_s = 0;
     buf_reset(&s->request);
     upstream_codec_request(&s->um->m->cfg, s->io->in, s->io->rows, &s->request);
     struct error err = {0};

@@ -179,6 +179,22 @@ void upcall_pause(struct upcall *u, bool paused)
         httpc_pause(u->hc, paused);
 }
 
+static bool upcall_untried_usable(const struct upcall *u);
+
+int upcall_next(struct upcall *u, struct error *err)
+{
+    if (u->active || u->ti < 0)
+        return error_set(err, BG_EINTERNAL, "upcall_next: no call has ended");
+    if (!u->replayable || !upcall_untried_usable(u))
+        return error_set(err, BG_EUPSTREAM, "no other server to try");
+    u->answered = false;
+    u->active = true;
+    int rc = upcall_try(u, true, false, err);
+    if (rc < 0)
+        u->active = false;
+    return rc;
+}
+
 void upcall_blame(struct upcall *u, enum httpc_fail why)
 {
     if (u->ti >= 0)

@@ -19,7 +19,9 @@
  *   - never once the answer's head arrived, never after a timeout (the
  *     server may still be working on it: repeating would double the load at
  *     the moment a server is slow), a malformed answer or a status, and never
- *     when the client can no longer replay its request (upcall_no_replay).
+ *     when the client can no longer replay its request (upcall_no_replay);
+ *     except that a client may judge an answer "not processed" (a 503 or
+ *     429 of an overloaded server) and ask for another target (upcall_next).
  * A repeat goes alone (not pipelined), on a fresh connection (HTTPC_FRESH),
  * to a target the call has not tried. The one exception: a loss on a reused
  * connection says nothing against its server, so when no target not tried
@@ -113,6 +115,13 @@ void upcall_request_end(struct upcall *u);
 size_t upcall_unsent(const struct upcall *u);
 void upcall_pause(struct upcall *u, bool paused);
 
+/* The answer of the last try said it was not processed (a 503 or 429 of an
+ * overloaded server), and the call ended (on_done came): one more try, as
+ * a repeat, on a target not tried yet that is taking calls, within the
+ * call's timer. 0 when that try started (on_done or on_fail comes again);
+ * -BG_EUPSTREAM when no such target is left, or a negative code with err
+ * filled when the try could not start (nothing is called then). */
+int upcall_next(struct upcall *u, struct error *err);
 /* A failure the client judged against the target of the last try (a 5xx,
  * an answer it cannot use). */
 void upcall_blame(struct upcall *u, enum httpc_fail why);

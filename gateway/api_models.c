@@ -671,9 +671,14 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
         /* The tenant's refusal (batcher_answer_expired): the reason named,
          * and when to try again, as the admission limits' 429. */
         const char *hdr = NULL;
+        char ra[40];
         if (it->status == BG_ETENANTLIMIT) {
             http_request_set_error_reason(req, "limit");
             hdr = "Retry-After: 1\r\n";
+        } else if (it->status == BG_EUNAVAILABLE) {   /* the servers behind are overloaded */
+            snprintf(ra, sizeof ra, "Retry-After: %d\r\n",
+                     it->retry_after_s > 0 ? it->retry_after_s : 1);
+            hdr = ra;
         }
         http_respond_error(req, status, hdr, "model %s: %s", c->name, it->error);
         models_infer_call_free(call);

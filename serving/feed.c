@@ -37,7 +37,8 @@ static int feed_poll(void *ctx, int slot, struct backend_io **io, int64_t *wake_
     if (rc != 1)
         return rc;
     batchrun_gather(&s->b, s->in, (size_t)f->sm->model.cfg.input.row_elems);
-    s->io = (struct backend_io){.in = s->in, .out = s->out, .rows = s->b.rows, .server = -1};
+    s->io = (struct backend_io){.in = s->in, .out = s->out, .rows = s->b.rows, .server = -1,
+                                .retry_after_s = 0};
     *io = &s->io;
     return 1;
 }
@@ -46,6 +47,8 @@ static void feed_finish(void *ctx, int slot, int status, const char *msg, int64_
 {
     struct feed *f = ctx;
     struct feed_slot *s = &f->slot[slot];
+    for (struct infer_item *it = s->b.head; it; it = it->next)
+        it->retry_after_s = status == BG_EUNAVAILABLE ? s->io.retry_after_s : 0;
     /* A call that failed after a request's budget ran out is a timeout to
      * that request (504), whatever else went wrong. The tenants' use goes
      * on the statistics instance of the server that answered (one per

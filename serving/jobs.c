@@ -306,6 +306,10 @@ static void jobs_collect(struct jobs *j)
             int st = sl->item.status;
             if (st == BG_ECANCELLED || st == BG_ESHUTDOWN)
                 return;
+            if (st == BG_EUNAVAILABLE) {   /* not an answer either: jobs_hold */
+                cu->overloaded_s = sl->item.retry_after_s > 0 ? sl->item.retry_after_s : 1;
+                return;
+            }
             if (st == 0)
                 jobs_result_ok(j, sl);
             else
@@ -374,6 +378,26 @@ static void jobs_suspend(struct jobs *j, const char *why)
     double s = jobs_db_trouble(j);
     log_error("job %s: %s; taken up again in %.0f s from line %lld", cu->job.id, why, s,
               (long long)cu->job.lines_done + 1);
+    jobs_close_cur(j);
+}
+
+/* The longest a job waits for its model's overloaded servers: their
+ * Retry-After may be an hour of maintenance, and a look each minute costs
+ * one batch. */
+#define JOBS_HOLD_MAX_S 60
+
+/* A line came back 503: the servers behind its model are overloaded (an
+ * upstream model, docs/MODELS.md). Failing the line would lose it to a
+ * passing busy spell of the night's run; instead the job stops here, its
+ * lines done so far committed, and is taken up again from the line that
+ * was refused once the servers' Retry-After has passed. */
+static void jobs_hold(struct jobs *j)
+{
+    struct jobs_cur *cu = &j->cur;
+    int s = cu->overloaded_s < JOBS_HOLD_MAX_S ? cu->overloaded_s : JOBS_HOLD_MAX_S;
+    j->hold_until_ns = jobs_mono_ns() + (int64_t)s * 1000000000;
+    log_warn("job %s: model %s's servers are overloaded (503); taken up again in %d s from "
+             "line %lld", cu->job.id, cu->job.model, s, (long long)cu->job.lines_done + 1);
     jobs_close_cur(j);
 }
 
@@ -448,7 +472,7 @@ static int jobs_begin_next(struct jobs *j)
 {
     struct jobs_cur *cu = &j->cur;
     struct error err = {0};
-    if (jobs_db_paused(j))
+    if (jobs_db_paused(j) || jobs_mono_ns() < j->hold_until_ns)
         return 0;
     int rc = state_job_next(j->st, &cu->job, &err);
     if (rc <= 0) {
@@ -549,7 +573,7 @@ static bool jobs_pump(struct jobs *j)
     jobs_collect(j);
     progress |= cu->pending_lines != before;
     bool end = cu->eof && cu->count == 0;
-    if (cu->pending_lines >= JOBS_GROUP_LINES || end ||
+    if (cu->pending_lines >= JOBS_GROUP_LINES || end || cu->overloaded_s ||
         (cu->pending_lines > 0 && jobs_mono_ns() - cu->last_commit_ns >= JOBS_GROUP_NS)) {
         struct error err = {0};
         if (jobs_commit(j, &err)) {
@@ -559,6 +583,10 @@ static bool jobs_pump(struct jobs *j)
                 jobs_fail(j, err.msg);
             return true;
         }
+    }
+    if (cu->overloaded_s) {
+        jobs_hold(j);
+        return true;
     }
     if (end) {
         jobs_finish(j, STATE_JOB_COMPLETED, NULL);

@@ -56,6 +56,8 @@ struct jobs_cur {                     /* the job being run (runner thread only) 
     int64_t last_commit_ns;
     bool db_refused;                  /* the last commit failed in the state database, not
                                        * the results file: the job pauses (jobs_suspend) */
+    int overloaded_s;                 /* a line came back 503 (the model's servers are
+                                       * overloaded): the job waits this long (jobs_hold) */
     char *line;
     size_t line_cap;
 };
@@ -130,6 +132,9 @@ struct jobs {
      * are taken up again only after db_pause_until (1 s, doubling to 30 s
      * while it goes on), not at once and forever (jobs_db_trouble). */
     int64_t db_pause_ns, db_pause_until_ns;
+    /* A job's model said its servers are overloaded: no job is begun
+     * before this (jobs_hold). */
+    int64_t hold_until_ns;
 };
 
 /* Batches running now (jobs_batch.c). */

@@ -378,6 +378,101 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
     def owner(self, kind):
         return 'model="%s"' % kind
 
+    def overload(self, i, status, headers=None, body=None):
+        self.fake(i, "POST", "/__fault", json.dumps({
+            "mode": "answer", "status": status, "headers": headers or {},
+            "body": body or {"error": "busy"}}))
+
+    def test_an_overloaded_server_passes_the_batch_on(self):
+        # A 503 or 429 says the batch was not processed: the next server
+        # takes it (all of them were 502 before, the second never asked).
+        self.addCleanup(self.reset_fakes)
+        self.reset_fakes()
+        for status in (503, 429):
+            self.overload(0, status, {"Retry-After": "7"})
+            before = [self.stats(i)["calls"] for i in range(2)]
+            r = self.call("pair")
+            self.assertEqual(r.status, 200, "%d: %r" % (status, r))
+            self.assertEqual(r.json()["outputs"][0]["data"], [10, 11, 12])
+            self.assertEqual([self.stats(i)["calls"] - before[i] for i in range(2)], [1, 1])
+
+    def test_all_servers_overloaded_is_503_with_their_retry_after(self):
+        self.addCleanup(self.reset_fakes)
+        self.reset_fakes()
+        self.overload(0, 503, {"Retry-After": "7"})
+        self.overload(1, 429, {}, {"error": "too many requests"})
+        r = self.call("pair")
+        self.assertEqual(r.status, 503, r)
+        self.assertEqual(r.headers.get("Retry-After"), "7")   # the longest the servers asked
+        self.assertIn("answered HTTP 429: too many requests", r.json()["error"])
+        # One server: its hint as given, 1 for an HTTP-date (a clock we do
+        # not share) or none, and at most an hour.
+        for given, said in (("30", "30"), ("Fri, 31 Dec 2027 23:59:59 GMT", "1"), (None, "1"),
+                            ("99999999999999999999", "3600")):
+            self.overload(0, 503, {"Retry-After": given} if given else {})
+            r = self.call("idempotent")
+            self.assertEqual((r.status, r.headers.get("Retry-After")), (503, said), given)
+        self.assertEqual(self.call("pair").status, 200)
+
+    def test_another_status_is_not_passed_on(self):
+        # A 500 (or a 400) is the batch's own: every server would say it.
+        self.addCleanup(self.reset_fakes)
+        self.reset_fakes()
+        for status in (500, 400):
+            self.overload(0, status)
+            before = self.stats(1)["calls"]
+            r = self.call("pair")
+            self.assertEqual(r.status, 502, r)
+            self.assertIsNone(r.headers.get("Retry-After"))
+            self.assertEqual(self.stats(1)["calls"], before)
+        self.assertEqual(self.call("pair").status, 200)
+
+
+class JobOverloadTest(FakeUpstreamCase):
+    """An offline job whose upstream model's server is overloaded waits for
+    it rather than failing its lines."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fake, cls.fport = cls.fake_server("--base-ms", "1")
+        cfg = upstream_model("night", ["http://127.0.0.1:%d" % cls.fport])
+        cfg["upstream"]["health_interval_ms"] = 0
+        write_model(repo, "night", cfg)
+        cls.config = {"state_dir": os.path.join(repo, "state")}
+
+    def test_a_503_holds_the_job_and_no_line_fails(self):
+        roundtrip(self.fport, "POST", "/__fault", [("Content-Type", "application/json")],
+                  json.dumps({"mode": "answer", "status": 503, "count": 1,
+                              "headers": {"Retry-After": "1"}, "body": {"error": "busy"}}))
+        n = 30
+        body = "".join(json.dumps({"id": "r%d" % i, "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [[i, 0, 0, 0]]}]}) + "\n"
+            for i in range(n))
+        t0 = time.monotonic()
+        r = roundtrip(self.srv.port, "POST", "/v2/models/night/jobs",
+                      [("Content-Type", "application/jsonl")], body, timeout=30)
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        deadline = time.monotonic() + 30
+        while True:
+            j = roundtrip(self.srv.port, "GET", "/v2/jobs/" + job).json()
+            if j["state"] not in ("queued", "running"):
+                break
+            self.assertLess(time.monotonic(), deadline, j)
+            time.sleep(0.05)
+        self.assertEqual(j["state"], "completed", j)
+        self.assertEqual(j["lines"]["failed"], 0, j)   # each was a failed line before
+        self.assertGreaterEqual(time.monotonic() - t0, 0.95, "held for its Retry-After: 1")
+        res = roundtrip(self.srv.port, "GET", "/v2/jobs/%s/results" % job).body.decode()
+        res = [json.loads(x) for x in res.splitlines()]
+        self.assertEqual([x["line"] for x in res], list(range(1, n + 1)))
+        for x in res:
+            i = x["line"] - 1
+            self.assertEqual(x["outputs"][0]["data"], [i, i + 1, i + 2], x)
+        self.assertEqual(len(re.findall(r"job %s: model night's servers are overloaded \(503\); "
+                                        r"taken up again in 1 s from line \d+" % job,
+                                        self.srv.log())), 1)
+
 
 def metric(port, name, labels):
     text = roundtrip(port, "GET", "/metrics").body.decode()

@@ -22,7 +22,8 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     POST /__fault {"mode": M, "count": N}   the next N inference calls fail:
          "reset" (close without answer), "stall" (never answer), "500",
          "garbage" (200 with a body that is not JSON), "short" (fewer rows),
-         "answer" (the request's "status", default 200, with its "body", given as it is),
+         "answer" (the request's "status", default 200, with its "body", given as it is,
+         and its "headers", an object),
          "delay" (answered "ms" later than usual), "huge" (a 200 of 3 MiB of
          spaces), "bighead" (a 200 with a 300 KiB header);
          or the next N requests of any kind (not /__... nor health checks: those
@@ -59,7 +60,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 STATE = {"calls": 0, "rows": 0, "max_rows": 0, "fault": None, "fault_count": 0, "conns": 0,
          "healthy": True, "probes": 0, "echoes": 0, "health_stall_ms": 0, "health_flap": 0,
          "any_fault": None, "any_count": 0, "requests": 0, "drops": 0, "hangs": 0,
-         "fault_answer": (200, None, 0), "outputs": []}
+         "fault_answer": (200, None, 0, {}), "outputs": []}
 ANY_FAULTS = ("drop_reused", "hang")   # faults for requests of any kind (parse_request)
 LOCK = threading.Lock()
 ARGS = None
@@ -160,11 +161,13 @@ class Handler(BaseHTTPRequestHandler):
             if self.command != "HEAD":
                 self.wfile.write(data)
 
-    def reply(self, status, obj=None, raw=None, ctype="application/json"):
+    def reply(self, status, obj=None, raw=None, ctype="application/json", headers=None):
         data = raw if raw is not None else json.dumps(obj).encode()
         try:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":
@@ -201,8 +204,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(500, {"error": "injected failure"})
             return None
         if fault == "answer":
-            status, body, _ = self.fault_answer
-            self.reply(status, body)
+            status, body, _, headers = self.fault_answer
+            self.reply(status, body, headers=headers)
             return None
         if fault == "huge":
             self.reply(200, raw=b" " * (3 << 20))
@@ -322,7 +325,7 @@ class Handler(BaseHTTPRequestHandler):
                 else:
                     STATE["fault"], STATE["fault_count"] = f["mode"], f.get("count", 1)
                     STATE["fault_answer"] = (f.get("status", 200), f.get("body"),
-                                             f.get("ms", 0))
+                                             f.get("ms", 0), f.get("headers", {}))
             self.reply(200, {"ok": True})
         elif self.path == "/__health":
             req = json.loads(self.body())
