@@ -430,6 +430,7 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         atomic_fetch_add(&e->unloads[SERVED_UNLOAD_RELOAD], 1);
     }
     pthread_mutex_unlock(&e->mu);
+    served_shares_refresh(s, sm);
     if (reload)
         log_info("model %s: reloaded; the previous copy drains", e->name);
     lc_retire(s, old);

@@ -16,12 +16,29 @@
 #include "serving/worker.h"
 
 /* A new shares account gets the shares in force. */
+/* The window's shares in force, when one was applied; under shares_mu. */
+static void serving_shares_init_locked(struct serving *s, struct shares *sh)
+{
+    if (s->applied)
+        shares_set(sh, s->applied_share, s->applied_offline);
+}
+
 static void serving_shares_init(struct serving *s, struct shares *sh)
 {
     pthread_mutex_lock(&s->shares_mu);
-    if (s->applied)
-        shares_set(sh, s->applied_share, s->applied_offline);
+    serving_shares_init_locked(s, sh);
     pthread_mutex_unlock(&s->shares_mu);
+}
+
+/* A copy's own shares are set from the window in force when they are made,
+ * but serving_apply_shares reaches only copies that are ready and in the
+ * table: a window that switched while this one loaded would have passed it
+ * by until the next switch. Once published, it takes the latest here; any
+ * later switch finds it in the table. */
+void served_shares_refresh(struct serving *s, struct served_model *sm)
+{
+    if (sm->own_shares)
+        serving_shares_init(s, sm->own_shares);
 }
 
 /* Whether tenants' shares are kept: more tenants than "default". */
@@ -402,10 +419,10 @@ static int serving_devsched_get(struct serving *s, const char *name, struct erro
         devsched_free(d);
         return -err->code;
     }
-    if (sh)
-        serving_shares_init(s, sh);
     devsched_set_shares(d, sh);
     pthread_mutex_lock(&s->shares_mu);   /* the device list is read by apply and the rows */
+    if (sh)   /* in the same hold as it joins the list apply walks: no switch between */
+        serving_shares_init_locked(s, sh);
     s->devs[s->ndevs] = d;
     s->dev_shares[s->ndevs] = sh;
     int k = s->ndevs++;
@@ -726,15 +743,6 @@ void served_copy_free(struct served_model *sm)
     served_shares_fold(sm);
     shares_free(sm->own_shares);
     free(sm);
-}
-
-struct served_model *served_swap(struct served_entry *e, struct served_model *sm)
-{
-    pthread_mutex_lock(&e->mu);
-    struct served_model *old = e->cur;
-    e->cur = sm;
-    pthread_mutex_unlock(&e->mu);
-    return old;
 }
 
 size_t served_copy_bytes_on(const struct served_model *sm, const char *dev)

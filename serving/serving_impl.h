@@ -158,9 +158,9 @@ int served_copy_load(struct serving *s, struct served_model *sm);
 void served_copy_stop(struct served_model *sm);
 /* Stops and frees a copy nobody holds (a shell too). */
 void served_copy_free(struct served_model *sm);
-/* Makes sm the entry's current copy (it holds the table's reference);
- * returns the previous one, whose table reference the caller now owns. */
-struct served_model *served_swap(struct served_entry *e, struct served_model *sm);
+/* A ready copy just made its entry's current: its own tenant shares (a
+ * loop backend's) take the time window in force now. */
+void served_shares_refresh(struct serving *s, struct served_model *sm);
 /* Bytes a loaded copy holds on the device labelled `dev`. */
 size_t served_copy_bytes_on(const struct served_model *sm, const char *dev);
 /* The device label a model's weights count on before it is loaded (its
