@@ -362,6 +362,8 @@ void devsched_leave(struct devsched *d, int member)
     if (member >= 0 && member < d->core.n && !devsched_core_active(&d->core, member)) {
         devsched_core_leave(&d->core, member);
         d->model[member][0] = '\0';
+        if (d->shares)
+            shares_set_slots(d->shares, d->core.slots);
     }
     pthread_mutex_unlock(&d->mu);
 }
@@ -378,6 +380,8 @@ int devsched_join(struct devsched *d, const char *model, int weight, int instanc
                 pthread_cond_init(&d->cv[i][c], NULL);
         snprintf(d->model[i], sizeof d->model[i], "%s", model);
         d->wait_ns[i] = d->granted_ns[i] = 0;
+        if (d->shares)
+            shares_set_slots(d->shares, d->core.slots);
     }
     pthread_mutex_unlock(&d->mu);
     if (i < 0)

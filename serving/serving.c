@@ -452,8 +452,6 @@ static int serving_sched_join(struct serving *s, struct served_model *sm, struct
         int member = devsched_join(d, m->cfg.name, m->cfg.sched_weight, here, err);
         if (member < 0)
             return member;
-        if (s->dev_shares[k])
-            shares_set_slots(s->dev_shares[k], here);
         sm->sched[sm->nsched++] = (struct served_sched){d, member, id, s->dev_shares[k]};
     }
     return 0;

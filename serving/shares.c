@@ -84,9 +84,16 @@ int shares_tenants(const struct shares *s) { return s->n; }
 void shares_set_slots(struct shares *s, int slots)
 {
     pthread_mutex_lock(&s->mu);
-    if (slots > s->slots)
-        s->slots = slots;
+    s->slots = slots > 0 ? slots : 1;
     pthread_mutex_unlock(&s->mu);
+}
+
+int shares_slots(struct shares *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->slots;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void shares_set(struct shares *s, const double *share, double offline_share)

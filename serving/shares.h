@@ -37,7 +37,10 @@ struct shares *shares_new(const char *device, const struct tenants_config *tc, i
                           struct error *err);
 void shares_free(struct shares *s);
 const char *shares_device(const struct shares *s);
+/* The device's slots changed (its scheduler's, as members join and leave):
+ * a tenant's use is measured against what the device can run now. */
 void shares_set_slots(struct shares *s, int slots);
+int shares_slots(struct shares *s);
 /* The shares in force (a time window's, or the tenants' own when share is
  * NULL); offline_share: the part of the device job lines are guaranteed. */
 void shares_set(struct shares *s, const double *share, double offline_share);

@@ -17,6 +17,8 @@
 #include <cmocka.h>
 
 #include "serving/devsched.h"
+#include "serving/shares.h"
+#include "serving/tenant.h"
 
 #define MS 1000000LL
 /* A batch asking for a slot: class and start-by, the default tenant. */
@@ -509,10 +511,40 @@ static void test_members_leave_and_indices_come_back(void **state)
     devsched_free(d);
 }
 
+/* The device's tenant shares measure use against the slots it has now: a
+ * 4-instance model gone, the 1-instance one left runs one batch at a
+ * time, and a tenant using all of it used all of the device (its `limit`
+ * was 4 times looser while the slots only grew). */
+static void test_shares_slots_follow_the_members(void **state)
+{
+    (void)state;
+    struct error err = {0};
+    struct tenants_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.n = 1;
+    snprintf(tc.t[0].name, sizeof tc.t[0].name, "default");
+    tc.t[0].share = 1.0;
+    struct shares *sh = shares_new("synthetic0", &tc, 1, &err);
+    struct devsched *d = devsched_new("synthetic0", &err);
+    devsched_set_shares(d, sh);
+    int wide = devsched_join(d, "wide", 1, 4, &err);
+    int one = devsched_join(d, "one", 1, 1, &err);
+    assert_int_equal(shares_slots(sh), 4);
+    devsched_leave(d, wide);
+    assert_int_equal(shares_slots(sh), 1);
+    devsched_leave(d, one);
+    assert_int_equal(shares_slots(sh), 1);   /* never 0: a rate of nothing */
+    assert_true(devsched_join(d, "again", 1, 2, &err) >= 0);
+    assert_int_equal(shares_slots(sh), 2);
+    devsched_free(d);
+    shares_free(sh);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_members_leave_and_indices_come_back),
+        cmocka_unit_test(test_shares_slots_follow_the_members),
         cmocka_unit_test(test_pick_nobody_waits),
         cmocka_unit_test(test_pick_online_before_offline),
         cmocka_unit_test(test_pick_least_virtual_time_then_weight),
