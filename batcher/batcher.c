@@ -3,6 +3,8 @@
 #include "batcher/batcher.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,7 @@ struct batcher {
     bool reaper_running;
     void (*waker)(void *arg);         /* an event-loop consumer's doorbell */
     void *waker_arg;
+    atomic_int waker_calls;           /* submitters ringing it now, outside the lock */
     bool (*other_work)(void *arg, int instance);   /* the device's (batcher_set_device_probe) */
     void *other_work_arg;
     batcher_rank_fn rank;             /* tenants' order (batcher_set_tenant_rank) */
@@ -234,13 +237,17 @@ int batcher_submit(struct batcher *b, struct infer_item *it, struct error *err)
             pthread_cond_signal(&b->reap);
         waker = b->waker;
         waker_arg = b->waker_arg;
+        if (waker)
+            atomic_fetch_add(&b->waker_calls, 1);   /* under the lock: set_waker sees it */
     }
     pthread_mutex_unlock(&b->lock);
     work_complete_list(evicted, BG_EQUEUEFULL,
                        "queue full (batching.max_queue_size): this request made room for a "
                        "tenant with fewer requests queued");
-    if (waker)
+    if (waker) {
         waker(waker_arg);
+        atomic_fetch_sub(&b->waker_calls, 1);
+    }
     if (rc)
         return error_set(err, -rc, "model %s: %s", b->name, e.msg);
     return 0;
@@ -340,6 +347,11 @@ void batcher_set_waker(struct batcher *b, void (*waker)(void *arg), void *arg)
     b->waker = waker;
     b->waker_arg = arg;
     pthread_mutex_unlock(&b->lock);
+    /* A submitter that took the old one rings it outside the lock: the
+     * loop it wakes may be freed as soon as this returns (upstream_stop),
+     * so wait for those rings, a few instructions each. */
+    while (atomic_load(&b->waker_calls) > 0)
+        sched_yield();
 }
 
 int64_t batcher_start_by(struct batcher *b, int instance, const struct batch *bt)

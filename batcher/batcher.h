@@ -58,7 +58,9 @@ int batcher_next(struct batcher *b, int instance, struct batch *out);
  * "when something is submitted"), -1 once closed. */
 int batcher_try_next(struct batcher *b, int instance, struct batch *out, int64_t *wake_ns);
 /* Called (from the submitting thread, outside the queue's lock) after each
- * successful submit, so an event loop can wake up and ask again. */
+ * successful submit, so an event loop can wake up and ask again. Returns
+ * once no submitter calls the previous waker any more: a loop can free what
+ * its waker touches after setting NULL. */
 void batcher_set_waker(struct batcher *b, void (*waker)(void *arg), void *arg);
 
 /* The instant a batch taken for `instance` must start by for its earliest
