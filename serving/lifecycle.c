@@ -471,7 +471,8 @@ static int lc_queue_load_locked(struct serving *s, struct served_entry *e, char 
     *t = (struct lifecycle_task){.kind = TASK_LOAD, .e = e, .override = override, .done = done,
                                  .arg = arg};
     int rc = lc_enqueue(s, t, err);
-    e->load_queued = rc == 0;
+    if (rc == 0)
+        e->loads_pending++;
     return rc;
 }
 
@@ -481,7 +482,8 @@ static void lc_answer_waiters(struct served_entry *e, int rc, const char *msg)
     pthread_mutex_lock(&e->mu);
     struct served_waiter *w = e->waiters;
     e->waiters = NULL;
-    e->load_queued = false;
+    if (e->loads_pending > 0)
+        e->loads_pending--;   /* this one */
     /* Each waiter gets its own reference to the copy it waited for. */
     struct served_model *sm = rc == 0 && atomic_load(&e->cur->state) == SERVED_READY ? e->cur : NULL;
     for (struct served_waiter *x = w; x && sm; x = x->next)
@@ -503,8 +505,9 @@ static void lc_load_unasked(struct serving *s, struct served_entry *e)
 {
     struct error err = {0};
     pthread_mutex_lock(&e->mu);
-    bool queued = e->load_queued;
-    e->load_queued = true;
+    bool queued = e->loads_pending > 0;
+    if (!queued)
+        e->loads_pending++;
     pthread_mutex_unlock(&e->mu);
     if (queued)
         return;   /* a request's load is queued already: it serves */
@@ -566,7 +569,7 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
             /* Requests that find the new folder loading wait on this load
              * (they queued a second one, which then reloaded it). */
             pthread_mutex_lock(&t->e->mu);
-            t->e->load_queued = true;
+            t->e->loads_pending++;
             pthread_mutex_unlock(&t->e->mu);
         }
         rc = lifecycle_load_now(s, t->e, t->override, &err);
@@ -864,7 +867,7 @@ void serving_load_all(struct serving *s)
         struct served_entry *e = s->entries[i];
         pthread_mutex_lock(&e->mu);
         if (atomic_load(&e->cur->state) == SERVED_LOADING)
-            e->load_queued = true;
+            e->loads_pending++;
         pthread_mutex_unlock(&e->mu);
     }
     for (int i = 0; i < n; i++) {
@@ -968,7 +971,7 @@ static int serving_load_one(struct serving *s, struct served_entry *e, const cha
         return error_set(err, BG_ENOMEM, "out of memory");
     pthread_mutex_lock(&e->mu);
     int rc;
-    if (e->load_queued && !ov) {
+    if (e->loads_pending > 0 && !ov) {
         /* A load of the same files is queued: this one is it. Nobody to
          * answer (a version's load but the last one's): nothing to wait
          * for (a waiter without a callback was called through NULL). */
@@ -1019,7 +1022,7 @@ int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t dead
         pthread_mutex_unlock(&e->mu);
         return 1;
     }
-    if (state == SERVED_FAILED && !e->load_queued) {
+    if (state == SERVED_FAILED && e->loads_pending == 0) {
         int rc = error_set(err, BG_ENOTREADY, "model %s is not ready: %s", e->name,
                            e->cur->model.reason);
         pthread_mutex_unlock(&e->mu);
@@ -1027,7 +1030,7 @@ int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t dead
     }
     int64_t est = lc_estimate_ns(s, e);
     int rc = 0;
-    if (!e->load_queued)
+    if (e->loads_pending == 0)
         rc = lc_queue_load_locked(s, e, NULL, NULL, NULL, err);
     if (rc == 0 && deadline_ns && now_ns() + est > deadline_ns) {
         *retry_after_ns = est;

@@ -38,7 +38,11 @@ struct served_entry {
     pthread_mutex_t mu;               /* cur, the fields below up to `stats` */
     struct served_model *cur;         /* never NULL once the entry is published */
     int draining;                     /* swapped-out READY copies not freed yet */
-    bool load_queued;                 /* a load task is queued or running */
+    /* Loads queued or running: a request's wait joins them (the first to
+     * end answers it). A count: an override load queued behind a plain one
+     * was forgotten when the plain one ended, and a request then queued a
+     * third load, which replaced the override's copy. */
+    int loads_pending;
     bool unload_asked;                /* unloaded on request: not "wanted" until loaded again */
     char error[1024];                 /* the last failed reload's reason while an older copy serves */
     struct served_waiter *waiters;    /* requests waiting for the queued load */
