@@ -43,11 +43,27 @@ int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, con
         return -1;
     const char *slash = strchr(hp, '/');
     const char *end_hp = slash ? slash : hp + strlen(hp);
-    const char *colon = NULL;
-    for (const char *p = hp; p < end_hp; p++)
-        if (*p == ':')
-            colon = p;
-    if (!colon || colon == hp || (size_t)(colon - hp) >= host_cap || colon + 1 == end_hp)
+    /* An IPv6 literal is bracketed (RFC 3986 3.2.2: "http://[::1]:8000");
+     * a bare one's last group would pass for the port. */
+    const char *hb = hp, *he, *colon;
+    if (*hp == '[') {
+        const char *rb = memchr(hp, ']', (size_t)(end_hp - hp));
+        if (!rb)
+            return -1;
+        hb = hp + 1;
+        he = rb;
+        colon = rb + 1 < end_hp && rb[1] == ':' ? rb + 1 : NULL;
+        for (const char *p = hb; p < he; p++)
+            if (!(*p == ':' || *p == '.' || (*p >= '0' && *p <= '9') ||
+                  ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'f')))
+                return -1;   /* no zone ("%eth0"), nothing but an address */
+    } else {
+        colon = memchr(hp, ':', (size_t)(end_hp - hp));
+        he = colon;
+        if (colon && memchr(colon + 1, ':', (size_t)(end_hp - colon - 1)))
+            return -1;
+    }
+    if (!colon || he == hb || (size_t)(he - hb) >= host_cap || colon + 1 == end_hp)
         return -1;
     long pt = 0;
     for (const char *p = colon + 1; p < end_hp; p++) {
@@ -57,8 +73,8 @@ int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, con
     }
     if (pt < 1 || pt > 65535)
         return -1;
-    memcpy(host, hp, (size_t)(colon - hp));
-    host[colon - hp] = '\0';
+    memcpy(host, hb, (size_t)(he - hb));
+    host[he - hb] = '\0';
     *port = (int)pt;
     if (path)
         *path = slash;

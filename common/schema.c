@@ -386,8 +386,8 @@ static int schema_parse_urls(const struct schema_field *f, void *base, json_t *v
             (rest && strcmp(rest, "/") != 0)) {
             char member[32], got[64];
             snprintf(member, sizeof member, "[%zu]", i);
-            return schema_fail(ctx, member, "must be a URL like \"http://HOST:PORT\", got %s",
-                               schema_got(u, got, sizeof got));
+            return schema_fail(ctx, member, "must be a URL like \"http://HOST:PORT\" "
+                               "(\"http://[IPV6]:PORT\"), got %s", schema_got(u, got, sizeof got));
         }
     }
     *(int *)SCHEMA_AT(base, f->count_offset) = (int)json_array_size(v);

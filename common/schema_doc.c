@@ -28,8 +28,8 @@ static const char *schema_doc_values(const struct schema_field *f, char *buf, si
                                             : "string";
     case SCHEMA_ENUM: return schema_names_join(f->names, "`", buf, cap);
     case SCHEMA_URLS:
-        snprintf(buf, cap, "%lld..%lld URLs `http://HOST:PORT`", (long long)f->min,
-                 (long long)f->max);
+        snprintf(buf, cap, "%lld..%lld URLs `http://HOST:PORT` (`http://[IPV6]:PORT`)",
+                 (long long)f->min, (long long)f->max);
         return buf;
     case SCHEMA_ARRAY:
         if (f->min == f->max)

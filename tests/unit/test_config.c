@@ -211,8 +211,8 @@ static void test_proxy_routes(void **state)
                    "h.json: proxy.routes[1]: prefix \"/a/\" appears twice");
     expect_message("{\"proxy\": {\"routes\": [{\"prefix\": \"/a/\", \"urls\": [\"http://h:1\","
                    " \"http://h\"]}]}}",
-                   "h.json: proxy.routes[0].urls[1]: must be a URL like \"http://HOST:PORT\", "
-                   "got \"http://h\"");
+                   "h.json: proxy.routes[0].urls[1]: must be a URL like \"http://HOST:PORT\" "
+                   "(\"http://[IPV6]:PORT\"), got \"http://h\"");
     expect_message("{\"proxy\": {\"routes\": [{\"prefix\": \"/a/\"}]}}",
                    "h.json: proxy.routes[0].urls: missing (must be a list of 1 to 8 URLs like "
                    "\"http://HOST:PORT\")");

@@ -34,9 +34,18 @@ static void test_url_parse(void **state)
     assert_int_equal(httpc_url_parse("http://model-a:1/v2", host, sizeof host, &port, &path), 0);
     assert_string_equal(host, "model-a");
     assert_string_equal(path, "/v2");
+    /* IPv6: bracketed, as RFC 3986 writes it; the host is the address. */
+    assert_int_equal(httpc_url_parse("http://[::1]:8000", host, sizeof host, &port, &path), 0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 8000);
+    assert_int_equal(httpc_url_parse("http://[fd00::a:1]:1/", host, sizeof host, &port, &path), 0);
+    assert_string_equal(host, "fd00::a:1");
+    assert_string_equal(path, "/");
     static const char *const bad[] = {"https://h:1", "http://h", "http://:80", "http://h:",
                                       "http://h:0", "http://h:65536", "http://h:8x", "h:80",
-                                      NULL};
+                                      "http://::1:8000", "http://[::1]", "http://[::1]8000",
+                                      "http://[]:80", "http://[::1:80", "http://[fe80::1%eth0]:80",
+                                      "http://[::1]:", "http://[h]:80", NULL};
     for (int i = 0; bad[i]; i++)
         assert_int_equal(httpc_url_parse(bad[i], host, sizeof host, &port, &path), -1);
     char tiny[4];

@@ -305,12 +305,14 @@ static void test_nested_paths(void **state)
     t_expect_error("{\"one\": [{\"name\": \"a\", \"weight\": \"x\"}]}",
                    "t.json: one[0].weight: must be an integer between 1 and 16, got \"x\"");
     t_expect_error("{\"urls\": [\"http://a:1\", \"ftp://b\"]}",
-                   "t.json: urls[1]: must be a URL like \"http://HOST:PORT\", got \"ftp://b\"");
+                   "t.json: urls[1]: must be a URL like \"http://HOST:PORT\" "
+                   "(\"http://[IPV6]:PORT\"), got \"ftp://b\"");
     t_expect_error("{\"urls\": [\"http://a\"]}",
-                   "t.json: urls[0]: must be a URL like \"http://HOST:PORT\", got \"http://a\"");
+                   "t.json: urls[0]: must be a URL like \"http://HOST:PORT\" "
+                   "(\"http://[IPV6]:PORT\"), got \"http://a\"");
     t_expect_error("{\"urls\": [\"http://a:1/x\"]}",
-                   "t.json: urls[0]: must be a URL like \"http://HOST:PORT\", got "
-                   "\"http://a:1/x\"");
+                   "t.json: urls[0]: must be a URL like \"http://HOST:PORT\" "
+                   "(\"http://[IPV6]:PORT\"), got \"http://a:1/x\"");
 }
 
 static void test_unknown_fields(void **state)
@@ -413,7 +415,7 @@ static void test_doc(void **state)
         "| `path` | path (`/...`) | none | a path |\n",
         "| `mode` | `fast`, `careful` | `\"fast\"` | a string choice |\n",
         "| `color` | `red`, `green` | `\"green\"` | an enum |\n",
-        "| `urls` | 1..2 URLs `http://HOST:PORT` | `[]` | servers |\n",
+        "| `urls` | 1..2 URLs `http://HOST:PORT` (`http://[IPV6]:PORT`) | `[]` | servers |\n",
         "| `inner.big` *(ext)* | integer -5..1099511627776 | `9` | a large one |\n",
         "| `inner.ratio` *(ext)* | number 0..1 | `0.25` | a fraction |\n",
         "| `items` | list of 0..3 objects | `[]` | objects |\n",
