@@ -123,11 +123,13 @@ static int upstream_retry_after(const struct httpc_head *h)
         if (x->name_len != 11 || strncasecmp(x->name, "Retry-After", 11) != 0)
             continue;
         long s = 0;
-        size_t k = 0;
-        for (; k < x->value_len && x->value[k] >= '0' && x->value[k] <= '9'; k++)
+        size_t k = 0, n = x->value_len;
+        while (n > 0 && (x->value[n - 1] == ' ' || x->value[n - 1] == '\t'))
+            n--;   /* llhttp keeps a value's trailing whitespace */
+        for (; k < n && x->value[k] >= '0' && x->value[k] <= '9'; k++)
             if (s <= UPSTREAM_RETRY_AFTER_MAX)
                 s = s * 10 + (x->value[k] - '0');
-        if (k == 0 || k != x->value_len)
+        if (k == 0 || k != n)
             return 1;
         return s < 1 ? 1 : s > UPSTREAM_RETRY_AFTER_MAX ? UPSTREAM_RETRY_AFTER_MAX : (int)s;
     }
@@ -144,6 +146,8 @@ static int upstream_slot_on_head(void *arg, const struct httpc_head *h)
         int ra = upstream_retry_after(h);
         if (ra > s->retry_after_s)
             s->retry_after_s = ra;
+    } else {
+        s->retry_after_s = 0;   /* the last server's word decides (it was 503 after a 400) */
     }
     return 0;
 }
@@ -174,7 +178,11 @@ static void upstream_slot_on_done(void *arg) { upstream_slot_finish(arg); }
 static void upstream_slot_on_fail(void *arg, int code, const char *msg)
 {
     (void)code;   /* late requests get 504 by their own deadline, the rest 502 */
-    upstream_slot_fail(arg, msg);
+    struct up_slot *s = arg;
+    /* No answer from the last server tried (a timeout, a reset, a refused
+     * connect after another's 503): its failure is what is said. */
+    s->retry_after_s = 0;
+    upstream_slot_fail(s, msg);
 }
 
 /* Parses the answer and hands each request its rows. */

@@ -3,7 +3,6 @@
 #include "batcher/batcher.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,9 +348,13 @@ void batcher_set_waker(struct batcher *b, void (*waker)(void *arg), void *arg)
     pthread_mutex_unlock(&b->lock);
     /* A submitter that took the old one rings it outside the lock: the
      * loop it wakes may be freed as soon as this returns (upstream_stop),
-     * so wait for those rings, a few instructions each. */
-    while (atomic_load(&b->waker_calls) > 0)
-        sched_yield();
+     * so wait for those rings, a few instructions each. Sleeping, not
+     * yielding: the jobs runner submits at SCHED_IDLE, which a yield on a
+     * busy core would never let run. */
+    while (atomic_load(&b->waker_calls) > 0) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int64_t batcher_start_by(struct batcher *b, int instance, const struct batch *bt)

@@ -66,9 +66,14 @@ static int grpc_fail(char *err, size_t cap, int code, const char *fmt, ...)
 /* A model name or version as one path segment: what the HTTP router can
  * match (it does not decode %-escapes), so '/', '?', '#', '%' and
  * control characters cannot be in it. */
+/* "." and ".." would be dot segments of the path, cleaned away before
+ * routing (RFC 3986 5.2.4): version ".." ran the default version, a region
+ * named ".." was every region. */
+static bool grpc_dots(const char *s) { return !strcmp(s, ".") || !strcmp(s, ".."); }
+
 static bool grpc_segment_ok(const char *s)
 {
-    if (!s || !*s || strlen(s) > 256)
+    if (!s || !*s || strlen(s) > 256 || grpc_dots(s))
         return false;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
         if (*p <= ' ' || *p == '/' || *p == '?' || *p == '#' || *p == '%' || *p == 0x7f)
@@ -83,7 +88,7 @@ static int grpc_model_path(struct grpc_http_request *out, const char *name, cons
     if (!grpc_segment_ok(name))
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
                          "the model name must be 1 to 256 characters without '/', '?', '#', "
-                         "'%%', spaces or control characters");
+                         "'%%', spaces or control characters, and not '.' or '..'");
     if (version && *version && !grpc_segment_ok(version))
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "the model version is not a version");
     if (version && *version)
@@ -281,6 +286,9 @@ static int grpc_shm_path(struct grpc_http_request *out, const char *kind, const 
                          const char *verb, char *err, size_t cap)
 {
     int n = snprintf(out->path, sizeof out->path, "/v2/%ssharedmemory", kind);
+    if (name && grpc_dots(name))
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "a region may not be named '.' or "
+                         "'..' (a path's dot segment)");
     if (name && *name) {
         n += snprintf(out->path + n, sizeof out->path - (size_t)n, "/region/");
         for (const unsigned char *p = (const unsigned char *)name; *p; p++) {

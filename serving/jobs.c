@@ -288,6 +288,16 @@ static int jobs_commit(struct jobs *j, struct error *err)
     return 0;
 }
 
+/* The longest a job waits for its model's overloaded servers: their
+ * Retry-After may be an hour of maintenance, and a look each minute costs
+ * one batch. */
+#define JOBS_HOLD_MAX_S 60
+/* Holds in a row, no line answered between, before refused lines fail as
+ * any other error: servers that never stop refusing (a balancer with no
+ * server ready) would hold the job, and every job queued behind it, for
+ * good. Five holds are 5 s to 5 min. */
+#define JOBS_HOLDS_MAX 5
+
 /* Moves the done lines at the window's head, in order, into `pending`.
  * A line that came back without an answer (taken back at stop or cancel)
  * ends the run: it and those after it are done again later. */
@@ -306,14 +316,16 @@ static void jobs_collect(struct jobs *j)
             int st = sl->item.status;
             if (st == BG_ECANCELLED || st == BG_ESHUTDOWN)
                 return;
-            if (st == BG_EUNAVAILABLE) {   /* not an answer either: jobs_hold */
+            if (st == BG_EUNAVAILABLE && j->holds_in_row < JOBS_HOLDS_MAX) {   /* jobs_hold */
                 cu->overloaded_s = sl->item.retry_after_s > 0 ? sl->item.retry_after_s : 1;
                 return;
             }
-            if (st == 0)
+            if (st == 0) {
+                j->holds_in_row = 0;
                 jobs_result_ok(j, sl);
-            else
+            } else {
                 jobs_result_error(sl, sl->r.has_id ? sl->r.id : NULL, sl->item.error);
+            }
         } else if (sl->result.len == 0) {
             return;   /* refused at submit as the batcher closed */
         }
@@ -381,10 +393,6 @@ static void jobs_suspend(struct jobs *j, const char *why)
     jobs_close_cur(j);
 }
 
-/* The longest a job waits for its model's overloaded servers: their
- * Retry-After may be an hour of maintenance, and a look each minute costs
- * one batch. */
-#define JOBS_HOLD_MAX_S 60
 
 /* A line came back 503: the servers behind its model are overloaded (an
  * upstream model, docs/MODELS.md). Failing the line would lose it to a
@@ -396,8 +404,11 @@ static void jobs_hold(struct jobs *j)
     struct jobs_cur *cu = &j->cur;
     int s = cu->overloaded_s < JOBS_HOLD_MAX_S ? cu->overloaded_s : JOBS_HOLD_MAX_S;
     j->hold_until_ns = jobs_mono_ns() + (int64_t)s * 1000000000;
+    j->holds_in_row++;
     log_warn("job %s: model %s's servers are overloaded (503); taken up again in %d s from "
-             "line %lld", cu->job.id, cu->job.model, s, (long long)cu->job.lines_done + 1);
+             "line %lld (hold %d of %d: its refused lines fail after that)", cu->job.id,
+             cu->job.model, s, (long long)cu->job.lines_done + 1, j->holds_in_row,
+             JOBS_HOLDS_MAX);
     jobs_close_cur(j);
 }
 
@@ -407,6 +418,7 @@ static void jobs_finish(struct jobs *j, int state, const char *reason)
 {
     struct jobs_cur *cu = &j->cur;
     struct error err = {0};
+    j->holds_in_row = 0;   /* the next job's refusals are held afresh */
     if (state != STATE_JOB_FAILED) {
         jobs_take_back(j);
         jobs_collect(j);
@@ -653,8 +665,13 @@ static void jobs_cmd_cancel(struct jobs *j, struct jobs_cmd *c)
         return;
     }
     int rc = state_job_get(j->st, c->id, &job, &err);
-    if (rc == 0 && job.state <= STATE_JOB_RUNNING)
+    if (rc == 0 && job.state <= STATE_JOB_RUNNING) {
         rc = state_job_set_state(j->st, c->id, STATE_JOB_CANCELLED, -1, NULL, &err);
+        if (rc == 0) {   /* the held job, maybe: those behind need not wait */
+            j->hold_until_ns = 0;
+            j->holds_in_row = 0;
+        }
+    }
     c->status = rc;
     if (rc) {
         snprintf(c->error, sizeof c->error, "%.500s", err.msg);

@@ -133,8 +133,9 @@ struct jobs {
      * while it goes on), not at once and forever (jobs_db_trouble). */
     int64_t db_pause_ns, db_pause_until_ns;
     /* A job's model said its servers are overloaded: no job is begun
-     * before this (jobs_hold). */
+     * before this (jobs_hold); holds_in_row since a line last succeeded. */
     int64_t hold_until_ns;
+    int holds_in_row;
 };
 
 /* Batches running now (jobs_batch.c). */

@@ -407,8 +407,8 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
         self.assertIn("answered HTTP 429: too many requests", r.json()["error"])
         # One server: its hint as given, 1 for an HTTP-date (a clock we do
         # not share) or none, and at most an hour.
-        for given, said in (("30", "30"), ("Fri, 31 Dec 2027 23:59:59 GMT", "1"), (None, "1"),
-                            ("99999999999999999999", "3600")):
+        for given, said in (("30", "30"), ("12 ", "12"), ("Fri, 31 Dec 2027 23:59:59 GMT", "1"),
+                            (None, "1"), ("99999999999999999999", "3600")):
             self.overload(0, 503, {"Retry-After": given} if given else {})
             r = self.call("idempotent")
             self.assertEqual((r.status, r.headers.get("Retry-After")), (503, said), given)
@@ -425,6 +425,15 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
             self.assertEqual(r.status, 502, r)
             self.assertIsNone(r.headers.get("Retry-After"))
             self.assertEqual(self.stats(1)["calls"], before)
+        self.assertEqual(self.call("pair").status, 200)
+        # The last server's word decides: a 400 after the first's 503 is
+        # the batch's own fault, not "retry in 7 s".
+        self.overload(0, 503, {"Retry-After": "7"})
+        self.overload(1, 400, {}, {"error": "bad input"})
+        r = self.call("pair")
+        self.assertEqual(r.status, 502, r)
+        self.assertIsNone(r.headers.get("Retry-After"))
+        self.assertIn("answered HTTP 400: bad input", r.json()["error"])
         self.assertEqual(self.call("pair").status, 200)
 
 
@@ -470,8 +479,38 @@ class JobOverloadTest(FakeUpstreamCase):
             i = x["line"] - 1
             self.assertEqual(x["outputs"][0]["data"], [i, i + 1, i + 2], x)
         self.assertEqual(len(re.findall(r"job %s: model night's servers are overloaded \(503\); "
-                                        r"taken up again in 1 s from line \d+" % job,
+                                        r"taken up again in 1 s from line \d+ \(hold 1 of 5" % job,
                                         self.srv.log())), 1)
+
+    def test_servers_that_never_stop_refusing_fail_the_lines_after_five_holds(self):
+        # A balancer with no server ready answers 503 for good: the job
+        # (and every job behind it) was held forever.
+        fault = lambda n: roundtrip(self.fport, "POST", "/__fault",
+                                    [("Content-Type", "application/json")],
+                                    json.dumps({"mode": "answer", "status": 503, "count": n,
+                                                "headers": {"Retry-After": "1"}}))
+        self.addCleanup(roundtrip, self.fport, "POST", "/__reset",
+                        [("Content-Type", "application/json")], "{}")
+        fault(1000)
+        body = "".join(json.dumps({"id": "r%d" % i, "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [[i, 0, 0, 0]]}]}) + "\n"
+            for i in range(3))
+        r = roundtrip(self.srv.port, "POST", "/v2/models/night/jobs",
+                      [("Content-Type", "application/jsonl")], body, timeout=30)
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        deadline = time.monotonic() + 40
+        while True:
+            j = roundtrip(self.srv.port, "GET", "/v2/jobs/" + job).json()
+            if j["state"] not in ("queued", "running"):
+                break
+            self.assertLess(time.monotonic(), deadline, j)
+            time.sleep(0.1)
+        self.assertEqual(j["state"], "completed", j)
+        self.assertEqual(j["lines"]["failed"], 3, j)
+        held = re.findall(r"job %s: model night's servers are overloaded \(503\); taken up again "
+                          r"in 1 s from line 1 \(hold (\d) of 5" % job, self.srv.log())
+        self.assertEqual(held, ["1", "2", "3", "4", "5"])
 
 
 def metric(port, name, labels):

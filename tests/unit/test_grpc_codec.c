@@ -530,7 +530,7 @@ static void test_to_http_bad_names(void **state)
     memset(max_name, 'b', 256);
     max_name[256] = '\0';
     const char *const bad[] = {"a/b", "a%2Fb", "a b", "a?b", "a#b", "a\tb", "", long_name,
-                               "..\x7f"};
+                               "..\x7f", ".", ".."};
     static const char *const calls[] = {"ModelReady", "ModelMetadata", "ModelConfig",
                                         "ModelStatistics", "RepositoryModelLoad",
                                         "RepositoryModelUnload", "ModelInfer", "ModelStreamInfer"};
@@ -572,6 +572,11 @@ static void test_to_http_bad_names(void **state)
     assert_int_equal(model_call("ModelReady", "m", "1/2", &r, err, sizeof err),
                      GRPC_INVALID_ARGUMENT);
     assert_contains(err, "version");
+    grpc_http_request_free(&r);
+    /* A dot segment, cleaned away before routing: "m/versions/.." was m's
+     * default version. */
+    assert_int_equal(model_call("ModelReady", "m", "..", &r, err, sizeof err),
+                     GRPC_INVALID_ARGUMENT);
     grpc_http_request_free(&r);
     Inference__ModelInferRequest im = INFERENCE__MODEL_INFER_REQUEST__INIT;
     im.model_name = "m";
@@ -1156,6 +1161,15 @@ static void test_to_http_shared_memory(void **state)
                      GRPC_OK);
     assert_string_equal(r.path, "/v2/systemsharedmemory/region/in/unregister");
     grpc_http_request_free(&r);
+    /* ".." was a dot segment: /region/../unregister is /unregister, every
+     * region gone. */
+    for (int k = 0; k < 2; k++) {
+        un.name = k ? ".." : ".";
+        assert_int_equal(to_http("SystemSharedMemoryUnregister", &un.base, &r, err, sizeof err),
+                         GRPC_INVALID_ARGUMENT);
+        assert_contains(err, "dot segment");
+        grpc_http_request_free(&r);
+    }
 
     Inference__CudaSharedMemoryUnregisterRequest cu =
         INFERENCE__CUDA_SHARED_MEMORY_UNREGISTER_REQUEST__INIT;
