@@ -621,7 +621,9 @@ int main(int argc, char **argv)
                              cfg.jobs.runner_priority};
     if (jobs_open(&jc, serving, &api.jobs, &err)) {
         log_error("%s%s", err.code == BG_ECONFIG ? from : "", err.msg);
-        exit_code = EXIT_USAGE;
+        /* A damaged or newer database is a runtime failure, as `batchgate
+         * report` says of it; a folder that cannot be one is configuration. */
+        exit_code = err.code == BG_ECONFIG ? EXIT_USAGE : 1;
         goto out;
     }
     /* Before the models load (the ledger charges every counter from its

@@ -292,7 +292,9 @@ class CliTest(unittest.TestCase):
             shutil.rmtree(state, ignore_errors=True)
 
     def test_state_database_that_is_not_one_is_named(self):
-        # "state database: file is not a database" named no file.
+        # "state database: file is not a database" named no file. Exit 1, a
+        # runtime failure, as `batchgate report` says of the same file (it
+        # was 2, bad configuration).
         state = tempfile.mkdtemp(prefix="batchgate-state-")
         try:
             with open(os.path.join(state, "batchgate.db"), "wb") as f:
@@ -300,7 +302,7 @@ class CliTest(unittest.TestCase):
             cfg = os.path.join(state, "c.json")
             with open(cfg, "w") as f:
                 json.dump({"state_dir": state, "listen": "127.0.0.1:0", "grpc_listen": "off"}, f)
-            self.assert_exit(["--config", cfg, "--io-threads", "1"], 2, stderr_has=(
+            self.assert_exit(["--config", cfg, "--io-threads", "1"], 1, stderr_has=(
                 "state database %s: file is not a database" % os.path.join(state, "batchgate.db"),))
         finally:
             shutil.rmtree(state, ignore_errors=True)
