@@ -28,20 +28,29 @@ static int usage_api_param(struct http_request *req, const char *key, char *out,
 }
 
 /* A parameter the route does not take is named (a typo, "grouping=tenant",
- * would otherwise give the totals silently); 0, or -1 answered. */
+ * would otherwise give the totals silently), and so is one given twice
+ * (only the first was read); 0, or -1 answered. */
 static int usage_api_known_params(struct http_request *req)
 {
     static const char *const known[] = {"from", "to", "step", "group_by", "format"};
     size_t len;
     const char *q = http_request_query(req, &len);
+    unsigned seen = 0;
     while (q && len > 0) {
         const char *amp = memchr(q, '&', len);
         size_t n = amp ? (size_t)(amp - q) : len;
         const char *eq = memchr(q, '=', n);
         size_t kl = eq ? (size_t)(eq - q) : n;
-        bool ok = kl == 0;
-        for (size_t i = 0; i < sizeof known / sizeof known[0] && !ok; i++)
+        bool ok = n == 0;   /* "a=1&&b=2": nothing; "=x" is a nameless parameter */
+        for (size_t i = 0; i < sizeof known / sizeof known[0] && !ok; i++) {
             ok = strlen(known[i]) == kl && memcmp(known[i], q, kl) == 0;
+            if (ok && (seen & (1u << i))) {
+                http_respond_error(req, 400, NULL, "%s is given twice", known[i]);
+                return -1;
+            }
+            if (ok)
+                seen |= 1u << i;
+        }
         if (!ok) {
             http_respond_error(req, 400, NULL, "unknown parameter \"%.*s\": GET /v2/usage takes "
                                "from, to, step, group_by and format", (int)(kl > 64 ? 64 : kl),

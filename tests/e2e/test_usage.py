@@ -386,6 +386,14 @@ class UsageApiTest(UsageCase):
         r = get(port, "/v2/usage?grouping=tenant")
         self.assertEqual(r.status, 400, r.body)
         self.assertIn('unknown parameter "grouping"', r.json()["error"])
+        # A nameless one, and one given twice (the first was taken silently).
+        r = get(port, "/v2/usage?=x")
+        self.assertEqual(r.status, 400, r.body)
+        self.assertIn('unknown parameter ""', r.json()["error"])
+        r = get(port, "/v2/usage?from=%d&from=%d" % (now - 60, now - 120))
+        self.assertEqual(r.status, 400, r.body)
+        self.assertEqual(r.json()["error"], "from is given twice")
+        self.assertEqual(get(port, "/v2/usage?&from=%d&&" % (now - 60)).status, 200)
         # A step past 2^63 is refused, not clamped; the longest one a
         # period holds gives one period ending at `to` (its end overflowed
         # into the year -219246473).
