@@ -298,7 +298,7 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
             bool has[WORK_TENANTS_MAX];
             bqueue_tenants_waiting(&b->q, has);
             b->q.nrank = b->rank(b->rank_arg, instance, now, has, b->q.rank, &b->q.rank_retry_ns,
-                                 &b->q.offline_first);
+                                 b->q.held_for, &b->q.offline_first);
             if (b->q.nrank == 0)
                 b->q.nrank = -1;   /* all held back: nothing ranked, not "no ranking" */
             bqueue_note_held(&b->q, has, now);

@@ -84,7 +84,8 @@ void batcher_set_device_probe(struct batcher *b, bool (*other_work)(void *arg, i
  * a batch of them goes before the online requests. Called under the
  * queue's lock. NULL (the default): one service order for all. */
 typedef int (*batcher_rank_fn)(void *arg, int instance, int64_t now_ns, const bool *has,
-                               int *order, int64_t *retry_ns, bool *offline_first);
+                               int *order, int64_t *retry_ns, int64_t *held_ns,
+                               bool *offline_first);
 void batcher_set_tenant_rank(struct batcher *b, batcher_rank_fn rank, void *arg);
 /* (With a ranking the queue is also fair to tenants when full: see
  * queue.h; a request that made room is answered 429.) */

@@ -297,8 +297,10 @@ void bqueue_note_held(struct bqueue *q, const bool *has, int64_t now_ns)
     for (int i = 0; i < q->nrank; i++)   /* nrank -1: none */
         ranked[q->rank[i]] = true;
     for (int t = 0; t < WORK_TENANTS_MAX; t++)
-        if (has[t] && !ranked[t])
+        if (has[t] && !ranked[t]) {
             q->held_at[t] = now_ns;
+            q->held_until[t] = now_ns + q->held_for[t];
+        }
 }
 
 int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
@@ -329,6 +331,10 @@ int64_t bqueue_expire(struct bqueue *q, int64_t now_ns, const struct latmodel *l
             /* Its tenant held back since it came: the wait is the tenant's
              * (its own earlier requests queue behind the same limit). */
             it->held = q->held_at[it->tenant] > 0 && q->held_at[it->tenant] >= it->t_arrival_ns;
+            if (it->held) {   /* SPEC.md: the limit's 429 says when it may fit again */
+                int64_t left = q->held_until[it->tenant] - now_ns;
+                it->retry_after_s = left > 1000000000 ? (int)((left + 999999999) / 1000000000) : 1;
+            }
             bqueue_unlink_all(q, it);
             *tail = it;
             tail = &it->next;

@@ -96,6 +96,10 @@ struct bqueue {
                                        * tenant with requests is held back */
     int64_t rank_retry_ns;            /* with requests but none ranked: ask again after this */
     int64_t held_at[WORK_TENANTS_MAX];   /* the last ranking that held the tenant back */
+    /* How long that ranking expected it held (set by the caller with the
+     * ranking; 0: not said): the Retry-After of its expired requests. */
+    int64_t held_for[WORK_TENANTS_MAX];
+    int64_t held_until[WORK_TENANTS_MAX];
     bool offline_first;               /* offline rows are owed device time: a batch of them
                                        * goes first (set with the ranking) */
     struct list off;                  /* infer_item.q_svc of offline items: FIFO */

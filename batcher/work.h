@@ -59,7 +59,8 @@ struct infer_item {
                                        * WORK_TENANTS_MAX - 1; 0: default */
     int batch_rows;                   /* rows of the batch it ran in */
     int status;                       /* 0, or a BG_E* code (set by work_complete) */
-    int retry_after_s;                /* BG_EUNAVAILABLE: the seconds the answer's Retry-After says */
+    int retry_after_s;                /* BG_EUNAVAILABLE, BG_ETENANTLIMIT: the seconds the
+                                       * answer's Retry-After says */
     char error[200];
     bool queued;                      /* batcher-internal */
     /* Expired while the scheduler held its tenant back (its `limit`, or

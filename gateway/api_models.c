@@ -672,10 +672,11 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
          * and when to try again, as the admission limits' 429. */
         const char *hdr = NULL;
         char ra[40];
-        if (it->status == BG_ETENANTLIMIT) {
-            http_request_set_error_reason(req, "limit");
-            hdr = "Retry-After: 1\r\n";
-        } else if (it->status == BG_EUNAVAILABLE) {   /* the servers behind are overloaded */
+        if (it->status == BG_ETENANTLIMIT || it->status == BG_EUNAVAILABLE) {
+            /* Over its limit: when its use will have decayed under it
+             * (queue.c); or the servers behind are overloaded. */
+            if (it->status == BG_ETENANTLIMIT)
+                http_request_set_error_reason(req, "limit");
             snprintf(ra, sizeof ra, "Retry-After: %d\r\n",
                      it->retry_after_s > 0 ? it->retry_after_s : 1);
             hdr = ra;

@@ -141,7 +141,8 @@ static bool shares_idle(const struct shares *s, int t, int64_t now)
     return !s->t[t].active_at || now - s->t[t].active_at >= SHARES_IDLE_NS;
 }
 
-int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, int64_t *retry_ns)
+int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, int64_t *retry_ns,
+                int64_t *held_ns)
 {
     pthread_mutex_lock(&s->mu);
     double reserved = 0, total = 0, frac[TENANTS_MAX];
@@ -187,9 +188,18 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
          * borrowing (past its share) into time that is reserved for an
          * idle tenant that does not lend. */
         double limit = shares_limit(s, t);
-        if ((limit < 1.0 && frac[t] >= limit) ||
-            (frac[t] >= s->share[t] && total >= 1.0 - reserved && reserved > 0)) {
+        bool over = limit < 1.0 && frac[t] >= limit;
+        if (over || (frac[t] >= s->share[t] && total >= 1.0 - reserved && reserved > 0)) {
             held = true;
+            /* Its use decays as exp(-t/tau) while it runs nothing: under
+             * its bound after tau ln(use/bound). Borrowing into reserved
+             * time ends when the reserving tenant's work does, which is not
+             * known: tau. */
+            double bound = over ? limit : s->share[t];
+            if (held_ns && t < TENANTS_MAX)
+                held_ns[t] = bound > 0 && frac[t] > bound
+                                 ? (int64_t)((double)SHARES_TAU_NS * log(frac[t] / bound))
+                                 : SHARES_TAU_NS;
             continue;
         }
         /* Insertion by virtual time; ties to the larger share, then index. */

@@ -48,8 +48,10 @@ void shares_set(struct shares *s, const double *share, double offline_share);
 /* The tenants with work (has[t]) in the order they are owed device time,
  * into order[]; returns how many may be served now. Those left out are
  * over their limit or would borrow reserved time: *retry_ns says when to
- * ask again (0 when none is left out). */
-int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, int64_t *retry_ns);
+ * ask again (0 when none is left out), and held_ns[t] (when not NULL) how
+ * long tenant t should be held if it runs nothing meanwhile. */
+int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, int64_t *retry_ns,
+                int64_t *held_ns);
 /* Whether job lines are owed device time under the offline_share in
  * force (they ran less than it of the device, measured at that rate from
  * when they started, with at most 50 ms of wall time's worth banked or

@@ -418,6 +418,7 @@ class LimitsTest(RepoServerCase):
             {"name": "tiny", "keys": [digest("k-tiny")], "rate_rows_per_s": 1},
             {"name": "free", "keys": [digest("k-free")]},
             {"name": "capped", "keys": [digest("k-capped")], "limit": 0.3},
+            {"name": "tight", "keys": [digest("k-tight")], "limit": 0.05},
         ],
     }
 
@@ -510,6 +511,24 @@ class LimitsTest(RepoServerCase):
         self.assertEqual(codes.get(504, 0), 0, codes)
         for r in bodies:
             self.assert_429(r, "limit", (1,))
+
+    def test_limit_retry_after_is_computed(self):
+        # SPEC.md: the limit's Retry-After is computed (it was always 1). A
+        # 400-ms batch takes a tenant limited to 0.05 of the device to about
+        # 0.43 of the last second; its use decays under the limit ~2.2 s
+        # after that batch, and the next request, held from then, is
+        # refused 1.1 s into its 1.5-s budget: about 1.5 s early, so 2.
+        got = {}
+        first = threading.Thread(target=lambda: got.setdefault("a", infer(self.srv, "slow",
+                                                                           "k-tight")))
+        first.start()
+        time.sleep(0.05)
+        r = roundtrip(self.srv.port, "POST", "/v2/models/slow/infer",
+                      [("Content-Type", "application/json"), ("Authorization", "Bearer k-tight"),
+                       ("X-Request-Timeout-Ms", "1500")], body(), timeout=10)
+        first.join(10)
+        self.assertEqual(got["a"].status, 200, got)
+        self.assert_429(r, "limit", (2, 3))
 
     def test_rate_retry_after_is_computed(self):
         # 4 rows at 1 row/s: a full bucket lets them through, and the next

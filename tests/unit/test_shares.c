@@ -142,7 +142,7 @@ static void sim_run(struct sim *s, int64_t until)
         bool has[WORK_TENANTS_MAX];
         bqueue_tenants_waiting(&s->q, has);
         int64_t retry = 0;
-        s->q.nrank = shares_rank(s->sh, s->now, has, s->q.rank, &retry);
+        s->q.nrank = shares_rank(s->sh, s->now, has, s->q.rank, &retry, NULL);
         if (s->q.nrank == 0)
             s->q.nrank = -1;
         s->q.rank_retry_ns = retry;
@@ -277,6 +277,42 @@ static void test_limit_caps_a_tenant(void **state)
     assert_true(s->busy_early[1] <= (int64_t)(0.4 * 500 * MS) + s->batch_ns_max);
     sim_free(s);
     free(s);
+}
+
+/* A tenant held at its limit is told how long it stays held if it runs
+ * nothing more (SPEC.md: the limit's 429 has a computed Retry-After): its
+ * use decays as exp(-t/tau), under the limit after tau ln(use/limit). */
+static void test_limit_says_how_long_it_holds(void **state)
+{
+    (void)state;
+    struct tenants_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.n = 2;
+    for (int t = 0; t < 2; t++) {
+        snprintf(tc.t[t].name, sizeof tc.t[t].name, "t%d", t);
+        tc.t[t].share = 0.5;
+        tc.t[t].limit = t ? 0.3 : 1.0;
+        tc.t[t].lend = true;
+    }
+    struct error err = {0};
+    struct shares *sh = shares_new("sim0", &tc, 1, &err);
+    struct infer_item it = {.rows = 1, .tenant = 1};
+    struct batch b = {.head = &it, .nitems = 1, .rows = 1};
+    int64_t now = 10 * SEC;
+    shares_charge(sh, now, &b, 900 * MS);   /* 0.9 of the last tau */
+    bool has[TENANTS_MAX] = {false, true};
+    int order[TENANTS_MAX];
+    int64_t retry = 0, held[TENANTS_MAX] = {0};
+    assert_int_equal(shares_rank(sh, now, has, order, &retry, held), 0);
+    print_message("# at 0.9 of the device, limit 0.3: held %.3f s\n", (double)held[1] / SEC);
+    assert_true(llabs(held[1] - (int64_t)(SEC * log(3.0))) < MS);
+    /* Held all that time (its requests waiting, asked every 50 ms), it
+     * runs again once that long has passed. */
+    int64_t for_ns = held[1];
+    for (int64_t t = now + 50 * MS; t < now + for_ns - MS; t += 50 * MS)
+        assert_int_equal(shares_rank(sh, t, has, order, &retry, held), 0);
+    assert_int_equal(shares_rank(sh, now + for_ns + MS, has, order, &retry, held), 1);
+    shares_free(sh);
 }
 
 /* The default limit, 1, is the whole device: it never holds a tenant back,
@@ -506,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_borrowed_is_the_part_above_the_share),
         cmocka_unit_test(test_alone_borrows_all_and_owner_returns),
         cmocka_unit_test(test_limit_caps_a_tenant),
+        cmocka_unit_test(test_limit_says_how_long_it_holds),
         cmocka_unit_test(test_limit_one_never_holds),
         cmocka_unit_test(test_reserved_share_stays_free),
         cmocka_unit_test(test_random_mixes_property),
