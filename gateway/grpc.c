@@ -336,7 +336,7 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
     buf_free(&out);
     buf_free(&echo);
     if (call->stream) {   /* room for the messages that waited, or the end */
-        grpc_call_take(call);
+        grpc_call_take(call);   /* which says where the body stands */
         grpc_call_check_end(call);
     }
     call->holds--;
@@ -536,6 +536,19 @@ static void grpc_call_flow(struct grpc_call *call)
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "out of memory for the stream's timer");
 }
 
+/* Where a stream's body stands for its timers (http.h): a piece of a
+ * message pending is moving; none, it rests, or is served while answers
+ * are owed (a message waiting 3 s for its batch was ended as idle, its
+ * computed answer lost). */
+static void grpc_call_rest(struct grpc_call *call)
+{
+    if (!call->stream || call->answered)
+        return;
+    http_request_body_at_rest(call->req, call->in.len ? HTTP_BODY_MOVING
+                                         : call->nrunning ? HTTP_BODY_SERVING
+                                                          : HTTP_BODY_AT_REST);
+}
+
 /* The whole messages in call->in, taken: a unary call's one (at the end
  * of its body), a stream's as they arrive and while it has room. A message
  * answered at once (inside grpc_msg_start) calls back here: the loop that
@@ -580,8 +593,7 @@ static void grpc_call_take(struct grpc_call *call)
         call->in.len -= off;
     }
     call->taking = false;
-    if (call->stream && !call->answered)   /* no piece of a message pending: idle, not stalled */
-        http_request_body_at_rest(call->req, call->in.len == 0);
+    grpc_call_rest(call);
     grpc_call_flow(call);
 }
 
@@ -766,7 +778,7 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
     }
     http_request_on_abort(req, grpc_call_abort, call);
     if (call->stream)   /* between messages from the start */
-        http_request_body_at_rest(req, 1);
+        http_request_body_at_rest(req, HTTP_BODY_AT_REST);
     http_request_on_body(req, grpc_call_body, call);
 }
 

@@ -955,17 +955,22 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
         struct list *q, *tmp;
         list_foreach_safe(q, tmp, &c->streams) {
             struct h2_stream *st = h2_stream_from_link(q);
-            if (!st->open || st->req->responded || (st->req->accepted && st->body_end) ||
-                st->req->body_paused)
-                continue;   /* a body its handler stopped is not stalled */
-            /* Between whole messages a stream is idle, not stalled. */
+            if (!st->open || st->req->responded || (st->req->accepted && st->body_end))
+                continue;
+            /* Between whole messages a stream is idle, not stalled; while
+             * its handler answers some, or has stopped its body (its output
+             * is full), neither. */
             bool rest = st->req->accepted && st->req->body_at_rest;
+            bool serving = rest && st->req->body_serving;
+            bool paused = st->req->body_paused;
             if (c->t->draining && st->req->accepted) {
                 /* A stream that would wait for the client's next message
                  * holds the drain to its deadline: its body ends (503) once
-                 * it is between messages, and the handler answers what it
-                 * has taken and closes it. Until then, looked at often. */
-                if (rest) {
+                 * it is between messages with nothing owed, and the handler
+                 * closes it. Until then, looked at often (a stream paused
+                 * with messages waiting, past 128 in flight, was looked at
+                 * again only after idle_timeout_ms: the drain ran out). */
+                if (rest && !serving && !paused) {
                     st->busy++;
                     h2_body_end(st, 503, "the server is shutting down");
                     st->busy--;
@@ -975,10 +980,15 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
                 if (next_ns > H2_DRAIN_LOOK_NS)
                     next_ns = H2_DRAIN_LOOK_NS;
             }
+            if (paused || serving)
+                continue;
+            int64_t since = st->t_progress;
+            if (rest && st->req->t_rest_ns > since)
+                since = st->req->t_rest_ns;   /* idle from its last answer, not its last message */
             int64_t limit = rest ? idle_ns : header_ns;
-            if (now - st->t_progress < limit) {
-                if (st->t_progress + limit - now < next_ns)
-                    next_ns = st->t_progress + limit - now;
+            if (now - since < limit) {
+                if (since + limit - now < next_ns)
+                    next_ns = since + limit - now;
                 continue;
             }
             if (!st->req->accepted) {

@@ -141,10 +141,16 @@ void http_request_on_body(struct http_request *req, http_body_fn fn, void *arg);
  * the stream's window is not given back while stopped: the client may
  * send at most its window more, and the handler still gets it. */
 void http_request_pause_body(struct http_request *req, int paused);
-/* The handler holds every whole piece of the body so far (a gRPC stream
- * between its messages): a pause there is the client's to take, timed by
- * limits.idle_timeout_ms rather than header_timeout_ms (HTTP/2 streams). */
-void http_request_body_at_rest(struct http_request *req, int at_rest);
+/* Where a streamed body stands between its pieces (HTTP/2 streams; a gRPC
+ * stream's messages), for its timers:
+ *   HTTP_BODY_MOVING   a piece is part way: header_timeout_ms (a stall);
+ *   HTTP_BODY_AT_REST  the handler holds every whole piece and owes nothing:
+ *                      the client's turn, limits.idle_timeout_ms from now;
+ *   HTTP_BODY_SERVING  the handler holds every whole piece and is still
+ *                      answering some: no timer (the answer's own time).
+ * A drain ends a body at rest (503), and waits for one being served. */
+enum { HTTP_BODY_MOVING = 0, HTTP_BODY_AT_REST = 1, HTTP_BODY_SERVING = 2 };
+void http_request_body_at_rest(struct http_request *req, int state);
 
 /* Starts an answer whose body follows: Content-Length when content_length
  * >= 0, else chunked (HTTP/1.1 clients) or until close (HTTP/1.0). no_body:

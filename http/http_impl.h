@@ -99,6 +99,8 @@ struct http_request {
     bool body_done;                /* the last body byte was read */
     bool body_paused;              /* the handler stopped the body */
     bool body_at_rest;             /* between whole pieces: idle, not stalled (HTTP/2) */
+    bool body_serving;             /* ... and the handler is answering some: no timer */
+    int64_t t_rest_ns;             /* when it last came to rest (the idle clock's start) */
     bool resp_begun;               /* http_respond_begin was called */
     bool resp_chunked;             /* the answer is chunk-framed */
     bool resp_no_body;             /* HEAD, 204, 304: body bytes are dropped */

@@ -12,6 +12,8 @@
 
 #include <jansson.h>
 
+#include "common/clock.h"
+
 /* Buffer bytes a recycled request keeps, each of head, body and held answer. */
 #define HTTP_REQUEST_KEEP (4u << 10)
 
@@ -368,9 +370,13 @@ void http_request_pause_body(struct http_request *r, int paused)
     r->proto->body_paused(r);
 }
 
-void http_request_body_at_rest(struct http_request *r, int at_rest)
+void http_request_body_at_rest(struct http_request *r, int state)
 {
-    r->body_at_rest = at_rest != 0;
+    bool rest = state == HTTP_BODY_AT_REST;
+    if (rest && (!r->body_at_rest || r->body_serving))
+        r->t_rest_ns = now_ns();   /* the client's turn starts now: after the last answer */
+    r->body_at_rest = state != HTTP_BODY_MOVING;
+    r->body_serving = state == HTTP_BODY_SERVING;
 }
 
 void http_request_peer(const struct http_request *r, char *out, size_t cap)

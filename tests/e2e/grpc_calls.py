@@ -535,6 +535,19 @@ def check_drain(a):
     busy = stub.ModelStreamInfer(one_then_wait("busy"), timeout=60)
     t_busy = threading.Thread(target=read, args=("busy", busy))
     t_busy.start()
+    # Past 128 messages in flight the stream's body is paused with the
+    # rest waiting: such a stream was looked at again only after
+    # idle_timeout_ms, and held the drain to its deadline (exit 1).
+    got["many"] = []
+
+    def many_then_wait():
+        for i in range(150):
+            yield infer_request("quick", x, name="x", id="m%d" % i)
+        release.wait(30)
+
+    many = stub.ModelStreamInfer(many_then_wait(), timeout=60)
+    t_many = threading.Thread(target=read, args=("many", many))
+    t_many.start()
     time.sleep(0.3)
     t0 = time.monotonic()
     os.kill(a.pid, signal.SIGTERM)
@@ -542,16 +555,58 @@ def check_drain(a):
     expect(output_of(resp).shape == (1, 3), "the call in flight at SIGTERM is answered")
     t_idle.join(10)
     t_busy.join(10)
+    t_many.join(10)
     took = time.monotonic() - t0
     release.set()
     expect(len(got["busy"]) == 1 and not got["busy"][0].error_message,
            "the stream's message running at SIGTERM is answered: %r" % got["busy"])
-    for tag in ("idle", "busy"):
+    expect(len(got["many"]) == 150 and not any(r.error_message for r in got["many"]),
+           "the stream of 150 messages has all its answers: %d" % len(got["many"]))
+    for tag in ("idle", "busy", "many"):
         expect(ends.get(tag, (None,))[0] == grpc.StatusCode.UNAVAILABLE,
                "the %s stream ends UNAVAILABLE at the drain: %r" % (tag, ends.get(tag)))
     expect(took < 5, "the streams end with the drain, not at its deadline: %.1f s" % took)
     ok("SIGTERM while a call runs: it is answered (the connection gets GOAWAY after it); "
-       "streams idle or running end UNAVAILABLE after their answers, in %.1f s" % took)
+       "streams idle, running or past 128 in flight end UNAVAILABLE after their answers, in "
+       "%.1f s" % took)
+
+
+# ---------------------------------------------------------------- idle
+
+def check_idle(a):
+    """limits.idle_timeout_ms 1000 and a model whose batch takes 1.5 s: a
+    stream waiting for its answer is not idle (it was ended at 1 s, its
+    computed answer lost), and its idle clock starts at the answer, not at
+    its last message. Past that, idle for the limit, it is ended."""
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(a.grpc))
+    x = np.zeros((1, 4), dtype=np.float32)
+    answers = []
+    send_second = threading.Event()
+
+    def msgs():
+        yield infer_request("slow15", x, name="x", id="first")
+        send_second.wait(10)
+        time.sleep(0.7)   # 2.2 s after the first message, 0.7 s after its answer
+        yield infer_request("slow15", x, name="x", id="second")
+        time.sleep(30)    # then idle: ended after 1 s of it
+
+    t0 = time.monotonic()
+    call = stub.ModelStreamInfer(msgs(), timeout=60)
+    end = None
+    try:
+        for resp in call:
+            answers.append((time.monotonic() - t0, resp.infer_response.id, resp.error_message))
+            send_second.set()
+    except grpc.RpcError as e:
+        end = (time.monotonic() - t0, e.code(), e.details())
+    expect([(i, err) for _, i, err in answers] == [("first", ""), ("second", "")],
+           "both messages answered: %r, then %r" % (answers, end))
+    expect(end is not None and end[1] == grpc.StatusCode.DEADLINE_EXCEEDED and
+           "idle" in end[2], "then ended as idle: %r" % (end,))
+    idle_for = end[0] - answers[-1][0]
+    expect(0.8 < idle_for < 3.0, "idle from its last answer: ended %.2f s after it" % idle_for)
+    ok("a stream is not idle while its answer is computed; idle %.2f s after its last answer"
+       % idle_for)
 
 
 # ---------------------------------------------------------------- churn
@@ -601,7 +656,7 @@ def main():
     ap.add_argument("--grpc", required=True)
     ap.add_argument("--http", required=True)
     ap.add_argument("--case", required=True,
-                    choices=("surface", "auth", "limits", "drain", "churn"))
+                    choices=("surface", "auth", "limits", "drain", "churn", "idle"))
     ap.add_argument("--streams", type=int, default=1500)
     ap.add_argument("--pid", type=int, default=0)
     ap.add_argument("--override", default="{}")
@@ -610,7 +665,7 @@ def main():
     a = ap.parse_args()
     try:
         {"surface": check_surface, "auth": check_auth, "limits": check_limits,
-         "drain": check_drain, "churn": check_churn}[a.case](a)
+         "drain": check_drain, "churn": check_churn, "idle": check_idle}[a.case](a)
     except (CheckFailed, InferenceServerException, grpc.RpcError) as e:
         print("FAIL: %s" % (e,), flush=True)
         sys.exit(1)

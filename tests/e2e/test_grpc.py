@@ -167,6 +167,8 @@ class GrpcDrainTest(unittest.TestCase):
         repo = tempfile.mkdtemp(prefix="batchgate-repo-")
         try:
             write_model(repo, "slow", synthetic("slow", base_us=1000000, per_row_us=0))
+            write_model(repo, "quick", synthetic("quick", base_us=100000, per_row_us=0,
+                                                 batching={"max_batch_size": 8}))
             with Server({"model_repository": repo}) as srv:
                 srv.wait_log(r"ready in", timeout=30)
                 code, out = run_testdeps(
@@ -178,6 +180,20 @@ class GrpcDrainTest(unittest.TestCase):
                 self.assertIn("SIGTERM: draining", srv.log())
         finally:
             shutil.rmtree(repo, ignore_errors=True)
+
+
+class GrpcIdleTest(GrpcCase):
+    """limits.idle_timeout_ms on a stream: not while an answer is owed, and
+    from the last answer (grpc_calls.py --case idle)."""
+    config = {"limits": {"idle_timeout_ms": 1000}}
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "slow15", synthetic("slow15", base_us=1500000, per_row_us=0,
+                                              batching={"max_batch_size": 1}))
+
+    def test_a_stream_waiting_for_its_answer_is_not_idle(self):
+        self.run_calls("idle")
 
 
 class GrpcConfigTest(unittest.TestCase):
