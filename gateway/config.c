@@ -314,8 +314,9 @@ static const struct schema_field config_grpc_fields[] = {
      .doc = "SETTINGS_MAX_FRAME_SIZE: the largest frame a client may send"},
     {SCHEMA_F_INT("max_resets_per_s", struct http_h2_config, max_resets_per_s),
      .min = 1, .max = 1000000, .def = 100,
-     .doc = "RST_STREAM frames a connection may send per second (a bucket of twice that); past "
-            "it: GOAWAY(ENHANCE_YOUR_CALM) and the connection closes (rapid reset)"},
+     .doc = "RST_STREAM frames a connection may send per second (a bucket of twice that plus "
+            "`max_concurrent_streams`); past it: GOAWAY(ENHANCE_YOUR_CALM) and the connection "
+            "closes (rapid reset)"},
     {SCHEMA_F_INT("max_control_frames_per_s", struct http_h2_config, max_control_per_s),
      .min = 1, .max = 1000000, .def = 100,
      .doc = "SETTINGS, PING and PRIORITY frames a connection may send per second; past it: "

@@ -16,7 +16,7 @@
  * still being answered count against it too (a reset does not stop the
  * work at once: CVE-2023-44487's rapid reset makes a server work for
  * streams the client already dropped); RST_STREAM frames by a token bucket
- * (twice grpc.max_resets_per_s, refilled at that rate; nghttp2's, looser,
+ * (h2_rst_burst, refilled at grpc.max_resets_per_s; nghttp2's, looser,
  * behind it); SETTINGS, PING and PRIORITY frames per second;
  * CONTINUATION frames per header block (nghttp2's, 8); the header list
  * against limits.max_header_bytes (431), each stream's body against
@@ -473,6 +473,15 @@ static struct h2_stream *h2_stream_of(struct h2_conn *c, int32_t id)
     return nghttp2_session_get_stream_user_data(c->ng, id);
 }
 
+/* The RST_STREAM bucket's size: twice the rate, plus every stream a client
+ * may have open. A client cancelling all its calls at once (250 futures of
+ * one channel) lost the connection, its other calls with it; the streams
+ * it resets are bounded by max_concurrent_streams anyway. */
+static double h2_rst_burst(const struct http_h2_config *hc)
+{
+    return 2.0 * hc->max_resets_per_s + hc->max_concurrent_streams;
+}
+
 /* A flood: GOAWAY(ENHANCE_YOUR_CALM), and the connection closes once it is sent. */
 static int h2_calm(struct h2_conn *c, const char *what)
 {
@@ -534,6 +543,12 @@ static int h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8
                                                           st->authority.len) < 0))
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
+    /* A value's surrounding spaces and tabs are not part of it (RFC 9110
+     * 5.5), as parse.c reads HTTP/1.1's: "Bearer KEY " is the key. */
+    while (vlen > 0 && (value[0] == ' ' || value[0] == '\t'))
+        value++, vlen--;
+    while (vlen > 0 && (value[vlen - 1] == ' ' || value[vlen - 1] == '\t'))
+        vlen--;
     if (http_request_add_header(r, (const char *)name, nlen, (const char *)value, vlen) < 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     return 0;
@@ -605,15 +620,15 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
             h2_body_end(st, 0, NULL);
         break;
     case NGHTTP2_RST_STREAM: {
-        /* Rapid reset: a bucket of 2 x max_resets_per_s, refilled at
+        /* Rapid reset: a bucket of h2_rst_burst, refilled at
          * max_resets_per_s. nghttp2's own (looser, h2_conn_new) would
          * answer GOAWAY(INTERNAL_ERROR) and say nothing to the log. */
         int64_t now = now_ns();
-        double rate = c->t->h2->max_resets_per_s;
+        double rate = c->t->h2->max_resets_per_s, burst = h2_rst_burst(c->t->h2);
         c->rst_tokens += (double)(now - c->rst_refill_ns) * 1e-9 * rate;
         c->rst_refill_ns = now;
-        if (c->rst_tokens > 2 * rate)
-            c->rst_tokens = 2 * rate;
+        if (c->rst_tokens > burst)
+            c->rst_tokens = burst;
         if (c->rst_tokens < 1)
             return h2_calm(c, "more RST_STREAM frames than grpc.max_resets_per_s (rapid reset)");
         c->rst_tokens -= 1;
@@ -1065,8 +1080,12 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
     /* Rapid reset: h2_on_frame_recv's bucket answers it. nghttp2's (Debian's
      * 1.52 carries it) stays behind as a backstop, twice as loose so that
      * ours always comes first: its GOAWAY says INTERNAL_ERROR, unlogged. */
-    nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)hc->max_resets_per_s * 4,
+    nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)(h2_rst_burst(hc) * 2),
                                                (uint64_t)hc->max_resets_per_s * 2);
+    /* gRPC metadata may begin or end with a space (grpc-core takes it);
+     * nghttp2's RFC 9113 8.2.1 check reset such a stream, unsaid. The
+     * value is trimmed where it is read (h2_on_header), as HTTP/1.1's. */
+    nghttp2_option_set_no_rfc9113_leading_and_trailing_ws_validation(opt, 1);
     nghttp2_option_set_max_continuations(opt, 8);
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
@@ -1088,7 +1107,7 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
                                               hc->connection_window_bytes) != 0)
         goto fail;
     c->t_last_active = c->t_last_rx = c->rst_refill_ns = c->t_last_write = now_ns();
-    c->rst_tokens = 2.0 * hc->max_resets_per_s;
+    c->rst_tokens = h2_rst_burst(hc);
     list_insert_head(&t->h2conns, &c->link);
     t->nconns++;
     h2_watch(c, c->ev_read, &c->reading, true);
