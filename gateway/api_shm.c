@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "common/buf.h"
+#include "common/utf8.h"
 #include "gateway/auth.h"
 #include "gateway/shmreg.h"
 #include "serving/tensor_json.h"
@@ -84,11 +85,11 @@ static bool api_shm_name(struct http_request *req, const struct route_match *m, 
         out[n++] = c;
     }
     out[n] = '\0';
-    if (n > 0)
+    if (n > 0 && utf8_valid(out, n))   /* it goes out in JSON: status answers */
         return true;
 bad:
-    http_respond_error(req, 400, NULL, "region name: must be 1 to %zu bytes (%%-escapes "
-                       "allowed)", cap - 1);
+    http_respond_error(req, 400, NULL, "region name: must be 1 to %zu bytes of UTF-8 "
+                       "(%%-escapes allowed)", cap - 1);
     return false;
 }
 

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "common/utf8.h"
 #include "gateway/pbjson.h"
 #include "http/http.h"
 #include "proto/grpc_service.pb-c.h"
@@ -1056,12 +1057,16 @@ static bool grpc_varint_get(const uint8_t *p, size_t len, size_t *i, uint64_t *v
     return false;
 }
 
-/* The first string field (nested messages' too) holding a NUL byte, by
- * name, or NULL. protobuf-c hands strings over as C strings: "a\0b" would
- * be read as "a", a request id echoed cut short, a model name naming
- * another model. Read from the wire, which unpack already checked. */
+/* The first string field (nested messages' too) that is not one: holding
+ * a NUL byte, or bytes that are not UTF-8; by name, *why saying which, or
+ * NULL. protobuf-c hands strings over as C strings, unchecked: "a\0b"
+ * would be read as "a" (a request id echoed cut short, a model name
+ * naming another model), and bytes that are not UTF-8 made no JSON for the
+ * HTTP request ("out of memory", NOT_FOUND or RESOURCE_EXHAUSTED; a load's
+ * config override dropped, the files' config loaded instead). Read from
+ * the wire, which unpack already checked. */
 static const char *grpc_string_with_nul(const ProtobufCMessageDescriptor *d, const uint8_t *p,
-                                        size_t len, int depth)
+                                        size_t len, int depth, const char **why)
 {
     size_t i = 0;
     uint64_t key, l;
@@ -1078,10 +1083,18 @@ static const char *grpc_string_with_nul(const ProtobufCMessageDescriptor *d, con
                 return NULL;
             const ProtobufCFieldDescriptor *f =
                 protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3));
-            if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, (size_t)l))
+            if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, (size_t)l)) {
+                *why = "a string holding a NUL byte (not served: it would be read cut short "
+                       "there)";
                 return f->name;
+            }
+            if (f && f->type == PROTOBUF_C_TYPE_STRING && !utf8_valid(p + i, (size_t)l)) {
+                *why = "a string that is not UTF-8 (proto3 strings are)";
+                return f->name;
+            }
             if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                const char *name = grpc_string_with_nul(f->descriptor, p + i, (size_t)l, depth + 1);
+                const char *name = grpc_string_with_nul(f->descriptor, p + i, (size_t)l, depth + 1,
+                                                        why);
                 if (name)
                     return name;
             }
@@ -1108,11 +1121,11 @@ int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
     if (!req)
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "the request is not a valid %s",
                          m->req->name);
-    const char *nul = grpc_string_with_nul(m->req, msg, len, 0);
+    const char *why = NULL;
+    const char *nul = grpc_string_with_nul(m->req, msg, len, 0, &why);
     if (nul) {
         protobuf_c_message_free_unpacked(req, NULL);
-        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "%s: a string holding a NUL byte (not "
-                         "served: it would be read cut short there)", nul);
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "%s: %s", nul, why);
     }
     int rc = m->to(req, out, err, cap);
     protobuf_c_message_free_unpacked(req, NULL);

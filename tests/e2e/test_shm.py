@@ -135,6 +135,13 @@ class ShmTest(RepoServerCase):
         self.assertEqual(len(self.mapped()), 2)
         resp = roundtrip(port, "GET", "/v2/systemsharedmemory/region/zz/status")
         self.assertEqual(resp.status, 404)
+        # A name that is not UTF-8 is refused: registered, it made every
+        # status answer JSON that no client could read.
+        resp = jpost(port, "/v2/systemsharedmemory/region/%FF%FE/register",
+                     {"key": r.key, "byte_size": 4})
+        self.assertEqual(resp.status, 400, resp)
+        self.assertIn("UTF-8", resp.json()["error"])
+        self.assertEqual(len(roundtrip(port, "GET", "/v2/systemsharedmemory/status").json()), 2)
         self.assertEqual(jpost(port, "/v2/systemsharedmemory/region/a/unregister", "").status, 200)
         self.assertEqual(len(self.mapped()), 1, "unregister did not unmap")
         self.assertEqual(jpost(port, "/v2/systemsharedmemory/region/a/unregister", "").status, 200)

@@ -645,6 +645,37 @@ static void test_to_http_nul_in_strings(void **state)
     if (rc == GRPC_INVALID_ARGUMENT && strstr(err, "NUL"))
         fail_msg("bytes refused: %s", err);
     grpc_http_request_free(&r);
+    /* Strings that are not UTF-8 (proto3 strings are): INVALID_ARGUMENT
+     * naming the field. They made no JSON: "out of memory" as NOT_FOUND or
+     * RESOURCE_EXHAUSTED, and a load's config override was dropped. */
+    static const struct {
+        const char *call, *b;
+        size_t n;
+        const char *field;
+    } bad[] = {
+        {"ModelReady", "\x0a\x01\xff", 3, "name"},
+        {"ModelReady", "\x0a\x02\xc0\xaf", 4, "name"},            /* overlong '/' */
+        {"ModelReady", "\x0a\x03\xed\xa0\x80", 5, "name"},        /* a surrogate */
+        {"ModelReady", "\x0a\x04\xf4\x90\x80\x80", 6, "name"},    /* past U+10FFFF */
+        {"ModelReady", "\x0a\x02\xe2\x82", 4, "name"},            /* cut short */
+        {"ModelInfer", "\x0a\x06" "digits" "\x1a\x02" "\xff\xfe", 12, "id"},
+        /* inputs[0] (field 5): datatype (field 2) "FP\xff" */
+        {"ModelInfer", "\x0a\x06" "digits" "\x2a\x05\x12\x03" "FP\xff", 15, "datatype"},
+    };
+    for (size_t c = 0; c < COUNT(bad); c++) {
+        rc = to_http_raw(bad[c].call, bad[c].b, bad[c].n, &r, err, sizeof err);
+        if (rc != GRPC_INVALID_ARGUMENT)
+            fail_msg("utf-8 case %zu: %d %s", c, rc, err);
+        char want[64];
+        snprintf(want, sizeof want, "%s: a string that is not UTF-8", bad[c].field);
+        assert_contains(err, want);
+        grpc_http_request_free(&r);
+    }
+    /* UTF-8 of every length passes. */
+    static const char good[] = "\x0a\x0a" "d\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    rc = to_http_raw("ModelReady", good, sizeof good - 1, &r, err, sizeof err);
+    assert_int_equal(rc, GRPC_OK);
+    grpc_http_request_free(&r);
 }
 
 /* ---- ModelInfer requests ---- */
