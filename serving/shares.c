@@ -16,6 +16,15 @@
 #define SHARES_MIN_WEIGHT 0.001
 /* Virtual time: device ns / weight, kept as a double (ns / 0.001 over a
  * year stays far inside its exact range for ranking). */
+/* The most a tenant with work may lead the device's virtual clock. A lead
+ * is device time it had beyond its turn: rows that filled batches others
+ * could not (a share-0 tenant's are charged 1000 times), its job's lines
+ * in offline time. Others with work then run that lead times their weights
+ * (at most the lead itself, weights summing to 1 or less) before it is
+ * served again: unbounded, a few seconds of filling spare rows starved a
+ * tenant for minutes. Larger than one batch's lead at an ordinary share
+ * (a 100-ms batch at share 0.05 leads by 2e9). */
+#define SHARES_LAG_NS 2000000000.0
 
 struct shares_tenant {
     double vtime;
@@ -50,6 +59,7 @@ struct shares {
      * idle time leaves no debt past the cap. */
     double off_owed;
     int64_t off_at;
+    int64_t last_batch_ns;            /* the last batch charged: the bucket's grain */
     struct shares_tenant t[TENANTS_MAX];
 };
 
@@ -99,8 +109,13 @@ int shares_slots(struct shares *s)
 void shares_set(struct shares *s, const double *share, double offline_share)
 {
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n; i++)
+    for (int i = 0; i < s->n; i++) {
         s->share[i] = share ? share[i] : s->tc ? s->tc->t[i].share : 0;
+        /* A new window is a new account: a lead run up under the old
+         * weights (a share of 0 weighs 0.001) would read a thousand times
+         * larger, or smaller, under the new ones. */
+        s->t[i].vtime = s->vclock;
+    }
     s->offline_share = offline_share;
     pthread_mutex_unlock(&s->mu);
 }
@@ -175,13 +190,13 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
             s->t[t].active_at = now_ns;
     }
     int k = 0;
-    bool held = false;
+    bool held = false, held_t[TENANTS_MAX] = {false};
     double least = -1;
     for (int t = 0; t < s->n; t++) {
         if (!has[t])
             continue;
-        if (least < 0 || s->t[t].vtime < least)
-            least = s->t[t].vtime;
+        if (s->t[t].vtime > s->vclock + SHARES_LAG_NS)
+            s->t[t].vtime = s->vclock + SHARES_LAG_NS;
         /* Over its limit (a limit of 1 is the whole device and holds
          * nothing: the moving sum, charged a batch's whole time at its end,
          * reads up to half a batch over 1 on a device kept busy); or
@@ -200,8 +215,15 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
                 held_ns[t] = bound > 0 && frac[t] > bound
                                  ? (int64_t)((double)SHARES_TAU_NS * log(frac[t] / bound))
                                  : SHARES_TAU_NS;
+            held_t[t] = true;
             continue;
         }
+        /* The clock is the least virtual time of the tenants that may be
+         * served: one held back (its limit) kept it down while the others
+         * ran on, and a tenant arriving then started that far behind
+         * them, which starved them for seconds. */
+        if (least < 0 || s->t[t].vtime < least)
+            least = s->t[t].vtime;
         /* Insertion by virtual time; ties to the larger share, then index. */
         int i = k++;
         while (i > 0) {
@@ -217,20 +239,40 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
     }
     if (least > s->vclock)
         s->vclock = least;
+    /* Nor does a held tenant bank credit while it waits: it is held by its
+     * own bound, not by the others, and comes back at the clock, as from
+     * idleness. */
+    for (int t = 0; t < s->n; t++)
+        if (held_t[t] && s->t[t].vtime < s->vclock)
+            s->t[t].vtime = s->vclock;
     *retry_ns = held ? SHARES_TAU_NS / 100 : 0;
     pthread_mutex_unlock(&s->mu);
     return k;
 }
 
-/* The job lines' bucket grown to now, minus `ran` ns, within its cap. */
+/* The job lines' bucket grown to now, within its cap, minus `ran` ns. Its
+ * debt is bounded at a charge only (the cap and the batch charged): a
+ * batch longer than the cap was mostly forgiven when the debt was held to
+ * the cap, and job lines of 100-ms batches took half the device under an
+ * offline_share of 0.05. A night of harvesting idle time still leaves at
+ * most one batch and the cap of debt. The cap is a batch's worth at least:
+ * the bucket is looked at between batches, and what it earned during one
+ * past the cap was lost (0.165 of the device under a share of 0.2). */
 static double shares_offline_bucket(struct shares *s, int64_t now, double ran)
 {
-    double rate = s->offline_share * s->slots, cap = rate * (double)SHARES_OFF_CAP_NS;
+    int64_t grain = s->last_batch_ns > SHARES_OFF_CAP_NS ? s->last_batch_ns : SHARES_OFF_CAP_NS;
+    double rate = s->offline_share * s->slots, cap = rate * (double)grain;
     if (s->off_at && now > s->off_at)
         s->off_owed += rate * (double)(now - s->off_at);
     s->off_at = now;
+    /* What the batch earned while it ran is set against it before the cap
+     * is applied: capped first, a job batch lost what was owed when it
+     * began (every 6th batch where the 5th was due). */
     s->off_owed -= ran;
-    s->off_owed = s->off_owed > cap ? cap : s->off_owed < -cap ? -cap : s->off_owed;
+    if (s->off_owed > cap)
+        s->off_owed = cap;
+    if (ran > 0 && s->off_owed < -(cap + ran))
+        s->off_owed = -(cap + ran);
     return s->off_owed;
 }
 
@@ -274,6 +316,7 @@ void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int6
             off_ns += (double)ns;
         x->active_at = now_ns;
     }
+    s->last_batch_ns = exec_ns;
     shares_offline_bucket(s, now_ns, off_ns);
     pthread_mutex_unlock(&s->mu);
 }

@@ -440,6 +440,113 @@ static void test_zero_share_not_starved_when_room(void **state)
     free(s);
 }
 
+/* offline_share with batches longer than the bucket's cap (100 ms against
+ * 0.1 x 50 ms): the debt of each was held to the cap and the rest
+ * forgiven, and job lines took half the device under a share of 0.05. */
+static void test_offline_share_with_long_batches(void **state)
+{
+    (void)state;
+    for (int pass = 0; pass < 2; pass++) {
+        double want = pass ? 0.2 : 0.05;
+        struct sim *s = calloc(1, sizeof *s);
+        sim_init(s, 2, (double[]){0.5, 0.5});
+        s->lat.a_ns = 90.0 * MS;   /* 8 rows: 100 ms */
+        s->lat.b_ns = 1.25 * MS;
+        s->backlog = true;
+        shares_set(s->sh, (double[]){0.5, 0.5}, want);
+        sim_run(s, 30 * SEC);
+        double off = (double)(s->busy_off[1] + s->busy_off[2]) / (20.0 * SEC);
+        print_message("# offline_share %.2f, batches up to %.0f ms: job lines used %.3f of a "
+                      "saturated device\n", want, (double)s->batch_ns_max / MS, off);
+        assert_true(off >= want * 0.8 && off <= want * 1.25);
+        sim_free(s);
+        free(s);
+    }
+}
+
+/* A tenant held at its limit does not hold the device's clock back: C ran
+ * on while A was held, and B, arriving at A's clock, was far behind C, who
+ * then got nothing for ~11 s (limit 0.4, shares 0.3/0.3/0.1). */
+static void test_held_tenant_does_not_hold_the_clock(void **state)
+{
+    (void)state;
+    struct sim *s = calloc(1, sizeof *s);
+    sim_init(s, 3, (double[]){0.3, 0.3, 0.1});
+    s->tc.t[0].limit = 0.4;
+    s->on_from[1] = 10 * SEC;   /* B comes after 10 s of A (held) and C */
+    sim_run(s, 20 * SEC);
+    double a = (double)s->busy[0][1] / (10.0 * SEC), b = (double)s->busy[1][1] / (10.0 * SEC),
+           c = (double)s->busy[2][1] / (10.0 * SEC);
+    print_message("# after B joins: A %.3f (limit 0.4) B %.3f C %.3f (share 0.1 of 0.7)\n", a,
+                  b, c);
+    assert_true(a <= 0.42);
+    assert_true(c >= 0.6 * 0.25 * 0.85);   /* C and B split the 0.6 left 1:3 */
+    assert_true(b >= 0.6 * 0.75 * 0.85);
+    sim_free(s);
+    free(s);
+}
+
+/* A lead run up filling what others left (share 0: charged 1000 times)
+ * is bounded, and a window switch starts a new account: C was starved for
+ * minutes after its share became 0.1. */
+static void test_a_lead_is_bounded_and_a_switch_forgets_it(void **state)
+{
+    (void)state;
+    struct tenants_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.n = 2;
+    for (int t = 0; t < 2; t++) {
+        snprintf(tc.t[t].name, sizeof tc.t[t].name, "t%d", t);
+        tc.t[t].share = t ? 0.0 : 1.0;
+        tc.t[t].limit = 1.0;
+        tc.t[t].lend = true;
+    }
+    struct error err = {0};
+    struct shares *sh = shares_new("sim0", &tc, 1, &err);
+    bool has[TENANTS_MAX] = {true, true};
+    int order[TENANTS_MAX];
+    int64_t retry, now = SEC;
+    struct infer_item a = {.rows = 1, .tenant = 0}, c = {.rows = 1, .tenant = 1};
+    struct batch ba = {.head = &a, .nitems = 1, .rows = 1}, bc = {.head = &c, .nitems = 1,
+                                                               .rows = 1};
+    /* 10 s of C filling batches while A has work but cannot fill them. */
+    for (int i = 0; i < 100; i++) {
+        shares_rank(sh, now, has, order, &retry, NULL);
+        now += 30 * MS;
+        shares_charge(sh, now, &bc, 30 * MS);
+        now += 70 * MS;
+        shares_charge(sh, now, &ba, 70 * MS);
+    }
+    /* Now A keeps the device busy: C is served again within ~2 s of A's
+     * device time (its lead bounded), not after A made up 10 s / 0.001. */
+    int64_t waited = 0;
+    while (waited < 10 * SEC) {
+        assert_true(shares_rank(sh, now, has, order, &retry, NULL) == 2);
+        if (order[0] == 1)
+            break;
+        now += 30 * MS;
+        waited += 30 * MS;
+        shares_charge(sh, now, &ba, 30 * MS);
+    }
+    print_message("# share 0 after 10 s of filling: served again after %.2f s of the other's\n",
+                  (double)waited / SEC);
+    assert_true(waited <= 2200 * MS);
+    /* Charged again, then a window gives C 0.1: both start even, the
+     * larger share first, C next. */
+    for (int i = 0; i < 50; i++) {
+        now += 30 * MS;
+        shares_charge(sh, now, &bc, 30 * MS);
+    }
+    shares_set(sh, (double[]){0.9, 0.1}, 0);
+    assert_int_equal(shares_rank(sh, now, has, order, &retry, NULL), 2);
+    assert_int_equal(order[0], 0);
+    now += 30 * MS;
+    shares_charge(sh, now, &ba, 30 * MS);
+    assert_int_equal(shares_rank(sh, now, has, order, &retry, NULL), 2);
+    assert_int_equal(order[0], 1);
+    shares_free(sh);
+}
+
 /* A window's offline_share: job lines get that part of a device that
  * online work saturates, and no more; without it, none. */
 static void test_offline_share_guaranteed(void **state)
@@ -543,6 +650,9 @@ int main(void)
         cmocka_unit_test(test_alone_borrows_all_and_owner_returns),
         cmocka_unit_test(test_limit_caps_a_tenant),
         cmocka_unit_test(test_limit_says_how_long_it_holds),
+        cmocka_unit_test(test_held_tenant_does_not_hold_the_clock),
+        cmocka_unit_test(test_a_lead_is_bounded_and_a_switch_forgets_it),
+        cmocka_unit_test(test_offline_share_with_long_batches),
         cmocka_unit_test(test_limit_one_never_holds),
         cmocka_unit_test(test_reserved_share_stays_free),
         cmocka_unit_test(test_random_mixes_property),
