@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TZ_NAME_MAX 128
 #define TZ_FILE_MAX (1 << 20)
@@ -261,6 +262,22 @@ int tz_load(const char *name, struct tz **out, struct error *err)
     *out = NULL;
     char path[4200];
     const char *dir = getenv("TZDIR");
+    /* The host's zone is TZ's when it names one, as for every program
+     * there (a container sets TZ, not /etc/localtime): ":Asia/Kolkata",
+     * "Asia/Kolkata" or a zone file's path. Anything else (a POSIX rule
+     * such as "<+0530>-5:30", no such file) leaves /etc/localtime. */
+    const char *env = getenv("TZ");
+    if ((!name || !*name) && env && *env) {
+        env += *env == ':';
+        if (*env == '/' && strlen(env) < sizeof path) {
+            snprintf(path, sizeof path, "%s", env);
+            name = env;
+            goto load;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo", env);
+        if (tz_name_ok(env) && access(path, R_OK) == 0)
+            name = env;
+    }
     if (!name || !*name) {
         snprintf(path, sizeof path, "/etc/localtime");
         name = "localtime";
@@ -270,6 +287,7 @@ int tz_load(const char *name, struct tz **out, struct error *err)
     } else {
         snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo", name);
     }
+load:;
     struct tz *z = calloc(1, sizeof *z);
     if (!z)
         return error_set(err, BG_ENOMEM, "out of memory for time zone %s", name);

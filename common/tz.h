@@ -12,9 +12,10 @@
 
 struct tz;
 
-/* Loads an IANA zone ("America/Sao_Paulo"); NULL or "" is the host's
- * (/etc/localtime). A name with "..", a leading '/' or characters outside
- * [A-Za-z0-9/_+-] is refused. */
+/* Loads an IANA zone ("America/Sao_Paulo"); NULL or "" is the host's: the
+ * zone the TZ environment variable names (":Area/City", "Area/City" or a
+ * zone file's path), else /etc/localtime. A name with "..", a leading '/'
+ * or characters outside [A-Za-z0-9/_+-] is refused. */
 int tz_load(const char *name, struct tz **out, struct error *err);
 void tz_free(struct tz *z);
 const char *tz_name(const struct tz *z);

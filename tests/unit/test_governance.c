@@ -29,6 +29,7 @@ static void tenants(void)
     strcpy(tc.t[2].name, "research");
     tc.t[1].share = 0.5;
     tc.t[2].share = 0.25;
+    tc.t[0].limit = 0.4;
 }
 
 static struct governance *parse(const char *text, struct error *err)
@@ -139,7 +140,14 @@ static void test_errors(void **state)
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\",\"shares\":{\"ads\":0.5}}]}",
          "no tenant \"ads\""},
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\","
-         "\"shares\":{\"search\":0.8,\"research\":0.3}}]}", "windows[0].shares: add up to 1.100"},
+         "\"shares\":{\"search\":0.8,\"research\":0.3}}]}", "windows[0].shares: add up to 1.1;"},
+        /* Above the tenant's limit: refused at start for its own share. */
+        {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\","
+         "\"shares\":{\"default\":0.5}}]}",
+         "windows[0].shares.default: 0.5 is above the tenant's limit 0.4"},
+        /* A newline in a name wrote a forged line into the log. */
+        {"{\"windows\": [{\"name\":\"a\\n2026 error forged\",\"from\":\"08:00\",\"to\":\"09:00\"}]}",
+         "windows[0].name: may hold only letters, digits"},
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\","
          "\"offline_share\":1.5}]}", "windows[0].offline_share: a number from 0 to 1"},
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00\",\"to\":\"09:00\",\"colour\":1}]}",

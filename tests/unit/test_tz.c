@@ -104,11 +104,47 @@ static void test_refusals(void **state)
     tz_free(z);
 }
 
+/* The host's zone is TZ's when it names one (a container sets TZ, not
+ * /etc/localtime): it was always /etc/localtime, "localtime" in
+ * GET /v2/governance. A POSIX rule, or no such zone, leaves /etc/localtime. */
+static void test_host_zone_from_tz(void **state)
+{
+    (void)state;
+    struct tz *z;
+    struct error err = {0};
+    if (access("/usr/share/zoneinfo/Asia/Kolkata", R_OK) != 0) {
+        print_message("# no tzdata: skipped\n");
+        return;
+    }
+    static const char *const named[] = {"Asia/Kolkata", ":Asia/Kolkata",
+                                        ":/usr/share/zoneinfo/Asia/Kolkata"};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        setenv("TZ", named[i], 1);
+        assert_int_equal(tz_load("", &z, &err), 0);
+        assert_int_equal(tz_offset(z, 1796515200), 19800);   /* +05:30, no DST */
+        assert_non_null(strstr(tz_name(z), "Asia/Kolkata"));
+        tz_free(z);
+    }
+    /* Given, the configuration's zone wins. */
+    assert_int_equal(tz_load("UTC", &z, &err), 0);
+    assert_int_equal(tz_offset(z, 1796515200), 0);
+    tz_free(z);
+    static const char *const other[] = {"<+0530>-5:30", "Mars/Olympus_Mons", "../etc/passwd"};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        setenv("TZ", other[i], 1);
+        assert_int_equal(tz_load(NULL, &z, &err), 0);
+        assert_string_equal(tz_name(z), "localtime");
+        tz_free(z);
+    }
+    unsetenv("TZ");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_glibc),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_host_zone_from_tz),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
