@@ -573,7 +573,8 @@ static void grpc_call_take(struct grpc_call *call)
         if (call->in.len - off - 5 < mlen)
             break;   /* the rest is on its way */
         if (!call->stream && (call->nmsgs > 0 || call->in.len - off - 5 > mlen)) {
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "a unary call carries exactly one message");
+            /* gRPC's status for a request cardinality violation */
+            grpc_call_fail(call, GRPC_UNIMPLEMENTED, "a unary call carries exactly one message");
             break;
         }
         char err[1024];
@@ -606,7 +607,7 @@ static void grpc_call_check_end(struct grpc_call *call)
         if (grpc_call_room(call))
             grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "the message is cut short");
     } else if (!call->stream && call->nmsgs == 0) {
-        grpc_call_end(call, GRPC_INVALID_ARGUMENT, "the request carries no message", NULL, 0, 0);
+        grpc_call_end(call, GRPC_UNIMPLEMENTED, "the request carries no message", NULL, 0, 0);
     } else if (call->stream && call->nrunning == 0) {
         /* Drained: every message taken is answered; UNAVAILABLE tells the
          * client to go on elsewhere (gRPC's retryable code). */

@@ -1118,8 +1118,8 @@ int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
     if (m->unserved)
         return grpc_fail(err, cap, GRPC_UNIMPLEMENTED, "%s", m->unserved);
     ProtobufCMessage *req = protobuf_c_message_unpack(m->req, NULL, len, msg);
-    if (!req)
-        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "the request is not a valid %s",
+    if (!req)   /* gRPC's status for "error parsing request proto", as grpc-core says it */
+        return grpc_fail(err, cap, GRPC_INTERNAL, "the request is not a valid %s",
                          m->req->name);
     const char *why = NULL;
     const char *nul = grpc_string_with_nul(m->req, msg, len, 0, &why);
