@@ -449,26 +449,30 @@ class JobOverloadTest(FakeUpstreamCase):
         write_model(repo, "night", cfg)
         cls.config = {"state_dir": os.path.join(repo, "state")}
 
+    def run_job(self, n, timeout=30):
+        """A job of n lines on "night", until it ends: (id, its status)."""
+        body = "".join(json.dumps({"id": "r%d" % i, "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [[i, 0, 0, 0]]}]}) + "\n"
+            for i in range(n))
+        r = roundtrip(self.srv.port, "POST", "/v2/models/night/jobs",
+                      [("Content-Type", "application/jsonl")], body, timeout=30)
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        deadline = time.monotonic() + timeout
+        while True:
+            j = roundtrip(self.srv.port, "GET", "/v2/jobs/" + job).json()
+            if j["state"] not in ("queued", "running"):
+                return job, j
+            self.assertLess(time.monotonic(), deadline, j)
+            time.sleep(0.05)
+
     def test_a_503_holds_the_job_and_no_line_fails(self):
         roundtrip(self.fport, "POST", "/__fault", [("Content-Type", "application/json")],
                   json.dumps({"mode": "answer", "status": 503, "count": 1,
                               "headers": {"Retry-After": "1"}, "body": {"error": "busy"}}))
         n = 30
-        body = "".join(json.dumps({"id": "r%d" % i, "inputs": [
-            {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [[i, 0, 0, 0]]}]}) + "\n"
-            for i in range(n))
         t0 = time.monotonic()
-        r = roundtrip(self.srv.port, "POST", "/v2/models/night/jobs",
-                      [("Content-Type", "application/jsonl")], body, timeout=30)
-        self.assertEqual(r.status, 201, r.body)
-        job = r.json()["id"]
-        deadline = time.monotonic() + 30
-        while True:
-            j = roundtrip(self.srv.port, "GET", "/v2/jobs/" + job).json()
-            if j["state"] not in ("queued", "running"):
-                break
-            self.assertLess(time.monotonic(), deadline, j)
-            time.sleep(0.05)
+        job, j = self.run_job(n)
         self.assertEqual(j["state"], "completed", j)
         self.assertEqual(j["lines"]["failed"], 0, j)   # each was a failed line before
         self.assertGreaterEqual(time.monotonic() - t0, 0.95, "held for its Retry-After: 1")
@@ -492,20 +496,7 @@ class JobOverloadTest(FakeUpstreamCase):
         self.addCleanup(roundtrip, self.fport, "POST", "/__reset",
                         [("Content-Type", "application/json")], "{}")
         fault(1000)
-        body = "".join(json.dumps({"id": "r%d" % i, "inputs": [
-            {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [[i, 0, 0, 0]]}]}) + "\n"
-            for i in range(3))
-        r = roundtrip(self.srv.port, "POST", "/v2/models/night/jobs",
-                      [("Content-Type", "application/jsonl")], body, timeout=30)
-        self.assertEqual(r.status, 201, r.body)
-        job = r.json()["id"]
-        deadline = time.monotonic() + 40
-        while True:
-            j = roundtrip(self.srv.port, "GET", "/v2/jobs/" + job).json()
-            if j["state"] not in ("queued", "running"):
-                break
-            self.assertLess(time.monotonic(), deadline, j)
-            time.sleep(0.1)
+        job, j = self.run_job(3, timeout=40)
         self.assertEqual(j["state"], "completed", j)
         self.assertEqual(j["lines"]["failed"], 3, j)
         held = re.findall(r"job %s: model night's servers are overloaded \(503\); taken up again "

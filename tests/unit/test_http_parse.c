@@ -141,6 +141,30 @@ static void test_header_value_whitespace(void **state)
     fx_free(f);
 }
 
+/* GET target: the request's path and query (NULL: none), and the header
+ * after the target still read right. */
+static void check_target(const char *target, const char *path, const char *query)
+{
+    struct fixture *f = fx_new(16384, 1024);
+    char req[256];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: h\r\nX-A: b\r\n\r\n", target);
+    int nh, nc;
+    assert_int_equal(feed(f, req, strlen(req), 0, &nh, &nc), 0);
+    assert_int_equal(nc, 1);
+    size_t len;
+    const char *p = http_request_path(f->reqs[0], &len);
+    if (len != strlen(path) || memcmp(p, path, len) != 0)
+        fail_msg("%s: path \"%.*s\", want \"%s\"", target, (int)len, p, path);
+    p = http_request_query(f->reqs[0], &len);
+    if (query)
+        assert_true(p && len == strlen(query) && !memcmp(p, query, len));
+    else
+        assert_null(p);
+    const char *v = http_request_header(f->reqs[0], "X-A", &len);
+    assert_true(v && len == 1 && v[0] == 'b');
+    fx_free(f);
+}
+
 /* The absolute form (RFC 9112 3.2.2: a server MUST accept it): routed by
  * its path, the authority aside; "http://h" alone is "/". */
 static void test_absolute_form_target(void **state)
@@ -155,25 +179,8 @@ static void test_absolute_form_target(void **state)
         {"http://x?q=2", "/", "q=2"},
         {"/plain?b", "/plain", "b"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct fixture *f = fx_new(16384, 1024);
-        char req[256];
-        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", cases[i].target);
-        int nh, nc;
-        assert_int_equal(feed(f, req, strlen(req), 0, &nh, &nc), 0);
-        assert_int_equal(nc, 1);
-        size_t len;
-        const char *p = http_request_path(f->reqs[0], &len);
-        if (len != strlen(cases[i].path) || memcmp(p, cases[i].path, len) != 0)
-            fail_msg("%s: path \"%.*s\", want \"%s\"", cases[i].target, (int)len, p,
-                     cases[i].path);
-        p = http_request_query(f->reqs[0], &len);
-        if (cases[i].query)
-            assert_true(p && len == strlen(cases[i].query) && !memcmp(p, cases[i].query, len));
-        else
-            assert_null(p);
-        fx_free(f);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_target(cases[i].target, cases[i].path, cases[i].query);
 }
 
 /* Dot segments out (RFC 3986 5.2.4), "%2e" as a dot, before routing: a
@@ -202,28 +209,8 @@ static void test_dot_segments(void **state)
         {"http://h:1/s/../t", "/t", NULL},
         {"http://h/..", "/", NULL},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct fixture *f = fx_new(16384, 1024);
-        char req[256];
-        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: h\r\nX-A: b\r\n\r\n",
-                 cases[i].target);
-        int nh, nc;
-        assert_int_equal(feed(f, req, strlen(req), 0, &nh, &nc), 0);
-        assert_int_equal(nc, 1);
-        size_t len;
-        const char *p = http_request_path(f->reqs[0], &len);
-        if (len != strlen(cases[i].path) || memcmp(p, cases[i].path, len) != 0)
-            fail_msg("%s: path \"%.*s\", want \"%s\"", cases[i].target, (int)len, p,
-                     cases[i].path);
-        p = http_request_query(f->reqs[0], &len);
-        if (cases[i].query)
-            assert_true(p && len == strlen(cases[i].query) && !memcmp(p, cases[i].query, len));
-        else
-            assert_null(p);
-        const char *v = http_request_header(f->reqs[0], "X-A", &len);
-        assert_true(v && len == 1 && v[0] == 'b');
-        fx_free(f);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_target(cases[i].target, cases[i].path, cases[i].query);
 }
 
 static void test_keep_alive_rules(void **state)

@@ -279,6 +279,19 @@ static void test_limit_caps_a_tenant(void **state)
     free(s);
 }
 
+/* Two tenants t0 and t1 with these shares and limits, lending. */
+static void two_tenants(struct tenants_config *tc, double share0, double share1, double limit1)
+{
+    memset(tc, 0, sizeof *tc);
+    tc->n = 2;
+    for (int t = 0; t < 2; t++) {
+        snprintf(tc->t[t].name, sizeof tc->t[t].name, "t%d", t);
+        tc->t[t].share = t ? share1 : share0;
+        tc->t[t].limit = t ? limit1 : 1.0;
+        tc->t[t].lend = true;
+    }
+}
+
 /* A tenant held at its limit is told how long it stays held if it runs
  * nothing more (SPEC.md: the limit's 429 has a computed Retry-After): its
  * use decays as exp(-t/tau), under the limit after tau ln(use/limit). */
@@ -286,14 +299,7 @@ static void test_limit_says_how_long_it_holds(void **state)
 {
     (void)state;
     struct tenants_config tc;
-    memset(&tc, 0, sizeof tc);
-    tc.n = 2;
-    for (int t = 0; t < 2; t++) {
-        snprintf(tc.t[t].name, sizeof tc.t[t].name, "t%d", t);
-        tc.t[t].share = 0.5;
-        tc.t[t].limit = t ? 0.3 : 1.0;
-        tc.t[t].lend = true;
-    }
+    two_tenants(&tc, 0.5, 0.5, 0.3);
     struct error err = {0};
     struct shares *sh = shares_new("sim0", &tc, 1, &err);
     struct infer_item it = {.rows = 1, .tenant = 1};
@@ -493,14 +499,7 @@ static void test_a_lead_is_bounded_and_a_switch_forgets_it(void **state)
 {
     (void)state;
     struct tenants_config tc;
-    memset(&tc, 0, sizeof tc);
-    tc.n = 2;
-    for (int t = 0; t < 2; t++) {
-        snprintf(tc.t[t].name, sizeof tc.t[t].name, "t%d", t);
-        tc.t[t].share = t ? 0.0 : 1.0;
-        tc.t[t].limit = 1.0;
-        tc.t[t].lend = true;
-    }
+    two_tenants(&tc, 1.0, 0.0, 1.0);
     struct error err = {0};
     struct shares *sh = shares_new("sim0", &tc, 1, &err);
     bool has[TENANTS_MAX] = {true, true};
