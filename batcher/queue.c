@@ -521,9 +521,14 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     }
     n = bqueue_view_fill(q, aged, n);
     if (n == 0) {
-        /* Every tenant with requests is held back (over its limit): ask
-         * again when the ranking may have changed; offline rows, which
-         * are charged to their own tenants' shares, wait too. */
+        /* Every tenant with requests is held back (over its limit, or out
+         * of time another tenant reserves): ask again when the ranking may
+         * have changed. Job lines take the time meanwhile, as they take a
+         * device with no online request at all: the device idled at 0.7
+         * with a job waiting, beside a flood held out of a reserved 0.3.
+         * They yield at the next batch, like any idle time they fill. */
+        if (q->noff > 0 && bqueue_take_offline_batch(q, now_ns, lat, POLICY_NEVER, b))
+            return 1;
         *wake_ns = now_ns + (q->rank_retry_ns > 0 ? q->rank_retry_ns : 1000000);
         return 0;
     }

@@ -37,6 +37,7 @@ struct sim {
     struct infer_item items[NT][PER_TENANT];
     struct infer_item off[PER_TENANT];    /* a job's lines, kept queued when `backlog` */
     bool backlog;
+    int off_tenant;                   /* whose job the offline lines are */
     int64_t busy_off[WINDOWS];
     int64_t busy_off_early;           /* job lines' device time in the first 500 ms */
     int64_t busy_early[NT];           /* each tenant's, in the first 500 ms */
@@ -116,6 +117,7 @@ static void sim_fill_offline(struct sim *s)
         memset(it, 0, sizeof *it);
         it->rows = 1;
         it->offline = true;
+        it->tenant = s->off_tenant;
         it->t_arrival_ns = s->now;
         struct error err = {0};
         assert_int_equal(bqueue_push(&s->q, it, s->now, &s->lat, &err), 0);
@@ -363,6 +365,32 @@ static void test_reserved_share_stays_free(void **state)
     assert_true(used <= 0.4 * 1.05 && used >= 0.4 * 0.9);
     assert_true(s->busy_early[1] <= (int64_t)(0.4 * 500 * MS) + s->batch_ns_max);
     /* A comes back: the reserved time is there at once. */
+    sim_run(s, 30 * SEC);
+    assert_true(s->first_served_at[0] - 20 * SEC <= s->batch_ns_max);
+    assert_true(fabs(sim_fraction(s, 0, 2) - 0.6) <= 0.05 * 0.6);
+    sim_free(s);
+    free(s);
+}
+
+/* Job lines take the time a reservation holds online work out of: the
+ * device idled at 0.6 of its time with a job waiting (B capped at 0.4 by
+ * A's reserved 0.6). A returning still finds it at the next batch. */
+static void test_job_lines_fill_a_reserved_share(void **state)
+{
+    (void)state;
+    struct sim *s = calloc(1, sizeof *s);
+    sim_init(s, 3, (double[]){0.6, 0.4, 0.0});
+    s->tc.t[0].lend = false;
+    s->on_from[0] = 20 * SEC;
+    s->on_from[2] = INT64_MAX;   /* C only submitted a job */
+    s->off_tenant = 2;
+    s->backlog = true;
+    sim_run(s, 20 * SEC);
+    double b = (double)s->busy[1][1] / (10.0 * SEC), off = (double)s->busy_off[1] / (10.0 * SEC);
+    print_message("# B while A's 0.6 is reserved, a job waiting: B %.3f, job lines %.3f\n", b,
+                  off);
+    assert_true(b <= 0.4 * 1.05 && b >= 0.4 * 0.9);
+    assert_true(b + off >= 0.98);
     sim_run(s, 30 * SEC);
     assert_true(s->first_served_at[0] - 20 * SEC <= s->batch_ns_max);
     assert_true(fabs(sim_fraction(s, 0, 2) - 0.6) <= 0.05 * 0.6);
@@ -650,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_limit_caps_a_tenant),
         cmocka_unit_test(test_limit_says_how_long_it_holds),
         cmocka_unit_test(test_held_tenant_does_not_hold_the_clock),
+        cmocka_unit_test(test_job_lines_fill_a_reserved_share),
         cmocka_unit_test(test_a_lead_is_bounded_and_a_switch_forgets_it),
         cmocka_unit_test(test_offline_share_with_long_batches),
         cmocka_unit_test(test_limit_one_never_holds),
