@@ -323,7 +323,6 @@ static const struct schema_field model_upstream_fields[] = {
 
 /* ---- LLM pools ---- */
 
-static bool model_name_is_safe(const char *s);
 
 static int model_parse_aliases(void *base, json_t *v, const struct schema_field *f,
                                struct schema_ctx *ctx)
@@ -341,7 +340,7 @@ static int model_parse_aliases(void *base, json_t *v, const struct schema_field 
         char member[32];
         snprintf(member, sizeof member, "[%zu]", i);
         const char *s = json_string_value(a);
-        if (!s || !s[0] || json_string_length(a) >= MODEL_NAME_MAX || !model_name_is_safe(s))
+        if (!s || !s[0] || json_string_length(a) >= MODEL_NAME_MAX || !model_name_ok(s))
             return schema_fail(ctx, member, "must be a name of 1 to %d letters, digits, _ - . "
                                "(as model names)", MODEL_NAME_MAX - 1);
         snprintf(c->pool.aliases[i], sizeof c->pool.aliases[i], "%s", s);
@@ -469,9 +468,11 @@ bool model_config_answers_to(const struct model_config *c, const char *name)
     return false;
 }
 
-static bool model_name_is_safe(const char *s)
+bool model_name_ok(const char *s)
 {
     /* Names appear in URLs and metric labels: keep them to a portable set. */
+    if (!*s || strlen(s) >= MODEL_NAME_MAX)
+        return false;
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
               *s == '_' || *s == '-' || *s == '.'))
@@ -534,7 +535,7 @@ static int model_config_check(struct model_config *c, json_t *root, const char *
     if (dir_name && strcmp(c->name, dir_name) != 0)
         return error_set(err, BG_ECONFIG, "%s: name: \"%s\" differs from its folder \"%s\"", path,
                          c->name, dir_name);
-    if (!model_name_is_safe(c->name))
+    if (!model_name_ok(c->name))
         return error_set(err, BG_ECONFIG, "%s: name: \"%s\" may use only letters, digits, _ - .",
                          path, c->name);
     const char *backend = model_backend_name_of(c->backend);

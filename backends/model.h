@@ -180,6 +180,10 @@ const struct schema_field *model_config_schema(void);
  * outputs and layers. */
 int model_config_load(const char *dir, const char *dir_name, struct model_config *cfg,
                       struct error *err);
+/* Whether s may name a model: 1 to MODEL_NAME_MAX - 1 letters, digits,
+ * '_', '-', '.' (names appear in URLs, metric labels, JSON and the
+ * dashboard; a folder named otherwise is no model). */
+bool model_name_ok(const char *s);
 /* A config given as text (a load request's) for the folder dir: for a
  * Hugging Face folder it stands for batchgate.json; otherwise it is the
  * whole config.json, as model_config_parse. */

@@ -727,6 +727,10 @@ static void lc_poll(struct serving *s)
         snprintf(path, sizeof path, "%s/%s/config.json", s->dir, de->d_name);
         if (stat(path, &st) != 0)
             continue;
+        if (!model_name_ok(de->d_name)) {
+            serving_warn_bad_folder(s, de->d_name);
+            continue;
+        }
         struct error err = {0};
         int before = atomic_load(&s->n);
         if (serving_add_model(s, de->d_name, &err) != 0)

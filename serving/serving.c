@@ -264,8 +264,29 @@ int served_entry_add(struct serving *s, const char *name, int pinned, struct err
     return 0;
 }
 
+void serving_warn_bad_folder(struct serving *s, const char *name)
+{
+    /* Once per name (the poll sees it every poll_s); a short memory: past
+     * it a name may be said again. */
+    for (int i = 0; i < SERVING_BAD_FOLDERS; i++)
+        if (strncmp(s->bad_folders[i], name, sizeof s->bad_folders[i]) == 0)
+            return;
+    snprintf(s->bad_folders[s->nbad_folders++ % SERVING_BAD_FOLDERS],
+             sizeof s->bad_folders[0], "%s", name);
+    char shown[3 * 64 + 1];
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && k + 4 < sizeof shown; p++)
+        k += (size_t)snprintf(shown + k, sizeof shown - k, *p > ' ' && *p < 0x7f ? "%c" : "\\x%02x",
+                              *p);
+    log_warn("model repository: folder \"%s\" skipped: a model's name may use only letters, "
+             "digits, _ - . (rename the folder)", shown);
+}
+
 int serving_add_model(struct serving *s, const char *name, struct error *err)
 {
+    if (!model_name_ok(name))
+        return error_set(err, BG_ENOTFOUND, "\"%.80s\" is no model name: letters, digits, _ - . "
+                         "only", name);
     /* A policy serving several versions: an entry per version, pinned. */
     char dir[8300];
     snprintf(dir, sizeof dir, "%s/%s", s->dir, name);
@@ -326,6 +347,12 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
         snprintf(path, sizeof path, "%s/%s/config.json", dir, de->d_name);
         if (stat(path, &st) != 0)
             continue;   /* not a model folder */
+        if (!model_name_ok(de->d_name)) {
+            /* Listed as a failed model, its name went raw into /metrics
+             * (a scrape Prometheus refused whole), JSON and the dashboard. */
+            serving_warn_bad_folder(s, de->d_name);
+            continue;
+        }
         if (n == cap) {
             cap = cap ? cap * 2 : 8;
             char **nn = realloc(names, (size_t)cap * sizeof *nn);

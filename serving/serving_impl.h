@@ -118,6 +118,11 @@ struct serving {
     bool lc_started, lc_stop;
     pthread_t lc_thread;
     int poll_s;                       /* repository_poll_s; 0: no polling */
+    /* Folders skipped for their name, said once each (the start's scan,
+     * then the lifecycle thread's polls: never at once). */
+#define SERVING_BAD_FOLDERS 16
+    char bad_folders[SERVING_BAD_FOLDERS][64];
+    int nbad_folders;
     char cache_dir[4096];             /* packed weights between loads; "": none */
     _Atomic double read_bps;          /* measured model read rate; 0: none yet */
 };
@@ -162,6 +167,9 @@ int served_copy_load(struct serving *s, struct served_model *sm);
 void served_copy_stop(struct served_model *sm);
 /* Stops and frees a copy nobody holds (a shell too). */
 void served_copy_free(struct served_model *sm);
+/* A folder of the repository whose name is no model name: said in the
+ * log (its bytes shown safely), never served. */
+void serving_warn_bad_folder(struct serving *s, const char *name);
 /* A ready copy just made its entry's current: its own tenant shares (a
  * loop backend's) take the time window in force now. */
 void served_shares_refresh(struct serving *s, struct served_model *sm);

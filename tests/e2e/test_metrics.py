@@ -94,6 +94,26 @@ class MetricsTest(RepoServerCase):
                                             batching={"max_batch_size": 1,
                                                       "max_queue_size": 1}))
         write_model(repo, "broken", "{\"backend\": \"tpu\"}")
+        # Folders whose names are no model names: one not UTF-8, one that
+        # was script on the dashboard. Listed as failed models, the first
+        # made every scrape one that Prometheus refused whole.
+        for name in (b"bad\xffname", b"<img src=x onerror=document.title=1337>"):
+            d = os.path.join(repo.encode(), name)
+            os.makedirs(d)
+            with open(os.path.join(d, b"config.json"), "w") as f:
+                f.write("{}")
+
+    def test_folders_that_are_no_model_names_are_skipped(self):
+        self.srv.wait_log(r'folder "bad\\xffname" skipped: a model\'s name may use only', timeout=5)
+        self.srv.wait_log(r'folder "<img\\x20src=x\\x20onerror=document.title=1337>" skipped',
+                          timeout=5)
+        text = self.scrape()   # decodes as UTF-8 (scrape)
+        self.assertNotIn('model="bad', text)
+        self.assertNotIn("onerror", text)
+        names = [row["name"] for row in roundtrip(self.srv.port, "POST", "/v2/repository/index",
+                                                  [("Content-Type", "application/json")],
+                                                  "{}").json()]
+        self.assertEqual(sorted(names), ["broken", "syn", "tiny"])
 
     def scrape(self):
         r = roundtrip(self.srv.port, "GET", "/metrics")
