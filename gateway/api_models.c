@@ -399,8 +399,10 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
             evtimer_add(w->deadline, &tv);
     }
     int rc = serving_wait_loaded(st->serving, sm, deadline, models_wait_done, w, &retry, &err);
-    if (rc == 0)
+    if (rc == 0) {
         http_request_on_abort(req, models_wait_abort, w);
+        http_request_abort_on_fin(req);   /* as in the queue, below */
+    }
     if (rc == 1) {                    /* loaded meanwhile */
         models_wait_free(w);
         served_release(sm);
@@ -951,6 +953,10 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
         return;
     }
     http_request_on_abort(req, models_infer_call_abort, call);
+    /* A client that timed out closes its socket (a FIN, not a reset): its
+     * rows were computed and counted a 200, the work nobody waits for,
+     * most of it under overload (http.h: http_request_abort_on_fin). */
+    http_request_abort_on_fin(req);
 }
 
 static void models_infer_run(struct http_request *req, const struct route_match *m,
