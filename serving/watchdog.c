@@ -42,9 +42,9 @@ static void watchdog_answer(struct watchdog *w, int i, struct infer_item *items)
     log_error("model %s: instance %d has run one batch for over batching.batch_timeout_ms "
               "(%lld ms); its requests get 504 and the instance is out until the call returns",
               w->model, i, (long long)w->limit_ms);
-    char msg[200];
-    snprintf(msg, sizeof msg, "model %.64s: instance %d did not finish the batch within "
-             "batching.batch_timeout_ms (%lld ms)", w->model, i, (long long)w->limit_ms);
+    char msg[200];   /* the answer says "model M: " before it */
+    snprintf(msg, sizeof msg, "instance %d did not finish the batch within "
+             "batching.batch_timeout_ms (%lld ms)", i, (long long)w->limit_ms);
     work_complete_list(items, BG_EDEADLINE, msg);
 }
 
