@@ -589,6 +589,8 @@ static void h2_dispatch(struct h2_conn *c, struct h2_stream *st, bool end_stream
     if (st->too_big) {
         router_refuse(t->h2->router, r, 431, "the header list exceeds limits.max_header_bytes "
                       "(%zu)", t->limits->max_header_bytes);
+    } else if (r->dot_path) {
+        router_refuse(t->h2->router, r, 400, "%s", HTTP_DOT_PATH_MSG);
     } else if (r->content_length > 0 && (uint64_t)r->content_length > t->limits->max_body_bytes) {
         router_refuse(t->h2->router, r, 413, "body of %lld bytes exceeds limits.max_body_bytes "
                       "(%zu)", (long long)r->content_length, t->limits->max_body_bytes);

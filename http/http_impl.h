@@ -98,6 +98,7 @@ struct http_request {
     bool streaming;
     bool body_done;                /* the last body byte was read */
     bool body_paused;              /* the handler stopped the body */
+    bool dot_path;                 /* the path holds "." or ".." (http_request_check_path) */
     bool body_at_rest;             /* between whole pieces: idle, not stalled (HTTP/2) */
     bool body_serving;             /* ... and the handler is answering some: no timer */
     int64_t t_rest_ns;             /* when it last came to rest (the idle clock's start) */
@@ -267,9 +268,12 @@ void h2_conn_thread_free(struct io_thread *t);
 /* ---- building a request outside the HTTP/1.1 parser (request.c) ----
  * h2.c and inner.c: the target, then the headers, as parse.c lays them. */
 int http_request_set_target(struct http_request *r, int method, const char *url, size_t len);
-/* Dot segments out of the path (RFC 3986 5.2.4), once the target is read
- * and before any header: set_target and parse.c call it. */
-void http_request_clean_path(struct http_request *r);
+#define HTTP_DOT_PATH_MSG                                                                     \
+    "the path holds a dot segment (\".\" or \"..\", %2e counting as a dot): not served; "      \
+    "send the path it stands for (RFC 3986 5.2.4)"
+/* Marks a path holding a dot segment (dot_path: refused 400 before
+ * routing), once the target is read: set_target and parse.c call it. */
+void http_request_check_path(struct http_request *r);
 int http_request_add_header(struct http_request *r, const char *name, size_t name_len,
                             const char *value, size_t value_len);
 /* The method bit of a method name; HTTP_M_OTHER when unknown. */

@@ -133,7 +133,9 @@ static int parse_on_url_complete(llhttp_t *l)
     const char *q = r->url_len ? memchr(r->head.data, '?', r->url_len) : NULL;
     r->path_len = q ? (uint32_t)(q - r->head.data) : r->url_len;
     r->path_off = parse_path_off(r->head.data, r->path_len);
-    http_request_clean_path(r);
+    http_request_check_path(r);
+    if (r->dot_path)
+        return parse_fail(parse_of(l), 400, HTTP_DOT_PATH_MSG);
     return 0;
 }
 

@@ -117,53 +117,33 @@ static int http_dot_segment(const char *s, size_t n)
     return dots <= 2 ? dots : 0;
 }
 
-/* RFC 3986 5.2.4's remove_dot_segments, in place: "/tfs/../admin" is
- * routed, and proxied, as "/admin". Forwarded as it came, a server
- * behind that normalises would serve a path outside the route's prefix
- * (and "/s/../admin" under a stripped "/s/" would reach it as
- * "/../admin"). ".." at the root stays at the root, as in RFC 3986 and Go's
- * path.Clean. Only while the target is all of `head` (no header yet): the
- * query moves left with the path. */
-void http_request_clean_path(struct http_request *r)
+/* Whether the path holds a dot segment ("." or "..", "%2e" counting as a
+ * dot): such a request is refused (400), not routed. Cleaned away (RFC
+ * 3986 5.2.4), "/tfs/../admin" would be served as "/admin" and a route's
+ * parameter of ".." would climb out of it: a region named ".." became
+ * /v2/systemsharedmemory/unregister, every region. Forwarded as it came, a
+ * server behind that normalises would serve a path outside the route's
+ * prefix. Clients remove dot segments before they send (RFC 3986 5.2);
+ * one that did not is asking for a path it cannot name. */
+static bool http_path_has_dots(const char *p, size_t n)
 {
-    if (r->head.len != r->url_len || r->path_len <= r->path_off)
-        return;
-    char *p = r->head.data + r->path_off;
-    size_t n = r->path_len - r->path_off;
-    if (p[0] != '/')
-        return;   /* "*" (OPTIONS), or a target the router will 404 */
-    bool dotted = false;
-    for (size_t i = 0; i + 1 < n && !dotted; i++)
-        dotted = p[i] == '/' && (p[i + 1] == '.' || p[i + 1] == '%');
-    if (!dotted)
-        return;
-    size_t w = 0;
-    for (size_t i = 0; i < n;) {   /* p[i] == '/' */
-        size_t s = i + 1, e = s;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != '/')
+            continue;
+        size_t e = i + 1;
         while (e < n && p[e] != '/')
             e++;
-        int dots = http_dot_segment(p + s, e - s);
-        if (dots == 2)
-            while (w > 0 && p[--w] != '/')
-                ;
-        if (dots == 0) {
-            p[w++] = '/';
-            memmove(p + w, p + s, e - s);   /* w <= s: the output never outruns */
-            w += e - s;
-        } else if (e == n) {
-            p[w++] = '/';   /* "/a/b/.." is "/a/", a folder */
-        }
-        i = e;
+        if (http_dot_segment(p + i + 1, e - i - 1))
+            return true;
+        i = e - 1;
     }
-    if (w == 0)
-        p[w++] = '/';
-    size_t cut = n - w;
-    if (!cut)
-        return;
-    memmove(p + w, p + n, r->url_len - r->path_len);   /* the query */
-    r->path_len -= (uint32_t)cut;
-    r->url_len -= (uint32_t)cut;
-    r->head.len -= cut;
+    return false;
+}
+
+void http_request_check_path(struct http_request *r)
+{
+    r->dot_path = r->path_len > r->path_off &&
+                  http_path_has_dots(r->head.data + r->path_off, r->path_len - r->path_off);
 }
 
 /* The URL goes first in `head`, before any header (parse.c's layout). */
@@ -184,7 +164,7 @@ int http_request_set_target(struct http_request *r, int method, const char *url,
     const char *q = len ? memchr(r->head.data, '?', len) : NULL;
     r->path_len = q ? (uint32_t)(q - r->head.data) : r->url_len;
     r->path_off = 0;
-    http_request_clean_path(r);
+    http_request_check_path(r);
     return 0;
 }
 

@@ -300,11 +300,11 @@ class RepositoryTest(RepoServerCase):
                      "/v2/repository/models/%2e%2e%2fx/unload"):
             r = post(port, path, "{}")
             self.assertEqual(r.status, 400, path)
-        # ".." as the name is a dot segment, gone before routing (RFC 3986
-        # 5.2.4): "/v2/repository/load" has no route.
+        # ".." as the name is a dot segment: refused before routing.
         for path in ("/v2/repository/models/../load", "/v2/repository/models/%2e%2e/unload"):
             r = post(port, path, "{}")
-            self.assertEqual(r.status, 404, path)
+            self.assertEqual(r.status, 400, path)
+            self.assertIn("dot segment", r.json()["error"])
         self.assertEqual(post(port, "/v2/repository/models/nosuch/load", "{}").status, 404)
         self.assertEqual(post(port, "/v2/repository/models/nosuch/unload", "{}").status, 404)
         for body in ("not json", "[]", '{"parameters": 1}', '{"parameters": {"config": 1}}',

@@ -142,6 +142,11 @@ class ShmTest(RepoServerCase):
         self.assertEqual(resp.status, 400, resp)
         self.assertIn("UTF-8", resp.json()["error"])
         self.assertEqual(len(roundtrip(port, "GET", "/v2/systemsharedmemory/status").json()), 2)
+        # tritonclient quotes a region named ".." as "..": a dot segment,
+        # refused (cleaned away it was /unregister, every region gone).
+        resp = jpost(port, "/v2/systemsharedmemory/region/../unregister", "")
+        self.assertEqual(resp.status, 400, resp)
+        self.assertEqual(len(roundtrip(port, "GET", "/v2/systemsharedmemory/status").json()), 2)
         self.assertEqual(jpost(port, "/v2/systemsharedmemory/region/a/unregister", "").status, 200)
         self.assertEqual(len(self.mapped()), 1, "unregister did not unmap")
         self.assertEqual(jpost(port, "/v2/systemsharedmemory/region/a/unregister", "").status, 200)

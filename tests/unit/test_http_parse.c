@@ -183,34 +183,39 @@ static void test_absolute_form_target(void **state)
         check_target(cases[i].target, cases[i].path, cases[i].query);
 }
 
-/* Dot segments out (RFC 3986 5.2.4), "%2e" as a dot, before routing: a
- * route's prefix cannot be left by "..", and the headers that follow the
- * shortened target still read right. */
+/* A path holding a dot segment ("." or "..", "%2e" as a dot) is refused
+ * 400 before routing: cleaned, a route's parameter of ".." climbed out of
+ * the route (region ".." unregistered every region); forwarded, a server
+ * behind that normalises served a path outside a proxy route's prefix.
+ * Segments that merely hold dots, and the query, are fine. */
 static void test_dot_segments(void **state)
 {
     (void)state;
+    static const char *const refused[] = {
+        "/tfs/../admin", "/tfs/%2e%2e/admin", "/tfs/.%2E/admin", "/a/./b", "/a/b/..", "/..",
+        "/.", "/a//../b", "/v2/systemsharedmemory/region/../unregister", "http://h:1/s/../t",
+        "http://h/..", "/v2/models/m/versions/%2e%2e/infer?x=1",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        struct fixture *f = fx_new(16384, 1024);
+        char req[256];
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", refused[i]);
+        int nh, nc;
+        if (feed(f, req, strlen(req), 0, &nh, &nc) != 400)
+            fail_msg("%s: not refused", refused[i]);
+        assert_non_null(strstr(f->hp.error_msg, "dot segment"));
+        fx_free(f);
+    }
     static const struct {
         const char *target, *path, *query;
-    } cases[] = {
-        {"/tfs/../admin", "/admin", NULL},
-        {"/tfs/%2e%2E/admin?x=/../y", "/admin", "x=/../y"},
-        {"/tfs/.%2e/admin", "/admin", NULL},
-        {"/a/b/c/./../../g", "/a/g", NULL},             /* RFC 3986 5.2.4's example */
-        {"/mid/content=5/../6", "/mid/6", NULL},        /* and its second */
-        {"/../../etc/passwd", "/etc/passwd", NULL},     /* the root holds */
-        {"/a/b/..", "/a/", NULL},
-        {"/a/.", "/a/", NULL},
-        {"/..", "/", NULL},
-        {"/.", "/", NULL},
-        {"/a//../b", "/a/b", NULL},
-        {"/a/.hidden/..x/...", "/a/.hidden/..x/...", NULL},   /* not dot segments */
+    } fine[] = {
+        {"/a/.hidden/..x/...", "/a/.hidden/..x/...", NULL},
         {"/a/%2e%2e%2e/%2ex", "/a/%2e%2e%2e/%2ex", NULL},
-        {"/v2/models/m/../n/infer?q", "/v2/models/n/infer", "q"},
-        {"http://h:1/s/../t", "/t", NULL},
-        {"http://h/..", "/", NULL},
+        {"/echo/a/..%2fb", "/echo/a/..%2fb", NULL},   /* an encoded slash is data */
+        {"/p?x=/../y", "/p", "x=/../y"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        check_target(cases[i].target, cases[i].path, cases[i].query);
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++)
+        check_target(fine[i].target, fine[i].path, fine[i].query);
 }
 
 static void test_keep_alive_rules(void **state)
