@@ -179,9 +179,12 @@ static void upstream_slot_on_fail(void *arg, int code, const char *msg)
 {
     (void)code;   /* late requests get 504 by their own deadline, the rest 502 */
     struct up_slot *s = arg;
-    /* No answer from the last server tried (a timeout, a reset, a refused
-     * connect after another's 503): its failure is what is said. */
-    s->retry_after_s = 0;
+    /* No answer from the last server tried: a timeout or a reset is what
+     * is said; a refused connect reached no server, so another's 503
+     * still stands (it depended on the URLs' order, and a job's lines
+     * were failed for good where they should have been held). */
+    if (upcall_last_fail(s->up) != HTTPC_FAIL_CONNECT)
+        s->retry_after_s = 0;
     upstream_slot_fail(s, msg);
 }
 

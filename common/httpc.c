@@ -52,6 +52,8 @@ int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, con
             return -1;
         hb = hp + 1;
         he = rb;
+        if (!memchr(hb, ':', (size_t)(he - hb)))
+            return -1;   /* "[127.0.0.1]": brackets hold an IPv6 address only */
         colon = rb + 1 < end_hp && rb[1] == ':' ? rb + 1 : NULL;
         for (const char *p = hb; p < he; p++)
             if (!(*p == ':' || *p == '.' || (*p >= '0' && *p <= '9') ||

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TZ_NAME_MAX 128
@@ -257,37 +258,9 @@ fail:
     return error_set(err, BG_ECONFIG, "time zone %s: %s", z->name, bad);
 }
 
-int tz_load(const char *name, struct tz **out, struct error *err)
+/* Reads the zone file at path, called name. */
+static int tz_load_file(const char *name, const char *path, struct tz **out, struct error *err)
 {
-    *out = NULL;
-    char path[4200];
-    const char *dir = getenv("TZDIR");
-    /* The host's zone is TZ's when it names one, as for every program
-     * there (a container sets TZ, not /etc/localtime): ":Asia/Kolkata",
-     * "Asia/Kolkata" or a zone file's path. Anything else (a POSIX rule
-     * such as "<+0530>-5:30", no such file) leaves /etc/localtime. */
-    const char *env = getenv("TZ");
-    if ((!name || !*name) && env && *env) {
-        env += *env == ':';
-        if (*env == '/' && strlen(env) < sizeof path) {
-            snprintf(path, sizeof path, "%s", env);
-            name = env;
-            goto load;
-        }
-        snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo", env);
-        if (tz_name_ok(env) && access(path, R_OK) == 0)
-            name = env;
-    }
-    if (!name || !*name) {
-        snprintf(path, sizeof path, "/etc/localtime");
-        name = "localtime";
-    } else if (!tz_name_ok(name)) {
-        return error_set(err, BG_ECONFIG, "time zone \"%.80s\": not an IANA zone name (like "
-                         "\"Europe/Paris\")", name);
-    } else {
-        snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo", name);
-    }
-load:;
     struct tz *z = calloc(1, sizeof *z);
     if (!z)
         return error_set(err, BG_ENOMEM, "out of memory for time zone %s", name);
@@ -311,6 +284,40 @@ load:;
     }
     *out = z;
     return 0;
+}
+
+int tz_load(const char *name, struct tz **out, struct error *err)
+{
+    *out = NULL;
+    char path[4200];
+    const char *dir = getenv("TZDIR");
+    const char *zoneinfo = dir && *dir ? dir : "/usr/share/zoneinfo";
+    if (!name || !*name) {
+        /* The host's zone is TZ's when it names one, as for every program
+         * there (a container sets TZ, not /etc/localtime): ":Asia/Kolkata",
+         * "Asia/Kolkata" or a zone file's path. Anything else (a POSIX
+         * rule such as "<+0530>-5:30", no such zone, a folder, a file that
+         * is no zone) leaves /etc/localtime, as glibc falls back. */
+        const char *env = getenv("TZ");
+        if (env && *env) {
+            env += *env == ':';
+            struct stat sb;
+            if (*env == '/')
+                snprintf(path, sizeof path, "%s", env);
+            else
+                snprintf(path, sizeof path, "%s/%s", zoneinfo, tz_name_ok(env) ? env : "");
+            struct error ignored = {0};
+            if ((*env == '/' || tz_name_ok(env)) && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+                tz_load_file(env, path, out, &ignored) == 0)
+                return 0;
+        }
+        return tz_load_file("localtime", "/etc/localtime", out, err);
+    }
+    if (!tz_name_ok(name))
+        return error_set(err, BG_ECONFIG, "time zone \"%.80s\": not an IANA zone name (like "
+                         "\"Europe/Paris\")", name);
+    snprintf(path, sizeof path, "%s/%s", zoneinfo, name);
+    return tz_load_file(name, path, out, err);
 }
 
 void tz_free(struct tz *z)

@@ -34,6 +34,7 @@ struct upcall {
     bool answered;                   /* the answer's head arrived */
     bool repeated;                   /* a target had its second try (after a stale loss) */
     bool unarmed;                    /* the timer could not be added: end from the loop */
+    enum httpc_fail last_fail;       /* what ended the last try that failed */
 };
 
 static const struct httpc_cb upcall_cb;
@@ -119,6 +120,7 @@ int upcall_start(struct upcall *u, struct httpc_target *const *ts, int n, unsign
     u->tried = 0;
     u->ti = -1;
     u->tries = 0;
+    u->last_fail = HTTPC_FAIL_COUNT;   /* none yet */
     u->flags = flags;
     u->replayable = true;
     u->answered = u->repeated = u->request_ended = false;
@@ -213,6 +215,8 @@ const char *upcall_url(const struct upcall *u)
 
 int upcall_tries(const struct upcall *u) { return u->tries; }
 
+enum httpc_fail upcall_last_fail(const struct upcall *u) { return u->last_fail; }
+
 /* ---- the try's callbacks (httpc) ---- */
 
 static int upcall_on_head(void *arg, const struct httpc_head *h)
@@ -282,6 +286,7 @@ static void upcall_on_error(void *arg, enum httpc_fail why, const char *msg)
 {
     struct upcall *u = arg;
     u->hc = NULL;
+    u->last_fail = why;
     bool same;
     if (upcall_may_repeat(u, why, &same)) {
         struct error err = {0};
@@ -321,6 +326,7 @@ static void upcall_on_timer(evutil_socket_t fd, short what, void *arg)
         snprintf(msg, sizeof msg, "out of memory arming %s", u->timeout_name);
     } else {
         code = BG_EDEADLINE;
+        u->last_fail = HTTPC_FAIL_TIMEOUT;
         snprintf(msg, sizeof msg, "no answer within %s (%d)", u->timeout_name, u->timeout_ms);
         upcall_blame(u, HTTPC_FAIL_TIMEOUT);
     }

@@ -130,5 +130,8 @@ void upcall_blame(struct upcall *u, enum httpc_fail why);
 struct httpc_target *upcall_target(const struct upcall *u);
 const char *upcall_url(const struct upcall *u);
 int upcall_tries(const struct upcall *u);
+/* What ended the call's last failed try (on_fail: HTTPC_FAIL_CONNECT when
+ * its server was never reached). */
+enum httpc_fail upcall_last_fail(const struct upcall *u);
 
 #endif

@@ -366,6 +366,7 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
                 ("idempotent", cls.urls[:1], {}),
                 ("not_idempotent", cls.urls[:1], {"idempotent": False}),
                 ("dead_first", [cls.dead_url, cls.urls[0]], {}),
+                ("dead_last", [cls.urls[0], cls.dead_url], {}),
                 ("pair", cls.urls, {"timeout_ms": 500})):
             cfg = upstream_model(name, urls)
             cfg["upstream"].update(extra, health_interval_ms=0)
@@ -413,6 +414,18 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
             r = self.call("idempotent")
             self.assertEqual((r.status, r.headers.get("Retry-After")), (503, said), given)
         self.assertEqual(self.call("pair").status, 200)
+
+    def test_an_overloaded_server_beside_a_dead_one_is_503(self):
+        # A refused connect reached no server: the other's 503 stands,
+        # whichever the URLs' order (first the 503: it was 502 "connect
+        # refused", and a job's lines failed for good).
+        self.addCleanup(self.reset_fakes)
+        for kind in ("dead_last", "dead_first"):
+            self.reset_fakes()
+            self.overload(0, 503, {"Retry-After": "9"})
+            r = self.call(kind)
+            self.assertEqual((r.status, r.headers.get("Retry-After")), (503, "9"), (kind, r))
+            self.assertEqual(self.call(kind).status, 200, kind)
 
     def test_another_status_is_not_passed_on(self):
         # A 500 (or a 400) is the batch's own: every server would say it.

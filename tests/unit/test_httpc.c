@@ -45,7 +45,8 @@ static void test_url_parse(void **state)
                                       "http://h:0", "http://h:65536", "http://h:8x", "h:80",
                                       "http://::1:8000", "http://[::1]", "http://[::1]8000",
                                       "http://[]:80", "http://[::1:80", "http://[fe80::1%eth0]:80",
-                                      "http://[::1]:", "http://[h]:80", NULL};
+                                      "http://[::1]:", "http://[h]:80", "http://[127.0.0.1]:80",
+                                      NULL};
     for (int i = 0; bad[i]; i++)
         assert_int_equal(httpc_url_parse(bad[i], host, sizeof host, &port, &path), -1);
     char tiny[4];

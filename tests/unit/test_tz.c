@@ -129,7 +129,8 @@ static void test_host_zone_from_tz(void **state)
     assert_int_equal(tz_load("UTC", &z, &err), 0);
     assert_int_equal(tz_offset(z, 1796515200), 0);
     tz_free(z);
-    static const char *const other[] = {"<+0530>-5:30", "Mars/Olympus_Mons", "../etc/passwd"};
+    static const char *const other[] = {"<+0530>-5:30", "Mars/Olympus_Mons", "../etc/passwd",
+                                        "Asia", "/tmp", "/etc/passwd"};   /* folders, no zone */
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
         setenv("TZ", other[i], 1);
         assert_int_equal(tz_load(NULL, &z, &err), 0);
