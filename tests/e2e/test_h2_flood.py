@@ -777,6 +777,21 @@ class NotGrpcTest(H2FloodCase):
             close_quietly(s)
         self.assert_served("after an HTTP/1.1 client on the gRPC port")
 
+    def test_dot_segments_in_the_path_are_refused(self):
+        # As on HTTP/1.1: a :path holding "." or ".." (or %2e) is refused
+        # before routing, not cleaned and served.
+        c = self.h2()
+        for path in ("/x/../inference.GRPCInferenceService/ServerLive",
+                     "/inference.GRPCInferenceService/%2e/ServerLive"):
+            hdrs = [(":method", "POST"), (":scheme", "http"), (":path", path),
+                    (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]
+            r = c.reply(c.start(hdrs, grpc_message(b"")))
+            self.assertTrue(r.ended, "expected an answer to %s: %r" % (path, r))
+            # An error in the trailers (their text is HPACK's), no message.
+            self.assertEqual((r.data, len(r.blocks)), (b"", 2),
+                             "expected %s refused, not served: %r" % (path, r))
+        self.assert_live_call(c, "the same connection after the refusals")
+
     def test_not_grpc_content_type_is_415(self):
         c = self.h2()
         hdrs = [(":method", "POST"), (":scheme", "http"), (":path", "/v2/health/ready"),
