@@ -117,6 +117,18 @@ static int admit_rate(struct admit_tenant *t, int rows, int64_t now, int64_t *wa
     }
 }
 
+/* A wait for a person to read: a bucket short of a few rows waits
+ * microseconds, which "%.3f s" printed as 0.000 s. */
+static void admit_fmt_wait(char *buf, size_t n, int64_t wait_ns)
+{
+    if (wait_ns < 1000000)
+        snprintf(buf, n, "under 1 ms");
+    else if (wait_ns < 1000000000)
+        snprintf(buf, n, "%.0f ms", ceil((double)wait_ns / 1e6));
+    else
+        snprintf(buf, n, "%.3f s", (double)wait_ns / 1e9);
+}
+
 int admit_enter(struct admit *a, int tenant, int rows, int64_t now_ns, struct admit_refusal *why)
 {
     if (tenant < 0 || tenant >= a->t->n)
@@ -141,9 +153,11 @@ int admit_enter(struct admit *a, int tenant, int rows, int64_t now_ns, struct ad
             atomic_fetch_sub_explicit(&t->inflight, 1, memory_order_relaxed);
         why->reason = "rate_rows_per_s";
         why->retry_after_s = admit_secs_up(wait);
+        char when[32];
+        admit_fmt_wait(when, sizeof when, wait);
         snprintf(why->msg, sizeof why->msg, "tenant \"%s\" is over its rate_rows_per_s (%g): "
-                 "the request's %d row%s fit in %.3f s", name, t->rate, rows, rows == 1 ? "" : "s",
-                 (double)wait / 1e9);
+                 "the request's %d row%s fit in %s", name, t->rate, rows, rows == 1 ? "" : "s",
+                 when);
         return -BG_ETENANTLIMIT;
     }
     return 0;

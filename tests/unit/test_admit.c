@@ -90,8 +90,13 @@ static void test_rate_bucket(void **state)
     assert_int_equal(admit_enter(a, 1, 1, T0, &why), -BG_ETENANTLIMIT);
     assert_string_equal(why.reason, "rate_rows_per_s");
     assert_int_equal(why.retry_after_s, 1);       /* 0.25 s, rounded up */
+    assert_non_null(strstr(why.msg, "the request's 1 row fit in 250 ms"));
     /* A quarter second later one row fits, two do not. */
     assert_int_equal(admit_enter(a, 1, 2, T0 + S / 4, &why), -BG_ETENANTLIMIT);
+    /* The bucket is short of a few microseconds' worth: the message says so
+     * rather than "0.000 s". */
+    assert_int_equal(admit_enter(a, 1, 1, T0 + S / 4 - 1000, &why), -BG_ETENANTLIMIT);
+    assert_non_null(strstr(why.msg, "fit in under 1 ms"));
     assert_int_equal(admit_enter(a, 1, 1, T0 + S / 4, &why), 0);
     /* Idle for long: the bucket is full again, and no fuller than one second's worth. */
     assert_int_equal(admit_enter(a, 1, 4, T0 + 100 * S, &why), 0);
@@ -113,6 +118,7 @@ static void test_rate_large_request(void **state)
     assert_int_equal(why.retry_after_s, 8);
     assert_int_equal(admit_enter(a, 1, 8, T0 + 3 * S + S / 2, &why), -BG_ETENANTLIMIT);
     assert_int_equal(why.retry_after_s, 5);       /* 4.5 s, rounded up */
+    assert_non_null(strstr(why.msg, "the request's 8 rows fit in 4.500 s"));
     assert_int_equal(admit_enter(a, 1, 1, T0 + 8 * S, &why), 0);
     admit_free(a);
 }
