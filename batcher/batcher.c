@@ -294,14 +294,16 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
             continue;
         }
         b->q.load.rows_per_ns = rate_value(&b->arrivals, now);
-        if (b->rank && b->q.n > 0) {
+        if (b->rank && (b->q.n > 0 || b->q.noff > 0)) {
+            /* Job lines alone are ranked too: their tenants' limits bind them. */
             bool has[WORK_TENANTS_MAX];
             bqueue_tenants_waiting(&b->q, has);
-            b->q.nrank = b->rank(b->rank_arg, instance, now, has, b->q.rank, &b->q.rank_retry_ns,
-                                 b->q.held_for, &b->q.offline_first);
-            if (b->q.nrank == 0)
-                b->q.nrank = -1;   /* all held back: nothing ranked, not "no ranking" */
-            bqueue_note_held(&b->q, has, now);
+            int nrank = b->rank(b->rank_arg, instance, now, has, b->q.rank, &b->q.rank_retry_ns,
+                                b->q.held_for, &b->q.offline_first, b->q.off_held);
+            if (b->q.n > 0) {
+                b->q.nrank = nrank > 0 ? nrank : -1;   /* -1: all held back, not "no ranking" */
+                bqueue_note_held(&b->q, has, now);
+            }
         }
         /* Waiting for company idles nothing when the queue's own job lines
          * or another model can use the device meanwhile. */

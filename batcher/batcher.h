@@ -81,11 +81,13 @@ void batcher_set_device_probe(struct batcher *b, bool (*other_work)(void *arg, i
  * order[] from has[] and returns how many may be served; *retry_ns: when
  * to ask again if some were held back; *offline_first: job lines are owed
  * their guaranteed part of the device (a time window's offline_share), so
- * a batch of them goes before the online requests. Called under the
- * queue's lock. NULL (the default): one service order for all. */
+ * a batch of them goes before the online requests; off_held[t]: tenant t's
+ * job lines wait (over its limit). Called under the queue's lock, also
+ * when only job lines are queued (has[] all false). NULL (the default):
+ * one service order for all. */
 typedef int (*batcher_rank_fn)(void *arg, int instance, int64_t now_ns, const bool *has,
                                int *order, int64_t *retry_ns, int64_t *held_ns,
-                               bool *offline_first);
+                               bool *offline_first, bool *off_held);
 void batcher_set_tenant_rank(struct batcher *b, batcher_rank_fn rank, void *arg);
 /* (With a ranking the queue is also fair to tenants when full: see
  * queue.h; a request that made room is answered 429.) */

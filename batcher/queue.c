@@ -364,17 +364,25 @@ struct bqueue_fill {
     int64_t tokens, tokens_sq;
 };
 
+static bool bqueue_off_held(const struct bqueue *q, const struct infer_item *it)
+{
+    return it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX && q->off_held[it->tenant];
+}
+
 /* Appends offline items in FIFO order to the batch being cut (tail, f)
  * while the batch stays within max_batch_size rows and max_batch_tokens
  * tokens and now + exec(tokens) within `limit_ns`; returns how many were
- * taken. */
+ * taken. Lines of a tenant over its limit are passed over. */
 static int bqueue_take_offline(struct bqueue *q, int64_t now_ns, const struct latmodel *lat,
                                int64_t limit_ns, struct infer_item ***tail,
                                struct bqueue_fill *f)
 {
     int taken = 0;
-    while (!list_empty(&q->off)) {
-        struct infer_item *it = BQ_SVC(q->off.next);
+    struct list *p, *next;
+    list_foreach_safe(p, next, &q->off) {
+        struct infer_item *it = BQ_SVC(p);
+        if (bqueue_off_held(q, it))
+            continue;
         int r = f->rows + it->rows;
         int64_t t = f->tokens + work_tokens(it), sq = f->tokens_sq + it->tokens_sq;
         if (r > q->cfg.max_batch_size || t > bqueue_full_tokens(q) ||
@@ -506,8 +514,16 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
                 int64_t *wake_ns)
 {
     *wake_ns = POLICY_NEVER;
-    if (q->n == 0)   /* no online request: the device is the offline rows' */
-        return q->noff > 0 ? bqueue_take_offline_batch(q, now_ns, lat, POLICY_NEVER, b) : 0;
+    if (q->n == 0) {   /* no online request: the device is the offline rows' */
+        if (q->noff == 0)
+            return 0;
+        if (bqueue_take_offline_batch(q, now_ns, lat, POLICY_NEVER, b))
+            return 1;
+        /* Every line queued is its tenant's over its limit: ask again when
+         * the limits may have moved (nothing else would wake the worker). */
+        *wake_ns = now_ns + (q->rank_retry_ns > 0 ? q->rank_retry_ns : 1000000);
+        return 0;
+    }
     if (q->offline_first && q->noff > 0 &&
         bqueue_take_offline_batch(q, now_ns, lat, POLICY_NEVER, b))
         return 1;   /* owed their guaranteed part of the device (queue.h) */

@@ -102,6 +102,10 @@ struct bqueue {
     int64_t held_until[WORK_TENANTS_MAX];
     bool offline_first;               /* offline rows are owed device time: a batch of them
                                        * goes first (set with the ranking) */
+    /* Tenants whose job lines wait: over their `limit` (set by the caller
+     * with the ranking, also when only job lines are queued). Their lines
+     * are passed over; the others' keep their FIFO order. */
+    bool off_held[WORK_TENANTS_MAX];
     struct list off;                  /* infer_item.q_svc of offline items: FIFO */
     int noff;                         /* offline items queued */
     struct policy_request *view;      /* scratch for the policy */

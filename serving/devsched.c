@@ -318,7 +318,7 @@ static void devsched_grant_locked(struct devsched *d)
         int order[WORK_TENANTS_MAX];
         int64_t retry;
         devsched_core_tenants_waiting(&d->core, has);
-        int n = shares_rank(d->shares, now, has, order, &retry, NULL);
+        int n = shares_rank(d->shares, now, has, order, &retry, NULL, NULL);
         for (int t = 0; t < WORK_TENANTS_MAX; t++)
             rank_of[t] = WORK_TENANTS_MAX - 1;   /* held back: last, never refused a slot */
         for (int r = 0; r < n; r++)

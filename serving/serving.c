@@ -502,11 +502,11 @@ static struct shares *serving_shares_of(struct served_model *sm, int instance)
 /* batcher_set_tenant_rank's: the instance's device decides. */
 static int serving_tenant_rank(void *arg, int instance, int64_t now_ns, const bool *has,
                                int *order, int64_t *retry_ns, int64_t *held_ns,
-                               bool *offline_first)
+                               bool *offline_first, bool *off_held)
 {
     struct shares *sh = serving_shares_of(arg, instance);
     *offline_first = shares_offline_owed(sh, now_ns);
-    return shares_rank(sh, now_ns, has, order, retry_ns, held_ns);
+    return shares_rank(sh, now_ns, has, order, retry_ns, held_ns, off_held);
 }
 
 /* With tenants: a model with an instance on no shared device (or on a loop

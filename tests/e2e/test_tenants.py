@@ -3,7 +3,7 @@
 Bearer and X-Api-Key; 403 for a model outside the tenant's globs and for
 admin routes; the open routes; jobs of another tenant; auth.required on and
 off; 429 for max_inflight and rate_rows_per_s with Retry-After and the
-reason; tenant_requests_total; keys absent from the log, /debug, /metrics
+reason; `limit` binding a tenant's job lines; tenant_requests_total; keys absent from the log, /debug, /metrics
 and the dashboard; and the time to refuse a wrong key measured against how
 much of it matches a real one."""
 
@@ -429,6 +429,8 @@ class LimitsTest(RepoServerCase):
                                             batching={"max_batch_size": 1}))
         write_model(repo, "cap", synthetic("cap", base_us=20000, per_row_us=0,
                                            batching={"max_batch_size": 1}))
+        write_model(repo, "capjob", synthetic("capjob", base_us=20000, per_row_us=0,
+                                              batching={"max_batch_size": 1}))
 
     def test_no_admin_among_keyed_tenants_is_said_at_start(self):
         # Every admin route is then 403 to every caller, which nothing said.
@@ -529,6 +531,36 @@ class LimitsTest(RepoServerCase):
         first.join(10)
         self.assertEqual(got["a"].status, 200, got)
         self.assert_429(r, "limit", (2, 3))
+
+    def test_limit_binds_job_lines(self):
+        # docs/TENANTS.md: `limit` is the most of the device a tenant may
+        # hold, its job's lines included. 40 lines of 20 ms are 0.8 s of
+        # device time; under a limit of 0.3 they run on the whole device
+        # until the moving sum reaches 0.3 (~0.36 s), then at 0.3 of it:
+        # ~1.8 s in all. Unbound, they took 0.8 s. (The wait also needs the
+        # worker to wake for lines that were all held: it would hang.)
+        lines = "".join(body() + "\n" for _ in range(40))
+        t0 = time.monotonic()
+        r = roundtrip(self.srv.port, "POST", "/v2/models/capjob/jobs",
+                      [("Authorization", "Bearer k-capped")], lines)
+        self.assertEqual(r.status, 201, r)
+        job = r.json()["id"]
+        deadline = t0 + 30
+        while True:
+            j = get(self.srv, "/v2/jobs/" + job, "k-capped").json()
+            if j["state"] in ("completed", "failed") or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        wall = time.monotonic() - t0
+        self.assertEqual(j["state"], "completed", j)
+        self.assertEqual(j["lines"]["done"], 40, j)
+        text = get(self.srv, "/metrics").body.decode()
+        ran = sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines()
+                  if x.startswith("batchgate_tenant_device_seconds_total{")
+                  and 'tenant="capped"' in x and 'class="offline"' in x)
+        self.assertGreater(ran, 0.75, text)
+        self.assertGreater(wall, 1.4, "40 job lines of 20 ms under a limit of 0.3 took "
+                           "%.2f s" % wall)
 
     def test_rate_retry_after_is_computed(self):
         # 4 rows at 1 row/s: a full bucket lets them through, and the next

@@ -8,7 +8,8 @@
  * returning owner is served within one batch and is back at its share
  * within a second; `limit` caps a tenant; a reserved share (lend false) is
  * kept free; a tenant with no share is never starved when others leave
- * room. */
+ * room; a limit binds its tenant's job lines too, and a job does not lift
+ * its own tenant's reservation. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,7 +145,7 @@ static void sim_run(struct sim *s, int64_t until)
         bool has[WORK_TENANTS_MAX];
         bqueue_tenants_waiting(&s->q, has);
         int64_t retry = 0;
-        s->q.nrank = shares_rank(s->sh, s->now, has, s->q.rank, &retry, NULL);
+        s->q.nrank = shares_rank(s->sh, s->now, has, s->q.rank, &retry, NULL, s->q.off_held);
         if (s->q.nrank == 0)
             s->q.nrank = -1;
         s->q.rank_retry_ns = retry;
@@ -311,15 +312,15 @@ static void test_limit_says_how_long_it_holds(void **state)
     bool has[TENANTS_MAX] = {false, true};
     int order[TENANTS_MAX];
     int64_t retry = 0, held[TENANTS_MAX] = {0};
-    assert_int_equal(shares_rank(sh, now, has, order, &retry, held), 0);
+    assert_int_equal(shares_rank(sh, now, has, order, &retry, held, NULL), 0);
     print_message("# at 0.9 of the device, limit 0.3: held %.3f s\n", (double)held[1] / SEC);
     assert_true(llabs(held[1] - (int64_t)(SEC * log(3.0))) < MS);
     /* Held all that time (its requests waiting, asked every 50 ms), it
      * runs again once that long has passed. */
     int64_t for_ns = held[1];
     for (int64_t t = now + 50 * MS; t < now + for_ns - MS; t += 50 * MS)
-        assert_int_equal(shares_rank(sh, t, has, order, &retry, held), 0);
-    assert_int_equal(shares_rank(sh, now + for_ns + MS, has, order, &retry, held), 1);
+        assert_int_equal(shares_rank(sh, t, has, order, &retry, held, NULL), 0);
+    assert_int_equal(shares_rank(sh, now + for_ns + MS, has, order, &retry, held, NULL), 1);
     shares_free(sh);
 }
 
@@ -394,6 +395,59 @@ static void test_job_lines_fill_a_reserved_share(void **state)
     sim_run(s, 30 * SEC);
     assert_true(s->first_served_at[0] - 20 * SEC <= s->batch_ns_max);
     assert_true(fabs(sim_fraction(s, 0, 2) - 0.6) <= 0.05 * 0.6);
+    sim_free(s);
+    free(s);
+}
+
+/* `limit` is the most a tenant may hold, its job's lines included: B's
+ * job ran on the whole idle device under a limit of 0.4. */
+static void test_limit_binds_job_lines(void **state)
+{
+    (void)state;
+    struct sim *s = calloc(1, sizeof *s);
+    sim_init(s, 2, (double[]){0.5, 0.5});
+    s->tc.t[1].limit = 0.4;
+    s->on_from[0] = s->on_from[1] = INT64_MAX;   /* no online work at all */
+    s->off_tenant = 1;
+    s->backlog = true;
+    sim_run(s, 30 * SEC);
+    for (int w = 1; w < 3; w++) {
+        double off = (double)s->busy_off[w] / (10.0 * SEC);
+        print_message("# window %d: B's job lines under its limit of 0.4: %.3f of the device\n",
+                      w, off);
+        assert_true(off <= 0.4 * 1.05 && off >= 0.4 * 0.9);
+    }
+    /* A's online work is not held by B's limit: it takes the rest. */
+    s->on_from[0] = 30 * SEC;
+    sim_run(s, 50 * SEC);
+    double a = (double)s->busy[0][4] / (10.0 * SEC), off = (double)s->busy_off[4] / (10.0 * SEC);
+    print_message("# A online beside it: A %.3f, B's job lines %.3f\n", a, off);
+    assert_true(a + off >= 0.98);
+    assert_true(off <= 0.4 * 1.05);
+    sim_free(s);
+    free(s);
+}
+
+/* A job of the tenant that reserves its share is no online work: the
+ * share stays reserved while the job runs, and the job's lines fill it.
+ * Counted as activity, the job lifted the reservation: B borrowed A's
+ * share and A's online request waited behind B's batches. */
+static void test_own_job_keeps_the_reservation(void **state)
+{
+    (void)state;
+    struct sim *s = calloc(1, sizeof *s);
+    sim_init(s, 2, (double[]){0.6, 0.4});
+    s->tc.t[0].lend = false;
+    s->on_from[0] = 20 * SEC;   /* A's online work comes at 20 s; its job runs from 0 */
+    s->off_tenant = 0;
+    s->backlog = true;
+    sim_run(s, 20 * SEC);
+    double b = (double)s->busy[1][1] / (10.0 * SEC), off = (double)s->busy_off[1] / (10.0 * SEC);
+    print_message("# A's job running, its 0.6 reserved: B %.3f, A's job lines %.3f\n", b, off);
+    assert_true(b <= 0.4 * 1.05 && b >= 0.4 * 0.9);
+    assert_true(b + off >= 0.98);
+    sim_run(s, 30 * SEC);
+    assert_true(s->first_served_at[0] - 20 * SEC <= s->batch_ns_max);
     sim_free(s);
     free(s);
 }
@@ -538,7 +592,7 @@ static void test_a_lead_is_bounded_and_a_switch_forgets_it(void **state)
                                                                .rows = 1};
     /* 10 s of C filling batches while A has work but cannot fill them. */
     for (int i = 0; i < 100; i++) {
-        shares_rank(sh, now, has, order, &retry, NULL);
+        shares_rank(sh, now, has, order, &retry, NULL, NULL);
         now += 30 * MS;
         shares_charge(sh, now, &bc, 30 * MS);
         now += 70 * MS;
@@ -548,7 +602,7 @@ static void test_a_lead_is_bounded_and_a_switch_forgets_it(void **state)
      * device time (its lead bounded), not after A made up 10 s / 0.001. */
     int64_t waited = 0;
     while (waited < 10 * SEC) {
-        assert_true(shares_rank(sh, now, has, order, &retry, NULL) == 2);
+        assert_true(shares_rank(sh, now, has, order, &retry, NULL, NULL) == 2);
         if (order[0] == 1)
             break;
         now += 30 * MS;
@@ -565,11 +619,11 @@ static void test_a_lead_is_bounded_and_a_switch_forgets_it(void **state)
         shares_charge(sh, now, &bc, 30 * MS);
     }
     shares_set(sh, (double[]){0.9, 0.1}, 0);
-    assert_int_equal(shares_rank(sh, now, has, order, &retry, NULL), 2);
+    assert_int_equal(shares_rank(sh, now, has, order, &retry, NULL, NULL), 2);
     assert_int_equal(order[0], 0);
     now += 30 * MS;
     shares_charge(sh, now, &ba, 30 * MS);
-    assert_int_equal(shares_rank(sh, now, has, order, &retry, NULL), 2);
+    assert_int_equal(shares_rank(sh, now, has, order, &retry, NULL, NULL), 2);
     assert_int_equal(order[0], 1);
     shares_free(sh);
 }
@@ -679,6 +733,8 @@ int main(void)
         cmocka_unit_test(test_limit_says_how_long_it_holds),
         cmocka_unit_test(test_held_tenant_does_not_hold_the_clock),
         cmocka_unit_test(test_job_lines_fill_a_reserved_share),
+        cmocka_unit_test(test_limit_binds_job_lines),
+        cmocka_unit_test(test_own_job_keeps_the_reservation),
         cmocka_unit_test(test_a_lead_is_bounded_and_a_switch_forgets_it),
         cmocka_unit_test(test_offline_share_with_long_batches),
         cmocka_unit_test(test_limit_one_never_holds),
