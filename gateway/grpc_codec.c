@@ -543,14 +543,24 @@ static bool grpc_input_in_shm(const Inference__ModelInferRequest__InferInputTens
     return false;
 }
 
+/* A field echoed as the request sent it, or left out when it is the one
+ * refused (`bad`: a NUL would echo it cut short, naming another request;
+ * bytes that are not UTF-8 would make the response unreadable). */
+static char *grpc_echo_field(char *v, const char *name, const char *bad)
+{
+    return (bad && strcmp(name, bad) == 0) || !utf8_valid(v, strlen(v)) ? (char *)"" : v;
+}
+
 /* ModelInferResponse's model_name, model_version and id, as the request
- * names them (an out-of-memory echo is left empty: the error goes alone). */
-static void grpc_infer_echo(const Inference__ModelInferRequest *r, struct buf *echo)
+ * names them, but for the field `bad` (NULL: none) refused in it (an
+ * out-of-memory echo is left empty: the error goes alone). */
+static void grpc_infer_echo(const Inference__ModelInferRequest *r, const char *bad,
+                            struct buf *echo)
 {
     Inference__ModelInferResponse e = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-    e.model_name = r->model_name;
-    e.model_version = r->model_version;
-    e.id = r->id;
+    e.model_name = grpc_echo_field(r->model_name, "model_name", bad);
+    e.model_version = grpc_echo_field(r->model_version, "model_version", bad);
+    e.id = grpc_echo_field(r->id, "id", bad);
     size_t n = inference__model_infer_response__get_packed_size(&e);
     if (n == 0 || buf_reserve(echo, n) < 0)   /* nothing named, or out of memory */
         return;
@@ -562,7 +572,7 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
 {
     const Inference__ModelInferRequest *r = (const void *)msg;
     out->method = HTTP_M_POST;
-    grpc_infer_echo(r, &out->echo);
+    grpc_infer_echo(r, NULL, &out->echo);
     int rc = grpc_model_path(out, r->model_name, r->model_version, "/infer", err, cap);
     if (rc)
         return rc;
@@ -1124,6 +1134,10 @@ int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
     const char *why = NULL;
     const char *nul = grpc_string_with_nul(m->req, msg, len, 0, &why);
     if (nul) {
+        /* In a stream the error is that message's response: it names the
+         * request as far as it can be read, as any other error does. */
+        if (m->to == grpc_infer_to)
+            grpc_infer_echo((const Inference__ModelInferRequest *)req, nul, &out->echo);
         protobuf_c_message_free_unpacked(req, NULL);
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "%s: %s", nul, why);
     }

@@ -672,6 +672,29 @@ static void test_to_http_nul_in_strings(void **state)
         assert_contains(err, want);
         grpc_http_request_free(&r);
     }
+    /* A stream's error for such a message still names the request (its
+     * response echoes model and id), less the field refused. */
+    static const struct {
+        const char *b;
+        size_t n;
+        const char *id;
+    } echoed[] = {
+        /* id "r7", inputs[0].datatype "FP\xff" */
+        {"\x0a\x06" "digits" "\x1a\x02" "r7" "\x2a\x05\x12\x03" "FP\xff", 19, "r7"},
+        /* id "\xff\xfe": left out */
+        {"\x0a\x06" "digits" "\x1a\x02" "\xff\xfe", 12, ""},
+    };
+    for (size_t c = 0; c < COUNT(echoed); c++) {
+        rc = to_http_raw("ModelStreamInfer", echoed[c].b, echoed[c].n, &r, err, sizeof err);
+        assert_int_equal(rc, GRPC_INVALID_ARGUMENT);
+        Inference__ModelInferResponse *e = inference__model_infer_response__unpack(
+            NULL, r.echo.len, (const uint8_t *)r.echo.data);
+        assert_non_null(e);
+        assert_string_equal(e->model_name, "digits");
+        assert_string_equal(e->id, echoed[c].id);
+        inference__model_infer_response__free_unpacked(e, NULL);
+        grpc_http_request_free(&r);
+    }
     /* UTF-8 of every length passes. */
     static const char good[] = "\x0a\x0a" "d\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
     rc = to_http_raw("ModelReady", good, sizeof good - 1, &r, err, sizeof err);
