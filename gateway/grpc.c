@@ -605,7 +605,9 @@ static void grpc_call_check_end(struct grpc_call *call)
         return;
     if (call->in.len) {   /* whole messages waiting for room, or a piece of one */
         if (grpc_call_room(call))
-            grpc_call_fail(call, GRPC_INVALID_ARGUMENT, "the message is cut short");
+            /* INTERNAL: gRPC's own servers' status for an unexpected end
+             * of the stream (grpc-go's io.ErrUnexpectedEOF). */
+            grpc_call_fail(call, GRPC_INTERNAL, "the message is cut short");
     } else if (!call->stream && call->nmsgs == 0) {
         grpc_call_end(call, GRPC_UNIMPLEMENTED, "the request carries no message", NULL, 0, 0);
     } else if (call->stream && call->nrunning == 0) {

@@ -426,16 +426,17 @@ def check_auth(a):
 
 # ---------------------------------------------------------------- limits
 
-def grpc_raw_unary(addr, method, payload, headers, content_type="application/grpc"):
+def grpc_raw_unary(addr, method, payload, headers, content_type="application/grpc", cut=0):
     """A unary call with headers the grpc package will not send (grpc-timeout
-    as written, another content-type), by curl over HTTP/2 prior knowledge
+    as written, another content-type), or a message `cut` bytes short of
+    its declared length, by curl over HTTP/2 prior knowledge
     (scripts/install-deps installs it): the answer's headers and trailers,
     lower-cased names."""
     import struct
     import subprocess
     import tempfile
     with tempfile.NamedTemporaryFile() as f:
-        f.write(b"\x00" + struct.pack(">I", len(payload)) + payload)
+        f.write(b"\x00" + struct.pack(">I", len(payload)) + payload[:len(payload) - cut])
         f.flush()
         args = ["curl", "-s", "-D", "-", "-o", "/dev/null", "--max-time", "10",
                 "--http2-prior-knowledge", "-H", "content-type: " + content_type,
@@ -485,6 +486,13 @@ def check_limits(a):
                          content_type="application/grpc+proto")
     expect(raw.get("grpc-status") == "0", "application/grpc+proto, grpc-timeout 5S: %r" % raw)
     ok("grpc-timeout 0 is DEADLINE_EXCEEDED, malformed is INTERNAL; +json is not served")
+    # A body that ends inside a message: INTERNAL, as grpc-go and grpc core
+    # say an unexpected end of the stream (it was INVALID_ARGUMENT).
+    raw = grpc_raw_unary(a.grpc, "ModelInfer", infer_request("digits", small).SerializeToString(),
+                         [], cut=10)
+    expect(raw.get("grpc-status") == "13" and "cut short" in raw.get("grpc-message", ""),
+           "a message cut short: %r" % raw)
+    ok("a message cut short is INTERNAL")
     # An answer over the 4 MiB the server buffers for a connection: it
     # stalled until a timer (header_timeout_ms, 10 s) woke the connection,
     # once the client's window was open and it had nothing to send.
