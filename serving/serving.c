@@ -257,8 +257,10 @@ int served_entry_add(struct serving *s, const char *name, int pinned, struct err
         return error_set(err, BG_ENOMEM, "out of memory");
     }
     e->cur = sh;
-    if (bad)
+    if (bad) {   /* a load at start that failed, as model_loads_total counts it */
+        atomic_fetch_add(&e->loads[1], 1);
         log_error("model %s: not loaded: %s", name, ce.msg);
+    }
     s->entries[n] = e;
     atomic_store(&s->n, n + 1);   /* published: lookups see it whole */
     return 0;

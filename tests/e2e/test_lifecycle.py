@@ -680,6 +680,10 @@ class PolledFixLoadTest(RepoServerCase):
     def test_a_request_during_the_polls_load_waits_on_it(self):
         port = self.srv.port
         wait_state(port, "p", "UNAVAILABLE")
+        # The load at start failed on its config, and is counted so (it was
+        # not: a dashboard summing failed loads missed it).
+        self.assertEqual(value(metrics(port), "batchgate_model_loads_total", model="p",
+                               result="failed"), 1)
         tmp = os.path.join(self.repo, "p", "config.json.tmp")
         with open(tmp, "w") as f:
             json.dump(synthetic("p", base_us=150000, per_row_us=0), f)
