@@ -453,6 +453,7 @@ static int bqueue_take_offline_batch(struct bqueue *q, int64_t now_ns, const str
         return 0;
     b->nitems = n;
     b->rows = f.rows;
+    b->max_rows = q->cfg.max_batch_size;
     batch_sum(b);
     b->budget = b->tokens;
     int64_t planned = lat ? now_ns + bqueue_exec(lat, b->tokens, b->tokens_sq) : 0;
@@ -612,6 +613,7 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
     }
     b->nitems = nitems;
     b->rows = f.rows;
+    b->max_rows = q->cfg.max_batch_size;
     batch_sum(b);
     b->budget = d.budget > b->tokens ? d.budget : b->tokens;
     int64_t planned = lat ? now_ns + bqueue_exec(lat, b->tokens, b->tokens_sq) : 0;

@@ -84,6 +84,7 @@ struct batch {
     int64_t tokens_sq;                /* the members' tokens_sq; 0 when one did not give it */
     int max_len;                      /* the longest row (work_max_len), for batch_padding */
     int64_t budget;                   /* the tokens the policy filled it up to (see policy.h) */
+    int max_rows;                     /* the max_batch_size it was cut under (batch_fill_ratio) */
     int64_t gather_ns;                /* its rows gathered (serving/batchrun.h), for statistics */
 };
 

@@ -519,15 +519,9 @@ int api_metrics_render(struct api_state *st, struct buf *b)
             metrics_sample(b, token_metrics[k].name, NAME, NULL, t);
         }
     }
-    metrics_head(b, "batch_fill_ratio", "gauge", "Mean rows per batch divided by max_batch_size.");
+    metrics_head(b, "batch_fill_ratio", "gauge", "Rows computed over the rows their batches could hold (max_batch_size).");
     EACH_MODEL {
-        double rows = 0, batches = 0;
-        for (int i = 0; i < snaps[mi].ninstances && snaps[mi].inst; i++) {
-            rows += (double)snaps[mi].inst[i].rows;
-            batches += (double)snaps[mi].inst[i].batches;
-        }
-        metrics_sample(b, "batch_fill_ratio", NAME, NULL,
-               batches ? rows / batches / SM->model.cfg.batching.max_batch_size : 0);
+        metrics_sample(b, "batch_fill_ratio", NAME, NULL, modelstats_fill(&snaps[mi]));
     }
     static const struct {
         const char *name, *type, *help;

@@ -116,7 +116,7 @@ void modelstats_json_append(struct buf *out, struct served_model *sm)
                 modelstats_quantile(&s.compute, 0.99));
     struct modelstats_json_devices w = {.b = b};
     serving_model_devices(sm, &s, modelstats_json_device, &w);
-    double fill = batches ? (double)rows / (double)batches / c->batching.max_batch_size : 0;
+    double fill = modelstats_fill(&s);
     /* The loader owns the batcher until it publishes READY. */
     bool ready = atomic_load(&sm->state) == SERVED_READY;
     buf_appendf(b, "],\"answer_guard_seconds\":%.6f,\"compute_debt\":{",

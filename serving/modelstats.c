@@ -49,7 +49,7 @@ struct io_shard {
 
 struct inst_shard {
     _Alignas(64) struct hist compute, batch;
-    _Atomic uint64_t batches, rows;
+    _Atomic uint64_t batches, rows, max_rows;
     _Atomic uint64_t tokens, padded_tokens;
     _Atomic int64_t idle_shown_ns;           /* the idle time last shown: it never goes back */
     struct busywin busy;                     /* written by the instance's worker only */
@@ -143,6 +143,16 @@ void modelstats_free(struct modelstats *s)
     free(s->io);
     free(s->inst);
     free(s);
+}
+
+double modelstats_fill(const struct modelstats_snapshot *s)
+{
+    double rows = 0, max_rows = 0;
+    for (int i = 0; i < s->ninstances && s->inst; i++) {
+        rows += (double)s->inst[i].rows;
+        max_rows += (double)s->inst[i].max_rows;
+    }
+    return max_rows > 0 ? rows / max_rows : 0;
 }
 
 bool modelstats_fits(const struct modelstats *s, int instances, int max_batch)
@@ -412,6 +422,8 @@ int64_t modelstats_batch_end(struct modelstats *s, int instance, int charged,
         to_items = modelstats_time_end(sh, ch, b, exec_ns);
     if (ok && b) {
         modelstats_batch(s, instance, b->rows, input_ns, exec_ns, output_ns);
+        atomic_fetch_add_explicit(&sh->max_rows, (uint64_t)(b->max_rows > 0 ? b->max_rows : b->rows),
+                                  memory_order_relaxed);
         modelstats_batch_tokens(s, instance, b->tokens,
                                 (int64_t)b->rows * (b->max_len > 0 ? b->max_len : 1));
         modelstats_batch_tenants(s, charged, b);
@@ -594,6 +606,7 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         mi->tokens = atomic_load_explicit(&sh->tokens, memory_order_relaxed);
         mi->padded_tokens = atomic_load_explicit(&sh->padded_tokens, memory_order_relaxed);
         mi->rows = atomic_load_explicit(&sh->rows, memory_order_relaxed);
+        mi->max_rows = atomic_load_explicit(&sh->max_rows, memory_order_relaxed);
         mi->util_10s = busywin_fraction(&sh->busy, now, BUSYWIN_UTIL_S);
     }
 }

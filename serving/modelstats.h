@@ -50,6 +50,10 @@ struct modelstats_instance {
     double idle_s;                 /* held and not busy; never less than it was shown before */
     double util_10s;               /* busy fraction over the last 10 whole seconds (busywin.h) */
     uint64_t batches, rows;
+    /* The rows those batches could have held: each one's max_batch_size
+     * when it was cut (a reload may change it; the ratio of the past is
+     * kept). */
+    uint64_t max_rows;
     /* Tokens computed (= rows for models without them) and what a padded
      * layout would have held: rows x the longest row, per batch. */
     uint64_t tokens, padded_tokens;
@@ -86,6 +90,10 @@ struct modelstats_snapshot {
      * refused ones included (model_demand_rows_per_second). */
     double demand_rows_per_s;
 };
+
+/* Rows computed over the rows their batches could have held (each batch's
+ * max_batch_size when it was cut), all instances; 0 before any batch. */
+double modelstats_fill(const struct modelstats_snapshot *s);
 
 struct modelstats *modelstats_new(int io_threads, int instances, int max_batch);
 void modelstats_free(struct modelstats *s);

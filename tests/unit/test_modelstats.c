@@ -3,6 +3,7 @@
  * in the 10 s utilization and while it runs, concurrent writers. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +32,34 @@ static void end_batch(struct modelstats *s, int inst, int rows, int offline, int
     struct batch b = {.head = rows - offline ? &on : &off, .nitems = 1 + (offline > 0),
                       .rows = rows};
     modelstats_batch_end(s, inst, inst, &b, true, input_ns, exec_ns, output_ns);
+}
+
+/* batch_fill_ratio: rows over what each batch could hold when it was cut.
+ * Divided by the max_batch_size in force, a reload from 8 to 32 made the
+ * past read a quarter as full. */
+static void test_fill_keeps_each_batch_cap(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 2, 32);
+    struct infer_item it;
+    memset(&it, 0, sizeof it);
+    it.rows = 4;
+    struct batch b = {.head = &it, .nitems = 1, .rows = 4, .max_rows = 8};
+    struct modelstats_snapshot o;
+    modelstats_snapshot(s, &o);
+    assert_true(modelstats_fill(&o) == 0);   /* no batch yet */
+    modelstats_snapshot_free(&o);
+    modelstats_batch_end(s, 0, 0, &b, true, 0, 1000, 0);
+    modelstats_snapshot(s, &o);
+    assert_true(fabs(modelstats_fill(&o) - 0.5) < 1e-9);
+    modelstats_snapshot_free(&o);
+    b.max_rows = 32;   /* reloaded with max_batch_size 32, on the other instance */
+    modelstats_batch_end(s, 1, 1, &b, true, 0, 1000, 0);
+    modelstats_batch_end(s, 1, 1, &b, false, 0, 1000, 0);   /* failed: no rows, no room */
+    modelstats_snapshot(s, &o);
+    assert_true(fabs(modelstats_fill(&o) - 8.0 / 40.0) < 1e-9);
+    modelstats_snapshot_free(&o);
+    modelstats_free(s);
 }
 
 static void test_sums_across_shards(void **state)
@@ -432,6 +461,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sums_across_shards),
+        cmocka_unit_test(test_fill_keeps_each_batch_cap),
         cmocka_unit_test(test_buckets_and_quantiles),
         cmocka_unit_test(test_long_batch_spreads_over_its_seconds),
         cmocka_unit_test(test_triton_counts),
