@@ -95,6 +95,10 @@ int api_logging_register(struct router *r, struct api_state *st, struct error *e
 /* Whether a route answers errors in OpenAI's shape (its clients' routes;
  * method: enum http_method's bit). */
 bool api_openai_route(const char *pattern, int method);
+/* Whether a path no route serves lies in OpenAI's own namespace (/v1/files,
+ * /v1/batches, /v1/chat, ...; not /v1/models/..., TF Serving's too): its
+ * 404 is then in OpenAI's shape. */
+bool api_openai_path(const char *path, size_t len);
 /* OpenAI's routes (api_llm.c): POST /v1/chat/completions, /v1/completions,
  * /v1/embeddings (LLM pools, and batchgate's encoders), GET /v1/models and
  * /v1/models/{model}. */

@@ -815,6 +815,18 @@ bool api_openai_route(const char *pattern, int method)
            strcmp(pattern, "/v1/models/{model}") == 0;
 }
 
+bool api_openai_path(const char *path, size_t len)
+{
+    static const char *const prefixes[] = {"/v1/embeddings", "/v1/chat", "/v1/completions",
+                                           "/v1/files", "/v1/batches"};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        size_t n = strlen(prefixes[i]);
+        if (len >= n && memcmp(path, prefixes[i], n) == 0 && (len == n || path[n] == '/'))
+            return true;
+    }
+    return false;
+}
+
 int api_llm_register(struct router *r, struct api_state *st, struct error *err)
 {
     static const struct api_route routes[] = {

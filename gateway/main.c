@@ -438,7 +438,10 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
 static void main_style(struct http_request *req, const char *pattern, void *ctx)
 {
     (void)ctx;
-    if (api_openai_route(pattern, http_request_method(req)))
+    size_t len;
+    const char *path = http_request_path(req, &len);
+    if (pattern ? api_openai_route(pattern, http_request_method(req))
+                : api_openai_path(path, len))
         http_request_set_error_style(req, HTTP_ERRORS_OPENAI);
 }
 

@@ -350,8 +350,9 @@ void router_set_guard(struct router *r, route_guard_fn fn, void *ctx);
  * (http_request_set_error_style): fn gets the route's pattern, or the
  * prefix's, before the guard, before a 405 of the router's own, and before
  * any error the connection answers itself once the request's line is read
- * (413, 415, 400 of a body: router_style). So OpenAI's clients read every
- * error of their routes in OpenAI's shape. */
+ * (413, 415, 400 of a body: router_style); NULL before the router's 404,
+ * when no route matches (fn may read the path). So OpenAI's clients read
+ * every error of their routes in OpenAI's shape. */
 typedef void (*route_style_fn)(struct http_request *req, const char *pattern, void *ctx);
 void router_set_style(struct router *r, route_style_fn fn, void *ctx);
 void router_style(const struct router *r, struct http_request *req);

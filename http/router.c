@@ -387,6 +387,8 @@ static bool router_route(const struct router *r, struct http_request *req,
             router_no_method(req);   /* on any path: the method, not the path, is why */
             return false;
         }
+        if (r->style)
+            r->style(req, NULL, r->style_ctx);
         http_respond_error(req, 404, NULL, "no route for %.*s", (int)(len > 200 ? 200 : len),
                            path);
         return false;

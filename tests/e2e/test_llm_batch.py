@@ -210,6 +210,10 @@ class TestBatchRoutes(BatchCase):
         self.assert_error(*self.call("GET", "/v1/files/file-nope"), 404, "file_id")
         self.assert_error(*self.call("GET", "/v1/files/file-nope/content"), 404, "file_id")
         self.assert_error(*self.call("DELETE", "/v1/files/file-nope"), 404, "file_id")
+        # A path no route serves, in OpenAI's namespace: its 404 too (it
+        # was {"error": "..."}, which the openai client cannot read).
+        for path in ("/v1/files/", "/v1/files/%s/content/x" % f["id"], "/v1/batches/"):
+            self.assert_error(*self.call("GET", path), 404, None, "no route")
         st, raw = self.call("DELETE", "/v1/files/" + f["id"])
         self.assertEqual((st, json.loads(raw)), (200, {"id": f["id"], "object": "file",
                                                        "deleted": True}))
