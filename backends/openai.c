@@ -40,7 +40,9 @@ static int openai_model_load(struct model *m, struct cold_start *cs, struct erro
     snprintf(who, sizeof who, "model %s", m->cfg.name);
     for (int i = 0; i < p->nendpoints; i++) {
         struct error e2 = {0};
-        om->targets[i] = httpc_target_new(p->hosts[i], p->ports[i], who, &e2);
+        char name[32];
+        snprintf(name, sizeof name, "endpoints[%d]", i);
+        om->targets[i] = httpc_target_new(p->hosts[i], p->ports[i], who, name, &e2);
         if (!om->targets[i]) {
             error_set(err, e2.code, "%s: endpoints[%d]: %s", m->cfg.config_path, i, e2.msg);
             openai_model_unload(m);

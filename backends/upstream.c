@@ -100,7 +100,9 @@ static size_t upstream_answer_max(const struct up_slot *s)
 static void upstream_slot_fail(struct up_slot *s, const char *why)
 {
     char msg[200];
-    snprintf(msg, sizeof msg, "upstream %.80s: %.100s", upcall_url(s->up), why);
+    snprintf(msg, sizeof msg, "%s: %.100s", upcall_name(s->up), why);
+    log_debug("model %s: upstream %s (%s): %s", s->um->m->cfg.name, upcall_url(s->up),
+              upcall_name(s->up), why);
     struct up_model *um = s->um;
     int64_t ns = now_ns() - s->t0;
     s->io->retry_after_s = s->retry_after_s;
@@ -361,7 +363,9 @@ static int upstream_model_load(struct model *m, struct cold_start *cs, struct er
     snprintf(who, sizeof who, "model %s", m->cfg.name);
     for (int i = 0; i < u->nurls; i++) {
         struct error e2 = {0};
-        um->targets[i] = httpc_target_new(u->hosts[i], u->ports[i], who, &e2);
+        char name[32];
+        snprintf(name, sizeof name, "upstream.urls[%d]", i);
+        um->targets[i] = httpc_target_new(u->hosts[i], u->ports[i], who, name, &e2);
         if (!um->targets[i])
             return error_set(err, e2.code, "%s: upstream.urls[%d]: %s", m->cfg.config_path, i,
                              e2.msg);

@@ -55,9 +55,11 @@ int httpc_url_parse(const char *url, char *host, size_t host_cap, int *port, con
 struct httpc_target;
 
 /* Resolves host:port now (a name that does not resolve is a config error).
- * who names its owner in log lines ("model m", "route /x/"). */
+ * who names its owner in log lines ("model m", "route /x/"); `name` names
+ * the server in what clients read ("upstream.urls[1]": its place in the
+ * configuration, not its address, which is the operator's to know). */
 struct httpc_target *httpc_target_new(const char *host, int port, const char *who,
-                                      struct error *err);
+                                      const char *name, struct error *err);
 /* Its owner lets go: it is retired, and freed once no pool of it is left
  * (each pool holds a reference: a pool cached on some thread never points
  * at freed memory). */
@@ -68,6 +70,7 @@ void httpc_target_free(struct httpc_target *t);
 struct httpc_target *httpc_target_ref(struct httpc_target *t);
 bool httpc_target_retired(const struct httpc_target *t);
 const char *httpc_target_url(const struct httpc_target *t);        /* "http://host:port" */
+const char *httpc_target_name(const struct httpc_target *t);       /* as given */
 const char *httpc_target_authority(const struct httpc_target *t);  /* "host:port" for Host */
 
 /* Health. Passive: 3 failed calls in a row take a target out. With active

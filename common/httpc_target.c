@@ -28,6 +28,7 @@ const char *const httpc_fail_names[HTTPC_FAIL_COUNT] = {"connect", "reset", "tim
 
 struct httpc_target {
     char who[128];                   /* its owner in log lines: "model m", "route /x/" */
+    char name[64];                   /* in what clients read: "upstream.urls[1]" */
     char host[256];
     int port;
     char url[300], authority[280];
@@ -64,7 +65,7 @@ struct httpc_target {
 };
 
 struct httpc_target *httpc_target_new(const char *host, int port, const char *who,
-                                      struct error *err)
+                                      const char *name, struct error *err)
 {
     char ports[16];
     snprintf(ports, sizeof ports, "%d", port);
@@ -82,6 +83,7 @@ struct httpc_target *httpc_target_new(const char *host, int port, const char *wh
     }
     snprintf(t->host, sizeof t->host, "%s", host);
     snprintf(t->who, sizeof t->who, "%s", who);
+    snprintf(t->name, sizeof t->name, "%s", name);
     t->port = port;
     atomic_init(&t->refs, 1);
     /* An IPv6 literal needs its brackets back in a URL or a Host header. */
@@ -124,6 +126,7 @@ void httpc_target_free(struct httpc_target *t)
 }
 
 const char *httpc_target_url(const struct httpc_target *t) { return t->url; }
+const char *httpc_target_name(const struct httpc_target *t) { return t->name; }
 const char *httpc_target_authority(const struct httpc_target *t) { return t->authority; }
 
 const struct sockaddr_storage *httpc_target_addr(const struct httpc_target *t, socklen_t *len)

@@ -213,6 +213,11 @@ const char *upcall_url(const struct upcall *u)
     return u->ti >= 0 ? httpc_target_url(u->ts[u->ti]) : "upstream";
 }
 
+const char *upcall_name(const struct upcall *u)
+{
+    return u->ti >= 0 ? httpc_target_name(u->ts[u->ti]) : "upstream";
+}
+
 int upcall_tries(const struct upcall *u) { return u->tries; }
 
 enum httpc_fail upcall_last_fail(const struct upcall *u) { return u->last_fail; }

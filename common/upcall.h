@@ -129,6 +129,8 @@ void upcall_blame(struct upcall *u, enum httpc_fail why);
  * any), and how many tries the call made. */
 struct httpc_target *upcall_target(const struct upcall *u);
 const char *upcall_url(const struct upcall *u);
+/* The same server as clients may read of it (httpc_target_name). */
+const char *upcall_name(const struct upcall *u);
 int upcall_tries(const struct upcall *u);
 /* What ended the call's last failed try (on_fail: HTTPC_FAIL_CONNECT when
  * its server was never reached). */

@@ -216,7 +216,7 @@ static void proxy_call_fail_as(struct proxy_call *c, int status, const char *msg
     if (client)
         snprintf(text, sizeof text, "%s", msg);
     else
-        snprintf(text, sizeof text, "upstream %s: %s", url, msg);
+        snprintf(text, sizeof text, "%s: %s", upcall_name(c->up), msg);
     if (c->tap) {
         struct proxy_outcome o = {.fail_status = status, .msg = text};
         if (proxy_call_end(c, &o))
@@ -798,8 +798,10 @@ struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct e
         snprintf(who, sizeof who, "route %s", r->prefix);
         for (int k = 0; k < cfg->routes[i].nurls; k++) {
             struct error e2 = {0};
-            r->targets[k] =
-                httpc_target_new(cfg->routes[i].hosts[k], cfg->routes[i].ports[k], who, &e2);
+            char name[48];
+            snprintf(name, sizeof name, "proxy.routes[%d].urls[%d]", i, k);
+            r->targets[k] = httpc_target_new(cfg->routes[i].hosts[k], cfg->routes[i].ports[k],
+                                             who, name, &e2);
             if (!r->targets[k]) {
                 error_set(err, e2.code, "proxy.routes[%d].urls[%d]: %s", i, k, e2.msg);
                 proxy_free(p);

@@ -120,7 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct httpc_target *t;
     if (!t) {
         struct error err = {0};
-        t = httpc_target_new("127.0.0.1", 9, "fuzz", &err);
+        t = httpc_target_new("127.0.0.1", 9, "fuzz", "fuzz", &err);
         if (!t)
             abort();
         /* The target's take-out and return lines would be most of the

@@ -56,7 +56,7 @@ static void test_url_parse(void **state)
 static struct httpc_target *target(int port)
 {
     struct error err = {0};
-    struct httpc_target *t = httpc_target_new("127.0.0.1", port, "test", &err);
+    struct httpc_target *t = httpc_target_new("127.0.0.1", port, "test", "test", &err);
     assert_non_null(t);
     return t;
 }

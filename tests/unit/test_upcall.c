@@ -127,7 +127,7 @@ static void cl_open(struct cl *c, const struct lsn *ls, int n, int timeout_ms)
     c->n = n;
     for (int i = 0; i < n; i++) {
         struct error err = {0};
-        c->ts[i] = httpc_target_new("127.0.0.1", ls[i].port, "test", &err);
+        c->ts[i] = httpc_target_new("127.0.0.1", ls[i].port, "test", "test", &err);
         assert_non_null(c->ts[i]);
         c->pools[i] = httpc_pool_new(c->ts[i], c->base, 4, 1);
         /* No connect timer: test_timer_cannot_arm wants the timer heap
