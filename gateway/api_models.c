@@ -665,8 +665,11 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
         int status = it->status == BG_ECANCELLED ? 499 : error_http_status(it->status);
         if (call->client_gone)
             ;   /* nobody is there to count it for (METRICS.md) */
-        else if (it->status == BG_EDEADLINE || it->status == BG_ESHUTDOWN)
+        else if ((it->status == BG_EDEADLINE && !it->t_dequeue_ns) || it->status == BG_ESHUTDOWN)
             models_account_reject(call->st, call->sm, req, it->status, status);
+        /* A 504 after its batch began (the watchdog abandoned it, or an
+         * upstream batch failed past its budget) is no refusal: it ran and
+         * failed, and its queue wait is counted, as any failed batch's. */
         else if (it->status != BG_ECANCELLED)
             models_account(call->st, call->sm, req, status,
                            it->t_dequeue_ns ? it->t_dequeue_ns - it->t_arrival_ns : -1, NULL);

@@ -101,6 +101,17 @@ class FaultTest(RepoServerCase):
         self.assertEqual(r.status, 504, r)
         self.assertIn("batch_timeout_ms", r.json()["error"])
         self.assertLess(took, 1.2, "answered by the watchdog, not by the hung call")
+        # It ran and failed: counted as a 504 with its queue wait, not as a
+        # request refused for its budget (it was rejected{reason="deadline"}).
+        text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+        def sample(series):
+            m = re.search(r'^%s (\S+)' % re.escape(series), text, re.M)
+            self.assertIsNotNone(m, series)
+            return float(m.group(1))
+        self.assertEqual(sample('batchgate_rejected_requests_total{model="hangy",'
+                                'reason="deadline"}'), 0, text)
+        self.assertEqual(sample('batchgate_queue_duration_seconds_count{model="hangy"}'), 1,
+                         text)
         # The other instance serves meanwhile, and other models are untouched.
         for k in range(5):
             r = self.infer("hangy", [k, 0, 0, 0])
