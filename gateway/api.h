@@ -95,6 +95,10 @@ int api_logging_register(struct router *r, struct api_state *st, struct error *e
 /* Whether a route answers errors in OpenAI's shape (its clients' routes;
  * method: enum http_method's bit). */
 bool api_openai_route(const char *pattern, int method);
+/* router_set_precheck's (Expect: 100-continue): a POST naming a model no
+ * folder holds is 404, and an inference its full queue would refuse 429,
+ * before the client sends the body. */
+bool api_models_precheck(struct http_request *req, const struct route_match *m, void *ctx);
 /* Whether a path no route serves lies in OpenAI's own namespace (/v1/files,
  * /v1/batches, /v1/chat, ...; not /v1/models/..., TF Serving's too): its
  * 404 is then in OpenAI's shape. */

@@ -889,6 +889,32 @@ static int models_refuse_full(struct http_request *req, struct api_state *st,
     return -1;
 }
 
+bool api_models_precheck(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct api_state *st = ctx;
+    const struct route_param *p = route_match_param(m, "model");
+    if (!p || !st->serving || http_request_method(req) != HTTP_M_POST ||
+        (strncmp(m->pattern, "/v2/models/", 11) != 0 && strncmp(m->pattern, "/v1/models/", 11) != 0))
+        return true;
+    /* TF Serving's verb shares the segment ("digits:predict"). */
+    const char *colon = memchr(p->value, ':', p->len);
+    size_t n = colon ? (size_t)(colon - p->value) : p->len;
+    struct served_model *sm = serving_acquire(st->serving, p->value, n);
+    if (!sm) {
+        http_respond_error(req, 404, NULL, "unknown model \"%.*s\"", (int)(n > 128 ? 128 : n),
+                           p->value);
+        return false;
+    }
+    /* A full queue (of the copy serving now: a version named in the route
+     * is left to the handler) refuses as the handler would. */
+    bool ok = true;
+    if (strstr(m->pattern, "/infer") && !route_match_param(m, "version") &&
+        atomic_load(&sm->state) == SERVED_READY && sm->batcher)
+        ok = models_refuse_full(req, st, sm) == 0;
+    served_release(sm);
+    return ok;
+}
+
 static void models_infer_submit(struct http_request *req, struct api_state *st,
                                 struct served_model *sm, struct infer_call *call)
 {

@@ -463,6 +463,7 @@ static int routes_build(struct router *r, const struct config *cfg, struct api_s
     /* Who may call what: one check before every handler above (auth.h). */
     router_set_style(r, main_style, NULL);
     router_set_guard(r, auth_guard, st->auth);
+    router_set_precheck(r, api_models_precheck, st);
     return 0;
 }
 

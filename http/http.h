@@ -346,6 +346,12 @@ void router_format_allow(int methods, char *out, size_t cap);
  * later cannot miss it. One guard per router; NULL removes it. */
 typedef bool (*route_guard_fn)(struct http_request *req, const struct route_match *m, void *ctx);
 void router_set_guard(struct router *r, route_guard_fn fn, void *ctx);
+/* What a route's handler would refuse before reading the body, asked only
+ * of a request that waits to be told whether to send it ("Expect:
+ * 100-continue"), once the guard let it through: fn answers it and returns
+ * false (a model that does not exist, a full queue), or returns true and
+ * the 100 goes out. Not for prefix routes (they stream). NULL: none. */
+void router_set_precheck(struct router *r, route_guard_fn fn, void *ctx);
 /* How errors are worded for the route a request is headed to
  * (http_request_set_error_style): fn gets the route's pattern, or the
  * prefix's, before the guard, before a 405 of the router's own, and before

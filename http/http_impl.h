@@ -169,10 +169,11 @@ bool http_parse_mid_request(const struct http_parse *hp);
 int router_streams(const struct router *r, const struct http_request *req);
 /* Routes the request and calls its handler, or answers 404/405 itself. */
 void router_dispatch(const struct router *r, struct http_request *req);
-/* Whether router_dispatch would reach a handler: its route, its method
- * and the guard pass. Else the request is answered as router_dispatch
- * would (404, 405, the guard's 401/403) and false returned. For
- * "Expect: 100-continue", asked before the body is wanted. */
+/* Whether router_dispatch would reach a handler: its route, its method,
+ * the guard and the precheck (router_set_precheck) pass. Else the request
+ * is answered as router_dispatch would (404, 405, the guard's 401/403, the
+ * handler's refusal) and false returned. For "Expect: 100-continue",
+ * asked before the body is wanted. */
 bool router_precheck(const struct router *r, struct http_request *req);
 
 /* ---- mailbox (mailbox.c) ---- */

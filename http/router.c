@@ -38,6 +38,8 @@ struct router {
     int nprefixes;
     route_guard_fn guard;             /* NULL: none */
     void *guard_ctx;
+    route_guard_fn precheck;          /* NULL: none */
+    void *precheck_ctx;
     route_style_fn style;             /* NULL: none */
     void *style_ctx;
     route_refuse_fn refuse;           /* NULL: http_respond_error */
@@ -92,6 +94,12 @@ void router_set_guard(struct router *r, route_guard_fn fn, void *ctx)
 {
     r->guard = fn;
     r->guard_ctx = ctx;
+}
+
+void router_set_precheck(struct router *r, route_guard_fn fn, void *ctx)
+{
+    r->precheck = fn;
+    r->precheck_ctx = ctx;
 }
 
 int router_add_prefix(struct router *r, const char *prefix, route_handler_fn fn, void *ctx,
@@ -405,5 +413,6 @@ void router_dispatch(const struct router *r, struct http_request *req)
 bool router_precheck(const struct router *r, struct http_request *req)
 {
     struct router_lookup l;
-    return router_route(r, req, &l);
+    return router_route(r, req, &l) &&
+           (!r->precheck || l.pr || r->precheck(req, &l.m, r->precheck_ctx));
 }

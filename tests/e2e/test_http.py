@@ -333,8 +333,14 @@ class HttpTest(ServerCase):
         # A request its route would refuse gets that answer in place of the
         # 100, and the connection closes: the body is never wanted (it was
         # 100 Continue, the body read, then 404/405).
+        # A model no folder holds is the handler's refusal, said before the
+        # body too (it was 100 Continue, then 404 after the body).
         for method, path, status in (("POST", "/no/such/route", 404),
-                                     ("PUT", "/v2/models/m/infer", 405)):
+                                     ("PUT", "/v2/models/m/infer", 405),
+                                     ("POST", "/v2/models/nope/infer", 404),
+                                     ("POST", "/v2/models/nope/versions/2/infer", 404),
+                                     ("POST", "/v1/models/nope:predict", 404),
+                                     ("POST", "/v2/models/nope/jobs", 404)):
             s = self.conn()
             send(s, request(method, path, [("Expect", "100-continue"),
                                            ("Content-Length", "100000")]))

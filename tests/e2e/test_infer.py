@@ -387,6 +387,33 @@ class InferTest(RepoServerCase):
             else:
                 self.assertEqual(r.json()["outputs"][0]["data"], [10, 11, 12])
 
+    def test_queue_full_refused_before_the_body(self):
+        # Expect: 100-continue: a request its full queue would refuse gets
+        # the 429 in place of the 100 (it was asked for its body first).
+        threads = [threading.Thread(target=post, args=(
+            self.srv.port, "/v2/models/tiny/infer", infer_body([[1, 2, 3, 4]], name="x")),
+            kwargs={"timeout": 10}) for _ in range(5)]
+        for t in threads:
+            t.start()
+        seen = []
+        deadline = time.monotonic() + 3
+        while not seen and time.monotonic() < deadline:
+            s = connect(self.srv.port)
+            try:
+                send(s, request("POST", "/v2/models/tiny/infer",
+                                [("Expect", "100-continue"), ("Content-Length", "100000")]))
+                r = read_response(s, timeout=3)
+                if r.status != 100:
+                    seen.append(r)
+            finally:
+                close_quietly(s)
+            time.sleep(0.01)
+        for t in threads:
+            t.join(15)
+        self.assertTrue(seen, "the queue was never seen full")
+        self.assertEqual(seen[0].status, 429, seen[0])
+        self.assertIn("queue full", seen[0].json()["error"])
+
     def test_bad_models_reported_not_ready(self):
         expect = {"badbackend": "backend", "noweight": "missing", "nochain": "chain",
                   "badfile": "model.safetensors", "badjson": "invalid JSON",
