@@ -486,11 +486,26 @@ static int serving_sched_join(struct serving *s, struct served_model *sm, struct
     return 0;
 }
 
-static void serving_first_device(const struct model_device *d, void *arg)
+struct serving_devices_name {
+    char name[48];
+    bool cut;
+};
+
+/* The devices' names joined ("cpu0+cpu1"); "+..." where they do not fit. */
+static void serving_devices_join(const struct model_device *d, void *arg)
 {
-    struct model_device *first = arg;
-    if (!first->name[0])
-        *first = *d;
+    struct serving_devices_name *a = arg;
+    size_t n = strlen(a->name), k = strlen(d->name);
+    if (a->cut)
+        return;
+    if (!n && k < sizeof a->name)
+        memcpy(a->name, d->name, k + 1);
+    else if (n + 1 + k + 4 < sizeof a->name)
+        snprintf(a->name + n, sizeof a->name - n, "+%s", d->name);
+    else {
+        snprintf(a->name + n, sizeof a->name - n, "+...");
+        a->cut = true;
+    }
 }
 
 /* The tenant shares an instance's batches are charged to and ranked by
@@ -524,10 +539,13 @@ static int serving_shares_join(struct serving *s, struct served_model *sm, struc
     for (int i = 0; i < m->ninstances && !own; i++)
         own = !serving_sched_of(sm, i);
     if (own) {
+        /* Named by every device it covers: one account for all of them
+         * (named by the first, a 2-instance model's tenants showed all
+         * their time on cpu0 and none on cpu1). */
         char name[48] = "";
-        struct model_device first = {0};
-        model_devices(m, serving_first_device, &first);
-        snprintf(name, sizeof name, "%s", first.name[0] ? first.name : model_backend_name(m));
+        struct serving_devices_name all = {.name = ""};
+        model_devices(m, serving_devices_join, &all);
+        snprintf(name, sizeof name, "%s", all.name[0] ? all.name : model_backend_name(m));
         int slots = model_is_compute(m) ? m->ninstances : model_loop_slots(m);
         if (!(sm->own_shares = shares_new(name, s->tenants, slots, err)))
             return -err->code;

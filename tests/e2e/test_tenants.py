@@ -431,6 +431,9 @@ class LimitsTest(RepoServerCase):
                                            batching={"max_batch_size": 1}))
         write_model(repo, "capjob", synthetic("capjob", base_us=20000, per_row_us=0,
                                               batching={"max_batch_size": 1}))
+        twin = synthetic("twin", base_us=200, per_row_us=0)
+        twin["instances"] = {"count": 2}
+        write_model(repo, "twin", twin)
 
     def test_no_admin_among_keyed_tenants_is_said_at_start(self):
         # Every admin route is then 403 to every caller, which nothing said.
@@ -561,6 +564,18 @@ class LimitsTest(RepoServerCase):
         self.assertGreater(ran, 0.75, text)
         self.assertGreater(wall, 1.4, "40 job lines of 20 ms under a limit of 0.3 took "
                            "%.2f s" % wall)
+
+    def test_tenant_time_of_a_two_instance_model_names_both(self):
+        # A model on no shared device has one account for its tenants over
+        # all its instances: named by the first alone, its tenants' time
+        # showed on synthetic0 only, though synthetic1 ran half of it.
+        for _ in range(4):
+            self.assertEqual(infer(self.srv, "twin", "k-free").status, 200)
+        text = get(self.srv, "/metrics").body.decode()
+        self.assertGreater(metric(text, "tenant_device_seconds_total", tenant="free",
+                                  device="synthetic0+synthetic1", **{"class": "online"}), 0, text)
+        self.assertEqual(metric(text, "tenant_device_seconds_total", tenant="free",
+                                device="synthetic0", **{"class": "online"}), 0)
 
     def test_rate_retry_after_is_computed(self):
         # 4 rows at 1 row/s: a full bucket lets them through, and the next
