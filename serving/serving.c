@@ -268,13 +268,23 @@ int served_entry_add(struct serving *s, const char *name, int pinned, struct err
 
 void serving_warn_bad_folder(struct serving *s, const char *name)
 {
-    /* Once per name (the poll sees it every poll_s); a short memory: past
-     * it a name may be said again. */
-    for (int i = 0; i < SERVING_BAD_FOLDERS; i++)
-        if (strncmp(s->bad_folders[i], name, sizeof s->bad_folders[i]) == 0)
+    /* Once per name (the poll sees it every poll_s), by its hash (FNV-1a:
+     * a collision only silences a name). Past SERVING_BAD_FOLDERS names
+     * one line says the others go unnamed. */
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    int n = s->nbad_folders < SERVING_BAD_FOLDERS ? s->nbad_folders : SERVING_BAD_FOLDERS;
+    for (int i = 0; i < n; i++)
+        if (s->bad_folders[i] == h)
             return;
-    snprintf(s->bad_folders[s->nbad_folders++ % SERVING_BAD_FOLDERS],
-             sizeof s->bad_folders[0], "%s", name);
+    if (s->nbad_folders >= SERVING_BAD_FOLDERS) {
+        if (s->nbad_folders == SERVING_BAD_FOLDERS && ++s->nbad_folders)
+            log_warn("model repository: over %d folders skipped for their names; the others "
+                     "are skipped unnamed", SERVING_BAD_FOLDERS);
+        return;
+    }
+    s->bad_folders[s->nbad_folders++] = h;
     char shown[3 * 64 + 1];
     size_t k = 0;
     for (const unsigned char *p = (const unsigned char *)name; *p && k + 4 < sizeof shown; p++)

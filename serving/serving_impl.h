@@ -119,9 +119,10 @@ struct serving {
     pthread_t lc_thread;
     int poll_s;                       /* repository_poll_s; 0: no polling */
     /* Folders skipped for their name, said once each (the start's scan,
-     * then the lifecycle thread's polls: never at once). */
-#define SERVING_BAD_FOLDERS 16
-    char bad_folders[SERVING_BAD_FOLDERS][64];
+     * then the lifecycle thread's polls: never at once): their names'
+     * hashes. A ring of 16 names said 17 bad folders again at every poll. */
+#define SERVING_BAD_FOLDERS 1024
+    uint64_t bad_folders[SERVING_BAD_FOLDERS];
     int nbad_folders;
     char cache_dir[4096];             /* packed weights between loads; "": none */
     _Atomic double read_bps;          /* measured model read rate; 0: none yet */

@@ -14,6 +14,7 @@ is bounded."""
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -676,6 +677,19 @@ class PolledFixLoadTest(RepoServerCase):
         os.makedirs(os.path.join(repo, "p"))
         with open(os.path.join(repo, "p", "config.json"), "w") as f:
             f.write("{not json")
+        # More folders whose names are no model names than the 16 the
+        # warning once remembered: each poll said all 20 again.
+        for i in range(20):
+            os.makedirs(os.path.join(repo, "bad name %02d" % i))
+            with open(os.path.join(repo, "bad name %02d" % i, "config.json"), "w") as f:
+                f.write("{}")
+
+    def test_bad_folder_names_are_said_once_each_across_polls(self):
+        time.sleep(2.5)   # the start's scan and two polls at least
+        said = [l for l in self.srv.log_lines() if "skipped: a model's name" in l]
+        names = sorted(re.search(r'folder "([^"]*)"', l).group(1) for l in said)
+        self.assertEqual(names, sorted("bad\\x20name\\x20%02d" % i for i in range(20)),
+                         "\n".join(said))
 
     def test_a_request_during_the_polls_load_waits_on_it(self):
         port = self.srv.port
