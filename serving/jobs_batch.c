@@ -14,7 +14,7 @@
  * second one); a line in flight at a crash runs again after the restart.
  * At the end the output and error files are written from those rows, in
  * line order, and the batch's final status and their ids committed
- * together. */
+ * together, the rows dropped in the same transaction. */
 #include "serving/jobs_impl.h"
 
 #include <dirent.h>
@@ -848,7 +848,8 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
         has_err = (rc = jobs_batch_file(j, &bc->b, &files.err, "error", &errf, &err)) == 0;
     struct buf why = BUF_INIT;
     if (rc) {
-        /* A full disk: the results stay in the database; the batch fails saying so. */
+        /* A full disk: the batch fails saying so (its results go with it:
+         * nothing could read them back). */
         char msg[600];
         snprintf(msg, sizeof msg, "cannot write the output files: %.500s", err.msg);
         jobs_batch_errors(&why, msg);

@@ -159,6 +159,18 @@ static int state_migrate(sqlite3 *db, struct error *err)
     return state_exec(db, sql, err);
 }
 
+/* The per-line results of batches that ended: their output files hold
+ * them (state_batch_finish drops them as it commits the end; these are
+ * what databases kept before it did, every line of every batch ever run). */
+static int state_batch_results_purge(sqlite3 *db, struct error *err)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "DELETE FROM batch_results WHERE batch_id IN (SELECT id FROM "
+             "batches WHERE status IN (%d,%d,%d,%d))", STATE_BATCH_COMPLETED, STATE_BATCH_FAILED,
+             STATE_BATCH_EXPIRED, STATE_BATCH_CANCELLED);
+    return state_exec(db, sql, err);
+}
+
 static int state_connect(const char *path, sqlite3 **db, struct error *err)
 {
     if (sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
@@ -225,6 +237,7 @@ int state_open(const char *dir, struct state **out, struct error *err)
     pthread_mutex_init(&st->rmu, NULL);
     int rc;
     if ((rc = state_connect(path, &st->w, err)) || (rc = state_migrate(st->w, err)) ||
+        (rc = state_batch_results_purge(st->w, err)) ||
         (rc = state_connect(path, &st->r, err)) || (rc = state_connect(path, &st->u, err))) {
         /* Said of this file ("file is not a database" alone names none). */
         static const char pre[] = "state database: ";
@@ -848,6 +861,16 @@ int state_batch_finish(struct state *st, const char *id, int status, const struc
         }
         sqlite3_bind_text(s, 7, id, -1, SQLITE_STATIC);
         rc = state_step_done(st->w, s, "finish batch", err);
+    }
+    /* Its lines' results are in its files now (or it failed without them):
+     * kept, every line of every batch stayed in the database for ever. */
+    sqlite3_stmt *d = NULL;
+    if (rc == 0 && sqlite3_prepare_v2(st->w, "DELETE FROM batch_results WHERE batch_id=?", -1, &d,
+                                      NULL) != SQLITE_OK)
+        rc = state_fail(err, st->w, "finish batch");
+    if (rc == 0) {
+        sqlite3_bind_text(d, 1, id, -1, SQLITE_STATIC);
+        rc = state_step_done(st->w, d, "finish batch", err);
     }
     if (rc == 0 && state_exec(st->w, "COMMIT", err))
         rc = -BG_EIO;

@@ -344,6 +344,17 @@ static void test_batch_rows(void **s)
     unfinished = 0;
     assert_int_equal(state_batch_unfinished(st, batch_count, &unfinished, &err), 0);
     assert_int_equal(unfinished, 0);
+    /* Its lines' results went with the end (its files hold them): kept,
+     * every line of every batch stayed in the database for ever. */
+    memset(&got, 0, sizeof got);
+    assert_int_equal(state_batch_results(st, "batch_1", results_collect, &got, &err), 0);
+    assert_int_equal(got.n, 0);
+    /* Rows an older batchgate left behind an ended batch go at the next open. */
+    assert_int_equal(state_batch_result_add(st, "batch_1", 3, true, "three\n\n", 7, &err), 0);
+    state_close(st);
+    assert_int_equal(state_open(dir, &st, &err), 0);
+    assert_int_equal(state_batch_results(st, "batch_1", results_collect, &got, &err), 0);
+    assert_int_equal(got.n, 0);
     struct state_file fg;
     assert_int_equal(state_file_get(st, "file-2", &fg, &err), 0);
     assert_string_equal(fg.purpose, "batch_output");
