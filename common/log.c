@@ -129,3 +129,16 @@ void log_write(struct log *l, enum log_level level, const char *fmt, ...)
     ssize_t w = write(fd, line, (size_t)n);
     (void)w;
 }
+
+bool log_gate_pass(struct log_gate *g, int64_t now_ns, unsigned long long *held)
+{
+    int64_t next = atomic_load_explicit(&g->next_ns, memory_order_relaxed);
+    if (now_ns < next ||
+        !atomic_compare_exchange_strong_explicit(&g->next_ns, &next, now_ns + 1000000000LL,
+                                                 memory_order_relaxed, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&g->held, 1, memory_order_relaxed);
+        return false;
+    }
+    *held = atomic_exchange_explicit(&g->held, 0, memory_order_relaxed);
+    return true;
+}

@@ -6,6 +6,10 @@
 #ifndef BG_LOG_H
 #define BG_LOG_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 
 struct log;
@@ -26,6 +30,17 @@ struct log *log_default(void);
 
 void log_write(struct log *l, enum log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A gate for a line a client can provoke at will (one a connection it
+ * opens): at most one such line a second passes. Shared by threads
+ * (atomics); zeroed memory is an open gate. log_gate_pass says whether a
+ * line may be written now, and *held how many were held back since the
+ * last that passed, for that line to say. */
+struct log_gate {
+    _Atomic int64_t next_ns;
+    _Atomic unsigned long long held;
+};
+bool log_gate_pass(struct log_gate *g, int64_t now_ns, unsigned long long *held);
 
 #define log_debug(...) log_write(log_default(), LOG_DEBUG, __VA_ARGS__)
 #define log_info(...)  log_write(log_default(), LOG_INFO, __VA_ARGS__)

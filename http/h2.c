@@ -486,8 +486,15 @@ static double h2_rst_burst(const struct http_h2_config *hc)
 static int h2_calm(struct h2_conn *c, const char *what)
 {
     const char *peer = h2_conn_peer(c);
-    log_warn("http2: %s from %s: closing the connection (ENHANCE_YOUR_CALM)", what,
-             peer[0] ? peer : "a client");
+    unsigned long long held = 0;
+    if (log_gate_pass(c->t->flood_log, now_ns(), &held)) {
+        char more[80] = "";
+        if (held)
+            snprintf(more, sizeof more, "; %llu more connection%s closed so since the last line",
+                     held, held == 1 ? "" : "s");
+        log_warn("http2: %s from %s: closing the connection (ENHANCE_YOUR_CALM%s)", what,
+                 peer[0] ? peer : "a client", more);
+    }
     nghttp2_session_terminate_session(c->ng, NGHTTP2_ENHANCE_YOUR_CALM);
     return 0;
 }

@@ -208,6 +208,9 @@ struct io_thread {
     int h2_listen_fd;                /* the HTTP/2 port's listener; -1: none */
     struct event *h2_listen_ev;
     const struct http_h2_config *h2;
+    /* A flood's warning (h2.c) is one line a second for the whole server:
+     * one client opening connections wrote 540 KB of them in 0.3 s. */
+    struct log_gate *flood_log;
     struct list h2conns;             /* HTTP/2 connections (h2.c), zombies included */
     struct event *wake_ev;           /* activated from other threads */
     struct mailbox *mailbox;         /* completions from workers */

@@ -39,6 +39,7 @@ struct server {
     int h2_port;                 /* -1: no HTTP/2 port */
     _Atomic int nconns;          /* open client sockets, all threads */
     _Atomic int running;         /* IO threads not yet exited */
+    struct log_gate flood_log;   /* io_thread.flood_log: the threads' one gate */
     pthread_t notify;
     bool started;
 };
@@ -454,6 +455,7 @@ int server_start(struct server *s, pthread_t notify, struct error *err)
         t->compression = &s->cfg.compression;
         t->router = s->router;
         t->h2 = &s->cfg.h2;
+        t->flood_log = &s->flood_log;
         t->base = event_base_new();
         if (!t->base)
             return error_set(err, BG_EINTERNAL, "cannot create an event base");
