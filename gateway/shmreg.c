@@ -30,6 +30,7 @@ struct shmreg_region {
 struct shmreg {
     pthread_mutex_t mu;
     struct list regions;              /* registration order: status lists them so */
+    int n;                            /* in the list */
 };
 
 struct shmreg *shmreg_new(void)
@@ -153,11 +154,18 @@ int shmreg_register(struct shmreg *r, const char *name, const char *key, uint64_
     }
     pthread_mutex_lock(&r->mu);
     taken = shmreg_find(r, name) != NULL;   /* registered meanwhile by another thread */
-    if (!taken) {
+    bool full = !taken && r->n >= SHMREG_REGIONS_MAX;
+    if (!taken && !full) {
         atomic_store(&g->refs, 1);
         list_insert_tail(&r->regions, &g->link);
+        r->n++;
     }
     pthread_mutex_unlock(&r->mu);
+    if (full) {
+        shmreg_region_unmap(g);
+        return error_set(err, BG_EINVAL, "%d regions are registered, the most batchgate keeps "
+                         "at once: unregister some first", SHMREG_REGIONS_MAX);
+    }
     if (!taken)
         return 0;
     shmreg_region_unmap(g);
@@ -170,8 +178,10 @@ int shmreg_unregister(struct shmreg *r, const char *name, struct error *err)
 {
     pthread_mutex_lock(&r->mu);
     struct shmreg_region *g = shmreg_find(r, name);
-    if (g)
+    if (g) {
         list_remove(&g->link);
+        r->n--;
+    }
     pthread_mutex_unlock(&r->mu);
     if (!g)
         return error_set(err, BG_ENOTFOUND, "no system shared memory region \"%s\" is "
@@ -186,6 +196,7 @@ int shmreg_unregister_all(struct shmreg *r)
     list_init(&gone);
     pthread_mutex_lock(&r->mu);
     list_splice_tail(&gone, &r->regions);
+    r->n = 0;
     pthread_mutex_unlock(&r->mu);
     int n = 0;
     struct list *q, *tmp;
@@ -199,11 +210,8 @@ int shmreg_unregister_all(struct shmreg *r)
 
 int shmreg_count(struct shmreg *r)
 {
-    int n = 0;
-    struct list *q;
     pthread_mutex_lock(&r->mu);
-    list_foreach(q, &r->regions)
-        n++;
+    int n = r->n;
     pthread_mutex_unlock(&r->mu);
     return n;
 }

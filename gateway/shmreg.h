@@ -29,6 +29,11 @@
  * short: "input0_data", "/input_simple"). */
 #define SHMREG_NAME_MAX 128
 #define SHMREG_KEY_MAX 256
+/* Regions registered at once, at most: each is a mapping of the process,
+ * and a client registering without end took all 65,530 the kernel allows
+ * (vm.max_map_count), after which models could not load. perf_analyzer
+ * registers one per input and output. */
+#define SHMREG_REGIONS_MAX 4096
 
 struct shmreg;
 struct shmreg_region;
@@ -40,7 +45,8 @@ void shmreg_free(struct shmreg *r);
 /* Maps [offset, offset + byte_size) of the shared memory object `key`
  * (shm_open, read-write) as region `name`. -BG_EINVAL with the reason: a
  * name or key empty or too long, the name already registered, no such
- * object, offset + byte_size past the object's size (fstat), byte_size 0;
+ * object, offset + byte_size past the object's size (fstat), byte_size 0,
+ * SHMREG_REGIONS_MAX regions registered already;
  * -BG_EFORBIDDEN when the object may not be opened read-write. */
 int shmreg_register(struct shmreg *r, const char *name, const char *key, uint64_t offset,
                     uint64_t byte_size, struct error *err);

@@ -168,6 +168,32 @@ static void test_unregister_while_held(void **state)
     shmreg_free(r);
 }
 
+/* At most SHMREG_REGIONS_MAX regions at once: a client registering
+ * without end took every mapping the kernel allows, and models could no
+ * longer load. The refused one maps nothing; one unregistered makes room. */
+static void test_regions_are_bounded(void **state)
+{
+    (void)state;
+    make_object(4096);
+    struct shmreg *r = shmreg_new();
+    struct error err = {0};
+    char name[32];
+    for (int i = 0; i < SHMREG_REGIONS_MAX; i++) {
+        snprintf(name, sizeof name, "r%d", i);
+        assert_int_equal(shmreg_register(r, name, key, 0, 16, &err), 0);
+    }
+    assert_int_equal(shmreg_count(r), SHMREG_REGIONS_MAX);
+    int maps = maps_count();
+    assert_int_equal(shmreg_register(r, "one-more", key, 0, 16, &err), -BG_EINVAL);
+    assert_non_null(strstr(err.msg, "unregister some first"));
+    assert_int_equal(maps_count(), maps);
+    assert_int_equal(shmreg_unregister(r, "r7", &err), 0);
+    assert_int_equal(shmreg_register(r, "one-more", key, 0, 16, &err), 0);
+    assert_int_equal(shmreg_unregister_all(r), SHMREG_REGIONS_MAX);
+    assert_int_equal(shmreg_count(r), 0);
+    shmreg_free(r);
+}
+
 static void test_status_json(void **state)
 {
     (void)state;
@@ -223,6 +249,7 @@ int main(void)
         cmocka_unit_test_teardown(test_acquire_bounds, teardown),
         cmocka_unit_test_teardown(test_unregister_while_held, teardown),
         cmocka_unit_test_teardown(test_status_json, teardown),
+        cmocka_unit_test_teardown(test_regions_are_bounded, teardown),
         cmocka_unit_test(test_peer_is_loopback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
