@@ -733,10 +733,15 @@ static void lc_poll(struct serving *s)
         }
         struct error err = {0};
         int before = atomic_load(&s->n);
-        if (serving_add_model(s, de->d_name, &err) != 0)
-            log_error("model %s: found in the repository but not (all) added: %s", de->d_name,
-                      err.msg);
-        log_info("model %s: added to the repository", de->d_name);
+        if (serving_add_model(s, de->d_name, &err) != 0) {
+            /* Once: every poll sees the folder again (it was said at each,
+             * followed by "added", for ever). */
+            if (serving_folder_first_said(s, de->d_name))
+                log_error("model %s: found in the repository but not (all) added: %s",
+                          de->d_name, err.msg);
+        } else {
+            log_info("model %s: added to the repository", de->d_name);
+        }
         for (int i = before; i < atomic_load(&s->n); i++)
             if (atomic_load(&s->entries[i]->cur->state) == SERVED_LOADING)
                 lc_load_unasked(s, s->entries[i]);

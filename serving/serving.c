@@ -211,8 +211,9 @@ int served_entry_add(struct serving *s, const char *name, int pinned, struct err
 {
     int n = atomic_load(&s->n);
     if (n >= SERVING_MAX_MODELS)
-        return error_set(err, BG_ECONFIG, "model %s: the repository has more than %d models",
-                         name, SERVING_MAX_MODELS);
+        return error_set(err, BG_ECONFIG, "model %s: batchgate keeps at most %d models, those "
+                         "removed from the repository included, until it restarts", name,
+                         SERVING_MAX_MODELS);
     struct served_entry *e = calloc(1, sizeof *e);
     struct model_config *cfg = calloc(1, sizeof *cfg);
     if (!e || !cfg) {
@@ -266,25 +267,31 @@ int served_entry_add(struct serving *s, const char *name, int pinned, struct err
     return 0;
 }
 
-void serving_warn_bad_folder(struct serving *s, const char *name)
+bool serving_folder_first_said(struct serving *s, const char *name)
 {
-    /* Once per name (the poll sees it every poll_s), by its hash (FNV-1a:
-     * a collision only silences a name). Past SERVING_BAD_FOLDERS names
-     * one line says the others go unnamed. */
+    /* By the name's hash (FNV-1a: a collision only silences a name). Past
+     * SERVING_BAD_FOLDERS names one line says the others go unnamed. */
     uint64_t h = 1469598103934665603ULL;
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         h = (h ^ *p) * 1099511628211ULL;
     int n = s->nbad_folders < SERVING_BAD_FOLDERS ? s->nbad_folders : SERVING_BAD_FOLDERS;
     for (int i = 0; i < n; i++)
         if (s->bad_folders[i] == h)
-            return;
+            return false;
     if (s->nbad_folders >= SERVING_BAD_FOLDERS) {
         if (s->nbad_folders == SERVING_BAD_FOLDERS && ++s->nbad_folders)
-            log_warn("model repository: over %d folders skipped for their names; the others "
-                     "are skipped unnamed", SERVING_BAD_FOLDERS);
-        return;
+            log_warn("model repository: over %d folders skipped or refused; the others are "
+                     "not named", SERVING_BAD_FOLDERS);
+        return false;
     }
     s->bad_folders[s->nbad_folders++] = h;
+    return true;
+}
+
+void serving_warn_bad_folder(struct serving *s, const char *name)
+{
+    if (!serving_folder_first_said(s, name))
+        return;
     char shown[3 * 64 + 1];
     size_t k = 0;
     for (const unsigned char *p = (const unsigned char *)name; *p && k + 4 < sizeof shown; p++)

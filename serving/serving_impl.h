@@ -171,6 +171,10 @@ void served_copy_free(struct served_model *sm);
 /* A folder of the repository whose name is no model name: said in the
  * log (its bytes shown safely), never served. */
 void serving_warn_bad_folder(struct serving *s, const char *name);
+/* Whether a folder's name is said for the first time (a warning about
+ * it, from the start's scan or a poll, is then written; each poll sees it
+ * again). */
+bool serving_folder_first_said(struct serving *s, const char *name);
 /* A ready copy just made its entry's current: its own tenant shares (a
  * loop backend's) take the time window in force now. */
 void served_shares_refresh(struct serving *s, struct served_model *sm);
