@@ -248,6 +248,11 @@ static const struct schema_field config_jobs_fields[] = {
      .doc = "Batch API files (uploads and a batch's output and error files) that name no "
             "`expires_after` are deleted that many seconds after they were created (OpenAI's "
             "default: 30 days); 0 keeps them until deleted"},
+    {SCHEMA_F_INT64("retention_s", struct config_jobs, retention_s),
+     .min = 0, .max = 315360000, .def = 2592000,
+     .doc = "an ended job (completed, failed or cancelled) is forgotten that many seconds after "
+            "it ended: its row, its results file and the copy of a submitted body (an "
+            "`input_path` file is the user's and stays); 0 keeps every job (docs/JOBS.md)"},
     {SCHEMA_F_ENUM("runner_priority", struct config_jobs, runner_priority,
                    config_jobs_priorities),
      .flags = SCHEMA_EXT, .sdef = "low",

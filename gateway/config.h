@@ -47,6 +47,7 @@ struct config_jobs {
     size_t max_input_bytes;    /* a job's input (body or input_path file); 413 past it */
     size_t max_file_bytes;     /* a /v1/files upload (the Batch API); 413 past it */
     int64_t file_expiry_s;     /* Batch API files without their own expires_after; 0: never */
+    int64_t retention_s;       /* an ended job is forgotten after it; 0: never */
     int runner_priority;       /* enum jobs_priority (serving/jobs.h) */
 };
 

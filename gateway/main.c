@@ -622,7 +622,7 @@ int main(int argc, char **argv)
     /* The state database before any route can ask for a job. */
     struct jobs_config jc = {cfg.state_dir, cfg.jobs.dir, cfg.jobs.max_input_bytes, &cfg.tenants,
                              cfg.jobs.max_file_bytes, cfg.jobs.file_expiry_s,
-                             cfg.jobs.runner_priority};
+                             cfg.jobs.runner_priority, cfg.jobs.retention_s};
     if (jobs_open(&jc, serving, &api.jobs, &err)) {
         log_error("%s%s", err.code == BG_ECONFIG ? from : "", err.msg);
         /* A damaged or newer database is a runtime failure, as `batchgate

@@ -45,6 +45,7 @@ struct jobs_config {
     size_t max_file_bytes;            /* the Batch API: the largest /v1/files upload */
     int64_t file_expiry_s;            /* the Batch API: a file's lifetime when it names none; 0: never */
     int priority;                     /* the runner thread's (enum jobs_priority) */
+    int64_t retention_s;              /* an ended job's row and files are kept so long; 0: ever */
 };
 
 /* The runner thread's share of a busy host CPU (docs/JOBS.md "Host CPU").

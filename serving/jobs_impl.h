@@ -117,6 +117,8 @@ struct jobs {
     size_t max_file_bytes;
     int64_t file_expiry_s;            /* 0: files never expire by default */
     int64_t files_checked_at;         /* Unix s of the last look for expired files */
+    int64_t retention_s;              /* ended jobs are forgotten after it; 0: never */
+    int64_t jobs_checked_ms;          /* Unix ms of the last look for them */
     struct llmbatch *caller;          /* the lines' calls; NULL until jobs_start */
     struct llmbatch_line *returned;   /* under mu: lines the caller handed back */
     struct jobs_bcur bcur[JOBS_BATCHES_ACTIVE];

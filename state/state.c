@@ -499,6 +499,54 @@ out:
     return rc;
 }
 
+static int state_step_done(sqlite3 *db, sqlite3_stmt *s, const char *what, struct error *err);
+
+int state_job_ended_before(struct state *st, int64_t before_ms, int max, state_job_fn fn,
+                           void *arg, struct error *err)
+{
+    char sql[600];
+    snprintf(sql, sizeof sql, STATE_JOB_COLUMNS "WHERE j.state IN (%d,%d,%d) AND j.finished_ms > 0"
+             " AND j.finished_ms < ? ORDER BY j.finished_ms LIMIT ?", STATE_JOB_COMPLETED,
+             STATE_JOB_FAILED, STATE_JOB_CANCELLED);
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->w, sql, -1, &s, NULL) != SQLITE_OK)
+        return state_fail(err, st->w, "jobs ended");
+    sqlite3_bind_int64(s, 1, before_ms);
+    sqlite3_bind_int(s, 2, max);
+    struct state_job j;
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        state_row(s, &j);
+        fn(&j, arg);
+    }
+    int rc = step == SQLITE_DONE ? 0 : state_fail(err, st->w, "jobs ended");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int state_job_delete(struct state *st, const char *id, struct error *err)
+{
+    if (state_exec(st->w, "BEGIN", err))
+        return -BG_EIO;
+    int rc = 0;
+    static const char *const sql[] = {"DELETE FROM progress WHERE job_id=?",
+                                      "DELETE FROM jobs WHERE id=?"};
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        sqlite3_stmt *s = NULL;
+        if (sqlite3_prepare_v2(st->w, sql[i], -1, &s, NULL) != SQLITE_OK) {
+            rc = state_fail(err, st->w, "delete job");
+            break;
+        }
+        sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+        rc = state_step_done(st->w, s, "delete job", err);
+    }
+    if (rc == 0 && state_exec(st->w, "COMMIT", err))
+        rc = -BG_EIO;
+    if (rc)
+        state_exec(st->w, "ROLLBACK", NULL);
+    return rc;
+}
+
 int state_job_list(struct state *st, state_job_fn fn, void *arg, struct error *err)
 {
     pthread_mutex_lock(&st->rmu);

@@ -103,11 +103,17 @@ int state_job_progress(struct state *st, const char *id, int64_t in_offset, int6
                        int64_t lines_done, int64_t lines_failed, struct error *err);
 /* The oldest job that is queued or running: 1 and *out, 0 none, <0 error. */
 int state_job_next(struct state *st, struct state_job *out, struct error *err);
+typedef void (*state_job_fn)(const struct state_job *j, void *arg);
+/* Up to `max` jobs that ended (completed, failed, cancelled) before
+ * before_ms, the earliest ended first. */
+int state_job_ended_before(struct state *st, int64_t before_ms, int max, state_job_fn fn,
+                           void *arg, struct error *err);
+/* Forgets a job: its row and its progress, in one transaction. */
+int state_job_delete(struct state *st, const char *id, struct error *err);
 
 /* ---- any thread (the read connection) ---- */
 /* 0 and *out, -BG_ENOTFOUND, or another error. */
 int state_job_get(struct state *st, const char *id, struct state_job *out, struct error *err);
-typedef void (*state_job_fn)(const struct state_job *j, void *arg);
 /* Every job, oldest first. */
 int state_job_list(struct state *st, state_job_fn fn, void *arg, struct error *err);
 /* Jobs by state, counts[STATE_JOB_NSTATES]. */

@@ -301,6 +301,40 @@ class JobsRunnerPriorityTest(JobsCase):
             shutil.rmtree(self.state, ignore_errors=True)
 
 
+class JobsRetentionTest(JobsCase):
+    """jobs.retention_s: an ended job is forgotten, its results file and
+    the copy of its body with it; an input_path file is the user's."""
+    models = {"s": synthetic("s")}
+
+    def test_ended_jobs_are_forgotten_after_retention(self):
+        srv = self.start({"jobs": {"retention_s": 2}})
+        r = submit(srv, "s", "\n".join(line(i) for i in range(5)) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        body_job = wait_state(self, srv, r.json()["id"], ("completed",))
+        mine = os.path.join(self.jobs_dir, "mine.jsonl")
+        with open(mine, "w") as f:
+            f.write("\n".join(line(i) for i in range(3)) + "\n")
+        r = submit(srv, "s", json.dumps({"input_path": "mine.jsonl"}))
+        self.assertEqual(r.status, 201, r.body)
+        path_job = wait_state(self, srv, r.json()["id"], ("completed",))
+        files = sorted(os.listdir(self.jobs_dir))
+        for j in (body_job, path_job):
+            self.assertIn(j["id"] + ".results.jsonl", files)
+        self.assertIn(body_job["id"] + ".input.jsonl", files)
+        # Still there before the retention has passed.
+        self.assertEqual(get(srv, "/v2/jobs/" + body_job["id"]).status, 200)
+        deadline = time.monotonic() + 10
+        while get(srv, "/v2/jobs/" + path_job["id"]).status != 404:
+            self.assertLess(time.monotonic(), deadline, srv.log())
+            time.sleep(0.1)
+        self.assertEqual(get(srv, "/v2/jobs/" + body_job["id"]).status, 404)
+        self.assertEqual(get(srv, "/v2/jobs").json()["jobs"], [])
+        self.assertEqual(sorted(os.listdir(self.jobs_dir)), ["batch", "mine.jsonl"]
+                         if os.path.isdir(os.path.join(self.jobs_dir, "batch"))
+                         else ["mine.jsonl"])
+        srv.wait_log(r"jobs: \d ended over 2 s ago forgotten, their files deleted")
+
+
 class JobsRestartTest(JobsCase):
     models = {"syn": synthetic("syn", base_us=4000, per_row_us=0,
                                batching={"max_batch_size": 8, "max_queue_delay_us": 1000})}
