@@ -86,6 +86,7 @@ static void metrics_sample(struct buf *b, const char *name, const struct served_
  * so that every family shows the same devices with the same numbers. */
 struct metrics_devices {
     struct served_model *sm;          /* the model's copy, held for the scrape */
+    bool hidden;                      /* removed or retired: no per-model series */
     struct served_device *d;
     int n, cap;
     bool oom;
@@ -148,7 +149,7 @@ static int metrics_collect_targets(struct api_state *st, const struct metrics_de
 {
     int n = st->serving ? serving_count(st->serving) : 0;
     for (int o = 0; o < n && devs[o].sm; o++)
-        for (int i = 0; i < devs[o].n; i++) {
+        for (int i = 0; i < devs[o].n && !devs[o].hidden; i++) {
             const struct served_device *d = &devs[o].d[i];
             if (d->dev.kind == BACKEND_DEVICE_UPSTREAM &&
                 metrics_target_row_add(rows, "model", devs[o].sm->model.cfg.name, d->url,
@@ -307,7 +308,7 @@ static void metrics_render_tenants(struct api_state *st, const struct metrics_de
         for (int mi = 0; mi < n && devs[mi].sm; mi++)
             for (int c = 0; c < MODELSTATS_CODES; c++) {
                 uint64_t v = tenantstats_requests(st->tenantstats, ti, mi, c);
-                if (!v)
+                if (!v || devs[mi].hidden)
                     continue;
                 buf_appendf(b, P "tenant_requests_total{tenant=\"");
                 metrics_label(b, t->t[ti].name);
@@ -380,6 +381,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     bool oom = !snaps || !devs;
     for (int i = 0; i < n && !oom; i++) {
         devs[i].sm = serving_acquire_at(st->serving, i);
+        devs[i].hidden = !serving_shown_at(st->serving, i);
         modelstats_snapshot(devs[i].sm->stats, &snaps[i]);
         serving_model_devices(devs[i].sm, &snaps[i], metrics_device_add, &devs[i]);
         oom = devs[i].oom;
@@ -388,7 +390,7 @@ int api_metrics_render(struct api_state *st, struct buf *b)
         metrics_scrape_free(snaps, devs, n);
         return -1;
     }
-#define EACH_MODEL for (int mi = 0; mi < n; mi++)
+#define EACH_MODEL for (int mi = 0; mi < n; mi++) if (!devs[mi].hidden)
 #define SM (devs[mi].sm)
 #define NAME (SM)
 
@@ -707,12 +709,13 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     /* Triton's names, from the same snapshots as the series above. */
     if (st->triton_names) {
         struct metrics_triton_model *tm = calloc((size_t)(n ? n : 1), sizeof *tm);
+        int ntm = 0;
         EACH_MODEL if (tm) {
-            tm[mi] = (struct metrics_triton_model){
+            tm[ntm++] = (struct metrics_triton_model){
                 .name = SM->model.cfg.name, .version = SM->version, .snap = &snaps[mi],
                 .pending = READY ? batcher_depth(SM->batcher) : 0};
         }
-        if (!tm || metrics_triton_render(b, tm, n, st->nvml, st->procstat) < 0)
+        if (!tm || metrics_triton_render(b, tm, ntm, st->nvml, st->procstat) < 0)
             rc = -1;
         free(tm);
     }

@@ -353,6 +353,12 @@ static const struct schema_field config_fields[] = {
      .min = 0, .max = 86400, .def = 0,
      .doc = "every that many seconds the repository is scanned: new models added, changed ones "
             "reloaded, removed ones unloaded (docs/MODELS.md \"Lifecycle\"); 0: never"},
+    {SCHEMA_F_INT("removed_metrics_keep_s", struct config, removed_metrics_keep_s),
+     .min = 0, .max = 86400, .def = 300,
+     .doc = "a model that left the repository (its folder removed, or a version its "
+            "`version_policy` retired) keeps its per-model series in `/metrics` that many "
+            "seconds, so that scrapes see its last values and its unload, then they go "
+            "(docs/METRICS.md)"},
     {SCHEMA_F_OBJECT("limits", struct config, http.limits, config_limits_fields),
      .doc = "HTTP limits"},
     {SCHEMA_F_OBJECT("compression", struct config, http.compression, config_compression_fields),

@@ -69,6 +69,7 @@ struct config {
     char model_repository[4096];
     bool model_repository_set;  /* given explicitly: it must exist */
     int repository_poll_s;     /* 0: the repository is scanned once, at start */
+    int removed_metrics_keep_s;   /* a model gone from the repository keeps its series so long */
     int shutdown_timeout_ms;   /* bound on the SIGTERM drain */
     char log_file[4096];       /* empty = stderr */
     enum log_level log_level;

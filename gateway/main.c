@@ -577,6 +577,7 @@ int main(int argc, char **argv)
     serving_set_tenants(serving, &cfg.tenants);
     serving_set_devices(serving, cfg.devices, cfg.ndevices);
     serving_set_poll(serving, cfg.repository_poll_s);
+    serving_set_removed_keep(serving, cfg.removed_metrics_keep_s);
     char packed[4200];
     snprintf(packed, sizeof packed, "%.4000s/packed", cfg.state_dir);
     serving_set_cache_dir(serving, packed);

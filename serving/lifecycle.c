@@ -598,6 +598,7 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
         if (e->removed)
             return;
         e->removed = true;
+        atomic_store(&e->unlisted_ns, now_ns());
         memset(&e->sig, 0, sizeof e->sig);
         log_info("model %s: its folder left the repository", e->name);
         lc_unload(s, e, SERVED_UNLOAD_REMOVED, "removed from the repository", false);
@@ -618,6 +619,8 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
         return;
     }
     e->removed = false;
+    if (!e->retired)
+        atomic_store(&e->unlisted_ns, 0);
     pthread_mutex_lock(&e->mu);
     int state = atomic_load(&e->cur->state);
     bool asked_off = e->unload_asked;
@@ -663,6 +666,7 @@ static void lc_poll_versions(struct serving *s, struct served_entry *first)
                 pthread_mutex_lock(&have->mu);
                 have->retired = false;
                 pthread_mutex_unlock(&have->mu);
+                atomic_store(&have->unlisted_ns, 0);
                 memset(&have->sig, 0, sizeof have->sig);   /* the entry poll loads it */
             }
             continue;
@@ -688,6 +692,7 @@ static void lc_poll_versions(struct serving *s, struct served_entry *first)
         pthread_mutex_lock(&e->mu);
         e->retired = true;
         pthread_mutex_unlock(&e->mu);
+        atomic_store(&e->unlisted_ns, now_ns());
         char why[160];
         snprintf(why, sizeof why, "version %d is not served any more (version_policy)", e->pinned);
         log_info("model %s: %s", e->name, why);
@@ -750,6 +755,11 @@ static void lc_poll(struct serving *s)
 }
 
 void serving_set_poll(struct serving *s, int seconds) { s->poll_s = seconds > 0 ? seconds : 0; }
+
+void serving_set_removed_keep(struct serving *s, int seconds)
+{
+    s->removed_keep_ns = (int64_t)(seconds > 0 ? seconds : 0) * 1000000000;
+}
 
 /* Loads that serve now: their backends keep what they prepared (the cpu
  * backend's packed weights) for the next load, after whoever waited was

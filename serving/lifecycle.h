@@ -55,6 +55,9 @@ double serving_device_price(const struct serving *s, const char *dev);
  * the served version's weights, a new version) reloaded, removed ones
  * unloaded. 0: never. Before serving_load_all. */
 void serving_set_poll(struct serving *s, int seconds);
+/* How long a model that left the repository keeps its series in /metrics
+ * (serving_shown_at); set before serving_start. */
+void serving_set_removed_keep(struct serving *s, int seconds);
 
 /* A load or unload ended: rc 0, or a BG_E* code with msg (-BG_EQUEUEFULL:
  * no room on its device right now, worth a retry). After a load that

@@ -1049,6 +1049,14 @@ int serving_versions(struct serving *s, const char *name, size_t len, int *out, 
 
 int served_pinned_version(const struct served_model *sm) { return sm->entry->pinned; }
 
+bool serving_shown_at(struct serving *s, int i)
+{
+    if (i < 0 || i >= atomic_load(&s->n))
+        return false;
+    int64_t at = atomic_load(&s->entries[i]->unlisted_ns);
+    return at == 0 || now_ns() - at < s->removed_keep_ns;
+}
+
 void served_release(struct served_model *sm)
 {
     /* The table's reference is dropped when a copy is swapped out: reaching

@@ -126,6 +126,12 @@ int serving_versions(struct serving *s, const char *name, size_t len, int *out, 
 /* The version sm's entry is pinned to when its model serves several side
  * by side (metrics then label it); 0 otherwise. */
 int served_pinned_version(const struct served_model *sm);
+/* Whether the model at i has its per-model series in /metrics: it is in
+ * the repository, or left it (its folder removed, or a version its policy
+ * retired) less than removed_metrics_keep_s ago, so that scrapes see its
+ * last values and its unload. Shown for ever, every version ever deployed
+ * stayed in /metrics (132 series each). */
+bool serving_shown_at(struct serving *s, int i);
 /* model_capacity_rows_per_second: the rows per second the copy's instances
  * (a loop backend's slots) can serve at full batches within the latency
  * budget: each at B / exec(B), B the largest batch (at most

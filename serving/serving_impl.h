@@ -68,6 +68,9 @@ struct served_entry {
     int64_t warm_tokens_sq[2 * (MODEL_MAX_PREFERRED + 2)];
     int64_t warm_ns[2 * (MODEL_MAX_PREFERRED + 2)];
     bool removed;                     /* its folder left the repository */
+    /* When it left the repository (removed, or retired: the lifecycle
+     * thread sets it; metrics read it); 0 while it is in it. */
+    _Atomic int64_t unlisted_ns;
     bool keep_pending;                /* a load to model_keep once it serves */
     int pinned;                       /* the one version it serves; 0: its policy's one */
     bool retired;                     /* pinned to a version its policy no longer serves
@@ -118,6 +121,7 @@ struct serving {
     bool lc_started, lc_stop;
     pthread_t lc_thread;
     int poll_s;                       /* repository_poll_s; 0: no polling */
+    int64_t removed_keep_ns;          /* removed_metrics_keep_s (serving_shown_at) */
     /* Folders skipped for their name, said once each (the start's scan,
      * then the lifecycle thread's polls: never at once): their names'
      * hashes. A ring of 16 names said 17 bad folders again at every poll. */

@@ -733,6 +733,52 @@ class ManyReloadsTest(RepoServerCase):
         self.assertNotIn("already has 64 models", self.srv.log())
 
 
+class RemovedMetricsTest(RepoServerCase):
+    """removed_metrics_keep_s: a model whose folder left the repository, or
+    a version its policy retired, keeps its series in /metrics that long
+    (scrapes see its last values and its unload), then they go. Kept for
+    ever, every version deployed stayed: 132 series each."""
+    config = {"repository_poll_s": 1, "removed_metrics_keep_s": 2}
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "rm", synthetic("rm", base_us=1000, per_row_us=0))
+        write_model(repo, "rv", linear("rv", 1, version_policy={"latest": 1})[0])
+        write_version(repo, "rv", 1, scale=1)
+
+    def series(self, model, version=None):
+        text = roundtrip(self.srv.port, "GET", "/metrics", timeout=10).body.decode()
+        want = 'model="%s"' % model + (',version="%d"' % version if version else "")
+        return [l for l in text.splitlines() if want + "," in l or want + "}" in l]
+
+    def test_series_of_a_removed_model_and_a_retired_version_go(self):
+        import os
+        import shutil
+        port = self.srv.port
+        self.assertEqual(infer(port, "rm").status, 200)
+        self.assertTrue(self.series("rm"))
+        shutil.rmtree(os.path.join(self.repo, "rm"))
+        write_version(self.repo, "rv", 2, scale=2)   # latest 1: version 1 retires
+        t0 = time.monotonic()
+        wait_state(port, "rm", "UNAVAILABLE")
+        # Just gone: the unload is still there to be scraped.
+        m = metrics(port)
+        self.assertEqual(value(m, "batchgate_model_unloads_total", model="rm", reason="removed"),
+                         1)
+        deadline = t0 + 15
+        while self.series("rm") or self.series("rv", 1):
+            self.assertLess(time.monotonic(), deadline, (self.series("rm"), self.series("rv", 1)))
+            time.sleep(0.2)
+        self.assertGreaterEqual(time.monotonic() - t0, 2 - 0.5)
+        self.assertTrue(self.series("rv", 2), "the version served now is shown")
+        # Back in the repository: shown again, its counters where they were.
+        write_model(self.repo, "rm", synthetic("rm", base_us=1000, per_row_us=0))
+        wait_state(port, "rm", "READY", timeout=15)
+        self.assertEqual(infer(port, "rm").status, 200)
+        m = metrics(port)
+        self.assertEqual(value(m, "batchgate_requests_total", model="rm", code="200"), 2)
+
+
 class SeveralVersionsTest(RepoServerCase):
     """version_policy serving several versions side by side: each its own
     copy, reached by /versions/{v}/, the name alone reaching the highest
