@@ -732,11 +732,8 @@ static void jobs_purge(struct jobs *j)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    int64_t every = (j->retention_s < 60 ? j->retention_s : 60) * 1000;
-    /* (A wall clock set back looks again at once.) */
-    if (j->jobs_checked_ms && now >= j->jobs_checked_ms && now < j->jobs_checked_ms + every)
+    if (!jobs_look_due(&j->jobs_checked_ms, now, (j->retention_s < 60 ? j->retention_s : 60) * 1000))
         return;
-    j->jobs_checked_ms = now;
     struct jobs_ended *x = malloc(sizeof *x);
     if (!x)
         return;

@@ -1153,10 +1153,8 @@ static void jobs_batch_expired_one(const struct state_file *f, void *arg)
 static void jobs_batch_expire(struct jobs *j)
 {
     int64_t now = jobs_batch_now_s();
-    /* (A wall clock set back looks again at once.) */
-    if (j->files_checked_at && now >= j->files_checked_at && now < j->files_checked_at + 60)
+    if (!jobs_look_due(&j->files_checked_at, now, 60))
         return;
-    j->files_checked_at = now;
     struct jobs_expired *x = malloc(sizeof *x);
     if (!x)
         return;

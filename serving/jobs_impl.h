@@ -145,6 +145,10 @@ int jobs_batch_running(const struct jobs *j);
 
 
 int64_t jobs_mono_ns(void);
+/* For a look done at most every `every` units of a wall clock (files'
+ * expiry, jobs' retention): whether one is due at `now` (then *last =
+ * now). A clock set back looks again at once. */
+bool jobs_look_due(int64_t *last, int64_t now, int64_t every);
 /* A state database write failed: starts or lengthens the pause, returns
  * it in seconds. jobs_db_ok: one succeeded (the pause ends). */
 double jobs_db_trouble(struct jobs *j);

@@ -13,6 +13,14 @@
 
 #include "common/log.h"
 
+bool jobs_look_due(int64_t *last, int64_t now, int64_t every)
+{
+    if (*last && now >= *last && now < *last + every)
+        return false;
+    *last = now;
+    return true;
+}
+
 int64_t jobs_mono_ns(void)
 {
     struct timespec ts;
