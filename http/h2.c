@@ -487,7 +487,7 @@ static int h2_calm(struct h2_conn *c, const char *what)
 {
     const char *peer = h2_conn_peer(c);
     unsigned long long held = 0;
-    if (log_gate_pass(c->t->flood_log, now_ns(), &held)) {
+    if (!c->t->flood_log || log_gate_pass(c->t->flood_log, now_ns(), &held)) {
         char more[80] = "";
         if (held)
             snprintf(more, sizeof more, "; %llu more connection%s closed so since the last line",

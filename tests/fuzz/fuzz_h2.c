@@ -84,6 +84,7 @@ struct harness {
     struct http_h2_config h2;
     struct router *router;
     struct io_thread t;
+    struct log_gate flood_log;    /* the server's, as server_new gives it */
     int ncalls;               /* handler states not yet answered */
     int ndeferred;            /* zero timers pending */
     int closed;               /* io_thread_conn_closed calls this run */
@@ -324,6 +325,7 @@ static struct harness *harness_new(void)
     h->t.conn_closed = harness_conn_closed;
     h->t.limits = &h->limits;
     h->t.h2 = &h->h2;
+    h->t.flood_log = &h->flood_log;
     h->t.router = h->router;
     const char *show = getenv("BG_FUZZ_SHOW");
     h->show = show && strcmp(show, "1") == 0;
