@@ -515,12 +515,14 @@ static void serving_devices_join(const struct model_device *d, void *arg)
     size_t n = strlen(a->name), k = strlen(d->name);
     if (a->cut)
         return;
-    if (!n && k < sizeof a->name)
+    if (!n && k < sizeof a->name) {
         memcpy(a->name, d->name, k + 1);
-    else if (n + 1 + k + 4 < sizeof a->name)
-        snprintf(a->name + n, sizeof a->name - n, "+%s", d->name);
-    else {
-        snprintf(a->name + n, sizeof a->name - n, "+...");
+    } else if (n + 1 + k + 5 <= sizeof a->name) {   /* room for "+...\0" after it */
+        a->name[n] = '+';
+        memcpy(a->name + n + 1, d->name, k + 1);
+    } else {
+        if (n + 5 <= sizeof a->name)
+            memcpy(a->name + n, "+...", 5);
         a->cut = true;
     }
 }
