@@ -621,9 +621,7 @@ static void jobs_cmd_create(struct jobs *j, struct jobs_cmd *c)
     job.version = c->version;
     snprintf(job.tenant, sizeof job.tenant, "%s", c->tenant[0] ? c->tenant : "default");
     job.state = STATE_JOB_QUEUED;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    job.created_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    job.created_ms = jobs_unix_ms();
     snprintf(job.output_path, sizeof job.output_path, "%.900s/%s.results.jsonl", j->dir, job.id);
     struct error err = {0};
     int rc = 0;
@@ -729,9 +727,7 @@ static void jobs_purge(struct jobs *j)
 {
     if (j->retention_s <= 0)
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t now = jobs_unix_ms();
     if (!jobs_look_due(&j->jobs_checked_ms, now, (j->retention_s < 60 ? j->retention_s : 60) * 1000))
         return;
     struct jobs_ended *x = malloc(sizeof *x);

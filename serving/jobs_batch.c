@@ -26,6 +26,7 @@
 
 #include <jansson.h>
 
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/tokens.h"
 #include "serving/lifecycle.h"
@@ -72,13 +73,7 @@ struct jobs_idset {
     size_t cap, n;
 };
 
-static uint64_t jobs_idset_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
+static uint64_t jobs_idset_hash(const char *s) { return hash_str(s); }
 
 /* 1: added; 0: already there; -1: no memory. */
 static int jobs_idset_add(struct jobs_idset *set, const char *s)

@@ -145,6 +145,8 @@ int jobs_batch_running(const struct jobs *j);
 
 
 int64_t jobs_mono_ns(void);
+/* The wall clock in Unix milliseconds (the jobs table's times). */
+int64_t jobs_unix_ms(void);
 /* For a look done at most every `every` units of a wall clock (files'
  * expiry, jobs' retention): whether one is due at `now` (then *last =
  * now). A clock set back looks again at once. */

@@ -21,6 +21,13 @@ bool jobs_look_due(int64_t *last, int64_t now, int64_t every)
     return true;
 }
 
+int64_t jobs_unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 int64_t jobs_mono_ns(void)
 {
     struct timespec ts;

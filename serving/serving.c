@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "common/clock.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "serving/feed.h"
 #include "serving/worker.h"
@@ -271,9 +272,7 @@ bool serving_folder_first_said(struct serving *s, const char *name)
 {
     /* By the name's hash (FNV-1a: a collision only silences a name). Past
      * SERVING_BAD_FOLDERS names one line says the others go unnamed. */
-    uint64_t h = 1469598103934665603ULL;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        h = (h ^ *p) * 1099511628211ULL;
+    uint64_t h = hash_str(name);
     int n = s->nbad_folders < SERVING_BAD_FOLDERS ? s->nbad_folders : SERVING_BAD_FOLDERS;
     for (int i = 0; i < n; i++)
         if (s->bad_folders[i] == h)
