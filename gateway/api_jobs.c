@@ -25,6 +25,8 @@
 
 /* A body smaller than this may be the {"input_path": ...} form. */
 #define JOBS_API_PATH_BODY_MAX 8192
+/* The most jobs one page of GET /v2/jobs may ask for. */
+#define JOBS_API_LIST_MAX 10000
 
 struct jobs_call {
     struct mailbox_msg msg;           /* first: the mailbox hands back &msg */
@@ -257,7 +259,8 @@ static void jobs_api_append(struct buf *b, const struct state_job *j)
 
 struct jobs_api_list {
     struct buf *b;
-    int n;
+    int n, limit;                     /* limit 0: none */
+    bool more;
     const struct api_state *st;
     const struct http_request *req;
 };
@@ -265,29 +268,92 @@ struct jobs_api_list {
 static void jobs_api_list_one(const struct state_job *j, void *arg)
 {
     struct jobs_api_list *l = arg;
-    if (!jobs_api_may_see(l->st, l->req, j))
+    if (!jobs_api_may_see(l->st, l->req, j))   /* the query chose by tenant: never */
         return;
+    if (l->limit && l->n == l->limit) {        /* the one asked past the page */
+        l->more = true;
+        return;
+    }
     if (l->n++)
         buf_append(l->b, ",", 1);
     jobs_api_append(l->b, j);
 }
 
-/* GET /v2/jobs: the caller's (an admin's: all). */
+static void jobs_api_bad_param(struct http_request *req, const char *param, const char *fmt,
+                               const char *arg)
+{
+    http_request_set_error_param(req, param);
+    http_respond_error(req, 400, NULL, fmt, param, arg);
+}
+
+/* GET /v2/jobs?state=&model=&after=&limit=: the caller's jobs (an
+ * admin's: all), oldest first; `limit` pages them and `after` (the last
+ * id of a page) starts the next. The query selects and stops in SQLite,
+ * not here: a page costs its rows whatever the table holds. */
 static void jobs_api_list(struct http_request *req, const struct route_match *m, void *ctx)
 {
+    (void)m;
+    struct api_state *st = ctx;
     struct jobs *jobs = jobs_api_of(req, ctx);
     if (!jobs)
         return;
+    char state_s[16], model[MODEL_NAME_MAX], after[64], limit_s[16];
+    struct state_job_filter f = {.state = -1};
+    int r;
+    if ((r = http_request_query_param(req, "state", state_s, sizeof state_s)) != 0) {
+        for (int i = 0; r == 1 && i < STATE_JOB_NSTATES; i++)
+            if (strcmp(state_s, state_job_state_name(i)) == 0)
+                f.state = i;
+        if (f.state < 0) {
+            char names[128] = "";
+            for (int i = 0; i < STATE_JOB_NSTATES; i++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         i ? ", " : "", state_job_state_name(i));
+            jobs_api_bad_param(req, "state", "%s: one of %s", names);
+            return;
+        }
+    }
+    if ((r = http_request_query_param(req, "model", model, sizeof model)) < 0) {
+        jobs_api_bad_param(req, "model", "%s: %s", "too long or a malformed %-escape");
+        return;
+    }
+    f.model = r == 1 ? model : NULL;
+    if ((r = http_request_query_param(req, "limit", limit_s, sizeof limit_s)) != 0) {
+        char *e = NULL;
+        long v = r == 1 ? strtol(limit_s, &e, 10) : 0;
+        if (r < 0 || !e || *e || v < 1 || v > JOBS_API_LIST_MAX) {
+            char msg[64];
+            snprintf(msg, sizeof msg, "an integer from 1 to %d", JOBS_API_LIST_MAX);
+            jobs_api_bad_param(req, "limit", "%s: %s", msg);
+            return;
+        }
+        f.limit = (int)v + 1;   /* one more tells has_more */
+    }
+    if ((r = http_request_query_param(req, "after", after, sizeof after)) != 0) {
+        struct state_job j;
+        struct error err = {0};
+        /* Another tenant's job is no place to start from, as it is 404 on
+         * its own route: its id tells nothing. */
+        if (r < 0 || state_job_get(jobs_state(jobs), after, &j, &err) != 0 ||
+            !jobs_api_may_see(st, req, &j)) {
+            jobs_api_bad_param(req, "after", "%s: %s", "no job of that id (the last id of the "
+                               "page before)");
+            return;
+        }
+        f.after = after;
+    }
+    if (st->auth && !auth_is_admin(st->auth, auth_tenant(req)))
+        f.tenant = jobs_api_tenant(st, req);
     struct buf b = BUF_INIT;
-    struct jobs_api_list l = {&b, 0, ctx, req};
+    struct jobs_api_list l = {&b, 0, f.limit ? f.limit - 1 : 0, false, st, req};
     struct error err = {0};
     buf_append(&b, "{\"jobs\":[", 9);
-    if (state_job_list(jobs_state(jobs), jobs_api_list_one, &l, &err)) {
+    if (state_job_list(jobs_state(jobs), &f, jobs_api_list_one, &l, &err)) {
         buf_free(&b);
         http_respond_error(req, 500, NULL, "%s", err.msg);
         return;
     }
-    buf_append(&b, "]}", 2);
+    buf_appendf(&b, "],\"has_more\":%s}", l.more ? "true" : "false");
     http_respond(req, 200, "application/json", b.data, b.len, NULL);
     buf_free(&b);
 }

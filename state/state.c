@@ -134,6 +134,12 @@ static const char state_schema_v6[] =
 static const char state_schema_v7[] =
     "ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 0;";
 
+/* Indexes that change no row and no reader: made at every open, outside
+ * the versions, so that an older batchgate still opens the database.
+ * jobs_created: GET /v2/jobs pages in creation order. */
+static const char state_indexes[] =
+    "CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_ms);";
+
 static int state_migrate(sqlite3 *db, struct error *err)
 {
     sqlite3_stmt *s;
@@ -237,6 +243,7 @@ int state_open(const char *dir, struct state **out, struct error *err)
     pthread_mutex_init(&st->rmu, NULL);
     int rc;
     if ((rc = state_connect(path, &st->w, err)) || (rc = state_migrate(st->w, err)) ||
+        (rc = state_exec(st->w, state_indexes, err)) ||
         (rc = state_batch_results_purge(st->w, err)) ||
         (rc = state_connect(path, &st->r, err)) || (rc = state_connect(path, &st->u, err))) {
         /* Said of this file ("file is not a database" alone names none). */
@@ -547,16 +554,33 @@ int state_job_delete(struct state *st, const char *id, struct error *err)
     return rc;
 }
 
-int state_job_list(struct state *st, state_job_fn fn, void *arg, struct error *err)
+int state_job_list(struct state *st, const struct state_job_filter *f, state_job_fn fn,
+                   void *arg, struct error *err)
 {
+    static const struct state_job_filter all = {.state = -1};
+    if (!f)
+        f = &all;
     pthread_mutex_lock(&st->rmu);
     sqlite3_stmt *s;
     int rc = 0;
-    if (sqlite3_prepare_v2(st->r, STATE_JOB_COLUMNS "ORDER BY j.created_ms, j.rowid", -1, &s,
-                           NULL) != SQLITE_OK) {
+    /* The place of `after` is its (created_ms, rowid), the list's order:
+     * a page ends on a job and the next starts right behind it, whatever
+     * was submitted meanwhile. */
+    if (sqlite3_prepare_v2(st->r, STATE_JOB_COLUMNS
+                           "WHERE (?1 IS NULL OR (CASE j.tenant WHEN '' THEN 'default'"
+                           " ELSE j.tenant END) = ?1) AND (?2 IS NULL OR j.model = ?2)"
+                           " AND (?3 < 0 OR j.state = ?3) AND (?4 IS NULL OR"
+                           " (j.created_ms, j.rowid) > (SELECT created_ms, rowid FROM jobs"
+                           " WHERE id = ?4)) ORDER BY j.created_ms, j.rowid LIMIT ?5",
+                           -1, &s, NULL) != SQLITE_OK) {
         rc = state_fail(err, st->r, "list jobs");
         goto out;
     }
+    sqlite3_bind_text(s, 1, f->tenant, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, f->model, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 3, f->state);
+    sqlite3_bind_text(s, 4, f->after, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 5, f->limit > 0 ? f->limit : -1);
     struct state_job j;
     int step;
     while ((step = sqlite3_step(s)) == SQLITE_ROW) {

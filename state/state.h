@@ -114,8 +114,17 @@ int state_job_delete(struct state *st, const char *id, struct error *err);
 /* ---- any thread (the read connection) ---- */
 /* 0 and *out, -BG_ENOTFOUND, or another error. */
 int state_job_get(struct state *st, const char *id, struct state_job *out, struct error *err);
-/* Every job, oldest first. */
-int state_job_list(struct state *st, state_job_fn fn, void *arg, struct error *err);
+/* Which jobs state_job_list yields. A NULL or negative field selects all. */
+struct state_job_filter {
+    const char *tenant;   /* the owner; "default" also owns rows stored without one */
+    const char *model;
+    int state;            /* enum state_job_state, or -1 */
+    const char *after;    /* only the jobs created after this one's place */
+    int limit;            /* at most this many; <= 0: no limit */
+};
+/* The jobs the filter selects, oldest first (f NULL: every job). */
+int state_job_list(struct state *st, const struct state_job_filter *f, state_job_fn fn,
+                   void *arg, struct error *err);
 /* Jobs by state, counts[STATE_JOB_NSTATES]. */
 int state_job_counts(struct state *st, int64_t *counts, struct error *err);
 

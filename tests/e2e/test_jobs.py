@@ -162,6 +162,46 @@ class JobsApiTest(JobsCase):
         self.assertEqual((r.status, r.json()["state"]), (200, "completed"))
         srv.stop_checked()
 
+    def test_list_filters_and_pages(self):
+        srv = self.start()
+        ids = []
+        for i in range(5):   # syn, broken (fails), syn, broken, syn: oldest first
+            r = submit(srv, "syn" if i % 2 == 0 else "broken", line(i))
+            self.assertEqual(r.status, 201, r.body)
+            ids.append(r.json()["id"])
+            wait_state(self, srv, ids[-1], ("completed", "failed"))
+
+        def listed(query):
+            r = get(srv, "/v2/jobs" + query)
+            self.assertEqual(r.status, 200, (query, r.body))
+            return [x["id"] for x in r.json()["jobs"]], r.json()["has_more"]
+
+        self.assertEqual(listed(""), (ids, False))
+        self.assertEqual(listed("?state=completed"), (ids[0::2], False))
+        self.assertEqual(listed("?state=failed&model=broken"), (ids[1::2], False))
+        self.assertEqual(listed("?model=later"), ([], False))
+        # Pages of two, each starting after the last id of the one before.
+        self.assertEqual(listed("?limit=2"), (ids[:2], True))
+        self.assertEqual(listed("?limit=2&after=" + ids[1]), (ids[2:4], True))
+        self.assertEqual(listed("?limit=2&after=" + ids[3]), (ids[4:], False))
+        self.assertEqual(listed("?limit=5"), (ids, False))
+        self.assertEqual(listed("?after=" + ids[4]), ([], False))
+        self.assertEqual(listed("?state=completed&limit=1&after=" + ids[0]), ([ids[2]], True))
+        # A job submitted while paging comes on a later page, none is seen twice.
+        r = submit(srv, "syn", line(9))
+        self.assertEqual(listed("?limit=2&after=" + ids[3]), ([ids[4], r.json()["id"]], False))
+        wait_state(self, srv, r.json()["id"], ("completed",))
+        for query, param in (("?state=done", "state"), ("?limit=0", "limit"),
+                             ("?limit=10001", "limit"), ("?limit=2x", "limit"),
+                             ("?after=job-nope", "after"), ("?after=%zz", "after"),
+                             ("?model=" + "m" * 300, "model")):
+            r = get(srv, "/v2/jobs" + query)
+            self.assertEqual(r.status, 400, (query, r.body))
+            self.assertTrue(r.json()["error"].startswith(param + ": "), (query, r.body))
+        self.assertIn("queued, running, completed, failed, cancelled",
+                      get(srv, "/v2/jobs?state=x").json()["error"])
+        srv.stop_checked()
+
     def test_bad_inputs(self):
         srv = self.start({"jobs": {"max_input_bytes": 4096},
                           "limits": {"max_body_bytes": 16384}})

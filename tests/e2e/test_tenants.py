@@ -265,6 +265,13 @@ class TenantsTest(RepoServerCase):
         mine = get(self.srv, "/v2/jobs", KEYS["search"]).json()["jobs"]
         self.assertIn(job, [x["id"] for x in mine])
         self.assertTrue(all(x["tenant"] == "search" for x in mine), mine)
+        # Nor is another tenant's job a place to page from: the same 400 as
+        # an id that does not exist. Its owner and an admin may.
+        for key, status in ((other, 400), (KEYS["search"], 200), (KEYS["ops"], 200)):
+            r = get(self.srv, "/v2/jobs?limit=1&after=" + job, key)
+            self.assertEqual(r.status, status, r.body)
+        self.assertEqual(get(self.srv, "/v2/jobs?after=j-nope", other).json(),
+                         get(self.srv, "/v2/jobs?after=" + job, other).json())
         # An admin sees every tenant's.
         self.assertIn(job, [x["id"] for x in get(self.srv, "/v2/jobs", KEYS["ops"]).json()["jobs"]])
         self.assertEqual(get(self.srv, "/v2/jobs/" + job, KEYS["ops"]).status, 200)

@@ -63,6 +63,78 @@ static void test_job_rows_and_reopen(void **s)
     state_close(st);
 }
 
+struct ids {
+    char id[8][40];
+    int n;
+};
+
+static void ids_collect(const struct state_job *j, void *arg)
+{
+    struct ids *x = arg;
+    if (x->n < 8)
+        snprintf(x->id[x->n++], sizeof x->id[0], "%s", j->id);
+}
+
+static char *ids_joined(const struct ids *x, char *out, size_t cap)
+{
+    out[0] = '\0';
+    for (int i = 0; i < x->n; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? " " : "", x->id[i]);
+    return out;
+}
+
+/* GET /v2/jobs's query: by owner (a row stored without one is the
+ * default's), model and state, pages after a job's place in creation
+ * order (ties in created_ms by insertion). */
+static void test_job_list_filter(void **s)
+{
+    (void)s;
+    struct state *st;
+    struct error err = {0};
+    assert_int_equal(state_open(dir, &st, &err), 0);
+    static const struct {
+        const char *id, *tenant, *model;
+        int64_t created;
+    } rows[] = {{"l1", "", "lm", 5000}, {"l2", "a", "lm", 5000}, {"l3", "default", "ln", 5000},
+                {"l4", "a", "ln", 4000}, {"l5", "", "lm", 6000}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        struct state_job j;
+        memset(&j, 0, sizeof j);
+        strcpy(j.id, rows[i].id);
+        strcpy(j.tenant, rows[i].tenant);
+        strcpy(j.model, rows[i].model);
+        j.created_ms = rows[i].created;
+        strcpy(j.input_path, "/in");
+        strcpy(j.output_path, "/out");
+        assert_int_equal(state_job_insert(st, &j, &err), 0);
+    }
+    assert_int_equal(state_job_set_state(st, "l2", STATE_JOB_RUNNING, 1, NULL, &err), 0);
+    static const struct {
+        struct state_job_filter f;
+        const char *want;
+    } cases[] = {
+        {{.model = "lm", .state = -1}, "l1 l2 l5"},
+        {{.model = "ln", .state = -1}, "l4 l3"},
+        {{.tenant = "default", .state = STATE_JOB_QUEUED}, "l1 l3 l5"},   /* not job-1 */
+        {{.tenant = "a", .state = -1}, "l4 l2"},
+        {{.tenant = "a", .state = STATE_JOB_RUNNING}, "l2"},
+        {{.model = "lm", .state = STATE_JOB_QUEUED, .limit = 1}, "l1"},
+        {{.model = "lm", .state = -1, .after = "l1", .limit = 1}, "l2"},
+        {{.model = "lm", .state = -1, .after = "l2"}, "l5"},
+        {{.model = "lm", .state = -1, .after = "l4"}, "l1 l2 l5"},   /* another model's place */
+        {{.model = "lm", .state = -1, .after = "l5"}, ""},
+        {{.model = "lm", .state = -1, .after = "nope"}, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct ids x = {0};
+        char got[128];
+        assert_int_equal(state_job_list(st, &cases[i].f, ids_collect, &x, &err), 0);
+        if (strcmp(ids_joined(&x, got, sizeof got), cases[i].want) != 0)
+            fail_msg("case %zu: got \"%s\", want \"%s\"", i, got, cases[i].want);
+    }
+    state_close(st);
+}
+
 /* ---- the usage ledger ---- */
 
 static struct state_usage_row usage_row(int64_t start, const char *tenant, const char *model,
@@ -469,6 +541,7 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_job_rows_and_reopen),
+        cmocka_unit_test(test_job_list_filter),
         cmocka_unit_test(test_usage_rows_query_and_rollup),
         cmocka_unit_test(test_usage_hour_blobs),
         cmocka_unit_test(test_old_databases_migrate),
