@@ -297,7 +297,7 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
         if (b->rank && (b->q.n > 0 || b->q.noff > 0)) {
             /* Job lines alone are ranked too: their tenants' limits bind them. */
             bool has[WORK_TENANTS_MAX];
-            bqueue_tenants_waiting(&b->q, has);
+            bqueue_tenants_waiting(&b->q, has, b->q.off_held);   /* in: has job lines */
             int nrank = b->rank(b->rank_arg, instance, now, has, b->q.rank, &b->q.rank_retry_ns,
                                 b->q.held_for, &b->q.offline_first, b->q.off_held);
             if (b->q.n > 0) {

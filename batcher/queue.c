@@ -155,6 +155,8 @@ static void bqueue_unlink_all(struct bqueue *q, struct infer_item *it)
         it->next = NULL;
         it->queued = false;
         q->noff--;
+        if (it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX)
+            q->toff[it->tenant]--;
         return;
     }
     list_remove(&it->q_svc);
@@ -237,6 +239,8 @@ int bqueue_push(struct bqueue *q, struct infer_item *it, int64_t now_ns,
         list_insert_tail(&q->off, &it->q_svc);
         it->queued = true;
         q->noff++;
+        if (it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX)
+            q->toff[it->tenant]++;
         return 0;
     }
     if (it->tenant < 0 || it->tenant >= WORK_TENANTS_MAX)
@@ -462,12 +466,14 @@ static int bqueue_take_offline_batch(struct bqueue *q, int64_t now_ns, const str
     return 1;
 }
 
-int bqueue_tenants_waiting(const struct bqueue *q, bool *has)
+int bqueue_tenants_waiting(const struct bqueue *q, bool *has, bool *off_has)
 {
     int k = 0;
     for (int t = 0; t < WORK_TENANTS_MAX; t++) {
         has[t] = !list_empty(&q->ten[t]);
         k += has[t];
+        if (off_has)
+            off_has[t] = q->toff[t] > 0;
     }
     return k;
 }

@@ -108,6 +108,7 @@ struct bqueue {
     bool off_held[WORK_TENANTS_MAX];
     struct list off;                  /* infer_item.q_svc of offline items: FIFO */
     int noff;                         /* offline items queued */
+    int toff[WORK_TENANTS_MAX];       /* ... of each tenant */
     struct policy_request *view;      /* scratch for the policy */
     struct policy_token_info *view_tok;   /* ... its requests' tokens */
     struct policy_tokens ptok;        /* the token cap, with view_tok */
@@ -181,8 +182,9 @@ int bqueue_take(struct bqueue *q, int64_t now_ns, const struct latmodel *lat, st
 bool bqueue_has_room(const struct bqueue *q, int t);
 
 /* Which tenants have online requests queued: has[t] for each (returns how
- * many have). For the caller's ranking. */
-int bqueue_tenants_waiting(const struct bqueue *q, bool *has);
+ * many have); and job lines, off_has[t] (when not NULL). For the caller's
+ * ranking. */
+int bqueue_tenants_waiting(const struct bqueue *q, bool *has, bool *off_has);
 
 /* The service order: a is served before b (priority, deadline, arrival). */
 bool bqueue_served_before(const struct infer_item *a, const struct infer_item *b);

@@ -31,6 +31,7 @@ struct shares_tenant {
     double used;                      /* exponential moving sum of device ns (tau SHARES_TAU_NS) */
     int64_t used_at;
     int64_t active_at;                /* last time it had work or was charged; 0: never */
+    int64_t off_active_at;            /* ... job lines (which do not make it active) */
     int64_t busy_ns[2];
     int64_t borrowed_ns;
     /* Device time its share has given it and it has not used yet: grows by
@@ -156,18 +157,36 @@ static bool shares_idle(const struct shares *s, int t, int64_t now)
     return !s->t[t].active_at || now - s->t[t].active_at >= SHARES_IDLE_NS;
 }
 
+static bool shares_off_idle(const struct shares *s, int t, int64_t now)
+{
+    return !s->t[t].off_active_at || now - s->t[t].off_active_at >= SHARES_IDLE_NS;
+}
+
 int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, int64_t *retry_ns,
                 int64_t *held_ns, bool *off_held)
 {
     pthread_mutex_lock(&s->mu);
     double reserved = 0, total = 0, frac[TENANTS_MAX];
-    bool back[TENANTS_MAX];
+    bool back[TENANTS_MAX], off_back[TENANTS_MAX];
     for (int t = 0; t < s->n; t++) {
         back[t] = has[t] && shares_idle(s, t, now_ns);
+        /* Job lines of a tenant idle in both ways: under a limit they start
+         * at its rate too (they ran ~0.36 s on the whole device before the
+         * moving sum reached a limit of 0.3). A reservation does not bind
+         * them, so the limit alone is their bound. */
+        off_back[t] = off_held && off_held[t] && !has[t] && shares_idle(s, t, now_ns) &&
+                      shares_off_idle(s, t, now_ns) && shares_limit(s, t) < 1.0;
+        if (off_held && off_held[t])
+            s->t[t].off_active_at = now_ns;
         if (!has[t] && !shares_lends(s, t) && shares_idle(s, t, now_ns))
             reserved += s->share[t];
     }
     for (int t = 0; t < s->n; t++) {
+        if (off_back[t]) {
+            double at = shares_limit(s, t) * (double)SHARES_TAU_NS * s->slots;
+            if (shares_used(&s->t[t], now_ns) < at)
+                s->t[t].used = at;
+        }
         if (back[t]) {
             struct shares_tenant *x = &s->t[t];
             if (x->vtime < s->vclock)
@@ -194,8 +213,8 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
     double least = -1;
     /* A limit is the most a tenant may hold, its job's lines included: a
      * tenant capped at 0.4 ran its job on the whole idle device. */
-    for (int t = 0; off_held && t < s->n; t++) {
-        off_held[t] = shares_limit(s, t) < 1.0 && frac[t] >= shares_limit(s, t);
+    for (int t = 0; off_held && t < TENANTS_MAX; t++) {
+        off_held[t] = t < s->n && shares_limit(s, t) < 1.0 && frac[t] >= shares_limit(s, t);
         held = held || off_held[t];
     }
     for (int t = 0; t < s->n; t++) {
@@ -318,10 +337,12 @@ void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int6
         x->used += (double)ns;
         x->vtime += (double)ns / shares_weight(s, t);
         x->busy_ns[it->offline ? 1 : 0] += ns;
-        if (it->offline)
+        if (it->offline) {
             off_ns += (double)ns;
-        else
+            x->off_active_at = now_ns;
+        } else {
             x->active_at = now_ns;
+        }
         /* A job's lines are not the tenant's online work: counted as its
          * activity, a job of a tenant that does not lend lifted its own
          * reservation (the others borrowed 0.97 of the device past a

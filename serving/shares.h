@@ -50,9 +50,10 @@ void shares_set(struct shares *s, const double *share, double offline_share);
  * over their limit or would borrow reserved time: *retry_ns says when to
  * ask again (0 when none is left out), and held_ns[t] (when not NULL) how
  * long tenant t should be held if it runs nothing meanwhile. off_held[t]
- * (when not NULL): every tenant's job lines must wait, being over its
- * limit (a reserved share does not bind job lines: they fill that time);
- * *retry_ns is then set as well. */
+ * (when not NULL, TENANTS_MAX of them): in, whether tenant t has job lines
+ * queued; out, whether they must wait, being over its limit (a reserved
+ * share does not bind job lines: they fill that time); *retry_ns is then
+ * set as well. */
 int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, int64_t *retry_ns,
                 int64_t *held_ns, bool *off_held);
 /* Whether job lines are owed device time under the offline_share in

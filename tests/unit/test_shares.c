@@ -143,7 +143,7 @@ static void sim_run(struct sim *s, int64_t until)
         sim_fill_offline(s);
         s->q.offline_first = shares_offline_owed(s->sh, s->now);
         bool has[WORK_TENANTS_MAX];
-        bqueue_tenants_waiting(&s->q, has);
+        bqueue_tenants_waiting(&s->q, has, s->q.off_held);
         int64_t retry = 0;
         s->q.nrank = shares_rank(s->sh, s->now, has, s->q.rank, &retry, NULL, s->q.off_held);
         if (s->q.nrank == 0)
@@ -399,8 +399,9 @@ static void test_job_lines_fill_a_reserved_share(void **state)
     free(s);
 }
 
-/* `limit` is the most a tenant may hold, its job's lines included: B's
- * job ran on the whole idle device under a limit of 0.4. */
+/* `limit` is the most a tenant may hold, its job's lines included, from
+ * their first batch: B's job ran on the whole idle device under a limit of
+ * 0.4. */
 static void test_limit_binds_job_lines(void **state)
 {
     (void)state;
@@ -411,6 +412,11 @@ static void test_limit_binds_job_lines(void **state)
     s->off_tenant = 1;
     s->backlog = true;
     sim_run(s, 30 * SEC);
+    /* From its first batch: B idle until then read as never having run,
+     * and its job took the whole device for ~0.36 s. */
+    double early = (double)s->busy_off_early / (500.0 * MS);
+    print_message("# first 500 ms: B's job lines %.3f of the device\n", early);
+    assert_true(s->busy_off_early <= (int64_t)(0.4 * 1.05 * 500 * MS) + s->batch_ns_max);
     for (int w = 1; w < 3; w++) {
         double off = (double)s->busy_off[w] / (10.0 * SEC);
         print_message("# window %d: B's job lines under its limit of 0.4: %.3f of the device\n",
