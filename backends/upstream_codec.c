@@ -35,17 +35,16 @@ void upstream_codec_request(const struct model_config *mc, const float *in, int 
          * otherwise answer them all, in an order of its own. */
         buf_appendf(b, "]}],\"outputs\":[{\"name\":\"%s\"}]}", mc->output.name);
     } else {
-        buf_append(b, "{\"instances\":[", 14);
-        for (int r = 0; r < rows; r++) {
-            buf_append(b, r ? ",[" : "[", r ? 2 : 1);
-            for (size_t k = 0; k < row; k++) {
-                if (k)
-                    buf_append(b, ",", 1);
-                json_append_float(b, in[(size_t)r * row + k]);
-            }
-            buf_append(b, "]", 1);
-        }
-        buf_append(b, "]}", 2);
+        /* Each instance nested as the input's shape: TF Serving reads a
+         * row's shape from its nesting, and refused a flat row of a [2,3]
+         * input ("Expecting shape"). */
+        int64_t shape[MODEL_MAX_DIMS + 1];
+        shape[0] = rows;
+        for (int i = 0; i < mc->input.ndims; i++)
+            shape[i + 1] = mc->input.shape[i];
+        buf_append(b, "{\"instances\":", 13);
+        json_append_nested(b, &in, shape, mc->input.ndims + 1, json_append_float);
+        buf_append(b, "}", 1);
     }
 }
 
@@ -201,6 +200,15 @@ int upstream_codec_answer(const struct model_config *mc, const char *body, size_
     struct reader rd = {out, 0, (size_t)rows * (size_t)mc->output.row_elems, why, cap};
     json_error_t je;
     json_t *root = json_loadb(body ? body : "", len, 0, &je);
+    if (!root && body && mc->upstream.protocol == UPSTREAM_TFSERVING) {
+        /* TF Serving writes a non-finite value as a bare NaN or Infinity,
+         * which no JSON parser takes: read as null, a value that is not
+         * finite (the whole batch failed, every row of it). */
+        struct buf fixed = BUF_INIT;
+        if (json_nonfinite_to_null(body, len, &fixed) > 0)
+            root = json_loadb(fixed.data, fixed.len, 0, &je);
+        buf_free(&fixed);
+    }
     if (!json_is_object(root)) {
         json_decref(root);
         return reader_fail(&rd, "malformed answer: not a JSON object");

@@ -15,8 +15,10 @@
  *               of exactly row_elems numbers, or an object holding the
  *               output by name (a model of several outputs)
  * A JSON null is a number that is not finite (what batchgate and others
- * print for NaN and inf): it is NaN in the row. Anything else fails the
- * batch with a message naming what differs (502 to its requests). */
+ * print for NaN and inf): it is NaN in the row; so are TF Serving's bare
+ * NaN, Infinity and -Infinity, which are not JSON. Anything else fails the
+ * batch with a message naming what differs (502 to its requests).
+ * A TF-Serving request's instances are nested as the input's shape. */
 #ifndef BG_UPSTREAM_CODEC_H
 #define BG_UPSTREAM_CODEC_H
 

@@ -2,6 +2,7 @@
 #include "common/jsonfmt.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,3 +75,85 @@ int json_append_float(struct buf *out, float v)
     return 0;
 }
 
+
+int json_append_float_tfs(struct buf *out, float v)
+{
+    if (isnan(v))
+        return buf_append(out, "NaN", 3);
+    if (isinf(v))
+        return v > 0 ? buf_append(out, "Infinity", 8) : buf_append(out, "-Infinity", 9);
+    if (v == 0.0f)
+        return signbit(v) ? buf_append(out, "-0.0", 4) : buf_append(out, "0.0", 3);
+    size_t at = out->len;
+    if (json_append_float(out, v) < 0)
+        return -1;
+    for (size_t i = at; i < out->len; i++)
+        if (out->data[i] == '.' || out->data[i] == 'e')
+            return 0;
+    return buf_append(out, ".0", 2);
+}
+
+int json_append_nested(struct buf *out, const float **v, const int64_t *shape, int ndims,
+                       json_float_fn put)
+{
+    if (buf_append(out, "[", 1) < 0)
+        return -1;
+    for (int64_t i = 0; i < shape[0]; i++) {
+        if (i && buf_append(out, ",", 1) < 0)
+            return -1;
+        if (ndims == 1) {
+            if (put(out, **v) < 0)
+                return -1;
+            (*v)++;
+        } else if (json_append_nested(out, v, shape + 1, ndims - 1, put) < 0) {
+            return -1;
+        }
+    }
+    return buf_append(out, "]", 1);
+}
+
+/* Whether text[i..] starts the bare word w, not inside a longer one. */
+static bool json_word_at(const char *text, size_t len, size_t i, const char *w)
+{
+    size_t n = strlen(w);
+    if (i + n > len || memcmp(text + i, w, n) != 0)
+        return false;
+    char next = i + n < len ? text[i + n] : ' ';
+    return !((next >= 'a' && next <= 'z') || (next >= 'A' && next <= 'Z') ||
+             (next >= '0' && next <= '9') || next == '_');
+}
+
+int json_nonfinite_to_null(const char *text, size_t len, struct buf *out)
+{
+    static const char *const words[] = {"-Infinity", "Infinity", "NaN"};
+    int replaced = 0;
+    bool in_string = false;
+    size_t from = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+            continue;
+        }
+        if (c != '-' && c != 'I' && c != 'N')
+            continue;
+        for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+            if (!json_word_at(text, len, i, words[w]))
+                continue;
+            if (buf_append(out, text + from, i - from) < 0 || buf_append(out, "null", 4) < 0)
+                return -1;
+            i += strlen(words[w]) - 1;
+            from = i + 1;
+            replaced++;
+            break;
+        }
+    }
+    return buf_append(out, text + from, len - from) < 0 ? -1 : replaced;
+}

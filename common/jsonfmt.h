@@ -4,11 +4,30 @@
 #ifndef BG_JSONFMT_H
 #define BG_JSONFMT_H
 
+#include <stdint.h>
+
 #include "common/buf.h"
 
 /* Appends v with 9 significant digits (always enough to read back the same
  * float), trailing zeros trimmed; non-finite values as null (JSON has no
  * inf/NaN). Returns 0 or -1 (out of memory). */
 int json_append_float(struct buf *out, float v);
+
+/* As TF Serving writes a float: always a float's text (1.0, not 1, which
+ * numpy reads as an integer) and non-finite values as the bare tokens
+ * NaN, Infinity and -Infinity (its documented JSON mapping; Python's json
+ * reads them). */
+int json_append_float_tfs(struct buf *out, float v);
+
+typedef int (*json_float_fn)(struct buf *out, float v);
+/* shape[0] x ... x shape[ndims-1] floats from *v (advanced past them) as
+ * nested arrays, each written by `put`. */
+int json_append_nested(struct buf *out, const float **v, const int64_t *shape, int ndims,
+                       json_float_fn put);
+
+/* The text with every bare NaN, Infinity and -Infinity (outside strings;
+ * TF Serving writes them, JSON has none) replaced by null, into out:
+ * returns how many were replaced, or -1 (out of memory). */
+int json_nonfinite_to_null(const char *text, size_t len, struct buf *out);
 
 #endif

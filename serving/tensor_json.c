@@ -55,25 +55,6 @@ static int tensor_append_floats(struct buf *out, const float *v, size_t n)
     return 0;
 }
 
-/* Writes rows x shape as nested arrays (TF-Serving predictions). */
-static int tensor_append_nested(struct buf *out, const float **v, const int64_t *shape, int ndims)
-{
-    if (buf_append(out, "[", 1) < 0)
-        return -1;
-    for (int64_t i = 0; i < shape[0]; i++) {
-        if (i && buf_append(out, ",", 1) < 0)
-            return -1;
-        if (ndims == 1) {
-            if (json_append_float(out, **v) < 0)
-                return -1;
-            (*v)++;
-        } else if (tensor_append_nested(out, v, shape + 1, ndims - 1) < 0) {
-            return -1;
-        }
-    }
-    return buf_append(out, "]", 1);
-}
-
 static void tensor_append_shape(struct buf *out, int rows, const struct model_tensor *t)
 {
     buf_appendf(out, "[%d", rows);
@@ -198,6 +179,18 @@ const char *tensor_json_where(char *out, size_t cap, int line, int column)
     else
         snprintf(out, cap, "line %d, column %d", line, column);
     return out;
+}
+
+/* What to add to a parse error the body's NaN or Infinity caused: Python's
+ * json.dumps writes them for numpy's nan and inf, TF Serving reads them,
+ * and "invalid token near 'NaN'" did not say that they are the trouble. */
+static const char *tensor_json_nonfinite(const char *body, size_t len)
+{
+    struct buf b = BUF_INIT;
+    int n = json_nonfinite_to_null(body, len, &b);
+    buf_free(&b);
+    return n > 0 ? " (NaN and Infinity are not JSON numbers: batchgate takes finite numbers only)"
+                 : "";
 }
 
 bool tensor_json_name(const json_t *v)
@@ -594,7 +587,7 @@ int tensor_decode_kserve_shm(const struct model *model, const char *body, size_t
                          tensor_json_where(at, sizeof at, jerr.line, jerr.column), jerr.text,
                          trailing ? " (binary tensor data after the JSON need the "
                                     "Inference-Header-Content-Length header: the JSON's length)"
-                                  : "");
+                                  : tensor_json_nonfinite(body, jlen));
     int rc = tensor_decode_kserve_head(model, root, bin, bin_len, shm, out, err);
     json_decref(root);
     return rc;
@@ -807,6 +800,64 @@ int tensor_encode_kserve(const struct model *model, int version, const struct in
     return buf_append(out, "]}]}", 4);
 }
 
+/* TF Serving's rows carry their shape in their nesting: a row of a [2,3]
+ * input is [[a,b,c],[d,e,f]]. Counted alone, its numbers took a 3x2 row
+ * [[a,b],[c,d],[e,f]] for a 2x3 one (200, predictions of a scrambled
+ * input) and ragged rows too. A row nests as the input's shape, or is one
+ * flat list of its numbers (row-major: it cannot be misread) or a lone
+ * number; what else it is, is said with where (`at`, "[1][0]"). */
+static int tensor_tfs_nesting(json_t *v, const struct model_tensor *in, int depth, char *at,
+                              size_t atlen, const char *field, struct error *err)
+{
+    char shape[160] = "[";
+    for (int d = 0; d < in->ndims; d++)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? "," : "",
+                 (long long)in->shape[d]);
+    strcat(shape, "]");
+    if (depth == in->ndims) {
+        if (!json_is_array(v))
+            return 0;
+        return error_set(err, BG_EINVAL, "%s%s: a list nested deeper than the row shape %s of "
+                         "input \"%s\"", field, at, shape, in->name);
+    }
+    if (!json_is_array(v))
+        return error_set(err, BG_EINVAL, "%s%s: a number where the row shape %s of input \"%s\" "
+                         "has a list of %lld (a row nests as the shape, or is one flat list of "
+                         "%lld numbers)", field, at, shape, in->name, (long long)in->shape[depth],
+                         (long long)in->row_elems);
+    size_t n = json_array_size(v);
+    if (in->shape[depth] > 0 && n != (size_t)in->shape[depth])
+        return error_set(err, BG_EINVAL, "%s%s: a list of %zu where the row shape %s of input "
+                         "\"%s\" has %lld (a row nests as the shape, or is one flat list of "
+                         "%lld numbers)", field, at, n, shape, in->name,
+                         (long long)in->shape[depth], (long long)in->row_elems);
+    size_t k = strlen(at);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(at + k, atlen - k, "[%zu]", i);
+        int rc = tensor_tfs_nesting(json_array_get(v, i), in, depth + 1, at, atlen, field, err);
+        if (rc)
+            return rc;
+    }
+    at[k] = '\0';
+    return 0;
+}
+
+/* A row of a TF Serving request is well nested (tensor_tfs_nesting). */
+static int tensor_tfs_row(json_t *row, const struct model_tensor *in, const char *field,
+                          struct error *err)
+{
+    if (!json_is_array(row))
+        return 0;   /* a lone number: counted by the caller */
+    size_t i;
+    json_t *e;
+    bool flat = true;
+    json_array_foreach(row, i, e) flat = flat && !json_is_array(e) && !json_is_object(e);
+    if (flat)
+        return 0;
+    char at[MODEL_MAX_DIMS * 24 + 1] = "";
+    return tensor_tfs_nesting(row, in, 0, at, sizeof at, field, err);
+}
+
 int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len,
                       struct infer_request *out, struct error *err)
 {
@@ -818,8 +869,9 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
     char at[48];
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return error_set(err, BG_EINVAL, "invalid JSON at %s: %s",
-                         tensor_json_where(at, sizeof at, jerr.line, jerr.column), jerr.text);
+        return error_set(err, BG_EINVAL, "invalid JSON at %s: %s%s",
+                         tensor_json_where(at, sizeof at, jerr.line, jerr.column), jerr.text,
+                         tensor_json_nonfinite(body, len));
     int rc = 0;
     /* Row form ("instances") or columnar form ("inputs": the input's tensor,
      * batch first, or {"<input name>": tensor}); with one input and one
@@ -833,7 +885,9 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
                        "(columns), not both");
         goto out;
     }
-    if (sig && !(json_is_string(sig) && strcmp(json_string_value(sig), "serving_default") == 0)) {
+    /* "" is the default signature, as in TF Serving. */
+    if (sig && !(json_is_string(sig) && (strcmp(json_string_value(sig), "serving_default") == 0 ||
+                                         json_string_value(sig)[0] == '\0'))) {
         rc = error_set(err, BG_EINVAL, "signature_name: model %s has only the signature "
                        "\"serving_default\"", m->name);
         goto out;
@@ -892,6 +946,8 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
                            field, f.n, m->input.name, per);
             goto out;
         }
+        if ((rc = tensor_tfs_row(row, &m->input, field, err)))
+            goto out;
     }
 out:
     json_decref(root);
@@ -914,7 +970,7 @@ int tensor_encode_tfs(const struct model_config *m, const struct infer_request *
     else
         buf_append(out, "{\"predictions\":", 15);
     const float *p = output;
-    if (tensor_append_nested(out, &p, shape, m->output.ndims + 1) < 0)
+    if (json_append_nested(out, &p, shape, m->output.ndims + 1, json_append_float_tfs) < 0)
         return -1;
     return buf_append(out, "}", 1);
 }

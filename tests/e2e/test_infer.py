@@ -260,6 +260,22 @@ class InferTest(RepoServerCase):
         r = post(self.srv.port, "/v1/models/digits:predict", json.dumps({"instances": [[1, 2]]}))
         self.assertEqual(r.status, 400)
         self.assertIn("instances[0]", r.json()["error"])
+        # A row nested other than the input's shape ([64]) is refused, not
+        # read as its numbers in order (it was 200: a scrambled input).
+        square = [[row[i * 8:(i + 1) * 8] for i in range(8)] for row in rows]
+        r = post(self.srv.port, "/v1/models/digits:predict", json.dumps({"instances": square}))
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("instances[0]: a list of 8 where the row shape [64] of input",
+                      r.json()["error"])
+        # numpy's nan, as json.dumps writes it: the message says what is wrong.
+        r = post(self.srv.port, "/v1/models/digits:predict",
+                 json.dumps({"instances": [[float("nan")] + rows[0][1:]]}))
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("NaN and Infinity are not JSON numbers", r.json()["error"])
+        # "" is the default signature, as in TF Serving.
+        r = post(self.srv.port, "/v1/models/digits:predict",
+                 json.dumps({"signature_name": "", "instances": rows}))
+        self.assertEqual((r.status, r.json()), (200, {"predictions": preds}), r)
         # The model's status, TF Serving's GET (the URL OpenAI's model shares).
         st = json.loads(roundtrip(self.srv.port, "GET", "/v1/models/digits").body)
         self.assertEqual(st["model_version_status"], [{"version": "1", "state": "AVAILABLE",

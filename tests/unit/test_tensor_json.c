@@ -257,22 +257,23 @@ static void test_tfs(void **state)
     float out[4] = {1, 2, 3, 4};
     struct buf b = BUF_INIT;
     assert_int_equal(tensor_encode_tfs(&m, &r, out, &b), 0);
-    assert_int_equal(b.len, strlen("{\"predictions\":[[1,2],[3,4]]}"));
-    assert_memory_equal(b.data, "{\"predictions\":[[1,2],[3,4]]}", b.len);
+    /* Floats as floats (1.0: numpy reads 1 as an integer), as TF Serving. */
+    assert_int_equal(b.len, strlen("{\"predictions\":[[1.0,2.0],[3.0,4.0]]}"));
+    assert_memory_equal(b.data, "{\"predictions\":[[1.0,2.0],[3.0,4.0]]}", b.len);
     buf_free(&b);
     free(r.input);
     /* The columnar form, bare or named, answers "outputs". */
     static const char *cols[] = {
         "{\"inputs\":[[[1,2,3],[4,5,6]],[1,1,1,1,1,1]],\"signature_name\":\"serving_default\"}",
-        "{\"inputs\":{\"input\":[[[1,2,3],[4,5,6]],[1,1,1,1,1,1]]}}"};
+        "{\"inputs\":{\"input\":[[[1,2,3],[4,5,6]],[1,1,1,1,1,1]]},\"signature_name\":\"\"}"};
     for (size_t i = 0; i < 2; i++) {
         assert_int_equal(tensor_decode_tfs(&m, cols[i], strlen(cols[i]), &r, &err), 0);
         assert_int_equal(r.rows, 2);
         assert_true(r.input[5] == 6.0f && r.input[6] == 1.0f);
         assert_true(r.tfs_columnar);
         assert_int_equal(tensor_encode_tfs(&m, &r, out, &b), 0);
-        assert_int_equal(b.len, strlen("{\"outputs\":[[1,2],[3,4]]}"));
-        assert_memory_equal(b.data, "{\"outputs\":[[1,2],[3,4]]}", b.len);
+        assert_int_equal(b.len, strlen("{\"outputs\":[[1.0,2.0],[3.0,4.0]]}"));
+        assert_memory_equal(b.data, "{\"outputs\":[[1.0,2.0],[3.0,4.0]]}", b.len);
         buf_reset(&b);
         free(r.input);
     }
@@ -291,6 +292,23 @@ static void test_tfs(void **state)
         {"{\"inputs\":[{\"input\":[1,2,3,4,5,6]}]}", "inputs[0]"},
         {"{\"inputs\":[[1],[1],[1],[1],[1]]}", "inputs: 5 rows"},
         {"{\"inputs\":[[1,2,3,4,5,6]],\"signature_name\":\"predict\"}", "serving_default"},
+        /* A row's nesting is its shape: a 3x2 row of a [2,3] input was read
+         * as the 2x3 one, ragged rows too (200, a scrambled input). */
+        {"{\"instances\":[[[1,2],[3,4],[5,6]]]}",
+         "instances[0]: a list of 3 where the row shape [2,3] of input \"input\" has 2"},
+        {"{\"instances\":[[[1,2,3],[4,5],[6]]]}", "instances[0]: a list of 3 where"},
+        {"{\"instances\":[[[1,2,3],[4,[5],6]]]}",
+         "instances[0][1][1]: a list nested deeper than the row shape [2,3]"},
+        {"{\"instances\":[[[1,2,3,4],[5,6]]]}", "instances[0][0]: a list of 4 where"},
+        {"{\"instances\":[[1,[2,3,4],5,6]]}", "instances[0]: a list of 4 where"},
+        {"{\"instances\":[[6,[1,2,3,4,5]]]}",
+         "instances[0][0]: a number where the row shape [2,3] of input \"input\" has a list "
+         "of 3"},
+        {"{\"inputs\":[[[1,2],[3,4],[5,6]]]}", "inputs[0]: a list of 3 where"},
+        {"{\"instances\":[{\"input\":[[1,2],[3,4],[5,6]]}]}", "instances[0]: a list of 3"},
+        {"{\"instances\":[[[1,2,3],[4,5,NaN]]]}",
+         "(NaN and Infinity are not JSON numbers: batchgate takes finite numbers only)"},
+        {"{\"instances\":[[-Infinity,2,3,4,5,6]]}", "finite numbers only"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(tensor_decode_tfs(&m, bad[i].body, strlen(bad[i].body), &r, &err),

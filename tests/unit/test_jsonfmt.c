@@ -1,0 +1,96 @@
+/* test_jsonfmt.c - TF Serving's float text, nested arrays, and its bare
+ * NaN and Infinity read as null. (json_append_float's round trip is
+ * test_tensor_json's.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/jsonfmt.h"
+
+static void expect_text(struct buf *b, const char *want)
+{
+    if (b->len != strlen(want) || (b->len && memcmp(b->data, want, b->len) != 0))
+        fail_msg("got \"%.*s\", want \"%s\"", (int)b->len, b->data, want);
+    buf_reset(b);
+}
+
+static void test_float_tfs(void **state)
+{
+    (void)state;
+    static const struct {
+        float v;
+        const char *text;
+    } cases[] = {{1.0f, "1.0"},      {-3.0f, "-3.0"},        {0.5f, "0.5"},
+                 {0.0f, "0.0"},      {-0.0f, "-0.0"},        {1e20f, "1.00000002e+20"},
+                 {NAN, "NaN"},       {INFINITY, "Infinity"}, {-INFINITY, "-Infinity"},
+                 {123456.0f, "123456.0"}};
+    struct buf b = BUF_INIT;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(json_append_float_tfs(&b, cases[i].v), 0);
+        expect_text(&b, cases[i].text);
+    }
+    /* The plain writer keeps JSON: null, and 1 as 1. */
+    assert_int_equal(json_append_float(&b, NAN), 0);
+    expect_text(&b, "null");
+    assert_int_equal(json_append_float(&b, 1.0f), 0);
+    expect_text(&b, "1");
+    buf_free(&b);
+}
+
+static void test_nested(void **state)
+{
+    (void)state;
+    const float v[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    const float *p = v;
+    struct buf b = BUF_INIT;
+    assert_int_equal(json_append_nested(&b, &p, (const int64_t[]){2, 2, 3}, 3,
+                                        json_append_float), 0);
+    expect_text(&b, "[[[1,2,3],[4,5,6]],[[7,8,9],[10,11,12]]]");
+    assert_ptr_equal(p, v + 12);
+    p = v;
+    assert_int_equal(json_append_nested(&b, &p, (const int64_t[]){2}, 1, json_append_float_tfs),
+                     0);
+    expect_text(&b, "[1.0,2.0]");
+    buf_free(&b);
+}
+
+static void test_nonfinite_to_null(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *out;
+        int n;
+    } cases[] = {
+        {"{\"predictions\":[[NaN,1,-Infinity],[Infinity]]}",
+         "{\"predictions\":[[null,1,null],[null]]}", 3},
+        /* Inside strings, escaped quotes included, nothing changes. */
+        {"{\"a\":\"NaN Infinity\",\"b\":\"x\\\"NaN\",\"c\":NaN}",
+         "{\"a\":\"NaN Infinity\",\"b\":\"x\\\"NaN\",\"c\":null}", 1},
+        /* Nor in longer words, nor what is already JSON. */
+        {"[NaNa,Infinityx,-1,null,1e5]", "[NaNa,Infinityx,-1,null,1e5]", 0},
+        {"NaN", "null", 1},
+        {"", "", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct buf b = BUF_INIT;
+        assert_int_equal(json_nonfinite_to_null(cases[i].in, strlen(cases[i].in), &b),
+                         cases[i].n);
+        expect_text(&b, cases[i].out);
+        buf_free(&b);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_float_tfs),
+        cmocka_unit_test(test_nested),
+        cmocka_unit_test(test_nonfinite_to_null),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
