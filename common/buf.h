@@ -19,6 +19,8 @@ static inline const char *buf_head(const struct buf *b) { return b->data + b->of
 /* Make room for `extra` more bytes at the end. Returns 0 or -1 (ENOMEM). */
 int buf_reserve(struct buf *b, size_t extra);
 int buf_append(struct buf *b, const void *p, size_t n);
+/* A string literal without its NUL (a length counted by hand was wrong). */
+#define BUF_LIT(b, lit) buf_append((b), "" lit, sizeof(lit) - 1)
 int buf_appendf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Marks n unread bytes consumed; resets to empty when everything is consumed. */
 void buf_consume(struct buf *b, size_t n);

@@ -24,7 +24,6 @@
 #include "state/state.h"
 
 /* Appends a string literal. */
-#define BATCH_LIT(b, lit) buf_append((b), (lit), sizeof(lit) - 1)
 
 struct batch_call {
     struct mailbox_msg msg;           /* first: the mailbox hands back &msg */
@@ -44,51 +43,51 @@ static void batch_append_str_or_null(struct buf *b, const char *s)
     if (s && s[0])
         json_append_string(b, s, strlen(s));
     else
-        BATCH_LIT(b, "null");
+        BUF_LIT(b, "null");
 }
 
 static void batch_file_json(struct buf *b, const struct state_file *f)
 {
-    BATCH_LIT(b, "{\"id\":");
+    BUF_LIT(b, "{\"id\":");
     json_append_string(b, f->id, strlen(f->id));
     buf_appendf(b, ",\"object\":\"file\",\"bytes\":%lld,\"created_at\":%lld,\"filename\":",
                 (long long)f->bytes, (long long)f->created_at);
     json_append_string(b, f->filename, strlen(f->filename));
-    BATCH_LIT(b, ",\"purpose\":");
+    BUF_LIT(b, ",\"purpose\":");
     json_append_string(b, f->purpose, strlen(f->purpose));
-    BATCH_LIT(b, ",\"status\":\"processed\",\"expires_at\":");
+    BUF_LIT(b, ",\"status\":\"processed\",\"expires_at\":");
     if (f->expires_at)
         buf_appendf(b, "%lld", (long long)f->expires_at);
     else
-        BATCH_LIT(b, "null");
-    BATCH_LIT(b, ",\"status_details\":null}");
+        BUF_LIT(b, "null");
+    BUF_LIT(b, ",\"status_details\":null}");
 }
 
 static void batch_json(struct buf *b, const struct state_batch *x)
 {
-    BATCH_LIT(b, "{\"id\":");
+    BUF_LIT(b, "{\"id\":");
     json_append_string(b, x->id, strlen(x->id));
-    BATCH_LIT(b, ",\"object\":\"batch\",\"endpoint\":");
+    BUF_LIT(b, ",\"object\":\"batch\",\"endpoint\":");
     json_append_string(b, x->endpoint, strlen(x->endpoint));
-    BATCH_LIT(b, ",\"errors\":");
+    BUF_LIT(b, ",\"errors\":");
     if (x->errors[0])
         buf_append(b, x->errors, strlen(x->errors));
     else
-        BATCH_LIT(b, "null");
-    BATCH_LIT(b, ",\"input_file_id\":");
+        BUF_LIT(b, "null");
+    BUF_LIT(b, ",\"input_file_id\":");
     json_append_string(b, x->input_file_id, strlen(x->input_file_id));
-    BATCH_LIT(b, ",\"completion_window\":");
+    BUF_LIT(b, ",\"completion_window\":");
     json_append_string(b, x->completion_window, strlen(x->completion_window));
     buf_appendf(b, ",\"status\":\"%s\",\"output_file_id\":", state_batch_status_name(x->status));
     batch_append_str_or_null(b, x->output_file_id);
-    BATCH_LIT(b, ",\"error_file_id\":");
+    BUF_LIT(b, ",\"error_file_id\":");
     batch_append_str_or_null(b, x->error_file_id);
     for (int i = 0; i < 9; i++) {
         buf_appendf(b, ",\"%s\":", state_batch_at_name(i));
         if (x->at[i])
             buf_appendf(b, "%lld", (long long)x->at[i]);
         else
-            BATCH_LIT(b, "null");
+            BUF_LIT(b, "null");
     }
     buf_appendf(b, ",\"request_counts\":{\"total\":%lld,\"completed\":%lld,\"failed\":%lld},"
                    "\"metadata\":%s}",
@@ -214,9 +213,9 @@ static void batch_deliver(struct mailbox_msg *msg)
             http_respond_error(req, 500, NULL, "%s", err.msg);
         }
     } else if (c->kind == JOBS_CMD_FILE_DELETE) {
-        BATCH_LIT(&b, "{\"id\":");
+        BUF_LIT(&b, "{\"id\":");
         json_append_string(&b, c->id, strlen(c->id));
-        BATCH_LIT(&b, ",\"object\":\"file\",\"deleted\":true}");
+        BUF_LIT(&b, ",\"object\":\"file\",\"deleted\":true}");
         batch_respond_buf(req, 200, &b);
     } else {
         struct state_batch x;
@@ -292,7 +291,7 @@ static int batch_page_start(struct http_request *req, struct batch_page *p, int 
     }
     p->passed = ra != 1 || !p->after[0];
     p->limit = (int)limit;
-    BATCH_LIT(&p->b, "{\"object\":\"list\",\"data\":[");
+    BUF_LIT(&p->b, "{\"object\":\"list\",\"data\":[");
     return 0;
 }
 
@@ -309,7 +308,7 @@ static bool batch_page_take(struct batch_page *p, const char *id)
         return false;
     }
     if (p->n++)
-        BATCH_LIT(&p->b, ",");
+        BUF_LIT(&p->b, ",");
     else
         snprintf(p->first, sizeof p->first, "%s", id);
     snprintf(p->last, sizeof p->last, "%s", id);
@@ -325,9 +324,9 @@ static void batch_page_end(struct http_request *req, struct batch_page *p, int r
         http_respond_error(req, 500, NULL, "%s", err->msg);
         return;
     }
-    BATCH_LIT(&p->b, "],\"first_id\":");
+    BUF_LIT(&p->b, "],\"first_id\":");
     batch_append_str_or_null(&p->b, p->first);
-    BATCH_LIT(&p->b, ",\"last_id\":");
+    BUF_LIT(&p->b, ",\"last_id\":");
     batch_append_str_or_null(&p->b, p->last);
     buf_appendf(&p->b, ",\"has_more\":%s}", p->more ? "true" : "false");
     batch_respond_buf(req, 200, &p->b);

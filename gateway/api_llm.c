@@ -716,7 +716,20 @@ static json_t *llm_tfs_status(struct api_state *st, const char *name, int only)
     return arr;
 }
 
-/* GET /v1/models: every model the caller may use, and each pool's aliases. */
+/* Whether data already lists the model `name` (a version before it). */
+static bool llm_listed(json_t *data, const char *name)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(data, i, x)
+        if (strcmp(json_string_value(json_object_get(x, "id")), name) == 0)
+            return true;
+    return false;
+}
+
+/* GET /v1/models: every model the caller may use, and each pool's aliases;
+ * a model of several versions once (it was listed once per version), one
+ * removed from the repository not at all. */
 static void llm_models(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct api_state *st = ctx;
@@ -724,7 +737,9 @@ static void llm_models(struct http_request *req, const struct route_match *m, vo
     json_t *data = json_array();
     int64_t created = llm_created(st);
     int n = st->serving ? serving_count(st->serving) : 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; data && i < n; i++) {
+        if (!serving_listed_at(st->serving, i))
+            continue;
         struct served_model *sm = serving_acquire_at(st->serving, i);
         if (!sm)
             continue;
@@ -732,7 +747,8 @@ static void llm_models(struct http_request *req, const struct route_match *m, vo
         /* One that failed to load serves nothing until its folder is mended. */
         if (atomic_load(&sm->state) != SERVED_FAILED &&
             (!st->auth || auth_may_use_model(st->auth, auth_tenant(req), cfg->name,
-                                             strlen(cfg->name)))) {
+                                             strlen(cfg->name))) &&
+            !(served_pinned_version(sm) && llm_listed(data, cfg->name))) {
             json_array_append_new(data, llm_model_obj(cfg->name, created));
             for (int k = 0; cfg->kind == MODEL_KIND_POOL && k < cfg->pool.naliases; k++)
                 json_array_append_new(data, llm_model_obj(cfg->pool.aliases[k], created));

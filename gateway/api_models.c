@@ -490,6 +490,52 @@ static void models_metadata(struct http_request *req, const struct route_match *
     served_release(sm);
 }
 
+/* One tensor of TF Serving's signature (a TensorInfo): the batch
+ * dimension first, -1. */
+static void models_tfs_tensor(struct buf *b, const struct model_tensor *t)
+{
+    json_append_string(b, t->name, strlen(t->name));
+    BUF_LIT(b, ":{\"dtype\":\"DT_FLOAT\",\"tensor_shape\":{\"dim\":["
+               "{\"size\":\"-1\",\"name\":\"\"}");
+    for (int i = 0; i < t->ndims; i++)
+        buf_appendf(b, ",{\"size\":\"%lld\",\"name\":\"\"}", (long long)t->shape[i]);
+    BUF_LIT(b, "],\"unknown_rank\":false},\"name\":");
+    json_append_string(b, t->name, strlen(t->name));
+    BUF_LIT(b, "}");
+}
+
+/* GET /v1/models/{model}[/versions/{version}]/metadata: TF Serving's
+ * GetModelMetadataResponse, the one signature :predict serves (clients
+ * read the input's name and shape from it). */
+static void models_tfs_metadata(struct http_request *req, const struct route_match *m, void *ctx)
+{
+    struct served_model *sm = models_lookup(req, m, ctx, NEED_CONFIG, false);
+    if (!sm)
+        return;
+    const struct model_config *c = &sm->model.cfg;
+    if (c->kind == MODEL_KIND_POOL || c->kind == MODEL_KIND_ENCODER) {
+        http_respond_error(req, 400, NULL, "model %s has no TF Serving signature: %s", c->name,
+                           c->kind == MODEL_KIND_POOL
+                               ? "it is an LLM pool (OpenAI's API: docs/LLM.md)"
+                               : "it takes text (KServe v2's BYTES input, POST /v1/embeddings "
+                                 "or POST /embed)");
+        served_release(sm);
+        return;
+    }
+    struct buf b = BUF_INIT;
+    BUF_LIT(&b, "{\"model_spec\":{\"name\":");
+    json_append_string(&b, c->name, strlen(c->name));
+    buf_appendf(&b, ",\"signature_name\":\"\",\"version\":\"%d\"},\"metadata\":{"
+                "\"signature_def\":{\"signature_def\":{\"serving_default\":{\"inputs\":{",
+                sm->version > 0 ? sm->version : 1);
+    models_tfs_tensor(&b, &c->input);
+    BUF_LIT(&b, "},\"outputs\":{");
+    models_tfs_tensor(&b, &c->output);
+    BUF_LIT(&b, "},\"method_name\":\"tensorflow/serving/predict\"}}}}}");
+    models_respond_buf(req, 200, &b);
+    served_release(sm);
+}
+
 static void models_ready(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct served_model *sm = models_lookup(req, m, ctx, NEED_ANY, false);
@@ -1222,6 +1268,8 @@ int api_models_register(struct router *r, struct api_state *st, struct error *er
         {HTTP_M_POST, "/v2/models/{model}/versions/{version}/infer", models_infer, infer},
         {HTTP_M_POST, "/v1/models/{model}", models_tfs_predict, NULL},
         {HTTP_M_POST, "/v1/models/{model}/versions/{version}", models_tfs_predict, NULL},
+        {HTTP_M_GET, "/v1/models/{model}/metadata", models_tfs_metadata, NULL},
+        {HTTP_M_GET, "/v1/models/{model}/versions/{version}/metadata", models_tfs_metadata, NULL},
         {HTTP_M_POST, "/embed", models_tei_embed, NULL},
     };
     return api_routes_add(r, st, routes, sizeof routes / sizeof routes[0], err);

@@ -1058,6 +1058,11 @@ bool serving_shown_at(struct serving *s, int i)
     return at == 0 || now_ns() - at < s->removed_keep_ns;
 }
 
+bool serving_listed_at(struct serving *s, int i)
+{
+    return i >= 0 && i < atomic_load(&s->n) && atomic_load(&s->entries[i]->unlisted_ns) == 0;
+}
+
 void served_release(struct served_model *sm)
 {
     /* The table's reference is dropped when a copy is swapped out: reaching

@@ -132,6 +132,9 @@ int served_pinned_version(const struct served_model *sm);
  * last values and its unload. Shown for ever, every version ever deployed
  * stayed in /metrics (132 series each). */
 bool serving_shown_at(struct serving *s, int i);
+/* Whether the model at i is in the repository now (its folder there, its
+ * version one the policy serves). */
+bool serving_listed_at(struct serving *s, int i);
 /* model_capacity_rows_per_second: the rows per second the copy's instances
  * (a loop backend's slots) can serve at full batches within the latency
  * budget: each at B / exec(B), B the largest batch (at most

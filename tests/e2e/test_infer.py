@@ -291,6 +291,23 @@ class InferTest(RepoServerCase):
             r = roundtrip(self.srv.port, "GET", path)
             self.assertEqual(r.status, 404, (path, r))
             self.assertIsInstance(r.json()["error"], str, r)   # TF Serving's shape
+        # TF Serving's metadata: the signature :predict serves.
+        want = {"model_spec": {"name": "digits", "signature_name": "", "version": "1"},
+                "metadata": {"signature_def": {"signature_def": {"serving_default": {
+                    "inputs": {"input": {"dtype": "DT_FLOAT", "tensor_shape": {
+                        "dim": [{"size": "-1", "name": ""}, {"size": "64", "name": ""}],
+                        "unknown_rank": False}, "name": "input"}},
+                    "outputs": {"output": {"dtype": "DT_FLOAT", "tensor_shape": {
+                        "dim": [{"size": "-1", "name": ""}, {"size": "10", "name": ""}],
+                        "unknown_rank": False}, "name": "output"}},
+                    "method_name": "tensorflow/serving/predict"}}}}}
+        for path in ("/v1/models/digits/metadata", "/v1/models/digits/versions/1/metadata"):
+            r = roundtrip(self.srv.port, "GET", path)
+            self.assertEqual((r.status, r.json()), (200, want), path)
+        for path in ("/v1/models/nope/metadata", "/v1/models/digits/versions/2/metadata"):
+            r = roundtrip(self.srv.port, "GET", path)
+            self.assertEqual(r.status, 404, (path, r))
+            self.assertIsInstance(r.json()["error"], str, r)
         # The columnar form: the same rows, answered as "outputs".
         for body in ({"inputs": rows}, {"inputs": {"input": rows}, "signature_name": "serving_default"}):
             r = post(self.srv.port, "/v1/models/digits:predict", json.dumps(body))

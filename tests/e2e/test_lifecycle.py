@@ -593,6 +593,10 @@ class VersionsAndPollTest(RepoServerCase):
         r = infer(port, "gone", budget_ms=5000)
         self.assertEqual(r.status, 503)
         self.assertIn("removed", r.json()["error"])
+        # Nor does OpenAI's list offer it any more.
+        ids = [x["id"] for x in roundtrip(port, "GET", "/v1/models").json()["data"]]
+        self.assertNotIn("gone", ids)
+        self.assertIn("newcomer", ids)
         m = metrics(port)
         self.assertEqual(value(m, "batchgate_model_unloads_total", model="gone", reason="removed"), 1)
         self.assertEqual(value(m, "batchgate_model_unloads_total", model="cfg", reason="reload"), 1)
@@ -811,6 +815,10 @@ class SeveralVersionsTest(RepoServerCase):
         self.assertEqual(st, 404)
         self.assertIn("it serves versions 3 and 2", err["error"])   # not "version 3"
         self.assertEqual(roundtrip(port, "GET", "/v2/models/mv").json()["versions"], ["3", "2"])
+        # OpenAI's list names a model once, whatever its versions (mv was
+        # listed twice, ms three times).
+        ids = [x["id"] for x in roundtrip(port, "GET", "/v1/models").json()["data"]]
+        self.assertEqual((ids.count("mv"), ids.count("ms")), (1, 1), ids)
         # The log says which version loaded, and counts folders as models.
         self.assertRegex(self.srv.log(), r"model mv version 3: loaded on")
         self.assertRegex(self.srv.log(), r"model mv version 2: loaded on")
