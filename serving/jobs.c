@@ -563,7 +563,10 @@ static int jobs_begin_next(struct jobs *j)
     cu->last_commit_ns = jobs_mono_ns();
     if (state_job_set_state(j->st, cu->job.id, STATE_JOB_RUNNING, cu->job.lines_total, NULL,
                             &err)) {
-        jobs_fail(j, err.msg);
+        /* The database refused the write (a lock, a full disk), as it
+         * refuses progress: the job waits, it has not failed. Failed here,
+         * a lock held past two busy timeouts (~11 s) ended a job for good. */
+        jobs_suspend(j, err.msg);
         return 1;
     }
     log_info("job %s %s at line %lld of %lld", cu->job.id,

@@ -452,14 +452,16 @@ class JobsRestartTest(JobsCase):
         """Another process holds the state database's write lock past the
         5 s busy timeout (the database refuses writes, as a full disk makes
         it): the job is not failed, and nothing spins; it pauses and is
-        taken up again from its last committed line, each line once."""
+        taken up again from its last committed line, each line once. The
+        lock outlasts the taking up again too (12.5 s: refused at ~5 s,
+        taken up at ~6 s, refused again at ~11 s), which failed the job."""
         srv = self.start()
         n = 4000
         r = submit(srv, "syn", "\n".join(line(i) for i in range(n)) + "\n")
         self.assertEqual(r.status, 201, r.body)
         job = r.json()["id"]
         wait_done(self, srv, job, 1)
-        hold_write_lock(os.path.join(self.state, "batchgate.db"), 6.5)
+        hold_write_lock(os.path.join(self.state, "batchgate.db"), 12.5)
         j = wait_state(self, srv, job, ("completed", "failed"), timeout=60)
         self.assertEqual(j["state"], "completed", j)
         self.assertRegex(srv.log(), r"job %s: .*database is locked; taken up again in 1 s" % job)
