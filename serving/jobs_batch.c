@@ -841,32 +841,43 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
         has_out = (rc = jobs_batch_file(j, &bc->b, &files.out, "output", &out, &err)) == 0;
     if (rc == 0 && files.err.len)
         has_err = (rc = jobs_batch_file(j, &bc->b, &files.err, "error", &errf, &err)) == 0;
-    struct buf why = BUF_INIT;
-    if (rc) {
-        /* A full disk: the batch fails saying so (its results go with it:
-         * nothing could read them back). */
-        char msg[600];
-        snprintf(msg, sizeof msg, "cannot write the output files: %.500s", err.msg);
-        jobs_batch_errors(&why, msg);
-        if (has_out)
-            unlink(out.path);
-        has_out = has_err = false;
-        status = STATE_BATCH_FAILED;
-        errors = why.data;
-    }
-    if (has_out || has_err)
+    if (rc == 0 && (has_out || has_err))
         jobs_sync_dir(j->bdir);
     struct error e2 = {0};
-    if (state_batch_finish(j->st, bc->b.id, status, has_out ? &out : NULL, has_err ? &errf : NULL,
-                           errors, jobs_batch_now_s(), &e2))
-        log_error("batch %s: %s", bc->b.id, e2.msg);
+    if (rc == 0 && state_batch_finish(j->st, bc->b.id, status, has_out ? &out : NULL,
+                                      has_err ? &errf : NULL, errors, jobs_batch_now_s(), &e2)) {
+        rc = -1;
+        err = e2;
+    }
+    if (rc) {
+        /* A full disk, a database that refuses writes: the batch is not
+         * ended and keeps its results' rows and its input. It is ended
+         * again (or resumed, as from a crash) after the pause the database
+         * trouble sets. Failing it here threw away every result it had
+         * (paid for upstream), and an end that could not be recorded
+         * unlinked the input its resume then failed to read. Files written
+         * for it have no row: they go. */
+        if (has_out)
+            unlink(out.path);
+        if (has_err)
+            unlink(errf.path);
+        double s = jobs_db_trouble(j);
+        log_error("batch %s: cannot end it %s: %s; its %lld results are kept, and it is ended "
+                  "again in %.0f s", bc->b.id, state_batch_status_name(status), err.msg,
+                  (long long)(bc->b.completed + bc->b.failed), s);
+        buf_free(&files.out);
+        buf_free(&files.err);
+        jobs_batch_close(j, bc);
+        j->batches_look = false;   /* not at once: after the pause */
+        return;
+    }
+    jobs_db_ok(j);
     log_info("batch %s %s: %lld of %lld requests completed, %lld failed (lines that gave way "
              "to online calls since start: %llu)", bc->b.id, state_batch_status_name(status),
              (long long)bc->b.completed, (long long)bc->b.total, (long long)bc->b.failed,
              (unsigned long long)(j->caller ? llmbatch_preempted(j->caller) : 0));
     buf_free(&files.out);
     buf_free(&files.err);
-    buf_free(&why);
     if (strstr(bc->b.input_path, bc->b.id))
         unlink(bc->b.input_path);   /* the batch's own link to its input */
     jobs_batch_close(j, bc);
@@ -1018,11 +1029,20 @@ static bool jobs_batch_begin(struct jobs *j, struct jobs_bcur *bc)
     }
     bc->done = calloc((size_t)bc->b.total + 1, 1);
     bc->in = fopen(bc->b.input_path, "r");
-    if (!bc->done || !bc->in ||
+    if (bc->done && bc->in &&
         state_batch_results(j->st, bc->b.id, jobs_batch_done_one, bc, &err) != 0) {
+        /* The database's trouble, not the batch's: it waits (it failed,
+         * saying its input could not be read). */
+        double s = jobs_db_trouble(j);
+        log_error("batch %s: %s; taken up again in %.0f s", bc->b.id, err.msg, s);
+        jobs_batch_close(j, bc);
+        j->batches_look = false;
+        return true;
+    }
+    if (!bc->done || !bc->in) {
         char msg[1600];
         snprintf(msg, sizeof msg, "cannot read the input file %.1000s: %.500s", bc->b.input_path,
-                 bc->in ? err.msg : strerror(errno));
+                 bc->in ? "out of memory" : strerror(errno));
         struct buf why = BUF_INIT;
         jobs_batch_errors(&why, msg);
         jobs_batch_finalize(j, bc, STATE_BATCH_FAILED, why.data);

@@ -21,8 +21,8 @@ import time
 import unittest
 import uuid
 
-from harness import (SANITIZER_RE, Server, endpoint_starting, hold_write_lock, run_testdeps,
-                     sanitizer_build)
+from harness import (SANITIZER_RE, Server, endpoint_starting, hold_write_lock, mount_tmpfs,
+                     run_testdeps, sanitizer_build)
 from test_infer import write_model
 from test_llm_pool import Sim, expected_text, pool
 
@@ -1282,6 +1282,44 @@ class TestBatchClientSigkill(BatchCase):
         self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
                                                                      for i in range(n)))
 
+
+    def test_full_disk_at_the_end_keeps_the_results(self):
+        """The output files cannot be written (a full disk) when every line
+        is done: the batch failed and its results went with it, every
+        line paid for upstream lost. It keeps them now, and ends
+        "completed" with every line once there is room again."""
+        jobs_dir = os.path.join(self.tmp, "jobs")
+        mount_tmpfs(self, jobs_dir, "1m")
+        self.extra = {"jobs": {"dir": jobs_dir}}
+        n = 200
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=6) for i in range(n)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        deadline = time.monotonic() + 30
+        while self.batch(bid)["request_counts"]["completed"] < 1:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.005)
+        filler = os.path.join(jobs_dir, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        self.srv.wait_log(r"batch %s: cannot end it completed: .*No space left on device; its "
+                          r"%d results are kept" % (bid, n), timeout=60)
+        self.assertEqual(self.batch(bid)["status"], "finalizing")
+        os.unlink(filler)
+        b = self.wait(bid, timeout=60)
+        self.assertEqual(b["status"], "completed", b)
+        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(n)))
+        # No file of the attempts that failed is left beside the output.
+        self.assertEqual(sorted(os.listdir(os.path.join(jobs_dir, "batch"))),
+                         sorted([fid + ".jsonl", b["output_file_id"] + ".jsonl"]))
 
     def test_state_database_refusing_writes_loses_no_line(self):
         """Another process holds the state database's write lock past the
