@@ -619,10 +619,12 @@ static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line
     if (rc < 0) {
         /* Not done: the batch stops taking lines, and is taken up again
          * after a pause (jobs_batch_pump), which runs the lines with no
-         * result again. It ended "completed" without them. */
-        log_error("batch %s: line %lld: %s", bc->b.id, (long long)line, err.msg);
+         * result again. It ended "completed" without them. Said once a
+         * stall: every line in flight came back to the same refusal (1,242
+         * lines in 40 s on a full disk). */
         if (!bc->stalled)
-            jobs_db_trouble(j);
+            log_error("batch %s: line %lld: %s (the lines still in flight are not said)",
+                      bc->b.id, (long long)line, err.msg);
         bc->stalled = true;
         return;
     }
@@ -1292,11 +1294,13 @@ bool jobs_batch_pump(struct jobs *j)
         while (!bc->eof && !bc->stalled && bc->inflight < lines && jobs_btok_room(j, bc))
             progress |= jobs_batch_feed_one(j, bc);
         if (bc->stalled && bc->inflight == 0) {
-            double in_s = (double)(j->db_pause_until_ns - jobs_mono_ns()) / 1e9;
+            /* The pause counts from here, once the lines in flight are
+             * back: counted from the first refusal, it was over before
+             * they were ("in 0.0 s"), and the batch was taken up at once. */
+            double in_s = jobs_db_trouble(j);
             log_warn("batch %s: %lld of %lld lines have a result; the state database refused "
-                     "the others', which run again when it is taken up (in %.1f s)", bc->b.id,
-                     (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total,
-                     in_s > 0 ? in_s : 0.0);   /* the pause may be over already ("-0 s") */
+                     "the others', which run again when it is taken up (in %.0f s)", bc->b.id,
+                     (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total, in_s);
             jobs_batch_close(j, bc);
             j->batches_look = false;   /* not at once: after the pause */
             progress = true;
