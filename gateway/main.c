@@ -725,8 +725,14 @@ int main(int argc, char **argv)
         }
         if (sig == SIGHUP) {
             int r = log_reopen(log);
-            if (r < 0)
+            if (r < 0) {
+                /* The log still writes to the old file, likely moved or
+                 * removed by the rotation that sent the signal: said there
+                 * alone, nobody would read it. */
                 log_error("SIGHUP: cannot reopen %s: %s", cfg.log_file, strerror(-r));
+                fprintf(stderr, "batchgate: SIGHUP: cannot reopen the log file %s: %s; the log "
+                        "goes on into the file it had open\n", cfg.log_file, strerror(-r));
+            }
             else
                 log_info("SIGHUP: log reopened");
             main_reload_governance(&cli, &cfg, api.governor, file_at_start);

@@ -451,9 +451,11 @@ static void jobs_finish(struct jobs *j, int state, const char *reason)
                   (long long)cu->job.lines_done + 1);
     } else {
         jobs_db_ok(j);
-        log_info("job %s %s: %lld lines done (%lld failed)%s%s", cu->job.id,
-                 state_job_state_name(state), (long long)cu->job.lines_done,
-                 (long long)cu->job.lines_failed, reason ? ": " : "", reason ? reason : "");
+        /* A job that failed is an operator's matter: a warning. */
+        log_write(log_default(), state == STATE_JOB_FAILED ? LOG_WARN : LOG_INFO,
+                  "job %s %s: %lld lines done (%lld failed)%s%s", cu->job.id,
+                  state_job_state_name(state), (long long)cu->job.lines_done,
+                  (long long)cu->job.lines_failed, reason ? ": " : "", reason ? reason : "");
     }
     jobs_close_cur(j);
 }
@@ -489,8 +491,11 @@ static int jobs_begin_next(struct jobs *j)
         return 0;
     int rc = state_job_next(j->st, &cu->job, &err);
     if (rc <= 0) {
+        /* A database that cannot be read (a lock, a damaged file) is looked
+         * at again after the pause, as one that refuses writes: it was
+         * looked at, and said, every second for ever. */
         if (rc < 0)
-            log_error("jobs: %s", err.msg);
+            log_error("jobs: %s; looked at again in %.0f s", err.msg, jobs_db_trouble(j));
         return 0;
     }
     cu->active = true;

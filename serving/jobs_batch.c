@@ -874,10 +874,11 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
         return;
     }
     jobs_db_ok(j);
-    log_info("batch %s %s: %lld of %lld requests completed, %lld failed (lines that gave way "
-             "to online calls since start: %llu)", bc->b.id, state_batch_status_name(status),
-             (long long)bc->b.completed, (long long)bc->b.total, (long long)bc->b.failed,
-             (unsigned long long)(j->caller ? llmbatch_preempted(j->caller) : 0));
+    log_write(log_default(), status == STATE_BATCH_FAILED ? LOG_WARN : LOG_INFO,
+              "batch %s %s: %lld of %lld requests completed, %lld failed (lines that gave way "
+              "to online calls since start: %llu)", bc->b.id, state_batch_status_name(status),
+              (long long)bc->b.completed, (long long)bc->b.total, (long long)bc->b.failed,
+              (unsigned long long)(j->caller ? llmbatch_preempted(j->caller) : 0));
     buf_free(&files.out);
     buf_free(&files.err);
     if (strstr(bc->b.input_path, bc->b.id))
@@ -993,7 +994,7 @@ static bool jobs_batch_end_overdue(struct jobs *j)
     x->n = 0;
     struct error err = {0};
     if (state_batch_unfinished(j->st, jobs_batch_overdue_one, x, &err))
-        log_error("batches: %s", err.msg);
+        log_error("batches: %s; looked at again in %.0f s", err.msg, jobs_db_trouble(j));
     for (int i = 0; i < x->n; i++) {
         /* Its own group, which has no lines in the caller: finalizing takes
          * back none of the running batches' lines. */
@@ -1015,7 +1016,7 @@ static bool jobs_batch_begin(struct jobs *j, struct jobs_bcur *bc)
     struct jobs_batch_pick pick = {j, &bc->b, 0};
     if (state_batch_unfinished(j->st, jobs_batch_pick_one, &pick, &err) != 0 || !pick.rank) {
         if (err.msg[0])
-            log_error("batches: %s", err.msg);
+            log_error("batches: %s; looked at again in %.0f s", err.msg, jobs_db_trouble(j));
         return false;
     }
     bc->active = true;
@@ -1256,7 +1257,7 @@ bool jobs_batch_pump(struct jobs *j)
         j->batches_look = false;
         j->batches_looked_ns = now;
         progress |= jobs_batch_end_overdue(j);
-        for (int i = 0; i < JOBS_BATCHES_ACTIVE; i++)
+        for (int i = 0; i < JOBS_BATCHES_ACTIVE && !jobs_db_paused(j); i++)
             if (!j->bcur[i].active && jobs_batch_begin(j, &j->bcur[i]))
                 progress = true;
     }

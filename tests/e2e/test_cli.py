@@ -349,6 +349,56 @@ class CliTest(unittest.TestCase):
                              stderr_has=("port %d: another process has been binding it" % port,))
 
 
+class LogFileTest(unittest.TestCase):
+    """`log_file` and SIGHUP (SPEC.md: SIGHUP reopens logs): after a
+    rotation moved the file, the next lines go to a new one; a reopen that
+    fails is said on stderr, where someone reads it (it went only into the
+    moved file), and the server goes on."""
+
+    def test_sighup_reopens_and_a_failed_reopen_is_said(self):
+        tmp = tempfile.mkdtemp(prefix="batchgate-logfile-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        log = os.path.join(tmp, "b.log")
+        port = free_port()
+        cfg = os.path.join(tmp, "c.json")
+        with open(cfg, "w") as f:
+            json.dump({"listen": "127.0.0.1:%d" % port, "grpc_listen": "off", "log_file": log,
+                       "state_dir": os.path.join(tmp, "state")}, f)
+        p = subprocess.Popen([BIN, "--config", cfg, "--io-threads", "1"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+        self.addCleanup(p.kill)
+
+        def wait_in(path, text, timeout=10):
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    with open(path) as f:
+                        if text in f.read():
+                            return
+                except OSError:
+                    pass
+                self.assertLess(time.monotonic(), deadline, "%r never in %s" % (text, path))
+                time.sleep(0.02)
+
+        wait_in(log, "listening on 127.0.0.1:%d" % port)
+        self.assertEqual(roundtrip(port, "GET", "/v2/health/live").status, 200)
+        os.rename(log, log + ".1")                  # a rotation
+        p.send_signal(signal.SIGHUP)
+        wait_in(log, "SIGHUP: log reopened")
+        os.unlink(log)
+        os.mkdir(log)                               # nothing can be opened there now
+        p.send_signal(signal.SIGHUP)
+        self.assertEqual(roundtrip(port, "GET", "/v2/health/live").status, 200)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=15)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("SIGHUP: cannot reopen the log file %s: Is a directory" % log,
+                      err.decode())
+        with open(log + ".1") as f:
+            self.assertNotIn("SIGHUP", f.read())   # before the rotation only
+
+
 class LogFormatTest(unittest.TestCase):
     def test_log_lines(self):
         srv = Server({})

@@ -251,6 +251,8 @@ class JobsApiTest(JobsCase):
         self.assertEqual(r.status, 201, r.body)
         j = wait_state(self, srv, r.json()["id"], ("failed",))
         self.assertIn("model broken is not served", j["reason"])
+        # An operator's matter: a warning, not one info line among many.
+        srv.wait_log(r" warn job %s failed: 0 lines done" % r.json()["id"])
         self.assertEqual(results(self, srv, r.json()["id"]), [])
         srv.stop_checked()
 
@@ -468,6 +470,32 @@ class JobsRestartTest(JobsCase):
         self.assertLess(srv.log().count("taken up again"), 5, srv.log()[-3000:])
         check_exactly_once(self, results(self, srv, job), n)
         srv.stop_checked()
+
+    def test_unreadable_database_is_looked_at_with_a_pause(self):
+        """The state database damaged under a running server: the jobs
+        runner and the Batch API's looked at it, and said so, every second
+        (six lines a second) for ever; they back off as from any database
+        trouble. Online inference is not touched."""
+        srv = self.start()
+        # A schema that no longer parses, told to the server's connections
+        # by a new schema cookie: every statement on them fails, as on a
+        # damaged file, but at once and surely.
+        import sqlite3
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), isolation_level=None)
+        cookie = db.execute("PRAGMA schema_version").fetchone()[0]
+        db.execute("PRAGMA writable_schema=ON")
+        db.execute("UPDATE sqlite_master SET sql='CREATE TABLE jobs(' WHERE name='jobs'")
+        db.execute("PRAGMA schema_version=%d" % (cookie + 1))
+        db.close()
+        wait_until = time.monotonic() + 4.5
+        srv.wait_log(r"(jobs|batches): .*; looked at again in 1 s", timeout=10)
+        time.sleep(max(0.0, wait_until - time.monotonic()))
+        said = [l for l in srv.log_lines() if re.search(r" (jobs|batches): ", l)]
+        # 1 + 2 + 4 s of pauses: at most a few lines in those 4.5 s.
+        self.assertLessEqual(len(said), 6, "\n".join(said))
+        r = roundtrip(srv.port, "POST", "/v2/models/syn/infer", body=line(1))
+        self.assertEqual(r.status, 200, r.body)
+        srv.kill()
 
     def test_sigkill_at_random_points_exactly_once(self):
         """Several SIGKILLs at random instants while a job runs (bounded: 5
