@@ -772,6 +772,28 @@ static void jobs_purge(struct jobs *j)
     free(x);
 }
 
+/* How often the database's file is looked at, and its loss said again. */
+#define JOBS_DB_CHECK_MS 2000
+#define JOBS_DB_GONE_SAY_MS 600000
+
+/* The database's file deleted or replaced under the running server (a
+ * cleanup script, an rm in the wrong folder): everything recorded after
+ * that went to a file nobody opens again, and the next start began with
+ * an empty database, all without a word. */
+static void jobs_check_db(struct jobs *j)
+{
+    int64_t now = jobs_unix_ms();
+    if (!jobs_look_due(&j->db_checked_ms, now, JOBS_DB_CHECK_MS) || !state_file_gone(j->st) ||
+        (j->db_gone_said_ms && now - j->db_gone_said_ms < JOBS_DB_GONE_SAY_MS))
+        return;
+    j->db_gone_said_ms = now;
+    log_error("state database %s was deleted or replaced while batchgate runs: the jobs, "
+              "batches and usage it records go on into the file it still has open, and are "
+              "lost when it stops (that file can be copied back from /proc/%d/fd while it "
+              "runs); a restart begins with whatever is at that path then (said again every "
+              "%d minutes)", state_path(j->st), (int)getpid(), JOBS_DB_GONE_SAY_MS / 60000);
+}
+
 static void *jobs_main(void *arg)
 {
     struct jobs *j = arg;
@@ -809,6 +831,7 @@ static void *jobs_main(void *arg)
             progress = jobs_pump(j);
         progress |= jobs_batch_pump(j);
         jobs_purge(j);
+        jobs_check_db(j);
         if (progress)
             continue;
         /* Nothing to do until a line comes back, a command arrives, or the

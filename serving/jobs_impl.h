@@ -119,6 +119,7 @@ struct jobs {
     int64_t files_checked_at;         /* Unix s of the last look for expired files */
     int64_t retention_s;              /* ended jobs are forgotten after it; 0: never */
     int64_t jobs_checked_ms;          /* Unix ms of the last look for them */
+    int64_t db_checked_ms, db_gone_said_ms;   /* jobs_check_db's looks and lines */
     struct llmbatch *caller;          /* the lines' calls; NULL until jobs_start */
     struct llmbatch_line *returned;   /* under mu: lines the caller handed back */
     struct jobs_bcur bcur[JOBS_BATCHES_ACTIVE];

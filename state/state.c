@@ -23,6 +23,9 @@ struct state {
     sqlite3 *r;                       /* the readers', under rmu */
     pthread_mutex_t rmu;
     sqlite3 *u;                       /* the usage ledger's writer (usage.c) */
+    char path[4200];                  /* the file opened, and which it was */
+    dev_t dev;
+    ino_t ino;
 };
 
 sqlite3 *state_db_usage(struct state *st) { return st->u; }
@@ -256,9 +259,26 @@ int state_open(const char *dir, struct state **out, struct error *err)
         state_close(st);
         return rc;
     }
+    struct stat sb;
+    snprintf(st->path, sizeof st->path, "%s", path);
+    if (stat(path, &sb) == 0) {
+        st->dev = sb.st_dev;
+        st->ino = sb.st_ino;
+    }
     *out = st;
     return 0;
 }
+
+bool state_file_gone(const struct state *st)
+{
+    struct stat sb;
+    if (!st->ino)
+        return false;   /* not known at the start: nothing to compare */
+    return stat(st->path, &sb) != 0 ? errno == ENOENT || errno == ENOTDIR
+                                    : sb.st_dev != st->dev || sb.st_ino != st->ino;
+}
+
+const char *state_path(const struct state *st) { return st->path; }
 
 int state_open_readonly(const char *dir, struct state **out, struct error *err)
 {

@@ -81,6 +81,11 @@ int state_open(const char *dir, struct state **out, struct error *err);
  * of another schema version is refused, saying which. */
 int state_open_readonly(const char *dir, struct state **out, struct error *err);
 void state_close(struct state *st);
+/* Whether the database file at its path is no longer the one opened
+ * (deleted, or replaced): what is written now goes to a file nobody will
+ * open again, and the next start begins with an empty database. */
+bool state_file_gone(const struct state *st);
+const char *state_path(const struct state *st);
 
 /* What SQLite holds, for GET /debug/memory: all of its heap in the process
  * and that heap's peak, and of it the page caches of this database's

@@ -497,6 +497,22 @@ class JobsRestartTest(JobsCase):
         self.assertEqual(r.status, 200, r.body)
         srv.kill()
 
+    def test_database_deleted_under_the_server_is_said(self):
+        """The state database's file removed while the server runs: what it
+        recorded after went into the deleted file, and the next start began
+        empty, without a word. It is said now, within the look's 2 s."""
+        srv = self.start()
+        for name in ("batchgate.db", "batchgate.db-wal", "batchgate.db-shm"):
+            path = os.path.join(self.state, name)
+            if os.path.exists(path):
+                os.unlink(path)
+        srv.wait_log(r"error state database .*batchgate\.db was deleted or replaced while "
+                     r"batchgate runs: .*/proc/%d/fd" % srv.pid, timeout=10)
+        r = roundtrip(srv.port, "POST", "/v2/models/syn/infer", body=line(1))
+        self.assertEqual(r.status, 200, r.body)
+        srv.stop_checked()
+        self.assertEqual(srv.log().count("was deleted or replaced"), 1)   # not every look
+
     def test_sigkill_at_random_points_exactly_once(self):
         """Several SIGKILLs at random instants while a job runs (bounded: 5
         kills, ~0.1-0.5 s apart); then every input line has exactly one
