@@ -287,6 +287,21 @@ def mount_tmpfs(tc, path, size):
     tc.addCleanup(subprocess.run, ["umount", path], capture_output=True, timeout=10)
 
 
+def fill_fs(folder):
+    """Fills the file system of `folder` (a small tmpfs: mount_tmpfs) with a
+    file of zeros until it is full; returns that file's path, to unlink
+    when there should be room again."""
+    path = os.path.join(folder, "filler")
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return path
+
+
 def hold_write_lock(db_path, seconds):
     """Holds the SQLite database's write lock from this process for
     `seconds`: past batchgate's 5 s busy timeout its writes are refused, as

@@ -21,8 +21,8 @@ import time
 import unittest
 import uuid
 
-from harness import (SANITIZER_RE, Server, endpoint_starting, hold_write_lock, mount_tmpfs,
-                     run_testdeps, sanitizer_build)
+from harness import (SANITIZER_RE, Server, endpoint_starting, fill_fs, hold_write_lock,
+                     mount_tmpfs, run_testdeps, sanitizer_build)
 from test_infer import write_model
 from test_llm_pool import Sim, expected_text, pool
 
@@ -1299,14 +1299,7 @@ class TestBatchClientSigkill(BatchCase):
         while self.batch(bid)["request_counts"]["completed"] < 1:
             self.assertLess(time.monotonic(), deadline)
             time.sleep(0.005)
-        filler = os.path.join(jobs_dir, "filler")
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        filler = fill_fs(jobs_dir)
         self.srv.wait_log(r"batch %s: cannot end it completed: .*No space left on device; its "
                           r"%d results are kept" % (bid, n), timeout=60)
         self.assertEqual(self.batch(bid)["status"], "finalizing")

@@ -20,7 +20,7 @@ import threading
 import time
 import unittest
 
-from harness import Server, mount_tmpfs, roundtrip, run_cli
+from harness import Server, fill_fs, mount_tmpfs, roundtrip, run_cli
 from test_infer import synthetic, write_model
 
 KEYS = {"research": "sk-research-usage-1a2b3c4d5e6f",
@@ -458,14 +458,7 @@ class UsageFullDiskTest(UsageCase):
         mount_tmpfs(self, small, "2m")
         self.config["state_dir"] = small
         srv = self.start()
-        filler = os.path.join(small, "filler")
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        filler = fill_fs(small)
         load(srv.port, [("a", "prod", 1), ("b", "research", 1)], 2.0)
         srv.wait_log(r"usage ledger: .*rows are kept and written again", timeout=10)
         os.unlink(filler)
