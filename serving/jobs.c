@@ -39,6 +39,11 @@ static int jobs_mkdir(const char *d, const char *what, struct error *err)
     if (mkdir(d, 0755) != 0 && errno != EEXIST)
         return error_set(err, BG_ECONFIG, "%s %s: cannot create it: %s", what, d,
                          strerror(errno));
+    /* One there already that this user cannot write in: said at the start,
+     * not by the first job or upload (a 500 "Permission denied"). */
+    if (access(d, W_OK | X_OK) != 0)
+        return error_set(err, BG_ECONFIG, "%s %s: cannot write in it: %s", what, d,
+                         strerror(errno));
     return 0;
 }
 

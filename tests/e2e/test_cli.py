@@ -206,6 +206,33 @@ class CliTest(unittest.TestCase):
         self.assert_exit(["--config", path, "--models", "/nonexistent/dir"], 2,
                          stderr_has=("--models: model_repository: cannot open",))
 
+    def test_jobs_dir_this_user_cannot_write_is_said_at_start(self):
+        # It started, and the first job or upload got 500 "Permission
+        # denied". Run as nobody, with a state_dir of its own whose jobs/
+        # is root's (a jobs.dir elsewhere is claimed with a lock file in
+        # it, which already said so).
+        if os.geteuid() != 0:
+            self.skipTest("running batchgate as another user needs root")
+        base = tempfile.mkdtemp(prefix="batchgate-cli-perm-")
+        self.addCleanup(shutil.rmtree, base, True)
+        os.chmod(base, 0o755)
+        state = os.path.join(base, "state")
+        jobs = os.path.join(state, "jobs")
+        os.makedirs(os.path.join(jobs, "batch"))   # as a run as root left them
+        os.chown(state, 65534, 65534)
+        cfg = os.path.join(base, "c.json")
+        with open(cfg, "w") as f:
+            json.dump({"listen": "127.0.0.1:0", "grpc_listen": "off", "state_dir": state}, f)
+
+        def as_nobody():
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+
+        rc, _, err = run_cli(["--config", cfg], cwd=base, preexec_fn=as_nobody)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("jobs.dir %s: cannot write in it: Permission denied" % jobs, err)
+
     def test_bad_log_level(self):
         self.assert_exit(["--log-level", "loud"], 2, stderr_has=("loud",))
 
