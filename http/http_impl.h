@@ -99,6 +99,8 @@ struct http_request {
     bool body_done;                /* the last body byte was read */
     bool body_paused;              /* the handler stopped the body */
     bool dot_path;                 /* the path holds "." or ".." (http_request_check_path) */
+    char *params_decoded;          /* route captures with %-escapes, decoded (router.c);
+                                    * made on first need, HTTP_PARAMS_DECODED_MAX bytes */
     bool body_at_rest;             /* between whole pieces: idle, not stalled (HTTP/2) */
     bool body_serving;             /* ... and the handler is answering some: no timer */
     int64_t t_rest_ns;             /* when it last came to rest (the idle clock's start) */
@@ -272,6 +274,11 @@ void h2_conn_thread_free(struct io_thread *t);
 /* ---- building a request outside the HTTP/1.1 parser (request.c) ----
  * h2.c and inner.c: the target, then the headers, as parse.c lays them. */
 int http_request_set_target(struct http_request *r, int method, const char *url, size_t len);
+/* in[0..len) with its %-escapes decoded into out: the length, or -1 when it
+ * is longer than cap, an escape is malformed or decodes to NUL. */
+int http_pct_decode(const char *in, size_t len, char *out, size_t cap);
+/* The room for a request's decoded route captures (router.c). */
+#define HTTP_PARAMS_DECODED_MAX 1024
 #define HTTP_DOT_PATH_MSG                                                                     \
     "the path holds a dot segment (\".\" or \"..\", %2e counting as a dot): not served; "      \
     "send the path it stands for (RFC 3986 5.2.4)"

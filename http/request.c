@@ -48,6 +48,7 @@ void http_request_reset(struct http_request *r)
     buf_shrink(&resp, HTTP_REQUEST_KEEP);
     if (r->decoded_free)
         r->decoded_free(r->decoded);
+    free(r->params_decoded);
     if (cap > 64) {   /* a request with very many headers: its index goes too */
         free(hdrs);
         hdrs = NULL;
@@ -75,6 +76,7 @@ void http_request_free(struct http_request *r)
     free(r->hdrs);
     if (r->decoded_free)
         r->decoded_free(r->decoded);
+    free(r->params_decoded);
     free(r);
 }
 
@@ -226,6 +228,24 @@ static int http_hex(char c)
          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
+int http_pct_decode(const char *in, size_t len, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '%') {
+            if (len - i < 3 || http_hex(in[i + 1]) < 0 || http_hex(in[i + 2]) < 0)
+                return -1;
+            c = (char)(http_hex(in[i + 1]) * 16 + http_hex(in[i + 2]));
+            i += 2;
+        }
+        if (n >= cap || c == '\0')
+            return -1;
+        out[n++] = c;
+    }
+    return (int)n;
+}
+
 int http_request_query_param(const struct http_request *r, const char *key, char *out,
                              size_t cap)
 {
@@ -237,19 +257,10 @@ int http_request_query_param(const struct http_request *r, const char *key, char
         const char *pe = amp ? amp : end;
         if ((size_t)(pe - p) >= klen && memcmp(p, key, klen) == 0 &&
             (p + klen == pe || p[klen] == '=')) {
-            size_t n = 0;
-            for (const char *v = p + klen + (p + klen < pe); v < pe; v++) {
-                char c = *v;
-                if (c == '%') {
-                    if (pe - v < 3 || http_hex(v[1]) < 0 || http_hex(v[2]) < 0)
-                        return -1;
-                    c = (char)(http_hex(v[1]) * 16 + http_hex(v[2]));
-                    v += 2;
-                }
-                if (n + 1 >= cap || c == '\0')
-                    return -1;
-                out[n++] = c;
-            }
+            const char *v = p + klen + (p + klen < pe);
+            int n = cap ? http_pct_decode(v, (size_t)(pe - v), out, cap - 1) : -1;
+            if (n < 0)
+                return -1;
             out[n] = '\0';
             return 1;
         }

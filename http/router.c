@@ -353,8 +353,39 @@ static void router_no_method(struct http_request *req)
                        " are served)", http_request_method_name(req));
 }
 
+/* The route's captures with their %-escapes decoded (RFC 3986 2.1: any
+ * character may be sent escaped; TF Serving decodes "sc%61l", which was
+ * 404 unknown model here), into the request's own room so that they live
+ * as long as it: handlers keep copies of the match. Those without an
+ * escape stay where they are, in the path. 0, or -1 after answering 400. */
+static int router_decode_params(struct http_request *req, struct route_match *m)
+{
+    size_t used = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        struct route_param *p = &m->params[i];
+        if (!memchr(p->value, '%', p->len))
+            continue;
+        if (!req->params_decoded && !(req->params_decoded = malloc(HTTP_PARAMS_DECODED_MAX))) {
+            http_respond_error(req, 503, NULL, "out of memory");
+            return -1;
+        }
+        char *out = req->params_decoded + used;
+        int n = http_pct_decode(p->value, p->len, out, HTTP_PARAMS_DECODED_MAX - used);
+        if (n < 0) {
+            http_respond_error(req, 400, NULL, "{%s} in the path: a malformed %%-escape, one "
+                               "decoding to NUL, or longer than %d bytes decoded", p->name,
+                               HTTP_PARAMS_DECODED_MAX);
+            return -1;
+        }
+        p->value = out;
+        p->len = (size_t)n;
+        used += (size_t)n;
+    }
+    return 0;
+}
+
 /* Routes req: the handler to call (true), or req answered (404, 405, 501,
- * the guard's refusal). */
+ * 400 for a capture that does not decode, the guard's refusal). */
 static bool router_route(const struct router *r, struct http_request *req,
                          struct router_lookup *l)
 {
@@ -374,6 +405,8 @@ static bool router_route(const struct router *r, struct http_request *req,
     case ROUTER_FOUND:
         if (r->style)
             r->style(req, l->m.pattern, r->style_ctx);
+        if (router_decode_params(req, &l->m) < 0)
+            return false;
         return !r->guard || r->guard(req, &l->m, r->guard_ctx);
     case ROUTER_METHOD_NOT_ALLOWED: {
         router_style(r, req);

@@ -272,6 +272,23 @@ class InferTest(RepoServerCase):
                  json.dumps({"instances": [[float("nan")] + rows[0][1:]]}))
         self.assertEqual(r.status, 400, r)
         self.assertIn("NaN and Infinity are not JSON numbers", r.json()["error"])
+        # %-escapes in the path are decoded, as TF Serving decodes them (the
+        # name "dig%69ts" was an unknown model); one that does not decode is
+        # 400 naming the capture.
+        for path in ("/v1/models/dig%69ts:predict", "/v1/models/digits%3Apredict",
+                     "/v1/models/digits/versions/%31:predict"):
+            r = post(self.srv.port, path, json.dumps({"instances": rows}))
+            self.assertEqual((r.status, r.json()), (200, {"predictions": preds}), (path, r))
+        r = post(self.srv.port, "/v2/models/dig%69ts/infer", infer_body(rows))
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["model_name"], "digits")
+        for path in ("/v2/models/dig%zzts/infer", "/v2/models/dig%00ts/infer",
+                     "/v2/models/digits%/infer"):
+            r = post(self.srv.port, path, infer_body(rows))
+            self.assertEqual(r.status, 400, (path, r))
+            self.assertIn("{model} in the path: a malformed %-escape", r.json()["error"])
+        r = post(self.srv.port, "/v2/models/dig%2Fits/infer", infer_body(rows))
+        self.assertEqual(r.status, 404, r)   # a '/' decoded is in no model's name
         # "" is the default signature, as in TF Serving.
         r = post(self.srv.port, "/v1/models/digits:predict",
                  json.dumps({"signature_name": "", "instances": rows}))

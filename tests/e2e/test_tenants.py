@@ -203,6 +203,10 @@ class TenantsTest(RepoServerCase):
         r = roundtrip(self.srv.port, "POST", "/v2/models/alpha/jobs", auth_headers(k),
                       body() + "\n")
         self.assertEqual(r.status, 403, r)
+        # A name sent %-escaped is the name: decoded before the guard.
+        for path, want in (("/v2/models/alph%61/infer", 403), ("/v2/models/bet%61/infer", 200)):
+            r = roundtrip(self.srv.port, "POST", path, auth_headers(k), body())
+            self.assertEqual(r.status, want, (path, r))
         # A model no glob matches, served or not, is 403 before anything else:
         # a tenant learns nothing of the models it may not use.
         self.assertEqual(infer(self.srv, "nonexistent", k).status, 403)
