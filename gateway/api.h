@@ -85,6 +85,14 @@ int api_extensions_append(const struct api_state *st, struct buf *out);
  * empty_ok. Duplicate keys are refused: which one would count is a guess. */
 json_t *api_body_object(struct http_request *req, bool empty_ok, const char *shape);
 
+/* 200 with the first `bytes` of the file at path (api_file.c), written as
+ * the client takes it (HEAD: the head alone; 0 bytes: an empty answer,
+ * whether the file exists or not). 0; or -1 with why, before
+ * anything was answered (the file cannot be opened, or holds fewer bytes):
+ * the caller answers. */
+int api_respond_file(struct http_request *req, const char *path, int64_t bytes,
+                     const char *content_type, char *why, size_t cap);
+
 /* GET /v2/health/live, /v2/health/ready, /v2 */
 int api_health_register(struct router *r, struct api_state *st, struct error *err);
 /* GET/POST /v2/models/{model}[/versions/{v}][/ready|/config|/infer],

@@ -533,18 +533,10 @@ static void batch_file_content(struct http_request *req, const struct route_matc
     struct state_file f;
     if (!batch_jobs(req, st) || batch_get_file(req, m, st, &f))
         return;
-    char *data = malloc(f.bytes > 0 ? (size_t)f.bytes : 1);
-    FILE *in = f.bytes > 0 ? fopen(f.path, "r") : NULL;
-    size_t got = in && data ? fread(data, 1, (size_t)f.bytes, in) : 0;
-    if (in)
-        fclose(in);
-    if (!data || (f.bytes > 0 && got != (size_t)f.bytes)) {
-        free(data);
-        http_respond_error(req, 500, NULL, "file %s: cannot read %s", f.id, f.path);
-        return;
-    }
-    http_respond(req, 200, "application/octet-stream", data, got, NULL);
-    free(data);
+    char why[600];
+    if (api_respond_file(req, f.path, f.bytes, "application/octet-stream", why,
+                         sizeof why) < 0)
+        http_respond_error(req, 500, NULL, "file %s: %s", f.id, why);
 }
 
 /* DELETE /v1/files/{id} */

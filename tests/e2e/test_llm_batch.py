@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import sys
 import tempfile
@@ -174,6 +175,32 @@ class BatchCase(unittest.TestCase):
         """Requests the simulated servers finished (all endpoints)."""
         return sum(self.sim.metrics(i).get("vllm:request_success_total", 0)
                    for i in range(self.sim_endpoints))
+
+
+class TestBatchFileContent(BatchCase):
+    def test_large_file_content_streams(self):
+        """A file's content is written as the client takes it (it was read
+        whole into memory on the IO thread, and copied): every byte back,
+        HEAD the head alone, and a client that leaves half way harms
+        nothing."""
+        self.start()
+        data = jsonl([line(i) * 3 for i in range(200)])   # ~70 KB: several pieces of 64 KiB
+        data = data * 10
+        f = self.upload_ok(data)
+        path = "/v1/files/%s/content" % f["id"]
+        self.assertEqual(self.call("GET", path), (200, data))
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=10)
+        c.request("HEAD", path)
+        r = c.getresponse()
+        self.assertEqual((r.status, r.getheader("Content-Length"), r.read()),
+                         (200, str(len(data)), b""))
+        c.close()
+        for _ in range(3):   # leave after the first bytes
+            s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+            s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+            s.recv(1000)
+            s.close()
+        self.assertEqual(self.call("GET", path), (200, data))
 
 
 class TestBatchRoutes(BatchCase):
