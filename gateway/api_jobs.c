@@ -86,6 +86,32 @@ static struct jobs *jobs_api_of(struct http_request *req, struct api_state *st)
     return st->jobs;
 }
 
+/* Whether `rel` (a path under jobs.dir) names a file batchgate keeps
+ * there: a job's input copy or results (job-ID.input.jsonl,
+ * job-ID.results.jsonl), anything of the Batch API's (batch/), the lock,
+ * and the state_dir's files where a configuration puts it inside jobs.dir
+ * (`state_rel`, its path from jobs.dir; NULL where it is not inside).
+ * They are other tenants' too: a job reading one as its input handed its
+ * lines (and, in error messages, bits of any file) to whoever asked. Said
+ * of the name asked for before it is looked up, so that 403 against 400
+ * "No such file" tells nothing of which exist. */
+static bool jobs_api_server_file(const char *rel, const char *state_rel)
+{
+    while ((rel[0] == '.' && rel[1] == '/') || rel[0] == '/')
+        rel += rel[0] == '/' ? 1 : 2;
+    size_t sn = state_rel ? strlen(state_rel) : 0;
+    if (strncmp(rel, "batch/", 6) == 0 || strcmp(rel, "batch") == 0 ||
+        (sn && strncmp(rel, state_rel, sn) == 0 && (rel[sn] == '/' || rel[sn] == '\0')))
+        return true;
+    const char *base = strrchr(rel, '/');
+    base = base ? base + 1 : rel;
+    size_t n = strlen(base);
+    bool job = strncmp(base, "job-", 4) == 0 &&
+               ((n > 12 && strcmp(base + n - 12, ".input.jsonl") == 0) ||
+                (n > 14 && strcmp(base + n - 14, ".results.jsonl") == 0));
+    return job || strcmp(base, "batchgate.lock") == 0 || strncmp(base, "batchgate.db", 12) == 0;
+}
+
 /* Resolves `rel` under jobs.dir into out; answers 403/400/413 itself. */
 static int jobs_api_input_path(struct http_request *req, struct jobs *jobs, const char *rel,
                                char *out, size_t cap)
@@ -96,10 +122,23 @@ static int jobs_api_input_path(struct http_request *req, struct jobs *jobs, cons
                                            "jobs.dir, without \"..\"", rel);
         return -1;
     }
-    char joined[4200], dir[4096];
+    char joined[4200], dir[4096], state[4096];
     snprintf(joined, sizeof joined, "%s/%s", jobs_dir(jobs), rel);
     if (!realpath(jobs_dir(jobs), dir)) {
         http_respond_error(req, 500, NULL, "jobs.dir %s: %s", jobs_dir(jobs), strerror(errno));
+        return -1;
+    }
+    size_t dl = strlen(dir);
+    /* The state_dir inside jobs.dir, as a configuration may put it (by
+     * default jobs.dir is inside the state_dir, which says nothing). */
+    const char *state_rel = realpath(jobs_state_dir(jobs), state) &&
+                                    strncmp(state, dir, dl) == 0 && state[dl] == '/'
+                                ? state + dl + 1
+                                : NULL;
+    if (jobs_api_server_file(rel, state_rel)) {
+        http_respond_error(req, 403, NULL, "input_path: \"%s\" names a file batchgate keeps "
+                           "(a job's or a batch's own, or its state); give a file of yours "
+                           "under jobs.dir", rel);
         return -1;
     }
     char *real = realpath(joined, NULL);
@@ -107,10 +146,15 @@ static int jobs_api_input_path(struct http_request *req, struct jobs *jobs, cons
         http_respond_error(req, 400, NULL, "input_path: %s: %s", rel, strerror(errno));
         return -1;
     }
-    size_t dl = strlen(dir);
     int rc = 0;
     struct stat sb;
-    if (strcmp(real, dir) == 0) {
+    if (strncmp(real, dir, dl) == 0 && real[dl] == '/' &&
+        jobs_api_server_file(real + dl + 1, state_rel)) {
+        http_respond_error(req, 403, NULL, "input_path: \"%s\" names a file batchgate keeps "
+                           "(a job's or a batch's own, or its state); give a file of yours "
+                           "under jobs.dir", rel);   /* a link to one, said as the name is */
+        rc = -1;
+    } else if (strcmp(real, dir) == 0) {
         /* "" or ".": jobs.dir itself, a folder, not outside it. */
         http_respond_error(req, 400, NULL, "input_path: \"%s\" is jobs.dir itself, not a file "
                            "in it", rel);

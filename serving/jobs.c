@@ -91,6 +91,7 @@ int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **ou
 }
 
 const char *jobs_dir(const struct jobs *j) { return j->dir; }
+const char *jobs_state_dir(const struct jobs *j) { return j->state_dir; }
 size_t jobs_max_input_bytes(const struct jobs *j) { return j->max_input_bytes; }
 size_t jobs_max_file_bytes(const struct jobs *j) { return j->max_file_bytes; }
 struct state *jobs_state(struct jobs *j) { return j->st; }

@@ -108,6 +108,8 @@ void jobs_free(struct jobs *j);
 void jobs_command(struct jobs *j, struct jobs_cmd *c);
 
 const char *jobs_dir(const struct jobs *j);
+/* The state_dir its database is in (batchgate's own files: no job's input). */
+const char *jobs_state_dir(const struct jobs *j);
 size_t jobs_max_input_bytes(const struct jobs *j);
 size_t jobs_max_file_bytes(const struct jobs *j);
 struct state *jobs_state(struct jobs *j);

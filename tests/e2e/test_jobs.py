@@ -241,8 +241,31 @@ class JobsApiTest(JobsCase):
             f.write("\n".join(line(i) for i in range(10)) + "\n")
         r = submit(srv, "syn", json.dumps({"input_path": "sub/ok.jsonl"}))
         self.assertEqual(r.status, 201, r.body)
-        wait_state(self, srv, r.json()["id"], ("completed",))
-        check_exactly_once(self, results(self, srv, r.json()["id"]), 10)
+        ok = r.json()["id"]
+        wait_state(self, srv, ok, ("completed",))
+        check_exactly_once(self, results(self, srv, ok), 10)
+        # batchgate's own files in jobs.dir are no one's input: a job read
+        # another tenant's input copy or results through them. The same 403
+        # whether the file exists or not (400 "No such file" told which).
+        os.symlink(os.path.join(self.jobs_dir, ok + ".results.jsonl"),
+                   os.path.join(self.jobs_dir, "mine.jsonl"))
+        for p in (ok + ".input.jsonl", ok + ".results.jsonl", "./" + ok + ".input.jsonl",
+                  "job-nope.input.jsonl", "batch/x.jsonl",
+                  "batch", "batchgate.lock", "mine.jsonl"):
+            r = submit(srv, "syn", json.dumps({"input_path": p}))
+            self.assertEqual(r.status, 403, (p, r.body))
+            self.assertIn("names a file batchgate keeps", r.json()["error"])
+        srv.stop_checked()
+
+    def test_state_dir_inside_jobs_dir_is_no_input(self):
+        jobs = os.path.join(self.tmp, "jd")
+        os.makedirs(jobs)
+        srv = self.start({"jobs": {"dir": jobs}, "state_dir": os.path.join(jobs, "st")})
+        with open(os.path.join(jobs, "in.jsonl"), "w") as f:
+            f.write(line(0) + "\n")
+        for p, status in (("st/batchgate.db", 403), ("st/anything", 403), ("in.jsonl", 201)):
+            r = submit(srv, "syn", json.dumps({"input_path": p}))
+            self.assertEqual(r.status, status, (p, r.body))
         srv.stop_checked()
 
     def test_model_that_failed_to_load_fails_the_job_with_the_reason(self):
