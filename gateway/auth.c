@@ -198,6 +198,15 @@ bool auth_may_use_model(const struct auth *a, int tenant, const char *model, siz
     return tenant_allows(t, name);
 }
 
+bool auth_caller_known(const struct http_request *req, void *ctx)
+{
+    struct auth *a = ctx;
+    size_t klen = 0;
+    enum auth_key_from from;
+    const char *key = auth_request_key((struct http_request *)req, &klen, &from);
+    return key ? auth_key_tenant(a, key, klen) >= 0 : !a->t->auth_required;
+}
+
 bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct auth *a = ctx;

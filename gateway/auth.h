@@ -70,6 +70,11 @@ bool auth_is_admin(const struct auth *a, int tenant);
 bool auth_may_use_model(const struct auth *a, int tenant, const char *model, size_t len);
 const char *auth_tenant_name(const struct auth *a, int tenant);
 
+/* Whether the request names a caller the guard would take on a tenant's
+ * route: a key it knows, or no key where none is required. For work done
+ * before the route is known (a gRPC message inflated and read to learn
+ * its route); ctx: the struct auth. */
+bool auth_caller_known(const struct http_request *req, void *ctx);
 /* The router's guard (route_guard_fn; ctx: the struct auth). */
 bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx);
 /* The guard's model rule for a model named in the body (the embeddings

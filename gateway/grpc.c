@@ -39,9 +39,15 @@
 
 #define GRPC_CODES 17   /* OK .. UNAUTHENTICATED */
 
+/* A message this large (or compressed) costs enough to read that its
+ * caller is checked first (grpc_service_set_caller_check). */
+#define GRPC_EARLY_CHECK_BYTES 65536
+
 struct grpc_service {
     const struct router *http;
     size_t max_message_bytes;
+    bool (*caller_ok)(const struct http_request *req, void *ctx);
+    void *caller_ctx;
     /* For /metrics: [method][code], the last method "other". */
     _Atomic uint64_t (*calls)[GRPC_CODES];
     _Atomic uint64_t stream_messages[2];   /* error, ok */
@@ -397,6 +403,12 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
     struct http_request *req = call->req;
     struct buf inflated = BUF_INIT;
     const uint8_t *msg = p + 5;
+    if ((p[0] == 1 || mlen > GRPC_EARLY_CHECK_BYTES) && call->g->caller_ok &&
+        !call->g->caller_ok(req, call->g->caller_ctx)) {
+        snprintf(err, cap, "no API key this server knows: send it as the metadata "
+                 "\"authorization: Bearer KEY\" or \"x-api-key: KEY\"");
+        return GRPC_UNAUTHENTICATED;
+    }
     if (p[0] == 1) {   /* compressed, by grpc-encoding */
         size_t elen;
         const char *enc = http_request_header(req, "grpc-encoding", &elen);
@@ -820,6 +832,14 @@ int grpc_service_register(struct grpc_service *g, struct router *h2, struct erro
 {
     router_set_refuse(h2, grpc_refuse, g);
     return router_add_prefix(h2, "/", grpc_route, g, err);
+}
+
+void grpc_service_set_caller_check(struct grpc_service *g,
+                                   bool (*fn)(const struct http_request *req, void *ctx),
+                                   void *ctx)
+{
+    g->caller_ok = fn;
+    g->caller_ctx = ctx;
 }
 
 void grpc_service_free(struct grpc_service *g)

@@ -18,12 +18,21 @@
 #include "common/error.h"
 
 struct router;
+struct http_request;
 struct grpc_service;
 
 /* http: the HTTP router the calls are routed through (it must outlive the
  * service); max_message_bytes: a message's bound after inflation
  * (limits.max_body_bytes). NULL when out of memory. */
 struct grpc_service *grpc_service_new(const struct router *http, size_t max_message_bytes);
+/* Who may have a costly message read (compressed, or over
+ * GRPC_EARLY_CHECK_BYTES) before its route, and so the HTTP guard, is
+ * known: fn(req, ctx) false refuses it UNAUTHENTICATED unread (a gzip'ed
+ * 61 KB message without a key was inflated and parsed, 250 ms and 115 MB,
+ * before its status 16). NULL (the default): no one is refused early. */
+void grpc_service_set_caller_check(struct grpc_service *g,
+                                   bool (*fn)(const struct http_request *req, void *ctx),
+                                   void *ctx);
 /* Adds the service's route to h2, the HTTP/2 port's router. */
 int grpc_service_register(struct grpc_service *g, struct router *h2, struct error *err);
 void grpc_service_free(struct grpc_service *g);

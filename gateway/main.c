@@ -673,6 +673,8 @@ int main(int argc, char **argv)
         }
         cfg.http.h2.router = h2router;
         api.grpc = grpc;
+        if (api.auth)
+            grpc_service_set_caller_check(grpc, auth_caller_known, api.auth);
     }
     srv = server_new(&cfg.http, router, &err);
     api.server = srv;   /* before any IO thread can read it */

@@ -99,6 +99,7 @@ struct http_request {
     bool body_done;                /* the last body byte was read */
     bool body_paused;              /* the handler stopped the body */
     bool dot_path;                 /* the path holds "." or ".." (http_request_check_path) */
+    bool guarded;                  /* the router's guard passed it already (router_guard_early) */
     char *params_decoded;          /* route captures with %-escapes, decoded (router.c);
                                     * made on first need, HTTP_PARAMS_DECODED_MAX bytes */
     bool body_at_rest;             /* between whole pieces: idle, not stalled (HTTP/2) */
@@ -177,6 +178,10 @@ void router_dispatch(const struct router *r, struct http_request *req);
  * handler's refusal) and false returned. For "Expect: 100-continue",
  * asked before the body is wanted. */
 bool router_precheck(const struct router *r, struct http_request *req);
+/* The same for a request whose body follows, without the precheck hook:
+ * its route, its method and the guard, before a byte of the body is read
+ * (or inflated). A request the guard passed here is not guarded again. */
+bool router_guard_early(const struct router *r, struct http_request *req);
 
 /* ---- mailbox (mailbox.c) ---- */
 

@@ -399,7 +399,7 @@ static bool router_route(const struct router *r, struct http_request *req,
         l->ctx = l->pr->ctx;
         if (r->style)
             r->style(req, l->m.pattern, r->style_ctx);
-        return !r->guard || r->guard(req, &l->m, r->guard_ctx);
+        return req->guarded || !r->guard || r->guard(req, &l->m, r->guard_ctx);
     }
     switch (l->res) {
     case ROUTER_FOUND:
@@ -407,7 +407,7 @@ static bool router_route(const struct router *r, struct http_request *req,
             r->style(req, l->m.pattern, r->style_ctx);
         if (router_decode_params(req, &l->m) < 0)
             return false;
-        return !r->guard || r->guard(req, &l->m, r->guard_ctx);
+        return req->guarded || !r->guard || r->guard(req, &l->m, r->guard_ctx);
     case ROUTER_METHOD_NOT_ALLOWED: {
         router_style(r, req);
         if (http_request_method(req) == HTTP_M_OTHER) {
@@ -441,6 +441,15 @@ void router_dispatch(const struct router *r, struct http_request *req)
     struct router_lookup l;
     if (router_route(r, req, &l))
         l.fn(req, &l.m, l.ctx);
+}
+
+bool router_guard_early(const struct router *r, struct http_request *req)
+{
+    struct router_lookup l;
+    if (!router_route(r, req, &l))
+        return false;
+    req->guarded = true;
+    return true;
 }
 
 bool router_precheck(const struct router *r, struct http_request *req)

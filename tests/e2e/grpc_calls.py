@@ -420,8 +420,24 @@ def check_auth(a):
               ("x-priority", "1 "))
     resp = stub.ModelInfer(infer_request("alpha", x, name="x"), timeout=10, metadata=spaced)
     expect(output_of(resp).shape == (1, 3), "metadata values with spaces around them")
-    ok("UNAUTHENTICATED (none, wrong), PERMISSION_DENIED (model, admin call), keys in "
-       "authorization and x-api-key metadata, values with spaces around them")
+    # A message that costs to read (compressed, or over 64 KiB) from a
+    # caller without a known key is refused unread: a 61 KB gzip'ed one was
+    # inflated and parsed (250 ms, 115 MB) before the guard said no.
+    big = np.zeros((1, 4 + 32768), dtype=np.float32)    # 128 KiB: refused for its size
+    zeros = np.zeros((1, 4 + 8192), dtype=np.float32)   # 32 KiB gzip'ed: for its coding
+    for md, comp, v in ((None, grpc.Compression.NoCompression, big),
+                        (None, grpc.Compression.Gzip, zeros), (bad, grpc.Compression.Gzip, zeros)):
+        req = infer_request("alpha", v, name="x")
+        e = rpc_error(stub.ModelInfer, req, timeout=10, metadata=md, compression=comp)
+        expect(e.code() == grpc.StatusCode.UNAUTHENTICATED and
+               "no API key this server knows" in e.details(),
+               "a costly message without a known key: %s %r" % (e.code(), e.details()))
+    resp = stub.ModelInfer(infer_request("alpha", x, name="x"), timeout=10, metadata=mine,
+                           compression=grpc.Compression.Gzip)
+    expect(output_of(resp).shape == (1, 3), "a compressed message with the key: an answer")
+    ok("UNAUTHENTICATED (none, wrong, and unread when costly), PERMISSION_DENIED (model, "
+       "admin call), keys in authorization and x-api-key metadata, values with spaces around "
+       "them")
 
 
 # ---------------------------------------------------------------- limits

@@ -15,7 +15,7 @@ import time
 import unittest
 
 from harness import (RepoServerCase, assert_json_error, close_quietly, connect,
-                     read_response, request, roundtrip, send)
+                     expect_silence, read_response, request, roundtrip, send)
 from test_infer import synthetic, write_model
 from test_upstream import FakeUpstreamCase
 
@@ -106,6 +106,36 @@ class TenantsTest(RepoServerCase):
         # An empty Bearer token or X-Api-Key is no key.
         self.assert_401(get(self.srv, "/v2", "", "bearer"), invalid_token=False)
         self.assert_401(get(self.srv, "/v2", "", "x-api-key"), invalid_token=False)
+
+    def test_without_a_key_a_body_is_neither_read_nor_inflated(self):
+        # Every request with a body is guarded at its headers, not only one
+        # that asks Expect: a 64 KB gzip'ed body inflated to 64 MiB (~100 ms
+        # of an IO thread, a client without a key could repeat it at will)
+        # before its 401. Here the body is never sent: the 401 comes anyway.
+        for key in (None, "not-a-key"):
+            s = connect(self.srv.port)
+            try:
+                headers = [("Content-Encoding", "gzip"), ("Content-Length", "1000000")]
+                if key:
+                    headers.append(("Authorization", "Bearer " + key))
+                send(s, request("POST", "/v2/models/alpha/infer", headers))
+                r = read_response(s, timeout=3)
+                self.assert_401(r, invalid_token=bool(key))
+                self.assertEqual(r.headers.get("Connection"), "close", r)
+            finally:
+                close_quietly(s)
+        # A key the server knows: the body is awaited, then served.
+        s = connect(self.srv.port)
+        try:
+            b = body().encode()
+            send(s, request("POST", "/v2/models/alpha/infer",
+                            [("Authorization", "Bearer " + KEYS["search"]),
+                             ("Content-Length", str(len(b)))]))
+            expect_silence(s, 0.3)
+            send(s, b)
+            self.assertEqual(read_response(s, timeout=5).status, 200)
+        finally:
+            close_quietly(s)
 
     def test_expect_100_continue_without_a_key_is_401_before_the_body(self):
         # The 401 goes in place of the 100: the server does not ask an
