@@ -100,6 +100,7 @@ struct http_request {
     bool body_paused;              /* the handler stopped the body */
     bool dot_path;                 /* the path holds "." or ".." (http_request_check_path) */
     bool guarded;                  /* the router's guard passed it already (router_guard_early) */
+    int route_hint;                /* ... on this route (its index + 1; 0: none) */
     char *params_decoded;          /* route captures with %-escapes, decoded (router.c);
                                     * made on first need, HTTP_PARAMS_DECODED_MAX bytes */
     bool body_at_rest;             /* between whole pieces: idle, not stalled (HTTP/2) */

@@ -230,9 +230,22 @@ static int router_route_matches(const struct route *rt, const char *path, size_t
     return 0;
 }
 
+static enum router_result router_match_at(const struct router *r, int method, const char *path,
+                                          size_t path_len, route_handler_fn *fn, void **ctx,
+                                          struct route_match *m, int *allowed, int *index);
+
 enum router_result router_match(const struct router *r, int method, const char *path,
                                 size_t path_len, route_handler_fn *fn, void **ctx,
                                 struct route_match *m, int *allowed)
+{
+    int index;
+    return router_match_at(r, method, path, path_len, fn, ctx, m, allowed, &index);
+}
+
+/* router_match, and the index of the route found. */
+static enum router_result router_match_at(const struct router *r, int method, const char *path,
+                                          size_t path_len, route_handler_fn *fn, void **ctx,
+                                          struct route_match *m, int *allowed, int *index)
 {
     int allow = 0;
     struct route_match tmp;
@@ -245,6 +258,7 @@ enum router_result router_match(const struct router *r, int method, const char *
             *ctx = rt->ctx;
             *m = tmp;
             m->pattern = rt->pattern;
+            *index = i;
             return ROUTER_FOUND;
         }
         allow |= rt->methods;
@@ -296,15 +310,30 @@ struct router_lookup {
     struct route_match m;
     int allowed;
     const struct prefix_route *pr;   /* set when no route of router_add matched the path */
+    int index;                       /* the route found (ROUTER_FOUND), in r->routes */
 };
 
 static void router_lookup(const struct router *r, const struct http_request *req, struct router_lookup *l)
 {
     size_t len;
     const char *path = http_request_path(req, &len);
+    /* Routed once already at its headers (router_guard_early): that route
+     * again, not a scan of the table a second time on every request with
+     * a body. */
+    int hint = req->route_hint - 1;
+    if (hint >= 0 && hint < r->n && router_route_matches(&r->routes[hint], path, len, &l->m)) {
+        l->res = ROUTER_FOUND;
+        l->fn = r->routes[hint].fn;
+        l->ctx = r->routes[hint].ctx;
+        l->m.pattern = r->routes[hint].pattern;
+        l->allowed = 0;
+        l->pr = NULL;
+        l->index = hint;
+        return;
+    }
     l->allowed = 0;
-    l->res = router_match(r, http_request_method(req), path, len, &l->fn, &l->ctx, &l->m,
-                          &l->allowed);
+    l->res = router_match_at(r, http_request_method(req), path, len, &l->fn, &l->ctx, &l->m,
+                             &l->allowed, &l->index);
     l->pr = l->res == ROUTER_NOT_FOUND ? router_prefix_match(r, path, len) : NULL;
 }
 
@@ -449,6 +478,8 @@ bool router_guard_early(const struct router *r, struct http_request *req)
     if (!router_route(r, req, &l))
         return false;
     req->guarded = true;
+    if (!l.pr)
+        req->route_hint = l.index + 1;
     return true;
 }
 
