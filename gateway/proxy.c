@@ -313,6 +313,26 @@ static bool proxy_tapped_skip(const char *n, size_t len)
            proxy_name_is(n, len, "Content-Encoding");
 }
 
+/* Whether the header (name, val) is the other one that may carry a key,
+ * holding the very key that named the request's tenant. */
+static bool proxy_same_key(struct http_request *req, enum auth_key_from used, const char *name,
+                           size_t nl, const char *val, size_t vl)
+{
+    if (used == AUTH_KEY_NONE)
+        return false;
+    size_t klen;
+    enum auth_key_from from;
+    const char *key = auth_request_key(req, &klen, &from);
+    if (!key)
+        return false;
+    if (used == AUTH_KEY_BEARER && proxy_name_is(name, nl, "X-Api-Key"))
+        return vl == klen && memcmp(val, key, klen) == 0;
+    if (used == AUTH_KEY_X_API_KEY && proxy_name_is(name, nl, "Authorization"))
+        return vl == klen + 7 && strncasecmp(val, "Bearer ", 7) == 0 &&
+               memcmp(val + 7, key, klen) == 0;
+    return false;
+}
+
 /* Every value of the request's header `name`, in order, each followed by
  * ", ": lines given twice are one list (RFC 9110 5.3), and the proxy's own
  * entry goes last. */
@@ -369,9 +389,13 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *met
             (c->tap && proxy_tapped_skip(name, nl)))
             continue;   /* Expect was answered here; the length is ours to state */
         /* A key that named a tenant here is this server's credential: it
-         * does not travel on (another scheme, or an unknown key, does). */
+         * does not travel on, in either header (the same key sent in both
+         * went on in the one not used). Another scheme (Basic), another
+         * key beside it (the server's behind), or any key where none named
+         * a tenant, does travel. */
         if ((used == AUTH_KEY_BEARER && proxy_name_is(name, nl, "Authorization")) ||
-            (used == AUTH_KEY_X_API_KEY && proxy_name_is(name, nl, "X-Api-Key")))
+            (used == AUTH_KEY_X_API_KEY && proxy_name_is(name, nl, "X-Api-Key")) ||
+            proxy_same_key(req, used, name, nl, val, vl))
             continue;
         /* Ours to state below: the lists are extended, and the client's
          * own Host and scheme replaced (a client's "X-Forwarded-Proto:

@@ -448,6 +448,12 @@ class ProxyRouteGuardTest(FakeUpstreamCase):
         h = upstream_saw([("Authorization", "Bearer k-a"), ("X-Api-Key", "theirs")])
         self.assertNotIn("authorization", h)
         self.assertEqual(h.get("x-api-key"), "theirs")
+        # The same key in both headers: it went on in the one not used.
+        for hs in ([("Authorization", "Bearer k-a"), ("X-Api-Key", "k-a")],
+                   [("X-Api-Key", "k-a"), ("Authorization", "bearer k-a")]):
+            h = upstream_saw(hs)
+            self.assertNotIn("authorization", h, hs)
+            self.assertNotIn("x-api-key", h, hs)
 
 
 class LimitsTest(RepoServerCase):
