@@ -533,14 +533,26 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         return;
     }
     struct served_model *sm = llm_find(st, name);
+    if ((!sm || sm->model.cfg.kind != MODEL_KIND_POOL) && api == LLM_EMBEDDINGS) {
+        if (sm)   /* batchgate's own encoders answer it (and check the tenant) */
+            served_release(sm);
+        json_decref(root);
+        api_models_openai_embed(req, m, ctx);
+        return;
+    }
+    /* The tenant's globs first, on the model's own name: a model it may
+     * not use is 403 whether it exists, and whatever it is (a model of
+     * another tenant's was 400 "not an LLM pool", one that does not exist
+     * 404). */
+    const char *canon = sm ? sm->model.cfg.name : name;
+    if (!auth_check_model(st->auth, req, canon, strlen(canon))) {
+        served_release(sm);
+        json_decref(root);
+        return;
+    }
     if (!sm || sm->model.cfg.kind != MODEL_KIND_POOL) {
         if (sm)
             served_release(sm);
-        if (api == LLM_EMBEDDINGS) {   /* batchgate's own encoders answer it */
-            json_decref(root);
-            api_models_openai_embed(req, m, ctx);
-            return;
-        }
         http_request_set_error_param(req, "model");
         if (sm)
             http_respond_error(req, 400, NULL, "model %s is not an LLM pool (it answers "
@@ -551,11 +563,6 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         return;
     }
     const char *pool_name = sm->model.cfg.name;
-    if (!auth_check_model(st->auth, req, pool_name, strlen(pool_name))) {
-        served_release(sm);
-        json_decref(root);
-        return;
-    }
     if (atomic_load(&sm->state) != SERVED_READY || !sm->pool) {
         http_respond_error(req, 503, "Retry-After: 1\r\n", "model %s is not ready: %s",
                            pool_name, sm->model.reason[0] ? sm->model.reason : "loading");

@@ -776,6 +776,7 @@ class TestPoolTenants(PoolCase):
     @classmethod
     def populate(cls, repo):
         write_model(repo, "smol", pool("smol", [cls.sim.url(0)], metrics_interval_ms=0))
+        write_model(repo, "tensors", synthetic("tensors"))
 
     def chat(self, key, max_tokens=10, text="hi"):
         return self.post("/v1/chat/completions", chat_body("smol", text, max_tokens=max_tokens),
@@ -849,6 +850,15 @@ class TestPoolTenants(PoolCase):
     def test_model_globs(self):
         r, raw = self.chat("k-other")
         self.assert_openai_error(r, raw, 403)
+        # A model outside the tenant's globs is 403 whatever it is, and
+        # whether it exists: "not an LLM pool" (400) and "does not exist"
+        # (404) told another tenant's models apart.
+        for name, key, status in (("tensors", "k-other", 403), ("nope", "k-other", 403),
+                                  ("notsmol", "k-other", 404), ("tensors", "k-ops", 400),
+                                  ("nope", "k-ops", 404)):
+            r, raw = self.post("/v1/chat/completions", chat_body(name),
+                               headers={"Authorization": "Bearer " + key})
+            self.assert_openai_error(r, raw, status, None if status == 403 else "model")
         r, raw = self.post("/v1/chat/completions", chat_body("smol"),
                            headers={"Authorization": "Bearer wrong"})
         self.assert_openai_error(r, raw, 401)
