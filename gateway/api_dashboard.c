@@ -130,7 +130,7 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
             dashboard_append_counts(&b, "compute", &s.compute);
             buf_append(&b, "},\"stats\":", 10);
             modelstats_snapshot_free(&s);
-            modelstats_json_append(&b, sm);
+            modelstats_json_append(&b, sm, -1);
         }
         buf_append(&b, "}", 1);
         served_release(sm);

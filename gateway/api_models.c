@@ -620,6 +620,13 @@ static void models_config_route(struct http_request *req, const struct route_mat
     served_release(sm);
 }
 
+/* Whose rows a caller sees in a model's "tenants": an admin every
+ * tenant's (-1), a tenant its own (it saw the others' use of the model). */
+static int models_stats_tenant(const struct api_state *st, const struct http_request *req)
+{
+    return !st->auth || auth_is_admin(st->auth, auth_tenant(req)) ? -1 : auth_tenant(req);
+}
+
 static void models_stats(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct api_state *st = ctx;
@@ -633,7 +640,7 @@ static void models_stats(struct http_request *req, const struct route_match *m, 
     int nv = route_match_param(m, "version") || !served_pinned_version(sm)
                  ? 0 : serving_versions(st->serving, name, strlen(name), vs, MODEL_MAX_VERSIONS);
     if (nv <= 0) {
-        modelstats_json_append(&b, sm);
+        modelstats_json_append(&b, sm, models_stats_tenant(st, req));
     } else {
         /* Without a version, every version served, as Triton answers it
          * (the name alone reaches the highest for inference only). */
@@ -644,7 +651,7 @@ static void models_stats(struct http_request *req, const struct route_match *m, 
                 continue;
             if (k++)
                 buf_append(&b, ",", 1);
-            modelstats_json_append(&b, v);
+            modelstats_json_append(&b, v, models_stats_tenant(st, req));
             served_release(v);
         }
     }
@@ -671,7 +678,7 @@ static void models_stats_all(struct http_request *req, const struct route_match 
         if (!st->auth || auth_may_use_model(st->auth, auth_tenant(req), name, strlen(name))) {
             if (k++)
                 buf_append(&b, ",", 1);
-            modelstats_json_append(&b, sm);
+            modelstats_json_append(&b, sm, models_stats_tenant(st, req));
         }
         served_release(sm);
     }

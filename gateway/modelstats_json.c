@@ -59,7 +59,7 @@ static void modelstats_json_device(const struct served_device *d, void *arg)
  * percentiles (split into queue and compute, within the histogram's bucket
  * resolution), each device's fitted latency model and busy time, and the
  * compute debt: device-seconds held against used. */
-void modelstats_json_append(struct buf *out, struct served_model *sm)
+void modelstats_json_append(struct buf *out, struct served_model *sm, int tenant)
 {
     struct modelstats_snapshot s;
     modelstats_snapshot(sm->stats, &s);
@@ -130,8 +130,8 @@ void modelstats_json_append(struct buf *out, struct served_model *sm)
     if (tc && tc->n > 1) {
         buf_append(b, ",\"tenants\":[", 12);
         for (int t = 0, k = 0; t < tc->n; t++) {
-            if (!s.tenant_rows[t])
-                continue;
+            if (!s.tenant_rows[t] || (tenant >= 0 && t != tenant))
+                continue;   /* another tenant's use is not this caller's to see */
             buf_appendf(b, "%s{\"name\":", k++ ? "," : "");
             json_append_string(b, tc->t[t].name, strlen(tc->t[t].name));
             buf_appendf(b, ",\"rows\":%llu,\"device_seconds\":%.6f}",

@@ -7,7 +7,8 @@
 struct buf;
 struct served_model;
 
-/* Appends sm's statistics object to out. */
-void modelstats_json_append(struct buf *out, struct served_model *sm);
+/* Appends sm's statistics object to out; its "tenants" rows all (tenant
+ * -1: an admin's, the dashboard's) or only that tenant's own. */
+void modelstats_json_append(struct buf *out, struct served_model *sm, int tenant);
 
 #endif

@@ -147,6 +147,9 @@ class GovernanceTest(RepoServerCase):
         names = {t["name"] for t in st["model_stats"][0]["tenants"]} \
             if "model_stats" in st else {t["name"] for t in st["tenants"]}
         self.assertEqual(names, {"search", "research"})
+        # A tenant sees its own row only: it saw the other's use of the model.
+        st = roundtrip(self.srv.port, "GET", "/v2/models/m/stats", auth(KEYS["search"])).json()
+        self.assertEqual([t["name"] for t in st["model_stats"][0]["tenants"]], ["search"])
 
     def test_2_put_rules(self):
         good = {"timezone": "UTC", "windows": []}
