@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "common/buf.h"
+#include "common/utf8.h"
 #include "gateway/auth.h"
 #include "gateway/multipart.h"
 #include "http/http.h"
@@ -417,8 +418,16 @@ static void batch_file_upload(struct http_request *req, const struct route_match
         }
     if (file && file->filename_cut) {
         http_request_set_error_param(req, "file");
-        http_respond_error(req, 400, NULL, "file: its filename is over %zu bytes (or its quote "
-                           "is not closed)", sizeof file->filename - 1);
+        http_respond_error(req, 400, NULL, "file: its filename is over %zu bytes, holds a "
+                           "control character, or its quote is not closed",
+                           sizeof file->filename - 1);
+        return;
+    }
+    /* It goes back out in JSON: not UTF-8, it made the tenant's file list
+     * invalid JSON. */
+    if (file && !utf8_valid(file->filename, strlen(file->filename))) {
+        http_request_set_error_param(req, "file");
+        http_respond_error(req, 400, NULL, "file: its filename is not UTF-8");
         return;
     }
     if (!purpose || purpose->len != 5 || memcmp(purpose->data, "batch", 5) != 0) {

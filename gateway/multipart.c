@@ -18,7 +18,9 @@ bool multipart_param(const char *h, size_t n, const char *key, char *out, size_t
                 for (v++; v < n && h[v] != '"'; v++) {
                     if (h[v] == '\\' && v + 1 < n)
                         v++;
-                    if (k + 1 >= cap)
+                    /* A control character (a NUL cut the name short) is
+                     * no name's. */
+                    if (k + 1 >= cap || (unsigned char)h[v] < 0x20 || h[v] == 0x7f)
                         return false;
                     out[k++] = h[v];
                 }
@@ -26,7 +28,7 @@ bool multipart_param(const char *h, size_t n, const char *key, char *out, size_t
                     return false;   /* an unterminated quote */
             } else {
                 for (; v < n && h[v] != ';' && h[v] != ' '; v++) {
-                    if (k + 1 >= cap)
+                    if (k + 1 >= cap || (unsigned char)h[v] < 0x20 || h[v] == 0x7f)
                         return false;
                     out[k++] = h[v];
                 }

@@ -105,7 +105,9 @@ class BatchCase(unittest.TestCase):
                          % (b.encode(), name.encode(), value.encode()))
         parts.append(b"--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
                      b"Content-Type: application/octet-stream\r\n\r\n" % (b.encode(),
-                                                                          filename.encode())
+                                                                          filename.encode(
+                                                                              "utf-8",
+                                                                              "surrogateescape"))
                      + data + b"\r\n")
         body = b"".join(parts) + b"--%s--\r\n" % b.encode()
         return self.call("POST", "/v1/files", body,
@@ -232,6 +234,11 @@ class TestBatchRoutes(BatchCase):
         self.assertEqual(json.loads(raw)["filename"], r'C:\dir\a"b.jsonl')
         self.assert_error(*self.upload(jsonl([line(1)]), filename="n" * 300), 400, "file",
                           "filename")
+        # A name that would not go back out as JSON, or would be cut short.
+        self.assert_error(*self.upload(jsonl([line(1)]), filename="\udcff\udcfe.jsonl"),
+                          400, "file", "not UTF-8")
+        self.assert_error(*self.upload(jsonl([line(1)]), filename="a\x00b.jsonl"), 400, "file",
+                          "control character")
         self.assert_error(*self.upload(jsonl([line(1)]), fields=(("purpose", "batch"),)),
                           400, "purpose", "given twice")
         self.assert_error(*self.call("GET", "/v1/files/file-nope"), 404, "file_id")
