@@ -17,6 +17,7 @@
 
 #include "common/buf.h"
 #include "gateway/auth.h"
+#include "gateway/offload.h"
 #include "serving/jobs.h"
 #include "serving/serving.h"
 #include "serving/tensor_json.h"
@@ -301,26 +302,53 @@ static void jobs_api_append(struct buf *b, const struct state_job *j)
     buf_append(b, "}", 1);
 }
 
-struct jobs_api_list {
-    struct buf *b;
+/* A page of GET /v2/jobs, read on the offload thread (offload.h): an
+ * unpaged list of a month of jobs is a long read. Its filter's strings
+ * live here. */
+struct jobs_list_call {
+    struct offload_task task;         /* first */
+    struct state *st;
+    struct state_job_filter f;
+    char tenant[64], model[MODEL_NAME_MAX], after[64];
     int n, limit;                     /* limit 0: none */
     bool more;
-    const struct api_state *st;
-    const struct http_request *req;
+    struct buf out;
+    struct error err;
+    int status;
 };
 
-static void jobs_api_list_one(const struct state_job *j, void *arg)
+/* The query chose by tenant: every row is the caller's to see. */
+static void jobs_list_one(const struct state_job *j, void *arg)
 {
-    struct jobs_api_list *l = arg;
-    if (!jobs_api_may_see(l->st, l->req, j))   /* the query chose by tenant: never */
-        return;
-    if (l->limit && l->n == l->limit) {        /* the one asked past the page */
-        l->more = true;
+    struct jobs_list_call *c = arg;
+    if (c->limit && c->n == c->limit) {   /* the one asked past the page */
+        c->more = true;
         return;
     }
-    if (l->n++)
-        buf_append(l->b, ",", 1);
-    jobs_api_append(l->b, j);
+    if (c->n++)
+        buf_append(&c->out, ",", 1);
+    jobs_api_append(&c->out, j);
+}
+
+static void jobs_list_run(struct offload_task *t)
+{
+    struct jobs_list_call *c = (struct jobs_list_call *)t;
+    buf_append(&c->out, "{\"jobs\":[", 9);
+    if (state_job_list(c->st, &c->f, jobs_list_one, c, &c->err))
+        c->status = 500;
+    else
+        buf_appendf(&c->out, "],\"has_more\":%s}", c->more ? "true" : "false");
+}
+
+static void jobs_list_done(struct offload_task *t)
+{
+    struct jobs_list_call *c = (struct jobs_list_call *)t;
+    if (c->status)
+        http_respond_error(t->req, c->status, NULL, "%s", c->err.msg);
+    else
+        http_respond(t->req, 200, "application/json", c->out.data, c->out.len, NULL);
+    buf_free(&c->out);
+    free(c);
 }
 
 static void jobs_api_bad_param(struct http_request *req, const char *param, const char *fmt,
@@ -341,7 +369,12 @@ static void jobs_api_list(struct http_request *req, const struct route_match *m,
     struct jobs *jobs = jobs_api_of(req, ctx);
     if (!jobs)
         return;
-    char state_s[16], model[MODEL_NAME_MAX], after[64], limit_s[16];
+    struct jobs_list_call *c = calloc(1, sizeof *c);
+    if (!c) {
+        http_respond_error(req, 500, NULL, "out of memory");
+        return;
+    }
+    char state_s[16], limit_s[16];
     struct state_job_filter f = {.state = -1};
     int r;
     if ((r = http_request_query_param(req, "state", state_s, sizeof state_s)) != 0) {
@@ -354,14 +387,16 @@ static void jobs_api_list(struct http_request *req, const struct route_match *m,
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
                          i ? ", " : "", state_job_state_name(i));
             jobs_api_bad_param(req, "state", "%s: one of %s", names);
+            free(c);
             return;
         }
     }
-    if ((r = http_request_query_param(req, "model", model, sizeof model)) < 0) {
+    if ((r = http_request_query_param(req, "model", c->model, sizeof c->model)) < 0) {
         jobs_api_bad_param(req, "model", "%s: %s", "too long or a malformed %-escape");
+        free(c);
         return;
     }
-    f.model = r == 1 ? model : NULL;
+    f.model = r == 1 ? c->model : NULL;
     if ((r = http_request_query_param(req, "limit", limit_s, sizeof limit_s)) != 0) {
         char *e = NULL;
         long v = r == 1 ? strtol(limit_s, &e, 10) : 0;
@@ -369,37 +404,36 @@ static void jobs_api_list(struct http_request *req, const struct route_match *m,
             char msg[64];
             snprintf(msg, sizeof msg, "an integer from 1 to %d", JOBS_API_LIST_MAX);
             jobs_api_bad_param(req, "limit", "%s: %s", msg);
+            free(c);
             return;
         }
         f.limit = (int)v + 1;   /* one more tells has_more */
     }
-    if ((r = http_request_query_param(req, "after", after, sizeof after)) != 0) {
+    if ((r = http_request_query_param(req, "after", c->after, sizeof c->after)) != 0) {
         struct state_job j;
         struct error err = {0};
         /* Another tenant's job is no place to start from, as it is 404 on
          * its own route: its id tells nothing. */
-        if (r < 0 || state_job_get(jobs_state(jobs), after, &j, &err) != 0 ||
+        if (r < 0 || state_job_get(jobs_state(jobs), c->after, &j, &err) != 0 ||
             !jobs_api_may_see(st, req, &j)) {
             jobs_api_bad_param(req, "after", "%s: %s", "no job of that id (the last id of the "
                                "page before)");
+            free(c);
             return;
         }
-        f.after = after;
+        f.after = c->after;
     }
-    if (st->auth && !auth_is_admin(st->auth, auth_tenant(req)))
-        f.tenant = jobs_api_tenant(st, req);
-    struct buf b = BUF_INIT;
-    struct jobs_api_list l = {&b, 0, f.limit ? f.limit - 1 : 0, false, st, req};
-    struct error err = {0};
-    buf_append(&b, "{\"jobs\":[", 9);
-    if (state_job_list(jobs_state(jobs), &f, jobs_api_list_one, &l, &err)) {
-        buf_free(&b);
-        http_respond_error(req, 500, NULL, "%s", err.msg);
-        return;
+    if (st->auth && !auth_is_admin(st->auth, auth_tenant(req))) {
+        snprintf(c->tenant, sizeof c->tenant, "%s", jobs_api_tenant(st, req));
+        f.tenant = c->tenant;
     }
-    buf_appendf(&b, "],\"has_more\":%s}", l.more ? "true" : "false");
-    http_respond(req, 200, "application/json", b.data, b.len, NULL);
-    buf_free(&b);
+    c->f = f;
+    c->limit = f.limit ? f.limit - 1 : 0;
+    c->st = jobs_state(jobs);
+    c->task.run = jobs_list_run;
+    c->task.done = jobs_list_done;
+    if (offload_submit(st->offload, req, &c->task) < 0)
+        free(c);
 }
 
 /* The job of the route's {id}; answers 404/500 itself. Another tenant's

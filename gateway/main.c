@@ -33,6 +33,7 @@
 #include "serving/jobs.h"
 #include "serving/ledger.h"
 #include "gateway/jscratch.h"
+#include "gateway/offload.h"
 #include "kernels/kernels.h"
 #include "common/log.h"
 #include "common/schema.h"
@@ -155,6 +156,9 @@ static int main_hash_key(int argc, char **argv)
 
 /* How often the main thread returns free heap memory to the kernel. */
 #define MAIN_TRIM_INTERVAL_S 10
+/* Reads of the state database waiting for the offload thread before more
+ * are refused 503 (each holds its parsed question only). */
+#define MAIN_OFFLOAD_QUEUED 64
 /* Each IO thread's body-decoding arena keeps this much between requests:
  * a request of a few hundred numbers decodes without a malloc. */
 #define JSCRATCH_BLOCK (64 * 1024)
@@ -631,6 +635,12 @@ int main(int argc, char **argv)
         exit_code = err.code == BG_ECONFIG ? EXIT_USAGE : 1;
         goto out;
     }
+    /* Long reads of that database (a year of usage) leave the IO threads. */
+    if (!(api.offload = offload_start(MAIN_OFFLOAD_QUEUED, &err))) {
+        log_error("%s", err.msg);
+        exit_code = 1;
+        goto out;
+    }
     /* Before the models load (the ledger charges every counter from its
      * zero) and before any IO thread can read api.ledger (/metrics). */
     api.ledger = ledger_start(serving, jobs_state(api.jobs), &cfg.usage, main_energy, api.nvml,
@@ -763,6 +773,7 @@ int main(int argc, char **argv)
                          cfg.shutdown_timeout_ms);
                 /* Queued requests get 503 while their connections still exist. */
                 jobs_stop(api.jobs);
+                offload_stop(api.offload);
                 serving_stop(serving);
                 server_force_close(srv);
                 forced = true;
@@ -774,6 +785,7 @@ int main(int argc, char **argv)
             if (s2 == SIGTERM || s2 == SIGINT) {
                 log_warn("SIG%s again: closing the remaining connections now", sigabbrev_np(s2));
                 jobs_stop(api.jobs);
+                offload_stop(api.offload);
                 serving_stop(serving);
                 server_force_close(srv);
                 forced = true;
@@ -796,6 +808,7 @@ out:
      * line the batcher refused would otherwise look answered), and answers
      * its last commands while the IO threads still run. */
     jobs_stop(api.jobs);
+    offload_stop(api.offload);   /* its answers too need the IO threads' mailboxes */
     /* Workers stop before the IO threads go: their completions need a mailbox. */
     serving_stop(serving);
     /* Its last sample sees every batch that ran; it writes before the
@@ -809,6 +822,7 @@ out:
     /* Its connections live on the IO threads' event bases: before those go. */
     proxy_free(api.proxy);
     server_free(srv);
+    offload_free(api.offload);
     /* After the IO threads: no request holds a region any more, and every
      * region still registered is unmapped here. */
     shmreg_free(api.shm);
