@@ -305,6 +305,9 @@ class EmbeddingsTest(TinyCase):
         r = post(self.port, "/v1/models/tiny:predict", {"instances": ["x"]})
         self.assertEqual(r.status, 400)
         self.assertIn("takes text", r.json()["error"])
+        r = roundtrip(self.port, "GET", "/v1/models/tiny/metadata")   # nor has it a TF signature
+        self.assertEqual(r.status, 400)
+        self.assertIn("no TF Serving signature: it takes text", r.json()["error"])
         body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["w " * 50]}],
                 "parameters": {"truncate": False}}
         r = post(self.port, "/v2/models/tiny/infer", body)

@@ -853,6 +853,11 @@ class TestPoolTenants(PoolCase):
         # A model outside the tenant's globs is 403 whatever it is, and
         # whether it exists: "not an LLM pool" (400) and "does not exist"
         # (404) told another tenant's models apart.
+        # TF Serving's metadata: a pool has no signature (400, said so).
+        r = roundtrip(self.srv.port, "GET", "/v1/models/smol/metadata",
+                      [("Authorization", "Bearer k-ops")])
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("no TF Serving signature: it is an LLM pool", r.json()["error"])
         for name, key, status in (("tensors", "k-other", 403), ("nope", "k-other", 403),
                                   ("notsmol", "k-other", 404), ("tensors", "k-ops", 400),
                                   ("nope", "k-ops", 404)):
