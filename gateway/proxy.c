@@ -314,15 +314,11 @@ static bool proxy_tapped_skip(const char *n, size_t len)
 }
 
 /* Whether the header (name, val) is the other one that may carry a key,
- * holding the very key that named the request's tenant. */
-static bool proxy_same_key(struct http_request *req, enum auth_key_from used, const char *name,
-                           size_t nl, const char *val, size_t vl)
+ * holding the very key (key, klen; NULL: none) that named the request's
+ * tenant, read from the `used` header. */
+static bool proxy_same_key(enum auth_key_from used, const char *key, size_t klen,
+                           const char *name, size_t nl, const char *val, size_t vl)
 {
-    if (used == AUTH_KEY_NONE)
-        return false;
-    size_t klen;
-    enum auth_key_from from;
-    const char *key = auth_request_key(req, &klen, &from);
     if (!key)
         return false;
     if (used == AUTH_KEY_BEARER && proxy_name_is(name, nl, "X-Api-Key"))
@@ -378,7 +374,9 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *met
     PUT_LIT(b, " HTTP/1.1\r\nHost: ");
     proxy_puts(b, httpc_target_authority(c->targets[0]));
     PUT_LIT(b, "\r\n");
-    enum auth_key_from used = auth_key_used(req);
+    enum auth_key_from used = auth_key_used(req), from;
+    size_t klen = 0;
+    const char *key = used != AUTH_KEY_NONE ? auth_request_key(req, &klen, &from) : NULL;
     int n = http_request_header_count(req);
     for (int i = 0; i < n; i++) {
         const char *name, *val;
@@ -395,7 +393,7 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *met
          * a tenant, does travel. */
         if ((used == AUTH_KEY_BEARER && proxy_name_is(name, nl, "Authorization")) ||
             (used == AUTH_KEY_X_API_KEY && proxy_name_is(name, nl, "X-Api-Key")) ||
-            proxy_same_key(req, used, name, nl, val, vl))
+            proxy_same_key(used, key, klen, name, nl, val, vl))
             continue;
         /* Ours to state below: the lists are extended, and the client's
          * own Host and scheme replaced (a client's "X-Forwarded-Proto:
