@@ -186,10 +186,7 @@ const char *tensor_json_where(char *out, size_t cap, int line, int column)
  * and "invalid token near 'NaN'" did not say that they are the trouble. */
 static const char *tensor_json_nonfinite(const char *body, size_t len)
 {
-    struct buf b = BUF_INIT;
-    int n = json_nonfinite_to_null(body, len, &b);
-    buf_free(&b);
-    return n > 0 ? " (NaN and Infinity are not JSON numbers: batchgate takes finite numbers only)"
+    return json_nonfinite_to_null(body, len, NULL) > 0 ? " (NaN and Infinity are not JSON numbers: batchgate takes finite numbers only)"
                  : "";
 }
 
@@ -805,41 +802,43 @@ int tensor_encode_kserve(const struct model *model, int version, const struct in
  * [[a,b],[c,d],[e,f]] for a 2x3 one (200, predictions of a scrambled
  * input) and ragged rows too. A row nests as the input's shape, or is one
  * flat list of its numbers (row-major: it cannot be misread) or a lone
- * number; what else it is, is said with where (`at`, "[1][0]"). */
-static int tensor_tfs_nesting(json_t *v, const struct model_tensor *in, int depth, char *at,
-                              size_t atlen, const char *field, struct error *err)
+ * number; what else it is, is said with where ("[1][0]", from idx[]). */
+static int tensor_tfs_nesting(json_t *v, const struct model_tensor *in, int depth, size_t *idx,
+                              const char *field, struct error *err)
 {
-    char shape[160] = "[";
+    bool list = json_is_array(v);
+    size_t n = list ? json_array_size(v) : 0;
+    if (depth < in->ndims && list && (in->shape[depth] <= 0 || n == (size_t)in->shape[depth])) {
+        for (size_t i = 0; i < n; i++) {
+            idx[depth] = i;
+            int rc = tensor_tfs_nesting(json_array_get(v, i), in, depth + 1, idx, field, err);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    if (depth == in->ndims && !list)
+        return 0;
+    /* Said with where, and the shape: made only now, not for every list. */
+    char at[MODEL_MAX_DIMS * 24 + 1] = "", shape[160] = "[";
+    for (int d = 0; d < depth; d++)
+        snprintf(at + strlen(at), sizeof at - strlen(at), "[%zu]", idx[d]);
     for (int d = 0; d < in->ndims; d++)
         snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? "," : "",
                  (long long)in->shape[d]);
     strcat(shape, "]");
-    if (depth == in->ndims) {
-        if (!json_is_array(v))
-            return 0;
+    if (depth == in->ndims)
         return error_set(err, BG_EINVAL, "%s%s: a list nested deeper than the row shape %s of "
                          "input \"%s\"", field, at, shape, in->name);
-    }
-    if (!json_is_array(v))
+    if (!list)
         return error_set(err, BG_EINVAL, "%s%s: a number where the row shape %s of input \"%s\" "
                          "has a list of %lld (a row nests as the shape, or is one flat list of "
                          "%lld numbers)", field, at, shape, in->name, (long long)in->shape[depth],
                          (long long)in->row_elems);
-    size_t n = json_array_size(v);
-    if (in->shape[depth] > 0 && n != (size_t)in->shape[depth])
-        return error_set(err, BG_EINVAL, "%s%s: a list of %zu where the row shape %s of input "
-                         "\"%s\" has %lld (a row nests as the shape, or is one flat list of "
-                         "%lld numbers)", field, at, n, shape, in->name,
-                         (long long)in->shape[depth], (long long)in->row_elems);
-    size_t k = strlen(at);
-    for (size_t i = 0; i < n; i++) {
-        snprintf(at + k, atlen - k, "[%zu]", i);
-        int rc = tensor_tfs_nesting(json_array_get(v, i), in, depth + 1, at, atlen, field, err);
-        if (rc)
-            return rc;
-    }
-    at[k] = '\0';
-    return 0;
+    return error_set(err, BG_EINVAL, "%s%s: a list of %zu where the row shape %s of input "
+                     "\"%s\" has %lld (a row nests as the shape, or is one flat list of "
+                     "%lld numbers)", field, at, n, shape, in->name,
+                     (long long)in->shape[depth], (long long)in->row_elems);
 }
 
 /* A row of a TF Serving request is well nested (tensor_tfs_nesting). */
@@ -854,8 +853,8 @@ static int tensor_tfs_row(json_t *row, const struct model_tensor *in, const char
     json_array_foreach(row, i, e) flat = flat && !json_is_array(e) && !json_is_object(e);
     if (flat)
         return 0;
-    char at[MODEL_MAX_DIMS * 24 + 1] = "";
-    return tensor_tfs_nesting(row, in, 0, at, sizeof at, field, err);
+    size_t idx[MODEL_MAX_DIMS];
+    return tensor_tfs_nesting(row, in, 0, idx, field, err);
 }
 
 int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len,

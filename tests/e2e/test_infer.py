@@ -287,6 +287,10 @@ class InferTest(RepoServerCase):
             r = post(self.srv.port, path, infer_body(rows))
             self.assertEqual(r.status, 400, (path, r))
             self.assertIn("{model} in the path: a malformed %-escape", r.json()["error"])
+        # The room for decoded captures is 1024 bytes: past it, 400 too.
+        r = post(self.srv.port, "/v2/models/%s/infer" % ("%61" * 1025), infer_body(rows))
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("longer than 1024 bytes decoded", r.json()["error"])
         r = post(self.srv.port, "/v2/models/dig%2Fits/infer", infer_body(rows))
         self.assertEqual(r.status, 404, r)   # a '/' decoded is in no model's name
         # "" is the default signature, as in TF Serving.
