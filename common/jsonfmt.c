@@ -147,7 +147,8 @@ int json_nonfinite_to_null(const char *text, size_t len, struct buf *out)
         for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
             if (!json_word_at(text, len, i, words[w]))
                 continue;
-            if (buf_append(out, text + from, i - from) < 0 || buf_append(out, "null", 4) < 0)
+            if (out && (buf_append(out, text + from, i - from) < 0 ||
+                        buf_append(out, "null", 4) < 0))
                 return -1;
             i += strlen(words[w]) - 1;
             from = i + 1;
@@ -155,5 +156,5 @@ int json_nonfinite_to_null(const char *text, size_t len, struct buf *out)
             break;
         }
     }
-    return buf_append(out, text + from, len - from) < 0 ? -1 : replaced;
+    return out && buf_append(out, text + from, len - from) < 0 ? -1 : replaced;
 }

@@ -27,7 +27,8 @@ int json_append_nested(struct buf *out, const float **v, const int64_t *shape, i
 
 /* The text with every bare NaN, Infinity and -Infinity (outside strings;
  * TF Serving writes them, JSON has none) replaced by null, into out:
- * returns how many were replaced, or -1 (out of memory). */
+ * returns how many were replaced, or -1 (out of memory). out NULL: only
+ * counts them. */
 int json_nonfinite_to_null(const char *text, size_t len, struct buf *out);
 
 #endif

@@ -82,6 +82,8 @@ static void test_nonfinite_to_null(void **state)
                          cases[i].n);
         expect_text(&b, cases[i].out);
         buf_free(&b);
+        assert_int_equal(json_nonfinite_to_null(cases[i].in, strlen(cases[i].in), NULL),
+                         cases[i].n);   /* counted only */
     }
 }
 
