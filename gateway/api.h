@@ -52,8 +52,7 @@ struct api_state {
     struct tenantstats *tenantstats;
     struct governor *governor;  /* time windows (serving/governance.h); NULL without tenants */
     struct ledger *ledger;    /* the usage ledger (serving/ledger.h); NULL without a state database */
-    /* Long reads of the state database, off the IO threads (offload.h);
-     * NULL: they run on the IO thread (the tests that build no main). */
+    /* Long reads of the state database, off the IO threads (offload.h). */
     struct offload *offload;
     /* Triton's extensions the registered routes implement (api_routes.c). */
     const char *extensions[API_EXTENSIONS_MAX];

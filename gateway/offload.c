@@ -73,11 +73,6 @@ int offload_submit(struct offload *o, struct http_request *req, struct offload_t
     t->mb = http_request_mailbox(req);
     t->msg.fn = offload_deliver;
     t->next = NULL;
-    if (!o) {
-        t->run(t);
-        t->done(t);
-        return 0;
-    }
     pthread_mutex_lock(&o->mu);
     bool take = !o->stop && o->queued < o->max_queued;
     if (take) {

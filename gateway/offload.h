@@ -32,7 +32,7 @@ struct offload_task {
 struct offload *offload_start(int max_queued, struct error *err);
 /* Queues t for req (t->run and t->done set): 0. -1 after answering req
  * 503 with Retry-After (the queue is full, or the offload stopped): the
- * caller frees t. o NULL: t runs here and now (no offload thread). */
+ * caller frees t. */
 int offload_submit(struct offload *o, struct http_request *req, struct offload_task *t);
 /* Runs what is queued, answers it, and stops the thread: before the IO
  * threads go (the answers need their mailboxes). */
