@@ -524,14 +524,16 @@ int main(int argc, char **argv)
 
     /* The state_dir is this server's alone (state.h), before anything in it
      * (packed weights, jobs, the ledger) is touched. */
-    int state_claim = -1, jobs_claim = -1;
+    struct state_claim state_claim, jobs_claim;
+    state_claim_init(&state_claim);
+    state_claim_init(&jobs_claim);
     if (state_dir_claim(cfg.state_dir, "state_dir", &state_claim, &err) ||
         /* A jobs.dir of its own is claimed too: a second server on it would
          * delete the first's Batch API files as a crash's leftovers. */
-        (cfg.jobs.dir[0] && state_dir_claim(cfg.jobs.dir, "jobs.dir", &jobs_claim, &err))) {
+        (cfg.jobs.dir[0] && !state_claim_covers(&state_claim, cfg.jobs.dir) &&
+         state_dir_claim(cfg.jobs.dir, "jobs.dir", &jobs_claim, &err))) {
         log_error("%s%s", err.code == BG_EIO ? "" : from, err.msg);
-        if (state_claim >= 0)
-            close(state_claim);
+        state_dir_release(&state_claim);
         config_release(&cfg);
         log_close(log);
         return err.code == BG_EIO ? 1 : EXIT_USAGE;   /* held: like a port in use */
@@ -841,9 +843,9 @@ out:
     router_free(router);
     router_free(h2router);
     grpc_service_free(grpc);
-    close(state_claim);   /* after jobs_free and serving_free: nothing writes there now */
-    if (jobs_claim >= 0)
-        close(jobs_claim);
+    /* After jobs_free and serving_free: nothing writes there now. */
+    state_dir_release(&state_claim);
+    state_dir_release(&jobs_claim);
     /* Last: a supervisor that restarts on this line finds the state_dir free
      * (the jobs runner may finish an offline batch after the drain). */
     if (stopped)

@@ -198,37 +198,100 @@ static int state_connect(const char *path, sqlite3 **db, struct error *err)
                            "PRAGMA wal_autocheckpoint=64;", err);
 }
 
-int state_dir_claim(const char *dir, const char *what, int *out_fd, struct error *err)
+/* The pid the holder wrote, for the message; "?" where it cannot be read
+ * (the lock file deleted, or an older build's empty one). */
+static void claim_holder_pid(const char *path, char *pid, size_t cap)
 {
-    *out_fd = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? pread(fd, pid, cap - 1, 0) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        n = snprintf(pid, cap, "?");
+    pid[n] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+}
+
+static int claim_held(const char *dir, const char *what, const char *path, struct error *err)
+{
+    char pid[24];
+    claim_holder_pid(path, pid, sizeof pid);
+    return error_set(err, BG_EIO, "%s %s is in use by another batchgate (pid %s); "
+                     "give each server its own %s", what, dir, pid, what);
+}
+
+void state_claim_init(struct state_claim *c)
+{
+    c->dir_fd = c->file_fd = -1;
+    c->dev = c->ino = 0;
+}
+
+bool state_claim_covers(const struct state_claim *c, const char *dir)
+{
+    struct stat sb;
+    return c->file_fd >= 0 && stat(dir, &sb) == 0 && (unsigned long long)sb.st_dev == c->dev &&
+           (unsigned long long)sb.st_ino == c->ino;
+}
+
+void state_dir_release(struct state_claim *c)
+{
+    if (c->file_fd >= 0)
+        close(c->file_fd);
+    if (c->dir_fd >= 0)
+        close(c->dir_fd);
+    state_claim_init(c);
+}
+
+int state_dir_claim(const char *dir, const char *what, struct state_claim *out,
+                    struct error *err)
+{
+    state_claim_init(out);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return error_set(err, BG_ECONFIG, "%s %s: cannot create it: %s", what, dir,
                          strerror(errno));
     char path[4200];
     snprintf(path, sizeof path, "%s/batchgate.lock", dir);
+    /* The folder itself is locked first: the lock file can be deleted under
+     * a running server (a clean-up script), and a second server would then
+     * lock a new file of that name and share the folder. Where the file
+     * system cannot lock a folder (NFS), the file's lock stands alone. */
+    out->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (out->dir_fd >= 0 && flock(out->dir_fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(out->dir_fd);
+        out->dir_fd = -1;
+        if (e == EWOULDBLOCK)
+            return claim_held(dir, what, path, err);
+        log_debug("%s %s: the folder cannot be locked (%s); the lock file alone holds it",
+                  what, dir, strerror(e));
+    }
+    /* The file too: an older build locks only the file. */
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
+    if (fd < 0) {
+        int e = errno;
+        state_dir_release(out);
         return error_set(err, BG_ECONFIG, "%s %s: cannot open %s: %s", what, dir, path,
-                         strerror(errno));
+                         strerror(e));
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
-        char pid[24] = "";
-        ssize_t n = e == EWOULDBLOCK ? pread(fd, pid, sizeof pid - 1, 0) : -1;
         close(fd);
-        if (n <= 0)
-            snprintf(pid, sizeof pid, "?");
-        pid[strcspn(pid, "\n")] = '\0';
+        state_dir_release(out);
         if (e == EWOULDBLOCK)
-            return error_set(err, BG_EIO, "%s %s is in use by another batchgate (pid %s); "
-                             "give each server its own %s", what, dir, pid, what);
+            return claim_held(dir, what, path, err);
         return error_set(err, BG_EIO, "%s %s: cannot lock %s: %s", what, dir, path,
                          strerror(e));
+    }
+    out->file_fd = fd;
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        out->dev = (unsigned long long)sb.st_dev;
+        out->ino = (unsigned long long)sb.st_ino;
     }
     char pid[24];
     int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
         log_warn("%s %s: cannot write the pid into %s: %s", what, dir, path, strerror(errno));
-    *out_fd = fd;
     return 0;
 }
 

@@ -61,17 +61,31 @@ struct state;
 const char *state_job_state_name(int s);
 
 /* The server's own hold on `dir` (creating it), for its lifetime: an
- * exclusive flock on `dir`/batchgate.lock, which holds its pid. Two servers
- * on one state_dir would both resume the same jobs and Batch API batches and
- * write the same result files; the second is refused, naming the first's
- * pid. The same for a jobs.dir of its own (the second would delete the
- * first's Batch API files as a crash's leftovers). `what` names the
- * setting in messages ("state_dir", "jobs.dir"). The kernel lets go when
- * the holder dies (kill -9 included), so a restart never finds a stale
- * lock. Readers (batchgate report) do not claim. Close *out_fd to let go.
+ * exclusive flock on the folder and on `dir`/batchgate.lock, which holds
+ * its pid. Two servers on one state_dir would both resume the same jobs and
+ * Batch API batches and write the same result files; the second is
+ * refused, naming the first's pid. The folder's lock keeps holding when the
+ * lock file is deleted; the file's is what older builds take. The same for
+ * a jobs.dir of its own (the second would delete the first's Batch API
+ * files as a crash's leftovers). `what` names the setting in messages
+ * ("state_dir", "jobs.dir"). The kernel lets go when the holder dies (kill
+ * -9 included), so a restart never finds a stale lock. Readers (batchgate
+ * report) do not claim. state_dir_release lets go.
  * Errors: BG_EIO when another holds it, BG_ECONFIG when the folder or the
  * file cannot be made or opened. */
-int state_dir_claim(const char *dir, const char *what, int *out_fd, struct error *err);
+struct state_claim {
+    int dir_fd;
+    int file_fd;
+    unsigned long long dev, ino;   /* the folder held */
+};
+
+void state_claim_init(struct state_claim *c);
+int state_dir_claim(const char *dir, const char *what, struct state_claim *out,
+                    struct error *err);
+void state_dir_release(struct state_claim *c);
+/* Whether `dir` is the folder `c` holds (a jobs.dir set to the state_dir
+ * itself is held already: a second claim would refuse the server itself). */
+bool state_claim_covers(const struct state_claim *c, const char *dir);
 
 /* Opens (creating) `dir`/batchgate.db. */
 int state_open(const char *dir, struct state **out, struct error *err);

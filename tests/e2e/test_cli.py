@@ -294,6 +294,12 @@ class CliTest(unittest.TestCase):
                 rc, out, err = run_cli(["report", "--config", cfg])
                 self.assertEqual(rc, 0, err)
                 self.assertEqual(roundtrip(first.port, "GET", "/v2/health/live").status, 200)
+                # A clean-up script deleting the lock file does not let a
+                # second server in: the folder itself is held (the old build
+                # started, and both ran the same jobs).
+                os.unlink(os.path.join(state, "batchgate.lock"))
+                self.assert_exit(["--config", cfg, "--io-threads", "1"], 1, stderr_has=(
+                    "state_dir %s is in use by another batchgate" % state,))
                 first.stop(signal.SIGKILL)
             with Server(config={"state_dir": state}) as again:
                 self.assertEqual(roundtrip(again.port, "GET", "/v2/health/live").status, 200)
@@ -309,6 +315,11 @@ class CliTest(unittest.TestCase):
                 self.assert_exit(["--config", cfg, "--io-threads", "1"], 1, stderr_has=(
                     "jobs.dir %s is in use by another batchgate (pid %d)" % (jobs, first.pid),))
                 self.assertEqual(roundtrip(first.port, "GET", "/v2/health/live").status, 200)
+            # jobs.dir set to the state_dir itself is held once (it refused
+            # the server itself, naming its own pid).
+            same = os.path.join(state, "same")
+            with Server(config={"state_dir": same, "jobs": {"dir": same}}) as one:
+                self.assertEqual(roundtrip(one.port, "GET", "/v2/health/live").status, 200)
             # A state_dir that cannot be a folder is bad configuration: exit 2.
             with open(cfg, "w") as f:
                 json.dump({"state_dir": os.path.join(state, "second.json", "x"),
