@@ -461,7 +461,8 @@ static int lc_enqueue(struct serving *s, struct lifecycle_task *t, struct error 
 /* Queues a load of e (under e->mu): one at a time per entry; a request's
  * wait joins the one queued. */
 static int lc_queue_load_locked(struct serving *s, struct served_entry *e, char *override,
-                                lifecycle_done_fn done, void *arg, struct error *err)
+                                lifecycle_done_fn done, void *arg, bool for_request,
+                                struct error *err)
 {
     struct lifecycle_task *t = calloc(1, sizeof *t);
     if (!t) {
@@ -469,7 +470,7 @@ static int lc_queue_load_locked(struct serving *s, struct served_entry *e, char 
         return error_set(err, BG_ENOMEM, "out of memory");
     }
     *t = (struct lifecycle_task){.kind = TASK_LOAD, .e = e, .override = override, .done = done,
-                                 .arg = arg};
+                                 .arg = arg, .for_request = for_request};
     int rc = lc_enqueue(s, t, err);
     if (rc == 0)
         e->loads_pending++;
@@ -572,7 +573,12 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
             t->e->loads_pending++;
             pthread_mutex_unlock(&t->e->mu);
         }
-        rc = lifecycle_load_now(s, t->e, t->override, &err);
+        /* A request queued this load in a window where it saw no load
+         * under way (before the start's eager loads were marked): the
+         * model another load brought in meanwhile serves it, rather than
+         * a reload of the same files. */
+        if (!(t->for_request && atomic_load(&t->e->cur->state) == SERVED_READY))
+            rc = lifecycle_load_now(s, t->e, t->override, &err);
         lc_answer_waiters(t->e, rc, err.msg);
     } else {
         pthread_mutex_lock(&t->e->mu);
@@ -1005,7 +1011,7 @@ static int serving_load_one(struct serving *s, struct served_entry *e, const cha
             rc = 0;
         }
     } else {
-        rc = lc_queue_load_locked(s, e, ov, done, arg, err);
+        rc = lc_queue_load_locked(s, e, ov, done, arg, false, err);
     }
     pthread_mutex_unlock(&e->mu);
     return rc;
@@ -1050,7 +1056,7 @@ int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t dead
     int64_t est = lc_estimate_ns(s, e);
     int rc = 0;
     if (e->loads_pending == 0)
-        rc = lc_queue_load_locked(s, e, NULL, NULL, NULL, err);
+        rc = lc_queue_load_locked(s, e, NULL, NULL, NULL, true, err);
     if (rc == 0 && deadline_ns && now_ns() + est > deadline_ns) {
         *retry_after_ns = est;
         rc = error_set(err, BG_ENOTREADY, "model %s is not loaded; loading it takes about %.0f ms, "

@@ -93,6 +93,8 @@ struct lifecycle_task {
     char *override;                   /* a config.json for this load; NULL: the file's */
     lifecycle_done_fn done;           /* NULL: none */
     void *arg;
+    bool for_request;                 /* TASK_LOAD asked by a request finding it not
+                                         loaded: nothing to do if another load did */
 };
 
 struct serving {
