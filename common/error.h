@@ -29,6 +29,7 @@
     X(BG_ENOTREADY,         503, "not_ready")               \
     X(BG_ESHUTDOWN,         503, "shutdown")                \
     X(BG_EUNAVAILABLE,      503, "unavailable")             \
+    X(BG_ESTORAGE,          503, "storage")                 \
     X(BG_EDEADLINE,         504, "deadline")                \
     X(BG_ECANCELLED,        499, "cancelled")               \
     X(BG_ECONFIG,           500, "config")                  \

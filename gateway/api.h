@@ -80,6 +80,11 @@ int api_routes_add(struct router *r, struct api_state *st, const struct api_rout
  * 0, or -1 out of memory. */
 int api_extensions_append(const struct api_state *st, struct buf *out);
 
+/* An error of the error.h vocabulary (code positive or negated) answered
+ * with its status; a storage refusal that passes (BG_ESTORAGE: a full disk,
+ * a database lock) with Retry-After, as clients retry a 503. */
+void api_respond_code(struct http_request *req, int code, const char *msg);
+
 /* The request's body as a JSON object (a new reference), or NULL after
  * answering 400: invalid JSON with its line and column, anything else as
  * "must be a JSON object". `shape` says what the object holds, for the

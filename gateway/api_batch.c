@@ -159,7 +159,7 @@ static int batch_get_file(struct http_request *req, const struct route_match *m,
         rc = error_set(&err, BG_ENOTFOUND, "No such File object: %s", id);
     if (rc) {
         http_request_set_error_param(req, "file_id");
-        http_respond_error(req, error_http_status(-rc), NULL, "%s", err.msg);
+        api_respond_code(req, rc, err.msg);
     }
     return rc;
 }
@@ -176,7 +176,7 @@ static int batch_get_batch(struct http_request *req, const struct route_match *m
         rc = error_set(&err, BG_ENOTFOUND, "No such Batch object: %s", id);
     if (rc) {
         http_request_set_error_param(req, "batch_id");
-        http_respond_error(req, error_http_status(-rc), NULL, "%s", err.msg);
+        api_respond_code(req, rc, err.msg);
     }
     return rc;
 }
@@ -199,19 +199,19 @@ static void batch_deliver(struct mailbox_msg *msg)
     struct buf b = BUF_INIT;
     struct error err = {0};
     if (c->status) {
-        int code = c->status < 0 ? -c->status : c->status;
         if (c->param[0])
             http_request_set_error_param(req, c->param);
-        http_respond_error(req, c->http_status ? c->http_status
-                                : code == BG_EIO ? 500 : error_http_status(code),
-                           NULL, "%s", c->error);
+        if (c->http_status)
+            http_respond_error(req, c->http_status, NULL, "%s", c->error);
+        else
+            api_respond_code(req, c->status, c->error);
     } else if (c->kind == JOBS_CMD_FILE_CREATE) {
         struct state_file f;
         if (state_file_get(state, c->id, &f, &err) == 0) {
             batch_file_json(&b, &f);
             batch_respond_buf(req, 200, &b);
         } else {
-            http_respond_error(req, 500, NULL, "%s", err.msg);
+            api_respond_code(req, err.code, err.msg);
         }
     } else if (c->kind == JOBS_CMD_FILE_DELETE) {
         BUF_LIT(&b, "{\"id\":");
@@ -224,7 +224,7 @@ static void batch_deliver(struct mailbox_msg *msg)
             batch_json(&b, &x);
             batch_respond_buf(req, 200, &b);
         } else {
-            http_respond_error(req, 500, NULL, "%s", err.msg);
+            api_respond_code(req, err.code, err.msg);
         }
     }
     free(c->body);
@@ -316,13 +316,13 @@ static bool batch_page_take(struct batch_page *p, const char *id)
     return true;
 }
 
-/* The page answered: 200, or 500 when the listing failed (rc). */
+/* The page answered: 200, or the listing's failure (rc). */
 static void batch_page_end(struct http_request *req, struct batch_page *p, int rc,
                            const struct error *err)
 {
     if (rc) {
         buf_free(&p->b);
-        http_respond_error(req, 500, NULL, "%s", err->msg);
+        api_respond_code(req, rc, err->msg);
         return;
     }
     BUF_LIT(&p->b, "],\"first_id\":");

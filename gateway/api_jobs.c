@@ -49,9 +49,7 @@ static void jobs_api_deliver(struct mailbox_msg *msg)
     struct jobs_call *call = (struct jobs_call *)msg;
     struct jobs_cmd *c = &call->cmd;
     if (c->status) {
-        int code = c->status < 0 ? -c->status : c->status;
-        http_respond_error(call->req, code == BG_EIO ? 500 : error_http_status(code), NULL,
-                           "%s", c->error);
+        api_respond_code(call->req, c->status, c->error);
     } else {
         struct buf b = BUF_INIT;
         buf_append(&b, "{\"id\":", 6);
@@ -455,7 +453,7 @@ static int jobs_api_get_job(struct http_request *req, const struct route_match *
     if (rc == 0 && !jobs_api_may_see(st, req, j))
         rc = error_set(&err, BG_ENOTFOUND, "no job \"%s\"", id);
     if (rc)
-        http_respond_error(req, error_http_status(-rc), NULL, "%s", err.msg);
+        api_respond_code(req, rc, err.msg);
     return rc;
 }
 

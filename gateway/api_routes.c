@@ -8,6 +8,18 @@
 #include "common/buf.h"
 #include "serving/tensor_json.h"
 
+/* Seconds: the jobs runner's own pause after a refused write is 1-30 s. */
+#define API_STORAGE_RETRY_S "5"
+
+void api_respond_code(struct http_request *req, int code, const char *msg)
+{
+    if (code < 0)
+        code = -code;
+    http_respond_error(req, error_http_status(code),
+                       code == BG_ESTORAGE ? "Retry-After: " API_STORAGE_RETRY_S "\r\n" : NULL,
+                       "%s", msg);
+}
+
 static int api_extension_record(struct api_state *st, const char *name, struct error *err)
 {
     for (int i = 0; i < st->nextensions; i++)

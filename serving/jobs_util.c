@@ -95,29 +95,32 @@ void jobs_new_id(const char *prefix, char *id, size_t cap)
              r[5], r[6], r[7]);
 }
 
+/* A full disk or quota passes: the caller may try again (503). */
+static int jobs_io_code(int e) { return e == ENOSPC || e == EDQUOT ? BG_ESTORAGE : BG_EIO; }
+
 int jobs_write_file(const char *path, const char *data, size_t len, struct error *err)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return error_set(err, BG_EIO, "cannot create %s: %s", path, strerror(errno));
+        return error_set(err, jobs_io_code(errno), "cannot create %s: %s", path,
+                         strerror(errno));
     size_t off = 0;
     while (off < len) {
         ssize_t w = write(fd, data + off, len - off);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            int e = errno;
+            int e = w < 0 ? errno : EIO;
             close(fd);
             unlink(path);
-            return error_set(err, BG_EIO, "cannot write %s: %s", path,
-                             w < 0 ? strerror(e) : "short write");
+            return error_set(err, jobs_io_code(e), "cannot write %s: %s", path, strerror(e));
         }
         off += (size_t)w;
     }
-    int rc = fsync(fd) == 0 ? 0 : error_set(err, BG_EIO, "cannot sync %s: %s", path,
-                                            strerror(errno));
+    int e = fsync(fd) == 0 ? 0 : errno;
     close(fd);
-    if (rc)
-        unlink(path);
-    return rc;
+    if (!e)
+        return 0;
+    unlink(path);
+    return error_set(err, jobs_io_code(e), "cannot sync %s: %s", path, strerror(e));
 }

@@ -51,16 +51,25 @@ static int64_t state_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A full disk or a lock another holds past the busy timeout passes: the
+ * same call may succeed later (BG_ESTORAGE, answered 503 with Retry-After);
+ * anything else is a fault of the database (BG_EIO). */
+static int state_code(sqlite3 *db)
+{
+    int c = sqlite3_errcode(db);
+    return c == SQLITE_BUSY || c == SQLITE_LOCKED || c == SQLITE_FULL ? BG_ESTORAGE : BG_EIO;
+}
+
 static int state_fail(struct error *err, sqlite3 *db, const char *what)
 {
-    return error_set(err, BG_EIO, "state database: %s: %s", what, sqlite3_errmsg(db));
+    return error_set(err, state_code(db), "state database: %s: %s", what, sqlite3_errmsg(db));
 }
 
 static int state_exec(sqlite3 *db, const char *sql, struct error *err)
 {
     char *msg = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int rc = error_set(err, BG_EIO, "state database: %s", msg ? msg : "error");
+        int rc = error_set(err, state_code(db), "state database: %s", msg ? msg : "error");
         sqlite3_free(msg);
         return rc;
     }
@@ -426,8 +435,9 @@ int state_job_insert(struct state *st, const struct state_job *j, struct error *
 {
     sqlite3_stmt *s = NULL, *p = NULL;
     int rc = 0;
-    if (state_exec(st->w, "BEGIN", err))
-        return -BG_EIO;
+    int begun = state_exec(st->w, "BEGIN", err);
+    if (begun)
+        return begun;
     if (sqlite3_prepare_v2(st->w,
                            "INSERT INTO jobs(id,model,tenant,state,created_ms,input_path,"
                            "output_path,input_size,input_mtime_ns,version)"
@@ -456,8 +466,8 @@ int state_job_insert(struct state *st, const struct state_job *j, struct error *
 out:
     sqlite3_finalize(s);
     sqlite3_finalize(p);
-    if (rc == 0 && state_exec(st->w, "COMMIT", err))
-        rc = -BG_EIO;
+    if (rc == 0)
+        rc = state_exec(st->w, "COMMIT", err);
     if (rc)
         state_exec(st->w, "ROLLBACK", NULL);
     return rc;
@@ -616,8 +626,9 @@ int state_job_ended_before(struct state *st, int64_t before_ms, int max, state_j
 
 int state_job_delete(struct state *st, const char *id, struct error *err)
 {
-    if (state_exec(st->w, "BEGIN", err))
-        return -BG_EIO;
+    int begun = state_exec(st->w, "BEGIN", err);
+    if (begun)
+        return begun;
     int rc = 0;
     static const char *const sql[] = {"DELETE FROM progress WHERE job_id=?",
                                       "DELETE FROM jobs WHERE id=?"};
@@ -630,8 +641,8 @@ int state_job_delete(struct state *st, const char *id, struct error *err)
         sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
         rc = state_step_done(st->w, s, "delete job", err);
     }
-    if (rc == 0 && state_exec(st->w, "COMMIT", err))
-        rc = -BG_EIO;
+    if (rc == 0)
+        rc = state_exec(st->w, "COMMIT", err);
     if (rc)
         state_exec(st->w, "ROLLBACK", NULL);
     return rc;
@@ -931,8 +942,9 @@ int state_batch_result_add(struct state *st, const char *id, int64_t line, bool 
 {
     sqlite3_stmt *s = NULL, *u = NULL;
     int rc = 0;
-    if (state_exec(st->w, "BEGIN", err))
-        return -BG_EIO;
+    int begun = state_exec(st->w, "BEGIN", err);
+    if (begun)
+        return begun;
     if (sqlite3_prepare_v2(st->w, "INSERT OR IGNORE INTO batch_results(batch_id,line,ok,body)"
                                   " VALUES(?,?,?,?)", -1, &s, NULL) != SQLITE_OK) {
         rc = state_fail(err, st->w, "batch result");
@@ -962,8 +974,9 @@ int state_batch_result_add(struct state *st, const char *id, int64_t line, bool 
 out:
     sqlite3_finalize(s);
     sqlite3_finalize(u);
-    if (rc >= 0 && state_exec(st->w, "COMMIT", err))
-        rc = -BG_EIO;
+    int committed = rc >= 0 ? state_exec(st->w, "COMMIT", err) : 0;
+    if (committed)
+        rc = committed;
     if (rc < 0)
         state_exec(st->w, "ROLLBACK", NULL);
     return rc;
@@ -990,8 +1003,9 @@ int state_batch_finish(struct state *st, const char *id, int status, const struc
                        const struct state_file *errf, const char *errors, int64_t now,
                        struct error *err)
 {
-    if (state_exec(st->w, "BEGIN", err))
-        return -BG_EIO;
+    int begun = state_exec(st->w, "BEGIN", err);
+    if (begun)
+        return begun;
     int rc = 0;
     if (out)
         rc = state_file_bind_insert(st->w, out, err);
@@ -1027,8 +1041,8 @@ int state_batch_finish(struct state *st, const char *id, int status, const struc
         sqlite3_bind_text(d, 1, id, -1, SQLITE_STATIC);
         rc = state_step_done(st->w, d, "finish batch", err);
     }
-    if (rc == 0 && state_exec(st->w, "COMMIT", err))
-        rc = -BG_EIO;
+    if (rc == 0)
+        rc = state_exec(st->w, "COMMIT", err);
     if (rc)
         state_exec(st->w, "ROLLBACK", NULL);
     return rc;

@@ -11,10 +11,11 @@ import resource
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import unittest
 
-from harness import Server, hold_write_lock, mount_tmpfs, roundtrip
+from harness import Server, fill_fs, hold_write_lock, mount_tmpfs, roundtrip
 from test_infer import infer_body, synthetic, write_model
 
 
@@ -494,6 +495,27 @@ class JobsRestartTest(JobsCase):
         check_exactly_once(self, results(self, srv, job), n)
         srv.stop_checked()
 
+    def test_submission_the_database_refuses_is_503_with_retry_after(self):
+        """A lock past the 5 s busy timeout passes: the submission is 503
+        with Retry-After, as clients retry it (it was 500, a fault), and
+        nothing of it is left behind; once the lock is gone it is 201."""
+        srv = self.start()
+        holder = threading.Thread(target=hold_write_lock,
+                                  args=(os.path.join(self.state, "batchgate.db"), 6.5))
+        holder.start()
+        try:
+            time.sleep(0.3)
+            r = submit(srv, "syn", line(0) + "\n")
+        finally:
+            holder.join()
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(r.headers.get("Retry-After"), "5")
+        self.assertIn("database is locked", r.json()["error"])
+        self.assertEqual([f for f in os.listdir(os.path.join(self.state, "jobs"))
+                          if f.endswith(".input.jsonl")], [])
+        self.assertEqual(submit(srv, "syn", line(0) + "\n").status, 201)
+        srv.stop_checked()
+
     def test_unreadable_database_is_looked_at_with_a_pause(self):
         """The state database damaged under a running server: the jobs
         runner and the Batch API's looked at it, and said so, every second
@@ -630,6 +652,15 @@ class JobsDiskFullTest(JobsCase):
                       [("Content-Type", "application/json")],
                       infer_body([[1, 2, 3, 4]], name="x"))
         self.assertEqual(r.status, 200, r.body)
+        # A submission the full disk cannot hold passes with the disk: 503
+        # with Retry-After (it was 500), then 201 once there is room.
+        filler = fill_fs(small)
+        r = submit(srv, "wide", line(0) + "\n")
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(r.headers.get("Retry-After"), "5")
+        self.assertIn("No space left on device", r.json()["error"])
+        os.unlink(filler)
+        self.assertEqual(submit(srv, "wide", line(0) + "\n").status, 201)
         srv.stop_checked()
 
 

@@ -1337,6 +1337,11 @@ class TestBatchClientSigkill(BatchCase):
         self.srv.wait_log(r"batch %s: cannot end it completed: .*No space left on device; its "
                           r"%d results are kept" % (bid, n), timeout=60)
         self.assertEqual(self.batch(bid)["status"], "finalizing")
+        # An upload the full disk cannot hold is 503, which passes with the
+        # disk (it was 500), in OpenAI's error shape.
+        st, raw = self.upload(jsonl([line(0)]))
+        self.assertEqual(st, 503, raw)
+        self.assertIn("No space left on device", json.loads(raw)["error"]["message"])
         os.unlink(filler)
         b = self.wait(bid, timeout=60)
         self.assertEqual(b["status"], "completed", b)
