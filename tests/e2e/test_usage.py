@@ -20,6 +20,7 @@ import threading
 import time
 import unittest
 
+import harness
 from harness import Server, fill_fs, mount_tmpfs, roundtrip, run_cli
 from test_infer import synthetic, write_model
 
@@ -605,6 +606,79 @@ class UsageUpstreamTest(UsageCase):
             srv.stop_checked()
         finally:
             stop_fakes(fakes)
+
+
+class UsageOffloadTest(unittest.TestCase):
+    """The usage queries run on one offload thread, 64 waiting at most
+    (gateway/offload.c): past them a query is 503 with Retry-After, and a
+    SIGTERM with the queue full answers every query it took before the
+    server exits."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="batchgate-offload-")
+        self.state = os.path.join(self.tmp, "state")
+        tool = os.path.join(os.path.dirname(harness.BIN), "usage_history")
+        if not os.access(tool, os.X_OK):
+            self.skipTest("usage_history is not built beside batchgate (%s)" % tool)
+        # 30 days of 10 tenants x 20 models: a daily query by tenant reads
+        # for ~10 ms, so a flood keeps the queue full while it arrives.
+        subprocess.run([tool, self.state, "--days", "30", "--tenants", "10", "--models",
+                        "20", "--devices", "2", "--minute-days", "1"], check=True,
+                       capture_output=True, timeout=120)
+        self.srv = None
+
+    def tearDown(self):
+        if self.srv:
+            self.srv.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def flood(self, n):
+        """n queries sent on n connections before any answer is read."""
+        now = int(time.time())
+        path = "/dashboard/usage?from=%d&to=%d&step=86400&group_by=tenant" % (
+            now - 31 * 86400, now)
+        socks = []
+        for _ in range(n):
+            s = harness.connect(self.srv.port, timeout=60)
+            harness.send(s, harness.request("GET", path, [], None))
+            socks.append(s)
+        return socks
+
+    def answers(self, socks):
+        out = []
+        for s in socks:
+            try:
+                out.append(harness.read_response(s, timeout=60))
+            except (OSError, harness.ProtocolError) as e:
+                out.append(e)
+            finally:
+                harness.close_quietly(s)
+        return out
+
+    def test_a_flood_past_64_is_503_and_sigterm_answers_what_it_took(self):
+        self.srv = Server({"state_dir": self.state}, io_threads=1)
+        got = self.answers(self.flood(150))
+        codes = [r.status for r in got]
+        self.assertEqual(sorted(set(codes)), [200, 503], codes)
+        self.assertGreaterEqual(codes.count(200), 65, codes)   # 64 waiting + 1 running
+        for r in got:
+            if r.status == 503:
+                self.assertEqual(r.headers.get("Retry-After"), "1")
+                self.assertIn("answering 64 such requests already", r.json()["error"])
+        # The server serves on: one query alone is answered.
+        self.assertEqual(self.answers(self.flood(1))[0].status, 200)
+        # SIGTERM with the queue full: every query read before it gets its
+        # whole answer (the offload stops before the IO threads), and the
+        # exit is clean.
+        socks = self.flood(100)
+        time.sleep(0.05)   # read by the IO thread, most of them waiting
+        self.srv.send_signal(signal.SIGTERM)
+        got = self.answers(socks)
+        self.assertEqual(self.srv.wait(30), 0, self.srv.log()[-3000:])
+        whole = [r for r in got if isinstance(r, harness.Response)]
+        self.assertGreaterEqual(len(whole), 65, got)
+        self.assertTrue(all(r.status in (200, 503) for r in whole), got)
+        self.assertIsNone(self.srv.sanitizer_report())
 
 
 class UsageReportTest(UsageCase):
