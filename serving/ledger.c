@@ -87,6 +87,7 @@ struct ledger {
     int64_t last_ns;
     int64_t last_flush_s, last_rollup_s;
     int write_failures;
+    bool dropped;                     /* rows dropped since the last write that took */
 
     /* Under mu: cost since the start by (tenant, device). */
     struct ledger_cost *costs;
@@ -532,10 +533,17 @@ static void ledger_flush(struct ledger *l)
     if (saved)
         memcpy(saved, l->carry, (size_t)ncarry * sizeof *saved);
     const struct state_usage_row *rows = (saved || !ncarry) ? ledger_round(l) : NULL;
+    int pending = l->nacc;
     if (state_usage_add(l->st, rows ? rows : l->acc, l->nacc, &err) == 0) {
         free(saved);
         l->nacc = 0;
+        /* Said as the failure was: whoever read the warning knows the
+         * rows caught up (or how many were dropped meanwhile). */
+        if (l->write_failures)
+            log_info("usage ledger: written again after %d failed tries (%d rows kept%s)",
+                     l->write_failures, pending, l->dropped ? "; some were dropped, said above" : "");
         l->write_failures = 0;
+        l->dropped = false;
         return;
     }
     if (rows) {   /* not written: the carries are as they were */
@@ -555,6 +563,7 @@ static void ledger_flush(struct ledger *l)
                   l->nacc, l->write_failures, drop);
         memmove(l->acc, l->acc + drop, (size_t)(l->nacc - drop) * sizeof *l->acc);
         l->nacc -= drop;
+        l->dropped = true;
     }
 }
 

@@ -464,6 +464,9 @@ class UsageFullDiskTest(UsageCase):
         srv.wait_log(r"usage ledger: .*rows are kept and written again", timeout=10)
         os.unlink(filler)
         self.settle(srv.port)
+        # And the recovery is said (the warning was the last word on it).
+        srv.wait_log(r"usage ledger: written again after \d+ failed tries \(\d+ rows kept\)",
+                     timeout=10)
         busy = sum(x["busy_seconds"] for x in wide(srv.port))
         self.assertAlmostEqual(busy / self.busy_metric(srv.port), 1.0, delta=0.005)
         srv.stop_checked()
