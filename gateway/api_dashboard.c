@@ -85,8 +85,11 @@ static void dashboard_data(struct http_request *req, const struct route_match *m
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    /* Others': this poll is one of them until it is answered (an idle
+     * server read "1 request(s) in flight" on its own dashboard). */
+    int64_t inflight = st->server ? server_inflight(st->server) - 1 : 0;
     buf_appendf(&b, "{\"time\":%lld,\"inflight\":%lld,\"models\":[", now_ms,
-                (long long)(st->server ? server_inflight(st->server) : 0));
+                (long long)(inflight > 0 ? inflight : 0));
     int n = st->serving ? serving_count(st->serving) : 0;
     for (int i = 0; i < n; i++) {
         struct served_model *sm = serving_acquire_at(st->serving, i);

@@ -369,6 +369,8 @@ class DeviceRowsAgreeTest(FakeUpstreamCase):
         self.serve()
         text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
         dash = roundtrip(self.srv.port, "GET", "/dashboard/data").json()
+        # Quiet: its own poll is not a request in flight (it read 1).
+        self.assertEqual(dash["inflight"], 0)
         dash = {m["name"]: m for m in dash["models"]}
         samples = parse(text)
         want = {"digits": ["cpu0", "cpu1"], "up2": ["upstream0", "upstream1"],
