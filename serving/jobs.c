@@ -916,6 +916,7 @@ void jobs_free(struct jobs *j)
         return;
     jobs_stop(j);
     llmbatch_free(j->caller);
+    jobs_batch_held_free(j);
     state_close(j->st);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

@@ -610,37 +610,109 @@ int64_t jobs_batch_tokens_today(struct jobs *j, int tenant)
     return j->btok_day == (int64_t)time(NULL) / 86400 ? atomic_load(&j->btok_used[tenant]) : 0;
 }
 
+/* Bytes of results held at most (jobs_batch_hold): past it a refused
+ * result is let go, and its line runs again when the batch is taken up. */
+#define JOBS_HELD_MAX_BYTES (64u << 20)
+
+/* A result committed (rc 0; 1: the line had one already): the line is done. */
+static void jobs_batch_line_done(struct jobs *j, struct jobs_bcur *bc, int64_t line, bool ok,
+                                 int rc, int model)
+{
+    jobs_db_ok(j);
+    if (bc->done && line >= 1 && line <= bc->b.total)
+        bc->done[line] = 1;
+    if (rc != 0)
+        return;
+    if (ok)
+        bc->b.completed++;
+    else
+        bc->b.failed++;
+    /* job_lines_total: the pool's, as a job's lines are their model's. */
+    if (model >= 0 && model < j->nmodels)
+        atomic_fetch_add_explicit(&j->lines[model][ok ? 0 : 1], 1, memory_order_relaxed);
+}
+
+/* Keeps a result the database refused, to commit when the batch is taken
+ * up again: the line was answered (and paid for, upstream); run again, it
+ * was paid for twice, and again at each retry while the refusal lasted. */
+static void jobs_batch_hold(struct jobs *j, const struct jobs_bcur *bc, int64_t line, bool ok,
+                            const struct buf *res, int model)
+{
+    struct jobs_held *h = j->held_bytes + res->len <= JOBS_HELD_MAX_BYTES
+                              ? malloc(sizeof *h + res->len)
+                              : NULL;
+    if (!h)
+        return;   /* not kept: the line runs again */
+    h->next = j->held;
+    snprintf(h->batch_id, sizeof h->batch_id, "%s", bc->b.id);
+    h->line = line;
+    h->ok = ok;
+    h->model = model;
+    h->len = res->len;
+    memcpy(h->body, res->data, res->len);
+    j->held = h;
+    j->held_bytes += res->len;
+}
+
+/* Commits the results held for bc's batch, first thing when it is taken
+ * up again: 0, or the database's refusal (those not committed stay held). */
+static int jobs_batch_commit_held(struct jobs *j, struct jobs_bcur *bc, struct error *err)
+{
+    for (struct jobs_held **p = &j->held; *p;) {
+        struct jobs_held *h = *p;
+        if (strcmp(h->batch_id, bc->b.id) != 0) {
+            p = &h->next;
+            continue;
+        }
+        int rc = state_batch_result_add(j->st, bc->b.id, h->line, h->ok, h->body, h->len, err);
+        if (rc < 0)
+            return rc;
+        jobs_batch_line_done(j, bc, h->line, h->ok, rc, h->model);
+        *p = h->next;
+        j->held_bytes -= h->len;
+        free(h);
+    }
+    return 0;
+}
+
+/* Lets go of the results held for the batch `id` (it ended another way). */
+static void jobs_batch_held_drop(struct jobs *j, const char *id)
+{
+    for (struct jobs_held **p = &j->held; *p;) {
+        struct jobs_held *h = *p;
+        if (id && strcmp(h->batch_id, id) != 0) {
+            p = &h->next;
+            continue;
+        }
+        *p = h->next;
+        j->held_bytes -= h->len;
+        free(h);
+    }
+}
+
+void jobs_batch_held_free(struct jobs *j) { jobs_batch_held_drop(j, NULL); }
+
 /* The line's result, committed: the line is done. */
 static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line, bool ok,
                               const struct buf *res, const struct served_model *sm)
 {
     struct error err = {0};
+    int model = sm ? served_index(sm) : -1;
     int rc = state_batch_result_add(j->st, bc->b.id, line, ok, res->data, res->len, &err);
     if (rc < 0) {
         /* Not done: the batch stops taking lines, and is taken up again
-         * after a pause (jobs_batch_pump), which runs the lines with no
-         * result again. It ended "completed" without them. Said once a
-         * stall: every line in flight came back to the same refusal (1,242
-         * lines in 40 s on a full disk). */
+         * after a pause (jobs_batch_pump), which commits the results held
+         * and runs the lines with none. It ended "completed" without them.
+         * Said once a stall: every line in flight came back to the same
+         * refusal (1,242 lines in 40 s on a full disk). */
         if (!bc->stalled)
             log_error("batch %s: line %lld: %s (the lines still in flight are not said)",
                       bc->b.id, (long long)line, err.msg);
         bc->stalled = true;
+        jobs_batch_hold(j, bc, line, ok, res, model);
         return;
     }
-    jobs_db_ok(j);
-    if (line >= 1 && line <= bc->b.total)
-        bc->done[line] = 1;
-    if (rc == 0) {
-        if (ok)
-            bc->b.completed++;
-        else
-            bc->b.failed++;
-        /* job_lines_total: the pool's, as a job's lines are their model's. */
-        int i = sm ? served_index(sm) : -1;
-        if (i >= 0 && i < j->nmodels)
-            atomic_fetch_add_explicit(&j->lines[i][ok ? 0 : 1], 1, memory_order_relaxed);
-    }
+    jobs_batch_line_done(j, bc, line, ok, rc, model);
 }
 
 /* {"id","custom_id","response":null,"error":{"code","message"}} */
@@ -827,6 +899,7 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
                                 const char *errors)
 {
     jobs_batch_take_back(j, bc);
+    jobs_batch_held_drop(j, bc->b.id);   /* ended without them (expired while it waited) */
     struct error err = {0};
     if (status == STATE_BATCH_COMPLETED)
         state_batch_set_status(j->st, bc->b.id, STATE_BATCH_FINALIZING, jobs_batch_now_s(), &err);
@@ -1026,6 +1099,17 @@ static bool jobs_batch_begin(struct jobs *j, struct jobs_bcur *bc)
     jobs_batch_shares(j, share);
     bc->weight = bc->weight_told = jobs_batch_weight(j, share, bc->tenant);
     bc->next_line = 1;
+    /* What was answered before the database refused it goes in first (a
+     * cancelled batch's too: answered lines are its results). Refused
+     * again: no line is sent meanwhile. */
+    if (jobs_batch_commit_held(j, bc, &err) != 0) {
+        double s = jobs_db_trouble(j);
+        log_error("batch %s: %s; its results held are committed when it is taken up again "
+                  "in %.0f s", bc->b.id, err.msg, s);
+        jobs_batch_close(j, bc);
+        j->batches_look = false;
+        return true;
+    }
     if (bc->b.status == STATE_BATCH_CANCELLING) {
         jobs_batch_finalize(j, bc, STATE_BATCH_CANCELLED, NULL);
         return true;
@@ -1300,7 +1384,8 @@ bool jobs_batch_pump(struct jobs *j)
              * they were ("in 0.0 s"), and the batch was taken up at once. */
             double in_s = jobs_db_trouble(j);
             log_warn("batch %s: %lld of %lld lines have a result; the state database refused "
-                     "the others', which run again when it is taken up (in %.0f s)", bc->b.id,
+                     "the others'; those answered are held and committed when it is taken up "
+                     "(in %.0f s), the rest run then", bc->b.id,
                      (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total, in_s);
             jobs_batch_close(j, bc);
             j->batches_look = false;   /* not at once: after the pause */

@@ -135,10 +135,26 @@ struct jobs {
      * are taken up again only after db_pause_until (1 s, doubling to 30 s
      * while it goes on), not at once and forever (jobs_db_trouble). */
     int64_t db_pause_ns, db_pause_until_ns;
+    /* Batch lines answered whose results the state database refused: kept
+     * to commit when their batch is taken up again, rather than sent
+     * upstream (and paid for) once more (jobs_batch_hold). */
+    struct jobs_held *held;
+    size_t held_bytes;
     /* A job's model said its servers are overloaded: no job is begun
      * before this (jobs_hold); holds_in_row since a line last succeeded. */
     int64_t hold_until_ns;
     int holds_in_row;
+};
+
+/* A batch line's result not committed yet (jobs->held). */
+struct jobs_held {
+    struct jobs_held *next;
+    char batch_id[64];
+    int64_t line;
+    bool ok;
+    int model;                        /* served_index of its model, -1: none */
+    size_t len;
+    char body[];
 };
 
 /* Batches running now (jobs_batch.c). */
@@ -180,6 +196,9 @@ void jobs_batch_sweep(struct jobs *j);
 void jobs_btok_restore(struct jobs *j);
 /* At stop: the lines in flight taken back (they run again at the next start). */
 void jobs_batch_pause(struct jobs *j);
+/* Frees the results held for batches (at the runner's end: lost, run again
+ * at the next start). */
+void jobs_batch_held_free(struct jobs *j);
 /* The caller's `done` (its thread): the line back to the jobs thread. */
 void jobs_batch_returned(struct llmbatch_line *l, void *arg);
 

@@ -1357,9 +1357,13 @@ class TestBatchClientSigkill(BatchCase):
         """Another process holds the state database's write lock past the
         5 s busy timeout while lines come back: a line whose result could
         not be committed ran again (the batch ended "completed" without
-        it, the line in no file)."""
+        it, the line in no file). And a line answered is sent once: its
+        result is held while the database refuses it, not sent upstream
+        (and paid for) again when the batch is taken up, and again at each
+        retry while the lock lasts (up to 256 lines a time)."""
         n = 400   # about 2 s of lines: the lock is taken while most are to come
         self.start()
+        sent0 = self.sim_requests()
         fid = self.upload_ok(jsonl([line(i, max_tokens=12) for i in range(n)]))["id"]
         bid = json.loads(self.create(fid)[1])["id"]
         deadline = time.monotonic() + 30
@@ -1374,12 +1378,14 @@ class TestBatchClientSigkill(BatchCase):
         # from when they are back (it read "in 0.0 s", over already).
         stalls = log.count("refused the others'")
         self.assertLessEqual(log.count("batch %s: line " % bid), stalls, log[-3000:])
-        self.assertEqual(len(re.findall(r"refused the others', which run again when it is "
-                                        r"taken up \(in [1-9]\d* s\)", log)), stalls, log[-3000:])
+        self.assertEqual(len(re.findall(r"refused the others'; those answered are held and "
+                                        r"committed when it is taken up \(in [1-9]\d* s\)",
+                                        log)), stalls, log[-3000:])
         self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
         out = self.content(b["output_file_id"])
         self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
                                                                      for i in range(n)))
+        self.assertEqual(self.sim_requests() - sent0, n, log[-3000:])
 
 
 class TestBatchCancelAndIdle(BatchCase):
