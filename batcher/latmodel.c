@@ -137,6 +137,20 @@ void latmodel_fit(struct latmodel *m)
     double b = ns ? latmodel_median(slopes, ns) : m->b_ns;
     if (b < 0)
         b = 0;   /* a bigger batch never runs faster; noise can say otherwise */
+    /* With a >= 0, no batch runs in less than b per token: b is at most the
+     * median of exec/tokens. Theil-Sen alone is robust only where sizes
+     * vary: a window of one-row batches and one stalled batch of 8 rows
+     * makes every pair of unlike sizes go through the stalled one, and its
+     * slope (14 ms a row, for 7 us) was the median; kept then as the only
+     * slope when it left the window, every request with a budget was 504
+     * for good, and no bigger batch ran to correct it. */
+    int nr = 0;
+    for (int i = 0; i < m->n; i++)
+        if (m->tokens[i] > 0)
+            resid[nr++] = (double)m->ns[i] / (double)m->tokens[i];
+    double most = nr ? latmodel_median(resid, nr) : b;
+    if (b > most)
+        b = most;
     for (int i = 0; i < m->n; i++)
         resid[i] = (double)m->ns[i] - b * m->tokens[i];
     double a = latmodel_median(resid, m->n);

@@ -238,6 +238,31 @@ static void test_latmodel_fits_a_copy_and_keeps_the_latest(void **state)
     assert_true(latmodel_predict(&shared, 30) > before);
 }
 
+/* A model of one-row batches (7.5 us each) and one stalled batch of 8
+ * rows (100 ms: a fault, a paused process): every pair of unlike sizes went
+ * through the stalled one, so Theil-Sen's median slope was its 14 ms a row,
+ * and once it left the window that slope stayed as the only one seen. A
+ * 50 ms budget was 504 for good (the gateway never ran the bigger batch
+ * that would correct it). */
+static void test_latmodel_one_stalled_batch_among_single_rows(void **state)
+{
+    (void)state;
+    struct latmodel m;
+    latmodel_init(&m);
+    for (int i = 0; i < 60; i++)
+        latmodel_add(&m, 1, 7500 + (i % 5) * 100);
+    latmodel_add(&m, 8, 100 * MS);
+    for (int i = 0; i < 8; i++)
+        latmodel_add(&m, 1, 7500 + (i % 5) * 100);
+    assert_true(latmodel_predict(&m, 1) < MS / 10);
+    assert_true(latmodel_predict(&m, 8) < MS);
+    /* The stalled batch out of the window: still sane. */
+    for (int i = 0; i < LATMODEL_WINDOW + 8; i++)
+        latmodel_add(&m, 1, 7500 + (i % 5) * 100);
+    assert_true(latmodel_predict(&m, 1) < MS / 10);
+    assert_true(latmodel_predict(&m, 8) < MS);
+}
+
 static void test_deadline_dispatches_just_in_time(void **state)
 {
     (void)state;
@@ -631,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_random_queues),
         cmocka_unit_test(test_latmodel_fits_and_resists_outliers),
         cmocka_unit_test(test_latmodel_fits_a_copy_and_keeps_the_latest),
+        cmocka_unit_test(test_latmodel_one_stalled_batch_among_single_rows),
         cmocka_unit_test(test_deadline_dispatches_just_in_time),
         cmocka_unit_test(test_deadline_wake_slack),
         cmocka_unit_test(test_wake_slack_rule),
