@@ -521,6 +521,16 @@ static bool conn_mark_answered(struct http_request *r, int status)
     if (c->parse.cur == r)
         c->parse.cur = NULL;
     http_request_free(r);
+    if (c->fd >= 0 && c->read_eof) {
+        /* A half-closed client's request that read the FIN as leaving,
+         * dropped now: the answers behind it go out, and with none left the
+         * connection closes. It stayed open, counted, until the idle
+         * timeout (60 s), the client never told why. */
+        conn_hold(c);
+        conn_flush(c);
+        conn_release(c);
+        return false;
+    }
     conn_maybe_free(c);
     return false;
 }

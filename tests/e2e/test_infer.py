@@ -18,8 +18,8 @@ import threading
 import time
 import unittest
 
-from harness import (RepoServerCase, Server, close_quietly, connect, read_response, request,
-                     roundtrip, send)
+from harness import (RepoServerCase, Server, close_quietly, connect, expect_eof, read_response,
+                     request, roundtrip, send)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DIGITS = os.path.normpath(os.path.join(HERE, "..", "..", "models", "digits"))
@@ -539,6 +539,26 @@ class InferTest(RepoServerCase):
             self.assertEqual(after["inference_stats"]["success"]["count"] -
                              before["inference_stats"]["success"]["count"], 1, how)
         self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/health/live").status, 200)
+
+    def test_half_closed_while_queued_is_closed(self):
+        # A half-close (shutdown of the write side) reads as leaving: the
+        # row is not computed, and the server closes its side then. It kept
+        # the connection open, unanswered, until the idle timeout (60 s).
+        before = self.stats("tiny")
+        blocker = threading.Thread(target=post, args=(self.srv.port, "/v2/models/tiny/infer",
+                                                      infer_body([[1, 1, 1, 1]], name="x")))
+        blocker.start()
+        time.sleep(0.05)
+        s = connect(self.srv.port)
+        send(s, request("POST", "/v2/models/tiny/infer", [("Content-Type", "application/json")],
+                        infer_body([[2, 2, 2, 2]], name="x")))
+        time.sleep(0.05)
+        s.shutdown(socket.SHUT_WR)
+        expect_eof(s, 3.0)
+        s.close()
+        blocker.join(10)
+        after = self.stats("tiny")
+        self.assertEqual(after["inference_count"] - before["inference_count"], 1)
 
     def test_client_gone_while_computed_is_not_counted(self):
         # A reset while its batch runs: the row is computed (the batch had
