@@ -1026,6 +1026,10 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
                        "retry)", c->name, (double)call->waited_ns / 1e6);
     }
     if (rc) {
+        /* A request over max_batch_tokens: its inputs are what is too long
+         * (OpenAI's error names the field, as the decode's do). */
+        if (rc == -BG_ETOOLONG && call->format == FORMAT_EMBED)
+            http_request_set_error_param(req, call->embed.api == EMBED_OPENAI ? "input" : "inputs");
         models_account_reject(st, sm, req, rc, error_http_status(rc));
         http_respond_error(req, error_http_status(rc),
                            rc == -BG_EQUEUEFULL || rc == -BG_ENOTREADY ? "Retry-After: 1\r\n"

@@ -116,18 +116,19 @@ static int embed_decode_root(const struct model *m, json_t *root, struct infer_r
     int rc;
     if ((rc = embed_bool(root, "truncate", &r->truncate, e, err)))
         return rc;
+    /* TEI keeps a text's end for "Left"; these kernels keep its start.
+     * Taken silently, the vectors of long texts would differ from TEI's, so
+     * only what is done here is accepted: on both routes, as `truncate` is
+     * (a client moving from TEI's to OpenAI's route keeps its fields). */
+    json_t *dir = json_object_get(root, "truncation_direction");
+    if (dir && !json_is_null(dir) &&
+        (!json_is_string(dir) || strcasecmp(json_string_value(dir), "right") != 0))
+        return embed_fail(e, "truncation_direction", err, BG_EINVAL,
+                          "truncation_direction: only \"Right\" is served (a text past "
+                          "the maximum length keeps its start)");
     if (e->api == EMBED_TEI) {
         if ((rc = embed_bool(root, "normalize", &e->normalize, e, err)))
             return rc;
-        /* TEI keeps a text's end for "Left"; these kernels keep its start.
-         * Taken silently, the vectors of long texts would differ from
-         * TEI's, so only what is done here is accepted. */
-        json_t *dir = json_object_get(root, "truncation_direction");
-        if (dir && !json_is_null(dir) &&
-            (!json_is_string(dir) || strcasecmp(json_string_value(dir), "right") != 0))
-            return embed_fail(e, "truncation_direction", err, BG_EINVAL,
-                              "truncation_direction: only \"Right\" is served (a text past "
-                              "the maximum length keeps its start)");
     } else {
         json_t *fmt = json_object_get(root, "encoding_format");
         if (json_is_null(fmt))

@@ -336,6 +336,13 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(r.status, 413, r.body)
         self.assertIn("the request has 48 tokens, more than a batch may hold "
                       "(batching.max_batch_tokens is 30)", r.json()["error"]["message"])
+        self.assertEqual(r.json()["error"]["param"], "input")   # it was null
+        # TEI's "Left" is refused on OpenAI's route too (`truncate` is taken
+        # on both): it was served silently as "Right".
+        r = post(self.port, "/v1/embeddings", {"model": "tinycap", "input": "x",
+                                               "truncation_direction": "Left"})
+        self.assertEqual(r.status, 400, r.body)
+        self.assertEqual(r.json()["error"]["param"], "truncation_direction")
         # Counted as what it is, not as a bad request.
         text = roundtrip(self.port, "GET", "/metrics").body.decode()
         self.assertRegex(text, r'batchgate_rejected_requests_total\{model="tinycap",'
