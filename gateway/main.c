@@ -156,6 +156,9 @@ static int main_hash_key(int argc, char **argv)
 
 /* How often the main thread returns free heap memory to the kernel. */
 #define MAIN_TRIM_INTERVAL_S 10
+/* What a stop gives the lifecycle thread past its deadline: its own exit
+ * when idle takes a wake-up, which is no hung load. */
+#define MAIN_STOP_GRACE_NS (100 * 1000000LL)
 /* Reads of the state database waiting for the offload thread before more
  * are refused 503 (each holds its parsed question only). */
 #define MAIN_OFFLOAD_QUEUED 64
@@ -382,6 +385,38 @@ static void main_changed_sections(const json_t *at_start, const json_t *now, cha
     }
 }
 
+/* SIGHUP's reopen of the log file (logrotate moved it). */
+static void main_reopen_log(struct log *log, const struct config *cfg)
+{
+    int r = log_reopen(log);
+    if (r == 0) {
+        log_info("SIGHUP: log reopened");
+        return;
+    }
+    /* The log still writes to the old file, likely moved or removed by the
+     * rotation that sent the signal: said there alone, nobody would read it. */
+    log_error("SIGHUP: cannot reopen %s: %s", cfg->log_file, strerror(-r));
+    fprintf(stderr, "batchgate: SIGHUP: cannot reopen the log file %s: %s; the log goes on "
+            "into the file it had open\n", cfg->log_file, strerror(-r));
+}
+
+/* Until the start's eager loads are over (serving_start): 0, or the stop
+ * signal that came first (SIGTERM, SIGINT; SIGUSR1 when no IO thread runs). */
+static int main_wait_started(struct serving *serving, const sigset_t *sigs, struct server *srv,
+                             struct log *log, const struct config *cfg)
+{
+    while (!serving_started(serving)) {
+        struct timespec tick = {0, 20 * 1000000};
+        siginfo_t si;
+        int got = sigtimedwait(sigs, &si, &tick);
+        if (got == SIGHUP)
+            main_reopen_log(log, cfg);
+        else if (got == SIGTERM || got == SIGINT || (got == SIGUSR1 && server_running(srv) == 0))
+            return got;
+    }
+    return 0;
+}
+
 static void main_reload_governance(const struct cli *cli, const struct config *cfg,
                                    struct governor *gov, const json_t *file_at_start)
 {
@@ -475,6 +510,7 @@ int main(int argc, char **argv)
 {
     int64_t t_start = now_ns();
     const char *stopped = NULL;   /* set by a drain: how it ended, logged last */
+    int64_t stop_by = 0;          /* the drain's end (now_ns); 0: no drain, no bound */
     if (argc >= 2 && strcmp(argv[1], "hash-key") == 0)
         return main_hash_key(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "report") == 0)
@@ -707,94 +743,89 @@ int main(int argc, char **argv)
         log_info("gRPC on %s%s%s:%d (KServe v2, HTTP/2 cleartext)",
                  strchr(cfg.http.h2.listen_host, ':') ? "[" : "", cfg.http.h2.listen_host,
                  strchr(cfg.http.h2.listen_host, ':') ? "]" : "", server_h2_port(srv));
-    serving_load_all(serving);
-    /* Unfinished jobs resume once their models are loaded. */
-    if (jobs_start(api.jobs, &err)) {
+    if (serving_start(serving, &err))
+        log_error("%s: models stay as they are (no load, unload or eviction)", err.msg);
+    /* The eager loads run on the lifecycle thread: a SIGTERM meanwhile is
+     * taken now (a pod loading large models ignored its stop until
+     * Kubernetes killed it), and a load that never ends cannot hold it. */
+    int sig = main_wait_started(serving, &sigs, srv, log, &cfg);
+    if (sig) {
+        log_info("SIG%s during the start: the model loads not begun are given up",
+                 sigabbrev_np(sig));
+    } else if (jobs_start(api.jobs, &err)) {   /* unfinished jobs resume once their models are loaded */
         log_error("%s", err.msg);
         exit_code = 1;
         goto out;
+    } else {
+        atomic_store(&api.ready_ns, now_ns());
+        atomic_store(&api.ready, true);
+        log_info("ready in %.1f ms%s", (double)(now_ns() - t_start) / 1e6,
+                 serving_all_ready(serving, NULL, 0) ? ""
+                                                     : " (some models failed to load: see above)");
     }
-    atomic_store(&api.ready_ns, now_ns());
-    atomic_store(&api.ready, true);
-    log_info("ready in %.1f ms%s", (double)(now_ns() - t_start) / 1e6,
-             serving_all_ready(serving, NULL, 0) ? "" : " (some models failed to load: see above)");
 
     /* Serve until SIGTERM/SIGINT (or every IO thread died). The file as
      * read at start, for SIGHUP to say which of its sections it does not
      * apply. */
     json_t *file_at_start = cli.config_path ? json_load_file(cli.config_path, 0, NULL) : NULL;
-    int sig = 0;
-    for (;;) {
+    while (!sig) {
         siginfo_t si;
         /* Every 10 s without a signal: give the heap's free pages back to
          * the kernel. Requests allocate and free on several threads' arenas,
          * and without this RSS creeps up with fragmentation (scripts/soak
          * saw +5% in 10 minutes with the memory in use flat). */
         struct timespec tick = {MAIN_TRIM_INTERVAL_S, 0};
-        sig = sigtimedwait(&sigs, &si, &tick);
-        if (sig < 0) {
+        int got = sigtimedwait(&sigs, &si, &tick);
+        if (got < 0) {
             if (errno == EAGAIN)
                 malloc_trim(0);
             continue;
         }
-        if (sig == SIGHUP) {
-            int r = log_reopen(log);
-            if (r < 0) {
-                /* The log still writes to the old file, likely moved or
-                 * removed by the rotation that sent the signal: said there
-                 * alone, nobody would read it. */
-                log_error("SIGHUP: cannot reopen %s: %s", cfg.log_file, strerror(-r));
-                fprintf(stderr, "batchgate: SIGHUP: cannot reopen the log file %s: %s; the log "
-                        "goes on into the file it had open\n", cfg.log_file, strerror(-r));
-            }
-            else
-                log_info("SIGHUP: log reopened");
+        if (got == SIGHUP) {
+            main_reopen_log(log, &cfg);
             main_reload_governance(&cli, &cfg, api.governor, file_at_start);
             continue;
         }
-        if (sig == SIGUSR1 && server_running(srv) > 0)
+        if (got == SIGUSR1 && server_running(srv) > 0)
             continue;
-        break;
+        sig = got;
     }
     json_decref(file_at_start);
 
     if (sig == SIGUSR1) {
         log_error("IO threads exited unexpectedly");
         exit_code = 1;
+        stop_by = now_ns() + (int64_t)cfg.shutdown_timeout_ms * 1000000;
     } else {
         /* Drain: stop accepting, answer what was accepted, bounded in time. */
         log_info("SIG%s: draining (up to %d ms)", sigabbrev_np(sig), cfg.shutdown_timeout_ms);
         atomic_store(&api.draining, true);
+        serving_begin_stop(serving);
         server_drain(srv);
-        int64_t deadline = now_ns() + (int64_t)cfg.shutdown_timeout_ms * 1000000;
+        stop_by = now_ns() + (int64_t)cfg.shutdown_timeout_ms * 1000000;
         bool forced = false;
-        while (server_running(srv) > 0) {
-            int64_t left = deadline - now_ns();
-            if (left <= 0) {
+        while (server_running(srv) > 0 && !forced) {
+            int64_t left = stop_by - now_ns();
+            siginfo_t si;
+            struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+            int s2 = left > 0 ? sigtimedwait(&sigs, &si, &ts) : -1;
+            if (left <= 0)
                 log_warn("drain timed out after %d ms; closing the remaining connections",
                          cfg.shutdown_timeout_ms);
-                /* Queued requests get 503 while their connections still exist. */
-                jobs_stop(api.jobs);
-                offload_stop(api.offload);
-                serving_stop(serving);
-                server_force_close(srv);
-                forced = true;
-                break;
-            }
-            struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
-            siginfo_t si;
-            int s2 = sigtimedwait(&sigs, &si, &ts);
-            if (s2 == SIGTERM || s2 == SIGINT) {
+            else if (s2 == SIGTERM || s2 == SIGINT)
                 log_warn("SIG%s again: closing the remaining connections now", sigabbrev_np(s2));
+            else if (s2 == SIGHUP)
+                main_reopen_log(log, &cfg);
+            if (left <= 0 || s2 == SIGTERM || s2 == SIGINT) {
+                /* Queued requests get 503 while their connections still
+                 * exist; a load under way is not waited for (a second
+                 * signal waited for it to end, a hung one for ever). */
                 jobs_stop(api.jobs);
                 offload_stop(api.offload);
-                serving_stop(serving);
+                serving_stop(serving, now_ns() + MAIN_STOP_GRACE_NS);
                 server_force_close(srv);
                 forced = true;
-                break;
             }
-            if (s2 == SIGHUP)
-                log_reopen(log);
         }
         uint64_t abandoned = server_join(srv);
         if (abandoned > 0) {
@@ -803,6 +834,8 @@ int main(int argc, char **argv)
             exit_code = 1;
         }
         stopped = forced ? " (forced)" : "";
+        if (forced)
+            stop_by = now_ns();
     }
 
 out:
@@ -811,8 +844,12 @@ out:
      * its last commands while the IO threads still run. */
     jobs_stop(api.jobs);
     offload_stop(api.offload);   /* its answers too need the IO threads' mailboxes */
-    /* Workers stop before the IO threads go: their completions need a mailbox. */
-    serving_stop(serving);
+    /* Workers stop before the IO threads go: their completions need a
+     * mailbox. A model load still running is waited for within the drain's
+     * time (and a moment more: an idle thread's own exit). */
+    bool serving_done = serving_stop(serving, stop_by ? (stop_by > now_ns() ? stop_by : now_ns()) +
+                                                            MAIN_STOP_GRACE_NS
+                                                      : 0);
     /* Its last sample sees every batch that ran; it writes before the
      * database closes (jobs_free). */
     ledger_stop(api.ledger);
@@ -820,6 +857,17 @@ out:
     if (srv) {
         server_force_close(srv);
         server_join(srv);
+    }
+    if (!serving_done) {
+        /* The lifecycle thread is in a load that did not end (its waiters
+         * were answered): what it uses cannot be freed under it, and
+         * nothing else needs to be (the ledger and the jobs wrote their
+         * last, the state database is consistent at every commit). */
+        log_warn("a model load is still running after the drain: exiting without it");
+        if (stopped)
+            log_info("stopped%s after %.1f s of service", stopped,
+                     (double)(now_ns() - t_start) / 1e9);
+        _exit(exit_code);
     }
     /* Its connections live on the IO threads' event bases: before those go. */
     proxy_free(api.proxy);

@@ -554,10 +554,62 @@ static struct served_entry *lc_add_asked(struct serving *s, const char *name, st
     return e;
 }
 
+static bool lc_stopping(struct serving *s)
+{
+    pthread_mutex_lock(&s->lc_mu);
+    bool stop = s->lc_stop;
+    pthread_mutex_unlock(&s->lc_mu);
+    return stop;
+}
+
+/* The start's eager loads, one after another; after a stop began, those
+ * not begun are given up (their waiters answered). */
+static void lc_start_loads(struct serving *s)
+{
+    for (int i = 0; i < s->start_n; i++) {
+        struct served_entry *e = s->entries[i];
+        if (atomic_load(&e->cur->state) != SERVED_LOADING)
+            continue;
+        atomic_store(&s->start_loading, i);
+        if (atomic_load(&s->stopping) || lc_stopping(s)) {
+            log_info("model %s: not loaded: the server stops", e->name);
+            lc_set_shell(s, e, NULL, SERVED_UNLOADED, "the server stopped before it loaded");
+            lc_answer_waiters(e, -BG_ESHUTDOWN, "the server is shutting down");
+            continue;
+        }
+        struct error err = {0};
+        int rc = lifecycle_load_now(s, e, NULL, &err);   /* a failure is logged and in the index */
+        lc_answer_waiters(e, rc, err.msg);
+    }
+    atomic_store(&s->start_loading, -1);
+    atomic_store(&s->started, true);
+}
+
+/* Answers e's waiters rc, its pending loads left as they are (the thread
+ * answers its own when it comes to them). */
+static void lc_refuse_waiters(struct served_entry *e, int rc, const char *msg)
+{
+    pthread_mutex_lock(&e->mu);
+    struct served_waiter *w = e->waiters;
+    e->waiters = NULL;
+    pthread_mutex_unlock(&e->mu);
+    while (w) {
+        struct served_waiter *next = w->next;
+        w->done(w->arg, rc, msg, NULL);
+        free(w);
+        w = next;
+    }
+}
+
 static void lc_run(struct serving *s, struct lifecycle_task *t)
 {
     struct error err = {0};
     int rc = 0;
+    if (t->kind == TASK_START) {
+        lc_start_loads(s);
+        free(t);
+        return;
+    }
     if (t->kind == TASK_ADD && !(t->e = lc_add_asked(s, t->name, &err))) {
         if (t->done)
             t->done(t->arg, err.code ? -err.code : -BG_ENOTFOUND, err.msg, NULL);
@@ -858,7 +910,33 @@ int lifecycle_start(struct serving *s, struct error *err)
     return 0;
 }
 
-void lifecycle_stop(struct serving *s)
+/* Joins the thread by deadline_ns (0: however long): false if it runs on. */
+static bool lc_join(struct serving *s, int64_t deadline_ns)
+{
+    if (!s->lc_started)
+        return true;
+    if (deadline_ns) {
+        struct timespec at;
+        clock_gettime(CLOCK_REALTIME, &at);
+        int64_t left = deadline_ns - now_ns();
+        if (left < 0)
+            left = 0;
+        at.tv_sec += (time_t)(left / 1000000000);
+        at.tv_nsec += (long)(left % 1000000000);
+        if (at.tv_nsec >= 1000000000L) {
+            at.tv_sec++;
+            at.tv_nsec -= 1000000000L;
+        }
+        if (pthread_timedjoin_np(s->lc_thread, NULL, &at) != 0)
+            return false;
+    } else {
+        pthread_join(s->lc_thread, NULL);
+    }
+    s->lc_started = false;
+    return true;
+}
+
+bool lifecycle_stop(struct serving *s, int64_t deadline_ns)
 {
     pthread_mutex_lock(&s->lc_mu);
     s->lc_stop = true;
@@ -867,23 +945,35 @@ void lifecycle_stop(struct serving *s)
     s->tasks_tail = &s->tasks;
     pthread_cond_broadcast(&s->lc_cv);
     pthread_mutex_unlock(&s->lc_mu);
-    if (s->lc_started) {
-        pthread_join(s->lc_thread, NULL);
-        s->lc_started = false;
+    bool joined = lc_join(s, deadline_ns);
+    if (!joined) {
+        /* A load that does not end (a file that never finishes reading, a
+         * network mount gone): whoever waits on it is answered now, not
+         * when it ends, and the stop goes on without it. */
+        int n = atomic_load(&s->n);
+        for (int i = 0; i < n; i++)
+            lc_answer_waiters(s->entries[i], -BG_ESHUTDOWN, "the server is shutting down");
+        atomic_store(&s->started, true);
     }
     while (t) {
         struct lifecycle_task *next = t->next;
         if (t->kind == TASK_LOAD)
             lc_answer_waiters(t->e, -BG_ESHUTDOWN, "the server is shutting down");
+        if (t->kind == TASK_START) {   /* the thread never ran it */
+            for (int i = 0; i < s->start_n; i++)
+                lc_answer_waiters(s->entries[i], -BG_ESHUTDOWN, "the server is shutting down");
+            atomic_store(&s->started, true);
+        }
         if (t->done)
             t->done(t->arg, -BG_ESHUTDOWN, "the server is shutting down", NULL);
         free(t->override);
         free(t);
         t = next;
     }
+    return joined;
 }
 
-void serving_load_all(struct serving *s)
+int serving_start(struct serving *s, struct error *err)
 {
     int n = atomic_load(&s->n);
     /* Every eager model is taken as loading before the first load starts:
@@ -895,41 +985,84 @@ void serving_load_all(struct serving *s)
             e->loads_pending++;
         pthread_mutex_unlock(&e->mu);
     }
-    for (int i = 0; i < n; i++) {
-        struct served_entry *e = s->entries[i];
-        /* No other thread swaps before the lifecycle thread starts. */
-        if (atomic_load(&e->cur->state) != SERVED_LOADING)
-            continue;
-        struct error err = {0};
-        int rc = lifecycle_load_now(s, e, NULL, &err);   /* a failure is logged and in the index */
-        lc_answer_waiters(e, rc, err.msg);
+    s->start_n = n;
+    atomic_store(&s->start_loading, -1);
+    /* The loads are the thread's first task, before any a request or the
+     * repository API queues; the caller's thread stays free to take a
+     * signal (it loaded them itself, and a SIGTERM waited for the last). */
+    struct lifecycle_task *t = calloc(1, sizeof *t);
+    if (t) {
+        t->kind = TASK_START;
+        pthread_mutex_lock(&s->lc_mu);
+        t->next = s->tasks;
+        s->tasks = t;
+        if (s->tasks_tail == &s->tasks)
+            s->tasks_tail = &t->next;
+        pthread_mutex_unlock(&s->lc_mu);
     }
-    struct error err = {0};
-    if (lifecycle_start(s, &err) != 0)
-        log_error("%s: models stay as they are (no load, unload or eviction)", err.msg);
+    int rc = t ? lifecycle_start(s, err) : error_set(err, BG_ENOMEM, "out of memory");
+    if (rc == 0)
+        return 0;
+    if (t) {   /* still first in the list: taken back, run here */
+        pthread_mutex_lock(&s->lc_mu);
+        s->tasks = t->next;
+        if (!s->tasks)
+            s->tasks_tail = &s->tasks;
+        pthread_mutex_unlock(&s->lc_mu);
+        free(t);
+    }
+    lc_start_loads(s);
+    return rc;
 }
 
-void serving_stop(struct serving *s)
+bool serving_started(const struct serving *s) { return atomic_load(&s->started); }
+
+void serving_begin_stop(struct serving *s)
 {
     if (!s)
         return;
+    atomic_store(&s->stopping, true);
+    /* Requests waiting on a start's load not begun: answered now, not when
+     * the drain times out (the thread is in a load, maybe a long one). */
+    int now = atomic_load(&s->start_loading);
+    for (int i = now + 1; now >= 0 && i < s->start_n; i++)
+        lc_refuse_waiters(s->entries[i], -BG_ESHUTDOWN, "the server is shutting down");
+}
+
+bool serving_stop(struct serving *s, int64_t deadline_ns)
+{
+    if (!s)
+        return true;
     /* No load or unload after this; draining copies are stopped below with
      * the current ones. */
-    lifecycle_stop(s);
+    bool stopped = lifecycle_stop(s, deadline_ns);
     int n = atomic_load(&s->n);
-    for (int i = 0; i < n; i++)
-        if (s->entries[i]->cur->batcher)
-            batcher_close(s->entries[i]->cur->batcher);
+    /* Under each entry's lock: a load still running may swap its copy. */
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        pthread_mutex_lock(&e->mu);
+        if (e->cur->batcher)
+            batcher_close(e->cur->batcher);
+        pthread_mutex_unlock(&e->mu);
+    }
     for (struct served_model *d = s->drain; d; d = d->next)
         if (d->batcher)
             batcher_close(d->batcher);
     /* Workers still holding a batch run it without waiting for a slot. */
     for (int i = 0; i < s->ndevs; i++)
         devsched_close(s->devs[i]);
-    for (int i = 0; i < n; i++)
-        served_copy_stop(s->entries[i]->cur);
+    for (int i = 0; i < n; i++) {
+        struct served_entry *e = s->entries[i];
+        pthread_mutex_lock(&e->mu);
+        struct served_model *cur = e->cur;
+        atomic_fetch_add(&cur->refs, 1);
+        pthread_mutex_unlock(&e->mu);
+        served_copy_stop(cur);
+        served_release(cur);
+    }
     for (struct served_model *d = s->drain; d; d = d->next)
         served_copy_stop(d);
+    return stopped;
 }
 
 /* ---- the entry points ---- */
@@ -1046,6 +1179,14 @@ int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t dead
     if (state == SERVED_READY) {
         pthread_mutex_unlock(&e->mu);
         return 1;
+    }
+    if (atomic_load(&s->stopping)) {
+        /* No load begins for a request now, nor is one waited on: the
+         * drain would wait for it (or cut it short). */
+        int rc = error_set(err, BG_ESHUTDOWN, "model %s is not loaded and the server is "
+                           "shutting down", e->name);
+        pthread_mutex_unlock(&e->mu);
+        return rc;
     }
     if (state == SERVED_FAILED && e->loads_pending == 0) {
         int rc = error_set(err, BG_ENOTREADY, "model %s is not ready: %s", e->name,

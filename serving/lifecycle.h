@@ -46,14 +46,14 @@ enum served_unload_reason {
 };
 extern const char *const served_unload_reason_names[SERVED_UNLOAD_REASONS];
 
-/* Before serving_load_all. */
+/* Before serving_start. */
 void serving_set_devices(struct serving *s, const struct serving_device_config *d, int n);
 /* devices.<dev>.price_per_hour, 0 when not configured. */
 double serving_device_price(const struct serving *s, const char *dev);
 /* repository_poll_s: every that many seconds the repository is scanned:
  * new model folders are added (eager ones loaded), changed ones (config,
  * the served version's weights, a new version) reloaded, removed ones
- * unloaded. 0: never. Before serving_load_all. */
+ * unloaded. 0: never. Before serving_start. */
 void serving_set_poll(struct serving *s, int seconds);
 /* How long a model that left the repository keeps its series in /metrics
  * (serving_shown_at); set before serving_start. */
@@ -119,10 +119,13 @@ struct served_memory_row {
 };
 int serving_memory_rows(struct serving *s, struct served_memory_row **out);
 
-/* The lifecycle thread: started by serving_load_all, stopped (tasks
- * still queued answered -BG_ESHUTDOWN) by serving_stop. A copy's last
- * holder letting go wakes it (served_release). */
+/* The lifecycle thread: started by serving_start, stopped (tasks still
+ * queued answered -BG_ESHUTDOWN) by serving_stop. A copy's last holder
+ * letting go wakes it (served_release). lifecycle_stop waits for it until
+ * deadline_ns (now_ns's clock; 0: for as long as it takes): false when it
+ * is still in a load then (a file that never finishes reading), its
+ * waiters answered -BG_ESHUTDOWN meanwhile; call it again to wait more. */
 int lifecycle_start(struct serving *s, struct error *err);
-void lifecycle_stop(struct serving *s);
+bool lifecycle_stop(struct serving *s, int64_t deadline_ns);
 
 #endif

@@ -80,7 +80,7 @@ struct serving;
 int serving_open(const char *dir, bool required, int io_threads, struct serving **out,
                  struct error *err);
 /* The tenants whose shares the devices keep (serving/shares.h); before
- * serving_load_all. Without it, or with the default tenant alone, nothing
+ * serving_start. Without it, or with the default tenant alone, nothing
  * is ranked by tenant. The table must outlive the serving table. */
 void serving_set_tenants(struct serving *s, const struct tenants_config *t);
 /* Puts shares in force on every device (a time window's; NULL: the
@@ -103,11 +103,22 @@ struct served_tenant_row {
 int serving_tenant_rows(struct serving *s, struct served_tenant_row **out);
 /* Where backends keep prepared weights between loads of a model (the cpu
  * backend's packed layers: backends/packcache.h); NULL or "": nowhere.
- * Before serving_load_all. */
+ * Before serving_start. */
 void serving_set_cache_dir(struct serving *s, const char *dir);
-/* Loads every eager model (cold start timed and logged) and starts its
- * workers, and the lifecycle thread (serving/lifecycle.h). */
-void serving_load_all(struct serving *s);
+/* Starts the lifecycle thread (serving/lifecycle.h), which loads every
+ * eager model first (cold start timed and logged) and starts its workers;
+ * requests for one meanwhile wait on its load. The caller takes signals
+ * meanwhile (a stop during a long start is not deferred to its end) and
+ * polls serving_started. An error when the thread cannot start: the loads
+ * ran on the calling thread then, and nothing loads or unloads after. */
+int serving_start(struct serving *s, struct error *err);
+/* Whether the start's eager loads are over (or were given up: serving_stop). */
+bool serving_started(const struct serving *s);
+/* A stop began (the drain): the start's eager loads not begun are given
+ * up and their waiters answered 503, and a request for a model not loaded
+ * is 503 rather than a wait on a load; a load under way ends as it would,
+ * answering its waiters, within the drain's time (serving_stop). */
+void serving_begin_stop(struct serving *s);
 /* Models in the table (it only grows). */
 int serving_count(const struct serving *s);
 /* The current copy of model i, or of the model named (NULL: none), with a
@@ -177,8 +188,12 @@ typedef void (*served_device_fn)(const struct served_device *d, void *arg);
  * server's rows go with it). The one place device rows are built. */
 void serving_model_devices(struct served_model *sm, const struct modelstats_snapshot *snap,
                            served_device_fn fn, void *arg);
-/* Stops the batchers (queued requests fail with 503) and joins the workers. */
-void serving_stop(struct serving *s);
+/* Stops the lifecycle thread (eager loads not begun are given up), the
+ * batchers (queued requests fail with 503) and joins the workers. A load
+ * under way is waited for until deadline_ns (now_ns's clock; 0: as long as
+ * it takes): false when it goes on past it, and then serving_free must not
+ * be called (the process exits instead). Again after false: waits more. */
+bool serving_stop(struct serving *s, int64_t deadline_ns);
 void serving_free(struct serving *s);
 
 #endif

@@ -86,7 +86,8 @@ struct served_entry {
 /* One queued lifecycle task. */
 struct lifecycle_task {
     struct lifecycle_task *next;
-    enum { TASK_LOAD, TASK_UNLOAD, TASK_ADD } kind;
+    enum { TASK_LOAD, TASK_UNLOAD, TASK_ADD, TASK_START } kind;   /* TASK_START: the
+                                         start's eager loads (serving_start) */
     struct served_entry *e;           /* TASK_ADD: none yet, the folder's `name` */
     char name[MODEL_NAME_MAX];
     enum served_unload_reason reason;
@@ -122,6 +123,10 @@ struct serving {
     struct served_model *drain;       /* swapped-out copies, freed at refs 0 */
     bool lc_started, lc_stop;
     pthread_t lc_thread;
+    int start_n;                      /* entries when the start's loads were queued */
+    _Atomic bool started;             /* the start's eager loads are over */
+    _Atomic bool stopping;            /* serving_begin_stop */
+    _Atomic int start_loading;        /* the start's load under way: its index; -1 none */
     int poll_s;                       /* repository_poll_s; 0: no polling */
     int64_t removed_keep_ns;          /* removed_metrics_keep_s (serving_shown_at) */
     /* Folders skipped for their name, said once each (the start's scan,
