@@ -290,15 +290,20 @@ def mount_tmpfs(tc, path, size):
 def fill_fs(folder):
     """Fills the file system of `folder` (a small tmpfs: mount_tmpfs) with a
     file of zeros until it is full; returns that file's path, to unlink
-    when there should be room again."""
+    when there should be room again. Unbuffered: a buffered file kept the
+    bytes that did not fit and raised ENOSPC again at its close."""
     path = os.path.join(folder, "filler")
-    with open(path, "wb") as f:
-        try:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for size in (65536, 4096, 1):   # the last pieces smaller
             while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+                try:
+                    if os.write(fd, b"\0" * size) <= 0:
+                        break
+                except OSError:
+                    break
+    finally:
+        os.close(fd)
     return path
 
 
