@@ -704,6 +704,17 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
 /* A model serving several versions: a version its policy now selects
  * gets an entry (loaded when eager); an entry whose version it no longer
  * selects is unloaded and retired. `first` is the name's first entry. */
+/* Sets e's standing_in and covered; whether standing_in was not set. */
+static bool lc_set_cover(struct served_entry *e, bool standing_in, bool covered)
+{
+    pthread_mutex_lock(&e->mu);
+    bool was = e->standing_in;
+    e->standing_in = standing_in;
+    e->covered = covered;
+    pthread_mutex_unlock(&e->mu);
+    return !was;
+}
+
 static void lc_poll_versions(struct serving *s, struct served_entry *first)
 {
     struct model_config *cfg = calloc(1, sizeof *cfg);
@@ -738,15 +749,47 @@ static void lc_poll_versions(struct serving *s, struct served_entry *first)
         if (atomic_load(&e->cur->state) == SERVED_LOADING)
             lc_load_unasked(s, e);
     }
+    /* The selected versions not serving (a new version's files half
+     * copied or corrupt): as many versions no longer selected serve on in
+     * their place, newest first, as a reload's old copy serves on. A new
+     * version that did not load retired a working one, and the server
+     * was not ready. */
+    n = atomic_load(&s->n);
+    struct served_entry *down[MODEL_MAX_VERSIONS], *old[MODEL_MAX_VERSIONS];
+    int ndown = 0, nold = 0;
     for (int i = 0; i < n && nv > 0; i++) {
         struct served_entry *e = s->entries[i];
         if (strcmp(e->name, first->name) != 0 || !e->pinned || e->retired)
             continue;
-        bool kept = false;
+        bool selected = false;
         for (int k = 0; k < nv; k++)
-            kept |= vs[k] == e->pinned;
-        if (kept)
+            selected |= vs[k] == e->pinned;
+        if (selected && atomic_load(&e->cur->state) == SERVED_FAILED && ndown < MODEL_MAX_VERSIONS)
+            down[ndown++] = e;
+        else if (selected)
+            lc_set_cover(e, false, false);
+        else if (nold < MODEL_MAX_VERSIONS)
+            old[nold++] = e;
+    }
+    for (int a = 0; a < nold; a++)   /* newest first */
+        for (int b = a + 1; b < nold; b++)
+            if (old[b]->pinned > old[a]->pinned) {
+                struct served_entry *x = old[a];
+                old[a] = old[b];
+                old[b] = x;
+            }
+    int standing = 0;
+    for (int a = 0; a < nold; a++) {
+        struct served_entry *e = old[a];
+        if (standing < ndown && atomic_load(&e->cur->state) == SERVED_READY) {
+            if (lc_set_cover(e, true, false))
+                log_warn("model %s: version %d serves on: version %d, selected by its "
+                         "version_policy, is not ready", e->name, e->pinned,
+                         down[standing]->pinned);
+            lc_set_cover(down[standing++], false, true);
             continue;
+        }
+        lc_set_cover(e, false, false);
         pthread_mutex_lock(&e->mu);
         e->retired = true;
         pthread_mutex_unlock(&e->mu);

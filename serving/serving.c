@@ -1098,7 +1098,10 @@ bool serving_all_ready(struct serving *s, char *who, size_t cap)
         bool wanted = !e->cur->model.cfg.lifecycle.lazy && !e->unload_asked && !e->retired &&
                       !e->removed;
         int state = atomic_load(&e->cur->state);
-        bool ok = !wanted || state == SERVED_READY ||
+        /* A new version that did not load while an older one serves in its
+         * place (lifecycle.c: lc_poll_versions) is as a reload that failed
+         * with the old copy serving on: no fault of readiness. */
+        bool ok = !wanted || state == SERVED_READY || e->covered ||
                   (state != SERVED_FAILED && atomic_load(&e->loads[0]) > 0);
         if (!ok && who)
             snprintf(who, cap, "%s", e->cur->model.cfg.name);

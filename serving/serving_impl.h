@@ -73,6 +73,10 @@ struct served_entry {
     _Atomic int64_t unlisted_ns;
     bool keep_pending;                /* a load to model_keep once it serves */
     int pinned;                       /* the one version it serves; 0: its policy's one */
+    /* Under mu. A version its policy no longer selects that serves on in
+     * place of a selected one not ready (standing_in), and a selected one
+     * not ready that another serves for (covered: not a readiness fault). */
+    bool standing_in, covered;
     bool retired;                     /* pinned to a version its policy no longer serves
                                        * (written by the lifecycle thread under mu) */
     /* Read without the lock. */

@@ -983,6 +983,43 @@ class SeveralVersionsTest(RepoServerCase):
                          ("READY", "READY", "UNAVAILABLE"))
 
 
+class VersionStandInTest(RepoServerCase):
+    """latest 2 with versions 1 and 2, then a version 3 half copied: it
+    retired version 1 at once, so one version served, and readiness was
+    503 for it (every pod of a rolling copy out of its Service). Version 1
+    now serves on until 3 loads, as a reload's old copy does."""
+    config = {"repository_poll_s": 1}
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "mh", linear("mh", 1, version_policy={"latest": 2})[0])
+        for v in (1, 2):
+            write_version(repo, "mh", v, scale=v)
+
+    def test_a_new_version_that_does_not_load_retires_nothing(self):
+        port = self.srv.port
+        write_version(self.repo, "mh", 3, raw=b"\x10\x00\x00")   # half copied
+        self.srv.wait_log(r"model mh: version 1 serves on: version 3, selected by its "
+                          r"version_policy, is not ready", timeout=10)
+        rows = index_rows(port, "mh")
+        self.assertEqual({v: r["state"] for v, r in rows.items()},
+                         {1: "READY", 2: "READY", 3: "UNAVAILABLE"}, rows)
+        self.assertEqual(post(port, "/v2/models/mh/versions/1/infer", LIN_BODY).status, 200)
+        self.assertEqual(roundtrip(port, "GET", "/v2/health/ready").status, 200)
+        # The copy ends: version 3 serves, version 1 retires.
+        write_version(self.repo, "mh", 3, scale=3)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            rows = index_rows(port, "mh")
+            if rows[3]["state"] == "READY" and rows[1]["state"] == "UNAVAILABLE":
+                break
+            time.sleep(0.1)
+        self.assertEqual({v: r["state"] for v, r in rows.items()},
+                         {1: "UNAVAILABLE", 2: "READY", 3: "READY"}, rows)
+        self.assertIn("not served any more", rows[1]["reason"])
+        self.assertEqual(roundtrip(port, "GET", "/v2/health/ready").status, 200)
+
+
 class AdminOnlyTest(RepoServerCase):
     """Once keys exist, the repository routes are an admin's."""
     config = {"tenants": [{"name": "team", "keys": ["sha256:" + __import__("hashlib").sha256(
