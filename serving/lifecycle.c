@@ -653,8 +653,8 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
     struct stat st;
     snprintf(path, sizeof path, "%s/config.json", e->dir);
     if (stat(path, &st) != 0) {
-        if (e->removed)
-            return;
+        if (e->removed || (errno != ENOENT && errno != ENOTDIR))
+            return;   /* removed is said once; an I/O error (a stale mount) is no removal */
         e->removed = true;
         atomic_store(&e->unlisted_ns, now_ns());
         memset(&e->sig, 0, sizeof e->sig);
@@ -807,6 +807,22 @@ static void lc_poll_versions(struct serving *s, struct served_entry *first)
  * unload; a model serving several versions follows its policy. */
 static void lc_poll(struct serving *s)
 {
+    /* The repository itself unreadable (unmounted, moved, a network mount
+     * gone) is no removal of every model: they serve on as they are until
+     * it is back. It read as every folder gone: all unloaded, and ready
+     * still 200. */
+    DIR *root = opendir(s->dir);
+    if (!root) {
+        if (!s->repo_unreadable)
+            log_error("model repository %s cannot be read (%s): its models stay as they are "
+                      "until it can", s->dir, strerror(errno));
+        s->repo_unreadable = true;
+        return;
+    }
+    closedir(root);
+    if (s->repo_unreadable)
+        log_info("model repository %s can be read again", s->dir);
+    s->repo_unreadable = false;
     int n = atomic_load(&s->n);
     for (int i = 0; i < n; i++) {
         struct served_entry *e = s->entries[i];

@@ -132,6 +132,7 @@ struct serving {
     _Atomic bool stopping;            /* serving_begin_stop */
     _Atomic int start_loading;        /* the start's load under way: its index; -1 none */
     int poll_s;                       /* repository_poll_s; 0: no polling */
+    bool repo_unreadable;             /* the last poll could not open the folder */
     int64_t removed_keep_ns;          /* removed_metrics_keep_s (serving_shown_at) */
     /* Folders skipped for their name, said once each (the start's scan,
      * then the lifecycle thread's polls: never at once): their names'

@@ -1020,6 +1020,35 @@ class VersionStandInTest(RepoServerCase):
         self.assertEqual(roundtrip(port, "GET", "/v2/health/ready").status, 200)
 
 
+class RepositoryGoneTest(RepoServerCase):
+    """The repository folder itself gone (moved, unmounted): it read as
+    every model removed, all unloaded, and readiness still 200. Now they
+    serve on until it is back, and that is said."""
+    config = {"repository_poll_s": 1}
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "g", linear("g", 1)[0])
+        write_version(repo, "g", 1, scale=1)
+
+    def test_models_serve_on_while_the_repository_cannot_be_read(self):
+        port = self.srv.port
+        away = self.repo + ".away"
+        os.rename(self.repo, away)
+        try:
+            self.srv.wait_log(r"model repository .* cannot be read \(No such file or directory\): "
+                              r"its models stay as they are until it can", timeout=10)
+            time.sleep(1.2)   # another poll
+            self.assertEqual(post(port, "/v2/models/g/infer", LIN_BODY).status, 200)
+            self.assertEqual(index_rows(port, "g")[1]["state"], "READY")
+            self.assertNotIn("left the repository", self.srv.log())
+        finally:
+            os.rename(away, self.repo)
+        self.srv.wait_log(r"model repository .* can be read again", timeout=10)
+        self.assertEqual(post(port, "/v2/models/g/infer", LIN_BODY).status, 200)
+        self.assertNotIn("left the repository", self.srv.log())
+
+
 class AdminOnlyTest(RepoServerCase):
     """Once keys exist, the repository routes are an admin's."""
     config = {"tenants": [{"name": "team", "keys": ["sha256:" + __import__("hashlib").sha256(
