@@ -456,6 +456,10 @@ static int config_devices_parse(struct config *c, json_t *devs, const char *file
         bool ok = k > 0 && k < n && n < sizeof c->devices[0].name;
         for (size_t i = k; i < n && ok; i++)
             ok = name[i] >= '0' && name[i] <= '9';
+        /* As the backends write labels ("cpu%d"): "cpu00" or "cpu4294967296"
+         * named no device, and the budget or price meant for cpu0 applied
+         * nowhere (cpu0 ran without a bound). */
+        ok = ok && (n - k == 1 || name[k] != '0') && n - k <= 5 && atoi(name + k) <= 65535;
         /* The backends whose instances sit on devices: "gpu0" would name
          * none, and its price or budget would apply nowhere, silently. */
         ok = ok && ((k == 3 && strncmp(name, "cpu", 3) == 0) ||
@@ -463,7 +467,8 @@ static int config_devices_parse(struct config *c, json_t *devs, const char *file
                     (k == 9 && strncmp(name, "synthetic", 9) == 0));
         if (!ok)
             return error_set(err, BG_ECONFIG, "%s: devices.%s: a device label is cpu, cuda or "
-                             "synthetic and a number (\"cpu0\", \"cuda1\")", file, name);
+                             "synthetic and a number without leading zeros, at most 65535 "
+                             "(\"cpu0\", \"cuda1\")", file, name);
         if (c->ndevices == SERVING_MAX_DEVICE_CONFIGS)
             return error_set(err, BG_ECONFIG, "%s: devices: more than %d devices", file,
                              SERVING_MAX_DEVICE_CONFIGS);

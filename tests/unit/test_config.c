@@ -410,11 +410,20 @@ static void test_devices(void **state)
     expect_message("{\"devices\": []}", "h.json: devices: expected an object, got an array");
     expect_message("{\"devices\": {\"gpu\": {}}}",
                    "h.json: devices.gpu: a device label is cpu, cuda or synthetic and a number "
-                   "(\"cpu0\", \"cuda1\")");
+                   "without leading zeros, at most 65535 (\"cpu0\", \"cuda1\")");
     /* The shape of a label, but no backend's: its price would apply nowhere. */
     expect_message("{\"devices\": {\"gpu0\": {\"price_per_hour\": 1}}}",
                    "h.json: devices.gpu0: a device label is cpu, cuda or synthetic and a number "
-                   "(\"cpu0\", \"cuda1\")");
+                   "without leading zeros, at most 65535 (\"cpu0\", \"cuda1\")");
+    /* Labels no backend writes: cpu0's budget set as "cpu00" bound nothing. */
+    expect_message("{\"devices\": {\"cpu00\": {\"memory_budget_bytes\": 1000}}}",
+                   "h.json: devices.cpu00: a device label is cpu, cuda or synthetic and a number "
+                   "without leading zeros, at most 65535 (\"cpu0\", \"cuda1\")");
+    expect_message("{\"devices\": {\"cpu4294967296\": {}}}",
+                   "h.json: devices.cpu4294967296: a device label is cpu, cuda or synthetic and a "
+                   "number without leading zeros, at most 65535 (\"cpu0\", \"cuda1\")");
+    assert_int_equal(config_load_string(&c, "{\"devices\": {\"cuda10\": {}, \"synthetic0\": "
+                                            "{}}}", "d.json", &err), 0);
     expect_message("{\"devices\": {\"cpu0\": 3}}", "h.json: devices.cpu0: expected an object");
     expect_message("{\"devices\": {\"cpu0\": {\"memory_budget_bytes\": -1}}}",
                    "h.json: devices.cpu0.memory_budget_bytes: expected a whole number of bytes >= 0");
