@@ -343,6 +343,12 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
     struct model_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg)
         return error_set(err, BG_ENOMEM, "out of memory");
+    /* A load nobody gave a configuration (a request after an idle unload,
+     * a poll's reload) keeps the one the repository API gave last: it was
+     * lost, the model back on the folder's config.json unasked. */
+    bool asked = override != NULL;
+    if (!override)
+        override = e->override;
     int version = 0;
     int rc = served_config_read(e, override, cfg, &version, err);
     bool cfg_ok = rc == 0;
@@ -413,6 +419,13 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
     }
     atomic_store(&e->cold_ns, (int64_t)(m->cold.total_s * 1e9));
     e->loaded_sig = e->sig;
+    if (asked) {
+        char *keep = strdup(override);
+        if (keep) {   /* out of memory: the next load reads the folder's, as before */
+            free(e->override);
+            e->override = keep;
+        }
+    }
     e->keep_pending = true;
     /* What it holds where the budget counts (model_instance_bytes). */
     size_t on_dev = served_copy_bytes_on(sm, dev);
@@ -629,6 +642,12 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
          * under way (before the start's eager loads were marked): the
          * model another load brought in meanwhile serves it, rather than
          * a reload of the same files. */
+        if (t->kind == TASK_LOAD && !t->for_request && !t->override) {
+            /* The repository API's load without a configuration: the
+             * folder's config.json again, as Triton's. */
+            free(t->e->override);
+            t->e->override = NULL;
+        }
         if (!(t->for_request && atomic_load(&t->e->cur->state) == SERVED_READY))
             rc = lifecycle_load_now(s, t->e, t->override, &err);
         lc_answer_waiters(t->e, rc, err.msg);

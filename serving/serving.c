@@ -1240,6 +1240,7 @@ void serving_free(struct serving *s)
         struct served_entry *e = s->entries[i];
         modelstats_free(e->stats);
         free(e->seen);
+        free(e->override);
         pthread_mutex_destroy(&e->mu);
         free(e);
     }

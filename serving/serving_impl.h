@@ -77,6 +77,8 @@ struct served_entry {
      * place of a selected one not ready (standing_in), and a selected one
      * not ready that another serves for (covered: not a readiness fault). */
     bool standing_in, covered;
+    char *override;                   /* the repository API's config.json for its loads;
+                                         NULL: the folder's (the lifecycle thread's) */
     bool retired;                     /* pinned to a version its policy no longer serves
                                        * (written by the lifecycle thread under mu) */
     /* Read without the lock. */

@@ -81,6 +81,7 @@ class RepositoryTest(RepoServerCase):
         cfg["lifecycle"] = {"idle_unload_s": 1}
         with open("%s/idle/config.json" % repo, "w") as f:
             json.dump(cfg, f)
+        write_model(repo, "idle_ov", synthetic("idle_ov", base_us=1000, per_row_us=0))
 
     def test_a_client_gone_during_the_load_is_not_computed(self):
         # Its connection reset while the request waited for the lazy load:
@@ -295,6 +296,25 @@ class RepositoryTest(RepoServerCase):
         # The file's config again.
         self.assertEqual(post(port, "/v2/repository/models/eager/load", "{}").status, 200)
         self.assertEqual(roundtrip(port, "GET", "/v2/models/eager/config").json()["max_batch_size"], 8)
+
+    def test_a_config_override_outlives_an_idle_unload(self):
+        # The repository API's configuration was lost when the model was
+        # unloaded for idleness and a request loaded it again: the folder's
+        # config.json came back unasked (max_batch_size 8, not 3).
+        port = self.srv.port
+        cfg = synthetic("idle_ov", base_us=1000, per_row_us=0, batching={"max_batch_size": 3})
+        cfg["lifecycle"] = {"idle_unload_s": 1}
+        r = post(port, "/v2/repository/models/idle_ov/load",
+                 json.dumps({"parameters": {"config": json.dumps(cfg)}}), timeout=10)
+        self.assertEqual(r.status, 200, r)
+        wait_state(port, "idle_ov", "UNAVAILABLE", timeout=5)
+        self.assertEqual(infer(port, "idle_ov").status, 200)
+        c = roundtrip(port, "GET", "/v2/models/idle_ov/config").json()
+        self.assertEqual(c["max_batch_size"], 3)
+        # A load without one reads the folder's again.
+        self.assertEqual(post(port, "/v2/repository/models/idle_ov/load", "{}").status, 200)
+        c = roundtrip(port, "GET", "/v2/models/idle_ov/config").json()
+        self.assertEqual(c["max_batch_size"], 8)
 
     def test_bad_requests(self):
         port = self.srv.port
