@@ -862,8 +862,8 @@ static void lc_poll(struct serving *s)
     while ((de = readdir(d))) {
         char path[8300];
         struct stat st;
-        if (de->d_name[0] == '.' || strlen(de->d_name) >= MODEL_NAME_MAX ||
-            lc_find(s, de->d_name, strlen(de->d_name)))
+        if (de->d_name[0] == '.' || (strlen(de->d_name) < MODEL_NAME_MAX &&
+                                     lc_find(s, de->d_name, strlen(de->d_name))))
             continue;
         snprintf(path, sizeof path, "%s/%s/config.json", s->dir, de->d_name);
         if (stat(path, &st) != 0)
@@ -1155,8 +1155,11 @@ static int lc_queue_add(struct serving *s, const char *name, size_t len, const c
 {
     char path[8400];
     struct stat st;
+    if (len >= MODEL_NAME_MAX)   /* its folder may exist: that is not why */
+        return error_set(err, BG_EINVAL, "\"%.40s...\" is no model name: at most %d characters",
+                         name, MODEL_NAME_MAX - 1);
     snprintf(path, sizeof path, "%s/%.*s/config.json", s->dir, (int)(len > 200 ? 200 : len), name);
-    if (len == 0 || len >= MODEL_NAME_MAX || memchr(name, '/', len) || name[0] == '.' ||
+    if (len == 0 || memchr(name, '/', len) || name[0] == '.' ||
         stat(path, &st) != 0)
         return error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\" (no folder of that name "
                          "with a config.json in the repository)", (int)(len > 128 ? 128 : len),

@@ -293,18 +293,23 @@ void serving_warn_bad_folder(struct serving *s, const char *name)
         return;
     char shown[3 * 64 + 1];
     size_t k = 0;
-    for (const unsigned char *p = (const unsigned char *)name; *p && k + 4 < sizeof shown; p++)
+    const unsigned char *p = (const unsigned char *)name;
+    for (; *p && k + 4 < sizeof shown; p++)
         k += (size_t)snprintf(shown + k, sizeof shown - k, *p > ' ' && *p < 0x7f ? "%c" : "\\x%02x",
                               *p);
-    log_warn("model repository: folder \"%s\" skipped: a model's name may use only letters, "
-             "digits, _ - . (rename the folder)", shown);
+    if (strlen(name) >= MODEL_NAME_MAX)
+        log_warn("model repository: folder \"%s%s\" skipped: a model's name is at most %d "
+                 "characters (rename the folder)", shown, *p ? "..." : "", MODEL_NAME_MAX - 1);
+    else
+        log_warn("model repository: folder \"%s\" skipped: a model's name may use only "
+                 "letters, digits, _ - . (rename the folder)", shown);
 }
 
 int serving_add_model(struct serving *s, const char *name, struct error *err)
 {
     if (!model_name_ok(name))
         return error_set(err, BG_ENOTFOUND, "\"%.80s\" is no model name: letters, digits, _ - . "
-                         "only", name);
+                         "only, at most %d of them", name, MODEL_NAME_MAX - 1);
     /* A policy serving several versions: an entry per version, pinned. */
     char dir[8300];
     snprintf(dir, sizeof dir, "%s/%s", s->dir, name);

@@ -329,6 +329,10 @@ class RepositoryTest(RepoServerCase):
             self.assertIn("dot segment", r.json()["error"])
         self.assertEqual(post(port, "/v2/repository/models/nosuch/load", "{}").status, 404)
         self.assertEqual(post(port, "/v2/repository/models/nosuch/unload", "{}").status, 404)
+        # A name past 127 characters says so (it was 404 "no folder").
+        r = post(port, "/v2/repository/models/%s/load" % ("n" * 128), "{}")
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("at most 127 characters", r.json()["error"])
         for body in ("not json", "[]", '{"parameters": 1}', '{"parameters": {"config": 1}}',
                      '{"parameters": {"file:1/model.safetensors": "AAAA"}}'):
             r = post(port, "/v2/repository/models/eager/load", body)
@@ -1067,6 +1071,14 @@ class RepositoryGoneTest(RepoServerCase):
         self.srv.wait_log(r"model repository .* can be read again", timeout=10)
         self.assertEqual(post(port, "/v2/models/g/infer", LIN_BODY).status, 200)
         self.assertNotIn("left the repository", self.srv.log())
+
+    def test_a_folder_name_too_long_is_said(self):
+        # Added after the start, a folder of 128 characters was passed over
+        # without a word (at the start it was said, as a bad character).
+        long_name = "x" * 128
+        write_model(self.repo, long_name, linear(long_name, 1)[0])
+        self.srv.wait_log(r"folder \"x{128}\" skipped: a model's name is at most 127 "
+                          r"characters", timeout=10)
 
 
 class AdminOnlyTest(RepoServerCase):
