@@ -231,6 +231,7 @@ static const struct schema_name config_jobs_priorities[] = {
 
 static const struct schema_field config_jobs_fields[] = {
     {SCHEMA_F_STRING("dir", struct config_jobs, dir),
+     .flags = SCHEMA_NONEMPTY,   /* "" was the default silently: omit it for that */
      .doc_default = "<state_dir>/jobs",
      .doc = "job inputs (a submitted body is written here) and results files; an `input_path` "
             "must lie under it (docs/JOBS.md); given apart from state_dir, one server's alone "

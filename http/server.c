@@ -200,9 +200,15 @@ static int server_listener_bind(const char *host, int port, const char *what, in
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(host, portstr, &hints, &res);
-    if (gai != 0)   /* a runtime failure: name service may be down for a while */
-        return error_set(err, BG_EIO, "%s: cannot resolve host \"%s\": %s", what, host,
+    if (gai != 0) {
+        /* A runtime failure (exit 1): name service may be down for a
+         * while. But an address literal that is none ("256.1.1.1", a bad
+         * IPv6) resolves no better later: bad configuration (exit 2). */
+        bool literal = host[strspn(host, "0123456789.")] == '\0' || strchr(host, ':');
+        return error_set(err, literal ? BG_ECONFIG : BG_EIO, "%s: %s \"%s\": %s", what,
+                         literal ? "not an IP address:" : "cannot resolve host", host,
                          gai_strerror(gai));
+    }
     int fd = -1, saved = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -1182,6 +1182,14 @@ int serving_load(struct serving *s, const char *name, size_t len, const char *ov
     struct served_entry *e = lc_find(s, name, len);
     if (!e)
         return lc_queue_add(s, name, len, override, olen, done, arg, err);
+    /* Known, but its folder left the repository: as a name never seen
+     * (it read as a bad config.json, 400 "cannot open"). */
+    char path[8300];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/config.json", e->dir);
+    if (stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
+        return error_set(err, BG_ENOTFOUND, "model %s: its folder is no longer in the repository "
+                         "(no %s)", e->name, path);
     /* Every version it serves (retired ones not); the answer comes with the
      * last (the thread runs them in order). */
     struct served_entry *served[MODEL_MAX_VERSIONS];

@@ -353,6 +353,11 @@ class CliTest(unittest.TestCase):
                       ["--listen", "127.0.0.1:0", "--grpc-listen", "nosuchhost.invalid:0"]):
             self.assert_exit(flags + ["--io-threads", "2"], 1,
                              stderr_has=('cannot resolve host "nosuchhost.invalid"',))
+        # An address literal that is none will not resolve later either:
+        # bad usage, exit 2 (it was 1, as a name service down).
+        for host in ("256.1.1.1", "[1::2::3]"):
+            self.assert_exit(["--listen", host + ":0", "--io-threads", "1"], 2,
+                             stderr_has=('listen: not an IP address',))
 
     def test_a_start_waits_for_another_binding_the_port(self):
         # Two batchgates started together could both find the port free

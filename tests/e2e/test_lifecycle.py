@@ -329,6 +329,14 @@ class RepositoryTest(RepoServerCase):
             self.assertIn("dot segment", r.json()["error"])
         self.assertEqual(post(port, "/v2/repository/models/nosuch/load", "{}").status, 404)
         self.assertEqual(post(port, "/v2/repository/models/nosuch/unload", "{}").status, 404)
+        # A model whose folder was removed is as one never seen: 404 (it
+        # was 400, "cannot open .../config.json").
+        write_model(self.repo, "gone", synthetic("gone", base_us=1000, per_row_us=0))
+        self.assertEqual(post(port, "/v2/repository/models/gone/load", "{}").status, 200)
+        shutil.rmtree(os.path.join(self.repo, "gone"))
+        r = post(port, "/v2/repository/models/gone/load", "{}")
+        self.assertEqual(r.status, 404, r)
+        self.assertIn("no longer in the repository", r.json()["error"])
         # A name past 127 characters says so (it was 404 "no folder").
         r = post(port, "/v2/repository/models/%s/load" % ("n" * 128), "{}")
         self.assertEqual(r.status, 400, r)

@@ -165,6 +165,9 @@ static void test_unknown_fields_suggest(void **state)
     expect_message("{\"limits\": {\"nope\": 1}}",
                    "h.json: limits.nope: unknown field (known here: max_header_bytes, "
                    "max_body_bytes, max_connections, header_timeout_ms, idle_timeout_ms)");
+    /* "" was taken as the default, silently, where state_dir's "" is refused. */
+    expect_message("{\"jobs\": {\"dir\": \"\"}}",
+                   "h.json: jobs.dir: must be a non-empty string, got \"\"");
     expect_message("{\"jobs\": {\"runner_priority\": \"idel\"}}",
                    "h.json: jobs.runner_priority: \"idel\" is not one of low, idle, normal; did "
                    "you mean \"idle\"?");
