@@ -304,7 +304,9 @@ static int config_build(const struct cli *cli, struct config *cfg, struct error 
         char *end;
         errno = 0;
         long n = strtol(cli->io_threads, &end, 10);
-        if (!cli->io_threads[0] || *end || errno || n < 0 || n > 1024)
+        /* Digits only: strtol also takes " 5" and "+5". */
+        if (cli->io_threads[strspn(cli->io_threads, "0123456789")] || !cli->io_threads[0] ||
+            *end || errno || n < 0 || n > 1024)
             return error_set(err, BG_ECONFIG, "--io-threads: \"%s\" must be an integer 0..1024",
                              cli->io_threads);
         cfg->http.io_threads = (int)n;

@@ -116,7 +116,7 @@ class CliTest(unittest.TestCase):
             self.assert_exit(["--listen", value], 2, stderr_has=("--listen",))
 
     def test_bad_io_threads(self):
-        for value in ("-1", "x", "", "1025"):
+        for value in ("-1", "x", "", "1025", " 5", "+5"):
             self.assert_exit(["--io-threads", value], 2)
 
     # ---- hash-key and the tenants section (docs/TENANTS.md)
