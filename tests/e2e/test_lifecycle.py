@@ -423,6 +423,38 @@ class EagerStartTest(unittest.TestCase):
             shutil.rmtree(repo, ignore_errors=True)
 
 
+    def stop_while_waiting(self, models, waits_on, timeout_ms, signals, ready_first=False):
+        """A server on models (name: config); a request waits on waits_on's
+        load; the signals go 0.3 s later, 0.2 s apart. (exit code, seconds
+        from the first signal to the exit, the request's answer, t0, log)."""
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            for name, cfg in models.items():
+                write_model(repo, name, cfg)
+            srv = Server({"model_repository": repo, "shutdown_timeout_ms": timeout_ms})
+            try:
+                if ready_first:
+                    srv.wait_log(r"ready in", timeout=10)
+                got = []
+                waiter = threading.Thread(target=lambda: got.append(infer(srv.port, waits_on,
+                                                                          timeout=30)))
+                waiter.start()
+                time.sleep(0.3)
+                t0 = time.monotonic()
+                for k, sig in enumerate(signals):
+                    if k:
+                        time.sleep(0.2)
+                    srv.send_signal(sig)
+                code = srv.wait(10)
+                took = time.monotonic() - t0
+                waiter.join(10)
+                self.assertEqual(len(got), 1)
+                return code, took, got[0], t0, srv.log()
+            finally:
+                srv.kill()
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
     def test_sigterm_during_the_start_is_taken_at_once(self):
         # Three eager models of ~2.4 s loads each. The start ran them on the
         # thread that takes signals: a SIGTERM 0.3 s in was taken only
@@ -430,70 +462,29 @@ class EagerStartTest(unittest.TestCase):
         # never ended held the process for ever. Now the stop gives up the
         # loads not begun, waits for the one under way only within the
         # drain's time, and exits 0; a request waiting on a load not begun
-        # is 503.
-        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
-        try:
-            for name in ("s1", "s2", "s3"):
-                write_model(repo, name, synthetic(name, base_us=600000, per_row_us=0))
-            srv = Server({"model_repository": repo, "shutdown_timeout_ms": 500})
-            try:
-                got = []
-                waiter = threading.Thread(target=lambda: got.append(infer(srv.port, "s2",
-                                                                          timeout=30)))
-                waiter.start()
-                time.sleep(0.3)
-                t0 = time.monotonic()
-                srv.send_signal(signal.SIGTERM)
-                code = srv.wait(10)
-                took = time.monotonic() - t0
-                waiter.join(10)
-                log = srv.log()
-                self.assertEqual(code, 0, log)
-                self.assertLess(took, 1.8, log)   # s1's load alone had 2.1 s to go
-                # Answered at the signal: the drain did not wait for it.
-                self.assertEqual([r.status for r in got], [503], got)
-                self.assertLess(got[0].t - t0, 0.3, got)
-                self.assertNotIn("drain timed out", log)
-                self.assertIn("a model load is still running after the drain: exiting without it",
-                              log)
-                self.assertNotIn("ready in", log)
-            finally:
-                srv.kill()
-        finally:
-            shutil.rmtree(repo, ignore_errors=True)
+        # is 503 at once.
+        models = {n: synthetic(n, base_us=600000, per_row_us=0) for n in ("s1", "s2", "s3")}
+        code, took, r, t0, log = self.stop_while_waiting(models, "s2", 500, [signal.SIGTERM])
+        self.assertEqual(code, 0, log)
+        self.assertLess(took, 1.8, log)   # s1's load alone had 2.1 s to go
+        self.assertEqual(r.status, 503, r)
+        self.assertLess(r.t - t0, 0.3, r)   # the drain did not wait for it
+        self.assertNotIn("drain timed out", log)
+        self.assertIn("a model load is still running after the drain: exiting without it", log)
+        self.assertNotIn("ready in", log)
 
     def test_a_second_signal_does_not_wait_for_a_load(self):
         # After the start: a lazy model's load (~2.4 s) that a request waits
         # on. A second SIGTERM closed the connections "now", yet the
         # request was answered 200 and the process exited when the load
         # ended. Now the waiter is 503 and the exit prompt.
-        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
-        try:
-            write_model(repo, "slow", lazy(synthetic("slow", base_us=600000, per_row_us=0)))
-            srv = Server({"model_repository": repo, "shutdown_timeout_ms": 30000})
-            try:
-                srv.wait_log(r"ready in", timeout=10)
-                got = []
-                waiter = threading.Thread(target=lambda: got.append(infer(srv.port, "slow",
-                                                                          timeout=30)))
-                waiter.start()
-                time.sleep(0.3)
-                t0 = time.monotonic()
-                srv.send_signal(signal.SIGTERM)
-                time.sleep(0.2)
-                srv.send_signal(signal.SIGTERM)
-                code = srv.wait(10)
-                took = time.monotonic() - t0
-                waiter.join(10)
-                log = srv.log()
-                self.assertEqual(code, 0, log)
-                self.assertLess(took, 1.5, log)   # the load had ~2.1 s to go
-                self.assertEqual([r.status for r in got], [503], got)
-                self.assertIn("SIGTERM again: closing the remaining connections now", log)
-            finally:
-                srv.kill()
-        finally:
-            shutil.rmtree(repo, ignore_errors=True)
+        models = {"slow": lazy(synthetic("slow", base_us=600000, per_row_us=0))}
+        code, took, r, _, log = self.stop_while_waiting(
+            models, "slow", 30000, [signal.SIGTERM, signal.SIGTERM], ready_first=True)
+        self.assertEqual(code, 0, log)
+        self.assertLess(took, 1.5, log)   # the load had ~2.1 s to go
+        self.assertEqual(r.status, 503, r)
+        self.assertIn("SIGTERM again: closing the remaining connections now", log)
 
     def test_an_eager_model_unloaded_when_idle_leaves_the_server_ready(self):
         # Readiness counted it as a model that should be loaded: after its
