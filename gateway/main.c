@@ -387,6 +387,21 @@ static void main_changed_sections(const json_t *at_start, const json_t *now, cha
     }
 }
 
+/* Stops what runs work before the IO threads go (their answers need the
+ * threads' mailboxes); false when a model load runs on past deadline_ns
+ * (now_ns's clock; 0: waited for however long). The lifecycle first: a job
+ * waiting on a load that does not end is answered then (the job stays for
+ * the next start), so the jobs runner can stop. The jobs runner takes its
+ * lines back before the batchers close (a line the batcher refused would
+ * otherwise look answered), and answers its last commands meanwhile. */
+static bool main_stop_work(struct api_state *api, struct serving *serving, int64_t deadline_ns)
+{
+    bool loads_done = !serving || lifecycle_stop(serving, deadline_ns);
+    jobs_stop(api->jobs);
+    offload_stop(api->offload);
+    return serving_stop(serving, deadline_ns) && loads_done;
+}
+
 /* SIGHUP's reopen of the log file (logrotate moved it). */
 static void main_reopen_log(struct log *log, const struct config *cfg)
 {
@@ -822,9 +837,7 @@ int main(int argc, char **argv)
                 /* Queued requests get 503 while their connections still
                  * exist; a load under way is not waited for (a second
                  * signal waited for it to end, a hung one for ever). */
-                jobs_stop(api.jobs);
-                offload_stop(api.offload);
-                serving_stop(serving, now_ns() + MAIN_STOP_GRACE_NS);
+                main_stop_work(&api, serving, now_ns() + MAIN_STOP_GRACE_NS);
                 server_force_close(srv);
                 forced = true;
             }
@@ -840,18 +853,12 @@ int main(int argc, char **argv)
             stop_by = now_ns();
     }
 
-out:
-    /* The jobs runner takes its lines back before the batchers close (a
-     * line the batcher refused would otherwise look answered), and answers
-     * its last commands while the IO threads still run. */
-    jobs_stop(api.jobs);
-    offload_stop(api.offload);   /* its answers too need the IO threads' mailboxes */
-    /* Workers stop before the IO threads go: their completions need a
-     * mailbox. A model load still running is waited for within the drain's
-     * time (and a moment more: an idle thread's own exit). */
-    bool serving_done = serving_stop(serving, stop_by ? (stop_by > now_ns() ? stop_by : now_ns()) +
-                                                            MAIN_STOP_GRACE_NS
-                                                      : 0);
+out:;
+    /* A model load still running is waited for within the drain's time
+     * (and a moment more: an idle thread's own exit). */
+    bool serving_done = main_stop_work(
+        &api, serving,
+        stop_by ? (stop_by > now_ns() ? stop_by : now_ns()) + MAIN_STOP_GRACE_NS : 0);
     /* Its last sample sees every batch that ran; it writes before the
      * database closes (jobs_free). */
     ledger_stop(api.ledger);

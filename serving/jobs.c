@@ -515,6 +515,13 @@ static int jobs_begin_next(struct jobs *j)
     cu->model_index = cu->sm ? served_index(cu->sm) : -1;
     cu->tenant = jobs_tenant_index(j, cu->job.tenant);
     char why[1400];
+    if (!cu->sm && le.code == BG_ESHUTDOWN) {
+        /* The server stops before its model could load (the drain takes no
+         * new loads): the job is as it was, for the next start. Failed, a
+         * SIGTERM ended it for good. */
+        cu->active = false;
+        return 0;
+    }
     if (!cu->sm) {
         snprintf(why, sizeof why, "model %s is not served: %s", cu->job.model,
                  j->serving ? le.msg : "no model repository");

@@ -1312,15 +1312,16 @@ struct lc_sync {
     struct served_model *sm;          /* the copy loaded, with its reference: held from
                                          the load's end, so that no eviction for the
                                          next load takes it before the job does */
+    int rc;                           /* the load's answer */
 };
 
 static void lc_sync_done(void *arg, int rc, const char *msg, struct served_model *sm)
 {
-    (void)rc;
     (void)msg;
     struct lc_sync *w = arg;
     pthread_mutex_lock(&w->mu);
     w->sm = sm;
+    w->rc = rc;
     w->done = true;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -1368,6 +1369,10 @@ struct served_model *serving_acquire_loaded(struct serving *s, const char *name,
         return NULL;
     if (w.sm)
         return w.sm;   /* the reference the load's answer carried */
+    if (w.rc == -BG_ESHUTDOWN) {   /* no fault of the model: the caller waits for the next start */
+        error_set(err, BG_ESHUTDOWN, "the server is shutting down");
+        return NULL;
+    }
     sm = lc_acquire(s, name, len, version);
     if (!sm)
         error_set(err, BG_ENOTFOUND, "model \"%.*s\" is no longer served",

@@ -405,6 +405,29 @@ class JobsRestartTest(JobsCase):
     models = {"syn": synthetic("syn", base_us=4000, per_row_us=0,
                                batching={"max_batch_size": 8, "max_queue_delay_us": 1000})}
 
+    def test_sigterm_while_a_job_waits_for_its_model_load(self):
+        """The job's model is lazy and slow to load (~2.4 s): a SIGTERM while
+        the runner waits on that load stopped only once the load ended
+        (for ever, were it hung), since the runner was stopped before the
+        load was let go. Now the stop is bounded by shutdown_timeout_ms,
+        and the job, no fault of its own, is not failed: the next start
+        runs it."""
+        slow = synthetic("slowjob", base_us=600000, per_row_us=0)
+        slow["lifecycle"] = {"load": "lazy"}
+        write_model(self.repo, "slowjob", slow)
+        srv = self.start({"shutdown_timeout_ms": 300})
+        r = submit(srv, "slowjob", line(0) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        time.sleep(0.4)   # the runner waits on the load
+        t0 = time.monotonic()
+        self.assertEqual(srv.stop(signal.SIGTERM, timeout=10), 0, srv.log())
+        self.assertLess(time.monotonic() - t0, 1.5, srv.log())   # the load had ~2 s to go
+        srv = self.start()
+        j = wait_state(self, srv, job, ("completed", "failed"), timeout=30)
+        self.assertEqual(j["state"], "completed", j)
+        srv.stop_checked()
+
     def test_sigterm_pauses_and_resumes(self):
         srv = self.start()
         n = 1500
