@@ -638,16 +638,16 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
             t->e->loads_pending++;
             pthread_mutex_unlock(&t->e->mu);
         }
-        /* A request queued this load in a window where it saw no load
-         * under way (before the start's eager loads were marked): the
-         * model another load brought in meanwhile serves it, rather than
-         * a reload of the same files. */
         if (t->kind == TASK_LOAD && !t->for_request && !t->override) {
             /* The repository API's load without a configuration: the
              * folder's config.json again, as Triton's. */
             free(t->e->override);
             t->e->override = NULL;
         }
+        /* A request queued this load in a window where it saw no load
+         * under way (before the start's eager loads were marked): the
+         * model another load brought in meanwhile serves it, rather than
+         * a reload of the same files. */
         if (!(t->for_request && atomic_load(&t->e->cur->state) == SERVED_READY))
             rc = lifecycle_load_now(s, t->e, t->override, &err);
         lc_answer_waiters(t->e, rc, err.msg);
@@ -720,9 +720,6 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
     free(cfg);
 }
 
-/* A model serving several versions: a version its policy now selects
- * gets an entry (loaded when eager); an entry whose version it no longer
- * selects is unloaded and retired. `first` is the name's first entry. */
 /* Sets e's standing_in and covered; whether standing_in was not set. */
 static bool lc_set_cover(struct served_entry *e, bool standing_in, bool covered)
 {
@@ -734,6 +731,10 @@ static bool lc_set_cover(struct served_entry *e, bool standing_in, bool covered)
     return !was;
 }
 
+/* A model serving several versions: a version its policy now selects
+ * gets an entry (loaded when eager); an entry whose version it no longer
+ * selects is unloaded and retired, once what it would make way for
+ * serves. `first` is the name's first entry. */
 static void lc_poll_versions(struct serving *s, struct served_entry *first)
 {
     struct model_config *cfg = calloc(1, sizeof *cfg);
