@@ -507,6 +507,22 @@ static bool conn_mark_answered(struct http_request *r, int status)
         atomic_fetch_sub_explicit(&c->t->inflight, 1, memory_order_relaxed);
     if (!r->aborted && c->fd >= 0)
         return true;
+    if (c->fd >= 0 && c->read_eof) {
+        /* A half-closed client's request that read the FIN as leaving,
+         * dropped: it keeps its place as an empty answer that ends the
+         * connection. The answers before it go out, in order; none after
+         * it (each would be read as the answer before its own: the
+         * pipeline one place off), and with nothing left the connection
+         * closes. It stayed open, counted, until the idle timeout (60 s). */
+        buf_reset(&r->resp);
+        r->close_after = true;
+        if (c->parse.cur == r)
+            c->parse.cur = NULL;
+        conn_hold(c);
+        conn_flush(c);
+        conn_release(c);
+        return false;
+    }
     struct http_request **pp = &c->q_head, *prev = NULL;
     while (*pp && *pp != r) {
         prev = *pp;
@@ -521,16 +537,6 @@ static bool conn_mark_answered(struct http_request *r, int status)
     if (c->parse.cur == r)
         c->parse.cur = NULL;
     http_request_free(r);
-    if (c->fd >= 0 && c->read_eof) {
-        /* A half-closed client's request that read the FIN as leaving,
-         * dropped now: the answers behind it go out, and with none left the
-         * connection closes. It stayed open, counted, until the idle
-         * timeout (60 s), the client never told why. */
-        conn_hold(c);
-        conn_flush(c);
-        conn_release(c);
-        return false;
-    }
     conn_maybe_free(c);
     return false;
 }

@@ -546,6 +546,30 @@ class InferTest(RepoServerCase):
                              before["inference_stats"]["success"]["count"], 1, how)
         self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/health/live").status, 200)
 
+    def test_half_close_drops_a_queued_request_and_what_follows_it(self):
+        # Pipelined [live, infer (queued), metadata] then a half-close: the
+        # infer is dropped (the FIN reads as leaving); the metadata's answer
+        # went out in its place, so a client reading in order took it for
+        # the infer's. Now live is answered, then the connection closes.
+        blocker = threading.Thread(target=post, args=(self.srv.port, "/v2/models/tiny/infer",
+                                                      infer_body([[1, 1, 1, 1]], name="x")))
+        blocker.start()
+        time.sleep(0.05)
+        s = connect(self.srv.port)
+        try:
+            send(s, request("GET", "/v2/health/live") +
+                 request("POST", "/v2/models/tiny/infer", [("Content-Type", "application/json")],
+                         infer_body([[2, 2, 2, 2]], name="x")) +
+                 request("GET", "/v2/models/tiny"))
+            s.shutdown(socket.SHUT_WR)
+            r = read_response(s, timeout=5)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.json(), {"live": True})
+            expect_eof(s, 3.0)
+        finally:
+            close_quietly(s)
+            blocker.join(10)
+
     def test_client_gone_while_computed_is_not_counted(self):
         # A reset while its batch runs: the row is computed (the batch had
         # begun), but no answer went out, so no 200 is counted (it was).
