@@ -698,6 +698,14 @@ static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line
 {
     struct error err = {0};
     int model = sm ? served_index(sm) : -1;
+    if (bc->stalled) {
+        /* Refused once: the lines still in flight are held without asking
+         * again. Each asked waited out the busy timeout (5 s) while a lock
+         * lasted, one after another: a window of lines held a SIGTERM, or a
+         * cancel, for minutes. */
+        jobs_batch_hold(j, bc, line, ok, res, model);
+        return;
+    }
     int rc = state_batch_result_add(j->st, bc->b.id, line, ok, res->data, res->len, &err);
     if (rc < 0) {
         /* Not done: the batch stops taking lines, and is taken up again

@@ -1353,6 +1353,39 @@ class TestBatchClientSigkill(BatchCase):
         self.assertEqual(sorted(os.listdir(os.path.join(jobs_dir, "batch"))),
                          sorted([fid + ".jsonl", b["output_file_id"] + ".jsonl"]))
 
+    def test_sigterm_while_the_database_refuses_rows(self):
+        """Another process holds the write lock; a SIGTERM 6 s in: each line
+        still in flight asked the database again and waited out its busy
+        timeout (5 s), one after another, so the stop took until the lock
+        ended (minutes for a full window). The lines after the first
+        refusal are held without asking: the stop takes a few busy
+        timeouts at most, and the batch completes after a restart, each
+        line once."""
+        n = 400
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=12) for i in range(n)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        deadline = time.monotonic() + 30
+        while self.batch(bid)["request_counts"]["completed"] < 1:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.005)
+        holder = threading.Thread(target=hold_write_lock,
+                                  args=(os.path.join(self.state, "batchgate.db"), 24))
+        holder.start()
+        try:
+            time.sleep(6)
+            t0 = time.monotonic()
+            self.assertEqual(self.srv.stop(signal.SIGTERM, timeout=30), 0, self.srv.log()[-3000:])
+            self.assertLess(time.monotonic() - t0, 14, self.srv.log()[-3000:])
+        finally:
+            holder.join()
+        self.start()
+        b = self.wait(bid, timeout=60)
+        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(n)))
+
     def test_state_database_refusing_writes_loses_no_line(self):
         """Another process holds the state database's write lock past the
         5 s busy timeout while lines come back: a line whose result could
