@@ -234,8 +234,8 @@ static const struct schema_field config_jobs_fields[] = {
      .flags = SCHEMA_NONEMPTY,   /* "" was the default silently: omit it for that */
      .doc_default = "<state_dir>/jobs",
      .doc = "job inputs (a submitted body is written here) and results files; an `input_path` "
-            "must lie under it (docs/JOBS.md); given apart from state_dir, one server's alone "
-            "as state_dir is (`batchgate.lock` in it)"},
+            "must lie under it (docs/JOBS.md); one server's alone as state_dir is, the default "
+            "one too (`batchgate.lock` in it)"},
     {SCHEMA_F_SIZE("max_input_bytes", struct config_jobs, max_input_bytes),
      .min = 1, .max = (int64_t)1 << 40, .def = 1073741824,
      .doc = "a job's input, as a body or an `input_path` file; past it: 413 (a body is also "

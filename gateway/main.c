@@ -580,11 +580,15 @@ int main(int argc, char **argv)
     struct state_claim state_claim, jobs_claim;
     state_claim_init(&state_claim);
     state_claim_init(&jobs_claim);
+    /* The jobs folder is claimed too, the default one (<state_dir>/jobs)
+     * included: a second server given it as its jobs.dir deleted the
+     * first's Batch API files at its start, as a crash's leftovers. */
+    char jobs_dir[4200];
+    snprintf(jobs_dir, sizeof jobs_dir, "%s%s", cfg.jobs.dir[0] ? cfg.jobs.dir : cfg.state_dir,
+             cfg.jobs.dir[0] ? "" : "/jobs");
     if (state_dir_claim(cfg.state_dir, "state_dir", &state_claim, &err) ||
-        /* A jobs.dir of its own is claimed too: a second server on it would
-         * delete the first's Batch API files as a crash's leftovers. */
-        (cfg.jobs.dir[0] && !state_claim_covers(&state_claim, cfg.jobs.dir) &&
-         state_dir_claim(cfg.jobs.dir, "jobs.dir", &jobs_claim, &err))) {
+        (!state_claim_covers(&state_claim, jobs_dir) &&
+         state_dir_claim(jobs_dir, "jobs.dir", &jobs_claim, &err))) {
         log_error("%s%s", err.code == BG_EIO ? "" : from, err.msg);
         state_dir_release(&state_claim);
         config_release(&cfg);

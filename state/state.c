@@ -279,8 +279,8 @@ int state_dir_claim(const char *dir, const char *what, struct state_claim *out,
     if (fd < 0) {
         int e = errno;
         state_dir_release(out);
-        return error_set(err, BG_ECONFIG, "%s %s: cannot open %s: %s", what, dir, path,
-                         strerror(e));
+        return error_set(err, BG_ECONFIG, "%s %s: cannot write in it: %s (its lock file %s)",
+                         what, dir, strerror(e), path);
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;

@@ -315,6 +315,18 @@ class CliTest(unittest.TestCase):
                 self.assert_exit(["--config", cfg, "--io-threads", "1"], 1, stderr_has=(
                     "jobs.dir %s is in use by another batchgate (pid %d)" % (jobs, first.pid),))
                 self.assertEqual(roundtrip(first.port, "GET", "/v2/health/live").status, 200)
+            # The default jobs folder (<state_dir>/jobs) is held the same way:
+            # a server given it as its jobs.dir started, and deleted the
+            # first's Batch API files as a crash's leftovers.
+            a = os.path.join(state, "a")
+            with Server(config={"state_dir": a}) as first:
+                with open(cfg, "w") as f:
+                    json.dump({"state_dir": os.path.join(state, "c"),
+                               "jobs": {"dir": os.path.join(a, "jobs")},
+                               "listen": "127.0.0.1:0", "grpc_listen": "off"}, f)
+                self.assert_exit(["--config", cfg, "--io-threads", "1"], 1, stderr_has=(
+                    "jobs.dir %s is in use by another batchgate (pid %d)"
+                    % (os.path.join(a, "jobs"), first.pid),))
             # jobs.dir set to the state_dir itself is held once (it refused
             # the server itself, naming its own pid).
             same = os.path.join(state, "same")
