@@ -839,7 +839,29 @@ static void lc_poll(struct serving *s)
         s->repo_unreadable = true;
         return;
     }
+    /* Nor is a repository that holds no model folder at all while models
+     * are served: an unmount leaves its empty mount point. (Emptied on
+     * purpose, its models go through the repository API's unload.) */
+    bool any = false;
+    struct dirent *rde;
+    while (!any && (rde = readdir(root))) {
+        char path[8300];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s/config.json", s->dir, rde->d_name);
+        any = rde->d_name[0] != '.' && stat(path, &st) == 0;
+    }
     closedir(root);
+    bool served = false;
+    for (int i = 0; i < atomic_load(&s->n) && !served; i++)
+        served = !s->entries[i]->removed && !s->entries[i]->retired;
+    if (!any && served) {
+        if (!s->repo_unreadable)
+            log_error("model repository %s holds no model folder now (unmounted?): its models "
+                      "stay as they are until it holds one (unload them through the repository "
+                      "API to take them away)", s->dir);
+        s->repo_unreadable = true;
+        return;
+    }
     if (s->repo_unreadable)
         log_info("model repository %s can be read again", s->dir);
     s->repo_unreadable = false;

@@ -1071,6 +1071,25 @@ class RepositoryGoneTest(RepoServerCase):
         self.assertEqual(post(port, "/v2/models/g/infer", LIN_BODY).status, 200)
         self.assertNotIn("left the repository", self.srv.log())
 
+    def test_models_serve_on_while_the_repository_is_an_empty_mount_point(self):
+        # An unmount leaves the mount point: an empty folder, which read as
+        # every model removed (re-test pass).
+        port = self.srv.port
+        away = self.repo + ".away"
+        os.rename(self.repo, away)
+        os.mkdir(self.repo)
+        try:
+            self.srv.wait_log(r"model repository .* holds no model folder now \(unmounted\?\)",
+                              timeout=10)
+            time.sleep(1.2)   # another poll
+            self.assertEqual(post(port, "/v2/models/g/infer", LIN_BODY).status, 200)
+            self.assertNotIn("left the repository", self.srv.log())
+        finally:
+            os.rmdir(self.repo)
+            os.rename(away, self.repo)
+        self.srv.wait_log(r"model repository .* can be read again", timeout=10)
+        self.assertEqual(post(port, "/v2/models/g/infer", LIN_BODY).status, 200)
+
     def test_a_folder_name_too_long_is_said(self):
         # Added after the start, a folder of 128 characters was passed over
         # without a word (at the start it was said, as a bad character).
