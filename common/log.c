@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@ struct log {
     char *path;               /* NULL: stderr */
     _Atomic int fd;
     _Atomic int level;
+    _Atomic int writers;      /* log_write calls between taking fd and writing it */
 };
 
 static struct log *log_process_default;
@@ -70,8 +72,12 @@ int log_reopen(struct log *l)
     int fd = log_open_fd(l->path);
     if (fd < 0)
         return -errno;
-    /* Writers racing with the swap write one last line to the old file: harmless. */
+    /* A writer that took the old fd finishes with it before it closes:
+     * closed under it, its number could be the next open's and the line
+     * land in another file (a socket, the state database). */
     int old = atomic_exchange(&l->fd, fd);
+    while (atomic_load(&l->writers) > 0)
+        sched_yield();
     close(old);
     return 0;
 }
@@ -100,11 +106,9 @@ struct log *log_default(void) { return log_process_default; }
 
 void log_write(struct log *l, enum log_level level, const char *fmt, ...)
 {
-    int fd = STDERR_FILENO;
     if (l) {
         if ((int)level < atomic_load(&l->level))
             return;
-        fd = atomic_load(&l->fd);
     } else if (level < LOG_INFO) {
         return;
     }
@@ -126,8 +130,18 @@ void log_write(struct log *l, enum log_level level, const char *fmt, ...)
     if (n > (int)sizeof line - 2)
         n = (int)sizeof line - 2;
     line[n++] = '\n';
-    ssize_t w = write(fd, line, (size_t)n);
+    if (!l) {
+        ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+        (void)w;
+        return;
+    }
+    /* Counted before the fd is taken (both sequentially consistent, as is
+     * log_reopen's swap and its look at the count): a reopen closes the
+     * old fd only once no writer holds it. */
+    atomic_fetch_add(&l->writers, 1);
+    ssize_t w = write(atomic_load(&l->fd), line, (size_t)n);
     (void)w;
+    atomic_fetch_sub(&l->writers, 1);
 }
 
 bool log_gate_pass(struct log_gate *g, int64_t now_ns, unsigned long long *held)
