@@ -1102,6 +1102,11 @@ bool serving_all_ready(struct serving *s, char *who, size_t cap)
          * keep the traffic that would reload it away for good. */
         bool wanted = !e->cur->model.cfg.lifecycle.lazy && !e->unload_asked && !e->retired &&
                       !e->removed;
+        /* A folder or version the poll found after the start that never
+         * loaded (half copied, broken) is no fault of readiness: the server
+         * serves all it served. Counted, one broken copy-in-progress took
+         * every pod of a fleet out of its Service at once. */
+        wanted = wanted && (e->index < s->start_n || atomic_load(&e->loads[0]) > 0);
         int state = atomic_load(&e->cur->state);
         /* A new version that did not load while an older one serves in its
          * place (lifecycle.c: lc_poll_versions) is as a reload that failed

@@ -1018,6 +1018,20 @@ class VersionStandInTest(RepoServerCase):
         write_model(repo, "mh", linear("mh", 1, version_policy={"latest": 2})[0])
         for v in (1, 2):
             write_version(repo, "mh", v, scale=v)
+        write_model(repo, "mf", linear("mf", 1, version_policy={"latest": 2})[0])
+        write_version(repo, "mf", 1, scale=1)
+
+    def test_a_new_version_that_displaces_none_and_does_not_load(self):
+        # latest 2 with one version: a half-copied second one displaces
+        # nothing, and readiness went 503 for as long as the copy lasted.
+        port = self.srv.port
+        write_version(self.repo, "mf", 2, raw=b"\x10\x00\x00")
+        end = time.monotonic() + 10
+        while index_rows(port, "mf").get(2, {}).get("state") != "UNAVAILABLE":
+            self.assertLess(time.monotonic(), end)
+            time.sleep(0.1)
+        self.assertEqual(index_rows(port, "mf")[1]["state"], "READY")
+        self.assertEqual(roundtrip(port, "GET", "/v2/health/ready").status, 200)
 
     def test_a_new_version_that_does_not_load_retires_nothing(self):
         port = self.srv.port
