@@ -623,6 +623,17 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
         free(t);
         return;
     }
+    if ((t->kind == TASK_LOAD || t->kind == TASK_ADD) && atomic_load(&s->stopping)) {
+        /* Queued before the drain began: it would run during it, one
+         * after another, holding the stop (7 s for three lazy loads). */
+        if (t->kind == TASK_LOAD)
+            lc_answer_waiters(t->e, -BG_ESHUTDOWN, "the server is shutting down");
+        if (t->done)
+            t->done(t->arg, -BG_ESHUTDOWN, "the server is shutting down", NULL);
+        free(t->override);
+        free(t);
+        return;
+    }
     if (t->kind == TASK_ADD && !(t->e = lc_add_asked(s, t->name, &err))) {
         if (t->done)
             t->done(t->arg, err.code ? -err.code : -BG_ENOTFOUND, err.msg, NULL);

@@ -486,6 +486,36 @@ class EagerStartTest(unittest.TestCase):
         self.assertEqual(r.status, 503, r)
         self.assertIn("SIGTERM again: closing the remaining connections now", log)
 
+    def test_lazy_loads_queued_before_the_stop_do_not_run_in_the_drain(self):
+        # Three lazy models of ~2.4 s loads, asked at once, then SIGTERM: the
+        # queued loads ran one after another during the drain (7.4 s). Now
+        # only the one under way runs on; the others are 503.
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            for n in ("l1", "l2", "l3"):
+                write_model(repo, n, lazy(synthetic(n, base_us=600000, per_row_us=0)))
+            srv = Server({"model_repository": repo, "shutdown_timeout_ms": 10000})
+            try:
+                srv.wait_log(r"ready in", timeout=10)
+                got = {}
+                ts = [threading.Thread(target=lambda n=n: got.__setitem__(
+                    n, infer(srv.port, n, timeout=30))) for n in ("l1", "l2", "l3")]
+                for t in ts:
+                    t.start()
+                time.sleep(0.3)
+                t0 = time.monotonic()
+                code = srv.stop(signal.SIGTERM, timeout=20)
+                took = time.monotonic() - t0
+                for t in ts:
+                    t.join(10)
+                self.assertEqual(code, 0, srv.log())
+                self.assertLess(took, 4.0, srv.log())   # one load's rest, not three loads
+                self.assertEqual(sorted(r.status for r in got.values()), [200, 503, 503], got)
+            finally:
+                srv.kill()
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
     def test_an_eager_model_unloaded_when_idle_leaves_the_server_ready(self):
         # Readiness counted it as a model that should be loaded: after its
         # idle unload /v2/health/ready was 503 for good, and a probe on it
