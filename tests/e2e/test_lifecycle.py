@@ -82,6 +82,7 @@ class RepositoryTest(RepoServerCase):
         with open("%s/idle/config.json" % repo, "w") as f:
             json.dump(cfg, f)
         write_model(repo, "idle_ov", synthetic("idle_ov", base_us=1000, per_row_us=0))
+        write_model(repo, "warm_ov", synthetic("warm_ov", base_us=1000, per_row_us=0))
 
     def test_a_client_gone_during_the_load_is_not_computed(self):
         # Its connection reset while the request waited for the lazy load:
@@ -315,6 +316,20 @@ class RepositoryTest(RepoServerCase):
         self.assertEqual(post(port, "/v2/repository/models/idle_ov/load", "{}").status, 200)
         c = roundtrip(port, "GET", "/v2/models/idle_ov/config").json()
         self.assertEqual(c["max_batch_size"], 8)
+
+    def test_back_from_an_override_its_own_timings(self):
+        # A load back to the folder's configuration after an override's took
+        # one light warmup and the override's timings: a 1 ms model was
+        # predicted at 50 ms, and a 20 ms budget was 504.
+        port = self.srv.port
+        slow = synthetic("warm_ov", base_us=50000, per_row_us=0)
+        r = post(port, "/v2/repository/models/warm_ov/load",
+                 json.dumps({"parameters": {"config": json.dumps(slow)}}), timeout=10)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(infer(port, "warm_ov", budget_ms=20).status, 504)
+        self.assertEqual(post(port, "/v2/repository/models/warm_ov/load", "{}").status, 200)
+        self.assertEqual([infer(port, "warm_ov", budget_ms=20).status for _ in range(3)],
+                         [200] * 3)
 
     def test_bad_requests(self):
         port = self.srv.port
