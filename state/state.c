@@ -213,6 +213,10 @@ static void claim_holder_pid(const char *path, char *pid, size_t cap)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? pread(fd, pid, cap - 1, 0) : -1;
+    if (n == 0) {   /* two started together: the holder writes it just after its lock */
+        usleep(50 * 1000);
+        n = pread(fd, pid, cap - 1, 0);
+    }
     if (fd >= 0)
         close(fd);
     if (n <= 0)
