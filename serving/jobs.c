@@ -487,13 +487,27 @@ static int64_t jobs_count_lines(FILE *f)
 }
 
 
+/* The lifecycle thread: the load the next job waits for ended. */
+static void jobs_load_done(void *arg, int rc, const char *msg, struct served_model *sm)
+{
+    (void)rc;
+    (void)msg;
+    struct jobs *j = arg;
+    served_release(sm);   /* asked again by the runner (the copy is the table's) */
+    pthread_mutex_lock(&j->mu);
+    atomic_store(&j->load_waiting, false);
+    j->events++;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
 /* Opens the oldest unfinished job where its last run left it. 1: one is
- * active; 0: none to run. */
+ * active; 0: none to run (or its model is loading). */
 static int jobs_begin_next(struct jobs *j)
 {
     struct jobs_cur *cu = &j->cur;
     struct error err = {0};
-    if (jobs_db_paused(j) || jobs_mono_ns() < j->hold_until_ns)
+    if (jobs_db_paused(j) || jobs_mono_ns() < j->hold_until_ns || atomic_load(&j->load_waiting))
         return 0;
     int rc = state_job_next(j->st, &cu->job, &err);
     if (rc <= 0) {
@@ -509,9 +523,18 @@ static int jobs_begin_next(struct jobs *j)
     /* The job holds its model's copy to its end (a lazy or unloaded model
      * is loaded first): an unload waits for it, eviction passes it by. */
     struct error le = {0};
-    cu->sm = j->serving ? serving_acquire_loaded(j->serving, cu->job.model, strlen(cu->job.model),
-                                                 cu->job.version, &le)
+    bool loading = false;
+    atomic_store(&j->load_waiting, true);   /* before: the load may end inside the call */
+    cu->sm = j->serving ? serving_acquire_or_wait(j->serving, cu->job.model, strlen(cu->job.model),
+                                                  cu->job.version, jobs_load_done, j, &loading,
+                                                  &le)
                         : NULL;
+    if (!loading)
+        atomic_store(&j->load_waiting, false);
+    if (loading) {   /* taken up again when the load ends, commands served meanwhile */
+        cu->active = false;
+        return 0;
+    }
     cu->model_index = cu->sm ? served_index(cu->sm) : -1;
     cu->tenant = jobs_tenant_index(j, cu->job.tenant);
     char why[1400];

@@ -140,6 +140,10 @@ struct jobs {
      * upstream (and paid for) once more (jobs_batch_hold). */
     struct jobs_held *held;
     size_t held_bytes;
+    /* The next job's model is loading: no job is begun until the load
+     * ends (jobs_load_done). Waited for on this thread, a load held every
+     * command (a submission, a cancel, an upload) until it ended. */
+    _Atomic bool load_waiting;
     /* A job's model said its servers are overloaded: no job is begun
      * before this (jobs_hold); holds_in_row since a line last succeeded. */
     int64_t hold_until_ns;

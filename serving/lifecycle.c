@@ -1375,19 +1375,55 @@ static struct served_model *lc_acquire(struct serving *s, const char *name, size
                        : serving_acquire(s, name, len);
 }
 
+/* lc_acquire, or NULL saying why. */
+static struct served_model *lc_acquire_known(struct serving *s, const char *name, size_t len,
+                                             int version, struct error *err)
+{
+    struct served_model *sm = lc_acquire(s, name, len, version);
+    if (!sm && version > 0)
+        error_set(err, BG_ENOTFOUND, "model \"%.*s\" serves no version %d now",
+                  (int)(len > 128 ? 128 : len), name, version);
+    else if (!sm)
+        error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len),
+                  name);
+    return sm;
+}
+
+struct served_model *serving_acquire_or_wait(struct serving *s, const char *name, size_t len,
+                                             int version, lifecycle_done_fn done, void *arg,
+                                             bool *loading, struct error *err)
+{
+    *loading = false;
+    struct served_model *sm = lc_acquire_known(s, name, len, version, err);
+    if (!sm || atomic_load(&sm->state) == SERVED_READY)
+        return sm;
+    int64_t retry;
+    int rc = serving_wait_loaded(s, sm, 0, done, arg, &retry, err);
+    served_release(sm);
+    if (rc < 0)
+        return NULL;
+    if (rc == 0) {
+        *loading = true;
+        error_set(err, BG_ENOTREADY, "model \"%.*s\" is loading", (int)(len > 128 ? 128 : len),
+                  name);
+        return NULL;
+    }
+    sm = lc_acquire_known(s, name, len, version, err);   /* READY since */
+    if (sm && atomic_load(&sm->state) != SERVED_READY) {
+        error_set(err, BG_ENOTREADY, "model %s is not ready: %s", sm->model.cfg.name,
+                  sm->model.reason);
+        served_release(sm);
+        return NULL;
+    }
+    return sm;
+}
+
 struct served_model *serving_acquire_loaded(struct serving *s, const char *name, size_t len,
                                             int version, struct error *err)
 {
-    struct served_model *sm = lc_acquire(s, name, len, version);
-    if (!sm) {
-        if (version > 0)
-            error_set(err, BG_ENOTFOUND, "model \"%.*s\" serves no version %d now",
-                      (int)(len > 128 ? 128 : len), name, version);
-        else
-            error_set(err, BG_ENOTFOUND, "unknown model \"%.*s\"", (int)(len > 128 ? 128 : len),
-                      name);
+    struct served_model *sm = lc_acquire_known(s, name, len, version, err);
+    if (!sm)
         return NULL;
-    }
     if (atomic_load(&sm->state) == SERVED_READY)
         return sm;
     struct lc_sync w = {.done = false};

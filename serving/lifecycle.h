@@ -92,6 +92,13 @@ int serving_wait_loaded(struct serving *s, struct served_model *sm, int64_t dead
  * to end when it is not. NULL with the reason otherwise. */
 struct served_model *serving_acquire_loaded(struct serving *s, const char *name, size_t len,
                                             int version, struct error *err);
+/* The same without waiting: the READY copy (a reference); or NULL with
+ * *loading when a load is under way or queued for it, done(arg, ...) called
+ * (on the lifecycle thread) when it ends: ask again then (a copy done hands
+ * over is the callee's to release); or NULL with the reason. */
+struct served_model *serving_acquire_or_wait(struct serving *s, const char *name, size_t len,
+                                             int version, lifecycle_done_fn done, void *arg,
+                                             bool *loading, struct error *err);
 
 /* Triton's repository index: one row per model. */
 struct served_index_row {

@@ -428,6 +428,28 @@ class JobsRestartTest(JobsCase):
         self.assertEqual(j["state"], "completed", j)
         srv.stop_checked()
 
+    def test_commands_are_served_while_a_job_waits_for_its_model_load(self):
+        """The runner waited for the next job's lazy load on its own thread,
+        so every command (a submission, a cancel, a Batch API upload) waited
+        for that load too (2.2 s here; for ever were it hung). Now the job is
+        taken up when the load ends, and commands are served meanwhile."""
+        slow = synthetic("slowjob", base_us=600000, per_row_us=0)
+        slow["lifecycle"] = {"load": "lazy"}
+        write_model(self.repo, "slowjob", slow)
+        srv = self.start()
+        r = submit(srv, "slowjob", line(0) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        first = r.json()["id"]
+        time.sleep(0.3)   # the runner is on it: its model loads
+        t0 = time.monotonic()
+        r = submit(srv, "syn", line(1) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        self.assertLess(time.monotonic() - t0, 1.0)   # the load had ~2 s to go
+        for job in (first, r.json()["id"]):
+            j = wait_state(self, srv, job, ("completed", "failed"), timeout=30)
+            self.assertEqual(j["state"], "completed", j)
+        srv.stop_checked()
+
     def test_sigterm_pauses_and_resumes(self):
         srv = self.start()
         n = 1500
