@@ -1389,6 +1389,17 @@ static struct served_model *lc_acquire_known(struct serving *s, const char *name
     return sm;
 }
 
+/* sm when READY; else NULL saying why (its reference let go). */
+static struct served_model *lc_ready(struct served_model *sm, struct error *err)
+{
+    if (!sm || atomic_load(&sm->state) == SERVED_READY)
+        return sm;
+    error_set(err, BG_ENOTREADY, "model %s is not ready: %s", sm->model.cfg.name,
+              sm->model.reason);
+    served_release(sm);
+    return NULL;
+}
+
 struct served_model *serving_acquire_or_wait(struct serving *s, const char *name, size_t len,
                                              int version, lifecycle_done_fn done, void *arg,
                                              bool *loading, struct error *err)
@@ -1408,14 +1419,7 @@ struct served_model *serving_acquire_or_wait(struct serving *s, const char *name
                   name);
         return NULL;
     }
-    sm = lc_acquire_known(s, name, len, version, err);   /* READY since */
-    if (sm && atomic_load(&sm->state) != SERVED_READY) {
-        error_set(err, BG_ENOTREADY, "model %s is not ready: %s", sm->model.cfg.name,
-                  sm->model.reason);
-        served_release(sm);
-        return NULL;
-    }
-    return sm;
+    return lc_ready(lc_acquire_known(s, name, len, version, err), err);   /* READY since */
 }
 
 struct served_model *serving_acquire_loaded(struct serving *s, const char *name, size_t len,
@@ -1449,17 +1453,7 @@ struct served_model *serving_acquire_loaded(struct serving *s, const char *name,
         error_set(err, BG_ESHUTDOWN, "the server is shutting down");
         return NULL;
     }
-    sm = lc_acquire(s, name, len, version);
-    if (!sm)
-        error_set(err, BG_ENOTFOUND, "model \"%.*s\" is no longer served",
-                  (int)(len > 128 ? 128 : len), name);
-    if (sm && atomic_load(&sm->state) != SERVED_READY) {
-        error_set(err, BG_ENOTREADY, "model %s is not ready: %s", sm->model.cfg.name,
-                  sm->model.reason);
-        served_release(sm);
-        return NULL;
-    }
-    return sm;
+    return lc_ready(lc_acquire_known(s, name, len, version, err), err);
 }
 
 /* ---- what is shown ---- */

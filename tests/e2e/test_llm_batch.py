@@ -128,6 +128,26 @@ class BatchCase(unittest.TestCase):
         self.assertEqual(st, 200, raw)
         return json.loads(raw)
 
+    def assert_each_line_once(self, bid, n):
+        """The batch ends completed with every one of its n lines, once."""
+        b = self.wait(bid, timeout=60)
+        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
+        out = self.content(b["output_file_id"])
+        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
+                                                                     for i in range(n)))
+        return b
+
+    def running_batch(self, n, max_tokens, done=1):
+        """A batch of n lines made and run until `done` of them completed:
+        (its input file id, its id)."""
+        fid = self.upload_ok(jsonl([line(i, max_tokens=max_tokens) for i in range(n)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        deadline = time.monotonic() + 30
+        while self.batch(bid)["request_counts"]["completed"] < done:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.005)
+        return fid, bid
+
     def wait(self, bid, timeout=60, until=("completed", "failed", "expired", "cancelled")):
         deadline = time.monotonic() + timeout
         while True:
@@ -647,12 +667,8 @@ class TestBatchPreempt(BatchCase):
         aborted = sum(self.sim.metrics(i).get("llmsim:requests_aborted_total", 0)
                       for i in range(self.sim_endpoints)) - aborted0
         self.assertGreaterEqual(aborted, 1, "no batch line gave way")
-        b = self.wait(bid, timeout=60)
-        self.assertEqual(b["request_counts"], {"total": 16, "completed": 16, "failed": 0})
-        out = self.content(b["output_file_id"])
-        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
-                                                                     for i in range(16)))
-        for o in out:
+        b = self.assert_each_line_once(bid, 16)
+        for o in self.content(b["output_file_id"]):
             # Sent streamed (offline.preempt), handed back whole: the answer
             # the same call would have had unstreamed.
             body = o["response"]["body"]
@@ -1300,21 +1316,12 @@ class TestBatchClientSigkill(BatchCase):
         custom_id once."""
         n = 300
         self.start()
-        fid = self.upload_ok(jsonl([line(i, max_tokens=6) for i in range(n)]))["id"]
-        bid = json.loads(self.create(fid)[1])["id"]
-        deadline = time.monotonic() + 30
-        while self.batch(bid)["request_counts"]["completed"] < 30:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.01)
+        fid, bid = self.running_batch(n, 6, done=30)
         self.srv.send_signal(signal.SIGTERM)
         self.assertEqual(self.srv.wait(timeout=15), 0)
         self.assertIn("paused", self.srv.log())
         self.start()
-        b = self.wait(bid, timeout=60)
-        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
-        out = self.content(b["output_file_id"])
-        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
-                                                                     for i in range(n)))
+        self.assert_each_line_once(bid, n)
 
 
     def test_full_disk_at_the_end_keeps_the_results(self):
@@ -1327,12 +1334,7 @@ class TestBatchClientSigkill(BatchCase):
         self.extra = {"jobs": {"dir": jobs_dir}}
         n = 200
         self.start()
-        fid = self.upload_ok(jsonl([line(i, max_tokens=6) for i in range(n)]))["id"]
-        bid = json.loads(self.create(fid)[1])["id"]
-        deadline = time.monotonic() + 30
-        while self.batch(bid)["request_counts"]["completed"] < 1:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.005)
+        fid, bid = self.running_batch(n, 6, done=1)
         filler = fill_fs(jobs_dir)
         self.srv.wait_log(r"batch %s: cannot end it completed: .*No space left on device; its "
                           r"%d results are kept" % (bid, n), timeout=60)
@@ -1343,12 +1345,8 @@ class TestBatchClientSigkill(BatchCase):
         self.assertEqual(st, 503, raw)
         self.assertIn("No space left on device", json.loads(raw)["error"]["message"])
         os.unlink(filler)
-        b = self.wait(bid, timeout=60)
+        b = self.assert_each_line_once(bid, n)
         self.assertEqual(b["status"], "completed", b)
-        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
-        out = self.content(b["output_file_id"])
-        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
-                                                                     for i in range(n)))
         # No file of the attempts that failed is left beside the output.
         self.assertEqual(sorted(os.listdir(os.path.join(jobs_dir, "batch"))),
                          sorted([fid + ".jsonl", b["output_file_id"] + ".jsonl"]))
@@ -1363,12 +1361,7 @@ class TestBatchClientSigkill(BatchCase):
         line once."""
         n = 400
         self.start()
-        fid = self.upload_ok(jsonl([line(i, max_tokens=12) for i in range(n)]))["id"]
-        bid = json.loads(self.create(fid)[1])["id"]
-        deadline = time.monotonic() + 30
-        while self.batch(bid)["request_counts"]["completed"] < 1:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.005)
+        fid, bid = self.running_batch(n, 12, done=1)
         holder = threading.Thread(target=hold_write_lock,
                                   args=(os.path.join(self.state, "batchgate.db"), 24))
         holder.start()
@@ -1380,11 +1373,7 @@ class TestBatchClientSigkill(BatchCase):
         finally:
             holder.join()
         self.start()
-        b = self.wait(bid, timeout=60)
-        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
-        out = self.content(b["output_file_id"])
-        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
-                                                                     for i in range(n)))
+        self.assert_each_line_once(bid, n)
 
     def test_state_database_refusing_writes_loses_no_line(self):
         """Another process holds the state database's write lock past the
@@ -1397,14 +1386,9 @@ class TestBatchClientSigkill(BatchCase):
         n = 400   # about 2 s of lines: the lock is taken while most are to come
         self.start()
         sent0 = self.sim_requests()
-        fid = self.upload_ok(jsonl([line(i, max_tokens=12) for i in range(n)]))["id"]
-        bid = json.loads(self.create(fid)[1])["id"]
-        deadline = time.monotonic() + 30
-        while self.batch(bid)["request_counts"]["completed"] < 1:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.005)
+        fid, bid = self.running_batch(n, 12, done=1)
         hold_write_lock(os.path.join(self.state, "batchgate.db"), 6.5)
-        b = self.wait(bid, timeout=60)
+        self.assert_each_line_once(bid, n)
         log = self.srv.log()
         self.assertIn("the state database refused the others'", log)
         # One line a stall, not one per line in flight; the pause counted
@@ -1414,10 +1398,6 @@ class TestBatchClientSigkill(BatchCase):
         self.assertEqual(len(re.findall(r"refused the others'; those answered are held and "
                                         r"committed when it is taken up \(in [1-9]\d* s\)",
                                         log)), stalls, log[-3000:])
-        self.assertEqual(b["request_counts"], {"total": n, "completed": n, "failed": 0})
-        out = self.content(b["output_file_id"])
-        self.assertEqual(sorted(o["custom_id"] for o in out), sorted("req-%d" % i
-                                                                     for i in range(n)))
         self.assertEqual(self.sim_requests() - sent0, n, log[-3000:])
 
 
