@@ -496,13 +496,14 @@ static int lc_queue_load_locked(struct serving *s, struct served_entry *e, char 
     return rc;
 }
 
-/* Answers whoever waits on e's load. */
-static void lc_answer_waiters(struct served_entry *e, int rc, const char *msg)
+/* Answers whoever waits on e's load; load_ended: the answer is that load's
+ * own (one pending load fewer), not a refusal before it ran. */
+static void lc_answer(struct served_entry *e, int rc, const char *msg, bool load_ended)
 {
     pthread_mutex_lock(&e->mu);
     struct served_waiter *w = e->waiters;
     e->waiters = NULL;
-    if (e->loads_pending > 0)
+    if (load_ended && e->loads_pending > 0)
         e->loads_pending--;   /* this one */
     /* Each waiter gets its own reference to the copy it waited for. */
     struct served_model *sm = rc == 0 && atomic_load(&e->cur->state) == SERVED_READY ? e->cur : NULL;
@@ -515,6 +516,12 @@ static void lc_answer_waiters(struct served_entry *e, int rc, const char *msg)
         free(w);
         w = next;
     }
+}
+
+/* A load ended (rc its answer). */
+static void lc_answer_waiters(struct served_entry *e, int rc, const char *msg)
+{
+    lc_answer(e, rc, msg, true);
 }
 
 /* A load nobody asked through the queue (a model found eager at start, a
@@ -604,20 +611,11 @@ static void lc_start_loads(struct serving *s)
     atomic_store(&s->started, true);
 }
 
-/* Answers e's waiters rc, its pending loads left as they are (the thread
- * answers its own when it comes to them). */
+/* Answers e's waiters rc (a refusal), its pending loads left as they are
+ * (the thread answers its own when it comes to them). */
 static void lc_refuse_waiters(struct served_entry *e, int rc, const char *msg)
 {
-    pthread_mutex_lock(&e->mu);
-    struct served_waiter *w = e->waiters;
-    e->waiters = NULL;
-    pthread_mutex_unlock(&e->mu);
-    while (w) {
-        struct served_waiter *next = w->next;
-        w->done(w->arg, rc, msg, NULL);
-        free(w);
-        w = next;
-    }
+    lc_answer(e, rc, msg, false);
 }
 
 static void lc_run(struct serving *s, struct lifecycle_task *t)
