@@ -137,26 +137,36 @@ void latmodel_fit(struct latmodel *m)
     double b = ns ? latmodel_median(slopes, ns) : m->b_ns;
     if (b < 0)
         b = 0;   /* a bigger batch never runs faster; noise can say otherwise */
-    /* With a >= 0, no batch runs in less than b per token: b is at most the
-     * median of exec/tokens. Theil-Sen alone is robust only where sizes
-     * vary: a window of one-row batches and one stalled batch of 8 rows
-     * makes every pair of unlike sizes go through the stalled one, and its
-     * slope (14 ms a row, for 7 us) was the median; kept then as the only
-     * slope when it left the window, every request with a budget was 504
-     * for good, and no bigger batch ran to correct it. */
-    int nr = 0;
-    for (int i = 0; i < m->n; i++)
-        if (m->tokens[i] > 0)
-            resid[nr++] = (double)m->ns[i] / (double)m->tokens[i];
-    double most = nr ? latmodel_median(resid, nr) : b;
-    if (b > most)
-        b = most;
     for (int i = 0; i < m->n; i++)
         resid[i] = (double)m->ns[i] - b * m->tokens[i];
     double a = latmodel_median(resid, m->n);
     /* The quadratic term first, from the plain fit as it came: a negative
      * intercept is what the len^2 the tokens do not explain leaves there. */
     double c = latmodel_fit_sq(m, a, b, slopes, &a, &b);
+    if (c == 0) {
+        /* With a >= 0, no batch runs in less than b per token: b is at
+         * most the median of exec/tokens. Theil-Sen alone is robust only
+         * where sizes vary: a window of one-row batches and one stalled
+         * batch of 8 rows makes every pair of unlike sizes go through the
+         * stalled one, and its slope (14 ms a row, for 7 us) was the
+         * median; kept then as the only slope when it left the window,
+         * every request with a budget was 504 for good, and no bigger
+         * batch ran to correct it. Only for the plain fit: with the
+         * quadratic term the plain slope holds c*len as well, which
+         * exec/tokens of short batches does not (the bound, taken before
+         * the quadratic fit, made it predict long batches short). */
+        int nr = 0;
+        for (int i = 0; i < m->n; i++)
+            if (m->tokens[i] > 0)
+                resid[nr++] = (double)m->ns[i] / (double)m->tokens[i];
+        double most = nr ? latmodel_median(resid, nr) : b;
+        if (b > most) {
+            b = most;
+            for (int i = 0; i < m->n; i++)
+                resid[i] = (double)m->ns[i] - b * m->tokens[i];
+            a = latmodel_median(resid, m->n);
+        }
+    }
     if (c == 0 && a < 0 && latmodel_has_lengths(m)) {
         /* The slope overshot: batches of nearly one size (all at
          * max_batch_tokens) say little about it, and a padded device's time

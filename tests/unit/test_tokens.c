@@ -169,6 +169,39 @@ static void test_latmodel_batches_of_one_size_keep_a_sane_margin(void **state)
                  m.c_ns, m.margin_ns, (long long)p);
 }
 
+/* Exact samples of devices with a small intercept and a quadratic term
+ * (the simulator's kind): every batch of the window is predicted at no
+ * less than it ran. The stalled-batch bound on the slope (b <= median of
+ * exec/tokens), taken before the quadratic fit, cut the plain slope that
+ * still carried c*len, and long batches were predicted short: the
+ * simulator saw answers computed past their deadline. */
+static void test_latmodel_small_intercept_with_lengths_predicts_what_ran(void **state)
+{
+    (void)state;
+    uint64_t s = 11;
+    for (int w = 0; w < 200; w++) {
+        double A = (double)(200000 + rnd(&s) % 2000000), B = (double)(rnd(&s) % 20000);
+        double C = w % 4 ? (double)(rnd(&s) % 100) : 0;
+        struct latmodel m;
+        latmodel_init(&m);
+        int64_t tok[LATMODEL_WINDOW], sq[LATMODEL_WINDOW];
+        for (int i = 0; i < LATMODEL_WINDOW; i++) {
+            random_batch(&s, 1 + (int)(rnd(&s) % 12), &tok[i], &sq[i]);
+            latmodel_add_sq(&m, tok[i], sq[i], (int64_t)(A + B * tok[i] + C * sq[i]));
+        }
+        latmodel_fit(&m);
+        for (int i = 0; i < LATMODEL_WINDOW; i++) {
+            int64_t ran = (int64_t)(A + B * tok[i] + C * sq[i]);
+            if (latmodel_predict_sq(&m, tok[i], sq[i]) < ran - 1000)
+                fail_msg("window %d (a %.0f b %.0f c %.0f): fit a %.0f b %.1f c %.3f margin %.0f "
+                         "predicts %lld tokens (sq %lld) at %lld, ran %lld",
+                         w, A, B, C, m.a_ns, m.b_ns, m.c_ns, m.margin_ns, (long long)tok[i],
+                         (long long)sq[i], (long long)latmodel_predict_sq(&m, tok[i], sq[i]),
+                         (long long)ran);
+        }
+    }
+}
+
 /* ---- the policy ---- */
 
 static struct policy_config pcfg(int max, int64_t delay, enum policy_kind kind)
@@ -687,6 +720,7 @@ int main(void)
         cmocka_unit_test(test_latmodel_quadratic_term_where_it_shows),
         cmocka_unit_test(test_latmodel_quadratic_term_left_out_where_it_does_not),
         cmocka_unit_test(test_latmodel_batches_of_one_size_keep_a_sane_margin),
+        cmocka_unit_test(test_latmodel_small_intercept_with_lengths_predicts_what_ran),
         cmocka_unit_test(test_token_cap_cuts_the_batch),
         cmocka_unit_test(test_deadline_planned_in_tokens),
         cmocka_unit_test(test_selection_serves_the_most_tokens_in_time),
