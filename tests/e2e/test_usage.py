@@ -663,7 +663,10 @@ class UsageOffloadTest(unittest.TestCase):
         got = self.answers(self.flood(150))
         codes = [r.status for r in got]
         self.assertEqual(sorted(set(codes)), [200, 503], codes)
-        self.assertGreaterEqual(codes.count(200), 65, codes)   # 64 waiting + 1 running
+        # 64 waiting, and one more when the offload thread had taken the
+        # first off the queue before the 65th came (on a busy machine it
+        # may not have: the CI run that saw 64).
+        self.assertGreaterEqual(codes.count(200), 64, codes)
         for r in got:
             if r.status == 503:
                 self.assertEqual(r.headers.get("Retry-After"), "1")
@@ -679,7 +682,7 @@ class UsageOffloadTest(unittest.TestCase):
         got = self.answers(socks)
         self.assertEqual(self.srv.wait(30), 0, self.srv.log()[-3000:])
         whole = [r for r in got if isinstance(r, harness.Response)]
-        self.assertGreaterEqual(len(whole), 65, got)
+        self.assertGreaterEqual(len(whole), 64, got)
         self.assertTrue(all(r.status in (200, 503) for r in whole), got)
         self.assertIsNone(self.srv.sanitizer_report())
 
