@@ -73,7 +73,15 @@ static const struct backend_i *backend_find(enum model_backend id, bool encoder,
 
 const char *model_backend_name(const struct model *m)
 {
-    return m->backend ? m->backend->name : model_backend_name_of(m->cfg.backend);
+    if (m->backend)
+        return m->backend->name;
+    return m->planned ? m->planned : model_backend_name_of(m->cfg.backend);
+}
+
+const char *backend_auto_pick(bool encoder)
+{
+    char why[256];
+    return backend_find(MODEL_BACKEND_AUTO, encoder, why, sizeof why)->name;
 }
 
 bool model_is_pool(const struct model *m)

@@ -85,6 +85,10 @@ struct labels;
 struct model {
     struct model_config cfg;
     const struct backend_i *backend;  /* set by model_load */
+    /* Not loaded: the backend its load would pick, when the config says
+     * "auto" (backend_auto_pick), so the metadata's platform does not
+     * change with the load state; NULL: the config's. */
+    const char *planned;
     /* An encoder's tokenizer (encoder.h), loaded with the model: requests
      * are tokenized by their IO thread once the model is loaded. */
     struct wordpiece *tokenizer;
@@ -124,8 +128,11 @@ size_t model_memory_bytes(const struct model *m);
  * there and 0 on /metrics. */
 size_t model_instance_bytes(const struct model *m, int i);
 /* The backend a loaded model runs on ("cpu", "cuda", ...); before a load,
- * the one its config names. */
+ * `planned` where the caller set it, else the one its config names. */
 const char *model_backend_name(const struct model *m);
+/* The backend "auto" picks now for a model of that kind, by name. It asks
+ * the CUDA runtime for its devices: not on an IO thread. */
+const char *backend_auto_pick(bool encoder);
 
 /* ---- compute backends ---- */
 

@@ -342,6 +342,8 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
     if (!s)
         return error_set(err, BG_ENOMEM, "out of memory");
     s->io_threads = io_threads;
+    s->auto_pick[0] = backend_auto_pick(false);
+    s->auto_pick[1] = backend_auto_pick(true);
     pthread_mutex_init(&s->shares_mu, NULL);
     pthread_mutex_init(&s->lc_mu, NULL);
     pthread_cond_init(&s->lc_cv, NULL);
@@ -624,11 +626,12 @@ struct served_model *served_shell_new(struct serving *s, struct served_entry *e,
                                       const struct model_config *cfg, int state,
                                       const char *reason)
 {
-    (void)s;
     struct served_model *sm = calloc(1, sizeof *sm);
     if (!sm)
         return NULL;
     sm->model.cfg = *cfg;
+    if (cfg->backend == MODEL_BACKEND_AUTO)
+        sm->model.planned = s->auto_pick[cfg->kind == MODEL_KIND_ENCODER];
     snprintf(sm->model.reason, sizeof sm->model.reason, "%s", reason ? reason : "");
     sm->entry = e;
     sm->version = e->cur ? e->cur->version : 1;

@@ -107,6 +107,9 @@ struct lifecycle_task {
 struct serving {
     char dir[4096];
     int io_threads;
+    /* What "auto" picks for a model (index 0) and an encoder (1), asked
+     * once at the start: the shells of models not loaded report it. */
+    const char *auto_pick[2];
     struct served_entry **entries;    /* SERVING_MAX_MODELS slots */
     _Atomic int n;
     /* One scheduler per device models are placed on (docs/SCHEDULING.md);

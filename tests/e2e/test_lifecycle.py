@@ -23,7 +23,7 @@ import time
 import unittest
 
 from harness import RepoServerCase, Server, roundtrip
-from test_infer import infer_body, mlp, post, synthetic, write_model
+from test_infer import DIGITS, infer_body, mlp, post, synthetic, write_model
 from test_metrics import parse, value
 
 
@@ -83,6 +83,13 @@ class RepositoryTest(RepoServerCase):
             json.dump(cfg, f)
         write_model(repo, "idle_ov", synthetic("idle_ov", base_us=1000, per_row_us=0))
         write_model(repo, "warm_ov", synthetic("warm_ov", base_us=1000, per_row_us=0))
+        # The bundled model ("backend": "auto"), lazy.
+        shutil.copytree(DIGITS, os.path.join(repo, "lazy_auto"))
+        with open("%s/lazy_auto/config.json" % repo) as f:
+            cfg = json.load(f)
+        cfg["name"] = "lazy_auto"
+        with open("%s/lazy_auto/config.json" % repo, "w") as f:
+            json.dump(lazy(cfg), f)
 
     def test_a_client_gone_during_the_load_is_not_computed(self):
         # Its connection reset while the request waited for the lazy load:
@@ -103,6 +110,24 @@ class RepositoryTest(RepoServerCase):
         counted = [l for l in text.splitlines()
                    if l.startswith('batchgate_requests_total{model="lazy_left"')]
         self.assertTrue(all(l.endswith(" 0") for l in counted), counted)
+
+    def test_auto_models_platform_does_not_change_with_the_load(self):
+        # It said batchgate_auto until the first request loaded the model,
+        # then batchgate_cpu: clients that cache metadata saw it change.
+        def described():
+            meta = roundtrip(self.srv.port, "GET", "/v2/models/lazy_auto").json()
+            conf = roundtrip(self.srv.port, "GET", "/v2/models/lazy_auto/config").json()
+            return meta["platform"], conf["platform"], conf["backend"]
+        before = described()
+        self.assertEqual(index(self.srv.port)["lazy_auto"]["state"], "UNAVAILABLE")
+        self.assertNotIn("auto", before[0])
+        r = infer(self.srv.port, "lazy_auto", body=infer_body([[0.0] * 64]))
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(described(), before)
+        self.assertEqual(post(self.srv.port, "/v2/repository/models/lazy_auto/unload",
+                              "{}").status, 200)
+        wait_state(self.srv.port, "lazy_auto", "UNAVAILABLE")
+        self.assertEqual(described(), before)
 
     def test_index_shows_every_model_with_its_state(self):
         rows = index(self.srv.port)
