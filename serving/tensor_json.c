@@ -139,6 +139,24 @@ static int tensor_get_bool_param(json_t *params, const char *key, bool *out, con
     return 0;
 }
 
+/* A parameters object (request's, an input's or an output's), once the
+ * parameters read have been checked with their own messages: the
+ * protocol's $parameter values are strings, numbers or booleans. Others
+ * were taken and ignored, so a misspelt nesting went unnoticed; Triton
+ * refuses them too. */
+static int tensor_params_check(json_t *params, const char *where, struct error *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(params, key, v)
+        if (!json_is_string(v) && !json_is_number(v) && !json_is_boolean(v))
+            return error_set(err, BG_EINVAL, "%sparameters.%.64s: must be a string, a number or "
+                             "a boolean, not %s", where, key,
+                             json_is_object(v) ? "an object" : json_is_array(v) ? "an array"
+                                                                              : "null");
+    return 0;
+}
+
 static int tensor_decode_request_params(json_t *params, struct infer_request *out, struct error *err)
 {
     if (!params)
@@ -168,8 +186,9 @@ static int tensor_decode_request_params(json_t *params, struct infer_request *ou
         out->timeout_us = json_integer_value(v);
     }
     int rc = tensor_get_bool_param(params, "truncate", &out->truncate, "", err);
-    return rc ? rc : tensor_get_bool_param(params, "binary_data_output", &out->binary_output, "",
-                                           err);
+    if (!rc)
+        rc = tensor_get_bool_param(params, "binary_data_output", &out->binary_output, "", err);
+    return rc ? rc : tensor_params_check(params, "", err);
 }
 
 const char *tensor_json_where(char *out, size_t cap, int line, int column)
@@ -181,11 +200,16 @@ const char *tensor_json_where(char *out, size_t cap, int line, int column)
     return out;
 }
 
-/* What to add to a parse error the body's NaN or Infinity caused: Python's
+/* What to add to a parse error. The body's NaN or Infinity: Python's
  * json.dumps writes them for numpy's nan and inf, TF Serving reads them,
- * and "invalid token near 'NaN'" did not say that they are the trouble. */
-static const char *tensor_json_nonfinite(const char *body, size_t len)
+ * and "invalid token near 'NaN'" did not say that they are the trouble.
+ * An integer past 64 bits is valid JSON that the parser cannot hold:
+ * "invalid JSON" alone blamed the client's encoder. */
+static const char *tensor_json_hint(const char *body, size_t len, const json_error_t *jerr)
 {
+    if (strstr(jerr->text, "too big"))
+        return " (valid JSON, but integers are read up to 2^63-1: no shape or count takes "
+               "more; write a value that large with a decimal point or an exponent)";
     return json_nonfinite_to_null(body, len, NULL) > 0 ? " (NaN and Infinity are not JSON numbers: batchgate takes finite numbers only)"
                  : "";
 }
@@ -510,6 +534,11 @@ static int tensor_decode_outputs(const struct model_config *m, json_t *outs,
             return error_set(err, BG_EINVAL,
                              "outputs[%zu].name: model %s has no output \"%s\" (its output is "
                              "\"%s\")", i, m->name, json_string_value(name), m->output.name);
+        /* A model has one output: a second entry names it again, and its
+         * parameters would silently replace the first's. */
+        if (i > 0)
+            return error_set(err, BG_EINVAL, "outputs[%zu].name: \"%s\" is asked for twice",
+                             i, m->output.name);
         json_t *params = json_object_get(o, "parameters");
         if (params) {
             char where[40];
@@ -539,6 +568,8 @@ static int tensor_decode_outputs(const struct model_config *m, json_t *outs,
                                              &out->output_shm_bytes, err)))
                     return rc;
             }
+            if ((rc = tensor_params_check(params, where, err)))
+                return rc;
         }
     }
     return 0;
@@ -584,7 +615,7 @@ int tensor_decode_kserve_shm(const struct model *model, const char *body, size_t
                          tensor_json_where(at, sizeof at, jerr.line, jerr.column), jerr.text,
                          trailing ? " (binary tensor data after the JSON need the "
                                     "Inference-Header-Content-Length header: the JSON's length)"
-                                  : tensor_json_nonfinite(body, jlen));
+                                  : tensor_json_hint(body, jlen, &jerr));
     int rc = tensor_decode_kserve_head(model, root, bin, bin_len, shm, out, err);
     json_decref(root);
     return rc;
@@ -624,8 +655,9 @@ int tensor_decode_kserve_head(const struct model *model, json_t *root, const cha
                        m->name, m->input.name, json_array_size(inputs));
         goto out;
     }
-    if ((rc = tensor_decode_input(model, json_array_get(inputs, 0), 0, &bin, &bin_len, shm, out,
-                                  err)) ||
+    json_t *in0 = json_array_get(inputs, 0), *in0p = json_object_get(in0, "parameters");
+    if ((rc = tensor_decode_input(model, in0, 0, &bin, &bin_len, shm, out, err)) ||
+        (in0p && (rc = tensor_params_check(in0p, "inputs[0].", err))) ||
         (rc = tensor_decode_outputs(m, json_object_get(root, "outputs"), shm, out, err)))
         goto out;
     if (bin && bin_len != 0) {
@@ -870,7 +902,7 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
     if (!root)
         return error_set(err, BG_EINVAL, "invalid JSON at %s: %s%s",
                          tensor_json_where(at, sizeof at, jerr.line, jerr.column), jerr.text,
-                         tensor_json_nonfinite(body, len));
+                         tensor_json_hint(body, len, &jerr));
     int rc = 0;
     /* Row form ("instances") or columnar form ("inputs": the input's tensor,
      * batch first, or {"<input name>": tensor}); with one input and one

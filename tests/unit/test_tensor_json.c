@@ -103,6 +103,9 @@ static void test_every_error_names_the_field(void **state)
          * job's first line); a body of several lines keeps its line. */
         {"{\"inputs\": [1,]}", "invalid JSON at column 15"},
         {"{\n\"inputs\": [1,]}", "invalid JSON at line 2, column"},
+        /* Valid JSON the parser cannot hold: said so, not "invalid" alone. */
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[9223372036854775808,"
+         "2,3],\"data\":[]}]}", "valid JSON, but integers are read up to 2^63-1"},
         {"[]", "JSON object"},
         {"{}", "inputs"},
         {"{\"inputs\":[]}", "inputs"},
@@ -113,6 +116,22 @@ static void test_every_error_names_the_field(void **state)
         {"{\"parameters\":{\"priority\":-1},\"inputs\":[{}]}", "parameters.priority"},
         {"{\"parameters\":{\"timeout\":\"x\"},\"inputs\":[{}]}", "parameters.timeout"},
         {"{\"parameters\":{\"binary_data_output\":1},\"inputs\":[{}]}", "binary_data_output"},
+        /* $parameter values are strings, numbers or booleans, whatever
+         * the name: other values were taken and ignored. */
+        {"{\"parameters\":{\"x\":{\"priority\":1}},\"inputs\":[{}]}",
+         "parameters.x: must be a string, a number or a boolean, not an object"},
+        {"{\"parameters\":{\"x\":null},\"inputs\":[{}]}", "parameters.x"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6],\"parameters\":{\"y\":[1]}}]}",
+         "inputs[0].parameters.y: must be a string, a number or a boolean, not an array"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6]}],\"outputs\":[{\"name\":\"output\",\"parameters\":"
+         "{\"z\":null}}]}", "outputs[0].parameters.z"},
+        /* One output: named twice, the second's parameters replaced the
+         * first's without a word. */
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6]}],\"outputs\":[{\"name\":\"output\"},{\"name\":\"output\","
+         "\"parameters\":{\"binary_data\":true}}]}", "outputs[1].name: \"output\" is asked for twice"},
         {"{\"inputs\":[{\"datatype\":\"FP32\",\"shape\":[1,2,3],\"data\":[]}]}", "inputs[0].name"},
         {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,2,3],\"data\":[]}]}",
          "no input \"x\""},
