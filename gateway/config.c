@@ -305,9 +305,11 @@ static const struct schema_name config_log_levels[] = {
 static const struct schema_field config_grpc_fields[] = {
     {SCHEMA_F_INT("max_concurrent_streams", struct http_h2_config, max_concurrent_streams),
      .min = 1, .max = 65536, .def = 256,
-     .doc = "streams of one connection at a time (SETTINGS_MAX_CONCURRENT_STREAMS); streams the "
-            "client reset that are still being answered count too, so a rapid reset cannot pile "
-            "up work (CVE-2023-44487); past it a new stream is refused (REFUSED_STREAM)"},
+     .doc = "open streams of one connection at a time (SETTINGS_MAX_CONCURRENT_STREAMS); streams "
+            "the client reset that are still being answered may take as many again, past which "
+            "a new stream is refused (REFUSED_STREAM), so a rapid reset cannot pile up work "
+            "(CVE-2023-44487). A client that opens more than the bound loses the connection "
+            "(GOAWAY PROTOCOL_ERROR, nghttp2's rule)"},
     {SCHEMA_F_INT("initial_window_bytes", struct http_h2_config, initial_window_bytes),
      .min = 65535, .max = 2147483647, .def = 1048576,
      .doc = "each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE): how much of a request "

@@ -504,8 +504,13 @@ static int h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void
     struct h2_conn *c = user;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    /* Streams still being answered count, reset or not (rapid reset). */
-    if (c->goaway || c->nstreams >= c->t->h2->max_concurrent_streams) {
+    /* nghttp2 holds the open streams to max_concurrent_streams. Those the
+     * client reset that are still being answered count besides, up to as
+     * many again: a rapid reset makes the server work for at most twice
+     * the bound, and a client cancelling calls under load (a deadline, a
+     * cancelled future) does not have its other calls refused while the
+     * cancelled ones finish, as it did when they shared the one bound. */
+    if (c->goaway || c->nstreams >= 2 * c->t->h2->max_concurrent_streams) {
         nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, f->hd.stream_id,
                                   NGHTTP2_REFUSED_STREAM);
         return 0;
