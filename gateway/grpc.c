@@ -155,6 +155,11 @@ static int grpc_frame(struct http_request *req, enum http_coding coding, const v
     return packed;
 }
 
+/* Every answer says what the server reads (the compression spec: a
+ * server MUST when it refuses an encoding with UNIMPLEMENTED; grpc-core
+ * sends it always), so a client can pick another at once. */
+#define GRPC_ACCEPT_ENCODING "grpc-accept-encoding: identity,deflate,gzip\r\n"
+
 /* Answers the call: the message (framed) when code is OK, else the error
  * with its message; retry_after_s > 0 adds that trailer (a 429's). */
 static void grpc_answer(struct http_request *req, int code, const char *msg, const void *body,
@@ -170,7 +175,7 @@ static void grpc_answer(struct http_request *req, int code, const char *msg, con
                  retry_after_s);
     http_request_set_trailers(req, trailers);
     if (code != GRPC_OK || !body) {
-        http_respond(req, 200, "application/grpc", NULL, 0, NULL);
+        http_respond(req, 200, "application/grpc", NULL, 0, GRPC_ACCEPT_ENCODING);
         return;
     }
     struct buf framed = BUF_INIT;
@@ -181,9 +186,10 @@ static void grpc_answer(struct http_request *req, int code, const char *msg, con
         grpc_answer(req, GRPC_RESOURCE_EXHAUSTED, "out of memory framing the answer", NULL, 0, 0);
         return;
     }
-    char head[64];
-    snprintf(head, sizeof head, "grpc-encoding: %s\r\n", http_coding_name(coding));
-    http_respond(req, 200, "application/grpc", framed.data, framed.len, packed ? head : NULL);
+    char head[128];
+    snprintf(head, sizeof head, GRPC_ACCEPT_ENCODING "%s%s%s", packed ? "grpc-encoding: " : "",
+             packed ? http_coding_name(coding) : "", packed ? "\r\n" : "");
+    http_respond(req, 200, "application/grpc", framed.data, framed.len, head);
     buf_free(&framed);
 }
 
@@ -775,9 +781,10 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
     call->m = m;
     call->stream = grpc_method_streams(m);
     if (call->stream) {   /* the answers stream as the messages do */
-        char head[96];
+        char head[160];
         call->coding = grpc_answer_coding(req);
-        int hl = snprintf(head, sizeof head, "content-type: application/grpc\r\n%s%s%s",
+        int hl = snprintf(head, sizeof head,
+                          "content-type: application/grpc\r\n" GRPC_ACCEPT_ENCODING "%s%s%s",
                           call->coding ? "grpc-encoding: " : "",
                           call->coding ? http_coding_name(call->coding) : "",
                           call->coding ? "\r\n" : "");

@@ -916,12 +916,13 @@ static int grpc_shm_status_from(const ProtobufCMessageDescriptor *d,
     return rc;
 }
 
-/* ServerLive, ServerReady, ModelReady: the answer's status is the answer. */
+/* ServerLive, ServerReady, ModelReady: the answer's status is the answer.
+ * `no`, `no2`: the other statuses that answer false (0: none). */
 static int grpc_bool_from(const ProtobufCMessageDescriptor *d, const struct grpc_http_answer *a,
-                          bool unready_ok, struct buf *out, char *err, size_t cap)
+                          int no, int no2, struct buf *out, char *err, size_t cap)
 {
     bool yes = a->status == 200;
-    if (!yes && !(unready_ok && a->status == 503))
+    if (!yes && !(no && a->status == no) && !(no2 && a->status == no2))
         return grpc_answer_error(a, err, cap);
     /* Each of the three messages is one bool, field 1. */
     uint8_t msg[2] = {0x08, yes ? 1 : 0};
@@ -937,6 +938,7 @@ enum grpc_answer_kind {
     ANSWER_SHM_STATUS,  /* an array of regions, as the map "regions" by name */
     ANSWER_LIVE,        /* 200: true; anything else an error */
     ANSWER_READY,       /* 200: true; 503: false */
+    ANSWER_MODEL_READY, /* 200: true; 503 and 404: false, as Triton answers an unknown model */
     ANSWER_EMPTY,       /* 200: the empty message */
     ANSWER_INFER,
 };
@@ -958,7 +960,7 @@ static const struct grpc_method grpc_methods[] = {
     {"ServerReady", SVC(server_ready_request), grpc_ready_to, SVC(server_ready_response),
      ANSWER_READY, NULL, NULL},
     {"ModelReady", SVC(model_ready_request), grpc_model_ready_to, SVC(model_ready_response),
-     ANSWER_READY, NULL, NULL},
+     ANSWER_MODEL_READY, NULL, NULL},
     {"ServerMetadata", SVC(server_metadata_request), grpc_server_meta_to,
      SVC(server_metadata_response), ANSWER_JSON, NULL, NULL},
     {"ModelMetadata", SVC(model_metadata_request), grpc_model_meta_to,
@@ -1150,8 +1152,11 @@ int grpc_from_http(const struct grpc_method *m, const struct grpc_http_answer *a
                    char *err, size_t cap)
 {
     switch (m->kind) {
-    case ANSWER_LIVE: return grpc_bool_from(m->resp, a, false, out, err, cap);
-    case ANSWER_READY: return grpc_bool_from(m->resp, a, true, out, err, cap);
+    case ANSWER_LIVE: return grpc_bool_from(m->resp, a, 0, 0, out, err, cap);
+    case ANSWER_READY: return grpc_bool_from(m->resp, a, 503, 0, out, err, cap);
+    /* tritonclient's is_model_ready raised for a model not there, where
+     * Triton's answers false and code written for it branches on that. */
+    case ANSWER_MODEL_READY: return grpc_bool_from(m->resp, a, 503, 404, out, err, cap);
     case ANSWER_EMPTY: return a->status == 200 ? GRPC_OK : grpc_answer_error(a, err, cap);
     case ANSWER_INFER: return grpc_infer_from(a, out, err, cap);
     case ANSWER_SHM_STATUS: return grpc_shm_status_from(m->resp, a, out, err, cap);

@@ -139,7 +139,7 @@ class GrpcLimitsTest(GrpcCase):
 
     def test_message_over_max_body_bytes(self):
         out = self.run_calls("limits")
-        self.assertEqual(out.count("ok: "), 5, out)
+        self.assertEqual(out.count("ok: "), 6, out)
 
 
 class GrpcChurnTest(GrpcCase):
