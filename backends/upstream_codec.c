@@ -209,6 +209,15 @@ int upstream_codec_answer(const struct model_config *mc, const char *body, size_
             root = json_loadb(fixed.data, fixed.len, 0, &je);
         buf_free(&fixed);
     }
+    /* What the parser said: valid JSON it cannot hold (1e400: "real
+     * number overflow"; an integer past 64 bits) read as "not a JSON
+     * object" sent the reader looking at the wrong thing. */
+    if (!root)
+        return reader_fail(&rd, "malformed answer: %s at line %d, column %d: %s",
+                           strstr(je.text, "overflow") || strstr(je.text, "too big")
+                               ? "a number out of the parser's range"
+                               : "invalid JSON",
+                           je.line, je.column, je.text);
     if (!json_is_object(root)) {
         json_decref(root);
         return reader_fail(&rd, "malformed answer: not a JSON object");

@@ -46,7 +46,7 @@ static void test_tfs_request_nests_rows(void **state)
     buf_free(&b);
 }
 
-/* One row's NaN failed the whole batch ("not a JSON object"): every
+/* One row's NaN failed the whole batch (then "not a JSON object"): every
  * request batched with it got 502. */
 static void test_tfs_answer_nan_tokens(void **state)
 {
@@ -67,6 +67,21 @@ static void test_tfs_answer_nan_tokens(void **state)
     const char *kb = "{\"outputs\":[{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[1,2],"
                      "\"data\":[NaN,1]}]}";
     assert_int_equal(upstream_codec_answer(&k, kb, strlen(kb), 1, out, why, sizeof why), -1);
+    assert_non_null(strstr(why, "malformed answer: invalid JSON at line 1, column"));
+    /* Valid JSON past the parser's numbers: said so, not "not a JSON
+     * object" (an upfault pass). */
+    const char *big[] = {"{\"outputs\":[{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[1,2],"
+                         "\"data\":[1e400,1]}]}",
+                         "{\"outputs\":[{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[1,2],"
+                         "\"data\":[123456789012345678901234567890,1]}]}"};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(upstream_codec_answer(&k, big[i], strlen(big[i]), 1, out, why, sizeof why),
+                         -1);
+        if (!strstr(why, "a number out of the parser's range at line 1, column"))
+            fail_msg("case %d: %s", i, why);
+    }
+    const char *arr = "[1]";
+    assert_int_equal(upstream_codec_answer(&k, arr, strlen(arr), 1, out, why, sizeof why), -1);
     assert_non_null(strstr(why, "not a JSON object"));
 }
 
