@@ -87,6 +87,8 @@ struct grpc_call {
     bool taking;                     /* in grpc_call_take: a nested call returns */
     bool out_full;                   /* answers over GRPC_STREAM_OUT_HIGH, not yet below LOW */
     struct event *out_poll;          /* while out_full: looks again for room */
+    struct event *deadline;          /* grpc-timeout's: the call ends DEADLINE_EXCEEDED */
+    long long timeout_ms;
     bool answered;                   /* the stream's answer is finished: req is gone */
     int holds;                       /* our functions on the stack: defer the free */
     /* Failed or abandoned while HTTP requests ran: they are stopped, and
@@ -96,6 +98,9 @@ struct grpc_call {
     bool stopping;
     int stop_code;
     char stop_msg[512];
+    /* A stream refused its next message (over max_body_bytes): no more is
+     * read, and once the messages taken are answered it ends with this. */
+    int last_code;
 };
 
 /* ---- answering ---- */
@@ -199,6 +204,8 @@ static void grpc_call_free(struct grpc_call *call)
         atomic_fetch_sub_explicit(&call->g->streams_open, 1, memory_order_relaxed);
     if (call->out_poll)
         event_free(call->out_poll);
+    if (call->deadline)
+        event_free(call->deadline);
     buf_free(&call->in);
     free(call);
 }
@@ -585,6 +592,16 @@ static void grpc_call_take(struct grpc_call *call)
             char why[160];
             snprintf(why, sizeof why, "a message of %zu bytes exceeds limits.max_body_bytes (%zu)",
                      mlen, call->g->max_message_bytes);
+            if (call->stream && call->nrunning > 0) {
+                /* The messages taken are answered first, each its one
+                 * answer (they were dropped with the stream); the rest of
+                 * the stream, this one on, is not read. */
+                call->last_code = GRPC_RESOURCE_EXHAUSTED;
+                snprintf(call->stop_msg, sizeof call->stop_msg, "%s", why);
+                call->ended = true;
+                off = call->in.len;
+                break;
+            }
             grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, why);
             break;
         }
@@ -628,6 +645,8 @@ static void grpc_call_check_end(struct grpc_call *call)
             grpc_call_fail(call, GRPC_INTERNAL, "the message is cut short");
     } else if (!call->stream && call->nmsgs == 0) {
         grpc_call_end(call, GRPC_UNIMPLEMENTED, "the request carries no message", NULL, 0, 0);
+    } else if (call->stream && call->nrunning == 0 && call->last_code) {
+        grpc_call_end(call, call->last_code, call->stop_msg, NULL, 0, 0);
     } else if (call->stream && call->nrunning == 0) {
         /* Drained: every message taken is answered; UNAVAILABLE tells the
          * client to go on elsewhere (gRPC's retryable code). */
@@ -670,6 +689,8 @@ static void grpc_call_body_take(struct grpc_call *call, const char *data, size_t
         grpc_call_fail(call, grpc_code_of_http(status), msg);
         return;
     }
+    if (call->last_code)
+        return;   /* refused from a message on: what follows is not read */
     if (len && buf_append(&call->in, data, len) < 0) {
         grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, "out of memory for the message");
         return;
@@ -708,6 +729,38 @@ static const struct grpc_method *grpc_method_of(const struct http_request *req)
     const char *path = http_request_path(req, &plen);
     return plen > pre && memcmp(path, GRPC_SERVICE_PREFIX, pre) == 0
                ? grpc_method_find(path + pre, plen - pre) : NULL;
+}
+
+static void grpc_call_on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct grpc_call *call = arg;
+    char why[96];
+    snprintf(why, sizeof why, "the call's deadline (grpc-timeout, %lld ms) passed",
+             call->timeout_ms);
+    call->holds++;
+    grpc_call_fail(call, GRPC_DEADLINE_EXCEEDED, why);
+    call->holds--;
+    grpc_call_maybe_free(call);
+}
+
+/* grpc-timeout is the call's deadline, as gRPC's servers keep it: at it
+ * the call ends DEADLINE_EXCEEDED, its queued inferences leave the
+ * batcher and nothing more is read. A unary call's budget already came
+ * from it, but a stream (whose messages have none of their own), or a
+ * body that never ended, ran on to idle_timeout_ms or header_timeout_ms.
+ * Messages computing when it passes are waited for (their answers come
+ * back to this thread), then dropped. 0, or -1 out of memory. */
+static int grpc_call_set_deadline(struct grpc_call *call, long long timeout_ms)
+{
+    call->timeout_ms = timeout_ms;
+    int64_t left_ns = timeout_ms * 1000000 - (now_ns() - http_request_arrival_ns(call->req));
+    if (left_ns < 0)
+        left_ns = 0;
+    call->deadline = evtimer_new(http_request_event_base(call->req), grpc_call_on_deadline, call);
+    struct timeval tv = {(time_t)(left_ns / 1000000000), (suseconds_t)(left_ns % 1000000000 / 1000)};
+    return call->deadline && evtimer_add(call->deadline, &tv) == 0 ? 0 : -1;
 }
 
 static void grpc_route(struct http_request *req, const struct route_match *rm, void *ctx)
@@ -780,6 +833,13 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
     call->req = req;
     call->m = m;
     call->stream = grpc_method_streams(m);
+    if (timeout_ms > 0 && grpc_call_set_deadline(call, timeout_ms) < 0) {
+        grpc_count(g, m, GRPC_RESOURCE_EXHAUSTED);
+        grpc_answer(req, GRPC_RESOURCE_EXHAUSTED, "out of memory for the call's deadline", NULL,
+                    0, 0);
+        grpc_call_free(call);
+        return;
+    }
     if (call->stream) {   /* the answers stream as the messages do */
         char head[160];
         call->coding = grpc_answer_coding(req);

@@ -482,6 +482,22 @@ def check_limits(a):
     resp = stub.ModelInfer(infer_request("digits", small), timeout=10)
     expect(output_of(resp).shape == (1, 10), "the connection serves on")
     ok("a message over limits.max_body_bytes: RESOURCE_EXHAUSTED; the next call served")
+    # In a stream, a message over the limit behind one still computing: the
+    # one taken is answered, then the stream ends RESOURCE_EXHAUSTED (the
+    # answer owed was dropped with the stream).
+    slow = infer_request("slow", np.ones((1, 4), dtype=np.float32), name="x", id="first")
+    over = infer_request("digits", np.zeros((1, 600000), dtype=np.float32), id="over")
+    got, code, details = [], None, ""
+    try:
+        for resp in stub.ModelStreamInfer(iter([slow, over]), timeout=30):
+            got.append((resp.infer_response.id, resp.error_message))
+    except grpc.RpcError as e:
+        code, details = e.code(), e.details()
+    expect(got == [("first", "")] and code == grpc.StatusCode.RESOURCE_EXHAUSTED and
+           "max_body_bytes" in details,
+           "a stream's message over max_body_bytes behind one computing: %r %s %r"
+           % (got, code, details))
+    ok("in a stream, the answers owed come before a message over max_body_bytes ends it")
     # Metadata over limits.max_header_bytes (4096 here): the HTTP/2 layer's
     # refusal, said as gRPC (it was an HTTP 431, UNKNOWN to the client).
     e = rpc_error(stub.ModelInfer, infer_request("digits", small), timeout=10,

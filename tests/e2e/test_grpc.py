@@ -136,10 +136,12 @@ class GrpcLimitsTest(GrpcCase):
         big = synthetic("bigout", base_us=1000, per_row_us=0)
         big["outputs"][0]["shape"] = [1 << 20]
         write_model(repo, "bigout", big)
+        write_model(repo, "slow", synthetic("slow", base_us=200000, per_row_us=0,
+                                            batching={"max_batch_size": 1}))
 
     def test_message_over_max_body_bytes(self):
         out = self.run_calls("limits")
-        self.assertEqual(out.count("ok: "), 6, out)
+        self.assertEqual(out.count("ok: "), 7, out)
 
 
 class GrpcChurnTest(GrpcCase):

@@ -20,6 +20,9 @@ block (a server told SETTINGS_HEADER_TABLE_SIZE 0 cannot index it).
   that the client reset and are still being answered: 8 new calls are
   taken beside 8 reset ones, and past 16 new streams are refused
   (REFUSED_STREAM) until they are answered;
+- grpc-timeout ends the call DEADLINE_EXCEEDED: an idle stream, a stream
+  waiting on its messages, a unary body that stalls; a stream within it is
+  answered;
 - limits.header_timeout_ms holds for a stream's header block (the
   connection closes) and for each move of its body (the call is answered);
 - not HTTP/2 on the port: closed; an HTTP/2 request that is not gRPC: 415,
@@ -700,6 +703,73 @@ class ResetConcurrencyTest(H2FloodCase):
                            "until answered")
         self.assertFalse(c.closed or c.goaway(), "expected the connection kept")
         self.assert_served("after the resets")
+
+
+def grpc_codes(srv, method):
+    """batchgate_grpc_calls_total of method, by code (the trailers are
+    HPACK-coded: the metric reads them)."""
+    text = roundtrip(srv, "GET", "/metrics").body.decode()
+    return {m.group(1): int(m.group(2)) for m in re.finditer(
+        r'^batchgate_grpc_calls_total\{method="%s",code="(\w+)"\} (\d+)$' % method, text, re.M)}
+
+
+class GrpcDeadlineTest(H2FloodCase):
+    """grpc-timeout is the call's deadline: at it the call ends
+    DEADLINE_EXCEEDED, whatever it waits on. A stream's (whose messages have
+    no budget of their own) ran on to idle_timeout_ms, and a unary call whose
+    body never ended to header_timeout_ms (a gRPC pass: 3 s and 5 s for a
+    300 ms deadline)."""
+    config = {"limits": {"idle_timeout_ms": 10000, "header_timeout_ms": 10000}}
+
+    @classmethod
+    def populate(cls, repo):
+        super().populate(repo)
+        write_model(repo, "slow", synthetic("slow", base_us=150000, per_row_us=0,
+                                            batching={"max_batch_size": 1}))
+
+    def ends_by_deadline(self, method, send_rest, what):
+        before = grpc_codes(self.srv, method).get("DEADLINE_EXCEEDED", 0)
+        c = self.h2()
+        t0 = time.monotonic()
+        sid = c.start(grpc_headers(method, extra=[("grpc-timeout", "300m")]), end_stream=False)
+        send_rest(c, sid)
+        r = c.reply(sid, timeout=5)
+        took = time.monotonic() - t0
+        self.assertTrue(r.ended or r.rst is not None, "expected %s ended: %r" % (what, r))
+        self.assertLess(took, 2.0, "expected %s ended at its 300 ms deadline, took %.2f s"
+                        % (what, took))
+        self.assertGreaterEqual(took, 0.25, "expected %s to run to its deadline" % what)
+        after = grpc_codes(self.srv, method).get("DEADLINE_EXCEEDED", 0)
+        self.assertEqual(after, before + 1, "expected %s counted DEADLINE_EXCEEDED" % what)
+        self.assertFalse(c.closed or c.goaway(), "expected the connection kept")
+        self.assert_live_call(c, "the connection after " + what)
+
+    def test_an_idle_stream_ends_at_its_deadline(self):
+        self.ends_by_deadline("ModelStreamInfer", lambda c, sid: None, "an idle stream")
+
+    def test_a_stream_with_a_message_computing_ends_at_its_deadline(self):
+        # Two slow messages (150 ms each, one instance, batches of one):
+        # the first is answered, the second's wait is cut by the deadline.
+        msg = grpc_message(model_infer("slow", [[1, 2, 3, 4]]))
+        self.ends_by_deadline("ModelStreamInfer",
+                              lambda c, sid: c.send(frame(DATA, 0, sid, msg + msg + msg)),
+                              "a stream of three 150 ms messages")
+
+    def test_a_unary_body_that_never_ends_ends_at_its_deadline(self):
+        msg = grpc_message(model_infer("slow", [[1, 2, 3, 4]]))
+        self.ends_by_deadline("ModelInfer", lambda c, sid: c.send(frame(DATA, 0, sid, msg[:20])),
+                              "a unary call whose body stalls")
+
+    def test_a_stream_within_its_deadline_is_answered(self):
+        c = self.h2()
+        msg = grpc_message(model_infer("slow", [[1, 2, 3, 4]]))
+        r = c.reply(c.start(grpc_headers("ModelStreamInfer", extra=[("grpc-timeout", "5S")]),
+                            msg), timeout=5)
+        self.assertTrue(r.ended and r.rst is None and r.data[5:].find(b"slow") >= 0,
+                        "expected the stream's answer and its end: %r" % r)
+
+
+HEADER_TIMEOUT = 0.5
 
 
 HEADER_TIMEOUT = 0.5
