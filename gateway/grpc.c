@@ -833,7 +833,10 @@ static void grpc_route(struct http_request *req, const struct route_match *rm, v
     call->req = req;
     call->m = m;
     call->stream = grpc_method_streams(m);
-    if (timeout_ms > 0 && grpc_call_set_deadline(call, timeout_ms) < 0) {
+    /* Past 2^31 ms (24 days) a deadline is none: 8 digits of hours would
+     * overflow the nanoseconds and fire at once. */
+    if (timeout_ms > 0 && timeout_ms < 2147483648LL &&
+        grpc_call_set_deadline(call, timeout_ms) < 0) {
         grpc_count(g, m, GRPC_RESOURCE_EXHAUSTED);
         grpc_answer(req, GRPC_RESOURCE_EXHAUSTED, "out of memory for the call's deadline", NULL,
                     0, 0);
