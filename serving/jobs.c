@@ -501,15 +501,58 @@ static void jobs_load_done(void *arg, int rc, const char *msg, struct served_mod
     pthread_mutex_unlock(&j->mu);
 }
 
+/* The ids of the jobs still waiting for their model, into skip; those
+ * whose time has come are dropped, to be tried again. */
+static int jobs_waits_live(struct jobs *j, const char **skip)
+{
+    int64_t now = jobs_mono_ns();
+    int n = 0;
+    for (int i = 0; i < j->nwaits; i++)
+        if (j->waits[i].until_ns > now)
+            j->waits[n++] = j->waits[i];
+    j->nwaits = n;
+    for (int i = 0; i < n; i++)
+        skip[i] = j->waits[i].id;
+    return n;
+}
+
+/* The current job's model exists but cannot be served (its load failed: a
+ * broken folder, a config being fixed): the job waits, queued or running as
+ * it was, with the reason shown, and is tried again in JOBS_WAIT_NS; the
+ * jobs behind it run meanwhile. Failed at once, a model broken at a restart
+ * ended a night's job for good, and it could only be submitted again from
+ * its first line. */
+static void jobs_wait(struct jobs *j, const char *why)
+{
+    struct jobs_cur *cu = &j->cur;
+    char reason[sizeof cu->job.reason];   /* as it reads back */
+    snprintf(reason, sizeof reason, "waiting: %.400s; tried again every %lld s, the jobs behind "
+             "it run meanwhile", why, JOBS_WAIT_NS / 1000000000);
+    struct jobs_wait *w = &j->waits[j->nwaits++];
+    snprintf(w->id, sizeof w->id, "%s", cu->job.id);
+    w->until_ns = jobs_mono_ns() + JOBS_WAIT_NS;
+    /* Said once, when it begins to wait; the same reason again is quiet. */
+    if (strcmp(cu->job.reason, reason) != 0) {
+        struct error err = {0};
+        if (state_job_set_state(j->st, cu->job.id, cu->job.state, -1, reason, &err))
+            log_error("job %s: cannot record that it waits: %s", cu->job.id, err.msg);
+        log_warn("job %s %s", cu->job.id, reason);
+    }
+    cu->active = false;
+}
+
 /* Opens the oldest unfinished job where its last run left it. 1: one is
- * active; 0: none to run (or its model is loading). */
+ * active, or one more waits for its model (look again at once); 0: none to
+ * run (or its model is loading). */
 static int jobs_begin_next(struct jobs *j)
 {
     struct jobs_cur *cu = &j->cur;
     struct error err = {0};
     if (jobs_db_paused(j) || jobs_mono_ns() < j->hold_until_ns || atomic_load(&j->load_waiting))
         return 0;
-    int rc = state_job_next(j->st, &cu->job, &err);
+    const char *skip[JOBS_WAITS_MAX];
+    int nskip = jobs_waits_live(j, skip);
+    int rc = state_job_next(j->st, skip, nskip, &cu->job, &err);
     if (rc <= 0) {
         /* A database that cannot be read (a lock, a damaged file) is looked
          * at again after the pause, as one that refuses writes: it was
@@ -548,7 +591,12 @@ static int jobs_begin_next(struct jobs *j)
     if (!cu->sm) {
         snprintf(why, sizeof why, "model %s is not served: %s", cu->job.model,
                  j->serving ? le.msg : "no model repository");
-        jobs_fail(j, why);
+        /* A model not there (removed, or never) fails the job: nothing says
+         * it comes back. */
+        if (le.code == BG_ENOTREADY && j->nwaits < JOBS_WAITS_MAX)
+            jobs_wait(j, why);
+        else
+            jobs_fail(j, why);
         return 1;
     }
     cu->in = fopen(cu->job.input_path, "r");
@@ -602,7 +650,9 @@ static int jobs_begin_next(struct jobs *j)
     cu->pending_end_offset = cu->job.in_offset;
     cu->next_line = cu->job.lines_done + 1;
     cu->last_commit_ns = jobs_mono_ns();
-    if (state_job_set_state(j->st, cu->job.id, STATE_JOB_RUNNING, cu->job.lines_total, NULL,
+    /* A job that waited for its model: its reason goes with the wait. */
+    if (state_job_set_state(j->st, cu->job.id, STATE_JOB_RUNNING, cu->job.lines_total,
+                            cu->job.reason[0] ? "" : NULL,
                             &err)) {
         /* The database refused the write (a lock, a full disk), as it
          * refuses progress: the job waits, it has not failed. Failed here,

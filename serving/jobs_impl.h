@@ -25,6 +25,10 @@
  * long, whichever first: one fdatasync + one commit per group. */
 #define JOBS_GROUP_LINES 256
 #define JOBS_GROUP_NS (50 * 1000000LL)
+/* A job whose model failed to load waits, tried again this often, while
+ * the jobs behind it run; past this many waiting at once, one more fails. */
+#define JOBS_WAIT_NS (10 * 1000000000LL)
+#define JOBS_WAITS_MAX 32
 
 struct jobs_slot {
     struct infer_item item;           /* first member not required: see jobs_slot_of */
@@ -148,6 +152,13 @@ struct jobs {
      * before this (jobs_hold); holds_in_row since a line last succeeded. */
     int64_t hold_until_ns;
     int holds_in_row;
+    /* Jobs whose model exists but cannot be served (a failed load): each
+     * is passed by until its time, then tried again (jobs_wait). */
+    struct jobs_wait {
+        char id[40];
+        int64_t until_ns;
+    } waits[JOBS_WAITS_MAX];
+    int nwaits;
 };
 
 /* A batch line's result not committed yet (jobs->held). */

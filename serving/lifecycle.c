@@ -1406,6 +1406,13 @@ struct served_model *serving_acquire_or_wait(struct serving *s, const char *name
     struct served_model *sm = lc_acquire_known(s, name, len, version, err);
     if (!sm || atomic_load(&sm->state) == SERVED_READY)
         return sm;
+    if (atomic_load(&sm->entry->unlisted_ns)) {
+        /* Its folder (or its version) left the repository: unknown, for a
+         * caller that would wait for a model that is only not ready. */
+        error_set(err, BG_ENOTFOUND, "model %s left the repository", sm->model.cfg.name);
+        served_release(sm);
+        return NULL;
+    }
     int64_t retry;
     int rc = serving_wait_loaded(s, sm, 0, done, arg, &retry, err);
     served_release(sm);

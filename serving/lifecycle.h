@@ -95,7 +95,9 @@ struct served_model *serving_acquire_loaded(struct serving *s, const char *name,
 /* The same without waiting: the READY copy (a reference); or NULL with
  * *loading when a load is under way or queued for it, done(arg, ...) called
  * (on the lifecycle thread) when it ends: ask again then (a copy done hands
- * over is the callee's to release); or NULL with the reason. */
+ * over is the callee's to release); or NULL with the reason: BG_ENOTFOUND
+ * for a model unknown or gone from the repository, BG_ENOTREADY for one
+ * there that is not served now (its load failed). */
 struct served_model *serving_acquire_or_wait(struct serving *s, const char *name, size_t len,
                                              int version, lifecycle_done_fn done, void *arg,
                                              bool *loading, struct error *err);

@@ -560,13 +560,23 @@ static void state_row(sqlite3_stmt *s, struct state_job *j)
     j->version = sqlite3_column_int(s, 17);
 }
 
-int state_job_next(struct state *st, struct state_job *out, struct error *err)
+int state_job_next(struct state *st, const char *const *skip, int nskip, struct state_job *out,
+                   struct error *err)
 {
+    /* "NOT IN (?,?,...)": the callers skip a few (jobs.c: at most 32). */
+    char sql[1024], marks[256] = "";
+    if (nskip < 0 || nskip > 64)
+        return error_set(err, BG_EINVAL, "next job: %d jobs to skip, at most 64", nskip);
+    for (int i = 0; i < nskip; i++)
+        strcat(marks, i ? ",?" : "?");
+    snprintf(sql, sizeof sql, "%sWHERE j.state IN (0,1)%s%s%s ORDER BY j.created_ms, j.rowid "
+             "LIMIT 1", STATE_JOB_COLUMNS, nskip ? " AND j.id NOT IN (" : "", marks,
+             nskip ? ")" : "");
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(st->w, STATE_JOB_COLUMNS "WHERE j.state IN (0,1)"
-                                  " ORDER BY j.created_ms, j.rowid LIMIT 1", -1, &s, NULL) !=
-        SQLITE_OK)
+    if (sqlite3_prepare_v2(st->w, sql, -1, &s, NULL) != SQLITE_OK)
         return state_fail(err, st->w, "next job");
+    for (int i = 0; i < nskip; i++)
+        sqlite3_bind_text(s, i + 1, skip[i], -1, SQLITE_STATIC);
     int rc = sqlite3_step(s);
     if (rc == SQLITE_ROW) {
         state_row(s, out);

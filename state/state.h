@@ -120,8 +120,10 @@ int state_job_set_state(struct state *st, const char *id, int state, int64_t lin
  * one transaction: what a restart resumes from. */
 int state_job_progress(struct state *st, const char *id, int64_t in_offset, int64_t out_size,
                        int64_t lines_done, int64_t lines_failed, struct error *err);
-/* The oldest job that is queued or running: 1 and *out, 0 none, <0 error. */
-int state_job_next(struct state *st, struct state_job *out, struct error *err);
+/* The oldest job that is queued or running, but for the nskip ids in skip
+ * (jobs waiting for their model): 1 and *out, 0 none, <0 error. */
+int state_job_next(struct state *st, const char *const *skip, int nskip, struct state_job *out,
+                   struct error *err);
 typedef void (*state_job_fn)(const struct state_job *j, void *arg);
 /* Up to `max` jobs that ended (completed, failed, cancelled) before
  * before_ms, the earliest ended first. */

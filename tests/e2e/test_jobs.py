@@ -28,6 +28,11 @@ def line(i, rows=1, **extra):
     return json.dumps(body)
 
 
+def write_model_config(repo, name, cfg):
+    with open(os.path.join(repo, name, "config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
 def get(srv, path, timeout=10.0):
     return roundtrip(srv.port, "GET", path, timeout=timeout)
 
@@ -166,11 +171,19 @@ class JobsApiTest(JobsCase):
     def test_list_filters_and_pages(self):
         srv = self.start()
         ids = []
-        for i in range(5):   # syn, broken (fails), syn, broken, syn: oldest first
+        for i in range(5):   # syn, broken (waits: cancelled), syn, broken, syn: oldest first
             r = submit(srv, "syn" if i % 2 == 0 else "broken", line(i))
             self.assertEqual(r.status, 201, r.body)
             ids.append(r.json()["id"])
-            wait_state(self, srv, ids[-1], ("completed", "failed"))
+            if i % 2 == 0:
+                wait_state(self, srv, ids[-1], ("completed",))
+                continue
+            deadline = time.monotonic() + 10
+            while "waiting" not in get(srv, "/v2/jobs/" + ids[-1]).json().get("reason", ""):
+                self.assertLess(time.monotonic(), deadline, srv.log())
+                time.sleep(0.05)
+            r = roundtrip(srv.port, "DELETE", "/v2/jobs/" + ids[-1])
+            self.assertEqual((r.status, r.json()["state"]), (200, "cancelled"), r.body)
 
         def listed(query):
             r = get(srv, "/v2/jobs" + query)
@@ -179,7 +192,7 @@ class JobsApiTest(JobsCase):
 
         self.assertEqual(listed(""), (ids, False))
         self.assertEqual(listed("?state=completed"), (ids[0::2], False))
-        self.assertEqual(listed("?state=failed&model=broken"), (ids[1::2], False))
+        self.assertEqual(listed("?state=cancelled&model=broken"), (ids[1::2], False))
         self.assertEqual(listed("?model=later"), ([], False))
         # Pages of two, each starting after the last id of the one before.
         self.assertEqual(listed("?limit=2"), (ids[:2], True))
@@ -269,15 +282,66 @@ class JobsApiTest(JobsCase):
             self.assertEqual(r.status, status, (p, r.body))
         srv.stop_checked()
 
-    def test_model_that_failed_to_load_fails_the_job_with_the_reason(self):
+    def test_a_job_waits_for_its_model_that_failed_to_load(self):
+        # It failed for good: a model broken at a restart ended a night's
+        # job, to be submitted again from its first line. It now waits,
+        # with the reason shown, while the jobs behind it run, and runs
+        # once the model is fixed.
         srv = self.start()
-        r = submit(srv, "broken", line(0))
+        r = submit(srv, "broken", "\n".join(line(i) for i in range(10)))
         self.assertEqual(r.status, 201, r.body)
-        j = wait_state(self, srv, r.json()["id"], ("failed",))
-        self.assertIn("model broken is not served", j["reason"])
+        waiting = r.json()["id"]
+        srv.wait_log(r" warn job %s waiting: model broken is not served: .*tried again every "
+                     r"10 s" % waiting)
+        j = get(srv, "/v2/jobs/" + waiting).json()
+        self.assertEqual(j["state"], "queued", j)
+        self.assertIn("waiting: model broken is not served", j["reason"])
+        r = submit(srv, "syn", line(0))
+        self.assertEqual(r.status, 201, r.body)
+        wait_state(self, srv, r.json()["id"], ("completed",))
+        # Fixed: a working config in its folder, loaded through the API.
+        write_model_config(self.repo, "broken", synthetic("broken", base_us=1000,
+                                                          per_row_us=10))
+        r = roundtrip(srv.port, "POST", "/v2/repository/models/broken/load")
+        self.assertEqual(r.status, 200, r.body)
+        j = wait_state(self, srv, waiting, ("completed",), timeout=30)
+        self.assertNotIn("reason", j)
+        check_exactly_once(self, results(self, srv, waiting), 10)
+        self.assertEqual(len(re.findall(r"job %s waiting" % waiting, srv.log())), 1,
+                         "expected the wait said once, not at every look")
+        srv.stop_checked()
+
+    def test_a_waiting_job_runs_after_a_kill_once_its_model_loads(self):
+        # SIGKILL while it waits: it is queued as it was, and the next start
+        # (its model fixed on disk meanwhile) runs it, the wait's reason gone.
+        srv = self.start()
+        r = submit(srv, "broken", "\n".join(line(i) for i in range(10)))
+        self.assertEqual(r.status, 201, r.body)
+        waiting = r.json()["id"]
+        srv.wait_log(r" warn job %s waiting: model broken" % waiting)
+        srv.kill()
+        write_model_config(self.repo, "broken", synthetic("broken", base_us=1000,
+                                                          per_row_us=10))
+        srv = self.start()
+        j = wait_state(self, srv, waiting, ("completed",), timeout=30)
+        self.assertNotIn("reason", j)
+        check_exactly_once(self, results(self, srv, waiting), 10)
+        srv.stop_checked()
+
+    def test_a_job_whose_model_was_removed_fails(self):
+        # Nothing says a model taken out of the repository comes back.
+        srv = self.start({"repository_poll_s": 1})
+        first = submit(srv, "slow", "\n".join(line(i) for i in range(200)))
+        self.assertEqual(first.status, 201, first.body)
+        r = submit(srv, "syn", line(0))
+        self.assertEqual(r.status, 201, r.body)
+        shutil.rmtree(os.path.join(self.repo, "syn"))
+        j = wait_state(self, srv, r.json()["id"], ("failed",), timeout=30)
+        self.assertIn("model syn is not served", j["reason"])
         # An operator's matter: a warning, not one info line among many.
         srv.wait_log(r" warn job %s failed: 0 lines done" % r.json()["id"])
         self.assertEqual(results(self, srv, r.json()["id"]), [])
+        wait_state(self, srv, first.json()["id"], ("completed",), timeout=30)
         srv.stop_checked()
 
     def test_job_on_a_lazy_model_loads_it_first(self):

@@ -49,11 +49,16 @@ static void test_job_rows_and_reopen(void **s)
     assert_int_equal(g.lines_done, 7);
     assert_int_equal(g.lines_failed, 2);
     assert_int_equal(g.version, 2);
-    assert_int_equal(state_job_next(st, &g, &err), 1);
+    assert_int_equal(state_job_next(st, NULL, 0, &g, &err), 1);
+    assert_string_equal(g.id, "job-1");
+    /* A job waiting for its model is passed by. */
+    const char *skip[] = {"job-1", "other"};
+    assert_int_equal(state_job_next(st, skip, 2, &g, &err), 0);
+    assert_int_equal(state_job_next(st, skip + 1, 1, &g, &err), 1);
     assert_string_equal(g.id, "job-1");
     assert_int_equal(state_job_get(st, "nope", &g, &err), -BG_ENOTFOUND);
     assert_int_equal(state_job_set_state(st, "job-1", STATE_JOB_FAILED, -1, "disk full", &err), 0);
-    assert_int_equal(state_job_next(st, &g, &err), 0);
+    assert_int_equal(state_job_next(st, NULL, 0, &g, &err), 0);
     int64_t counts[STATE_JOB_NSTATES];
     assert_int_equal(state_job_counts(st, counts, &err), 0);
     assert_int_equal(counts[STATE_JOB_FAILED], 1);
