@@ -311,6 +311,22 @@ class JobsApiTest(JobsCase):
                          "expected the wait said once, not at every look")
         srv.stop_checked()
 
+    def test_past_32_waiting_one_more_fails(self):
+        srv = self.start()
+        ids = []
+        for i in range(33):
+            r = submit(srv, "broken", line(i))
+            self.assertEqual(r.status, 201, r.body)
+            ids.append(r.json()["id"])
+        j = wait_state(self, srv, ids[32], ("failed",))
+        self.assertIn("model broken is not served", j["reason"])
+        self.assertNotIn("waiting", j["reason"])
+        for job in ids[:32]:
+            j = get(srv, "/v2/jobs/" + job).json()
+            self.assertEqual(j["state"], "queued", j)
+            self.assertIn("waiting", j["reason"])
+        srv.stop_checked()
+
     def test_a_waiting_job_runs_after_a_kill_once_its_model_loads(self):
         # SIGKILL while it waits: it is queued as it was, and the next start
         # (its model fixed on disk meanwhile) runs it, the wait's reason gone.
