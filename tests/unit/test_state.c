@@ -56,6 +56,12 @@ static void test_job_rows_and_reopen(void **s)
     assert_int_equal(state_job_next(st, skip, 2, &g, &err), 0);
     assert_int_equal(state_job_next(st, skip + 1, 1, &g, &err), 1);
     assert_string_equal(g.id, "job-1");
+    const char *many[65];
+    for (int i = 0; i < 65; i++)
+        many[i] = "x";
+    assert_int_equal(state_job_next(st, many, 65, &g, &err), -BG_EINVAL);
+    assert_non_null(strstr(err.msg, "at most 64"));
+    assert_int_equal(state_job_next(st, many, 64, &g, &err), 1);
     assert_int_equal(state_job_get(st, "nope", &g, &err), -BG_ENOTFOUND);
     assert_int_equal(state_job_set_state(st, "job-1", STATE_JOB_FAILED, -1, "disk full", &err), 0);
     assert_int_equal(state_job_next(st, NULL, 0, &g, &err), 0);
