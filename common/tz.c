@@ -286,6 +286,25 @@ static int tz_load_file(const char *name, const char *path, struct tz **out, str
     return 0;
 }
 
+/* A zone of its POSIX rule alone (TZ="<+0545>-5:45", "EST5EDT,M3.2.0,M11.1.0"),
+ * called name. */
+static int tz_load_rule(const char *name, const char *rule, struct tz **out, struct error *err)
+{
+    struct tz *z = calloc(1, sizeof *z);
+    if (!z)
+        return error_set(err, BG_ENOMEM, "out of memory for time zone %s", name);
+    snprintf(z->name, sizeof z->name, "%s", name);
+    tz_rule_parse(rule, &z->rule);
+    *out = z;
+    return 0;
+}
+
+int tz_load_localtime(struct tz **out, struct error *err)
+{
+    *out = NULL;
+    return tz_load_file("localtime", "/etc/localtime", out, err);
+}
+
 int tz_load(const char *name, struct tz **out, struct error *err)
 {
     *out = NULL;
@@ -293,25 +312,38 @@ int tz_load(const char *name, struct tz **out, struct error *err)
     const char *dir = getenv("TZDIR");
     const char *zoneinfo = dir && *dir ? dir : "/usr/share/zoneinfo";
     if (!name || !*name) {
-        /* The host's zone is TZ's when it names one, as for every program
-         * there (a container sets TZ, not /etc/localtime): ":Asia/Kolkata",
-         * "Asia/Kolkata" or a zone file's path. Anything else (a POSIX
-         * rule such as "<+0530>-5:30", no such zone, a folder, a file that
-         * is no zone) leaves /etc/localtime, as glibc falls back. */
+        /* The host's zone is TZ's when it is set, as for every program
+         * there (a container sets TZ, not /etc/localtime), read as glibc
+         * reads it: ":Asia/Kolkata", "Asia/Kolkata" or a zone file's path;
+         * a POSIX rule ("<+0545>-5:45", "EST5EDT,M3.2.0,M11.1.0"); set but
+         * empty, UTC. One that is none of these is refused, naming it: it
+         * fell back to /etc/localtime without a word, and every window ran
+         * hours off while the host's programs kept TZ's time. */
         const char *env = getenv("TZ");
-        if (env && *env) {
-            env += *env == ':';
-            struct stat sb;
-            if (*env == '/')
-                snprintf(path, sizeof path, "%s", env);
-            else
-                snprintf(path, sizeof path, "%s/%s", zoneinfo, tz_name_ok(env) ? env : "");
-            struct error ignored = {0};
-            if ((*env == '/' || tz_name_ok(env)) && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
-                tz_load_file(env, path, out, &ignored) == 0)
-                return 0;
-        }
-        return tz_load_file("localtime", "/etc/localtime", out, err);
+        if (!env)
+            return tz_load_localtime(out, err);
+        if (!*env)
+            return tz_load_rule("UTC", "UTC0", out, err);
+        const char *zone = env + (*env == ':');
+        struct stat sb;
+        if (*zone == '/')
+            snprintf(path, sizeof path, "%s", zone);
+        else
+            snprintf(path, sizeof path, "%s/%s", zoneinfo, tz_name_ok(zone) ? zone : "");
+        struct error why = {0};
+        if ((*zone == '/' || tz_name_ok(zone)) && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+            tz_load_file(zone, path, out, &why) == 0)
+            return 0;
+        struct tz_rule r;
+        tz_rule_parse(env, &r);
+        if (*env != ':' && r.valid)
+            return tz_load_rule(env, env, out, err);
+        return error_set(err, BG_ECONFIG, "TZ=\"%.80s\" names no time zone batchgate can read: "
+                         "%s (an IANA name such as \"Europe/Paris\" under %s, a zone file's "
+                         "path, or a POSIX rule with its dates such as "
+                         "\"EST5EDT,M3.2.0,M11.1.0\")", env,
+                         why.msg[0] ? why.msg : "no such zone file, and not a POSIX rule",
+                         zoneinfo);
     }
     if (!tz_name_ok(name))
         return error_set(err, BG_ECONFIG, "time zone \"%.80s\": not an IANA zone name (like "

@@ -172,11 +172,14 @@ static int gov_check_overlap(const struct governance *g, const char *where, stru
                 for (int y = 0; y < nb; y++)
                     if (a[x][0] < b[y][1] && b[y][0] < a[x][1]) {
                         int32_t at = a[x][0] > b[y][0] ? a[x][0] : b[y][0];
+                        char sec[8] = "";   /* seconds where the windows name them */
+                        if (at % 60)
+                            snprintf(sec, sizeof sec, ":%02d", (int)(at % 60));
                         return error_set(err, BG_ECONFIG, "%s: windows \"%s\" and \"%s\" overlap "
-                                         "(both active %s %02d:%02d local time); a time of the "
+                                         "(both active %s %02d:%02d%s local time); a time of the "
                                          "week may be in one window at most", where,
                                          g->w[i].name, g->w[j].name, gov_days[at / GOV_DAY],
-                                         at % GOV_DAY / 3600, at % 3600 / 60);
+                                         at % GOV_DAY / 3600, at % 3600 / 60, sec);
                     }
         }
     }
@@ -212,13 +215,24 @@ int governance_parse(const json_t *section, const struct tenants_config *tc, con
         goto fail;
     }
     snprintf(g->timezone, sizeof g->timezone, "%s", tzv ? json_string_value(tzv) : "");
+    json_t *wins = json_object_get(section, "windows");
     if ((rc = tz_load(g->timezone, &g->tz, err))) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err->msg);
-        rc = error_set(err, err->code, "%s.timezone: %s", where, why);
-        goto fail;
+        if (!g->timezone[0] && json_array_size(wins) == 0 && rc == -BG_ECONFIG) {
+            /* The host's TZ cannot be read, and no window needs a zone:
+             * said, not fatal (a server without windows would not start
+             * for it). */
+            log_warn("%s; governance falls back to /etc/localtime (no window is configured)",
+                     why);
+            rc = tz_load_localtime(&g->tz, err);
+        } else {
+            rc = error_set(err, err->code, "%s.timezone: %s%s", where, why,
+                           g->timezone[0] ? "" : " (or set governance.timezone)");
+        }
+        if (rc)
+            goto fail;
     }
-    json_t *wins = json_object_get(section, "windows");
     if (wins && (!json_is_array(wins) || json_array_size(wins) > GOV_WINDOWS_MAX)) {
         rc = error_set(err, BG_ECONFIG, "%s.windows: a list of at most %d windows", where,
                        GOV_WINDOWS_MAX);

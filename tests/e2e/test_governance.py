@@ -295,6 +295,46 @@ class GovernanceConfigTest(unittest.TestCase):
         self.assertEqual(code, 2, err)
         self.assertIn('windows "day" and "night" overlap', err)
 
+    def test_the_hosts_tz_is_read_as_glibc_reads_it(self):
+        """TZ as a POSIX rule is the host's zone (it fell back to
+        /etc/localtime without a word, and every window ran hours off); a
+        TZ that names no zone stops a server that has windows, and only
+        warns one that has none."""
+        from harness import Server
+        now = time.gmtime(time.time() + 5 * 3600 + 45 * 60)   # XST-5:45 is UTC+5:45
+        start = time.strftime("%H:%M", time.gmtime(time.time() + 5 * 3600 + 45 * 60 - 3600))
+        end = time.strftime("%H:%M", time.gmtime(time.time() + 5 * 3600 + 45 * 60 + 3600))
+        cfg = {"tenants": [{"name": "a", "share": 0.5}],
+               "governance": {"windows": [{"name": "here", "from": start, "to": end,
+                                           "shares": {"a": 1}}]}}
+        srv = Server(cfg, env={"TZ": "XST-5:45"})
+        try:
+            g = roundtrip(srv.port, "GET", "/v2/governance").json()
+            self.assertEqual((g["timezone"], g["utc_offset_s"]), ("XST-5:45", 20700), g)
+            self.assertEqual(g["active"], "here", (g, now))
+        finally:
+            srv.stop_checked()
+        fd, path = tempfile.mkstemp(prefix="batchgate-gov-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(dict(cfg, listen="127.0.0.1:0", model_repository="/nonexistent-but-named"),
+                      f)
+        try:
+            code, _, err = run_cli(["--config", path], env=dict(os.environ, TZ="Nowhere/City"))
+        finally:
+            os.unlink(path)
+        self.assertEqual(code, 2, err)
+        self.assertIn('TZ="Nowhere/City" names no time zone batchgate can read', err)
+        self.assertIn("or set governance.timezone", err)
+        srv = Server({"tenants": [{"name": "a", "share": 0.5}], "governance": {"windows": []}},
+                     env={"TZ": "Nowhere/City"})
+        try:
+            srv.wait_log(r'warn TZ="Nowhere/City" names no time zone .*governance falls back '
+                         r'to /etc/localtime \(no window is configured\)')
+            g = roundtrip(srv.port, "GET", "/v2/governance").json()
+            self.assertEqual(g["timezone"], "localtime", g)
+        finally:
+            srv.stop_checked()
+
 
 if __name__ == "__main__":
     unittest.main()

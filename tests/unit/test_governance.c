@@ -124,6 +124,10 @@ static void test_errors(void **state)
         {"{\"windows\": [{\"name\":\"n\",\"days\":[\"sun\"],\"from\":\"22:00\",\"to\":\"02:00\"},"
          "{\"name\":\"m\",\"days\":[\"mon\"],\"from\":\"01:00\",\"to\":\"03:00\"}]}",
          "windows \"n\" and \"m\" overlap (both active mon 01:00"},
+        /* The first instant they share, to the second where they name it. */
+        {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00:30\",\"to\":\"09:00\"},"
+         "{\"name\":\"b\",\"from\":\"07:00\",\"to\":\"08:00:31\"}]}",
+         "windows \"a\" and \"b\" overlap (both active mon 08:00:30 local time)"},
         /* A value that is not a time is said so, apart from a missing one
          * (both read "are required" before). */
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"8:00\",\"to\":\"20:00\"}]}",

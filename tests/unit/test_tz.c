@@ -106,7 +106,9 @@ static void test_refusals(void **state)
 
 /* The host's zone is TZ's when it names one (a container sets TZ, not
  * /etc/localtime): it was always /etc/localtime, "localtime" in
- * GET /v2/governance. A POSIX rule, or no such zone, leaves /etc/localtime. */
+ * GET /v2/governance. TZ is read as glibc reads it: a POSIX rule too, and
+ * set but empty is UTC. A TZ that is no zone is refused, naming it: it fell
+ * back to /etc/localtime without a word. */
 static void test_host_zone_from_tz(void **state)
 {
     (void)state;
@@ -129,14 +131,38 @@ static void test_host_zone_from_tz(void **state)
     assert_int_equal(tz_load("UTC", &z, &err), 0);
     assert_int_equal(tz_offset(z, 1796515200), 0);
     tz_free(z);
-    static const char *const other[] = {"<+0530>-5:30", "Mars/Olympus_Mons", "../etc/passwd",
-                                        "Asia", "/tmp", "/etc/passwd"};   /* folders, no zone */
-    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
-        setenv("TZ", other[i], 1);
-        assert_int_equal(tz_load(NULL, &z, &err), 0);
-        assert_string_equal(tz_name(z), "localtime");
+    /* POSIX rules, with and without daylight saving; empty is UTC. */
+    static const struct {
+        const char *tz;
+        int32_t winter, summer;   /* at 2026-12-06 and 2026-07-01 */
+    } rules[] = {{"<+0530>-5:30", 19800, 19800}, {"XST-5:45", 20700, 20700},
+                 {"EST5EDT,M3.2.0,M11.1.0", -18000, -14400},
+                 {"AEST-10AEDT,M10.1.0,M4.1.0/3", 39600, 36000}, {"", 0, 0}};
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        setenv("TZ", rules[i].tz, 1);
+        if (tz_load(NULL, &z, &err) != 0)
+            fail_msg("TZ=%s: %s", rules[i].tz, err.msg);
+        if (tz_offset(z, 1796515200) != rules[i].winter || tz_offset(z, 1782864000) != rules[i].summer)
+            fail_msg("TZ=%s: %d and %d", rules[i].tz, (int)tz_offset(z, 1796515200),
+                     (int)tz_offset(z, 1782864000));
+        assert_string_equal(tz_name(z), rules[i].tz[0] ? rules[i].tz : "UTC");
         tz_free(z);
     }
+    static const char *const other[] = {"Mars/Olympus_Mons", "../etc/passwd", "Asia", "/tmp",
+                                        "/etc/passwd", "XST5XDT", ":XST-5:45"};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        setenv("TZ", other[i], 1);
+        assert_int_equal(tz_load(NULL, &z, &err), -BG_ECONFIG);
+        assert_null(z);
+        if (!strstr(err.msg, "names no time zone batchgate can read") || !strstr(err.msg, other[i]))
+            fail_msg("TZ=%s: %s", other[i], err.msg);
+    }
+    unsetenv("TZ");
+    /* /etc/localtime alone, whatever TZ says. */
+    setenv("TZ", "Mars/Olympus_Mons", 1);
+    assert_int_equal(tz_load_localtime(&z, &err), 0);
+    assert_string_equal(tz_name(z), "localtime");
+    tz_free(z);
     unsetenv("TZ");
 }
 
