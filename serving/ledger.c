@@ -364,6 +364,19 @@ static void ledger_add(struct ledger *l, int64_t minute, const char *tenant, con
     r->energy_j += p->energy_j;
 }
 
+/* A sample of [t0, t1] (Unix seconds) into the minutes it covers
+ * (ledger_spread). */
+static void ledger_add_spread(struct ledger *l, double t0, double t1, const char *tenant,
+                              const char *model, int cls, const char *device,
+                              const struct ledger_piece *p)
+{
+    int64_t minutes[LEDGER_SPREAD_MAX];
+    struct ledger_piece q[LEDGER_SPREAD_MAX];
+    int n = ledger_spread(t0, t1, p, minutes, q);
+    for (int i = 0; i < n; i++)
+        ledger_add(l, minutes[i], tenant, model, cls, device, &q[i]);
+}
+
 static void ledger_cost_add(struct ledger *l, const char *tenant, const char *device, double c)
 {
     if (c <= 0)
@@ -414,11 +427,10 @@ static void ledger_sample(struct ledger *l)
     int64_t now = now_ns();
     double wall = (double)(now - l->last_ns) / 1e9;
     l->last_ns = now;
-    /* The minute the sample's middle fell in. */
+    /* The wall-clock span the sample covers: its minutes. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    double mid = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - wall / 2;
-    int64_t minute = (int64_t)floor(mid / 60) * 60;
+    double t1 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9, t0 = t1 - wall;
 
     const struct tenants_config *tc = serving_tenants(l->s);
     double share[TENANTS_MAX] = {0};
@@ -465,7 +477,7 @@ static void ledger_sample(struct ledger *l)
         for (int k = 0; k < np; k++) {
             const struct ledger_piece *p = &pieces[k];
             const char *tenant = tc ? tc->t[p->tenant].name : "default";
-            ledger_add(l, minute, tenant, l->items[of[p->inst]].model, p->cls, device, p);
+            ledger_add_spread(l, t0, t1, tenant, l->items[of[p->inst]].model, p->cls, device, p);
             ledger_cost_add(l, tenant, device, p->cost);
         }
     }

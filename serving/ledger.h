@@ -55,6 +55,18 @@ struct ledger_piece {
 int ledger_split(const struct ledger_inst *in, int n, int ntenants, double wall_s,
                  double price_per_hour, double energy_j, struct ledger_piece *out, int cap);
 
+/* A piece of a sample that covered [t0, t1] (Unix seconds) spread over the
+ * minutes it covers: its times, cost and energy by the part of the sample
+ * each minute holds, its counts whole to the minute of its middle. Given
+ * wholly to the middle's minute, a sample across a minute's edge put up to
+ * a second into the neighbour (a minute of one device showed 60.09 s
+ * held). A sample over LEDGER_SPREAD_MAX minutes (a stalled thread) goes
+ * to its middle's. Fills minutes[] and out[] (room for LEDGER_SPREAD_MAX);
+ * how many. */
+#define LEDGER_SPREAD_MAX 4
+int ledger_spread(double t0, double t1, const struct ledger_piece *p, int64_t *minutes,
+                  struct ledger_piece *out);
+
 /* ---- the thread ---- */
 
 struct ledger_config {

@@ -2,6 +2,7 @@
  * in words, with an example: docs/USAGE.md "Who pays for what"). */
 #include "serving/ledger.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,4 +69,34 @@ int ledger_split(const struct ledger_inst *in, int n, int ntenants, double wall_
         }
     }
     return np;
+}
+
+int ledger_spread(double t0, double t1, const struct ledger_piece *p, int64_t *minutes,
+                  struct ledger_piece *out)
+{
+    int64_t mid = (int64_t)floor((t0 + t1) / 2 / 60) * 60;
+    double span = t1 - t0;
+    int64_t first = (int64_t)floor(t0 / 60) * 60;
+    /* One minute, no span, or a stall past the room: the middle's minute. */
+    if (!(span > 0) || first == (int64_t)floor(t1 / 60) * 60 ||
+        (double)first + 60.0 * LEDGER_SPREAD_MAX < t1) {
+        minutes[0] = mid;
+        out[0] = *p;
+        return 1;
+    }
+    int n = 0;
+    for (int64_t m = first; (double)m < t1; m += 60, n++) {
+        double a = (double)m > t0 ? (double)m : t0;
+        double b = (double)(m + 60) < t1 ? (double)(m + 60) : t1;
+        double f = (b - a) / span;
+        out[n] = *p;
+        out[n].busy_s *= f;
+        out[n].idle_s *= f;
+        out[n].cost *= f;
+        out[n].energy_j *= f;
+        out[n].requests = m == mid ? p->requests : 0;
+        out[n].rows = m == mid ? p->rows : 0;
+        minutes[n] = m;
+    }
+    return n;
 }

@@ -133,12 +133,50 @@ static void test_slots_energy_and_clamp(void **s)
     NEAR(p[0].busy_s + p[0].idle_s, 5);
 }
 
+/* A sample across a minute's edge is shared by the two minutes by the
+ * time each holds (it went whole to its middle's: a minute of one device
+ * showed 60.09 s held); counts go whole to the middle's minute; a sample
+ * within a minute, or a stall past LEDGER_SPREAD_MAX minutes, is one. */
+static void test_spread_over_minutes(void **s)
+{
+    (void)s;
+    struct ledger_piece p = {.requests = 7, .rows = 9, .busy_s = 0.8, .idle_s = 0.2, .cost = 1.0,
+                             .energy_j = 10};
+    int64_t m[LEDGER_SPREAD_MAX];
+    struct ledger_piece q[LEDGER_SPREAD_MAX];
+    int n = ledger_spread(119.75, 120.75, &p, m, q);   /* a quarter, then three */
+    assert_int_equal(n, 2);
+    assert_true(m[0] == 60 && m[1] == 120);
+    assert_true(fabs(q[0].busy_s - 0.2) < 1e-9 && fabs(q[1].busy_s - 0.6) < 1e-9);
+    assert_true(fabs(q[0].idle_s - 0.05) < 1e-9 && fabs(q[1].idle_s - 0.15) < 1e-9);
+    assert_true(fabs(q[0].cost + q[1].cost - 1.0) < 1e-9 && fabs(q[0].energy_j - 2.5) < 1e-9);
+    assert_true(q[0].requests == 0 && q[0].rows == 0 && q[1].requests == 7 && q[1].rows == 9);
+    /* Sixty one-second samples misaligned with the minute: each minute
+     * gets exactly its 60 s of held time. */
+    double held[3] = {0};
+    for (int k = 0; k < 180; k++) {
+        struct ledger_piece one = {.busy_s = 1.0};
+        n = ledger_spread(60.4 + k, 61.4 + k, &one, m, q);
+        for (int i = 0; i < n; i++)
+            if (m[i] >= 120 && m[i] < 240)
+                held[(m[i] - 120) / 60] += q[i].busy_s;
+    }
+    assert_true(fabs(held[0] - 60.0) < 1e-9 && fabs(held[1] - 60.0) < 1e-9);
+    n = ledger_spread(121.0, 122.0, &p, m, q);
+    assert_true(n == 1 && m[0] == 120 && q[0].busy_s == 0.8 && q[0].requests == 7);
+    n = ledger_spread(100.0, 100.0 + 60 * LEDGER_SPREAD_MAX + 30, &p, m, q);
+    assert_true(n == 1 && q[0].busy_s == 0.8);
+    n = ledger_spread(100.0, 100.0, &p, m, q);
+    assert_true(n == 1 && m[0] == 60);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_documented_example),
         cmocka_unit_test(test_fallbacks),
         cmocka_unit_test(test_slots_energy_and_clamp),
+        cmocka_unit_test(test_spread_over_minutes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
