@@ -574,6 +574,21 @@ static void grpc_call_rest(struct grpc_call *call)
                                                           : HTTP_BODY_AT_REST);
 }
 
+/* A message refused for its size (declared, or once inflated): a stream's
+ * messages taken are answered first, each its one answer (they were
+ * dropped with the stream), then it ends RESOURCE_EXHAUSTED and nothing
+ * after it is read; with none running, the call ends at once. */
+static void grpc_call_refuse_rest(struct grpc_call *call, const char *why)
+{
+    if (call->stream && call->nrunning > 0) {
+        call->last_code = GRPC_RESOURCE_EXHAUSTED;
+        snprintf(call->stop_msg, sizeof call->stop_msg, "%.400s", why);
+        call->ended = true;
+        return;
+    }
+    grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, why);
+}
+
 /* The whole messages in call->in, taken: a unary call's one (at the end
  * of its body), a stream's as they arrive and while it has room. A message
  * answered at once (inside grpc_msg_start) calls back here: the loop that
@@ -592,17 +607,8 @@ static void grpc_call_take(struct grpc_call *call)
             char why[160];
             snprintf(why, sizeof why, "a message of %zu bytes exceeds limits.max_body_bytes (%zu)",
                      mlen, call->g->max_message_bytes);
-            if (call->stream && call->nrunning > 0) {
-                /* The messages taken are answered first, each its one
-                 * answer (they were dropped with the stream); the rest of
-                 * the stream, this one on, is not read. */
-                call->last_code = GRPC_RESOURCE_EXHAUSTED;
-                snprintf(call->stop_msg, sizeof call->stop_msg, "%s", why);
-                call->ended = true;
-                off = call->in.len;
-                break;
-            }
-            grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED, why);
+            grpc_call_refuse_rest(call, why);
+            off = call->in.len;
             break;
         }
         if (call->in.len - off - 5 < mlen)
@@ -615,6 +621,15 @@ static void grpc_call_take(struct grpc_call *call)
         char err[1024];
         struct buf echo = BUF_INIT;
         int code = grpc_msg_start(call, p, mlen, err, sizeof err, &echo);
+        if (code == GRPC_RESOURCE_EXHAUSTED && call->stream) {
+            /* Past max_body_bytes once inflated (or out of memory): as one
+             * declared too big, not an error answer the stream reads on
+             * past (a re-test found the compressed one did). */
+            buf_free(&echo);
+            grpc_call_refuse_rest(call, err);
+            off = call->in.len;
+            break;
+        }
         if (code != GRPC_OK) {
             if (call->stream)
                 grpc_stream_error(call, err, &echo);

@@ -487,17 +487,23 @@ def check_limits(a):
     # answer owed was dropped with the stream).
     slow = infer_request("slow", np.ones((1, 4), dtype=np.float32), name="x", id="first")
     over = infer_request("digits", np.zeros((1, 600000), dtype=np.float32), id="over")
-    got, code, details = [], None, ""
-    try:
-        for resp in stub.ModelStreamInfer(iter([slow, over]), timeout=30):
-            got.append((resp.infer_response.id, resp.error_message))
-    except grpc.RpcError as e:
-        code, details = e.code(), e.details()
-    expect(got == [("first", "")] and code == grpc.StatusCode.RESOURCE_EXHAUSTED and
-           "max_body_bytes" in details,
-           "a stream's message over max_body_bytes behind one computing: %r %s %r"
-           % (got, code, details))
-    ok("in a stream, the answers owed come before a message over max_body_bytes ends it")
+    after = infer_request("digits", np.zeros((1, 64), dtype=np.float32), id="after")
+    # Declared too big, and (gzip: 2.4 MB of zeros in a few KB) too big
+    # once inflated, which was an in-stream error the stream read on past.
+    for compression in (None, grpc.Compression.Gzip):
+        got, code, details = [], None, ""
+        try:
+            for resp in stub.ModelStreamInfer(iter([slow, over, after]), timeout=30,
+                                              compression=compression):
+                got.append((resp.infer_response.id, resp.error_message))
+        except grpc.RpcError as e:
+            code, details = e.code(), e.details()
+        expect(got == [("first", "")] and code == grpc.StatusCode.RESOURCE_EXHAUSTED and
+               "max_body_bytes" in details,
+               "a stream's message over max_body_bytes (%s) behind one computing: %r %s %r"
+               % (compression, got, code, details))
+    ok("in a stream, the answers owed come before a message over max_body_bytes ends it, "
+       "compressed or not")
     # Metadata over limits.max_header_bytes (4096 here): the HTTP/2 layer's
     # refusal, said as gRPC (it was an HTTP 431, UNKNOWN to the client).
     e = rpc_error(stub.ModelInfer, infer_request("digits", small), timeout=10,
