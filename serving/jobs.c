@@ -516,6 +516,16 @@ static int jobs_waits_live(struct jobs *j, const char **skip)
     return n;
 }
 
+/* A cancelled job leaves the waits at once. */
+static void jobs_wait_drop(struct jobs *j, const char *id)
+{
+    int n = 0;
+    for (int i = 0; i < j->nwaits; i++)
+        if (strcmp(j->waits[i].id, id) != 0)
+            j->waits[n++] = j->waits[i];
+    j->nwaits = n;
+}
+
 /* The current job's model exists but cannot be served (its load failed: a
  * broken folder, a config being fixed): the job waits, queued or running as
  * it was, with the reason shown, and is tried again in JOBS_WAIT_NS; the
@@ -759,10 +769,15 @@ static void jobs_cmd_cancel(struct jobs *j, struct jobs_cmd *c)
     }
     int rc = state_job_get(j->st, c->id, &job, &err);
     if (rc == 0 && job.state <= STATE_JOB_RUNNING) {
-        rc = state_job_set_state(j->st, c->id, STATE_JOB_CANCELLED, -1, NULL, &err);
+        /* A job waiting for its model: its reason and its place among the
+         * waits go (a cancelled job said "waiting", and its place, held to
+         * its next look, failed one job too many). */
+        rc = state_job_set_state(j->st, c->id, STATE_JOB_CANCELLED, -1, job.reason[0] ? "" : NULL,
+                                 &err);
         if (rc == 0) {   /* the held job, maybe: those behind need not wait */
             j->hold_until_ns = 0;
             j->holds_in_row = 0;
+            jobs_wait_drop(j, c->id);
         }
     }
     c->status = rc;

@@ -327,6 +327,30 @@ class JobsApiTest(JobsCase):
             self.assertIn("waiting", j["reason"])
         srv.stop_checked()
 
+    def test_a_cancelled_waiting_job_leaves_its_reason_and_its_place(self):
+        # It kept "waiting: ..." as a cancelled job's reason, and its place
+        # among the 32 until its next look: one job too many failed.
+        srv = self.start()
+        r = submit(srv, "broken", line(0))
+        self.assertEqual(r.status, 201, r.body)
+        first = r.json()["id"]
+        srv.wait_log(r" warn job %s waiting" % first)
+        r = roundtrip(srv.port, "DELETE", "/v2/jobs/" + first)
+        self.assertEqual((r.status, r.json()["state"]), (200, "cancelled"), r.body)
+        j = get(srv, "/v2/jobs/" + first).json()
+        self.assertEqual(j["state"], "cancelled")
+        self.assertNotIn("reason", j)
+        ids = []
+        for i in range(32):
+            r = submit(srv, "broken", line(i))
+            self.assertEqual(r.status, 201, r.body)
+            ids.append(r.json()["id"])
+        srv.wait_log(r" warn job %s waiting" % ids[-1])
+        for job in ids:
+            j = get(srv, "/v2/jobs/" + job).json()
+            self.assertEqual(j["state"], "queued", j)
+        srv.stop_checked()
+
     def test_a_waiting_job_runs_after_a_kill_once_its_model_loads(self):
         # SIGKILL while it waits: it is queued as it was, and the next start
         # (its model fixed on disk meanwhile) runs it, the wait's reason gone.
