@@ -16,7 +16,9 @@
 
 /* A POSIX TZ rule ("EST5EDT,M3.2.0,M11.1.0"): the footer of a TZif file. */
 struct tz_rule_date {
+    char form;                        /* 'M': Mm.w.d; 'J': Jn (1..365, no Feb 29); 'n': n (0..365) */
     int month, week, wday;            /* Mm.w.d */
+    int day;                          /* Jn or n */
     int32_t time;                     /* seconds after local midnight (may be < 0 or > 24 h) */
 };
 
@@ -94,17 +96,34 @@ static const char *tz_rule_hms(const char *p, int32_t *out)
     return p;
 }
 
+/* A date of the rule: Mm.w.d (what zic writes), Jn or n (a TZ a person
+ * wrote: glibc reads all three). */
 static const char *tz_rule_date(const char *p, struct tz_rule_date *d)
 {
-    if (*p++ != 'M' || sscanf(p, "%d.%d.%d", &d->month, &d->week, &d->wday) != 3)
-        return NULL;   /* only the Mm.w.d form: what zic writes */
+    memset(d, 0, sizeof *d);
+    if (*p == 'M') {
+        d->form = 'M';
+        if (sscanf(p + 1, "%d.%d.%d", &d->month, &d->week, &d->wday) != 3)
+            return NULL;
+    } else if (*p == 'J' || isdigit((unsigned char)*p)) {
+        d->form = *p == 'J' ? 'J' : 'n';
+        const char *q = p + (*p == 'J');
+        if (!isdigit((unsigned char)*q))
+            return NULL;
+        while (isdigit((unsigned char)*q) && d->day <= 366)
+            d->day = d->day * 10 + (*q++ - '0');
+        if (d->form == 'J' ? d->day < 1 || d->day > 365 : d->day > 365)
+            return NULL;
+    } else {
+        return NULL;
+    }
     while (*p && *p != ',' && *p != '/')
         p++;
     d->time = 2 * 3600;
     if (*p == '/')
         p = tz_rule_hms(p + 1, &d->time);
-    if (!p || d->month < 1 || d->month > 12 || d->week < 1 || d->week > 5 || d->wday < 0 ||
-        d->wday > 6)
+    if (!p || (d->form == 'M' && (d->month < 1 || d->month > 12 || d->week < 1 ||
+                                  d->week > 5 || d->wday < 0 || d->wday > 6)))
         return NULL;
     return p;
 }
@@ -159,6 +178,13 @@ static int tz_month_days(int64_t y, int m)
 /* The UTC instant of a rule date in year y, its local time read in `off`. */
 static int64_t tz_rule_when(const struct tz_rule_date *d, int64_t y, int32_t off)
 {
+    if (d->form != 'M') {
+        /* Jn counts 1..365 and never Feb 29 (J60 is March 1st); n counts
+         * from 0 with it. */
+        bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        int64_t yday = d->form == 'J' ? d->day - 1 + (leap && d->day >= 60) : d->day;
+        return (tz_days(y, 1, 1) + yday) * 86400 + d->time - off;
+    }
     int64_t first = tz_days(y, d->month, 1);
     int wday1 = (int)(((first % 7) + 7 + 4) % 7);   /* 1970-01-01 was a Thursday */
     int day = 1 + (d->wday - wday1 + 7) % 7 + (d->week - 1) * 7;
@@ -315,14 +341,15 @@ int tz_load(const char *name, struct tz **out, struct error *err)
         /* The host's zone is TZ's when it is set, as for every program
          * there (a container sets TZ, not /etc/localtime), read as glibc
          * reads it: ":Asia/Kolkata", "Asia/Kolkata" or a zone file's path;
-         * a POSIX rule ("<+0545>-5:45", "EST5EDT,M3.2.0,M11.1.0"); set but
-         * empty, UTC. One that is none of these is refused, naming it: it
-         * fell back to /etc/localtime without a word, and every window ran
-         * hours off while the host's programs kept TZ's time. */
+         * a POSIX rule ("<+0545>-5:45", "EST5EDT,M3.2.0,M11.1.0", dates
+         * also as Jn or n); set but empty (or ":"), UTC. One that is none
+         * of these is refused, naming it: it fell back to /etc/localtime
+         * without a word, and every window ran hours off while the host's
+         * programs kept TZ's time. */
         const char *env = getenv("TZ");
         if (!env)
             return tz_load_localtime(out, err);
-        if (!*env)
+        if (!*env || strcmp(env, ":") == 0)
             return tz_load_rule("UTC", "UTC0", out, err);
         const char *zone = env + (*env == ':');
         struct stat sb;
