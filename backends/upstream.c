@@ -99,8 +99,10 @@ static size_t upstream_answer_max(const struct up_slot *s)
  * out of budget). */
 static void upstream_slot_fail(struct up_slot *s, const char *why)
 {
-    char msg[200];
-    snprintf(msg, sizeof msg, "%s: %.100s", upcall_name(s->up), why);
+    /* why whole (160 at most): cut at 100, a parser's reason lost its
+     * token ("real number overflow near"). */
+    char msg[240];
+    snprintf(msg, sizeof msg, "%s: %.160s", upcall_name(s->up), why);
     log_debug("model %s: upstream %s (%s): %s", s->um->m->cfg.name, upcall_url(s->up),
               upcall_name(s->up), why);
     struct up_model *um = s->um;

@@ -171,6 +171,17 @@ class UpstreamTest(FakeUpstreamCase):
             r = self.answer_with("kv2", body, two)
             self.assertEqual(r.status, 502, (body, r))
             self.assertIn(words, r.json()["error"], body)
+        # Valid JSON past the parser's numbers: said so, whole ("not a JSON
+        # object" before; then its reason cut before the token).
+        for number, reason in (("1e400", "real number overflow near '1e400'"),
+                               ("123456789012345678901234567890", "too big integer")):
+            raw = ('{"outputs":[{"name":"y","datatype":"FP32","shape":[2,3],'
+                   '"data":[%s,11,12,1,2,3]}]}' % number)
+            self.upstream("POST", "/__fault", json.dumps({"mode": "answer", "raw": raw}))
+            r = self.infer("kv2", two)
+            self.assertEqual(r.status, 502, r)
+            self.assertIn("a number out of the parser's range at line 1, column", r.json()["error"])
+            self.assertIn(reason, r.json()["error"])
         bad_tfs = [
             ({"predictions": [[10, 11, 12, 13], [1, 2, 3, 4]]}, "predictions[0] holds 4 values"),
             ({"predictions": [[10, 11, 12]]}, "1 predictions for 2 instances"),

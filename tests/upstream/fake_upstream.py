@@ -23,7 +23,7 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
          "reset" (close without answer), "stall" (never answer), "500",
          "garbage" (200 with a body that is not JSON), "short" (fewer rows),
          "answer" (the request's "status", default 200, with its "body", given as it is,
-         and its "headers", an object),
+         or its "raw" text, and its "headers", an object),
          "delay" (answered "ms" later than usual), "huge" (a 200 of 3 MiB of
          spaces), "bighead" (a 200 with a 300 KiB header);
          or the next N requests of any kind (not /__... nor health checks: those
@@ -205,7 +205,10 @@ class Handler(BaseHTTPRequestHandler):
             return None
         if fault == "answer":
             status, body, _, headers = self.fault_answer
-            self.reply(status, body, headers=headers)
+            if isinstance(body, bytes):
+                self.reply(status, raw=body, headers=headers)
+            else:
+                self.reply(status, body, headers=headers)
             return None
         if fault == "huge":
             self.reply(200, raw=b" " * (3 << 20))
@@ -324,7 +327,10 @@ class Handler(BaseHTTPRequestHandler):
                     STATE["any_fault"], STATE["any_count"] = f["mode"], f.get("count", 1)
                 else:
                     STATE["fault"], STATE["fault_count"] = f["mode"], f.get("count", 1)
-                    STATE["fault_answer"] = (f.get("status", 200), f.get("body"),
+                    # "raw": the body's text as it is (JSON that Python
+                    # would not write, such as 1e400).
+                    STATE["fault_answer"] = (f.get("status", 200),
+                                             f["raw"].encode() if "raw" in f else f.get("body"),
                                              f.get("ms", 0), f.get("headers", {}))
             self.reply(200, {"ok": True})
         elif self.path == "/__health":
