@@ -105,7 +105,9 @@ static void test_every_error_names_the_field(void **state)
         {"{\n\"inputs\": [1,]}", "invalid JSON at line 2, column"},
         /* Valid JSON the parser cannot hold: said so, not "invalid" alone. */
         {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[9223372036854775808,"
-         "2,3],\"data\":[]}]}", "valid JSON, but integers are read up to 2^63-1"},
+         "2,3],\"data\":[]}]}", "valid JSON, but integers are read from -2^63 to 2^63-1"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1e400,2,3,4,5,6]}]}", "valid JSON, but past the largest number a double holds"},
         {"[]", "JSON object"},
         {"{}", "inputs"},
         {"{\"inputs\":[]}", "inputs"},
