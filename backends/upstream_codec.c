@@ -214,7 +214,7 @@ int upstream_codec_answer(const struct model_config *mc, const char *body, size_
      * object" sent the reader looking at the wrong thing. */
     if (!root)
         return reader_fail(&rd, "malformed answer: %s at line %d, column %d: %s",
-                           strstr(je.text, "overflow") || strstr(je.text, "too big")
+                           json_error_out_of_range(je.text)
                                ? "a number out of the parser's range"
                                : "invalid JSON",
                            je.line, je.column, je.text);

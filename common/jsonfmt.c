@@ -158,3 +158,8 @@ int json_nonfinite_to_null(const char *text, size_t len, struct buf *out)
     }
     return out && buf_append(out, text + from, len - from) < 0 ? -1 : replaced;
 }
+
+bool json_error_out_of_range(const char *jansson_text)
+{
+    return strstr(jansson_text, "overflow") || strstr(jansson_text, "too big");
+}

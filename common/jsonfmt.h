@@ -4,6 +4,7 @@
 #ifndef BG_JSONFMT_H
 #define BG_JSONFMT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/buf.h"
@@ -30,5 +31,9 @@ int json_append_nested(struct buf *out, const float **v, const int64_t *shape, i
  * returns how many were replaced, or -1 (out of memory). out NULL: only
  * counts them. */
 int json_nonfinite_to_null(const char *text, size_t len, struct buf *out);
+
+/* Whether jansson's error text is a number it cannot hold ("real number
+ * overflow", "too big integer"): valid JSON, not a malformed body. */
+bool json_error_out_of_range(const char *jansson_text);
 
 #endif

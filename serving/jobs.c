@@ -516,14 +516,13 @@ static int jobs_waits_live(struct jobs *j, const char **skip)
     return n;
 }
 
-/* A cancelled job leaves the waits at once. */
+/* A cancelled job's wait is over: jobs_waits_live drops it before the
+ * next job is looked for, and with it its place among the waits. */
 static void jobs_wait_drop(struct jobs *j, const char *id)
 {
-    int n = 0;
     for (int i = 0; i < j->nwaits; i++)
-        if (strcmp(j->waits[i].id, id) != 0)
-            j->waits[n++] = j->waits[i];
-    j->nwaits = n;
+        if (strcmp(j->waits[i].id, id) == 0)
+            j->waits[i].until_ns = 0;
 }
 
 /* The current job's model exists but cannot be served (its load failed: a

@@ -207,11 +207,12 @@ const char *tensor_json_where(char *out, size_t cap, int line, int column)
  * "invalid JSON" alone blamed the client's encoder. */
 static const char *tensor_json_hint(const char *body, size_t len, const json_error_t *jerr)
 {
-    if (strstr(jerr->text, "too big"))
-        return " (valid JSON, but integers are read from -2^63 to 2^63-1: no shape or count "
-               "takes more; write a value that large with a decimal point or an exponent)";
-    if (strstr(jerr->text, "overflow"))   /* 1e400: past a double */
-        return " (valid JSON, but past the largest number a double holds, and FP32's)";
+    if (json_error_out_of_range(jerr->text))
+        return strstr(jerr->text, "integer")
+                   ? " (valid JSON, but integers are read from -2^63 to 2^63-1: no shape or "
+                     "count takes more; write a value that large with a decimal point or an "
+                     "exponent)"
+                   : " (valid JSON, but past the largest number a double holds, and FP32's)";
     return json_nonfinite_to_null(body, len, NULL) > 0 ? " (NaN and Infinity are not JSON numbers: batchgate takes finite numbers only)"
                  : "";
 }
