@@ -34,6 +34,8 @@
 #include "serving/tensor_json.h"
 
 
+static void jobs_model_loaded(void *arg);
+
 static int jobs_mkdir(const char *d, const char *what, struct error *err)
 {
     if (mkdir(d, 0755) != 0 && errno != EEXIST)
@@ -83,6 +85,8 @@ int jobs_open(const struct jobs_config *cfg, struct serving *s, struct jobs **ou
     } else if ((rc = state_open(j->state_dir, &j->st, err)) == 0 &&
                (rc = jobs_mkdir(j->dir, "jobs.dir", err)) == 0 &&
                (rc = jobs_mkdir(j->bdir, "jobs.dir/batch", err)) == 0) {
+        if (s)
+            serving_on_loaded(s, jobs_model_loaded, j);
         *out = j;
         return 0;
     }
@@ -501,6 +505,18 @@ static void jobs_load_done(void *arg, int rc, const char *msg, struct served_mod
     pthread_mutex_unlock(&j->mu);
 }
 
+/* The lifecycle thread (or the start's loads): a model loaded. Only the
+ * runner touches the waits; it is woken to look at them. */
+static void jobs_model_loaded(void *arg)
+{
+    struct jobs *j = arg;
+    atomic_store(&j->model_loaded, true);
+    pthread_mutex_lock(&j->mu);
+    j->events++;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
 /* The ids of the jobs still waiting for their model, into skip; those
  * whose time has come are dropped, to be tried again. */
 static int jobs_waits_live(struct jobs *j, const char **skip)
@@ -516,12 +532,13 @@ static int jobs_waits_live(struct jobs *j, const char **skip)
     return n;
 }
 
-/* A cancelled job's wait is over: jobs_waits_live drops it before the
- * next job is looked for, and with it its place among the waits. */
+/* The wait of job `id` (NULL: of every job) is over: jobs_waits_live
+ * drops it before the next job is looked for, and with it its place among
+ * the waits. */
 static void jobs_wait_drop(struct jobs *j, const char *id)
 {
     for (int i = 0; i < j->nwaits; i++)
-        if (strcmp(j->waits[i].id, id) == 0)
+        if (!id || strcmp(j->waits[i].id, id) == 0)
             j->waits[i].until_ns = 0;
 }
 
@@ -535,8 +552,8 @@ static void jobs_wait(struct jobs *j, const char *why)
 {
     struct jobs_cur *cu = &j->cur;
     char reason[sizeof cu->job.reason];   /* as it reads back */
-    snprintf(reason, sizeof reason, "waiting: %.400s; tried again every %lld s, the jobs behind "
-             "it run meanwhile", why, JOBS_WAIT_NS / 1000000000);
+    snprintf(reason, sizeof reason, "waiting: %.400s; tried again when a model loads and every "
+             "%lld s, the jobs behind it run meanwhile", why, JOBS_WAIT_NS / 1000000000);
     struct jobs_wait *w = &j->waits[j->nwaits++];
     snprintf(w->id, sizeof w->id, "%s", cu->job.id);
     w->until_ns = jobs_mono_ns() + JOBS_WAIT_NS;
@@ -559,6 +576,11 @@ static int jobs_begin_next(struct jobs *j)
     struct error err = {0};
     if (jobs_db_paused(j) || jobs_mono_ns() < j->hold_until_ns || atomic_load(&j->load_waiting))
         return 0;
+    /* A model loaded (fixed, maybe): the waiting jobs are tried now, not
+     * up to JOBS_WAIT_NS later; those whose model still fails wait again,
+     * quietly. */
+    if (atomic_exchange(&j->model_loaded, false))
+        jobs_wait_drop(j, NULL);
     const char *skip[JOBS_WAITS_MAX];
     int nskip = jobs_waits_live(j, skip);
     int rc = state_job_next(j->st, skip, nskip, &cu->job, &err);
@@ -1009,6 +1031,10 @@ void jobs_free(struct jobs *j)
     if (!j)
         return;
     jobs_stop(j);
+    /* The lifecycle thread has stopped (serving_stop): nobody calls it now,
+     * and a serving table that outlives the runner calls nothing freed. */
+    if (j->serving)
+        serving_on_loaded(j->serving, NULL, NULL);
     llmbatch_free(j->caller);
     jobs_batch_held_free(j);
     state_close(j->st);

@@ -25,8 +25,9 @@
  * long, whichever first: one fdatasync + one commit per group. */
 #define JOBS_GROUP_LINES 256
 #define JOBS_GROUP_NS (50 * 1000000LL)
-/* A job whose model failed to load waits, tried again this often, while
- * the jobs behind it run; past this many waiting at once, one more fails. */
+/* A job whose model failed to load waits, tried again when a model loads
+ * (serving_on_loaded) and at least this often, while the jobs behind it
+ * run; past this many waiting at once, one more fails. */
 #define JOBS_WAIT_NS (10 * 1000000000LL)
 #define JOBS_WAITS_MAX 32
 
@@ -159,6 +160,7 @@ struct jobs {
         int64_t until_ns;
     } waits[JOBS_WAITS_MAX];
     int nwaits;
+    _Atomic bool model_loaded;        /* since the waits were last looked at */
 };
 
 /* A batch line's result not committed yet (jobs->held). */

@@ -454,6 +454,8 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         log_info("model %s: reloaded; the previous copy drains", e->name);
     lc_retire(s, old);
     free(cfg);
+    if (s->on_loaded)
+        s->on_loaded(s->on_loaded_arg);
     return 0;
 }
 
@@ -926,6 +928,12 @@ static void lc_poll(struct serving *s)
                 lc_load_unasked(s, s->entries[i]);
     }
     closedir(d);
+}
+
+void serving_on_loaded(struct serving *s, void (*fn)(void *arg), void *arg)
+{
+    s->on_loaded = fn;
+    s->on_loaded_arg = arg;
 }
 
 void serving_set_poll(struct serving *s, int seconds) { s->poll_s = seconds > 0 ? seconds : 0; }

@@ -59,6 +59,12 @@ void serving_set_poll(struct serving *s, int seconds);
  * (serving_shown_at); set before serving_start. */
 void serving_set_removed_keep(struct serving *s, int seconds);
 
+/* fn(arg) is called on the lifecycle thread after each load that made a
+ * copy READY, whichever path asked for it (a request, the repository API,
+ * a poll, a job): the jobs runner tries a job waiting for a broken model
+ * then, not at its next look. One listener; before serving_start. */
+void serving_on_loaded(struct serving *s, void (*fn)(void *arg), void *arg);
+
 /* A load or unload ended: rc 0, or a BG_E* code with msg (-BG_EQUEUEFULL:
  * no room on its device right now, worth a retry). After a load that
  * succeeded, sm is the new copy with a reference taken for the callee

@@ -147,6 +147,8 @@ struct serving {
     int nbad_folders;
     char cache_dir[4096];             /* packed weights between loads; "": none */
     _Atomic double read_bps;          /* measured model read rate; 0: none yet */
+    void (*on_loaded)(void *arg);     /* serving_on_loaded's listener, or NULL */
+    void *on_loaded_arg;
 };
 
 /* lifecycle.c for serving.c: loads e now on the calling thread (at

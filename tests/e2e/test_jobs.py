@@ -291,8 +291,8 @@ class JobsApiTest(JobsCase):
         r = submit(srv, "broken", "\n".join(line(i) for i in range(10)))
         self.assertEqual(r.status, 201, r.body)
         waiting = r.json()["id"]
-        srv.wait_log(r" warn job %s waiting: model broken is not served: .*tried again every "
-                     r"10 s" % waiting)
+        srv.wait_log(r" warn job %s waiting: model broken is not served: .*tried again when a "
+                     r"model loads and every 10 s" % waiting)
         j = get(srv, "/v2/jobs/" + waiting).json()
         self.assertEqual(j["state"], "queued", j)
         self.assertIn("waiting: model broken is not served", j["reason"])
@@ -304,6 +304,10 @@ class JobsApiTest(JobsCase):
                                                           per_row_us=10))
         r = roundtrip(srv.port, "POST", "/v2/repository/models/broken/load")
         self.assertEqual(r.status, 200, r.body)
+        # The load wakes it: it was looked at again only every 10 s.
+        t0 = time.monotonic()
+        j = wait_state(self, srv, waiting, ("running", "completed"), timeout=30)
+        self.assertLess(time.monotonic() - t0, 5.0, "expected the load to wake the waiting job")
         j = wait_state(self, srv, waiting, ("completed",), timeout=30)
         self.assertNotIn("reason", j)
         check_exactly_once(self, results(self, srv, waiting), 10)
