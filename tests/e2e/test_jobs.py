@@ -388,6 +388,36 @@ class JobsApiTest(JobsCase):
         wait_state(self, srv, first.json()["id"], ("completed",), timeout=30)
         srv.stop_checked()
 
+    def test_a_failed_reload_while_a_job_runs_leaves_it_running(self):
+        # The job holds its model's copy to its end: a reload that fails
+        # (a broken config written mid-run) keeps the old copy serving, the
+        # job's lines included; an unload asked meanwhile waits for the job.
+        srv = self.start()
+        n = 300   # 20 ms per 4 rows: 1.5 s of work
+        r = submit(srv, "slow", "\n".join(line(i) for i in range(n)))
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        wait_state(self, srv, job, ("running",))
+        write_model_config(self.repo, "slow", {"name": "slow", "backend": "tpu"})
+        r = roundtrip(srv.port, "POST", "/v2/repository/models/slow/load")
+        self.assertNotEqual(r.status, 200, r.body)
+        self.assertIn("backend", r.json()["error"])
+        srv.wait_log(r"model slow: the new copy did not load \(the previous copy serves on\)")
+        self.assertEqual(get(srv, "/v2/jobs/" + job).json()["state"], "running")
+        r = roundtrip(srv.port, "POST", "/v2/repository/models/slow/unload")
+        self.assertEqual(r.status, 200, r.body)
+        j = wait_state(self, srv, job, ("completed", "failed"), timeout=30)
+        self.assertEqual(j["state"], "completed", j)
+        self.assertEqual((j["lines"]["done"], j["lines"]["failed"]), (n, 0), j)
+        self.assertNotIn("reason", j)
+        check_exactly_once(self, results(self, srv, job), n)
+        # Its copy was let go with the job's end: the unload is done.
+        deadline = time.monotonic() + 10
+        while roundtrip(srv.port, "GET", "/v2/models/slow/ready").status == 200:
+            self.assertLess(time.monotonic(), deadline, "the unload waited past the job")
+            time.sleep(0.05)
+        srv.stop_checked()
+
     def test_job_on_a_lazy_model_loads_it_first(self):
         srv = self.start()
         r = submit(srv, "later", "\n".join(line(i) for i in range(20)))
