@@ -141,8 +141,9 @@ void api_refuse_tenant(struct http_request *req, const struct admit_refusal *why
 void api_models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx);
 /* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
  * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
-/* The version number a route's {version} parameter names: digits as
- * versions print ("2"; "02", "+2" name none), 1 to 999999999; 0 otherwise. */
+/* The version number a route's {version} parameter names: digits alone,
+ * leading zeros read as Triton reads them ("2" and "02" are 2; "+2", " 2"
+ * name none); 0 for none, or past 2^31-1. */
 int api_version_number(const struct route_param *v);
 /* The version a route names ({version}), checked against the versions the
  * model `name` serves: 0 when the route names none, that version when it

@@ -137,9 +137,7 @@ static bool models_check_version(struct http_request *req, const struct route_ma
                                  struct api_state *st, struct served_model *sm)
 {
     const struct route_param *v = route_match_param(m, "version");
-    char have[16];
-    int hl = snprintf(have, sizeof have, "%d", sm->version);
-    if (!v || ((int)v->len == hl && memcmp(v->value, have, v->len) == 0))
+    if (!v || api_version_number(v) == sm->version)
         return true;
     models_version_404(req, st, sm->model.cfg.name, v, sm->version);
     served_release(sm);
@@ -148,14 +146,17 @@ static bool models_check_version(struct http_request *req, const struct route_ma
 
 int api_version_number(const struct route_param *v)
 {
-    int n = 0;
-    for (size_t i = 0; i < v->len && i < 9 && v->value[i] >= '0' && v->value[i] <= '9'; i++)
+    /* Digits alone; leading zeros are read as Triton and TF Serving read
+     * them ("01" is version 1: they were 404). */
+    int64_t n = 0;
+    for (size_t i = 0; i < v->len; i++) {
+        if (v->value[i] < '0' || v->value[i] > '9')
+            return 0;
         n = n * 10 + (v->value[i] - '0');
-    char text[16];
-    return n > 0 && (size_t)snprintf(text, sizeof text, "%d", n) == v->len &&
-                   memcmp(text, v->value, v->len) == 0
-               ? n
-               : 0;
+        if (n > INT32_MAX)
+            return 0;
+    }
+    return (int)n;
 }
 
 int api_route_version(struct http_request *req, const struct route_match *m,

@@ -90,8 +90,15 @@ static int grpc_model_path(struct grpc_http_request *out, const char *name, cons
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
                          "the model name must be 1 to 256 characters without '/', '?', '#', "
                          "'%%', spaces or control characters, and not '.' or '..'");
-    if (version && *version && !grpc_segment_ok(version))
-        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "the model version is not a version");
+    /* Triton reads it as an integer (std::stol): "abc" is INVALID_ARGUMENT
+     * there, not a version to look for (NOT_FOUND). Spaces and signs it
+     * reads past are refused here: the same version has one spelling,
+     * leading zeros aside. */
+    if (version && *version &&
+        (strlen(version) > 64 || version[strspn(version, "0123456789")] != '\0'))
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                         "the model version must be an integer > 0 (digits alone), not \"%.64s\"",
+                         version);
     if (version && *version)
         snprintf(out->path, sizeof out->path, "/v2/models/%s/versions/%s%s", name, version,
                  suffix);

@@ -266,7 +266,14 @@ def check_surface(a):
     e = rpc_error(stub.ModelInfer, req, timeout=10)
     expect(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "raw_input_contents" in e.details(),
            "raw contents count: %s %r" % (e.code(), e.details()))
-    ok("NOT_FOUND, INVALID_ARGUMENT (shape, raw contents), UNAVAILABLE (failed model)")
+    # A version that is no integer is INVALID_ARGUMENT, as Triton answers
+    # (it was NOT_FOUND); leading zeros are read past ("01" is 1).
+    e = rpc_error(stub.ModelInfer, infer_request("digits", x, model_version="abc"), timeout=10)
+    expect(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "integer" in e.details(),
+           "version abc: %s %r" % (e.code(), e.details()))
+    expect(g.get_model_metadata("digits", model_version="01", as_json=True)["name"] == "digits",
+           "version 01 is version 1")
+    ok("NOT_FOUND, INVALID_ARGUMENT (shape, raw contents, version), UNAVAILABLE (failed model)")
 
     # The slow model (300 ms a batch, one at a time, a queue of 1): with
     # its worker busy, a call whose budget is shorter than a batch is

@@ -307,8 +307,13 @@ class InferTest(RepoServerCase):
         r = roundtrip(self.srv.port, "GET", "/v1/models/digits/versions/1")
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.json(), {"model_version_status": st["model_version_status"]})
-        for path in ("/v1/models/digits/versions/2", "/v1/models/digits/versions/01",
-                     "/v1/models/nope/versions/1"):
+        # Leading zeros are read as TF Serving reads them (an int64): "01"
+        # is version 1 (it was 404).
+        r = roundtrip(self.srv.port, "GET", "/v1/models/digits/versions/01")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json(), {"model_version_status": st["model_version_status"]})
+        for path in ("/v1/models/digits/versions/2", "/v1/models/digits/versions/+1",
+                     "/v1/models/digits/versions/0", "/v1/models/nope/versions/1"):
             r = roundtrip(self.srv.port, "GET", path)
             self.assertEqual(r.status, 404, (path, r))
             self.assertIsInstance(r.json()["error"], str, r)   # TF Serving's shape

@@ -1032,11 +1032,15 @@ class SeveralVersionsTest(RepoServerCase):
             self.assertEqual(r.status, 201, (path, r))
             ids[v] = r.json()["id"]
         for v, words in ((1, "it serves versions 3 and 2"), (9, "has no version \"9\""),
-                         ("02", "has no version \"02\"")):
+                         ("+2", "has no version \"+2\"")):
             r = post(port, "/v2/models/mv/versions/%s/jobs" % v, line)
             self.assertEqual(r.status, 404, (v, r))
             self.assertIn(words, r.json()["error"], v)
-        for v, want in ((2, [2, 4]), (3, [3, 6]), (None, [3, 6])):
+        # "02" is version 2, as Triton reads it.
+        r = post(port, "/v2/models/mv/versions/02/jobs", line)
+        self.assertEqual(r.status, 201, r)
+        ids["02"] = r.json()["id"]
+        for v, want in ((2, [2, 4]), (3, [3, 6]), (None, [3, 6]), ("02", [2, 4])):
             deadline = time.monotonic() + 20
             while True:
                 job = roundtrip(port, "GET", "/v2/jobs/" + ids[v]).json()
@@ -1044,7 +1048,7 @@ class SeveralVersionsTest(RepoServerCase):
                     break
                 self.assertLess(time.monotonic(), deadline, job)
                 time.sleep(0.05)
-            self.assertEqual(job.get("version"), str(v) if v else None, job)
+            self.assertEqual(job.get("version"), str(int(v)) if v else None, job)
             res = json.loads(roundtrip(port, "GET", "/v2/jobs/%s/results" % ids[v]).body)
             self.assertEqual(res["outputs"][0]["data"], want, (v, res))
 

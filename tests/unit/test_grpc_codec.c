@@ -578,6 +578,21 @@ static void test_to_http_bad_names(void **state)
     assert_int_equal(model_call("ModelReady", "m", "..", &r, err, sizeof err),
                      GRPC_INVALID_ARGUMENT);
     grpc_http_request_free(&r);
+    /* Not an integer: INVALID_ARGUMENT as Triton answers (it was a version
+     * looked for, NOT_FOUND); leading zeros are left to the route ("01" is
+     * version 1 there). */
+    static const char *const not_int[] = {"abc", "1a", "-1", "+2", "1.0", "0x1"};
+    for (size_t i = 0; i < COUNT(not_int); i++) {
+        int rc = model_call("ModelMetadata", "m", not_int[i], &r, err, sizeof err);
+        if (rc != GRPC_INVALID_ARGUMENT)
+            fail_msg("version \"%s\": %d, want INVALID_ARGUMENT", not_int[i], rc);
+        assert_contains(err, "must be an integer");
+        assert_contains(err, not_int[i]);
+        grpc_http_request_free(&r);
+    }
+    assert_int_equal(model_call("ModelMetadata", "m", "01", &r, err, sizeof err), GRPC_OK);
+    assert_string_equal(r.path, "/v2/models/m/versions/01");
+    grpc_http_request_free(&r);
     Inference__ModelInferRequest im = INFERENCE__MODEL_INFER_REQUEST__INIT;
     im.model_name = "m";
     im.model_version = "v 1";
