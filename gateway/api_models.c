@@ -466,8 +466,13 @@ static void models_metadata(struct http_request *req, const struct route_match *
     struct buf b = BUF_INIT;
     buf_append(&b, "{\"name\":", 8);
     json_append_string(&b, c->name, strlen(c->name));
+    /* A route naming a version lists that one alone, as Triton answers;
+     * without one, every version served. */
     int vs[MODEL_MAX_VERSIONS];
-    int nv = serving_versions(st->serving, c->name, strlen(c->name), vs, MODEL_MAX_VERSIONS);
+    int nv = 1;
+    vs[0] = sm->version;
+    if (!route_match_param(m, "version"))
+        nv = serving_versions(st->serving, c->name, strlen(c->name), vs, MODEL_MAX_VERSIONS);
     buf_append(&b, ",\"versions\":[", 13);
     for (int i = 0; i < nv; i++)
         buf_appendf(&b, "%s\"%d\"", i ? "," : "", vs[i]);

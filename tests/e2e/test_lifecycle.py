@@ -981,6 +981,10 @@ class SeveralVersionsTest(RepoServerCase):
         self.assertEqual(st, 404)
         self.assertIn("it serves versions 3 and 2", err["error"])   # not "version 3"
         self.assertEqual(roundtrip(port, "GET", "/v2/models/mv").json()["versions"], ["3", "2"])
+        # Naming a version lists that one, as Triton answers (it listed all).
+        for v in ("2", "3", "02"):
+            meta = roundtrip(port, "GET", "/v2/models/mv/versions/%s" % v).json()
+            self.assertEqual(meta["versions"], [str(int(v))], (v, meta))
         # OpenAI's list names a model once, whatever its versions (mv was
         # listed twice, ms three times).
         ids = [x["id"] for x in roundtrip(port, "GET", "/v1/models").json()["data"]]
