@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/httpc.h"
 #include "common/schema_impl.h"
@@ -493,8 +494,19 @@ int schema_json_read(const char *path, size_t max_bytes, json_t **out, struct er
 {
     *out = NULL;
     FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return error_set(err, BG_ECONFIG, "%s: cannot open: %s", path, strerror(errno));
+    if (!fp) {
+        int e = errno;
+        /* A symbolic link to nothing said "No such file" of a file that
+         * `ls` shows: the target is named. */
+        char target[1024];
+        ssize_t tn = e == ENOENT ? readlink(path, target, sizeof target - 1) : -1;
+        if (tn >= 0) {
+            target[tn] = '\0';
+            return error_set(err, BG_ECONFIG, "%s: cannot open: a symbolic link to %s, which "
+                             "does not exist", path, target);
+        }
+        return error_set(err, BG_ECONFIG, "%s: cannot open: %s", path, strerror(e));
+    }
     char *buf = NULL;
     size_t len = 0, cap = 0;
     int rc = 0;

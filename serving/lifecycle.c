@@ -686,10 +686,10 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
 static void lc_poll_entry(struct serving *s, struct served_entry *e)
 {
     char path[8300];
-    struct stat st;
     snprintf(path, sizeof path, "%s/config.json", e->dir);
-    if (stat(path, &st) != 0) {
-        if (e->removed || (errno != ENOENT && errno != ENOTDIR))
+    int there = served_config_there(path);
+    if (there != 1) {
+        if (e->removed || there < 0)
             return;   /* removed is said once; an I/O error (a stale mount) is no removal */
         e->removed = true;
         atomic_store(&e->unlisted_ns, now_ns());
@@ -863,9 +863,8 @@ static void lc_poll(struct serving *s)
     struct dirent *rde;
     while (!any && (rde = readdir(root))) {
         char path[8300];
-        struct stat st;
         snprintf(path, sizeof path, "%s/%s/config.json", s->dir, rde->d_name);
-        any = rde->d_name[0] != '.' && stat(path, &st) == 0;
+        any = rde->d_name[0] != '.' && served_config_there(path) == 1;
     }
     closedir(root);
     bool served = false;
@@ -901,12 +900,11 @@ static void lc_poll(struct serving *s)
     struct dirent *de;
     while ((de = readdir(d))) {
         char path[8300];
-        struct stat st;
         if (de->d_name[0] == '.' || (strlen(de->d_name) < MODEL_NAME_MAX &&
                                      lc_find(s, de->d_name, strlen(de->d_name))))
             continue;
         snprintf(path, sizeof path, "%s/%s/config.json", s->dir, de->d_name);
-        if (stat(path, &st) != 0)
+        if (served_config_there(path) != 1)
             continue;
         if (!model_name_ok(de->d_name)) {
             serving_warn_bad_folder(s, de->d_name);

@@ -168,6 +168,14 @@ int served_config_read(const struct served_entry *e, const char *override,
     return rc;
 }
 
+int served_config_there(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 || lstat(path, &st) == 0)
+        return 1;
+    return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
+}
+
 static void served_stat(const char *path, int64_t out[3])
 {
     struct stat st;
@@ -368,9 +376,8 @@ int serving_open(const char *dir, bool required, int io_threads, struct serving 
         if (de->d_name[0] == '.')
             continue;
         char path[8192];
-        struct stat st;
         snprintf(path, sizeof path, "%s/%s/config.json", dir, de->d_name);
-        if (stat(path, &st) != 0)
+        if (served_config_there(path) != 1)
             continue;   /* not a model folder */
         if (!model_name_ok(de->d_name)) {
             /* Listed as a failed model, its name went raw into /metrics

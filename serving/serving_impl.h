@@ -194,6 +194,11 @@ void served_copy_free(struct served_model *sm);
 /* A folder of the repository whose name is no model name: said in the
  * log (its bytes shown safely), never served. */
 void serving_warn_bad_folder(struct serving *s, const char *name);
+/* Whether a model folder's config.json (path) is there: 1, readable or
+ * not (a symlink that loops or leads nowhere is there: the model is listed
+ * as failed with the reason, not passed by without a word); 0 not there;
+ * -1 cannot be told (an I/O error, a folder that cannot be searched). */
+int served_config_there(const char *path);
 /* Whether a folder's name is said for the first time (a warning about
  * it, from the start's scan or a poll, is then written; each poll sees it
  * again). */

@@ -853,6 +853,41 @@ class PolledFixLoadTest(RepoServerCase):
             os.makedirs(os.path.join(repo, "bad name %02d" % i))
             with open(os.path.join(repo, "bad name %02d" % i, "config.json"), "w") as f:
                 f.write("{}")
+        # A config.json that is a symbolic link looping or leading nowhere:
+        # the folder was passed by without a word, as if no model were there.
+        os.makedirs(os.path.join(repo, "loop"))
+        os.symlink("config.json", os.path.join(repo, "loop", "config.json"))
+        os.makedirs(os.path.join(repo, "dangling"))
+        os.symlink("real.json", os.path.join(repo, "dangling", "config.json"))
+
+    def test_a_config_symlink_that_leads_nowhere_is_a_failed_model(self):
+        port = self.srv.port
+        rows = index(port)
+        self.assertEqual(rows["loop"]["state"], "UNAVAILABLE", rows)
+        self.assertIn("Too many levels of symbolic links", rows["loop"]["reason"])
+        self.assertEqual(rows["dangling"]["state"], "UNAVAILABLE", rows)
+        self.assertIn("a symbolic link to real.json, which does not exist",
+                      rows["dangling"]["reason"])
+        self.assertRegex(self.srv.log(), r"error model loop: not loaded: .*Too many levels")
+        r = infer(port, "dangling")
+        self.assertEqual(r.status, 503, r.body)
+        self.assertIn("real.json, which does not exist", r.json()["error"])
+        # The poll neither takes it for a folder gone nor loses it: once
+        # the link leads to a config, it loads.
+        time.sleep(1.5)
+        self.assertNotRegex(self.srv.log(), r"model dangling: its folder left")
+        with open(os.path.join(self.repo, "dangling", "real.json"), "w") as f:
+            json.dump(synthetic("dangling"), f)
+        wait_state(port, "dangling", "READY")
+        self.assertEqual(infer(port, "dangling").status, 200)
+        # A folder added with a looping link is listed too.
+        os.makedirs(os.path.join(self.repo, "loop2"))
+        os.symlink("config.json", os.path.join(self.repo, "loop2", "config.json"))
+        end = time.monotonic() + 10
+        while "loop2" not in index(port):
+            self.assertLess(time.monotonic(), end, "the added folder was not listed")
+            time.sleep(0.1)
+        self.assertEqual(index(port)["loop2"]["state"], "UNAVAILABLE")
 
     def test_bad_folder_names_are_said_once_each_across_polls(self):
         time.sleep(2.5)   # the start's scan and two polls at least
