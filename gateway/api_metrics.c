@@ -429,6 +429,13 @@ int api_metrics_render(struct api_state *st, struct buf *b)
         snprintf(extra, sizeof extra, "reason=\"%s\"", modelstats_reason_names[r]);
         metrics_sample(b, "rejected_requests_total", NAME, extra, (double)snaps[mi].rejected[r]);
     }
+    metrics_head(b, "requests_cancelled_total", "counter",
+         "Requests whose client left before the answer: before their batch (queued), or once "
+         "in one (computed for nobody).");
+    EACH_MODEL for (int c = 0; c < 2; c++)
+        metrics_sample(b, "requests_cancelled_total", NAME,
+                       c ? "stage=\"computed\"" : "stage=\"queued\"",
+                       (double)snaps[mi].cancelled[c]);
     metrics_head(b, "model_cold_start_seconds", "gauge", "The last load of the model, by phase.");
     EACH_MODEL {
         const struct cold_start *cs = &SM->model.cold;

@@ -93,6 +93,16 @@ static void models_account(struct api_state *st, struct served_model *sm,
                       ran);
 }
 
+/* ... not answered: its client left (`computed`: once in a batch). Not in
+ * requests_total, which counts answers (docs/METRICS.md). */
+static void models_count_cancelled(struct served_model *sm, struct http_request *req,
+                                   bool computed)
+{
+    if (sm->stats)
+        modelstats_cancelled(sm->stats, http_request_thread(req), computed,
+                             now_ns() - http_request_received_ns(req));
+}
+
 /* ... refused before or instead of computing (code: a BG_E*). */
 static void models_account_reject(struct api_state *st, struct served_model *sm,
                                   struct http_request *req, int code, int status)
@@ -314,9 +324,14 @@ static void models_wait_abort(struct http_request *req, void *arg)
     w->answered = true;
     if (w->deadline)
         evtimer_del(w->deadline);
-    /* Not counted: a client that hung up before its answer is not
-     * (docs/METRICS.md, requests_total). */
+    /* Not an answer (requests_total): a cancelled request, before any
+     * batch. */
     const struct route_param *p = route_match_param(&w->m, "model");
+    struct served_model *sm = serving_acquire(w->st->serving, p->value, p->len);
+    if (sm) {
+        models_count_cancelled(sm, req, false);
+        served_release(sm);
+    }
     http_respond_error(req, 499, NULL, "the client left while model %.*s loaded",
                        (int)(p->len > 128 ? 128 : p->len), p->value);
 }
@@ -723,7 +738,7 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
     if (it->status != 0) {
         int status = it->status == BG_ECANCELLED ? 499 : error_http_status(it->status);
         if (call->client_gone)
-            ;   /* nobody is there to count it for (METRICS.md) */
+            models_count_cancelled(call->sm, req, it->t_dequeue_ns != 0);
         else if ((it->status == BG_EDEADLINE && !it->t_dequeue_ns) || it->status == BG_ESHUTDOWN)
             models_account_reject(call->st, call->sm, req, it->status, status);
         /* A 504 after its batch began (the watchdog abandoned it, or an
@@ -749,10 +764,12 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
         models_infer_call_free(call);
         return;
     }
-    /* A client that hung up while its batch ran is not counted either: its
-     * rows were computed (the device's time is the batch's), but nobody
-     * got an answer. */
-    if (!call->client_gone)
+    /* A client that hung up while its batch ran is no success: its rows
+     * were computed (the device's time is the batch's), but nobody got
+     * an answer. */
+    if (call->client_gone)
+        models_count_cancelled(call->sm, req, true);
+    else
         models_account(call->st, call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns, it);
     struct buf b = BUF_INIT;
     int64_t json_len = -1;

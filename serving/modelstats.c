@@ -36,6 +36,7 @@ struct io_shard {
     _Atomic uint64_t rejected[MS_REJECT_COUNT];
     _Atomic uint64_t success, fail;
     _Atomic uint64_t success_ns, fail_ns;
+    _Atomic uint64_t cancelled[2], cancelled_ns;
     /* Triton's per-request sums, successful requests only: queue wait,
      * and the gather, execution and scatter of the batch each rode in. */
     _Atomic uint64_t req_queue_ns, req_input_ns, req_infer_ns, req_output_ns;
@@ -252,6 +253,13 @@ void modelstats_request(struct modelstats *s, int thread, int status, int64_t to
     clock_gettime(CLOCK_REALTIME, &ts);
     atomic_store_explicit(&sh->last_ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
                           memory_order_relaxed);
+}
+
+void modelstats_cancelled(struct modelstats *s, int thread, bool computed, int64_t total_ns)
+{
+    struct io_shard *sh = &s->io[thread % s->nio];
+    atomic_fetch_add_explicit(&sh->cancelled[computed], 1, memory_order_relaxed);
+    modelstats_add_ns(&sh->cancelled_ns, total_ns);
 }
 
 void modelstats_arrival(struct modelstats *s, int thread, int rows)
@@ -526,6 +534,9 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         o->fail_count += atomic_load_explicit(&sh->fail, memory_order_relaxed);
         o->success_ns += atomic_load_explicit(&sh->success_ns, memory_order_relaxed);
         o->fail_ns += atomic_load_explicit(&sh->fail_ns, memory_order_relaxed);
+        for (int i = 0; i < 2; i++)
+            o->cancelled[i] += atomic_load_explicit(&sh->cancelled[i], memory_order_relaxed);
+        o->cancelled_ns += atomic_load_explicit(&sh->cancelled_ns, memory_order_relaxed);
         o->req_queue_ns += atomic_load_explicit(&sh->req_queue_ns, memory_order_relaxed);
         o->req_input_ns += atomic_load_explicit(&sh->req_input_ns, memory_order_relaxed);
         o->req_infer_ns += atomic_load_explicit(&sh->req_infer_ns, memory_order_relaxed);
@@ -633,7 +644,11 @@ void modelstats_triton(const struct modelstats_snapshot *s, struct modelstats_tr
         o->execution_count += s->batch_count_by_size[r];
     }
     o->success = (struct modelstats_duration){s->success_count, s->success_ns};
-    o->fail = (struct modelstats_duration){s->fail_count, s->fail_ns};
+    /* A request cancelled by its client is Triton's failure too, of reason
+     * CANCELED (its time: arrival to the hang-up). */
+    uint64_t cancelled = s->cancelled[0] + s->cancelled[1];
+    o->fail = (struct modelstats_duration){s->fail_count + cancelled,
+                                           s->fail_ns + s->cancelled_ns};
     /* Only computed requests answer 200, each recorded with its times in
      * one call: these counts are the success count. */
     o->queue = (struct modelstats_duration){s->success_count, s->req_queue_ns};
@@ -655,6 +670,7 @@ void modelstats_triton(const struct modelstats_snapshot *s, struct modelstats_tr
     o->fail_by_reason[MS_FAIL_REJECTED] = rejected;
     o->fail_by_reason[MS_FAIL_BACKEND] = backend;
     o->fail_by_reason[MS_FAIL_OTHER] = s->fail_count - rejected - backend;
+    o->fail_by_reason[MS_FAIL_CANCELED] = cancelled;
 }
 
 double modelstats_quantile(const struct modelstats_hist *h, double q)

@@ -64,6 +64,12 @@ struct modelstats_snapshot {
     uint64_t rejected[MS_REJECT_COUNT];
     uint64_t success_count, fail_count;
     uint64_t success_ns, fail_ns;              /* their requests' durations (arrival to answer) */
+    /* Requests whose client left before the answer (not in the counts
+     * above: nobody was answered): [0] before their batch (no device time
+     * spent), [1] once in one (computed for nobody); and arrival to the
+     * hang-up (or to the batch's end), summed. */
+    uint64_t cancelled[2];
+    uint64_t cancelled_ns;
     /* Of the successful requests, each one's own queue wait and its
      * batch's gather, execution and scatter, summed (Triton's queue,
      * compute_input, compute_infer, compute_output). */
@@ -116,6 +122,9 @@ void modelstats_unloaded(struct modelstats *s);
 void modelstats_request(struct modelstats *s, int thread, int status, int64_t total_ns,
                         int64_t queue_ns, const struct infer_item *ran);
 void modelstats_reject(struct modelstats *s, int thread, enum modelstats_reason r);
+/* IO thread `thread`: an inference request's client left before its
+ * answer; `computed`: its batch had taken it (its rows ran, or run). */
+void modelstats_cancelled(struct modelstats *s, int thread, bool computed, int64_t total_ns);
 /* IO thread `thread`: an inference request of `rows` rows arrived (counted
  * whatever its answer); rows < 0: refused before its rows were known. */
 void modelstats_arrival(struct modelstats *s, int thread, int rows);
@@ -175,7 +184,7 @@ struct modelstats_duration {
 };
 enum modelstats_fail_reason {   /* nv_inference_request_failure{reason}, Triton's names */
     MS_FAIL_REJECTED,           /* 429: queue full, tenant limits */
-    MS_FAIL_CANCELED,           /* never counted: a cancelled request has no answer */
+    MS_FAIL_CANCELED,           /* the client left before its answer (modelstats_cancelled) */
     MS_FAIL_BACKEND,            /* 500, 502: the backend failed the batch */
     MS_FAIL_OTHER,              /* every other non-200 answer */
     MS_FAIL_COUNT

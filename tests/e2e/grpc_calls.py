@@ -388,12 +388,24 @@ def check_surface(a):
            "TraceSetting: %s %r" % (e.code(), e.details()))
     ok("UNIMPLEMENTED: tracing")
 
-    # A client that gives up: its queued call leaves, the server serves on.
+    # A client that gives up: its queued call leaves, the server serves on,
+    # and the request is counted as cancelled (it was counted nowhere).
+    def cancelled():
+        with urllib.request.urlopen("http://%s/metrics" % a.http, timeout=10) as r:
+            text = r.read().decode()
+        return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+                   if l.startswith('batchgate_requests_cancelled_total{model="slow",'))
+    c0 = cancelled()
     f = stub.ModelInfer.future(infer_request("slow", xs4, name="x"), timeout=30)
     time.sleep(0.05)
     f.cancel()
     expect(g.is_server_live(), "live after a cancelled call")
-    ok("a cancelled call")
+    t_end = time.monotonic() + 5
+    while cancelled() != c0 + 1 and time.monotonic() < t_end:
+        time.sleep(0.05)
+    expect(cancelled() == c0 + 1, "the cancelled call counted once: %r -> %r"
+           % (c0, cancelled()))
+    ok("a cancelled call, counted in requests_cancelled_total")
 
 
 # ---------------------------------------------------------------- auth

@@ -527,6 +527,7 @@ class InferTest(RepoServerCase):
         # timeout, 60 s).
         for how in ("reset", "close", "half-close"):
             before = self.stats("tiny")
+            before_m = self.cancelled()
             blocker = threading.Thread(target=post, args=(self.srv.port, "/v2/models/tiny/infer",
                                                           infer_body([[1, 1, 1, 1]], name="x")))
             blocker.start()
@@ -549,6 +550,13 @@ class InferTest(RepoServerCase):
                              "%s: the abandoned request's row must not be computed" % how)
             self.assertEqual(after["inference_stats"]["success"]["count"] -
                              before["inference_stats"]["success"]["count"], 1, how)
+            # Counted as cancelled before its batch (it was counted nowhere),
+            # and in Triton's statistics as a failure of reason CANCELED.
+            self.assertEqual(after["inference_stats"]["fail"]["count"] -
+                             before["inference_stats"]["fail"]["count"], 1, how)
+            after_m = self.cancelled()
+            self.assertEqual({k: after_m[k] - before_m[k] for k in after_m},
+                             {"queued": 1, "computed": 0, "CANCELED": 1}, how)
         self.assertEqual(roundtrip(self.srv.port, "GET", "/v2/health/live").status, 200)
 
     def test_half_close_drops_a_queued_request_and_what_follows_it(self):
@@ -584,6 +592,7 @@ class InferTest(RepoServerCase):
                           re.M)
             return float(m.group(1)) if m else 0.0
         before = ok_count()
+        before_m = self.cancelled()
         s = connect(self.srv.port)
         send(s, request("POST", "/v2/models/tiny/infer", [("Content-Type", "application/json")],
                         infer_body([[3, 3, 3, 3]], name="x")))
@@ -592,9 +601,26 @@ class InferTest(RepoServerCase):
         s.close()
         time.sleep(0.5)
         self.assertEqual(ok_count(), before)
+        # Counted as computed for nobody (it was counted nowhere).
+        after_m = self.cancelled()
+        self.assertEqual({k: after_m[k] - before_m[k] for k in after_m},
+                         {"queued": 0, "computed": 1, "CANCELED": 1})
         self.assertEqual(post(self.srv.port, "/v2/models/tiny/infer",
                               infer_body([[1, 1, 1, 1]], name="x")).status, 200)
         self.assertEqual(ok_count(), before + 1)
+
+    def cancelled(self):
+        """tiny's requests_cancelled_total by stage, and Triton's CANCELED."""
+        text = roundtrip(self.srv.port, "GET", "/metrics").body.decode()
+        out = {}
+        for stage in ("queued", "computed"):
+            m = re.search(r'^batchgate_requests_cancelled_total\{model="tiny",stage="%s"\} '
+                          r'(\S+)$' % stage, text, re.M)
+            out[stage] = float(m.group(1)) if m else None
+        m = re.search(r'^nv_inference_request_failure\{[^}]*model="tiny"[^}]*reason="CANCELED"'
+                      r'[^}]*\} (\S+)$', text, re.M)
+        out["CANCELED"] = float(m.group(1)) if m else None
+        return out
 
     def stats(self, model):
         r = roundtrip(self.srv.port, "GET", "/v2/models/%s/stats" % model)
