@@ -370,8 +370,16 @@ static void jobs_batch_cmd_cancel(struct jobs *j, struct jobs_cmd *c)
                  state_batch_status_name(b.status));
         return;
     }
-    /* Cancelling first, so that a crash before the end still ends it. */
-    state_batch_set_status(j->st, b.id, STATE_BATCH_CANCELLING, jobs_batch_now_s(), &err);
+    /* Cancelling first, so that a crash before the end still ends it.
+     * Refused (a locked or full database), the cancel is not taken: it
+     * was answered 200, and the batch, its end refused too, was taken up
+     * again as it was and ran to its end. The caller asks again (503). */
+    rc = state_batch_set_status(j->st, b.id, STATE_BATCH_CANCELLING, jobs_batch_now_s(), &err);
+    if (rc) {
+        c->status = rc;
+        snprintf(c->error, sizeof c->error, "the batch is not cancelled: %.450s", err.msg);
+        return;
+    }
     struct jobs_bcur *bc = jobs_batch_slot(j, b.id);
     if (bc) {
         jobs_batch_finalize(j, bc, STATE_BATCH_CANCELLED, NULL);

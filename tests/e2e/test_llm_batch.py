@@ -1429,6 +1429,43 @@ class TestBatchCancelAndIdle(BatchCase):
         self.assertEqual(running, 0)
         self.assert_error(*self.call("POST", "/v1/batches/%s/cancel" % b["id"]), 409)
 
+    def test_a_cancel_the_database_refuses_is_503_and_the_batch_runs_on(self):
+        # The database's write lock held past the busy timeout: the cancel
+        # was answered 200 while the batch stayed in_progress, then ran to
+        # "completed", every line sent and paid for. It is now 503 with
+        # Retry-After, the batch as it was; asked again, it is cancelled.
+        self.start()
+        n = 1000   # lines go on during the lock (their answers held, 256 at most)
+        fid = self.upload_ok(jsonl([line(i, max_tokens=8) for i in range(n)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        deadline = time.monotonic() + 30
+        while self.batch(bid)["request_counts"]["completed"] < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        # Past two busy timeouts (5 s each): a result's commit the runner is
+        # in when the cancel comes, then the cancel's own.
+        holder = threading.Thread(target=hold_write_lock,
+                                  args=(os.path.join(self.state, "batchgate.db"), 11.5))
+        holder.start()
+        try:
+            time.sleep(0.3)
+            c = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=30)
+            c.request("POST", "/v1/batches/%s/cancel" % bid)
+            r = c.getresponse()
+            raw = r.read()
+            c.close()
+        finally:
+            holder.join()
+        self.assertEqual(r.status, 503, raw)
+        self.assertEqual(r.getheader("Retry-After"), "5")
+        self.assertIn("the batch is not cancelled", json.loads(raw)["error"]["message"])
+        self.assertEqual(self.batch(bid)["status"], "in_progress")
+        st, raw = self.call("POST", "/v1/batches/%s/cancel" % bid)
+        self.assertEqual(st, 200, raw)
+        b = self.wait(bid, timeout=20)
+        self.assertEqual(b["status"], "cancelled", b)
+        self.assertLess(b["request_counts"]["completed"], n)
+
     def test_saturated_pool_keeps_its_endpoints(self):
         """Ten long online calls hold 5 running sequences on each endpoint
         (over offline.max_running 2) for about 5 s: meanwhile the batch's
