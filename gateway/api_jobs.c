@@ -209,7 +209,17 @@ static void jobs_api_submit(struct http_request *req, const struct route_match *
     }
     char model[MODEL_NAME_MAX];
     snprintf(model, sizeof model, "%s", sm->model.cfg.name);
+    bool pool = sm->model.cfg.kind == MODEL_KIND_POOL;
     served_release(sm);
+    if (pool) {
+        /* Its servers take OpenAI's calls, not tensors: every line of the
+         * job failed, each error pointing at another field. */
+        http_respond_error(req, 400, NULL, "model %s is an LLM pool: a job's lines are KServe "
+                           "v2 infer requests, which it does not take; its offline calls go "
+                           "through the Batch API (POST /v1/files, then POST /v1/batches)",
+                           model);
+        return;
+    }
     int version = api_route_version(req, m, st, model);
     if (version < 0)
         return;

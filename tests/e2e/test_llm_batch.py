@@ -345,6 +345,20 @@ class TestBatchRoutes(BatchCase):
             out = json.loads(self.call("GET", "/v1/files/" + b["output_file_id"])[1])
             self.assertEqual(out["expires_at"], out["created_at"] + life)
 
+    def test_a_kserve_job_on_a_pool_is_refused_naming_the_batch_api(self):
+        # It was accepted (201) and every line failed, the errors pointing
+        # from one field to another (input name, shape, datatype).
+        self.start()
+        body = json.dumps({"id": "a", "inputs": [{"name": "prompt", "datatype": "BYTES",
+                                                  "shape": [1, 1], "data": ["hello"]}]})
+        st, raw = self.call("POST", "/v2/models/smol/jobs", body)
+        self.assertEqual(st, 400, raw)
+        err = json.loads(raw)["error"]
+        self.assertIn("is an LLM pool", err)
+        self.assertIn("POST /v1/batches", err)
+        st, raw = self.call("GET", "/v2/jobs")
+        self.assertEqual((st, json.loads(raw)["jobs"]), (200, []), raw)
+
     def test_batch_errors(self):
         self.start()
         good = self.upload_ok(jsonl([line(1), line(2)]))["id"]
