@@ -869,11 +869,12 @@ static void jobs_batch_files_one(int64_t line, bool ok, const char *body, size_t
 /* An expired batch's lines that never ran go to its error file, as OpenAI
  * writes them (they were in no file: a client could not tell them from
  * lines it never sent). Read from its input, still there. */
-static void jobs_batch_expired_lines(const struct jobs_bcur *bc, struct jobs_batch_files *f)
+static int64_t jobs_batch_expired_lines(const struct jobs_bcur *bc, struct jobs_batch_files *f)
 {
     FILE *in = fopen(bc->b.input_path, "r");
     if (!in)
-        return;
+        return 0;
+    int64_t written = 0;
     char *text = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -889,9 +890,11 @@ static void jobs_batch_expired_lines(const struct jobs_bcur *bc, struct jobs_bat
                               "This request could not be executed before the completion "
                               "window expired.");
         json_decref(root);
+        written++;
     }
     free(text);
     fclose(in);
+    return written;
 }
 
 static int jobs_batch_file(struct jobs *j, const struct state_batch *b, const struct buf *data,
@@ -925,8 +928,11 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
     struct state_file out, errf;
     bool has_out = false, has_err = false;
     int rc = state_batch_results(j->st, bc->b.id, jobs_batch_files_one, &files, &err);
+    /* Lines that never ran are in the error file, and so counted failed:
+     * total = completed + failed, and failed the error file's lines. */
+    int64_t unrun = 0;
     if (rc == 0 && files.done)
-        jobs_batch_expired_lines(bc, &files);
+        unrun = jobs_batch_expired_lines(bc, &files);
     free(files.done);
     if (rc == 0 && files.out.len)
         has_out = (rc = jobs_batch_file(j, &bc->b, &files.out, "output", &out, &err)) == 0;
@@ -936,7 +942,8 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
         jobs_sync_dir(j->bdir);
     struct error e2 = {0};
     if (rc == 0 && state_batch_finish(j->st, bc->b.id, status, has_out ? &out : NULL,
-                                      has_err ? &errf : NULL, errors, jobs_batch_now_s(), &e2)) {
+                                      has_err ? &errf : NULL, errors, unrun, jobs_batch_now_s(),
+                                      &e2)) {
         rc = -1;
         err = e2;
     }
@@ -966,7 +973,7 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
     log_write(log_default(), status == STATE_BATCH_FAILED ? LOG_WARN : LOG_INFO,
               "batch %s %s: %lld of %lld requests completed, %lld failed (lines that gave way "
               "to online calls since start: %llu)", bc->b.id, state_batch_status_name(status),
-              (long long)bc->b.completed, (long long)bc->b.total, (long long)bc->b.failed,
+              (long long)bc->b.completed, (long long)bc->b.total, (long long)(bc->b.failed + unrun),
               (unsigned long long)(j->caller ? llmbatch_preempted(j->caller) : 0));
     buf_free(&files.out);
     buf_free(&files.err);

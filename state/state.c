@@ -1014,8 +1014,8 @@ int state_batch_results(struct state *st, const char *id, state_result_fn fn, vo
 }
 
 int state_batch_finish(struct state *st, const char *id, int status, const struct state_file *out,
-                       const struct state_file *errf, const char *errors, int64_t now,
-                       struct error *err)
+                       const struct state_file *errf, const char *errors, int64_t unrun,
+                       int64_t now, struct error *err)
 {
     int begun = state_exec(st->w, "BEGIN", err);
     if (begun)
@@ -1028,7 +1028,8 @@ int state_batch_finish(struct state *st, const char *id, int status, const struc
     char sql[300];
     snprintf(sql, sizeof sql,
              "UPDATE batches SET status=?, %s=?, output_file_id=?, error_file_id=?,"
-             " errors=CASE WHEN ? IS NOT NULL THEN ? ELSE errors END WHERE id=?",
+             " errors=CASE WHEN ? IS NOT NULL THEN ? ELSE errors END, failed=failed+?"
+             " WHERE id=?",
              state_batch_ats[status > 0 && status < STATE_BATCH_NSTATUS ? status : 0]);
     sqlite3_stmt *s = NULL;
     if (rc == 0 && sqlite3_prepare_v2(st->w, sql, -1, &s, NULL) != SQLITE_OK)
@@ -1042,7 +1043,8 @@ int state_batch_finish(struct state *st, const char *id, int status, const struc
             sqlite3_bind_text(s, 5, errors, -1, SQLITE_STATIC);
             sqlite3_bind_text(s, 6, errors, -1, SQLITE_STATIC);
         }
-        sqlite3_bind_text(s, 7, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 7, unrun > 0 ? unrun : 0);
+        sqlite3_bind_text(s, 8, id, -1, SQLITE_STATIC);
         rc = state_step_done(st->w, s, "finish batch", err);
     }
     /* Its lines' results are in its files now (or it failed without them):

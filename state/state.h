@@ -213,10 +213,12 @@ typedef void (*state_result_fn)(int64_t line, bool ok, const char *body, size_t 
 int state_batch_results(struct state *st, const char *id, state_result_fn fn, void *arg,
                         struct error *err);
 /* The end of a batch in one transaction: the output and error files' rows
- * (either NULL: none), their ids on the batch, its final status and errors. */
+ * (either NULL: none), their ids on the batch, its final status and errors;
+ * `unrun` lines that never ran (an expired batch's, in its error file) are
+ * added to its failed count. */
 int state_batch_finish(struct state *st, const char *id, int status, const struct state_file *out,
-                       const struct state_file *errf, const char *errors, int64_t now,
-                       struct error *err);
+                       const struct state_file *errf, const char *errors, int64_t unrun,
+                       int64_t now, struct error *err);
 /* The batches in_progress (or validating, cancelling, finalizing), oldest
  * first, to fn. */
 typedef void (*state_batch_fn)(const struct state_batch *b, void *arg);

@@ -417,9 +417,13 @@ static void test_batch_rows(void **s)
     struct state_file out = f;
     strcpy(out.id, "file-2");
     strcpy(out.purpose, "batch_output");
-    assert_int_equal(state_batch_finish(st, "batch_1", STATE_BATCH_COMPLETED, &out, NULL, NULL,
-                                        200, &err), 0);
     assert_int_equal(state_batch_get(st, "batch_1", &g, &err), 0);
+    int64_t failed_before = g.failed;
+    /* Lines that never ran (an expired batch's) are counted failed. */
+    assert_int_equal(state_batch_finish(st, "batch_1", STATE_BATCH_COMPLETED, &out, NULL, NULL,
+                                        3, 200, &err), 0);
+    assert_int_equal(state_batch_get(st, "batch_1", &g, &err), 0);
+    assert_int_equal(g.failed, failed_before + 3);
     assert_int_equal(g.status, STATE_BATCH_COMPLETED);
     assert_int_equal(g.at[STATE_BATCH_COMPLETED], 200);
     assert_string_equal(g.output_file_id, "file-2");
