@@ -142,7 +142,10 @@ void usage_format_time(int64_t t, char *out, size_t cap)
     time_t tt = (time_t)t;
     struct tm tm;
     gmtime_r(&tt, &tm);
-    strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    /* Four digits of year, as RFC 3339 has them (strftime's %Y wrote year
+     * 1 as "1", which the API's own parser then refused). */
+    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 void usage_rows_collect(const struct state_usage_row *r, void *arg)

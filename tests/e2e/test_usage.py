@@ -395,6 +395,14 @@ class UsageApiTest(UsageCase):
         self.assertEqual(r.status, 400, r.body)
         self.assertEqual(r.json()["error"], "from is given twice")
         self.assertEqual(get(port, "/v2/usage?&from=%d&&" % (now - 60)).status, 200)
+        # Years before 1000 are written with four digits, as RFC 3339 has
+        # them ("1-01-01T00:00:00Z" was written, which the route refused).
+        r = get(port, "/v2/usage?from=0001-01-01&to=0999-06-01&step=315360000")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual((r.json()["from"], r.json()["to"]),
+                         ("0001-01-01T00:00:00Z", "0999-06-01T00:00:00Z"))
+        self.assertEqual(get(port, "/v2/usage?from=%s&to=%s&step=315360000"
+                             % (r.json()["from"], r.json()["to"])).status, 200)
         # A step past 2^63 is refused, not clamped; the longest one a
         # period holds gives one period ending at `to` (its end overflowed
         # into the year -219246473).
