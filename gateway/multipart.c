@@ -93,14 +93,16 @@ int multipart_parse(const char *ct, size_t ct_len, const char *body, size_t len,
                 if ((size_t)(le - h) > 20 && strncasecmp(h, "Content-Disposition:", 20) == 0) {
                     multipart_param(h + 20, (size_t)(le - h - 20), "name", part.name,
                                     sizeof part.name);
-                    if (!multipart_param(h + 20, (size_t)(le - h - 20), "filename",
-                                         part.filename, sizeof part.filename))
+                    bool kept = multipart_param(h + 20, (size_t)(le - h - 20), "filename",
+                                                part.filename, sizeof part.filename);
+                    if (!kept)
                         part.filename[0] = '\0';
                     /* Given, but not kept: the caller says so rather than
-                     * naming the file another way. */
-                    part.filename_cut = !part.filename[0] &&
-                                        multipart_param_given(h + 20, (size_t)(le - h - 20),
-                                                              "filename");
+                     * naming the file another way. An empty one (filename="")
+                     * is kept, empty: it was said to be too long. */
+                    part.filename_cut = !kept && multipart_param_given(h + 20,
+                                                                       (size_t)(le - h - 20),
+                                                                       "filename");
                 }
                 h = le + 2;
             }

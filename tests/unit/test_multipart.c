@@ -82,6 +82,12 @@ static void test_quoting_preamble_and_bare_parts(void **s)
     assert_int_equal(parse(CT, "--b0undary\r\nContent-Disposition: form-data; name=\"file\"\r\n"
                                "\r\nx\r\n--b0undary--", q, 2), 1);
     assert_false(q[0].filename_cut);
+    /* An empty filename is one, empty; not one cut (it was said to be too
+     * long, or to hold a control character). */
+    assert_int_equal(parse(CT, "--b0undary\r\nContent-Disposition: form-data; name=\"file\"; "
+                               "filename=\"\"\r\n\r\nx\r\n--b0undary--", q, 2), 1);
+    assert_string_equal(q[0].filename, "");
+    assert_false(q[0].filename_cut);
 }
 
 static void test_refused(void **s)
