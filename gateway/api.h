@@ -85,6 +85,14 @@ int api_extensions_append(const struct api_state *st, struct buf *out);
  * a database lock) with Retry-After, as clients retry a 503. */
 void api_respond_code(struct http_request *req, int code, const char *msg);
 
+/* The query's parameters against the `n` names the route takes: one given
+ * twice is 400 (only the first is read, which a client cannot tell), and
+ * so is one the route does not take (a typo read as absent) unless
+ * `others_ok` (OpenAI's routes: clients add their own, Azure's
+ * `api-version`). `route` names it in the message. 0, or -1 answered. */
+int api_query_check(struct http_request *req, const char *const *known, int n, bool others_ok,
+                    const char *route);
+
 /* The request's body as a JSON object (a new reference), or NULL after
  * answering 400: invalid JSON with its line and column, anything else as
  * "must be a JSON object". `shape` says what the object holds, for the

@@ -503,6 +503,9 @@ static void batch_file_list(struct http_request *req, const struct route_match *
     (void)m;
     if (!batch_jobs(req, st))
         return;
+    static const char *const known[] = {"purpose", "limit", "order", "after"};
+    if (api_query_check(req, known, 4, true, "GET /v1/files") < 0)
+        return;
     struct batch_file_list l = {.st = st, .req = req};
     char order[8] = "";
     int ro = http_request_query_param(req, "order", order, sizeof order);
@@ -699,6 +702,9 @@ static void batch_list(struct http_request *req, const struct route_match *m, vo
     struct api_state *st = ctx;
     (void)m;
     if (!batch_jobs(req, st))
+        return;
+    static const char *const known[] = {"after", "limit"};
+    if (api_query_check(req, known, 2, true, "GET /v1/batches") < 0)
         return;
     struct batch_list l = {.st = st, .req = req};
     if (batch_page_start(req, &l.page, 20, 100))

@@ -377,6 +377,9 @@ static void jobs_api_list(struct http_request *req, const struct route_match *m,
     struct jobs *jobs = jobs_api_of(req, ctx);
     if (!jobs)
         return;
+    static const char *const known[] = {"state", "model", "limit", "after"};
+    if (api_query_check(req, known, 4, false, "GET /v2/jobs") < 0)
+        return;
     struct jobs_list_call *c = calloc(1, sizeof *c);
     if (!c) {
         http_respond_error(req, 500, NULL, "out of memory");

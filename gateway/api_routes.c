@@ -3,6 +3,8 @@
  * starts, so st's list needs no lock: handlers only read it. */
 #include "gateway/api.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/buf.h"
@@ -18,6 +20,44 @@ void api_respond_code(struct http_request *req, int code, const char *msg)
     http_respond_error(req, error_http_status(code),
                        code == BG_ESTORAGE ? "Retry-After: " API_STORAGE_RETRY_S "\r\n" : NULL,
                        "%s", msg);
+}
+
+int api_query_check(struct http_request *req, const char *const *known, int n, bool others_ok,
+                    const char *route)
+{
+    size_t len;
+    const char *q = http_request_query(req, &len);
+    uint64_t seen = 0;
+    while (q && len > 0) {
+        const char *amp = memchr(q, '&', len);
+        size_t pn = amp ? (size_t)(amp - q) : len;
+        const char *eq = memchr(q, '=', pn);
+        size_t kl = eq ? (size_t)(eq - q) : pn;
+        int k = -1;
+        for (int i = 0; i < n && i < 64 && k < 0; i++)
+            if (strlen(known[i]) == kl && memcmp(known[i], q, kl) == 0)
+                k = i;
+        if (k >= 0 && (seen & (1ull << k))) {
+            http_request_set_error_param(req, known[k]);
+            http_respond_error(req, 400, NULL, "%s is given twice", known[k]);
+            return -1;
+        }
+        if (k >= 0) {
+            seen |= 1ull << k;
+        } else if (pn > 0 && !others_ok) {   /* "a=1&&b=2": nothing between; "=x" is nameless */
+            char names[256] = "";
+            size_t used = 0;
+            for (int i = 0; i < n && used < sizeof names; i++)
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s",
+                                         i == 0 ? "" : i == n - 1 ? " and " : ", ", known[i]);
+            http_respond_error(req, 400, NULL, "unknown parameter \"%.*s\": %s takes %s",
+                               (int)(kl > 64 ? 64 : kl), q, route, names);
+            return -1;
+        }
+        q += pn + (amp ? 1 : 0);
+        len -= pn + (amp ? 1 : 0);
+    }
+    return 0;
 }
 
 static int api_extension_record(struct api_state *st, const char *name, struct error *err)

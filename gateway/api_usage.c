@@ -28,42 +28,6 @@ static int usage_api_param(struct http_request *req, const char *key, char *out,
     return rc;
 }
 
-/* A parameter the route does not take is named (a typo, "grouping=tenant",
- * would otherwise give the totals silently), and so is one given twice
- * (only the first was read); 0, or -1 answered. */
-static int usage_api_known_params(struct http_request *req)
-{
-    static const char *const known[] = {"from", "to", "step", "group_by", "format"};
-    size_t len;
-    const char *q = http_request_query(req, &len);
-    unsigned seen = 0;
-    while (q && len > 0) {
-        const char *amp = memchr(q, '&', len);
-        size_t n = amp ? (size_t)(amp - q) : len;
-        const char *eq = memchr(q, '=', n);
-        size_t kl = eq ? (size_t)(eq - q) : n;
-        bool ok = n == 0;   /* "a=1&&b=2": nothing; "=x" is a nameless parameter */
-        for (size_t i = 0; i < sizeof known / sizeof known[0] && !ok; i++) {
-            ok = strlen(known[i]) == kl && memcmp(known[i], q, kl) == 0;
-            if (ok && (seen & (1u << i))) {
-                http_respond_error(req, 400, NULL, "%s is given twice", known[i]);
-                return -1;
-            }
-            if (ok)
-                seen |= 1u << i;
-        }
-        if (!ok) {
-            http_respond_error(req, 400, NULL, "unknown parameter \"%.*s\": GET /v2/usage takes "
-                               "from, to, step, group_by and format", (int)(kl > 64 ? 64 : kl),
-                               q);
-            return -1;
-        }
-        q += n + (amp ? 1 : 0);
-        len -= n + (amp ? 1 : 0);
-    }
-    return 0;
-}
-
 /* One question to the ledger, asked on the offload thread: a year of it
  * is ~110 ms of reading, which an IO thread would spend with its other
  * connections waiting (offload.h). */
@@ -110,7 +74,9 @@ static void usage_call_done(struct offload_task *t)
 
 static void usage_api_answer(struct http_request *req, struct api_state *st, bool open_route)
 {
-    if (usage_api_known_params(req) < 0)
+    /* A typo ("grouping=tenant") would otherwise give the totals silently. */
+    static const char *const known[] = {"from", "to", "step", "group_by", "format"};
+    if (api_query_check(req, known, 5, false, "GET /v2/usage") < 0)
         return;
     if (!st->jobs) {
         http_respond_error(req, 503, NULL, "the usage ledger is not available (no state database)");

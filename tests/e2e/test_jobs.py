@@ -214,6 +214,15 @@ class JobsApiTest(JobsCase):
             self.assertTrue(r.json()["error"].startswith(param + ": "), (query, r.body))
         self.assertIn("queued, running, completed, failed, cancelled",
                       get(srv, "/v2/jobs?state=x").json()["error"])
+        # Given twice, or not taken (a typo): 400, as /v2/usage (the first
+        # was read, the rest passed by without a word).
+        for query, words in (("?limit=1&limit=2", "limit is given twice"),
+                             ("?state=completed&state=failed", "state is given twice"),
+                             ("?stat=completed", 'unknown parameter "stat": GET /v2/jobs takes '
+                                                 'state, model, limit and after')):
+            r = get(srv, "/v2/jobs" + query)
+            self.assertEqual((r.status, r.json()["error"]), (400, words), query)
+        self.assertEqual(listed("?&limit=1&&"), (ids[:1], True))
         srv.stop_checked()
 
     def test_bad_inputs(self):

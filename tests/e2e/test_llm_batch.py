@@ -297,8 +297,14 @@ class TestBatchRoutes(BatchCase):
         p = page("?purpose=batch_output")
         self.assertEqual((p["data"], p["first_id"], p["has_more"]), ([], None, False))
         for q, param in (("?limit=0", "limit"), ("?limit=10001", "limit"), ("?limit=x", "limit"),
-                         ("?order=up", "order"), ("?after=%zz", "after")):
+                         ("?order=up", "order"), ("?after=%zz", "after"),
+                         ("?limit=1&limit=2", "limit"), ("?order=asc&order=desc", "order")):
             self.assert_error(*self.call("GET", "/v1/files" + q), 400, param)
+        # A parameter given twice was read once, silently; one the route
+        # does not take is left alone (clients add theirs: Azure's
+        # api-version).
+        self.assert_error(*self.call("GET", "/v1/batches?limit=1&limit=2"), 400, "limit")
+        self.assertEqual(len(page("?api-version=2024-10-21&limit=1")["data"]), 1)
 
     def test_file_expiry_policy(self):
         """OpenAI's expires_after: an upload without one expires after
