@@ -131,6 +131,11 @@ struct httpc_conn {
     bool in_read;                    /* callbacks from httpc_conn_read on the stack: never free c */
     bool in_parse;                   /* inside llhttp for the head call */
     bool lost;                       /* event_add failed: fail the calls from the loop */
+    /* The request could not all be sent: the server answered and closed
+     * (an early 413), or went away. Its answer, if any, is read first;
+     * failing at once lost it (the call retried as a reset). */
+    bool send_failed;
+    char send_err[96];
     int connect_errno;               /* connect() failed at once; reported from the loop */
     llhttp_t parser;
     int cb_failed;                   /* the head call was ended from its own callback */
@@ -163,7 +168,7 @@ static void httpc_conn_update_events(struct httpc_conn *c)
 {
     struct httpc_call *h = httpc_conn_head(c);
     bool r = !h || !h->cb || !h->paused;
-    bool w = c->connecting || (buf_unread(&c->out) > 0 && !c->corked);
+    bool w = c->connecting || (buf_unread(&c->out) > 0 && !c->corked && !c->send_failed);
     if (r != c->reading) {
         if (r && evwatch_add(c->ev_read, NULL, c->ev_write) < 0)
             c->lost = true;
@@ -439,7 +444,7 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
     struct httpc_pool *pool = c->pool;
     /* A request not all sent when its answer ended: the rest would be
      * read as the next request's start (another client's, on this pool). */
-    bool alive = llhttp_should_keep_alive(&c->parser) && !k->req_open;
+    bool alive = llhttp_should_keep_alive(&c->parser) && !k->req_open && !c->send_failed;
     /* A whole answer is a working server, unless it says otherwise: a 5xx
      * is its caller's to judge (httpc_target_failed), and counting it a
      * success here first would restart the count of failures in a row at
@@ -527,14 +532,15 @@ static void httpc_conn_read(struct httpc_conn *c)
             return;
         }
         httpc_conn_fail(c, HTTPC_FAIL_RESET,
-                        c->got_bytes ? "connection closed in the middle of the answer"
-                                                    : "connection closed before the answer");
+                        c->got_bytes       ? "connection closed in the middle of the answer"
+                        : c->send_failed ? c->send_err
+                                         : "connection closed before the answer");
         return;
     }
     if (n < 0) {
         char msg[96];
         snprintf(msg, sizeof msg, "read: %s", strerror(errno));
-        httpc_conn_fail(c, HTTPC_FAIL_RESET, msg);
+        httpc_conn_fail(c, HTTPC_FAIL_RESET, c->send_failed && !c->got_bytes ? c->send_err : msg);
         return;
     }
     /* One read may hold the answers of several pipelined calls. */
@@ -591,7 +597,7 @@ static void httpc_conn_write(struct httpc_conn *c)
                 c->lost = true;
         }
     }
-    while (buf_unread(&c->out) > 0) {
+    while (buf_unread(&c->out) > 0 && !c->send_failed) {
         ssize_t n = send(c->fd, buf_head(&c->out), buf_unread(&c->out), MSG_NOSIGNAL);
         if (n > 0) {
             buf_consume(&c->out, (size_t)n);
@@ -600,10 +606,12 @@ static void httpc_conn_write(struct httpc_conn *c)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             break;
         /* The server may have answered and closed before reading it all
-         * (an early 413): let the read side deliver that answer first. */
-        char msg[96];
-        snprintf(msg, sizeof msg, "send: %s", n < 0 ? strerror(errno) : "closed");
-        httpc_conn_fail(c, HTTPC_FAIL_RESET, msg);
+         * (an early 413): the read side delivers that answer first (a
+         * closed socket is readable), or fails the call with this. */
+        c->send_failed = true;
+        snprintf(c->send_err, sizeof c->send_err, "send: %s", n < 0 ? strerror(errno) : "closed");
+        buf_consume(&c->out, buf_unread(&c->out));
+        httpc_conn_update_events(c);
         return;
     }
     bool drained = buf_unread(&c->out) == 0;

@@ -486,6 +486,49 @@ static void test_pipeline_losses(void **state)
     assert_int_equal(st.inflight, 0);
 }
 
+/* The server answers before reading the whole request (a 413 for a body
+ * too large) and closes: its answer is the call's. The send failed first
+ * and the call failed as a reset, retried as a server fault. */
+static void test_early_answer_then_close(void **state)
+{
+    (void)state;
+    struct fx f;
+    fx_open(&f, 1, false);
+    struct call k = {0};
+    struct error err = {0};
+    struct httpc_call *c = httpc_open(f.pool, &cb, &k, 0, NULL, &err);
+    assert_non_null(c);
+    size_t body = 16u << 20;   /* far past the socket buffers */
+    char *req = malloc(body + 128);
+    assert_non_null(req);
+    int hl = snprintf(req, 128, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", body);
+    memset(req + hl, 'x', body);
+    assert_int_equal(httpc_send(c, req, (size_t)hl + body), 0);
+    free(req);
+    int s = accept_one(f.base, &f.l);
+    char got[4096];
+    for (int i = 0; i < 200; i++) {   /* the head, and some of the body */
+        event_base_loop(f.base, EVLOOP_NONBLOCK);
+        if (recv(s, got, sizeof got, MSG_DONTWAIT) > 0)
+            break;
+        usleep(500);
+    }
+    static const char ans[] = "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 2\r\n"
+                              "Connection: close\r\n\r\nno";
+    assert_int_equal(write(s, ans, sizeof ans - 1), (ssize_t)(sizeof ans - 1));
+    close(s);   /* unread bytes: a reset */
+    spin(f.base, &k, 1);
+    assert_int_equal(k.errors, 0);
+    assert_int_equal(k.dones, 1);
+    assert_int_equal(k.status, 413);
+    assert_memory_equal(k.body, "no", 2);
+    struct httpc_target_stats st;
+    httpc_target_stats(f.t, &st);
+    assert_int_equal(st.inflight, 0);
+    assert_int_equal(st.failures[HTTPC_FAIL_RESET], 0);
+    fx_close(&f);
+}
+
 static void test_pipeline_abandoned_calls(void **state)
 {
     (void)state;
@@ -566,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_one_send_answers_in_order),
         cmocka_unit_test(test_pipeline_losses),
         cmocka_unit_test(test_pipeline_abandoned_calls),
+        cmocka_unit_test(test_early_answer_then_close),
         cmocka_unit_test(test_pipeline_refused),
         cmocka_unit_test(test_pipeline_off),
     };
