@@ -176,16 +176,19 @@ int served_config_there(const char *path)
     return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
 }
 
-static void served_stat(const char *path, int64_t out[3])
+static void served_stat(const char *path, int64_t out[4])
 {
     struct stat st;
     if (stat(path, &st) != 0) {
-        out[0] = out[1] = out[2] = -1;
+        out[0] = out[1] = out[2] = out[3] = -1;
         return;
     }
     out[0] = (int64_t)st.st_ino;
     out[1] = (int64_t)st.st_size;
     out[2] = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    /* A chmod changes no byte nor the mtime: a load refused for
+     * permission ("Permission denied") was not tried again once fixed. */
+    out[3] = (int64_t)(st.st_mode & 07777);
 }
 
 void served_sig_read(const struct served_entry *e, const struct model_config *cfg, int version,

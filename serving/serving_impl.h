@@ -26,7 +26,7 @@ struct served_waiter {
 /* What a poll compares (lifecycle.c): config.json and the served version's
  * weights (inode, size, mtime; -1 when missing), and that version. */
 struct served_sig {
-    int64_t config[3], weights[3];
+    int64_t config[4], weights[4];    /* inode, size, mtime, permission bits */
     int version;
 };
 

@@ -889,6 +889,20 @@ class PolledFixLoadTest(RepoServerCase):
             time.sleep(0.1)
         self.assertEqual(index(port)["loop2"]["state"], "UNAVAILABLE")
 
+    def test_a_chmod_alone_is_a_change(self):
+        # A load refused for permission was not tried again once the mode
+        # was fixed: a chmod changes no byte nor the mtime. (The tests run
+        # as root, whom no mode refuses: that the poll sees the chmod is
+        # what is shown here.)
+        write_model(self.repo, "perm", synthetic("perm"))
+        self.srv.wait_log(r"model perm: added to the repository", timeout=10)
+        wait_state(self.srv.port, "perm", "READY")
+        path = os.path.join(self.repo, "perm", "config.json")
+        st = os.stat(path)
+        os.chmod(path, 0o600)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))   # the mtime as it was
+        self.srv.wait_log(r"model perm: changed in the repository; loading it", timeout=10)
+
     def test_bad_folder_names_are_said_once_each_across_polls(self):
         time.sleep(2.5)   # the start's scan and two polls at least
         said = [l for l in self.srv.log_lines() if "skipped: a model's name" in l]
