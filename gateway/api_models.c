@@ -1196,21 +1196,39 @@ static int models_embed_target(struct http_request *req, struct api_state *st,
         http_respond_error(req, 400, NULL, "%s", err.msg);
         return -1;
     }
+    /* Models, not entries: a model serving two versions is two entries
+     * of one name (it was "there are 2"). The first few are named. */
+    enum { SEEN = 8 };
+    char seen[SEEN][MODEL_NAME_MAX];
     int found = 0, n = st->serving ? serving_count(st->serving) : 0;
     for (int i = 0; i < n; i++) {
         struct served_model *sm = serving_acquire_at(st->serving, i);
         if (!sm)
             continue;
-        if (sm->model.cfg.kind == MODEL_KIND_ENCODER && found++ == 0)
-            snprintf(name, cap, "%s", sm->model.cfg.name);
+        const char *nm = sm->model.cfg.name;
+        bool again = false;
+        for (int k = 0; k < found && k < SEEN && !again; k++)
+            again = strcmp(seen[k], nm) == 0;
+        if (sm->model.cfg.kind == MODEL_KIND_ENCODER && !again) {
+            if (found < SEEN)
+                snprintf(seen[found], sizeof seen[found], "%s", nm);
+            found++;
+        }
         served_release(sm);
     }
-    if (found == 1)
+    if (found == 1) {
+        snprintf(name, cap, "%s", seen[0]);
         return 0;
+    }
+    char names[400] = "";
+    size_t used = 0;
+    for (int k = 0; k < found && k < SEEN && used < sizeof names; k++)
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", k ? ", " : "",
+                                 seen[k]);
     if (found)
         http_respond_error(req, 400, NULL, "POST /embed serves the repository's only encoder "
-                           "model, and there are %d: use POST /v1/embeddings with \"model\"",
-                           found);
+                           "model, and there are %d (%s): use POST /v1/embeddings with \"model\"",
+                           found, names);
     else
         http_respond_error(req, 404, NULL, "POST /embed: the repository has no encoder model (a "
                            "Hugging Face folder: docs/EMBEDDINGS.md)");

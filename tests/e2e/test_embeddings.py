@@ -297,7 +297,8 @@ class EmbeddingsTest(TinyCase):
         # them; badenc's settings did not parse, so it is no model of any kind yet).
         r = post(self.port, "/embed", {"inputs": "x"})
         self.assertEqual(r.status, 400, r.body)
-        self.assertIn("there are 6", r.json()["error"])
+        self.assertIn("there are 6 (", r.json()["error"])
+        self.assertIn("tiny", r.json()["error"])
         r = roundtrip(self.port, "GET", "/v2/models/badcap/ready")
         self.assertEqual(r.status, 503)
         self.assertIn("batching.max_batch_tokens: 10 is less than the model's max_seq_length (24)",
@@ -520,6 +521,31 @@ class OneEncoderTest(unittest.TestCase):
                 r = post(srv.port, "/embed", {"inputs": "x", "truncation_direction": "Right"},
                          headers=ka)
                 self.assertEqual(r.status, 200, r.body)
+            # One encoder serving two versions is one model: /embed serves
+            # it (it was "there are 2"). Each version folder holds the
+            # whole Hugging Face folder. A second encoder is named.
+            solo = os.path.join(repo, "tiny")
+            for v in ("1", "2"):
+                os.makedirs(os.path.join(solo, v))
+                for f in os.listdir(solo):
+                    if f not in ("1", "2"):
+                        src = os.path.join(solo, f)
+                        (shutil.copytree if os.path.isdir(src) else shutil.copy)(
+                            src, os.path.join(solo, v, f))
+            with open(os.path.join(solo, "batchgate.json"), "w") as f:
+                json.dump({"version_policy": {"latest": 2}}, f)
+            with Server({"model_repository": repo, "state_dir": os.path.join(tmp, "st3")}) as srv:
+                srv.wait_log(r"ready in", timeout=60)
+                r = post(srv.port, "/embed", {"inputs": "hello world"})
+                self.assertEqual(r.status, 200, (r.body, srv.log()[-2000:]))
+                self.assertEqual(len(r.json()[0]), 64)
+            gen(os.path.join(repo, "other"), "--seed", "2", "--max-seq", str(MAX_SEQ))
+            with Server({"model_repository": repo, "state_dir": os.path.join(tmp, "st4")}) as srv:
+                srv.wait_log(r"ready in", timeout=60)
+                r = post(srv.port, "/embed", {"inputs": "x"})
+                self.assertEqual(r.status, 400, r.body)
+                self.assertIn("there are 2 (other, tiny)", r.json()["error"])
+            shutil.rmtree(os.path.join(repo, "other"))
             # No encoder at all: /embed is 404.
             shutil.rmtree(os.path.join(repo, "tiny"))
             with Server({"model_repository": repo, "state_dir": os.path.join(tmp, "st2")}) as srv:
