@@ -71,6 +71,7 @@ struct llm_call {
     bool starting;                    /* streamed, sent, no content yet (llmpool_started) */
     bool gap_aborted;                 /* the client left between two tries */
     int64_t t0;                       /* the request's arrival */
+    int64_t t_try;                    /* the try in progress's start (now_ns); 0: none */
     int64_t t_first, t_last;          /* the first and latest chunks with content */
     int status;
     struct llmtap tap;                /* the stream read on its way (llmtap.h) */
@@ -388,7 +389,8 @@ static void llm_account(struct llm_call *c, int status)
 {
     int64_t now = now_ns();
     api_count_request(c->st, c->sm, c->req, status, now - c->t0, -1, NULL);
-    modelstats_call(c->sm->stats, c->e >= 0 ? c->e : 0, c->tenant, false, c->used, now - c->t0);
+    /* Its time went to the tenant try by try (llm_try, llm_try_end). */
+    modelstats_call(c->sm->stats, c->e >= 0 ? c->e : 0, c->tenant, false, c->used);
 }
 
 /* The call's tokens: the server's usage, else a stream's content chunks
@@ -415,6 +417,10 @@ static void llm_try_end(struct llm_call *c)
 {
     llm_started(c, false);
     llmpool_end(c->pool, c->e);
+    if (c->t_try) {
+        modelstats_call_end(c->sm->stats, c->e, c->tenant, false, c->t_try);
+        c->t_try = 0;
+    }
 }
 
 static int llm_tap_end(void *arg, const struct proxy_outcome *o)
@@ -480,6 +486,10 @@ static void llm_try(struct llm_call *c)
     }
     c->e = e;
     c->tried[c->tries++] = e;
+    /* The endpoint's time is the tenant's while the try runs (the usage
+     * ledger's seconds), not only once the call ends. */
+    c->t_try = now_ns();
+    modelstats_call_begin(c->sm->stats, e, c->tenant, false, c->t_try);
     c->streaming = false;
     c->t_first = c->t_last = 0;
     c->status = 0;

@@ -781,7 +781,7 @@ static void jobs_batch_collect_one(struct jobs *j, struct jobs_bcur *bc, struct 
         /* The usage ledger: the line's tokens and time, as the tenant's
          * offline use of the pool (an online call's are online). */
         modelstats_call(l->sm->stats, l->endpoint >= 0 ? l->endpoint : 0, bc->tenant, true,
-                        prompt + completion, l->ns);
+                        prompt + completion);
         char id[48], rid[48];
         jobs_new_id("batch_req_", id, sizeof id);
         jobs_new_id("req_", rid, sizeof rid);
@@ -1241,6 +1241,7 @@ static bool jobs_batch_feed_one(struct jobs *j, struct jobs_bcur *bc)
         l->line = line;
         l->group = bc->group;
         l->weight = bc->weight;
+        l->tenant = bc->tenant;
         l->arg = strdup(cid);
     }
     json_decref(root);

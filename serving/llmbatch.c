@@ -253,6 +253,10 @@ static void llmbatch_idle_end(struct llmbatch_line *l, struct llmpool *pool, int
 {
     llmbatch_started(l, pool, e);
     llmpool_end_idle(pool, e);
+    if (l->t_try) {   /* the try's time, the tenant's for good (modelstats_call_begin) */
+        modelstats_call_end(l->sm->stats, e, l->tenant, true, l->t_try);
+        l->t_try = 0;
+    }
 }
 
 /* The call of l ended (answered or failed): again, or back to the submitter. */
@@ -396,6 +400,8 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
     l->endpoint = e;
     l->starting = l->stream;   /* llmpool_pick_idle counted it so */
     l->t0 = now_ns();
+    l->t_try = l->t0;
+    modelstats_call_begin(l->sm->stats, e, l->tenant, true, l->t_try);
     if (l->sm->model.cfg.pool.offline_preempt)
         (void)llmpool_preempt_take(pool, e);   /* asks left from lines that ended since */
     if (l->tries < LLMBATCH_TRIES)

@@ -51,6 +51,7 @@ struct llmbatch_line {
                                          the same for every line of a group; 0 reads as 1;
                                          llmbatch_set_weight changes it) */
     void *arg;                        /* the submitter's */
+    int tenant;                       /* the submitter's: whose use each try's time is */
     /* The outcome: */
     int status;                       /* the answer's HTTP status; 0: none (see error) */
     struct buf answer;                /* its body (the submitter frees it) */
@@ -66,6 +67,7 @@ struct llmbatch_line {
     double charged;                   /* its group's pass charged as it took its place */
     struct upcall *up;
     bool starting;                    /* streamed, no byte of the answer yet (llmpool_started) */
+    int64_t t_try;                    /* the try in flight's start, for its tenant's time; 0 none */
     struct httpc_target *target[1];
 };
 

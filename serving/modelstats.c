@@ -76,6 +76,10 @@ struct inst_shard {
     atomic_flag run_lock;
     _Atomic int64_t run_start_ns;
     _Atomic uint32_t run_share[2][WORK_TENANTS_MAX];
+    /* A pool's calls in flight, by class and tenant: how many, and the
+     * sum of their starts (n x now - sum is their time so far). Written
+     * and read inside run_seq, as the running batch is. */
+    _Atomic int64_t calls_n[2][WORK_TENANTS_MAX], calls_t0[2][WORK_TENANTS_MAX];
 };
 
 #define MS_RUN_SCALE (1u << 30)
@@ -355,6 +359,18 @@ static void modelstats_inst_time(struct inst_shard *sh, struct modelstats_time *
             uint64_t off = run ? atomic_load_explicit(&sh->run_share[1][t], memory_order_relaxed)
                                : 0;
             uint64_t run_on = run * on / MS_RUN_SCALE, run_off = run * off / MS_RUN_SCALE;
+            int64_t cn = atomic_load_explicit(&sh->calls_n[0][t], memory_order_relaxed);
+            int64_t fn = atomic_load_explicit(&sh->calls_n[1][t], memory_order_relaxed);
+            if (cn > 0) {
+                int64_t x = cn * now - atomic_load_explicit(&sh->calls_t0[0][t],
+                                                            memory_order_relaxed);
+                run_on += x > 0 ? (uint64_t)x : 0;
+            }
+            if (fn > 0) {
+                int64_t x = fn * now - atomic_load_explicit(&sh->calls_t0[1][t],
+                                                            memory_order_relaxed);
+                run_off += x > 0 ? (uint64_t)x : 0;
+            }
             o->tenant_ns[t] =
                 atomic_load_explicit(&sh->tenant_ns[t], memory_order_relaxed) + run_on + run_off;
             o->tenant_offline_ns[t] =
@@ -471,19 +487,43 @@ void modelstats_batch_tenants(struct modelstats *s, int instance, const struct b
     }
 }
 
-void modelstats_call(struct modelstats *s, int instance, int tenant, bool offline, int64_t units,
-                     int64_t ns)
+void modelstats_call(struct modelstats *s, int instance, int tenant, bool offline, int64_t units)
 {
     struct inst_shard *sh = &s->inst[instance % s->ninst];
     int t = tenant >= 0 && tenant < WORK_TENANTS_MAX ? tenant : 0;
-    uint64_t u = units > 0 ? (uint64_t)units : 0, d = ns > 0 ? (uint64_t)ns : 0;
+    uint64_t u = units > 0 ? (uint64_t)units : 0;
     atomic_fetch_add_explicit(&sh->tenant_rows[t], u, memory_order_relaxed);
-    atomic_fetch_add_explicit(&sh->tenant_ns[t], d, memory_order_relaxed);
     atomic_fetch_add_explicit(&sh->tenant_items[offline][t], 1, memory_order_relaxed);
-    if (offline) {
-        atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], d, memory_order_relaxed);
+    if (offline)
         atomic_fetch_add_explicit(&sh->tenant_offline_rows[t], u, memory_order_relaxed);
-    }
+}
+
+void modelstats_call_begin(struct modelstats *s, int instance, int tenant, bool offline,
+                           int64_t t0)
+{
+    struct inst_shard *sh = &s->inst[(instance >= 0 ? instance : 0) % s->ninst];
+    int t = tenant >= 0 && tenant < WORK_TENANTS_MAX ? tenant : 0;
+    modelstats_run_enter(sh);
+    atomic_fetch_add_explicit(&sh->calls_n[offline][t], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->calls_t0[offline][t], t0, memory_order_relaxed);
+    modelstats_run_leave(sh);
+}
+
+void modelstats_call_end(struct modelstats *s, int instance, int tenant, bool offline, int64_t t0)
+{
+    struct inst_shard *sh = &s->inst[(instance >= 0 ? instance : 0) % s->ninst];
+    int t = tenant >= 0 && tenant < WORK_TENANTS_MAX ? tenant : 0;
+    modelstats_run_enter(sh);
+    /* Inside the stretch: later than any reader's clock that saw it run,
+     * so its time for good is at least what they saw (never a step back). */
+    int64_t now = now_ns();
+    uint64_t d = now > t0 ? (uint64_t)(now - t0) : 0;
+    atomic_fetch_sub_explicit(&sh->calls_n[offline][t], 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&sh->calls_t0[offline][t], t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->tenant_ns[t], d, memory_order_relaxed);
+    if (offline)
+        atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], d, memory_order_relaxed);
+    modelstats_run_leave(sh);
 }
 
 int modelstats_tenant_use(struct modelstats *s, struct modelstats_tenant_use *out, int cap)

@@ -155,12 +155,19 @@ void modelstats_batch_tenants(struct modelstats *s, int instance, const struct b
 
 /* One instance's use by one tenant, by class ([0] online requests, [1]
  * job lines): requests (a job line is one), rows, device time. */
-/* One call of an LLM pool (which runs no batches here): `units` (its
- * tokens, prompt and completion) and `ns` (the call's time) to the tenant's
- * use of the instance, as a batch's rows and share of time are; the usage
+/* One call of an LLM pool (which runs no batches here): a request and
+ * `units` (its tokens, prompt and completion) to the tenant's use of the
+ * instance (the endpoint it ended at), as a batch's rows are; the usage
  * ledger charges the pool's endpoints by them (serving/ledger.h). */
-void modelstats_call(struct modelstats *s, int instance, int tenant, bool offline, int64_t units,
-                     int64_t ns);
+void modelstats_call(struct modelstats *s, int instance, int tenant, bool offline, int64_t units);
+/* A try of a call in flight at endpoint `instance` since t0 (now_ns's
+ * clock): its time counts to the tenant's use while it runs, as a running
+ * batch's does, until modelstats_call_end adds it for good. Counted at
+ * the end alone, a 10 s stream was the tenant's in its last second only,
+ * and the others went to every tenant by share. */
+void modelstats_call_begin(struct modelstats *s, int instance, int tenant, bool offline,
+                           int64_t t0);
+void modelstats_call_end(struct modelstats *s, int instance, int tenant, bool offline, int64_t t0);
 struct modelstats_tenant_use {
     uint64_t requests[2], rows[2];
     double busy_s[2];

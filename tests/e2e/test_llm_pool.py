@@ -935,6 +935,50 @@ class TestPoolLedgerByEndpoint(PoolCase):
         self.assertEqual(got, want)
 
 
+class TestPoolLedgerLongCall(PoolCase):
+    """A call longer than the ledger's one-second samples is its tenant's
+    busy time in each second it runs: the endpoint's time was the caller's
+    only in the second where the call ended, and the seconds before went to
+    every tenant allowed on the pool by share (a 6 s stream of team-a's was
+    2 s each of team-a, team-b and ops)."""
+    sim_endpoints = 1
+    sim_args = ("--speed", "1")
+    config = TestPoolLedgerByEndpoint.config
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "smol", pool("smol", [cls.sim.url(0)], metrics_interval_ms=0))
+
+    def busy(self):
+        out = {}
+        for x in self.usage_rows("tenant", "k-ops"):
+            out[x["tenant"]] = out.get(x["tenant"], 0) + x["busy_seconds"]
+        return out
+
+    def test_a_long_stream_is_its_tenants_in_every_second(self):
+        time.sleep(1.5)   # a sample or two of nothing first
+        before = self.busy()
+        t0 = time.monotonic()
+        r, raw = self.post("/v1/chat/completions",
+                           dict(chat_body("smol", max_tokens=120), stream=True),
+                           headers={"Authorization": "Bearer k-a"}, timeout=60)
+        self.assertEqual(r.status, 200, raw)
+        took = time.monotonic() - t0
+        self.assertGreater(took, 2.0, "the call must outlast a few samples")
+        deadline = time.monotonic() + 10
+        while True:   # the flush of the second it ended
+            after = self.busy()
+            a = after.get("team-a", 0) - before.get("team-a", 0)
+            if a >= 0.8 * took or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        others = {t: after.get(t, 0) - before.get(t, 0) for t in ("team-b", "ops", "default")}
+        self.assertGreater(a, 0.8 * took, (a, took, others))
+        self.assertLess(a, took + 0.5, (a, took))
+        for t, v in others.items():
+            self.assertLess(v, 0.1, (t, v, a, took))
+
+
 class TestPoolLedgerManyEndpoints(TestPoolLedgerByEndpoint):
     """The same past 64 endpoints (the ledger's walk used to stop there
     and split the use by busy time): 70 endpoints taken in turns by calls
