@@ -295,6 +295,38 @@ static void test_running_batch_counts_as_it_runs(void **state)
     modelstats_free(s);
 }
 
+/* A pool's call (no batch): its time is the tenant's while it runs, by
+ * class, and what a reader saw stays once it ends; two at once count
+ * twice (each its own time). */
+static void test_calls_count_as_they_run(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 2, 1);
+    int64_t t0 = now_ns();
+    modelstats_call_begin(s, 1, 3, false, t0);
+    modelstats_call_begin(s, 1, 3, false, t0);
+    modelstats_call_begin(s, 1, 4, true, t0);
+    struct timespec ts = {0, 50 * 1000000};
+    nanosleep(&ts, NULL);
+    struct modelstats_tenant_use use[2 * WORK_TENANTS_MAX];
+    assert_int_equal(modelstats_tenant_use(s, use, 2), 2);
+    struct modelstats_tenant_use *e1 = &use[WORK_TENANTS_MAX];
+    double seen = e1[3].busy_s[0];
+    assert_true(seen >= 2 * 0.049 && seen < 2.0);
+    assert_true(e1[4].busy_s[1] >= 0.049 && e1[4].busy_s[0] == 0);
+    assert_true(use[3].busy_s[0] == 0);   /* endpoint 0: nothing */
+    modelstats_call_end(s, 1, 3, false, t0);
+    modelstats_call_end(s, 1, 3, false, t0);
+    modelstats_call_end(s, 1, 4, true, t0);
+    modelstats_call(s, 1, 3, false, 70);
+    nanosleep(&ts, NULL);
+    assert_int_equal(modelstats_tenant_use(s, use, 2), 2);
+    assert_true(e1[3].busy_s[0] >= seen && e1[3].busy_s[0] < seen + 0.09);   /* ended: no more */
+    assert_int_equal(e1[3].rows[0], 70);
+    assert_int_equal(e1[3].requests[0], 1);
+    modelstats_free(s);
+}
+
 struct watcher {
     struct modelstats *s;
     _Atomic int stop;
@@ -467,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_triton_counts),
         cmocka_unit_test(test_batch_by_tenant_and_class),
         cmocka_unit_test(test_running_batch_counts_as_it_runs),
+        cmocka_unit_test(test_calls_count_as_they_run),
         cmocka_unit_test(test_busy_never_goes_back),
         cmocka_unit_test(test_concurrent_writers_lose_nothing),
         cmocka_unit_test(test_two_copies_write_one_shard),
