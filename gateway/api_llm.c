@@ -177,6 +177,8 @@ static int llm_priority_of(struct api_state *st, struct http_request *req, json_
 }
 
 #define LLM_TOKENS_FIELD_MAX (1 << 30)
+/* n and best_of: OpenAI's own bound on n. */
+#define LLM_CHOICES_MAX 128
 
 /* The fields that decide how a call is streamed and counted must mean one
  * thing: a server that reads "stream": "yes" or "max_tokens": "5000" as
@@ -190,7 +192,11 @@ static int llm_check_fields(struct http_request *req, json_t *root)
         http_respond_error(req, 400, NULL, "stream: must be true or false");
         return -1;
     }
-    static const char *const counts[] = {"max_tokens", "max_completion_tokens", "n_predict"};
+    /* Each choice is generated: n (and best_of, the completions API's
+     * candidates) multiply the tokens a call may take, and the quota's
+     * reservation (an n of 16 was reserved as one choice). */
+    static const char *const counts[] = {"max_tokens", "max_completion_tokens", "n_predict", "n",
+                                         "best_of"};
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
         v = json_object_get(root, counts[i]);
         if (v && !json_is_null(v) && !json_is_integer(v)) {
@@ -201,11 +207,17 @@ static int llm_check_fields(struct http_request *req, json_t *root)
         /* A bound no context comes near: the quota's sums of estimates
          * stay far from int64's end (9223372036854775807 wrapped to a
          * negative estimate, admitted past any quota). */
-        if (v && json_is_integer(v) && json_integer_value(v) > LLM_TOKENS_FIELD_MAX) {
+        bool choices = i >= 3;
+        if (v && json_is_integer(v) && json_integer_value(v) > (choices ? LLM_CHOICES_MAX
+                                                                         : LLM_TOKENS_FIELD_MAX)) {
             http_request_set_error_param(req, counts[i]);
-            http_respond_error(req, 400, NULL, "%s: %lld is more tokens than any model "
-                               "generates (at most %d)", counts[i],
-                               (long long)json_integer_value(v), LLM_TOKENS_FIELD_MAX);
+            if (choices)
+                http_respond_error(req, 400, NULL, "%s: %lld choices are more than %d", counts[i],
+                                   (long long)json_integer_value(v), LLM_CHOICES_MAX);
+            else
+                http_respond_error(req, 400, NULL, "%s: %lld is more tokens than any model "
+                                   "generates (at most %d)", counts[i],
+                                   (long long)json_integer_value(v), LLM_TOKENS_FIELD_MAX);
             return -1;
         }
     }
@@ -257,6 +269,7 @@ static void llm_try(struct llm_call *c);
 static int64_t llm_estimate(enum llm_api api, json_t *root, int64_t *prompt)
 {
     size_t bytes = 0;
+    int64_t prompts = 1;
     size_t i;
     json_t *v;
     if (api == LLM_CHAT) {
@@ -276,7 +289,19 @@ static int64_t llm_estimate(enum llm_api api, json_t *root, int64_t *prompt)
         json_t *p = json_object_get(root, api == LLM_EMBEDDINGS ? "input" : "prompt");
         if (json_is_string(p))
             bytes = json_string_length(p);
-        json_array_foreach(p, i, v) bytes += json_is_string(v) ? json_string_length(v) : 4;
+        /* A list of strings, or of token-id lists, is as many prompts, each
+         * generated for; a list of ids is one prompt, a token each. */
+        json_array_foreach(p, i, v) {
+            if (json_is_string(v)) {
+                bytes += json_string_length(v);
+                prompts += i > 0;
+            } else if (json_is_array(v)) {
+                bytes += 4 * json_array_size(v);
+                prompts += i > 0;
+            } else {
+                bytes += 4;
+            }
+        }
     }
     int64_t out = 0;
     if (api != LLM_EMBEDDINGS) {
@@ -289,6 +314,15 @@ static int64_t llm_estimate(enum llm_api api, json_t *root, int64_t *prompt)
                 out = json_integer_value(m);
         }
         out = out > 0 ? out : 256;
+        int64_t choices = 1;
+        static const char *const many[] = {"n", "best_of"};
+        for (size_t k = 0; k < sizeof many / sizeof many[0]; k++) {
+            json_t *m = json_object_get(root, many[k]);
+            if (json_is_integer(m) && json_integer_value(m) > choices)
+                choices = json_integer_value(m);
+        }
+        /* At most 2^30 x 128 x the prompts a body holds: far from int64's end. */
+        out *= choices * prompts;
     }
     *prompt = (int64_t)(bytes + 3) / 4;
     return *prompt + out;

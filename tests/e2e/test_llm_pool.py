@@ -769,6 +769,7 @@ class TestPoolTenants(PoolCase):
             {"name": "ops", "keys": [digest("k-ops")], "admin": True},
             {"name": "ledger", "keys": [digest("k-ledger")]},
             {"name": "liar", "keys": [digest("k-liar")], "tokens_per_minute": 200},
+            {"name": "choices", "keys": [digest("k-choices")], "tokens_per_minute": 1000},
         ],
         "usage": {"flush_s": 1},
     }
@@ -777,6 +778,35 @@ class TestPoolTenants(PoolCase):
     def populate(cls, repo):
         write_model(repo, "smol", pool("smol", [cls.sim.url(0)], metrics_interval_ms=0))
         write_model(repo, "tensors", synthetic("tensors"))
+
+    def test_the_estimate_counts_every_choice_and_prompt(self):
+        # n choices (and best_of candidates) are each generated, and a list
+        # of prompts is as many: the estimate counted one (an n of 16 was
+        # reserved as 55 tokens, and 8 such calls passed a quota of 1000
+        # six times over).
+        h = {"Authorization": "Bearer k-choices"}
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", "hi", max_tokens=50),
+                           headers=h)
+        self.assertEqual(r.status, 200, raw)
+        for path, body, est in (
+                ("/v1/chat/completions", chat_body("smol", "hi", max_tokens=50, n=20), 1005),
+                ("/v1/completions", {"model": "smol", "prompt": "hi", "max_tokens": 50,
+                                     "best_of": 20}, 1001),
+                ("/v1/completions", {"model": "smol", "prompt": ["a", "b", "c"],
+                                     "max_tokens": 200, "n": 2}, 1201),
+                ("/v1/completions", {"model": "smol", "prompt": [[1, 2, 3], [4, 5, 6, 7]],
+                                     "max_tokens": 500}, 1007)):
+            r, raw = self.post(path, body, headers=h)
+            err = self.assert_openai_error(r, raw, 429)
+            self.assertIn("estimate of %d " % est, err["message"], body)
+        for field in ("n", "best_of"):
+            r, raw = self.post("/v1/completions", {"model": "smol", "prompt": "hi",
+                                                   field: 129}, headers=h)
+            err = self.assert_openai_error(r, raw, 400, field)
+            self.assertIn("more than 128", err["message"])
+            r, raw = self.post("/v1/completions", {"model": "smol", "prompt": "hi",
+                                                   field: "2"}, headers=h)
+            self.assert_openai_error(r, raw, 400, field)
 
     def chat(self, key, max_tokens=10, text="hi"):
         return self.post("/v1/chat/completions", chat_body("smol", text, max_tokens=max_tokens),
