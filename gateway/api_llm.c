@@ -386,12 +386,12 @@ static int llm_tap_body(void *arg, const char *data, size_t len, struct buf *out
         llmtap_end(&c->tap, out);
         return 0;
     }
-    bool was_off = c->tap.off;
+    int was = c->tap.oversized;
     if (llmtap_feed(&c->tap, data, len, now_ns(), out) < 0)
         return -1;
-    if (c->tap.off && !was_off)
-        log_warn("model %s: endpoint %s sent an event over %u bytes; the rest of its stream "
-                 "passes unread", c->sm->model.cfg.name,
+    if (c->tap.oversized == 1 && was == 0)   /* once an answer */
+        log_warn("model %s: endpoint %s sent an event over %u bytes; it passes unread (one "
+                 "chunk of content)", c->sm->model.cfg.name,
                  httpc_target_url(llmpool_target(c->pool, c->e)), LLMTAP_EVENT_MAX);
     return 0;
 }

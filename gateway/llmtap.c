@@ -16,7 +16,8 @@ void llmtap_reset(struct llmtap *t)
 {
     buf_reset(&t->ev);
     t->scan = 0;
-    t->off = t->usage_seen = false;
+    t->skipping = t->usage_seen = false;
+    t->oversized = 0;
     t->chunks = t->prompt_tokens = t->completion_tokens = 0;
 }
 
@@ -103,7 +104,11 @@ static void llmtap_event(struct llmtap *t, const char *ev, size_t len, int64_t n
          * reasoning_content or text. Only the event with a usage is parsed. */
         content = llmtap_has_text(data.data, data.len, "\"content\"") ||
                   llmtap_has_text(data.data, data.len, "\"reasoning_content\"") ||
-                  llmtap_has_text(data.data, data.len, "\"text\"");
+                  llmtap_has_text(data.data, data.len, "\"text\"") ||
+                  /* a tool call's arguments, generated as text is (a tool-call
+                   * stream was starting for ever and free) */
+                  llmtap_has_text(data.data, data.len, "\"arguments\"") ||
+                  llmtap_has_text(data.data, data.len, "\"refusal\"");
         json_t *j = llmtap_has_usage(data.data, data.len)
                         ? json_loadb(data.data, data.len, 0, NULL)
                         : NULL;
@@ -127,8 +132,6 @@ static void llmtap_event(struct llmtap *t, const char *ev, size_t len, int64_t n
 
 int llmtap_feed(struct llmtap *t, const char *data, size_t len, int64_t now_ns, struct buf *out)
 {
-    if (t->off)
-        return buf_append(out, data, len);
     if (buf_append(&t->ev, data, len) < 0)
         return -1;
     /* Searched from where the last search ended (an end may straddle the
@@ -136,7 +139,11 @@ int llmtap_feed(struct llmtap *t, const char *data, size_t len, int64_t now_ns, 
      * its length once, not its length squared. */
     size_t at = 0, end, from = t->scan;
     while ((end = sse_event_end(t->ev.data, t->ev.len, from)) > 0) {
-        llmtap_event(t, t->ev.data + at, end - at, now_ns, out);
+        if (t->skipping)   /* the end of an oversized event: passed on as it came */
+            buf_append(out, t->ev.data + at, end - at);
+        else
+            llmtap_event(t, t->ev.data + at, end - at, now_ns, out);
+        t->skipping = false;
         at = from = end;
     }
     if (at) {
@@ -144,10 +151,24 @@ int llmtap_feed(struct llmtap *t, const char *data, size_t len, int64_t now_ns, 
         t->ev.len -= at;
     }
     t->scan = t->ev.len >= 2 ? t->ev.len - 2 : 0;
-    if (t->ev.len > LLMTAP_EVENT_MAX) {
-        t->off = true;
-        buf_append(out, t->ev.data, t->ev.len);
-        buf_reset(&t->ev);
+    if (t->skipping || t->ev.len > LLMTAP_EVENT_MAX) {
+        /* An event too large to hold (a server echoing a long prompt): it
+         * passes as it comes, unread but for one chunk of content (it was
+         * counted for nothing), and reading goes on after it. Reading off
+         * for the rest of the stream made the rest free and passed on the
+         * usage event the client had not asked for. Its last bytes stay:
+         * its end may straddle pieces. */
+        if (!t->skipping) {
+            t->skipping = true;
+            t->oversized++;
+            t->chunks++;
+            if (t->on_content)
+                t->on_content(t->arg, now_ns);
+        }
+        size_t keep = t->ev.len < 3 ? t->ev.len : 3;
+        buf_append(out, t->ev.data, t->ev.len - keep);
+        memmove(t->ev.data, t->ev.data + t->ev.len - keep, keep);
+        t->ev.len = keep;
         t->scan = 0;
     }
     return 0;

@@ -5,10 +5,11 @@
  * usage the server reports, and the usage event that batchgate asked for
  * dropped when the client did not ask for it. A whole (non-streamed)
  * answer's usage too. Chunks are read for text without being parsed (any
- * non-empty `content`, `reasoning_content` or `text`, in any choice); only
+ * non-empty `content`, `reasoning_content`, `text`, a tool call's
+ * `arguments` or `refusal`, in any choice); only
  * an event with a `usage` that is not null is parsed. Pure: no I/O, the clock passed in; bounded: an
- * event larger than LLMTAP_EVENT_MAX turns reading off for the rest of the
- * stream, which then passes through unread. */
+ * event larger than LLMTAP_EVENT_MAX passes through as it comes, read as
+ * one content chunk, and reading goes on after it. */
 #ifndef BG_LLMTAP_H
 #define BG_LLMTAP_H
 
@@ -22,7 +23,8 @@
 
 struct llmtap {
     bool want_usage;                  /* the client asked for the usage event */
-    bool off;                         /* reading turned off: the rest passes as it is */
+    bool skipping;                    /* inside an event over LLMTAP_EVENT_MAX: passed as it is */
+    int oversized;                    /* such events in this answer */
     struct buf ev;                    /* the event being assembled */
     size_t scan;                      /* ev is searched for an event's end from here */
     /* What was read: */

@@ -2,7 +2,7 @@
  * its way to the client: events passed on whole and in order however the
  * bytes are cut, the usage event dropped only for a client that did not
  * ask, content chunks counted and timed, usage read, an oversized event
- * turning reading off, and a whole answer's usage. */
+ * passed unread with reading going on after it, and a whole answer's usage. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -186,7 +186,7 @@ static void test_content_found_without_parsing(void **state)
     buf_free(&out);
 }
 
-static void test_oversized_event_turns_reading_off(void **state)
+static void test_oversized_event_is_passed_and_reading_goes_on(void **state)
 {
     (void)state;
     struct llmtap t;
@@ -196,14 +196,46 @@ static void test_oversized_event_turns_reading_off(void **state)
     memcpy(big, "data: ", 6);
     memset(big + 6, 'x', sizeof big - 6);
     assert_int_equal(llmtap_feed(&t, big, sizeof big, 1, &out), 0);
-    assert_true(t.off);
-    assert_int_equal(out.len, sizeof big);
-    /* The rest passes unread, the usage event included. */
-    assert_int_equal(llmtap_feed(&t, "\n\n" USAGE, 2 + strlen(USAGE), 2, &out), 0);
-    assert_int_equal(out.len, sizeof big + 2 + strlen(USAGE));
-    assert_false(t.usage_seen);
+    assert_true(t.skipping);
+    assert_int_equal(t.chunks, 1);   /* read as one chunk of content */
+    assert_true(out.len >= sizeof big - 3 && out.len <= sizeof big);
+    /* More of it, its end split across pieces ("\r\n" then "\r\n"), then
+     * a chunk of text and the usage event the client did not ask for:
+     * reading goes on after it (it was turned off for the rest, so the
+     * rest was free and the usage event passed on). */
+    assert_int_equal(llmtap_feed(&t, "xxxx\r\n", 6, 2, &out), 0);
+    assert_int_equal(llmtap_feed(&t, "\r\n", 2, 2, &out), 0);
+    assert_false(t.skipping);
+    assert_int_equal(out.len, sizeof big + 8);   /* all of it, as it came */
+    static const char text[] = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    assert_int_equal(llmtap_feed(&t, text, strlen(text), 3, &out), 0);
+    assert_int_equal(t.chunks, 2);
+    assert_int_equal(llmtap_feed(&t, USAGE, strlen(USAGE), 4, &out), 0);
+    assert_true(t.usage_seen);
+    assert_int_equal(out.len, sizeof big + 8 + strlen(text));   /* the usage event held back */
+    assert_int_equal(t.oversized, 1);
     llmtap_reset(&t);
-    assert_false(t.off);
+    assert_false(t.skipping);
+    assert_int_equal(t.oversized, 0);
+    llmtap_free(&t);
+    buf_free(&out);
+}
+
+/* A tool call's arguments are generated content, as text is. */
+static void test_tool_call_arguments_are_content(void **state)
+{
+    (void)state;
+    struct llmtap t;
+    struct buf out = {0};
+    llmtap_init(&t);
+    static const char first[] = "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,"
+                                "\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}}]}\n\n";
+    static const char more[] = "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,"
+                               "\"function\":{\"arguments\":\"{\\\"a\\\": 1\"}}]}}]}\n\n";
+    assert_int_equal(llmtap_feed(&t, first, strlen(first), 1, &out), 0);
+    assert_int_equal(t.chunks, 0);   /* nothing generated yet */
+    assert_int_equal(llmtap_feed(&t, more, strlen(more), 2, &out), 0);
+    assert_int_equal(t.chunks, 1);
     llmtap_free(&t);
     buf_free(&out);
 }
@@ -235,7 +267,8 @@ int main(void)
         cmocka_unit_test(test_broken_events_pass_as_sent),
         cmocka_unit_test(test_times_of_content),
         cmocka_unit_test(test_content_found_without_parsing),
-        cmocka_unit_test(test_oversized_event_turns_reading_off),
+        cmocka_unit_test(test_oversized_event_is_passed_and_reading_goes_on),
+        cmocka_unit_test(test_tool_call_arguments_are_content),
         cmocka_unit_test(test_whole_answer_usage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
