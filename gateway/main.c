@@ -848,8 +848,8 @@ int main(int argc, char **argv)
         }
         uint64_t abandoned = server_join(srv);
         if (abandoned > 0) {
-            log_error("shutdown: %llu accepted requests were not answered",
-                      (unsigned long long)abandoned);
+            log_error("shutdown: %llu accepted requests were not answered whole (no answer, "
+                      "or a stream cut short)", (unsigned long long)abandoned);
             exit_code = 1;
         }
         stopped = forced ? " (forced)" : "";
