@@ -294,7 +294,8 @@ static const struct schema_name model_protocols[] = {
 
 static const struct schema_field model_upstream_fields[] = {
     {SCHEMA_F_URLS("urls", struct model_upstream, hosts, ports, nurls), .min = 1,
-     .doc_default = "required (upstream)", .doc = "the model servers batched in front of"},
+     .doc_default = "required (upstream)", .doc = "the model servers batched in front of, each once (a server named twice is "
+             "refused: its series would come twice in `/metrics`)"},
     {SCHEMA_F_ENUM("protocol", struct model_upstream, protocol, model_protocols),
      .sdef = "kserve_v2", .doc = "how a batch is sent: KServe v2 `infer` or TF Serving `:predict`"},
     {SCHEMA_F_STRING("model", struct model_upstream, model),
@@ -427,7 +428,7 @@ static const struct schema_field model_fields[] = {
     {SCHEMA_F_OBJECT("upstream", struct model_config, upstream, model_upstream_fields),
      .doc = "the upstream backend"},
     {SCHEMA_F_URLS("endpoints", struct model_config, pool.hosts, pool.ports, pool.nendpoints),
-     .doc_default = "required (openai)", .doc = "an LLM pool's OpenAI-compatible servers"},
+     .doc_default = "required (openai)", .doc = "an LLM pool's OpenAI-compatible servers, each once"},
     {SCHEMA_F_STRING("served_model_name", struct model_config, pool.served_model_name),
      .doc_default = "ours", .doc = "openai: the model's name on its servers"},
     {SCHEMA_F_CUSTOM("aliases", model_parse_aliases), .expect = "a list of names",

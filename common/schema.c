@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "common/httpc.h"
@@ -390,6 +391,17 @@ static int schema_parse_urls(const struct schema_field *f, void *base, json_t *v
             return schema_fail(ctx, member, "must be a URL like \"http://HOST:PORT\" "
                                "(\"http://[IPV6]:PORT\"), got %s", schema_got(u, got, sizeof got));
         }
+        /* One server named twice is two of everything labelled by its URL
+         * (/metrics then carries duplicate series, which Prometheus
+         * refuses whole). */
+        for (size_t k = 0; k < i; k++)
+            if (*(int *)SCHEMA_AT(base, f->offset2 + k * sizeof(int)) == *port &&
+                strcasecmp(SCHEMA_AT(base, f->offset + k * f->size), host) == 0) {
+                char member[32];
+                snprintf(member, sizeof member, "[%zu]", i);
+                return schema_fail(ctx, member, "names the same server as [%zu] (%s:%d): list "
+                                   "each once", k, host, *port);
+            }
     }
     *(int *)SCHEMA_AT(base, f->count_offset) = (int)json_array_size(v);
     return 0;

@@ -167,8 +167,8 @@ static const struct schema_field config_route_fields[] = {
      .doc = "every method on every path under it (`/tfs/`) goes to the route's servers"},
     {SCHEMA_F_URLS("urls", struct config_proxy_route, hosts, ports, nurls),
      .flags = SCHEMA_REQUIRED, .min = 1,
-     .doc = "the route's servers; each request goes to the usable one with the fewest calls in "
-            "flight (docs/PROXY.md)"},
+     .doc = "the route's servers, each once; each request goes to the usable one with the "
+            "fewest calls in flight (docs/PROXY.md)"},
     {SCHEMA_F_BOOL("strip_prefix", struct config_proxy_route, strip_prefix),
      .def = false, .doc = "`/tfs/v1/x` under `/tfs/` goes upstream as `/v1/x`"},
     {SCHEMA_F_INT("pipeline", struct config_proxy_route, pipeline),

@@ -313,6 +313,10 @@ static void test_nested_paths(void **state)
     t_expect_error("{\"urls\": [\"http://a:1/x\"]}",
                    "t.json: urls[0]: must be a URL like \"http://HOST:PORT\" "
                    "(\"http://[IPV6]:PORT\"), got \"http://a:1/x\"");
+    /* One server twice (a trailing slash, another case): its series
+     * came twice in /metrics. */
+    t_expect_error("{\"urls\": [\"http://a:1\", \"http://A:1/\"]}",
+                   "t.json: urls[1]: names the same server as [0] (A:1): list each once");
 }
 
 static void test_unknown_fields(void **state)
