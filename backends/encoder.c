@@ -21,6 +21,11 @@ int encoder_tokenizer_load(struct model *m, struct error *err)
         return error_set(err, BG_ECONFIG, "%s: ids up to %d, but config.json's vocab_size is %d "
                          "(the tokenizer is not this model's)", path, n - 1, m->cfg.encoder.vocab);
     }
+    /* sentence_bert_config.json's do_lower_case: lowercased before the
+     * tokenizer's own normalizer, whose accent stripping stays as its
+     * tokenizer.json says. */
+    if (m->cfg.encoder.do_lower_case)
+        wordpiece_set_lowercase(w);
     m->tokenizer = w;
     return 0;
 }

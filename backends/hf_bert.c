@@ -225,6 +225,28 @@ int hf_bert_config_load(const char *dir, struct hf_bert_config *out, struct erro
             rc = error_set(err, BG_ECONFIG, "%s: max_seq_length: %d leaves no room for [CLS] "
                            "and [SEP] (2 at least)", path, out->max_seq_length);
     }
+    /* sentence-transformers lowercases each text before its tokenizer
+     * when this is set (a tokenizer that does not lowercase then saw
+     * [UNK] for every capitalised word). */
+    json_t *lower = s ? json_object_get(s, "do_lower_case") : NULL;
+    if (rc == 0 && lower && !json_is_boolean(lower))
+        rc = error_set(err, BG_ECONFIG, "%s: do_lower_case: expected true or false", path);
+    out->do_lower_case = json_is_true(lower);
     json_decref(s);
+    if (rc)
+        return rc;
+    /* A default prompt is prepended to every text by sentence-transformers'
+     * encode(): served without it, every vector would differ from the
+     * model's (e5's "query: ", bge's instructions). Not implemented. */
+    snprintf(path, sizeof path, "%.4000s/config_sentence_transformers.json", dir);
+    json_t *st;
+    if ((rc = hf_json(path, false, &st, err)))
+        return rc;
+    json_t *dp = st ? json_object_get(st, "default_prompt_name") : NULL;
+    if (dp && !json_is_null(dp))
+        rc = error_set(err, BG_ECONFIG, "%s: default_prompt_name: \"%s\": not implemented "
+                       "(batchgate applies no prompts; null serves the texts as sent)", path,
+                       json_is_string(dp) ? json_string_value(dp) : "(not a string)");
+    json_decref(st);
     return rc;
 }

@@ -25,6 +25,7 @@ struct hf_bert_config {
     int max_seq_length;               /* sentence_bert_config.json's, else max_positions */
     enum pool_mode pooling;           /* mean when no sentence-transformers files say */
     bool normalize;                   /* a Normalize module in modules.json */
+    bool do_lower_case;               /* sentence_bert_config.json's: texts lowercased first */
 };
 
 /* Reads the folder dir: 0, or -BG_ECONFIG (a refusal or a malformed file)

@@ -454,6 +454,8 @@ void wordpiece_free(struct wordpiece *w)
     free(w);
 }
 
+void wordpiece_set_lowercase(struct wordpiece *w) { w->lowercase = true; }
+
 int wordpiece_vocab_size(const struct wordpiece *w)
 {
     return w->vocab_size;

@@ -72,6 +72,11 @@ void wordpiece_free(struct wordpiece *w);
 int wordpiece_encode(const struct wordpiece *w, const char *text, size_t len, int max_len,
                      int32_t *ids, int cap, int *n_out, bool *truncated, struct error *err);
 
+/* Lowercases every text from now on (sentence-transformers'
+ * do_lower_case, applied before the tokenizer), whatever its normalizer
+ * says; accent stripping stays as the file set it. Before any encode. */
+void wordpiece_set_lowercase(struct wordpiece *w);
+
 /* Rows an embedding table needs: the largest id of the file, plus one. */
 int wordpiece_vocab_size(const struct wordpiece *w);
 int32_t wordpiece_special_id(const struct wordpiece *w, enum wordpiece_special which);

@@ -126,6 +126,28 @@ static int embed_decode_root(const struct model *m, json_t *root, struct infer_r
         return embed_fail(e, "truncation_direction", err, BG_EINVAL,
                           "truncation_direction: only \"Right\" is served (a text past "
                           "the maximum length keeps its start)");
+    /* A prompt changes the vector (sentence-transformers prepends it to
+     * the text); this server applies none (a folder that names a default
+     * one is refused at load), so one asked for is refused, not ignored. */
+    json_t *prompt = json_object_get(root, "prompt_name");
+    if (prompt && !json_is_null(prompt))
+        return embed_fail(e, "prompt_name", err, BG_EINVAL,
+                          "prompt_name: model %s applies no prompts (put the prompt's text "
+                          "before each input)", c->name);
+    /* Both routes (TEI's /embed has `dimensions` too): a shorter vector
+     * asked for and the full one given was a silent wrong answer. */
+    json_t *dim = json_object_get(root, "dimensions");
+    if (json_is_null(dim))
+        dim = NULL;
+    if (dim && !json_is_integer(dim))
+        return embed_fail(e, "dimensions", err, BG_EINVAL,
+                          "dimensions: must be an integer (model %s gives %d)", c->name,
+                          c->encoder.hidden);
+    if (dim && json_integer_value(dim) != c->encoder.hidden)
+        return embed_fail(e, "dimensions", err, BG_EINVAL,
+                          "dimensions: model %s gives %d dimensions and does not shorten "
+                          "them (omit the field, or send %d)", c->name, c->encoder.hidden,
+                          c->encoder.hidden);
     if (e->api == EMBED_TEI) {
         if ((rc = embed_bool(root, "normalize", &e->normalize, e, err)))
             return rc;
@@ -143,18 +165,6 @@ static int embed_decode_root(const struct model *m, json_t *root, struct infer_r
         json_t *user = json_object_get(root, "user");
         if (user && !json_is_null(user) && !json_is_string(user))
             return embed_fail(e, "user", err, BG_EINVAL, "user: must be a string");
-        json_t *dim = json_object_get(root, "dimensions");
-        if (json_is_null(dim))
-            dim = NULL;
-        if (dim && !json_is_integer(dim))
-            return embed_fail(e, "dimensions", err, BG_EINVAL,
-                              "dimensions: must be an integer (model %s gives %d)", c->name,
-                              c->encoder.hidden);
-        if (dim && json_integer_value(dim) != c->encoder.hidden)
-            return embed_fail(e, "dimensions", err, BG_EINVAL,
-                              "dimensions: model %s gives %d dimensions and does not shorten "
-                              "them (omit the field, or send %d)", c->name, c->encoder.hidden,
-                              c->encoder.hidden);
     }
     json_t *in = json_object_get(root, field);
     if (!in)

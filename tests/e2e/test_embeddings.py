@@ -465,6 +465,73 @@ class MiniLMAccuracyTest(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class FolderSettingsTest(unittest.TestCase):
+    """sentence-transformers settings that change a vector: do_lower_case is
+    applied (it was ignored: a tokenizer that does not lowercase gave [UNK]
+    for every capitalised word), a default prompt is refused at load (it
+    was ignored: every vector differed from the model's), and a prompt or
+    shorter dimensions asked of a request are 400, not ignored."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="batchgate-embed-st-")
+        repo = os.path.join(cls.tmp, "repo")
+        gen(os.path.join(repo, "lower"), "--seed", "1", "--max-seq", str(MAX_SEQ))
+        for name, st_lower in (("stlower", True), ("cased", False)):
+            d = os.path.join(repo, name)
+            shutil.copytree(os.path.join(repo, "lower"), d)
+            with open(os.path.join(d, "tokenizer.json")) as f:
+                tok = json.load(f)
+            tok["normalizer"].update(lowercase=False, strip_accents=True)
+            with open(os.path.join(d, "tokenizer.json"), "w") as f:
+                json.dump(tok, f)
+            with open(os.path.join(d, "sentence_bert_config.json"), "w") as f:
+                json.dump({"max_seq_length": MAX_SEQ, "do_lower_case": st_lower}, f)
+        d = os.path.join(repo, "prompted")
+        shutil.copytree(os.path.join(repo, "lower"), d)
+        with open(os.path.join(d, "config_sentence_transformers.json"), "w") as f:
+            json.dump({"prompts": {"query": "query: "}, "default_prompt_name": "query"}, f)
+        cls.srv = Server({"model_repository": repo, "state_dir": os.path.join(cls.tmp, "st")},
+                         io_threads=1)
+        cls.srv.wait_log(r"ready in", timeout=60)
+        cls.port = cls.srv.port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def vec(self, model, text):
+        r = post(self.port, "/v1/embeddings", {"model": model, "input": text})
+        self.assertEqual(r.status, 200, r.body)
+        return r.json()["data"][0]["embedding"], r.json()["usage"]["prompt_tokens"]
+
+    def test_do_lower_case_is_applied(self):
+        text = "Hello World From PARIS"
+        want, n = self.vec("lower", text)
+        got, m = self.vec("stlower", text)
+        self.assertEqual(m, n)
+        self.assertGreater(cosine(got, want), 0.999999)
+        cased, _ = self.vec("cased", text)   # its tokenizer alone: not the same ids
+        self.assertLess(cosine(cased, want), 0.9999)
+
+    def test_a_default_prompt_is_refused_at_load(self):
+        r = roundtrip(self.port, "GET", "/v2/models/prompted/ready")
+        self.assertEqual(r.status, 503)
+        self.assertIn("config_sentence_transformers.json: default_prompt_name: \"query\": not "
+                      "implemented", r.json()["reason"])
+
+    def test_prompt_name_and_dimensions_are_refused(self):
+        for body, param in (({"prompt_name": "query"}, "prompt_name"),
+                            ({"dimensions": 8}, "dimensions")):
+            r = post(self.port, "/v1/embeddings", dict({"model": "lower", "input": "x"}, **body))
+            self.assertEqual(r.status, 400, r.body)
+            self.assertEqual(r.json()["error"]["param"], param)
+        r = post(self.port, "/v1/embeddings", {"model": "lower", "input": "x", "dimensions": 64,
+                                               "prompt_name": None})
+        self.assertEqual(r.status, 200, r.body)
+
+
 class OneEncoderTest(unittest.TestCase):
     """/embed (TEI serves one model), tenants' model rules on a body's model."""
 
@@ -513,6 +580,15 @@ class OneEncoderTest(unittest.TestCase):
                 r = post(srv.port, "/embed", {"inputs": 5}, headers=ka)
                 self.assertEqual(r.status, 400)
                 self.assertIn("inputs: must be a string", r.json()["error"])
+                # TEI's prompt_name and dimensions: refused, not ignored (a
+                # 200 with the full, unprompted vector was a wrong answer).
+                for extra, words in (({"prompt_name": "query"}, "applies no prompts"),
+                                     ({"dimensions": 8}, "does not shorten")):
+                    r = post(srv.port, "/embed", dict({"inputs": "x"}, **extra), headers=ka)
+                    self.assertEqual(r.status, 400, r.body)
+                    self.assertIn(words, r.json()["error"])
+                self.assertEqual(post(srv.port, "/embed", {"inputs": "x", "dimensions": 64},
+                                      headers=ka).status, 200)
                 # TEI's "Left" keeps a text's end: refused, not served as "Right".
                 r = post(srv.port, "/embed", {"inputs": "x", "truncation_direction": "Left"},
                          headers=ka)
