@@ -14,19 +14,30 @@
 #include "common/jsonfmt.h"
 #include "serving/tensor_json.h"
 
+/* A body jansson refused: invalid JSON, or valid JSON holding a number
+ * past what it reads (a token id of 2^64 was "invalid JSON: too big
+ * integer", blaming the client's encoder). */
+static int embed_json_refused(const json_error_t *je, struct error *err)
+{
+    char at[48];
+    tensor_json_where(at, sizeof at, je->line, je->column);
+    if (json_error_out_of_range(je->text))
+        return error_set(err, BG_EINVAL, "a number out of range at %s: valid JSON, but numbers "
+                         "are read up to 2^63-1 (no token id or field is that large)", at);
+    return error_set(err, BG_EINVAL, "invalid JSON at %s: %s", at, je->text);
+}
+
 int embed_openai_model(const char *body, size_t len, char *name, size_t cap, char *param,
                        size_t pcap, struct error *err)
 {
     json_error_t je;
-    char at[48];
     snprintf(param, pcap, "%s", "");
     /* Read as the decoder reads the body (duplicate keys refused), so that
      * which of two "model" keys names the model cannot differ between the
      * two. */
     json_t *root = json_loadb(body, len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return error_set(err, BG_EINVAL, "invalid JSON at %s: %s",
-                         tensor_json_where(at, sizeof at, je.line, je.column), je.text);
+        return embed_json_refused(&je, err);
     json_t *m = json_is_object(root) ? json_object_get(root, "model") : NULL;
     int rc = 0;
     if (!tensor_json_name(m) || json_string_length(m) == 0 || json_string_length(m) >= cap) {
@@ -214,12 +225,13 @@ int embed_decode(const struct model *m, enum embed_api api, const char *body, si
                           "takes %s tensors: use /v2/models/%s/infer)", m->cfg.name,
                           m->cfg.input.datatype, m->cfg.name);
     json_error_t je;
-    char at[48];
     /* Texts may hold NUL (tokenized as the library does: a control). */
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
-    if (!root)
-        return embed_fail(e, "", err, BG_EINVAL, "invalid JSON at %s: %s",
-                          tensor_json_where(at, sizeof at, je.line, je.column), je.text);
+    if (!root) {
+        struct error je_err = {0};
+        embed_json_refused(&je, &je_err);
+        return embed_fail(e, "", err, BG_EINVAL, "%s", je_err.msg);
+    }
     int rc = embed_decode_root(m, root, r, e, err);
     json_decref(root);
     if (rc) {

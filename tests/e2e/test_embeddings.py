@@ -271,6 +271,13 @@ class EmbeddingsTest(TinyCase):
         self.assertEqual(r.status, 400)
         self.assertIn("invalid JSON", r.json()["error"]["message"])
         self.assertIsNone(r.json()["error"]["param"])
+        # A token id past 64 bits is valid JSON jansson cannot hold: said so
+        # ("invalid JSON: too big integer" blamed the client's encoder).
+        r = post(self.port, "/v1/embeddings", None,
+                 raw=b'{"model": "tiny", "input": [[101, 18446744073709551621, 102]]}')
+        self.assertEqual(r.status, 400, r.body)
+        self.assertIn("a number out of range at column 54: valid JSON",
+                      r.json()["error"]["message"])
         # A head llhttp refuses is worded for the route too: its path is
         # known once the request line is read.
         for bad in (b"Content-Length: abc\r\n", b"no colon here\r\n"):
