@@ -89,14 +89,32 @@ def reference(folder, items, tmp):
     return json.loads(out[out.index("{"):])
 
 
-class TinyCase(unittest.TestCase):
-    """One server over four small random encoders and the digits MLP."""
+class EncoderRepoCase(unittest.TestCase):
+    """One server over a repository its subclass writes (populate)."""
+    io_threads = 2
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="batchgate-embed-")
         cls.repo = os.path.join(cls.tmp, "repo")
         os.makedirs(cls.repo)
+        cls.populate(cls.repo)
+        cls.srv = Server({"model_repository": cls.repo, "state_dir": os.path.join(cls.tmp, "st")},
+                         io_threads=cls.io_threads)
+        cls.srv.wait_log(r"ready in", timeout=60)
+        cls.port = cls.srv.port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+
+class TinyCase(EncoderRepoCase):
+    """One server over four small random encoders and the digits MLP."""
+
+    @classmethod
+    def populate(cls, repo):
         ms = str(MAX_SEQ)
         gen(os.path.join(cls.repo, "tiny"), "--seed", "1", "--max-seq", ms)
         gen(os.path.join(cls.repo, "tinycls"), "--seed", "2", "--max-seq", ms, "--pooling", "cls",
@@ -126,15 +144,6 @@ class TinyCase(unittest.TestCase):
         with open(os.path.join(shape, "config.json"), "w") as f:
             json.dump(c, f)
         shutil.copytree(os.path.join(ROOT, "models", "digits"), os.path.join(cls.repo, "digits"))
-        cls.srv = Server({"model_repository": cls.repo, "state_dir": os.path.join(cls.tmp, "st")},
-                         io_threads=2)
-        cls.srv.wait_log(r"ready in", timeout=60)
-        cls.port = cls.srv.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def openai(self, model, inputs, **extra):
         body = {"model": model, "input": inputs}
@@ -472,17 +481,17 @@ class MiniLMAccuracyTest(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-class FolderSettingsTest(unittest.TestCase):
+class FolderSettingsTest(EncoderRepoCase):
     """sentence-transformers settings that change a vector: do_lower_case is
     applied (it was ignored: a tokenizer that does not lowercase gave [UNK]
     for every capitalised word), a default prompt is refused at load (it
     was ignored: every vector differed from the model's), and a prompt or
     shorter dimensions asked of a request are 400, not ignored."""
 
+    io_threads = 1
+
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="batchgate-embed-st-")
-        repo = os.path.join(cls.tmp, "repo")
+    def populate(cls, repo):
         gen(os.path.join(repo, "lower"), "--seed", "1", "--max-seq", str(MAX_SEQ))
         for name, st_lower in (("stlower", True), ("cased", False)):
             d = os.path.join(repo, name)
@@ -498,15 +507,6 @@ class FolderSettingsTest(unittest.TestCase):
         shutil.copytree(os.path.join(repo, "lower"), d)
         with open(os.path.join(d, "config_sentence_transformers.json"), "w") as f:
             json.dump({"prompts": {"query": "query: "}, "default_prompt_name": "query"}, f)
-        cls.srv = Server({"model_repository": repo, "state_dir": os.path.join(cls.tmp, "st")},
-                         io_threads=1)
-        cls.srv.wait_log(r"ready in", timeout=60)
-        cls.port = cls.srv.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def vec(self, model, text):
         r = post(self.port, "/v1/embeddings", {"model": model, "input": text})
