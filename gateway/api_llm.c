@@ -39,6 +39,7 @@
 #include "gateway/auth.h"
 #include "gateway/llmtap.h"
 #include "gateway/proxy.h"
+#include "serving/llmbody.h"
 #include "serving/llmpool.h"
 #include "serving/picker.h"
 #include "serving/serving.h"
@@ -176,52 +177,17 @@ static int llm_priority_of(struct api_state *st, struct http_request *req, json_
     return -1;
 }
 
-#define LLM_TOKENS_FIELD_MAX (1 << 30)
-/* n and best_of: OpenAI's own bound on n. */
-#define LLM_CHOICES_MAX 128
-
-/* The fields that decide how a call is streamed and counted must mean one
- * thing: a server that reads "stream": "yes" or "max_tokens": "5000" as
- * true and 5000 (vLLM does) would stream or generate past what the quota
- * reserved. 0, or -1 answered 400 in OpenAI's shape. */
+/* The fields that decide how a call is streamed and counted (llmbody.h):
+ * 0, or -1 answered 400 in OpenAI's shape naming the field. */
 static int llm_check_fields(struct http_request *req, json_t *root)
 {
-    json_t *v = json_object_get(root, "stream");
-    if (v && !json_is_null(v) && !json_is_boolean(v)) {
-        http_request_set_error_param(req, "stream");
-        http_respond_error(req, 400, NULL, "stream: must be true or false");
-        return -1;
-    }
-    /* Each choice is generated: n (and best_of, the completions API's
-     * candidates) multiply the tokens a call may take, and the quota's
-     * reservation (an n of 16 was reserved as one choice). */
-    static const char *const counts[] = {"max_tokens", "max_completion_tokens", "n_predict", "n",
-                                         "best_of"};
-    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
-        v = json_object_get(root, counts[i]);
-        if (v && !json_is_null(v) && !json_is_integer(v)) {
-            http_request_set_error_param(req, counts[i]);
-            http_respond_error(req, 400, NULL, "%s: must be an integer", counts[i]);
-            return -1;
-        }
-        /* A bound no context comes near: the quota's sums of estimates
-         * stay far from int64's end (9223372036854775807 wrapped to a
-         * negative estimate, admitted past any quota). */
-        bool choices = i >= 3;
-        if (v && json_is_integer(v) && json_integer_value(v) > (choices ? LLM_CHOICES_MAX
-                                                                         : LLM_TOKENS_FIELD_MAX)) {
-            http_request_set_error_param(req, counts[i]);
-            if (choices)
-                http_respond_error(req, 400, NULL, "%s: %lld choices are more than %d", counts[i],
-                                   (long long)json_integer_value(v), LLM_CHOICES_MAX);
-            else
-                http_respond_error(req, 400, NULL, "%s: %lld is more tokens than any model "
-                                   "generates (at most %d)", counts[i],
-                                   (long long)json_integer_value(v), LLM_TOKENS_FIELD_MAX);
-            return -1;
-        }
-    }
-    return 0;
+    char param[32];
+    struct error err = {0};
+    if (llmbody_check(root, param, sizeof param, &err) == 0)
+        return 0;
+    http_request_set_error_param(req, param);
+    http_respond_error(req, 400, NULL, "%s", err.msg);
+    return -1;
 }
 
 /* The prompt's text as the servers see its start: each message's role and

@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/tokens.h"
 #include "serving/lifecycle.h"
+#include "serving/llmbody.h"
 #include "serving/llmpool.h"
 #include "serving/modelstats.h"
 
@@ -1200,11 +1201,19 @@ static bool jobs_batch_feed_one(struct jobs *j, struct jobs_bcur *bc)
      * a line for another is refused as the online call would be, 403. */
     bool denied = sm && j->tenants && bc->tenant >= 0 && bc->tenant < j->tenants->n &&
                   !tenant_allows(&j->tenants->t[bc->tenant], sm->model.cfg.name);
-    if (!cid || !json_is_object(body) || !sm || denied) {
+    /* The fields an online call is refused for (llmbody.h): a line with
+     * n 129 or "max_tokens": "5000" was sent, and paid for, as it was. */
+    char bad_param[32] = "";
+    struct error bad = {0};
+    bool unchecked = sm && !denied && json_is_object(body) &&
+                     llmbody_check(body, bad_param, sizeof bad_param, &bad) != 0;
+    if (!cid || !json_is_object(body) || !sm || denied || unchecked) {
         char msg[300];
         const char *code = sm ? "invalid_request" : "model_not_found";
         if (!cid || !json_is_object(body)) {
             snprintf(msg, sizeof msg, "the line is not a request any more (the input changed?)");
+        } else if (unchecked) {
+            snprintf(msg, sizeof msg, "body.%.280s", bad.msg);
         } else if (denied) {
             snprintf(msg, sizeof msg, "tenant \"%s\" may not use model \"%.200s\"",
                      j->tenants->t[bc->tenant].name, model);

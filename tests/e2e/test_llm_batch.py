@@ -351,6 +351,29 @@ class TestBatchRoutes(BatchCase):
             out = json.loads(self.call("GET", "/v1/files/" + b["output_file_id"])[1])
             self.assertEqual(out["expires_at"], out["created_at"] + life)
 
+    def test_lines_get_the_checks_online_calls_get(self):
+        # n past 128, a count that is no integer, a stream flag that is no
+        # boolean: 400 online, but a line was sent (and paid for) as it was.
+        self.start()
+        def with_body(i, **kw):
+            d = json.loads(line(i))
+            d["body"].update(kw)
+            return json.dumps(d)
+        lines = [line(0), with_body(1, n=129), with_body(2, n="2"), with_body(3, best_of=1000),
+                 with_body(4, stream="yes"), with_body(5, max_tokens="5")]
+        fid = self.upload_ok(jsonl(lines))["id"]
+        b = self.wait(json.loads(self.create(fid)[1])["id"])
+        self.assertEqual(b["request_counts"], {"total": 6, "completed": 1, "failed": 5}, b)
+        errs = {e["custom_id"]: e["error"] for e in self.content(b["error_file_id"])}
+        want = {"req-1": "body.n: 129 choices are more than 128",
+                "req-2": "body.n: must be an integer",
+                "req-3": "body.best_of: 1000 choices are more than 128",
+                "req-4": "body.stream: must be true or false",
+                "req-5": "body.max_tokens: must be an integer"}
+        self.assertEqual({k: v["message"] for k, v in errs.items()}, want)
+        self.assertEqual({v["code"] for v in errs.values()}, {"invalid_request"})
+        self.assertEqual(self.sim_requests(), 1)   # only the good line reached a server
+
     def test_a_kserve_job_on_a_pool_is_refused_naming_the_batch_api(self):
         # It was accepted (201) and every line failed, the errors pointing
         # from one field to another (input name, shape, datatype).
