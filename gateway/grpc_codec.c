@@ -97,7 +97,7 @@ static int grpc_model_path(struct grpc_http_request *out, const char *name, cons
     if (version && *version &&
         (strlen(version) > 64 || version[strspn(version, "0123456789")] != '\0'))
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
-                         "the model version must be an integer > 0 (digits alone), not \"%.64s\"",
+                         "the model version must be an integer (digits alone), not \"%.64s\"",
                          version);
     if (version && *version)
         snprintf(out->path, sizeof out->path, "/v2/models/%s/versions/%s%s", name, version,
