@@ -109,6 +109,12 @@ struct model {
     /* Set by the caller before model_load: where the cpu backend keeps
      * packed weights between loads (backends/packcache.h); NULL: nowhere. */
     const char *cache_dir;
+    /* Set by the caller before model_load, for a reload: the copy serving
+     * now (NULL: none). A server it calls that this copy calls too, alike,
+     * goes on as the same target (httpc_target_continue), so its busy time
+     * and health go on across the reload: the old copy's calls still in
+     * flight count on it, the usage ledger's too. Read during the load only. */
+    const struct model *prev;
     /* Fault injection (tests): mode, batches left, milliseconds. */
     _Atomic int fault_mode, fault_count, fault_ms;
 };
@@ -190,6 +196,9 @@ enum backend_device_kind model_device_kind(const struct model *m);
 /* The servers a loaded model's batches go to (a backend that calls
  * servers); 0 and NULL for others. */
 int model_servers(const struct model *m, struct httpc_target *const **out);
+/* Server i of a model being loaded (t, just set up): m->prev's server i
+ * instead when it is the same one (httpc_target_continue). */
+struct httpc_target *model_server_continue(const struct model *m, int i, struct httpc_target *t);
 
 /* After model_load, once the model serves: the backend keeps what it
  * prepared for the next load of the same files (the cpu backend writes its

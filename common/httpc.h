@@ -60,6 +60,12 @@ struct httpc_target;
  * configuration, not its address, which is the operator's to know). */
 struct httpc_target *httpc_target_new(const char *host, int port, const char *who,
                                       const char *name, struct error *err);
+/* t, just set up by a reloaded owner, against prev, what its previous
+ * copy uses at the same place: the same server (name, owner, host, port,
+ * and the address it resolved to now) is prev, taken as one more owner
+ * (t is freed), so its counters (calls, failures, busy time), its health
+ * and its connections go on across the reload; otherwise t. */
+struct httpc_target *httpc_target_continue(struct httpc_target *t, struct httpc_target *prev);
 /* Its owner lets go: it is retired, and freed once no pool of it is left
  * (each pool holds a reference: a pool cached on some thread never points
  * at freed memory). */

@@ -35,7 +35,8 @@ struct httpc_target {
     struct sockaddr_storage addr;
     socklen_t alen;
     pthread_mutex_t mu;
-    _Atomic int refs;                /* its owner's and each pool's (httpc_pool_new) */
+    _Atomic int refs;                /* its owners' and each pool's (httpc_pool_new) */
+    _Atomic int owners;              /* copies of its model using it (httpc_target_continue) */
     _Atomic bool retired;            /* its owner let go: pools of it are dropped when idle */
     /* Read without mu by httpc_pick and httpc_target_usable (atomics);
      * written under mu. */
@@ -86,6 +87,7 @@ struct httpc_target *httpc_target_new(const char *host, int port, const char *wh
     snprintf(t->name, sizeof t->name, "%s", name);
     t->port = port;
     atomic_init(&t->refs, 1);
+    atomic_init(&t->owners, 1);
     /* An IPv6 literal needs its brackets back in a URL or a Host header. */
     const char *lb = strchr(host, ':') ? "[" : "", *rb = *lb ? "]" : "";
     snprintf(t->authority, sizeof t->authority, "%s%s%s:%d", lb, host, rb, port);
@@ -121,8 +123,24 @@ void httpc_target_free(struct httpc_target *t)
 {
     if (!t)
         return;
-    atomic_store_explicit(&t->retired, true, memory_order_release);
+    /* Retired with its last owner: a reload's old copy letting go of a
+     * server its new copy goes on with leaves its connections alone. */
+    if (atomic_fetch_sub_explicit(&t->owners, 1, memory_order_acq_rel) == 1)
+        atomic_store_explicit(&t->retired, true, memory_order_release);
     httpc_target_unref(t);
+}
+
+struct httpc_target *httpc_target_continue(struct httpc_target *t, struct httpc_target *prev)
+{
+    if (!t || !prev || prev == t || httpc_target_retired(prev) || t->port != prev->port ||
+        strcmp(t->host, prev->host) != 0 || strcmp(t->name, prev->name) != 0 ||
+        strcmp(t->who, prev->who) != 0 || t->alen != prev->alen ||
+        memcmp(&t->addr, &prev->addr, t->alen) != 0)
+        return t;
+    atomic_fetch_add_explicit(&prev->owners, 1, memory_order_relaxed);
+    httpc_target_ref(prev);
+    httpc_target_free(t);
+    return prev;
 }
 
 const char *httpc_target_url(const struct httpc_target *t) { return t->url; }

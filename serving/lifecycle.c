@@ -373,10 +373,18 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
             sm->model.warm_light = !override && e->warm_n > 0 &&
                                    lc_sig_equal(&e->sig, &e->loaded_sig);
         }
-        if (!sm)
+        if (!sm) {
             rc = error_set(err, BG_ENOMEM, "out of memory");
-        else if (served_copy_load(s, sm) != 0)
-            rc = error_set(err, BG_EBACKEND, "%s", sm->model.reason);
+        } else {
+            /* The copy serving now goes on until the swap below (only this
+             * thread swaps): its servers may go on into the new copy. */
+            struct served_model *old = e->cur;
+            sm->model.prev = atomic_load(&old->state) == SERVED_READY ? &old->model : NULL;
+            int lrc = served_copy_load(s, sm);
+            sm->model.prev = NULL;
+            if (lrc != 0)
+                rc = error_set(err, BG_EBACKEND, "%s", sm->model.reason);
+        }
     }
     if (rc == 0) {
         /* Measured now: the estimate was the file's size. */

@@ -1008,6 +1008,45 @@ class TestPoolLedgerLongCall(PoolCase):
         for t, v in others.items():
             self.assertLess(v, 0.1, (t, v, a, took))
 
+    def test_a_reload_mid_stream_keeps_the_calls_time(self):
+        # The reloaded copy's endpoint was a server set up anew: the old
+        # copy's call, still streaming, ran on a server the ledger no
+        # longer read, and its time went to every tenant as idle time
+        # (0.7 s of a 6.4 s stream charged to its tenant). The same server
+        # now goes on into the new copy, its busy time with it.
+        time.sleep(1.5)
+        before = self.busy()
+        result = {}
+
+        def stream():
+            t0 = time.monotonic()
+            r, raw = self.post("/v1/chat/completions",
+                               dict(chat_body("smol", max_tokens=120), stream=True),
+                               headers={"Authorization": "Bearer k-a"}, timeout=60)
+            result["status"], result["took"] = r.status, time.monotonic() - t0
+        th = threading.Thread(target=stream)
+        th.start()
+        time.sleep(0.8)
+        r, raw = self.post("/v2/repository/models/smol/load", b"",
+                           headers={"Authorization": "Bearer k-ops"})
+        self.assertEqual(r.status, 200, raw)
+        th.join(60)
+        self.assertEqual(result.get("status"), 200, result)
+        took = result["took"]
+        self.assertGreater(took, 2.0)
+        deadline = time.monotonic() + 10
+        while True:
+            after = self.busy()
+            a = after.get("team-a", 0) - before.get("team-a", 0)
+            if a >= 0.8 * took or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        others = {t: after.get(t, 0) - before.get(t, 0) for t in ("team-b", "ops", "default")}
+        self.assertGreater(a, 0.8 * took, (a, took, others, self.srv.log()[-1500:]))
+        for t, v in others.items():
+            self.assertLess(v, 0.1, (t, v, a, took))
+        self.assertRegex(self.srv.log(), r"model smol: reloaded")
+
 
 class TestPoolLedgerManyEndpoints(TestPoolLedgerByEndpoint):
     """The same past 64 endpoints (the ledger's walk used to stop there

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "common/httpc.h"
+#include "common/httpc_impl.h"
 #include "tests/unit/loopback.h"
 
 static void test_url_parse(void **state)
@@ -59,6 +60,36 @@ static struct httpc_target *target(int port)
     struct httpc_target *t = httpc_target_new("127.0.0.1", port, "test", "test", &err);
     assert_non_null(t);
     return t;
+}
+
+/* A reload's new copy goes on with its old copy's server when it is the
+ * same one: one target, two owners, retired with the last. */
+static void test_target_continues_across_a_reload(void **state)
+{
+    (void)state;
+    struct error err = {0};
+    struct httpc_target *old = httpc_target_new("127.0.0.1", 9, "model m", "endpoints[0]", &err);
+    assert_non_null(old);
+    httpc_target_failed(old, HTTPC_FAIL_RESET);   /* state that must go on */
+    struct httpc_target *t = httpc_target_new("127.0.0.1", 9, "model m", "endpoints[0]", &err);
+    assert_ptr_equal(httpc_target_continue(t, old), old);   /* t freed */
+    struct httpc_target_stats st;
+    httpc_target_stats(old, &st);
+    assert_int_equal(st.failures[HTTPC_FAIL_RESET], 1);
+    httpc_target_free(old);   /* the old copy lets go: the new one still uses it */
+    assert_false(httpc_target_retired(old));
+    /* Another place, port or owner: a server of its own. */
+    struct httpc_target *other = httpc_target_new("127.0.0.1", 9, "model m", "endpoints[1]",
+                                                  &err);
+    assert_ptr_equal(httpc_target_continue(other, old), other);
+    struct httpc_target *p2 = httpc_target_new("127.0.0.1", 10, "model m", "endpoints[0]", &err);
+    assert_ptr_equal(httpc_target_continue(p2, old), p2);
+    httpc_target_free(other);
+    httpc_target_free(p2);
+    httpc_target_ref(old);   /* a pool's, to see the retirement */
+    httpc_target_free(old);   /* its last owner */
+    assert_true(httpc_target_retired(old));
+    httpc_target_unref(old);
 }
 
 static void test_pick_and_health(void **state)
@@ -605,6 +636,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_parse),
         cmocka_unit_test(test_pick_and_health),
+        cmocka_unit_test(test_target_continues_across_a_reload),
         cmocka_unit_test(test_calls),
         cmocka_unit_test(test_pipeline_one_send_answers_in_order),
         cmocka_unit_test(test_pipeline_losses),
