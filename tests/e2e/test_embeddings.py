@@ -503,6 +503,10 @@ class FolderSettingsTest(EncoderRepoCase):
                 json.dump(tok, f)
             with open(os.path.join(d, "sentence_bert_config.json"), "w") as f:
                 json.dump({"max_seq_length": MAX_SEQ, "do_lower_case": st_lower}, f)
+        d = os.path.join(repo, "badlower")
+        shutil.copytree(os.path.join(repo, "lower"), d)
+        with open(os.path.join(d, "sentence_bert_config.json"), "w") as f:
+            json.dump({"max_seq_length": MAX_SEQ, "do_lower_case": "yes"}, f)
         d = os.path.join(repo, "prompted")
         shutil.copytree(os.path.join(repo, "lower"), d)
         with open(os.path.join(d, "config_sentence_transformers.json"), "w") as f:
@@ -527,6 +531,10 @@ class FolderSettingsTest(EncoderRepoCase):
         self.assertEqual(r.status, 503)
         self.assertIn("config_sentence_transformers.json: default_prompt_name: \"query\": not "
                       "implemented", r.json()["reason"])
+        r = roundtrip(self.port, "GET", "/v2/models/badlower/ready")
+        self.assertEqual(r.status, 503)
+        self.assertIn("sentence_bert_config.json: do_lower_case: expected true or false",
+                      r.json()["reason"])
 
     def test_prompt_name_and_dimensions_are_refused(self):
         for body, param in (({"prompt_name": "query"}, "prompt_name"),
