@@ -463,11 +463,46 @@ static uint64_t grpc_contents_bits(const Inference__InferTensorContents *c, int 
  * request it becomes would blame binary_data_size, which the client never
  * sent). */
 static int grpc_raw_check(const Inference__ModelInferRequest__InferInputTensor *in, size_t k,
-                          size_t len, char *err, size_t cap)
+                          const ProtobufCBinaryData *rb, char *err, size_t cap)
 {
+    size_t len = rb->len;
     int field;
     int size = grpc_contents_field(in->datatype ? in->datatype : "", &field);
     int64_t elems = grpc_shape_elems(in);
+    /* BYTES: 4-byte little-endian lengths, each before its element. A
+     * length past the end, or a count the shape does not take, was blamed
+     * on binary_data_size too. */
+    if (in->datatype && strcmp(in->datatype, "BYTES") == 0) {
+        size_t at = 0;
+        int64_t n = 0;
+        while (at < len) {
+            if (len - at < 4)
+                return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                                 "raw_input_contents[%zu] (input \"%s\"): element %lld's "
+                                 "4-byte length is cut short (%zu bytes left)", k,
+                                 in->name ? in->name : "", (long long)n, len - at);
+            const uint8_t *p = rb->data + at;
+            uint32_t el = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                          (uint32_t)p[3] << 24;
+            at += 4;
+            if (el > len - at)
+                return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                                 "raw_input_contents[%zu] (input \"%s\"): element %lld says %u "
+                                 "bytes, only %zu are left", k, in->name ? in->name : "",
+                                 (long long)n, el, len - at);
+            at += el;
+            n++;
+        }
+        if (elems >= 0 && n != elems) {
+            char shape[96];
+            grpc_shape_text(in, shape, sizeof shape);
+            return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                             "raw_input_contents[%zu] (input \"%s\"): %lld elements, but shape "
+                             "%s needs %lld", k, in->name ? in->name : "", (long long)n, shape,
+                             (long long)elems);
+        }
+        return GRPC_OK;
+    }
     if (size <= 0 || elems < 0 || elems > INT64_MAX / size || (uint64_t)elems * size == len)
         return GRPC_OK;
     char shape[96];
@@ -616,7 +651,7 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
             if (in->contents)
                 rc = grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
                                "input \"%s\": both contents and raw_input_contents", in->name);
-            else if ((rc = grpc_raw_check(in, raw - 1, rb->len, err, cap)) != GRPC_OK)
+            else if ((rc = grpc_raw_check(in, raw - 1, rb, err, cap)) != GRPC_OK)
                 ;
             else if (rb->len && buf_append(&bin, rb->data, rb->len) < 0)
                 rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");

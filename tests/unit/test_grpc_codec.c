@@ -1046,6 +1046,26 @@ static void test_infer_contents_against_the_shape(void **state)
     grpc_http_request_free(&r);
     assert_non_null(strstr(err, "raw_input_contents[0] (input \"t\"): 252 bytes, but shape "
                                 "[1, 64] of FP32 needs 256"));
+    /* BYTES: length-prefixed elements, said in gRPC's terms too (they were
+     * blamed on binary_data_size, which a gRPC client never sends). */
+    static const struct { const char *b; size_t n; int64_t rows; const char *want; } bytes_cases[] = {
+        {"\x64\x00\x00\x00" "abc", 7, 1, "element 0 says 100 bytes, only 3 are left"},
+        {"\x01\x00\x00\x00" "a\x01\x00", 7, 2, "element 1's 4-byte length is cut short (2 bytes left)"},
+        {"\x01\x00\x00\x00" "a", 5, 2, "1 elements, but shape [2, 1] needs 2"},
+    };
+    for (size_t k = 0; k < sizeof bytes_cases / sizeof bytes_cases[0]; k++) {
+        ProtobufCBinaryData rb = {bytes_cases[k].n, (uint8_t *)bytes_cases[k].b};
+        int64_t bshape[] = {bytes_cases[k].rows, 1};
+        assert_int_equal(one_input("BYTES", bshape, 2, NULL, &rb, &r, err, sizeof err),
+                         GRPC_INVALID_ARGUMENT);
+        grpc_http_request_free(&r);
+        if (!strstr(err, bytes_cases[k].want))
+            fail_msg("bytes case %zu: \"%s\", want \"%s\"", k, err, bytes_cases[k].want);
+    }
+    ProtobufCBinaryData ok = {10, (uint8_t *)"\x01\x00\x00\x00" "a\x01\x00\x00\x00" "b"};
+    int64_t two[] = {2, 1};
+    assert_int_equal(one_input("BYTES", two, 2, NULL, &ok, &r, err, sizeof err), GRPC_OK);
+    grpc_http_request_free(&r);
 }
 
 /* Two typed inputs: their bytes one after the other, each its size. */
