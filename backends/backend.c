@@ -12,7 +12,6 @@
 #include "backends/encoder.h"
 #include "backends/labels.h"
 #include "common/clock.h"
-#include "common/httpc.h"
 #include "kernels/kernels.h"
 #include "common/log.h"
 
@@ -104,13 +103,6 @@ int model_servers(const struct model *m, struct httpc_target *const **out)
 {
     *out = NULL;
     return m->backend && m->backend->servers ? m->backend->servers(m, out) : 0;
-}
-
-struct httpc_target *model_server_continue(const struct model *m, int i, struct httpc_target *t)
-{
-    struct httpc_target *const *prev;
-    int n = m->prev ? model_servers(m->prev, &prev) : 0;
-    return i >= 0 && i < n ? httpc_target_continue(t, prev[i]) : t;
 }
 
 void model_devices(const struct model *m, model_device_fn fn, void *arg)

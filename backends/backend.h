@@ -196,9 +196,6 @@ enum backend_device_kind model_device_kind(const struct model *m);
 /* The servers a loaded model's batches go to (a backend that calls
  * servers); 0 and NULL for others. */
 int model_servers(const struct model *m, struct httpc_target *const **out);
-/* Server i of a model being loaded (t, just set up): m->prev's server i
- * instead when it is the same one (httpc_target_continue). */
-struct httpc_target *model_server_continue(const struct model *m, int i, struct httpc_target *t);
 
 /* After model_load, once the model serves: the backend keeps what it
  * prepared for the next load of the same files (the cpu backend writes its

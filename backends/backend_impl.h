@@ -9,6 +9,7 @@
 #define BG_BACKEND_IMPL_H
 
 #include "backends/backend.h"
+#include "common/httpc.h"
 
 /* Compute: batches run on instances (model_run). Loop: batches pulled by the
  * backend's own event loop (model_loop_start). Pool: no batches; the model
@@ -58,5 +59,19 @@ extern const struct backend_i backend_cuda;
 extern const struct backend_i backend_synthetic;
 extern const struct backend_i backend_openai;
 extern const struct backend_i backend_upstream;
+
+/* For a backend that calls servers (upstream, openai), in its model_load:
+ * server i just set up (t), or m->prev's server i instead when it is the
+ * same one (httpc_target_continue), so that its counters go on across a
+ * reload. Through prev's own `servers`: backend.c calls the backends, and
+ * they do not call it back. */
+static inline struct httpc_target *backend_server_continue(const struct model *m, int i,
+                                                           struct httpc_target *t)
+{
+    struct httpc_target *const *prev = NULL;
+    const struct model *p = m->prev;
+    int n = p && p->backend && p->backend->servers ? p->backend->servers(p, &prev) : 0;
+    return i >= 0 && i < n ? httpc_target_continue(t, prev[i]) : t;
+}
 
 #endif

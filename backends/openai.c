@@ -43,7 +43,7 @@ static int openai_model_load(struct model *m, struct cold_start *cs, struct erro
         char name[32];
         snprintf(name, sizeof name, "endpoints[%d]", i);
         om->targets[i] = httpc_target_new(p->hosts[i], p->ports[i], who, name, &e2);
-        om->targets[i] = model_server_continue(m, i, om->targets[i]);
+        om->targets[i] = backend_server_continue(m, i, om->targets[i]);
         if (!om->targets[i]) {
             error_set(err, e2.code, "%s: endpoints[%d]: %s", m->cfg.config_path, i, e2.msg);
             openai_model_unload(m);

@@ -368,7 +368,7 @@ static int upstream_model_load(struct model *m, struct cold_start *cs, struct er
         char name[32];
         snprintf(name, sizeof name, "upstream.urls[%d]", i);
         um->targets[i] = httpc_target_new(u->hosts[i], u->ports[i], who, name, &e2);
-        um->targets[i] = model_server_continue(m, i, um->targets[i]);
+        um->targets[i] = backend_server_continue(m, i, um->targets[i]);
         if (!um->targets[i])
             return error_set(err, e2.code, "%s: upstream.urls[%d]: %s", m->cfg.config_path, i,
                              e2.msg);
