@@ -144,8 +144,11 @@ void usage_format_time(int64_t t, char *out, size_t cap)
     gmtime_r(&tt, &tm);
     /* Four digits of year, as RFC 3339 has them (strftime's %Y wrote year
      * 1 as "1", which the API's own parser then refused). */
-    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    int year = tm.tm_year + 1900;   /* the API's range is years 1 to 9999 */
+    year = year < 0 ? 0 : year > 9999 ? 9999 : year;
+    snprintf(out, cap, "%04u-%02u-%02uT%02u:%02u:%02uZ", (unsigned)year % 10000u,
+             (unsigned)(tm.tm_mon + 1) % 100u, (unsigned)tm.tm_mday % 100u,
+             (unsigned)tm.tm_hour % 100u, (unsigned)tm.tm_min % 100u, (unsigned)tm.tm_sec % 100u);
 }
 
 void usage_rows_collect(const struct state_usage_row *r, void *arg)
