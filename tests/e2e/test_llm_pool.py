@@ -985,15 +985,17 @@ class TestPoolLedgerLongCall(PoolCase):
             out[x["tenant"]] = out.get(x["tenant"], 0) + x["busy_seconds"]
         return out
 
-    def test_a_long_stream_is_its_tenants_in_every_second(self):
-        time.sleep(1.5)   # a sample or two of nothing first
-        before = self.busy()
+    def stream(self):
+        """One streamed call of team-a long enough to span several samples:
+        (its status, how long it took)."""
         t0 = time.monotonic()
         r, raw = self.post("/v1/chat/completions",
                            dict(chat_body("smol", max_tokens=120), stream=True),
                            headers={"Authorization": "Bearer k-a"}, timeout=60)
-        self.assertEqual(r.status, 200, raw)
-        took = time.monotonic() - t0
+        return r.status, time.monotonic() - t0
+
+    def assert_charged_to_team_a(self, before, took):
+        """team-a's busy time since `before` is the call's, the others' none."""
         self.assertGreater(took, 2.0, "the call must outlast a few samples")
         deadline = time.monotonic() + 10
         while True:   # the flush of the second it ended
@@ -1003,10 +1005,17 @@ class TestPoolLedgerLongCall(PoolCase):
                 break
             time.sleep(0.3)
         others = {t: after.get(t, 0) - before.get(t, 0) for t in ("team-b", "ops", "default")}
-        self.assertGreater(a, 0.8 * took, (a, took, others))
+        self.assertGreater(a, 0.8 * took, (a, took, others, self.srv.log()[-1500:]))
         self.assertLess(a, took + 0.5, (a, took))
         for t, v in others.items():
             self.assertLess(v, 0.1, (t, v, a, took))
+
+    def test_a_long_stream_is_its_tenants_in_every_second(self):
+        time.sleep(1.5)   # a sample or two of nothing first
+        before = self.busy()
+        status, took = self.stream()
+        self.assertEqual(status, 200)
+        self.assert_charged_to_team_a(before, took)
 
     def test_a_reload_mid_stream_keeps_the_calls_time(self):
         # The reloaded copy's endpoint was a server set up anew: the old
@@ -1017,14 +1026,8 @@ class TestPoolLedgerLongCall(PoolCase):
         time.sleep(1.5)
         before = self.busy()
         result = {}
-
-        def stream():
-            t0 = time.monotonic()
-            r, raw = self.post("/v1/chat/completions",
-                               dict(chat_body("smol", max_tokens=120), stream=True),
-                               headers={"Authorization": "Bearer k-a"}, timeout=60)
-            result["status"], result["took"] = r.status, time.monotonic() - t0
-        th = threading.Thread(target=stream)
+        th = threading.Thread(target=lambda: result.update(zip(("status", "took"),
+                                                               self.stream())))
         th.start()
         time.sleep(0.8)
         r, raw = self.post("/v2/repository/models/smol/load", b"",
@@ -1032,19 +1035,7 @@ class TestPoolLedgerLongCall(PoolCase):
         self.assertEqual(r.status, 200, raw)
         th.join(60)
         self.assertEqual(result.get("status"), 200, result)
-        took = result["took"]
-        self.assertGreater(took, 2.0)
-        deadline = time.monotonic() + 10
-        while True:
-            after = self.busy()
-            a = after.get("team-a", 0) - before.get("team-a", 0)
-            if a >= 0.8 * took or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        others = {t: after.get(t, 0) - before.get(t, 0) for t in ("team-b", "ops", "default")}
-        self.assertGreater(a, 0.8 * took, (a, took, others, self.srv.log()[-1500:]))
-        for t, v in others.items():
-            self.assertLess(v, 0.1, (t, v, a, took))
+        self.assert_charged_to_team_a(before, result["took"])
         self.assertRegex(self.srv.log(), r"model smol: reloaded")
 
 
