@@ -424,8 +424,12 @@ static void jobs_hold(struct jobs *j)
 }
 
 /* Ends the current job in `state` (reason for FAILED): the lines done so
- * far are made durable first where they can be. */
-static void jobs_finish(struct jobs *j, int state, const char *reason)
+ * far are made durable first where they can be. Returns the state recorded
+ * (FAILED where the results could not be made durable), or a negative code
+ * with err when the database recorded no end: the job is still running
+ * there, taken up again after a pause (a cancel must not be answered
+ * "cancelled" then: the job would run on to its end). */
+static int jobs_finish(struct jobs *j, int state, const char *reason, struct error *out)
 {
     struct jobs_cur *cu = &j->cur;
     struct error err = {0};
@@ -433,10 +437,12 @@ static void jobs_finish(struct jobs *j, int state, const char *reason)
     if (state != STATE_JOB_FAILED) {
         jobs_take_back(j);
         jobs_collect(j);
-        if (jobs_commit(j, &err)) {
+        int rc = jobs_commit(j, &err);
+        if (rc) {
             if (cu->db_refused) {
                 jobs_suspend(j, err.msg);
-                return;
+                *out = err;
+                return rc;
             }
             state = STATE_JOB_FAILED;
             reason = err.msg;
@@ -450,7 +456,8 @@ static void jobs_finish(struct jobs *j, int state, const char *reason)
         sb.st_size > cu->job.out_size && ftruncate(cu->out_fd, cu->job.out_size) == 0)
         (void)fdatasync(cu->out_fd);
     struct error e2 = {0};
-    if (state_job_set_state(j->st, cu->job.id, state, cu->job.lines_total, reason, &e2)) {
+    int rc = state_job_set_state(j->st, cu->job.id, state, cu->job.lines_total, reason, &e2);
+    if (rc) {
         /* Still "running" in the database: it is taken up again from its
          * last committed line, after a pause (a full disk would otherwise
          * have it begun and ended again at once, forever). */
@@ -468,11 +475,17 @@ static void jobs_finish(struct jobs *j, int state, const char *reason)
                   (long long)cu->job.lines_failed, reason ? ": " : "", reason ? reason : "");
     }
     jobs_close_cur(j);
+    if (rc) {
+        *out = e2;
+        return rc;
+    }
+    return state;
 }
 
 static void jobs_fail(struct jobs *j, const char *reason)
 {
-    jobs_finish(j, STATE_JOB_FAILED, reason);
+    struct error err;
+    (void)jobs_finish(j, STATE_JOB_FAILED, reason, &err);
 }
 
 
@@ -727,7 +740,8 @@ static bool jobs_pump(struct jobs *j)
         return true;
     }
     if (end) {
-        jobs_finish(j, STATE_JOB_COMPLETED, NULL);
+        struct error err;
+        (void)jobs_finish(j, STATE_JOB_COMPLETED, NULL, &err);
         return true;
     }
     return progress;
@@ -783,9 +797,14 @@ static void jobs_cmd_cancel(struct jobs *j, struct jobs_cmd *c)
     struct state_job job;
     struct error err = {0};
     if (j->cur.active && strcmp(j->cur.job.id, c->id) == 0) {
-        jobs_finish(j, STATE_JOB_CANCELLED, NULL);
-        c->state = STATE_JOB_CANCELLED;
-        c->status = 0;
+        /* The state the database holds now: CANCELLED, or FAILED when its
+         * results could not be kept; refused, the job runs on (503). */
+        int rc = jobs_finish(j, STATE_JOB_CANCELLED, NULL, &err);
+        c->status = rc < 0 ? rc : 0;
+        if (rc < 0)
+            snprintf(c->error, sizeof c->error, "the job is not cancelled: %.450s", err.msg);
+        else
+            c->state = rc;
         return;
     }
     int rc = state_job_get(j->st, c->id, &job, &err);

@@ -708,6 +708,41 @@ class JobsRestartTest(JobsCase):
         self.assertEqual(submit(srv, "syn", line(0) + "\n").status, 201)
         srv.stop_checked()
 
+    def test_cancel_of_the_running_job_the_database_refuses_is_503(self):
+        """The running job cancelled while another process holds the
+        database's write lock past the busy timeout: the cancel was 200
+        "cancelled" while the job stayed running there and, taken up again,
+        ran to completed. Now 503 with Retry-After, the job runs on; asked
+        again, it is cancelled."""
+        write_model(self.repo, "sloth", synthetic("sloth", base_us=3000000, per_row_us=0,
+                                                  batching={"max_batch_size": 4,
+                                                            "max_queue_delay_us": 1000}))
+        srv = self.start()
+        r = submit(srv, "sloth", "\n".join(line(i) for i in range(8)) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        wait_state(self, srv, job, ("running",), timeout=30)
+        holder = threading.Thread(target=hold_write_lock,
+                                  args=(os.path.join(self.state, "batchgate.db"), 9.5))
+        holder.start()
+        try:
+            time.sleep(0.1)   # the runner waits on its first batch (3 s)
+            r = roundtrip(srv.port, "DELETE", "/v2/jobs/" + job, timeout=30)
+        finally:
+            holder.join()
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(r.headers.get("Retry-After"), "5")
+        self.assertIn("the job is not cancelled", r.json()["error"])
+        self.assertIn("database is locked", r.json()["error"])
+        self.assertNotEqual(get(srv, "/v2/jobs/" + job).json()["state"], "cancelled")
+        r = roundtrip(srv.port, "DELETE", "/v2/jobs/" + job, timeout=30)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.json()["state"], "cancelled")
+        time.sleep(4)   # a job taken up again would have ended a batch by now
+        j = get(srv, "/v2/jobs/" + job).json()
+        self.assertEqual(j["state"], "cancelled", j)
+        srv.stop_checked()
+
     def test_unreadable_database_is_looked_at_with_a_pause(self):
         """The state database damaged under a running server: the jobs
         runner and the Batch API's looked at it, and said so, every second
