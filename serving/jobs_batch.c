@@ -684,22 +684,15 @@ static int jobs_batch_commit_held(struct jobs *j, struct jobs_bcur *bc, struct e
     return 0;
 }
 
-/* Lets go of the results held for the batch `id` (it ended another way). */
-static void jobs_batch_held_drop(struct jobs *j, const char *id)
+void jobs_batch_held_free(struct jobs *j)
 {
-    for (struct jobs_held **p = &j->held; *p;) {
-        struct jobs_held *h = *p;
-        if (id && strcmp(h->batch_id, id) != 0) {
-            p = &h->next;
-            continue;
-        }
-        *p = h->next;
+    while (j->held) {
+        struct jobs_held *h = j->held;
+        j->held = h->next;
         j->held_bytes -= h->len;
         free(h);
     }
 }
-
-void jobs_batch_held_free(struct jobs *j) { jobs_batch_held_drop(j, NULL); }
 
 /* The line's result, committed: the line is done. */
 static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line, bool ok,
@@ -855,47 +848,44 @@ static void jobs_batch_errors(struct buf *out, const char *msg)
 /* The output and error files from the committed results. */
 struct jobs_batch_files {
     struct buf out, err;
-    bool *done;                       /* [1..total]: lines with a result; NULL: not kept */
+    FILE *in;                         /* an expired batch's input, read along; else NULL */
+    char *text;                       /* its line read last (getline's) */
+    size_t cap;
+    int64_t read;                     /* its lines read (blank ones not counted) */
     int64_t total;
+    int64_t unrun;                    /* its lines that never ran, written as errors */
 };
-
-static void jobs_batch_files_one(int64_t line, bool ok, const char *body, size_t len, void *arg)
-{
-    struct jobs_batch_files *f = arg;
-    if (f->done && line >= 1 && line <= f->total)
-        f->done[line] = true;
-    buf_append(ok ? &f->out : &f->err, body, len);
-}
 
 /* An expired batch's lines that never ran go to its error file, as OpenAI
  * writes them (they were in no file: a client could not tell them from
- * lines it never sent). Read from its input, still there. */
-static int64_t jobs_batch_expired_lines(const struct jobs_bcur *bc, struct jobs_batch_files *f)
+ * lines it never sent), in input order among the lines that failed. Read
+ * from its input, still there, up to line `upto`, which has a result of
+ * its own (total + 1: to the end); results come in line order. */
+static void jobs_batch_unrun_until(struct jobs_batch_files *f, int64_t upto)
 {
-    FILE *in = fopen(bc->b.input_path, "r");
-    if (!in)
-        return 0;
-    int64_t written = 0;
-    char *text = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int64_t line = 0;
-    while ((n = getline(&text, &cap, in)) >= 0 && line < f->total) {
-        if (jobs_blank(text, (size_t)n))
+    while (f->in && f->read < upto && f->read < f->total) {
+        ssize_t n = getline(&f->text, &f->cap, f->in);
+        if (n < 0)
+            break;
+        if (jobs_blank(f->text, (size_t)n))
             continue;
-        if (f->done[++line])
-            continue;
-        json_t *root = json_loadb(text, (size_t)n, 0, NULL);
+        if (++f->read == upto)
+            break;
+        json_t *root = json_loadb(f->text, (size_t)n, 0, NULL);
         const char *cid = json_string_value(json_object_get(root, "custom_id"));
         jobs_batch_error_line(&f->err, cid ? cid : "", "batch_expired",
                               "This request could not be executed before the completion "
                               "window expired.");
         json_decref(root);
-        written++;
+        f->unrun++;
     }
-    free(text);
-    fclose(in);
-    return written;
+}
+
+static void jobs_batch_files_one(int64_t line, bool ok, const char *body, size_t len, void *arg)
+{
+    struct jobs_batch_files *f = arg;
+    jobs_batch_unrun_until(f, line);
+    buf_append(ok ? &f->out : &f->err, body, len);
 }
 
 static int jobs_batch_file(struct jobs *j, const struct state_batch *b, const struct buf *data,
@@ -919,22 +909,29 @@ static void jobs_batch_finalize(struct jobs *j, struct jobs_bcur *bc, int status
                                 const char *errors)
 {
     jobs_batch_take_back(j, bc);
-    jobs_batch_held_drop(j, bc->b.id);   /* ended without them (expired while it waited) */
     struct error err = {0};
-    if (status == STATE_BATCH_COMPLETED)
+    /* The answers held since the database refused their rows are results
+     * (answered, and paid for upstream): a cancel or an expiry in the
+     * meantime dropped them, and the output missed lines that had run.
+     * Refused again, the batch is not ended now (below). */
+    int rc = jobs_batch_commit_held(j, bc, &err);
+    if (rc == 0 && status == STATE_BATCH_COMPLETED)
         state_batch_set_status(j->st, bc->b.id, STATE_BATCH_FINALIZING, jobs_batch_now_s(), &err);
-    struct jobs_batch_files files = {BUF_INIT, BUF_INIT, NULL, bc->b.total};
+    struct jobs_batch_files files = {BUF_INIT, BUF_INIT, NULL, NULL, 0, 0, bc->b.total, 0};
     if (status == STATE_BATCH_EXPIRED && bc->b.total > 0)
-        files.done = calloc((size_t)bc->b.total + 1, sizeof *files.done);
+        files.in = fopen(bc->b.input_path, "r");
     struct state_file out, errf;
     bool has_out = false, has_err = false;
-    int rc = state_batch_results(j->st, bc->b.id, jobs_batch_files_one, &files, &err);
+    if (rc == 0)
+        rc = state_batch_results(j->st, bc->b.id, jobs_batch_files_one, &files, &err);
     /* Lines that never ran are in the error file, and so counted failed:
      * total = completed + failed, and failed the error file's lines. */
-    int64_t unrun = 0;
-    if (rc == 0 && files.done)
-        unrun = jobs_batch_expired_lines(bc, &files);
-    free(files.done);
+    if (rc == 0)
+        jobs_batch_unrun_until(&files, bc->b.total + 1);
+    int64_t unrun = files.unrun;
+    if (files.in)
+        fclose(files.in);
+    free(files.text);
     if (rc == 0 && files.out.len)
         has_out = (rc = jobs_batch_file(j, &bc->b, &files.out, "output", &out, &err)) == 0;
     if (rc == 0 && files.err.len)

@@ -1446,6 +1446,39 @@ class TestBatchClientSigkill(BatchCase):
         self.assertEqual(self.sim_requests() - sent0, n, log[-3000:])
 
 
+class TestBatchExpiredOrder(BatchCase):
+    """Lines wait for a scrape that never comes (metrics_interval_ms 0), so
+    a batch's lines can fail (an unknown model: at once) beside lines that
+    never run."""
+    pool_kw = {"metrics_interval_ms": 0}
+
+    def test_an_expired_batchs_error_file_is_in_input_order(self):
+        # The lines that never ran were written after the committed errors,
+        # against "lines are in input order in both files" (docs/LLM.md).
+        self.start()
+        fid = self.upload_ok(jsonl([line(0), line(1, model="nope"), line(2)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        deadline = time.monotonic() + 20
+        while self.batch(bid)["request_counts"]["failed"] < 1:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        # Its window passed while batchgate was down (the running batch's
+        # window is read when it is taken up).
+        self.srv.kill()
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), timeout=10)
+        db.execute("UPDATE batches SET expires_at=? WHERE id=?", (int(time.time()) - 1, bid))
+        db.commit()
+        db.close()
+        self.start()
+        b = self.wait(bid, timeout=20)
+        self.assertEqual(b["status"], "expired", b)
+        self.assertEqual(b["request_counts"], {"total": 3, "completed": 0, "failed": 3})
+        errs = self.content(b["error_file_id"])
+        self.assertEqual([(e["custom_id"], e["error"]["code"]) for e in errs],
+                         [("req-0", "batch_expired"), ("req-1", "model_not_found"),
+                          ("req-2", "batch_expired")])
+
+
 class TestBatchCancelAndIdle(BatchCase):
     sim_args = ("--speed", "1")
     pool_kw = {"offline": {"max_running": 2, "max_inflight_per_endpoint": 2}}
@@ -1510,6 +1543,35 @@ class TestBatchCancelAndIdle(BatchCase):
         b = self.wait(bid, timeout=20)
         self.assertEqual(b["status"], "cancelled", b)
         self.assertLess(b["request_counts"]["completed"], n)
+
+    def test_a_cancel_after_a_refused_write_keeps_the_answers_held(self):
+        # The database refused a result's row (its write lock held past the
+        # busy timeout): the lines answered since are held in memory, to be
+        # committed when the batch is taken up again. A cancel meanwhile,
+        # the database writable again, dropped them: lines answered and
+        # paid for upstream were missing from the output. Now committed.
+        self.start()
+        fid = self.upload_ok(jsonl([line(i, max_tokens=8) for i in range(300)]))["id"]
+        bid = json.loads(self.create(fid)[1])["id"]
+        deadline = time.monotonic() + 30
+        while self.batch(bid)["request_counts"]["completed"] < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        before = self.batch(bid)["request_counts"]["completed"]
+        hold_write_lock(os.path.join(self.state, "batchgate.db"), 5.6)
+        time.sleep(1.5)   # a pause after the refusal: lines answered, held
+        self.srv.wait_log(r"batch %s: line \d+: .*database is locked" % bid, timeout=5)
+        answered = self.sim_requests()
+        st, raw = self.call("POST", "/v1/batches/%s/cancel" % bid)
+        self.assertEqual(st, 200, raw)
+        b = self.wait(bid, timeout=20)
+        self.assertEqual(b["status"], "cancelled", b)
+        done = b["request_counts"]["completed"]
+        self.assertEqual(len(self.content(b["output_file_id"])), done)
+        # Every line answered before the cancel is in the output, less those
+        # whose answers were on their way back (4 in flight at most).
+        self.assertGreaterEqual(done, answered - 4, (before, answered, b))
+        self.assertGreater(done, before + 4, (before, answered, b))
 
     def test_saturated_pool_keeps_its_endpoints(self):
         """Ten long online calls hold 5 running sequences on each endpoint
