@@ -843,6 +843,20 @@ static void jobs_run_cmds(struct jobs *j, struct jobs_cmd *c)
     }
 }
 
+/* A file of jobs.dir no job needs: a submission's input written, its row
+ * never inserted (killed between the two: the file stayed for ever,
+ * retention works from rows), or a results file whose row is gone. */
+static bool jobs_orphan(struct jobs *j, const char *name)
+{
+    char id[48];
+    struct state_job job;
+    struct error err = {0};
+    if (!jobs_own_name(name, "job-", ".input.jsonl", id, sizeof id) &&
+        !jobs_own_name(name, "job-", ".results.jsonl", id, sizeof id))
+        return false;
+    return state_job_get(j->st, id, &job, &err) == -BG_ENOTFOUND;
+}
+
 /* ---- the thread ---- */
 
 /* Jobs forgotten per look at most; a look that found this many looks
@@ -952,6 +966,7 @@ static void *jobs_main(void *arg)
     } else if (j->priority == JOBS_PRIORITY_LOW) {
         (void)!setpriority(PRIO_PROCESS, (id_t)tid, 10);
     }
+    jobs_sweep_dir(j, j->dir, jobs_orphan);
     jobs_batch_sweep(j);
     jobs_btok_restore(j);
     for (;;) {

@@ -17,7 +17,6 @@
  * together, the rows dropped in the same transaction. */
 #include "serving/jobs_impl.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1306,54 +1305,27 @@ static void jobs_batch_expire(struct jobs *j)
     free(x);
 }
 
-/* Whether `name` is `prefix` + 16 hex digits (jobs_new_id) + `suffix`;
- * the id (prefix and digits) into id. */
-static bool jobs_batch_own_name(const char *name, const char *prefix, const char *suffix,
-                                char *id, size_t cap)
+/* A file of <jobs.dir>/batch no row needs: a file's bytes whose row was
+ * never inserted, a batch's own link to its input once it ended. */
+static bool jobs_batch_orphan(struct jobs *j, const char *name)
 {
-    size_t np = strlen(prefix), ns = strlen(suffix), n = strlen(name);
-    if (n != np + 16 + ns || strncmp(name, prefix, np) || strcmp(name + np + 16, suffix))
-        return false;
-    for (size_t i = np; i < np + 16; i++)
-        if (!strchr("0123456789abcdef", name[i]) || !name[i])
-            return false;
-    snprintf(id, cap, "%.*s", (int)(np + 16), name);
-    return true;
+    char id[48];
+    struct error err = {0};
+    if (jobs_own_name(name, "file-", ".jsonl", id, sizeof id)) {
+        struct state_file f;
+        return state_file_get(j->st, id, &f, &err) == -BG_ENOTFOUND;
+    }
+    if (jobs_own_name(name, "batch_", ".input.jsonl", id, sizeof id)) {
+        /* A batch's own link to its input, kept until the batch ends. */
+        struct state_batch b;
+        int rc = state_batch_get(j->st, id, &b, &err);
+        return rc == -BG_ENOTFOUND || (rc == 0 && b.status >= STATE_BATCH_COMPLETED &&
+                                       b.status != STATE_BATCH_CANCELLING);
+    }
+    return false;
 }
 
-void jobs_batch_sweep(struct jobs *j)
-{
-    DIR *d = opendir(j->bdir);
-    if (!d)
-        return;
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d)) != NULL) {
-        char id[48], path[4500];
-        struct error err = {0};
-        bool orphan = false;
-        if (jobs_batch_own_name(e->d_name, "file-", ".jsonl", id, sizeof id)) {
-            struct state_file f;
-            orphan = state_file_get(j->st, id, &f, &err) == -BG_ENOTFOUND;
-        } else if (jobs_batch_own_name(e->d_name, "batch_", ".input.jsonl", id, sizeof id)) {
-            /* A batch's own link to its input, kept until the batch ends. */
-            struct state_batch b;
-            int rc = state_batch_get(j->st, id, &b, &err);
-            orphan = rc == -BG_ENOTFOUND ||
-                     (rc == 0 && b.status >= STATE_BATCH_COMPLETED &&
-                      b.status != STATE_BATCH_CANCELLING);
-        }
-        if (!orphan)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", j->bdir, e->d_name);
-        if (unlink(path) == 0)
-            n++;
-    }
-    closedir(d);
-    if (n)
-        log_info("%s: %d file%s no row needs any more deleted (left by a crash)", j->bdir,
-                 n, n == 1 ? "" : "s");
-}
+void jobs_batch_sweep(struct jobs *j) { jobs_sweep_dir(j, j->bdir, jobs_batch_orphan); }
 
 /* Looks for a batch to start at most this often when nothing was made or
  * ended since (a batch's creation or end looks at once). */

@@ -200,6 +200,15 @@ int jobs_tenant_index(const struct jobs *j, const char *name);
 int jobs_write_file(const char *path, const char *data, size_t len, struct error *err);
 /* prefix + 16 random hex digits. */
 void jobs_new_id(const char *prefix, char *id, size_t cap);
+/* Whether `name` is `prefix` + 16 hex digits (jobs_new_id) + `suffix`;
+ * the id (prefix and digits) into id. */
+bool jobs_own_name(const char *name, const char *prefix, const char *suffix, char *id,
+                   size_t cap);
+/* At the runner's start: the files of dir that `orphan` says no row needs
+ * (a crash between a file's write and its row, or a row's end and its
+ * file's removal) are deleted, and counted in the log. */
+void jobs_sweep_dir(struct jobs *j, const char *dir,
+                    bool (*orphan)(struct jobs *j, const char *name));
 
 /* ---- jobs_batch.c, on the jobs thread ---- */
 /* The Batch API's commands (JOBS_CMD_FILE_*, JOBS_CMD_BATCH_*). */

@@ -3,6 +3,7 @@
 #include "serving/jobs_impl.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +94,41 @@ void jobs_new_id(const char *prefix, char *id, size_t cap)
     }
     snprintf(id, cap, "%s%02x%02x%02x%02x%02x%02x%02x%02x", prefix, r[0], r[1], r[2], r[3], r[4],
              r[5], r[6], r[7]);
+}
+
+bool jobs_own_name(const char *name, const char *prefix, const char *suffix, char *id,
+                   size_t cap)
+{
+    size_t np = strlen(prefix), ns = strlen(suffix), n = strlen(name);
+    if (n != np + 16 + ns || strncmp(name, prefix, np) || strcmp(name + np + 16, suffix))
+        return false;
+    for (size_t i = np; i < np + 16; i++)
+        if (!strchr("0123456789abcdef", name[i]) || !name[i])
+            return false;
+    snprintf(id, cap, "%.*s", (int)(np + 16), name);
+    return true;
+}
+
+void jobs_sweep_dir(struct jobs *j, const char *dir,
+                    bool (*orphan)(struct jobs *j, const char *name))
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) != NULL) {
+        char path[4500];
+        if (!orphan(j, e->d_name))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0)
+            n++;
+    }
+    closedir(d);
+    if (n)
+        log_info("%s: %d file%s no row needs any more deleted (left by a crash)", dir, n,
+                 n == 1 ? "" : "s");
 }
 
 /* A full disk or quota passes: the caller may try again (503). */

@@ -708,6 +708,33 @@ class JobsRestartTest(JobsCase):
         self.assertEqual(submit(srv, "syn", line(0) + "\n").status, 201)
         srv.stop_checked()
 
+    def test_a_submissions_input_left_without_its_row_is_deleted_at_start(self):
+        """Killed between writing a submission's input and inserting its row
+        (up to a 5 s busy wait wide), the input stayed in jobs.dir for ever
+        (up to max_input_bytes): retention works from rows. The next start
+        deletes job files no row names, and nothing else."""
+        srv = self.start()
+        r = submit(srv, "syn", line(0) + "\n")
+        self.assertEqual(r.status, 201, r.body)
+        job = r.json()["id"]
+        self.assertEqual(wait_state(self, srv, job, ("completed", "failed"))["state"], "completed")
+        srv.kill()
+        orphans = ["job-0123456789abcdef.input.jsonl", "job-fedcba9876543210.results.jsonl"]
+        others = ["job-xyz.input.jsonl", "notes.txt", "job-0123456789abcdef.input.jsonl.bak"]
+        for name in orphans + others:
+            with open(os.path.join(self.jobs_dir, name), "w") as f:
+                f.write(line(1) + "\n")
+        srv = self.start()
+        srv.wait_log(r"%s: 2 files no row needs any more deleted \(left by a crash\)"
+                     % re.escape(self.jobs_dir), timeout=10)
+        left = set(os.listdir(self.jobs_dir))
+        for name in orphans:
+            self.assertNotIn(name, left)
+        for name in others + ["%s.input.jsonl" % job, "%s.results.jsonl" % job]:
+            self.assertIn(name, left)
+        self.assertEqual(len(results(self, srv, job)), 1)
+        srv.stop_checked()
+
     def test_cancel_of_the_running_job_the_database_refuses_is_503(self):
         """The running job cancelled while another process holds the
         database's write lock past the busy timeout: the cancel was 200
