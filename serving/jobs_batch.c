@@ -1056,7 +1056,10 @@ static void jobs_batch_shares(const struct jobs *j, double *share)
 
 /* Batches not running whose 24 hours passed: waiting for one of the
  * JOBS_BATCHES_ACTIVE places, or for midnight (their tenant's
- * batch_tokens_per_day). A running one is ended by jobs_batch_pump. */
+ * batch_tokens_per_day). A running one is ended by jobs_batch_pump. And
+ * batches not running left `cancelling` (a crash after the cancel was
+ * recorded, or an end the database refused): they waited for a place, or
+ * for midnight, to be ended. */
 #define JOBS_OVERDUE_MAX 16
 
 struct jobs_overdue {
@@ -1069,8 +1072,9 @@ struct jobs_overdue {
 static void jobs_batch_overdue_one(const struct state_batch *b, void *arg)
 {
     struct jobs_overdue *x = arg;
-    if (x->n == JOBS_OVERDUE_MAX || x->now < b->at[STATE_BATCH_AT_EXPIRES] ||
-        b->status == STATE_BATCH_CANCELLING || jobs_batch_slot(x->j, b->id))
+    if (x->n == JOBS_OVERDUE_MAX || jobs_batch_slot(x->j, b->id))
+        return;
+    if (b->status != STATE_BATCH_CANCELLING && x->now < b->at[STATE_BATCH_AT_EXPIRES])
         return;
     x->b[x->n++] = *b;
 }
@@ -1092,6 +1096,10 @@ static bool jobs_batch_end_overdue(struct jobs *j)
         /* Its own group, which has no lines in the caller: finalizing takes
          * back none of the running batches' lines. */
         struct jobs_bcur bc = {.active = true, .group = ++j->bgroups, .b = x->b[i]};
+        if (bc.b.status == STATE_BATCH_CANCELLING) {
+            jobs_batch_finalize(j, &bc, STATE_BATCH_CANCELLED, NULL);
+            continue;
+        }
         log_info("batch %s passed its completion window while it waited to run", bc.b.id);
         jobs_batch_finalize(j, &bc, STATE_BATCH_EXPIRED, NULL);
     }

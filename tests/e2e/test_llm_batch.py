@@ -923,6 +923,29 @@ class TestBatchesSideBySide(BatchCase):
         for bid in mine[1:]:
             self.assertEqual(self.call("POST", "/v1/batches/%s/cancel" % bid)[0], 200)
 
+    def test_a_batch_left_cancelling_is_ended_without_a_place(self):
+        """A batch waiting for a place whose cancel was recorded but not its
+        end (a crash between, or an end the database refused) waited for
+        a place to be ended (or for midnight, its tenant's tokens spent).
+        It is ended at the next look; the running batches lose nothing."""
+        self.start()
+        mine = [self.make("k-a", 200, 16, "a%d" % i) for i in range(5)]
+        self.srv.wait_log(r"batch %s starts" % mine[3], timeout=30)
+        self.srv.kill()
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"), timeout=10)
+        db.execute("UPDATE batches SET status=6, cancelling_at=? WHERE id=?",
+                   (int(time.time()), mine[4]))   # STATE_BATCH_CANCELLING
+        db.commit()
+        db.close()
+        self.start()
+        self.as_tenant("k-a")
+        b = self.wait(mine[4], timeout=10)
+        self.assertEqual(b["status"], "cancelled", b)
+        self.assertNotIn("batch %s starts" % mine[4], self.srv.log())
+        self.assertEqual([self.batch(bid)["status"] for bid in mine[:4]], ["in_progress"] * 4)
+        for bid in mine[:4]:
+            self.assertEqual(self.call("POST", "/v1/batches/%s/cancel" % bid)[0], 200)
+
     def test_a_batch_waiting_for_a_place_expires_on_time(self):
         """A batch whose 24 hours pass while all four places are taken is
         ended expired then, not when a place frees: the client is told at
