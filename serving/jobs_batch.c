@@ -699,7 +699,7 @@ static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line
 {
     struct error err = {0};
     int model = sm ? served_index(sm) : -1;
-    if (bc->stalled) {
+    if (bc->stalled && !bc->stalled_oom) {
         /* Refused once: the lines still in flight are held without asking
          * again. Each asked waited out the busy timeout (5 s) while a lock
          * lasted, one after another: a window of lines held a SIGTERM, or a
@@ -714,10 +714,10 @@ static void jobs_batch_commit(struct jobs *j, struct jobs_bcur *bc, int64_t line
          * and runs the lines with none. It ended "completed" without them.
          * Said once a stall: every line in flight came back to the same
          * refusal (1,242 lines in 40 s on a full disk). */
-        if (!bc->stalled)
-            log_error("batch %s: line %lld: %s (the lines still in flight are not said)",
-                      bc->b.id, (long long)line, err.msg);
+        log_error("batch %s: line %lld: %s (the lines still in flight are not said)",
+                  bc->b.id, (long long)line, err.msg);
         bc->stalled = true;
+        bc->stalled_oom = false;
         jobs_batch_hold(j, bc, line, ok, res, model);
         return;
     }
@@ -1261,9 +1261,12 @@ static bool jobs_batch_feed_one(struct jobs *j, struct jobs_bcur *bc)
     if (!l || !l->body || !l->arg) {
         if (l)
             jobs_batch_line_free(l);
+        /* Not the end of its input: taken for one, the batch ended
+         * completed without the line and those after it. It is closed
+         * once its lines in flight are back, and taken up again after a
+         * pause, as when the database refuses a result. */
         log_error("batch %s: out of memory for line %lld", bc->b.id, (long long)line);
-        bc->next_line--;   /* not done; the batch resumes it after a restart */
-        bc->eof = true;
+        bc->stalled = bc->stalled_oom = true;
         return false;
     }
     bc->inflight++;
@@ -1393,10 +1396,17 @@ bool jobs_batch_pump(struct jobs *j)
              * back: counted from the first refusal, it was over before
              * they were ("in 0.0 s"), and the batch was taken up at once. */
             double in_s = jobs_db_trouble(j);
-            log_warn("batch %s: %lld of %lld lines have a result; the state database refused "
-                     "the others'; those answered are held and committed when it is taken up "
-                     "(in %.0f s), the rest run then", bc->b.id,
-                     (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total, in_s);
+            if (bc->stalled_oom)
+                log_warn("batch %s: %lld of %lld lines have a result; no memory for the next "
+                         "line: taken up again in %.0f s", bc->b.id,
+                         (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total,
+                         in_s);
+            else
+                log_warn("batch %s: %lld of %lld lines have a result; the state database "
+                         "refused the others'; those answered are held and committed when it "
+                         "is taken up (in %.0f s), the rest run then", bc->b.id,
+                         (long long)(bc->b.completed + bc->b.failed), (long long)bc->b.total,
+                         in_s);
             jobs_batch_close(j, bc);
             j->batches_look = false;   /* not at once: after the pause */
             progress = true;

@@ -92,6 +92,7 @@ struct jobs_bcur {
     uint8_t *done;                    /* [total + 1]: line n's result is committed */
     int inflight;                     /* lines handed to the caller, not back */
     bool stalled;                     /* a result could not be committed: no more lines */
+    bool stalled_oom;                 /* stalled by no memory for a line, not the database */
     char *line;
     size_t line_cap;
     struct jobs_bpool pools[JOBS_BATCH_MAX_POOLS];

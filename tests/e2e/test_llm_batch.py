@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -1467,6 +1468,58 @@ class TestBatchClientSigkill(BatchCase):
                                         r"committed when it is taken up \(in [1-9]\d* s\)",
                                         log)), stalls, log[-3000:])
         self.assertEqual(self.sim_requests() - sent0, n, log[-3000:])
+
+
+# A strdup that fails the Nth copy of one string (FAIL_STRDUP="text:N"), to
+# reach the out-of-memory path of a line's feed: a batch's custom_id is
+# copied once when the input is checked and once when the line is sent.
+FAIL_STRDUP_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+char *strdup(const char *s)
+{
+    static char *(*real)(const char *);
+    static int seen;
+    if (!real)
+        real = (char *(*)(const char *))dlsym(RTLD_NEXT, "strdup");
+    const char *spec = getenv("FAIL_STRDUP"), *colon = spec ? strrchr(spec, ':') : NULL;
+    if (colon && strlen(s) == (size_t)(colon - spec) && !strncmp(s, spec, colon - spec) &&
+        ++seen == atoi(colon + 1)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return real(s);
+}
+"""
+
+
+@unittest.skipUnless(shutil.which("cc"), "no C compiler for the strdup shim")
+class TestBatchOutOfMemory(BatchCase):
+    def setUp(self):
+        super().setUp()
+        src = os.path.join(self.tmp, "failstrdup.c")
+        lib = os.path.join(self.tmp, "failstrdup.so")
+        with open(src, "w") as f:
+            f.write(FAIL_STRDUP_C)
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, src, "-ldl"], check=True)
+        self.env = {"LD_PRELOAD": lib, "FAIL_STRDUP": "req-3:2"}
+
+    def test_no_memory_for_a_line_does_not_end_the_batch(self):
+        # No memory to send line 4 was taken for the end of the input: the
+        # batch ended "completed" with 3 of its 10 lines. It is taken up
+        # again after a pause and runs every line.
+        self.start()
+        fid = self.upload_ok(jsonl([line(i) for i in range(10)]))["id"]
+        st, raw = self.create(fid)
+        self.assertEqual(st, 200, raw)
+        bid = json.loads(raw)["id"]
+        self.srv.wait_log(r"batch %s: out of memory for line 4" % bid, timeout=20)
+        self.assert_each_line_once(bid, 10)
+        self.assertRegex(self.srv.log(), r"batch %s: \d+ of 10 lines have a result; no memory "
+                                         r"for the next line: taken up again in 1 s" % bid)
 
 
 class TestBatchExpiredOrder(BatchCase):
