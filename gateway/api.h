@@ -144,6 +144,20 @@ void api_count_request(struct api_state *st, struct served_model *sm, struct htt
  * cure it soon, x-should-retry: false. */
 struct admit_refusal;
 void api_refuse_tenant(struct http_request *req, const struct admit_refusal *why);
+/* A handler run again once the model it waited for is loaded, with a
+ * reference to the copy it waited for (NULL: the first run). */
+typedef void (*api_run_fn)(struct http_request *req, const struct route_match *m,
+                           struct api_state *st, struct served_model *held);
+/* A request found sm (a reference it hands over) not READY: when the
+ * model's load (started here if none is under way) is expected to end
+ * within the request's latency budget, the request waits, and run is
+ * called again on its thread with the copy loaded (m's "model" parameter
+ * names the model); otherwise it is answered 503 (with Retry-After when a
+ * load will make it ready). A model whose last load failed is 503 with
+ * the reason. Returns 1 when the model was loaded meanwhile (nothing was
+ * answered: look it up again), else 0. */
+int api_models_wait(struct http_request *req, const struct route_match *m,
+                    struct api_state *st, struct served_model *sm, api_run_fn run);
 /* POST /v1/embeddings on batchgate's own encoder models (api_models.c);
  * api_llm.c's route hands it what is not a pool's. */
 void api_models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx);

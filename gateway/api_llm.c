@@ -98,6 +98,8 @@ static void llm_call_free(struct llm_call *c)
         admit_tokens_leave(c->st->admit, c->tenant, c->estimate, c->used, now_ns(), time(NULL));
     if (c->admitted)
         admit_leave(c->st->admit, c->tenant);
+    if (c->sm && c->t_try)
+        served_touch(c->sm);   /* a long stream is use until its end */
     if (c->sm)
         served_release(c->sm);
     free(c->body);
@@ -512,7 +514,37 @@ static void llm_try(struct llm_call *c)
 /* ---- routes ---- */
 
 static void llm_route(struct http_request *req, const struct route_match *m, void *ctx,
-                      enum llm_api api)
+                      enum llm_api api, struct served_model *held);
+
+/* Run again once the pool a call waited for is loaded (api_models_wait). */
+static void llm_chat_again(struct http_request *req, const struct route_match *m,
+                           struct api_state *st, struct served_model *held)
+{
+    llm_route(req, m, st, LLM_CHAT, held);
+}
+
+static void llm_completions_again(struct http_request *req, const struct route_match *m,
+                                  struct api_state *st, struct served_model *held)
+{
+    llm_route(req, m, st, LLM_COMPLETIONS, held);
+}
+
+static void llm_embeddings_again(struct http_request *req, const struct route_match *m,
+                                 struct api_state *st, struct served_model *held)
+{
+    llm_route(req, m, st, LLM_EMBEDDINGS, held);
+}
+
+static const api_run_fn llm_again[] = {
+    [LLM_CHAT] = llm_chat_again,
+    [LLM_COMPLETIONS] = llm_completions_again,
+    [LLM_EMBEDDINGS] = llm_embeddings_again,
+};
+
+/* held: the pool's copy a call waited for (its second run); NULL: the
+ * first run. */
+static void llm_route(struct http_request *req, const struct route_match *m, void *ctx,
+                      enum llm_api api, struct served_model *held)
 {
     struct api_state *st = ctx;
     size_t len;
@@ -542,7 +574,7 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         http_respond_error(req, 400, NULL, "model: missing (a string naming the model)");
         return;
     }
-    struct served_model *sm = llm_find(st, name);
+    struct served_model *sm = held ? held : llm_find(st, name);
     if ((!sm || sm->model.cfg.kind != MODEL_KIND_POOL) && api == LLM_EMBEDDINGS) {
         if (sm)   /* batchgate's own encoders answer it (and check the tenant) */
             served_release(sm);
@@ -573,6 +605,21 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         return;
     }
     const char *pool_name = sm->model.cfg.name;
+    if (!held && atomic_load(&sm->state) != SERVED_READY) {
+        /* Lazy, unloaded, idle or evicted: the call loads it and waits
+         * for the load, as an inference does (it was 503 for ever: no
+         * request loaded a pool). Once: a pool unloaded again before the
+         * second run is 503 below. */
+        char own[MODEL_NAME_MAX];
+        snprintf(own, sizeof own, "%s", pool_name);
+        json_decref(root);
+        struct route_match mm = {.nparams = 1, .pattern = m->pattern};
+        mm.params[0] = (struct route_param){.name = "model", .value = own,
+                                            .len = strlen(own)};
+        if (api_models_wait(req, &mm, st, sm, llm_again[api]) == 1)   /* loaded meanwhile */
+            llm_route(req, m, st, api, serving_acquire(st->serving, own, strlen(own)));
+        return;
+    }
     if (atomic_load(&sm->state) != SERVED_READY || !sm->pool) {
         http_respond_error(req, 503, "Retry-After: 1\r\n", "model %s is not ready: %s",
                            pool_name, sm->model.reason[0] ? sm->model.reason : "loading");
@@ -656,22 +703,23 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         return;
     }
     c->len = strlen(c->body);
+    served_touch(sm);   /* idle_unload_s counts from the last call, begun or ended */
     llm_try(c);
 }
 
 static void llm_chat(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    llm_route(req, m, ctx, LLM_CHAT);
+    llm_route(req, m, ctx, LLM_CHAT, NULL);
 }
 
 static void llm_completions(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    llm_route(req, m, ctx, LLM_COMPLETIONS);
+    llm_route(req, m, ctx, LLM_COMPLETIONS, NULL);
 }
 
 static void llm_embeddings(struct http_request *req, const struct route_match *m, void *ctx)
 {
-    llm_route(req, m, ctx, LLM_EMBEDDINGS);
+    llm_route(req, m, ctx, LLM_EMBEDDINGS, NULL);
 }
 
 /* 200 with obj (taken; NULL: out of memory). */

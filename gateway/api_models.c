@@ -233,10 +233,7 @@ static struct served_model *models_lookup(struct http_request *req, const struct
 
 /* ---- waiting for a load (a lazy or unloaded model) ---- */
 
-/* An inference handler run again once the model it waited for is loaded,
- * with a reference to the copy it waited for (NULL: the first run). */
-typedef void (*models_run_fn)(struct http_request *req, const struct route_match *m,
-                              struct api_state *st, struct served_model *held);
+typedef api_run_fn models_run_fn;
 
 struct models_wait {
     struct mailbox_msg msg;           /* first: the mailbox hands back &msg */
@@ -375,21 +372,28 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
         served_release(sm);
         return NULL;
     }
-    int state = atomic_load(&sm->state);
-    if (state == SERVED_READY)
+    if (atomic_load(&sm->state) == SERVED_READY)
         return sm;
-    if (state == SERVED_FAILED) {
+    return api_models_wait(req, rerun_m, st, sm, run) == 1
+               ? models_lookup(req, m, st, NEED_READY, true)
+               : NULL;
+}
+
+int api_models_wait(struct http_request *req, const struct route_match *rerun_m,
+                    struct api_state *st, struct served_model *sm, api_run_fn run)
+{
+    if (atomic_load(&sm->state) == SERVED_FAILED) {
         models_account_reject(st, sm, req, BG_ENOTREADY, 503);
         http_respond_error(req, 503, NULL, "model %s is not ready: %s", sm->model.cfg.name,
                            sm->model.reason);
         served_release(sm);
-        return NULL;
+        return 0;
     }
     struct models_wait *w = calloc(1, sizeof *w);
     if (!w) {
         http_respond_error(req, 500, NULL, "out of memory");
         served_release(sm);
-        return NULL;
+        return 0;
     }
     *w = (struct models_wait){.req = req, .m = *rerun_m, .st = st, .mb = http_request_mailbox(req),
                               .run = run};
@@ -422,7 +426,7 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
     if (rc == 1) {                    /* loaded meanwhile */
         models_wait_free(w);
         served_release(sm);
-        return models_lookup(req, m, st, NEED_READY, true);
+        return 1;
     }
     if (rc < 0) {
         models_wait_free(w);
@@ -434,7 +438,7 @@ static struct served_model *models_ready_or_wait(struct http_request *req,
         http_respond_error(req, error_http_status(-rc), hdr[0] ? hdr : NULL, "%s", err.msg);
     }
     served_release(sm);
-    return NULL;
+    return 0;
 }
 
 static void models_respond_buf(struct http_request *req, int status, struct buf *b)

@@ -241,6 +241,7 @@ static int jobs_feed_one(struct jobs *j)
     it->t_arrival_ns = jobs_mono_ns();
     it->complete = jobs_line_complete;
     sl->submitted = true;
+    served_touch(cu->sm);   /* a job's lines are use: idle unload and eviction go by it */
     int rc = batcher_submit(cu->sm->batcher, it, &err);
     if (rc) {
         sl->submitted = false;

@@ -256,6 +256,7 @@ static void llmbatch_idle_end(struct llmbatch_line *l, struct llmpool *pool, int
     if (l->t_try) {   /* the try's time, the tenant's for good (modelstats_call_begin) */
         modelstats_call_end(l->sm->stats, e, l->tenant, true, l->t_try);
         l->t_try = 0;
+        served_touch(l->sm);   /* a batch's lines are use (idle_unload_s) */
     }
 }
 
@@ -402,6 +403,7 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
     l->t0 = now_ns();
     l->t_try = l->t0;
     modelstats_call_begin(l->sm->stats, e, l->tenant, true, l->t_try);
+    served_touch(l->sm);
     if (l->sm->model.cfg.pool.offline_preempt)
         (void)llmpool_preempt_take(pool, e);   /* asks left from lines that ended since */
     if (l->tries < LLMBATCH_TRIES)

@@ -21,7 +21,7 @@ import unittest
 from harness import (RepoServerCase, Server, endpoint_starting, free_port, roundtrip,
                      seconds_to_stop_after_close)
 from test_infer import synthetic, write_model
-from test_metrics import check_grouping
+from test_metrics import check_grouping, parse, value
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "llmsim"))
@@ -288,8 +288,13 @@ class TestPoolRoutes(PoolCase):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and self.get("/v2/models/reload/ready")[0].status == 200:
             time.sleep(0.02)
+        # A call loads it again, as a request loads an inference model the
+        # repository API unloaded (it was 503 for ever: no call loaded a pool).
         r, raw = self.post("/v1/chat/completions", chat_body("reload", max_tokens=2))
-        self.assert_openai_error(r, raw, 503)
+        self.assertEqual(r.status, 200, raw)
+        self.assertEqual(self.get("/v2/models/reload/ready")[0].status, 200)
+        r, raw = self.post("/v2/repository/models/reload/unload", {})
+        self.assertEqual(r.status, 200, raw)
         r, raw = self.post("/v2/repository/models/reload/load", {})
         self.assertEqual(r.status, 200, raw)
         for _ in range(4):
@@ -345,6 +350,55 @@ class TestPoolRoutes(PoolCase):
                          % re.escape(self.sim.url(1)))
         self.assertEqual(total(text, "llm_tenant_time_to_first_token_seconds_count") -
                          total(before, "llm_tenant_time_to_first_token_seconds_count"), 1)
+
+
+class TestPoolLifecycle(PoolCase):
+    """A pool is a model like the others for lazy loading and idle unload
+    (docs/LLM.md): its calls load it and keep it loaded."""
+
+    @classmethod
+    def populate(cls, repo):
+        write_model(repo, "lazypool", pool("lazypool", [cls.sim.url(0)], metrics_interval_ms=50,
+                                           lifecycle={"load": "lazy"}))
+        write_model(repo, "idlepool", pool("idlepool", [cls.sim.url(1)], metrics_interval_ms=50,
+                                           lifecycle={"idle_unload_s": 1}))
+
+    def state(self, name):
+        r, raw = self.post("/v2/repository/index", {})
+        self.assertEqual(r.status, 200, raw)
+        return {row["name"]: row for row in json.loads(raw)}[name]["state"]
+
+    def idle_unloads(self, name):
+        return value(parse(self.gateway_metrics()), "batchgate_model_unloads_total",
+                     model=name, reason="idle")
+
+    def test_a_call_loads_a_lazy_pool(self):
+        # It was 503 "the first request loads it" for ever: no call loaded
+        # a pool. The call now waits for the load, as an inference does.
+        self.assertEqual(self.state("lazypool"), "UNAVAILABLE")
+        r, raw = self.post("/v1/chat/completions", chat_body("lazypool"))
+        self.assertEqual(r.status, 200, raw)
+        self.assertTrue(json.loads(raw)["choices"][0]["message"]["content"])
+        self.assertEqual(self.state("lazypool"), "READY")
+
+    def test_calls_keep_a_pool_loaded_and_load_it_again(self):
+        # Calls never counted as use: a pool with idle_unload_s 1 was
+        # unloaded a second after its load under steady traffic, and then
+        # stayed unloaded (503).
+        before = self.idle_unloads("idlepool")
+        for _ in range(12):   # one call every 0.25 s for 3 s
+            r, raw = self.post("/v1/chat/completions", chat_body("idlepool"))
+            self.assertEqual(r.status, 200, raw)
+            time.sleep(0.25)
+        self.assertEqual(self.idle_unloads("idlepool"), before)
+        deadline = time.monotonic() + 10   # idle now: unloaded
+        while self.state("idlepool") == "READY":
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        self.assertEqual(self.idle_unloads("idlepool"), before + 1)
+        r, raw = self.post("/v1/chat/completions", chat_body("idlepool", stream=True))
+        self.assertEqual(r.status, 200, raw)
+        self.assertEqual(self.events(raw)[-1], "[DONE]")
 
 
 class TestPoolNames(RepoServerCase):
