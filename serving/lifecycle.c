@@ -68,23 +68,27 @@ static struct served_entry *lc_find(struct serving *s, const char *name, size_t 
     return lc_find_next(s, name, len, -1);
 }
 
-/* The weights file's size: what a model never loaded is expected to hold. */
-static size_t lc_file_bytes(const struct served_entry *e)
+/* The weights file's size in `dir` (a config's `dir`: the model's folder,
+ * or its version's, where a versioned model's weights are; the model's
+ * own folder holds none, and a model never loaded was estimated at 0
+ * bytes and 20 ms): what a model never loaded is expected to hold. */
+static size_t lc_file_bytes(const char *dir)
 {
     char path[4200];
     struct stat st;
-    snprintf(path, sizeof path, "%s/model.safetensors", e->dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     return stat(path, &st) == 0 ? (size_t)st.st_size : 0;
 }
 
-static size_t lc_estimate_bytes(const struct served_entry *e)
+static size_t lc_estimate_bytes(const struct served_entry *e, const char *dir)
 {
     size_t b = atomic_load(&e->bytes);
-    return b ? b : lc_file_bytes(e);
+    return b ? b : lc_file_bytes(dir);
 }
 
 /* The expected load time: the last cold start, else the file at the
- * measured read rate. */
+ * measured read rate. Under e->mu (e->cur's configuration says where its
+ * weights are). */
 static int64_t lc_estimate_ns(struct serving *s, const struct served_entry *e)
 {
     int64_t cold = atomic_load(&e->cold_ns);
@@ -93,7 +97,8 @@ static int64_t lc_estimate_ns(struct serving *s, const struct served_entry *e)
     double bps = atomic_load(&s->read_bps);
     if (bps <= 0)
         bps = LIFECYCLE_DEFAULT_READ_BPS;
-    return (int64_t)((double)lc_file_bytes(e) / bps * 1e9) + LIFECYCLE_FIXED_NS;
+    return (int64_t)((double)lc_file_bytes(e->cur->model.cfg.dir) / bps * 1e9) +
+           LIFECYCLE_FIXED_NS;
 }
 
 /* ---- the drain: swapped-out copies, freed when nobody holds them ---- */
@@ -360,7 +365,7 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         served_config_device(cfg, dev, sizeof dev);
         size_t budget = lc_budget(s, dev);
         if (budget)
-            rc = lc_make_room(s, e, dev, lc_estimate_bytes(e), budget, err);
+            rc = lc_make_room(s, e, dev, lc_estimate_bytes(e, cfg->dir), budget, err);
     }
     struct served_model *sm = NULL;
     if (rc == 0) {
@@ -421,7 +426,7 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
      * per second of a whole load (read, prepare, warmup), from the last
      * load that prepared its weights (not one that mapped them back). */
     if (m->cold.prepare_s > 0 && m->cold.total_s > 0) {
-        double bps = (double)lc_file_bytes(e) / m->cold.total_s;
+        double bps = (double)lc_file_bytes(m->cfg.dir) / m->cold.total_s;
         if (bps > 0)
             atomic_store(&s->read_bps, bps);
     }

@@ -75,6 +75,14 @@ class RepositoryTest(RepoServerCase):
         # A lazy CPU model whose weights file is not a safetensors file.
         write_model(repo, "broken", lazy(mlp("broken", [{"type": "dense", "weight": "w"}])),
                     raw_weights=b"not a safetensors file at all")
+        # Lazy, never loaded, with a 4 GB weights file (sparse: no disk used;
+        # the synthetic backend does not read it): at the default read rate,
+        # seconds to load. One folder flat, one versioned (the weights in 1/).
+        for name, sub in (("lazy_big", ""), ("lazy_big_ver", "1")):
+            write_model(repo, name, lazy(synthetic(name, base_us=1000, per_row_us=0)))
+            os.makedirs(os.path.join(repo, name, sub), exist_ok=True)
+            with open(os.path.join(repo, name, sub, "model.safetensors"), "wb") as f:
+                f.truncate(4 * 10**9)
         write_model(repo, "idle", synthetic("idle", base_us=1000, per_row_us=0))
         with open("%s/idle/config.json" % repo) as f:
             cfg = json.load(f)
@@ -164,6 +172,20 @@ class RepositoryTest(RepoServerCase):
         self.assertIn("takes about", r.json()["error"])
         wait_state(self.srv.port, "lazy_short", "READY")
         self.assertEqual(infer(self.srv.port, "lazy_short", budget_ms=1000).status, 200)
+
+    def test_a_big_first_load_is_refused_up_front_flat_or_versioned(self):
+        # The load time a never loaded model is expected to take comes from
+        # its weights file; a versioned folder's was looked for in the
+        # model's folder, not its version's: 0 bytes, 20 ms, so the request
+        # waited instead of being told at once (and a memory budget let the
+        # load go past it).
+        for name in ("lazy_big", "lazy_big_ver"):
+            t0 = time.monotonic()
+            r = infer(self.srv.port, name, budget_ms=1000)
+            self.assertEqual(r.status, 503, (name, r))
+            self.assertIn("takes about", r.json()["error"], name)
+            self.assertGreaterEqual(int(r.headers["Retry-After"]), 2, name)
+            self.assertLess(time.monotonic() - t0, 0.5, name)
 
     def test_first_load_longer_than_the_budget_is_503_at_the_deadline(self):
         # A budget in the header: answered when it runs out, not when the
@@ -586,6 +608,11 @@ class MemoryBudgetTest(RepoServerCase):
         for name in ("m1", "m2", "m3"):
             write_model(repo, name, *square(name))
         write_model(repo, "huge", *square("huge", side=1800))
+        # The same, versioned: its weights in 1/.
+        write_model(repo, "huge_ver", *square("huge_ver", side=1800))
+        os.makedirs(os.path.join(repo, "huge_ver", "1"))
+        os.rename(os.path.join(repo, "huge_ver", "model.safetensors"),
+                  os.path.join(repo, "huge_ver", "1", "model.safetensors"))
 
     def call(self, name, side=SIDE):
         return infer(self.srv.port, name, budget_ms=30000,
@@ -616,6 +643,16 @@ class MemoryBudgetTest(RepoServerCase):
         self.assertIn("cannot fit even alone", msg)
         self.assertIn(str(BUDGET), msg)
         self.assertEqual(index(self.srv.port)["huge"]["state"], "UNAVAILABLE")
+
+    def test_a_versioned_model_is_held_to_the_budget_before_it_loads(self):
+        # Its expected size was read from the model's folder, which holds no
+        # weights (0 bytes): it was loaded whole, past the budget, and only
+        # then refused (a model that fits made room only after it loaded).
+        r = self.call("huge_ver", side=1800)
+        self.assertEqual(r.status, 503, r)
+        self.assertIn("cannot fit even alone", r.json()["error"])
+        self.assertNotRegex(self.srv.log(), r"model huge_ver: loaded")
+        self.assertNotRegex(self.srv.log(), r"model huge_ver: .*drained")
 
 
 
