@@ -159,7 +159,10 @@ static bool lc_device_in_use(struct serving *s, const char *dev)
         if (atomic_load(&d->state) == SERVED_READY)
             model_devices(&d->model, lc_label_add, &l);
     pthread_mutex_unlock(&s->lc_mu);
-    return l.found;
+    /* The copy being loaded (serving_impl.h). */
+    if (!l.found && s->loading)
+        model_devices(&s->loading->model, lc_label_add, &l);
+    return l.found || (s->loading_dev && strcmp(s->loading_dev, dev) == 0);
 }
 
 /* A copy was freed from these devices: those left without a model give
@@ -170,6 +173,8 @@ static void lc_release_devices(struct serving *s, const struct lc_labels *l)
     for (int i = 0; i < l->n; i++) {
         if (lc_keep_context(s, l->name[i]) || lc_device_in_use(s, l->name[i]))
             continue;
+        log_debug("device %s: no model is left on it; what its backend keeps there is released",
+                  l->name[i]);
         char msg[256] = "";
         if (backend_release_device(l->name[i], msg, sizeof msg) != 0)
             log_warn("device %s: no model is left on it, but releasing it failed: %s",
@@ -363,6 +368,7 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
     char dev[48];
     if (rc == 0) {
         served_config_device(cfg, dev, sizeof dev);
+        s->loading_dev = dev;
         size_t budget = lc_budget(s, dev);
         if (budget)
             rc = lc_make_room(s, e, dev, lc_estimate_bytes(e, cfg->dir), budget, err);
@@ -385,6 +391,7 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
              * thread swaps): its servers may go on into the new copy. */
             struct served_model *old = e->cur;
             sm->model.prev = atomic_load(&old->state) == SERVED_READY ? &old->model : NULL;
+            s->loading = sm;
             int lrc = served_copy_load(s, sm);
             sm->model.prev = NULL;
             if (lrc != 0)
@@ -396,10 +403,14 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         size_t budget = lc_budget(s, dev);
         size_t have = served_copy_bytes_on(sm, dev);
         if (budget && (rc = lc_make_room(s, e, dev, have, budget, err)) != 0) {
+            s->loading = NULL;
+            s->loading_dev = NULL;
             served_copy_free(sm);
             sm = NULL;
         }
     }
+    s->loading = NULL;   /* in the table below, or freed */
+    s->loading_dev = NULL;
     if (rc != 0) {
         free(sm);   /* a shell (or NULL): nothing loaded in it */
         atomic_fetch_add(&e->loads[1], 1);

@@ -130,6 +130,13 @@ struct serving {
     pthread_cond_t lc_cv;
     struct lifecycle_task *tasks, **tasks_tail;
     struct served_model *drain;       /* swapped-out copies, freed at refs 0 */
+    /* The copy lifecycle_load_now is loading, not in the table yet, and
+     * the device it is budgeted on (the lifecycle thread's): in use, not
+     * released when the room made for it frees the last other copy there
+     * (released, a CUDA device was reset under the new copy, or just
+     * before it set up there again). */
+    struct served_model *loading;
+    const char *loading_dev;
     bool lc_started, lc_stop;
     pthread_t lc_thread;
     int start_n;                      /* entries when the start's loads were queued */

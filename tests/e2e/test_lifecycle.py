@@ -656,6 +656,45 @@ class MemoryBudgetTest(RepoServerCase):
 
 
 
+class DeviceReleaseTest(unittest.TestCase):
+    def test_a_device_is_not_released_under_the_copy_just_loaded(self):
+        """m2 fits the budget by its file's size, not by what it measures
+        once loaded: room is made after its load by evicting m1, the last
+        other copy on cpu0. The device was then released (CUDA: reset)
+        under m2, which was not in the table yet. Released only once no
+        model is left on it (the decision is logged at debug)."""
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            for name in ("m1", "m2"):
+                write_model(repo, name, *square(name))
+            fsize = os.path.getsize(os.path.join(repo, "m2", "model.safetensors"))
+            body = infer_body([[0.5] * SIDE], name="input")
+            with Server({"model_repository": repo}) as srv:   # what m1 measures
+                srv.wait_log(r"ready in", timeout=30)
+                self.assertEqual(infer(srv.port, "m1", budget_ms=30000, body=body).status, 200)
+                held = value(metrics(srv.port), "batchgate_model_resident_bytes", model="m1",
+                             device="cpu0")
+            self.assertGreater(held, fsize)
+            budget = int(held + (fsize + held) / 2)   # m1 + m2's file fit, m1 + m2 do not
+            released = r"device cpu0: no model is left on it"
+            with Server({"model_repository": repo,
+                         "devices": {"cpu0": {"memory_budget_bytes": budget}}},
+                        extra_args=("--log-level", "debug")) as srv:
+                srv.wait_log(r"ready in", timeout=30)
+                self.assertEqual(infer(srv.port, "m1", budget_ms=30000, body=body).status, 200)
+                self.assertEqual(infer(srv.port, "m2", budget_ms=30000, body=body).status, 200)
+                srv.wait_log(r"model m1: a copy drained and was unloaded", timeout=10)
+                self.assertIn("evicted", index(srv.port)["m1"]["reason"])
+                self.assertNotRegex(srv.log(), released)
+                self.assertEqual(infer(srv.port, "m2", budget_ms=30000, body=body).status, 200)
+                # Unloaded, m2 leaves the device empty: released then.
+                self.assertEqual(post(srv.port, "/v2/repository/models/m2/unload", "{}").status,
+                                 200)
+                srv.wait_log(released, timeout=10)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
 class NoRoomNowTest(RepoServerCase):
     """A model that does not fit because the rest of the budget is busy is
     refused with Retry-After, and loads once there is room: no room now is
