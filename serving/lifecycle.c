@@ -454,6 +454,9 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         if (keep) {   /* out of memory: the next load reads the folder's, as before */
             free(e->override);
             e->override = keep;
+            pthread_mutex_lock(&e->mu);
+            e->override_kept = true;
+            pthread_mutex_unlock(&e->mu);
         }
     }
     e->keep_pending = true;
@@ -517,8 +520,10 @@ static int lc_queue_load_locked(struct serving *s, struct served_entry *e, char 
     *t = (struct lifecycle_task){.kind = TASK_LOAD, .e = e, .override = override, .done = done,
                                  .arg = arg, .for_request = for_request};
     int rc = lc_enqueue(s, t, err);
-    if (rc == 0)
+    if (rc == 0) {
         e->loads_pending++;
+        e->override_pending += override != NULL;
+    }
     return rc;
 }
 
@@ -684,6 +689,9 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
              * folder's config.json again, as Triton's. */
             free(t->e->override);
             t->e->override = NULL;
+            pthread_mutex_lock(&t->e->mu);
+            t->e->override_kept = false;
+            pthread_mutex_unlock(&t->e->mu);
         }
         /* A request queued this load in a window where it saw no load
          * under way (before the start's eager loads were marked): the
@@ -691,6 +699,11 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
          * a reload of the same files. */
         if (!(t->for_request && atomic_load(&t->e->cur->state) == SERVED_READY))
             rc = lifecycle_load_now(s, t->e, t->override, &err);
+        if (t->kind == TASK_LOAD && t->override) {
+            pthread_mutex_lock(&t->e->mu);
+            t->e->override_pending--;
+            pthread_mutex_unlock(&t->e->mu);
+        }
         lc_answer_waiters(t->e, rc, err.msg);
     } else {
         pthread_mutex_lock(&t->e->mu);
@@ -729,7 +742,10 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
         return;
     struct error err = {0};
     int version = 0;
-    int rc = served_config_read(e, NULL, cfg, &version, &err);
+    /* As its loads read it: with the API's configuration when one is kept
+     * (read without it, a version its policy picks other than the
+     * folder's was a change at every poll: reloaded for ever). */
+    int rc = served_config_read(e, e->override, cfg, &version, &err);
     struct served_sig now;
     served_sig_read(e, cfg, version, &now);
     if (!e->removed && lc_sig_equal(&now, &e->sig)) {
@@ -1244,6 +1260,51 @@ static int lc_queue_add(struct serving *s, const char *name, size_t len, const c
     return lc_enqueue(s, t, err);
 }
 
+/* A load of every version of a model (serving_load): the versions'
+ * outcomes gathered into one answer. Their callbacks run on the lifecycle
+ * thread; the caller queues them meanwhile on its own. */
+struct lc_versions {
+    lifecycle_done_fn done;
+    void *arg;
+    _Atomic int left;                 /* versions to answer, and the caller while it queues */
+    bool abandoned;                   /* a version could not be queued: the caller answered */
+    int rc;                           /* the first failure's */
+    char msg[1024];
+    struct served_model *sm;          /* the last copy loaded (a reference) */
+};
+
+/* One of v's answers is in, or will not come; the last answers the
+ * caller. */
+static void lc_versions_end(struct lc_versions *v)
+{
+    if (atomic_fetch_sub_explicit(&v->left, 1, memory_order_acq_rel) != 1)
+        return;
+    if (v->rc && v->sm) {
+        served_release(v->sm);
+        v->sm = NULL;
+    }
+    if (!v->abandoned)
+        v->done(v->arg, v->rc, v->rc ? v->msg : NULL, v->sm);
+    else if (v->sm)
+        served_release(v->sm);
+    free(v);
+}
+
+static void lc_versions_done(void *arg, int rc, const char *msg, struct served_model *sm)
+{
+    struct lc_versions *v = arg;
+    if (rc && !v->rc) {
+        v->rc = rc;
+        snprintf(v->msg, sizeof v->msg, "%s", msg ? msg : "the load failed");
+    }
+    if (sm) {
+        if (v->sm)
+            served_release(v->sm);
+        v->sm = sm;
+    }
+    lc_versions_end(v);
+}
+
 int serving_load(struct serving *s, const char *name, size_t len, const char *override,
                  size_t olen, lifecycle_done_fn done, void *arg, struct error *err)
 {
@@ -1258,8 +1319,7 @@ int serving_load(struct serving *s, const char *name, size_t len, const char *ov
     if (stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
         return error_set(err, BG_ENOTFOUND, "model %s: its folder is no longer in the repository "
                          "(no %s)", e->name, path);
-    /* Every version it serves (retired ones not); the answer comes with the
-     * last (the thread runs them in order). */
+    /* Every version it serves (retired ones not). */
     struct served_entry *served[MODEL_MAX_VERSIONS];
     int n = 0;
     for (struct served_entry *x = e; x && n < MODEL_MAX_VERSIONS;
@@ -1268,14 +1328,28 @@ int serving_load(struct serving *s, const char *name, size_t len, const char *ov
             served[n++] = x;
     if (n == 0)
         served[n++] = e;
+    if (n == 1)
+        return serving_load_one(s, served[0], override, olen, done, arg, err);
+    /* The answer waits for them all: the first failure, else the last
+     * version's copy (it was the last version's outcome alone: one
+     * version failing before another that loaded was 200). */
+    struct lc_versions *v = calloc(1, sizeof *v);
+    if (!v)
+        return error_set(err, BG_ENOMEM, "out of memory");
+    v->done = done;
+    v->arg = arg;
+    atomic_init(&v->left, n + 1);   /* and this caller's, until every version is queued */
+    int rc = 0;
     for (int i = 0; i < n; i++) {
-        bool last = i == n - 1;
-        int rc = serving_load_one(s, served[i], override, olen, last ? done : NULL,
-                                  last ? arg : NULL, err);
-        if (rc)
-            return rc;
+        if (rc == 0)
+            rc = serving_load_one(s, served[i], override, olen, lc_versions_done, v, err);
+        if (rc)   /* this version and those after it will not answer */
+            lc_versions_end(v);
     }
-    return 0;
+    if (rc)
+        v->abandoned = true;   /* the caller answers the error; the others' outcomes go */
+    lc_versions_end(v);
+    return rc;
 }
 
 static int serving_load_one(struct serving *s, struct served_entry *e, const char *override,
@@ -1286,10 +1360,14 @@ static int serving_load_one(struct serving *s, struct served_entry *e, const cha
         return error_set(err, BG_ENOMEM, "out of memory");
     pthread_mutex_lock(&e->mu);
     int rc;
-    if (e->loads_pending > 0 && !ov) {
+    if (e->loads_pending > 0 && !ov && e->override_pending == 0 && !e->override_kept) {
         /* A load of the same files is queued: this one is it. Nobody to
          * answer (a version's load but the last one's): nothing to wait
-         * for (a waiter without a callback was called through NULL). */
+         * for (a waiter without a callback was called through NULL). Not
+         * when a load queued would read a configuration of the API's (its
+         * body's, or the one kept for a request's load): this load is the
+         * one that reads the folder's again (it was swallowed, and the
+         * override kept for ever). */
         struct served_waiter *w = done ? calloc(1, sizeof *w) : NULL;
         if (!done) {
             rc = 0;

@@ -79,6 +79,11 @@ struct served_entry {
     bool standing_in, covered;
     char *override;                   /* the repository API's config.json for its loads;
                                          NULL: the folder's (the lifecycle thread's) */
+    /* Under mu: loads queued with a config.json of the repository API's,
+     * and whether `override` is set. A load without one must not join a
+     * load that will read one (it reads the folder's again). */
+    int override_pending;
+    bool override_kept;
     bool retired;                     /* pinned to a version its policy no longer serves
                                        * (written by the lifecycle thread under mu) */
     /* Read without the lock. */

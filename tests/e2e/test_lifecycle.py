@@ -1074,6 +1074,88 @@ class RemovedMetricsTest(RepoServerCase):
         self.assertEqual(value(m, "batchgate_requests_total", model="rm", code="200"), 2)
 
 
+class LoadOverrideTest(unittest.TestCase):
+    """A configuration given to the repository API's load is kept for the
+    loads nobody gives one, until a load without a body reads the folder's
+    again (docs/MODELS.md)."""
+
+    def setUp(self):
+        self.repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        self.addCleanup(shutil.rmtree, self.repo, True)
+
+    def max_batch_size(self, port):
+        return roundtrip(port, "GET", "/v2/models/m/config").json()["max_batch_size"]
+
+    def test_a_plain_load_is_not_swallowed_by_an_override_load(self):
+        # A load without a body that came while one with a body (or a
+        # request's load with the kept one) was under way joined it: the
+        # folder's config.json was never read again, the override kept.
+        folder = synthetic("m", base_us=300000, per_row_us=0, batching={"max_batch_size": 8})
+        write_model(self.repo, "m", lazy(dict(folder)))
+        ov = dict(folder, batching={"max_batch_size": 2, "max_queue_delay_us": 2000})
+        ov_body = json.dumps({"parameters": {"config": json.dumps(ov)}})
+        with Server({"model_repository": self.repo}) as srv:
+            srv.wait_log(r"ready in", timeout=30)
+            port = srv.port
+            out = {}
+            t = threading.Thread(target=lambda: out.setdefault(
+                "ov", post(port, "/v2/repository/models/m/load", ov_body).status))
+            t.start()
+            time.sleep(0.15)   # its warmup runs (300 ms batches)
+            self.assertEqual(post(port, "/v2/repository/models/m/load", "{}").status, 200)
+            t.join(30)
+            self.assertEqual(out["ov"], 200)
+            self.assertEqual(self.max_batch_size(port), 8)
+            # The kept override: a request's load after an unload uses it; a
+            # plain load meanwhile reads the folder's.
+            self.assertEqual(post(port, "/v2/repository/models/m/load", ov_body).status, 200)
+            self.assertEqual(self.max_batch_size(port), 2)
+            self.assertEqual(post(port, "/v2/repository/models/m/unload", "{}").status, 200)
+            wait_state(port, "m", "UNAVAILABLE")
+            t = threading.Thread(target=lambda: out.setdefault(
+                "req", infer(port, "m", budget_ms=30000, timeout=30).status))
+            t.start()
+            time.sleep(0.15)
+            self.assertEqual(post(port, "/v2/repository/models/m/load", "{}").status, 200)
+            t.join(30)
+            self.assertEqual(out["req"], 200)
+            self.assertEqual(self.max_batch_size(port), 8)
+            self.assertEqual(post(port, "/v2/repository/models/m/unload", "{}").status, 200)
+            wait_state(port, "m", "UNAVAILABLE")
+            self.assertEqual(infer(port, "m", budget_ms=30000, timeout=30).status, 200)
+            self.assertEqual(self.max_batch_size(port), 8)   # the override is gone
+
+    def test_an_override_picking_another_version_is_not_reloaded_by_the_poll(self):
+        # The poll read the folder's configuration, the load the override's:
+        # a version_policy picking another version was a change at every
+        # poll, and the model was reloaded every second for ever.
+        write_model(self.repo, "v", linear("v", 1)[0])
+        for ver in (1, 2):
+            write_version(self.repo, "v", ver, scale=ver)
+        with Server({"model_repository": self.repo, "repository_poll_s": 1}) as srv:
+            srv.wait_log(r"ready in", timeout=30)
+            port = srv.port
+            out = lambda: post(port, "/v2/models/v/infer", LIN_BODY).json()["outputs"][0]["data"]
+            self.assertEqual(out(), [2, 4])
+            ov = linear("v", 1, version_policy={"specific": [1]})[0]
+            r = post(port, "/v2/repository/models/v/load",
+                     json.dumps({"parameters": {"config": json.dumps(ov)}}))
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(out(), [1, 2])
+            time.sleep(3.5)   # three polls
+            self.assertNotIn("changed in the repository", srv.log())
+            self.assertEqual(value(metrics(port), "batchgate_model_unloads_total", model="v",
+                                   reason="reload"), 1)
+            self.assertEqual(out(), [1, 2])
+            # A change of its weights is still seen, and loaded with the override.
+            write_version(self.repo, "v", 1, scale=5)
+            srv.wait_log(r"model v: changed in the repository; loading it", timeout=10)
+            deadline = time.monotonic() + 10
+            while out() != [5, 10]:
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.1)
+
+
 class SeveralVersionsTest(RepoServerCase):
     """version_policy serving several versions side by side: each its own
     copy, reached by /versions/{v}/, the name alone reaching the highest
@@ -1094,6 +1176,25 @@ class SeveralVersionsTest(RepoServerCase):
         path = "/v2/models/%s%s/infer" % (model, "/versions/%d" % version if version else "")
         r = post(self.srv.port, path, LIN_BODY)
         return r.status, (r.json()["outputs"][0]["data"] if r.status == 200 else r.json())
+
+    def test_a_load_answers_for_every_version(self):
+        # A load of a model serving two versions answered the last version's
+        # outcome alone: one version failing before the other loaded was 200.
+        port = self.srv.port
+        good = os.path.join(self.repo, "mv", "3", "model.safetensors")
+        with open(good, "rb") as f:
+            keep = f.read()
+        try:
+            write_version(self.repo, "mv", 3, raw=b"not a safetensors file")
+            r = post(port, "/v2/repository/models/mv/load", "{}")
+            self.assertEqual(r.status, 400, r)
+            self.assertIn("safetensors", r.json()["error"])
+        finally:
+            write_version(self.repo, "mv", 3, raw=keep)
+        r = post(port, "/v2/repository/models/mv/load", "{}")
+        self.assertEqual(r.status, 200, r)
+        rows = index_rows(port, "mv")
+        self.assertEqual({v: r["state"] for v, r in rows.items()}, {3: "READY", 2: "READY"})
 
     def test_latest_two_and_specific_versions(self):
         port = self.srv.port
