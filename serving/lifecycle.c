@@ -162,7 +162,9 @@ static bool lc_device_in_use(struct serving *s, const char *dev)
     /* The copy being loaded (serving_impl.h). */
     if (!l.found && s->loading)
         model_devices(&s->loading->model, lc_label_add, &l);
-    return l.found || (s->loading_dev && strcmp(s->loading_dev, dev) == 0);
+    for (int i = 0; i < s->loading_ndevs && !l.found; i++)
+        l.found = strcmp(s->loading_devs[i], dev) == 0;
+    return l.found;
 }
 
 /* A copy was freed from these devices: those left without a model give
@@ -365,13 +367,20 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
     if (rc == 0 && (rc = served_names_check(s, e, cfg, err)) != 0)
         cfg->pool.naliases = 0;   /* its shell answers to its own name only */
     served_sig_read(e, cfg, version, &e->sig);   /* a failed load too: retried when they change */
-    char dev[48];
+    /* Every device its instances use is held to its budget once it is
+     * loaded (the first alone was: a model on [0, 1] held cpu1 at ten
+     * times its budget); before, the first, where its weights are
+     * expected (what the others hold is known once measured: a CPU
+     * model's instances share their weights). */
+    char devs[MODEL_MAX_DEVICES][48];
+    int ndevs = 0;
     if (rc == 0) {
-        served_config_device(cfg, dev, sizeof dev);
-        s->loading_dev = dev;
-        size_t budget = lc_budget(s, dev);
+        ndevs = served_config_devices(s, cfg, devs, MODEL_MAX_DEVICES);
+        s->loading_devs = (const char(*)[48])devs;
+        s->loading_ndevs = ndevs;
+        size_t budget = ndevs ? lc_budget(s, devs[0]) : 0;
         if (budget)
-            rc = lc_make_room(s, e, dev, lc_estimate_bytes(e, cfg->dir), budget, err);
+            rc = lc_make_room(s, e, devs[0], lc_estimate_bytes(e, cfg->dir), budget, err);
     }
     struct served_model *sm = NULL;
     if (rc == 0) {
@@ -398,19 +407,19 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
                 rc = error_set(err, BG_EBACKEND, "%s", sm->model.reason);
         }
     }
-    if (rc == 0) {
+    for (int d = 0; d < ndevs && rc == 0; d++) {
         /* Measured now: the estimate was the file's size. */
-        size_t budget = lc_budget(s, dev);
-        size_t have = served_copy_bytes_on(sm, dev);
-        if (budget && (rc = lc_make_room(s, e, dev, have, budget, err)) != 0) {
+        size_t budget = lc_budget(s, devs[d]);
+        size_t have = served_copy_bytes_on(sm, devs[d]);
+        if (budget && (rc = lc_make_room(s, e, devs[d], have, budget, err)) != 0) {
             s->loading = NULL;
-            s->loading_dev = NULL;
+            s->loading_ndevs = 0;
             served_copy_free(sm);
             sm = NULL;
         }
     }
     s->loading = NULL;   /* in the table below, or freed */
-    s->loading_dev = NULL;
+    s->loading_ndevs = 0;
     if (rc != 0) {
         free(sm);   /* a shell (or NULL): nothing loaded in it */
         atomic_fetch_add(&e->loads[1], 1);
@@ -460,8 +469,8 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         }
     }
     e->keep_pending = true;
-    /* What it holds where the budget counts (model_instance_bytes). */
-    size_t on_dev = served_copy_bytes_on(sm, dev);
+    /* What it holds where the budget counts first (model_instance_bytes). */
+    size_t on_dev = ndevs ? served_copy_bytes_on(sm, devs[0]) : 0;
     atomic_store(&e->bytes, on_dev ? on_dev : model_memory_bytes(m));
     atomic_store(&e->last_used_ns, now_ns());   /* idle from its load on */
     atomic_fetch_add(&e->loads[0], 1);

@@ -843,12 +843,34 @@ size_t served_copy_bytes_on(const struct served_model *sm, const char *dev)
     return n;
 }
 
-void served_config_device(const struct model_config *cfg, char *out, size_t n)
+int served_config_devices(const struct serving *s, const struct model_config *cfg,
+                          char (*out)[48], int max)
 {
+    /* "auto" is the backend the start picked for this kind (it was
+     * budgeted on the cpu whatever it ran on). */
     const char *be = cfg->backend == MODEL_BACKEND_CUDA ? "cuda"
                      : cfg->backend == MODEL_BACKEND_SYNTHETIC ? "synthetic"
-                     : cfg->backend == MODEL_BACKEND_UPSTREAM ? "upstream" : "cpu";
-    snprintf(out, n, "%s%d", be, cfg->ndevices > 0 ? cfg->devices[0] : 0);
+                     : cfg->backend == MODEL_BACKEND_UPSTREAM ? "upstream"
+                     : cfg->backend == MODEL_BACKEND_AUTO &&
+                               s->auto_pick[cfg->kind == MODEL_KIND_ENCODER] &&
+                               strcmp(s->auto_pick[cfg->kind == MODEL_KIND_ENCODER], "cuda") == 0
+                         ? "cuda"
+                         : "cpu";
+    /* Instance i runs on devices[i % ndevices] (backend.c), labelled as
+     * served_copy_bytes_on labels it. */
+    int ninst = cfg->instance_count > 0 ? cfg->instance_count : 1;
+    int n = 0;
+    for (int i = 0; i < ninst && n < max; i++) {
+        int id = cfg->ndevices > 0 ? cfg->devices[i % cfg->ndevices] : -1;
+        char label[48];
+        snprintf(label, sizeof label, "%s%d", be, id >= 0 ? id : i);
+        bool seen = false;
+        for (int k = 0; k < n && !seen; k++)
+            seen = strcmp(out[k], label) == 0;
+        if (!seen)
+            memcpy(out[n++], label, sizeof label);
+    }
+    return n;
 }
 
 struct devices_walk {

@@ -141,7 +141,8 @@ struct serving {
      * (released, a CUDA device was reset under the new copy, or just
      * before it set up there again). */
     struct served_model *loading;
-    const char *loading_dev;
+    const char (*loading_devs)[48];
+    int loading_ndevs;
     bool lc_started, lc_stop;
     pthread_t lc_thread;
     int start_n;                      /* entries when the start's loads were queued */
@@ -220,8 +221,10 @@ bool serving_folder_first_said(struct serving *s, const char *name);
 void served_shares_refresh(struct serving *s, struct served_model *sm);
 /* Bytes a loaded copy holds on the device labelled `dev`. */
 size_t served_copy_bytes_on(const struct served_model *sm, const char *dev);
-/* The device label a model's weights count on before it is loaded (its
- * first instance's: "cpu0", "cuda1", ...). */
-void served_config_device(const struct model_config *cfg, char *out, size_t n);
+/* The labels of the devices a model's instances will use ("cpu0",
+ * "cuda1", ...; each once, its first instance's first: where its weights
+ * count before it is loaded); how many (at most max). */
+int served_config_devices(const struct serving *s, const struct model_config *cfg,
+                          char (*out)[48], int max);
 
 #endif

@@ -656,6 +656,35 @@ class MemoryBudgetTest(RepoServerCase):
 
 
 
+class MultiDeviceBudgetTest(RepoServerCase):
+    """A model whose instances span two devices is held to each device's
+    budget (the first device's alone was checked: cpu1 held ten times its
+    budget)."""
+    config = {"devices": {"cpu0": {"memory_budget_bytes": 64 << 20},
+                          "cpu1": {"memory_budget_bytes": 100000}}}
+
+    @classmethod
+    def populate(cls, repo):
+        for name, devices in (("two", [0, 1]), ("one", [0])):
+            cfg, w = square(name, side=512)
+            cfg["instances"] = {"count": 2, "devices": devices}
+            write_model(repo, name, cfg, w)
+
+    def test_every_device_of_a_model_is_held_to_its_budget(self):
+        body = infer_body([[0.5] * 512], name="input")
+        r = infer(self.srv.port, "two", budget_ms=30000, body=body, timeout=30)
+        self.assertEqual(r.status, 503, r)
+        msg = r.json()["error"]
+        self.assertIn("on cpu1", msg)
+        self.assertIn("cannot fit even alone", msg)
+        self.assertEqual(index(self.srv.port)["two"]["state"], "UNAVAILABLE")
+        # Both instances on cpu0, within its budget: loaded.
+        r = infer(self.srv.port, "one", budget_ms=30000, body=body, timeout=30)
+        self.assertEqual(r.status, 200, r)
+        m = metrics(self.srv.port)
+        self.assertEqual(value(m, "batchgate_device_resident_bytes", device="cpu1"), 0)
+
+
 class DeviceReleaseTest(unittest.TestCase):
     def test_a_device_is_not_released_under_the_copy_just_loaded(self):
         """m2 fits the budget by its file's size, not by what it measures
