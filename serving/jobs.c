@@ -581,6 +581,56 @@ static void jobs_wait(struct jobs *j, const char *why)
     cu->active = false;
 }
 
+/* Whether a job not waiting (queued, or running and given way) is there
+ * on a model other than the current job's: the oldest of those, passing
+ * over those on the same model (they would starve alike). */
+static bool jobs_other_model_waits(struct jobs *j)
+{
+    struct jobs_cur *cu = &j->cur;
+    const char *skip[64];
+    char same[64][sizeof cu->job.id];
+    int n = jobs_waits_live(j, skip);
+    skip[n++] = cu->job.id;
+    for (int k = 0; n < 64; k++) {
+        struct state_job next;
+        struct error err = {0};
+        if (state_job_next(j->st, skip, n, &next, &err) <= 0)
+            return false;
+        if (strcmp(next.model, cu->job.model) != 0)
+            return true;
+        snprintf(same[k], sizeof same[k], "%s", next.id);
+        skip[n++] = same[k];
+    }
+    return false;
+}
+
+/* The current job's lines get no device time (its model's online requests
+ * go first, docs/SCHEDULING.md) while a job on another model waits: it
+ * gives way, its lines done so far committed, and waits as for a model
+ * that cannot be served (tried again when a model loads and every
+ * JOBS_WAIT_NS; taken up from its last committed line). One job on a busy
+ * model held every job behind it, on every model and tenant, for as long
+ * as the online traffic lasted. */
+static void jobs_yield(struct jobs *j)
+{
+    struct jobs_cur *cu = &j->cur;
+    struct error err = {0};
+    jobs_take_back(j);
+    jobs_collect(j);
+    if (jobs_commit(j, &err)) {
+        if (cu->db_refused)
+            jobs_suspend(j, err.msg);
+        else
+            jobs_fail(j, err.msg);
+        return;
+    }
+    char why[400];
+    snprintf(why, sizeof why, "model %.128s gave its lines no device time for %lld s (its online "
+             "requests go first)", cu->job.model, JOBS_STARVED_NS / 1000000000);
+    jobs_wait(j, why);
+    jobs_close_cur(j);
+}
+
 /* Opens the oldest unfinished job where its last run left it. 1: one is
  * active, or one more waits for its model (look again at once); 0: none to
  * run (or its model is loading). */
@@ -694,7 +744,7 @@ static int jobs_begin_next(struct jobs *j)
     cu->offset = cu->job.in_offset;
     cu->pending_end_offset = cu->job.in_offset;
     cu->next_line = cu->job.lines_done + 1;
-    cu->last_commit_ns = jobs_mono_ns();
+    cu->last_commit_ns = cu->last_done_ns = jobs_mono_ns();
     /* A job that waited for its model: its reason goes with the wait. */
     if (state_job_set_state(j->st, cu->job.id, STATE_JOB_RUNNING, cu->job.lines_total,
                             cu->job.reason[0] ? "" : NULL,
@@ -705,6 +755,8 @@ static int jobs_begin_next(struct jobs *j)
         jobs_suspend(j, err.msg);
         return 1;
     }
+    cu->job.state = STATE_JOB_RUNNING;   /* as a wait records it (jobs_yield) */
+    cu->job.reason[0] = '\0';
     log_info("job %s %s at line %lld of %lld", cu->job.id,
              cu->job.lines_done ? "resumes" : "starts", (long long)cu->next_line,
              (long long)cu->job.lines_total);
@@ -723,7 +775,11 @@ static bool jobs_pump(struct jobs *j)
     }
     int64_t before = cu->pending_lines;
     jobs_collect(j);
-    progress |= cu->pending_lines != before;
+    int64_t now = jobs_mono_ns();
+    if (cu->pending_lines != before) {
+        progress = true;
+        cu->last_done_ns = now;
+    }
     bool end = cu->eof && cu->count == 0;
     if (cu->pending_lines >= JOBS_GROUP_LINES || end || cu->overloaded_s ||
         (cu->pending_lines > 0 && jobs_mono_ns() - cu->last_commit_ns >= JOBS_GROUP_NS)) {
@@ -744,6 +800,14 @@ static bool jobs_pump(struct jobs *j)
         struct error err;
         (void)jobs_finish(j, STATE_JOB_COMPLETED, NULL, &err);
         return true;
+    }
+    if (cu->count > 0 && now - cu->last_done_ns >= JOBS_STARVED_NS &&
+        j->nwaits < JOBS_WAITS_MAX) {
+        cu->last_done_ns = now;   /* looked: again in JOBS_STARVED_NS */
+        if (jobs_other_model_waits(j)) {
+            jobs_yield(j);
+            return true;
+        }
     }
     return progress;
 }

@@ -29,6 +29,10 @@
  * (serving_on_loaded) and at least this often, while the jobs behind it
  * run; past this many waiting at once, one more fails. */
 #define JOBS_WAIT_NS (10 * 1000000000LL)
+/* A running job none of whose lines came back for this long (its model's
+ * device busy with online requests, which go first) gives way to the next
+ * job on another model (jobs_yield). */
+#define JOBS_STARVED_NS (10 * 1000000000LL)
 #define JOBS_WAITS_MAX 32
 
 struct jobs_slot {
@@ -59,6 +63,7 @@ struct jobs_cur {                     /* the job being run (runner thread only) 
     struct buf pending;               /* result lines written, not yet durable */
     int64_t pending_lines, pending_failed, pending_end_offset;
     int64_t last_commit_ns;
+    int64_t last_done_ns;             /* a line came back, or the job was taken up */
     bool db_refused;                  /* the last commit failed in the state database, not
                                        * the results file: the job pauses (jobs_suspend) */
     int overloaded_s;                 /* a line came back 503 (the model's servers are

@@ -852,6 +852,62 @@ def _small_files():
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
 
 
+class JobsGiveWayTest(JobsCase):
+    """A job whose model's device is kept busy by online requests (which go
+    first) gets no device time: it held every job behind it, on every
+    model, for as long as the traffic lasted (9 minutes in a soak). It now
+    gives way to a job on another model, and resumes later."""
+    models = {
+        "busy": dict(synthetic("busy", base_us=20000, per_row_us=0,
+                               batching={"max_batch_size": 2, "max_queue_delay_us": 500,
+                                         "max_queue_size": 1000}),
+                     instances={"count": 1, "devices": [0]}),
+        "calm": dict(synthetic("calm", base_us=1000, per_row_us=0),
+                     instances={"count": 1, "devices": [1]}),
+    }
+
+    def test_a_starved_job_gives_way_to_one_on_another_model(self):
+        srv = self.start()
+        stop = threading.Event()
+        body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
+                                       "data": [[1, 2, 3, 4]]}]})
+
+        def online():   # closed loop: 6 clients on batches of 2, always some queued
+            while not stop.is_set():
+                roundtrip(srv.port, "POST", "/v2/models/busy/infer", body=body, timeout=10)
+
+        clients = [threading.Thread(target=online) for _ in range(6)]
+        for t in clients:
+            t.start()
+        try:
+            time.sleep(0.5)
+            r = submit(srv, "busy", "\n".join(line(i) for i in range(50)) + "\n")
+            self.assertEqual(r.status, 201, r.body)
+            starved = r.json()["id"]
+            wait_state(self, srv, starved, ("running",))
+            r = submit(srv, "calm", "\n".join(line(i) for i in range(50)) + "\n")
+            self.assertEqual(r.status, 201, r.body)
+            other = r.json()["id"]
+            j = wait_state(self, srv, other, ("completed", "failed"), timeout=40)
+            self.assertEqual(j["state"], "completed", j)
+            s = get(srv, "/v2/jobs/" + starved).json()
+            self.assertIn(s["state"], ("queued", "running"), s)
+            self.assertIn("gave its lines no device time", s["reason"])
+            self.assertRegex(srv.log(), r"job %s waiting: model busy gave its lines no device "
+                                        r"time for 10 s" % starved)
+        finally:
+            stop.set()
+            for t in clients:
+                t.join(15)
+        # The traffic gone, the job that gave way runs to its end.
+        j = wait_state(self, srv, starved, ("completed", "failed"), timeout=40)
+        self.assertEqual(j["state"], "completed", j)
+        self.assertFalse(j.get("reason"), j)
+        check_exactly_once(self, results(self, srv, starved), 50)
+        check_exactly_once(self, results(self, srv, other), 50)
+        srv.stop_checked()
+
+
 class JobsDiskFullTest(JobsCase):
     # Wide outputs: each result line is a few KiB, so the results file hits
     # the limit long before the database or the input do.
