@@ -1216,9 +1216,24 @@ bool serving_stop(struct serving *s, int64_t deadline_ns)
             batcher_close(e->cur->batcher);
         pthread_mutex_unlock(&e->mu);
     }
+    /* Not stopped, the lifecycle thread is still in a load: it may retire
+     * a copy into the drain, or free one from it (lc_sweep), meanwhile.
+     * The draining copies are walked under lc_mu and held, a reference
+     * each, while they are stopped: none is freed, or stopped by the
+     * sweep, under this. */
+    pthread_mutex_lock(&s->lc_mu);
+    int ndrain = 0;
     for (struct served_model *d = s->drain; d; d = d->next)
+        ndrain++;
+    struct served_model **drain = calloc((size_t)ndrain + 1, sizeof *drain);
+    ndrain = 0;
+    for (struct served_model *d = s->drain; d && drain; d = d->next) {
+        atomic_fetch_add(&d->refs, 1);
+        drain[ndrain++] = d;
         if (d->batcher)
             batcher_close(d->batcher);
+    }
+    pthread_mutex_unlock(&s->lc_mu);
     /* Workers still holding a batch run it without waiting for a slot. */
     for (int i = 0; i < s->ndevs; i++)
         devsched_close(s->devs[i]);
@@ -1231,8 +1246,13 @@ bool serving_stop(struct serving *s, int64_t deadline_ns)
         served_copy_stop(cur);
         served_release(cur);
     }
-    for (struct served_model *d = s->drain; d; d = d->next)
-        served_copy_stop(d);
+    for (int i = 0; i < ndrain; i++) {
+        served_copy_stop(drain[i]);
+        served_release(drain[i]);
+    }
+    for (struct served_model *d = drain ? NULL : s->drain; d; d = d->next)
+        served_copy_stop(d);   /* no memory to hold them: as they are */
+    free(drain);
     return stopped;
 }
 
