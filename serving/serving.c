@@ -757,6 +757,11 @@ int served_copy_load(struct serving *s, struct served_model *sm)
         served_copy_stop(sm);
         workers_free(sm->workers);
         sm->workers = NULL;
+        /* Its places on the devices it joined (64 at most each: a device
+         * that failed 64 starts took no model any more). */
+        for (int i = 0; i < sm->nsched; i++)
+            devsched_leave(sm->sched[i].dev, sm->sched[i].member);
+        sm->nsched = 0;
         batcher_free(sm->batcher);
         sm->batcher = NULL;
         shares_free(sm->own_shares);
