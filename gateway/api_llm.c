@@ -98,8 +98,6 @@ static void llm_call_free(struct llm_call *c)
         admit_tokens_leave(c->st->admit, c->tenant, c->estimate, c->used, now_ns(), time(NULL));
     if (c->admitted)
         admit_leave(c->st->admit, c->tenant);
-    if (c->sm && c->t_try)
-        served_touch(c->sm);   /* a long stream is use until its end */
     if (c->sm)
         served_release(c->sm);
     free(c->body);
@@ -422,6 +420,7 @@ static void llm_try_end(struct llm_call *c)
     if (c->t_try) {
         modelstats_call_end(c->sm->stats, c->e, c->tenant, false, c->t_try);
         c->t_try = 0;
+        served_touch(c->sm);   /* a long stream is use until its end (idle_unload_s) */
     }
 }
 

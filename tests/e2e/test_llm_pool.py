@@ -381,6 +381,24 @@ class TestPoolLifecycle(PoolCase):
         self.assertTrue(json.loads(raw)["choices"][0]["message"]["content"])
         self.assertEqual(self.state("lazypool"), "READY")
 
+    def test_a_stream_longer_than_idle_unload_s_keeps_its_pool(self):
+        # A call is use until it ends: counted from its start alone, a
+        # stream longer than idle_unload_s left its pool unloaded at once
+        # after it (idle since the call began).
+        r, raw = self.post("/v1/chat/completions", chat_body("idlepool"))   # loaded now
+        self.assertEqual(r.status, 200, raw)
+        before = self.idle_unloads("idlepool")
+        t0 = time.monotonic()
+        r, raw = self.post("/v1/chat/completions",
+                           chat_body("idlepool", max_tokens=2400, stream=True), timeout=30)
+        took = time.monotonic() - t0
+        self.assertEqual(r.status, 200, raw)
+        self.assertEqual(self.events(raw)[-1], "[DONE]")
+        self.assertGreater(took, 1.5, "the stream must outlast idle_unload_s (1 s)")
+        time.sleep(0.5)   # five of the lifecycle's looks for idle models
+        self.assertEqual(self.state("idlepool"), "READY")
+        self.assertEqual(self.idle_unloads("idlepool"), before)
+
     def test_calls_keep_a_pool_loaded_and_load_it_again(self):
         # Calls never counted as use: a pool with idle_unload_s 1 was
         # unloaded a second after its load under steady traffic, and then
