@@ -363,6 +363,8 @@ int lifecycle_load_now(struct serving *s, struct served_entry *e, const char *ov
         override = e->override;
     int version = 0;
     int rc = served_config_read(e, override, cfg, &version, err);
+    if (rc == 0 && asked)
+        rc = served_policy_keeps(e, cfg, err);
     bool cfg_ok = rc == 0;
     if (rc == 0 && (rc = served_names_check(s, e, cfg, err)) != 0)
         cfg->pool.naliases = 0;   /* its shell answers to its own name only */

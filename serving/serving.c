@@ -151,6 +151,26 @@ static int served_pick_version(const struct served_entry *e, const struct model_
     return 0;
 }
 
+int served_policy_keeps(const struct served_entry *e, const struct model_config *cfg,
+                        struct error *err)
+{
+    if (!e->pinned)
+        return 0;
+    if (!served_policy_multi(cfg))
+        return error_set(err, BG_ECONFIG, "model %s: the load's version_policy serves one "
+                         "version; a change between one and several applies at the next "
+                         "start", cfg->name);
+    int sel[MODEL_MAX_VERSIONS];
+    int ns = served_versions_selected(e->dir, cfg, sel);
+    for (int i = 0; i < ns; i++)
+        if (sel[i] == e->pinned)
+            return 0;
+    return error_set(err, BG_ECONFIG, "model %s: the load's version_policy does not serve "
+                     "version %d, which is served now: the versions served side by side change "
+                     "through config.json (the repository poll, or the next start), not a "
+                     "load's config", cfg->name, e->pinned);
+}
+
 int served_config_read(const struct served_entry *e, const char *override,
                        struct model_config *cfg, int *version, struct error *err)
 {

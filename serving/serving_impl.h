@@ -221,6 +221,12 @@ bool serving_folder_first_said(struct serving *s, const char *name);
 void served_shares_refresh(struct serving *s, struct served_model *sm);
 /* Bytes a loaded copy holds on the device labelled `dev`. */
 size_t served_copy_bytes_on(const struct served_model *sm, const char *dev);
+/* A load's own config for e, one of the versions of a model serving
+ * several side by side: 0 when its version_policy keeps e's version
+ * served; else the refusal (its version_policy was ignored, the load 200:
+ * which versions are served side by side follows config.json). */
+int served_policy_keeps(const struct served_entry *e, const struct model_config *cfg,
+                        struct error *err);
 /* The labels of the devices a model's instances will use ("cpu0",
  * "cuda1", ...; each once, its first instance's first: where its weights
  * count before it is loaded); how many (at most max). */
