@@ -627,6 +627,8 @@ static void jobs_yield(struct jobs *j)
     char why[400];
     snprintf(why, sizeof why, "model %.128s gave its lines no device time for %lld s (its online "
              "requests go first)", cu->job.model, JOBS_STARVED_NS / 1000000000);
+    snprintf(j->yielded_model, sizeof j->yielded_model, "%s", cu->job.model);
+    j->yielded_until_ns = jobs_mono_ns() + JOBS_WAIT_NS;
     jobs_wait(j, why);
     jobs_close_cur(j);
 }
@@ -645,9 +647,26 @@ static int jobs_begin_next(struct jobs *j)
      * quietly. */
     if (atomic_exchange(&j->model_loaded, false))
         jobs_wait_drop(j, NULL);
-    const char *skip[JOBS_WAITS_MAX];
+    const char *skip[64];
+    char same[64][sizeof cu->job.id];
     int nskip = jobs_waits_live(j, skip);
-    int rc = state_job_next(j->st, skip, nskip, &cu->job, &err);
+    int rc;
+    /* Jobs on the model a job gave way on are passed over while its wait
+     * lasts: taken next, the job behind it on the same model starved
+     * alike, and the two took turns while the job on another model the
+     * first gave way to never ran. */
+    bool pass = j->yielded_until_ns > jobs_mono_ns();
+    for (int k = 0;; k++) {
+        rc = state_job_next(j->st, skip, nskip, &cu->job, &err);
+        if (rc <= 0 || !pass || strcmp(cu->job.model, j->yielded_model) != 0)
+            break;
+        if (nskip == 64) {
+            rc = 0;
+            break;
+        }
+        snprintf(same[k], sizeof same[k], "%s", cu->job.id);
+        skip[nskip++] = same[k];
+    }
     if (rc <= 0) {
         /* A database that cannot be read (a lock, a damaged file) is looked
          * at again after the pause, as one that refuses writes: it was

@@ -167,6 +167,10 @@ struct jobs {
     } waits[JOBS_WAITS_MAX];
     int nwaits;
     _Atomic bool model_loaded;        /* since the waits were last looked at */
+    /* The model of the job that last gave way (jobs_yield), passed over
+     * until then: the next job on it starves alike. */
+    char yielded_model[128];
+    int64_t yielded_until_ns;
 };
 
 /* A batch line's result not committed yet (jobs->held). */

@@ -885,6 +885,11 @@ class JobsGiveWayTest(JobsCase):
             self.assertEqual(r.status, 201, r.body)
             starved = r.json()["id"]
             wait_state(self, srv, starved, ("running",))
+            # A second job on the same model: it must not pass the first (it
+            # starves alike; the two took turns and the third never ran).
+            r = submit(srv, "busy", "\n".join(line(i) for i in range(50)) + "\n")
+            self.assertEqual(r.status, 201, r.body)
+            behind = r.json()["id"]
             r = submit(srv, "calm", "\n".join(line(i) for i in range(50)) + "\n")
             self.assertEqual(r.status, 201, r.body)
             other = r.json()["id"]
@@ -893,6 +898,9 @@ class JobsGiveWayTest(JobsCase):
             s = get(srv, "/v2/jobs/" + starved).json()
             self.assertIn(s["state"], ("queued", "running"), s)
             self.assertIn("gave its lines no device time", s["reason"])
+            b = get(srv, "/v2/jobs/" + behind).json()
+            self.assertEqual(b["state"], "queued", b)
+            self.assertNotRegex(srv.log(), r"job %s starts" % behind)
             self.assertRegex(srv.log(), r"job %s waiting: model busy gave its lines no device "
                                         r"time for 10 s" % starved)
         finally:
@@ -905,6 +913,9 @@ class JobsGiveWayTest(JobsCase):
         self.assertFalse(j.get("reason"), j)
         check_exactly_once(self, results(self, srv, starved), 50)
         check_exactly_once(self, results(self, srv, other), 50)
+        j = wait_state(self, srv, behind, ("completed", "failed"), timeout=40)
+        self.assertEqual(j["state"], "completed", j)
+        check_exactly_once(self, results(self, srv, behind), 50)
         srv.stop_checked()
 
 
