@@ -21,7 +21,7 @@ import unittest
 from harness import (RepoServerCase, Server, endpoint_starting, free_port, roundtrip,
                      seconds_to_stop_after_close)
 from test_infer import synthetic, write_model
-from test_metrics import check_grouping, parse, value
+from test_metrics import check_grouping, parse, value as metric_value
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "llmsim"))
@@ -369,7 +369,7 @@ class TestPoolLifecycle(PoolCase):
         return {row["name"]: row for row in json.loads(raw)}[name]["state"]
 
     def idle_unloads(self, name):
-        return value(parse(self.gateway_metrics()), "batchgate_model_unloads_total",
+        return metric_value(parse(self.gateway_metrics()), "batchgate_model_unloads_total",
                      model=name, reason="idle")
 
     def test_a_call_loads_a_lazy_pool(self):
