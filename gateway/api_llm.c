@@ -591,6 +591,16 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
         json_decref(root);
         return;
     }
+    if (sm && sm->model.cfg.kind != MODEL_KIND_POOL && atomic_load(&sm->state) == SERVED_FAILED &&
+        !sm->model.cfg.input.name[0]) {
+        /* Its config.json was refused: what it is is not known (a pool
+         * refused for a field it does not take read "not an LLM pool"). */
+        http_respond_error(req, 503, NULL, "model %s is not ready: %s", sm->model.cfg.name,
+                           sm->model.reason);
+        served_release(sm);
+        json_decref(root);
+        return;
+    }
     if (!sm || sm->model.cfg.kind != MODEL_KIND_POOL) {
         if (sm)
             served_release(sm);

@@ -362,6 +362,9 @@ class TestPoolLifecycle(PoolCase):
                                            lifecycle={"load": "lazy"}))
         write_model(repo, "idlepool", pool("idlepool", [cls.sim.url(1)], metrics_interval_ms=50,
                                            lifecycle={"idle_unload_s": 1}))
+        # A field a pool does not take: refused at load.
+        write_model(repo, "badpool", pool("badpool", [cls.sim.url(0)], instances={"count": 2},
+                                          lifecycle={"load": "lazy"}))
 
     def state(self, name):
         r, raw = self.post("/v2/repository/index", {})
@@ -398,6 +401,15 @@ class TestPoolLifecycle(PoolCase):
         time.sleep(0.5)   # five of the lifecycle's looks for idle models
         self.assertEqual(self.state("idlepool"), "READY")
         self.assertEqual(self.idle_unloads("idlepool"), before)
+
+    def test_a_pool_whose_config_was_refused_says_why(self):
+        # It said "model badpool is not an LLM pool (it answers
+        # /v2/models/badpool/infer)": what a refused config.json is, is
+        # not known.
+        r, raw = self.post("/v1/chat/completions", chat_body("badpool"))
+        err = self.assert_openai_error(r, raw, 503)
+        self.assertIn("model badpool is not ready", err["message"])
+        self.assertIn("instances", err["message"])
 
     def test_calls_keep_a_pool_loaded_and_load_it_again(self):
         # Calls never counted as use: a pool with idle_unload_s 1 was
