@@ -158,6 +158,8 @@ static bool lc_device_in_use(struct serving *s, const char *dev)
     for (struct served_model *d = s->drain; d && !l.found; d = d->next)
         if (atomic_load(&d->state) == SERVED_READY)
             model_devices(&d->model, lc_label_add, &l);
+    for (struct served_model *d = s->stranded; d && !l.found; d = d->next)
+        model_devices(&d->model, lc_label_add, &l);
     pthread_mutex_unlock(&s->lc_mu);
     /* The copy being loaded (serving_impl.h). */
     if (!l.found && s->loading)
@@ -207,7 +209,17 @@ static void lc_sweep(struct serving *s)
                      (double)model_memory_bytes(&done->model) / (1 << 20));
             model_devices(&done->model, lc_label_add, &labels);
         }
-        served_copy_free(done);
+        if (!served_copy_free(done)) {
+            /* Freed, it left the drain and its memory was counted nowhere:
+             * a budget let the next model load over it. */
+            log_warn("model %s: a copy's worker is still inside an abandoned batch: the copy "
+                     "(%.1f MiB) stays until the process exits, counted on its devices",
+                     e->name, (double)model_memory_bytes(&done->model) / (1 << 20));
+            pthread_mutex_lock(&s->lc_mu);
+            done->next = s->stranded;
+            s->stranded = done;
+            pthread_mutex_unlock(&s->lc_mu);
+        }
         /* Weights under glibc's mmap threshold (32 MiB once a large block
          * was freed) come from the heap, and free() keeps them there: the
          * process would still hold what the unload was for. */
@@ -275,6 +287,8 @@ static size_t lc_resident(struct serving *s, const char *dev)
     }
     pthread_mutex_lock(&s->lc_mu);
     for (struct served_model *d = s->drain; d; d = d->next)
+        sum += served_copy_bytes_on(d, dev);
+    for (struct served_model *d = s->stranded; d; d = d->next)
         sum += served_copy_bytes_on(d, dev);
     pthread_mutex_unlock(&s->lc_mu);
     return sum;
@@ -1685,6 +1699,14 @@ int serving_memory_rows(struct serving *s, struct served_memory_row **out)
             model_devices(&sm->model, lc_row_device, &w);
         served_release(sm);
     }
+    /* And the devices of the copies draining or stranded there alone. */
+    pthread_mutex_lock(&s->lc_mu);
+    for (struct served_model *d = s->drain; d; d = d->next)
+        if (atomic_load(&d->state) == SERVED_READY)
+            model_devices(&d->model, lc_row_device, &w);
+    for (struct served_model *d = s->stranded; d; d = d->next)
+        model_devices(&d->model, lc_row_device, &w);
+    pthread_mutex_unlock(&s->lc_mu);
     for (int k = 0; k < n; k++) {
         for (int i = 0; i < models; i++) {
             struct served_model *sm = serving_acquire_at(s, i);
@@ -1693,6 +1715,8 @@ int serving_memory_rows(struct serving *s, struct served_memory_row **out)
         }
         pthread_mutex_lock(&s->lc_mu);
         for (struct served_model *d = s->drain; d; d = d->next)
+            r[k].resident_bytes += served_copy_bytes_on(d, r[k].device);
+        for (struct served_model *d = s->stranded; d; d = d->next)
             r[k].resident_bytes += served_copy_bytes_on(d, r[k].device);
         pthread_mutex_unlock(&s->lc_mu);
     }

@@ -827,17 +827,17 @@ static void served_shares_fold(struct served_model *sm)
     pthread_mutex_unlock(&e->mu);
 }
 
-void served_copy_free(struct served_model *sm)
+bool served_copy_free(struct served_model *sm)
 {
     if (!sm)
-        return;
+        return true;
     served_copy_stop(sm);
     /* A worker stranded in an abandoned call may still touch the copy when
      * the call returns: it stays, left to the process exit. */
     if (workers_stranded(sm->workers)) {
         workers_free(sm->workers);
         sm->workers = NULL;
-        return;
+        return false;
     }
     workers_free(sm->workers);
     /* Its places on the devices are free for the next copy (they were
@@ -850,6 +850,7 @@ void served_copy_free(struct served_model *sm)
     served_shares_fold(sm);
     shares_free(sm->own_shares);
     free(sm);
+    return true;
 }
 
 size_t served_copy_bytes_on(const struct served_model *sm, const char *dev)
@@ -1292,7 +1293,7 @@ void serving_free(struct serving *s)
     /* A worker stranded in an abandoned call may still touch its model,
      * batcher, statistics and device slot when the call returns: those
      * stay, left to the process exit. */
-    bool stranded = false;
+    bool stranded = s->stranded != NULL;   /* copies the lifecycle could not free */
     int n = atomic_load(&s->n);
     struct served_model *all = s->drain;
     s->drain = NULL;

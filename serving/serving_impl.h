@@ -135,6 +135,11 @@ struct serving {
     pthread_cond_t lc_cv;
     struct lifecycle_task *tasks, **tasks_tail;
     struct served_model *drain;       /* swapped-out copies, freed at refs 0 */
+    /* Copies served_copy_free could not free (a worker stranded in an
+     * abandoned call): their memory stays held, and counts on their
+     * devices (the budget, device_resident_bytes), which are not released
+     * under them. Under lc_mu. */
+    struct served_model *stranded;
     /* The copy lifecycle_load_now is loading, not in the table yet, and
      * the device it is budgeted on (the lifecycle thread's): in use, not
      * released when the room made for it frees the last other copy there
@@ -202,8 +207,11 @@ int served_copy_load(struct serving *s, struct served_model *sm);
 /* Stops what served_copy_load started: the batcher (what is still queued
  * is answered 503), then the workers or the feed. */
 void served_copy_stop(struct served_model *sm);
-/* Stops and frees a copy nobody holds (a shell too). */
-void served_copy_free(struct served_model *sm);
+/* Stops and frees a copy nobody holds (a shell too). false: a worker of
+ * it is still inside an abandoned backend call (watchdog.h), which may
+ * touch the copy when it returns: it is not freed, and what it holds is
+ * held until the process exits. */
+bool served_copy_free(struct served_model *sm);
 /* A folder of the repository whose name is no model name: said in the
  * log (its bytes shown safely), never served. */
 void serving_warn_bad_folder(struct serving *s, const char *name);

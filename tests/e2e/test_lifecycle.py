@@ -685,6 +685,36 @@ class MultiDeviceBudgetTest(RepoServerCase):
         self.assertEqual(value(m, "batchgate_device_resident_bytes", device="cpu1"), 0)
 
 
+class StrandedCopyTest(unittest.TestCase):
+    def test_a_copy_left_by_an_abandoned_call_still_counts_on_its_device(self):
+        """A copy whose worker is stranded in a call the watchdog abandoned
+        cannot be freed (the call may touch it when it returns): it stays
+        until the process exits. Unloaded, it left the drain and counted
+        nowhere: device_resident_bytes said 0 and a budget let the next
+        model load over it. It counts on its device now."""
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        self.addCleanup(shutil.rmtree, repo, True)
+        cfg, w = square("m1")
+        cfg["batching"] = {"batch_timeout_ms": 300, "max_queue_delay_us": 0}
+        write_model(repo, "m1", cfg, w)
+        body = infer_body([[0.5] * SIDE], name="input")
+        with Server({"model_repository": repo}) as srv:
+            srv.wait_log(r"ready in", timeout=30)
+            port = srv.port
+            self.assertEqual(infer(port, "m1", budget_ms=30000, body=body).status, 200)
+            held = value(metrics(port), "batchgate_device_resident_bytes", device="cpu0")
+            self.assertGreater(held, 4 * 1024 * 1024)
+            r = post(port, "/debug/fault", json.dumps({"model": "m1", "mode": "hang",
+                                                       "count": 1, "ms": 6000}))
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(infer(port, "m1", budget_ms=30000, body=body).status, 504)
+            self.assertEqual(post(port, "/v2/repository/models/m1/unload", "{}").status, 200)
+            srv.wait_log(r"model m1: a copy's worker is still inside an abandoned batch",
+                         timeout=10)
+            self.assertEqual(value(metrics(port), "batchgate_device_resident_bytes",
+                                   device="cpu0"), held)
+
+
 class DeviceReleaseTest(unittest.TestCase):
     def test_a_device_is_not_released_under_the_copy_just_loaded(self):
         """m2 fits the budget by its file's size, not by what it measures
