@@ -31,13 +31,26 @@ static int devsched_pick_fair(const struct devsched_view *v, int n, int c)
     return best;
 }
 
-/* The online waiter whose start-by falls before `until`, earliest first;
- * -1 when none is that urgent. */
-static int devsched_pick_urgent(const struct devsched_view *v, int n, int64_t until)
+/* The online waiter whose start-by falls before `until`, earliest first,
+ * among those that may go before `fair` (the weights' and tenants'
+ * choice); -1 when none is that urgent.
+ *
+ * Urgency reorders within what the weights and shares allow, it does not
+ * replace them: a member whose batches are always urgent (deadline traffic
+ * handed over near its start-by, as the batcher does) took every slot from
+ * a member of 1000 times its weight, and a tenant borrowing or held at its
+ * limit went before one within its share. So an urgent batch goes first
+ * only when its tenant is ranked no worse than fair's, and its member is
+ * no more than DEVSCHED_URGENT_LEAD of virtual time ahead of fair's: past
+ * that, it waits for the weights, as a batch without a deadline does. */
+static int devsched_pick_urgent(const struct devsched_view *v, int n, int64_t until, int fair)
 {
     int best = -1;
     for (int i = 0; i < n; i++) {
         if (v[i].waiting[DEVSCHED_ONLINE] <= 0 || !v[i].start_by || v[i].start_by > until)
+            continue;
+        if (i != fair && (v[i].tenant_rank > v[fair].tenant_rank ||
+                          v[i].vtime > v[fair].vtime + DEVSCHED_URGENT_LEAD))
             continue;
         if (best < 0 || v[i].start_by < v[best].start_by ||
             (v[i].start_by == v[best].start_by && v[i].weight > v[best].weight))
@@ -56,7 +69,7 @@ int devsched_pick(const struct devsched_view *v, int n, int64_t now_ns, int64_t 
         int64_t h = v[fair].est_ns;
         if (horizon_ns > 0 && (h <= 0 || horizon_ns < h))
             h = horizon_ns;
-        int urgent = devsched_pick_urgent(v, n, now_ns + (h > 0 ? h : 0));
+        int urgent = devsched_pick_urgent(v, n, now_ns + (h > 0 ? h : 0), fair);
         *cls = DEVSCHED_ONLINE;
         return urgent >= 0 ? urgent : fair;
     }

@@ -13,8 +13,11 @@
  *   2. an online batch that must start before another slot is expected to
  *      free, or it misses a deadline (its start-by instant: its earliest
  *      deadline less its predicted execution and the answer guard): the
- *      most urgent first (earliest start-by). Its device time is charged
- *      like any other, so its member pays the precedence back later;
+ *      most urgent first (earliest start-by), when its tenant is ranked
+ *      no worse than the batch rule 3 and 4 choose and its member is no
+ *      more than DEVSCHED_URGENT_LEAD of virtual time ahead of that one's.
+ *      Its device time is charged like any other, so its member pays the
+ *      precedence back later;
  *   3. among one class, the batch of the tenant most owed device time
  *      (serving/shares.h, when tenants are configured: tenants' shares of a
  *      device hold across the models on it);
@@ -82,6 +85,10 @@ int devsched_pick(const struct devsched_view *v, int n, int64_t now_ns, int64_t 
 /* Virtual time is kept in device ns x this / weight: integer and exact
  * enough for weights up to DEVSCHED_WEIGHT_MAX. */
 #define DEVSCHED_VT_SCALE 1000
+/* How far ahead of the weights' choice, in virtual time, a member's urgent
+ * batch may still go first (devsched_pick): 250 ms of device time at
+ * weight 1 (x its weight). */
+#define DEVSCHED_URGENT_LEAD ((int64_t)250 * 1000000 * DEVSCHED_VT_SCALE)
 
 /* ---- the core: bookkeeping without threads ---- */
 

@@ -108,6 +108,73 @@ static void test_pick_urgent_deadline_first(void **state)
     assert_int_equal(cls, DEVSCHED_OFFLINE);
 }
 
+/* Urgency reorders within what the weights and tenants allow: an urgent
+ * batch of a worse-ranked tenant (borrowing, or held at its limit) does
+ * not go before the best-ranked one, nor does one of a member too far
+ * ahead of the weights' choice in virtual time. */
+static void test_pick_urgent_within_weights_and_tenants(void **state)
+{
+    (void)state;
+    enum devsched_class cls;
+    int64_t now = 100 * MS, horizon = 5 * MS;
+    struct devsched_view v[2] = {
+        {.vtime = 0, .weight = 1, .waiting = {1, 0}, .tenant_rank = 0},
+        {.vtime = 0, .weight = 1, .waiting = {1, 0}, .start_by = now, .tenant_rank = 1},
+    };
+    assert_int_equal(devsched_pick(v, 2, now, horizon, &cls), 0);   /* a worse tenant waits */
+    v[1].tenant_rank = 0;
+    v[1].vtime = 10;
+    assert_int_equal(devsched_pick(v, 2, now, horizon, &cls), 1);   /* same rank: urgent first */
+    v[1].vtime = DEVSCHED_URGENT_LEAD + 1;
+    assert_int_equal(devsched_pick(v, 2, now, horizon, &cls), 0);   /* too far ahead */
+    v[1].vtime = DEVSCHED_URGENT_LEAD;
+    assert_int_equal(devsched_pick(v, 2, now, horizon, &cls), 1);
+}
+
+static int starve_granted = -1;
+static void starve_grant(void *arg, int member, enum devsched_class c)
+{
+    (void)arg;
+    (void)c;
+    starve_granted = member;
+}
+
+/* A member whose every batch is urgent (deadline traffic handed over at its
+ * start-by) and a member of 1000 times its weight, both always ready, one
+ * slot: the urgent member took every one of 10000 slots and the heavy one
+ * none. The split now follows the weights, after a lead of at most
+ * DEVSCHED_URGENT_LEAD. Driven as devsched_release_acquire drives the core. */
+static void test_core_urgent_member_cannot_starve_a_heavier_one(void **state)
+{
+    (void)state;
+    struct devsched_core c;
+    devsched_core_init(&c);
+    int a = devsched_core_join(&c, 1, 1), b = devsched_core_join(&c, 1000, 1);
+    int64_t now = 1000 * MS, exec = 10 * MS;
+    struct devsched_ask ask[2];
+    ask[a] = (struct devsched_ask){DEVSCHED_ONLINE, now, 0};
+    ask[b] = (struct devsched_ask){DEVSCHED_ONLINE, 0, 0};
+    devsched_core_acquire(&c, a, &ask[a]);
+    devsched_core_acquire(&c, b, &ask[b]);
+    int runs[2] = {0, 0};
+    for (int n = 0; n < 10000; n++) {
+        starve_granted = -1;
+        devsched_core_grant(&c, now, NULL, starve_grant, NULL);
+        int r = starve_granted;
+        assert_true(r == a || r == b);
+        assert_true(devsched_core_take(&c, r, &ask[r]));
+        now += exec;
+        runs[r]++;
+        if (r == a)
+            ask[a].start_by = now;   /* its next batch, handed over at its start-by */
+        devsched_core_acquire(&c, r, &ask[r]);
+        devsched_core_release(&c, r, exec);
+    }
+    /* The lead (25 batches of 10 ms at weight 1), then about one in 1000. */
+    assert_true(runs[a] >= 25 && runs[a] <= 25 + 20);
+    assert_true(runs[b] >= 10000 - 45);
+}
+
 /* The core keeps each member's earliest waiting start-by: the urgent batch
  * takes the slot ahead of a lighter-used member, and once it has run the
  * member competes by weight again. */
@@ -549,6 +616,8 @@ int main(void)
         cmocka_unit_test(test_pick_online_before_offline),
         cmocka_unit_test(test_pick_least_virtual_time_then_weight),
         cmocka_unit_test(test_pick_urgent_deadline_first),
+        cmocka_unit_test(test_pick_urgent_within_weights_and_tenants),
+        cmocka_unit_test(test_core_urgent_member_cannot_starve_a_heavier_one),
         cmocka_unit_test(test_core_urgent_batch_jumps_the_queue),
         cmocka_unit_test(test_core_tenant_rank_before_model_weight),
         cmocka_unit_test(test_waiters_past_the_tracked_limit),
