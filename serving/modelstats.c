@@ -56,10 +56,14 @@ struct inst_shard {
     struct busywin busy;                     /* written by the instance's worker only */
     _Atomic uint64_t busy_offline_ns;        /* the offline rows' share of busy */
     _Atomic uint64_t *count_by_size, *ns_by_size, *in_ns_by_size, *out_ns_by_size;
-    _Atomic uint64_t tenant_rows[WORK_TENANTS_MAX], tenant_ns[WORK_TENANTS_MAX];
+    /* Rows by class, each its own counter: a total and its offline part,
+     * read apart, gave "online = total - offline" one write high, then
+     * lower at the next read, which the usage ledger took for a counter
+     * reset and charged every row since the start again. */
+    _Atomic uint64_t tenant_online_rows[WORK_TENANTS_MAX], tenant_ns[WORK_TENANTS_MAX];
     _Atomic uint64_t tenant_offline_ns[WORK_TENANTS_MAX];   /* of tenant_ns, job lines' */
     _Atomic uint64_t tenant_items[2][WORK_TENANTS_MAX];    /* requests [0], job lines [1] */
-    _Atomic uint64_t tenant_offline_rows[WORK_TENANTS_MAX]; /* of tenant_rows, job lines' */
+    _Atomic uint64_t tenant_offline_rows[WORK_TENANTS_MAX]; /* job lines' */
     /* The batch executing now, so that its time counts while it runs and
      * not only once it ended (a 3 s batch read as 2 s of idle, then 3 of
      * busy, by the usage ledger's 1 s samples): its start (0: none) and
@@ -479,11 +483,10 @@ void modelstats_batch_tenants(struct modelstats *s, int instance, const struct b
         return;
     for (const struct infer_item *it = b->head; it; it = it->next) {
         int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
-        atomic_fetch_add_explicit(&sh->tenant_rows[t], (uint64_t)it->rows, memory_order_relaxed);
+        atomic_fetch_add_explicit(it->offline ? &sh->tenant_offline_rows[t]
+                                              : &sh->tenant_online_rows[t],
+                                  (uint64_t)it->rows, memory_order_relaxed);
         atomic_fetch_add_explicit(&sh->tenant_items[it->offline][t], 1, memory_order_relaxed);
-        if (it->offline)
-            atomic_fetch_add_explicit(&sh->tenant_offline_rows[t], (uint64_t)it->rows,
-                                      memory_order_relaxed);
     }
 }
 
@@ -492,10 +495,9 @@ void modelstats_call(struct modelstats *s, int instance, int tenant, bool offlin
     struct inst_shard *sh = &s->inst[instance % s->ninst];
     int t = tenant >= 0 && tenant < WORK_TENANTS_MAX ? tenant : 0;
     uint64_t u = units > 0 ? (uint64_t)units : 0;
-    atomic_fetch_add_explicit(&sh->tenant_rows[t], u, memory_order_relaxed);
+    atomic_fetch_add_explicit(offline ? &sh->tenant_offline_rows[t] : &sh->tenant_online_rows[t],
+                              u, memory_order_relaxed);
     atomic_fetch_add_explicit(&sh->tenant_items[offline][t], 1, memory_order_relaxed);
-    if (offline)
-        atomic_fetch_add_explicit(&sh->tenant_offline_rows[t], u, memory_order_relaxed);
 }
 
 void modelstats_call_begin(struct modelstats *s, int instance, int tenant, bool offline,
@@ -535,16 +537,15 @@ int modelstats_tenant_use(struct modelstats *s, struct modelstats_tenant_use *ou
         modelstats_inst_time(sh, &tm);
         for (int t = 0; t < WORK_TENANTS_MAX; t++) {
             struct modelstats_tenant_use *u = &out[(size_t)i * WORK_TENANTS_MAX + t];
-            uint64_t rows = atomic_load_explicit(&sh->tenant_rows[t], memory_order_relaxed);
+            uint64_t on_rows =
+                atomic_load_explicit(&sh->tenant_online_rows[t], memory_order_relaxed);
             uint64_t off_rows =
                 atomic_load_explicit(&sh->tenant_offline_rows[t], memory_order_relaxed);
             uint64_t ns = tm.tenant_ns[t], off_ns = tm.tenant_offline_ns[t];
-            /* Read apart, the offline part may be ahead of the total. */
-            off_rows = off_rows < rows ? off_rows : rows;
             off_ns = off_ns < ns ? off_ns : ns;
             for (int c = 0; c < 2; c++)
                 u->requests[c] = atomic_load_explicit(&sh->tenant_items[c][t], memory_order_relaxed);
-            u->rows[0] = rows - off_rows;
+            u->rows[0] = on_rows;
             u->rows[1] = off_rows;
             u->busy_s[0] = (double)(ns - off_ns) / 1e9;
             u->busy_s[1] = (double)off_ns / 1e9;
@@ -623,7 +624,9 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         modelstats_hist_sum(&o->batch, &sh->batch, 1.0);
         modelstats_inst_time(sh, &tm);
         for (int t = 0; t < WORK_TENANTS_MAX; t++) {
-            o->tenant_rows[t] += atomic_load_explicit(&sh->tenant_rows[t], memory_order_relaxed);
+            o->tenant_rows[t] +=
+                atomic_load_explicit(&sh->tenant_online_rows[t], memory_order_relaxed) +
+                atomic_load_explicit(&sh->tenant_offline_rows[t], memory_order_relaxed);
             o->tenant_busy_s[t] += (double)tm.tenant_ns[t] / 1e9;
             o->tenant_offline_s[t] += (double)tm.tenant_offline_ns[t] / 1e9;
         }
