@@ -28,8 +28,9 @@ static void admit_restore_row(const struct state_usage_row *r, void *arg)
     int t = tenants_find(ar->tc, r->tenant);
     if (t < 0 || !admit_has_token_quota(ar->a, t) || !ar->counted(r->model, ar->arg))
         return;
-    /* The minute's last token came at its end at the latest. */
-    int64_t last = r->start + 60 < ar->unix_s ? r->start + 60 : ar->unix_s;
+    /* The minute's last token came in its last second at the latest (its
+     * end is the next minute's start: yesterday's last minute ended today). */
+    int64_t last = r->start + 59 < ar->unix_s ? r->start + 59 : ar->unix_s;
     admit_tokens_restore(ar->a, t, r->rows, ar->unix_s - last, ar->now_ns, ar->unix_s);
     ar->rows++;
 }
@@ -45,8 +46,14 @@ int admit_restore_ledger(struct admit *a, const struct tenants_config *tc, struc
         return 0;
     struct admit_restore ar = {a, tc, counted, arg, now_ns, unix_s, 0};
     int64_t midnight = unix_s - unix_s % 86400;
-    /* Minute rows (kept a day at least) from midnight to the current one. */
-    int rc = state_usage_query(st, midnight, unix_s + 60, 60,
+    /* Minute rows (kept a day at least) from midnight to the current one,
+     * and the last two minutes' at least: a restart just after midnight
+     * read none of them, and the minute's quota began empty (yesterday's
+     * rows count in the minute, not in today's count: admit_tokens_restore). */
+    int64_t from = unix_s - 120 - unix_s % 60;
+    if (from > midnight)
+        from = midnight;
+    int rc = state_usage_query(st, from, unix_s + 60, 60,
                                STATE_USAGE_BY_TENANT | STATE_USAGE_BY_MODEL | STATE_USAGE_BY_CLASS,
                                NULL, admit_restore_row, &ar, err);
     return rc < 0 ? rc : (int)(ar.rows < INT_MAX ? ar.rows : INT_MAX);

@@ -440,6 +440,18 @@ static void test_tokens_restored_from_the_ledger(void **state)
     a = admit_new(&tc, &err);
     assert_int_equal(admit_restore_ledger(a, &tc, st, counted_pool, NULL, T0, now, &err), 0);
     admit_free(a);
+    /* A restart 30 s after midnight: yesterday's last minute (9000 tokens)
+     * is in the minute's window, not in today's count (the window began
+     * empty: nothing before midnight was read). */
+    tenants(0, 0);
+    tc.t[1].tokens_per_day = 100000;
+    tc.t[1].tokens_per_minute = 10000;
+    a = admit_new(&tc, &err);
+    assert_int_equal(admit_restore_ledger(a, &tc, st, counted_pool, NULL, T0, day + 30, &err), 1);
+    assert_int_equal(day_used(a, 1, day + 30), 0);
+    assert_int_equal(admit_tokens_enter(a, 1, 1001, T0, day + 30, &why), -BG_ETENANTLIMIT);
+    assert_string_equal(why.reason, "tokens_per_minute");
+    admit_free(a);
     state_close(st);
     char cmd[64];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
