@@ -389,8 +389,11 @@ static void llm_account(struct llm_call *c, int status)
 {
     int64_t now = now_ns();
     api_count_request(c->st, c->sm, c->req, status, now - c->t0, -1, NULL);
-    /* Its time went to the tenant try by try (llm_try, llm_try_end). */
-    modelstats_call(c->sm->stats, c->e >= 0 ? c->e : 0, c->tenant, false, c->used);
+    /* Its time went to the tenant try by try (llm_try, llm_try_end). A
+     * call no endpoint took (none usable: 503) used no server, and is no
+     * request of the ledger's (it was endpoint 0's, with no tokens). */
+    if (c->e >= 0)
+        modelstats_call(c->sm->stats, c->e, c->tenant, false, c->used);
 }
 
 /* The call's tokens: the server's usage, else a stream's content chunks

@@ -619,6 +619,35 @@ class UsageUpstreamTest(UsageCase):
             stop_fakes(fakes)
 
 
+class UsagePoolRefusedTest(UsageCase):
+    def test_pool_calls_no_endpoint_took_are_no_requests(self):
+        """A pool whose only endpoint refuses connections: the calls that
+        tried it (502) went to it; those answered 503 ("no endpoint is
+        usable") went nowhere, and were counted as requests of endpoint 0
+        in the ledger (docs/USAGE.md: refused before a batch, not here)."""
+        dead = "http://127.0.0.1:%d" % harness.free_port()
+        write_model(self.repo, "p", {"backend": "openai", "endpoints": [dead],
+                                     "served_model_name": "llmsim"})
+        srv = self.start()
+        codes = []
+        for _ in range(8):
+            body = json.dumps({"model": "p", "messages": [{"role": "user", "content": "hi"}],
+                               "max_tokens": 4})
+            r = roundtrip(srv.port, "POST", "/v1/chat/completions",
+                          [("Content-Type", "application/json")] + hdr("research"), body,
+                          timeout=10)
+            codes.append(r.status)
+        self.assertIn(503, codes)
+        self.assertEqual(set(codes) - {502, 503}, set(), codes)
+        time.sleep(2.5)   # two ledger writes (flush_s 1)
+        now = int(time.time())
+        rows = [x for x in usage(srv.port, "ops", **{"from": now - 600, "to": now + 120,
+                                                      "step": 720,
+                                                      "group_by": "tenant,model"})["rows"]
+                if x["model"] == "p"]
+        self.assertEqual(sum(x["requests"] for x in rows), codes.count(502), (codes, rows))
+
+
 class UsageOffloadTest(unittest.TestCase):
     """The usage queries run on one offload thread, 64 waiting at most
     (gateway/offload.c): past them a query is 503 with Retry-After, and a
