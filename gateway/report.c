@@ -71,10 +71,16 @@ static double report_idle_cost(const struct state_usage_row *r)
     return r->held_s > 0 ? r->cost * r->idle_s / r->held_s : 0;
 }
 
+/* The most idle cost first, then (unpriced devices cost nothing: all
+ * ties) the most idle time: ordered by cost alone, a model with no idle
+ * time could come first, and the list, which stops there, was empty. */
 static int report_by_idle_cost(const void *a, const void *b)
 {
-    double x = report_idle_cost(a), y = report_idle_cost(b);
-    return (x < y) - (x > y);
+    const struct state_usage_row *ra = a, *rb = b;
+    double x = report_idle_cost(ra), y = report_idle_cost(rb);
+    if (x != y)
+        return (x < y) - (x > y);
+    return (ra->idle_s < rb->idle_s) - (ra->idle_s > rb->idle_s);
 }
 
 int report_main(int argc, char **argv)

@@ -127,7 +127,10 @@ int usage_query_check(const struct usage_query *q, const char **param, char *msg
         snprintf(msg, cap, "from: must be before to");
         return -1;
     }
-    if ((q->to - q->from) / q->step >= USAGE_QUERY_MAX_PERIODS) {
+    /* Periods, the last one cut short included (100,000 whole periods are
+     * allowed; 100,000 and a second are not). */
+    int64_t span = q->to - q->from;
+    if (span / q->step + (span % q->step != 0) > USAGE_QUERY_MAX_PERIODS) {
         *param = "step";
         snprintf(msg, cap, "step: %lld seconds makes more than %d periods from `from` to `to`; "
                  "take a longer step or a shorter period", (long long)q->step,

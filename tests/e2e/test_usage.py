@@ -383,6 +383,12 @@ class UsageApiTest(UsageCase):
             r = get(port, "/v2/usage?" + q)
             self.assertEqual(r.status, 400, (q, r.body))
             self.assertTrue(r.json()["error"].startswith(param + ":"), (q, r.body))
+        # At most 100,000 periods: exactly that many is answered (it was
+        # refused as more), one second more (a last period cut short) not.
+        self.assertEqual(get(port, "/v2/usage?from=0&to=6000000&step=60").status, 200)
+        r = get(port, "/v2/usage?from=0&to=6000001&step=60")
+        self.assertEqual(r.status, 400, r.body)
+        self.assertIn("more than 100000 periods", r.json()["error"])
         # A parameter the route does not take (a typo gave the totals).
         r = get(port, "/v2/usage?grouping=tenant")
         self.assertEqual(r.status, 400, r.body)
@@ -741,6 +747,35 @@ class UsageReportTest(UsageCase):
         rc, out, err = run_cli(["report", "--config", cfg, "--format", "json", "--by", "model"])
         self.assertEqual(rc, 0, err)
         self.assertEqual({x["model"] for x in json.loads(out)["rows"]}, {"a", "b", "c"})
+
+    def test_report_lists_compute_debt_without_prices(self):
+        # Unpriced devices cost nothing: ordered by idle cost alone, every
+        # model tied, the list stopped at the first by name with no idle
+        # time, and came out empty. Ordered by idle time after cost now.
+        self.config["devices"] = {}
+        srv = self.start()
+        srv.stop_checked()
+        import sqlite3
+        db = sqlite3.connect(os.path.join(self.state, "batchgate.db"))
+        minute = int(time.time()) // 60 * 60 - 120
+        for k, (model, idle_s) in enumerate((("alpha", 0), ("beta", 60), ("gamma", 3000)), 1):
+            db.execute("INSERT INTO usage_key (id, tenant, model, class, device) "
+                       "VALUES (?, 'research', ?, 'online', 'cpu0')", (1000 + k, model))
+            db.execute("INSERT INTO usage_minute (start, key, requests, rows, busy_us, idle_us, "
+                       "cost_micro, energy_mj) VALUES (?, ?, 1, 1, 1000000, ?, 0, 0)",
+                       (minute, 1000 + k, idle_s * 1000000))
+        db.commit()
+        db.close()
+        cfg = os.path.join(self.tmp, "config.json")
+        with open(cfg, "w") as f:
+            json.dump(self.config, f)
+        rc, out, err = run_cli(["report", "--config", cfg, "--by", "model",
+                                "--from", "%d" % (minute - 60)])
+        self.assertEqual(rc, 0, err)
+        top = out.split("top models by compute debt")[1].splitlines()[2:]
+        names = [x.split()[0] for x in top if x.strip()]
+        self.assertEqual(names[:2], ["gamma", "beta"], out)   # then a and b, a moment each
+        self.assertNotIn("alpha", names, out)
 
     def test_report_prints_the_ledger(self):
         # c is loaded and never asked: it costs, and has no inference.
