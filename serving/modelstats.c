@@ -417,6 +417,7 @@ static int64_t modelstats_time_end(struct inst_shard *sh, struct inst_shard *cha
                                           memory_order_relaxed);
         }
     } else if (start > 0) {
+        to_items = busy;   /* by the shares its items had when it began */
         for (int t = 0; t < WORK_TENANTS_MAX; t++) {
             uint64_t on = atomic_load_explicit(&sh->run_share[0][t], memory_order_relaxed);
             uint64_t off = atomic_load_explicit(&sh->run_share[1][t], memory_order_relaxed);

@@ -139,7 +139,8 @@ void modelstats_run_begin(struct modelstats *s, int instance, const struct batch
  * items answered by the watchdog: the shares of the begin serve); with
  * `ok` its rows and statistics too: gathered in input_ns, run in exec_ns,
  * scattered in output_ns, its tokens, its rows by tenant. Returns the
- * time charged to b's items (0: none), which the scheduler's shares take
+ * time charged to b's items, or to an empty b's by the shares of its begin
+ * (0: none), which the scheduler's shares take
  * too, so that tenant_device_seconds_total adds up to the busy time. */
 int64_t modelstats_batch_end(struct modelstats *s, int instance, int charged,
                              const struct batch *b, bool ok, int64_t input_ns, int64_t exec_ns,

@@ -309,45 +309,79 @@ bool shares_offline_owed(struct shares *s, int64_t now_ns)
     return owed;
 }
 
+/* ns of device time to tenant t's work of one class (under s->mu). */
+static void shares_charge_one(struct shares *s, int64_t now_ns, int t, bool offline, int64_t ns,
+                              double *off_ns)
+{
+    t = t >= 0 && t < s->n ? t : 0;
+    struct shares_tenant *x = &s->t[t];
+    /* Borrowed: the part of ns past what its share has given it and it
+     * has not used (SPEC.md: "the part of it above its share"), so that
+     * over a stretch a tenant at 0.75 of the device with a share of 0.6
+     * borrows 0.15 of it. (It counted a batch whole once the tenant was
+     * above its share: all of the 0.75.) */
+    double rate = s->share[t] * s->slots, cap = rate * (double)SHARES_TAU_NS;
+    if (x->entitled_at && now_ns > x->entitled_at)
+        x->entitled += rate * (double)(now_ns - x->entitled_at);
+    else if (!x->entitled_at)
+        x->entitled = cap;   /* a newcomer starts with a window's worth */
+    x->entitled = x->entitled < cap ? x->entitled : cap;
+    x->entitled_at = now_ns;
+    double own = x->entitled < (double)ns ? x->entitled : (double)ns;
+    x->entitled -= own;
+    x->borrowed_ns += ns - (int64_t)own;
+    x->used += (double)ns;
+    x->vtime += (double)ns / shares_weight(s, t);
+    x->busy_ns[offline ? 1 : 0] += ns;
+    if (offline) {
+        *off_ns += (double)ns;
+        x->off_active_at = now_ns;
+    } else {
+        x->active_at = now_ns;
+    }
+    /* A job's lines are not the tenant's online work: counted as its
+     * activity, a job of a tenant that does not lend lifted its own
+     * reservation (the others borrowed 0.97 of the device past a
+     * reserved 0.6, and its next request waited behind them). */
+}
+
 void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int64_t exec_ns)
 {
     if (b->rows <= 0 || exec_ns <= 0)
         return;
     pthread_mutex_lock(&s->mu);
     double off_ns = 0;
+    for (const struct infer_item *it = b->head; it; it = it->next)
+        shares_charge_one(s, now_ns, it->tenant, it->offline, batch_item_ns(b, it, exec_ns),
+                          &off_ns);
+    s->last_batch_ns = exec_ns;
+    shares_offline_bucket(s, now_ns, off_ns);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void shares_units_add(struct shares_units *u, const struct batch *b)
+{
+    memset(u, 0, sizeof *u);
     for (const struct infer_item *it = b->head; it; it = it->next) {
-        int t = it->tenant >= 0 && it->tenant < s->n ? it->tenant : 0;
-        struct shares_tenant *x = &s->t[t];
-        int64_t ns = batch_item_ns(b, it, exec_ns);
-        /* Borrowed: the part of ns past what its share has given it and it
-         * has not used (SPEC.md: "the part of it above its share"), so that
-         * over a stretch a tenant at 0.75 of the device with a share of 0.6
-         * borrows 0.15 of it. (It counted a batch whole once the tenant was
-         * above its share: all of the 0.75.) */
-        double rate = s->share[t] * s->slots, cap = rate * (double)SHARES_TAU_NS;
-        if (x->entitled_at && now_ns > x->entitled_at)
-            x->entitled += rate * (double)(now_ns - x->entitled_at);
-        else if (!x->entitled_at)
-            x->entitled = cap;   /* a newcomer starts with a window's worth */
-        x->entitled = x->entitled < cap ? x->entitled : cap;
-        x->entitled_at = now_ns;
-        double own = x->entitled < (double)ns ? x->entitled : (double)ns;
-        x->entitled -= own;
-        x->borrowed_ns += ns - (int64_t)own;
-        x->used += (double)ns;
-        x->vtime += (double)ns / shares_weight(s, t);
-        x->busy_ns[it->offline ? 1 : 0] += ns;
-        if (it->offline) {
-            off_ns += (double)ns;
-            x->off_active_at = now_ns;
-        } else {
-            x->active_at = now_ns;
-        }
-        /* A job's lines are not the tenant's online work: counted as its
-         * activity, a job of a tenant that does not lend lifted its own
-         * reservation (the others borrowed 0.97 of the device past a
-         * reserved 0.6, and its next request waited behind them). */
+        int64_t own = b->tokens > 0 ? work_tokens(it) : it->rows;
+        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
+        u->units[it->offline ? 1 : 0][t] += own;
+        u->total += own;
     }
+}
+
+void shares_charge_units(struct shares *s, int64_t now_ns, const struct shares_units *u,
+                         int64_t exec_ns)
+{
+    if (u->total <= 0 || exec_ns <= 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    double off_ns = 0;
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < WORK_TENANTS_MAX; t++)
+            if (u->units[c][t] > 0)
+                shares_charge_one(s, now_ns, t, c == 1, exec_ns * u->units[c][t] / u->total,
+                                  &off_ns);
     s->last_batch_ns = exec_ns;
     shares_offline_bucket(s, now_ns, off_ns);
     pthread_mutex_unlock(&s->mu);

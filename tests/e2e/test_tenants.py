@@ -636,6 +636,43 @@ class LimitsTest(RepoServerCase):
         self.assert_429(r, "rate_rows_per_s", (3, 4))
 
 
+class AbandonedBatchChargeTest(RepoServerCase):
+    """A batch the watchdog abandoned (past batch_timeout_ms) held its device
+    all along: its tenant is charged it, as a failed batch's (it was not:
+    tenant_device_seconds_total 0 for 1.8 s of device_busy_seconds_total, so
+    a tenant whose requests hang the device ranked as if it had used none)."""
+    config = {
+        "tenants": [{"name": "a", "keys": [digest("k-a")], "share": 0.5},
+                    {"name": "b", "keys": [digest("k-b")], "share": 0.5}],
+    }
+
+    @classmethod
+    def populate(cls, repo):
+        cfg = synthetic("slow", base_us=300000, per_row_us=0,
+                        batching={"max_batch_size": 1, "max_queue_delay_us": 100,
+                                  "batch_timeout_ms": 100})
+        cfg["synthetic"]["mode"] = "sleep"
+        cfg["instances"] = {"count": 1, "devices": [0]}
+        write_model(repo, "slow", cfg)
+
+    def test_an_abandoned_batch_is_its_tenants(self):
+        codes = [infer(self.srv, "slow", "k-a").status for _ in range(4)]
+        self.assertEqual(codes, [504] * 4)
+        time.sleep(0.5)   # the last call returns (300 ms)
+        text = get(self.srv, "/metrics").body.decode()
+        busy = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("batchgate_device_busy_seconds_total{")
+                   and 'model="slow"' in line)
+        charged = sum(metric(text, "tenant_device_seconds_total", tenant="a",
+                             device="synthetic0", **{"class": c})
+                      for c in ("online", "offline"))
+        self.assertGreater(busy, 0.35)
+        self.assertGreater(charged, 0.35)   # at least what the watchdog saw, 100 ms each
+        self.assertEqual(sum(metric(text, "tenant_device_seconds_total", tenant="b",
+                                    device="synthetic0", **{"class": c})
+                             for c in ("online", "offline")), 0)
+
+
 class AuthOptionalTest(RepoServerCase):
     """Keys exist but auth.required is false: no key, or an unknown one, is
     the tenant default, whose own globs then apply."""
