@@ -259,8 +259,10 @@ void devsched_core_grant(struct devsched_core *c, int64_t now_ns, const int *ran
     if (c->used < c->slots)
         devsched_core_rank(c, rank_of);
     while (c->used < c->slots) {
-        enum devsched_class cls;
-        int i = devsched_pick(c->m, c->n, now_ns, devsched_core_horizon(c), &cls);
+        enum devsched_class cls = DEVSCHED_OFFLINE;
+        int i = c->offline_owed ? devsched_pick_fair(c->m, c->n, DEVSCHED_OFFLINE) : -1;
+        if (i < 0)
+            i = devsched_pick(c->m, c->n, now_ns, devsched_core_horizon(c), &cls);
         if (i < 0)
             return;
         c->m[i].waiting[cls]--;
@@ -338,6 +340,8 @@ static void devsched_grant_locked(struct devsched *d)
             rank_of[order[r]] = r;
         ranks = rank_of;
     }
+    d->core.offline_owed = d->shares && d->core.used < d->core.slots &&
+                           shares_offline_owed(d->shares, now);
     devsched_core_grant(&d->core, now, ranks, devsched_wake, d);
 }
 

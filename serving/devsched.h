@@ -72,7 +72,7 @@ struct devsched_ask {
 
 /* Who gets a slot that is free at now_ns: the index of the member and, in
  * *cls, the class of its batch; -1 when nobody waits. Online before
- * offline; among online batches the best tenant rank, then the least
+ * offline (unless job lines are owed time: devsched_core.offline_owed); among online batches the best tenant rank, then the least
  * virtual time, unless another
  * member's batch must start before the slot would free again (its start-by
  * before now_ns + the winner's est_ns, or + horizon_ns when a running batch
@@ -111,6 +111,12 @@ struct devsched_core {
     /* The device's virtual clock: never decreases; the least virtual time
      * of the active members (waiting, running or granted) whenever one is. */
     int64_t vclock;
+    /* Job lines are owed device time under the offline_share in force
+     * (shares_offline_owed), set before each grant: an offline batch then
+     * goes before online ones, whichever member's (within a model's queue
+     * they already did; across the models of a device they never ran while
+     * another had online work). */
+    bool offline_owed;
 };
 
 void devsched_core_init(struct devsched_core *c);

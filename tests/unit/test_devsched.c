@@ -175,6 +175,78 @@ static void test_core_urgent_member_cannot_starve_a_heavier_one(void **state)
     assert_true(runs[b] >= 10000 - 45);
 }
 
+static int owed_granted = -1;
+static void owed_grant(void *arg, int member, enum devsched_class c)
+{
+    (void)arg;
+    (void)c;
+    owed_granted = member;
+}
+
+/* A time window's offline_share 0.5 on a device two models share: X runs a
+ * job (its batches all job lines), Y has online work always ready. X got
+ * none of 1000 slots, though the shares said job lines were owed at 999 of
+ * them (TENANTS.md: offline_share "guarantees job lines that part of each
+ * device"). Driven as devsched_grant_locked drives the core. */
+static void test_core_offline_share_holds_across_models(void **state)
+{
+    (void)state;
+    struct tenants_config tc = {0};
+    tc.n = 2;
+    strcpy(tc.t[0].name, "default");
+    strcpy(tc.t[1].name, "t1");
+    for (int t = 0; t < 2; t++) {
+        tc.t[t].share = 0.5;
+        tc.t[t].limit = 1;
+        tc.t[t].lend = true;
+    }
+    struct error err = {0};
+    struct shares *sh = shares_new("synthetic0", &tc, 1, &err);
+    assert_non_null(sh);
+    double share[2] = {0.25, 0.25};
+    shares_set(sh, share, 0.5);
+    struct devsched_core c;
+    devsched_core_init(&c);
+    int x = devsched_core_join(&c, 1000, 1), y = devsched_core_join(&c, 1, 1);
+    int64_t now = 1000 * MS, exec = 10 * MS;
+    struct devsched_ask ask[2];
+    ask[x] = (struct devsched_ask){DEVSCHED_OFFLINE, 0, 1};
+    ask[y] = (struct devsched_ask){DEVSCHED_ONLINE, 0, 0};
+    devsched_core_acquire(&c, x, &ask[x]);
+    devsched_core_acquire(&c, y, &ask[y]);
+    int runs[2] = {0, 0};
+    for (int n = 0; n < 1000; n++) {
+        bool has[WORK_TENANTS_MAX];
+        int order[WORK_TENANTS_MAX], rank_of[WORK_TENANTS_MAX];
+        int64_t retry;
+        devsched_core_tenants_waiting(&c, has);
+        int k = shares_rank(sh, now, has, order, &retry, NULL, NULL);
+        for (int t = 0; t < WORK_TENANTS_MAX; t++)
+            rank_of[t] = WORK_TENANTS_MAX - 1;
+        for (int r = 0; r < k; r++)
+            rank_of[order[r]] = r;
+        c.offline_owed = shares_offline_owed(sh, now);
+        owed_granted = -1;
+        devsched_core_grant(&c, now, rank_of, owed_grant, NULL);
+        int r = owed_granted;
+        assert_true(r == x || r == y);
+        assert_true(devsched_core_take(&c, r, &ask[r]));
+        now += exec;
+        runs[r]++;
+        struct infer_item it = {0};
+        it.rows = 1;
+        it.tenant = ask[r].tenant;
+        it.offline = r == x;
+        struct batch b = {.head = &it, .nitems = 1, .rows = 1};
+        shares_charge(sh, now, &b, exec);
+        devsched_core_acquire(&c, r, &ask[r]);
+        devsched_core_release(&c, r, exec);
+    }
+    /* About half each (the share is measured over a short window). */
+    assert_true(runs[x] >= 400 && runs[x] <= 600);
+    shares_free(sh);
+}
+
 /* The core keeps each member's earliest waiting start-by: the urgent batch
  * takes the slot ahead of a lighter-used member, and once it has run the
  * member competes by weight again. */
@@ -618,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_pick_urgent_deadline_first),
         cmocka_unit_test(test_pick_urgent_within_weights_and_tenants),
         cmocka_unit_test(test_core_urgent_member_cannot_starve_a_heavier_one),
+        cmocka_unit_test(test_core_offline_share_holds_across_models),
         cmocka_unit_test(test_core_urgent_batch_jumps_the_queue),
         cmocka_unit_test(test_core_tenant_rank_before_model_weight),
         cmocka_unit_test(test_waiters_past_the_tracked_limit),
