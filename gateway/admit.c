@@ -171,6 +171,19 @@ void admit_leave(struct admit *a, int tenant)
         atomic_fetch_sub_explicit(&a->ten[tenant].inflight, 1, memory_order_relaxed);
 }
 
+void admit_refund(struct admit *a, int tenant, int rows)
+{
+    if (tenant < 0 || tenant >= a->t->n)
+        tenant = 0;
+    struct admit_tenant *t = &a->ten[tenant];
+    if (t->rate <= 0 || rows <= 0)
+        return;
+    double c = (double)rows / t->rate * 1e9;
+    int64_t cost = c < (double)ADMIT_COST_MAX_NS ? (int64_t)ceil(c) : ADMIT_COST_MAX_NS;
+    /* A tat below now reads as now (admit_rate): no credit past the bucket. */
+    atomic_fetch_sub_explicit(&t->tat, cost, memory_order_relaxed);
+}
+
 int admit_inflight(const struct admit *a, int tenant)
 {
     return tenant >= 0 && tenant < a->t->n

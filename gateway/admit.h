@@ -40,6 +40,11 @@ void admit_free(struct admit *a);
 int admit_enter(struct admit *a, int tenant, int rows, int64_t now_ns, struct admit_refusal *why);
 /* The request admitted by admit_enter was answered. */
 void admit_leave(struct admit *a, int tenant);
+/* A request admitted with `rows` was refused before it was computed (its
+ * model's queue full, its deadline past at submit): its rows go back to
+ * the tenant's rate_rows_per_s bucket (they were spent, and a client
+ * retrying a 429 queue_full met a 429 rate_rows_per_s too). */
+void admit_refund(struct admit *a, int tenant, int rows);
 /* Requests of the tenant in flight now (counted only under a max_inflight). */
 int admit_inflight(const struct admit *a, int tenant);
 

@@ -1058,6 +1058,8 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
         if (rc == -BG_ETOOLONG && call->format == FORMAT_EMBED)
             http_request_set_error_param(req, call->embed.api == EMBED_OPENAI ? "input" : "inputs");
         models_account_reject(st, sm, req, rc, error_http_status(rc));
+        if (call->admitted)   /* computed for nobody: its rows are not spent */
+            admit_refund(st->admit, call->item.tenant, call->item.rows);
         http_respond_error(req, error_http_status(rc),
                            rc == -BG_EQUEUEFULL || rc == -BG_ENOTREADY ? "Retry-After: 1\r\n"
                                                                        : NULL,

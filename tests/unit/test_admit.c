@@ -156,6 +156,31 @@ static void test_rate_refusal_gives_back_the_place(void **state)
     admit_free(a);
 }
 
+/* A request admitted and then refused before it was computed (queue full)
+ * gives its rows back: they were spent, and its retry met the rate limit
+ * as well as the full queue. A refund gives no credit past the bucket. */
+static void test_rate_refund(void **state)
+{
+    (void)state;
+    tenants(0, 1);   /* 1 row a second */
+    struct error err = {0};
+    struct admit *a = admit_new(&tc, &err);
+    struct admit_refusal why;
+    assert_int_equal(admit_enter(a, 1, 1, T0, &why), 0);
+    assert_int_equal(admit_enter(a, 1, 1, T0, &why), -BG_ETENANTLIMIT);
+    admit_refund(a, 1, 1);
+    assert_int_equal(admit_enter(a, 1, 1, T0, &why), 0);
+    assert_int_equal(admit_enter(a, 1, 1, T0, &why), -BG_ETENANTLIMIT);
+    /* Refunds while idle do not bank: a second later, one row, not three. */
+    admit_refund(a, 1, 1);
+    admit_refund(a, 1, 1);
+    admit_refund(a, 1, 1);
+    assert_int_equal(admit_enter(a, 1, 1, T0 + 1000000000LL, &why), 0);
+    assert_int_equal(admit_enter(a, 1, 1, T0 + 1000000000LL, &why), -BG_ETENANTLIMIT);
+    admit_refund(a, 0, 5);   /* a tenant without a rate: nothing */
+    admit_free(a);
+}
+
 struct racer {
     struct admit *a;
     _Atomic int *holding, *most;
@@ -467,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_rate_large_request),
         cmocka_unit_test(test_rate_long_run),
         cmocka_unit_test(test_rate_refusal_gives_back_the_place),
+        cmocka_unit_test(test_rate_refund),
         cmocka_unit_test(test_max_inflight_under_threads),
         cmocka_unit_test(test_tokens_per_minute_holds),
         cmocka_unit_test(test_tokens_per_day),
