@@ -313,6 +313,7 @@ struct devsched {
     char model[DEVSCHED_MAX_MEMBERS][MODEL_NAME_MAX];
     int64_t wait_ns[DEVSCHED_MAX_MEMBERS];
     int64_t granted_ns[DEVSCHED_MAX_MEMBERS];
+    int sleepers[DEVSCHED_MAX_MEMBERS][DEVSCHED_NCLASSES];   /* waiters inside cond_wait */
     struct shares *shares;            /* the device's tenant shares, or NULL */
 };
 
@@ -415,14 +416,29 @@ static void devsched_wake(void *arg, int member, enum devsched_class cls)
 }
 
 /* Under mu, with the batch counted as waiting: hand out what is free, then
- * sleep until a slot is handed to this member and class. */
-static void devsched_wait_locked(struct devsched *d, int member, const struct devsched_ask *a)
+ * sleep until a slot is handed to this member and class.
+ *
+ * A grant goes to a member for its most urgent waiting batch, but whichever
+ * of its threads takes it first runs. A worker asking again as its batch
+ * ends (`asking_again`: devsched_release_acquire) holds the lock across the
+ * grant, and took the slot a sibling's urgent batch had earned with a
+ * batch of no deadline, the sibling waiting on (past its deadline). When
+ * a sibling sleeps and this batch is not the member's most urgent, the
+ * grant is left to the sibling, woken, and this batch waits its turn. */
+static void devsched_wait_locked(struct devsched *d, int member, const struct devsched_ask *a,
+                                 bool asking_again)
 {
     devsched_grant_locked(d);
-    if (devsched_core_take(&d->core, member, a))
+    const struct devsched_view *m = &d->core.m[member];
+    bool defer = asking_again && a->cls == DEVSCHED_ONLINE &&
+                 d->sleepers[member][a->cls] > 0 && m->start_by &&
+                 (!a->start_by || a->start_by > m->start_by);
+    if (defer)
+        pthread_cond_signal(&d->cv[member][a->cls]);
+    else if (devsched_core_take(&d->core, member, a))
         return;
     int64_t t0 = now_ns();
-    while (!devsched_core_take(&d->core, member, a)) {
+    while (defer || !devsched_core_take(&d->core, member, a)) {
         if (d->closed) {
             /* Run without a slot: counted as holding one, so the release
              * that follows balances. */
@@ -432,7 +448,10 @@ static void devsched_wait_locked(struct devsched *d, int member, const struct de
             d->core.used++;
             break;
         }
+        defer = false;   /* once: woken again, it takes what is there */
+        d->sleepers[member][a->cls]++;
         pthread_cond_wait(&d->cv[member][a->cls], &d->mu);
+        d->sleepers[member][a->cls]--;
     }
     d->wait_ns[member] += now_ns() - t0;
 }
@@ -445,7 +464,7 @@ void devsched_acquire(struct devsched *d, int member, const struct devsched_ask 
         d->core.used++;
     } else {
         devsched_core_acquire(&d->core, member, a);
-        devsched_wait_locked(d, member, a);
+        devsched_wait_locked(d, member, a, false);
     }
     pthread_mutex_unlock(&d->mu);
 }
@@ -472,7 +491,7 @@ void devsched_release_acquire(struct devsched *d, int member, int64_t exec_ns,
         d->core.running[member]++;
         d->core.used++;
     } else {
-        devsched_wait_locked(d, member, next);
+        devsched_wait_locked(d, member, next, true);
     }
     pthread_mutex_unlock(&d->mu);
 }

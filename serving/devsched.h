@@ -24,6 +24,9 @@
  *   4. then the member with the least virtual time (device time used /
  *      weight); a member that was idle is raised to the device's virtual
  *      clock when it comes back, so idleness banks no credit.
+ * A slot goes to a member; of its waiting batches, the most urgent takes
+ * it (a worker asking again as its batch ends leaves it to a sleeping
+ * sibling whose batch is more urgent than its own).
  * A slot never stays free while a batch waits (work-conserving).
  *
  * The decision is devsched_pick, a pure function; the core (struct

@@ -585,6 +585,54 @@ static void test_threads_split_two_to_one(void **state)
     devsched_free(d);
 }
 
+struct steal_arg {
+    struct devsched *d;
+    int member;
+    atomic_int ran;
+};
+
+static void *thr_urgent(void *p)
+{
+    struct steal_arg *a = p;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t due = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - 1;   /* must start now */
+    devsched_acquire(a->d, a->member, &(struct devsched_ask){DEVSCHED_ONLINE, due, 1});
+    atomic_store(&a->ran, 1);
+    struct timespec run = {0, 20 * 1000 * 1000};
+    nanosleep(&run, NULL);
+    devsched_release(a->d, a->member, 20 * MS);
+    return NULL;
+}
+
+/* Model A (2 instances) and B share a device of 2 slots, both held (A1,
+ * B1). A2's batch is due now and waits. A1's batch ends and A1 asks again
+ * with a batch of no deadline: the freed slot is A2's, which earned it.
+ * A1 took it (it holds the lock across the grant), and A2 waited past its
+ * deadline for A1's next batch. */
+static void test_threads_the_urgent_sibling_gets_the_slot(void **state)
+{
+    (void)state;
+    struct error err = {0};
+    struct devsched *d = devsched_new("synthetic0", &err);
+    assert_non_null(d);
+    int a = devsched_join(d, "a", 1, 2, &err), b = devsched_join(d, "b", 1, 2, &err);
+    devsched_acquire(d, b, ASK(DEVSCHED_ONLINE, 0));   /* B1 */
+    devsched_acquire(d, a, ASK(DEVSCHED_ONLINE, 0));   /* A1 */
+    struct steal_arg arg = {.d = d, .member = a};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, thr_urgent, &arg), 0);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);   /* A2 waits */
+    devsched_release_acquire(d, a, 10 * MS, ASK(DEVSCHED_ONLINE, 0));
+    int urgent_first = atomic_load(&arg.ran);
+    devsched_release(d, a, 10 * MS);
+    pthread_join(t, NULL);
+    devsched_release(d, b, 10 * MS);
+    assert_int_equal(urgent_first, 1);
+    devsched_free(d);
+}
+
 static void *thr_blocked(void *p)
 {
     struct thr_arg *a = p;
@@ -699,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_idle_member_banks_no_credit),
         cmocka_unit_test(test_split_follows_weights_property),
         cmocka_unit_test(test_threads_split_two_to_one),
+        cmocka_unit_test(test_threads_the_urgent_sibling_gets_the_slot),
         cmocka_unit_test(test_close_lets_waiters_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
