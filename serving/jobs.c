@@ -581,27 +581,37 @@ static void jobs_wait(struct jobs *j, const char *why)
     cu->active = false;
 }
 
-/* Whether a job not waiting (queued, or running and given way) is there
- * on a model other than the current job's: the oldest of those, passing
- * over those on the same model (they would starve alike). */
+/* The oldest job not waiting (queued, or running and given way) but for
+ * the nskip (at most 64) in skip, passing over those on `model` (NULL:
+ * none passed over): 1 and *out, 0 none, <0 the database's error. */
+static int jobs_next_not_on(struct jobs *j, const char *const *skip, int nskip,
+                            const char *model, struct state_job *out, struct error *err)
+{
+    const char *sk[64];
+    char same[64][sizeof out->id];
+    memcpy(sk, skip, (size_t)nskip * sizeof *sk);
+    for (int k = 0;; k++) {
+        int rc = state_job_next(j->st, sk, nskip, out, err);
+        if (rc <= 0 || !model || strcmp(out->model, model) != 0)
+            return rc;
+        if (nskip == 64)
+            return 0;
+        snprintf(same[k], sizeof same[k], "%s", out->id);
+        sk[nskip++] = same[k];
+    }
+}
+
+/* Whether a job waits to run on a model other than the current job's (those
+ * on the same model would starve alike). */
 static bool jobs_other_model_waits(struct jobs *j)
 {
     struct jobs_cur *cu = &j->cur;
     const char *skip[64];
-    char same[64][sizeof cu->job.id];
     int n = jobs_waits_live(j, skip);
     skip[n++] = cu->job.id;
-    for (int k = 0; n < 64; k++) {
-        struct state_job next;
-        struct error err = {0};
-        if (state_job_next(j->st, skip, n, &next, &err) <= 0)
-            return false;
-        if (strcmp(next.model, cu->job.model) != 0)
-            return true;
-        snprintf(same[k], sizeof same[k], "%s", next.id);
-        skip[n++] = same[k];
-    }
-    return false;
+    struct state_job next;
+    struct error err = {0};
+    return jobs_next_not_on(j, skip, n, cu->job.model, &next, &err) > 0;
 }
 
 /* The current job's lines get no device time (its model's online requests
@@ -648,25 +658,13 @@ static int jobs_begin_next(struct jobs *j)
     if (atomic_exchange(&j->model_loaded, false))
         jobs_wait_drop(j, NULL);
     const char *skip[64];
-    char same[64][sizeof cu->job.id];
     int nskip = jobs_waits_live(j, skip);
-    int rc;
     /* Jobs on the model a job gave way on are passed over while its wait
      * lasts: taken next, the job behind it on the same model starved
      * alike, and the two took turns while the job on another model the
      * first gave way to never ran. */
     bool pass = j->yielded_until_ns > jobs_mono_ns();
-    for (int k = 0;; k++) {
-        rc = state_job_next(j->st, skip, nskip, &cu->job, &err);
-        if (rc <= 0 || !pass || strcmp(cu->job.model, j->yielded_model) != 0)
-            break;
-        if (nskip == 64) {
-            rc = 0;
-            break;
-        }
-        snprintf(same[k], sizeof same[k], "%s", cu->job.id);
-        skip[nskip++] = same[k];
-    }
+    int rc = jobs_next_not_on(j, skip, nskip, pass ? j->yielded_model : NULL, &cu->job, &err);
     if (rc <= 0) {
         /* A database that cannot be read (a lock, a damaged file) is looked
          * at again after the pause, as one that refuses writes: it was
