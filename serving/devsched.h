@@ -75,7 +75,8 @@ struct devsched_ask {
 
 /* Who gets a slot that is free at now_ns: the index of the member and, in
  * *cls, the class of its batch; -1 when nobody waits. Online before
- * offline (unless job lines are owed time: devsched_core.offline_owed); among online batches the best tenant rank, then the least
+ * offline (devsched_core_grant asks for an offline batch first while job
+ * lines are owed time: devsched_core.offline_owed); among online batches the best tenant rank, then the least
  * virtual time, unless another
  * member's batch must start before the slot would free again (its start-by
  * before now_ns + the winner's est_ns, or + horizon_ns when a running batch
