@@ -29,9 +29,6 @@ struct backend_io {
     float *out;                       /* rows x output.row_elems */
     int rows;
     int64_t device_ns;                /* set by backends that time the batch on the device */
-    int server;                       /* a loop backend over several servers: the index of the
-                                         one that answered (the usage ledger charges it the
-                                         batch); -1: not said */
     int retry_after_s;                /* a failed batch (BG_EUNAVAILABLE): when to try again */
 };
 
@@ -163,6 +160,10 @@ struct backend_feed {
     /* The slot's batch ended after exec_ns: status 0 with io->out written,
      * or a BG_E* code and a message for all its rows. */
     void (*finish)(void *ctx, int slot, int status, const char *msg, int64_t exec_ns);
+    /* The slot's batch was sent to `server` (its index in the backend's
+     * servers, model_servers) now: each try, a try at another server
+     * ending the one before. NULL: not told. */
+    void (*sent)(void *ctx, int slot, int server);
     /* The feed rings waker(arg) from the submitting thread whenever work
      * arrives; NULL stops it. */
     void (*set_waker)(void *ctx, void (*waker)(void *arg), void *arg);

@@ -70,6 +70,15 @@ struct up_model {
 
 static void upstream_poll(struct up_model *um);
 
+/* The index of t in upstream.urls (the statistics' instance of the server). */
+static int upstream_server_index(const struct up_model *um, const struct httpc_target *t)
+{
+    for (int i = 0; i < um->nurls; i++)
+        if (um->targets[i] == t)
+            return i;
+    return -1;
+}
+
 /* ---- completing a batch ---- */
 
 /* What a slot keeps of its buffers between calls: past it, one large answer
@@ -227,10 +236,6 @@ static void upstream_slot_finish(struct up_slot *s)
         return;
     }
     int64_t ns = now_ns() - s->t0;
-    const struct httpc_target *t = upcall_target(s->up);
-    for (int i = 0; i < um->nurls; i++)
-        if (um->targets[i] == t)
-            s->io->server = i;
     upstream_slot_release(s);
     um->feed.finish(um->feed.ctx, s->index, 0, NULL, ns);
     upstream_poll(um);
@@ -264,6 +269,8 @@ static int upstream_slot_send(void *arg, struct upcall *u, const struct httpc_ta
     n += snprintf(head + n, sizeof head - (size_t)n,
                   "Host: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
                   httpc_target_authority(t), s->request.len);
+    if (s->um->feed.sent)   /* its tenants' time at this server runs from here */
+        s->um->feed.sent(s->um->feed.ctx, s->index, upstream_server_index(s->um, t));
     if (upcall_send(u, head, (size_t)n) < 0 || upcall_send(u, s->request.data, s->request.len) < 0)
         return -1;
     return 0;

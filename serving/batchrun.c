@@ -20,7 +20,8 @@ void batchrun_gather(struct batch *b, float *dst, size_t row_elems)
     b->gather_ns = now_ns() - t0;
 }
 
-void batchrun_end(struct served_model *sm, int instance, int charged, struct shares *shares,
+void batchrun_end(struct served_model *sm, int instance, struct modelstats_flight *flight,
+                  struct shares *shares,
                   struct batch *b, const float *out, int status, const char *msg,
                   int64_t exec_ns, bool late_is_timeout)
 {
@@ -58,7 +59,7 @@ void batchrun_end(struct served_model *sm, int instance, int charged, struct sha
      * shares take the same time (gather and scatter included, failed
      * batches too: they took exec_ns alone, and tenant_device_seconds_total
      * fell short of device_busy_seconds_total by up to 1%). */
-    int64_t held_ns = modelstats_batch_end(sm->stats, instance, charged, b, status == 0,
+    int64_t held_ns = modelstats_batch_end(sm->stats, instance, flight, b, status == 0,
                                            b->gather_ns, exec_ns, scatter_ns);
     if (shares && held_ns > 0)   /* tenants configured */
         shares_charge(shares, now_ns(), b, held_ns);

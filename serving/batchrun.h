@@ -13,6 +13,7 @@
 
 #include "batcher/work.h"
 
+struct modelstats_flight;
 struct served_model;
 struct shares;
 
@@ -24,12 +25,14 @@ void batchrun_gather(struct batch *b, float *dst, size_t row_elems);
  * copied from out (the scatter, timed: Triton's compute_output), each item
  * is given the batch's gather, execution and scatter times, and the batch
  * is recorded (and charged to its tenants on `shares`, when not NULL; in
- * the statistics, their use on instance `charged`: `instance` itself, or
- * the server a loop backend's batch went to); else every item fails with
+ * the statistics, their use on `instance` itself, or for a loop backend's
+ * batch (`flight` not NULL) on the server it went to last:
+ * modelstats_batch_end); else every item fails with
  * status and msg, except that with `late_is_timeout` an item whose deadline
  * passed gets 504 (its budget ran out, whatever else went wrong). Every
  * item is ended (work_complete); the batch is empty after. */
-void batchrun_end(struct served_model *sm, int instance, int charged, struct shares *shares,
+void batchrun_end(struct served_model *sm, int instance, struct modelstats_flight *flight,
+                  struct shares *shares,
                   struct batch *b, const float *out, int status, const char *msg,
                   int64_t exec_ns, bool late_is_timeout);
 

@@ -7,11 +7,16 @@
 #include "backends/backend.h"
 #include "batcher/batcher.h"
 #include "serving/batchrun.h"
+#include "serving/modelstats.h"
 #include "serving/serving.h"
 
 struct feed_slot {
     struct batch b;                   /* the batch out; empty when the slot is free */
     struct backend_io io;
+    /* Where the batch is (the server of its try): its tenants' time there
+     * counts while it is (modelstats.h), and its rows go to the server
+     * that answered. */
+    struct modelstats_flight flight;
     float *in, *out;                  /* max_batch_size rows */
 };
 
@@ -37,8 +42,9 @@ static int feed_poll(void *ctx, int slot, struct backend_io **io, int64_t *wake_
     if (rc != 1)
         return rc;
     batchrun_gather(&s->b, s->in, (size_t)f->sm->model.cfg.input.row_elems);
-    s->io = (struct backend_io){.in = s->in, .out = s->out, .rows = s->b.rows, .server = -1,
+    s->io = (struct backend_io){.in = s->in, .out = s->out, .rows = s->b.rows,
                                 .retry_after_s = 0};
+    s->flight.instance = -1;
     *io = &s->io;
     return 1;
 }
@@ -51,10 +57,20 @@ static void feed_finish(void *ctx, int slot, int status, const char *msg, int64_
         it->retry_after_s = status == BG_EUNAVAILABLE ? s->io.retry_after_s : 0;
     /* A call that failed after a request's budget ran out is a timeout to
      * that request (504), whatever else went wrong. The tenants' use goes
-     * on the statistics instance of the server that answered (one per
+     * on the statistics instance of the server of its last try (one per
      * server: served_stats_instances). */
-    batchrun_end(f->sm, FEED_INSTANCE, s->io.server >= 0 ? s->io.server : 0, f->sm->own_shares,
-                 &s->b, s->out, status, msg, exec_ns, true);
+    batchrun_end(f->sm, FEED_INSTANCE, &s->flight, f->sm->own_shares, &s->b, s->out, status, msg,
+                 exec_ns, true);
+}
+
+static void feed_sent(void *ctx, int slot, int server)
+{
+    struct feed *f = ctx;
+    struct feed_slot *s = &f->slot[slot];
+    if (server < 0 || s->flight.instance == server)
+        return;   /* sent again where it was: the same stay */
+    modelstats_flight_end(f->sm->stats, &s->flight, &s->b);
+    modelstats_flight_begin(f->sm->stats, &s->flight, server, &s->b);
 }
 
 static void feed_set_waker(void *ctx, void (*waker)(void *), void *arg)
@@ -82,6 +98,8 @@ int feed_start(struct served_model *sm, struct feed **out, struct error *err)
         return error_set(err, BG_ENOMEM, "model %s: out of memory for the feed", m->cfg.name);
     f->sm = sm;
     f->n = n;
+    for (int i = 0; i < n; i++)
+        f->slot[i].flight.instance = -1;
     size_t rows = (size_t)m->cfg.batching.max_batch_size;
     for (int i = 0; i < n; i++) {
         f->slot[i].in = malloc(rows * (size_t)m->cfg.input.row_elems * sizeof(float));
@@ -93,7 +111,7 @@ int feed_start(struct served_model *sm, struct feed **out, struct error *err)
         }
     }
     *out = f;
-    struct backend_feed bf = {.poll = feed_poll, .finish = feed_finish,
+    struct backend_feed bf = {.poll = feed_poll, .finish = feed_finish, .sent = feed_sent,
                               .set_waker = feed_set_waker, .ctx = f};
     int rc = model_loop_start(m, &bf, err);
     f->started = true;   /* a failed start still needs its stop (what it began) */

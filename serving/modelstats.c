@@ -80,13 +80,49 @@ struct inst_shard {
     atomic_flag run_lock;
     _Atomic int64_t run_start_ns;
     _Atomic uint32_t run_share[2][WORK_TENANTS_MAX];
-    /* A pool's calls in flight, by class and tenant: how many, and the
-     * sum of their starts (n x now - sum is their time so far). Written
-     * and read inside run_seq, as the running batch is. */
-    _Atomic int64_t calls_n[2][WORK_TENANTS_MAX], calls_t0[2][WORK_TENANTS_MAX];
+    /* Work in flight at the instance other than its running batch: a
+     * pool's calls, a loop backend's batches at a server (several at
+     * once). By class and tenant, the sum of their weights (a call's is
+     * MS_RUN_SCALE, a batch's its items' shares) and of weight x start:
+     * (w x now - wt0) / MS_RUN_SCALE is their time so far. The products
+     * pass 2^63 (2^30 x a monotonic clock of days), so wt0 is 128 bits
+     * wide, in two words. Written and read inside run_seq, as the running
+     * batch is (a torn pair is read again). */
+    _Atomic int64_t fl_w[2][WORK_TENANTS_MAX];
+    _Atomic uint64_t fl_wt0_lo[2][WORK_TENANTS_MAX];
+    _Atomic int64_t fl_wt0_hi[2][WORK_TENANTS_MAX];
 };
 
 #define MS_RUN_SCALE (1u << 30)
+
+static __int128 modelstats_wt0(struct inst_shard *sh, int c, int t)
+{
+    uint64_t lo = atomic_load_explicit(&sh->fl_wt0_lo[c][t], memory_order_relaxed);
+    int64_t hi = atomic_load_explicit(&sh->fl_wt0_hi[c][t], memory_order_relaxed);
+    return (__int128)(((unsigned __int128)(uint64_t)hi << 64) | lo);
+}
+
+/* Inside run_seq's odd stretch (one writer): weight w since t0, or
+ * without it (w < 0). */
+static void modelstats_flight_add(struct inst_shard *sh, int c, int t, int64_t w, int64_t t0)
+{
+    __int128 v = modelstats_wt0(sh, c, t) + (__int128)w * t0;
+    atomic_store_explicit(&sh->fl_wt0_lo[c][t], (uint64_t)v, memory_order_relaxed);
+    atomic_store_explicit(&sh->fl_wt0_hi[c][t], (int64_t)(v >> 64), memory_order_relaxed);
+    atomic_store_explicit(&sh->fl_w[c][t],
+                          atomic_load_explicit(&sh->fl_w[c][t], memory_order_relaxed) + w,
+                          memory_order_relaxed);
+}
+
+/* A reader's view (inside its run_seq pass) of the time in flight. */
+static uint64_t modelstats_flight_ns(struct inst_shard *sh, int c, int t, int64_t now)
+{
+    int64_t w = atomic_load_explicit(&sh->fl_w[c][t], memory_order_relaxed);
+    if (w <= 0)
+        return 0;
+    __int128 x = ((__int128)w * now - modelstats_wt0(sh, c, t)) / MS_RUN_SCALE;
+    return x > 0 ? (uint64_t)x : 0;
+}
 
 struct modelstats {
     int nio, ninst, max_batch;
@@ -362,19 +398,8 @@ static void modelstats_inst_time(struct inst_shard *sh, struct modelstats_time *
                               : 0;
             uint64_t off = run ? atomic_load_explicit(&sh->run_share[1][t], memory_order_relaxed)
                                : 0;
-            uint64_t run_on = run * on / MS_RUN_SCALE, run_off = run * off / MS_RUN_SCALE;
-            int64_t cn = atomic_load_explicit(&sh->calls_n[0][t], memory_order_relaxed);
-            int64_t fn = atomic_load_explicit(&sh->calls_n[1][t], memory_order_relaxed);
-            if (cn > 0) {
-                int64_t x = cn * now - atomic_load_explicit(&sh->calls_t0[0][t],
-                                                            memory_order_relaxed);
-                run_on += x > 0 ? (uint64_t)x : 0;
-            }
-            if (fn > 0) {
-                int64_t x = fn * now - atomic_load_explicit(&sh->calls_t0[1][t],
-                                                            memory_order_relaxed);
-                run_off += x > 0 ? (uint64_t)x : 0;
-            }
+            uint64_t run_on = run * on / MS_RUN_SCALE + modelstats_flight_ns(sh, 0, t, now);
+            uint64_t run_off = run * off / MS_RUN_SCALE + modelstats_flight_ns(sh, 1, t, now);
             o->tenant_ns[t] =
                 atomic_load_explicit(&sh->tenant_ns[t], memory_order_relaxed) + run_on + run_off;
             o->tenant_offline_ns[t] =
@@ -385,6 +410,58 @@ static void modelstats_inst_time(struct inst_shard *sh, struct modelstats_time *
         if (atomic_load_explicit(&sh->run_seq, memory_order_relaxed) == q)
             return;
     }
+}
+
+/* ns of b's time to its items' tenants on sh, each by its share. */
+static void modelstats_items_charge(struct inst_shard *sh, const struct batch *b, int64_t ns)
+{
+    for (const struct infer_item *it = b->head; it; it = it->next) {
+        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
+        uint64_t own = (uint64_t)batch_item_ns(b, it, ns);
+        atomic_fetch_add_explicit(&sh->tenant_ns[t], own, memory_order_relaxed);
+        if (it->offline)
+            atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], own, memory_order_relaxed);
+    }
+}
+
+void modelstats_flight_begin(struct modelstats *s, struct modelstats_flight *f, int instance,
+                             const struct batch *b)
+{
+    memset(f->w, 0, sizeof f->w);
+    for (const struct infer_item *it = b->head; it && b->rows > 0; it = it->next) {
+        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
+        f->w[it->offline ? 1 : 0][t] += (uint32_t)batch_item_ns(b, it, MS_RUN_SCALE);
+    }
+    f->instance = instance >= 0 ? instance % s->ninst : 0;
+    struct inst_shard *sh = &s->inst[f->instance];
+    modelstats_run_enter(sh);
+    f->t0 = now_ns();
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < WORK_TENANTS_MAX; t++)
+            if (f->w[c][t])
+                modelstats_flight_add(sh, c, t, f->w[c][t], f->t0);
+    modelstats_run_leave(sh);
+}
+
+int64_t modelstats_flight_end(struct modelstats *s, struct modelstats_flight *f,
+                              const struct batch *b)
+{
+    if (f->instance < 0)
+        return 0;
+    struct inst_shard *sh = &s->inst[f->instance];
+    modelstats_run_enter(sh);
+    /* Inside the stretch: later than any reader's clock that saw it in
+     * flight, so its time for good is at least what they saw. */
+    int64_t ns = now_ns() - f->t0;
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < WORK_TENANTS_MAX; t++)
+            if (f->w[c][t])
+                modelstats_flight_add(sh, c, t, -(int64_t)f->w[c][t], f->t0);
+    if (b && b->rows > 0)
+        modelstats_items_charge(sh, b, ns);
+    modelstats_run_leave(sh);
+    f->instance = -1;
+    return ns;
 }
 
 /* The batch's time into the instance's busy time and its tenants' (the
@@ -408,15 +485,9 @@ static int64_t modelstats_time_end(struct inst_shard *sh, struct inst_shard *cha
             atomic_fetch_add_explicit(&sh->busy_offline_ns,
                                       (uint64_t)((double)busy * offline_rows / b->rows),
                                       memory_order_relaxed);
-        for (const struct infer_item *it = b->head; it; it = it->next) {
-            int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
-            uint64_t ns = (uint64_t)batch_item_ns(b, it, busy);
-            atomic_fetch_add_explicit(&charged->tenant_ns[t], ns, memory_order_relaxed);
-            if (it->offline)
-                atomic_fetch_add_explicit(&charged->tenant_offline_ns[t], ns,
-                                          memory_order_relaxed);
-        }
-    } else if (start > 0) {
+        if (charged)
+            modelstats_items_charge(charged, b, busy);
+    } else if (start > 0 && charged) {
         to_items = busy;   /* by the shares its items had when it began */
         for (int t = 0; t < WORK_TENANTS_MAX; t++) {
             uint64_t on = atomic_load_explicit(&sh->run_share[0][t], memory_order_relaxed);
@@ -434,21 +505,28 @@ static int64_t modelstats_time_end(struct inst_shard *sh, struct inst_shard *cha
     return to_items;
 }
 
-int64_t modelstats_batch_end(struct modelstats *s, int instance, int charged,
+int64_t modelstats_batch_end(struct modelstats *s, int instance, struct modelstats_flight *f,
                              const struct batch *b, bool ok, int64_t input_ns, int64_t exec_ns,
                              int64_t output_ns)
 {
-    int64_t to_items = 0;
+    int64_t to_items = 0, flown = 0;
+    int charged = instance;
+    bool flew = f && f->instance >= 0;
+    if (flew) {   /* its tenants' time: the last try's, at its server */
+        charged = f->instance;
+        flown = modelstats_flight_end(s, f, b);
+    }
     struct inst_shard *sh = &s->inst[instance % s->ninst];
-    struct inst_shard *ch = &s->inst[(charged >= 0 ? charged : 0) % s->ninst];
     modelstats_run_enter(sh);
     /* Device time counts whether the batch succeeded or not: it held the
-     * device. Its rows and statistics only when it computed them. But a
-     * loop backend's failed batch (a call to a server behind, never begun
-     * here) charges its tenants nothing: that server's time goes as idle
-     * time does (docs/USAGE.md). */
+     * device. Its rows and statistics only when it computed them. A loop
+     * backend's failed batch adds no busy time here (a call to a server
+     * behind, never begun here), but its tenants had the server's time of
+     * its tries, as above (docs/USAGE.md). */
     if (ok || atomic_load_explicit(&sh->run_start_ns, memory_order_relaxed) > 0)
-        to_items = modelstats_time_end(sh, ch, b, exec_ns);
+        to_items = modelstats_time_end(sh, flew ? NULL : &s->inst[charged % s->ninst], b, exec_ns);
+    if (!to_items)
+        to_items = flown;
     if (ok && b) {
         modelstats_batch(s, instance, b->rows, input_ns, exec_ns, output_ns);
         atomic_fetch_add_explicit(&sh->max_rows, (uint64_t)(b->max_rows > 0 ? b->max_rows : b->rows),
@@ -507,8 +585,7 @@ void modelstats_call_begin(struct modelstats *s, int instance, int tenant, bool 
     struct inst_shard *sh = &s->inst[(instance >= 0 ? instance : 0) % s->ninst];
     int t = tenant >= 0 && tenant < WORK_TENANTS_MAX ? tenant : 0;
     modelstats_run_enter(sh);
-    atomic_fetch_add_explicit(&sh->calls_n[offline][t], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&sh->calls_t0[offline][t], t0, memory_order_relaxed);
+    modelstats_flight_add(sh, offline, t, MS_RUN_SCALE, t0);
     modelstats_run_leave(sh);
 }
 
@@ -521,8 +598,7 @@ void modelstats_call_end(struct modelstats *s, int instance, int tenant, bool of
      * so its time for good is at least what they saw (never a step back). */
     int64_t now = now_ns();
     uint64_t d = now > t0 ? (uint64_t)(now - t0) : 0;
-    atomic_fetch_sub_explicit(&sh->calls_n[offline][t], 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&sh->calls_t0[offline][t], t0, memory_order_relaxed);
+    modelstats_flight_add(sh, offline, t, -(int64_t)MS_RUN_SCALE, t0);
     atomic_fetch_add_explicit(&sh->tenant_ns[t], d, memory_order_relaxed);
     if (offline)
         atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], d, memory_order_relaxed);

@@ -132,17 +132,38 @@ void modelstats_arrival(struct modelstats *s, int thread, int rows);
  * busy, and to its items' tenants, while it runs (every reader below and
  * the usage ledger see it grow), until modelstats_batch_end. */
 void modelstats_run_begin(struct modelstats *s, int instance, const struct batch *b);
+/* A loop backend's batch in flight at one of its servers (the statistics
+ * have an instance per server): its time there counts to its items'
+ * tenants while it is there, as a running batch's does on a device of
+ * ours. Counted at the end alone, a 10 s call was its tenants' in its last
+ * second only, and the nine before went to every tenant by share. The
+ * caller owns the struct (one per batch in flight). */
+struct modelstats_flight {
+    int instance;                          /* the server's; -1: not in flight */
+    int64_t t0;
+    uint32_t w[2][WORK_TENANTS_MAX];       /* its items' shares, by class and tenant */
+};
+/* b was sent to `instance`'s server now. */
+void modelstats_flight_begin(struct modelstats *s, struct modelstats_flight *f, int instance,
+                             const struct batch *b);
+/* f's try ended (the batch goes to another server, or ended): its time
+ * there goes to b's items' tenants for good (a failed try held the
+ * server too). Returns that time; 0 when f was not in flight. */
+int64_t modelstats_flight_end(struct modelstats *s, struct modelstats_flight *f,
+                              const struct batch *b);
 /* The worker of `instance` (or a loop backend's feed): batch b ended. Its
  * time (exec_ns, or from modelstats_run_begin to now if that is longer)
- * goes to the instance's busy time and to its items' tenants on instance
- * `charged`, succeeded or not (it held the device; b may be empty, its
+ * goes to the instance's busy time and to its items' tenants on the
+ * instance, succeeded or not (it held the device; b may be empty, its
  * items answered by the watchdog: the shares of the begin serve); with
  * `ok` its rows and statistics too: gathered in input_ns, run in exec_ns,
- * scattered in output_ns, its tokens, its rows by tenant. Returns the
- * time charged to b's items, or to an empty b's by the shares of its begin
- * (0: none), which the scheduler's shares take
+ * scattered in output_ns, its tokens, its rows by tenant. A loop backend's
+ * batch passes its flight f (else NULL): its tenants get the time of its
+ * last try and its rows go on the server's instance (modelstats_flight_end).
+ * Returns the time charged to b's items, or to an empty b's by the shares
+ * of its begin (0: none), which the scheduler's shares take
  * too, so that tenant_device_seconds_total adds up to the busy time. */
-int64_t modelstats_batch_end(struct modelstats *s, int instance, int charged,
+int64_t modelstats_batch_end(struct modelstats *s, int instance, struct modelstats_flight *f,
                              const struct batch *b, bool ok, int64_t input_ns, int64_t exec_ns,
                              int64_t output_ns);
 /* Parts of modelstats_batch_end, without the time: a batch's statistics,

@@ -104,7 +104,7 @@ static int64_t worker_run_batch(struct worker *w, struct batch *b, bool *abandon
         /* Answered 504 by the watchdog; not a latency sample either, but
          * the device was held all along. */
         b->head = NULL;
-        int64_t held = modelstats_batch_end(w->ws->sm->stats, in->index, in->index, NULL,
+        int64_t held = modelstats_batch_end(w->ws->sm->stats, in->index, NULL, NULL,
                                             false, 0, ns, 0);
         /* Its tenants held the device all along: charged as a failed
          * batch's (they were not: a tenant whose requests hang the device
@@ -114,7 +114,7 @@ static int64_t worker_run_batch(struct worker *w, struct batch *b, bool *abandon
         *abandoned = true;
         return ns;
     }
-    batchrun_end(w->ws->sm, in->index, in->index, w->place.shares, b, in->out, rc ? -rc : 0,
+    batchrun_end(w->ws->sm, in->index, NULL, w->place.shares, b, in->out, rc ? -rc : 0,
                  rc ? err.msg : NULL, ns, false);
     return ns;
 }

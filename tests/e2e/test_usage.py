@@ -625,6 +625,55 @@ class UsageUpstreamTest(UsageCase):
             stop_fakes(fakes)
 
 
+class UsageUpstreamLongCallTest(UsageCase):
+    """A call to a server longer than the ledger's one-second sample. Its
+    time was recorded at its end alone: in the seconds before, the server's
+    busy time had no batch and went to every tenant by share (research,
+    who sent nothing, paid about 2/3 of it), and the caller got the last
+    second's only."""
+
+    def run_one(self, base_ms, timeout_ms, status):
+        from test_upstream import start_fake, upstream_model
+        fakes = [start_fake("--base-ms", str(base_ms), "--per-row-ms", "0",
+                            "--concurrency", "2")]
+        try:
+            url = "http://127.0.0.1:%d" % fakes[0][1]
+            write_model(self.repo, "u1", upstream_model("u1", [url], timeout_ms=timeout_ms))
+            self.config["tenants"][1]["models"] = ["a", "u1"]   # prod: a and u1
+            srv = self.start()
+            port = srv.port
+            got = {}
+            t = threading.Thread(target=lambda: got.update(r=infer(port, "u1", "prod")))
+            t.start()
+            time.sleep(2.0)
+            running = sum(x["busy_seconds"] for x in wide(port)
+                          if x["model"] == "u1" and x["tenant"] == "prod")
+            t.join(15)
+            self.assertEqual(got["r"].status, status, got["r"])
+            self.settle(port)
+            rows = [x for x in wide(port) if x["model"] == "u1"]
+            busy = {}
+            for x in rows:
+                busy[x["tenant"]] = busy.get(x["tenant"], 0) + x["busy_seconds"]
+            self.assertGreater(running, 0.5, ("the call's time while it runs", rows))
+            srv.stop_checked()
+            return busy, rows
+        finally:
+            stop_fakes(fakes)
+
+    def test_the_call_is_its_tenants_while_it_runs(self):
+        busy, rows = self.run_one(3000, 10000, 200)
+        self.assertAlmostEqual(busy.get("prod", 0), 3.0, delta=0.3, msg=rows)
+        self.assertLess(busy.get("research", 0), 0.05, rows)
+
+    def test_a_failed_call_is_its_tenants_too(self):
+        # Timed out after 1.5 s (502): the server's time it held is the
+        # caller's, as a failed batch on a device of ours is.
+        busy, rows = self.run_one(3000, 1500, 502)
+        self.assertAlmostEqual(busy.get("prod", 0), 1.5, delta=0.3, msg=rows)
+        self.assertLess(busy.get("research", 0), 0.05, rows)
+
+
 class UsagePoolRefusedTest(UsageCase):
     def test_pool_calls_no_endpoint_took_are_no_requests(self):
         """A pool whose only endpoint refuses connections: the calls that

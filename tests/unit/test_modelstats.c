@@ -31,7 +31,7 @@ static void end_batch(struct modelstats *s, int inst, int rows, int offline, int
     on.next = offline ? &off : NULL;
     struct batch b = {.head = rows - offline ? &on : &off, .nitems = 1 + (offline > 0),
                       .rows = rows};
-    modelstats_batch_end(s, inst, inst, &b, true, input_ns, exec_ns, output_ns);
+    modelstats_batch_end(s, inst, NULL, &b, true, input_ns, exec_ns, output_ns);
 }
 
 /* batch_fill_ratio: rows over what each batch could hold when it was cut.
@@ -49,13 +49,13 @@ static void test_fill_keeps_each_batch_cap(void **state)
     modelstats_snapshot(s, &o);
     assert_true(modelstats_fill(&o) == 0);   /* no batch yet */
     modelstats_snapshot_free(&o);
-    modelstats_batch_end(s, 0, 0, &b, true, 0, 1000, 0);
+    modelstats_batch_end(s, 0, NULL, &b, true, 0, 1000, 0);
     modelstats_snapshot(s, &o);
     assert_true(fabs(modelstats_fill(&o) - 0.5) < 1e-9);
     modelstats_snapshot_free(&o);
     b.max_rows = 32;   /* reloaded with max_batch_size 32, on the other instance */
-    modelstats_batch_end(s, 1, 1, &b, true, 0, 1000, 0);
-    modelstats_batch_end(s, 1, 1, &b, false, 0, 1000, 0);   /* failed: no rows, no room */
+    modelstats_batch_end(s, 1, NULL, &b, true, 0, 1000, 0);
+    modelstats_batch_end(s, 1, NULL, &b, false, 0, 1000, 0);   /* failed: no rows, no room */
     modelstats_snapshot(s, &o);
     assert_true(fabs(modelstats_fill(&o) - 8.0 / 40.0) < 1e-9);
     modelstats_snapshot_free(&o);
@@ -225,8 +225,8 @@ static void test_batch_by_tenant_and_class(void **state)
     a.next = &b;
     b.next = &c;
     struct batch bt = {.head = &a, .nitems = 3, .rows = 4};
-    modelstats_batch_end(s, 0, 0, &bt, true, 0, 4000000, 0);   /* 4 ms: 1 ms per row */
-    modelstats_batch_end(s, 1, 1, &bt, true, 0, 4000000, 0);   /* another instance: summed */
+    modelstats_batch_end(s, 0, NULL, &bt, true, 0, 4000000, 0);   /* 4 ms: 1 ms per row */
+    modelstats_batch_end(s, 1, NULL, &bt, true, 0, 4000000, 0);   /* another instance: summed */
     struct modelstats_snapshot o;
     modelstats_snapshot(s, &o);
     assert_int_equal(o.tenant_rows[1], 6);
@@ -274,7 +274,7 @@ static void test_running_batch_counts_as_it_runs(void **state)
     modelstats_snapshot_free(&o);
     /* It ends, having reported 10 ms of execution (a device timer): the
      * time seen running stays. */
-    modelstats_batch_end(s, 0, 0, &bt, true, 0, 10 * 1000000, 0);
+    modelstats_batch_end(s, 0, NULL, &bt, true, 0, 10 * 1000000, 0);
     modelstats_snapshot(s, &o);
     assert_true(o.inst[0].busy_s >= seen);
     assert_true(o.tenant_busy_s[2] >= seen * 0.75 - 1e-6);
@@ -285,7 +285,7 @@ static void test_running_batch_counts_as_it_runs(void **state)
     /* Begun, then its items answered elsewhere (the watchdog): no batch
      * counted, its time charged by the begin's shares. */
     modelstats_run_begin(s, 0, &bt);
-    modelstats_batch_end(s, 0, 0, NULL, false, 0, 40 * 1000000, 0);
+    modelstats_batch_end(s, 0, NULL, NULL, false, 0, 40 * 1000000, 0);
     modelstats_snapshot(s, &o);
     assert_true(o.inst[0].busy_s > after_first + 0.0399);
     assert_int_equal(o.inst[0].batches, 1);
@@ -324,6 +324,117 @@ static void test_calls_count_as_they_run(void **state)
     assert_true(e1[3].busy_s[0] >= seen && e1[3].busy_s[0] < seen + 0.09);   /* ended: no more */
     assert_int_equal(e1[3].rows[0], 70);
     assert_int_equal(e1[3].requests[0], 1);
+    modelstats_free(s);
+}
+
+/* A loop backend's batches at its servers (instances 0 and 1): two in
+ * flight at once at server 1, one moved to server 0 (a 503 there), their
+ * time each tenant's by its rows while they fly, and their rows where
+ * the batch ended. */
+static void test_flights_count_as_they_fly(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 2, 8);
+    struct infer_item a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.rows = 3;
+    a.tenant = 1;
+    b.rows = 1;
+    b.tenant = 2;
+    b.offline = true;
+    a.next = &b;
+    struct batch bt = {.head = &a, .nitems = 2, .rows = 4};
+    struct modelstats_flight f1, f2;
+    modelstats_flight_begin(s, &f1, 1, &bt);
+    modelstats_flight_begin(s, &f2, 1, &bt);
+    struct timespec ts = {0, 50 * 1000000};
+    nanosleep(&ts, NULL);
+    struct modelstats_tenant_use use[2 * WORK_TENANTS_MAX];
+    assert_int_equal(modelstats_tenant_use(s, use, 2), 2);
+    struct modelstats_tenant_use *s1 = &use[WORK_TENANTS_MAX];
+    double t1 = s1[1].busy_s[0], t2 = s1[2].busy_s[1];
+    assert_true(t1 >= 2 * 0.75 * 0.049 && t1 < 1.0);
+    assert_true(t2 >= 2 * 0.25 * 0.049 && t2 < t1);
+    assert_true(s1[2].busy_s[0] == 0 && use[1].busy_s[0] == 0);
+    /* f1 goes on to server 0: its time at 1 stays there. */
+    assert_true(modelstats_flight_end(s, &f1, &bt) >= 49 * 1000000LL);
+    modelstats_flight_begin(s, &f1, 0, &bt);
+    nanosleep(&ts, NULL);
+    assert_int_equal(modelstats_tenant_use(s, use, 2), 2);
+    assert_true(s1[1].busy_s[0] >= t1 + 0.75 * 0.049);   /* f2 flies on */
+    assert_true(use[1].busy_s[0] >= 0.75 * 0.049);
+    double left1 = s1[1].busy_s[0];
+    modelstats_batch_end(s, 0, &f1, &bt, true, 0, 1000, 0);
+    modelstats_batch_end(s, 0, &f2, &bt, false, 0, 1000, 0);   /* failed: its time, no rows */
+    assert_int_equal(f1.instance, -1);
+    nanosleep(&ts, NULL);
+    assert_int_equal(modelstats_tenant_use(s, use, 2), 2);
+    assert_int_equal(use[1].rows[0], 3);
+    assert_int_equal(use[2].rows[1], 1);
+    assert_int_equal(use[1].requests[0], 1);
+    assert_int_equal(s1[1].rows[0], 0);
+    assert_int_equal(s1[1].requests[0], 0);
+    double ended = s1[1].busy_s[0];
+    assert_true(ended >= left1 && ended < left1 + 0.02);   /* nothing in flight there now */
+    modelstats_free(s);
+}
+
+/* Flights of a batch whose rows do not divide its time evenly (1, 7 and
+ * 13 rows), begun and ended in a loop, beside a reader: no tenant's time
+ * ever goes back (the usage ledger takes a step back for a reset). */
+struct flight_watch {
+    struct modelstats *s;
+    _Atomic int stop;
+    int backwards;
+    long reads;
+};
+
+static void *watch_flights(void *arg)
+{
+    struct flight_watch *w = arg;
+    double last[3] = {0};
+    struct modelstats_tenant_use use[WORK_TENANTS_MAX];
+    while (!atomic_load(&w->stop)) {
+        modelstats_tenant_use(w->s, use, 1);
+        for (int t = 0; t < 3; t++) {
+            double v = use[t].busy_s[0] + use[t].busy_s[1];
+            w->backwards += v < last[t];
+            last[t] = v;
+        }
+        w->reads++;
+    }
+    return NULL;
+}
+
+static void test_flights_never_go_back(void **state)
+{
+    (void)state;
+    struct modelstats *s = modelstats_new(1, 1, 32);
+    struct flight_watch w = {.s = s};
+    pthread_t t;
+    pthread_create(&t, NULL, watch_flights, &w);
+    struct infer_item it[3];
+    memset(it, 0, sizeof it);
+    int rows[3] = {1, 7, 13};
+    for (int i = 0; i < 3; i++) {
+        it[i].rows = rows[i];
+        it[i].tenant = i;
+        it[i].offline = i == 2;
+        it[i].next = i < 2 ? &it[i + 1] : NULL;
+    }
+    struct batch bt = {.head = &it[0], .nitems = 3, .rows = 21};
+    struct modelstats_flight f[3];
+    int64_t until = now_ns() + 300 * 1000000LL;
+    for (int k = 0; now_ns() < until; k++) {
+        modelstats_flight_begin(s, &f[k % 3], 0, &bt);
+        if (k >= 2)
+            modelstats_batch_end(s, 0, &f[(k + 1) % 3], &bt, k % 2, 0, 1, 0);
+    }
+    atomic_store(&w.stop, 1);
+    pthread_join(t, NULL);
+    assert_true(w.reads > 0);
+    assert_int_equal(w.backwards, 0);
     modelstats_free(s);
 }
 
@@ -368,7 +479,7 @@ static void test_busy_never_goes_back(void **state)
         modelstats_run_begin(s, 0, &bt);
         for (volatile int k = 0; k < 2000; k++)
             ;
-        modelstats_batch_end(s, 0, 0, &bt, true, 0, 1, 0);
+        modelstats_batch_end(s, 0, NULL, &bt, true, 0, 1, 0);
     }
     atomic_store(&w.stop, 1);
     pthread_join(t, NULL);
@@ -389,7 +500,7 @@ static void *drain_writer(void *arg)
     struct batch bt = {.head = &a, .nitems = 1, .rows = 1};
     for (int i = 0; i < 20000; i++) {
         modelstats_run_begin(s, 0, &bt);
-        modelstats_batch_end(s, 0, 0, &bt, true, 0, 1000, 0);
+        modelstats_batch_end(s, 0, NULL, &bt, true, 0, 1000, 0);
     }
     return NULL;
 }
@@ -458,7 +569,7 @@ static void test_held_time_over_loads(void **state)
     memset(&a, 0, sizeof a);
     a.rows = 1;
     struct batch bt = {.head = &a, .nitems = 1, .rows = 1};
-    modelstats_batch_end(s, 0, 0, &bt, true, 0, 10LL * 1000000000, 0);
+    modelstats_batch_end(s, 0, NULL, &bt, true, 0, 10LL * 1000000000, 0);
     modelstats_snapshot(s, &o);
     assert_true(o.inst[0].idle_s >= idle);
     modelstats_snapshot_free(&o);
@@ -540,6 +651,8 @@ int main(void)
         cmocka_unit_test(test_batch_by_tenant_and_class),
         cmocka_unit_test(test_running_batch_counts_as_it_runs),
         cmocka_unit_test(test_calls_count_as_they_run),
+        cmocka_unit_test(test_flights_count_as_they_fly),
+        cmocka_unit_test(test_flights_never_go_back),
         cmocka_unit_test(test_busy_never_goes_back),
         cmocka_unit_test(test_concurrent_writers_lose_nothing),
         cmocka_unit_test(test_two_copies_write_one_shard),
