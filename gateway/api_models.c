@@ -19,6 +19,7 @@
 #include "batcher/batcher.h"
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/memguard.h"
 #include "gateway/admit.h"
 #include "gateway/auth.h"
 #include "gateway/jscratch.h"
@@ -768,32 +769,44 @@ static void models_infer_call_deliver(struct mailbox_msg *msg)
         models_infer_call_free(call);
         return;
     }
+    int64_t queue_ns = it->t_dequeue_ns - it->t_arrival_ns;
+    if ((call->format == FORMAT_EMBED && call->embed.normalize) ||
+        (call->format == FORMAT_KSERVE && c->kind == MODEL_KIND_ENCODER && c->encoder.normalize))
+        encoder_output_normalize(call->output, call->r.rows, (int)c->output.row_elems);
+    /* An output in shared memory: the region is held by the call, so it
+     * is still mapped even if it was unregistered meanwhile; but the
+     * client may have truncated its object (memguard.h): then 400, and
+     * the answer counted so. */
+    if (call->r.output_shm.set &&
+        memguard_copy(call->r.output_shm_bytes, call->output,
+                      (size_t)call->r.rows * (size_t)c->output.row_elems * sizeof(float)) < 0) {
+        struct error err = {0};
+        tensor_shm_gone(&call->r.output_shm, "outputs[0].", &err);
+        if (call->client_gone)
+            models_count_cancelled(call->sm, req, true);
+        else
+            models_account(call->st, call->sm, req, 400, queue_ns, NULL);
+        http_respond_error(req, 400, NULL, "model %s: %s", c->name, err.msg);
+        models_infer_call_free(call);
+        return;
+    }
     /* A client that hung up while its batch ran is no success: its rows
      * were computed (the device's time is the batch's), but nobody got
      * an answer. */
     if (call->client_gone)
         models_count_cancelled(call->sm, req, true);
     else
-        models_account(call->st, call->sm, req, 200, it->t_dequeue_ns - it->t_arrival_ns, it);
+        models_account(call->st, call->sm, req, 200, queue_ns, it);
     struct buf b = BUF_INIT;
     int64_t json_len = -1;
     int rc;
-    if (call->format == FORMAT_EMBED) {
-        if (call->embed.normalize)
-            encoder_output_normalize(call->output, call->r.rows, (int)c->output.row_elems);
+    if (call->format == FORMAT_EMBED)
         rc = embed_encode(c, &call->embed, &call->r, call->output, &b);
-    } else if (call->format == FORMAT_TFS) {
+    else if (call->format == FORMAT_TFS)
         rc = tensor_encode_tfs(c, &call->r, call->output, &b);
-    } else {
-        if (c->kind == MODEL_KIND_ENCODER && c->encoder.normalize)
-            encoder_output_normalize(call->output, call->r.rows, (int)c->output.row_elems);
-        /* An output in shared memory: the region is held by the call, so
-         * it is still mapped even if it was unregistered meanwhile. */
-        if (call->r.output_shm.set)
-            memcpy(call->r.output_shm_bytes, call->output,
-                   (size_t)call->r.rows * (size_t)c->output.row_elems * sizeof(float));
-        rc = tensor_encode_kserve(&call->sm->model, call->sm->version, &call->r, call->output, &b, &json_len);
-    }
+    else
+        rc = tensor_encode_kserve(&call->sm->model, call->sm->version, &call->r, call->output, &b,
+                                  &json_len);
     if (rc < 0) {
         buf_free(&b);
         http_respond_error(req, 500, NULL, "out of memory encoding the answer");

@@ -6,6 +6,7 @@
 #include "backends/encoder.h"
 #include "backends/labels.h"
 #include "common/jsonfmt.h"
+#include "common/memguard.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -346,6 +347,14 @@ static int tensor_shm_resolve(const struct tensor_shm_resolver *shm, const struc
     return shm->resolve(shm->ctx, ref, what, bytes, err);
 }
 
+int tensor_shm_gone(const struct tensor_shm *ref, const char *where, struct error *err)
+{
+    return error_set(err, BG_EINVAL, "%sparameters.shared_memory_region: \"%s\" no longer holds "
+                     "bytes [%llu, %llu): its shared memory object was truncated after it was "
+                     "registered", where, ref->region, (unsigned long long)ref->offset,
+                     (unsigned long long)(ref->offset + ref->byte_size));
+}
+
 /* One entry of "inputs". `bin`/`bin_len` is what is left of the binary section. */
 static int tensor_decode_input(const struct model *model, json_t *in, int idx, const char **bin,
                         size_t *bin_len, const struct tensor_shm_resolver *shm,
@@ -420,12 +429,26 @@ static int tensor_decode_input(const struct model *model, json_t *in, int idx, c
         void *bytes;
         if ((rc = tensor_shm_resolve(shm, &ref, where, &bytes, err)))
             return rc;
-        if (text) {   /* the binary extension's elements, read in place */
-            const char *p = bytes;
-            return tensor_decode_text(model, NULL, where, &p, (size_t)ref.byte_size,
-                                      "shared_memory_byte_size", out, err);
+        /* Copied out first, under memguard: the client owns the object and
+         * may have shrunk it since it registered it (a read past its end
+         * raised SIGBUS and killed the server). */
+        if (text) {   /* the binary extension's elements */
+            char *copy = malloc(ref.byte_size ? (size_t)ref.byte_size : 1);
+            if (!copy)
+                return error_set(err, BG_ENOMEM, "out of memory for %llu bytes of shared memory",
+                                 (unsigned long long)ref.byte_size);
+            if (memguard_copy(copy, bytes, (size_t)ref.byte_size) < 0)
+                rc = tensor_shm_gone(&ref, where, err);
+            const char *p = copy;
+            if (!rc)
+                rc = tensor_decode_text(model, NULL, where, &p, (size_t)ref.byte_size,
+                                        "shared_memory_byte_size", out, err);
+            free(copy);
+            return rc;
         }
-        memcpy(out->input, bytes, count * sizeof(float));   /* little-endian FP32, as in Triton */
+        /* little-endian FP32, as in Triton */
+        if (memguard_copy(out->input, bytes, count * sizeof(float)) < 0)
+            return tensor_shm_gone(&ref, where, err);
         return tensor_check_finite(out->input, count, where, "shared memory", err);
     }
     if (bsize) {

@@ -35,6 +35,10 @@ struct tensor_shm_resolver {
                    struct error *err);
     void *ctx;
 };
+/* The error for a tensor whose region's bytes were gone when read or
+ * written (memguard_copy failed: the client truncated the object); `where`
+ * is the tensor's prefix ("inputs[0]."). Returns -BG_EINVAL. */
+int tensor_shm_gone(const struct tensor_shm *ref, const char *where, struct error *err);
 
 struct infer_request {
     char id[256];

@@ -224,6 +224,46 @@ class ShmTest(RepoServerCase):
         resp = self.infer_shm("slow", 1, 4, "in", "out", 12)
         self.assertEqual(resp.status, 400)
 
+    def test_a_truncated_object_fails_its_request_not_the_server(self):
+        # The client owns the object and may shrink it after registering a
+        # region of it: the server read (and wrote) the vanished pages and
+        # died of SIGBUS, every other request with it.
+        port = self.srv.port
+        rin, rout = self.region("tin", 8192), self.region("tout", 8192)
+        for name, r in (("tin", rin), ("tout", rout)):
+            self.assertEqual(jpost(port, "/v2/systemsharedmemory/region/%s/register" % name,
+                                   {"key": r.key, "offset": 4096, "byte_size": 4096}).status,
+                             200)
+        os.truncate("/dev/shm" + rin.key, 0)
+        resp = self.infer_shm("digits", 1, 64, "tin", "tout", 40)
+        self.assertEqual(resp.status, 400, resp)
+        self.assertIn('inputs[0].parameters.shared_memory_region: "tin" no longer holds '
+                      "bytes [0, 256): its shared memory object was truncated",
+                      resp.json()["error"])
+        # The output, truncated while its batch runs (400 ms).
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
+                            "data": [1, 2, 3, 4]}],
+                "outputs": [{"name": "y", "parameters": {"shared_memory_region": "tout",
+                                                         "shared_memory_byte_size": 12}}]}
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault(
+            "resp", jpost(port, "/v2/models/slow/infer", body)))
+        t.start()
+        time.sleep(0.15)
+        os.truncate("/dev/shm" + rout.key, 0)
+        t.join(10)
+        resp = result.get("resp")
+        self.assertIsNotNone(resp, "no answer:\n" + self.srv.log())
+        self.assertEqual(resp.status, 400, resp)
+        self.assertIn('outputs[0].parameters.shared_memory_region: "tout" no longer holds',
+                      resp.json()["error"])
+        # The server lives on, and serves.
+        self.assertEqual(roundtrip(port, "GET", "/v2/health/ready").status, 200)
+        ok = jpost(port, "/v2/models/slow/infer",
+                   {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
+                                "data": [1, 2, 3, 4]}]})
+        self.assertEqual(ok.status, 200, ok)
+
     def test_perf_analyzer_system_shared_memory(self):
         try:
             p = subprocess.run([os.path.join(ROOT, "scripts", "fetch-perf-analyzer")],
