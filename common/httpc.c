@@ -131,6 +131,7 @@ struct httpc_conn {
     bool in_read;                    /* callbacks from httpc_conn_read on the stack: never free c */
     bool in_parse;                   /* inside llhttp for the head call */
     bool lost;                       /* event_add failed: fail the calls from the loop */
+    bool detached;                   /* out of its pool, socket and events gone: being failed */
     /* The request could not all be sent: the server answered and closed
      * (an early 413), or went away. Its answer, if any, is read first;
      * failing at once lost it (the call retried as a reset). */
@@ -166,6 +167,8 @@ static void httpc_conn_on_event(evutil_socket_t fd, short what, void *arg);
  * from inside a caller. */
 static void httpc_conn_update_events(struct httpc_conn *c)
 {
+    if (c->detached)
+        return;
     struct httpc_call *h = httpc_conn_head(c);
     bool r = !h || !h->cb || !h->paused;
     bool w = c->connecting || (buf_unread(&c->out) > 0 && !c->corked && !c->send_failed);
@@ -189,8 +192,13 @@ static void httpc_conn_update_events(struct httpc_conn *c)
     }
 }
 
-static void httpc_conn_close(struct httpc_conn *c)
+/* Out of its pool's lists (no new call joins it), its events and socket
+ * gone; its memory stays (httpc_conn_close frees it). */
+static void httpc_conn_detach(struct httpc_conn *c)
 {
+    if (c->detached)
+        return;
+    c->detached = true;
     struct httpc_pool *p = c->pool;
     if (c->ncalls == 0) {
         struct httpc_conn **pp = &p->idle;
@@ -212,6 +220,11 @@ static void httpc_conn_close(struct httpc_conn *c)
     event_free(c->ev_read);
     event_free(c->ev_write);
     close(c->fd);
+}
+
+static void httpc_conn_close(struct httpc_conn *c)
+{
+    httpc_conn_detach(c);
     buf_free(&c->out);
     buf_free(&c->hbuf);
     free(c);
@@ -260,30 +273,29 @@ static void httpc_conn_fail_all(struct httpc_conn *c, enum httpc_fail why, const
                           bool skip_head, bool count)
 {
     static const char behind[] = "connection lost before the answer (pipelined behind another request)";
-    struct { const struct httpc_cb *cb; void *arg; enum httpc_fail why; const char *msg; } tell[HTTPC_PIPELINE_MAX];
-    int n = 0;
-    struct httpc_target *t = c->pool->t;
-    bool probe = c->pool->probe;   /* c is freed below */
+    httpc_conn_detach(c);
+    if (count && c->pool->probe)
+        httpc_target_count_failure(c->pool->t, why);
+    else if (count)
+        httpc_target_failed(c->pool->t, why);
+    /* Each call is told as it is ended, c kept until the last: a caller's
+     * on_error may end the calls behind (a proxy's client that left has
+     * its other requests freed, which abort theirs), and those must find
+     * c, and find themselves ended, not be told after their caller is
+     * gone (both were a use after free). */
+    c->in_read = true;
     for (bool head = true; c->ncalls; head = false) {
         struct httpc_call *k = httpc_conn_head(c);
-        if (k->cb && !(head && skip_head)) {
-            bool own = head || why == HTTPC_FAIL_CONNECT;
-            tell[n].cb = k->cb, tell[n].arg = k->arg;
-            tell[n].why = own ? why : HTTPC_FAIL_RESET;
-            tell[n].msg = own ? msg : behind;
-            n++;
-        }
-        httpc_call_end(k);
         httpc_conn_pop(c);
+        const struct httpc_cb *cb = k->cb;
+        void *arg = k->arg;
+        httpc_call_end(k);
+        if (!cb || (head && skip_head) || !cb->on_error)
+            continue;
+        bool own = head || why == HTTPC_FAIL_CONNECT;
+        cb->on_error(arg, own ? why : HTTPC_FAIL_RESET, own ? msg : behind);
     }
     httpc_conn_close(c);
-    if (count && probe)
-        httpc_target_count_failure(t, why);
-    else if (count)
-        httpc_target_failed(t, why);
-    for (int i = 0; i < n; i++)
-        if (tell[i].cb->on_error)
-            tell[i].cb->on_error(tell[i].arg, tell[i].why, tell[i].msg);
 }
 
 static void httpc_conn_fail(struct httpc_conn *c, enum httpc_fail why, const char *msg)
@@ -472,11 +484,15 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
     /* Calls wait behind this one. */
     if (!alive) {
         /* The server ends the connection after this answer: the rest go
-         * unanswered (their callers may repeat them elsewhere). */
+         * unanswered (their callers may repeat them elsewhere). c outlives
+         * on_done, which may abandon them (the client left: a use after
+         * free, helper's audit). */
         if (worked)
             httpc_target_succeeded(pool->t);
+        c->in_read = true;
         if (cb && cb->on_done)
             cb->on_done(arg);
+        c->in_read = false;
         httpc_conn_fail_all(c, HTTPC_FAIL_RESET,
                             "the server ended the connection after the answer ahead",
                       false, false);
