@@ -208,7 +208,15 @@ static void upstream_slot_finish(struct up_slot *s)
     const struct model_config *mc = &um->m->cfg;
     char why[160];
     if (s->status != 200) {
-        upcall_blame(s->up, HTTPC_FAIL_STATUS);
+        /* A 5xx is the server's failure (3 in a row take it out); a 4xx
+         * the batch's own, or an overloaded server's 429: the server
+         * works, the failure is counted all the same. */
+        if (s->status >= 500) {
+            upcall_blame(s->up, HTTPC_FAIL_STATUS);
+        } else {
+            upcall_succeeded(s->up);
+            httpc_target_count_failure(upcall_target(s->up), HTTPC_FAIL_STATUS);
+        }
         char said[120];
         upstream_codec_error(s->answer.data, s->answer.len, said, sizeof said);
         snprintf(why, sizeof why, "answered HTTP %d%s%s", s->status, said[0] ? ": " : "", said);
@@ -235,6 +243,7 @@ static void upstream_slot_finish(struct up_slot *s)
         upstream_slot_fail(s, why);
         return;
     }
+    upcall_succeeded(s->up);
     int64_t ns = now_ns() - s->t0;
     upstream_slot_release(s);
     um->feed.finish(um->feed.ctx, s->index, 0, NULL, ns);
@@ -294,7 +303,8 @@ static void upstream_slot_start(struct up_slot *s)
     buf_reset(&s->request);
     upstream_codec_request(&s->um->m->cfg, s->io->in, s->io->rows, &s->request);
     struct error err = {0};
-    unsigned flags = um->m->cfg.upstream.idempotent ? UPCALL_IDEMPOTENT : 0;
+    /* Whether an answer is usable is ours to say (upstream_slot_on_done). */
+    unsigned flags = HTTPC_JUDGED | (um->m->cfg.upstream.idempotent ? UPCALL_IDEMPOTENT : 0);
     if (upcall_start(s->up, um->targets, um->nurls, flags, &err) < 0) {
         upstream_slot_fail(s, err.msg);
         return;

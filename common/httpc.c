@@ -96,6 +96,7 @@ struct httpc_call {
     void *arg;
     bool no_body, paused;
     bool req_open;                   /* HTTPC_REQUEST_STREAMS, before httpc_request_end */
+    bool judged;                     /* HTTPC_JUDGED */
 };
 
 struct httpc_pool {
@@ -461,7 +462,7 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
      * is its caller's to judge (httpc_target_failed), and counting it a
      * success here first would restart the count of failures in a row at
      * every call, so that a server answering only 500s was never taken out. */
-    bool worked = !pool->probe && llhttp_get_status_code(&c->parser) < 500;
+    bool worked = !pool->probe && !k->judged && llhttp_get_status_code(&c->parser) < 500;
     httpc_call_end(k);
     httpc_conn_pop(c);
     if (c->ncalls == 0) {
@@ -785,6 +786,7 @@ static struct httpc_call *httpc_call_push(struct httpc_conn *c, const struct htt
 {
     struct httpc_call *k = &c->calls[(c->first + c->ncalls) % HTTPC_PIPELINE_MAX];
     *k = (struct httpc_call){.conn = c, .cb = cb, .arg = arg, .no_body = (flags & HTTPC_NO_BODY) != 0,
+                             .judged = (flags & HTTPC_JUDGED) != 0,
                              .req_open = (flags & HTTPC_REQUEST_STREAMS) != 0};
     c->ncalls++;
     c->nlive++;

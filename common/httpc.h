@@ -103,11 +103,15 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r,
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index);
 /* A call's outcome as its caller judged it (connection-level failures are
  * recorded by httpc itself before on_error, and a whole answer below 500 as
- * a success before on_done; a 5xx is left to the caller). Like httpc_target_probe_result
- * they return +1 when the call brought the target back, -1 when it took it
- * out, else 0; the change is logged here, naming the owner. */
+ * a success before on_done unless the call is HTTPC_JUDGED; a 5xx is left
+ * to the caller). Like httpc_target_probe_result they return +1 when the
+ * call brought the target back, -1 when it took it out, else 0; the change
+ * is logged here, naming the owner. */
 int httpc_target_succeeded(struct httpc_target *t);
 int httpc_target_failed(struct httpc_target *t, enum httpc_fail why);
+/* A failure counted by kind only, not toward health (a probe's; a 4xx,
+ * the request's own). */
+void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why);
 
 struct httpc_target_stats {
     int inflight;
@@ -191,6 +195,12 @@ struct httpc_cb {
  * RFC 9112 9.5) leaves the connection closed, not idle: the server would
  * read the next call's request as the rest of this one's body. */
 #define HTTPC_REQUEST_STREAMS 8u
+/* The caller judges the answer: a whole one below 500 is no success of
+ * the server until it says so (httpc_target_succeeded), as a 5xx is no
+ * failure until it says so. An answer that does not parse, counted a
+ * success first, restarted the count of failures in a row at every call,
+ * so that a server answering only unusable 200s was never taken out. */
+#define HTTPC_JUDGED 16u
 
 /* Starts a call on an idle connection of the pool or a new one, or behind
  * another HTTPC_PIPELINE call (the target counts it in flight until it

@@ -18,8 +18,6 @@ void httpc_target_unref(struct httpc_target *t);
 void httpc_target_begin(struct httpc_target *t, bool behind);
 /* A call to t ended, however it ended. */
 void httpc_target_end(struct httpc_target *t);
-/* A failure counted by kind only, not toward health (a probe's). */
-void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why);
 /* Where to connect. */
 const struct sockaddr_storage *httpc_target_addr(const struct httpc_target *t, socklen_t *len);
 

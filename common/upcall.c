@@ -91,7 +91,8 @@ static int upcall_try(struct upcall *u, bool repeat, bool same, struct error *er
     struct httpc_pool *pool = u->ops->pool(u->arg, t, i);
     if (!pool)
         return error_set(err, BG_ENOMEM, "out of memory");
-    unsigned flags = u->flags & (HTTPC_NO_BODY | HTTPC_PIPELINE | HTTPC_REQUEST_STREAMS);
+    unsigned flags = u->flags & (HTTPC_NO_BODY | HTTPC_PIPELINE | HTTPC_REQUEST_STREAMS |
+                                 HTTPC_JUDGED);
     if (u->request_ended)   /* a repeat sends the whole request at once */
         flags &= ~HTTPC_REQUEST_STREAMS;
     if (repeat)   /* alone, on a connection that cannot be stale */
@@ -201,6 +202,12 @@ void upcall_blame(struct upcall *u, enum httpc_fail why)
 {
     if (u->ti >= 0)
         httpc_target_failed(u->ts[u->ti], why);
+}
+
+void upcall_succeeded(struct upcall *u)
+{
+    if (u->ti >= 0)
+        httpc_target_succeeded(u->ts[u->ti]);
 }
 
 struct httpc_target *upcall_target(const struct upcall *u)

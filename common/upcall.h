@@ -35,7 +35,8 @@
  *
  * Accounting is httpc's: connection failures are counted by httpc itself,
  * a timeout by the driver, what the client judges of an answer (a 5xx, an
- * unusable body) through upcall_blame. */
+ * unusable body) through upcall_blame, and with HTTPC_JUDGED a usable
+ * answer through upcall_succeeded. */
 #ifndef BG_UPCALL_H
 #define BG_UPCALL_H
 
@@ -48,9 +49,10 @@
 struct event_base;
 struct upcall;
 
-/* Flags of upcall_start: HTTPC_NO_BODY, HTTPC_PIPELINE and
- * HTTPC_REQUEST_STREAMS pass to httpc_open (a repeat drops HTTPC_PIPELINE,
- * and HTTPC_REQUEST_STREAMS once upcall_request_end came), and: */
+/* Flags of upcall_start: HTTPC_NO_BODY, HTTPC_PIPELINE,
+ * HTTPC_REQUEST_STREAMS and HTTPC_JUDGED pass to httpc_open (a repeat
+ * drops HTTPC_PIPELINE, and HTTPC_REQUEST_STREAMS once upcall_request_end
+ * came), and: */
 #define UPCALL_IDEMPOTENT 0x100u   /* may be repeated after a loss before the answer's head */
 
 /* The client's side, called on the event base of upcall_new with the
@@ -125,6 +127,9 @@ int upcall_next(struct upcall *u, struct error *err);
 /* A failure the client judged against the target of the last try (a 5xx,
  * an answer it cannot use). */
 void upcall_blame(struct upcall *u, enum httpc_fail why);
+/* With HTTPC_JUDGED: the answer of the last try was usable, a success of
+ * its target (the count of failures in a row starts again). */
+void upcall_succeeded(struct upcall *u);
 /* The target of the last try (NULL before any), its URL ("upstream" before
  * any), and how many tries the call made. */
 struct httpc_target *upcall_target(const struct upcall *u);

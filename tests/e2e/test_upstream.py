@@ -278,6 +278,36 @@ class UpstreamTest(FakeUpstreamCase):
                 self.assertEqual(self.infer(model, [[1, 2, 3, 4]]).status, 200, model)
                 time.sleep(0.1)
 
+    def test_unusable_answers_in_a_row_take_it_out_a_4xx_does_not(self):
+        """Three 200s whose body does not parse take the server out, as three
+        5xx do: each was counted a success by the HTTP client first, which
+        started the count again, so the server was never taken out (helper's
+        audit: eight unusable answers, eight 502s, all from it). Three 400s
+        (the batch's own) leave it in."""
+        url = re.escape("http://127.0.0.1:%d" % self.fport)
+        out = re.compile(r"model unprobed: upstream %s is taken out for 2 s \(3 failed calls in "
+                         r"a row, the last: (\w+)\)" % url)
+        came_back = re.compile(r"model unprobed: upstream %s is back" % url)
+        before = len(out.findall(self.srv.log()))
+        backs = len(came_back.findall(self.srv.log()))
+        self.upstream("POST", "/__fault", json.dumps({"mode": "answer", "status": 400,
+                                                     "body": {"error": "no"}, "count": 3}))
+        for k in range(3):
+            self.assertEqual(self.infer("unprobed", [[k, 0, 0, 0]]).status, 502)
+        self.assertEqual(self.infer("unprobed", [[1, 2, 3, 4]]).status, 200)
+        self.assertEqual(len(out.findall(self.srv.log())), before, "taken out by 400s")
+        self.upstream("POST", "/__fault", json.dumps({"mode": "garbage", "count": 3}))
+        for k in range(3):
+            self.assertEqual(self.infer("unprobed", [[k, 0, 0, 0]]).status, 502)
+        self.srv.wait_log(out, timeout=2.0)
+        self.assertEqual(out.findall(self.srv.log())[-1], "malformed")
+        # Back after its pause, by a call that succeeds.
+        deadline = time.monotonic() + 10
+        while len(came_back.findall(self.srv.log())) <= backs:
+            self.assertLess(time.monotonic(), deadline, "never back")
+            self.infer("unprobed", [[1, 2, 3, 4]])
+            time.sleep(0.1)
+
     def test_flapping_probes_do_not_flood_the_log(self):
         """A server whose health probe passes one time in four, probed every
         10 ms, goes out at its third failure and comes back at the pass: 50
