@@ -145,6 +145,7 @@ struct http_parse {
     size_t max_body_bytes;
     enum http_parse_phase phase;
     size_t head_bytes;             /* bytes of the current request's head so far */
+    size_t trailer_bytes;          /* of its chunked body's trailer section (dropped) */
     struct http_request *cur;      /* being parsed; set by the owner on HTTP_PARSE_MORE/IDLE */
     struct http_request *(*alloc)(void *ctx);   /* called at the first byte of a request */
     void *alloc_ctx;

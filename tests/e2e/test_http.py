@@ -237,6 +237,21 @@ class HttpTest(ServerCase):
         self.assertEqual(r.headers.get("Content-Type"), "application/x-test",
                          "expected the request's Content-Type echoed")
 
+    def test_trailers_are_not_headers(self):
+        # A chunked body's trailer fields were merged into the headers: a
+        # Content-Encoding sent after the body had it gunzipped, and a
+        # Content-Type replaced the one sent before it. Dropped now.
+        import gzip
+        body = gzip.compress(b"hello-from-gzip")
+        s = self.conn()
+        send(s, b"POST /debug/echo HTTP/1.1\r\nHost: a\r\nContent-Type: text/plain\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(body) + body +
+                b"\r\n0\r\nContent-Type: text/evil\r\nContent-Encoding: gzip\r\n\r\n")
+        r = read_response(s)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.body, body, "the body as sent, not undone by a trailer")
+        self.assertEqual(r.headers.get("Content-Type"), "text/plain")
+
     def test_echo_put_and_empty_body(self):
         r = roundtrip(self.srv, "PUT", "/debug/echo", [("Content-Type", "text/plain")], b"put!")
         self.assertEqual((r.status, r.body), (200, b"put!"), "expected PUT echoed: %r" % r)

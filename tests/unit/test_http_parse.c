@@ -350,6 +350,46 @@ static void test_chunked(void **state)
     fx_free(f);
 }
 
+/* A chunked body's trailer section: dropped, not merged into the headers
+ * (a Content-Encoding sent after the body reached the handler as one),
+ * and held to max_header_bytes (40 MiB of it was taken whole). */
+static void test_trailers_dropped_and_bounded(void **state)
+{
+    (void)state;
+    const char *req = "POST /e HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "2\r\nhi\r\n0\r\nContent-Encoding: gzip\r\nX-Late: 1\r\n\r\n"
+                      "GET /next HTTP/1.1\r\nHost: h\r\n\r\n";
+    for (size_t step = 0; step <= 1; step++) {
+        struct fixture *f = fx_new(1024, 64);
+        int nh, nc;
+        assert_int_equal(feed(f, req, strlen(req), step, &nh, &nc), 0);
+        assert_int_equal(nc, 2);
+        size_t len;
+        assert_null(http_request_header(f->reqs[0], "Content-Encoding", &len));
+        assert_null(http_request_header(f->reqs[0], "X-Late", &len));
+        assert_non_null(http_request_header(f->reqs[0], "Transfer-Encoding", &len));
+        const char *b = http_request_body(f->reqs[0], &len);
+        assert_int_equal(len, 2);
+        assert_memory_equal(b, "hi", 2);
+        assert_null(http_request_header(f->reqs[1], "X-Late", &len));
+        fx_free(f);
+    }
+    /* Past the header limit, however slowly it comes: 431. */
+    struct fixture *f = fx_new(1024, 64);
+    const char *start = "POST /e HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        "2\r\nhi\r\n0\r\n";
+    int nh, nc;
+    assert_int_equal(feed(f, start, strlen(start), 0, &nh, &nc), 0);
+    int rc = 0, i;
+    const char *line = "X-T: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\r\n";
+    for (i = 0; i < 200 && rc == 0; i++)
+        rc = feed(f, line, strlen(line), 0, &nh, &nc);
+    assert_int_equal(rc, 431);
+    assert_true(i < 40);
+    assert_non_null(strstr(f->hp.error_msg, "trailer section exceeds limits.max_header_bytes"));
+    fx_free(f);
+}
+
 static void test_smuggling_and_garbage(void **state)
 {
     (void)state;
@@ -450,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_endless_headers),
         cmocka_unit_test(test_body_limit),
         cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_trailers_dropped_and_bounded),
         cmocka_unit_test(test_smuggling_and_garbage),
         cmocka_unit_test(test_expect_continue),
         cmocka_unit_test(test_pipelined_one_at_a_time),
