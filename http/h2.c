@@ -87,6 +87,10 @@ struct h2_conn {
     int holds;
     int64_t t_last_active, t_last_rx;
     int64_t t_last_write;             /* the last send that moved bytes, or when out emptied */
+    /* The last DATA frame of an answer nghttp2 framed (or when nothing
+     * waited): a client holding its windows shut while it sends PINGs
+     * keeps bytes moving (their ACKs) and no answer. */
+    int64_t t_last_data;
     int64_t t_timer_due;              /* when ev_timer fires */
     int64_t ctl_window_start;
     int ctl_frames;                   /* SETTINGS, PING, PRIORITY in the current second */
@@ -346,6 +350,8 @@ static void h2_respond(struct http_request *r, int status, const char *content_t
     }
     buf_reset(&r->resp);
     st->resp_done = true;
+    if (r->method == HTTP_M_HEAD)
+        len = 0;   /* RFC 9110 9.3.2: no content; a client's framing breaks on any */
     if (len && buf_append(&r->resp, body, len) < 0)
         nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
     else
@@ -380,7 +386,11 @@ static int h2_respond_write(struct http_request *r, const void *data, size_t len
 {
     struct h2_stream *st = r->pdata;
     struct h2_conn *c = st->c;
-    if (!st->open || c->fd < 0 || buf_append(&r->resp, data, len) < 0)
+    if (!st->open || c->fd < 0)
+        return -1;
+    if (r->method == HTTP_M_HEAD)
+        return 0;   /* no content (h2_respond) */
+    if (buf_append(&r->resp, data, len) < 0)
         return -1;
     nghttp2_session_resume_data(c->ng, st->id);
     h2_flush_soon(c);
@@ -677,7 +687,9 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
  * at once, and nghttp2 then drops the answer's frames still queued. */
 static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *user)
 {
-    (void)user;
+    struct h2_conn *c = user;
+    if (f->hd.type == NGHTTP2_DATA)
+        c->t_last_data = now_ns();
     if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
         (f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
         nghttp2_session_get_stream_remote_close(ng, f->hd.stream_id) == 0)
@@ -840,8 +852,8 @@ static void h2_flush(struct h2_conn *c)
         if (c->fd < 0 || !more || buf_unread(&c->out) > 0)
             break;
     }
-    if (c->fd >= 0 && !h2_answers_wait(c))
-        c->t_last_write = now_ns();   /* nothing waits: the slow-reader clock starts over */
+    if (c->fd >= 0 && !h2_answers_wait(c))   /* nothing waits: the slow-reader clocks start over */
+        c->t_last_write = c->t_last_data = now_ns();
     if (c->fd >= 0) {
         bool unsent = buf_unread(&c->out) > 0;
         if (!unsent && !nghttp2_session_want_read(c->ng) && !nghttp2_session_want_write(c->ng))
@@ -1041,13 +1053,15 @@ static void h2_on_timer(evutil_socket_t fd, short what, void *arg)
     }
     /* A slow reader, as on HTTP/1.1: answers wait to be sent (in our
      * buffer, or in nghttp2's behind a window the client keeps shut) and
-     * nothing left for idle_timeout_ms. */
+     * for idle_timeout_ms nothing left, or no answer's DATA did (PING
+     * ACKs alone kept such a client's streams for ever). */
     bool unsent = h2_answers_wait(c);
-    bool slow_reader = unsent && now - c->t_last_write >= idle_ns;
-    if (unsent && !slow_reader && c->t_last_write + idle_ns - now < next_ns)
-        next_ns = c->t_last_write + idle_ns - now;
-    if (!unsent)
-        c->t_last_write = now;   /* the clock runs from when answers start to wait */
+    int64_t moved = c->t_last_write < c->t_last_data ? c->t_last_write : c->t_last_data;
+    bool slow_reader = unsent && now - moved >= idle_ns;
+    if (unsent && !slow_reader && moved + idle_ns - now < next_ns)
+        next_ns = moved + idle_ns - now;
+    if (!unsent)   /* the clocks run from when answers start to wait */
+        c->t_last_write = c->t_last_data = now;
     if (!stalled_headers && !slow_reader && (c->nstreams > 0 || quiet < idle_ns)) {
         int64_t left_ms = (c->nstreams > 0 ? next_ns : idle_ns - quiet) / 1000000 + 1;
         h2_arm_timer(c, (int)left_ms);
@@ -1120,7 +1134,8 @@ struct h2_conn *h2_conn_new(struct io_thread *t, int fd)
         nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
                                               hc->connection_window_bytes) != 0)
         goto fail;
-    c->t_last_active = c->t_last_rx = c->rst_refill_ns = c->t_last_write = now_ns();
+    c->t_last_active = c->t_last_rx = c->rst_refill_ns = c->t_last_write = c->t_last_data =
+        now_ns();
     c->rst_tokens = h2_rst_burst(hc);
     list_insert_head(&t->h2conns, &c->link);
     t->nconns++;

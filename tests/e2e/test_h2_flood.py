@@ -927,6 +927,20 @@ class NotGrpcTest(H2FloodCase):
         self.assert_live_call(c, "the same connection after a 415")
 
 
+    def test_head_is_answered_without_content(self):
+        # RFC 9110 9.3.2: a HEAD answer has no content; it carried the
+        # error's body, and a client (python h2) tore the connection down.
+        c = self.h2()
+        hdrs = [(":method", "HEAD"), (":scheme", "http"), (":path", "/x"),
+                (":authority", "x"), ("content-type", "text/plain")]
+        sid = c.start(hdrs)
+        r = c.reply(sid)
+        self.assertEqual((r.status(), r.ended), (415, True), "expected 415: %r" % r)
+        self.assertEqual(r.data, b"", "expected no content in a HEAD answer: %r" % r)
+        self.assertFalse([f for f in c.frames if f.type == DATA and f.sid == sid and f.payload],
+                         "expected no DATA with content")
+        self.assert_live_call(c, "the same connection after a HEAD")
+
 class StreamFlowTest(H2FloodCase):
     """ModelStreamInfer against a client that sends faster than the model
     answers: batchgate takes at most 128 of a stream's messages at once and
@@ -1072,6 +1086,29 @@ class SlowReaderTest(H2FloodCase):
                          "no DATA can pass a window of 0")
         self.assert_served("after a slow reader")
 
+
+    def test_pings_do_not_keep_a_client_that_reads_no_answer(self):
+        # PING ACKs move bytes: the slow-reader clock ran on socket writes
+        # alone, so a client sending a PING every 0.2 s held its answers
+        # (and its max_connections slot) for ever (helper's audit: still
+        # open after 14 s with idle_timeout_ms 8000).
+        c = self.h2()
+        c.send(settings([(SETTINGS_INITIAL_WINDOW_SIZE, 0)]))
+        c.start(grpc_headers("ServerLive"), body=grpc_message(b""))
+        t0 = time.monotonic()
+        closed = False
+        while time.monotonic() - t0 < 4.0 and not closed:
+            try:
+                c.send(frame(PING, 0, 0, b"%08d" % int((time.monotonic() - t0) * 1000)))
+            except OSError:
+                closed = True
+                break
+            closed = c.wait_closed(0.2)
+        took = time.monotonic() - t0
+        print("\nslow reader sending PINGs: closed after %.0f ms" % (took * 1e3))
+        self.assertTrue(closed, "expected the connection closed within 4 s")
+        self.assertGreater(took, 0.7, "expected idle_timeout_ms first")
+        self.assert_served("after a slow reader sending PINGs")
 
 if __name__ == "__main__":
     unittest.main()
