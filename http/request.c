@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "common/clock.h"
+#include "common/utf8.h"
 
 /* Buffer bytes a recycled request keeps, each of head, body and held answer. */
 #define HTTP_REQUEST_KEEP (4u << 10)
@@ -465,6 +466,10 @@ void http_respond_error(struct http_request *r, int status, const char *extra_he
     va_start(ap, fmt);
     int n = vsnprintf(msg, 512, fmt, ap);
     va_end(ap);
+    /* A message quoting the client's bytes (a %-decoded model name), or
+     * cut inside a character, is no JSON string: jansson refused it and
+     * the answer said "out of memory". */
+    utf8_scrub(msg);
     json_t *obj;
     if (r->err_style == HTTP_ERRORS_OPENAI) {
         if (r->err_reason[0] && n >= 0)

@@ -252,6 +252,16 @@ class HttpTest(ServerCase):
         self.assertEqual(r.body, body, "the body as sent, not undone by a trailer")
         self.assertEqual(r.headers.get("Content-Type"), "text/plain")
 
+    def test_an_error_quoting_bytes_that_are_not_utf8(self):
+        # The %-decoded name is quoted in the message: not UTF-8, jansson
+        # refused it and the answer said "out of memory".
+        for path in ("/v2/models/%ff", "/v2/models/%C3"):
+            r = roundtrip(self.srv, "GET", path)
+            self.assertEqual(r.status, 404, r)
+            err = r.json()["error"]
+            self.assertNotIn("out of memory", err)
+            self.assertIn("?", err, err)
+
     def test_echo_put_and_empty_body(self):
         r = roundtrip(self.srv, "PUT", "/debug/echo", [("Content-Type", "text/plain")], b"put!")
         self.assertEqual((r.status, r.body), (200, b"put!"), "expected PUT echoed: %r" % r)
