@@ -158,6 +158,15 @@ static int tensor_params_check(json_t *params, const char *where, struct error *
     return 0;
 }
 
+/* Triton's uint64 parameters: a gRPC uint64_param past INT64_MAX comes
+ * (pbjson) as a whole real in [2^63, 2^64). */
+static bool tensor_param_past_int64(json_t *v)
+{
+    return json_is_real(v) && json_real_value(v) >= 0x1p63 &&
+           json_real_value(v) <= 0x1p64 &&   /* 2^64-1 as a double */
+           json_real_value(v) == floor(json_real_value(v));
+}
+
 static int tensor_decode_request_params(json_t *params, struct infer_request *out, struct error *err)
 {
     if (!params)
@@ -166,11 +175,8 @@ static int tensor_decode_request_params(json_t *params, struct infer_request *ou
         return error_set(err, BG_EINVAL, "parameters: must be an object");
     json_t *v;
     if ((v = json_object_get(params, "priority"))) {
-        /* Triton's uint64: a gRPC uint64_param past INT64_MAX comes as a
-         * real. Past the levels served it is the default, as in Triton. */
-        bool big = json_is_real(v) && json_real_value(v) >= 0x1p63 &&
-                   json_real_value(v) <= 0x1p64 &&   /* 2^64-1 as a double */
-                   json_real_value(v) == floor(json_real_value(v));
+        /* Past the levels served it is the default, as in Triton. */
+        bool big = tensor_param_past_int64(v);
         if (!big && (!json_is_integer(v) || json_integer_value(v) < 0))
             return error_set(err, BG_EINVAL,
                              "parameters.priority: must be an integer >= 0 (1 is the highest, 0 "
@@ -180,11 +186,13 @@ static int tensor_decode_request_params(json_t *params, struct infer_request *ou
                                                                           : json_integer_value(v);
     }
     if ((v = json_object_get(params, "timeout"))) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0)
+        /* Past INT64_MAX microseconds: no hurry, as INT64_MAX is. */
+        bool big = tensor_param_past_int64(v);
+        if (!big && (!json_is_integer(v) || json_integer_value(v) < 0))
             return error_set(err, BG_EINVAL,
                              "parameters.timeout: must be an integer number of microseconds >= 0");
         out->has_timeout = true;
-        out->timeout_us = json_integer_value(v);
+        out->timeout_us = big ? INT64_MAX : json_integer_value(v);
     }
     int rc = tensor_get_bool_param(params, "truncate", &out->truncate, "", err);
     if (!rc)

@@ -78,6 +78,13 @@ static void test_flat_and_nested(void **state)
         assert_int_equal(decode(body, &r, &err), 0);
         assert_true(r.has_priority && r.priority == 0);
         free(r.input);
+        /* A timeout so large: no hurry (it was refused past INT64_MAX). */
+        snprintf(body, sizeof body, "{\"parameters\":{\"timeout\":%s},\"inputs\":[{\"name\":"
+                 "\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],\"data\":[1,2,3,4,5,6]}]}",
+                 past[i]);
+        assert_int_equal(decode(body, &r, &err), 0);
+        assert_true(r.has_timeout && r.timeout_us == (i == 0 ? 1000001 : INT64_MAX));
+        free(r.input);
     }
     const char *nested = "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
                          "\"data\":[[[1,2,3],[4,5,6]]]}]}";
