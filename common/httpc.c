@@ -133,6 +133,7 @@ struct httpc_conn {
     bool in_parse;                   /* inside llhttp for the head call */
     bool lost;                       /* event_add failed: fail the calls from the loop */
     bool detached;                   /* out of its pool, socket and events gone: being failed */
+    bool answered;                   /* a whole answer came on it: kept alive since */
     /* The request could not all be sent: the server answered and closed
      * (an early 413), or went away. Its answer, if any, is read first;
      * failing at once lost it (the call retried as a reset). */
@@ -304,6 +305,20 @@ static void httpc_conn_fail(struct httpc_conn *c, enum httpc_fail why, const cha
     httpc_conn_fail_all(c, why, msg, false, true);
 }
 
+/* The connection closed or reset under its calls. Before a byte of the
+ * next answer on one kept alive after an answer, that is the keep-alive
+ * race (the server closed it as idle while the request was on its way):
+ * counted as a reset, but not against the server's health (three in a
+ * row took a healthy server out); its callers may repeat the calls
+ * (upcall.h). */
+static void httpc_conn_lost(struct httpc_conn *c, const char *msg)
+{
+    bool stale = c->answered && !c->got_bytes;
+    if (stale)
+        httpc_target_count_failure(c->pool->t, HTTPC_FAIL_RESET);
+    httpc_conn_fail_all(c, HTTPC_FAIL_RESET, msg, false, !stale);
+}
+
 /* ---- response parsing ---- */
 
 static int httpc_on_header_field(llhttp_t *p, const char *at, size_t n)
@@ -465,6 +480,7 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
     bool worked = !pool->probe && !k->judged && llhttp_get_status_code(&c->parser) < 500;
     httpc_call_end(k);
     httpc_conn_pop(c);
+    c->answered = true;
     if (c->ncalls == 0) {
         bool keep = !leftover && alive && buf_unread(&c->out) == 0 && pool->nidle < pool->max_idle;
         if (keep) {
@@ -548,16 +564,15 @@ static void httpc_conn_read(struct httpc_conn *c)
                 httpc_conn_fail(c, HTTPC_FAIL_RESET, "connection closed before the answer");
             return;
         }
-        httpc_conn_fail(c, HTTPC_FAIL_RESET,
-                        c->got_bytes       ? "connection closed in the middle of the answer"
-                        : c->send_failed ? c->send_err
-                                         : "connection closed before the answer");
+        httpc_conn_lost(c, c->got_bytes     ? "connection closed in the middle of the answer"
+                           : c->send_failed ? c->send_err
+                                            : "connection closed before the answer");
         return;
     }
     if (n < 0) {
         char msg[96];
         snprintf(msg, sizeof msg, "read: %s", strerror(errno));
-        httpc_conn_fail(c, HTTPC_FAIL_RESET, c->send_failed && !c->got_bytes ? c->send_err : msg);
+        httpc_conn_lost(c, c->send_failed && !c->got_bytes ? c->send_err : msg);
         return;
     }
     /* One read may hold the answers of several pipelined calls. */

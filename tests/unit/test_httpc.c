@@ -288,6 +288,51 @@ static void test_calls(void **state)
     event_base_free(base);
 }
 
+/* A kept-alive connection the server closed as idle just as the next
+ * request went out (the keep-alive race): a reset, counted, but not
+ * against the server's health; three in a row took a healthy one out. */
+static void test_stale_keepalive_losses_keep_the_server_in(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct httpc_target *t = target(9);
+    struct httpc_pool *pool = httpc_pool_new(t, base, 4, 1);
+    /* Three connections answered and kept alive, idle in the pool... */
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+        struct call c;
+        run_call(pool, base, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, 0, &c,
+                 &fds[i]);
+        assert_int_equal(c.dones, 1);
+    }
+    /* ... which the server closes as the next three requests go out. */
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+    struct call c2[3];
+    memset(c2, 0, sizeof c2);
+    for (int i = 0; i < 3; i++) {
+        struct error err = {0};
+        bool reused = false;
+        struct httpc_call *k = httpc_open(pool, &cb, &c2[i], 0, &reused, &err);
+        assert_non_null(k);
+        assert_true(reused);
+        assert_int_equal(httpc_send(k, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27), 0);
+    }
+    for (int j = 0; j < 100 && c2[0].errors + c2[1].errors + c2[2].errors < 3; j++)
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(c2[i].errors, 1);
+        assert_int_equal(c2[i].why, HTTPC_FAIL_RESET);
+    }
+    struct httpc_target_stats st;
+    httpc_target_stats(t, &st);
+    assert_int_equal(st.failures[HTTPC_FAIL_RESET], 3);
+    assert_true(st.healthy);
+    httpc_pool_free(pool);
+    httpc_target_free(t);
+    event_base_free(base);
+}
+
 /* ---- pipelining, against a loopback listener ---- */
 
 /* Reads what the server got until `want` requests (blank-line ends) are in;
@@ -655,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_pick_and_health),
         cmocka_unit_test(test_target_continues_across_a_reload),
         cmocka_unit_test(test_calls),
+        cmocka_unit_test(test_stale_keepalive_losses_keep_the_server_in),
         cmocka_unit_test(test_pipeline_one_send_answers_in_order),
         cmocka_unit_test(test_pipeline_losses),
         cmocka_unit_test(test_pipeline_abandoned_calls),
