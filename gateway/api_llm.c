@@ -53,6 +53,11 @@ enum llm_api { LLM_CHAT, LLM_COMPLETIONS, LLM_EMBEDDINGS };
 static const char *const llm_paths[] = {"/v1/chat/completions", "/v1/completions",
                                         "/v1/embeddings"};
 
+/* What a call that names no cap on its completion reserves of its
+ * tenant's token quota, and, for a tenant with one, the cap it is sent
+ * with (llm_route). */
+#define LLM_DEFAULT_MAX_TOKENS 256
+
 struct llm_call {
     struct api_state *st;
     struct http_request *req;
@@ -81,7 +86,8 @@ struct llm_call {
     bool admitted;                    /* holds a place of the tenant's (admit.h) */
     int64_t estimate;                 /* tokens reserved against the tenant's quotas; 0 none */
     int64_t prompt_estimate;          /* the prompt's share of it (bytes / 4) */
-    int64_t out_estimate;             /* the most it may generate (max_tokens, else 256) */
+    int64_t out_estimate;             /* the most it may generate (max_tokens, else
+                                         LLM_DEFAULT_MAX_TOKENS) */
     int64_t used;                     /* tokens the answer counted */
 };
 
@@ -230,6 +236,18 @@ static void llm_prompt_text(enum llm_api api, json_t *root, struct buf *out)
 
 static void llm_try(struct llm_call *c);
 
+/* The servers' names for the cap on a completion (llama-server reads
+ * n_predict too). */
+static const char *const llm_caps[] = {"max_completion_tokens", "max_tokens", "n_predict"};
+
+static bool llm_names_cap(json_t *root)
+{
+    for (size_t k = 0; k < sizeof llm_caps / sizeof llm_caps[0]; k++)
+        if (json_object_get(root, llm_caps[k]))
+            return true;
+    return false;
+}
+
 /* Tokens a call may take, before its usage is known: its prompt's bytes / 4
  * (English runs about 4 bytes a token) and the most it may generate. */
 static int64_t llm_estimate(enum llm_api api, json_t *root, int64_t *prompt)
@@ -273,13 +291,12 @@ static int64_t llm_estimate(enum llm_api api, json_t *root, int64_t *prompt)
     if (api != LLM_EMBEDDINGS) {
         /* The most any of the servers' names for it allows (llama-server
          * reads n_predict too). */
-        static const char *const counts[] = {"max_completion_tokens", "max_tokens", "n_predict"};
-        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
-            json_t *m = json_object_get(root, counts[k]);
+        for (size_t k = 0; k < sizeof llm_caps / sizeof llm_caps[0]; k++) {
+            json_t *m = json_object_get(root, llm_caps[k]);
             if (json_is_integer(m) && json_integer_value(m) > out)
                 out = json_integer_value(m);
         }
-        out = out > 0 ? out : 256;
+        out = out > 0 ? out : LLM_DEFAULT_MAX_TOKENS;
         int64_t choices = 1;
         static const char *const many[] = {"n", "best_of"};
         for (size_t k = 0; k < sizeof many / sizeof many[0]; k++) {
@@ -451,6 +468,11 @@ static int llm_tap_end(void *arg, const struct proxy_outcome *o)
         }
         log_warn("model %s: %s (after %d endpoint%s)", c->sm->model.cfg.name, c->last_fail,
                  c->tries, c->tries == 1 ? "" : "s");
+        /* A timeout: the server read the prompt and may be generating
+         * still (why it is not tried again): its estimate counts, as for a
+         * client that left before the head. It was free. */
+        if (o->fail_status == 504)
+            llm_count(c);
         llm_account(c, o->fail_status);
         llm_call_free(c);
         return 0;
@@ -688,8 +710,15 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
             json_decref(root);
             return;
         }
-        if (admit_has_token_quota(st->admit, c->tenant))
+        if (admit_has_token_quota(st->admit, c->tenant)) {
             c->estimate = est;
+            /* Uncapped, the server generates to its context's end, past
+             * what was reserved: concurrent calls of 256 reserved each
+             * used 5,000, 15 times a 1,000-token quota in a minute
+             * (helper's audit). Sent with the cap it reserved. */
+            if (api != LLM_EMBEDDINGS && !llm_names_cap(root))
+                json_object_set_new(root, "max_tokens", json_integer(LLM_DEFAULT_MAX_TOKENS));
+        }
     }
     c->stream = json_is_true(json_object_get(root, "stream"));
     json_object_set_new(root, "model", json_string(sm->model.cfg.pool.served_model_name));

@@ -135,7 +135,7 @@ int llmtap_feed(struct llmtap *t, const char *data, size_t len, int64_t now_ns, 
     if (buf_append(&t->ev, data, len) < 0)
         return -1;
     /* Searched from where the last search ended (an end may straddle the
-     * pieces: two bytes back), so a large event fed in small pieces costs
+     * pieces: SSE_END_BACK bytes back), so a large event fed in small pieces costs
      * its length once, not its length squared. */
     size_t at = 0, end, from = t->scan;
     while ((end = sse_event_end(t->ev.data, t->ev.len, from)) > 0) {
@@ -150,7 +150,7 @@ int llmtap_feed(struct llmtap *t, const char *data, size_t len, int64_t now_ns, 
         memmove(t->ev.data, t->ev.data + at, t->ev.len - at);
         t->ev.len -= at;
     }
-    t->scan = t->ev.len >= 2 ? t->ev.len - 2 : 0;
+    t->scan = t->ev.len >= SSE_END_BACK ? t->ev.len - SSE_END_BACK : 0;
     if (t->skipping || t->ev.len > LLMTAP_EVENT_MAX) {
         /* An event too large to hold (a server echoing a long prompt): it
          * passes as it comes, unread but for one chunk of content (it was
@@ -165,7 +165,7 @@ int llmtap_feed(struct llmtap *t, const char *data, size_t len, int64_t now_ns, 
             if (t->on_content)
                 t->on_content(t->arg, now_ns);
         }
-        size_t keep = t->ev.len < 3 ? t->ev.len : 3;
+        size_t keep = t->ev.len < SSE_END_BACK ? t->ev.len : SSE_END_BACK;
         buf_append(out, t->ev.data, t->ev.len - keep);
         memmove(t->ev.data, t->ev.data + t->ev.len - keep, keep);
         t->ev.len = keep;

@@ -586,15 +586,23 @@ class TestPoolFailures(PoolCase):
         self.assertIn(b"[DONE]", raw)
 
     def test_hang_is_a_504(self):
+        def prompt_tokens():
+            m = re.search(r'batchgate_llm_tokens_total\{model="smol",tenant="default",'
+                          r'kind="prompt"\} (\d+)', self.gateway_metrics())
+            return int(m.group(1)) if m else 0
+        before = prompt_tokens()
         for i in range(3):
             self.sim.fault(i, "hang")
         t0 = time.monotonic()
-        r, raw = self.post("/v1/chat/completions", chat_body("smol"))
+        r, raw = self.post("/v1/chat/completions", chat_body("smol", "x" * 400))
         self.assertEqual(r.status, 504, raw)
         # One timeout_ms (1.5 s), not one per endpoint: a timed-out call
         # is not tried elsewhere (it took 4.5 s over the three).
         self.assertLess(time.monotonic() - t0, 2.8)
         self.assertEqual(json.loads(raw)["error"]["type"], "server_error")
+        # The server read the prompt and may be generating still: its
+        # estimate (bytes / 4) counts, as for a client that left. It was free.
+        self.assertGreaterEqual(prompt_tokens() - before, 100)
 
     def test_endpoint_that_stops_reporting_is_taken_out_and_comes_back(self):
         self.sim.fault(1, "no_metrics")
@@ -854,6 +862,8 @@ class TestPoolTenants(PoolCase):
             {"name": "ledger", "keys": [digest("k-ledger")]},
             {"name": "liar", "keys": [digest("k-liar")], "tokens_per_minute": 200},
             {"name": "choices", "keys": [digest("k-choices")], "tokens_per_minute": 1000},
+            {"name": "capped", "keys": [digest("k-capped")], "tokens_per_minute": 100000},
+            {"name": "uncapped", "keys": [digest("k-uncapped")]},
         ],
         "usage": {"flush_s": 1},
     }
@@ -917,6 +927,22 @@ class TestPoolTenants(PoolCase):
         self.assertLessEqual(int(used[0][1]), 200)
         self.assertIn('batchgate_tenant_quota_tokens{tenant="minute",window="minute"} 200', text)
         self.assertIn('batchgate_tenant_quota_tokens{tenant="daily",window="day"} 100', text)
+
+    def test_a_call_without_a_cap_is_sent_with_what_it_reserved(self):
+        # A tenant with a token quota: a call naming no max_tokens reserved
+        # 256 and the server generated to its own end (helper's audit: 5,000
+        # each, 15 times the quota in a minute). It is sent with the 256 it
+        # reserved; llmsim's own default (16) shows where none was sent.
+        body = {"model": "smol", "messages": [{"role": "user", "content": "hi"}]}
+        for key, want in (("k-capped", 256), ("k-uncapped", 16)):
+            r, raw = self.post("/v1/chat/completions", body,
+                               headers={"Authorization": "Bearer " + key})
+            self.assertEqual(r.status, 200, raw)
+            self.assertEqual(json.loads(raw)["usage"]["completion_tokens"], want, key)
+        # A cap of its own is left as it is.
+        r, raw = self.post("/v1/chat/completions", dict(body, max_completion_tokens=5),
+                           headers={"Authorization": "Bearer k-capped"})
+        self.assertEqual(json.loads(raw)["usage"]["completion_tokens"], 5, raw)
 
     def test_a_server_lying_about_usage_gives_no_quota_back(self):
         # usage says -100000 prompt and 2^63-1 completion tokens: a negative
