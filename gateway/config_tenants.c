@@ -128,8 +128,9 @@ static const struct schema_field config_tenant_fields[] = {
      .doc = "digests of the tenant's API keys (`batchgate hash-key KEY` prints one); a key names "
             "one tenant only"},
     {SCHEMA_F_ARRAY("models", struct tenant_config, models, nmodels, &config_glob),
-     .doc_default = "`[\"*\"]`",
-     .doc = "glob patterns (fnmatch: `*`, `?`, `[...]`) of the models it may use; any other: 403"},
+     .min = 1, .doc_default = "`[\"*\"]`",
+     .doc = "glob patterns (fnmatch: `*`, `?`, `[...]`) of the models it may use; any other: 403. "
+            "An empty list is refused: read as none given, it let the tenant use every model"},
     {SCHEMA_F_DOUBLE("share", struct tenant_config, share),
      .fmin = 0, .fmax = 1, .fdef = 0,
      .doc = "guaranteed fraction of each device it uses; the shares of all tenants add up to at "

@@ -516,6 +516,9 @@ static void test_tenant_errors(void **state)
                          "tenants[0].models[0]", NULL);
     expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"models\": \"*\"}]}",
                          "tenants[0].models: must be a list", NULL);
+    /* Read as none given, an empty list let the tenant use every model. */
+    expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"models\": []}]}",
+                         "tenants[0].models: must be a list of 1 to 32 strings, got []", NULL);
     expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"admin\": \"yes\"}]}",
                          "tenants[0].admin: must be true or false", NULL);
     expect_tenants_error("{\"tenants\": [{\"name\": \"a\", \"lend\": 1}]}",
