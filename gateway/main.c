@@ -460,9 +460,28 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
                       "changed (tenants are read at start: restart to change them)",
                       cli->config_path);
     }
+    /* The windows are checked against the tenants in force, as a PUT of
+     * /v2/governance and the start check them: the file's own tenants may
+     * differ (their change waits for a restart), and a share above the
+     * limit in force passed against the file's raised one. */
+    json_t *now = same ? json_load_file(cli->config_path, 0, NULL) : NULL;
+    struct governance *g = NULL;
+    if (same && !json_is_object(now)) {
+        log_error("SIGHUP: %s could not be read again: governance not changed",
+                  cli->config_path);
+        same = false;
+    } else if (same) {
+        char where[4200];
+        snprintf(where, sizeof where, "%s: governance", cli->config_path);
+        if (governance_parse(json_object_get(now, "governance"), &cfg->tenants, where, &g,
+                             &err) != 0) {
+            log_error("SIGHUP: %s (against the tenants in force): governance not changed",
+                      err.msg);
+            same = false;
+        }
+    }
     if (same) {
-        governor_replace(gov, fresh->governance);   /* NULL: no windows any more */
-        fresh->governance = NULL;
+        governor_replace(gov, g);   /* NULL: no windows any more */
         log_info("SIGHUP: governance reread from %s", cli->config_path);
         /* The same tenants with other settings: said, since nothing else
          * would tell the operator the change waits for a restart. */
@@ -475,16 +494,15 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
             log_warn("SIGHUP: auth.required in %s differs from the one in force; it is read at "
                      "start: restart to apply it", cli->config_path);
         /* Any other section changed: SIGHUP rereads governance only. */
-        json_t *now = json_load_file(cli->config_path, 0, NULL);
         char changed[512];
-        if (file_at_start && json_is_object(now)) {
+        if (file_at_start) {
             main_changed_sections(file_at_start, now, changed, sizeof changed);
             if (changed[0])
                 log_warn("SIGHUP: %s changed in %s; SIGHUP applies governance only: restart to "
                          "apply them", changed, cli->config_path);
         }
-        json_decref(now);
     }
+    json_decref(now);
     config_release(fresh);
     free(fresh);
 }

@@ -86,7 +86,7 @@ class GovernanceTest(RepoServerCase):
         "tenants": [
             {"name": "search", "keys": [digest(KEYS["search"])], "share": 0.7},
             {"name": "research", "keys": [digest(KEYS["research"])], "share": 0.3},
-            {"name": "ops", "keys": [digest(KEYS["ops"])], "admin": True},
+            {"name": "ops", "keys": [digest(KEYS["ops"])], "admin": True, "limit": 0.3},
         ],
         "governance": {"timezone": "UTC", "windows": []},
     }
@@ -222,6 +222,20 @@ class GovernanceTest(RepoServerCase):
         self.srv.send_signal(signal.SIGHUP)
         self.srv.wait_log(r"SIGHUP: tenant %s's settings in .* differ from those in force; "
                           r"tenants are read at start" % cfg["tenants"][0]["name"], timeout=5)
+        # A window share is held to the limit in force, not to the file's
+        # raised one (which waits for a restart): ops' 0.9 against its 0.3
+        # was put in force by SIGHUP, where PUT and the start refuse it.
+        cfg["tenants"][2]["limit"] = 1.0
+        cfg["governance"] = {"timezone": "UTC", "windows": [window("over", {"ops": 0.9})]}
+        with open(self.srv.config_path, "w") as f:
+            json.dump(cfg, f)
+        self.srv.send_signal(signal.SIGHUP)
+        self.srv.wait_log(r"SIGHUP: .*governance: windows\[0\]\.shares\.ops: 0\.9 is above the "
+                          r"tenant's limit 0\.3 .*\(against the tenants in force\): governance not "
+                          r"changed", timeout=5)
+        self.assertNotEqual(self.governance()["active"], "over")
+        cfg["tenants"][2]["limit"] = 0.3
+        cfg["governance"] = {"windows": []}
         # Any other section changed is said too (it was silent): SIGHUP
         # applies governance only.
         cfg["limits"] = {"max_body_bytes": 10}
