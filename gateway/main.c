@@ -402,6 +402,33 @@ static bool main_stop_work(struct api_state *api, struct serving *serving, int64
     return serving_stop(serving, deadline_ns) && loads_done;
 }
 
+static void main_reopen_log(struct log *log, const struct config *cfg);
+
+/* The drain is over and a model load may still run (a stop during the
+ * start's eager loads, a load asked for just before): waited for until
+ * `until`, or, at a second SIGTERM or SIGINT, a moment only. The wait
+ * took no signal: Ctrl-C twice did nothing for up to
+ * shutdown_timeout_ms. Returns the deadline left for the stop. */
+static int64_t main_wait_loads(struct serving *serving, const sigset_t *sigs, int64_t until,
+                               struct log *log, const struct config *cfg)
+{
+    for (;;) {
+        int64_t now = now_ns();
+        int64_t slice = now + 50 * 1000000LL;
+        if (lifecycle_stop(serving, slice < until ? slice : until) || now_ns() >= until)
+            return until;
+        siginfo_t si;
+        struct timespec zero = {0, 0};
+        int got = sigtimedwait(sigs, &si, &zero);
+        if (got == SIGHUP)
+            main_reopen_log(log, cfg);
+        if (got == SIGTERM || got == SIGINT) {
+            log_warn("SIG%s again: not waiting for the model load under way", sigabbrev_np(got));
+            return now_ns() + MAIN_STOP_GRACE_NS;
+        }
+    }
+}
+
 /* SIGHUP's reopen of the log file (logrotate moved it). */
 static void main_reopen_log(struct log *log, const struct config *cfg)
 {
@@ -877,10 +904,12 @@ int main(int argc, char **argv)
 
 out:;
     /* A model load still running is waited for within the drain's time
-     * (and a moment more: an idle thread's own exit). */
-    bool serving_done = main_stop_work(
-        &api, serving,
-        stop_by ? (stop_by > now_ns() ? stop_by : now_ns()) + MAIN_STOP_GRACE_NS : 0);
+     * (and a moment more: an idle thread's own exit), or until a second
+     * stop signal (main_wait_loads). */
+    int64_t until = stop_by ? (stop_by > now_ns() ? stop_by : now_ns()) + MAIN_STOP_GRACE_NS : 0;
+    if (until && serving)
+        until = main_wait_loads(serving, &sigs, until, log, &cfg);
+    bool serving_done = main_stop_work(&api, serving, until);
     /* Its last sample sees every batch that ran; it writes before the
      * database closes (jobs_free). */
     ledger_stop(api.ledger);

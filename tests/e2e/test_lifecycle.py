@@ -535,6 +535,20 @@ class EagerStartTest(unittest.TestCase):
         self.assertIn("a model load is still running after the drain: exiting without it", log)
         self.assertNotIn("ready in", log)
 
+    def test_a_second_signal_during_the_start_does_not_wait_for_its_load(self):
+        # SIGTERM during the eager loads, then SIGTERM again: the load under
+        # way was waited for up to shutdown_timeout_ms whatever came (the
+        # wait took no signal; Ctrl-C twice did nothing for up to 30 s,
+        # helper's config audit). The second signal ends the wait.
+        models = {n: synthetic(n, base_us=600000, per_row_us=0) for n in ("s1", "s2", "s3")}
+        code, took, r, t0, log = self.stop_while_waiting(
+            models, "s2", 30000, [signal.SIGTERM, signal.SIGTERM])
+        self.assertEqual(code, 0, log)
+        self.assertLess(took, 1.2, log)   # s1's load had ~2.1 s to go
+        self.assertEqual(r.status, 503, r)
+        self.assertIn("SIGTERM again: not waiting for the model load under way", log)
+        self.assertIn("a model load is still running after the drain: exiting without it", log)
+
     def test_a_second_signal_does_not_wait_for_a_load(self):
         # After the start: a lazy model's load (~2.4 s) that a request waits
         # on. A second SIGTERM closed the connections "now", yet the
