@@ -410,9 +410,9 @@ static const struct schema_field config_fields[] = {
     {SCHEMA_F_IGNORE("devices"), .expect = "object", .doc_default = "none",
      .doc = "per device label (`cpu`, `cuda` or `synthetic` and a number: `cpu0`, `cuda1`; "
             "another is refused): `{\"memory_budget_bytes\": N, \"price_per_hour\": X, "
-            "\"release_context\": true}`: what the resident models "
-            "may hold there (0: no bound), what an hour of it costs, and whether a GPU's context "
-            "is released when no model is left on it (docs/MODELS.md \"Lifecycle\")"},
+            "\"release_context\": true}`: what the resident models may hold there (0: no "
+            "bound), what an hour of it costs (0 to 1,000,000), and whether a GPU's context is "
+            "released when no model is left on it (docs/MODELS.md \"Lifecycle\")"},
     {SCHEMA_F_BOOL("debug_endpoints", struct config, debug_endpoints),
      .flags = SCHEMA_EXT, .def = false,
      .doc = "enables `GET /debug/delay?ms=N&id=X` (answers after a timer), `POST /debug/echo` "
@@ -495,9 +495,14 @@ static int config_devices_parse(struct config *c, json_t *devs, const char *file
                                      "true or false", file, name);
                 d->keep_context = !json_is_true(f);
             } else if (strcmp(key, "price_per_hour") == 0) {
-                if (!json_is_number(f) || json_number_value(f) < 0)
+                /* Bounded: the ledger stores costs in millionths in 64 bits;
+                 * 1e308 an hour wrote a cost of -9.2e12 (helper's config
+                 * audit). A million an hour is a year of one device in a row
+                 * with room to spare. */
+                if (!json_is_number(f) || json_number_value(f) < 0 ||
+                    json_number_value(f) > 1e6)
                     return error_set(err, BG_ECONFIG, "%s: devices.%s.price_per_hour: expected "
-                                     "a number >= 0", file, name);
+                                     "a number from 0 to 1000000", file, name);
                 d->price_per_hour = json_number_value(f);
             } else {
                 return error_set(err, BG_ECONFIG, "%s: devices.%s.%s: unknown field (known: "

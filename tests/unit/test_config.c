@@ -431,7 +431,10 @@ static void test_devices(void **state)
     expect_message("{\"devices\": {\"cpu0\": {\"memory_budget_bytes\": -1}}}",
                    "h.json: devices.cpu0.memory_budget_bytes: expected a whole number of bytes >= 0");
     expect_message("{\"devices\": {\"cpu0\": {\"price_per_hour\": \"x\"}}}",
-                   "h.json: devices.cpu0.price_per_hour: expected a number >= 0");
+                   "h.json: devices.cpu0.price_per_hour: expected a number from 0 to 1000000");
+    /* The ledger's costs are millionths in 64 bits: 1e308 wrote -9.2e12. */
+    expect_message("{\"devices\": {\"cpu0\": {\"price_per_hour\": 1e308}}}",
+                   "h.json: devices.cpu0.price_per_hour: expected a number from 0 to 1000000");
     expect_message("{\"devices\": {\"cpu0\": {\"budget\": 1}}}",
                    "h.json: devices.cpu0.budget: unknown field (known: memory_budget_bytes, "
                    "price_per_hour, release_context)");
