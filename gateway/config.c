@@ -49,10 +49,10 @@ static int config_parse_hostport(const char *hostport, char *out_host, int *out_
         memcpy(host, hostport, n);
         host[n] = '\0';
     }
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno || port < 0 || port > 65535)
+    /* Digits only: strtol took " 24113", "+24113" and "-0" (a random port). */
+    size_t digits = strspn(colon + 1, "0123456789");
+    long port = digits >= 1 && digits <= 5 && colon[1 + digits] == '\0' ? atol(colon + 1) : -1;
+    if (port < 0 || port > 65535)
         return error_set(err, BG_ECONFIG, "%s: port in \"%s\" must be 0..65535", what, hostport);
     snprintf(out_host, 256, "%s", host);
     *out_port = (int)port;

@@ -115,6 +115,11 @@ static void usage(FILE *out)
 /* `batchgate hash-key KEY|-`: exit 0 with the digest on stdout, or 2. */
 static int main_hash_key(int argc, char **argv)
 {
+    if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+        printf("usage: batchgate hash-key KEY (or - to read it from stdin): prints the "
+               "\"sha256:<hex>\" form of an API key for a tenant's \"keys\"\n");
+        return 0;   /* it printed the digest of "--help" */
+    }
     if (argc != 3) {
         fprintf(stderr, "batchgate: usage: batchgate hash-key KEY (or - to read it from stdin)\n");
         return EXIT_USAGE;
@@ -210,7 +215,16 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
     opterr = 0;
     while ((ch = getopt_long(argc, argv, ":c:m:l:t:hV", opts, NULL)) != -1) {
         switch (ch) {
-        case 'c': cli->config_path = optarg; break;
+        case 'c':
+            /* The last one silently won: a first file, even invalid, was
+             * never read (helper's config audit). */
+            if (cli->config_path) {
+                fprintf(stderr, "batchgate: --config given twice (\"%s\", \"%s\"): give one "
+                        "file\n", cli->config_path, optarg);
+                return -1;
+            }
+            cli->config_path = optarg;
+            break;
         case 'm': cli->models = optarg; break;
         case 'l': cli->listen = optarg; break;
         case 'g': cli->grpc_listen = optarg; break;

@@ -112,8 +112,19 @@ class CliTest(unittest.TestCase):
         self.assert_exit(["--config", path], 2, stderr_has=(path,))
 
     def test_bad_listen(self):
-        for value in ("nonsense", "127.0.0.1:99999", "127.0.0.1:", ":80", "::1:80"):
+        # A port is digits only: strtol took " 24113", "+24113" and "-0"
+        # (which bound a random port).
+        for value in ("nonsense", "127.0.0.1:99999", "127.0.0.1:", ":80", "::1:80",
+                      "127.0.0.1: 8000", "127.0.0.1:+8000", "127.0.0.1:-0", "127.0.0.1:0080x",
+                      "127.0.0.1:000080"):
             self.assert_exit(["--listen", value], 2, stderr_has=("--listen",))
+
+    def test_config_given_twice(self):
+        # The last one silently won, the first (here invalid) never read.
+        bad = self.config_file("{\"limits\": 3}", "bad.json")
+        good = self.config_file("{}", "good.json")
+        self.assert_exit(["--config", bad, "--config", good], 2,
+                         stderr_has=("--config given twice",))
 
     def test_bad_io_threads(self):
         for value in ("-1", "x", "", "1025", " 5", "+5"):
@@ -148,6 +159,12 @@ class CliTest(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertEqual(p.stdout.decode().strip(),
                              "sha256:" + hashlib.sha256(b"sk-from-stdin").hexdigest())
+
+    def test_hash_key_help(self):
+        # It printed the digest of the string "--help".
+        for flag in ("--help", "-h"):
+            out, _ = self.assert_exit(["hash-key", flag], 0, stdout_has=("usage",))
+            self.assertIsNone(re.search(r"sha256:[0-9a-f]{64}", out), out)
 
     def test_hash_key_refuses_what_no_header_can_carry(self):
         for args in (["hash-key"], ["hash-key", "a", "b"], ["hash-key", ""],
