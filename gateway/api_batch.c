@@ -383,6 +383,10 @@ static int64_t batch_form_seconds(const struct multipart_part *p)
     return v;
 }
 
+/* The parts of an upload's form read at most (4 fields, and room for a
+ * client's own). */
+#define BATCH_FORM_PARTS 8
+
 /* POST /v1/files: multipart with `purpose` (batch) and `file`. */
 static void batch_file_upload(struct http_request *req, const struct route_match *m, void *ctx)
 {
@@ -394,11 +398,19 @@ static void batch_file_upload(struct http_request *req, const struct route_match
     size_t hl, len;
     const char *ct = http_request_header(req, "Content-Type", &hl);
     const char *body = http_request_body(req, &len);
-    struct multipart_part parts[8];
-    int n = multipart_parse(ct, ct ? hl : 0, body ? body : "", len, parts, 8);
+    struct multipart_part parts[BATCH_FORM_PARTS + 1];
+    int n = multipart_parse(ct, ct ? hl : 0, body ? body : "", len, parts, BATCH_FORM_PARTS + 1);
     if (n < 0) {
         http_respond_error(req, 400, NULL, "the body must be multipart/form-data with the "
                                            "fields `purpose` and `file`");
+        return;
+    }
+    /* Parts past those read were skipped unsaid: a `file` given twice
+     * went unseen, and fields after the eighth part were "missing". */
+    if (n > BATCH_FORM_PARTS) {
+        http_respond_error(req, 400, NULL, "the form has more than %d parts: send `purpose`, "
+                           "`file` and, if you like, `expires_after[anchor]` and "
+                           "`expires_after[seconds]`", BATCH_FORM_PARTS);
         return;
     }
     const struct multipart_part *purpose = NULL, *file = NULL, *anchor = NULL, *secs = NULL;

@@ -5,50 +5,61 @@
 #include <string.h>
 #include <strings.h>
 
-bool multipart_param(const char *h, size_t n, const char *key, char *out, size_t cap)
+#define MULTIPART_NO_PARAM ((size_t)-1)
+
+/* Where parameter `key`'s value starts in h[0..n) (n for an empty value
+ * at the end), or MULTIPART_NO_PARAM. Quoted strings are stepped over: a
+ * filename holding "; name=x" named the part x. */
+static size_t multipart_param_at(const char *h, size_t n, const char *key)
 {
     size_t kl = strlen(key);
-    for (size_t i = 0; i + kl < n; i++) {
-        if ((i == 0 || h[i - 1] == ';' || h[i - 1] == ' ' || h[i - 1] == '\t') &&
-            strncasecmp(h + i, key, kl) == 0 && h[i + kl] == '=') {
-            size_t v = i + kl + 1, k = 0;
-            if (v < n && h[v] == '"') {
-                /* A quoted-string: \x stands for x (httpx writes a Windows
-                 * path's backslashes and a quote that way). */
-                for (v++; v < n && h[v] != '"'; v++) {
-                    if (h[v] == '\\' && v + 1 < n)
-                        v++;
-                    /* A control character (a NUL cut the name short) is
-                     * no name's. */
-                    if (k + 1 >= cap || (unsigned char)h[v] < 0x20 || h[v] == 0x7f)
-                        return false;
-                    out[k++] = h[v];
-                }
-                if (v == n)
-                    return false;   /* an unterminated quote */
-            } else {
-                for (; v < n && h[v] != ';' && h[v] != ' '; v++) {
-                    if (k + 1 >= cap || (unsigned char)h[v] < 0x20 || h[v] == 0x7f)
-                        return false;
-                    out[k++] = h[v];
-                }
-            }
-            out[k] = '\0';
-            return true;
+    for (size_t i = 0; i < n; i++) {
+        if (h[i] == '"') {   /* a quoted-string: \x stands for x */
+            for (i++; i < n && h[i] != '"'; i++)
+                if (h[i] == '\\')
+                    i++;
+            continue;
+        }
+        if (i + kl < n && (i == 0 || h[i - 1] == ';' || h[i - 1] == ' ' || h[i - 1] == '\t') &&
+            strncasecmp(h + i, key, kl) == 0 && h[i + kl] == '=')
+            return i + kl + 1;
+    }
+    return MULTIPART_NO_PARAM;
+}
+
+bool multipart_param(const char *h, size_t n, const char *key, char *out, size_t cap)
+{
+    size_t v = multipart_param_at(h, n, key), k = 0;
+    if (v == MULTIPART_NO_PARAM)
+        return false;
+    if (v < n && h[v] == '"') {
+        /* A quoted-string: \x stands for x (httpx writes a Windows path's
+         * backslashes and a quote that way). */
+        for (v++; v < n && h[v] != '"'; v++) {
+            if (h[v] == '\\' && v + 1 < n)
+                v++;
+            /* A control character (a NUL cut the name short) is no name's. */
+            if (k + 1 >= cap || (unsigned char)h[v] < 0x20 || h[v] == 0x7f)
+                return false;
+            out[k++] = h[v];
+        }
+        if (v == n)
+            return false;   /* an unterminated quote */
+    } else {
+        for (; v < n && h[v] != ';' && h[v] != ' '; v++) {
+            if (k + 1 >= cap || (unsigned char)h[v] < 0x20 || h[v] == 0x7f)
+                return false;
+            out[k++] = h[v];
         }
     }
-    return false;
+    out[k] = '\0';
+    return true;
 }
 
 /* Whether parameter `key` is there at all (multipart_param may not keep it). */
 static bool multipart_param_given(const char *h, size_t n, const char *key)
 {
-    size_t kl = strlen(key);
-    for (size_t i = 0; i + kl < n; i++)
-        if ((i == 0 || h[i - 1] == ';' || h[i - 1] == ' ' || h[i - 1] == '\t') &&
-            strncasecmp(h + i, key, kl) == 0 && h[i + kl] == '=')
-            return true;
-    return false;
+    return multipart_param_at(h, n, key) != MULTIPART_NO_PARAM;
 }
 
 int multipart_parse(const char *ct, size_t ct_len, const char *body, size_t len,

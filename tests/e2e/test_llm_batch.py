@@ -262,6 +262,14 @@ class TestBatchRoutes(BatchCase):
                           "control character")
         self.assert_error(*self.upload(jsonl([line(1)]), fields=(("purpose", "batch"),)),
                           400, "purpose", "given twice")
+        # Parts past the eighth were skipped unsaid: a field after them was
+        # "missing", a second `file` among them unseen.
+        self.assert_error(*self.upload(jsonl([line(1)]),
+                                       fields=tuple(("x%d" % i, "y") for i in range(8))),
+                          400, None, "more than 8 parts")
+        # A filename holding "; name=..." does not name the part.
+        st, raw = self.upload(jsonl([line(1)]), filename='a; name=purpose;b.jsonl')
+        self.assertEqual(st, 200, raw)
         self.assert_error(*self.call("GET", "/v1/files/file-nope"), 404, "file_id")
         self.assert_error(*self.call("GET", "/v1/files/file-nope/content"), 404, "file_id")
         self.assert_error(*self.call("DELETE", "/v1/files/file-nope"), 404, "file_id")

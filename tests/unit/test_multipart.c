@@ -63,6 +63,13 @@ static void test_quoting_preamble_and_bare_parts(void **s)
     assert_string_equal(out, "v");
     assert_false(multipart_param("a=1; key=\"v", 11, "key", out, sizeof out));
     assert_false(multipart_param("akey=1", 6, "key", out, sizeof out));
+    /* A quoted value holding "; name=": not the parameter (a filename
+     * "a; name=file;b" named the part "file"). */
+    const char *qd = "form-data; filename=\"a; name=file;b\"; name=\"notes\"";
+    assert_true(multipart_param(qd, strlen(qd), "name", out, sizeof out));
+    assert_string_equal(out, "notes");
+    const char *q2 = "form-data; filename=\"x\\\"; name=file\"";
+    assert_false(multipart_param(q2, strlen(q2), "name", out, sizeof out));
     assert_false(multipart_param("key=toolongvalue", 16, "key", out, sizeof out));
     /* A quoted-string's quoted-pairs are undone (RFC 9110 5.6.4): httpx
      * sends C:\\d\\a, and a quote as \". */
