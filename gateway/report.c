@@ -151,6 +151,11 @@ int report_main(int argc, char **argv)
         config_release(&cfg);
         return 1;
     }
+    if (state_misses_wal(st))
+        fprintf(stderr, "batchgate: report: warning: %s-wal holds commits this read cannot see "
+                "(the folder is read-only, and SQLite reads a write-ahead log only where it may "
+                "write beside it): the figures may be short; copy the folder somewhere "
+                "writable to read them all\n", db);
     struct usage_rows groups = {0}, models = {0};
     int rc = state_usage_query(st, q.from, q.to, q.step, q.group_by, NULL, usage_rows_collect,
                                &groups, &err);

@@ -26,6 +26,7 @@ struct state {
     char path[4200];                  /* the file opened, and which it was */
     dev_t dev;
     ino_t ino;
+    bool misses_wal;                  /* read-only, as a snapshot, with a -wal beside it */
 };
 
 sqlite3 *state_db_usage(struct state *st) { return st->u; }
@@ -404,10 +405,19 @@ int state_open_readonly(const char *dir, struct state **out, struct error *err)
         state_close(st);
         return rc;
     }
+    /* Opened as a snapshot, SQLite reads the main file alone: commits
+     * still in the write-ahead log beside it are not seen (a copy taken
+     * with its -wal, in a read-only folder: 20 requests reported of 50). */
+    char wal[4300];
+    struct stat sb;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    st->misses_wal = strstr(uri, "immutable=1") && stat(wal, &sb) == 0 && sb.st_size > 0;
     sqlite3_busy_timeout(st->r, 5000);
     *out = st;
     return 0;
 }
+
+bool state_misses_wal(const struct state *st) { return st->misses_wal; }
 
 void state_memory(struct state *st, struct state_memory *out)
 {

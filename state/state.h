@@ -94,6 +94,10 @@ int state_open(const char *dir, struct state **out, struct error *err);
  * Only the readers (state_usage_query, ...) may be used on it. A database
  * of another schema version is refused, saying which. */
 int state_open_readonly(const char *dir, struct state **out, struct error *err);
+/* Whether state_open_readonly could read the database only as a snapshot
+ * (a read-only folder: SQLite would have to make the -shm file) while a
+ * write-ahead log lies beside it: its commits are not seen. */
+bool state_misses_wal(const struct state *st);
 void state_close(struct state *st);
 /* Whether the database file at its path is no longer the one opened
  * (deleted, or replaced): what is written now goes to a file nobody will

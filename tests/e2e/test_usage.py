@@ -786,7 +786,26 @@ class UsageReportTest(UsageCase):
         file", writing). Needs mount rights; else skipped, saying so."""
         ro = os.path.join(self.tmp, "ro")
         mount_tmpfs(self, ro, "16m")
-        shutil.copy(os.path.join(state, "batchgate.db"), ro)
+        # Copied with a write-ahead log holding one commit more (a model d),
+        # as a copy of a running server's folder is: read as a snapshot (the
+        # folder is read-only), the log's commits are not seen, and the
+        # report says so (it under-reported silently).
+        import sqlite3
+        work = os.path.join(self.tmp, "walcopy")
+        os.makedirs(work)
+        shutil.copy(os.path.join(state, "batchgate.db"), work)
+        con = sqlite3.connect(os.path.join(work, "batchgate.db"))
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA wal_autocheckpoint=0")
+        con.execute("INSERT INTO usage_key (id, tenant, model, class, device) "
+                    "VALUES (9999, 'research', 'd', 'online', 'cpu0')")
+        con.execute("INSERT INTO usage_minute (start, key, requests, rows, busy_us, idle_us, "
+                    "cost_micro, energy_mj) VALUES (?, 9999, 1, 1, 1000, 0, 0, 0)",
+                    (int(time.time()) // 60 * 60 - 60,))
+        con.commit()
+        for n in ("batchgate.db", "batchgate.db-wal"):
+            shutil.copy(os.path.join(work, n), ro)
+        con.close()
         p = subprocess.run(["mount", "-o", "remount,ro", ro], capture_output=True, timeout=10)
         if p.returncode != 0:
             self.skipTest("cannot remount read-only here: %s" % p.stderr.decode().strip())
@@ -796,6 +815,7 @@ class UsageReportTest(UsageCase):
         rc, out, err = run_cli(["report", "--config", cfg, "--format", "json", "--by", "model"])
         self.assertEqual(rc, 0, err)
         self.assertEqual({x["model"] for x in json.loads(out)["rows"]}, {"a", "b", "c"})
+        self.assertIn("batchgate.db-wal holds commits this read cannot see", err)
 
     def test_report_lists_compute_debt_without_prices(self):
         # Unpriced devices cost nothing: ordered by idle cost alone, every
