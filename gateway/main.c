@@ -458,18 +458,25 @@ static void main_reopen_log(struct log *log, const struct config *cfg)
             "into the file it had open\n", cfg->log_file, strerror(-r));
 }
 
+static void main_reload_governance(const struct cli *cli, const struct config *cfg,
+                                   struct governor *gov, const json_t *file_at_start);
+
 /* Until the start's eager loads are over (serving_start): 0, or the stop
- * signal that came first (SIGTERM, SIGINT; SIGUSR1 when no IO thread runs). */
+ * signal that came first (SIGTERM, SIGINT; SIGUSR1 when no IO thread runs).
+ * A SIGHUP meanwhile does what it does after (it reopened the log alone,
+ * and the governance edit it was sent for was lost). */
 static int main_wait_started(struct serving *serving, const sigset_t *sigs, struct server *srv,
-                             struct log *log, const struct config *cfg)
+                             struct log *log, const struct cli *cli, const struct config *cfg,
+                             struct governor *gov, const json_t *file_at_start)
 {
     while (!serving_started(serving)) {
         struct timespec tick = {0, 20 * 1000000};
         siginfo_t si;
         int got = sigtimedwait(sigs, &si, &tick);
-        if (got == SIGHUP)
+        if (got == SIGHUP) {
             main_reopen_log(log, cfg);
-        else if (got == SIGTERM || got == SIGINT || (got == SIGUSR1 && server_running(srv) == 0))
+            main_reload_governance(cli, cfg, gov, file_at_start);
+        } else if (got == SIGTERM || got == SIGINT || (got == SIGUSR1 && server_running(srv) == 0))
             return got;
     }
     return 0;
@@ -587,6 +594,7 @@ int main(int argc, char **argv)
     int64_t t_start = now_ns();
     const char *stopped = NULL;   /* set by a drain: how it ended, logged last */
     int64_t stop_by = 0;          /* the drain's end (now_ns); 0: no drain, no bound */
+    json_t *file_at_start = NULL; /* the config file as read at start (SIGHUP compares) */
     if (argc >= 2 && strcmp(argv[1], "hash-key") == 0)
         return main_hash_key(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "report") == 0)
@@ -823,12 +831,17 @@ int main(int argc, char **argv)
         log_info("gRPC on %s%s%s:%d (KServe v2, HTTP/2 cleartext)",
                  strchr(cfg.http.h2.listen_host, ':') ? "[" : "", cfg.http.h2.listen_host,
                  strchr(cfg.http.h2.listen_host, ':') ? "]" : "", server_h2_port(srv));
+    /* The file as read at start, for SIGHUP to say which of its sections
+     * it does not apply: read before the loads, not once they are over (an
+     * edit during them then went unsaid). */
+    file_at_start = cli.config_path ? json_load_file(cli.config_path, 0, NULL) : NULL;
     if (serving_start(serving, &err))
         log_error("%s: models stay as they are (no load, unload or eviction)", err.msg);
     /* The eager loads run on the lifecycle thread: a SIGTERM meanwhile is
      * taken now (a pod loading large models ignored its stop until
      * Kubernetes killed it), and a load that never ends cannot hold it. */
-    int sig = main_wait_started(serving, &sigs, srv, log, &cfg);
+    int sig = main_wait_started(serving, &sigs, srv, log, &cli, &cfg, api.governor,
+                                file_at_start);
     if (sig) {
         log_info("SIG%s during the start: the model loads not begun are given up",
                  sigabbrev_np(sig));
@@ -844,10 +857,7 @@ int main(int argc, char **argv)
                                                      : " (some models failed to load: see above)");
     }
 
-    /* Serve until SIGTERM/SIGINT (or every IO thread died). The file as
-     * read at start, for SIGHUP to say which of its sections it does not
-     * apply. */
-    json_t *file_at_start = cli.config_path ? json_load_file(cli.config_path, 0, NULL) : NULL;
+    /* Serve until SIGTERM/SIGINT (or every IO thread died). */
     while (!sig) {
         siginfo_t si;
         /* Every 10 s without a signal: give the heap's free pages back to
@@ -870,7 +880,6 @@ int main(int argc, char **argv)
             continue;
         sig = got;
     }
-    json_decref(file_at_start);
 
     if (sig == SIGUSR1) {
         log_error("IO threads exited unexpectedly");
@@ -972,6 +981,7 @@ out:;
      * (the jobs runner may finish an offline batch after the drain). */
     if (stopped)
         log_info("stopped%s after %.1f s of service", stopped, (double)(now_ns() - t_start) / 1e9);
+    json_decref(file_at_start);
     log_close(log);
     libevent_global_shutdown();
     return exit_code;

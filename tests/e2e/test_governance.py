@@ -8,13 +8,14 @@ file's section; a configuration with overlapping windows does not start."""
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 import threading
 import time
 import unittest
 
-from harness import RepoServerCase, roundtrip, run_cli
+from harness import RepoServerCase, Server, roundtrip, run_cli
 from test_infer import synthetic, write_model
 from test_tenants import KEYS, digest, metric
 
@@ -349,6 +350,37 @@ class GovernanceConfigTest(unittest.TestCase):
         finally:
             srv.stop_checked()
 
+
+class SighupDuringStartTest(unittest.TestCase):
+    def test_a_sighup_during_the_loads_rereads_the_governance(self):
+        # While the eager models loaded, SIGHUP reopened the log and nothing
+        # more: the governance edit it was sent for was lost until another
+        # SIGHUP after the start (helper's config audit).
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        try:
+            write_model(repo, "slow", synthetic("slow", base_us=600000, per_row_us=0))
+            cfg = {"model_repository": repo,
+                   "tenants": [
+                       {"name": "search", "keys": [digest(KEYS["search"])], "share": 0.5},
+                       {"name": "research", "keys": [digest(KEYS["research"])], "share": 0.5}],
+                   "governance": {"timezone": "UTC", "windows": []}}
+            with Server(cfg) as srv:
+                with open(srv.config_path) as f:
+                    edited = json.load(f)
+                edited["governance"] = {"timezone": "UTC", "windows": [
+                    window("edited", {"search": 0.8, "research": 0.2})]}
+                with open(srv.config_path + ".new", "w") as f:
+                    json.dump(edited, f)
+                os.replace(srv.config_path + ".new", srv.config_path)
+                self.assertNotIn("ready in", srv.log())
+                srv.send_signal(signal.SIGHUP)
+                srv.wait_log(r"SIGHUP: governance reread", timeout=5)
+                self.assertNotIn("ready in", srv.log(), "the loads were over: no test")
+                srv.wait_log(r"ready in", timeout=30)
+                r = roundtrip(srv.port, "GET", "/v2/governance", auth(KEYS["search"]))
+                self.assertEqual(r.json()["active"], "edited", r.body)
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
 
 if __name__ == "__main__":
     unittest.main()
