@@ -162,8 +162,10 @@ static int state_migrate(sqlite3 *db, struct error *err)
     if (sqlite3_step(s) == SQLITE_ROW)
         v = sqlite3_column_int(s, 0);
     sqlite3_finalize(s);
+    /* A runtime failure (exit 1), as `batchgate report` says of it: it
+     * was a configuration error (2), the config file named in front. */
     if (v > STATE_SCHEMA_VERSION)
-        return error_set(err, BG_ECONFIG,
+        return error_set(err, BG_EIO,
                          "state database: schema version %d is newer than this batchgate's (%d); "
                          "use a newer batchgate or another state_dir", v, STATE_SCHEMA_VERSION);
     if (v == STATE_SCHEMA_VERSION)

@@ -374,6 +374,25 @@ class CliTest(unittest.TestCase):
         finally:
             shutil.rmtree(state, ignore_errors=True)
 
+    def test_state_database_of_a_newer_schema(self):
+        # Exit 1, as `batchgate report` exits for the same file (it was 2,
+        # with the config file's name in front, as if it were a setting).
+        import sqlite3
+        state = tempfile.mkdtemp(prefix="batchgate-state-")
+        try:
+            db = sqlite3.connect(os.path.join(state, "batchgate.db"))
+            db.execute("PRAGMA user_version=99")
+            db.close()
+            cfg = os.path.join(state, "c.json")
+            with open(cfg, "w") as f:
+                json.dump({"state_dir": state, "listen": "127.0.0.1:0", "grpc_listen": "off"}, f)
+            _, err = self.assert_exit(["--config", cfg, "--io-threads", "1"], 1,
+                                      stderr_has=("schema version 99 is newer",))
+            self.assertNotIn(cfg + ":", err)
+            self.assert_exit(["report", "--config", cfg], 1, stderr_has=("schema version 99",))
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+
     def test_listen_host_that_does_not_resolve(self):
         # Either port's host: exit 1 naming it. The gRPC one failed after
         # the HTTP listeners were bound, and tearing those down crashed
