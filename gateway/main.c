@@ -487,6 +487,15 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
 {
     if (!gov || !cli->config_path)
         return;
+    /* This thread takes the signals: a FIFO put in the file's place (no
+     * writer) held it at the open, and a SIGTERM after went unanswered. A
+     * pipe at start (--config <(...)) is read as it comes. */
+    struct stat sb;
+    if (stat(cli->config_path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        log_error("SIGHUP: %s is not a regular file: governance not changed (SIGHUP rereads a "
+                  "regular file only)", cli->config_path);
+        return;
+    }
     struct config *fresh = malloc(sizeof *fresh);
     struct error err = {0};
     if (!fresh) {

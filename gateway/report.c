@@ -122,8 +122,11 @@ int report_main(int argc, char **argv)
         return report_fail("--by: \"%s\"; tenant or model", by);
     if (strcmp(format, "table") != 0 && strcmp(format, "csv") != 0 && strcmp(format, "json") != 0)
         return report_fail("--format: \"%s\"; table, csv or json", format);
+    /* Either end may be the default: say which, and what it is. */
     if (q.from >= q.to)
-        return report_fail("--from: must be before --to%s", "");
+        return report_fail("the period is empty: --from%s", !from ? " (by default, 7 days before "
+                           "now) is not before --to" : !to ? " is not before --to (by default, "
+                           "now)" : " is not before --to");
     q.step = q.to - q.from;   /* the whole period is one row per group */
     q.group_by = by[0] == 't' ? STATE_USAGE_BY_TENANT : STATE_USAGE_BY_MODEL;
 

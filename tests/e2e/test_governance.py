@@ -246,6 +246,19 @@ class GovernanceTest(RepoServerCase):
         self.srv.send_signal(signal.SIGHUP)
         self.srv.wait_log(r"SIGHUP: (limits, shutdown_timeout_ms|shutdown_timeout_ms, limits) "
                           r"changed in .*; SIGHUP applies governance only", timeout=5)
+        # A FIFO in the file's place held the thread that takes the signals
+        # at its open (a SIGTERM after went unanswered): refused, said so.
+        was = self.governance()
+        os.rename(self.srv.config_path, self.srv.config_path + ".kept")
+        os.mkfifo(self.srv.config_path)
+        try:
+            self.srv.send_signal(signal.SIGHUP)
+            self.srv.wait_log(r"SIGHUP: .* is not a regular file: governance not changed",
+                              timeout=5)
+        finally:
+            os.unlink(self.srv.config_path)
+            os.rename(self.srv.config_path + ".kept", self.srv.config_path)
+        self.assertEqual(self.governance()["timezone"], was["timezone"])
 
     def test_4_a_switch_by_the_clock_is_on_time(self):
         # A window from 2 s ahead, 2 s long, given to the second: the devices'
