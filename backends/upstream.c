@@ -208,10 +208,11 @@ static void upstream_slot_finish(struct up_slot *s)
     const struct model_config *mc = &um->m->cfg;
     char why[160];
     if (s->status != 200) {
-        /* A 5xx is the server's failure (3 in a row take it out); a 4xx
-         * the batch's own, or an overloaded server's 429: the server
-         * works, the failure is counted all the same. */
-        if (s->status >= 500) {
+        /* A 4xx is the batch's own, or an overloaded server's 429: the
+         * server works, the failure is counted all the same. Any other
+         * (a 5xx; a 204 or a 3xx, which carry no answer) is the server's
+         * failure: 3 in a row take it out. */
+        if (s->status < 400 || s->status >= 500) {
             upcall_blame(s->up, HTTPC_FAIL_STATUS);
         } else {
             upcall_succeeded(s->up);

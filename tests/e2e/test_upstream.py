@@ -301,6 +301,25 @@ class UpstreamTest(FakeUpstreamCase):
             self.assertEqual(self.infer("unprobed", [[k, 0, 0, 0]]).status, 502)
         self.srv.wait_log(out, timeout=2.0)
         self.assertEqual(out.findall(self.srv.log())[-1], "malformed")
+        # A 3xx (or a 204) carries no answer either: the server's failure,
+        # not the batch's (it went the 4xx way, and the count started again).
+        deadline = time.monotonic() + 10
+        while len(came_back.findall(self.srv.log())) <= backs:
+            self.assertLess(time.monotonic(), deadline, "never back")
+            self.infer("unprobed", [[1, 2, 3, 4]])
+            time.sleep(0.1)
+        time.sleep(1.1)   # one line a second about a server (the log's gate)
+        outs = len(out.findall(self.srv.log()))
+        self.upstream("POST", "/__fault", json.dumps({"mode": "answer", "status": 302,
+                                                     "raw": "x", "count": 3,
+                                                     "headers": {"Location": "/login"}}))
+        for k in range(3):
+            self.assertEqual(self.infer("unprobed", [[k, 0, 0, 0]]).status, 502)
+        deadline = time.monotonic() + 2
+        while len(out.findall(self.srv.log())) <= outs:
+            self.assertLess(time.monotonic(), deadline, "three 302s did not take it out")
+            time.sleep(0.05)
+        self.assertEqual(out.findall(self.srv.log())[-1], "status")
         # Back after its pause, by a call that succeeds.
         deadline = time.monotonic() + 10
         while len(came_back.findall(self.srv.log())) <= backs:
