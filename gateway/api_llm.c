@@ -240,12 +240,27 @@ static void llm_try(struct llm_call *c);
  * n_predict too). */
 static const char *const llm_caps[] = {"max_completion_tokens", "max_tokens", "n_predict"};
 
-static bool llm_names_cap(json_t *root)
+/* For a tenant with a token quota: the call sent with a cap the server
+ * holds to. A cap that is none (null; 0 or less: llama-server's n_predict
+ * -1 is "no end") is taken out, and with no cap left the call is sent
+ * with what it reserved. Kept, "max_tokens": null or "n_predict": -1
+ * beside a small max_tokens generated without end on a reservation of
+ * 256 or 5 (re-test of the first version, which took any field given for
+ * a cap). */
+static void llm_cap(json_t *root)
 {
-    for (size_t k = 0; k < sizeof llm_caps / sizeof llm_caps[0]; k++)
-        if (json_object_get(root, llm_caps[k]))
-            return true;
-    return false;
+    bool capped = false;
+    for (size_t k = 0; k < sizeof llm_caps / sizeof llm_caps[0]; k++) {
+        json_t *m = json_object_get(root, llm_caps[k]);
+        if (!m)
+            continue;
+        if (json_is_integer(m) && json_integer_value(m) > 0)
+            capped = true;
+        else
+            json_object_del(root, llm_caps[k]);
+    }
+    if (!capped)
+        json_object_set_new(root, "max_tokens", json_integer(LLM_DEFAULT_MAX_TOKENS));
 }
 
 /* Tokens a call may take, before its usage is known: its prompt's bytes / 4
@@ -716,8 +731,8 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
              * what was reserved: concurrent calls of 256 reserved each
              * used 5,000, 15 times a 1,000-token quota in a minute
              * (helper's audit). Sent with the cap it reserved. */
-            if (api != LLM_EMBEDDINGS && !llm_names_cap(root))
-                json_object_set_new(root, "max_tokens", json_integer(LLM_DEFAULT_MAX_TOKENS));
+            if (api != LLM_EMBEDDINGS)
+                llm_cap(root);
         }
     }
     c->stream = json_is_true(json_object_get(root, "stream"));

@@ -943,6 +943,14 @@ class TestPoolTenants(PoolCase):
         r, raw = self.post("/v1/chat/completions", dict(body, max_completion_tokens=5),
                            headers={"Authorization": "Bearer k-capped"})
         self.assertEqual(json.loads(raw)["usage"]["completion_tokens"], 5, raw)
+        # A cap that is none (null; llama-server's n_predict -1, no end)
+        # was taken for one: sent on, the server generated without end.
+        for extra in ({"max_tokens": None}, {"max_completion_tokens": None},
+                      {"n_predict": -1}, {"max_tokens": 0}):
+            r, raw = self.post("/v1/chat/completions", dict(body, **extra),
+                               headers={"Authorization": "Bearer k-capped"})
+            self.assertEqual(r.status, 200, (extra, raw))
+            self.assertEqual(json.loads(raw)["usage"]["completion_tokens"], 256, extra)
 
     def test_a_server_lying_about_usage_gives_no_quota_back(self):
         # usage says -100000 prompt and 2^63-1 completion tokens: a negative
