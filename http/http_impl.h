@@ -146,6 +146,7 @@ struct http_parse {
     enum http_parse_phase phase;
     size_t head_bytes;             /* bytes of the current request's head so far */
     size_t trailer_bytes;          /* of its chunked body's trailer section (dropped) */
+    bool in_trailer;               /* past its last chunk's size line */
     struct http_request *cur;      /* being parsed; set by the owner on HTTP_PARSE_MORE/IDLE */
     struct http_request *(*alloc)(void *ctx);   /* called at the first byte of a request */
     void *alloc_ctx;
