@@ -1,6 +1,7 @@
 /* guard.c - see guard.h. */
 #include "batcher/guard.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "common/select.h"
@@ -20,21 +21,25 @@ void guard_destroy(struct guard *g)
 SELECT_KTH_DEFINE(guard_select_kth, int64_t)
 
 /* The guard from the closed buckets younger than GUARD_MAX_AGE_NS: the
- * lower median of their quantiles, 0 below GUARD_MIN_SAMPLES. Under g->mu. */
+ * lower median of GUARD_BUCKETS quantiles, a bucket not there (none yet,
+ * or aged out) counting as no overrun, so that three buckets must show a
+ * delay; 0 below GUARD_MIN_SAMPLES. The median of the buckets there alone
+ * was the one stalled bucket of a fresh server's first second: one 0.8 s
+ * stall refused every request with a budget under it for 8 s (the
+ * batcher's white-box audit). Under g->mu. */
 static void guard_fit(struct guard *g, int64_t now_ns)
 {
     int64_t q[GUARD_BUCKETS];
-    int k = 0, samples = 0;
+    int samples = 0;
     for (int i = 0; i < GUARD_BUCKETS; i++) {
         const struct guard_bucket *bk = &g->closed[i];
-        if (bk->closed_ns && now_ns - bk->closed_ns <= GUARD_MAX_AGE_NS) {
-            q[k++] = bk->q;
-            samples += bk->n;
-        }
+        bool fresh = bk->closed_ns && now_ns - bk->closed_ns <= GUARD_MAX_AGE_NS;
+        q[i] = fresh ? bk->q : 0;
+        samples += fresh ? bk->n : 0;
     }
     int64_t value = 0;
-    if (k > 0 && samples >= GUARD_MIN_SAMPLES) {
-        int64_t m = guard_select_kth(q, k, (k - 1) / 2);
+    if (samples >= GUARD_MIN_SAMPLES) {
+        int64_t m = guard_select_kth(q, GUARD_BUCKETS, (GUARD_BUCKETS - 1) / 2);
         if (m > 0)
             value = m;
     }

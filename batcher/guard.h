@@ -14,7 +14,8 @@
  * The guard follows a sustained delay, not one stall. Overruns are summed
  * up per bucket of answers (at least GUARD_BUCKET_NS of them and
  * GUARD_BUCKET_MIN answers): the bucket's GUARD_QUANTILE. The guard is the
- * lower median of the last GUARD_BUCKETS buckets' quantiles. A stall of the
+ * lower median of the last GUARD_BUCKETS buckets' quantiles, a bucket not
+ * there (none yet, aged out) counting as no overrun. A stall of the
  * whole machine (another process, the hypervisor) makes every answer in
  * flight late at once, but it fills one bucket, at most two: a quantile over
  * raw samples learned it and, for as long as it was remembered, refused at

@@ -62,15 +62,20 @@ static void test_p99_of_a_bucket(void **state)
     (void)state;
     struct guard g;
     guard_init(&g);
-    /* 2% slow: the p99 is a slow one. */
-    int64_t t = add_bucket(&g, 10 * S, GUARD_BUCKET_CAP, two_pct_slow);
+    /* 2% slow: the p99 is a slow one (three buckets of it: learned). */
+    int64_t t = 10 * S;
+    for (int b = 0; b < 3; b++)
+        t = add_bucket(&g, t + 1, GUARD_BUCKET_CAP, two_pct_slow);
     assert_true(guard_value(&g, t) == 8 * MS);
     /* More answers than a bucket keeps: the latest count. */
     guard_destroy(&g);
     guard_init(&g);
-    for (int i = 0; i < 3 * GUARD_BUCKET_CAP; i++)
-        guard_add(&g, 20 * S, 90 * MS);
-    t = add_bucket(&g, 20 * S, GUARD_BUCKET_CAP, half_pct_slow);
+    t = 20 * S;
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; i < 3 * GUARD_BUCKET_CAP; i++)
+            guard_add(&g, t + 1, 90 * MS);
+        t = add_bucket(&g, t + 1, GUARD_BUCKET_CAP, half_pct_slow);
+    }
     assert_true(guard_value(&g, t) == 200000);
 }
 
@@ -84,7 +89,8 @@ static int64_t trial_v[GUARD_BUCKET_CAP];
 static int64_t trial_at(int i) { return trial_v[i]; }
 
 /* The selection agrees with sorting, on buckets with many ties too; and the
- * guard is the lower median of the last GUARD_BUCKETS quantiles. */
+ * guard is the lower median of the last GUARD_BUCKETS quantiles, a bucket
+ * not there yet counting as 0. */
 static void test_quantiles_match_sorting(void **state)
 {
     (void)state;
@@ -104,11 +110,28 @@ static void test_quantiles_match_sorting(void **state)
             q[b] = trial_v[(int)(GUARD_QUANTILE * (n - 1) + 0.5)];
         }
         int k = nb < GUARD_BUCKETS ? nb : GUARD_BUCKETS;
-        int64_t *last = q + nb - k;
-        qsort(last, (size_t)k, sizeof *last, cmp_i64);
-        int64_t want = last[(k - 1) / 2];
+        int64_t last[GUARD_BUCKETS] = {0};
+        memcpy(last, q + nb - k, (size_t)k * sizeof *last);
+        qsort(last, GUARD_BUCKETS, sizeof *last, cmp_i64);
+        int64_t want = last[(GUARD_BUCKETS - 1) / 2];
         assert_true(guard_value(&g, t) == (want > 0 ? want : 0));
     }
+}
+
+/* A fresh server's first stall: one bucket of it, none before (the
+ * median of the buckets there was that bucket: 8 s of 504s for every
+ * request with a budget under the stall, the batcher's audit). */
+static void test_a_first_stall_is_not_learned(void **state)
+{
+    (void)state;
+    struct guard g;
+    guard_init(&g);
+    int64_t t = add_bucket(&g, 1 * S, 200, stalled);
+    assert_true(guard_value(&g, t) == 0);
+    t = add_bucket(&g, t + 1, 200, stalled);
+    assert_true(guard_value(&g, t) == 0);
+    t = add_bucket(&g, t + 1, 200, stalled);   /* the third: lasting */
+    assert_true(guard_value(&g, t) == 70 * MS);
 }
 
 static void test_early_answers_give_zero(void **state)
@@ -228,6 +251,7 @@ int main(void)
         cmocka_unit_test(test_zero_until_enough_samples),
         cmocka_unit_test(test_p99_of_a_bucket),
         cmocka_unit_test(test_quantiles_match_sorting),
+        cmocka_unit_test(test_a_first_stall_is_not_learned),
         cmocka_unit_test(test_early_answers_give_zero),
         cmocka_unit_test(test_a_stall_is_not_learned_a_lasting_delay_is),
         cmocka_unit_test(test_old_overruns_age_out),
