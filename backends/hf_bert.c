@@ -2,6 +2,7 @@
 #include "backends/hf_bert.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -210,6 +211,32 @@ int hf_bert_config_load(const char *dir, struct hf_bert_config *out, struct erro
     if (rc || (rc = hf_modules(dir, out, err)))
         return rc;
     out->max_seq_length = out->max_positions;
+    /* Without a max_seq_length of its own, sentence-transformers cuts at
+     * the tokenizer's model_max_length where that is smaller: cut at the
+     * position table's end, a long text's vector was another (cosine 0.88,
+     * the encoder's white-box audit). Read with every number a double:
+     * "no limit" is written 1000000000000000019884624838656, past what an
+     * integer holds. A file that does not read sets no limit (the
+     * tokenizer itself is tokenizer.json's). */
+    snprintf(path, sizeof path, "%.4000s/tokenizer_config.json", dir);
+    json_t *tc = hf_exists(path) ? json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+    json_t *mml = json_is_object(tc) ? json_object_get(tc, "model_max_length") : NULL;
+    double v = json_is_number(mml) ? json_number_value(mml) : 0;
+    bool by_tokenizer = v >= 1 && v < out->max_positions && v == (double)(int)v;
+    if (by_tokenizer)
+        out->max_seq_length = (int)v;
+    json_decref(tc);
+    /* [CLS] and [SEP] take two (checked below for sentence_bert_config's
+     * own; a table of one position failed only at the warmup, naming
+     * neither file nor field). */
+    if (out->max_seq_length < 2) {
+        if (!by_tokenizer)
+            snprintf(path, sizeof path, "%.4000s/config.json", dir);
+        return error_set(err, BG_ECONFIG, "%s: %s: %d leaves no room for [CLS] and [SEP] (2 at "
+                         "least)", path, by_tokenizer ? "model_max_length"
+                                                      : "max_position_embeddings",
+                         out->max_seq_length);
+    }
     snprintf(path, sizeof path, "%.4000s/sentence_bert_config.json", dir);
     json_t *s;
     if ((rc = hf_json(path, false, &s, err)))

@@ -88,6 +88,26 @@ static void test_minilm_as_shipped(void **s)
     assert_int_equal(c.pooling, POOL_MEAN);
     assert_false(c.normalize);
     assert_int_equal(c.max_seq_length, 512);
+    /* The tokenizer's model_max_length where smaller, as sentence-transformers
+     * cuts (it was the position table's end: another vector for a long text);
+     * "no limit" (1e30) leaves the table's. */
+    put("tokenizer_config.json", "{\"model_max_length\": 16}");
+    assert_int_equal(hf_bert_config_load(dir, &c, &err), 0);
+    assert_int_equal(c.max_seq_length, 16);
+    put("tokenizer_config.json", "{\"model_max_length\": 1000000000000000019884624838656}");
+    assert_int_equal(hf_bert_config_load(dir, &c, &err), 0);
+    assert_int_equal(c.max_seq_length, 512);
+    put("tokenizer_config.json", "{\"model_max_length\": 1}");
+    assert_int_equal(hf_bert_config_load(dir, &c, &err), -BG_ECONFIG);
+    assert_non_null(strstr(err.msg, "tokenizer_config.json: model_max_length: 1 leaves no room"));
+    put("tokenizer_config.json", NULL);
+    /* A table of one position: refused naming it (it failed at the warmup). */
+    char one[sizeof minilm_config];
+    snprintf(one, sizeof one, "%s", minilm_config);
+    memcpy(strstr(one, "512"), "1  ", 3);
+    put("config.json", one);
+    assert_int_equal(hf_bert_config_load(dir, &c, &err), -BG_ECONFIG);
+    assert_non_null(strstr(err.msg, "config.json: max_position_embeddings: 1 leaves no room"));
     /* CLS pooling. */
     minilm();
     put("1_Pooling/config.json", "{\"word_embedding_dimension\": 384, "
