@@ -31,7 +31,8 @@ int encoder_row_from_text(const struct model *m, const char *text, size_t len, b
 /* A sequence given as token ids, taken as the whole sequence (the caller's
  * [CLS] and [SEP] included, as tokenizers' encode gives them): each id must
  * be in the vocabulary; more than max_seq_length ids are cut when
- * `truncate` (the last kept one is then the model's [SEP]), else
+ * `truncate` (the last kept one is then the sequence's own last: its
+ * [SEP], when it ended with one), else
  * -BG_ETOOLONG. An empty sequence is -BG_EINVAL. */
 int encoder_row_from_ids(const struct model *m, const int64_t *ids, size_t n, bool truncate,
                          float *row, int *tokens, struct error *err);
