@@ -690,6 +690,13 @@ int tensor_decode_kserve_head(const struct model *model, json_t *root, const cha
         goto out;
     }
     json_t *in0 = json_array_get(inputs, 0), *in0p = json_object_get(in0, "parameters");
+    /* Read at the top only: given on the input it was taken and ignored
+     * (a text cut though the client said not to; the encoder's audit). */
+    if (json_is_object(in0p) && json_object_get(in0p, "truncate")) {
+        rc = error_set(err, BG_EINVAL, "inputs[0].parameters.truncate: a parameter of the "
+                       "request: give it as parameters.truncate at the top of the body");
+        goto out;
+    }
     if ((rc = tensor_decode_input(model, in0, 0, &bin, &bin_len, shm, out, err)) ||
         (in0p && (rc = tensor_params_check(in0p, "inputs[0].", err))) ||
         (rc = tensor_decode_outputs(m, json_object_get(root, "outputs"), shm, out, err)))
