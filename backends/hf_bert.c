@@ -20,10 +20,13 @@ static int hf_int(const char *file, json_t *o, const char *key, int def, int *ou
         *out = def;
         return 0;
     }
-    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-        json_integer_value(v) > HF_BERT_MAX_DIM * 16)
+    if (!v || !json_is_integer(v))
         return error_set(err, BG_ECONFIG, "%s: %s: expected a positive integer%s", file, key,
                          v ? "" : " (missing)");
+    /* Said as the range it is: "a positive integer" of 2,000,000. */
+    if (json_integer_value(v) < 1 || json_integer_value(v) > HF_BERT_MAX_DIM * 16)
+        return error_set(err, BG_ECONFIG, "%s: %s: %lld, expected an integer from 1 to %d", file,
+                         key, (long long)json_integer_value(v), HF_BERT_MAX_DIM * 16);
     *out = (int)json_integer_value(v);
     return 0;
 }

@@ -146,6 +146,14 @@ static void test_refusals_name_the_field(void **s)
     refused("config.json", "{\"model_type\": \"bert\", \"num_hidden_layers\": 2}", BG_ECONFIG,
             "hidden_size: expected a positive integer (missing)");
     refused("config.json",
+            "{\"model_type\": \"bert\", \"hidden_size\": 384, \"num_hidden_layers\": 0}",
+            BG_ECONFIG, "num_hidden_layers: 0, expected an integer from 1 to 1048576");
+    refused("config.json",
+            "{\"model_type\": \"bert\", \"hidden_size\": 384, \"num_hidden_layers\": 6,"
+            " \"num_attention_heads\": 12, \"intermediate_size\": 1536,"
+            " \"vocab_size\": 2000000}", BG_ECONFIG,
+            "vocab_size: 2000000, expected an integer from 1 to 1048576");
+    refused("config.json",
             "{\"model_type\": \"bert\", \"hidden_size\": 384, \"num_hidden_layers\": 6,"
             " \"num_attention_heads\": 5, \"intermediate_size\": 1536, \"vocab_size\": 10}",
             BG_ECONFIG, "num_attention_heads: 5 does not divide hidden_size 384");
