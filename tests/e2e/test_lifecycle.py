@@ -544,7 +544,10 @@ class EagerStartTest(unittest.TestCase):
         code, took, r, t0, log = self.stop_while_waiting(
             models, "s2", 30000, [signal.SIGTERM, signal.SIGTERM])
         self.assertEqual(code, 0, log)
-        self.assertLess(took, 1.2, log)   # s1's load had ~2.1 s to go
+        # s1's load had ~2.1 s to go (more on a sanitizer build); the exit
+        # itself took up to 1.3 s under TSan on CI. The log says the load
+        # was not waited for.
+        self.assertLess(took, 1.8, log)
         self.assertEqual(r.status, 503, r)
         self.assertIn("SIGTERM again: not waiting for the model load under way", log)
         self.assertIn("a model load is still running after the drain: exiting without it", log)
