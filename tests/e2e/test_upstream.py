@@ -288,8 +288,16 @@ class UpstreamTest(FakeUpstreamCase):
         out = re.compile(r"model unprobed: upstream %s is taken out for 2 s \(3 failed calls in "
                          r"a row, the last: (\w+)\)" % url)
         came_back = re.compile(r"model unprobed: upstream %s is back" % url)
+
+        def back_after(backs):
+            # Back after its pause, by a call that succeeds.
+            deadline = time.monotonic() + 10
+            while len(came_back.findall(self.srv.log())) <= backs:
+                self.assertLess(time.monotonic(), deadline, "never back")
+                self.infer("unprobed", [[1, 2, 3, 4]])
+                time.sleep(0.1)
+
         before = len(out.findall(self.srv.log()))
-        backs = len(came_back.findall(self.srv.log()))
         self.upstream("POST", "/__fault", json.dumps({"mode": "answer", "status": 400,
                                                      "body": {"error": "no"}, "count": 3}))
         for k in range(3):
@@ -301,13 +309,9 @@ class UpstreamTest(FakeUpstreamCase):
             self.assertEqual(self.infer("unprobed", [[k, 0, 0, 0]]).status, 502)
         self.srv.wait_log(out, timeout=2.0)
         self.assertEqual(out.findall(self.srv.log())[-1], "malformed")
+        back_after(len(came_back.findall(self.srv.log())))
         # A 3xx (or a 204) carries no answer either: the server's failure,
         # not the batch's (it went the 4xx way, and the count started again).
-        deadline = time.monotonic() + 10
-        while len(came_back.findall(self.srv.log())) <= backs:
-            self.assertLess(time.monotonic(), deadline, "never back")
-            self.infer("unprobed", [[1, 2, 3, 4]])
-            time.sleep(0.1)
         time.sleep(1.1)   # one line a second about a server (the log's gate)
         outs = len(out.findall(self.srv.log()))
         self.upstream("POST", "/__fault", json.dumps({"mode": "answer", "status": 302,
@@ -320,12 +324,8 @@ class UpstreamTest(FakeUpstreamCase):
             self.assertLess(time.monotonic(), deadline, "three 302s did not take it out")
             time.sleep(0.05)
         self.assertEqual(out.findall(self.srv.log())[-1], "status")
-        # Back after its pause, by a call that succeeds.
-        deadline = time.monotonic() + 10
-        while len(came_back.findall(self.srv.log())) <= backs:
-            self.assertLess(time.monotonic(), deadline, "never back")
-            self.infer("unprobed", [[1, 2, 3, 4]])
-            time.sleep(0.1)
+        time.sleep(1.1)   # the log's gate, for the line saying it is back
+        back_after(len(came_back.findall(self.srv.log())))
 
     def test_flapping_probes_do_not_flood_the_log(self):
         """A server whose health probe passes one time in four, probed every

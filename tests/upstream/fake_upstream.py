@@ -40,7 +40,7 @@ y[j] = sum(row) + j (the same function as batchgate's synthetic backend).
     GET  /drop                       closes the connection without an answer
     GET  /switch                     answers 101 Switching Protocols (never asked for)
     GET  /drop_mid                   sends a head announcing 1 MB, half of it, then closes
-    GET  /slow?ms=N[&close=1]        answers after N ms (with Connection: close, then closes)
+    GET  /slow?ms=N                  answers after N ms
     GET  /gzipchunked                a 200 with Transfer-Encoding: gzip, chunked
     GET  /notmod[?chunked]           a 304 with Content-Length 1234 (a 204 saying chunked), no body
     POST /early                      401 before the body is read, then the body read and dropped
@@ -261,13 +261,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n"
                                  b"Content-Length: 1234\r\n\r\n")
         elif self.path.startswith("/slow"):
-            q = self.query()
-            time.sleep(int(q.get("ms", "1000")) / 1000)
-            if q.get("close") == "1":   # a whole answer, then the connection ends
-                self.close_connection = True
-                self.reply(200, {"slow": True}, headers={"Connection": "close"})
-            else:
-                self.reply(200, {"slow": True})
+            time.sleep(int(self.query().get("ms", "1000")) / 1000)
+            self.reply(200, {"slow": True})
         elif self.path == "/v2/health/ready":
             with LOCK:
                 STATE["probes"] += 1
