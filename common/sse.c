@@ -26,8 +26,11 @@ size_t sse_event_end(const char *p, size_t len, size_t from)
         if (j >= len)
             return 0;
         int b = sse_eol(p, len, j);
-        if (b != 0)   /* a blank line (a CR last: its LF, if one comes, is a blank line more) */
-            return j + (size_t)(b > 0 ? b : 1);
+        if (b < 0)   /* a CR last: CR or CRLF, known with the next byte (else pieces would end
+                      * the event before an LF that the whole stream ends it after) */
+            return 0;
+        if (b > 0)   /* a blank line */
+            return j + (size_t)b;
         i = j - 1;
     }
     return 0;
