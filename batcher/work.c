@@ -2,6 +2,7 @@
 #include "batcher/work.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "common/log.h"
 
@@ -58,6 +59,15 @@ int64_t batch_item_ns(const struct batch *b, const struct infer_item *it, int64_
     int64_t total = b->tokens > 0 ? b->tokens : b->rows;
     int64_t own = b->tokens > 0 ? work_tokens(it) : it->rows;
     return total > 0 ? exec_ns * own / total : 0;
+}
+
+void batch_parts(const struct batch *b, uint32_t part[2][WORK_TENANTS_MAX])
+{
+    memset(part, 0, sizeof(uint32_t[2][WORK_TENANTS_MAX]));
+    for (const struct infer_item *it = b->head; it && b->rows > 0; it = it->next) {
+        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
+        part[it->offline ? 1 : 0][t] += (uint32_t)batch_item_ns(b, it, BATCH_PARTS_SCALE);
+    }
 }
 
 void batch_sum(struct batch *b)

@@ -118,6 +118,13 @@ int batch_offline_rows(const struct batch *b);
 /* The part of a batch's exec_ns that is item it's: by its tokens (its
  * rows for a model without tokens), for charging device time to tenants. */
 int64_t batch_item_ns(const struct batch *b, const struct infer_item *it, int64_t exec_ns);
+/* The whole batch's parts by class ([0] online, [1] offline job lines)
+ * and tenant, each batch_item_ns of BATCH_PARTS_SCALE summed: the one
+ * tally the device's shares and the usage ledger charge by, kept while a
+ * batch runs (its items may be answered by the watchdog meanwhile). All
+ * 0 for an empty batch. */
+#define BATCH_PARTS_SCALE (1u << 30)
+void batch_parts(const struct batch *b, uint32_t part[2][WORK_TENANTS_MAX]);
 /* Sets b->tokens, tokens_sq and max_len from its members (the queue does
  * when it cuts a batch). */
 void batch_sum(struct batch *b);

@@ -93,7 +93,8 @@ struct inst_shard {
     _Atomic int64_t fl_wt0_hi[2][WORK_TENANTS_MAX];
 };
 
-#define MS_RUN_SCALE (1u << 30)
+/* A batch's shares are batch_parts'; a pool call's weight is the whole. */
+#define MS_RUN_SCALE BATCH_PARTS_SCALE
 
 static __int128 modelstats_wt0(struct inst_shard *sh, int c, int t)
 {
@@ -358,11 +359,8 @@ static void modelstats_run_leave(struct inst_shard *sh)
 void modelstats_run_begin(struct modelstats *s, int instance, const struct batch *b)
 {
     struct inst_shard *sh = &s->inst[instance % s->ninst];
-    uint32_t share[2][WORK_TENANTS_MAX] = {{0}};
-    for (const struct infer_item *it = b->head; it && b->rows > 0; it = it->next) {
-        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
-        share[it->offline ? 1 : 0][t] += (uint32_t)batch_item_ns(b, it, MS_RUN_SCALE);
-    }
+    uint32_t share[2][WORK_TENANTS_MAX];
+    batch_parts(b, share);
     modelstats_run_enter(sh);
     for (int c = 0; c < 2; c++)
         for (int t = 0; t < WORK_TENANTS_MAX; t++)
@@ -427,11 +425,7 @@ static void modelstats_items_charge(struct inst_shard *sh, const struct batch *b
 void modelstats_flight_begin(struct modelstats *s, struct modelstats_flight *f, int instance,
                              const struct batch *b)
 {
-    memset(f->w, 0, sizeof f->w);
-    for (const struct infer_item *it = b->head; it && b->rows > 0; it = it->next) {
-        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
-        f->w[it->offline ? 1 : 0][t] += (uint32_t)batch_item_ns(b, it, MS_RUN_SCALE);
-    }
+    batch_parts(b, f->w);
     f->instance = instance >= 0 ? instance % s->ninst : 0;
     struct inst_shard *sh = &s->inst[f->instance];
     modelstats_run_enter(sh);

@@ -347,43 +347,31 @@ static void shares_charge_one(struct shares *s, int64_t now_ns, int t, bool offl
 
 void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int64_t exec_ns)
 {
-    if (b->rows <= 0 || exec_ns <= 0)
+    uint32_t part[2][WORK_TENANTS_MAX];
+    batch_parts(b, part);
+    shares_charge_parts(s, now_ns, part, exec_ns);
+}
+
+void shares_charge_parts(struct shares *s, int64_t now_ns,
+                         const uint32_t part[2][WORK_TENANTS_MAX], int64_t exec_ns)
+{
+    if (exec_ns <= 0)
         return;
     pthread_mutex_lock(&s->mu);
     double off_ns = 0;
-    for (const struct infer_item *it = b->head; it; it = it->next)
-        shares_charge_one(s, now_ns, it->tenant, it->offline, batch_item_ns(b, it, exec_ns),
-                          &off_ns);
-    s->last_batch_ns = exec_ns;
-    shares_offline_bucket(s, now_ns, off_ns);
-    pthread_mutex_unlock(&s->mu);
-}
-
-void shares_units_add(struct shares_units *u, const struct batch *b)
-{
-    memset(u, 0, sizeof *u);
-    for (const struct infer_item *it = b->head; it; it = it->next) {
-        int64_t own = b->tokens > 0 ? work_tokens(it) : it->rows;
-        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
-        u->units[it->offline ? 1 : 0][t] += own;
-        u->total += own;
-    }
-}
-
-void shares_charge_units(struct shares *s, int64_t now_ns, const struct shares_units *u,
-                         int64_t exec_ns)
-{
-    if (u->total <= 0 || exec_ns <= 0)
-        return;
-    pthread_mutex_lock(&s->mu);
-    double off_ns = 0;
+    bool any = false;
     for (int c = 0; c < 2; c++)
         for (int t = 0; t < WORK_TENANTS_MAX; t++)
-            if (u->units[c][t] > 0)
-                shares_charge_one(s, now_ns, t, c == 1, exec_ns * u->units[c][t] / u->total,
+            if (part[c][t] > 0) {
+                shares_charge_one(s, now_ns, t, c == 1,
+                                  (int64_t)((__int128)exec_ns * part[c][t] / BATCH_PARTS_SCALE),
                                   &off_ns);
-    s->last_batch_ns = exec_ns;
-    shares_offline_bucket(s, now_ns, off_ns);
+                any = true;
+            }
+    if (any) {
+        s->last_batch_ns = exec_ns;
+        shares_offline_bucket(s, now_ns, off_ns);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 

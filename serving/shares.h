@@ -63,16 +63,10 @@ int shares_rank(struct shares *s, int64_t now_ns, const bool *has, int *order, i
 bool shares_offline_owed(struct shares *s, int64_t now_ns);
 /* A batch ran for exec_ns: each tenant is charged its rows' part. */
 void shares_charge(struct shares *s, int64_t now_ns, const struct batch *b, int64_t exec_ns);
-/* A batch's work units by class and tenant, kept for its charge when its
- * items are no longer its own (the watchdog answered them). */
-struct shares_units {
-    int64_t units[2][WORK_TENANTS_MAX];   /* [0] online, [1] offline */
-    int64_t total;
-};
-void shares_units_add(struct shares_units *u, const struct batch *b);
-/* shares_charge from the units shares_units_add kept. */
-void shares_charge_units(struct shares *s, int64_t now_ns, const struct shares_units *u,
-                         int64_t exec_ns);
+/* shares_charge from a batch's parts (batch_parts), kept for its charge
+ * when its items are no longer its own (the watchdog answered them). */
+void shares_charge_parts(struct shares *s, int64_t now_ns,
+                         const uint32_t part[2][WORK_TENANTS_MAX], int64_t exec_ns);
 
 struct shares_tenant_stats {
     double share;                     /* in force now */

@@ -88,12 +88,12 @@ static int64_t worker_run_batch(struct worker *w, struct batch *b, bool *abandon
     /* Before the watchdog has the items: once it does, it may answer them
      * (and they are not ours to read). */
     modelstats_run_begin(w->ws->sm->stats, in->index, b);
-    /* The tenants' units, for the charge of a batch the watchdog may
+    /* The tenants' parts, for the charge of a batch the watchdog may
      * answer (its items are not ours to read then). */
-    struct shares_units units;
-    bool keep_units = w->ws->wd && w->place.shares;
-    if (keep_units)
-        shares_units_add(&units, b);
+    uint32_t parts[2][WORK_TENANTS_MAX];
+    bool keep_parts = w->ws->wd && w->place.shares;
+    if (keep_parts)
+        batch_parts(b, parts);
     if (w->ws->wd)
         watchdog_begin(w->ws->wd, in->index, b->head);
     struct error err = {0};
@@ -109,8 +109,8 @@ static int64_t worker_run_batch(struct worker *w, struct batch *b, bool *abandon
         /* Its tenants held the device all along: charged as a failed
          * batch's (they were not: a tenant whose requests hang the device
          * ranked as if it had used none of it). */
-        if (keep_units && held > 0)
-            shares_charge_units(w->place.shares, now_ns(), &units, held);
+        if (keep_parts && held > 0)
+            shares_charge_parts(w->place.shares, now_ns(), parts, held);
         *abandoned = true;
         return ns;
     }
