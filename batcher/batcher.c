@@ -294,6 +294,7 @@ static int batcher_take_locked(struct batcher *b, int instance, struct batch *ou
             continue;
         }
         b->q.load.rows_per_ns = rate_value(&b->arrivals, now);
+        b->q.load.fastest = batcher_fastest(b);
         if (b->rank && (b->q.n > 0 || b->q.noff > 0)) {
             /* Job lines alone are ranked too: their tenants' limits bind them. */
             bool has[WORK_TENANTS_MAX];

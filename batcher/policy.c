@@ -118,21 +118,58 @@ static int64_t policy_band_low(const struct latmodel *lat, int64_t spt, int64_t 
     return lo;
 }
 
+/* Whether a selection (idx[0..cn), ascending, filled to finish by
+ * `finish`) passes over a request of higher priority than one of its
+ * members: one it excluded for its deadline that could still make it
+ * alone. */
+static bool policy_passes_over(const struct policy_tokens *t, const struct latmodel *lat,
+                               int64_t spt, const struct policy_request *q, int n, int64_t now,
+                               int64_t finish, const int *idx, int cn)
+{
+    int lowest = 0;   /* the selection's lowest priority (the largest number) */
+    for (int k = 0; k < cn; k++)
+        if (k == 0 || policy_req_priority(t, idx[k]) > lowest)
+            lowest = policy_req_priority(t, idx[k]);
+    for (int i = 0, k = 0; i < n; i++) {
+        if (k < cn && idx[k] == i) {
+            k++;
+            continue;
+        }
+        if (q[i].deadline_ns && q[i].deadline_ns < finish &&
+            policy_req_priority(t, i) < lowest &&
+            now + policy_budget_ns(lat, spt, policy_req_tokens(t, q, i)) <= q[i].deadline_ns)
+            return true;
+    }
+    return false;
+}
+
 /* The selection serving the most tokens, every one within its deadline
  * when started now: for each token budget R (largest first) take, in
  * service order, the requests that fit in R and whose deadline allows
  * exec(R). Among selections of equal tokens the one with the tightest
- * budget admits the most requests in service order.
+ * budget admits the most requests in service order. One rule bounds the
+ * search: a selection may not exclude for its deadline a request that
+ * could still make it alone while it serves one of lower priority (a
+ * larger budget left a priority-1 request to expire while 7 rows of
+ * priority 5 with no deadline ran). Some selection always obeys it: at the
+ * budget of the fewest tokens any feasible request has, no feasible
+ * request is excluded for its deadline.
  *
  * Budgets are not tried one by one (max_batch_tokens may be thousands):
  * the selection for R is also the selection for every budget down to the
  * larger of its own tokens and the lowest budget that excludes the same
  * requests for their deadlines (policy_band_low), so the next budget worth
  * trying is below both. For rows (tokens == rows, cap max_batch_size)
- * this is the same selection, budget and order as trying each R. */
+ * this is the same selection, budget and order as trying each R.
+ *
+ * When nothing can make it on this instance: if a faster instance still
+ * can (load->fastest), nothing is taken and the wake is the instant the
+ * first of them expires there; else the head goes (the caller expires
+ * what is hopeless everywhere first, so this is a near miss). */
 static void policy_select_feasible(const struct policy_config *c, const struct policy_tokens *t,
-                                   const struct latmodel *lat, const struct policy_request *q,
-                                   int n, int64_t now, struct policy_decision *d)
+                                   const struct latmodel *lat, const struct policy_load *load,
+                                   const struct policy_request *q, int n, int64_t now,
+                                   struct policy_decision *d)
 {
     int *best = d->scratch, *cur = d->scratch + c->max_batch_size + 1;
     int best_n = 0, best_rows = 0;
@@ -153,7 +190,8 @@ static void policy_select_feasible(const struct policy_config *c, const struct p
         int64_t tok = policy_fill(c, t, q, n, R, finish, cur, &cn, &rows, &late);
         int64_t low = policy_band_low(lat, spt, now, R, late);
         int64_t same_down_to = tok > low ? tok : low;
-        if (tok > 0 && tok >= best_tok) {
+        if (tok > 0 && tok >= best_tok &&
+            !policy_passes_over(t, lat, spt, q, n, now, finish, cur, cn)) {
             int *x = best;
             best = cur;
             cur = x;
@@ -165,7 +203,18 @@ static void policy_select_feasible(const struct policy_config *c, const struct p
         R = same_down_to - 1;
     }
     if (best_n == 0) {
-        /* Nothing can make it (the caller expires those): send the head. */
+        const struct latmodel *fast = load ? load->fastest : NULL;
+        if (fast && fast != lat && latmodel_predict(fast, 1) < latmodel_predict(lat, 1)) {
+            d->wake_ns = POLICY_NEVER;
+            for (int i = 0; i < n; i++) {
+                int64_t at = q[i].deadline_ns -
+                             latmodel_predict_sq(fast, policy_req_tokens(t, q, i),
+                                                 policy_req_sq(t, i)) + 1;
+                if (q[i].deadline_ns && at < d->wake_ns)
+                    d->wake_ns = at > now ? at : now + 1;
+            }
+            return;
+        }
         d->take = 1;
         d->rows = q[0].rows;
         d->tokens = policy_req_tokens(t, q, 0);
@@ -244,7 +293,7 @@ void policy_decide_tokens(const struct policy_config *c, const struct policy_tok
     }
     if (take > 0) {
         if (deadline_aware && d->scratch) {
-            policy_select_feasible(c, t, lat, q, n, now_ns, d);
+            policy_select_feasible(c, t, lat, load, q, n, now_ns, d);
         } else {
             d->take = take;
             d->rows = take_rows;

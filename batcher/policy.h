@@ -88,6 +88,12 @@ static inline int64_t policy_req_sq(const struct policy_tokens *t, int i)
     return t && t->req ? t->req[i].tokens_sq : 0;
 }
 
+/* Request i's priority (lower serves first); 0 when not given. */
+static inline int policy_req_priority(const struct policy_tokens *t, int i)
+{
+    return t && t->req ? t->req[i].priority : 0;
+}
+
 /* What the policy knows beyond the queue: measured by the caller, passed in. */
 struct policy_load {
     /* The queue's observed arrival rate (rate.h) in tokens (rows for a model
@@ -104,6 +110,12 @@ struct policy_load {
      * by the wake's lateness, and split it: one request on time, the
      * other answered 504). 0: none. */
     int64_t wake_slack_ns;
+    /* The latency model of the model's fastest instance (batcher.c), by
+     * which the queue expires requests; NULL: this one's. A slower
+     * instance leaves a request it would finish late to a faster one
+     * while the faster one can still make it (it took the request and
+     * answered it past its budget). */
+    const struct latmodel *fastest;
 };
 
 #define POLICY_VIEW_FACTOR 4        /* the policy looks at 4 x max_batch_size + 1 requests */

@@ -73,13 +73,19 @@ static int64_t sim_req_len(const struct sim_request *r)
 
 /* The simulated device: a batch of `rows` rows, `tokens` tokens, squared
  * lengths summing to `sq` and longest row `maxlen`. */
-static double sim_device_ns(const struct sim_config *c, int rows, int64_t tokens, int64_t sq,
-                            int64_t maxlen)
+static double sim_slowness(const struct sim_config *c, int instance)
 {
+    return instance > 0 && c->slow_factor > 0 ? c->slow_factor : 1;
+}
+
+static double sim_device_ns(const struct sim_config *c, int instance, int rows, int64_t tokens,
+                            int64_t sq, int64_t maxlen)
+{
+    double f = sim_slowness(c, instance);
     if (c->padded)
-        return c->exec_a_ns + c->exec_b_ns * (double)rows * maxlen +
-               c->exec_c_ns * (double)rows * maxlen * maxlen;
-    return c->exec_a_ns + c->exec_b_ns * tokens + c->exec_c_ns * sq;
+        return f * (c->exec_a_ns + c->exec_b_ns * (double)rows * maxlen +
+                    c->exec_c_ns * (double)rows * maxlen * maxlen);
+    return f * (c->exec_a_ns + c->exec_b_ns * tokens + c->exec_c_ns * sq);
 }
 
 /* The most tokens a batch holds, as the queue bounds it (queue.c). */
@@ -129,8 +135,9 @@ static void sim_check_wait(const struct bqueue *q, int64_t now, int64_t wake,
  * budget R, finishing by exec(R). A request left waiting while a
  * lower-priority one runs must have been unable to join at its turn: its
  * rows exceeded what R had left after the members served before it, or its
- * deadline (less the guard, as planned) falls before exec(R) ends. (The oldest request may jump the
- * order once it aged.) Offline fill rows are no competitors: they join only
+ * deadline (less the guard, as planned) falls before exec(R) ends and it
+ * could not make it alone either (a smaller R would have served it). (The
+ * oldest request may jump the order once it aged.) Offline fill rows are no competitors: they join only
  * rows the online selection left empty. */
 static void sim_check_priority(struct sim *s, const struct batch *b, const struct latmodel *lat)
 {
@@ -165,10 +172,16 @@ static void sim_check_priority(struct sim *s, const struct batch *b, const struc
                 rows_before += it->rows;   /* an aged request goes first */
                 tokens_before += work_tokens(it);
             }
-        bool could_not = work_tokens(wt) > b->budget - tokens_before ||
-                         wt->rows > q->cfg.max_batch_size - rows_before ||
-                         (wt->deadline_ns && sim_plan_deadline(s, wt) < finish);
-        if (could_not)
+        bool no_room = work_tokens(wt) > b->budget - tokens_before ||
+                       wt->rows > q->cfg.max_batch_size - rows_before;
+        bool too_late = wt->deadline_ns && sim_plan_deadline(s, wt) < finish;
+        /* Left out for its deadline by the budget chosen, it may not be
+         * passed over for lower priorities if it could make it alone. */
+        bool alone = wt->deadline_ns &&
+                     sim_plan_deadline(s, wt) >=
+                         now + latmodel_predict_sq(lat, work_tokens(wt),
+                                                   (int64_t)work_tokens(wt) * spt);
+        if (no_room || (too_late && !alone))
             continue;
         for (struct infer_item *it = b->head; it; it = it->next) {
             bool aged = aging > 0 && now - it->t_arrival_ns >= aging;
@@ -181,6 +194,32 @@ static void sim_check_priority(struct sim *s, const struct batch *b, const struc
                         b->rows, q->n);
         }
     }
+}
+
+/* Whether an instance (its model `lat`) slower than the fastest can make
+ * none of the queued online requests, even alone, with the largest
+ * tokens_sq per token queued (the policy plans with its view's, no
+ * larger): it leaves them to the faster one (policy_select_feasible). */
+static bool sim_left_to_faster(const struct sim *s, const struct latmodel *lat)
+{
+    const struct bqueue *q = &s->q;
+    if (!(latmodel_predict(lat, 1) > latmodel_predict(&s->lat[s->fastest], 1)))
+        return false;
+    int64_t spt = 0;
+    struct list *p;
+    list_foreach(p, &q->svc) {
+        const struct infer_item *w = list_data(p, struct infer_item, q_svc);
+        if (w->tokens_sq > 0 && (w->tokens_sq + work_tokens(w) - 1) / work_tokens(w) > spt)
+            spt = (w->tokens_sq + work_tokens(w) - 1) / work_tokens(w);
+    }
+    list_foreach(p, &q->svc) {
+        const struct infer_item *w = list_data(p, struct infer_item, q_svc);
+        if (!w->deadline_ns ||
+            sim_plan_deadline(s, w) >=
+                s->now + latmodel_predict_sq(lat, work_tokens(w), (int64_t)work_tokens(w) * spt))
+            return false;
+    }
+    return true;
 }
 
 /* The offline rules of queue.h, checked when a batch carrying offline rows
@@ -210,7 +249,8 @@ static void sim_check_priority(struct sim *s, const struct batch *b, const struc
  *    deadline less the guard.
  * 3. Each item is stamped with that predicted end (the guard learns from it).
  * And offline rows alone are never cut while the online queue holds more
- * than a batch (the policy would not be waiting). */
+ * than a batch (the policy would not be waiting), unless the instance
+ * leaves all of it to a faster one (sim_left_to_faster). */
 static void sim_check_offline(struct sim *s, const struct batch *b, const struct latmodel *lat)
 {
     const struct bqueue *q = &s->q;
@@ -244,7 +284,8 @@ static void sim_check_offline(struct sim *s, const struct batch *b, const struct
         queued_tokens += work_tokens(list_data(p, struct infer_item, q_svc));
     }
     int64_t full = sim_full_tokens(q);
-    if (!online && (queued_rows > q->cfg.max_batch_size || queued_tokens > full))
+    if (!online && (queued_rows > q->cfg.max_batch_size || queued_tokens > full) &&
+        !sim_left_to_faster(s, lat))
         VIOLATE(s->st, "offline rows alone cut at %lld while %d online rows wait (more than a "
                 "batch)", (long long)now, queued_rows);
     /* The queued online work's tokens up to a full batch, as the queue
@@ -338,7 +379,7 @@ static void sim_start_batch(struct sim *s, int i, const struct batch *b)
         sq += r->tokens_sq;
         maxlen = sim_req_len(r) > maxlen ? sim_req_len(r) : maxlen;
     }
-    double e = sim_device_ns(c, b->rows, tokens, sq, maxlen);
+    double e = sim_device_ns(c, i, b->rows, tokens, sq, maxlen);
     if (c->jitter > 0)
         e *= 1.0 + c->jitter * ((double)(sim_rng_next(&s->rng) % 2001) / 1000.0 - 1.0);
     in->exec_ns = (int64_t)e;
@@ -442,8 +483,13 @@ static int64_t sim_dispatch(struct sim *s)
         int64_t w;
         s->q.load.rows_per_ns = rate_value(&s->arrivals, s->now);
         s->q.load.device_has_other_work = 0;
+        s->q.load.fastest = &s->lat[s->fastest];
         if (!bqueue_take(&s->q, s->now, &s->lat[i], &b, &w)) {
-            if (s->c->check && s->kind == POLICY_ADAPTIVE && s->q.n > 0)
+            /* A slower instance may leave the queue to a faster one
+             * (policy_select_feasible): not a wait for company. */
+            bool slower = latmodel_predict(&s->lat[i], 1) >
+                          latmodel_predict(&s->lat[s->fastest], 1);
+            if (s->c->check && s->kind == POLICY_ADAPTIVE && s->q.n > 0 && !slower)
                 sim_check_wait(&s->q, s->now, w, s->st);
             wake = sim_min64(wake, w);
             continue;
@@ -521,12 +567,13 @@ static int sim_init(struct sim *s, const struct sim_config *c, struct sim_reques
         for (int k = 0; k < (tokens ? 8 : 4); k++) {
             int r = k % 2 ? c->batching.max_batch_size : 1;
             if (!tokens) {
-                latmodel_add(&s->lat[i], r, (int64_t)(c->exec_a_ns + c->exec_b_ns * r));
+                latmodel_add(&s->lat[i], r,
+                             (int64_t)(sim_slowness(c, i) * (c->exec_a_ns + c->exec_b_ns * r)));
                 continue;
             }
             static const int64_t lens[] = {16, 48, 96, 160};
             int64_t len = lens[k / 2];
-            int64_t ns = (int64_t)sim_device_ns(c, r, r * len, r * len * len, len);
+            int64_t ns = (int64_t)sim_device_ns(c, i, r, r * len, r * len * len, len);
             if (c->rows_only)
                 latmodel_add(&s->lat[i], r, ns);
             else

@@ -46,6 +46,8 @@ struct sim_request {
 struct sim_config {
     struct model_batching batching;   /* policy, sizes, delays, limits */
     int instances;
+    double slow_factor;               /* instances after the first take this many times as
+                                       * long (0 or 1: all alike) */
     double exec_a_ns, exec_b_ns;      /* a batch of R rows takes a + b*R (R tokens: below) */
     double exec_c_ns;                 /* ... + c * its rows' squared lengths summed */
     bool padded;                      /* the device pads every row to the batch's longest */

@@ -3,8 +3,9 @@
  * printed on failure, BG_TEST_SEED replays it). For every trace, under both
  * policies: every request answered exactly once, no batch over
  * max_batch_size, no request computed after its deadline (deadline policy,
- * exact execution times), priority order respected (aging aside), and the
- * queue never holds a request past the instant it became hopeless. */
+ * exact execution times, on instances of equal or unequal speed),
+ * priority order respected (aging aside), and the queue never holds a
+ * request past the instant it became hopeless. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,9 +35,12 @@ static double urand(uint64_t *s) { return (double)(rnd(s) >> 11) / 9007199254740
 
 /* A random model and trace for `seed`: offered load from load_lo to load_hi
  * of what the instances do at full batches; budgets on about 2 of 3
- * requests when `budgets`. The caller frees the requests. */
+ * requests when `budgets`; with `mixed`, half of the traces of several
+ * instances have instances of unequal speed. The caller frees the
+ * requests. */
 static struct sim_request *make_trace(uint64_t seed, const char *policy, double load_lo,
-                                      double load_hi, bool budgets, struct sim_config *c, int *np)
+                                      double load_hi, bool budgets, bool mixed,
+                                      struct sim_config *c, int *np)
 {
     uint64_t s = seed * 2654435761u + 1;
     memset(c, 0, sizeof *c);
@@ -54,6 +58,10 @@ static struct sim_request *make_trace(uint64_t seed, const char *policy, double 
     c->exec_a_ns = (double)(200000 + rnd(&s) % 2000000);
     c->exec_b_ns = (double)(rnd(&s) % 200000);
     c->check = true;
+    /* Instances of unequal speed (a mixed pool): the others 1.5-5.5x the
+     * first's time. */
+    if (mixed && c->instances > 1 && rnd(&s) % 2)
+        c->slow_factor = 1.5 + 4.0 * urand(&s);
     double cap_rows_per_ns =
         c->instances * c->batching.max_batch_size / (c->exec_a_ns + c->exec_b_ns * c->batching.max_batch_size);
     double load = load_lo + (load_hi - load_lo) * urand(&s);
@@ -82,7 +90,7 @@ static int run_trace(uint64_t seed, const char *policy, char *why, size_t cap)
 {
     struct sim_config c;
     int n;
-    struct sim_request *r = make_trace(seed, policy, 0.2, 3.0, true, &c, &n);
+    struct sim_request *r = make_trace(seed, policy, 0.2, 3.0, true, true, &c, &n);
     struct sim_stats st;
     int rc = sim_run(&c, r, n, &st);
     if (rc)
@@ -228,7 +236,7 @@ static void test_adaptive_against_fixed_wait(void **state)
         struct sim_stats st;
         int n;
         /* deadlines */
-        struct sim_request *r = make_trace(seed, "deadline", 0.2, 3.0, true, &c, &n);
+        struct sim_request *r = make_trace(seed, "deadline", 0.2, 3.0, true, false, &c, &n);
         assert_int_equal(sim_run(&c, r, n, &st), 0);
         int mo = count_misses(r, n);
         snprintf(c.batching.policy, sizeof c.batching.policy, "adaptive");
@@ -240,7 +248,7 @@ static void test_adaptive_against_fixed_wait(void **state)
         worse += mn > mo;
         free(r);
         /* throughput at high load, no deadlines */
-        r = make_trace(seed, "deadline", 1.0, 3.0, false, &c, &n);
+        r = make_trace(seed, "deadline", 1.0, 3.0, false, false, &c, &n);
         assert_int_equal(sim_run(&c, r, n, &st), 0);
         double to = (double)rows_computed(r, n) / (double)st.span_ns;
         snprintf(c.batching.policy, sizeof c.batching.policy, "fixed_delay");

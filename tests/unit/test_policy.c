@@ -298,7 +298,7 @@ static void test_deadline_wake_slack(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    struct policy_load none = {0, 0, 0}, slack = {0, 0, 200000};
+    struct policy_load none = {0, 0, 0, NULL}, slack = {0, 0, 200000, NULL};
     policy_decide(&c, &lat, &none, q, 2, 1 * MS, &d);
     int64_t wake = d.wake_ns;
     assert_true(llabs(wake - (10 * MS - 12 * MS / 10)) < 1000);
@@ -356,6 +356,62 @@ static void test_deadline_selects_most_rows_in_time(void **state)
     assert_int_equal(d.take, 64);
 }
 
+/* The same queue with the head at priority 1 and the rest at 5: the
+ * largest batch would leave the head, which can finish alone, to expire
+ * for rows of a lower priority. The batch serves it: 20 rows, exec 3 ms. */
+static void test_deadline_never_passes_over_a_higher_priority(void **state)
+{
+    (void)state;
+    struct latmodel lat = exact_model();
+    struct policy_config c = {64, NULL, 0, 0, POLICY_DEADLINE};
+    struct policy_request q[64];
+    struct policy_token_info ti[64];
+    for (int i = 0; i < 64; i++) {
+        q[i] = (struct policy_request){1, 0, i == 0 ? 3 * MS : 0};
+        ti[i] = (struct policy_token_info){1, 0, 1, i == 0 ? 1 : 5};
+    }
+    struct policy_tokens t = {0, ti};
+    struct policy_decision d;
+    int scratch[2 * 70];
+    policy_decision_init(&d, scratch);
+    policy_decide_tokens(&c, &t, &lat, NULL, q, 64, 0, &d);
+    assert_int_equal(d.take, 20);
+    assert_non_null(d.pick);
+    assert_int_equal(d.pick[0], 0);
+    /* One priority for all: the most rows, as before. */
+    ti[0].priority = 5;
+    policy_decide_tokens(&c, &t, &lat, NULL, q, 64, 0, &d);
+    assert_int_equal(d.take, 63);
+    assert_int_equal(d.pick[0], 1);
+}
+
+/* An instance 4x slower than the fastest: a request due in 2 ms makes it
+ * there (exec 1.1 ms) but not here (4.4 ms). The slow one takes nothing
+ * and wakes when the request would expire on the fast one; the fast one,
+ * or one alone, sends it. */
+static void test_slower_instance_leaves_work_to_a_faster_one(void **state)
+{
+    (void)state;
+    struct latmodel fast = exact_model(), slow;
+    latmodel_init(&slow);
+    for (int i = 0; i < 8; i++)
+        latmodel_add(&slow, 1 + (i % 4) * 10, 4 * (1 * MS + (1 + (i % 4) * 10) * MS / 10));
+    struct policy_config c = {16, NULL, 0, 0, POLICY_DEADLINE};
+    struct policy_request q[] = {{1, 0, 2 * MS}};
+    struct policy_load load = {0, 0, 0, &fast};
+    struct policy_decision d;
+    int scratch[2 * 70];
+    policy_decision_init(&d, scratch);
+    policy_decide(&c, &slow, &load, q, 1, 0, &d);
+    assert_int_equal(d.take, 0);
+    assert_true(llabs(d.wake_ns - (2 * MS - 11 * MS / 10 + 1)) < 1000);
+    policy_decide(&c, &fast, &load, q, 1, 0, &d);
+    assert_int_equal(d.take, 1);
+    load.fastest = NULL;   /* no faster instance: the head goes, a near miss */
+    policy_decide(&c, &slow, &load, q, 1, 0, &d);
+    assert_int_equal(d.take, 1);
+}
+
 /* ---- the adaptive wait (policy.h), on exec(R) = 1 ms + 0.1 ms x R ---- */
 
 #define PER_MS(x) ((x) / 1e6)   /* rows per ms -> rows per ns */
@@ -371,7 +427,7 @@ static void test_adaptive_sends_at_once_without_arrivals(void **state)
     struct latmodel lat = exact_model();
     struct policy_config c = adaptive_cfg(16, 100 * MS);
     struct policy_request q[] = {{1, 0, 0}};
-    struct policy_load none = {0, 0, 0};
+    struct policy_load none = {0, 0, 0, NULL};
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
@@ -380,7 +436,7 @@ static void test_adaptive_sends_at_once_without_arrivals(void **state)
     policy_decide(&c, &lat, &none, q, 1, 0, &d);    /* rate 0 */
     assert_int_equal(d.take, 1);
     /* No latency model: no setup time to save. */
-    struct policy_load fast = {PER_MS(1000), 0, 0};
+    struct policy_load fast = {PER_MS(1000), 0, 0, NULL};
     policy_decide(&c, NULL, &fast, q, 1, 0, &d);
     assert_int_equal(d.take, 1);
     /* The former default waits the whole delay for the same queue. */
@@ -403,7 +459,7 @@ static void test_adaptive_threshold(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    struct policy_load at = {PER_MS(3), 0, 0}, above = {PER_MS(4), 0, 0};
+    struct policy_load at = {PER_MS(3), 0, 0, NULL}, above = {PER_MS(4), 0, 0, NULL};
     policy_decide(&c, &lat, &at, q, 1, 0, &d);
     assert_int_equal(d.take, 1);
     policy_decide(&c, &lat, &above, q, 1, 0, &d);
@@ -426,7 +482,7 @@ static void test_adaptive_bounded_by_delay_and_deadline(void **state)
 {
     (void)state;
     struct latmodel lat = exact_model();
-    struct policy_load busy = {PER_MS(100), 0, 0};
+    struct policy_load busy = {PER_MS(100), 0, 0, NULL};
     struct policy_request q[] = {{1, 0, 0}};
     struct policy_decision d;
     int scratch[2 * 70];
@@ -458,7 +514,7 @@ static void test_adaptive_keeps_the_other_rules(void **state)
 {
     (void)state;
     struct latmodel lat = exact_model();
-    struct policy_load busy = {PER_MS(100), 0, 0};
+    struct policy_load busy = {PER_MS(100), 0, 0, NULL};
     static const int pref[] = {2};
     struct policy_config c = {4, pref, 1, 100 * MS, POLICY_ADAPTIVE};
     struct policy_request q[] = {{1, 0, 0}, {1, 0, 0}, {1, 0, 0}, {1, 0, 0}, {1, 0, 0}};
@@ -494,7 +550,7 @@ static void test_adaptive_unmeasured_device_waits_to_the_delay(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    struct policy_load coming = {PER_MS(2), 0, 0}, none = {0, 0, 0};
+    struct policy_load coming = {PER_MS(2), 0, 0, NULL}, none = {0, 0, 0, NULL};
     policy_decide(&c, &blank, &coming, q, 1, 0, &d);
     assert_int_equal(d.take, 0);
     assert_true(llabs(d.wake_ns - 4500000) <= 1);   /* the delay, less one expected gap */
@@ -515,7 +571,7 @@ static void test_adaptive_other_work_hook(void **state)
     struct policy_decision d;
     int scratch[2 * 70];
     policy_decision_init(&d, scratch);
-    struct policy_load idle = {PER_MS(2), 0, 0}, shared = {PER_MS(2), 1, 0};
+    struct policy_load idle = {PER_MS(2), 0, 0, NULL}, shared = {PER_MS(2), 1, 0, NULL};
     policy_decide(&c, &lat, &idle, q, 1, 0, &d);
     assert_int_equal(d.take, 1);
     policy_decide(&c, &lat, &shared, q, 1, 0, &d);
@@ -546,7 +602,7 @@ static void test_adaptive_random(void **state)
         struct policy_config old = c;
         old.kind = POLICY_DEADLINE;
         struct policy_load load = {rand() % 4 ? PER_MS(rand() % 50) / (1 + rand() % 10) : 0,
-                                   rand() % 8 == 0, 0};
+                                   rand() % 8 == 0, 0, NULL};
         struct policy_request q[40];
         int n = 1 + rand() % 8;
         int64_t t = 0;
@@ -670,6 +726,8 @@ int main(void)
         cmocka_unit_test(test_adaptive_random),
         cmocka_unit_test(test_rate_follows_arrivals),
         cmocka_unit_test(test_policy_names),
+        cmocka_unit_test(test_deadline_never_passes_over_a_higher_priority),
+        cmocka_unit_test(test_slower_instance_leaves_work_to_a_faster_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
