@@ -45,14 +45,28 @@ static int parse_on_message_begin(llhttp_t *l)
 /* The last chunk (size 0): the trailer section follows. */
 static int parse_on_chunk_header(llhttp_t *l)
 {
-    if (l->content_length == 0)
-        parse_of(l)->in_trailer = true;
+    struct http_parse *hp = parse_of(l);
+    if (l->content_length == 0) {
+        /* It began after the last data of this piece (the framing between
+         * is a few bytes: CRLF, "0", its extensions, CRLF), or at the
+         * piece's start. Counted from the piece's start, a 16 KiB read
+         * of body data ending in the last chunk was taken for a trailer
+         * section (431 for a plain 2 KB upload at max_header_bytes 1024). */
+        hp->in_trailer = true;
+        hp->trailer_here = true;
+        hp->trailer_at = hp->span_end ? hp->span_end : hp->piece;
+    }
     return 0;
 }
+
+/* A span of the request (request line, header field or value, body
+ * data) ended at at + n. */
+static void parse_span(struct http_parse *hp, const char *at, size_t n) { hp->span_end = at + n; }
 
 static int parse_on_url(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
+    parse_span(hp, at, n);
     if (buf_append(&hp->cur->head, at, n) < 0)
         return parse_fail(hp, 503, "out of memory for the request line");
     hp->cur->url_len += (uint32_t)n;
@@ -65,6 +79,7 @@ static int parse_on_header_field(llhttp_t *l, const char *at, size_t n)
     struct http_request *r = hp->cur;
     if (hp->phase == HTTP_PHASE_BODY)
         return 0;   /* a trailer field: dropped (parse_on_chunk_header) */
+    parse_span(hp, at, n);
     if (r->nhdrs == 0 || hp->in_value) {
         if (r->nhdrs == r->hdrs_cap) {
             int cap = r->hdrs_cap ? r->hdrs_cap * 2 : 16;
@@ -91,6 +106,7 @@ static int parse_on_header_value(llhttp_t *l, const char *at, size_t n)
     struct http_request *r = hp->cur;
     if (hp->phase == HTTP_PHASE_BODY)
         return 0;   /* a trailer field: dropped (parse_on_chunk_header) */
+    parse_span(hp, at, n);
     struct http_header *h = &r->hdrs[r->nhdrs - 1];
     if (!hp->in_value) {
         h->val_off = (uint32_t)r->head.len;
@@ -271,6 +287,7 @@ static int parse_on_body(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
     struct http_request *r = hp->cur;
+    parse_span(hp, at, n);
     /* Counted apart from body.len: a streaming request's body is handed
      * over (and the buffer emptied) as it arrives. */
     if (r->body_total + n > hp->max_body_bytes) {
@@ -355,7 +372,9 @@ enum http_parse_event http_parse_feed(struct http_parse *hp, const char *data, s
     if (len == 0)
         return HTTP_PARSE_MORE;
     enum http_parse_phase start = hp->phase;
-    bool trailer = hp->in_trailer;
+    hp->piece = data;
+    hp->span_end = NULL;
+    hp->trailer_here = false;
     hp->error_status = 0;
     llhttp_errno_t e = llhttp_execute(&hp->llh, data, len);
     size_t used = len;
@@ -389,10 +408,13 @@ enum http_parse_event http_parse_feed(struct http_parse *hp, const char *data, s
         return parse_error(hp, 400, msg);
     }
     *consumed = used;
-    /* The trailer section, raw (with the last chunk's line where it began
-     * in this piece: a few bytes over at most). */
-    if ((trailer || hp->in_trailer) &&
-        (hp->trailer_bytes += used) > hp->max_header_bytes) {
+    /* The trailer section, raw: the piece's bytes from where it began
+     * (parse_on_chunk_header), or all of them past a piece it began in.
+     * Read after the parse: a request that began in this piece reset the
+     * former one's state. */
+    size_t from = hp->trailer_here ? (size_t)(hp->trailer_at - data) : 0;
+    if (hp->in_trailer && used > from &&
+        (hp->trailer_bytes += used - from) > hp->max_header_bytes) {
         char msg[160];
         snprintf(msg, sizeof msg,
                  "the chunked body's trailer section exceeds limits.max_header_bytes (%zu)",

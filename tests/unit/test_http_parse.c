@@ -400,6 +400,32 @@ static void test_trailers_dropped_and_bounded(void **state)
     assert_int_equal(rc, 431);
     assert_true(i <= 3);
     fx_free(f);
+    /* Only the trailer counts: the body's data and framing read with the
+     * last chunk in one piece made a plain 2 KB upload 431. */
+    char *big = malloc(8192);
+    int n = snprintf(big, 8192, "POST /e HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                "7d0\r\n");
+    memset(big + n, 'a', 2000);
+    n += 2000;
+    n += snprintf(big + n, 8192 - (size_t)n, "\r\n");
+    for (int k = 0; k < 600; k++)   /* 2400 bytes of framing around 600 bytes of data */
+        n += snprintf(big + n, 8192 - (size_t)n, "1\r\nb\r\n");
+    n += snprintf(big + n, 8192 - (size_t)n, "0\r\n");
+    f = fx_new(1024, 8192);
+    assert_int_equal(feed(f, big, (size_t)n, 0, &nh, &nc), 0);
+    assert_int_equal(feed(f, "X-T: 1\r\n\r\n", 10, 0, &nh, &nc), 0);   /* in a later piece */
+    assert_int_equal(nc, 1);
+    size_t blen;
+    http_request_body(f->reqs[0], &blen);
+    assert_int_equal(blen, 2600);
+    fx_free(f);
+    /* The same with its whole trailer in the piece, and a request behind it. */
+    n += snprintf(big + n, 8192 - (size_t)n, "X-T: 1\r\n\r\nGET /n HTTP/1.1\r\nHost: h\r\n\r\n");
+    f = fx_new(1024, 8192);
+    assert_int_equal(feed(f, big, (size_t)n, 0, &nh, &nc), 0);
+    assert_int_equal(nc, 2);
+    fx_free(f);
+    free(big);
 }
 
 static void test_smuggling_and_garbage(void **state)
