@@ -547,13 +547,22 @@ int config_load_string(struct config *c, const char *json, const char *name, str
     return rc;
 }
 
-int config_load_file(struct config *c, const char *path, struct error *err)
+int config_load_file_keep(struct config *c, const char *path, json_t **keep, struct error *err)
 {
     json_t *root;
+    if (keep)
+        *keep = NULL;
     int rc = schema_json_read(path, CONFIG_FILE_MAX, &root, err);
     if (rc == 0) {
         rc = config_load_json(c, root, path, err);
+        if (rc == 0 && keep)
+            *keep = json_incref(root);
         json_decref(root);
     }
     return rc;
+}
+
+int config_load_file(struct config *c, const char *path, struct error *err)
+{
+    return config_load_file_keep(c, path, NULL, err);
 }

@@ -102,6 +102,12 @@ struct schema_field;
 const struct schema_field *config_schema(void);
 /* Reads and validates a JSON config file over the current values of c. */
 int config_load_file(struct config *c, const char *path, struct error *err);
+/* The same, keeping the file as read in *root (the caller's to
+ * json_decref; NULL on error): what was applied, without a second read of
+ * a file that may have changed meanwhile (or a FIFO, read once). */
+struct json_t;
+int config_load_file_keep(struct config *c, const char *path, struct json_t **root,
+                          struct error *err);
 /* Same from a string; `name` stands for the file in messages. */
 int config_load_string(struct config *c, const char *json, const char *name, struct error *err);
 /* "HOST:PORT" or "[v6]:PORT" into c->http.listen_host/listen_port; `what` names the source in messages. */

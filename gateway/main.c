@@ -296,12 +296,15 @@ static void main_bundled_models(struct config *cfg)
     }
 }
 
-/* Config file first, then flags on top. */
-static int config_build(const struct cli *cli, struct config *cfg, struct error *err)
+/* Config file first, then flags on top. *file: the file as read (NULL:
+ * none), for SIGHUP to say which of its sections it does not apply. */
+static int config_build(const struct cli *cli, struct config *cfg, json_t **file,
+                        struct error *err)
 {
     config_defaults(cfg);
     int rc;
-    if (cli->config_path && (rc = config_load_file(cfg, cli->config_path, err)))
+    *file = NULL;
+    if (cli->config_path && (rc = config_load_file_keep(cfg, cli->config_path, file, err)))
         return rc;
     if (cli->models) {
         if (!cli->models[0] || strlen(cli->models) >= sizeof cfg->model_repository)
@@ -504,7 +507,8 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
     }
     config_defaults(fresh);
     bool same = false;
-    if (config_load_file(fresh, cli->config_path, &err) != 0) {
+    json_t *now = NULL;   /* the file as read, once: checked and compared from one copy */
+    if (config_load_file_keep(fresh, cli->config_path, &now, &err) != 0) {
         log_error("SIGHUP: %s: governance not changed", err.msg);
     } else if (!(same = fresh->tenants.n == cfg->tenants.n)) {
         log_error("SIGHUP: %s names other tenants than those in force: governance not changed "
@@ -521,13 +525,8 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
      * /v2/governance and the start check them: the file's own tenants may
      * differ (their change waits for a restart), and a share above the
      * limit in force passed against the file's raised one. */
-    json_t *now = same ? json_load_file(cli->config_path, 0, NULL) : NULL;
     struct governance *g = NULL;
-    if (same && !json_is_object(now)) {
-        log_error("SIGHUP: %s could not be read again: governance not changed",
-                  cli->config_path);
-        same = false;
-    } else if (same) {
+    if (same) {
         char where[4200];
         snprintf(where, sizeof where, "%s: governance", cli->config_path);
         if (governance_parse(json_object_get(now, "governance"), &cfg->tenants, where, &g,
@@ -618,8 +617,9 @@ int main(int argc, char **argv)
 
     struct error err = {0};
     struct config cfg;
-    if (config_build(&cli, &cfg, &err)) {
+    if (config_build(&cli, &cfg, &file_at_start, &err)) {
         fprintf(stderr, "batchgate: %s\n", err.msg);
+        json_decref(file_at_start);
         return EXIT_USAGE;
     }
     char msg[512];
@@ -840,10 +840,6 @@ int main(int argc, char **argv)
         log_info("gRPC on %s%s%s:%d (KServe v2, HTTP/2 cleartext)",
                  strchr(cfg.http.h2.listen_host, ':') ? "[" : "", cfg.http.h2.listen_host,
                  strchr(cfg.http.h2.listen_host, ':') ? "]" : "", server_h2_port(srv));
-    /* The file as read at start, for SIGHUP to say which of its sections
-     * it does not apply: read before the loads, not once they are over (an
-     * edit during them then went unsaid). */
-    file_at_start = cli.config_path ? json_load_file(cli.config_path, 0, NULL) : NULL;
     if (serving_start(serving, &err))
         log_error("%s: models stay as they are (no load, unload or eviction)", err.msg);
     /* The eager loads run on the lifecycle thread: a SIGTERM meanwhile is

@@ -10,12 +10,13 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
 import unittest
 
-from harness import RepoServerCase, Server, roundtrip, run_cli
+from harness import BIN, RepoServerCase, Server, roundtrip, run_cli
 from test_infer import synthetic, write_model
 from test_tenants import KEYS, digest, metric
 
@@ -394,6 +395,53 @@ class SighupDuringStartTest(unittest.TestCase):
                 self.assertEqual(r.json()["active"], "edited", r.body)
         finally:
             shutil.rmtree(repo, ignore_errors=True)
+
+class ConfigFifoTest(unittest.TestCase):
+    def test_a_named_pipe_as_the_config_is_read_once(self):
+        # The start read the file a second time (for SIGHUP to compare
+        # with): a named pipe whose writer was done held that open for
+        # good, in the thread that takes the signals, so a SIGTERM went
+        # unanswered too (re-test of the nineteenth session's fixes).
+        d = tempfile.mkdtemp(prefix="batchgate-fifo-")
+        fifo = os.path.join(d, "config.json")
+        os.mkfifo(fifo)
+        os.makedirs(os.path.join(d, "repo"))
+        cfg = {"listen": "127.0.0.1:0", "grpc_listen": "off", "state_dir": d,
+               "model_repository": os.path.join(d, "repo")}
+
+        def write():
+            with open(fifo, "w") as f:
+                json.dump(cfg, f)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        proc = subprocess.Popen([BIN, "--config", fifo, "--io-threads", "1"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        lines, ready = [], threading.Event()
+
+        def read():
+            for line in proc.stderr:
+                lines.append(line)
+                if "ready in" in line:
+                    ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            self.assertTrue(ready.wait(10), "not ready within 10 s:\n" + "".join(lines))
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=10), 0, "".join(lines))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            try:   # a writer still waiting for a reader: let it go
+                os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+            writer.join(2)
+            shutil.rmtree(d, ignore_errors=True)
+
 
 if __name__ == "__main__":
     unittest.main()
