@@ -549,6 +549,18 @@ static int tensor_decode_classification(const struct model_config *m, json_t *pa
     return 0;
 }
 
+/* `truncate` is read at the top of the body only: given on an input or
+ * an output it was taken and ignored (a text cut though the client said
+ * not to; the encoder's audit, then the re-test for outputs). */
+static int tensor_request_param_misplaced(const json_t *params, const char *where,
+                                          struct error *err)
+{
+    if (json_is_object(params) && json_object_get(params, "truncate"))
+        return error_set(err, BG_EINVAL, "%sparameters.truncate: a parameter of the request: "
+                         "give it as parameters.truncate at the top of the body", where);
+    return 0;
+}
+
 static int tensor_decode_outputs(const struct model_config *m, json_t *outs,
                                  const struct tensor_shm_resolver *shm, struct infer_request *out,
                                  struct error *err)
@@ -579,7 +591,10 @@ static int tensor_decode_outputs(const struct model_config *m, json_t *outs,
             snprintf(where, sizeof where, "outputs[%zu].", i);
             if (!json_is_object(params))
                 return error_set(err, BG_EINVAL, "%sparameters: must be an object", where);
-            int rc = tensor_get_bool_param(params, "binary_data", &out->binary_output, where, err);
+            int rc = tensor_request_param_misplaced(params, where, err);
+            if (rc)
+                return rc;
+            rc = tensor_get_bool_param(params, "binary_data", &out->binary_output, where, err);
             if (rc || (rc = tensor_shm_params(params, where, &out->output_shm, err)) ||
                 (rc = tensor_decode_classification(m, params, where, out, err)))
                 return rc;
@@ -690,13 +705,8 @@ int tensor_decode_kserve_head(const struct model *model, json_t *root, const cha
         goto out;
     }
     json_t *in0 = json_array_get(inputs, 0), *in0p = json_object_get(in0, "parameters");
-    /* Read at the top only: given on the input it was taken and ignored
-     * (a text cut though the client said not to; the encoder's audit). */
-    if (json_is_object(in0p) && json_object_get(in0p, "truncate")) {
-        rc = error_set(err, BG_EINVAL, "inputs[0].parameters.truncate: a parameter of the "
-                       "request: give it as parameters.truncate at the top of the body");
+    if ((rc = tensor_request_param_misplaced(in0p, "inputs[0].", err)))
         goto out;
-    }
     if ((rc = tensor_decode_input(model, in0, 0, &bin, &bin_len, shm, out, err)) ||
         (in0p && (rc = tensor_params_check(in0p, "inputs[0].", err))) ||
         (rc = tensor_decode_outputs(m, json_object_get(root, "outputs"), shm, out, err)))

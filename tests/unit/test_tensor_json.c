@@ -128,6 +128,10 @@ static void test_every_error_names_the_field(void **state)
         {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
          "\"data\":[1,2,3,4,5,6],\"parameters\":{\"truncate\":false}}]}",
          "inputs[0].parameters.truncate: a parameter of the request"},
+        {"{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+         "\"data\":[1,2,3,4,5,6]}],\"outputs\":[{\"name\":\"output\","
+         "\"parameters\":{\"truncate\":false}}]}",
+         "outputs[0].parameters.truncate: a parameter of the request"},
         {"{\"parameters\":{\"binary_data_output\":1},\"inputs\":[{}]}", "binary_data_output"},
         /* $parameter values are strings, numbers or booleans, whatever
          * the name: other values were taken and ignored. */
