@@ -204,12 +204,13 @@ static void ledger_device_row(const struct served_device *d, void *arg)
     if (!t || !LEDGER_GROW(l->items, l->capitems, l->nitems + 1))
         return;
     /* An instance's held and busy counters go on across unloads and
-     * reloads (modelstats_loaded): they start from zero only when the
-     * model's counters were replaced. A server's count from when it was
-     * set up, so a residency that began anew counts from its own zero. */
+     * reloads (modelstats_loaded, modelstats_retire): they start from zero
+     * only for a new model of the same name. A server's count from when
+     * it was set up, so a residency that began anew counts from its own
+     * zero. */
     int64_t since = w->now_ns - (int64_t)(d->held_s * 1e9);
     bool anew = d->url ? t->since_ns == 0 || llabs(since - t->since_ns) > 250000000LL
-                       : t->stats != w->sm->stats;
+                       : !t->stats || !modelstats_continues(w->sm->stats, t->stats);
     double held = anew ? d->held_s : ledger_delta(d->held_s, t->held_s);
     double busy = anew ? d->busy_s : ledger_delta(d->busy_s, t->busy_s);
     t->since_ns = since;
@@ -306,7 +307,7 @@ static void ledger_sample_model(struct ledger *l, int entry, struct served_model
         struct ledger_prev_use *p = ledger_prev_find(l, entry, i);
         if (!p || !LEDGER_GROW(l->deltas, l->capdeltas, l->ndeltas + WORK_TENANTS_MAX))
             continue;
-        if (p->stats != sm->stats) {   /* counters replaced: they start from zero */
+        if (!p->stats || !modelstats_continues(sm->stats, p->stats)) {   /* a new model's */
             memset(p->use, 0, sizeof p->use);
             p->stats = sm->stats;
         }

@@ -127,7 +127,13 @@ static uint64_t modelstats_flight_ns(struct inst_shard *sh, int c, int t, int64_
 
 struct modelstats {
     int nio, ninst, max_batch;
-    struct modelstats *retired;              /* replaced by this one (modelstats_retire) */
+    /* A reload that outgrew an object replaces it (modelstats_retire); the
+     * model's counters are the sum over the newest and those it replaced
+     * (the draining copy still writes its own), and readers given any of
+     * them read from the newest (its successor chain), so no counter
+     * starts again from zero. The held clock lives in the newest alone. */
+    struct modelstats *retired;              /* replaced by this one, newest first */
+    _Atomic(struct modelstats *) successor;  /* the one that replaced this; NULL: newest */
     /* How long a copy of the model has held its instances, over all its
      * loads, in one word readers take whole: even, 2 x the time held so
      * far, no copy loaded now; odd, 2 x (held so far - since) + 1, a copy
@@ -207,12 +213,57 @@ bool modelstats_fits(const struct modelstats *s, int instances, int max_batch)
 }
 
 int modelstats_io_threads(const struct modelstats *s) { return s->nio; }
-int modelstats_instances(const struct modelstats *s) { return s->ninst; }
+
+/* The newest of the objects s was replaced by (s itself when none). */
+static struct modelstats *modelstats_head(const struct modelstats *s)
+{
+    struct modelstats *n;
+    while ((n = atomic_load_explicit(&s->successor, memory_order_acquire)))
+        s = n;
+    return (struct modelstats *)s;
+}
+
+int modelstats_instances(const struct modelstats *s) { return modelstats_head(s)->ninst; }
+int modelstats_max_batch(const struct modelstats *s) { return modelstats_head(s)->max_batch; }
+
+bool modelstats_continues(const struct modelstats *s, const struct modelstats *prev)
+{
+    for (const struct modelstats *x = modelstats_head(s); x; x = x->retired)
+        if (x == prev)
+            return true;
+    return false;
+}
+
+static void modelstats_hold_lock(struct modelstats *s)
+{
+    while (atomic_flag_test_and_set_explicit(&s->hold_lock, memory_order_acquire))
+        sched_yield();
+}
+
+static void modelstats_hold_unlock(struct modelstats *s)
+{
+    atomic_flag_clear_explicit(&s->hold_lock, memory_order_release);
+}
 
 void modelstats_retire(struct modelstats *s, struct modelstats *old)
 {
-    old->retired = s->retired;
-    s->retired = old;
+    /* The held clock goes on in s: taken with the copies holding it,
+     * under old's lock, so a load or unload of a copy of old either went
+     * before (and is in what s takes) or finds the successor and goes to
+     * s (modelstats_hold). */
+    modelstats_hold_lock(old);
+    atomic_store_explicit(&s->held_mark, atomic_load_explicit(&old->held_mark,
+                                                              memory_order_relaxed),
+                          memory_order_relaxed);
+    s->holders = old->holders;
+    for (int i = 0; i < s->ninst && i < old->ninst; i++)   /* the idle time shown goes on too */
+        atomic_store_explicit(&s->inst[i].idle_shown_ns,
+                              atomic_load_explicit(&old->inst[i].idle_shown_ns,
+                                                   memory_order_relaxed),
+                              memory_order_relaxed);
+    s->retired = old;   /* old keeps its own retired chain */
+    atomic_store_explicit(&old->successor, s, memory_order_release);
+    modelstats_hold_unlock(old);
 }
 
 static int64_t modelstats_held_ns(const struct modelstats *s, int64_t now)
@@ -223,8 +274,14 @@ static int64_t modelstats_held_ns(const struct modelstats *s, int64_t now)
 
 static void modelstats_hold(struct modelstats *s, int delta)
 {
-    while (atomic_flag_test_and_set_explicit(&s->hold_lock, memory_order_acquire))
-        sched_yield();
+    for (;;) {   /* the newest object's clock (modelstats_retire) */
+        modelstats_hold_lock(s);
+        struct modelstats *n = atomic_load_explicit(&s->successor, memory_order_acquire);
+        if (!n)
+            break;
+        modelstats_hold_unlock(s);
+        s = n;
+    }
     int64_t now = now_ns(), held = modelstats_held_ns(s, now);
     bool was = s->holders > 0;
     s->holders = s->holders + delta > 0 ? s->holders + delta : 0;
@@ -232,7 +289,7 @@ static void modelstats_hold(struct modelstats *s, int delta)
         atomic_store_explicit(&s->held_mark, 2 * (held - now) + 1, memory_order_relaxed);
     else if (was && s->holders == 0)
         atomic_store_explicit(&s->held_mark, 2 * held, memory_order_relaxed);
-    atomic_flag_clear_explicit(&s->hold_lock, memory_order_release);
+    modelstats_hold_unlock(s);
 }
 
 void modelstats_loaded(struct modelstats *s) { modelstats_hold(s, 1); }
@@ -601,25 +658,29 @@ void modelstats_call_end(struct modelstats *s, int instance, int tenant, bool of
 
 int modelstats_tenant_use(struct modelstats *s, struct modelstats_tenant_use *out, int cap)
 {
+    s = modelstats_head(s);
     int n = s->ninst < cap ? s->ninst : cap;
+    memset(out, 0, (size_t)n * WORK_TENANTS_MAX * sizeof *out);
     struct modelstats_time tm;
-    for (int i = 0; i < n; i++) {
-        struct inst_shard *sh = &s->inst[i];
-        modelstats_inst_time(sh, &tm);
-        for (int t = 0; t < WORK_TENANTS_MAX; t++) {
-            struct modelstats_tenant_use *u = &out[(size_t)i * WORK_TENANTS_MAX + t];
-            uint64_t on_rows =
-                atomic_load_explicit(&sh->tenant_online_rows[t], memory_order_relaxed);
-            uint64_t off_rows =
-                atomic_load_explicit(&sh->tenant_offline_rows[t], memory_order_relaxed);
-            uint64_t ns = tm.tenant_ns[t], off_ns = tm.tenant_offline_ns[t];
-            off_ns = off_ns < ns ? off_ns : ns;
-            for (int c = 0; c < 2; c++)
-                u->requests[c] = atomic_load_explicit(&sh->tenant_items[c][t], memory_order_relaxed);
-            u->rows[0] = on_rows;
-            u->rows[1] = off_rows;
-            u->busy_s[0] = (double)(ns - off_ns) / 1e9;
-            u->busy_s[1] = (double)off_ns / 1e9;
+    for (struct modelstats *x = s; x; x = x->retired) {
+        int m = x->ninst < n ? x->ninst : n;   /* the newest has the most (served_stats_fit) */
+        for (int i = 0; i < m; i++) {
+            struct inst_shard *sh = &x->inst[i];
+            modelstats_inst_time(sh, &tm);
+            for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+                struct modelstats_tenant_use *u = &out[(size_t)i * WORK_TENANTS_MAX + t];
+                uint64_t ns = tm.tenant_ns[t], off_ns = tm.tenant_offline_ns[t];
+                off_ns = off_ns < ns ? off_ns : ns;
+                for (int c = 0; c < 2; c++)
+                    u->requests[c] +=
+                        atomic_load_explicit(&sh->tenant_items[c][t], memory_order_relaxed);
+                u->rows[0] += atomic_load_explicit(&sh->tenant_online_rows[t],
+                                                   memory_order_relaxed);
+                u->rows[1] += atomic_load_explicit(&sh->tenant_offline_rows[t],
+                                                   memory_order_relaxed);
+                u->busy_s[0] += (double)(ns - off_ns) / 1e9;
+                u->busy_s[1] += (double)off_ns / 1e9;
+            }
         }
     }
     return n;
@@ -633,9 +694,11 @@ static void modelstats_hist_sum(struct modelstats_hist *dst, struct hist *src, d
     dst->sum += (double)atomic_load_explicit(&src->sum, memory_order_relaxed) * unit;
 }
 
-void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
+/* One object's counters added into o, its instances into the first of
+ * o's (busy_ns[i] the time, for the idle time once all are in). */
+static void modelstats_snapshot_add(struct modelstats *s, struct modelstats_snapshot *o,
+                                    int64_t now, uint64_t *busy_ns)
 {
-    memset(o, 0, sizeof *o);
     for (int t = 0; t < s->nio; t++) {
         struct io_shard *sh = &s->io[t];
         for (int i = 0; i < MODELSTATS_CODES; i++)
@@ -662,14 +725,56 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
     /* Demand: arrivals over the sliding last 10 s; a request refused before
      * its rows were known counts as the mean request of that window (one
      * row when there is none to go by). */
-    int64_t tnow = now_ns();
     double reqs = 0, rows = 0, early = 0;
     for (int t = 0; t < s->nio; t++) {
-        reqs += busywin_rate(&s->io[t].arrived_reqs, tnow, BUSYWIN_UTIL_S);
-        rows += busywin_rate(&s->io[t].arrived_rows, tnow, BUSYWIN_UTIL_S);
-        early += busywin_rate(&s->io[t].refused_early, tnow, BUSYWIN_UTIL_S);
+        reqs += busywin_rate(&s->io[t].arrived_reqs, now, BUSYWIN_UTIL_S);
+        rows += busywin_rate(&s->io[t].arrived_rows, now, BUSYWIN_UTIL_S);
+        early += busywin_rate(&s->io[t].refused_early, now, BUSYWIN_UTIL_S);
     }
-    o->demand_rows_per_s = rows + early * (reqs > 0 ? rows / reqs : 1);
+    o->demand_rows_per_s += rows + early * (reqs > 0 ? rows / reqs : 1);
+    struct modelstats_time tm;
+    int ninst = s->ninst < o->ninstances ? s->ninst : o->ninstances;
+    int maxb = s->max_batch < o->max_batch ? s->max_batch : o->max_batch;
+    for (int i = 0; i < ninst; i++) {
+        struct inst_shard *sh = &s->inst[i];
+        modelstats_hist_sum(&o->compute, &sh->compute, 1e-9);
+        modelstats_hist_sum(&o->batch, &sh->batch, 1.0);
+        modelstats_inst_time(sh, &tm);
+        for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+            o->tenant_rows[t] +=
+                atomic_load_explicit(&sh->tenant_online_rows[t], memory_order_relaxed) +
+                atomic_load_explicit(&sh->tenant_offline_rows[t], memory_order_relaxed);
+            o->tenant_busy_s[t] += (double)tm.tenant_ns[t] / 1e9;
+            o->tenant_offline_s[t] += (double)tm.tenant_offline_ns[t] / 1e9;
+        }
+        if (o->batch_count_by_size)
+            for (int r = 0; r <= maxb; r++) {
+                o->batch_count_by_size[r] += atomic_load_explicit(&sh->count_by_size[r], memory_order_relaxed);
+                o->batch_ns_by_size[r] += atomic_load_explicit(&sh->ns_by_size[r], memory_order_relaxed);
+                o->batch_in_ns_by_size[r] +=
+                    atomic_load_explicit(&sh->in_ns_by_size[r], memory_order_relaxed);
+                o->batch_out_ns_by_size[r] +=
+                    atomic_load_explicit(&sh->out_ns_by_size[r], memory_order_relaxed);
+            }
+        busy_ns[i] += tm.busy_ns;
+        if (!o->inst)
+            continue;
+        struct modelstats_instance *mi = &o->inst[i];
+        mi->busy_s += (double)tm.busy_ns / 1e9;
+        mi->busy_offline_s += (double)tm.offline_ns / 1e9;
+        mi->batches += atomic_load_explicit(&sh->batches, memory_order_relaxed);
+        mi->tokens += atomic_load_explicit(&sh->tokens, memory_order_relaxed);
+        mi->padded_tokens += atomic_load_explicit(&sh->padded_tokens, memory_order_relaxed);
+        mi->rows += atomic_load_explicit(&sh->rows, memory_order_relaxed);
+        mi->max_rows += atomic_load_explicit(&sh->max_rows, memory_order_relaxed);
+        mi->util_10s += busywin_fraction(&sh->busy, now, BUSYWIN_UTIL_S);
+    }
+}
+
+void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
+{
+    memset(o, 0, sizeof *o);
+    s = modelstats_head(s);
     o->max_batch = s->max_batch;
     o->ninstances = s->ninst;
     o->inst = calloc((size_t)s->ninst, sizeof *o->inst);
@@ -687,53 +792,34 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
         o->batch_count_by_size = o->batch_ns_by_size = NULL;
         o->batch_in_ns_by_size = o->batch_out_ns_by_size = NULL;
     }
+    uint64_t *busy_ns = calloc((size_t)s->ninst, sizeof *busy_ns);
+    if (!busy_ns) {
+        free(o->inst);
+        o->inst = NULL;
+        o->ninstances = 0;
+        return;
+    }
     int64_t now = now_ns();
-    struct modelstats_time tm;
-    for (int i = 0; i < s->ninst; i++) {
-        struct inst_shard *sh = &s->inst[i];
-        modelstats_hist_sum(&o->compute, &sh->compute, 1e-9);
-        modelstats_hist_sum(&o->batch, &sh->batch, 1.0);
-        modelstats_inst_time(sh, &tm);
-        for (int t = 0; t < WORK_TENANTS_MAX; t++) {
-            o->tenant_rows[t] +=
-                atomic_load_explicit(&sh->tenant_online_rows[t], memory_order_relaxed) +
-                atomic_load_explicit(&sh->tenant_offline_rows[t], memory_order_relaxed);
-            o->tenant_busy_s[t] += (double)tm.tenant_ns[t] / 1e9;
-            o->tenant_offline_s[t] += (double)tm.tenant_offline_ns[t] / 1e9;
-        }
-        if (o->batch_count_by_size)
-            for (int r = 0; r <= s->max_batch; r++) {
-                o->batch_count_by_size[r] += atomic_load_explicit(&sh->count_by_size[r], memory_order_relaxed);
-                o->batch_ns_by_size[r] += atomic_load_explicit(&sh->ns_by_size[r], memory_order_relaxed);
-                o->batch_in_ns_by_size[r] +=
-                    atomic_load_explicit(&sh->in_ns_by_size[r], memory_order_relaxed);
-                o->batch_out_ns_by_size[r] +=
-                    atomic_load_explicit(&sh->out_ns_by_size[r], memory_order_relaxed);
-            }
-        if (!o->inst)
-            continue;
+    for (struct modelstats *x = s; x; x = x->retired)
+        modelstats_snapshot_add(x, o, now, busy_ns);
+    for (int i = 0; i < s->ninst && o->inst; i++) {
         struct modelstats_instance *mi = &o->inst[i];
-        mi->busy_s = (double)tm.busy_ns / 1e9;
-        mi->busy_offline_s = (double)tm.offline_ns / 1e9;
+        struct inst_shard *sh = &s->inst[i];
         int64_t held = modelstats_held_ns(s, now);
         mi->held_s = (double)held / 1e9;
+        mi->util_10s = mi->util_10s < 1 ? mi->util_10s : 1;   /* a reload's two copies */
         /* Idle is held minus busy, which two copies' batches on the same
          * shard (a reload's overlap) can outrun for a moment: what is shown
          * is the most ever shown, a counter's promise. */
-        int64_t idle = held > (int64_t)tm.busy_ns ? held - (int64_t)tm.busy_ns : 0;
+        int64_t idle = held > (int64_t)busy_ns[i] ? held - (int64_t)busy_ns[i] : 0;
         int64_t shown = atomic_load_explicit(&sh->idle_shown_ns, memory_order_relaxed);
         while (idle > shown && !atomic_compare_exchange_weak_explicit(
                                    &sh->idle_shown_ns, &shown, idle, memory_order_relaxed,
                                    memory_order_relaxed))
             ;
         mi->idle_s = (double)(idle > shown ? idle : shown) / 1e9;
-        mi->batches = atomic_load_explicit(&sh->batches, memory_order_relaxed);
-        mi->tokens = atomic_load_explicit(&sh->tokens, memory_order_relaxed);
-        mi->padded_tokens = atomic_load_explicit(&sh->padded_tokens, memory_order_relaxed);
-        mi->rows = atomic_load_explicit(&sh->rows, memory_order_relaxed);
-        mi->max_rows = atomic_load_explicit(&sh->max_rows, memory_order_relaxed);
-        mi->util_10s = busywin_fraction(&sh->busy, now, BUSYWIN_UTIL_S);
     }
+    free(busy_ns);
 }
 
 void modelstats_snapshot_free(struct modelstats_snapshot *snap)

@@ -106,9 +106,16 @@ void modelstats_free(struct modelstats *s);
 /* Whether s has room for a copy with these instances and batch sizes. */
 bool modelstats_fits(const struct modelstats *s, int instances, int max_batch);
 int modelstats_io_threads(const struct modelstats *s);
-/* s replaces old, which stays readable (copies of the model still point at
- * it) and is freed with s. */
+/* s (new, not yet shared) replaces old, which stays writable (copies of
+ * the model still point at it) and is freed with s. Every reader of either
+ * reads the sum of s and those it replaced, so the model's counters go on
+ * (a reload that raised max_batch_size started them again from zero), and
+ * the held clock goes on in s. s must have at least old's instances and
+ * batch sizes. */
 void modelstats_retire(struct modelstats *s, struct modelstats *old);
+/* Whether s's counters go on from prev's: prev is s, or one s replaced
+ * (else they are a new model's, from zero). */
+bool modelstats_continues(const struct modelstats *s, const struct modelstats *prev);
 /* A copy of the model finished loading / was unloaded: the instances' held
  * (and so idle) time runs while at least one copy is loaded, and goes on
  * from where it was at the next load. */
@@ -198,6 +205,7 @@ struct modelstats_tenant_use {
  * tenant] for the first `cap` instances; how many were written. */
 int modelstats_tenant_use(struct modelstats *s, struct modelstats_tenant_use *out, int cap);
 int modelstats_instances(const struct modelstats *s);
+int modelstats_max_batch(const struct modelstats *s);
 
 void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *out);
 

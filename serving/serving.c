@@ -672,15 +672,19 @@ struct served_model *served_shell_new(struct serving *s, struct served_entry *e,
 }
 
 /* The entry's statistics fit the copy's instances and batch sizes; a
- * reload that grows them starts new ones (the old stay readable by the
- * copies that point at them, and are freed with the table). */
+ * reload that grows them starts new ones, of both sizes' larger, which go
+ * on from the old (modelstats_retire; the old stay writable by the copies
+ * that point at them, and are freed with the table). */
 static int served_stats_fit(struct served_entry *e, const struct model *m)
 {
     int ninst = served_stats_instances(&m->cfg, m->ninstances);
-    if (modelstats_fits(e->stats, ninst, m->cfg.batching.max_batch_size))
+    int maxb = m->cfg.batching.max_batch_size;
+    if (modelstats_fits(e->stats, ninst, maxb))
         return 0;
-    struct modelstats *ns = modelstats_new(modelstats_io_threads(e->stats), ninst,
-                                           m->cfg.batching.max_batch_size);
+    int old_inst = modelstats_instances(e->stats), old_maxb = modelstats_max_batch(e->stats);
+    struct modelstats *ns = modelstats_new(modelstats_io_threads(e->stats),
+                                           ninst > old_inst ? ninst : old_inst,
+                                           maxb > old_maxb ? maxb : old_maxb);
     if (!ns)
         return -1;
     pthread_mutex_lock(&e->mu);

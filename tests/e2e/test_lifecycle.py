@@ -345,6 +345,38 @@ class RepositoryTest(RepoServerCase):
         self.assertEqual(post(port, "/v2/repository/models/eager/load", "{}").status, 200)
         self.assertEqual(roundtrip(port, "GET", "/v2/models/eager/config").json()["max_batch_size"], 8)
 
+    def test_a_reload_that_grows_the_batch_keeps_the_counters(self):
+        # A reload raising max_batch_size replaced the model's statistics:
+        # requests_total, the Triton counts and the idle time started again
+        # from zero (40 requests then read 10 after 10 more; idle went down),
+        # while tenant_requests_total went on (the observability audit).
+        port = self.srv.port
+        for _ in range(6):
+            self.assertEqual(infer(port, "eager").status, 200)
+
+        def counts():
+            m = metrics(port)
+            return (value(m, "batchgate_requests_total", model="eager", code="200"),
+                    value(m, "nv_inference_request_success", model="eager", version="1"),
+                    value(m, "batchgate_device_idle_seconds_total", model="eager",
+                          device="synthetic0"))
+
+        before = counts()
+        cfg = synthetic("eager", base_us=2000, per_row_us=0, batching={"max_batch_size": 512})
+        r = post(port, "/v2/repository/models/eager/load",
+                 json.dumps({"parameters": {"config": json.dumps(cfg)}}), timeout=10)
+        self.assertEqual(r.status, 200, r)
+        mid = counts()
+        for _ in range(3):
+            self.assertEqual(infer(port, "eager").status, 200)
+        after = counts()
+        self.assertEqual(post(port, "/v2/repository/models/eager/load", "{}").status, 200)
+        self.assertGreaterEqual(mid[0], before[0], (before, mid))
+        self.assertEqual(after[0] - before[0], 3, (before, after))
+        self.assertEqual(after[1] - before[1], 3, (before, after))
+        self.assertGreaterEqual(mid[2], before[2], (before, mid))
+        self.assertGreaterEqual(after[2], mid[2], (mid, after))
+
     def test_a_config_override_outlives_an_idle_unload(self):
         # The repository API's configuration was lost when the model was
         # unloaded for idleness and a request loaded it again: the folder's

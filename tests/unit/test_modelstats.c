@@ -579,6 +579,72 @@ static void test_held_time_over_loads(void **state)
     modelstats_free(s);
 }
 
+/* A reload that raised max_batch_size replaced the model's statistics:
+ * /metrics and the stats endpoint started again from zero (40 requests
+ * then read 0, then 10; the idle time went down) and the draining copy's
+ * batches, written to the old object, were never read. Every reader now
+ * sums the newest object and those it replaced, and the held clock goes
+ * on in the newest. */
+static void test_a_replacement_goes_on_from_the_old_counters(void **state)
+{
+    (void)state;
+    struct modelstats *old = modelstats_new(1, 1, 4);
+    modelstats_loaded(old);
+    for (int i = 0; i < 40; i++)
+        modelstats_request(old, 0, 200, 1000, 10, NULL);
+    end_batch(old, 0, 4, 0, 0, 2000000, 0);
+    struct modelstats_snapshot o;
+    double held0 = held_after(old, 20);
+    modelstats_snapshot(old, &o);
+    double idle0 = o.inst[0].idle_s;
+    modelstats_snapshot_free(&o);
+    struct modelstats *s = modelstats_new(1, 2, 8);   /* more rows, another instance */
+    modelstats_retire(s, old);
+    assert_true(modelstats_continues(s, old));
+    struct modelstats *other = modelstats_new(1, 1, 1);   /* a new model's: from zero */
+    assert_false(modelstats_continues(s, other));
+    modelstats_free(other);
+    modelstats_loaded(s);                 /* the new copy */
+    end_batch(old, 0, 3, 0, 0, 1000000, 0);   /* the old copy drains its last batch */
+    modelstats_unloaded(old);             /* and goes: the clock is s's, still held */
+    for (int i = 0; i < 10; i++)
+        modelstats_request(s, 0, 200, 1000, 10, NULL);
+    end_batch(s, 0, 8, 0, 0, 1000000, 0);
+    end_batch(s, 1, 6, 0, 0, 1000000, 0);
+    struct modelstats *readers[] = {s, old};   /* whichever a copy points at */
+    for (int k = 0; k < 2; k++) {
+        modelstats_snapshot(readers[k], &o);
+        assert_int_equal(o.success_count, 50);
+        uint64_t answered = 0;
+        for (int c = 0; c < MODELSTATS_CODES; c++)
+            answered += o.codes[c];
+        assert_int_equal(answered, 50);
+        assert_int_equal(o.max_batch, 8);
+        assert_int_equal(o.ninstances, 2);
+        assert_int_equal(o.inst[0].rows, 4 + 3 + 8);
+        assert_int_equal(o.inst[1].rows, 6);
+        assert_int_equal(o.batch_count_by_size[4], 1);
+        assert_int_equal(o.batch_count_by_size[3], 1);
+        assert_int_equal(o.batch_count_by_size[8], 1);
+        assert_int_equal(o.batch_count_by_size[6], 1);
+        assert_true(o.inst[0].busy_s > 0.00399 && o.inst[0].busy_s < 0.00401);
+        assert_true(o.inst[0].held_s >= held0);
+        assert_true(o.inst[0].idle_s >= idle0);
+        assert_int_equal(o.tenant_rows[0], 21);
+        modelstats_snapshot_free(&o);
+        struct modelstats_tenant_use u[2 * WORK_TENANTS_MAX];
+        assert_int_equal(modelstats_tenant_use(readers[k], u, 2), 2);
+        assert_int_equal(u[0].rows[0], 15);
+        assert_int_equal(u[WORK_TENANTS_MAX].rows[0], 6);
+    }
+    double h1 = held_after(s, 20);
+    assert_true(h1 >= held0 + 0.019);   /* the new copy holds it: the clock runs */
+    modelstats_unloaded(s);
+    double h2 = held_after(old, 20);    /* read through the old: stopped */
+    assert_true(h2 >= h1 && h2 < h1 + 0.01);
+    modelstats_free(s);                 /* frees old with it */
+}
+
 static void test_concurrent_writers_lose_nothing(void **state)
 {
     (void)state;
@@ -657,6 +723,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_writers_lose_nothing),
         cmocka_unit_test(test_two_copies_write_one_shard),
         cmocka_unit_test(test_held_time_over_loads),
+        cmocka_unit_test(test_a_replacement_goes_on_from_the_old_counters),
         cmocka_unit_test(test_tenant_rows_by_class_never_go_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
