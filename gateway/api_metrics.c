@@ -111,7 +111,11 @@ static void metrics_device_add(const struct served_device *d, void *arg)
 /* The servers behind: upstream models' servers (their device rows) and
  * proxy routes' URLs, each with its owner's metrics_label ("model" or "route"). */
 struct target_row {
-    char owner[300];          /* model="m",upstream="url" or route="/x/",... (escaped) */
+    /* model="m",upstream="url" or route="/x/",... (escaped), whole: cut at
+     * a fixed size (299 bytes), a long prefix or URL ended a label value
+     * inside an escape or without its quote, and Prometheus refused the
+     * whole page. */
+    char *owner;
     struct httpc_target_stats st;
 };
 
@@ -131,17 +135,27 @@ static int metrics_target_row_add(struct target_rows *rows, const char *key, con
         rows->r = r2;
         rows->cap = cap;
     }
-    struct target_row *r = &rows->r[rows->n++];
     struct buf lb = BUF_INIT;
     buf_appendf(&lb, "%s=\"", key);
     metrics_label(&lb, name);
     buf_append(&lb, "\",upstream=\"", 12);
     metrics_label(&lb, url);
     buf_append(&lb, "\"", 1);
-    snprintf(r->owner, sizeof r->owner, "%.*s", (int)lb.len, lb.data ? lb.data : "");
+    char *owner = lb.data ? strndup(lb.data, lb.len) : NULL;
     buf_free(&lb);
+    if (!owner)
+        return -1;
+    struct target_row *r = &rows->r[rows->n++];
+    r->owner = owner;
     r->st = *st;
     return 0;
+}
+
+static void metrics_target_rows_free(struct target_rows *rows)
+{
+    for (int i = 0; i < rows->n; i++)
+        free(rows->r[i].owner);
+    free(rows->r);
 }
 
 static int metrics_collect_targets(struct api_state *st, const struct metrics_devices *devs,
@@ -243,7 +257,7 @@ static void metrics_render_targets(struct api_state *st, const struct metrics_de
     int n = metrics_collect_targets(st, devs, &tr);
     struct target_row *rows = tr.r;
     if (n <= 0) {
-        free(rows);
+        metrics_target_rows_free(&tr);
         return;
     }
     metrics_head(b, "upstream_busy_seconds_total", "counter",
@@ -277,7 +291,7 @@ static void metrics_render_targets(struct api_state *st, const struct metrics_de
     metrics_head(b, "upstream_healthy", "gauge", "1 while the server takes calls, 0 while it is taken out.");
     for (int i = 0; i < n; i++)
         buf_appendf(b, P "upstream_healthy{%s} %d\n", rows[i].owner, rows[i].st.healthy ? 1 : 0);
-    free(rows);
+    metrics_target_rows_free(&tr);
 }
 
 static void metrics_scrape_free(struct modelstats_snapshot *snaps, struct metrics_devices *devs,

@@ -787,6 +787,30 @@ class ProxyRetryTest(RetryCases, FakeUpstreamCase):
         return 'route="%s"' % self.ROUTES[kind]
 
 
+class ProxyLongLabelsTest(unittest.TestCase):
+    def test_long_and_quoted_labels_stay_whole(self):
+        # A route's label set was cut at 299 bytes: a long prefix and URL
+        # ended a label value inside an escape or without its quote, and
+        # Prometheus refused the whole page (the observability audit).
+        from harness import Server
+        from test_metrics import PROMTOOL, promtool_check
+        long_prefix = "/" + "a" * 253 + "/"
+        quoted = "/" + '"' * 150 + "/"
+        url = "http://[0000:0000:0000:0000:0000:0000:0000:0001]:1"
+        srv = Server({"proxy": {"routes": [{"prefix": long_prefix, "urls": [url]},
+                                           {"prefix": quoted, "urls": [url]}]}})
+        try:
+            text = roundtrip(srv.port, "GET", "/metrics").body.decode()
+        finally:
+            srv.stop_checked()
+        self.assertIn('batchgate_upstream_calls_total{route="%s",upstream="%s"} 0'
+                      % (long_prefix, url), text)
+        self.assertIn('batchgate_upstream_calls_total{route="%s",upstream="%s"} 0'
+                      % (quoted.replace('"', '\\"'), url), text)
+        if PROMTOOL:
+            promtool_check(self, text)
+
+
 class ProxyConfigTest(unittest.TestCase):
     def test_bad_proxy_config_exits_2_naming_the_field(self):
         from harness import BIN
