@@ -467,16 +467,28 @@ static void modelstats_inst_time(struct inst_shard *sh, struct modelstats_time *
     }
 }
 
-/* ns of b's time to its items' tenants on sh, each by its share. */
-static void modelstats_items_charge(struct inst_shard *sh, const struct batch *b, int64_t ns)
+/* ns of a batch's time to its tenants on sh by its parts (batch_parts),
+ * each rounded up; returns the offline (job lines') part. A reader saw
+ * floor(run x part / scale) of it while it ran (or flew), with run <= ns,
+ * so the end adds at least that and the counters never step back: rounded
+ * down item by item, the end could add a few ns less than the running
+ * batch had shown, which the usage ledger and Prometheus take for a
+ * counter reset (the whole count charged again). */
+static uint64_t modelstats_parts_charge(struct inst_shard *sh,
+                                        const uint32_t part[2][WORK_TENANTS_MAX], int64_t ns)
 {
-    for (const struct infer_item *it = b->head; it; it = it->next) {
-        int t = it->tenant >= 0 && it->tenant < WORK_TENANTS_MAX ? it->tenant : 0;
-        uint64_t own = (uint64_t)batch_item_ns(b, it, ns);
-        atomic_fetch_add_explicit(&sh->tenant_ns[t], own, memory_order_relaxed);
-        if (it->offline)
-            atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], own, memory_order_relaxed);
+    uint64_t off_total = 0;
+    for (int t = 0; t < WORK_TENANTS_MAX; t++) {
+        uint64_t c[2];
+        for (int k = 0; k < 2; k++)
+            c[k] = (uint64_t)(((__int128)ns * part[k][t] + MS_RUN_SCALE - 1) / MS_RUN_SCALE);
+        if (c[0] + c[1])
+            atomic_fetch_add_explicit(&sh->tenant_ns[t], c[0] + c[1], memory_order_relaxed);
+        if (c[1])
+            atomic_fetch_add_explicit(&sh->tenant_offline_ns[t], c[1], memory_order_relaxed);
+        off_total += c[1];
     }
+    return off_total;
 }
 
 void modelstats_flight_begin(struct modelstats *s, struct modelstats_flight *f, int instance,
@@ -508,8 +520,8 @@ int64_t modelstats_flight_end(struct modelstats *s, struct modelstats_flight *f,
         for (int t = 0; t < WORK_TENANTS_MAX; t++)
             if (f->w[c][t])
                 modelstats_flight_add(sh, c, t, -(int64_t)f->w[c][t], f->t0);
-    if (b && b->rows > 0)
-        modelstats_items_charge(sh, b, ns);
+    (void)b;   /* its parts were taken at the begin (the running view's) */
+    modelstats_parts_charge(sh, f->w, ns);
     modelstats_run_leave(sh);
     f->instance = -1;
     return ns;
@@ -529,28 +541,30 @@ static int64_t modelstats_time_end(struct inst_shard *sh, struct inst_shard *cha
     int64_t start = atomic_load_explicit(&sh->run_start_ns, memory_order_relaxed);
     int64_t busy = start > 0 && end - start > exec_ns ? end - start : exec_ns;
     busywin_add(&sh->busy, end - busy, end);
-    if (b && b->head && b->rows > 0) {
+    /* By the parts it began with, as readers saw it run (its items may be
+     * gone: the watchdog answered them); a batch never begun, by its own. */
+    uint32_t part[2][WORK_TENANTS_MAX];
+    bool charge = start > 0;
+    if (charge) {
+        for (int c = 0; c < 2; c++)
+            for (int t = 0; t < WORK_TENANTS_MAX; t++)
+                part[c][t] = atomic_load_explicit(&sh->run_share[c][t], memory_order_relaxed);
+    } else if (b && b->head && b->rows > 0) {
+        batch_parts(b, part);
+        charge = true;
+    }
+    if (charge) {
         to_items = busy;
-        int offline_rows = batch_offline_rows(b);
-        if (offline_rows > 0)
-            atomic_fetch_add_explicit(&sh->busy_offline_ns,
-                                      (uint64_t)((double)busy * offline_rows / b->rows),
-                                      memory_order_relaxed);
-        if (charged)
-            modelstats_items_charge(charged, b, busy);
-    } else if (start > 0 && charged) {
-        to_items = busy;   /* by the shares its items had when it began */
-        for (int t = 0; t < WORK_TENANTS_MAX; t++) {
-            uint64_t on = atomic_load_explicit(&sh->run_share[0][t], memory_order_relaxed);
-            uint64_t off = atomic_load_explicit(&sh->run_share[1][t], memory_order_relaxed);
-            uint64_t ns_off = (uint64_t)busy * off / MS_RUN_SCALE;
-            atomic_fetch_add_explicit(&charged->tenant_ns[t],
-                                      (uint64_t)busy * on / MS_RUN_SCALE + ns_off,
-                                      memory_order_relaxed);
-            atomic_fetch_add_explicit(&charged->tenant_offline_ns[t], ns_off,
-                                      memory_order_relaxed);
-            atomic_fetch_add_explicit(&sh->busy_offline_ns, ns_off, memory_order_relaxed);
+        uint64_t off = 0;
+        if (charged) {
+            off = modelstats_parts_charge(charged, part, busy);
+        } else {
+            for (int t = 0; t < WORK_TENANTS_MAX; t++)
+                off += (uint64_t)(((__int128)busy * part[1][t] + MS_RUN_SCALE - 1) /
+                                  MS_RUN_SCALE);
         }
+        if (off)
+            atomic_fetch_add_explicit(&sh->busy_offline_ns, off, memory_order_relaxed);
     }
     atomic_store_explicit(&sh->run_start_ns, 0, memory_order_relaxed);
     return to_items;
