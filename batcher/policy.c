@@ -1,6 +1,7 @@
 /* policy.c - see policy.h. */
 #include "batcher/policy.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -73,29 +74,40 @@ int64_t policy_budget_ns(const struct latmodel *lat, int64_t sq_per_token, int64
  * fits (rows and tokens within `budget`) and whose deadline allows
  * `finish`. Fills idx[0..*cn) and *rows, returns its tokens; *late: the
  * latest deadline among the requests looked at that `finish` excluded
- * (0: none), which bounds the budgets giving this same selection. */
+ * (0: none), which bounds the budgets giving this same selection.
+ * *passes: whether it excluded for its deadline a request that could
+ * make it alone (started now on lat) while serving one of lower priority
+ * (policy_select_feasible). Requests past a full batch are not looked at:
+ * no room, not their deadline, left them out. */
 static int64_t policy_fill(const struct policy_config *c, const struct policy_tokens *t,
+                           const struct latmodel *lat, int64_t spt, int64_t now,
                            const struct policy_request *q, int n, int64_t budget, int64_t finish,
-                           int *idx, int *cn, int *rows, int64_t *late)
+                           int *idx, int *cn, int *rows, int64_t *late, bool *passes)
 {
-    int k = 0, r = 0;
+    int k = 0, r = 0, passed = INT_MAX, lowest = INT_MIN;
     int64_t tok = 0;
     *late = 0;
     for (int i = 0; i < n && tok < budget && r < c->max_batch_size; i++) {
+        int ti = policy_req_tokens(t, q, i);
         if (q[i].deadline_ns && q[i].deadline_ns < finish) {
             if (q[i].deadline_ns > *late)
                 *late = q[i].deadline_ns;
+            if (policy_req_priority(t, i) < passed &&
+                now + policy_budget_ns(lat, spt, ti) <= q[i].deadline_ns)
+                passed = policy_req_priority(t, i);
             continue;
         }
-        int ti = policy_req_tokens(t, q, i);
         if (r + q[i].rows > c->max_batch_size || tok + ti > budget)
             continue;
         idx[k++] = i;
         r += q[i].rows;
         tok += ti;
+        if (policy_req_priority(t, i) > lowest)
+            lowest = policy_req_priority(t, i);
     }
     *cn = k;
     *rows = r;
+    *passes = k > 0 && passed < lowest;
     return tok;
 }
 
@@ -116,31 +128,6 @@ static int64_t policy_band_low(const struct latmodel *lat, int64_t spt, int64_t 
             lo = mid + 1;
     }
     return lo;
-}
-
-/* Whether a selection (idx[0..cn), ascending, filled to finish by
- * `finish`) passes over a request of higher priority than one of its
- * members: one it excluded for its deadline that could still make it
- * alone. */
-static bool policy_passes_over(const struct policy_tokens *t, const struct latmodel *lat,
-                               int64_t spt, const struct policy_request *q, int n, int64_t now,
-                               int64_t finish, const int *idx, int cn)
-{
-    int lowest = 0;   /* the selection's lowest priority (the largest number) */
-    for (int k = 0; k < cn; k++)
-        if (k == 0 || policy_req_priority(t, idx[k]) > lowest)
-            lowest = policy_req_priority(t, idx[k]);
-    for (int i = 0, k = 0; i < n; i++) {
-        if (k < cn && idx[k] == i) {
-            k++;
-            continue;
-        }
-        if (q[i].deadline_ns && q[i].deadline_ns < finish &&
-            policy_req_priority(t, i) < lowest &&
-            now + policy_budget_ns(lat, spt, policy_req_tokens(t, q, i)) <= q[i].deadline_ns)
-            return true;
-    }
-    return false;
 }
 
 /* The selection serving the most tokens, every one within its deadline
@@ -187,11 +174,12 @@ static void policy_select_feasible(const struct policy_config *c, const struct p
     while (R >= 1 && R >= best_tok) {
         int64_t late, finish = now + policy_budget_ns(lat, spt, R);
         int cn, rows;
-        int64_t tok = policy_fill(c, t, q, n, R, finish, cur, &cn, &rows, &late);
+        bool passes;
+        int64_t tok = policy_fill(c, t, lat, spt, now, q, n, R, finish, cur, &cn, &rows, &late,
+                                  &passes);
         int64_t low = policy_band_low(lat, spt, now, R, late);
         int64_t same_down_to = tok > low ? tok : low;
-        if (tok > 0 && tok >= best_tok &&
-            !policy_passes_over(t, lat, spt, q, n, now, finish, cur, cn)) {
+        if (tok > 0 && tok >= best_tok && !passes) {
             int *x = best;
             best = cur;
             cur = x;
