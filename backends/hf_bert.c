@@ -199,6 +199,45 @@ static int hf_modules(const char *dir, struct hf_bert_config *o, struct error *e
     return rc;
 }
 
+/* Without a max_seq_length of its own (sentence_bert_config.json),
+ * sentence-transformers cuts at the tokenizer's model_max_length where
+ * that is smaller than the position table: cut at the table's end, a long
+ * text's vector was another (cosine 0.88, the encoder's white-box audit).
+ * Read with every number a double: "no limit" is written
+ * 1000000000000000019884624838656, past what an integer holds. A file
+ * that does not read sets no limit (the tokenizer itself is
+ * tokenizer.json's). A value below the table's end must be a whole number
+ * of at least 2 ([CLS] and [SEP]): 16.5 was ignored, and 0, where 1 was
+ * refused; and it applies only without sentence_bert_config's own (a
+ * folder with max_seq_length 32 and model_max_length 1 was refused). */
+static int hf_tokenizer_cut(const char *dir, struct hf_bert_config *out, struct error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%.4000s/tokenizer_config.json", dir);
+    json_t *tc = hf_exists(path) ? json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+    json_t *mml = json_is_object(tc) ? json_object_get(tc, "model_max_length") : NULL;
+    int rc = 0;
+    if (json_is_number(mml) && json_number_value(mml) < out->max_positions) {
+        double v = json_number_value(mml);
+        if (v != (double)(int)v || v < 2)
+            rc = error_set(err, BG_ECONFIG, "%s: model_max_length: %g %s", path, v,
+                           v != (double)(int)v ? "is not a whole number of tokens"
+                                               : "leaves no room for [CLS] and [SEP] (2 at "
+                                                 "least)");
+        else
+            out->max_seq_length = (int)v;
+    }
+    json_decref(tc);
+    /* [CLS] and [SEP] take two (a table of one position failed only at
+     * the warmup, naming neither file nor field). */
+    if (rc == 0 && out->max_seq_length < 2) {
+        snprintf(path, sizeof path, "%.4000s/config.json", dir);
+        rc = error_set(err, BG_ECONFIG, "%s: max_position_embeddings: %d leaves no room for "
+                       "[CLS] and [SEP] (2 at least)", path, out->max_seq_length);
+    }
+    return rc;
+}
+
 int hf_bert_config_load(const char *dir, struct hf_bert_config *out, struct error *err)
 {
     memset(out, 0, sizeof *out);
@@ -214,32 +253,6 @@ int hf_bert_config_load(const char *dir, struct hf_bert_config *out, struct erro
     if (rc || (rc = hf_modules(dir, out, err)))
         return rc;
     out->max_seq_length = out->max_positions;
-    /* Without a max_seq_length of its own, sentence-transformers cuts at
-     * the tokenizer's model_max_length where that is smaller: cut at the
-     * position table's end, a long text's vector was another (cosine 0.88,
-     * the encoder's white-box audit). Read with every number a double:
-     * "no limit" is written 1000000000000000019884624838656, past what an
-     * integer holds. A file that does not read sets no limit (the
-     * tokenizer itself is tokenizer.json's). */
-    snprintf(path, sizeof path, "%.4000s/tokenizer_config.json", dir);
-    json_t *tc = hf_exists(path) ? json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
-    json_t *mml = json_is_object(tc) ? json_object_get(tc, "model_max_length") : NULL;
-    double v = json_is_number(mml) ? json_number_value(mml) : 0;
-    bool by_tokenizer = v >= 1 && v < out->max_positions && v == (double)(int)v;
-    if (by_tokenizer)
-        out->max_seq_length = (int)v;
-    json_decref(tc);
-    /* [CLS] and [SEP] take two (checked below for sentence_bert_config's
-     * own; a table of one position failed only at the warmup, naming
-     * neither file nor field). */
-    if (out->max_seq_length < 2) {
-        if (!by_tokenizer)
-            snprintf(path, sizeof path, "%.4000s/config.json", dir);
-        return error_set(err, BG_ECONFIG, "%s: %s: %d leaves no room for [CLS] and [SEP] (2 at "
-                         "least)", path, by_tokenizer ? "model_max_length"
-                                                      : "max_position_embeddings",
-                         out->max_seq_length);
-    }
     snprintf(path, sizeof path, "%.4000s/sentence_bert_config.json", dir);
     json_t *s;
     if ((rc = hf_json(path, false, &s, err)))
@@ -254,6 +267,8 @@ int hf_bert_config_load(const char *dir, struct hf_bert_config *out, struct erro
         if (rc == 0 && out->max_seq_length < 2)
             rc = error_set(err, BG_ECONFIG, "%s: max_seq_length: %d leaves no room for [CLS] "
                            "and [SEP] (2 at least)", path, out->max_seq_length);
+    } else {
+        rc = hf_tokenizer_cut(dir, out, err);
     }
     /* sentence-transformers lowercases each text before its tokenizer
      * when this is set (a tokenizer that does not lowercase then saw

@@ -100,6 +100,19 @@ static void test_minilm_as_shipped(void **s)
     put("tokenizer_config.json", "{\"model_max_length\": 1}");
     assert_int_equal(hf_bert_config_load(dir, &c, &err), -BG_ECONFIG);
     assert_non_null(strstr(err.msg, "tokenizer_config.json: model_max_length: 1 leaves no room"));
+    put("tokenizer_config.json", "{\"model_max_length\": 0}");   /* was ignored */
+    assert_int_equal(hf_bert_config_load(dir, &c, &err), -BG_ECONFIG);
+    assert_non_null(strstr(err.msg, "model_max_length: 0 leaves no room"));
+    put("tokenizer_config.json", "{\"model_max_length\": 16.5}");   /* was ignored: 512 */
+    assert_int_equal(hf_bert_config_load(dir, &c, &err), -BG_ECONFIG);
+    assert_non_null(strstr(err.msg, "model_max_length: 16.5 is not a whole number of tokens"));
+    /* sentence_bert_config's own max_seq_length decides alone, as in
+     * sentence-transformers (the tokenizer's 1 refused a folder saying 32). */
+    put("sentence_bert_config.json", "{\"max_seq_length\": 32}");
+    put("tokenizer_config.json", "{\"model_max_length\": 1}");
+    assert_int_equal(hf_bert_config_load(dir, &c, &err), 0);
+    assert_int_equal(c.max_seq_length, 32);
+    put("sentence_bert_config.json", NULL);
     put("tokenizer_config.json", NULL);
     /* A table of one position: refused naming it (it failed at the warmup). */
     char one[sizeof minilm_config];
