@@ -453,7 +453,10 @@ int api_metrics_render(struct api_state *st, struct buf *b)
     metrics_head(b, "model_cold_start_seconds", "gauge", "The last load of the model, by phase.");
     EACH_MODEL {
         const struct cold_start *cs = &SM->model.cold;
-        if (atomic_load(&SM->state) != SERVED_READY)
+        /* A copy being loaded writes its own as it goes; an unloaded or
+         * failed one holds the last load's (served_shell_new). */
+        int state = atomic_load(&SM->state);
+        if (state == SERVED_LOADING || cs->total_s <= 0)
             continue;
         metrics_sample(b, "model_cold_start_seconds", NAME, "phase=\"read\"", cs->read_s);
         metrics_sample(b, "model_cold_start_seconds", NAME, "phase=\"prepare\"", cs->prepare_s + cs->context_s);

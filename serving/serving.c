@@ -665,6 +665,11 @@ struct served_model *served_shell_new(struct serving *s, struct served_entry *e,
     snprintf(sm->model.reason, sizeof sm->model.reason, "%s", reason ? reason : "");
     sm->entry = e;
     sm->version = e->cur ? e->cur->version : 1;
+    /* The last load's cold start, shown while unloaded (SPEC.md: "the
+     * last load"; its series went with the copy). Read on the lifecycle
+     * thread, which writes it. */
+    if (e->cur)
+        sm->model.cold = e->cur->model.cold;
     sm->stats = e->stats;
     atomic_store(&sm->refs, 1);   /* the table's, once swapped in */
     atomic_store(&sm->state, state);

@@ -266,6 +266,10 @@ class RepositoryTest(RepoServerCase):
         self.assertGreaterEqual(busy, 0.85, "three batches of 300 ms")
         self.assertEqual(value(m, "batchgate_device_memory_bytes", **dev), 0)
         self.assertEqual(value(m, "batchgate_model_loaded", model="slow"), 0)
+        # The last load's cold start stays (SPEC.md: "the last load"; it
+        # went with the copy).
+        self.assertGreater(value(m, "batchgate_model_cold_start_seconds", model="slow",
+                                 phase="total"), 0)
         stats = roundtrip(port, "GET", "/v2/models/slow/stats").json()["model_stats"][0]
         self.assertEqual([r["device"] for r in stats["instances"]], ["synthetic0"])
         self.assertAlmostEqual(stats["compute_debt"]["device_seconds_used"], busy, delta=1e-5)
