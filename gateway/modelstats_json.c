@@ -126,7 +126,7 @@ void modelstats_json_append(struct buf *out, struct served_model *sm, int tenant
                    "\"batch_fill\":%.4f}", w.held_s, w.busy_s,
                 w.held_s > w.busy_s ? w.held_s - w.busy_s : 0, fill);
     /* With tenants: each tenant's rows and device time on this model. */
-    const struct tenants_config *tc = ready ? sm->tenants : NULL;
+    const struct tenants_config *tc = sm->tenants;
     if (tc && tc->n > 1) {
         buf_append(b, ",\"tenants\":[", 12);
         for (int t = 0, k = 0; t < tc->n; t++) {

@@ -670,6 +670,9 @@ struct served_model *served_shell_new(struct serving *s, struct served_entry *e,
      * thread, which writes it. */
     if (e->cur)
         sm->model.cold = e->cur->model.cold;
+    /* Its tenants' rows and time stay readable while it is out (the stats
+     * endpoint dropped them); the tenants are read at start only. */
+    sm->tenants = s->tenants;
     sm->stats = e->stats;
     atomic_store(&sm->refs, 1);   /* the table's, once swapped in */
     atomic_store(&sm->state, state);

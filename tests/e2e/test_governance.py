@@ -152,6 +152,17 @@ class GovernanceTest(RepoServerCase):
         # A tenant sees its own row only: it saw the other's use of the model.
         st = roundtrip(self.srv.port, "GET", "/v2/models/m/stats", auth(KEYS["search"])).json()
         self.assertEqual([t["name"] for t in st["model_stats"][0]["tenants"]], ["search"])
+        # Unloaded, its rows by tenant stay (the stats dropped them while
+        # the model was out: the observability audit).
+        ops = auth(KEYS["ops"])
+        r = roundtrip(self.srv.port, "POST", "/v2/repository/models/m/unload", ops, b"{}")
+        self.assertEqual(r.status, 200, r.body)
+        st = roundtrip(self.srv.port, "GET", "/v2/models/m/stats", ops).json()
+        self.assertEqual({t["name"] for t in st["model_stats"][0]["tenants"]},
+                         {"search", "research"}, st)
+        r = roundtrip(self.srv.port, "POST", "/v2/repository/models/m/load", ops, b"{}",
+                      timeout=10)
+        self.assertEqual(r.status, 200, r.body)
 
     def test_2_put_rules(self):
         good = {"timezone": "UTC", "windows": []}
