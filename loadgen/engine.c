@@ -47,6 +47,7 @@ struct lg_run {
     int outstanding;
     uint64_t last_answered;
     int64_t t_read;              /* when the bytes being parsed were read */
+    int64_t t_last;              /* when the last answer counted came (0: none) */
     /* Closed loop: a refused connect is retried after retry_ns (1 ms,
      * doubling to ENGINE_RETRY_MAX_NS, 0 again once a connect succeeds), by
      * the `retry` timer: nothing listening must not become a busy loop that
@@ -68,6 +69,7 @@ struct lg_conn {
     int status;
     struct buf out;
     int64_t intended;            /* of the request in flight */
+    int64_t t_sent;              /* when its last byte went to the kernel */
     int nsent;                   /* requests sent on this connection */
     bool got_bytes;              /* of the answer in flight */
     bool malformed;              /* the parser refused what came: neither lost nor
@@ -198,6 +200,24 @@ static double engine_gap_s(struct lg_run *run)
     return gap;
 }
 
+/* The window is over: nothing more is sent. A measured request still
+ * waiting for a connection now was never sent: unsent (an error), not a
+ * send, and dropped, so that neither `unsent` nor the achieved rate depends
+ * on --drain-ms (such requests went out in the drain, counted as sends,
+ * and a server that fell behind kept getting the window's load after it). */
+static void engine_window_end(struct lg_run *run)
+{
+    run->sending = false;
+    for (size_t i = run->qhead; i < run->qtail; i++)
+        if (run->q[i % run->qcap].measured) {
+            run->r->errors++;
+            run->r->unsent++;
+            run->r->sent--;
+        }
+    run->qhead = run->qtail = 0;
+    engine_finish_if_done(run);
+}
+
 static void engine_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_run *run = arg;
@@ -206,8 +226,7 @@ static void engine_on_timer(evutil_socket_t fd, short what, void *arg)
     int64_t now = now_ns();
     if (!run->c->open_loop) {
         /* Closed loop: the window is over; connections stop when answered. */
-        run->sending = false;
-        engine_finish_if_done(run);
+        engine_window_end(run);
         return;
     }
     while (run->next_intended <= now && run->next_intended < run->t_end) {
@@ -223,12 +242,14 @@ static void engine_on_timer(evutil_socket_t fd, short what, void *arg)
         else
             run->next_intended += (int64_t)(engine_gap_s(run) * 1e9);
     }
-    if (run->next_intended >= run->t_end) {
-        run->sending = false;
-        engine_finish_if_done(run);
+    /* The window ends at t_end, not at its last send: a request queued
+     * then may still get a connection before the end. */
+    if (run->next_intended >= run->t_end && now >= run->t_end) {
+        engine_window_end(run);
         return;
     }
-    int64_t wait = run->next_intended - now_ns();
+    int64_t next = run->next_intended < run->t_end ? run->next_intended : run->t_end;
+    int64_t wait = next - now_ns();
     struct timeval tv = {0, 0};
     if (wait > 0) {
         tv.tv_sec = wait / 1000000000;
@@ -269,6 +290,11 @@ static int engine_on_headers_complete(llhttp_t *p)
 {
     struct lg_conn *k = p->data;
     k->status = llhttp_get_status_code(p);
+    /* A status outside 100-599 (RFC 9110 15) is no answer: a malformed
+     * one, an error (it counted as an answer in no breakdown: not in the
+     * codes, not non-2xx, not an error). */
+    if (k->status < 100 || k->status > 599)
+        return -1;
     return k->run->c->head || (k->status >= 100 && k->status < 200) || k->status == 204 ||
            k->status == 304;
 }
@@ -319,9 +345,10 @@ static int engine_on_message_complete(llhttp_t *p)
     }
     if (k->measured && !broken) {
         hist_record(&run->r->latency, now - k->intended);
-        if (k->status >= 0 && k->status < 600)
+        if (k->status >= 0 && k->status < 600)   /* 100-599: engine_on_headers_complete */
             run->r->codes[k->status]++;
         run->r->answered++;
+        run->t_last = now;
         if (k->status >= 200 && k->status < 300 &&
             (!run->c->budget_ns || now - k->intended <= run->c->budget_ns))
             run->r->good++;
@@ -344,6 +371,26 @@ static const llhttp_settings_t parser_settings_llm = {
     .on_message_complete = engine_on_message_complete,
 };
 
+/* How soon after a request went out a close still reads as the keep-alive
+ * race: the server's close was on its way (or already in) when the request
+ * left, so it shows within about one round trip, plus this generator's own
+ * delay in reading it: 20 ms is a few scheduler ticks of a loaded machine
+ * or a sanitized build (a loopback round trip is microseconds). A server
+ * that held the request longer had it, and dropped it. The round trip is
+ * the kernel's smoothed one for the connection (over a long-haul link the
+ * race takes longer to show). */
+#define ENGINE_RACE_NS 20000000
+
+static int64_t engine_race_ns(const struct lg_conn *k)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    int64_t rtt_ns = 0;
+    if (getsockopt(k->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0)
+        rtt_ns = (int64_t)ti.tcpi_rtt * 1000;
+    return ENGINE_RACE_NS + 2 * rtt_ns;
+}
+
 static void engine_conn_request_failed(struct lg_conn *k)
 {
     if (k->busy) {
@@ -352,13 +399,14 @@ static void engine_conn_request_failed(struct lg_conn *k)
         if (k->measured && k->run->c->llm && engine_2xx(k))
             llmans_stats_broken(&k->run->r->llm, "a connection that closed mid-answer");
         /* Written whole to an open connection and never answered. When it
-         * went out on a kept-alive connection and not one byte came back,
-         * the server most likely closed that idle connection as the request
-         * crossed it (the race every HTTP/1.1 keep-alive close has; clients
-         * retry such requests, RFC 9112 9.3.1): counted apart. Anything else
-         * the server may have accepted: lost. */
+         * went out on a kept-alive connection, not one byte came back, and
+         * the close came right after the send (engine_race_ns), the server
+         * most likely closed that idle connection as the request crossed
+         * it (the race every HTTP/1.1 keep-alive close has; clients retry
+         * such requests, RFC 9112 9.3.1): counted apart. Anything else the
+         * server may have accepted: lost. */
         if (k->measured && !k->connecting && !k->malformed && buf_unread(&k->out) == 0) {
-            if (k->nsent > 1 && !k->got_bytes)
+            if (k->nsent > 1 && !k->got_bytes && now_ns() - k->t_sent <= engine_race_ns(k))
                 k->run->r->closed_idle++;
             else
                 k->run->r->lost++;
@@ -452,6 +500,7 @@ static int engine_conn_flush(struct lg_conn *k)
         engine_conn_close(k, true);
         return -1;
     }
+    k->t_sent = now_ns();
     return 0;
 }
 
@@ -529,13 +578,14 @@ static void engine_on_conn_event(evutil_socket_t fd, short what, void *arg)
         socklen_t len = sizeof err;
         getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &len);
         if (err) {
-            /* Counted whatever the window: nothing listens. Once: a measured
-             * request the connection carried is counted an error by the
-             * close (engine_conn_request_failed), so errors = refused + lost
-             * + closed_idle + the rest, as LOADGEN.md breaks them down. */
-            if (!(k->busy && k->measured))
-                k->run->r->errors++;
-            k->run->r->refused++;
+            /* Nothing listens. A connection is only opened carrying a
+             * request, and the failure is that request's: counted when it
+             * is measured, not when it was due in the warmup (those were
+             * the window's errors). Once: the close counts the error
+             * (engine_conn_request_failed), so errors = refused + lost +
+             * closed_idle + the rest, as LOADGEN.md breaks them down. */
+            if (k->busy && k->measured)
+                k->run->r->refused++;
             struct lg_run *run = k->run;
             if (!evtimer_pending(run->retry, NULL)) {   /* once a round of retries */
                 run->retry_ns = run->retry_ns ? run->retry_ns * 2 : ENGINE_RETRY_MIN_NS;
@@ -654,6 +704,47 @@ static struct lg_conn *engine_conn_new(struct lg_run *run)
 
 /* ---- the step ---- */
 
+/* The step starts once the loop runs: its clock (t0, the window) is read
+ * here, not before the loop was set up, or the first send, due at t0, was
+ * now and then more than 1 ms late and counted a late send. */
+static void engine_on_start(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_run *run = arg;
+    const struct lg_config *c = run->c;
+    (void)fd;
+    (void)what;
+    run->t0 = now_ns();
+    run->t_measure = run->t0 + (int64_t)(c->warmup_s * 1e9);
+    run->t_end = run->t_measure + (int64_t)(c->duration_s * 1e9);
+    /* The window, then drain_ms for the answers in flight. */
+    int64_t until = run->t_end + (int64_t)c->drain_ms * 1000000 - run->t0;
+    struct timeval dl = {(time_t)(until / 1000000000), (suseconds_t)(until % 1000000000 / 1000)};
+    evtimer_add(run->deadline, &dl);
+    if (c->progress) {
+        struct timeval one = {1, 0};
+        event_add(run->progress, &one);
+    }
+    if (c->open_loop) {
+        run->next_intended = run->t0;
+        engine_on_timer(-1, EV_TIMEOUT, run);
+        return;
+    }
+    int64_t span = run->t_end - run->t0;
+    struct timeval end = {(time_t)(span / 1000000000), (suseconds_t)(span % 1000000000 / 1000)};
+    evtimer_add(run->timer, &end);
+    for (int i = 0; i < c->concurrency; i++) {
+        struct lg_conn *k = engine_conn_new(run);
+        if (!k) {
+            run->r->errors++;
+            continue;
+        }
+        k->intended = run->t0;
+        k->measured = run->t0 >= run->t_measure;   /* --warmup 0: from the first */
+        k->busy = true;
+        run->outstanding++;
+    }
+}
+
 int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int cap)
 {
     memset(r, 0, sizeof *r);
@@ -687,56 +778,20 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
     event_config_free(ecfg);
     run.timer = evtimer_new(run.base, engine_on_timer, &run);
     run.retry = evtimer_new(run.base, engine_on_retry, &run);
-    run.t0 = now_ns();
-    run.t_measure = run.t0 + (int64_t)(c->warmup_s * 1e9);
-    run.t_end = run.t_measure + (int64_t)(c->duration_s * 1e9);
-    run.sending = true;
-    if (c->progress) {
-        run.progress = event_new(run.base, -1, EV_PERSIST, engine_on_progress, &run);
-        struct timeval one = {1, 0};
-        event_add(run.progress, &one);
-    }
-    if (c->open_loop) {
-        run.next_intended = run.t0;
-        struct timeval now = {0, 0};
-        evtimer_add(run.timer, &now);
-    } else {
-        int64_t span = run.t_end - run.t0;
-        struct timeval end = {(time_t)(span / 1000000000), (suseconds_t)(span % 1000000000 / 1000)};
-        evtimer_add(run.timer, &end);
-        for (int i = 0; i < c->concurrency; i++) {
-            struct lg_conn *k = engine_conn_new(&run);
-            if (!k) {
-                r->errors++;
-                continue;
-            }
-            k->intended = run.t0;
-            k->measured = run.t0 >= run.t_measure;   /* --warmup 0: from the first */
-            k->busy = true;
-            run.outstanding++;
-        }
-    }
-    /* The window, then drain_ms for the answers in flight. */
-    int64_t until = run.t_end + (int64_t)c->drain_ms * 1000000 - now_ns();
-    if (until < 0)
-        until = 0;
-    struct timeval dl = {(time_t)(until / 1000000000), (suseconds_t)(until % 1000000000 / 1000)};
     run.deadline = evtimer_new(run.base, engine_on_deadline, &run);
-    evtimer_add(run.deadline, &dl);
+    if (c->progress)
+        run.progress = event_new(run.base, -1, EV_PERSIST, engine_on_progress, &run);
+    run.sending = true;
+    struct timeval zero = {0, 0};
+    event_base_once(run.base, -1, EV_TIMEOUT, engine_on_start, &run, &zero);
     event_base_dispatch(run.base);
+    if (run.sending)
+        engine_window_end(&run);   /* --drain-ms 0: the deadline came first */
     for (int i = 0; i < run.nconns; i++)
         if (run.conns[i]->busy && run.conns[i]->measured) {
             r->errors++;   /* never answered */
             if (c->llm && engine_2xx(run.conns[i]))
                 llmans_stats_broken(&r->llm, "an answer still coming after --drain-ms");
-        }
-    /* Due in the window and never even sent (every allowed connection
-     * was busy): errors, and not sends. */
-    for (size_t i = run.qhead; i < run.qtail; i++)
-        if (run.q[i % run.qcap].measured) {
-            r->errors++;
-            r->unsent++;
-            r->sent--;
         }
     while (run.nconns > 0)
         engine_conn_close(run.conns[0], false);
@@ -751,11 +806,14 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
     free(run.conns);
     free(run.q);
     r->duration_s = c->duration_s;
+    r->span_s = r->duration_s;
+    if (run.t_last > run.t_end)
+        r->span_s = (double)(run.t_last - run.t_measure) / 1e9;
     if (!c->open_loop)
         r->sent = r->answered + r->errors;
     r->achieved_rate = r->sent / r->duration_s;
-    r->throughput = r->answered / r->duration_s;
-    r->goodput = r->good / r->duration_s;
+    r->throughput = r->answered / r->span_s;
+    r->goodput = r->good / r->span_s;
     /* Nothing answered at all: the target is not a server of this kind.
      * (Completions that broke were answered, wrongly: counted, not fatal.) */
     if (r->answered == 0 && r->connections > 0 && r->errors > 0 && r->latency.count == 0 &&

@@ -59,7 +59,8 @@ struct lg_result {
     uint64_t closed_idle;        /* of which: sent on a kept-alive connection that the server
                                   * closed as the request crossed it (no byte came back) */
     uint64_t unsent;             /* of which: due in the window, still waiting for a
-                                  * connection (--connections all busy) when it ended */
+                                  * connection (--connections all busy) when it ended:
+                                  * dropped then, never sent in the drain */
     uint64_t sent;               /* requests sent whose intended time was in the window (a
                                   * request still waiting for a connection at the end was
                                   * never sent: it is an error, not a send) */
@@ -67,10 +68,15 @@ struct lg_result {
     uint64_t good;               /* 2xx within budget */
     uint64_t late_sends;         /* sent > 1 ms after intended with a connection free, or
                                   * a new one allowed: the generator itself was late */
-    double duration_s;
+    double duration_s;           /* the window (--duration) */
+    /* The window, or longer: from its start to the last answer counted when
+     * that came after its end (vegeta's duration + wait). Answers to the
+     * window's requests arrive in the drain too; over the window alone, a
+     * server that fell behind read as keeping up with the asked rate. */
+    double span_s;
     double achieved_rate;        /* sent / duration */
-    double throughput;           /* answered / duration */
-    double goodput;              /* good / duration */
+    double throughput;           /* answered / span */
+    double goodput;              /* good / span */
     int connections;             /* opened during the step */
     /* OpenAI mode: TTFT, ITL, TPOT, e2e and tokens of the whole answers. A
      * 2xx answer that broke (llm.broken) is an error, not an answer. */

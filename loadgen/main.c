@@ -120,6 +120,39 @@ static int parse_list(const char *s, bool integer, double hi, double *out, int m
         (out) = v_;                                                                              \
     } while (0)
 
+/* --trace diurnal:PERIOD_S:PEAK:TROUGH, each field read whole and finite
+ * (sscanf took "nan", which passed `<= 0` and left a closed-loop run, and
+ * "2garbage"; "inf" was refused as a --rate). 0, or -1 having said why. */
+static int parse_trace(const char *s, double *period, double *peak, double *trough)
+{
+    static const char *const names[] = {"PERIOD_S", "PEAK", "TROUGH"};
+    double *out[] = {period, peak, trough};
+    const char *p = s;
+    if (strncmp(p, "diurnal:", 8) != 0)
+        goto shape;
+    p += 8;
+    for (int i = 0; i < 3; i++) {
+        size_t n = strcspn(p, ":");
+        char field[64];
+        if ((p[n] == ':') != (i < 2) || n >= sizeof field)
+            goto shape;
+        memcpy(field, p, n);
+        field[n] = '\0';
+        /* A rate past a million a second is refused as --rate is. */
+        if (lg_parse_number(field, 1e-9, i == 0 ? 86400 * 7 : 1e6, false, out[i]) < 0) {
+            fprintf(stderr, "batchgate-load: --trace: %s \"%s\" must be a number > 0%s\n",
+                    names[i], field, i == 0 ? " (seconds)" : " (requests/s, up to 1000000)");
+            return -1;
+        }
+        p += n + 1;
+    }
+    return 0;
+shape:
+    fprintf(stderr, "batchgate-load: --trace: need diurnal:PERIOD_S:PEAK:TROUGH with three "
+                    "positive numbers (got \"%s\")\n", s);
+    return -1;
+}
+
 /* The server's own view of a step, from /metrics deltas (batchgate only). */
 
 int main(int argc, char **argv)
@@ -207,8 +240,10 @@ int main(int argc, char **argv)
             char *end;
             errno = 0;
             o.seed = strtoull(optarg, &end, 10);
-            if (!optarg[0] || *end || errno || optarg[0] == '-') {
-                fprintf(stderr, "batchgate-load: --seed: \"%s\" must be a whole number\n",
+            /* A digit first: strtoull skips blanks and takes a sign, and
+             * " -1" wrapped to 2^64 - 1. */
+            if (optarg[0] < '0' || optarg[0] > '9' || *end || errno) {
+                fprintf(stderr, "batchgate-load: --seed: \"%s\" must be a whole number >= 0\n",
                         optarg);
                 return EXIT_USAGE;
             }
@@ -241,13 +276,8 @@ int main(int argc, char **argv)
             nwl++;
             break;
         case 'T':
-            if (sscanf(optarg, "diurnal:%lf:%lf:%lf", &trace_period, &trace_peak,
-                       &trace_trough) != 3 || trace_period <= 0 || trace_peak <= 0 ||
-                trace_trough <= 0) {
-                fprintf(stderr, "batchgate-load: --trace: need diurnal:PERIOD_S:PEAK:TROUGH "
-                                "with three positive numbers (got \"%s\")\n", optarg);
+            if (parse_trace(optarg, &trace_period, &trace_peak, &trace_trough) < 0)
                 return EXIT_USAGE;
-            }
             break;
         case 'O':
             if (strcmp(optarg, "chat") != 0 && strcmp(optarg, "completions") != 0) {

@@ -8,6 +8,13 @@ static double report_us(const struct lg_result *r, double q) { return (double)hi
 
 static double report_ms(const struct hist *h, double q) { return (double)hist_quantile(h, q) / 1e6; }
 
+/* Answers (or their tokens) per second: over the window and the wait for
+ * its last answers, as throughput and goodput (engine.h, span_s). */
+static double report_per_s(const struct lg_result *r, double n)
+{
+    return r->span_s > 0 ? n / r->span_s : 0;
+}
+
 static uint64_t report_non2xx(const struct lg_result *r)
 {
     uint64_t n = 0;
@@ -65,8 +72,8 @@ void report_llm_table_row(FILE *out, const struct report_step *s)
     const struct lg_result *r = &s->r;
     const struct llmans_stats *l = &r->llm;
     fprintf(out, "%-10g %8.2f %8.2f %10.1f %9.1f %9.1f %9.2f %9.2f %9.2f %9.1f %9.1f %7llu %6llu\n",
-            s->target, r->achieved_rate, l->requests / r->duration_s,
-            l->output_tokens / r->duration_s, report_ms(&l->ttft, .5), report_ms(&l->ttft, .99),
+            s->target, r->achieved_rate, report_per_s(r, (double)l->requests),
+            report_per_s(r, (double)l->output_tokens), report_ms(&l->ttft, .5), report_ms(&l->ttft, .99),
             report_ms(&l->itl, .5), report_ms(&l->itl, .99), report_ms(&l->tpot, .5),
             report_ms(&l->e2e, .5), report_ms(&l->e2e, .99),
             (unsigned long long)report_non2xx(r), (unsigned long long)r->errors);
@@ -92,11 +99,11 @@ static void report_json_fields(FILE *f, const struct report_step *s, const char 
     if (s->name[0])
         fprintf(f, "\"name\": \"%s\", ", s->name);
     fprintf(f, "\"mode\": \"%s\", \"target\": %g, \"achieved_rate\": %.3f, "
-               "\"throughput\": %.3f, \"goodput\": %.3f, \"duration_s\": %g,\n"
+               "\"throughput\": %.3f, \"goodput\": %.3f, \"duration_s\": %g, \"span_s\": %.6f,\n"
                "%s\"latency_us\": {\"p50\": %.0f, \"p90\": %.0f, \"p99\": %.0f, "
                "\"p999\": %.0f, \"max\": %.0f, \"mean\": %.0f},\n%s\"codes\": {",
             report_mode(s), s->target, r->achieved_rate, r->throughput, r->goodput,
-            r->duration_s, ind, report_us(r, .5), report_us(r, .9), report_us(r, .99),
+            r->duration_s, r->span_s, ind, report_us(r, .5), report_us(r, .9), report_us(r, .99),
             report_us(r, .999), report_us(r, 1), hist_mean(&r->latency) / 1e3, ind);
     int first = 1;
     for (int c = 0; c < 600; c++)
@@ -124,7 +131,7 @@ static void report_json_fields(FILE *f, const struct report_step *s, const char 
                     report_ms(h[i], .99), hist_mean(h[i]) / 1e6, ind);
         fprintf(f, "\"output_tokens_per_s\": %.3f, \"prompt_tokens\": %llu, "
                    "\"output_tokens\": %llu, \"requests\": %llu, \"broken\": %llu}",
-                l->output_tokens / r->duration_s, (unsigned long long)l->prompt_tokens,
+                report_per_s(r, (double)l->output_tokens), (unsigned long long)l->prompt_tokens,
                 (unsigned long long)l->output_tokens, (unsigned long long)l->requests,
                 (unsigned long long)l->broken);
     }
@@ -133,8 +140,10 @@ static void report_json_fields(FILE *f, const struct report_step *s, const char 
 void report_warn_late(const struct report_step *st, double rate)
 {
     /* Whatever the achieved rate says: with --constant it is the asked one
-     * by construction, and the late sends are what tells. */
-    if (st->open_loop && st->r.late_sends > st->r.sent / 100)
+     * by construction, and the late sends are what tells. More than 1 % of
+     * the sends, and more than one: one late send is a scheduler's hiccup,
+     * and sent / 100 was 0 below 100 sends, where one was a warning. */
+    if (st->open_loop && st->r.late_sends > 1 && st->r.late_sends * 100 > st->r.sent)
         fprintf(stderr, "batchgate-load: warning: the generator could not keep up with %.0f/s "
                         "(%llu sends late with a connection free); its latencies include its "
                         "own delay\n", rate, (unsigned long long)st->r.late_sends);
@@ -219,7 +228,7 @@ int report_csv(const char *path, const struct report_step *s, int n)
             for (int k = 0; k < 4; k++)
                 fprintf(f, ",%.3f,%.3f,%.3f,%.3f", report_ms(h[k], .5), report_ms(h[k], .9),
                         report_ms(h[k], .99), hist_mean(h[k]) / 1e6);
-            fprintf(f, ",%.3f,%llu,%llu,%llu,%llu", l->output_tokens / r->duration_s,
+            fprintf(f, ",%.3f,%llu,%llu,%llu,%llu", report_per_s(r, (double)l->output_tokens),
                     (unsigned long long)l->prompt_tokens, (unsigned long long)l->output_tokens,
                     (unsigned long long)l->requests, (unsigned long long)l->broken);
         }
@@ -303,7 +312,7 @@ int report_svg(const char *path, const struct report_step *s, int n, const char 
                        "%.2f ms</title></circle>\n", X(report_svg_x(&s[i])),
                     Y(report_svg_y(&s[i], lines[k].q)), lines[k].color,
                     s[i].open_loop ? "rate" : "conns", s[i].target,
-                    llm ? s[i].r.llm.requests / s[i].r.duration_s : s[i].r.throughput,
+                    llm ? report_per_s(&s[i].r, (double)s[i].r.llm.requests) : s[i].r.throughput,
                     report_svg_y(&s[i], lines[k].q));
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s</text>\n", W - R - 40,
                 T + 16 + 16 * k, lines[k].color, lines[k].name);

@@ -139,7 +139,9 @@ static void *lg_workload_main(void *arg)
     return NULL;
 }
 
-/* The total of the workloads' results: counts and rates add up, latencies merge. */
+/* The total of the workloads' results: counts and rates add up, latencies
+ * merge. Every count of lg_result is here but `llm` (--openai takes no
+ * --workload). */
 static void lg_workload_total(const struct lg_workload_run *runs, int n, struct report_step *t)
 {
     memset(t, 0, sizeof *t);
@@ -157,6 +159,7 @@ static void lg_workload_total(const struct lg_workload_run *runs, int n, struct 
         t->r.refused += r->refused;
         t->r.lost += r->lost;
         t->r.closed_idle += r->closed_idle;
+        t->r.unsent += r->unsent;
         t->r.sent += r->sent;
         t->r.answered += r->answered;
         t->r.good += r->good;
@@ -166,6 +169,10 @@ static void lg_workload_total(const struct lg_workload_run *runs, int n, struct 
         t->r.goodput += r->goodput;
         t->r.connections += r->connections;
         t->r.duration_s = r->duration_s;
+        /* Rates add up (each over its own span); the total's span is the
+         * longest, as the JSON says. */
+        if (r->span_s > t->r.span_s)
+            t->r.span_s = r->span_s;
     }
 }
 

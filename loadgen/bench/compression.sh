@@ -85,7 +85,8 @@ if bad:
     sys.exit("compression: %d requests failed: %r" % (bad, s["codes"]))
 ticks, hz = int(sys.argv[2]), int(sys.argv[3])
 # The CPU counts the warmup second too: per answer over warmup + window.
-total = n * (1 + s["duration_s"]) / s["duration_s"]
+span = s.get("span_s", s["duration_s"])   # the window and the wait for its answers
+total = n * (1 + span) / span
 print("%.1f %.3f %.3f %.2f %s" % (s["throughput"], s["latency_us"]["p50"] / 1000,
                                   s["latency_us"]["p99"] / 1000,
                                   1000.0 * ticks / hz * 1000 / total, sys.argv[4]))

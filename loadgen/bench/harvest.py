@@ -283,7 +283,8 @@ def write_job(state, lines, model):
 def ok_rate(step):
     """2xx answers per second of a load step."""
     ok = sum(n for c, n in step["codes"].items() if c.startswith("2"))
-    return ok / step["duration_s"] if step["duration_s"] else 0.0
+    span = step.get("span_s", step["duration_s"])   # the window and the wait for its answers
+    return ok / span if span else 0.0
 
 
 def answers_line(step):
@@ -335,7 +336,7 @@ def one_run(args, model, peak, trough, backlog_lines):
             http(port, "DELETE", "/v2/jobs/%s" % job)
         full = exec_ms(port, args.max_batch)
         answered = sum(step["codes"].values()) + step["errors"]
-        good = step["goodput"] * step["duration_s"]
+        good = step["goodput"] * step.get("span_s", step["duration_s"])
         return {"busy": (busy1 - busy0) / (t1 - t0), "goodput": step["goodput"],
                 "online_rows_s": ok_rate(step),
                 # goodput x duration is a float a hair above the count when

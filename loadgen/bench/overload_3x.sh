@@ -53,11 +53,11 @@ guard = [float(l) * 1e3 for l in open(sys.argv[4]) if l.strip()]
 for name, s in zip(("3x capacity (%s s)" % sys.argv[3], "then 0.5x (10 s)"), steps):
     c = {int(k): v for k, v in s["codes"].items()}
     ok = c.get(200, 0)
-    print(f'{name:<22} sent {s["achieved_rate"]:7.0f}/s  200: {ok/s["duration_s"]:6.0f}/s  '
+    print(f'{name:<22} sent {s["achieved_rate"]:7.0f}/s  200: {ok/s.get("span_s", s["duration_s"]):6.0f}/s  '
           f'goodput (200 within 100 ms) {s["goodput"]:6.0f}/s  429 {c.get(429, 0)}  504 {c.get(504, 0)}  '
           f'other {sum(v for k, v in c.items() if k not in (200, 429, 504))}  errors {s["errors"]}  '
           f'p99 (all answers) {s["latency_us"]["p99"]/1e3:.1f} ms  late sends {s.get("late_sends", 0)}')
-    late = max(0, round(ok - s["goodput"] * s["duration_s"]))
+    late = max(0, round(ok - s["goodput"] * s.get("span_s", s["duration_s"])))
     print(f'  accepted (200) answers later than the budget: {late:.0f} of {ok}')
 print(f'RSS over the run: min {min(rss)} KiB, max {max(rss)} KiB, last {rss[-1]} KiB ({len(rss)} samples)')
 if guard:

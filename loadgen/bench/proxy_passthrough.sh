@@ -81,7 +81,7 @@ import json, sys
 s = json.load(open(sys.argv[1]))["steps"][0]
 bad = sum(v for k, v in s["codes"].items() if not k.startswith("2")) + s["errors"]
 # The CPU counters also ran through the 1 s warmup.
-total = s["throughput"] * (s["duration_s"] + 1)
+total = s["throughput"] * (s.get("span_s", s["duration_s"]) + 1)
 per_k = lambda a, b: (float(b) - float(a)) / float(sys.argv[7]) * 1e6 / total if total else 0
 px, up = per_k(sys.argv[3], sys.argv[4]), per_k(sys.argv[5], sys.argv[6])
 print(f'{sys.argv[2]:<26} {s["throughput"]:9.0f} req/s   p50 {s["latency_us"]["p50"]/1e3:5.2f} ms   '

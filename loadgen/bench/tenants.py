@@ -346,7 +346,7 @@ def fmt_bad(bad):
 def step_line(name, st):
     return ("%s: sent %.0f/s (asked %g), 2xx %.0f/s, goodput %.0f/s, p50 %.1f ms, p99 %.1f ms, "
             "not 2xx: %s, late sends %d" % (
-                name, st["achieved_rate"], st["target"], ok(st) / st["duration_s"],
+                name, st["achieved_rate"], st["target"], ok(st) / st.get("span_s", st["duration_s"]),
                 st["goodput"], st["latency_us"]["p50"] / 1e3, st["latency_us"]["p99"] / 1e3,
                 fmt_bad(not_answered(st)), st.get("late_sends", 0)))
 
@@ -430,7 +430,7 @@ def run_backend(args, backend, scratch):
         Load(port, work, "warm", {"A": spec(keys, "A", concurrency=sat)}, 1).wait()
         cap_run = Load(port, work, "cap", {"A": spec(keys, "A", concurrency=sat)}, 5, warmup=1)
         st = cap_run.wait()["A"]
-        cap = ok(st) / st["duration_s"]
+        cap = ok(st) / st.get("span_s", st["duration_s"])
         wall, d = between(sampler.snap(), cap_run.t_launch + 1.5, cap_run.t_launch + 5.5)
         cap_busy = d.get("A", 0.0) / wall if wall else 0.0
         srv = st.get("server") or {}

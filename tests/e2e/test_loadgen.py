@@ -5,12 +5,19 @@ same stall hides it (coordinated omission, docs/LOADGEN.md); the achieved
 rate matches the asked one within 1%; a diurnal trace sends at the rate of
 its curve, quarter by quarter; bad usage exits 2; JSON, CSV and SVG are
 written; --api-key and --header reach a server that wants a key, and
-several --workload run at once are reported apart and in total; --bodies
-sends its lines in turn."""
+several --workload run at once are reported apart and in total (every
+count added); --bodies sends its lines in turn. What is counted: a saturated
+server's throughput is what it delivered (answers over the window and the
+wait for its last ones), requests still waiting for a connection at the
+window's end are unsent whatever --drain-ms, refusals in the warmup are not
+the window's, a request held then dropped is lost (the keep-alive race
+closed_idle), a status outside 100-599 is malformed, and one late send is
+no warning."""
 
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -28,11 +35,15 @@ LOAD = os.path.join(os.path.dirname(BIN), "batchgate-load")
 
 class Scripted(BaseHTTPRequestHandler):
     """GET /delay?ms=N[&slow_ms=M&slow_every=K] sleeps N ms (every K-th request M ms);
+    with &serial=1 one such request at a time (a server of fixed capacity);
+    with &log=1 each one's arrival is kept in `logged`;
     GET /stall?ms=N makes every request wait until N ms from now have passed."""
     protocol_version = "HTTP/1.1"
     counter = 0
     lock = threading.Lock()
+    serial = threading.Lock()
     arrivals = []          # time.monotonic() of each /trace request
+    logged = []            # time.monotonic() of each &log=1 request
     stall_until = 0.0
 
     bodies = []            # POST bodies, in arrival order
@@ -67,10 +78,16 @@ class Scripted(BaseHTTPRequestHandler):
             with Scripted.lock:
                 Scripted.counter += 1
                 n = Scripted.counter
+                if q.get("log"):
+                    Scripted.logged.append(time.monotonic())
             ms = q.get("ms", 0)
             if q.get("slow_every") and n % int(q["slow_every"]) == 0:
                 ms = q["slow_ms"]
-            time.sleep(ms / 1000)
+            if q.get("serial"):
+                with Scripted.serial:
+                    time.sleep(ms / 1000)
+            else:
+                time.sleep(ms / 1000)
             wait = Scripted.stall_until - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
@@ -139,6 +156,121 @@ class LoadgenTest(unittest.TestCase):
                              "--warmup", "0.5")
         self.assertAlmostEqual(steps[0]["achieved_rate"], 400, delta=4, msg=steps[0])
         self.assertAlmostEqual(steps[0]["throughput"], 400, delta=4, msg=steps[0])
+
+    def test_throughput_is_what_a_saturated_server_delivered(self):
+        # One request at a time, 10 ms each (about 90/s with Python's own
+        # time), asked 200/s for 1 s: the window's 200 are answered by about
+        # 2.2 s. Throughput is the answers over the window and the wait for
+        # its last ones (span_s): what the server delivered. Over the window
+        # alone it read 200/s, the asked rate, as if the server kept up.
+        steps, _ = self.load("/delay?ms=10&serial=1", "--rate", "200", "--constant",
+                             "--duration", "1", "--warmup", "0")
+        st = steps[0]
+        self.assertLess(st["throughput"], 125, st)
+        self.assertGreater(st["throughput"], 50, st)
+        n = sum(st["codes"].values())
+        self.assertEqual((n, st["errors"]), (200, 0), st)
+        self.assertAlmostEqual(st["achieved_rate"], 200, delta=2, msg=st)   # sent, apart
+        self.assertGreater(st["span_s"], 1.6, st)
+        self.assertAlmostEqual(st["throughput"], n / st["span_s"], delta=0.01, msg=st)
+        self.assertAlmostEqual(st["goodput"], st["throughput"], delta=0.01, msg=st)
+        # Closed loop, the same definition: the answers to the requests in
+        # flight at the window's end stretch the span they are counted in.
+        steps, _ = self.load("/delay?ms=10&serial=1", "--concurrency", "4", "--duration", "0.5",
+                             "--warmup", "0")
+        st = steps[0]
+        n = sum(st["codes"].values())
+        self.assertGreater(st["span_s"], 0.5, st)
+        self.assertAlmostEqual(st["throughput"], n / st["span_s"], delta=0.01, msg=st)
+        self.assertLess(st["throughput"], 125, st)
+
+    def test_requests_waiting_at_the_window_end_are_unsent(self):
+        # 4 connections to a server taking 100 ms send about 40/s of the
+        # 100/s asked. The rest, still waiting for a connection when the
+        # window ends, are unsent, whatever --drain-ms: none goes out in the
+        # drain (all 100 did: achieved 100/s, unsent 0, and 50/s with 300 ms).
+        for drain in ("2000", "300"):
+            with Scripted.lock:
+                Scripted.logged = []
+            steps, _ = self.load("/delay?ms=100&log=1", "--rate", "100", "--constant",
+                                 "--duration", "1", "--warmup", "0", "--connections", "4",
+                                 "--drain-ms", drain)
+            st = steps[0]
+            sent = round(st["achieved_rate"] * st["duration_s"])
+            self.assertLessEqual(sent, 48, st)
+            self.assertGreaterEqual(sent, 30, st)
+            self.assertEqual(st["unsent"], 100 - sent, st)
+            self.assertEqual(st["errors"], st["unsent"], st)
+            self.assertEqual(st["codes"], {"200": sent}, st)
+            with Scripted.lock:
+                self.assertEqual(len(Scripted.logged), sent, (drain, st))
+
+    def test_workload_total_adds_every_count(self):
+        # One connection each to a server taking 100 ms: both workloads
+        # leave requests unsent, and the total counts them (it left them out).
+        steps, _ = self.load("/delay?ms=100", "--workload", "a:rate=40", "--workload",
+                             "b:rate=20", "--connections", "1", "--duration", "1", "--warmup",
+                             "0", "--drain-ms", "200")
+        total, ws = steps[0], steps[0]["workloads"]
+        for w in ws:
+            self.assertGreater(w["unsent"], 0, w)
+        for k in ("errors", "refused", "lost", "closed_idle", "unsent", "late_sends"):
+            self.assertEqual(total[k], sum(w[k] for w in ws), k)
+        for k in ("achieved_rate", "throughput", "goodput"):
+            self.assertAlmostEqual(total[k], sum(w[k] for w in ws), delta=0.01, msg=k)
+        self.assertEqual(total["codes"]["200"], sum(w["codes"]["200"] for w in ws))
+        self.assertEqual(total["span_s"], max(w["span_s"] for w in ws))
+
+    def test_one_late_send_is_no_warning(self):
+        # 10 sends at 10/s, the generator stopped (SIGSTOP) across the 6th:
+        # it goes out 40 ms late with its connection free, one late send of
+        # ten. A warning needs more than one, and more than 1 % (sent / 100
+        # was 0 below 100 sends: one late send was a warning). With
+        # --warmup 0 the first send, due at the step's start, was now and
+        # then counted late too (the clock was read before the loop ran).
+        out = os.path.join(self.tmp, "late.json")
+        with Scripted.lock:
+            Scripted.logged = []
+        p = subprocess.Popen([LOAD, "--url", "http://127.0.0.1:%d/delay?log=1" % self.port,
+                              "--quiet", "--rate", "10", "--constant", "--duration", "1",
+                              "--warmup", "0", "--json", out],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        first, until = None, time.monotonic() + 5
+        while first is None and time.monotonic() < until:
+            with Scripted.lock:
+                first = Scripted.logged[0] if Scripted.logged else None
+            time.sleep(0.001)
+        self.assertIsNotNone(first, "no request in 5 s")
+        # The first arrival is the step's start (to a millisecond): the 6th
+        # send is due 500 ms later.
+        time.sleep(max(0, first + 0.46 - time.monotonic()))
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(max(0, first + 0.54 - time.monotonic()))
+        p.send_signal(signal.SIGCONT)
+        _, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0, err)
+        with open(out) as f:
+            st = json.load(f)["steps"][0]
+        self.assertEqual(st["late_sends"], 1, st)
+        self.assertNotIn(b"keep up", err)
+
+    def test_trace_and_seed_read_whole(self):
+        # "nan" passed `<= 0` and ran a closed-loop test; "2garbage" read as
+        # 2; "inf" was refused as a --rate; " -1" seeded 2^64 - 1.
+        url = "http://127.0.0.1:1"
+        for spec, field in (("diurnal:nan:50:10", b"PERIOD_S"), ("diurnal:10:5:2garbage", b"TROUGH"),
+                            ("diurnal:10:inf:2", b"PEAK"), ("diurnal:10:5", b"diurnal:"),
+                            ("diurnal:10:5:2:1", b"diurnal:")):
+            p = subprocess.run([LOAD, "--url", url, "--trace", spec, "--duration", "0.2",
+                                "--warmup", "0", "--quiet"], capture_output=True, timeout=10)
+            self.assertEqual(p.returncode, 2, (spec, p.stderr))
+            self.assertIn(b"--trace", p.stderr, spec)
+            self.assertIn(field, p.stderr, spec)
+        for seed in (" -1", "-1", "+1", " 1"):
+            p = subprocess.run([LOAD, "--url", url, "--rate", "1", "--seed", seed, "--duration",
+                                "0.2", "--warmup", "0", "--quiet"], capture_output=True, timeout=10)
+            self.assertEqual(p.returncode, 2, (seed, p.stderr))
+            self.assertIn(b"--seed", p.stderr, seed)
 
     def test_diurnal_trace_follows_its_curve(self):
         # Period 4 s, trough 40/s at the start, peak 400/s at 2 s. Over each
@@ -289,6 +421,17 @@ class LoadgenTest(unittest.TestCase):
         self.assertLess(st["refused"], 400, st)
         self.assertGreater(st["codes"].get("200", 0), 50, st)
 
+    def test_refusals_in_the_warmup_are_not_the_windows(self):
+        # Nothing listens for the first 0.5 s of a 1 s warmup: the refused
+        # connects were the warmup's requests, not errors of the window
+        # (they were, open and closed loop, and closed loop's sent/s
+        # counted them).
+        for args in (["--rate", "40", "--constant"], ["--concurrency", "1"]):
+            st = self.run_against_window(0.5, 1.6, True, args + ["--warmup", "1", "--duration",
+                                                                 "0.5"], "warm")
+            self.assertEqual((st["errors"], st["refused"]), (0, 0), (args, st))
+            self.assertGreater(st["codes"].get("200", 0), 5, (args, st))
+
     def test_bodies_sent_in_turn(self):
         path = os.path.join(self.tmp, "bodies.jsonl")
         with open(path, "w") as f:
@@ -328,7 +471,11 @@ class RawAnswers:
     HEAD a 200 with a Content-Length and no body; /idle408 a 200 kept
     alive, then, after 50 ms with no request, an unasked 408 and close;
     /short a body one byte longer than its Content-Length, /crlf a blank
-    line after the body.
+    line after the body; /drop every third request (of all) held 300 ms,
+    then the connection closed unanswered; /race the second request of a
+    connection met by its close at once (a server closing an idle
+    keep-alive connection as the request crossed it); /status799 every
+    second request (of all) a 799.
     `requests` counts the requests received."""
 
     def __init__(self):
@@ -354,6 +501,7 @@ class RawAnswers:
     def serve(self, c):
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = b""
+        served = 0
         try:
             while not self.stop:
                 c.settimeout(2.0 if b"idle408" not in buf else 0.05)
@@ -371,6 +519,11 @@ class RawAnswers:
                     method, path = head.split(b" ")[:2]
                     with self.lock:
                         self.requests += 1
+                        n = self.requests
+                    served += 1
+                    if (path == b"/drop" and n % 3 == 0) or (path == b"/race" and served == 2):
+                        time.sleep(0.3 if path == b"/drop" else 0)
+                        return
                     if method == b"HEAD":
                         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
                     elif path == b"/notmod":
@@ -380,6 +533,8 @@ class RawAnswers:
                         # line after the body (old servers send one).
                         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" +
                                   (b"X" if path == b"/short" else b"\r\n"))
+                    elif path == b"/status799" and n % 2 == 0:
+                        c.sendall(b"HTTP/1.1 799 Odd\r\nContent-Length: 2\r\n\r\nok")
                     elif path == b"/interim":
                         c.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
                         time.sleep(0.03)
@@ -460,6 +615,26 @@ class LoadgenFramingTest(unittest.TestCase):
         self.assertEqual((st["lost"], st["closed_idle"]), (0, 0), st)
         st, _ = self.run_load("/crlf", "--rate", "10", "--constant", "--duration", "0.5")
         self.assertEqual((st["codes"], st["errors"]), ({"200": 5}, 0), st)
+
+    def test_held_then_dropped_is_lost(self):
+        # A request the server held 300 ms, then dropped with its
+        # connection, was had: lost (it counted closed_idle when it went out
+        # on a kept-alive connection, and lost == 0 then said nothing).
+        st, _ = self.run_load("/drop", "--rate", "10", "--constant", "--duration", "1")
+        self.assertEqual((st["codes"], st["errors"]), ({"200": 7}, 3), st)
+        self.assertEqual((st["lost"], st["closed_idle"]), (3, 0), st)
+        # The keep-alive race, a close met as the request went out on a
+        # reused connection: closed_idle still.
+        st, _ = self.run_load("/race", "--rate", "10", "--constant", "--duration", "1")
+        self.assertEqual((st["codes"], st["errors"]), ({"200": 5}, 5), st)
+        self.assertEqual((st["lost"], st["closed_idle"]), (0, 5), st)
+
+    def test_status_outside_100_599_is_malformed(self):
+        # RFC 9110 15: a 799 is no status. It counted as an answer shown in
+        # no breakdown (not in codes, not non-2xx, not an error).
+        st, _ = self.run_load("/status799", "--rate", "10", "--constant", "--duration", "1")
+        self.assertEqual((st["codes"], st["errors"]), ({"200": 5}, 5), st)
+        self.assertEqual((st["lost"], st["closed_idle"]), (0, 0), st)
 
     def test_constant_rate_sends_what_it_says(self):
         # 30/s for 1 s is 30 sends (the gap cut to whole ns let a 31st in).

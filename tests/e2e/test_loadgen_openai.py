@@ -14,7 +14,9 @@ and against a scripted SSE server whose timing is known:
   step bounded by --drain-ms;
 - a scripted server: TTFT and ITL match its sleeps while its events are
   split across writes with \\r\\n line ends; an answer delimited by the
-  connection's close is whole; --api-key reaches it; bad usage exits 2.
+  connection's close is whole; --api-key reaches it; bad usage exits 2;
+  served one at a time, its tokens/s are what it delivered (over the window
+  and the wait for its last answers), not the window's alone.
 
 Each run is 1 to 3 seconds."""
 
@@ -73,11 +75,13 @@ class Scripted(BaseHTTPRequestHandler):
     once, the first token 100 ms later, then 4 more 40 ms apart, each event
     cut in two writes with \\r\\n line ends, and the closing, usage and [DONE]
     events in one last write. POST /close/...: a stream with no length and
-    no chunking, ended by closing the connection."""
+    no chunking, ended by closing the connection. POST /serial/...: the
+    /split stream, one at a time (a server of fixed capacity)."""
     protocol_version = "HTTP/1.1"
     auth = []
     bodies = []
     lock = threading.Lock()
+    serial = threading.Lock()
     FIRST_S, GAP_S, TOKENS, PROMPT = 0.100, 0.040, 5, 11
 
     def log_message(self, *a):
@@ -107,6 +111,13 @@ class Scripted(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
+        if self.path.startswith("/serial/"):
+            with Scripted.serial:
+                self.stream()
+            return
+        self.stream()
+
+    def stream(self):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -178,7 +189,9 @@ class LoadgenOpenAITest(unittest.TestCase):
         self.assertEqual(llm["requests"], st["codes"].get("200"), st)
         # llmsim generates exactly max_tokens, and usage says so.
         self.assertEqual(llm["output_tokens"], llm["requests"] * max_tokens, st)
-        self.assertAlmostEqual(llm["output_tokens_per_s"], llm["output_tokens"] / st["duration_s"],
+        # Over the window and the wait for its last answers (docs/LOADGEN.md).
+        self.assertGreaterEqual(st["span_s"], st["duration_s"], st)
+        self.assertAlmostEqual(llm["output_tokens_per_s"], llm["output_tokens"] / st["span_s"],
                                delta=0.01)
         self.assertGreater(llm["prompt_tokens"], 0, st)
 
@@ -370,6 +383,26 @@ class LoadgenOpenAITest(unittest.TestCase):
         self.assertEqual(st["errors"], 0, st)
         self.assertGreater(st["llm"]["requests"], 3, st)
         self.assertEqual(st["llm"]["output_tokens"], 2 * st["llm"]["requests"], st)
+
+    def test_tokens_per_s_of_a_server_that_falls_behind(self):
+        # One answer at a time, 260 ms each (about 3.8/s), asked 10/s for
+        # 1 s: the window's 10 answers, 50 tokens, come over about 2.6 s.
+        # Over the window alone that read 50 tokens/s and 10 answers/s.
+        port = self.httpd.server_address[1]
+        st, p, _ = self.run_load("http://127.0.0.1:%d/serial" % port, "--rate", "10",
+                                 "--constant", "--duration", "1", "--warmup", "0",
+                                 "--synthetic", "in=5", model="scripted")
+        llm = st["llm"]
+        self.assertEqual((llm["requests"], llm["output_tokens"], st["errors"]), (10, 50, 0), st)
+        self.assertLess(llm["output_tokens_per_s"], 25, st)
+        self.assertGreater(st["span_s"], 2.2, st)
+        self.assertAlmostEqual(llm["output_tokens_per_s"], 50 / st["span_s"], delta=0.01)
+        self.assertAlmostEqual(st["throughput"], 10 / st["span_s"], delta=0.01)
+        self.assertAlmostEqual(st["achieved_rate"], 10, delta=0.01)   # sent: the asked rate
+        # The table's req/s and out tok/s columns are the same numbers.
+        row = p.stdout.decode().splitlines()[-1].split()
+        self.assertAlmostEqual(float(row[2]), 10 / st["span_s"], delta=0.02, msg=row)
+        self.assertAlmostEqual(float(row[3]), 50 / st["span_s"], delta=0.1, msg=row)
 
     def test_bad_usage(self):
         path = os.path.join(self.tmp, "bad.jsonl")
