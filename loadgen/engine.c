@@ -374,12 +374,13 @@ static const llhttp_settings_t parser_settings_llm = {
 /* How soon after a request went out a close still reads as the keep-alive
  * race: the server's close was on its way (or already in) when the request
  * left, so it shows within about one round trip, plus this generator's own
- * delay in reading it: 20 ms is a few scheduler ticks of a loaded machine
- * or a sanitized build (a loopback round trip is microseconds). A server
- * that held the request longer had it, and dropped it. The round trip is
- * the kernel's smoothed one for the connection (over a long-haul link the
- * race takes longer to show). */
-#define ENGINE_RACE_NS 20000000
+ * delay in reading it: 100 ms covers a loaded 2-core machine running a
+ * sanitized build (ThreadSanitizer's loop stalls tens of ms; a loopback
+ * round trip is microseconds), and a server holding a request that long
+ * before dropping it is caught. A server that held the request longer had
+ * it, and dropped it. The round trip is the kernel's smoothed one for the
+ * connection (over a long-haul link the race takes longer to show). */
+#define ENGINE_RACE_NS 100000000
 
 static int64_t engine_race_ns(const struct lg_conn *k)
 {
