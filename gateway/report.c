@@ -103,12 +103,20 @@ int report_main(int argc, char **argv)
         case 'b': by = optarg; break;
         case 'o': format = optarg; break;
         case 'h': report_usage(stdout); return 0;
+        /* Said, as the server's own flags say it (usage alone left the
+         * reader to find which flag was wrong). */
+        case ':':
+            fprintf(stderr, "batchgate report: %s needs a value\n", argv[optind - 1]);
+            report_usage(stderr);
+            return 2;
         default:
+            fprintf(stderr, "batchgate report: unknown option %s\n", argv[optind - 1]);
             report_usage(stderr);
             return 2;
         }
     }
     if (optind < argc) {
+        fprintf(stderr, "batchgate report: unexpected argument \"%s\"\n", argv[optind]);
         report_usage(stderr);
         return 2;
     }

@@ -406,6 +406,16 @@ class CliTest(unittest.TestCase):
         for host in ("256.1.1.1", "[1::2::3]"):
             self.assert_exit(["--listen", host + ":0", "--io-threads", "1"], 2,
                              stderr_has=('listen: not an IP address',))
+        # From the file: the file is named, as for every other setting.
+        state = tempfile.mkdtemp(prefix="batchgate-state-")
+        try:
+            cfg = os.path.join(state, "c.json")
+            with open(cfg, "w") as f:
+                json.dump({"state_dir": state, "listen": "256.1.1.1:0", "grpc_listen": "off"}, f)
+            self.assert_exit(["--config", cfg, "--io-threads", "1"], 2,
+                             stderr_has=(cfg + ': listen: not an IP address',))
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
 
     def test_a_start_waits_for_another_binding_the_port(self):
         # Two batchgates started together could both find the port free

@@ -886,7 +886,10 @@ class UsageReportTest(UsageCase):
         self.assertRegex(out, r"(?m)^c\s+0\s+0\s+.*\s\d+\.\d+\s+-$")
         self.assertRegex(out, r"(?m)^a\s+\d+\s+\d+\s+.*\s\d+\.\d{6}$")
         for args, word in ((["--from", "soon"], "--from"), (["--by", "gpu"], "--by"),
-                           (["--format", "xml"], "--format"), (["--to", "2020-01-01"], "--from")):
+                           (["--format", "xml"], "--format"), (["--to", "2020-01-01"], "--from"),
+                           # Named (it printed the usage alone).
+                           (["--from"], "--from needs a value"), (["--bogus"], "--bogus"),
+                           (["extra"], 'unexpected argument "extra"')):
             rc, out, err = run_cli(["report", "--config", cfg] + args)
             self.assertEqual(rc, 2, (args, out))
             self.assertIn(word, err)
