@@ -169,7 +169,13 @@ static int hf_modules(const char *dir, struct hf_bert_config *o, struct error *e
         json_decref(m);
         return error_set(err, BG_ECONFIG, "%s: expected a JSON array of modules", path);
     }
-    int rc = 0;
+    /* The one pipeline served: Transformer, then Pooling, then Normalize
+     * (optional), each once, in that order, as sentence-transformers runs
+     * them. Read in any order, a Normalize before the Pooling (the tokens
+     * normalized, then pooled: another vector) or a second Pooling was
+     * served as the usual pipeline. */
+    static const char *const stage[] = {"Transformer", "Pooling", "Normalize"};
+    int rc = 0, next = 0;   /* the stage expected next */
     size_t i;
     json_t *mod;
     json_array_foreach(m, i, mod) {
@@ -177,24 +183,41 @@ static int hf_modules(const char *dir, struct hf_bert_config *o, struct error *e
         const char *sub = json_string_value(json_object_get(mod, "path"));
         const char *name = type ? strrchr(type, '.') : NULL;
         name = name ? name + 1 : type ? type : "";
-        if (strcmp(name, "Transformer") == 0)
-            continue;
-        if (strcmp(name, "Normalize") == 0) {
-            o->normalize = true;
-            continue;
+        int k = 0;
+        while (k < 3 && strcmp(name, stage[k]) != 0)
+            k++;
+        if (k == 3) {
+            rc = error_set(err, BG_ECONFIG, "%s: modules[%zu].type: \"%s\": not implemented "
+                           "(Transformer, Pooling and Normalize are)", path, i,
+                           type ? type : "");
+            break;
         }
-        if (strcmp(name, "Pooling") == 0 && sub && !strstr(sub, "..")) {
+        if (k != next) {
+            rc = error_set(err, BG_ECONFIG, "%s: modules[%zu]: %s %s: served are Transformer, "
+                           "Pooling and, optionally, Normalize, each once, in that order", path,
+                           i, stage[k], k < next ? "again, or after a later module" :
+                                                   next == 0 ? "before the Transformer"
+                                                             : "before the Pooling");
+            break;
+        }
+        next = k + 1;
+        if (k == 2)
+            o->normalize = true;
+        if (k == 1) {
+            if (!sub || strstr(sub, "..")) {
+                rc = error_set(err, BG_ECONFIG, "%s: modules[%zu].path: the Pooling module's "
+                               "folder, within the model's", path, i);
+                break;
+            }
             char pool[4400];
             snprintf(pool, sizeof pool, "%.4000s/%.200s/config.json", dir, sub);
-            rc = hf_pooling(pool, o, &o->pooling, err);
-            if (rc)
+            if ((rc = hf_pooling(pool, o, &o->pooling, err)))
                 break;
-            continue;
         }
-        rc = error_set(err, BG_ECONFIG, "%s: modules[%zu].type: \"%s\": not implemented "
-                       "(Transformer, Pooling and Normalize are)", path, i, type ? type : "");
-        break;
     }
+    if (rc == 0 && next < 2)
+        rc = error_set(err, BG_ECONFIG, "%s: no %s module: served are Transformer, Pooling and, "
+                       "optionally, Normalize", path, stage[next]);
     json_decref(m);
     return rc;
 }

@@ -184,6 +184,24 @@ static void test_refusals_name_the_field(void **s)
             "[{\"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
             " {\"path\": \"2_Dense\", \"type\": \"sentence_transformers.models.Dense\"}]",
             BG_ECONFIG, "modules[1].type: \"sentence_transformers.models.Dense\"");
+    /* The pipeline in order, each module once (read in any order, these
+     * were served as the usual pipeline). */
+    refused("modules.json",
+            "[{\"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
+            " {\"path\": \"2_Normalize\", \"type\": \"sentence_transformers.models.Normalize\"},"
+            " {\"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"}]",
+            BG_ECONFIG, "modules[1]: Normalize before the Pooling");
+    refused("modules.json",
+            "[{\"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
+            " {\"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"},"
+            " {\"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"}]",
+            BG_ECONFIG, "modules[2]: Pooling again");
+    refused("modules.json",
+            "[{\"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"}]",
+            BG_ECONFIG, "modules[0]: Pooling before the Transformer");
+    refused("modules.json",
+            "[{\"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"}]",
+            BG_ECONFIG, "modules.json: no Pooling module");
     refused("1_Pooling/config.json", "{\"pooling_mode_mean_sqrt_len_tokens\": true}", BG_ECONFIG,
             "pooling_mode_mean_sqrt_len_tokens: true: not implemented");
     refused("1_Pooling/config.json",
