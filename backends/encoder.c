@@ -57,19 +57,16 @@ int encoder_row_from_text(const struct model *m, const char *text, size_t len, b
     bool cut = false;
     int rc = wordpiece_encode(m->tokenizer, text, len, max, ids, max, &n, &cut, err);
     if (rc == 0 && cut && !truncate) {
-        /* The length named in the answer: counted again without the cut
-         * (a token takes at least one byte, so len + 2 ids always do). */
-        int32_t *all = malloc((len + 2) * sizeof *all);
-        int total = 0;
-        bool again;
-        if (all && wordpiece_encode(m->tokenizer, text, len, (int)(len + 2), all, (int)(len + 2),
-                                    &total, &again, NULL) == 0)
-            rc = error_set(err, BG_ETOOLONG, "input of %d tokens is longer than the model's "
-                           "maximum of %d (send \"truncate\": true to cut it)", total, max);
+        /* The length named in the answer: counted again without the cut,
+         * nothing stored. */
+        int64_t total = 0;
+        if (wordpiece_count(m->tokenizer, text, len, &total, NULL) == 0)
+            rc = error_set(err, BG_ETOOLONG, "input of %lld tokens is longer than the model's "
+                           "maximum of %d (send \"truncate\": true to cut it)", (long long)total,
+                           max);
         else
             rc = error_set(err, BG_ETOOLONG, "input is longer than the model's maximum of %d "
                            "tokens (send \"truncate\": true to cut it)", max);
-        free(all);
     }
     if (rc == 0) {
         encoder_row_put(row, ids, n);

@@ -71,6 +71,11 @@ void wordpiece_free(struct wordpiece *w);
  * than replaced: the library cannot be given such text to compare with. */
 int wordpiece_encode(const struct wordpiece *w, const char *text, size_t len, int max_len,
                      int32_t *ids, int cap, int *n_out, bool *truncated, struct error *err);
+/* The ids wordpiece_encode would give text with no cut, [CLS] and [SEP]
+ * included, counted without storing them (a 413's length: a text longer
+ * than the model's maximum took an array of len + 2 ids, 4x its bytes). */
+int wordpiece_count(const struct wordpiece *w, const char *text, size_t len, int64_t *n_out,
+                    struct error *err);
 
 /* Lowercases every text from now on (sentence-transformers'
  * do_lower_case, applied before the tokenizer), whatever its normalizer

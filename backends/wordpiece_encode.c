@@ -4,9 +4,11 @@
  * nothing written but the caller's ids. */
 #include "backends/wordpiece_impl.h"
 
+#include <limits.h>
+
 struct wordpiece_enc {
     const struct wordpiece *w;
-    int32_t *ids;
+    int32_t *ids;                   /* NULL: count only (wordpiece_count) */
     int n;                          /* ids written, [CLS] included */
     int limit;                      /* ids[1..limit) hold the text's tokens */
     bool truncated;
@@ -18,7 +20,9 @@ static bool wordpiece_encode_one(struct wordpiece_enc *e, int32_t id)
         e->truncated = true;
         return true;
     }
-    e->ids[e->n++] = id;
+    if (e->ids)
+        e->ids[e->n] = id;
+    e->n++;
     return false;
 }
 
@@ -66,7 +70,7 @@ static bool wordpiece_encode_word(void *arg, const char *word, size_t len, int n
         }
         if (id < 0)
             return wordpiece_encode_one(e, e->w->unk);
-        if (k < room)
+        if (k < room && e->ids)
             e->ids[e->n + k] = id;
         k++;
         start = end;
@@ -105,5 +109,25 @@ int wordpiece_encode(const struct wordpiece *w, const char *text, size_t len, in
     *n_out = e.n;
     if (truncated)
         *truncated = e.truncated;
+    return 0;
+}
+
+int wordpiece_count(const struct wordpiece *w, const char *text, size_t len, int64_t *n_out,
+                    struct error *err)
+{
+    *n_out = 0;
+    if (!text && len)
+        return error_set(err, BG_EINVAL, "text is NULL with a length of %zu", len);
+    /* A token takes a byte at least: len + 2 ids bound it, within an int
+     * for any body the front end takes. */
+    if (len > (size_t)INT_MAX - 2)
+        return error_set(err, BG_EINVAL, "a text of %zu bytes is too long to count", len);
+    struct wordpiece_enc e = {.w = w, .ids = NULL, .n = 1, .limit = INT_MAX};
+    struct wordpiece_sink sink = {.word = wordpiece_encode_word, .added = wordpiece_encode_added,
+                                  .arg = &e};
+    int rc = wordpiece_walk(w, text ? text : "", len, &sink, err);
+    if (rc < 0)
+        return rc;
+    *n_out = (int64_t)e.n + 1;   /* and [SEP] */
     return 0;
 }

@@ -98,6 +98,14 @@ static void expect_ids(const struct wordpiece *w, const char *text, int len, int
         if (ids[i] != want[i])
             fail_msg("\"%s\": id %d is %d, expected %d (got%s)", text, i, (int)ids[i], (int)want[i], got);
     assert_int_equal(truncated, want_truncated);
+    /* Counted without storing (a 413's length): the same ids, uncut. */
+    int64_t count = -1;
+    assert_int_equal(wordpiece_count(w, text, len < 0 ? strlen(text) : (size_t)len, &count, &err),
+                     0);
+    if (want_truncated)
+        assert_true(count > n);
+    else
+        assert_int_equal(count, n);
 }
 
 static void test_specials_and_vocab(void **state)
