@@ -232,6 +232,40 @@ static void ledger_device_row(const struct served_device *d, void *arg)
     it->use_off = -1;   /* ledger_sample_model's, once it knows there are rows */
 }
 
+/* Instances the model's counters hold that no device row named this
+ * time (a reload to fewer instances took them away): rows of their own,
+ * on the device they were last seen on, so that their last work is
+ * charged (their requests of the last second and the batches the old
+ * copy finished after the swap went uncharged: 11 of 48). Their held
+ * clocks stopped with them, so nothing more is charged afterwards. */
+static void ledger_gone_instances(struct ledger_walk *w, const struct modelstats_snapshot *snap,
+                                  int first)
+{
+    struct ledger *l = w->l;
+    int n = snap->inst ? snap->ninstances : 0;
+    n = n < LEDGER_MAX_INSTANCES ? n : LEDGER_MAX_INSTANCES;
+    for (int i = first; i < l->nitems; i++)
+        if (l->items[i].server)
+            return;   /* a loop backend's instances are its servers, named by their own rows */
+    for (int inst = 0; inst < n; inst++) {
+        bool named = false;
+        for (int i = first; i < l->nitems && !named; i++)
+            named = l->items[i].instance == inst;
+        const struct ledger_track *t = NULL;
+        for (int k = 0; k < l->ntrack && !named && !t; k++)
+            if (l->track[k].entry == w->entry && l->track[k].instance == inst &&
+                !l->track[k].url[0])
+                t = &l->track[k];
+        if (named || !t)
+            continue;   /* named, or never seen: nothing of it was charged or to charge */
+        struct served_device d = {.dev = {.instance = inst}};
+        snprintf(d.dev.name, sizeof d.dev.name, "%s", t->device);
+        d.busy_s = snap->inst[inst].busy_s;
+        d.held_s = snap->inst[inst].held_s;
+        ledger_device_row(&d, w);
+    }
+}
+
 /* The model's items from first_item get their instance's use. A model's
  * servers (an upstream model's or an LLM pool's, in the model's order) are
  * each charged their own: the statistics count each batch or call on the
@@ -296,6 +330,7 @@ static void ledger_sample_model(struct ledger *l, int entry, struct served_model
      * its instances' rows: the work of its last second is charged. */
     int first = l->nitems;
     serving_model_devices(sm, &snap, ledger_device_row, &w);
+    ledger_gone_instances(&w, &snap, first);
     if (l->nitems == first) {
         free(cur);
         modelstats_snapshot_free(&snap);

@@ -53,6 +53,15 @@ struct inst_shard {
     _Atomic uint64_t batches, rows, max_rows;
     _Atomic uint64_t tokens, padded_tokens;
     _Atomic int64_t idle_shown_ns;           /* the idle time last shown: it never goes back */
+    /* How long a copy of the model has held this instance, over all its
+     * loads, in one word readers take whole: even, 2 x the time held so
+     * far, no copy holds it now; odd, 2 x (held so far - since) + 1, held
+     * since `since` (the monotonic clock), so held = that + now. A
+     * reload's copies overlap: the time runs while any holds it. Per
+     * instance: a reload to fewer instances stops the others' clocks (one
+     * model-wide clock charged an instance the 11 s it did not exist). */
+    _Atomic int64_t held_mark;
+    int holders;                             /* copies holding it now; under hold_lock */
     struct busywin busy;                     /* written by the instance's worker only */
     _Atomic uint64_t busy_offline_ns;        /* the offline rows' share of busy */
     _Atomic uint64_t *count_by_size, *ns_by_size, *in_ns_by_size, *out_ns_by_size;
@@ -134,14 +143,7 @@ struct modelstats {
      * starts again from zero. The held clock lives in the newest alone. */
     struct modelstats *retired;              /* replaced by this one, newest first */
     _Atomic(struct modelstats *) successor;  /* the one that replaced this; NULL: newest */
-    /* How long a copy of the model has held its instances, over all its
-     * loads, in one word readers take whole: even, 2 x the time held so
-     * far, no copy loaded now; odd, 2 x (held so far - since) + 1, a copy
-     * loaded since `since` (the monotonic clock), so held = that + now.
-     * A reload's copies overlap: the time runs while any is loaded. */
-    _Atomic int64_t held_mark;
-    int holders;                             /* copies loaded now; under hold_lock */
-    atomic_flag hold_lock;
+    atomic_flag hold_lock;                   /* around the instances' held clocks */
     struct io_shard *io;
     struct inst_shard *inst;
 };
@@ -252,49 +254,58 @@ void modelstats_retire(struct modelstats *s, struct modelstats *old)
      * before (and is in what s takes) or finds the successor and goes to
      * s (modelstats_hold). */
     modelstats_hold_lock(old);
-    atomic_store_explicit(&s->held_mark, atomic_load_explicit(&old->held_mark,
-                                                              memory_order_relaxed),
-                          memory_order_relaxed);
-    s->holders = old->holders;
-    for (int i = 0; i < s->ninst && i < old->ninst; i++)   /* the idle time shown goes on too */
-        atomic_store_explicit(&s->inst[i].idle_shown_ns,
-                              atomic_load_explicit(&old->inst[i].idle_shown_ns,
-                                                   memory_order_relaxed),
+    for (int i = 0; i < s->ninst && i < old->ninst; i++) {   /* the idle time shown too */
+        struct inst_shard *to = &s->inst[i], *from = &old->inst[i];
+        atomic_store_explicit(&to->held_mark,
+                              atomic_load_explicit(&from->held_mark, memory_order_relaxed),
                               memory_order_relaxed);
+        to->holders = from->holders;
+        atomic_store_explicit(&to->idle_shown_ns,
+                              atomic_load_explicit(&from->idle_shown_ns, memory_order_relaxed),
+                              memory_order_relaxed);
+    }
     s->retired = old;   /* old keeps its own retired chain */
     atomic_store_explicit(&old->successor, s, memory_order_release);
     modelstats_hold_unlock(old);
 }
 
-static int64_t modelstats_held_ns(const struct modelstats *s, int64_t now)
+static int64_t modelstats_held_ns(const struct inst_shard *sh, int64_t now)
 {
-    int64_t m = atomic_load_explicit(&s->held_mark, memory_order_relaxed);
+    int64_t m = atomic_load_explicit(&sh->held_mark, memory_order_relaxed);
     return m & 1 ? (m - 1) / 2 + now : m / 2;
 }
 
-static void modelstats_hold(struct modelstats *s, int delta)
+/* A copy holding the first n instances was loaded (+1) or stopped (-1). */
+static void modelstats_hold(struct modelstats *s, int n, int delta)
 {
-    for (;;) {   /* the newest object's clock (modelstats_retire) */
+    for (;;) {   /* the newest object's clocks (modelstats_retire) */
         modelstats_hold_lock(s);
-        struct modelstats *n = atomic_load_explicit(&s->successor, memory_order_acquire);
-        if (!n)
+        struct modelstats *next = atomic_load_explicit(&s->successor, memory_order_acquire);
+        if (!next)
             break;
         modelstats_hold_unlock(s);
-        s = n;
+        s = next;
     }
-    int64_t now = now_ns(), held = modelstats_held_ns(s, now);
-    bool was = s->holders > 0;
-    s->holders = s->holders + delta > 0 ? s->holders + delta : 0;
-    if (!was && s->holders > 0)
-        atomic_store_explicit(&s->held_mark, 2 * (held - now) + 1, memory_order_relaxed);
-    else if (was && s->holders == 0)
-        atomic_store_explicit(&s->held_mark, 2 * held, memory_order_relaxed);
+    int64_t now = now_ns();
+    for (int i = 0; i < n && i < s->ninst; i++) {
+        struct inst_shard *sh = &s->inst[i];
+        int64_t held = modelstats_held_ns(sh, now);
+        bool was = sh->holders > 0;
+        sh->holders = sh->holders + delta > 0 ? sh->holders + delta : 0;
+        if (!was && sh->holders > 0)
+            atomic_store_explicit(&sh->held_mark, 2 * (held - now) + 1, memory_order_relaxed);
+        else if (was && sh->holders == 0)
+            atomic_store_explicit(&sh->held_mark, 2 * held, memory_order_relaxed);
+    }
     modelstats_hold_unlock(s);
 }
 
-void modelstats_loaded(struct modelstats *s) { modelstats_hold(s, 1); }
+void modelstats_loaded(struct modelstats *s, int instances) { modelstats_hold(s, instances, 1); }
 
-void modelstats_unloaded(struct modelstats *s) { modelstats_hold(s, -1); }
+void modelstats_unloaded(struct modelstats *s, int instances)
+{
+    modelstats_hold(s, instances, -1);
+}
 
 static void modelstats_hist_add(struct hist *h, int bucket, uint64_t v)
 {
@@ -819,7 +830,7 @@ void modelstats_snapshot(struct modelstats *s, struct modelstats_snapshot *o)
     for (int i = 0; i < s->ninst && o->inst; i++) {
         struct modelstats_instance *mi = &o->inst[i];
         struct inst_shard *sh = &s->inst[i];
-        int64_t held = modelstats_held_ns(s, now);
+        int64_t held = modelstats_held_ns(sh, now);
         mi->held_s = (double)held / 1e9;
         mi->util_10s = mi->util_10s < 1 ? mi->util_10s : 1;   /* a reload's two copies */
         /* Idle is held minus busy, which two copies' batches on the same

@@ -116,11 +116,12 @@ void modelstats_retire(struct modelstats *s, struct modelstats *old);
 /* Whether s's counters go on from prev's: prev is s, or one s replaced
  * (else they are a new model's, from zero). */
 bool modelstats_continues(const struct modelstats *s, const struct modelstats *prev);
-/* A copy of the model finished loading / was unloaded: the instances' held
- * (and so idle) time runs while at least one copy is loaded, and goes on
- * from where it was at the next load. */
-void modelstats_loaded(struct modelstats *s);
-void modelstats_unloaded(struct modelstats *s);
+/* A copy of the model holding its first `instances` instances finished
+ * loading / was unloaded (the same count both times): each instance's
+ * held (and so idle) time runs while at least one copy holds it, and
+ * goes on from where it was when one holds it again. */
+void modelstats_loaded(struct modelstats *s, int instances);
+void modelstats_unloaded(struct modelstats *s, int instances);
 
 /* IO thread `thread`: an inference request was answered with `status`.
  * queue_ns < 0 when it never reached a batch. `ran`: the request's item

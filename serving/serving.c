@@ -619,8 +619,8 @@ void served_copy_stop(struct served_model *sm)
     sm->feed = NULL;
     llmpool_stop(sm->pool);
     if (sm->holds_stats)   /* its instances' held time stops with it (unless another copy's runs) */
-        modelstats_unloaded(sm->stats);
-    sm->holds_stats = false;
+        modelstats_unloaded(sm->stats, sm->holds_stats);
+    sm->holds_stats = 0;
 }
 
 /* batcher_set_device_probe's: whether other models use the instance's
@@ -771,15 +771,15 @@ int served_copy_load(struct serving *s, struct served_model *sm)
     if (sm->batcher && model_is_pool(m)) {
         /* A pool runs no batches here: its servers batch (llmpool.h). Its
          * batcher stays empty, so that every reader of a copy finds one. */
-        modelstats_loaded(sm->stats);
-        sm->holds_stats = true;
+        sm->holds_stats = served_stats_instances(&m->cfg, m->ninstances);
+        modelstats_loaded(sm->stats, sm->holds_stats);
         int nt = s->tenants ? s->tenants->n : 1;
         sm->pool = llmpool_new(m, nt, &err);
         started = sm->pool ? llmpool_start(sm->pool, &err) : -1;
     } else if (sm->batcher && serving_sched_join(s, sm, &err) == 0 &&
         serving_shares_join(s, sm, &err) == 0) {
-        modelstats_loaded(sm->stats);
-        sm->holds_stats = true;
+        sm->holds_stats = served_stats_instances(&m->cfg, m->ninstances);
+        modelstats_loaded(sm->stats, sm->holds_stats);
         started = model_is_compute(m) ? serving_workers_start(sm, &err)
                                       : feed_start(sm, &sm->feed, &err);
     }

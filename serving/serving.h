@@ -62,7 +62,8 @@ struct served_model {
     struct llmpool *pool;             /* LLM pools (model_is_pool): their endpoints, the picker */
     _Atomic int state;               /* enum served_state; model.reason is set before FAILED */
     struct modelstats *stats;        /* the entry's (shared by its copies) */
-    bool holds_stats;                /* counted loaded in stats (modelstats_loaded) until stopped */
+    int holds_stats;                 /* the instances it holds in stats (modelstats_loaded)
+                                      * until stopped; 0: none */
     struct served_entry *entry;      /* the model it is a copy of */
     int version;                     /* the version it serves (1 for an unversioned folder) */
     _Atomic int refs;                /* holders; the table holds one while it is current */

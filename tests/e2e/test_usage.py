@@ -551,6 +551,45 @@ class UsageLifecycleTest(UsageCase):
         srv.stop_checked()
 
 
+class UsageShrinkTest(UsageCase):
+    def test_a_reload_to_fewer_instances(self):
+        """A reload from 4 instances to 1 right after a burst: every request
+        is charged (the removed instances' last second was not: 11 of 48),
+        and the removed instances hold nothing afterwards (one model-wide
+        held clock charged them the time they did not exist). The
+        re-test's findings."""
+        self.config["tenants"][2]["models"] = ["*"]
+        cfg = synthetic("c", base_us=3000, per_row_us=200, batching={"max_batch_size": 4})
+        cfg["instances"] = {"count": 4}
+        write_model(self.repo, "c", cfg)
+        srv = self.start()
+        port = srv.port
+        self.settle(port)
+        threads = [threading.Thread(target=lambda: [infer(port, "c", "research") for _ in range(3)])
+                   for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        one = dict(cfg, instances={"count": 1})
+        r = roundtrip(port, "POST", "/v2/repository/models/c/load", hdr("ops"),
+                      json.dumps({"parameters": {"config": json.dumps(one)}}), timeout=30)
+        self.assertEqual(r.status, 200, r.body)
+        self.settle(port)
+        rows = [x for x in wide(port) if x["model"] == "c"]
+        self.assertEqual(sum(x["requests"] for x in rows), 48, rows)
+        held = lambda: {x["device"]: x["held_seconds"] for x in wide(port, group_by="device,model")
+                        if x["model"] == "c"}
+        before = held()
+        time.sleep(2.5)
+        after = held()
+        for dev in ("synthetic1", "synthetic2", "synthetic3"):
+            self.assertAlmostEqual(after.get(dev, 0), before.get(dev, 0), delta=0.01,
+                                   msg=(before, after))
+        self.assertGreater(after["synthetic0"], before["synthetic0"] + 2.0, (before, after))
+        srv.stop_checked()
+
+
 class UsageUpstreamTest(UsageCase):
     def test_servers_are_devices_by_url(self):
         """An upstream model's servers are ledger devices named by URL, each

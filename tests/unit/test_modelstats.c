@@ -67,7 +67,7 @@ static void test_sums_across_shards(void **state)
     (void)state;
     struct modelstats *s = modelstats_new(3, 2, 8);
     assert_non_null(s);
-    modelstats_loaded(s);
+    modelstats_loaded(s, 1);
     modelstats_request(s, 0, 200, 1000000, 400000, NULL);   /* 1 ms, 0.4 ms queued */
     modelstats_request(s, 1, 200, 3000000, 100000, NULL);
     modelstats_request(s, 2, 504, 2000000, -1, NULL);
@@ -180,7 +180,7 @@ static void test_long_batch_spreads_over_its_seconds(void **state)
 {
     (void)state;
     struct modelstats *s = modelstats_new(1, 1, 4);
-    modelstats_loaded(s);
+    modelstats_loaded(s, 1);
     end_batch(s, 0, 4, 0, 0, 3000000000LL, 0);
     struct modelstats_snapshot snap;
     modelstats_snapshot(s, &snap);
@@ -247,7 +247,7 @@ static void test_running_batch_counts_as_it_runs(void **state)
 {
     (void)state;
     struct modelstats *s = modelstats_new(1, 1, 8);
-    modelstats_loaded(s);
+    modelstats_loaded(s, 1);
     struct infer_item a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
@@ -543,7 +543,7 @@ static void test_two_copies_write_one_shard(void **state)
 {
     (void)state;
     struct modelstats *s = modelstats_new(1, 1, 8);
-    modelstats_loaded(s);
+    modelstats_loaded(s, 1);
     struct watcher w = {.s = s};
     pthread_t r, t[2];
     pthread_create(&r, NULL, watch_busy, &w);
@@ -581,15 +581,15 @@ static void test_held_time_over_loads(void **state)
     (void)state;
     struct modelstats *s = modelstats_new(1, 1, 8);
     assert_true(held_after(s, 1) == 0);
-    modelstats_loaded(s);
+    modelstats_loaded(s, 1);
     double h1 = held_after(s, 30);
     assert_true(h1 >= 0.029 && h1 < 1.0);
-    modelstats_unloaded(s);
+    modelstats_unloaded(s, 1);
     double h2 = held_after(s, 30);   /* nothing held: stopped */
     assert_true(h2 >= h1 && h2 < h1 + 0.01);
-    modelstats_loaded(s);            /* a reload: the new copy, then the old one goes */
-    modelstats_loaded(s);
-    modelstats_unloaded(s);
+    modelstats_loaded(s, 1);            /* a reload: the new copy, then the old one goes */
+    modelstats_loaded(s, 1);
+    modelstats_unloaded(s, 1);
     double h3 = held_after(s, 30);
     assert_true(h3 >= h2 + 0.029 && h3 < h2 + 1.0);
     struct modelstats_snapshot o;
@@ -607,8 +607,8 @@ static void test_held_time_over_loads(void **state)
     modelstats_snapshot(s, &o);
     assert_true(o.inst[0].idle_s >= idle);
     modelstats_snapshot_free(&o);
-    modelstats_unloaded(s);
-    modelstats_unloaded(s);          /* one too many: held stays stopped, not negative */
+    modelstats_unloaded(s, 1);
+    modelstats_unloaded(s, 1);          /* one too many: held stays stopped, not negative */
     assert_true(held_after(s, 1) >= h3);
     modelstats_free(s);
 }
@@ -623,7 +623,7 @@ static void test_a_replacement_goes_on_from_the_old_counters(void **state)
 {
     (void)state;
     struct modelstats *old = modelstats_new(1, 1, 4);
-    modelstats_loaded(old);
+    modelstats_loaded(old, 1);
     for (int i = 0; i < 40; i++)
         modelstats_request(old, 0, 200, 1000, 10, NULL);
     end_batch(old, 0, 4, 0, 0, 2000000, 0);
@@ -638,9 +638,9 @@ static void test_a_replacement_goes_on_from_the_old_counters(void **state)
     struct modelstats *other = modelstats_new(1, 1, 1);   /* a new model's: from zero */
     assert_false(modelstats_continues(s, other));
     modelstats_free(other);
-    modelstats_loaded(s);                 /* the new copy */
+    modelstats_loaded(s, 2);                 /* the new copy, of two instances */
     end_batch(old, 0, 3, 0, 0, 1000000, 0);   /* the old copy drains its last batch */
-    modelstats_unloaded(old);             /* and goes: the clock is s's, still held */
+    modelstats_unloaded(old, 1);          /* and goes: the clock is s's, still held */
     for (int i = 0; i < 10; i++)
         modelstats_request(s, 0, 200, 1000, 10, NULL);
     end_batch(s, 0, 8, 0, 0, 1000000, 0);
@@ -673,9 +673,26 @@ static void test_a_replacement_goes_on_from_the_old_counters(void **state)
     }
     double h1 = held_after(s, 20);
     assert_true(h1 >= held0 + 0.019);   /* the new copy holds it: the clock runs */
-    modelstats_unloaded(s);
+    modelstats_snapshot(s, &o);         /* instance 1 is held since the new copy only */
+    assert_true(o.inst[1].held_s > 0.019 && o.inst[1].held_s < o.inst[0].held_s - held0 + 0.01);
+    modelstats_snapshot_free(&o);
+    /* A copy of one instance in its place: instance 1's clock stops (one
+     * clock for the model charged it the time it did not exist). */
+    modelstats_loaded(s, 1);
+    modelstats_unloaded(s, 2);
+    modelstats_snapshot(s, &o);
+    double gone = o.inst[1].held_s, kept = o.inst[0].held_s;
+    modelstats_snapshot_free(&o);
+    struct timespec ts = {0, 30 * 1000000L};
+    nanosleep(&ts, NULL);
+    modelstats_snapshot(s, &o);
+    assert_true(o.inst[1].held_s == gone);
+    assert_true(o.inst[0].held_s >= kept + 0.029);
+    modelstats_snapshot_free(&o);
+    double h3 = held_after(s, 1);
+    modelstats_unloaded(s, 1);
     double h2 = held_after(old, 20);    /* read through the old: stopped */
-    assert_true(h2 >= h1 && h2 < h1 + 0.01);
+    assert_true(h2 >= h3 && h2 < h3 + 0.01);
     modelstats_free(s);                 /* frees old with it */
 }
 
