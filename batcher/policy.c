@@ -147,7 +147,14 @@ static int64_t policy_band_low(const struct latmodel *lat, int64_t spt, int64_t 
  * larger of its own tokens and the lowest budget that excludes the same
  * requests for their deadlines (policy_band_low), so the next budget worth
  * trying is below both. For rows (tokens == rows, cap max_batch_size)
- * this is the same selection, budget and order as trying each R.
+ * this is the same selection, budget and order as trying each R, but for
+ * the priority rule, judged at a band's top: there a request the band's
+ * lower budgets leave out for room (not looked at once the batch is full)
+ * is left out for its deadline, so a band whose top passes over a higher
+ * priority is passed over whole, and a smaller batch that serves that
+ * request wins (the re-test's case: an aged priority-5 request of 2 rows
+ * or a priority-1 request due before exec(2); trying each R takes the
+ * first and leaves the second to expire).
  *
  * When nothing can make it on this instance: if a faster instance still
  * can (load->fastest), nothing is taken and the wake is the instant the
