@@ -886,7 +886,9 @@ static void llm_model(struct http_request *req, const struct route_match *m, voi
     char name[MODEL_NAME_MAX];
     const struct route_param *p = &m->params[0];
     snprintf(name, sizeof name, "%.*s", (int)p->len, p->value);
-    struct served_model *sm = llm_find(st, name);
+    /* No model has a longer name: cut to fit, one that did answered for
+     * it (TF Serving's status: 200 AVAILABLE for a model that is not). */
+    struct served_model *sm = p->len < sizeof name ? llm_find(st, name) : NULL;
     bool allowed = sm && (!st->auth || auth_may_use_model(st->auth, auth_tenant(req),
                                                           sm->model.cfg.name,
                                                           strlen(sm->model.cfg.name)));
@@ -916,8 +918,9 @@ static void llm_tfs_version(struct http_request *req, const struct route_match *
     const struct route_param *v = route_match_param(m, "version");
     char name[MODEL_NAME_MAX];
     snprintf(name, sizeof name, "%.*s", (int)p->len, p->value);
-    struct served_model *sm = st->serving ? serving_acquire(st->serving, name, strlen(name))
-                                          : NULL;
+    struct served_model *sm = st->serving && p->len < sizeof name
+                                  ? serving_acquire(st->serving, name, strlen(name))
+                                  : NULL;   /* a longer name is no model's (llm_model) */
     bool allowed = sm && sm->model.cfg.kind != MODEL_KIND_POOL &&
                    (!st->auth || auth_may_use_model(st->auth, auth_tenant(req),
                                                     sm->model.cfg.name,

@@ -628,6 +628,28 @@ class InferTest(RepoServerCase):
         return r.json()["model_stats"][0]
 
 
+class LongModelNameTest(unittest.TestCase):
+    def test_a_name_longer_than_any_is_no_models(self):
+        # TF Serving's status and a version's status looked the name up cut
+        # to 127 bytes: a model named by the first 127 answered 200
+        # AVAILABLE for a longer name (the TF Serving audit).
+        repo = tempfile.mkdtemp(prefix="batchgate-repo-")
+        name = "n" * 127
+        try:
+            write_model(repo, name, synthetic(name, base_us=100, per_row_us=0))
+            srv = Server({"model_repository": repo})
+            try:
+                srv.wait_log(r"ready in", timeout=30)
+                self.assertEqual(roundtrip(srv.port, "GET", "/v1/models/" + name).status, 200)
+                for path in ("/v1/models/%sZZ" % name, "/v1/models/%sZZ/versions/1" % name):
+                    r = roundtrip(srv.port, "GET", path)
+                    self.assertEqual(r.status, 404, (path, r.body))
+            finally:
+                srv.stop_checked()
+        finally:
+            shutil.rmtree(repo, ignore_errors=True)
+
+
 class DrainWithQueuedInferenceTest(unittest.TestCase):
     def test_sigterm_answers_queued_requests(self):
         repo = tempfile.mkdtemp(prefix="batchgate-repo-")
