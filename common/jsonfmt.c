@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A float as JSON with 9 significant digits (always enough to read back the
@@ -38,9 +39,11 @@ int json_append_float(struct buf *out, float v)
     }
     static const double pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
                                    1e10, 1e11, 1e12, 1e13};
-    long long m = llround(d * pow10[8 - e]);   /* 9 digits: 8 - e in 0..13 */
+    /* Ties to even, as printf rounds (a float that is a tie, 1950125.125,
+     * is one exactly here too: the product then needs ~34 bits). */
+    long long m = (long long)nearbyint(d * pow10[8 - e]);   /* 9 digits: 8 - e in 0..13 */
     if (m >= 1000000000LL) {                   /* rounding carried into a 10th digit */
-        m = llround((double)m / 10.0);
+        m = (long long)nearbyint((double)m / 10.0);
         e++;
         if (e > 8) {
             out->len += (size_t)snprintf(start, 32, "%.9g", (double)v);
@@ -76,6 +79,44 @@ int json_append_float(struct buf *out, float v)
 }
 
 
+/* TF Serving's WriteDecimal: six significant digits as printf's %g
+ * writes them (absl::StrCat) where that text reads back as the same
+ * float, else nine (%.9g); ".0" after a number with neither '.' nor 'e'.
+ * The common case by hand: values 1e-4 <= |v| < 1e6 print in fixed
+ * notation at both precisions, and a six-digit decimal reads back as v
+ * when the float nearest to it is v (the double quotient m / 10^k, m
+ * below 10^6, rounds to the float a reader's strtof gives). */
+#define TFS_NINE 0      /* json_tfs_six: six digits do not read back: nine */
+#define TFS_PRINTED 1
+#define TFS_GENERAL 2   /* outside the fixed range: printf's way */
+static int json_tfs_six(struct buf *out, float v)
+{
+    double d = fabs((double)v);
+    int e = (int)floor(log10(d));
+    if (e < -4 || e > 5)
+        return TFS_GENERAL;
+    static const double pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
+    int k = 5 - e;   /* digits after the point: 0..9 */
+    long long m = llround(d * pow10[k]);
+    if (m >= 1000000LL) {   /* rounding carried into a 7th digit */
+        if (k == 0)
+            return TFS_GENERAL;   /* 1e6: %g's exponent form */
+        m = llround((double)m / 10.0);
+        k--;
+    }
+    if ((float)((double)m / pow10[k]) != fabsf(v))
+        return TFS_NINE;
+    while (k > 0 && m % 10 == 0) {   /* %g trims trailing zeros */
+        m /= 10;
+        k--;
+    }
+    char txt[32];
+    int n = k ? snprintf(txt, sizeof txt, "%s%lld.%0*lld", v < 0 ? "-" : "", m / (long long)pow10[k],
+                         k, m % (long long)pow10[k])
+              : snprintf(txt, sizeof txt, "%s%lld.0", v < 0 ? "-" : "", m);
+    return buf_append(out, txt, (size_t)n) < 0 ? -1 : TFS_PRINTED;
+}
+
 int json_append_float_tfs(struct buf *out, float v)
 {
     if (isnan(v))
@@ -84,8 +125,25 @@ int json_append_float_tfs(struct buf *out, float v)
         return v > 0 ? buf_append(out, "Infinity", 8) : buf_append(out, "-Infinity", 9);
     if (v == 0.0f)
         return signbit(v) ? buf_append(out, "-0.0", 4) : buf_append(out, "0.0", 3);
+    int six = json_tfs_six(out, v);
+    if (six < 0 || six == TFS_PRINTED)
+        return six < 0 ? -1 : 0;
+    double d = fabs((double)v);
     size_t at = out->len;
-    if (json_append_float(out, v) < 0)
+    char txt[40];
+    int n = six == TFS_NINE ? 0 : snprintf(txt, sizeof txt, "%.6g", (double)v);
+    if (six == TFS_NINE || strtof(txt, NULL) != v) {
+        /* Nine digits: in fixed notation from 1e-4 to below 1e9 (%g's
+         * range at that precision), json_append_float's own; else %.9g. */
+        if (d >= 1e-4 && d < 1e9) {
+            if (json_append_float(out, v) < 0)
+                return -1;
+            n = -1;
+        } else {
+            n = snprintf(txt, sizeof txt, "%.9g", (double)v);
+        }
+    }
+    if (n >= 0 && buf_append(out, txt, (size_t)n) < 0)
         return -1;
     for (size_t i = at; i < out->len; i++)
         if (out->data[i] == '.' || out->data[i] == 'e')

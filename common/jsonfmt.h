@@ -14,9 +14,11 @@
  * inf/NaN). Returns 0 or -1 (out of memory). */
 int json_append_float(struct buf *out, float v);
 
-/* As TF Serving writes a float: always a float's text (1.0, not 1, which
- * numpy reads as an integer) and non-finite values as the bare tokens
- * NaN, Infinity and -Infinity (its documented JSON mapping; Python's json
+/* As TF Serving writes a float (its WriteDecimal): six significant digits
+ * where they read back as the same float (0.6, where nine gave
+ * 0.600000024), else nine; always a float's text (1.0, not 1, which numpy
+ * reads as an integer) and non-finite values as the bare tokens NaN,
+ * Infinity and -Infinity (its documented JSON mapping; Python's json
  * reads them). */
 int json_append_float_tfs(struct buf *out, float v);
 

@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -26,13 +28,39 @@ static void test_float_tfs(void **state)
         float v;
         const char *text;
     } cases[] = {{1.0f, "1.0"},      {-3.0f, "-3.0"},        {0.5f, "0.5"},
-                 {0.0f, "0.0"},      {-0.0f, "-0.0"},        {1e20f, "1.00000002e+20"},
+                 {0.0f, "0.0"},      {-0.0f, "-0.0"},        {1e20f, "1e+20"},
                  {NAN, "NaN"},       {INFINITY, "Infinity"}, {-INFINITY, "-Infinity"},
-                 {123456.0f, "123456.0"}};
+                 {123456.0f, "123456.0"}, {0.6f, "0.6"},     {1e6f, "1e+06"},
+                 {0.1f, "0.1"},      {0.099999994f, "0.099999994"},
+                 {1.0000001f, "1.00000012"}, {3e-5f, "3e-05"}, {1234567.0f, "1234567.0"},
+                 {16777216.0f, "16777216.0"}, {123456789.0f, "123456792.0"},
+                 {1e9f, "1e+09"}};
     struct buf b = BUF_INIT;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_int_equal(json_append_float_tfs(&b, cases[i].v), 0);
         expect_text(&b, cases[i].text);
+    }
+    /* TF Serving's rule itself (WriteDecimal: absl::StrCat's six digits,
+     * read back, else %.9g; ".0" without '.' or 'e') on many floats of
+     * every range, against the fast path and its fallbacks. */
+    uint32_t x = 2463534242u;
+    for (int i = 0; i < 400000; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        float f;
+        uint32_t bits = i % 2 ? x : (x & 0x807fffffu) | ((uint32_t)(110 + x % 40) << 23);
+        memcpy(&f, &bits, sizeof f);   /* odd: any float; even: 1e-5 .. 1e6 */
+        if (!isfinite(f) || f == 0.0f)
+            continue;
+        char want[48];
+        int n = snprintf(want, sizeof want, "%.6g", (double)f);
+        if (strtof(want, NULL) != f)
+            n = snprintf(want, sizeof want, "%.9g", (double)f);
+        if (!strchr(want, '.') && !strchr(want, 'e'))
+            snprintf(want + n, sizeof want - (size_t)n, ".0");
+        assert_int_equal(json_append_float_tfs(&b, f), 0);
+        expect_text(&b, want);
     }
     /* The plain writer keeps JSON: null, and 1 as 1. */
     assert_int_equal(json_append_float(&b, NAN), 0);
