@@ -243,6 +243,14 @@ static int tz_parse(struct tz *z, const uint8_t *b, size_t len, struct error *er
             tsize = 8;
             continue;
         }
+        /* A zone counting leap seconds (right/...): its transitions are on
+         * that scale and local time would need its table; read as a
+         * plain zone, windows ran 27 s ahead of the zone's own clock. */
+        if (leap > 0) {
+            bad = "it counts leap seconds (a right/ zone), which windows do not: name the zone "
+                  "without right/";
+            goto fail;
+        }
         z->n = (int)tcnt;
         z->ntypes = (int)typ;
         z->at = calloc((size_t)(tcnt ? tcnt : 1), sizeof *z->at);

@@ -331,7 +331,12 @@ static void gov_json_shares(struct buf *b, const struct tenants_config *tc, cons
 void governance_json(const struct governance *g, const struct tenants_config *tc, int64_t t,
                      struct buf *out)
 {
-    int w = governance_active(g, t);
+    governance_json_window(g, tc, t, governance_active(g, t), out);
+}
+
+void governance_json_window(const struct governance *g, const struct tenants_config *tc,
+                            int64_t t, int w, struct buf *out)
+{
     double share[TENANTS_MAX], off;
     governance_shares(g, w, tc, share, &off);
     buf_append(out, "{\"timezone\":", 12);
@@ -368,9 +373,10 @@ void governance_json(const struct governance *g, const struct tenants_config *tc
 
 struct governor {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;                /* on the monotonic clock (governor_start) */
     pthread_t thread;
     bool stop, dirty;
+    int applied;                      /* the window in force (-1: none), -2: none applied yet */
     struct governance *g;             /* under mu */
     const struct tenants_config *tc;
     governor_apply_fn apply;
@@ -380,7 +386,6 @@ struct governor {
 static void *governor_main(void *p)
 {
     struct governor *v = p;
-    int applied = -2;   /* nothing applied yet */
     pthread_mutex_lock(&v->mu);
     while (!v->stop) {
         /* Not time(): it reads the kernel's coarse clock, which can still
@@ -390,16 +395,21 @@ static void *governor_main(void *p)
         clock_gettime(CLOCK_REALTIME, &at);
         int64_t now = (int64_t)at.tv_sec;
         int w = governance_active(v->g, now);
-        if (w != applied || v->dirty) {
+        if (w != v->applied || v->dirty) {
             double share[TENANTS_MAX], off;
             governance_shares(v->g, w, v->tc, share, &off);
             const char *name = governance_window_name(v->g, w);
             char copy[64];
             snprintf(copy, sizeof copy, "%s", name ? name : "");
             v->dirty = false;
-            applied = w;
             pthread_mutex_unlock(&v->mu);
             v->apply(v->arg, share, off, copy[0] ? copy : NULL);
+            pthread_mutex_lock(&v->mu);
+            /* Said by GET once in force (it named the next window while
+             * the shares were the last one's), unless replaced meanwhile. */
+            if (!v->dirty)
+                v->applied = w;
+            pthread_mutex_unlock(&v->mu);
             if (copy[0] || v->tc->n > 1)   /* the default tenant alone has no shares to say */
                 log_info("governance: %s%s in force",
                          copy[0] ? "window " : "the tenants' own shares", copy);
@@ -407,8 +417,15 @@ static void *governor_main(void *p)
             continue;
         }
         /* Wake just past the next whole second: windows are given to the
-         * second, and a switch applies within milliseconds of it. */
-        struct timespec ts = {at.tv_sec + 1, 1000000};
+         * second, and a switch applies within milliseconds of it. Timed on
+         * the monotonic clock, the wait measured from the wall clock: an
+         * absolute wall-clock deadline slept through a step back of the
+         * clock (an hour back, an hour of windows not applied). */
+        int64_t wait = (int64_t)(1000000000 - at.tv_nsec) + 1000000;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += (time_t)((ts.tv_nsec + wait) / 1000000000);
+        ts.tv_nsec = (long)((ts.tv_nsec + wait) % 1000000000);
         pthread_cond_timedwait(&v->cv, &v->mu, &ts);
     }
     pthread_mutex_unlock(&v->mu);
@@ -427,8 +444,13 @@ struct governor *governor_start(struct governance *g, const struct tenants_confi
     v->tc = tc;
     v->apply = apply;
     v->arg = arg;
+    v->applied = -2;
     pthread_mutex_init(&v->mu, NULL);
-    pthread_cond_init(&v->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&v->cv, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = pthread_create(&v->thread, NULL, governor_main, v);
     if (rc) {
         error_set(err, BG_EINTERNAL, "cannot start the governance thread: %s", strerror(rc));
@@ -454,8 +476,15 @@ void governor_replace(struct governor *v, struct governance *g)
 
 void governor_json(struct governor *v, struct buf *out)
 {
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at);   /* not time(): its coarse clock lags a tick */
     pthread_mutex_lock(&v->mu);
-    governance_json(v->g, v->tc, (int64_t)time(NULL), out);
+    /* The window in force, as /metrics' tenant_share says it (a GET just
+     * past a boundary named the next window ~4 ms before its shares were
+     * in force); until the first is applied, or just after a replace,
+     * the clock's. */
+    int w = v->applied >= -1 && !v->dirty ? v->applied : governance_active(v->g, at.tv_sec);
+    governance_json_window(v->g, v->tc, (int64_t)at.tv_sec, w, out);
     pthread_mutex_unlock(&v->mu);
 }
 

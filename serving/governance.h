@@ -43,6 +43,9 @@ void governance_shares(const struct governance *g, int w, const struct tenants_c
  * shares in force and the windows. */
 void governance_json(const struct governance *g, const struct tenants_config *tc, int64_t t,
                      struct buf *out);
+/* The same with window w (-1: none) as the active one, at t. */
+void governance_json_window(const struct governance *g, const struct tenants_config *tc,
+                            int64_t t, int w, struct buf *out);
 
 /* ---- the governor: applies the active window ---- */
 

@@ -335,6 +335,18 @@ class GovernanceConfigTest(unittest.TestCase):
         self.assertEqual(code, 2, err)
         self.assertIn('windows "day" and "night" overlap', err)
 
+    def test_without_a_section_get_says_the_hosts_zone(self):
+        # No governance section: GET said "localtime" at offset 0, whatever
+        # the host's zone, until a SIGHUP read the (unchanged) file (the
+        # governance audit).
+        from harness import Server
+        srv = Server({"tenants": [{"name": "a", "share": 0.5}]}, env={"TZ": "Asia/Kolkata"})
+        try:
+            g = roundtrip(srv.port, "GET", "/v2/governance").json()
+            self.assertEqual((g["timezone"], g["utc_offset_s"]), ("Asia/Kolkata", 19800), g)
+        finally:
+            srv.stop_checked()
+
     def test_the_hosts_tz_is_read_as_glibc_reads_it(self):
         """TZ as a POSIX rule is the host's zone (it fell back to
         /etc/localtime without a word, and every window ran hours off); a
