@@ -521,10 +521,7 @@ static int config_load_json(struct config *c, json_t *root, const char *file, st
         rc = config_devices_parse(c, json_object_get(root, "devices"), file, err);
     if (rc == 0)
         rc = config_tenants_finish(&c->tenants, root, file, err);
-    /* Without the section too: the host's zone, no windows (GET
-     * /v2/governance said "localtime" at offset 0 until a SIGHUP read it
-     * so, whatever the host's zone). */
-    if (rc == 0) {
+    if (rc == 0 && json_object_get(root, "governance")) {
         struct governance *g = NULL;
         char where[4200];
         snprintf(where, sizeof where, "%s: governance", file);

@@ -620,6 +620,7 @@ int main(int argc, char **argv)
     if (config_build(&cli, &cfg, &file_at_start, &err)) {
         fprintf(stderr, "batchgate: %s\n", err.msg);
         json_decref(file_at_start);
+        config_release(&cfg);
         return EXIT_USAGE;
     }
     char msg[512];
@@ -632,6 +633,8 @@ int main(int argc, char **argv)
              cli.config_path ? ": " : "");
     if (!log) {
         fprintf(stderr, "batchgate: %slog_file: %s\n", from, msg);
+        json_decref(file_at_start);
+        config_release(&cfg);
         return EXIT_USAGE;
     }
     log_set_default(log);
@@ -648,6 +651,9 @@ int main(int argc, char **argv)
 
     if (evthread_use_pthreads() != 0) {
         log_error("libevent was built without pthreads support");
+        json_decref(file_at_start);
+        config_release(&cfg);
+        log_close(log);
         return 1;
     }
 
@@ -668,6 +674,7 @@ int main(int argc, char **argv)
         log_error("%s%s", err.code == BG_EIO ? "" : from, err.msg);
         state_dir_release(&state_claim);
         config_release(&cfg);
+        json_decref(file_at_start);
         log_close(log);
         return err.code == BG_EIO ? 1 : EXIT_USAGE;   /* held: like a port in use */
     }
@@ -726,6 +733,14 @@ int main(int argc, char **argv)
         log_warn("governance: time windows set the shares of tenants and the jobs' "
                  "offline_share among them, and no tenant is configured (tenants[]): they "
                  "change nothing");
+    /* Without a section: the host's zone and no windows, as a SIGHUP reads
+     * the same file (GET said "localtime" at offset 0 until one did). */
+    if (!cfg.governance && governance_parse(NULL, &cfg.tenants, "governance", &cfg.governance,
+                                            &err) != 0) {
+        log_error("%s", err.msg);
+        exit_code = 2;
+        goto out;
+    }
     api.governor = governor_start(cfg.governance, &cfg.tenants, main_apply_shares, serving, &err);
     if (!api.governor) {
         log_error("%s", err.msg);
