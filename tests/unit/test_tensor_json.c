@@ -585,6 +585,45 @@ static void test_shared_memory(void **state)
 
 /* ---- classification (Triton's extension) ---- */
 
+/* A body of far more values than the model takes is refused before it is
+ * parsed (each value a parsed node: 8 MiB of zeros took 200 MB), on both
+ * protocols; at the model's size it is read as ever. */
+static void test_oversized_bodies_refused_unread(void **state)
+{
+    (void)state;
+    struct model_config m = model();   /* 4 rows of 6: 24 values, and the slack */
+    struct infer_request r;
+    struct error err = {0};
+    size_t n = 10000;
+    struct buf b = BUF_INIT;
+    buf_appendf(&b, "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\","
+                    "\"shape\":[%zu,2,3],\"data\":[", n);
+    for (size_t i = 0; i < n * 6; i++)
+        buf_append(&b, i ? ",0" : "0", i ? 2 : 1);
+    buf_append(&b, "]}]}", 4);
+    assert_int_equal(tensor_decode_kserve(as_model(&m), b.data, b.len, -1, &r, &err),
+                     -BG_EINVAL);
+    assert_non_null(strstr(err.msg, "JSON values at least; model m takes at most 4 rows of 6"));
+    buf_reset(&b);
+    buf_appendf(&b, "{\"instances\":[");
+    for (size_t i = 0; i < n; i++)
+        buf_append(&b, i ? ",[[0,0,0],[0,0,0]]" : "[[0,0,0],[0,0,0]]", i ? 18 : 17);
+    buf_append(&b, "]}", 2);
+    assert_int_equal(tensor_decode_tfs(&m, b.data, b.len, &r, &err), -BG_EINVAL);
+    assert_non_null(strstr(err.msg, "refused before it is read"));
+    /* Commas inside strings are no values: a long parameter passes. */
+    buf_reset(&b);
+    buf_appendf(&b, "{\"parameters\":{\"note\":\"");
+    for (size_t i = 0; i < 200; i++)
+        buf_append(&b, ",,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,", 100);
+    buf_appendf(&b, "\"},\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,2,3],"
+                    "\"data\":[1,2,3,4,5,6]}]}");
+    if (tensor_decode_kserve(as_model(&m), b.data, b.len, -1, &r, &err) != 0)
+        fail_msg("%s", err.msg);
+    free(r.input);
+    buf_free(&b);
+}
+
 static void test_classification_decode(void **state)
 {
     (void)state;
@@ -792,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_floats_round_trip),
         cmocka_unit_test(test_shared_memory),
         cmocka_unit_test(test_decoded_head_matches_the_text),
+        cmocka_unit_test(test_oversized_bodies_refused_unread),
         cmocka_unit_test(test_classification_decode),
         cmocka_unit_test(test_classification_encode),
         cmocka_unit_test(test_classification_against_sort),
