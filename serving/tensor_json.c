@@ -979,6 +979,20 @@ static int tensor_tfs_row(json_t *row, const struct model_tensor *in, const char
     return tensor_tfs_nesting(row, in, 0, idx, field, err);
 }
 
+/* A row's form: what TF Serving reads as its shape. Every row of a request
+ * has one form (TF Serving refuses rows of other shapes, and a list beside
+ * an object; both were taken). */
+static const char *const tensor_tfs_forms[] = {"a number", "a flat list", "a nested list"};
+static int tensor_tfs_form(const json_t *row)
+{
+    if (!json_is_array(row))
+        return 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(row, i, e) if (json_is_array(e) || json_is_object(e)) return 2;
+    return 1;
+}
+
 int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len,
                       struct infer_request *out, struct error *err)
 {
@@ -1049,11 +1063,25 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
         rc = error_set(err, BG_ENOMEM, "out of memory");
         goto out;
     }
+    int form0 = -1;
+    bool named0 = false;
     for (size_t i = 0; i < rows; i++) {
         json_t *row = json_array_get(inst, i);
         char field[48];
         snprintf(field, sizeof field, "%s[%zu]", key, i);
-        if (!cols && json_is_object(row)) {
+        bool named = !cols && json_is_object(row);
+        int form = tensor_tfs_form(named ? json_object_get(row, m->input.name) : row);
+        if (i == 0) {
+            form0 = form;
+            named0 = named;
+        } else if (form != form0 || named != named0) {
+            rc = error_set(err, BG_EINVAL, "%s: %s%s where %s[0] is %s%s: every row takes one "
+                           "form, as TF Serving reads them", field,
+                           named ? "an object of " : "", tensor_tfs_forms[form], key,
+                           named0 ? "an object of " : "", tensor_tfs_forms[form0]);
+            goto out;
+        }
+        if (named) {
             json_t *v = json_object_get(row, m->input.name);
             if (!v || json_object_size(row) != 1) {
                 rc = error_set(err, BG_EINVAL, "%s: must hold exactly the input \"%s\"", field,

@@ -286,7 +286,23 @@ static void test_tfs(void **state)
     struct model_config m = model();
     struct infer_request r;
     struct error err = {0};
-    const char *ok = "{\"instances\":[[[1,2,3],[4,5,6]],{\"input\":[1,1,1,1,1,1]}]}";
+    const char *ok = "{\"instances\":[[[1,2,3],[4,5,6]],[[1,1,1],[1,1,1]]]}";
+    assert_int_equal(tensor_decode_tfs(&m, ok, strlen(ok), &r, &err), 0);
+    /* Every row in one form, as TF Serving reads them (a list beside an
+     * object, a flat row beside a nested one, were taken). */
+    static const char *const mixed[] = {
+        "{\"instances\":[[[1,2,3],[4,5,6]],{\"input\":[[1,1,1],[1,1,1]]}]}",
+        "{\"instances\":[[[1,2,3],[4,5,6]],[1,1,1,1,1,1]]}",
+        "{\"inputs\":[[1,2,3,4,5,6],[[1,1,1],[1,1,1]]]}"};
+    for (size_t k = 0; k < sizeof mixed / sizeof mixed[0]; k++) {
+        struct infer_request bad;
+        assert_int_equal(tensor_decode_tfs(&m, mixed[k], strlen(mixed[k]), &bad, &err),
+                         -BG_EINVAL);
+        assert_non_null(strstr(err.msg, "[1]: "));
+        assert_non_null(strstr(err.msg, "every row takes one form"));
+    }
+    free(r.input);
+    ok = "{\"instances\":[{\"input\":[[1,2,3],[4,5,6]]},{\"input\":[[1,1,1],[1,1,1]]}]}";
     assert_int_equal(tensor_decode_tfs(&m, ok, strlen(ok), &r, &err), 0);
     assert_int_equal(r.rows, 2);
     assert_true(r.input[6] == 1.0f);
@@ -300,8 +316,8 @@ static void test_tfs(void **state)
     free(r.input);
     /* The columnar form, bare or named, answers "outputs". */
     static const char *cols[] = {
-        "{\"inputs\":[[[1,2,3],[4,5,6]],[1,1,1,1,1,1]],\"signature_name\":\"serving_default\"}",
-        "{\"inputs\":{\"input\":[[[1,2,3],[4,5,6]],[1,1,1,1,1,1]]},\"signature_name\":\"\"}"};
+        "{\"inputs\":[[[1,2,3],[4,5,6]],[[1,1,1],[1,1,1]]],\"signature_name\":\"serving_default\"}",
+        "{\"inputs\":{\"input\":[[1,2,3,4,5,6],[1,1,1,1,1,1]]},\"signature_name\":\"\"}"};
     for (size_t i = 0; i < 2; i++) {
         assert_int_equal(tensor_decode_tfs(&m, cols[i], strlen(cols[i]), &r, &err), 0);
         assert_int_equal(r.rows, 2);
