@@ -1033,9 +1033,12 @@ int tensor_decode_tfs(const struct model_config *m, const char *body, size_t len
     if (cols) {
         out->tfs_columnar = true;
         if (json_is_object(cols)) {
+            /* The input by its name; other keys are not looked at, as TF
+             * Serving looks up the signature's inputs alone (they were
+             * 400). */
             json_t *v = json_object_get(cols, m->input.name);
-            if (!v || json_object_size(cols) != 1) {
-                rc = error_set(err, BG_EINVAL, "inputs: must hold exactly the input \"%s\"",
+            if (!v) {
+                rc = error_set(err, BG_EINVAL, "inputs: missing the input \"%s\"",
                                m->input.name);
                 goto out;
             }

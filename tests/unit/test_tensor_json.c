@@ -317,8 +317,10 @@ static void test_tfs(void **state)
     /* The columnar form, bare or named, answers "outputs". */
     static const char *cols[] = {
         "{\"inputs\":[[[1,2,3],[4,5,6]],[[1,1,1],[1,1,1]]],\"signature_name\":\"serving_default\"}",
-        "{\"inputs\":{\"input\":[[1,2,3,4,5,6],[1,1,1,1,1,1]]},\"signature_name\":\"\"}"};
-    for (size_t i = 0; i < 2; i++) {
+        "{\"inputs\":{\"input\":[[1,2,3,4,5,6],[1,1,1,1,1,1]]},\"signature_name\":\"\"}",
+        /* Keys beside the input are not looked at, as in TF Serving. */
+        "{\"inputs\":{\"input\":[[1,2,3,4,5,6],[1,1,1,1,1,1]],\"extra\":1}}"};
+    for (size_t i = 0; i < 3; i++) {
         assert_int_equal(tensor_decode_tfs(&m, cols[i], strlen(cols[i]), &r, &err), 0);
         assert_int_equal(r.rows, 2);
         assert_true(r.input[5] == 6.0f && r.input[6] == 1.0f);
@@ -340,7 +342,7 @@ static void test_tfs(void **state)
         {"{\"inputs\":[[1,2,3,4,5,6]],\"instances\":[[1,2,3,4,5,6]]}", "not both"},
         {"{\"inputs\":[]}", "inputs: must be a non-empty array"},
         {"{\"inputs\":[1,2,3]}", "inputs[0]: 1 numbers"},
-        {"{\"inputs\":{\"x\":[[1,2,3,4,5,6]]}}", "inputs: must hold exactly the input \"input\""},
+        {"{\"inputs\":{\"x\":[[1,2,3,4,5,6]]}}", "inputs: missing the input \"input\""},
         {"{\"inputs\":[{\"input\":[1,2,3,4,5,6]}]}", "inputs[0]"},
         {"{\"inputs\":[[1],[1],[1],[1],[1]]}", "inputs: 5 rows"},
         {"{\"inputs\":[[1,2,3,4,5,6]],\"signature_name\":\"predict\"}", "serving_default"},
