@@ -310,7 +310,8 @@ static const struct schema_field model_upstream_fields[] = {
      .flags = SCHEMA_NONEMPTY | SCHEMA_SLASH,
      .doc_default = "`/v2/health/ready` (kserve_v2), `/v1/models/{model}` (tfserving)",
      .doc = "probed with `GET`; a refused connection takes a URL out at once, any other failure "
-            "(not 200, no answer within the interval) at the third in a row"},
+            "(not 200, no answer within the interval; for tfserving's model status, no "
+            "version `AVAILABLE`: it is 200 whatever the state) at the third in a row"},
     {SCHEMA_F_INT("health_interval_ms", struct model_upstream, health_interval_ms),
      .min = 0, .max = 3600000, .def = 2000, .doc = "0 turns active probes off"},
     /* Inference is a pure function: a call lost with a reused connection is

@@ -420,6 +420,20 @@ static int upstream_instance_load(struct instance *in, struct error *err)
 
 static void upstream_instance_unload(struct instance *in) { (void)in; }
 
+/* A TF Serving model status path (/v1/models/{m}[/versions/{v}]), not
+ * another route a health_path may name. */
+static bool upstream_tfs_status_path(const char *path)
+{
+    return strncmp(path, "/v1/models/", 11) == 0 && !strchr(path, ':') &&
+           !strstr(path, "/metadata") && !strstr(path, "/labels/");
+}
+
+static bool upstream_tfs_judge(void *arg, const char *body, size_t len, char *why, size_t cap)
+{
+    (void)arg;
+    return upstream_codec_tfs_available(body, len, why, cap);
+}
+
 static int upstream_start(struct model *m, const struct backend_feed *feed, struct error *err)
 {
     struct up_model *um = m->shared;
@@ -453,6 +467,11 @@ static int upstream_start(struct model *m, const struct backend_feed *feed, stru
                                       m->cfg.upstream.health_path, hms, who);
         if (!um->prober)
             return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
+        /* TF Serving's model status is 200 whatever the model's state:
+         * a server whose model failed (END) or still loads was kept in. */
+        if (m->cfg.upstream.protocol == UPSTREAM_TFSERVING &&
+            upstream_tfs_status_path(m->cfg.upstream.health_path))
+            httpc_prober_set_judge(um->prober, upstream_tfs_judge, NULL);
     }
     um->feed.set_waker(um->feed.ctx, upstream_ring, um);
     int rc = pthread_create(&um->thread, NULL, upstream_main, um);

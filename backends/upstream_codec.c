@@ -246,3 +246,27 @@ void upstream_codec_error(const char *body, size_t len, char *msg, size_t cap)
     }
     json_decref(root);
 }
+
+bool upstream_codec_tfs_available(const char *body, size_t len, char *msg, size_t cap)
+{
+    json_t *root = json_loadb(body, len, 0, NULL);
+    json_t *vs = json_is_object(root) ? json_object_get(root, "model_version_status") : NULL;
+    bool ok = false;
+    size_t i, n = 0;
+    json_t *v;
+    char states[96] = "";
+    json_array_foreach(vs, i, v) {
+        const char *st = json_string_value(json_object_get(v, "state"));
+        if (st && strcmp(st, "AVAILABLE") == 0)
+            ok = true;
+        if (st && n++ < 4)
+            snprintf(states + strlen(states), sizeof states - strlen(states), "%s%.16s",
+                     states[0] ? ", " : "", st);
+    }
+    if (!ok)
+        snprintf(msg, cap, json_is_array(vs) ? "no version AVAILABLE (%s)"
+                                             : "not a TF Serving model status%s",
+                 json_is_array(vs) ? (states[0] ? states : "none listed") : "");
+    json_decref(root);
+    return ok;
+}

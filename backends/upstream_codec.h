@@ -40,5 +40,9 @@ int upstream_codec_answer(const struct model_config *mc, const char *body, size_
  * batchgate's), cut to fit cap, for a failed call's message; "" when the
  * body has none. */
 void upstream_codec_error(const char *body, size_t len, char *msg, size_t cap);
+/* Whether a TF Serving model status answer (GET /v1/models/{m}, which is
+ * 200 whatever the model's state) has a version AVAILABLE; else false and
+ * why in msg (the states it has, or that it is no status answer). */
+bool upstream_codec_tfs_available(const char *body, size_t len, char *msg, size_t cap);
 
 #endif

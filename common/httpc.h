@@ -252,6 +252,12 @@ struct httpc_prober *httpc_prober_new_sink(struct event_base *base,
                                            struct httpc_target *const *ts, int n,
                                            const char *path, int interval_ms, const char *who,
                                            httpc_probe_sink *sink, void *sink_arg);
+/* A 200 passes only if judge(arg, body, len, why, cap) says so (it writes
+ * why it does not): an answer whose status says nothing of the server's
+ * health (TF Serving answers its model status 200 whatever the model's
+ * state). Before the first tick. */
+typedef bool httpc_probe_judge(void *arg, const char *body, size_t len, char *why, size_t cap);
+void httpc_prober_set_judge(struct httpc_prober *pr, httpc_probe_judge *judge, void *arg);
 /* On base's thread, or once its loop has stopped. */
 void httpc_prober_free(struct httpc_prober *pr);
 

@@ -36,6 +36,8 @@ struct httpc_prober {
     char who[300];                    /* "model m", "route /x/": names the owner in logs */
     httpc_probe_sink *sink;
     void *sink_arg;
+    httpc_probe_judge *judge;
+    void *judge_arg;
     int n;
     struct probe probes[];
 };
@@ -65,7 +67,7 @@ static int httpc_probe_on_head(void *arg, const struct httpc_head *h)
 static int httpc_probe_on_body(void *arg, const char *data, size_t len)
 {
     struct probe *p = arg;
-    if (!p->pr->sink)
+    if (!p->pr->sink && !p->pr->judge)
         return 0;
     if (p->body.len + len > PROBE_BODY_MAX || buf_append(&p->body, data, len) < 0) {
         /* Over the cap (or no memory): this probe fails; returning -1
@@ -81,9 +83,13 @@ static int httpc_probe_on_body(void *arg, const char *data, size_t len)
 static void httpc_probe_on_done(void *arg)
 {
     struct probe *p = arg;
-    char why[32];
+    char why[160];
     snprintf(why, sizeof why, "HTTP %d", p->status);
-    httpc_probe_settle(p, p->status == 200 ? HTTPC_PROBE_PASS : HTTPC_PROBE_FAIL, why);
+    bool pass = p->status == 200 &&
+                (!p->pr->judge ||
+                 p->pr->judge(p->pr->judge_arg, p->body.data ? p->body.data : "", p->body.len,
+                              why, sizeof why));
+    httpc_probe_settle(p, pass ? HTTPC_PROBE_PASS : HTTPC_PROBE_FAIL, why);
 }
 
 static void httpc_probe_on_error(void *arg, enum httpc_fail why, const char *msg)
@@ -165,6 +171,12 @@ struct httpc_prober *httpc_prober_new_sink(struct event_base *base,
         return NULL;
     }
     return pr;
+}
+
+void httpc_prober_set_judge(struct httpc_prober *pr, httpc_probe_judge *judge, void *arg)
+{
+    pr->judge = judge;
+    pr->judge_arg = arg;
 }
 
 void httpc_prober_free(struct httpc_prober *pr)

@@ -678,5 +678,25 @@ class HealthTest(FakeUpstreamCase):
         self.assertGreater(busy, 0)
 
 
+class TfsHealthTest(HealthTest):
+    """TF Serving answers its model status 200 whatever the model's state:
+    a server whose model is END was kept in (its calls failed 502), the
+    probe reads the state now (the TF Serving audit)."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [cls.fake_server("--base-ms", "1") for _ in range(2)]
+        cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        cfg = upstream_model("probed", cls.urls, protocol="tfserving")
+        cfg["upstream"]["health_interval_ms"] = 100
+        write_model(repo, "probed", cfg)
+
+    def serve_some(self, n=8):
+        for k in range(n):
+            r = post(self.srv.port, "/v1/models/probed:predict",
+                     json.dumps({"instances": [[k, 0, 0, 0]]}))
+            self.assertEqual(r.status, 200, r)
+
+
 if __name__ == "__main__":
     unittest.main()

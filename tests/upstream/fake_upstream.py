@@ -277,12 +277,15 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200 if ok else 503, {"ready": ok})
         elif self.path.startswith("/v1/models/") and ":" not in self.path:
             # TF-Serving's model status: its health probe (GET /v1/models/{m}).
+            # 200 whatever the model's state, as TF Serving answers it: a
+            # failed model is END with its error.
             with LOCK:
                 STATE["probes"] += 1
                 ok = STATE["healthy"]
-            self.reply(200 if ok else 503, {"model_version_status": [{
-                "version": "1", "state": "AVAILABLE" if ok else "UNAVAILABLE",
-                "status": {"error_code": "OK", "error_message": ""}}]})
+            self.reply(200, {"model_version_status": [{
+                "version": "1", "state": "AVAILABLE" if ok else "END",
+                "status": {"error_code": "OK" if ok else "UNKNOWN",
+                           "error_message": "" if ok else "the model failed to load"}}]})
         elif self.path.startswith("/v2/models/"):
             name = self.path.split("/")[3]
             self.reply(200, {"name": name, "versions": ["1"], "platform": "fake",
