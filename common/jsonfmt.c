@@ -221,3 +221,23 @@ bool json_error_out_of_range(const char *jansson_text)
 {
     return strstr(jansson_text, "overflow") || strstr(jansson_text, "too big");
 }
+
+uint64_t json_values_at_least(const char *text, size_t len)
+{
+    uint64_t n = 1;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == ',' || c == ':' || c == '[' || c == '{') {
+            n++;
+        }
+    }
+    return n;
+}

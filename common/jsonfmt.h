@@ -33,6 +33,15 @@ int json_append_nested(struct buf *out, const float **v, const int64_t *shape, i
  * returns how many were replaced, or -1 (out of memory). out NULL: only
  * counts them. */
 int json_nonfinite_to_null(const char *text, size_t len, struct buf *out);
+/* About the number of nodes a parse of text makes, values and object keys
+ * (one more than its commas, colons and opening brackets outside strings:
+ * exact for an array of numbers), counted without parsing: each is a
+ * parsed node of ~50 bytes, so a body of far more values than its reader
+ * takes is refused before it is parsed (8 MiB of zeros took 200 MB).
+ * JSON_VALUES_ANY bounds a body whose reader has no tighter bound (a
+ * model not known yet, an LLM call's). */
+uint64_t json_values_at_least(const char *text, size_t len);
+#define JSON_VALUES_ANY (1u << 22)
 
 /* Whether jansson's error text is a number it cannot hold ("real number
  * overflow", "too big integer"): valid JSON, not a malformed body. */

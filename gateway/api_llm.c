@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "common/buf.h"
+#include "common/jsonfmt.h"
 #include "common/clock.h"
 #include "common/httpc.h"
 #include "common/log.h"
@@ -588,6 +589,15 @@ static void llm_route(struct http_request *req, const struct route_match *m, voi
     struct api_state *st = ctx;
     size_t len;
     const char *body = http_request_body(req, &len);
+    /* Read only to check and route it: a body of more values than any
+     * call needs is refused before it is parsed (jsonfmt.h). */
+    uint64_t values = body ? json_values_at_least(body, len) : 0;
+    if (values > JSON_VALUES_ANY) {
+        http_respond_error(req, 400, NULL, "the body holds %llu JSON values, more "
+                           "than %u: refused before it is read", (unsigned long long)values,
+                           JSON_VALUES_ANY);
+        return;
+    }
     json_error_t jerr;
     json_t *root = json_loadb(body ? body : "", len, 0, &jerr);
     if (!json_is_object(root) && api == LLM_EMBEDDINGS) {

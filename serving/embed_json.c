@@ -35,6 +35,12 @@ int embed_openai_model(const char *body, size_t len, char *name, size_t cap, cha
     /* Read as the decoder reads the body (duplicate keys refused), so that
      * which of two "model" keys names the model cannot differ between the
      * two. */
+    /* The model is not known yet: the bound of any body (jsonfmt.h). */
+    uint64_t values = json_values_at_least(body, len);
+    if (values > JSON_VALUES_ANY)
+        return error_set(err, BG_EINVAL, "the body holds %llu JSON values, more than "
+                         "%u: refused before it is read", (unsigned long long)values,
+                         JSON_VALUES_ANY);
     json_t *root = json_loadb(body, len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return embed_json_refused(&je, err);
@@ -224,6 +230,20 @@ int embed_decode(const struct model *m, enum embed_api api, const char *body, si
         return embed_fail(e, "model", err, BG_EINVAL, "model %s is not an embedding model (it "
                           "takes %s tensors: use /v2/models/%s/infer)", m->cfg.name,
                           m->cfg.input.datatype, m->cfg.name);
+    /* At most max_batch_size inputs of token ids, each as long as OpenAI
+     * takes one (8192) or the model's maximum (longer ones are cut):
+     * past that, refused before it is parsed (jsonfmt.h). */
+    uint64_t values = json_values_at_least(body, len);
+    uint64_t most = (uint64_t)m->cfg.batching.max_batch_size *
+                        (uint64_t)(m->cfg.encoder.max_seq_length > 8192
+                                       ? m->cfg.encoder.max_seq_length : 8192) + 4096;
+    if (values > most)
+        return embed_fail(e, "input", err, BG_EINVAL, "the body holds %llu JSON values; model "
+                          "%s takes at most %d inputs of up to %d tokens: refused "
+                          "before it is read", (unsigned long long)values, m->cfg.name,
+                          m->cfg.batching.max_batch_size,
+                          m->cfg.encoder.max_seq_length > 8192 ? m->cfg.encoder.max_seq_length
+                                                               : 8192);
     json_error_t je;
     /* Texts may hold NUL (tokenized as the library does: a control). */
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);

@@ -227,11 +227,9 @@ static const char *tensor_json_hint(const char *body, size_t len, const json_err
 }
 
 /* Refuses, before it is parsed, a body holding far more JSON values than
- * any request the model takes could: every value becomes a parsed node of
- * ~50 bytes (an 8 MiB body of zeros took the process from 11 MB to 215
- * MB before it was found to be too many rows; at the 64 MiB body limit,
- * 1.6 GB a request). Counted as one more than the commas, colons and
- * opening brackets outside strings: at least the values there are. */
+ * any request the model takes could (json_values_at_least: an 8 MiB body
+ * of zeros took the process from 11 MB to 215 MB before it was found to
+ * be too many rows; at the 64 MiB body limit, 1.6 GB a request). */
 #define TENSOR_JSON_SLACK 4096   /* names, shapes, parameters beside the data */
 static int tensor_json_bounded(const struct model_config *m, const char *body, size_t len,
                                struct error *err)
@@ -239,24 +237,10 @@ static int tensor_json_bounded(const struct model_config *m, const char *body, s
     uint64_t most = (uint64_t)m->batching.max_batch_size *
                         (uint64_t)(m->input.row_elems > 0 ? m->input.row_elems : 1) +
                     TENSOR_JSON_SLACK;
-    uint64_t n = 1;
-    bool in_str = false;
-    for (size_t i = 0; i < len; i++) {
-        char c = body[i];
-        if (in_str) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_str = false;
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c == ',' || c == ':' || c == '[' || c == '{') {
-            n++;
-        }
-    }
+    uint64_t n = json_values_at_least(body, len);
     if (n <= most)
         return 0;
-    return error_set(err, BG_EINVAL, "the body holds %llu JSON values at least; model %s takes "
+    return error_set(err, BG_EINVAL, "the body holds %llu JSON values; model %s takes "
                      "at most %d rows of %lld values (max_batch_size): refused before it is "
                      "read", (unsigned long long)n, m->name, m->batching.max_batch_size,
                      (long long)m->input.row_elems);

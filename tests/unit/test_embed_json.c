@@ -15,6 +15,7 @@
 
 #include "backends/encoder.h"
 #include "backends/wordpiece.h"
+#include "common/jsonfmt.h"
 #include "serving/embed_json.h"
 #include "serving/tensor_json.h"
 
@@ -226,6 +227,28 @@ static void test_errors(void **state)
     assert_int_equal(embed_decode(&dense, EMBED_OPENAI, "{}", 2, &r, &e, &err), -BG_EINVAL);
     assert_non_null(strstr(err.msg, "model digits is not an embedding model"));
     assert_string_equal(e.param, "model");
+    /* Far more values than any request the model takes: refused before
+     * the body is parsed (each value a parsed node), and before the model
+     * is known past any body's bound. */
+    struct buf big = BUF_INIT;
+    buf_appendf(&big, "{\"model\":\"enc\",\"input\":[[");
+    for (int i = 0; i < 300000; i++)
+        buf_append(&big, i ? ",1" : "1", i ? 2 : 1);
+    buf_append(&big, "]]}", 3);
+    assert_int_equal(embed_decode(the_model(), EMBED_OPENAI, big.data, big.len, &r, &e, &err),
+                     -BG_EINVAL);
+    if (!strstr(err.msg, "JSON values; model enc takes at most"))
+        fail_msg("%s", err.msg);
+    assert_string_equal(e.param, "input");
+    buf_reset(&big);
+    buf_appendf(&big, "{\"model\":\"enc\",\"input\":[");
+    for (int i = 0; i < (int)JSON_VALUES_ANY + 10; i++)
+        buf_append(&big, i ? ",1" : "1", i ? 2 : 1);
+    buf_append(&big, "]}", 2);
+    assert_int_equal(embed_openai_model(big.data, big.len, name, sizeof name, param,
+                                        sizeof param, &err), -BG_EINVAL);
+    assert_non_null(strstr(err.msg, "refused before it is read"));
+    buf_free(&big);
 }
 
 /* A buf holds no terminating NUL. */

@@ -70,6 +70,24 @@ static void test_float_tfs(void **state)
     buf_free(&b);
 }
 
+/* The nodes a parse would make, about, counted without parsing: strings
+ * (with escaped quotes) hide what is in them. */
+static void test_values_at_least(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t n;
+    } cases[] = {{"0", 1},
+                 {"[1,2,3]", 4},                          /* exact for numbers */
+                 {"{\"a\":[1,2],\"b\":{}}", 8},           /* keys and empties count */
+                 {"[\"a,b:[{\", \"c\\\",d\"]", 3},        /* not what strings hold */
+                 {"[[],[[]]]", 6}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(json_values_at_least(cases[i].text, strlen(cases[i].text)),
+                         cases[i].n);
+}
+
 static void test_nested(void **state)
 {
     (void)state;
@@ -119,6 +137,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_float_tfs),
+        cmocka_unit_test(test_values_at_least),
         cmocka_unit_test(test_nested),
         cmocka_unit_test(test_nonfinite_to_null),
     };
