@@ -41,14 +41,26 @@ static int report_fail(const char *fmt, const char *a)
 
 static double report_pct(double part, double whole) { return whole > 0 ? 100 * part / whole : 0; }
 
-static void report_line(const char *name, const struct state_usage_row *r)
+/* The name column: as wide as the longest name (cut at 24, two long
+ * model names read as one). */
+static int report_width(const struct usage_rows *rows, bool tenant)
+{
+    int w = 24;
+    for (int i = 0; i < rows->n; i++) {
+        int n = (int)strlen(tenant ? rows->r[i].tenant : rows->r[i].model);
+        w = n > w ? n : w;
+    }
+    return w;
+}
+
+static void report_line(int w, const char *name, const struct state_usage_row *r)
 {
     /* No inference: a cost per inference is not a number (it read 0, as if
      * the held model had cost nothing). */
     char per_k[32] = "-";
     if (r->rows > 0)
         snprintf(per_k, sizeof per_k, "%.6f", r->cost / (double)r->rows * 1000);
-    printf("%-24.24s %12lld %14lld %10.3f %10.3f %10.3f %7.1f%% %12.4f %12s\n", name,
+    printf("%-*s %12lld %14lld %10.3f %10.3f %10.3f %7.1f%% %12.4f %12s\n", w, name,
            (long long)r->requests, (long long)r->rows, r->busy_s / 3600, r->idle_s / 3600,
            r->held_s / 3600, report_pct(r->idle_s, r->held_s), r->cost, per_k);
 }
@@ -196,28 +208,31 @@ int report_main(int argc, char **argv)
         usage_format_time(q.from, t0, sizeof t0);
         usage_format_time(q.to, t1, sizeof t1);
         printf("usage %s .. %s (%s)\n\n", t0, t1, db);
-        printf("%-24s %12s %14s %10s %10s %10s %8s %12s %12s\n", by, "requests",
+        int w = report_width(&groups, by[0] == 't');
+        printf("%-*s %12s %14s %10s %10s %10s %8s %12s %12s\n", w, by, "requests",
                "inferences", "busy h", "idle h", "held h", "idle", "cost", "cost/1k inf");
         struct state_usage_row total = {0};
         for (int i = 0; i < groups.n; i++) {
             const struct state_usage_row *r = &groups.r[i];
-            report_line(by[0] == 't' ? r->tenant : r->model, r);
+            report_line(w, by[0] == 't' ? r->tenant : r->model, r);
             report_sum(&total, r);
         }
         if (groups.n == 0)
             printf("(no usage recorded in this period)\n");
-        report_line("total", &total);
+        report_line(w, "total", &total);
         if (total.energy_j > 0)
             printf("\nenergy: %.3f kWh\n", total.energy_j / 3.6e6);
         if (models.n > 1)   /* with none, r may be NULL, which qsort may not be given */
             qsort(models.r, (size_t)models.n, sizeof *models.r, report_by_idle_cost);
         printf("\ntop models by compute debt (idle while resident)\n");
-        printf("%-24s %10s %8s %12s %10s\n", "model", "idle h", "idle", "idle cost", "busy h");
+        int mw = report_width(&models, false);
+        printf("%-*s %10s %8s %12s %10s\n", mw, "model", "idle h", "idle", "idle cost",
+               "busy h");
         for (int i = 0; i < models.n && i < REPORT_TOP_MODELS; i++) {
             const struct state_usage_row *r = &models.r[i];
             if (r->idle_s <= 0)
                 break;
-            printf("%-24.24s %10.3f %7.1f%% %12.4f %10.3f\n", r->model, r->idle_s / 3600,
+            printf("%-*s %10.3f %7.1f%% %12.4f %10.3f\n", mw, r->model, r->idle_s / 3600,
                    report_pct(r->idle_s, r->held_s), report_idle_cost(r), r->busy_s / 3600);
         }
     }

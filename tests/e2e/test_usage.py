@@ -866,7 +866,11 @@ class UsageReportTest(UsageCase):
         import sqlite3
         db = sqlite3.connect(os.path.join(self.state, "batchgate.db"))
         minute = int(time.time()) // 60 * 60 - 120
-        for k, (model, idle_s) in enumerate((("alpha", 0), ("beta", 60), ("gamma", 3000)), 1):
+        # Names past 24 bytes, alike in their first 24: printed whole (cut
+        # at 24, the two read as one model).
+        long = "a-model-with-a-long-name-"
+        for k, (model, idle_s) in enumerate((("alpha", 0), (long + "beta", 60),
+                                             (long + "gamma", 3000)), 1):
             db.execute("INSERT INTO usage_key (id, tenant, model, class, device) "
                        "VALUES (?, 'research', ?, 'online', 'cpu0')", (1000 + k, model))
             db.execute("INSERT INTO usage_minute (start, key, requests, rows, busy_us, idle_us, "
@@ -882,7 +886,7 @@ class UsageReportTest(UsageCase):
         self.assertEqual(rc, 0, err)
         top = out.split("top models by compute debt")[1].splitlines()[2:]
         names = [x.split()[0] for x in top if x.strip()]
-        self.assertEqual(names[:2], ["gamma", "beta"], out)   # then a and b, a moment each
+        self.assertEqual(names[:2], [long + "gamma", long + "beta"], out)   # then a and b
         self.assertNotIn("alpha", names, out)
 
     def test_report_prints_the_ledger(self):
