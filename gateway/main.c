@@ -25,6 +25,7 @@
 #include "gateway/admit.h"
 #include "gateway/auth.h"
 #include "backends/model.h"
+#include "common/optname.h"
 #include "common/clock.h"
 #include "common/cpus.h"
 #include "gateway/config.h"
@@ -212,6 +213,7 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
     };
     int ch, answer = 0;
     const char *fields = NULL;
+    char opt[8];
     opterr = 0;
     while ((ch = getopt_long(argc, argv, ":c:m:l:t:hV", opts, NULL)) != -1) {
         switch (ch) {
@@ -247,10 +249,12 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
             }
             break;
         case ':':
-            fprintf(stderr, "batchgate: %s needs a value\n", argv[optind - 1]);
+            fprintf(stderr, "batchgate: %s needs a value\n",
+                    optname_refused(argv, opt, sizeof opt));
             return -1;
         default:
-            fprintf(stderr, "batchgate: unknown option %s\n", argv[optind - 1]);
+            fprintf(stderr, "batchgate: unknown option %s\n",
+                    optname_refused(argv, opt, sizeof opt));
             return -1;
         }
     }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/optname.h"
 #include "gateway/config.h"
 #include "gateway/usage_query.h"
 #include "state/state.h"
@@ -105,6 +106,7 @@ int report_main(int argc, char **argv)
     };
     const char *config_path = NULL, *from = NULL, *to = NULL, *by = "tenant", *format = "table";
     int ch;
+    char opt[8];
     opterr = 0;
     optind = 2;   /* after "report" */
     while ((ch = getopt_long(argc, argv, ":c:h", opts, NULL)) != -1) {
@@ -118,11 +120,13 @@ int report_main(int argc, char **argv)
         /* Said, as the server's own flags say it (usage alone left the
          * reader to find which flag was wrong). */
         case ':':
-            fprintf(stderr, "batchgate report: %s needs a value\n", argv[optind - 1]);
+            fprintf(stderr, "batchgate report: %s needs a value\n",
+                    optname_refused(argv, opt, sizeof opt));
             report_usage(stderr);
             return 2;
         default:
-            fprintf(stderr, "batchgate report: unknown option %s\n", argv[optind - 1]);
+            fprintf(stderr, "batchgate report: unknown option %s\n",
+                    optname_refused(argv, opt, sizeof opt));
             report_usage(stderr);
             return 2;
         }

@@ -70,6 +70,9 @@ class CliTest(unittest.TestCase):
 
     def test_unknown_flag(self):
         self.assert_exit(["--no-such-flag"], 2, stderr_has=("--no-such-flag",))
+        # Inside a cluster of short options, the one refused (it named the
+        # argument before: "unknown option info").
+        self.assert_exit(["--log-level", "info", "-Zq"], 2, stderr_has=("unknown option -Z",))
 
     def test_flag_without_value(self):
         self.assert_exit(["--config"], 2)

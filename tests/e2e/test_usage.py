@@ -932,7 +932,8 @@ class UsageReportTest(UsageCase):
                            (["--format", "xml"], "--format"), (["--to", "2020-01-01"], "--from"),
                            # Named (it printed the usage alone).
                            (["--from"], "--from needs a value"), (["--bogus"], "--bogus"),
-                           (["extra"], 'unexpected argument "extra"')):
+                           (["extra"], 'unexpected argument "extra"'),
+                           (["--format", "csv", "-Zq"], "unknown option -Z")):
             rc, out, err = run_cli(["report", "--config", cfg] + args)
             self.assertEqual(rc, 2, (args, out))
             self.assertIn(word, err)
