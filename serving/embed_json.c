@@ -235,8 +235,8 @@ int embed_decode(const struct model *m, enum embed_api api, const char *body, si
      * past that, refused before it is parsed (jsonfmt.h). */
     uint64_t values = json_values_at_least(body, len);
     uint64_t most = (uint64_t)m->cfg.batching.max_batch_size *
-                        (uint64_t)(m->cfg.encoder.max_seq_length > 8192
-                                       ? m->cfg.encoder.max_seq_length : 8192) + 4096;
+                        ((uint64_t)(m->cfg.encoder.max_seq_length > 8192
+                                        ? m->cfg.encoder.max_seq_length : 8192) + 2) + 4096;
     if (values > most)
         return embed_fail(e, "input", err, BG_EINVAL, "the body holds %llu JSON values; model "
                           "%s takes at most %d inputs of up to %d tokens: refused "

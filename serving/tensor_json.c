@@ -234,9 +234,17 @@ static const char *tensor_json_hint(const char *body, size_t len, const json_err
 static int tensor_json_bounded(const struct model_config *m, const char *body, size_t len,
                                struct error *err)
 {
-    uint64_t most = (uint64_t)m->batching.max_batch_size *
-                        (uint64_t)(m->input.row_elems > 0 ? m->input.row_elems : 1) +
-                    TENSOR_JSON_SLACK;
+    /* A row's nodes: its numbers, its lists when nested as its shape (1 +
+     * d0 + d0 d1 + ...), and a named row's object: a flat 4,096 beside
+     * the numbers refused full batches of nested rows (8192 rows of [1]
+     * counted 16,398). */
+    uint64_t lists = 0, prod = 1;
+    for (int k = 0; k < m->input.ndims; k++) {
+        lists += prod;
+        prod *= (uint64_t)(m->input.shape[k] > 0 ? m->input.shape[k] : 1);
+    }
+    uint64_t per_row = (uint64_t)(m->input.row_elems > 0 ? m->input.row_elems : 1) + lists + 3;
+    uint64_t most = (uint64_t)m->batching.max_batch_size * per_row + TENSOR_JSON_SLACK;
     uint64_t n = json_values_at_least(body, len);
     if (n <= most)
         return 0;

@@ -629,6 +629,41 @@ static void test_oversized_bodies_refused_unread(void **state)
     buf_append(&b, "]}", 2);
     assert_int_equal(tensor_decode_tfs(&m, b.data, b.len, &r, &err), -BG_EINVAL);
     assert_non_null(strstr(err.msg, "refused before it is read"));
+    /* Full batches of nested or named rows pass: the bound counts each
+     * row's lists and object (a flat 4,096 beside the numbers refused 8192
+     * rows of [1] nested, and 4096 rows of [2, 3]). */
+    struct model_config one = model();
+    one.input.ndims = 1;
+    one.input.shape[0] = 1;
+    one.input.row_elems = 1;
+    one.batching.max_batch_size = 8192;
+    buf_reset(&b);
+    buf_appendf(&b, "{\"instances\":[");
+    for (int i = 0; i < 8192; i++)
+        buf_appendf(&b, "%s{\"input\":[1.0]}", i ? "," : "");
+    buf_appendf(&b, "]}");
+    if (tensor_decode_tfs(&one, b.data, b.len, &r, &err) != 0)
+        fail_msg("%s", err.msg);
+    free(r.input);
+    buf_reset(&b);
+    buf_appendf(&b, "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\","
+                    "\"shape\":[8192,1],\"data\":[");
+    for (int i = 0; i < 8192; i++)
+        buf_appendf(&b, "%s[1.0]", i ? "," : "");
+    buf_appendf(&b, "]}]}");
+    if (tensor_decode_kserve(as_model(&one), b.data, b.len, -1, &r, &err) != 0)
+        fail_msg("%s", err.msg);
+    free(r.input);
+    m.batching.max_batch_size = 4096;   /* rows of [2, 3], nested */
+    buf_reset(&b);
+    buf_appendf(&b, "{\"instances\":[");
+    for (int i = 0; i < 4096; i++)
+        buf_appendf(&b, "%s[[1,1,1],[1,1,1]]", i ? "," : "");
+    buf_appendf(&b, "]}");
+    if (tensor_decode_tfs(&m, b.data, b.len, &r, &err) != 0)
+        fail_msg("%s", err.msg);
+    free(r.input);
+    m.batching.max_batch_size = 4;
     /* Commas inside strings are no values: a long parameter passes. */
     buf_reset(&b);
     buf_appendf(&b, "{\"parameters\":{\"note\":\"");
