@@ -439,6 +439,17 @@ class TestBatchRoutes(BatchCase):
         self.assert_error(*self.call("POST", "/v1/batches/batch_nope/cancel"), 404, "batch_id")
         self.assert_error(*self.call("GET", "/v1/batches?limit=0"), 400, "limit")
 
+    def test_a_line_of_too_many_values_is_not_parsed(self):
+        # More values than any call needs: refused unparsed (each a node of
+        # ~50 bytes: 8 MiB of them took 200 MB).
+        self.extra = {"jobs": {"max_file_bytes": 16 << 20}}
+        self.start()
+        big = '{"custom_id": "big", "junk": [' + ",".join(["1"] * 4194305) + "]}"
+        fid = self.upload_ok(jsonl([line(1), big]))["id"]
+        self.assert_error(*self.create(fid), 400, "line",
+                          "line 2: not a JSON object: it holds 4194310 JSON values, more "
+                          "than 4194304: not read")
+
     def test_small_batch_end_to_end(self):
         self.start()
         lines = [line(i, max_tokens=3 + i % 4) for i in range(1, 8)]
