@@ -240,7 +240,11 @@ static int hf_tokenizer_cut(const char *dir, struct hf_bert_config *out, struct 
     json_t *tc = hf_exists(path) ? json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
     json_t *mml = json_is_object(tc) ? json_object_get(tc, "model_max_length") : NULL;
     int rc = 0;
-    if (json_is_number(mml) && json_number_value(mml) < out->max_positions) {
+    /* A string ("12") was ignored, the cut left at the table's end. */
+    if (mml && !json_is_number(mml) && !json_is_null(mml)) {
+        rc = error_set(err, BG_ECONFIG, "%s: model_max_length: must be a number of tokens",
+                       path);
+    } else if (json_is_number(mml) && json_number_value(mml) < out->max_positions) {
         double v = json_number_value(mml);
         if (v != (double)(int)v || v < 2)
             rc = error_set(err, BG_ECONFIG, "%s: model_max_length: %g %s", path, v,

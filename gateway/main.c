@@ -843,12 +843,14 @@ int main(int argc, char **argv)
     srv = server_new(&cfg.http, router, &err);
     api.server = srv;   /* before any IO thread can read it */
     if (!srv || server_start(srv, pthread_self(), &err)) {
-        /* A host that is no address is the setting's fault: named with
-         * the file it came from (SPEC.md: the file, the field, what is
-         * wrong), unless a flag gave it. */
+        /* A listen setting's trouble (no address, a host that does not
+         * resolve, a port held) is named with the file it came from
+         * (SPEC.md: the file, the field, what is wrong), unless a flag
+         * gave it. */
         bool grpc_field = strncmp(err.msg, "grpc_listen", 11) == 0;
+        bool listen_field = grpc_field || strncmp(err.msg, "listen", 6) == 0;
         bool by_flag = grpc_field ? cli.grpc_listen != NULL : cli.listen != NULL;
-        log_error("%s%s", err.code == BG_ECONFIG && !by_flag ? from : "", err.msg);
+        log_error("%s%s", listen_field && !by_flag ? from : "", err.msg);
         exit_code = err.code == BG_ECONFIG ? 2 : 1;   /* two ports that cannot both be */
         goto out;
     }

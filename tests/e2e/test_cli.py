@@ -417,6 +417,13 @@ class CliTest(unittest.TestCase):
                 json.dump({"state_dir": state, "listen": "256.1.1.1:0", "grpc_listen": "off"}, f)
             self.assert_exit(["--config", cfg, "--io-threads", "1"], 2,
                              stderr_has=(cfg + ': listen: not an IP address',))
+            # A host that does not resolve names the file too (exit 1: the
+            # name service may be down for a while).
+            with open(cfg, "w") as f:
+                json.dump({"state_dir": state, "listen": "nosuchhost.invalid:0",
+                           "grpc_listen": "off"}, f)
+            self.assert_exit(["--config", cfg, "--io-threads", "1"], 1,
+                             stderr_has=(cfg + ': listen: cannot resolve host',))
         finally:
             shutil.rmtree(state, ignore_errors=True)
 

@@ -167,6 +167,11 @@ class GovernanceTest(RepoServerCase):
     def test_2_put_rules(self):
         good = {"timezone": "UTC", "windows": []}
         self.assertEqual(self.put(good, KEYS["search"]).status, 403)
+        # A body of more values than any operator's needs is not parsed
+        # (each a node of ~50 bytes).
+        r = self.put({"timezone": "UTC", "junk": [1] * 4194305}, KEYS["ops"])
+        self.assertEqual(r.status, 400, r.body[:200])
+        self.assertIn("refused before it is read", r.json()["error"])
         r = self.put({"timezone": "UTC", "windows": [window("a", {}), window("b", {})]},
                      KEYS["ops"])
         self.assertEqual(r.status, 400)

@@ -103,6 +103,9 @@ static void test_minilm_as_shipped(void **s)
     put("tokenizer_config.json", "{\"model_max_length\": 0}");   /* was ignored */
     assert_int_equal(hf_bert_config_load(dir, &c, &err), -BG_ECONFIG);
     assert_non_null(strstr(err.msg, "model_max_length: 0 leaves no room"));
+    put("tokenizer_config.json", "{\"model_max_length\": \"12\"}");   /* was ignored: 512 */
+    assert_int_equal(hf_bert_config_load(dir, &c, &err), -BG_ECONFIG);
+    assert_non_null(strstr(err.msg, "model_max_length: must be a number of tokens"));
     put("tokenizer_config.json", "{\"model_max_length\": 16.5}");   /* was ignored: 512 */
     assert_int_equal(hf_bert_config_load(dir, &c, &err), -BG_ECONFIG);
     assert_non_null(strstr(err.msg, "model_max_length: 16.5 is not a whole number of tokens"));
