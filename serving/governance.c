@@ -168,19 +168,28 @@ static int gov_check_overlap(const struct governance *g, const char *where, stru
         int na = gov_window_spans(&g->w[i], a);
         for (int j = i + 1; j < g->n; j++) {
             int nb = gov_window_spans(&g->w[j], b);
+            /* The first instant of the week they share: the spans come day
+             * by day, a Sunday window's part past midnight last, and the
+             * first overlap found named Wednesday for a pair that met on
+             * Monday 00:00 first. */
+            int32_t at = -1;
             for (int x = 0; x < na; x++)
                 for (int y = 0; y < nb; y++)
                     if (a[x][0] < b[y][1] && b[y][0] < a[x][1]) {
-                        int32_t at = a[x][0] > b[y][0] ? a[x][0] : b[y][0];
-                        char sec[8] = "";   /* seconds where the windows name them */
-                        if (at % 60)
-                            snprintf(sec, sizeof sec, ":%02d", (int)(at % 60));
-                        return error_set(err, BG_ECONFIG, "%s: windows \"%s\" and \"%s\" overlap "
-                                         "(both active %s %02d:%02d%s local time); a time of the "
-                                         "week may be in one window at most", where,
-                                         g->w[i].name, g->w[j].name, gov_days[at / GOV_DAY],
-                                         at % GOV_DAY / 3600, at % 3600 / 60, sec);
+                        int32_t from = a[x][0] > b[y][0] ? a[x][0] : b[y][0];
+                        if (at < 0 || from < at)
+                            at = from;
                     }
+            if (at >= 0) {
+                char sec[8] = "";   /* seconds where the windows name them */
+                if (at % 60)
+                    snprintf(sec, sizeof sec, ":%02d", (int)(at % 60));
+                return error_set(err, BG_ECONFIG, "%s: windows \"%s\" and \"%s\" overlap (both "
+                                 "active %s %02d:%02d%s local time); a time of the week may be "
+                                 "in one window at most", where, g->w[i].name, g->w[j].name,
+                                 gov_days[at / GOV_DAY], at % GOV_DAY / 3600, at % 3600 / 60,
+                                 sec);
+            }
         }
     }
     return 0;

@@ -128,6 +128,12 @@ static void test_errors(void **state)
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"08:00:30\",\"to\":\"09:00\"},"
          "{\"name\":\"b\",\"from\":\"07:00\",\"to\":\"08:00:31\"}]}",
          "windows \"a\" and \"b\" overlap (both active mon 08:00:30 local time)"},
+        /* ... the earliest of the week, a Sunday window's Monday part too
+         * (it named wed 22:00, the first pair of spans found). */
+        {"{\"windows\": [{\"name\":\"a\",\"days\":[\"sun\",\"wed\"],\"from\":\"22:00\","
+         "\"to\":\"02:00\"},{\"name\":\"b\",\"days\":[\"mon\",\"wed\"],\"from\":\"00:00\","
+         "\"to\":\"23:30\"}]}",
+         "windows \"a\" and \"b\" overlap (both active mon 00:00 local time)"},
         /* A value that is not a time is said so, apart from a missing one
          * (both read "are required" before). */
         {"{\"windows\": [{\"name\":\"a\",\"from\":\"8:00\",\"to\":\"20:00\"}]}",
