@@ -97,6 +97,7 @@ struct httpc_call {
     bool no_body, paused;
     bool req_open;                   /* HTTPC_REQUEST_STREAMS, before httpc_request_end */
     bool judged;                     /* HTTPC_JUDGED */
+    int64_t t0;                      /* begun (now_ns): its answer's time, httpc_target_answered */
 };
 
 struct httpc_pool {
@@ -478,6 +479,8 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
      * success here first would restart the count of failures in a row at
      * every call, so that a server answering only 500s was never taken out. */
     bool worked = !pool->probe && !k->judged && llhttp_get_status_code(&c->parser) < 500;
+    if (!pool->probe && k->cb)
+        httpc_target_answered(pool->t, now_ns() - k->t0);
     httpc_call_end(k);
     httpc_conn_pop(c);
     c->answered = true;
@@ -802,7 +805,8 @@ static struct httpc_call *httpc_call_push(struct httpc_conn *c, const struct htt
     struct httpc_call *k = &c->calls[(c->first + c->ncalls) % HTTPC_PIPELINE_MAX];
     *k = (struct httpc_call){.conn = c, .cb = cb, .arg = arg, .no_body = (flags & HTTPC_NO_BODY) != 0,
                              .judged = (flags & HTTPC_JUDGED) != 0,
-                             .req_open = (flags & HTTPC_REQUEST_STREAMS) != 0};
+                             .req_open = (flags & HTTPC_REQUEST_STREAMS) != 0,
+                             .t0 = now_ns()};
     c->ncalls++;
     c->nlive++;
     c->pool->open++;

@@ -97,8 +97,10 @@ bool httpc_target_usable(const struct httpc_target *t, int64_t now_ns);
  * outcome: "HTTP 503", "no answer in 1000 ms") and, like a call's, at most
  * one line a second about the target. */
 int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r, const char *why);
-/* The usable target with the fewest calls in flight, skipping those whose
- * bit (index in ts) is set in `tried`; when none is usable, the one that
+/* The usable target with the fewest calls in flight among those whose
+ * expected wait (calls in flight and this one, times its average time to
+ * an answer) is within twice the least (one not answered yet always is),
+ * skipping those whose bit (index in ts) is set in `tried`; when none is usable, the one that
  * comes back first; NULL only when every target was tried. */
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index);
 /* A call's outcome as its caller judged it (connection-level failures are

@@ -18,6 +18,9 @@ void httpc_target_unref(struct httpc_target *t);
 void httpc_target_begin(struct httpc_target *t, bool behind);
 /* A call to t ended, however it ended. */
 void httpc_target_end(struct httpc_target *t);
+/* A call to t was answered whole ns after it began: its time to an
+ * answer, which httpc_pick weighs each target's load by. */
+void httpc_target_answered(struct httpc_target *t, int64_t ns);
 /* Where to connect. */
 const struct sockaddr_storage *httpc_target_addr(const struct httpc_target *t, socklen_t *len);
 

@@ -42,6 +42,10 @@ struct httpc_target {
      * written under mu. */
     _Atomic int inflight;
     _Atomic int64_t down_until;      /* 0: up */
+    /* A call's time to its answer, a moving average over the last ~8
+     * answers (0: none yet), begun to answered: the server's time, and the
+     * wait behind calls ahead on its connections. */
+    _Atomic int64_t answer_ns;
     /* Under mu: */
     uint64_t calls;
     uint64_t pipelined;              /* calls sent behind another on a shared connection */
@@ -169,6 +173,16 @@ void httpc_target_end(struct httpc_target *t)
     if (atomic_fetch_sub_explicit(&t->inflight, 1, memory_order_relaxed) == 1)
         busywin_add(&t->busy, t->busy_since, now_ns());
     pthread_mutex_unlock(&t->mu);
+}
+
+void httpc_target_answered(struct httpc_target *t, int64_t ns)
+{
+    if (ns <= 0)
+        ns = 1;
+    int64_t a = atomic_load_explicit(&t->answer_ns, memory_order_relaxed);
+    /* One writer at a time in practice (the target's loop); a lost update
+     * between two loops only drops a sample. */
+    atomic_store_explicit(&t->answer_ns, a ? a + (ns - a) / 8 : ns, memory_order_relaxed);
 }
 
 bool httpc_target_usable(const struct httpc_target *t, int64_t now)
@@ -310,15 +324,33 @@ int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index)
 {
     int64_t now = now_ns();
-    int best = -1, best_load = 0;
-    for (int i = 0; i < n; i++) {
+    /* The fewest calls in flight among the targets whose expected wait
+     * (calls in flight and this one, each taking the target's time to an
+     * answer) is within twice the least: by calls in flight alone every
+     * other call went to a server 12x slower while the fast one idled,
+     * and its late answers raised the model's answer guard until budgets
+     * the fast one met were refused (the re-test). Servers alike in speed
+     * share the calls as before; one not answered yet is always a
+     * candidate (its time is learned). */
+    int load[32];
+    double wait[32];   /* 0: not answered yet; -1: not a candidate */
+    double least = 0;
+    for (int i = 0; i < n && i < 32; i++) {
+        wait[i] = -1;
         if ((tried & (1u << i)) || !httpc_target_usable(ts[i], now))
             continue;
-        int load = atomic_load_explicit(&ts[i]->inflight, memory_order_relaxed);
-        if (best < 0 || load < best_load) {
+        load[i] = atomic_load_explicit(&ts[i]->inflight, memory_order_relaxed);
+        wait[i] = (double)(load[i] + 1) *
+                  (double)atomic_load_explicit(&ts[i]->answer_ns, memory_order_relaxed);
+        if (wait[i] > 0 && (least == 0 || wait[i] < least))
+            least = wait[i];
+    }
+    int best = -1;
+    for (int i = 0; i < n && i < 32; i++) {
+        if (wait[i] < 0 || (wait[i] > 0 && wait[i] > 2 * least))
+            continue;   /* not usable, or far slower than another for this call */
+        if (best < 0 || load[i] < load[best])
             best = i;
-            best_load = load;
-        }
     }
     if (best < 0)   /* none usable: the one that comes back first */
         for (int i = 0; i < n; i++) {

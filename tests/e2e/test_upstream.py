@@ -678,6 +678,52 @@ class HealthTest(FakeUpstreamCase):
         self.assertGreater(busy, 0)
 
 
+class UnequalServersTest(FakeUpstreamCase):
+    """Two servers, one 2 ms a call and one 100 ms: calls go to the least
+    expected wait. By fewest calls in flight every other call went to the
+    slow one while the fast one idled, its late answers raised the answer
+    guard, and then every 60 ms budget was refused 504 at once (the
+    re-test: 80 of 80)."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [cls.fake_server("--base-ms", ms, "--per-row-ms", "0")
+                     for ms in ("2", "100")]
+        cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        write_model(repo, "uneq", upstream_model("uneq", cls.urls, max_batch=4))
+
+    def calls(self, i):
+        return roundtrip(self.fakes[i][1], "GET", "/__stats").json()["calls"]
+
+    def send(self, n, budget_ms=None):
+        codes = []
+        lock = threading.Lock()
+        h = [("X-Request-Timeout-Ms", str(budget_ms))] if budget_ms else None
+
+        def run():
+            for _ in range(n // 4):
+                r = post(self.srv.port, "/v2/models/uneq/infer",
+                         infer_body([[1, 2, 3, 4]], name="x"), headers=h)
+                with lock:
+                    codes.append(r.status)
+
+        ts = [threading.Thread(target=run) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        return codes
+
+    def test_calls_go_where_they_are_answered_soonest(self):
+        self.assertEqual(self.send(40), [200] * 40)
+        before = [self.calls(i) for i in range(2)]
+        codes = self.send(40, budget_ms=60)
+        after = [self.calls(i) for i in range(2)]
+        fast, slow = after[0] - before[0], after[1] - before[1]
+        self.assertGreaterEqual(codes.count(200), 36, (codes, fast, slow))
+        self.assertGreater(fast, 3 * slow, (fast, slow))
+
+
 class TfsHealthTest(HealthTest):
     """TF Serving answers its model status 200 whatever the model's state:
     a server whose model is END was kept in (its calls failed 502), the
