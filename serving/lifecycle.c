@@ -753,7 +753,11 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
     if (there != 1) {
         if (e->removed || there < 0)
             return;   /* removed is said once; an I/O error (a stale mount) is no removal */
+        /* Written under mu: readiness reads it on an IO thread
+         * (serving_all_ready); this thread alone writes it. */
+        pthread_mutex_lock(&e->mu);
         e->removed = true;
+        pthread_mutex_unlock(&e->mu);
         atomic_store(&e->unlisted_ns, now_ns());
         memset(&e->sig, 0, sizeof e->sig);
         log_info("model %s: its folder left the repository", e->name);
@@ -777,7 +781,9 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
         free(cfg);
         return;
     }
+    pthread_mutex_lock(&e->mu);
     e->removed = false;
+    pthread_mutex_unlock(&e->mu);
     if (!e->retired)
         atomic_store(&e->unlisted_ns, 0);
     pthread_mutex_lock(&e->mu);
