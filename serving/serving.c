@@ -589,7 +589,8 @@ static int serving_shares_join(struct serving *s, struct served_model *sm, struc
     struct model *m = &sm->model;
     if (!serving_has_tenants(s))
         return 0;
-    sm->tenants = s->tenants;
+    /* sm->tenants is the shell's from its creation (served_shell_new):
+     * written again here, while the stats endpoint may read it, it raced. */
     bool own = !model_is_compute(m);
     for (int i = 0; i < m->ninstances && !own; i++)
         own = !serving_sched_of(sm, i);
