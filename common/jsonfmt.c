@@ -181,23 +181,26 @@ static bool json_word_at(const char *text, size_t len, size_t i, const char *w)
              (next >= '0' && next <= '9') || next == '_');
 }
 
+/* From a string's opening quote at i: the index of its closing quote (len
+ * when it has none), escapes skipped. The one way the text scanners here
+ * step over what strings hold. */
+static size_t json_string_close(const char *text, size_t len, size_t i)
+{
+    for (i++; i < len && text[i] != '"'; i++)
+        if (text[i] == '\\')
+            i++;
+    return i < len ? i : len;
+}
+
 int json_nonfinite_to_null(const char *text, size_t len, struct buf *out)
 {
     static const char *const words[] = {"-Infinity", "Infinity", "NaN"};
     int replaced = 0;
-    bool in_string = false;
     size_t from = 0;
     for (size_t i = 0; i < len; i++) {
         char c = text[i];
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_string = false;
-            continue;
-        }
         if (c == '"') {
-            in_string = true;
+            i = json_string_close(text, len, i);
             continue;
         }
         if (c != '-' && c != 'I' && c != 'N')
@@ -225,19 +228,12 @@ bool json_error_out_of_range(const char *jansson_text)
 uint64_t json_values_at_least(const char *text, size_t len)
 {
     uint64_t n = 1;
-    bool in_string = false;
     for (size_t i = 0; i < len; i++) {
         char c = text[i];
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == ',' || c == ':' || c == '[' || c == '{') {
+        if (c == '"')
+            i = json_string_close(text, len, i);
+        else if (c == ',' || c == ':' || c == '[' || c == '{')
             n++;
-        }
     }
     return n;
 }
