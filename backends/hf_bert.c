@@ -181,15 +181,19 @@ static int hf_modules(const char *dir, struct hf_bert_config *o, struct error *e
     json_array_foreach(m, i, mod) {
         const char *type = json_string_value(json_object_get(mod, "type"));
         const char *sub = json_string_value(json_object_get(mod, "path"));
-        const char *name = type ? strrchr(type, '.') : NULL;
-        name = name ? name + 1 : type ? type : "";
+        /* The class by its full name, as sentence-transformers imports
+         * it: another package's class of the same last name (a
+         * "mypkg.Normalize") is some other computation. */
+        static const char pkg[] = "sentence_transformers.models.";
+        const char *name = type && strncmp(type, pkg, sizeof pkg - 1) == 0
+                           ? type + sizeof pkg - 1 : "";
         int k = 0;
         while (k < 3 && strcmp(name, stage[k]) != 0)
             k++;
         if (k == 3) {
             rc = error_set(err, BG_ECONFIG, "%s: modules[%zu].type: \"%s\": not implemented "
-                           "(Transformer, Pooling and Normalize are)", path, i,
-                           type ? type : "");
+                           "(sentence_transformers.models.Transformer, Pooling and Normalize "
+                           "are)", path, i, type ? type : "");
             break;
         }
         if (k != next) {

@@ -187,6 +187,15 @@ static void test_refusals_name_the_field(void **s)
             "[{\"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
             " {\"path\": \"2_Dense\", \"type\": \"sentence_transformers.models.Dense\"}]",
             BG_ECONFIG, "modules[1].type: \"sentence_transformers.models.Dense\"");
+    /* Another package's class of the same last name is another module. */
+    refused("modules.json",
+            "[{\"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
+            " {\"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"},"
+            " {\"path\": \"2_Normalize\", \"type\": \"mypkg.layers.Normalize\"}]",
+            BG_ECONFIG, "modules[2].type: \"mypkg.layers.Normalize\": not implemented");
+    refused("modules.json",
+            "[{\"path\": \"\", \"type\": \"Transformer\"}]",
+            BG_ECONFIG, "modules[0].type: \"Transformer\": not implemented");
     /* The pipeline in order, each module once (read in any order, these
      * were served as the usual pipeline). */
     refused("modules.json",
