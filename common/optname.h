@@ -5,6 +5,7 @@
 #ifndef BG_OPTNAME_H
 #define BG_OPTNAME_H
 
+#include <ctype.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,19 @@ static inline const char *optname_refused(char *const *argv, char *buf, size_t c
         return prev;
     snprintf(buf, cap, "-%c", optopt);
     return buf;
+}
+
+/* The option that took the next option as its value, or NULL: with the
+ * value left out, "--io-threads --config x" gave --io-threads the value
+ * "--config" and x was a stray argument, which is what the message named.
+ * Call after each option; a value written --opt=--x is taken as given. */
+static inline const char *optname_took_option(char *const *argv)
+{
+    if (!optarg || optind < 2 || argv[optind - 1] != optarg)
+        return NULL;
+    if (strncmp(optarg, "--", 2) != 0 || !isalpha((unsigned char)optarg[2]))
+        return NULL;
+    return argv[optind - 2];
 }
 
 #endif

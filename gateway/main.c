@@ -216,6 +216,12 @@ static int cli_parse(int argc, char **argv, struct cli *cli)
     char opt[8];
     opterr = 0;
     while ((ch = getopt_long(argc, argv, ":c:m:l:t:hV", opts, NULL)) != -1) {
+        const char *took = optname_took_option(argv);
+        if (took) {
+            fprintf(stderr, "batchgate: %s needs a value (\"%s\" is the next option)\n", took,
+                    optarg);
+            return -1;
+        }
         switch (ch) {
         case 'c':
             /* The last one silently won: a first file, even invalid, was

@@ -110,6 +110,13 @@ int report_main(int argc, char **argv)
     opterr = 0;
     optind = 2;   /* after "report" */
     while ((ch = getopt_long(argc, argv, ":c:h", opts, NULL)) != -1) {
+        const char *took = optname_took_option(argv);
+        if (took) {
+            fprintf(stderr, "batchgate report: %s needs a value (\"%s\" is the next option)\n",
+                    took, optarg);
+            report_usage(stderr);
+            return 2;
+        }
         switch (ch) {
         case 'c': config_path = optarg; break;
         case 'f': from = optarg; break;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/optname.h"
 #include "loadgen/engine.h"
 #include "loadgen/llmreq.h"
 #include "loadgen/report.h"
@@ -194,6 +195,12 @@ int main(int argc, char **argv)
     int ch, answer = 0;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
+        const char *took = optname_took_option(argv);
+        if (took) {
+            fprintf(stderr, "batchgate-load: %s needs a value (\"%s\" is the next option)\n",
+                    took, optarg);
+            return EXIT_USAGE;
+        }
         switch (ch) {
         case 'u': o.url = optarg; break;
         case 'm': o.model = optarg; break;

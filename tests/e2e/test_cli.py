@@ -76,6 +76,12 @@ class CliTest(unittest.TestCase):
 
     def test_flag_without_value(self):
         self.assert_exit(["--config"], 2)
+        # The next option taken as the value: the message named the
+        # argument after it ("unexpected argument \"x\"").
+        self.assert_exit(["--io-threads", "--config", "x"], 2,
+                         stderr_has=('--io-threads needs a value ("--config" is the next option)',))
+        self.assert_exit(["-t", "--listen", "127.0.0.1:0"], 2,
+                         stderr_has=("-t needs a value",))
 
     def test_stray_argument(self):
         self.assert_exit(["serve"], 2, stderr_has=("serve",))

@@ -352,6 +352,10 @@ class LoadgenTest(unittest.TestCase):
                      ["--bogus"]):
             p = subprocess.run([LOAD] + args, capture_output=True, timeout=10)
             self.assertEqual(p.returncode, 2, args)
+        # A flag's value left out: the next flag is named, not taken as a URL.
+        p = subprocess.run([LOAD, "--url", "--rate", "1"], capture_output=True, timeout=10)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b'--url needs a value ("--rate" is the next option)', p.stderr)
         # SPEC.md's common flags: --version prints it (it was refused).
         for flag in ("--version", "-V"):
             p = subprocess.run([LOAD, flag], capture_output=True, timeout=10)

@@ -932,6 +932,7 @@ class UsageReportTest(UsageCase):
                            (["--format", "xml"], "--format"), (["--to", "2020-01-01"], "--from"),
                            # Named (it printed the usage alone).
                            (["--from"], "--from needs a value"), (["--bogus"], "--bogus"),
+                           (["--from", "--to", "x"], '--from needs a value ("--to"'),
                            (["extra"], 'unexpected argument "extra"'),
                            (["--format", "csv", "-Zq"], "unknown option -Z")):
             rc, out, err = run_cli(["report", "--config", cfg] + args)
