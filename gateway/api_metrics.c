@@ -186,6 +186,18 @@ static int metrics_collect_targets(struct api_state *st, const struct metrics_de
 
 /* ---- tenants' device time (serving/shares.h) ---- */
 
+/* NAME{tenant="t",device="d" (both escaped, as every label value here:
+ * the names are checked today, the text should not rest on it). */
+static void metrics_tenant_device(struct buf *b, const char *family, const char *tenant,
+                                  const char *device)
+{
+    buf_appendf(b, P "%s{tenant=\"", family);
+    metrics_label(b, tenant);
+    buf_append(b, "\",device=\"", 10);
+    metrics_label(b, device);
+    buf_append(b, "\"", 1);
+}
+
 static void metrics_render_tenant_devices(struct api_state *st, struct buf *b)
 {
     const struct tenants_config *tc = st->serving ? serving_tenants(st->serving) : NULL;
@@ -197,20 +209,25 @@ static void metrics_render_tenant_devices(struct api_state *st, struct buf *b)
                  "Device time charged to each tenant (a batch's time split over its rows), by "
                  "device and class (docs/TENANTS.md).");
     for (int i = 0; i < n; i++)
-        for (int c = 0; c < 2; c++)
-            buf_appendf(b, P "tenant_device_seconds_total{tenant=\"%s\",device=\"%s\","
-                        "class=\"%s\"} %.15g\n", tc->t[r[i].tenant].name, r[i].device,
-                        c ? "offline" : "online", r[i].st.busy_s[c]);
+        for (int c = 0; c < 2; c++) {
+            metrics_tenant_device(b, "tenant_device_seconds_total", tc->t[r[i].tenant].name,
+                                  r[i].device);
+            buf_appendf(b, ",class=\"%s\"} %.15g\n", c ? "offline" : "online",
+                        r[i].st.busy_s[c]);
+        }
     metrics_head(b, "tenant_borrowed_seconds_total", "counter",
                  "The part of each tenant's device time used above its share (lent by others).");
-    for (int i = 0; i < n; i++)
-        buf_appendf(b, P "tenant_borrowed_seconds_total{tenant=\"%s\",device=\"%s\"} %.15g\n",
-                    tc->t[r[i].tenant].name, r[i].device, r[i].st.borrowed_s);
+    for (int i = 0; i < n; i++) {
+        metrics_tenant_device(b, "tenant_borrowed_seconds_total", tc->t[r[i].tenant].name,
+                              r[i].device);
+        buf_appendf(b, "} %.15g\n", r[i].st.borrowed_s);
+    }
     metrics_head(b, "tenant_share", "gauge",
                  "Each tenant's share of the device in force now (a time window's, or its own).");
-    for (int i = 0; i < n; i++)
-        buf_appendf(b, P "tenant_share{tenant=\"%s\",device=\"%s\"} %.15g\n",
-                    tc->t[r[i].tenant].name, r[i].device, r[i].st.share);
+    for (int i = 0; i < n; i++) {
+        metrics_tenant_device(b, "tenant_share", tc->t[r[i].tenant].name, r[i].device);
+        buf_appendf(b, "} %.15g\n", r[i].st.share);
+    }
     free(r);
 }
 
