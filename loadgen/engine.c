@@ -215,6 +215,22 @@ static void engine_window_end(struct lg_run *run)
             run->r->sent--;
         }
     run->qhead = run->qtail = 0;
+    /* Nor has one whose connection is still being made (a slow connect, a
+     * server whose accept queue is full): it would go out in the drain. */
+    for (int i = run->nconns - 1; i >= 0; i--) {
+        struct lg_conn *k = run->conns[i];
+        if (!k->connecting || !k->busy)
+            continue;
+        if (k->measured) {
+            run->r->errors++;
+            run->r->unsent++;
+            if (run->c->open_loop)
+                run->r->sent--;
+        }
+        k->busy = false;
+        run->outstanding--;
+        engine_conn_close(k, false);
+    }
     engine_finish_if_done(run);
 }
 
@@ -811,7 +827,7 @@ int lg_run_step(const struct lg_config *c, struct lg_result *r, char *msg, int c
     if (run.t_last > run.t_end)
         r->span_s = (double)(run.t_last - run.t_measure) / 1e9;
     if (!c->open_loop)
-        r->sent = r->answered + r->errors;
+        r->sent = r->answered + r->errors - r->unsent;
     r->achieved_rate = r->sent / r->duration_s;
     r->throughput = r->answered / r->span_s;
     r->goodput = r->good / r->span_s;

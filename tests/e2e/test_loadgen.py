@@ -205,6 +205,40 @@ class LoadgenTest(unittest.TestCase):
             with Scripted.lock:
                 self.assertEqual(len(Scripted.logged), sent, (drain, st))
 
+    def test_request_still_connecting_at_the_window_end_is_unsent(self):
+        # A server whose accept queue is full: the kernel drops the SYN and
+        # the connect stays pending (its retry is 1 s away). The one send of
+        # a 0.5 s window never goes out in it: unsent, not sent (it counted
+        # as sent, and went out in the drain when the connect completed).
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(0)
+        port = srv.getsockname()[1]
+        fill = []
+        try:
+            for _ in range(3):
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex(("127.0.0.1", port))
+                fill.append(c)
+            time.sleep(0.2)
+            for loop in (["--rate", "2", "--constant"], ["--concurrency", "1"]):
+                out = os.path.join(self.tmp, "c.json")
+                p = subprocess.run([LOAD, "--url", "http://127.0.0.1:%d/" % port, "--quiet",
+                                    "--json", out, "--duration", "0.5", "--warmup", "0",
+                                    "--drain-ms", "300"] + loop, capture_output=True, timeout=30)
+                # No answer at all: exit 1, the step still written.
+                self.assertEqual(p.returncode, 1, p.stderr)
+                with open(out) as f:
+                    st = json.load(f)["steps"][0]
+                self.assertEqual(st["unsent"], 1, (loop, st))
+                self.assertEqual(st["errors"], 1, (loop, st))
+                self.assertEqual(st["achieved_rate"], 0, (loop, st))
+        finally:
+            for c in fill:
+                c.close()
+            srv.close()
+
     def test_workload_total_adds_every_count(self):
         # One connection each to a server taking 100 ms: both workloads
         # leave requests unsent, and the total counts them (it left them out).
