@@ -451,7 +451,8 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
         return GRPC_INTERNAL;
     }
     struct grpc_http_request hr = {.body = BUF_INIT};
-    int code = grpc_to_http(call->m, msg ? msg : (const uint8_t *)"", mlen, &hr, err, cap);
+    int code = grpc_to_http(call->m, msg ? msg : (const uint8_t *)"", mlen,
+                            call->g->max_message_bytes, &hr, err, cap);
     buf_free(&inflated);
     struct http_request *inner = NULL;
     struct grpc_msg *m = NULL;

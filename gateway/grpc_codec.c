@@ -513,18 +513,20 @@ static int grpc_raw_check(const Inference__ModelInferRequest__InferInputTensor *
                      (long long)(elems * size));
 }
 
-/* An input's typed contents as the raw bytes the binary extension carries
- * (little-endian, as raw_input_contents are). */
-static int grpc_contents_raw(const Inference__ModelInferRequest__InferInputTensor *in,
-                             struct buf *out, char *err, size_t cap)
+/* An input's typed contents against its datatype and shape, and the
+ * bytes they become in the binary extension's form (*need), which must
+ * fit in `room`: a packed zero is one byte on the wire and 8 here (60 MB
+ * of INT64 zeros, 58 KB gzipped, became a 480 MB body before the handler
+ * refused it). Named in gRPC's terms: once converted, the bytes' size
+ * would be blamed on binary_data_size, which the client never sent. */
+static int grpc_contents_check(const Inference__ModelInferRequest__InferInputTensor *in,
+                               size_t room, size_t limit, size_t *need, char *err, size_t cap)
 {
     const Inference__InferTensorContents *c = in->contents;
     const char *dt = in->datatype ? in->datatype : "";
     if (!c)
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
                          "input \"%s\": no contents and no raw_input_contents", in->name);
-    /* Named in gRPC's terms here: once converted, the bytes' size would be
-     * blamed on binary_data_size, which the client never sent. */
     int field;
     size_t n[GRPC_CONTENTS_FIELDS];
     grpc_contents_counts(c, n);
@@ -548,27 +550,50 @@ static int grpc_contents_raw(const Inference__ModelInferRequest__InferInputTenso
                          "%lld", in->name, grpc_contents_names[field], n[field], shape,
                          (long long)elems);
     }
-    int rc = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; size == 0 && i < c->n_bytes_contents; i++)
+        bytes += 4 + (uint64_t)c->bytes_contents[i].len;
+    if (size > 0)
+        bytes = (uint64_t)n[field] * (uint64_t)size;
+    if (bytes > room)
+        return grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED,
+                         "input \"%s\": contents.%s become %llu bytes of tensor data; with "
+                         "the inputs before it, past limits.max_body_bytes (%zu)", in->name,
+                         grpc_contents_names[field], (unsigned long long)bytes, limit);
+    *need = (size_t)bytes;
+    return GRPC_OK;
+}
+
+/* An input's typed contents (checked) as the raw bytes the binary
+ * extension carries (little-endian, as raw_input_contents are), appended
+ * to out, which has room for them. */
+static void grpc_contents_write(const Inference__ModelInferRequest__InferInputTensor *in,
+                                struct buf *out)
+{
+    const Inference__InferTensorContents *c = in->contents;
+    int field = 0;
+    int size = grpc_contents_field(in->datatype, &field);
+    size_t n[GRPC_CONTENTS_FIELDS];
+    grpc_contents_counts(c, n);
+    unsigned char *w = (unsigned char *)out->data + out->len;
     if (size == 0) {   /* BYTES: each element's 4-byte length, then its bytes */
-        for (size_t i = 0; i < c->n_bytes_contents && rc == 0; i++) {
+        for (size_t i = 0; i < c->n_bytes_contents; i++) {
             uint32_t len = (uint32_t)c->bytes_contents[i].len;
-            unsigned char le[4] = {(unsigned char)len, (unsigned char)(len >> 8),
-                                   (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
-            rc = buf_append(out, le, 4);
-            if (rc == 0 && len)
-                rc = buf_append(out, c->bytes_contents[i].data, len);
+            for (int k = 0; k < 4; k++)
+                *w++ = (unsigned char)(len >> (8 * k));
+            if (len)
+                memcpy(w, c->bytes_contents[i].data, len);
+            w += len;
         }
     }
-    for (size_t i = 0; size > 0 && i < n[field] && rc == 0; i++) {
+    for (size_t i = 0; size > 0 && i < n[field]; i++) {
         /* The low `size` bytes, little-endian: INT8/16 and UINT8/16 travel
          * in the 32-bit fields and narrow as C's conversion does. */
         uint64_t v = grpc_contents_bits(c, field, i);
-        unsigned char le[8];
         for (int k = 0; k < size; k++)
-            le[k] = (unsigned char)(v >> (8 * k));
-        rc = buf_append(out, le, (size_t)size);
+            *w++ = (unsigned char)(v >> (8 * k));
     }
-    return rc < 0 ? grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory") : GRPC_OK;
+    out->len = (size_t)((char *)w - out->data);
 }
 
 /* Whether the input names a region: its shared_memory_region is a string
@@ -628,7 +653,11 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
                          "%zu raw_input_contents for %zu inputs not in shared memory: give "
                          "every such input's bytes in raw_input_contents, in the order of "
                          "inputs, or none", r->n_raw_input_contents, r->n_inputs - nshm);
-    struct buf bin = BUF_INIT;
+    /* Two passes: the inputs checked and their sizes written in the JSON
+     * head, then the head and every input's bytes written once, into a
+     * body of their exact size (a converted copy, then the body it was
+     * copied into, held a large tensor three times with the message). */
+    size_t data = 0;   /* the tensor bytes of the inputs so far */
     json_t *root = json_object(), *inputs = json_array(), *params = json_object();
     /* root takes inputs; with no root, json_object_set_new frees it. */
     if (json_object_set_new(root, "inputs", inputs) < 0 || !params) {
@@ -639,7 +668,7 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
         json_object_set_new(root, "id", json_string(r->id));
     for (size_t i = 0, raw = 0; i < r->n_inputs; i++) {
         const Inference__ModelInferRequest__InferInputTensor *in = r->inputs[i];
-        size_t before = bin.len;
+        size_t nbytes = 0;
         bool in_shm = grpc_input_in_shm(in);
         if (in_shm) {
             if (in->contents)
@@ -651,15 +680,16 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
             if (in->contents)
                 rc = grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
                                "input \"%s\": both contents and raw_input_contents", in->name);
-            else if ((rc = grpc_raw_check(in, raw - 1, rb, err, cap)) != GRPC_OK)
-                ;
-            else if (rb->len && buf_append(&bin, rb->data, rb->len) < 0)
-                rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+            else
+                rc = grpc_raw_check(in, raw - 1, rb, err, cap);
+            nbytes = rb->len;
         } else {
-            rc = grpc_contents_raw(in, &bin, err, cap);
+            rc = grpc_contents_check(in, out->limit - (data < out->limit ? data : out->limit),
+                                     out->limit, &nbytes, err, cap);
         }
         if (rc)
             goto done;
+        data += nbytes;
         /* The shape and binary_data_size are there whole, or the call
          * fails: one lost to a failed allocation would describe other
          * bytes than those sent. */
@@ -687,8 +717,7 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
             goto done;
         }
         ok = ok && (in_shm || json_object_set_new(ip, "binary_data_size",
-                                                  json_integer((json_int_t)(bin.len - before)))
-                                  == 0);
+                                                  json_integer((json_int_t)nbytes)) == 0);
         if (ok) {   /* json_pack takes shape and ip, even when it fails */
             t = json_pack("{s:s, s:s, s:o, s:o}", "name", in->name ? in->name : "", "datatype",
                           in->datatype ? in->datatype : "", "shape", shape, "parameters", ip);
@@ -730,19 +759,31 @@ static int grpc_infer_to(const ProtobufCMessage *msg, struct grpc_http_request *
     json_object_set_new(params, "binary_data_output", json_true());
     json_object_set(root, "parameters", params);
     char *head = json_dumps(root, JSON_COMPACT);
-    if (!head || buf_append(&out->body, head, strlen(head)) < 0 ||
-        (bin.len && buf_append(&out->body, bin.data, bin.len) < 0)) {
+    size_t hlen = head ? strlen(head) : 0;
+    if (!head || buf_reserve(&out->body, hlen + data) < 0) {
         free(head);
         rc = grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
     }
-    out->json_len = (int64_t)strlen(head);
+    buf_append(&out->body, head, hlen);   /* within the room reserved */
     free(head);
+    out->json_len = (int64_t)hlen;
+    for (size_t i = 0, raw = 0; i < r->n_inputs; i++) {
+        const Inference__ModelInferRequest__InferInputTensor *in = r->inputs[i];
+        if (grpc_input_in_shm(in))
+            continue;
+        if (r->n_raw_input_contents) {
+            const ProtobufCBinaryData *rb = &r->raw_input_contents[raw++];
+            if (rb->len)
+                buf_append(&out->body, rb->data, rb->len);
+        } else {
+            grpc_contents_write(in, &out->body);
+        }
+    }
     out->head = json_incref(root);
 done:
     json_decref(params);
     json_decref(root);
-    buf_free(&bin);
     return rc;
 }
 
@@ -1162,16 +1203,53 @@ static const char *grpc_string_with_nul(const ProtobufCMessageDescriptor *d, con
     return NULL;
 }
 
-int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
+/* protobuf-c's allocations for one message, counted against a budget:
+ * what a message takes once unpacked is not its size on the wire (a
+ * packed INT64 zero is 1 byte there and 8 unpacked, an empty bytes entry
+ * 2 and 16), and a gzipped message of 58 KB unpacked to 480 MB. */
+struct grpc_unpack_budget {
+    size_t left;
+    bool over;
+};
+
+static void *grpc_budget_alloc(void *data, size_t size)
+{
+    struct grpc_unpack_budget *b = data;
+    if (size > b->left) {
+        b->over = true;
+        return NULL;
+    }
+    b->left -= size;
+    return malloc(size);
+}
+
+static void grpc_budget_free(void *data, void *p)
+{
+    (void)data;
+    free(p);
+}
+
+int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len, size_t limit,
                  struct grpc_http_request *out, char *err, size_t cap)
 {
     out->method = HTTP_M_GET;
     out->path[0] = '\0';
     out->json_len = -1;
     out->head = NULL;
+    out->limit = limit;
     if (m->unserved)
         return grpc_fail(err, cap, GRPC_UNIMPLEMENTED, "%s", m->unserved);
-    ProtobufCMessage *req = protobuf_c_message_unpack(m->req, NULL, len, msg);
+    /* Twice the body limit and 1 MiB: a message of raw tensor bytes up to
+     * the limit unpacks to about its size, with room for its structure. */
+    size_t budget = limit > (SIZE_MAX - (1 << 20)) / 2 ? SIZE_MAX : 2 * limit + (1 << 20);
+    struct grpc_unpack_budget b = {.left = budget};
+    ProtobufCAllocator alloc = {grpc_budget_alloc, grpc_budget_free, &b};
+    ProtobufCMessage *req = protobuf_c_message_unpack(m->req, &alloc, len, msg);
+    if (!req && b.over)
+        return grpc_fail(err, cap, GRPC_RESOURCE_EXHAUSTED, "the %s takes more than %zu bytes "
+                         "once read (twice limits.max_body_bytes and 1 MiB): typed contents "
+                         "of small integers take 8 bytes a value unpacked; send large tensors "
+                         "in raw_input_contents", m->req->name, budget);
     if (!req)   /* gRPC's status for "error parsing request proto", as grpc-core says it */
         return grpc_fail(err, cap, GRPC_INTERNAL, "the request is not a valid %s",
                          m->req->name);
@@ -1182,11 +1260,11 @@ int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
          * request as far as it can be read, as any other error does. */
         if (m->to == grpc_infer_to)
             grpc_infer_echo((const Inference__ModelInferRequest *)req, nul, &out->echo);
-        protobuf_c_message_free_unpacked(req, NULL);
+        protobuf_c_message_free_unpacked(req, &alloc);
         return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT, "%s: %s", nul, why);
     }
     int rc = m->to(req, out, err, cap);
-    protobuf_c_message_free_unpacked(req, NULL);
+    protobuf_c_message_free_unpacked(req, &alloc);
     return rc;
 }
 

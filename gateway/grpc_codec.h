@@ -60,6 +60,8 @@ struct grpc_http_request {
      * from (a reference the caller releases; NULL for other calls), for
      * http_inner_set_decoded. */
     struct json_t *head;
+    /* The most tensor bytes the body may carry (grpc_to_http's limit). */
+    size_t limit;
 };
 
 /* Its answer. */
@@ -92,10 +94,12 @@ int grpc_stream_response(const void *infer_response, size_t len, const char *err
  * answered UNIMPLEMENTED with the reason. NULL for the others. */
 const char *grpc_method_unserved(const struct grpc_method *m);
 
-/* The request message (msg, len) as its HTTP request. Returns GRPC_OK, or
- * a code with a message in err. Either way out is freed with
- * grpc_http_request_free. */
-int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len,
+/* The request message (msg, len) as its HTTP request. limit is
+ * limits.max_body_bytes: the tensor bytes a ModelInfer's body may carry,
+ * and half what the message may take once unpacked (RESOURCE_EXHAUSTED
+ * past either). Returns GRPC_OK, or a code with a message in err. Either
+ * way out is freed with grpc_http_request_free. */
+int grpc_to_http(const struct grpc_method *m, const uint8_t *msg, size_t len, size_t limit,
                  struct grpc_http_request *out, char *err, size_t cap);
 void grpc_http_request_free(struct grpc_http_request *r);
 /* The HTTP answer as the response message, appended to out. Returns

@@ -127,7 +127,7 @@ static void to_http(const struct grpc_method *m, const char *name, const uint8_t
 {
     struct grpc_http_request hr = {.body = BUF_INIT};
     char err[1024] = "";
-    int code = grpc_to_http(m, msg, len, &hr, err, sizeof err);
+    int code = grpc_to_http(m, msg, len, 1 << 20, &hr, err, sizeof err);
     if (code != GRPC_OK) {
         check_error(code, err, name, false);
         if (hr.echo.len)   /* an in-stream error naming its request */

@@ -39,6 +39,9 @@ static const struct grpc_method *method(const char *name)
     return m;
 }
 
+/* limits.max_body_bytes as grpc_to_http is given it. */
+static size_t to_http_limit = 64 << 20;
+
 /* grpc_to_http of the raw bytes (msg, len) for call `name`. */
 static int to_http_raw(const char *name, const void *msg, size_t len,
                        struct grpc_http_request *out, char *err, size_t cap)
@@ -46,7 +49,7 @@ static int to_http_raw(const char *name, const void *msg, size_t len,
     memset(out, 0, sizeof *out);
     out->body = (struct buf)BUF_INIT;
     err[0] = '\0';
-    return grpc_to_http(method(name), msg, len, out, err, cap);
+    return grpc_to_http(method(name), msg, len, to_http_limit, out, err, cap);
 }
 
 /* msg packed as a client packs it, then grpc_to_http. */
@@ -1111,6 +1114,58 @@ static void test_infer_typed_two_inputs(void **state)
     assert_int_equal(r.body.len, (size_t)r.json_len + sizeof want);
     assert_memory_equal(r.body.data + r.json_len, want, sizeof want);
     grpc_http_request_free(&r);
+}
+
+/* Typed contents take more room read than on the wire (a packed INT64
+ * zero: 1 byte there, 8 unpacked and 8 converted). Past the body limit
+ * once converted, or past twice the limit and 1 MiB once unpacked, the
+ * call is RESOURCE_EXHAUSTED before more is allocated; a 58 KB gzipped
+ * message was a 480 MB body before the handler refused it. */
+static void test_infer_typed_contents_bounded(void **state)
+{
+    (void)state;
+    enum { N = 300000 };
+    int64_t *zeros = calloc(N, sizeof *zeros);
+    assert_non_null(zeros);
+    Inference__InferTensorContents c = INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    c.n_int64_contents = N;
+    c.int64_contents = zeros;
+    Inference__ModelInferRequest__InferInputTensor in =
+        INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT;
+    Inference__ModelInferRequest__InferInputTensor *inp[1] = {&in};
+    int64_t shape[] = {1, N};
+    in.name = "x";
+    in.datatype = "INT64";
+    in.contents = &c;
+    in.n_shape = 2;
+    in.shape = shape;
+    Inference__ModelInferRequest m = INFERENCE__MODEL_INFER_REQUEST__INIT;
+    m.model_name = "m";
+    m.n_inputs = 1;
+    m.inputs = inp;
+    struct grpc_http_request r;
+    char err[512];
+    /* 2.4 MB converted, past a 1 MiB limit; unpacked within 3 MiB. */
+    to_http_limit = 1 << 20;
+    assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err),
+                     GRPC_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err, "contents.int64_contents become 2400000 bytes"));
+    assert_non_null(strstr(err, "limits.max_body_bytes (1048576)"));
+    assert_int_equal(r.body.len, 0);
+    grpc_http_request_free(&r);
+    /* 2.4 MB unpacked, past 2 x 256 KiB + 1 MiB: refused as it is read. */
+    to_http_limit = 256 << 10;
+    assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err),
+                     GRPC_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err, "once read"));
+    grpc_http_request_free(&r);
+    /* Within the limit: served, the whole tensor carried. */
+    to_http_limit = 4 << 20;
+    assert_int_equal(to_http("ModelInfer", &m.base, &r, err, sizeof err), GRPC_OK);
+    assert_int_equal(r.body.len, (size_t)r.json_len + 8 * N);
+    grpc_http_request_free(&r);
+    to_http_limit = 64 << 20;
+    free(zeros);
 }
 
 /* Each malformed ModelInfer is INVALID_ARGUMENT with a message naming the
@@ -2346,6 +2401,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_code_of_http),
+        cmocka_unit_test(test_infer_typed_contents_bounded),
         cmocka_unit_test(test_code_name),
         cmocka_unit_test(test_method_find),
         cmocka_unit_test(test_method_unserved),
