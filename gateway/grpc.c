@@ -17,6 +17,7 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/utf8.h"
 #include "gateway/grpc_codec.h"
 #include "http/http.h"
 #include "serving/tensor_json.h"
@@ -105,20 +106,32 @@ struct grpc_call {
 
 /* ---- answering ---- */
 
-/* grpc-message is percent-encoded (the protocol's rule: bytes outside
- * printable ASCII, and '%'). */
+/* grpc-message is percent-encoded UTF-8 (the protocol's rule: bytes
+ * outside printable ASCII, and '%', encoded). Cut at a character, never
+ * inside one, and a byte that is not UTF-8 (a message cut short before
+ * it came here) is '?': clients decode the text as UTF-8. */
 static void grpc_pct_encode(const char *msg, char *out, size_t cap)
 {
     static const char hex[] = "0123456789ABCDEF";
-    size_t k = 0;
-    for (const unsigned char *p = (const unsigned char *)msg; *p && k + 4 < cap; p++) {
-        if (*p < 0x20 || *p > 0x7e || *p == '%') {
-            out[k++] = '%';
-            out[k++] = hex[*p >> 4];
-            out[k++] = hex[*p & 15];
-        } else {
-            out[k++] = (char)*p;
+    const unsigned char *p = (const unsigned char *)msg;
+    size_t k = 0, n = strlen(msg);
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq_len(p + i, n - i);
+        const unsigned char *c = len ? p + i : (const unsigned char *)"?";
+        size_t clen = len ? len : 1;
+        size_t need = clen == 1 && c[0] >= 0x20 && c[0] <= 0x7e && c[0] != '%' ? 1 : 3 * clen;
+        if (k + need >= cap)
+            break;
+        for (size_t j = 0; j < clen; j++) {
+            if (need == 1) {
+                out[k++] = (char)c[j];
+            } else {
+                out[k++] = '%';
+                out[k++] = hex[c[j] >> 4];
+                out[k++] = hex[c[j] & 15];
+            }
         }
+        i += len ? len : 1;
     }
     out[k] = '\0';
 }

@@ -1120,10 +1120,20 @@ int grpc_stream_response(const void *infer_response, size_t len, const char *err
 {
     /* ModelStreamInferResponse: error_message = 1, infer_response = 2. */
     if (error) {
-        size_t el = strlen(error);
+        /* A proto3 string is UTF-8, or the client's parser refuses the
+         * whole response and the stream with it: a message cut inside a
+         * character at its buffer's end killed the stream (gRPC audit). */
+        size_t el = strlen(error), at;
         if (buf_append(out, "\x0a", 1) < 0 || grpc_varint_put(out, el) < 0 ||
-            buf_append(out, error, el) < 0)
+            (at = out->len, buf_append(out, error, el)) < 0)
             return -1;
+        for (size_t i = 0; i < el;) {
+            uint8_t *c = (uint8_t *)out->data + at + i;
+            size_t k = utf8_seq_len(c, el - i);
+            if (!k)
+                *c = '?';
+            i += k ? k : 1;
+        }
         if (!len)
             return 0;
     }

@@ -573,6 +573,37 @@ def check_limits(a):
         expect(output_of(resp).shape == (rows, 1 << 20), "bigout: shape %r" % (output_of(resp).shape,))
         expect(took < 5, "a %d MiB answer took %.1f s" % (4 * rows, took))
     ok("answers of 8 and 12 MiB arrive without waiting for a timer")
+    # Typed contents of packed INT64 zeros: 1 byte a value on the wire, 8
+    # once read and 8 more converted. A gzipped message of 60 million of
+    # them took the server to 1.5 GB before the handler refused it. Now:
+    # past max_body_bytes once converted, or past twice it and 1 MiB once
+    # unpacked, RESOURCE_EXHAUSTED, and the next call is served.
+    for n, word in ((200000, "become 1600000 bytes"), (1000000, "once read")):
+        req = service_pb2.ModelInferRequest(model_name="digits")
+        t = req.inputs.add(name="input", datatype="INT64", shape=[1, n])
+        t.contents.int64_contents.extend([0] * n)
+        e = rpc_error(stub.ModelInfer, req, timeout=30, compression=grpc.Compression.Gzip)
+        expect(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and word in e.details(),
+               "%d INT64 zeros: %s %r" % (n, e.code(), e.details()))
+    resp = stub.ModelInfer(infer_request("digits", small), timeout=10)
+    expect(output_of(resp).shape == (1, 10), "the server serves on")
+    ok("typed contents are bounded once read and once converted")
+    # An error quoting a long non-ASCII name is cut at a character: cut
+    # inside one, the error_message was not UTF-8, grpcio refused the
+    # response and the stream died with it.
+    bad = service_pb2.ModelInferRequest(model_name="digits", id="bad")
+    t = bad.inputs.add(name="a" + "\u00e9" * 700, datatype="FP32", shape=[1, 64])
+    t.contents.fp32_contents.extend([0.0] * 3)
+    good = infer_request("digits", small, id="good")
+    got = [(r.infer_response.id, r.error_message[:12])
+           for r in stub.ModelStreamInfer(iter([bad, good]), timeout=30)]
+    expect(got == [("bad", 'input "a' + "\u00e9" * 4), ("good", "")],
+           "a long non-ASCII name in a stream's error: %r" % got)
+    e = rpc_error(stub.ModelInfer, bad, timeout=10)
+    expect(e.code() == grpc.StatusCode.INVALID_ARGUMENT and
+           e.details().startswith('input "a\u00e9\u00e9'),
+           "the same error, unary: %s %r" % (e.code(), e.details()))
+    ok("errors are cut at a character")
 
 
 # ---------------------------------------------------------------- drain
