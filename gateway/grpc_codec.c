@@ -171,6 +171,14 @@ static int grpc_model_meta_to(const ProtobufCMessage *msg, struct grpc_http_requ
                               char *err, size_t cap)
 {
     const Inference__ModelMetadataRequest *r = (const void *)msg;
+    /* GET /v2/models/stats is every model's statistics (Triton's HTTP
+     * route): as a model's metadata its JSON fit no field, and the call
+     * answered OK with an empty message, for a model named stats or none. */
+    if (r->name && strcmp(r->name, "stats") == 0 && !(r->version && *r->version))
+        return grpc_fail(err, cap, GRPC_INVALID_ARGUMENT,
+                         "a model named \"stats\" has its metadata by version only (give "
+                         "version): its name is the HTTP route of every model's statistics, "
+                         "as on Triton");
     return grpc_model_path(out, r->name, r->version, "", err, cap);
 }
 

@@ -344,6 +344,10 @@ static void test_to_http_model_paths(void **state)
         {"ModelStatistics", "m", "2", "/v2/models/m/versions/2/stats"},
         {"ModelStatistics", "", "", "/v2/models/stats"},
         {"ModelStatistics", "", "2", "/v2/models/stats"},
+        /* A model named stats: by version, and its other calls as any. */
+        {"ModelMetadata", "stats", "1", "/v2/models/stats/versions/1"},
+        {"ModelReady", "stats", "", "/v2/models/stats/ready"},
+        {"ModelConfig", "stats", "", "/v2/models/stats/config"},
     };
     for (size_t i = 0; i < COUNT(rows); i++) {
         struct grpc_http_request r;
@@ -357,6 +361,14 @@ static void test_to_http_model_paths(void **state)
         assert_int_equal(r.json_len, -1);
         grpc_http_request_free(&r);
     }
+    /* Its metadata with no version: GET /v2/models/stats is every model's
+     * statistics, which answered OK with an empty message. */
+    struct grpc_http_request r;
+    char err[256];
+    assert_int_equal(model_call("ModelMetadata", "stats", "", &r, err, sizeof err),
+                     GRPC_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "by version only"));
+    grpc_http_request_free(&r);
 }
 
 /* RepositoryIndex: POST /v2/repository/index with {"ready": b}. */
