@@ -256,10 +256,17 @@ static void ledger_gone_instances(struct ledger_walk *w, const struct modelstats
             if (l->track[k].entry == w->entry && l->track[k].instance == inst &&
                 !l->track[k].url[0])
                 t = &l->track[k];
-        if (named || !t)
-            continue;   /* named, or never seen: nothing of it was charged or to charge */
+        if (named)
+            continue;
         struct served_device d = {.dev = {.instance = inst}};
-        snprintf(d.dev.name, sizeof d.dev.name, "%s", t->device);
+        /* Never seen by a sample (a reload gave the model this instance
+         * and the next took it away within one sampling interval): its work
+         * is charged all the same, where it ran (back-to-back reloads
+         * between 2 instances and 1 left 72-610 requests uncharged). */
+        if (t)
+            snprintf(d.dev.name, sizeof d.dev.name, "%.47s", t->device);
+        else if (!serving_instance_device(w->sm, inst, d.dev.name, sizeof d.dev.name))
+            continue;   /* never placed: nothing of it to charge */
         d.busy_s = snap->inst[inst].busy_s;
         d.held_s = snap->inst[inst].held_s;
         ledger_device_row(&d, w);

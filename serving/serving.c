@@ -731,7 +731,32 @@ static void served_seen_set(struct served_entry *e, const struct model *m)
     free(e->seen);
     e->seen = w.d;
     e->nseen = w.n;
+    for (int i = 0; i < w.n; i++) {
+        int k = w.d[i].instance;
+        if (k >= e->nplaced) {
+            char (*p)[48] = realloc(e->placed, (size_t)(k + 1) * sizeof *p);
+            if (!p)
+                break;
+            memset(p + e->nplaced, 0, (size_t)(k + 1 - e->nplaced) * sizeof *p);
+            e->placed = p;
+            e->nplaced = k + 1;
+        }
+        snprintf(e->placed[k], sizeof e->placed[k], "%s", w.d[i].name);
+    }
     pthread_mutex_unlock(&e->mu);
+}
+
+bool serving_instance_device(struct served_model *sm, int instance, char *out, size_t cap)
+{
+    struct served_entry *e = sm->entry;
+    if (!e || instance < 0)
+        return false;
+    pthread_mutex_lock(&e->mu);
+    bool found = instance < e->nplaced && e->placed[instance][0];
+    if (found)
+        snprintf(out, cap, "%s", e->placed[instance]);
+    pthread_mutex_unlock(&e->mu);
+    return found;
 }
 
 int served_copy_load(struct serving *s, struct served_model *sm)
@@ -1324,6 +1349,7 @@ void serving_free(struct serving *s)
         struct served_entry *e = s->entries[i];
         modelstats_free(e->stats);
         free(e->seen);
+        free(e->placed);
         free(e->override);
         pthread_mutex_destroy(&e->mu);
         free(e);

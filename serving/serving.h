@@ -189,6 +189,10 @@ typedef void (*served_device_fn)(const struct served_device *d, void *arg);
  * server's rows go with it). The one place device rows are built. */
 void serving_model_devices(struct served_model *sm, const struct modelstats_snapshot *snap,
                            served_device_fn fn, void *arg);
+/* The device instance `instance` of the model last ran on, in any copy
+ * (one a reload to fewer instances took away included), into out; false
+ * when no copy had it. */
+bool serving_instance_device(struct served_model *sm, int instance, char *out, size_t cap);
 /* Stops the lifecycle thread (eager loads not begun are given up), the
  * batchers (queued requests fail with 503) and joins the workers. A load
  * under way is waited for until deadline_ns (now_ns's clock; 0: as long as

@@ -51,6 +51,11 @@ struct served_entry {
      * rows while no copy is loaded, since their counters go on. */
     struct model_device *seen;
     int nseen;
+    /* Where each instance index last ran, in any copy (under mu): a copy
+     * with fewer instances leaves the others where they were, for the
+     * ledger to charge their last work there (serving_instance_device). */
+    char (*placed)[48];
+    int nplaced;
     /* The tenants' device time of its copies freed since the start, where
      * a copy kept its own accounts (shares.h; on a device no scheduler
      * shares): tenant_device_seconds_total goes on from them. */
