@@ -30,6 +30,7 @@ struct backend_io {
     int rows;
     int64_t device_ns;                /* set by backends that time the batch on the device */
     int retry_after_s;                /* a failed batch (BG_EUNAVAILABLE): when to try again */
+    int64_t deadline_ns;              /* a loop backend's batch: its earliest deadline; 0 none */
 };
 
 struct model;

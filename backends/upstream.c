@@ -306,6 +306,7 @@ static void upstream_slot_start(struct up_slot *s)
     struct error err = {0};
     /* Whether an answer is usable is ours to say (upstream_slot_on_done). */
     unsigned flags = HTTPC_JUDGED | (um->m->cfg.upstream.idempotent ? UPCALL_IDEMPOTENT : 0);
+    upcall_set_deadline(s->up, s->io->deadline_ns);
     if (upcall_start(s->up, um->targets, um->nurls, flags, &err) < 0) {
         upstream_slot_fail(s, err.msg);
         return;

@@ -99,10 +99,18 @@ bool httpc_target_usable(const struct httpc_target *t, int64_t now_ns);
 int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r, const char *why);
 /* The usable target with the fewest calls in flight among those whose
  * expected wait (calls in flight and this one, times its average time to
- * an answer) is within twice the least (one not answered yet always is),
+ * an answer) is within twice the least (one not answered yet always is)
+ * and, when some are, within budget_ns (the call's time left; 0: none;
+ * when none is, the soonest expected),
  * skipping those whose bit (index in ts) is set in `tried`; when none is usable, the one that
  * comes back first; NULL only when every target was tried. */
-struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index);
+struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried,
+                                int64_t budget_ns, int *index);
+/* A call to target i of ts that took ns, against the other usable
+ * targets: when it, or i's average time to an answer, is more than twice
+ * the least of theirs (i is far slower than another, or just turned so),
+ * that least over the larger of the two, below 0.5; else 1. */
+double httpc_target_speed_ratio(struct httpc_target *const *ts, int n, int i, int64_t ns);
 /* A call's outcome as its caller judged it (connection-level failures are
  * recorded by httpc itself before on_error, and a whole answer below 500 as
  * a success before on_done unless the call is HTTPC_JUDGED; a 5xx is left

@@ -321,7 +321,8 @@ int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
     return out ? -1 : 0;
 }
 
-struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried, int *index)
+struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried,
+                                int64_t budget_ns, int *index)
 {
     int64_t now = now_ns();
     /* The fewest calls in flight among the targets whose expected wait
@@ -345,11 +346,18 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
         if (wait[i] > 0 && (least == 0 || wait[i] < least))
             least = wait[i];
     }
+    /* A call with a deadline goes where it can be answered by it, when
+     * some server can, and where it is answered soonest when none can:
+     * within twice the least, a server whose answers take longer than the
+     * budget took every call it was the fewest in flight for, each
+     * answered late, while the other made them all. */
+    bool late = budget_ns > 0 && least > (double)budget_ns;
+    double fits = budget_ns > 0 && !late ? (double)budget_ns : 2 * least;
     int best = -1;
     for (int i = 0; i < n && i < 32; i++) {
-        if (wait[i] < 0 || (wait[i] > 0 && wait[i] > 2 * least))
+        if (wait[i] < 0 || (wait[i] > 0 && (wait[i] > 2 * least || wait[i] > fits)))
             continue;   /* not usable, or far slower than another for this call */
-        if (best < 0 || load[i] < load[best])
+        if (best < 0 || (late ? wait[i] < wait[best] : load[i] < load[best]))
             best = i;
     }
     if (best < 0)   /* none usable: the one that comes back first */
@@ -365,6 +373,23 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
     if (index)
         *index = best;
     return ts[best];
+}
+
+double httpc_target_speed_ratio(struct httpc_target *const *ts, int n, int i, int64_t ns)
+{
+    if (i < 0 || i >= n)
+        return 1;
+    int64_t now = now_ns(), least = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t a = atomic_load_explicit(&ts[k]->answer_ns, memory_order_relaxed);
+        if (k != i && a > 0 && httpc_target_usable(ts[k], now) && (least == 0 || a < least))
+            least = a;
+    }
+    /* The call's own time too: a server that just turned slow has an
+     * average that lags by several answers (1/8 each). */
+    int64_t mine = atomic_load_explicit(&ts[i]->answer_ns, memory_order_relaxed);
+    mine = ns > mine ? ns : mine;
+    return least > 0 && mine > 2 * least ? (double)least / (double)mine : 1;
 }
 
 void httpc_target_stats(struct httpc_target *t, struct httpc_target_stats *o)

@@ -20,6 +20,7 @@ struct upcall {
     struct event *timer;
     int timeout_ms;
     const char *timeout_name;
+    int64_t deadline_ns;             /* upcall_set_deadline's; 0: none */
     /* The call in progress (from upcall_start to its end): */
     struct httpc_target *const *ts;
     int n;
@@ -65,6 +66,8 @@ void upcall_set_timeout(struct upcall *u, int timeout_ms, const char *timeout_na
     u->timeout_name = timeout_name;
 }
 
+void upcall_set_deadline(struct upcall *u, int64_t deadline_ns) { u->deadline_ns = deadline_ns; }
+
 void upcall_free(struct upcall *u)
 {
     if (!u)
@@ -82,7 +85,8 @@ static int upcall_try(struct upcall *u, bool repeat, bool same, struct error *er
     int i = u->ti;
     if (same) {
         t = u->ts[i];
-    } else if (!(t = httpc_pick(u->ts, u->n, u->tried, &i))) {
+    } else if (!(t = httpc_pick(u->ts, u->n, u->tried,
+                                u->deadline_ns ? u->deadline_ns - now_ns() : 0, &i))) {
         return error_set(err, BG_EUPSTREAM, "every server was tried");
     }
     u->tried |= 1u << i;

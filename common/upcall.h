@@ -84,6 +84,10 @@ struct upcall *upcall_new(struct event_base *base, const struct upcall_ops *ops,
 /* The timer of the calls from now on (a client whose calls differ: the
  * proxy's tapped calls take their model's timeout). */
 void upcall_set_timeout(struct upcall *u, int timeout_ms, const char *timeout_name);
+/* The instant the next calls are wanted by (now_ns's clock; 0: none): a
+ * try goes to a server expected to answer by then, when one is
+ * (httpc_pick). */
+void upcall_set_deadline(struct upcall *u, int64_t deadline_ns);
 /* Stops a call in progress (nothing is called) and frees u. NULL is fine. */
 void upcall_free(struct upcall *u);
 

@@ -23,7 +23,7 @@ void batchrun_gather(struct batch *b, float *dst, size_t row_elems)
 void batchrun_end(struct served_model *sm, int instance, struct modelstats_flight *flight,
                   struct shares *shares,
                   struct batch *b, const float *out, int status, const char *msg,
-                  int64_t exec_ns, bool late_is_timeout)
+                  int64_t exec_ns, int64_t learn_ns, bool late_is_timeout)
 {
     size_t row = (size_t)sm->model.cfg.output.row_elems;
     int64_t now = late_is_timeout && status ? now_ns() : 0;
@@ -53,7 +53,7 @@ void batchrun_end(struct served_model *sm, int instance, struct modelstats_fligh
     /* Recorded before the answers leave: whoever reads the statistics after
      * getting an answer sees its batch counted. */
     if (status == 0)
-        batcher_done(sm->batcher, instance, b, exec_ns);
+        batcher_done(sm->batcher, instance, b, learn_ns);
     /* Always: the usage ledger charges device time to tenants, the default
      * one included, and a failed batch held the device too. The scheduler's
      * shares take the same time (gather and scatter included, failed

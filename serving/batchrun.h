@@ -30,10 +30,12 @@ void batchrun_gather(struct batch *b, float *dst, size_t row_elems);
  * modelstats_batch_end); else every item fails with
  * status and msg, except that with `late_is_timeout` an item whose deadline
  * passed gets 504 (its budget ran out, whatever else went wrong). Every
- * item is ended (work_complete); the batch is empty after. */
+ * item is ended (work_complete); the batch is empty after. The batcher's
+ * latency model learns learn_ns (exec_ns but for a server routed around
+ * for its speed: feed.c). */
 void batchrun_end(struct served_model *sm, int instance, struct modelstats_flight *flight,
                   struct shares *shares,
                   struct batch *b, const float *out, int status, const char *msg,
-                  int64_t exec_ns, bool late_is_timeout);
+                  int64_t exec_ns, int64_t learn_ns, bool late_is_timeout);
 
 #endif

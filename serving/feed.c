@@ -6,6 +6,7 @@
 
 #include "backends/backend.h"
 #include "batcher/batcher.h"
+#include "common/httpc.h"
 #include "serving/batchrun.h"
 #include "serving/modelstats.h"
 #include "serving/serving.h"
@@ -44,6 +45,9 @@ static int feed_poll(void *ctx, int slot, struct backend_io **io, int64_t *wake_
     batchrun_gather(&s->b, s->in, (size_t)f->sm->model.cfg.input.row_elems);
     s->io = (struct backend_io){.in = s->in, .out = s->out, .rows = s->b.rows,
                                 .retry_after_s = 0};
+    for (const struct infer_item *it = s->b.head; it; it = it->next)
+        if (it->deadline_ns && (!s->io.deadline_ns || it->deadline_ns < s->io.deadline_ns))
+            s->io.deadline_ns = it->deadline_ns;
     s->flight.instance = -1;
     *io = &s->io;
     return 1;
@@ -59,8 +63,27 @@ static void feed_finish(void *ctx, int slot, int status, const char *msg, int64_
      * that request (504), whatever else went wrong. The tenants' use goes
      * on the statistics instance of the server of its last try (one per
      * server: served_stats_instances). */
+    /* Answered by a server far slower than another (it turned slow, or
+     * was): what the call took beyond what the fastest other takes is the
+     * server's, not the batch's. The latency model learns the fastest's
+     * time, and the answer guard does not count the excess as the answer
+     * path's: the answers of a server that went from 40 ms to 120 ms
+     * raised both until every 100 ms budget was refused 504 for 10 s,
+     * while the other answered in 40 ms (the re-test). A server within
+     * twice the fastest is blended as before, and calls with a deadline
+     * go where they can be answered by it (httpc_pick). */
+    int64_t learn_ns = exec_ns;
+    struct httpc_target *const *ts;
+    int n = model_servers(&f->sm->model, &ts);
+    double r = status == 0 ? httpc_target_speed_ratio(ts, n, s->flight.instance, exec_ns) : 1;
+    if (r < 1) {
+        learn_ns = (int64_t)((double)exec_ns * r);
+        for (struct infer_item *it = s->b.head; it; it = it->next)
+            if (it->t_planned_ns)
+                it->t_planned_ns += exec_ns - learn_ns;
+    }
     batchrun_end(f->sm, FEED_INSTANCE, &s->flight, f->sm->own_shares, &s->b, s->out, status, msg,
-                 exec_ns, true);
+                 exec_ns, learn_ns, true);
 }
 
 static void feed_sent(void *ctx, int slot, int server)

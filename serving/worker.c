@@ -115,7 +115,7 @@ static int64_t worker_run_batch(struct worker *w, struct batch *b, bool *abandon
         return ns;
     }
     batchrun_end(w->ws->sm, in->index, NULL, w->place.shares, b, in->out, rc ? -rc : 0,
-                 rc ? err.msg : NULL, ns, false);
+                 rc ? err.msg : NULL, ns, ns, false);
     return ns;
 }
 

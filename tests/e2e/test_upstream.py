@@ -724,6 +724,40 @@ class UnequalServersTest(FakeUpstreamCase):
         self.assertGreater(fast, 3 * slow, (fast, slow))
 
 
+class ServerTurnsSlowTest(UnequalServersTest):
+    """Two servers of 40 ms a call, then one turns slow (120 ms), still
+    within twice the other's expected wait while that one has a call in
+    flight. Its answers, 80 ms past plan, went into the model's latency
+    model and its answer guard, and then every 100 ms budget was refused
+    504 at once for about 10 s while the other server could answer in
+    40 ms (the re-test: 39, 40 and 40 of 40). Calls with a deadline now go
+    to a server expected to answer by it, and a server routed around for
+    its speed counts as what the fastest would have taken."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [cls.fake_server("--base-ms", "40", "--per-row-ms", "0", "--concurrency", "4")
+                     for _ in range(2)]
+        cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        write_model(repo, "uneq", upstream_model("uneq", cls.urls, max_batch=4))
+
+    def test_calls_go_where_they_are_answered_soonest(self):
+        self.assertEqual(self.send(40), [200] * 40)
+        r = roundtrip(self.fakes[0][1], "POST", "/__fault",
+                      body=json.dumps({"mode": "delay", "count": 100000, "ms": 80}))
+        self.assertEqual(r.status, 200, r.body)
+        try:
+            self.assertEqual(self.send(40), [200] * 40)
+            for _ in range(3):
+                before = self.calls(0)
+                codes = self.send(40, budget_ms=100)
+                slow = self.calls(0) - before
+                self.assertGreaterEqual(codes.count(200), 36, (codes, slow))
+                self.assertLessEqual(slow, 4, codes)
+        finally:
+            roundtrip(self.fakes[0][1], "POST", "/__reset")
+
+
 class TfsHealthTest(HealthTest):
     """TF Serving answers its model status 200 whatever the model's state:
     a server whose model is END was kept in (its calls failed 502), the

@@ -3,6 +3,7 @@
  * answer, keep-alive back to the pool, busy-time and failure accounting;
  * pipelined calls against a loopback listener: one connection and one send
  * for the calls of one pass, answers in order, losses and abandoned calls. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -92,15 +93,44 @@ static void test_target_continues_across_a_reload(void **state)
     httpc_target_unref(old);
 }
 
+/* By speed: a server more than twice as slow as another in expected wait
+ * takes nothing; within twice, the fewest in flight; with a budget, only
+ * those expected within it when one is. A server routed around for its
+ * speed has the ratio of the fastest's time to its own. */
+static void test_pick_by_speed_and_budget(void **state)
+{
+    (void)state;
+    struct httpc_target *ts[2] = {target(1), target(2)};
+    int i = -1;
+    httpc_target_answered(ts[0], 40000000);    /* 40 ms an answer */
+    httpc_target_answered(ts[1], 120000000);   /* 120 ms */
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 0, &i), ts[0]);
+    assert_true(httpc_target_speed_ratio(ts, 2, 1, 100000000) < 0.34);
+    assert_true(httpc_target_speed_ratio(ts, 2, 0, 50000000) == 1);
+    /* The fast one's call of 300 ms: it turned slow (its average lags). */
+    assert_true(fabs(httpc_target_speed_ratio(ts, 2, 0, 300000000) - 0.4) < 1e-9);
+    assert_true(httpc_target_speed_ratio(ts, 1, 0, 300000000) == 1);   /* alone */
+    /* A call in flight on the fast one: 80 ms against 120, within twice. */
+    httpc_target_begin(ts[0], false);
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 0, &i), ts[1]);
+    /* Wanted within 100 ms: the one that can (the slow one answered late). */
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 100000000, &i), ts[0]);
+    /* Within 50 ms neither can: the soonest answer then (80 ms). */
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 50000000, &i), ts[0]);
+    httpc_target_end(ts[0]);
+    httpc_target_free(ts[0]);
+    httpc_target_free(ts[1]);
+}
+
 static void test_pick_and_health(void **state)
 {
     (void)state;
     struct httpc_target *ts[3] = {target(1), target(2), target(3)};
     int i = -1;
-    assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[0]);
-    assert_ptr_equal(httpc_pick(ts, 3, 1u, &i), ts[1]);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[0]);
+    assert_ptr_equal(httpc_pick(ts, 3, 1u, 0, &i), ts[1]);
     assert_int_equal(i, 1);
-    assert_null(httpc_pick(ts, 3, 7u, &i));
+    assert_null(httpc_pick(ts, 3, 7u, 0, &i));
     /* Three failures in a row take a server out; a success in between does
      * not. Each call says whether it changed anything (the log line). */
     assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_RESET), 0);
@@ -108,9 +138,9 @@ static void test_pick_and_health(void **state)
     assert_int_equal(httpc_target_succeeded(ts[0]), 0);
     assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_STATUS), 0);
     assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_STATUS), 0);
-    assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[0]);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[0]);
     assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_TIMEOUT), -1);
-    assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[1]);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[1]);
     /* The trial calls of a server still failing are not news. */
     assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_TIMEOUT), 0);
     struct httpc_target_stats st;
@@ -134,10 +164,10 @@ static void test_pick_and_health(void **state)
     assert_true(st.healthy);
     assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL, "test"), -1);
     assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_FAIL, "test"), 0);
-    assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[0]);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[0]);
     /* Probed back in. */
     assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS, "test"), 1);
-    assert_ptr_equal(httpc_pick(ts, 3, 0, &i), ts[2]);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[2]);
     /* Nothing listening: out at the first probe. */
     assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_UNREACHABLE, "test"), -1);
     assert_int_equal(httpc_target_probe_result(ts[2], HTTPC_PROBE_PASS, "test"), 1);
@@ -698,6 +728,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_parse),
         cmocka_unit_test(test_pick_and_health),
+        cmocka_unit_test(test_pick_by_speed_and_budget),
         cmocka_unit_test(test_target_continues_across_a_reload),
         cmocka_unit_test(test_calls),
         cmocka_unit_test(test_stale_keepalive_losses_keep_the_server_in),
