@@ -147,10 +147,10 @@ struct http_parse {
     size_t head_bytes;             /* bytes of the current request's head so far */
     size_t trailer_bytes;          /* of its chunked body's trailer section (dropped) */
     bool in_trailer;               /* past its last chunk's size line */
-    /* Within the piece being fed: where the last span a callback saw
-     * (request line, a header, body data) ended (NULL: none yet), and where
-     * the trailer section began if it began in it (trailer_here). */
-    const char *piece, *span_end, *trailer_at;
+    bool trailer_fields;           /* a trailer field began: counted from there */
+    /* Within the piece being fed: where the trailer section's first field
+     * began, if it began in it (trailer_here). */
+    const char *trailer_at;
     bool trailer_here;
     struct http_request *cur;      /* being parsed; set by the owner on HTTP_PARSE_MORE/IDLE */
     struct http_request *(*alloc)(void *ctx);   /* called at the first byte of a request */

@@ -30,7 +30,7 @@ static int parse_on_message_begin(llhttp_t *l)
     hp->phase = HTTP_PHASE_HEAD;
     hp->in_value = false;
     hp->trailer_bytes = 0;
-    hp->in_trailer = false;
+    hp->in_trailer = hp->trailer_fields = false;
     return 0;
 }
 
@@ -39,34 +39,36 @@ static int parse_on_message_begin(llhttp_t *l)
  * recipient do. Merged into the headers, they passed every limit (40 MiB
  * of them was taken whole) and reached the handlers as headers (a
  * Content-Encoding sent after the body undid it). Its bytes are held to
- * limits.max_header_bytes as they arrive, raw (http_parse_feed): counted
- * from the callbacks, the whitespace llhttp skips before a value let 40
- * MiB of spaces through. */
-/* The last chunk (size 0): the trailer section follows. */
+ * limits.max_header_bytes as they arrive, raw (http_parse_feed), from
+ * where its first field begins to its end: counted from the callbacks,
+ * the whitespace llhttp skips before a value let 40 MiB of spaces
+ * through; counted from the last chunk's line, the few bytes of framing
+ * before the fields counted or not as the reads fell (a trailer 2 bytes
+ * under the limit was refused at most splits of the upload, taken at
+ * one: the re-test). */
+/* The last chunk (size 0): its trailer section follows. */
 static int parse_on_chunk_header(llhttp_t *l)
 {
     struct http_parse *hp = parse_of(l);
-    if (l->content_length == 0) {
-        /* It began after the last data of this piece (the framing between
-         * is a few bytes: CRLF, "0", its extensions, CRLF), or at the
-         * piece's start. Counted from the piece's start, a 16 KiB read
-         * of body data ending in the last chunk was taken for a trailer
-         * section (431 for a plain 2 KB upload at max_header_bytes 1024). */
+    if (l->content_length == 0)
         hp->in_trailer = true;
-        hp->trailer_here = true;
-        hp->trailer_at = hp->span_end ? hp->span_end : hp->piece;
-    }
     return 0;
 }
 
-/* A span of the request (request line, header field or value, body
- * data) ended at at + n. */
-static void parse_span(struct http_parse *hp, const char *at, size_t n) { hp->span_end = at + n; }
+/* A trailer field begins at `at` (in the piece being fed): the count
+ * starts there. */
+static void parse_trailer_field(struct http_parse *hp, const char *at)
+{
+    if (!hp->in_trailer || hp->trailer_fields)
+        return;
+    hp->trailer_fields = true;
+    hp->trailer_here = true;
+    hp->trailer_at = at;
+}
 
 static int parse_on_url(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
-    parse_span(hp, at, n);
     if (buf_append(&hp->cur->head, at, n) < 0)
         return parse_fail(hp, 503, "out of memory for the request line");
     hp->cur->url_len += (uint32_t)n;
@@ -77,9 +79,10 @@ static int parse_on_header_field(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
     struct http_request *r = hp->cur;
-    if (hp->phase == HTTP_PHASE_BODY)
+    if (hp->phase == HTTP_PHASE_BODY) {
+        parse_trailer_field(hp, at);
         return 0;   /* a trailer field: dropped (parse_on_chunk_header) */
-    parse_span(hp, at, n);
+    }
     if (r->nhdrs == 0 || hp->in_value) {
         if (r->nhdrs == r->hdrs_cap) {
             int cap = r->hdrs_cap ? r->hdrs_cap * 2 : 16;
@@ -106,7 +109,6 @@ static int parse_on_header_value(llhttp_t *l, const char *at, size_t n)
     struct http_request *r = hp->cur;
     if (hp->phase == HTTP_PHASE_BODY)
         return 0;   /* a trailer field: dropped (parse_on_chunk_header) */
-    parse_span(hp, at, n);
     struct http_header *h = &r->hdrs[r->nhdrs - 1];
     if (!hp->in_value) {
         h->val_off = (uint32_t)r->head.len;
@@ -287,7 +289,6 @@ static int parse_on_body(llhttp_t *l, const char *at, size_t n)
 {
     struct http_parse *hp = parse_of(l);
     struct http_request *r = hp->cur;
-    parse_span(hp, at, n);
     /* Counted apart from body.len: a streaming request's body is handed
      * over (and the buffer emptied) as it arrives. */
     if (r->body_total + n > hp->max_body_bytes) {
@@ -372,8 +373,6 @@ enum http_parse_event http_parse_feed(struct http_parse *hp, const char *data, s
     if (len == 0)
         return HTTP_PARSE_MORE;
     enum http_parse_phase start = hp->phase;
-    hp->piece = data;
-    hp->span_end = NULL;
     hp->trailer_here = false;
     hp->error_status = 0;
     llhttp_errno_t e = llhttp_execute(&hp->llh, data, len);
@@ -408,12 +407,12 @@ enum http_parse_event http_parse_feed(struct http_parse *hp, const char *data, s
         return parse_error(hp, 400, msg);
     }
     *consumed = used;
-    /* The trailer section, raw: the piece's bytes from where it began
-     * (parse_on_chunk_header), or all of them past a piece it began in.
-     * Read after the parse: a request that began in this piece reset the
-     * former one's state. */
+    /* The trailer section, raw: the piece's bytes from where its first
+     * field began (parse_trailer_field), or all of them past a piece it
+     * began in. Read after the parse: a request that began in this piece
+     * reset the former one's state. */
     size_t from = hp->trailer_here ? (size_t)(hp->trailer_at - data) : 0;
-    if (hp->in_trailer && used > from &&
+    if (hp->trailer_fields && used > from &&
         (hp->trailer_bytes += used - from) > hp->max_header_bytes) {
         char msg[160];
         snprintf(msg, sizeof msg,
