@@ -131,6 +131,10 @@ class FaultTest(RepoServerCase):
             r = post(self.srv.port, "/debug/fault", '{"model": "syn", "mode": "%s"}' % mode)
             self.assertEqual(r.status, 400, mode)
             self.assertIn("ms: how long", r.json()["error"])
+        # Read as every operator body: millions of values are refused unparsed.
+        r = post(self.srv.port, "/debug/fault", "[" + "0," * 4200000 + "0]")
+        self.assertEqual(r.status, 400)
+        self.assertIn("refused before it is read", r.json()["error"])
         self.assertEqual(self.infer("syn", [1, 1, 1, 1]).status, 200)
 
     def test_slow_batch_is_just_slow(self):
