@@ -38,6 +38,19 @@
 #define GRPC_STREAM_OUT_LOW (256u << 10)
 #define GRPC_STREAM_OUT_POLL_MS 10
 
+/* A connection's answers in the works: each message started reserves the
+ * largest answer written on the connection, until its own is written;
+ * with those written and not yet sent (a client that reads nothing, its
+ * windows shut) past GRPC_CONN_ANSWERS_HIGH, no call of the connection
+ * starts another message until they go out, and before the connection's
+ * first answer (its size unknown) at most GRPC_CONN_BLIND_MAX run. The
+ * bounds per stream above did not bound the connection: 128 messages of
+ * a stream were taken before any answer existed, and 256 streams of
+ * answers sat behind shut windows (1 MiB answers: 740 MB held by one
+ * connection; the gRPC audit). */
+#define GRPC_CONN_ANSWERS_HIGH (16u << 20)
+#define GRPC_CONN_BLIND_MAX 16
+
 #define GRPC_CODES 17   /* OK .. UNAUTHENTICATED */
 
 /* A message this large (or compressed) costs enough to read that its
@@ -70,6 +83,8 @@ struct grpc_msg {
     struct grpc_call *call;
     struct http_request *inner;
     struct buf echo;                 /* its model, version and id (grpc_http_request) */
+    size_t reserved;                 /* of the connection's answers (grpc_conn_reserve) */
+    bool blind;                      /* started before the connection's first answer */
 };
 
 struct grpc_call {
@@ -230,6 +245,46 @@ static void grpc_call_maybe_free(struct grpc_call *call)
         grpc_call_free(call);
 }
 
+/* ---- the connection's answers in the works (GRPC_CONN_ANSWERS_HIGH) ---- */
+
+/* Whether the call's connection may start another message now. */
+static bool grpc_conn_room(struct grpc_call *call)
+{
+    struct http_conn_answers *a = http_request_conn_answers(call->req);
+    if (!a)
+        return true;
+    if (a->largest == 0)
+        return a->blind < GRPC_CONN_BLIND_MAX;
+    size_t held = a->reserved + http_conn_buffered(call->req);
+    return held == 0 || held + a->largest <= GRPC_CONN_ANSWERS_HIGH;
+}
+
+static void grpc_conn_reserve(struct grpc_call *call, struct grpc_msg *m)
+{
+    struct http_conn_answers *a = http_request_conn_answers(call->req);
+    if (!a)
+        return;
+    m->reserved = a->largest;
+    m->blind = a->largest == 0;
+    a->reserved += m->reserved;
+    a->blind += m->blind;
+}
+
+/* m's answer came, of `len` bytes (0: none to write), or the call ended:
+ * its reservation goes. Only while the call's stream is there. */
+static void grpc_conn_release(struct grpc_call *call, struct grpc_msg *m, size_t len)
+{
+    struct http_conn_answers *a = call->answered ? NULL : http_request_conn_answers(call->req);
+    if (!a)
+        return;
+    a->reserved -= m->reserved < a->reserved ? m->reserved : a->reserved;
+    a->blind -= m->blind && a->blind > 0;
+    m->reserved = 0;
+    m->blind = false;
+    if (len > a->largest)
+        a->largest = len;
+}
+
 /* The unary answer, or a streaming call's end (its status in the
  * trailers). Once. */
 static void grpc_call_end(struct grpc_call *call, int code, const char *msg, const void *body,
@@ -237,6 +292,9 @@ static void grpc_call_end(struct grpc_call *call, int code, const char *msg, con
 {
     if (call->answered)
         return;
+    /* The answers of its messages still running will not be written. */
+    for (struct grpc_msg *m = call->running; m; m = m->next)
+        grpc_conn_release(call, m, 0);
     call->answered = true;
     grpc_count(call->g, call->m, code);
     if (!call->stream) {
@@ -334,6 +392,10 @@ static void grpc_msg_done(void *arg, int status, const char *content_type, const
     if (m->next)
         m->next->prev = m->prev;
     call->nrunning--;
+    /* Released before its answer is written: from then on it is counted
+     * as written and unsent (http_conn_buffered) until it goes out. The
+     * largest answer learned is the body's size, framed about as large. */
+    grpc_conn_release(call, m, len);
     struct buf echo = m->echo;
     free(m);
     /* Writing may end the connection at once (a send that fails closes the
@@ -524,6 +586,7 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
     m->echo = hr.echo;
     m->call = call;
     m->inner = inner;
+    grpc_conn_reserve(call, m);
     m->next = call->running;
     if (m->next)
         m->next->prev = m;
@@ -538,6 +601,8 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
  * unary call always may. */
 static bool grpc_call_room(struct grpc_call *call)
 {
+    if (!grpc_conn_room(call))
+        return false;
     if (!call->stream)
         return true;
     size_t out = http_respond_buffered(call->req);
@@ -558,14 +623,16 @@ static void grpc_call_on_out_poll(evutil_socket_t fd, short what, void *arg)
 }
 
 /* A stream's body runs while it has room and stops while it has none;
- * waiting on its answers to be read, it looks again shortly. */
+ * waiting on its answers to be read, or on its connection's (a unary
+ * call's whole message too), it looks again shortly. */
 static void grpc_call_flow(struct grpc_call *call)
 {
-    if (!call->stream || call->answered || call->stopping)
+    if (call->answered || call->stopping)
         return;
     bool room = grpc_call_room(call);
-    http_request_pause_body(call->req, !room);
-    if (!call->out_full)
+    if (call->stream)
+        http_request_pause_body(call->req, !room);
+    if (!call->out_full && (room || call->in.len < 5))
         return;
     if (!call->out_poll)
         call->out_poll = evtimer_new(http_request_event_base(call->req), grpc_call_on_out_poll,

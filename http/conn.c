@@ -674,6 +674,12 @@ static size_t conn_respond_buffered(const struct http_request *r)
     return r == c->q_head ? buf_unread(&c->out) : buf_unread(&r->resp);
 }
 
+static size_t conn_conn_buffered(const struct http_request *r)
+{
+    const struct http_conn *c = r->conn;
+    return c->fd < 0 ? 0 : buf_unread(&c->out);
+}
+
 static void conn_body_paused_changed(struct http_request *r)
 {
     struct http_conn *c = r->conn;
@@ -757,6 +763,7 @@ static const struct http_proto conn_proto = {
     .respond_write = conn_respond_write,
     .respond_finish = conn_respond_finish,
     .respond_buffered = conn_respond_buffered,
+    .conn_buffered = conn_conn_buffered,
     .body_paused = conn_body_paused_changed,
     .peer = conn_peer,
     .thread = conn_thread,

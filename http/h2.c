@@ -96,6 +96,7 @@ struct h2_conn {
     int ctl_frames;                   /* SETTINGS, PING, PRIORITY in the current second */
     double rst_tokens;                /* RST_STREAM frames the client may still send */
     int64_t rst_refill_ns;
+    struct http_conn_answers answers; /* the gRPC layer's (http_request_conn_answers) */
     char peer[64];
 };
 
@@ -421,6 +422,24 @@ static size_t h2_respond_buffered(const struct http_request *r)
     return r->resp.len - st->resp_off;
 }
 
+static size_t h2_conn_buffered(const struct http_request *r)
+{
+    const struct h2_conn *c = ((const struct h2_stream *)r->pdata)->c;
+    size_t n = buf_unread(&c->out);
+    const struct list *q;
+    list_foreach(q, &c->streams) {
+        const struct h2_stream *st = h2_stream_from_link((struct list *)q);
+        if (st->open && st->req && st->resp_off < st->req->resp.len)
+            n += st->req->resp.len - st->resp_off;
+    }
+    return n;
+}
+
+static struct http_conn_answers *h2_conn_answers(struct http_request *r)
+{
+    return &((struct h2_stream *)r->pdata)->c->answers;
+}
+
 /* The handler stopped or resumed the body: resuming gives the stream's
  * window back what arrived while it was stopped (h2_consume). */
 static void h2_body_paused(struct http_request *r)
@@ -470,6 +489,8 @@ static const struct http_proto h2_proto = {
     .respond_write = h2_respond_write,
     .respond_finish = h2_respond_finish,
     .respond_buffered = h2_respond_buffered,
+    .conn_buffered = h2_conn_buffered,
+    .conn_answers = h2_conn_answers,
     .body_paused = h2_body_paused,
     .peer = h2_peer,
     .thread = h2_thread,

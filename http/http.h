@@ -168,6 +168,22 @@ int http_respond_write(struct http_request *req, const void *data, size_t len);
 void http_respond_finish(struct http_request *req, int broken);
 /* Bytes of this request's answer not yet written to the socket. */
 size_t http_respond_buffered(const struct http_request *req);
+/* Bytes of answers the request's connection holds unsent, every request's
+ * it carries (HTTP/2: its streams' answers behind shut windows too). */
+size_t http_conn_buffered(const struct http_request *req);
+/* What a protocol carried over a connection of many requests (gRPC on
+ * HTTP/2) keeps of the answers it has in the works there, so that a
+ * client which reads nothing cannot make the server compute and hold
+ * answers without bound: the bytes it reserved for answers not written
+ * yet, the largest answer it wrote there, and its messages running before
+ * that was known. Zero at first; NULL for a connection of one request at a
+ * time (HTTP/1.1) or an inner request. The pointer is valid while req is. */
+struct http_conn_answers {
+    size_t reserved;
+    size_t largest;
+    int blind;
+};
+struct http_conn_answers *http_request_conn_answers(struct http_request *req);
 /* Called (on the IO thread) whenever the request's buffered answer has been
  * written out below the low-water mark, so the handler can resume. */
 void http_request_on_drain(struct http_request *req, void (*fn)(struct http_request *, void *),

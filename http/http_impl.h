@@ -43,6 +43,9 @@ struct http_proto {
     int (*respond_write)(struct http_request *r, const void *data, size_t len);
     void (*respond_finish)(struct http_request *r, int broken);
     size_t (*respond_buffered)(const struct http_request *r);
+    size_t (*conn_buffered)(const struct http_request *r);
+    /* NULL: the protocol carries one request at a time (http_request_conn_answers). */
+    struct http_conn_answers *(*conn_answers)(struct http_request *r);
     /* r->body_paused changed: stop or resume reading the body. */
     void (*body_paused)(struct http_request *r);
     void (*peer)(const struct http_request *r, char *out, size_t cap);

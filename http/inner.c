@@ -113,6 +113,7 @@ static const struct http_proto inner_proto = {
     .respond_write = inner_respond_write,
     .respond_finish = inner_respond_finish,
     .respond_buffered = inner_respond_buffered,
+    .conn_buffered = inner_respond_buffered,
     .body_paused = inner_body_paused,
     .peer = inner_peer,
     .thread = inner_thread,

@@ -533,3 +533,10 @@ void http_respond_finish(struct http_request *r, int broken)
 }
 
 size_t http_respond_buffered(const struct http_request *r) { return r->proto->respond_buffered(r); }
+
+size_t http_conn_buffered(const struct http_request *r) { return r->proto->conn_buffered(r); }
+
+struct http_conn_answers *http_request_conn_answers(struct http_request *r)
+{
+    return r->proto->conn_answers ? r->proto->conn_answers(r) : NULL;
+}

@@ -1066,6 +1066,56 @@ class StreamFlowTest(H2FloodCase):
         self.assertEqual(len(r.blocks), 2, "expected the trailers to end the stream: %r" % r)
 
 
+class ConnectionAnswersTest(H2FloodCase):
+    """A client that reads nothing (its stream windows 0) and opens call
+    after call: each answer waits on it. The bounds per stream did not
+    bound the connection: every call was computed and its answer held
+    (200 calls of 1 MiB answers: 230 MB; 4 streams of 128 messages:
+    740 MB; the gRPC audit). The connection's answers in the works, 16 MiB
+    (gateway/grpc.c GRPC_CONN_ANSWERS_HIGH), stop it from starting more
+    until they are read; then every call is answered."""
+    ANSWER = 256 << 10   # bytes of answer a row
+
+    @classmethod
+    def populate(cls, repo):
+        super().populate(repo)
+        big = synthetic("bigout", base_us=500, per_row_us=0)
+        big["outputs"][0]["shape"] = [cls.ANSWER // 4]
+        write_model(repo, "bigout", big)
+
+    def computed(self):
+        r = roundtrip(self.srv, "GET", "/v2/models/bigout/stats")
+        return r.json()["model_stats"][0]["inference_count"]
+
+    def test_a_client_that_reads_nothing_holds_bounded_answers(self):
+        c = self.h2()
+        c.send(settings([(SETTINGS_INITIAL_WINDOW_SIZE, 0)]))
+        c.poll(0.2)
+        before = self.computed()
+        msg = grpc_message(model_infer("bigout", [[1, 2, 3, 4]]))
+        sids = [c.start(grpc_headers("ModelInfer"), msg) for _ in range(100)]
+        stream = c.start(grpc_headers("ModelStreamInfer"), msg * 60)
+        time.sleep(1.5)
+        c.poll(0)
+        ran = self.computed() - before
+        bound = (16 << 20) // self.ANSWER + 2
+        print("\nconnection answers, client not reading: %d of 160 computed (bound %d)"
+              % (ran, bound))
+        self.assertLessEqual(ran, bound)
+        # Read: the rest are computed and every call is answered.
+        c.send(settings([(SETTINGS_INITIAL_WINDOW_SIZE, 2**31 - 1)]) +
+               frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 1 - 65535)))
+        for sid in sids:
+            r = c.reply(sid, timeout=30)
+            self.assertTrue(r.ended and r.rst is None and len(r.data) > self.ANSWER,
+                            "expected call %d answered: %r" % (sid, r))
+        c.send(frame(DATA, END_STREAM, stream, b""))
+        r = c.reply(stream, timeout=30)
+        self.assertTrue(r.ended and r.rst is None, "expected the stream answered: %r" % r)
+        self.assertGreater(len(r.data), 60 * self.ANSWER)
+        self.assertEqual(self.computed() - before, 160)
+
+
 class SlowReaderTest(H2FloodCase):
     """A client that reads none of its answers (a window it keeps at 0) is
     closed after limits.idle_timeout_ms, as a slow reader is on HTTP/1.1;
