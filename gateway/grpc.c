@@ -470,10 +470,15 @@ static long long grpc_timeout_ms(struct http_request *req)
 }
 
 /* The call's metadata become the HTTP request's headers, but for what is
- * the gRPC framing's own. */
+ * the gRPC framing's own, and what describes the HTTP body the codec
+ * writes (metadata "inference-header-content-length: 5" was read as the
+ * body's and the call refused, blaming an HTTP header the client never
+ * sent; "content-encoding" would have the body inflated: the gRPC audit). */
 static bool grpc_header_passes(const char *name, size_t len)
 {
-    static const char *const own[] = {"content-type", "content-length", "te", "host"};
+    static const char *const own[] = {"content-type", "content-length", "te", "host",
+                                      "inference-header-content-length", "content-encoding",
+                                      "transfer-encoding"};
     if (len >= 5 && strncasecmp(name, "grpc-", 5) == 0)
         return false;
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)

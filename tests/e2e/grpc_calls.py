@@ -604,6 +604,14 @@ def check_limits(a):
            e.details().startswith('input "a\u00e9\u00e9'),
            "the same error, unary: %s %r" % (e.code(), e.details()))
     ok("errors are cut at a character")
+    # Metadata naming what describes the HTTP body the call becomes are not
+    # passed on as its headers: "inference-header-content-length: 5" was
+    # read as the body's and the call refused, blaming an HTTP header.
+    resp = stub.ModelInfer(infer_request("digits", small), timeout=10,
+                           metadata=(("inference-header-content-length", "5"),
+                                     ("content-encoding", "gzip")))
+    expect(output_of(resp).shape == (1, 10), "metadata of the HTTP body's names: served")
+    ok("metadata named as the HTTP body's headers do not reach it")
 
 
 # ---------------------------------------------------------------- drain

@@ -141,7 +141,7 @@ class GrpcLimitsTest(GrpcCase):
 
     def test_message_over_max_body_bytes(self):
         out = self.run_calls("limits")
-        self.assertEqual(out.count("ok: "), 9, out)
+        self.assertEqual(out.count("ok: "), 10, out)
 
 
 class GrpcChurnTest(GrpcCase):
