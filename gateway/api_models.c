@@ -1022,7 +1022,12 @@ static void models_infer_submit(struct http_request *req, struct api_state *st,
     call->sm = sm;
     call->mb = http_request_mailbox(req);
     call->msg.fn = models_infer_call_deliver;
-    call->output = malloc((size_t)call->r.rows * (size_t)c->output.row_elems * sizeof(float));
+    size_t out_bytes = (size_t)call->r.rows * (size_t)c->output.row_elems * sizeof(float);
+    /* Said before it is computed: a gRPC connection reserves room for it
+     * (gateway/grpc.c), so a client that reads nothing cannot have answers
+     * computed and held without bound. */
+    http_request_answer_expected(req, out_bytes);
+    call->output = malloc(out_bytes);
     if (!call->output) {
         http_respond_error(req, 500, NULL, "out of memory for the output");
         models_infer_call_free(call);

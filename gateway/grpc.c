@@ -39,17 +39,22 @@
 #define GRPC_STREAM_OUT_POLL_MS 10
 
 /* A connection's answers in the works: each message started reserves the
- * largest answer written on the connection, until its own is written;
- * with those written and not yet sent (a client that reads nothing, its
- * windows shut) past GRPC_CONN_ANSWERS_HIGH, no call of the connection
- * starts another message until they go out, and before the connection's
- * first answer (its size unknown) at most GRPC_CONN_BLIND_MAX run. The
- * bounds per stream above did not bound the connection: 128 messages of
- * a stream were taken before any answer existed, and 256 streams of
- * answers sat behind shut windows (1 MiB answers: 740 MB held by one
- * connection; the gRPC audit). */
-#define GRPC_CONN_ANSWERS_HIGH (16u << 20)
-#define GRPC_CONN_BLIND_MAX 16
+ * size its handler says its answer will be (http_request_answer_expected:
+ * an inference's outputs, said when its rows are known, before it is
+ * computed), until the answer is written; with those written and not yet
+ * sent (a client that reads nothing, its windows shut) past
+ * GRPC_CONN_ANSWERS_HIGH, no call of the connection starts another
+ * message until they go out. A message whose handler has not said yet (a
+ * lazy load under way) reserves the largest answer written there, and at
+ * most GRPC_CONN_UNREPORTED_MAX such run. The bounds per stream above did
+ * not bound the connection: 128 messages of a stream were taken before
+ * any answer existed, and 256 streams of answers sat behind shut windows
+ * (1 MiB answers: 740 MB held by one connection; the gRPC audit). Guessed
+ * from the answers written alone, a first answer of 100 bytes (an error)
+ * let 200 MB be held, and 16 MiB halved a reading client's batches of
+ * 1 MiB answers (the re-test): 64 MiB leaves batches of 64 such. */
+#define GRPC_CONN_ANSWERS_HIGH (64u << 20)
+#define GRPC_CONN_UNREPORTED_MAX 64
 
 #define GRPC_CODES 17   /* OK .. UNAUTHENTICATED */
 
@@ -84,7 +89,7 @@ struct grpc_msg {
     struct http_request *inner;
     struct buf echo;                 /* its model, version and id (grpc_http_request) */
     size_t reserved;                 /* of the connection's answers (grpc_conn_reserve) */
-    bool blind;                      /* started before the connection's first answer */
+    bool unreported;                 /* its handler has not said its answer's size */
 };
 
 struct grpc_call {
@@ -253,10 +258,10 @@ static bool grpc_conn_room(struct grpc_call *call)
     struct http_conn_answers *a = http_request_conn_answers(call->req);
     if (!a)
         return true;
-    if (a->largest == 0)
-        return a->blind < GRPC_CONN_BLIND_MAX;
+    if (a->unreported >= GRPC_CONN_UNREPORTED_MAX)
+        return false;
     size_t held = a->reserved + http_conn_buffered(call->req);
-    return held == 0 || held + a->largest <= GRPC_CONN_ANSWERS_HIGH;
+    return held == 0 || held < GRPC_CONN_ANSWERS_HIGH;
 }
 
 static void grpc_conn_reserve(struct grpc_call *call, struct grpc_msg *m)
@@ -265,9 +270,24 @@ static void grpc_conn_reserve(struct grpc_call *call, struct grpc_msg *m)
     if (!a)
         return;
     m->reserved = a->largest;
-    m->blind = a->largest == 0;
+    m->unreported = true;
     a->reserved += m->reserved;
-    a->blind += m->blind;
+    a->unreported++;
+}
+
+/* The message's handler says how large its answer will be. */
+static void grpc_msg_expected(void *arg, size_t bytes)
+{
+    struct grpc_msg *m = arg;
+    struct grpc_call *call = m->call;
+    struct http_conn_answers *a = call->answered ? NULL : http_request_conn_answers(call->req);
+    if (!a)
+        return;
+    a->reserved -= m->reserved < a->reserved ? m->reserved : a->reserved;
+    a->reserved += bytes;
+    m->reserved = bytes;
+    a->unreported -= m->unreported && a->unreported > 0;
+    m->unreported = false;
 }
 
 /* m's answer came, of `len` bytes (0: none to write), or the call ended:
@@ -278,9 +298,9 @@ static void grpc_conn_release(struct grpc_call *call, struct grpc_msg *m, size_t
     if (!a)
         return;
     a->reserved -= m->reserved < a->reserved ? m->reserved : a->reserved;
-    a->blind -= m->blind && a->blind > 0;
+    a->unreported -= m->unreported && a->unreported > 0;
     m->reserved = 0;
-    m->blind = false;
+    m->unreported = false;
     if (len > a->largest)
         a->largest = len;
 }
@@ -592,6 +612,7 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
     m->call = call;
     m->inner = inner;
     grpc_conn_reserve(call, m);
+    http_inner_on_expected(inner, grpc_msg_expected, m);
     m->next = call->running;
     if (m->next)
         m->next->prev = m;

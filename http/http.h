@@ -181,8 +181,13 @@ size_t http_conn_buffered(const struct http_request *req);
 struct http_conn_answers {
     size_t reserved;
     size_t largest;
-    int blind;
+    int unreported;
 };
+/* The handler's answer will be about `bytes` (an inference's outputs, once
+ * its rows are known and before it is computed): a protocol carrying many
+ * requests on one connection reserves that much room for it
+ * (http_inner_on_expected). Nothing for a request read from a socket. */
+void http_request_answer_expected(struct http_request *req, size_t bytes);
 struct http_conn_answers *http_request_conn_answers(struct http_request *req);
 /* Called (on the IO thread) whenever the request's buffered answer has been
  * written out below the low-water mark, so the handler can resume. */
@@ -293,6 +298,10 @@ void http_inner_set_decoded(struct http_request *inner, const char *kind, void *
 struct router;
 void http_inner_dispatch(struct http_request *inner, const struct router *r,
                          http_inner_done_fn done, void *arg);
+/* fn(arg, bytes) when the handler says how large its answer will be
+ * (http_request_answer_expected); set before http_inner_dispatch. */
+void http_inner_on_expected(struct http_request *inner, void (*fn)(void *arg, size_t bytes),
+                            void *arg);
 /* Frees an inner request that was never dispatched (NULL: nothing). */
 void http_inner_discard(struct http_request *inner);
 /* Outer went away: inner's on_abort hook runs (its handler stops early);

@@ -46,6 +46,8 @@ struct http_proto {
     size_t (*conn_buffered)(const struct http_request *r);
     /* NULL: the protocol carries one request at a time (http_request_conn_answers). */
     struct http_conn_answers *(*conn_answers)(struct http_request *r);
+    /* NULL: nobody reserves room for answers (http_request_answer_expected). */
+    void (*answer_expected)(struct http_request *r, size_t bytes);
     /* r->body_paused changed: stop or resume reading the body. */
     void (*body_paused)(struct http_request *r);
     void (*peer)(const struct http_request *r, char *out, size_t cap);

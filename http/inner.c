@@ -17,6 +17,8 @@ struct inner {
     char peer[64];                    /* outer's */
     http_inner_done_fn done;
     void *arg;
+    void (*expected)(void *arg, size_t bytes);   /* http_inner_on_expected */
+    void *expected_arg;
     bool dispatching;                 /* inside http_inner_dispatch */
     bool answered;                    /* done was called */
     int status;                       /* a streamed answer's, until finished */
@@ -92,6 +94,13 @@ static void inner_respond_finish(struct http_request *r, int broken)
     inner_answered(r);
 }
 
+static void inner_answer_expected(struct http_request *r, size_t bytes)
+{
+    struct inner *in = inner_of(r);
+    if (in->expected && !in->answered)
+        in->expected(in->expected_arg, bytes);
+}
+
 static size_t inner_respond_buffered(const struct http_request *r)
 {
     (void)r;
@@ -114,6 +123,7 @@ static const struct http_proto inner_proto = {
     .respond_finish = inner_respond_finish,
     .respond_buffered = inner_respond_buffered,
     .conn_buffered = inner_respond_buffered,
+    .answer_expected = inner_answer_expected,
     .body_paused = inner_body_paused,
     .peer = inner_peer,
     .thread = inner_thread,
@@ -176,6 +186,14 @@ int http_inner_set_body(struct http_request *r, const void *body, size_t len)
     r->body_total = len;
     r->body_done = true;
     return 0;
+}
+
+void http_inner_on_expected(struct http_request *r, void (*fn)(void *arg, size_t bytes),
+                            void *arg)
+{
+    struct inner *in = inner_of(r);
+    in->expected = fn;
+    in->expected_arg = arg;
 }
 
 void http_inner_dispatch(struct http_request *r, const struct router *router,

@@ -540,3 +540,9 @@ struct http_conn_answers *http_request_conn_answers(struct http_request *r)
 {
     return r->proto->conn_answers ? r->proto->conn_answers(r) : NULL;
 }
+
+void http_request_answer_expected(struct http_request *r, size_t bytes)
+{
+    if (r->proto->answer_expected)
+        r->proto->answer_expected(r, bytes);
+}

@@ -698,8 +698,10 @@ class ProxyHealthTest(FakeUpstreamCase):
         self.fake(0, "POST", "/__health", json.dumps({"ok": True}))
         self.wait_healthy(0, 1)
         self.send(10)
-        # Both idle: the fewest in flight is a tie, and the first URL wins it.
-        self.assertEqual(self.echoes()[0], after[0] + 10, "probed back in: it takes requests")
+        # Both idle: the fewest in flight is a tie, and the first URL wins it
+        # unless its answers have been more than twice as slow (httpc_pick:
+        # on a loaded machine one slow echo can make it so for a while).
+        self.assertGreater(self.echoes()[0], after[0], "probed back in: it takes requests")
 
     def test_a_probe_left_unanswered_takes_the_server_out(self):
         # The health check hangs past the next probe (100 ms): no answer in
