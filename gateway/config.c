@@ -125,7 +125,8 @@ static const struct schema_field config_limits_fields[] = {
      .doc = "request line + headers, every byte through the blank line that ends them (CRLFs "
             "included); past it: 431 and close. A chunked body's trailer fields (read and "
             "dropped) are held to it too, from the first field's start through the blank "
-            "line that ends them"},
+            "line that ends them, and so are its chunk extensions, all of its chunks' "
+            "together (400 past it)"},
     {SCHEMA_F_SIZE("max_body_bytes", struct http_limits, max_body_bytes),
      .min = 0, .max = (int64_t)1 << 40, .def = 67108864,
      .doc = "decoded body size; a larger `Content-Length` is refused with 413 right after the "

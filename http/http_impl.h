@@ -151,6 +151,7 @@ struct http_parse {
     enum http_parse_phase phase;
     size_t head_bytes;             /* bytes of the current request's head so far */
     size_t trailer_bytes;          /* of its chunked body's trailer section (dropped) */
+    size_t ext_bytes;              /* of its chunks' extensions (dropped) */
     bool in_trailer;               /* past its last chunk's size line */
     bool trailer_fields;           /* a trailer field began: counted from there */
     /* Within the piece being fed: where the trailer section's first field
