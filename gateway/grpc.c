@@ -352,7 +352,7 @@ static void grpc_call_fail(struct grpc_call *call, int code, const char *msg)
     }
     call->stopping = true;
     call->stop_code = code;
-    snprintf(call->stop_msg, sizeof call->stop_msg, "%s", msg ? msg : "");
+    snprintf(call->stop_msg, sizeof call->stop_msg, "%.500s", msg ? msg : "");
     grpc_call_stop_all(call);
 }
 
