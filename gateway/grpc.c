@@ -252,7 +252,9 @@ static void grpc_call_maybe_free(struct grpc_call *call)
 
 /* ---- the connection's answers in the works (GRPC_CONN_ANSWERS_HIGH) ---- */
 
-/* Whether the call's connection may start another message now. */
+/* Whether the call's connection may start another message now. The walk
+ * over the connection's streams (http_conn_buffered) is bounded by
+ * max_concurrent_streams and is small beside decoding the message. */
 static bool grpc_conn_room(struct grpc_call *call)
 {
     struct http_conn_answers *a = http_request_conn_answers(call->req);
@@ -260,8 +262,7 @@ static bool grpc_conn_room(struct grpc_call *call)
         return true;
     if (a->unreported >= GRPC_CONN_UNREPORTED_MAX)
         return false;
-    size_t held = a->reserved + http_conn_buffered(call->req);
-    return held == 0 || held < GRPC_CONN_ANSWERS_HIGH;
+    return a->reserved + http_conn_buffered(call->req) < GRPC_CONN_ANSWERS_HIGH;
 }
 
 static void grpc_conn_reserve(struct grpc_call *call, struct grpc_msg *m)
@@ -275,33 +276,37 @@ static void grpc_conn_reserve(struct grpc_call *call, struct grpc_msg *m)
     a->unreported++;
 }
 
-/* The message's handler says how large its answer will be. */
-static void grpc_msg_expected(void *arg, size_t bytes)
-{
-    struct grpc_msg *m = arg;
-    struct grpc_call *call = m->call;
-    struct http_conn_answers *a = call->answered ? NULL : http_request_conn_answers(call->req);
-    if (!a)
-        return;
-    a->reserved -= m->reserved < a->reserved ? m->reserved : a->reserved;
-    a->reserved += bytes;
-    m->reserved = bytes;
-    a->unreported -= m->unreported && a->unreported > 0;
-    m->unreported = false;
-}
-
-/* m's answer came, of `len` bytes (0: none to write), or the call ended:
- * its reservation goes. Only while the call's stream is there. */
-static void grpc_conn_release(struct grpc_call *call, struct grpc_msg *m, size_t len)
+/* Takes m's reservation off its connection; the connection's books, or
+ * NULL once the call is answered (its stream may be gone). */
+static struct http_conn_answers *grpc_conn_unreserve(struct grpc_call *call, struct grpc_msg *m)
 {
     struct http_conn_answers *a = call->answered ? NULL : http_request_conn_answers(call->req);
     if (!a)
-        return;
+        return NULL;
     a->reserved -= m->reserved < a->reserved ? m->reserved : a->reserved;
     a->unreported -= m->unreported && a->unreported > 0;
     m->reserved = 0;
     m->unreported = false;
-    if (len > a->largest)
+    return a;
+}
+
+/* The message's handler says how large its answer will be. */
+static void grpc_msg_expected(void *arg, size_t bytes)
+{
+    struct grpc_msg *m = arg;
+    struct http_conn_answers *a = grpc_conn_unreserve(m->call, m);
+    if (!a)
+        return;
+    a->reserved += bytes;
+    m->reserved = bytes;
+}
+
+/* m's answer came, of `len` bytes (0: none to write), or the call ended:
+ * its reservation goes. */
+static void grpc_conn_release(struct grpc_call *call, struct grpc_msg *m, size_t len)
+{
+    struct http_conn_answers *a = grpc_conn_unreserve(call, m);
+    if (a && len > a->largest)
         a->largest = len;
 }
 
