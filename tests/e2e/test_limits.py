@@ -153,6 +153,44 @@ class LimitsTest(ServerCase):
         self.assertEqual((r.status, r.body), (200, b"c" * 600 + b"d" * 400),
                          "expected a chunked body of exactly max_body_bytes echoed: %r" % r)
 
+    def test_chunk_extensions_held_to_max_header_bytes(self):
+        # Chunk extensions are dropped unread; all of a body's together
+        # (names, values, one byte per ';') are held to max_header_bytes.
+        # Unbounded, one request took 1 GiB of them.
+        def body(n):   # n one-byte chunks, each with a 60-byte extension name: 61 counted
+            return b"".join(b"1;" + b"x" * 60 + b"\r\na\r\n" for _ in range(n)) + b"0\r\n\r\n"
+        s = self.conn()
+        send(s, request("POST", "/debug/echo", [("Transfer-Encoding", "chunked")], body(16)))
+        r = read_response(s)   # 976 bytes of extensions
+        self.assertEqual((r.status, r.body), (200, b"a" * 16), r)
+        s = self.conn()
+        send(s, request("POST", "/debug/echo", [("Transfer-Encoding", "chunked")], body(17)))
+        r = read_response(s)   # 1037
+        self.assert_closed_after(s, r, 400)
+        self.assertIn("chunk extensions exceed limits.max_header_bytes", r.json()["error"])
+
+    def test_trailer_counted_the_same_at_every_split(self):
+        # The trailer section, from its first field through the blank line,
+        # is held to max_header_bytes however the reads fall (it was counted
+        # from the last chunk's line at some splits and not at others).
+        head = request("POST", "/debug/echo", [("Transfer-Encoding", "chunked")])
+        for total, want in ((MAX_HEADER, 200), (MAX_HEADER + 1, 431)):
+            trailer = b"X-T: " + b"t" * (total - 9) + b"\r\n\r\n"
+            assert len(trailer) == total
+            msg = head + b"2\r\nhi\r\n0\r\n" + trailer
+            cut0 = len(head) + len(b"2\r\nhi\r\n")
+            for cut in (cut0, cut0 + 2, cut0 + 3, cut0 + 5, len(msg) - 1):
+                s = self.conn()
+                send(s, msg[:cut])
+                time.sleep(0.05)
+                send(s, msg[cut:])
+                r = read_response(s)
+                self.assertEqual(r.status, want, "a %d-byte trailer (limit %d) split at %d: %r"
+                                 % (total, MAX_HEADER, cut - cut0, r))
+                if want != 200:
+                    self.assert_closed_after(s, r, want)
+                close_quietly(s)
+
     def test_expect_continue_over_limit_is_413_without_100(self):
         s = self.conn()
         send(s, request("POST", "/debug/echo",
