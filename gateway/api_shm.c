@@ -60,34 +60,19 @@ static bool api_shm_gate(struct api_state *st, struct http_request *req)
     return false;
 }
 
-/* The route's {name}, %-decoded (tritonclient quotes it) into out; false
- * (answered 400) when empty, too long or malformed. */
+/* The route's {name} into out (the router has %-decoded it: tritonclient
+ * quotes it; decoding it again here took "a%2541" for "aA", and a name
+ * with a '%' of its own could not be registered); false (answered 400)
+ * when empty, too long or not UTF-8. */
 static bool api_shm_name(struct http_request *req, const struct route_match *m, char *out,
                          size_t cap)
 {
     const struct route_param *p = route_match_param(m, "name");
-    size_t n = 0;
-    for (size_t i = 0; p && i < p->len; i++) {
-        char c = p->value[i];
-        if (c == '%') {
-            unsigned v;
-            char hex[3] = {0};
-            if (i + 2 >= p->len)
-                goto bad;
-            memcpy(hex, p->value + i + 1, 2);
-            if (sscanf(hex, "%2x", &v) != 1 || v == 0)
-                goto bad;
-            c = (char)v;
-            i += 2;
-        }
-        if (n + 1 >= cap)
-            goto bad;
-        out[n++] = c;
-    }
-    out[n] = '\0';
-    if (n > 0 && utf8_valid(out, n))   /* it goes out in JSON: status answers */
+    if (p && p->len > 0 && p->len < cap && utf8_valid(p->value, p->len)) {
+        memcpy(out, p->value, p->len);   /* the router refused NUL */
+        out[p->len] = '\0';
         return true;
-bad:
+    }
     http_respond_error(req, 400, NULL, "region name: must be 1 to %zu bytes of UTF-8 "
                        "(%%-escapes allowed)", cap - 1);
     return false;

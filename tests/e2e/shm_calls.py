@@ -176,9 +176,25 @@ def main():
         g.unregister_system_shared_memory()
         expect(not g.get_system_shared_memory_status(as_json=True).get("regions"),
                "gRPC status after unregister-all is not empty")
+        # A region's name is the client's bytes, '%' included: the clients
+        # quote it once and batchgate decoded it twice ("a%41" was
+        # registered as "aA", unregistering one took the other, "50%off"
+        # could not be registered at all).
+        for cl, names in ((c, lambda: sorted(s["name"] for s in c.get_system_shared_memory_status())),
+                          (g, lambda: sorted(g.get_system_shared_memory_status(as_json=True)
+                                             .get("regions", {})))):
+            for name in ("a%41", "aA", "50%off"):
+                cl.register_system_shared_memory(name, a.prefix + "in", 64 + in_bytes)
+            expect(names() == ["50%off", "a%41", "aA"], "names with '%%': %r" % (names(),))
+            r = shm_infer(in_region="a%41", out_shm=False)
+            expect(np.allclose(r.as_numpy("output"), ref, rtol=1e-6, atol=1e-7),
+                   "input from region \"a%41\" differs from JSON")
+            cl.unregister_system_shared_memory("a%41")
+            expect(names() == ["50%off", "aA"], "after unregistering a%%41: %r" % (names(),))
+            cl.unregister_system_shared_memory()
         g.close()
         print("ok: gRPC: register, status map, input and output in regions equal JSON's, "
-              "unknown region INVALID_ARGUMENT, unregister")
+              "unknown region INVALID_ARGUMENT, unregister; names with '%' as given, both ways")
     except CheckFailed as e:
         print("FAIL: %s" % e)
         return 1
