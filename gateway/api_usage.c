@@ -92,7 +92,8 @@ static void usage_api_answer(struct http_request *req, struct api_state *st, boo
             return;
         if (rc && usage_parse_time(v, k ? &q.to : &q.from) < 0) {
             http_respond_error(req, 400, NULL, "%s: \"%s\" is neither RFC 3339 "
-                               "(2026-12-03T10:00:00Z) nor Unix seconds", times[k], v);
+                               "(2026-12-03T10:00:00Z) nor Unix seconds, in years 1 to 9999",
+                               times[k], v);
             return;
         }
     }

@@ -146,9 +146,11 @@ int report_main(int argc, char **argv)
     int64_t now = (int64_t)time(NULL);
     struct usage_query q = {.from = now - 7 * 86400, .to = now};
     if (from && usage_parse_time(from, &q.from) < 0)
-        return report_fail("--from: \"%s\" is neither RFC 3339, a date nor Unix seconds", from);
+        return report_fail("--from: \"%s\" is neither RFC 3339, a date nor Unix seconds "
+                           "(years 1 to 9999)", from);
     if (to && usage_parse_time(to, &q.to) < 0)
-        return report_fail("--to: \"%s\" is neither RFC 3339, a date nor Unix seconds", to);
+        return report_fail("--to: \"%s\" is neither RFC 3339, a date nor Unix seconds "
+                           "(years 1 to 9999)", to);
     if (strcmp(by, "tenant") != 0 && strcmp(by, "model") != 0)
         return report_fail("--by: \"%s\"; tenant or model", by);
     if (strcmp(format, "table") != 0 && strcmp(format, "csv") != 0 && strcmp(format, "json") != 0)

@@ -22,6 +22,17 @@ static int usage_digits(const char *s, int n, int *out)
     return 0;
 }
 
+/* Years 1 to 9999, the ones RFC 3339 writes (and usage_format_time):
+ * 12 digits of Unix seconds reached year 33658, echoed as 9999 with the
+ * real month and day, a `to` before its `from`. */
+static int usage_time_in_range(int64_t t, int64_t *out)
+{
+    if (t < USAGE_TIME_MIN || t > USAGE_TIME_MAX)
+        return -1;
+    *out = t;
+    return 0;
+}
+
 int usage_parse_time(const char *s, int64_t *out)
 {
     size_t len = strlen(s);
@@ -33,8 +44,7 @@ int usage_parse_time(const char *s, int64_t *out)
     if (all_digits) {
         if (len > 12)
             return -1;
-        *out = strtoll(s, NULL, 10);
-        return 0;
+        return usage_time_in_range(strtoll(s, NULL, 10), out);
     }
     struct tm tm = {0};
     int y, mo, d, h = 0, mi = 0, sec = 0;
@@ -74,12 +84,14 @@ int usage_parse_time(const char *s, int64_t *out)
     tm.tm_mday = d;
     tm.tm_hour = h;
     tm.tm_min = mi;
-    tm.tm_sec = sec;
+    /* A leap second (23:59:60Z, the only time one happens) is the next
+     * second, as POSIX time has it: given to timegm as :60, it rolled
+     * over into the next day and was taken for a day that did not exist. */
+    tm.tm_sec = sec == 60 ? 59 : sec;
     time_t t = timegm(&tm);
     if (tm.tm_mday != d)   /* normalized: the day did not exist (Feb 30) */
         return -1;
-    *out = (int64_t)t - offset;
-    return 0;
+    return usage_time_in_range((int64_t)t + (sec == 60) - offset, out);
 }
 
 int usage_parse_group_by(const char *s, int *mask)

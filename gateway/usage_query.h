@@ -19,8 +19,14 @@ struct usage_query {
     char tenant[64];                  /* "": every tenant's rows */
 };
 
+/* The instants the API takes and writes: 0001-01-01T00:00:00Z through
+ * 9999-12-31T23:59:59Z. */
+#define USAGE_TIME_MIN (-62135596800LL)
+#define USAGE_TIME_MAX 253402300799LL
+
 /* RFC 3339 ("2026-12-03T10:00:00Z", "...+01:00", fractions dropped), a
- * date ("2026-12-03", midnight UTC) or Unix seconds: 0, or -1. */
+ * date ("2026-12-03", midnight UTC) or Unix seconds, within
+ * USAGE_TIME_MIN..MAX: 0, or -1. */
 int usage_parse_time(const char *s, int64_t *out);
 /* "tenant,model,class,device" (any of them, any order; "" none): 0 or -1. */
 int usage_parse_group_by(const char *s, int *mask);

@@ -378,7 +378,11 @@ class UsageApiTest(UsageCase):
                ("step=-60", "step"), ("from=0&to=100000000&step=60", "step"),
                ("group_by=tenant,gpu", "group_by"), ("group_by=tenant,", "group_by"),
                ("format=xml", "format"), ("from=%d&to=%d" % (now, now - 60), "from"),
-               ("from=%zz", "from"), ("to=2026-12-03T10:00:00+1:00", "to")]
+               ("from=%zz", "from"), ("to=2026-12-03T10:00:00+1:00", "to"),
+               # Past year 9999 (12 digits reached 33658, echoed as 9999
+               # with its own month and day), or before year 1.
+               ("to=253402300800", "to"), ("from=999999999998&to=999999999999&step=60", "from"),
+               ("from=0001-01-01T00:00:00+00:01", "from")]
         for q, param in bad:
             r = get(port, "/v2/usage?" + q)
             self.assertEqual(r.status, 400, (q, r.body))
@@ -409,6 +413,17 @@ class UsageApiTest(UsageCase):
                          ("0001-01-01T00:00:00Z", "0999-06-01T00:00:00Z"))
         self.assertEqual(get(port, "/v2/usage?from=%s&to=%s&step=315360000"
                              % (r.json()["from"], r.json()["to"])).status, 200)
+        # The last second of year 9999 is taken and echoed as it was given.
+        r = get(port, "/v2/usage?from=253402300740&to=9999-12-31T23:59:59Z&step=60")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual((r.json()["from"], r.json()["to"]),
+                         ("9999-12-31T23:59:00Z", "9999-12-31T23:59:59Z"))
+        # A leap second is the next second, as POSIX counts (23:59:60 at a
+        # day's end, the only place one happens, was refused as a day that
+        # did not exist).
+        r = get(port, "/v2/usage?from=2016-12-31T23:59:60Z&to=2017-01-01T01:00:00Z")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.json()["from"], "2017-01-01T00:00:00Z")
         # A step past 2^63 is refused, not clamped; the longest one a
         # period holds gives one period ending at `to` (its end overflowed
         # into the year -219246473).
