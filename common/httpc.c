@@ -478,9 +478,10 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
      * is its caller's to judge (httpc_target_failed), and counting it a
      * success here first would restart the count of failures in a row at
      * every call, so that a server answering only 500s was never taken out. */
-    bool worked = !pool->probe && !k->judged && llhttp_get_status_code(&c->parser) < 500;
+    int status = llhttp_get_status_code(&c->parser);
+    bool worked = !pool->probe && !k->judged && status < 500;
     if (!pool->probe && k->cb)
-        httpc_target_answered(pool->t, now_ns() - k->t0);
+        httpc_target_answered(pool->t, now_ns() - k->t0, status < 400);
     httpc_call_end(k);
     httpc_conn_pop(c);
     c->answered = true;

@@ -19,8 +19,9 @@ void httpc_target_begin(struct httpc_target *t, bool behind);
 /* A call to t ended, however it ended. */
 void httpc_target_end(struct httpc_target *t);
 /* A call to t was answered whole ns after it began: its time to an
- * answer, which httpc_pick weighs each target's load by. */
-void httpc_target_answered(struct httpc_target *t, int64_t ns);
+ * answer, which httpc_pick weighs each target's load by, when the answer
+ * is `ok` (a status below 400); an error answer is no measure of it. */
+void httpc_target_answered(struct httpc_target *t, int64_t ns, bool ok);
 /* Where to connect. */
 const struct sockaddr_storage *httpc_target_addr(const struct httpc_target *t, socklen_t *len);
 

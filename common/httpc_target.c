@@ -46,6 +46,11 @@ struct httpc_target {
      * answers (0: none yet), begun to answered: the server's time, and the
      * wait behind calls ahead on its connections. */
     _Atomic int64_t answer_ns;
+    /* Its last call ended in a usable answer (httpc_target_answered with
+     * ok): only then does answer_ns say what the server takes now. A
+     * server answering 429 or 404 in 1 ms, or one that was fast and now
+     * fails, is no measure of what another server's call should take. */
+    _Atomic bool answer_ok;
     /* Under mu: */
     uint64_t calls;
     uint64_t pipelined;              /* calls sent behind another on a shared connection */
@@ -175,8 +180,11 @@ void httpc_target_end(struct httpc_target *t)
     pthread_mutex_unlock(&t->mu);
 }
 
-void httpc_target_answered(struct httpc_target *t, int64_t ns)
+void httpc_target_answered(struct httpc_target *t, int64_t ns, bool ok)
 {
+    atomic_store_explicit(&t->answer_ok, ok, memory_order_relaxed);
+    if (!ok)
+        return;
     if (ns <= 0)
         ns = 1;
     int64_t a = atomic_load_explicit(&t->answer_ns, memory_order_relaxed);
@@ -291,8 +299,18 @@ int httpc_target_succeeded(struct httpc_target *t)
     return back;
 }
 
+/* The speed of a target whose last call succeeded (0: unknown, or not
+ * to be taken as a measure of the others). */
+static int64_t target_measured_ns(const struct httpc_target *t)
+{
+    return atomic_load_explicit(&t->answer_ok, memory_order_relaxed)
+               ? atomic_load_explicit(&t->answer_ns, memory_order_relaxed)
+               : 0;
+}
+
 void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why)
 {
+    atomic_store_explicit(&t->answer_ok, false, memory_order_relaxed);
     pthread_mutex_lock(&t->mu);
     t->failures[why]++;
     pthread_mutex_unlock(&t->mu);
@@ -300,6 +318,7 @@ void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why)
 
 int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
 {
+    atomic_store_explicit(&t->answer_ok, false, memory_order_relaxed);
     pthread_mutex_lock(&t->mu);
     t->failures[why]++;
     /* Out from the third failure in a row; the trial calls of a server
@@ -331,18 +350,17 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
      * other call went to a server 12x slower while the fast one idled,
      * and its late answers raised the model's answer guard until budgets
      * the fast one met were refused (the re-test). Servers alike in speed
-     * share the calls as before; one not answered yet is always a
-     * candidate (its time is learned). */
+     * share the calls as before; one not answered yet, or whose last call
+     * failed, is always a candidate (its time is learned again). */
     int load[32];
-    double wait[32];   /* 0: not answered yet; -1: not a candidate */
+    double wait[32];   /* 0: not measured; -1: not a candidate */
     double least = 0;
     for (int i = 0; i < n && i < 32; i++) {
         wait[i] = -1;
         if ((tried & (1u << i)) || !httpc_target_usable(ts[i], now))
             continue;
         load[i] = atomic_load_explicit(&ts[i]->inflight, memory_order_relaxed);
-        wait[i] = (double)(load[i] + 1) *
-                  (double)atomic_load_explicit(&ts[i]->answer_ns, memory_order_relaxed);
+        wait[i] = (double)(load[i] + 1) * (double)target_measured_ns(ts[i]);
         if (wait[i] > 0 && (least == 0 || wait[i] < least))
             least = wait[i];
     }
@@ -381,7 +399,7 @@ double httpc_target_speed_ratio(struct httpc_target *const *ts, int n, int i, in
         return 1;
     int64_t now = now_ns(), least = 0;
     for (int k = 0; k < n; k++) {
-        int64_t a = atomic_load_explicit(&ts[k]->answer_ns, memory_order_relaxed);
+        int64_t a = target_measured_ns(ts[k]);
         if (k != i && a > 0 && httpc_target_usable(ts[k], now) && (least == 0 || a < least))
             least = a;
     }

@@ -15,7 +15,7 @@ import threading
 import time
 import unittest
 
-from harness import RepoServerCase, free_port, roundtrip
+from harness import RepoServerCase, free_port, roundtrip, sanitizer_build
 from test_infer import infer_body, post, write_model
 from upcall_cases import RetryCases
 
@@ -756,6 +756,73 @@ class ServerTurnsSlowTest(UnequalServersTest):
                 self.assertLessEqual(slow, 4, codes)
         finally:
             roundtrip(self.fakes[0][1], "POST", "/__reset")
+
+
+class ErrorsAreNoMeasureTest(FakeUpstreamCase):
+    """Servers that fail fast beside one that works (the re-test): a
+    server answering 429 in a millisecond was taken for the fastest, every
+    call to the healthy 40 ms one was learned as 1 ms, and budgets it could
+    not meet were taken and answered late; a server without the model
+    answered 404 in a millisecond, was never taken out and took every call
+    (80 of 80 failed 502). And lone requests under the deadline policy
+    were 504 while queued for budgets the server met (the upstream loop's
+    timer came a millisecond or more late: 13 of 48)."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [cls.fake_server("--base-ms", ms, "--per-row-ms", "0", "--concurrency", "4")
+                     for ms in ("1", "40")]
+        cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        for name, urls in (("solo", cls.urls[1:]), ("pair", cls.urls)):
+            cfg = upstream_model(name, urls, max_batch=4)
+            cfg["upstream"]["health_interval_ms"] = 0
+            write_model(repo, name, cfg)
+        cfg = upstream_model("lone", cls.urls[1:], max_batch=4)
+        cfg["batching"].update(policy="deadline", max_queue_delay_us=50000)
+        write_model(repo, "lone", cfg)
+
+    def fail_first(self, status):
+        roundtrip(self.fakes[0][1], "POST", "/__fault", body=json.dumps(
+            {"mode": "answer", "status": status, "body": {"error": "no"}, "count": 100000}))
+        self.addCleanup(roundtrip, self.fakes[0][1], "POST", "/__reset")
+
+    def infer(self, model, budget_ms=None):
+        h = [("X-Request-Timeout-Ms", str(budget_ms))] if budget_ms else None
+        return post(self.srv.port, "/v2/models/%s/infer" % model,
+                    infer_body([[1, 2, 3, 4]], name="x"), headers=h)
+
+    def test_a_fast_429_is_no_measure_of_the_other(self):
+        self.fail_first(429)
+        for _ in range(10):   # both models learn their time
+            self.assertEqual(self.infer("pair").status, 200)
+            self.assertEqual(self.infer("solo").status, 200)
+        # 30 ms budgets the 40 ms server cannot meet: refused at once, as
+        # for the model with that server alone (all answered at ~43 ms
+        # before, past their budget).
+        for model in ("solo", "pair"):
+            for _ in range(5):
+                r = self.infer(model, 30)
+                self.assertEqual(r.status, 504, (model, r))
+                self.assertIn("cannot be met", r.json()["error"])
+
+    def test_a_server_without_the_model_is_passed_by_and_taken_out(self):
+        self.fail_first(404)
+        before = roundtrip(self.fakes[0][1], "GET", "/__stats").json()["calls"]
+        codes = [self.infer("pair").status for _ in range(20)]
+        self.assertEqual(codes, [200] * 20)
+        calls = roundtrip(self.fakes[0][1], "GET", "/__stats").json()["calls"] - before
+        self.assertLessEqual(calls, 3, "three 404s take it out")
+        self.assertRegex(self.srv.log(), r"model pair: upstream %s is taken out for 2 s \(3 failed "
+                         r"calls in a row, the last: status\)" % re.escape(self.urls[0]))
+
+    def test_lone_requests_under_the_deadline_policy(self):
+        for _ in range(5):
+            self.assertEqual(self.infer("lone").status, 200)
+        codes = [self.infer("lone", budget).status for budget in (75, 80, 85, 90) * 8]
+        # One wake later than the slack the batcher learned (2 ms at most)
+        # is a stall of this machine, not the timer's: 5 of 32 before.
+        self.assertGreaterEqual(codes.count(200), len(codes) - (3 if sanitizer_build() else 1),
+                                codes)
 
 
 class TfsHealthTest(HealthTest):
