@@ -9,7 +9,7 @@
  *                         rewritten (the servers' model name; a stream asks
  *                         for its usage)
  *        --llm_try------> llmpool_pick: an endpoint; proxy_forward_tapped
- *   head --llm_tap_head-> a 5xx while nothing reached the client: refused,
+ *   head --llm_tap_head-> a 5xx or 404 while nothing reached the client: refused,
  *                         and llm_tap_end tries another endpoint
  *   body --llm_tap_body-> a stream's events passed on one by one as they
  *                         complete (the usage event only to a client that
@@ -333,8 +333,10 @@ static int llm_tap_head(void *arg, const struct httpc_head *h, struct buf *heade
 {
     struct llm_call *c = arg;
     c->status = h->status;
-    /* A server error while the client has nothing yet: another endpoint. */
-    if (h->status >= 500 && c->tries < llm_tries_max(c))
+    /* A server error while the client has nothing yet, or a 404 (the
+     * pool's model is not on that endpoint: it answered in a millisecond
+     * and looked idle to the picker): another endpoint. */
+    if ((h->status >= 500 || h->status == 404) && c->tries < llm_tries_max(c))
         return 1;
     bool sse = false;
     for (int i = 0; i < h->nhdrs; i++)

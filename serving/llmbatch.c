@@ -369,7 +369,9 @@ static void llmbatch_op_done(void *arg)
         llmbatch_call_end(l->b, l, true);
         return;
     }
-    bool again = l->status >= 500;
+    /* A server error, or a 404: the pool's model is not on that endpoint
+     * (another has it; the line's own faults are 400s). */
+    bool again = l->status >= 500 || l->status == 404;
     if (again)
         upcall_blame(l->up, HTTPC_FAIL_STATUS);
     llmbatch_call_end(l->b, l, again);

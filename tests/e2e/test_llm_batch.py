@@ -625,14 +625,18 @@ class TestBatchFileExpiryTimer(BatchCase):
 class TestBatchServerErrors(BatchCase):
     def test_a_5xx_is_retried_on_another_endpoint(self):
         """Endpoint 0 answers every completion 500 (and looks idle): each line
-        that tried it goes to endpoint 1 next; every line completes."""
+        that tried it goes to endpoint 1 next; every line completes. A 404
+        (the model is not on that endpoint) likewise: it was the line's
+        final answer."""
         self.start()
-        self.sim.fault(0, "500")
-        fid = self.upload_ok(jsonl([line(i) for i in range(20)]))["id"]
-        b = self.wait(json.loads(self.create(fid)[1])["id"])
-        self.assertEqual(b["request_counts"], {"total": 20, "completed": 20, "failed": 0})
-        self.assertIsNone(b["error_file_id"])
-        self.assertEqual(self.sim_requests(), 20)
+        for fault in ("500", "404"):
+            self.sim.fault(0, fault)
+            fid = self.upload_ok(jsonl([line(i) for i in range(20)]))["id"]
+            b = self.wait(json.loads(self.create(fid)[1])["id"])
+            self.assertEqual(b["request_counts"], {"total": 20, "completed": 20, "failed": 0},
+                             fault)
+            self.assertIsNone(b["error_file_id"])
+        self.assertEqual(self.sim_requests(), 40)
 
     def test_5xx_everywhere_ends_in_the_error_file(self):
         """Every endpoint answers 500: each line is tried 3 times, then its

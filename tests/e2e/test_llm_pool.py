@@ -528,6 +528,17 @@ class TestPoolFailures(PoolCase):
             seen.add(r.getheader("X-Batchgate-Endpoint"))
         self.assertNotIn("0", seen)
 
+    def test_an_endpoint_without_the_model_is_passed_by(self):
+        # Its 404 came in a millisecond, it looked idle to the picker, and
+        # was passed on to the client: the pool's model is not there.
+        self.sim.fault(0, "404")
+        seen = set()
+        for _ in range(6):
+            r, raw = self.post("/v1/chat/completions", chat_body("smol", max_tokens=2))
+            self.assertEqual(r.status, 200, raw)
+            seen.add(r.getheader("X-Batchgate-Endpoint"))
+        self.assertNotIn("0", seen)
+
     def test_every_endpoint_failing_is_the_servers_answer(self):
         for i in range(3):
             self.sim.fault(i, "500")

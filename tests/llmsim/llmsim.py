@@ -43,7 +43,8 @@ The model of one endpoint (docs/LLMSIM.md says the same at more length):
 
 Fault injection per endpoint, at start (--fault I:KIND) or at run time
 (POST /__fault {"kind": KIND}, "none" clears): "500" (completions answered
-500), "bad_sse" (a stream sends one chunk, then an event that is not JSON,
+500), "404" (completions answered 404, as vLLM answers a model it does not
+serve), "bad_sse" (a stream sends one chunk, then an event that is not JSON,
 then ends without [DONE]; non-streaming bodies are not JSON), "stop_mid"
 (the connection is closed after half the tokens), "hang" (completions are
 never answered), "no_metrics" (/metrics answers 503), "slow_metrics" (the
@@ -74,7 +75,7 @@ WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
 BYTES_PER_TOKEN = 4
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56,
                 5.12, 10.24, 20.48, 40.96)
-FAULT_KINDS = ("none", "500", "bad_sse", "stop_mid", "hang", "no_metrics", "slow_metrics",
+FAULT_KINDS = ("none", "500", "404", "bad_sse", "stop_mid", "hang", "no_metrics", "slow_metrics",
                "bad_usage")
 MAX_HEAD_BYTES = 16 * 1024
 
@@ -670,6 +671,9 @@ class Endpoint:
                                max_tokens), param="max_tokens")
         if self.fault == "500":
             raise HttpError(500, "llmsim: injected fault 500", etype="InternalServerError")
+        if self.fault == "404":
+            raise HttpError(404, "The model `%s` does not exist." % obj.get("model"),
+                            etype="NotFoundError", param="model")
         self.engine.stats.streamed += stream
         reply = Reply(self, conn, seq, chat, usage_chunk)
         return await reply.run(stream)
