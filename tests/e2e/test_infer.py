@@ -370,6 +370,19 @@ class InferTest(RepoServerCase):
             r = post(self.srv.port, "/v2/models/lin/infer", data, [("Content-Encoding", enc)])
             self.assertEqual(r.status, status, (enc, r))
             self.assertIn(msg, r.json()["error"])
+        # Two fields are one list of two codings, as "gzip, gzip" is: only
+        # the first was undone (twice gzipped: 400 not JSON; "gzip" then
+        # "identity": 200, which a proxy undoing both read otherwise).
+        twice = gzip.compress(gzip.compress(body))
+        for codings, data in ((("gzip", "gzip"), twice), (("identity", "gzip"), gzip.compress(body)),
+                              (("gzip", "identity"), gzip.compress(body))):
+            r = post(self.srv.port, "/v2/models/lin/infer", data,
+                     [("Content-Encoding", c) for c in codings])
+            self.assertEqual(r.status, 415, (codings, r))
+            self.assertIn("given in 2 fields", r.json()["error"])
+        # No content, nothing to decode (GET /v2 with a Content-Encoding was 400).
+        r = roundtrip(self.srv.port, "GET", "/v2", [("Content-Encoding", "gzip")])
+        self.assertEqual(r.status, 200, r)
         # The server is fine after all of that.
         r = post(self.srv.port, "/v2/models/lin/infer", body)
         self.assertEqual(r.status, 200)
