@@ -62,13 +62,32 @@ class LoggingErrorsTest(RepoServerCase):
                           ("{\"log_error\": false}", "errors are always logged"),
                           ("{\"log_verbose_level\": -1}", "must be an integer >= 0"),
                           ("{\"log_format\": \"ISO8601\"}", "only \"default\""),
-                          ("{\"log_file\": \"/tmp/x.log\"}", "cannot change at run time")):
+                          ("{\"log_file\": \"/tmp/x.log\"}", "cannot change at run time"),
+                          ("{\"log_info\": true, \"log_warning\": false}", "a ladder"),
+                          ("{\"log_info\": false, \"log_verbose_level\": 1}", "a ladder")):
             r = roundtrip(self.srv.port, "POST", "/v2/logging",
                           [("Content-Type", "application/json")], body)
             self.assertEqual(r.status, 400, (body, r))
             self.assertIn(msg, r.json()["error"], body)
         r = roundtrip(self.srv.port, "GET", "/v2/logging")
         self.assertEqual(r.json()["log_verbose_level"], 0, "nothing changed")
+
+    def test_a_setting_lowers_the_levels_above_it(self):
+        # {"log_info": false} at debug answered 200 and changed nothing
+        # (debug logs info), and {"log_warning": false} at info likewise.
+        def post(body):
+            r = roundtrip(self.srv.port, "POST", "/v2/logging",
+                          [("Content-Type", "application/json")], json.dumps(body))
+            self.assertEqual(r.status, 200, (body, r))
+            return r.json()
+        self.addCleanup(post, {"log_info": True, "log_warning": True, "log_verbose_level": 0})
+        self.assertEqual(post({"log_verbose_level": 1})["log_info"], True)
+        got = post({"log_info": False})
+        self.assertEqual((got["log_info"], got["log_verbose_level"], got["log_warning"]),
+                         (False, 0, True), got)
+        post({"log_info": True})
+        got = post({"log_warning": False})
+        self.assertEqual((got["log_info"], got["log_warning"]), (False, False), got)
 
 
 if __name__ == "__main__":
