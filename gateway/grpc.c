@@ -530,19 +530,17 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
     if (p[0] == 1) {   /* compressed, by grpc-encoding */
         size_t elen;
         const char *enc = http_request_header(req, "grpc-encoding", &elen);
-        if (enc && elen == 8 && strncasecmp(enc, "identity", 8) == 0) {
+        if (!enc || elen == 0 || (elen == 8 && strncasecmp(enc, "identity", 8) == 0)) {
             /* INTERNAL, as grpc-go and grpc core answer it: the flag and the
-             * header disagree (the bytes would be read as the message). */
-            snprintf(err, cap, "the message's compressed flag is set under grpc-encoding "
-                     "identity");
+             * header disagree (the bytes would be read as the message; an
+             * empty grpc-encoding was, and no header was UNIMPLEMENTED). */
+            snprintf(err, cap, "the message's compressed flag is set under %s",
+                     enc && elen ? "grpc-encoding identity" : "no grpc-encoding");
             return GRPC_INTERNAL;
         }
-        int st = enc ? http_body_decode(enc, elen, msg, mlen, call->g->max_message_bytes,
-                                        &inflated, err, cap)
-                     : 415;
+        int st = http_body_decode(enc, elen, msg, mlen, call->g->max_message_bytes, &inflated,
+                                  err, cap);
         if (st) {
-            if (!enc)
-                snprintf(err, cap, "a compressed message without grpc-encoding");
             buf_free(&inflated);
             /* Data that does not inflate is INTERNAL in gRPC's own servers
              * (a decompression failure), not INVALID_ARGUMENT. */
