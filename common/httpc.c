@@ -481,7 +481,7 @@ static bool httpc_conn_finish(struct httpc_conn *c, bool leftover)
     int status = llhttp_get_status_code(&c->parser);
     bool worked = !pool->probe && !k->judged && status < 500;
     if (!pool->probe && k->cb)
-        httpc_target_answered(pool->t, now_ns() - k->t0, status < 400);
+        httpc_target_answered(pool->t, now_ns() - k->t0, status);
     httpc_call_end(k);
     httpc_conn_pop(c);
     c->answered = true;

@@ -18,10 +18,11 @@ void httpc_target_unref(struct httpc_target *t);
 void httpc_target_begin(struct httpc_target *t, bool behind);
 /* A call to t ended, however it ended. */
 void httpc_target_end(struct httpc_target *t);
-/* A call to t was answered whole ns after it began: its time to an
- * answer, which httpc_pick weighs each target's load by, when the answer
- * is `ok` (a status below 400); an error answer is no measure of it. */
-void httpc_target_answered(struct httpc_target *t, int64_t ns, bool ok);
+/* A call to t was answered whole ns after it began, with `status`: its
+ * time to an answer, which httpc_pick weighs each target's load by, when
+ * the status is below 400; a 429 or 5xx is no measure of it (nor of the
+ * others, until it answers again), another 4xx is the request's. */
+void httpc_target_answered(struct httpc_target *t, int64_t ns, int status);
 /* Where to connect. */
 const struct sockaddr_storage *httpc_target_addr(const struct httpc_target *t, socklen_t *len);
 

@@ -46,10 +46,11 @@ struct httpc_target {
      * answers (0: none yet), begun to answered: the server's time, and the
      * wait behind calls ahead on its connections. */
     _Atomic int64_t answer_ns;
-    /* Its last call ended in a usable answer (httpc_target_answered with
-     * ok): only then does answer_ns say what the server takes now. A
-     * server answering 429 or 404 in 1 ms, or one that was fast and now
-     * fails, is no measure of what another server's call should take. */
+    /* Its last call the server is judged by ended in a usable answer
+     * (httpc_target_answered): only then does answer_ns say what the
+     * server takes now. One answering 429 in 1 ms, or one that was fast
+     * and now fails (httpc_target_failed), is no measure of what another
+     * server's call should take. */
     _Atomic bool answer_ok;
     /* Under mu: */
     uint64_t calls;
@@ -180,11 +181,16 @@ void httpc_target_end(struct httpc_target *t)
     pthread_mutex_unlock(&t->mu);
 }
 
-void httpc_target_answered(struct httpc_target *t, int64_t ns, bool ok)
+void httpc_target_answered(struct httpc_target *t, int64_t ns, int status)
 {
-    atomic_store_explicit(&t->answer_ok, ok, memory_order_relaxed);
-    if (!ok)
+    /* Another 4xx is the request's: it says nothing of the server (a
+     * proxied client's 404s made a slow server look unmeasured). */
+    if (status >= 400) {
+        if (status == 429 || status >= 500)
+            atomic_store_explicit(&t->answer_ok, false, memory_order_relaxed);
         return;
+    }
+    atomic_store_explicit(&t->answer_ok, true, memory_order_relaxed);
     if (ns <= 0)
         ns = 1;
     int64_t a = atomic_load_explicit(&t->answer_ns, memory_order_relaxed);
@@ -310,7 +316,6 @@ static int64_t target_measured_ns(const struct httpc_target *t)
 
 void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why)
 {
-    atomic_store_explicit(&t->answer_ok, false, memory_order_relaxed);
     pthread_mutex_lock(&t->mu);
     t->failures[why]++;
     pthread_mutex_unlock(&t->mu);

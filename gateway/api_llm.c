@@ -333,10 +333,16 @@ static int llm_tap_head(void *arg, const struct httpc_head *h, struct buf *heade
 {
     struct llm_call *c = arg;
     c->status = h->status;
-    /* A server error while the client has nothing yet, or a 404 (the
-     * pool's model is not on that endpoint: it answered in a millisecond
-     * and looked idle to the picker): another endpoint. */
-    if ((h->status >= 500 || h->status == 404) && c->tries < llm_tries_max(c))
+    /* A server error while the client has nothing yet: another endpoint.
+     * A 404 too, as the pool's model may not be on that endpoint (it
+     * answered in a millisecond, looked idle to the picker and its 404
+     * reached the client), but blaming nobody: the request may be what
+     * no endpoint serves (embeddings on a chat pool), and blamed, a
+     * client's own 404s took every endpoint out (the re-test). The last
+     * one that can be tried passes its 404 on (a 502 said "answered 404"). */
+    bool again = h->status >= 500 ||
+                 (h->status == 404 && llmpool_has_untried(c->pool, c->tried, c->tries));
+    if (again && c->tries < llm_tries_max(c))
         return 1;
     bool sse = false;
     for (int i = 0; i < h->nhdrs; i++)

@@ -555,7 +555,7 @@ static int proxy_call_on_head(void *arg, const struct httpc_head *h)
         buf_free(&hdrs);
         char msg[64];
         snprintf(msg, sizeof msg, "answered %d", h->status);
-        if (h->status >= 500 || h->status == 404)
+        if (h->status >= 500)   /* a 404 may be the request's (api_llm.c) */
             upcall_blame(c->up, HTTPC_FAIL_STATUS);
         proxy_call_fail(c, 502, msg);
         return -1;

@@ -369,10 +369,11 @@ static void llmbatch_op_done(void *arg)
         llmbatch_call_end(l->b, l, true);
         return;
     }
-    /* A server error, or a 404: the pool's model is not on that endpoint
-     * (another has it; the line's own faults are 400s). */
+    /* A server error, or a 404: the pool's model may not be on that
+     * endpoint (another has it), or the line asks what no endpoint
+     * serves; only a server error is the endpoint's failure (api_llm.c). */
     bool again = l->status >= 500 || l->status == 404;
-    if (again)
+    if (l->status >= 500)
         upcall_blame(l->up, HTTPC_FAIL_STATUS);
     llmbatch_call_end(l->b, l, again);
 }

@@ -270,6 +270,19 @@ void llmpool_end_idle(struct llmpool *p, int e)
     atomic_fetch_sub(&p->ep[e].inflight, 1);
 }
 
+bool llmpool_has_untried(const struct llmpool *p, const int *tried, int ntried)
+{
+    int64_t now = now_ns();
+    for (int i = 0; i < p->n; i++) {
+        bool was = false;
+        for (int k = 0; k < ntried && !was; k++)
+            was = tried[k] == i;
+        if (!was && httpc_target_usable(p->ep[i].t, now))
+            return true;
+    }
+    return false;
+}
+
 int llmpool_pick(struct llmpool *p, const uint64_t *blocks, int nblocks, const int *tried,
                  int ntried, const char **why)
 {

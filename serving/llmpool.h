@@ -41,6 +41,9 @@ const struct model *llmpool_model(const struct llmpool *p);
 int llmpool_size(const struct llmpool *p);
 struct httpc_target *llmpool_target(const struct llmpool *p, int e);
 
+/* Whether an endpoint not in tried[0..ntried) is usable now: another try
+ * could go somewhere. */
+bool llmpool_has_untried(const struct llmpool *p, const int *tried, int ntried);
 /* The endpoint for a call whose prompt starts with these block hashes
  * (picker_prefix_hashes), skipping the endpoints in tried[0..ntried); -1
  * when none is left. The call counts in flight at e until llmpool_end. `why`

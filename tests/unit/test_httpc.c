@@ -102,8 +102,8 @@ static void test_pick_by_speed_and_budget(void **state)
     (void)state;
     struct httpc_target *ts[2] = {target(1), target(2)};
     int i = -1;
-    httpc_target_answered(ts[0], 40000000, true);    /* 40 ms an answer */
-    httpc_target_answered(ts[1], 120000000, true);   /* 120 ms */
+    httpc_target_answered(ts[0], 40000000, 200);    /* 40 ms an answer */
+    httpc_target_answered(ts[1], 120000000, 200);   /* 120 ms */
     assert_ptr_equal(httpc_pick(ts, 2, 0, 0, &i), ts[0]);
     assert_true(httpc_target_speed_ratio(ts, 2, 1, 100000000) < 0.34);
     assert_true(httpc_target_speed_ratio(ts, 2, 0, 50000000) == 1);
@@ -122,32 +122,38 @@ static void test_pick_by_speed_and_budget(void **state)
     httpc_target_free(ts[1]);
 }
 
-/* Only a usable answer measures a server: one answering 429 (or 404) in a
+/* Only a usable answer measures a server: one answering 429 in a
  * millisecond was the fastest, every call to the other was learned as 1 ms
  * and budgets it could not meet were taken (the re-test), and a server
- * whose last call failed is no measure of the others until it answers. */
+ * whose last call failed is no measure of the others until it answers. A
+ * 404 is the request's: it changes nothing. */
 static void test_errors_do_not_measure_speed(void **state)
 {
     (void)state;
     struct httpc_target *ts[2] = {target(1), target(2)};
     int i = -1;
-    httpc_target_answered(ts[1], 40000000, true);
+    httpc_target_answered(ts[1], 40000000, 200);
     for (int k = 0; k < 8; k++)
-        httpc_target_answered(ts[0], 1000000, false);   /* 429s in 1 ms */
+        httpc_target_answered(ts[0], 1000000, 429);   /* 429s in 1 ms */
     assert_true(httpc_target_speed_ratio(ts, 2, 1, 40000000) == 1);
     /* Not measured: a candidate as one not answered yet, by calls in flight. */
     httpc_target_begin(ts[1], false);
     assert_ptr_equal(httpc_pick(ts, 2, 0, 0, &i), ts[0]);
     httpc_target_end(ts[1]);
     /* Fast once, failing now: no measure of the other either. */
-    httpc_target_answered(ts[0], 1000000, true);
+    httpc_target_answered(ts[0], 1000000, 200);
     assert_true(httpc_target_speed_ratio(ts, 2, 1, 40000000) < 0.1);
-    httpc_target_count_failure(ts[0], HTTPC_FAIL_STATUS);
+    httpc_target_answered(ts[0], 1000000, 503);
     assert_true(httpc_target_speed_ratio(ts, 2, 1, 40000000) == 1);
-    httpc_target_answered(ts[0], 1000000, true);
+    httpc_target_answered(ts[0], 1000000, 200);
     assert_true(httpc_target_speed_ratio(ts, 2, 1, 40000000) < 0.1);
     httpc_target_failed(ts[0], HTTPC_FAIL_TIMEOUT);
     assert_true(httpc_target_speed_ratio(ts, 2, 1, 40000000) == 1);
+    httpc_target_answered(ts[0], 1000000, 200);
+    /* A client's 404, or a connection lost on reuse: still measured. */
+    httpc_target_answered(ts[0], 900000000, 404);
+    httpc_target_count_failure(ts[0], HTTPC_FAIL_RESET);
+    assert_true(httpc_target_speed_ratio(ts, 2, 1, 40000000) < 0.1);
     httpc_target_free(ts[0]);
     httpc_target_free(ts[1]);
 }
