@@ -102,26 +102,28 @@ static void logging_post(struct http_request *req, const struct route_match *m, 
                            "(it is \"%s\": log_file in the config)", file);
         goto out;
     }
-    /* The levels are one ladder (debug logs info, info logs warnings): a
-     * setting given lowers those above it that were not given, and two
-     * given that the ladder cannot hold are refused. {"log_info": false}
-     * at debug answered 200 and changed nothing. */
+    /* The levels are one ladder (debug logs info, info logs warnings):
+     * what the body gives holds, a level it turns on turns on those below
+     * it, one it turns off turns off those above, and what it gives that
+     * the ladder cannot hold is refused. Each was kept at the current
+     * level instead: {"log_info": false} at debug answered 200 and changed
+     * nothing, and {"log_verbose_level": 1} at warn was refused. */
     bool gave_info = json_object_get(root, "log_info") != NULL;
+    bool gave_warning = json_object_get(root, "log_warning") != NULL;
     bool gave_verbose = json_object_get(root, "log_verbose_level") != NULL;
-    if (!warning && info && gave_info) {
-        http_respond_error(req, 400, NULL, "log_info: true needs log_warning: true (the levels "
-                           "are a ladder: info logs warnings too)");
+    bool up_info = (gave_info && info) || (gave_verbose && verbose > 0);
+    bool down_info = (gave_info && !info) || (gave_warning && !warning);
+    if (up_info && down_info) {
+        http_respond_error(req, 400, NULL, "%s with %s: the levels are a ladder (debug logs "
+                           "info, info logs warnings)",
+                           gave_verbose && verbose > 0 ? "log_verbose_level > 0" : "log_info: true",
+                           gave_warning && !warning ? "log_warning: false" : "log_info: false");
         goto out;
     }
-    if (!info && verbose > 0 && gave_verbose) {
-        http_respond_error(req, 400, NULL, "log_verbose_level: > 0 needs log_info: true (the "
-                           "levels are a ladder: debug logs info too)");
-        goto out;
-    }
-    if (!warning)
-        info = false;
-    if (!info)
-        verbose = 0;
+    if (up_info)
+        info = warning = true;
+    if (down_info)
+        info = false, verbose = 0;
     enum log_level want = verbose > 0 ? LOG_DEBUG : info ? LOG_INFO : warning ? LOG_WARN
                                                                              : LOG_ERROR;
     if (want != lv)

@@ -88,6 +88,19 @@ class LoggingErrorsTest(RepoServerCase):
         post({"log_info": True})
         got = post({"log_warning": False})
         self.assertEqual((got["log_info"], got["log_warning"]), (False, False), got)
+        # And one turned on turns on those below it: {"log_verbose_level": 1}
+        # at error was refused (the re-test of the first version).
+        got = post({"log_verbose_level": 1})
+        self.assertEqual((got["log_verbose_level"], got["log_info"], got["log_warning"]),
+                         (1, True, True), got)
+        post({"log_warning": False})
+        got = post({"log_info": True})
+        self.assertEqual((got["log_verbose_level"], got["log_info"], got["log_warning"]),
+                         (0, True, True), got)
+        r = roundtrip(self.srv.port, "POST", "/v2/logging", [("Content-Type", "application/json")],
+                      json.dumps({"log_warning": False, "log_verbose_level": 1}))
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("log_verbose_level > 0 with log_warning: false", r.json()["error"])
 
 
 if __name__ == "__main__":
