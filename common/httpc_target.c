@@ -52,6 +52,7 @@ struct httpc_target {
      * and now fails (httpc_target_failed), is no measure of what another
      * server's call should take. */
     _Atomic bool answer_ok;
+    _Atomic bool judged;             /* a call of it was answered or failed */
     /* Under mu: */
     uint64_t calls;
     uint64_t pipelined;              /* calls sent behind another on a shared connection */
@@ -183,6 +184,7 @@ void httpc_target_end(struct httpc_target *t)
 
 void httpc_target_answered(struct httpc_target *t, int64_t ns, int status)
 {
+    atomic_store_explicit(&t->judged, true, memory_order_relaxed);
     /* Another 4xx is the request's: it says nothing of the server (a
      * proxied client's 404s made a slow server look unmeasured). */
     if (status >= 400) {
@@ -305,6 +307,17 @@ int httpc_target_succeeded(struct httpc_target *t)
     return back;
 }
 
+/* Among targets with as many calls in flight, one never tried goes first
+ * (by index alone, a fast server after a slow one never got a call from a
+ * client sending one at a time, and was never measured: the re-test).
+ * Not one whose last call succeeded before one whose last call failed:
+ * under such a client a server that failed once would never be tried
+ * again, its recovery never seen. */
+static int target_rank(const struct httpc_target *t)
+{
+    return atomic_load_explicit(&t->judged, memory_order_relaxed) ? 1 : 0;
+}
+
 /* The speed of a target whose last call succeeded (0: unknown, or not
  * to be taken as a measure of the others). */
 static int64_t target_measured_ns(const struct httpc_target *t)
@@ -323,6 +336,7 @@ void httpc_target_count_failure(struct httpc_target *t, enum httpc_fail why)
 
 int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
 {
+    atomic_store_explicit(&t->judged, true, memory_order_relaxed);
     atomic_store_explicit(&t->answer_ok, false, memory_order_relaxed);
     pthread_mutex_lock(&t->mu);
     t->failures[why]++;
@@ -380,7 +394,10 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
     for (int i = 0; i < n && i < 32; i++) {
         if (wait[i] < 0 || (wait[i] > 0 && (wait[i] > 2 * least || wait[i] > fits)))
             continue;   /* not usable, or far slower than another for this call */
-        if (best < 0 || (late ? wait[i] < wait[best] : load[i] < load[best]))
+        if (best < 0 || (late ? wait[i] < wait[best]
+                              : load[i] < load[best] ||
+                                    (load[i] == load[best] &&
+                                     target_rank(ts[i]) < target_rank(ts[best]))))
             best = i;
     }
     if (best < 0)   /* none usable: the one that comes back first */

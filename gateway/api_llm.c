@@ -68,6 +68,7 @@ struct llm_call {
     int tenant;
     int e;                            /* the endpoint of the try in progress; -1 none */
     int tried[8];                     /* the endpoints tried (model_pool.tries <= 8) */
+    unsigned not_found;               /* bit k: tried[k] answered 404 (llmpool_found_elsewhere) */
     int tries;
     char *body;                       /* rewritten, json_dumps'; sent with each try */
     size_t len;
@@ -338,12 +339,19 @@ static int llm_tap_head(void *arg, const struct httpc_head *h, struct buf *heade
      * answered in a millisecond, looked idle to the picker and its 404
      * reached the client), but blaming nobody: the request may be what
      * no endpoint serves (embeddings on a chat pool), and blamed, a
-     * client's own 404s took every endpoint out (the re-test). The last
-     * one that can be tried passes its 404 on (a 502 said "answered 404"). */
+     * client's own 404s took every endpoint out (the re-test): only once
+     * another endpoint answers the request is the 404 its endpoint's. The
+     * last one that can be tried passes its 404 on (a 502 said "answered
+     * 404"). */
     bool again = h->status >= 500 ||
                  (h->status == 404 && llmpool_has_untried(c->pool, c->tried, c->tries));
-    if (again && c->tries < llm_tries_max(c))
+    if (again && c->tries < llm_tries_max(c)) {
+        if (h->status == 404)
+            c->not_found |= 1u << (c->tries - 1);
         return 1;
+    }
+    if (h->status >= 200 && h->status < 300 && c->not_found)
+        llmpool_found_elsewhere(c->pool, c->tried, c->tries, c->not_found);
     bool sse = false;
     for (int i = 0; i < h->nhdrs; i++)
         if (h->hdrs[i].name_len == 12 && strncasecmp(h->hdrs[i].name, "Content-Type", 12) == 0)

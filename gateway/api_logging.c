@@ -126,6 +126,10 @@ static void logging_post(struct http_request *req, const struct route_match *m, 
         info = false, verbose = 0;
     enum log_level want = verbose > 0 ? LOG_DEBUG : info ? LOG_INFO : warning ? LOG_WARN
                                                                              : LOG_ERROR;
+    /* Said at the level that shows it: leaving error, after the change
+     * (it was never said), else before it. */
+    if (lv == LOG_ERROR)
+        log_set_level(log_default(), want);
     if (want != lv)
         log_warn("log level %s -> %s (POST /v2/logging)", log_level_name(lv),
                  log_level_name(want));

@@ -375,6 +375,12 @@ static void llmbatch_op_done(void *arg)
     bool again = l->status >= 500 || l->status == 404;
     if (l->status >= 500)
         upcall_blame(l->up, HTTPC_FAIL_STATUS);
+    if (l->status == 404 && l->tries <= LLMBATCH_TRIES)
+        l->not_found |= 1u << (l->tries - 1);
+    if (l->status >= 200 && l->status < 300 && l->not_found)
+        llmpool_found_elsewhere(l->sm->pool, l->tried,
+                                l->tries < LLMBATCH_TRIES ? l->tries : LLMBATCH_TRIES,
+                                l->not_found);
     llmbatch_call_end(l->b, l, again);
 }
 

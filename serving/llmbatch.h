@@ -59,6 +59,7 @@ struct llmbatch_line {
     int endpoint;                     /* the last try's, -1 none */
     int tries;
     int tried[LLMBATCH_TRIES];        /* the endpoints of the tries so far */
+    unsigned not_found;               /* bit k: tried[k] answered 404 (llmpool_found_elsewhere) */
     int64_t ns;                       /* the last try's time, its start to its end */
     int64_t t0;
     /* The caller's: */

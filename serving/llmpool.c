@@ -283,6 +283,14 @@ bool llmpool_has_untried(const struct llmpool *p, const int *tried, int ntried)
     return false;
 }
 
+void llmpool_found_elsewhere(struct llmpool *p, const int *tried, int ntried,
+                             unsigned not_found)
+{
+    for (int k = 0; k < ntried && k < 32; k++)
+        if ((not_found & (1u << k)) && tried[k] >= 0 && tried[k] < p->n)
+            httpc_target_failed(p->ep[tried[k]].t, HTTPC_FAIL_STATUS);
+}
+
 int llmpool_pick(struct llmpool *p, const uint64_t *blocks, int nblocks, const int *tried,
                  int ntried, const char **why)
 {

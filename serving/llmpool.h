@@ -44,6 +44,12 @@ struct httpc_target *llmpool_target(const struct llmpool *p, int e);
 /* Whether an endpoint not in tried[0..ntried) is usable now: another try
  * could go somewhere. */
 bool llmpool_has_untried(const struct llmpool *p, const int *tried, int ntried);
+/* A call whose tries tried[k] for each bit k of not_found answered 404
+ * was answered 2xx by another endpoint: the model is not on those, each
+ * a failure of its endpoint (counted, 3 in a row take it out). A 404
+ * alone blames nobody: it may be the request's own. */
+void llmpool_found_elsewhere(struct llmpool *p, const int *tried, int ntried,
+                             unsigned not_found);
 /* The endpoint for a call whose prompt starts with these block hashes
  * (picker_prefix_hashes), skipping the endpoints in tried[0..ntried); -1
  * when none is left. The call counts in flight at e until llmpool_end. `why`

@@ -724,6 +724,27 @@ class UnequalServersTest(FakeUpstreamCase):
         self.assertGreater(fast, 3 * slow, (fast, slow))
 
 
+class FastServerSecondTest(FakeUpstreamCase):
+    """A slow server listed before a fast one, and a client sending one
+    request at a time: both had no call in flight at every pick, the tie
+    went to the first, and the fast one never got a call, so its speed was
+    never learned (the re-test: 20 of 20 to the 150 ms server, 3 s). A
+    server never tried goes first among those as loaded."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [cls.fake_server("--base-ms", ms, "--per-row-ms", "0") for ms in ("150", "3")]
+        urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        write_model(repo, "second", upstream_model("second", urls, max_batch=4))
+
+    def test_the_fast_one_is_found(self):
+        for _ in range(12):
+            r = post(self.srv.port, "/v2/models/second/infer", infer_body([[1, 2, 3, 4]], name="x"))
+            self.assertEqual(r.status, 200, r)
+        calls = [roundtrip(port, "GET", "/__stats").json()["calls"] for _, port in self.fakes]
+        self.assertGreaterEqual(calls[1], 10, calls)
+
+
 class ServerTurnsSlowTest(UnequalServersTest):
     """Two servers of 40 ms a call, then one turns slow (120 ms), still
     within twice the other's expected wait while that one has a call in

@@ -149,6 +149,12 @@ static void test_errors_do_not_measure_speed(void **state)
     assert_true(httpc_target_speed_ratio(ts, 2, 1, 40000000) < 0.1);
     httpc_target_failed(ts[0], HTTPC_FAIL_TIMEOUT);
     assert_true(httpc_target_speed_ratio(ts, 2, 1, 40000000) == 1);
+    /* As loaded: one never tried first (a fast server after a slow one
+     * never got a call), then by order, whatever their last call. */
+    struct httpc_target *fresh = target(3), *three[3] = {ts[0], ts[1], fresh};
+    assert_ptr_equal(httpc_pick(three, 3, 0, 0, &i), fresh);
+    assert_ptr_equal(httpc_pick(three, 3, 4u, 0, &i), ts[0]);   /* failed last, first */
+    httpc_target_free(fresh);
     httpc_target_answered(ts[0], 1000000, 200);
     /* A client's 404, or a connection lost on reuse: still measured. */
     httpc_target_answered(ts[0], 900000000, 404);
@@ -174,7 +180,9 @@ static void test_pick_and_health(void **state)
     assert_int_equal(httpc_target_succeeded(ts[0]), 0);
     assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_STATUS), 0);
     assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_STATUS), 0);
-    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[0]);
+    /* Still in, but as loaded as the others, which were never tried: they go first. */
+    assert_ptr_equal(httpc_pick(ts, 3, 6u, 0, &i), ts[0]);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[1]);
     assert_int_equal(httpc_target_failed(ts[0], HTTPC_FAIL_TIMEOUT), -1);
     assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[1]);
     /* The trial calls of a server still failing are not news. */
