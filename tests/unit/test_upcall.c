@@ -267,6 +267,8 @@ static void repeat_among_two(bool other_out)
     cl_open(&c, ls, 2, 2000);
     if (other_out)
         httpc_target_probe_result(c.ts[1], HTTPC_PROBE_UNREACHABLE, "test");
+    else   /* tried before (one failure: still in), so the first wins both picks by order */
+        httpc_target_failed(c.ts[1], HTTPC_FAIL_STATUS);
     int s2 = lose_reused(&c, &ls[0], &ls[to], UPCALL_IDEMPOTENT);
     assert_true(s2 >= 0);
     read_request(c.base, s2);
