@@ -444,7 +444,11 @@ static void llmbatch_call(struct llmbatch *b, struct llmbatch_line *l, int e)
         b->inflight_cap = cap;
     }
     llmbatch_inflight_add(b, l);
-    if (upcall_start(l->up, l->target, 1, 0, &err) < 0) {
+    /* Idempotent as far as the driver goes: a line is tried again anyway,
+     * and a connection the endpoint closed while idle in the pool (the
+     * keep-alive race) spent one of its tries on "send: Broken pipe",
+     * which its error line then said (CI under ASan). */
+    if (upcall_start(l->up, l->target, 1, UPCALL_IDEMPOTENT, &err) < 0) {
         /* Not through llmbatch_call_end: this runs inside llmbatch_dispatch's
          * walk of the waiting lines, which must not be walked again here. */
         snprintf(l->error, sizeof l->error, "%.290s", err.msg);
