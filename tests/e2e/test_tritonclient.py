@@ -98,7 +98,8 @@ class LoggingErrorsTest(RepoServerCase):
         self.assertEqual((got["log_verbose_level"], got["log_info"], got["log_warning"]),
                          (0, True, True), got)
         # Said in the log, leaving error too (it was said before the change).
-        self.assertIn("log level error -> info (POST /v2/logging)", self.srv.log())
+        # Waited for: the log is read from the server's stderr as it comes.
+        self.assertIsNotNone(self.srv.wait_log(r"log level error -> info \(POST /v2/logging\)"))
         r = roundtrip(self.srv.port, "POST", "/v2/logging", [("Content-Type", "application/json")],
                       json.dumps({"log_warning": False, "log_verbose_level": 1}))
         self.assertEqual(r.status, 400, r)
