@@ -13,8 +13,9 @@
  * (a page fault, a noisy neighbour) do not move it, unlike least squares.
  * The quadratic term is fitted only when every batch in the window gave
  * tokens_sq, after the linear one, on what the tokens do not explain
- * (latmodel.c), and kept only when it makes the residuals smaller: where
- * attention's share is lost in the noise, c stays 0. Predictions add a
+ * (latmodel.c), and kept only when its slopes' confidence interval
+ * excludes 0: where attention's share is lost in the noise, c stays 0.
+ * Predictions add a
  * margin of three median absolute residuals so the deadline rule errs on
  * the side of dispatching early. The warmup batches at load (several
  * sizes) give the first fit. Not thread-safe: the batcher guards it with

@@ -274,9 +274,11 @@ static void test_adaptive_against_fixed_wait(void **state)
     /* In aggregate over the traces. Since a request held to its very latest
      * start is served rather than expired (the deadline policy holds lone
      * requests exactly that long and used to lose them), the two meet
-     * deadlines equally well to within ~0.2% of ~30 000 misses either way
-     * from run to run: the bound allows 0.5%; a regression is far larger. */
-    assert_true(miss_new <= miss_old + miss_old / 200);
+     * deadlines equally well: over 86 runs of 2000 fresh traces the
+     * difference ran from -0.5% to +0.7% of ~29 000 misses, median -0.05%,
+     * about 0.25% either way. The bound allows 1.25% (5 times that spread;
+     * 0.5% failed one run in 40); a regression is far larger. */
+    assert_true(miss_new <= miss_old + miss_old / 80);
     assert_true(tput_new >= tput_old && tput_new >= tput_fixed);
     assert_true(slow * 100 <= traces);
 }
