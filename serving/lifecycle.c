@@ -745,6 +745,24 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
 
 
 /* One model folder as it is now against the last load's view of it. */
+/* Whether the repository can be read and holds at least one model
+ * folder (one with a config.json). */
+static bool lc_repo_holds_model(const struct serving *s)
+{
+    DIR *root = opendir(s->dir);
+    if (!root)
+        return false;
+    bool any = false;
+    struct dirent *de;
+    while (!any && (de = readdir(root))) {
+        char path[8300];
+        snprintf(path, sizeof path, "%s/%s/config.json", s->dir, de->d_name);
+        any = de->d_name[0] != '.' && served_config_there(path) == 1;
+    }
+    closedir(root);
+    return any;
+}
+
 static void lc_poll_entry(struct serving *s, struct served_entry *e)
 {
     char path[8300];
@@ -753,6 +771,14 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
     if (there != 1) {
         if (e->removed || there < 0)
             return;   /* removed is said once; an I/O error (a stale mount) is no removal */
+        /* Asked after the folder was missed: the repository unmounted (or
+         * moved away) since this poll found it whole is no removal either
+         * (the next poll says so), nor a folder that is there again once
+         * the repository is back. A move during a poll unloaded every
+         * model (CI: the repository moved away between the poll's look at
+         * it and its look at the models' folders). */
+        if (!lc_repo_holds_model(s) || served_config_there(path) != 0)
+            return;
         /* Written under mu: readiness reads it on an IO thread
          * (serving_all_ready); this thread alone writes it. */
         pthread_mutex_lock(&e->mu);
@@ -927,17 +953,11 @@ static void lc_poll(struct serving *s)
         s->repo_unreadable = true;
         return;
     }
+    closedir(root);
     /* Nor is a repository that holds no model folder at all while models
      * are served: an unmount leaves its empty mount point. (Emptied on
      * purpose, its models go through the repository API's unload.) */
-    bool any = false;
-    struct dirent *rde;
-    while (!any && (rde = readdir(root))) {
-        char path[8300];
-        snprintf(path, sizeof path, "%s/%s/config.json", s->dir, rde->d_name);
-        any = rde->d_name[0] != '.' && served_config_there(path) == 1;
-    }
-    closedir(root);
+    bool any = lc_repo_holds_model(s);
     bool served = false;
     for (int i = 0; i < atomic_load(&s->n) && !served; i++)
         served = !s->entries[i]->removed && !s->entries[i]->retired;

@@ -14,6 +14,7 @@ is bounded."""
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -1551,6 +1552,43 @@ class RepositoryGoneTest(RepoServerCase):
         write_model(self.repo, long_name, linear(long_name, 1)[0])
         self.srv.wait_log(r"folder \"x{128}\" skipped: a model's name is at most 127 "
                           r"characters", timeout=10)
+
+
+class RepositoryMovedMidPollTest(RepoServerCase):
+    """The repository moved away (or unmounted) while a poll walks its
+    models: the poll had found it whole, then each model's folder was
+    missing, and every model after that point "left the repository" and
+    was unloaded (CI, the test above starting while the poll that saw the
+    repository back was still going)."""
+    config = {"repository_poll_s": 1}
+    models = 200   # a walk of tens of milliseconds
+
+    @classmethod
+    def populate(cls, repo):
+        for i in range(cls.models):
+            write_model(repo, "m%03d" % i, lazy(synthetic("m%03d" % i)))
+
+    def test_no_model_leaves_while_the_repository_comes_and_goes(self):
+        # Away (an empty mount point) for 20-40 ms, back for 5-10 ms, for
+        # 6 s at most: a poll that starts while it is back sees it go
+        # during its walk, and a state lasting milliseconds is one change
+        # for each folder's check. Before, models left in 6 runs of 6.
+        rng = random.Random(23)
+        away = self.repo + ".away"
+        end = time.monotonic() + 6
+        for _ in range(300):
+            if time.monotonic() > end or "left the repository" in self.srv.log():
+                break
+            os.rename(self.repo, away)
+            os.mkdir(self.repo)
+            time.sleep(rng.uniform(0.02, 0.04))
+            os.rmdir(self.repo)
+            os.rename(away, self.repo)
+            time.sleep(rng.uniform(0.005, 0.01))
+        time.sleep(1.2)   # a poll of the repository as it is
+        self.assertNotIn("left the repository", self.srv.log())
+        self.assertEqual(len(index(self.srv.port)), self.models)
+        self.assertEqual(infer(self.srv.port, "m007").status, 200)
 
 
 class AdminOnlyTest(RepoServerCase):
