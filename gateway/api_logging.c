@@ -39,7 +39,8 @@ static void logging_get(struct http_request *req, const struct route_match *m, v
     logging_answer(req, ctx);
 }
 
-/* A boolean setting: 0 (absent or set), or answers 400 and -1. */
+/* A boolean setting: 1 when given (*v set), 0 when absent, or answers 400
+ * and -1. */
 static int logging_bool(struct http_request *req, json_t *root, const char *key, bool *v)
 {
     json_t *j = json_object_get(root, key);
@@ -50,7 +51,7 @@ static int logging_bool(struct http_request *req, json_t *root, const char *key,
         return -1;
     }
     *v = json_is_true(j);
-    return 0;
+    return 1;
 }
 
 static void logging_post(struct http_request *req, const struct route_match *m, void *ctx)
@@ -75,20 +76,22 @@ static void logging_post(struct http_request *req, const struct route_match *m, 
             goto out;
         }
     }
-    if (logging_bool(req, root, "log_info", &info) < 0 ||
-        logging_bool(req, root, "log_warning", &warning) < 0 ||
-        logging_bool(req, root, "log_error", &error) < 0)
+    int gave_info = logging_bool(req, root, "log_info", &info);
+    int gave_warning = gave_info < 0 ? -1 : logging_bool(req, root, "log_warning", &warning);
+    if (gave_warning < 0 || logging_bool(req, root, "log_error", &error) < 0)
         goto out;
     if (!error) {
         http_respond_error(req, 400, NULL, "log_error: errors are always logged");
         goto out;
     }
+    bool gave_verbose = false;
     if ((v = json_object_get(root, "log_verbose_level"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 0) {
             http_respond_error(req, 400, NULL, "log_verbose_level: must be an integer >= 0");
             goto out;
         }
         verbose = json_integer_value(v);
+        gave_verbose = true;
     }
     if ((v = json_object_get(root, "log_format")) &&
         (!json_is_string(v) || strcmp(json_string_value(v), "default") != 0)) {
@@ -108,9 +111,6 @@ static void logging_post(struct http_request *req, const struct route_match *m, 
      * the ladder cannot hold is refused. Each was kept at the current
      * level instead: {"log_info": false} at debug answered 200 and changed
      * nothing, and {"log_verbose_level": 1} at warn was refused. */
-    bool gave_info = json_object_get(root, "log_info") != NULL;
-    bool gave_warning = json_object_get(root, "log_warning") != NULL;
-    bool gave_verbose = json_object_get(root, "log_verbose_level") != NULL;
     bool up_info = (gave_info && info) || (gave_verbose && verbose > 0);
     bool down_info = (gave_info && !info) || (gave_warning && !warning);
     if (up_info && down_info) {
@@ -133,7 +133,8 @@ static void logging_post(struct http_request *req, const struct route_match *m, 
     if (want != lv)
         log_warn("log level %s -> %s (POST /v2/logging)", log_level_name(lv),
                  log_level_name(want));
-    log_set_level(log_default(), want);
+    if (lv != LOG_ERROR)
+        log_set_level(log_default(), want);
     logging_answer(req, st);
 out:
     json_decref(root);
