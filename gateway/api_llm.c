@@ -906,11 +906,32 @@ static void llm_models(struct http_request *req, const struct route_match *m, vo
 }
 
 /* GET /v1/models/{model} */
+/* GET on TF Serving's predict URL (/v1/models/{m}:predict, or of a
+ * version) matches the model routes by their pattern, the verb inside
+ * the name: 405 naming POST, as for any other route's wrong method (it
+ * was 404, "the model `digits:predict` does not exist"). */
+static bool llm_tfs_verb_refused(struct http_request *req, const struct route_param *last)
+{
+    static const char verb[] = ":predict";
+    size_t n = sizeof verb - 1;
+    if (last->len <= n || memcmp(last->value + last->len - n, verb, n) != 0)
+        return false;
+    size_t len;
+    const char *path = http_request_path(req, &len);
+    http_request_set_error_style(req, HTTP_ERRORS_PLAIN);   /* TF Serving's shape */
+    http_respond_error(req, 405, "Allow: POST\r\n", "method %s is not allowed on %.*s "
+                       "(allowed: POST)", http_request_method_name(req),
+                       (int)(len > 200 ? 200 : len), path);
+    return true;
+}
+
 static void llm_model(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct api_state *st = ctx;
     char name[MODEL_NAME_MAX];
     const struct route_param *p = &m->params[0];
+    if (llm_tfs_verb_refused(req, p))
+        return;
     snprintf(name, sizeof name, "%.*s", (int)p->len, p->value);
     /* No model has a longer name: cut to fit, one that did answered for
      * it (TF Serving's status: 200 AVAILABLE for a model that is not). */
@@ -942,6 +963,8 @@ static void llm_tfs_version(struct http_request *req, const struct route_match *
     struct api_state *st = ctx;
     const struct route_param *p = route_match_param(m, "model");
     const struct route_param *v = route_match_param(m, "version");
+    if (llm_tfs_verb_refused(req, v))
+        return;
     char name[MODEL_NAME_MAX];
     snprintf(name, sizeof name, "%.*s", (int)p->len, p->value);
     struct served_model *sm = st->serving && p->len < sizeof name

@@ -53,6 +53,12 @@ class HttpTest(ServerCase):
             methods = {m.strip() for m in allow.split(",")}
             self.assertEqual(methods, {"GET", "HEAD"},
                              "expected Allow to list GET, HEAD for %s: %r" % (path, allow))
+        # TF Serving's predict URL: GET matched OpenAI's model route, the
+        # verb taken as part of the name (404, "model `m:predict`").
+        for path in ("/v1/models/m:predict", "/v1/models/m/versions/1:predict"):
+            r = self.get(path)
+            assert_json_error(self, r, 405)
+            self.assertEqual(r.headers.get("Allow"), "POST", path)
 
     def test_error_bodies_are_json_objects(self):
         s = self.conn()
@@ -407,9 +413,9 @@ class HttpTest(ServerCase):
                          "expected no body bytes after the HEAD 404")
         # An OpenAI route's 404 in OpenAI's shape for HEAD as for GET (HEAD
         # was worded plainly: another Content-Length).
-        get = self.get("/v1/models/nosuch:predict")
+        get = self.get("/v1/models/nosuch")
         s = self.conn()
-        send(s, request("HEAD", "/v1/models/nosuch:predict"))
+        send(s, request("HEAD", "/v1/models/nosuch"))
         r = read_response(s, head=True)
         self.assertEqual((r.status, r.headers.get("Content-Length")), (404, str(len(get.body))))
 
