@@ -627,15 +627,20 @@ class TestBatchServerErrors(BatchCase):
         """Endpoint 0 answers every completion 500 (and looks idle): each line
         that tried it goes to endpoint 1 next; every line completes. A 404
         (the model is not on that endpoint) likewise: it was the line's
-        final answer."""
+        final answer. Once endpoint 1 answered those lines, endpoint 0's
+        404s are its failures: 3 take it out, logged, as online."""
         self.start()
-        for fault in ("500", "404"):
+        out = re.compile(r"model smol: upstream %s is taken out" % re.escape(self.sim.url(0)))
+        for fault in ("404", "500"):
             self.sim.fault(0, fault)
             fid = self.upload_ok(jsonl([line(i) for i in range(20)]))["id"]
             b = self.wait(json.loads(self.create(fid)[1])["id"])
             self.assertEqual(b["request_counts"], {"total": 20, "completed": 20, "failed": 0},
                              fault)
             self.assertIsNone(b["error_file_id"])
+            if fault == "404":
+                self.assertEqual(len(out.findall(self.srv.log())), 1, self.srv.log())
+                time.sleep(2.1)   # back in, for the 5xx round
         self.assertEqual(self.sim_requests(), 40)
 
     def test_5xx_everywhere_ends_in_the_error_file(self):
