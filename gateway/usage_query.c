@@ -91,6 +91,9 @@ int usage_parse_time(const char *s, int64_t *out)
     time_t t = timegm(&tm);
     if (tm.tm_mday != d)   /* normalized: the day did not exist (Feb 30) */
         return -1;
+    /* ... and only there, in UTC: 12:30:60Z was taken as 12:31:00. */
+    if (sec == 60 && (((int64_t)t - offset) % 86400 + 86400) % 86400 != 86399)
+        return -1;
     return usage_time_in_range((int64_t)t + (sec == 60) - offset, out);
 }
 

@@ -424,6 +424,11 @@ class UsageApiTest(UsageCase):
         r = get(port, "/v2/usage?from=2016-12-31T23:59:60Z&to=2017-01-01T01:00:00Z")
         self.assertEqual(r.status, 200, r.body)
         self.assertEqual(r.json()["from"], "2017-01-01T00:00:00Z")
+        r = get(port, "/v2/usage?from=2017-01-01T00:59:60%2B01:00&to=2017-01-01T01:00:00Z")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.json()["from"], "2017-01-01T00:00:00Z")
+        for t in ("2016-12-31T12:30:60Z", "2016-12-31T23:59:60%2B01:00", "2016-12-31T23:58:60Z"):
+            self.assertEqual(get(port, "/v2/usage?from=%s&to=2017-01-02" % t).status, 400, t)
         # A step past 2^63 is refused, not clamped; the longest one a
         # period holds gives one period ending at `to` (its end overflowed
         # into the year -219246473).
