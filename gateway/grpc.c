@@ -538,6 +538,14 @@ static int grpc_msg_start(struct grpc_call *call, const uint8_t *p, size_t mlen,
                      enc && elen ? "grpc-encoding identity" : "no grpc-encoding");
             return GRPC_INTERNAL;
         }
+        int times = http_request_header_times(req, "grpc-encoding");
+        if (times > 1) {
+            /* Fields given twice are one list (RFC 9110 5.3), codings
+             * stacked, which gRPC has not: the first was undone alone.
+             * As HTTP's Content-Encoding given twice (415). */
+            snprintf(err, cap, "grpc-encoding given in %d fields; one coding at most", times);
+            return GRPC_UNIMPLEMENTED;
+        }
         int st = http_body_decode(enc, elen, msg, mlen, call->g->max_message_bytes, &inflated,
                                   err, cap);
         if (st) {
