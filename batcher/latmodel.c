@@ -110,13 +110,17 @@ static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, do
     double n = m->n, half = LATMODEL_SQ_Z * sqrt(n * (n - 1) * (2 * n + 5) / 18) / 2;
     int lo = (int)floor(ns / 2.0 - half);
     /* Too few slopes for the interval (a window of few lengths: the
-     * warmup's four and a batch more, one row each, and k can make two
-     * lengths one x): then the least slope must be above 0, every pair
-     * agreeing, which a device without the term gives by chance about
-     * once in n! windows (4e-4 for four lengths twice), a stricter test.
-     * Dropping the term there though every slope was c left the line
-     * through the middle lengths: 163 tokens planned 12% short. */
-    if (lo < 0)
+     * warmup's four and a batch more, one row each, where k can make two
+     * lengths one x): then the least slope must be above 0 and the fit
+     * must at least halve the plain fit's summed absolute residuals,
+     * below. Dropping the term there, though every slope was c, left the
+     * line through the middle lengths: 163 tokens planned 12% short. The
+     * first test alone is no test where most batches have one length
+     * (every pair agreed by chance in 0.2% of noisy windows of a device
+     * without the term, whose fit c*len^2 then planned 8 tokens 81%
+     * short and 168 tokens 6.5x long: the re-test). */
+    bool small = lo < 0;
+    if (small)
         lo = 0;
     if (!(latmodel_select(slopes, lo < ns / 2 ? ns / 2 : ns, lo) > 0))
         return 0;
@@ -128,6 +132,16 @@ static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, do
     double aq = latmodel_median(r, m->n);
     if (aq < 0)
         aq = 0;
+    if (small) {
+        double plain = 0, quad = 0;
+        for (int i = 0; i < m->n; i++) {
+            double e = (double)m->ns[i];
+            plain += fabs(e - (a1 + b1 * m->tokens[i]));
+            quad += fabs(e - (aq + bq * m->tokens[i] + c * m->sq[i]));
+        }
+        if (!(2 * quad <= plain))
+            return 0;
+    }
     *a = aq;
     *b = bq;
     return c;
