@@ -211,14 +211,17 @@ static void lc_sweep(struct serving *s)
         }
         if (!served_copy_free(done)) {
             /* Freed, it left the drain and its memory was counted nowhere:
-             * a budget let the next model load over it. */
-            log_warn("model %s: a copy's worker is still inside an abandoned batch: the copy "
-                     "(%.1f MiB) stays until the process exits, counted on its devices",
-                     e->name, (double)model_memory_bytes(&done->model) / (1 << 20));
+             * a budget let the next model load over it. Counted again
+             * before it is said: between the line and the list, the
+             * metrics read 0 (make test, under load). */
+            double mib = (double)model_memory_bytes(&done->model) / (1 << 20);
             pthread_mutex_lock(&s->lc_mu);
             done->next = s->stranded;
             s->stranded = done;
             pthread_mutex_unlock(&s->lc_mu);
+            log_warn("model %s: a copy's worker is still inside an abandoned batch: the copy "
+                     "(%.1f MiB) stays until the process exits, counted on its devices",
+                     e->name, mib);
         }
         /* Weights under glibc's mmap threshold (32 MiB once a large block
          * was freed) come from the heap, and free() keeps them there: the
