@@ -75,12 +75,42 @@ static double latmodel_spread(const struct latmodel *m, double a, double b, doub
     return 3.0 * latmodel_median(resid, m->n);
 }
 
-/* The quadratic term (above) given the plain fit a1 + b1*T: returns c and
- * sets *a, *b; 0 (a and b untouched) when it cannot be told or does not
- * show. `slopes`: room for LATMODEL_PAIRS. */
-static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, double *slopes,
-                              double *a, double *b)
+/* How many distinct lengths (tokens) the window holds. */
+static int latmodel_lengths(const struct latmodel *m)
 {
+    int k = 0;
+    for (int i = 0; i < m->n; i++) {
+        int j = 0;
+        while (j < i && m->tokens[j] != m->tokens[i])
+            j++;
+        k += j == i;
+    }
+    return k;
+}
+
+/* The sum of v[0..n) less its largest quarter (at least one): a stalled
+ * batch, which a curve may go through exactly, does not decide a
+ * comparison of fits. v is reordered. */
+static double latmodel_trimmed_sum(double *v, int n)
+{
+    int keep = n - (n / 4 > 1 ? n / 4 : 1);
+    if (keep < 1)
+        return 0;
+    latmodel_select(v, n, keep - 1);   /* v[0..keep) are the smallest */
+    double sum = 0;
+    for (int i = 0; i < keep; i++)
+        sum += v[i];
+    return sum;
+}
+
+/* The quadratic term (above) given the plain fit a1 + b1*T: returns c and
+ * sets *a, *b; 0 (a and b untouched) when it cannot be told (*untold:
+ * too few batches, lengths or unlike lengths) or does not show.
+ * `slopes`: room for LATMODEL_PAIRS. */
+static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, double *slopes,
+                              double *a, double *b, bool *untold)
+{
+    *untold = true;
     double x[LATMODEL_WINDOW], r[LATMODEL_WINDOW];
     if (m->n < LATMODEL_SQ_MIN || !latmodel_has_lengths(m))
         return 0;
@@ -111,17 +141,24 @@ static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, do
     int lo = (int)floor(ns / 2.0 - half);
     /* Too few slopes for the interval (a window of few lengths: the
      * warmup's four and a batch more, one row each, where k can make two
-     * lengths one x): then the least slope must be above 0 and the fit
-     * must at least halve the plain fit's summed absolute residuals,
-     * below. Dropping the term there, though every slope was c, left the
-     * line through the middle lengths: 163 tokens planned 12% short. The
-     * first test alone is no test where most batches have one length
-     * (every pair agreed by chance in 0.2% of noisy windows of a device
-     * without the term, whose fit c*len^2 then planned 8 tokens 81%
-     * short and 168 tokens 6.5x long: the re-test). */
+     * lengths one x): then the window must hold four lengths at least,
+     * the least slope must be above 0, and the fit must at least halve
+     * the plain fit's absolute residuals, summed without the largest
+     * quarter (below). Dropping the term there, though every slope was c,
+     * left the line through the middle lengths: 163 tokens planned 12%
+     * short. Each condition is there for a window of a device without
+     * the term that the others let through (the re-tests): most batches
+     * of one length, every pair agreeing by chance (0.2% of noisy
+     * windows; c*len^2 then planned 8 tokens 81% short, 168 tokens 6.5x
+     * long); three lengths, through whose means a parabola always goes;
+     * one stalled long batch, which c*len^2 went through exactly. */
     bool small = lo < 0;
-    if (small)
+    if (small) {
+        if (latmodel_lengths(m) < 4)
+            return 0;   /* three lengths: a parabola goes through any three means */
         lo = 0;
+    }
+    *untold = false;   /* the window can tell: what follows is its answer */
     if (!(latmodel_select(slopes, lo < ns / 2 ? ns / 2 : ns, lo) > 0))
         return 0;
     double bq = b1 - c * k;
@@ -133,13 +170,13 @@ static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, do
     if (aq < 0)
         aq = 0;
     if (small) {
-        double plain = 0, quad = 0;
+        double plain[LATMODEL_WINDOW], quad[LATMODEL_WINDOW];
         for (int i = 0; i < m->n; i++) {
             double e = (double)m->ns[i];
-            plain += fabs(e - (a1 + b1 * m->tokens[i]));
-            quad += fabs(e - (aq + bq * m->tokens[i] + c * m->sq[i]));
+            plain[i] = fabs(e - (a1 + b1 * m->tokens[i]));
+            quad[i] = fabs(e - (aq + bq * m->tokens[i] + c * m->sq[i]));
         }
-        if (!(2 * quad <= plain))
+        if (!(2 * latmodel_trimmed_sum(quad, m->n) <= latmodel_trimmed_sum(plain, m->n)))
             return 0;
     }
     *a = aq;
@@ -165,7 +202,28 @@ void latmodel_fit(struct latmodel *m)
     double a = latmodel_median(resid, m->n);
     /* The quadratic term first, from the plain fit as it came: a negative
      * intercept is what the len^2 the tokens do not explain leaves there. */
-    double c = latmodel_fit_sq(m, a, b, slopes, &a, &b);
+    bool untold;
+    double c = latmodel_fit_sq(m, a, b, slopes, &a, &b, &untold);
+    if (c == 0 && untold && m->c_ns > 0 && latmodel_has_lengths(m)) {
+        /* A window that cannot tell the term keeps the one found before
+         * and fits the line under it: from the warmup's lengths to one
+         * length, through windows of two, the term was lost and the
+         * line through two lengths planned 200 tokens 8% short for as
+         * long as the traffic kept one length (the re-test). */
+        c = m->c_ns;
+        int k = 0;
+        for (int i = 0; i < m->n; i++)
+            for (int j = i + 1; j < m->n; j++)
+                if (m->tokens[i] != m->tokens[j])
+                    slopes[k++] = ((double)m->ns[j] - c * m->sq[j] - (double)m->ns[i] +
+                                   c * m->sq[i]) / (double)(m->tokens[j] - m->tokens[i]);
+        b = k ? latmodel_median(slopes, k) : m->b_ns;
+        if (b < 0)
+            b = 0;
+        for (int i = 0; i < m->n; i++)
+            resid[i] = (double)m->ns[i] - b * m->tokens[i] - c * m->sq[i];
+        a = latmodel_median(resid, m->n);
+    }
     if (c == 0) {
         /* With a >= 0, no batch runs in less than b per token: b is at
          * most the median of exec/tokens. Theil-Sen alone is robust only

@@ -303,6 +303,60 @@ static void test_latmodel_few_lengths_keep_no_false_term(void **state)
     print_message("term kept in %d of %d fits of devices without one\n", kept, fits);
 }
 
+/* Fits one batch at a time from "T:ns" samples (one row each: S = T^2)
+ * and returns the predicted/true ratio of a row of `probe` tokens on a
+ * device a + b*T + c*T^2. */
+static double fit_ratio(const int64_t (*sm)[2], int n, double A, double B, double C,
+                        int64_t probe)
+{
+    struct latmodel m;
+    latmodel_init(&m);
+    for (int i = 0; i < n; i++)
+        latmodel_add_sq(&m, sm[i][0], sm[i][0] * sm[i][0], sm[i][1]);
+    latmodel_fit(&m);
+    return (double)latmodel_predict_sq(&m, probe, probe * probe) /
+           (A + B * (double)probe + C * (double)probe * (double)probe);
+}
+
+/* The re-test's windows of few lengths, each planned as the plain fit
+ * plans it (d7143fa's rule kept a false term in each):
+ *   - one stalled long batch among one length (a linear device, 1 ms +
+ *     10 us a token): c*len^2 went through it, 256 tokens planned 3x long;
+ *   - three lengths, noisy: a parabola through their means, 256 tokens
+ *     planned 6.5x long;
+ * and a real term found, then 60 batches of one length: the fit keeps
+ * its shape (its slope was kept alone, the quadratic part lost: 200
+ * tokens planned short for as long as the traffic kept one length). */
+static void test_latmodel_small_windows_of_the_retest(void **state)
+{
+    (void)state;
+    static const int64_t stall[][2] = {{8, 1080000}, {32, 1320000}, {35, 1352000},
+                                       {35, 1348000}, {234, 9120000}, {35, 1351000},
+                                       {35, 1346000}, {35, 1353000}, {35, 1349000}};
+    for (int64_t t = 163; t <= 256; t += 93) {
+        double r = fit_ratio(stall, 9, 1e6, 1e4, 0, t);
+        if (r < 0.95 || r > 1.2)
+            fail_msg("a stalled long batch: %lld tokens planned at %.2f of their time",
+                     (long long)t, r);
+    }
+    static const int64_t three[][2] = {{8, 1768652}, {32, 2283881}, {23, 2021977},
+                                       {23, 2072108}, {23, 2004928}, {23, 2011845},
+                                       {23, 2008288}, {23, 2043811}};
+    double r = fit_ratio(three, 8, 1708752, 15883, 0, 256);
+    if (r < 0.95 || r > 1.5)
+        fail_msg("three lengths: 256 tokens planned at %.2f of their time", r);
+    const double A = 1e6, B = 5000, C = 50;
+    int64_t shape[8 + 60][2];
+    static const int64_t warm[] = {16, 16, 48, 48, 96, 96, 160, 160};
+    for (int i = 0; i < 68; i++) {
+        shape[i][0] = i < 8 ? warm[i] : 30;
+        shape[i][1] = (int64_t)(A + B * shape[i][0] + C * shape[i][0] * shape[i][0]);
+    }
+    r = fit_ratio(shape, 68, A, B, C, 200);
+    if (r < 0.99 || r > 1.1)
+        fail_msg("one length after the term was found: 200 tokens planned at %.2f", r);
+}
+
 /* ---- the policy ---- */
 
 static struct policy_config pcfg(int max, int64_t delay, enum policy_kind kind)
@@ -824,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_latmodel_small_intercept_with_lengths_predicts_what_ran),
         cmocka_unit_test(test_latmodel_one_row_batches_keep_the_term_from_the_warmup),
         cmocka_unit_test(test_latmodel_few_lengths_keep_no_false_term),
+        cmocka_unit_test(test_latmodel_small_windows_of_the_retest),
         cmocka_unit_test(test_token_cap_cuts_the_batch),
         cmocka_unit_test(test_deadline_planned_in_tokens),
         cmocka_unit_test(test_selection_serves_the_most_tokens_in_time),
