@@ -104,13 +104,11 @@ static double latmodel_trimmed_sum(double *v, int n)
 }
 
 /* The quadratic term (above) given the plain fit a1 + b1*T: returns c and
- * sets *a, *b; 0 (a and b untouched) when it cannot be told (*untold:
- * too few batches, lengths or unlike lengths) or does not show.
- * `slopes`: room for LATMODEL_PAIRS. */
+ * sets *a, *b; 0 (a and b untouched) when it cannot be told or does not
+ * show. `slopes`: room for LATMODEL_PAIRS. */
 static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, double *slopes,
-                              double *a, double *b, bool *untold)
+                              double *a, double *b)
 {
-    *untold = true;
     double x[LATMODEL_WINDOW], r[LATMODEL_WINDOW];
     if (m->n < LATMODEL_SQ_MIN || !latmodel_has_lengths(m))
         return 0;
@@ -158,7 +156,6 @@ static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, do
             return 0;   /* three lengths: a parabola goes through any three means */
         lo = 0;
     }
-    *untold = false;   /* the window can tell: what follows is its answer */
     if (!(latmodel_select(slopes, lo < ns / 2 ? ns / 2 : ns, lo) > 0))
         return 0;
     double bq = b1 - c * k;
@@ -202,28 +199,7 @@ void latmodel_fit(struct latmodel *m)
     double a = latmodel_median(resid, m->n);
     /* The quadratic term first, from the plain fit as it came: a negative
      * intercept is what the len^2 the tokens do not explain leaves there. */
-    bool untold;
-    double c = latmodel_fit_sq(m, a, b, slopes, &a, &b, &untold);
-    if (c == 0 && untold && m->c_ns > 0 && latmodel_has_lengths(m)) {
-        /* A window that cannot tell the term keeps the one found before
-         * and fits the line under it: from the warmup's lengths to one
-         * length, through windows of two, the term was lost and the
-         * line through two lengths planned 200 tokens 8% short for as
-         * long as the traffic kept one length (the re-test). */
-        c = m->c_ns;
-        int k = 0;
-        for (int i = 0; i < m->n; i++)
-            for (int j = i + 1; j < m->n; j++)
-                if (m->tokens[i] != m->tokens[j])
-                    slopes[k++] = ((double)m->ns[j] - c * m->sq[j] - (double)m->ns[i] +
-                                   c * m->sq[i]) / (double)(m->tokens[j] - m->tokens[i]);
-        b = k ? latmodel_median(slopes, k) : m->b_ns;
-        if (b < 0)
-            b = 0;
-        for (int i = 0; i < m->n; i++)
-            resid[i] = (double)m->ns[i] - b * m->tokens[i] - c * m->sq[i];
-        a = latmodel_median(resid, m->n);
-    }
+    double c = latmodel_fit_sq(m, a, b, slopes, &a, &b);
     if (c == 0) {
         /* With a >= 0, no batch runs in less than b per token: b is at
          * most the median of exec/tokens. Theil-Sen alone is robust only
