@@ -75,7 +75,8 @@ static double latmodel_spread(const struct latmodel *m, double a, double b, doub
     return 3.0 * latmodel_median(resid, m->n);
 }
 
-/* How many distinct lengths (tokens) the window holds. */
+/* How many distinct token counts the window's batches have (for one-row
+ * batches, their lengths). */
 static int latmodel_lengths(const struct latmodel *m)
 {
     int k = 0;

@@ -905,7 +905,6 @@ static void llm_models(struct http_request *req, const struct route_match *m, vo
     llm_respond_json(req, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
-/* GET /v1/models/{model} */
 /* GET on TF Serving's predict URL (/v1/models/{m}:predict, or of a
  * version) matches the model routes by their pattern, the verb inside
  * the name: 405 naming POST, as for any other route's wrong method (it
@@ -925,6 +924,7 @@ static bool llm_tfs_verb_refused(struct http_request *req, const struct route_pa
     return true;
 }
 
+/* GET /v1/models/{model} */
 static void llm_model(struct http_request *req, const struct route_match *m, void *ctx)
 {
     struct api_state *st = ctx;

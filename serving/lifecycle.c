@@ -747,7 +747,6 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
 /* ---- the repository poll ---- */
 
 
-/* One model folder as it is now against the last load's view of it. */
 /* Whether the repository can be read and holds at least one model
  * folder (one with a config.json). */
 static bool lc_repo_holds_model(const struct serving *s)
@@ -766,6 +765,7 @@ static bool lc_repo_holds_model(const struct serving *s)
     return any;
 }
 
+/* One model folder as it is now against the last load's view of it. */
 static void lc_poll_entry(struct serving *s, struct served_entry *e)
 {
     char path[8300];
