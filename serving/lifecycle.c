@@ -747,13 +747,13 @@ static void lc_run(struct serving *s, struct lifecycle_task *t)
 /* ---- the repository poll ---- */
 
 
-/* Whether the repository can be read and holds at least one model
- * folder (one with a config.json). */
-static bool lc_repo_holds_model(const struct serving *s)
+/* 1 when the repository holds at least one model folder (one with a
+ * config.json), 0 when it holds none, -errno when it cannot be read. */
+static int lc_repo_holds_model(const struct serving *s)
 {
     DIR *root = opendir(s->dir);
     if (!root)
-        return false;
+        return -errno;
     bool any = false;
     struct dirent *de;
     while (!any && (de = readdir(root))) {
@@ -780,7 +780,7 @@ static void lc_poll_entry(struct serving *s, struct served_entry *e)
          * the repository is back. A move during a poll unloaded every
          * model (CI: the repository moved away between the poll's look at
          * it and its look at the models' folders). */
-        if (!lc_repo_holds_model(s) || served_config_there(path) != 0)
+        if (lc_repo_holds_model(s) != 1 || served_config_there(path) != 0)
             return;
         /* Written under mu: readiness reads it on an IO thread
          * (serving_all_ready); this thread alone writes it. */
@@ -948,19 +948,17 @@ static void lc_poll(struct serving *s)
      * gone) is no removal of every model: they serve on as they are until
      * it is back. It read as every folder gone: all unloaded, and ready
      * still 200. */
-    DIR *root = opendir(s->dir);
-    if (!root) {
+    int any = lc_repo_holds_model(s);
+    if (any < 0) {
         if (!s->repo_unreadable)
             log_error("model repository %s cannot be read (%s): its models stay as they are "
-                      "until it can", s->dir, strerror(errno));
+                      "until it can", s->dir, strerror(-any));
         s->repo_unreadable = true;
         return;
     }
-    closedir(root);
     /* Nor is a repository that holds no model folder at all while models
      * are served: an unmount leaves its empty mount point. (Emptied on
      * purpose, its models go through the repository API's unload.) */
-    bool any = lc_repo_holds_model(s);
     bool served = false;
     for (int i = 0; i < atomic_load(&s->n) && !served; i++)
         served = !s->entries[i]->removed && !s->entries[i]->retired;
