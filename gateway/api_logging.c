@@ -76,9 +76,10 @@ static void logging_post(struct http_request *req, const struct route_match *m, 
             goto out;
         }
     }
-    int gave_info = logging_bool(req, root, "log_info", &info);
-    int gave_warning = gave_info < 0 ? -1 : logging_bool(req, root, "log_warning", &warning);
-    if (gave_warning < 0 || logging_bool(req, root, "log_error", &error) < 0)
+    int gave_info = 0, gave_warning = 0;
+    if ((gave_info = logging_bool(req, root, "log_info", &info)) < 0 ||
+        (gave_warning = logging_bool(req, root, "log_warning", &warning)) < 0 ||
+        logging_bool(req, root, "log_error", &error) < 0)
         goto out;
     if (!error) {
         http_respond_error(req, 400, NULL, "log_error: errors are always logged");
@@ -126,14 +127,16 @@ static void logging_post(struct http_request *req, const struct route_match *m, 
         info = false, verbose = 0;
     enum log_level want = verbose > 0 ? LOG_DEBUG : info ? LOG_INFO : warning ? LOG_WARN
                                                                              : LOG_ERROR;
-    /* Said at the level that shows it: leaving error, after the change
-     * (it was never said), else before it. */
-    if (lv == LOG_ERROR)
+    /* Said at the more verbose of the two levels, where a warning shows:
+     * after a change that turns levels on (leaving error, it was never
+     * said), before one that turns them off. */
+    bool on = want < lv;
+    if (on)
         log_set_level(log_default(), want);
     if (want != lv)
         log_warn("log level %s -> %s (POST /v2/logging)", log_level_name(lv),
                  log_level_name(want));
-    if (lv != LOG_ERROR)
+    if (!on)
         log_set_level(log_default(), want);
     logging_answer(req, st);
 out:
