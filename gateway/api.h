@@ -161,8 +161,6 @@ int api_models_wait(struct http_request *req, const struct route_match *m,
 /* POST /v1/embeddings on batchgate's own encoder models (api_models.c);
  * api_llm.c's route hands it what is not a pool's. */
 void api_models_openai_embed(struct http_request *req, const struct route_match *m, void *ctx);
-/* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
- * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
 /* The version number a route's {version} parameter names: digits alone,
  * leading zeros read as Triton reads them ("2" and "02" are 2; "+2", " 2"
  * name none); 0 for none, or past 2^31-1. */
@@ -172,6 +170,12 @@ int api_version_number(const struct route_param *v);
  * is served, -1 after answering 404 naming the versions served. */
 int api_route_version(struct http_request *req, const struct route_match *m,
                       struct api_state *st, const char *name);
+/* TF Serving's verb rides in a route's last parameter ({model} or
+ * {version}, "digits:predict"): the length before ":predict", or -1 when
+ * the parameter does not end in it (no verb, or another one). */
+long api_tfs_predict_len(const struct route_param *last);
+/* POST /v2/models/{model}/jobs, GET /v2/jobs, GET/DELETE /v2/jobs/{id},
+ * GET /v2/jobs/{id}/results (SPEC.md "Jobs"). */
 int api_jobs_register(struct router *r, struct api_state *st, struct error *err);
 /* OpenAI's Batch API: /v1/files and /v1/batches (docs/LLM.md "Batch API"). */
 int api_batch_register(struct router *r, struct api_state *st, struct error *err);

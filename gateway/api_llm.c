@@ -911,9 +911,7 @@ static void llm_models(struct http_request *req, const struct route_match *m, vo
  * was 404, "the model `digits:predict` does not exist"). */
 static bool llm_tfs_verb_refused(struct http_request *req, const struct route_param *last)
 {
-    static const char verb[] = ":predict";
-    size_t n = sizeof verb - 1;
-    if (last->len <= n || memcmp(last->value + last->len - n, verb, n) != 0)
+    if (api_tfs_predict_len(last) < 0)
         return false;
     size_t len;
     const char *path = http_request_path(req, &len);

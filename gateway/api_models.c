@@ -170,6 +170,15 @@ int api_version_number(const struct route_param *v)
     return (int)n;
 }
 
+long api_tfs_predict_len(const struct route_param *last)
+{
+    static const char verb[] = ":predict";
+    size_t n = sizeof verb - 1;
+    if (last->len < n || memcmp(last->value + last->len - n, verb, n) != 0)
+        return -1;
+    return (long)(last->len - n);
+}
+
 int api_route_version(struct http_request *req, const struct route_match *m,
                       struct api_state *st, const char *name)
 {
@@ -1160,19 +1169,13 @@ static void models_tfs_run(struct http_request *req, const struct route_match *m
 {
     struct route_match mm = *m;
     struct route_param *last = &mm.params[mm.nparams - 1];
-    const char *colon = NULL;
-    for (size_t i = last->len; i > 0; i--)
-        if (last->value[i - 1] == ':') {
-            colon = last->value + i - 1;
-            break;
-        }
-    size_t vlen = colon ? last->len - (size_t)(colon - last->value) - 1 : 0;
-    if (!colon || vlen != 7 || memcmp(colon + 1, "predict", 7) != 0) {
+    long name_len = api_tfs_predict_len(last);
+    if (name_len < 0) {
         http_respond_error(req, 404, NULL, "only :predict is served on /v1/models/...");
         served_release(held);
         return;
     }
-    last->len = (size_t)(colon - last->value);
+    last->len = (size_t)name_len;
     /* A wait runs this again with the route as matched (m), not as split. */
     struct served_model *sm = models_ready_or_wait(req, &mm, m, st, models_tfs_run, held);
     if (!sm)
