@@ -159,6 +159,9 @@ static int upstream_slot_on_head(void *arg, const struct httpc_head *h)
         int ra = upstream_retry_after(h);
         if (ra > s->retry_after_s)
             s->retry_after_s = ra;
+        /* The next batches go to the other servers meanwhile: as loaded as
+         * they and listed first, it was asked, and refused, first by each. */
+        httpc_target_hold(upcall_target(s->up), ra);
     } else {
         s->retry_after_s = 0;   /* the last server's word decides (it was 503 after a 400) */
     }

@@ -92,18 +92,24 @@ const char *httpc_target_authority(const struct httpc_target *t);  /* "host:port
 #define HTTPC_PROBE_FAILS_TO_DOWN 3
 enum httpc_probe_result { HTTPC_PROBE_PASS, HTTPC_PROBE_FAIL, HTTPC_PROBE_UNREACHABLE };
 bool httpc_target_usable(const struct httpc_target *t, int64_t now_ns);
+/* The server said it is overloaded and did not take the call (a 503 or
+ * 429 with its Retry-After, 1 when none): httpc_pick passes it by while
+ * another is usable, for that long (60 s at most) or until it answers a
+ * call again. It stays healthy: it works, and is asked when none other is. */
+void httpc_target_hold(struct httpc_target *t, int seconds);
 /* Returns +1 when this result brought the target back, -1 when it took it
  * out, 0 when neither; the change is logged here, with `why` (the probe's
  * outcome: "HTTP 503", "no answer in 1000 ms") and, like a call's, at most
  * one line a second about the target. */
 int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r, const char *why);
-/* The usable target with the fewest calls in flight among those whose
- * expected wait (calls in flight and this one, times its average time to
- * an answer) is within twice the least (one not answered yet always is)
- * and, when some are, within budget_ns (the call's time left; 0: none;
- * when none is, the soonest expected),
- * skipping those whose bit (index in ts) is set in `tried`; when none is usable, the one that
- * comes back first; NULL only when every target was tried. */
+/* The usable target not held (httpc_target_hold) with the fewest calls
+ * in flight among those whose expected wait (calls in flight and this
+ * one, times its average time to an answer) is within twice the least
+ * (one not answered yet always is) and, when some are, within budget_ns
+ * (the call's time left; 0: none; when none is, the soonest expected),
+ * skipping those whose bit (index in ts) is set in `tried`; when none is
+ * usable and not held, the one that comes back (or whose hold ends)
+ * first; NULL only when every target was tried. */
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried,
                                 int64_t budget_ns, int *index);
 /* A call to target i of ts that took ns, against the other usable

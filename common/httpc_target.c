@@ -25,6 +25,10 @@ const char *const httpc_fail_names[HTTPC_FAIL_COUNT] = {"connect", "reset", "tim
 #define TARGET_FAILS_TO_DOWN 3
 #define TARGET_DOWN_NS 2000000000LL
 #define TARGET_LOG_GAP_NS 1000000000LL   /* one line a second about a target, at most */
+/* The longest a server's word that it is overloaded holds it back: its
+ * Retry-After may be an hour of maintenance, and one call a minute is
+ * what finding it back costs (the same bound as a job's hold). */
+#define TARGET_HOLD_MAX_S 60
 
 struct httpc_target {
     char who[128];                   /* its owner in log lines: "model m", "route /x/" */
@@ -42,6 +46,9 @@ struct httpc_target {
      * written under mu. */
     _Atomic int inflight;
     _Atomic int64_t down_until;      /* 0: up */
+    /* It said it is overloaded (httpc_target_hold): picked only when no
+     * other is usable, until then; 0 none. */
+    _Atomic int64_t held_until;
     /* A call's time to its answer, a moving average over the last ~8
      * answers (0: none yet), begun to answered: the server's time, and the
      * wait behind calls ahead on its connections. */
@@ -193,12 +200,33 @@ void httpc_target_answered(struct httpc_target *t, int64_t ns, int status)
         return;
     }
     atomic_store_explicit(&t->answer_ok, true, memory_order_relaxed);
+    atomic_store_explicit(&t->held_until, 0, memory_order_relaxed);   /* it took one again */
     if (ns <= 0)
         ns = 1;
     int64_t a = atomic_load_explicit(&t->answer_ns, memory_order_relaxed);
     /* One writer at a time in practice (the target's loop); a lost update
      * between two loops only drops a sample. */
     atomic_store_explicit(&t->answer_ns, a ? a + (ns - a) / 8 : ns, memory_order_relaxed);
+}
+
+void httpc_target_hold(struct httpc_target *t, int seconds)
+{
+    if (seconds < 1)
+        seconds = 1;
+    if (seconds > TARGET_HOLD_MAX_S)
+        seconds = TARGET_HOLD_MAX_S;
+    /* Its latest word decides: a shorter Retry-After shortens the hold. */
+    atomic_store_explicit(&t->held_until, now_ns() + (int64_t)seconds * 1000000000LL,
+                          memory_order_relaxed);
+}
+
+/* When it may be picked beside the others again: the later of its return
+ * from being taken out and the end of its hold (<= now: it may). */
+static int64_t target_back_ns(const struct httpc_target *t)
+{
+    int64_t down = atomic_load_explicit(&t->down_until, memory_order_relaxed);
+    int64_t held = atomic_load_explicit(&t->held_until, memory_order_relaxed);
+    return down > held ? down : held;
 }
 
 bool httpc_target_usable(const struct httpc_target *t, int64_t now)
@@ -370,13 +398,16 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
      * and its late answers raised the model's answer guard until budgets
      * the fast one met were refused (the re-test). Servers alike in speed
      * share the calls as before; one not answered yet, or whose last call
-     * failed, is always a candidate (its time is learned again). */
+     * failed, is always a candidate (its time is learned again). A
+     * server held back for its Retry-After is not: it said it would refuse
+     * the call (as loaded as another and listed first, it was asked, and
+     * refused, first by every batch while it said so). */
     int load[32];
     double wait[32];   /* 0: not measured; -1: not a candidate */
     double least = 0;
     for (int i = 0; i < n && i < 32; i++) {
         wait[i] = -1;
-        if ((tried & (1u << i)) || !httpc_target_usable(ts[i], now))
+        if ((tried & (1u << i)) || target_back_ns(ts[i]) > now)
             continue;
         load[i] = atomic_load_explicit(&ts[i]->inflight, memory_order_relaxed);
         wait[i] = (double)(load[i] + 1) * (double)target_measured_ns(ts[i]);
@@ -400,12 +431,11 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
                                      target_rank(ts[i]) < target_rank(ts[best]))))
             best = i;
     }
-    if (best < 0)   /* none usable: the one that comes back first */
+    if (best < 0)   /* none usable or free: the one that comes back first */
         for (int i = 0; i < n; i++) {
             if (tried & (1u << i))
                 continue;
-            if (best < 0 || atomic_load_explicit(&ts[i]->down_until, memory_order_relaxed) <
-                                atomic_load_explicit(&ts[best]->down_until, memory_order_relaxed))
+            if (best < 0 || target_back_ns(ts[i]) < target_back_ns(ts[best]))
                 best = i;
         }
     if (best < 0)

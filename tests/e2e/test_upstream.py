@@ -445,7 +445,10 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
                 ("not_idempotent", cls.urls[:1], {"idempotent": False}),
                 ("dead_first", [cls.dead_url, cls.urls[0]], {}),
                 ("dead_last", [cls.urls[0], cls.dead_url], {}),
-                ("pair", cls.urls, {"timeout_ms": 500})):
+                ("pair", cls.urls, {"timeout_ms": 500}),
+                # Each its own: a server's hold is its model's (below).
+                ("pass_503", cls.urls, {}), ("pass_429", cls.urls, {}),
+                ("held", cls.urls, {}), ("all_over", cls.urls, {}), ("last_word", cls.urls, {})):
             cfg = upstream_model(name, urls)
             cfg["upstream"].update(extra, health_interval_ms=0)
             write_model(repo, name, cfg)
@@ -467,20 +470,49 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
         # takes it (all of them were 502 before, the second never asked).
         self.addCleanup(self.reset_fakes)
         self.reset_fakes()
-        for status in (503, 429):
+        for status, kind in ((503, "pass_503"), (429, "pass_429")):
             self.overload(0, status, {"Retry-After": "7"})
             before = [self.stats(i)["calls"] for i in range(2)]
-            r = self.call("pair")
+            r = self.call(kind)
             self.assertEqual(r.status, 200, "%d: %r" % (status, r))
             self.assertEqual(r.json()["outputs"][0]["data"], [10, 11, 12])
             self.assertEqual([self.stats(i)["calls"] - before[i] for i in range(2)], [1, 1])
+
+    def test_an_overloaded_server_is_passed_by_until_its_retry_after(self):
+        # Its Retry-After holds it back: the next batches go to the other
+        # server without asking it (as loaded and listed first, it was
+        # asked, and refused, first by every batch), then it is asked again.
+        self.addCleanup(self.reset_fakes)
+        self.reset_fakes()
+        self.fake(0, "POST", "/__fault", json.dumps({
+            "mode": "answer", "status": 429, "headers": {"Retry-After": "2"},
+            "body": {"error": "busy"}, "count": 100}))
+        before = [self.stats(i)["calls"] for i in range(2)]
+        t0 = time.monotonic()
+        codes = [self.call("held").status for _ in range(6)]
+        took = time.monotonic() - t0
+        calls = [self.stats(i)["calls"] - before[i] for i in range(2)]
+        self.assertEqual(codes, [200] * 6)
+        if took < 1.8:   # a stall past the hold would let it be asked again
+            self.assertEqual(calls, [1, 6], "asked once, then passed by")
+        # Past its hold it is asked again (and refuses again: held again).
+        time.sleep(max(0.0, 2.3 - (time.monotonic() - t0)))
+        before = [self.stats(i)["calls"] for i in range(2)]
+        self.assertEqual(self.call("held").status, 200)
+        self.assertEqual([self.stats(i)["calls"] - before[i] for i in range(2)], [1, 1])
+        # Working again, it takes the next batch once that hold is past.
+        self.fake(0, "POST", "/__reset", "{}")
+        time.sleep(2.3)
+        before = [self.stats(i)["calls"] for i in range(2)]
+        self.assertEqual(self.call("held").status, 200)
+        self.assertEqual([self.stats(i)["calls"] - before[i] for i in range(2)], [1, 0])
 
     def test_all_servers_overloaded_is_503_with_their_retry_after(self):
         self.addCleanup(self.reset_fakes)
         self.reset_fakes()
         self.overload(0, 503, {"Retry-After": "7"})
         self.overload(1, 429, {}, {"error": "too many requests"})
-        r = self.call("pair")
+        r = self.call("all_over")
         self.assertEqual(r.status, 503, r)
         self.assertEqual(r.headers.get("Retry-After"), "7")   # the longest the servers asked
         self.assertIn("answered HTTP 429: too many requests", r.json()["error"])
@@ -491,7 +523,7 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
             self.overload(0, 503, {"Retry-After": given} if given else {})
             r = self.call("idempotent")
             self.assertEqual((r.status, r.headers.get("Retry-After")), (503, said), given)
-        self.assertEqual(self.call("pair").status, 200)
+        self.assertEqual(self.call("all_over").status, 200)
 
     def test_an_overloaded_server_beside_a_dead_one_is_503(self):
         # A refused connect reached no server: the other's 503 stands,
@@ -510,22 +542,25 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
         self.addCleanup(self.reset_fakes)
         self.reset_fakes()
         for status in (500, 400):
-            self.overload(0, status)
-            before = self.stats(1)["calls"]
+            # Both would say it: whichever is asked first, none is asked after.
+            for i in range(2):
+                self.overload(i, status)
+            before = sum(self.stats(i)["calls"] for i in range(2))
             r = self.call("pair")
             self.assertEqual(r.status, 502, r)
             self.assertIsNone(r.headers.get("Retry-After"))
-            self.assertEqual(self.stats(1)["calls"], before)
+            self.assertEqual(sum(self.stats(i)["calls"] for i in range(2)) - before, 1)
+            self.reset_fakes()
         self.assertEqual(self.call("pair").status, 200)
         # The last server's word decides: a 400 after the first's 503 is
         # the batch's own fault, not "retry in 7 s".
         self.overload(0, 503, {"Retry-After": "7"})
         self.overload(1, 400, {}, {"error": "bad input"})
-        r = self.call("pair")
+        r = self.call("last_word")
         self.assertEqual(r.status, 502, r)
         self.assertIsNone(r.headers.get("Retry-After"))
         self.assertIn("answered HTTP 400: bad input", r.json()["error"])
-        self.assertEqual(self.call("pair").status, 200)
+        self.assertEqual(self.call("last_word").status, 200)
 
 
 class JobOverloadTest(FakeUpstreamCase):

@@ -237,6 +237,51 @@ static void test_pick_and_health(void **state)
         httpc_target_free(ts[k]);
 }
 
+/* A server that said it is overloaded (a 503 or 429 and its Retry-After)
+ * is passed by while another is usable: as loaded and listed first, it was
+ * asked, and refused, first by every batch. It stays healthy, is asked
+ * when no other is (before one taken out for longer), and a call it
+ * answers ends the hold. */
+static void test_pick_passes_a_held_server_by(void **state)
+{
+    (void)state;
+    struct httpc_target *ts[3] = {target(1), target(2), target(3)};
+    int i = -1;
+    httpc_target_hold(ts[0], 7);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[1]);
+    assert_ptr_equal(httpc_pick(ts, 3, 2u, 0, &i), ts[2]);
+    struct httpc_target_stats st;
+    httpc_target_stats(ts[0], &st);
+    assert_true(st.healthy);
+    /* None other left for this call: the held one is still asked. */
+    assert_ptr_equal(httpc_pick(ts, 3, 6u, 0, &i), ts[0]);
+    /* Both others held too: the hold that ends first (3 s before 7 s). */
+    httpc_target_hold(ts[1], 30);
+    httpc_target_hold(ts[2], 3);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[2]);
+    /* Past the most a hold lasts (60 s), an hour's Retry-After is 60 s: one
+     * held 30 s goes before it. */
+    httpc_target_hold(ts[2], 3600);
+    assert_ptr_equal(httpc_pick(ts, 3, 1u, 0, &i), ts[1]);
+    /* Taken out for 2 s (3 failures, no probes; its 1 s hold ends
+     * sooner) comes back before a 7 s hold and a 60 s one. */
+    for (int k = 0; k < 3; k++)
+        httpc_target_failed(ts[1], HTTPC_FAIL_RESET);
+    httpc_target_hold(ts[1], 1);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[1]);
+    httpc_target_hold(ts[2], 1);   /* its latest word decides: 1 s now */
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[2]);
+    /* A call answered ends its hold: first listed, and as loaded, again. */
+    httpc_target_answered(ts[0], 1000000, 200);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[0]);
+    /* Another refusal is no answer: the hold stands. */
+    httpc_target_hold(ts[0], 5);
+    httpc_target_answered(ts[0], 1000000, 429);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[2]);
+    for (int k = 0; k < 3; k++)
+        httpc_target_free(ts[k]);
+}
+
 /* ---- whole calls over a socketpair ---- */
 
 struct call {
@@ -773,6 +818,7 @@ int main(void)
         cmocka_unit_test(test_url_parse),
         cmocka_unit_test(test_pick_and_health),
         cmocka_unit_test(test_pick_by_speed_and_budget),
+        cmocka_unit_test(test_pick_passes_a_held_server_by),
         cmocka_unit_test(test_errors_do_not_measure_speed),
         cmocka_unit_test(test_target_continues_across_a_reload),
         cmocka_unit_test(test_calls),
