@@ -29,6 +29,10 @@ const char *const httpc_fail_names[HTTPC_FAIL_COUNT] = {"connect", "reset", "tim
  * Retry-After may be an hour of maintenance, and one call a minute is
  * what finding it back costs (the same bound as a job's hold). */
 #define TARGET_HOLD_MAX_S 60
+/* A measure this much older than the freshest other's says nothing of
+ * now (httpc_pick tries it again): one slow spell took a server out for
+ * good, as passed by it was never measured again. */
+#define TARGET_MEASURE_STALE_NS 2000000000LL
 
 struct httpc_target {
     char who[128];                   /* its owner in log lines: "model m", "route /x/" */
@@ -53,6 +57,7 @@ struct httpc_target {
      * answers (0: none yet), begun to answered: the server's time, and the
      * wait behind calls ahead on its connections. */
     _Atomic int64_t answer_ns;
+    _Atomic int64_t answered_at;     /* when answer_ns last took a sample (now_ns) */
     /* Its last call the server is judged by ended in a usable answer
      * (httpc_target_answered): only then does answer_ns say what the
      * server takes now. One answering 429 in 1 ms, or one that was fast
@@ -204,6 +209,13 @@ void httpc_target_answered(struct httpc_target *t, int64_t ns, int status)
     if (ns <= 0)
         ns = 1;
     int64_t a = atomic_load_explicit(&t->answer_ns, memory_order_relaxed);
+    int64_t now = now_ns();
+    /* An average that took no sample for a while is not one to move by
+     * 1/8: the server passed by for a slow spell is judged by the answer
+     * of its new try alone (from 190 ms to 5 ms took 24 tries, a minute). */
+    if (now - atomic_load_explicit(&t->answered_at, memory_order_relaxed) >= TARGET_MEASURE_STALE_NS)
+        a = 0;
+    atomic_store_explicit(&t->answered_at, now, memory_order_relaxed);
     /* One writer at a time in practice (the target's loop); a lost update
      * between two loops only drops a sample. */
     atomic_store_explicit(&t->answer_ns, a ? a + (ns - a) / 8 : ns, memory_order_relaxed);
@@ -401,16 +413,28 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
      * failed, is always a candidate (its time is learned again). A
      * server held back for its Retry-After is not: it said it would refuse
      * the call (as loaded as another and listed first, it was asked, and
-     * refused, first by every batch while it said so). */
+     * refused, first by every batch while it said so). One whose
+     * measure is TARGET_MEASURE_STALE_NS older than the freshest other's,
+     * and with no call in flight, is tried again as one not answered yet:
+     * passed by for a slow spell, it got no call that could measure it
+     * again, and stayed out at any load the others could carry. */
     int load[32];
     double wait[32];   /* 0: not measured; -1: not a candidate */
     double least = 0;
+    int64_t at[32], freshest = 0;
     for (int i = 0; i < n && i < 32; i++) {
         wait[i] = -1;
         if ((tried & (1u << i)) || target_back_ns(ts[i]) > now)
             continue;
         load[i] = atomic_load_explicit(&ts[i]->inflight, memory_order_relaxed);
         wait[i] = (double)(load[i] + 1) * (double)target_measured_ns(ts[i]);
+        at[i] = atomic_load_explicit(&ts[i]->answered_at, memory_order_relaxed);
+        if (wait[i] > 0 && at[i] > freshest)
+            freshest = at[i];
+    }
+    for (int i = 0; i < n && i < 32; i++) {
+        if (wait[i] > 0 && load[i] == 0 && freshest - at[i] >= TARGET_MEASURE_STALE_NS)
+            wait[i] = 0;   /* stale: a candidate, whose answer measures it anew */
         if (wait[i] > 0 && (least == 0 || wait[i] < least))
             least = wait[i];
     }

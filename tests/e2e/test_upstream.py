@@ -780,6 +780,55 @@ class FastServerSecondTest(FakeUpstreamCase):
         self.assertGreaterEqual(calls[1], 10, calls)
 
 
+class SlowSpellTest(FakeUpstreamCase):
+    """Two servers alike (5 ms a call), and one answer of the first 1.5 s
+    late (a pause, a hiccup): its average time to an answer rose to ~190
+    ms, more than twice the other's, so it was passed by; with no call it
+    was never measured again and stayed out for good at any load the other
+    could carry (the re-test: 0 calls in the minutes after). A measure 2 s
+    older than the freshest other's is tried again with one call, whose
+    time replaces it."""
+
+    @classmethod
+    def populate(cls, repo):
+        cls.fakes = [cls.fake_server("--base-ms", "5", "--per-row-ms", "0", "--concurrency", "4")
+                     for _ in range(2)]
+        urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
+        cfg = upstream_model("spell", urls, max_batch=4)
+        cfg["upstream"]["health_interval_ms"] = 0
+        write_model(repo, "spell", cfg)
+
+    def calls(self, i):
+        return roundtrip(self.fakes[i][1], "GET", "/__stats").json()["calls"]
+
+    def infer(self):
+        r = post(self.srv.port, "/v2/models/spell/infer", infer_body([[1, 2, 3, 4]], name="x"))
+        self.assertEqual(r.status, 200, r)
+
+    def test_a_slow_spell_does_not_keep_a_server_out(self):
+        for _ in range(6):
+            self.infer()
+        self.assertGreater(self.calls(0), 0)
+        roundtrip(self.fakes[0][1], "POST", "/__fault",
+                  body=json.dumps({"mode": "delay", "ms": 1500, "count": 1}))
+        self.addCleanup(roundtrip, self.fakes[0][1], "POST", "/__reset")
+        # The next call goes to the first listed (as loaded, alike in speed).
+        before = self.calls(0)
+        self.infer()
+        self.assertEqual(self.calls(0) - before, 1, "the slow call went to the first")
+        before = [self.calls(i) for i in range(2)]
+        t0 = time.monotonic()
+        for _ in range(2000):   # 3.5 s of calls one at a time, bounded
+            if time.monotonic() - t0 > 3.5:
+                break
+            self.infer()
+        got = [self.calls(i) - before[i] for i in range(2)]
+        self.assertGreater(got[1], 0, got)
+        # Tried again after ~2 s, answered in 5 ms: back in rotation, and
+        # as loaded and listed first, it takes calls one at a time again.
+        self.assertGreaterEqual(got[0], 10, got)
+
+
 class ServerTurnsSlowTest(UnequalServersTest):
     """Two servers of 40 ms a call, then one turns slow (120 ms), still
     within twice the other's expected wait while that one has a call in

@@ -282,6 +282,36 @@ static void test_pick_passes_a_held_server_by(void **state)
         httpc_target_free(ts[k]);
 }
 
+/* A server passed by for a slow spell gets no call to measure it again:
+ * once its measure is 2 s older than the freshest other's it is tried
+ * again (one call at a time), and that answer's time replaces its average
+ * (blended 1/8 a time, 190 ms took 24 tries to come back under twice 5). */
+static void test_pick_tries_a_stale_measure_again(void **state)
+{
+    (void)state;
+    struct httpc_target *ts[2] = {target(1), target(2)};
+    int i = -1;
+    httpc_target_answered(ts[0], 190000000, 200);   /* a slow spell: 190 ms */
+    httpc_target_answered(ts[1], 5000000, 200);     /* 5 ms */
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 0, &i), ts[1]);
+    usleep(2100000);
+    /* Both as old: nothing says the slow one changed. */
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 0, &i), ts[1]);
+    httpc_target_answered(ts[1], 5000000, 200);
+    /* Its measure now 2 s older than the other's: tried, once at a time. */
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 0, &i), ts[0]);
+    httpc_target_begin(ts[0], false);
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 0, &i), ts[1]);
+    httpc_target_end(ts[0]);
+    /* Answered in 5 ms: that is its time now, and as loaded and listed
+     * first it takes the next call. */
+    httpc_target_answered(ts[0], 5000000, 200);
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 0, &i), ts[0]);
+    assert_true(httpc_target_speed_ratio(ts, 2, 0, 5000000) == 1);
+    httpc_target_free(ts[0]);
+    httpc_target_free(ts[1]);
+}
+
 /* ---- whole calls over a socketpair ---- */
 
 struct call {
@@ -819,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_pick_and_health),
         cmocka_unit_test(test_pick_by_speed_and_budget),
         cmocka_unit_test(test_pick_passes_a_held_server_by),
+        cmocka_unit_test(test_pick_tries_a_stale_measure_again),
         cmocka_unit_test(test_errors_do_not_measure_speed),
         cmocka_unit_test(test_target_continues_across_a_reload),
         cmocka_unit_test(test_calls),
