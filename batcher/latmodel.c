@@ -11,7 +11,8 @@
  * Then b = b1 - c*k, and the intercept is the median again. Each of the
  * three fits is Theil-Sen, so the whole stays robust to stalled batches.
  * "Where it shows" is a test: c is kept only when its confidence interval
- * excludes 0. Not a gain in the margin: the residual spread of mixed batches barely moves with c
+ * excludes 0 (and its fit does not spread the window's batches much wider
+ * than the line: LATMODEL_SQ_WORSE). Not a gain in the margin: the residual spread of mixed batches barely moves with c
  * (the linear fit already absorbs most of S), while a batch of like
  * lengths, which length grouping makes, is mispredicted without it
  * (test_tokens: 40 rows of 20 tokens, 10 of 200). */
@@ -32,6 +33,10 @@
  * test_tokens measures what that leaves: the term kept by chance in about
  * 1 window in 100 of a device without one, and small when it is. */
 #define LATMODEL_SQ_Z 2.576
+/* A fit with the term is kept only while its residual spread (three
+ * median absolute residuals, the margin it would plan with) is at most
+ * this times the line's (below). */
+#define LATMODEL_SQ_WORSE 1.5
 
 void latmodel_init(struct latmodel *m)
 {
@@ -167,6 +172,13 @@ static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, do
     double aq = latmodel_median(r, m->n);
     if (aq < 0)
         aq = 0;
+    /* A term whose fit spreads the window's batches much wider than the
+     * line does is no term: one main length and a few leftovers (a device
+     * without one, three of the leftovers stalled) passed the interval
+     * with c 377 and a and b 0, every row planned 30 to 45 times long
+     * and a margin of 56 ms for batches of 2.6 ms. */
+    if (!(latmodel_spread(m, aq, bq, c) <= LATMODEL_SQ_WORSE * latmodel_spread(m, a1, b1, 0)))
+        return 0;
     if (small) {
         double plain[LATMODEL_WINDOW], quad[LATMODEL_WINDOW];
         for (int i = 0; i < m->n; i++) {

@@ -344,6 +344,33 @@ static void test_latmodel_small_windows_of_the_retest(void **state)
         fail_msg("three lengths: 256 tokens planned at %.2f of their time", r);
 }
 
+/* A linear device (1.19 ms + 5.9 us a token, noise 6%) serving one main
+ * length (238 tokens) and a few leftovers, three of them stalled: the
+ * term's interval held, and the fit was c 377 with a and b 0, every row
+ * planned 30 to 45 times long and a margin of 56 ms for batches of 2.6
+ * (budgets under 60 ms refused). A term whose fit spreads the window's
+ * batches more than 1.5 times as wide as the line's is no term. */
+static void test_latmodel_one_length_and_leftovers_keep_no_wild_term(void **state)
+{
+    (void)state;
+    static const int64_t w[][2] = {
+        {238, 2715626}, {238, 2537940}, {238, 2404511}, {238, 2629201}, {241, 2686260},
+        {238, 2598192}, {180, 5979916}, {238, 2553413}, {220, 2356946}, {238, 2752166},
+        {238, 2563703}, {238, 2566970}, {238, 2548705}, {241, 2662910}, {187, 2332221},
+        {238, 2488265}, {238, 2594556}, {238, 2478274}, {238, 2695774}, {238, 2495381},
+        {238, 2727689}, {238, 2569884}, {241, 2701791}, {238, 2666464}, {147, 2133342},
+        {238, 2537724}, {238, 2592798}, {238, 2511718}, {238, 2692034}, {238, 2515181},
+        {238, 2713661}, {238, 2616380}, {187, 4776282}, {238, 2547982}, {224, 2402329},
+        {138, 2042434}, {238, 2649378}, {238, 2518802}, {180, 6473426}, {238, 2707468},
+        {224, 2427525}, {238, 2709431}, {238, 2626841}, {238, 2501066}, {238, 2534869},
+        {241, 2673462}, {238, 2478081}, {238, 2475301}};
+    for (int64_t t = 8; t <= 512; t *= 2) {
+        double r = fit_ratio(w, (int)(sizeof w / sizeof w[0]), 1188953, 5876, 0, t);
+        if (r < 0.8 || r > 1.5)
+            fail_msg("%lld tokens planned at %.2f of their time", (long long)t, r);
+    }
+}
+
 /* ---- the policy ---- */
 
 static struct policy_config pcfg(int max, int64_t delay, enum policy_kind kind)
@@ -866,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_latmodel_one_row_batches_keep_the_term_from_the_warmup),
         cmocka_unit_test(test_latmodel_few_lengths_keep_no_false_term),
         cmocka_unit_test(test_latmodel_small_windows_of_the_retest),
+        cmocka_unit_test(test_latmodel_one_length_and_leftovers_keep_no_wild_term),
         cmocka_unit_test(test_token_cap_cuts_the_batch),
         cmocka_unit_test(test_deadline_planned_in_tokens),
         cmocka_unit_test(test_selection_serves_the_most_tokens_in_time),
