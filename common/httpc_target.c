@@ -29,9 +29,13 @@ const char *const httpc_fail_names[HTTPC_FAIL_COUNT] = {"connect", "reset", "tim
  * Retry-After may be an hour of maintenance, and one call a minute is
  * what finding it back costs (the same bound as a job's hold). */
 #define TARGET_HOLD_MAX_S 60
-/* A measure this much older than the freshest other's says nothing of
- * now (httpc_pick tries it again): one slow spell took a server out for
- * good, as passed by it was never measured again. */
+/* A server passed by for its speed this many times, and for this long
+ * since its last measure, gets one call to measure it again (httpc_pick):
+ * one slow spell took a server out for good, as passed by it was never
+ * measured again. The count keeps a sporadic client's calls off a slow
+ * server (one trial in 64 calls); the time keeps a busy one's to one
+ * trial in 2 s. An answer after as long replaces the average. */
+#define TARGET_TRIAL_PASSES 64
 #define TARGET_MEASURE_STALE_NS 2000000000LL
 
 struct httpc_target {
@@ -53,11 +57,13 @@ struct httpc_target {
     /* It said it is overloaded (httpc_target_hold): picked only when no
      * other is usable, until then; 0 none. */
     _Atomic int64_t held_until;
+    _Atomic int64_t held_at;         /* when the hold was set: older calls do not end it */
     /* A call's time to its answer, a moving average over the last ~8
      * answers (0: none yet), begun to answered: the server's time, and the
      * wait behind calls ahead on its connections. */
     _Atomic int64_t answer_ns;
     _Atomic int64_t answered_at;     /* when answer_ns last took a sample (now_ns) */
+    _Atomic int passed;              /* picks that passed it by for its speed since */
     /* Its last call the server is judged by ended in a usable answer
      * (httpc_target_answered): only then does answer_ns say what the
      * server takes now. One answering 429 in 1 ms, or one that was fast
@@ -205,17 +211,21 @@ void httpc_target_answered(struct httpc_target *t, int64_t ns, int status)
         return;
     }
     atomic_store_explicit(&t->answer_ok, true, memory_order_relaxed);
-    atomic_store_explicit(&t->held_until, 0, memory_order_relaxed);   /* it took one again */
     if (ns <= 0)
         ns = 1;
-    int64_t a = atomic_load_explicit(&t->answer_ns, memory_order_relaxed);
     int64_t now = now_ns();
+    /* It took a call again: its hold ends, unless the call was sent
+     * before the refusal that set it. */
+    if (now - ns >= atomic_load_explicit(&t->held_at, memory_order_relaxed))
+        atomic_store_explicit(&t->held_until, 0, memory_order_relaxed);
+    int64_t a = atomic_load_explicit(&t->answer_ns, memory_order_relaxed);
     /* An average that took no sample for a while is not one to move by
      * 1/8: the server passed by for a slow spell is judged by the answer
-     * of its new try alone (from 190 ms to 5 ms took 24 tries, a minute). */
+     * of its new try alone (from 190 ms to 5 ms took 24 tries). */
     if (now - atomic_load_explicit(&t->answered_at, memory_order_relaxed) >= TARGET_MEASURE_STALE_NS)
         a = 0;
     atomic_store_explicit(&t->answered_at, now, memory_order_relaxed);
+    atomic_store_explicit(&t->passed, 0, memory_order_relaxed);
     /* One writer at a time in practice (the target's loop); a lost update
      * between two loops only drops a sample. */
     atomic_store_explicit(&t->answer_ns, a ? a + (ns - a) / 8 : ns, memory_order_relaxed);
@@ -228,7 +238,9 @@ void httpc_target_hold(struct httpc_target *t, int seconds)
     if (seconds > TARGET_HOLD_MAX_S)
         seconds = TARGET_HOLD_MAX_S;
     /* Its latest word decides: a shorter Retry-After shortens the hold. */
-    atomic_store_explicit(&t->held_until, now_ns() + (int64_t)seconds * 1000000000LL,
+    int64_t now = now_ns();
+    atomic_store_explicit(&t->held_at, now, memory_order_relaxed);
+    atomic_store_explicit(&t->held_until, now + (int64_t)seconds * 1000000000LL,
                           memory_order_relaxed);
 }
 
@@ -413,28 +425,16 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
      * failed, is always a candidate (its time is learned again). A
      * server held back for its Retry-After is not: it said it would refuse
      * the call (as loaded as another and listed first, it was asked, and
-     * refused, first by every batch while it said so). One whose
-     * measure is TARGET_MEASURE_STALE_NS older than the freshest other's,
-     * and with no call in flight, is tried again as one not answered yet:
-     * passed by for a slow spell, it got no call that could measure it
-     * again, and stayed out at any load the others could carry. */
+     * refused, first by every batch while it said so). */
     int load[32];
     double wait[32];   /* 0: not measured; -1: not a candidate */
     double least = 0;
-    int64_t at[32], freshest = 0;
     for (int i = 0; i < n && i < 32; i++) {
         wait[i] = -1;
         if ((tried & (1u << i)) || target_back_ns(ts[i]) > now)
             continue;
         load[i] = atomic_load_explicit(&ts[i]->inflight, memory_order_relaxed);
         wait[i] = (double)(load[i] + 1) * (double)target_measured_ns(ts[i]);
-        at[i] = atomic_load_explicit(&ts[i]->answered_at, memory_order_relaxed);
-        if (wait[i] > 0 && at[i] > freshest)
-            freshest = at[i];
-    }
-    for (int i = 0; i < n && i < 32; i++) {
-        if (wait[i] > 0 && load[i] == 0 && freshest - at[i] >= TARGET_MEASURE_STALE_NS)
-            wait[i] = 0;   /* stale: a candidate, whose answer measures it anew */
         if (wait[i] > 0 && (least == 0 || wait[i] < least))
             least = wait[i];
     }
@@ -445,16 +445,33 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
      * answered late, while the other made them all. */
     bool late = budget_ns > 0 && least > (double)budget_ns;
     double fits = budget_ns > 0 && !late ? (double)budget_ns : 2 * least;
-    int best = -1;
+    int best = -1, trial = -1;
     for (int i = 0; i < n && i < 32; i++) {
-        if (wait[i] < 0 || (wait[i] > 0 && (wait[i] > 2 * least || wait[i] > fits)))
-            continue;   /* not usable, or far slower than another for this call */
+        if (wait[i] < 0)
+            continue;   /* not usable */
+        if (wait[i] > 0 && (wait[i] > 2 * least || wait[i] > fits)) {
+            /* Far slower than another for this call. Passed by long
+             * enough, with no call in flight, it gets this one to be
+             * measured again (TARGET_TRIAL_PASSES), unless its measure
+             * says it would miss the call's deadline: trials made calls
+             * that the other server met answer late (the re-test). */
+            int passes = atomic_fetch_add_explicit(&ts[i]->passed, 1, memory_order_relaxed) + 1;
+            if (trial < 0 && load[i] == 0 && passes >= TARGET_TRIAL_PASSES &&
+                (budget_ns <= 0 || wait[i] <= (double)budget_ns) &&
+                now - atomic_load_explicit(&ts[i]->answered_at, memory_order_relaxed) >=
+                    TARGET_MEASURE_STALE_NS &&
+                atomic_exchange_explicit(&ts[i]->passed, 0, memory_order_relaxed) >= passes)
+                trial = i;   /* the exchange: one trial, however many loops pick at once */
+            continue;
+        }
         if (best < 0 || (late ? wait[i] < wait[best]
                               : load[i] < load[best] ||
                                     (load[i] == load[best] &&
                                      target_rank(ts[i]) < target_rank(ts[best]))))
             best = i;
     }
+    if (trial >= 0)
+        best = trial;
     if (best < 0)   /* none usable or free: the one that comes back first */
         for (int i = 0; i < n; i++) {
             if (tried & (1u << i))

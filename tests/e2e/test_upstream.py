@@ -785,25 +785,45 @@ class SlowSpellTest(FakeUpstreamCase):
     late (a pause, a hiccup): its average time to an answer rose to ~190
     ms, more than twice the other's, so it was passed by; with no call it
     was never measured again and stayed out for good at any load the other
-    could carry (the re-test: 0 calls in the minutes after). A measure 2 s
-    older than the freshest other's is tried again with one call, whose
-    time replaces it."""
+    could carry (0 of 543 calls in the 3.5 s after). Passed by 64 times and
+    for 2 s, a server is tried again with one call, whose time replaces its
+    average. And a server slow for real (50 ms) listed first beside a fast
+    one: a client sending one call at a time after pauses gets the fast
+    one (by time alone, trials after each pause locked it onto the slow
+    one: 97 of 97 calls, the re-test)."""
 
     @classmethod
     def populate(cls, repo):
-        cls.fakes = [cls.fake_server("--base-ms", "5", "--per-row-ms", "0", "--concurrency", "4")
-                     for _ in range(2)]
+        cls.fakes = [cls.fake_server("--base-ms", ms, "--per-row-ms", "0", "--concurrency", "4")
+                     for ms in ("5", "5", "50")]
         urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
-        cfg = upstream_model("spell", urls, max_batch=4)
-        cfg["upstream"]["health_interval_ms"] = 0
-        write_model(repo, "spell", cfg)
+        for name, us in (("spell", urls[:2]), ("slowfirst", [urls[2], urls[1]])):
+            cfg = upstream_model(name, us, max_batch=4)
+            cfg["upstream"]["health_interval_ms"] = 0
+            write_model(repo, name, cfg)
 
     def calls(self, i):
         return roundtrip(self.fakes[i][1], "GET", "/__stats").json()["calls"]
 
-    def infer(self):
-        r = post(self.srv.port, "/v2/models/spell/infer", infer_body([[1, 2, 3, 4]], name="x"))
+    def infer(self, model="spell"):
+        r = post(self.srv.port, "/v2/models/%s/infer" % model, infer_body([[1, 2, 3, 4]], name="x"))
         self.assertEqual(r.status, 200, r)
+
+    def test_a_client_one_call_at_a_time_keeps_the_fast_server(self):
+        for _ in range(10):
+            self.infer("slowfirst")
+        for _ in range(2):
+            time.sleep(2.5)
+            self.infer("slowfirst")
+        before = [self.calls(i) for i in (2, 1)]
+        t0 = time.monotonic()
+        for _ in range(1000):   # 2 s of calls one at a time, bounded
+            if time.monotonic() - t0 > 2:
+                break
+            self.infer("slowfirst")
+        slow, fast = [self.calls(i) - b for i, b in zip((2, 1), before)]
+        self.assertLessEqual(slow, 2, (slow, fast))   # a trial in 64 calls and 2 s
+        self.assertGreater(fast, 20, (slow, fast))
 
     def test_a_slow_spell_does_not_keep_a_server_out(self):
         for _ in range(6):
