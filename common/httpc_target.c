@@ -37,6 +37,11 @@ const char *const httpc_fail_names[HTTPC_FAIL_COUNT] = {"connect", "reset", "tim
  * trial in 2 s. An answer after as long replaces the average. */
 #define TARGET_TRIAL_PASSES 64
 #define TARGET_MEASURE_STALE_NS 2000000000LL
+/* Each trial that left it as slow doubles both, up to 32 times (2048
+ * passes and 64 s): a server slow for real put its time into the p99 of
+ * a client under 32 calls a second (one call in 64), and now into less
+ * than one call in 2000 after five trials. */
+#define TARGET_TRIAL_SHIFT_MAX 5
 
 struct httpc_target {
     char who[128];                   /* its owner in log lines: "model m", "route /x/" */
@@ -64,6 +69,7 @@ struct httpc_target {
     _Atomic int64_t answer_ns;
     _Atomic int64_t answered_at;     /* when answer_ns last took a sample (now_ns) */
     _Atomic int passed;              /* picks that passed it by for its speed since */
+    _Atomic int trial_shift;         /* trials in a row that left it passed by (capped) */
     /* Its last call the server is judged by ended in a usable answer
      * (httpc_target_answered): only then does answer_ns say what the
      * server takes now. One answering 429 in 1 ms, or one that was fast
@@ -455,13 +461,20 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
              * measured again (TARGET_TRIAL_PASSES), unless its measure
              * says it would miss the call's deadline: trials made calls
              * that the other server met answer late (the re-test). */
-            int passes = atomic_fetch_add_explicit(&ts[i]->passed, 1, memory_order_relaxed) + 1;
-            if (trial < 0 && load[i] == 0 && passes >= TARGET_TRIAL_PASSES &&
+            int shift = atomic_load_explicit(&ts[i]->trial_shift, memory_order_relaxed);
+            int need = TARGET_TRIAL_PASSES << shift;
+            int passes = atomic_load_explicit(&ts[i]->passed, memory_order_relaxed);
+            if (passes < need)   /* no further: deadlines may refuse trials for weeks */
+                passes = atomic_fetch_add_explicit(&ts[i]->passed, 1, memory_order_relaxed) + 1;
+            if (trial < 0 && load[i] == 0 && passes >= need &&
                 (budget_ns <= 0 || wait[i] <= (double)budget_ns) &&
                 now - atomic_load_explicit(&ts[i]->answered_at, memory_order_relaxed) >=
-                    TARGET_MEASURE_STALE_NS &&
-                atomic_exchange_explicit(&ts[i]->passed, 0, memory_order_relaxed) >= passes)
+                    (TARGET_MEASURE_STALE_NS << shift) &&
+                atomic_exchange_explicit(&ts[i]->passed, 0, memory_order_relaxed) >= need) {
                 trial = i;   /* the exchange: one trial, however many loops pick at once */
+                if (shift < TARGET_TRIAL_SHIFT_MAX)
+                    atomic_store_explicit(&ts[i]->trial_shift, shift + 1, memory_order_relaxed);
+            }
             continue;
         }
         if (best < 0 || (late ? wait[i] < wait[best]
@@ -472,6 +485,8 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
     }
     if (trial >= 0)
         best = trial;
+    else if (best >= 0 && atomic_load_explicit(&ts[best]->trial_shift, memory_order_relaxed))
+        atomic_store_explicit(&ts[best]->trial_shift, 0, memory_order_relaxed);   /* back for good */
     if (best < 0)   /* none usable or free: the one that comes back first */
         for (int i = 0; i < n; i++) {
             if (tried & (1u << i))
