@@ -170,6 +170,19 @@ static double latmodel_fit_sq(const struct latmodel *m, double a1, double b1, do
     for (int i = 0; i < m->n; i++)
         r[i] = (double)m->ns[i] - bq * m->tokens[i] - c * m->sq[i];
     double aq = latmodel_median(r, m->n);
+    if (aq < 0 && bq > 0) {
+        /* As the line's (latmodel_fit): batches of nearly one size (at
+         * max_batch_tokens) say little about the slope, and an intercept
+         * clamped at 0 shifted every batch seen (the spread veto below
+         * then dropped a real term: its batches of longer rows at the cap
+         * were planned short). Through the origin instead. */
+        for (int i = 0; i < m->n; i++)
+            r[i] = ((double)m->ns[i] - c * m->sq[i]) /
+                   (double)(m->tokens[i] > 0 ? m->tokens[i] : 1);
+        bq = latmodel_median(r, m->n);
+        if (bq < 0)
+            bq = 0;
+    }
     if (aq < 0)
         aq = 0;
     /* A term whose fit spreads the window's batches much wider than the

@@ -371,6 +371,55 @@ static void test_latmodel_one_length_and_leftovers_keep_no_wild_term(void **stat
     }
 }
 
+/* A packed device with the term (1 ms + 10 us a token + 5 ns a token
+ * squared, the simulator's) whose batches all fill the token cap (2048)
+ * with rows of 5 to 200 tokens: the line has no slope there, the term's
+ * fit put b at 14 to 26 us and its intercept, negative, clamped at 0:
+ * kept, that planned cap batches 4 to 7 times long (margins of 60 to 95
+ * ms); dropped by the spread veto, exact as the term was, the line planned
+ * a cap batch of the longest rows short (the simulator's late answers, the
+ * re-test). Such a fit goes through the origin, as the line's does. The
+ * interval still leaves the term out of 10 windows of these 50 (the line
+ * then plans the longest rows 2-2.5% short, as before the veto). */
+static void test_latmodel_batches_at_the_token_cap_keep_the_term(void **state)
+{
+    (void)state;
+    const double A = 1.0 * MS, B = 10.0 * US, C = 5.0;
+    uint64_t s = 3;
+    int kept = 0;
+    for (int w = 0; w < 50; w++) {
+        struct latmodel m;
+        latmodel_init(&m);
+        for (int i = 0; i < LATMODEL_WINDOW; i++) {
+            int64_t tok = 0, sq = 0;
+            for (;;) {
+                int64_t len = 5 + (int64_t)(rnd(&s) % 196);
+                if (tok + len > 2048)
+                    len = 2048 - tok;
+                tok += len;
+                sq += len * len;
+                if (tok >= 2048 - 4)
+                    break;
+            }
+            latmodel_add_sq(&m, tok, sq, (int64_t)(A + B * tok + C * sq));
+        }
+        latmodel_fit(&m);
+        kept += m.c_ns > 0;
+        /* 10 rows of 204 tokens and one of 8, and 409 rows of 5 and one of 3. */
+        static const int64_t cap[][2] = {{2048, 10 * 204 * 204 + 64}, {2048, 409 * 25 + 9}};
+        for (int k = 0; k < 2; k++) {
+            double truth = A + B * cap[k][0] + C * cap[k][1];
+            double r = (double)latmodel_predict_sq(&m, cap[k][0], cap[k][1]) / truth;
+            if (r < (m.c_ns > 0 ? 1.0 : 0.97) || r > 1.3)
+                fail_msg("window %d: fit a %.0f b %.1f c %.3f margin %.0f plans a cap batch "
+                         "(S %lld) at %.3f of its time", w, m.a_ns, m.b_ns, m.c_ns, m.margin_ns,
+                         (long long)cap[k][1], r);
+        }
+    }
+    if (kept < 40)
+        fail_msg("the term was kept in %d windows of 50", kept);
+}
+
 /* ---- the policy ---- */
 
 static struct policy_config pcfg(int max, int64_t delay, enum policy_kind kind)
@@ -894,6 +943,7 @@ int main(void)
         cmocka_unit_test(test_latmodel_few_lengths_keep_no_false_term),
         cmocka_unit_test(test_latmodel_small_windows_of_the_retest),
         cmocka_unit_test(test_latmodel_one_length_and_leftovers_keep_no_wild_term),
+        cmocka_unit_test(test_latmodel_batches_at_the_token_cap_keep_the_term),
         cmocka_unit_test(test_token_cap_cuts_the_batch),
         cmocka_unit_test(test_deadline_planned_in_tokens),
         cmocka_unit_test(test_selection_serves_the_most_tokens_in_time),
