@@ -95,7 +95,8 @@ bool httpc_target_usable(const struct httpc_target *t, int64_t now_ns);
 /* The server said it is overloaded and did not take the call (a 503 or
  * 429 with its Retry-After, 1 when none): httpc_pick passes it by while
  * another is usable, for that long (60 s at most) or until it answers a
- * call again. It stays healthy: it works, and is asked when none other is. */
+ * call sent after this. It stays healthy: it works, and is asked when no
+ * other is. */
 void httpc_target_hold(struct httpc_target *t, int seconds);
 /* Returns +1 when this result brought the target back, -1 when it took it
  * out, 0 when neither; the change is logged here, with `why` (the probe's
@@ -109,7 +110,10 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r,
  * (the call's time left; 0: none; when none is, the soonest expected),
  * skipping those whose bit (index in ts) is set in `tried`; when none is
  * usable and not held, the one that comes back (or whose hold ends)
- * first; NULL only when every target was tried. */
+ * first; NULL only when every target was tried. A target passed by for
+ * its speed 64 times and for 2 s since its last measure (each trial that
+ * leaves it as slow doubles both), with no call in flight, is picked
+ * instead as a trial, unless its measure would miss budget_ns. */
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried,
                                 int64_t budget_ns, int *index);
 /* A call to target i of ts that took ns, against the other usable
