@@ -417,6 +417,30 @@ int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
     return out ? -1 : 0;
 }
 
+/* httpc_pick passed t by for its speed: counted; true when that makes it
+ * due the call as a trial, which `may` allows (no call in flight, the
+ * call's deadline within its measure). Passed by TARGET_TRIAL_PASSES
+ * times and for TARGET_MEASURE_STALE_NS since its last measure, each
+ * doubled by every trial that left it passed by. */
+static bool target_passed_by(struct httpc_target *t, bool may, int64_t now)
+{
+    int shift = atomic_load_explicit(&t->trial_shift, memory_order_relaxed);
+    int need = TARGET_TRIAL_PASSES << shift;
+    int passes = atomic_load_explicit(&t->passed, memory_order_relaxed);
+    if (passes < need)   /* no further: deadlines may refuse trials for weeks */
+        passes = atomic_fetch_add_explicit(&t->passed, 1, memory_order_relaxed) + 1;
+    if (!may || passes < need ||
+        now - atomic_load_explicit(&t->answered_at, memory_order_relaxed) <
+            (TARGET_MEASURE_STALE_NS << shift))
+        return false;
+    /* One trial, however many loops pick at once. */
+    if (atomic_exchange_explicit(&t->passed, 0, memory_order_relaxed) < need)
+        return false;
+    if (shift < TARGET_TRIAL_SHIFT_MAX)
+        atomic_store_explicit(&t->trial_shift, shift + 1, memory_order_relaxed);
+    return true;
+}
+
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried,
                                 int64_t budget_ns, int *index)
 {
@@ -456,25 +480,12 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
         if (wait[i] < 0)
             continue;   /* not usable */
         if (wait[i] > 0 && (wait[i] > 2 * least || wait[i] > fits)) {
-            /* Far slower than another for this call. Passed by long
-             * enough, with no call in flight, it gets this one to be
-             * measured again (TARGET_TRIAL_PASSES), unless its measure
-             * says it would miss the call's deadline: trials made calls
-             * that the other server met answer late (the re-test). */
-            int shift = atomic_load_explicit(&ts[i]->trial_shift, memory_order_relaxed);
-            int need = TARGET_TRIAL_PASSES << shift;
-            int passes = atomic_load_explicit(&ts[i]->passed, memory_order_relaxed);
-            if (passes < need)   /* no further: deadlines may refuse trials for weeks */
-                passes = atomic_fetch_add_explicit(&ts[i]->passed, 1, memory_order_relaxed) + 1;
-            if (trial < 0 && load[i] == 0 && passes >= need &&
-                (budget_ns <= 0 || wait[i] <= (double)budget_ns) &&
-                now - atomic_load_explicit(&ts[i]->answered_at, memory_order_relaxed) >=
-                    (TARGET_MEASURE_STALE_NS << shift) &&
-                atomic_exchange_explicit(&ts[i]->passed, 0, memory_order_relaxed) >= need) {
-                trial = i;   /* the exchange: one trial, however many loops pick at once */
-                if (shift < TARGET_TRIAL_SHIFT_MAX)
-                    atomic_store_explicit(&ts[i]->trial_shift, shift + 1, memory_order_relaxed);
-            }
+            /* Far slower than another for this call, unless it is due a
+             * trial (one per pick at most): trials made calls that the
+             * other server met answer late, hence the budget. */
+            bool fits_budget = budget_ns <= 0 || wait[i] <= (double)budget_ns;
+            if (target_passed_by(ts[i], load[i] == 0 && fits_budget && trial < 0, now))
+                trial = i;
             continue;
         }
         if (best < 0 || (late ? wait[i] < wait[best]

@@ -285,6 +285,19 @@ static void test_pick_passes_a_held_server_by(void **state)
         httpc_target_free(ts[k]);
 }
 
+/* n calls one at a time to ts[0] (answering in 50 ms) and ts[1] (5 ms):
+ * how many went to ts[0]. */
+static int calls_to_slow(struct httpc_target *ts[2], int n)
+{
+    int slow = 0, i;
+    for (int k = 0; k < n; k++) {
+        struct httpc_target *t = httpc_pick(ts, 2, 0, 0, &i);
+        slow += t == ts[0];
+        httpc_target_answered(t, t == ts[0] ? 50000000 : 5000000, 200);
+    }
+    return slow;
+}
+
 /* A server passed by for a slow spell got no call to measure it again.
  * Passed by 64 times and for 2 s since its last measure, it gets one
  * call (one at a time), whose time replaces its average (blended 1/8 a
@@ -323,23 +336,11 @@ static void test_pick_tries_a_stale_measure_again(void **state)
      * time go to the fast one, the slow one tried once in 64. */
     httpc_target_answered(ts[0], 50000000, 200);
     usleep(2100000);
-    int slow = 0;
-    for (int k = 0; k < 128; k++) {
-        struct httpc_target *t = httpc_pick(ts, 2, 0, 0, &i);
-        slow += t == ts[0];
-        httpc_target_answered(t, t == ts[0] ? 50000000 : 5000000, 200);
-    }
-    assert_int_equal(slow, 1);
+    assert_int_equal(calls_to_slow(ts, 128), 1);
     /* That trial left it as slow: the next needs twice as many passes and
      * twice as long (128 and 4 s), so 2 s and 128 passes give none. */
     usleep(2100000);
-    slow = 0;
-    for (int k = 0; k < 128; k++) {
-        struct httpc_target *t = httpc_pick(ts, 2, 0, 0, &i);
-        slow += t == ts[0];
-        httpc_target_answered(t, t == ts[0] ? 50000000 : 5000000, 200);
-    }
-    assert_int_equal(slow, 0);
+    assert_int_equal(calls_to_slow(ts, 128), 0);
     httpc_target_free(ts[0]);
     httpc_target_free(ts[1]);
 }
