@@ -43,6 +43,10 @@ class FakeUpstreamCase(RepoServerCase):
         cls._fake_procs.append(p)
         return p, port
 
+    def calls(self, i):
+        """Inference calls fake server i (of cls.fakes) has received."""
+        return roundtrip(self.fakes[i][1], "GET", "/__stats").json()["calls"]
+
     @classmethod
     def tearDownClass(cls):
         try:
@@ -460,10 +464,10 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
     def owner(self, kind):
         return 'model="%s"' % kind
 
-    def overload(self, i, status, headers=None, body=None):
+    def overload(self, i, status, headers=None, body=None, count=1):
         self.fake(i, "POST", "/__fault", json.dumps({
             "mode": "answer", "status": status, "headers": headers or {},
-            "body": body or {"error": "busy"}}))
+            "body": body or {"error": "busy"}, "count": count}))
 
     def test_an_overloaded_server_passes_the_batch_on(self):
         # A 503 or 429 says the batch was not processed: the next server
@@ -484,9 +488,7 @@ class UpstreamRetryTest(RetryCases, FakeUpstreamCase):
         # asked, and refused, first by every batch), then it is asked again.
         self.addCleanup(self.reset_fakes)
         self.reset_fakes()
-        self.fake(0, "POST", "/__fault", json.dumps({
-            "mode": "answer", "status": 429, "headers": {"Retry-After": "2"},
-            "body": {"error": "busy"}, "count": 100}))
+        self.overload(0, 429, {"Retry-After": "2"}, count=100)
         before = [self.stats(i)["calls"] for i in range(2)]
         t0 = time.monotonic()
         codes = [self.call("held").status for _ in range(6)]
@@ -727,9 +729,6 @@ class UnequalServersTest(FakeUpstreamCase):
         cls.urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
         write_model(repo, "uneq", upstream_model("uneq", cls.urls, max_batch=4))
 
-    def calls(self, i):
-        return roundtrip(self.fakes[i][1], "GET", "/__stats").json()["calls"]
-
     def send(self, n, budget_ms=None):
         codes = []
         lock = threading.Lock()
@@ -776,7 +775,7 @@ class FastServerSecondTest(FakeUpstreamCase):
         for _ in range(12):
             r = post(self.srv.port, "/v2/models/second/infer", infer_body([[1, 2, 3, 4]], name="x"))
             self.assertEqual(r.status, 200, r)
-        calls = [roundtrip(port, "GET", "/__stats").json()["calls"] for _, port in self.fakes]
+        calls = [self.calls(i) for i in range(len(self.fakes))]
         self.assertGreaterEqual(calls[1], 10, calls)
 
 
@@ -801,9 +800,6 @@ class SlowSpellTest(FakeUpstreamCase):
             cfg = upstream_model(name, us, max_batch=4)
             cfg["upstream"]["health_interval_ms"] = 0
             write_model(repo, name, cfg)
-
-    def calls(self, i):
-        return roundtrip(self.fakes[i][1], "GET", "/__stats").json()["calls"]
 
     def infer(self, model="spell"):
         r = post(self.srv.port, "/v2/models/%s/infer" % model, infer_body([[1, 2, 3, 4]], name="x"))
@@ -932,10 +928,10 @@ class ErrorsAreNoMeasureTest(FakeUpstreamCase):
 
     def test_a_server_without_the_model_is_passed_by_and_taken_out(self):
         self.fail_first(404)
-        before = roundtrip(self.fakes[0][1], "GET", "/__stats").json()["calls"]
+        before = self.calls(0)
         codes = [self.infer("pair").status for _ in range(20)]
         self.assertEqual(codes, [200] * 20)
-        calls = roundtrip(self.fakes[0][1], "GET", "/__stats").json()["calls"] - before
+        calls = self.calls(0) - before
         self.assertLessEqual(calls, 3, "three 404s take it out")
         self.assertRegex(self.srv.log(), r"model pair: upstream %s is taken out for 2 s \(3 failed "
                          r"calls in a row, the last: status\)" % re.escape(self.urls[0]))
