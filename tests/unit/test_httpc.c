@@ -281,6 +281,10 @@ static void test_pick_passes_a_held_server_by(void **state)
     httpc_target_hold(ts[0], 5);
     httpc_target_answered(ts[0], 1000000, 429);
     assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[2]);
+    /* A Retry-After of 0 still holds it for the least there is, 1 s. */
+    httpc_target_answered(ts[0], 1, 200);
+    httpc_target_hold(ts[0], 0);
+    assert_ptr_equal(httpc_pick(ts, 3, 0, 0, &i), ts[2]);
     for (int k = 0; k < 3; k++)
         httpc_target_free(ts[k]);
 }
