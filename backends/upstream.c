@@ -10,7 +10,9 @@
  * Which URL, the call's timer and its repeats are the upstream-call
  * driver's (common/upcall.h), as for the reverse proxy: a refused connect
  * goes to another URL, a call lost with a reused connection is sent again
- * unless upstream.idempotent is false.
+ * unless upstream.idempotent is false. A URL owed a trial that the batch's
+ * deadline refused gets a copy of the batch, whose answer only measures it
+ * (httpc_pick_copy_trial).
  *
  * The bodies and the strict reading of answers are upstream_codec.c's.
  * Failures that remain (a reset, a non-200, an answer that does not read, no
@@ -52,6 +54,19 @@ struct up_slot {
     struct buf answer;
 };
 
+/* A copy of a batch's call sent to a server owed a trial that the batch's
+ * deadline refused (httpc_pick_copy_trial): its answer only measures that
+ * server. One at a time per model. */
+struct up_copy {
+    struct up_model *um;
+    struct upcall *up;
+    bool busy;
+    int status;
+    int rows;
+    struct buf request;
+    struct buf answer;
+};
+
 struct up_model {
     struct model *m;
     struct backend_feed feed;
@@ -66,6 +81,7 @@ struct up_model {
     int nurls;
     struct up_slot *slots;
     int nslots;
+    struct up_copy copy;
 };
 
 static void upstream_poll(struct up_model *um);
@@ -85,22 +101,42 @@ static int upstream_server_index(const struct up_model *um, const struct httpc_t
  * would hold its memory for the process's life. */
 #define UPSTREAM_KEEP_BYTES (1u << 20)
 
+static void upstream_call_release(struct upcall *up, struct buf *request, struct buf *answer)
+{
+    upcall_stop(up);
+    buf_reset(request);
+    buf_reset(answer);
+    buf_shrink(request, UPSTREAM_KEEP_BYTES);
+    buf_shrink(answer, UPSTREAM_KEEP_BYTES);
+}
+
 static void upstream_slot_release(struct up_slot *s)
 {
     s->busy = false;
-    upcall_stop(s->up);
-    buf_reset(&s->request);
-    buf_reset(&s->answer);
-    buf_shrink(&s->request, UPSTREAM_KEEP_BYTES);
-    buf_shrink(&s->answer, UPSTREAM_KEEP_BYTES);
+    upstream_call_release(s->up, &s->request, &s->answer);
 }
 
 /* The most an answer for the batch may take: every value printed at its
  * longest and then some (64 bytes each), and 1 MiB for the rest. A server
  * sending without end made the gateway hold all it sent. */
-static size_t upstream_answer_max(const struct up_slot *s)
+static size_t upstream_answer_max(const struct up_model *um, int rows)
 {
-    return (size_t)s->io->rows * (size_t)s->um->m->cfg.output.row_elems * 64 + (1u << 20);
+    return (size_t)rows * (size_t)um->m->cfg.output.row_elems * 64 + (1u << 20);
+}
+
+/* An answer other than 200, of the call's last try: a 4xx is the batch's
+ * own, or an overloaded server's 429: the server works, the failure is
+ * counted all the same. Any other (a 5xx; a 204 or a 3xx, which carry no
+ * answer; a 404, as the path is the configured model's: the server does
+ * not have it) is the server's failure: 3 in a row take it out. */
+static void upstream_judge_status(struct upcall *u, int status)
+{
+    if (status < 400 || status >= 500 || status == 404) {
+        upcall_blame(u, HTTPC_FAIL_STATUS);
+    } else {
+        upcall_succeeded(u);
+        httpc_target_count_failure(upcall_target(u), HTTPC_FAIL_STATUS);
+    }
 }
 
 /* The batch fails: 502, or 503 with a Retry-After when a server said it
@@ -149,19 +185,29 @@ static int upstream_retry_after(const struct httpc_head *h)
     return 1;
 }
 
+/* A 503 or 429 (not processed, RFC 9110 15.6.4, 6585 4): its Retry-After
+ * (1 s at least), for which the next batches go to the other servers: as
+ * loaded as they and listed first, it was asked, and refused, first by
+ * each. 0 for any other status. */
+static int upstream_hold(struct upcall *u, const struct httpc_head *h)
+{
+    if (h->status != 503 && h->status != 429)
+        return 0;
+    int ra = upstream_retry_after(h);
+    httpc_target_hold(upcall_target(u), ra);
+    return ra;
+}
+
 /* ---- the call's callbacks (httpc) ---- */
 
 static int upstream_slot_on_head(void *arg, const struct httpc_head *h)
 {
     struct up_slot *s = arg;
     s->status = h->status;
-    if (h->status == 503 || h->status == 429) {
-        int ra = upstream_retry_after(h);
+    int ra = upstream_hold(s->up, h);
+    if (ra) {
         if (ra > s->retry_after_s)
             s->retry_after_s = ra;
-        /* The next batches go to the other servers meanwhile: as loaded as
-         * they and listed first, it was asked, and refused, first by each. */
-        httpc_target_hold(upcall_target(s->up), ra);
     } else {
         s->retry_after_s = 0;   /* the last server's word decides (it was 503 after a 400) */
     }
@@ -171,10 +217,10 @@ static int upstream_slot_on_head(void *arg, const struct httpc_head *h)
 static int upstream_slot_on_body(void *arg, const char *data, size_t len)
 {
     struct up_slot *s = arg;
-    if (s->answer.len + len > upstream_answer_max(s)) {
+    size_t max = upstream_answer_max(s->um, s->io->rows);
+    if (s->answer.len + len > max) {
         char why[96];
-        snprintf(why, sizeof why, "an answer over %zu bytes for %d rows", upstream_answer_max(s),
-                 s->io->rows);
+        snprintf(why, sizeof why, "an answer over %zu bytes for %d rows", max, s->io->rows);
         upcall_blame(s->up, HTTPC_FAIL_MALFORMED);
         upstream_slot_fail(s, why);   /* ends the call before httpc closes it */
         return -1;
@@ -211,18 +257,8 @@ static void upstream_slot_finish(struct up_slot *s)
     const struct model_config *mc = &um->m->cfg;
     char why[160];
     if (s->status != 200) {
-        /* A 4xx is the batch's own, or an overloaded server's 429: the
-         * server works, the failure is counted all the same. Any other
-         * (a 5xx; a 204 or a 3xx, which carry no answer; a 404, as the
-         * path is the configured model's: the server does not have it)
-         * is the server's failure: 3 in a row take it out. */
         bool not_there = s->status == 404;
-        if (s->status < 400 || s->status >= 500 || not_there) {
-            upcall_blame(s->up, HTTPC_FAIL_STATUS);
-        } else {
-            upcall_succeeded(s->up);
-            httpc_target_count_failure(upcall_target(s->up), HTTPC_FAIL_STATUS);
-        }
+        upstream_judge_status(s->up, s->status);
         char said[120];
         upstream_codec_error(s->answer.data, s->answer.len, said, sizeof said);
         snprintf(why, sizeof why, "answered HTTP %d%s%s", s->status, said[0] ? ": " : "", said);
@@ -269,13 +305,11 @@ static struct httpc_pool *upstream_slot_pool(void *arg, struct httpc_target *t, 
     return s->um->pools[index];
 }
 
-/* upcall_ops: the call to the URL of this try (its Host), the body built once. */
-static int upstream_slot_send(void *arg, struct upcall *u, const struct httpc_target *t)
+/* The call to the URL of this try (its Host) with the body built once. */
+static int upstream_send(const struct up_model *um, struct upcall *u, const struct httpc_target *t,
+                         const struct buf *body)
 {
-    struct up_slot *s = arg;
-    const struct model_config *mc = &s->um->m->cfg;
-    s->status = 0;
-    buf_reset(&s->answer);
+    const struct model_config *mc = &um->m->cfg;
     char head[512];
     int n;
     if (mc->upstream.protocol == UPSTREAM_KSERVE_V2)
@@ -286,12 +320,21 @@ static int upstream_slot_send(void *arg, struct upcall *u, const struct httpc_ta
                      mc->upstream.model);
     n += snprintf(head + n, sizeof head - (size_t)n,
                   "Host: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                  httpc_target_authority(t), s->request.len);
-    if (s->um->feed.sent)   /* its tenants' time at this server runs from here */
-        s->um->feed.sent(s->um->feed.ctx, s->index, upstream_server_index(s->um, t));
-    if (upcall_send(u, head, (size_t)n) < 0 || upcall_send(u, s->request.data, s->request.len) < 0)
+                  httpc_target_authority(t), body->len);
+    if (upcall_send(u, head, (size_t)n) < 0 || upcall_send(u, body->data, body->len) < 0)
         return -1;
     return 0;
+}
+
+/* upcall_ops: the batch's call to the URL of this try. */
+static int upstream_slot_send(void *arg, struct upcall *u, const struct httpc_target *t)
+{
+    struct up_slot *s = arg;
+    s->status = 0;
+    buf_reset(&s->answer);
+    if (s->um->feed.sent)   /* its tenants' time at this server runs from here */
+        s->um->feed.sent(s->um->feed.ctx, s->index, upstream_server_index(s->um, t));
+    return upstream_send(s->um, u, t, &s->request);
 }
 
 static const struct upcall_ops slot_ops = {
@@ -302,6 +345,116 @@ static const struct upcall_ops slot_ops = {
     .on_done = upstream_slot_on_done,
     .on_fail = upstream_slot_on_fail,
 };
+
+/* ---- copy trials ---- */
+
+static void upstream_copy_release(struct up_copy *c)
+{
+    c->busy = false;
+    upstream_call_release(c->up, &c->request, &c->answer);
+}
+
+static struct httpc_pool *upstream_copy_pool(void *arg, struct httpc_target *t, int index)
+{
+    struct up_copy *c = arg;
+    (void)index;   /* of the one-target array the copy was started with */
+    return c->um->pools[upstream_server_index(c->um, t)];
+}
+
+static int upstream_copy_send(void *arg, struct upcall *u, const struct httpc_target *t)
+{
+    struct up_copy *c = arg;
+    c->status = 0;
+    buf_reset(&c->answer);
+    return upstream_send(c->um, u, t, &c->request);   /* no tenant's time: nobody waits on it */
+}
+
+static int upstream_copy_on_head(void *arg, const struct httpc_head *h)
+{
+    struct up_copy *c = arg;
+    c->status = h->status;
+    upstream_hold(c->up, h);
+    return 0;
+}
+
+static int upstream_copy_on_body(void *arg, const char *data, size_t len)
+{
+    struct up_copy *c = arg;
+    if (c->answer.len + len > upstream_answer_max(c->um, c->rows) ||
+        buf_append(&c->answer, data, len) < 0) {
+        upcall_blame(c->up, HTTPC_FAIL_MALFORMED);
+        upstream_copy_release(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* The copy's answer is judged as the batch's would be (httpc took its
+ * time when it came), and dropped. */
+static void upstream_copy_on_done(void *arg)
+{
+    struct up_copy *c = arg;
+    const struct model_config *mc = &c->um->m->cfg;
+    if (c->status != 200) {
+        upstream_judge_status(c->up, c->status);
+    } else {
+        char why[160];
+        float *out = malloc((size_t)c->rows * (size_t)mc->output.row_elems * sizeof *out + 1);
+        if (out && upstream_codec_answer(mc, c->answer.data, c->answer.len, c->rows, out, why,
+                                         sizeof why) == 0)
+            upcall_succeeded(c->up);
+        else if (out)
+            upcall_blame(c->up, HTTPC_FAIL_MALFORMED);
+        free(out);
+    }
+    log_debug("model %s: copy trial to %s answered HTTP %d", mc->name, upcall_url(c->up),
+              c->status);
+    upstream_copy_release(c);
+}
+
+/* No answer: a timeout is blamed by the driver, a lost connection by httpc. */
+static void upstream_copy_on_fail(void *arg, int code, const char *msg)
+{
+    struct up_copy *c = arg;
+    (void)code;
+    log_debug("model %s: copy trial to %s: %s", c->um->m->cfg.name, upcall_url(c->up), msg);
+    upstream_copy_release(c);
+}
+
+static const struct upcall_ops copy_ops = {
+    .pool = upstream_copy_pool,
+    .send = upstream_copy_send,
+    .on_head = upstream_copy_on_head,
+    .on_body = upstream_copy_on_body,
+    .on_done = upstream_copy_on_done,
+    .on_fail = upstream_copy_on_fail,
+};
+
+/* The batch of s, just sent, also to a server owed a trial that its
+ * deadline refused, when one is (and its calls may be sent twice). */
+static void upstream_copy_start(struct up_model *um, const struct up_slot *s)
+{
+    struct up_copy *c = &um->copy;
+    if (c->busy || !um->m->cfg.upstream.idempotent || um->nurls < 2)
+        return;
+    int k = httpc_pick_copy_trial(um->targets, um->nurls,
+                                  upstream_server_index(um, upcall_target(s->up)));
+    if (k < 0)
+        return;
+    buf_reset(&c->request);
+    if (buf_append(&c->request, s->request.data, s->request.len) < 0)
+        return;
+    c->rows = s->io->rows;
+    c->busy = true;
+    struct error err = {0};
+    if (upcall_start(c->up, &um->targets[k], 1, HTTPC_JUDGED, &err) < 0) {
+        upstream_copy_release(c);
+        return;
+    }
+    log_debug("model %s: a copy of a batch of %d rows to %s, a trial", um->m->cfg.name, c->rows,
+              httpc_target_url(um->targets[k]));
+    upcall_arm(c->up);
+}
 
 static void upstream_slot_start(struct up_slot *s)
 {
@@ -320,6 +473,7 @@ static void upstream_slot_start(struct up_slot *s)
         return;
     }
     upcall_arm(s->up);   /* the whole call, repeats included */
+    upstream_copy_start(um, s);
 }
 
 /* Idle slots ask the feed for work; the tick re-asks when it names a time. */
@@ -474,6 +628,11 @@ static int upstream_start(struct model *m, const struct backend_feed *feed, stru
         if (!um->slots[i].up)
             return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
     }
+    um->copy.um = um;
+    um->copy.up = upcall_new(um->base, &copy_ops, &um->copy, m->cfg.upstream.timeout_ms,
+                             "upstream.timeout_ms");
+    if (!um->copy.up)
+        return error_set(err, BG_ENOMEM, "%s: out of memory", m->cfg.name);
     for (int i = 0; i < um->nurls; i++) {
         /* Idle connections: enough for every slot to find one warm. */
         um->pools[i] = httpc_pool_new(um->targets[i], um->base, um->nslots + 1, 1);
@@ -529,6 +688,11 @@ static void upstream_stop(struct model *m)
         buf_free(&s->answer);
         upcall_free(s->up);
     }
+    upcall_free(um->copy.up);   /* a copy in flight is dropped: nobody waits on it */
+    um->copy.up = NULL;
+    um->copy.busy = false;
+    buf_free(&um->copy.request);
+    buf_free(&um->copy.answer);
     httpc_prober_free(um->prober);
     um->prober = NULL;
     for (int i = 0; i < um->nurls; i++) {

@@ -113,9 +113,18 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r,
  * first; NULL only when every target was tried. A target passed by for
  * its speed 64 times and for 2 s since its last measure (each trial that
  * leaves it as slow doubles both), with no call in flight, is picked
- * instead as a trial, unless its measure would miss budget_ns. */
+ * instead as a trial, unless its measure would miss budget_ns (then
+ * httpc_pick_copy_trial owes it one). */
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried,
                                 int64_t budget_ns, int *index);
+/* A trial that httpc_pick owed a target but could not make, the calls'
+ * deadlines being within its old measure: under deadlines alone a server
+ * passed by for a slow spell was never measured again. The index of such
+ * a target (not `except`, the call's own; taking calls, none in flight,
+ * due as httpc_pick's trials are), now counted as tried, to which the
+ * caller may send a copy of its call, whose answer only measures it; -1
+ * when none is due. */
+int httpc_pick_copy_trial(struct httpc_target *const *ts, int n, int except);
 /* A call to target i of ts that took ns, against the other usable
  * targets: when it, or i's average time to an answer, is more than twice
  * the least of theirs (i is far slower than another, or just turned so),

@@ -417,28 +417,54 @@ int httpc_target_failed(struct httpc_target *t, enum httpc_fail why)
     return out ? -1 : 0;
 }
 
-/* httpc_pick passed t by for its speed: counted; true when that makes it
- * due the call as a trial, which `may` allows (no call in flight, the
- * call's deadline within its measure). Passed by TARGET_TRIAL_PASSES
- * times and for TARGET_MEASURE_STALE_NS since its last measure, each
- * doubled by every trial that left it passed by. */
-static bool target_passed_by(struct httpc_target *t, bool may, int64_t now)
+/* Is t due a trial: passed by TARGET_TRIAL_PASSES times and for
+ * TARGET_MEASURE_STALE_NS since its last measure, each doubled by every
+ * trial that left it passed by? *need: the passes it takes. */
+static bool target_trial_due(struct httpc_target *t, int64_t now, int *need)
 {
     int shift = atomic_load_explicit(&t->trial_shift, memory_order_relaxed);
-    int need = TARGET_TRIAL_PASSES << shift;
-    int passes = atomic_load_explicit(&t->passed, memory_order_relaxed);
-    if (passes < need)   /* no further: deadlines may refuse trials for weeks */
-        passes = atomic_fetch_add_explicit(&t->passed, 1, memory_order_relaxed) + 1;
-    if (!may || passes < need ||
-        now - atomic_load_explicit(&t->answered_at, memory_order_relaxed) <
-            (TARGET_MEASURE_STALE_NS << shift))
-        return false;
-    /* One trial, however many loops pick at once. */
+    *need = TARGET_TRIAL_PASSES << shift;
+    return atomic_load_explicit(&t->passed, memory_order_relaxed) >= *need &&
+           now - atomic_load_explicit(&t->answered_at, memory_order_relaxed) >=
+               (TARGET_MEASURE_STALE_NS << shift);
+}
+
+/* The trial that was due: true for one caller, however many loops pick at
+ * once; the next is twice as far off until it is picked on its speed. */
+static bool target_trial_claim(struct httpc_target *t, int need)
+{
     if (atomic_exchange_explicit(&t->passed, 0, memory_order_relaxed) < need)
         return false;
+    int shift = atomic_load_explicit(&t->trial_shift, memory_order_relaxed);
     if (shift < TARGET_TRIAL_SHIFT_MAX)
         atomic_store_explicit(&t->trial_shift, shift + 1, memory_order_relaxed);
     return true;
+}
+
+/* httpc_pick passed t by for its speed: counted; true when that makes it
+ * due the call as a trial, which `may` allows (no call in flight, the
+ * call's deadline within its measure). */
+static bool target_passed_by(struct httpc_target *t, bool may, int64_t now)
+{
+    int need = TARGET_TRIAL_PASSES << atomic_load_explicit(&t->trial_shift, memory_order_relaxed);
+    /* No further than due: deadlines may refuse trials for weeks. */
+    if (atomic_load_explicit(&t->passed, memory_order_relaxed) < need)
+        atomic_fetch_add_explicit(&t->passed, 1, memory_order_relaxed);
+    return may && target_trial_due(t, now, &need) && target_trial_claim(t, need);
+}
+
+int httpc_pick_copy_trial(struct httpc_target *const *ts, int n, int except)
+{
+    int64_t now = now_ns();
+    for (int i = 0; i < n && i < 32; i++) {
+        struct httpc_target *t = ts[i];
+        int need;
+        if (i != except && target_back_ns(t) <= now && target_measured_ns(t) > 0 &&
+            atomic_load_explicit(&t->inflight, memory_order_relaxed) == 0 &&
+            target_trial_due(t, now, &need) && target_trial_claim(t, need))
+            return i;
+    }
+    return -1;
 }
 
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried,

@@ -796,13 +796,16 @@ class SlowSpellTest(FakeUpstreamCase):
         cls.fakes = [cls.fake_server("--base-ms", ms, "--per-row-ms", "0", "--concurrency", "4")
                      for ms in ("5", "5", "50")]
         urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
-        for name, us in (("spell", urls[:2]), ("slowfirst", [urls[2], urls[1]])):
+        for name, us in (("spell", urls[:2]), ("spelldl", urls[:2]),
+                         ("slowfirst", [urls[2], urls[1]])):
             cfg = upstream_model(name, us, max_batch=4)
             cfg["upstream"]["health_interval_ms"] = 0
             write_model(repo, name, cfg)
 
-    def infer(self, model="spell"):
-        r = post(self.srv.port, "/v2/models/%s/infer" % model, infer_body([[1, 2, 3, 4]], name="x"))
+    def infer(self, model="spell", budget_ms=None):
+        h = [("X-Request-Timeout-Ms", str(budget_ms))] if budget_ms else None
+        r = post(self.srv.port, "/v2/models/%s/infer" % model, infer_body([[1, 2, 3, 4]], name="x"),
+                 headers=h)
         self.assertEqual(r.status, 200, r)
 
     def test_a_client_one_call_at_a_time_keeps_the_fast_server(self):
@@ -821,26 +824,42 @@ class SlowSpellTest(FakeUpstreamCase):
         self.assertLessEqual(slow, 2, (slow, fast))   # a trial in 64 calls and 2 s
         self.assertGreater(fast, 20, (slow, fast))
 
-    def test_a_slow_spell_does_not_keep_a_server_out(self):
+    def spell(self, model, budget_ms=None):
+        """A slow spell of the first server (one answer 1.5 s late), then
+        3.5 s of calls one at a time: the calls each server got."""
         for _ in range(6):
-            self.infer()
+            self.infer(model)
         self.assertGreater(self.calls(0), 0)
         roundtrip(self.fakes[0][1], "POST", "/__fault",
                   body=json.dumps({"mode": "delay", "ms": 1500, "count": 1}))
         self.addCleanup(roundtrip, self.fakes[0][1], "POST", "/__reset")
         # The next call goes to the first listed (as loaded, alike in speed).
         before = self.calls(0)
-        self.infer()
+        self.infer(model)
         self.assertEqual(self.calls(0) - before, 1, "the slow call went to the first")
         before = [self.calls(i) for i in range(2)]
         t0 = time.monotonic()
         for _ in range(2000):   # 3.5 s of calls one at a time, bounded
             if time.monotonic() - t0 > 3.5:
                 break
-            self.infer()
+            self.infer(model, budget_ms)   # each answered 200 (in time)
         got = [self.calls(i) - before[i] for i in range(2)]
         self.assertGreater(got[1], 0, got)
+        return got
+
+    def test_a_slow_spell_does_not_keep_a_server_out(self):
+        got = self.spell("spell")
         # Tried again after ~2 s, answered in 5 ms: back in rotation, and
+        # as loaded and listed first, it takes calls one at a time again.
+        self.assertGreaterEqual(got[0], 10, got)
+
+    def test_a_slow_spell_does_not_keep_a_server_out_under_deadlines(self):
+        """Every call with a 100 ms deadline, which the server's measure
+        after the spell (~190 ms) says it would miss: no call could be its
+        trial, and it stayed out for good (0 calls of 541 in 3.5 s). A
+        copy of a call goes to it instead, whose answer only measures it."""
+        got = self.spell("spelldl", budget_ms=100)
+        # Its copy after ~2 s was answered in 5 ms: back in rotation, and
         # as loaded and listed first, it takes calls one at a time again.
         self.assertGreaterEqual(got[0], 10, got)
 

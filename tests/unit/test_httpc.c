@@ -349,6 +349,39 @@ static void test_pick_tries_a_stale_measure_again(void **state)
     httpc_target_free(ts[1]);
 }
 
+/* Under calls that all have deadlines within its old measure, a server
+ * passed by for a slow spell gets no trial from httpc_pick, and was never
+ * measured again: a copy of a call is owed to it instead. */
+static void test_pick_owes_a_copy_trial_under_deadlines(void **state)
+{
+    (void)state;
+    struct httpc_target *ts[2] = {target(1), target(2)};
+    int i = -1;
+    const int64_t budget = 100000000;
+    httpc_target_answered(ts[0], 190000000, 200);   /* a slow spell: 190 ms */
+    httpc_target_answered(ts[1], 5000000, 200);     /* 5 ms */
+    for (int k = 0; k < 100; k++)   /* passed by often, but not for long */
+        assert_ptr_equal(httpc_pick(ts, 2, 0, budget, &i), ts[1]);
+    assert_int_equal(httpc_pick_copy_trial(ts, 2, 1), -1);
+    usleep(2100000);
+    httpc_target_answered(ts[1], 5000000, 200);
+    assert_ptr_equal(httpc_pick(ts, 2, 0, budget, &i), ts[1]);
+    /* Not to the call's own server, not while a call is in flight to it. */
+    assert_int_equal(httpc_pick_copy_trial(ts, 2, 0), -1);
+    httpc_target_begin(ts[0], false);
+    assert_int_equal(httpc_pick_copy_trial(ts, 2, 1), -1);
+    httpc_target_end(ts[0]);
+    /* Owed once: the next is twice as far off. */
+    assert_int_equal(httpc_pick_copy_trial(ts, 2, 1), 0);
+    assert_int_equal(httpc_pick_copy_trial(ts, 2, 1), -1);
+    /* The copy answered in 5 ms: calls with deadlines go to it again (as
+     * loaded and listed first). */
+    httpc_target_answered(ts[0], 5000000, 200);
+    assert_ptr_equal(httpc_pick(ts, 2, 0, budget, &i), ts[0]);
+    httpc_target_free(ts[0]);
+    httpc_target_free(ts[1]);
+}
+
 /* ---- whole calls over a socketpair ---- */
 
 struct call {
@@ -887,6 +920,7 @@ int main(void)
         cmocka_unit_test(test_pick_by_speed_and_budget),
         cmocka_unit_test(test_pick_passes_a_held_server_by),
         cmocka_unit_test(test_pick_tries_a_stale_measure_again),
+        cmocka_unit_test(test_pick_owes_a_copy_trial_under_deadlines),
         cmocka_unit_test(test_errors_do_not_measure_speed),
         cmocka_unit_test(test_target_continues_across_a_reload),
         cmocka_unit_test(test_calls),
