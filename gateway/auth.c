@@ -1,6 +1,7 @@
 /* auth.c - see auth.h. */
 #include "gateway/auth.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,32 +18,55 @@ struct auth_key {
     int tenant;
 };
 
+/* Every tenant's keys in one array: one loop compares all. Published
+ * whole (auth_replace_keys), so a key moved from one tenant to another
+ * never names both or neither. */
+struct auth_keyset {
+    struct auth_keyset *replaced;     /* the set this one replaced: kept until auth_free */
+    int n;
+    struct auth_key k[];
+};
+
 struct auth {
     const struct tenants_config *t;
     struct tenantstats *stats;
-    struct auth_key *keys;            /* every tenant's keys in one array: one loop compares all */
-    int nkeys;
+    _Atomic(struct auth_keyset *) keys;
 };
+
+static struct auth_keyset *auth_keyset_new(const struct tenants_config *t)
+{
+    int n = 0;
+    for (int i = 0; i < t->n; i++)
+        n += t->t[i].nkeys;
+    struct auth_keyset *s = calloc(1, sizeof *s + (size_t)n * sizeof s->k[0]);
+    if (!s)
+        return NULL;
+    for (int i = 0; i < t->n; i++)
+        for (int k = 0; k < t->t[i].nkeys; k++) {
+            memcpy(s->k[s->n].d, t->t[i].keys[k], TENANT_DIGEST_LEN);
+            s->k[s->n++].tenant = i;
+        }
+    return s;
+}
+
+static const struct auth_keyset *auth_keys(const struct auth *a)
+{
+    return atomic_load_explicit(&a->keys, memory_order_acquire);
+}
 
 struct auth *auth_new(const struct tenants_config *t, struct tenantstats *stats,
                       struct error *err)
 {
     struct auth *a = calloc(1, sizeof *a);
-    int n = 0;
-    for (int i = 0; i < t->n; i++)
-        n += t->t[i].nkeys;
-    if (!a || (n && !(a->keys = calloc((size_t)n, sizeof *a->keys)))) {
+    struct auth_keyset *s = a ? auth_keyset_new(t) : NULL;
+    if (!s) {
         free(a);
         error_set(err, BG_ENOMEM, "out of memory for the tenants' keys");
         return NULL;
     }
     a->t = t;
     a->stats = stats;
-    for (int i = 0; i < t->n; i++)
-        for (int k = 0; k < t->t[i].nkeys; k++) {
-            memcpy(a->keys[a->nkeys].d, t->t[i].keys[k], TENANT_DIGEST_LEN);
-            a->keys[a->nkeys++].tenant = i;
-        }
+    atomic_init(&a->keys, s);
     return a;
 }
 
@@ -50,12 +74,57 @@ void auth_free(struct auth *a)
 {
     if (!a)
         return;
-    free(a->keys);
+    for (struct auth_keyset *s = atomic_load(&a->keys), *next; s; s = next) {
+        next = s->replaced;
+        free(s);
+    }
     free(a);
 }
 
+/* Does tenant i hold the same keys in both sets (in any order)? */
+static bool auth_tenant_keys_same(const struct auth_keyset *x, const struct auth_keyset *y,
+                                  int i)
+{
+    int nx = 0, ny = 0;
+    for (int k = 0; k < x->n; k++)
+        nx += x->k[k].tenant == i;
+    for (int k = 0; k < y->n; k++) {
+        if (y->k[k].tenant != i)
+            continue;
+        ny++;
+        bool found = false;
+        for (int j = 0; j < x->n && !found; j++)
+            found = x->k[j].tenant == i && memcmp(x->k[j].d, y->k[k].d, TENANT_DIGEST_LEN) == 0;
+        if (!found)
+            return false;
+    }
+    return nx == ny;
+}
+
+int auth_replace_keys(struct auth *a, const struct tenants_config *t, uint64_t *changed,
+                      struct error *err)
+{
+    *changed = 0;
+    struct auth_keyset *cur = atomic_load_explicit(&a->keys, memory_order_relaxed);
+    struct auth_keyset *s = auth_keyset_new(t);
+    if (!s)
+        return error_set(err, BG_ENOMEM, "out of memory for the tenants' keys");
+    for (int i = 0; i < a->t->n && i < 64; i++)
+        if (!auth_tenant_keys_same(cur, s, i))
+            *changed |= 1ull << i;
+    if (!*changed) {
+        free(s);
+        return 0;
+    }
+    /* The set replaced may still be read by a request's guard: it is
+     * kept, not freed (a few KB per change of keys). */
+    s->replaced = cur;
+    atomic_store_explicit(&a->keys, s, memory_order_release);
+    return 1;
+}
+
 const struct tenants_config *auth_tenants(const struct auth *a) { return a->t; }
-bool auth_keys_exist(const struct auth *a) { return a->nkeys > 0; }
+bool auth_keys_exist(const struct auth *a) { return auth_keys(a)->n > 0; }
 
 int auth_digest_tenant(const struct auth *a, const uint8_t digest[TENANT_DIGEST_LEN])
 {
@@ -67,15 +136,16 @@ int auth_digest_tenant(const struct auth *a, const uint8_t digest[TENANT_DIGEST_
     uint64_t d[WORDS];
     memcpy(d, digest, sizeof d);
     unsigned found = 0;   /* the matching key's tenant + 1; 0: none */
-    for (int i = 0; i < a->nkeys; i++) {
+    const struct auth_keyset *s = auth_keys(a);
+    for (int i = 0; i < s->n; i++) {
         uint64_t k[WORDS], diff = 0;
-        memcpy(k, a->keys[i].d, sizeof k);
+        memcpy(k, s->k[i].d, sizeof k);
         for (int w = 0; w < WORDS; w++)
             diff |= k[w] ^ d[w];
         /* Keeps the compiler from turning what follows into a branch. */
         __asm__("" : "+r"(diff));
         unsigned eq = (unsigned)(((diff | (0 - diff)) >> 63) ^ 1);   /* 1 when diff is 0 */
-        found |= (0u - eq) & (unsigned)(a->keys[i].tenant + 1);
+        found |= (0u - eq) & (unsigned)(s->k[i].tenant + 1);
     }
     return (int)found - 1;
 }
@@ -175,7 +245,7 @@ enum auth_route auth_route_class(const char *pattern, int method)
 
 bool auth_is_admin(const struct auth *a, int tenant)
 {
-    return a->nkeys == 0 || (tenant >= 0 && tenant < a->t->n && a->t->t[tenant].admin);
+    return auth_keys(a)->n == 0 || (tenant >= 0 && tenant < a->t->n && a->t->t[tenant].admin);
 }
 
 const char *auth_tenant_name(const struct auth *a, int tenant)

@@ -35,6 +35,12 @@ struct auth *auth_new(const struct tenants_config *t, struct tenantstats *stats,
                       struct error *err);
 void auth_free(struct auth *a);
 const struct tenants_config *auth_tenants(const struct auth *a);
+/* The keys of t (the same tenants, in the same order, as the table of
+ * auth_new; SIGHUP's reread of the file) replace those in force, all at
+ * once: a request's guard sees either set, never a mix. Bit i of
+ * *changed: tenant i's keys differ. 1 when they were replaced, 0 when none differs, or a negative code with err filled. */
+int auth_replace_keys(struct auth *a, const struct tenants_config *t, uint64_t *changed,
+                      struct error *err);
 
 /* The index of the tenant holding `key`, or -1. Its time depends on the
  * key's length and the number of configured keys only: the digest is

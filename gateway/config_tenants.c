@@ -126,7 +126,8 @@ static const struct schema_field config_tenant_fields[] = {
     {SCHEMA_F_CUSTOM("keys", config_parse_keys),
      .expect = "list of 0..16 `\"sha256:<64 hex>\"`", .doc_default = "`[]`",
      .doc = "digests of the tenant's API keys (`batchgate hash-key KEY` prints one); a key names "
-            "one tenant only"},
+            "one tenant only; SIGHUP puts the file's keys in force (docs/TENANTS.md, \"Rotating "
+            "a key\")"},
     {SCHEMA_F_ARRAY("models", struct tenant_config, models, nmodels, &config_glob),
      .min = 1, .doc_default = "`[\"*\"]`",
      .doc = "glob patterns (fnmatch: `*`, `?`, `[...]`) of the models it may use; any other: 403. "

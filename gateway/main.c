@@ -366,29 +366,39 @@ static int main_energy(void *arg, const char *device, double *joules)
     return nvml_device_energy(arg, index, joules);
 }
 
-/* Whether two tenants' settings are the same, field by field (what the
- * server took at start against what the file says now). */
+/* What the keys in force leave closed to every caller, said at start and
+ * after SIGHUP changes the keys. */
+static void main_auth_warnings(const struct config *cfg, const struct auth *auth)
+{
+    if (cfg->tenants.auth_required && !auth_keys_exist(auth))
+        log_warn("auth.required is true and no tenant has keys: every request but the health "
+                 "routes, /metrics and the dashboard is refused with 401");
+    bool any_admin = false;
+    for (int i = 0; i < cfg->tenants.n; i++)
+        any_admin |= cfg->tenants.t[i].admin;
+    if (auth_keys_exist(auth) && !any_admin)
+        log_warn("keys are configured and no tenant is an admin (\"admin\": true): the admin "
+                 "routes (/v2/repository, PUT /v2/governance, /v2/logging, shared memory, "
+                 "/debug) answer 403 to every caller");
+}
+
+/* Whether two tenants' settings but their keys are the same, field by
+ * field (what the server took at start against what the file says now). */
 static bool main_tenant_same(const struct tenant_config *a, const struct tenant_config *b)
 {
-    if (strcmp(a->name, b->name) || a->nkeys != b->nkeys || a->nmodels != b->nmodels ||
+    if (strcmp(a->name, b->name) || a->nmodels != b->nmodels ||
         a->share != b->share || a->limit != b->limit || a->lend != b->lend ||
         a->max_inflight != b->max_inflight || a->rate_rows_per_s != b->rate_rows_per_s ||
         a->tokens_per_minute != b->tokens_per_minute || a->tokens_per_day != b->tokens_per_day ||
         a->batch_tokens_per_day != b->batch_tokens_per_day ||
         a->llm_priority != b->llm_priority || a->admin != b->admin)
         return false;
-    for (int k = 0; k < a->nkeys; k++)
-        if (memcmp(a->keys[k], b->keys[k], sizeof a->keys[k]))
-            return false;
     for (int k = 0; k < a->nmodels; k++)
         if (strcmp(a->models[k], b->models[k]))
             return false;
     return true;
 }
 
-/* SIGHUP: the configuration file's governance section replaces the one in
- * force (checked as at start; a bad one is logged and changes nothing).
- * Tenants and keys are read at start only. */
 /* The sections of the file that SIGHUP does not apply and that differ
  * from the file as read at start, named in `out` ("limits, listen"); the
  * JSON compared whole, so that no setting is missed. */
@@ -471,8 +481,8 @@ static void main_reopen_log(struct log *log, const struct config *cfg)
             "into the file it had open\n", cfg->log_file, strerror(-r));
 }
 
-static void main_reload_governance(const struct cli *cli, const struct config *cfg,
-                                   struct governor *gov, const json_t *file_at_start);
+static void main_reload(const struct cli *cli, const struct config *cfg, struct governor *gov,
+                        struct auth *auth, const json_t *file_at_start);
 
 /* Until the start's eager loads are over (serving_start): 0, or the stop
  * signal that came first (SIGTERM, SIGINT; SIGUSR1 when no IO thread runs).
@@ -480,7 +490,8 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
  * and the governance edit it was sent for was lost). */
 static int main_wait_started(struct serving *serving, const sigset_t *sigs, struct server *srv,
                              struct log *log, const struct cli *cli, const struct config *cfg,
-                             struct governor *gov, const json_t *file_at_start)
+                             struct governor *gov, struct auth *auth,
+                             const json_t *file_at_start)
 {
     while (!serving_started(serving)) {
         struct timespec tick = {0, 20 * 1000000};
@@ -488,25 +499,32 @@ static int main_wait_started(struct serving *serving, const sigset_t *sigs, stru
         int got = sigtimedwait(sigs, &si, &tick);
         if (got == SIGHUP) {
             main_reopen_log(log, cfg);
-            main_reload_governance(cli, cfg, gov, file_at_start);
+            main_reload(cli, cfg, gov, auth, file_at_start);
         } else if (got == SIGTERM || got == SIGINT || (got == SIGUSR1 && server_running(srv) == 0))
             return got;
     }
     return 0;
 }
 
-static void main_reload_governance(const struct cli *cli, const struct config *cfg,
-                                   struct governor *gov, const json_t *file_at_start)
+/* SIGHUP: the configuration file's governance section replaces the one in
+ * force, and its tenants' keys those in force (checked as at start; a bad
+ * file is logged and changes nothing). The tenants, their other settings
+ * and auth.required are read at start only: a file that names other
+ * tenants changes nothing, other settings are said to wait for a restart.
+ * A key is rotated without one: the new key added beside the old, SIGHUP,
+ * clients moved, the old removed, SIGHUP. */
+static void main_reload(const struct cli *cli, const struct config *cfg, struct governor *gov,
+                        struct auth *auth, const json_t *file_at_start)
 {
-    if (!gov || !cli->config_path)
+    if (!gov || !auth || !cli->config_path)
         return;
     /* This thread takes the signals: a FIFO put in the file's place (no
      * writer) held it at the open, and a SIGTERM after went unanswered. A
      * pipe at start (--config <(...)) is read as it comes. */
     struct stat sb;
     if (stat(cli->config_path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        log_error("SIGHUP: %s is not a regular file: governance not changed (SIGHUP rereads a "
-                  "regular file only)", cli->config_path);
+        log_error("SIGHUP: %s is not a regular file: governance and keys not changed (SIGHUP "
+                  "rereads a regular file only)", cli->config_path);
         return;
     }
     struct config *fresh = malloc(sizeof *fresh);
@@ -519,16 +537,16 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
     bool same = false;
     json_t *now = NULL;   /* the file as read, once: checked and compared from one copy */
     if (config_load_file_keep(fresh, cli->config_path, &now, &err) != 0) {
-        log_error("SIGHUP: %s: governance not changed", err.msg);
+        log_error("SIGHUP: %s: governance and keys not changed", err.msg);
     } else if (!(same = fresh->tenants.n == cfg->tenants.n)) {
-        log_error("SIGHUP: %s names other tenants than those in force: governance not changed "
-                  "(tenants are read at start: restart to change them)", cli->config_path);
+        log_error("SIGHUP: %s names other tenants than those in force: governance and keys not "
+                  "changed (tenants are read at start: restart to change them)", cli->config_path);
     } else {
         for (int t = 0; t < cfg->tenants.n && same; t++)
             same = strcmp(fresh->tenants.t[t].name, cfg->tenants.t[t].name) == 0;
         if (!same)
-            log_error("SIGHUP: %s names other tenants than those in force: governance not "
-                      "changed (tenants are read at start: restart to change them)",
+            log_error("SIGHUP: %s names other tenants than those in force: governance and keys "
+                      "not changed (tenants are read at start: restart to change them)",
                       cli->config_path);
     }
     /* The windows are checked against the tenants in force, as a PUT of
@@ -541,14 +559,26 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
         snprintf(where, sizeof where, "%s: governance", cli->config_path);
         if (governance_parse(json_object_get(now, "governance"), &cfg->tenants, where, &g,
                              &err) != 0) {
-            log_error("SIGHUP: %s (against the tenants in force): governance not changed",
-                      err.msg);
+            log_error("SIGHUP: %s (against the tenants in force): governance and keys not "
+                      "changed", err.msg);
             same = false;
         }
+    }
+    uint64_t rekeyed = 0;
+    if (same && auth_replace_keys(auth, &fresh->tenants, &rekeyed, &err) < 0) {
+        log_error("SIGHUP: %s: governance and keys not changed", err.msg);
+        same = false;
+        governance_free(g);
     }
     if (same) {
         governor_replace(gov, g);   /* NULL: no windows any more */
         log_info("SIGHUP: governance reread from %s", cli->config_path);
+        for (int t = 0; t < cfg->tenants.n && t < 64; t++)
+            if (rekeyed & (1ull << t))
+                log_info("SIGHUP: tenant %s's keys replaced: %d in force", cfg->tenants.t[t].name,
+                         fresh->tenants.t[t].nkeys);
+        if (rekeyed)
+            main_auth_warnings(cfg, auth);
         /* The same tenants with other settings: said, since nothing else
          * would tell the operator the change waits for a restart. */
         for (int t = 0; t < cfg->tenants.n; t++)
@@ -559,13 +589,13 @@ static void main_reload_governance(const struct cli *cli, const struct config *c
         if (fresh->tenants.auth_required != cfg->tenants.auth_required)
             log_warn("SIGHUP: auth.required in %s differs from the one in force; it is read at "
                      "start: restart to apply it", cli->config_path);
-        /* Any other section changed: SIGHUP rereads governance only. */
+        /* Any other section changed: SIGHUP applies governance and keys only. */
         char changed[512];
         if (file_at_start) {
             main_changed_sections(file_at_start, now, changed, sizeof changed);
             if (changed[0])
-                log_warn("SIGHUP: %s changed in %s; SIGHUP applies governance only: restart to "
-                         "apply them", changed, cli->config_path);
+                log_warn("SIGHUP: %s changed in %s; SIGHUP applies governance and keys only: "
+                         "restart to apply them", changed, cli->config_path);
         }
     }
     json_decref(now);
@@ -774,16 +804,7 @@ int main(int argc, char **argv)
         log_info("%d tenants, %s; auth %s", cfg.tenants.n,
                  auth_keys_exist(api.auth) ? "keys configured" : "no keys",
                  cfg.tenants.auth_required ? "required" : "optional (no key: tenant default)");
-    if (cfg.tenants.auth_required && !auth_keys_exist(api.auth))
-        log_warn("auth.required is true and no tenant has keys: every request but the health "
-                 "routes, /metrics and the dashboard is refused with 401");
-    bool any_admin = false;
-    for (int i = 0; i < cfg.tenants.n; i++)
-        any_admin |= cfg.tenants.t[i].admin;
-    if (auth_keys_exist(api.auth) && !any_admin)
-        log_warn("keys are configured and no tenant is an admin (\"admin\": true): the admin "
-                 "routes (/v2/repository, PUT /v2/governance, /v2/logging, shared memory, "
-                 "/debug) answer 403 to every caller");
+    main_auth_warnings(&cfg, api.auth);
     /* The state database before any route can ask for a job. */
     struct jobs_config jc = {cfg.state_dir, cfg.jobs.dir, cfg.jobs.max_input_bytes, &cfg.tenants,
                              cfg.jobs.max_file_bytes, cfg.jobs.file_expiry_s,
@@ -877,7 +898,7 @@ int main(int argc, char **argv)
     /* The eager loads run on the lifecycle thread: a SIGTERM meanwhile is
      * taken now (a pod loading large models ignored its stop until
      * Kubernetes killed it), and a load that never ends cannot hold it. */
-    int sig = main_wait_started(serving, &sigs, srv, log, &cli, &cfg, api.governor,
+    int sig = main_wait_started(serving, &sigs, srv, log, &cli, &cfg, api.governor, api.auth,
                                 file_at_start);
     if (sig) {
         log_info("SIG%s during the start: the model loads not begun are given up",
@@ -910,7 +931,7 @@ int main(int argc, char **argv)
         }
         if (got == SIGHUP) {
             main_reopen_log(log, &cfg);
-            main_reload_governance(&cli, &cfg, api.governor, file_at_start);
+            main_reload(&cli, &cfg, api.governor, api.auth, file_at_start);
             continue;
         }
         if (got == SIGUSR1 && server_running(srv) > 0)

@@ -8,6 +8,7 @@ file's section; a configuration with overlapping windows does not start."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -218,7 +219,7 @@ class GovernanceTest(RepoServerCase):
         with open(self.srv.config_path, "w") as f:
             json.dump(cfg, f)
         self.srv.send_signal(signal.SIGHUP)
-        self.srv.wait_log(r"SIGHUP: .*governance not changed", timeout=5)
+        self.srv.wait_log(r"SIGHUP: .*governance and keys not changed", timeout=5)
         self.assertEqual(self.governance()["active"], "from-file")
         # Nor does a file that names other tenants (read at start only).
         cfg["governance"] = {"windows": []}
@@ -249,8 +250,8 @@ class GovernanceTest(RepoServerCase):
             json.dump(cfg, f)
         self.srv.send_signal(signal.SIGHUP)
         self.srv.wait_log(r"SIGHUP: .*governance: windows\[0\]\.shares\.ops: 0\.9 is above the "
-                          r"tenant's limit 0\.3 .*\(against the tenants in force\): governance not "
-                          r"changed", timeout=5)
+                          r"tenant's limit 0\.3 .*\(against the tenants in force\): governance "
+                          r"and keys not changed", timeout=5)
         self.assertNotEqual(self.governance()["active"], "over")
         cfg["tenants"][2]["limit"] = 0.3
         cfg["governance"] = {"windows": []}
@@ -262,7 +263,7 @@ class GovernanceTest(RepoServerCase):
             json.dump(cfg, f)
         self.srv.send_signal(signal.SIGHUP)
         self.srv.wait_log(r"SIGHUP: (limits, shutdown_timeout_ms|shutdown_timeout_ms, limits) "
-                          r"changed in .*; SIGHUP applies governance only", timeout=5)
+                          r"changed in .*; SIGHUP applies governance and keys only", timeout=5)
         # A FIFO in the file's place held the thread that takes the signals
         # at its open (a SIGTERM after went unanswered): refused, said so.
         was = self.governance()
@@ -270,8 +271,8 @@ class GovernanceTest(RepoServerCase):
         os.mkfifo(self.srv.config_path)
         try:
             self.srv.send_signal(signal.SIGHUP)
-            self.srv.wait_log(r"SIGHUP: .* is not a regular file: governance not changed",
-                              timeout=5)
+            self.srv.wait_log(r"SIGHUP: .* is not a regular file: governance and keys not "
+                              r"changed", timeout=5)
         finally:
             os.unlink(self.srv.config_path)
             os.rename(self.srv.config_path + ".kept", self.srv.config_path)
@@ -301,6 +302,48 @@ class GovernanceTest(RepoServerCase):
         self.assertLess(seen[0.9] - start, 0.3, "switched %.3f s after the boundary"
                         % (seen[0.9] - start))
         self.assertEqual(self.put({"timezone": "UTC", "windows": []}, KEYS["ops"]).status, 200)
+
+    def test_5_sighup_rotates_keys(self):
+        """A leaked key was replaced only by a restart, which drops every
+        connection and the jobs' running lines: SIGHUP now puts the file's
+        keys in force, all at once, the tenants as they were."""
+        with open(self.srv.config_path) as f:
+            cfg = json.load(f)
+        cfg["governance"] = {"windows": []}
+        cfg["tenants"] = json.loads(json.dumps(self.config["tenants"]))
+        fresh = "bg-ops-rotated-0123456789"
+        ops = cfg["tenants"][2]
+
+        def reload(pattern):
+            with open(self.srv.config_path + ".new", "w") as f:
+                json.dump(cfg, f)
+            os.replace(self.srv.config_path + ".new", self.srv.config_path)
+            seen = sum(1 for x in self.srv.log_lines() if re.search(pattern, x))
+            self.srv.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while sum(1 for x in self.srv.log_lines() if re.search(pattern, x)) == seen:
+                self.assertLess(time.monotonic(), deadline, "no %r in the log" % pattern)
+                time.sleep(0.05)
+
+        def status(key):   # an admin route: the key's tenant, not just a key
+            return self.put({"timezone": "UTC", "windows": []}, key).status
+
+        self.assertEqual(status(fresh), 401)
+        ops["keys"] = [digest(KEYS["ops"]), digest(fresh)]   # the new beside the old
+        reload(r"SIGHUP: tenant ops's keys replaced: 2 in force")
+        self.assertEqual((status(fresh), status(KEYS["ops"])), (200, 200))
+        ops["keys"] = [digest(fresh)]                         # the old one out
+        reload(r"SIGHUP: tenant ops's keys replaced: 1 in force")
+        self.assertEqual((status(fresh), status(KEYS["ops"])), (200, 401))
+        self.assertEqual(status(KEYS["search"]), 403)         # the others' as they were
+        # A file refused changes no key either.
+        ops["keys"] = [digest(KEYS["ops"])]
+        cfg["governance"] = {"windows": [{"name": "x", "from": "25:00", "to": "01:00"}]}
+        reload(r"SIGHUP: .*governance and keys not changed")
+        self.assertEqual((status(fresh), status(KEYS["ops"])), (200, 401))
+        cfg["governance"] = {"windows": []}
+        reload(r"SIGHUP: tenant ops's keys replaced: 1 in force")
+        self.assertEqual((status(fresh), status(KEYS["ops"])), (401, 200))
 
 
 class GovernanceWithoutTenantsTest(RepoServerCase):

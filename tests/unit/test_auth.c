@@ -82,6 +82,56 @@ static void test_without_keys_everyone_is_admin(void **state)
     auth_free(au);
 }
 
+static struct tenants_config next;   /* the file as SIGHUP rereads it */
+
+static void next_keys(int tenant, const char *const *keys, int nkeys)
+{
+    next.t[tenant].nkeys = 0;
+    for (int i = 0; i < nkeys; i++)
+        sha256(keys[i], strlen(keys[i]), next.t[tenant].keys[next.t[tenant].nkeys++]);
+}
+
+static void test_keys_are_replaced_all_at_once(void **state)
+{
+    (void)state;
+    tenants_reset();
+    const char *ka[] = {"sk-a-old"}, *kb[] = {"sk-b-1", "sk-b-2"};
+    int a = tenant_add("a", ka, 1), b = tenant_add("b", kb, 2);
+    struct error err = {0};
+    struct auth *au = auth_new(&tc, NULL, &err);
+    assert_non_null(au);
+    uint64_t changed = 0;
+    /* The same keys in another order: nothing to replace. */
+    next = tc;
+    const char *kb2[] = {"sk-b-2", "sk-b-1"};
+    next_keys(b, kb2, 2);
+    assert_int_equal(auth_replace_keys(au, &next, &changed, &err), 0);
+    assert_int_equal(changed, 0);
+    /* a's new key beside its old one; one of b's moved to a. */
+    const char *ka2[] = {"sk-a-old", "sk-a-new", "sk-b-2"}, *kb3[] = {"sk-b-1"};
+    next_keys(a, ka2, 3);
+    next_keys(b, kb3, 1);
+    assert_int_equal(auth_replace_keys(au, &next, &changed, &err), 1);
+    assert_int_equal(changed, (1u << a) | (1u << b));
+    assert_int_equal(lookup(au, "sk-a-old"), a);
+    assert_int_equal(lookup(au, "sk-a-new"), a);
+    assert_int_equal(lookup(au, "sk-b-2"), a);
+    assert_int_equal(lookup(au, "sk-b-1"), b);
+    /* The old one out; then every key: none left, the admin routes open. */
+    next_keys(a, ka2 + 1, 2);
+    assert_int_equal(auth_replace_keys(au, &next, &changed, &err), 1);
+    assert_int_equal(changed, 1u << a);
+    assert_int_equal(lookup(au, "sk-a-old"), -1);
+    assert_int_equal(lookup(au, "sk-a-new"), a);
+    next_keys(a, NULL, 0);
+    next_keys(b, NULL, 0);
+    assert_int_equal(auth_replace_keys(au, &next, &changed, &err), 1);
+    assert_false(auth_keys_exist(au));
+    assert_true(auth_is_admin(au, b));
+    assert_int_equal(lookup(au, "sk-b-1"), -1);
+    auth_free(au);   /* with the sets replaced (ASan: none leaks) */
+}
+
 static void test_route_classes(void **state)
 {
     (void)state;
@@ -258,6 +308,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_name_their_tenant),
         cmocka_unit_test(test_without_keys_everyone_is_admin),
+        cmocka_unit_test(test_keys_are_replaced_all_at_once),
         cmocka_unit_test(test_route_classes),
         cmocka_unit_test(test_model_globs),
         cmocka_unit_test(test_lookup_time_does_not_depend_on_the_match),
