@@ -377,48 +377,61 @@ static int upstream_copy_on_head(void *arg, const struct httpc_head *h)
     return 0;
 }
 
+/* The copy is over: a usable answer measured the server (httpc took its
+ * time); without one its old measure stands and it stays passed by. */
+static void upstream_copy_end(struct up_copy *c, bool usable, const char *what)
+{
+    struct httpc_target *t = upcall_target(c->up);
+    if (!usable && t)
+        httpc_target_trial_failed(t);
+    log_debug("model %s: trial copy to %s: %s", c->um->m->cfg.name, upcall_url(c->up), what);
+    upstream_copy_release(c);
+}
+
 static int upstream_copy_on_body(void *arg, const char *data, size_t len)
 {
     struct up_copy *c = arg;
     if (c->answer.len + len > upstream_answer_max(c->um, c->rows) ||
         buf_append(&c->answer, data, len) < 0) {
         upcall_blame(c->up, HTTPC_FAIL_MALFORMED);
-        upstream_copy_release(c);
+        upstream_copy_end(c, false, "an answer too large for the batch");
         return -1;
     }
     return 0;
 }
 
-/* The copy's answer is judged as the batch's would be (httpc took its
- * time when it came), and dropped. */
+/* The copy's answer is judged as the batch's would be, and dropped. */
 static void upstream_copy_on_done(void *arg)
 {
     struct up_copy *c = arg;
     const struct model_config *mc = &c->um->m->cfg;
+    char why[160];
+    bool usable = false;
     if (c->status != 200) {
         upstream_judge_status(c->up, c->status);
+        snprintf(why, sizeof why, "answered HTTP %d", c->status);
     } else {
-        char why[160];
         float *out = malloc((size_t)c->rows * (size_t)mc->output.row_elems * sizeof *out + 1);
-        if (out && upstream_codec_answer(mc, c->answer.data, c->answer.len, c->rows, out, why,
-                                         sizeof why) == 0)
+        usable = out && upstream_codec_answer(mc, c->answer.data, c->answer.len, c->rows, out,
+                                              why, sizeof why) == 0;
+        if (usable) {
             upcall_succeeded(c->up);
-        else if (out)
+            snprintf(why, sizeof why, "answered");
+        } else if (out) {
             upcall_blame(c->up, HTTPC_FAIL_MALFORMED);
+        } else {
+            snprintf(why, sizeof why, "out of memory to read its answer");
+        }
         free(out);
     }
-    log_debug("model %s: copy trial to %s answered HTTP %d", mc->name, upcall_url(c->up),
-              c->status);
-    upstream_copy_release(c);
+    upstream_copy_end(c, usable, why);
 }
 
 /* No answer: a timeout is blamed by the driver, a lost connection by httpc. */
 static void upstream_copy_on_fail(void *arg, int code, const char *msg)
 {
-    struct up_copy *c = arg;
     (void)code;
-    log_debug("model %s: copy trial to %s: %s", c->um->m->cfg.name, upcall_url(c->up), msg);
-    upstream_copy_release(c);
+    upstream_copy_end(arg, false, msg);
 }
 
 static const struct upcall_ops copy_ops = {
@@ -451,7 +464,7 @@ static void upstream_copy_start(struct up_model *um, const struct up_slot *s)
         upstream_copy_release(c);
         return;
     }
-    log_debug("model %s: a copy of a batch of %d rows to %s, a trial", um->m->cfg.name, c->rows,
+    log_debug("model %s: trial copy of a batch of %d rows to %s", um->m->cfg.name, c->rows,
               httpc_target_url(um->targets[k]));
     upcall_arm(c->up);
 }

@@ -125,6 +125,12 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
  * caller may send a copy of its call, whose answer only measures it; -1
  * when none is due. */
 int httpc_pick_copy_trial(struct httpc_target *const *ts, int n, int except);
+/* The copy sent to it got no usable answer (a 5xx, a timeout, a reset,
+ * one that does not parse): its old measure stands, so it stays passed by.
+ * Cleared, it made the server a candidate of every call, and calls with
+ * deadlines went to a server failing or hanging (the re-test: 52 of 3770
+ * answered 502). The failure counts toward its health all the same. */
+void httpc_target_trial_failed(struct httpc_target *t);
 /* A call to target i of ts that took ns, against the other usable
  * targets: when it, or i's average time to an answer, is more than twice
  * the least of theirs (i is far slower than another, or just turned so),

@@ -70,6 +70,7 @@ struct httpc_target {
     _Atomic int64_t answered_at;     /* when answer_ns last took a sample (now_ns) */
     _Atomic int passed;              /* picks that passed it by for its speed since */
     _Atomic int trial_shift;         /* trials in a row that left it passed by (capped) */
+    _Atomic int64_t trial_at;        /* when its last trial was claimed (now_ns) */
     /* Its last call the server is judged by ended in a usable answer
      * (httpc_target_answered): only then does answer_ns say what the
      * server takes now. One answering 429 in 1 ms, or one that was fast
@@ -424,17 +425,23 @@ static bool target_trial_due(struct httpc_target *t, int64_t now, int *need)
 {
     int shift = atomic_load_explicit(&t->trial_shift, memory_order_relaxed);
     *need = TARGET_TRIAL_PASSES << shift;
+    /* From its last measure, or its last trial when that gave none (a
+     * copy that failed: the next came at once, the re-test). */
+    int64_t since = atomic_load_explicit(&t->answered_at, memory_order_relaxed);
+    int64_t tried = atomic_load_explicit(&t->trial_at, memory_order_relaxed);
+    if (tried > since)
+        since = tried;
     return atomic_load_explicit(&t->passed, memory_order_relaxed) >= *need &&
-           now - atomic_load_explicit(&t->answered_at, memory_order_relaxed) >=
-               (TARGET_MEASURE_STALE_NS << shift);
+           now - since >= (TARGET_MEASURE_STALE_NS << shift);
 }
 
 /* The trial that was due: true for one caller, however many loops pick at
  * once; the next is twice as far off until it is picked on its speed. */
-static bool target_trial_claim(struct httpc_target *t, int need)
+static bool target_trial_claim(struct httpc_target *t, int need, int64_t now)
 {
     if (atomic_exchange_explicit(&t->passed, 0, memory_order_relaxed) < need)
         return false;
+    atomic_store_explicit(&t->trial_at, now, memory_order_relaxed);
     int shift = atomic_load_explicit(&t->trial_shift, memory_order_relaxed);
     if (shift < TARGET_TRIAL_SHIFT_MAX)
         atomic_store_explicit(&t->trial_shift, shift + 1, memory_order_relaxed);
@@ -450,7 +457,13 @@ static bool target_passed_by(struct httpc_target *t, bool may, int64_t now)
     /* No further than due: deadlines may refuse trials for weeks. */
     if (atomic_load_explicit(&t->passed, memory_order_relaxed) < need)
         atomic_fetch_add_explicit(&t->passed, 1, memory_order_relaxed);
-    return may && target_trial_due(t, now, &need) && target_trial_claim(t, need);
+    return may && target_trial_due(t, now, &need) && target_trial_claim(t, need, now);
+}
+
+void httpc_target_trial_failed(struct httpc_target *t)
+{
+    if (atomic_load_explicit(&t->answer_ns, memory_order_relaxed) > 0)
+        atomic_store_explicit(&t->answer_ok, true, memory_order_relaxed);
 }
 
 int httpc_pick_copy_trial(struct httpc_target *const *ts, int n, int except)
@@ -461,7 +474,7 @@ int httpc_pick_copy_trial(struct httpc_target *const *ts, int n, int except)
         int need;
         if (i != except && target_back_ns(t) <= now && target_measured_ns(t) > 0 &&
             atomic_load_explicit(&t->inflight, memory_order_relaxed) == 0 &&
-            target_trial_due(t, now, &need) && target_trial_claim(t, need))
+            target_trial_due(t, now, &need) && target_trial_claim(t, need, now))
             return i;
     }
     return -1;
@@ -501,10 +514,11 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
      * answered late, while the other made them all. */
     bool late = budget_ns > 0 && least > (double)budget_ns;
     double fits = budget_ns > 0 && !late ? (double)budget_ns : 2 * least;
-    int best = -1, trial = -1;
+    int best = -1, trial = -1, candidates = 0;
     for (int i = 0; i < n && i < 32; i++) {
         if (wait[i] < 0)
             continue;   /* not usable */
+        candidates++;
         if (wait[i] > 0 && (wait[i] > 2 * least || wait[i] > fits)) {
             /* Far slower than another for this call, unless it is due a
              * trial (one per pick at most): trials made calls that the
@@ -522,8 +536,11 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
     }
     if (trial >= 0)
         best = trial;
-    else if (best >= 0 && atomic_load_explicit(&ts[best]->trial_shift, memory_order_relaxed))
-        atomic_store_explicit(&ts[best]->trial_shift, 0, memory_order_relaxed);   /* back for good */
+    else if (best >= 0 && candidates > 1 &&
+             atomic_load_explicit(&ts[best]->trial_shift, memory_order_relaxed))
+        /* Back for good: picked on its speed beside another (alone, as a
+         * copy trial's call is, it was not: its trials stopped doubling). */
+        atomic_store_explicit(&ts[best]->trial_shift, 0, memory_order_relaxed);
     if (best < 0)   /* none usable or free: the one that comes back first */
         for (int i = 0; i < n; i++) {
             if (tried & (1u << i))

@@ -796,7 +796,7 @@ class SlowSpellTest(FakeUpstreamCase):
         cls.fakes = [cls.fake_server("--base-ms", ms, "--per-row-ms", "0", "--concurrency", "4")
                      for ms in ("5", "5", "50")]
         urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
-        for name, us in (("spell", urls[:2]), ("spelldl", urls[:2]),
+        for name, us in (("spell", urls[:2]), ("spelldl", urls[:2]), ("spellfail", urls[:2]),
                          ("slowfirst", [urls[2], urls[1]])):
             cfg = upstream_model(name, us, max_batch=4)
             cfg["upstream"]["health_interval_ms"] = 0
@@ -824,9 +824,10 @@ class SlowSpellTest(FakeUpstreamCase):
         self.assertLessEqual(slow, 2, (slow, fast))   # a trial in 64 calls and 2 s
         self.assertGreater(fast, 20, (slow, fast))
 
-    def spell(self, model, budget_ms=None):
+    def spell(self, model, budget_ms=None, fault=None):
         """A slow spell of the first server (one answer 1.5 s late), then
-        3.5 s of calls one at a time: the calls each server got."""
+        `fault` on it for good, if any, and 3.5 s of calls one at a time:
+        the calls each server got."""
         for _ in range(6):
             self.infer(model)
         self.assertGreater(self.calls(0), 0)
@@ -837,6 +838,9 @@ class SlowSpellTest(FakeUpstreamCase):
         before = self.calls(0)
         self.infer(model)
         self.assertEqual(self.calls(0) - before, 1, "the slow call went to the first")
+        if fault:
+            roundtrip(self.fakes[0][1], "POST", "/__fault",
+                      body=json.dumps({"mode": fault, "count": 100000}))
         before = [self.calls(i) for i in range(2)]
         t0 = time.monotonic()
         for _ in range(2000):   # 3.5 s of calls one at a time, bounded
@@ -862,6 +866,14 @@ class SlowSpellTest(FakeUpstreamCase):
         # Its copy after ~2 s was answered in 5 ms: back in rotation, and
         # as loaded and listed first, it takes calls one at a time again.
         self.assertGreaterEqual(got[0], 10, got)
+
+    def test_a_failed_copy_keeps_the_server_passed_by(self):
+        """The copy answered 500: cleared, its measure made the server a
+        candidate of every call, and calls with deadlines went to it (52
+        of 3770 answered 502, the re-test). It stays passed by, and its
+        next copy is twice as far off (4 s): one copy in the 3.5 s."""
+        got = self.spell("spellfail", budget_ms=100, fault="500")   # each answered 200
+        self.assertLessEqual(got[0], 1, got)
 
 
 class ServerTurnsSlowTest(UnequalServersTest):

@@ -374,6 +374,21 @@ static void test_pick_owes_a_copy_trial_under_deadlines(void **state)
     /* Owed once: the next is twice as far off. */
     assert_int_equal(httpc_pick_copy_trial(ts, 2, 1), 0);
     assert_int_equal(httpc_pick_copy_trial(ts, 2, 1), -1);
+    /* The copy's own call picks among it alone: that is no pick on its
+     * speed, and its trials still double (they were reset: a copy every
+     * 2 s for ever, the re-test). */
+    assert_ptr_equal(httpc_pick(ts, 1, 0, 0, &i), ts[0]);
+    /* It failed (a 500): the old measure stands, calls with deadlines
+     * still pass it by (it became a candidate of every call: 502s). */
+    httpc_target_answered(ts[0], 1000000, 500);
+    httpc_target_trial_failed(ts[0]);
+    for (int k = 0; k < 200; k++)
+        assert_ptr_equal(httpc_pick(ts, 2, 0, budget, &i), ts[1]);
+    usleep(2100000);
+    httpc_target_answered(ts[1], 5000000, 200);
+    assert_int_equal(httpc_pick_copy_trial(ts, 2, 1), -1);   /* 4 s from the last now */
+    usleep(2000000);
+    assert_int_equal(httpc_pick_copy_trial(ts, 2, 1), 0);
     /* The copy answered in 5 ms: calls with deadlines go to it again (as
      * loaded and listed first). */
     httpc_target_answered(ts[0], 5000000, 200);
