@@ -372,6 +372,15 @@ static const struct schema_field model_pool_picker[] = {
     {SCHEMA_F_ENUM("policy", struct model_config, pool.policy, model_pool_policies),
      .sdef = "score", .doc = "`round_robin` and `least_inflight` stay to compare against"},
     {SCHEMA_F_SECTION("weights", model_pool_weights), .doc = "the score's terms"},
+    {SCHEMA_F_INT("slots", struct model_config, pool.slots), .min = 0, .max = 100000, .def = 0,
+     .doc = "each endpoint's parallel slots (llama-server's `-np`, its `/props` "
+            "`total_slots`): calls beyond batchgate's last scrape take free slots before they "
+            "queue, and where no KV cache gauge is scraped slot use stands in for it "
+            "(docs/LLM.md); 0: unknown"},
+    {SCHEMA_F_INT("affinity_entries", struct model_config, pool.affinity_entries), .min = 1024,
+     .max = 16777216, .def = 65536,
+     .doc = "prompt blocks (64 bytes of text each) the prefix affinity table remembers, least "
+            "recently recorded evicted first; about 100 bytes each"},
     SCHEMA_END_ROW,
 };
 
@@ -429,6 +438,7 @@ static const struct schema_field model_fields[] = {
     {SCHEMA_F_OBJECT("upstream", struct model_config, upstream, model_upstream_fields),
      .doc = "the upstream backend"},
     {SCHEMA_F_URLS("endpoints", struct model_config, pool.hosts, pool.ports, pool.nendpoints),
+     .min = 1,
      .doc_default = "required (openai)", .doc = "an LLM pool's OpenAI-compatible servers, each once"},
     {SCHEMA_F_STRING("served_model_name", struct model_config, pool.served_model_name),
      .doc_default = "ours", .doc = "openai: the model's name on its servers"},

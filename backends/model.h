@@ -118,6 +118,8 @@ struct model_pool {
     int naliases;
     enum pool_policy policy;
     double w_queue, w_kv_cache, w_prefix;     /* picker.weights */
+    int slots;                                /* picker.slots: each endpoint's; 0 unknown */
+    int affinity_entries;                     /* picker.affinity_entries: blocks */
     double sat_waiting, sat_kv_cache;         /* saturation */
     int metrics_interval_ms;                  /* 0: no scraping */
     char metrics_path[128];

@@ -142,7 +142,7 @@ struct llmpool *llmpool_new(struct model *m, int ntenants, struct error *err)
         .w_prefix = c->w_prefix,
         .sat_waiting = c->sat_waiting,
         .sat_kv_cache = c->sat_kv_cache,
-        .affinity_entries = 65536,
+        .affinity_entries = c->affinity_entries,
         .metrics_interval_ms = c->metrics_interval_ms,
     };
     p->picker = picker_new(&pc, n);
@@ -232,6 +232,7 @@ static void llmpool_view(struct llmpool *p, struct picker_endpoint *v, int64_t n
             .inflight_at_scrape = ep->inflight_at_scrape,
             .offline_inflight = atomic_load_explicit(&ep->offline_inflight, memory_order_relaxed),
             .starting = atomic_load_explicit(&ep->starting, memory_order_relaxed),
+            .slots = p->m->cfg.pool.slots,
         };
     }
     pthread_mutex_unlock(&p->mu);

@@ -7,12 +7,13 @@
  * Policies: PICKER_ROUND_ROBIN and PICKER_LEAST_INFLIGHT are the baselines;
  * PICKER_SCORE (the default) picks the endpoint of least cost
  *
- *   cost(e) = w_queue * lq(e) + w_kv_cache * lk(e) - w_prefix * f(e) * max(0, 1 - L(e) / 2)
+ *   cost(e) = w_queue * lq(e) + w_kv_cache * lk(e) - w_prefix * f(e) * keep(e)
  *
  *   lq(e) = q(e) / sat_waiting          the queue a request would join, against saturation
  *   lk(e) = kv(e) / sat_kv_cache        KV cache in use, against saturation
  *   L(e)  = max(lq(e), lk(e))           how near saturation e is (1: saturated)
  *   f(e)  = credit(e) / nblocks         how much of this request's prefix e alone holds
+ *   keep(e) = max(0, 1 - L(e)), among saturated endpoints max(0, 1 - L(e) / 2)
  *
  * Fresh metrics (a scrape within PICKER_STALE_INTERVALS metrics intervals
  * that recognised the server): delta = inflight - inflight_at_scrape, the
@@ -36,14 +37,15 @@
  * request) weighs nothing: favouring the few the table lists would pile the
  * pool onto them for nothing.
  *
- * The prefix is worth less as its holder fills, half at saturation, nothing
- * from twice it. With the defaults (1, 1, 2), against idle peers a holder of
- * the whole prefix that no one else has keeps getting it until it saturates,
- * of half of it until L = 2/3; then it spills to the least loaded, which
+ * The prefix is worth less as its holder fills, nothing at saturation. With
+ * the defaults (1, 1, 2), against idle peers a holder of the whole prefix
+ * that no one else has keeps getting it until L = 2/3, a holder of half of
+ * it until L = 1/2; then it spills to the least loaded, which
  * records the blocks and becomes a second holder. A saturated endpoint (lq
  * >= 1, or the scraped kv_cache >= sat_kv_cache) is chosen only when every
  * candidate is; then the prefix still counts, so an overloaded pool keeps
- * its caches rather than computing every prefix everywhere (a discount
+ * its caches rather than computing every prefix everywhere (there it keeps
+ * half its worth at saturation, nothing from twice it; a discount
  * reaching 0 at saturation lost them in the trace test at 300 requests/s:
  * 30% of prompt tokens cached and p99 TTFT 17 s, against 64% and 0.8 s).
  * Equal costs go to the endpoint with fewer calls in flight, then to the

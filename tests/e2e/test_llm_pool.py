@@ -828,6 +828,46 @@ class TestPoolPicking(PoolCase):
         self.assertEqual(len(set(seen)), 3, seen)
 
 
+class TestPoolSlots(PoolCase):
+    """`picker.slots` reaches the picker (it was described, never set: no
+    pool knew a server's slots). With no scrape, a prompt's holder with 6
+    calls in flight: without slots those 6 are a queue (lq 0.75) that
+    outweighs the prefix it holds, and the next call with that prefix goes
+    to the idle endpoint; with 8 slots they run in free slots (lk 0.375,
+    no queue) and the holder keeps the prefix."""
+    sim_args = ("--speed", "2", "--kv-blocks", "4096")
+
+    @classmethod
+    def populate(cls, repo):
+        urls = [cls.sim.url(i) for i in range(2)]
+        write_model(repo, "noslots", pool("noslots", urls, metrics_interval_ms=0))
+        write_model(repo, "slots8", pool("slots8", urls, metrics_interval_ms=0,
+                                         picker={"slots": 8}))
+
+    def test_slots_keep_a_busy_holder_its_prefix(self):
+        prompt = "lorem " * 200
+        where = {}
+        for model in ("noslots", "slots8"):
+            r, raw = self.post("/v1/chat/completions", chat_body(model, prompt, max_tokens=1))
+            self.assertEqual(r.status, 200, raw)
+            holder = r.getheader("X-Batchgate-Endpoint")
+            slow = []
+            for _ in range(6):   # each picked with the ones before in flight
+                t = threading.Thread(target=self.post, args=(
+                    "/v1/chat/completions", chat_body(model, prompt, max_tokens=300)),
+                    kwargs={"timeout": 60})
+                t.start()
+                slow.append(t)
+                time.sleep(0.15)
+            r, raw = self.post("/v1/chat/completions", chat_body(model, prompt, max_tokens=1))
+            self.assertEqual(r.status, 200, raw)
+            where[model] = (holder, r.getheader("X-Batchgate-Endpoint"))
+            for t in slow:
+                t.join(60)
+        self.assertNotEqual(where["noslots"][0], where["noslots"][1], where)
+        self.assertEqual(where["slots8"][0], where["slots8"][1], where)
+
+
 class TestPoolShedding(PoolCase):
     sim_endpoints = 1
     # One sequence at a time, slow: a queue forms at once.
@@ -1404,6 +1444,12 @@ class TestPoolConfig(unittest.TestCase):
                       "aliases": ["a%d" % i for i in range(9)]}, r"aliases: must be a list of at most 8")
         self.refused({"backend": "openai", "endpoints": ["http://127.0.0.1:1"],
                       "picker": {"policy": "random"}}, r"picker.policy")
+        self.refused({"backend": "openai", "endpoints": ["http://127.0.0.1:1"],
+                      "picker": {"slots": -1}}, r"picker.slots")
+        self.refused({"backend": "openai", "endpoints": ["http://127.0.0.1:1"],
+                      "picker": {"affinity_entries": 10}}, r"picker.affinity_entries")
+        self.refused({"backend": "openai", "endpoints": []},
+                     r"endpoints: must be a list of 1 to 128 URLs")
 
 
 if __name__ == "__main__":
