@@ -1276,6 +1276,16 @@ static void models_embed_run(struct http_request *req, const struct route_match 
         mm.params[0] = (struct route_param){.name = "model", .value = name, .len = strlen(name)};
         if (!auth_check_model(st->auth, req, name, strlen(name)))
             return;
+        struct served_model *known = st->serving ? serving_acquire(st->serving, name,
+                                                                   strlen(name)) : NULL;
+        if (!known && api == EMBED_OPENAI) {
+            /* As OpenAI and the chat routes answer it (the openai client
+             * showed two errors for one mistake). */
+            http_request_set_error_param(req, "model");
+            http_respond_error(req, 404, NULL, "The model `%s` does not exist", name);
+            return;
+        }
+        served_release(known);
     }
     struct served_model *sm = models_ready_or_wait(req, &mm, &mm, st, again, held);
     if (!sm)

@@ -84,6 +84,7 @@ static void usage(FILE *out)
             "                 [--log-level debug|info|warn|error]\n"
             "       batchgate hash-key KEY|-\n"
             "       batchgate report [--config FILE] [--from T] [--to T] [--by tenant|model]\n"
+            "                        [--format table|csv|json]\n"
             "\n"
             "A batching inference gateway speaking the KServe v2 / Triton HTTP protocol.\n"
             "\n"
