@@ -59,6 +59,13 @@ enum auth_key_from { AUTH_KEY_NONE, AUTH_KEY_BEARER, AUTH_KEY_X_API_KEY };
  * proxied server). Points into the request; *from says which header. */
 const char *auth_request_key(struct http_request *req, size_t *len, enum auth_key_from *from);
 
+/* Whether the header (name, value) carries a key some tenant holds (a
+ * Bearer token of Authorization, or X-Api-Key), whichever header named the
+ * request's tenant: this server's credentials, which the reverse proxy
+ * does not pass on. */
+bool auth_header_holds_key(const struct auth *a, const char *name, size_t nl, const char *val,
+                           size_t vl);
+
 enum auth_route {
     AUTH_ROUTE_OPEN,     /* no key looked at: health, metrics, dashboard */
     AUTH_ROUTE_TENANT,   /* any tenant; a key when auth.required */
@@ -87,26 +94,13 @@ bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx
  * routes): true when the request's tenant may use it, else answers 403
  * and returns false. a may be NULL (no tenants: any model). */
 bool auth_check_model(struct auth *a, struct http_request *req, const char *model, size_t len);
-/* The guard's tag on a request: the tenant's index in the low bits, and
- * which header held a key that named a tenant (that header is this
- * server's credential: the reverse proxy does not pass it on). */
+/* The guard's tag on a request: the tenant's index. */
 #define AUTH_TAG_TENANT_MASK 0xffff
-#define AUTH_TAG_KEY_BEARER (1 << 16)
-#define AUTH_TAG_KEY_X_API_KEY (1 << 17)
 
 /* The tenant the guard found for the request (0, `default`, on open routes). */
 static inline int auth_tenant(const struct http_request *req)
 {
     return http_request_tag(req) & AUTH_TAG_TENANT_MASK;
-}
-/* The header that carried a tenant's key: AUTH_KEY_NONE when none did (no
- * key, an unknown one, an open route). */
-static inline enum auth_key_from auth_key_used(const struct http_request *req)
-{
-    int tag = http_request_tag(req);
-    return tag & AUTH_TAG_KEY_BEARER     ? AUTH_KEY_BEARER
-           : tag & AUTH_TAG_KEY_X_API_KEY ? AUTH_KEY_X_API_KEY
-                                          : AUTH_KEY_NONE;
 }
 
 #endif

@@ -848,6 +848,7 @@ int main(int argc, char **argv)
         exit_code = EXIT_USAGE;
         goto out;
     }
+    proxy_set_auth(api.proxy, api.auth);
     if (!router || routes_build(router, &cfg, &api, &err)) {
         log_error("cannot build routes: %s", router ? err.msg : "out of memory");
         exit_code = 1;

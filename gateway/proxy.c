@@ -69,6 +69,7 @@ struct proxy_thread {
 
 struct proxy {
     struct config_proxy cfg;
+    const struct auth *auth;                /* the tenants' keys: not passed on; NULL none */
     struct proxy_route routes[CONFIG_MAX_PROXY_ROUTES];
     int nroutes;
     struct proxy_thread *threads;
@@ -313,22 +314,6 @@ static bool proxy_tapped_skip(const char *n, size_t len)
            proxy_name_is(n, len, "Content-Encoding");
 }
 
-/* Whether the header (name, val) is the other one that may carry a key,
- * holding the very key (key, klen; NULL: none) that named the request's
- * tenant, read from the `used` header. */
-static bool proxy_same_key(enum auth_key_from used, const char *key, size_t klen,
-                           const char *name, size_t nl, const char *val, size_t vl)
-{
-    if (!key)
-        return false;
-    if (used == AUTH_KEY_BEARER && proxy_name_is(name, nl, "X-Api-Key"))
-        return vl == klen && memcmp(val, key, klen) == 0;
-    if (used == AUTH_KEY_X_API_KEY && proxy_name_is(name, nl, "Authorization"))
-        return vl == klen + 7 && strncasecmp(val, "Bearer ", 7) == 0 &&
-               memcmp(val + 7, key, klen) == 0;
-    return false;
-}
-
 /* Every value of the request's header `name`, in order, each followed by
  * ", ": lines given twice are one list (RFC 9110 5.3), and the proxy's own
  * entry goes last. */
@@ -374,9 +359,6 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *met
     PUT_LIT(b, " HTTP/1.1\r\nHost: ");
     proxy_puts(b, httpc_target_authority(c->targets[0]));
     PUT_LIT(b, "\r\n");
-    enum auth_key_from used = auth_key_used(req), from;
-    size_t klen = 0;
-    const char *key = used != AUTH_KEY_NONE ? auth_request_key(req, &klen, &from) : NULL;
     int n = http_request_header_count(req);
     for (int i = 0; i < n; i++) {
         const char *name, *val;
@@ -386,14 +368,13 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *met
             proxy_name_is(name, nl, "Content-Length") || proxy_name_is(name, nl, "Expect") ||
             (c->tap && proxy_tapped_skip(name, nl)))
             continue;   /* Expect was answered here; the length is ours to state */
-        /* A key that named a tenant here is this server's credential: it
-         * does not travel on, in either header (the same key sent in both
-         * went on in the one not used). Another scheme (Basic), another
-         * key beside it (the server's behind), or any key where none named
-         * a tenant, does travel. */
-        if ((used == AUTH_KEY_BEARER && proxy_name_is(name, nl, "Authorization")) ||
-            (used == AUTH_KEY_X_API_KEY && proxy_name_is(name, nl, "X-Api-Key")) ||
-            proxy_same_key(used, key, klen, name, nl, val, vl))
+        /* A key some tenant holds here is this server's credential: it
+         * does not travel on, in either header, whichever named the
+         * tenant (a valid X-Api-Key went on behind an unknown Bearer
+         * token, which Authorization's precedence had read instead).
+         * Another scheme (Basic), or a key no tenant holds (the server's
+         * behind), does travel. */
+        if (c->p->auth && auth_header_holds_key(c->p->auth, name, nl, val, vl))
             continue;
         /* Ours to state below: the lists are extended, and the client's
          * own Host and scheme replaced (a client's "X-Forwarded-Proto:
@@ -786,6 +767,8 @@ static void proxy_route_handler(struct http_request *req, const struct route_mat
     }
     proxy_start_call(r->p, req, r->targets, r->ntargets, path, len, r->pipeline, r->idempotent);
 }
+
+void proxy_set_auth(struct proxy *p, const struct auth *auth) { p->auth = auth; }
 
 struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct error *err)
 {

@@ -20,12 +20,15 @@
 #include "http/http.h"
 
 struct proxy;
+struct auth;
 struct httpc_target;
 struct httpc_head;
 struct buf;
 
 /* Resolves every route's URLs (config errors name the route). */
 struct proxy *proxy_new(const struct config_proxy *cfg, int io_threads, struct error *err);
+/* The tenants' keys (auth.h), which no route passes on; NULL: none. */
+void proxy_set_auth(struct proxy *p, const struct auth *auth);
 /* Adds a prefix route per configured route. */
 int proxy_register(struct proxy *p, struct router *r, struct error *err);
 /* Starts the active health probes of the routes that have a health_path,

@@ -456,6 +456,32 @@ class ProxyRouteGuardTest(FakeUpstreamCase):
             self.assertNotIn("x-api-key", h, hs)
 
 
+class ProxyKeysOptionalTest(FakeUpstreamCase):
+    """With auth.required false, a Bearer token no tenant holds is read
+    first (Authorization wins) and the caller is `default`; a tenant's key
+    sent beside it in X-Api-Key named no tenant, and went on to the server
+    behind the route: a credential of this server, leaked."""
+
+    @classmethod
+    def populate(cls, repo):
+        fast_models(repo, "alpha")
+        _, fport = cls.fake_server("--base-ms", "1")
+        cls.config = {
+            "auth": {"required": False},
+            "tenants": [{"name": "a", "keys": [digest("k-a")]}],
+            "proxy": {"routes": [{"prefix": "/echo/", "urls": ["http://127.0.0.1:%d" % fport]}],
+                      "timeout_ms": 2000},
+        }
+
+    def test_a_tenants_key_never_travels_whichever_header_was_read(self):
+        r = roundtrip(self.srv.port, "GET", "/echo/x",
+                      [("Authorization", "Bearer theirs"), ("X-Api-Key", " k-a ")])
+        self.assertEqual(r.status, 200, r)
+        h = r.json()["headers"]
+        self.assertNotIn("x-api-key", h)
+        self.assertEqual(h.get("authorization"), "Bearer theirs")   # not ours: it goes on
+
+
 class LimitsTest(RepoServerCase):
     """max_inflight and rate_rows_per_s: 429, Retry-After, the reason."""
     config = {
