@@ -336,7 +336,19 @@ static int tz_load_rule(const char *name, const char *rule, struct tz **out, str
 int tz_load_localtime(struct tz **out, struct error *err)
 {
     *out = NULL;
-    return tz_load_file("localtime", "/etc/localtime", out, err);
+    /* Named by its link into a zoneinfo folder, as timedatectl names it
+     * (/etc/localtime -> /usr/share/zoneinfo/Europe/Paris): GET
+     * /v2/governance said "localtime" for the host's zone. A copy of the
+     * file, or a link elsewhere, stays "localtime". */
+    char target[4096], name[TZ_NAME_MAX] = "localtime";
+    ssize_t n = readlink("/etc/localtime", target, sizeof target - 1);
+    if (n > 0) {
+        target[n] = '\0';
+        const char *z = strstr(target, "zoneinfo/");
+        if (z && z[9] && strlen(z + 9) < sizeof name)
+            snprintf(name, sizeof name, "%s", z + 9);
+    }
+    return tz_load_file(name, "/etc/localtime", out, err);
 }
 
 int tz_load(const char *name, struct tz **out, struct error *err)

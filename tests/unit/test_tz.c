@@ -169,10 +169,18 @@ static void test_host_zone_from_tz(void **state)
             fail_msg("TZ=%s: %s", other[i], err.msg);
     }
     unsetenv("TZ");
-    /* /etc/localtime alone, whatever TZ says. */
+    /* /etc/localtime alone, whatever TZ says, named by its link into a
+     * zoneinfo folder (it said "localtime" for Europe/Paris). */
     setenv("TZ", "Mars/Olympus_Mons", 1);
     assert_int_equal(tz_load_localtime(&z, &err), 0);
-    assert_string_equal(tz_name(z), "localtime");
+    char target[4096];
+    ssize_t n = readlink("/etc/localtime", target, sizeof target - 1);
+    const char *zi = NULL;
+    if (n > 0) {
+        target[n] = '\0';
+        zi = strstr(target, "zoneinfo/");
+    }
+    assert_string_equal(tz_name(z), zi && zi[9] ? zi + 9 : "localtime");
     tz_free(z);
     unsetenv("TZ");
 }
