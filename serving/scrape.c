@@ -226,6 +226,8 @@ int scrape_parse(const char *text, size_t len, struct scrape_load *out)
         if (!found[k])
             continue;
         recognised++;
+        if (!isfinite(sum[k]))
+            continue;   /* finite samples whose sum overflowed: absent, as one not finite is */
         enum scrape_field f = scrape_known[k].field;
         if (from[f] == SCRAPE_UNKNOWN) {
             field[f] = sum[k];

@@ -61,7 +61,8 @@ struct scrape_load {
  * otherwise turn "12" into "1"). Handled: # HELP / # TYPE and other
  * comments, labels (escaped quotes, backslashes and \n in values, spaces
  * around them, a trailing comma), NaN and +-Inf values (a sample that is not
- * finite counts as absent), timestamps, OpenMetrics exemplars, CRLF line
+ * finite counts as absent, and so does a series whose sum overflows: every
+ * field is finite or -1), timestamps, OpenMetrics exemplars, CRLF line
  * ends. Work is linear in len. */
 int scrape_parse(const char *text, size_t len, struct scrape_load *out);
 

@@ -320,6 +320,21 @@ static void test_nan_inf(void **s)
     assert_int_equal(l.recognised, 2);
 }
 
+/* Finite samples whose sum overflows are absent too: the sum was +Inf,
+ * and a waiting of +Inf made a picker's cost NaN at a queue weight of 0
+ * (found by fuzz_scrape). */
+static void test_sum_overflow_is_absent(void **s)
+{
+    (void)s;
+    static const char text[] = "vllm:num_requests_waiting{model_name=\"m\"} 1.7e308\n"
+                               "vllm:num_requests_waiting{model_name=\"n\"} 1.7e308\n"
+                               "vllm:num_requests_running{model_name=\"m\"} 4\n";
+    struct scrape_load l;
+    assert_int_equal(parse(text, &l), 0);
+    NEAR(l.waiting, -1);
+    NEAR(l.running, 4);
+}
+
 /* Timestamps (integers; OpenMetrics' floats), exemplars, CRLF, tabs,
  * leading blanks, blank lines, OpenMetrics' # EOF. */
 static void test_timestamps_crlf(void **s)
@@ -470,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_tgi),
         cmocka_unit_test(test_labels_and_escapes),
         cmocka_unit_test(test_nan_inf),
+        cmocka_unit_test(test_sum_overflow_is_absent),
         cmocka_unit_test(test_timestamps_crlf),
         cmocka_unit_test(test_bad_lines_skipped),
         cmocka_unit_test(test_truncated_everywhere),
