@@ -113,20 +113,21 @@ int httpc_target_probe_result(struct httpc_target *t, enum httpc_probe_result r,
  * first; NULL only when every target was tried. A target passed by for
  * its speed 64 times and for 2 s since its last measure (each trial that
  * leaves it as slow doubles both), with no call in flight, is picked
- * instead as a trial, unless its measure would miss budget_ns (then
+ * instead as a trial, unless the call has a deadline (budget_ns > 0: then
  * httpc_pick_copy_trial owes it one). */
 struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned tried,
                                 int64_t budget_ns, int *index);
-/* A trial that httpc_pick owed a target but could not make, the calls'
- * deadlines being within its old measure: under deadlines alone a server
- * passed by for a slow spell was never measured again. The index of such
+/* A trial that httpc_pick owed a target but could not make, the call
+ * having a deadline: under deadlines alone a server passed by for a slow
+ * spell was never measured again. The index of such
  * a target (not `except`, the call's own; taking calls, none in flight,
  * due as httpc_pick's trials are), now counted as tried, to which the
  * caller may send a copy of its call, whose answer only measures it; -1
  * when none is due. */
 int httpc_pick_copy_trial(struct httpc_target *const *ts, int n, int except);
 /* The copy sent to it got no usable answer (a 5xx, a timeout, a reset,
- * one that does not parse): its old measure stands, so it stays passed by.
+ * one that does not parse): its measure from before the trial is put back
+ * (httpc took a 200's time before it was read), so it stays passed by.
  * Cleared, it made the server a candidate of every call, and calls with
  * deadlines went to a server failing or hanging (the re-test: 52 of 3770
  * answered 502). The failure counts toward its health all the same. */

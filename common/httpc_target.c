@@ -71,6 +71,9 @@ struct httpc_target {
     _Atomic int passed;              /* picks that passed it by for its speed since */
     _Atomic int trial_shift;         /* trials in a row that left it passed by (capped) */
     _Atomic int64_t trial_at;        /* when its last trial was claimed (now_ns) */
+    /* Its measure when that trial was claimed, which a copy without a
+     * usable answer puts back (httpc_target_trial_failed). */
+    _Atomic int64_t trial_old_ns, trial_old_at;
     /* Its last call the server is judged by ended in a usable answer
      * (httpc_target_answered): only then does answer_ns say what the
      * server takes now. One answering 429 in 1 ms, or one that was fast
@@ -442,6 +445,12 @@ static bool target_trial_claim(struct httpc_target *t, int need, int64_t now)
     if (atomic_exchange_explicit(&t->passed, 0, memory_order_relaxed) < need)
         return false;
     atomic_store_explicit(&t->trial_at, now, memory_order_relaxed);
+    atomic_store_explicit(&t->trial_old_ns, atomic_load_explicit(&t->answer_ns,
+                                                                 memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&t->trial_old_at, atomic_load_explicit(&t->answered_at,
+                                                                 memory_order_relaxed),
+                          memory_order_relaxed);
     int shift = atomic_load_explicit(&t->trial_shift, memory_order_relaxed);
     if (shift < TARGET_TRIAL_SHIFT_MAX)
         atomic_store_explicit(&t->trial_shift, shift + 1, memory_order_relaxed);
@@ -462,8 +471,17 @@ static bool target_passed_by(struct httpc_target *t, bool may, int64_t now)
 
 void httpc_target_trial_failed(struct httpc_target *t)
 {
-    if (atomic_load_explicit(&t->answer_ns, memory_order_relaxed) > 0)
-        atomic_store_explicit(&t->answer_ok, true, memory_order_relaxed);
+    /* httpc took the answer's time when it ended, before it was read: a
+     * fast 200 that did not parse had replaced the old measure, and the
+     * failing server took deadline calls again (the re-test). */
+    int64_t old = atomic_load_explicit(&t->trial_old_ns, memory_order_relaxed);
+    if (old <= 0)
+        return;
+    atomic_store_explicit(&t->answer_ns, old, memory_order_relaxed);
+    atomic_store_explicit(&t->answered_at,
+                          atomic_load_explicit(&t->trial_old_at, memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&t->answer_ok, true, memory_order_relaxed);
 }
 
 int httpc_pick_copy_trial(struct httpc_target *const *ts, int n, int except)
@@ -521,10 +539,13 @@ struct httpc_target *httpc_pick(struct httpc_target *const *ts, int n, unsigned 
         candidates++;
         if (wait[i] > 0 && (wait[i] > 2 * least || wait[i] > fits)) {
             /* Far slower than another for this call, unless it is due a
-             * trial (one per pick at most): trials made calls that the
-             * other server met answer late, hence the budget. */
-            bool fits_budget = budget_ns <= 0 || wait[i] <= (double)budget_ns;
-            if (target_passed_by(ts[i], load[i] == 0 && fits_budget && trial < 0, now))
+             * trial (one per pick at most), and the call has no deadline:
+             * trials made calls that the other server met answer late, and
+             * one whose deadline fitted an average lifted by a single slow
+             * answer was late when the server had turned slow again (the
+             * re-test). A call with a deadline owes it a copy instead
+             * (httpc_pick_copy_trial). */
+            if (target_passed_by(ts[i], load[i] == 0 && budget_ns <= 0 && trial < 0, now))
                 trial = i;
             continue;
         }

@@ -378,9 +378,12 @@ static void test_pick_owes_a_copy_trial_under_deadlines(void **state)
      * speed, and its trials still double (they were reset: a copy every
      * 2 s for ever, the re-test). */
     assert_ptr_equal(httpc_pick(ts, 1, 0, 0, &i), ts[0]);
-    /* It failed (a 500): the old measure stands, calls with deadlines
-     * still pass it by (it became a candidate of every call: 502s). */
-    httpc_target_answered(ts[0], 1000000, 500);
+    /* It failed: a fast 200 that did not parse, timed by httpc before it
+     * was read. The old measure is back, calls with deadlines still pass
+     * it by (cleared, or left at the copy's 1 ms, it took every call:
+     * 502s, the re-tests). */
+    httpc_target_answered(ts[0], 1000000, 200);
+    httpc_target_failed(ts[0], HTTPC_FAIL_MALFORMED);
     httpc_target_trial_failed(ts[0]);
     for (int k = 0; k < 200; k++)
         assert_ptr_equal(httpc_pick(ts, 2, 0, budget, &i), ts[1]);
@@ -393,6 +396,27 @@ static void test_pick_owes_a_copy_trial_under_deadlines(void **state)
      * loaded and listed first). */
     httpc_target_answered(ts[0], 5000000, 200);
     assert_ptr_equal(httpc_pick(ts, 2, 0, budget, &i), ts[0]);
+    httpc_target_free(ts[0]);
+    httpc_target_free(ts[1]);
+}
+
+/* A server whose average one slow answer lifted past twice the other's
+ * (41 ms against 5 ms), within a call's 100 ms deadline: that call was
+ * its trial, and late when the server had turned slow for good (295 ms,
+ * the re-test). A call with a deadline is never a trial: it owes a copy. */
+static void test_a_call_with_a_deadline_is_never_a_trial(void **state)
+{
+    (void)state;
+    struct httpc_target *ts[2] = {target(1), target(2)};
+    int i = -1;
+    httpc_target_answered(ts[0], 41000000, 200);
+    httpc_target_answered(ts[1], 5000000, 200);
+    for (int k = 0; k < 100; k++)
+        assert_ptr_equal(httpc_pick(ts, 2, 0, 100000000, &i), ts[1]);
+    usleep(2100000);
+    httpc_target_answered(ts[1], 5000000, 200);
+    assert_ptr_equal(httpc_pick(ts, 2, 0, 100000000, &i), ts[1]);
+    assert_int_equal(httpc_pick_copy_trial(ts, 2, 1), 0);
     httpc_target_free(ts[0]);
     httpc_target_free(ts[1]);
 }
@@ -936,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_pick_passes_a_held_server_by),
         cmocka_unit_test(test_pick_tries_a_stale_measure_again),
         cmocka_unit_test(test_pick_owes_a_copy_trial_under_deadlines),
+        cmocka_unit_test(test_a_call_with_a_deadline_is_never_a_trial),
         cmocka_unit_test(test_errors_do_not_measure_speed),
         cmocka_unit_test(test_target_continues_across_a_reload),
         cmocka_unit_test(test_calls),
