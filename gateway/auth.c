@@ -31,6 +31,11 @@ struct auth {
     const struct tenants_config *t;
     struct tenantstats *stats;
     _Atomic(struct auth_keyset *) keys;
+    /* Some tenant has had keys: the admin routes are an admin's from then
+     * on. Opened again when a SIGHUP removed every key, they were
+     * everyone's (the re-test): an operator pulling every key at once got
+     * the opposite of a lockout. */
+    _Atomic bool keyed;
 };
 
 static struct auth_keyset *auth_keyset_new(const struct tenants_config *t)
@@ -67,6 +72,7 @@ struct auth *auth_new(const struct tenants_config *t, struct tenantstats *stats,
     a->t = t;
     a->stats = stats;
     atomic_init(&a->keys, s);
+    atomic_init(&a->keyed, s->n > 0);
     return a;
 }
 
@@ -119,6 +125,8 @@ int auth_replace_keys(struct auth *a, const struct tenants_config *t, uint64_t *
     /* The set replaced may still be read by a request's guard: it is
      * kept, not freed (a few KB per change of keys). */
     s->replaced = cur;
+    if (s->n > 0)
+        atomic_store(&a->keyed, true);
     atomic_store_explicit(&a->keys, s, memory_order_release);
     return 1;
 }
@@ -260,7 +268,7 @@ enum auth_route auth_route_class(const char *pattern, int method)
 
 bool auth_is_admin(const struct auth *a, int tenant)
 {
-    return auth_keys(a)->n == 0 || (tenant >= 0 && tenant < a->t->n && a->t->t[tenant].admin);
+    return !atomic_load_explicit(&a->keyed, memory_order_relaxed) || (tenant >= 0 && tenant < a->t->n && a->t->t[tenant].admin);
 }
 
 const char *auth_tenant_name(const struct auth *a, int tenant)

@@ -75,8 +75,9 @@ enum auth_route {
  * the request's method (one HTTP_M_* bit). */
 enum auth_route auth_route_class(const char *pattern, int method);
 
-/* Any tenant has a key: before that, every caller is `default` and the
- * admin routes are open to it. */
+/* Any tenant has a key. Before any had one, every caller is `default`
+ * and the admin routes are open to it; once keys were in force they stay
+ * an admin's, every key removed by a SIGHUP included (auth_is_admin). */
 bool auth_keys_exist(const struct auth *a);
 bool auth_is_admin(const struct auth *a, int tenant);
 /* The tenant's `models` globs (none: every model) match the name. */

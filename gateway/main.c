@@ -578,6 +578,10 @@ static void main_reload(const struct cli *cli, const struct config *cfg, struct 
             if (rekeyed & (1ull << t))
                 log_info("SIGHUP: tenant %s's keys replaced: %d in force", cfg->tenants.t[t].name,
                          fresh->tenants.t[t].nkeys);
+        if (rekeyed && !auth_keys_exist(auth) && !cfg->tenants.auth_required)
+            log_warn("SIGHUP: no tenant has keys now: every caller is tenant default, and the "
+                     "admin routes answer 403 to every caller until keys are back or a restart "
+                     "without keys");
         if (rekeyed)
             main_auth_warnings(cfg, auth);
         /* The same tenants with other settings: said, since nothing else

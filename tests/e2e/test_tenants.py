@@ -9,6 +9,7 @@ much of it matches a real one."""
 
 import hashlib
 import json
+import signal
 import statistics
 import threading
 import time
@@ -480,6 +481,34 @@ class ProxyKeysOptionalTest(FakeUpstreamCase):
         h = r.json()["headers"]
         self.assertNotIn("x-api-key", h)
         self.assertEqual(h.get("authorization"), "Bearer theirs")   # not ours: it goes on
+
+
+class EveryKeyRemovedTest(RepoServerCase):
+    """auth.required false, and a SIGHUP that removes every key: every
+    caller is `default` again, but the admin routes stay an admin's (they
+    were opened to everyone: an operator pulling every key at once got the
+    opposite of a lockout, the re-test)."""
+    config = {"auth": {"required": False},
+              "tenants": [{"name": "a", "keys": [digest("k-a")]},
+                          {"name": "ops", "keys": [digest("k-ops")], "admin": True}]}
+
+    @classmethod
+    def populate(cls, repo):
+        fast_models(repo, "alpha")
+
+    def test_admin_routes_stay_closed(self):
+        index = lambda h: roundtrip(self.srv.port, "POST", "/v2/repository/index", h, b"{}").status
+        self.assertEqual((index([]), index(auth_headers("k-ops"))), (403, 200))
+        cfg = json.loads(json.dumps(self.config))
+        for t in cfg["tenants"]:
+            t["keys"] = []
+        with open(self.srv.config_path, "w") as f:
+            json.dump(cfg, f)
+        self.srv.send_signal(signal.SIGHUP)
+        self.srv.wait_log(r"SIGHUP: governance reread", timeout=5)
+        self.assertEqual((index([]), index(auth_headers("k-ops"))), (403, 403))
+        self.srv.wait_log(r"SIGHUP: no tenant has keys now: every caller is tenant default, and "
+                          r"the admin routes answer 403", timeout=5)
 
 
 class LimitsTest(RepoServerCase):

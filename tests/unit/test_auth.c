@@ -117,7 +117,8 @@ static void test_keys_are_replaced_all_at_once(void **state)
     assert_int_equal(lookup(au, "sk-a-new"), a);
     assert_int_equal(lookup(au, "sk-b-2"), a);
     assert_int_equal(lookup(au, "sk-b-1"), b);
-    /* The old one out; then every key: none left, the admin routes open. */
+    /* The old one out; then every key: none left, and the admin routes
+     * stay an admin's (they were everyone's again). */
     next_keys(a, ka2 + 1, 2);
     assert_int_equal(auth_replace_keys(au, &next, &changed, &err), 1);
     assert_int_equal(changed, 1u << a);
@@ -127,6 +128,9 @@ static void test_keys_are_replaced_all_at_once(void **state)
     next_keys(b, NULL, 0);
     assert_int_equal(auth_replace_keys(au, &next, &changed, &err), 1);
     assert_false(auth_keys_exist(au));
+    assert_false(auth_is_admin(au, b));
+    assert_false(auth_is_admin(au, 0));
+    tc.t[b].admin = true;
     assert_true(auth_is_admin(au, b));
     assert_int_equal(lookup(au, "sk-b-1"), -1);
     auth_free(au);   /* with the sets replaced (ASan: none leaks) */
