@@ -647,6 +647,75 @@ GRPC_SEEDS = {
 }
 
 
+# ---- fuzz_scrape: an LLM server's /metrics body as it is
+LLAMA = 'model_name="meta-llama/Llama-3.1-8B-Instruct"'
+SCRAPE_SEEDS = {
+    "vllm_v1_two_engines": "".join(
+        "# HELP vllm:%s %s\n# TYPE vllm:%s %s\n" % (n, h, n, t)
+        + "".join('vllm:%s{engine="%d",%s} %s\n' % (n, e, LLAMA, v) for e, v in enumerate(vs))
+        for n, h, t, vs in [
+            ("num_requests_running", "Number of requests in model execution batches.", "gauge",
+             ["12.0", "9.0"]),
+            ("num_requests_waiting", "Number of requests waiting to be processed.", "gauge",
+             ["4.0", "1.0"]),
+            ("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge",
+             ["0.82", "0.61"]),
+            ("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+             "counter", ["800000.0", "600000.0"]),
+            ("prompt_tokens_total", "Number of prefill tokens processed.", "counter",
+             ["1.23e+06", "1.0e+06"]),
+        ])
+    + 'vllm:prompt_tokens_created{engine="0",%s} 1.7500000123e+09\n' % LLAMA
+    + 'vllm:time_to_first_token_seconds_bucket{le="+Inf",%s} 1\n' % LLAMA,
+    "vllm_v0": "# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.\n"
+               "# TYPE vllm:gpu_cache_usage_perc gauge\n"
+               'vllm:gpu_cache_usage_perc{model_name="mistral"} 0.25\n'
+               'vllm:num_requests_waiting{model_name="mistral"} 0.0\n'
+               'vllm:num_requests_swapped{model_name="mistral"} 0.0\n'
+               'vllm:prompt_tokens_total{model_name="mistral"} 5000.0\n',
+    "llamacpp": "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+                "# TYPE llamacpp:prompt_tokens_total counter\n"
+                "llamacpp:prompt_tokens_total 1173\n"
+                "# TYPE llamacpp:prompt_tokens_cached_total counter\n"
+                "llamacpp:prompt_tokens_cached_total 585\n"
+                "# HELP llamacpp:prompt_tokens_seconds Average prompt throughput in tokens/s.\n"
+                "# TYPE llamacpp:prompt_tokens_seconds gauge\n"
+                "llamacpp:prompt_tokens_seconds 160.202\n"
+                "# HELP llamacpp:requests_processing Number of requests processing.\n"
+                "# TYPE llamacpp:requests_processing gauge\n"
+                "llamacpp:requests_processing 1\n"
+                "# HELP llamacpp:requests_deferred Number of requests deferred.\n"
+                "# TYPE llamacpp:requests_deferred gauge\n"
+                "llamacpp:requests_deferred 0\n",
+    "sglang": "# HELP sglang:num_running_reqs The number of running requests.\n"
+              "# TYPE sglang:num_running_reqs gauge\n"
+              'sglang:num_running_reqs{model_name="qwen",dp_rank="0"} 7.0\n'
+              'sglang:num_running_reqs{model_name="qwen",dp_rank="1"} 5.0\n'
+              'sglang:num_queue_reqs{model_name="qwen",dp_rank="0"} 3.0\n'
+              'sglang:token_usage{model_name="qwen",dp_rank="0"} 0.41\n'
+              'sglang:token_usage{model_name="qwen",dp_rank="1"} 0.37\n'
+              'sglang:prompt_tokens_total{model_name="qwen"} 91234.0\n'
+              'sglang:cached_tokens_total{model_name="qwen"} 40000.0\n',
+    "tgi": "# TYPE tgi_batch_current_max_tokens gauge\n"
+           "tgi_batch_current_max_tokens 2048\n"
+           "# TYPE tgi_queue_size gauge\ntgi_queue_size 2\n"
+           "# TYPE tgi_batch_current_size gauge\ntgi_batch_current_size 6\n"
+           'tgi_request_duration_bucket{le="0.5"} 10\n',
+    "openmetrics_crlf": "# TYPE vllm:num_requests_waiting gauge\r\n"
+                        'vllm:num_requests_waiting{model_name="m"} 2 1712345678000\r\n'
+                        'vllm:prompt_tokens_total{model_name="m"} 40 1712345678.5 # {trace_id="ab"} 1\r\n'
+                        'vllm:kv_cache_usage_perc {model_name = "m" , } +Inf\r\n'
+                        "vllm:num_requests_running NaN\r\n# EOF\r\n",
+    "label_escapes": 'vllm:num_requests_waiting{model_name="a\\"b\\\\c\\nd",engine="0"} 3\n'
+                     'vllm:num_requests_waiting{model_name="}",engine="1"} 1\n'
+                     'vllm:num_requests_running{model_name="x"\t}\t-2\n',
+    "cut_short": 'vllm:num_requests_waiting{model_name="m"} 1\nvllm:num_requests_running 12',
+    "html_error": "<html>\n<body>502 Bad Gateway</body>\n</html>\n",
+    "node_exporter": "# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\nnode_load1 0.42\n",
+}
+SCRAPE_SEEDS = {k: v.encode() for k, v in SCRAPE_SEEDS.items()}
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -688,6 +757,7 @@ def main():
     write("fuzz_embed_json", EMBED_SEEDS)
     write("fuzz_h2", H2_SEEDS)
     write("fuzz_grpc_codec", GRPC_SEEDS)
+    write("fuzz_scrape", SCRAPE_SEEDS)
     st = {"digits_model.safetensors": "models/digits/model.safetensors"}
     data_dir = os.path.join(ROOT, "tests/data/safetensors")
     for f in sorted(os.listdir(data_dir)):
