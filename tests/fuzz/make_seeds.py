@@ -715,6 +715,41 @@ SCRAPE_SEEDS = {
 }
 SCRAPE_SEEDS = {k: v.encode() for k, v in SCRAPE_SEEDS.items()}
 
+# ---- fuzz_upstream_codec: byte 0 = output (y [2], probs [10], out [1], logits [2,3])
+# | TF Serving << 2 | (rows - 1) << 3; byte 1 = message buffer - 1; the body
+def uc(which, tfs, rows, body, cap=256):
+    return bytes([which | tfs << 2 | (rows - 1) << 3, cap - 1]) + body.encode()
+
+
+UPSTREAM_SEEDS = {
+    "kserve_y": uc(0, 0, 2, '{"model_name":"m","model_version":"1","outputs":[{"name":"y",'
+                            '"datatype":"FP32","shape":[2,2],"data":[0.1,0.9,0.7,0.3]}]}'),
+    "kserve_logits_nested": uc(3, 0, 1, '{"outputs":[{"name":"logits","datatype":"FP32",'
+                                        '"shape":[1,2,3],"data":[[[1,2,3],[4,5,6.5]]]}]}'),
+    "kserve_two_outputs_fp64": uc(1, 0, 1, '{"outputs":[{"name":"other","datatype":"BYTES",'
+                                           '"shape":[1],"data":["x"]},{"name":"probs",'
+                                           '"datatype":"FP64","shape":[1,10],"data":[0,0.1,null,'
+                                           '0.3,1e39,-1e39,0.6,0.7,0.8,0.9]}]}'),
+    "kserve_int64": uc(2, 0, 3, '{"outputs":[{"name":"out","datatype":"INT64","shape":[3,1],'
+                                '"data":[1,-2,9007199254740993]}]}'),
+    "kserve_short": uc(0, 0, 2, '{"outputs":[{"name":"y","datatype":"FP32","shape":[2,2],'
+                                '"data":[1,2,3]}]}', 24),
+    "tfs_rows": uc(0, 1, 2, '{"predictions":[[0.1,0.9],[NaN,Infinity]]}'),
+    "tfs_scalars": uc(2, 1, 4, '{"predictions":[1.5,2,-Infinity,null]}'),
+    "tfs_objects": uc(0, 1, 2, '{"predictions":[{"y":[1,2],"z":3},{"y":[3,4],"z":"a"}]}'),
+    "tfs_nested": uc(3, 1, 1, '{"predictions": [[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]]}'),
+    "triton_error": uc(0, 0, 1, '{"error":"Request for unknown model: \'m\' is not found"}', 16),
+    "openai_error": uc(0, 0, 1, '{"error":{"message":"The model `m` does not exist\\u00e9\\n",'
+                                '"type":"NotFoundError","code":404}}'),
+    "tfs_status_available": uc(0, 1, 1, '{"model_version_status":[{"version":"2","state":'
+                                        '"AVAILABLE","status":{"error_code":"OK",'
+                                        '"error_message":""}}]}'),
+    "tfs_status_loading": uc(0, 1, 1, '{"model_version_status":[{"version":"1","state":"END"},'
+                                      '{"version":"2","state":"LOADING"},{"version":"3","state":'
+                                      '"UNLOADING"},{"version":"4","state":"START"},'
+                                      '{"version":"5","state":"LOADING"}]}', 40),
+}
+
 
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
@@ -758,6 +793,7 @@ def main():
     write("fuzz_h2", H2_SEEDS)
     write("fuzz_grpc_codec", GRPC_SEEDS)
     write("fuzz_scrape", SCRAPE_SEEDS)
+    write("fuzz_upstream_codec", UPSTREAM_SEEDS)
     st = {"digits_model.safetensors": "models/digits/model.safetensors"}
     data_dir = os.path.join(ROOT, "tests/data/safetensors")
     for f in sorted(os.listdir(data_dir)):
