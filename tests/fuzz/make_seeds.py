@@ -750,6 +750,31 @@ UPSTREAM_SEEDS = {
                                       '{"version":"5","state":"LOADING"}]}', 40),
 }
 
+# ---- fuzz_llmbody: a client's body for an LLM pool, or a Batch API line
+def jd(v):
+    return json.dumps(v).encode()
+
+
+CHAT = {"model": "llama", "messages": [{"role": "system", "content": "Be brief, \"exact\", {ok}."},
+                                       {"role": "user", "content": [{"type": "text",
+                                                                     "text": "Hi, [1]: 2"}]}],
+        "stream": True, "stream_options": {"include_usage": True}, "max_tokens": 256, "n": 1,
+        "temperature": 0.7, "stop": [], "logit_bias": {}}
+LLMBODY_SEEDS = {
+    "chat": jd(CHAT),
+    "completion": jd({"model": "m", "prompt": ["a", "b", [1, 2, 3]], "max_tokens": 16,
+                      "best_of": 3, "n": 2, "stream": False, "echo": None}),
+    "llamacpp": jd({"prompt": "x", "n_predict": -1, "max_tokens": None, "stream": None}),
+    "bad_stream": jd({"model": "m", "prompt": "x", "stream": "yes"}),
+    "bad_max_tokens": jd({"model": "m", "prompt": "x", "max_tokens": "5000"}),
+    "too_many": b'{"model":"m","n":129,"max_completion_tokens":1073741825,"max_tokens":1.5}',
+    "int64_end": b'{"model":"m","max_tokens":9223372036854775807,"n":-9223372036854775808}',
+    "batch_line": jd({"custom_id": "req-1", "method": "POST", "url": "/v1/chat/completions",
+                      "body": dict(CHAT, stream=False, max_completion_tokens=64)}),
+    "duplicates_escapes": b'{"model":"m","stream":"x","stream":false,"s\\"t,r:e[a{m":'
+                          b'"\\\\",  "a" : [ ] , "b":{}}',
+}
+
 
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
@@ -794,6 +819,7 @@ def main():
     write("fuzz_grpc_codec", GRPC_SEEDS)
     write("fuzz_scrape", SCRAPE_SEEDS)
     write("fuzz_upstream_codec", UPSTREAM_SEEDS)
+    write("fuzz_llmbody", LLMBODY_SEEDS)
     st = {"digits_model.safetensors": "models/digits/model.safetensors"}
     data_dir = os.path.join(ROOT, "tests/data/safetensors")
     for f in sorted(os.listdir(data_dir)):
