@@ -775,6 +775,32 @@ LLMBODY_SEEDS = {
                           b'"\\\\",  "a" : [ ] , "b":{}}',
 }
 
+# ---- fuzz_governance: a PUT /v2/governance body
+GOVERNANCE_SEEDS = {
+    "sao_paulo": jd({"timezone": "America/Sao_Paulo", "windows": [
+        {"name": "day", "days": ["mon", "tue", "wed", "thu", "fri"], "from": "08:00",
+         "to": "20:00", "shares": {"search": 0.8, "research": 0.2}},
+        {"name": "night", "days": ["fri"], "from": "20:00", "to": "08:00:30",
+         "shares": {"search": 0.3, "research": 0.2}, "offline_share": 0.5}]}),
+    "spec_night": jd({"timezone": "Europe/Paris", "windows": [
+        {"name": "night", "from": "22:00", "to": "06:00",
+         "shares": {"search": 0.3, "research": 0.7}, "offline_share": 0.5}]}),
+    "sunday_past_midnight": jd({"timezone": "UTC", "windows": [
+        {"name": "sun-late", "days": ["sun"], "from": "23:30", "to": "00:30"},
+        {"name": "mon.day", "days": ["mon"], "from": "00:30", "to": "23:30",
+         "shares": {"default": 0.4}}]}),
+    "host_zone_empty": jd({"windows": []}),
+    "empty": b"{}",
+    "overlap": jd({"windows": [{"name": "a", "from": "08:00", "to": "12:00"},
+                               {"name": "b", "days": ["wed"], "from": "11:59:59",
+                                "to": "13:00"}]}),
+    "above_limit": jd({"windows": [{"name": "x", "from": "00:00", "to": "01:00",
+                                    "shares": {"default": 0.5}}]}),
+    "bad_zone": jd({"timezone": "../etc/passwd", "windows": []}),
+    "bad_fields": jd({"windows": [{"name": "bad name", "days": ["mon", "mon"], "from": "24:00",
+                                   "to": "7:00", "color": "red"}]}),
+}
+
 
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
@@ -820,6 +846,7 @@ def main():
     write("fuzz_scrape", SCRAPE_SEEDS)
     write("fuzz_upstream_codec", UPSTREAM_SEEDS)
     write("fuzz_llmbody", LLMBODY_SEEDS)
+    write("fuzz_governance", GOVERNANCE_SEEDS)
     st = {"digits_model.safetensors": "models/digits/model.safetensors"}
     data_dir = os.path.join(ROOT, "tests/data/safetensors")
     for f in sorted(os.listdir(data_dir)):
