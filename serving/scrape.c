@@ -223,11 +223,9 @@ int scrape_parse(const char *text, size_t len, struct scrape_load *out)
     }
     int recognised = 0;
     for (int k = 0; k < SCRAPE_NKNOWN; k++) {
-        if (!found[k])
-            continue;
-        recognised++;
-        if (!isfinite(sum[k]))
+        if (!found[k] || !isfinite(sum[k]))
             continue;   /* finite samples whose sum overflowed: absent, as one not finite is */
+        recognised++;
         enum scrape_field f = scrape_known[k].field;
         if (from[f] == SCRAPE_UNKNOWN) {
             field[f] = sum[k];

@@ -333,6 +333,7 @@ static void test_sum_overflow_is_absent(void **s)
     assert_int_equal(parse(text, &l), 0);
     NEAR(l.waiting, -1);
     NEAR(l.running, 4);
+    assert_int_equal(l.recognised, 1);   /* as a series of NaN samples is not */
 }
 
 /* Timestamps (integers; OpenMetrics' floats), exemplars, CRLF, tabs,

@@ -70,9 +70,11 @@ static int teardown(void **state)
 }
 
 /* Encodes text (len -1: strlen) and checks the ids against the expected
- * ones, given as a -1-terminated list. */
+ * ones, given as a -1-terminated list. want_truncated is an int: va_start
+ * after a parameter that default promotions widen (a bool) is undefined,
+ * and clang's -Werror,-Wvarargs refused it. */
 static void expect_ids(const struct wordpiece *w, const char *text, int len, int max_len,
-                       bool want_truncated, ...)
+                       int want_truncated, ...)
 {
     int32_t want[512];
     int nwant = 0;
