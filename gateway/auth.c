@@ -202,15 +202,27 @@ const char *auth_request_key(struct http_request *req, size_t *len, enum auth_ke
     return NULL;
 }
 
-bool auth_header_holds_key(const struct auth *a, const char *name, size_t nl, const char *val,
-                           size_t vl)
+/* The guard's tag above the tenant's index: which header held the key
+ * that named the tenant, so that the proxy drops that header without
+ * hashing its key a second time. */
+#define AUTH_TAG_KEY_BEARER (1 << 16)
+#define AUTH_TAG_KEY_X_API_KEY (1 << 17)
+
+bool auth_header_holds_key(const struct auth *a, const struct http_request *req,
+                           const char *name, size_t nl, const char *val, size_t vl)
 {
+    int tag = http_request_tag(req);
     if (nl == 13 && strncasecmp(name, "Authorization", 13) == 0) {
+        if (tag & AUTH_TAG_KEY_BEARER)
+            return true;
         if (vl <= 7 || strncasecmp(val, "Bearer ", 7) != 0)
             return false;   /* another scheme: not ours */
         val += 7;
         vl -= 7;
-    } else if (!(nl == 9 && strncasecmp(name, "X-Api-Key", 9) == 0)) {
+    } else if (nl == 9 && strncasecmp(name, "X-Api-Key", 9) == 0) {
+        if (tag & AUTH_TAG_KEY_X_API_KEY)
+            return true;
+    } else {
         return false;
     }
     val = auth_trim(val, &vl);
@@ -319,6 +331,9 @@ bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx
     enum auth_key_from from;
     const char *key = auth_request_key(req, &klen, &from);
     int tenant = key ? auth_key_tenant(a, key, klen) : -1;
+    int tag = tenant < 0                 ? 0
+              : from == AUTH_KEY_BEARER ? AUTH_TAG_KEY_BEARER
+                                        : AUTH_TAG_KEY_X_API_KEY;
     if (tenant < 0) {
         if (a->t->auth_required) {
             /* RFC 6750 section 3; the key itself is never repeated. */
@@ -337,7 +352,7 @@ bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx
         }
         tenant = 0;
     }
-    http_request_set_tag(req, tenant);
+    http_request_set_tag(req, tenant | tag);
     if (cls == AUTH_ROUTE_ADMIN && !auth_is_admin(a, tenant)) {
         size_t plen;
         const char *path = http_request_path(req, &plen);

@@ -59,12 +59,13 @@ enum auth_key_from { AUTH_KEY_NONE, AUTH_KEY_BEARER, AUTH_KEY_X_API_KEY };
  * proxied server). Points into the request; *from says which header. */
 const char *auth_request_key(struct http_request *req, size_t *len, enum auth_key_from *from);
 
-/* Whether the header (name, value) carries a key some tenant holds (a
- * Bearer token of Authorization, or X-Api-Key), whichever header named the
- * request's tenant: this server's credentials, which the reverse proxy
- * does not pass on. */
-bool auth_header_holds_key(const struct auth *a, const char *name, size_t nl, const char *val,
-                           size_t vl);
+/* Whether the header (name, value) of req carries a key some tenant holds
+ * (a Bearer token of Authorization, or X-Api-Key), whichever header named
+ * the request's tenant: this server's credentials, which the reverse proxy
+ * does not pass on. The header the guard read a tenant's key from is
+ * known without hashing it again. */
+bool auth_header_holds_key(const struct auth *a, const struct http_request *req,
+                           const char *name, size_t nl, const char *val, size_t vl);
 
 enum auth_route {
     AUTH_ROUTE_OPEN,     /* no key looked at: health, metrics, dashboard */
@@ -95,7 +96,8 @@ bool auth_guard(struct http_request *req, const struct route_match *m, void *ctx
  * routes): true when the request's tenant may use it, else answers 403
  * and returns false. a may be NULL (no tenants: any model). */
 bool auth_check_model(struct auth *a, struct http_request *req, const char *model, size_t len);
-/* The guard's tag on a request: the tenant's index. */
+/* The guard's tag on a request: the tenant's index in the low bits (the
+ * bits above are auth.c's). */
 #define AUTH_TAG_TENANT_MASK 0xffff
 
 /* The tenant the guard found for the request (0, `default`, on open routes). */

@@ -374,7 +374,7 @@ static int proxy_build_head(struct proxy_call *c, struct buf *b, const char *met
          * token, which Authorization's precedence had read instead).
          * Another scheme (Basic), or a key no tenant holds (the server's
          * behind), does travel. */
-        if (c->p->auth && auth_header_holds_key(c->p->auth, name, nl, val, vl))
+        if (c->p->auth && auth_header_holds_key(c->p->auth, req, name, nl, val, vl))
             continue;
         /* Ours to state below: the lists are extended, and the client's
          * own Host and scheme replaced (a client's "X-Forwarded-Proto:
