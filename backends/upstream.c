@@ -139,6 +139,21 @@ static void upstream_judge_status(struct upcall *u, int status)
     }
 }
 
+/* A 200's body read into out (rows x the output's row): the call's
+ * server succeeded, or it is blamed for an answer it cannot have meant
+ * (why says what). */
+static bool upstream_answer_read(struct upcall *u, const struct model_config *mc,
+                                 const struct buf *answer, int rows, float *out, char *why,
+                                 size_t cap)
+{
+    if (upstream_codec_answer(mc, answer->data, answer->len, rows, out, why, cap) < 0) {
+        upcall_blame(u, HTTPC_FAIL_MALFORMED);
+        return false;
+    }
+    upcall_succeeded(u);
+    return true;
+}
+
 /* The batch fails: 502, or 503 with a Retry-After when a server said it
  * was overloaded and none took it (the feed makes either 504 for requests
  * out of budget). */
@@ -282,13 +297,10 @@ static void upstream_slot_finish(struct up_slot *s)
         upstream_slot_fail(s, why);
         return;
     }
-    if (upstream_codec_answer(mc, s->answer.data, s->answer.len, s->io->rows, s->io->out, why,
-                              sizeof why) < 0) {
-        upcall_blame(s->up, HTTPC_FAIL_MALFORMED);
+    if (!upstream_answer_read(s->up, mc, &s->answer, s->io->rows, s->io->out, why, sizeof why)) {
         upstream_slot_fail(s, why);
         return;
     }
-    upcall_succeeded(s->up);
     int64_t ns = now_ns() - s->t0;
     upstream_slot_release(s);
     um->feed.finish(um->feed.ctx, s->index, 0, NULL, ns);
@@ -412,16 +424,11 @@ static void upstream_copy_on_done(void *arg)
         snprintf(why, sizeof why, "answered HTTP %d", c->status);
     } else {
         float *out = malloc((size_t)c->rows * (size_t)mc->output.row_elems * sizeof *out + 1);
-        usable = out && upstream_codec_answer(mc, c->answer.data, c->answer.len, c->rows, out,
-                                              why, sizeof why) == 0;
-        if (usable) {
-            upcall_succeeded(c->up);
-            snprintf(why, sizeof why, "answered");
-        } else if (out) {
-            upcall_blame(c->up, HTTPC_FAIL_MALFORMED);
-        } else {
+        usable = out && upstream_answer_read(c->up, mc, &c->answer, c->rows, out, why, sizeof why);
+        if (!out)
             snprintf(why, sizeof why, "out of memory to read its answer");
-        }
+        else if (usable)
+            snprintf(why, sizeof why, "answered");
         free(out);
     }
     upstream_copy_end(c, usable, why);

@@ -796,7 +796,8 @@ class SlowSpellTest(FakeUpstreamCase):
         cls.fakes = [cls.fake_server("--base-ms", ms, "--per-row-ms", "0", "--concurrency", "4")
                      for ms in ("5", "5", "50")]
         urls = ["http://127.0.0.1:%d" % port for _, port in cls.fakes]
-        for name, us in (("spell", urls[:2]), ("spelldl", urls[:2]), ("spellfail", urls[:2]),
+        for name, us in (("spell", urls[:2]), ("spelldl", urls[:2]), ("fail_garbage", urls[:2]),
+                         ("fail_500", urls[:2]), ("fail_huge", urls[:2]),
                          ("slowfirst", [urls[2], urls[1]])):
             cfg = upstream_model(name, us, max_batch=4)
             cfg["upstream"]["health_interval_ms"] = 0
@@ -868,14 +869,17 @@ class SlowSpellTest(FakeUpstreamCase):
         self.assertGreaterEqual(got[0], 10, got)
 
     def test_a_failed_copy_keeps_the_server_passed_by(self):
-        """The copy answered a fast 200 that does not parse (or a 500):
-        cleared, its measure made the server a candidate of every call,
-        and calls with deadlines went to it (52 of 3770 answered 502, the
-        re-test); left at the copy's fast time, the same (103 of 3053).
-        It stays passed by, and its next copy is twice as far off (4 s):
-        one copy in the 3.5 s."""
-        got = self.spell("spellfail", budget_ms=100, fault="garbage")   # each answered 200
-        self.assertLessEqual(got[0], 1, got)
+        """The copy answered a 500, a fast 200 that does not parse, or an
+        answer past the batch's size limit: cleared, its measure made the
+        server a candidate of every call, and calls with deadlines went to
+        it (52 of 3770 answered 502, the re-test); left at the copy's fast
+        time, the same (103 of 3053). It stays passed by, and its next copy
+        is twice as far off (4 s): one copy in the 3.5 s."""
+        for fault in ("garbage", "500", "huge"):
+            with self.subTest(fault=fault):
+                roundtrip(self.fakes[0][1], "POST", "/__reset")   # the last one's fault
+                got = self.spell("fail_" + fault, budget_ms=100, fault=fault)   # each 200
+                self.assertLessEqual(got[0], 1, got)
 
 
 class ServerTurnsSlowTest(UnequalServersTest):
