@@ -702,7 +702,12 @@ class UsageUpstreamTest(UsageCase):
                  for ms in ("200", "2")]
         try:
             urls = ["http://127.0.0.1:%d" % port for _, port in fakes]
-            write_model(self.repo, "u1", upstream_model("u1", urls))
+            cfg = upstream_model("u1", urls)
+            # No trial copies: a copy of a batch sent to the slow server to
+            # measure it is a call the fakes count and no request of prod's
+            # (2175 served against 2174 requests).
+            cfg["upstream"]["idempotent"] = False
+            write_model(self.repo, "u1", cfg)
             self.config["tenants"][1]["models"] = ["a", "u1"]
             srv = self.start()
             counts = load(srv.port, [("u1", "prod", 1)] * 3, 3.0)
